@@ -1,0 +1,61 @@
+# Two commands matter: `make run` (the whole stack locally) and `make test` (every test).
+# Both create .venv and install on a fresh machine by themselves.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+
+.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+$(NODE_STAMP): package.json
+	@if command -v npm >/dev/null 2>&1; then npm install --no-audit --no-fund --silent && touch $(NODE_STAMP); \
+	else echo "npm not found: the real-yjs, browser and AsyncAPI tests will be skipped"; fi
+
+install: $(STAMP)
+
+node: $(NODE_STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m services.stack
+
+test: $(STAMP) $(NODE_STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check shared services tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy shared services
+
+schemas: $(STAMP)
+	$(BIN)/python -m shared.contracts.schemas tests/contract/schemas
+
+docs: $(STAMP)
+	$(BIN)/python -m shared.docs docs
+
+bench-bus: $(STAMP)
+	$(BIN)/python bench/bus.py
+bench-prefix: $(STAMP)
+	$(BIN)/python bench/prefix.py
+bench-runtime: $(STAMP)
+	$(BIN)/python bench/runtime.py
+bench-proxy: $(STAMP)
+	$(BIN)/python bench/proxy.py
+bench-inject: $(STAMP)
+	$(BIN)/python bench/inject.py
+bench-compaction: $(STAMP)
+	$(BIN)/python bench/compaction.py
+bench-e2e: $(STAMP)
+	$(BIN)/python bench/e2e.py
+
+bench: bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e
+
+clean:
+	rm -rf $(VENV) node_modules data .pytest_cache .mypy_cache .ruff_cache

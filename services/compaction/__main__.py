@@ -1,0 +1,17 @@
+"""`python -m services.compaction`"""
+
+from shared.logging import configure_logging
+from shared.service import serve
+from shared.settings import load_settings
+
+from .app import create_app
+
+
+def main() -> None:
+    configure_logging("compaction")
+    settings = load_settings()
+    serve(create_app(settings), settings.host, settings.compaction_port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Wiring of the compaction service: one consumer group on `gamma:compaction:requests`."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from shared import keys
+from shared.bus import consumer_name, ensure_group, make_broker, subscribe
+from shared.contracts.compaction import CompactionRequest
+from shared.service import add_health_routes, make_context, service_lifespan
+from shared.settings import Settings, load_settings
+
+GROUP = "compaction"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
+    ctx = make_context("compaction", settings)
+    broker = make_broker(settings.redis_url, ctx.registry, "compaction")
+
+    async def handle(request: CompactionRequest) -> None:
+        raise NotImplementedError("compaction handler: issue 7")
+
+    subscribe(
+        broker, ctx.redis, stream=keys.COMPACTION_REQUESTS, group=GROUP, consumer=consumer_name("compaction"),
+        model=CompactionRequest, handler=handle, claim_idle_ms=settings.claim_idle_ms,
+        max_deliveries=settings.max_deliveries,
+    )
+
+    async def start() -> None:
+        await ensure_group(ctx.redis, keys.COMPACTION_REQUESTS, GROUP)
+        await broker.start()
+
+    async def stop() -> None:
+        await broker.stop()
+
+    app = FastAPI(title="gamma-compaction", lifespan=service_lifespan(ctx, start, stop))
+    add_health_routes(app, ctx)
+    return app

@@ -1,0 +1,1 @@
+"""Artifact digest builder: revisions, coalesced digests, the dormant artifact manifest."""

@@ -1,0 +1,52 @@
+"""Wiring of the digest service: groups on artifact changes, lifecycle and recorded injections."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from shared import keys
+from shared.bus import consumer_name, ensure_group, make_broker, subscribe
+from shared.contracts.artifacts import ArtifactChange
+from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, LifecycleEvent
+from shared.contracts.recorded import InjectionRecorded
+from shared.service import add_health_routes, make_context, service_lifespan
+from shared.settings import Settings, load_settings
+
+GROUP = "digest"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
+    ctx = make_context("digest", settings)
+    broker = make_broker(settings.redis_url, ctx.registry, "digest")
+    consumer = consumer_name("digest")
+
+    async def on_change(change: ArtifactChange) -> None:
+        raise NotImplementedError("issue 6")
+
+    async def on_lifecycle(event: LifecycleEvent) -> None:
+        raise NotImplementedError("issue 6")
+
+    async def on_recorded(event: InjectionRecorded) -> None:
+        raise NotImplementedError("issue 6")
+
+    subs = [
+        subscribe(broker, ctx.redis, stream=keys.ARTIFACT_CHANGES, group=GROUP, consumer=consumer,
+                  model=ArtifactChange, handler=on_change, claim_idle_ms=settings.claim_idle_ms),
+        subscribe(broker, ctx.redis, stream=keys.LIFECYCLE, group=GROUP, consumer=consumer,
+                  model=LIFECYCLE_ADAPTER, handler=on_lifecycle, claim_idle_ms=settings.claim_idle_ms),
+        subscribe(broker, ctx.redis, stream=keys.INJECTIONS_RECORDED, group=GROUP, consumer=consumer,
+                  model=InjectionRecorded, handler=on_recorded, claim_idle_ms=settings.claim_idle_ms),
+    ]
+
+    async def start() -> None:
+        for sub in subs:
+            await ensure_group(ctx.redis, sub.stream, sub.group)
+        await broker.start()
+
+    async def stop() -> None:
+        await broker.stop()
+
+    app = FastAPI(title="gamma-digest", lifespan=service_lifespan(ctx, start, stop))
+    add_health_routes(app, ctx)
+    return app

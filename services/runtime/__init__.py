@@ -1,0 +1,1 @@
+"""Session runtime: the agent engine (Pi's semantics in Python) and the Gamma session protocol."""

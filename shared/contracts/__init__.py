@@ -1,0 +1,1 @@
+"""Wire contracts: one module per stream, plus HTTP bodies and disk files."""

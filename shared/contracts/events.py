@@ -1,0 +1,60 @@
+"""`gamma:{sid}:events` (runtime -> proxy SSE). The envelope is typed; `data` is per type."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from .base import Contract, now_ms
+
+EventType = Literal[
+    # Pi's engine events
+    "agent_start",
+    "agent_end",
+    "turn_start",
+    "turn_end",
+    "message_start",
+    "message_update",
+    "message_end",
+    "tool_execution_start",
+    "tool_execution_update",
+    "tool_execution_end",
+    # Gamma protocol events
+    "message_user",
+    "todo",
+    "ui_update",
+    "model_request",
+    "status",
+    "injection",
+    "skill_activated",
+    "compaction",
+    "error",
+]
+
+
+class SessionEvent(Contract):
+    type: EventType
+    session_id: str
+    ts: int = Field(default_factory=now_ms)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class MessageUserData(Contract):
+    message: str
+    block_on_user: bool
+    tool_call_id: str
+
+
+class StatusData(Contract):
+    status: Literal["live", "dormant", "waking"]
+    running: bool
+    fence: int | None = None
+
+
+class ModelRequestData(Contract):
+    prefix_sha256: str
+    prompt_tokens: int
+    shared_prefix_tokens: int
+    encoding: str
+    message_count: int

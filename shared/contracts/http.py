@@ -1,0 +1,88 @@
+"""HTTP request and response bodies of the proxy (DESIGN.md "HTTP surface")."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from .base import Contract
+from .client import PromptClientContext
+from .inbox import OnBusy
+from .todo import TodoList
+
+Variant = Literal["base", "deck-generation", "import"]
+Status = Literal["live", "dormant", "waking"]
+
+
+class ModelConfig(Contract):
+    name: str | None = Field(None, max_length=100)
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    context_window: int | None = Field(None, ge=1024, le=10_000_000)
+
+
+class CreateSession(Contract):
+    variant: Variant = "base"
+    model: ModelConfig | None = None
+
+
+class SessionView(Contract):
+    id: str
+    owner: str
+    variant: Variant
+    model: ModelConfig
+    status: Status
+    running: bool
+    created_at: int
+    updated_at: int
+
+
+class SessionList(Contract):
+    sessions: list[SessionView]
+
+
+class PostMessage(Contract):
+    message: str = Field(min_length=1, max_length=100_000)
+    client_context: PromptClientContext | None = None
+    on_busy: OnBusy = "steer"
+
+
+class MessageAccepted(Contract):
+    prompt_id: str
+    status: Status
+    woke: bool
+
+
+class UiSync(Contract):
+    update: str = Field(max_length=4_000_000)
+    snapshot: dict[str, Any] | None = None
+
+
+class UiState(Contract):
+    snapshot: dict[str, Any]
+    update: str
+
+
+class Preview(Contract):
+    status: Status
+    transcript: list[dict[str, Any]]
+    ui: dict[str, Any]
+    todo: TodoList
+
+
+class Transcript(Contract):
+    entries: list[dict[str, Any]]
+
+
+class CompactBody(Contract):
+    instructions: str | None = Field(None, max_length=4000)
+
+
+class Accepted(Contract):
+    ok: bool = True
+    request_id: str | None = None
+
+
+class ErrorBody(Contract):
+    error: str
+    detail: Any | None = None

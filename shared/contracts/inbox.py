@@ -1,0 +1,118 @@
+"""`gamma:{sid}:inbox`: everything that enters a live session, discriminated by `type`.
+
+Producers: proxy (prompts, UI/file/document writes, stop, compact), notifications (injections,
+barrier), digest (artifact injections), compaction (results). Consumer: the lease holder.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
+
+from .base import Contract, new_id
+from .client import PromptClientContext
+from .injection import InjectionSource, RuntimeInjection
+
+OnBusy = Literal["steer", "follow_up", "reject"]
+
+
+class _InboxBase(Contract):
+    id: str = Field(default_factory=lambda: new_id("m_"))
+    session_id: str
+
+
+class UserPrompt(_InboxBase):
+    type: Literal["user_prompt"] = "user_prompt"
+    prompt_id: str = Field(default_factory=lambda: new_id("p_"))
+    message: str
+    client_context: PromptClientContext | None = None
+    on_busy: OnBusy = "steer"
+
+
+class Injection(_InboxBase):
+    """A trusted runtime injection. `source_id` makes recording idempotent."""
+
+    type: Literal["injection"] = "injection"
+    injection: RuntimeInjection
+    source: InjectionSource
+    source_id: str
+    ref: str | None = None
+    from_revision: int | None = None
+    to_revision: int | None = None
+
+
+class UiUpdate(_InboxBase):
+    """A client Yjs update (base64 V1) to merge into SessionUIState."""
+
+    type: Literal["ui_update"] = "ui_update"
+    request_id: str = Field(default_factory=lambda: new_id("r_"))
+    update: str
+    snapshot: dict[str, Any] | None = None
+
+
+class FileWrite(_InboxBase):
+    type: Literal["file_write"] = "file_write"
+    request_id: str = Field(default_factory=lambda: new_id("r_"))
+    path: str
+    content_b64: str
+    digest: str | None = None
+
+
+class DocumentEdit(_InboxBase):
+    type: Literal["document_edit"] = "document_edit"
+    request_id: str = Field(default_factory=lambda: new_id("r_"))
+    doc: str
+    op: Literal["put", "patch"]
+    document: dict[str, Any]
+    if_match: int | None = None
+
+
+class Barrier(_InboxBase):
+    """Sent by notifications after its pending deliveries for one wake."""
+
+    type: Literal["barrier"] = "barrier"
+    wake_id: str
+    source: Literal["notifications"] = "notifications"
+
+
+class CompactionReady(_InboxBase):
+    type: Literal["compaction_ready"] = "compaction_ready"
+    request_id: str
+    summary: str = ""
+    first_kept_entry_id: str
+    upto_entry_id: str
+    tokens_before: int = 0
+    details: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class Compact(_InboxBase):
+    """POST /compact: compact now, with optional custom instructions."""
+
+    type: Literal["compact"] = "compact"
+    request_id: str = Field(default_factory=lambda: new_id("r_"))
+    instructions: str | None = None
+
+
+class Stop(_InboxBase):
+    """POST /suspend: persist, release the lease, go dormant."""
+
+    type: Literal["stop"] = "stop"
+    reason: str = "suspend"
+    request_id: str = Field(default_factory=lambda: new_id("r_"))
+
+
+InboxMessage = Annotated[
+    UserPrompt | Injection | UiUpdate | FileWrite | DocumentEdit | Barrier | CompactionReady | Compact | Stop,
+    Field(discriminator="type"),
+]
+INBOX_ADAPTER: TypeAdapter[InboxMessage] = TypeAdapter(InboxMessage)
+
+
+class InboxReply(Contract):
+    """Read-your-writes answer for a forwarded request, pushed on `gamma:{sid}:reply:{request_id}`."""
+
+    request_id: str
+    status: int = 200
+    body: dict[str, Any] = Field(default_factory=dict)

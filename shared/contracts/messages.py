@@ -1,0 +1,101 @@
+"""Agent messages as plain typed data (Pi's AgentMessage, camelCase on disk)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from .base import CamelContract, now_ms
+
+
+class _Msg(CamelContract):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextContent(_Msg):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ThinkingContent(_Msg):
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+
+
+class ToolCall(_Msg):
+    type: Literal["toolCall"] = "toolCall"
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+AssistantContent = Annotated[TextContent | ThinkingContent | ToolCall, Field(discriminator="type")]
+StopReason = Literal["stop", "toolUse", "length", "error", "aborted"]
+
+
+class Usage(_Msg):
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    total_tokens: int = 0
+
+
+class UserMessage(_Msg):
+    role: Literal["user"] = "user"
+    content: str
+    timestamp: int = Field(default_factory=now_ms)
+
+
+class AssistantMessage(_Msg):
+    role: Literal["assistant"] = "assistant"
+    content: list[AssistantContent] = Field(default_factory=list)
+    stop_reason: StopReason = "stop"
+    error_message: str | None = None
+    model: str = ""
+    usage: Usage = Field(default_factory=Usage)
+    timestamp: int = Field(default_factory=now_ms)
+
+    def tool_calls(self) -> list[ToolCall]:
+        return [c for c in self.content if isinstance(c, ToolCall)]
+
+    def text(self) -> str:
+        return "".join(c.text for c in self.content if isinstance(c, TextContent))
+
+
+class ToolResultMessage(_Msg):
+    role: Literal["toolResult"] = "toolResult"
+    tool_call_id: str
+    tool_name: str
+    content: list[TextContent] = Field(default_factory=list)
+    details: dict[str, Any] | None = None
+    is_error: bool = False
+    timestamp: int = Field(default_factory=now_ms)
+
+    def text(self) -> str:
+        return "".join(c.text for c in self.content)
+
+
+class CustomMessage(_Msg):
+    """A trusted harness message. Converted to a user-role message only at the model boundary;
+    `details` never reaches the model."""
+
+    role: Literal["custom"] = "custom"
+    custom_type: str
+    content: str
+    display: bool = False
+    details: dict[str, Any] = Field(default_factory=dict)
+    timestamp: int = Field(default_factory=now_ms)
+
+
+class CompactionSummaryMessage(_Msg):
+    role: Literal["compactionSummary"] = "compactionSummary"
+    summary: str
+    tokens_before: int = 0
+    timestamp: int = Field(default_factory=now_ms)
+
+
+AgentMessage = Annotated[
+    UserMessage | AssistantMessage | ToolResultMessage | CustomMessage | CompactionSummaryMessage,
+    Field(discriminator="role"),
+]

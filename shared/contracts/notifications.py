@@ -1,0 +1,81 @@
+"""Remote notifications: `POST /notifications` and the `gamma:notifications` stream (same body)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, TypeAdapter
+
+from .base import CamelContract, Contract
+
+NOTIFICATION_ID = r"^[A-Za-z0-9_.:-]{1,200}$"
+
+
+class ImportCompletedPayload(CamelContract):
+    import_id: str = Field(max_length=200)
+    source_ref: str = Field(max_length=2000)
+    output_refs: list[str] = Field(default_factory=list, max_length=100)
+
+
+class RenderCompletedPayload(CamelContract):
+    render_id: str = Field(max_length=200)
+    ref: str = Field(max_length=2000)
+    output_refs: list[str] = Field(default_factory=list, max_length=100)
+    status: Literal["succeeded", "failed"] = "succeeded"
+    error: str | None = Field(None, max_length=2000)
+
+
+class ExportCompletedPayload(CamelContract):
+    export_id: str = Field(max_length=200)
+    ref: str = Field(max_length=2000)
+    format: str = Field(max_length=20)
+    output_ref: str = Field(max_length=2000)
+
+
+class ApprovalResolvedPayload(CamelContract):
+    approval_id: str = Field(max_length=200)
+    decision: Literal["approved", "rejected"]
+    subject: str = Field(max_length=2000)
+    comment: str | None = Field(None, max_length=4000)
+
+
+class _Notification(Contract):
+    id: str = Field(pattern=NOTIFICATION_ID)
+
+
+class ImportCompleted(_Notification):
+    type: Literal["import.completed"]
+    payload: ImportCompletedPayload
+
+
+class RenderCompleted(_Notification):
+    type: Literal["render.completed"]
+    payload: RenderCompletedPayload
+
+
+class ExportCompleted(_Notification):
+    type: Literal["export.completed"]
+    payload: ExportCompletedPayload
+
+
+class ApprovalResolved(_Notification):
+    type: Literal["approval.resolved"]
+    payload: ApprovalResolvedPayload
+
+
+ExternalNotification = Annotated[
+    ImportCompleted | RenderCompleted | ExportCompleted | ApprovalResolved, Field(discriminator="type")
+]
+NOTIFICATION_ADAPTER: TypeAdapter[ExternalNotification] = TypeAdapter(ExternalNotification)
+
+
+class NotificationSubmit(Contract):
+    session_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    notification: ExternalNotification
+
+
+class NotificationAccepted(Contract):
+    id: str
+    session_id: str
+    duplicate: bool
+    status: Literal["delivered", "pending", "consumed"]

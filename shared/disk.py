@@ -1,0 +1,240 @@
+"""The session disk: layout, atomic writes, torn-tolerant JSON Lines, safe workspace paths.
+
+Layout under GAMMA_DATA_DIR/sessions/{sid}/ (DESIGN.md "Ownership"):
+transcript.jsonl, todo.json, state.json, pending_artifacts.json, .revisions/, workspace/**, documents/{doc}.json
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+DOC_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+MAX_PATH_CHARS = 1024
+
+
+class DiskError(Exception):
+    """Base for errors the HTTP layer turns into a 4xx."""
+
+    status = 400
+
+
+class PathRefused(DiskError):
+    status = 400
+
+
+class TooLarge(DiskError):
+    status = 413
+
+
+class NotFound(DiskError):
+    status = 404
+
+
+@dataclass(frozen=True)
+class SessionPaths:
+    root: Path
+
+    @property
+    def transcript(self) -> Path:
+        return self.root / "transcript.jsonl"
+
+    @property
+    def todo(self) -> Path:
+        return self.root / "todo.json"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def pending_artifacts(self) -> Path:
+        return self.root / "pending_artifacts.json"
+
+    @property
+    def revisions(self) -> Path:
+        return self.root / ".revisions"
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    @property
+    def documents(self) -> Path:
+        return self.root / "documents"
+
+    def document(self, doc: str) -> Path:
+        if not DOC_ID.match(doc) or doc in {".", ".."}:
+            raise PathRefused(f"invalid document id {doc!r}")
+        return self.documents / f"{doc}.json"
+
+
+def session_paths(data_dir: Path, sid: str) -> SessionPaths:
+    if not SESSION_ID.match(sid):
+        raise PathRefused(f"invalid session id {sid!r}")
+    return SessionPaths(Path(data_dir) / "sessions" / sid)
+
+
+# ---------------------------------------------------------------- atomic writes
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Temp file in the same directory, fsync, rename, fsync the directory: old or new, never torn."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path, value: BaseModel | dict[str, Any] | list[Any]) -> None:
+    if isinstance(value, BaseModel):
+        data = value.model_dump_json(by_alias=True).encode()
+    else:
+        data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    atomic_write_bytes(path, data)
+
+
+def read_json(path: Path) -> Any | None:
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+# ---------------------------------------------------------------- JSON Lines
+
+
+def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    """Append whole lines; a torn last line left by a crash is cut off first."""
+    if not records:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = b"".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for r in records)
+    with open(path, "a+b") as fh:
+        _repair_tail(fh)
+        fh.write(payload)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _repair_tail(fh: Any) -> None:
+    fh.seek(0, os.SEEK_END)
+    size = fh.tell()
+    if size == 0:
+        return
+    fh.seek(size - 1)
+    if fh.read(1) == b"\n":
+        return
+    # Walk back to the last newline; everything after it is a torn write.
+    pos = size - 1
+    chunk = 4096
+    while pos > 0:
+        start = max(0, pos - chunk)
+        fh.seek(start)
+        block = fh.read(pos - start)
+        idx = block.rfind(b"\n")
+        if idx >= 0:
+            fh.truncate(start + idx + 1)
+            fh.seek(0, os.SEEK_END)
+            return
+        pos = start
+    fh.truncate(0)
+    fh.seek(0)
+
+
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Complete lines only: a torn or unparsable last line is ignored."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return
+    lines = raw.split(b"\n")
+    if lines and lines[-1] != b"":
+        lines = lines[:-1]  # no trailing newline: the last line is torn
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            yield value
+
+
+# ---------------------------------------------------------------- workspace paths
+
+
+def resolve_workspace_path(workspace: Path, rel: str) -> Path:
+    """Resolve a client- or model-supplied path strictly inside the workspace.
+
+    Refuses empty paths, NUL bytes, backslashes, absolute paths, drive letters, `..` segments
+    and symlinks whose target leaves the workspace.
+    """
+    if not isinstance(rel, str) or not rel.strip():
+        raise PathRefused("empty path")
+    if len(rel) > MAX_PATH_CHARS:
+        raise PathRefused("path too long")
+    if "\x00" in rel:
+        raise PathRefused("path contains a NUL byte")
+    if "\\" in rel:
+        raise PathRefused("backslashes are not allowed in paths")
+    if rel.startswith("/") or re.match(r"^[A-Za-z]:", rel) or rel.startswith("~"):
+        raise PathRefused("absolute paths are not allowed")
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts:
+        raise PathRefused("path names the workspace itself")
+    if any(p == ".." for p in parts):
+        raise PathRefused("'..' is not allowed in paths")
+    base = workspace.resolve()
+    candidate = base.joinpath(*parts)
+    resolved = candidate.resolve()
+    if resolved != base and base not in resolved.parents:
+        raise PathRefused("path leaves the workspace")
+    return resolved
+
+
+def check_size(data: bytes, limit: int, what: str = "file") -> None:
+    if len(data) > limit:
+        raise TooLarge(f"{what} is {len(data)} bytes; the limit is {limit} bytes")
+
+
+def workspace_files(workspace: Path, limit: int = 5000) -> list[str]:
+    """Relative paths of the regular files in the workspace (the viewable-files projection)."""
+    if not workspace.exists():
+        return []
+    base = workspace.resolve()
+    out: list[str] = []
+    for path in sorted(base.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            out.append(path.relative_to(base).as_posix())
+            if len(out) >= limit:
+                break
+    return out

@@ -1,0 +1,110 @@
+"""The per-session inbox `gamma:{sid}:inbox`: plain XADD {type, data} and one multiplexed reader.
+
+Sessions are dynamic, so the runtime does not use FastStream here: one `XREADGROUP` over the inboxes
+of every session it leases (group `runtime`). A new lease holder first claims the previous holder's
+pending entries so nothing the dead worker read but did not ack is lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+
+from . import keys
+from .bus import dead_letter, ensure_group
+from .contracts.inbox import INBOX_ADAPTER, InboxMessage
+
+GROUP = keys.RUNTIME_GROUP
+
+
+async def append(client: aioredis.Redis, message: InboxMessage) -> str:
+    """Producers (proxy, notifications, digest, compaction) call this; returns the entry id."""
+    entry_id = await client.xadd(
+        keys.inbox(message.session_id),
+        {"type": message.type, "data": message.model_dump_json(by_alias=True)},
+    )
+    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+
+@dataclass(frozen=True)
+class InboxEntry:
+    session_id: str
+    entry_id: str
+    message: InboxMessage
+
+
+def parse_fields(fields: dict[bytes | str, bytes | str]) -> InboxMessage:
+    data = fields.get(b"data", fields.get("data"))
+    if data is None:
+        raise ValueError("inbox entry has no data field")
+    return INBOX_ADAPTER.validate_json(data)
+
+
+class InboxReader:
+    """Reads the inboxes of the sessions this worker holds, in one blocking call."""
+
+    def __init__(self, client: aioredis.Redis, consumer: str) -> None:
+        self._client = client
+        self._consumer = consumer
+        self._sessions: set[str] = set()
+
+    @property
+    def sessions(self) -> frozenset[str]:
+        return frozenset(self._sessions)
+
+    async def add(self, sid: str) -> list[InboxEntry]:
+        """Start reading `sid`; returns entries left pending by earlier holders (to process first)."""
+        await ensure_group(self._client, keys.inbox(sid), GROUP)
+        self._sessions.add(sid)
+        return await self.claim_pending(sid)
+
+    def remove(self, sid: str) -> None:
+        self._sessions.discard(sid)
+
+    async def claim_pending(self, sid: str) -> list[InboxEntry]:
+        stream = keys.inbox(sid)
+        out: list[InboxEntry] = []
+        start = "0-0"
+        while True:
+            reply = await self._client.xautoclaim(stream, GROUP, self._consumer, min_idle_time=0, start_id=start, count=100)
+            next_id, claimed = reply[0], reply[1]
+            for entry_id, fields in claimed:
+                if fields is None:
+                    continue
+                entry = await self._decode(sid, entry_id, fields)
+                if entry is not None:
+                    out.append(entry)
+            start = next_id.decode() if isinstance(next_id, bytes) else next_id
+            if start == "0-0":
+                return out
+
+    async def read(self, block_ms: int = 1000, count: int = 100) -> list[InboxEntry]:
+        if not self._sessions:
+            return []
+        streams: dict[Any, Any] = {keys.inbox(sid): ">" for sid in sorted(self._sessions)}
+        reply: Any = await self._client.xreadgroup(GROUP, self._consumer, streams, count=count, block=block_ms)
+        out: list[InboxEntry] = []
+        for stream, entries in reply or []:
+            name = stream.decode() if isinstance(stream, bytes) else stream
+            sid = keys.inbox_stream_sid(name)
+            for entry_id, fields in entries:
+                entry = await self._decode(sid, entry_id, fields)
+                if entry is not None:
+                    out.append(entry)
+        return out
+
+    async def ack(self, sid: str, entry_id: str) -> None:
+        await self._client.xack(keys.inbox(sid), GROUP, entry_id)
+
+    async def _decode(self, sid: str, entry_id: bytes | str, fields: dict) -> InboxEntry | None:
+        eid = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        try:
+            message = parse_fields(fields)
+        except (ValidationError, ValueError) as exc:
+            await dead_letter(self._client, keys.inbox(sid), GROUP, eid, fields, f"invalid inbox entry: {exc}", 1)
+            await self.ack(sid, eid)
+            return None
+        return InboxEntry(session_id=sid, entry_id=eid, message=message)

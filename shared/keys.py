@@ -1,0 +1,76 @@
+"""Redis key and stream names. Per-session keys carry the `{sid}` hash tag (one Cluster slot)."""
+
+from __future__ import annotations
+
+WAKE = "gamma:runtime:wake"
+LIFECYCLE = "gamma:lifecycle"
+ARTIFACT_CHANGES = "gamma:artifacts:changes"
+INJECTIONS_RECORDED = "gamma:injections:recorded"
+COMPACTION_REQUESTS = "gamma:compaction:requests"
+NOTIFICATIONS = "gamma:notifications"
+DEADLETTER = "gamma:deadletter"
+
+RUNTIME_GROUP = "runtime"
+SERVICES = ("proxy", "runtime", "notifications", "digest", "compaction")
+
+
+def _s(sid: str) -> str:
+    return "gamma:{" + sid + "}"
+
+
+def inbox(sid: str) -> str:
+    return _s(sid) + ":inbox"
+
+
+def events(sid: str) -> str:
+    return _s(sid) + ":events"
+
+
+def session_row(sid: str) -> str:
+    return _s(sid) + ":session"
+
+
+def lease(sid: str) -> str:
+    return _s(sid) + ":lease"
+
+
+def fence(sid: str) -> str:
+    return _s(sid) + ":fence"
+
+
+def dormant_write(sid: str) -> str:
+    return _s(sid) + ":dormant-write"
+
+
+def reply(sid: str, request_id: str) -> str:
+    return _s(sid) + ":reply:" + request_id
+
+
+def revisions(sid: str) -> str:
+    """Hash: ref -> JSON {seen, current} kept by the digest builder."""
+    return _s(sid) + ":revisions"
+
+
+def notification(sid: str, notification_id: str) -> str:
+    return _s(sid) + ":notification:" + notification_id
+
+
+def notifications_pending(sid: str) -> str:
+    return _s(sid) + ":notifications:pending"
+
+
+def user_sessions(user: str) -> str:
+    return "gamma:user:" + user + ":sessions"
+
+
+def health(service: str) -> str:
+    return "gamma:health:" + service
+
+
+def once(scope: str, message_id: str) -> str:
+    return "gamma:once:" + scope + ":" + message_id
+
+
+def inbox_stream_sid(stream: str) -> str:
+    """The session id inside `gamma:{sid}:inbox`."""
+    return stream[len("gamma:{") : stream.index("}")]

@@ -1,0 +1,32 @@
+"""structlog JSON logs; bind session_id / message_id with structlog.contextvars."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+
+def configure_logging(service: str, level: int = logging.INFO) -> structlog.stdlib.BoundLogger:
+    logging.basicConfig(format="%(message)s", stream=sys.stderr, level=level, force=True)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    # FastStream logs per-message and shutdown chatter at INFO; keep warnings and errors only.
+    logging.getLogger("faststream").setLevel(logging.WARNING)
+    structlog.contextvars.bind_contextvars(service=service)
+    return structlog.get_logger()
+
+
+def get_logger(**bound: object) -> structlog.stdlib.BoundLogger:
+    return structlog.get_logger().bind(**bound)

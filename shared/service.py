@@ -1,0 +1,121 @@
+"""What every service has: a Redis client, a metrics registry, /healthz /readyz /metrics, a heartbeat.
+
+Readiness: a service is ready once Redis answers and its consumer groups exist; it then refreshes
+`gamma:health:{service}` every second. The proxy and notifications are ready only when all five are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+import uvicorn
+from fastapi import FastAPI, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from . import keys
+from .settings import Settings
+
+HEARTBEAT_TTL_MS = 5_000
+
+
+@dataclass
+class ServiceContext:
+    name: str
+    settings: Settings
+    redis: aioredis.Redis
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    ready: bool = False
+    started_at: float = field(default_factory=time.time)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self.tasks.append(task)
+        return task
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.tasks.clear()
+        with contextlib.suppress(Exception):
+            await self.redis.delete(keys.health(self.name))
+        await self.redis.aclose()
+
+
+def make_context(name: str, settings: Settings) -> ServiceContext:
+    client = aioredis.from_url(settings.redis_url, health_check_interval=30)
+    return ServiceContext(name=name, settings=settings, redis=client)
+
+
+async def heartbeat(ctx: ServiceContext) -> None:
+    while True:
+        if ctx.ready:
+            with contextlib.suppress(Exception):
+                await ctx.redis.set(keys.health(ctx.name), str(int(time.time() * 1000)), px=HEARTBEAT_TTL_MS)
+        await asyncio.sleep(1.0)
+
+
+async def all_services_ready(client: aioredis.Redis) -> dict[str, bool]:
+    values = await client.mget([keys.health(s) for s in keys.SERVICES])
+    return {s: v is not None for s, v in zip(keys.SERVICES, values, strict=True)}
+
+
+def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = False) -> None:
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok", "service": ctx.name}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> Response:
+        try:
+            await ctx.redis.ping()
+        except Exception as exc:  # noqa: BLE001 - any Redis failure means not ready
+            return JSONResponse({"ready": False, "error": f"redis: {exc}"}, status_code=503)
+        if not ctx.ready:
+            return JSONResponse({"ready": False, "error": "starting"}, status_code=503)
+        if require_all:
+            states = await all_services_ready(ctx.redis)
+            if not all(states.values()):
+                return JSONResponse({"ready": False, "services": states}, status_code=503)
+            return JSONResponse({"ready": True, "services": states})
+        return JSONResponse({"ready": True})
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+Lifespan = Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]
+
+
+def service_lifespan(
+    ctx: ServiceContext, start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]
+) -> Lifespan:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        ctx.spawn(heartbeat(ctx), "heartbeat")
+        await start()
+        ctx.ready = True
+        try:
+            yield
+        finally:
+            ctx.ready = False
+            await stop()
+            await ctx.close()
+
+    return lifespan
+
+
+def serve(app: FastAPI, host: str, port: int) -> None:
+    """uvicorn turns SIGTERM/SIGINT into a lifespan shutdown: in-flight work finishes or stays pending."""
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=20)

@@ -1,0 +1,73 @@
+"""Shared fixtures: a real Redis (own db per test), a data dir, and the five services as processes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from tests.support.redis_server import base_redis_url
+from tests.support.stack import Stack
+
+DB_COUNTER = "gamma:test:db-counter"
+
+
+@pytest.fixture(scope="session")
+def redis_base() -> str:
+    return base_redis_url()
+
+
+@pytest.fixture
+def redis_url(redis_base: str) -> Iterator[str]:
+    """A db of its own (1..15, handed out round-robin through db 0) flushed before the test.
+
+    Nothing from an earlier test runs on it any more (stacks are stopped at teardown), so the flush
+    never deletes a stream under a running subscriber.
+    """
+    admin = redis.Redis.from_url(redis_base + "/0")
+    db = int(admin.incr(DB_COUNTER)) % 15 + 1
+    admin.close()
+    url = f"{redis_base}/{db}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+    yield url
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "data"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def stack_factory(redis_url: str, data_dir: Path) -> Iterator[type[Stack] | object]:
+    """`stack_factory(**env_overrides)` -> a started Stack of all five services (stopped at teardown)."""
+    started: list[Stack] = []
+
+    def make(start: bool = True, **env: str) -> Stack:
+        stack = Stack(redis_url=redis_url, data_dir=data_dir, env_overrides=env)
+        started.append(stack)
+        if start:
+            stack.start()
+        return stack
+
+    yield make
+    for stack in started:
+        stack.stop()
+
+
+@pytest.fixture
+def stack(stack_factory) -> Stack:  # type: ignore[no-untyped-def]
+    return stack_factory()  # type: ignore[no-any-return]

