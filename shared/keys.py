@@ -74,3 +74,8 @@ def once(scope: str, message_id: str) -> str:
 def inbox_stream_sid(stream: str) -> str:
     """The session id inside `gamma:{sid}:inbox`."""
     return stream[len("gamma:{") : stream.index("}")]
+
+
+def running(sid: str) -> str:
+    """Set by the lease holder while a run is active (the session view's `running`)."""
+    return _s(sid) + ":running"
