@@ -20,9 +20,8 @@ def redis_base() -> str:
     return base_redis_url()
 
 
-@pytest.fixture
-def redis_url(redis_base: str) -> Iterator[str]:
-    """A db of its own (1..15, handed out round-robin through db 0) flushed before the test.
+def fresh_db_url(redis_base: str) -> str:
+    """A db of its own (1..15, handed out round-robin through db 0), flushed before use.
 
     Nothing from an earlier test runs on it any more (stacks are stopped at teardown), so the flush
     never deletes a stream under a running subscriber.
@@ -34,7 +33,29 @@ def redis_url(redis_base: str) -> Iterator[str]:
     client = redis.Redis.from_url(url)
     client.flushdb()
     client.close()
-    yield url
+    return url
+
+
+@pytest.fixture
+def redis_url(redis_base: str) -> str:
+    return fresh_db_url(redis_base)
+
+
+@pytest.fixture(scope="module")
+def module_redis_url(redis_base: str) -> str:
+    return fresh_db_url(redis_base)
+
+
+@pytest.fixture(scope="module")
+def module_stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One running stack shared by a test module (tests use distinct session ids)."""
+    data = tmp_path_factory.mktemp("stack-data")
+    stack = Stack(redis_url=module_redis_url, data_dir=data)
+    try:
+        stack.start()
+        yield stack
+    finally:
+        stack.stop()
 
 
 @pytest.fixture
