@@ -215,7 +215,10 @@ def resolve_workspace_path(workspace: Path, rel: str) -> Path:
         raise PathRefused("'..' is not allowed in paths")
     base = workspace.resolve()
     candidate = base.joinpath(*parts)
-    resolved = candidate.resolve()
+    try:
+        resolved = candidate.resolve()
+    except (RuntimeError, OSError) as exc:  # 3.11 raises RuntimeError on a loop, 3.13 OSError(ELOOP)
+        raise PathRefused("path is a symlink loop or cannot be resolved") from exc
     if resolved != base and base not in resolved.parents:
         raise PathRefused("path leaves the workspace")
     return resolved
