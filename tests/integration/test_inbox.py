@@ -1,0 +1,179 @@
+"""shared/inbox.py against a real Redis: multiplexed reads, ack, takeover of a previous holder's
+pending entries, malformed entries dead-lettered."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import redis.asyncio as aioredis
+from structlog.testing import capture_logs
+
+from shared import keys
+from shared.contracts.deadletter import DeadLetter
+from shared.contracts.inbox import Barrier, Stop, UserPrompt
+from shared.inbox import GROUP, InboxReader, append
+
+
+def sid() -> str:
+    return "s" + uuid.uuid4().hex[:10]
+
+
+class CountingClient:
+    """Wraps the client to count XREADGROUP calls (the reader must multiplex, not loop per session)."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._client = client
+        self.xreadgroup_calls = 0
+
+    async def xreadgroup(self, *args: Any, **kwargs: Any) -> Any:
+        self.xreadgroup_calls += 1
+        return await self._client.xreadgroup(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+async def pending(client: aioredis.Redis, session: str) -> int:
+    return int((await client.xpending(keys.inbox(session), GROUP))["pending"])
+
+
+async def test_many_sessions_are_read_in_one_xreadgroup(redis_client: aioredis.Redis) -> None:
+    sessions = [sid() for _ in range(20)]
+    counting = CountingClient(redis_client)
+    reader = InboxReader(counting, "worker-1")  # type: ignore[arg-type]
+    for s in sessions:
+        assert await reader.add(s) == []
+    assert reader.sessions == frozenset(sessions)
+    sent: dict[str, list[str]] = {s: [] for s in sessions}
+    for i in range(3):
+        for s in sessions:
+            msg = UserPrompt(session_id=s, message=f"hello {i}")
+            entry_id = await append(redis_client, msg)
+            assert entry_id.count("-") == 1
+            sent[s].append(msg.id)
+
+    entries = await reader.read(block_ms=1000, count=100)
+    assert counting.xreadgroup_calls == 1
+    got: dict[str, list[str]] = {s: [] for s in sessions}
+    for entry in entries:
+        assert entry.message.session_id == entry.session_id
+        got[entry.session_id].append(entry.message.id)
+    assert got == sent  # every session, in order per session
+
+    for s in sessions:
+        assert await pending(redis_client, s) == 3
+    for entry in entries:
+        await reader.ack(entry.session_id, entry.entry_id)
+    for s in sessions:
+        assert await pending(redis_client, s) == 0
+    assert await reader.read(block_ms=100) == []
+
+
+async def test_count_bounds_one_read_and_the_rest_follows(redis_client: aioredis.Redis) -> None:
+    s = sid()
+    reader = InboxReader(redis_client, "worker-1")
+    await reader.add(s)
+    for i in range(5):
+        await append(redis_client, UserPrompt(session_id=s, message=str(i)))
+    first = await reader.read(block_ms=500, count=2)
+    rest = await reader.read(block_ms=500, count=100)
+    assert [e.message.message for e in first + rest] == ["0", "1", "2", "3", "4"]  # type: ignore[union-attr]
+
+
+async def test_entries_appended_before_the_reader_existed_are_read(redis_client: aioredis.Redis) -> None:
+    s = sid()
+    early = await append(redis_client, Barrier(session_id=s, wake_id="w1"))
+    reader = InboxReader(redis_client, "worker-1")
+    await reader.add(s)
+    entries = await reader.read(block_ms=500)
+    assert [e.entry_id for e in entries] == [early]
+
+
+async def test_removed_session_is_no_longer_read(redis_client: aioredis.Redis) -> None:
+    a, b = sid(), sid()
+    reader = InboxReader(redis_client, "worker-1")
+    await reader.add(a)
+    await reader.add(b)
+    reader.remove(a)
+    await append(redis_client, Stop(session_id=a))
+    await append(redis_client, Stop(session_id=b))
+    entries = await reader.read(block_ms=500)
+    assert [e.session_id for e in entries] == [b]
+    reader.remove(b)
+    assert await reader.read(block_ms=100) == []
+
+
+async def test_new_holder_claims_the_previous_holders_pending_entries(redis_client: aioredis.Redis) -> None:
+    s = sid()
+    old = InboxReader(redis_client, "worker-old")
+    await old.add(s)
+    ids = [await append(redis_client, UserPrompt(session_id=s, message=str(i))) for i in range(3)]
+    read = await old.read(block_ms=500)
+    assert [e.entry_id for e in read] == ids
+    await old.ack(s, ids[0])  # the old holder finished one entry, then died
+
+    new = InboxReader(redis_client, "worker-new")
+    claimed = await new.add(s)
+    assert [e.entry_id for e in claimed] == ids[1:]
+    details = await redis_client.xpending_range(keys.inbox(s), GROUP, min="-", max="+", count=10)
+    assert {d["consumer"] for d in details} == {b"worker-new"}
+    later = await append(redis_client, UserPrompt(session_id=s, message="after takeover"))
+    assert [e.entry_id for e in await new.read(block_ms=500)] == [later]
+    for entry_id in [*ids[1:], later]:
+        await new.ack(s, entry_id)
+    assert await pending(redis_client, s) == 0
+    assert await new.claim_pending(s) == []
+
+
+async def test_claim_pending_pages_through_many_entries(redis_client: aioredis.Redis) -> None:
+    s = sid()
+    old = InboxReader(redis_client, "worker-old")
+    await old.add(s)
+    for i in range(250):
+        await append(redis_client, Stop(session_id=s, reason=str(i)))
+    total = 0
+    while batch := await old.read(block_ms=200, count=100):
+        total += len(batch)
+    assert total == 250
+    claimed = await InboxReader(redis_client, "worker-new").claim_pending(s)
+    assert [e.message.reason for e in claimed] == [str(i) for i in range(250)]  # type: ignore[union-attr]
+
+
+async def test_malformed_entries_are_dead_lettered_and_acked(redis_client: aioredis.Redis) -> None:
+    s = sid()
+    reader = InboxReader(redis_client, "worker-1")
+    await reader.add(s)
+    stream = keys.inbox(s)
+    with capture_logs() as logs:
+        no_data = (await redis_client.xadd(stream, {"type": "user_prompt"})).decode()
+        bad_json = (await redis_client.xadd(stream, {"type": "user_prompt", "data": "{oops"})).decode()
+        unknown = (await redis_client.xadd(stream, {"type": "x", "data": '{"type": "x", "session_id": "' + s + '"}'})).decode()
+        missing = (await redis_client.xadd(stream, {"type": "user_prompt", "data": '{"type": "user_prompt"}'})).decode()
+        good = await append(redis_client, UserPrompt(session_id=s, message="fine"))
+        entries = await reader.read(block_ms=500)
+    assert [e.entry_id for e in entries] == [good]
+    letters = [DeadLetter.model_validate_json(f[b"data"]) for _, f in await redis_client.xrange(keys.DEADLETTER)]
+    assert [d.entry_id for d in letters] == [no_data, bad_json, unknown, missing]
+    assert all(d.stream == stream and d.group == GROUP and d.error.startswith("invalid inbox entry") for d in letters)
+    assert "no data field" in letters[0].error
+    assert letters[3].fields == {"type": "user_prompt", "data": '{"type": "user_prompt"}'}
+    assert await pending(redis_client, s) == 1  # only the good entry, until the runtime acks it
+    logged = [e for e in logs if e["event"] == "dead_letter"]
+    assert [e["entry_id"] for e in logged] == [no_data, bad_json, unknown, missing]
+
+
+async def test_malformed_pending_entry_is_dead_lettered_on_takeover(redis_client: aioredis.Redis) -> None:
+    s = sid()
+    await InboxReader(redis_client, "worker-old").add(s)
+    bad = (await redis_client.xadd(keys.inbox(s), {"type": "user_prompt", "data": "[]"})).decode()
+    good = await append(redis_client, Stop(session_id=s))
+    # The old holder read both (raw, as if it died before decoding) and never acked.
+    await redis_client.xreadgroup(GROUP, "worker-old", {keys.inbox(s): ">"}, count=10)
+    assert await pending(redis_client, s) == 2
+
+    claimed = await InboxReader(redis_client, "worker-new").add(s)
+    assert [e.entry_id for e in claimed] == [good]
+    assert await pending(redis_client, s) == 1  # the malformed one was acked after dead-lettering
+    [(_, fields)] = await redis_client.xrange(keys.DEADLETTER)
+    assert DeadLetter.model_validate_json(fields[b"data"]).entry_id == bad
