@@ -79,3 +79,22 @@ def inbox_stream_sid(stream: str) -> str:
 def running(sid: str) -> str:
     """Set by the lease holder while a run is active (the session view's `running`)."""
     return _s(sid) + ":running"
+
+
+def notification_state(sid: str, notification_id: str) -> str:
+    """Hash kept by notifications next to the immutable record: status, delivery and recorded parts."""
+    return _s(sid) + ":notification:" + notification_id + ":state"
+
+
+def digest_lock(sid: str) -> str:
+    """Serialises the digest builder's read-modify-write of one session's revisions and manifest."""
+    return _s(sid) + ":digest-lock"
+
+
+def digest_live(sid: str) -> str:
+    """Hash: the fence of the last `SessionLive` the digest handled and when (`fence`, `since`)."""
+    return _s(sid) + ":digest-live"
+
+
+# Sorted set of JSON [sid, ref] scored by the time its debounced live digest is due.
+DIGEST_DUE = "gamma:digest:due"

@@ -3,41 +3,66 @@ lifecycle and recorded injections."""
 
 from __future__ import annotations
 
+import structlog
 from fastapi import FastAPI
 
 from shared import keys
-from shared.bus import consumer_name, ensure_group, make_broker, subscribe
-from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, LifecycleEvent
-from shared.contracts.notifications import NotificationSubmit
+from shared.bus import consumer_name, ensure_group, make_broker, publish, subscribe
+from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, LifecycleEvent, SessionLive
+from shared.contracts.notifications import ExternalNotification, NotificationSubmit
 from shared.contracts.recorded import InjectionRecorded
+from shared.contracts.wake import Wake
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
+from .delivery import Delivery, Metrics, UnknownSession
+from .http import make_router
+from .policy import UrgencyPolicy, never_wake
+
 GROUP = "notifications"
+log = structlog.get_logger()
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, urgency: UrgencyPolicy = never_wake) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("notifications", settings)
     broker = make_broker(settings.redis_url, ctx.registry, "notifications")
     consumer = consumer_name("notifications")
 
+    async def send_wake(sid: str, notification: ExternalNotification) -> None:
+        await publish(broker, keys.WAKE, Wake(session_id=sid, reason="notification"))
+        log.info("notification_wake", session_id=sid, notification_id=notification.id)
+
+    delivery = Delivery(ctx.redis, metrics=Metrics(ctx.registry), urgency=urgency, send_wake=send_wake)
+
     async def on_submit(body: NotificationSubmit) -> None:
-        raise NotImplementedError("issue 6")
+        try:
+            accepted = await delivery.submit(body)
+        except UnknownSession:
+            # Acked and dropped: a retry cannot make the session exist, and the producer reads the log.
+            log.warning("notification_unknown_session", session_id=body.session_id,
+                        notification_id=body.notification.id)
+            return
+        log.info("notification_stream", session_id=body.session_id, notification_id=accepted.id,
+                 duplicate=accepted.duplicate, status=accepted.status)
 
     async def on_lifecycle(event: LifecycleEvent) -> None:
-        raise NotImplementedError("issue 6")
+        if isinstance(event, SessionLive):
+            await delivery.on_live(event)
 
     async def on_recorded(event: InjectionRecorded) -> None:
-        raise NotImplementedError("issue 6")
+        await delivery.on_recorded(event)
 
     subs = [
         subscribe(broker, ctx.redis, stream=keys.NOTIFICATIONS, group=GROUP, consumer=consumer,
-                  model=NotificationSubmit, handler=on_submit, claim_idle_ms=settings.claim_idle_ms),
+                  model=NotificationSubmit, handler=on_submit, claim_idle_ms=settings.claim_idle_ms,
+                  max_deliveries=settings.max_deliveries),
         subscribe(broker, ctx.redis, stream=keys.LIFECYCLE, group=GROUP, consumer=consumer,
-                  model=LIFECYCLE_ADAPTER, handler=on_lifecycle, claim_idle_ms=settings.claim_idle_ms),
+                  model=LIFECYCLE_ADAPTER, handler=on_lifecycle, claim_idle_ms=settings.claim_idle_ms,
+                  max_deliveries=settings.max_deliveries),
         subscribe(broker, ctx.redis, stream=keys.INJECTIONS_RECORDED, group=GROUP, consumer=consumer,
-                  model=InjectionRecorded, handler=on_recorded, claim_idle_ms=settings.claim_idle_ms),
+                  model=InjectionRecorded, handler=on_recorded, claim_idle_ms=settings.claim_idle_ms,
+                  max_deliveries=settings.max_deliveries),
     ]
 
     async def start() -> None:
@@ -50,4 +75,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="gamma-notifications", lifespan=service_lifespan(ctx, start, stop))
     add_health_routes(app, ctx, require_all=True)
+    app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes))
     return app

@@ -1,0 +1,59 @@
+"""`POST /notifications`: service-token auth, size cap, typed body, dedupe answer."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from shared.contracts.http import ErrorBody
+from shared.contracts.notifications import NotificationSubmit
+
+from .delivery import Delivery, UnknownSession
+
+# Payloads are small (ids and refs); the cap keeps a producer bug from filling Redis.
+MAX_NOTIFICATION_BYTES = 256 * 1024
+
+
+def _error(status: int, message: str, detail: object = None) -> JSONResponse:
+    return JSONResponse(ErrorBody(error=message, detail=detail).model_dump(mode="json"), status_code=status)
+
+
+def make_router(delivery: Delivery, service_token: str, max_bytes: int) -> APIRouter:
+    router = APIRouter()
+    limit = min(max_bytes, MAX_NOTIFICATION_BYTES)
+
+    @router.post("/notifications", status_code=202, response_model=None)
+    async def post_notification(request: Request) -> JSONResponse:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if not header or scheme.lower() != "bearer" or not token:
+            return _error(401, "missing bearer token")
+        if not secrets.compare_digest(token.encode(), service_token.encode()):
+            return _error(403, "this token may not post notifications")
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return _error(413, f"notification body is {declared} bytes; the limit is {limit} bytes")
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw.extend(chunk)
+            if len(raw) > limit:
+                return _error(413, f"notification body exceeds the limit of {limit} bytes")
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _error(422, f"body is not JSON: {exc}")
+        try:
+            body = NotificationSubmit.model_validate(data)
+        except ValidationError as exc:
+            return _error(422, "invalid notification", json.loads(exc.json(include_url=False, include_input=False)))
+        try:
+            accepted = await delivery.submit(body)
+        except UnknownSession:
+            return _error(404, f"unknown session {body.session_id}")
+        return JSONResponse(accepted.model_dump(mode="json"), status_code=200 if accepted.duplicate else 202)
+
+    return router

@@ -1,0 +1,27 @@
+"""Urgency policy: may a notification start a runtime for a dormant session?
+
+The seed's default is no: a remote notification waits for the next user wake. A later policy can
+return True for selected types; the service then publishes a `Wake{reason: "notification"}`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from shared.contracts.notifications import ExternalNotification
+
+UrgencyPolicy = Callable[[ExternalNotification], bool]
+
+
+def never_wake(notification: ExternalNotification) -> bool:
+    return False
+
+
+def wake_for_types(*types: str) -> UrgencyPolicy:
+    """A policy that wakes the session for the given notification types only."""
+    chosen = frozenset(types)
+
+    def policy(notification: ExternalNotification) -> bool:
+        return notification.type in chosen
+
+    return policy

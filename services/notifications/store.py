@@ -1,0 +1,131 @@
+"""The notification store: Redis only, written only by this service (DESIGN.md "Ownership").
+
+Per notification, under the session's hash tag:
+- `keys.notification(sid, id)`: the immutable record (JSON), created with SET NX: the dedupe gate;
+- `keys.notification_state(sid, id)`: hash `status` (pending | delivered | consumed), `parts`,
+  `deliveries`, `recorded` (count) and `r:{n}` = transcript entry id of each recorded part;
+- `keys.notifications_pending(sid)`: sorted set of unconsumed ids scored by arrival, so a wake delivers
+  them in the order they came in. An id leaves it only when every part is recorded.
+
+Each multi-key change is one Lua script so a crash never leaves a record without its state.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel
+
+from shared import keys
+from shared.contracts.base import now_ms
+from shared.contracts.notifications import ExternalNotification
+
+Status = Literal["pending", "delivered", "consumed"]
+# After consumption the record stays this long so a late duplicate POST is still recognised.
+CONSUMED_TTL_S = 7 * 24 * 3600
+
+_CREATE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+  redis.call('HSET', KEYS[2], 'status', 'pending', 'parts', ARGV[2], 'recorded', 0, 'deliveries', 0)
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+  return 1
+end
+return 0
+"""
+
+_MARK_DELIVERED = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if status == 'pending' or status == 'delivered' then
+  redis.call('HSET', KEYS[1], 'status', 'delivered', 'delivered_at', ARGV[1])
+  redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
+  return 1
+end
+return 0
+"""
+
+# Returns the status after recording; idempotent per part (HSETNX), so a redelivered
+# InjectionRecorded counts once.
+_RECORD_PART = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'unknown' end
+if redis.call('HSETNX', KEYS[2], 'r:' .. ARGV[1], ARGV[2]) == 1 then
+  redis.call('HINCRBY', KEYS[2], 'recorded', 1)
+end
+local parts = tonumber(redis.call('HGET', KEYS[2], 'parts') or '1')
+local recorded = tonumber(redis.call('HGET', KEYS[2], 'recorded') or '0')
+if recorded >= parts then
+  redis.call('HSET', KEYS[2], 'status', 'consumed', 'consumed_at', ARGV[4])
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  redis.call('EXPIRE', KEYS[1], ARGV[5])
+  redis.call('EXPIRE', KEYS[2], ARGV[5])
+  return 'consumed'
+end
+return redis.call('HGET', KEYS[2], 'status')
+"""
+
+
+class StoredNotification(BaseModel):
+    session_id: str
+    notification: ExternalNotification
+    received_at: int
+    parts: int
+
+
+def _str(v: bytes | str | None) -> str | None:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+class NotificationStore:
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._r = client
+        self._create = client.register_script(_CREATE)
+        self._mark = client.register_script(_MARK_DELIVERED)
+        self._record = client.register_script(_RECORD_PART)
+
+    async def create(self, sid: str, notification: ExternalNotification, parts: int) -> bool:
+        """Store a new notification as pending; False if the id was already stored (a duplicate)."""
+        record = StoredNotification(session_id=sid, notification=notification, received_at=now_ms(), parts=parts)
+        created = await self._create(
+            keys=[keys.notification(sid, notification.id), keys.notification_state(sid, notification.id),
+                  keys.notifications_pending(sid)],
+            args=[record.model_dump_json(), parts, record.received_at, notification.id],
+        )
+        return bool(created)
+
+    async def status(self, sid: str, nid: str) -> Status | None:
+        value = _str(await self._r.hget(keys.notification_state(sid, nid), "status"))
+        return value if value in ("pending", "delivered", "consumed") else None  # type: ignore[return-value]
+
+    async def state(self, sid: str, nid: str) -> dict[str, str]:
+        raw = await self._r.hgetall(keys.notification_state(sid, nid))
+        return {_str(k) or "": _str(v) or "" for k, v in raw.items()}
+
+    async def pending(self, sid: str) -> list[StoredNotification]:
+        """Every unconsumed notification of the session (never delivered, or delivered but unrecorded)."""
+        members: list[bytes] = await self._r.zrange(keys.notifications_pending(sid), 0, -1)
+        ids = [m.decode() for m in members]
+        if not ids:
+            return []
+        raws = await self._r.mget([keys.notification(sid, i) for i in ids])
+        return [StoredNotification.model_validate_json(raw) for raw in raws if raw is not None]
+
+    async def load(self, sid: str, nid: str) -> StoredNotification | None:
+        raw = await self._r.get(keys.notification(sid, nid))
+        return StoredNotification.model_validate_json(raw) if raw is not None else None
+
+    async def mark_delivered(self, sid: str, nid: str) -> bool:
+        """Before the inbox append: a fast record can then never be overwritten by 'delivered'."""
+        return bool(await self._mark(keys=[keys.notification_state(sid, nid)], args=[now_ms()]))
+
+    async def record_part(self, sid: str, nid: str, part: int, entry_id: str) -> Status | Literal["unknown"]:
+        result = await self._record(
+            keys=[keys.notification(sid, nid), keys.notification_state(sid, nid), keys.notifications_pending(sid)],
+            args=[part, entry_id, nid, now_ms(), CONSUMED_TTL_S],
+        )
+        return _str(result) or "unknown"  # type: ignore[return-value]
+
+    async def is_live(self, sid: str) -> bool:
+        return bool(await self._r.exists(keys.lease(sid)))
+
+    async def session_exists(self, sid: str) -> bool:
+        return bool(await self._r.exists(keys.session_row(sid)))
