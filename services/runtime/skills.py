@@ -238,7 +238,7 @@ def _lookup(name: str, skills: Mapping[str, Skill]) -> Skill:
     skill = skills.get(name)
     if skill is None:
         known = ", ".join(sorted(skills)) or "none"
-        raise UnknownSkill(f"unknown skill {name!r}; available skills: {known}", field="name")
+        raise UnknownSkill(f"unknown skill {name!r}; available skills: {known}")
     return skill
 
 
@@ -288,8 +288,7 @@ def _check_conflicts(new: list[str], skills: Mapping[str, Skill], active: set[st
                 raise SkillConflict(
                     f"{role(name)} declares a conflict with {role(other)}; these skills cannot be "
                     "active together, so none of the requested skills was activated. Activate only "
-                    "one of them, or ask the user which workflow applies.",
-                    field="name",
+                    "one of them, or ask the user which workflow applies."
                 )
 
 
