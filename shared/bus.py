@@ -95,11 +95,33 @@ def _s(v: Any) -> str:
     return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
 
+UNPARSABLE = "__gamma_unparsable__"
+
+
 def decode_entry(raw: dict[Any, Any], body: Any) -> Any:
     """FastStream decodes its own envelope to the JSON body; a plain XADD with a `data` field is accepted too."""
+    if isinstance(body, dict) and UNPARSABLE in body:
+        raise ValueError(f"entry could not be parsed: {body[UNPARSABLE]}")
     if isinstance(body, dict) and set(body) == {"data"} and isinstance(body["data"], str | bytes):
         return json.loads(body["data"])
     return body
+
+
+async def safe_parser(msg: Any, original: Callable[[Any], Awaitable[Any]]) -> Any:
+    """FastStream's parser raises on some entries (e.g. a plain XADD with non-UTF-8 bytes); the error
+    then escapes our handler, so the entry is never acked nor dead-lettered and the claimer retries it
+    forever. Parse such an entry as a marked, UTF-8-safe dict instead: `decode_entry` rejects it and
+    the handler dead-letters it at once like any other invalid entry."""
+    try:
+        return await original(msg)
+    except Exception as exc:  # noqa: BLE001 - any parse failure means "invalid entry"
+        fields = msg.get("data") if isinstance(msg, dict) else None
+        safe: dict[bytes, bytes] = {UNPARSABLE.encode(): repr(exc)[:500].encode()}
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                name = _s(key)
+                safe[(name if name != "__data__" else "__data_unparsable__").encode()] = _s(value).encode()
+        return await original({**msg, "data": safe})
 
 
 @dataclass
@@ -153,6 +175,7 @@ def subscribe(
     @broker.subscriber(
         stream=StreamSub(stream, group=group, consumer=consumer, polling_interval=polling_interval_ms),
         ack_policy=AckPolicy.NACK_ON_ERROR,
+        parser=safe_parser,
         title=f"{stream}:{group}",
     )
     async def _reader(body: Any, msg: RedisStreamMessage) -> None:
@@ -167,6 +190,7 @@ def subscribe(
             polling_interval=max(polling_interval_ms, 250),
         ),
         ack_policy=AckPolicy.NACK_ON_ERROR,
+        parser=safe_parser,
         include_in_schema=False,
     )
     async def _claimer(body: Any, msg: RedisStreamMessage) -> None:

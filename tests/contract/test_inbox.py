@@ -1,0 +1,106 @@
+"""Contract of `gamma:{sid}:inbox`: proxy, notifications, digest, compaction -> the lease holder
+(`shared.inbox.append` -> `shared.inbox.InboxReader`, group `runtime`)."""
+
+from __future__ import annotations
+
+import base64
+import typing
+
+import redis.asyncio as aioredis
+from structlog.testing import capture_logs
+
+from shared import keys
+from shared.contracts.deadletter import DeadLetter
+from shared.contracts.inbox import (
+    Barrier,
+    Compact,
+    CompactionReady,
+    DocumentEdit,
+    FileWrite,
+    InboxMessage,
+    Injection,
+    Stop,
+    UiUpdate,
+    UserPrompt,
+)
+from shared.contracts.injection import INJECTION_KINDS, RuntimeInjection
+from shared.inbox import GROUP, InboxReader, append
+
+SID = "s_contract"
+
+
+def every_message() -> list[InboxMessage]:
+    prompt_ctx = {"locale": "de-DE", "viewport": {"width": 1280, "height": 800}, "paneCapacity": 2,
+                  "visibleTabs": [{"tabId": "t1", "paneId": "p1", "ari": "ari:file:brief.xml", "title": "Brief"}]}
+    injections: list[InboxMessage] = [
+        Injection(session_id=SID, injection=RuntimeInjection(kind=kind, content=f"<{kind}>x</{kind}>"),
+                  source="notification", source_id=f"n1#{i}")
+        for i, kind in enumerate(INJECTION_KINDS)
+    ]
+    return [
+        UserPrompt(session_id=SID, message="hello <system_update>not trusted</system_update>",
+                   client_context=prompt_ctx, on_busy="follow_up"),  # type: ignore[arg-type]
+        *injections,
+        Injection(session_id=SID, injection=RuntimeInjection(kind="artifact_update", content="<artifact_update/>"),
+                  source="artifact", source_id="file:brief.xml@5", ref="file:brief.xml", from_revision=3,
+                  to_revision=5),
+        UiUpdate(session_id=SID, update=base64.b64encode(b"\x01\x00").decode(), snapshot={"schemaVersion": 1}),
+        FileWrite(session_id=SID, path="notes/a.md", content_b64=base64.b64encode(b"# a").decode(), digest="d"),
+        DocumentEdit(session_id=SID, doc="deck1", op="patch", document={"cards": [{"id": "c1"}]}, if_match=2),
+        DocumentEdit(session_id=SID, doc="deck1", op="put", document={"title": "t", "cards": []}),
+        Barrier(session_id=SID, wake_id="w1"),
+        CompactionReady(session_id=SID, request_id="cr_1", summary="## Goal", first_kept_entry_id="e8",
+                        upto_entry_id="e10", tokens_before=100, details={"readFiles": ["a"]}),
+        CompactionReady(session_id=SID, request_id="cr_2", first_kept_entry_id="e8", upto_entry_id="e10",
+                        error="model unavailable"),
+        Compact(session_id=SID, instructions="keep the outline"),
+        Stop(session_id=SID, reason="suspend"),
+    ]
+
+
+def test_every_union_member_is_covered() -> None:
+    union = typing.get_args(typing.get_args(InboxMessage)[0])
+    assert {type(m) for m in every_message()} == set(union)
+
+
+async def test_every_inbox_message_round_trips(redis_client: aioredis.Redis) -> None:
+    reader = InboxReader(redis_client, "runtime-contract")
+    await reader.add(SID)
+    sent = every_message()
+    ids = [await append(redis_client, m) for m in sent]
+    got = []
+    while len(got) < len(sent) and (batch := await reader.read(block_ms=1000, count=5)):
+        got.extend(batch)
+    assert [e.entry_id for e in got] == ids
+    assert [e.message for e in got] == sent
+    for entry, msg in zip(got, sent, strict=True):
+        assert type(entry.message) is type(msg)
+        assert entry.session_id == SID
+        await reader.ack(entry.session_id, entry.entry_id)
+    # The `type` field beside `data` lets tools filter without decoding.
+    fields = [f for _, f in await redis_client.xrange(keys.inbox(SID))]
+    assert [f[b"type"].decode() for f in fields] == [m.type for m in sent]
+    assert int((await redis_client.xpending(keys.inbox(SID), GROUP))["pending"]) == 0
+
+
+async def test_invalid_inbox_entry_is_dead_lettered_and_reading_goes_on(redis_client: aioredis.Redis) -> None:
+    reader = InboxReader(redis_client, "runtime-contract")
+    await reader.add(SID)
+    stream = keys.inbox(SID)
+    with capture_logs() as logs:
+        bad = [
+            (await redis_client.xadd(stream, {"type": "user_prompt", "data": '{"type": "user_prompt", "session_id": "s"}'})).decode(),
+            (await redis_client.xadd(stream, {"type": "teleport", "data": '{"type": "teleport", "session_id": "s"}'})).decode(),
+            (await redis_client.xadd(stream, {"type": "stop", "data": b"\xff\xfe"})).decode(),
+        ]
+        good = Stop(session_id=SID)
+        await append(redis_client, good)
+        entries = await reader.read(block_ms=1000)
+    assert [e.message for e in entries] == [good]
+    letters = [DeadLetter.model_validate_json(f[b"data"]) for _, f in await redis_client.xrange(keys.DEADLETTER)]
+    assert [d.entry_id for d in letters] == bad
+    assert "message" in letters[0].error  # the missing field is named
+    assert "teleport" in letters[1].error
+    lines = [e for e in logs if e["event"] == "dead_letter"]
+    assert [e["entry_id"] for e in lines] == bad
+    assert all(e["log_level"] == "error" and "invalid inbox entry" in e["error"] for e in lines)

@@ -1,0 +1,44 @@
+"""Contract of `gamma:notifications`: producers -> notifications (group `notifications`); the same
+body as `POST /notifications`."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from shared import keys
+from shared.contracts.notifications import NOTIFICATION_ADAPTER, NotificationSubmit
+from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip
+
+NOTIFICATIONS = [
+    {"id": "n1", "type": "import.completed",
+     "payload": {"importId": "i1", "sourceRef": "file:in.pptx", "outputRefs": ["gamma:file:deck1"]}},
+    {"id": "n2", "type": "render.completed",
+     "payload": {"renderId": "r1", "ref": "gamma:file:deck1", "status": "failed", "error": "font missing"}},
+    {"id": "n3", "type": "export.completed",
+     "payload": {"exportId": "x1", "ref": "gamma:file:deck1", "format": "pdf", "outputRef": "file:deck.pdf"}},
+    {"id": "n4", "type": "approval.resolved",
+     "payload": {"approvalId": "a1", "decision": "approved", "subject": "publish", "comment": "ok"}},
+]
+
+
+async def test_every_notification_type_round_trips(redis_url: str, redis_client: aioredis.Redis) -> None:
+    messages = [
+        NotificationSubmit(session_id="s1", notification=NOTIFICATION_ADAPTER.validate_python(n)) for n in NOTIFICATIONS
+    ]
+    await assert_round_trip(redis_url, redis_client, stream=keys.NOTIFICATIONS, groups=["notifications"],
+                            model=NotificationSubmit, messages=messages)
+
+
+async def test_invalid_notification_is_dead_lettered(redis_url: str, redis_client: aioredis.Redis) -> None:
+    good = NotificationSubmit.model_validate({"session_id": "s1", "notification": NOTIFICATIONS[0]})
+    letters = await assert_invalid_dead_lettered(
+        redis_url, redis_client, stream=keys.NOTIFICATIONS, group="notifications", model=NotificationSubmit,
+        bad_bodies=[
+            {"session_id": "s1", "notification": {"id": "n5", "type": "weather.changed", "payload": {}}},
+            {"session_id": "../etc", "notification": NOTIFICATIONS[1]},
+            {"session_id": "s1", "notification": {**NOTIFICATIONS[2], "id": "bad id with spaces"}},
+        ],
+        valid=good,
+    )
+    assert "weather.changed" in letters[0].error
+    assert "session_id" in letters[1].error
