@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     max_deliveries: int = Field(5, validation_alias="GAMMA_MAX_DELIVERIES")
     digest_debounce_ms: int = Field(300, validation_alias="GAMMA_DIGEST_DEBOUNCE_MS")
     reply_timeout_s: float = Field(10.0, validation_alias="GAMMA_REPLY_TIMEOUT_S")
+    sse_heartbeat_s: float = Field(15.0, validation_alias="GAMMA_SSE_HEARTBEAT_S")
 
     max_body_bytes: int = Field(2 * 1024 * 1024, validation_alias="GAMMA_MAX_BODY_BYTES")
     max_file_bytes: int = Field(1024 * 1024, validation_alias="GAMMA_MAX_FILE_BYTES")

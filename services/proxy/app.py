@@ -1,12 +1,23 @@
-"""Wiring of the proxy (routes come with issue 5)."""
+"""Wiring of the proxy: dependencies on app.state, routers, JSON errors, body caps, the inspector page."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
 
 from shared.bus import make_broker
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
+
+from .deps import Proxy
+from .errors import install_error_handlers
+from .limits import BodyLimit
+from .routes import documents, events, sessions, ui, workspace
+
+STATIC = Path(__file__).parent / "static"
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -15,11 +26,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     broker = make_broker(settings.redis_url, ctx.registry, "proxy")
 
     async def start() -> None:
+        # Publish-only (Wake, ArtifactChange): connect, no subscribers to start.
         await broker.connect()
 
     async def stop() -> None:
         await broker.stop()
 
-    app = FastAPI(title="gamma-proxy", lifespan=service_lifespan(ctx, start, stop))
+    app = FastAPI(
+        title="gamma-proxy",
+        version="1.0",
+        description="Gamma harness data-plane proxy: sessions, messages and wake, SessionUIState sync, "
+        "workspace files, Gamma documents, events (SSE), dormant preview.",
+        lifespan=service_lifespan(ctx, start, stop),
+    )
+    app.state.proxy = Proxy(settings=settings, redis=ctx.redis, broker=broker, tokens=settings.tokens())
     add_health_routes(app, ctx, require_all=True)
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    for module in (sessions, ui, workspace, documents, events):
+        app.include_router(module.router)
+
+    @app.get("/", include_in_schema=False)
+    async def inspector() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

@@ -1,0 +1,40 @@
+"""User edits become `ArtifactChange{actor: "user"}` on `gamma:artifacts:changes` (the digest's input),
+published only after the write is applied (live: after the runtime's reply; dormant: after the disk write)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from faststream.redis import RedisBroker
+
+from shared import keys
+from shared.bus import publish
+from shared.contracts.artifacts import ArtifactChange
+
+MAX_DIGEST_CHARS = 4000
+
+
+def file_ref(path: str) -> str:
+    return f"file:{path}"
+
+
+def document_ref(doc: str) -> str:
+    return f"gamma:file:{doc}"
+
+
+async def file_changed(broker: RedisBroker, sid: str, path: str, content: bytes, digest: str | None,
+                       revision: int | None = None) -> None:
+    await publish(broker, keys.ARTIFACT_CHANGES, ArtifactChange(
+        session_id=sid, ref=file_ref(path), actor="user", kind="file",
+        to_revision=revision, from_revision=(revision - 1) if revision else None,
+        content_b64=base64.b64encode(content).decode(), digest=digest,
+    ))
+
+
+async def document_changed(broker: RedisBroker, sid: str, doc: str, document: dict[str, Any],
+                           from_revision: int | None, to_revision: int, digest: str | None) -> None:
+    await publish(broker, keys.ARTIFACT_CHANGES, ArtifactChange(
+        session_id=sid, ref=document_ref(doc), actor="user", kind="document",
+        from_revision=from_revision, to_revision=to_revision, document=document, digest=digest,
+    ))

@@ -1,0 +1,72 @@
+"""JSON errors for every 4xx/5xx: `{"error": "<message>", "detail": ...}` (shared.contracts.http.ErrorBody).
+
+FastAPI answers validation errors with `{"detail": [...]}` and Starlette answers 404/405 with a plain
+`{"detail": "Not Found"}`; clients of this API read one shape, so every handler below produces it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from shared.disk import DiskError
+
+
+class ApiError(Exception):
+    """Raised by routes and helpers; becomes `{"error": message}` with `status`."""
+
+    def __init__(self, status: int, message: str, detail: Any | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.detail = detail
+        self.headers = headers
+
+
+def error_response(status: int, message: str, detail: Any | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": message}
+    if detail is not None:
+        body["detail"] = detail
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _loc(loc: Any) -> str:
+    return ".".join(str(part) for part in loc) if isinstance(loc, list | tuple) else str(loc)
+
+
+def validation_summary(errors: list[Any]) -> tuple[str, list[dict[str, Any]]]:
+    """A readable one-line message plus a JSON-safe list (pydantic `ctx` may hold exception objects)."""
+    clean: list[dict[str, Any]] = []
+    for err in errors:
+        if not isinstance(err, dict):
+            clean.append({"msg": str(err)})
+            continue
+        clean.append({"loc": [str(p) for p in err.get("loc", ())], "msg": str(err.get("msg", "")), "type": str(err.get("type", ""))})
+    parts = [f"{_loc(e.get('loc', ''))}: {e['msg']}" if e.get("loc") else e["msg"] for e in clean[:5]]
+    more = f" (and {len(clean) - 5} more)" if len(clean) > 5 else ""
+    return "invalid request: " + "; ".join(parts) + more, clean
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.message, exc.detail, exc.headers)
+
+    @app.exception_handler(DiskError)
+    async def _disk(_: Request, exc: DiskError) -> JSONResponse:
+        return error_response(exc.status, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, detail = validation_summary(list(exc.errors()))
+        return error_response(422, message, detail)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        detail = None if isinstance(exc.detail, str) else exc.detail
+        return error_response(exc.status_code, message, detail, getattr(exc, "headers", None))

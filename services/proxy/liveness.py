@@ -1,0 +1,90 @@
+"""Which side serves a request: the lease holder (live) or the proxy on the session disk (dormant).
+
+Dormant writes hold `gamma:{sid}:dormant-write` (SET NX PX) and check that no lease exists after
+taking it: a runtime that takes the lease afterwards waits for the lock to go before it reads the
+disk, so the proxy never writes under a live runtime and the runtime never reads a half-done flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Literal
+
+import redis.asyncio as aioredis
+from fastapi import Depends
+
+from shared import keys
+from shared.contracts.base import new_id
+
+from .auth import current_user
+from .deps import Proxy, get_proxy
+from .errors import ApiError
+from .rows import SessionState, load_state
+
+LOCK_PX = 10_000
+Mode = Literal["live", "dormant"]
+
+# Compare-and-delete: only the holder removes its lock (an expired lock may belong to someone else now).
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+class BecameLive(Exception):
+    """A lease appeared between the liveness check and the dormant-write lock: forward instead."""
+
+
+async def owned_session(sid: str, user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)) -> SessionState:
+    """The session, if it exists and belongs to the caller; anyone else gets the same 404."""
+    state = await load_state(proxy.redis, sid) if _plausible(sid) else None
+    if state is None or state.row.owner != user:
+        raise ApiError(404, f"session {sid!r} not found")
+    return state
+
+
+def _plausible(sid: str) -> bool:
+    return 0 < len(sid) <= 64 and all(c.isalnum() or c in "_-" for c in sid) and sid.isascii()
+
+
+async def write_mode(proxy: Proxy, state: SessionState) -> Mode:
+    """live or dormant for a write; a waking session is waited for (bounded), then refused with 409."""
+    status = state.status()
+    if status == "live":
+        return "live"
+    if status == "dormant":
+        return "dormant"
+    sid = state.row.id
+    deadline = time.monotonic() + proxy.settings.reply_timeout_s
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        current = await load_state(proxy.redis, sid)
+        if current is None:
+            raise ApiError(404, f"session {sid!r} not found")
+        now_status = current.status()
+        if now_status == "live":
+            return "live"
+        if now_status == "dormant":
+            return "dormant"
+    raise ApiError(409, "the session is waking; retry the write once it is live")
+
+
+@contextlib.asynccontextmanager
+async def dormant_lock(redis: aioredis.Redis, sid: str, wait_s: float = 5.0) -> AsyncIterator[None]:
+    """Hold the dormant-write lock while no lease exists; raises BecameLive if a lease exists."""
+    token = new_id("dw_")
+    lock = keys.dormant_write(sid)
+    deadline = time.monotonic() + wait_s
+    while not await redis.set(lock, token, nx=True, px=LOCK_PX):
+        if time.monotonic() > deadline:
+            raise ApiError(409, "another write to this dormant session is in progress; retry")
+        await asyncio.sleep(0.05)
+    try:
+        if await redis.exists(keys.lease(sid)):
+            raise BecameLive()
+        yield
+    finally:
+        await redis.eval(_RELEASE, 1, lock, token)  # type: ignore[misc]

@@ -1,0 +1,91 @@
+"""Dormant preview (seed: "Dormant preview and writes"): what a client renders without a runtime,
+read straight from the session disk: display entries of `transcript.jsonl`, `state.json`, `todo.json`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from shared.contracts.todo import TodoList
+from shared.disk import SessionPaths, iter_jsonl, read_json
+
+from .uidoc import default_snapshot
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict) and part.get("type") == "text")
+    return ""
+
+
+def _args(call: dict[str, Any]) -> dict[str, Any]:
+    args = call.get("arguments")
+    if isinstance(args, str):  # some writers keep the raw JSON string of the tool call
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return {}
+    return args if isinstance(args, dict) else {}
+
+
+def display_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """User and assistant messages, message_user tool calls, and custom messages marked `display`."""
+    out: list[dict[str, Any]] = []
+    for entry in entries:
+        base = {"id": entry.get("id"), "timestamp": entry.get("timestamp")}
+        kind = entry.get("type")
+        if kind == "message":
+            message = entry.get("message") or {}
+            role = message.get("role")
+            if role == "user":
+                out.append({**base, "kind": "user", "text": _text(message.get("content"))})
+            elif role == "assistant":
+                text = _text(message.get("content"))
+                if text.strip():
+                    out.append({**base, "kind": "assistant", "text": text})
+                for part in message.get("content") or []:
+                    if isinstance(part, dict) and part.get("type") == "toolCall" and part.get("name") == "message_user":
+                        args = _args(part)
+                        out.append({
+                            **base, "kind": "message_user", "text": str(args.get("message", "")),
+                            "blockOnUser": bool(args.get("blockOnUser", args.get("block_on_user", False))),
+                            "toolCallId": part.get("id"),
+                        })
+            elif role == "custom" and message.get("display"):
+                out.append({**base, "kind": "custom", "customType": message.get("customType"),
+                            "text": _text(message.get("content"))})
+        elif kind == "custom_message" and entry.get("display"):
+            out.append({**base, "kind": "custom", "customType": entry.get("customType"), "text": _text(entry.get("content"))})
+    return out
+
+
+def read_transcript(paths: SessionPaths) -> list[dict[str, Any]]:
+    return list(iter_jsonl(paths.transcript))
+
+
+def read_ui(paths: SessionPaths) -> dict[str, Any]:
+    """state.json as stored (the proxy and the runtime write only validated snapshots), or the defaults."""
+    value = _read_json(paths.state)
+    return value if isinstance(value, dict) else default_snapshot()
+
+
+def read_todo(paths: SessionPaths) -> TodoList:
+    value = _read_json(paths.todo)
+    if not isinstance(value, dict):
+        return TodoList()
+    try:
+        return TodoList.model_validate(value)
+    except ValidationError:
+        return TodoList()
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return read_json(path)
+    except (json.JSONDecodeError, UnicodeDecodeError, IsADirectoryError):
+        return None

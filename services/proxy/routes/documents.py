@@ -1,0 +1,135 @@
+"""Gamma documents `GET|PUT|PATCH /sessions/{sid}/documents/{doc}`: decks with a revision.
+
+The stored form is `StoredDeck` (`documents/{doc}.json`). PUT replaces the deck, PATCH merges cards by
+id (`shared.contracts.documents.merge_cards`). `If-Match: <revision>` that is not the current one is a
+409. Same liveness rule as files: live -> `DocumentEdit` to the runtime; dormant -> the proxy rewrites
+an existing document under the dormant-write lock (a new document while dormant is a 404).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Header
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from shared.contracts.documents import Deck, StoredDeck, merge_cards
+from shared.contracts.inbox import DocumentEdit
+from shared.disk import SessionPaths, atomic_write_json, session_paths
+
+from ..artifacts import document_changed
+from ..deps import Proxy, get_proxy
+from ..errors import ApiError, validation_summary
+from ..forwarding import forward
+from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
+from ..rows import SessionState
+from .workspace import client_digest
+
+router = APIRouter(prefix="/sessions", tags=["documents"])
+PATCH_KEYS = {"title", "theme", "metadata", "assets", "cards", "order"}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "invalid document id or If-Match header"},
+    401: {"description": "missing or unknown token"},
+    404: {"description": "no such session or document"},
+}
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS, 409: {"description": "stale If-Match revision, or the session is waking"},
+    504: {"description": "runtime timeout"},
+}
+
+
+def parse_if_match(header: str | None) -> int | None:
+    if header is None or not header.strip() or header.strip() == "*":
+        return None
+    text = header.strip().removeprefix("W/").strip('"')
+    if not text.isdigit():
+        raise ApiError(400, f"If-Match must be a document revision number, got {header!r}")
+    return int(text)
+
+
+def read_deck(paths: SessionPaths, doc: str) -> StoredDeck | None:
+    path = paths.document(doc)
+    try:
+        return StoredDeck.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (ValidationError, json.JSONDecodeError) as exc:
+        raise ApiError(409, f"document {doc!r} on disk is not a valid deck: {exc}") from exc
+
+
+def _deck_response(deck: StoredDeck | dict[str, Any], status: int = 200) -> JSONResponse:
+    body = deck.model_dump(mode="json") if isinstance(deck, StoredDeck) else deck
+    return JSONResponse(body, status_code=status, headers={"ETag": f'"{body.get("revision", 0)}"'})
+
+
+@router.get("/{sid}/documents/{doc}", response_model=StoredDeck, responses=ERRORS)
+async def get_document(doc: str, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> JSONResponse:
+    deck = read_deck(session_paths(proxy.settings.data_dir, state.row.id), doc)
+    if deck is None:
+        raise ApiError(404, f"no document {doc!r} in this session")
+    return _deck_response(deck)
+
+
+@router.put("/{sid}/documents/{doc}", response_model=StoredDeck, responses=WRITE_ERRORS)
+async def put_document(
+    doc: str, body: Deck, if_match: str | None = Header(None), x_gamma_digest: str | None = Header(None),
+    state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
+) -> JSONResponse:
+    return await _edit(proxy, state, doc, "put", body.model_dump(mode="json"), parse_if_match(if_match),
+                       client_digest(x_gamma_digest))
+
+
+@router.patch("/{sid}/documents/{doc}", response_model=StoredDeck, responses={**WRITE_ERRORS, 422: {"description": "invalid patch"}})
+async def patch_document(
+    doc: str, body: dict[str, Any] = Body(..., examples=[{"cards": [{"id": "card_1", "title": "New title"}]}]),
+    if_match: str | None = Header(None), x_gamma_digest: str | None = Header(None),
+    state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
+) -> JSONResponse:
+    unknown = sorted(set(body) - PATCH_KEYS)
+    if unknown:
+        raise ApiError(422, f"unknown deck fields in patch: {', '.join(unknown)}; allowed: {', '.join(sorted(PATCH_KEYS))}")
+    return await _edit(proxy, state, doc, "patch", body, parse_if_match(if_match), client_digest(x_gamma_digest))
+
+
+def _apply(current: StoredDeck, op: Literal["put", "patch"], document: dict[str, Any]) -> Deck:
+    if op == "put":
+        return Deck.model_validate(document)
+    try:
+        return merge_cards(Deck.model_validate(current.model_dump(exclude={"revision"})), document)
+    except ValidationError as exc:
+        message, detail = validation_summary(list(exc.errors()))
+        raise ApiError(422, "the patched deck is invalid: " + message.removeprefix("invalid request: "), detail) from exc
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ApiError(422, f"invalid patch: {exc}") from exc
+
+
+async def _edit(
+    proxy: Proxy, state: SessionState, doc: str, op: Literal["put", "patch"], document: dict[str, Any],
+    if_match: int | None, digest: str | None,
+) -> JSONResponse:
+    sid = state.row.id
+    paths = session_paths(proxy.settings.data_dir, sid)
+    paths.document(doc)  # refuse a bad id (400) before anything else
+    if await write_mode(proxy, state) == "dormant":
+        try:
+            async with dormant_lock(proxy.redis, sid):
+                current = read_deck(paths, doc)
+                if current is None:
+                    raise ApiError(404, f"no document {doc!r}: a dormant session edits existing documents only")
+                if if_match is not None and if_match != current.revision:
+                    raise ApiError(409, f"If-Match revision {if_match} is stale; the document is at revision {current.revision}")
+                new = StoredDeck(**_apply(current, op, document).model_dump(), revision=current.revision + 1)
+                await asyncio.to_thread(atomic_write_json, paths.document(doc), new)
+            await document_changed(proxy.broker, sid, doc, new.model_dump(mode="json"), current.revision, new.revision, digest)
+            return _deck_response(new)
+        except BecameLive:
+            pass
+    message = DocumentEdit(session_id=sid, doc=doc, op=op, document=document, if_match=if_match)
+    reply = await forward(proxy.redis, message, proxy.settings.reply_timeout_s)
+    revision = reply.body.get("revision")
+    if isinstance(revision, int):
+        await document_changed(proxy.broker, sid, doc, reply.body, revision - 1 if revision > 0 else None, revision, digest)
+    return _deck_response(reply.body, reply.status)

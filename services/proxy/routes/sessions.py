@@ -1,0 +1,138 @@
+"""Session rows, messages and the wake, suspend/compact, transcript and preview."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends
+from fastapi.responses import JSONResponse
+
+from shared import inbox, keys
+from shared.bus import publish
+from shared.contracts.http import (
+    CompactBody,
+    CreateSession,
+    MessageAccepted,
+    ModelConfig,
+    PostMessage,
+    Preview,
+    SessionList,
+    SessionView,
+    Transcript,
+)
+from shared.contracts.inbox import Compact, Stop, UserPrompt
+from shared.contracts.wake import Wake
+from shared.disk import atomic_write_json, session_paths
+
+from ..auth import current_user
+from ..deps import Proxy, get_proxy
+from ..errors import ApiError
+from ..forwarding import forward
+from ..liveness import dormant_lock, owned_session
+from ..preview import display_entries, read_todo, read_transcript, read_ui
+from ..rows import SessionState, create_row, list_states, load_state, mark_dormant, mark_waking
+from ..uidoc import default_snapshot
+
+router = APIRouter(prefix="/sessions", tags=["sessions"])
+ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unknown token"}, 404: {"description": "no such session for this user"}}
+
+
+@router.post("", status_code=201, response_model=SessionView, responses={401: ERRORS[401]})
+async def create_session(
+    body: CreateSession | None = Body(None), user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)
+) -> SessionView:
+    body = body or CreateSession()
+    row = await create_row(proxy.redis, user, body.variant, body.model or ModelConfig())
+    paths = session_paths(proxy.settings.data_dir, row.id)
+
+    def lay_out() -> None:
+        # A new session is dormant: its disk starts with an empty workspace and the default UI state.
+        paths.workspace.mkdir(parents=True, exist_ok=True)
+        paths.documents.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(paths.state, default_snapshot())
+
+    async with dormant_lock(proxy.redis, row.id):
+        await asyncio.to_thread(lay_out)
+    state = await load_state(proxy.redis, row.id)
+    assert state is not None
+    return state.view()
+
+
+@router.get("", response_model=SessionList, responses={401: ERRORS[401]})
+async def list_sessions(user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)) -> SessionList:
+    return SessionList(sessions=[s.view() for s in await list_states(proxy.redis, user)])
+
+
+@router.get("/{sid}", response_model=SessionView, responses=ERRORS)
+async def get_session(state: SessionState = Depends(owned_session)) -> SessionView:
+    return state.view()
+
+
+@router.post("/{sid}/messages", status_code=202, response_model=MessageAccepted,
+             responses={**ERRORS, 409: {"description": "on_busy=reject while a run is active"}})
+async def post_message(
+    body: PostMessage, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)
+) -> MessageAccepted:
+    sid = state.row.id
+    status = state.status()
+    prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy)
+    if status == "live":
+        if body.on_busy == "reject" and state.running:
+            raise ApiError(409, "the session is running and on_busy is 'reject'")
+        await inbox.append(proxy.redis, prompt)
+        return MessageAccepted(prompt_id=prompt.prompt_id, status="live", woke=False)
+    if status == "waking":
+        # The wake is under way: the new holder reads the inbox from its start, prompt included.
+        await inbox.append(proxy.redis, prompt)
+        return MessageAccepted(prompt_id=prompt.prompt_id, status="waking", woke=False)
+    # Dormant: the client already flushed files and UI state; row first, then prompt, then Wake
+    # (docs/integration.md "Wake"), so the runtime finds the prompt when it takes the lease.
+    wake = Wake(session_id=sid, reason="message")
+    await mark_waking(proxy.redis, sid, wake.wake_id, state.fence)
+    await inbox.append(proxy.redis, prompt)
+    await publish(proxy.broker, keys.WAKE, wake)
+    return MessageAccepted(prompt_id=prompt.prompt_id, status="waking", woke=True)
+
+
+@router.post("/{sid}/suspend", responses={**ERRORS, 409: {"description": "the session is waking"},
+                                           504: {"description": "the runtime did not answer"}})
+async def suspend(state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> JSONResponse:
+    sid = state.row.id
+    status = state.status()
+    if status == "dormant":
+        return JSONResponse({"status": "dormant"})
+    if status == "waking":
+        raise ApiError(409, "the session is waking; suspend it once it is live")
+    reply = await forward(proxy.redis, Stop(session_id=sid), proxy.settings.reply_timeout_s)
+    await mark_dormant(proxy.redis, sid)
+    return JSONResponse(reply.body or {"status": "dormant"}, status_code=reply.status)
+
+
+@router.post("/{sid}/compact", responses={**ERRORS, 409: {"description": "the session is not live"},
+                                           504: {"description": "the runtime did not answer"}})
+async def compact(
+    body: CompactBody | None = Body(None), state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)
+) -> JSONResponse:
+    if state.status() != "live":
+        raise ApiError(409, f"the session is {state.status()}; compaction runs on a live session (send a message first)")
+    message = Compact(session_id=state.row.id, instructions=(body.instructions if body else None))
+    reply = await forward(proxy.redis, message, proxy.settings.reply_timeout_s)
+    return JSONResponse(reply.body or {"request_id": message.request_id}, status_code=reply.status)
+
+
+@router.get("/{sid}/transcript", response_model=Transcript, responses=ERRORS)
+async def transcript(state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> Transcript:
+    paths = session_paths(proxy.settings.data_dir, state.row.id)
+    return Transcript(entries=await asyncio.to_thread(read_transcript, paths))
+
+
+@router.get("/{sid}/preview", response_model=Preview, responses=ERRORS)
+async def preview(state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> Preview:
+    paths = session_paths(proxy.settings.data_dir, state.row.id)
+    return Preview(
+        status=state.status(),
+        transcript=display_entries(read_transcript(paths)),
+        ui=read_ui(paths),
+        todo=read_todo(paths),
+    )

@@ -1,0 +1,74 @@
+"""SessionUIState: `GET /ui` and `POST /ui/sync` (seed: "Live synchronization", "Dormant preview and writes").
+
+Live: the runtime owns the Yjs document; the proxy forwards a `UiUpdate` and answers with the
+runtime's `{snapshot, update}` (a read is an empty update). Dormant: the proxy validates and writes
+the complete snapshot to `state.json`; without a snapshot it applies the update to the document
+rebuilt from `state.json` and stores the result. Every check runs before any write: a 400 or 422
+leaves state.json as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Depends
+
+from shared.contracts.http import UiState, UiSync
+from shared.contracts.inbox import UiUpdate
+from shared.disk import atomic_write_json, session_paths
+from shared.uidoc import EMPTY_UPDATE, doc_from_snapshot, snapshot_of
+
+from ..deps import Proxy, get_proxy
+from ..forwarding import forward
+from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
+from ..preview import read_ui
+from ..rows import SessionState
+from ..uidoc import apply_update, check_update, decode_b64, encode_b64, full_update, validate_snapshot
+
+router = APIRouter(prefix="/sessions", tags=["ui"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing or unknown token"},
+    404: {"description": "no such session for this user"},
+}
+
+
+def _state(snapshot: dict[str, Any]) -> UiState:
+    return UiState(snapshot=snapshot, update=encode_b64(full_update(doc_from_snapshot(snapshot))))
+
+
+async def _live(proxy: Proxy, sid: str, update: str, snapshot: dict[str, Any] | None) -> UiState:
+    reply = await forward(proxy.redis, UiUpdate(session_id=sid, update=update, snapshot=snapshot),
+                          proxy.settings.reply_timeout_s)
+    return UiState.model_validate(reply.body)
+
+
+@router.get("/{sid}/ui", response_model=UiState, responses={**ERRORS, 504: {"description": "runtime timeout"}})
+async def get_ui(state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> UiState:
+    sid = state.row.id
+    if state.status() == "live":
+        return await _live(proxy, sid, encode_b64(EMPTY_UPDATE), None)
+    return _state(read_ui(session_paths(proxy.settings.data_dir, sid)))
+
+
+@router.post("/{sid}/ui/sync", response_model=UiState, responses={
+    **ERRORS, 400: {"description": "malformed base64 or Yjs update"},
+    409: {"description": "the session is waking"}, 504: {"description": "runtime timeout"},
+})
+async def sync_ui(body: UiSync, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> UiState:
+    sid = state.row.id
+    update = decode_b64(body.update)
+    check_update(update)
+    snapshot = validate_snapshot(body.snapshot) if body.snapshot is not None else None
+    if await write_mode(proxy, state) == "live":
+        return await _live(proxy, sid, body.update, snapshot)
+    paths = session_paths(proxy.settings.data_dir, sid)
+    try:
+        async with dormant_lock(proxy.redis, sid):
+            doc = doc_from_snapshot(read_ui(paths))
+            apply_update(doc, update)
+            stored = snapshot if snapshot is not None else validate_snapshot(snapshot_of(doc))
+            await asyncio.to_thread(atomic_write_json, paths.state, stored)
+    except BecameLive:
+        return await _live(proxy, sid, body.update, snapshot)
+    return _state(stored)

@@ -1,0 +1,114 @@
+"""Session files `GET|PUT /sessions/{sid}/workspace/files/{path}` (seed: "Dormant preview and writes").
+
+Reads come from the session disk in both states (the runtime writes its files there at once).
+Writes: live -> `FileWrite` to the runtime, which writes and answers; dormant -> the proxy
+overwrites an existing file under the dormant-write lock (a new file while dormant is a 404: the seed's
+dormant path overwrites existing files only). Paths resolve only through `shared.disk`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import mimetypes
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.responses import JSONResponse, Response
+
+from shared.contracts.inbox import FileWrite
+from shared.disk import atomic_write_bytes, check_size, resolve_workspace_path, session_paths
+
+from ..artifacts import MAX_DIGEST_CHARS, file_changed
+from ..deps import Proxy, get_proxy
+from ..errors import ApiError
+from ..forwarding import forward
+from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
+from ..rows import SessionState
+
+router = APIRouter(prefix="/sessions", tags=["workspace"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "a path outside the workspace, or a bad header"},
+    401: {"description": "missing or unknown token"},
+    404: {"description": "no such session, or no such file"},
+}
+BINARY_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+def client_digest(header: str | None) -> str | None:
+    """X-Gamma-Digest: plain text; percent-encoded UTF-8 is decoded (HTTP headers are Latin-1)."""
+    if header is None or not header.strip():
+        return None
+    text = unquote(header) if "%" in header else header
+    if len(text) > MAX_DIGEST_CHARS:
+        raise ApiError(400, f"X-Gamma-Digest is longer than {MAX_DIGEST_CHARS} characters")
+    return text
+
+
+def _listing(root: Path, target: Path) -> dict[str, Any]:
+    entries = []
+    for child in sorted(target.iterdir()):
+        if child.is_symlink():
+            continue
+        entries.append({"name": child.name, "type": "directory" if child.is_dir() else "file",
+                        "size": child.stat().st_size if child.is_file() else None})
+    rel = target.relative_to(root).as_posix()
+    return {"path": "" if rel == "." else rel + "/", "entries": entries}
+
+
+@router.get("/{sid}/workspace/files/{path:path}", responses={
+    **ERRORS, 200: {"description": "the file's bytes, or a JSON listing for a directory",
+                    "content": {"application/octet-stream": {}, "application/json": {}}},
+})
+async def read_file(path: str, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> Response:
+    workspace = session_paths(proxy.settings.data_dir, state.row.id).workspace
+    if path.strip("/") == "":  # the workspace root itself: a listing
+        workspace.mkdir(parents=True, exist_ok=True)
+        return JSONResponse(_listing(workspace.resolve(), workspace.resolve()))
+    target = resolve_workspace_path(workspace, path)
+    if target.is_dir():
+        return JSONResponse(_listing(workspace.resolve(), target))
+    if not target.is_file():
+        raise ApiError(404, f"no file {path!r} in the session workspace")
+    data = await asyncio.to_thread(target.read_bytes)
+    media = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+    return Response(data, media_type=media)
+
+
+@router.put("/{sid}/workspace/files/{path:path}", openapi_extra=BINARY_BODY, responses={
+    **ERRORS, 200: {"description": "{path, size, revision}"}, 409: {"description": "the session is waking"},
+    413: {"description": "file too large"}, 504: {"description": "runtime timeout"},
+})
+async def write_file(
+    path: str, request: Request, x_gamma_digest: str | None = Header(None),
+    state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
+) -> JSONResponse:
+    sid = state.row.id
+    workspace = session_paths(proxy.settings.data_dir, sid).workspace
+    target = resolve_workspace_path(workspace, path)  # refuse bad paths before reading the body
+    rel = target.relative_to(workspace.resolve()).as_posix()
+    digest = client_digest(x_gamma_digest)
+    data = await request.body()
+    check_size(data, proxy.settings.max_file_bytes)
+    if await write_mode(proxy, state) == "dormant":
+        try:
+            async with dormant_lock(proxy.redis, sid):
+                if not target.is_file():
+                    raise ApiError(404, f"no file {rel!r}: a dormant session overwrites existing files only")
+                await asyncio.to_thread(atomic_write_bytes, target, data)
+            await file_changed(proxy.broker, sid, rel, data, digest)
+            return JSONResponse({"path": rel, "size": len(data), "revision": None})
+        except BecameLive:
+            pass
+    message = FileWrite(session_id=sid, path=rel, content_b64=base64.b64encode(data).decode(), digest=digest)
+    reply = await forward(proxy.redis, message, proxy.settings.reply_timeout_s)
+    revision = reply.body.get("revision")
+    await file_changed(proxy.broker, sid, rel, data, digest, revision if isinstance(revision, int) else None)
+    return JSONResponse(reply.body, status_code=reply.status)

@@ -1,0 +1,149 @@
+"""Session rows `gamma:{sid}:session` (the proxy is their only writer) and the per-user listing.
+
+Fields (docs/integration.md): id, owner, variant, model (ModelConfig JSON), status (dormant | waking),
+wake_id, created_at, updated_at (ms). The proxy also keeps `waking_since` and `wake_fence` (the fence
+value when it sent the Wake), so a finished wake is recognised without a write: once the fence moved
+past `wake_fence` a runtime took the lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel
+
+from shared import keys
+from shared.contracts.base import new_id, now_ms
+from shared.contracts.http import ModelConfig, SessionView, Status, Variant
+
+WAKE_WINDOW_MS = 60_000
+RowStatus = Literal["dormant", "waking"]
+
+
+class SessionRow(BaseModel):
+    id: str
+    owner: str
+    variant: Variant = "base"
+    model: ModelConfig = ModelConfig()
+    status: RowStatus = "dormant"
+    wake_id: str | None = None
+    waking_since: int | None = None
+    wake_fence: int | None = None
+    created_at: int
+    updated_at: int
+
+    def to_hash(self) -> dict[str, str]:
+        out: dict[str, str] = {
+            "id": self.id,
+            "owner": self.owner,
+            "variant": self.variant,
+            "model": self.model.model_dump_json(),
+            "status": self.status,
+            "created_at": str(self.created_at),
+            "updated_at": str(self.updated_at),
+        }
+        if self.wake_id is not None:
+            out["wake_id"] = self.wake_id
+        if self.waking_since is not None:
+            out["waking_since"] = str(self.waking_since)
+        if self.wake_fence is not None:
+            out["wake_fence"] = str(self.wake_fence)
+        return out
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[Any, Any]) -> SessionRow:
+        data = {_s(k): _s(v) for k, v in raw.items()}
+        model = ModelConfig.model_validate_json(data.pop("model", "{}") or "{}")
+        return cls.model_validate({**data, "model": model})
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """A row plus the liveness keys, read in one round trip."""
+
+    row: SessionRow
+    leased: bool
+    running: bool
+    fence: int
+
+    def status(self, now: int | None = None) -> Status:
+        if self.leased:
+            return "live"
+        now = now_ms() if now is None else now
+        if (
+            self.row.status == "waking"
+            and self.row.waking_since is not None
+            and now - self.row.waking_since < WAKE_WINDOW_MS
+            and (self.row.wake_fence is None or self.fence <= self.row.wake_fence)
+        ):
+            return "waking"
+        return "dormant"
+
+    def view(self) -> SessionView:
+        r = self.row
+        return SessionView(
+            id=r.id, owner=r.owner, variant=r.variant, model=r.model, status=self.status(),
+            running=self.running and self.leased, created_at=r.created_at, updated_at=r.updated_at,
+        )
+
+
+def new_session_id() -> str:
+    return new_id("s_")
+
+
+async def create_row(redis: aioredis.Redis, owner: str, variant: Variant, model: ModelConfig) -> SessionRow:
+    now = now_ms()
+    row = SessionRow(id=new_session_id(), owner=owner, variant=variant, model=model, created_at=now, updated_at=now)
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.hset(keys.session_row(row.id), mapping=row.to_hash())  # type: ignore[arg-type]
+        pipe.zadd(keys.user_sessions(owner), {row.id: now})
+        await pipe.execute()
+    return row
+
+
+async def load_state(redis: aioredis.Redis, sid: str) -> SessionState | None:
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.session_row(sid))
+        pipe.exists(keys.lease(sid))
+        pipe.exists(keys.running(sid))
+        pipe.get(keys.fence(sid))
+        raw, leased, running, fence = await pipe.execute()
+    if not raw:
+        return None
+    return SessionState(
+        row=SessionRow.from_hash(raw), leased=bool(leased), running=bool(running), fence=int(fence or 0)
+    )
+
+
+async def list_states(redis: aioredis.Redis, owner: str, limit: int = 200) -> list[SessionState]:
+    """Newest first."""
+    sids = [_s(s) for s in await redis.zrevrange(keys.user_sessions(owner), 0, limit - 1)]
+    out: list[SessionState] = []
+    for sid in sids:
+        state = await load_state(redis, sid)
+        if state is not None and state.row.owner == owner:
+            out.append(state)
+    return out
+
+
+async def mark_waking(redis: aioredis.Redis, sid: str, wake_id: str, fence: int) -> None:
+    now = now_ms()
+    mapping: dict[str | bytes, str] = {"status": "waking", "wake_id": wake_id, "waking_since": str(now), "wake_fence": str(fence),
+               "updated_at": str(now)}
+    await redis.hset(keys.session_row(sid), mapping=mapping)  # type: ignore[arg-type]
+
+
+async def mark_dormant(redis: aioredis.Redis, sid: str) -> None:
+    now = now_ms()
+    await redis.hset(keys.session_row(sid), mapping={"status": "dormant", "updated_at": str(now)})
+
+
+async def touch(redis: aioredis.Redis, sid: str) -> None:
+    await redis.hset(keys.session_row(sid), "updated_at", str(now_ms()))
