@@ -1,0 +1,82 @@
+"""The system prompt: one static prefix for every session, plus a few append-only variants.
+
+Prompt caching reuses exact prefixes, so the prefix is built only from the text files in `prompts/`
+and the skill catalog, in a fixed order, with no per-session values (no dates, ids or user data).
+A variant (seed: "Cache behavior") appends preloaded skill bodies after that prefix and never changes
+a byte before it. The prompt never changes during a session: other skills load through the `skill`
+tool as tool results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Literal, get_args
+from xml.sax.saxutils import quoteattr
+
+from .skills import Skill, UnknownSkill, catalog_block, required_closure
+
+Variant = Literal["base", "deck-generation", "import"]
+VARIANTS: tuple[Variant, ...] = get_args(Variant)
+PROMPTS_DIR = Path(__file__).with_name("prompts")
+
+# Section order of the static prefix; the seed's list in "Static system prefix".
+SECTIONS: tuple[str, ...] = (
+    "identity", "vocabulary", "interface", "security", "precedence", "injections", "transport",
+    "skills", "tasks", "yield", "completion",
+)
+# The workflow skill each variant preloads; its required reference skills come with it.
+VARIANT_SKILL: dict[Variant, str | None] = {
+    "base": None,
+    "deck-generation": "deck-generation",
+    "import": "import",
+}
+
+
+@cache
+def prompt_text(name: str) -> str:
+    """One file of `prompts/`, without trailing whitespace (the joins below own the separators)."""
+    return (PROMPTS_DIR / f"{name}.txt").read_text(encoding="utf-8").rstrip()
+
+
+def skill_intro(skill: Skill) -> str:
+    """The preload instruction: the skill type, not the loading method, selects the contract."""
+    return prompt_text("preloaded_workflow" if skill.type == "workflow" else "preloaded_reference")
+
+
+def skill_block(skill: Skill, intro: str | None = None) -> str:
+    """A skill body wrapped with its identity, as preloaded (and usable for the skill tool's result)."""
+    head = (f"<skill name={quoteattr(skill.name)} type={quoteattr(skill.type)} "
+            f"path={quoteattr(skill.path)}>")
+    parts = [head, intro if intro is not None else skill_intro(skill), "", skill.body.rstrip(), "</skill>"]
+    return "\n".join(parts)
+
+
+def static_prefix(skills: Mapping[str, Skill]) -> str:
+    """The prefix shared by every session and variant: identical bytes for identical skill sets."""
+    sections = [prompt_text(name) for name in SECTIONS]
+    sections.append(prompt_text("catalog") + "\n\n" + catalog_block(skills))
+    return "\n\n".join(sections) + "\n"
+
+
+def preloaded_skills(variant: Variant, skills: Mapping[str, Skill]) -> list[Skill]:
+    """The skills a variant preloads, in prompt order, so the runtime can record their activations."""
+    if variant not in VARIANT_SKILL:
+        raise ValueError(f"unknown prompt variant {variant!r}; expected one of {', '.join(VARIANTS)}")
+    workflow = VARIANT_SKILL[variant]
+    if workflow is None:
+        return []
+    if workflow not in skills:
+        raise UnknownSkill(f"variant {variant!r} needs skill {workflow!r}, which is not in the catalog")
+    return required_closure([workflow], skills)
+
+
+def build_system_prompt(variant: Variant, skills: Mapping[str, Skill]) -> str:
+    """Base is the static prefix; the other variants append their preloaded skills after it."""
+    prefix = static_prefix(skills)
+    preloaded = preloaded_skills(variant, skills)
+    if not preloaded:
+        return prefix
+    blocks = [prompt_text("preloaded"), *(skill_block(s) for s in preloaded)]
+    return prefix + "\n" + "\n\n".join(blocks) + "\n"
