@@ -35,17 +35,27 @@ def start_redis_server(appendonly: bool = False, port: int | None = None, data_d
     return url, proc
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def base_redis_url() -> str:
     """URL without a db number."""
     env = os.environ.get("REDIS_URL")
     if env and redis_answers(env):
         return env.rsplit("/", 1)[0] if env.count("/") > 2 else env
-    if redis_answers("redis://127.0.0.1:6379"):
+    # Only without an explicit REDIS_URL fall back to the default port: a REDIS_URL that does not
+    # answer must never send the tests (which flush dbs 1..15) to some other Redis on 6379.
+    if not env and redis_answers("redis://127.0.0.1:6379"):
         return "redis://127.0.0.1:6379"
     try:
         url, proc = start_redis_server()
         _started.append(proc)
-        atexit.register(proc.terminate)
+        atexit.register(_stop, proc)
         return url
     except RuntimeError:
         pass

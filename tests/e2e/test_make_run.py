@@ -1,0 +1,132 @@
+"""`make run` end to end: embedded Redis (nothing answers at REDIS_URL), five services ready, the
+proxy URL printed, and on SIGTERM every child and the embedded Redis exit."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from services.stack import free_port, redis_answers
+from tests.support.procs import alive, descendants
+from tests.support.stack import PORT_VARS
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+
+
+def readyz(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+    except OSError:
+        return 0
+
+
+def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> None:
+    ports = {name: free_port() for name in PORT_VARS}
+    dead_redis = f"redis://127.0.0.1:{free_port()}/0"
+    assert not redis_answers(dead_redis)
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "GAMMA_API_TOKENS", "MAKEFLAGS")}
+    env.update({var: str(ports[name]) for name, var in PORT_VARS.items()})
+    env.update(REDIS_URL=dead_redis, GAMMA_DATA_DIR=str(data), PYTHONUNBUFFERED="1")
+
+    # `-o .venv/.installed`: the venv in this checkout is already installed (CI runs `make install` first);
+    # never let a test reinstall it.
+    proc = subprocess.Popen(
+        ["make", "-s", "-o", ".venv/.installed", "run"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "stderr.log", "wb"), text=True,  # noqa: SIM115 - closed with the child
+    )
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 150
+        proxy_url = f"http://127.0.0.1:{ports['proxy']}/"
+        while not any(proxy_url in line for line in lines):
+            assert proc.poll() is None, f"make run exited early: {lines} {(tmp_path / 'stderr.log').read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no proxy URL printed: {lines}"
+            time.sleep(0.2)
+        assert any(line.startswith("Gamma harness ready: " + proxy_url) for line in lines), lines
+
+        embedded = [m.group(1) for line in lines if (m := re.search(r"embedded Redis at (redis://\S+)", line))]
+        assert len(embedded) == 1, lines
+        redis_url = embedded[0]
+        assert redis_url != dead_redis and redis_answers(redis_url)
+        assert (data / "redis").is_dir()  # the embedded Redis keeps its data in the data dir
+
+        for name, port in ports.items():
+            assert readyz(port) == 200, f"{name} is not ready"
+
+        tree = descendants(proc.pid)
+        supervisor = [pid for pid, cmd in tree.items() if "services.stack" in cmd]
+        services = {name: [pid for pid, cmd in tree.items() if cmd.endswith(f"-m services.{name}")] for name in ports}
+        redis_pids = [pid for pid, cmd in tree.items() if "redis-server" in cmd]
+        assert len(supervisor) == 1, tree
+        assert all(len(pids) == 1 for pids in services.values()), tree
+        assert len(redis_pids) == 1, tree
+
+        os.kill(supervisor[0], signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, (tmp_path / "stderr.log").read_text()[-3000:]
+        gone_by = time.monotonic() + 10
+        while any(alive(pid) for pid in tree) and time.monotonic() < gone_by:
+            time.sleep(0.1)
+        assert [tree[pid] for pid in tree if alive(pid)] == []
+        assert not redis_answers(redis_url)
+        for port in ports.values():
+            assert readyz(port) == 0
+    finally:
+        for pid in descendants(proc.pid):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_fixtures_start_a_redis_server_when_nothing_answers_at_redis_url(tmp_path: Path) -> None:
+    """The test fixtures' path for a machine without a running Redis: `redis-server` from PATH is
+    started on a free port for the run and stopped when the run ends."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not on PATH")
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    script = (
+        "import redis\n"
+        "from tests.support.redis_server import base_redis_url\n"
+        "url = base_redis_url()\n"
+        "client = redis.Redis.from_url(url + '/0')\n"
+        "print(url, client.ping(), client.info('server')['executable'], flush=True)\n"
+    )
+    env = dict(os.environ, REDIS_URL=dead)
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    url, pong, executable = out.stdout.split()
+    assert pong == "True"
+    assert url.startswith("redis://127.0.0.1:") and url != dead.rsplit("/", 1)[0]
+    assert not url.endswith(":6379")  # never falls back to some other Redis when REDIS_URL is set
+    assert os.path.realpath(executable) == os.path.realpath(binary)
+    stopped_by = time.monotonic() + 10
+    while redis_answers(url) and time.monotonic() < stopped_by:
+        time.sleep(0.1)
+    assert not redis_answers(url)  # stopped when the test process exited
