@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from . import keys
+from .metrics import StreamStats, for_registry, install_stream_stats
 from .settings import Settings
 
 HEARTBEAT_TTL_MS = 5_000
@@ -33,6 +35,8 @@ class ServiceContext:
     ready: bool = False
     started_at: float = field(default_factory=time.time)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # Group lag/pending and dead letters, read from Redis when /metrics is scraped (shared/metrics.py).
+    stream_stats: StreamStats | None = None
 
     def spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -54,7 +58,35 @@ class ServiceContext:
 
 def make_context(name: str, settings: Settings) -> ServiceContext:
     client = aioredis.from_url(settings.redis_url, health_check_interval=30)
-    return ServiceContext(name=name, settings=settings, redis=client)
+    ctx = ServiceContext(name=name, settings=settings, redis=client)
+    configure_tracing(name)
+    for_registry(ctx.registry)  # every Gamma metric family is exported from the first scrape on
+    ctx.stream_stats = install_stream_stats(ctx.registry, client, name)
+    return ctx
+
+
+def configure_tracing(service: str) -> None:
+    """An SDK tracer provider, so FastStream's telemetry middleware records real spans and puts a
+    W3C `traceparent` into every published envelope: a consumer's span, and everything it publishes,
+    continue the producer's trace. Spans are exported over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT`
+    is set and the exporter package is installed; otherwise they live only as trace ids in context.
+    Once per process: OpenTelemetry allows one global provider."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    if isinstance(trace.get_tracer_provider(), TracerProvider):
+        return
+    provider = TracerProvider(resource=Resource.create({"service.name": f"gamma-{service}"}))
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        with contextlib.suppress(ImportError):
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
+                OTLPSpanExporter,
+            )
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
 
 
 async def heartbeat(ctx: ServiceContext) -> None:
@@ -92,6 +124,8 @@ def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = 
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
+        if ctx.stream_stats is not None:
+            await ctx.stream_stats.refresh()
         return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
 
 
