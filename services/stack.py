@@ -68,6 +68,8 @@ def start_embedded_redis(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     deadline = time.time() + 10
     while not redis_answers(url):
         if time.time() > deadline or proc.poll() is not None:
+            proc.kill()
+            proc.wait()
             sys.exit(f"embedded redis-server did not start on port {port}")
         time.sleep(0.05)
     return proc, url
@@ -88,27 +90,30 @@ def main() -> None:
     env = dict(os.environ, GAMMA_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
     children: list[subprocess.Popen[bytes]] = []
     redis_proc = None
-    if not redis_answers(settings.redis_url):
-        redis_proc, url = start_embedded_redis(data_dir)
-        env["REDIS_URL"] = url
-        print(f"started embedded Redis at {url}", flush=True)
-
     stopping = False
+    failed = False
 
     def stop(*_: object) -> None:
         nonlocal stopping
         stopping = True
 
+    # Handlers first: a SIGTERM while Redis or a service is starting must still stop everything.
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
+        if not redis_answers(settings.redis_url):
+            redis_proc, url = start_embedded_redis(data_dir)
+            env["REDIS_URL"] = url
+            print(f"started embedded Redis at {url}", flush=True)
         for name in SERVICES:
+            if stopping:
+                break
             children.append(subprocess.Popen([sys.executable, "-m", f"services.{name}"], env=env))
         deadline = time.time() + 90
         while not stopping and not ready(settings.proxy_port):
             if time.time() > deadline or any(c.poll() is not None for c in children):
                 print("the stack did not become ready", file=sys.stderr, flush=True)
-                stopping = True
+                stopping = failed = True
                 break
             time.sleep(0.2)
         if not stopping:
@@ -117,6 +122,7 @@ def main() -> None:
         while not stopping:
             if any(c.poll() is not None for c in children):
                 print("a service exited; stopping the stack", file=sys.stderr, flush=True)
+                failed = True
                 break
             time.sleep(0.2)
     finally:
@@ -130,7 +136,13 @@ def main() -> None:
                 child.kill()
         if redis_proc is not None:
             redis_proc.terminate()
-            redis_proc.wait(timeout=10)
+            try:
+                redis_proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                redis_proc.kill()
+                redis_proc.wait()
+    if failed:
+        sys.exit(1)  # make run fails loudly when a service crashed or never became ready
 
 
 if __name__ == "__main__":
