@@ -1,4 +1,5 @@
-"""Wiring of the digest service: groups on artifact changes, lifecycle and recorded injections."""
+"""Wiring of the digest service: groups on artifact changes, lifecycle and recorded injections, plus
+the debounce loop."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from fastapi import FastAPI
 from shared import keys
 from shared.bus import consumer_name, ensure_group, make_broker, subscribe
 from shared.contracts.artifacts import ArtifactChange
-from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, LifecycleEvent
+from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, LifecycleEvent, SessionLive
 from shared.contracts.recorded import InjectionRecorded
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
+
+from .builder import DigestBuilder, Metrics
 
 GROUP = "digest"
 
@@ -20,29 +23,38 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ctx = make_context("digest", settings)
     broker = make_broker(settings.redis_url, ctx.registry, "digest")
     consumer = consumer_name("digest")
+    builder = DigestBuilder(ctx.redis, settings.data_dir, debounce_ms=settings.digest_debounce_ms,
+                            metrics=Metrics(ctx.registry))
 
     async def on_change(change: ArtifactChange) -> None:
-        raise NotImplementedError("issue 6")
+        await builder.on_change(change)
 
     async def on_lifecycle(event: LifecycleEvent) -> None:
-        raise NotImplementedError("issue 6")
+        if isinstance(event, SessionLive):
+            await builder.on_live(event)
+        else:
+            await builder.on_dormant(event)
 
     async def on_recorded(event: InjectionRecorded) -> None:
-        raise NotImplementedError("issue 6")
+        await builder.on_recorded(event)
 
     subs = [
         subscribe(broker, ctx.redis, stream=keys.ARTIFACT_CHANGES, group=GROUP, consumer=consumer,
-                  model=ArtifactChange, handler=on_change, claim_idle_ms=settings.claim_idle_ms),
+                  model=ArtifactChange, handler=on_change, claim_idle_ms=settings.claim_idle_ms,
+                  max_deliveries=settings.max_deliveries),
         subscribe(broker, ctx.redis, stream=keys.LIFECYCLE, group=GROUP, consumer=consumer,
-                  model=LIFECYCLE_ADAPTER, handler=on_lifecycle, claim_idle_ms=settings.claim_idle_ms),
+                  model=LIFECYCLE_ADAPTER, handler=on_lifecycle, claim_idle_ms=settings.claim_idle_ms,
+                  max_deliveries=settings.max_deliveries),
         subscribe(broker, ctx.redis, stream=keys.INJECTIONS_RECORDED, group=GROUP, consumer=consumer,
-                  model=InjectionRecorded, handler=on_recorded, claim_idle_ms=settings.claim_idle_ms),
+                  model=InjectionRecorded, handler=on_recorded, claim_idle_ms=settings.claim_idle_ms,
+                  max_deliveries=settings.max_deliveries),
     ]
 
     async def start() -> None:
         for sub in subs:
             await ensure_group(ctx.redis, sub.stream, sub.group)
         await broker.start()
+        ctx.spawn(builder.run_due(), "digest-due")
 
     async def stop() -> None:
         await broker.stop()

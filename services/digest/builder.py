@@ -1,0 +1,323 @@
+"""The digest builder: artifact changes in, one coalesced `artifact_update` per ref out.
+
+- agent changes (`actor: "agent"`) advance `seen` and produce nothing (seed: "Duplicate suppression");
+- user / service changes while the session is dormant (no lease) go into the manifest at once;
+- while live they wait `GAMMA_DIGEST_DEBOUNCE_MS` (trailing, bounded by `max_wait_ms`) and then enter the
+  inbox as one `Injection{source: "artifact", source_id: "{ref}@{to_revision}"}`; a newer edit before the
+  record yields a newer digest that supersedes the older one in the runtime's queue;
+- on `SessionLive` everything the agent has not recorded is sent at once (no debounce), so with the
+  notifications barrier it precedes the woken user message even if it raced the manifest read;
+- on `InjectionRecorded` `seen` advances and exactly the consumed manifest entry is cleared.
+
+All of one session's state changes run under a Redis lock, so replicas and the due-loop never interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+from prometheus_client import CollectorRegistry, Counter
+
+from shared import keys
+from shared.contracts.artifacts import ArtifactChange
+from shared.contracts.base import now_ms
+from shared.contracts.inbox import Injection
+from shared.contracts.injection import RuntimeInjection
+from shared.contracts.lifecycle import SessionDormant, SessionLive
+from shared.contracts.pending import PendingArtifact
+from shared.contracts.recorded import InjectionRecorded
+from shared.inbox import append
+
+from .coalesce import block, compose
+from .manifest import Manifest
+from .revisions import Carry, Note, RefState, RevisionStore
+
+log = structlog.get_logger()
+SOURCE = "artifact"
+
+# Remove a due entry only if nobody rescheduled it while we flushed.
+_REMOVE_IF_SCORE = """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
+
+def source_id(ref: str, revision: int) -> str:
+    return f"{ref}@{revision}"
+
+
+def parse_source_id(value: str) -> tuple[str, int]:
+    ref, sep, rev = value.rpartition("@")
+    if not sep or not rev.isdigit():
+        raise ValueError(f"bad artifact source id {value!r}")
+    return ref, int(rev)
+
+
+def change_content(change: ArtifactChange) -> bytes | None:
+    """The new content as stored for diffing: file bytes, or the deck as canonical JSON."""
+    if change.deleted:
+        return None
+    if change.kind == "document" and change.document is not None:
+        deck = {k: v for k, v in change.document.items() if k != "revision"}  # the revision is not content
+        return json.dumps(deck, ensure_ascii=False, sort_keys=True).encode()
+    if change.content_b64 is not None:
+        return base64.b64decode(change.content_b64, validate=False)
+    return None
+
+
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def lease_fence(value: bytes | str | None) -> str | None:
+    """The fence of a lease value `{worker_id}:{fence}`."""
+    text = _text(value)
+    return None if text is None else text.rsplit(":", 1)[-1]
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        reg = registry or CollectorRegistry()
+        self.changes = Counter("gamma_digest_changes_total", "Artifact changes handled", ["actor"], registry=reg)
+        self.sent = Counter("gamma_digest_injections_total", "Digests appended to inboxes", registry=reg)
+        self.manifest = Counter("gamma_digest_manifest_writes_total", "Digests written to the manifest",
+                                registry=reg)
+
+
+class DigestBuilder:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        data_dir: Path,
+        *,
+        debounce_ms: int = 300,
+        max_wait_ms: int | None = None,
+        metrics: Metrics | None = None,
+        poll_s: float = 0.025,
+    ) -> None:
+        self._r = client
+        self.revisions = RevisionStore(client, data_dir)
+        self.manifest = Manifest(data_dir)
+        self._debounce_ms = debounce_ms
+        # A steady stream of edits must not postpone the digest forever.
+        self._max_wait_ms = max_wait_ms if max_wait_ms is not None else max(2_000, 10 * debounce_ms)
+        self._metrics = metrics or Metrics(None)
+        self._poll_s = poll_s
+        self._remove_if_score = client.register_script(_REMOVE_IF_SCORE)
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, sid: str) -> AsyncIterator[None]:
+        lock = self._r.lock(keys.digest_lock(sid), timeout=30, sleep=0.005, blocking_timeout=60)
+        if not await lock.acquire():
+            raise TimeoutError(f"digest lock for {sid} not acquired")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                await lock.release()
+
+    # ------------------------------------------------------------------ artifact changes
+
+    async def on_change(self, change: ArtifactChange) -> None:
+        once_key = keys.once("digest-change", change.id)
+        if await self._r.exists(once_key):
+            return
+        sid, ref = change.session_id, change.ref
+        async with self._locked(sid):
+            state = await self.revisions.load(sid, ref) or RefState(kind=change.kind)
+            given = change.to_revision
+            revision = given if given is not None and given > state.current else state.current + 1
+            content = change_content(change)
+            if content is not None:
+                await asyncio.to_thread(self.revisions.write_content, sid, ref, revision, content)
+            if change.actor == "agent":
+                await self._agent_change(sid, ref, state, revision, content is not None)
+            else:
+                state.current, state.deleted = revision, change.deleted
+                state.notes[revision] = Note(actor=change.actor, digest=change.digest,
+                                             from_revision=change.from_revision)
+                await self._other_change(sid, ref, state, change)
+            await self._save(sid, ref, state)
+        self._metrics.changes.labels(change.actor).inc()
+        await self._r.set(once_key, "1", ex=7 * 24 * 3600)
+
+    async def _agent_change(self, sid: str, ref: str, state: RefState, revision: int, known: bool) -> None:
+        if state.undelivered and state.notes:
+            # User edits the agent's write landed on before their digest went out: keep their text.
+            body = await self._compose(sid, ref, state)
+            if body is not None:
+                state.carry = Carry(text=body, from_revision=state.from_revision(), to_revision=state.current)
+        state.current, state.deleted = revision, False
+        state.advance_seen(revision, known, recorded=False)
+        await asyncio.to_thread(self.manifest.clear_upto, sid, ref, revision)
+        if state.undelivered:
+            await self._route(sid, ref, state, immediate=False)
+        else:
+            state.pending_since = None
+            await self._r.zrem(keys.DIGEST_DUE, json.dumps([sid, ref]))
+
+    async def _other_change(self, sid: str, ref: str, state: RefState, change: ArtifactChange) -> None:
+        lease = await self._r.get(keys.lease(sid))
+        if lease is None:
+            await self._to_manifest(sid, ref, state)  # made while dormant
+            return
+        live: dict[Any, Any] = await self._r.hgetall(keys.digest_live(sid))
+        live_fence = _text(live.get(b"fence"))
+        if live_fence != lease_fence(lease):
+            return  # the SessionLive of this lease is not handled yet; its handler sends this at once
+        since = int(live.get(b"since") or 0)
+        await self._route(sid, ref, state, immediate=change.ts <= since)
+
+    async def _route(self, sid: str, ref: str, state: RefState, *, immediate: bool) -> None:
+        if immediate:
+            await self._send(sid, ref, state)
+            return
+        now = now_ms()
+        if state.pending_since is None:
+            state.pending_since = now
+        due = min(now + self._debounce_ms, state.pending_since + self._max_wait_ms)
+        await self._r.zadd(keys.DIGEST_DUE, {json.dumps([sid, ref]): due})
+
+    # ------------------------------------------------------------------ producing digests
+
+    async def _compose(self, sid: str, ref: str, state: RefState) -> str | None:
+        seen = await asyncio.to_thread(self.revisions.read_content, sid, ref, state.seen)
+        current = await asyncio.to_thread(self.revisions.read_content, sid, ref, state.current)
+        return compose(state, seen, current)
+
+    async def _digest(self, sid: str, ref: str, state: RefState) -> tuple[str, int | None] | None:
+        """(content, from_revision) or None when the agent already has the current content."""
+        body = await self._compose(sid, ref, state)
+        if body is None:
+            # Edits that cancel out: nothing to say, and the agent's view equals the current one.
+            state.advance_seen(state.current, not state.deleted, recorded=False)
+            state.pending_since = None
+            return None
+        from_revision = state.from_revision()
+        return block(ref, from_revision, state.current, body), from_revision
+
+    async def _send(self, sid: str, ref: str, state: RefState) -> None:
+        digest = await self._digest(sid, ref, state)
+        if digest is None:
+            return
+        content, from_revision = digest
+        await append(self._r, Injection(
+            session_id=sid, injection=RuntimeInjection(kind="artifact_update", content=content),
+            source=SOURCE, source_id=source_id(ref, state.current), ref=ref,
+            from_revision=from_revision, to_revision=state.current,
+        ))
+        self._mark_sent(state)
+        self._metrics.sent.inc()
+        log.info("digest_sent", session_id=sid, ref=ref, from_revision=from_revision, to_revision=state.current)
+
+    async def _to_manifest(self, sid: str, ref: str, state: RefState) -> None:
+        digest = await self._digest(sid, ref, state)
+        if digest is None:
+            await asyncio.to_thread(self.manifest.clear_upto, sid, ref, state.current)
+            return
+        content, from_revision = digest
+        entry = PendingArtifact(digest=content, from_revision=from_revision, to_revision=state.current,
+                                source_id=source_id(ref, state.current))
+        await asyncio.to_thread(self.manifest.put, sid, ref, entry)
+        self._mark_sent(state)
+        self._metrics.manifest.inc()
+        log.info("digest_manifest", session_id=sid, ref=ref, from_revision=from_revision, to_revision=state.current)
+
+    @staticmethod
+    def _mark_sent(state: RefState) -> None:
+        if state.current not in state.sent:
+            state.sent.append(state.current)
+        if state.carry is not None and state.carry.sent_in is None:
+            state.carry.sent_in = state.current
+        state.pending_since = None
+
+    async def _save(self, sid: str, ref: str, state: RefState) -> None:
+        await asyncio.to_thread(self.revisions.prune, sid, ref, state.needed())
+        await self.revisions.save(sid, ref, state)
+
+    async def flush(self, sid: str, ref: str) -> None:
+        """A debounce window ended: send (live) or write the manifest (the session went dormant meanwhile)."""
+        async with self._locked(sid):
+            state = await self.revisions.load(sid, ref)
+            if state is None or not state.undelivered:
+                return
+            if await self._r.exists(keys.lease(sid)):
+                await self._send(sid, ref, state)
+            else:
+                await self._to_manifest(sid, ref, state)
+            await self._save(sid, ref, state)
+
+    async def run_due(self) -> None:
+        """The debounce timer, kept in Redis so a restart or another replica picks it up."""
+        while True:
+            try:
+                await self._flush_due()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - keep the loop alive; the entry stays due
+                log.error("digest_due_failed", error=str(exc))
+                await asyncio.sleep(1.0)
+            await asyncio.sleep(self._poll_s)
+
+    async def _flush_due(self) -> None:
+        items: list[Any] = await self._r.zrangebyscore(keys.DIGEST_DUE, "-inf", now_ms(), start=0, num=50,
+                                                       withscores=True)
+        for member, score in items:
+            sid, ref = json.loads(member)
+            await self.flush(sid, ref)
+            await self._remove_if_score(keys=[keys.DIGEST_DUE], args=[member, int(score)])
+
+    # ------------------------------------------------------------------ lifecycle and records
+
+    async def on_live(self, event: SessionLive) -> None:
+        sid = event.session_id
+        async with self._locked(sid):
+            await self._r.hset(keys.digest_live(sid), mapping={"fence": str(event.fence), "since": now_ms()})
+            for ref, state in (await self.revisions.all(sid)).items():
+                if state.notes or state.carry is not None:
+                    # Unrecorded, whether in the manifest, sent before a crash, or made while waking:
+                    # the runtime records one copy per source_id.
+                    await self._send(sid, ref, state)
+                    await self._save(sid, ref, state)
+
+    async def on_dormant(self, event: SessionDormant) -> None:
+        sid = event.session_id
+        async with self._locked(sid):
+            fence = _text(await self._r.hget(keys.digest_live(sid), "fence"))
+            if fence == str(event.fence):
+                await self._r.delete(keys.digest_live(sid))
+
+    async def on_recorded(self, event: InjectionRecorded) -> None:
+        if event.source != SOURCE:
+            return
+        try:
+            ref, revision = parse_source_id(event.source_id)
+        except ValueError:
+            log.warning("recorded_bad_source_id", session_id=event.session_id, source_id=event.source_id)
+            return
+        ref = event.ref or ref
+        revision = event.to_revision if event.to_revision is not None else revision
+        sid = event.session_id
+        async with self._locked(sid):
+            await asyncio.to_thread(self.manifest.clear_upto, sid, ref, revision)
+            state = await self.revisions.load(sid, ref)
+            if state is None:
+                return
+            known = await asyncio.to_thread(self.revisions.read_content, sid, ref, revision) is not None
+            state.advance_seen(revision, known, recorded=True)
+            if state.undelivered:  # a newer edit arrived meanwhile: it still has to reach the agent
+                if await self._r.exists(keys.lease(sid)):
+                    await self._route(sid, ref, state, immediate=False)
+                else:
+                    await self._to_manifest(sid, ref, state)
+            await self._save(sid, ref, state)

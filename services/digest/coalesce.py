@@ -1,0 +1,82 @@
+"""One digest per ref, from the revision the agent saw to the current one (seed: "Artifact updates").
+
+Several edits between two agent reads collapse into one diff of seen -> current content; the clients'
+own digest texts (X-Gamma-Digest) come first when given; user changes an agent write landed on top of
+(`Carry`) are kept. Pure functions over a `RefState` and the two contents.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from xml.sax.saxutils import quoteattr
+
+from .deck_diff import DIRTY_TEXT as DECK_DIRTY
+from .deck_diff import deck_digest
+from .file_diff import DIRTY_TEXT as FILE_DIRTY
+from .file_diff import file_digest
+from .revisions import RefState
+
+_ACTOR_NAMES = {"user": "the user", "service": "a background service", "agent": "the agent"}
+
+
+def _deck(content: bytes | None) -> dict[str, Any] | None:
+    if content is None:
+        return None
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def computed_digest(state: RefState, seen: bytes | None, current: bytes | None) -> str | None:
+    """The diff of seen -> current; None when the contents are equal."""
+    old = seen if state.seen_known else None
+    if state.deleted:
+        return "The deck was deleted." if state.kind == "document" else "The file was deleted."
+    if current is None:  # the producer sent no content: all we know is that it changed
+        return DECK_DIRTY if state.kind == "document" else FILE_DIRTY
+    if state.kind == "document":
+        result = deck_digest(_deck(old), _deck(current))
+    else:
+        result = file_digest(old, current)
+    return None if result is None else result[1]
+
+
+def actors_line(state: RefState) -> str:
+    actors = sorted({n.actor for n in state.notes.values()} or {"user"})
+    names = [_ACTOR_NAMES[a] for a in actors]
+    return "Changed by " + " and ".join(names) + "."
+
+
+def compose(state: RefState, seen: bytes | None, current: bytes | None) -> str | None:
+    """The digest body, or None when the agent already has the current content."""
+    parts: list[str] = []
+    if state.carry is not None:
+        parts.append(state.carry.text)
+    notes = [n for _, n in sorted(state.notes.items())]
+    client = list(dict.fromkeys(n.digest.strip() for n in notes if n.digest and n.digest.strip()))
+    computed = computed_digest(state, seen, current) if notes else None
+    if client:
+        parts.append("\n".join(client))
+        if computed is not None and not all(n.digest for n in notes):
+            parts.append(computed)  # some edit came without the client's text: say what it did
+    elif computed is not None:
+        parts.append(computed)
+    if not parts:
+        return None
+    if notes:
+        parts.insert(0 if state.carry is None else 1, actors_line(state))
+    return "\n\n".join(parts)
+
+
+def block(ref: str, from_revision: int | None, to_revision: int, body: str) -> str:
+    """The XML-ish injection content the model sees (docs/integration.md "Injections")."""
+    attrs = f"ref={quoteattr(ref)}"
+    if from_revision is not None:
+        attrs += f" from_revision={quoteattr(str(from_revision))}"
+    attrs += f" to_revision={quoteattr(str(to_revision))}"
+    # File text is user-controlled: it must not be able to close the block and open another tag.
+    safe = body.replace("</artifact_update", "&lt;/artifact_update")
+    return f"<artifact_update {attrs}>\n{safe}\n</artifact_update>"

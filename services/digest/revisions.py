@@ -1,0 +1,131 @@
+"""Per session and ref: the revision the agent last saw, the current one, and the content needed to diff.
+
+Redis hash `keys.revisions(sid)`: ref -> `RefState` JSON. Content of the revisions still needed (the
+seen one, the current one, and those named by a digest that is out but not yet recorded) lives under
+`sessions/{sid}/.revisions/{sha256(ref)[:24]}/{revision}`, written atomically; older ones are pruned.
+Only the digest builder reads or writes either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel, Field
+
+from shared import keys
+from shared.disk import atomic_write_bytes, session_paths
+
+Actor = Literal["user", "agent", "service"]
+
+
+class Note(BaseModel):
+    """One change after the seen revision that the agent has not been told about yet."""
+
+    actor: Actor
+    digest: str | None = None  # the client's own digest text (X-Gamma-Digest)
+    from_revision: int | None = None
+
+
+class Carry(BaseModel):
+    """A digest of user changes that an agent write landed on top of before it was sent.
+
+    The agent's write advances `seen` past them, but the agent never saw them: keep their text.
+    """
+
+    text: str
+    from_revision: int | None
+    to_revision: int
+    sent_in: int | None = None  # the revision of the digest that carried it out
+
+
+class RefState(BaseModel):
+    kind: Literal["file", "document"]
+    seen: int | None = None
+    seen_known: bool = False  # the content of `seen` is on disk (else the next digest is a dirty marker)
+    current: int = 0
+    deleted: bool = False
+    notes: dict[int, Note] = Field(default_factory=dict)
+    carry: Carry | None = None
+    sent: list[int] = Field(default_factory=list)  # to_revisions delivered or in the manifest, unrecorded
+    pending_since: int | None = None  # ms of the first undelivered live change (bounds the debounce)
+
+    @property
+    def undelivered(self) -> bool:
+        """Changes the agent has not seen and that no digest covering `current` carries yet."""
+        return (bool(self.notes) or self.carry is not None) and self.current not in self.sent
+
+    def from_revision(self) -> int | None:
+        if self.carry is not None:
+            return self.carry.from_revision
+        if self.seen is not None:
+            return self.seen
+        firsts = [n.from_revision for _, n in sorted(self.notes.items()) if n.from_revision is not None]
+        return firsts[0] if firsts else None
+
+    def advance_seen(self, revision: int, known: bool, *, recorded: bool) -> None:
+        """`recorded`: the agent read a digest up to `revision`; else its own write produced it."""
+        if recorded and self.carry is not None and self.carry.sent_in is not None and self.carry.sent_in <= revision:
+            self.carry = None
+        if self.seen is not None and revision <= self.seen:
+            return
+        self.seen = revision
+        self.seen_known = known
+        self.notes = {r: n for r, n in self.notes.items() if r > revision}
+        self.sent = [r for r in self.sent if r > revision]
+
+    def needed(self) -> set[int]:
+        keep = set(self.sent) | {self.current}
+        if self.seen is not None:
+            keep.add(self.seen)
+        return keep
+
+
+def ref_dir(data_dir: Path, sid: str, ref: str) -> Path:
+    return session_paths(data_dir, sid).revisions / hashlib.sha256(ref.encode()).hexdigest()[:24]
+
+
+class RevisionStore:
+    def __init__(self, client: aioredis.Redis, data_dir: Path) -> None:
+        self._r = client
+        self._data_dir = data_dir
+
+    async def load(self, sid: str, ref: str) -> RefState | None:
+        raw = await self._r.hget(keys.revisions(sid), ref)
+        return RefState.model_validate_json(raw) if raw is not None else None
+
+    async def all(self, sid: str) -> dict[str, RefState]:
+        raw = await self._r.hgetall(keys.revisions(sid))
+        return {(k.decode() if isinstance(k, bytes) else k): RefState.model_validate_json(v) for k, v in raw.items()}
+
+    async def save(self, sid: str, ref: str, state: RefState) -> None:
+        await self._r.hset(keys.revisions(sid), ref, state.model_dump_json())
+
+    # -------------------------------------------------------------- content on the session disk
+
+    def write_content(self, sid: str, ref: str, revision: int, content: bytes) -> None:
+        directory = ref_dir(self._data_dir, sid, ref)
+        ref_file = directory / "ref"
+        if not ref_file.exists():  # lets a person map the hashed directory back to its ref
+            atomic_write_bytes(ref_file, ref.encode())
+        atomic_write_bytes(directory / str(revision), content)
+
+    def read_content(self, sid: str, ref: str, revision: int | None) -> bytes | None:
+        if revision is None:
+            return None
+        try:
+            return (ref_dir(self._data_dir, sid, ref) / str(revision)).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def prune(self, sid: str, ref: str, keep: set[int]) -> None:
+        directory = ref_dir(self._data_dir, sid, ref)
+        if not directory.exists():
+            return
+        for path in directory.iterdir():
+            if path.name.isdigit() and int(path.name) not in keep:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
