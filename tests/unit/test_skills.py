@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -301,3 +302,45 @@ def test_reference_validator_accepts_skill(name: str) -> None:
     result = subprocess.run([validator, "validate", str(SKILLS_DIR / name)], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------ the gml CLI shipped with gml-cli
+
+
+GML = SKILLS_DIR / "gml-cli" / "scripts" / "gml.py"
+
+
+def gml(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["python3", str(GML), *args], capture_output=True, text=True, timeout=60)
+
+
+def authoring_example(tmp_path: Path) -> Path:
+    """The document example of gml-authoring: the reference and the validator must agree."""
+    body = load_skills(SKILLS_DIR)["gml-authoring"].body
+    example = body.split("```json\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "deck.json"
+    path.write_text(example)
+    return path
+
+
+def test_gml_validates_the_authoring_example(tmp_path: Path) -> None:
+    deck = authoring_example(tmp_path)
+    result = gml("validate", str(deck))
+    assert result.returncode == 0 and result.stdout.strip() == "OK 1 cards", result.stdout + result.stderr
+    assert gml("next-id", str(deck)).stdout.strip() == "card_2"
+    assert "card_1  title" in gml("outline", str(deck)).stdout
+
+
+def test_gml_reports_errors_by_card(tmp_path: Path) -> None:
+    deck = json.loads(authoring_example(tmp_path).read_text())
+    deck["cards"].append({"id": "card_1", "layout": "grid", "title": "Dup", "blocks": [
+        {"type": "chart", "kind": "bar", "categories": ["Q1", "Q2"], "series": [{"name": "Rev", "data": [1]}]}]})
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(deck))
+    result = gml("validate", str(bad))
+    assert result.returncode == 1
+    assert "card_1: duplicate card id" in result.stdout
+    assert "card_1: unknown layout 'grid'" in result.stdout
+    assert "series 'Rev' has 1 values for 2 categories" in result.stdout
+    (tmp_path / "broken.json").write_text("{")
+    assert gml("validate", str(tmp_path / "broken.json")).returncode == 2
