@@ -98,7 +98,7 @@ def test_workflow_skills_name_the_harness_tools() -> None:
     skills = load_skills(SKILLS_DIR)
     body = skills["deck-generation"].body
     for tool in ("read", "bash", "write", "edit", "todo", "subagent", "show_gamma", "show_file",
-                 "message_user", "brief.xml", "blockOnUser: true"):
+                 "skill", "message_user", "brief.xml", "blockOnUser: true"):
         assert f"`{tool}" in body, tool
     for name in ("deck-generation", "gml-editing", "import"):
         text = skills[name].body
