@@ -2,33 +2,62 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from fastapi import FastAPI
+from pydantic import BaseModel
 
 from shared import keys
-from shared.bus import consumer_name, ensure_group, make_broker, subscribe
+from shared.bus import consumer_name, ensure_group, make_broker, publish, subscribe
 from shared.contracts.wake import Wake
+from shared.model import openai_client
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
+
+from .prompt import VARIANTS, build_system_prompt
+from .scripted import ScriptedGamma
+from .skills import load_skills
+from .worker import Worker
+
+
+def skills_dir() -> Path:
+    return Path(os.environ.get("GAMMA_SKILLS_DIR") or Path(__file__).resolve().parents[2] / "skills")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("runtime", settings)
     broker = make_broker(settings.redis_url, ctx.registry, "runtime")
+    directory = skills_dir()
+    os.environ.setdefault("GAMMA_SKILLS_DIR", str(directory))  # the gml CLI in skills finds itself
+    skills = load_skills(directory)
+    prompts: dict[str, str] = {v: build_system_prompt(v, skills) for v in VARIANTS}
+    model_client = openai_client(settings, ScriptedGamma(skills))
 
-    async def on_wake(wake: Wake) -> None:
-        raise NotImplementedError("issue 4")
+    async def bus(stream: str, message: BaseModel) -> None:
+        await publish(broker, stream, message)
+
+    worker = Worker(settings, ctx.redis, model_client, skills, prompts, bus, consumer_name("runtime"))
 
     subscribe(broker, ctx.redis, stream=keys.WAKE, group=keys.RUNTIME_GROUP, consumer=consumer_name("runtime"),
-              model=Wake, handler=on_wake, claim_idle_ms=settings.claim_idle_ms)
+              model=Wake, handler=worker.on_wake, claim_idle_ms=settings.claim_idle_ms)
 
     async def start() -> None:
         await ensure_group(ctx.redis, keys.WAKE, keys.RUNTIME_GROUP)
         await broker.start()
+        worker.start()
 
     async def stop() -> None:
+        # SIGTERM: persist every session and release its lease before the broker goes away.
+        await worker.shutdown()
         await broker.stop()
 
     app = FastAPI(title="gamma-runtime", lifespan=service_lifespan(ctx, start, stop))
     add_health_routes(app, ctx)
+
+    @app.get("/sessions", include_in_schema=False)
+    async def sessions() -> dict[str, object]:
+        return {"worker": worker.worker_id, "sessions": worker.snapshot()}
+
     return app

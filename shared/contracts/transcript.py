@@ -26,6 +26,7 @@ class SessionHeader(_Entry):
 class MessageEntry(_Entry):
     type: Literal["message"] = "message"
     message: AgentMessage
+    prompt_id: str | None = None  # the UserPrompt a user message came from (idempotency on takeover)
 
 
 class CustomMessageEntry(_Entry):

@@ -1,0 +1,137 @@
+"""The runtime side of compaction (issue 7): when to ask, and how to apply the answer.
+
+Triggers: the threshold before a model request, a provider context-overflow error (compact, then
+retry the request once), and the inbox `Compact` command. At most one request in flight per
+session. A `CompactionReady` is applied at a safe point (idle, or before the next model call of a
+run, when every tool call has its result): check_ready, the compaction entry plus the restored
+anchors in one append, then the context reloads. It is acked only after that, so a result that
+arrives while dormant (or before a crash) is applied at the next wake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import structlog
+
+from shared import keys
+from shared.contracts.inbox import Compact, CompactionReady
+from shared.contracts.messages import AssistantMessage
+from shared.inbox import InboxEntry
+
+from .compaction import check_ready, context_tokens, is_context_overflow, make_request, should_compact
+from .engine.types import AgentContext, Emit, StreamFn
+
+if TYPE_CHECKING:
+    from .session import Session
+
+log = structlog.get_logger()
+OVERFLOW_WAIT_S = 120.0
+
+
+class Compactor:
+    def __init__(self, session: Session, context_window: int) -> None:
+        self.s = session
+        self.context_window = context_window
+        self.reserve_tokens = session.deps.settings.reserve_tokens
+        self.keep_recent_tokens = session.deps.settings.keep_recent_tokens
+        self.in_flight: str | None = None
+        self.deferred: list[tuple[InboxEntry, CompactionReady]] = []
+        self._waiters: dict[str, asyncio.Future[bool]] = {}
+        inner: StreamFn = session.agent.config.stream
+        session.agent.config.stream = self._stream(inner)
+        session.agent.config.before_model_call = self.before_model_call
+
+    # ------------------------------------------------------------ triggers
+
+    async def before_model_call(self, context: AgentContext) -> None:
+        await self._apply_deferred()
+        tokens = context_tokens(context.messages)
+        if self.in_flight is None and should_compact(tokens, self.context_window, self.reserve_tokens):
+            await self.request(None, tokens)
+
+    async def request(self, instructions: str | None, tokens: int | None = None) -> str | None:
+        if self.in_flight is not None:
+            return self.in_flight
+        req = make_request(self.s.sid, self.s.transcript.entries, keep_recent_tokens=self.keep_recent_tokens,
+                           custom_instructions=instructions, model=self.s.stream.settings.model,
+                           reserve_tokens=self.reserve_tokens, tokens_before=tokens)
+        if req is None:
+            return None
+        self.in_flight = req.request_id
+        await self.s.outbox.publish(keys.COMPACTION_REQUESTS, req)
+        await self.s.outbox.event("compaction", {"phase": "requested", "requestId": req.request_id,
+                                                 "tokensBefore": req.tokens_before})
+        log.info("compaction_requested", session_id=self.s.sid, request_id=req.request_id)
+        return req.request_id
+
+    def _stream(self, inner: StreamFn) -> StreamFn:
+        async def stream(context: AgentContext, emit: Emit, signal: asyncio.Event) -> AssistantMessage:
+            message = await inner(context, emit, signal)
+            if not is_context_overflow(message):
+                return message
+            rid = await self.request(None)
+            if rid is None:
+                return message
+            waiter = self._waiters.setdefault(rid, asyncio.get_running_loop().create_future())
+            try:
+                applied = await asyncio.wait_for(waiter, OVERFLOW_WAIT_S)
+            except TimeoutError:
+                applied = False
+            finally:
+                self._waiters.pop(rid, None)
+            if not applied:
+                return message
+            return await inner(context, emit, signal)  # retry once, on the compacted context
+
+        return stream
+
+    # ------------------------------------------------------------ inbox
+
+    async def on_command(self, entry: InboxEntry, m: Compact) -> None:
+        rid = await self.request(m.instructions)
+        if rid is None:
+            await self.s.outbox.reply(m.request_id, 409, {"error": "nothing to compact yet"})
+        else:
+            await self.s.outbox.reply(m.request_id, 200, {"request_id": rid})
+        await self.s.ack(entry.entry_id)
+
+    async def on_ready(self, entry: InboxEntry, ready: CompactionReady) -> None:
+        if self.s.running and ready.request_id not in self._waiters:
+            self.deferred.append((entry, ready))  # applied before the next model call or after the run
+            return
+        applied = await self.apply(entry, ready)
+        waiter = self._waiters.get(ready.request_id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(applied)
+
+    async def after_run(self) -> None:
+        await self._apply_deferred()
+
+    async def _apply_deferred(self) -> None:
+        deferred, self.deferred = self.deferred, []
+        for entry, ready in deferred:
+            await self.apply(entry, ready)
+
+    async def apply(self, entry: InboxEntry, ready: CompactionReady) -> bool:
+        if self.in_flight == ready.request_id:
+            self.in_flight = None
+        verdict = check_ready(ready, self.s.transcript.entries)
+        if verdict != "apply":
+            log.info("compaction_discarded", session_id=self.s.sid, request_id=ready.request_id, verdict=verdict,
+                     error=ready.error)
+            await self.s.outbox.event("compaction", {"phase": verdict, "requestId": ready.request_id,
+                                                     "error": ready.error})
+            await self.s.ack(entry.entry_id)
+            return False
+        anchors = self.s.protocol.anchors()
+        await self.s.transcript.append_compaction(ready.summary, ready.first_kept_entry_id, ready.tokens_before,
+                                                  ready.details, ready.request_id, anchors)
+        self.s.protocol.restore_context()
+        await self.s.ack(entry.entry_id)
+        await self.s.outbox.event("compaction", {
+            "phase": "applied", "requestId": ready.request_id, "tokensBefore": ready.tokens_before,
+            "tokensAfter": context_tokens(self.s.agent.messages), "anchors": [a.custom_type for a in anchors]})
+        log.info("compaction_applied", session_id=self.s.sid, request_id=ready.request_id)
+        return True

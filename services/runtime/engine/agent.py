@@ -1,0 +1,144 @@
+"""The stateful Agent (Pi's agent.ts): the context, the steer and follow-up queues, one run at a time.
+
+next-turn messages are not the engine's business: the session protocol keeps them until the next
+user prompt (as Pi's AgentSession does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Literal
+
+from shared.contracts.messages import AgentMessage, AssistantMessage
+
+from .loop import run_loop, run_loop_continue
+from .types import AgentContext, Emit, LoopConfig, Tool
+
+QueueMode = Literal["all", "one-at-a-time"]
+
+
+class AgentBusy(RuntimeError):
+    pass
+
+
+class Agent:
+    def __init__(
+        self,
+        context: AgentContext,
+        config: LoopConfig,
+        emit: Emit,
+        steering_mode: QueueMode = "all",
+        follow_up_mode: QueueMode = "all",
+    ) -> None:
+        self.context = context
+        self.config = config
+        self._emit = emit
+        self.steering_mode = steering_mode
+        self.follow_up_mode = follow_up_mode
+        self._steer: deque[AgentMessage] = deque()
+        self._follow: deque[AgentMessage] = deque()
+        self._running = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        config.get_steering = self._dequeue_steering
+        config.get_follow_up = self._dequeue_follow_up
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def messages(self) -> list[AgentMessage]:
+        return self.context.messages
+
+    def replace_messages(self, messages: list[AgentMessage]) -> None:
+        self.context.messages = list(messages)
+
+    @property
+    def tools(self) -> list[Tool]:
+        return self.context.tools
+
+    @property
+    def is_running(self) -> bool:
+        return self._running
+
+    # ------------------------------------------------------------ queues
+
+    def steer(self, message: AgentMessage) -> None:
+        """Delivered after the current tool batch, before the next model call."""
+        self._steer.append(message)
+
+    def follow_up(self, message: AgentMessage) -> None:
+        """Delivered only when the agent would otherwise stop."""
+        self._follow.append(message)
+
+    def has_queued(self) -> bool:
+        return bool(self._steer or self._follow)
+
+    def queued(self) -> list[AgentMessage]:
+        return [*self._steer, *self._follow]
+
+    def remove_queued(self, message: AgentMessage) -> bool:
+        for q in (self._steer, self._follow):
+            for i, m in enumerate(q):
+                if m is message:
+                    del q[i]
+                    return True
+        return False
+
+    def replace_queued(self, old: AgentMessage, new: AgentMessage) -> bool:
+        for q in (self._steer, self._follow):
+            for i, m in enumerate(q):
+                if m is old:
+                    q[i] = new
+                    return True
+        return False
+
+    async def _dequeue_steering(self) -> list[AgentMessage]:
+        return _take(self._steer, self.steering_mode)
+
+    async def _dequeue_follow_up(self) -> list[AgentMessage]:
+        return _take(self._follow, self.follow_up_mode)
+
+    # ------------------------------------------------------------ runs
+
+    async def prompt(self, messages: list[AgentMessage]) -> list[AgentMessage]:
+        if self._running:
+            raise AgentBusy("the agent is already running; use steer() or follow_up()")
+        return await self._guarded(run_loop(messages, self.context, self.config, self._emit))
+
+    async def continue_(self) -> list[AgentMessage]:
+        """Resume from the current context: queued steering first, then follow-ups (Pi's continue)."""
+        if self._running:
+            raise AgentBusy("the agent is already running")
+        if self.messages and isinstance(self.messages[-1], AssistantMessage):
+            queued = _take(self._steer, "all") or _take(self._follow, "all")
+            if not queued:
+                raise ValueError("nothing to continue: the last message is from the assistant")
+            return await self.prompt(queued)
+        return await self._guarded(run_loop_continue(self.context, self.config, self._emit))
+
+    def abort(self) -> None:
+        self.config.signal.set()
+
+    async def wait_for_idle(self) -> None:
+        await self._idle.wait()
+
+    async def _guarded(self, coro: object) -> list[AgentMessage]:
+        self._running = True
+        self._idle.clear()
+        self.config.signal.clear()
+        try:
+            return await coro  # type: ignore[misc, no-any-return]
+        finally:
+            self._running = False
+            self._idle.set()
+
+
+def _take(queue: deque[AgentMessage], mode: QueueMode) -> list[AgentMessage]:
+    if not queue:
+        return []
+    if mode == "one-at-a-time":
+        return [queue.popleft()]
+    out = list(queue)
+    queue.clear()
+    return out

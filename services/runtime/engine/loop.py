@@ -1,0 +1,159 @@
+"""The agent loop as one function (Pi's agent-loop.ts, with its later semantics):
+
+- steering messages are taken after the whole tool batch of a turn and before the next model call;
+- follow-ups only when the agent would otherwise stop;
+- every tool call gets a result (errors are values), results in call order, tools run in parallel;
+- `terminate` skips the next automatic model call only when every result of the batch sets it,
+  and queued steering or follow-ups still keep the run going;
+- an assistant message with stop_reason error/aborted ends the run.
+
+State lives in `context.messages`; everything else goes out as events (persistence listens to
+`message_end`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage
+
+from .types import AgentContext, AgentEvent, Emit, LoopConfig, Tool, ToolContext, ToolOutcome
+
+
+async def run_loop(
+    prompts: list[AgentMessage], context: AgentContext, config: LoopConfig, emit: Emit
+) -> list[AgentMessage]:
+    """Add `prompts` to the context and run until the agent stops; returns the new messages."""
+    new: list[AgentMessage] = []
+    await emit(AgentEvent(type="agent_start"))
+    await emit(AgentEvent(type="turn_start"))
+    for p in prompts:
+        await _add(p, context, new, emit)
+    return await _run(context, config, emit, new, first_turn=True)
+
+
+async def run_loop_continue(context: AgentContext, config: LoopConfig, emit: Emit) -> list[AgentMessage]:
+    """Continue from the current context (its last message must not be an assistant message)."""
+    if context.messages and isinstance(context.messages[-1], AssistantMessage):
+        raise ValueError("cannot continue from an assistant message")
+    await emit(AgentEvent(type="agent_start"))
+    await emit(AgentEvent(type="turn_start"))
+    return await _run(context, config, emit, [], first_turn=True)
+
+
+async def _add(m: AgentMessage, context: AgentContext, new: list[AgentMessage], emit: Emit) -> None:
+    await emit(AgentEvent(type="message_start", data={"message": _dump(m)}, message=m))
+    context.messages.append(m)
+    new.append(m)
+    await emit(AgentEvent(type="message_end", data={"message": _dump(m)}, message=m))
+
+
+async def _run(
+    context: AgentContext, config: LoopConfig, emit: Emit, new: list[AgentMessage], first_turn: bool
+) -> list[AgentMessage]:
+    pending = await config.get_steering()
+    while True:
+        more_tools = True
+        while more_tools or pending:
+            if not first_turn:
+                await emit(AgentEvent(type="turn_start"))
+            first_turn = False
+            for m in pending:
+                await _add(m, context, new, emit)
+            pending = []
+            await config.before_model_call(context)
+            message = await config.stream(context, emit, config.signal)
+            context.messages.append(message)
+            new.append(message)
+            await emit(AgentEvent(type="message_end", data={"message": _dump(message)}, message=message))
+            if message.stop_reason in ("error", "aborted"):
+                await emit(AgentEvent(type="turn_end", data={"stopReason": message.stop_reason}))
+                await emit(AgentEvent(type="agent_end", data={"stopReason": message.stop_reason}))
+                return new
+            calls = message.tool_calls()
+            more_tools = bool(calls)
+            if calls:
+                results, terminate = await _execute_batch(calls, context, config, emit)
+                for r in results:
+                    await _add(r, context, new, emit)
+                if terminate:
+                    more_tools = False
+            await emit(AgentEvent(type="turn_end", data={"toolResults": len(calls)}))
+            if config.signal.is_set():
+                await emit(AgentEvent(type="agent_end", data={"stopReason": "aborted"}))
+                return new
+            pending = await config.get_steering()
+        follow = await config.get_follow_up()
+        if not follow:
+            break
+        pending = follow
+    await emit(AgentEvent(type="agent_end", data={"stopReason": "stop"}))
+    return new
+
+
+async def _execute_batch(
+    calls: list[ToolCall], context: AgentContext, config: LoopConfig, emit: Emit
+) -> tuple[list[ToolResultMessage], bool]:
+    tools = {t.name: t for t in context.tools}
+    preset = await config.prepare_batch(calls)
+    for call in calls:
+        await emit(AgentEvent(type="tool_execution_start", data={
+            "toolCallId": call.id, "toolName": call.name, "args": call.arguments}))
+
+    async def one(call: ToolCall) -> ToolOutcome:
+        if call.id in preset:
+            return preset[call.id]
+        tool = tools.get(call.name)
+        if tool is None:
+            return ToolOutcome(content=f"Tool {call.name!r} not found.", is_error=True)
+        problem = validate_arguments(tool, call.arguments)
+        if problem:
+            return ToolOutcome(content=problem, is_error=True)
+        ctx = ToolContext(call=call, batch=calls, signal=config.signal, emit=emit)
+        try:
+            return await tool.execute(call.arguments, ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a tool bug is the model's error value, not a crash
+            return ToolOutcome(content=f"Tool {call.name} failed: {type(exc).__name__}: {exc}", is_error=True)
+
+    outcomes = await asyncio.gather(*(one(c) for c in calls))
+    results: list[ToolResultMessage] = []
+    for call, outcome in zip(calls, outcomes, strict=True):
+        await emit(AgentEvent(type="tool_execution_end", data={
+            "toolCallId": call.id, "toolName": call.name, "isError": outcome.is_error,
+            "result": outcome.content[:2000], "details": outcome.details}))
+        results.append(ToolResultMessage(
+            tool_call_id=call.id, tool_name=call.name, content=[TextContent(text=outcome.content)],
+            details=outcome.details, is_error=outcome.is_error))
+    terminate = bool(outcomes) and all(o.terminate for o in outcomes)
+    return results, terminate
+
+
+def validate_arguments(tool: Tool, args: dict[str, Any]) -> str | None:
+    """A light JSON-schema check (required keys, primitive types), so the model gets a clear error."""
+    if "__invalid_json__" in args:
+        return f"Invalid JSON arguments for {tool.name}: {args['__invalid_json__'][:200]}"
+    schema = tool.parameters
+    missing = [k for k in schema.get("required", []) if k not in args]
+    if missing:
+        return f"Missing required argument(s) for {tool.name}: {', '.join(missing)}"
+    types: dict[str, type | tuple[type, ...]] = {
+        "string": str, "boolean": bool, "integer": int, "number": (int, float), "array": list, "object": dict}
+    for key, value in args.items():
+        spec = schema.get("properties", {}).get(key)
+        if spec is None:
+            if schema.get("additionalProperties") is False:
+                return f"Unknown argument {key!r} for {tool.name}"
+            continue
+        expected = types.get(spec.get("type", ""))
+        if expected is not None and not isinstance(value, expected):
+            return f"Argument {key!r} of {tool.name} must be {spec['type']}"
+        if spec.get("type") == "integer" and isinstance(value, bool):
+            return f"Argument {key!r} of {tool.name} must be integer"
+    return None
+
+
+def _dump(m: AgentMessage) -> dict[str, Any]:
+    return m.model_dump(by_alias=True, mode="json")

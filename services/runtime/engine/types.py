@@ -1,0 +1,98 @@
+"""Engine data: tools as values, tool outcomes as values, events out, the loop's configuration."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from shared.contracts.events import EventType
+from shared.contracts.messages import AgentMessage, AssistantMessage, ToolCall
+
+
+class ToolOutcome(BaseModel):
+    """What a tool returns. Errors are values: a failing tool still yields an outcome."""
+
+    content: str
+    details: dict[str, Any] | None = None
+    is_error: bool = False
+    terminate: bool = False  # ends the run only when every result of the batch sets it (Pi)
+
+
+@dataclass
+class AgentEvent:
+    """An engine event. `message` carries the typed message for message_* events (persistence)."""
+
+    type: EventType
+    data: dict[str, Any] = field(default_factory=dict)
+    message: AgentMessage | None = None
+
+
+Emit = Callable[[AgentEvent], Awaitable[None]]
+
+
+@dataclass
+class ToolContext:
+    """What a tool sees besides its arguments: its call, the whole batch, the abort signal."""
+
+    call: ToolCall
+    batch: list[ToolCall]
+    signal: asyncio.Event
+    emit: Emit
+
+
+ToolExecute = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutcome]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    execute: ToolExecute
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+@dataclass
+class AgentContext:
+    system_prompt: str
+    messages: list[AgentMessage]
+    tools: list[Tool]
+
+
+# One model call: context in, a complete assistant message out (errors as stop_reason="error").
+StreamFn = Callable[[AgentContext, Emit, asyncio.Event], Awaitable[AssistantMessage]]
+MessagesFn = Callable[[], Awaitable[list[AgentMessage]]]
+# Preflight for a tool batch: outcomes decided before any tool runs (e.g. a skill conflict).
+PrepareBatch = Callable[[list[ToolCall]], Awaitable[dict[str, ToolOutcome]]]
+BeforeModelCall = Callable[[AgentContext], Awaitable[None]]
+
+
+async def _none() -> list[AgentMessage]:
+    return []
+
+
+async def _no_preflight(_: list[ToolCall]) -> dict[str, ToolOutcome]:
+    return {}
+
+
+async def _noop(_: AgentContext) -> None:
+    return None
+
+
+@dataclass
+class LoopConfig:
+    stream: StreamFn
+    get_steering: MessagesFn = _none
+    get_follow_up: MessagesFn = _none
+    prepare_batch: PrepareBatch = _no_preflight
+    before_model_call: BeforeModelCall = _noop
+    signal: asyncio.Event = field(default_factory=asyncio.Event)

@@ -1,0 +1,43 @@
+"""Outgoing messages of a session: events (XADD MAXLEN ~), replies, and the service-level streams."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel
+
+from shared import keys
+from shared.contracts.events import EventType, SessionEvent
+from shared.contracts.inbox import InboxReply
+
+EVENTS_MAXLEN = 10_000
+REPLY_TTL_S = 60
+
+# (stream, model) -> publish through the bus (FastStream) so consumers get the usual envelope.
+BusPublish = Callable[[str, BaseModel], Awaitable[Any]]
+
+
+class Outbox:
+    def __init__(self, client: aioredis.Redis, sid: str, bus: BusPublish) -> None:
+        self.client = client
+        self.sid = sid
+        self.bus = bus
+
+    async def event(self, type: EventType, data: dict[str, Any] | None = None) -> str:
+        ev = SessionEvent(type=type, session_id=self.sid, data=data or {})
+        entry = await self.client.xadd(keys.events(self.sid), {"data": ev.model_dump_json()},
+                                       maxlen=EVENTS_MAXLEN, approximate=True)
+        return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+    async def reply(self, request_id: str, status: int, body: dict[str, Any]) -> None:
+        key = keys.reply(self.sid, request_id)
+        payload = InboxReply(request_id=request_id, status=status, body=body).model_dump_json()
+        pipe = self.client.pipeline(transaction=True)
+        pipe.rpush(key, payload)
+        pipe.expire(key, REPLY_TTL_S)
+        await pipe.execute()
+
+    async def publish(self, stream: str, message: BaseModel) -> None:
+        await self.bus(stream, message)

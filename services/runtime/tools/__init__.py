@@ -1,0 +1,50 @@
+"""The stable tool set, registered at session start in one fixed order (the schemas never change)."""
+
+from __future__ import annotations
+
+from shared.contracts.messages import ToolCall
+
+from ..engine.types import Tool, ToolOutcome
+from ..skills import Skill
+from .bash import bash_tool
+from .files import edit_tool, read_tool, write_tool
+from .host import ToolHost
+from .message_user import ALONE_ERROR, message_user_tool
+from .show import show_file_tool, show_gamma_tool
+from .skill import plan_skill_batch, skill_tool
+from .subagent import subagent_tool
+from .todo import todo_tool
+
+TOOL_ORDER = ("read", "bash", "write", "edit", "todo", "subagent", "show_gamma", "show_file", "skill",
+              "message_user")
+
+
+class Toolset:
+    """The tools of one session plus the batch preflight that needs to see the whole batch."""
+
+    def __init__(self, host: ToolHost) -> None:
+        self.host = host
+        self._plans: dict[str, list[tuple[Skill, str | None]]] = {}
+        self.tools: list[Tool] = [
+            read_tool(host), bash_tool(host), write_tool(host), edit_tool(host), todo_tool(host),
+            subagent_tool(host), show_gamma_tool(host), show_file_tool(host), skill_tool(host, self._plans),
+            message_user_tool(host),
+        ]
+        assert tuple(t.name for t in self.tools) == TOOL_ORDER
+
+    async def prepare_batch(self, calls: list[ToolCall]) -> dict[str, ToolOutcome]:
+        preset: dict[str, ToolOutcome] = {}
+        if len(calls) > 1:
+            for c in calls:
+                if c.name == "message_user" and c.arguments.get("blockOnUser") is True:
+                    preset[c.id] = ToolOutcome(content=ALONE_ERROR, is_error=True)
+        plan = plan_skill_batch(calls, self.host.skills, self.host.active_skill_names())
+        if plan.errors:
+            return {**plan.errors, **preset}
+        self._plans.update(plan.activations)
+        return preset
+
+
+def readonly_tools(host: ToolHost) -> list[Tool]:
+    """A subagent's tools: it researches, it does not change the session."""
+    return [read_tool(host)]

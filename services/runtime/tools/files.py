@@ -1,0 +1,132 @@
+"""read / write / edit: inside the session workspace only; every change is an ArtifactChange(agent)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from shared.disk import DiskError, atomic_write_bytes, check_size, resolve_workspace_path
+
+from ..engine.types import Tool, ToolContext, ToolOutcome
+from .host import ToolHost
+
+READ_LIMIT = 2000  # lines per read
+
+
+def file_ref(path: str) -> str:
+    return "file:" + path.strip("/")
+
+
+def read_tool(host: ToolHost) -> Tool:
+    async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
+        try:
+            path = resolve_workspace_path(host.paths.workspace, args["path"])
+        except DiskError as exc:
+            return ToolOutcome(content=str(exc), is_error=True)
+        if not path.is_file():
+            return ToolOutcome(content=f"No such file: {args['path']}", is_error=True)
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        lines = text.splitlines()
+        offset = max(int(args.get("offset", 1)), 1)
+        limit = min(max(int(args.get("limit", READ_LIMIT)), 1), READ_LIMIT)
+        chunk = lines[offset - 1 : offset - 1 + limit]
+        more = len(lines) - (offset - 1 + len(chunk))
+        body = "\n".join(chunk)
+        if more > 0:
+            body += f"\n\n[{more} more lines; continue with offset={offset + len(chunk)}]"
+        return ToolOutcome(content=body, details={"path": args["path"], "lines": len(chunk)})
+
+    return Tool(
+        name="read",
+        description="Read a text file from the session workspace. Paths are relative to the workspace. "
+        "Use offset/limit (1-based lines) for long files.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Workspace-relative file path."},
+                "offset": {"type": "integer", "description": "First line to read (1-based)."},
+                "limit": {"type": "integer", "description": "Maximum number of lines."},
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+        execute=execute,
+    )
+
+
+async def write_file(host: ToolHost, rel: str, data: bytes) -> str:
+    path = resolve_workspace_path(host.paths.workspace, rel)
+    check_size(data, host.max_file_bytes)
+    await host.guard()
+    atomic_write_bytes(path, data)
+    ref = file_ref(path.relative_to(host.paths.workspace.resolve()).as_posix())
+    await host.artifact_changed(ref, "file", content_b64=base64.b64encode(data).decode())
+    return ref
+
+
+def write_tool(host: ToolHost) -> Tool:
+    async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
+        data = args["content"].encode()
+        try:
+            ref = await write_file(host, args["path"], data)
+        except DiskError as exc:
+            return ToolOutcome(content=str(exc), is_error=True)
+        return ToolOutcome(content=f"Wrote {len(data)} bytes to {args['path']}.",
+                           details={"path": args["path"], "ref": ref, "bytes": len(data)})
+
+    return Tool(
+        name="write",
+        description="Create or overwrite a file in the session workspace with the given content.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Workspace-relative file path."},
+                "content": {"type": "string", "description": "The complete new file content."},
+            },
+            "required": ["path", "content"],
+            "additionalProperties": False,
+        },
+        execute=execute,
+    )
+
+
+def edit_tool(host: ToolHost) -> Tool:
+    async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
+        try:
+            path = resolve_workspace_path(host.paths.workspace, args["path"])
+        except DiskError as exc:
+            return ToolOutcome(content=str(exc), is_error=True)
+        if not path.is_file():
+            return ToolOutcome(content=f"No such file: {args['path']}", is_error=True)
+        text = path.read_text(encoding="utf-8", errors="replace")
+        old, new = args["old_text"], args["new_text"]
+        if not old:
+            return ToolOutcome(content="old_text must not be empty.", is_error=True)
+        count = text.count(old)
+        if count == 0:
+            return ToolOutcome(content=f"old_text was not found in {args['path']}; read the file and copy the "
+                               "exact text, including whitespace.", is_error=True)
+        if count > 1:
+            return ToolOutcome(content=f"old_text matches {count} places in {args['path']}; include more "
+                               "surrounding text so it matches exactly once.", is_error=True)
+        try:
+            ref = await write_file(host, args["path"], text.replace(old, new, 1).encode())
+        except DiskError as exc:
+            return ToolOutcome(content=str(exc), is_error=True)
+        return ToolOutcome(content=f"Edited {args['path']}.", details={"path": args["path"], "ref": ref})
+
+    return Tool(
+        name="edit",
+        description="Replace one exact, unique occurrence of old_text with new_text in a workspace file.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Workspace-relative file path."},
+                "old_text": {"type": "string", "description": "Exact text to replace; must match once."},
+                "new_text": {"type": "string", "description": "Replacement text."},
+            },
+            "required": ["path", "old_text", "new_text"],
+            "additionalProperties": False,
+        },
+        execute=execute,
+    )

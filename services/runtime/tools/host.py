@@ -1,0 +1,37 @@
+"""What the tools need from their session, as a Protocol: tools stay values with no session import."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from shared.contracts.todo import TodoList
+from shared.disk import SessionPaths
+
+from ..skills import Skill
+from ..todo import TodoController
+
+
+class ToolHost(Protocol):
+    sid: str
+    paths: SessionPaths
+    max_file_bytes: int
+    todo: TodoController
+    skills: Mapping[str, Skill]
+
+    async def guard(self) -> None: ...
+
+    async def artifact_changed(self, ref: str, kind: str, *, content_b64: str | None = None,
+                               document: dict[str, Any] | None = None, deleted: bool = False) -> None: ...
+
+    async def open_tab(self, ari: str, title: str | None) -> str: ...
+
+    async def todo_changed(self, todo: TodoList, tool_call_id: str) -> None: ...
+
+    def active_skill_names(self) -> set[str]: ...
+
+    async def record_activation(self, skill: Skill, required_by: str | None) -> None: ...
+
+    async def start_subagent(self, task: str, tool_call_id: str) -> str: ...
+
+    async def message_user(self, message: str, block_on_user: bool, tool_call_id: str) -> None: ...

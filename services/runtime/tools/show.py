@@ -1,0 +1,95 @@
+"""show_file / show_gamma: open a tab in SessionUIState; show_gamma can create a deck document."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import ValidationError
+
+from shared.contracts.documents import Deck, StoredDeck
+from shared.disk import DiskError, atomic_write_json, read_json, resolve_workspace_path
+
+from ..engine.types import Tool, ToolContext, ToolOutcome
+from .files import file_ref
+from .host import ToolHost
+
+DOC_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+def show_file_tool(host: ToolHost) -> Tool:
+    async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
+        try:
+            path = resolve_workspace_path(host.paths.workspace, args["path"])
+        except DiskError as exc:
+            return ToolOutcome(content=str(exc), is_error=True)
+        if not path.exists():
+            return ToolOutcome(content=f"No such file: {args['path']}", is_error=True)
+        rel = path.relative_to(host.paths.workspace.resolve()).as_posix()
+        ari = file_ref(rel)
+        tab = await host.open_tab(ari, args.get("title") or rel.rsplit("/", 1)[-1])
+        return ToolOutcome(content=f"Opened {ari} in tab {tab}.", details={"ari": ari, "tabId": tab})
+
+    return Tool(
+        name="show_file",
+        description="Open a workspace file in a tab of the user's interface.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Workspace-relative file path."},
+                "title": {"type": "string", "description": "Optional tab title."},
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+        execute=execute,
+    )
+
+
+def show_gamma_tool(host: ToolHost) -> Tool:
+    async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
+        doc = args["doc"]
+        if not DOC_RE.match(doc) or doc in {".", ".."}:
+            return ToolOutcome(content=f"Invalid document id {doc!r}: use letters, digits, '.', '_' or '-'.",
+                               is_error=True)
+        path = host.paths.document(doc)
+        created = False
+        deck_args = args.get("deck")
+        if deck_args is not None:
+            try:
+                deck = Deck.model_validate(deck_args)
+            except ValidationError as exc:
+                return ToolOutcome(content=f"Invalid deck: {exc.errors()[0].get('msg')}", is_error=True)
+            previous = read_json(path)
+            revision = int(previous.get("revision", 0)) + 1 if isinstance(previous, dict) else 1
+            stored = StoredDeck(**deck.model_dump(), revision=revision)
+            await host.guard()
+            atomic_write_json(path, stored)
+            created = previous is None
+            await host.artifact_changed(f"gamma:file:{doc}", "document", document=stored.model_dump())
+        elif not path.exists():
+            return ToolOutcome(content=f"Document {doc!r} does not exist; pass `deck` to create it.",
+                               is_error=True)
+        title = args.get("title") or (deck_args or {}).get("title") or doc
+        ari = f"gamma:file:{doc}"
+        tab = await host.open_tab(ari, title)
+        verb = "Created and opened" if created else "Opened"
+        return ToolOutcome(content=f"{verb} {ari} in tab {tab}.",
+                           details={"ari": ari, "tabId": tab, "created": created})
+
+    return Tool(
+        name="show_gamma",
+        description="Open a Gamma document (deck) in a tab of the user's interface. Pass `deck` "
+        "({title, theme, metadata, assets, cards: [{id, ...}]}) to create or replace it first.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "doc": {"type": "string", "description": "Document id, e.g. 'q3-review'."},
+                "title": {"type": "string", "description": "Optional tab title."},
+                "deck": {"type": "object", "description": "The complete deck to store before opening."},
+            },
+            "required": ["doc"],
+            "additionalProperties": False,
+        },
+        execute=execute,
+    )

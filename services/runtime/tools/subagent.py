@@ -1,0 +1,33 @@
+"""subagent: a child run with its own context; its result arrives later as a background_result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.types import Tool, ToolContext, ToolOutcome
+from .host import ToolHost
+
+
+def subagent_tool(host: ToolHost) -> Tool:
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        task = args["task"].strip()
+        if not task:
+            return ToolOutcome(content="task must not be empty.", is_error=True)
+        child = await host.start_subagent(task, ctx.call.id)
+        return ToolOutcome(
+            content=f"Subagent {child} started. Its result arrives later as a background_result; continue "
+            "with other work.", details={"subagent": child},
+        )
+
+    return Tool(
+        name="subagent",
+        description="Start a child agent with its own context for a self-contained research task. It can "
+        "read workspace files. Its result arrives later as a background_result message.",
+        parameters={
+            "type": "object",
+            "properties": {"task": {"type": "string", "description": "The complete task for the child."}},
+            "required": ["task"],
+            "additionalProperties": False,
+        },
+        execute=execute,
+    )

@@ -1,0 +1,50 @@
+"""todo: replace the task list (one in_progress at most); the result carries the list as details."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.types import Tool, ToolContext, ToolOutcome
+from ..todo import TodoRefused, render
+from .host import ToolHost
+
+
+def todo_tool(host: ToolHost) -> Tool:
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        items = args.get("items")
+        if not isinstance(items, list):
+            return ToolOutcome(content="items must be a list of {id, content, status}.", is_error=True)
+        try:
+            todo = await host.todo.update(items)
+        except TodoRefused as exc:
+            return ToolOutcome(content=f"Todo update refused: {exc}", is_error=True,
+                               details={"todo": host.todo.current.model_dump()})
+        await host.todo_changed(todo, ctx.call.id)
+        return ToolOutcome(content=render(todo), details={"todo": todo.model_dump()})
+
+    return Tool(
+        name="todo",
+        description="Replace the task list shown to the user. Send every task each time. Statuses: pending, "
+        "in_progress, complete, blocked; exactly one task may be in_progress.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "items": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": "string"},
+                            "content": {"type": "string"},
+                            "status": {"type": "string", "enum": ["pending", "in_progress", "complete", "blocked"]},
+                        },
+                        "required": ["id", "content", "status"],
+                        "additionalProperties": False,
+                    },
+                }
+            },
+            "required": ["items"],
+            "additionalProperties": False,
+        },
+        execute=execute,
+    )

@@ -1,0 +1,177 @@
+"""`transcript.jsonl`: Pi's session entries, appended only by the lease holder, replayed on restore.
+
+Every append first runs the `guard` (the lease check), so a worker that lost its lease cannot
+write. Idempotency indexes (prompt ids, injection sources, compaction request ids) are rebuilt
+from the file, so a new holder never records the same prompt or injection twice.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shared.contracts.messages import (
+    AgentMessage,
+    CompactionSummaryMessage,
+    CustomMessage,
+)
+from shared.contracts.transcript import (
+    CompactionEntry,
+    CustomMessageEntry,
+    MessageEntry,
+    SessionHeader,
+    SkillActivationEntry,
+    TranscriptEntry,
+    parse_entries,
+)
+from shared.disk import append_jsonl, iter_jsonl
+
+Guard = Callable[[], Awaitable[None]]
+ANCHOR_TYPES = frozenset({"gamma.todo_anchor", "gamma.active_skill"})
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def entry_message(entry: TranscriptEntry) -> AgentMessage | None:
+    if isinstance(entry, MessageEntry):
+        return entry.message
+    if isinstance(entry, CustomMessageEntry):
+        return CustomMessage(custom_type=entry.custom_type, content=entry.content, display=entry.display,
+                             details=entry.details)
+    return None
+
+
+def build_context(entries: Sequence[TranscriptEntry]) -> list[AgentMessage]:
+    """Pi's buildSessionContext on a linear transcript: with a compaction, the summary message, then
+    the kept entries from firstKeptEntryId up to the compaction, then everything after it.
+    Anchors before the latest compaction are dropped: the compaction restored fresh ones after it."""
+    last = -1
+    for i in range(len(entries) - 1, -1, -1):
+        if isinstance(entries[i], CompactionEntry):
+            last = i
+            break
+    if last < 0:
+        return [m for m in (entry_message(e) for e in entries) if m is not None]
+    compaction = entries[last]
+    assert isinstance(compaction, CompactionEntry)
+    start = next((i for i in range(last) if entries[i].id == compaction.first_kept_entry_id), last)
+    out: list[AgentMessage] = [CompactionSummaryMessage(summary=compaction.summary,
+                                                        tokens_before=compaction.tokens_before)]
+    for e in entries[start:last]:
+        if isinstance(e, CustomMessageEntry) and e.custom_type in ANCHOR_TYPES:
+            continue
+        m = entry_message(e)
+        if m is not None:
+            out.append(m)
+    out.extend(m for m in (entry_message(e) for e in entries[last + 1 :]) if m is not None)
+    return out
+
+
+class Transcript:
+    def __init__(self, path: Path, guard: Guard) -> None:
+        self.path = path
+        self._guard = guard
+        self.entries: list[TranscriptEntry] = []
+        self._ids: set[str] = set()
+        self.prompts: dict[str, str] = {}  # prompt_id -> entry id
+        self.sources: dict[tuple[str, str], str] = {}  # (source, source_id) -> entry id
+        self.compactions: set[str] = set()  # request ids
+
+    @classmethod
+    def load(cls, path: Path, guard: Guard) -> Transcript:
+        t = cls(path, guard)
+        for entry in parse_entries(list(iter_jsonl(path))):
+            t._index(entry)
+        return t
+
+    @property
+    def leaf_id(self) -> str | None:
+        return self.entries[-1].id if self.entries else None
+
+    def context(self) -> list[AgentMessage]:
+        return build_context(self.entries)
+
+    def active_skills(self) -> list[SkillActivationEntry]:
+        """Every skill activated in this session, once each, in activation order."""
+        seen: dict[str, SkillActivationEntry] = {}
+        for e in self.entries:
+            if isinstance(e, SkillActivationEntry) and e.name not in seen:
+                seen[e.name] = e
+        return list(seen.values())
+
+    # ------------------------------------------------------------ appends
+
+    async def ensure_header(self) -> None:
+        if not self.entries:
+            await self._append([SessionHeader(id=self._new_id(), timestamp=now_iso())])
+
+    async def append_message(self, message: AgentMessage, prompt_id: str | None = None) -> TranscriptEntry:
+        if isinstance(message, CustomMessage):
+            return await self.append_custom(message)
+        entry = MessageEntry(id=self._new_id(), parent_id=self.leaf_id, timestamp=now_iso(), message=message,
+                             prompt_id=prompt_id)
+        await self._append([entry])
+        return entry
+
+    async def append_custom(self, message: CustomMessage) -> CustomMessageEntry:
+        entry = CustomMessageEntry(
+            id=self._new_id(), parent_id=self.leaf_id, timestamp=now_iso(), custom_type=message.custom_type,
+            content=message.content, display=message.display, details=message.details,
+        )
+        await self._append([entry])
+        return entry
+
+    async def append_skill(self, name: str, skill_type: str, required_by: str | None) -> SkillActivationEntry:
+        entry = SkillActivationEntry(id=self._new_id(), parent_id=self.leaf_id, timestamp=now_iso(), name=name,
+                                     skill_type=skill_type,  # type: ignore[arg-type]
+                                     required_by=required_by)
+        await self._append([entry])
+        return entry
+
+    async def append_compaction(
+        self, summary: str, first_kept_entry_id: str, tokens_before: int, details: dict[str, Any],
+        request_id: str, anchors: list[CustomMessage],
+    ) -> list[TranscriptEntry]:
+        """The compaction entry and its restored anchors in one write: a restart replays both or neither."""
+        entry = CompactionEntry(id=self._new_id(), parent_id=self.leaf_id, timestamp=now_iso(), summary=summary,
+                                first_kept_entry_id=first_kept_entry_id, tokens_before=tokens_before,
+                                details=details, request_id=request_id)
+        batch: list[TranscriptEntry] = [entry]
+        parent = entry.id
+        for a in anchors:
+            anchor = CustomMessageEntry(id=self._new_id(), parent_id=parent, timestamp=now_iso(),
+                                        custom_type=a.custom_type, content=a.content, display=a.display,
+                                        details=a.details)
+            batch.append(anchor)
+            parent = anchor.id
+        await self._append(batch)
+        return batch
+
+    async def _append(self, batch: list[TranscriptEntry]) -> None:
+        await self._guard()
+        append_jsonl(self.path, [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in batch])
+        for e in batch:
+            self._index(e)
+
+    def _index(self, entry: TranscriptEntry) -> None:
+        self.entries.append(entry)
+        self._ids.add(entry.id)
+        if isinstance(entry, MessageEntry) and entry.prompt_id:
+            self.prompts[entry.prompt_id] = entry.id
+        elif isinstance(entry, CustomMessageEntry):
+            source, source_id = entry.details.get("source"), entry.details.get("sourceId")
+            if isinstance(source, str) and isinstance(source_id, str):
+                self.sources[(source, source_id)] = entry.id
+        elif isinstance(entry, CompactionEntry) and entry.request_id:
+            self.compactions.add(entry.request_id)
+
+    def _new_id(self) -> str:
+        while True:
+            candidate = secrets.token_hex(4)
+            if candidate not in self._ids:
+                return candidate

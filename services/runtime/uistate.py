@@ -1,0 +1,115 @@
+"""SessionUIState as a Yjs document: one root Y.Map `state` (DESIGN.md "SessionUIState as a Yjs document").
+
+Nested objects are Y.Map and lists Y.Array, so the client and the agent merge per field. The JSON
+snapshot (`state.json`) is `state.to_py()` with integral floats turned back into ints.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from pycrdt import Array, Doc, Map
+
+from shared.contracts.ui import SCHEMA_VERSION
+
+ROOT = "state"
+
+
+def _to_shared(value: Any) -> Any:
+    if isinstance(value, dict):
+        return Map({k: _to_shared(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return Array([_to_shared(v) for v in value])
+    return value
+
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _normalize(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_normalize(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class UiDoc:
+    def __init__(self) -> None:
+        self.doc: Doc = Doc()
+        self.state: Map = self.doc.get(ROOT, type=Map)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: dict[str, Any] | None) -> UiDoc:
+        ui = cls()
+        with ui.doc.transaction(origin="restore"):
+            for key, value in (snapshot or {}).items():
+                ui.state[key] = _to_shared(value)
+            if "schemaVersion" not in ui.state:
+                ui.state["schemaVersion"] = SCHEMA_VERSION
+        return ui
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(_normalize(self.state.to_py() or {}))
+
+    def full_update_b64(self) -> str:
+        return base64.b64encode(self.doc.get_update()).decode()
+
+    def apply_update(self, update: bytes) -> bytes:
+        """Merge a client V1 update; returns what changed (empty when nothing did).
+
+        Raises ValueError / RuntimeError on malformed bytes (the caller answers 400).
+        """
+        before = self.doc.get_state()
+        self.doc.apply_update(update)
+        if self.doc.get_state() == before:
+            return b""
+        return bytes(self.doc.get_update(before))
+
+    def open_tab(self, ari: str, title: str | None) -> tuple[str, bytes]:
+        """Open (or focus) a tab for `ari` in the first pane; returns (tab id, the update produced)."""
+        before = self.doc.get_state()
+        with self.doc.transaction(origin="agent"):
+            tabs = self._map("tabs")
+            panes = self._array("panes")
+            active = self._map("activeTabByPane")
+            tab_id = next((k for k, v in tabs.items() if isinstance(v, Map) and v.get("ari") == ari), None)
+            if len(panes) == 0:
+                panes.append(Map({"id": "main", "tabIds": Array([])}))
+            pane = panes[0]
+            if tab_id is None:
+                tab_id = f"t{len(tabs) + 1}"
+                while tab_id in tabs:
+                    tab_id += "x"
+                tab = {"id": tab_id, "ari": ari}
+                if title:
+                    tab["title"] = title
+                tabs[tab_id] = Map(tab)
+                tab_ids = pane.get("tabIds") if isinstance(pane, Map) else None
+                if not isinstance(tab_ids, Array):
+                    tab_ids = Array([])
+                    pane["tabIds"] = tab_ids
+                tab_ids.append(tab_id)
+            active[str(pane.get("id", "main")) if isinstance(pane, Map) else "main"] = tab_id
+            recent = self._array("recentResources")
+            items = [str(x) for x in recent]
+            if ari in items:
+                del recent[items.index(ari)]
+            recent.insert(0, ari)
+            while len(recent) > 20:
+                recent.pop()
+        return tab_id, bytes(self.doc.get_update(before))
+
+    def _map(self, key: str) -> Map:
+        value = self.state.get(key)
+        if not isinstance(value, Map):
+            value = Map(dict(value) if isinstance(value, dict) else {})
+            self.state[key] = value
+        return value
+
+    def _array(self, key: str) -> Array:
+        value = self.state.get(key)
+        if not isinstance(value, Array):
+            value = Array(list(value) if isinstance(value, list) else [])
+            self.state[key] = value
+        return value

@@ -1,0 +1,196 @@
+"""The worker: holds session leases, runs one multiplexed inbox reader, renews, idles sessions out.
+
+Wake → lease (SET NX PX + fence) → wait for no dormant-write → restore → SessionLive → read the
+inbox (claiming what an earlier holder left pending). Idle past GAMMA_IDLE_S, Stop or SIGTERM →
+persist, release the lease, SessionDormant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+from openai import AsyncOpenAI
+
+from shared import keys
+from shared.contracts.http import ModelConfig
+from shared.contracts.lifecycle import SessionDormant, SessionLive
+from shared.contracts.wake import Wake
+from shared.disk import session_paths
+from shared.inbox import InboxReader
+from shared.settings import Settings
+
+from .compactor import Compactor
+from .engine.openai_stream import ModelSettings
+from .events import BusPublish, Outbox
+from .lease import Lease, LeaseLost, _text, wait_no_dormant_write
+from .session import Session, SessionDeps
+from .skills import Skill
+from .tokens import TokenCounter
+
+log = structlog.get_logger()
+
+
+class Worker:
+    def __init__(self, settings: Settings, client: aioredis.Redis, model_client: AsyncOpenAI,
+                 skills: Mapping[str, Skill], system_prompts: Mapping[str, str], bus: BusPublish,
+                 worker_id: str) -> None:
+        self.settings = settings
+        self.client = client
+        self.bus = bus
+        self.worker_id = worker_id
+        self.system_prompts = system_prompts
+        self.reader = InboxReader(client, worker_id)
+        self.sessions: dict[str, Session] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.counter = TokenCounter()
+        self.model_client = model_client
+        self.skills = skills
+
+    def start(self) -> None:
+        self._tasks = [asyncio.ensure_future(self._read_loop()), asyncio.ensure_future(self._house_loop())]
+
+    def _lock(self, sid: str) -> asyncio.Lock:
+        return self._locks.setdefault(sid, asyncio.Lock())
+
+    # ------------------------------------------------------------ wake
+
+    async def on_wake(self, wake: Wake) -> None:
+        async with self._lock(wake.session_id):
+            if wake.session_id in self.sessions:
+                return
+            lease = await Lease.acquire(self.client, wake.session_id, self.worker_id, self.settings.lease_ms)
+            if lease is None:
+                log.info("wake_ignored_live_elsewhere", session_id=wake.session_id)
+                return
+            try:
+                await self._open(wake, lease)
+            except Exception:
+                with contextlib.suppress(Exception):
+                    await lease.release()
+                raise
+
+    async def _open(self, wake: Wake, lease: Lease) -> None:
+        sid = wake.session_id
+        await wait_no_dormant_write(self.client, sid)
+        raw_row = await self.client.hgetall(keys.session_row(sid))
+        row = {_text(k): _text(v) for k, v in raw_row.items()}
+        model = ModelConfig.model_validate_json(row["model"]) if row.get("model") else ModelConfig()
+        variant = row.get("variant", "base")
+        system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]
+        deps = SessionDeps(settings=self.settings, client=self.client, model_client=self.model_client,
+                           skills=self.skills, system_prompt=system_prompt, counter=self.counter,
+                           ack=self.reader.ack)
+        paths = session_paths(self.settings.data_dir, sid)
+        outbox = Outbox(self.client, sid, self.bus)
+        session = Session(deps, paths, lease, outbox,
+                          ModelSettings(model=model.name or self.settings.model,
+                                        reasoning_effort=model.reasoning_effort),
+                          wake.wake_id)
+        session.compactor = Compactor(session, context_window=model.context_window or self.settings.context_window)
+        await session.restore()
+        self.sessions[sid] = session
+        await self.bus(keys.LIFECYCLE, SessionLive(session_id=sid, wake_id=wake.wake_id, fence=lease.fence,
+                                                  worker_id=self.worker_id))
+        await outbox.event("status", {"status": "live", "running": False, "fence": lease.fence})
+        pending = await self.reader.add(sid)  # what a dead holder read but never acked comes first
+        for entry in pending:
+            session.queue.put_nowait(entry)
+        session.loop_task = asyncio.ensure_future(self._session_loop(session))
+        log.info("session_live", session_id=sid, fence=lease.fence, claimed=len(pending))
+
+    async def _session_loop(self, session: Session) -> None:
+        await session.process_forever()
+        if session.lease.lost:
+            await self._drop(session)
+
+    # ------------------------------------------------------------ loops
+
+    async def _read_loop(self) -> None:
+        while True:
+            try:
+                entries = await self.reader.read(block_ms=500)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - Redis hiccup or a stream gone: retry
+                log.exception("inbox_read_failed")
+                await asyncio.sleep(0.5)
+                continue
+            for entry in entries:
+                session = self.sessions.get(entry.session_id)
+                if session is not None and not session.closed:
+                    session.queue.put_nowait(entry)
+            if not self.reader.sessions:
+                await asyncio.sleep(0.2)
+
+    async def _house_loop(self) -> None:
+        interval = max(self.settings.lease_ms / 3000, 0.2)
+        while True:
+            await asyncio.sleep(interval)
+            for session in list(self.sessions.values()):
+                try:
+                    await self._housekeep(session)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001
+                    log.exception("housekeeping_failed", session_id=session.sid)
+
+    async def _housekeep(self, session: Session) -> None:
+        if not await session.lease.renew():
+            log.warning("lease_lost", session_id=session.sid)
+            await self._drop(session)
+            return
+        if session.running:
+            await self.client.set(keys.running(session.sid), "1", px=self.settings.lease_ms)
+        if session.stop_requested:
+            await self.close(session.sid, session.stop_requested)
+        elif session.idle_for() > self.settings.idle_s:
+            await self.close(session.sid, "idle")
+
+    # ------------------------------------------------------------ going dormant
+
+    async def _drop(self, session: Session) -> None:
+        """The lease was taken: stop at once, write nothing, publish nothing for this session."""
+        self.reader.remove(session.sid)
+        self.sessions.pop(session.sid, None)
+        session.closed = True
+        await session.shutdown()
+
+    async def close(self, sid: str, reason: str) -> None:
+        async with self._lock(sid):
+            session = self.sessions.pop(sid, None)
+            if session is None:
+                return
+            self.reader.remove(sid)  # stop reading first: unread entries stay for the next holder
+            await session.shutdown()
+            try:
+                session.closed = False  # the last writes below still run under the lease check
+                await session.persist_ui()
+                session.closed = True
+                await self.client.delete(keys.running(sid))
+                await session.outbox.event("status", {"status": "dormant", "running": False,
+                                                      "fence": session.lease.fence})
+                await session.lease.release()
+                await self.bus(keys.LIFECYCLE, SessionDormant(session_id=sid, fence=session.lease.fence,
+                                                             reason=reason))
+                log.info("session_dormant", session_id=sid, reason=reason)
+            except LeaseLost:
+                log.warning("lease_lost_at_close", session_id=sid)
+
+    async def shutdown(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for sid in list(self.sessions):
+            with contextlib.suppress(Exception):
+                await self.close(sid, "shutdown")
+
+    def snapshot(self) -> dict[str, Any]:
+        return {sid: {"running": s.running, "fence": s.lease.fence} for sid, s in self.sessions.items()}

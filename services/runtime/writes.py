@@ -1,0 +1,110 @@
+"""Forwarded live writes (docs/integration.md "Forwarded live writes"): UiUpdate, FileWrite,
+DocumentEdit. Each is applied under the lease, made durable, answered on the reply key, then acked."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from shared import keys
+from shared.contracts.documents import Deck, StoredDeck, merge_cards
+from shared.contracts.inbox import DocumentEdit, FileWrite, UiUpdate
+from shared.disk import (
+    DiskError,
+    atomic_write_bytes,
+    atomic_write_json,
+    check_size,
+    read_json,
+    resolve_workspace_path,
+)
+from shared.inbox import InboxEntry
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+class WriteHandlers:
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    async def publish_ui(self, update: bytes) -> None:
+        if update:
+            await self.s.outbox.event("ui_update", {"update": base64.b64encode(update).decode(),
+                                                    "snapshot": self.s.ui.snapshot()})
+
+    async def _answer(self, entry: InboxEntry, request_id: str, status: int, body: dict[str, Any]) -> None:
+        await self.s.outbox.reply(request_id, status, body)
+        await self.s.ack(entry.entry_id)
+
+    async def ui_update(self, entry: InboxEntry, m: UiUpdate) -> None:
+        try:
+            raw = base64.b64decode(m.update, validate=True)
+            update = self.s.ui.apply_update(raw)
+        except (binascii.Error, ValueError, RuntimeError) as exc:
+            await self._answer(entry, m.request_id, 400, {"error": f"invalid Yjs update: {exc}"})
+            return
+        await self.s.persist_ui()
+        await self.publish_ui(update)
+        await self._answer(entry, m.request_id, 200, {"snapshot": self.s.ui.snapshot(),
+                                                      "update": self.s.ui.full_update_b64()})
+
+    async def file_write(self, entry: InboxEntry, m: FileWrite) -> None:
+        try:
+            data = base64.b64decode(m.content_b64, validate=True)
+            path = resolve_workspace_path(self.s.paths.workspace, m.path)
+            check_size(data, self.s.max_file_bytes)
+        except DiskError as exc:
+            await self._answer(entry, m.request_id, exc.status, {"error": str(exc)})
+            return
+        except (binascii.Error, ValueError) as exc:
+            await self._answer(entry, m.request_id, 400, {"error": f"invalid base64 content: {exc}"})
+            return
+        await self.s.guard()
+        atomic_write_bytes(path, data)
+        rel = path.relative_to(self.s.paths.workspace.resolve()).as_posix()
+        if rel not in self.s.viewable_files:
+            self.s.viewable_files = sorted({*self.s.viewable_files, rel})
+        revision = await self._next_revision("file:" + rel)
+        await self._answer(entry, m.request_id, 200, {"path": rel, "size": len(data), "revision": revision})
+
+    async def _next_revision(self, ref: str) -> int:
+        """The digest owns revisions; the reply reports the one this write will get (current + 1)."""
+        raw = await self.s.deps.client.hget(keys.revisions(self.s.sid), ref)
+        try:
+            current = int(json.loads(raw).get("current", 0)) if raw else 0
+        except (ValueError, AttributeError):
+            current = 0
+        return current + 1
+
+    async def document_edit(self, entry: InboxEntry, m: DocumentEdit) -> None:
+        try:
+            path = self.s.paths.document(m.doc)
+        except DiskError as exc:
+            await self._answer(entry, m.request_id, exc.status, {"error": str(exc)})
+            return
+        raw = read_json(path)
+        current = StoredDeck.model_validate(raw) if isinstance(raw, dict) else None
+        revision = current.revision if current else 0
+        if m.if_match is not None and m.if_match != revision:
+            await self._answer(entry, m.request_id, 409, {"error": f"revision is {revision}, not {m.if_match}",
+                                                          "revision": revision})
+            return
+        try:
+            if m.op == "put":
+                deck = Deck.model_validate(m.document)
+            else:
+                if current is None:
+                    await self._answer(entry, m.request_id, 404, {"error": f"document {m.doc!r} not found"})
+                    return
+                deck = merge_cards(Deck.model_validate(current.model_dump(exclude={"revision"})), m.document)
+        except (ValidationError, ValueError) as exc:
+            await self._answer(entry, m.request_id, 400, {"error": f"invalid document: {exc}"})
+            return
+        stored = StoredDeck(**deck.model_dump(), revision=revision + 1)
+        await self.s.guard()
+        atomic_write_json(path, stored)
+        await self._answer(entry, m.request_id, 200, stored.model_dump())
