@@ -20,6 +20,11 @@ from .contracts.inbox import INBOX_ADAPTER, InboxMessage
 GROUP = keys.RUNTIME_GROUP
 
 
+def entry_fields(message: InboxMessage) -> dict[str, str]:
+    """The stream fields `append` writes (for a producer that XADDs inside a Lua script)."""
+    return {"type": message.type, "data": message.model_dump_json(by_alias=True)}
+
+
 async def append(client: aioredis.Redis, message: InboxMessage) -> str:
     """Producers (proxy, notifications, digest, compaction) call this; returns the entry id."""
     entry_id = await client.xadd(

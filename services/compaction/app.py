@@ -10,20 +10,24 @@ from shared.contracts.compaction import CompactionRequest
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
-GROUP = "compaction"
+from .handler import GROUP, CompactionHandler, Metrics
+from .summarizer import Summarizer, make_client
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("compaction", settings)
     broker = make_broker(settings.redis_url, ctx.registry, "compaction")
-
-    async def handle(request: CompactionRequest) -> None:
-        raise NotImplementedError("compaction handler: issue 7")
+    consumer = consumer_name("compaction")
+    client = make_client(settings)
+    handler = CompactionHandler(
+        redis=ctx.redis, data_dir=settings.data_dir, summarizer=Summarizer(client, settings.model),
+        consumer=consumer, hold_interval_s=max(0.2, settings.claim_idle_ms / 3000), metrics=Metrics(ctx.registry),
+    )
 
     subscribe(
-        broker, ctx.redis, stream=keys.COMPACTION_REQUESTS, group=GROUP, consumer=consumer_name("compaction"),
-        model=CompactionRequest, handler=handle, claim_idle_ms=settings.claim_idle_ms,
+        broker, ctx.redis, stream=keys.COMPACTION_REQUESTS, group=GROUP, consumer=consumer,
+        model=CompactionRequest, handler=handler, claim_idle_ms=settings.claim_idle_ms,
         max_deliveries=settings.max_deliveries,
     )
 
@@ -33,6 +37,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     async def stop() -> None:
         await broker.stop()
+        await client.close()
 
     app = FastAPI(title="gamma-compaction", lifespan=service_lifespan(ctx, start, stop))
     add_health_routes(app, ctx)

@@ -1,0 +1,145 @@
+"""One compaction request: read the transcript (read-only), summarize, answer through the inbox.
+
+Delivery is at-least-once: a request can arrive twice (redelivery after a crash, the claimer). The
+answer goes out once: a Lua script sets `gamma:{sid}:compaction-done:{request_id}` and XADDs the
+`CompactionReady` in one step, so a crash leaves either both or neither. While the model works, the
+handler keeps re-claiming its own stream entry, so the claimer does not hand a slow summary to a
+second consumer; if this process dies, the entry goes idle and the claimer of another replica (or
+of the restarted one) takes it over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from services.runtime.compaction import file_operations, format_file_operations, summary_span
+from shared import keys
+from shared.contracts.compaction import CompactionRequest
+from shared.contracts.inbox import CompactionReady
+from shared.contracts.transcript import parse_entries
+from shared.disk import iter_jsonl, session_paths
+from shared.inbox import entry_fields
+
+from .summarizer import Summarizer
+
+log = structlog.get_logger()
+GROUP = "compaction"
+DONE_TTL_S = 7 * 24 * 3600
+
+# KEYS[1] inbox, KEYS[2] done marker (same {sid} slot); ARGV: type, data, request id, ttl
+_DELIVER = """
+if redis.call('SET', KEYS[2], ARGV[3], 'NX', 'EX', ARGV[4]) then
+  return redis.call('XADD', KEYS[1], '*', 'type', ARGV[1], 'data', ARGV[2])
+end
+return false
+"""
+
+
+def done_key(sid: str, request_id: str) -> str:
+    return "gamma:{" + sid + "}:compaction-done:" + request_id
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.outcomes = Counter("gamma_compaction_requests_total", "Compaction requests by outcome",
+                                ["outcome"], registry=registry)
+        self.seconds = Histogram("gamma_compaction_summary_seconds", "Time to summarize one request",
+                                 registry=registry, buckets=(0.05, 0.25, 1, 2.5, 5, 10, 30, 60, 120))
+
+
+@dataclass
+class CompactionHandler:
+    redis: aioredis.Redis
+    data_dir: Path
+    summarizer: Summarizer
+    consumer: str
+    hold_interval_s: float
+    metrics: Metrics | None = None
+
+    async def __call__(self, request: CompactionRequest) -> None:
+        sid, rid = request.session_id, request.request_id
+        with structlog.contextvars.bound_contextvars(session_id=sid, request_id=rid):
+            if await self.redis.exists(done_key(sid, rid)):
+                log.info("compaction_duplicate_request")
+                self._count("duplicate")
+                return
+            log.info("compaction_started", upto=request.upto_entry_id, first_kept=request.first_kept_entry_id)
+            hold = self._hold_entry()
+            try:
+                ready = await self._compact(request)
+            finally:
+                if hold is not None:
+                    hold.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await hold
+            await self._deliver(ready)
+
+    async def _compact(self, request: CompactionRequest) -> CompactionReady:
+        base: dict[str, Any] = dict(
+            session_id=request.session_id, request_id=request.request_id,
+            first_kept_entry_id=request.first_kept_entry_id, upto_entry_id=request.upto_entry_id,
+            tokens_before=request.tokens_before,
+        )
+        path = session_paths(self.data_dir, request.session_id).transcript
+        entries = parse_entries(await asyncio.to_thread(lambda: list(iter_jsonl(path))))
+        try:
+            span = summary_span(entries, request.first_kept_entry_id, request.upto_entry_id)
+        except LookupError as exc:
+            log.warning("compaction_stale_request", error=str(exc))
+            self._count("stale")
+            return CompactionReady(**base, error=f"stale request: {exc}")
+        previous = request.previous_summary or (span.previous.summary if span.previous else None)
+        previous_details = request.previous_details or (span.previous.details if span.previous else None)
+        started = time.perf_counter()
+        try:
+            summary = await self.summarizer.summarize(
+                span, previous_summary=previous, custom_instructions=request.custom_instructions,
+                reserve_tokens=request.reserve_tokens, model=request.model,
+            )
+        except Exception as exc:  # noqa: BLE001 - any model failure is an answer: the runtime retries later
+            log.warning("compaction_model_error", error=repr(exc)[:500])
+            self._count("model_error")
+            return CompactionReady(**base, error=f"summarization failed: {exc}"[:2000])
+        if self.metrics is not None:
+            self.metrics.seconds.observe(time.perf_counter() - started)
+        details = file_operations([*span.history, *span.turn_prefix], previous_details)
+        log.info("compaction_summarized", entries=len(span.history) + len(span.turn_prefix),
+                 split_turn=bool(span.turn_prefix), chars=len(summary))
+        self._count("ok")
+        return CompactionReady(**base, summary=summary + format_file_operations(details), details=details)
+
+    async def _deliver(self, ready: CompactionReady) -> None:
+        fields = entry_fields(ready)
+        sent = await self.redis.eval(  # type: ignore[misc]
+            _DELIVER, 2, keys.inbox(ready.session_id), done_key(ready.session_id, ready.request_id),
+            fields["type"], fields["data"], ready.request_id, str(DONE_TTL_S),
+        )
+        log.info("compaction_ready_sent" if sent else "compaction_ready_already_sent", error=ready.error)
+
+    def _hold_entry(self) -> asyncio.Task[None] | None:
+        """Keep our stream entry from looking abandoned while the model works (XCLAIM JUSTID resets
+        its idle time without counting a delivery). The bus binds the entry id to the log context."""
+        entry_id = structlog.contextvars.get_contextvars().get("entry_id")
+        if not entry_id or entry_id == "?":
+            return None
+        return asyncio.ensure_future(self._refresh(str(entry_id)))
+
+    async def _refresh(self, entry_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.hold_interval_s)
+            with contextlib.suppress(Exception):
+                await self.redis.xclaim(keys.COMPACTION_REQUESTS, GROUP, self.consumer, min_idle_time=0,
+                                        message_ids=[entry_id], justid=True)
+
+    def _count(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.outcomes.labels(outcome).inc()

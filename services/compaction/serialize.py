@@ -1,0 +1,73 @@
+"""The conversation as plain text for the summarizer (Pi's serializeConversation).
+
+Labelled blocks instead of chat messages, so the summarizer reads a record instead of continuing a
+chat. Tool results are cut to 2,000 characters: the summary needs what happened, not every byte.
+Trusted injections appear as `[Context]:` blocks: they are harness facts, not user words.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from services.runtime.compaction import entry_message
+from shared.contracts.messages import (
+    AgentMessage,
+    AssistantMessage,
+    CompactionSummaryMessage,
+    CustomMessage,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from shared.contracts.transcript import TranscriptEntry
+
+TOOL_RESULT_MAX_CHARS = 2000
+LABELS = ("User", "Assistant thinking", "Assistant", "Assistant tool calls", "Tool result", "Context")
+
+
+def truncate(text: str, max_chars: int = TOOL_RESULT_MAX_CHARS) -> str:
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}\n\n[... {len(text) - max_chars} more characters truncated]"
+
+
+def format_call(call: ToolCall) -> str:
+    args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in call.arguments.items())
+    return f"{call.name}({args})"
+
+
+def serialize_message(message: AgentMessage) -> list[str]:
+    if isinstance(message, UserMessage):
+        return [f"[User]: {message.content}"] if message.content else []
+    if isinstance(message, CustomMessage):
+        return [f"[Context]: {message.content}"] if message.content else []
+    if isinstance(message, ToolResultMessage):
+        text = message.text()
+        if message.is_error and text and not text.lower().startswith("error"):
+            text = "Error: " + text  # the summary must not report a failed step as done
+        return [f"[Tool result]: {truncate(text)}"] if text else []
+    if isinstance(message, CompactionSummaryMessage):
+        return [f"[Context]: {message.summary}"]
+    assert isinstance(message, AssistantMessage)
+    thinking = [b.thinking for b in message.content if isinstance(b, ThinkingContent)]
+    texts = [b.text for b in message.content if isinstance(b, TextContent)]
+    calls = [format_call(b) for b in message.content if isinstance(b, ToolCall)]
+    parts = []
+    if thinking:
+        parts.append("[Assistant thinking]: " + "\n".join(thinking))
+    if texts:
+        parts.append("[Assistant]: " + "\n".join(texts))
+    if calls:
+        parts.append("[Assistant tool calls]: " + "; ".join(calls))
+    return parts
+
+
+def serialize_messages(messages: Iterable[AgentMessage]) -> str:
+    return "\n\n".join(part for m in messages for part in serialize_message(m))
+
+
+def serialize_entries(entries: Iterable[TranscriptEntry]) -> str:
+    return serialize_messages(m for e in entries if (m := entry_message(e)) is not None)
