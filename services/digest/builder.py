@@ -315,9 +315,12 @@ class DigestBuilder:
                 return
             known = await asyncio.to_thread(self.revisions.read_content, sid, ref, revision) is not None
             state.advance_seen(revision, known, recorded=True)
+            live = bool(await self._r.exists(keys.lease(sid)))
             if state.undelivered:  # a newer edit arrived meanwhile: it still has to reach the agent
-                if await self._r.exists(keys.lease(sid)):
+                if live:
                     await self._route(sid, ref, state, immediate=False)
                 else:
                     await self._to_manifest(sid, ref, state)
+            elif not live and self.manifest.get(sid, ref) is not None:
+                await self._to_manifest(sid, ref, state)  # restate the newer entry from the new `seen`
             await self._save(sid, ref, state)
