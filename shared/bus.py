@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -52,7 +53,13 @@ def make_broker(redis_url: str, registry: CollectorRegistry | None = None, app_n
     except ImportError:  # pragma: no cover - otel extra missing
         pass
     return RedisBroker(
-        redis_url, middlewares=middlewares, graceful_timeout=15.0, log_level=10  # per-message lines at DEBUG: we log ourselves
+        redis_url,
+        middlewares=middlewares,
+        graceful_timeout=15.0,
+        log_level=logging.DEBUG,  # per-message lines at DEBUG: we log ourselves
+        # A plain stdlib logger under `faststream` (WARNING in services): FastStream's errors go through
+        # the root handler as JSON lines instead of its own coloured text handler.
+        logger=logging.getLogger("faststream.gamma"),
     )
 
 

@@ -9,7 +9,27 @@ import structlog
 
 
 def configure_logging(service: str, level: int = logging.INFO) -> structlog.stdlib.BoundLogger:
-    logging.basicConfig(format="%(message)s", stream=sys.stderr, level=level, force=True)
+    # Standard-library records (uvicorn, FastStream, redis-py) are rendered as JSON lines too, with the
+    # same bound context (service, session_id, ...), so every line a service writes parses.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.contextvars.merge_contextvars,
+                structlog.processors.add_log_level,
+                structlog.stdlib.add_logger_name,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                structlog.processors.JSONRenderer(),
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(level)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
+import structlog
 import uvicorn
 from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
@@ -137,19 +138,25 @@ def service_lifespan(
 ) -> Lifespan:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        log = structlog.get_logger()
         ctx.spawn(heartbeat(ctx), "heartbeat")
         await start()
         ctx.ready = True
+        log.info("service_ready", pid=os.getpid())
         try:
             yield
         finally:
+            log.info("service_stopping")
             ctx.ready = False
             await stop()
             await ctx.close()
+            log.info("service_stopped", uptime_s=round(time.time() - ctx.started_at, 1))
 
     return lifespan
 
 
 def serve(app: FastAPI, host: str, port: int) -> None:
     """uvicorn turns SIGTERM/SIGINT into a lifespan shutdown: in-flight work finishes or stays pending."""
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=20)
+    # log_config=None: uvicorn's loggers propagate to the root handler (JSON lines, service bound).
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=20,
+                log_config=None)
