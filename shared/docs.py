@@ -1,0 +1,343 @@
+"""`python -m shared.docs DIR` (`make docs`): the interface documents, generated from the code.
+
+- `asyncapi.yaml` (AsyncAPI 3.0): every stream of DESIGN.md. The consumer groups come from the real
+  services: each service's `create_app` runs with `make_broker` and `subscribe` recorded, and the
+  recorded subscriptions are declared, with their contract models as payloads, on one FastStream
+  broker per service whose specification FastStream writes. What FastStream cannot see is added by
+  hand from the same contract models: the producers (services publish through `shared.bus.publish`
+  at call time, never as declared publishers), the per-session `gamma:{sid}:inbox` and
+  `gamma:{sid}:events` (dynamic names, plain XADD), and `gamma:deadletter`.
+- `openapi.json` (the proxy) and `openapi-notifications.json`: FastAPI's own documents.
+
+Output is deterministic, so a test can regenerate and compare with the committed files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import yaml
+from faststream import FastStream
+from faststream.redis import RedisBroker, StreamSub
+from faststream.specification import AsyncAPI
+from pydantic import BaseModel, TypeAdapter
+
+from . import keys
+from .contracts import (
+    artifacts,
+    compaction,
+    deadletter,
+    events,
+    inbox,
+    lifecycle,
+    notifications,
+    recorded,
+    wake,
+)
+from .settings import Settings
+
+TITLE = "Gamma harness streams"
+VERSION = "0.1.0"
+SERVICES = ("proxy", "runtime", "notifications", "digest", "compaction")
+REDIS_SERVER = "redis://localhost:6379"
+EXTERNAL = "producers"  # remote notification producers, outside the five services
+
+Model = type[BaseModel] | TypeAdapter[Any]
+
+# TypeAdapters stand for these annotated unions (FastStream needs the type, not the adapter).
+ADAPTED_TYPES: dict[int, Any] = {
+    id(lifecycle.LIFECYCLE_ADAPTER): lifecycle.LifecycleEvent,
+    id(inbox.INBOX_ADAPTER): inbox.InboxMessage,
+}
+
+
+@dataclass(frozen=True)
+class Publication:
+    service: str
+    stream: str
+    model: Any
+    description: str
+
+
+# Who XADDs to each service-level stream (DESIGN.md "Streams", docs/integration.md).
+PUBLICATIONS: tuple[Publication, ...] = (
+    Publication("proxy", keys.WAKE, wake.Wake, "A prompt for a dormant session: wake it (proxy writes status=waking first)."),
+    Publication("notifications", keys.WAKE, wake.Wake, "An urgent notification may wake a dormant session (policy; off by default)."),
+    Publication(EXTERNAL, keys.NOTIFICATIONS, notifications.NotificationSubmit,
+                "In-cluster remote producers may XADD the POST /notifications body here instead of calling HTTP."),
+    Publication("runtime", keys.LIFECYCLE, lifecycle.LifecycleEvent, "SessionLive after a wake; SessionDormant after persisting."),
+    Publication("proxy", keys.ARTIFACT_CHANGES, artifacts.ArtifactChange, "User file and document writes (actor=user), after they are applied."),
+    Publication("runtime", keys.ARTIFACT_CHANGES, artifacts.ArtifactChange, "Changes made by the agent's own tools (actor=agent), with the new content."),
+    Publication("runtime", keys.INJECTIONS_RECORDED, recorded.InjectionRecorded,
+                "An injection's transcript entry is durable: its owner may clear its pending state."),
+    Publication("runtime", keys.COMPACTION_REQUESTS, compaction.CompactionRequest, "Context passed the threshold, or POST /compact."),
+)
+
+INBOX_PRODUCERS: dict[str, tuple[type[BaseModel], ...]] = {
+    "proxy": (inbox.UserPrompt, inbox.UiUpdate, inbox.FileWrite, inbox.DocumentEdit, inbox.Stop, inbox.Compact),
+    "notifications": (inbox.Injection, inbox.Barrier),
+    "digest": (inbox.Injection,),
+    "compaction": (inbox.CompactionReady,),
+}
+INBOX_MEMBERS: tuple[type[BaseModel], ...] = (
+    inbox.UserPrompt, inbox.Injection, inbox.UiUpdate, inbox.FileWrite, inbox.DocumentEdit, inbox.Barrier,
+    inbox.CompactionReady, inbox.Compact, inbox.Stop,
+)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    service: str
+    stream: str
+    group: str
+    model: Any
+
+
+@contextlib.contextmanager
+def _recording(module: Any, service: str, found: list[Recorded]) -> Iterator[None]:
+    """Run a service's wiring with `subscribe` recorded (and still performed, on a real broker)."""
+    real_subscribe: Callable[..., Any] = module.subscribe
+
+    def subscribe(broker: RedisBroker, client: Any, *, stream: str, group: str, model: Model, **kw: Any) -> Any:
+        found.append(Recorded(service, stream, group, model))
+        return real_subscribe(broker, client, stream=stream, group=group, model=model, **kw)
+
+    with mock.patch.object(module, "subscribe", subscribe):
+        yield
+
+
+def default_settings() -> Settings:
+    """Settings from the defaults only: the documents must not depend on who runs `make docs`."""
+    names: set[str] = set()
+    for f in Settings.model_fields.values():
+        alias = f.validation_alias
+        names.update([alias] if isinstance(alias, str) else getattr(alias, "choices", []))
+    saved = {n: os.environ.pop(n) for n in list(os.environ) if n in names}
+    try:
+        return Settings()
+    finally:
+        os.environ.update(saved)
+
+
+def service_subscriptions(settings: Settings | None = None) -> list[Recorded]:
+    """The (stream, group, model) every service subscribes, from its real `create_app`."""
+    settings = settings or default_settings()
+    found: list[Recorded] = []
+    for service in SERVICES:
+        module = importlib.import_module(f"services.{service}.app")
+        if not hasattr(module, "subscribe"):
+            continue  # a pure producer (the proxy)
+        with _recording(module, service, found):
+            module.create_app(settings)
+    return found
+
+
+def _payload_type(model: Any) -> Any:
+    if isinstance(model, TypeAdapter):
+        return ADAPTED_TYPES.get(id(model), model._type)
+    return model
+
+
+def _typed_handler(payload: Any) -> Callable[..., Any]:
+    async def handler(body: Any) -> None:  # never runs: schema-only registration
+        raise RuntimeError("documentation broker")
+
+    handler.__annotations__ = {"body": payload, "return": None}
+    return handler
+
+
+def faststream_spec(service: str, subs: list[Recorded]) -> dict[str, Any]:
+    """FastStream's AsyncAPI 3.0 for one service's subscriptions and publications."""
+    broker = RedisBroker(REDIS_SERVER)
+    for sub in subs:
+        broker.subscriber(
+            stream=StreamSub(sub.stream, group=sub.group, consumer=f"{sub.group}-<pod>"),
+            title=f"{sub.stream}:{sub.group}",
+            description=f"Consumer group `{sub.group}` ({service}); a claimer in the same group retries entries "
+            "left pending (XAUTOCLAIM) and dead-letters them after the delivery cap.",
+        )(_typed_handler(_payload_type(sub.model)))
+    for pub in PUBLICATIONS:
+        if pub.service == service:
+            broker.publisher(
+                stream=pub.stream, schema=pub.model, title=f"{pub.stream}:{service}:send", description=pub.description
+            )
+    app = FastStream(broker, specification=AsyncAPI(title=TITLE, version=VERSION, schema_version="3.0.0"))
+    spec: dict[str, Any] = app.schema.to_specification().to_jsonable()
+    return spec
+
+
+def _schemas(models: tuple[type[BaseModel], ...] | list[type[BaseModel]]) -> dict[str, Any]:
+    """JSON Schemas of `models` and their $defs, with refs into components/schemas."""
+    out: dict[str, Any] = {}
+    for model in models:
+        schema = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+        for name, sub in schema.pop("$defs", {}).items():
+            out[name] = sub
+        out[model.__name__] = schema
+    return out
+
+
+def hand_described() -> dict[str, Any]:
+    """Channels FastStream cannot see: dynamic per-session streams and the dead-letter stream."""
+    sid = {"sid": {"description": "Session id; the {sid} hash tag keeps a session's keys on one Cluster slot."}}
+    messages: dict[str, Any] = {}
+    for model in INBOX_MEMBERS:
+        messages[f"inbox.{model.__name__}"] = {
+            "name": model.__name__,
+            "title": model.__name__,
+            "summary": (model.__doc__ or model.__name__).strip().splitlines()[0],
+            "contentType": "application/json",
+            "payload": {"$ref": f"#/components/schemas/{model.__name__}"},
+        }
+    messages["events.SessionEvent"] = {
+        "name": "SessionEvent",
+        "title": "SessionEvent",
+        "contentType": "application/json",
+        "payload": {"$ref": "#/components/schemas/SessionEvent"},
+    }
+    messages["deadletter.DeadLetter"] = {
+        "name": "DeadLetter",
+        "title": "DeadLetter",
+        "contentType": "application/json",
+        "payload": {"$ref": "#/components/schemas/DeadLetter"},
+    }
+    channels = {
+        "gamma:{sid}:inbox": {
+            "address": "gamma:{sid}:inbox",
+            "description": "Everything that enters a live session, read by the lease holder only: one multiplexed "
+            "XREADGROUP (group `runtime`) over the inboxes of the sessions a worker leases. Plain "
+            "`XADD {type, data: <JSON>}` through shared/inbox.py, not FastStream (the names are dynamic).",
+            "parameters": sid,
+            "messages": {m.__name__: {"$ref": f"#/components/messages/inbox.{m.__name__}"} for m in INBOX_MEMBERS},
+            "bindings": {"redis": {"method": "xreadgroup", "groupName": keys.RUNTIME_GROUP, "bindingVersion": "custom"}},
+        },
+        "gamma:{sid}:events": {
+            "address": "gamma:{sid}:events",
+            "description": "The runtime's event stream of one session (`XADD ... MAXLEN ~ 10000 * data <JSON>`); the "
+            "proxy serves it as SSE with the entry id as the SSE id (resumable with Last-Event-ID).",
+            "parameters": sid,
+            "messages": {"SessionEvent": {"$ref": "#/components/messages/events.SessionEvent"}},
+            "bindings": {"redis": {"method": "xread", "bindingVersion": "custom"}},
+        },
+        keys.DEADLETTER: {
+            "address": keys.DEADLETTER,
+            "description": "Entries that did not validate or reached the delivery cap, moved here (field `data`) and "
+            "acked so one poison entry never stops a consumer. Any consumer group may write here.",
+            "messages": {"DeadLetter": {"$ref": "#/components/messages/deadletter.DeadLetter"}},
+            "bindings": {"redis": {"method": "xadd", "bindingVersion": "custom"}},
+        },
+    }
+    operations: dict[str, Any] = {}
+    for service, models in INBOX_PRODUCERS.items():
+        operations[f"gamma:{{sid}}:inbox:{service}:send"] = {
+            "action": "send",
+            "summary": f"{service} appends to a session's inbox",
+            "channel": {"$ref": "#/channels/gamma:{sid}:inbox"},
+            "messages": [{"$ref": f"#/channels/gamma:{{sid}}:inbox/messages/{m.__name__}"} for m in models],
+        }
+    operations["gamma:{sid}:inbox:runtime:receive"] = {
+        "action": "receive",
+        "summary": "The lease holder reads the inbox; a new lease holder first claims the previous holder's pending entries",
+        "channel": {"$ref": "#/channels/gamma:{sid}:inbox"},
+        "messages": [{"$ref": f"#/channels/gamma:{{sid}}:inbox/messages/{m.__name__}"} for m in INBOX_MEMBERS],
+    }
+    operations["gamma:{sid}:events:runtime:send"] = {
+        "action": "send",
+        "channel": {"$ref": "#/channels/gamma:{sid}:events"},
+        "messages": [{"$ref": "#/channels/gamma:{sid}:events/messages/SessionEvent"}],
+    }
+    operations["gamma:{sid}:events:proxy:receive"] = {
+        "action": "receive",
+        "summary": "SSE of GET /sessions/{id}/events",
+        "channel": {"$ref": "#/channels/gamma:{sid}:events"},
+        "messages": [{"$ref": "#/channels/gamma:{sid}:events/messages/SessionEvent"}],
+    }
+    operations[f"{keys.DEADLETTER}:send"] = {
+        "action": "send",
+        "channel": {"$ref": f"#/channels/{keys.DEADLETTER}"},
+        "messages": [{"$ref": f"#/channels/{keys.DEADLETTER}/messages/DeadLetter"}],
+    }
+    schemas = _schemas([*INBOX_MEMBERS, events.SessionEvent, deadletter.DeadLetter])
+    return {"channels": channels, "operations": operations, "components": {"messages": messages, "schemas": schemas}}
+
+
+def _merge(into: dict[str, Any], part: dict[str, Any], where: str) -> None:
+    for key, value in part.items():
+        if key in into and into[key] != value:
+            raise ValueError(f"conflicting definitions of {where}/{key}")
+        into[key] = value
+
+
+def asyncapi(settings: Settings | None = None) -> dict[str, Any]:
+    subs = service_subscriptions(settings)
+    doc: dict[str, Any] = {
+        "asyncapi": "3.0.0",
+        "info": {
+            "title": TITLE,
+            "version": VERSION,
+            "description": "Redis Streams between the five Gamma services (DESIGN.md \"Streams\"). Service-level "
+            "streams carry FastStream's binary envelope (headers incl. the W3C traceparent); per-session "
+            "streams are plain XADD with a `data` field. Delivery is at-least-once, handled exactly once "
+            "in effect (idempotent by message id / source_id).",
+        },
+        "defaultContentType": "application/json",
+        "servers": {"redis": {"host": "localhost:6379", "protocol": "redis", "description": "REDIS_URL"}},
+        "channels": {},
+        "operations": {},
+        "components": {"messages": {}, "schemas": {}},
+    }
+    parts = [faststream_spec(service, [s for s in subs if s.service == service]) for service in (*SERVICES, EXTERNAL)]
+    parts.append(hand_described())
+    for part in parts:
+        channels = part.get("channels", {})
+        for channel in channels.values():
+            # One server for all: FastStream names its own ("development") after the broker URL.
+            channel["servers"] = [{"$ref": "#/servers/redis"}]
+        _merge(doc["channels"], channels, "channels")
+        _merge(doc["operations"], part.get("operations", {}), "operations")
+        for section in ("messages", "schemas"):
+            _merge(doc["components"][section], part.get("components", {}).get(section, {}), section)
+    doc["channels"] = dict(sorted(doc["channels"].items()))
+    doc["operations"] = dict(sorted(doc["operations"].items()))
+    for section in ("messages", "schemas"):
+        doc["components"][section] = dict(sorted(doc["components"][section].items()))
+    return doc
+
+
+def openapi(service: str, settings: Settings | None = None) -> dict[str, Any]:
+    module = importlib.import_module(f"services.{service}.app")
+    spec: dict[str, Any] = module.create_app(settings or default_settings()).openapi()
+    return spec
+
+
+def render(settings: Settings | None = None) -> dict[str, str]:
+    """File name -> content of every document."""
+    return {
+        "asyncapi.yaml": yaml.safe_dump(asyncapi(settings), sort_keys=False, allow_unicode=True, width=100),
+        "openapi.json": json.dumps(openapi("proxy", settings), indent=2) + "\n",
+        "openapi-notifications.json": json.dumps(openapi("notifications", settings), indent=2) + "\n",
+    }
+
+
+def write(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in render().items():
+        path = directory / name
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for p in write(Path(sys.argv[1] if len(sys.argv) > 1 else "docs")):
+        print(p)
