@@ -30,9 +30,17 @@ from shared.contracts.inbox import (
     UiUpdate,
     UserPrompt,
 )
-from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage, UserMessage
+from shared.contracts.messages import (
+    AgentMessage,
+    AssistantMessage,
+    CustomMessage,
+    TextContent,
+    ToolResultMessage,
+    UserMessage,
+)
 from shared.contracts.recorded import InjectionRecorded
 from shared.contracts.todo import TodoList
+from shared.contracts.transcript import MessageEntry
 from shared.disk import SessionPaths, atomic_write_json, read_json, workspace_files
 from shared.inbox import InboxEntry
 from shared.settings import Settings
@@ -64,6 +72,8 @@ class SessionDeps:
     system_prompt: str
     counter: TokenCounter
     ack: Any  # async (sid, entry_id) -> None
+    static_prefix: str = ""
+    preloaded: tuple[Skill, ...] = ()  # the variant's preloaded skills, recorded at session start
 
 
 class Session:
@@ -82,7 +92,7 @@ class Session:
         self.ui = UiDoc.from_snapshot(read_json(paths.state) if paths.state.exists() else None)
         self.viewable_files: list[str] = workspace_files(paths.workspace)  # server-owned projection
         self.toolset = Toolset(self)
-        self.stream = OpenAIStream(deps.model_client, model, deps.counter)
+        self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix)
         config = LoopConfig(stream=self.stream, prepare_batch=self.toolset.prepare_batch)
         self.agent = Agent(AgentContext(deps.system_prompt, [], self.toolset.tools), config, self.emit)
         self.protocol = SessionProtocolController(self.agent, self.transcript, self.todo, deps.skills,
@@ -102,7 +112,10 @@ class Session:
     # ------------------------------------------------------------ lifecycle
 
     async def restore(self) -> None:
-        await self.transcript.ensure_header()
+        if not self.transcript.entries:
+            await self.transcript.ensure_header()
+            for skill in self.deps.preloaded:  # a preloaded workflow skill is as active as a loaded one
+                await self.transcript.append_skill(skill.name, skill.type, None, preloaded=True)
         await self._repair_interrupted_run()
         self.protocol.restore_context()
 
@@ -113,8 +126,6 @@ class Session:
         answered = {getattr(m, "tool_call_id", None) for m in context}
         for m in reversed(context):
             if isinstance(m, AssistantMessage):
-                from shared.contracts.messages import TextContent, ToolResultMessage
-
                 for call in m.tool_calls():
                     if call.id not in answered:
                         await self.transcript.append_message(ToolResultMessage(
@@ -124,14 +135,14 @@ class Session:
                 break
 
     def interrupted(self) -> bool:
-        """The transcript ends inside a run (a user message or tool result with no answer after it)."""
-        context = self.transcript.context()
-        if not context:
-            return False
-        last = context[-1]
-        if isinstance(last, AssistantMessage):
-            return False
-        return not (isinstance(last, CustomMessage) and last.custom_type.startswith("gamma.todo_anchor"))
+        """The transcript ends inside a run: its last message is a user message or a tool result that
+        did not end the run (message_user with blockOnUser ends it)."""
+        last = next((e.message for e in reversed(self.transcript.entries) if isinstance(e, MessageEntry)), None)
+        if isinstance(last, UserMessage):
+            return True
+        if isinstance(last, ToolResultMessage):
+            return not (last.details or {}).get("blockOnUser")
+        return False
 
     async def guard(self) -> None:
         if self.closed:

@@ -126,10 +126,11 @@ class Transcript:
         await self._append([entry])
         return entry
 
-    async def append_skill(self, name: str, skill_type: str, required_by: str | None) -> SkillActivationEntry:
+    async def append_skill(self, name: str, skill_type: str, required_by: str | None,
+                           preloaded: bool = False) -> SkillActivationEntry:
         entry = SkillActivationEntry(id=self._new_id(), parent_id=self.leaf_id, timestamp=now_iso(), name=name,
                                      skill_type=skill_type,  # type: ignore[arg-type]
-                                     required_by=required_by)
+                                     required_by=required_by, preloaded=preloaded)
         await self._append([entry])
         return entry
 

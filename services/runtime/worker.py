@@ -28,6 +28,7 @@ from .compactor import Compactor
 from .engine.openai_stream import ModelSettings
 from .events import BusPublish, Outbox
 from .lease import Lease, LeaseLost, _text, wait_no_dormant_write
+from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps
 from .skills import Skill
 from .tokens import TokenCounter
@@ -85,7 +86,9 @@ class Worker:
         system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]
         deps = SessionDeps(settings=self.settings, client=self.client, model_client=self.model_client,
                            skills=self.skills, system_prompt=system_prompt, counter=self.counter,
-                           ack=self.reader.ack)
+                           ack=self.reader.ack, static_prefix=static_prefix(self.skills),
+                           preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
+                                                            self.skills)))
         paths = session_paths(self.settings.data_dir, sid)
         outbox = Outbox(self.client, sid, self.bus)
         session = Session(deps, paths, lease, outbox,

@@ -48,6 +48,7 @@ class OpenAIStream:
     client: AsyncOpenAI
     settings: ModelSettings
     counter: TokenCounter
+    static_prefix: str = ""  # hashed with the tool schemas; defaults to the system prompt
     previous_tokens: list[int] = field(default_factory=list)
     last_prompt_tokens: int = 0
 
@@ -59,7 +60,7 @@ class OpenAIStream:
         self.previous_tokens = tokens
         self.last_prompt_tokens = len(tokens)
         await emit(AgentEvent(type="model_request", data=ModelRequestData(
-            prefix_sha256=prefix_hash(context.system_prompt, context.tools),
+            prefix_sha256=prefix_hash(self.static_prefix or context.system_prompt, context.tools),
             prompt_tokens=len(tokens),
             shared_prefix_tokens=shared,
             encoding=self.counter.encoding,
