@@ -1,0 +1,491 @@
+"""The proxy against a real stack (real Redis, all five services as processes): auth, session rows,
+dormant preview, UI state, files and documents, the message that starts a wake, limits and JSON errors,
+and routing of a session whose lease holder does not answer (504) or that is waking (409).
+
+Every test uses sessions of its own; the disk fixtures written here (transcript, todo, an agent-made
+file or deck) stand in for what the runtime writes while live.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+import redis
+from faststream.redis.parser import BinaryMessageFormatV1
+from pycrdt import Doc, Map
+
+from shared import keys
+from shared.contracts.documents import StoredDeck
+from shared.contracts.inbox import INBOX_ADAPTER
+from shared.uidoc import ROOT, snapshot_of
+from tests.support.polling import wait_sync
+from tests.support.stack import API_TOKEN, OTHER_TOKEN, Stack
+
+ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
+BOB = {"Authorization": f"Bearer {OTHER_TOKEN}"}
+REPLY_TIMEOUT_S = 2
+
+
+@pytest.fixture(scope="module")
+def stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # A short reply timeout so the 504 / 409 paths answer quickly.
+    s = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("proxy-dormant"),
+              env_overrides={"GAMMA_REPLY_TIMEOUT_S": str(REPLY_TIMEOUT_S)})
+    try:
+        s.start()
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def api(stack: Stack) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack.url(), headers=ALICE, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def r(module_redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(module_redis_url)
+    yield client
+    client.close()
+
+
+def new_session(api: httpx.Client, **body: Any) -> str:
+    resp = api.post("/sessions", json=body)
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["id"])
+
+
+def session_dir(stack: Stack, sid: str) -> Path:
+    return stack.data_dir / "sessions" / sid
+
+
+def assert_error(resp: httpx.Response, status: int, fragment: str = "") -> dict[str, Any]:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert isinstance(body.get("error"), str) and body["error"], body
+    assert fragment.lower() in body["error"].lower(), body
+    return dict(body)
+
+
+def artifact_changes(r: redis.Redis, sid: str) -> list[dict[str, Any]]:
+    """ArtifactChange bodies for `sid` (FastStream's envelope holds the JSON body)."""
+    out = []
+    for _, fields in r.xrange(keys.ARTIFACT_CHANGES):
+        body = json.loads(BinaryMessageFormatV1.parse(fields[b"__data__"])[0])
+        if body.get("session_id") == sid:
+            out.append(body)
+    return out
+
+
+def wake_entries(r: redis.Redis, sid: str) -> list[dict[str, Any]]:
+    bodies = [json.loads(BinaryMessageFormatV1.parse(f[b"__data__"])[0]) for _, f in r.xrange(keys.WAKE)]
+    return [b for b in bodies if b.get("session_id") == sid]
+
+
+def inbox_messages(r: redis.Redis, sid: str) -> list[Any]:
+    return [INBOX_ADAPTER.validate_json(fields[b"data"]) for _, fields in r.xrange(keys.inbox(sid))]
+
+
+# ---------------------------------------------------------------- auth and rows
+
+
+def test_missing_and_unknown_tokens_are_401(stack: Stack) -> None:
+    with httpx.Client(base_url=stack.url(), timeout=30) as anon:
+        resp = anon.get("/sessions")
+        assert_error(resp, 401, "bearer")
+        assert resp.headers["www-authenticate"] == "Bearer"
+        assert_error(anon.get("/sessions", headers={"Authorization": "Bearer nope"}), 401, "unknown")
+        assert_error(anon.post("/sessions", headers={"Authorization": "Basic abc"}, json={}), 401)
+
+
+def test_other_users_get_404_for_everything_under_a_session(api: httpx.Client, stack: Stack) -> None:
+    sid = new_session(api)
+    with httpx.Client(base_url=stack.url(), headers=BOB, timeout=30) as bob:
+        for method, path, kwargs in [
+            ("GET", f"/sessions/{sid}", {}),
+            ("GET", f"/sessions/{sid}/preview", {}),
+            ("GET", f"/sessions/{sid}/transcript", {}),
+            ("GET", f"/sessions/{sid}/ui", {}),
+            ("POST", f"/sessions/{sid}/ui/sync", {"json": {"update": "AAA="}}),
+            ("GET", f"/sessions/{sid}/events", {}),
+            ("POST", f"/sessions/{sid}/messages", {"json": {"message": "hi"}}),
+            ("POST", f"/sessions/{sid}/suspend", {}),
+            ("POST", f"/sessions/{sid}/compact", {}),
+            ("GET", f"/sessions/{sid}/workspace/files/a.txt", {}),
+            ("PUT", f"/sessions/{sid}/workspace/files/a.txt", {"content": b"x"}),
+            ("GET", f"/sessions/{sid}/documents/d1", {}),
+            ("PATCH", f"/sessions/{sid}/documents/d1", {"json": {"title": "x"}}),
+        ]:
+            assert_error(bob.request(method, path, **kwargs), 404, "not found")
+        assert sid not in [s["id"] for s in bob.get("/sessions").json()["sessions"]]
+    assert_error(api.get("/sessions/s_doesnotexist"), 404)
+    assert_error(api.get("/sessions/" + quote("bad id!", safe="")), 404)
+
+
+def test_create_get_and_list_sessions(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
+    first = new_session(api)
+    resp = api.post("/sessions", json={"variant": "deck-generation", "model": {"name": "gpt-5", "reasoning_effort": "low"}})
+    assert resp.status_code == 201
+    view = resp.json()
+    second = view["id"]
+    assert view["owner"] == "alice" and view["variant"] == "deck-generation"
+    assert view["model"]["name"] == "gpt-5" and view["status"] == "dormant" and view["running"] is False
+
+    got = api.get(f"/sessions/{second}").json()
+    assert got == view
+    listed = [s["id"] for s in api.get("/sessions").json()["sessions"]]
+    assert listed.index(second) < listed.index(first)  # newest first
+
+    row = {k.decode(): v.decode() for k, v in r.hgetall(keys.session_row(second)).items()}
+    assert row["owner"] == "alice" and row["variant"] == "deck-generation" and row["status"] == "dormant"
+    assert json.loads(row["model"])["reasoning_effort"] == "low"
+    assert int(row["created_at"]) <= int(row["updated_at"]) + 1
+    # A new session is dormant with a laid-out disk: empty workspace, default UI state.
+    disk = session_dir(stack, second)
+    assert (disk / "workspace").is_dir() and json.loads((disk / "state.json").read_text())["schemaVersion"] == 1
+
+    assert_error(api.post("/sessions", json={"variant": "poster"}), 422, "variant")
+    assert_error(api.post("/sessions", json={"model": {"context_window": 1}}), 422, "context_window")
+    assert_error(api.post("/sessions", content=b"{not json", headers={"Content-Type": "application/json"}), 422)
+    assert api.post("/sessions").status_code == 201  # no body: the defaults
+
+
+# ---------------------------------------------------------------- preview and transcript
+
+
+def write_transcript(path: Path) -> list[dict[str, Any]]:
+    ts = "2026-01-01T00:00:00.000Z"
+    entries: list[dict[str, Any]] = [
+        {"type": "session", "id": "h", "parentId": None, "timestamp": ts, "version": 3, "cwd": "workspace"},
+        {"type": "custom_message", "id": "c1", "parentId": "h", "timestamp": ts, "customType": "gamma.client_view",
+         "content": "<client_view>card 4</client_view>", "display": False,
+         "details": {"trusted": True, "injectionType": "client_view", "source": "client", "sourceId": "p1"}},
+        {"type": "message", "id": "u1", "parentId": "c1", "timestamp": ts,
+         "message": {"role": "user", "content": "Make a deck about otters", "timestamp": 1}},
+        {"type": "message", "id": "a1", "parentId": "u1", "timestamp": ts,
+         "message": {"role": "assistant", "content": [
+             {"type": "text", "text": "Starting."},
+             {"type": "toolCall", "id": "call_1", "name": "message_user",
+              "arguments": {"message": "Working on it", "blockOnUser": False}},
+         ], "stopReason": "toolUse", "timestamp": 2}},
+        {"type": "message", "id": "t1", "parentId": "a1", "timestamp": ts,
+         "message": {"role": "toolResult", "toolCallId": "call_1", "toolName": "message_user",
+                     "content": [{"type": "text", "text": "sent"}], "timestamp": 3}},
+        {"type": "custom_message", "id": "c2", "parentId": "t1", "timestamp": ts, "customType": "gamma.notice",
+         "content": "Export finished", "display": True, "details": {}},
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries) + '{"type": "message", "id": "torn')
+    return entries
+
+
+def test_preview_and_transcript_read_the_disk(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
+    sid = new_session(api)
+    disk = session_dir(stack, sid)
+    entries = write_transcript(disk / "transcript.jsonl")
+    (disk / "todo.json").write_text(json.dumps({"revision": 2, "items": [
+        {"id": "1", "content": "Outline", "status": "complete"},
+        {"id": "2", "content": "Write cards", "status": "in_progress"}]}))
+
+    preview = api.get(f"/sessions/{sid}/preview").json()
+    assert preview["status"] == "dormant"
+    assert [(e["kind"], e["text"]) for e in preview["transcript"]] == [
+        ("user", "Make a deck about otters"),
+        ("assistant", "Starting."),
+        ("message_user", "Working on it"),
+        ("custom", "Export finished"),
+    ]
+    assert preview["transcript"][2]["blockOnUser"] is False
+    assert preview["todo"]["revision"] == 2 and preview["todo"]["items"][1]["status"] == "in_progress"
+    assert preview["ui"]["schemaVersion"] == 1
+
+    raw = api.get(f"/sessions/{sid}/transcript").json()["entries"]
+    assert raw == entries  # the torn last line is not an entry
+    assert not r.exists(keys.lease(sid)) and api.get(f"/sessions/{sid}").json()["status"] == "dormant"
+
+    (disk / "todo.json").write_text("{broken")  # a damaged todo file shows as an empty list, not a 500
+    assert api.get(f"/sessions/{sid}/preview").json()["todo"]["items"] == []
+
+
+# ---------------------------------------------------------------- UI state (dormant)
+
+
+def ui_doc(update_b64: str) -> Doc:
+    doc: Doc = Doc()
+    doc.get(ROOT, type=Map)
+    doc.apply_update(base64.b64decode(update_b64))
+    return doc
+
+
+FORM = {"id": "f1", "title": "Audience", "status": "submitted", "answers": {"who": "investors"},
+        "fields": [{"id": "who", "label": "Who is it for?", "kind": "text", "required": True}]}
+
+
+def test_dormant_ui_get_and_sync(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
+    sid = new_session(api)
+    state_path = session_dir(stack, sid) / "state.json"
+    first = api.get(f"/sessions/{sid}/ui").json()
+    assert first["snapshot"]["panes"] == [] and first["snapshot"]["schemaVersion"] == 1
+    assert snapshot_of(ui_doc(first["update"])) == first["snapshot"]
+    assert api.get(f"/sessions/{sid}/ui").json()["update"] == first["update"]  # deterministic rebuild
+
+    snapshot = {"panes": [{"id": "p1", "tabIds": ["t1", "t2"]}],
+                "tabs": {"t1": {"id": "t1", "ari": "gamma:file:d1#card_2", "title": "Deck"},
+                         "t2": {"id": "t2", "ari": "file:brief.xml"}},
+                "activeTabByPane": {"p1": "t1"}, "expandedDirs": ["uploads/"], "activeForm": FORM}
+    resp = api.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": snapshot})
+    assert resp.status_code == 200, resp.text
+    stored = json.loads(state_path.read_text())
+    assert stored == resp.json()["snapshot"]
+    assert stored["tabs"]["t1"]["ari"] == "gamma:file:d1#card_2" and stored["activeForm"]["status"] == "submitted"
+    assert snapshot_of(ui_doc(resp.json()["update"])) == stored
+    assert api.get(f"/sessions/{sid}/ui").json()["snapshot"] == stored
+    assert api.get(f"/sessions/{sid}/preview").json()["ui"] == stored
+
+    # Update only: a client seeded from GET /ui edits its document; the proxy merges it into state.json.
+    seeded = ui_doc(api.get(f"/sessions/{sid}/ui").json()["update"])
+    before = seeded.get_state()
+    root = seeded.get(ROOT, type=Map)
+    root["expandedDirs"].append("exports/")
+    root["mobile"]["view"] = "files"
+    diff = seeded.get_update(before)
+    resp = api.post(f"/sessions/{sid}/ui/sync", json={"update": base64.b64encode(diff).decode()})
+    assert resp.status_code == 200, resp.text
+    stored = json.loads(state_path.read_text())
+    assert stored["expandedDirs"] == ["uploads/", "exports/"] and stored["mobile"]["view"] == "files"
+    assert stored["tabs"] == resp.json()["snapshot"]["tabs"]
+    assert not r.exists(keys.lease(sid)) and api.get(f"/sessions/{sid}").json()["status"] == "dormant"
+
+
+def test_bad_ui_sync_changes_nothing(api: httpx.Client, stack: Stack) -> None:
+    sid = new_session(api)
+    state_path = session_dir(stack, sid) / "state.json"
+    before = state_path.read_bytes()
+    good_snapshot = {"panes": [{"id": "p1", "tabIds": []}]}
+    assert_error(api.post(f"/sessions/{sid}/ui/sync", json={"update": "not base64!!", "snapshot": good_snapshot}), 400, "base64")
+    assert_error(api.post(f"/sessions/{sid}/ui/sync", json={"update": base64.b64encode(b"garbage!").decode(),
+                                                            "snapshot": good_snapshot}), 400, "yjs")
+    assert_error(api.post(f"/sessions/{sid}/ui/sync", json={"update": ""}), 400, "empty")
+    assert_error(api.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": {"panes": "one"}}), 422, "panes")
+    assert_error(api.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": {"unknownKey": 1}}), 422)
+    assert_error(api.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": {
+        "tabs": {"t1": {"id": "t1", "ari": "http://evil.example/"}}}}), 422, "ARI")
+    assert_error(api.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": {
+        "activeForm": {**FORM, "status": "maybe"}}}), 422)
+    assert_error(api.post(f"/sessions/{sid}/ui/sync", json={"snapshot": good_snapshot}), 422, "update")
+    assert state_path.read_bytes() == before
+
+
+def test_dormant_form_submission_lands_in_state_json(api: httpx.Client, stack: Stack) -> None:
+    """ask-user-questions while dormant: the agent's open form is answered and submitted by the client;
+    state.json keeps it for the runtime to deliver from the restored UI state on wake."""
+    sid = new_session(api)
+    open_form = {**FORM, "status": "open", "answers": {}}
+    assert api.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": {"activeForm": open_form}}).status_code == 200
+    seeded = ui_doc(api.get(f"/sessions/{sid}/ui").json()["update"])
+    before = seeded.get_state()
+    form = seeded.get(ROOT, type=Map)["activeForm"]
+    form["answers"]["who"] = "board members"
+    form["status"] = "submitted"
+    resp = api.post(f"/sessions/{sid}/ui/sync", json={"update": base64.b64encode(seeded.get_update(before)).decode()})
+    assert resp.status_code == 200, resp.text
+    stored = json.loads((session_dir(stack, sid) / "state.json").read_text())
+    assert stored["activeForm"]["status"] == "submitted"
+    assert stored["activeForm"]["answers"] == {"who": "board members"}
+    assert stored["activeForm"]["fields"][0]["id"] == "who"
+    dismissed = {**open_form, "status": "dismissed"}
+    assert api.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": {"activeForm": dismissed}}).status_code == 200
+    assert json.loads((session_dir(stack, sid) / "state.json").read_text())["activeForm"]["status"] == "dismissed"
+
+
+# ---------------------------------------------------------------- workspace files (dormant)
+
+
+def test_dormant_files(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
+    sid = new_session(api)
+    workspace = session_dir(stack, sid) / "workspace"
+    assert_error(api.put(f"/sessions/{sid}/workspace/files/brief.xml", content=b"<brief/>"), 404, "existing files only")
+    assert not (workspace / "brief.xml").exists()
+    assert_error(api.get(f"/sessions/{sid}/workspace/files/brief.xml"), 404)
+
+    (workspace / "gen" / "q3").mkdir(parents=True)
+    (workspace / "gen" / "q3" / "brief.xml").write_bytes(b"<brief>v1</brief>")
+    resp = api.get(f"/sessions/{sid}/workspace/files/gen/q3/brief.xml")
+    assert resp.status_code == 200 and resp.content == b"<brief>v1</brief>"
+    listing = api.get(f"/sessions/{sid}/workspace/files/gen/").json()
+    assert listing == {"path": "gen/", "entries": [{"name": "q3", "type": "directory", "size": None}]}
+    assert api.get(f"/sessions/{sid}/workspace/files/").json()["entries"][0]["name"] == "gen"
+
+    digest = "The user edited the audience section — «investors»"
+    resp = api.put(f"/sessions/{sid}/workspace/files/gen/q3/brief.xml", content=b"<brief>v2</brief>",
+                   headers={"X-Gamma-Digest": quote(digest)})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["path"] == "gen/q3/brief.xml" and resp.json()["size"] == 17
+    assert (workspace / "gen" / "q3" / "brief.xml").read_bytes() == b"<brief>v2</brief>"
+    changes = wait_sync(lambda: artifact_changes(r, sid), what="ArtifactChange")
+    change = changes[-1]
+    assert change["actor"] == "user" and change["kind"] == "file" and change["ref"] == "file:gen/q3/brief.xml"
+    assert change["digest"] == digest and base64.b64decode(change["content_b64"]) == b"<brief>v2</brief>"
+
+    big = b"x" * (1024 * 1024 + 1)
+    assert_error(api.put(f"/sessions/{sid}/workspace/files/gen/q3/brief.xml", content=big), 413, "1048576")
+    assert_error(api.put(f"/sessions/{sid}/workspace/files/gen/%2e%2e/%2e%2e/x", content=b"x"), 400, "..")
+    assert_error(api.get(f"/sessions/{sid}/workspace/files/gen/%2e%2e/%2e%2e/state.json"), 400)
+    assert_error(api.put(f"/sessions/{sid}/workspace/files/gen/q3/brief.xml", content=b"x",
+                         headers={"X-Gamma-Digest": "d" * 5000}), 400, "X-Gamma-Digest")
+    assert (workspace / "gen" / "q3" / "brief.xml").read_bytes() == b"<brief>v2</brief>"
+    assert api.get(f"/sessions/{sid}").json()["status"] == "dormant" and not r.exists(keys.lease(sid))
+
+
+# ---------------------------------------------------------------- documents (dormant)
+
+
+def test_dormant_documents(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
+    sid = new_session(api)
+    doc_path = session_dir(stack, sid) / "documents" / "d1.json"
+    assert_error(api.put(f"/sessions/{sid}/documents/d1", json={"title": "x"}), 404, "existing documents only")
+    assert_error(api.get(f"/sessions/{sid}/documents/d1"), 404)
+    deck = StoredDeck(title="Otters", revision=3, cards=[{"id": "c1", "title": "Intro"}, {"id": "c2", "title": "Habitat"}])
+    doc_path.write_text(deck.model_dump_json())
+
+    resp = api.get(f"/sessions/{sid}/documents/d1")
+    assert resp.status_code == 200 and resp.json()["revision"] == 3 and resp.headers["etag"] == '"3"'
+
+    assert_error(api.put(f"/sessions/{sid}/documents/d1", json={"title": "New"}, headers={"If-Match": "2"}), 409, "stale")
+    resp = api.put(f"/sessions/{sid}/documents/d1", json={"title": "Sea otters", "cards": [{"id": "c1", "title": "Intro"}]},
+                   headers={"If-Match": '"3"', "X-Gamma-Digest": "Renamed the deck"})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["revision"] == 4 and resp.json()["title"] == "Sea otters"
+
+    resp = api.patch(f"/sessions/{sid}/documents/d1", json={"cards": [{"id": "c1", "title": "Hello"}, {"id": "c3", "title": "New"}]})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["revision"] == 5
+    assert [(c["id"], c["title"]) for c in resp.json()["cards"]] == [("c1", "Hello"), ("c3", "New")]
+    assert StoredDeck.model_validate_json(doc_path.read_text()).revision == 5
+
+    before = doc_path.read_bytes()
+    assert_error(api.patch(f"/sessions/{sid}/documents/d1", json={"cards": [{"title": "no id"}]}), 422)
+    assert_error(api.patch(f"/sessions/{sid}/documents/d1", json={"colour": "red"}), 422, "colour")
+    assert_error(api.put(f"/sessions/{sid}/documents/d1", json={"cards": [{"id": ""}]}), 422)
+    assert_error(api.put(f"/sessions/{sid}/documents/d1", json={"title": "x"}, headers={"If-Match": "abc"}), 400, "If-Match")
+    assert_error(api.get(f"/sessions/{sid}/documents/" + quote("bad id", safe="")), 400, "document id")
+    assert doc_path.read_bytes() == before
+
+    changes = wait_sync(lambda: [c for c in artifact_changes(r, sid) if c["kind"] == "document"][1:] or None,
+                        what="two document changes")
+    docs = [c for c in artifact_changes(r, sid) if c["kind"] == "document"]
+    assert [(c["from_revision"], c["to_revision"]) for c in docs] == [(3, 4), (4, 5)]
+    assert docs[0]["ref"] == "gamma:file:d1" and docs[0]["actor"] == "user" and docs[0]["digest"] == "Renamed the deck"
+    assert docs[1]["document"]["cards"][0]["title"] == "Hello" and changes
+
+
+# ---------------------------------------------------------------- messages, suspend, compact
+
+
+def test_message_to_a_dormant_session_starts_a_wake(api: httpx.Client, r: redis.Redis) -> None:
+    sid = new_session(api)
+    fence_before = int(r.get(keys.fence(sid)) or 0)
+    resp = api.post(f"/sessions/{sid}/messages", json={
+        "message": "Hello there", "on_busy": "follow_up",
+        "client_context": {"locale": "de-DE", "viewport": {"width": 1200, "height": 800}, "paneCapacity": 2,
+                           "visibleTabs": [{"tabId": "t1", "paneId": "p1", "ari": "gamma:file:d1", "location": "card_2"}]},
+    })
+    assert resp.status_code == 202, resp.text
+    body = resp.json()
+    assert body["status"] == "waking" and body["woke"] is True and body["prompt_id"]
+    prompt = inbox_messages(r, sid)[0]
+    assert prompt.type == "user_prompt" and prompt.message == "Hello there" and prompt.prompt_id == body["prompt_id"]
+    assert prompt.client_context.locale == "de-DE" and prompt.client_context.visible_tabs[0].location == "card_2"
+    row = r.hgetall(keys.session_row(sid))
+    assert row[b"wake_id"] and int(row[b"wake_fence"]) == fence_before
+    wakes = wake_entries(r, sid)
+    assert [w["wake_id"] for w in wakes] == [row[b"wake_id"].decode()] and wakes[0]["reason"] == "message"
+    # The client context is sender-specific: never stored as session state.
+    assert b"de-DE" not in b"".join(r.hgetall(keys.session_row(sid)).values())
+    # A second message while the wake is under way (or after it) joins the same inbox without a second Wake.
+    again = api.post(f"/sessions/{sid}/messages", json={"message": "and another"}).json()
+    assert again["woke"] is False
+    assert [m.message for m in inbox_messages(r, sid) if m.type == "user_prompt"] == ["Hello there", "and another"]
+    assert len(wake_entries(r, sid)) == 1
+
+    assert_error(api.post(f"/sessions/{sid}/messages", json={"message": ""}), 422, "message")
+    assert_error(api.post(f"/sessions/{sid}/messages", json={"message": "x", "on_busy": "later"}), 422, "on_busy")
+    assert_error(api.post(f"/sessions/{sid}/messages", json={"message": "x", "client_context": {"paneCapacity": 99}}), 422)
+
+
+def test_suspend_and_compact_while_dormant(api: httpx.Client) -> None:
+    sid = new_session(api)
+    assert api.post(f"/sessions/{sid}/suspend").json() == {"status": "dormant"}
+    assert_error(api.post(f"/sessions/{sid}/compact", json={"instructions": "keep the outline"}), 409, "dormant")
+    assert_error(api.post(f"/sessions/{sid}/compact", json={"instructions": "x" * 5000}), 422)
+
+
+def test_a_lease_holder_that_does_not_answer_gives_504(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
+    """A lease without a worker behind it: the proxy routes live, forwards, and times out cleanly."""
+    sid = new_session(api)
+    r.set(keys.lease(sid), "ghost-worker:1", px=60_000)
+    r.set(keys.running(sid), "1", px=60_000)
+    try:
+        assert api.get(f"/sessions/{sid}").json()["status"] == "live"
+        assert api.get(f"/sessions/{sid}").json()["running"] is True
+        assert_error(api.post(f"/sessions/{sid}/messages", json={"message": "hi", "on_busy": "reject"}), 409, "reject")
+        assert api.post(f"/sessions/{sid}/messages", json={"message": "steer me"}).json()["status"] == "live"
+        before = (session_dir(stack, sid) / "state.json").read_bytes()
+        started = time.monotonic()
+        assert_error(api.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": {}}), 504, "did not answer")
+        assert time.monotonic() - started >= REPLY_TIMEOUT_S - 0.5
+        assert_error(api.get(f"/sessions/{sid}/ui"), 504)
+        assert_error(api.put(f"/sessions/{sid}/workspace/files/new.txt", content=b"x"), 504)
+        assert_error(api.post(f"/sessions/{sid}/suspend"), 504)
+        assert (session_dir(stack, sid) / "state.json").read_bytes() == before  # the proxy never wrote under a lease
+        kinds = [m.type for m in inbox_messages(r, sid)]
+        assert kinds == ["user_prompt", "ui_update", "ui_update", "file_write", "stop"]
+    finally:
+        r.delete(keys.lease(sid), keys.running(sid))
+
+
+def test_writes_to_a_waking_session_are_refused_with_409(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
+    sid = new_session(api)
+    fence = int(r.get(keys.fence(sid)) or 0)
+    r.hset(keys.session_row(sid), mapping={"status": "waking", "wake_id": "w_test",
+                                           "waking_since": str(int(time.time() * 1000)), "wake_fence": str(fence)})
+    assert api.get(f"/sessions/{sid}").json()["status"] == "waking"
+    (session_dir(stack, sid) / "workspace" / "a.txt").write_bytes(b"a")
+    assert_error(api.put(f"/sessions/{sid}/workspace/files/a.txt", content=b"b"), 409, "waking")
+    assert (session_dir(stack, sid) / "workspace" / "a.txt").read_bytes() == b"a"
+    assert_error(api.post(f"/sessions/{sid}/suspend"), 409, "waking")
+    # Reads still work from the disk while waking.
+    assert api.get(f"/sessions/{sid}/preview").json()["status"] == "waking"
+    # Once a runtime took the lease (the fence moved) the wake is over, lease or not.
+    r.incr(keys.fence(sid))
+    assert api.get(f"/sessions/{sid}").json()["status"] == "dormant"
+
+
+# ---------------------------------------------------------------- limits and error shapes
+
+
+def test_body_limits_and_json_errors(api: httpx.Client, stack: Stack) -> None:
+    sid = new_session(api)
+    huge = b'{"message": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+    assert_error(api.post(f"/sessions/{sid}/messages", content=huge, headers={"Content-Type": "application/json"}), 413, "2097152")
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the cap counts the streamed bytes
+        for _ in range(40):
+            yield b"x" * 65536
+
+    assert_error(api.put(f"/sessions/{sid}/workspace/files/a.txt", content=chunks()), 413, "2097152")
+    assert_error(api.get("/no/such/route"), 404)
+    assert_error(api.delete(f"/sessions/{sid}"), 405)
+    assert_error(api.post(f"/sessions/{sid}/messages", json=["not", "an", "object"]), 422)
+    assert api.get("/healthz").json()["status"] == "ok"
+    assert "Traceback" not in stack.log("proxy")
