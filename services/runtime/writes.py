@@ -37,8 +37,9 @@ class WriteHandlers:
                                                     "snapshot": self.s.ui.snapshot()})
 
     async def _answer(self, entry: InboxEntry, request_id: str, status: int, body: dict[str, Any]) -> None:
-        await self.s.outbox.reply(request_id, status, body)
+        # The effect is durable already: ack first, so whoever reads the reply sees a clean inbox.
         await self.s.ack(entry.entry_id)
+        await self.s.outbox.reply(request_id, status, body)
 
     async def ui_update(self, entry: InboxEntry, m: UiUpdate) -> None:
         try:

@@ -52,3 +52,54 @@ class Driver:
         got = self.r.blpop([keys.reply(sid, request_id)], timeout=timeout)
         assert got is not None, f"no reply for {request_id}"
         return dict(json.loads(got[1]))
+
+
+def script(*steps: dict[str, Any]) -> str:
+    """A user message the scripted model plays back step by step (services/runtime/scripted.py)."""
+    return "script:" + json.dumps(list(steps))
+
+
+def call(tool: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": tool, "arguments": arguments}
+
+
+def done(message: str = "done") -> dict[str, Any]:
+    return {"tool_calls": [call("message_user", message=message, blockOnUser=True)]}
+
+
+def bus_payload(fields: dict[bytes, bytes]) -> dict[str, Any]:
+    """The JSON body of a FastStream-published entry (binary envelope: headers, then the payload)."""
+    raw = fields.get(b"data") or fields[b"__data__"]
+    start = raw.rfind(b"\n{") + 1 if raw.rfind(b"\n{") >= 0 else raw.index(b"{")
+    for i in [start, *[j for j in range(len(raw)) if raw[j : j + 1] == b"{"]]:
+        try:
+            return dict(json.loads(raw[i:]))
+        except ValueError:
+            continue
+    raise ValueError("no JSON payload")
+
+
+def stream_payloads(r: redis.Redis, stream: str) -> list[dict[str, Any]]:
+    return [bus_payload(f) for _, f in r.xrange(stream)]
+
+
+def transcript(data_dir: Any, sid: str) -> list[dict[str, Any]]:
+    from pathlib import Path
+
+    path = Path(data_dir) / "sessions" / sid / "transcript.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def kinds(entries: list[dict[str, Any]]) -> list[str]:
+    """A compact view of a transcript: message roles, custom types, other entry types."""
+    out = []
+    for e in entries:
+        if e["type"] == "message":
+            out.append(e["message"]["role"])
+        elif e["type"] == "custom_message":
+            out.append(e["customType"])
+        else:
+            out.append(e["type"])
+    return out
