@@ -9,9 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
@@ -133,15 +136,53 @@ def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = 
 Lifespan = Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]
 
 
+async def wait_for_redis(ctx: ServiceContext, log_every_s: float = 5.0) -> None:
+    """Redis may come up after the service (compose, a restarted pod): wait for it instead of crashing.
+    Nothing is served meanwhile, so /readyz is not 200 until Redis answers and the groups exist."""
+    log = structlog.get_logger()
+    delay, waited, last_log = 0.1, 0.0, -log_every_s
+    # uvicorn only acts on SIGTERM once startup is over: chain its handler and stop waiting at once.
+    terminated: list[int] = []
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        terminated.append(signum)
+        if callable(previous):
+            previous(signum, frame)
+
+    in_main = threading.current_thread() is threading.main_thread()  # a TestClient runs us in a thread
+    if in_main:
+        signal.signal(signal.SIGTERM, on_term)
+    try:
+        while not terminated:
+            try:
+                await ctx.redis.ping()
+                return
+            except (OSError, aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+                if waited - last_log >= log_every_s:
+                    log.warning("waiting_for_redis", error=str(exc), waited_s=round(waited, 1))
+                    last_log = waited
+            await asyncio.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 1.0)
+        raise RuntimeError("stopped while waiting for Redis")
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def service_lifespan(
     ctx: ServiceContext, start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]
 ) -> Lifespan:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         log = structlog.get_logger()
+        await wait_for_redis(ctx)
         ctx.spawn(heartbeat(ctx), "heartbeat")
         await start()
         ctx.ready = True
+        with contextlib.suppress(Exception):  # the first heartbeat now, not a loop tick later
+            await ctx.redis.set(keys.health(ctx.name), str(int(time.time() * 1000)), px=HEARTBEAT_TTL_MS)
         log.info("service_ready", pid=os.getpid())
         try:
             yield
