@@ -98,3 +98,7 @@ def digest_live(sid: str) -> str:
 
 # Sorted set of JSON [sid, ref] scored by the time its debounced live digest is due.
 DIGEST_DUE = "gamma:digest:due"
+
+# Sorted set: session id scored by the last lease renewal (ms) of its runtime holder. A session whose
+# score is older than its lease and that has no lease lost its worker; any runtime resumes it.
+RUNTIME_LIVE = "gamma:runtime:live"

@@ -49,7 +49,7 @@ class Lease:
         if self.lost:
             raise LeaseLost(self.sid)
         current = await self.client.get(keys.lease(self.sid))
-        if current is None or _text(current) != self.value:
+        if current is None or text_of(current) != self.value:
             self.lost = True
             raise LeaseLost(self.sid)
 
@@ -75,5 +75,5 @@ async def wait_no_dormant_write(client: aioredis.Redis, sid: str, timeout_s: flo
         await asyncio.sleep(0.05)
 
 
-def _text(value: bytes | str) -> str:
+def text_of(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value

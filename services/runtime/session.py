@@ -256,7 +256,7 @@ class Session:
             for extra in prompts[1:]:
                 await self._on_prompt(extra, extra.message)  # type: ignore[arg-type]
         elif self.interrupted():
-            self.start_run(None)  # a run cut by a dead worker continues
+            self.start_run(self.protocol.take_idle() or None)  # a run cut by a dead worker continues
         elif self.todo.has_active_task and self.protocol.take_idle_peek():
             self.start_run(self.protocol.take_idle())
 

@@ -17,6 +17,7 @@ import structlog
 from openai import AsyncOpenAI
 
 from shared import keys
+from shared.contracts.base import now_ms
 from shared.contracts.http import ModelConfig
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.wake import Wake
@@ -27,7 +28,7 @@ from shared.settings import Settings
 from .compactor import Compactor
 from .engine.openai_stream import ModelSettings
 from .events import BusPublish, Outbox
-from .lease import Lease, LeaseLost, _text, wait_no_dormant_write
+from .lease import Lease, LeaseLost, text_of, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps
 from .skills import Skill
@@ -54,7 +55,8 @@ class Worker:
         self.skills = skills
 
     def start(self) -> None:
-        self._tasks = [asyncio.ensure_future(self._read_loop()), asyncio.ensure_future(self._house_loop())]
+        self._tasks = [asyncio.ensure_future(self._read_loop()), asyncio.ensure_future(self._house_loop()),
+                       asyncio.ensure_future(self._orphan_loop())]
 
     def _lock(self, sid: str) -> asyncio.Lock:
         return self._locks.setdefault(sid, asyncio.Lock())
@@ -80,7 +82,7 @@ class Worker:
         sid = wake.session_id
         await wait_no_dormant_write(self.client, sid)
         raw_row = await self.client.hgetall(keys.session_row(sid))
-        row = {_text(k): _text(v) for k, v in raw_row.items()}
+        row = {text_of(k): text_of(v) for k, v in raw_row.items()}
         model = ModelConfig.model_validate_json(row["model"]) if row.get("model") else ModelConfig()
         variant = row.get("variant", "base")
         system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]
@@ -98,6 +100,7 @@ class Worker:
         session.compactor = Compactor(session, context_window=model.context_window or self.settings.context_window)
         await session.restore()
         self.sessions[sid] = session
+        await self.client.zadd(keys.RUNTIME_LIVE, {sid: now_ms()})
         await self.bus(keys.LIFECYCLE, SessionLive(session_id=sid, wake_id=wake.wake_id, fence=lease.fence,
                                                   worker_id=self.worker_id))
         await outbox.event("status", {"status": "live", "running": False, "fence": lease.fence})
@@ -148,12 +151,33 @@ class Worker:
             log.warning("lease_lost", session_id=session.sid)
             await self._drop(session)
             return
+        await self.client.zadd(keys.RUNTIME_LIVE, {session.sid: now_ms()})
         if session.running:
             await self.client.set(keys.running(session.sid), "1", px=self.settings.lease_ms)
         if session.stop_requested:
             await self.close(session.sid, session.stop_requested)
         elif session.idle_for() > self.settings.idle_s:
             await self.close(session.sid, "idle")
+
+    async def _orphan_loop(self) -> None:
+        """Resume sessions whose worker died (no lease, stale renewal): the run it had goes on here.
+        Lease.acquire is atomic, so when several workers try, exactly one wins."""
+        while True:
+            await asyncio.sleep(max(self.settings.lease_ms / 1000, 1.0))
+            try:
+                stale = await self.client.zrangebyscore(keys.RUNTIME_LIVE, "-inf", now_ms() - 2 * self.settings.lease_ms)
+                for raw in stale:
+                    sid = text_of(raw) if isinstance(raw, bytes | str) else str(raw)
+                    if sid in self.sessions or await self.client.exists(keys.lease(sid)):
+                        continue
+                    log.info("resuming_orphaned_session", session_id=sid)
+                    await self.on_wake(Wake(session_id=sid, reason="resume"))
+                    if sid not in self.sessions:
+                        await self.client.zrem(keys.RUNTIME_LIVE, sid)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001
+                log.exception("orphan_scan_failed")
 
     # ------------------------------------------------------------ going dormant
 
@@ -179,6 +203,7 @@ class Worker:
                 await session.outbox.event("status", {"status": "dormant", "running": False,
                                                       "fence": session.lease.fence})
                 await session.lease.release()
+                await self.client.zrem(keys.RUNTIME_LIVE, sid)
                 await self.bus(keys.LIFECYCLE, SessionDormant(session_id=sid, fence=session.lease.fence,
                                                              reason=reason))
                 log.info("session_dormant", session_id=sid, reason=reason)

@@ -1,0 +1,123 @@
+"""Worker death and lease loss: a killed runtime's session is resumed by another worker without
+duplicated or lost entries, and a worker whose lease was taken cannot write."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from services.runtime.lease import Lease, LeaseLost
+from services.runtime.todo import TodoController
+from services.runtime.transcript import Transcript
+from shared import keys
+from shared.contracts.inbox import Barrier, Injection
+from shared.contracts.injection import RuntimeInjection
+from shared.contracts.messages import UserMessage
+from tests.integration.runtime_support import Driver, call, done, kinds, script, transcript
+from tests.support.stack import Stack
+
+
+def go_live(d: Driver, sid: str) -> None:
+    wake_id = d.wake(sid)
+    d.wait_event(sid, lambda e: e["type"] == "status" and e["data"]["status"] == "live", what="live")
+    d.append(Barrier(session_id=sid, wake_id=wake_id))
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_another_worker_resumes_without_duplicates(stack_factory) -> None:  # type: ignore[no-untyped-def]
+    rt: Stack = stack_factory(start=False)
+    rt.start("runtime")
+    d = Driver(rt.redis_url)
+    sid = "kill1"
+    go_live(d, sid)
+    prompt = d.prompt(sid, script({"tool_calls": [call("bash", command="sleep 30")]}, done("resumed")))
+    d.wait_event(sid, lambda e: e["type"] == "tool_execution_start", what="bash started")
+    d.append(Injection(session_id=sid, injection=RuntimeInjection(kind="system_update", content="<system_update>"
+                       "x</system_update>"), source="notification", source_id="n-kill"))
+    time.sleep(0.5)  # let the doomed worker read (but never ack) the injection
+    before = transcript(rt.data_dir, sid)
+    rt.kill("runtime", signal.SIGKILL)
+    rt.start("runtime")  # a new process: another worker id and consumer name
+    d.wait_event(sid, lambda e: e["type"] == "message_user" and e["data"]["message"] == "resumed", timeout=60,
+                 what="the resumed run's answer")
+    entries = transcript(rt.data_dir, sid)
+    assert entries[: len(before)] == before  # nothing rewritten
+    ids = [e["id"] for e in entries]
+    assert len(ids) == len(set(ids))
+    users = [e for e in entries if e["type"] == "message" and e["message"]["role"] == "user"]
+    assert [u.get("promptId") for u in users] == [prompt.prompt_id]
+    k = kinds(entries)
+    assert k.count("gamma.system_update") == 1
+    assert k[k.index("user"):] == ["user", "assistant", "toolResult", "gamma.system_update", "assistant", "toolResult"]
+    interrupted = [e["message"] for e in entries if e["type"] == "message" and e["message"]["role"] == "toolResult"][0]
+    assert interrupted["isError"] and "Interrupted" in interrupted["content"][0]["text"]
+    lease = d.r.get(keys.lease(sid))
+    assert lease is not None and lease.decode().endswith(":2")  # the second holder's fence
+    assert int(d.r.xpending(keys.inbox(sid), keys.RUNTIME_GROUP)["pending"]) == 0
+
+
+@pytest.mark.slow
+def test_sigterm_persists_releases_and_todo_survives_restart(stack_factory) -> None:  # type: ignore[no-untyped-def]
+    rt: Stack = stack_factory(start=False)
+    rt.start("runtime")
+    d = Driver(rt.redis_url)
+    sid = "term1"
+    go_live(d, sid)
+    items = [{"id": "a", "content": "A", "status": "in_progress"}]
+    d.prompt(sid, script({"tool_calls": [call("todo", items=items)]}, done()))
+    d.wait_event(sid, lambda e: e["type"] == "agent_end", what="run")
+    rt.kill("runtime", signal.SIGTERM)
+    assert not d.live(sid)
+    dormant = d.wait_event(sid, lambda e: e["type"] == "status" and e["data"]["status"] == "dormant", what="dormant")
+    assert dormant["data"]["fence"] == 1
+    rt.start("runtime")
+    go_live(d, sid)
+    items[0]["status"] = "complete"
+    d.prompt(sid, script({"tool_calls": [call("todo", items=items)]}, done()))
+    d.wait_event(sid, lambda e: e["type"] == "todo" and e["data"]["todo"]["revision"] == 2, what="todo rev 2")
+    todo = json.loads((Path(rt.data_dir) / "sessions" / sid / "todo.json").read_text())
+    assert todo == {"revision": 2, "items": [{"id": "a", "content": "A", "status": "complete"}]}
+
+
+async def test_worker_whose_lease_was_taken_cannot_append(redis_client: aioredis.Redis, tmp_path: Path) -> None:
+    lease = await Lease.acquire(redis_client, "taken1", "w1", 10_000)
+    assert lease is not None
+    assert await Lease.acquire(redis_client, "taken1", "w2", 10_000) is None  # held: nobody else gets it
+    t = Transcript.load(tmp_path / "transcript.jsonl", lease.check)
+    todo = TodoController.load(tmp_path / "todo.json", lease.check)
+    await t.ensure_header()
+    await t.append_message(UserMessage(content="mine"))
+    size = (tmp_path / "transcript.jsonl").stat().st_size
+    # The lease expires and another worker takes it (a new fence).
+    await redis_client.delete(keys.lease("taken1"))
+    other = await Lease.acquire(redis_client, "taken1", "w2", 10_000)
+    assert other is not None and other.fence == lease.fence + 1
+    with pytest.raises(LeaseLost):
+        await t.append_message(UserMessage(content="stale writer"))
+    with pytest.raises(LeaseLost):
+        await todo.update([{"id": "a", "content": "A", "status": "pending"}])
+    assert (tmp_path / "transcript.jsonl").stat().st_size == size
+    assert not (tmp_path / "todo.json").exists()
+    assert not await lease.renew()
+    await lease.release()  # a stale holder's release must not delete the new lease
+    assert await redis_client.get(keys.lease("taken1")) == other.value.encode()
+
+
+def test_runtime_stops_writing_when_its_lease_is_taken(stack_factory) -> None:  # type: ignore[no-untyped-def]
+    rt: Stack = stack_factory(start=False)
+    rt.start("runtime")
+    d = Driver(rt.redis_url)
+    sid = "steal1"
+    go_live(d, sid)
+    d.r.set(keys.lease(sid), "intruder:99", px=60_000)
+    d.prompt(sid, "are you there?")
+    time.sleep(3)
+    assert kinds(transcript(rt.data_dir, sid)) == ["session"]
+    assert d.r.get(keys.lease(sid)) == b"intruder:99"
+    assert int(d.r.xpending(keys.inbox(sid), keys.RUNTIME_GROUP)["pending"]) <= 1  # left for the real holder
+    assert "lease_lost" in rt.log("runtime")
