@@ -1,0 +1,245 @@
+"""Compaction end to end: real runtime and compaction processes on real Redis, a recording model.
+
+The model is an OpenAI-compatible server in this process (tests/support/compaction_model.py): every
+agent request the runtime sends is recorded, so the tests read exactly what the model saw after a
+compaction. Summaries come from the compaction service's scripted summarizer.
+
+"Your task state and active skills survive context compaction": one test per owner (the todo
+controller, skill activation entries, the runtime's injection queues).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.runtime.engine.convert import SUMMARY_PREFIX
+from shared.contracts.inbox import Barrier, Compact, Injection
+from shared.contracts.injection import RuntimeInjection
+from shared.disk import read_json, session_paths
+from tests.integration.runtime_support import Driver
+from tests.support.compaction_model import RecordingModel, call, done, reply, system_and_tools, text_of
+from tests.support.stack import Stack
+
+pytestmark = pytest.mark.timeout(240)
+
+TODO = [
+    {"id": "t1", "content": "Write the brief for the tidal energy deck", "status": "complete"},
+    {"id": "t2", "content": "Build the ten cards", "status": "in_progress"},
+    {"id": "t3", "content": "Review every card against the checklist", "status": "pending"},
+]
+SKILLS = ("deck-generation", "gml-authoring", "gml-cli")  # the workflow and its required references
+STEERS = [
+    ("system_update", "upd-1", "<system_update>The brand colors changed to teal and sand.</system_update>"),
+    ("workspace_update", "ws-1", "<workspace_update>research/tides.csv was added by an import.</workspace_update>"),
+]
+
+
+@dataclass
+class Env:
+    stack: Stack
+    model: RecordingModel
+    d: Driver
+
+
+@pytest.fixture(scope="module")
+def env(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    model = RecordingModel().start()
+    stack = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("compaction-e2e"), env_overrides={
+        **model.env(), "GAMMA_CONTEXT_WINDOW": "16000", "GAMMA_RESERVE_TOKENS": "2000",
+        "GAMMA_KEEP_RECENT_TOKENS": "1500", "GAMMA_IDLE_S": "120",
+    })
+    stack.start("runtime", "compaction")
+    try:
+        yield Env(stack, model, Driver(stack.redis_url))
+    finally:
+        stack.stop()
+        model.stop()
+
+
+def headings() -> dict[str, str]:
+    """The title line of each skill body, to find the body in a request."""
+    out = {}
+    for name in SKILLS:
+        body = (Path(__file__).resolve().parents[2] / "skills" / name / "SKILL.md").read_text()
+        out[name] = next(line for line in body.split("---", 2)[2].splitlines() if line.startswith("# "))
+    return out
+
+
+def transcript(env: Env, sid: str) -> list[dict[str, Any]]:
+    path = session_paths(env.stack.data_dir, sid).transcript
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def compactions(env: Env, sid: str) -> list[dict[str, Any]]:
+    return [e for e in transcript(env, sid) if e["type"] == "compaction"]
+
+
+def phase_events(env: Env, sid: str, phase: str) -> list[dict[str, Any]]:
+    return [e["data"] for e in env.d.events(sid) if e["type"] == "compaction" and e["data"].get("phase") == phase]
+
+
+def wait_phase(env: Env, sid: str, phase: str, n: int = 1, timeout: float = 60) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = phase_events(env, sid, phase)
+        if len(found) >= n:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"{sid}: no {n} '{phase}' compaction events; have "
+                         f"{[e['data'] for e in env.d.events(sid) if e['type'] == 'compaction']}")
+
+
+def start(env: Env, sid: str, text: str) -> None:
+    env.d.prompt(sid, text)
+    wake_id = env.d.wake(sid)
+    env.d.append(Barrier(session_id=sid, wake_id=wake_id))  # no notifications service in this stack
+
+
+def runs_ended(env: Env, sid: str) -> int:
+    return sum(1 for e in env.d.events(sid) if e["type"] == "agent_end")
+
+
+def wait_runs(env: Env, sid: str, n: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while runs_ended(env, sid) < n:
+        assert time.monotonic() < deadline, f"{sid}: {runs_ended(env, sid)} runs ended, expected {n}"
+        time.sleep(0.1)
+
+
+def steer(sid: str, kind: str, source_id: str, content: str) -> Injection:
+    return Injection(session_id=sid, injection=RuntimeInjection(kind=kind, content=content),  # type: ignore[arg-type]
+                     source="system", source_id=source_id)
+
+
+def compact_now(env: Env, sid: str, instructions: str | None = None) -> str:
+    command = Compact(session_id=sid, instructions=instructions)
+    env.d.append(command)
+    answer = env.d.reply(sid, command.request_id, timeout=30)
+    assert answer["status"] == 200, answer
+    return str(answer["body"]["request_id"])
+
+
+def write_notes(env: Env, sid: str, count: int, words: int = 900) -> None:
+    workspace = session_paths(env.stack.data_dir, sid).workspace / "notes"
+    workspace.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        lines = [" ".join(f"tide{i}-{n}-{w}" for w in range(30)) for n in range(words // 30)]
+        (workspace / f"part{i:02d}.md").write_text("\n".join(lines))
+
+
+# ---------------------------------------------------------------- the recovery scenario
+
+
+@dataclass
+class Recovery:
+    sid: str
+    before: dict[str, Any]  # the last request before the compaction
+    after: dict[str, Any]  # the next request after it
+    requests: list[dict[str, Any]]
+    request_id: str
+
+
+@pytest.fixture(scope="module")
+def recovery(env: Env) -> Recovery:
+    """An active workflow skill with its required references, a todo with one task in progress, and
+    two steer injections queued while a slow tool runs; a compaction is requested meanwhile."""
+    sid = "recovery1"
+    env.model.script(
+        reply(call("skill", name="deck-generation")),
+        reply(call("todo", items=TODO)),
+        reply(call("bash", command="sleep 6")),
+        done("The cards are being built."),
+    )
+    start(env, sid, "Create a deck about tidal energy for the board meeting.")
+    env.d.wait_event(sid, lambda e: e["type"] == "tool_execution_start" and e["data"]["toolName"] == "bash",
+                     what="the slow tool")
+    rid = compact_now(env, sid, instructions="the card plan")
+    for kind, source_id, content in STEERS:
+        env.d.append(steer(sid, kind, source_id, content))
+    wait_phase(env, sid, "applied")
+    wait_runs(env, sid, 1)
+    requests = list(env.model.requests)
+    assert len(requests) == 4, [text_of(r)[-200:] for r in requests]
+    return Recovery(sid=sid, before=requests[2], after=requests[3], requests=requests, request_id=rid)
+
+
+def test_next_request_after_compaction_has_summary_todo_skills_and_injection(env: Env, recovery: Recovery) -> None:
+    after = text_of(recovery.after)
+    assert SUMMARY_PREFIX not in text_of(recovery.before)
+    assert SUMMARY_PREFIX in after
+    summary = after.split(SUMMARY_PREFIX, 1)[1]
+    assert "## Goal" in summary and "tidal energy" in summary.split("## Constraints", 1)[0]
+    assert "Requested focus: the card plan" in summary
+    assert "<todo_state" in after and "[in_progress] t2: Build the ten cards" in after
+    for name, heading in headings().items():
+        assert heading in after, f"{name} body missing after compaction"
+    for _, _, content in STEERS:
+        assert content in after
+    (entry,) = compactions(env, recovery.sid)
+    assert entry["requestId"] == recovery.request_id
+
+
+def test_static_prefix_is_unchanged_by_compaction(env: Env, recovery: Recovery) -> None:
+    assert {system_and_tools(r) for r in recovery.requests} == {system_and_tools(recovery.requests[0])}
+    hashes = {e["data"]["prefix_sha256"] for e in env.d.events(recovery.sid) if e["type"] == "model_request"}
+    assert len(hashes) == 1
+
+
+def test_todo_state_survives_compaction(env: Env, recovery: Recovery) -> None:
+    after = text_of(recovery.after)
+    for item in TODO:
+        assert f"[{item['status']}] {item['id']}: {item['content']}" in after
+    stored = read_json(session_paths(env.stack.data_dir, recovery.sid).todo)
+    assert [i["status"] for i in stored["items"]] == ["complete", "in_progress", "pending"]
+    # the anchor (and the kept todo tool result, if the cut kept it) show the current revision only
+    revisions = re.findall(r'<todo_state revision="(\d+)">', after)
+    assert revisions and set(revisions) == {str(stored["revision"])}
+    # the anchor is in the transcript right after the compaction entry: a restart replays it
+    entries = transcript(env, recovery.sid)
+    at = next(i for i, e in enumerate(entries) if e["type"] == "compaction")
+    restored = [e["customType"] for e in entries[at + 1 : at + 5] if e["type"] == "custom_message"]
+    assert restored[0] == "gamma.todo_anchor"
+
+
+def test_active_skills_survive_compaction(env: Env, recovery: Recovery) -> None:
+    before, after = text_of(recovery.before), text_of(recovery.after)
+    for name, heading in headings().items():
+        assert before.count(heading) == 1, name  # as the skill tool's result
+        assert after.count(heading) == 1, name  # as the restored anchor: the tool result was summarized
+    assert after.count("<active_skill>") == 3
+    entries = transcript(env, recovery.sid)
+    at = next(i for i, e in enumerate(entries) if e["type"] == "compaction")
+    restored = [e for e in entries[at + 1 :] if e.get("customType") == "gamma.active_skill"]
+    assert {e["details"]["skill"] for e in restored} == set(SKILLS)
+
+
+def test_pending_injections_survive_compaction(env: Env, recovery: Recovery) -> None:
+    after = text_of(recovery.after)
+    positions = [after.index(content) for _, _, content in STEERS]
+    assert positions == sorted(positions), "queued injections keep their order"
+    assert all(after.count(content) == 1 for _, _, content in STEERS)
+    recorded = [e for e in transcript(env, recovery.sid) if e.get("details", {}).get("sourceId") in ("upd-1", "ws-1")]
+    assert len(recorded) == 2
+
+
+def test_a_restart_replays_the_compacted_context(env: Env, recovery: Recovery) -> None:
+    sid = recovery.sid
+    env.stack.kill("runtime")
+    env.stack.start("runtime")
+    env.model.script(done("Still on it."))
+    start(env, sid, "How far along are you?")
+    wait_runs(env, sid, 2)
+    (first,) = env.model.requests
+    text = text_of(first)
+    assert text.count(SUMMARY_PREFIX) == 1 and text.count("<active_skill>") == 3
+    stored = read_json(session_paths(env.stack.data_dir, sid).todo)
+    assert set(re.findall(r'<todo_state revision="(\d+)">', text)) == {str(stored["revision"])}
+    assert len(compactions(env, sid)) == 1
