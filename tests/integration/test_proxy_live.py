@@ -1,0 +1,230 @@
+"""The proxy with the real runtime behind it (real Redis, all five services as processes).
+
+The acceptance path first: a dormant session serves /preview, file reads, an existing-file overwrite,
+GET /ui and a UI flush while staying dormant; then a message wakes it and the scripted agent answers.
+After that, the live paths: read-your-writes UI sync, file and document writes forwarded to the runtime,
+the events stream of a real run, on_busy=reject, compact and suspend.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from faststream.redis.parser import BinaryMessageFormatV1
+from pycrdt import Doc, Map
+
+from shared import keys
+from shared.contracts.documents import StoredDeck
+from shared.uidoc import ROOT, snapshot_of
+from tests.support.polling import wait_sync
+from tests.support.stack import API_TOKEN, Stack
+
+ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
+TAB_SNAPSHOT = {"panes": [{"id": "p1", "tabIds": ["t1"]}], "tabs": {"t1": {"id": "t1", "ari": "file:brief.xml"}},
+                "activeTabByPane": {"p1": "t1"}}
+
+
+@pytest.fixture(scope="module")
+def stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("proxy-live"))
+    try:
+        s.start()
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def api(stack: Stack) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack.url(), headers=ALICE, timeout=httpx.Timeout(30, read=30)) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def r(module_redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(module_redis_url)
+    yield client
+    client.close()
+
+
+def session_dir(stack: Stack, sid: str) -> Path:
+    return stack.data_dir / "sessions" / sid
+
+
+def status(api: httpx.Client, sid: str) -> str:
+    return str(api.get(f"/sessions/{sid}").json()["status"])
+
+
+def agent_replies(api: httpx.Client, sid: str) -> list[str]:
+    return [e["text"] for e in api.get(f"/sessions/{sid}/preview").json()["transcript"] if e["kind"] == "message_user"]
+
+
+def wait_reply(api: httpx.Client, sid: str, fragment: str, timeout: float = 60) -> str:
+    found = wait_sync(lambda: [t for t in agent_replies(api, sid) if fragment in t], timeout=timeout,
+                      interval=0.25, what=f"an agent reply containing {fragment!r}")
+    return found[-1]
+
+
+def ui_doc(update_b64: str) -> Doc:
+    doc: Doc = Doc()
+    doc.get(ROOT, type=Map)
+    doc.apply_update(base64.b64decode(update_b64))
+    return doc
+
+
+def artifact_changes(r: redis.Redis, sid: str) -> list[dict[str, Any]]:
+    bodies = [json.loads(BinaryMessageFormatV1.parse(f[b"__data__"])[0]) for _, f in r.xrange(keys.ARTIFACT_CHANGES)]
+    return [b for b in bodies if b.get("session_id") == sid]
+
+
+@pytest.fixture(scope="module")
+def live_sid(api: httpx.Client) -> str:
+    """A session woken by its first message and answered; the live tests below share it."""
+    sid = str(api.post("/sessions").json()["id"])
+    assert api.post(f"/sessions/{sid}/messages", json={"message": "first contact"}).status_code == 202
+    wait_reply(api, sid, "first contact")
+    wait_sync(lambda: status(api, sid) == "live", timeout=30, what="live")
+    return sid
+
+
+def test_dormant_session_serves_everything_then_a_message_wakes_it(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
+    sid = str(api.post("/sessions").json()["id"])
+    workspace = session_dir(stack, sid) / "workspace"
+    (workspace / "brief.xml").write_bytes(b"<brief><audience>all</audience></brief>")  # as an earlier run left it
+
+    def dormant() -> None:
+        assert status(api, sid) == "dormant" and not r.exists(keys.lease(sid))
+
+    assert api.get(f"/sessions/{sid}/preview").json()["status"] == "dormant"
+    dormant()
+    assert api.get(f"/sessions/{sid}/workspace/files/brief.xml").content.startswith(b"<brief>")
+    dormant()
+    edited = b"<brief><audience>investors</audience></brief>"
+    resp = api.put(f"/sessions/{sid}/workspace/files/brief.xml", content=edited,
+                   headers={"X-Gamma-Digest": "The user changed the audience to investors."})
+    assert resp.status_code == 200, resp.text
+    dormant()
+    seeded = api.get(f"/sessions/{sid}/ui").json()
+    dormant()
+    assert api.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": TAB_SNAPSHOT}).status_code == 200
+    dormant()
+    assert seeded["snapshot"]["panes"] == []
+
+    resp = api.post(f"/sessions/{sid}/messages", json={"message": "hello otters"})
+    assert resp.status_code == 202 and resp.json()["woke"] is True and resp.json()["status"] == "waking"
+    reply = wait_reply(api, sid, "hello otters")
+    assert reply.startswith("You said: 'hello otters'")
+    # The brief edit made while dormant reached the agent as an artifact_update before the message.
+    assert "artifact_update (ref=file:brief.xml)" in reply
+    wait_sync(lambda: status(api, sid) == "live", timeout=30, what="live after the wake")
+    # The runtime restored the flushed UI state and reads the overwritten file.
+    live_ui = api.get(f"/sessions/{sid}/ui").json()
+    assert live_ui["snapshot"]["tabs"]["t1"]["ari"] == "file:brief.xml"
+    assert api.get(f"/sessions/{sid}/workspace/files/brief.xml").content == edited
+
+
+def test_live_ui_sync_is_read_your_writes(api: httpx.Client, live_sid: str, stack: Stack) -> None:
+    sid = live_sid
+    first = api.get(f"/sessions/{sid}/ui").json()
+    doc = ui_doc(first["update"])
+    assert snapshot_of(doc) == first["snapshot"]
+    before = doc.get_state()
+    root = doc.get(ROOT, type=Map)
+    root["expandedDirs"].append("exports/")
+    diff = doc.get_update(before)
+    resp = api.post(f"/sessions/{sid}/ui/sync",
+                    json={"update": base64.b64encode(diff).decode(), "snapshot": snapshot_of(doc)})
+    assert resp.status_code == 200, resp.text
+    assert "exports/" in resp.json()["snapshot"]["expandedDirs"]
+    # The runtime persisted state.json before it answered.
+    assert "exports/" in json.loads((session_dir(stack, sid) / "state.json").read_text())["expandedDirs"]
+    assert "exports/" in api.get(f"/sessions/{sid}/ui").json()["snapshot"]["expandedDirs"]
+
+    state_before = (session_dir(stack, sid) / "state.json").read_bytes()
+    assert api.post(f"/sessions/{sid}/ui/sync", json={"update": "%%%"}).status_code == 400
+    assert api.post(f"/sessions/{sid}/ui/sync", json={"update": base64.b64encode(b"\x05junk").decode()}).status_code == 400
+    assert api.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": {"tabs": []}}).status_code == 422
+    assert (session_dir(stack, sid) / "state.json").read_bytes() == state_before
+
+
+def test_live_file_writes_go_through_the_runtime(api: httpx.Client, r: redis.Redis, live_sid: str, stack: Stack) -> None:
+    sid = live_sid
+    resp = api.put(f"/sessions/{sid}/workspace/files/notes/new.md", content=b"# New\n",
+                   headers={"X-Gamma-Digest": "Added notes"})
+    assert resp.status_code == 200, resp.text  # a live session may create files
+    body = resp.json()
+    assert body["path"] == "notes/new.md" and body["size"] == 6 and isinstance(body["revision"], int)
+    assert (session_dir(stack, sid) / "workspace" / "notes" / "new.md").read_bytes() == b"# New\n"
+    assert api.get(f"/sessions/{sid}/workspace/files/notes/new.md").content == b"# New\n"
+    change = wait_sync(lambda: [c for c in artifact_changes(r, sid) if c["ref"] == "file:notes/new.md"],
+                       what="ArtifactChange for the live write")[-1]
+    assert change["actor"] == "user" and change["to_revision"] == body["revision"] and change["digest"] == "Added notes"
+    assert api.put(f"/sessions/{sid}/workspace/files/notes/%2e%2e/%2e%2e/x", content=b"x").status_code == 400
+
+
+def test_live_documents_go_through_the_runtime(api: httpx.Client, r: redis.Redis, live_sid: str, stack: Stack) -> None:
+    sid = live_sid
+    resp = api.put(f"/sessions/{sid}/documents/deck1", json={"title": "Otters", "cards": [{"id": "c1", "title": "Intro"}]})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["revision"] == 1 and resp.headers["etag"] == '"1"'
+    resp = api.patch(f"/sessions/{sid}/documents/deck1", json={"cards": [{"id": "c2", "title": "Habitat"}]},
+                     headers={"If-Match": "1"})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["revision"] == 2 and [c["id"] for c in resp.json()["cards"]] == ["c1", "c2"]
+    stale = api.patch(f"/sessions/{sid}/documents/deck1", json={"title": "x"}, headers={"If-Match": "1"})
+    assert stale.status_code == 409 and stale.json()["error"]
+    stored = StoredDeck.model_validate_json((session_dir(stack, sid) / "documents" / "deck1.json").read_text())
+    assert stored.revision == 2 and stored.title == "Otters"
+    assert api.get(f"/sessions/{sid}/documents/deck1").json()["revision"] == 2
+    docs = wait_sync(lambda: [c for c in artifact_changes(r, sid) if c["ref"] == "gamma:file:deck1"][1:] or None,
+                     what="two document changes")
+    assert docs[-1]["to_revision"] == 2 and docs[-1]["from_revision"] == 1
+
+
+def test_live_events_stream_carries_the_run(api: httpx.Client, live_sid: str) -> None:
+    sid = live_sid
+    with api.stream("GET", f"/sessions/{sid}/events", headers={"Last-Event-ID": "$"}) as resp:
+        lines = resp.iter_lines()
+        assert next(lines).startswith("retry")
+        assert api.post(f"/sessions/{sid}/messages", json={"message": "stream this"}).json()["status"] == "live"
+        last_id, seen = None, []
+        for line in lines:
+            if line.startswith("id: "):
+                last_id = line[4:]
+            if line.startswith("data: "):
+                event = json.loads(line[6:])
+                seen.append(event["type"])
+                if event["type"] == "message_user" and "stream this" in event["data"]["message"]:
+                    break
+    assert last_id and "-" in last_id
+    assert "agent_start" in seen and "message_end" in seen and seen[-1] == "message_user"
+
+
+def test_on_busy_reject_while_running(api: httpx.Client, live_sid: str) -> None:
+    sid = live_sid
+    script = json.dumps([{"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 4"}}]}])
+    assert api.post(f"/sessions/{sid}/messages", json={"message": "script:" + script}).status_code == 202
+    wait_sync(lambda: api.get(f"/sessions/{sid}").json()["running"], timeout=20, what="running")
+    resp = api.post(f"/sessions/{sid}/messages", json={"message": "not now", "on_busy": "reject"})
+    assert resp.status_code == 409 and "reject" in resp.json()["error"]
+    wait_sync(lambda: not api.get(f"/sessions/{sid}").json()["running"], timeout=30, what="the run to end")
+
+
+def test_compact_then_suspend(api: httpx.Client, r: redis.Redis, live_sid: str) -> None:
+    sid = live_sid
+    resp = api.post(f"/sessions/{sid}/compact", json={"instructions": "keep the brief decisions"})
+    assert resp.status_code in (200, 409), resp.text  # 409: the runtime found nothing to compact yet
+    assert resp.json().get("request_id") or resp.json().get("error")
+    resp = api.post(f"/sessions/{sid}/suspend")
+    assert resp.status_code == 200 and resp.json() == {"status": "dormant"}
+    wait_sync(lambda: not r.exists(keys.lease(sid)), timeout=30, what="the lease to be released")
+    assert status(api, sid) == "dormant"
+    assert api.post(f"/sessions/{sid}/suspend").json() == {"status": "dormant"}
+    assert api.get(f"/sessions/{sid}/preview").json()["status"] == "dormant"
