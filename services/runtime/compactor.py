@@ -51,10 +51,15 @@ class Compactor:
         if self.in_flight is None and should_compact(tokens, self.context_window, self.reserve_tokens):
             await self.request(None, tokens)
 
-    async def request(self, instructions: str | None, tokens: int | None = None) -> str | None:
+    async def request(self, instructions: str | None, tokens: int | None = None, manual: bool = False) -> str | None:
         if self.in_flight is not None:
             return self.in_flight
-        req = make_request(self.s.sid, self.s.transcript.entries, keep_recent_tokens=self.keep_recent_tokens,
+        keep = self.keep_recent_tokens
+        if manual:
+            # Asked for explicitly: compact even a context smaller than the recent-token budget,
+            # keeping about a quarter of it (the latest turn, at least).
+            keep = min(keep, max(context_tokens(self.s.agent.messages) // 4, 1))
+        req = make_request(self.s.sid, self.s.transcript.entries, keep_recent_tokens=keep,
                            custom_instructions=instructions, model=self.s.stream.settings.model,
                            reserve_tokens=self.reserve_tokens, tokens_before=tokens)
         if req is None:
@@ -90,7 +95,7 @@ class Compactor:
     # ------------------------------------------------------------ inbox
 
     async def on_command(self, entry: InboxEntry, m: Compact) -> None:
-        rid = await self.request(m.instructions)
+        rid = await self.request(m.instructions, manual=True)
         if rid is None:
             await self.s.outbox.reply(m.request_id, 409, {"error": "nothing to compact yet"})
         else:
