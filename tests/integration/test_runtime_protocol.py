@@ -233,7 +233,7 @@ def test_static_prefix_identical_across_different_sessions(rt: Stack, d: Driver)
               if e["type"] == "model_request"}
     assert len(hashes) == 1
     shared = [e["data"] for e in d.events("pfxB") if e["type"] == "model_request"]
-    assert all(r["shared_prefix_tokens"] > 0.9 * prev["prompt_tokens"] for prev, r in zip(shared, shared[1:]))
+    assert all(r["shared_prefix_tokens"] > 0.9 * prev["prompt_tokens"] for prev, r in zip(shared, shared[1:], strict=False))
 
 
 def test_forwarded_writes_ui_file_document(rt: Stack, d: Driver) -> None:

@@ -8,7 +8,15 @@ from typing import Any
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.convert import to_openai
 from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
-from services.runtime.engine.types import AgentContext, AgentEvent, Emit, LoopConfig, Tool, ToolContext, ToolOutcome
+from services.runtime.engine.types import (
+    AgentContext,
+    AgentEvent,
+    Emit,
+    LoopConfig,
+    Tool,
+    ToolContext,
+    ToolOutcome,
+)
 from services.runtime.tokens import TokenCounter
 from shared.contracts.messages import (
     AgentMessage,
