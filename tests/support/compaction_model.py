@@ -59,6 +59,8 @@ class RecordingModel:
     requests: list[dict[str, Any]] = field(default_factory=list)  # agent requests, in order
     summaries: list[dict[str, Any]] = field(default_factory=list)  # summarization requests
     summary_delay_s: float = 0.0
+    agent_delay_s: float = 0.0  # a model that takes time per step, so a run does not outpace compaction
+    summary_failures: int = 0  # the next N summarization calls answer 503
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
@@ -87,6 +89,9 @@ class RecordingModel:
     def _summarize(self, body: dict[str, Any]) -> ScriptedReply:
         with self._lock:
             self.summaries.append(body)
+            if self.summary_failures > 0:
+                self.summary_failures -= 1
+                raise ScriptedError(503, "server_error", "the summarization model is overloaded")
         return scripted_summarizer(body)
 
     def app(self) -> FastAPI:
@@ -99,8 +104,9 @@ class RecordingModel:
             body = json.loads(raw)
             system = next((m.get("content") for m in body.get("messages", []) if m.get("role") == "system"), "")
             is_summary = system == SUMMARIZATION_SYSTEM_PROMPT
-            if is_summary and self.summary_delay_s:
-                await asyncio.sleep(self.summary_delay_s)
+            delay = self.summary_delay_s if is_summary else self.agent_delay_s
+            if delay:
+                await asyncio.sleep(delay)
             transport = summarize if is_summary else agent
             answer = await transport.handle_async_request(
                 httpx.Request("POST", "http://model.local/v1/chat/completions", content=raw))
