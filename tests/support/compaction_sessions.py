@@ -42,6 +42,8 @@ class SessionBuilder:
     def __post_init__(self) -> None:
         if not self.entries:
             self.entries.append(SessionHeader(id=self._id(), timestamp=TS))
+        else:  # continuing a transcript: new ids after the existing ones
+            self._n = itertools.count(len(self.entries) + 1)
 
     def _id(self) -> str:
         return f"{next(self._n):08x}"
