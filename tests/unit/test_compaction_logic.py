@@ -6,6 +6,8 @@ import itertools
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.runtime import compaction as c
 from shared.contracts.inbox import CompactionReady
@@ -47,10 +49,10 @@ def assistant(text: str = "", calls: list[tuple[str, dict[str, Any]]] | None = N
     )
 
 
-def result(text: str, name: str = "read") -> MessageEntry:
+def result(text: str, name: str = "read", call_id: str = "x") -> MessageEntry:
     return MessageEntry(
         id=_id(), timestamp=TS,
-        message=ToolResultMessage(tool_call_id="x", tool_name=name, content=[TextContent(text=text)]),
+        message=ToolResultMessage(tool_call_id=call_id, tool_name=name, content=[TextContent(text=text)]),
     )
 
 
@@ -277,3 +279,62 @@ def test_file_operations_merge_previous_details() -> None:
     assert "<read-files>\nbrief.xml\nold.md\n</read-files>" in text
     assert "<modified-files>\ndeck.json\ngone.md\nnotes.md\n</modified-files>" in text
     assert c.format_file_operations({"readFiles": [], "modifiedFiles": []}) == ""
+
+
+# ---------------------------------------------------------------- properties
+
+
+_step = st.one_of(
+    st.tuples(st.just("user"), st.integers(1, 400)),
+    st.tuples(st.just("tools"), st.integers(1, 3), st.integers(1, 600)),
+    st.tuples(st.just("say"), st.integers(1, 300)),
+    st.tuples(st.just("inject"), st.integers(1, 100)),
+)
+
+
+def _build(steps: list[tuple[Any, ...]], compact_at: int | None) -> list[TranscriptEntry]:
+    entries: list[TranscriptEntry] = [SessionHeader(id=_id(), timestamp=TS), user("start")]
+    for n, step in enumerate(steps):
+        if step[0] == "user":
+            entries.append(user("u " * step[1]))
+        elif step[0] == "tools":
+            msg = assistant("", [("read", {"path": f"f{i}.md"}) for i in range(step[1])])
+            entries.append(msg)
+            assert isinstance(msg.message, AssistantMessage)
+            entries += [result("r " * step[2], call_id=call.id) for call in msg.message.tool_calls()]
+        elif step[0] == "say":
+            entries.append(assistant("a " * step[1]))
+        else:
+            entries.append(custom("system_update", "<system_update>" + "x " * step[1] + "</system_update>"))
+        if compact_at == n:
+            cut = c.find_cut(entries, 300)
+            if cut is not None:
+                entries.append(compaction("## Goal\n- earlier", cut.first_kept_entry_id))
+                entries.append(custom("todo_anchor", "<todo_state/>"))
+    return entries
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_step, min_size=1, max_size=25), st.integers(0, 3000), st.one_of(st.none(), st.integers(0, 24)))
+def test_cut_invariants(steps: list[tuple[Any, ...]], keep: int, compact_at: int | None) -> None:
+    entries = _build(steps, compact_at)
+    cut = c.find_cut(entries, keep)
+    if cut is None:
+        return
+    last = c.latest_compaction_index(entries)
+    kept_entry = entries[cut.first_kept_index]
+    assert cut.first_kept_index > last
+    assert isinstance(kept_entry, MessageEntry | CustomMessageEntry) and not c.is_anchor(kept_entry)
+    assert not (isinstance(kept_entry, MessageEntry) and kept_entry.message.role == "toolResult")
+    # after applying it, every tool result in context still follows the call that asked for it
+    applied = [*entries, compaction("## Goal\n- now", cut.first_kept_entry_id)]
+    seen_calls: set[str] = set()
+    for m in c.context_messages(applied):
+        if isinstance(m, AssistantMessage):
+            seen_calls.update(call.id for call in m.tool_calls())
+        elif isinstance(m, ToolResultMessage):
+            assert m.tool_call_id in seen_calls
+    # and the context shrinks
+    assert c.context_tokens(c.context_messages(applied)) < c.context_tokens(c.context_messages(entries)) + 40
+    span = c.summary_span(entries, cut.first_kept_entry_id, entries[-1].id)
+    assert span.history or span.turn_prefix
