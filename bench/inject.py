@@ -1,0 +1,348 @@
+"""`make bench-inject`: notification POST -> recorded in a live transcript, against raw baselines.
+
+Measured in one run, on one machine, against one Redis:
+- inject: `POST /notifications` (approval.resolved, one injection) to one of N live sessions held by the
+  real runtime -> the runtime's `InjectionRecorded` for that notification id (the transcript entry is
+  durable before it is published). Each session has an active task, so a steer on an idle session starts
+  a turn (seed: "Delivery policy") and the injection is recorded at once instead of waiting for a prompt.
+- raw: redis-py `XADD` -> a consumer blocked in `XREADGROUP` -> `XACK` -> the waiting producer.
+- http: one HTTP round trip to the same uvicorn server (`GET /healthz` of the notification service).
+Sequential latency (p50/p99, one message in flight) and throughput (`--concurrency` in flight).
+Prints a table and writes bench/results/inject.json. Not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis.asyncio as aioredis
+from faststream.redis.parser.binary import BinaryMessageFormatV1
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from services.stack import redis_answers  # noqa: E402
+from shared import keys  # noqa: E402
+from shared.contracts.todo import TodoItem, TodoList  # noqa: E402
+from shared.contracts.wake import Wake  # noqa: E402
+from shared.disk import atomic_write_json, session_paths  # noqa: E402
+from tests.support.redis_server import start_redis_server  # noqa: E402
+from tests.support.stack import SERVICE_TOKEN, Stack  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "inject.json"
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def summary(latencies_s: list[float], throughput: float | None = None) -> dict[str, Any]:
+    ms = [v * 1000 for v in latencies_s]
+    out: dict[str, Any] = {"n": len(ms), "p50_ms": round(pct(ms, 50), 3), "p99_ms": round(pct(ms, 99), 3),
+                           "mean_ms": round(statistics.fmean(ms), 3)}
+    if throughput is not None:
+        out["throughput_per_s"] = round(throughput, 1)
+    return out
+
+
+def decode_recorded(fields: dict[bytes, bytes]) -> dict[str, Any] | None:
+    """`InjectionRecorded` as the runtime publishes it (FastStream envelope) or as plain `data` JSON."""
+    if b"data" in fields:
+        return json.loads(fields[b"data"])  # type: ignore[no-any-return]
+    raw = fields.get(b"__data__")
+    if raw is None:
+        return None
+    body, _ = BinaryMessageFormatV1.parse(raw)
+    return json.loads(body)  # type: ignore[no-any-return]
+
+
+class RecordedWatcher:
+    """Resolves a future per notification id when its InjectionRecorded appears."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.client = client
+        self.waiting: dict[str, asyncio.Future[float]] = {}
+        self.last = "$"
+
+    async def start(self) -> None:
+        info = await self.client.xinfo_stream(keys.INJECTIONS_RECORDED)
+        last = info.get("last-generated-id")
+        self.last = last.decode() if isinstance(last, bytes) else str(last)
+
+    def expect(self, nid: str) -> asyncio.Future[float]:
+        fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self.waiting[nid] = fut
+        return fut
+
+    async def run(self) -> None:
+        while True:
+            reply = await self.client.xread({keys.INJECTIONS_RECORDED: self.last}, block=1000, count=500)
+            now = time.perf_counter()
+            for _stream, entries in reply or []:
+                for entry_id, fields in entries:
+                    self.last = entry_id.decode()
+                    event = decode_recorded(fields)
+                    if event is None or event.get("source") != "notification":
+                        continue
+                    fut = self.waiting.pop(str(event.get("source_id")), None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(now)
+
+
+async def wake_sessions(client: aioredis.Redis, data_dir: Path, sids: list[str], timeout_s: float) -> None:
+    for sid in sids:
+        now = str(int(time.time() * 1000))
+        await client.hset(keys.session_row(sid), mapping={
+            "id": sid, "owner": "bench", "variant": "base", "model": "{}", "status": "waking",
+            "created_at": now, "updated_at": now})
+        todo = TodoList(revision=1, items=[TodoItem(id="t1", content="Watch for approvals", status="in_progress")])
+        atomic_write_json(session_paths(data_dir, sid).todo, todo)
+        await client.xadd(keys.WAKE, {"data": Wake(session_id=sid, reason="resume").model_dump_json()})
+    deadline = time.time() + timeout_s
+    while True:
+        live = sum(int(v) for v in await asyncio.gather(*(client.exists(keys.lease(s)) for s in sids)))
+        if live == len(sids):
+            return
+        if time.time() > deadline:
+            raise RuntimeError(f"only {live}/{len(sids)} sessions went live")
+        await asyncio.sleep(0.2)
+
+
+def approval(sid: str, nid: str) -> dict[str, Any]:
+    return {"session_id": sid, "notification": {"id": nid, "type": "approval.resolved", "payload": {
+        "approvalId": nid, "decision": "approved", "subject": "bench"}}}
+
+
+class SessionPool:
+    """Hands out a session whose previous injection's run has had `cooldown_s` to finish.
+
+    Each recorded injection starts a short scripted turn; spacing the visits keeps the measurement
+    about injection delivery rather than about steering into a turn that is just ending.
+    """
+
+    def __init__(self, sids: list[str], cooldown_s: float) -> None:
+        self._cooldown_s = cooldown_s
+        self._free: asyncio.Queue[tuple[float, str]] = asyncio.Queue()
+        for sid in sids:
+            self._free.put_nowait((0.0, sid))
+
+    async def acquire(self) -> str:
+        ready_at, sid = await self._free.get()
+        delay = ready_at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return sid
+
+    def release(self, sid: str) -> None:
+        self._free.put_nowait((time.perf_counter() + self._cooldown_s, sid))
+
+
+async def bench_inject(http: httpx.AsyncClient, url: str, watcher: RecordedWatcher, pool: SessionPool,
+                       n: int, concurrency: int, prefix: str) -> dict[str, Any]:
+    headers = {"authorization": f"Bearer {SERVICE_TOKEN}"}
+
+    posts: list[float] = []
+
+    async def one(i: int) -> float:
+        nid = f"{prefix}{i}"
+        sid = await pool.acquire()
+        fut = watcher.expect(nid)
+        try:
+            start = time.perf_counter()
+            r = await http.post(url + "/notifications", json=approval(sid, nid), headers=headers)
+            posts.append(time.perf_counter() - start)
+            if r.status_code != 202 or r.json()["status"] != "delivered":
+                raise RuntimeError(f"unexpected answer {r.status_code} {r.text}")
+            end = await asyncio.wait_for(fut, 60)
+        finally:
+            pool.release(sid)
+        return end - start
+
+    sequential = [await one(i) for i in range(n)]
+    sequential_posts, posts = posts, []
+    sem = asyncio.Semaphore(concurrency)
+
+    async def limited(i: int) -> float:
+        async with sem:
+            return await one(n + i)
+
+    t0 = time.perf_counter()
+    loaded = await asyncio.gather(*(limited(i) for i in range(n)))
+    elapsed = time.perf_counter() - t0
+    return {"sequential": summary(sequential), "loaded": summary(list(loaded), n / elapsed),
+            # The POST answers after the injection is in the inbox: the notification service's share.
+            "post_to_inbox": {"sequential": summary(sequential_posts), "loaded": summary(posts)}}
+
+
+async def bench_raw(client: aioredis.Redis, n: int, concurrency: int) -> dict[str, Any]:
+    stream, group = "bench:raw:" + str(os.getpid()), "bench"
+    await client.xgroup_create(stream, group, id="0", mkstream=True)
+    waiting: dict[str, asyncio.Future[float]] = {}
+
+    async def consume() -> None:
+        while True:
+            reply = await client.xreadgroup(group, "c1", {stream: ">"}, count=100, block=1000)
+            for _s, entries in reply or []:
+                ids = [eid for eid, _ in entries]
+                await client.xack(stream, group, *ids)
+                now = time.perf_counter()
+                for _eid, fields in entries:
+                    fut = waiting.pop(fields[b"k"].decode(), None)
+                    if fut is not None:
+                        fut.set_result(now)
+
+    consumer = asyncio.create_task(consume())
+
+    async def one(i: int) -> float:
+        fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        waiting[str(i)] = fut
+        start = time.perf_counter()
+        await client.xadd(stream, {"k": str(i), "data": '{"x": 1}'})
+        return await asyncio.wait_for(fut, 30) - start
+
+    try:
+        sequential = [await one(i) for i in range(n)]
+        sem = asyncio.Semaphore(concurrency)
+
+        async def limited(i: int) -> float:
+            async with sem:
+                return await one(n + i)
+
+        t0 = time.perf_counter()
+        loaded = await asyncio.gather(*(limited(i) for i in range(n)))
+        elapsed = time.perf_counter() - t0
+    finally:
+        consumer.cancel()
+        await client.delete(stream)
+    return {"sequential": summary(sequential), "loaded": summary(list(loaded), n / elapsed)}
+
+
+async def bench_http(http: httpx.AsyncClient, url: str, n: int) -> dict[str, Any]:
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        r = await http.get(url + "/healthz")
+        r.raise_for_status()
+        out.append(time.perf_counter() - start)
+    return {"sequential": summary(out)}
+
+
+async def main_async(args: argparse.Namespace, redis_url: str, data_dir: Path) -> dict[str, Any]:
+    stack = Stack(redis_url=redis_url, data_dir=data_dir,
+                  env_overrides={"GAMMA_IDLE_S": "3600", "GAMMA_LEASE_MS": "10000"})
+    stack.start("runtime", "digest", "notifications")
+    client = aioredis.from_url(redis_url)
+    try:
+        sids = [f"bench{i:04d}" for i in range(args.sessions)]
+        t0 = time.perf_counter()
+        await wake_sessions(client, data_dir, sids, timeout_s=180)
+        wake_s = time.perf_counter() - t0
+        await asyncio.sleep(4)  # past the runtime's barrier wait on every session
+        watcher = RecordedWatcher(client)
+        await watcher.start()
+        watch = asyncio.create_task(watcher.run())
+        url = stack.url("notifications")
+        limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+        async with httpx.AsyncClient(limits=limits, timeout=60) as http:
+            pool = SessionPool(sids, args.cooldown)
+            await bench_inject(http, url, watcher, pool, 20, 4, "warm-")  # connections, scripts, code paths
+            inject = await bench_inject(http, url, watcher, pool, args.n, args.concurrency, "n")
+            http_hop = await bench_http(http, url, args.n)
+        watch.cancel()
+        raw = await bench_raw(client, args.n, args.concurrency)
+    except BaseException:
+        if os.environ.get("BENCH_DEBUG"):
+            print(await client.xrange(keys.inbox("bench0000")), file=sys.stderr)
+            print("recorded:", await client.xrange(keys.INJECTIONS_RECORDED), file=sys.stderr)
+            tr = session_paths(data_dir, "bench0000").transcript
+            print(tr.read_text()[-3000:] if tr.exists() else "no transcript", file=sys.stderr)
+        for name in ("notifications", "runtime"):
+            print(f"--- {name} log (tail)", file=sys.stderr)
+            print(stack.log(name)[-3000:], file=sys.stderr)
+        raise
+    finally:
+        await client.aclose()
+        stack.stop()
+    baseline_p99 = raw["sequential"]["p99_ms"] + http_hop["sequential"]["p99_ms"]
+    baseline_p50 = raw["sequential"]["p50_ms"] + http_hop["sequential"]["p50_ms"]
+    return {
+        "benchmark": "inject",
+        "sessions_live": args.sessions,
+        "wake_all_s": round(wake_s, 2),
+        "n": args.n,
+        "concurrency": args.concurrency,
+        "session_cooldown_s": args.cooldown,
+        "inject": inject,
+        "raw_xadd_xreadgroup_xack": raw,
+        "http_hop": http_hop,
+        "baseline_p50_ms": round(baseline_p50, 3),
+        "baseline_p99_ms": round(baseline_p99, 3),
+        "ratio_p50": round(inject["sequential"]["p50_ms"] / baseline_p50, 2),
+        "ratio_p99": round(inject["sequential"]["p99_ms"] / baseline_p99, 2),
+        "target_ratio_p99": 1.5,
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "ts": int(time.time()),
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    rows = [
+        ("notification POST -> recorded", result["inject"]),
+        ("  of which POST -> in the inbox", result["inject"]["post_to_inbox"]),
+        ("raw XADD -> XREADGROUP -> XACK", result["raw_xadd_xreadgroup_xack"]),
+        ("one HTTP hop (GET /healthz)", result["http_hop"]),
+    ]
+    print(f"{result['sessions_live']} live sessions, n={result['n']}, concurrency={result['concurrency']}")
+    print(f"{'path':34} {'p50 ms':>9} {'p99 ms':>9} {'loaded p50':>11} {'loaded p99':>11} {'msg/s':>8}")
+    for name, r in rows:
+        seq, loaded = r["sequential"], r.get("loaded")
+        lp50 = f"{loaded['p50_ms']:.2f}" if loaded else "-"
+        lp99 = f"{loaded['p99_ms']:.2f}" if loaded else "-"
+        tput = f"{loaded['throughput_per_s']:.0f}" if loaded else "-"
+        print(f"{name:34} {seq['p50_ms']:9.2f} {seq['p99_ms']:9.2f} {lp50:>11} {lp99:>11} {tput:>8}")
+    print(f"baseline (raw + HTTP hop): p50 {result['baseline_p50_ms']:.2f} ms, p99 {result['baseline_p99_ms']:.2f} ms")
+    print(f"ratio p50 {result['ratio_p50']}x, p99 {result['ratio_p99']}x (target p99 <= {result['target_ratio_p99']}x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--cooldown", type=float, default=0.3, help="seconds before a session is reused")
+    args = parser.parse_args()
+    proc = None
+    env_url = os.environ.get("BENCH_REDIS_URL")
+    if env_url and redis_answers(env_url):
+        redis_url = env_url
+    else:
+        base, proc = start_redis_server()
+        redis_url = base + "/0"
+    try:
+        with tempfile.TemporaryDirectory(prefix="gamma-bench-inject-") as tmp:
+            result = asyncio.run(main_async(args, redis_url, Path(tmp)))
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
+    print_table(result)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {RESULTS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
