@@ -16,6 +16,12 @@ from shared import keys
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end
 """
+_ACQUIRE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
+return fence
+"""
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end
 """
@@ -37,13 +43,12 @@ class Lease:
 
     @classmethod
     async def acquire(cls, client: aioredis.Redis, sid: str, worker_id: str, ttl_ms: int) -> Lease | None:
-        """None when another worker holds the session."""
-        if await client.exists(keys.lease(sid)):
+        """None when another worker holds the session. One round trip: check, fence, set."""
+        fence = int(await client.eval(_ACQUIRE, 2, keys.lease(sid), keys.fence(sid), worker_id,  # type: ignore[misc]
+                                      str(ttl_ms)))
+        if fence == 0:
             return None
-        fence = int(await client.incr(keys.fence(sid)))
-        lease = cls(client, sid, worker_id, fence, ttl_ms)
-        ok = await client.set(keys.lease(sid), lease.value, nx=True, px=ttl_ms)
-        return lease if ok else None
+        return cls(client, sid, worker_id, fence, ttl_ms)
 
     async def check(self) -> None:
         if self.lost:
@@ -66,12 +71,18 @@ class Lease:
         self.lost = True
 
 
-async def wait_no_dormant_write(client: aioredis.Redis, sid: str, timeout_s: float = 15.0) -> None:
-    """The proxy writes dormant state under `dormant-write`; read the disk only after it is gone."""
+async def wait_no_dormant_write(client: aioredis.Redis, sid: str, timeout_s: float = 15.0) -> dict[str, str]:
+    """The proxy writes dormant state under `dormant-write`; read the disk only after it is gone.
+    Returns the session row, read in the same round trip as the last lock check."""
     deadline = time.monotonic() + timeout_s
-    while await client.exists(keys.dormant_write(sid)):
-        if time.monotonic() > deadline:
-            return  # the lock has a PX of 10 s: a holder that died cannot block us past that
+    while True:
+        pipe = client.pipeline(transaction=False)
+        pipe.exists(keys.dormant_write(sid))
+        pipe.hgetall(keys.session_row(sid))
+        locked, row = await pipe.execute()
+        if not locked or time.monotonic() > deadline:
+            # (a holder that died cannot block us past the lock's own PX of 10 s)
+            return {text_of(k): text_of(v) for k, v in row.items()}
         await asyncio.sleep(0.05)
 
 

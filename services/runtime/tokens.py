@@ -7,6 +7,7 @@ the `tiktoken_ext` plugin namespace). `TokenCounter.encoding` says which one is 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -42,7 +43,7 @@ class TokenCounter:
         return len(self.encode(text))
 
 
-def shared_prefix(a: list[int], b: list[int]) -> int:
+def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the common prefix of two token sequences (what a prompt cache could reuse)."""
     n = min(len(a), len(b))
     i = 0

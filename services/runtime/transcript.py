@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from shared.contracts.messages import (
     AgentMessage,
     CompactionSummaryMessage,
@@ -30,6 +32,24 @@ from shared.contracts.transcript import (
 from shared.disk import append_jsonl, iter_jsonl
 
 Guard = Callable[[], Awaitable[None]]
+_ENTRIES: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
+
+
+def read_entries(path: Path) -> list[TranscriptEntry]:
+    """Complete lines only. Fast path: the whole file validated in one pydantic-core call (JSON parsed
+    in Rust); on any odd line (unknown entry type, torn write) fall back to line by line."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    lines = raw.split(b"\n")
+    if lines and lines[-1] != b"":
+        lines = lines[:-1]  # a torn last line
+    body = [line for line in lines if line.strip()]
+    try:
+        return _ENTRIES.validate_json(b"[" + b",".join(body) + b"]")
+    except ValueError:
+        return parse_entries(list(iter_jsonl(path)))
 ANCHOR_TYPES = frozenset({"gamma.todo_anchor", "gamma.active_skill"})
 
 
@@ -81,11 +101,12 @@ class Transcript:
         self.prompts: dict[str, str] = {}  # prompt_id -> entry id
         self.sources: dict[tuple[str, str], str] = {}  # (source, source_id) -> entry id
         self.compactions: set[str] = set()  # request ids
+        self._context: tuple[int, list[AgentMessage]] | None = None
 
     @classmethod
     def load(cls, path: Path, guard: Guard) -> Transcript:
         t = cls(path, guard)
-        for entry in parse_entries(list(iter_jsonl(path))):
+        for entry in read_entries(path):
             t._index(entry)
         return t
 
@@ -94,7 +115,10 @@ class Transcript:
         return self.entries[-1].id if self.entries else None
 
     def context(self) -> list[AgentMessage]:
-        return build_context(self.entries)
+        """The replayed model context (cached until the next append; callers get their own list)."""
+        if self._context is None or self._context[0] != len(self.entries):
+            self._context = (len(self.entries), build_context(self.entries))
+        return list(self._context[1])
 
     def active_skills(self) -> list[SkillActivationEntry]:
         """Every skill activated in this session, once each, in activation order."""

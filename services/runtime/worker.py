@@ -80,9 +80,7 @@ class Worker:
 
     async def _open(self, wake: Wake, lease: Lease) -> None:
         sid = wake.session_id
-        await wait_no_dormant_write(self.client, sid)
-        raw_row = await self.client.hgetall(keys.session_row(sid))
-        row = {text_of(k): text_of(v) for k, v in raw_row.items()}
+        row = await wait_no_dormant_write(self.client, sid)
         model = ModelConfig.model_validate_json(row["model"]) if row.get("model") else ModelConfig()
         variant = row.get("variant", "base")
         system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]

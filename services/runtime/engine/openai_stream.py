@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,9 +31,32 @@ def prefix_hash(system_prompt: str, tools: list[Tool]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def request_text(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-    """The request as the provider sees it, in order: tools and system first, then the conversation."""
-    return json.dumps({"tools": tools, "messages": messages}, ensure_ascii=False, separators=(",", ":"))
+def request_pieces(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[str]:
+    """The request as the provider sees it, in order: tools and system first, then one piece per
+    message. Pieces are tokenized separately, so earlier messages are never tokenized twice."""
+    head = json.dumps({"tools": tools, "system": messages[0]}, ensure_ascii=False, separators=(",", ":"))
+    return [head, *(json.dumps(m, ensure_ascii=False, separators=(",", ":")) for m in messages[1:])]
+
+
+class PieceTokens:
+    """Token ids per request piece, reused across the requests of one session (a request repeats
+    the previous one plus a few messages). Compact arrays: an idle session keeps little memory."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self._cache: dict[str, array[int]] = {}
+
+    def encode(self, pieces: list[str]) -> array[int]:
+        out: array[int] = array("I")
+        fresh: dict[str, array[int]] = {}
+        for piece in pieces:
+            tokens = self._cache.get(piece)
+            if tokens is None:
+                tokens = array("I", self.counter.encode(piece))
+            fresh[piece] = tokens
+            out.extend(tokens)
+        self._cache = fresh  # forget pieces the conversation no longer has (after compaction)
+        return out
 
 
 @dataclass
@@ -49,18 +73,26 @@ class OpenAIStream:
     settings: ModelSettings
     counter: TokenCounter
     static_prefix: str = ""  # hashed with the tool schemas; defaults to the system prompt
-    previous_tokens: list[int] = field(default_factory=list)
+    previous_tokens: array[int] = field(default_factory=lambda: array("I"))
     last_prompt_tokens: int = 0
+    _pieces: PieceTokens | None = None
+    _prefix_hash: tuple[str, str] | None = None
 
     async def __call__(self, context: AgentContext, emit: Emit, signal: asyncio.Event) -> AssistantMessage:
         messages = to_openai(context.system_prompt, context.messages)
         tools = [t.schema() for t in context.tools]
-        tokens = self.counter.encode(request_text(messages, tools))
+        if self._pieces is None:
+            self._pieces = PieceTokens(self.counter)
+        tokens = self._pieces.encode(request_pieces(messages, tools))
         shared = shared_prefix(self.previous_tokens, tokens)
         self.previous_tokens = tokens
         self.last_prompt_tokens = len(tokens)
+        static = self.static_prefix or context.system_prompt
+        if self._prefix_hash is None or self._prefix_hash[0] != static:
+            # The prompt and tools never change in a session: hash them once.
+            self._prefix_hash = (static, prefix_hash(static, context.tools))
         await emit(AgentEvent(type="model_request", data=ModelRequestData(
-            prefix_sha256=prefix_hash(self.static_prefix or context.system_prompt, context.tools),
+            prefix_sha256=self._prefix_hash[1],
             prompt_tokens=len(tokens),
             shared_prefix_tokens=shared,
             encoding=self.counter.encoding,

@@ -1,0 +1,313 @@
+"""`make bench-prefix`: prompt-cache friendliness of the runtime's requests, against a baseline.
+
+50 sessions x 20 turns through the real runtime worker (in this process, real Redis, the scripted
+model behind the real openai client), with injections, skill loads and todo updates. Every request
+body the model receives is recorded. Measured on those bodies, side by side:
+- runtime: the requests as sent (stable system prompt + tool schemas; skills, todo and injections
+  travel as messages);
+- baseline: the same conversations as a harness that edits the system prompt per request (active
+  skill bodies, the todo list and the latest injections in a state block inside the system prompt).
+Metrics: static_prefix_identical_ratio (requests whose system prompt + tool schemas equal the most
+common one), median_shared_prefix_ratio (tokens shared with the session's previous request / prompt
+tokens), requests. Prints a table, writes bench/results/prefix.json. Not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import hashlib
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from services.runtime.app import skills_dir  # noqa: E402
+from services.runtime.engine.openai_stream import PieceTokens, request_pieces  # noqa: E402
+from services.runtime.prompt import VARIANTS, build_system_prompt  # noqa: E402
+from services.runtime.scripted import ScriptedGamma  # noqa: E402
+from services.runtime.skills import load_skills  # noqa: E402
+from services.runtime.tokens import TokenCounter, shared_prefix  # noqa: E402
+from services.runtime.worker import Worker  # noqa: E402
+from services.stack import redis_answers  # noqa: E402
+from shared import inbox, keys  # noqa: E402
+from shared.contracts.inbox import Barrier, Injection, UserPrompt  # noqa: E402
+from shared.contracts.injection import RuntimeInjection  # noqa: E402
+from shared.contracts.wake import Wake  # noqa: E402
+from shared.logging import configure_logging  # noqa: E402
+from shared.model import ScriptedReply, openai_client  # noqa: E402
+from shared.settings import Settings  # noqa: E402
+from tests.support.redis_server import start_redis_server  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "prefix.json"
+
+
+# ---------------------------------------------------------------- an in-process runtime worker
+
+
+def redis_url() -> str:
+    """A Redis server of our own (never a shared one: the harness flushes nothing, but others' data
+    and load would skew the figures); REDIS_URL only when BENCH_REDIS_URL says so explicitly."""
+    explicit = os.environ.get("BENCH_REDIS_URL")
+    if explicit and redis_answers(explicit):
+        return explicit
+    url, proc = start_redis_server()
+    atexit.register(proc.terminate)
+    return url + "/0"
+
+
+class Harness:
+    """The runtime's Worker in this process; the bus is a plain XADD (no FastStream consumers here)."""
+
+    def __init__(self, url: str, data_dir: Path, model: Callable[[dict[str, Any]], ScriptedReply],
+                 idle_s: float = 3600) -> None:
+        self.settings = Settings(REDIS_URL=url, GAMMA_DATA_DIR=data_dir, GAMMA_IDLE_S=idle_s,
+                                 GAMMA_LEASE_MS=10_000, OPENAI_API_KEY=None)
+        self.client = aioredis.from_url(url)
+        self.skills = load_skills(skills_dir())
+        prompts: dict[str, str] = {v: build_system_prompt(v, self.skills) for v in VARIANTS}
+
+        async def bus(stream: str, message: BaseModel) -> None:
+            await self.client.xadd(stream, {"data": message.model_dump_json()})
+
+        self._seen: dict[str, tuple[str, int]] = {}  # sid -> (last event id read, yields so far)
+        self.worker = Worker(self.settings, self.client, openai_client(self.settings, model), self.skills, prompts,
+                             bus, f"bench-{time.monotonic_ns()}")
+
+    async def start(self) -> None:
+        self.worker.start()
+
+    async def stop(self) -> None:
+        await self.worker.shutdown()
+        await self.client.aclose()
+
+    async def wake(self, sid: str) -> None:
+        wake = Wake(session_id=sid)
+        await self.worker.on_wake(wake)
+        await inbox.append(self.client, Barrier(session_id=sid, wake_id=wake.wake_id))
+
+    async def turn(self, sid: str, text: str, limit_s: float = 120) -> None:
+        """Send a prompt and wait until its run has ended with a blocking message_user."""
+        before = await self.yields(sid)
+        await inbox.append(self.client, UserPrompt(session_id=sid, message=text))
+        deadline = time.monotonic() + limit_s
+        while await self.yields(sid) <= before:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{sid}: no answer to {text[:60]!r}")
+            await asyncio.sleep(0.02)
+        task = self.worker.sessions[sid].run_task
+        if task is not None:
+            await asyncio.wait({task})  # the run has finished its bookkeeping
+
+    async def yields(self, sid: str) -> int:
+        """Blocking message_user events so far, reading only what is new since the last call."""
+        last, n = self._seen.get(sid, ("-", 0))
+        start = "(" + last if last != "-" else "-"
+        for entry_id, fields in await self.client.xrange(keys.events(sid), min=start):
+            ev = json.loads(fields[b"data"])
+            if ev["type"] == "message_user" and ev["data"]["block_on_user"]:
+                n += 1
+            last = entry_id.decode()
+        self._seen[sid] = (last, n)
+        return n
+
+    async def inject(self, sid: str, kind: str, content: str, source_id: str, ref: str | None = None) -> None:
+        await inbox.append(self.client, Injection(
+            session_id=sid, injection=RuntimeInjection(kind=kind, content=content),  # type: ignore[arg-type]
+            source="artifact" if kind == "artifact_update" else "notification", source_id=source_id, ref=ref))
+
+
+# ---------------------------------------------------------------- the workload
+
+
+def script(*steps: dict[str, Any]) -> str:
+    return "script:" + json.dumps(list(steps))
+
+
+def call(tool: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": tool, "arguments": arguments}
+
+
+def done(text: str) -> dict[str, Any]:
+    return {"tool_calls": [call("message_user", message=text, blockOnUser=True)]}
+
+
+REFERENCE_SKILLS = ("ask-user-questions", "gml-cli", "gml-authoring")
+
+
+def turn_text(i: int, t: int) -> str:
+    if t == 0:
+        return f"Create a presentation about topic {i}: renewable energy case {i}"
+    if t % 5 == 1:
+        return script({"tool_calls": [call("skill", name=REFERENCE_SKILLS[(i + t) % 3])]}, done(f"loaded {t}"))
+    if t % 5 == 2:
+        items = [{"id": f"t{t}", "content": f"Revise card {t}", "status": "in_progress"},
+                 {"id": f"u{t}", "content": "Check the theme", "status": "pending"}]
+        finished = [{**it, "status": "complete"} for it in items]
+        return script({"tool_calls": [call("todo", items=items)]},
+                      {"tool_calls": [call("read", path="brief.xml")]},
+                      {"tool_calls": [call("todo", items=finished)]}, done(f"revised {t}"))
+    if t % 5 == 3:
+        return script({"tool_calls": [call("write", path=f"notes/n{t}.md", content=f"note {t} " * 20),
+                                      call("message_user", message="writing", blockOnUser=False)]},
+                      done(f"noted {t}"))
+    return f"Turn {t}: what changed since last time?"
+
+
+async def inject_before(h: Harness, sid: str, i: int, t: int) -> None:
+    if t % 2 == 0:
+        await h.inject(sid, "system_note", f"<system_note>note {t}</system_note>", f"{sid}-note-{t}")
+    if t % 3 == 0:
+        await h.inject(sid, "client_view", f"<client_view>The user opened card {t % 5 + 1}.</client_view>",
+                       f"{sid}-view-{t}")
+    if t % 4 == 0:
+        await h.inject(sid, "artifact_update", f'<artifact_update ref="gamma:file:deck" from_revision="{t}" '
+                       f'to_revision="{t + 1}">Card card_{t % 5 + 1} changed.</artifact_update>',
+                       f"gamma:file:deck@{t + 1}", ref="gamma:file:deck")
+
+
+async def run_session(h: Harness, i: int, turns: int) -> None:
+    sid = f"bench{i:03d}"
+    await h.wake(sid)
+    for t in range(turns):
+        if t:
+            await inject_before(h, sid, i, t)
+        await h.turn(sid, turn_text(i, t))
+
+
+# ---------------------------------------------------------------- measurement
+
+
+class Recorder:
+    """Wraps the scripted model and keeps every request body."""
+
+    def __init__(self, model: Callable[[dict[str, Any]], ScriptedReply]) -> None:
+        self.model = model
+        self.bodies: list[dict[str, Any]] = []
+
+    def __call__(self, body: dict[str, Any]) -> ScriptedReply:
+        self.bodies.append(json.loads(json.dumps(body)))
+        return self.model(body)
+
+
+def baseline_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The same request from a harness that keeps session state in the system prompt."""
+    messages = body["messages"]
+    skills: dict[str, str] = {}
+    todo = ""
+    notes: list[str] = []
+    calls: dict[str, dict[str, Any]] = {}
+    for m in messages[1:]:
+        for c in m.get("tool_calls") or []:
+            calls[c["id"]] = c["function"]
+        if m["role"] == "tool" and calls.get(m["tool_call_id"], {}).get("name") == "skill":
+            skills[json.loads(calls[m["tool_call_id"]]["arguments"])["name"]] = m["content"]
+        if m["role"] == "tool" and calls.get(m["tool_call_id"], {}).get("name") == "todo":
+            todo = m["content"]
+        if m["role"] == "user" and str(m["content"]).startswith("<"):
+            notes = (notes + [m["content"]])[-3:]
+    state = "\n\n<session_state>\n" + "\n".join(skills.values()) + "\n" + todo + "\n" + "\n".join(notes)
+    state += "\n</session_state>"
+    kept = [m for m in messages[1:] if not (m["role"] == "user" and str(m["content"]).startswith("<"))]
+    return {**body, "messages": [{"role": "system", "content": messages[0]["content"] + state}, *kept]}
+
+
+def measure(bodies: list[dict[str, Any]], counter: TokenCounter) -> dict[str, Any]:
+    by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for b in bodies:
+        if len(b["messages"]) > 1 and any(t["function"]["name"] == "message_user" for t in b.get("tools", [])):
+            by_session[b["messages"][1]["content"]].append(b)
+    hashes: list[str] = []
+    ratios: list[float] = []
+    tokens: list[int] = []
+    for reqs in by_session.values():
+        pieces = PieceTokens(counter)
+        previous = None
+        for b in reqs:
+            static = json.dumps([b["messages"][0], b.get("tools", [])], sort_keys=True)
+            hashes.append(hashlib.sha256(static.encode()).hexdigest())
+            toks = pieces.encode(request_pieces(b["messages"], b.get("tools", [])))
+            tokens.append(len(toks))
+            if previous is not None:
+                ratios.append(shared_prefix(previous, toks) / len(toks))
+            previous = toks
+    top = Counter(hashes).most_common(1)[0][1] if hashes else 0
+    return {
+        "requests": len(hashes),
+        "static_prefix_identical_ratio": round(top / len(hashes), 4) if hashes else 0.0,
+        "median_shared_prefix_ratio": round(statistics.median(ratios), 4) if ratios else 0.0,
+        "mean_shared_prefix_ratio": round(statistics.fmean(ratios), 4) if ratios else 0.0,
+        "median_prompt_tokens": int(statistics.median(tokens)) if tokens else 0,
+    }
+
+
+async def main(sessions: int, turns: int, concurrency: int) -> dict[str, Any]:
+    recorder = Recorder(ScriptedGamma(load_skills(skills_dir())))
+    with tempfile.TemporaryDirectory(prefix="gamma-bench-prefix-") as tmp:
+        h = Harness(redis_url(), Path(tmp), recorder)
+        await h.start()
+        started = time.perf_counter()
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(i: int) -> None:
+            async with gate:
+                await run_session(h, i, turns)
+
+        try:
+            await asyncio.gather(*(one(i) for i in range(sessions)))
+        finally:
+            await h.stop()
+        elapsed = time.perf_counter() - started
+    counter = TokenCounter()
+    runtime = measure(recorder.bodies, counter)
+    baseline = measure([baseline_body(b) for b in recorder.bodies], counter)
+    return {
+        "benchmark": "prefix", "sessions": sessions, "turns": turns, "encoding": counter.encoding,
+        "elapsed_s": round(elapsed, 1), "machine": platform.platform(),
+        "requests": runtime["requests"],
+        "static_prefix_identical_ratio": runtime["static_prefix_identical_ratio"],
+        "median_shared_prefix_ratio": runtime["median_shared_prefix_ratio"],
+        "targets": {"static_prefix_identical_ratio": 1.0, "median_shared_prefix_ratio": 0.95},
+        "runtime": runtime, "baseline_state_in_system_prompt": baseline,
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = [("metric", "runtime", "baseline (state in system prompt)", "target")]
+    for key in ("requests", "static_prefix_identical_ratio", "median_shared_prefix_ratio", "mean_shared_prefix_ratio",
+                "median_prompt_tokens"):
+        rows.append((key, str(result["runtime"][key]), str(result["baseline_state_in_system_prompt"][key]),
+                     str(result["targets"].get(key, ""))))
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    return "\n".join("  ".join(r[c].ljust(widths[c]) for c in range(4)) for r in rows)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--concurrency", type=int, default=10)
+    args = parser.parse_args()
+    configure_logging("bench", level=logging.WARNING)
+    result = asyncio.run(main(args.sessions, args.turns, args.concurrency))
+    print(f"prefix benchmark: {result['sessions']} sessions x {result['turns']} turns, {result['requests']} requests, "
+          f"{result['elapsed_s']} s, encoding {result['encoding']}")
+    print(table(result))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {RESULTS.relative_to(ROOT)}")
