@@ -1,0 +1,451 @@
+"""A scripted client load against a running stack, and the exactly-once audit of what it left on disk.
+
+Used by the fault-injection suite (tests/reliability/test_faults.py) and the load benchmark
+(bench/e2e.py). Each session, in rounds: a remote notification, a file save, a deck edit, then a
+prompt whose answer it waits for. Every request the stack acknowledged is remembered; the audit
+then reads the transcripts and checks each one was recorded exactly once.
+
+Retries follow what each endpoint promises: notifications are idempotent by id, file and deck
+writes by content (a repeat is one more revision), so those retry until acknowledged. A prompt is
+not idempotent, so an ambiguous attempt (no answer from the proxy) is never repeated with the same
+text: the next attempt is a new prompt, and the ambiguous one is audited as "at most once".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis.asyncio as aioredis
+
+from shared import keys
+from shared.contracts.transcript import ENTRY_ADAPTER
+from shared.contracts.ui import SessionUIState
+
+RETRYABLE = {429, 500, 502, 503, 504}
+FILE = "notes.md"
+DECK = "deck"
+FILE_REF = f"file:{FILE}"
+DECK_REF = f"gamma:file:{DECK}"
+FROM_RE = re.compile(r'^<artifact_update[^>]*\bfrom_revision="(\d+)"')
+TO_RE = re.compile(r'^<artifact_update[^>]*\bto_revision="(\d+)"')
+
+
+class Unavailable(Exception):
+    """The stack did not acknowledge a request before the deadline."""
+
+
+@dataclass
+class PromptRecord:
+    token: str
+    sent_at: float
+    prompt_id: str | None = None  # set when the proxy acknowledged (202)
+    woke: bool = False
+    answered_at: float | None = None
+    nudge: bool = False  # sent because an earlier prompt was stranded on a dead worker
+
+
+@dataclass
+class SessionRecord:
+    sid: str
+    prompts: list[PromptRecord] = field(default_factory=list)
+    notifications: dict[str, float] = field(default_factory=dict)  # id -> acknowledged at
+    # ref -> acknowledged edits (acked at); the digest numbers the revisions (a dormant file write
+    # has none until it does), so the audit compares with the digest's own `current`.
+    edits: dict[str, list[float]] = field(default_factory=dict)
+    stranded: int = 0
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    retries: int = 0
+    ambiguous_prompts: int = 0
+    stranded_prompts: int = 0
+    latencies: dict[str, list[float]] = field(default_factory=dict)
+
+    def observe(self, kind: str, seconds: float) -> None:
+        self.latencies.setdefault(kind, []).append(seconds)
+
+
+class LoadClient:
+    def __init__(self, proxy_url: str, notifications_url: str, api_token: str, service_token: str,
+                 *, request_deadline_s: float = 60.0, answer_timeout_s: float = 45.0, poll_s: float = 0.3) -> None:
+        self.proxy = httpx.AsyncClient(base_url=proxy_url, headers={"Authorization": f"Bearer {api_token}"},
+                                       timeout=httpx.Timeout(20.0, connect=2.0),
+                                       limits=httpx.Limits(max_connections=400, max_keepalive_connections=100))
+        self.notif = httpx.AsyncClient(base_url=notifications_url, headers={"Authorization": f"Bearer {service_token}"},
+                                       timeout=httpx.Timeout(20.0, connect=2.0),
+                                       limits=httpx.Limits(max_connections=400, max_keepalive_connections=100))
+        self.request_deadline_s = request_deadline_s
+        self.answer_timeout_s = answer_timeout_s
+        self.poll_s = poll_s
+        self.stats = Stats()
+
+    async def aclose(self) -> None:
+        await self.proxy.aclose()
+        await self.notif.aclose()
+
+    async def _send(self, client: httpx.AsyncClient, method: str, url: str, **kw: Any) -> httpx.Response:
+        """Retry until a non-retryable answer: only for requests that are safe to repeat."""
+        deadline = time.monotonic() + self.request_deadline_s
+        delay = 0.1
+        while True:
+            self.stats.requests += 1
+            try:
+                resp = await client.request(method, url, **kw)
+                if resp.status_code not in RETRYABLE:
+                    return resp
+                # 409 "waking" is handled by callers; 5xx means the stack is recovering.
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise Unavailable(f"{method} {url}")
+            self.stats.retries += 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.6, 1.0)
+
+    async def _send_until(self, client: httpx.AsyncClient, method: str, url: str, ok: set[int], **kw: Any) -> httpx.Response:
+        """Like `_send`, and also retries 409 (a write while the session is waking)."""
+        deadline = time.monotonic() + self.request_deadline_s
+        while True:
+            resp = await self._send(client, method, url, **kw)
+            if resp.status_code in ok:
+                return resp
+            if resp.status_code != 409 or time.monotonic() > deadline:
+                raise AssertionError(f"{method} {url}: {resp.status_code} {resp.text[:300]}")
+            self.stats.retries += 1
+            await asyncio.sleep(0.2)
+
+    # ------------------------------------------------------------ operations
+
+    async def create_session(self) -> SessionRecord:
+        resp = await self._send_until(self.proxy, "POST", "/sessions", {201}, json={})
+        return SessionRecord(sid=resp.json()["id"])
+
+    async def notify(self, rec: SessionRecord, nid: str) -> None:
+        body = {"session_id": rec.sid, "notification": {
+            "id": nid, "type": "render.completed",
+            # A failed render becomes one system_update (steer); a succeeded one would be an
+            # artifact_update for the deck, which the runtime coalesces with the digest's per ref.
+            "payload": {"renderId": nid, "ref": DECK_REF, "status": "failed", "error": "load test"},
+        }}
+        resp = await self._send_until(self.notif, "POST", "/notifications", {200, 202}, json=body)
+        rec.notifications[nid] = time.time()
+        assert resp.json()["id"] == nid
+
+    async def save_file(self, rec: SessionRecord, text: str) -> None:
+        resp = await self._send_until(self.proxy, "PUT", f"/sessions/{rec.sid}/workspace/files/{FILE}", {200, 201},
+                                      content=text.encode())
+        self._acked(rec, FILE_REF)
+        assert resp.json()["path"] == FILE
+
+    async def edit_deck(self, rec: SessionRecord, n: int) -> None:
+        if DECK_REF not in rec.edits:
+            resp = await self._send_until(self.proxy, "PUT", f"/sessions/{rec.sid}/documents/{DECK}", {200, 201},
+                                          json={"title": "Load deck", "cards": [{"id": "c0", "title": "Start"}]})
+        else:
+            resp = await self._send_until(self.proxy, "PATCH", f"/sessions/{rec.sid}/documents/{DECK}", {200},
+                                          json={"cards": [{"id": f"c{n}", "title": f"Card {n}"}]})
+        self._acked(rec, DECK_REF)
+        assert isinstance(resp.json()["revision"], int)
+
+    def _acked(self, rec: SessionRecord, ref: str) -> None:
+        rec.edits.setdefault(ref, []).append(time.time())
+
+    async def prompt(self, rec: SessionRecord, label: str, *, nudge: bool = False) -> PromptRecord:
+        """One attempt per text; on an ambiguous failure, a new prompt (new text) until one is acked."""
+        deadline = time.monotonic() + self.request_deadline_s
+        while True:
+            token = f"[{label}:{uuid.uuid4().hex[:8]}]"
+            p = PromptRecord(token=token, sent_at=time.time(), nudge=nudge)
+            rec.prompts.append(p)
+            self.stats.requests += 1
+            try:
+                resp = await self.proxy.post(f"/sessions/{rec.sid}/messages", json={"message": f"load prompt {token}"})
+            except httpx.TransportError:
+                resp = None
+            if resp is not None and resp.status_code == 202:
+                body = resp.json()
+                p.prompt_id, p.woke = body["prompt_id"], bool(body["woke"])
+                return p
+            if resp is not None and resp.status_code not in RETRYABLE:
+                raise AssertionError(f"prompt: {resp.status_code} {resp.text[:300]}")
+            self.stats.ambiguous_prompts += 1
+            if time.monotonic() > deadline:
+                raise Unavailable("prompt")
+            await asyncio.sleep(0.3)
+
+    async def transcript(self, sid: str) -> list[dict[str, Any]]:
+        resp = await self._send_until(self.proxy, "GET", f"/sessions/{sid}/transcript", {200})
+        return list(resp.json()["entries"])
+
+    async def status(self, sid: str) -> dict[str, Any]:
+        resp = await self._send_until(self.proxy, "GET", f"/sessions/{sid}", {200})
+        return dict(resp.json())
+
+    async def wait_answer(self, rec: SessionRecord, p: PromptRecord, *, stranded_after_s: float = 8.0) -> bool:
+        """Poll the transcript until `p` has a completed answer. A prompt whose session holder died
+        (no lease, nothing running) waits for the next wake; like a user, the client then sends a
+        follow-up message, which wakes the session (counted as `stranded`)."""
+        deadline = time.monotonic() + self.answer_timeout_s
+        last_nudge = time.monotonic()
+        while time.monotonic() < deadline:
+            entries = await self.transcript(rec.sid)
+            done = answered_tokens(entries)
+            if p.token in done:
+                p.answered_at = done[p.token]
+                self.stats.observe("prompt_answer", p.answered_at - p.sent_at)
+                return True
+            if time.monotonic() - last_nudge > stranded_after_s:
+                view = await self.status(rec.sid)
+                if view["status"] == "dormant":
+                    rec.stranded += 1
+                    self.stats.stranded_prompts += 1
+                    await self.prompt(rec, f"nudge:{rec.sid}", nudge=True)
+                last_nudge = time.monotonic()
+            await asyncio.sleep(self.poll_s)
+        return False
+
+    async def round(self, rec: SessionRecord, n: int) -> bool:
+        if len(rec.edits) < 2:
+            await self.create_artifacts(rec)
+        await self.notify(rec, f"n-{rec.sid}-{n}")
+        await self.save_file(rec, f"round {n} of {rec.sid}\n")
+        await self.edit_deck(rec, n)
+        p = await self.prompt(rec, f"{rec.sid}:{n}")
+        return await self.wait_answer(rec, p)
+
+    async def create_artifacts(self, rec: SessionRecord) -> None:
+        """A dormant session only overwrites existing files and documents, so the file and the deck
+        are created while it is live: wake it with a prompt first (again if it went dormant)."""
+        while len(rec.edits) < 2:
+            p = await self.prompt(rec, f"open:{rec.sid}")
+            await self.wait_answer(rec, p)
+            try:
+                if FILE_REF not in rec.edits:
+                    await self.save_file(rec, f"created in {rec.sid}\n")
+                if DECK_REF not in rec.edits:
+                    await self.edit_deck(rec, 0)
+            except AssertionError as exc:
+                if " 404 " not in str(exc):
+                    raise
+
+
+# ------------------------------------------------------------ audit
+
+
+def user_token(entry: dict[str, Any]) -> str | None:
+    msg = entry.get("message") or {}
+    if entry.get("type") != "message" or msg.get("role") != "user" or not isinstance(msg.get("content"), str):
+        return None
+    m = re.search(r"\[[^\]]+:[0-9a-f]{8}\]", msg["content"])
+    return m.group(0) if m else None
+
+
+def _ts(entry: dict[str, Any]) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def answered_tokens(entries: list[dict[str, Any]]) -> dict[str, float]:
+    """token -> time of the completed blocking answer that first follows its user entry."""
+    out: dict[str, float] = {}
+    waiting: list[str] = []
+    for e in entries:
+        token = user_token(e)
+        if token:
+            waiting.append(token)
+        elif is_completed_answer(e) and waiting:
+            for t in waiting:
+                out.setdefault(t, _ts(e))
+            waiting = []
+    return out
+
+
+def is_completed_answer(entry: dict[str, Any]) -> bool:
+    msg = entry.get("message") or {}
+    return (entry.get("type") == "message" and msg.get("role") == "toolResult" and msg.get("toolName") == "message_user"
+            and not msg.get("isError") and bool((msg.get("details") or {}).get("blockOnUser")))
+
+
+@dataclass
+class Audit:
+    sessions: int = 0
+    entries_checked: int = 0
+    prompts_checked: int = 0
+    notifications_checked: int = 0
+    artifact_changes_checked: int = 0
+    files_checked: int = 0
+    losses: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    corrupt: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.losses or self.duplicates or self.corrupt)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "sessions": self.sessions, "entries_checked": self.entries_checked, "prompts_checked": self.prompts_checked,
+            "notifications_checked": self.notifications_checked,
+            "artifact_changes_checked": self.artifact_changes_checked, "files_checked": self.files_checked,
+            "losses": len(self.losses), "duplicates": len(self.duplicates), "corrupt": len(self.corrupt),
+        }
+
+
+def read_transcript_file(path: Path, audit: Audit) -> list[dict[str, Any]]:
+    """Every line must parse as a transcript entry, and the entries form one chain (each parentId is
+    the previous id): a stale writer appending after losing its lease would fork it."""
+    entries: list[dict[str, Any]] = []
+    if not path.exists():
+        return entries
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        try:
+            raw = json.loads(line)
+            ENTRY_ADAPTER.validate_python(raw)
+        except ValueError as exc:
+            audit.corrupt.append(f"{path}:{i + 1}: {exc!s:.200}")
+            continue
+        entries.append(raw)
+    ids = Counter(e["id"] for e in entries)
+    for eid, n in ids.items():
+        if n > 1:
+            audit.duplicates.append(f"{path}: entry id {eid} x{n}")
+    for prev, cur in zip(entries, entries[1:], strict=False):
+        if cur.get("parentId") != prev["id"]:
+            audit.corrupt.append(f"{path}: entry {cur['id']} has parent {cur.get('parentId')}, not {prev['id']} (fork)")
+    audit.entries_checked += len(entries)
+    return entries
+
+
+def artifact_spans(injections: list[dict[str, Any]], ref: str) -> list[tuple[int, int]]:
+    """(from, to) of every recorded digest of `ref`, by `to`; no from_revision = from the start."""
+    spans = []
+    for e in injections:
+        if e["details"].get("source") != "artifact" or not str(e["details"].get("sourceId", "")).startswith(ref + "@"):
+            continue
+        content = e.get("content", "")
+        to = TO_RE.search(content)
+        if to is None:
+            continue
+        lo = FROM_RE.search(content)
+        spans.append((int(lo.group(1)) if lo else 0, int(to.group(1))))
+    return sorted(spans, key=lambda span: span[1])
+
+
+def audit_session(rec: SessionRecord, session_dir: Path, audit: Audit, digest_current: dict[str, int]) -> None:
+    """`digest_current`: ref -> the digest's current revision (Redis `gamma:{sid}:revisions`)."""
+    audit.sessions += 1
+    entries = read_transcript_file(session_dir / "transcript.jsonl", audit)
+    tokens = Counter(t for t in (user_token(e) for e in entries) if t)
+    for token, n in tokens.items():
+        if n > 1:
+            audit.duplicates.append(f"{rec.sid}: prompt {token} recorded {n} times")
+    prompt_ids = Counter(e.get("promptId") for e in entries if user_token(e))
+    for pid, n in prompt_ids.items():
+        if pid and n > 1:
+            audit.duplicates.append(f"{rec.sid}: prompt id {pid} recorded {n} times")
+    answered = answered_tokens(entries)
+    for p in rec.prompts:
+        audit.prompts_checked += 1
+        if p.prompt_id is not None and tokens[p.token] == 0:
+            audit.losses.append(f"{rec.sid}: acknowledged prompt {p.token} never recorded")
+        if tokens[p.token] and p.token not in answered:
+            audit.losses.append(f"{rec.sid}: prompt {p.token} recorded but never answered")
+    # Two completed blocking answers with no user prompt between them: one prompt answered twice.
+    answers_since_prompt = 0
+    for e in entries:
+        if user_token(e):
+            answers_since_prompt = 0
+        elif is_completed_answer(e):
+            answers_since_prompt += 1
+            if answers_since_prompt > 1:
+                audit.duplicates.append(f"{rec.sid}: a second answer run for one prompt (no user turn between) "
+                                        f"at entry {e['id']}")
+    injections = [e for e in entries if e.get("type") == "custom_message" and (e.get("details") or {}).get("trusted")]
+    sources = Counter((e["details"].get("source"), e["details"].get("sourceId")) for e in injections)
+    for key, n in sources.items():
+        if n > 1:
+            audit.duplicates.append(f"{rec.sid}: injection {key} recorded {n} times")
+    recorded_notifications = {sid.partition("#")[0] for (src, sid) in sources if src == "notification" and sid}
+    for nid in rec.notifications:
+        audit.notifications_checked += 1
+        if nid not in recorded_notifications:
+            audit.losses.append(f"{rec.sid}: notification {nid} acknowledged but never recorded")
+    for ref, edits in rec.edits.items():
+        audit.artifact_changes_checked += len(edits)
+        current = digest_current.get(ref, 0)
+        if current < len(edits):
+            audit.losses.append(f"{rec.sid}: {ref}: {len(edits)} edits acknowledged, the digest counted {current}")
+        covered = 0
+        for lo, hi in artifact_spans(injections, ref):
+            if hi <= covered or lo < covered:
+                # Another entry already told the agent about revisions lo..covered.
+                audit.duplicates.append(f"{rec.sid}: {ref} digest {lo}..{hi} overlaps what was recorded (up to {covered})")
+            elif lo > covered:
+                audit.losses.append(f"{rec.sid}: {ref} revisions {covered}..{lo} never delivered")
+            covered = max(covered, hi)
+        if covered < current:
+            audit.losses.append(f"{rec.sid}: {ref} revisions {covered}..{current} never delivered")
+    audit_json_files(session_dir, audit)
+
+
+def audit_json_files(session_dir: Path, audit: Audit) -> None:
+    """state.json must validate as SessionUIState; every other JSON file of the session must parse."""
+    for path in sorted(session_dir.rglob("*.json")):
+        if any(part.startswith(".") for part in path.relative_to(session_dir).parts[:-1]):
+            continue
+        audit.files_checked += 1
+        try:
+            data = json.loads(path.read_text())
+            if path.name == "state.json" and path.parent == session_dir:
+                SessionUIState.model_validate(data)
+        except ValueError as exc:
+            audit.corrupt.append(f"{path}: torn or invalid: {exc!s:.200}")
+
+
+def settled(rec: SessionRecord, entries: list[dict[str, Any]], digest_current: dict[str, int]) -> bool:
+    """Everything acknowledged has reached the transcript (so a flush prompt is no longer needed)."""
+    injections = [e for e in entries if e.get("type") == "custom_message" and (e.get("details") or {}).get("trusted")]
+    notes = {str(e["details"].get("sourceId", "")).partition("#")[0] for e in injections
+             if e["details"].get("source") == "notification"}
+    if not set(rec.notifications) <= notes:
+        return False
+    for ref, current in digest_current.items():
+        if ref in rec.edits and max((hi for _, hi in artifact_spans(injections, ref)), default=0) < current:
+            return False
+    answered = answered_tokens(entries)
+    return all(p.token in answered for p in rec.prompts if p.prompt_id is not None)
+
+
+async def digest_revisions(client: aioredis.Redis, sid: str) -> dict[str, int]:
+    """ref -> `current` of the digest's RefState (the revision numbering the injections use)."""
+    raw = await client.hgetall(keys.revisions(sid))
+    return {(k.decode() if isinstance(k, bytes) else k): int(json.loads(v)["current"]) for k, v in raw.items()}
+
+
+async def flush(client: LoadClient, rec: SessionRecord, redis_client: aioredis.Redis, deadline_s: float) -> bool:
+    """Send flush prompts until everything acknowledged is in the transcript (pending injections
+    enter at the next user turn), or the deadline passes."""
+    deadline = time.monotonic() + deadline_s
+    n = 0
+    await asyncio.sleep(1.0)  # the digest's debounce
+    while time.monotonic() < deadline:
+        if settled(rec, await client.transcript(rec.sid), await digest_revisions(redis_client, rec.sid)):
+            return True
+        n += 1
+        p = await client.prompt(rec, f"flush:{rec.sid}:{n}")
+        await client.wait_answer(rec, p)
+        await asyncio.sleep(0.5)
+    return settled(rec, await client.transcript(rec.sid), await digest_revisions(redis_client, rec.sid))
