@@ -109,16 +109,15 @@ async def create_row(redis: aioredis.Redis, owner: str, variant: Variant, model:
 
 
 async def load_state(redis: aioredis.Redis, sid: str) -> SessionState | None:
+    """Row and liveness keys in one round trip (two commands: this runs on every request)."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.session_row(sid))
-        pipe.exists(keys.lease(sid))
-        pipe.exists(keys.running(sid))
-        pipe.get(keys.fence(sid))
-        raw, leased, running, fence = await pipe.execute()
+        pipe.mget(keys.lease(sid), keys.running(sid), keys.fence(sid))
+        raw, (lease, running, fence) = await pipe.execute()
     if not raw:
         return None
     return SessionState(
-        row=SessionRow.from_hash(raw), leased=bool(leased), running=bool(running), fence=int(fence or 0)
+        row=SessionRow.from_hash(raw), leased=lease is not None, running=running is not None, fence=int(fence or 0)
     )
 
 

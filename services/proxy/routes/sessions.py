@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Body, Depends
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from shared import inbox, keys
 from shared.bus import publish
@@ -128,11 +128,14 @@ async def transcript(state: SessionState = Depends(owned_session), proxy: Proxy 
 
 
 @router.get("/{sid}/preview", response_model=Preview, responses=ERRORS)
-async def preview(state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> Preview:
+async def preview(state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> Response:
+    # The hot path of a dormant client: built and validated once as the contract model, serialized
+    # once (returning the model would make FastAPI validate it a second time against response_model).
     paths = session_paths(proxy.settings.data_dir, state.row.id)
-    return Preview(
+    body = Preview(
         status=state.status(),
         transcript=display_entries(read_transcript(paths)),
         ui=read_ui(paths),
         todo=read_todo(paths),
     )
+    return Response(body.model_dump_json(), media_type="application/json")
