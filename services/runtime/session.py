@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ from shared.contracts.inbox import (
     UiUpdate,
     UserPrompt,
 )
+from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import (
     AgentMessage,
     AssistantMessage,
@@ -246,6 +248,7 @@ class Session:
             return
         self.barrier_passed = True
         await self._consume_pending_artifacts()
+        await self.deliver_answered_form()  # answers given while dormant, restored from state.json
         held, self.held = self.held, []
         prompts = [e for e in held if isinstance(e.message, UserPrompt)]
         if prompts:
@@ -349,6 +352,8 @@ class Session:
                 for e in pending.entry_ids:
                     await self.ack(e)
                 await self._recorded(pending.source, pending.source_id, entry.id, pending.ref, pending.to_revision)
+                if pending.source_id.startswith("form:"):
+                    await self._form_delivered(pending.source_id.split(":")[1])
             return
         await self.transcript.append_message(message)
 
@@ -375,6 +380,41 @@ class Session:
         await self.persist_ui()
         await self.writes.publish_ui(update)
         return tab
+
+    async def show_form(self, form: dict[str, Any]) -> str:
+        form_update = self.ui.set_form(form)
+        tab, tab_update = self.ui.open_tab(f"form:{form['id']}", str(form.get("title") or form["id"]))
+        await self.persist_ui()
+        await self.writes.publish_ui(form_update)
+        await self.writes.publish_ui(tab_update)
+        return tab
+
+    async def deliver_answered_form(self) -> None:
+        """A submitted or dismissed form reaches the agent as a trusted system_update (steer: the
+        next turn, or now for an active task); it becomes `delivered` once that is in the transcript."""
+        form = self.ui.answered_form()
+        if form is None:
+            return
+        source_id = f"form:{form['id']}:{form['status']}"
+        if ("client", source_id) in self.transcript.sources:
+            await self._form_delivered(str(form["id"]))  # recorded before a crash: finish the hand-off
+            return
+        if form["status"] == "submitted":
+            answers = "\n".join(f"- {k}: {json.dumps(v, ensure_ascii=False)}"
+                                 for k, v in sorted((form.get("answers") or {}).items()))
+            body = f"The user submitted the form.\n{answers or '(no answers)'}"
+        else:
+            body = "The user dismissed the form without answering. Continue with your stated defaults."
+        content = f'<system_update source="form" form="{form["id"]}" status="{form["status"]}">\n{body}\n</system_update>'
+        inj = Injection(session_id=self.sid, injection=RuntimeInjection(kind="system_update", content=content),
+                        source="client", source_id=source_id)
+        await self._on_injection(InboxEntry(session_id=self.sid, entry_id="", message=inj), inj)
+
+    async def _form_delivered(self, form_id: str) -> None:
+        update = self.ui.mark_form_delivered(form_id)
+        if update:
+            await self.persist_ui()
+            await self.writes.publish_ui(update)
 
     async def persist_ui(self) -> None:
         await self.guard()

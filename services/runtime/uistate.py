@@ -100,6 +100,28 @@ class UiDoc:
                 recent.pop()
         return tab_id, bytes(self.doc.get_update(before))
 
+    def set_form(self, form: dict[str, Any]) -> bytes:
+        """The agent's question form becomes the one activeForm (a new one replaces an open one)."""
+        before = self.doc.get_state()
+        with self.doc.transaction(origin="agent"):
+            self.state["activeForm"] = _to_shared(form)
+        return bytes(self.doc.get_update(before))
+
+    def answered_form(self) -> dict[str, Any] | None:
+        """The activeForm once the client submitted or dismissed it (and before it was delivered)."""
+        form = self.snapshot().get("activeForm")
+        if isinstance(form, dict) and form.get("status") in ("submitted", "dismissed") and form.get("id"):
+            return form
+        return None
+
+    def mark_form_delivered(self, form_id: str) -> bytes:
+        before = self.doc.get_state()
+        form = self.state.get("activeForm")
+        if isinstance(form, Map) and form.get("id") == form_id:
+            with self.doc.transaction(origin="agent"):
+                form["status"] = "delivered"
+        return bytes(self.doc.get_update(before))
+
     def _map(self, key: str) -> Map:
         value = self.state.get(key)
         if not isinstance(value, Map):

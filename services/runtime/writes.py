@@ -52,6 +52,8 @@ class WriteHandlers:
         await self.publish_ui(update)
         await self._answer(entry, m.request_id, 200, {"snapshot": self.s.ui.snapshot(),
                                                       "update": self.s.ui.full_update_b64()})
+        if self.s.barrier_passed:
+            await self.s.deliver_answered_form()
 
     async def file_write(self, entry: InboxEntry, m: FileWrite) -> None:
         try:

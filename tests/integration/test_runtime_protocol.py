@@ -274,3 +274,46 @@ def test_forwarded_writes_ui_file_document(rt: Stack, d: Driver) -> None:
     d.append(stale)
     assert d.reply(sid, stale.request_id)["status"] == 409
     assert pending_count(d, sid) == 0
+
+
+def test_form_shown_answered_by_client_then_delivered_next_turn(rt: Stack, d: Driver) -> None:
+    from pycrdt import Doc, Map
+
+    sid = "form1"
+    go_live(d, sid)
+    form = {"id": "form_audience", "title": "Who is it for?", "status": "open",
+            "fields": [{"id": "who", "label": "Audience?", "kind": "choice", "options": ["Board", "Team"]}]}
+    bad = {**form, "id": "form_bad", "fields": [{"id": "who", "label": "?", "kind": "choice", "options": ["x"]}]}
+    d.prompt(sid, script({"tool_calls": [call("write", path="forms/form_audience.json", content=json.dumps(form)),
+                                         call("write", path="forms/form_bad.json", content=json.dumps(bad))]},
+                         {"tool_calls": [call("show_file", path="forms/form_bad.json")]},
+                         {"tool_calls": [call("show_file", path="forms/form_audience.json")]}, done("answer the form")))
+    run_done(d, sid)
+    results = [e["message"] for e in transcript(rt.data_dir, sid)
+               if e["type"] == "message" and e["message"]["role"] == "toolResult"]
+    assert results[2]["isError"] and "fields.who.options" in results[2]["content"][0]["text"]
+    state_path = Path(rt.data_dir) / "sessions" / sid / "state.json"
+    state = json.loads(state_path.read_text())
+    assert state["activeForm"]["id"] == "form_audience" and state["activeForm"]["status"] == "open"
+    assert any(t["ari"] == "form:form_audience" for t in state["tabs"].values())
+    # The client syncs the server's document, then submits its answers as a Yjs update.
+    probe = UiUpdate(session_id=sid, update=base64.b64encode(b"\x00\x00").decode())
+    d.append(probe)
+    client = Doc()
+    client.apply_update(base64.b64decode(d.reply(sid, probe.request_id)["body"]["update"]))
+    sv = client.get_state()
+    active = client.get("state", type=Map)["activeForm"]
+    with client.transaction():
+        active["answers"] = Map({"who": "Board"})
+        active["status"] = "submitted"
+    submit = UiUpdate(session_id=sid, update=base64.b64encode(client.get_update(sv)).decode())
+    d.append(submit)
+    assert d.reply(sid, submit.request_id)["body"]["snapshot"]["activeForm"]["status"] == "submitted"
+    d.prompt(sid, "I answered")
+    run_done(d, sid, 2)
+    entries = transcript(rt.data_dir, sid)
+    update = next(e for e in entries if e["type"] == "custom_message")
+    assert update["customType"] == "gamma.system_update" and 'form="form_audience"' in update["content"]
+    assert '- who: "Board"' in update["content"] and update["details"]["source"] == "client"
+    assert kinds(entries)[-4:-2] == ["gamma.system_update", "user"]
+    assert json.loads(state_path.read_text())["activeForm"]["status"] == "delivered"

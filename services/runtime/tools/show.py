@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from shared.contracts.documents import Deck, StoredDeck
+from shared.contracts.ui import ActiveForm
 from shared.disk import DiskError, atomic_write_json, read_json, resolve_workspace_path
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
@@ -15,6 +18,38 @@ from .files import file_ref
 from .host import ToolHost
 
 DOC_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+FORM_PATH = re.compile(r"^forms/([A-Za-z0-9_-]{1,128})\.json$")
+
+
+async def _show_form(host: ToolHost, path: Path, rel: str) -> ToolOutcome:
+    """A form file opened with show_file becomes the session's activeForm (ask-user-questions)."""
+    form_id = FORM_PATH.match(rel).group(1)  # type: ignore[union-attr]
+    try:
+        raw = read_json(path)
+        form = ActiveForm.model_validate(raw)
+    except json.JSONDecodeError as exc:
+        return ToolOutcome(content=f"{rel} is not valid JSON: {exc}", is_error=True)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err.get("loc", ()))
+        return ToolOutcome(content=f"Invalid form schema in {rel}: field {field!r}: {err.get('msg')}", is_error=True)
+    problem = None
+    if form.id != form_id:
+        problem = f"field 'id' is {form.id!r} but the file name says {form_id!r}"
+    elif form.status != "open":
+        problem = "field 'status' must be 'open' (the client sets submitted or dismissed)"
+    elif form.answers:
+        problem = "field 'answers' must be empty: the user writes the answers"
+    else:
+        for f in form.fields:
+            if f.kind in ("choice", "multi_choice") and len(f.options) < 2:
+                problem = f"field 'fields.{f.id}.options' needs at least 2 options for a {f.kind}"
+                break
+    if problem:
+        return ToolOutcome(content=f"Invalid form schema in {rel}: {problem}", is_error=True)
+    tab = await host.show_form(form.model_dump(by_alias=True))
+    return ToolOutcome(content=f"Opened form:{form.id} in tab {tab}; it is the session's active form.",
+                       details={"ari": f"form:{form.id}", "tabId": tab, "form": form.id})
 
 
 def show_file_tool(host: ToolHost) -> Tool:
@@ -26,6 +61,8 @@ def show_file_tool(host: ToolHost) -> Tool:
         if not path.exists():
             return ToolOutcome(content=f"No such file: {args['path']}", is_error=True)
         rel = path.relative_to(host.paths.workspace.resolve()).as_posix()
+        if FORM_PATH.match(rel):
+            return await _show_form(host, path, rel)
         ari = file_ref(rel)
         tab = await host.open_tab(ari, args.get("title") or rel.rsplit("/", 1)[-1])
         return ToolOutcome(content=f"Opened {ari} in tab {tab}.", details={"ari": ari, "tabId": tab})
