@@ -136,6 +136,8 @@ class DigestBuilder:
         async with self._locked(sid):
             state = await self.revisions.load(sid, ref) or RefState(kind=change.kind)
             given = change.to_revision
+            if given is None and change.document is not None and isinstance(change.document.get("revision"), int):
+                given = change.document["revision"]  # the agent's deck write carries the deck's own revision
             revision = given if given is not None and given > state.current else state.current + 1
             content = change_content(change)
             if content is not None:
