@@ -184,6 +184,10 @@ class LoadClient:
                 raise Unavailable("prompt")
             await asyncio.sleep(0.3)
 
+    async def suspend(self, rec: SessionRecord) -> None:
+        resp = await self._send_until(self.proxy, "POST", f"/sessions/{rec.sid}/suspend", {200})
+        assert resp.json().get("status") == "dormant", resp.text
+
     async def transcript(self, sid: str) -> list[dict[str, Any]]:
         resp = await self._send_until(self.proxy, "GET", f"/sessions/{sid}/transcript", {200})
         return list(resp.json()["entries"])
@@ -251,7 +255,7 @@ def user_token(entry: dict[str, Any]) -> str | None:
     return m.group(0) if m else None
 
 
-def _ts(entry: dict[str, Any]) -> float:
+def entry_time(entry: dict[str, Any]) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
@@ -267,7 +271,7 @@ def answered_tokens(entries: list[dict[str, Any]]) -> dict[str, float]:
             waiting.append(token)
         elif is_completed_answer(e) and waiting:
             for t in waiting:
-                out.setdefault(t, _ts(e))
+                out.setdefault(t, entry_time(e))
             waiting = []
     return out
 

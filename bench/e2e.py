@@ -1,0 +1,255 @@
+"""`make bench-e2e`: the whole stack under 200 concurrent sessions.
+
+Each session wakes with a prompt, gets its file and deck created, then runs rounds of a remote
+notification, a file save, a deck edit and a prompt (the workload of tests/reliability/workload.py);
+a quarter of the sessions are then suspended and woken again. Measured, on one machine and one Redis:
+
+- delivery latency by kind, p50/p99: prompt -> completed answer in the transcript; notification
+  (system_update) and artifact edits (file, deck) -> the injection appended to the session inbox, and
+  -> the injection recorded in the transcript (that one waits for the next turn by design);
+- throughput: acknowledged operations and answered prompts per second over the load phase;
+- wake latency: POST of the prompt that woke a dormant session -> its SessionLive on gamma:lifecycle
+  (first wakes, and re-wakes of suspended sessions with a transcript to restore);
+- memory per service (RSS, peak and end, psutil);
+- losses and duplicates from the exactly-once audit of every transcript: both must be 0.
+
+Writes bench/results/e2e.json and exits 1 when the audit finds a loss or duplicate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from shared import keys  # noqa: E402
+from tests.reliability.workload import (  # noqa: E402
+    DECK_REF,
+    FILE_REF,
+    Audit,
+    LoadClient,
+    SessionRecord,
+    audit_session,
+    digest_revisions,
+    entry_time,
+    flush,
+)
+from tests.support.redis_server import start_redis_server  # noqa: E402
+from tests.support.stack import API_TOKEN, SERVICE_TOKEN, Stack  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "e2e.json"
+TO_RE = re.compile(r'to_revision="(\d+)"')
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def summary(values: list[float]) -> dict[str, Any]:
+    ms = [v * 1000 for v in values]
+    return {"n": len(ms), "p50_ms": _r(pct(ms, 0.5)), "p99_ms": _r(pct(ms, 0.99)),
+            "mean_ms": _r(statistics.fmean(ms) if ms else None), "max_ms": _r(max(ms) if ms else None)}
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
+
+
+class MemorySampler(threading.Thread):
+    """RSS of each service process once a second: the peak and the last value."""
+
+    def __init__(self, stack: Stack) -> None:
+        super().__init__(daemon=True)
+        self.stack = stack
+        self.peak: dict[str, int] = {}
+        self.last: dict[str, int] = {}
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(1.0):
+            for name, proc in self.stack.procs.items():
+                try:
+                    rss = psutil.Process(proc.pid).memory_info().rss
+                except psutil.Error:
+                    continue
+                self.last[name] = rss
+                self.peak[name] = max(rss, self.peak.get(name, 0))
+
+
+async def session_life(client: LoadClient, rounds: int, records: list[SessionRecord], start_delay: float) -> None:
+    await asyncio.sleep(start_delay)
+    rec = await client.create_session()
+    records.append(rec)
+    for n in range(rounds):
+        await client.round(rec, n)
+
+
+async def rewake(client: LoadClient, rec: SessionRecord) -> None:
+    await client.suspend(rec)
+    p = await client.prompt(rec, f"rewake:{rec.sid}")
+    await client.wait_answer(rec, p)
+
+
+async def inbox_injections(r: aioredis.Redis, sid: str) -> list[tuple[float, dict[str, Any]]]:
+    """(append time, Injection JSON) of every injection entry in the session's inbox."""
+    out = []
+    for entry_id, fields in await r.xrange(keys.inbox(sid)):
+        if fields.get(b"type") != b"injection":
+            continue
+        ms = int(entry_id.decode().split("-")[0])
+        out.append((ms / 1000, json.loads(fields[b"data"])))
+    return out
+
+
+async def wake_latencies(r: aioredis.Redis, records: list[SessionRecord]) -> tuple[list[float], list[float]]:
+    """First wakes and re-wakes: the woke=True prompt's send time -> the next SessionLive."""
+    lives: dict[str, list[float]] = {}
+    for entry_id, fields in await r.xrange(keys.LIFECYCLE):
+        blob = b" ".join(v for v in fields.values() if isinstance(v, bytes))
+        m = re.search(rb'"type":\s*"session_live".*?"session_id":\s*"([^"]+)"', blob)
+        if m:
+            lives.setdefault(m.group(1).decode(), []).append(int(entry_id.decode().split("-")[0]) / 1000)
+    first, again = [], []
+    for rec in records:
+        woke = [p for p in rec.prompts if p.woke]
+        for i, p in enumerate(woke):
+            live = next((t for t in lives.get(rec.sid, []) if t >= p.sent_at - 0.05), None)
+            if live is not None:
+                (first if i == 0 else again).append(live - p.sent_at)
+    return first, again
+
+
+async def delivery_latencies(r: aioredis.Redis, records: list[SessionRecord], data_dir: Path) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"notification_to_inbox": [], "notification_to_transcript": [],
+                                   "file_to_inbox": [], "deck_to_inbox": [],
+                                   "file_to_transcript": [], "deck_to_transcript": []}
+    for rec in records:
+        injections = await inbox_injections(r, rec.sid)
+        transcript = [json.loads(line) for line in (data_dir / "sessions" / rec.sid / "transcript.jsonl").read_text().splitlines()]
+        recorded = {(e["details"].get("source"), str(e["details"].get("sourceId"))): entry_time(e)
+                    for e in transcript if e.get("type") == "custom_message" and (e.get("details") or {}).get("trusted")}
+        for nid, acked in rec.notifications.items():
+            t = next((at for at, inj in injections if inj.get("source") == "notification"
+                      and str(inj.get("source_id", "")).partition("#")[0] == nid), None)
+            if t is not None:
+                out["notification_to_inbox"].append(max(t - acked, 0.0))
+            if ("notification", nid) in recorded:
+                out["notification_to_transcript"].append(max(recorded[("notification", nid)] - acked, 0.0))
+        for ref, kind in ((FILE_REF, "file"), (DECK_REF, "deck")):
+            digests = sorted((at, inj) for at, inj in injections if inj.get("source") == "artifact" and inj.get("ref") == ref)
+            for acked in rec.edits.get(ref, []):
+                nxt = next(((at, inj) for at, inj in digests if at >= acked), None)
+                if nxt is None:
+                    continue
+                out[f"{kind}_to_inbox"].append(nxt[0] - acked)
+                # The recorded entry that covers it: the first recorded digest of the ref at or after that one.
+                later = sorted(t for (src, sid), t in recorded.items() if src == "artifact" and sid.startswith(ref + "@")
+                               and t >= nxt[0])
+                if later:
+                    out[f"{kind}_to_transcript"].append(later[0] - acked)
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    base = Path(tempfile.mkdtemp(prefix="gamma-bench-e2e-"))
+    (base / "redis").mkdir()
+    url, redis_proc = start_redis_server(appendonly=True, data_dir=str(base / "redis"))
+    data_dir = base / "data"
+    data_dir.mkdir()
+    stack = Stack(redis_url=url + "/0", data_dir=data_dir, env_overrides={"GAMMA_IDLE_S": "120", "GAMMA_REPLY_TIMEOUT_S": "20"})
+    sampler = MemorySampler(stack)
+    client = LoadClient(stack.url("proxy"), stack.url("notifications"), API_TOKEN, SERVICE_TOKEN,
+                        request_deadline_s=120, answer_timeout_s=120, poll_s=args.poll_s)
+    r = aioredis.from_url(url + "/0")
+    records: list[SessionRecord] = []
+    try:
+        stack.start()
+        sampler.start()
+        t0 = time.monotonic()
+        await asyncio.gather(*(session_life(client, args.rounds, records, i * args.ramp_s / args.sessions)
+                               for i in range(args.sessions)))
+        load_s = time.monotonic() - t0
+        t1 = time.monotonic()
+        await asyncio.gather(*(rewake(client, rec) for rec in records[: args.sessions // 4]))
+        rewake_s = time.monotonic() - t1
+        settled = await asyncio.gather(*(flush(client, rec, r, args.flush_s) for rec in records))
+        digest_current = {rec.sid: await digest_revisions(r, rec.sid) for rec in records}
+        first_wakes, rewakes = await wake_latencies(r, records)
+        delivery = await delivery_latencies(r, records, data_dir)
+        memory = {"peak_mb": {k: round(v / 2**20, 1) for k, v in sampler.peak.items()},
+                  "end_mb": {k: round(v / 2**20, 1) for k, v in sampler.last.items()}}
+    finally:
+        sampler.stopping.set()
+        await client.aclose()
+        await r.aclose()
+        stack.stop()
+        redis_proc.terminate()
+    audit = Audit()
+    for rec in records:
+        audit_session(rec, data_dir / "sessions" / rec.sid, audit, digest_current.get(rec.sid, {}))
+    ops = sum(len(rec.prompts) + len(rec.notifications) + sum(len(v) for v in rec.edits.values()) for rec in records)
+    prompt_lat = client.stats.latencies.get("prompt_answer", [])
+    result = {
+        "bench": "e2e",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "config": {"sessions": args.sessions, "rounds": args.rounds, "ramp_s": args.ramp_s, "rewoken": args.sessions // 4,
+                   "model": "scripted (offline, behind the real openai client)", "redis": "local, AOF appendfsync always"},
+        "throughput": {"load_phase_s": round(load_s, 1), "operations": ops, "ops_per_s": round(ops / load_s, 1),
+                       "prompts_answered": len(prompt_lat), "prompts_per_s": round(len(prompt_lat) / load_s, 2),
+                       "http_requests": client.stats.requests, "retries": client.stats.retries,
+                       "rewake_phase_s": round(rewake_s, 1)},
+        "latency": {"prompt_to_answer": summary(prompt_lat), **{k: summary(v) for k, v in delivery.items()}},
+        "wake": {"first": summary(first_wakes), "rewake_after_suspend": summary(rewakes)},
+        "memory": memory,
+        "settled_sessions": sum(settled),
+        "audit": {**audit.summary(), "loss_examples": audit.losses[:10], "duplicate_examples": audit.duplicates[:10],
+                  "corrupt_examples": audit.corrupt[:10]},
+    }
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--ramp-s", type=float, default=10.0, help="spread the session starts over this many seconds")
+    parser.add_argument("--poll-s", type=float, default=1.0, help="transcript poll interval per waiting session")
+    parser.add_argument("--flush-s", type=float, default=90.0)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: result[k] for k in ("throughput", "latency", "wake", "memory")}, indent=2))
+    a = result["audit"]
+    print(f"audit: {a['sessions']} sessions, {a['entries_checked']} entries, {a['prompts_checked']} prompts, "
+          f"{a['notifications_checked']} notifications, {a['artifact_changes_checked']} artifact edits; "
+          f"losses {a['losses']}, duplicates {a['duplicates']}, corrupt {a['corrupt']}")
+    for key in ("loss_examples", "duplicate_examples", "corrupt_examples"):
+        for line in a[key]:
+            print(" ", key.split("_")[0], line)
+    sys.exit(0 if a["losses"] == 0 and a["duplicates"] == 0 and a["corrupt"] == 0 else 1)
+
+
+if __name__ == "__main__":
+    main()
