@@ -1,0 +1,201 @@
+"""Acceptance for artifact digests on the real stack (five processes, real Redis, scripted model).
+
+One session per test file: the agent (a scripted tool sequence) writes brief.xml and a deck, then the
+user edits through the proxy. A live idle session keeps an artifact_update for the next user turn, so
+each step sends a prompt and reads what the runtime recorded in the transcript.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.stack import API_TOKEN, Stack
+
+pytestmark = pytest.mark.timeout(240)
+USER = {"authorization": f"Bearer {API_TOKEN}"}
+DOC = "gamma:file:d1"
+BRIEF = "file:brief.xml"
+BRIEF_TEXT = "<brief>\n  <audience>board</audience>\n  <structure>problem, plan, ask</structure>\n</brief>\n"
+DECK = {"title": "Q3 review", "theme": "dark", "metadata": {"owner": "alice"}, "assets": [],
+        "cards": [{"id": f"card_{i}", "title": f"Title {i}", "body": f"Body {i}"} for i in range(1, 7)]}
+
+
+def script(*steps: list[dict[str, Any]]) -> str:
+    return "script:" + json.dumps([{"tool_calls": calls} for calls in steps])
+
+
+def entries(stack: Stack, sid: str) -> list[dict[str, Any]]:
+    r = httpx.get(f"{stack.url()}/sessions/{sid}/transcript", headers=USER, timeout=30)
+    assert r.status_code == 200, r.text
+    return list(r.json()["entries"])
+
+
+def user_index(items: list[dict[str, Any]], text: str) -> int | None:
+    for i, e in enumerate(items):
+        if e.get("type") == "message" and e["message"].get("role") == "user" and e["message"].get("content") == text:
+            return i
+    return None
+
+
+def say(stack: Stack, sid: str, text: str, timeout_s: float = 60) -> list[dict[str, Any]]:
+    r = httpx.post(f"{stack.url()}/sessions/{sid}/messages", json={"message": text}, headers=USER, timeout=30)
+    assert r.status_code == 202, r.text
+    deadline = time.time() + timeout_s
+    while True:
+        items = entries(stack, sid)
+        at = user_index(items, text)
+        if at is not None and any(e.get("type") == "message" and e["message"].get("role") == "toolResult"
+                                  and (e["message"].get("details") or {}).get("blockOnUser") for e in items[at:]):
+            return items
+        if time.time() > deadline:
+            raise AssertionError(f"no answer to {text!r}: {json.dumps(items)[-2000:]}")
+        time.sleep(0.2)
+
+
+def artifact_updates(items: list[dict[str, Any]], ref: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in items if e.get("type") == "custom_message" and e.get("customType") == "gamma.artifact_update"
+            and (ref is None or (e.get("details") or {}).get("ref") == ref)]
+
+
+def since(items: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """Entries of the turn started by `text` and the injections placed right before it."""
+    at = user_index(items, text)
+    assert at is not None
+    start = at
+    while start > 0 and items[start - 1].get("type") == "custom_message":
+        start -= 1
+    return items[start:]
+
+
+def patch(stack: Stack, sid: str, body: dict[str, Any]) -> None:
+    r = httpx.patch(f"{stack.url()}/sessions/{sid}/documents/d1", json=body, headers=USER, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def manifest(stack: Stack, sid: str) -> dict[str, Any]:
+    path = Path(stack.data_dir) / "sessions" / sid / "pending_artifacts.json"
+    return json.loads(path.read_text())["updates"] if path.exists() else {}
+
+
+@pytest.fixture(scope="module")
+def session(module_stack: Stack) -> str:
+    r = httpx.post(module_stack.url() + "/sessions", json={}, headers=USER, timeout=30)
+    assert r.status_code == 201, r.text
+    sid = str(r.json()["id"])
+    text = script(
+        [{"name": "write", "arguments": {"path": "brief.xml", "content": BRIEF_TEXT}},
+         {"name": "show_gamma", "arguments": {"doc": "d1", "deck": DECK}}],
+        [{"name": "edit", "arguments": {"path": "brief.xml", "old_text": "problem, plan, ask",
+                                        "new_text": "problem, plan, numbers, ask"}}],
+        [{"name": "message_user", "arguments": {"message": "Brief and deck are ready.", "blockOnUser": True}}],
+    )
+    say(module_stack, sid, text)
+    return sid
+
+
+def test_agent_writes_edits_and_show_gamma_produce_no_artifact_update(module_stack: Stack, session: str) -> None:
+    time.sleep(1.0)  # well past the debounce window: anything produced would be queued by now
+    items = say(module_stack, session, "anything changed on your side?")
+    assert artifact_updates(items) == []
+
+
+def test_five_rapid_edits_to_one_card_become_one_card_scoped_digest(module_stack: Stack, session: str) -> None:
+    for i in range(1, 6):
+        patch(module_stack, session, {"cards": [{"id": "card_3", "title": f"Revenue v{i}"}]})
+    time.sleep(1.0)
+    items = say(module_stack, session, "I edited card 3")
+    [update] = artifact_updates(since(items, "I edited card 3"), DOC)
+    content = update["content"]
+    assert update["details"]["trusted"] is True and update["details"]["source"] == "artifact"
+    assert "Changed scope: card_3." in content
+    assert 'On card_3, title changed from "Title 3" to "Revenue v5".' in content
+    assert "All other cards are unchanged." in content
+    assert "Revenue v4" not in content
+
+
+def test_two_cards_are_named_and_the_rest_unchanged(module_stack: Stack, session: str) -> None:
+    patch(module_stack, session, {"cards": [{"id": "card_2", "title": "Market"}, {"id": "card_5", "body": "Ask: $2M"}]})
+    time.sleep(1.0)
+    items = say(module_stack, session, "I edited two cards")
+    [update] = artifact_updates(since(items, "I edited two cards"), DOC)
+    assert "Changed scope: card_2, card_5." in update["content"]
+    assert 'Title changed from "Title 2" to "Market".' in update["content"]
+    assert "All other cards are unchanged." in update["content"]
+
+
+def test_theme_change_is_scoped_as_theme(module_stack: Stack, session: str) -> None:
+    patch(module_stack, session, {"theme": "light"})
+    time.sleep(1.0)
+    items = say(module_stack, session, "I changed the theme")
+    [update] = artifact_updates(since(items, "I changed the theme"), DOC)
+    assert update["content"].split(">", 1)[1].strip().splitlines()[2] == "Changed scope: theme."
+    assert "No card changed." in update["content"]
+
+
+def test_brief_saved_while_dormant_is_one_trusted_update_before_the_woken_prompt(
+    module_stack: Stack, session: str
+) -> None:
+    r = httpx.post(f"{module_stack.url()}/sessions/{session}/suspend", headers=USER, timeout=30)
+    assert r.status_code == 200, r.text
+    deadline = time.time() + 30
+    while httpx.get(f"{module_stack.url()}/sessions/{session}", headers=USER, timeout=30).json()["status"] != "dormant":
+        assert time.time() < deadline, "the session did not go dormant"
+        time.sleep(0.1)
+    # The agent's edit made the structure "problem, plan, numbers, ask"; the user changes the audience.
+    dormant_text = BRIEF_TEXT.replace("board", "engineering leads").replace("plan, ask", "plan, numbers, ask")
+    r = httpx.put(f"{module_stack.url()}/sessions/{session}/workspace/files/brief.xml", content=dormant_text.encode(),
+                  headers=USER | {"x-gamma-digest": "The user edited the audience section."}, timeout=30)
+    assert r.status_code == 200, r.text
+    deadline = time.time() + 20
+    while BRIEF not in manifest(module_stack, session):
+        assert time.time() < deadline, "the dormant edit never reached the manifest"
+        time.sleep(0.1)
+    entry = manifest(module_stack, session)[BRIEF]
+    assert "The user edited the audience section." in entry["digest"]
+
+    r = httpx.post(f"{module_stack.url()}/sessions/{session}/messages", json={"message": "continue with the brief"},
+                   headers=USER, timeout=30)
+    assert r.status_code == 202
+    # An edit made after the wake started: retried while the proxy refuses writes during the wake.
+    newer = dormant_text.replace("problem, plan, numbers, ask", "problem, plan, ask")
+    deadline = time.time() + 30
+    while True:
+        r = httpx.put(f"{module_stack.url()}/sessions/{session}/workspace/files/brief.xml", content=newer.encode(),
+                      headers=USER, timeout=30)
+        if r.status_code == 200:
+            break
+        assert r.status_code == 409 and time.time() < deadline, r.text
+        time.sleep(0.1)
+
+    deadline = time.time() + 60
+    while True:
+        items = entries(module_stack, session)
+        at = user_index(items, "continue with the brief")
+        if at is not None and any(e.get("type") == "message" and e["message"].get("role") == "toolResult"
+                                  for e in items[at:]):
+            break
+        assert time.time() < deadline, "the woken prompt was not answered"
+        time.sleep(0.2)
+    before = [e for e in items[:at] if e.get("customType") == "gamma.artifact_update"
+              and e["details"].get("ref") == BRIEF]
+    dormant_ones = [e for e in before if "The user edited the audience section." in e["content"]]
+    assert len(dormant_ones) == 1
+    assert dormant_ones[0]["details"]["trusted"] is True and dormant_ones[0]["details"]["source"] == "artifact"
+    assert len([e for e in artifact_updates(items, BRIEF) if "The user edited the audience section." in e["content"]]) == 1
+
+    # The newer edit survives: not cleared with the consumed entry, delivered at the latest on the next turn.
+    items = say(module_stack, session, "and the structure?")
+    brief_updates = artifact_updates(items, BRIEF)
+    assert any("-  <structure>problem, plan, numbers, ask</structure>" in e["content"] for e in brief_updates)
+    deadline = time.time() + 20
+    while manifest(module_stack, session):
+        assert time.time() < deadline, f"manifest not emptied: {manifest(module_stack, session)}"
+        time.sleep(0.1)
+    path = Path(module_stack.data_dir) / "sessions" / session / "workspace" / "brief.xml"
+    assert path.read_text() == newer
