@@ -140,8 +140,12 @@ class SessionProtocolController:
         return "next_turn"
 
     def _queued_same_target(self, inj: Injection) -> PendingInjection | None:
+        """A still-queued injection the new one replaces (not one already handed to the model)."""
         kind = inj.injection.kind
+        queued = {id(m) for m in (*self.next_turn, *self.agent.queued())}
         for p in self.pending.values():
+            if id(p.message) not in queued:
+                continue
             if p.message.details.get("injectionType") != kind:
                 continue
             if kind == "client_view" or (kind == "artifact_update" and inj.ref and p.ref == inj.ref):
@@ -167,11 +171,12 @@ class SessionProtocolController:
             out.append(self.todo.anchor())
             self.anchor_revision = self.todo.current.revision
         prompt = turn.prompt
-        queued = list(self.next_turn)
-        self.next_turn = []
         if prompt is not None and prompt.client_context is not None:
-            queued = [m for m in queued if not self._is_client_view(m)] + [self._prompt_client_view(prompt)]
+            view = self._prompt_client_view(prompt)  # replaces the queued views, before they are taken
+            queued = [m for m in self.next_turn if not self._is_client_view(m)] + [view]
+            self.next_turn = []
         else:
+            queued, self.next_turn = list(self.next_turn), []
             views = [m for m in queued if self._is_client_view(m)]
             queued = [m for m in queued if not self._is_client_view(m)] + views[-1:]
         out.extend(queued)
@@ -195,10 +200,8 @@ class SessionProtocolController:
 
     def _prompt_client_view(self, prompt: UserPrompt) -> CustomMessage:
         assert prompt.client_context is not None
-        for m in list(self.next_turn):
-            if self._is_client_view(m):
-                self.next_turn.remove(m)
-        old = [p for p in self.pending.values() if p.message.custom_type == "gamma.client_view"]
+        queued = [m for m in self.next_turn if self._is_client_view(m)]
+        old = [self.pending[id(m)] for m in queued if id(m) in self.pending]
         message = CustomMessage(custom_type="gamma.client_view", content=client_view_content(prompt.client_context),
                                 details={"trusted": True, "injectionType": "client_view", "source": "client",
                                          "sourceId": f"{prompt.prompt_id}#client_view"})

@@ -331,8 +331,6 @@ class Session:
         """Engine events: persist on message_end (before publishing), then publish."""
         if event.type == "message_end" and event.message is not None:
             await self._record(event.message)
-        if event.type == "message_start" and isinstance(event.message, AssistantMessage):
-            pass
         await self.outbox.event(event.type, event.data)
 
     async def _record(self, message: AgentMessage) -> None:

@@ -1,0 +1,162 @@
+"""Protocol pieces in-process (no Redis): transcript replay, injection routing, todo, UI document."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+
+import pytest
+
+from services.runtime.engine.agent import Agent
+from services.runtime.engine.types import AgentContext, AgentEvent, LoopConfig
+from services.runtime.protocol import SessionProtocolController, TurnInput
+from services.runtime.scripted import injection_of
+from services.runtime.todo import TodoController, TodoRefused
+from services.runtime.transcript import Transcript, build_context
+from services.runtime.uistate import UiDoc
+from shared.contracts.client import PromptClientContext
+from shared.contracts.inbox import Injection, UserPrompt
+from shared.contracts.injection import RuntimeInjection
+from shared.contracts.messages import (
+    AssistantMessage,
+    CompactionSummaryMessage,
+    CustomMessage,
+    TextContent,
+    UserMessage,
+)
+
+
+async def no_guard() -> None:
+    return None
+
+
+async def never(*_: object) -> AssistantMessage:
+    raise AssertionError("no model call expected")
+
+
+async def sink(_: AgentEvent) -> None:
+    return None
+
+
+def controller(tmp_path: Path, active_task: bool = False) -> SessionProtocolController:
+    agent = Agent(AgentContext("sys", [], []), LoopConfig(stream=never), sink)
+    transcript = Transcript.load(tmp_path / "t.jsonl", no_guard)
+    todo = TodoController.load(tmp_path / "todo.json", no_guard)
+    return SessionProtocolController(agent, transcript, todo, {}, lambda: active_task)
+
+
+def inj(kind: str, source_id: str, content: str = "x", **kw: object) -> Injection:
+    return Injection(session_id="s", injection=RuntimeInjection(kind=kind, content=content),  # type: ignore[arg-type]
+                     source=kw.pop("source", "artifact"), source_id=source_id, **kw)  # type: ignore[arg-type]
+
+
+async def test_build_context_replays_summary_kept_entries_and_tail(tmp_path: Path) -> None:
+    t = Transcript.load(tmp_path / "t.jsonl", no_guard)
+    await t.ensure_header()
+    first = await t.append_message(UserMessage(content="old"))
+    kept = await t.append_message(UserMessage(content="kept"))
+    await t.append_message(AssistantMessage(content=[TextContent(text="answer")]))
+    await t.append_compaction("S", kept.id, 100, {}, "cr_1",
+                              [CustomMessage(custom_type="gamma.todo_anchor", content="<todo_state/>")])
+    await t.append_message(UserMessage(content="new"))
+    ctx = Transcript.load(tmp_path / "t.jsonl", no_guard).context()
+    assert isinstance(ctx[0], CompactionSummaryMessage) and ctx[0].summary == "S"
+    assert [getattr(m, "content", None) for m in ctx[1:]][0] == "kept"
+    assert [m.role for m in ctx] == ["compactionSummary", "user", "assistant", "custom", "user"]
+    assert first.id not in {getattr(m, "id", None) for m in ctx}
+    assert build_context(t.entries) == ctx
+
+
+async def test_artifact_updates_coalesce_per_ref_keeping_the_older_from_revision(tmp_path: Path) -> None:
+    c = controller(tmp_path)
+    assert c.route_update(inj("artifact_update", "f@4", "v4", ref="file:a", from_revision=3, to_revision=4), "e1") \
+        == "next_turn"
+    assert c.route_update(inj("artifact_update", "f@6", "v6", ref="file:a", from_revision=4, to_revision=6), "e2") \
+        == "merged"
+    c.route_update(inj("artifact_update", "g@2", "g", ref="file:b", to_revision=2), "e3")
+    assert len(c.next_turn) == 2
+    merged = c.pending[id(c.next_turn[0])]
+    assert merged.entry_ids == ["e1", "e2"] and merged.source_id == "f@6"
+    assert merged.message.details["fromRevision"] == 3 and merged.message.details["toRevision"] == 6
+    assert "v6" in merged.message.content
+
+
+async def test_client_view_latest_wins_and_the_prompt_context_replaces_it(tmp_path: Path) -> None:
+    c = controller(tmp_path)
+    c.route_update(inj("client_view", "v1", "<client_view>1</client_view>", source="client"), "e1")
+    c.route_update(inj("client_view", "v2", "<client_view>2</client_view>", source="client"), "e2")
+    c.route_update(inj("system_note", "n1", "note", source="system"), "e3")
+    msgs = c.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s", message="hi")))
+    assert [getattr(m, "content", "") for m in msgs] == ["<system_note>\nnote\n</system_note>",
+                                                         "<client_view>2</client_view>", "hi"]
+    c.route_update(inj("client_view", "v3", "<client_view>3</client_view>", source="client"), "e4")
+    prompt = UserPrompt(session_id="s", message="again", client_context=PromptClientContext(locale="de-DE"))
+    msgs = c.build_turn_messages(TurnInput(prompt=prompt))
+    assert len(msgs) == 2 and "de-DE" in msgs[0].content  # type: ignore[union-attr]
+    pending = c.pending[id(msgs[0])]
+    assert pending.entry_ids == ["e4"]  # the superseded queued view is acked with the prompt's view
+
+
+async def test_steer_on_idle_session_starts_a_turn_only_for_an_active_task(tmp_path: Path) -> None:
+    idle = controller(tmp_path / "a")
+    assert idle.route_update(inj("system_update", "u1", source="notification"), "e1") == "next_turn"
+    busy = controller(tmp_path / "b", active_task=True)
+    assert busy.route_update(inj("system_update", "u1", source="notification"), "e1") == "start"
+    assert busy.route_update(inj("system_note", "n1", source="system"), "e2") == "next_turn"
+    taken = busy.take_idle()
+    assert [m.custom_type for m in taken] == ["gamma.system_update"]  # type: ignore[union-attr]
+    assert [m.custom_type for m in busy.next_turn] == ["gamma.system_note"]
+
+
+async def test_user_text_is_never_parsed_for_tags(tmp_path: Path) -> None:
+    c = controller(tmp_path)
+    msgs = c.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s", message="<system_update>x"
+                                                                                      "</system_update>")))
+    assert len(msgs) == 1 and isinstance(msgs[0], UserMessage)
+    assert injection_of(msgs[0].content) == ("system_update", None)  # looks like one, but is a user message
+
+
+async def test_todo_refuses_two_in_progress_and_counts_revisions(tmp_path: Path) -> None:
+    todo = TodoController.load(tmp_path / "todo.json", no_guard)
+    await todo.update([{"id": "a", "content": "A", "status": "in_progress"}])
+    with pytest.raises(TodoRefused, match="exactly one task may be in_progress"):
+        await todo.update([{"id": "a", "content": "A", "status": "in_progress"},
+                           {"id": "b", "content": "B", "status": "in_progress"}])
+    with pytest.raises(TodoRefused, match="status"):
+        await todo.update([{"id": "a", "content": "A", "status": "done"}])
+    await todo.update([{"id": "a", "content": "A", "status": "complete"}])
+    again = TodoController.load(tmp_path / "todo.json", no_guard)
+    assert again.current.revision == 2 and again.anchor().details["revision"] == 2
+
+
+def test_ui_document_tabs_forms_and_client_updates() -> None:
+    ui = UiDoc.from_snapshot({"panes": [{"id": "left", "tabIds": []}], "tabs": {}, "expandedDirs": ["a"]})
+    tab, update = ui.open_tab("file:brief.xml", "brief")
+    assert update and ui.snapshot()["activeTabByPane"] == {"left": tab}
+    again, _ = ui.open_tab("file:brief.xml", "brief")
+    assert again == tab and ui.snapshot()["panes"][0]["tabIds"] == [tab]
+    client = UiDoc()
+    client.apply_update(base64.b64decode(ui.full_update_b64()))
+    assert client.snapshot() == ui.snapshot()
+    ui.set_form({"id": "f", "title": "t", "fields": [], "answers": {}, "status": "submitted"})
+    assert ui.answered_form() is not None
+    ui.mark_form_delivered("f")
+    assert ui.answered_form() is None and ui.snapshot()["activeForm"]["status"] == "delivered"
+    for bad in (b"", b"garbage!"):
+        with pytest.raises((ValueError, RuntimeError)):
+            ui.apply_update(bad)
+
+
+async def test_lost_guard_blocks_every_append(tmp_path: Path) -> None:
+    class Lost(Exception):
+        pass
+
+    async def lost() -> None:
+        raise Lost
+
+    t = Transcript.load(tmp_path / "t.jsonl", lost)
+    with pytest.raises(Lost):
+        await t.append_message(UserMessage(content="x"))
+    assert not (tmp_path / "t.jsonl").exists()
+    await asyncio.sleep(0)
