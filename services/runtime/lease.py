@@ -71,6 +71,27 @@ class Lease:
         self.lost = True
 
 
+async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[str], live_key: str,
+                    now_ms: int) -> list[bool]:
+    """Renew every lease of a worker in one round trip (a busy event loop makes each await slow, so
+    sequential renewals of many sessions could outlast the lease). Also refreshes the `running` keys
+    of active runs and the worker's live-session scores. Returns, per lease, whether it is still ours."""
+    pipe = client.pipeline(transaction=False)
+    for lease in leases:
+        pipe.eval(_RENEW, 1, keys.lease(lease.sid), lease.value, str(lease.ttl_ms))
+    for sid in running:
+        pipe.set(keys.running(sid), "1", px=leases[0].ttl_ms if leases else 10_000)
+    if leases:
+        pipe.zadd(live_key, {lease.sid: now_ms for lease in leases})
+    results = await pipe.execute()
+    out = []
+    for lease, ok in zip(leases, results[: len(leases)], strict=True):
+        if not ok:
+            lease.lost = True
+        out.append(bool(ok) and not lease.lost)
+    return out
+
+
 async def wait_no_dormant_write(client: aioredis.Redis, sid: str, timeout_s: float = 15.0) -> dict[str, str]:
     """The proxy writes dormant state under `dormant-write`; read the disk only after it is gone.
     Returns the session row, read in the same round trip as the last lock check."""

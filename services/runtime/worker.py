@@ -28,7 +28,7 @@ from shared.settings import Settings
 from .compactor import Compactor
 from .engine.openai_stream import ModelSettings
 from .events import BusPublish, Outbox
-from .lease import Lease, LeaseLost, text_of, wait_no_dormant_write
+from .lease import Lease, LeaseLost, renew_all, text_of, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps
 from .skills import Skill
@@ -136,26 +136,27 @@ class Worker:
         interval = max(self.settings.lease_ms / 3000, 0.2)
         while True:
             await asyncio.sleep(interval)
-            for session in list(self.sessions.values()):
-                try:
-                    await self._housekeep(session)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # noqa: BLE001
-                    log.exception("housekeeping_failed", session_id=session.sid)
+            try:
+                await self._housekeep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a Redis hiccup: the next pass renews again
+                log.exception("housekeeping_failed")
 
-    async def _housekeep(self, session: Session) -> None:
-        if not await session.lease.renew():
-            log.warning("lease_lost", session_id=session.sid)
-            await self._drop(session)
+    async def _housekeep(self) -> None:
+        sessions = list(self.sessions.values())
+        if not sessions:
             return
-        await self.client.zadd(keys.RUNTIME_LIVE, {session.sid: now_ms()})
-        if session.running:
-            await self.client.set(keys.running(session.sid), "1", px=self.settings.lease_ms)
-        if session.stop_requested:
-            await self.close(session.sid, session.stop_requested)
-        elif session.idle_for() > self.settings.idle_s:
-            await self.close(session.sid, "idle")
+        held = await renew_all(self.client, [s.lease for s in sessions], [s.sid for s in sessions if s.running],
+                               keys.RUNTIME_LIVE, now_ms())
+        for session, ok in zip(sessions, held, strict=True):
+            if not ok:
+                log.warning("lease_lost", session_id=session.sid)
+                await self._drop(session)
+            elif session.stop_requested:
+                await self.close(session.sid, session.stop_requested)
+            elif session.idle_for() > self.settings.idle_s:
+                await self.close(session.sid, "idle")
 
     async def _orphan_loop(self) -> None:
         """Resume sessions whose worker died (no lease, stale renewal): the run it had goes on here.
@@ -198,10 +199,11 @@ class Worker:
                 await session.persist_ui()
                 session.closed = True
                 await self.client.delete(keys.running(sid))
-                await session.outbox.event("status", {"status": "dormant", "running": False,
-                                                      "fence": session.lease.fence})
                 await session.lease.release()
                 await self.client.zrem(keys.RUNTIME_LIVE, sid)
+                # Announced only once the lease is gone: whoever sees "dormant" may write dormant state.
+                await session.outbox.event("status", {"status": "dormant", "running": False,
+                                                      "fence": session.lease.fence})
                 await self.bus(keys.LIFECYCLE, SessionDormant(session_id=sid, fence=session.lease.fence,
                                                              reason=reason))
                 log.info("session_dormant", session_id=sid, reason=reason)
