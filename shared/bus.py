@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import socket
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -23,6 +24,9 @@ import structlog
 from faststream import AckPolicy
 from faststream.redis import RedisBroker, StreamSub
 from faststream.redis.annotations import RedisStreamMessage
+from faststream.redis.parser.binary import BinaryMessageFormatV1
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from redis.exceptions import ResponseError
@@ -31,6 +35,7 @@ from . import keys
 from .contracts.deadletter import DeadLetter
 
 log = structlog.get_logger()
+_TRACER = trace.get_tracer("gamma.bus")
 M = TypeVar("M")
 Handler = Callable[[Any], Awaitable[None]]
 
@@ -78,9 +83,25 @@ async def once(client: aioredis.Redis, scope: str, message_id: str, ttl_s: int =
 
 
 async def publish(broker: RedisBroker, stream: str, message: BaseModel) -> str:
-    """XADD one contract message through FastStream (its envelope carries trace headers)."""
-    entry_id = await broker.publish(message.model_dump(mode="json", by_alias=True), stream=stream)
-    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    """XADD one contract message in FastStream's envelope, with the W3C trace context in its headers.
+
+    The envelope is the one `broker.publish` writes (FastStream subscribers and `decode_fields` read
+    it), but it is built here and sent on the broker's connection: FastStream's publish pipeline
+    (middlewares, DI, serializer) cost more than the XADD itself (bench/bus.py). The producer span
+    and the `traceparent` header keep "one trace across streams"."""
+    client = getattr(broker, "_connection", None)
+    if not isinstance(client, aioredis.Redis):  # not connected, or a FastStream without that attribute
+        entry_id = await broker.publish(message.model_dump(mode="json", by_alias=True), stream=stream)
+        return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    headers: dict[str, str] = {"content-type": "application/json"}
+    with _TRACER.start_as_current_span(f"{stream} publish", kind=SpanKind.PRODUCER):
+        propagate.inject(headers)
+        envelope = await BinaryMessageFormatV1.encode(
+            message=message.model_dump_json(by_alias=True).encode(), reply_to=None, headers=headers,
+            correlation_id=str(uuid.uuid4()),
+        )
+        added = await client.xadd(stream, {"__data__": envelope})
+    return added.decode() if isinstance(added, bytes) else str(added)
 
 
 async def dead_letter(
@@ -112,6 +133,32 @@ def decode_entry(raw: dict[Any, Any], body: Any) -> Any:
     if isinstance(body, dict) and set(body) == {"data"} and isinstance(body["data"], str | bytes):
         return json.loads(body["data"])
     return body
+
+
+BATCH_SIZE = 100
+BATCH_ENTRIES = "gamma_entries"
+
+
+async def stash_batch_parser(msg: Any, original: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Hand the batch's raw entries to the handler untouched (see `decode_fields`)."""
+    return await original({**msg, "data": [], BATCH_ENTRIES: msg.get("data", [])})
+
+
+def decode_fields(fields: dict[Any, Any]) -> tuple[Any, dict[str, Any]]:
+    """One stream entry -> (JSON body, headers): a FastStream envelope in `__data__` (what `publish`
+    writes), or a plain XADD (`data` = JSON, or the fields themselves). Raises ValueError if invalid."""
+    envelope = fields.get(b"__data__", fields.get("__data__"))
+    if envelope is not None:
+        body, headers = BinaryMessageFormatV1.parse(envelope if isinstance(envelope, bytes) else envelope.encode())
+        return json.loads(body), headers
+    plain = {_strict(k): _strict(v) for k, v in fields.items()}
+    if set(plain) == {"data"}:
+        return json.loads(plain["data"]), {}
+    return plain, {}
+
+
+def _strict(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)  # UnicodeDecodeError is a ValueError
 
 
 async def safe_parser(msg: Any, original: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -179,17 +226,54 @@ def subscribe(
         with structlog.contextvars.bound_contextvars(stream=stream, entry_id=entry_id):
             await handler(value)  # raising leaves the entry pending for the claimer
 
-    @broker.subscriber(
-        stream=StreamSub(stream, group=group, consumer=consumer, polling_interval=polling_interval_ms),
-        ack_policy=AckPolicy.NACK_ON_ERROR,
-        parser=safe_parser,
+    async def read_batch(_: Any) -> None:
+        """The reader's handler: one call per XREADGROUP batch, each entry handled on its own.
+
+        A valid entry's handler runs in the producer's trace; entries whose handler returned are
+        acked together at the end of the batch (or when the batch is cut short); an invalid entry is
+        dead-lettered and acked at once; an entry whose handler raised stays pending for the claimer.
+        """
+        raw: Any = broker.context.get_local("message").raw_message
+        done: list[bytes] = []
+        try:
+            for entry_id_b, fields in zip(raw["message_ids"], raw[BATCH_ENTRIES], strict=True):
+                if not reader.running:
+                    break  # shutting down: the rest stays pending and is reclaimed
+                entry_id = _s(entry_id_b)
+                try:
+                    body, headers = decode_fields(fields)
+                    value = adapter.validate_python(body)
+                except (ValidationError, ValueError, TypeError) as exc:
+                    await dead_letter(client, stream, group, entry_id, fields, f"invalid entry: {exc}", 1)
+                    if deadletters is not None:
+                        deadletters.inc()
+                    done.append(entry_id_b)
+                    continue
+                try:
+                    with _TRACER.start_as_current_span(
+                        f"{stream} process", context=propagate.extract(headers), kind=SpanKind.CONSUMER
+                    ), structlog.contextvars.bound_contextvars(stream=stream, entry_id=entry_id):
+                        await handler(value)
+                except Exception as exc:  # noqa: BLE001 - stays pending; the claimer retries it
+                    log.warning("handler_failed", stream=stream, group=group, entry_id=entry_id,
+                                error=f"{type(exc).__name__}: {exc}"[:500], exc_info=True)
+                    continue
+                done.append(entry_id_b)
+        finally:
+            if done:
+                await client.xack(stream, group, *done)
+
+    # Batched reads: one FastStream pass (parser, middlewares, context) and one XACK per batch instead
+    # of per entry; that pass cost far more than the Redis round trips (bench/bus.py). The parser only
+    # stashes the raw entries: `decode_fields` decodes each one, so one bad entry spoils nothing else.
+    reader = broker.subscriber(
+        stream=StreamSub(stream, group=group, consumer=consumer, polling_interval=polling_interval_ms,
+                         batch=True, max_records=BATCH_SIZE),
+        ack_policy=AckPolicy.MANUAL,
+        parser=stash_batch_parser,
         title=f"{stream}:{group}",
     )
-    # The message comes from FastStream's context, not from a `msg: RedisStreamMessage` parameter:
-    # fast-depends resolves that annotation with a sync `Context.use`, i.e. one thread-pool hop per
-    # message, which cost more than the rest of the consume path together (bench/bus.py).
-    async def _reader(body: Any) -> None:
-        await consume(body, broker.context.get_local("message"), claimed=False)
+    reader(read_batch)
 
     @broker.subscriber(
         stream=StreamSub(

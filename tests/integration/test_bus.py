@@ -171,6 +171,33 @@ async def test_failing_handler_is_retried_by_the_claimer(redis_url: str, redis_c
     assert await redis_client.xlen(keys.DEADLETTER) == 0
 
 
+async def test_a_failure_inside_a_batch_leaves_only_that_entry_pending(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    """Entries published before the consumer starts arrive in one batched read: the others are
+    handled and acked, the failing one alone stays pending and is retried by the claimer."""
+    stream = new_stream()
+    sent = [Wake(session_id=f"s{i}") for i in range(5)]
+    async with producer(redis_url) as pub:
+        for wake in sent:
+            await publish(pub, stream, wake)
+    calls: list[str] = []
+
+    async def handle(wake: Wake) -> None:
+        calls.append(wake.session_id)
+        if wake.session_id == "s2" and calls.count("s2") == 1:
+            raise RuntimeError("first attempt fails")
+
+    with capture_logs() as logs:
+        async with consumer(redis_url, redis_client, stream, handle, claim_idle_ms=500):
+            await eventually(lambda: _true(len(calls) == 6), what="the retry of s2")
+            await eventually(lambda: _zero(pending(redis_client, stream)), what="an empty PEL")
+    assert calls == ["s0", "s1", "s2", "s3", "s4", "s2"]
+    failed = [e for e in logs if e["event"] == "handler_failed"]
+    assert len(failed) == 1 and "first attempt fails" in failed[0]["error"]
+    assert await redis_client.xlen(keys.DEADLETTER) == 0
+
+
 # ---------------------------------------------------------------- consumer processes
 
 
