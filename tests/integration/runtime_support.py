@@ -33,7 +33,7 @@ class Driver:
     def events(self, sid: str) -> list[dict[str, Any]]:
         return [json.loads(f[b"data"]) for _, f in self.r.xrange(keys.events(sid))]
 
-    def wait_event(self, sid: str, pred: Any, timeout: float = 30, what: str = "event") -> dict[str, Any]:
+    def wait_event(self, sid: str, pred: Any, timeout: float = 90, what: str = "event") -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for ev in self.events(sid):

@@ -30,6 +30,16 @@ def d(rt: Stack) -> Driver:
     return Driver(rt.redis_url)
 
 
+def base_prefix_hash() -> str:
+    from services.runtime.app import skills_dir
+    from services.runtime.engine.openai_stream import prefix_hash
+    from services.runtime.prompt import static_prefix
+    from services.runtime.skills import load_skills
+    from services.runtime.tools import Toolset
+
+    return prefix_hash(static_prefix(load_skills(skills_dir())), Toolset(None).tools)  # type: ignore[arg-type]
+
+
 def go_live(d: Driver, sid: str) -> None:
     wake_id = d.wake(sid)
     d.wait_event(sid, lambda e: e["type"] == "status" and e["data"]["status"] == "live", what="live")
@@ -231,7 +241,7 @@ def test_static_prefix_identical_across_different_sessions(rt: Stack, d: Driver)
     run_done(d, "pfxB")
     hashes = {e["data"]["prefix_sha256"] for sid in ("pfxA", "pfxB") for e in d.events(sid)
               if e["type"] == "model_request"}
-    assert len(hashes) == 1
+    assert hashes == {base_prefix_hash()}
     shared = [e["data"] for e in d.events("pfxB") if e["type"] == "model_request"]
     assert all(r["shared_prefix_tokens"] > 0.9 * prev["prompt_tokens"] for prev, r in zip(shared, shared[1:], strict=False))
 
@@ -317,3 +327,19 @@ def test_form_shown_answered_by_client_then_delivered_next_turn(rt: Stack, d: Dr
     assert '- who: "Board"' in update["content"] and update["details"]["source"] == "client"
     assert kinds(entries)[-4:-2] == ["gamma.system_update", "user"]
     assert json.loads(state_path.read_text())["activeForm"]["status"] == "delivered"
+
+
+def test_variant_preloads_and_skill_command(rt: Stack, d: Driver) -> None:
+    sid = "variant1"
+    d.r.hset(keys.session_row(sid), mapping={"id": sid, "variant": "deck-generation", "model": "{}"})
+    go_live(d, sid)
+    d.prompt(sid, "/skill:ask-user-questions")
+    run_done(d, sid)
+    entries = transcript(rt.data_dir, sid)
+    pre = [(e["name"], e.get("preloaded")) for e in entries if e["type"] == "skill_activation"]
+    assert pre[:3] == [("deck-generation", True), ("gml-authoring", True), ("gml-cli", True)]
+    assert pre[3:] == [("ask-user-questions", False)]
+    k = kinds(entries)
+    assert k[k.index("gamma.active_skill"):][:2] == ["gamma.active_skill", "user"]
+    hashes = {e["data"]["prefix_sha256"] for e in d.events(sid) if e["type"] == "model_request"}
+    assert hashes == {base_prefix_hash()}  # a variant only appends: static prefix + tool schemas unchanged
