@@ -31,7 +31,7 @@ def test_inspector_talks_to_the_scripted_agent(module_stack: Stack) -> None:
     screenshot.unlink(missing_ok=True)
     done = subprocess.run(
         [NODE, str(ROOT / "tests" / "js" / "inspector.mjs"), module_stack.url(), API_TOKEN, CHROMIUM, str(screenshot)],
-        cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=400, check=False,
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)

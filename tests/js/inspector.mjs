@@ -14,6 +14,7 @@ const browser = await chromium.launch({
 const out = { consoleErrors: [] };
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  page.setDefaultTimeout(90000); // two shared cores under a whole test run: be generous
   page.on("console", (msg) => { if (msg.type() === "error") out.consoleErrors.push(msg.text()); });
   page.on("pageerror", (err) => out.consoleErrors.push(String(err)));
   await page.goto(`${base}/?token=${encodeURIComponent(token)}`);
@@ -23,15 +24,16 @@ try {
 
   await page.click("#new-session");
   await page.waitForFunction(() => document.getElementById("session-title").textContent.startsWith("s_"));
+  await page.waitForFunction(() => document.getElementById("badge").textContent !== "–"); // first refresh done
   out.sessionId = await page.textContent("#session-title");
   out.badgeBefore = await page.textContent("#badge");
 
   await page.fill("#message", message);
   await page.click("#send");
   const reply = page.locator(".msg.message_user", { hasText: `You said: '${message}'` });
-  await reply.waitFor({ timeout: 60000 });
+  await reply.waitFor({ timeout: 90000 });
   out.reply = await reply.first().textContent();
-  await page.waitForFunction(() => document.getElementById("badge").textContent === "live", null, { timeout: 30000 });
+  await page.waitForFunction(() => document.getElementById("badge").textContent === "live", null, { timeout: 90000 });
   out.badgeLive = await page.textContent("#badge");
   out.userBubbles = await page.locator(".msg.user").allTextContents();
   await page.waitForSelector("#transcript li");
@@ -43,7 +45,7 @@ try {
   await page.screenshot({ path: screenshot, fullPage: true });
 
   await page.click("#suspend");
-  await page.waitForFunction(() => document.getElementById("badge").textContent === "dormant", null, { timeout: 30000 });
+  await page.waitForFunction(() => document.getElementById("badge").textContent === "dormant", null, { timeout: 90000 });
   out.badgeAfterSuspend = await page.textContent("#badge");
 } catch (err) {
   out.error = String(err && err.stack || err);
