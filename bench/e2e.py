@@ -120,22 +120,26 @@ async def inbox_injections(r: aioredis.Redis, sid: str) -> list[tuple[float, dic
     return out
 
 
-async def wake_latencies(r: aioredis.Redis, records: list[SessionRecord]) -> tuple[list[float], list[float]]:
-    """First wakes and re-wakes: the woke=True prompt's send time -> the next SessionLive."""
+async def wake_latencies(r: aioredis.Redis, records: list[SessionRecord]) -> dict[str, list[float]]:
+    """The woke=True prompt's send time -> the session's next SessionLive: first wakes, planned
+    re-wakes after a suspend, and unplanned ones (the session lost its lease mid-load, e.g. a
+    starved worker missed its renewals: worth watching)."""
     lives: dict[str, list[float]] = {}
     for entry_id, fields in await r.xrange(keys.LIFECYCLE):
         blob = b" ".join(v for v in fields.values() if isinstance(v, bytes))
         m = re.search(rb'"type":\s*"session_live".*?"session_id":\s*"([^"]+)"', blob)
         if m:
             lives.setdefault(m.group(1).decode(), []).append(int(entry_id.decode().split("-")[0]) / 1000)
-    first, again = [], []
+    out: dict[str, list[float]] = {"first": [], "rewake_after_suspend": [], "unplanned": []}
     for rec in records:
         woke = [p for p in rec.prompts if p.woke]
         for i, p in enumerate(woke):
             live = next((t for t in lives.get(rec.sid, []) if t >= p.sent_at - 0.05), None)
-            if live is not None:
-                (first if i == 0 else again).append(live - p.sent_at)
-    return first, again
+            if live is None:
+                continue
+            kind = "first" if i == 0 else "rewake_after_suspend" if p.token.startswith("[rewake:") else "unplanned"
+            out[kind].append(live - p.sent_at)
+    return out
 
 
 async def delivery_latencies(r: aioredis.Redis, records: list[SessionRecord], data_dir: Path) -> dict[str, list[float]]:
@@ -147,25 +151,25 @@ async def delivery_latencies(r: aioredis.Redis, records: list[SessionRecord], da
         transcript = [json.loads(line) for line in (data_dir / "sessions" / rec.sid / "transcript.jsonl").read_text().splitlines()]
         recorded = {(e["details"].get("source"), str(e["details"].get("sourceId"))): entry_time(e)
                     for e in transcript if e.get("type") == "custom_message" and (e.get("details") or {}).get("trusted")}
-        for nid, acked in rec.notifications.items():
+        for nid, sent in rec.notifications.items():
             t = next((at for at, inj in injections if inj.get("source") == "notification"
                       and str(inj.get("source_id", "")).partition("#")[0] == nid), None)
             if t is not None:
-                out["notification_to_inbox"].append(max(t - acked, 0.0))
+                out["notification_to_inbox"].append(max(t - sent, 0.0))
             if ("notification", nid) in recorded:
-                out["notification_to_transcript"].append(max(recorded[("notification", nid)] - acked, 0.0))
+                out["notification_to_transcript"].append(max(recorded[("notification", nid)] - sent, 0.0))
         for ref, kind in ((FILE_REF, "file"), (DECK_REF, "deck")):
             digests = sorted((at, inj) for at, inj in injections if inj.get("source") == "artifact" and inj.get("ref") == ref)
-            for acked in rec.edits.get(ref, []):
-                nxt = next(((at, inj) for at, inj in digests if at >= acked), None)
+            for sent in rec.edits.get(ref, []):
+                nxt = next(((at, inj) for at, inj in digests if at >= sent), None)
                 if nxt is None:
                     continue
-                out[f"{kind}_to_inbox"].append(nxt[0] - acked)
+                out[f"{kind}_to_inbox"].append(nxt[0] - sent)
                 # The recorded entry that covers it: the first recorded digest of the ref at or after that one.
                 later = sorted(t for (src, sid), t in recorded.items() if src == "artifact" and sid.startswith(ref + "@")
                                and t >= nxt[0])
                 if later:
-                    out[f"{kind}_to_transcript"].append(later[0] - acked)
+                    out[f"{kind}_to_transcript"].append(later[0] - sent)
     return out
 
 
@@ -178,7 +182,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     stack = Stack(redis_url=url + "/0", data_dir=data_dir, env_overrides={"GAMMA_IDLE_S": "120", "GAMMA_REPLY_TIMEOUT_S": "20"})
     sampler = MemorySampler(stack)
     client = LoadClient(stack.url("proxy"), stack.url("notifications"), API_TOKEN, SERVICE_TOKEN,
-                        request_deadline_s=120, answer_timeout_s=120, poll_s=args.poll_s)
+                        request_deadline_s=120, answer_timeout_s=180, poll_s=0.3, max_poll_s=args.poll_s)
     r = aioredis.from_url(url + "/0")
     records: list[SessionRecord] = []
     try:
@@ -193,7 +197,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rewake_s = time.monotonic() - t1
         settled = await asyncio.gather(*(flush(client, rec, r, args.flush_s) for rec in records))
         digest_current = {rec.sid: await digest_revisions(r, rec.sid) for rec in records}
-        first_wakes, rewakes = await wake_latencies(r, records)
+        wakes = await wake_latencies(r, records)
         delivery = await delivery_latencies(r, records, data_dir)
         memory = {"peak_mb": {k: round(v / 2**20, 1) for k, v in sampler.peak.items()},
                   "end_mb": {k: round(v / 2**20, 1) for k, v in sampler.last.items()}}
@@ -211,7 +215,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     result = {
         "bench": "e2e",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                    "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
         "config": {"sessions": args.sessions, "rounds": args.rounds, "ramp_s": args.ramp_s, "rewoken": args.sessions // 4,
                    "model": "scripted (offline, behind the real openai client)", "redis": "local, AOF appendfsync always"},
         "throughput": {"load_phase_s": round(load_s, 1), "operations": ops, "ops_per_s": round(ops / load_s, 1),
@@ -219,7 +224,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                        "http_requests": client.stats.requests, "retries": client.stats.retries,
                        "rewake_phase_s": round(rewake_s, 1)},
         "latency": {"prompt_to_answer": summary(prompt_lat), **{k: summary(v) for k, v in delivery.items()}},
-        "wake": {"first": summary(first_wakes), "rewake_after_suspend": summary(rewakes)},
+        "wake": {k: summary(v) for k, v in wakes.items()},
         "memory": memory,
         "settled_sessions": sum(settled),
         "audit": {**audit.summary(), "loss_examples": audit.losses[:10], "duplicate_examples": audit.duplicates[:10],
@@ -233,7 +238,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--ramp-s", type=float, default=10.0, help="spread the session starts over this many seconds")
-    parser.add_argument("--poll-s", type=float, default=1.0, help="transcript poll interval per waiting session")
+    parser.add_argument("--poll-s", type=float, default=2.0,
+                        help="longest transcript poll interval per waiting session (latencies come from the transcript)")
     parser.add_argument("--flush-s", type=float, default=90.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()

@@ -57,8 +57,8 @@ class PromptRecord:
 class SessionRecord:
     sid: str
     prompts: list[PromptRecord] = field(default_factory=list)
-    notifications: dict[str, float] = field(default_factory=dict)  # id -> acknowledged at
-    # ref -> acknowledged edits (acked at); the digest numbers the revisions (a dormant file write
+    notifications: dict[str, float] = field(default_factory=dict)  # acknowledged id -> sent at
+    # ref -> acknowledged edits (sent at); the digest numbers the revisions (a dormant file write
     # has none until it does), so the audit compares with the digest's own `current`.
     edits: dict[str, list[float]] = field(default_factory=dict)
     stranded: int = 0
@@ -78,7 +78,8 @@ class Stats:
 
 class LoadClient:
     def __init__(self, proxy_url: str, notifications_url: str, api_token: str, service_token: str,
-                 *, request_deadline_s: float = 60.0, answer_timeout_s: float = 45.0, poll_s: float = 0.3) -> None:
+                 *, request_deadline_s: float = 60.0, answer_timeout_s: float = 45.0, poll_s: float = 0.3,
+                 max_poll_s: float = 1.0) -> None:
         self.proxy = httpx.AsyncClient(base_url=proxy_url, headers={"Authorization": f"Bearer {api_token}"},
                                        timeout=httpx.Timeout(20.0, connect=2.0),
                                        limits=httpx.Limits(max_connections=400, max_keepalive_connections=100))
@@ -88,6 +89,7 @@ class LoadClient:
         self.request_deadline_s = request_deadline_s
         self.answer_timeout_s = answer_timeout_s
         self.poll_s = poll_s
+        self.max_poll_s = max(poll_s, max_poll_s)
         self.stats = Stats()
 
     async def aclose(self) -> None:
@@ -138,28 +140,31 @@ class LoadClient:
             # artifact_update for the deck, which the runtime coalesces with the digest's per ref.
             "payload": {"renderId": nid, "ref": DECK_REF, "status": "failed", "error": "load test"},
         }}
+        sent = time.time()
         resp = await self._send_until(self.notif, "POST", "/notifications", {200, 202}, json=body)
-        rec.notifications[nid] = time.time()
+        rec.notifications[nid] = sent
         assert resp.json()["id"] == nid
 
     async def save_file(self, rec: SessionRecord, text: str) -> None:
+        sent = time.time()
         resp = await self._send_until(self.proxy, "PUT", f"/sessions/{rec.sid}/workspace/files/{FILE}", {200, 201},
                                       content=text.encode())
-        self._acked(rec, FILE_REF)
+        self._acked(rec, FILE_REF, sent)
         assert resp.json()["path"] == FILE
 
     async def edit_deck(self, rec: SessionRecord, n: int) -> None:
+        sent = time.time()
         if DECK_REF not in rec.edits:
             resp = await self._send_until(self.proxy, "PUT", f"/sessions/{rec.sid}/documents/{DECK}", {200, 201},
                                           json={"title": "Load deck", "cards": [{"id": "c0", "title": "Start"}]})
         else:
             resp = await self._send_until(self.proxy, "PATCH", f"/sessions/{rec.sid}/documents/{DECK}", {200},
                                           json={"cards": [{"id": f"c{n}", "title": f"Card {n}"}]})
-        self._acked(rec, DECK_REF)
+        self._acked(rec, DECK_REF, sent)
         assert isinstance(resp.json()["revision"], int)
 
-    def _acked(self, rec: SessionRecord, ref: str) -> None:
-        rec.edits.setdefault(ref, []).append(time.time())
+    def _acked(self, rec: SessionRecord, ref: str, sent: float) -> None:
+        rec.edits.setdefault(ref, []).append(sent)
 
     async def prompt(self, rec: SessionRecord, label: str, *, nudge: bool = False) -> PromptRecord:
         """One attempt per text; on an ambiguous failure, a new prompt (new text) until one is acked."""
@@ -202,6 +207,7 @@ class LoadClient:
         follow-up message, which wakes the session (counted as `stranded`)."""
         deadline = time.monotonic() + self.answer_timeout_s
         last_nudge = time.monotonic()
+        interval = self.poll_s  # the answer's time comes from the transcript, so polling may slow down
         while time.monotonic() < deadline:
             entries = await self.transcript(rec.sid)
             done = answered_tokens(entries)
@@ -216,7 +222,8 @@ class LoadClient:
                     self.stats.stranded_prompts += 1
                     await self.prompt(rec, f"nudge:{rec.sid}", nudge=True)
                 last_nudge = time.monotonic()
-            await asyncio.sleep(self.poll_s)
+            await asyncio.sleep(interval)
+            interval = min(interval * 1.5, self.max_poll_s)
         return False
 
     async def round(self, rec: SessionRecord, n: int) -> bool:
