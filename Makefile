@@ -14,9 +14,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# Tolerant on a developer machine (the Node-based tests skip without node_modules); .ci/run is strict.
 $(NODE_STAMP): package.json
-	@if command -v npm >/dev/null 2>&1; then npm install --no-audit --no-fund --silent && touch $(NODE_STAMP); \
-	else echo "npm not found: the real-yjs, browser and AsyncAPI tests will be skipped"; fi
+	@if ! command -v npm >/dev/null 2>&1; then echo "npm not found: the real-yjs, browser and AsyncAPI tests will be skipped"; \
+	elif npm install --no-audit --no-fund --silent; then touch $(NODE_STAMP); \
+	else echo "npm install failed: the Node-based tests will be skipped"; fi
 
 install: $(STAMP)
 
@@ -25,8 +27,10 @@ node: $(NODE_STAMP)
 run: $(STAMP)
 	$(BIN)/python -m services.stack
 
+# pytest exits 5 when a selection (PYTEST_ARGS) collects no tests: that is not a failure.
 test: $(STAMP) $(NODE_STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared services tests bench
