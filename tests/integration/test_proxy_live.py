@@ -228,3 +228,69 @@ def test_compact_then_suspend(api: httpx.Client, r: redis.Redis, live_sid: str) 
     assert status(api, sid) == "dormant"
     assert api.post(f"/sessions/{sid}/suspend").json() == {"status": "dormant"}
     assert api.get(f"/sessions/{sid}/preview").json()["status"] == "dormant"
+
+
+def ask_form_script(form_id: str) -> str:
+    """The agent's side of ask-user-questions: write a form file, open it (it becomes activeForm), yield."""
+    form = {"id": form_id, "title": "About the audience", "status": "open", "answers": {},
+            "fields": [{"id": "who", "label": "Who is the deck for?", "kind": "text", "required": True}]}
+    steps = [
+        {"tool_calls": [{"name": "write", "arguments": {"path": f"forms/{form_id}.json", "content": json.dumps(form)}}]},
+        {"tool_calls": [{"name": "show_file", "arguments": {"path": f"forms/{form_id}.json"}}]},
+        {"tool_calls": [{"name": "message_user", "arguments": {"message": f"Please answer {form_id}", "blockOnUser": True}}]},
+    ]
+    return "script:" + json.dumps(steps)
+
+
+def answer_form(api: httpx.Client, sid: str, form_id: str, who: str) -> dict[str, Any]:
+    """The client's side: seed from GET /ui, write the answer and `submitted` as an incremental update."""
+    seeded = api.get(f"/sessions/{sid}/ui").json()
+    form_state = seeded["snapshot"]["activeForm"]
+    assert form_state["id"] == form_id and form_state["status"] == "open"
+    doc = ui_doc(seeded["update"])
+    before = doc.get_state()
+    form = doc.get(ROOT, type=Map)["activeForm"]
+    form["answers"]["who"] = who
+    form["status"] = "submitted"
+    resp = api.post(f"/sessions/{sid}/ui/sync", json={"update": base64.b64encode(doc.get_update(before)).decode(),
+                                                      "snapshot": snapshot_of(doc)})
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json()["snapshot"]["activeForm"])
+
+
+def form_injections(api: httpx.Client, sid: str, form_id: str) -> list[dict[str, Any]]:
+    return [e for e in api.get(f"/sessions/{sid}/transcript").json()["entries"]
+            if e.get("type") == "custom_message" and str(e.get("details", {}).get("sourceId", "")).startswith(f"form:{form_id}:")]
+
+
+def test_ask_user_questions_live_and_dormant(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
+    """The agent writes a form, the client answers it through /ui/sync, the agent receives the answers:
+    once while live, once with the answers given while the session was dormant (delivered on wake from
+    the restored state.json)."""
+    sid = str(api.post("/sessions").json()["id"])
+    api.post(f"/sessions/{sid}/messages", json={"message": ask_form_script("f_live")}).raise_for_status()
+    wait_reply(api, sid, "Please answer f_live")
+    snapshot = api.get(f"/sessions/{sid}/ui").json()["snapshot"]
+    assert any(tab["ari"] == "form:f_live" for tab in snapshot["tabs"].values())
+    assert answer_form(api, sid, "f_live", "investors")["answers"] == {"who": "investors"}
+    api.post(f"/sessions/{sid}/messages", json={"message": "answered"}).raise_for_status()
+    assert "system_update" in wait_reply(api, sid, "You said: 'answered'")
+    live_entry = form_injections(api, sid, "f_live")[0]
+    assert "investors" in live_entry["content"] and live_entry["details"]["trusted"] is True
+
+    # Dormant: the agent asks again, the session goes dormant, the user answers on the dormant preview.
+    api.post(f"/sessions/{sid}/messages", json={"message": ask_form_script("f_dormant")}).raise_for_status()
+    wait_reply(api, sid, "Please answer f_dormant")
+    assert api.post(f"/sessions/{sid}/suspend").status_code == 200
+    wait_sync(lambda: status(api, sid) == "dormant" and not r.exists(keys.lease(sid)), timeout=30, what="dormant")
+    assert answer_form(api, sid, "f_dormant", "the board")["status"] == "submitted"
+    stored = json.loads((session_dir(stack, sid) / "state.json").read_text())["activeForm"]
+    assert stored["id"] == "f_dormant" and stored["status"] == "submitted" and stored["answers"] == {"who": "the board"}
+    assert status(api, sid) == "dormant"
+
+    api.post(f"/sessions/{sid}/messages", json={"message": "back again"}).raise_for_status()
+    assert "system_update" in wait_reply(api, sid, "You said: 'back again'")
+    dormant_entry = form_injections(api, sid, "f_dormant")[0]
+    assert "the board" in dormant_entry["content"]
+    wait_sync(lambda: json.loads((session_dir(stack, sid) / "state.json").read_text())["activeForm"]["status"] == "delivered",
+              timeout=30, what="the form marked delivered")
