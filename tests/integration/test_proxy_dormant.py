@@ -421,6 +421,9 @@ def test_message_to_a_dormant_session_starts_a_wake(api: httpx.Client, r: redis.
     assert_error(api.post(f"/sessions/{sid}/messages", json={"message": ""}), 422, "message")
     assert_error(api.post(f"/sessions/{sid}/messages", json={"message": "x", "on_busy": "later"}), 422, "on_busy")
     assert_error(api.post(f"/sessions/{sid}/messages", json={"message": "x", "client_context": {"paneCapacity": 99}}), 422)
+    bad_tab = {"tabId": "t1", "paneId": "p1", "ari": "ftp:somewhere"}
+    assert_error(api.post(f"/sessions/{sid}/messages", json={"message": "x", "client_context": {"visibleTabs": [bad_tab]}}),
+                 422, "ARI")
 
 
 def test_suspend_and_compact_while_dormant(api: httpx.Client) -> None:

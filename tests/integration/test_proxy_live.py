@@ -178,6 +178,8 @@ def test_live_documents_go_through_the_runtime(api: httpx.Client, r: redis.Redis
                      headers={"If-Match": "1"})
     assert resp.status_code == 200, resp.text
     assert resp.json()["revision"] == 2 and [c["id"] for c in resp.json()["cards"]] == ["c1", "c2"]
+    bad = api.patch(f"/sessions/{sid}/documents/deck1", json={"cards": [{"title": "no id"}]})
+    assert bad.status_code == 422 and "id" in bad.json()["error"]
     stale = api.patch(f"/sessions/{sid}/documents/deck1", json={"title": "x"}, headers={"If-Match": "1"})
     assert stale.status_code == 409 and stale.json()["error"]
     stored = StoredDeck.model_validate_json((session_dir(stack, sid) / "documents" / "deck1.json").read_text())
@@ -294,3 +296,9 @@ def test_ask_user_questions_live_and_dormant(api: httpx.Client, r: redis.Redis, 
     assert "the board" in dormant_entry["content"]
     wait_sync(lambda: json.loads((session_dir(stack, sid) / "state.json").read_text())["activeForm"]["status"] == "delivered",
               timeout=30, what="the form marked delivered")
+
+
+def test_the_proxy_log_has_no_tracebacks(stack: Stack) -> None:
+    """Runs last in this module: every error above was answered, none escaped as a 500."""
+    assert "Traceback" not in stack.log("proxy")
+    assert '"level": "error"' not in stack.log("proxy")

@@ -127,6 +127,11 @@ async def _edit(
             return _deck_response(new)
         except BecameLive:
             pass
+    if op == "patch":
+        # Refuse a malformed patch with the same 422 as the dormant path before the runtime sees it.
+        current = read_deck(paths, doc)
+        if current is not None:
+            _apply(current, op, document)
     message = DocumentEdit(session_id=sid, doc=doc, op=op, document=document, if_match=if_match)
     reply = await forward(proxy.redis, message, proxy.settings.reply_timeout_s)
     revision = reply.body.get("revision")

@@ -25,6 +25,7 @@ from shared.contracts.inbox import Compact, Stop, UserPrompt
 from shared.contracts.wake import Wake
 from shared.disk import atomic_write_json, session_paths
 
+from ..ari import AriError, parse_ari
 from ..auth import current_user
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
@@ -75,6 +76,12 @@ async def post_message(
     body: PostMessage, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)
 ) -> MessageAccepted:
     sid = state.row.id
+    if body.client_context is not None:
+        for tab in body.client_context.visible_tabs:
+            try:
+                parse_ari(tab.ari)
+            except AriError as exc:
+                raise ApiError(422, f"client_context.visibleTabs: tab {tab.tab_id!r} has an invalid ARI: {exc}") from exc
     status = state.status()
     prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy)
     if status == "live":
