@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from redis.exceptions import ResponseError
 
-from . import keys
+from . import keys, metrics
 from .contracts.deadletter import DeadLetter
 
 log = structlog.get_logger()
@@ -57,7 +57,7 @@ def make_broker(redis_url: str, registry: CollectorRegistry | None = None, app_n
         middlewares.append(RedisTelemetryMiddleware())
     except ImportError:  # pragma: no cover - otel extra missing
         pass
-    return RedisBroker(
+    broker = RedisBroker(
         redis_url,
         middlewares=middlewares,
         graceful_timeout=15.0,
@@ -66,6 +66,9 @@ def make_broker(redis_url: str, registry: CollectorRegistry | None = None, app_n
         # the root handler as JSON lines instead of its own coloured text handler.
         logger=logging.getLogger("faststream.gamma"),
     )
+    if registry is not None:
+        metrics.remember_broker(broker, registry)  # subscribe() reports delivery time and dead letters
+    return broker
 
 
 async def ensure_group(client: aioredis.Redis, stream: str, group: str) -> None:
@@ -205,6 +208,9 @@ def subscribe(
 ) -> Subscription:
     """Register the reader and the claimer for one (stream, group). Call `ensure_group` before start."""
     adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
+    registry = metrics.registry_of(broker)
+    if deadletters is None and registry is not None:
+        deadletters = metrics.deadletter_counter(registry)
 
     async def consume(body: Any, msg: RedisStreamMessage, claimed: bool) -> None:
         raw: Any = msg.raw_message
@@ -225,6 +231,7 @@ def subscribe(
             return
         with structlog.contextvars.bound_contextvars(stream=stream, entry_id=entry_id):
             await handler(value)  # raising leaves the entry pending for the claimer
+        metrics.observe_handled(registry, stream, group, entry_id)
 
     async def read_batch(_: Any) -> None:
         """The reader's handler: one call per XREADGROUP batch, each entry handled on its own.
@@ -258,6 +265,7 @@ def subscribe(
                     log.warning("handler_failed", stream=stream, group=group, entry_id=entry_id,
                                 error=f"{type(exc).__name__}: {exc}"[:500], exc_info=True)
                     continue
+                metrics.observe_handled(registry, stream, group, entry_id)
                 done.append(entry_id_b)
         finally:
             if done:

@@ -18,7 +18,7 @@ import contextlib
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -59,7 +59,8 @@ class GammaMetrics:
     model_completion_tokens_total: Counter
     active_leases: Gauge
     deadletters: Counter
-    lease_sources: list[Callable[[], float]] = field(default_factory=list)
+    stream_delivery: Histogram
+    leases_tracked: bool = False  # the runtime reports its own count; else StreamStats counts at scrape
 
 
 _BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, GammaMetrics] = weakref.WeakKeyDictionary()
@@ -101,6 +102,10 @@ def for_registry(registry: CollectorRegistry) -> GammaMetrics:
         active_leases=Gauge("gamma_active_leases", "Session leases this worker holds", registry=registry),
         deadletters=Counter(
             "gamma_deadletter", "Entries this service moved to gamma:deadletter", registry=registry,
+        ),
+        stream_delivery=Histogram(
+            "gamma_stream_delivery_seconds", "From an entry's XADD to its handler returning, per stream and group",
+            ["stream", "group"], buckets=LATENCY_BUCKETS, registry=registry,
         ),
     )
     _BY_REGISTRY[registry] = m
@@ -154,12 +159,45 @@ def model_request(
 
 
 def track_active_leases(registry: CollectorRegistry, count: Callable[[], float]) -> None:
-    """The runtime passes e.g. `lambda: len(worker.leases)`; read at every scrape."""
-    for_registry(registry).active_leases.set_function(count)
+    """The runtime passes e.g. `lambda: len(worker.sessions)`; read at every scrape."""
+    m = for_registry(registry)
+    m.leases_tracked = True
+    m.active_leases.set_function(count)
 
 
 def set_active_leases(registry: CollectorRegistry, n: int) -> None:
-    for_registry(registry).active_leases.set(n)
+    m = for_registry(registry)
+    m.leases_tracked = True
+    m.active_leases.set(n)
+
+
+# --- hooks used by shared/bus.py ----------------------------------------------------------------
+
+_BROKERS: weakref.WeakKeyDictionary[Any, CollectorRegistry] = weakref.WeakKeyDictionary()
+
+
+def remember_broker(broker: Any, registry: CollectorRegistry) -> None:
+    """`make_broker` records its registry, so `subscribe` can report without a new parameter."""
+    _BROKERS[broker] = registry
+
+
+def registry_of(broker: Any) -> CollectorRegistry | None:
+    return _BROKERS.get(broker)
+
+
+def observe_handled(registry: CollectorRegistry | None, stream: str, group: str, entry_id: str,
+                    now_ms: int | None = None) -> None:
+    """An entry's handler returned: its end-to-end delivery time; for `gamma:runtime:wake` that is
+    the wake latency (the runtime's handler returns once the session is live)."""
+    published = entry_ms(entry_id)
+    if registry is None or published is None:
+        return
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    seconds = max(0.0, (now_ms - published) / 1000)
+    m = for_registry(registry)
+    m.stream_delivery.labels(stream=stream, group=group).observe(seconds)
+    if stream == keys.WAKE:
+        m.wake_latency.observe(seconds)
 
 
 def deadletter_counter(registry: CollectorRegistry) -> Counter:
@@ -198,9 +236,11 @@ class StreamStats(Collector):
     /metrics route awaits `refresh()` first and `collect()` reports that snapshot.
     """
 
-    def __init__(self, client: aioredis.Redis, service: str, streams: Iterable[str] | None = None) -> None:
+    def __init__(self, client: aioredis.Redis, service: str, streams: Iterable[str] | None = None,
+                 registry: CollectorRegistry | None = None) -> None:
         self.client = client
         self.service = service
+        self.registry = registry
         self.group = GROUP_OF_SERVICE.get(service, service)
         self.streams = tuple(streams if streams is not None else CONSUMED.get(service, ()))
         self.groups: list[GroupStats] = []
@@ -227,9 +267,23 @@ class StreamStats(Collector):
                     ))
             self.deadletter_length = int(await self.client.xlen(keys.DEADLETTER))
             self.groups = groups
+            if self.service == "runtime" and self.registry is not None and not for_registry(self.registry).leases_tracked:
+                for_registry(self.registry).active_leases.set(await self.leases_held())
             self.refreshed_at = time.time()
         except Exception:  # noqa: BLE001 - a scrape must answer even when Redis does not
             self.errors += 1
+
+    async def leases_held(self) -> int:
+        """Leases whose value names this worker (`{worker_id}:{fence}`): one SCAN per scrape, used only
+        while the runtime does not report its own count (`track_active_leases`)."""
+        from .bus import consumer_name  # bus imports this module
+
+        prefix = consumer_name("runtime") + ":"
+        keys_found = [k async for k in self.client.scan_iter(match="gamma:{*}:lease", count=1000)]
+        if not keys_found:
+            return 0
+        values = await self.client.mget(keys_found)
+        return sum(1 for v in values if v is not None and _text(v).startswith(prefix))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         lag = GaugeMetricFamily("gamma_stream_group_lag", "Entries not yet delivered to the group", labels=["stream", "group"])
@@ -255,6 +309,6 @@ class StreamStats(Collector):
 
 
 def install_stream_stats(registry: CollectorRegistry, client: aioredis.Redis, service: str) -> StreamStats:
-    stats = StreamStats(client, service)
+    stats = StreamStats(client, service, registry=registry)
     registry.register(stats)
     return stats

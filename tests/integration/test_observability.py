@@ -150,3 +150,66 @@ async def test_entry_ms_of_the_entry_being_handled() -> None:
     with structlog.contextvars.bound_contextvars(entry_id="1733150000999-0"):
         assert metrics.entry_ms() == 1733150000999
     await asyncio.sleep(0)
+
+
+async def test_bus_reports_delivery_time_and_dead_letters(redis_url: str, redis_client: aioredis.Redis) -> None:
+    """A broker made with a registry: `subscribe` times each handled entry and counts dead letters
+    without the service passing anything more."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    stream = f"gamma:test:{uuid.uuid4().hex[:8]}"
+    handled: list[str] = []
+    broker = make_broker(redis_url, registry, "test")
+
+    async def on_wake(wake: Wake) -> None:
+        handled.append(wake.session_id)
+
+    subscribe(broker, redis_client, stream=stream, group="g", consumer="c", model=Wake, handler=on_wake)
+    await ensure_group(redis_client, stream, "g")
+    await broker.start()
+    try:
+        await publish(broker, stream, Wake(session_id="s1"))
+        await redis_client.xadd(stream, {"data": '{"not": "a wake"}'})
+
+        async def both_seen() -> bool:
+            return bool(handled) and await redis_client.xlen(keys.DEADLETTER) == 1
+
+        await eventually(both_seen, timeout=15, what="one handled entry and one dead letter")
+    finally:
+        await broker.stop()
+    values = scrape(generate_latest(registry).decode())
+    labels = (("group", "g"), ("stream", stream))
+    assert values[("gamma_stream_delivery_seconds_count", labels)] == 1
+    assert 0 <= values[("gamma_stream_delivery_seconds_sum", labels)] < 15
+    assert values[("gamma_deadletter_total", ())] == 1
+
+
+def test_wake_latency_is_the_wake_streams_delivery_time() -> None:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    metrics.observe_handled(registry, keys.WAKE, "runtime", "1000-0", now_ms=1_400)
+    metrics.observe_handled(registry, keys.LIFECYCLE, "digest", "1000-0", now_ms=1_900)
+    m = metrics.for_registry(registry)
+    assert m.wake_latency._sum.get() == 0.4  # type: ignore[attr-defined]
+    assert m.stream_delivery.labels(stream=keys.LIFECYCLE, group="digest")._sum.get() == 0.9  # type: ignore[attr-defined]
+    metrics.observe_handled(None, keys.WAKE, "runtime", "1000-0")  # no registry: nothing to do, no error
+
+
+async def test_runtime_counts_its_leases_at_scrape_time(redis_url: str, redis_client: aioredis.Redis) -> None:
+    from shared.bus import consumer_name
+
+    ctx = make_context("runtime", Settings(REDIS_URL=redis_url))  # type: ignore[call-arg]
+    app = FastAPI()
+    add_health_routes(app, ctx)
+    try:
+        await redis_client.set(keys.lease("s-mine-1"), consumer_name("runtime") + ":3")
+        await redis_client.set(keys.lease("s-mine-2"), consumer_name("runtime") + ":1")
+        await redis_client.set(keys.lease("s-other"), "runtime-elsewhere-1:7")
+        assert (await get_metrics(app))[("gamma_active_leases", ())] == 2
+        # Once the runtime reports its own count, that is what the gauge shows.
+        metrics.track_active_leases(ctx.registry, lambda: 5)
+        assert (await get_metrics(app))[("gamma_active_leases", ())] == 5
+    finally:
+        await ctx.redis.aclose()
