@@ -450,9 +450,11 @@ def test_a_lease_holder_that_does_not_answer_gives_504(api: httpx.Client, r: red
         assert_error(api.get(f"/sessions/{sid}/ui"), 504)
         assert_error(api.put(f"/sessions/{sid}/workspace/files/new.txt", content=b"x"), 504)
         assert_error(api.post(f"/sessions/{sid}/suspend"), 504)
+        assert_error(api.post(f"/sessions/{sid}/compact"), 504)
+        assert_error(api.put(f"/sessions/{sid}/documents/d1", json={"title": "x"}), 504)
         assert (session_dir(stack, sid) / "state.json").read_bytes() == before  # the proxy never wrote under a lease
         kinds = [m.type for m in inbox_messages(r, sid)]
-        assert kinds == ["user_prompt", "ui_update", "ui_update", "file_write", "stop"]
+        assert kinds == ["user_prompt", "ui_update", "ui_update", "file_write", "stop", "compact", "document_edit"]
     finally:
         r.delete(keys.lease(sid), keys.running(sid))
 
@@ -467,6 +469,8 @@ def test_writes_to_a_waking_session_are_refused_with_409(api: httpx.Client, r: r
     assert_error(api.put(f"/sessions/{sid}/workspace/files/a.txt", content=b"b"), 409, "waking")
     assert (session_dir(stack, sid) / "workspace" / "a.txt").read_bytes() == b"a"
     assert_error(api.post(f"/sessions/{sid}/suspend"), 409, "waking")
+    assert_error(api.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": {}}), 409, "waking")
+    assert_error(api.patch(f"/sessions/{sid}/documents/d1", json={"title": "x"}), 409, "waking")
     # Reads still work from the disk while waking.
     assert api.get(f"/sessions/{sid}/preview").json()["status"] == "waking"
     # Once a runtime took the lease (the fence moved) the wake is over, lease or not.
@@ -492,3 +496,18 @@ def test_body_limits_and_json_errors(api: httpx.Client, stack: Stack) -> None:
     assert_error(api.post(f"/sessions/{sid}/messages", json=["not", "an", "object"]), 422)
     assert api.get("/healthz").json()["status"] == "ok"
     assert "Traceback" not in stack.log("proxy")
+
+
+def test_a_held_dormant_write_lock_gives_409(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
+    """Another dormant writer (another proxy replica) holds the lock past the wait: refuse, write nothing."""
+    sid = new_session(api)
+    (session_dir(stack, sid) / "workspace" / "a.txt").write_bytes(b"a")
+    r.set(keys.dormant_write(sid), "other-replica", px=30_000)
+    try:
+        assert_error(api.put(f"/sessions/{sid}/workspace/files/a.txt", content=b"b"), 409, "in progress")
+        assert (session_dir(stack, sid) / "workspace" / "a.txt").read_bytes() == b"a"
+        assert r.get(keys.dormant_write(sid)) == b"other-replica"  # not ours to delete
+    finally:
+        r.delete(keys.dormant_write(sid))
+    assert api.put(f"/sessions/{sid}/workspace/files/a.txt", content=b"b").status_code == 200
+    assert not r.exists(keys.dormant_write(sid))  # released after the write
