@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from typing import Any
+from urllib.parse import unquote
 
 from faststream.redis import RedisBroker
 
@@ -12,7 +13,19 @@ from shared import keys
 from shared.bus import publish
 from shared.contracts.artifacts import ArtifactChange
 
+from .errors import ApiError
+
 MAX_DIGEST_CHARS = 4000
+
+
+def client_digest(header: str | None) -> str | None:
+    """X-Gamma-Digest: plain text; percent-encoded UTF-8 is decoded (HTTP headers are Latin-1)."""
+    if header is None or not header.strip():
+        return None
+    text = unquote(header) if "%" in header else header
+    if len(text) > MAX_DIGEST_CHARS:
+        raise ApiError(400, f"X-Gamma-Digest is longer than {MAX_DIGEST_CHARS} characters")
+    return text
 
 
 def file_ref(path: str) -> str:

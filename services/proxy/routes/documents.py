@@ -20,13 +20,12 @@ from shared.contracts.documents import Deck, StoredDeck, merge_cards
 from shared.contracts.inbox import DocumentEdit
 from shared.disk import SessionPaths, atomic_write_json, session_paths
 
-from ..artifacts import document_changed
+from ..artifacts import client_digest, document_changed
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError, validation_summary
 from ..forwarding import forward
 from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
 from ..rows import SessionState
-from .workspace import client_digest
 
 router = APIRouter(prefix="/sessions", tags=["documents"])
 PATCH_KEYS = {"title", "theme", "metadata", "assets", "cards", "order"}

@@ -13,7 +13,6 @@ import base64
 import mimetypes
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response
@@ -21,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from shared.contracts.inbox import FileWrite
 from shared.disk import atomic_write_bytes, check_size, resolve_workspace_path, session_paths
 
-from ..artifacts import MAX_DIGEST_CHARS, file_changed
+from ..artifacts import client_digest, file_changed
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
 from ..forwarding import forward
@@ -40,16 +39,6 @@ BINARY_BODY = {
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
-
-
-def client_digest(header: str | None) -> str | None:
-    """X-Gamma-Digest: plain text; percent-encoded UTF-8 is decoded (HTTP headers are Latin-1)."""
-    if header is None or not header.strip():
-        return None
-    text = unquote(header) if "%" in header else header
-    if len(text) > MAX_DIGEST_CHARS:
-        raise ApiError(400, f"X-Gamma-Digest is longer than {MAX_DIGEST_CHARS} characters")
-    return text
 
 
 def _listing(root: Path, target: Path) -> dict[str, Any]:
