@@ -64,23 +64,20 @@ class Delivery:
 
     async def submit(self, body: NotificationSubmit) -> NotificationAccepted:
         sid, n = body.session_id, body.notification
-        if not await self.store.session_exists(sid):
-            raise UnknownSession(sid)
         parts = to_injections(sid, n)
-        # Pending first, lease check second (see below).
-        if not await self.store.create(sid, n, len(parts)):
+        result = await self.store.submit(sid, n, parts)
+        if result is None:
+            raise UnknownSession(sid)
+        created, status = result
+        if not created:
             self._metrics.duplicates.inc()
-            status = await self.store.status(sid, n.id) or "pending"
             return NotificationAccepted(id=n.id, session_id=sid, duplicate=True, status=status)
         self._metrics.received.labels(n.type).inc()
-        if await self.store.is_live(sid):
-            await self._deliver(sid, n)
-            return NotificationAccepted(id=n.id, session_id=sid, duplicate=False, status="delivered")
-        # Dormant or waking. The pending entry was written before the lease check, so a SessionLive
-        # that follows a lease taken after the check finds it: no notification falls between the two.
-        if self._send_wake is not None and self._urgency(n):
+        if status == "delivered":
+            self._metrics.delivered.inc(len(parts))
+        elif self._send_wake is not None and self._urgency(n):
             await self._send_wake(sid, n)
-        return NotificationAccepted(id=n.id, session_id=sid, duplicate=False, status="pending")
+        return NotificationAccepted(id=n.id, session_id=sid, duplicate=False, status=status)
 
     async def _deliver(self, sid: str, n: ExternalNotification) -> int:
         if not await self.store.mark_delivered(sid, n.id):

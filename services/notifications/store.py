@@ -12,26 +12,41 @@ Each multi-key change is one Lua script so a crash never leaves a record without
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from shared import keys
 from shared.contracts.base import now_ms
+from shared.contracts.inbox import Injection
 from shared.contracts.notifications import ExternalNotification
 
 Status = Literal["pending", "delivered", "consumed"]
 # After consumption the record stays this long so a late duplicate POST is still recognised.
 CONSUMED_TTL_S = 7 * 24 * 3600
 
-_CREATE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
-  redis.call('HSET', KEYS[2], 'status', 'pending', 'parts', ARGV[2], 'recorded', 0, 'deliveries', 0)
-  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
-  return 1
+# One round trip for an intake: session check, dedupe, pending entry, and, if a lease exists, the
+# inbox appends. The lease is read inside the script, after the pending entry exists in effect, so a
+# SessionLive that follows a lease taken later always finds it (no notification falls in between).
+# KEYS: record, state, pending, session row, lease, inbox. ARGV: record JSON, parts, now, id, then
+# (type, data) pairs of the inbox entries. Returns {created, status}.
+_SUBMIT = """
+if redis.call('EXISTS', KEYS[4]) == 0 then return {-1, 'unknown'} end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+  return {0, redis.call('HGET', KEYS[2], 'status') or 'pending'}
 end
-return 0
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('HSET', KEYS[2], 'status', 'delivered', 'parts', ARGV[2], 'recorded', 0, 'deliveries', 1,
+             'delivered_at', ARGV[3])
+  for i = 5, #ARGV, 2 do
+    redis.call('XADD', KEYS[6], '*', 'type', ARGV[i], 'data', ARGV[i + 1])
+  end
+  return {1, 'delivered'}
+end
+redis.call('HSET', KEYS[2], 'status', 'pending', 'parts', ARGV[2], 'recorded', 0, 'deliveries', 0)
+return {1, 'pending'}
 """
 
 _MARK_DELIVERED = """
@@ -78,19 +93,30 @@ def _str(v: bytes | str | None) -> str | None:
 class NotificationStore:
     def __init__(self, client: aioredis.Redis) -> None:
         self._r = client
-        self._create = client.register_script(_CREATE)
+        self._submit = client.register_script(_SUBMIT)
         self._mark = client.register_script(_MARK_DELIVERED)
         self._record = client.register_script(_RECORD_PART)
 
-    async def create(self, sid: str, notification: ExternalNotification, parts: int) -> bool:
-        """Store a new notification as pending; False if the id was already stored (a duplicate)."""
-        record = StoredNotification(session_id=sid, notification=notification, received_at=now_ms(), parts=parts)
-        created = await self._create(
+    async def submit(
+        self, sid: str, notification: ExternalNotification, injections: list[Injection]
+    ) -> tuple[bool, Status] | None:
+        """Store a new notification and, when the session is live, append its injections to the inbox.
+
+        Returns (created, status); None for an unknown session. A duplicate id changes nothing.
+        """
+        record = StoredNotification(session_id=sid, notification=notification, received_at=now_ms(),
+                                    parts=len(injections))
+        entries: list[str] = []
+        for injection in injections:
+            entries += [injection.type, injection.model_dump_json(by_alias=True)]
+        created, status = await self._submit(
             keys=[keys.notification(sid, notification.id), keys.notification_state(sid, notification.id),
-                  keys.notifications_pending(sid)],
-            args=[record.model_dump_json(), parts, record.received_at, notification.id],
+                  keys.notifications_pending(sid), keys.session_row(sid), keys.lease(sid), keys.inbox(sid)],
+            args=[record.model_dump_json(), len(injections), record.received_at, notification.id, *entries],
         )
-        return bool(created)
+        if int(created) < 0:
+            return None
+        return bool(int(created)), _str(status)  # type: ignore[return-value]
 
     async def status(self, sid: str, nid: str) -> Status | None:
         value = _str(await self._r.hget(keys.notification_state(sid, nid), "status"))
@@ -102,8 +128,8 @@ class NotificationStore:
 
     async def pending(self, sid: str) -> list[StoredNotification]:
         """Every unconsumed notification of the session (never delivered, or delivered but unrecorded)."""
-        members: list[bytes] = await self._r.zrange(keys.notifications_pending(sid), 0, -1)
-        ids = [m.decode() for m in members]
+        members: list[Any] = list(await self._r.zrange(keys.notifications_pending(sid), 0, -1))
+        ids = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
         if not ids:
             return []
         raws = await self._r.mget([keys.notification(sid, i) for i in ids])
@@ -123,9 +149,3 @@ class NotificationStore:
             args=[part, entry_id, nid, now_ms(), CONSUMED_TTL_S],
         )
         return _str(result) or "unknown"  # type: ignore[return-value]
-
-    async def is_live(self, sid: str) -> bool:
-        return bool(await self._r.exists(keys.lease(sid)))
-
-    async def session_exists(self, sid: str) -> bool:
-        return bool(await self._r.exists(keys.session_row(sid)))
