@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import base64
+import json
+from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from services.proxy.artifacts import document_changed, file_changed
 from shared import keys
 from shared.contracts.artifacts import ArtifactChange
-from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip
+from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty
+from tests.support.inproc import connected_broker, running, settings_for
+from tests.support.polling import eventually
 
 
 async def test_file_and_document_changes_of_every_actor_round_trip(
@@ -38,3 +43,27 @@ async def test_invalid_artifact_change_is_dead_lettered(redis_url: str, redis_cl
     )
     assert "actor" in letters[0].error
     assert "to_revision" in letters[1].error
+
+
+async def test_proxy_publishers_reach_the_real_digest_service(
+    redis_url: str, redis_client: aioredis.Redis, tmp_path: Path
+) -> None:
+    """Producers: the proxy's `file_changed` / `document_changed`; consumer: the digest app, which
+    records both refs' revisions."""
+    from services.digest.app import create_app
+
+    sid = "s_artifacts1"
+    deck = {"title": "Q3", "theme": {}, "metadata": {}, "assets": [], "cards": [{"id": "c1", "title": "Intro"}]}
+    async with running(create_app, settings_for(redis_url, tmp_path)), connected_broker(redis_url) as broker:
+        await file_changed(broker, sid, "brief.md", b"# Brief\n", digest=None, revision=2)
+        await document_changed(broker, sid, "deck1", deck, from_revision=None, to_revision=1, digest="added intro")
+
+        async def both_recorded() -> bool:
+            return all([await redis_client.hexists(keys.revisions(sid), ref) for ref in ("file:brief.md", "gamma:file:deck1")])
+
+        await eventually(both_recorded, what="the digest's revision records")
+        await eventually(pel_empty(redis_client, keys.ARTIFACT_CHANGES, "digest"), what="acks")
+    states = {ref: json.loads(raw) for ref, raw in (await redis_client.hgetall(keys.revisions(sid))).items()}
+    assert states[b"file:brief.md"]["current"] == 2
+    assert states[b"gamma:file:deck1"]["current"] == 1
+    assert await redis_client.xlen(keys.DEADLETTER) == 0

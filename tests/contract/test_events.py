@@ -1,27 +1,53 @@
 """Contract of `gamma:{sid}:events`: runtime -> proxy SSE (no group; `XADD MAXLEN ~ 10000 * data <JSON>`,
-the entry id is the SSE id)."""
+the entry id is the SSE id). The runtime is the only writer and the proxy forwards entries verbatim,
+so an invalid event is the runtime's bug: the model rejects it loudly (below), the proxy skips entries
+without `data`, and no dead-lettering applies to this group-less fan-out stream."""
 
 from __future__ import annotations
 
 import typing
 
+import pytest
 import redis.asyncio as aioredis
+from pydantic import BaseModel
 
+from services.proxy.routes.events import event_frames
+from services.runtime.events import Outbox
 from shared import keys
 from shared.contracts.events import EventType, MessageUserData, ModelRequestData, SessionEvent, StatusData
 
 SID = "s_events"
 
 
-async def publish_event(client: aioredis.Redis, event: SessionEvent) -> str:
-    """The wire format of docs/integration.md ("Wire formats")."""
-    entry_id = await client.xadd(keys.events(event.session_id), {"data": event.model_dump_json()}, maxlen=10_000,
-                                 approximate=True)
-    return entry_id.decode()
+class Connected:
+    """Stands in for the Starlette request: connected until the test has what it waited for."""
+
+    def __init__(self) -> None:
+        self.gone = False
+
+    async def is_disconnected(self) -> bool:
+        return self.gone
 
 
-def decode_event(fields: dict[bytes, bytes]) -> SessionEvent:
-    return SessionEvent.model_validate_json(fields[b"data"])
+async def sse_events(client: aioredis.Redis, start: str, n: int) -> list[tuple[str, SessionEvent]]:
+    """The proxy's real SSE generator, parsed the way an EventSource does (id + data lines)."""
+    request = Connected()
+    out: list[tuple[str, SessionEvent]] = []
+    frames = event_frames(request, client, SID, start, heartbeat_s=0.5)  # type: ignore[arg-type]
+    try:
+        async for frame in frames:
+            text = frame.decode()
+            if text.startswith("id: "):
+                lines = text.strip("\n").split("\n")
+                entry_id = lines[0][len("id: "):]
+                data = "\n".join(line[len("data: "):] for line in lines[1:] if line.startswith("data: "))
+                out.append((entry_id, SessionEvent.model_validate_json(data)))
+            if len(out) >= n:
+                request.gone = True
+                break
+    finally:
+        await frames.aclose()
+    return out
 
 
 def typed_data(event: SessionEvent) -> object:
@@ -31,32 +57,60 @@ def typed_data(event: SessionEvent) -> object:
 
 
 async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> None:
+    """Producer: the runtime's `Outbox.event`; consumer: the proxy's SSE generator `event_frames`."""
     data: dict[str, dict[str, object]] = {
         "message_user": {"message": "Which theme?", "block_on_user": True, "tool_call_id": "call_1"},
         "status": {"status": "live", "running": True, "fence": 4},
         "model_request": {"prefix_sha256": "ab" * 32, "prompt_tokens": 900, "shared_prefix_tokens": 800,
                           "encoding": "o200k_base", "message_count": 5},
     }
-    sent = [SessionEvent(type=t, session_id=SID, data=data.get(t, {"n": i}))
-            for i, t in enumerate(typing.get_args(EventType))]
-    ids = [await publish_event(client=redis_client, event=e) for e in sent]
-    entries = await redis_client.xrange(keys.events(SID))
-    assert [e[0].decode() for e in entries] == ids
-    got = [decode_event(f) for _, f in entries]
-    assert got == sent
-    for event in got:
+
+    async def no_bus(stream: str, message: BaseModel) -> None:
+        raise AssertionError("events never go through the bus")
+
+    outbox = Outbox(redis_client, SID, no_bus)
+    types = typing.get_args(EventType)
+    ids = [await outbox.event(t, data.get(t, {"n": i})) for i, t in enumerate(types)]
+    got = await sse_events(redis_client, "0", len(types))
+    assert [entry_id for entry_id, _ in got] == ids  # the SSE id is the stream entry id
+    assert [e.type for _, e in got] == list(types)
+    for (_, event), t in zip(got, types, strict=True):
+        assert event.session_id == SID
+        assert event.data == data.get(t, {"n": types.index(t)})
         model = typed_data(event)
         if model is not dict:
             model.model_validate(event.data)  # type: ignore[attr-defined]
     # Resumable like SSE's Last-Event-ID: everything strictly after an id.
-    after = await redis_client.xrange(keys.events(SID), min="(" + ids[4])
-    assert [decode_event(f) for _, f in after] == sent[5:]
+    after = await sse_events(redis_client, ids[4], len(types) - 5)
+    assert [entry_id for entry_id, _ in after] == ids[5:]
 
 
-async def test_events_stream_is_capped(redis_client: aioredis.Redis) -> None:
-    for _ in range(3):
-        await redis_client.xadd(keys.events(SID), {"data": "{}"}, maxlen=2, approximate=False)
-    assert await redis_client.xlen(keys.events(SID)) == 2
+async def test_entry_without_data_is_skipped_and_the_stream_goes_on(redis_client: aioredis.Redis) -> None:
+    async def no_bus(stream: str, message: BaseModel) -> None:
+        raise AssertionError("unused")
+
+    outbox = Outbox(redis_client, SID, no_bus)
+    await redis_client.xadd(keys.events(SID), {"junk": "x"})
+    good = await outbox.event("status", {"status": "dormant", "running": False})
+    [(entry_id, event)] = await sse_events(redis_client, "0", 1)
+    assert entry_id == good and event.type == "status"
+
+
+async def test_the_runtime_caps_the_events_stream(redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`MAXLEN ~`: trimming happens (approximately, whole nodes at a time), so a long session's events
+    stream stays bounded."""
+    from services.runtime import events
+
+    assert events.EVENTS_MAXLEN == 10_000
+    monkeypatch.setattr(events, "EVENTS_MAXLEN", 10)
+
+    async def no_bus(stream: str, message: BaseModel) -> None:
+        raise AssertionError("unused")
+
+    outbox = Outbox(redis_client, SID, no_bus)
+    for i in range(400):
+        await outbox.event("status", {"n": i})
+    assert await redis_client.xlen(keys.events(SID)) < 400
 
 
 def test_invalid_event_is_rejected_with_a_clear_error() -> None:
@@ -64,7 +118,7 @@ def test_invalid_event_is_rejected_with_a_clear_error() -> None:
                         (b'{"type": "status"}', "session_id"),
                         (b"\xff", "Invalid JSON")]:
         try:
-            decode_event({b"data": raw})
+            SessionEvent.model_validate_json(raw)
         except ValueError as exc:
             assert needle in str(exc)
         else:

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-import redis.asyncio as aioredis
+from pathlib import Path
 
+import redis.asyncio as aioredis
+from pydantic import BaseModel
+
+from services.proxy.rows import create_row
+from services.runtime.events import Outbox
 from shared import keys
+from shared.bus import publish
+from shared.contracts.http import ModelConfig
+from shared.contracts.inbox import Injection
+from shared.contracts.notifications import NotificationSubmit
 from shared.contracts.recorded import InjectionRecorded
-from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip
+from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty
+from tests.support.inproc import connected_broker, running, settings_for
+from tests.support.polling import eventually
 
 GROUPS = ["notifications", "digest"]
 
@@ -37,3 +48,39 @@ async def test_invalid_recorded_injection_is_dead_lettered(redis_url: str, redis
     )
     assert "source" in letters[0].error
     assert "entry_id" in letters[1].error
+
+
+async def test_runtime_record_settles_the_real_notifications_service(
+    redis_url: str, redis_client: aioredis.Redis, tmp_path: Path
+) -> None:
+    """Producer: the runtime's `Outbox.publish`; consumer: the notifications app, which marks a
+    delivered notification consumed once every part of it is recorded."""
+    from services.notifications.app import create_app
+    from services.notifications.delivery import Delivery
+    from services.notifications.store import NotificationStore
+
+    row = await create_row(redis_client, "alice", "base", ModelConfig())
+    await redis_client.set(keys.lease(row.id), "rt-1:1")  # live: the submit delivers at once
+    submit = NotificationSubmit.model_validate({"session_id": row.id, "notification": {
+        "id": "n-rec", "type": "import.completed",
+        "payload": {"importId": "i1", "sourceRef": "file:in.pptx", "outputRefs": ["gamma:file:d1"]}}})
+    assert (await Delivery(redis_client).submit(submit)).status == "delivered"
+    parts = [f[b"data"] for _, f in await redis_client.xrange(keys.inbox(row.id))]
+    source_ids = [Injection.model_validate_json(p).source_id for p in parts]
+    assert source_ids and source_ids[0] == "n-rec"
+    store = NotificationStore(redis_client)
+    async with running(create_app, settings_for(redis_url, tmp_path)), connected_broker(redis_url) as broker:
+        async def bus(stream: str, message: BaseModel) -> None:
+            await publish(broker, stream, message)
+
+        outbox = Outbox(redis_client, row.id, bus)
+        for i, source_id in enumerate(source_ids):
+            await outbox.publish(keys.INJECTIONS_RECORDED, InjectionRecorded(
+                session_id=row.id, source="notification", source_id=source_id, entry_id=f"e{i}"))
+
+        async def consumed() -> bool:
+            return await store.status(row.id, "n-rec") == "consumed"
+
+        await eventually(consumed, what="the notification consumed after its parts were recorded")
+        await eventually(pel_empty(redis_client, keys.INJECTIONS_RECORDED, "notifications"), what="acks")
+    assert await redis_client.xlen(keys.DEADLETTER) == 0

@@ -3,11 +3,18 @@ body as `POST /notifications`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import redis.asyncio as aioredis
 
+from services.proxy.rows import create_row
 from shared import keys
+from shared.bus import publish
+from shared.contracts.http import ModelConfig
 from shared.contracts.notifications import NOTIFICATION_ADAPTER, NotificationSubmit
-from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip
+from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty
+from tests.support.inproc import connected_broker, running, settings_for
+from tests.support.polling import eventually
 
 NOTIFICATIONS = [
     {"id": "n1", "type": "import.completed",
@@ -42,3 +49,29 @@ async def test_invalid_notification_is_dead_lettered(redis_url: str, redis_clien
     )
     assert "weather.changed" in letters[0].error
     assert "session_id" in letters[1].error
+
+
+async def test_stream_intake_to_the_real_notifications_service(
+    redis_url: str, redis_client: aioredis.Redis, tmp_path: Path
+) -> None:
+    """Producer: an external service XADDs through `shared.bus.publish`; consumer: the notifications
+    app itself (its subscription and `on_submit`). A dormant session keeps every type pending."""
+    from services.notifications.app import create_app
+    from services.notifications.store import NotificationStore
+
+    settings = settings_for(redis_url, tmp_path)
+    row = await create_row(redis_client, "alice", "base", ModelConfig())
+    messages = [
+        NotificationSubmit(session_id=row.id, notification=NOTIFICATION_ADAPTER.validate_python(n)) for n in NOTIFICATIONS
+    ]
+    store = NotificationStore(redis_client)
+    async with running(create_app, settings), connected_broker(redis_url) as producer:
+        for msg in messages:
+            await publish(producer, keys.NOTIFICATIONS, msg)
+
+        async def all_pending() -> bool:
+            return all([await store.status(row.id, n["id"]) == "pending" for n in NOTIFICATIONS])  # type: ignore[index]
+
+        await eventually(all_pending, what="every notification type stored as pending")
+        await eventually(pel_empty(redis_client, keys.NOTIFICATIONS, "notifications"), what="acks")
+    assert await redis_client.xlen(keys.DEADLETTER) == 0

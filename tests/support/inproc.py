@@ -1,0 +1,37 @@
+"""Run a service's real FastAPI app (its real broker, subscriptions and handlers) inside the test's
+event loop, by entering its lifespan: contract tests feed it through the producers' real code."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from faststream.redis import RedisBroker
+
+from shared.bus import make_broker
+from shared.settings import Settings
+
+
+def settings_for(redis_url: str, data_dir: Path, **extra: object) -> Settings:
+    values: dict[str, object] = {"REDIS_URL": redis_url, "GAMMA_DATA_DIR": str(data_dir), "OPENAI_API_KEY": None,
+                                 "GAMMA_CLAIM_IDLE_MS": 1500, "GAMMA_DIGEST_DEBOUNCE_MS": 100, **extra}
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def running(create_app: Callable[[Settings], FastAPI], settings: Settings) -> AsyncIterator[FastAPI]:
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+@asynccontextmanager
+async def connected_broker(redis_url: str) -> AsyncIterator[RedisBroker]:
+    broker = make_broker(redis_url)
+    await broker.connect()
+    try:
+        yield broker
+    finally:
+        await broker.stop()
