@@ -7,8 +7,8 @@
    incremental update at a time to a session the real runtime holds (proxy -> inbox -> runtime applies,
    persists state.json, replies -> proxy answers).
 
-Runs the five services as processes against REDIS_URL (or a redis-server it starts), prints a table and
-writes bench/results/proxy.json.
+Runs the five services as processes against a redis-server of its own, prints a table and writes
+bench/results/proxy.json.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from services.stack import free_port  # noqa: E402
 from shared.uidoc import ROOT as UI_ROOT  # noqa: E402
-from tests.support.redis_server import base_redis_url  # noqa: E402
+from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, Stack  # noqa: E402
 
 HEADERS = {"Authorization": f"Bearer {API_TOKEN}"}
@@ -169,12 +169,10 @@ def bench_ui_sync(stack: Stack) -> dict[str, Any]:
 
 
 def main() -> None:
-    redis_url = base_redis_url() + "/14"
+    # A private redis-server: nothing else's keys, nothing of ours left in a shared one.
+    redis_base, redis_proc = start_redis_server()
     data_dir = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
-    import redis
-
-    redis.Redis.from_url(redis_url).flushdb()
-    stack = Stack(redis_url=redis_url, data_dir=data_dir)
+    stack = Stack(redis_url=redis_base + "/0", data_dir=data_dir)
     bare_port = free_port()
     bare_script = data_dir / "bare_app.py"
     bare_script.write_text(BARE_APP)
@@ -209,6 +207,8 @@ def main() -> None:
         bare.terminate()
         bare.wait(timeout=10)
         stack.stop()
+        redis_proc.terminate()
+        redis_proc.wait(timeout=10)
 
     result = {"preview": preview, "ui_sync": ui_sync, "host": {"python": platform.python_version(),
               "cpus": os.cpu_count(), "machine": platform.machine()}, "ts": int(time.time())}
