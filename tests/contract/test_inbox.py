@@ -18,6 +18,7 @@ from shared.contracts.inbox import (
     DocumentEdit,
     FileWrite,
     InboxMessage,
+    InboxReply,
     Injection,
     Stop,
     UiUpdate,
@@ -104,3 +105,23 @@ async def test_invalid_inbox_entry_is_dead_lettered_and_reading_goes_on(redis_cl
     lines = [e for e in logs if e["event"] == "dead_letter"]
     assert [e["entry_id"] for e in lines] == bad
     assert all(e["log_level"] == "error" and "invalid inbox entry" in e["error"] for e in lines)
+
+
+async def test_the_proxys_forwarded_writes_reach_the_runtimes_reader(redis_client: aioredis.Redis) -> None:
+    """Producer: the proxy's `forward` (append, then wait for the runtime's reply); consumer: the
+    runtime's `InboxReader`. The reply is queued up front, standing in for the runtime's answer."""
+    from services.proxy.forwarding import forward
+
+    sid = "s_forward"
+    reader = InboxReader(redis_client, "runtime-contract")
+    await reader.add(sid)
+    sent = [m for m in every_message() if isinstance(m, UiUpdate | FileWrite | DocumentEdit | Stop | Compact)]
+    for msg in sent:
+        msg = msg.model_copy(update={"session_id": sid})
+        reply = InboxReply(request_id=msg.request_id, status=200, body={"ok": True})  # type: ignore[union-attr]
+        await redis_client.rpush(keys.reply(sid, msg.request_id), reply.model_dump_json())  # type: ignore[union-attr]
+        assert await forward(redis_client, msg, timeout_s=5) == reply  # type: ignore[arg-type]
+        [entry] = await reader.read(block_ms=1000)
+        assert entry.message == msg
+        await reader.ack(sid, entry.entry_id)
+    assert {type(m) for m in sent} == {UiUpdate, FileWrite, DocumentEdit, Stop, Compact}
