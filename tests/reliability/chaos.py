@@ -299,5 +299,8 @@ class Chaos(threading.Thread):
             if time.time() > deadline:
                 raise RuntimeError("redis did not come back")
             time.sleep(0.1)
+        # Heartbeat keys came back with the AOF: wait until they have expired and been written anew
+        # (HEARTBEAT_TTL_MS), so "ready" means the services really are.
+        time.sleep(6)
         self.cluster.wait_ready(timeout=60)
         self.report.note("stack ready after the Redis restart")

@@ -298,6 +298,9 @@ class Audit:
     artifact_changes_checked: int = 0
     files_checked: int = 0
     losses: list[str] = field(default_factory=list)
+    # Not recorded, but still in the inbox, delivered to the lease holder and never acknowledged:
+    # durable in Redis, handed over with the session's next holder, yet missing from this transcript.
+    stuck: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)
 
@@ -310,7 +313,8 @@ class Audit:
             "sessions": self.sessions, "entries_checked": self.entries_checked, "prompts_checked": self.prompts_checked,
             "notifications_checked": self.notifications_checked,
             "artifact_changes_checked": self.artifact_changes_checked, "files_checked": self.files_checked,
-            "losses": len(self.losses), "duplicates": len(self.duplicates), "corrupt": len(self.corrupt),
+            "losses": len(self.losses), "stuck_in_holder_pel": len(self.stuck), "duplicates": len(self.duplicates),
+            "corrupt": len(self.corrupt),
         }
 
 
@@ -355,8 +359,15 @@ def artifact_spans(injections: list[dict[str, Any]], ref: str) -> list[tuple[int
     return sorted(spans, key=lambda span: span[1])
 
 
-def audit_session(rec: SessionRecord, session_dir: Path, audit: Audit, digest_current: dict[str, int]) -> None:
-    """`digest_current`: ref -> the digest's current revision (Redis `gamma:{sid}:revisions`)."""
+def audit_session(rec: SessionRecord, session_dir: Path, audit: Audit, digest_current: dict[str, int],
+                  pending: set[str] | None = None) -> None:
+    """`digest_current`: ref -> the digest's current revision (Redis `gamma:{sid}:revisions`);
+    `pending`: what the session's inbox holds delivered and unacknowledged (`pending_inbox`)."""
+    pending = pending or set()
+
+    def lost(key: str, text: str) -> None:
+        (audit.stuck if key in pending else audit.losses).append(text)
+
     audit.sessions += 1
     entries = read_transcript_file(session_dir / "transcript.jsonl", audit)
     tokens = Counter(t for t in (user_token(e) for e in entries) if t)
@@ -371,9 +382,9 @@ def audit_session(rec: SessionRecord, session_dir: Path, audit: Audit, digest_cu
     for p in rec.prompts:
         audit.prompts_checked += 1
         if p.prompt_id is not None and tokens[p.token] == 0:
-            audit.losses.append(f"{rec.sid}: acknowledged prompt {p.token} never recorded")
+            lost(p.token, f"{rec.sid}: acknowledged prompt {p.token} never recorded")
         if tokens[p.token] and p.token not in answered:
-            audit.losses.append(f"{rec.sid}: prompt {p.token} recorded but never answered")
+            lost(p.token, f"{rec.sid}: prompt {p.token} recorded but never answered")
     # Two completed blocking answers with no user prompt between them: one prompt answered twice.
     answers_since_prompt = 0
     for e in entries:
@@ -393,7 +404,7 @@ def audit_session(rec: SessionRecord, session_dir: Path, audit: Audit, digest_cu
     for nid in rec.notifications:
         audit.notifications_checked += 1
         if nid not in recorded_notifications:
-            audit.losses.append(f"{rec.sid}: notification {nid} acknowledged but never recorded")
+            lost(nid, f"{rec.sid}: notification {nid} acknowledged but never recorded")
     for ref, edits in rec.edits.items():
         audit.artifact_changes_checked += len(edits)
         current = digest_current.get(ref, 0)
@@ -405,10 +416,10 @@ def audit_session(rec: SessionRecord, session_dir: Path, audit: Audit, digest_cu
                 # Another entry already told the agent about revisions lo..covered.
                 audit.duplicates.append(f"{rec.sid}: {ref} digest {lo}..{hi} overlaps what was recorded (up to {covered})")
             elif lo > covered:
-                audit.losses.append(f"{rec.sid}: {ref} revisions {covered}..{lo} never delivered")
+                lost(ref, f"{rec.sid}: {ref} revisions {covered}..{lo} never delivered")
             covered = max(covered, hi)
         if covered < current:
-            audit.losses.append(f"{rec.sid}: {ref} revisions {covered}..{current} never delivered")
+            lost(ref, f"{rec.sid}: {ref} revisions {covered}..{current} never delivered")
     audit_json_files(session_dir, audit)
 
 
@@ -438,6 +449,30 @@ def settled(rec: SessionRecord, entries: list[dict[str, Any]], digest_current: d
             return False
     answered = answered_tokens(entries)
     return all(p.token in answered for p in rec.prompts if p.prompt_id is not None)
+
+
+async def pending_inbox(client: aioredis.Redis, sid: str) -> set[str]:
+    """Prompt tokens, notification ids and artifact refs of the inbox entries delivered to the
+    session's holder (group `runtime`) and never acknowledged."""
+    stream = keys.inbox(sid)
+    try:
+        rows = await client.xpending_range(stream, keys.RUNTIME_GROUP, min="-", max="+", count=10_000)
+    except aioredis.ResponseError:
+        return set()
+    found: set[str] = set()
+    for row in rows:
+        entry_id = row["message_id"]
+        for _, fields in await client.xrange(stream, min=entry_id, max=entry_id):
+            data = json.loads(fields.get(b"data", b"{}"))
+            if data.get("type") == "user_prompt":
+                m = re.search(r"\[[^\]]+:[0-9a-f]{8}\]", data.get("message", ""))
+                if m:
+                    found.add(m.group(0))
+            elif data.get("type") == "injection":
+                found.add(str(data.get("source_id", "")).partition("#")[0])
+                if data.get("ref"):
+                    found.add(str(data["ref"]))
+    return found
 
 
 async def digest_revisions(client: aioredis.Redis, sid: str) -> dict[str, int]:
