@@ -203,3 +203,22 @@ async def test_a_redelivered_change_is_applied_once(redis_client: aioredis.Redis
     await builder.on_change(change)
     state = await builder.revisions.load(SID, BRIEF)
     assert state is not None and state.current == 1
+
+
+async def test_a_pending_debounce_survives_a_restart(redis_client: aioredis.Redis, data_dir: Path) -> None:
+    """The debounce timer lives in Redis: a builder that dies inside the window loses nothing."""
+    first = DigestBuilder(redis_client, data_dir, debounce_ms=150)
+    await go_live(redis_client, first)
+    await first.on_change(doc_change("agent", 1, deck()))
+    await first.on_change(doc_change("service", 2, deck(card_4="Image ready")))
+    assert await redis_client.zcard(keys.DIGEST_DUE) == 1  # no loop ran: "crashed" before the window ended
+    second = DigestBuilder(redis_client, data_dir, debounce_ms=150, poll_s=0.02)
+    task = asyncio.create_task(second.run_due())
+    try:
+        await wait_for(lambda: _count(redis_client, 1))
+    finally:
+        task.cancel()
+    [inj] = await injections(redis_client)
+    assert inj.injection.content.splitlines()[1] == "Changed by a background service."
+    assert 'On card_4, title changed from "T4" to "Image ready".' in inj.injection.content
+    assert await redis_client.zcard(keys.DIGEST_DUE) == 0
