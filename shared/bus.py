@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -45,6 +46,13 @@ def consumer_name(service: str) -> str:
     return f"{service}-{os.environ.get('GAMMA_INSTANCE') or socket.gethostname()}-{os.getpid()}"
 
 
+def _faststream_logger() -> logging.Logger:
+    logger = logging.getLogger("gamma.faststream")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
+    return logger
+
+
 def make_broker(redis_url: str, registry: CollectorRegistry | None = None, app_name: str = "gamma") -> RedisBroker:
     middlewares: list[Any] = []
     if registry is not None:
@@ -62,13 +70,17 @@ def make_broker(redis_url: str, registry: CollectorRegistry | None = None, app_n
         middlewares=middlewares,
         graceful_timeout=15.0,
         log_level=logging.DEBUG,  # per-message lines at DEBUG: we log ourselves
-        # A plain stdlib logger under `faststream` (WARNING in services): FastStream's errors go through
-        # the root handler as JSON lines instead of its own coloured text handler.
-        logger=logging.getLogger("faststream.gamma"),
+        # A plain stdlib logger outside the `faststream` hierarchy (which has FastStream's own coloured
+        # handler and does not propagate): FastStream's warnings and errors reach the root handler
+        # as JSON lines (shared/logging.py); its per-message INFO/DEBUG chatter stays off.
+        logger=_faststream_logger(),
     )
     if registry is not None:
         metrics.remember_broker(broker, registry)  # subscribe() reports delivery time and dead letters
     return broker
+
+
+_ENSURED: weakref.WeakKeyDictionary[aioredis.Redis, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
 
 async def ensure_group(client: aioredis.Redis, stream: str, group: str) -> None:
@@ -78,6 +90,26 @@ async def ensure_group(client: aioredis.Redis, stream: str, group: str) -> None:
     except ResponseError as exc:
         if "BUSYGROUP" not in str(exc):
             raise
+    _ENSURED.setdefault(client, set()).add((stream, group))
+
+
+def ensured_groups(client: aioredis.Redis) -> set[tuple[str, str]]:
+    """The (stream, group) pairs `ensure_group` created through this client."""
+    return set(_ENSURED.get(client, set()))
+
+
+async def missing_groups(client: aioredis.Redis) -> list[str]:
+    """Groups this service created that no longer exist (a FLUSHDB, a Redis restart without AOF):
+    FastStream stops such a subscriber for good, so the service must report not ready (and be restarted)."""
+    missing = []
+    for stream, group in sorted(ensured_groups(client)):
+        try:
+            names = {_s(g["name"]) for g in await client.xinfo_groups(stream)}
+        except ResponseError:  # no such key
+            names = set()
+        if group not in names:
+            missing.append(f"{stream} ({group})")
+    return missing
 
 
 async def once(client: aioredis.Redis, scope: str, message_id: str, ttl_s: int = 7 * 24 * 3600) -> bool:

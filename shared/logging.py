@@ -42,8 +42,12 @@ def configure_logging(service: str, level: int = logging.INFO) -> structlog.stdl
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    # FastStream logs per-message and shutdown chatter at INFO; keep warnings and errors only.
-    logging.getLogger("faststream").setLevel(logging.WARNING)
+    # FastStream logs per-message and shutdown chatter at INFO; keep warnings and errors only. Its
+    # "faststream" logger comes with its own text handler and propagate=False: route it to ours.
+    faststream_logger = logging.getLogger("faststream")
+    faststream_logger.setLevel(logging.WARNING)
+    faststream_logger.handlers.clear()
+    faststream_logger.propagate = True
     structlog.contextvars.bind_contextvars(service=service)
     return structlog.get_logger()
 

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from . import keys
+from .bus import missing_groups
 from .metrics import StreamStats, for_registry, install_stream_stats
 from .settings import Settings
 
@@ -95,10 +96,23 @@ def configure_tracing(service: str) -> None:
 
 async def heartbeat(ctx: ServiceContext) -> None:
     while True:
-        if ctx.ready:
+        # No beat while a consumer group is gone: its subscriber has stopped, so the gatekeepers
+        # (proxy, notifications) stop being ready too.
+        if ctx.ready and not await _groups_gone(ctx):
             with contextlib.suppress(Exception):
                 await ctx.redis.set(keys.health(ctx.name), str(int(time.time() * 1000)), px=HEARTBEAT_TTL_MS)
         await asyncio.sleep(1.0)
+
+
+async def _groups_gone(ctx: ServiceContext) -> list[str]:
+    try:
+        gone = await missing_groups(ctx.redis)
+    except Exception:  # noqa: BLE001 - Redis trouble is reported by /readyz's ping
+        return []
+    if gone:
+        structlog.get_logger().error("consumer_groups_missing", groups=gone,
+                                     hint="the stream or group was deleted; restart the service")
+    return gone
 
 
 async def all_services_ready(client: aioredis.Redis) -> dict[str, bool]:
@@ -119,6 +133,10 @@ def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = 
             return JSONResponse({"ready": False, "error": f"redis: {exc}"}, status_code=503)
         if not ctx.ready:
             return JSONResponse({"ready": False, "error": "starting"}, status_code=503)
+        gone = await missing_groups(ctx.redis)
+        if gone:
+            return JSONResponse({"ready": False, "error": "consumer groups missing (deleted stream or lost "
+                                 "Redis data); restart the service", "groups": gone}, status_code=503)
         if require_all:
             states = await all_services_ready(ctx.redis)
             if not all(states.values()):

@@ -177,3 +177,23 @@ def _not_ok(result: tuple[int, Any]) -> tuple[int, Any] | None:
     return result if result[0] == 503 else None
 
 
+
+
+def test_a_lost_consumer_group_makes_the_service_unready(redis_url: str, data_dir: Path) -> None:
+    """FastStream stops a subscriber whose group vanished (FLUSHDB, Redis restarted without AOF) and
+    never recreates it: the service must say so instead of staying ready while deaf."""
+    client = redis.Redis.from_url(redis_url)
+    stack = Stack(redis_url=redis_url, data_dir=data_dir)
+    try:
+        stack.start("compaction")
+        wait_sync(lambda: readyz(stack, "compaction")[0] == 200, what="compaction ready")
+        client.xgroup_destroy(keys.COMPACTION_REQUESTS, "compaction")  # on purpose, on this test's own db
+        status, body = wait_sync(lambda: _not_ok(readyz(stack, "compaction")), what="not ready without its group")
+        assert body["groups"] == [f"{keys.COMPACTION_REQUESTS} (compaction)"]
+        assert "restart" in body["error"]
+        wait_sync(lambda: not client.exists(keys.health("compaction")), timeout=15, what="the heartbeat to lapse")
+        wait_sync(lambda: "consumer_groups_missing" in stack.log("compaction"), what="the error log line")
+        stop_cleanly(stack, "compaction")
+    finally:
+        stack.stop()
+        client.close()
