@@ -211,12 +211,13 @@ def test_live_events_stream_carries_the_run(api: httpx.Client, live_sid: str) ->
 
 def test_on_busy_reject_while_running(api: httpx.Client, live_sid: str) -> None:
     sid = live_sid
-    script = json.dumps([{"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 4"}}]}])
+    # A run that stays busy in a tool long enough to be seen, even on a loaded machine.
+    script = json.dumps([{"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 8"}}]}])
     assert api.post(f"/sessions/{sid}/messages", json={"message": "script:" + script}).status_code == 202
-    wait_sync(lambda: api.get(f"/sessions/{sid}").json()["running"], timeout=20, what="running")
+    wait_sync(lambda: api.get(f"/sessions/{sid}").json()["running"], timeout=45, interval=0.05, what="running")
     resp = api.post(f"/sessions/{sid}/messages", json={"message": "not now", "on_busy": "reject"})
     assert resp.status_code == 409 and "reject" in resp.json()["error"]
-    wait_sync(lambda: not api.get(f"/sessions/{sid}").json()["running"], timeout=30, what="the run to end")
+    wait_sync(lambda: not api.get(f"/sessions/{sid}").json()["running"], timeout=60, what="the run to end")
 
 
 def test_compact_then_suspend(api: httpx.Client, r: redis.Redis, live_sid: str) -> None:
