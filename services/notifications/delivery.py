@@ -94,8 +94,12 @@ class Delivery:
         pending: list[StoredNotification] = await self.store.pending(sid)
         for record in pending:
             await self._deliver(sid, record.notification)
-        settled = await wait_for_group(self._r, [keys.LIFECYCLE, keys.ARTIFACT_CHANGES],
-                                       timeout_s=self._settle_timeout_s)
+        # Wait only for a digest that is running (its heartbeat key): with the digest down, wakes are
+        # handled one after another here and each would otherwise pay the whole timeout.
+        settled = False
+        if await self._r.exists(keys.health("digest")):
+            settled = await wait_for_group(self._r, [keys.LIFECYCLE, keys.ARTIFACT_CHANGES],
+                                           timeout_s=self._settle_timeout_s)
         await append(self._r, Barrier(session_id=sid, wake_id=event.wake_id))
         log.info("wake_delivered", session_id=sid, wake_id=event.wake_id, notifications=len(pending),
                  digest_settled=settled)

@@ -163,3 +163,20 @@ async def test_urgency_policy_hook_can_wake(redis_client: aioredis.Redis) -> Non
     await d.submit(NotificationSubmit.model_validate(body(nid="y", sid="s_urgent", type_="approval.resolved",
                                                           approvalId="a", decision="approved", subject="s")))
     assert woken == ["s_urgent"]
+
+
+async def test_barrier_follows_the_digest_only_while_it_runs(redis_client: aioredis.Redis,
+                                                             delivery: Delivery) -> None:
+    await ensure_group(redis_client, keys.LIFECYCLE, "digest")
+    await redis_client.xadd(keys.LIFECYCLE, {"data": "{}"})  # a SessionLive the digest has not handled
+    live = SessionLive(session_id=SID, wake_id="w", fence=1, worker_id="w1")
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await delivery.on_live(live)  # no digest heartbeat: no waiting
+    assert loop.time() - start < 0.4
+    await redis_client.set(keys.health("digest"), "1", px=5000)
+    start = loop.time()
+    await delivery.on_live(live)  # a running digest that lags: bounded wait (0.5 s here), then the barrier
+    assert loop.time() - start >= 0.5
+    msgs = await inbox(redis_client)
+    assert [type(m).__name__ for m in msgs] == ["Barrier", "Barrier"]
