@@ -73,14 +73,17 @@ class CompactionHandler:
                 self._count("duplicate")
                 return
             log.info("compaction_started", upto=request.upto_entry_id, first_kept=request.first_kept_entry_id)
-            hold = self._hold_entry()
+            done = asyncio.Event()
+            hold = self._hold_entry(done)
             try:
                 ready = await self._compact(request)
             finally:
+                # Not cancel(): cancelling a redis-py command in flight can leave the task hanging
+                # (redis 8.1 asyncio); the loop sees the event and ends after its current XCLAIM.
+                done.set()
                 if hold is not None:
-                    hold.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await hold
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(asyncio.shield(hold), timeout=5)
             await self._deliver(ready)
 
     async def _compact(self, request: CompactionRequest) -> CompactionReady:
@@ -125,17 +128,20 @@ class CompactionHandler:
         )
         log.info("compaction_ready_sent" if sent else "compaction_ready_already_sent", error=ready.error)
 
-    def _hold_entry(self) -> asyncio.Task[None] | None:
+    def _hold_entry(self, done: asyncio.Event) -> asyncio.Task[None] | None:
         """Keep our stream entry from looking abandoned while the model works (XCLAIM JUSTID resets
         its idle time without counting a delivery). The bus binds the entry id to the log context."""
         entry_id = structlog.contextvars.get_contextvars().get("entry_id")
         if not entry_id or entry_id == "?":
             return None
-        return asyncio.ensure_future(self._refresh(str(entry_id)))
+        return asyncio.ensure_future(self._refresh(str(entry_id), done))
 
-    async def _refresh(self, entry_id: str) -> None:
+    async def _refresh(self, entry_id: str, done: asyncio.Event) -> None:
         while True:
-            await asyncio.sleep(self.hold_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), self.hold_interval_s)
+            if done.is_set():
+                return
             with contextlib.suppress(Exception):
                 await self.redis.xclaim(keys.COMPACTION_REQUESTS, GROUP, self.consumer, min_idle_time=0,
                                         message_ids=[entry_id], justid=True)
