@@ -1,6 +1,8 @@
 """The proxy against a real stack (real Redis, all five services as processes): auth, session rows,
 dormant preview, UI state, files and documents, the message that starts a wake, limits and JSON errors,
-and routing of a session whose lease holder does not answer (504) or that is waking (409).
+routing of a session whose lease holder does not answer (504) or that is waking (409), and the events
+stream (SSE ids are stream ids, resume with Last-Event-ID, `0` replays, `$` starts at the newest,
+heartbeats, the server-side reader goes away with the client).
 
 Every test uses sessions of its own; the disk fixtures written here (transcript, todo, an agent-made
 file or deck) stand in for what the runtime writes while live.
@@ -12,6 +14,7 @@ import base64
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -24,6 +27,7 @@ from pycrdt import Doc, Map
 
 from shared import keys
 from shared.contracts.documents import StoredDeck
+from shared.contracts.events import SessionEvent
 from shared.contracts.inbox import INBOX_ADAPTER
 from shared.uidoc import ROOT, snapshot_of
 from tests.support.polling import wait_sync
@@ -36,9 +40,9 @@ REPLY_TIMEOUT_S = 2
 
 @pytest.fixture(scope="module")
 def stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    # A short reply timeout so the 504 / 409 paths answer quickly.
+    # A short reply timeout so the 504 / 409 paths answer quickly; SSE heartbeats every second.
     s = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("proxy-dormant"),
-              env_overrides={"GAMMA_REPLY_TIMEOUT_S": str(REPLY_TIMEOUT_S)})
+              env_overrides={"GAMMA_REPLY_TIMEOUT_S": str(REPLY_TIMEOUT_S), "GAMMA_SSE_HEARTBEAT_S": "1"})
     try:
         s.start()
         yield s
@@ -511,3 +515,99 @@ def test_a_held_dormant_write_lock_gives_409(api: httpx.Client, r: redis.Redis, 
         r.delete(keys.dormant_write(sid))
     assert api.put(f"/sessions/{sid}/workspace/files/a.txt", content=b"b").status_code == 200
     assert not r.exists(keys.dormant_write(sid))  # released after the write
+
+
+# ---------------------------------------------------------------- events (SSE)
+
+
+@dataclass
+class Frame:
+    id: str | None
+    data: str | None
+    comments: list[str]
+
+
+def frames(resp: httpx.Response) -> Iterator[Frame]:
+    current = Frame(None, None, [])
+    for line in resp.iter_lines():
+        if line == "":
+            yield current
+            current = Frame(None, None, [])
+        elif line.startswith(":"):
+            current.comments.append(line[1:].strip())
+        elif line.startswith("id: "):
+            current.id = line[4:]
+        elif line.startswith("data: "):
+            current.data = (current.data + "\n" if current.data else "") + line[6:]
+
+
+def data_frames(resp: httpx.Response, n: int) -> list[Frame]:
+    out = []
+    for frame in frames(resp):
+        if frame.data is not None:
+            out.append(frame)
+            if len(out) == n:
+                return out
+    raise AssertionError("stream ended early")
+
+
+def emit(r: redis.Redis, sid: str, type_: str, **data: object) -> str:
+    event = SessionEvent(type=type_, session_id=sid, data=dict(data))  # type: ignore[arg-type]
+    entry = r.xadd(keys.events(sid), {"data": event.model_dump_json()}, maxlen=10_000, approximate=True)
+    return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+
+def test_replay_from_zero_and_resume(api: httpx.Client, r: redis.Redis) -> None:
+    sid = new_session(api)
+    ids = [emit(r, sid, "message_update", delta=f"part {i}") for i in range(3)]
+    with api.stream("GET", f"/sessions/{sid}/events") as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        got = data_frames(resp, 3)
+    assert [f.id for f in got] == ids
+    events = [SessionEvent.model_validate_json(f.data or "") for f in got]
+    assert [e.data["delta"] for e in events] == ["part 0", "part 1", "part 2"]
+
+    with api.stream("GET", f"/sessions/{sid}/events", headers={"Last-Event-ID": ids[0]}) as resp:
+        assert [f.id for f in data_frames(resp, 2)] == ids[1:]
+    with api.stream("GET", f"/sessions/{sid}/events", params={"last_event_id": ids[1]}) as resp:
+        assert [f.id for f in data_frames(resp, 1)] == ids[2:]
+
+
+def test_dollar_starts_at_the_newest_and_heartbeats_flow(api: httpx.Client, r: redis.Redis) -> None:
+    sid = new_session(api)
+    emit(r, sid, "status", status="live", running=False)
+    with api.stream("GET", f"/sessions/{sid}/events", headers={"Last-Event-ID": "$"}) as resp:
+        stream = frames(resp)
+        assert "connected" in next(stream).comments
+        heartbeat = next(stream)  # nothing new yet: a comment after ~1 s (GAMMA_SSE_HEARTBEAT_S)
+        assert heartbeat.data is None and "heartbeat" in heartbeat.comments
+        new_id = emit(r, sid, "message_user", message="Done", block_on_user=True, tool_call_id="c1")
+        frame = next(f for f in stream if f.data is not None)
+    assert frame.id == new_id
+    assert json.loads(frame.data or "")["data"]["message"] == "Done"
+
+
+def blocked_readers(r: redis.Redis) -> int:
+    """Server-side XREAD calls still blocked (flag b, last command xread): only SSE readers use plain XREAD."""
+    return sum(1 for c in r.client_list() if "b" in c.get("flags", "") and c.get("cmd") == "xread")
+
+
+def test_the_reader_goes_away_with_the_client(api: httpx.Client, r: redis.Redis) -> None:
+    sid = new_session(api)
+    with api.stream("GET", f"/sessions/{sid}/events") as resp:
+        stream = frames(resp)  # keep a reference: a collected line iterator closes the connection
+        assert "connected" in next(stream).comments
+        wait_sync(lambda: blocked_readers(r) >= 1, timeout=10, what="a blocked XREAD for the SSE client")
+    wait_sync(lambda: blocked_readers(r) == 0, timeout=15, what="the XREAD to end after the client left")
+    assert api.get("/healthz").status_code == 200
+
+
+def test_bad_event_requests(api: httpx.Client, stack: Stack) -> None:
+    sid = new_session(api)
+    resp = api.get(f"/sessions/{sid}/events", headers={"Last-Event-ID": "yesterday"})
+    assert resp.status_code == 400 and "Last-Event-ID" in resp.json()["error"]
+    assert api.get(f"/sessions/{sid}/events", headers={"Authorization": "Bearer x"}).status_code == 401
+    other = httpx.get(f"{stack.url()}/sessions/{sid}/events", headers={"Authorization": f"Bearer {OTHER_TOKEN}"}, timeout=10)
+    assert other.status_code == 404
+    assert "Traceback" not in stack.log("proxy")
