@@ -47,6 +47,7 @@ from tests.reliability.workload import (  # noqa: E402
     SessionRecord,
     audit_session,
     digest_revisions,
+    durable_undelivered,
     entry_time,
     flush,
 )
@@ -197,6 +198,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rewake_s = time.monotonic() - t1
         settled = await asyncio.gather(*(flush(client, rec, r, args.flush_s) for rec in records))
         digest_current = {rec.sid: await digest_revisions(r, rec.sid) for rec in records}
+        undelivered = {rec.sid: await durable_undelivered(r, rec.sid) for rec in records}
         wakes = await wake_latencies(r, records)
         delivery = await delivery_latencies(r, records, data_dir)
         memory = {"peak_mb": {k: round(v / 2**20, 1) for k, v in sampler.peak.items()},
@@ -209,7 +211,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         redis_proc.terminate()
     audit = Audit()
     for rec in records:
-        audit_session(rec, data_dir / "sessions" / rec.sid, audit, digest_current.get(rec.sid, {}))
+        audit_session(rec, data_dir / "sessions" / rec.sid, audit, digest_current.get(rec.sid, {}), undelivered.get(rec.sid))
     ops = sum(len(rec.prompts) + len(rec.notifications) + sum(len(v) for v in rec.edits.values()) for rec in records)
     prompt_lat = client.stats.latencies.get("prompt_answer", [])
     result = {
@@ -227,7 +229,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "wake": {k: summary(v) for k, v in wakes.items()},
         "memory": memory,
         "settled_sessions": sum(settled),
-        "audit": {**audit.summary(), "loss_examples": audit.losses[:10], "duplicate_examples": audit.duplicates[:10],
+        "audit": {**audit.summary(), "loss_examples": audit.losses[:10], "stuck_examples": audit.stuck[:10],
+                  "duplicate_examples": audit.duplicates[:10],
                   "corrupt_examples": audit.corrupt[:10]},
     }
     return result
@@ -250,11 +253,13 @@ def main() -> None:
     a = result["audit"]
     print(f"audit: {a['sessions']} sessions, {a['entries_checked']} entries, {a['prompts_checked']} prompts, "
           f"{a['notifications_checked']} notifications, {a['artifact_changes_checked']} artifact edits; "
-          f"losses {a['losses']}, duplicates {a['duplicates']}, corrupt {a['corrupt']}")
-    for key in ("loss_examples", "duplicate_examples", "corrupt_examples"):
+          f"losses {a['losses']}, stuck undelivered {a['stuck_undelivered']}, duplicates {a['duplicates']}, "
+          f"corrupt {a['corrupt']}")
+    for key in ("loss_examples", "stuck_examples", "duplicate_examples", "corrupt_examples"):
         for line in a[key]:
             print(" ", key.split("_")[0], line)
-    sys.exit(0 if a["losses"] == 0 and a["duplicates"] == 0 and a["corrupt"] == 0 else 1)
+    clean = a["losses"] == 0 and a["stuck_undelivered"] == 0 and a["duplicates"] == 0 and a["corrupt"] == 0
+    sys.exit(0 if clean else 1)
 
 
 if __name__ == "__main__":

@@ -298,8 +298,9 @@ class Audit:
     artifact_changes_checked: int = 0
     files_checked: int = 0
     losses: list[str] = field(default_factory=list)
-    # Not recorded, but still in the inbox, delivered to the lease holder and never acknowledged:
-    # durable in Redis, handed over with the session's next holder, yet missing from this transcript.
+    # Acknowledged and still durable in Redis, but never delivered: an inbox entry delivered to the
+    # lease holder and never acknowledged (handed over only with the session's next holder), or a
+    # change the digest keeps as an unsent note. Not lost; stuck.
     stuck: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)
@@ -313,7 +314,7 @@ class Audit:
             "sessions": self.sessions, "entries_checked": self.entries_checked, "prompts_checked": self.prompts_checked,
             "notifications_checked": self.notifications_checked,
             "artifact_changes_checked": self.artifact_changes_checked, "files_checked": self.files_checked,
-            "losses": len(self.losses), "stuck_in_holder_pel": len(self.stuck), "duplicates": len(self.duplicates),
+            "losses": len(self.losses), "stuck_undelivered": len(self.stuck), "duplicates": len(self.duplicates),
             "corrupt": len(self.corrupt),
         }
 
@@ -362,7 +363,7 @@ def artifact_spans(injections: list[dict[str, Any]], ref: str) -> list[tuple[int
 def audit_session(rec: SessionRecord, session_dir: Path, audit: Audit, digest_current: dict[str, int],
                   pending: set[str] | None = None) -> None:
     """`digest_current`: ref -> the digest's current revision (Redis `gamma:{sid}:revisions`);
-    `pending`: what the session's inbox holds delivered and unacknowledged (`pending_inbox`)."""
+    `pending`: what Redis holds for the session undelivered (`durable_undelivered`)."""
     pending = pending or set()
 
     def lost(key: str, text: str) -> None:
@@ -451,15 +452,19 @@ def settled(rec: SessionRecord, entries: list[dict[str, Any]], digest_current: d
     return all(p.token in answered for p in rec.prompts if p.prompt_id is not None)
 
 
-async def pending_inbox(client: aioredis.Redis, sid: str) -> set[str]:
-    """Prompt tokens, notification ids and artifact refs of the inbox entries delivered to the
-    session's holder (group `runtime`) and never acknowledged."""
+async def durable_undelivered(client: aioredis.Redis, sid: str) -> set[str]:
+    """What Redis still holds for the session but never reached its transcript: prompt tokens,
+    notification ids and artifact refs of inbox entries delivered to the holder (group `runtime`) and
+    never acknowledged, and refs whose changes the digest keeps as notes it has not sent."""
+    found: set[str] = set()
+    for ref, raw in (await client.hgetall(keys.revisions(sid))).items():
+        if json.loads(raw).get("notes"):
+            found.add(ref.decode() if isinstance(ref, bytes) else ref)
     stream = keys.inbox(sid)
     try:
         rows = await client.xpending_range(stream, keys.RUNTIME_GROUP, min="-", max="+", count=10_000)
     except aioredis.ResponseError:
-        return set()
-    found: set[str] = set()
+        return found
     for row in rows:
         entry_id = row["message_id"]
         for _, fields in await client.xrange(stream, min=entry_id, max=entry_id):
