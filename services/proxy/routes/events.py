@@ -8,6 +8,7 @@ which also notices a client that went away; the generator ends when the client d
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -52,13 +53,33 @@ async def resolve_start(redis: aioredis.Redis, stream: str, start: str) -> str:
     return _s(newest[0][0]) if newest else "0"
 
 
+def _drop_result(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so an error of an abandoned read is not reported as unhandled
+
+
+async def _read(redis: aioredis.Redis, stream: str, last: str, heartbeat_s: float) -> Any:
+    """XREAD BLOCK for at most one heartbeat, shielded from cancellation.
+
+    Starlette cancels the response task when the client disconnects. Cancelling a redis-py command in
+    flight can leave its connection (and the task) hanging, so the read is left to finish on its own,
+    within one heartbeat, and its connection goes back to the pool clean.
+    """
+    read = asyncio.ensure_future(redis.xread({stream: last}, count=BATCH, block=int(heartbeat_s * 1000)))
+    try:
+        return await asyncio.shield(read)
+    except asyncio.CancelledError:
+        read.add_done_callback(_drop_result)
+        raise
+
+
 async def event_frames(request: Request, redis: aioredis.Redis, sid: str, start: str,
                        heartbeat_s: float) -> AsyncIterator[bytes]:
     stream = keys.events(sid)
     last = await resolve_start(redis, stream, start)
     yield b"retry: 2000\n: connected\n\n"
     while not await request.is_disconnected():
-        reply: Any = await redis.xread({stream: last}, count=BATCH, block=int(heartbeat_s * 1000))
+        reply: Any = await _read(redis, stream, last, heartbeat_s)
         if not reply:
             yield b": heartbeat\n\n"
             continue
