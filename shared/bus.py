@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -171,6 +172,7 @@ def decode_entry(raw: dict[Any, Any], body: Any) -> Any:
 
 
 BATCH_SIZE = 100
+READ_LINGER_S = 0.005
 BATCH_ENTRIES = "gamma_entries"
 
 
@@ -302,6 +304,12 @@ def subscribe(
         finally:
             if done:
                 await client.xack(stream, group, *done)
+        if len(raw["message_ids"]) < BATCH_SIZE and reader.running:
+            # Linger a moment before the next read (like Kafka's fetch.min.wait): under a steady
+            # stream of single entries each read would otherwise pay FastStream's whole per-batch pass
+            # for one entry; this lets entries gather into batches at the cost of <= READ_LINGER_S of
+            # latency. A full batch (a backlog) reads again at once.
+            await asyncio.sleep(READ_LINGER_S)
 
     # Batched reads: one FastStream pass (parser, middlewares, context) and one XACK per batch instead
     # of per entry; that pass cost far more than the Redis round trips (bench/bus.py). The parser only
