@@ -301,3 +301,27 @@ async def _zero(count: Awaitable[int]) -> bool:
 async def _len(items: Awaitable[list[Any]], n: int) -> list[Any]:
     got = await items
     return got if len(got) >= n else []
+
+
+async def test_sigterm_mid_batch_finishes_the_current_entry_and_leaves_the_rest_pending(
+    redis_url: str, redis_client: aioredis.Redis, tmp_path: Path, procs: list[ConsumerProc]
+) -> None:
+    stream, prefix = new_stream(), f"gamma:test:{uuid.uuid4().hex[:8]}"
+    await ensure_group(redis_client, stream, "faulty")
+    sent = [Wake(session_id=f"s{i}") for i in range(3)]
+    async with producer(redis_url) as pub:
+        for wake in sent:
+            await publish(pub, stream, wake)  # before the consumer starts: one batched read
+    first = ConsumerProc(redis_url, stream, prefix, tmp_path / "first.log", "--work-s", "1.5")
+    procs.append(first)
+    await eventually(lambda: _started(redis_client, prefix, first.proc.pid), what="the first handler")
+    first.proc.send_signal(signal.SIGTERM)
+    assert first.proc.wait(timeout=40) == 0
+    assert await redis_client.lrange(f"{prefix}:effects", 0, -1) == [sent[0].wake_id.encode()]
+    assert await pending(redis_client, stream, "faulty") == 2  # not lost: pending, for a claimer
+
+    second = ConsumerProc(redis_url, stream, prefix, tmp_path / "second.log", "--claim-idle-ms", "1000")
+    procs.append(second)
+    await eventually(lambda: _zero(pending(redis_client, stream, "faulty")), timeout=30, what="the reclaim")
+    effects = await redis_client.lrange(f"{prefix}:effects", 0, -1)
+    assert sorted(effects) == sorted(w.wake_id.encode() for w in sent)
