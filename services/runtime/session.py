@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,6 @@ from shared.contracts.inbox import (
     UiUpdate,
     UserPrompt,
 )
-from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import (
     AgentMessage,
     AssistantMessage,
@@ -51,7 +49,9 @@ from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
 from .engine.types import AgentContext, AgentEvent, LoopConfig
 from .events import Outbox
+from .forms import deliver_answered_form, form_delivered
 from .lease import Lease, LeaseLost
+from .manifest import queue_manifest
 from .protocol import SessionProtocolController, TurnInput
 from .skills import Skill
 from .todo import TodoController
@@ -189,7 +189,7 @@ class Session:
         if isinstance(m, UserPrompt):
             await self._on_prompt(entry, m)
         elif isinstance(m, Injection):
-            await self._on_injection(entry, m)
+            await self.on_injection(entry, m)
         elif isinstance(m, Barrier):
             if m.wake_id == self.wake_id or not self.barrier_passed:
                 await self._pass_barrier()
@@ -233,7 +233,7 @@ class Session:
         self.start_run(self.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id,
                                                                    restore_todo=True)))
 
-    async def _on_injection(self, entry: InboxEntry, m: Injection) -> None:
+    async def on_injection(self, entry: InboxEntry, m: Injection) -> None:
         result = self.protocol.route_update(m, entry.entry_id, hold=not self.barrier_passed)
         if result == "recorded":
             # Already consumed (a redelivery): tell the owner again, it may have missed it.
@@ -247,8 +247,8 @@ class Session:
         if self.barrier_passed:
             return
         self.barrier_passed = True
-        await self._consume_pending_artifacts()
-        await self.deliver_answered_form()  # answers given while dormant, restored from state.json
+        queue_manifest(self)  # pending_artifacts.json: dormant artifact changes, before the prompt
+        await deliver_answered_form(self)  # answers given while dormant, restored from state.json
         held, self.held = self.held, []
         prompts = [e for e in held if isinstance(e.message, UserPrompt)]
         if prompts:
@@ -262,32 +262,6 @@ class Session:
             self.start_run(self.protocol.take_idle() or None)  # a run cut by a dead worker continues
         elif self.todo.has_active_task and self.protocol.take_idle_peek():
             self.start_run(self.protocol.take_idle())
-
-    async def _consume_pending_artifacts(self) -> None:
-        """pending_artifacts.json (digest's manifest) becomes injections placed before the prompt."""
-        from shared.contracts.injection import RuntimeInjection
-        from shared.contracts.pending import PendingArtifactUpdates
-
-        raw = read_json(self.paths.pending_artifacts)
-        if not raw:
-            return
-        try:
-            manifest = PendingArtifactUpdates.model_validate(raw)
-        except ValueError:
-            log.warning("pending_artifacts_invalid", session_id=self.sid)
-            return
-        for ref, item in manifest.updates.items():
-            content = item.digest
-            if not content.lstrip().startswith("<artifact_update"):
-                content = (f'<artifact_update ref="{ref}" from_revision="{item.from_revision}" '
-                           f'to_revision="{item.to_revision}">\n{content}\n</artifact_update>')
-            inj = Injection(session_id=self.sid, injection=RuntimeInjection(kind="artifact_update", content=content),
-                            source="artifact", source_id=item.source_id, ref=ref,
-                            from_revision=item.from_revision, to_revision=item.to_revision)
-            if (inj.source, inj.source_id) in self.transcript.sources:
-                continue
-            # Manifest items have no inbox entry: recording publishes InjectionRecorded and digest clears them.
-            self.protocol.route_update(inj, "", hold=True)
 
     # ------------------------------------------------------------ runs
 
@@ -351,7 +325,7 @@ class Session:
                     await self.ack(e)
                 await self._recorded(pending.source, pending.source_id, entry.id, pending.ref, pending.to_revision)
                 if pending.source_id.startswith("form:"):
-                    await self._form_delivered(pending.source_id.split(":")[1])
+                    await form_delivered(self, pending.source_id.split(":")[1])
             return
         await self.transcript.append_message(message)
 
@@ -386,33 +360,6 @@ class Session:
         await self.writes.publish_ui(form_update)
         await self.writes.publish_ui(tab_update)
         return tab
-
-    async def deliver_answered_form(self) -> None:
-        """A submitted or dismissed form reaches the agent as a trusted system_update (steer: the
-        next turn, or now for an active task); it becomes `delivered` once that is in the transcript."""
-        form = self.ui.answered_form()
-        if form is None:
-            return
-        source_id = f"form:{form['id']}:{form['status']}"
-        if ("client", source_id) in self.transcript.sources:
-            await self._form_delivered(str(form["id"]))  # recorded before a crash: finish the hand-off
-            return
-        if form["status"] == "submitted":
-            answers = "\n".join(f"- {k}: {json.dumps(v, ensure_ascii=False)}"
-                                 for k, v in sorted((form.get("answers") or {}).items()))
-            body = f"The user submitted the form.\n{answers or '(no answers)'}"
-        else:
-            body = "The user dismissed the form without answering. Continue with your stated defaults."
-        content = f'<system_update source="form" form="{form["id"]}" status="{form["status"]}">\n{body}\n</system_update>'
-        inj = Injection(session_id=self.sid, injection=RuntimeInjection(kind="system_update", content=content),
-                        source="client", source_id=source_id)
-        await self._on_injection(InboxEntry(session_id=self.sid, entry_id="", message=inj), inj)
-
-    async def _form_delivered(self, form_id: str) -> None:
-        update = self.ui.mark_form_delivered(form_id)
-        if update:
-            await self.persist_ui()
-            await self.writes.publish_ui(update)
 
     async def persist_ui(self) -> None:
         await self.guard()

@@ -23,6 +23,8 @@ from shared.disk import (
 )
 from shared.inbox import InboxEntry
 
+from .forms import deliver_answered_form
+
 if TYPE_CHECKING:
     from .session import Session
 
@@ -53,7 +55,7 @@ class WriteHandlers:
         await self._answer(entry, m.request_id, 200, {"snapshot": self.s.ui.snapshot(),
                                                       "update": self.s.ui.full_update_b64()})
         if self.s.barrier_passed:
-            await self.s.deliver_answered_form()
+            await deliver_answered_form(self.s)
 
     async def file_write(self, entry: InboxEntry, m: FileWrite) -> None:
         try:

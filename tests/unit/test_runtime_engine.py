@@ -220,3 +220,22 @@ async def test_real_openai_client_streams_tool_calls_and_errors() -> None:
     assert len(requests) == 2 and requests[0]["prefix_sha256"] == requests[1]["prefix_sha256"]
     assert 0 < requests[1]["shared_prefix_tokens"] < requests[1]["prompt_tokens"]
     assert any(e.type == "message_update" for e in events)
+
+
+async def test_abort_stops_after_the_running_batch() -> None:
+    started = asyncio.Event()
+
+    async def slow(_: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        started.set()
+        await ctx.signal.wait()  # a long tool that honours the abort signal
+        return ToolOutcome(content="aborted", is_error=True)
+
+    stream = FakeStream([calls("slow")])
+    agent, events = make_agent(stream, [tool("slow", slow)])
+    run = asyncio.ensure_future(agent.prompt([UserMessage(content="go")]))
+    await started.wait()
+    agent.abort()
+    await run
+    assert len(stream.seen) == 1 and roles(agent.messages) == ["user", "assistant", "toolResult"]
+    assert events[-1].type == "agent_end" and events[-1].data["stopReason"] == "aborted"
+    assert not agent.is_running

@@ -1,0 +1,46 @@
+"""The dormant artifact manifest (`pending_artifacts.json`, written by digest) read at wake: each
+pending item becomes an artifact_update injection placed before the woken prompt. Items have no
+inbox entry; recording one publishes InjectionRecorded and digest clears it from the manifest."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+from pydantic import ValidationError
+
+from shared.contracts.inbox import Injection
+from shared.contracts.injection import RuntimeInjection
+from shared.contracts.pending import PendingArtifactUpdates
+from shared.disk import read_json
+
+if TYPE_CHECKING:
+    from .session import Session
+
+log = structlog.get_logger()
+
+
+def queue_manifest(session: Session) -> int:
+    """Queue the manifest's items (held for the next turn); returns how many were queued."""
+    raw = read_json(session.paths.pending_artifacts)
+    if not raw:
+        return 0
+    try:
+        manifest = PendingArtifactUpdates.model_validate(raw)
+    except ValidationError:
+        log.warning("pending_artifacts_invalid", session_id=session.sid)
+        return 0
+    queued = 0
+    for ref, item in manifest.updates.items():
+        content = item.digest
+        if not content.lstrip().startswith("<artifact_update"):
+            content = (f'<artifact_update ref="{ref}" from_revision="{item.from_revision}" '
+                       f'to_revision="{item.to_revision}">\n{content}\n</artifact_update>')
+        inj = Injection(session_id=session.sid, injection=RuntimeInjection(kind="artifact_update", content=content),
+                        source="artifact", source_id=item.source_id, ref=ref,
+                        from_revision=item.from_revision, to_revision=item.to_revision)
+        if (inj.source, inj.source_id) in session.transcript.sources:
+            continue  # consumed before (digest has not cleared it yet)
+        session.protocol.route_update(inj, "", hold=True)
+        queued += 1
+    return queued
