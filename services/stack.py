@@ -23,6 +23,20 @@ from shared.settings import LOCAL_TOKEN, load_settings
 SERVICES = ("runtime", "digest", "compaction", "notifications", "proxy")
 
 
+def _die_with_parent() -> None:
+    """Runs in each child before exec: if the supervisor dies without cleaning up (SIGKILL), Linux
+    sends the child SIGTERM, so no service or embedded Redis outlives `make run`."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+CHILD_SETUP = _die_with_parent if sys.platform.startswith("linux") else None
+
+
 def redis_answers(url: str) -> bool:
     parsed = urlparse(url)
     try:
@@ -63,6 +77,7 @@ def start_embedded_redis(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(redis_dir), "--appendonly", "yes",
          "--save", ""],
         stdout=subprocess.DEVNULL,
+        preexec_fn=CHILD_SETUP,  # safe: the supervisor is single-threaded
     )
     url = f"redis://127.0.0.1:{port}/0"
     deadline = time.time() + 10
@@ -108,7 +123,8 @@ def main() -> None:
         for name in SERVICES:
             if stopping:
                 break
-            children.append(subprocess.Popen([sys.executable, "-m", f"services.{name}"], env=env))
+            children.append(subprocess.Popen([sys.executable, "-m", f"services.{name}"], env=env,
+                                             preexec_fn=CHILD_SETUP))
         deadline = time.time() + 90
         while not stopping and not ready(settings.proxy_port):
             if time.time() > deadline or any(c.poll() is not None for c in children):

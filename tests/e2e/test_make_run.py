@@ -95,7 +95,7 @@ def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> 
         for port in ports.values():
             assert readyz(port) == 0
     finally:
-        for pid in descendants(proc.pid):
+        for pid in {**tree, **descendants(proc.pid)}:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
@@ -130,3 +130,37 @@ def test_fixtures_start_a_redis_server_when_nothing_answers_at_redis_url(tmp_pat
     while redis_answers(url) and time.monotonic() < stopped_by:
         time.sleep(0.1)
     assert not redis_answers(url)  # stopped when the test process exited
+
+
+def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
+    """`kill -9` of the stack runner (no chance to clean up): every service and the embedded Redis
+    still go, because each child asked Linux for SIGTERM on its parent's death."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux-only")
+    ports = {name: free_port() for name in PORT_VARS}
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "MAKEFLAGS")}
+    env.update({var: str(ports[name]) for name, var in PORT_VARS.items()})
+    env.update(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0", GAMMA_DATA_DIR=str(tmp_path / "data"),
+               PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "services.stack"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    tree: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 150
+        while readyz(ports["proxy"]) != 200:
+            assert proc.poll() is None and time.monotonic() < deadline, "the stack did not become ready"
+            time.sleep(0.2)
+        tree = descendants(proc.pid)
+        assert len(tree) == 6, tree  # five services and the embedded Redis
+        proc.kill()
+        proc.wait(timeout=10)
+        gone_by = time.monotonic() + 40
+        while any(alive(pid) for pid in tree) and time.monotonic() < gone_by:
+            time.sleep(0.2)
+        assert [tree[pid] for pid in tree if alive(pid)] == []
+    finally:
+        for pid in {**tree, **descendants(proc.pid)}:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
