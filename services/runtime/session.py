@@ -293,13 +293,14 @@ class Session:
                 await self.outbox.event("error", {"error": "run failed"})
         finally:
             self.touch()
-            if not self.closed:
+            if not self.closed and not self.lease.lost:  # a taken lease: the new holder speaks now
                 with contextlib.suppress(Exception):
                     await self.deps.client.delete(keys.running(self.sid))
                     await self.outbox.event("status", {"status": "live", "running": False,
                                                        "fence": self.lease.fence})
-        if self.compactor is not None and not self.closed:
-            await self.compactor.after_run()
+        if self.compactor is not None and not self.closed and not self.lease.lost:
+            with contextlib.suppress(LeaseLost):
+                await self.compactor.after_run()
 
     async def emit(self, event: AgentEvent) -> None:
         """Engine events: persist on message_end (before publishing), then publish."""
