@@ -15,6 +15,7 @@ from shared.settings import Settings, load_settings
 from .deps import Proxy
 from .errors import install_error_handlers
 from .limits import BodyLimit
+from .metrics import ProxyMetrics
 from .routes import documents, events, sessions, ui, workspace
 
 STATIC = Path(__file__).parent / "static"
@@ -39,7 +40,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "workspace files, Gamma documents, events (SSE), dormant preview.",
         lifespan=service_lifespan(ctx, start, stop),
     )
-    app.state.proxy = Proxy(settings=settings, redis=ctx.redis, broker=broker, tokens=settings.tokens())
+    app.state.proxy = Proxy(settings=settings, redis=ctx.redis, broker=broker, tokens=settings.tokens(),
+                            metrics=ProxyMetrics.create(ctx.registry))
     add_health_routes(app, ctx, require_all=True)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -8,7 +8,11 @@ import redis.asyncio as aioredis
 from fastapi import Request
 from faststream.redis import RedisBroker
 
+from shared.contracts.inbox import InboxReply
 from shared.settings import Settings
+
+from .forwarding import Forwardable, forward
+from .metrics import ProxyMetrics
 
 
 @dataclass
@@ -17,6 +21,11 @@ class Proxy:
     redis: aioredis.Redis
     broker: RedisBroker
     tokens: dict[str, str]  # token -> user
+    metrics: ProxyMetrics
+
+    async def forward(self, message: Forwardable) -> InboxReply:
+        """A live write to the lease holder, answered once applied (504 after the reply timeout)."""
+        return await forward(self.redis, message, self.settings.reply_timeout_s, self.metrics)
 
 
 def get_proxy(request: Request) -> Proxy:

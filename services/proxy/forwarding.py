@@ -7,24 +7,38 @@ GAMMA_REPLY_TIMEOUT_S and answers 504 after that.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis.asyncio as aioredis
+import structlog
 from pydantic import ValidationError
 
 from shared import inbox, keys
 from shared.contracts.inbox import Compact, DocumentEdit, FileWrite, InboxReply, Stop, UiUpdate
 
 from .errors import ApiError
+from .metrics import ProxyMetrics
+
+log = structlog.get_logger()
 
 Forwardable = UiUpdate | FileWrite | DocumentEdit | Stop | Compact
 
 
-async def forward(redis: aioredis.Redis, message: Forwardable, timeout_s: float) -> InboxReply:
+async def forward(redis: aioredis.Redis, message: Forwardable, timeout_s: float,
+                  metrics: ProxyMetrics | None = None) -> InboxReply:
     """The reply, or ApiError: 504 on timeout, the runtime's own 4xx (with its message) on refusal."""
+    started = time.monotonic()
     await inbox.append(redis, message)
     got: Any = await redis.blpop([keys.reply(message.session_id, message.request_id)], timeout=timeout_s)
+    if metrics is not None:
+        outcome = "timeout" if got is None else "answered"
+        metrics.forwards.labels(message.type, outcome).inc()
+        if got is not None:
+            metrics.forward_seconds.labels(message.type).observe(time.monotonic() - started)
     if got is None:
+        log.warning("forward_timeout", session_id=message.session_id, type=message.type,
+                    request_id=message.request_id, timeout_s=timeout_s)
         raise ApiError(504, f"the session runtime did not answer within {timeout_s:g} s")
     try:
         reply = InboxReply.model_validate_json(got[1])

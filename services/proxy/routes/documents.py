@@ -23,7 +23,6 @@ from shared.disk import SessionPaths, atomic_write_json, session_paths
 from ..artifacts import client_digest, document_changed
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError, validation_summary
-from ..forwarding import forward
 from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
 from ..rows import SessionState
 
@@ -122,6 +121,7 @@ async def _edit(
                     raise ApiError(409, f"If-Match revision {if_match} is stale; the document is at revision {current.revision}")
                 new = StoredDeck(**_apply(current, op, document).model_dump(), revision=current.revision + 1)
                 await asyncio.to_thread(atomic_write_json, paths.document(doc), new)
+            proxy.metrics.dormant_writes.labels("document").inc()
             await document_changed(proxy.broker, sid, doc, new.model_dump(mode="json"), current.revision, new.revision, digest)
             return _deck_response(new)
         except BecameLive:
@@ -132,7 +132,7 @@ async def _edit(
         if current is not None:
             _apply(current, op, document)
     message = DocumentEdit(session_id=sid, doc=doc, op=op, document=document, if_match=if_match)
-    reply = await forward(proxy.redis, message, proxy.settings.reply_timeout_s)
+    reply = await proxy.forward(message)
     revision = reply.body.get("revision")
     if isinstance(revision, int):
         await document_changed(proxy.broker, sid, doc, reply.body, revision - 1 if revision > 0 else None, revision, digest)

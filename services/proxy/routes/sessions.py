@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import structlog
 from fastapi import APIRouter, Body, Depends
 from fastapi.responses import JSONResponse, Response
 
@@ -29,13 +30,13 @@ from ..ari import AriError, parse_ari
 from ..auth import current_user
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
-from ..forwarding import forward
 from ..liveness import dormant_lock, owned_session
 from ..preview import display_entries, read_todo, read_transcript, read_ui
 from ..rows import SessionState, create_row, list_states, load_state, mark_dormant, mark_waking
 from ..uidoc import default_snapshot
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
+log = structlog.get_logger()
 ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unknown token"}, 404: {"description": "no such session for this user"}}
 
 
@@ -99,6 +100,8 @@ async def post_message(
     await mark_waking(proxy.redis, sid, wake.wake_id, state.fence)
     await inbox.append(proxy.redis, prompt)
     await publish(proxy.broker, keys.WAKE, wake)
+    proxy.metrics.wakes.inc()
+    log.info("wake_sent", session_id=sid, wake_id=wake.wake_id, prompt_id=prompt.prompt_id)
     return MessageAccepted(prompt_id=prompt.prompt_id, status="waking", woke=True)
 
 
@@ -111,7 +114,7 @@ async def suspend(state: SessionState = Depends(owned_session), proxy: Proxy = D
         return JSONResponse({"status": "dormant"})
     if status == "waking":
         raise ApiError(409, "the session is waking; suspend it once it is live")
-    reply = await forward(proxy.redis, Stop(session_id=sid), proxy.settings.reply_timeout_s)
+    reply = await proxy.forward(Stop(session_id=sid))
     await mark_dormant(proxy.redis, sid)
     return JSONResponse(reply.body or {"status": "dormant"}, status_code=reply.status)
 
@@ -124,7 +127,7 @@ async def compact(
     if state.status() != "live":
         raise ApiError(409, f"the session is {state.status()}; compaction runs on a live session (send a message first)")
     message = Compact(session_id=state.row.id, instructions=(body.instructions if body else None))
-    reply = await forward(proxy.redis, message, proxy.settings.reply_timeout_s)
+    reply = await proxy.forward(message)
     return JSONResponse(reply.body or {"request_id": message.request_id}, status_code=reply.status)
 
 

@@ -20,7 +20,6 @@ from shared.disk import atomic_write_json, session_paths
 from shared.uidoc import EMPTY_UPDATE, doc_from_snapshot, snapshot_of
 
 from ..deps import Proxy, get_proxy
-from ..forwarding import forward
 from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
 from ..preview import read_ui
 from ..rows import SessionState
@@ -38,8 +37,7 @@ def _state(snapshot: dict[str, Any]) -> UiState:
 
 
 async def _live(proxy: Proxy, sid: str, update: str, snapshot: dict[str, Any] | None) -> UiState:
-    reply = await forward(proxy.redis, UiUpdate(session_id=sid, update=update, snapshot=snapshot),
-                          proxy.settings.reply_timeout_s)
+    reply = await proxy.forward(UiUpdate(session_id=sid, update=update, snapshot=snapshot))
     return UiState.model_validate(reply.body)
 
 
@@ -69,6 +67,7 @@ async def sync_ui(body: UiSync, state: SessionState = Depends(owned_session), pr
             apply_update(doc, update)
             stored = snapshot if snapshot is not None else validate_snapshot(snapshot_of(doc))
             await asyncio.to_thread(atomic_write_json, paths.state, stored)
+        proxy.metrics.dormant_writes.labels("ui").inc()
     except BecameLive:
         return await _live(proxy, sid, body.update, snapshot)
     return _state(stored)

@@ -23,7 +23,6 @@ from shared.disk import atomic_write_bytes, check_size, resolve_workspace_path, 
 from ..artifacts import client_digest, file_changed
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
-from ..forwarding import forward
 from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
 from ..rows import SessionState
 
@@ -92,12 +91,13 @@ async def write_file(
                 if not target.is_file():
                     raise ApiError(404, f"no file {rel!r}: a dormant session overwrites existing files only")
                 await asyncio.to_thread(atomic_write_bytes, target, data)
+            proxy.metrics.dormant_writes.labels("file").inc()
             await file_changed(proxy.broker, sid, rel, data, digest)
             return JSONResponse({"path": rel, "size": len(data), "revision": None})
         except BecameLive:
             pass
     message = FileWrite(session_id=sid, path=rel, content_b64=base64.b64encode(data).decode(), digest=digest)
-    reply = await forward(proxy.redis, message, proxy.settings.reply_timeout_s)
+    reply = await proxy.forward(message)
     revision = reply.body.get("revision")
     await file_changed(proxy.broker, sid, rel, data, digest, revision if isinstance(revision, int) else None)
     return JSONResponse(reply.body, status_code=reply.status)
