@@ -4,8 +4,10 @@ Delivery is at-least-once: a request can arrive twice (redelivery after a crash,
 answer goes out once: a Lua script sets `gamma:{sid}:compaction-done:{request_id}` and XADDs the
 `CompactionReady` in one step, so a crash leaves either both or neither. While the model works, the
 handler keeps re-claiming its own stream entry, so the claimer does not hand a slow summary to a
-second consumer; if this process dies, the entry goes idle and the claimer of another replica (or
-of the restarted one) takes it over.
+second consumer, and renews `gamma:{sid}:compaction-working:{request_id}`, so a consumer that got
+it anyway (after an event-loop stall) waits instead of paying for a second model call. If this
+process dies, the entry goes idle and the lock lapses: the claimer of another replica (or of the
+restarted one) takes it over.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,8 +47,22 @@ return false
 """
 
 
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
 def done_key(sid: str, request_id: str) -> str:
     return "gamma:{" + sid + "}:compaction-done:" + request_id
+
+
+def working_key(sid: str, request_id: str) -> str:
+    return "gamma:{" + sid + "}:compaction-working:" + request_id
 
 
 class Metrics:
@@ -63,28 +80,42 @@ class CompactionHandler:
     summarizer: Summarizer
     consumer: str
     hold_interval_s: float
+    lock_ms: int = 10_000
     metrics: Metrics | None = None
 
     async def __call__(self, request: CompactionRequest) -> None:
         sid, rid = request.session_id, request.request_id
         with structlog.contextvars.bound_contextvars(session_id=sid, request_id=rid):
-            if await self.redis.exists(done_key(sid, rid)):
+            token = f"{self.consumer}:{uuid.uuid4().hex[:8]}"
+            if not await self._acquire(sid, rid, token):
                 log.info("compaction_duplicate_request")
                 self._count("duplicate")
                 return
             log.info("compaction_started", upto=request.upto_entry_id, first_kept=request.first_kept_entry_id)
             done = asyncio.Event()
-            hold = self._hold_entry(done)
+            hold = self._hold(done, sid, rid, token)
             try:
                 ready = await self._compact(request)
+                await self._deliver(ready)
             finally:
                 # Not cancel(): cancelling a redis-py command in flight can leave the task hanging
-                # (redis 8.1 asyncio); the loop sees the event and ends after its current XCLAIM.
+                # (redis 8.1 asyncio); the loop sees the event and ends after its current command.
                 done.set()
-                if hold is not None:
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(asyncio.shield(hold), timeout=5)
-            await self._deliver(ready)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(hold), timeout=5)
+                with contextlib.suppress(Exception):
+                    await self.redis.eval(_RELEASE, 1, working_key(sid, rid), token)  # type: ignore[misc]
+
+    async def _acquire(self, sid: str, rid: str, token: str) -> bool:
+        """Take the request, or learn that it is answered. A consumer that got it while another one is
+        still working on it (a claim after an event-loop stall) waits instead of calling the model
+        a second time; if the other one died, its lock lapses and this one takes over."""
+        while True:
+            if await self.redis.exists(done_key(sid, rid)):
+                return False
+            if await self.redis.set(working_key(sid, rid), token, nx=True, px=self.lock_ms):
+                return True
+            await asyncio.sleep(self.hold_interval_s)
 
     async def _compact(self, request: CompactionRequest) -> CompactionReady:
         base: dict[str, Any] = dict(
@@ -128,23 +159,24 @@ class CompactionHandler:
         )
         log.info("compaction_ready_sent" if sent else "compaction_ready_already_sent", error=ready.error)
 
-    def _hold_entry(self, done: asyncio.Event) -> asyncio.Task[None] | None:
-        """Keep our stream entry from looking abandoned while the model works (XCLAIM JUSTID resets
-        its idle time without counting a delivery). The bus binds the entry id to the log context."""
-        entry_id = structlog.contextvars.get_contextvars().get("entry_id")
-        if not entry_id or entry_id == "?":
-            return None
-        return asyncio.ensure_future(self._refresh(str(entry_id), done))
+    def _hold(self, done: asyncio.Event, sid: str, rid: str, token: str) -> asyncio.Task[None]:
+        return asyncio.ensure_future(self._refresh(done, sid, rid, token))
 
-    async def _refresh(self, entry_id: str, done: asyncio.Event) -> None:
+    async def _refresh(self, done: asyncio.Event, sid: str, rid: str, token: str) -> None:
+        """While the model works: renew the request lock, and keep the stream entry from looking
+        abandoned (XCLAIM JUSTID resets its idle time without counting a delivery), so the claimer
+        does not hand it to another consumer. The bus binds the entry id to the log context."""
+        entry_id = structlog.contextvars.get_contextvars().get("entry_id")
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), self.hold_interval_s)
             if done.is_set():
                 return
             with contextlib.suppress(Exception):
-                await self.redis.xclaim(keys.COMPACTION_REQUESTS, GROUP, self.consumer, min_idle_time=0,
-                                        message_ids=[entry_id], justid=True)
+                await self.redis.eval(_RENEW, 1, working_key(sid, rid), token, str(self.lock_ms))  # type: ignore[misc]
+                if entry_id and entry_id != "?":
+                    await self.redis.xclaim(keys.COMPACTION_REQUESTS, GROUP, self.consumer, min_idle_time=0,
+                                            message_ids=[str(entry_id)], justid=True)
 
     def _count(self, outcome: str) -> None:
         if self.metrics is not None:
