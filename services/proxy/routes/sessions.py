@@ -32,7 +32,7 @@ from ..deps import Proxy, get_proxy
 from ..errors import ApiError
 from ..liveness import dormant_lock, owned_session
 from ..preview import display_entries, read_todo, read_transcript, read_ui
-from ..rows import SessionState, create_row, list_states, load_state, mark_dormant, mark_waking
+from ..rows import SessionState, create_row, list_states, load_state, mark_dormant, mark_waking, touch
 from ..uidoc import default_snapshot
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
@@ -89,6 +89,7 @@ async def post_message(
         if body.on_busy == "reject" and state.running:
             raise ApiError(409, "the session is running and on_busy is 'reject'")
         await inbox.append(proxy.redis, prompt)
+        await touch(proxy.redis, sid)
         return MessageAccepted(prompt_id=prompt.prompt_id, status="live", woke=False)
     if status == "waking":
         # The wake is under way: the new holder reads the inbox from its start, prompt included.
