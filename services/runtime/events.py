@@ -25,10 +25,18 @@ class Outbox:
         self.sid = sid
         self.bus = bus
 
-    async def event(self, type: EventType, data: dict[str, Any] | None = None) -> str:
+    async def event(self, type: EventType, data: dict[str, Any] | None = None,
+                    also: Callable[[Any], Any] | None = None) -> str:
+        """XADD one event; `also` adds commands to the same round trip (a non-transactional pipeline)."""
         ev = SessionEvent(type=type, session_id=self.sid, data=data or {})
-        entry = await self.client.xadd(keys.events(self.sid), {"data": ev.model_dump_json()},
-                                       maxlen=EVENTS_MAXLEN, approximate=True)
+        if also is None:
+            entry = await self.client.xadd(keys.events(self.sid), {"data": ev.model_dump_json()},
+                                           maxlen=EVENTS_MAXLEN, approximate=True)
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.xadd(keys.events(self.sid), {"data": ev.model_dump_json()}, maxlen=EVENTS_MAXLEN, approximate=True)
+            also(pipe)
+            entry = (await pipe.execute())[0]
         return entry.decode() if isinstance(entry, bytes) else str(entry)
 
     async def reply(self, request_id: str, status: int, body: dict[str, Any]) -> None:

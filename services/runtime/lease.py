@@ -16,11 +16,13 @@ from shared import keys
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end
 """
+# Take the lease (fence = INCR) and, in the same round trip, read what the wake needs next: whether
+# the proxy holds the dormant-write lock, and the session row. All keys share the {sid} hash tag.
 _ACQUIRE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0, {}} end
 local fence = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
-return fence
+return {fence, redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[4])}
 """
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end
@@ -44,11 +46,21 @@ class Lease:
     @classmethod
     async def acquire(cls, client: aioredis.Redis, sid: str, worker_id: str, ttl_ms: int) -> Lease | None:
         """None when another worker holds the session. One round trip: check, fence, set."""
-        fence = int(await client.eval(_ACQUIRE, 2, keys.lease(sid), keys.fence(sid), worker_id,  # type: ignore[misc]
-                                      str(ttl_ms)))
-        if fence == 0:
-            return None
-        return cls(client, sid, worker_id, fence, ttl_ms)
+        lease, _, _ = await cls.acquire_for_wake(client, sid, worker_id, ttl_ms)
+        return lease
+
+    @classmethod
+    async def acquire_for_wake(
+        cls, client: aioredis.Redis, sid: str, worker_id: str, ttl_ms: int
+    ) -> tuple[Lease | None, bool, dict[str, str]]:
+        """(lease or None, dormant-write lock held, session row), in one round trip."""
+        fence, locked, flat = await client.eval(  # type: ignore[misc]
+            _ACQUIRE, 4, keys.lease(sid), keys.fence(sid), keys.dormant_write(sid), keys.session_row(sid),
+            worker_id, str(ttl_ms))
+        if int(fence) == 0:
+            return None, False, {}
+        row = {text_of(flat[i]): text_of(flat[i + 1]) for i in range(0, len(flat), 2)}
+        return cls(client, sid, worker_id, int(fence), ttl_ms), bool(locked), row
 
     async def check(self) -> None:
         if self.lost:

@@ -67,20 +67,22 @@ class Worker:
         async with self._lock(wake.session_id):
             if wake.session_id in self.sessions:
                 return
-            lease = await Lease.acquire(self.client, wake.session_id, self.worker_id, self.settings.lease_ms)
+            lease, locked, row = await Lease.acquire_for_wake(self.client, wake.session_id, self.worker_id,
+                                                              self.settings.lease_ms)
             if lease is None:
                 log.info("wake_ignored_live_elsewhere", session_id=wake.session_id)
                 return
             try:
-                await self._open(wake, lease)
+                if locked:  # the proxy is writing dormant state: read the disk after it is done
+                    row = await wait_no_dormant_write(self.client, wake.session_id)
+                await self._open(wake, lease, row)
             except Exception:
                 with contextlib.suppress(Exception):
                     await lease.release()
                 raise
 
-    async def _open(self, wake: Wake, lease: Lease) -> None:
+    async def _open(self, wake: Wake, lease: Lease, row: dict[str, str]) -> None:
         sid = wake.session_id
-        row = await wait_no_dormant_write(self.client, sid)
         model = ModelConfig.model_validate_json(row["model"]) if row.get("model") else ModelConfig()
         variant = row.get("variant", "base")
         system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]
@@ -98,10 +100,10 @@ class Worker:
         session.compactor = Compactor(session, context_window=model.context_window or self.settings.context_window)
         await session.restore()
         self.sessions[sid] = session
-        await self.client.zadd(keys.RUNTIME_LIVE, {sid: now_ms()})
+        await outbox.event("status", {"status": "live", "running": False, "fence": lease.fence},
+                           also=lambda pipe: pipe.zadd(keys.RUNTIME_LIVE, {sid: now_ms()}))
         await self.bus(keys.LIFECYCLE, SessionLive(session_id=sid, wake_id=wake.wake_id, fence=lease.fence,
                                                   worker_id=self.worker_id))
-        await outbox.event("status", {"status": "live", "running": False, "fence": lease.fence})
         pending = await self.reader.add(sid)  # what a dead holder read but never acked comes first
         for entry in pending:
             session.queue.put_nowait(entry)
