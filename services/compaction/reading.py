@@ -103,12 +103,13 @@ def parse_request(body: dict[str, Any]) -> Request:
     tail = user.rsplit("\n</conversation>", 1)[-1]
     conversation = _between(user, "<conversation>\n", "\n</conversation>") or ""
     previous = _between(tail, "<previous-summary>\n", "\n</previous-summary>")
-    focus = tail.rsplit("Additional focus: ", 1)[1].strip() if "Additional focus: " in tail else None
+    instructions = tail.rsplit("\n</previous-summary>", 1)[-1]  # a previous summary quotes headings too
+    focus = instructions.rsplit("Additional focus: ", 1)[1].strip() if "Additional focus: " in instructions else None
     return Request(
         conversation=parse_blocks(conversation),
         previous_summary=previous,
         focus=focus,
-        turn_prefix="## Original Request" in tail,
+        turn_prefix="This is the PREFIX of a turn" in instructions,
     )
 
 

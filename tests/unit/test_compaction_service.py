@@ -160,3 +160,27 @@ async def test_an_empty_answer_is_an_error_and_an_empty_conversation_still_has_t
         await silent.complete("<conversation>\n[User]: hi\n</conversation>", 100)
     reply = scripted_summarizer({"messages": [{"role": "user", "content": "no conversation"}]})
     assert reply.content.startswith("## Goal\n- (not stated in the summarized messages)")
+
+
+def test_a_previous_split_turn_summary_with_file_tags_is_folded_into_the_update() -> None:
+    previous = (
+        "## Goal\n- Build the board deck\n\n## Progress\n### Done\n- [x] Read `brief.md`\n\n### In Progress\n"
+        "- [ ] Draft the cards\n" + prompts.SPLIT_TURN_SEPARATOR + "## Original Request\nAdd a pricing card\n\n"
+        "## Early Progress\n- Read `pricing.csv`\n\n## Context for Suffix\n- The enterprise tier is new\n\n"
+        "<read-files>\nbrief.md\npricing.csv\n</read-files>"
+    )
+    sections = parse_summary(previous)
+    assert sections.get("## Goal") == ["Build the board deck", "Add a pricing card"]
+    assert sections.get("### Done") == ["Read `brief.md`", "Read `pricing.csv`"]
+    assert sections.get("## Critical Context") == ["The enterprise tier is new"]
+    assert not any(x == "pricing.csv" for v in sections.items.values() for x in v)  # file tags are not items
+    conversation = "[User]: Now make the pricing card blue.\n\n[Assistant tool calls]: edit(path=\"cards/07.gml\")" \
+                   "\n\n[Tool result]: edited cards/07.gml"
+    body = {"messages": [{"role": "system", "content": prompts.SUMMARIZATION_SYSTEM_PROMPT},
+                         {"role": "user", "content": prompts.summary_prompt(conversation, previous, None)}]}
+    merged = parse_summary(scripted_summarizer(body).content)
+    assert merged.get("## Goal")[:2] == ["Build the board deck", "Add a pricing card"]
+    assert "Now make the pricing card blue." in merged.get("## Goal")
+    assert merged.get("### Done")[:2] == ["Read `brief.md`", "Read `pricing.csv`"]
+    assert "Edited `cards/07.gml`" in merged.get("### Done")
+    assert merged.get("### In Progress") == ["Draft the cards"]  # no todo update: still in progress
