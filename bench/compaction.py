@@ -13,7 +13,8 @@ code of both sides, in one process, with Pi's defaults (keep 20,000 recent token
   and its two required references) appended with fsync by `services.runtime.transcript.Transcript`,
   the context rebuilt, and its tokens counted (the `applied` event).
 
-blocked = request + apply. The lease check before the append (one Redis GET) is not included.
+blocked = request + apply (most of apply is the fsync of the append). The lease check before the
+append (one Redis GET) is not included.
 Token counts use the runtime's counter (tiktoken, cl100k offline). Medians over `--repeat` runs.
 Writes bench/results/compaction.json and prints a table. Not a timed test.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import platform
 import shutil
@@ -80,12 +82,17 @@ async def _guard() -> None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def skills() -> dict[str, Any]:
+    return dict(load_skills(ROOT / "skills"))  # the runtime loads its catalog once, at start
+
+
 def anchors() -> list[CustomMessage]:
-    skills = load_skills(ROOT / "skills")
+    """What `SessionProtocolController.anchors()` builds from the todo and the activation entries."""
     todo = TodoList.model_validate({"revision": 7, "items": todo_items(3, 6)})
     out = [CustomMessage(custom_type="gamma.todo_anchor", content=render(todo), details={"trusted": True})]
-    out.append(active_skill_message(skills["deck-generation"], None))
-    out += [active_skill_message(skills[n], "deck-generation") for n in ("gml-authoring", "gml-cli")]
+    out.append(active_skill_message(skills()["deck-generation"], None))
+    out += [active_skill_message(skills()[n], "deck-generation") for n in ("gml-authoring", "gml-cli")]
     return out
 
 
@@ -180,6 +187,7 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "compaction.json")
     args = parser.parse_args()
+    skills()
     summarizer = Summarizer(make_client(Settings(OPENAI_API_KEY=None)), "scripted-summarizer")  # type: ignore[call-arg]
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="gamma-bench-compaction-") as tmp:
