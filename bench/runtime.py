@@ -37,6 +37,7 @@ from services.runtime.scripted import ScriptedGamma
 from services.runtime.skills import load_skills
 from services.runtime.tokens import TokenCounter
 from services.runtime.tools import Toolset
+from services.runtime.transcript import read_entries
 from shared.contracts.messages import UserMessage
 from shared.contracts.wake import Wake
 from shared.disk import session_paths
@@ -181,17 +182,21 @@ async def wake_times(h: Harness, data_dir: Path, rounds: int, history_turns: int
     for t in range(history_turns):
         await h.turn(sid, turn_prompt(t))
     await h.worker.close(sid, "bench")
-    wakes, reads = [], []
+    wakes, reads, typed = [], [], []
     for _ in range(rounds):
         start = time.perf_counter()
         read_files(data_dir, sid)
         reads.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        read_entries(session_paths(data_dir, sid).transcript)  # the typed parse a wake needs
+        typed.append(time.perf_counter() - start)
         start = time.perf_counter()
         await h.worker.on_wake(Wake(session_id=sid))  # lease, restore, projections, SessionLive
         wakes.append(time.perf_counter() - start)
         await h.worker.close(sid, "bench")
     size = session_paths(data_dir, sid).transcript.stat().st_size
     return {"transcript_bytes": size, "wake_ms": ms(wakes), "read_files_ms": ms(reads),
+            "typed_transcript_parse_ms": ms(typed),
             "ratio": round(statistics.median(wakes) / statistics.median(reads), 2)}
 
 

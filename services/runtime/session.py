@@ -15,8 +15,10 @@ from typing import Any
 
 import structlog
 from openai import AsyncOpenAI
+from redis.exceptions import RedisError
 
 from shared import keys
+from shared.bus import dead_letter
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.inbox import (
     Barrier,
@@ -179,8 +181,21 @@ class Session:
             except LeaseLost:
                 log.warning("lease_lost", session_id=self.sid)
                 return
-            except Exception:  # noqa: BLE001 - one bad entry must not stop the session
+            except RedisError:
+                # Transient: the entry stays pending and the next holder (or a wake) retries it.
+                log.exception("inbox_entry_redis_error", session_id=self.sid, entry_id=entry.entry_id)
+            except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the session
                 log.exception("inbox_entry_failed", session_id=self.sid, entry_id=entry.entry_id)
+                await self._dead_letter(entry, exc)
+
+    async def _dead_letter(self, entry: InboxEntry, exc: Exception) -> None:
+        """A handler bug on one entry: park it in gamma:deadletter and ack, so it cannot block the
+        session or be retried at every wake."""
+        with contextlib.suppress(Exception):
+            m = entry.message
+            await dead_letter(self.deps.client, keys.inbox(self.sid), keys.RUNTIME_GROUP, entry.entry_id,
+                              {"type": m.type, "data": m.model_dump_json()}, f"{type(exc).__name__}: {exc}", 1)
+            await self.ack(entry.entry_id)
 
     # ------------------------------------------------------------ inbox
 
