@@ -11,13 +11,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+import structlog
 from pydantic import ValidationError
+from redis.exceptions import ResponseError
 
 from . import keys
 from .bus import dead_letter, ensure_group
 from .contracts.inbox import INBOX_ADAPTER, InboxMessage
 
 GROUP = keys.RUNTIME_GROUP
+log = structlog.get_logger()
 
 
 def entry_fields(message: InboxMessage) -> dict[str, str]:
@@ -90,7 +93,17 @@ class InboxReader:
         if not self._sessions:
             return []
         streams: dict[Any, Any] = {keys.inbox(sid): ">" for sid in sorted(self._sessions)}
-        reply: Any = await self._client.xreadgroup(GROUP, self._consumer, streams, count=count, block=block_ms)
+        try:
+            reply: Any = await self._client.xreadgroup(GROUP, self._consumer, streams, count=count, block=block_ms)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # One session's inbox (or its group) vanished: XREADGROUP fails for every session in the
+            # call. Recreate what is missing (idempotent) so the other sessions keep being served.
+            log.warning("inbox_group_recreated", error=str(exc)[:300])
+            for sid in sorted(self._sessions):
+                await ensure_group(self._client, keys.inbox(sid), GROUP)
+            reply = await self._client.xreadgroup(GROUP, self._consumer, streams, count=count, block=block_ms)
         out: list[InboxEntry] = []
         for stream, entries in reply or []:
             name = stream.decode() if isinstance(stream, bytes) else stream

@@ -177,3 +177,20 @@ async def test_malformed_pending_entry_is_dead_lettered_on_takeover(redis_client
     assert await pending(redis_client, s) == 1  # the malformed one was acked after dead-lettering
     [(_, fields)] = await redis_client.xrange(keys.DEADLETTER)
     assert DeadLetter.model_validate_json(fields[b"data"]).entry_id == bad
+
+
+async def test_a_vanished_inbox_does_not_stop_the_other_sessions(redis_client: aioredis.Redis) -> None:
+    """A deleted inbox makes XREADGROUP fail for every stream in the call (NOGROUP): the reader
+    recreates the group and goes on serving the other sessions."""
+    a, b = sid(), sid()
+    reader = InboxReader(redis_client, "worker-1")
+    await reader.add(a)
+    await reader.add(b)
+    await redis_client.delete(keys.inbox(a))  # on purpose: no subscriber but this reader uses this db
+    with capture_logs() as logs:
+        good = await append(redis_client, Stop(session_id=b))
+        entries = await reader.read(block_ms=500)
+    assert [e.entry_id for e in entries] == [good]
+    assert any(e["event"] == "inbox_group_recreated" for e in logs)
+    later = await append(redis_client, Stop(session_id=a))
+    assert [e.entry_id for e in await reader.read(block_ms=500)] == [later]
