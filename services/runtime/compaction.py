@@ -390,7 +390,12 @@ def file_operations(
     entries: Iterable[TranscriptEntry], previous_details: dict[str, Any] | None = None
 ) -> dict[str, list[str]]:
     """`{"readFiles", "modifiedFiles"}` from read/write/edit calls, merged with the previous
-    compaction's details; a file both read and modified is listed as modified only (Pi)."""
+    compaction's details (given, or else those of the latest compaction entry among `entries`);
+    a file both read and modified is listed as modified only (Pi)."""
+    entries = list(entries)
+    if previous_details is None:
+        last = latest_compaction_index(entries)
+        previous_details = entries[last].details if last >= 0 else None  # type: ignore[union-attr]
     read: set[str] = set()
     modified: set[str] = set()
     if previous_details:

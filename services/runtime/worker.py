@@ -100,7 +100,8 @@ class Worker:
         session.compactor = Compactor(session, context_window=model.context_window or self.settings.context_window)
         await session.restore()
         self.sessions[sid] = session
-        await outbox.event("status", {"status": "live", "running": False, "fence": lease.fence},
+        await outbox.event("status", {"status": "live", "running": False, "fence": lease.fence,
+                                      "viewableFiles": session.viewable_files[:500]},
                            also=lambda pipe: pipe.zadd(keys.RUNTIME_LIVE, {sid: now_ms()}))
         await self.bus(keys.LIFECYCLE, SessionLive(session_id=sid, wake_id=wake.wake_id, fence=lease.fence,
                                                   worker_id=self.worker_id))

@@ -130,6 +130,9 @@ def test_idle_session_goes_dormant_and_compaction_result_applies_at_wake(rt: Sta
     wake_id = d.wake(sid)
     d.append(Barrier(session_id=sid, wake_id=wake_id))
     d.wait_event(sid, lambda e: e["type"] == "compaction" and e["data"]["phase"] == "stale", what="stale discarded")
+    live = [e["data"] for e in d.events(sid) if e["type"] == "status" and e["data"]["status"] == "live"
+            and "viewableFiles" in e["data"]]
+    assert live[-1]["viewableFiles"] == ["notes.md"]  # the projection rebuilt from the disk at wake
     after = transcript(rt.data_dir, sid)
     k = kinds(after)
     assert k.count("compaction") == 1
