@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import multiprocessing
 import os
 import platform
 import shutil
@@ -127,9 +129,6 @@ class MinimalHolder:
             await self.client.set(keys.lease(sid), "bench-holder:1")
             await self.reader.add(sid)
 
-    async def stop(self) -> None:
-        await self.client.delete(*(keys.lease(s) for s in self.sids))
-
     async def run(self) -> None:
         while True:
             for entry in await self.reader.read(block_ms=1000):
@@ -144,6 +143,31 @@ class MinimalHolder:
                                               entry_id=str(record["id"]))
                     await self.client.xadd(keys.INJECTIONS_RECORDED, {"data": event.model_dump_json()})
                 await self.reader.ack(entry.session_id, entry.entry_id)
+
+
+def run_holder(redis_url: str, data_dir: str, sids: list[str]) -> None:
+    """Entry point of the holder process."""
+
+    async def main() -> None:
+        client = aioredis.from_url(redis_url)
+        holder = MinimalHolder(client, Path(data_dir), sids)
+        await holder.start()
+        await holder.run()
+
+    asyncio.run(main())
+
+
+async def wait_leased(client: aioredis.Redis, sids: list[str], timeout_s: float) -> None:
+    deadline = time.time() + timeout_s
+    while True:
+        pipe = client.pipeline(transaction=False)
+        for s in sids:
+            pipe.exists(keys.lease(s))
+        if sum(int(v) for v in await pipe.execute()) == len(sids):
+            return
+        if time.time() > deadline:
+            raise RuntimeError("the minimal holder did not take its leases")
+        await asyncio.sleep(0.1)
 
 
 async def wake_sessions(client: aioredis.Redis, data_dir: Path, sids: list[str], timeout_s: float) -> None:
@@ -316,16 +340,24 @@ async def main_async(args: argparse.Namespace, redis_url: str, data_dir: Path) -
             pool = SessionPool(sids, args.cooldown, client)
             await bench_inject(http, url, watcher, pool, 20, 4, "warm-")  # connections, scripts, code paths
             inject = await bench_inject(http, url, watcher, pool, args.n, args.concurrency, "n")
-            holder = MinimalHolder(client, data_dir, [f"hold{i:04d}" for i in range(args.sessions)])
-            await holder.start()
-            holding = asyncio.create_task(holder.run())
-            await bench_inject(http, url, watcher, SessionPool(holder.sids, 0.0), 20, 4, "hwarm-")
-            delivery = await bench_inject(http, url, watcher, SessionPool(holder.sids, 0.0), args.n,
-                                          args.concurrency, "h")
-            holding.cancel()
-            await holder.stop()
+            # The holder runs in its own process, like the runtime, so it does not share our event loop.
+            hold_sids = [f"hold{i:04d}" for i in range(args.sessions)]
+            holder = multiprocessing.get_context("spawn").Process(
+                target=run_holder, args=(redis_url, str(data_dir), hold_sids), daemon=True)
+            holder.start()
+            try:
+                await wait_leased(client, hold_sids, timeout_s=60)
+                await bench_inject(http, url, watcher, SessionPool(hold_sids, 0.0), 20, 4, "hwarm-")
+                delivery = await bench_inject(http, url, watcher, SessionPool(hold_sids, 0.0), args.n,
+                                              args.concurrency, "h")
+            finally:
+                holder.terminate()
+                holder.join(10)
+                await client.delete(*(keys.lease(s) for s in hold_sids))
             http_hop = await bench_http(http, url, args.n)
         watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watch
         raw = await bench_raw(client, args.n, args.concurrency)
     except BaseException:
         if os.environ.get("BENCH_DEBUG"):
