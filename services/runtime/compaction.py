@@ -395,7 +395,8 @@ def file_operations(
     entries = list(entries)
     if previous_details is None:
         last = latest_compaction_index(entries)
-        previous_details = entries[last].details if last >= 0 else None  # type: ignore[union-attr]
+        found = entries[last] if last >= 0 else None
+        previous_details = found.details if isinstance(found, CompactionEntry) else None
     read: set[str] = set()
     modified: set[str] = set()
     if previous_details:

@@ -67,7 +67,7 @@ def test_a_long_session_compacts_on_its_own_twice_and_survives_a_failing_summari
     paths = write_notes(env, sid, 30)
     todo = [{"id": "t1", "content": "Read every site log", "status": "in_progress"},
             {"id": "t2", "content": "Summarize the faults per site", "status": "pending"}]
-    env.model.agent_delay_s = 0.25  # a model takes time: the summary arrives within a step or two
+    env.model.agent_delay_s = 0.35  # a model takes time: the summary arrives within a step or two
     env.model.summary_failures = 3  # the first attempt fails (the client retries twice): ask again later
     env.model.script(reply(call("todo", items=todo)), *reads(paths), done("Read all 30 site logs."))
     try:

@@ -279,6 +279,9 @@ def test_file_operations_merge_previous_details() -> None:
     assert "<read-files>\nbrief.xml\nold.md\n</read-files>" in text
     assert "<modified-files>\ndeck.json\ngone.md\nnotes.md\n</modified-files>" in text
     assert c.format_file_operations({"readFiles": [], "modifiedFiles": []}) == ""
+    # without explicit details, the latest compaction entry's are merged
+    earlier = compaction("## Goal\n- x", "e0001", readFiles=["old.md"], modifiedFiles=["gone.md"])
+    assert c.file_operations([earlier, *entries])["modifiedFiles"] == ["deck.json", "gone.md", "notes.md"]
 
 
 # ---------------------------------------------------------------- properties
