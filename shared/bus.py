@@ -84,14 +84,18 @@ def make_broker(redis_url: str, registry: CollectorRegistry | None = None, app_n
 _ENSURED: weakref.WeakKeyDictionary[aioredis.Redis, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
 
-async def ensure_group(client: aioredis.Redis, stream: str, group: str) -> None:
-    """Create the group at id 0 (sees entries published before the first consumer ran)."""
+async def ensure_group(client: aioredis.Redis, stream: str, group: str, *, track: bool = True) -> None:
+    """Create the group at id 0 (sees entries published before the first consumer ran).
+
+    `track`: readiness (`missing_groups`) watches the group from now on; per-session groups (the
+    inboxes) pass False, since a session's streams may legitimately go away."""
     try:
         await client.xgroup_create(stream, group, id="0", mkstream=True)
     except ResponseError as exc:
         if "BUSYGROUP" not in str(exc):
             raise
-    _ENSURED.setdefault(client, set()).add((stream, group))
+    if track:
+        _ENSURED.setdefault(client, set()).add((stream, group))
 
 
 def ensured_groups(client: aioredis.Redis) -> set[tuple[str, str]]:

@@ -65,7 +65,7 @@ class InboxReader:
 
     async def add(self, sid: str) -> list[InboxEntry]:
         """Start reading `sid`; returns entries left pending by earlier holders (to process first)."""
-        await ensure_group(self._client, keys.inbox(sid), GROUP)
+        await ensure_group(self._client, keys.inbox(sid), GROUP, track=False)
         self._sessions.add(sid)
         return await self.claim_pending(sid)
 
@@ -102,7 +102,7 @@ class InboxReader:
             # call. Recreate what is missing (idempotent) so the other sessions keep being served.
             log.warning("inbox_group_recreated", error=str(exc)[:300])
             for sid in sorted(self._sessions):
-                await ensure_group(self._client, keys.inbox(sid), GROUP)
+                await ensure_group(self._client, keys.inbox(sid), GROUP, track=False)
             reply = await self._client.xreadgroup(GROUP, self._consumer, streams, count=count, block=block_ms)
         out: list[InboxEntry] = []
         for stream, entries in reply or []:

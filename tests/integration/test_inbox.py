@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
 from shared import keys
+from shared.bus import ensured_groups
 from shared.contracts.deadletter import DeadLetter
 from shared.contracts.inbox import Barrier, Stop, UserPrompt
 from shared.inbox import GROUP, InboxReader, append
@@ -192,5 +193,7 @@ async def test_a_vanished_inbox_does_not_stop_the_other_sessions(redis_client: a
         entries = await reader.read(block_ms=500)
     assert [e.entry_id for e in entries] == [good]
     assert any(e["event"] == "inbox_group_recreated" for e in logs)
+    # Per-session groups are not watched by readiness: a session's inbox may legitimately go away.
+    assert not [s for s, _ in ensured_groups(redis_client) if s.endswith(":inbox")]
     later = await append(redis_client, Stop(session_id=a))
     assert [e.entry_id for e in await reader.read(block_ms=500)] == [later]
