@@ -1,11 +1,15 @@
 """The bus: FastStream on Redis Streams, with the rules of DESIGN.md "Bus rules".
 
 - groups are created by us at id 0 with MKSTREAM before the broker starts (never at `$`);
-- every subscription is a pair: a reader (`>`), and a claimer (XAUTOCLAIM after `claim_idle_ms`)
-  that retries entries a crashed or failing consumer left pending, up to `max_deliveries`;
-- an entry that does not validate, or that failed `max_deliveries` times, goes to `gamma:deadletter`
-  and is acked, so one poison entry never stops a consumer;
-- handlers raise to leave an entry pending; FastStream acks only after the handler returned.
+- every subscription is a pair: a reader (`>`, batched: up to BATCH_SIZE entries per XREADGROUP, each
+  handled on its own, acked together once their handlers returned), and a claimer (XAUTOCLAIM after
+  `claim_idle_ms`, one entry at a time) that retries entries a crashed or failing consumer left
+  pending, up to `max_deliveries`;
+- an entry that does not validate (or cannot even be parsed), or that failed `max_deliveries` times,
+  goes to `gamma:deadletter` and is acked, so one poison entry never stops a consumer;
+- handlers raise to leave an entry pending; an entry is acked only after its handler returned;
+- `publish` writes FastStream's envelope with the W3C trace context, so a handler runs in its
+  producer's trace; `bench/bus.py` measures all this against raw redis-py.
 """
 
 from __future__ import annotations
