@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -151,11 +152,16 @@ async def publish(broker: RedisBroker, stream: str, message: BaseModel) -> str:
 async def dead_letter(
     client: aioredis.Redis, stream: str, group: str, entry_id: str, fields: dict[Any, Any], error: str, deliveries: int
 ) -> None:
+    readable = {_s(k): _s(v)[:10_000] for k, v in fields.items()}
+    if "__data__" in readable:
+        # FastStream's binary envelope is unreadable as text: keep its JSON body beside it when it decodes.
+        with contextlib.suppress(ValueError, TypeError):
+            readable["__body__"] = json.dumps(decode_fields(fields)[0], ensure_ascii=False)[:10_000]
     record = DeadLetter(
         stream=stream,
         group=group,
         entry_id=entry_id,
-        fields={_s(k): _s(v)[:10_000] for k, v in fields.items()},
+        fields=readable,
         error=error[:2000],
         deliveries=deliveries,
     )
