@@ -102,3 +102,13 @@ DIGEST_DUE = "gamma:digest:due"
 # Sorted set: session id scored by the last lease renewal (ms) of its runtime holder. A session whose
 # score is older than its lease and that has no lease lost its worker; any runtime resumes it.
 RUNTIME_LIVE = "gamma:runtime:live"
+
+
+def compaction_done(sid: str, request_id: str) -> str:
+    """Set by the compaction service in the same script that sends the request's CompactionReady."""
+    return _s(sid) + ":compaction-done:" + request_id
+
+
+def compaction_working(sid: str, request_id: str) -> str:
+    """The compaction service's lock on one request while its model call runs (renewed)."""
+    return _s(sid) + ":compaction-working:" + request_id

@@ -57,12 +57,8 @@ return 0
 """
 
 
-def done_key(sid: str, request_id: str) -> str:
-    return "gamma:{" + sid + "}:compaction-done:" + request_id
-
-
-def working_key(sid: str, request_id: str) -> str:
-    return "gamma:{" + sid + "}:compaction-working:" + request_id
+done_key = keys.compaction_done
+working_key = keys.compaction_working
 
 
 class Metrics:
