@@ -206,7 +206,7 @@ class Session:
         elif isinstance(m, Injection):
             await self.on_injection(entry, m)
         elif isinstance(m, Barrier):
-            if m.wake_id == self.wake_id or not self.barrier_passed:
+            if m.wake_id == self.wake_id:  # a barrier of an earlier wake (claimed from a dead holder) is moot
                 await self._pass_barrier()
             await self.ack(entry.entry_id)
         elif isinstance(m, UiUpdate):
