@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 
 from shared.contracts.inbox import FileWrite
 from shared.disk import atomic_write_bytes, check_size, resolve_workspace_path, session_paths
@@ -65,9 +65,10 @@ async def read_file(path: str, state: SessionState = Depends(owned_session), pro
         return JSONResponse(_listing(workspace.resolve(), target))
     if not target.is_file():
         raise ApiError(404, f"no file {path!r} in the session workspace")
-    data = await asyncio.to_thread(target.read_bytes)
+    # Streamed from disk (an agent-made file may be larger than the write cap); atomic renames mean a
+    # concurrent runtime write is seen whole or not at all.
     media = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-    return Response(data, media_type=media)
+    return FileResponse(target, media_type=media)
 
 
 @router.put("/{sid}/workspace/files/{path:path}", openapi_extra=BINARY_BODY, responses={
