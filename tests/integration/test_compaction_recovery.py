@@ -169,3 +169,28 @@ def test_a_restart_replays_the_compacted_context(env: Env, recovery: Recovery) -
     stored = read_json(session_paths(env.stack.data_dir, sid).todo)
     assert set(re.findall(r'<todo_state revision="(\d+)">', text)) == {str(stored["revision"])}
     assert len(compactions(env, sid)) == 1
+
+
+def test_a_second_compaction_restores_each_owner_once(env: Env, recovery: Recovery) -> None:
+    sid = recovery.sid
+    runs = sum(1 for e in env.d.events(sid) if e["type"] == "agent_end")
+    env.model.script(reply(call("bash", command="printf 'card %s\\n' $(seq 1 400)")), done("More cards built."))
+    env.d.prompt(sid, "Build the remaining cards.")
+    wait_runs(env, sid, runs + 1)
+    compact_now(env, sid, instructions="the remaining cards")
+    wait_phase(env, sid, "applied", n=2)
+    env.model.script(done("Status given."))
+    env.d.prompt(sid, "Status?")
+    wait_runs(env, sid, runs + 2)
+    text = text_of(env.model.requests[-1])
+    first, second = compactions(env, sid)
+    assert text.count(SUMMARY_PREFIX) == 1 and second["summary"] in text and first["summary"] not in text
+    assert text.count("<active_skill>") == 3, "the anchors of the first compaction are not carried twice"
+    for heading in headings().values():
+        assert text.count(heading) == 1
+    stored = read_json(session_paths(env.stack.data_dir, sid).todo)
+    assert set(re.findall(r'<todo_state revision="(\d+)">', text)) == {str(stored["revision"])}
+    # the update keeps what the first summary said and adds what happened since
+    assert "Create a deck about tidal energy for the board meeting." in first["summary"]
+    assert "Create a deck about tidal energy for the board meeting." in second["summary"]
+    assert "Build the ten cards" in second["summary"] and "Build the ten cards" not in first["summary"]
