@@ -69,6 +69,13 @@ class Metrics:
                                  registry=registry, buckets=(0.05, 0.25, 1, 2.5, 5, 10, 30, 60, 120))
 
 
+def _answer(request: CompactionRequest) -> dict[str, Any]:
+    """The fields every answer to `request` repeats."""
+    return dict(session_id=request.session_id, request_id=request.request_id,
+                first_kept_entry_id=request.first_kept_entry_id, upto_entry_id=request.upto_entry_id,
+                tokens_before=request.tokens_before)
+
+
 @dataclass
 class CompactionHandler:
     redis: aioredis.Redis
@@ -91,7 +98,13 @@ class CompactionHandler:
             done = asyncio.Event()
             hold = self._hold(done, sid, rid, token)
             try:
-                ready = await self._compact(request)
+                try:
+                    ready = await self._compact(request)
+                except Exception as exc:  # noqa: BLE001 - e.g. an unreadable transcript: answer, so the
+                    # runtime clears its in-flight request instead of waiting for a retry that fails alike
+                    log.exception("compaction_failed")
+                    self._count("failed")
+                    ready = CompactionReady(**_answer(request), error=f"compaction failed: {exc!r}"[:2000])
                 await self._deliver(ready)
             finally:
                 # Not cancel(): cancelling a redis-py command in flight can leave the task hanging
@@ -114,11 +127,7 @@ class CompactionHandler:
             await asyncio.sleep(self.hold_interval_s)
 
     async def _compact(self, request: CompactionRequest) -> CompactionReady:
-        base: dict[str, Any] = dict(
-            session_id=request.session_id, request_id=request.request_id,
-            first_kept_entry_id=request.first_kept_entry_id, upto_entry_id=request.upto_entry_id,
-            tokens_before=request.tokens_before,
-        )
+        base = _answer(request)
         path = session_paths(self.data_dir, request.session_id).transcript
         entries = parse_entries(await asyncio.to_thread(lambda: list(iter_jsonl(path))))
         try:

@@ -189,3 +189,15 @@ def test_sigkill_mid_request_is_reclaimed_and_answered_once(slow_service: tuple[
     assert len(results(client, sid)) == 1
     assert client.xpending(keys.COMPACTION_REQUESTS, "compaction")["pending"] == 0
     assert client.xlen(keys.DEADLETTER) == 0
+
+
+def test_an_unreadable_transcript_is_answered_with_an_error(service: tuple[Stack, redis.Redis]) -> None:
+    stack, client = service
+    sid = "svc-unreadable"
+    path = session_paths(stack.data_dir, sid).transcript
+    path.mkdir(parents=True)  # a directory where the file should be: reading it fails
+    request = CompactionRequest(session_id=sid, upto_entry_id="a", first_kept_entry_id="a")
+    publish(client, request)
+    (ready,) = wait_results(client, sid)
+    assert ready.error and "compaction failed" in ready.error
+    assert client.xlen(keys.DEADLETTER) == 0
