@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable
@@ -289,11 +290,23 @@ def subscribe(
         dead-lettered and acked at once; an entry whose handler raised stays pending for the claimer.
         """
         raw: Any = broker.context.get_local("message").raw_message
+        ids: list[Any] = raw["message_ids"]
         done: list[bytes] = []
+        touched = time.monotonic()
         try:
-            for entry_id_b, fields in zip(raw["message_ids"], raw[BATCH_ENTRIES], strict=True):
+            for index, (entry_id_b, fields) in enumerate(zip(ids, raw[BATCH_ENTRIES], strict=True)):
                 if not reader.running:
                     break  # shutting down: the rest stays pending and is reclaimed
+                if time.monotonic() - touched > claim_idle_ms / 3000:
+                    # A slow batch: ack what is done, and reset the idle time of the entries still waiting
+                    # here, or the claimer would take them over while this reader is alive and about to
+                    # handle them.
+                    if done:
+                        await client.xack(stream, group, *done)
+                        done.clear()
+                    await client.xclaim(stream, group, consumer, min_idle_time=0, message_ids=ids[index:],
+                                        justid=True)
+                    touched = time.monotonic()
                 entry_id = _s(entry_id_b)
                 try:
                     body, headers = decode_fields(fields)

@@ -3,6 +3,7 @@ graceful shutdown. Fault tests run the consumer as a real process (tests/support
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -197,6 +198,27 @@ async def test_a_failure_inside_a_batch_leaves_only_that_entry_pending(
     failed = [e for e in logs if e["event"] == "handler_failed"]
     assert len(failed) == 1 and "first attempt fails" in failed[0]["error"]
     assert await redis_client.xlen(keys.DEADLETTER) == 0
+
+
+async def test_a_slow_batch_keeps_its_entries_from_the_claimer(redis_url: str, redis_client: aioredis.Redis) -> None:
+    """Entries waiting behind a slow handler in the same batch outlast the claim idle time; the
+    reader keeps them fresh, so the claimer does not hand them out a second time."""
+    stream = new_stream()
+    sent = [Wake(session_id=f"s{i}") for i in range(4)]
+    async with producer(redis_url) as pub:
+        for wake in sent:
+            await publish(pub, stream, wake)
+    calls: list[str] = []
+
+    async def handle(wake: Wake) -> None:
+        calls.append(wake.session_id)
+        await asyncio.sleep(0.5)
+
+    async with consumer(redis_url, redis_client, stream, handle, claim_idle_ms=700):
+        await eventually(lambda: _true(len(calls) >= 4), what="the batch")
+        await eventually(lambda: _zero(pending(redis_client, stream)), what="an empty PEL")
+        await asyncio.sleep(1.0)  # a claimer that had stolen an entry would run it again by now
+    assert calls == [w.session_id for w in sent]
 
 
 # ---------------------------------------------------------------- consumer processes
