@@ -189,11 +189,18 @@ class SessionProtocolController:
             out.append(user)
         return out
 
-    def user_message(self, prompt: UserPrompt, entry_id: str) -> UserMessage:
-        """A prompt that arrives during a run (steer / follow_up): user authority, never parsed for tags."""
+    def busy_turn_messages(self, prompt: UserPrompt, entry_id: str) -> list[AgentMessage]:
+        """A prompt that arrives during a run (steer / follow_up): its sender's client_view, then the
+        user message (user authority, never parsed for tags)."""
+        out: list[AgentMessage] = []
+        if prompt.client_context is not None:
+            view = self._prompt_client_view(prompt)
+            self.next_turn = [m for m in self.next_turn if not self._is_client_view(m)]
+            out.append(view)
         user = UserMessage(content=prompt.message)
         self.prompts[id(user)] = (prompt.prompt_id, entry_id)
-        return user
+        out.append(user)
+        return out
 
     def _is_client_view(self, m: AgentMessage) -> bool:
         return isinstance(m, CustomMessage) and m.custom_type == "gamma.client_view"

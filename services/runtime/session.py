@@ -242,8 +242,8 @@ class Session:
                 await self.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
                 await self.ack(entry.entry_id)
                 return
-            user = self.protocol.user_message(m, entry.entry_id)
-            (self.agent.follow_up if m.on_busy == "follow_up" else self.agent.steer)(user)
+            for message in self.protocol.busy_turn_messages(m, entry.entry_id):
+                (self.agent.follow_up if m.on_busy == "follow_up" else self.agent.steer)(message)
             return
         self.start_run(self.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id,
                                                                    restore_todo=True)))

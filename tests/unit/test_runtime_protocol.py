@@ -160,3 +160,13 @@ async def test_lost_guard_blocks_every_append(tmp_path: Path) -> None:
         await t.append_message(UserMessage(content="x"))
     assert not (tmp_path / "t.jsonl").exists()
     await asyncio.sleep(0)
+
+
+async def test_busy_prompt_brings_its_own_client_view(tmp_path: Path) -> None:
+    c = controller(tmp_path)
+    c.route_update(inj("client_view", "v1", "<client_view>old</client_view>", source="client"), "e1")
+    prompt = UserPrompt(session_id="s", message="also this", client_context=PromptClientContext(locale="it-IT"))
+    msgs = c.busy_turn_messages(prompt, "e2")
+    assert [m.role for m in msgs] == ["custom", "user"] and "it-IT" in msgs[0].content  # type: ignore[union-attr]
+    assert c.next_turn == [] and c.pending[id(msgs[0])].entry_ids == ["e1"]
+    assert c.prompts[id(msgs[1])] == (prompt.prompt_id, "e2")
