@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
+import structlog
 from fastapi import FastAPI
 from pydantic import BaseModel
 
@@ -19,6 +21,8 @@ from .prompt import VARIANTS, build_system_prompt
 from .scripted import ScriptedGamma
 from .skills import load_skills
 from .worker import Worker
+
+SHUTDOWN_S = 20.0
 
 
 def skills_dir() -> Path:
@@ -49,8 +53,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         worker.start()
 
     async def stop() -> None:
-        # SIGTERM: persist every session and release its lease before the broker goes away.
-        await worker.shutdown()
+        # SIGTERM: persist every session and release its lease before the broker goes away. Bounded:
+        # a stuck close must not keep the pod alive (its sessions are then resumed as orphans).
+        try:
+            await asyncio.wait_for(worker.shutdown(), SHUTDOWN_S)
+        except TimeoutError:
+            structlog.get_logger().error("worker_shutdown_timeout", sessions=list(worker.sessions))
         await broker.stop()
 
     app = FastAPI(title="gamma-runtime", lifespan=service_lifespan(ctx, start, stop))

@@ -413,11 +413,9 @@ class Session:
         tasks = [t for t in (self.run_task, *self.subagents) if t is not None and not t.done()]
         for t in tasks:
             t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self.closed = True
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)  # bounded: shutdown must never hang on one task
+        self.closed = True  # also ends process_forever's loop if its cancel is lost in a timeout race
         if self.loop_task is not None and self.loop_task is not asyncio.current_task():
             self.loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.loop_task
+            await asyncio.wait({self.loop_task}, timeout=5.0)

@@ -35,6 +35,7 @@ from .skills import Skill
 from .tokens import TokenCounter
 
 log = structlog.get_logger()
+STOP_WAIT_S = 5.0
 
 
 class Worker:
@@ -50,6 +51,7 @@ class Worker:
         self.sessions: dict[str, Session] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
         self.counter = TokenCounter()
         self.model_client = model_client
         self.skills = skills
@@ -119,7 +121,7 @@ class Worker:
     # ------------------------------------------------------------ loops
 
     async def _read_loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 entries = await self.reader.read(block_ms=500)
             except asyncio.CancelledError:
@@ -137,7 +139,7 @@ class Worker:
 
     async def _house_loop(self) -> None:
         interval = max(self.settings.lease_ms / 3000, 0.2)
-        while True:
+        while not self._stopping:
             await asyncio.sleep(interval)
             try:
                 await self._housekeep()
@@ -164,7 +166,7 @@ class Worker:
     async def _orphan_loop(self) -> None:
         """Resume sessions whose worker died (no lease, stale renewal): the run it had goes on here.
         Lease.acquire is atomic, so when several workers try, exactly one wins."""
-        while True:
+        while not self._stopping:
             await asyncio.sleep(max(self.settings.lease_ms / 1000, 1.0))
             try:
                 stale = await self.client.zrangebyscore(keys.RUNTIME_LIVE, "-inf", now_ms() - 2 * self.settings.lease_ms)
@@ -214,14 +216,19 @@ class Worker:
                 log.warning("lease_lost_at_close", session_id=sid)
 
     async def shutdown(self) -> None:
-        for t in self._tasks:
+        log.info("worker_stopping", sessions=len(self.sessions))
+        self._stopping = True  # the loops also check this: a cancel swallowed by a timeout race
+        for t in self._tasks:  # (wait_for / redis-py) must not keep a loop alive
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=STOP_WAIT_S)
+            if pending:
+                log.warning("worker_loops_not_stopped", tasks=[t.get_name() for t in pending])
+        log.info("worker_loops_stopped")
         for sid in list(self.sessions):
             with contextlib.suppress(Exception):
                 await self.close(sid, "shutdown")
+        log.info("worker_stopped")
 
     def snapshot(self) -> dict[str, Any]:
         return {sid: {"running": s.running, "fence": s.lease.fence} for sid, s in self.sessions.items()}
