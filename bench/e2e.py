@@ -200,6 +200,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         settled = await asyncio.gather(*(flush(client, rec, r, args.flush_s) for rec in records))
         digest_current = {rec.sid: await digest_revisions(r, rec.sid) for rec in records}
         undelivered = {rec.sid: await durable_undelivered(r, rec.sid) for rec in records}
+        seen = {rec.sid: await digest_revisions(r, rec.sid, "seen") for rec in records}
         wakes = await wake_latencies(r, records)
         delivery = await delivery_latencies(r, records, data_dir)
         memory = {"peak_mb": {k: round(v / 2**20, 1) for k, v in sampler.peak.items()},
@@ -212,7 +213,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         redis_proc.terminate()
     audit = Audit()
     for rec in records:
-        audit_session(rec, data_dir / "sessions" / rec.sid, audit, digest_current.get(rec.sid, {}), undelivered.get(rec.sid))
+        audit_session(rec, data_dir / "sessions" / rec.sid, audit, digest_current.get(rec.sid, {}), undelivered.get(rec.sid),
+                      seen.get(rec.sid))
     ops = sum(len(rec.prompts) + len(rec.notifications) + sum(len(v) for v in rec.edits.values()) for rec in records)
     prompt_lat = client.stats.latencies.get("prompt_answer", [])
     result = {
@@ -231,6 +233,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "memory": memory,
         "settled_sessions": sum(settled),
         "audit": {**audit.summary(), "loss_examples": audit.losses[:10], "stuck_examples": audit.stuck[:10],
+                  "misacknowledged_examples": audit.misacknowledged[:10],
                   "duplicate_examples": audit.duplicates[:10],
                   "corrupt_examples": audit.corrupt[:10]},
     }
@@ -254,12 +257,13 @@ def main() -> None:
     a = result["audit"]
     print(f"audit: {a['sessions']} sessions, {a['entries_checked']} entries, {a['prompts_checked']} prompts, "
           f"{a['notifications_checked']} notifications, {a['artifact_changes_checked']} artifact edits; "
-          f"losses {a['losses']}, stuck undelivered {a['stuck_undelivered']}, duplicates {a['duplicates']}, "
+          f"losses {a['losses']}, stuck undelivered {a['stuck_undelivered']}, misacknowledged {a['misacknowledged']}, "
+          f"duplicates {a['duplicates']}, "
           f"corrupt {a['corrupt']}")
-    for key in ("loss_examples", "stuck_examples", "duplicate_examples", "corrupt_examples"):
+    for key in ("loss_examples", "stuck_examples", "misacknowledged_examples", "duplicate_examples", "corrupt_examples"):
         for line in a[key]:
             print(" ", key.split("_")[0], line)
-    clean = a["losses"] == 0 and a["stuck_undelivered"] == 0 and a["duplicates"] == 0 and a["corrupt"] == 0
+    clean = not (a["losses"] or a["stuck_undelivered"] or a["misacknowledged"] or a["duplicates"] or a["corrupt"])
     sys.exit(0 if clean else 1)
 
 

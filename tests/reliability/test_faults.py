@@ -92,6 +92,7 @@ def test_faults(tmp_path: Path) -> None:
 
         digest_current: dict[str, dict[str, int]] = {}
         stuck: dict[str, set[str]] = {}
+        seen: dict[str, dict[str, int]] = {}
 
         async def main() -> list[SessionRecord]:
             rclient = aioredis.from_url(redis_proc.url + "/0")
@@ -104,6 +105,7 @@ def test_faults(tmp_path: Path) -> None:
                 for r in records:
                     digest_current[r.sid] = await digest_revisions(rclient, r.sid)
                     stuck[r.sid] = await durable_undelivered(rclient, r.sid)
+                    seen[r.sid] = await digest_revisions(rclient, r.sid, "seen")
                 return records
             finally:
                 await client.aclose()
@@ -116,7 +118,8 @@ def test_faults(tmp_path: Path) -> None:
         cluster.stop()
         redis_proc.stop()
     for rec in records:
-        audit_session(rec, data_dir / "sessions" / rec.sid, audit, digest_current.get(rec.sid, {}), stuck.get(rec.sid))
+        audit_session(rec, data_dir / "sessions" / rec.sid, audit, digest_current.get(rec.sid, {}), stuck.get(rec.sid),
+                      seen.get(rec.sid))
     elapsed = time.monotonic() - started
     summary = {
         "seed": seed,
@@ -132,11 +135,12 @@ def test_faults(tmp_path: Path) -> None:
     }
     print("\nFAULT REPORT " + json.dumps(summary, indent=2))
     print("\n".join(report.events))
-    for kind, problems in (("LOSS", audit.losses), ("STUCK", audit.stuck), ("DUPLICATE", audit.duplicates),
-                           ("CORRUPT", audit.corrupt)):
+    for kind, problems in (("LOSS", audit.losses), ("STUCK", audit.stuck), ("MISACKED", audit.misacknowledged),
+                           ("DUPLICATE", audit.duplicates), ("CORRUPT", audit.corrupt)):
         for problem in problems[:15]:
             print(kind, problem)
     details = {**summary, "events": report.events, "losses": audit.losses, "stuck": audit.stuck,
+               "misacknowledged": audit.misacknowledged,
                "duplicates": audit.duplicates,
                "corrupt": audit.corrupt, "records": [dataclasses.asdict(r) for r in records]}
     (tmp_path / "report.json").write_text(json.dumps(details, indent=2))
@@ -147,8 +151,8 @@ def test_faults(tmp_path: Path) -> None:
     assert report.stale_publishes == 0
     assert report.redis_restarts == 1
     assert audit.prompts_checked > 0 and audit.notifications_checked > 0 and audit.artifact_changes_checked > 0
-    # Lost for good (acknowledged, and nowhere in Redis or on disk), torn files, forked transcripts,
-    # a prompt or an injection recorded twice: always failures.
+    # Lost for good (acknowledged, and nothing in Redis or on disk still knows it is undelivered), torn
+    # files, forked transcripts, a prompt or an injection recorded twice: always failures.
     assert audit.losses == []
     assert audit.corrupt == []
     unknown = [d for d in audit.duplicates if not any(sig in d for sig in KNOWN_DUPLICATES)]
@@ -156,8 +160,10 @@ def test_faults(tmp_path: Path) -> None:
     assert elapsed < 240
     # Diagnosed defects of other services (see KNOWN_DUPLICATES and Audit.stuck): reported as an
     # expected failure until they are fixed, a hard failure with GAMMA_FAULTS_STRICT=1.
-    known = audit.stuck + [d for d in audit.duplicates if d not in unknown]
+    known = audit.stuck + audit.misacknowledged + [d for d in audit.duplicates if d not in unknown]
     if known and not STRICT:
         pytest.xfail(f"{len(known)} known issues: {len(audit.stuck)} acknowledged items stuck undelivered, "
-                     f"{len(known) - len(audit.stuck)} known duplicate kinds; first: {known[0]}")
+                     f"{len(audit.misacknowledged)} revisions marked seen but never shown, "
+                     f"{len(known) - len(audit.stuck) - len(audit.misacknowledged)} known duplicate kinds; "
+                     f"first: {known[0]}")
     assert known == []

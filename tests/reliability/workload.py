@@ -302,6 +302,9 @@ class Audit:
     # lease holder and never acknowledged (handed over only with the session's next holder), or a
     # change the digest keeps as an unsent note. Not lost; stuck.
     stuck: list[str] = field(default_factory=list)
+    # Never delivered, yet the digest's `seen` is past them: something acknowledged revisions the agent
+    # was never shown (a recorded injection reported a later to_revision than the one it carried).
+    misacknowledged: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)
 
@@ -314,7 +317,8 @@ class Audit:
             "sessions": self.sessions, "entries_checked": self.entries_checked, "prompts_checked": self.prompts_checked,
             "notifications_checked": self.notifications_checked,
             "artifact_changes_checked": self.artifact_changes_checked, "files_checked": self.files_checked,
-            "losses": len(self.losses), "stuck_undelivered": len(self.stuck), "duplicates": len(self.duplicates),
+            "losses": len(self.losses), "stuck_undelivered": len(self.stuck),
+            "misacknowledged": len(self.misacknowledged), "duplicates": len(self.duplicates),
             "corrupt": len(self.corrupt),
         }
 
@@ -361,13 +365,19 @@ def artifact_spans(injections: list[dict[str, Any]], ref: str) -> list[tuple[int
 
 
 def audit_session(rec: SessionRecord, session_dir: Path, audit: Audit, digest_current: dict[str, int],
-                  pending: set[str] | None = None) -> None:
+                  pending: set[str] | None = None, digest_seen: dict[str, int] | None = None) -> None:
     """`digest_current`: ref -> the digest's current revision (Redis `gamma:{sid}:revisions`);
     `pending`: what Redis holds for the session undelivered (`durable_undelivered`)."""
     pending = pending or set()
+    digest_seen = digest_seen or {}
 
-    def lost(key: str, text: str) -> None:
-        (audit.stuck if key in pending else audit.losses).append(text)
+    def lost(key: str, text: str, upto: int | None = None) -> None:
+        if key in pending:
+            audit.stuck.append(text)
+        elif upto is not None and digest_seen.get(key, -1) >= upto:
+            audit.misacknowledged.append(text)
+        else:
+            audit.losses.append(text)
 
     audit.sessions += 1
     entries = read_transcript_file(session_dir / "transcript.jsonl", audit)
@@ -417,10 +427,10 @@ def audit_session(rec: SessionRecord, session_dir: Path, audit: Audit, digest_cu
                 # Another entry already told the agent about revisions lo..covered.
                 audit.duplicates.append(f"{rec.sid}: {ref} digest {lo}..{hi} overlaps what was recorded (up to {covered})")
             elif lo > covered:
-                lost(ref, f"{rec.sid}: {ref} revisions {covered}..{lo} never delivered")
+                lost(ref, f"{rec.sid}: {ref} revisions {covered}..{lo} never delivered", lo)
             covered = max(covered, hi)
         if covered < current:
-            lost(ref, f"{rec.sid}: {ref} revisions {covered}..{current} never delivered")
+            lost(ref, f"{rec.sid}: {ref} revisions {covered}..{current} never delivered", current)
     audit_json_files(session_dir, audit)
 
 
@@ -480,10 +490,15 @@ async def durable_undelivered(client: aioredis.Redis, sid: str) -> set[str]:
     return found
 
 
-async def digest_revisions(client: aioredis.Redis, sid: str) -> dict[str, int]:
-    """ref -> `current` of the digest's RefState (the revision numbering the injections use)."""
+async def digest_revisions(client: aioredis.Redis, sid: str, field_name: str = "current") -> dict[str, int]:
+    """ref -> `current` (or `seen`) of the digest's RefState (the revision numbering the injections use)."""
     raw = await client.hgetall(keys.revisions(sid))
-    return {(k.decode() if isinstance(k, bytes) else k): int(json.loads(v)["current"]) for k, v in raw.items()}
+    out = {}
+    for k, v in raw.items():
+        value = json.loads(v).get(field_name)
+        if value is not None:
+            out[k.decode() if isinstance(k, bytes) else k] = int(value)
+    return out
 
 
 async def flush(client: LoadClient, rec: SessionRecord, redis_client: aioredis.Redis, deadline_s: float) -> bool:
