@@ -132,28 +132,32 @@ def test_fixtures_start_a_redis_server_when_nothing_answers_at_redis_url(tmp_pat
     assert not redis_answers(url)  # stopped when the test process exited
 
 
-def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
-    """`kill -9` of the stack runner (no chance to clean up): every service and the embedded Redis
-    still go, because each child asked Linux for SIGTERM on its parent's death."""
+def test_children_die_with_a_killed_supervisor(tmp_path: Path, redis_url: str) -> None:
+    """The other Redis path (REDIS_URL answers: no embedded Redis), and `kill -9` of the stack runner
+    (no chance to clean up): every service still goes, because each child asked Linux for SIGTERM on
+    its parent's death."""
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG is Linux-only")
     ports = {name: free_port() for name in PORT_VARS}
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "MAKEFLAGS")}
     env.update({var: str(ports[name]) for name, var in PORT_VARS.items()})
-    env.update(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0", GAMMA_DATA_DIR=str(tmp_path / "data"),
-               PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "services.stack"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    env.update(REDIS_URL=redis_url, GAMMA_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "services.stack"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
     tree: dict[int, str] = {}
     try:
-        deadline = time.monotonic() + 150
-        while readyz(ports["proxy"]) != 200:
-            assert proc.poll() is None and time.monotonic() < deadline, "the stack did not become ready"
-            time.sleep(0.2)
+        assert proc.stdout is not None
+        printed = []
+        while not any(f"127.0.0.1:{ports['proxy']}/" in line for line in printed):
+            line = proc.stdout.readline()  # bounded by pytest-timeout if the stack hangs
+            assert line, f"the stack exited before it was ready: {printed}"
+            printed.append(line)
+        assert not any("embedded Redis" in line for line in printed), printed  # REDIS_URL answered
+        assert readyz(ports["proxy"]) == 200
         tree = descendants(proc.pid)
         for name in PORT_VARS:
             assert any(cmd.endswith(f"-m services.{name}") for cmd in tree.values()), tree
-        assert any("redis-server" in cmd for cmd in tree.values()), tree
+        assert not any("redis-server" in cmd for cmd in tree.values()), tree  # REDIS_URL answered
         proc.kill()
         proc.wait(timeout=10)
         gone_by = time.monotonic() + 40
