@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from openai import AsyncOpenAI
@@ -65,6 +65,9 @@ from .writes import WriteHandlers
 
 log = structlog.get_logger()
 BARRIER_WAIT_S = 3.0
+# What a run starts from: new messages, None (continue the context as it is: an interrupted run),
+# or "queued" (the Agent's steer / follow-up queues).
+RunInput = list[AgentMessage] | Literal["queued"] | None
 
 
 @dataclass
@@ -283,23 +286,50 @@ class Session:
     def start_run(self, messages: list[AgentMessage] | None) -> None:
         if self.running:
             for m in messages or []:
-                self.agent.steer(m)
+                self.agent.steer(m)  # the run task takes them before it ends (`_left_to_run`)
             return
         self.run_task = asyncio.ensure_future(self._run(messages))
 
-    async def _run(self, messages: list[AgentMessage] | None) -> None:
+    async def _run(self, messages: RunInput) -> None:
+        """One run task. When a run ends it starts the next one itself while anything is left to do
+        (Pi: after a run, queued steering or follow-ups continue with another run). Messages that
+        arrive after the loop stopped polling but before this task ends (during the `running` key
+        delete, the status event, a deferred compaction) see `running` still true and are queued, so
+        the check below, with no await between it and the task's end, is what picks them up."""
+        while await self._run_once(messages):
+            next_input = self._left_to_run()
+            if next_input is None:
+                return
+            messages = next_input
+
+    def _left_to_run(self) -> RunInput | None:
+        """What a finished run leaves queued: the Agent's steer / follow-up queues (prompts and
+        injections steered into the run), else steer / follow-up injections the protocol holds for
+        an idle session, which start a turn only for an active task (seed: "Delivery policy")."""
+        if self.closed or self.lease.lost:
+            return None
+        if self.agent.has_queued():
+            return "queued"
+        if self.todo.has_active_task and self.protocol.take_idle_peek():
+            return self.protocol.take_idle()
+        return None
+
+    async def _run_once(self, messages: RunInput) -> bool:
+        """One agent run; False when the session must not run again (the lease is gone)."""
         await self.deps.client.set(keys.running(self.sid), "1", px=self.deps.settings.lease_ms)
         await self.outbox.event("status", {"status": "live", "running": True, "fence": self.lease.fence})
         try:
-            if messages is None:
+            if messages == "queued":
+                await self.agent.run_queued()
+            elif messages is None:
                 await self.agent.continue_()
             else:
                 await self.agent.prompt(messages)
             while self.agent.has_queued() and not self.closed:
-                await self.agent.continue_()  # a steer that arrived as the loop stopped
+                await self.agent.run_queued()  # a steer that arrived as the loop stopped
         except LeaseLost:
             log.warning("lease_lost_during_run", session_id=self.sid)
-            return
+            return False
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - the worker survives a broken run
@@ -314,8 +344,11 @@ class Session:
                     await self.outbox.event("status", {"status": "live", "running": False,
                                                        "fence": self.lease.fence})
         if self.compactor is not None and not self.closed and not self.lease.lost:
-            with contextlib.suppress(LeaseLost):
+            try:
                 await self.compactor.after_run()
+            except LeaseLost:
+                return False
+        return True
 
     async def emit(self, event: AgentEvent) -> None:
         """Engine events: persist on message_end (before publishing), then publish."""

@@ -117,6 +117,18 @@ class Agent:
             return await self.prompt(queued)
         return await self._guarded(run_loop_continue(self.context, self.config, self._emit))
 
+    async def run_queued(self) -> list[AgentMessage]:
+        """Pi's rule after a run ends: queued steering starts the next run, else the queued follow-ups
+        do (more follow-ups stay queued; the loop takes them when it would stop). The queued messages
+        are prompted, never a bare continue: a run that ended on a terminating batch stays ended for
+        the model until the new messages are in its context."""
+        if self._running:
+            raise AgentBusy("the agent is already running")
+        queued = _take(self._steer, self.steering_mode) or _take(self._follow, self.follow_up_mode)
+        if not queued:
+            return []
+        return await self.prompt(queued)
+
     def abort(self) -> None:
         self.config.signal.set()
 

@@ -1,0 +1,128 @@
+"""Messages that arrive as a run ends are not stranded (Pi: after a run, queued steering or follow-ups
+continue with another run), while the seed's rule holds: a steer on an idle session starts a turn
+only for an active task. In-process runtime, real Redis, scripted model: the hook delivers the inbox
+entry exactly after the agent loop stopped and before the run task finished."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from services.runtime.session import Session
+from shared import keys
+from shared.contracts.inbox import InboxMessage, Injection, UserPrompt
+from shared.contracts.injection import RuntimeInjection
+from tests.integration.runtime_inproc import InProc, inproc_worker
+from tests.integration.runtime_support import call, done, kinds, script, transcript
+
+
+async def until(pred: Callable[[], bool], within_s: float = 10.0) -> bool:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while asyncio.get_running_loop().time() < deadline:
+        if pred():
+            return True
+        await asyncio.sleep(0.02)
+    return pred()
+
+
+def at_run_end(inp: InProc, session: Session, message: InboxMessage, routed: Callable[[], bool]) -> list[bool]:
+    """Append `message` when the first run announces `running: false` (the loop has stopped, the
+    run task has not finished) and wait there until the session has routed it."""
+    original = session.outbox.event
+    fired: list[bool] = []
+
+    async def hooked(type_: Any, data: dict[str, Any] | None = None, also: Any = None) -> str:
+        entry = await original(type_, data, also)
+        if type_ == "status" and data and data.get("running") is False and not fired:
+            fired.append(await _deliver())
+        return entry
+
+    async def _deliver() -> bool:
+        await inp.append(message)
+        return await until(routed, 5.0)
+
+    session.outbox.event = hooked  # type: ignore[method-assign]
+    return fired
+
+
+def steer(sid: str, source_id: str) -> Injection:
+    return Injection(session_id=sid, injection=RuntimeInjection(kind="system_update", content="import finished"),
+                     source="notification", source_id=source_id)
+
+
+def queued(session: Session, source_id: str) -> Callable[[], bool]:
+    return lambda: any(p.source_id == source_id for p in session.protocol.pending.values())
+
+
+async def runs(inp: InProc, sid: str) -> int:
+    return len(await inp.events(sid, "agent_end"))
+
+
+async def settled(inp: InProc, session: Session, n_runs: int) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while loop.time() < deadline:
+        if not session.running and await runs(inp, session.sid) >= n_runs:
+            return
+        await asyncio.sleep(0.05)
+
+
+async def pending(inp: InProc, sid: str) -> int:
+    return int((await inp.redis.xpending(keys.inbox(sid), keys.RUNTIME_GROUP))["pending"])
+
+
+TODO = [{"id": "t1", "content": "Import the slides", "status": "in_progress"}]
+
+
+async def test_steer_arriving_as_the_run_ends_starts_a_run_for_an_active_task(redis_url: str, data_dir: Path) -> None:
+    async with inproc_worker(redis_url, data_dir) as inp:
+        sid = "strand1"
+        session = await inp.live(sid)
+        fired = at_run_end(inp, session, steer(sid, "n-late-1"), queued(session, "n-late-1"))
+        await inp.append(UserPrompt(session_id=sid, message=script({"tool_calls": [call("todo", items=TODO)]},
+                                                                   done("started"))))
+        await settled(inp, session, 2)
+        assert fired == [True], "the injection was routed inside the window"
+        k = kinds(transcript(data_dir, sid))
+        assert k[-4:] == ["toolResult", "gamma.system_update", "assistant", "toolResult"], k
+        assert await runs(inp, sid) == 2
+        answer = [m["message"] for m in await inp.events(sid, "message_user")][-1]
+        assert "system_update" in str(answer)
+        assert await pending(inp, sid) == 0
+
+
+async def test_prompt_steered_as_the_run_ends_gets_its_own_run(redis_url: str, data_dir: Path) -> None:
+    async with inproc_worker(redis_url, data_dir) as inp:
+        sid = "strand2"
+        session = await inp.live(sid)
+        late = UserPrompt(session_id=sid, message="one more thing", on_busy="steer")
+        fired = at_run_end(inp, session, late, session.agent.has_queued)
+        await inp.append(UserPrompt(session_id=sid, message=script(done("first"))))
+        await settled(inp, session, 2)
+        assert fired == [True]
+        entries = transcript(data_dir, sid)
+        users = [e for e in entries if e["type"] == "message" and e["message"]["role"] == "user"]
+        assert [u.get("promptId") for u in users][-1] == late.prompt_id
+        assert kinds(entries)[-3:] == ["user", "assistant", "toolResult"]
+        assert "one more thing" in json.dumps(await inp.events(sid, "message_user"))
+        assert await pending(inp, sid) == 0
+
+
+async def test_steer_arriving_as_the_run_ends_waits_without_an_active_task(redis_url: str, data_dir: Path) -> None:
+    async with inproc_worker(redis_url, data_dir) as inp:
+        sid = "strand3"
+        session = await inp.live(sid)
+        fired = at_run_end(inp, session, steer(sid, "n-late-3"), queued(session, "n-late-3"))
+        await inp.append(UserPrompt(session_id=sid, message=script(done("first"))))
+        await settled(inp, session, 1)
+        await asyncio.sleep(0.5)
+        assert fired == [True]
+        assert await runs(inp, sid) == 1, "no active task: the steer waits for the next user turn"
+        assert "gamma.system_update" not in kinds(transcript(data_dir, sid))
+        await inp.append(UserPrompt(session_id=sid, message="next"))
+        await settled(inp, session, 2)
+        k = kinds(transcript(data_dir, sid))
+        assert k[-4:] == ["gamma.system_update", "user", "assistant", "toolResult"], k
