@@ -2,6 +2,12 @@
 
 Nested objects are Y.Map and lists Y.Array, so the client and the agent merge per field. The JSON
 snapshot (`state.json`) is `state.to_py()` with integral floats turned back into ints.
+
+The document is rebuilt from `state.json` with `shared.uidoc.doc_from_snapshot`, the same function the
+proxy uses for a dormant `GET /ui`: a client that seeded its document from those bytes shares every
+item with ours, so its incremental updates still integrate after the wake. Our own edits then use a
+fresh random client id, so they can never collide with items another rebuild of the same snapshot
+(the proxy's, an earlier wake's) made under the content-derived id.
 """
 
 from __future__ import annotations
@@ -11,17 +17,18 @@ from typing import Any
 
 from pycrdt import Array, Doc, Map
 
-from shared.contracts.ui import SCHEMA_VERSION
+from shared.contracts.ui import SCHEMA_VERSION, SessionUIState
+from shared.uidoc import ROOT, doc_from_snapshot, to_shared
 
-ROOT = "state"
+
+def default_snapshot() -> dict[str, Any]:
+    """What the proxy serves for a session without `state.json` (its `default_snapshot`)."""
+    dumped = SessionUIState().model_dump(mode="json", by_alias=True)
+    assert isinstance(dumped, dict)
+    return dumped
 
 
-def _to_shared(value: Any) -> Any:
-    if isinstance(value, dict):
-        return Map({k: _to_shared(v) for k, v in value.items()})
-    if isinstance(value, list):
-        return Array([_to_shared(v) for v in value])
-    return value
+_MISSING = object()
 
 
 def _normalize(value: Any) -> Any:
@@ -42,10 +49,11 @@ class UiDoc:
     @classmethod
     def from_snapshot(cls, snapshot: dict[str, Any] | None) -> UiDoc:
         ui = cls()
-        with ui.doc.transaction(origin="restore"):
-            for key, value in (snapshot or {}).items():
-                ui.state[key] = _to_shared(value)
-            if "schemaVersion" not in ui.state:
+        base = doc_from_snapshot(snapshot if snapshot is not None else default_snapshot())
+        ui.doc.apply_update(base.get_update())  # the same items, ids included; our own client id
+        ui.state = ui.doc.get(ROOT, type=Map)
+        if "schemaVersion" not in ui.state:
+            with ui.doc.transaction(origin="restore"):
                 ui.state["schemaVersion"] = SCHEMA_VERSION
         return ui
 
@@ -62,6 +70,23 @@ class UiDoc:
         """
         before = self.doc.get_state()
         self.doc.apply_update(update)
+        if self.doc.get_state() == before:
+            return b""
+        return bytes(self.doc.get_update(before))
+
+    def apply_snapshot(self, snapshot: dict[str, Any]) -> bytes:
+        """Make the document equal a (validated) snapshot: the top-level keys that differ are written,
+        keys the snapshot lacks removed, all in one transaction. Returns the update (empty: no change).
+        For clients that send only snapshots: their state still reaches the live document."""
+        current = self.snapshot()
+        target = _normalize(snapshot)
+        before = self.doc.get_state()
+        with self.doc.transaction(origin="client-snapshot"):
+            for key in [k for k in current if k not in target]:
+                del self.state[key]
+            for key in sorted(target):
+                if current.get(key, _MISSING) != target[key]:
+                    self.state[key] = to_shared(snapshot[key])
         if self.doc.get_state() == before:
             return b""
         return bytes(self.doc.get_update(before))
@@ -104,7 +129,7 @@ class UiDoc:
         """The agent's question form becomes the one activeForm (a new one replaces an open one)."""
         before = self.doc.get_state()
         with self.doc.transaction(origin="agent"):
-            self.state["activeForm"] = _to_shared(form)
+            self.state["activeForm"] = to_shared(form)
         return bytes(self.doc.get_update(before))
 
     def answered_form(self) -> dict[str, Any] | None:

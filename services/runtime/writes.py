@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from shared import keys
 from shared.contracts.documents import Deck, StoredDeck, merge_cards
 from shared.contracts.inbox import DocumentEdit, FileWrite, UiUpdate
+from shared.contracts.ui import SessionUIState
 from shared.disk import (
     DiskError,
     atomic_write_bytes,
@@ -22,6 +23,7 @@ from shared.disk import (
     resolve_workspace_path,
 )
 from shared.inbox import InboxEntry
+from shared.uidoc import normalize
 
 from .forms import deliver_answered_form
 
@@ -44,12 +46,27 @@ class WriteHandlers:
         await self.s.outbox.reply(request_id, status, body)
 
     async def ui_update(self, entry: InboxEntry, m: UiUpdate) -> None:
+        """Merge the client's Yjs update. When it changes nothing but carries a snapshot (a client that
+        speaks snapshots only), the snapshot is applied instead, validated first (422)."""
+        snapshot: dict[str, Any] | None = None
+        if m.snapshot is not None:
+            try:
+                state = SessionUIState.model_validate(normalize(m.snapshot))
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err.get("loc", ()))
+                await self._answer(entry, m.request_id, 422, {
+                    "error": f"snapshot is not a valid SessionUIState: {where}: {err.get('msg')}"})
+                return
+            snapshot = state.model_dump(mode="json", by_alias=True)
         try:
             raw = base64.b64decode(m.update, validate=True)
             update = self.s.ui.apply_update(raw)
         except (binascii.Error, ValueError, RuntimeError) as exc:
             await self._answer(entry, m.request_id, 400, {"error": f"invalid Yjs update: {exc}"})
             return
+        if not update and snapshot is not None:
+            update = self.s.ui.apply_snapshot(snapshot)
         await self.s.persist_ui()
         await self.publish_ui(update)
         await self._answer(entry, m.request_id, 200, {"snapshot": self.s.ui.snapshot(),
