@@ -46,6 +46,7 @@ from tests.reliability.workload import (  # noqa: E402
     LoadClient,
     SessionRecord,
     audit_session,
+    digest_backlog,
     digest_revisions,
     durable_undelivered,
     entry_time,
@@ -199,7 +200,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rewake_s = time.monotonic() - t1
         settled = await asyncio.gather(*(flush(client, rec, r, args.flush_s) for rec in records))
         digest_current = {rec.sid: await digest_revisions(r, rec.sid) for rec in records}
-        undelivered = {rec.sid: await durable_undelivered(r, rec.sid) for rec in records}
+        backlog = await digest_backlog(r)
+        undelivered = {rec.sid: await durable_undelivered(r, rec.sid) | backlog.get(rec.sid, set()) for rec in records}
         seen = {rec.sid: await digest_revisions(r, rec.sid, "seen") for rec in records}
         wakes = await wake_latencies(r, records)
         delivery = await delivery_latencies(r, records, data_dir)
@@ -263,7 +265,8 @@ def main() -> None:
     for key in ("loss_examples", "stuck_examples", "misacknowledged_examples", "duplicate_examples", "corrupt_examples"):
         for line in a[key]:
             print(" ", key.split("_")[0], line)
-    clean = not (a["losses"] or a["stuck_undelivered"] or a["misacknowledged"] or a["duplicates"] or a["corrupt"])
+    clean = not (a["losses"] or a["stuck_undelivered"] or a["misacknowledged"] or a["stale_writes"] or a["duplicates"]
+                 or a["corrupt"])
     sys.exit(0 if clean else 1)
 
 

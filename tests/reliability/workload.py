@@ -305,6 +305,9 @@ class Audit:
     # Never delivered, yet the digest's `seen` is past them: something acknowledged revisions the agent
     # was never shown (a recorded injection reported a later to_revision than the one it carried).
     misacknowledged: list[str] = field(default_factory=list)
+    # A transcript line written after a newer holder's lines but stamped before them: a paused worker
+    # that passed its lease check, was stopped, and appended once resumed (and the fork it causes).
+    stale_writes: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)
 
@@ -318,7 +321,7 @@ class Audit:
             "notifications_checked": self.notifications_checked,
             "artifact_changes_checked": self.artifact_changes_checked, "files_checked": self.files_checked,
             "losses": len(self.losses), "stuck_undelivered": len(self.stuck),
-            "misacknowledged": len(self.misacknowledged), "duplicates": len(self.duplicates),
+            "misacknowledged": len(self.misacknowledged), "stale_writes": len(self.stale_writes), "duplicates": len(self.duplicates),
             "corrupt": len(self.corrupt),
         }
 
@@ -342,9 +345,15 @@ def read_transcript_file(path: Path, audit: Audit) -> list[dict[str, Any]]:
     for eid, n in ids.items():
         if n > 1:
             audit.duplicates.append(f"{path}: entry id {eid} x{n}")
+    stale = False
     for prev, cur in zip(entries, entries[1:], strict=False):
         if cur.get("parentId") != prev["id"]:
-            audit.corrupt.append(f"{path}: entry {cur['id']} has parent {cur.get('parentId')}, not {prev['id']} (fork)")
+            text = f"{path}: entry {cur['id']} has parent {cur.get('parentId')}, not {prev['id']} (fork)"
+            late = entry_time(cur) < entry_time(prev)  # stamped before the line it follows
+            (audit.stale_writes if late or stale else audit.corrupt).append(text + (" written late" if late else ""))
+            stale = late
+        else:
+            stale = False
     audit.entries_checked += len(entries)
     return entries
 
@@ -420,7 +429,7 @@ def audit_session(rec: SessionRecord, session_dir: Path, audit: Audit, digest_cu
         audit.artifact_changes_checked += len(edits)
         current = digest_current.get(ref, 0)
         if current < len(edits):
-            audit.losses.append(f"{rec.sid}: {ref}: {len(edits)} edits acknowledged, the digest counted {current}")
+            lost(ref, f"{rec.sid}: {ref}: {len(edits)} edits acknowledged, the digest counted {current}")
         covered = 0
         for lo, hi in artifact_spans(injections, ref):
             if hi <= covered or lo < covered:
@@ -488,6 +497,35 @@ async def durable_undelivered(client: aioredis.Redis, sid: str) -> set[str]:
                 if data.get("ref"):
                     found.add(str(data["ref"]))
     return found
+
+
+async def digest_backlog(client: aioredis.Redis) -> dict[str, set[str]]:
+    """sid -> refs with changes still in `gamma:artifacts:changes` for the digest group: delivered and
+    unacknowledged, or not yet delivered (a digest that stopped consuming leaves them there)."""
+    from shared.bus import decode_fields
+
+    stream, group = keys.ARTIFACT_CHANGES, "digest"
+    try:
+        groups = await client.xinfo_groups(stream)
+    except aioredis.ResponseError:
+        return {}
+    info = next((g for g in groups if (g.get("name") or g.get(b"name")) in ("digest", b"digest")), None)
+    if info is None:
+        return {}
+    last = info.get("last-delivered-id") or info.get(b"last-delivered-id") or b"0-0"
+    last = last.decode() if isinstance(last, bytes) else str(last)
+    ids = [row["message_id"] for row in await client.xpending_range(stream, group, min="-", max="+", count=100_000)]
+    entries = [e for i in ids for e in await client.xrange(stream, min=i, max=i)]
+    entries += await client.xrange(stream, min="(" + last, max="+")
+    out: dict[str, set[str]] = {}
+    for _, fields in entries:
+        try:
+            body, _ = decode_fields(fields)
+        except ValueError:
+            continue
+        if isinstance(body, dict) and body.get("session_id") and body.get("ref"):
+            out.setdefault(str(body["session_id"]), set()).add(str(body["ref"]))
+    return out
 
 
 async def digest_revisions(client: aioredis.Redis, sid: str, field_name: str = "current") -> dict[str, int]:
