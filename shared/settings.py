@@ -43,6 +43,12 @@ class Settings(BaseSettings):
     context_window: int = Field(128_000, validation_alias="GAMMA_CONTEXT_WINDOW")
     reserve_tokens: int = Field(16_384, validation_alias="GAMMA_RESERVE_TOKENS")
     keep_recent_tokens: int = Field(20_000, validation_alias="GAMMA_KEEP_RECENT_TOKENS")
+    # After a failed summary the threshold does not ask again for this many model calls or seconds
+    # (whichever ends first; doubled per consecutive failure, up to 8x).
+    compaction_retry_calls: int = Field(4, validation_alias="GAMMA_COMPACTION_RETRY_CALLS")
+    compaction_retry_s: float = Field(60.0, validation_alias="GAMMA_COMPACTION_RETRY_S")
+    # A request unanswered this long no longer counts as in flight (a new one may go out).
+    compaction_timeout_s: float = Field(120.0, validation_alias="GAMMA_COMPACTION_TIMEOUT_S")
 
     instance: str = Field("", validation_alias=AliasChoices("GAMMA_INSTANCE", "HOSTNAME"))
 

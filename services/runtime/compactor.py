@@ -1,8 +1,11 @@
 """The runtime side of compaction (issue 7): when to ask, and how to apply the answer.
 
-Triggers: the threshold before a model request, a provider context-overflow error (compact, then
-retry the request once), and the inbox `Compact` command. At most one request in flight per
-session. A `CompactionReady` is applied at a safe point (idle, or before the next model call of a
+Triggers: the threshold before a model request (counted on the whole next request: system prompt,
+tool schemas and messages), a provider context-overflow error (compact, then retry the request
+once), and the inbox `Compact` command. At most one request in flight per session; one unanswered
+for `compaction_timeout_s` no longer counts. After a failed summary the threshold backs off for
+`compaction_retry_calls` model calls or `compaction_retry_s` seconds (whichever ends first, doubled
+per consecutive failure) instead of asking again on every model call. A `CompactionReady` is applied at a safe point (idle, or before the next model call of a
 run, when every tool call has its result): check_ready, the compaction entry plus the restored
 anchors in one append, then the context reloads. It is acked only after that, so a result that
 arrives while dormant (or before a crash) is applied at the next wake.
@@ -11,6 +14,9 @@ arrives while dormant (or before a crash) is applied at the next wake.
 from __future__ import annotations
 
 import asyncio
+import json
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -20,14 +26,30 @@ from shared.contracts.inbox import Compact, CompactionReady
 from shared.contracts.messages import AssistantMessage
 from shared.inbox import InboxEntry
 
-from .compaction import check_ready, context_tokens, is_context_overflow, make_request, should_compact
-from .engine.types import AgentContext, Emit, StreamFn
+from .compaction import (
+    MESSAGE_OVERHEAD_TOKENS,
+    check_ready,
+    context_tokens,
+    count_text_tokens,
+    is_context_overflow,
+    make_request,
+    should_compact,
+)
+from .engine.types import AgentContext, Emit, StreamFn, Tool
 
 if TYPE_CHECKING:
     from .session import Session
 
 log = structlog.get_logger()
 OVERFLOW_WAIT_S = 120.0
+MAX_BACKOFF_FACTOR = 8
+
+
+def static_tokens(system_prompt: str, tools: list[Tool]) -> int:
+    """Tokens of what every request carries besides the messages: the system message and the tool
+    schemas (as serialized for the provider)."""
+    schemas = json.dumps([t.schema() for t in tools], ensure_ascii=False, separators=(",", ":"))
+    return MESSAGE_OVERHEAD_TOKENS + count_text_tokens(system_prompt) + count_text_tokens(schemas)
 
 
 class Compactor:
@@ -36,7 +58,17 @@ class Compactor:
         self.context_window = context_window
         self.reserve_tokens = session.deps.settings.reserve_tokens
         self.keep_recent_tokens = session.deps.settings.keep_recent_tokens
-        self.in_flight: str | None = None
+        settings = session.deps.settings
+        self.retry_calls = settings.compaction_retry_calls
+        self.retry_s = settings.compaction_retry_s
+        self.timeout_s = settings.compaction_timeout_s
+        self.clock: Callable[[], float] = time.monotonic
+        self._in_flight: str | None = None
+        self._in_flight_at = 0.0
+        self.failures = 0  # consecutive failed summaries
+        self._skip_calls = 0  # backoff: threshold checks still to skip ...
+        self._skip_until = 0.0  # ... unless this time has passed
+        self._static: tuple[int, int, int] | None = None  # (id(prompt), id(tools), tokens)
         self.deferred: list[tuple[InboxEntry, CompactionReady]] = []
         self._waiters: dict[str, asyncio.Future[bool]] = {}
         inner: StreamFn = session.agent.config.stream
@@ -45,10 +77,50 @@ class Compactor:
 
     # ------------------------------------------------------------ triggers
 
+    @property
+    def in_flight(self) -> str | None:
+        """The request still awaited; one unanswered past the timeout is given up (its answer, if it
+        ever comes, is still vetted by check_ready), so a lost request cannot block compaction."""
+        if self._in_flight is not None and self.clock() - self._in_flight_at > self.timeout_s:
+            log.warning("compaction_request_timed_out", session_id=self.s.sid, request_id=self._in_flight)
+            self._in_flight = None
+        return self._in_flight
+
+    @in_flight.setter
+    def in_flight(self, request_id: str | None) -> None:
+        self._in_flight = request_id
+        self._in_flight_at = self.clock()
+
+    def request_tokens(self, context: AgentContext) -> int:
+        """The whole next request: system prompt + tool schemas (counted once per session, they never
+        change) + the messages."""
+        key = (id(context.system_prompt), id(context.tools))
+        if self._static is None or self._static[:2] != key:
+            self._static = (*key, static_tokens(context.system_prompt, context.tools))
+        return self._static[2] + context_tokens(context.messages)
+
+    def _backing_off(self) -> bool:
+        """One threshold check during a backoff: True (skip it) until the calls are used up or the
+        time has passed."""
+        if self._skip_calls <= 0:
+            return False
+        if self.clock() >= self._skip_until:
+            self._skip_calls = 0
+            return False
+        self._skip_calls -= 1
+        return True
+
+    def _back_off(self) -> None:
+        factor = min(2 ** max(self.failures - 1, 0), MAX_BACKOFF_FACTOR)
+        self._skip_calls = self.retry_calls * factor
+        self._skip_until = self.clock() + self.retry_s * factor
+
     async def before_model_call(self, context: AgentContext) -> None:
         await self._apply_deferred()
-        tokens = context_tokens(context.messages)
-        if self.in_flight is None and should_compact(tokens, self.context_window, self.reserve_tokens):
+        if self.in_flight is not None or self._backing_off():
+            return
+        tokens = self.request_tokens(context)
+        if should_compact(tokens, self.context_window, self.reserve_tokens):
             await self.request(None, tokens)
 
     async def request(self, instructions: str | None, tokens: int | None = None, manual: bool = False) -> str | None:
@@ -120,9 +192,12 @@ class Compactor:
             await self.apply(entry, ready)
 
     async def apply(self, entry: InboxEntry, ready: CompactionReady) -> bool:
-        if self.in_flight == ready.request_id:
-            self.in_flight = None
+        if self._in_flight == ready.request_id:
+            self._in_flight = None
         verdict = check_ready(ready, self.s.transcript.entries)
+        if ready.error and verdict == "stale":
+            self.failures += 1
+            self._back_off()  # the summarizer failed: do not ask again on the very next model call
         if verdict != "apply":
             log.info("compaction_discarded", session_id=self.s.sid, request_id=ready.request_id, verdict=verdict,
                      error=ready.error)
@@ -134,9 +209,10 @@ class Compactor:
         await self.s.transcript.append_compaction(ready.summary, ready.first_kept_entry_id, ready.tokens_before,
                                                   ready.details, ready.request_id, anchors)
         self.s.protocol.restore_context()
+        self.failures, self._skip_calls = 0, 0
         await self.s.ack(entry.entry_id)
         await self.s.outbox.event("compaction", {
             "phase": "applied", "requestId": ready.request_id, "tokensBefore": ready.tokens_before,
-            "tokensAfter": context_tokens(self.s.agent.messages), "anchors": [a.custom_type for a in anchors]})
+            "tokensAfter": self.request_tokens(self.s.agent.context), "anchors": [a.custom_type for a in anchors]})
         log.info("compaction_applied", session_id=self.s.sid, request_id=ready.request_id)
         return True
