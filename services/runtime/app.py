@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
 
 import structlog
 from fastapi import FastAPI
@@ -17,16 +16,13 @@ from shared.model import openai_client
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
+from .paths import skills_dir
 from .prompt import VARIANTS, build_system_prompt
 from .scripted import ScriptedGamma
 from .skills import load_skills
 from .worker import Worker
 
 SHUTDOWN_S = 20.0
-
-
-def skills_dir() -> Path:
-    return Path(os.environ.get("GAMMA_SKILLS_DIR") or Path(__file__).resolve().parents[2] / "skills")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

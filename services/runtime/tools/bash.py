@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
+from ..paths import skills_dir
 from .files import file_ref
 from .host import ToolHost
 
@@ -47,7 +48,9 @@ def bash_tool(host: ToolHost) -> Tool:
         proc = await asyncio.create_subprocess_exec(
             "bash", "-c", args["command"], cwd=root, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "HOME": str(root)},
+            # Skills ship scripts (gml-cli: `python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py"`): the
+            # tool sets the variable itself, whatever started the process.
+            env={**os.environ, "HOME": str(root), "GAMMA_SKILLS_DIR": str(skills_dir().resolve())},
         )
         timed_out = aborted = False
         try:

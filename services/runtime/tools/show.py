@@ -1,4 +1,5 @@
-"""show_file / show_gamma: open a tab in SessionUIState; show_gamma can create a deck document."""
+"""show_file / show_gamma: open a tab in SessionUIState; show_gamma can create a deck document, and with
+only `doc` returns the current deck and its revision (the live deck the user may have edited)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,20 @@ def show_file_tool(host: ToolHost) -> Tool:
     )
 
 
+async def _read_deck(host: ToolHost, doc: str, path: Path, title: str | None) -> ToolOutcome:
+    """Only `doc`: open the tab and hand the agent the live deck (the user may have edited it since
+    the agent last saw it) with its revision, so it reads before it changes anything."""
+    current = read_json(path)  # None: no such document
+    if not isinstance(current, dict):
+        return ToolOutcome(content=f"Document {doc!r} does not exist; pass `deck` to create it.", is_error=True)
+    ari = f"gamma:file:{doc}"
+    tab = await host.open_tab(ari, title or str(current.get("title") or doc))
+    revision = current.get("revision")
+    deck = json.dumps({k: v for k, v in current.items() if k != "revision"}, ensure_ascii=False)
+    return ToolOutcome(content=f"Opened {ari} in tab {tab}. Current deck (revision {revision}):\n{deck}",
+                       details={"ari": ari, "tabId": tab, "created": False, "revision": revision})
+
+
 def show_gamma_tool(host: ToolHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         doc = args["doc"]
@@ -90,34 +105,31 @@ def show_gamma_tool(host: ToolHost) -> Tool:
             return ToolOutcome(content=f"Invalid document id {doc!r}: use letters, digits, '.', '_' or '-'.",
                                is_error=True)
         path = host.paths.document(doc)
-        created = False
         deck_args = args.get("deck")
-        if deck_args is not None:
-            try:
-                deck = Deck.model_validate(deck_args)
-            except ValidationError as exc:
-                return ToolOutcome(content=f"Invalid deck: {exc.errors()[0].get('msg')}", is_error=True)
-            previous = read_json(path)
-            revision = int(previous.get("revision", 0)) + 1 if isinstance(previous, dict) else 1
-            stored = StoredDeck(**deck.model_dump(), revision=revision)
-            await host.guard()
-            atomic_write_json(path, stored)
-            created = previous is None
-            await host.artifact_changed(f"gamma:file:{doc}", "document", document=stored.model_dump())
-        elif not path.exists():
-            return ToolOutcome(content=f"Document {doc!r} does not exist; pass `deck` to create it.",
-                               is_error=True)
-        title = args.get("title") or (deck_args or {}).get("title") or doc
+        if deck_args is None:
+            return await _read_deck(host, doc, path, args.get("title"))
+        try:
+            deck = Deck.model_validate(deck_args)
+        except ValidationError as exc:
+            return ToolOutcome(content=f"Invalid deck: {exc.errors()[0].get('msg')}", is_error=True)
+        previous = read_json(path)
+        revision = int(previous.get("revision", 0)) + 1 if isinstance(previous, dict) else 1
+        stored = StoredDeck(**deck.model_dump(), revision=revision)
+        await host.guard()
+        atomic_write_json(path, stored)
+        created = previous is None
+        await host.artifact_changed(f"gamma:file:{doc}", "document", document=stored.model_dump())
         ari = f"gamma:file:{doc}"
-        tab = await host.open_tab(ari, title)
+        tab = await host.open_tab(ari, args.get("title") or deck_args.get("title") or doc)
         verb = "Created and opened" if created else "Opened"
         return ToolOutcome(content=f"{verb} {ari} in tab {tab}.",
-                           details={"ari": ari, "tabId": tab, "created": created})
+                           details={"ari": ari, "tabId": tab, "created": created, "revision": revision})
 
     return Tool(
         name="show_gamma",
         description="Open a Gamma document (deck) in a tab of the user's interface. Pass `deck` "
-        "({title, theme, metadata, assets, cards: [{id, ...}]}) to create or replace it first.",
+        "({title, theme, metadata, assets, cards: [{id, ...}]}) to create or replace it first; with only "
+        "`doc`, the result carries the current deck JSON and its revision (read it before editing).",
         parameters={
             "type": "object",
             "properties": {
