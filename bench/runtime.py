@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from prefix import ROOT, Harness, call, done, redis_url, script
+from pydantic import BaseModel
 
 from services.runtime.app import skills_dir
 from services.runtime.engine.agent import Agent
@@ -38,6 +39,7 @@ from services.runtime.skills import load_skills
 from services.runtime.tokens import TokenCounter
 from services.runtime.tools import Toolset
 from services.runtime.transcript import read_entries
+from shared.contracts.lifecycle import SessionLive
 from shared.contracts.messages import UserMessage
 from shared.contracts.wake import Wake
 from shared.disk import session_paths
@@ -176,28 +178,44 @@ def read_files(data_dir: Path, sid: str) -> None:
 
 
 async def wake_times(h: Harness, data_dir: Path, rounds: int, history_turns: int) -> dict[str, Any]:
+    """Wake -> SessionLive (the moment the worker publishes it), and Wake -> ready (on_wake returned:
+    the inbox is being read), against reading and parsing the session files."""
     sid = f"wakeme{history_turns}"
     await h.wake(sid)
     await h.turn(sid, "Create a presentation about tidal power")
     for t in range(history_turns):
         await h.turn(sid, turn_prompt(t))
     await h.worker.close(sid, "bench")
-    wakes, reads, typed = [], [], []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        read_files(data_dir, sid)
-        reads.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        read_entries(session_paths(data_dir, sid).transcript)  # the typed parse a wake needs
-        typed.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        await h.worker.on_wake(Wake(session_id=sid))  # lease, restore, projections, SessionLive
-        wakes.append(time.perf_counter() - start)
-        await h.worker.close(sid, "bench")
+    live_at: list[float] = []
+    publish = h.worker.bus
+
+    async def timed_bus(stream: str, message: BaseModel) -> None:
+        await publish(stream, message)
+        if isinstance(message, SessionLive):
+            live_at.append(time.perf_counter())
+
+    h.worker.bus = timed_bus
+    wakes, ready, reads, typed = [], [], [], []
+    try:
+        for _ in range(rounds):
+            start = time.perf_counter()
+            read_files(data_dir, sid)
+            reads.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            read_entries(session_paths(data_dir, sid).transcript)  # the typed parse a wake needs
+            typed.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            await h.worker.on_wake(Wake(session_id=sid))  # lease, restore, projections, SessionLive
+            ready.append(time.perf_counter() - start)
+            wakes.append(live_at[-1] - start)
+            await h.worker.close(sid, "bench")
+    finally:
+        h.worker.bus = publish
     size = session_paths(data_dir, sid).transcript.stat().st_size
-    return {"transcript_bytes": size, "wake_ms": ms(wakes), "read_files_ms": ms(reads),
+    return {"transcript_bytes": size, "wake_ms": ms(wakes), "ready_ms": ms(ready), "read_files_ms": ms(reads),
             "typed_transcript_parse_ms": ms(typed),
-            "ratio": round(statistics.median(wakes) / statistics.median(reads), 2)}
+            "ratio": round(statistics.median(wakes) / statistics.median(reads), 2),
+            "ready_ratio": round(statistics.median(ready) / statistics.median(reads), 2)}
 
 
 def ms(values: list[float]) -> dict[str, float]:
@@ -249,6 +267,8 @@ def table(r: dict[str, Any]) -> str:
         ("wake -> SessionLive, median ms", str(wake["wake_ms"]["median"]),
          f"read files {wake['read_files_ms']['median']}", str(wake["ratio"]), "<= 2x"),
     ]
+    rows.append(("wake -> ready (inbox read), median ms", str(wake["ready_ms"]["median"]),
+                 f"read files {wake['read_files_ms']['median']}", str(wake["ready_ratio"]), "(reported)"))
     long = r["wake_long_history"]
     rows.append((f"wake, {long['transcript_bytes'] // 1024} KB transcript, ms", str(long["wake_ms"]["median"]),
                  f"read files {long['read_files_ms']['median']}", str(long["ratio"]), "<= 2x"))

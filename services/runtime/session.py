@@ -96,7 +96,7 @@ class Session:
         self.skills = deps.skills
         self.transcript = Transcript.load(paths.transcript, self.guard)
         self.todo = TodoController.load(paths.todo, self.guard)
-        self.ui = UiDoc.from_snapshot(read_json(paths.state) if paths.state.exists() else None)
+        self._ui: UiDoc | None = None  # built from state.json on first use (see `ui`)
         self.viewable_files: list[str] = workspace_files(paths.workspace)  # server-owned projection
         self.toolset = Toolset(self)
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix)
@@ -150,6 +150,15 @@ class Session:
         if isinstance(last, ToolResultMessage):
             return not (last.details or {}).get("blockOnUser")
         return False
+
+    @property
+    def ui(self) -> UiDoc:
+        """The UI document, rebuilt from state.json when first needed (a UI sync, a tool, the barrier's
+        form check), not on the wake path. Safe to read late: once the lease is held and the proxy's
+        dormant-write lock is gone, only this holder writes state.json."""
+        if self._ui is None:
+            self._ui = UiDoc.from_snapshot(read_json(self.paths.state))
+        return self._ui
 
     async def guard(self) -> None:
         if self.closed:
@@ -411,8 +420,10 @@ class Session:
         return tab
 
     async def persist_ui(self) -> None:
+        if self._ui is None:
+            return  # never loaded, so never changed: state.json is already what it should be
         await self.guard()
-        atomic_write_json(self.paths.state, self.ui.snapshot())
+        atomic_write_json(self.paths.state, self._ui.snapshot())
 
     async def todo_changed(self, todo: TodoList, tool_call_id: str) -> None:
         await self.outbox.event("todo", {"todo": todo.model_dump(), "toolCallId": tool_call_id})

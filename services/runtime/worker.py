@@ -102,11 +102,13 @@ class Worker:
         session.compactor = Compactor(session, context_window=model.context_window or self.settings.context_window)
         await session.restore()
         self.sessions[sid] = session
+        # SessionLive first: the notifications service starts sending pending injections on it, while
+        # the status event (and the live-session score) are for clients and the orphan scan only.
+        await self.bus(keys.LIFECYCLE, SessionLive(session_id=sid, wake_id=wake.wake_id, fence=lease.fence,
+                                                  worker_id=self.worker_id))
         await outbox.event("status", {"status": "live", "running": False, "fence": lease.fence,
                                       "viewableFiles": session.viewable_files[:500]},
                            also=lambda pipe: pipe.zadd(keys.RUNTIME_LIVE, {sid: now_ms()}))
-        await self.bus(keys.LIFECYCLE, SessionLive(session_id=sid, wake_id=wake.wake_id, fence=lease.fence,
-                                                  worker_id=self.worker_id))
         pending = await self.reader.add(sid)  # what a dead holder read but never acked comes first
         for entry in pending:
             session.queue.put_nowait(entry)
