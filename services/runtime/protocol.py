@@ -253,10 +253,10 @@ class SessionProtocolController:
     def restore_context(self) -> None:
         """Reload the model context from the transcript (wake, after compaction)."""
         self.agent.replace_messages(self.transcript.context())
-        self.anchor_revision = self._last_todo_revision()
+        self.anchor_revision = self._last_todo_revision(self.agent.messages)
 
-    def _last_todo_revision(self) -> int | None:
-        for m in reversed(self.transcript.context()):
+    def _last_todo_revision(self, context: list[AgentMessage] | None = None) -> int | None:
+        for m in reversed(context if context is not None else self.transcript.context()):
             if isinstance(m, CustomMessage) and m.custom_type == "gamma.todo_anchor":
                 rev = m.details.get("revision")
                 return rev if isinstance(rev, int) else None

@@ -130,8 +130,10 @@ class Session:
         """A holder that died mid-batch left tool calls without results: give each one (every tool
         call gets a result), so the context stays valid and the run can continue."""
         context = self.transcript.context()
-        answered = {getattr(m, "tool_call_id", None) for m in context}
+        answered: set[str] = set()  # results after the last assistant message: only its calls can lack one
         for m in reversed(context):
+            if isinstance(m, ToolResultMessage):
+                answered.add(m.tool_call_id)
             if isinstance(m, AssistantMessage):
                 for call in m.tool_calls():
                     if call.id not in answered:

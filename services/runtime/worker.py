@@ -55,6 +55,7 @@ class Worker:
         self.counter = TokenCounter()
         self.model_client = model_client
         self.skills = skills
+        self.static_prefix = static_prefix(skills)  # the same for every session: built once, not per wake
 
     def start(self) -> None:
         self._tasks = [asyncio.ensure_future(self._read_loop()), asyncio.ensure_future(self._house_loop()),
@@ -90,7 +91,7 @@ class Worker:
         system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]
         deps = SessionDeps(settings=self.settings, client=self.client, model_client=self.model_client,
                            skills=self.skills, system_prompt=system_prompt, counter=self.counter,
-                           ack=self.reader.ack, static_prefix=static_prefix(self.skills),
+                           ack=self.reader.ack, static_prefix=self.static_prefix,
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))
         paths = session_paths(self.settings.data_dir, sid)
