@@ -176,18 +176,24 @@ class DigestBuilder:
         live: dict[Any, Any] = await self._r.hgetall(keys.digest_live(sid))
         live_fence = _text(live.get(b"fence"))
         if live_fence != lease_fence(lease):
-            return  # the SessionLive of this lease is not handled yet; its handler sends this at once
+            # The SessionLive of this lease is not handled yet; its handler sends this at once. Keep it
+            # due anyway (at the debounce bound): if that SessionLive never gets handled (dead-lettered
+            # while Redis was away), the note must not stay parked forever.
+            await self._route(sid, ref, state, immediate=False, delay_ms=self._max_wait_ms)
+            return
         since = int(live.get(b"since") or 0)
         await self._route(sid, ref, state, immediate=change.ts <= since)
 
-    async def _route(self, sid: str, ref: str, state: RefState, *, immediate: bool) -> None:
+    async def _route(self, sid: str, ref: str, state: RefState, *, immediate: bool,
+                     delay_ms: int | None = None) -> None:
         if immediate:
             await self._send(sid, ref, state)
             return
         now = now_ms()
         if state.pending_since is None:
             state.pending_since = now
-        due = min(now + self._debounce_ms, state.pending_since + self._max_wait_ms)
+        delay = self._debounce_ms if delay_ms is None else delay_ms
+        due = min(now + delay, state.pending_since + self._max_wait_ms)
         await self._r.zadd(keys.DIGEST_DUE, {json.dumps([sid, ref]): due})
 
     # ------------------------------------------------------------------ producing digests
@@ -284,6 +290,13 @@ class DigestBuilder:
     async def on_live(self, event: SessionLive) -> None:
         sid = event.session_id
         async with self._locked(sid):
+            if await self._stale_fence(sid, event.fence):
+                # A SessionLive retried after a newer lease was taken (the claimer redelivers entries a
+                # Redis restart failed): recording its fence would make every later change of the newer
+                # lease look "SessionLive not handled yet" and park it. The newer lease's own SessionLive
+                # sends what is unrecorded; if the session went dormant since, the manifest gets it.
+                log.warning("digest_stale_live_ignored", session_id=sid, fence=event.fence)
+                return
             await self._r.hset(keys.digest_live(sid), mapping={"fence": str(event.fence), "since": now_ms()})
             for ref, state in (await self.revisions.all(sid)).items():
                 if state.notes or state.carry is not None:
@@ -291,6 +304,11 @@ class DigestBuilder:
                     # the runtime records one copy per source_id.
                     await self._send(sid, ref, state)
                     await self._save(sid, ref, state)
+
+    async def _stale_fence(self, sid: str, fence: int) -> bool:
+        """A newer lease was granted than the one `fence` belongs to (fences only grow: INCR)."""
+        latest = _text(await self._r.get(keys.fence(sid)))
+        return latest is not None and latest.isdigit() and fence < int(latest)
 
     async def on_dormant(self, event: SessionDormant) -> None:
         sid = event.session_id
