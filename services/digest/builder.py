@@ -36,7 +36,7 @@ from shared.contracts.pending import PendingArtifact
 from shared.contracts.recorded import InjectionRecorded
 from shared.inbox import append
 
-from .coalesce import block, compose
+from .coalesce import NO_NET_CHANGE, actors_line, block, compose
 from .manifest import Manifest
 from .revisions import Carry, Note, RefState, RevisionStore
 
@@ -206,8 +206,14 @@ class DigestBuilder:
     async def _digest(self, sid: str, ref: str, state: RefState) -> tuple[str, int | None] | None:
         """(content, from_revision) or None when the agent already has the current content."""
         body = await self._compose(sid, ref, state)
+        if body is None and (state.notes or state.carry is not None):
+            # Edits that cancel out (a save repeated after a lost answer, an edit undone) still go out:
+            # `seen` advances only when the agent records a digest or writes itself. Advancing it here
+            # marked revisions seen that no digest showed (5..7 recorded, then 8..9: 8 never shown),
+            # and with an earlier digest still out it left the agent believing the undone content.
+            body = actors_line(state) + "\n\n" + NO_NET_CHANGE
         if body is None:
-            # Edits that cancel out: nothing to say, and the agent's view equals the current one.
+            # Nothing the agent has not been told: its view equals the current one.
             state.advance_seen(state.current, not state.deleted, recorded=False)
             state.pending_since = None
             return None

@@ -17,6 +17,9 @@ from .file_diff import DIRTY_TEXT as FILE_DIRTY
 from .file_diff import file_digest
 from .revisions import RefState
 
+# A digest whose edits cancel out: the content is again what the agent last saw.
+NO_NET_CHANGE = "Saved again with no net change: the content is the same as at from_revision."
+
 _ACTOR_NAMES = {"user": "the user", "service": "a background service", "agent": "the agent"}
 
 

@@ -1,0 +1,66 @@
+"""`seen` advances only through a recorded digest or the agent's own write (real Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from services.digest.builder import DigestBuilder
+from services.digest.coalesce import NO_NET_CHANGE
+
+from .test_digest_builder import BRIEF, SID, file_change, go_live, injections, recorded, wait_for
+
+
+@pytest.fixture
+async def builder(redis_client: aioredis.Redis, data_dir: Path):  # type: ignore[no-untyped-def]
+    b = DigestBuilder(redis_client, data_dir, debounce_ms=150, poll_s=0.02)
+    task = asyncio.create_task(b.run_due())
+    yield b
+    task.cancel()
+
+
+async def _count(client: aioredis.Redis, n: int) -> bool:
+    return len(await injections(client)) == n
+
+
+async def test_a_repeated_save_after_a_record_is_shown_not_silently_marked_seen(
+    redis_client: aioredis.Redis, builder: DigestBuilder
+) -> None:
+    """Fault suite: a save retried after a lost answer (same content) arrived after the previous digest
+    was recorded; the digest found nothing to say and set seen to it: 5..7 recorded, then 8..9."""
+    await go_live(redis_client, builder)
+    await builder.on_change(file_change("agent", b"a\n"))
+    await builder.on_change(file_change("user", b"b\n"))
+    await wait_for(lambda: _count(redis_client, 1))
+    [first] = await injections(redis_client)
+    await builder.on_recorded(recorded(first))
+    await builder.on_change(file_change("user", b"b\n"))  # the retry: revision 3, same content
+    await wait_for(lambda: _count(redis_client, 2))
+    second = (await injections(redis_client))[1]
+    assert (second.from_revision, second.to_revision) == (2, 3)
+    assert NO_NET_CHANGE in second.injection.content
+    state = await builder.revisions.load(SID, BRIEF)
+    assert state is not None and state.seen == 2  # not before the agent records it
+    await builder.on_recorded(recorded(second))
+    state = await builder.revisions.load(SID, BRIEF)
+    assert state is not None and state.seen == 3 and not state.notes
+
+
+async def test_an_undo_while_a_digest_is_out_replaces_it(redis_client: aioredis.Redis,
+                                                         builder: DigestBuilder) -> None:
+    """An edit undone while its digest is still queued: the runtime must get a newer digest for the ref
+    (it replaces the queued one), else the agent reads 'changed to b' about content that is 'a' again."""
+    await go_live(redis_client, builder)
+    await builder.on_change(file_change("agent", b"a\n"))
+    await builder.on_change(file_change("user", b"b\n"))
+    await wait_for(lambda: _count(redis_client, 1))
+    await builder.on_change(file_change("user", b"a\n"))  # undone before the runtime recorded 1..2
+    await wait_for(lambda: _count(redis_client, 2))
+    await asyncio.sleep(0.3)
+    second = (await injections(redis_client))[1]
+    assert (second.from_revision, second.to_revision) == (1, 3) and NO_NET_CHANGE in second.injection.content
+    state = await builder.revisions.load(SID, BRIEF)
+    assert state is not None and state.seen == 1 and state.sent == [2, 3]
