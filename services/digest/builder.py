@@ -52,12 +52,15 @@ return 0
 """
 
 
-def source_id(ref: str, revision: int) -> str:
-    return f"{ref}@{revision}"
+def source_id(ref: str, revision: int, corrects_from: int | None = None) -> str:
+    """`{ref}@{to}`; a corrected digest (see `on_recorded`) is `{ref}@{to}#{from}`: a new id, so the
+    runtime replaces the queued overlapping digest `{ref}@{to}` instead of merging into it."""
+    return f"{ref}@{revision}" if corrects_from is None else f"{ref}@{revision}#{corrects_from}"
 
 
 def parse_source_id(value: str) -> tuple[str, int]:
     ref, sep, rev = value.rpartition("@")
+    rev = rev.partition("#")[0]
     if not sep or not rev.isdigit():
         raise ValueError(f"bad artifact source id {value!r}")
     return ref, int(rev)
@@ -220,14 +223,15 @@ class DigestBuilder:
         from_revision = state.from_revision()
         return block(ref, from_revision, state.current, body), from_revision
 
-    async def _send(self, sid: str, ref: str, state: RefState) -> None:
+    async def _send(self, sid: str, ref: str, state: RefState, *, correction: bool = False) -> None:
         digest = await self._digest(sid, ref, state)
         if digest is None:
             return
         content, from_revision = digest
+        sent_id = source_id(ref, state.current, from_revision if correction else None)
         await append(self._r, Injection(
             session_id=sid, injection=RuntimeInjection(kind="artifact_update", content=content),
-            source=SOURCE, source_id=source_id(ref, state.current), ref=ref,
+            source=SOURCE, source_id=sent_id, ref=ref,
             from_revision=from_revision, to_revision=state.current,
         ))
         self._mark_sent(state)
@@ -340,6 +344,7 @@ class DigestBuilder:
             if state is None:
                 return
             known = await asyncio.to_thread(self.revisions.read_content, sid, ref, revision) is not None
+            advanced = state.seen is None or revision > state.seen
             state.advance_seen(revision, known, recorded=True)
             live = bool(await self._r.exists(keys.lease(sid)))
             if state.undelivered:  # a newer edit arrived meanwhile: it still has to reach the agent
@@ -347,6 +352,16 @@ class DigestBuilder:
                     await self._route(sid, ref, state, immediate=False)
                 else:
                     await self._to_manifest(sid, ref, state)
+            elif live and advanced and state.sent:
+                # A newer digest is out that was composed from the older `seen` while this one was out
+                # too: it repeats what the agent just recorded (0..2 recorded, 0..3 out). Send it again
+                # from the recorded revision under a new source id; the runtime keeps one artifact_update
+                # per ref, so it replaces the overlapping one if that is still queued. If the runtime
+                # already took the overlapping one, the overlap has happened and this correction repeats
+                # N..current once more: we cannot see the runtime's queue, and the one-per-ref rule
+                # (a newer digest replaces a queued one, keeping the older from_revision) requires the
+                # overlapping digest to cover from the older `seen`, so this is the remaining race.
+                await self._send(sid, ref, state, correction=True)
             elif not live and self.manifest.get(sid, ref) is not None:
                 await self._to_manifest(sid, ref, state)  # restate the newer entry from the new `seen`
             await self._save(sid, ref, state)

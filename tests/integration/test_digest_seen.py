@@ -64,3 +64,28 @@ async def test_an_undo_while_a_digest_is_out_replaces_it(redis_client: aioredis.
     assert (second.from_revision, second.to_revision) == (1, 3) and NO_NET_CHANGE in second.injection.content
     state = await builder.revisions.load(SID, BRIEF)
     assert state is not None and state.seen == 1 and state.sent == [2, 3]
+
+
+async def test_a_digest_that_overlaps_a_recorded_one_is_corrected(redis_client: aioredis.Redis,
+                                                                  builder: DigestBuilder) -> None:
+    """0..2 is out when revision 3 arrives, so 0..3 is composed from seen=0 (it must replace 0..2 if
+    the runtime still queues it). When 0..2 is recorded first, 0..3 would tell the agent 1..2 again:
+    a corrected 2..3 under a new source id replaces 0..3 in the runtime's queue."""
+    await go_live(redis_client, builder)
+    await builder.on_change(file_change("agent", b"a\n"))
+    await builder.on_change(file_change("user", b"b\n"))
+    await wait_for(lambda: _count(redis_client, 1))
+    await builder.on_change(file_change("user", b"c\n"))
+    await wait_for(lambda: _count(redis_client, 2))
+    first, overlapping = await injections(redis_client)
+    assert (overlapping.from_revision, overlapping.to_revision) == (1, 3)
+    await builder.on_recorded(recorded(first))
+    await wait_for(lambda: _count(redis_client, 3), limit_s=2.0)
+    corrected = (await injections(redis_client))[2]
+    assert corrected.source_id == f"{BRIEF}@3#2" and (corrected.from_revision, corrected.to_revision) == (2, 3)
+    assert "-b" in corrected.injection.content and "+c" in corrected.injection.content
+    await builder.on_recorded(recorded(corrected))
+    state = await builder.revisions.load(SID, BRIEF)
+    assert state is not None and state.seen == 3 and state.sent == [] and not state.notes
+    await asyncio.sleep(0.3)
+    assert len(await injections(redis_client)) == 3  # nothing more to say
