@@ -27,6 +27,7 @@ from . import keys
 from .bus import missing_groups
 from .metrics import StreamStats, for_registry, install_stream_stats
 from .settings import Settings
+from .watchdog import StallWatchdog
 
 HEARTBEAT_TTL_MS = 5_000
 
@@ -42,6 +43,8 @@ class ServiceContext:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # Group lag/pending and dead letters, read from Redis when /metrics is scraped (shared/metrics.py).
     stream_stats: StreamStats | None = None
+    # Set by a service that runs a consumer stall watchdog (shared/watchdog.py): stalled -> not ready.
+    watchdog: StallWatchdog | None = None
 
     def spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -133,6 +136,9 @@ def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = 
             return JSONResponse({"ready": False, "error": f"redis: {exc}"}, status_code=503)
         if not ctx.ready:
             return JSONResponse({"ready": False, "error": "starting"}, status_code=503)
+        if ctx.watchdog is not None and ctx.watchdog.stalled:
+            return JSONResponse({"ready": False, "error": "a consumer stopped taking entries; restarting",
+                                 "groups": ctx.watchdog.stalled}, status_code=503)
         gone = await missing_groups(ctx.redis)
         if gone:
             return JSONResponse({"ready": False, "error": "consumer groups missing (deleted stream or lost "

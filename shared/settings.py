@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     claim_idle_ms: int = Field(5_000, validation_alias="GAMMA_CLAIM_IDLE_MS")
     max_deliveries: int = Field(5, validation_alias="GAMMA_MAX_DELIVERIES")
     digest_debounce_ms: int = Field(300, validation_alias="GAMMA_DIGEST_DEBOUNCE_MS")
+    # A consumer group with waiting entries whose last-delivered id has not moved this long is stalled.
+    consumer_stall_s: float = Field(60.0, validation_alias="GAMMA_CONSUMER_STALL_S")
     reply_timeout_s: float = Field(10.0, validation_alias="GAMMA_REPLY_TIMEOUT_S")
     sse_heartbeat_s: float = Field(15.0, validation_alias="GAMMA_SSE_HEARTBEAT_S")
 

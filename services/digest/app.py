@@ -12,6 +12,7 @@ from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, LifecycleEvent, Sessio
 from shared.contracts.recorded import InjectionRecorded
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
+from shared.watchdog import StallWatchdog
 
 from .builder import DigestBuilder, Metrics
 
@@ -55,6 +56,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await ensure_group(ctx.redis, sub.stream, sub.group)
         await broker.start()
         ctx.spawn(builder.run_due(), "digest-due")
+        # A dead subscriber or a handler that never returns must not leave a 200 /readyz (fault suite).
+        ctx.watchdog = StallWatchdog(ctx.redis, stall_s=settings.consumer_stall_s)
+        ctx.spawn(ctx.watchdog.run(), "stall-watchdog")
 
     async def stop() -> None:
         await broker.stop()
