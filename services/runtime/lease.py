@@ -2,6 +2,17 @@
 
 `check()` runs before every disk write: a holder whose lease was taken (expired and re-acquired by
 another worker) raises LeaseLost and stops touching the session.
+
+Fencing by local time: a lease set with PX at time t0 (taken before the request was sent) cannot
+expire, so cannot be taken by another worker, before t0 + ttl. The holder keeps that bound, less a
+margin for clock-rate drift, as `valid_until` (monotonic clock, which keeps running while the
+process is paused). Inside it, `check()` needs no round trip; when it nears its end (the worker's
+housekeeping renews every third of the lease, so only when that fell behind), it renews first. A worker
+paused by SIGSTOP (or a stalled VM) past its lease therefore finds, once resumed, that its bound has
+passed and that the renewal fails: it writes nothing, even if it had passed a check just before the
+pause, because `check()` is the last step before each write and there is no await in between.
+This trusts Redis to keep an acknowledged SET: run it with AOF `appendfsync always` (compose, the
+dev overlay and the fault suite do) or a replica the client waits for.
 """
 
 from __future__ import annotations
@@ -33,6 +44,12 @@ class LeaseLost(RuntimeError):
     pass
 
 
+def safety_margin_s(ttl_ms: int) -> float:
+    """How long before the lease's own expiry the holder stops trusting it: a fifth of the lease, at
+    most one second (Redis and this process measure the TTL with different clocks)."""
+    return min(ttl_ms / 5, 1000) / 1000
+
+
 class Lease:
     def __init__(self, client: aioredis.Redis, sid: str, worker_id: str, fence: int, ttl_ms: int) -> None:
         self.client = client
@@ -42,6 +59,18 @@ class Lease:
         self.ttl_ms = ttl_ms
         self.value = f"{worker_id}:{fence}"
         self.lost = False
+        self.valid_until = 0.0  # monotonic; see the module docstring
+
+    def extend(self, sent_at: float) -> None:
+        """A SET PX or PEXPIRE sent at `sent_at` (monotonic) succeeded."""
+        self.valid_until = max(self.valid_until, sent_at + self.ttl_ms / 1000 - safety_margin_s(self.ttl_ms))
+
+    def held_now(self) -> None:
+        """Synchronous: raise unless the lease is ours for certain at this instant."""
+        if self.lost:
+            raise LeaseLost(self.sid)
+        if time.monotonic() >= self.valid_until:
+            raise LeaseLost(self.sid)
 
     @classmethod
     async def acquire(cls, client: aioredis.Redis, sid: str, worker_id: str, ttl_ms: int) -> Lease | None:
@@ -54,28 +83,36 @@ class Lease:
         cls, client: aioredis.Redis, sid: str, worker_id: str, ttl_ms: int
     ) -> tuple[Lease | None, bool, dict[str, str]]:
         """(lease or None, dormant-write lock held, session row), in one round trip."""
+        sent_at = time.monotonic()
         fence, locked, flat = await client.eval(  # type: ignore[misc]
             _ACQUIRE, 4, keys.lease(sid), keys.fence(sid), keys.dormant_write(sid), keys.session_row(sid),
             worker_id, str(ttl_ms))
         if int(fence) == 0:
             return None, False, {}
         row = {text_of(flat[i]): text_of(flat[i + 1]) for i in range(0, len(flat), 2)}
-        return cls(client, sid, worker_id, int(fence), ttl_ms), bool(locked), row
+        lease = cls(client, sid, worker_id, int(fence), ttl_ms)
+        lease.extend(sent_at)
+        return lease, bool(locked), row
 
     async def check(self) -> None:
+        """Return only if the lease is certainly ours now; the caller writes right after, with no
+        await in between. No round trip while inside the local bound."""
         if self.lost:
             raise LeaseLost(self.sid)
-        current = await self.client.get(keys.lease(self.sid))
-        if current is None or text_of(current) != self.value:
-            self.lost = True
+        # Renewed here only when the housekeeping (every third of the lease) fell behind.
+        if time.monotonic() >= self.valid_until - self.ttl_ms / 2000 and not await self.renew():
             raise LeaseLost(self.sid)
+        self.held_now()  # the renewal's round trip may itself have been paused past the lease
 
     async def renew(self) -> bool:
         if self.lost:
             return False
+        sent_at = time.monotonic()
         ok = await self.client.eval(_RENEW, 1, keys.lease(self.sid), self.value, str(self.ttl_ms))  # type: ignore[misc]
         if not ok:
             self.lost = True
+        else:
+            self.extend(sent_at)
         return bool(ok)
 
     async def release(self) -> None:
@@ -89,6 +126,7 @@ async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[s
     sequential renewals of many sessions could outlast the lease). Also refreshes the `running` keys
     of active runs and the worker's live-session scores. Returns, per lease, whether it is still ours."""
     pipe = client.pipeline(transaction=False)
+    sent_at = time.monotonic()
     for lease in leases:
         pipe.eval(_RENEW, 1, keys.lease(lease.sid), lease.value, str(lease.ttl_ms))
     for sid in running:
@@ -100,6 +138,8 @@ async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[s
     for lease, ok in zip(leases, results[: len(leases)], strict=True):
         if not ok:
             lease.lost = True
+        elif not lease.lost:
+            lease.extend(sent_at)
         out.append(bool(ok) and not lease.lost)
     return out
 

@@ -152,6 +152,20 @@ class SessionProtocolController:
                 return p
         return None
 
+    def requeue_untaken(self) -> None:
+        """Injections a failed run had taken from the queues but not recorded go back to the front of
+        the next-turn list (their inbox entries are still unacked)."""
+        queued = {id(m) for m in (*self.next_turn, *self.agent.queued())}
+        recorded = set(self.transcript.sources)
+        lost = [p.message for p in self.pending.values()
+                if id(p.message) not in queued and (p.source, p.source_id) not in recorded]
+        self.next_turn = lost + self.next_turn
+
+    def take_next_turn(self) -> list[AgentMessage]:
+        out: list[AgentMessage] = list(self.next_turn)
+        self.next_turn = []
+        return out
+
     def take_idle(self) -> list[AgentMessage]:
         """Everything held for an idle session except next-turn-only kinds (they wait for a prompt)."""
         out = [m for m in self.next_turn if self.pending.get(id(m)) and self.pending[id(m)].delivery != "next_turn"]

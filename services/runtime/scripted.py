@@ -9,6 +9,8 @@ Scenarios, chosen from the latest user message:
   the first batch, a todo plan, brief.xml written, a deck created with show_gamma, a progress
   message_user(false), then message_user(true);
 - anything else: one message_user(true) that names each injection it received (kind and ref).
+Injections steered into a run after its prompt was already answered (a blocking message_user) are
+acknowledged in plain text, which ends the run: the prompt is not answered a second time.
 Requests without the message_user tool (a subagent) get a plain text answer.
 """
 
@@ -136,8 +138,28 @@ class ScriptedGamma:
             found = injection_of(str(m.get("content", ""))) if m.get("role") == "user" else None
             if found is not None and found[0] in INJECTION_KINDS:
                 seen.append(f"{found[0]} (ref={found[1]})" if found[1] else found[0])
+        if _answered(messages):
+            return ScriptedReply(content="Noted: " + ("; ".join(seen) if seen else "nothing new") + ".")
         said = prompt.strip().replace("\n", " ")[:200]
         text = f"You said: {said!r}."
         text += " Injections received: " + "; ".join(seen) + "." if seen else " No injections received."
         return ScriptedReply(tool_calls=[ScriptedToolCall(name="message_user",
                                                           arguments={"message": text, "blockOnUser": True})])
+
+
+def _answered(messages: list[dict[str, Any]]) -> bool:
+    """The latest prompt already has its blocking answer (a message_user with blockOnUser)."""
+    for m in reversed(messages):
+        if _is_prompt(m):
+            return False
+        calls = (m.get("tool_calls") or []) if m.get("role") == "assistant" else []
+        for call in calls:
+            fn = call.get("function") or {}
+            if fn.get("name") == "message_user":
+                try:
+                    args = json.loads(fn.get("arguments") or "{}")
+                except ValueError:
+                    continue
+                if args.get("blockOnUser"):
+                    return True
+    return False

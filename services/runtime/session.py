@@ -65,6 +65,9 @@ from .writes import WriteHandlers
 
 log = structlog.get_logger()
 BARRIER_WAIT_S = 3.0
+# Failures that pass (a Redis restart, a dropped connection): retried, never dead-lettered.
+TRANSIENT = (RedisError, OSError)
+RETRY_FOR_S = 60.0
 # What a run starts from: new messages, None (continue the context as it is: an interrupted run),
 # or "queued" (the Agent's steer / follow-up queues).
 RunInput = list[AgentMessage] | Literal["queued"] | None
@@ -114,7 +117,7 @@ class Session:
         self.closed = False
         self.stop_requested: str | None = None
         self.compactor: Any = None  # set by the worker (services.runtime.compactor)
-        self.subagents: set[asyncio.Task[None]] = set()
+        self.background: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -191,16 +194,34 @@ class Session:
                 continue
             self.touch()
             try:
-                await self.handle(entry)
+                await self._handle_retrying(entry)
             except LeaseLost:
                 log.warning("lease_lost", session_id=self.sid)
                 return
-            except RedisError:
-                # Transient: the entry stays pending and the next holder (or a wake) retries it.
-                log.exception("inbox_entry_redis_error", session_id=self.sid, entry_id=entry.entry_id)
+            except TRANSIENT:
+                # Still failing after RETRY_FOR_S: the entry stays pending; the next holder retries it.
+                log.exception("inbox_entry_gave_up", session_id=self.sid, entry_id=entry.entry_id)
             except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the session
                 log.exception("inbox_entry_failed", session_id=self.sid, entry_id=entry.entry_id)
                 await self._dead_letter(entry, exc)
+
+    async def _handle_retrying(self, entry: InboxEntry) -> None:
+        """Handle one entry; on a transient failure (Redis restarting, a dropped connection) retry
+        it here, in order, with backoff. Handlers are idempotent: a prompt or injection already
+        recorded is only acked, a file or deck write rewrites the same content, a Yjs update merges."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + RETRY_FOR_S
+        delay = 0.1
+        while True:
+            try:
+                await self.handle(entry)
+                return
+            except TRANSIENT:
+                if self.closed or self.lease.lost or loop.time() + delay > give_up:
+                    raise
+                log.warning("inbox_entry_retry", session_id=self.sid, entry_id=entry.entry_id, delay_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _dead_letter(self, entry: InboxEntry, exc: Exception) -> None:
         """A handler bug on one entry: park it in gamma:deadletter and ack, so it cannot block the
@@ -241,8 +262,26 @@ class Session:
             await self.ack(entry.entry_id)
 
     async def ack(self, entry_id: str | None) -> None:
-        if entry_id:
+        """Ack once the effect is durable. A failed ack never undoes the effect or stops a run: the
+        ack is retried in the background, and until it lands a redelivery is deduplicated."""
+        if not entry_id:
+            return
+        try:
             await self.deps.ack(self.sid, entry_id)
+        except TRANSIENT:
+            log.warning("ack_failed_retrying", session_id=self.sid, entry_id=entry_id)
+            t = asyncio.ensure_future(self._ack_later(entry_id))
+            self.background.add(t)
+            t.add_done_callback(self.background.discard)
+
+    async def _ack_later(self, entry_id: str) -> None:
+        delay = 0.2
+        for _ in range(12):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            with contextlib.suppress(*TRANSIENT):
+                await self.deps.ack(self.sid, entry_id)
+                return
 
     async def _on_prompt(self, entry: InboxEntry, m: UserPrompt) -> None:
         if m.prompt_id in self.transcript.prompts:
@@ -307,11 +346,50 @@ class Session:
         arrive after the loop stopped polling but before this task ends (during the `running` key
         delete, the status event, a deferred compaction) see `running` still true and are queued, so
         the check below, with no await between it and the task's end, is what picks them up."""
-        while await self._run_once(messages):
+        while True:
+            outcome = await self._run_once(messages)
+            if outcome == "stop":
+                return
+            if outcome == "transient":
+                go_on, resumed = await self._recover_run(messages)
+                if not go_on:
+                    return
+                messages = resumed  # the run was cut by a Redis failure: go on from what is durable
+                continue
             next_input = self._left_to_run()
             if next_input is None:
                 return
             messages = next_input
+
+    async def _recover_run(self, failed: RunInput) -> tuple[bool, RunInput]:
+        """After a run failed on Redis: wait until Redis answers, rebuild the context from what is
+        durable (the transcript), give every unanswered tool call a result, and requeue injections
+        the failed run had taken but not recorded. Returns (go on, what to run next): continue (None)
+        when the transcript ends inside the run, the failed run's unrecorded user messages (with what
+        is queued for the next turn) when the failure came before them, else what is left to run."""
+        delay = 0.2
+        while not (self.closed or self.lease.lost):
+            try:
+                await self.deps.client.ping()
+                break
+            except TRANSIENT:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        if self.closed or self.lease.lost:
+            return False, None
+        try:
+            await self._repair_interrupted_run()
+        except (LeaseLost, *TRANSIENT):
+            return False, None
+        self.protocol.restore_context()
+        self.protocol.requeue_untaken()
+        if self.interrupted():
+            return True, None
+        unrecorded = [m for m in failed if id(m) in self.protocol.prompts] if isinstance(failed, list) else []
+        if unrecorded:
+            return True, self.protocol.take_next_turn() + unrecorded
+        left = self._left_to_run()
+        return left is not None, left
 
     def _left_to_run(self) -> RunInput | None:
         """What a finished run leaves queued: the Agent's steer / follow-up queues (prompts and
@@ -325,11 +403,14 @@ class Session:
             return self.protocol.take_idle()
         return None
 
-    async def _run_once(self, messages: RunInput) -> bool:
-        """One agent run; False when the session must not run again (the lease is gone)."""
-        await self.deps.client.set(keys.running(self.sid), "1", px=self.deps.settings.lease_ms)
-        await self.outbox.event("status", {"status": "live", "running": True, "fence": self.lease.fence})
+    async def _run_once(self, messages: RunInput) -> Literal["done", "stop", "transient"]:
+        """One agent run: "stop" when the session must not run again (the lease is gone),
+        "transient" when it failed on Redis (see `_recover_run`)."""
+        outcome: Literal["done", "stop", "transient"] = "done"
         try:
+            with contextlib.suppress(*TRANSIENT):  # informational; the housekeeping refreshes the key
+                await self.deps.client.set(keys.running(self.sid), "1", px=self.deps.settings.lease_ms)
+                await self.outbox.event("status", {"status": "live", "running": True, "fence": self.lease.fence})
             if messages == "queued":
                 await self.agent.run_queued()
             elif messages is None:
@@ -340,9 +421,12 @@ class Session:
                 await self.agent.run_queued()  # a steer that arrived as the loop stopped
         except LeaseLost:
             log.warning("lease_lost_during_run", session_id=self.sid)
-            return False
+            return "stop"
         except asyncio.CancelledError:
             raise
+        except TRANSIENT:
+            log.exception("run_interrupted_by_redis", session_id=self.sid)
+            outcome = "transient"
         except Exception:  # noqa: BLE001 - the worker survives a broken run
             log.exception("run_failed", session_id=self.sid)
             with contextlib.suppress(Exception):
@@ -354,12 +438,12 @@ class Session:
                     await self.deps.client.delete(keys.running(self.sid))
                     await self.outbox.event("status", {"status": "live", "running": False,
                                                        "fence": self.lease.fence})
-        if self.compactor is not None and not self.closed and not self.lease.lost:
+        if self.compactor is not None and not self.closed and not self.lease.lost and outcome == "done":
             try:
                 await self.compactor.after_run()
             except LeaseLost:
-                return False
-        return True
+                return "stop"
+        return outcome
 
     async def emit(self, event: AgentEvent) -> None:
         """Engine events: persist on message_end (before publishing), then publish."""
@@ -443,8 +527,8 @@ class Session:
 
         child = f"sa_{tool_call_id[-8:]}"
         t = asyncio.ensure_future(run_subagent(self, child, task))
-        self.subagents.add(t)
-        t.add_done_callback(self.subagents.discard)
+        self.background.add(t)
+        t.add_done_callback(self.background.discard)
         return child
 
     async def message_user(self, message: str, block_on_user: bool, tool_call_id: str) -> None:
@@ -456,7 +540,7 @@ class Session:
     async def shutdown(self) -> None:
         """Stop the run and the inbox loop; the worker persists and releases the lease."""
         self.agent.abort()
-        tasks = [t for t in (self.run_task, *self.subagents) if t is not None and not t.done()]
+        tasks = [t for t in (self.run_task, *self.background) if t is not None and not t.done()]
         for t in tasks:
             t.cancel()
         if tasks:

@@ -95,7 +95,7 @@ class Worker:
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))
         paths = session_paths(self.settings.data_dir, sid)
-        outbox = Outbox(self.client, sid, self.bus)
+        outbox = Outbox(self.client, sid, self.bus, fence=lease.check)
         session = Session(deps, paths, lease, outbox,
                           ModelSettings(model=model.name or self.settings.model,
                                         reasoning_effort=model.reasoning_effort),
@@ -211,7 +211,7 @@ class Worker:
                 await self.client.zrem(keys.RUNTIME_LIVE, sid)
                 # Announced only once the lease is gone: whoever sees "dormant" may write dormant state.
                 await session.outbox.event("status", {"status": "dormant", "running": False,
-                                                      "fence": session.lease.fence})
+                                                      "fence": session.lease.fence}, fenced=False)
                 await self.bus(keys.LIFECYCLE, SessionDormant(session_id=sid, fence=session.lease.fence,
                                                              reason=reason))
                 log.info("session_dormant", session_id=sid, reason=reason)

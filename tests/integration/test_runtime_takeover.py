@@ -3,6 +3,7 @@ duplicated or lost entries, and a worker whose lease was taken cannot write."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.lease import Lease, LeaseLost
+from services.runtime.lease import Lease, LeaseLost, safety_margin_s
 from services.runtime.todo import TodoController
 from services.runtime.transcript import Transcript
 from shared import keys
@@ -85,7 +86,7 @@ def test_sigterm_persists_releases_and_todo_survives_restart(stack_factory) -> N
 
 
 async def test_worker_whose_lease_was_taken_cannot_append(redis_client: aioredis.Redis, tmp_path: Path) -> None:
-    lease = await Lease.acquire(redis_client, "taken1", "w1", 10_000)
+    lease = await Lease.acquire(redis_client, "taken1", "w1", 400)
     assert lease is not None
     assert await Lease.acquire(redis_client, "taken1", "w2", 10_000) is None  # held: nobody else gets it
     t = Transcript.load(tmp_path / "transcript.jsonl", lease.check)
@@ -93,8 +94,8 @@ async def test_worker_whose_lease_was_taken_cannot_append(redis_client: aioredis
     await t.ensure_header()
     await t.append_message(UserMessage(content="mine"))
     size = (tmp_path / "transcript.jsonl").stat().st_size
-    # The lease expires and another worker takes it (a new fence).
-    await redis_client.delete(keys.lease("taken1"))
+    # The holder stalls past its lease; the lease expires and another worker takes it (a new fence).
+    await asyncio.sleep(0.5)
     other = await Lease.acquire(redis_client, "taken1", "w2", 10_000)
     assert other is not None and other.fence == lease.fence + 1
     with pytest.raises(LeaseLost):
@@ -108,16 +109,50 @@ async def test_worker_whose_lease_was_taken_cannot_append(redis_client: aioredis
     assert await redis_client.get(keys.lease("taken1")) == other.value.encode()
 
 
-def test_runtime_stops_writing_when_its_lease_is_taken(stack_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_check_needs_no_round_trip_inside_the_lease_and_renews_past_it(redis_client: aioredis.Redis) -> None:
+    lease = await Lease.acquire(redis_client, "bound1", "w1", 400)
+    assert lease is not None
+    await redis_client.set(keys.lease("bound1"), "intruder:9")  # only a lost Redis write could do this
+    await lease.check()  # inside the local bound: trusted without asking Redis
+    await asyncio.sleep(0.4 - safety_margin_s(400) + 0.02)
+    with pytest.raises(LeaseLost):  # past it: the renewal finds the lease is not ours
+        await lease.check()
+    mine = await Lease.acquire(redis_client, "bound2", "w1", 400)
+    assert mine is not None
+    for _ in range(4):  # a holder that keeps checking keeps the lease by renewing it
+        await asyncio.sleep(0.2)
+        await mine.check()
+    assert await redis_client.get(keys.lease("bound2")) == mine.value.encode()
+
+
+@pytest.mark.slow
+def test_runtime_paused_past_its_lease_writes_nothing_once_resumed(stack_factory) -> None:  # type: ignore[no-untyped-def]
     rt: Stack = stack_factory(start=False)
     rt.start("runtime")
     d = Driver(rt.redis_url)
-    sid = "steal1"
+    sid = "paused1"
     go_live(d, sid)
-    d.r.set(keys.lease(sid), "intruder:99", px=60_000)
-    d.prompt(sid, "are you there?")
+    d.prompt(sid, script({"tool_calls": [call("bash", command="sleep 1")]}, done("after the pause")))
+    d.wait_event(sid, lambda e: e["type"] == "tool_execution_start", what="bash started")
+    before = kinds(transcript(rt.data_dir, sid))
+    rt.kill("runtime", signal.SIGSTOP)
+    try:
+        time.sleep(3.5)  # past GAMMA_LEASE_MS=3000: the lease expires in Redis
+        other = asyncio.run(_take(rt.redis_url, sid))
+        d.prompt(sid, "are you there?")
+    finally:
+        rt.kill("runtime", signal.SIGCONT)
     time.sleep(3)
-    assert kinds(transcript(rt.data_dir, sid)) == ["session"]
-    assert d.r.get(keys.lease(sid)) == b"intruder:99"
-    assert int(d.r.xpending(keys.inbox(sid), keys.RUNTIME_GROUP)["pending"]) <= 1  # left for the real holder
+    assert kinds(transcript(rt.data_dir, sid)) == before  # neither the tool result nor the new prompt
+    assert d.r.get(keys.lease(sid)) == other.encode()
     assert "lease_lost" in rt.log("runtime")
+
+
+async def _take(url: str, sid: str) -> str:
+    client = aioredis.from_url(url)
+    try:
+        lease = await Lease.acquire(client, sid, "intruder", 60_000)
+        assert lease is not None, "the paused worker's lease should have expired"
+        return lease.value
+    finally:
+        await client.aclose()
