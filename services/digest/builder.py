@@ -30,13 +30,13 @@ from shared import keys
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection
-from shared.contracts.injection import RuntimeInjection
+from shared.contracts.injection import RuntimeInjection, artifact_update_block
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.pending import PendingArtifact
 from shared.contracts.recorded import InjectionRecorded
 from shared.inbox import append
 
-from .coalesce import NO_NET_CHANGE, actors_line, block, compose
+from .coalesce import NO_NET_CHANGE, actors_line, compose
 from .manifest import Manifest
 from .revisions import Carry, Note, RefState, RevisionStore
 
@@ -221,7 +221,7 @@ class DigestBuilder:
             state.pending_since = None
             return None
         from_revision = state.from_revision()
-        return block(ref, from_revision, state.current, body), from_revision
+        return artifact_update_block(ref, from_revision, state.current, body), from_revision
 
     async def _send(self, sid: str, ref: str, state: RefState, *, correction: bool = False) -> None:
         digest = await self._digest(sid, ref, state)
@@ -355,12 +355,9 @@ class DigestBuilder:
             elif live and advanced and state.sent:
                 # A newer digest is out that was composed from the older `seen` while this one was out
                 # too: it repeats what the agent just recorded (0..2 recorded, 0..3 out). Send it again
-                # from the recorded revision under a new source id; the runtime keeps one artifact_update
-                # per ref, so it replaces the overlapping one if that is still queued. If the runtime
-                # already took the overlapping one, the overlap has happened and this correction repeats
-                # N..current once more: we cannot see the runtime's queue, and the one-per-ref rule
-                # (a newer digest replaces a queued one, keeping the older from_revision) requires the
-                # overlapping digest to cover from the older `seen`, so this is the remaining race.
+                # from the recorded revision under a new source id. The runtime, which knows what it
+                # recorded, restates or drops the overlapping one (protocol.artifact_recorded); this
+                # correction then replaces the restated marker with the precise digest if still queued.
                 await self._send(sid, ref, state, correction=True)
             elif not live and self.manifest.get(sid, ref) is not None:
                 await self._to_manifest(sid, ref, state)  # restate the newer entry from the new `seen`

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from xml.sax.saxutils import quoteattr
 
 from .deck_diff import DIRTY_TEXT as DECK_DIRTY
 from .deck_diff import deck_digest
@@ -74,12 +73,3 @@ def compose(state: RefState, seen: bytes | None, current: bytes | None) -> str |
     return "\n\n".join(parts)
 
 
-def block(ref: str, from_revision: int | None, to_revision: int, body: str) -> str:
-    """The XML-ish injection content the model sees (docs/integration.md "Injections")."""
-    attrs = f"ref={quoteattr(ref)}"
-    if from_revision is not None:
-        attrs += f" from_revision={quoteattr(str(from_revision))}"
-    attrs += f" to_revision={quoteattr(str(to_revision))}"
-    # File text is user-controlled: it must not be able to close the block and open another tag.
-    safe = body.replace("</artifact_update", "&lt;/artifact_update")
-    return f"<artifact_update {attrs}>\n{safe}\n</artifact_update>"

@@ -38,7 +38,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def bus(stream: str, message: BaseModel) -> None:
         await publish(broker, stream, message)
 
-    worker = Worker(settings, ctx.redis, model_client, skills, prompts, bus, consumer_name("runtime"))
+    worker = Worker(settings, ctx.redis, model_client, skills, prompts, bus, consumer_name("runtime"),
+                    registry=ctx.registry)
 
     subscribe(broker, ctx.redis, stream=keys.WAKE, group=keys.RUNTIME_GROUP, consumer=consumer_name("runtime"),
               model=Wake, handler=worker.on_wake, claim_idle_ms=settings.claim_idle_ms)

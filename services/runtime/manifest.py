@@ -41,6 +41,6 @@ def queue_manifest(session: Session) -> int:
                         from_revision=item.from_revision, to_revision=item.to_revision)
         if (inj.source, inj.source_id) in session.transcript.sources:
             continue  # consumed before (digest has not cleared it yet)
-        session.protocol.route_update(inj, "", hold=True)
-        queued += 1
+        if session.protocol.route_update(inj, "", hold=True) != "covered":
+            queued += 1
     return queued

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from shared.contracts.client import PromptClientContext
 from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import DELIVERY_BY_KIND, Delivery
+from shared.contracts.injection import DELIVERY_BY_KIND, Delivery, RuntimeInjection, artifact_update_block
 from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
 
 from .engine.agent import Agent
@@ -55,6 +55,17 @@ def injection_message(inj: Injection, from_revision: int | None = None) -> Custo
     if inj.to_revision is not None:
         details["toRevision"] = inj.to_revision
     return CustomMessage(custom_type=f"gamma.{kind}", content=content, display=False, details=details)
+
+
+def restated(inj: Injection, told: int) -> Injection:
+    """An artifact_update composed from a revision older than the one the agent was told since:
+    its text would repeat changes already reported, and the part after `told` cannot be cut out of
+    it, so it becomes a marker from `told` (the builder's correction replaces it if still queued)."""
+    body = (f"{inj.ref} changed after revision {told}, which you were already told about; it is now at "
+            f"revision {inj.to_revision}. Read it for the details.")
+    content = artifact_update_block(inj.ref or "", told, inj.to_revision or told, body)
+    return inj.model_copy(update={"from_revision": told,
+                                  "injection": RuntimeInjection(kind="artifact_update", content=content)})
 
 
 def client_view_content(ctx: PromptClientContext) -> str:
@@ -99,14 +110,21 @@ class SessionProtocolController:
 
     def route_update(self, inj: Injection, entry_id: str, *, hold: bool = False) -> str:
         """Queue one injection by its delivery rule. Returns 'recorded' (already in the transcript),
-        'merged' (same source id already queued), 'steer' / 'follow_up' / 'next_turn', or 'start'
-        (idle with an active task: the caller starts a run with `take_idle()`)."""
+        'covered' (an artifact_update whose revisions the agent was already told), 'merged' (same
+        source id already queued), 'steer' / 'follow_up' / 'next_turn', or 'start' (idle with an
+        active task: the caller starts a run with `take_idle()`)."""
         if (inj.source, inj.source_id) in self.transcript.sources:
             return "recorded"
         for p in self.pending.values():
             if p.source == inj.source and p.source_id == inj.source_id:
                 p.entry_ids.append(entry_id)
                 return "merged"
+        if inj.injection.kind == "artifact_update" and inj.ref:
+            told = self.transcript.told.get(inj.ref, (None, ""))[0]
+            if told is not None and inj.to_revision is not None and inj.to_revision <= told:
+                return "covered"
+            if told is not None and inj.from_revision is not None and inj.from_revision < told:
+                inj = restated(inj, told)
         kind = inj.injection.kind
         delivery = DELIVERY_BY_KIND[kind]
         old = self._queued_same_target(inj)
@@ -151,6 +169,35 @@ class SessionProtocolController:
             if kind == "client_view" or (kind == "artifact_update" and inj.ref and p.ref == inj.ref):
                 return p
         return None
+
+    def artifact_recorded(self, ref: str, told: int) -> list[PendingInjection]:
+        """An artifact_update for `ref` up to revision `told` was just recorded. A queued one for the
+        same ref that the digest builder composed before that (from an older revision) would repeat
+        part of it: it is restated from `told`, or dropped when `told` covers it all. Returns the
+        dropped ones, for the caller to ack as recorded."""
+        queued = {id(m) for m in (*self.next_turn, *self.agent.queued())}
+        dropped: list[PendingInjection] = []
+        for p in list(self.pending.values()):
+            if p.ref != ref or id(p.message) not in queued or p.message.details.get("injectionType") != "artifact_update":
+                continue
+            from_revision = p.message.details.get("fromRevision")
+            if p.to_revision is not None and p.to_revision <= told:
+                del self.pending[id(p.message)]
+                if not self.agent.remove_queued(p.message):
+                    self.next_turn = [m for m in self.next_turn if m is not p.message]
+                dropped.append(p)
+            elif isinstance(from_revision, int) and from_revision < told and p.to_revision is not None:
+                inj = Injection(session_id="", source=p.source, source_id=p.source_id,  # type: ignore[arg-type]
+                                injection=RuntimeInjection(kind="artifact_update", content=p.message.content),
+                                ref=ref, from_revision=from_revision, to_revision=p.to_revision)
+                message = injection_message(restated(inj, told))
+                del self.pending[id(p.message)]
+                self.pending[id(message)] = PendingInjection(
+                    message=message, source=p.source, source_id=p.source_id, delivery=p.delivery,
+                    entry_ids=p.entry_ids, ref=ref, to_revision=p.to_revision)
+                if not self.agent.replace_queued(p.message, message):
+                    self.next_turn = [message if m is p.message else m for m in self.next_turn]
+        return dropped
 
     def requeue_untaken(self) -> None:
         """Injections a failed run had taken from the queues but not recorded go back to the front of

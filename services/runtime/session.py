@@ -15,9 +15,10 @@ from typing import Any, Literal
 
 import structlog
 from openai import AsyncOpenAI
+from prometheus_client import CollectorRegistry
 from redis.exceptions import RedisError
 
-from shared import keys
+from shared import keys, metrics
 from shared.bus import dead_letter
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.inbox import (
@@ -84,6 +85,7 @@ class SessionDeps:
     ack: Any  # async (sid, entry_id) -> None
     static_prefix: str = ""
     preloaded: tuple[Skill, ...] = ()  # the variant's preloaded skills, recorded at session start
+    registry: CollectorRegistry | None = None  # the service's Prometheus registry
 
 
 class Session:
@@ -308,6 +310,10 @@ class Session:
             entry_id = self.transcript.sources[(m.source, m.source_id)]
             await self._recorded(m.source, m.source_id, entry_id, m.ref, m.to_revision)
             await self.ack(entry.entry_id)
+        elif result == "covered" and m.ref:
+            # Everything it reports is in an artifact_update already recorded: that entry answers for it.
+            await self._recorded(m.source, m.source_id, self.transcript.told[m.ref][1], m.ref, m.to_revision)
+            await self.ack(entry.entry_id)
         elif result == "start" and not self.running:
             self.start_run(self.protocol.take_idle())
 
@@ -449,6 +455,10 @@ class Session:
         """Engine events: persist on message_end (before publishing), then publish."""
         if event.type == "message_end" and event.message is not None:
             await self._record(event.message)
+        elif event.type == "model_request" and self.deps.registry is not None:
+            metrics.model_request(self.deps.registry, prompt_tokens=int(event.data.get("prompt_tokens", 0)),
+                                  shared_prefix_tokens=int(event.data.get("shared_prefix_tokens", 0)),
+                                  model=self.stream.settings.model)
         await self.outbox.event(event.type, event.data)
 
     async def _record(self, message: AgentMessage) -> None:
@@ -468,6 +478,15 @@ class Session:
                 for e in pending.entry_ids:
                     await self.ack(e)
                 await self._recorded(pending.source, pending.source_id, entry.id, pending.ref, pending.to_revision)
+                if self.deps.registry is not None:
+                    metrics.injection_delivered(self.deps.registry, str(message.details.get("injectionType")),
+                                                pending.source)
+                if pending.ref and pending.to_revision is not None:
+                    for covered in self.protocol.artifact_recorded(pending.ref, pending.to_revision):
+                        for e in covered.entry_ids:
+                            await self.ack(e)
+                        await self._recorded(covered.source, covered.source_id, entry.id, covered.ref,
+                                             covered.to_revision)
                 if pending.source_id.startswith("form:"):
                     await form_delivered(self, pending.source_id.split(":")[1])
             return

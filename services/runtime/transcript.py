@@ -100,6 +100,8 @@ class Transcript:
         self._ids: set[str] = set()
         self.prompts: dict[str, str] = {}  # prompt_id -> entry id
         self.sources: dict[tuple[str, str], str] = {}  # (source, source_id) -> entry id
+        # ref -> (highest to_revision recorded in an artifact_update, its entry id)
+        self.told: dict[str, tuple[int, str]] = {}
         self.compactions: set[str] = set()  # request ids
         self._context: tuple[int, list[AgentMessage]] | None = None
 
@@ -192,6 +194,10 @@ class Transcript:
             source, source_id = entry.details.get("source"), entry.details.get("sourceId")
             if isinstance(source, str) and isinstance(source_id, str):
                 self.sources[(source, source_id)] = entry.id
+            ref, to = entry.details.get("ref"), entry.details.get("toRevision")
+            if (entry.details.get("injectionType") == "artifact_update" and isinstance(ref, str)
+                    and isinstance(to, int) and to > self.told.get(ref, (-1, ""))[0]):
+                self.told[ref] = (to, entry.id)
         elif isinstance(entry, CompactionEntry) and entry.request_id:
             self.compactions.add(entry.request_id)
 

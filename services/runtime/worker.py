@@ -15,8 +15,9 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 from openai import AsyncOpenAI
+from prometheus_client import CollectorRegistry
 
-from shared import keys
+from shared import keys, metrics
 from shared.contracts.base import now_ms
 from shared.contracts.http import ModelConfig
 from shared.contracts.lifecycle import SessionDormant, SessionLive
@@ -41,8 +42,9 @@ STOP_WAIT_S = 5.0
 class Worker:
     def __init__(self, settings: Settings, client: aioredis.Redis, model_client: AsyncOpenAI,
                  skills: Mapping[str, Skill], system_prompts: Mapping[str, str], bus: BusPublish,
-                 worker_id: str) -> None:
+                 worker_id: str, registry: CollectorRegistry | None = None) -> None:
         self.settings = settings
+        self.registry = registry
         self.client = client
         self.bus = bus
         self.worker_id = worker_id
@@ -56,6 +58,8 @@ class Worker:
         self.model_client = model_client
         self.skills = skills
         self.static_prefix = static_prefix(skills)  # the same for every session: built once, not per wake
+        if registry is not None:
+            metrics.track_active_leases(registry, lambda: len(self.sessions))
 
     def start(self) -> None:
         self._tasks = [asyncio.ensure_future(self._read_loop()), asyncio.ensure_future(self._house_loop()),
@@ -91,7 +95,7 @@ class Worker:
         system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]
         deps = SessionDeps(settings=self.settings, client=self.client, model_client=self.model_client,
                            skills=self.skills, system_prompt=system_prompt, counter=self.counter,
-                           ack=self.reader.ack, static_prefix=self.static_prefix,
+                           ack=self.reader.ack, static_prefix=self.static_prefix, registry=self.registry,
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))
         paths = session_paths(self.settings.data_dir, sid)

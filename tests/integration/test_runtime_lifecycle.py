@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from services.runtime.compaction import make_request
@@ -181,6 +182,15 @@ def test_subagent_result_arrives_as_background_result(rt: Stack, d: Driver) -> N
     result = next(e for e in entries if e["type"] == "custom_message")
     assert result["customType"] == "gamma.background_result" and "find tide tables" in result["content"]
     assert len(d.message_users(sid)) == 1
+    # The runtime's own metrics saw it: model requests with their tokens, the injection, the lease.
+    text = httpx.get(rt.url("runtime") + "/metrics").text
+    assert _metric(text, 'gamma_injections_delivered_total{kind="background_result",source="system"}') >= 1
+    assert _metric(text, "gamma_model_request_prompt_tokens_count") >= 2
+    assert _metric(text, "gamma_active_leases") >= 1
+
+
+def _metric(text: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " "))
 
 
 def _assistant_texts(rt: Stack, sid: str) -> list[str]:

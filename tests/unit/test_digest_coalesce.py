@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from services.digest.coalesce import block, compose
+from services.digest.coalesce import compose
 from services.digest.revisions import Carry, Note, RefState
+from shared.contracts.injection import artifact_update_block as block
 
 
 def state(**kw) -> RefState:  # type: ignore[no-untyped-def]

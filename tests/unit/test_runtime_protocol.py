@@ -82,6 +82,56 @@ async def test_artifact_updates_coalesce_per_ref_keeping_the_older_from_revision
     assert "v6" in merged.message.content
 
 
+async def test_artifact_update_never_repeats_what_the_agent_was_told(tmp_path: Path) -> None:
+    """The digest builder composes from the agent's seen revision; a digest composed before an
+    earlier one was recorded repeats it. The runtime restates it from the recorded revision, drops
+    it when fully covered, and the builder's correction replaces the restated marker."""
+    c = controller(tmp_path)
+    c.route_update(inj("artifact_update", "f@5", "three to five", ref="file:a", from_revision=3, to_revision=5), "e1")
+    c.route_update(inj("artifact_update", "g@1", "other ref", ref="file:b", from_revision=0, to_revision=1), "e2")
+    first = c.take_next_turn()
+    entry = await c.transcript.append_custom(first[0])  # 3..5 recorded
+    c.pending.pop(id(first[0]))
+    c.next_turn = first[1:]
+    assert c.transcript.told["file:a"] == (5, entry.id)
+    # Composed from 3 before 3..5 was recorded: restated as a marker from 5.
+    assert c.route_update(inj("artifact_update", "f@6", "three to six", ref="file:a", from_revision=3,
+                              to_revision=6), "e3") == "next_turn"
+    marker = c.next_turn[-1]
+    assert marker.details["fromRevision"] == 5 and "three to six" not in marker.content
+    assert 'from_revision="5"' in marker.content
+    # The builder's correction (5..6, a new source id) replaces it, precise again.
+    assert c.route_update(inj("artifact_update", "f@6#5", "five to six", ref="file:a", from_revision=5,
+                              to_revision=6), "e4") == "merged"
+    corrected = c.pending[id(c.next_turn[-1])]
+    assert corrected.message.details["fromRevision"] == 5 and "five to six" in corrected.message.content
+    assert corrected.entry_ids == ["e3", "e4"]
+    # A redelivered older digest the transcript covers entirely: nothing queued.
+    assert c.route_update(inj("artifact_update", "f@4", "old", ref="file:a", from_revision=3, to_revision=4),
+                          "e5") == "covered"
+    assert len(c.next_turn) == 2
+
+
+async def test_recording_an_artifact_update_restates_or_drops_queued_overlaps(tmp_path: Path) -> None:
+    c = controller(tmp_path)
+    c.route_update(inj("artifact_update", "f@5", "three to five", ref="file:a", from_revision=3, to_revision=5), "e1")
+    taken = c.take_next_turn()  # handed to the model, not yet recorded
+    # Both composed from 3 while 3..5 was out: one reaches further, one does not.
+    c.route_update(inj("artifact_update", "f@7", "three to seven", ref="file:a", from_revision=3,
+                       to_revision=7), "e2")
+    c.route_update(inj("artifact_update", "h@5", "x", ref="file:h", from_revision=3, to_revision=5), "e3")
+    await c.transcript.append_custom(taken[0])
+    c.pending.pop(id(taken[0]))
+    assert c.artifact_recorded("file:a", 5) == []
+    queued = c.pending[id(c.next_turn[0])]
+    assert queued.message.details["fromRevision"] == 5 and queued.entry_ids == ["e2"]
+    assert "three to seven" not in queued.message.content
+    c.route_update(inj("artifact_update", "f@4b", "x", ref="file:a", from_revision=5, to_revision=7), "e4")
+    dropped = c.artifact_recorded("file:a", 7)
+    assert [d.entry_ids for d in dropped] == [["e2", "e4"]]
+    assert [m.details["ref"] for m in c.next_turn] == ["file:h"]
+
+
 async def test_client_view_latest_wins_and_the_prompt_context_replaces_it(tmp_path: Path) -> None:
     c = controller(tmp_path)
     c.route_update(inj("client_view", "v1", "<client_view>1</client_view>", source="client"), "e1")
