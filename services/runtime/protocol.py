@@ -103,7 +103,8 @@ class SessionProtocolController:
         self.has_active_task = has_active_task
         self.next_turn: list[CustomMessage] = []  # next-turn and idle-held injections, arrival order
         self.pending: dict[int, PendingInjection] = {}  # id(message) -> its source and inbox entries
-        self.prompts: dict[int, tuple[str, str | None]] = {}  # id(user message) -> (prompt_id, entry id)
+        # id(user message) -> (prompt_id, inbox entry id, the message): prompts not yet recorded
+        self.prompts: dict[int, tuple[str, str | None, UserMessage]] = {}
         self.anchor_revision = self._last_todo_revision()
 
     # ------------------------------------------------------------ injections
@@ -208,6 +209,13 @@ class SessionProtocolController:
                 if id(p.message) not in queued and (p.source, p.source_id) not in recorded]
         self.next_turn = lost + self.next_turn
 
+    def untaken_prompts(self, exclude: list[AgentMessage]) -> list[UserMessage]:
+        """Prompts a failed run had taken from the steer / follow-up queues but not recorded (their
+        inbox entries are still unacked), except those in `exclude` (the failed run's own input)."""
+        held = {id(m) for m in (*self.next_turn, *self.agent.queued(), *exclude)}
+        return [user for prompt_id, _, user in self.prompts.values()
+                if id(user) not in held and prompt_id not in self.transcript.prompts]
+
     def take_next_turn(self) -> list[AgentMessage]:
         out: list[AgentMessage] = list(self.next_turn)
         self.next_turn = []
@@ -246,7 +254,7 @@ class SessionProtocolController:
             if name is not None and name in self.skills:
                 out.extend(self.activate_skill(name))
             user = UserMessage(content=prompt.message)
-            self.prompts[id(user)] = (prompt.prompt_id, turn.entry_id)
+            self.prompts[id(user)] = (prompt.prompt_id, turn.entry_id, user)
             out.append(user)
         return out
 
@@ -259,7 +267,7 @@ class SessionProtocolController:
             self.next_turn = [m for m in self.next_turn if not self._is_client_view(m)]
             out.append(view)
         user = UserMessage(content=prompt.message)
-        self.prompts[id(user)] = (prompt.prompt_id, entry_id)
+        self.prompts[id(user)] = (prompt.prompt_id, entry_id, user)
         out.append(user)
         return out
 

@@ -388,10 +388,13 @@ class Session:
         except (LeaseLost, *TRANSIENT):
             return False, None
         self.protocol.restore_context()
+        own = failed if isinstance(failed, list) else []
+        for prompt in self.protocol.untaken_prompts(own):
+            self.agent.steer(prompt)  # a prompt steered into the failed run: the next run takes it first
         self.protocol.requeue_untaken()
         if self.interrupted():
             return True, None
-        unrecorded = [m for m in failed if id(m) in self.protocol.prompts] if isinstance(failed, list) else []
+        unrecorded = [m for m in own if id(m) in self.protocol.prompts]
         if unrecorded:
             return True, self.protocol.take_next_turn() + unrecorded
         left = self._left_to_run()
@@ -463,7 +466,7 @@ class Session:
 
     async def _record(self, message: AgentMessage) -> None:
         if isinstance(message, UserMessage):
-            prompt_id, entry_id = self.protocol.prompts.pop(id(message), (None, None))
+            prompt_id, entry_id, _ = self.protocol.prompts.pop(id(message), (None, None, message))
             await self.transcript.append_message(message, prompt_id=prompt_id)
             await self.ack(entry_id)
             return

@@ -219,4 +219,17 @@ async def test_busy_prompt_brings_its_own_client_view(tmp_path: Path) -> None:
     msgs = c.busy_turn_messages(prompt, "e2")
     assert [m.role for m in msgs] == ["custom", "user"] and "it-IT" in msgs[0].content  # type: ignore[union-attr]
     assert c.next_turn == [] and c.pending[id(msgs[0])].entry_ids == ["e1"]
-    assert c.prompts[id(msgs[1])] == (prompt.prompt_id, "e2")
+    assert c.prompts[id(msgs[1])] == (prompt.prompt_id, "e2", msgs[1])
+
+
+async def test_prompts_a_failed_run_took_but_never_recorded_are_found_again(tmp_path: Path) -> None:
+    c = controller(tmp_path)
+    first = c.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s", message="first"), entry_id="e1"))
+    steered = c.busy_turn_messages(UserPrompt(session_id="s", message="steered"), "e2")
+    queued = c.busy_turn_messages(UserPrompt(session_id="s", message="still queued"), "e3")
+    c.agent.steer(queued[-1])
+    recorded = c.busy_turn_messages(UserPrompt(session_id="s", message="recorded"), "e4")
+    prompt_id, _, message = c.prompts.pop(id(recorded[-1]))
+    await c.transcript.append_message(message, prompt_id=prompt_id)
+    # The run failed after taking "steered" from the queue: only it is lost ("first" is the run's input).
+    assert c.untaken_prompts(first) == [steered[-1]]
