@@ -89,6 +89,35 @@ class InboxReader:
             if start == "0-0":
                 return out
 
+    async def claim_foreign(self, sids: list[str], min_idle_ms: int) -> list[InboxEntry]:
+        """Entries of these (held) sessions' inboxes left pending, for `min_idle_ms`, by another
+        consumer: a worker that read them after its lease had passed here (one paused past its lease
+        reads what was appended meanwhile once resumed, and then drops the session). `add` claims what
+        is pending at the wake; this catches what such a stale reader takes later. Two round trips,
+        the second only when there is something to claim."""
+        pipe = self._client.pipeline(transaction=False)
+        for sid in sids:
+            pipe.xpending_range(keys.inbox(sid), GROUP, min="-", max="+", count=100, idle=min_idle_ms)
+        replies = await pipe.execute(raise_on_error=False)
+        foreign: list[tuple[str, list[str]]] = []
+        for sid, reply in zip(sids, replies, strict=True):
+            if isinstance(reply, Exception):
+                continue  # the group is gone (a deleted session): nothing to claim
+            ids = [text(p["message_id"]) for p in reply if text(p["consumer"]) != self._consumer]
+            if ids:
+                foreign.append((sid, ids))
+        out: list[InboxEntry] = []
+        for sid, ids in foreign:
+            claimed: list[Any] = await self._client.xclaim(keys.inbox(sid), GROUP, self._consumer,
+                                                           min_idle_time=min_idle_ms, message_ids=list[Any](ids))
+            for entry_id, fields in claimed:
+                if fields is None:
+                    continue
+                entry = await self._decode(sid, entry_id, fields)
+                if entry is not None:
+                    out.append(entry)
+        return out
+
     async def read(self, block_ms: int = 1000, count: int = 100) -> list[InboxEntry]:
         if not self._sessions:
             return []
@@ -126,3 +155,7 @@ class InboxReader:
             await self.ack(sid, eid)
             return None
         return InboxEntry(session_id=sid, entry_id=eid, message=message)
+
+
+def text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

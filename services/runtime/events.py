@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+import structlog
 from pydantic import BaseModel
 
 from shared import keys
 from shared.contracts.events import EventType, SessionEvent
 from shared.contracts.inbox import InboxReply
 
+from .lease import LeaseLost
+
+log = structlog.get_logger()
 EVENTS_MAXLEN = 10_000
 REPLY_TTL_S = 60
 
@@ -28,29 +33,72 @@ async def _unfenced() -> None:
 class Outbox:
     """Everything goes out fenced: a worker that lost the session's lease (or was paused past it)
     publishes nothing more for it. Only the announcements made after releasing the lease on
-    purpose (the dormant status) pass `fenced=False`."""
+    purpose (the dormant status) pass `fenced=False`.
+
+    Progress events (`event(..., wait=False)`: a run or a message starting, streamed text) do not
+    hold up the run: they are queued and sent in order, batched into one pipeline, by a background
+    send, and always before the next awaited event (which drains them first), so a client reads every
+    event in the order the engine made them. A failed background send keeps its batch for the next
+    awaited event, which raises if Redis still fails, as it would have without the queue."""
 
     def __init__(self, client: aioredis.Redis, sid: str, bus: BusPublish, fence: Fence = _unfenced) -> None:
         self.client = client
         self.sid = sid
         self.bus = bus
         self.fence = fence
+        self._queued: list[SessionEvent] = []
+        self._sending = asyncio.Lock()  # one sender at a time: the stream keeps the engine's order
+        self._background: asyncio.Task[None] | None = None
 
     async def event(self, type: EventType, data: dict[str, Any] | None = None,
-                    also: Callable[[Any], Any] | None = None, *, fenced: bool = True) -> str:
-        """XADD one event; `also` adds commands to the same round trip (a non-transactional pipeline)."""
-        if fenced:
-            await self.fence()
+                    also: Callable[[Any], Any] | None = None, *, fenced: bool = True,
+                    wait: bool = True) -> str | None:
+        """XADD one event and return its stream id (None when queued: `wait=False`); `also` adds
+        commands to the same round trip (a non-transactional pipeline)."""
         ev = SessionEvent(type=type, session_id=self.sid, data=data or {})
-        if also is None:
-            entry = await self.client.xadd(keys.events(self.sid), {"data": ev.model_dump_json()},
-                                           maxlen=EVENTS_MAXLEN, approximate=True)
-        else:
+        if not wait and also is None:
+            self._queued.append(ev)
+            if self._background is None or self._background.done():
+                self._background = asyncio.ensure_future(self._send_in_background())
+            return None
+        async with self._sending:
+            await self._send_queued(fenced)
+            if fenced:
+                await self.fence()
             pipe = self.client.pipeline(transaction=False)
             pipe.xadd(keys.events(self.sid), {"data": ev.model_dump_json()}, maxlen=EVENTS_MAXLEN, approximate=True)
-            also(pipe)
+            if also is not None:
+                also(pipe)
             entry = (await pipe.execute())[0]
         return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+    async def _send_in_background(self) -> None:
+        async with self._sending:
+            try:
+                await self._send_queued(fenced=True)
+            except Exception as exc:  # noqa: BLE001 - kept queued; the next awaited event retries and raises
+                log.warning("progress_events_deferred", session_id=self.sid, error=repr(exc))
+
+    async def _send_queued(self, fenced: bool) -> None:
+        """Caller holds `_sending`."""
+        while self._queued:
+            try:
+                await self.fence()
+            except LeaseLost:
+                if fenced:
+                    raise
+                self._queued.clear()  # the lease was given up: the ended holder's progress is dropped
+                return
+            batch, self._queued = self._queued, []
+            pipe = self.client.pipeline(transaction=False)
+            for ev in batch:
+                pipe.xadd(keys.events(self.sid), {"data": ev.model_dump_json()}, maxlen=EVENTS_MAXLEN,
+                          approximate=True)
+            try:
+                await pipe.execute()
+            except BaseException:
+                self._queued = batch + self._queued
+                raise
 
     async def reply(self, request_id: str, status: int, body: dict[str, Any]) -> None:
         key = keys.reply(self.sid, request_id)

@@ -69,6 +69,9 @@ BARRIER_WAIT_S = 3.0
 # Failures that pass (a Redis restart, a dropped connection): retried, never dead-lettered.
 TRANSIENT = (RedisError, OSError)
 RETRY_FOR_S = 60.0
+# Engine events that only report progress: sent without holding up the run (Outbox.event(wait=False)).
+PROGRESS_EVENTS = frozenset({"agent_start", "turn_start", "message_start", "message_update",
+                             "tool_execution_start", "tool_execution_update", "model_request"})
 # What a run starts from: new messages, None (continue the context as it is: an interrupted run),
 # or "queued" (the Agent's steer / follow-up queues).
 RunInput = list[AgentMessage] | Literal["queued"] | None
@@ -418,8 +421,9 @@ class Session:
         outcome: Literal["done", "stop", "transient"] = "done"
         try:
             with contextlib.suppress(*TRANSIENT):  # informational; the housekeeping refreshes the key
-                await self.deps.client.set(keys.running(self.sid), "1", px=self.deps.settings.lease_ms)
-                await self.outbox.event("status", {"status": "live", "running": True, "fence": self.lease.fence})
+                await self.outbox.event("status", {"status": "live", "running": True, "fence": self.lease.fence},
+                                        also=lambda pipe: pipe.set(keys.running(self.sid), "1",
+                                                                   px=self.deps.settings.lease_ms))
             if messages == "queued":
                 await self.agent.run_queued()
             elif messages is None:
@@ -462,7 +466,7 @@ class Session:
             metrics.model_request(self.deps.registry, prompt_tokens=int(event.data.get("prompt_tokens", 0)),
                                   shared_prefix_tokens=int(event.data.get("shared_prefix_tokens", 0)),
                                   model=self.stream.settings.model)
-        await self.outbox.event(event.type, event.data)
+        await self.outbox.event(event.type, event.data, wait=event.type not in PROGRESS_EVENTS)
 
     async def _record(self, message: AgentMessage) -> None:
         if isinstance(message, UserMessage):
@@ -478,9 +482,10 @@ class Session:
             entry = await self.transcript.append_custom(message)
             pending = self.protocol.pending.pop(id(message), None)
             if pending is not None:
+                # Its owner hears first; a crash before the acks redelivers the entries, found recorded.
+                await self._recorded(pending.source, pending.source_id, entry.id, pending.ref, pending.to_revision)
                 for e in pending.entry_ids:
                     await self.ack(e)
-                await self._recorded(pending.source, pending.source_id, entry.id, pending.ref, pending.to_revision)
                 if self.deps.registry is not None:
                     metrics.injection_delivered(self.deps.registry, str(message.details.get("injectionType")),
                                                 pending.source)
@@ -501,7 +506,7 @@ class Session:
             session_id=self.sid, source=source, source_id=source_id, entry_id=entry_id,  # type: ignore[arg-type]
             ref=ref, to_revision=to_revision))
         await self.outbox.event("injection", {"source": source, "sourceId": source_id, "entryId": entry_id,
-                                              "ref": ref})
+                                              "ref": ref}, wait=False)
 
     # ------------------------------------------------------------ ToolHost
 

@@ -169,6 +169,12 @@ class Worker:
                 await self.close(session.sid, session.stop_requested)
             elif session.idle_for() > self.settings.idle_s:
                 await self.close(session.sid, "idle")
+        live = [s.sid for s in sessions if not s.closed and not s.lease.lost]
+        for entry in await self.reader.claim_foreign(live, self.settings.claim_idle_ms) if live else []:
+            holder = self.sessions.get(entry.session_id)
+            if holder is not None and not holder.closed:
+                log.info("inbox_entry_reclaimed", session_id=entry.session_id, entry_id=entry.entry_id)
+                holder.queue.put_nowait(entry)
 
     async def _orphan_loop(self) -> None:
         """Resume sessions whose worker died (no lease, stale renewal): the run it had goes on here.

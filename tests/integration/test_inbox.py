@@ -197,3 +197,24 @@ async def test_a_vanished_inbox_does_not_stop_the_other_sessions(redis_client: a
     assert not [s for s, _ in ensured_groups(redis_client) if s.endswith(":inbox")]
     later = await append(redis_client, Stop(session_id=a))
     assert [e.entry_id for e in await reader.read(block_ms=500)] == [later]
+
+
+async def test_entries_a_stale_reader_took_after_the_wake_are_claimed_by_the_holder(redis_client: aioredis.Redis) -> None:
+    import asyncio
+
+    s = sid()
+    holder = InboxReader(redis_client, "holder")
+    assert await holder.add(s) == []
+    mine = await append(redis_client, UserPrompt(session_id=s, message="read by the holder"))
+    assert [e.entry_id for e in await holder.read(block_ms=100)] == [mine]
+    # A worker paused past its lease, resumed after the wake, reads what was appended meanwhile.
+    stale = InboxReader(redis_client, "paused")
+    stale._sessions.add(s)
+    taken = await append(redis_client, UserPrompt(session_id=s, message="read by the stale worker"))
+    assert [e.entry_id for e in await stale.read(block_ms=100)] == [taken]
+    assert await holder.claim_foreign([s], min_idle_ms=200) == []  # not idle long enough yet
+    await asyncio.sleep(0.25)
+    claimed = await holder.claim_foreign([s, sid()], min_idle_ms=200)  # a session without a group: skipped
+    assert [e.entry_id for e in claimed] == [taken]  # never the holder's own pending entry
+    detail = await redis_client.xpending_range(keys.inbox(s), GROUP, "-", "+", 10)
+    assert {p["message_id"].decode(): p["consumer"].decode() for p in detail} == {mine: "holder", taken: "holder"}

@@ -34,11 +34,10 @@ def at_run_end(inp: InProc, session: Session, message: InboxMessage, routed: Cal
     original = session.outbox.event
     fired: list[bool] = []
 
-    async def hooked(type_: Any, data: dict[str, Any] | None = None, also: Any = None) -> str:
-        entry = await original(type_, data, also)
+    async def hooked(type_: Any, data: dict[str, Any] | None = None, also: Any = None, **kw: Any) -> None:
+        await original(type_, data, also, **kw)
         if type_ == "status" and data and data.get("running") is False and not fired:
             fired.append(await _deliver())
-        return entry
 
     async def _deliver() -> bool:
         await inp.append(message)
