@@ -156,3 +156,15 @@ async def _take(url: str, sid: str) -> str:
         return lease.value
     finally:
         await client.aclose()
+
+
+async def test_renewal_never_brings_back_the_running_key_of_a_run_that_ended(redis_client: aioredis.Redis) -> None:
+    from services.runtime.lease import renew_all
+
+    a = await Lease.acquire(redis_client, "renew-a", "w1", 10_000)
+    b = await Lease.acquire(redis_client, "renew-b", "w1", 10_000)
+    assert a is not None and b is not None
+    await redis_client.set(keys.running("renew-a"), "1", px=10_000)  # still running
+    # renew-b's run ended (its key deleted) after the housekeeping listed it as running.
+    assert await renew_all(redis_client, [a, b], ["renew-a", "renew-b"], "test:live", 1) == [True, True]
+    assert await redis_client.exists(keys.running("renew-a")) and not await redis_client.exists(keys.running("renew-b"))
