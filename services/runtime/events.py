@@ -46,7 +46,7 @@ class Outbox:
         self.sid = sid
         self.bus = bus
         self.fence = fence
-        self._queued: list[SessionEvent] = []
+        self._queued: list[tuple[SessionEvent, Callable[[Any], Any] | None]] = []
         self._sending = asyncio.Lock()  # one sender at a time: the stream keeps the engine's order
         self._background: asyncio.Task[None] | None = None
 
@@ -56,8 +56,8 @@ class Outbox:
         """XADD one event and return its stream id (None when queued: `wait=False`); `also` adds
         commands to the same round trip (a non-transactional pipeline)."""
         ev = SessionEvent(type=type, session_id=self.sid, data=data or {})
-        if not wait and also is None:
-            self._queued.append(ev)
+        if not wait:
+            self._queued.append((ev, also))
             if self._background is None or self._background.done():
                 self._background = asyncio.ensure_future(self._send_in_background())
             return None
@@ -91,9 +91,11 @@ class Outbox:
                 return
             batch, self._queued = self._queued, []
             pipe = self.client.pipeline(transaction=False)
-            for ev in batch:
+            for ev, also in batch:
                 pipe.xadd(keys.events(self.sid), {"data": ev.model_dump_json()}, maxlen=EVENTS_MAXLEN,
                           approximate=True)
+                if also is not None:
+                    also(pipe)
             try:
                 await pipe.execute()
             except BaseException:

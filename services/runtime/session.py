@@ -421,9 +421,11 @@ class Session:
         outcome: Literal["done", "stop", "transient"] = "done"
         try:
             with contextlib.suppress(*TRANSIENT):  # informational; the housekeeping refreshes the key
+                # Queued like a progress event: the run does not wait for it, and the end-of-run
+                # status (awaited) goes out after it.
                 await self.outbox.event("status", {"status": "live", "running": True, "fence": self.lease.fence},
                                         also=lambda pipe: pipe.set(keys.running(self.sid), "1",
-                                                                   px=self.deps.settings.lease_ms))
+                                                                   px=self.deps.settings.lease_ms), wait=False)
             if messages == "queued":
                 await self.agent.run_queued()
             elif messages is None:
@@ -447,10 +449,9 @@ class Session:
         finally:
             self.touch()
             if not self.closed and not self.lease.lost:  # a taken lease: the new holder speaks now
-                with contextlib.suppress(Exception):
-                    await self.deps.client.delete(keys.running(self.sid))
-                    await self.outbox.event("status", {"status": "live", "running": False,
-                                                       "fence": self.lease.fence})
+                with contextlib.suppress(Exception):  # through the outbox: after the queued SET running
+                    await self.outbox.event("status", {"status": "live", "running": False, "fence": self.lease.fence},
+                                            also=lambda pipe: pipe.delete(keys.running(self.sid)))
         if self.compactor is not None and not self.closed and not self.lease.lost and outcome == "done":
             try:
                 await self.compactor.after_run()
