@@ -79,12 +79,7 @@ class InboxReader:
         while True:
             reply = await self._client.xautoclaim(stream, GROUP, self._consumer, min_idle_time=0, start_id=start, count=100)
             next_id, claimed = reply[0], reply[1]
-            for entry_id, fields in claimed:
-                if fields is None:
-                    continue
-                entry = await self._decode(sid, entry_id, fields)
-                if entry is not None:
-                    out.append(entry)
+            out.extend(await self._decode_claimed(sid, claimed))
             start = next_id.decode() if isinstance(next_id, bytes) else next_id
             if start == "0-0":
                 return out
@@ -110,12 +105,18 @@ class InboxReader:
         for sid, ids in foreign:
             claimed: list[Any] = await self._client.xclaim(keys.inbox(sid), GROUP, self._consumer,
                                                            min_idle_time=min_idle_ms, message_ids=list[Any](ids))
-            for entry_id, fields in claimed:
-                if fields is None:
-                    continue
-                entry = await self._decode(sid, entry_id, fields)
-                if entry is not None:
-                    out.append(entry)
+            out.extend(await self._decode_claimed(sid, claimed))
+        return out
+
+    async def _decode_claimed(self, sid: str, claimed: list[Any]) -> list[InboxEntry]:
+        """(entry id, fields) pairs from XAUTOCLAIM / XCLAIM; fields is None for a trimmed entry."""
+        out: list[InboxEntry] = []
+        for entry_id, fields in claimed:
+            if fields is None:
+                continue
+            entry = await self._decode(sid, entry_id, fields)
+            if entry is not None:
+                out.append(entry)
         return out
 
     async def read(self, block_ms: int = 1000, count: int = 100) -> list[InboxEntry]:
