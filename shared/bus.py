@@ -41,7 +41,7 @@ from redis.exceptions import ResponseError
 
 from . import keys, metrics
 from .contracts.deadletter import DeadLetter
-from .reconnect import reconnecting
+from .reconnect import broker_options
 
 log = structlog.get_logger()
 _TRACER = trace.get_tracer("gamma.bus")
@@ -82,7 +82,7 @@ def make_broker(redis_url: str, registry: CollectorRegistry | None = None, app_n
         # handler and does not propagate): FastStream's warnings and errors reach the root handler
         # as JSON lines (shared/logging.py); its per-message INFO/DEBUG chatter stays off.
         logger=_faststream_logger(),
-        **reconnecting(),
+        **broker_options(),
     )
     if registry is not None:
         metrics.remember_broker(broker, registry)  # subscribe() reports delivery time and dead letters

@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from . import keys
 from .bus import missing_groups
 from .metrics import StreamStats, for_registry, install_stream_stats
-from .reconnect import reconnecting
+from .reconnect import connect
 from .settings import Settings
 from .watchdog import StallWatchdog
 
@@ -66,7 +66,7 @@ class ServiceContext:
 
 
 def make_context(name: str, settings: Settings) -> ServiceContext:
-    client = aioredis.from_url(settings.redis_url, health_check_interval=30, **reconnecting())
+    client = connect(settings.redis_url, health_check_interval=30)
     ctx = ServiceContext(name=name, settings=settings, redis=client)
     configure_tracing(name)
     for_registry(ctx.registry)  # every Gamma metric family is exported from the first scrape on

@@ -37,3 +37,15 @@ async def test_clients_survive_a_redis_restart() -> None:
         await broker.stop()
         await ctx.redis.aclose()
         proc.kill()
+
+
+async def test_a_burst_wider_than_the_default_pool_waits_instead_of_failing(redis_url: str) -> None:
+    import asyncio
+
+    ctx = make_context("runtime", Settings(REDIS_URL=redis_url))  # type: ignore[call-arg]
+    try:
+        # 300 commands each holding a connection for a moment: redis-py's default pool (100) raises.
+        results = await asyncio.gather(*(ctx.redis.blpop([f"burst:{i}"], timeout=0.2) for i in range(300)))
+        assert results == [None] * 300
+    finally:
+        await ctx.redis.aclose()
