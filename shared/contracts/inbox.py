@@ -56,7 +56,7 @@ class FileWrite(_InboxBase):
     request_id: str = Field(default_factory=lambda: new_id("r_"))
     path: str
     content_b64: str
-    digest: str | None = None
+    digest: str | None = None  # the client's X-Gamma-Digest, for the artifact change the runtime announces
 
 
 class DocumentEdit(_InboxBase):
@@ -66,6 +66,7 @@ class DocumentEdit(_InboxBase):
     op: Literal["put", "patch"]
     document: dict[str, Any]
     if_match: int | None = None
+    digest: str | None = None  # the client's X-Gamma-Digest, for the artifact change the runtime announces
 
 
 class Barrier(_InboxBase):
