@@ -137,6 +137,6 @@ class WriteHandlers:
         atomic_write_json(path, stored)
         await self.s.outbox.publish(keys.ARTIFACT_CHANGES, ArtifactChange(  # see file_write
             session_id=self.s.sid, ref=f"gamma:file:{m.doc}", actor="user", kind="document",
-            from_revision=revision, to_revision=stored.revision,  # 0 for a new deck, as the proxy says it
+            from_revision=revision if revision > 0 else None, to_revision=stored.revision,
             document=stored.model_dump(mode="json"), digest=m.digest))
         await self._answer(entry, m.request_id, 200, stored.model_dump())
