@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from shared import keys
-from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.documents import Deck, StoredDeck, merge_cards
 from shared.contracts.inbox import DocumentEdit, FileWrite, UiUpdate
 from shared.contracts.ui import SessionUIState
@@ -92,11 +91,6 @@ class WriteHandlers:
         if rel not in self.s.viewable_files:
             self.s.viewable_files = sorted({*self.s.viewable_files, rel})
         revision = await self._next_revision("file:" + rel)
-        # Announced here, once the write is durable and before the reply: a reply lost on its way to
-        # the proxy (a kill, a timeout) must not leave an applied write unknown to the digest.
-        await self.s.outbox.publish(keys.ARTIFACT_CHANGES, ArtifactChange(
-            session_id=self.s.sid, ref="file:" + rel, actor="user", kind="file", to_revision=revision,
-            from_revision=revision - 1, content_b64=m.content_b64, digest=m.digest))
         await self._answer(entry, m.request_id, 200, {"path": rel, "size": len(data), "revision": revision})
 
     async def _next_revision(self, ref: str) -> int:
@@ -135,8 +129,4 @@ class WriteHandlers:
         stored = StoredDeck(**deck.model_dump(), revision=revision + 1)
         await self.s.guard()
         atomic_write_json(path, stored)
-        await self.s.outbox.publish(keys.ARTIFACT_CHANGES, ArtifactChange(  # see file_write
-            session_id=self.s.sid, ref=f"gamma:file:{m.doc}", actor="user", kind="document",
-            from_revision=revision if revision > 0 else None, to_revision=stored.revision,
-            document=stored.model_dump(mode="json"), digest=m.digest))
         await self._answer(entry, m.request_id, 200, stored.model_dump())

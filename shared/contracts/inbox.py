@@ -56,7 +56,7 @@ class FileWrite(_InboxBase):
     request_id: str = Field(default_factory=lambda: new_id("r_"))
     path: str
     content_b64: str
-    digest: str | None = None  # the client's X-Gamma-Digest, for the artifact change the runtime announces
+    digest: str | None = None
 
 
 class DocumentEdit(_InboxBase):
@@ -66,7 +66,6 @@ class DocumentEdit(_InboxBase):
     op: Literal["put", "patch"]
     document: dict[str, Any]
     if_match: int | None = None
-    digest: str | None = None  # the client's X-Gamma-Digest, for the artifact change the runtime announces
 
 
 class Barrier(_InboxBase):

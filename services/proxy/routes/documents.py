@@ -131,7 +131,9 @@ async def _edit(
         current = read_deck(paths, doc)
         if current is not None:
             _apply(current, op, document)
-    # Live: the runtime applies the edit and announces the change itself (a lost reply loses nothing).
-    message = DocumentEdit(session_id=sid, doc=doc, op=op, document=document, if_match=if_match, digest=digest)
+    message = DocumentEdit(session_id=sid, doc=doc, op=op, document=document, if_match=if_match)
     reply = await proxy.forward(message)
+    revision = reply.body.get("revision")
+    if isinstance(revision, int):
+        await document_changed(proxy.broker, sid, doc, reply.body, revision - 1 if revision > 0 else None, revision, digest)
     return _deck_response(reply.body, reply.status)

@@ -98,5 +98,7 @@ async def write_file(
         except BecameLive:
             pass
     message = FileWrite(session_id=sid, path=rel, content_b64=base64.b64encode(data).decode(), digest=digest)
-    reply = await proxy.forward(message)  # live: the runtime applies the write and announces the change
+    reply = await proxy.forward(message)
+    revision = reply.body.get("revision")
+    await file_changed(proxy.broker, sid, rel, data, digest, revision if isinstance(revision, int) else None)
     return JSONResponse(reply.body, status_code=reply.status)
