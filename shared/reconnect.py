@@ -40,7 +40,7 @@ def connect(url: str, **options: Any) -> aioredis.Redis:
     """A client for `url` that reconnects and, when all its connections are busy, waits for one."""
     pool = BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=POOL_WAIT_S,
                                            **reconnecting(), **options)
-    return aioredis.Redis(connection_pool=pool)
+    return aioredis.Redis.from_pool(pool)  # owns the pool: aclose() closes its connections
 
 
 def broker_options() -> dict[str, Any]:
