@@ -7,6 +7,7 @@ the `tiktoken_ext` plugin namespace). `TokenCounter.encoding` says which one is 
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -27,11 +28,27 @@ def _load() -> tuple[str, Any | None]:
     return "chars/4", None
 
 
+COMMON_KEPT = 8  # distinct common texts kept: one request head per prompt variant and tool set
+
+
 class TokenCounter:
-    """Stateless wrapper around one encoding, shared by every session of a process."""
+    """One encoding, shared by every session of a process, with the tokens of the few texts that
+    every session repeats (`encode_common`)."""
 
     def __init__(self) -> None:
         self.encoding, self._enc = _load()
+        self._common: dict[str, array[int]] = {}
+
+    def encode_common(self, text: str) -> array[int]:
+        """Tokens of a text many sessions send (a request's tools and system prompt: ~10k tokens,
+        which each woken session would otherwise encode again on its first model call)."""
+        tokens = self._common.get(text)
+        if tokens is None:
+            tokens = array("I", self.encode(text))
+            if len(self._common) >= COMMON_KEPT:
+                self._common.pop(next(iter(self._common)))
+            self._common[text] = tokens
+        return tokens
 
     def encode(self, text: str) -> list[int]:
         if self._enc is None:

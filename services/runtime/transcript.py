@@ -61,9 +61,14 @@ def entry_message(entry: TranscriptEntry) -> AgentMessage | None:
     if isinstance(entry, MessageEntry):
         return entry.message
     if isinstance(entry, CustomMessageEntry):
+        # Stamped with the entry's time, so a replay builds the same message every time.
         return CustomMessage(custom_type=entry.custom_type, content=entry.content, display=entry.display,
-                             details=entry.details)
+                             details=entry.details, timestamp=_ms(entry.timestamp))
     return None
+
+
+def _ms(iso: str) -> int:
+    return int(datetime.fromisoformat(iso).timestamp() * 1000)
 
 
 def build_context(entries: Sequence[TranscriptEntry]) -> list[AgentMessage]:
@@ -80,8 +85,8 @@ def build_context(entries: Sequence[TranscriptEntry]) -> list[AgentMessage]:
     compaction = entries[last]
     assert isinstance(compaction, CompactionEntry)
     start = next((i for i in range(last) if entries[i].id == compaction.first_kept_entry_id), last)
-    out: list[AgentMessage] = [CompactionSummaryMessage(summary=compaction.summary,
-                                                        tokens_before=compaction.tokens_before)]
+    out: list[AgentMessage] = [CompactionSummaryMessage(summary=compaction.summary, tokens_before=compaction.tokens_before,
+                                                        timestamp=_ms(compaction.timestamp))]
     for e in entries[start:last]:
         if isinstance(e, CustomMessageEntry) and e.custom_type in ANCHOR_TYPES:
             continue

@@ -3,9 +3,10 @@ pending entries, malformed entries dead-lettered."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
@@ -20,19 +21,10 @@ def sid() -> str:
     return "s" + uuid.uuid4().hex[:10]
 
 
-class CountingClient:
-    """Wraps the client to count XREADGROUP calls (the reader must multiplex, not loop per session)."""
-
-    def __init__(self, client: aioredis.Redis) -> None:
-        self._client = client
-        self.xreadgroup_calls = 0
-
-    async def xreadgroup(self, *args: Any, **kwargs: Any) -> Any:
-        self.xreadgroup_calls += 1
-        return await self._client.xreadgroup(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
+async def xreadgroup_calls(client: aioredis.Redis) -> int:
+    """XREADGROUP calls Redis has served (the reader must multiplex, not loop per session)."""
+    stats = await client.info("commandstats")
+    return int(stats.get("cmdstat_xreadgroup", {}).get("calls", 0))
 
 
 async def pending(client: aioredis.Redis, session: str) -> int:
@@ -41,8 +33,7 @@ async def pending(client: aioredis.Redis, session: str) -> int:
 
 async def test_many_sessions_are_read_in_one_xreadgroup(redis_client: aioredis.Redis) -> None:
     sessions = [sid() for _ in range(20)]
-    counting = CountingClient(redis_client)
-    reader = InboxReader(counting, "worker-1")  # type: ignore[arg-type]
+    reader = InboxReader(redis_client, "worker-1")
     for s in sessions:
         assert await reader.add(s) == []
     assert reader.sessions == frozenset(sessions)
@@ -54,8 +45,9 @@ async def test_many_sessions_are_read_in_one_xreadgroup(redis_client: aioredis.R
             assert entry_id.count("-") == 1
             sent[s].append(msg.id)
 
+    calls = await xreadgroup_calls(redis_client)
     entries = await reader.read(block_ms=1000, count=100)
-    assert counting.xreadgroup_calls == 1
+    assert await xreadgroup_calls(redis_client) == calls + 1
     got: dict[str, list[str]] = {s: [] for s in sessions}
     for entry in entries:
         assert entry.message.session_id == entry.session_id
@@ -218,3 +210,40 @@ async def test_entries_a_stale_reader_took_after_the_wake_are_claimed_by_the_hol
     assert [e.entry_id for e in claimed] == [taken]  # never the holder's own pending entry
     detail = await redis_client.xpending_range(keys.inbox(s), GROUP, "-", "+", 10)
     assert {p["message_id"].decode(): p["consumer"].decode() for p in detail} == {mine: "holder", taken: "holder"}
+
+
+async def test_the_packed_read_follows_the_session_set(redis_client: aioredis.Redis) -> None:
+    """The XREADGROUP is packed once per session set: a session added or removed after a read is
+    read, or no longer read, by the next one."""
+    a, b = sid(), sid()
+    reader = InboxReader(redis_client, "worker-1")
+    await reader.add(a)
+    await append(redis_client, UserPrompt(session_id=a, message="1"))
+    assert [e.session_id for e in await reader.read(block_ms=200)] == [a]
+    await reader.add(b)
+    await append(redis_client, UserPrompt(session_id=b, message="2"))
+    assert [e.session_id for e in await reader.read(block_ms=200)] == [b]
+    reader.remove(b)
+    await append(redis_client, UserPrompt(session_id=b, message="3"))
+    assert await reader.read(block_ms=100) == []
+    assert await pending(redis_client, b) == 1  # read only by its first delivery
+
+
+async def test_a_cancelled_blocking_read_leaves_the_pool_usable(redis_client: aioredis.Redis) -> None:
+    s = sid()
+    reader = InboxReader(redis_client, "worker-1")
+    await reader.add(s)
+    task = asyncio.ensure_future(reader.read(block_ms=5000))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # A connection still blocked in the cancelled read would hold the next command for 5 s and then
+    # answer it with the read's reply.
+    key = f"test:{s}"
+    for _ in range(3):
+        await asyncio.wait_for(redis_client.set(key, "v"), 1)
+        assert await asyncio.wait_for(redis_client.get(key), 1) == b"v"
+    await append(redis_client, UserPrompt(session_id=s, message="after"))
+    entries = await reader.read(block_ms=1000)
+    assert [e.message.message for e in entries] == ["after"]  # type: ignore[union-attr]
