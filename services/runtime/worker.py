@@ -243,6 +243,7 @@ class Worker:
             _, pending = await asyncio.wait(self._tasks, timeout=STOP_WAIT_S)
             if pending:
                 log.warning("worker_loops_not_stopped", tasks=[t.get_name() for t in pending])
+        await self.reader.close()
         log.info("worker_loops_stopped")
         for sid in list(self.sessions):
             with contextlib.suppress(Exception):

@@ -14,7 +14,7 @@ from shared import keys
 from shared.bus import ensured_groups
 from shared.contracts.deadletter import DeadLetter
 from shared.contracts.inbox import Barrier, Stop, UserPrompt
-from shared.inbox import GROUP, InboxReader, append
+from shared.inbox import GROUP, InboxReader, _Shard, append
 
 
 def sid() -> str:
@@ -201,7 +201,7 @@ async def test_entries_a_stale_reader_took_after_the_wake_are_claimed_by_the_hol
     assert [e.entry_id for e in await holder.read(block_ms=100)] == [mine]
     # A worker paused past its lease, resumed after the wake, reads what was appended meanwhile.
     stale = InboxReader(redis_client, "paused")
-    stale._sessions.add(s)
+    stale._shards.append(_Shard(sessions={s}))  # reading s without the wake's claim (a stale view)
     taken = await append(redis_client, UserPrompt(session_id=s, message="read by the stale worker"))
     assert [e.entry_id for e in await stale.read(block_ms=100)] == [taken]
     assert await holder.claim_foreign([s], min_idle_ms=200) == []  # not idle long enough yet
@@ -247,3 +247,39 @@ async def test_a_cancelled_blocking_read_leaves_the_pool_usable(redis_client: ai
     await append(redis_client, UserPrompt(session_id=s, message="after"))
     entries = await reader.read(block_ms=1000)
     assert [e.message.message for e in entries] == ["after"]  # type: ignore[union-attr]
+
+
+async def test_sessions_are_read_in_shards_all_in_flight(redis_client: aioredis.Redis) -> None:
+    """70 sessions: three blocking reads (32 + 32 + 6 streams), each on its own connection; every
+    entry is read once, whichever shard answers first."""
+    sessions = [sid() for _ in range(70)]
+    reader = InboxReader(redis_client, "worker-1")
+    for s in sessions:
+        await reader.add(s)
+    calls = await xreadgroup_calls(redis_client)
+    assert await reader.read(block_ms=100) == []
+    assert await xreadgroup_calls(redis_client) == calls + 3
+    sent = {s: (await append(redis_client, UserPrompt(session_id=s, message=s))) for s in sessions}
+    got: dict[str, str] = {}
+    for _ in range(10):
+        for entry in await reader.read(block_ms=200):
+            assert entry.session_id not in got
+            got[entry.session_id] = entry.entry_id
+        if len(got) == len(sent):
+            break
+    assert got == sent
+    await reader.close()
+
+
+async def test_a_session_added_to_a_shard_in_flight_is_read(redis_client: aioredis.Redis) -> None:
+    first, late = sid(), sid()
+    reader = InboxReader(redis_client, "worker-1")
+    await reader.add(first)
+    waiting = asyncio.ensure_future(reader.read(block_ms=300))  # blocked on `first` only
+    await asyncio.sleep(0.05)
+    await reader.add(late)
+    await append(redis_client, UserPrompt(session_id=late, message="late"))
+    entries = await waiting  # the read in flight ends at its timeout, without `late`
+    entries += await reader.read(block_ms=1000)
+    assert [e.session_id for e in entries] == [late]
+    await reader.close()
