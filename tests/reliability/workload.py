@@ -539,13 +539,27 @@ async def digest_revisions(client: aioredis.Redis, sid: str, field_name: str = "
     return out
 
 
+async def digest_caught_up(client: aioredis.Redis, sid: str) -> bool:
+    """The digest has taken in every change of the session (none left in its stream, none waiting
+    out a debounce): only then is its `current` the revision the transcript must reach."""
+    if (await digest_backlog(client)).get(sid):
+        return False
+    due = await client.zrange(keys.DIGEST_DUE, 0, -1)
+    return not any(json.loads(member)[0] == sid for member in due)
+
+
 async def flush(client: LoadClient, rec: SessionRecord, redis_client: aioredis.Redis, deadline_s: float) -> bool:
     """Send flush prompts until everything acknowledged is in the transcript (pending injections
-    enter at the next user turn), or the deadline passes."""
+    enter at the next user turn), or the deadline passes. A digest still catching up (after a Redis
+    restart it can run tens of seconds behind the changes) is waited for first: checked against its
+    `current` before then, a session looks settled and its last digests wait for a prompt never sent."""
     deadline = time.monotonic() + deadline_s
     n = 0
     await asyncio.sleep(1.0)  # the digest's debounce
     while time.monotonic() < deadline:
+        if not await digest_caught_up(redis_client, rec.sid):
+            await asyncio.sleep(0.5)
+            continue
         if settled(rec, await client.transcript(rec.sid), await digest_revisions(redis_client, rec.sid)):
             return True
         n += 1
