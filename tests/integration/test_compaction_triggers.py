@@ -81,15 +81,17 @@ def test_a_long_session_compacts_on_its_own_twice_and_survives_a_failing_summari
     assert len(phase_events(env, sid, "requested")) >= 3  # failed, first, second: all by the threshold
     for event in applied:
         assert event["tokensAfter"] < WINDOW - RESERVE < event["tokensBefore"]
-    first, second = compactions(env, sid)[:2]
+    chain = compactions(env, sid)  # two or more: a slow machine may compact a third time before the run ends
+    first, second = chain[:2]
     old, new = parse_summary(first["summary"]), parse_summary(second["summary"])
     assert "Read `notes/part00.md`" in old.get("### Done")
     assert all(item in new.get("### Done") for item in old.get("### Done")), "the second summary updates the first"
     assert len(new.get("### Done")) > len(old.get("### Done"))
     assert new.get("### In Progress") == ["Read every site log"]
     assert "notes/part00.md" in second["details"]["readFiles"]
-    second_summarization = env.model.summaries[-1]
-    assert "<previous-summary>\n" + first["summary"] in text_of(second_summarization)
+    prompts = [text_of(s) for s in env.model.summaries]
+    for earlier in chain[:-1]:  # each summary after the first was asked for as an update of the one before
+        assert any("<previous-summary>\n" + earlier["summary"] in p for p in prompts)
     last = text_of(env.model.requests[-1])
     assert last.count(SUMMARY_PREFIX) == 1 and "Read `notes/part00.md`" in last
 
