@@ -39,6 +39,19 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(2 * 1024 * 1024, validation_alias="GAMMA_MAX_BODY_BYTES")
     max_file_bytes: int = Field(1024 * 1024, validation_alias="GAMMA_MAX_FILE_BYTES")
 
+    # Per-session workspace quota (tool writes, bash, HTTP PUT): bytes and regular files.
+    workspace_max_bytes: int = Field(100 * 1024 * 1024, validation_alias="GAMMA_WORKSPACE_MAX_BYTES")
+    workspace_max_files: int = Field(2000, validation_alias="GAMMA_WORKSPACE_MAX_FILES")
+
+    # Agent commands (services/runtime/sandbox): auto | bwrap | landlock | off.
+    sandbox: str = Field("auto", validation_alias="GAMMA_SANDBOX")
+    sandbox_memory_bytes: int = Field(1024 * 1024 * 1024, validation_alias="GAMMA_SANDBOX_MEMORY_BYTES")
+    sandbox_cpu_s: int = Field(120, validation_alias="GAMMA_SANDBOX_CPU_S")
+    sandbox_max_procs: int = Field(256, validation_alias="GAMMA_SANDBOX_MAX_PROCS")
+    sandbox_max_open_files: int = Field(256, validation_alias="GAMMA_SANDBOX_MAX_OPEN_FILES")
+
+    # --- hostile-input limits (issue 23); each area appends its own settings below its own heading.
+
     openai_api_key: str | None = Field(None, validation_alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
     model: str = Field("gpt-5-mini", validation_alias=AliasChoices("GAMMA_MODEL"))
