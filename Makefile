@@ -34,6 +34,7 @@ test: $(STAMP) $(NODE_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared services tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy shared services
