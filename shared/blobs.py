@@ -2,7 +2,7 @@
 
 A 1 MiB file used to cross Redis twice as base64 (the inbox's FileWrite and gamma:artifacts:changes'
 ArtifactChange: ~3 MiB of Redis per MiB written, issue 23). Now the producer writes the bytes once to
-`sessions/{sid}/.revisions/blobs/{name}` (atomically, never rewritten) and the entry carries the name,
+`sessions/{sid}/.blobs/{name}` (atomically, never rewritten) and the entry carries the name,
 the SHA-256 and the size:
 - a live PUT: the proxy writes the blob, the runtime copies it into the workspace (checking the hash),
   and the same blob is then named by the proxy's ArtifactChange;
@@ -28,7 +28,7 @@ NAME = re.compile(BLOB_NAME)
 
 
 def blob_dir(data_dir: Path, sid: str) -> Path:
-    return session_paths(data_dir, sid).revisions / "blobs"
+    return session_paths(data_dir, sid).root / ".blobs"
 
 
 def blob_path(data_dir: Path, sid: str, name: str) -> Path:

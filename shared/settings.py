@@ -74,7 +74,7 @@ class Settings(BaseSettings):
     session_creates_per_minute: int = Field(60, ge=1, validation_alias="GAMMA_SESSION_CREATES_PER_MINUTE")
     # How often each service trims the streams it consumes down to what its groups have acknowledged.
     stream_trim_interval_s: float = Field(5.0, gt=0, validation_alias="GAMMA_STREAM_TRIM_INTERVAL_S")
-    # Content blobs (.revisions/blobs) older than this are orphans (their change was never published).
+    # Content blobs (.blobs) older than this are orphans (their change was never published).
     blob_orphan_s: float = Field(3600.0, gt=0, validation_alias="GAMMA_BLOB_ORPHAN_S")
 
     def tokens(self) -> dict[str, str]:

@@ -16,7 +16,7 @@ class ArtifactChange(Contract):
     """One change to a file (`file:<path>`) or a Gamma document (`gamma:file:<doc>`).
 
     A file's new bytes are not in the entry: `blob` names the immutable content blob
-    `sessions/{sid}/.revisions/blobs/{blob}` (shared/blobs.py) the producer wrote, `sha256` and `size`
+    `sessions/{sid}/.blobs/{blob}` (shared/blobs.py) the producer wrote, `sha256` and `size`
     describe it; the digest copies it into the ref's revisions and removes it. `document` carries a
     deck's new JSON. `deleted` marks removal. `digest` is a client-supplied digest text
     (X-Gamma-Digest) that wins over a computed one.

@@ -54,7 +54,7 @@ class UiUpdate(_InboxBase):
 
 class FileWrite(_InboxBase):
     """A live workspace PUT. The bytes are not in the entry: the proxy wrote them to the content blob
-    `sessions/{sid}/.revisions/blobs/{blob}` (shared/blobs.py); the runtime copies the blob into the
+    `sessions/{sid}/.blobs/{blob}` (shared/blobs.py); the runtime copies the blob into the
     workspace when its SHA-256 matches, and answers 410 when it is gone (the proxy gave up)."""
 
     type: Literal["file_write"] = "file_write"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -114,7 +113,7 @@ def test_file_writes_do_not_grow_redis_and_streams_are_trimmed(api: httpx.Client
         assert resp.status_code == 200, resp.text
     dormant = settle(r, sid)
     # The digest consumed every content blob the writes left (copied into its revisions, removed).
-    blobs = stack.data_dir / "sessions" / sid / ".revisions" / "blobs"
+    blobs = stack.data_dir / "sessions" / sid / ".blobs"
     wait_sync(lambda: not any(blobs.iterdir()), timeout=30, what="every content blob consumed")
     figures = {
         "live_used_memory_per_mib": per_mib(base, live, "used_memory"),
