@@ -151,3 +151,33 @@ def needed_from(r: redis.Redis, stream: str) -> tuple[int, int] | None:
             ms, seq = ids(group["last-delivered-id"])
             floors.append((ms, seq + 1))
     return min(floors) if floors else None
+
+
+@pytest.mark.timeout(240)
+def test_trimming_never_drops_what_a_stopped_consumer_has_not_acked(
+    api: httpx.Client, r: redis.Redis, stack: Stack
+) -> None:
+    """gamma:lifecycle has two groups: with the digest down, notifications reads and acks every entry
+    and trims, yet the entries stay until the digest has read and acked them too."""
+    stack.kill("digest")
+    try:
+        lifecycle_before = r.xrevrange(keys.LIFECYCLE, count=1)
+        sid = live_session(api)  # a wake: SessionLive on gamma:lifecycle
+        for i in range(3):
+            assert api.put(f"/sessions/{sid}/workspace/files/n{i}.txt", content=f"note {i}\n".encode()).status_code == 200
+        new_lifecycle = r.xrange(keys.LIFECYCLE, min=f"({lifecycle_before[0][0].decode()}" if lifecycle_before else "-")
+        assert new_lifecycle
+        wait_sync(lambda: not unsettled(r, [keys.NOTIFICATIONS]) and not any(
+            g["pending"] or g.get("lag") for g in r.xinfo_groups(keys.LIFECYCLE) if g["name"] == b"notifications"),
+            timeout=30, what="notifications caught up")
+        time.sleep(2.0)  # several trim rounds of notifications and of the runtime
+        kept = {eid for eid, _ in r.xrange(keys.LIFECYCLE)}
+        assert {eid for eid, _ in new_lifecycle} <= kept
+        assert r.xlen(keys.ARTIFACT_CHANGES) >= 3
+    finally:
+        stack.start("digest")
+    settled = settle(r, sid)
+    assert settled["lengths"][keys.LIFECYCLE] <= 1 and settled["lengths"][keys.ARTIFACT_CHANGES] == 0
+    # The digest read what was kept for it: the three notes have revisions.
+    refs = {k.decode() for k in r.hkeys(keys.revisions(sid))}
+    assert {f"file:n{i}.txt" for i in range(3)} <= refs
