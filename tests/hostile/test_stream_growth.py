@@ -8,6 +8,7 @@ Measured through the real services: N x 1 MiB PUTs live and dormant, Redis bytes
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -181,3 +182,34 @@ def test_trimming_never_drops_what_a_stopped_consumer_has_not_acked(
     # The digest read what was kept for it: the three notes have revisions.
     refs = {k.decode() for k in r.hkeys(keys.revisions(sid))}
     assert {f"file:n{i}.txt" for i in range(3)} <= refs
+
+
+@pytest.mark.timeout(240)
+def test_a_change_is_diffed_from_its_own_content_even_if_the_file_is_gone(
+    api: httpx.Client, r: redis.Redis, stack: Stack
+) -> None:
+    """Each change names a blob copied when it was made: the agent's write (seen content) and a later
+    user write are diffed from those copies, though the workspace file is deleted before the digest runs."""
+    sid = str(api.post("/sessions").json()["id"])
+    steps = [{"tool_calls": [{"name": "write", "arguments": {"path": "brief.txt", "content": "alpha\nbeta\n"}}]},
+             {"tool_calls": [{"name": "message_user", "arguments": {"message": "written", "blockOnUser": True}}]}]
+    assert api.post(f"/sessions/{sid}/messages", json={"message": "script:" + json.dumps(steps)}).status_code == 202
+    brief = stack.data_dir / "sessions" / sid / "workspace" / "brief.txt"
+    wait_sync(lambda: brief.exists() and not api.get(f"/sessions/{sid}").json()["running"], timeout=60,
+              what="the agent's write")
+    wait_sync(lambda: status(api, sid) == "live", timeout=30, what="live")
+    assert api.post(f"/sessions/{sid}/suspend").status_code == 200
+    wait_sync(lambda: status(api, sid) == "dormant", timeout=30, what="dormant")
+    settle(r, sid)
+    stack.kill("digest")
+    try:
+        assert api.put(f"/sessions/{sid}/workspace/files/brief.txt", content=b"alpha\ngamma\n").status_code == 200
+        brief.unlink()  # gone before the digest reads anything
+    finally:
+        stack.start("digest")
+    manifest_path = stack.data_dir / "sessions" / sid / "pending_artifacts.json"
+    manifest = wait_sync(lambda: manifest_path.exists() and manifest_path.read_text(), timeout=60,
+                         what="the dormant change in the manifest")
+    digest = json.loads(manifest)["updates"]["file:brief.txt"]["digest"]
+    assert "gamma" in digest and "beta" in digest, digest  # a real diff of the two copies, not a marker
+    assert not any((stack.data_dir / "sessions" / sid / ".blobs").iterdir())
