@@ -25,10 +25,11 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from . import keys
-from .bus import missing_groups
+from .bus import ensured_groups, missing_groups
 from .metrics import StreamStats, for_registry, install_stream_stats
 from .reconnect import connect
 from .settings import Settings
+from .trim import trim_loop
 from .watchdog import StallWatchdog
 
 HEARTBEAT_TTL_MS = 5_000
@@ -212,6 +213,9 @@ def service_lifespan(
         await wait_for_redis(ctx)
         ctx.spawn(heartbeat(ctx), "heartbeat")
         await start()
+        # Every stream this service consumes is trimmed to what all its groups acknowledged.
+        ctx.spawn(trim_loop(ctx.redis, lambda: {stream for stream, _ in ensured_groups(ctx.redis)},
+                            ctx.settings.stream_trim_interval_s), "stream-trim")
         settle_heap()
         ctx.ready = True
         with contextlib.suppress(Exception):  # the first heartbeat now, not a loop tick later

@@ -67,6 +67,16 @@ class Settings(BaseSettings):
 
     instance: str = Field("", validation_alias=AliasChoices("GAMMA_INSTANCE", "HOSTNAME"))
 
+    # --- quotas and stream growth (issue 23 item 9)
+    # Sessions one user may own (there is no delete yet: the quota counts every session ever created).
+    max_sessions_per_user: int = Field(1000, ge=1, validation_alias="GAMMA_MAX_SESSIONS_PER_USER")
+    # Session creations per user per minute (fixed one-minute windows); 429 with Retry-After above it.
+    session_creates_per_minute: int = Field(60, ge=1, validation_alias="GAMMA_SESSION_CREATES_PER_MINUTE")
+    # How often each service trims the streams it consumes down to what its groups have acknowledged.
+    stream_trim_interval_s: float = Field(5.0, gt=0, validation_alias="GAMMA_STREAM_TRIM_INTERVAL_S")
+    # Content blobs (.blobs) older than this are orphans (their change was never published).
+    blob_orphan_s: float = Field(3600.0, gt=0, validation_alias="GAMMA_BLOB_ORPHAN_S")
+
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
         if not self.api_tokens.strip():

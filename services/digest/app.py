@@ -25,7 +25,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     broker = make_broker(settings.redis_url, ctx.registry, "digest")
     consumer = consumer_name("digest")
     builder = DigestBuilder(ctx.redis, settings.data_dir, debounce_ms=settings.digest_debounce_ms,
-                            metrics=Metrics(ctx.registry))
+                            metrics=Metrics(ctx.registry), blob_orphan_s=settings.blob_orphan_s)
 
     async def on_change(change: ArtifactChange) -> None:
         await builder.on_change(change)

@@ -15,7 +15,6 @@ All of one session's state changes run under a Redis lock, so replicas and the d
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -27,6 +26,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from shared import keys
+from shared.blobs import read_blob, remove_blob, sweep_orphans
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection
@@ -66,15 +66,17 @@ def parse_source_id(value: str) -> tuple[str, int]:
     return ref, int(rev)
 
 
-def change_content(change: ArtifactChange) -> bytes | None:
-    """The new content as stored for diffing: file bytes, or the deck as canonical JSON."""
+def change_content(change: ArtifactChange, data_dir: Path) -> bytes | None:
+    """The new content as stored for diffing: file bytes (from the change's content blob), or the deck
+    as canonical JSON. None when unknown: a blob that is gone or not the named content then makes a
+    "changed" digest without a diff, never a diff against the wrong bytes."""
     if change.deleted:
         return None
     if change.kind == "document" and change.document is not None:
         deck = {k: v for k, v in change.document.items() if k != "revision"}  # the revision is not content
         return json.dumps(deck, ensure_ascii=False, sort_keys=True).encode()
-    if change.content_b64 is not None:
-        return base64.b64decode(change.content_b64, validate=False)
+    if change.blob is not None and change.sha256 is not None:
+        return read_blob(data_dir, change.session_id, change.blob, change.sha256)
     return None
 
 
@@ -107,8 +109,11 @@ class DigestBuilder:
         max_wait_ms: int | None = None,
         metrics: Metrics | None = None,
         poll_s: float = 0.025,
+        blob_orphan_s: float = 3600.0,
     ) -> None:
         self._r = client
+        self._data_dir = data_dir
+        self._blob_orphan_s = blob_orphan_s
         self.revisions = RevisionStore(client, data_dir)
         self.manifest = Manifest(data_dir)
         self._debounce_ms = debounce_ms
@@ -134,6 +139,8 @@ class DigestBuilder:
     async def on_change(self, change: ArtifactChange) -> None:
         once_key = keys.once("digest-change", change.id)
         if await self._r.exists(once_key):
+            if change.blob is not None:
+                await asyncio.to_thread(remove_blob, self._data_dir, change.session_id, change.blob)
             return
         sid, ref = change.session_id, change.ref
         async with self._locked(sid):
@@ -142,7 +149,7 @@ class DigestBuilder:
             if given is None and change.document is not None and isinstance(change.document.get("revision"), int):
                 given = change.document["revision"]  # the agent's deck write carries the deck's own revision
             revision = given if given is not None and given > state.current else state.current + 1
-            content = change_content(change)
+            content = await asyncio.to_thread(change_content, change, self._data_dir)
             if content is not None:
                 await asyncio.to_thread(self.revisions.write_content, sid, ref, revision, content)
             if change.actor == "agent":
@@ -155,6 +162,8 @@ class DigestBuilder:
             await self._save(sid, ref, state)
         self._metrics.changes.labels(change.actor).inc()
         await self._r.set(once_key, "1", ex=7 * 24 * 3600)
+        if change.blob is not None:  # copied into the ref's revisions above; a crash before this leaves an orphan
+            await asyncio.to_thread(remove_blob, self._data_dir, sid, change.blob)
 
     async def _agent_change(self, sid: str, ref: str, state: RefState, revision: int, known: bool) -> None:
         if state.undelivered and state.notes:
@@ -326,6 +335,8 @@ class DigestBuilder:
             fence = _text(await self._r.hget(keys.digest_live(sid), "fence"))
             if fence == str(event.fence):
                 await self._r.delete(keys.digest_live(sid))
+        # Blobs of changes that were never published (a crash, a refused or abandoned live write).
+        await asyncio.to_thread(sweep_orphans, self._data_dir, sid, self._blob_orphan_s)
 
     async def on_recorded(self, event: InjectionRecorded) -> None:
         if event.source != SOURCE:

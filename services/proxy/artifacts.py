@@ -3,7 +3,7 @@ published only after the write is applied (live: after the runtime's reply; dorm
 
 from __future__ import annotations
 
-import base64
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
@@ -16,6 +16,13 @@ from shared.contracts.artifacts import ArtifactChange
 from .errors import ApiError
 
 MAX_DIGEST_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    name: str
+    sha256: str
+    size: int
 
 
 def client_digest(header: str | None) -> str | None:
@@ -36,12 +43,13 @@ def document_ref(doc: str) -> str:
     return f"gamma:file:{doc}"
 
 
-async def file_changed(broker: RedisBroker, sid: str, path: str, content: bytes, digest: str | None,
+async def file_changed(broker: RedisBroker, sid: str, path: str, blob: BlobRef, digest: str | None,
                        revision: int | None = None) -> None:
+    """`blob`: the content blob holding the new bytes (shared/blobs.py); the entry only names it."""
     await publish(broker, keys.ARTIFACT_CHANGES, ArtifactChange(
         session_id=sid, ref=file_ref(path), actor="user", kind="file",
         to_revision=revision, from_revision=(revision - 1) if revision else None,
-        content_b64=base64.b64encode(content).decode(), digest=digest,
+        blob=blob.name, sha256=blob.sha256, size=blob.size, digest=digest,
     ))
 
 

@@ -8,6 +8,7 @@ past `wake_fence` a runtime took the lease.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -98,13 +99,32 @@ def new_session_id() -> str:
     return new_id("s_")
 
 
-async def create_row(redis: aioredis.Redis, owner: str, variant: Variant, model: ModelConfig) -> SessionRow:
+class SessionQuotaExceeded(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"session quota reached: a user may own at most {limit} sessions (GAMMA_MAX_SESSIONS_PER_USER)")
+        self.limit = limit
+
+
+# Reserve the listing slot only while the user is under the quota: one atomic step, so concurrent
+# creations cannot overshoot it (a check-then-add would let a burst through).
+_RESERVE = """
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
+return 1
+"""
+
+
+async def create_row(redis: aioredis.Redis, owner: str, variant: Variant, model: ModelConfig,
+                     max_sessions: int | None = None) -> SessionRow:
+    """Raises SessionQuotaExceeded when `owner` already has `max_sessions` sessions."""
     now = now_ms()
     row = SessionRow(id=new_session_id(), owner=owner, variant=variant, model=model, created_at=now, updated_at=now)
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.hset(keys.session_row(row.id), mapping=row.to_hash())  # type: ignore[arg-type]
-        pipe.zadd(keys.user_sessions(owner), {row.id: now})
-        await pipe.execute()
+    if max_sessions is None:
+        await redis.zadd(keys.user_sessions(owner), {row.id: now})
+    elif not await redis.eval(_RESERVE, 1, keys.user_sessions(owner), max_sessions, now, row.id):  # type: ignore[misc]
+        raise SessionQuotaExceeded(max_sessions)
+    # The listing skips ids without a row, so a crash between the two writes leaves nothing visible.
+    await redis.hset(keys.session_row(row.id), mapping=row.to_hash())  # type: ignore[arg-type]
     return row
 
 
@@ -121,15 +141,55 @@ async def load_state(redis: aioredis.Redis, sid: str) -> SessionState | None:
     )
 
 
-async def list_states(redis: aioredis.Redis, owner: str, limit: int = 200) -> list[SessionState]:
-    """Newest first."""
-    sids = [_s(s) for s in await redis.zrevrange(keys.user_sessions(owner), 0, limit - 1)]
+class BadCursor(ValueError):
+    pass
+
+
+def encode_cursor(score: float, sid: str) -> str:
+    return base64.urlsafe_b64encode(f"{int(score)}:{sid}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        score, _, sid = raw.partition(":")
+        if not sid:
+            raise ValueError("no session id")
+        return int(score), sid
+    except ValueError as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        raise BadCursor(f"invalid cursor {cursor[:80]!r}") from exc
+
+
+async def list_page(redis: aioredis.Redis, owner: str, limit: int,
+                    cursor: str | None) -> tuple[list[SessionState], str | None]:
+    """One page, newest first, after `cursor` (the last item of the previous page), and the next cursor.
+
+    The cursor names the last session shown, so sessions created meanwhile (at the front) shift
+    nothing: the next page starts right after that session's current rank."""
+    key = keys.user_sessions(owner)
+    start = 0
+    if cursor is not None:
+        score, sid = decode_cursor(cursor)
+        rank: Any = await redis.zrevrank(key, sid)
+        # A session that left the listing: continue below its creation time.
+        start = int(await redis.zcount(key, score, "+inf")) if rank is None else int(rank) + 1
+    page: list[Any] = await redis.zrevrange(key, start, start + limit - 1, withscores=True)
+    async with redis.pipeline(transaction=False) as pipe:  # one round trip for the whole page
+        for member, _ in page:
+            pipe.hgetall(keys.session_row(_s(member)))
+            pipe.mget(keys.lease(_s(member)), keys.running(_s(member)), keys.fence(_s(member)))
+        replies: list[Any] = await pipe.execute()
     out: list[SessionState] = []
-    for sid in sids:
-        state = await load_state(redis, sid)
-        if state is not None and state.row.owner == owner:
-            out.append(state)
-    return out
+    for i in range(len(page)):
+        raw, (lease, running, fence) = replies[2 * i], replies[2 * i + 1]
+        if raw:
+            state = SessionState(row=SessionRow.from_hash(raw), leased=lease is not None,
+                                 running=running is not None, fence=int(fence or 0))
+            if state.row.owner == owner:
+                out.append(state)
+    more = len(page) == limit and await redis.zcard(key) > start + limit
+    next_cursor = encode_cursor(page[-1][1], _s(page[-1][0])) if more else None
+    return out, next_cursor
 
 
 async def mark_waking(redis: aioredis.Redis, sid: str, wake_id: str, fence: int) -> None:

@@ -8,6 +8,7 @@ first; an inbox entry is acked only once its effect is durable.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from redis.exceptions import RedisError
 
 from shared import keys, metrics
+from shared.blobs import write_blob
 from shared.bus import dead_letter
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.inbox import (
@@ -512,12 +514,21 @@ class Session:
     # ------------------------------------------------------------ ToolHost
 
     async def artifact_changed(self, ref: str, kind: str, *, content_b64: str | None = None,
-                               document: dict[str, Any] | None = None, deleted: bool = False) -> None:
+                               document: dict[str, Any] | None = None, deleted: bool = False,
+                               content: bytes | None = None) -> None:
+        """`content` (or, from older call sites, `content_b64`): a file's new bytes. They go to a content
+        blob on the session disk (shared/blobs.py); the ArtifactChange only names it."""
         if kind == "file":
             self.viewable_files = workspace_files(self.paths.workspace)
-        await self.outbox.publish(keys.ARTIFACT_CHANGES, ArtifactChange(
-            session_id=self.sid, ref=ref, actor="agent", kind=kind,  # type: ignore[arg-type]
-            content_b64=content_b64, document=document, deleted=deleted))
+        if content is None and content_b64 is not None:
+            content = base64.b64decode(content_b64)
+        change = ArtifactChange(session_id=self.sid, ref=ref, actor="agent", kind=kind,  # type: ignore[arg-type]
+                                document=document, deleted=deleted)
+        if content is not None and not deleted:
+            name = "b_" + change.id
+            sha = await asyncio.to_thread(write_blob, self.deps.settings.data_dir, self.sid, name, content)
+            change = change.model_copy(update={"blob": name, "sha256": sha, "size": len(content)})
+        await self.outbox.publish(keys.ARTIFACT_CHANGES, change)
 
     async def open_tab(self, ari: str, title: str | None) -> str:
         tab, update = self.ui.open_tab(ari, title)

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 import structlog
 from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
+from redis.exceptions import RedisError
 
 from shared import keys, metrics
 from shared.contracts.base import now_ms
@@ -25,6 +26,7 @@ from shared.contracts.wake import Wake
 from shared.disk import session_paths
 from shared.inbox import InboxReader
 from shared.settings import Settings
+from shared.trim import trim_acked, trim_all
 
 from .compactor import Compactor
 from .engine.openai_stream import ModelSettings
@@ -58,6 +60,7 @@ class Worker:
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._trimmed_at = 0
         self.counter = TokenCounter()
         self.model_client = model_client
         self.skills = skills
@@ -163,6 +166,11 @@ class Worker:
         sessions = list(self.sessions.values())
         for i in range(0, len(sessions), HOUSEKEEPING_CHUNK):
             await self._housekeep_chunk(sessions[i : i + HOUSEKEEPING_CHUNK])
+        if now_ms() - self._trimmed_at >= self.settings.stream_trim_interval_s * 1000:
+            self._trimmed_at = now_ms()
+            # The inboxes are read (and acked) only here: trim them to what the runtime group acked.
+            for i in range(0, len(sessions), HOUSEKEEPING_CHUNK):
+                await trim_all(self.client, [keys.inbox(s.sid) for s in sessions[i : i + HOUSEKEEPING_CHUNK]])
 
     async def _housekeep_chunk(self, sessions: list[Session]) -> None:
         held = await renew_all(self.client, [s.lease for s in sessions], [s.sid for s in sessions if s.running],
@@ -231,6 +239,8 @@ class Worker:
                 await self.bus(keys.LIFECYCLE, SessionDormant(session_id=sid, fence=session.lease.fence,
                                                              reason=reason))
                 log.info("session_dormant", session_id=sid, reason=reason)
+                with contextlib.suppress(RedisError, OSError):  # best effort: a dormant inbox keeps only the unread
+                    await trim_acked(self.client, keys.inbox(sid))
             except LeaseLost:
                 log.warning("lease_lost_at_close", session_id=sid)
 

@@ -3,6 +3,7 @@ DocumentEdit. Each is applied under the lease, made durable, answered on the rep
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from shared import keys
+from shared.blobs import read_blob
 from shared.contracts.documents import Deck, StoredDeck, merge_cards
 from shared.contracts.inbox import DocumentEdit, FileWrite, UiUpdate
 from shared.contracts.ui import SessionUIState
@@ -76,14 +78,16 @@ class WriteHandlers:
 
     async def file_write(self, entry: InboxEntry, m: FileWrite) -> None:
         try:
-            data = base64.b64decode(m.content_b64, validate=True)
             path = resolve_workspace_path(self.s.paths.workspace, m.path)
-            check_size(data, self.s.max_file_bytes)
+            data = await asyncio.to_thread(read_blob, self.s.deps.settings.data_dir, self.s.sid, m.blob, m.sha256)
+            if data is not None:
+                check_size(data, self.s.max_file_bytes)
         except DiskError as exc:
             await self._answer(entry, m.request_id, exc.status, {"error": str(exc)})
             return
-        except (binascii.Error, ValueError) as exc:
-            await self._answer(entry, m.request_id, 400, {"error": f"invalid base64 content: {exc}"})
+        if data is None:  # the proxy removed it when it stopped waiting: nobody wants this write now
+            await self._answer(entry, m.request_id, 410, {"error": "the written content is gone: the request "
+                                                                  "was given up (timed out) before it was applied"})
             return
         await self.s.guard()
         atomic_write_bytes(path, data)

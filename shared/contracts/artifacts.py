@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from .base import Contract, new_id, now_ms
+from .blobref import BLOB_NAME, SHA256
 
 Actor = Literal["user", "agent", "service"]
 
@@ -14,8 +15,11 @@ Actor = Literal["user", "agent", "service"]
 class ArtifactChange(Contract):
     """One change to a file (`file:<path>`) or a Gamma document (`gamma:file:<doc>`).
 
-    `content_b64` carries a file's new bytes; `document` a deck's new JSON. `deleted` marks removal.
-    `digest` is a client-supplied digest text (X-Gamma-Digest) that wins over a computed one.
+    A file's new bytes are not in the entry: `blob` names the immutable content blob
+    `sessions/{sid}/.blobs/{blob}` (shared/blobs.py) the producer wrote, `sha256` and `size`
+    describe it; the digest copies it into the ref's revisions and removes it. `document` carries a
+    deck's new JSON. `deleted` marks removal. `digest` is a client-supplied digest text
+    (X-Gamma-Digest) that wins over a computed one.
     """
 
     id: str = Field(default_factory=lambda: new_id("c_"))
@@ -25,7 +29,9 @@ class ArtifactChange(Contract):
     kind: Literal["file", "document"]
     from_revision: int | None = None
     to_revision: int | None = None
-    content_b64: str | None = None
+    blob: str | None = Field(None, pattern=BLOB_NAME)
+    sha256: str | None = Field(None, pattern=SHA256)
+    size: int | None = Field(None, ge=0)
     document: dict[str, Any] | None = None
     deleted: bool = False
     digest: str | None = None

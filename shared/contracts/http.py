@@ -38,7 +38,10 @@ class SessionView(Contract):
 
 
 class SessionList(Contract):
+    """One page, newest first; `next_cursor` fetches the next page (absent on the last one)."""
+
     sessions: list[SessionView]
+    next_cursor: str | None = None
 
 
 class PostMessage(Contract):

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter
 
 from .base import Contract, new_id
+from .blobref import BLOB_NAME, SHA256
 from .client import PromptClientContext
 from .injection import InjectionSource, RuntimeInjection
 
@@ -52,10 +53,16 @@ class UiUpdate(_InboxBase):
 
 
 class FileWrite(_InboxBase):
+    """A live workspace PUT. The bytes are not in the entry: the proxy wrote them to the content blob
+    `sessions/{sid}/.blobs/{blob}` (shared/blobs.py); the runtime copies the blob into the
+    workspace when its SHA-256 matches, and answers 410 when it is gone (the proxy gave up)."""
+
     type: Literal["file_write"] = "file_write"
     request_id: str = Field(default_factory=lambda: new_id("r_"))
     path: str
-    content_b64: str
+    blob: str = Field(pattern=BLOB_NAME)
+    sha256: str = Field(pattern=SHA256)
+    size: int = Field(ge=0)
     digest: str | None = None
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import base64
+import hashlib
 import json
 from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from services.proxy.artifacts import document_changed, file_changed
+from services.proxy.artifacts import BlobRef, document_changed, file_changed
 from shared import keys
+from shared.blobs import write_blob
 from shared.contracts.artifacts import ArtifactChange
 from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty
 from tests.support.inproc import connected_broker, running, settings_for
@@ -22,7 +23,7 @@ async def test_file_and_document_changes_of_every_actor_round_trip(
     deck = {"title": "Q3", "theme": "dark", "metadata": {}, "assets": [], "cards": [{"id": "c1", "body": "ü"}]}
     messages = [
         ArtifactChange(session_id="s1", ref="file:brief.xml", actor="user", kind="file", from_revision=1,
-                       to_revision=2, content_b64=base64.b64encode(b"<brief/>\x00\xff").decode(),
+                       to_revision=2, blob="b_c1", sha256=hashlib.sha256(b"<brief/>\x00\xff").hexdigest(), size=10,
                        digest="user rewrote the brief"),
         ArtifactChange(session_id="s1", ref="gamma:file:deck1", actor="agent", kind="document", to_revision=3,
                        document=deck),
@@ -38,11 +39,13 @@ async def test_invalid_artifact_change_is_dead_lettered(redis_url: str, redis_cl
         bad_bodies=[
             {"session_id": "s1", "ref": "file:a", "actor": "robot", "kind": "file"},
             {"session_id": "s1", "ref": "file:a", "actor": "user", "kind": "file", "to_revision": "latest"},
+            {"session_id": "s1", "ref": "file:a", "actor": "user", "kind": "file", "blob": "../../etc/passwd"},
         ],
         valid=ArtifactChange(session_id="s1", ref="file:a", actor="user", kind="file"),
     )
     assert "actor" in letters[0].error
     assert "to_revision" in letters[1].error
+    assert "blob" in letters[2].error
 
 
 async def test_proxy_publishers_reach_the_real_digest_service(
@@ -55,7 +58,8 @@ async def test_proxy_publishers_reach_the_real_digest_service(
     sid = "s_artifacts1"
     deck = {"title": "Q3", "theme": {}, "metadata": {}, "assets": [], "cards": [{"id": "c1", "title": "Intro"}]}
     async with running(create_app, settings_for(redis_url, tmp_path)), connected_broker(redis_url) as broker:
-        await file_changed(broker, sid, "brief.md", b"# Brief\n", digest=None, revision=2)
+        blob = BlobRef("b_brief", write_blob(tmp_path, sid, "b_brief", b"# Brief\n"), 8)
+        await file_changed(broker, sid, "brief.md", blob, digest=None, revision=2)
         await document_changed(broker, sid, "deck1", deck, from_revision=None, to_revision=1, digest="added intro")
 
         async def both_recorded() -> bool:

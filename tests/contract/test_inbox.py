@@ -46,7 +46,7 @@ def every_message() -> list[InboxMessage]:
                   source="artifact", source_id="file:brief.xml@5", ref="file:brief.xml", from_revision=3,
                   to_revision=5),
         UiUpdate(session_id=SID, update=base64.b64encode(b"\x01\x00").decode(), snapshot={"schemaVersion": 1}),
-        FileWrite(session_id=SID, path="notes/a.md", content_b64=base64.b64encode(b"# a").decode(), digest="d"),
+        FileWrite(session_id=SID, path="notes/a.md", blob="b_r1", sha256="0" * 64, size=3, digest="d"),
         DocumentEdit(session_id=SID, doc="deck1", op="patch", document={"cards": [{"id": "c1"}]}, if_match=2),
         DocumentEdit(session_id=SID, doc="deck1", op="put", document={"title": "t", "cards": []}),
         Barrier(session_id=SID, wake_id="w1"),

@@ -6,7 +6,6 @@ The fake runtime is the inbox itself (XRANGE) plus the `InjectionRecorded` event
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import redis.asyncio as aioredis
 
 from services.digest.builder import DigestBuilder
 from shared import keys
+from shared.blobs import write_blob
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.inbox import INBOX_ADAPTER, Injection
 from shared.contracts.lifecycle import SessionDormant, SessionLive
@@ -36,9 +36,11 @@ def doc_change(actor: str, rev: int, document: dict[str, Any], **kw: Any) -> Art
                           to_revision=rev, document=document, **kw)
 
 
-def file_change(actor: str, content: bytes, **kw: Any) -> ArtifactChange:
-    return ArtifactChange(session_id=SID, ref=BRIEF, actor=actor, kind="file",  # type: ignore[arg-type]
-                          content_b64=base64.b64encode(content).decode(), **kw)
+def file_change(data_dir: Path, actor: str, content: bytes, **kw: Any) -> ArtifactChange:
+    """As a producer sends it: the bytes in a content blob on the session disk, the change naming it."""
+    change = ArtifactChange(session_id=SID, ref=BRIEF, actor=actor, kind="file", **kw)  # type: ignore[arg-type]
+    sha = write_blob(data_dir, SID, "b_" + change.id, content)
+    return change.model_copy(update={"blob": "b_" + change.id, "sha256": sha, "size": len(content)})
 
 
 async def injections(client: aioredis.Redis, sid: str = SID) -> list[Injection]:
@@ -155,9 +157,9 @@ async def test_user_edit_under_an_agent_write_is_not_lost(redis_client: aioredis
 async def test_dormant_edits_go_to_the_manifest_and_clear_exactly_on_record(
     redis_client: aioredis.Redis, builder: DigestBuilder, data_dir: Path
 ) -> None:
-    await builder.on_change(file_change("agent", b"<brief>\n<audience>board</audience>\n</brief>\n"))
-    await builder.on_change(file_change("user", b"<brief>\n<audience>staff</audience>\n</brief>\n"))
-    await builder.on_change(file_change("user", b"<brief>\n<audience>everyone</audience>\n</brief>\n",
+    await builder.on_change(file_change(data_dir, "agent", b"<brief>\n<audience>board</audience>\n</brief>\n"))
+    await builder.on_change(file_change(data_dir, "user", b"<brief>\n<audience>staff</audience>\n</brief>\n"))
+    await builder.on_change(file_change(data_dir, "user", b"<brief>\n<audience>everyone</audience>\n</brief>\n",
                                         digest="The user widened the audience."))
     manifest = json.loads((data_dir / "sessions" / SID / "pending_artifacts.json").read_text())
     entry = manifest["updates"][BRIEF]
@@ -167,7 +169,7 @@ async def test_dormant_edits_go_to_the_manifest_and_clear_exactly_on_record(
     assert await injections(redis_client) == []  # dormant: nothing in the inbox
 
     # The runtime consumed revision 3; a newer edit made meanwhile (while waking) stays.
-    await builder.on_change(file_change("user", b"<brief>\n<audience>all</audience>\n</brief>\n"))
+    await builder.on_change(file_change(data_dir, "user", b"<brief>\n<audience>all</audience>\n</brief>\n"))
     await builder.on_recorded(InjectionRecorded(session_id=SID, source="artifact", source_id=f"{BRIEF}@3",
                                                 entry_id="e1", ref=BRIEF, to_revision=3))
     manifest = json.loads((data_dir / "sessions" / SID / "pending_artifacts.json").read_text())
@@ -183,26 +185,44 @@ async def test_dormant_edits_go_to_the_manifest_and_clear_exactly_on_record(
     assert {p.name for p in (data_dir / "sessions" / SID / ".revisions").iterdir().__next__().iterdir()} == {"4", "ref"}
 
 
-async def test_wake_sends_unrecorded_digests_at_once(redis_client: aioredis.Redis, builder: DigestBuilder) -> None:
-    await builder.on_change(file_change("agent", b"a\nb\n"))
-    await builder.on_change(file_change("user", b"a\nB\n", digest="The user fixed b."))
+async def test_wake_sends_unrecorded_digests_at_once(redis_client: aioredis.Redis, builder: DigestBuilder,
+                                                     data_dir: Path) -> None:
+    await builder.on_change(file_change(data_dir, "agent", b"a\nb\n"))
+    await builder.on_change(file_change(data_dir, "user", b"a\nB\n", digest="The user fixed b."))
     await go_live(redis_client, builder, fence=7)
     [inj] = await injections(redis_client)  # no debounce on wake
     assert inj.source_id == f"{BRIEF}@2" and "The user fixed b." in inj.injection.content
     # A change made before digest handled SessionLive but processed after it (late) is sent at once.
-    change = file_change("user", b"a\nB\nc\n")
+    change = file_change(data_dir, "user", b"a\nB\nc\n")
     await builder.on_change(change.model_copy(update={"ts": change.ts - 60_000}))
     assert len(await injections(redis_client)) == 2
     await builder.on_dormant(SessionDormant(session_id=SID, fence=7))
     assert not await redis_client.exists(keys.digest_live(SID))
 
 
-async def test_a_redelivered_change_is_applied_once(redis_client: aioredis.Redis, builder: DigestBuilder) -> None:
-    change = file_change("user", b"x\n")
+async def test_a_redelivered_change_is_applied_once(redis_client: aioredis.Redis, builder: DigestBuilder,
+                                                    data_dir: Path) -> None:
+    change = file_change(data_dir, "user", b"x\n")
     await builder.on_change(change)
     await builder.on_change(change)
     state = await builder.revisions.load(SID, BRIEF)
     assert state is not None and state.current == 1
+    assert not any((data_dir / "sessions" / SID / ".blobs").iterdir())  # the content blob was consumed
+
+
+async def test_a_missing_or_altered_blob_gives_a_changed_marker_not_a_wrong_diff(
+    redis_client: aioredis.Redis, builder: DigestBuilder, data_dir: Path
+) -> None:
+    await builder.on_change(file_change(data_dir, "agent", b"a\nb\n"))
+    gone = file_change(data_dir, "user", b"a\nB\n")
+    (data_dir / "sessions" / SID / ".blobs" / str(gone.blob)).unlink()
+    await builder.on_change(gone)
+    altered = file_change(data_dir, "user", b"a\nC\n")
+    (data_dir / "sessions" / SID / ".blobs" / str(altered.blob)).write_bytes(b"something else\n")
+    await builder.on_change(altered)
+    await go_live(redis_client, builder, fence=3)
+    [inj] = await injections(redis_client)
+    assert "changed" in inj.injection.content.lower() and "something else" not in inj.injection.content
 
 
 async def test_a_pending_debounce_survives_a_restart(redis_client: aioredis.Redis, data_dir: Path) -> None:

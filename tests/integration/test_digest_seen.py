@@ -27,17 +27,17 @@ async def _count(client: aioredis.Redis, n: int) -> bool:
 
 
 async def test_a_repeated_save_after_a_record_is_shown_not_silently_marked_seen(
-    redis_client: aioredis.Redis, builder: DigestBuilder
+    redis_client: aioredis.Redis, builder: DigestBuilder, data_dir: Path
 ) -> None:
     """Fault suite: a save retried after a lost answer (same content) arrived after the previous digest
     was recorded; the digest found nothing to say and set seen to it: 5..7 recorded, then 8..9."""
     await go_live(redis_client, builder)
-    await builder.on_change(file_change("agent", b"a\n"))
-    await builder.on_change(file_change("user", b"b\n"))
+    await builder.on_change(file_change(data_dir, "agent", b"a\n"))
+    await builder.on_change(file_change(data_dir, "user", b"b\n"))
     await wait_for(lambda: _count(redis_client, 1))
     [first] = await injections(redis_client)
     await builder.on_recorded(recorded(first))
-    await builder.on_change(file_change("user", b"b\n"))  # the retry: revision 3, same content
+    await builder.on_change(file_change(data_dir, "user", b"b\n"))  # the retry: revision 3, same content
     await wait_for(lambda: _count(redis_client, 2))
     second = (await injections(redis_client))[1]
     assert (second.from_revision, second.to_revision) == (2, 3)
@@ -50,14 +50,14 @@ async def test_a_repeated_save_after_a_record_is_shown_not_silently_marked_seen(
 
 
 async def test_an_undo_while_a_digest_is_out_replaces_it(redis_client: aioredis.Redis,
-                                                         builder: DigestBuilder) -> None:
+                                                         builder: DigestBuilder, data_dir: Path) -> None:
     """An edit undone while its digest is still queued: the runtime must get a newer digest for the ref
     (it replaces the queued one), else the agent reads 'changed to b' about content that is 'a' again."""
     await go_live(redis_client, builder)
-    await builder.on_change(file_change("agent", b"a\n"))
-    await builder.on_change(file_change("user", b"b\n"))
+    await builder.on_change(file_change(data_dir, "agent", b"a\n"))
+    await builder.on_change(file_change(data_dir, "user", b"b\n"))
     await wait_for(lambda: _count(redis_client, 1))
-    await builder.on_change(file_change("user", b"a\n"))  # undone before the runtime recorded 1..2
+    await builder.on_change(file_change(data_dir, "user", b"a\n"))  # undone before the runtime recorded 1..2
     await wait_for(lambda: _count(redis_client, 2))
     await asyncio.sleep(0.3)
     second = (await injections(redis_client))[1]
@@ -67,15 +67,15 @@ async def test_an_undo_while_a_digest_is_out_replaces_it(redis_client: aioredis.
 
 
 async def test_a_digest_that_overlaps_a_recorded_one_is_corrected(redis_client: aioredis.Redis,
-                                                                  builder: DigestBuilder) -> None:
+                                                                  builder: DigestBuilder, data_dir: Path) -> None:
     """0..2 is out when revision 3 arrives, so 0..3 is composed from seen=0 (it must replace 0..2 if
     the runtime still queues it). When 0..2 is recorded first, 0..3 would tell the agent 1..2 again:
     a corrected 2..3 under a new source id replaces 0..3 in the runtime's queue."""
     await go_live(redis_client, builder)
-    await builder.on_change(file_change("agent", b"a\n"))
-    await builder.on_change(file_change("user", b"b\n"))
+    await builder.on_change(file_change(data_dir, "agent", b"a\n"))
+    await builder.on_change(file_change(data_dir, "user", b"b\n"))
     await wait_for(lambda: _count(redis_client, 1))
-    await builder.on_change(file_change("user", b"c\n"))
+    await builder.on_change(file_change(data_dir, "user", b"c\n"))
     await wait_for(lambda: _count(redis_client, 2))
     first, overlapping = await injections(redis_client)
     assert (overlapping.from_revision, overlapping.to_revision) == (1, 3)

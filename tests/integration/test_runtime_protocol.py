@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from shared import keys
+from shared.blobs import write_blob
 from shared.contracts.inbox import Barrier, DocumentEdit, FileWrite, Injection, UiUpdate
 from shared.contracts.injection import RuntimeInjection
 from tests.integration.runtime_support import Driver, call, done, kinds, script, stream_payloads, transcript
@@ -81,7 +82,8 @@ def test_deck_scenario_parallel_skills_todo_brief_deck_and_yield(rt: Stack, d: D
     assert any(t["ari"] == "gamma:file:deck" for t in state["tabs"].values())
     changes = [c for c in stream_payloads(d.r, keys.ARTIFACT_CHANGES) if c["session_id"] == sid]
     assert {(c["ref"], c["actor"]) for c in changes} == {("file:brief.xml", "agent"), ("gamma:file:deck", "agent")}
-    assert base64.b64decode(next(c for c in changes if c["kind"] == "file")["content_b64"]).startswith(b"<brief>")
+    file_change = next(c for c in changes if c["kind"] == "file")
+    assert "content_b64" not in file_change and file_change["blob"] and file_change["size"] > 0
 
 
 def test_conflicting_skills_refused_before_any_other_tool(rt: Stack, d: Driver) -> None:
@@ -266,13 +268,25 @@ def test_forwarded_writes_ui_file_document(rt: Stack, d: Driver) -> None:
     d.append(bad)
     assert d.reply(sid, bad.request_id)["status"] == 400
 
-    fw = FileWrite(session_id=sid, path="notes/a.txt", content_b64=base64.b64encode(b"hello").decode())
+    # FileWrite names a content blob the proxy wrote on the session disk.
+    sha = write_blob(Path(rt.data_dir), sid, "b_fw1", b"hello")
+    fw = FileWrite(session_id=sid, path="notes/a.txt", blob="b_fw1", sha256=sha, size=5)
     d.append(fw)
     body = d.reply(sid, fw.request_id)["body"]
     assert body["path"] == "notes/a.txt" and body["size"] == 5
-    escape = FileWrite(session_id=sid, path="../x", content_b64="")
+    assert (Path(rt.data_dir) / "sessions" / sid / "workspace" / "notes" / "a.txt").read_bytes() == b"hello"
+    escape = FileWrite(session_id=sid, path="../x", blob="b_fw1", sha256=sha, size=5)
     d.append(escape)
     assert d.reply(sid, escape.request_id)["status"] == 400
+    # A blob that is gone (the proxy gave up and removed it) or is not the named content: 410, not written.
+    gone = FileWrite(session_id=sid, path="notes/gone.txt", blob="b_missing", sha256=sha, size=5)
+    d.append(gone)
+    assert d.reply(sid, gone.request_id)["status"] == 410
+    write_blob(Path(rt.data_dir), sid, "b_fw2", b"other bytes")
+    altered = FileWrite(session_id=sid, path="notes/gone.txt", blob="b_fw2", sha256=sha, size=5)
+    d.append(altered)
+    assert d.reply(sid, altered.request_id)["status"] == 410
+    assert not (Path(rt.data_dir) / "sessions" / sid / "workspace" / "notes" / "gone.txt").exists()
 
     put = DocumentEdit(session_id=sid, doc="d1", op="put", document={"title": "T", "cards": [{"id": "c1"}]})
     d.append(put)

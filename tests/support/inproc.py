@@ -16,7 +16,9 @@ from shared.settings import Settings
 
 def settings_for(redis_url: str, data_dir: Path, **extra: object) -> Settings:
     values: dict[str, object] = {"REDIS_URL": redis_url, "GAMMA_DATA_DIR": str(data_dir), "OPENAI_API_KEY": None,
-                                 "GAMMA_CLAIM_IDLE_MS": 1500, "GAMMA_DIGEST_DEBOUNCE_MS": 100, **extra}
+                                 "GAMMA_CLAIM_IDLE_MS": 1500, "GAMMA_DIGEST_DEBOUNCE_MS": 100,
+                                 # tests read stream history; tests/hostile/test_stream_growth.py tests trimming
+                                 "GAMMA_STREAM_TRIM_INTERVAL_S": 3600, **extra}
     return Settings(**values)  # type: ignore[arg-type]
 
 

@@ -61,6 +61,9 @@ class Stack:
             GAMMA_CLAIM_IDLE_MS="1500",
             GAMMA_LEASE_MS="3000",
             GAMMA_DIGEST_DEBOUNCE_MS="150",
+            # Tests read the service streams' history to see what was published; the tests of
+            # trimming itself (tests/hostile/test_stream_growth.py) set a short interval.
+            GAMMA_STREAM_TRIM_INTERVAL_S="3600",
             PYTHONUNBUFFERED="1",
         )
         env.pop("OPENAI_API_KEY", None)

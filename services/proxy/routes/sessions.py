@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import structlog
-from fastapi import APIRouter, Body, Depends
+from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse, Response
 
 from shared import inbox, keys
@@ -32,20 +32,40 @@ from ..deps import Proxy, get_proxy
 from ..errors import ApiError
 from ..liveness import dormant_lock, owned_session
 from ..preview import display_entries, read_todo, read_transcript, read_ui
-from ..rows import SessionState, create_row, list_states, load_state, mark_dormant, mark_waking, touch
+from ..quotas import check_create_rate
+from ..rows import (
+    BadCursor,
+    SessionQuotaExceeded,
+    SessionState,
+    create_row,
+    list_page,
+    load_state,
+    mark_dormant,
+    mark_waking,
+    touch,
+)
 from ..uidoc import default_snapshot
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 log = structlog.get_logger()
+DEFAULT_PAGE, MAX_PAGE = 200, 500
 ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unknown token"}, 404: {"description": "no such session for this user"}}
 
 
-@router.post("", status_code=201, response_model=SessionView, responses={401: ERRORS[401]})
+@router.post("", status_code=201, response_model=SessionView, responses={
+    401: ERRORS[401], 403: {"description": "the user's session quota is reached"},
+    429: {"description": "too many sessions created in the last minute (Retry-After)"},
+})
 async def create_session(
     body: CreateSession | None = Body(None), user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)
 ) -> SessionView:
     body = body or CreateSession()
-    row = await create_row(proxy.redis, user, body.variant, body.model or ModelConfig())
+    await check_create_rate(proxy.redis, user, proxy.settings.session_creates_per_minute)
+    try:
+        row = await create_row(proxy.redis, user, body.variant, body.model or ModelConfig(),
+                               max_sessions=proxy.settings.max_sessions_per_user)
+    except SessionQuotaExceeded as exc:
+        raise ApiError(403, str(exc)) from exc
     paths = session_paths(proxy.settings.data_dir, row.id)
 
     def lay_out() -> None:
@@ -61,9 +81,17 @@ async def create_session(
     return state.view()
 
 
-@router.get("", response_model=SessionList, responses={401: ERRORS[401]})
-async def list_sessions(user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)) -> SessionList:
-    return SessionList(sessions=[s.view() for s in await list_states(proxy.redis, user)])
+@router.get("", response_model=SessionList, responses={401: ERRORS[401], 400: {"description": "an invalid cursor"}})
+async def list_sessions(
+    limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description="sessions per page"),
+    cursor: str | None = Query(None, max_length=400, description="`next_cursor` of the previous page"),
+    user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy),
+) -> SessionList:
+    try:
+        states, next_cursor = await list_page(proxy.redis, user, limit, cursor)
+    except BadCursor as exc:
+        raise ApiError(400, str(exc)) from exc
+    return SessionList(sessions=[s.view() for s in states], next_cursor=next_cursor)
 
 
 @router.get("/{sid}", response_model=SessionView, responses=ERRORS)

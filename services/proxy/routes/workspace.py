@@ -9,7 +9,6 @@ dormant path overwrites existing files only). Paths resolve only through `shared
 from __future__ import annotations
 
 import asyncio
-import base64
 import mimetypes
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,12 @@ from typing import Any
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
+from shared.blobs import remove_blob, write_blob
+from shared.contracts.base import new_id
 from shared.contracts.inbox import FileWrite
 from shared.disk import atomic_write_bytes, check_size, resolve_workspace_path, session_paths
 
-from ..artifacts import client_digest, file_changed
+from ..artifacts import BlobRef, client_digest, file_changed
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
 from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
@@ -86,6 +87,7 @@ async def write_file(
     digest = client_digest(x_gamma_digest)
     data = await request.body()
     check_size(data, proxy.settings.max_file_bytes)
+    data_dir = proxy.settings.data_dir
     if await write_mode(proxy, state) == "dormant":
         try:
             async with dormant_lock(proxy.redis, sid):
@@ -93,12 +95,26 @@ async def write_file(
                     raise ApiError(404, f"no file {rel!r}: a dormant session overwrites existing files only")
                 await asyncio.to_thread(atomic_write_bytes, target, data)
             proxy.metrics.dormant_writes.labels("file").inc()
-            await file_changed(proxy.broker, sid, rel, data, digest)
+            blob = await _stage(data_dir, sid, new_id("b_"), data)
+            await file_changed(proxy.broker, sid, rel, blob, digest)
             return JSONResponse({"path": rel, "size": len(data), "revision": None})
         except BecameLive:
             pass
-    message = FileWrite(session_id=sid, path=rel, content_b64=base64.b64encode(data).decode(), digest=digest)
-    reply = await proxy.forward(message)
+    # Live: the bytes go to a content blob on the session disk, the inbox entry only names it; the
+    # runtime copies it into the workspace, and the ArtifactChange names the same blob for the digest.
+    blob = await _stage(data_dir, sid, new_id("b_"), data)
+    message = FileWrite(session_id=sid, path=rel, blob=blob.name, sha256=blob.sha256, size=blob.size, digest=digest)
+    try:
+        reply = await proxy.forward(message)
+    except BaseException:
+        # Refused or timed out: nothing will name the blob (a runtime reading it later answers 410).
+        await asyncio.to_thread(remove_blob, data_dir, sid, blob.name)
+        raise
     revision = reply.body.get("revision")
-    await file_changed(proxy.broker, sid, rel, data, digest, revision if isinstance(revision, int) else None)
+    await file_changed(proxy.broker, sid, rel, blob, digest, revision if isinstance(revision, int) else None)
     return JSONResponse(reply.body, status_code=reply.status)
+
+
+async def _stage(data_dir: Path, sid: str, name: str, data: bytes) -> BlobRef:
+    sha = await asyncio.to_thread(write_blob, data_dir, sid, name, data)
+    return BlobRef(name=name, sha256=sha, size=len(data))
