@@ -8,6 +8,7 @@ document may contain and how large it may be. Refusals carry the HTTP status bot
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import structlog
@@ -85,16 +86,33 @@ def validate_snapshot(snapshot: Any, limits: UiLimits) -> dict[str, Any]:
     items, depth = count_values(snapshot)
     if depth > MAX_DEPTH:
         raise UiRefused(422, f"UI state is nested {depth} deep; the limit is {MAX_DEPTH}")
+    try:  # a lone surrogate ("\ud800" in JSON) is no UTF-8: pycrdt panics on it when rebuilding the doc
+        json.dumps(snapshot, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        raise UiRefused(422, f"UI state holds a string that is not valid Unicode: {exc.reason}") from exc
+    except (TypeError, ValueError) as exc:
+        raise UiRefused(422, f"UI state is not plain JSON: {exc}") from exc
     if items > limits.max_items:
         raise UiRefused(422, f"UI state holds {items} values; the limit is {limits.max_items} (GAMMA_UI_MAX_ITEMS)")
     try:
-        state = SessionUIState.model_validate(snapshot)
+        state = SessionUIState.model_validate(_ints(snapshot))
     except ValidationError as exc:
         message, detail = _summary(exc)
         raise UiRefused(422, f"not a valid SessionUIState: {message}", detail) from exc
     dumped = state.model_dump(mode="json", by_alias=True)
     assert isinstance(dumped, dict)
     return dumped
+
+
+def _ints(value: Any) -> Any:
+    """Yjs numbers arrive as floats (3 -> 3.0): integral ones become ints (depth is checked already)."""
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
 
 
 def default_snapshot() -> dict[str, Any]:

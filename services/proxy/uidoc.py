@@ -10,7 +10,6 @@ import base64
 import binascii
 from typing import Any
 
-from shared.uidoc import normalize
 from shared.uirules import UiLimits, UiRefused
 from shared.uirules import default_snapshot as default_snapshot
 from shared.uirules import validate_snapshot as _validate
@@ -38,6 +37,6 @@ def api_error(exc: UiRefused) -> ApiError:
 def validate_snapshot(snapshot: Any, limits: UiLimits) -> dict[str, Any]:
     """SessionUIState (422 on mismatch, tab ARIs included) -> the canonical JSON stored in state.json."""
     try:
-        return _validate(normalize(snapshot) if isinstance(snapshot, dict) else snapshot, limits)
+        return _validate(snapshot, limits)
     except UiRefused as exc:
         raise api_error(exc) from exc

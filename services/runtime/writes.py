@@ -23,7 +23,6 @@ from shared.disk import (
     resolve_workspace_path,
 )
 from shared.inbox import InboxEntry
-from shared.uidoc import normalize
 from shared.uirules import UiRefused, validate_snapshot
 
 from .forms import deliver_answered_form
@@ -52,7 +51,7 @@ class WriteHandlers:
         speaks snapshots only), the snapshot is applied instead. Both go through the rule the proxy
         applies while dormant (shared.uirules): a refused change changes nothing (400/413/422)."""
         try:
-            snapshot = None if m.snapshot is None else validate_snapshot(normalize(m.snapshot), self.s.ui_limits)
+            snapshot = None if m.snapshot is None else validate_snapshot(m.snapshot, self.s.ui_limits)
             raw = base64.b64decode(m.update, validate=True)
             update = await self.s.ui.apply_update(raw)
             if not update and snapshot is not None:

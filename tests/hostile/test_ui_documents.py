@@ -74,13 +74,29 @@ def refuse_every_bad_change(api: httpx.Client, stack: Stack, sid: str) -> None:
         assert api.get(f"/sessions/{sid}/ui").json()["snapshot"] == ui_before, change.__name__
 
 
+def refuse_bad_snapshots(api: httpx.Client, stack: Stack, sid: str) -> None:
+    """Snapshot-only syncs (clients without Yjs) pass the same rule."""
+    current = api.get(f"/sessions/{sid}/ui").json()["snapshot"]
+    deep: list[object] = []
+    for _ in range(40):
+        deep = [deep]
+    for name, snapshot, words in [
+        ("ari", {**current, "tabs": {"tx": {"id": "tx", "ari": "javascript:x"}}}, "tabs.tx.ari"),
+        ("surrogate", {**current, "expandedDirs": ["\ud800"]}, "not valid Unicode"),  # pycrdt panicked on it
+        ("depth", {**current, "researchSources": [{"x": deep}]}, "nested"),
+        ("unknown", {**current, "cursor": 1}, "cursor"),
+    ]:
+        disk_before = stored(stack, sid)
+        resp = sync(api, sid, EMPTY_UPDATE, snapshot)
+        assert resp.status_code == 422 and words in resp.json()["error"], (name, resp.text[:300])
+        assert stored(stack, sid) == disk_before and api.get(f"/sessions/{sid}/ui").json()["snapshot"] == current
+
+
 def test_invalid_ui_state_is_refused_live_and_dormant_and_changes_nothing(api: httpx.Client, stack: Stack) -> None:
     sid = new_session(api)
     wake(api, sid)
     refuse_every_bad_change(api, stack, sid)
-    # A bad change sent as a snapshot is refused too (the runtime validates it with the same rule).
-    bad_snapshot = {**api.get(f"/sessions/{sid}/ui").json()["snapshot"], "tabs": {"tx": {"id": "tx", "ari": "javascript:x"}}}
-    assert sync(api, sid, EMPTY_UPDATE, bad_snapshot).status_code == 422
+    refuse_bad_snapshots(api, stack, sid)
     good = sync(api, sid, edit(seeded(api, sid), _good))
     assert good.status_code == 200, good.text
     assert good.json()["snapshot"]["tabs"]["tg"]["ari"] == "file:notes.md"
@@ -92,6 +108,7 @@ def test_invalid_ui_state_is_refused_live_and_dormant_and_changes_nothing(api: h
     assert empty.json()["snapshot"]["tabs"]["tg"]["title"] == "notes"
     assert empty.json()["snapshot"]["mobile"]["view"] == "files"
     refuse_every_bad_change(api, stack, sid)
+    refuse_bad_snapshots(api, stack, sid)
     again = sync(api, sid, edit(seeded(api, sid), lambda root: root["expandedDirs"].append("src/")))
     assert again.status_code == 200 and again.json()["snapshot"]["expandedDirs"] == ["src/"]
     assert stored(stack, sid)["expandedDirs"] == ["src/"]

@@ -62,7 +62,8 @@ def sync(api: httpx.Client, sid: str, update: bytes, snapshot: dict[str, Any] | 
     body: dict[str, Any] = {"update": base64.b64encode(update).decode()}
     if snapshot is not None:
         body["snapshot"] = snapshot
-    return api.post(f"/sessions/{sid}/ui/sync", json=body)
+    # json.dumps escapes non-ASCII (httpx's json= would fail to encode a lone surrogate)
+    return api.post(f"/sessions/{sid}/ui/sync", content=json.dumps(body), headers={"Content-Type": "application/json"})
 
 
 def stored(stack: Stack, sid: str) -> Any:
