@@ -22,7 +22,7 @@ from typing import Any
 
 from pycrdt import Array, Doc, Map
 
-from shared.uidoc import ROOT, doc_from_snapshot, snapshot_of, to_shared
+from shared.uidoc import EMPTY_UPDATE, ROOT, doc_from_snapshot, snapshot_of, to_shared
 from shared.uimerge import Merged, apply_change, merge_update
 from shared.uirules import UiLimits, default_snapshot
 
@@ -66,6 +66,8 @@ class UiDoc:
     async def apply_update(self, update: bytes) -> bytes:
         """Merge a client V1 update; returns what changed (empty when nothing did).
         Raises UiRefused: 400 malformed, 413 too large, 422 the merged state is invalid."""
+        if update == EMPTY_UPDATE:  # a read (GET /ui while live): nothing to merge or check
+            return b""
         async with self._lock:
             return self._swap(await merge_update(self._full, self.doc.client_id, update, self.limits, self._snapshot))
 
