@@ -76,6 +76,13 @@ class Settings(BaseSettings):
     stream_trim_interval_s: float = Field(5.0, gt=0, validation_alias="GAMMA_STREAM_TRIM_INTERVAL_S")
     # Content blobs (.blobs) older than this are orphans (their change was never published).
     blob_orphan_s: float = Field(3600.0, gt=0, validation_alias="GAMMA_BLOB_ORPHAN_S")
+    # --- UI documents (issue 23 item 6): one Yjs update, the merged document's encoded size, and the
+    # JSON values in its snapshot. Hit: 413 (bytes) / 422 (items). The document cap also bounds the
+    # nesting pycrdt's JSON export recurses through (see shared/uidoc.py), hence its upper bound.
+    ui_max_update_bytes: int = Field(256 * 1024, ge=1024, validation_alias="GAMMA_UI_MAX_UPDATE_BYTES")
+    ui_max_document_bytes: int = Field(256 * 1024, ge=1024, le=1024 * 1024,
+                                       validation_alias="GAMMA_UI_MAX_DOCUMENT_BYTES")
+    ui_max_items: int = Field(5000, ge=100, validation_alias="GAMMA_UI_MAX_ITEMS")
 
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""

@@ -19,6 +19,8 @@ from typing import Any
 
 from pycrdt import Array, Doc, Map
 
+from .uirules import MAX_DEPTH, UiRefused, count_values
+
 ROOT = "state"
 EMPTY_UPDATE = b"\x00\x00"  # a valid V1 update that changes nothing
 
@@ -33,9 +35,10 @@ def to_shared(value: Any) -> Any:
 
 
 def normalize(value: Any) -> Any:
-    """Yjs numbers come back as floats (3 -> 3.0): integral floats become ints; bytes become base64."""
+    """Yjs numbers come back as floats (3 -> 3.0): integral floats become ints; bytes become base64;
+    keys sorted (yrs maps have no stable order)."""
     if isinstance(value, dict):
-        return {str(k): normalize(v) for k, v in value.items()}
+        return {str(k): normalize(value[k]) for k in sorted(value, key=str)}
     if isinstance(value, list):
         return [normalize(v) for v in value]
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
@@ -61,6 +64,26 @@ def doc_from_snapshot(snapshot: dict[str, Any]) -> Doc:
 
 
 def snapshot_of(doc: Doc) -> dict[str, Any]:
-    out = normalize(doc.get(ROOT, type=Map).to_py() or {})
+    """The root map as JSON, keys sorted. Through yrs' own JSON export (`str(map)`), linear in the
+    document: pycrdt's `to_py` reads arrays by index and is quadratic in the number of blocks (20,000
+    separately inserted items: 1.2 s per call). The export recurses once per nesting level: call it
+    on a document of unknown depth only through `shared.uimerge` (a thread with a stack sized for the
+    document cap). A RecursionError from `json.loads` means nested past ~1000 levels."""
+    try:
+        raw = json.loads(str(doc.get(ROOT, type=Map)))
+    except RecursionError as exc:
+        raise UiRefused(422, f"UI state is nested deeper than {MAX_DEPTH} levels") from exc
+    depth = count_values(raw)[1]
+    if depth > MAX_DEPTH:  # before recursing over it here
+        raise UiRefused(422, f"UI state is nested {depth} deep; the limit is {MAX_DEPTH}")
+    out = normalize(raw)
     assert isinstance(out, dict)
     return out
+
+
+def copy_doc(full_update: bytes, client_id: int) -> Doc:
+    """A document holding `full_update`, editing as `client_id` (the original's: swapped in for it)."""
+    doc: Doc = Doc(client_id=client_id)
+    doc.get(ROOT, type=Map)
+    doc.apply_update(full_update)
+    return doc

@@ -11,8 +11,7 @@ from pydantic import ValidationError
 
 from shared.contracts.todo import TodoList
 from shared.disk import SessionPaths, iter_jsonl, read_json
-
-from .uidoc import default_snapshot
+from shared.uirules import repair_snapshot
 
 
 def _text(content: Any) -> str:
@@ -69,9 +68,9 @@ def read_transcript(paths: SessionPaths) -> list[dict[str, Any]]:
 
 
 def read_ui(paths: SessionPaths) -> dict[str, Any]:
-    """state.json as stored (the proxy and the runtime write only validated snapshots), or the defaults."""
-    value = _read_json(paths.state)
-    return value if isinstance(value, dict) else default_snapshot()
+    """state.json, valid: the proxy and the runtime write only validated snapshots, and one written
+    before that rule is repaired on read (shared.uirules.repair_snapshot), so it cannot refuse every sync."""
+    return repair_snapshot(_read_json(paths.state))
 
 
 def read_todo(paths: SessionPaths) -> TodoList:

@@ -1,6 +1,7 @@
-"""The HTTP side of SessionUIState: strict base64, Yjs decode checks (400), snapshot validation (422).
+"""The HTTP side of SessionUIState: strict base64 (400), and the shared rule's refusals as ApiErrors.
 
-The document shape and the deterministic rebuild from `state.json` live in `shared.uidoc`.
+The document shape, the rule and the merge live in `shared.uidoc`, `shared.uirules`, `shared.uimerge`:
+the runtime applies the same ones while the session is live.
 """
 
 from __future__ import annotations
@@ -9,14 +10,11 @@ import base64
 import binascii
 from typing import Any
 
-from pycrdt import Doc
-from pydantic import ValidationError
+from shared.uirules import UiLimits, UiRefused
+from shared.uirules import default_snapshot as default_snapshot
+from shared.uirules import validate_snapshot as _validate
 
-from shared.contracts.ui import SessionUIState
-from shared.uidoc import normalize
-
-from .ari import AriError, parse_ari
-from .errors import ApiError, validation_summary
+from .errors import ApiError
 
 
 def decode_b64(text: str) -> bytes:
@@ -32,49 +30,13 @@ def encode_b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def apply_update(doc: Doc, update: bytes) -> None:
-    """Apply a V1 update; undecodable or unintegrable bytes are a 400."""
-    if not update:
-        raise ApiError(400, "update is empty; an empty Yjs update is the two bytes 0x00 0x00")
-    try:
-        doc.apply_update(update)
-    except (ValueError, RuntimeError) as exc:
-        raise ApiError(400, f"update is not a valid Yjs V1 update: {exc}") from exc
-    except BaseException as exc:  # pyo3 PanicException derives from BaseException
-        if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
-            raise
-        raise ApiError(400, f"update could not be decoded: {type(exc).__name__}") from exc
+def api_error(exc: UiRefused) -> ApiError:
+    return ApiError(exc.status, exc.message, exc.detail)
 
 
-def check_update(update: bytes) -> None:
-    """Decode-check an incremental update without any stored state (live path, before forwarding)."""
-    apply_update(Doc(), update)
-
-
-def full_update(doc: Doc) -> bytes:
-    return doc.get_update()
-
-
-def validate_snapshot(snapshot: Any) -> dict[str, Any]:
+def validate_snapshot(snapshot: Any, limits: UiLimits) -> dict[str, Any]:
     """SessionUIState (422 on mismatch, tab ARIs included) -> the canonical JSON stored in state.json."""
-    if not isinstance(snapshot, dict):
-        raise ApiError(422, "snapshot must be a JSON object (SessionUIState)")
     try:
-        state = SessionUIState.model_validate(normalize(snapshot))
-    except ValidationError as exc:
-        message, detail = validation_summary(list(exc.errors()))
-        raise ApiError(422, "snapshot is not a valid SessionUIState: " + message.removeprefix("invalid request: "), detail) from exc
-    for tab_id, tab in state.tabs.items():
-        try:
-            parse_ari(tab.ari)
-        except AriError as exc:
-            raise ApiError(422, f"snapshot tab {tab_id!r} has an invalid ARI: {exc}") from exc
-    dumped = state.model_dump(mode="json", by_alias=True)
-    assert isinstance(dumped, dict)
-    return dumped
-
-
-def default_snapshot() -> dict[str, Any]:
-    dumped = SessionUIState().model_dump(mode="json", by_alias=True)
-    assert isinstance(dumped, dict)
-    return dumped
+        return _validate(snapshot, limits)
+    except UiRefused as exc:
+        raise api_error(exc) from exc

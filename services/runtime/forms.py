@@ -42,7 +42,7 @@ async def deliver_answered_form(session: Session) -> None:
 
 
 async def form_delivered(session: Session, form_id: str) -> None:
-    update = session.ui.mark_form_delivered(form_id)
+    update = await session.ui.mark_form_delivered(form_id)
     if update:
         await session.persist_ui()
         await session.writes.publish_ui(update)

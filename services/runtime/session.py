@@ -49,6 +49,7 @@ from shared.contracts.transcript import MessageEntry
 from shared.disk import SessionPaths, atomic_write_json, read_json, workspace_files
 from shared.inbox import InboxEntry
 from shared.settings import Settings
+from shared.uirules import UiLimits, repair_snapshot
 
 from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
@@ -103,6 +104,7 @@ class Session:
         self.outbox = outbox
         self.wake_id = wake_id
         self.max_file_bytes = deps.settings.max_file_bytes
+        self.ui_limits = UiLimits.of(deps.settings)
         self.skills = deps.skills
         self.transcript = Transcript.load(paths.transcript, self.guard)
         self.todo = TodoController.load(paths.todo, self.guard)
@@ -169,7 +171,7 @@ class Session:
         form check), not on the wake path. Safe to read late: once the lease is held and the proxy's
         dormant-write lock is gone, only this holder writes state.json."""
         if self._ui is None:
-            self._ui = UiDoc.from_snapshot(read_json(self.paths.state))
+            self._ui = UiDoc.from_snapshot(repair_snapshot(read_json(self.paths.state)), self.ui_limits)
         return self._ui
 
     async def guard(self) -> None:
@@ -531,14 +533,14 @@ class Session:
         await self.outbox.publish(keys.ARTIFACT_CHANGES, change)
 
     async def open_tab(self, ari: str, title: str | None) -> str:
-        tab, update = self.ui.open_tab(ari, title)
+        tab, update = await self.ui.open_tab(ari, title)
         await self.persist_ui()
         await self.writes.publish_ui(update)
         return tab
 
     async def show_form(self, form: dict[str, Any]) -> str:
-        form_update = self.ui.set_form(form)
-        tab, tab_update = self.ui.open_tab(f"form:{form['id']}", str(form.get("title") or form["id"]))
+        form_update = await self.ui.set_form(form)
+        tab, tab_update = await self.ui.open_tab(f"form:{form['id']}", str(form.get("title") or form["id"]))
         await self.persist_ui()
         await self.writes.publish_ui(form_update)
         await self.writes.publish_ui(tab_update)

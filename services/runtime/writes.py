@@ -14,8 +14,8 @@ from pydantic import ValidationError
 from shared import keys
 from shared.blobs import read_blob
 from shared.contracts.documents import Deck, StoredDeck, merge_cards
+from shared.contracts.events import UiUpdateData
 from shared.contracts.inbox import DocumentEdit, FileWrite, UiUpdate
-from shared.contracts.ui import SessionUIState
 from shared.disk import (
     DiskError,
     atomic_write_bytes,
@@ -25,7 +25,7 @@ from shared.disk import (
     resolve_workspace_path,
 )
 from shared.inbox import InboxEntry
-from shared.uidoc import normalize
+from shared.uirules import UiRefused, validate_snapshot
 
 from .forms import deliver_answered_form
 
@@ -38,9 +38,10 @@ class WriteHandlers:
         self.s = session
 
     async def publish_ui(self, update: bytes) -> None:
+        """Only the change goes out (issue 23: a full snapshot per event cost 1.48 MB of Redis each)."""
         if update:
-            await self.s.outbox.event("ui_update", {"update": base64.b64encode(update).decode(),
-                                                    "snapshot": self.s.ui.snapshot()})
+            data = UiUpdateData(update=base64.b64encode(update).decode())
+            await self.s.outbox.event("ui_update", data.model_dump())
 
     async def _answer(self, entry: InboxEntry, request_id: str, status: int, body: dict[str, Any]) -> None:
         # The effect is durable already: ack first, so whoever reads the reply sees a clean inbox.
@@ -49,27 +50,22 @@ class WriteHandlers:
 
     async def ui_update(self, entry: InboxEntry, m: UiUpdate) -> None:
         """Merge the client's Yjs update. When it changes nothing but carries a snapshot (a client that
-        speaks snapshots only), the snapshot is applied instead, validated first (422)."""
-        snapshot: dict[str, Any] | None = None
-        if m.snapshot is not None:
-            try:
-                state = SessionUIState.model_validate(normalize(m.snapshot))
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                where = ".".join(str(p) for p in err.get("loc", ()))
-                await self._answer(entry, m.request_id, 422, {
-                    "error": f"snapshot is not a valid SessionUIState: {where}: {err.get('msg')}"})
-                return
-            snapshot = state.model_dump(mode="json", by_alias=True)
+        speaks snapshots only), the snapshot is applied instead. Both go through the rule the proxy
+        applies while dormant (shared.uirules): a refused change changes nothing (400/413/422)."""
         try:
+            snapshot = None if m.snapshot is None else validate_snapshot(m.snapshot, self.s.ui_limits)
             raw = base64.b64decode(m.update, validate=True)
-            update = self.s.ui.apply_update(raw)
-        except (binascii.Error, ValueError, RuntimeError) as exc:
+            update = await self.s.ui.apply_update(raw)
+            if not update and snapshot is not None:
+                update = await self.s.ui.apply_snapshot(snapshot)
+        except binascii.Error as exc:
             await self._answer(entry, m.request_id, 400, {"error": f"invalid Yjs update: {exc}"})
             return
-        if not update and snapshot is not None:
-            update = self.s.ui.apply_snapshot(snapshot)
-        await self.s.persist_ui()
+        except UiRefused as exc:
+            await self._answer(entry, m.request_id, exc.status, {"error": exc.message})
+            return
+        if update:
+            await self.s.persist_ui()
         await self.publish_ui(update)
         await self._answer(entry, m.request_id, 200, {"snapshot": self.s.ui.snapshot(),
                                                       "update": self.s.ui.full_update_b64()})

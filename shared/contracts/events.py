@@ -58,3 +58,12 @@ class ModelRequestData(Contract):
     shared_prefix_tokens: int
     encoding: str
     message_count: int
+
+
+class UiUpdateData(Contract):
+    """`ui_update`: what changed in SessionUIState, as one Yjs V1 update (base64), not the document.
+    A client applies it to the document it seeded from `GET /ui` (subscribe first, then fetch: Yjs
+    updates are idempotent, so an update seen twice is harmless). Missed events (a gap in the stream)
+    leave the client's document behind: it fetches `GET /ui` again and merges it."""
+
+    update: str

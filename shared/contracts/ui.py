@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
+from ..ari import parse_ari
 from .base import CamelContract
 
 UI_KEYS = (
@@ -40,6 +41,12 @@ class Tab(_Ui):
     id: str
     ari: str
     title: str | None = None
+
+    @field_validator("ari")
+    @classmethod
+    def _known_ari(cls, value: str) -> str:
+        parse_ari(value)  # AriError is a ValueError: a 422 naming the tab (`javascript:` and such)
+        return value
 
 
 class MobileState(_Ui):

@@ -15,6 +15,7 @@ from shared import keys
 from shared.contracts.inbox import UiUpdate
 from shared.disk import atomic_write_json, session_paths
 from shared.uidoc import EMPTY_UPDATE, ROOT, doc_from_snapshot, snapshot_of
+from shared.uirules import default_snapshot
 from tests.integration.runtime_inproc import InProc, inproc_worker
 
 STATE = {
@@ -81,7 +82,10 @@ async def test_live_snapshot_only_sync_is_applied_and_validated(redis_url: str, 
         assert reply["body"]["snapshot"]["tabs"] == STATE["tabs"]
         assert stored(data_dir, sid)["expandedDirs"] == ["notes"]
         events = await inp.events(sid, "ui_update")
-        assert events and events[-1]["snapshot"]["mobile"]["view"] == "files"
+        assert events and set(events[-1]) == {"update"}, "the change goes out, not the document"
+        follower = doc_from_snapshot(default_snapshot())  # a client holding the old state (no state.json)
+        follower.apply_update(base64.b64decode(events[-1]["update"]))
+        assert snapshot_of(follower)["mobile"] == {"view": "files", "filePaneOpen": True}
         # The update published is what changed: a client holding the old state converges with it.
         again = await sync(inp, sid, EMPTY_UPDATE, wanted)
         assert again["status"] == 200 and len(await inp.events(sid, "ui_update")) == len(events)

@@ -110,3 +110,16 @@ def test_live(api: httpx.Client, stack: Stack) -> None:
     garbage = node(stack, "garbage", sid)
     assert garbage["yjsRejects"] and garbage["status"] == 400
     assert api.get(f"/sessions/{sid}").json()["status"] == "live"
+
+
+def test_live_follower_applies_incremental_events(api: httpx.Client, stack: Stack) -> None:
+    """`ui_update` events carry the change only (issue 23 item 6): a yjs client that subscribed and
+    seeded from GET /ui applies them and ends equal to the server's state."""
+    sid = str(api.post("/sessions").json()["id"])
+    assert api.post(f"/sessions/{sid}/messages", json={"message": "wake up"}).status_code == 202
+    wait_sync(lambda: api.get(f"/sessions/{sid}").json()["status"] == "live", timeout=60, interval=0.25, what="live")
+    got = node(stack, "follow", sid)
+    assert got["statuses"] == [200] * 5, got
+    assert got["events"] >= 5 and got["eventKeys"] == ["update"], got
+    assert got["followerMatches"], got
+    assert got["state"]["expandedDirs"] == [f"follow-{i}/" for i in range(5)]

@@ -7,6 +7,10 @@
 //       print GET /ui decoded by yjs
 //   node tests/js/ui_client.mjs garbage BASE_URL TOKEN SID
 //       POST bytes yjs itself cannot decode; print the status
+//   node tests/js/ui_client.mjs follow BASE_URL TOKEN SID
+//       (live session) a follower subscribes to the SSE events, seeds from GET /ui, and applies each
+//       `ui_update` event (the change only, a V1 update) while a second client makes edits; it must
+//       end equal to GET /ui
 // Prints one JSON object on stdout.
 import * as Y from "yjs";
 
@@ -90,7 +94,60 @@ async function garbage() {
   return { yjsRejects, status: res.status, error: res.body && res.body.error };
 }
 
-const handlers = { edit, read, garbage };
+function frames(text) {
+  const out = [];
+  for (const frame of text.split("\n\n")) {
+    const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""));
+    if (data.length) out.push(data.join("\n"));
+  }
+  return out;
+}
+
+async function follow(edits = 5) {
+  // Subscribe first, then seed: an update seen twice is harmless in Yjs, one missed is not.
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), 30000);
+  const res = await fetch(`${base}/sessions/${sid}/events`, { headers: { ...headers, "Last-Event-ID": "0" }, signal: controller.signal });
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  const follower = docFrom((await call("GET", `/sessions/${sid}/ui`)).body.update);
+  const writer = docFrom((await call("GET", `/sessions/${sid}/ui`)).body.update);
+  const statuses = [];
+  for (let i = 0; i < edits; i++) {
+    const before = Y.encodeStateVector(writer);
+    writer.getMap("state").get("expandedDirs").push([`follow-${i}/`]);
+    statuses.push((await call("POST", `/sessions/${sid}/ui/sync`, { update: b64(Y.encodeStateAsUpdate(writer, before)) })).status);
+  }
+  const wanted = edits > 0 ? `follow-${edits - 1}/` : null;
+  const result = { statuses, events: 0, eventKeys: [], maxEventBytes: 0 };
+  let buffer = "";
+  try {
+    while (!follower.getMap("state").get("expandedDirs").toArray().includes(wanted)) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value;
+      const cut = buffer.lastIndexOf("\n\n");
+      if (cut < 0) continue;
+      for (const data of frames(buffer.slice(0, cut))) {
+        const event = JSON.parse(data);
+        if (event.type !== "ui_update") continue;
+        result.events += 1;
+        result.eventKeys = [...new Set([...result.eventKeys, ...Object.keys(event.data)])];
+        result.maxEventBytes = Math.max(result.maxEventBytes, data.length);
+        Y.applyUpdate(follower, unb64(event.data.update));
+      }
+      buffer = buffer.slice(cut + 2);
+    }
+  } finally {
+    clearTimeout(timer);
+    controller.abort();
+  }
+  const server = await read();
+  result.followerMatches = same(follower.getMap("state").toJSON(), server.state);
+  result.state = follower.getMap("state").toJSON();
+  return result;
+}
+
+const handlers = { edit, read, garbage, follow };
 if (!handlers[mode]) {
   console.error(`unknown mode ${mode}`);
   process.exit(2);

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.proxy.ari import AriError, parse_ari, same_tab, tab_key
+from shared.ari import AriError, parse_ari, same_tab, tab_key
 
 
 def test_file_with_query_and_location() -> None:

@@ -25,6 +25,7 @@ from shared.contracts.messages import (
     TextContent,
     UserMessage,
 )
+from shared.uirules import UiRefused
 
 
 async def no_guard() -> None:
@@ -180,22 +181,26 @@ async def test_todo_refuses_two_in_progress_and_counts_revisions(tmp_path: Path)
     assert again.current.revision == 2 and again.anchor().details["revision"] == 2
 
 
-def test_ui_document_tabs_forms_and_client_updates() -> None:
+async def test_ui_document_tabs_forms_and_client_updates() -> None:
     ui = UiDoc.from_snapshot({"panes": [{"id": "left", "tabIds": []}], "tabs": {}, "expandedDirs": ["a"]})
-    tab, update = ui.open_tab("file:brief.xml", "brief")
+    tab, update = await ui.open_tab("file:brief.xml", "brief")
     assert update and ui.snapshot()["activeTabByPane"] == {"left": tab}
-    again, _ = ui.open_tab("file:brief.xml", "brief")
+    again, _ = await ui.open_tab("file:brief.xml", "brief")
     assert again == tab and ui.snapshot()["panes"][0]["tabIds"] == [tab]
-    client = UiDoc()
-    client.apply_update(base64.b64decode(ui.full_update_b64()))
+    client = UiDoc.from_snapshot({})
+    await client.apply_update(base64.b64decode(ui.full_update_b64()))
     assert client.snapshot() == ui.snapshot()
-    ui.set_form({"id": "f", "title": "t", "fields": [], "answers": {}, "status": "submitted"})
+    await ui.set_form({"id": "f", "title": "t", "fields": [], "answers": {}, "status": "submitted"})
     assert ui.answered_form() is not None
-    ui.mark_form_delivered("f")
+    await ui.mark_form_delivered("f")
     assert ui.answered_form() is None and ui.snapshot()["activeForm"]["status"] == "delivered"
     for bad in (b"", b"garbage!"):
-        with pytest.raises((ValueError, RuntimeError)):
-            ui.apply_update(bad)
+        with pytest.raises(UiRefused) as refused:
+            await ui.apply_update(bad)
+        assert refused.value.status == 400
+    with pytest.raises(UiRefused, match="ARI"):  # the agent's edits pass the same rule as a client's
+        await ui.open_tab("javascript:alert(1)", "x")
+    assert ui.snapshot()["activeTabByPane"] == {"left": tab}
 
 
 async def test_lost_guard_blocks_every_append(tmp_path: Path) -> None:

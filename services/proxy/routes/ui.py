@@ -3,8 +3,9 @@
 Live: the runtime owns the Yjs document; the proxy forwards a `UiUpdate` and answers with the
 runtime's `{snapshot, update}` (a read is an empty update). Dormant: the proxy validates and writes
 the complete snapshot to `state.json`; without a snapshot it applies the update to the document
-rebuilt from `state.json` and stores the result. Every check runs before any write: a 400 or 422
-leaves state.json as it was.
+rebuilt from `state.json` and stores the result. Both go through the rule the runtime applies live
+(shared.uirules, shared.uimerge): every check runs before any write, and a 400, 413 or 422 leaves
+state.json as it was.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from fastapi import APIRouter, Depends
 
 from shared.contracts.http import UiState, UiSync
 from shared.contracts.inbox import UiUpdate
-from shared.disk import atomic_write_json, session_paths
-from shared.uidoc import EMPTY_UPDATE, doc_from_snapshot, snapshot_of
+from shared.disk import SessionPaths, atomic_write_json, session_paths
+from shared.uidoc import EMPTY_UPDATE, doc_from_snapshot
+from shared.uimerge import check_update, merge_update
+from shared.uirules import UiLimits, UiRefused
 
 from ..deps import Proxy, get_proxy
 from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
 from ..preview import read_ui
 from ..rows import SessionState
-from ..uidoc import apply_update, check_update, decode_b64, encode_b64, full_update, validate_snapshot
+from ..uidoc import api_error, decode_b64, encode_b64, validate_snapshot
 
 router = APIRouter(prefix="/sessions", tags=["ui"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -33,12 +36,22 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def _state(snapshot: dict[str, Any]) -> UiState:
-    return UiState(snapshot=snapshot, update=encode_b64(full_update(doc_from_snapshot(snapshot))))
+    return UiState(snapshot=snapshot, update=encode_b64(doc_from_snapshot(snapshot).get_update()))
 
 
 async def _live(proxy: Proxy, sid: str, update: str, snapshot: dict[str, Any] | None) -> UiState:
     reply = await proxy.forward(UiUpdate(session_id=sid, update=update, snapshot=snapshot))
     return UiState.model_validate(reply.body)
+
+
+async def _merge_dormant(paths: SessionPaths, update: bytes, limits: UiLimits) -> dict[str, Any]:
+    """The stored state with the update merged in, under the runtime's rule (shared.uimerge)."""
+    base = doc_from_snapshot(read_ui(paths))
+    try:
+        merged = await merge_update(base.get_update(), base.client_id, update, limits)
+    except UiRefused as exc:
+        raise api_error(exc) from exc
+    return validate_snapshot(merged.snapshot, limits)
 
 
 @router.get("/{sid}/ui", response_model=UiState, responses={**ERRORS, 504: {"description": "runtime timeout"}})
@@ -51,21 +64,27 @@ async def get_ui(state: SessionState = Depends(owned_session), proxy: Proxy = De
 
 @router.post("/{sid}/ui/sync", response_model=UiState, responses={
     **ERRORS, 400: {"description": "malformed base64 or Yjs update"},
-    409: {"description": "the session is waking"}, 504: {"description": "runtime timeout"},
+    409: {"description": "the session is waking"},
+    413: {"description": "the update or the merged document is over its byte cap"},
+    422: {"description": "the merged state is not a valid SessionUIState, or holds too many values"},
+    504: {"description": "runtime timeout"},
 })
 async def sync_ui(body: UiSync, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> UiState:
     sid = state.row.id
+    limits = UiLimits.of(proxy.settings)
     update = decode_b64(body.update)
-    check_update(update)
-    snapshot = validate_snapshot(body.snapshot) if body.snapshot is not None else None
+    try:
+        await check_update(update, limits)
+    except UiRefused as exc:
+        raise api_error(exc) from exc
+    snapshot = validate_snapshot(body.snapshot, limits) if body.snapshot is not None else None
     if await write_mode(proxy, state) == "live":
         return await _live(proxy, sid, body.update, snapshot)
     paths = session_paths(proxy.settings.data_dir, sid)
     try:
         async with dormant_lock(proxy.redis, sid):
-            doc = doc_from_snapshot(read_ui(paths))
-            apply_update(doc, update)
-            stored = snapshot if snapshot is not None else validate_snapshot(snapshot_of(doc))
+            merged = await _merge_dormant(paths, update, limits)
+            stored = snapshot if snapshot is not None else merged
             await asyncio.to_thread(atomic_write_json, paths.state, stored)
         proxy.metrics.dormant_writes.labels("ui").inc()
     except BecameLive:

@@ -214,6 +214,8 @@ function handleEvent(event) {
       setBadge(event.data.status, event.data.running);
       scheduleRefresh();
       break;
+    // ui_update carries only the change (a Yjs V1 update), not the document: this page has no Yjs,
+    // so it re-reads the state (GET /preview) instead of applying it; tests/js/ui_client.mjs applies it.
     case "message_end":
     case "message_user":
     case "agent_end":
