@@ -67,6 +67,12 @@ class Settings(BaseSettings):
 
     instance: str = Field("", validation_alias=AliasChoices("GAMMA_INSTANCE", "HOSTNAME"))
 
+    # --- request intake limits (issue 23 items 5 and 8): JSON bodies and request heads, proxy and
+    # notifications. The depth stays well under pydantic's own parser limit (200), which the runtime
+    # meets again when it reads a body wrapped in its inbox entry.
+    max_json_depth: int = Field(64, ge=2, le=150, validation_alias="GAMMA_MAX_JSON_DEPTH")
+    max_json_number_digits: int = Field(100, ge=20, le=4000, validation_alias="GAMMA_MAX_JSON_NUMBER_DIGITS")
+
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
         if not self.api_tokens.strip():

@@ -12,6 +12,7 @@ from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, LifecycleEvent, Sessio
 from shared.contracts.notifications import ExternalNotification, NotificationSubmit
 from shared.contracts.recorded import InjectionRecorded
 from shared.contracts.wake import Wake
+from shared.jsonlimits import JsonBodyGuard
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
@@ -83,4 +84,6 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy = never_
     app = FastAPI(title="gamma-notifications", lifespan=service_lifespan(ctx, start, stop))
     add_health_routes(app, ctx, require_all=True)
     app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes))
+    app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,
+                       max_number_digits=settings.max_json_number_digits)
     return app
