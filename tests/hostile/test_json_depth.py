@@ -119,3 +119,23 @@ def test_notification_intake_refuses_deep_arrays_and_long_numbers(module_stack: 
         assert client.keys("gamma:{" + sid + "}:ntf:*") == []
     finally:
         client.close()
+
+
+def test_chunked_bodies_over_the_byte_cap_are_413_not_500(module_stack: Stack) -> None:
+    """The guard reads the whole body before any route: a chunked body (no Content-Length) over
+    GAMMA_MAX_BODY_BYTES (2 MiB) still gets the byte cap's 413, on both services."""
+    sid = create_session(module_stack)
+    seed_document(module_stack, sid, "d1")
+
+    def chunks() -> Any:
+        yield b'{"title": "'
+        for _ in range(40):
+            yield b"x" * 65536
+        yield b'"}'
+
+    with api(module_stack) as client:
+        resp = client.put(f"/sessions/{sid}/documents/d1", content=chunks(), headers={"content-type": "application/json"})
+        assert resp.status_code == 413, resp.text
+        assert client.get(f"/sessions/{sid}/documents/d1").json()["title"] == "Otters"
+    resp = httpx.post(module_stack.url("notifications") + "/notifications", content=chunks(), headers=SERVICE, timeout=30)
+    assert resp.status_code == 413, resp.text
