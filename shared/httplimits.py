@@ -27,6 +27,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._in_head = True
         self._head_bytes = 0
+        self._read_bytes = 0
         self._refusal: str | None = None
 
     def on_message_begin(self) -> None:
@@ -40,11 +41,23 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if len(self.headers) > self.max_headers:
             self._refusal = f"more than {self.max_headers} header fields (GAMMA_MAX_HEADERS)"
             raise ValueError(self._refusal)  # httptools stops parsing: feed_data raises below
+        # A head that came whole in one read (up to 256 KiB) was never counted as unfinished: measure
+        # it, only when this read could have held more than the cap.
+        if self._head_bytes + self._read_bytes > self.max_head_bytes and self._head_size() > self.max_head_bytes:
+            self._refusal = self._too_large()
+            raise ValueError(self._refusal)
         self._in_head = False
         super().on_headers_complete()
 
+    def _head_size(self) -> int:
+        return len(self.url) + 16 + sum(len(name) + len(value) + 4 for name, value in self.headers)
+
+    def _too_large(self) -> str:
+        return f"request line and headers exceed {self.max_head_bytes} bytes (GAMMA_MAX_HEADER_BYTES)"
+
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
+        self._read_bytes = len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -64,7 +77,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._in_head:
             self._head_bytes += len(data)
             if self._head_bytes > self.max_head_bytes:
-                self._refuse(f"request line and headers exceed {self.max_head_bytes} bytes (GAMMA_MAX_HEADER_BYTES)")
+                self._refuse(self._too_large())
 
     def _refuse(self, message: str) -> None:
         self.logger.warning("request head refused: %s", message)

@@ -76,6 +76,11 @@ def test_oversized_heads_get_431(module_stack: Stack, service: str) -> None:
     answer = send_head_slowly(module_stack, service, huge)
     assert status_of(answer) == 431, answer[:300]
     assert b"GAMMA_MAX_HEADER_BYTES" in answer
+    # A head over the cap that arrives in one piece (one write; the server may read it at once).
+    with socket.create_connection(("127.0.0.1", port(module_stack, service)), timeout=10) as sock:
+        sock.sendall(request("/healthz", [("X-Big", "b" * (MAX_HEAD + 1024))]))
+        answer = read_response(sock)
+    assert status_of(answer) == 431, answer[:300]
     many = request("/healthz", [(f"X-H{i}", "v") for i in range(150)])
     answer = send_head_slowly(module_stack, service, many)
     assert status_of(answer) == 431 and b"GAMMA_MAX_HEADERS" in answer, answer[:300]
