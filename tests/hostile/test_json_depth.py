@@ -86,6 +86,10 @@ def test_deep_bodies_are_refused_live_at_once(module_stack: Stack) -> None:
         refused(client.post("/sessions", content=b"[" * 10_000 + b"]" * 10_000,
                             headers={"content-type": "application/json"}), "nesting")
         assert time.monotonic() - started < 5
+        # A deck at the limit goes through the runtime's inbox (wrapped a few levels deeper) and back.
+        at_limit = client.put(f"/sessions/{sid}/documents/d1", json=deck_at_depth(DEPTH))
+        assert at_limit.status_code == 200, at_limit.text
+        assert client.get(f"/sessions/{sid}/documents/d1").json()["metadata"] == nest(DEPTH - 1)
         # The runtime's inbox is not stuck behind anything: a normal live write is applied.
         ok = client.put(f"/sessions/{sid}/documents/d1", json={"title": "Sea otters"})
         assert ok.status_code == 200, ok.text
