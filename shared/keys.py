@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 WAKE = "gamma:runtime:wake"
 LIFECYCLE = "gamma:lifecycle"
 ARTIFACT_CHANGES = "gamma:artifacts:changes"
@@ -51,8 +53,16 @@ def revisions(sid: str) -> str:
     return _s(sid) + ":revisions"
 
 
+def _notification_key_id(notification_id: str) -> str:
+    """A producer's id never becomes part of a key as is: `Y:state` once named the state hash of id `Y`.
+    The sha256 hex digest has no `:`, so no id can reach another id's keys (or the `:state` suffix)."""
+    return hashlib.sha256(notification_id.encode()).hexdigest()
+
+
 def notification(sid: str, notification_id: str) -> str:
-    return _s(sid) + ":notification:" + notification_id
+    """The immutable record. `ntf`, not the `notification` prefix of the raw-id keys before
+    issue 23, so the startup migration (services/notifications/migrate.py) tells old keys from new."""
+    return _s(sid) + ":ntf:" + _notification_key_id(notification_id)
 
 
 def notifications_pending(sid: str) -> str:
@@ -83,7 +93,16 @@ def running(sid: str) -> str:
 
 def notification_state(sid: str, notification_id: str) -> str:
     """Hash kept by notifications next to the immutable record: status, delivery and recorded parts."""
-    return _s(sid) + ":notification:" + notification_id + ":state"
+    return notification(sid, notification_id) + ":state"
+
+
+def legacy_notification_pattern() -> str:
+    """SCAN pattern of the raw-id notification keys written before issue 23 (record and `:state`)."""
+    return "gamma:{*}:notification:*"
+
+
+def legacy_notification_prefix(sid: str) -> str:
+    return _s(sid) + ":notification:"
 
 
 def digest_lock(sid: str) -> str:

@@ -26,9 +26,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from . import keys
 from .bus import ensured_groups, missing_groups
+from .httplimits import bounded_http_protocol
 from .metrics import StreamStats, for_registry, install_stream_stats
 from .reconnect import connect
-from .settings import Settings
+from .settings import Settings, load_settings
 from .trim import trim_loop
 from .watchdog import StallWatchdog
 
@@ -242,8 +243,10 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def serve(app: FastAPI, host: str, port: int) -> None:
+def serve(app: FastAPI, host: str, port: int, settings: Settings | None = None) -> None:
     """uvicorn turns SIGTERM/SIGINT into a lifespan shutdown: in-flight work finishes or stays pending."""
+    limits = settings or load_settings()
     # log_config=None: uvicorn's loggers propagate to the root handler (JSON lines, service bound).
+    # http: httptools with a cap on the request head (431), see shared/httplimits.py.
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=20,
-                log_config=None)
+                log_config=None, http=bounded_http_protocol(limits.max_header_bytes, limits.max_headers))

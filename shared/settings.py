@@ -83,6 +83,14 @@ class Settings(BaseSettings):
     ui_max_document_bytes: int = Field(256 * 1024, ge=1024, le=1024 * 1024,
                                        validation_alias="GAMMA_UI_MAX_DOCUMENT_BYTES")
     ui_max_items: int = Field(5000, ge=100, validation_alias="GAMMA_UI_MAX_ITEMS")
+    # --- request intake limits (issue 23 items 5 and 8): JSON bodies and request heads, proxy and
+    # notifications. The depth stays well under pydantic's own parser limit (200), which the runtime
+    # meets again when it reads a body wrapped in its inbox entry.
+    max_json_depth: int = Field(64, ge=2, le=150, validation_alias="GAMMA_MAX_JSON_DEPTH")
+    max_json_number_digits: int = Field(100, ge=20, le=4000, validation_alias="GAMMA_MAX_JSON_NUMBER_DIGITS")
+    # Request line plus header fields, in bytes and fields, per request, on every service port (431).
+    max_header_bytes: int = Field(64 * 1024, ge=4096, validation_alias="GAMMA_MAX_HEADER_BYTES")
+    max_headers: int = Field(100, ge=10, validation_alias="GAMMA_MAX_HEADERS")
 
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""

@@ -12,11 +12,13 @@ from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, LifecycleEvent, Sessio
 from shared.contracts.notifications import ExternalNotification, NotificationSubmit
 from shared.contracts.recorded import InjectionRecorded
 from shared.contracts.wake import Wake
+from shared.jsonlimits import JsonBodyGuard
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
-from .delivery import Delivery, Metrics, UnknownSession
+from .delivery import Delivery, Metrics, NotificationConflict, UnknownSession
 from .http import make_router
+from .migrate import migrate_legacy_keys
 from .policy import UrgencyPolicy, never_wake
 
 GROUP = "notifications"
@@ -43,6 +45,11 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy = never_
             log.warning("notification_unknown_session", session_id=body.session_id,
                         notification_id=body.notification.id)
             return
+        except NotificationConflict:
+            # Acked and dropped like an unknown session: the first notification under this id stands.
+            log.warning("notification_id_conflict", session_id=body.session_id,
+                        notification_id=body.notification.id)
+            return
         log.info("notification_stream", session_id=body.session_id, notification_id=accepted.id,
                  duplicate=accepted.duplicate, status=accepted.status)
 
@@ -66,6 +73,7 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy = never_
     ]
 
     async def start() -> None:
+        await migrate_legacy_keys(ctx.redis)  # before any intake reads or writes a notification key
         for sub in subs:
             await ensure_group(ctx.redis, sub.stream, sub.group)
         await broker.start()
@@ -76,4 +84,6 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy = never_
     app = FastAPI(title="gamma-notifications", lifespan=service_lifespan(ctx, start, stop))
     add_health_routes(app, ctx, require_all=True)
     app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes))
+    app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,
+                       max_number_digits=settings.max_json_number_digits)
     return app

@@ -34,11 +34,22 @@ class UnknownSession(LookupError):
     pass
 
 
+class NotificationConflict(ValueError):
+    """A repeated id whose notification differs from the one stored under it: the second is refused,
+    not dropped as a duplicate, so the producer learns it reused an id."""
+
+    def __init__(self, notification_id: str) -> None:
+        super().__init__(f"notification id {notification_id!r} was already used for a different notification")
+        self.notification_id = notification_id
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None) -> None:
         reg = registry or CollectorRegistry()
         self.received = Counter("gamma_notifications_received_total", "Notifications accepted", ["type"], registry=reg)
         self.duplicates = Counter("gamma_notifications_duplicate_total", "Repeated notification ids", registry=reg)
+        self.conflicts = Counter("gamma_notifications_conflict_total",
+                                 "Repeated notification ids with a different notification (refused)", registry=reg)
         self.delivered = Counter("gamma_notifications_delivered_total", "Injections appended to inboxes",
                                  registry=reg)
         self.consumed = Counter("gamma_notifications_consumed_total", "Notifications recorded in full",
@@ -68,8 +79,11 @@ class Delivery:
         result = await self.store.submit(sid, n, parts)
         if result is None:
             raise UnknownSession(sid)
-        created, status = result
+        created, status = result.created, result.status
         if not created:
+            if result.existing is not None and result.existing.notification != n:
+                self._metrics.conflicts.inc()
+                raise NotificationConflict(n.id)
             self._metrics.duplicates.inc()
             return NotificationAccepted(id=n.id, session_id=sid, duplicate=True, status=status)
         self._metrics.received.labels(n.type).inc()

@@ -10,12 +10,29 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from shared.contracts.http import ErrorBody
-from shared.contracts.notifications import NotificationSubmit
+from shared.contracts.notifications import NotificationAccepted, NotificationSubmit
 
-from .delivery import Delivery, UnknownSession
+from .delivery import Delivery, NotificationConflict, UnknownSession
 
 # Payloads are small (ids and refs); the cap keeps a producer bug from filling Redis.
 MAX_NOTIFICATION_BYTES = 256 * 1024
+
+
+_ERROR = {"application/json": {"schema": ErrorBody.model_json_schema()}}
+RESPONSES: dict[int | str, dict[str, object]] = {
+    200: {"description": "a repeat of an id already stored with the same notification (duplicate: true)",
+          "content": {"application/json": {"schema": NotificationAccepted.model_json_schema()}}},
+    202: {"description": "stored (and delivered when the session is live)",
+          "content": {"application/json": {"schema": NotificationAccepted.model_json_schema()}}},
+    401: {"description": "missing bearer token", "content": _ERROR},
+    403: {"description": "not the service token", "content": _ERROR},
+    404: {"description": "unknown session", "content": _ERROR},
+    409: {"description": "the id was already used for a different notification; detail.id names it",
+          "content": _ERROR},
+    413: {"description": "body too large", "content": _ERROR},
+    422: {"description": "not JSON, too deeply nested, a number too long, or not a valid notification",
+          "content": _ERROR},
+}
 
 
 def _error(status: int, message: str, detail: object = None) -> JSONResponse:
@@ -26,7 +43,7 @@ def make_router(delivery: Delivery, service_token: str, max_bytes: int) -> APIRo
     router = APIRouter()
     limit = min(max_bytes, MAX_NOTIFICATION_BYTES)
 
-    @router.post("/notifications", status_code=202, response_model=None)
+    @router.post("/notifications", status_code=202, response_model=None, responses=RESPONSES)
     async def post_notification(request: Request) -> JSONResponse:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
@@ -54,6 +71,8 @@ def make_router(delivery: Delivery, service_token: str, max_bytes: int) -> APIRo
             accepted = await delivery.submit(body)
         except UnknownSession:
             return _error(404, f"unknown session {body.session_id}")
+        except NotificationConflict as exc:
+            return _error(409, str(exc), {"id": exc.notification_id})
         return JSONResponse(accepted.model_dump(mode="json"), status_code=200 if accepted.duplicate else 202)
 
     return router

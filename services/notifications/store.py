@@ -1,6 +1,7 @@
 """The notification store: Redis only, written only by this service (DESIGN.md "Ownership").
 
-Per notification, under the session's hash tag:
+Per notification, under the session's hash tag (keys are built from a hash of the id, never the raw id:
+an id such as `Y:state` must not name another id's keys):
 - `keys.notification(sid, id)`: the immutable record (JSON), created with SET NX: the dedupe gate;
 - `keys.notification_state(sid, id)`: hash `status` (pending | delivered | consumed), `parts`,
   `deliveries`, `recorded` (count) and `r:{n}` = transcript entry id of each recorded part;
@@ -30,11 +31,11 @@ CONSUMED_TTL_S = 7 * 24 * 3600
 # inbox appends. The lease is read inside the script, after the pending entry exists in effect, so a
 # SessionLive that follows a lease taken later always finds it (no notification falls in between).
 # KEYS: record, state, pending, session row, lease, inbox. ARGV: record JSON, parts, now, id, then
-# (type, data) pairs of the inbox entries. Returns {created, status}.
+# (type, data) pairs of the inbox entries. Returns {created, status}, plus the stored record for a repeat.
 _SUBMIT = """
 if redis.call('EXISTS', KEYS[4]) == 0 then return {-1, 'unknown'} end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then
-  return {0, redis.call('HGET', KEYS[2], 'status') or 'pending'}
+  return {0, redis.call('HGET', KEYS[2], 'status') or 'pending', redis.call('GET', KEYS[1])}
 end
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
 if redis.call('EXISTS', KEYS[5]) == 1 then
@@ -86,6 +87,13 @@ class StoredNotification(BaseModel):
     parts: int
 
 
+class Submitted(BaseModel):
+    created: bool
+    status: Status
+    # For a repeated id: the notification stored first, so the caller can tell a retry from a conflict.
+    existing: StoredNotification | None = None
+
+
 def _str(v: bytes | str | None) -> str | None:
     return v.decode() if isinstance(v, bytes) else v
 
@@ -99,24 +107,26 @@ class NotificationStore:
 
     async def submit(
         self, sid: str, notification: ExternalNotification, injections: list[Injection]
-    ) -> tuple[bool, Status] | None:
+    ) -> Submitted | None:
         """Store a new notification and, when the session is live, append its injections to the inbox.
 
-        Returns (created, status); None for an unknown session. A duplicate id changes nothing.
+        None for an unknown session. A repeated id changes nothing and returns the stored record.
         """
         record = StoredNotification(session_id=sid, notification=notification, received_at=now_ms(),
                                     parts=len(injections))
         entries: list[str] = []
         for injection in injections:
             entries += [injection.type, injection.model_dump_json(by_alias=True)]
-        created, status = await self._submit(
+        result = await self._submit(
             keys=[keys.notification(sid, notification.id), keys.notification_state(sid, notification.id),
                   keys.notifications_pending(sid), keys.session_row(sid), keys.lease(sid), keys.inbox(sid)],
             args=[record.model_dump_json(), len(injections), record.received_at, notification.id, *entries],
         )
-        if int(created) < 0:
+        created, status = int(result[0]), _str(result[1])
+        if created < 0:
             return None
-        return bool(int(created)), _str(status)  # type: ignore[return-value]
+        existing = StoredNotification.model_validate_json(result[2]) if len(result) > 2 and result[2] else None
+        return Submitted(created=bool(created), status=status, existing=existing)  # type: ignore[arg-type]
 
     async def status(self, sid: str, nid: str) -> Status | None:
         value = _str(await self._r.hget(keys.notification_state(sid, nid), "status"))

@@ -9,6 +9,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from shared.bus import make_broker
+from shared.jsonlimits import JsonBodyGuard
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
@@ -19,6 +20,8 @@ from .metrics import ProxyMetrics
 from .routes import documents, events, sessions, ui, workspace
 
 STATIC = Path(__file__).parent / "static"
+# Bodies here are file contents (opaque bytes, routes/workspace.py): no JSON body limits.
+WORKSPACE_FILES = r"^/sessions/[^/]+/workspace/files/"
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -44,6 +47,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             metrics=ProxyMetrics.create(ctx.registry))
     add_health_routes(app, ctx, require_all=True)
     install_error_handlers(app)
+    # Inside BodyLimit (added later = outer): file contents are opaque bytes, not JSON.
+    app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,
+                       max_number_digits=settings.max_json_number_digits, exempt=[WORKSPACE_FILES])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     for module in (sessions, ui, workspace, documents, events):
         app.include_router(module.router)

@@ -120,6 +120,7 @@ def test_bad_requests_are_refused_and_store_nothing(module_stack: Stack) -> None
     client = redis.Redis.from_url(module_stack.redis_url)
     try:
         assert client.keys("gamma:{" + sid + "}:notification*") == []
+        assert client.keys("gamma:{" + sid + "}:ntf:*") == []
         assert client.keys("gamma:{nosuchsession}:*") == []
     finally:
         client.close()
