@@ -9,11 +9,13 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from shared.bus import make_broker
+from shared.reconnect import connect_blocking
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
 from .deps import Proxy
 from .errors import install_error_handlers
+from .fanout import EventFanout
 from .limits import BodyLimit
 from .metrics import ProxyMetrics
 from .routes import documents, events, sessions, ui, workspace
@@ -26,12 +28,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ctx = make_context("proxy", settings)
     broker = make_broker(settings.redis_url, ctx.registry, "proxy")
 
+    # Blocking commands (the forwarded writes' BLPOP, the SSE fan-out's XREAD BLOCK) on a client of
+    # their own whose read timeout outlasts the longest block (shared/reconnect.py).
+    blocking = connect_blocking(settings.redis_url, max(settings.reply_timeout_s, settings.sse_heartbeat_s))
+    fanout = EventFanout(blocking, ctx.redis, block_ms=int(settings.sse_heartbeat_s * 1000),
+                         queue_size=settings.sse_queue_size)
+
     async def start() -> None:
         # Publish-only (Wake, ArtifactChange): connect, no subscribers to start.
         await broker.connect()
 
     async def stop() -> None:
+        await fanout.close()
         await broker.stop()
+        await blocking.aclose()
 
     app = FastAPI(
         title="gamma-proxy",
@@ -41,7 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=service_lifespan(ctx, start, stop),
     )
     app.state.proxy = Proxy(settings=settings, redis=ctx.redis, broker=broker, tokens=settings.tokens(),
-                            metrics=ProxyMetrics.create(ctx.registry))
+                            metrics=ProxyMetrics.create(ctx.registry), blocking=blocking, fanout=fanout)
     add_health_routes(app, ctx, require_all=True)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
