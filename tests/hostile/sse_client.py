@@ -68,7 +68,7 @@ def _chunk_size(line: str) -> bool:
 
 
 async def open_sse(port: int, sid: str, last_event_id: str | None = None, token: str = API_TOKEN) -> SseClient:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
     extra = f"Last-Event-ID: {last_event_id}\r\n" if last_event_id else ""
     writer.write(f"GET /sessions/{sid}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
                  f"Accept: text/event-stream\r\n{extra}\r\n".encode())
