@@ -76,8 +76,8 @@ class Settings(BaseSettings):
     transcript_page_max: int = Field(500, ge=1, validation_alias="GAMMA_TRANSCRIPT_PAGE_MAX")
     transcript_page_bytes: int = Field(1024 * 1024, ge=1024, validation_alias="GAMMA_TRANSCRIPT_PAGE_BYTES")
     # /metrics of the public services (proxy, notifications) is served only on these internal ports.
-    proxy_metrics_port: int = Field(9100, validation_alias="GAMMA_PROXY_METRICS_PORT")
-    notifications_metrics_port: int = Field(9101, validation_alias="GAMMA_NOTIFICATIONS_METRICS_PORT")
+    proxy_metrics_port: int = Field(8100, validation_alias="GAMMA_PROXY_METRICS_PORT")
+    notifications_metrics_port: int = Field(8101, validation_alias="GAMMA_NOTIFICATIONS_METRICS_PORT")
 
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""

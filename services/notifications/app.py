@@ -73,7 +73,7 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy = never_
     async def stop() -> None:
         await broker.stop()
 
-    app = FastAPI(title="gamma-notifications", lifespan=service_lifespan(ctx, start, stop))
-    add_health_routes(app, ctx, require_all=True)
+    app = FastAPI(title="gamma-notifications", lifespan=service_lifespan(ctx, start, stop), docs_url=None, redoc_url=None)
+    add_health_routes(app, ctx, require_all=True, internal_port=settings.notifications_metrics_port)
     app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes))
     return app

@@ -49,10 +49,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Gamma harness data-plane proxy: sessions, messages and wake, SessionUIState sync, "
         "workspace files, Gamma documents, events (SSE), dormant preview.",
         lifespan=service_lifespan(ctx, start, stop),
+        docs_url=None, redoc_url=None,  # on the internal port (shared/internal_http.py)
     )
     app.state.proxy = Proxy(settings=settings, redis=ctx.redis, broker=broker, tokens=settings.tokens(),
                             metrics=ProxyMetrics.create(ctx.registry), blocking=blocking, fanout=fanout)
-    add_health_routes(app, ctx, require_all=True)
+    add_health_routes(app, ctx, require_all=True, internal_port=settings.proxy_metrics_port)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     for module in (sessions, ui, workspace, documents, events):
