@@ -16,6 +16,7 @@ from shared.settings import Settings, load_settings
 from .deps import Proxy
 from .errors import install_error_handlers
 from .fanout import EventFanout
+from .heap import TrimAfterLargeResponses
 from .limits import BodyLimit
 from .metrics import ProxyMetrics
 from .routes import documents, events, sessions, ui, workspace
@@ -56,6 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     add_health_routes(app, ctx, require_all=True, internal_port=settings.proxy_metrics_port)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(TrimAfterLargeResponses)
     for module in (sessions, ui, workspace, documents, events):
         app.include_router(module.router)
 
