@@ -36,12 +36,13 @@ def readyz(port: int) -> int:
 
 
 def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> None:
-    ports = {name: free_port() for name in PORT_VARS | INTERNAL_PORT_VARS}
+    ports = {name: free_port() for name in PORT_VARS}
     dead_redis = f"redis://127.0.0.1:{free_port()}/0"
     assert not redis_answers(dead_redis)
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "GAMMA_API_TOKENS", "MAKEFLAGS")}
-    env.update({var: str(ports[name]) for name, var in (PORT_VARS | INTERNAL_PORT_VARS).items()})
+    env.update({var: str(ports[name]) for name, var in PORT_VARS.items()})
+    env.update({var: str(free_port()) for var in INTERNAL_PORT_VARS.values()})  # /metrics of proxy, notifications
     env.update(REDIS_URL=dead_redis, GAMMA_DATA_DIR=str(data), PYTHONUNBUFFERED="1")
 
     # `-o .venv/.installed`: the venv in this checkout is already installed (CI runs `make install` first);
@@ -138,9 +139,10 @@ def test_children_die_with_a_killed_supervisor(tmp_path: Path, redis_url: str) -
     its parent's death."""
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG is Linux-only")
-    ports = {name: free_port() for name in PORT_VARS | INTERNAL_PORT_VARS}
+    ports = {name: free_port() for name in PORT_VARS}
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "MAKEFLAGS")}
-    env.update({var: str(ports[name]) for name, var in (PORT_VARS | INTERNAL_PORT_VARS).items()})
+    env.update({var: str(ports[name]) for name, var in PORT_VARS.items()})
+    env.update({var: str(free_port()) for var in INTERNAL_PORT_VARS.values()})  # /metrics of proxy, notifications
     env.update(REDIS_URL=redis_url, GAMMA_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "services.stack"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
