@@ -49,6 +49,7 @@ class Subscriber:
     user: str
     queue: asyncio.Queue[Item]
     closed: str | None = None  # why the fan-out stopped feeding it
+    released: bool = False  # no longer counted for its user
 
     def offer(self, item: tuple[str, str]) -> None:
         if self.closed is not None:
@@ -110,19 +111,20 @@ class EventFanout:
         already sent) arrive on the subscriber's queue."""
         sub = Subscriber(sid=sid, user=user, queue=asyncio.Queue(self._queue_size))
         self._per_user[user] += 1
-        topic = self._topics.get(sid)
-        if topic is None:
-            try:
-                newest = await self._control.xrevrange(keys.events(sid), count=1)
-            except BaseException:
-                self._release(sub)
-                raise
-            topic = self._topics.get(sid)  # another subscriber may have created it meanwhile
+        try:
+            topic = self._topics.get(sid)
             if topic is None:
-                topic = _Topic(sid=sid, last_id=as_text(newest[0][0]) if newest else "0-0")
-                self._topics[sid] = topic
-                await self._place(sid)
-        topic.subscribers.add(sub)
+                newest = await self._control.xrevrange(keys.events(sid), count=1)
+                topic = self._topics.get(sid)  # another subscriber may have created it meanwhile
+                if topic is None:
+                    topic = _Topic(sid=sid, last_id=as_text(newest[0][0]) if newest else "0-0")
+                    self._topics[sid] = topic
+                    topic.subscribers.add(sub)
+                    await self._place(sid)
+            topic.subscribers.add(sub)
+        except BaseException:  # cancelled or Redis failed: nothing stays registered for it
+            self.unsubscribe(sub)
+            raise
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
@@ -136,6 +138,9 @@ class EventFanout:
         self._release(sub)
 
     def _release(self, sub: Subscriber) -> None:
+        if sub.released:
+            return
+        sub.released = True
         self._per_user[sub.user] -= 1
         if self._per_user[sub.user] <= 0:
             del self._per_user[sub.user]
