@@ -89,6 +89,10 @@ def test_200_idle_streams_need_no_connection_each_and_the_cap_answers_429(proxy:
               f"{blocked}; GET /sessions/{{id}} median {statistics.median(took) * 1000:.1f} ms, max {max(took) * 1000:.1f} ms")
         assert blocked <= 2, f"{blocked} blocked reads for 40 sessions"  # one per shard of 32
         assert during - before <= 12, f"{during - before} Redis connections for 200 SSE clients"
+        # Both shards deliver: one event per session reaches each of its five clients, and only those.
+        sent = {sid: add_events(r, sid, 1)[0] for sid in sids}
+        await asyncio.gather(*(c.collect(wait_s=15, until_ids=1) for c in clients))
+        assert all(c.ids == [sent[sids[i % 40]]] for i, c in enumerate(clients))
         assert statistics.median(took) < 0.5 and max(took) < 2.0, took
 
         clients += await asyncio.gather(*(open_sse(port, sids[0]) for _ in range(CAP - 200)))
