@@ -13,6 +13,17 @@ again on a fresh one, with jittered backoff, for about three seconds (long enoug
 Redis to load its AOF; longer outages still reach the caller, whose own retry or redelivery takes
 over). A re-sent command may have run once already; every consumer is idempotent (prompt ids,
 injection source ids, revision numbers), so a repeated XADD or INCR changes nothing they record.
+
+Timeouts by command class. redis-py 8 reads every reply under a 5 s socket timeout by default (5.x had
+none): a blocking command that waits longer on the server (the proxy's BLPOP for a forwarded write's
+reply, GAMMA_REPLY_TIMEOUT_S; an XREAD BLOCK) raised TimeoutError, was re-sent by the retry above six
+times and reached the client as a 500 after ~37 s instead of its documented 504. So the timeout is
+set explicitly for each class, the same under every client version `pyproject.toml` admits:
+- ordinary commands (`connect`): COMMAND_TIMEOUT_S, retried as above;
+- blocking commands (`connect_blocking`): a client of their own whose read timeout is the longest
+  block it will be asked for plus BLOCK_GRACE_S. Only a dropped connection is retried there: a read
+  that outlived its server-side block by the grace means the connection is dead, and sending the
+  command again would double the wait the caller documented.
 """
 
 from __future__ import annotations
@@ -34,13 +45,27 @@ def reconnecting() -> dict[str, Any]:
 
 MAX_CONNECTIONS = 512  # per client; Redis admits 10,000 clients by default
 POOL_WAIT_S = 30.0
+COMMAND_TIMEOUT_S = 5.0  # an ordinary command's reply (redis-py 8's default, made explicit for 5.x-7.x)
+CONNECT_TIMEOUT_S = 5.0
+BLOCK_GRACE_S = 5.0  # a blocking command's reply may come this long after its server-side block ends
 
 
 def connect(url: str, **options: Any) -> aioredis.Redis:
-    """A client for `url` that reconnects and, when all its connections are busy, waits for one."""
-    pool = BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=POOL_WAIT_S,
-                                           **reconnecting(), **options)
+    """A client for `url` that reconnects and, when all its connections are busy, waits for one.
+    For ordinary commands only: a command blocking on the server longer than COMMAND_TIMEOUT_S needs
+    `connect_blocking`."""
+    options = {"socket_timeout": COMMAND_TIMEOUT_S, "socket_connect_timeout": CONNECT_TIMEOUT_S,
+               **reconnecting(), **options}
+    pool = BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=POOL_WAIT_S, **options)
     return aioredis.Redis.from_pool(pool)  # owns the pool: aclose() closes its connections
+
+
+def connect_blocking(url: str, longest_block_s: float, **options: Any) -> aioredis.Redis:
+    """A client for blocking commands (BLPOP, XREAD BLOCK) that block at most `longest_block_s`."""
+    return connect(url, socket_timeout=longest_block_s + BLOCK_GRACE_S,
+                   retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=3,
+                               supported_errors=(ConnectionError,)),
+                   retry_on_error=[ConnectionError], **options)
 
 
 def broker_options() -> dict[str, Any]:

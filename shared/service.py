@@ -22,11 +22,12 @@ import structlog
 import uvicorn
 from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from . import keys
 from .bus import ensured_groups, missing_groups
 from .httplimits import bounded_http_protocol
+from .internal_http import InternalServer, internal_app, metrics_response
 from .metrics import StreamStats, for_registry, install_stream_stats
 from .reconnect import connect
 from .settings import Settings, load_settings
@@ -49,6 +50,8 @@ class ServiceContext:
     stream_stats: StreamStats | None = None
     # Set by a service that runs a consumer stall watchdog (shared/watchdog.py): stalled -> not ready.
     watchdog: StallWatchdog | None = None
+    # A public service's /metrics and docs, on its internal port (shared/internal_http.py).
+    internal: InternalServer | None = None
 
     def spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -133,7 +136,9 @@ async def all_services_ready(client: aioredis.Redis) -> dict[str, bool]:
     return {s: v is not None for s, v in zip(keys.SERVICES, values, strict=True)}
 
 
-def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = False) -> None:
+def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = False,
+                      internal_port: int | None = None) -> None:
+    """With `internal_port` (the public services), /metrics is served there, not on `app`."""
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
         return {"status": "ok", "service": ctx.name}
@@ -160,11 +165,13 @@ def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = 
             return JSONResponse({"ready": True, "services": states})
         return JSONResponse({"ready": True})
 
+    if internal_port is not None:
+        ctx.internal = InternalServer(internal_app(ctx, app), ctx.settings.host, internal_port)
+        return
+
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
-        if ctx.stream_stats is not None:
-            await ctx.stream_stats.refresh()
-        return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
+        return await metrics_response(ctx)
 
 
 Lifespan = Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]
@@ -217,6 +224,8 @@ def service_lifespan(
         # Every stream this service consumes is trimmed to what all its groups acknowledged.
         ctx.spawn(trim_loop(ctx.redis, lambda: {stream for stream, _ in ensured_groups(ctx.redis)},
                             ctx.settings.stream_trim_interval_s), "stream-trim")
+        if ctx.internal is not None:
+            await ctx.internal.start()
         settle_heap()
         ctx.ready = True
         with contextlib.suppress(Exception):  # the first heartbeat now, not a loop tick later
@@ -227,6 +236,8 @@ def service_lifespan(
         finally:
             log.info("service_stopping")
             ctx.ready = False
+            if ctx.internal is not None:
+                await ctx.internal.stop()
             await stop()
             await ctx.close()
             log.info("service_stopped", uptime_s=round(time.time() - ctx.started_at, 1))

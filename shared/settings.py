@@ -91,6 +91,17 @@ class Settings(BaseSettings):
     # Request line plus header fields, in bytes and fields, per request, on every service port (431).
     max_header_bytes: int = Field(64 * 1024, ge=4096, validation_alias="GAMMA_MAX_HEADER_BYTES")
     max_headers: int = Field(100, ge=10, validation_alias="GAMMA_MAX_HEADERS")
+    # --- issue 23 (streams): SSE fan-out, transcript paging, internal metrics ports.
+    # Open event streams per user and proxy process (429 past it); entries queued for one SSE client
+    # before it counts as too slow and is closed (it resumes with Last-Event-ID).
+    sse_max_streams_per_user: int = Field(16, ge=1, validation_alias="GAMMA_SSE_MAX_STREAMS_PER_USER")
+    sse_queue_size: int = Field(1000, ge=1, validation_alias="GAMMA_SSE_QUEUE_SIZE")
+    # GET /transcript pages: at most this many entries, and no more bytes than this (at least one entry).
+    transcript_page_max: int = Field(500, ge=1, validation_alias="GAMMA_TRANSCRIPT_PAGE_MAX")
+    transcript_page_bytes: int = Field(1024 * 1024, ge=1024, validation_alias="GAMMA_TRANSCRIPT_PAGE_BYTES")
+    # /metrics of the public services (proxy, notifications) is served only on these internal ports.
+    proxy_metrics_port: int = Field(8100, validation_alias="GAMMA_PROXY_METRICS_PORT")
+    notifications_metrics_port: int = Field(8101, validation_alias="GAMMA_NOTIFICATIONS_METRICS_PORT")
 
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""

@@ -81,8 +81,8 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy = never_
     async def stop() -> None:
         await broker.stop()
 
-    app = FastAPI(title="gamma-notifications", lifespan=service_lifespan(ctx, start, stop))
-    add_health_routes(app, ctx, require_all=True)
+    app = FastAPI(title="gamma-notifications", lifespan=service_lifespan(ctx, start, stop), docs_url=None, redoc_url=None)
+    add_health_routes(app, ctx, require_all=True, internal_port=settings.notifications_metrics_port)
     app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes))
     app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,
                        max_number_digits=settings.max_json_number_digits)

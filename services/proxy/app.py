@@ -10,11 +10,14 @@ from fastapi.staticfiles import StaticFiles
 
 from shared.bus import make_broker
 from shared.jsonlimits import JsonBodyGuard
+from shared.reconnect import connect_blocking
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
 from .deps import Proxy
 from .errors import install_error_handlers
+from .fanout import EventFanout
+from .heap import TrimAfterLargeResponses
 from .limits import BodyLimit
 from .metrics import ProxyMetrics
 from .routes import documents, events, sessions, ui, workspace
@@ -29,12 +32,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ctx = make_context("proxy", settings)
     broker = make_broker(settings.redis_url, ctx.registry, "proxy")
 
+    # Blocking commands (the forwarded writes' BLPOP, the SSE fan-out's XREAD BLOCK) on a client of
+    # their own whose read timeout outlasts the longest block (shared/reconnect.py).
+    blocking = connect_blocking(settings.redis_url, max(settings.reply_timeout_s, settings.sse_heartbeat_s))
+    fanout = EventFanout(blocking, ctx.redis, block_ms=int(settings.sse_heartbeat_s * 1000),
+                         queue_size=settings.sse_queue_size)
+
     async def start() -> None:
         # Publish-only (Wake, ArtifactChange): connect, no subscribers to start.
         await broker.connect()
 
     async def stop() -> None:
+        await fanout.close()
         await broker.stop()
+        await blocking.aclose()
 
     app = FastAPI(
         title="gamma-proxy",
@@ -42,15 +53,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Gamma harness data-plane proxy: sessions, messages and wake, SessionUIState sync, "
         "workspace files, Gamma documents, events (SSE), dormant preview.",
         lifespan=service_lifespan(ctx, start, stop),
+        docs_url=None, redoc_url=None,  # on the internal port (shared/internal_http.py)
     )
     app.state.proxy = Proxy(settings=settings, redis=ctx.redis, broker=broker, tokens=settings.tokens(),
-                            metrics=ProxyMetrics.create(ctx.registry))
-    add_health_routes(app, ctx, require_all=True)
+                            metrics=ProxyMetrics.create(ctx.registry), blocking=blocking, fanout=fanout)
+    add_health_routes(app, ctx, require_all=True, internal_port=settings.proxy_metrics_port)
     install_error_handlers(app)
     # Inside BodyLimit (added later = outer): file contents are opaque bytes, not JSON.
     app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,
                        max_number_digits=settings.max_json_number_digits, exempt=[WORKSPACE_FILES])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(TrimAfterLargeResponses)
     for module in (sessions, ui, workspace, documents, events):
         app.include_router(module.router)
 

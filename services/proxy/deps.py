@@ -11,6 +11,7 @@ from faststream.redis import RedisBroker
 from shared.contracts.inbox import InboxReply
 from shared.settings import Settings
 
+from .fanout import EventFanout
 from .forwarding import Forwardable, forward
 from .metrics import ProxyMetrics
 
@@ -22,10 +23,12 @@ class Proxy:
     broker: RedisBroker
     tokens: dict[str, str]  # token -> user
     metrics: ProxyMetrics
+    blocking: aioredis.Redis  # for blocking commands (shared.reconnect.connect_blocking)
+    fanout: EventFanout
 
     async def forward(self, message: Forwardable) -> InboxReply:
         """A live write to the lease holder, answered once applied (504 after the reply timeout)."""
-        return await forward(self.redis, message, self.settings.reply_timeout_s, self.metrics)
+        return await forward(self.redis, self.blocking, message, self.settings.reply_timeout_s, self.metrics)
 
 
 def get_proxy(request: Request) -> Proxy:

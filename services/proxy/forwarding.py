@@ -2,7 +2,8 @@
 
 docs/integration.md "Forwarded live writes": the runtime RPUSHes an InboxReply on
 `gamma:{sid}:reply:{request_id}` once the write is applied; the proxy BLPOPs it up to
-GAMMA_REPLY_TIMEOUT_S and answers 504 after that.
+GAMMA_REPLY_TIMEOUT_S and answers 504 after that. The BLPOP goes out on the blocking-command client:
+under the ordinary client's 5 s read timeout a longer wait raised and was retried (500 after ~37 s).
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ log = structlog.get_logger()
 Forwardable = UiUpdate | FileWrite | DocumentEdit | Stop | Compact
 
 
-async def forward(redis: aioredis.Redis, message: Forwardable, timeout_s: float,
+async def forward(redis: aioredis.Redis, blocking: aioredis.Redis, message: Forwardable, timeout_s: float,
                   metrics: ProxyMetrics | None = None) -> InboxReply:
-    """The reply, or ApiError: 504 on timeout, the runtime's own 4xx (with its message) on refusal."""
+    """The reply, or ApiError: 504 on timeout, the runtime's own 4xx (with its message) on refusal.
+    `blocking` is a client whose read timeout outlasts `timeout_s` (shared.reconnect.connect_blocking)."""
     started = time.monotonic()
     await inbox.append(redis, message)
-    got: Any = await redis.blpop([keys.reply(message.session_id, message.request_id)], timeout=timeout_s)
+    got: Any = await blocking.blpop([keys.reply(message.session_id, message.request_id)], timeout=timeout_s)
     if metrics is not None:
         outcome = "timeout" if got is None else "answered"
         metrics.forwards.labels(message.type, outcome).inc()

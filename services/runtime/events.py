@@ -102,10 +102,11 @@ class Outbox:
                 self._queued = batch + self._queued
                 raise
 
-    async def reply(self, request_id: str, status: int, body: dict[str, Any]) -> None:
+    async def reply(self, request_id: str, status: int, body: dict[str, Any], *, fenced: bool = True) -> None:
         key = keys.reply(self.sid, request_id)
         payload = InboxReply(request_id=request_id, status=status, body=body).model_dump_json()
-        await self.fence()
+        if fenced:
+            await self.fence()
         pipe = self.client.pipeline(transaction=True)
         pipe.rpush(key, payload)
         pipe.expire(key, REPLY_TTL_S)

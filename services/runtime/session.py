@@ -92,6 +92,9 @@ class SessionDeps:
     static_prefix: str = ""
     preloaded: tuple[Skill, ...] = ()  # the variant's preloaded skills, recorded at session start
     registry: CollectorRegistry | None = None  # the service's Prometheus registry
+    # (sid, reason) -> None: the worker closes the session now (persist, release the lease, then
+    # answer the Stop); without it a Stop is answered at once and closed by the next housekeeping.
+    request_close: Any = None
 
 
 class Session:
@@ -125,6 +128,7 @@ class Session:
         self.last_activity = asyncio.get_running_loop().time()
         self.closed = False
         self.stop_requested: str | None = None
+        self.stop_replies: list[str] = []  # Stop request ids, answered once the lease is released
         self.compactor: Any = None  # set by the worker (services.runtime.compactor)
         self.background: set[asyncio.Task[None]] = set()
 
@@ -266,9 +270,16 @@ class Session:
             if self.compactor is not None:
                 await self.compactor.on_command(entry, m)
         elif isinstance(m, Stop):
+            # Answered only once the lease is gone (worker.close): a client told "dormant" must find
+            # the session dormant, and may write dormant state at once.
             self.stop_requested = m.reason
-            await self.outbox.reply(m.request_id, 200, {"status": "dormant"})
+            if self.deps.request_close is None:
+                await self.outbox.reply(m.request_id, 200, {"status": "dormant"})
+            else:
+                self.stop_replies.append(m.request_id)
             await self.ack(entry.entry_id)
+            if self.deps.request_close is not None:
+                self.deps.request_close(self.sid, m.reason)
 
     async def ack(self, entry_id: str | None) -> None:
         """Ack once the effect is durable. A failed ack never undoes the effect or stops a run: the

@@ -61,6 +61,7 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._trimmed_at = 0
+        self._closing: set[asyncio.Task[None]] = set()  # closes asked for by a Stop
         self.counter = TokenCounter()
         self.model_client = model_client
         self.skills = skills
@@ -103,6 +104,7 @@ class Worker:
         deps = SessionDeps(settings=self.settings, client=self.client, model_client=self.model_client,
                            skills=self.skills, system_prompt=system_prompt, counter=self.counter,
                            ack=self.reader.ack, static_prefix=self.static_prefix, registry=self.registry,
+                           request_close=self._request_close,
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))
         paths = session_paths(self.settings.data_dir, sid)
@@ -219,6 +221,11 @@ class Worker:
         session.closed = True
         await session.shutdown()
 
+    def _request_close(self, sid: str, reason: str) -> None:
+        task = asyncio.ensure_future(self.close(sid, reason))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
     async def close(self, sid: str, reason: str) -> None:
         async with self._lock(sid):
             session = self.sessions.pop(sid, None)
@@ -239,10 +246,19 @@ class Worker:
                 await self.bus(keys.LIFECYCLE, SessionDormant(session_id=sid, fence=session.lease.fence,
                                                              reason=reason))
                 log.info("session_dormant", session_id=sid, reason=reason)
+                await self._answer_stops(session, 200, {"status": "dormant"})
                 with contextlib.suppress(RedisError, OSError):  # best effort: a dormant inbox keeps only the unread
                     await trim_acked(self.client, keys.inbox(sid))
             except LeaseLost:
                 log.warning("lease_lost_at_close", session_id=sid)
+                await self._answer_stops(session, 409, {"error": "the session moved to another worker; suspend it again"})
+
+    async def _answer_stops(self, session: Session, status: int, body: dict[str, Any]) -> None:
+        """After the release: unfenced (the lease is gone on purpose)."""
+        for request_id in session.stop_replies:
+            with contextlib.suppress(Exception):  # the proxy answers 504 after its timeout
+                await session.outbox.reply(request_id, status, body, fenced=False)
+        session.stop_replies.clear()
 
     async def shutdown(self) -> None:
         log.info("worker_stopping", sessions=len(self.sessions))

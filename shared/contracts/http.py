@@ -75,6 +75,9 @@ class Preview(Contract):
 
 class Transcript(Contract):
     entries: list[dict[str, Any]]
+    # Paging (GET /sessions/{sid}/transcript?cursor=&limit=): pass next_cursor back for the next page.
+    next_cursor: str = "0"
+    has_more: bool = False
 
 
 class CompactBody(Contract):

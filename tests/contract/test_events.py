@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
+from services.proxy.fanout import EventFanout
 from services.proxy.routes.events import event_frames
 from services.runtime.events import Outbox
 from shared import keys
@@ -19,21 +20,11 @@ from shared.contracts.events import EventType, MessageUserData, ModelRequestData
 SID = "s_events"
 
 
-class Connected:
-    """Stands in for the Starlette request: connected until the test has what it waited for."""
-
-    def __init__(self) -> None:
-        self.gone = False
-
-    async def is_disconnected(self) -> bool:
-        return self.gone
-
-
 async def sse_events(client: aioredis.Redis, start: str, n: int) -> list[tuple[str, SessionEvent]]:
-    """The proxy's real SSE generator, parsed the way an EventSource does (id + data lines)."""
-    request = Connected()
+    """The proxy's real SSE generator (replay, then its fan-out), parsed the way an EventSource does."""
+    fanout = EventFanout(client, client, block_ms=500, queue_size=100)
     out: list[tuple[str, SessionEvent]] = []
-    frames = event_frames(request, client, SID, start, heartbeat_s=0.5)  # type: ignore[arg-type]
+    frames = event_frames(fanout, client, SID, "alice", start, heartbeat_s=0.5)
     try:
         async for frame in frames:
             text = frame.decode()
@@ -43,10 +34,10 @@ async def sse_events(client: aioredis.Redis, start: str, n: int) -> list[tuple[s
                 data = "\n".join(line[len("data: "):] for line in lines[1:] if line.startswith("data: "))
                 out.append((entry_id, SessionEvent.model_validate_json(data)))
             if len(out) >= n:
-                request.gone = True
                 break
     finally:
         await frames.aclose()
+        await fanout.close()
     return out
 
 

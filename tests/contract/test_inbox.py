@@ -120,7 +120,7 @@ async def test_the_proxys_forwarded_writes_reach_the_runtimes_reader(redis_clien
         msg = msg.model_copy(update={"session_id": sid})
         reply = InboxReply(request_id=msg.request_id, status=200, body={"ok": True})  # type: ignore[union-attr]
         await redis_client.rpush(keys.reply(sid, msg.request_id), reply.model_dump_json())  # type: ignore[union-attr]
-        assert await forward(redis_client, msg, timeout_s=5) == reply  # type: ignore[arg-type]
+        assert await forward(redis_client, redis_client, msg, timeout_s=5) == reply  # type: ignore[arg-type]
         [entry] = await reader.read(block_ms=1000)
         assert entry.message == msg
         await reader.ack(sid, entry.entry_id)

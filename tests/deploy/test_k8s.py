@@ -152,10 +152,22 @@ def test_network_policy_admits_outside_traffic_only_to_proxy_and_notifications(r
     internal = policies["gamma-internal-ingress"]
     for rule in internal["ingress"]:
         for peer in rule["from"]:
-            # Only Gamma pods, or the monitoring namespace (metrics port only).
+            # Only Gamma pods, or the monitoring namespace (the internal services' http port, the
+            # public ones' metrics port).
             assert peer.get("podSelector") == {"matchLabels": {"app.kubernetes.io/part-of": "gamma"}} or (
-                "namespaceSelector" in peer and rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+                "namespaceSelector" in peer
+                and rule["ports"] == [{"port": "http", "protocol": "TCP"}, {"port": "metrics", "protocol": "TCP"}]
             )
+    # The public services' /metrics is scraped on their internal port, which no Service exposes.
+    services = by_component(docs, "Service")
+    for name, deployment in by_component(docs, "Deployment").items():
+        ports = {p["name"]: p["containerPort"] for p in container(deployment)["ports"]}
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        if name in ("proxy", "notifications"):
+            assert int(annotations["prometheus.io/port"]) == ports["metrics"] != ports["http"]
+            assert ports["metrics"] not in {p["port"] for p in services[name]["spec"]["ports"]}
+        else:
+            assert int(annotations["prometheus.io/port"]) == ports["http"]
     # Every pod the internal policy covers carries the part-of label, so nothing else is admitted.
     for workload in of_kind(docs, "Deployment") + of_kind(docs, "StatefulSet"):
         assert workload["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gamma"

@@ -18,7 +18,7 @@ import pytest
 
 from services.stack import free_port, redis_answers
 from tests.support.procs import alive, descendants
-from tests.support.stack import PORT_VARS
+from tests.support.stack import INTERNAL_PORT_VARS, PORT_VARS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,6 +42,7 @@ def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> 
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "GAMMA_API_TOKENS", "MAKEFLAGS")}
     env.update({var: str(ports[name]) for name, var in PORT_VARS.items()})
+    env.update({var: str(free_port()) for var in INTERNAL_PORT_VARS.values()})  # /metrics of proxy, notifications
     env.update(REDIS_URL=dead_redis, GAMMA_DATA_DIR=str(data), PYTHONUNBUFFERED="1")
 
     # `-o .venv/.installed`: the venv in this checkout is already installed (CI runs `make install` first);
@@ -141,6 +142,7 @@ def test_children_die_with_a_killed_supervisor(tmp_path: Path, redis_url: str) -
     ports = {name: free_port() for name in PORT_VARS}
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "MAKEFLAGS")}
     env.update({var: str(ports[name]) for name, var in PORT_VARS.items()})
+    env.update({var: str(free_port()) for var in INTERNAL_PORT_VARS.values()})  # /metrics of proxy, notifications
     env.update(REDIS_URL=redis_url, GAMMA_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "services.stack"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)

@@ -616,12 +616,13 @@ def test_bad_event_requests(api: httpx.Client, stack: Stack) -> None:
     assert "Traceback" not in stack.log("proxy")
 
 
-def test_metrics_count_wakes_forwards_and_dormant_writes(api: httpx.Client) -> None:
+def test_metrics_count_wakes_forwards_and_dormant_writes(api: httpx.Client, stack: Stack) -> None:
     """Runs after the tests above in this module: their wakes, timeouts and dormant writes are counted."""
     from prometheus_client.parser import text_string_to_metric_families
 
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(api.get("/metrics").text) for s in family.samples}
+               for family in text_string_to_metric_families(httpx.get(stack.url("proxy_metrics") + "/metrics").text)
+               for s in family.samples}
     assert samples[("gamma_proxy_wakes_total", ())] >= 1
     assert samples[("gamma_proxy_forwards_total", (("outcome", "timeout"), ("type", "ui_update")))] >= 2
     for kind in ("ui", "file", "document"):

@@ -67,7 +67,9 @@ def json_lines(stack: Stack, name: str) -> list[dict[str, Any]]:
 def check_health_and_metrics(stack: Stack, name: str) -> None:
     status, _, body = get(stack.url(name) + "/healthz")
     assert status == 200 and json.loads(body) == {"status": "ok", "service": name}
-    status, headers, body = get(stack.url(name) + "/metrics")
+    # The public services serve /metrics on their internal port only (shared/internal_http.py).
+    internal = f"{name}_metrics" if f"{name}_metrics" in stack.ports else name
+    status, headers, body = get(stack.url(internal) + "/metrics")
     assert status == 200
     assert headers.get("content-type", "").startswith("text/plain"), headers
     families = list(text_string_to_metric_families(body.decode()))

@@ -21,6 +21,8 @@ PORT_VARS = {
     "digest": "GAMMA_DIGEST_PORT",
     "compaction": "GAMMA_COMPACTION_PORT",
 }
+# The public services' internal ports (/metrics, docs): Stack.url("proxy_metrics").
+INTERNAL_PORT_VARS = {"proxy_metrics": "GAMMA_PROXY_METRICS_PORT", "notifications_metrics": "GAMMA_NOTIFICATIONS_METRICS_PORT"}
 API_TOKEN = "tok-alice"
 OTHER_TOKEN = "tok-bob"
 SERVICE_TOKEN = "svc-token"
@@ -44,7 +46,7 @@ class Stack:
     log_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        for name in SERVICES:
+        for name in (*SERVICES, *INTERNAL_PORT_VARS):
             self.ports.setdefault(name, free_port())
         self.log_dir = self.log_dir or self.data_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +69,7 @@ class Stack:
             PYTHONUNBUFFERED="1",
         )
         env.pop("OPENAI_API_KEY", None)
-        for name, var in PORT_VARS.items():
+        for name, var in (PORT_VARS | INTERNAL_PORT_VARS).items():
             env[var] = str(self.ports[name])
         env.update(self.env_overrides)
         return env

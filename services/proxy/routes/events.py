@@ -4,6 +4,8 @@ Each SSE `id` is the stream entry id, so a client resumes with `Last-Event-ID` (
 `last_event_id` query for clients that cannot set headers). `0` replays everything retained, `$`
 starts at the newest entry. A comment line goes out when nothing arrived for a heartbeat interval,
 which also notices a client that went away; the generator ends when the client disconnects.
+Live entries come from the process's fan-out (services/proxy/fanout.py), not from a Redis
+connection per client; a user may hold GAMMA_SSE_MAX_STREAMS_PER_USER streams per proxy process.
 """
 
 from __future__ import annotations
@@ -14,19 +16,22 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import redis.asyncio as aioredis
-from fastapi import APIRouter, Depends, Header, Query, Request
+import structlog
+from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import StreamingResponse
 
 from shared import keys
 
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
+from ..fanout import EventFanout, as_text, parse_id
 from ..liveness import owned_session
 from ..rows import SessionState
 
 router = APIRouter(prefix="/sessions", tags=["events"])
 STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
 BATCH = 200
+log = structlog.get_logger()
 
 
 def start_id(header: str | None, query: str | None) -> str:
@@ -34,10 +39,6 @@ def start_id(header: str | None, query: str | None) -> str:
     if value != "$" and not STREAM_ID.match(value):
         raise ApiError(400, f"Last-Event-ID must be a stream id like 1700000000000-0, '0' or '$', got {value[:60]!r}")
     return value
-
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def sse_frame(entry_id: str, data: str) -> bytes:
@@ -50,61 +51,77 @@ async def resolve_start(redis: aioredis.Redis, stream: str, start: str) -> str:
     if start != "$":
         return start
     newest = await redis.xrevrange(stream, count=1)
-    return _s(newest[0][0]) if newest else "0"
+    return as_text(newest[0][0]) if newest else "0"
 
 
-def _drop_result(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # retrieved, so an error of an abandoned read is not reported as unhandled
+def _after(entry_id: str) -> str:
+    """An exclusive XRANGE start: the entries after `entry_id`."""
+    return "(" + (entry_id if "-" in entry_id else entry_id + "-0")
 
 
-async def _read(redis: aioredis.Redis, stream: str, last: str, heartbeat_s: float) -> Any:
-    """XREAD BLOCK for at most one heartbeat, shielded from cancellation.
-
-    Starlette cancels the response task when the client disconnects. Cancelling a redis-py command in
-    flight can leave its connection (and the task) hanging, so the read is left to finish on its own,
-    within one heartbeat, and its connection goes back to the pool clean.
-    """
-    read = asyncio.ensure_future(redis.xread({stream: last}, count=BATCH, block=int(heartbeat_s * 1000)))
-    try:
-        return await asyncio.shield(read)
-    except asyncio.CancelledError:
-        read.add_done_callback(_drop_result)
-        raise
+async def replay(redis: aioredis.Redis, stream: str, last: str) -> AsyncIterator[tuple[str, str]]:
+    """What the stream holds after `last`, read in batches until it has no more."""
+    while True:
+        entries: Any = await redis.xrange(stream, min=_after(last), count=BATCH)
+        if not entries:
+            return
+        for entry_id, fields in entries:
+            last = as_text(entry_id)
+            data = fields.get(b"data", fields.get("data"))
+            if data is not None:
+                yield last, as_text(data)
 
 
-async def event_frames(request: Request, redis: aioredis.Redis, sid: str, start: str,
+async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, user: str, start: str,
                        heartbeat_s: float) -> AsyncIterator[bytes]:
+    """Joins the fan-out first, then replays from the stream, then follows the fan-out's entries:
+    whatever was appended during the replay is on the queue, and what the replay already sent is
+    skipped by id, so the seam has neither a gap nor a duplicate."""
     stream = keys.events(sid)
-    last = await resolve_start(redis, stream, start)
-    yield b"retry: 2000\n: connected\n\n"
-    while not await request.is_disconnected():
-        reply: Any = await _read(redis, stream, last, heartbeat_s)
-        if not reply:
-            yield b": heartbeat\n\n"
-            continue
-        for _, entries in reply:
-            for entry_id, fields in entries:
-                last = _s(entry_id)
-                data = fields.get(b"data", fields.get("data"))
-                if data is None:
-                    continue
-                yield sse_frame(last, _s(data))
+    sub = await fanout.subscribe(sid, user)
+    try:
+        last = await resolve_start(redis, stream, start)
+        yield b"retry: 2000\n: connected\n\n"
+        async for entry_id, data in replay(redis, stream, last):
+            last = entry_id
+            yield sse_frame(entry_id, data)
+        sent = parse_id(last)
+        while True:
+            try:
+                item = await asyncio.wait_for(sub.queue.get(), heartbeat_s)
+            except TimeoutError:
+                yield b": heartbeat\n\n"  # also how a client that went away is noticed
+                continue
+            if item is None:
+                log.info("sse_stream_closed", session_id=sid, reason=sub.closed)
+                yield f": closed ({sub.closed})\n\n".encode()
+                return
+            entry_id, data = item
+            if parse_id(entry_id) <= sent:
+                continue
+            sent = parse_id(entry_id)
+            yield sse_frame(entry_id, data)
+    finally:
+        fanout.unsubscribe(sub)
 
 
 @router.get("/{sid}/events", response_class=StreamingResponse, responses={
     200: {"description": "text/event-stream of SessionEvent JSON", "content": {"text/event-stream": {}}},
     400: {"description": "invalid Last-Event-ID"}, 401: {"description": "missing or unknown token"},
     404: {"description": "no such session for this user"},
+    429: {"description": "the user has GAMMA_SSE_MAX_STREAMS_PER_USER event streams open"},
 })
 async def events(
-    request: Request, last_event_id: str | None = Header(None),
+    last_event_id: str | None = Header(None),
     last_event_id_query: str | None = Query(None, alias="last_event_id", max_length=64),
     state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
 ) -> StreamingResponse:
     start = start_id(last_event_id, last_event_id_query)
+    user, cap = state.row.owner, proxy.settings.sse_max_streams_per_user
+    if proxy.fanout.streams_of(user) >= cap:
+        raise ApiError(429, f"too many open event streams: at most {cap} per user; close one first")
     return StreamingResponse(
-        event_frames(request, proxy.redis, state.row.id, start, proxy.settings.sse_heartbeat_s),
+        event_frames(proxy.fanout, proxy.redis, state.row.id, user, start, proxy.settings.sse_heartbeat_s),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

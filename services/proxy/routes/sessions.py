@@ -44,6 +44,8 @@ from ..rows import (
     mark_waking,
     touch,
 )
+from ..transcript_pages import BadCursor as BadTranscriptCursor
+from ..transcript_pages import read_page
 from ..uidoc import default_snapshot
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
@@ -160,10 +162,26 @@ async def compact(
     return JSONResponse(reply.body or {"request_id": message.request_id}, status_code=reply.status)
 
 
-@router.get("/{sid}/transcript", response_model=Transcript, responses=ERRORS)
-async def transcript(state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> Transcript:
+@router.get("/{sid}/transcript", response_model=Transcript,
+            responses={**ERRORS, 400: {"description": "a cursor not returned by this API, or limit above the cap"}})
+async def transcript(
+    cursor: str = Query("0", pattern=r"^\d{1,19}$", description="next_cursor of the previous page; 0 for the first"),
+    limit: int | None = Query(None, ge=1, description="entries per page, at most GAMMA_TRANSCRIPT_PAGE_MAX"),
+    state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
+) -> Response:
+    """The transcript entries as stored, one page at a time (at most GAMMA_TRANSCRIPT_PAGE_MAX entries and
+    GAMMA_TRANSCRIPT_PAGE_BYTES, at least one entry); follow `next_cursor` while `has_more`."""
+    cap = proxy.settings.transcript_page_max
+    if limit is not None and limit > cap:
+        raise ApiError(400, f"limit must be at most {cap}")
     paths = session_paths(proxy.settings.data_dir, state.row.id)
-    return Transcript(entries=await asyncio.to_thread(read_transcript, paths))
+    try:
+        page = await asyncio.to_thread(read_page, paths.transcript, int(cursor), limit or cap,
+                                       proxy.settings.transcript_page_bytes)
+    except BadTranscriptCursor as exc:
+        raise ApiError(400, str(exc)) from exc
+    body = Transcript(entries=page.entries, next_cursor=page.next_cursor, has_more=page.has_more)
+    return Response(body.model_dump_json(), media_type="application/json")
 
 
 @router.get("/{sid}/preview", response_model=Preview, responses=ERRORS)

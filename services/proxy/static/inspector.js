@@ -181,7 +181,13 @@ function renderPanes(ui) {
 
 async function loadTranscript() {
   const sid = state.sid;
-  const { entries } = await api(`/sessions/${sid}/transcript`);
+  const entries = [];
+  for (let cursor = "0", more = true; more;) {  // paged: follow next_cursor while has_more
+    const page = await api(`/sessions/${sid}/transcript?cursor=${cursor}`);
+    entries.push(...page.entries);
+    cursor = page.next_cursor;
+    more = page.has_more;
+  }
   if (sid !== state.sid) return;
   const list = $("transcript");
   list.replaceChildren();
