@@ -10,17 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from shared import keys
+from shared import keys, workspace_fs
 from shared.contracts.documents import Deck, StoredDeck, merge_cards
 from shared.contracts.inbox import DocumentEdit, FileWrite, UiUpdate
 from shared.contracts.ui import SessionUIState
 from shared.disk import (
     DiskError,
-    atomic_write_bytes,
     atomic_write_json,
     check_size,
     read_json,
-    resolve_workspace_path,
+    split_workspace_path,
 )
 from shared.inbox import InboxEntry
 from shared.uidoc import normalize
@@ -76,8 +75,8 @@ class WriteHandlers:
 
     async def file_write(self, entry: InboxEntry, m: FileWrite) -> None:
         try:
+            split_workspace_path(m.path, for_write=True)  # a name that can never be written: before any I/O
             data = base64.b64decode(m.content_b64, validate=True)
-            path = resolve_workspace_path(self.s.paths.workspace, m.path)
             check_size(data, self.s.max_file_bytes)
         except DiskError as exc:
             await self._answer(entry, m.request_id, exc.status, {"error": str(exc)})
@@ -86,8 +85,12 @@ class WriteHandlers:
             await self._answer(entry, m.request_id, 400, {"error": f"invalid base64 content: {exc}"})
             return
         await self.s.guard()
-        atomic_write_bytes(path, data)
-        rel = path.relative_to(self.s.paths.workspace.resolve()).as_posix()
+        try:
+            # Beneath the workspace (no link out of it), atomic, within the session's quota.
+            rel = workspace_fs.write_bytes(self.s.paths.workspace, m.path, data, quota=self.s.workspace_quota)
+        except DiskError as exc:  # a directory in the way, a file as a parent, over quota: refused at once
+            await self._answer(entry, m.request_id, exc.status, {"error": str(exc)})
+            return
         if rel not in self.s.viewable_files:
             self.s.viewable_files = sorted({*self.s.viewable_files, rel})
         revision = await self._next_revision("file:" + rel)
