@@ -411,10 +411,11 @@ def test_a_racing_swap_of_a_directory_for_a_link_never_lets_a_write_out(fs, layo
         n = 0
         while not stop.is_set():
             n += 1
+            target = outside if n % 2 else other
             steps = (
                 lambda: (ws / "d").mkdir(),  # a real directory: a writer may begin its walk here
                 lambda: os.rename(ws / "d", ws / "d.old"),
-                lambda: os.symlink(outside if n % 2 else other, ws / "d"),  # swapped for a link out
+                lambda: os.symlink(target, ws / "d"),  # noqa: B023 - swapped for a link out
                 lambda: os.unlink(ws / "d"),
                 lambda: shutil.rmtree(ws / "d.old"),
             )
