@@ -114,6 +114,14 @@ def test_put_with_a_trailing_slash_is_400(api: httpx.Client, stack: Stack, sid: 
     assert (workspace(stack, sid) / "name").read_bytes() == b"planted" and "fresh" not in names(stack, sid)
 
 
+def test_large_files_are_streamed_whole_from_the_opened_fd(api: httpx.Client, stack: Stack, sid: str) -> None:
+    body = os.urandom(1024) * 1600  # 1.6 MB: over the in-memory threshold, under no cap (agent-made)
+    plant(stack, sid, "big.bin")
+    (workspace(stack, sid) / "big.bin").write_bytes(body)
+    resp = api.get(FILES.format(sid=sid, path="big.bin"))
+    assert resp.status_code == 200 and int(resp.headers["content-length"]) == len(body) and resp.content == body
+
+
 # ---------------------------------------------------------------- links planted in the workspace
 
 
@@ -178,3 +186,23 @@ def test_file_tools_never_follow_a_link_out(api: httpx.Client, stack: Stack, liv
         assert all("symbolic link" in text for _, text in results), results
         assert not any("root:x" in text or "planted" in text for _, text in results)
     untouched(stack, planted)
+
+
+def test_file_tools_follow_the_same_name_rules(api: httpx.Client, stack: Stack, live_sid: str, sid: str) -> None:
+    if sid != live_sid:
+        pytest.skip("tools run in live sessions only")
+    tag = os.urandom(3).hex()
+    steps = [
+        call("write", path=f"{tag}-{NFD}", content="one file"),
+        call("read", path=f"{tag}-{NFC}"),
+        call("write", path=f"{tag}-dir/", content="x"),
+        call("write", path=f"{tag}-" + "n" * 256, content="x"),
+    ]
+    before = {t: len(tool_results(stack, sid, t)) for t in ("read", "write")}
+    run_tools(api, sid, *steps, marker=f"names tried {tag}")
+    writes = tool_results(stack, sid, "write")[before["write"]:]
+    reads = tool_results(stack, sid, "read")[before["read"]:]
+    assert reads == [(False, "one file")]
+    assert [w[0] for w in writes] == [False, True, True], writes
+    assert "must not end with '/'" in writes[1][1] and "263 bytes" in writes[2][1]
+    assert [n for n in names(stack, sid) if n.startswith(tag)] == [f"{tag}-{NFC}"]

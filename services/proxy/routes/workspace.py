@@ -57,16 +57,17 @@ def request_path(request: Request, path: str) -> str:
     raw = request.scope.get("raw_path")
     if not isinstance(raw, bytes):
         return path
-    at = raw.split(b"?", 1)[0].find(MARKER)
+    raw = raw.split(b"?", 1)[0]
+    at = raw.find(MARKER)
     if at < 0:
         return path
     try:
-        return unquote_to_bytes(raw.split(b"?", 1)[0][at + len(MARKER):]).decode("utf-8")
+        return unquote_to_bytes(raw[at + len(MARKER):]).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PathRefused("path is not valid UTF-8") from exc
 
 
-def _file_body(opened: workspace_fs.Opened) -> Response:
+async def _file_body(opened: workspace_fs.Opened) -> Response:
     """The bytes of the file as it was opened: a rename that replaces it later (an atomic write) does
     not change what this response sends, and an append is not sent past the size announced."""
     media = mimetypes.guess_type(opened.rel)[0] or "application/octet-stream"
@@ -74,7 +75,7 @@ def _file_body(opened: workspace_fs.Opened) -> Response:
     fh = os.fdopen(opened.fd, "rb")
     if size <= STREAM_ABOVE:
         with fh:
-            return Response(fh.read(size), media_type=media)
+            return Response(await asyncio.to_thread(fh.read, size), media_type=media)
 
     async def chunks() -> AsyncIterator[bytes]:
         left = size
@@ -111,11 +112,12 @@ async def read_file(request: Request, path: str, state: SessionState = Depends(o
             os.close(opened.fd)
     # Read from the fd opened beneath the workspace (an agent-made file may be larger than the write
     # cap); atomic renames mean a concurrent runtime write is seen whole or not at all.
-    return _file_body(opened)
+    return await _file_body(opened)
 
 
 @router.put("/{sid}/workspace/files/{path:path}", openapi_extra=BINARY_BODY, responses={
-    **ERRORS, 200: {"description": "{path, size, revision}"}, 409: {"description": "the session is waking"},
+    **ERRORS, 200: {"description": "{path, size, revision}"},
+    409: {"description": "the session is waking, or the path is a directory or goes through a file"},
     413: {"description": "file too large"}, 504: {"description": "runtime timeout"},
     507: {"description": "the session's workspace quota (bytes or files) is full"},
 })
