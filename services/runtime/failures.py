@@ -36,7 +36,7 @@ def refusal(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, DiskError):
         return exc.status, str(exc)
     if isinstance(exc, OSError):
-        mapped = disk_error(exc, str(exc.filename or ""))
+        mapped = disk_error(exc, "")  # its status only: the message must not carry a host path
         if mapped is not None:
-            return mapped.status, str(mapped)
+            return mapped.status, f"the runtime could not apply this request: {exc.strerror}"
     return 500, f"the runtime could not apply this request: {type(exc).__name__}"

@@ -9,6 +9,8 @@ it is applied promptly. Real services and Redis; bounded loads.
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ import pytest
 import redis
 
 from shared import keys
+from shared.contracts.inbox import FileWrite
 from tests.hostile.ws_support import (
     QUOTA_BYTES,
     QUOTA_FILES,
@@ -125,6 +128,23 @@ def test_dormant_bad_write_is_refused_at_once(api: httpx.Client, stack: Stack, k
     assert sorted(p.name for p in ws.iterdir()) == ["dir", "plain.txt"] and (ws / "plain.txt").read_bytes() == b"seed"
     ok = api.put(FILES.format(sid=sid, path="plain.txt"), content=b"fine")
     assert ok.status_code == 200 and (ws / "plain.txt").read_bytes() == b"fine"
+
+
+def test_the_runtime_validates_names_itself_before_any_io(
+        r: redis.Redis, stack: Stack, live_sid: str) -> None:
+    """A FileWrite that reaches the inbox without the proxy's check (another producer, an older proxy)
+    is refused by the runtime's own validation: 400 at once, acked, nothing created."""
+    sid = live_sid
+    for path, fragment in (("x" * 256, "256 bytes"), ("name/", "must not end"), ("a/../../b", "'..'")):
+        m = FileWrite(session_id=sid, path=path, content_b64=base64.b64encode(b"never").decode())
+        t0 = time.monotonic()
+        r.xadd(keys.inbox(sid), {"type": m.type, "data": m.model_dump_json()})
+        got = r.blpop([keys.reply(sid, m.request_id)], timeout=int(PROMPT_S))
+        assert got is not None, f"no reply for {path!r}"
+        reply = json.loads(got[1])
+        assert reply["status"] == 400 and fragment in reply["body"]["error"] and time.monotonic() - t0 < PROMPT_S
+    wait_sync(lambda: not pending_writes(r, sid), timeout=10, what="the refused writes acked")
+    assert not any(p.name.startswith("x" * 200) or p.name in ("name", "b") for p in workspace(stack, sid).iterdir())
 
 
 def test_any_entry_failing_for_good_is_answered_acked_and_dead_lettered(
