@@ -11,6 +11,7 @@ import json
 import os
 import re
 import tempfile
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,13 @@ from pydantic import BaseModel
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DOC_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-MAX_PATH_CHARS = 1024
+# Workspace paths (issue 23): bytes of UTF-8, as the kernel counts them. A segment may use the whole
+# NAME_MAX: the temp file of an atomic workspace write has a fixed-length name of its own
+# (shared.workspace_fs.TEMP_NAME_BYTES), so no suffix is ever added to a client's name.
+MAX_SEGMENT_BYTES = 255
+MAX_PATH_BYTES = 1024
+MAX_PATH_CHARS = MAX_PATH_BYTES  # the old name, kept for importers
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class DiskError(Exception):
@@ -39,6 +46,18 @@ class TooLarge(DiskError):
 
 class NotFound(DiskError):
     status = 404
+
+
+class Conflict(DiskError):
+    """The path exists as something else: a directory where a file is written, a file as a parent."""
+
+    status = 409
+
+
+class InsufficientStorage(DiskError):
+    """The disk or the session's workspace quota is full."""
+
+    status = 507
 
 
 @dataclass(frozen=True)
@@ -192,27 +211,55 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 # ---------------------------------------------------------------- workspace paths
 
 
-def resolve_workspace_path(workspace: Path, rel: str) -> Path:
-    """Resolve a client- or model-supplied path strictly inside the workspace.
+def split_workspace_path(rel: str, *, for_write: bool = False) -> list[str]:
+    """The validated, NFC-normalised segments of a client- or model-supplied workspace path.
 
-    Refuses empty paths, NUL bytes, backslashes, absolute paths, drive letters, `..` segments
-    and symlinks whose target leaves the workspace.
+    Pure: no I/O, so a name that can never be written is refused before anything is touched.
+    Refuses empty paths, NUL and control characters, backslashes, absolute paths, drive letters, `..`,
+    text that is not UTF-8 (lone surrogates, as `surrogateescape` decoding leaves them), a segment over
+    MAX_SEGMENT_BYTES or a path over MAX_PATH_BYTES, and (for writes) a trailing slash: `name/` names
+    a directory, never the file `name`.
     """
     if not isinstance(rel, str) or not rel.strip():
         raise PathRefused("empty path")
-    if len(rel) > MAX_PATH_CHARS:
-        raise PathRefused("path too long")
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PathRefused("path is not valid UTF-8") from exc
+    # One name, one file: NFC and NFD spellings of a name must not be two files.
+    rel = unicodedata.normalize("NFC", rel)
+    size = len(rel.encode("utf-8"))
+    if size > MAX_PATH_BYTES:
+        raise PathRefused(f"path too long: {size} bytes; the limit is {MAX_PATH_BYTES} bytes")
     if "\x00" in rel:
         raise PathRefused("path contains a NUL byte")
+    if _CONTROL.search(rel):
+        raise PathRefused("path contains a control character")
     if "\\" in rel:
         raise PathRefused("backslashes are not allowed in paths")
     if rel.startswith("/") or re.match(r"^[A-Za-z]:", rel) or rel.startswith("~"):
         raise PathRefused("absolute paths are not allowed")
+    if for_write and rel.endswith("/"):
+        raise PathRefused("a file path must not end with '/'")
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     if not parts:
         raise PathRefused("path names the workspace itself")
     if any(p == ".." for p in parts):
         raise PathRefused("'..' is not allowed in paths")
+    for part in parts:
+        n = len(part.encode("utf-8"))
+        if n > MAX_SEGMENT_BYTES:
+            raise PathRefused(f"path segment too long: {part[:32]!r}... is {n} bytes; the limit is {MAX_SEGMENT_BYTES}")
+    return parts
+
+
+def resolve_workspace_path(workspace: Path, rel: str) -> Path:
+    """Resolve a path strictly inside the workspace, for display and checks only.
+
+    Resolving then opening is a race a sandboxed command can win (swap a directory for a symlink in
+    between): open and write workspace files through shared.workspace_fs instead.
+    """
+    parts = split_workspace_path(rel)
     base = workspace.resolve()
     candidate = base.joinpath(*parts)
     try:

@@ -48,6 +48,7 @@ from shared.contracts.todo import TodoList
 from shared.contracts.transcript import MessageEntry
 from shared.disk import SessionPaths, atomic_write_json, read_json, workspace_files
 from shared.inbox import InboxEntry
+from shared.quota import WorkspaceQuota
 from shared.settings import Settings
 from shared.uirules import UiLimits, repair_snapshot
 
@@ -55,6 +56,7 @@ from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
 from .engine.types import AgentContext, AgentEvent, LoopConfig
 from .events import Outbox
+from .failures import refusal, transient
 from .forms import deliver_answered_form, form_delivered
 from .lease import Lease, LeaseLost
 from .manifest import queue_manifest
@@ -69,7 +71,8 @@ from .writes import WriteHandlers
 
 log = structlog.get_logger()
 BARRIER_WAIT_S = 3.0
-# Failures that pass (a Redis restart, a dropped connection): retried, never dead-lettered.
+# Failures that may pass (a Redis restart, a dropped connection): retried, never dead-lettered. The inbox
+# loop retries only what `failures.transient` accepts (no disk error a retry cannot fix).
 TRANSIENT = (RedisError, OSError)
 RETRY_FOR_S = 60.0
 # Engine events that only report progress: sent without holding up the run (Outbox.event(wait=False)).
@@ -108,6 +111,7 @@ class Session:
         self.wake_id = wake_id
         self.max_file_bytes = deps.settings.max_file_bytes
         self.ui_limits = UiLimits.of(deps.settings)
+        self.workspace_quota = WorkspaceQuota.from_settings(deps.settings)
         self.skills = deps.skills
         self.transcript = Transcript.load(paths.transcript, self.guard)
         self.todo = TodoController.load(paths.todo, self.guard)
@@ -211,12 +215,13 @@ class Session:
             except LeaseLost:
                 log.warning("lease_lost", session_id=self.sid)
                 return
-            except TRANSIENT:
-                # Still failing after RETRY_FOR_S: the entry stays pending; the next holder retries it.
-                log.exception("inbox_entry_gave_up", session_id=self.sid, entry_id=entry.entry_id)
             except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the session
-                log.exception("inbox_entry_failed", session_id=self.sid, entry_id=entry.entry_id)
-                await self._dead_letter(entry, exc)
+                if transient(exc):
+                    # Still failing after RETRY_FOR_S: the entry stays pending; the next holder retries it.
+                    log.exception("inbox_entry_gave_up", session_id=self.sid, entry_id=entry.entry_id)
+                else:
+                    log.exception("inbox_entry_failed", session_id=self.sid, entry_id=entry.entry_id)
+                    await self._dead_letter(entry, exc)
 
     async def _handle_retrying(self, entry: InboxEntry) -> None:
         """Handle one entry; on a transient failure (Redis restarting, a dropped connection) retry
@@ -229,16 +234,22 @@ class Session:
             try:
                 await self.handle(entry)
                 return
-            except TRANSIENT:
-                if self.closed or self.lease.lost or loop.time() + delay > give_up:
+            except Exception as exc:
+                if not transient(exc) or self.closed or self.lease.lost or loop.time() + delay > give_up:
                     raise
                 log.warning("inbox_entry_retry", session_id=self.sid, entry_id=entry.entry_id, delay_s=delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
     async def _dead_letter(self, entry: InboxEntry, exc: Exception) -> None:
-        """A handler bug on one entry: park it in gamma:deadletter and ack, so it cannot block the
+        """An entry that can never succeed (a handler bug, a disk error no retry fixes): answer a
+        waiting client at once, park the entry in gamma:deadletter and ack, so it cannot block the
         session or be retried at every wake."""
+        request_id = getattr(entry.message, "request_id", None)
+        if isinstance(entry.message, UiUpdate | FileWrite | DocumentEdit | Stop | Compact) and request_id:
+            status, message = refusal(exc)
+            with contextlib.suppress(Exception):
+                await self.outbox.reply(request_id, status, {"error": message})
         with contextlib.suppress(Exception):
             m = entry.message
             await dead_letter(self.deps.client, keys.inbox(self.sid), keys.RUNTIME_GROUP, entry.entry_id,

@@ -11,18 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from shared import keys
+from shared import keys, workspace_fs
 from shared.blobs import read_blob
 from shared.contracts.documents import Deck, StoredDeck, merge_cards
 from shared.contracts.events import UiUpdateData
 from shared.contracts.inbox import DocumentEdit, FileWrite, UiUpdate
 from shared.disk import (
     DiskError,
-    atomic_write_bytes,
     atomic_write_json,
     check_size,
     read_json,
-    resolve_workspace_path,
+    split_workspace_path,
 )
 from shared.inbox import InboxEntry
 from shared.uirules import UiRefused, validate_snapshot
@@ -74,7 +73,7 @@ class WriteHandlers:
 
     async def file_write(self, entry: InboxEntry, m: FileWrite) -> None:
         try:
-            path = resolve_workspace_path(self.s.paths.workspace, m.path)
+            split_workspace_path(m.path, for_write=True)  # a name that can never be written: before any I/O
             data = await asyncio.to_thread(read_blob, self.s.deps.settings.data_dir, self.s.sid, m.blob, m.sha256)
             if data is not None:
                 check_size(data, self.s.max_file_bytes)
@@ -86,8 +85,12 @@ class WriteHandlers:
                                                                   "was given up (timed out) before it was applied"})
             return
         await self.s.guard()
-        atomic_write_bytes(path, data)
-        rel = path.relative_to(self.s.paths.workspace.resolve()).as_posix()
+        try:
+            # Beneath the workspace (no link out of it), atomic, within the session's quota.
+            rel = workspace_fs.write_bytes(self.s.paths.workspace, m.path, data, quota=self.s.workspace_quota)
+        except DiskError as exc:  # a directory in the way, a file as a parent, over quota: refused at once
+            await self._answer(entry, m.request_id, exc.status, {"error": str(exc)})
+            return
         if rel not in self.s.viewable_files:
             self.s.viewable_files = sorted({*self.s.viewable_files, rel})
         revision = await self._next_revision("file:" + rel)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -287,3 +288,204 @@ def test_no_generated_path_resolves_outside_the_workspace(workspace: Path, rel: 
     real = os.path.realpath(resolved)
     assert real == base or real.startswith(base + os.sep), (rel, real)
     assert str(resolved) == real
+
+
+# ---------------------------------------------------------------- beneath the workspace (issue 15 item 4)
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def fs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> object:
+    """Each test runs with the kernel's openat2 and with the per-component O_NOFOLLOW walk."""
+    from shared import workspace_fs
+
+    if request.param == "openat2":
+        if not workspace_fs.OPENAT2:
+            pytest.skip("openat2 is not available on this kernel")
+    else:
+        monkeypatch.setattr(workspace_fs, "OPENAT2", False)
+    return workspace_fs
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """Two sessions' workspaces and a directory outside both."""
+    ws, other, outside = tmp_path / "a" / "workspace", tmp_path / "b" / "workspace", tmp_path / "outside"
+    for d in (ws, other, outside):
+        d.mkdir(parents=True)
+    (other / "secret.txt").write_bytes(b"B's secret")
+    (outside / "passwd").write_bytes(b"root:x")
+    return ws, other, outside
+
+
+def test_links_out_of_the_workspace_are_never_followed(fs, layout) -> None:  # type: ignore[no-untyped-def]
+    ws, other, outside = layout
+    os.symlink(outside, ws / "abs")  # absolute, as `ln -s /…` in a command
+    os.symlink("../../outside", ws / "up")  # relative, climbing out
+    os.symlink(other, ws / "peer")  # another session's workspace
+    os.symlink(other / "secret.txt", ws / "peer-file")
+    os.symlink("loop", ws / "loop")
+    for rel in ("abs/passwd", "up/passwd", "peer/secret.txt", "peer-file", "loop", "loop/x"):
+        with pytest.raises(PathRefused):
+            fs.read_bytes(ws, rel)
+    for rel in ("abs/new", "up/new", "peer/secret.txt", "peer/new", "abs/deep/new", "loop/x"):
+        with pytest.raises(PathRefused):
+            fs.write_bytes(ws, rel, b"pwned")
+    assert sorted(p.name for p in outside.iterdir()) == ["passwd"]
+    assert (other / "secret.txt").read_bytes() == b"B's secret" and sorted(p.name for p in other.iterdir()) == ["secret.txt"]
+    # The link itself as the final name: the write replaces the link, never writes through it.
+    assert fs.write_bytes(ws, "peer-file", b"mine") == "peer-file"
+    assert not (ws / "peer-file").is_symlink() and (other / "secret.txt").read_bytes() == b"B's secret"
+
+
+def test_links_that_stay_inside_are_followed(fs, layout) -> None:  # type: ignore[no-untyped-def]
+    ws, _, _ = layout
+    fs.write_bytes(ws, "v2/deck.md", b"# v2")
+    os.symlink("v2", ws / "current")
+    os.symlink("sub/../v2/deck.md", ws / "latest.md")
+    (ws / "sub").mkdir()
+    assert fs.read_bytes(ws, "current/deck.md") == b"# v2"
+    assert fs.read_bytes(ws, "latest.md") == b"# v2"
+    fs.write_bytes(ws, "current/deck.md", b"# v3")
+    assert (ws / "v2" / "deck.md").read_bytes() == b"# v3"
+
+
+def test_write_refusals_are_4xx_and_touch_nothing(fs, layout) -> None:  # type: ignore[no-untyped-def]
+    from shared.disk import Conflict, NotFound
+
+    ws, _, _ = layout
+    fs.write_bytes(ws, "dir/file.txt", b"x")
+    with pytest.raises(Conflict, match="is a directory") as exc:
+        fs.write_bytes(ws, "dir", b"y")  # EISDIR
+    assert exc.value.status == 409
+    with pytest.raises(Conflict, match="parent") as exc:
+        fs.write_bytes(ws, "dir/file.txt/child", b"y")  # ENOTDIR
+    with pytest.raises(PathRefused, match="255"):
+        fs.write_bytes(ws, "n" * 256, b"y")  # ENAMETOOLONG, refused before any I/O
+    assert fs.write_bytes(ws, "n" * 255, b"y") == "n" * 255  # the whole NAME_MAX: no suffix is added
+    with pytest.raises(PathRefused, match="must not end with '/'"):
+        fs.write_bytes(ws, "name/", b"y")
+    with pytest.raises(NotFound):
+        fs.write_bytes(ws, "dir/absent.txt", b"y", must_exist=True)
+    with pytest.raises(NotFound):
+        fs.write_bytes(ws, "nodir/absent.txt", b"y", must_exist=True)
+    assert not (ws / "nodir").exists() and not (ws / "name").exists()
+    assert sorted(p.name for p in ws.iterdir()) == ["dir", "n" * 255]
+    assert [p.name for p in (ws / "dir").iterdir()] == ["file.txt"]  # no temp file left anywhere
+
+
+def test_names_are_utf8_and_nfc(fs, layout) -> None:  # type: ignore[no-untyped-def]
+    import unicodedata
+
+    ws, _, _ = layout
+    nfc, nfd = unicodedata.normalize("NFC", "café.md"), unicodedata.normalize("NFD", "café.md")
+    assert nfc != nfd
+    assert fs.write_bytes(ws, nfd, b"one") == nfc
+    fs.write_bytes(ws, nfc, b"two")
+    assert [p.name for p in ws.iterdir()] == [nfc] and fs.read_bytes(ws, nfd) == b"two"
+    with pytest.raises(PathRefused, match="UTF-8"):
+        fs.write_bytes(ws, b"bad\xff.md".decode("utf-8", "surrogateescape"), b"x")
+    with pytest.raises(PathRefused, match="control"):
+        fs.write_bytes(ws, "line\nbreak", b"x")
+
+
+def test_read_refuses_fifos_without_hanging(fs, layout) -> None:  # type: ignore[no-untyped-def]
+    from shared.disk import Conflict
+
+    ws, _, _ = layout
+    os.mkfifo(ws / "pipe")
+    with pytest.raises(Conflict, match="not a regular file"):
+        fs.read_bytes(ws, "pipe")
+
+
+def test_a_racing_swap_of_a_directory_for_a_link_never_lets_a_write_out(fs, layout) -> None:  # type: ignore[no-untyped-def]
+    """A sandboxed command swapping `d` between a directory and a link to outside while writes run."""
+    import shutil
+    import threading
+
+    from shared.disk import DiskError
+
+    ws, other, outside = layout
+    stop = threading.Event()
+
+    def swapper() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            target = outside if n % 2 else other
+            steps = (
+                lambda: (ws / "d").mkdir(),  # a real directory: a writer may begin its walk here
+                lambda: os.rename(ws / "d", ws / "d.old"),
+                lambda: os.symlink(target, ws / "d"),  # noqa: B023 - swapped for a link out
+                lambda: os.unlink(ws / "d"),
+                lambda: shutil.rmtree(ws / "d.old"),
+            )
+            for step in steps:
+                with contextlib.suppress(OSError):
+                    step()
+
+    t = threading.Thread(target=swapper, daemon=True)
+    t.start()
+    outcomes: dict[str, int] = {}
+    try:
+        for i in range(400):
+            try:
+                fs.write_bytes(ws, f"d/f{i}.txt", b"escape?")
+                outcomes["written"] = outcomes.get("written", 0) + 1
+            except (DiskError, FileNotFoundError) as exc:
+                outcomes[type(exc).__name__] = outcomes.get(type(exc).__name__, 0) + 1
+            with contextlib.suppress(DiskError, OSError):
+                fs.read_bytes(ws, "d/passwd")
+                raise AssertionError("read through a link out of the workspace")
+    finally:
+        stop.set()
+        t.join(5)
+    assert sorted(p.name for p in outside.iterdir()) == ["passwd"], outcomes
+    assert sorted(p.name for p in other.iterdir()) == ["secret.txt"], outcomes
+    assert outcomes.get("PathRefused", 0) > 0, outcomes  # the race was really run against a link
+
+
+# ---------------------------------------------------------------- the workspace quota (issue 15 item 5)
+
+
+def test_quota_refuses_growth_with_507_and_writes_nothing(tmp_path: Path) -> None:
+    from shared import workspace_fs
+    from shared.quota import QuotaExceeded, WorkspaceQuota, workspace_usage
+
+    ws = tmp_path / "workspace"
+    quota = WorkspaceQuota(max_bytes=100, max_files=3)
+    workspace_fs.write_bytes(ws, "a.txt", b"x" * 60, quota=quota)
+    with pytest.raises(QuotaExceeded, match="100 bytes and 3 files") as exc:
+        workspace_fs.write_bytes(ws, "deep/dir/b.txt", b"y" * 41, quota=quota)
+    assert exc.value.status == 507
+    assert not (ws / "deep").exists()  # not even the directories
+    workspace_fs.write_bytes(ws, "a.txt", b"x" * 100, quota=quota)  # replacing counts the old size
+    workspace_fs.write_bytes(ws, "b", b"", quota=quota)
+    workspace_fs.write_bytes(ws, "c", b"", quota=quota)
+    with pytest.raises(QuotaExceeded, match="4 files"):
+        workspace_fs.write_bytes(ws, "d", b"", quota=quota)
+    (ws / "big.bin").write_bytes(b"z" * 500)  # a command overflowed it: shrinking writes still pass
+    workspace_fs.write_bytes(ws, "a.txt", b"", quota=quota)
+    with pytest.raises(QuotaExceeded):
+        workspace_fs.write_bytes(ws, "a.txt", b"1", quota=quota)
+    usage = workspace_usage(ws)
+    assert (usage.bytes, usage.files) == (500, 4)
+    assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "b", "big.bin", "c"]
+
+
+def test_usage_counts_links_never_follows_them_and_stops_at_the_file_quota(tmp_path: Path) -> None:
+    from shared.quota import WorkspaceQuota, workspace_usage
+
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    (ws / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "huge").write_bytes(b"o" * 10_000)
+    (ws / "sub" / "f").write_bytes(b"1234")
+    os.symlink(outside, ws / "out")
+    os.symlink(outside / "huge", ws / "huge")
+    usage = workspace_usage(ws)
+    assert (usage.bytes, usage.files, usage.complete) == (4, 3, True)
+    for i in range(20):
+        (ws / f"n{i}").write_bytes(b"")
+    capped = workspace_usage(ws, WorkspaceQuota(max_bytes=10**9, max_files=5))
+    assert capped.files == 6 and not capped.complete and capped.over(WorkspaceQuota(10**9, 5))
+    assert workspace_usage(tmp_path / "absent").files == 0

@@ -3,36 +3,47 @@
 Reads come from the session disk in both states (the runtime writes its files there at once).
 Writes: live -> `FileWrite` to the runtime, which writes and answers; dormant -> the proxy
 overwrites an existing file under the dormant-write lock (a new file while dormant is a 404: the seed's
-dormant path overwrites existing files only). Paths resolve only through `shared.disk`.
+dormant path overwrites existing files only), within the session's workspace quota (507).
+
+Paths: the raw request path is decoded here (invalid UTF-8 is a 400, never U+FFFD), validated and
+NFC-normalised by `shared.disk.split_workspace_path` before any I/O, and every open goes beneath the
+workspace through `shared.workspace_fs` (a link a sandboxed command planted cannot lead out of it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import mimetypes
+import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import APIRouter, Depends, Header, Request
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from shared import workspace_fs
 from shared.blobs import remove_blob, write_blob
 from shared.contracts.base import new_id
 from shared.contracts.inbox import FileWrite
-from shared.disk import atomic_write_bytes, check_size, resolve_workspace_path, session_paths
+from shared.disk import PathRefused, check_size, session_paths, split_workspace_path
+from shared.quota import WorkspaceQuota
 
 from ..artifacts import BlobRef, client_digest, file_changed
 from ..deps import Proxy, get_proxy
-from ..errors import ApiError
 from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
 from ..rows import SessionState
 
 router = APIRouter(prefix="/sessions", tags=["workspace"])
 ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "a path outside the workspace, or a bad header"},
+    400: {"description": "a path outside the workspace, not UTF-8, too long, or a bad header"},
     401: {"description": "missing or unknown token"},
     404: {"description": "no such session, or no such file"},
+    409: {"description": "the path is a directory, goes through a file, or is not a regular file"},
 }
+STREAM_ABOVE = 1024 * 1024  # files up to this size are answered from memory, larger ones streamed
+MARKER = b"/workspace/files/"
 BINARY_BODY = {
     "requestBody": {
         "required": True,
@@ -41,40 +52,76 @@ BINARY_BODY = {
 }
 
 
-def _listing(root: Path, target: Path) -> dict[str, Any]:
-    entries = []
-    for child in sorted(target.iterdir()):
-        if child.is_symlink():
-            continue
-        entries.append({"name": child.name, "type": "directory" if child.is_dir() else "file",
-                        "size": child.stat().st_size if child.is_file() else None})
-    rel = target.relative_to(root).as_posix()
-    return {"path": "" if rel == "." else rel + "/", "entries": entries}
+def request_path(request: Request, path: str) -> str:
+    """The file path as the client sent it: Starlette percent-decodes with errors="replace", so two
+    different invalid byte sequences would both become U+FFFD and name one file. Decode the raw
+    bytes strictly instead."""
+    raw = request.scope.get("raw_path")
+    if not isinstance(raw, bytes):
+        return path
+    raw = raw.split(b"?", 1)[0]
+    at = raw.find(MARKER)
+    if at < 0:
+        return path
+    try:
+        return unquote_to_bytes(raw[at + len(MARKER):]).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PathRefused("path is not valid UTF-8") from exc
+
+
+async def _file_body(opened: workspace_fs.Opened) -> Response:
+    """The bytes of the file as it was opened: a rename that replaces it later (an atomic write) does
+    not change what this response sends, and an append is not sent past the size announced."""
+    media = mimetypes.guess_type(opened.rel)[0] or "application/octet-stream"
+    size = opened.st.st_size
+    fh = os.fdopen(opened.fd, "rb")
+    if size <= STREAM_ABOVE:
+        with fh:
+            return Response(await asyncio.to_thread(fh.read, size), media_type=media)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        left = size
+        try:
+            while left > 0:
+                chunk = await asyncio.to_thread(fh.read, min(left, 256 * 1024))
+                if not chunk:
+                    break
+                left -= len(chunk)
+                yield chunk
+        finally:
+            fh.close()
+
+    return StreamingResponse(chunks(), media_type=media, headers={"Content-Length": str(size)})
 
 
 @router.get("/{sid}/workspace/files/{path:path}", responses={
     **ERRORS, 200: {"description": "the file's bytes, or a JSON listing for a directory",
                     "content": {"application/octet-stream": {}, "application/json": {}}},
 })
-async def read_file(path: str, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> Response:
+async def read_file(request: Request, path: str, state: SessionState = Depends(owned_session),
+                    proxy: Proxy = Depends(get_proxy)) -> Response:
     workspace = session_paths(proxy.settings.data_dir, state.row.id).workspace
+    path = request_path(request, path)
     if path.strip("/") == "":  # the workspace root itself: a listing
         workspace.mkdir(parents=True, exist_ok=True)
-        return JSONResponse(_listing(workspace.resolve(), workspace.resolve()))
-    target = resolve_workspace_path(workspace, path)
-    if target.is_dir():
-        return JSONResponse(_listing(workspace.resolve(), target))
-    if not target.is_file():
-        raise ApiError(404, f"no file {path!r} in the session workspace")
-    # Streamed from disk (an agent-made file may be larger than the write cap); atomic renames mean a
-    # concurrent runtime write is seen whole or not at all.
-    media = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-    return FileResponse(target, media_type=media)
+        with workspace_fs.workspace_root(workspace) as root:
+            return JSONResponse({"path": "", "entries": workspace_fs.list_dir(root)})
+    opened = await asyncio.to_thread(workspace_fs.open_entry, workspace, path)
+    if opened.is_dir:
+        try:
+            return JSONResponse({"path": opened.rel + "/", "entries": workspace_fs.list_dir(opened.fd)})
+        finally:
+            os.close(opened.fd)
+    # Read from the fd opened beneath the workspace (an agent-made file may be larger than the write
+    # cap); atomic renames mean a concurrent runtime write is seen whole or not at all.
+    return await _file_body(opened)
 
 
 @router.put("/{sid}/workspace/files/{path:path}", openapi_extra=BINARY_BODY, responses={
-    **ERRORS, 200: {"description": "{path, size, revision}"}, 409: {"description": "the session is waking"},
+    **ERRORS, 200: {"description": "{path, size, revision}"},
+    409: {"description": "the session is waking, or the path is a directory or goes through a file"},
     413: {"description": "file too large"}, 504: {"description": "runtime timeout"},
+    507: {"description": "the session's workspace quota (bytes or files) is full"},
 })
 async def write_file(
     path: str, request: Request, x_gamma_digest: str | None = Header(None),
@@ -82,8 +129,8 @@ async def write_file(
 ) -> JSONResponse:
     sid = state.row.id
     workspace = session_paths(proxy.settings.data_dir, sid).workspace
-    target = resolve_workspace_path(workspace, path)  # refuse bad paths before reading the body
-    rel = target.relative_to(workspace.resolve()).as_posix()
+    # Refuse a name that can never be written before reading the body or touching the disk.
+    rel = "/".join(split_workspace_path(request_path(request, path), for_write=True))
     digest = client_digest(x_gamma_digest)
     data = await request.body()
     check_size(data, proxy.settings.max_file_bytes)
@@ -91,9 +138,8 @@ async def write_file(
     if await write_mode(proxy, state) == "dormant":
         try:
             async with dormant_lock(proxy.redis, sid):
-                if not target.is_file():
-                    raise ApiError(404, f"no file {rel!r}: a dormant session overwrites existing files only")
-                await asyncio.to_thread(atomic_write_bytes, target, data)
+                await asyncio.to_thread(workspace_fs.write_bytes, workspace, rel, data, must_exist=True,
+                                        quota=WorkspaceQuota.from_settings(proxy.settings))
             proxy.metrics.dormant_writes.labels("file").inc()
             blob = await _stage(data_dir, sid, new_id("b_"), data)
             await file_changed(proxy.broker, sid, rel, blob, digest)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from shared.disk import DiskError, atomic_write_bytes, check_size, resolve_workspace_path
+from shared import workspace_fs
+from shared.disk import DiskError, check_size, split_workspace_path
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .host import ToolHost
@@ -20,12 +21,10 @@ def file_ref(path: str) -> str:
 def read_tool(host: ToolHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         try:
-            path = resolve_workspace_path(host.paths.workspace, args["path"])
+            # Opened beneath the workspace: a link a command planted cannot lead the read out of it.
+            text = workspace_fs.read_bytes(host.paths.workspace, args["path"]).decode("utf-8", errors="replace")
         except DiskError as exc:
-            return ToolOutcome(content=str(exc), is_error=True)
-        if not path.is_file():
-            return ToolOutcome(content=f"No such file: {args['path']}", is_error=True)
-        text = path.read_bytes().decode("utf-8", errors="replace")
+            return ToolOutcome(content=_missing(args["path"], exc), is_error=True)
         lines = text.splitlines()
         offset = max(int(args.get("offset", 1)), 1)
         limit = min(max(int(args.get("limit", READ_LIMIT)), 1), READ_LIMIT)
@@ -54,12 +53,16 @@ def read_tool(host: ToolHost) -> Tool:
     )
 
 
+def _missing(rel: str, exc: DiskError) -> str:
+    return f"No such file: {rel}" if exc.status == 404 else str(exc)
+
+
 async def write_file(host: ToolHost, rel: str, data: bytes) -> str:
-    path = resolve_workspace_path(host.paths.workspace, rel)
+    split_workspace_path(rel, for_write=True)  # a bad name is refused before the lease check
     check_size(data, host.max_file_bytes)
     await host.guard()
-    atomic_write_bytes(path, data)
-    ref = file_ref(path.relative_to(host.paths.workspace.resolve()).as_posix())
+    # Beneath the workspace, atomic, within the session's quota (507 otherwise; nothing written).
+    ref = file_ref(workspace_fs.write_bytes(host.paths.workspace, rel, data, quota=host.workspace_quota))
     await host.artifact_changed(ref, "file", content_b64=base64.b64encode(data).decode())
     return ref
 
@@ -93,12 +96,9 @@ def write_tool(host: ToolHost) -> Tool:
 def edit_tool(host: ToolHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         try:
-            path = resolve_workspace_path(host.paths.workspace, args["path"])
+            text = workspace_fs.read_bytes(host.paths.workspace, args["path"]).decode("utf-8", errors="replace")
         except DiskError as exc:
-            return ToolOutcome(content=str(exc), is_error=True)
-        if not path.is_file():
-            return ToolOutcome(content=f"No such file: {args['path']}", is_error=True)
-        text = path.read_text(encoding="utf-8", errors="replace")
+            return ToolOutcome(content=_missing(args["path"], exc), is_error=True)
         old, new = args["old_text"], args["new_text"]
         if not old:
             return ToolOutcome(content="old_text must not be empty.", is_error=True)

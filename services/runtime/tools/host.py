@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from shared.contracts.todo import TodoList
 from shared.disk import SessionPaths
+from shared.quota import WorkspaceQuota
 
 from ..skills import Skill
 from ..todo import TodoController
@@ -16,6 +17,7 @@ class ToolHost(Protocol):
     sid: str
     paths: SessionPaths
     max_file_bytes: int
+    workspace_quota: WorkspaceQuota
     todo: TodoController
     skills: Mapping[str, Skill]
 

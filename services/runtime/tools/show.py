@@ -4,15 +4,17 @@ only `doc` returns the current deck and its revision (the live deck the user may
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from shared import workspace_fs
 from shared.contracts.documents import Deck, StoredDeck
 from shared.contracts.ui import ActiveForm
-from shared.disk import DiskError, atomic_write_json, read_json, resolve_workspace_path
+from shared.disk import DiskError, atomic_write_json, read_json
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .files import file_ref
@@ -22,12 +24,14 @@ DOC_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 FORM_PATH = re.compile(r"^forms/([A-Za-z0-9_-]{1,128})\.json$")
 
 
-async def _show_form(host: ToolHost, path: Path, rel: str) -> ToolOutcome:
+async def _show_form(host: ToolHost, rel: str) -> ToolOutcome:
     """A form file opened with show_file becomes the session's activeForm (ask-user-questions)."""
     form_id = FORM_PATH.match(rel).group(1)  # type: ignore[union-attr]
     try:
-        raw = read_json(path)
+        raw = json.loads(workspace_fs.read_bytes(host.paths.workspace, rel))
         form = ActiveForm.model_validate(raw)
+    except DiskError as exc:
+        return ToolOutcome(content=str(exc), is_error=True)
     except json.JSONDecodeError as exc:
         return ToolOutcome(content=f"{rel} is not valid JSON: {exc}", is_error=True)
     except ValidationError as exc:
@@ -55,15 +59,15 @@ async def _show_form(host: ToolHost, path: Path, rel: str) -> ToolOutcome:
 
 def show_file_tool(host: ToolHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
-        try:
-            path = resolve_workspace_path(host.paths.workspace, args["path"])
+        try:  # opened beneath the workspace: a planted link cannot point a tab out of it
+            opened = workspace_fs.open_entry(host.paths.workspace, args["path"])
         except DiskError as exc:
-            return ToolOutcome(content=str(exc), is_error=True)
-        if not path.exists():
-            return ToolOutcome(content=f"No such file: {args['path']}", is_error=True)
-        rel = path.relative_to(host.paths.workspace.resolve()).as_posix()
+            missing = f"No such file: {args['path']}"
+            return ToolOutcome(content=missing if exc.status == 404 else str(exc), is_error=True)
+        os.close(opened.fd)
+        rel = opened.rel
         if FORM_PATH.match(rel):
-            return await _show_form(host, path, rel)
+            return await _show_form(host, rel)
         ari = file_ref(rel)
         tab = await host.open_tab(ari, args.get("title") or rel.rsplit("/", 1)[-1])
         return ToolOutcome(content=f"Opened {ari} in tab {tab}.", details={"ari": ari, "tabId": tab})

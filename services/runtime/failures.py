@@ -1,0 +1,42 @@
+"""Which failures a retry can fix (issue 23 item 1).
+
+A Redis failure or a network-level OS error passes (a restart, a dropped connection): the entry is
+retried in place. Anything else, including an OS error from the disk that no retry changes (a name too
+long, a directory where a file goes, a file where a directory goes), fails its entry at once: a waiting
+client is answered with a clear status, the entry is dead-lettered and acked, and nothing queued behind
+it waits. Unknown errnos are permanent: a retry loop is only for failures known to pass.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from redis.exceptions import RedisError
+
+from shared.disk import DiskError
+from shared.workspace_fs import disk_error
+
+TRANSIENT_ERRNOS = frozenset({
+    errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.EIO, errno.ENOMEM, errno.ENFILE, errno.EMFILE,
+    errno.ENOSPC, errno.EDQUOT, errno.ESTALE, errno.ETIMEDOUT, errno.EPIPE, errno.ECONNRESET,
+    errno.ECONNREFUSED, errno.ECONNABORTED, errno.ENETDOWN, errno.ENETUNREACH, errno.EHOSTUNREACH,
+})
+
+
+def transient(exc: BaseException) -> bool:
+    if isinstance(exc, RedisError | ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, OSError):
+        return exc.errno is None or exc.errno in TRANSIENT_ERRNOS
+    return False
+
+
+def refusal(exc: BaseException) -> tuple[int, str]:
+    """The status and message for a client whose request failed for good."""
+    if isinstance(exc, DiskError):
+        return exc.status, str(exc)
+    if isinstance(exc, OSError):
+        mapped = disk_error(exc, "")  # its status only: the message must not carry a host path
+        if mapped is not None:
+            return mapped.status, f"the runtime could not apply this request: {exc.strerror}"
+    return 500, f"the runtime could not apply this request: {type(exc).__name__}"
