@@ -9,7 +9,6 @@ it is applied promptly. Real services and Redis; bounded loads.
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import time
@@ -20,6 +19,8 @@ import pytest
 import redis
 
 from shared import keys
+from shared.blobs import write_blob
+from shared.contracts.base import new_id
 from shared.contracts.inbox import FileWrite
 from tests.hostile.ws_support import (
     QUOTA_BYTES,
@@ -136,7 +137,9 @@ def test_the_runtime_validates_names_itself_before_any_io(
     is refused by the runtime's own validation: 400 at once, acked, nothing created."""
     sid = live_sid
     for path, fragment in (("x" * 256, "256 bytes"), ("name/", "must not end"), ("a/../../b", "'..'")):
-        m = FileWrite(session_id=sid, path=path, content_b64=base64.b64encode(b"never").decode())
+        blob = new_id("b_")
+        sha = write_blob(stack.data_dir, sid, blob, b"never")
+        m = FileWrite(session_id=sid, path=path, blob=blob, sha256=sha, size=5)
         t0 = time.monotonic()
         r.xadd(keys.inbox(sid), {"type": m.type, "data": m.model_dump_json()})
         got = r.blpop([keys.reply(sid, m.request_id)], timeout=int(PROMPT_S))
