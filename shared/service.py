@@ -47,6 +47,8 @@ class ServiceContext:
     stream_stats: StreamStats | None = None
     # Set by a service that runs a consumer stall watchdog (shared/watchdog.py): stalled -> not ready.
     watchdog: StallWatchdog | None = None
+    # Shown under "details" by /readyz (the runtime: which sandbox layer confines agent commands).
+    details: dict[str, Any] = field(default_factory=dict)
 
     def spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -155,14 +157,18 @@ def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = 
             states = await all_services_ready(ctx.redis)
             if not all(states.values()):
                 return JSONResponse({"ready": False, "services": states}, status_code=503)
-            return JSONResponse({"ready": True, "services": states})
-        return JSONResponse({"ready": True})
+            return JSONResponse({"ready": True, "services": states, **_details(ctx)})
+        return JSONResponse({"ready": True, **_details(ctx)})
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
         if ctx.stream_stats is not None:
             await ctx.stream_stats.refresh()
         return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _details(ctx: ServiceContext) -> dict[str, Any]:
+    return {"details": ctx.details} if ctx.details else {}
 
 
 Lifespan = Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]

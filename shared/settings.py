@@ -67,6 +67,9 @@ class Settings(BaseSettings):
 
     instance: str = Field("", validation_alias=AliasChoices("GAMMA_INSTANCE", "HOSTNAME"))
 
+    # --- agent command sandbox (issue 15): size of the private /tmp and HOME of a sandboxed command.
+    sandbox_tmp_bytes: int = Field(64 * 1024 * 1024, validation_alias="GAMMA_SANDBOX_TMP_BYTES")
+
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
         if not self.api_tokens.strip():

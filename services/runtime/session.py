@@ -55,7 +55,9 @@ from .events import Outbox
 from .forms import deliver_answered_form, form_delivered
 from .lease import Lease, LeaseLost
 from .manifest import queue_manifest
+from .paths import skills_dir
 from .protocol import SessionProtocolController, TurnInput
+from .sandbox import select_sandbox
 from .skills import Skill
 from .todo import TodoController
 from .tokens import TokenCounter
@@ -101,6 +103,7 @@ class Session:
         self.outbox = outbox
         self.wake_id = wake_id
         self.max_file_bytes = deps.settings.max_file_bytes
+        self.sandbox = select_sandbox(deps.settings, skills_dir())  # probed once per process
         self.skills = deps.skills
         self.transcript = Transcript.load(paths.transcript, self.guard)
         self.todo = TodoController.load(paths.todo, self.guard)

@@ -1,4 +1,5 @@
-"""bash: a shell command with the workspace as cwd, a timeout and an output cap.
+"""bash: a shell command, confined by the session's sandbox (services/runtime/sandbox), with the
+workspace as cwd, a timeout, an output cap and the workspace quota checked after the call.
 
 Files the command changes are published as ArtifactChange(agent), found by comparing the
 workspace's (mtime, size) before and after.
@@ -8,20 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..paths import skills_dir
+from ..sandbox import quota
 from .files import file_ref
 from .host import ToolHost
 
 DEFAULT_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 600
-OUTPUT_CAP = 30_000
 SCAN_LIMIT = 2000
 
 
@@ -43,44 +41,31 @@ def bash_tool(host: ToolHost) -> Tool:
         root = host.paths.workspace
         root.mkdir(parents=True, exist_ok=True)
         timeout = min(max(int(args.get("timeout", DEFAULT_TIMEOUT_S)), 1), MAX_TIMEOUT_S)
+        box = host.sandbox
+        if box.layer is None:  # never unconfined by accident
+            return ToolOutcome(content=f"bash is disabled: {box.reason}", is_error=True, details={"sandbox": "none"})
         before = _scan(root)
+        existed = set(await asyncio.to_thread(quota.listing, root))
         await host.guard()
-        proc = await asyncio.create_subprocess_exec(
-            "bash", "-c", args["command"], cwd=root, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-            # Skills ship scripts (gml-cli: `python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py"`): the
-            # tool sets the variable itself, whatever started the process.
-            env={**os.environ, "HOME": str(root), "GAMMA_SKILLS_DIR": str(skills_dir().resolve())},
-        )
-        timed_out = aborted = False
-        try:
-            waiter = asyncio.ensure_future(proc.communicate())
-            stop = asyncio.ensure_future(ctx.signal.wait())
-            done, _ = await asyncio.wait({waiter, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            stop.cancel()
-            if waiter not in done:
-                timed_out, aborted = stop not in done, stop in done
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = await waiter
-        except asyncio.CancelledError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        text = (out or b"").decode("utf-8", errors="replace")
-        truncated = len(text) > OUTPUT_CAP
-        if truncated:
-            text = text[:OUTPUT_CAP // 2] + f"\n\n[... {len(text) - OUTPUT_CAP} characters cut ...]\n\n" + \
-                text[-OUTPUT_CAP // 2 :]
+        # Skills ship scripts (gml-cli: `python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py"`): the sandbox
+        # sets the variable itself (/skills under bwrap), whatever started the runtime.
+        res = await box.run(box.request(args["command"], root, skills_dir().resolve(), timeout), ctx.signal)
+        if res.error is not None:
+            return ToolOutcome(content=f"bash is disabled: {res.error}", is_error=True, details={"sandbox": "none"})
+        over = await asyncio.to_thread(quota.enforce, root, existed, box.limits.file_bytes,
+                                       box.limits.workspace_files)
         await _publish_changes(host, root, before)
-        code = proc.returncode
-        if timed_out:
+        text, code = res.output, res.exit_code
+        details: dict[str, Any] = {"exitCode": code, "truncated": res.truncated, "sandbox": res.layer}
+        if over is not None:
+            details["quotaExceeded"] = True
+            text += "\n" + over.message()
+        if res.timed_out:
             return ToolOutcome(content=text + f"\n[timed out after {timeout}s]", is_error=True,
-                               details={"exitCode": code, "timedOut": True})
-        if aborted:
-            return ToolOutcome(content=text + "\n[aborted]", is_error=True, details={"aborted": True})
-        return ToolOutcome(content=text or "(no output)", is_error=code != 0,
-                           details={"exitCode": code, "truncated": truncated})
+                               details={**details, "timedOut": True})
+        if res.aborted:
+            return ToolOutcome(content=text + "\n[aborted]", is_error=True, details={**details, "aborted": True})
+        return ToolOutcome(content=text or "(no output)", is_error=code != 0 or over is not None, details=details)
 
     return Tool(
         name="bash",

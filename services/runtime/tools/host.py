@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from shared.contracts.todo import TodoList
 from shared.disk import SessionPaths
 
+from ..sandbox import Sandbox
 from ..skills import Skill
 from ..todo import TodoController
 
@@ -16,6 +17,7 @@ class ToolHost(Protocol):
     sid: str
     paths: SessionPaths
     max_file_bytes: int
+    sandbox: Sandbox  # confines every process started for the agent (bash)
     todo: TodoController
     skills: Mapping[str, Skill]
 

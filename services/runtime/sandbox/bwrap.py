@@ -1,0 +1,78 @@
+"""Layer 1: bubblewrap. New user/pid/ipc/uts/cgroup/net namespaces, a minimal read-only root, the
+workspace as the only writable bind at /workspace, the skills read-only at /skills, a private tmpfs
+/tmp and HOME, a fresh /proc, a cleared environment.
+
+The command runs as pid 1 of its pid namespace (--as-pid-1): when it returns, or when the outer
+bwrap is killed (--die-with-parent), the kernel kills everything else in the namespace, so
+background children, setsid/nohup daemons and double forks never outlive the call. The rlimits are
+set by a one-line `ulimit` prologue of the same bash (no extra exec): bwrap has no rlimit flags, and
+RLIMIT_NPROC must be set inside the new user namespace (per-namespace counts since Linux 5.14), not
+on bwrap, or one sandbox's processes would count against every other's.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .types import SandboxLimits
+
+WORKSPACE = "/workspace"
+SKILLS = "/skills"
+HOME = "/home/agent"
+INNER_UID = 1000
+# /etc entries programs need (dynamic loader, users, TLS roots, time zone, Debian's alternatives).
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
+       "ssl", "ca-certificates", "ca-certificates.conf", "localtime", "timezone", "mime.types", "protocols",
+       "services", "hosts", "os-release", "debian_version", "python3", "bash.bashrc", "inputrc")
+SYSTEM = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # symlinks into /usr on merged-/usr systems
+PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def bwrap_binary() -> str | None:
+    for d in ("/usr/bin", "/bin", "/usr/local/bin"):
+        if os.access(f"{d}/bwrap", os.X_OK):
+            return f"{d}/bwrap"
+    return None
+
+
+def _root_args() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in SYSTEM:
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), f"/{name}"]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), f"/{name}"]
+    for name in ETC:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+ROOT_ARGS = _root_args()  # the host's layout does not change while the runtime runs
+
+
+def ulimit_prologue(limits: SandboxLimits) -> str:
+    """Soft and hard limits at once (the command cannot raise them back); bash counts -v and -f in KiB."""
+    return (f"ulimit -t {limits.cpu_s} -v {limits.memory_bytes // 1024} -f {max(limits.file_bytes // 1024, 1)} "
+            f"-n {limits.max_open_files} -u {limits.max_procs} -c 0 || exit 125\n")
+
+
+def env(tz: str) -> dict[str, str]:
+    return {"PATH": PATH, "HOME": HOME, "LANG": "C.UTF-8", "TZ": tz, "TERM": "dumb", "GAMMA_SKILLS_DIR": SKILLS,
+            "TMPDIR": "/tmp"}
+
+
+def bwrap_argv(binary: str, command: str, limits: SandboxLimits, workspace_fd: int, skills_fd: int,
+               tz: str) -> list[str]:
+    argv = [binary, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
+            "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1",
+            "--uid", str(INNER_UID), "--gid", str(INNER_UID), "--hostname", "sandbox", *ROOT_ARGS,
+            "--proc", "/proc", "--dev", "/dev",
+            "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
+            "--size", str(limits.tmp_bytes), "--tmpfs", HOME,
+            "--ro-bind-fd", str(skills_fd), SKILLS,
+            "--bind-fd", str(workspace_fd), WORKSPACE, "--chdir", WORKSPACE, "--clearenv"]
+    for key, value in env(tz).items():
+        argv += ["--setenv", key, value]
+    return [*argv, "--", "/bin/bash", "-c", ulimit_prologue(limits) + command]
