@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -100,14 +101,18 @@ async def run_confined(argv: Sequence[str], *, env: dict[str, str], cwd: str | N
                        stop: asyncio.Event | None, output_chars: int, pass_fds: Sequence[int] = (),
                        user: int | None = None) -> Exit:
     started = time.monotonic()
-    # user/group/extra_groups: set by the C fork/exec code too (the runtime is root: the call is not).
-    proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT, start_new_session=True, pass_fds=tuple(pass_fds), user=user, group=user,
+    loop = asyncio.get_running_loop()
+    # subprocess.Popen, not the loop's subprocess API: uvloop refuses user/group, which the C fork/exec
+    # code sets without a preexec_fn (the runtime is root: the call is not). The pipe is read by the loop.
+    proc = subprocess.Popen(  # noqa: ASYNC220 - one fork/exec, as asyncio's own subprocess API does inline
+        list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True, pass_fds=tuple(pass_fds), user=user, group=user,
         extra_groups=None if user is None else [])
-    capture = Capture(output_chars)
     assert proc.stdout is not None
-    pump = asyncio.ensure_future(_pump(proc.stdout, capture))
+    reader = asyncio.StreamReader(limit=CHUNK * 4)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), proc.stdout)
+    capture = Capture(output_chars)
+    pump = asyncio.ensure_future(_pump(reader, capture))
     waiter = asyncio.ensure_future(_exited(proc.pid))
     stopper = asyncio.ensure_future(stop.wait()) if stop is not None else None
     timed_out = aborted = False
@@ -118,15 +123,18 @@ async def run_confined(argv: Sequence[str], *, env: dict[str, str], cwd: str | N
             aborted = stopper is not None and stopper in done
             timed_out = not aborted
         kill_group(proc.pid)  # also after a normal exit: what the command left running goes too
-        await proc.wait()
+        await waiter
+        proc.poll()  # reap: the pidfd said it exited
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(pump), DRAIN_S)
     except asyncio.CancelledError:
         kill_group(proc.pid)
+        await asyncio.shield(asyncio.to_thread(proc.wait))
         raise
     finally:
         for task in (stopper, waiter, pump):
             if task is not None:
                 task.cancel()
+        transport.close()
     text, truncated = capture.text()
     return Exit(proc.returncode, text, truncated, timed_out, aborted, time.monotonic() - started)
