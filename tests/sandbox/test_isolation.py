@@ -119,8 +119,8 @@ def _sleepers(tag: str) -> list[str]:
 
 
 def _spawners(tag: str) -> str:
-    py = ("import os,time\nif os.fork()==0:\n    if os.fork()==0:\n        os.execvp('sleep',['sleep','%s'])\n"
-          "    os._exit(0)\n") % tag
+    py = (f"import os,time\nif os.fork()==0:\n    if os.fork()==0:\n        os.execvp('sleep',['sleep','{tag}'])\n"
+          "    os._exit(0)\n")
     return (f"sleep {tag} & nohup sleep {tag} >/dev/null 2>&1 & (sleep {tag} &); "
             f"setsid sleep {tag} >/dev/null 2>&1 & python3 -c \"{py}\"; "
             f"(setsid nohup sleep {tag} >/dev/null 2>&1 &) ; echo spawned")
