@@ -50,14 +50,14 @@ class Sandbox:
                     binary = bwrap_binary()
                     if binary is None:
                         return SandboxResult(exit_code=None, output="", error="bwrap is no longer installed")
-                    argv = bwrap_argv(binary, req.command, req.limits, fds[0], fds[1], _tz())
+                    argv = host.as_user(bwrap_argv(binary, req.command, req.limits, fds[0], fds[1], _tz()), uid)
                 else:
                     tmp = host.private_tmp(uid)
                     fds.append(host.open_dir(tmp))
                     argv = landlock_argv(req.command, req.limits, fds[0], fds[1], fds[2], req.skills_dir, tmp,
-                                         _tz())
+                                         _tz(), uid)
                 exit_ = await run_confined(argv, env={}, cwd="/", wall_s=req.timeout, stop=stop,
-                                           output_chars=req.limits.output_chars, pass_fds=fds, user=uid)
+                                           output_chars=req.limits.output_chars, pass_fds=fds)
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):

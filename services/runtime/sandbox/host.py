@@ -74,3 +74,14 @@ def remove_tmp(path: Path) -> None:
 
 def open_dir(path: Path) -> int:
     return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def as_user(argv: list[str], uid: int | None) -> list[str]:
+    """argv run as `uid` (a root runtime). setpriv (util-linux) rather than Popen(user=...): with a
+    uid to set, CPython forks the whole runtime instead of using vfork, ~10 ms more per call."""
+    if uid is None:
+        return argv
+    setpriv = shutil.which("setpriv", path="/usr/bin:/bin")
+    if setpriv is None:
+        raise OSError("setpriv (util-linux) is needed to run the sandbox as an unprivileged user")
+    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]

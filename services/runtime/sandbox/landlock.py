@@ -46,10 +46,10 @@ def rlimits(limits: SandboxLimits) -> dict[str, int]:
 
 
 def landlock_argv(command: str, limits: SandboxLimits, workspace_fd: int, skills_fd: int, tmp_fd: int,
-                  skills_dir: Path, tmp: Path, tz: str) -> list[str]:
+                  skills_dir: Path, tmp: Path, tz: str, uid: int | None) -> list[str]:
     env = {"PATH": PATH, "HOME": str(tmp), "TMPDIR": str(tmp), "LANG": "C.UTF-8", "TZ": tz, "TERM": "dumb",
            "GAMMA_SKILLS_DIR": str(skills_dir)}
-    cfg = {"ro": list(SYSTEM_RO), "dev": ["/dev/null"], "ro_fds": [skills_fd], "rw_fds": [workspace_fd, tmp_fd],
+    cfg = {"uid": uid, "ro": list(SYSTEM_RO), "dev": ["/dev/null"], "ro_fds": [skills_fd], "rw_fds": [workspace_fd, tmp_fd],
            "cwd_fd": workspace_fd, "rlimits": rlimits(limits), "env": env}
     return [python(), "-I", "-S", "-c", LAUNCHER_SOURCE, json.dumps(cfg), command]
 

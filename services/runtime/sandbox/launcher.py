@@ -1,7 +1,7 @@
 """Layer 2 launcher: rlimits, Landlock and a seccomp filter on itself, then exec bash. Standalone:
 run as `python -I -S -c SOURCE CONFIG_JSON COMMAND` (no imports from the repository, no site).
 
-CONFIG_JSON: {"ro": [paths], "ro_fds": [fds], "rw_fds": [fds], "dev": [paths], "cwd_fd": fd,
+CONFIG_JSON: {"uid": n or null, "ro": [paths], "ro_fds": [fds], "rw_fds": [fds], "dev": [paths], "cwd_fd": fd,
 "rlimits": {"RLIMIT_AS": n, ...}, "env": {...}}. Directories reached through an fd are opened by the
 runtime (the sandbox's user may not be able to walk to them); the fds are closed before the exec.
 Exit 126 with a `sandbox:` line on stderr when the kernel refuses a step: nothing runs unconfined.
@@ -131,6 +131,11 @@ def main():
     arch = platform.machine()
     if arch not in ARCHES:
         fail(f"no seccomp filter for {arch}")
+    uid = cfg.get("uid")
+    if uid is not None:  # a root runtime: drop to the session's uid here (cheaper than a full fork in the runtime)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
     for name, value in cfg["rlimits"].items():
         resource.setrlimit(getattr(resource, name), (value, value))
     os.fchdir(cfg["cwd_fd"])

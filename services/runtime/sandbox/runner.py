@@ -98,16 +98,14 @@ async def _exited(pid: int) -> None:
 
 
 async def run_confined(argv: Sequence[str], *, env: dict[str, str], cwd: str | None, wall_s: float,
-                       stop: asyncio.Event | None, output_chars: int, pass_fds: Sequence[int] = (),
-                       user: int | None = None) -> Exit:
+                       stop: asyncio.Event | None, output_chars: int, pass_fds: Sequence[int] = ()) -> Exit:
     started = time.monotonic()
     loop = asyncio.get_running_loop()
-    # subprocess.Popen, not the loop's subprocess API: uvloop refuses user/group, which the C fork/exec
-    # code sets without a preexec_fn (the runtime is root: the call is not). The pipe is read by the loop.
-    proc = subprocess.Popen(  # noqa: ASYNC220 - one fork/exec, as asyncio's own subprocess API does inline
+    # subprocess.Popen (vfork + exec, no preexec_fn), as asyncio's own subprocess API does inline; the
+    # pipe is read by the loop and the exit seen through a pidfd (uvloop and asyncio alike).
+    proc = subprocess.Popen(  # noqa: ASYNC220
         list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True, pass_fds=tuple(pass_fds), user=user, group=user,
-        extra_groups=None if user is None else [])
+        start_new_session=True, pass_fds=tuple(pass_fds))
     assert proc.stdout is not None
     reader = asyncio.StreamReader(limit=CHUNK * 4)
     transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), proc.stdout)
