@@ -106,3 +106,14 @@ async def test_bash_without_a_working_layer_tells_the_model(redis_url: str, data
     assert result.is_error and "bash is disabled" in text and "nonsense" in text, text
     assert not (session.paths.workspace / "ran.txt").exists()
     assert os.environ.get("GAMMA_SANDBOX") != "nonsense"
+
+
+@pytest.mark.skipif("bwrap" not in WORKING, reason="bwrap does not work here")
+async def test_bwrap_without_proc_still_confines(tmp_path: Path) -> None:
+    """The variant the probe falls back to where a container's masked /proc cannot be remounted."""
+    assert probe_layer("bwrap", SandboxLimits(), SKILLS, proc=False) is None
+    box = Sandbox("bwrap", SandboxLimits(), proc=False)
+    res = await box.run(box.request("ls /proc 2>/dev/null | wc -l; echo ok > f; cat f; ls /", tmp_path / "ws", SKILLS, 10))
+    lines = res.output.split()
+    assert res.exit_code == 0 and lines[0] == "0" and "ok" in lines and "workspace" in lines, res.output
+    assert describe(box) == {"layer": "bwrap", "proc": False}

@@ -64,11 +64,13 @@ def env(tz: str) -> dict[str, str]:
 
 
 def bwrap_argv(binary: str, command: str, limits: SandboxLimits, workspace_fd: int, skills_fd: int,
-               tz: str) -> list[str]:
+               tz: str, proc: bool = True) -> list[str]:
+    """proc=False: no /proc at all, for containers whose masked /proc forbids mounting a fresh one
+    (Kubernetes without `procMount: Unmasked`); the probe tries that after a failed fresh /proc."""
     argv = [binary, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
             "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1",
             "--uid", str(INNER_UID), "--gid", str(INNER_UID), "--hostname", "sandbox", *ROOT_ARGS,
-            "--proc", "/proc", "--dev", "/dev",
+            *(["--proc", "/proc"] if proc else []), "--dev", "/dev",
             "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
             "--size", str(limits.tmp_bytes), "--tmpfs", HOME,
             "--ro-bind-fd", str(skills_fd), SKILLS,

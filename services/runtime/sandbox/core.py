@@ -26,6 +26,7 @@ class Sandbox:
     layer: Layer | None  # None: no layer works here; every run returns `reason` as its error
     limits: SandboxLimits
     reason: str = ""
+    proc: bool = True  # bwrap: a fresh /proc inside (False where the container's /proc is masked)
 
     def request(self, command: str, workspace: Path, skills_dir: Path, timeout: float) -> SandboxRequest:
         return SandboxRequest(command=command, workspace=workspace, skills_dir=skills_dir, limits=self.limits,
@@ -50,7 +51,7 @@ class Sandbox:
                     binary = bwrap_binary()
                     if binary is None:
                         return SandboxResult(exit_code=None, output="", error="bwrap is no longer installed")
-                    argv = host.as_user(bwrap_argv(binary, req.command, req.limits, fds[0], fds[1], _tz()), uid)
+                    argv = host.as_user(bwrap_argv(binary, req.command, req.limits, fds[0], fds[1], _tz(), self.proc), uid)
                 else:
                     tmp = host.private_tmp(uid)
                     fds.append(host.open_dir(tmp))

@@ -8,6 +8,7 @@ import asyncio
 import shutil
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import structlog
 from prometheus_client import CollectorRegistry, Gauge
@@ -39,14 +40,14 @@ def _missing(layer: Layer) -> str | None:
     return landlock.available()
 
 
-def probe_layer(layer: Layer, limits: SandboxLimits, skills_dir: Path) -> str | None:
+def probe_layer(layer: Layer, limits: SandboxLimits, skills_dir: Path, proc: bool = True) -> str | None:
     """Run a real command through the layer; None if it worked, else why not."""
     missing = _missing(layer)
     if missing:
         return missing
     work = Path(tempfile.mkdtemp(prefix="gamma-sandbox-probe-"))
     try:
-        box = Sandbox(layer, limits)
+        box = Sandbox(layer, limits, proc=proc)
         req = box.request(PROBE, work / "workspace", skills_dir, timeout=15)
         res = _run_sync(box, req)
         if res.exit_code == 0 and res.output.strip() == "probe":
@@ -92,12 +93,17 @@ def _select(mode: str, limits: SandboxLimits, skills_dir: Path) -> Sandbox:
         log.error("sandbox_unavailable", reason=reason)
         return Sandbox(None, limits, reason=reason)
     tried: list[str] = []
-    for layer in ORDER if mode == "auto" else (mode,):
-        why = probe_layer(layer, limits, skills_dir)  # type: ignore[arg-type]
+    for name in ORDER if mode == "auto" else (mode,):
+        layer = cast(Layer, name)
+        why = probe_layer(layer, limits, skills_dir)
         if why is None:
             log.info("sandbox_layer", layer=layer, mode=mode, tried=tried)
-            return Sandbox(layer, limits)  # type: ignore[arg-type]
+            return Sandbox(layer, limits)
         tried.append(f"{layer}: {why}")
+        if layer == "bwrap" and probe_layer(layer, limits, skills_dir, proc=False) is None:
+            log.warning("sandbox_layer", layer=layer, mode=mode, proc=False, tried=tried,
+                        hint="no fresh /proc allowed here (masked /proc): commands run without /proc")
+            return Sandbox(layer, limits, proc=False)
     reason = ("no sandbox layer works on this host, so bash is disabled (" + "; ".join(tried) + "). Install "
               "bubblewrap and allow user namespaces, or run on a kernel with Landlock; see README 'Security'.")
     log.error("sandbox_unavailable", mode=mode, reason=reason)
@@ -107,6 +113,8 @@ def _select(mode: str, limits: SandboxLimits, skills_dir: Path) -> Sandbox:
 def describe(box: Sandbox) -> dict[str, object]:
     """What /readyz shows under details.sandbox."""
     out: dict[str, object] = {"layer": box.layer or "none"}
+    if box.layer == "bwrap" and not box.proc:
+        out["proc"] = False
     if box.layer == "off":
         out["warning"] = "GAMMA_SANDBOX=off: agent commands run unconfined"
     elif box.layer is None:
