@@ -13,7 +13,6 @@ the call's process group, which the runner kills as a whole.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -47,11 +46,15 @@ def rlimits(limits: SandboxLimits) -> dict[str, int]:
 
 def landlock_argv(command: str, limits: SandboxLimits, workspace_fd: int, skills_fd: int, tmp_fd: int,
                   skills_dir: Path, tmp: Path, tz: str, uid: int | None) -> list[str]:
-    env = {"PATH": PATH, "HOME": str(tmp), "TMPDIR": str(tmp), "LANG": "C.UTF-8", "TZ": tz, "TERM": "dumb",
-           "GAMMA_SKILLS_DIR": str(skills_dir)}
-    cfg = {"uid": uid, "ro": list(SYSTEM_RO), "dev": ["/dev/null"], "ro_fds": [skills_fd], "rw_fds": [workspace_fd, tmp_fd],
-           "cwd_fd": workspace_fd, "rlimits": rlimits(limits), "env": env}
-    return [python(), "-I", "-S", "-c", LAUNCHER_SOURCE, json.dumps(cfg), command]
+    limits_arg = ",".join(f"{k}={v}" for k, v in rlimits(limits).items())
+    return [python(), "-I", "-S", "-c", LAUNCHER_SOURCE, "" if uid is None else str(uid), str(workspace_fd),
+            str(skills_fd), f"{workspace_fd},{tmp_fd}", "/dev/null", ":".join(SYSTEM_RO), limits_arg, command]
+
+
+def env(skills_dir: Path, tmp: Path, tz: str) -> dict[str, str]:
+    """The command's whole environment (the launcher passes its own on to bash)."""
+    return {"PATH": PATH, "HOME": str(tmp), "TMPDIR": str(tmp), "LANG": "C.UTF-8", "TZ": tz, "TERM": "dumb",
+            "GAMMA_SKILLS_DIR": str(skills_dir)}
 
 
 def python() -> str:

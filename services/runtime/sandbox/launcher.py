@@ -1,16 +1,16 @@
 """Layer 2 launcher: rlimits, Landlock and a seccomp filter on itself, then exec bash. Standalone:
-run as `python -I -S -c SOURCE CONFIG_JSON COMMAND` (no imports from the repository, no site).
+run as `python -I -S -c SOURCE UID CWD_FD RO_FDS RW_FDS DEV RO RLIMITS COMMAND` (no imports from the
+repository, no site, nothing slow to import: json and platform alone cost ~6 ms a call).
 
-CONFIG_JSON: {"uid": n or null, "ro": [paths], "ro_fds": [fds], "rw_fds": [fds], "dev": [paths], "cwd_fd": fd,
-"rlimits": {"RLIMIT_AS": n, ...}, "env": {...}}. Directories reached through an fd are opened by the
-runtime (the sandbox's user may not be able to walk to them); the fds are closed before the exec.
+UID: a uid to drop to, or "" (keep); *_FDS: comma-separated fds; DEV, RO: ":"-separated paths;
+RLIMITS: "RLIMIT_AS=n,RLIMIT_CPU=n,...". The environment is the command's (already cleared). Directories
+reached through an fd are opened by the runtime (the sandbox's user may not be able to walk to them);
+the fds are closed before the exec.
 Exit 126 with a `sandbox:` line on stderr when the kernel refuses a step: nothing runs unconfined.
 """
 
 import ctypes
-import json
 import os
-import platform
 import resource
 import struct
 import sys
@@ -125,10 +125,19 @@ def _isdir(fd):
         return False
 
 
+def config(argv):
+    uid, cwd_fd, ro_fds, rw_fds, dev, ro, limits, command = argv
+    ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
+    paths = lambda text: [x for x in text.split(":") if x]  # noqa: E731
+    return {"uid": int(uid) if uid else None, "cwd_fd": int(cwd_fd), "ro_fds": ints(ro_fds), "rw_fds": ints(rw_fds),
+            "dev": paths(dev), "ro": paths(ro), "command": command,
+            "rlimits": {k: int(v) for k, _, v in (item.partition("=") for item in limits.split(",") if item)}}
+
+
 def main():
-    cfg = json.loads(sys.argv[1])
-    command = sys.argv[2]
-    arch = platform.machine()
+    cfg = config(sys.argv[1:])
+    command = cfg["command"]
+    arch = os.uname().machine
     if arch not in ARCHES:
         fail(f"no seccomp filter for {arch}")
     uid = cfg.get("uid")
@@ -151,7 +160,7 @@ def main():
         fail(f"seccomp filter refused (errno {ctypes.get_errno()})")
     for fd in {cfg["cwd_fd"], *cfg["ro_fds"], *cfg["rw_fds"]}:
         os.close(fd)
-    os.execve("/bin/bash", ["bash", "-c", command], cfg["env"])
+    os.execv("/bin/bash", ["bash", "-c", command])
 
 
 main()
