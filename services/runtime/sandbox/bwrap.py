@@ -12,7 +12,10 @@ on bwrap, or one sandbox's processes would count against every other's.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from .types import SandboxLimits
@@ -36,20 +39,55 @@ def bwrap_binary() -> str | None:
     return None
 
 
-def _root_args() -> list[str]:
-    args = ["--ro-bind", "/usr", "/usr"]
-    for name in SYSTEM:
-        path = Path("/") / name
-        if path.is_symlink():
-            args += ["--symlink", os.readlink(path), f"/{name}"]
-        elif path.is_dir():
-            args += ["--ro-bind", str(path), f"/{name}"]
+def _etc_snapshot() -> str:
+    """The /etc entries of ETC copied into a directory of their own (symlinks kept as symlinks), bound
+    as the sandbox's whole /etc: one bind mount instead of ~20 costs ~2.5 ms less per call. Shared by the
+    runtime processes of one uid (built once, renamed into place); one owned by anybody else, or
+    writable by others, is never used."""
+    shared = Path(tempfile.gettempdir()) / f"gamma-sandbox-etc-{os.geteuid()}"
+    try:
+        st = os.lstat(shared)
+        if st.st_uid == os.geteuid() and not st.st_mode & 0o022 and os.path.isdir(shared) \
+                and not os.path.islink(shared):
+            return str(shared)
+    except FileNotFoundError:
+        pass
+    target = Path(tempfile.mkdtemp(prefix="gamma-sandbox-etc-"))
     for name in ETC:
-        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    return args
+        src = Path("/etc") / name
+        try:
+            if src.is_symlink():
+                os.symlink(os.readlink(src), target / name)
+            elif src.is_dir():
+                shutil.copytree(src, target / name, symlinks=True)
+            elif src.is_file():
+                shutil.copy2(src, target / name)
+        except OSError:
+            continue
+    os.chmod(target, 0o755)  # the sandbox's unprivileged uid must be able to enter it
+    try:
+        os.rename(target, shared)
+        return str(shared)
+    except OSError:  # another process won the race, or a stranger's entry is in the way: keep ours
+        atexit.register(shutil.rmtree, target, True)
+        return str(target)
 
 
-ROOT_ARGS = _root_args()  # the host's layout does not change while the runtime runs
+_root: list[str] = []
+
+
+def root_args() -> list[str]:
+    """The read-only root: /usr, the merged-/usr symlinks (or the directories) and the /etc snapshot."""
+    if not _root:
+        args = ["--ro-bind", "/usr", "/usr"]
+        for name in SYSTEM:
+            path = Path("/") / name
+            if path.is_symlink():
+                args += ["--symlink", os.readlink(path), f"/{name}"]
+            elif path.is_dir():
+                args += ["--ro-bind", str(path), f"/{name}"]
+        _root.extend([*args, "--ro-bind", _etc_snapshot(), "/etc"])
+    return _root
 
 
 def ulimit_prologue(limits: SandboxLimits) -> str:
@@ -69,7 +107,7 @@ def bwrap_argv(binary: str, command: str, limits: SandboxLimits, workspace_fd: i
     (Kubernetes without `procMount: Unmasked`); the probe tries that after a failed fresh /proc."""
     argv = [binary, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
             "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1",
-            "--uid", str(INNER_UID), "--gid", str(INNER_UID), "--hostname", "sandbox", *ROOT_ARGS,
+            "--uid", str(INNER_UID), "--gid", str(INNER_UID), "--hostname", "sandbox", *root_args(),
             *(["--proc", "/proc"] if proc else []), "--dev", "/dev",
             "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
             "--size", str(limits.tmp_bytes), "--tmpfs", HOME,
