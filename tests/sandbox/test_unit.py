@@ -117,3 +117,25 @@ async def test_bwrap_without_proc_still_confines(tmp_path: Path) -> None:
     lines = res.output.split()
     assert res.exit_code == 0 and lines[0] == "0" and "ok" in lines and "workspace" in lines, res.output
     assert describe(box) == {"layer": "bwrap", "proc": False}
+
+
+@pytest.mark.parametrize(("mode", "layer"), [("off", "off"), ("seatbelt", "none")])
+async def test_readyz_and_metric_flag_off_and_no_layer(mode: str, layer: str, redis_url: str, data_dir: Path) -> None:
+    """The real runtime app: `off` (explicit) and an unusable setting are visible in /readyz and /metrics."""
+    import httpx
+
+    from services.runtime.app import create_app
+    from tests.support.inproc import running
+
+    settings = settings_for(redis_url, data_dir, GAMMA_SANDBOX=mode)
+    async with running(create_app, settings) as app, \
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rt") as client:
+        ready = (await client.get("/readyz")).json()
+        metrics = (await client.get("/metrics")).text
+    sandbox = ready["details"]["sandbox"]
+    assert sandbox["layer"] == layer
+    if mode == "off":
+        assert "unconfined" in sandbox["warning"]
+    else:
+        assert "seatbelt" in sandbox["error"]
+    assert f'gamma_sandbox_layer{{layer="{layer}"}} 1.0' in metrics
