@@ -139,3 +139,26 @@ async def test_readyz_and_metric_flag_off_and_no_layer(mode: str, layer: str, re
     else:
         assert "seatbelt" in sandbox["error"]
     assert f'gamma_sandbox_layer{{layer="{layer}"}} 1.0' in metrics
+
+
+KERNEL_SURFACE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(256)
+for name, nr, args in (("io_uring_setup", 425, (1, buf)), ("ptrace", 101 if os.uname().machine == "x86_64" else 117,
+                       (0, 0, 0, 0)), ("unshare", 272 if os.uname().machine == "x86_64" else 97, (0x10000000,))):
+    r = libc.syscall(nr, *args)
+    print(name, r, ctypes.get_errno())
+"""
+
+
+@pytest.mark.parametrize("layer", WORKING)
+async def test_the_seccomp_filter_closes_kernel_surface(layer: str, tmp_path: Path) -> None:
+    box = Sandbox(layer, SandboxLimits())  # type: ignore[arg-type]
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "k.py").write_text(KERNEL_SURFACE)
+    res = await box.run(box.request("python3 k.py", ws, SKILLS, 10))
+    assert res.exit_code == 0, res.output
+    results = {line.split()[0]: line.split()[1:] for line in res.output.splitlines()}
+    assert results == {"io_uring_setup": ["-1", "1"], "ptrace": ["-1", "1"], "unshare": ["-1", "1"]}, res.output

@@ -101,8 +101,30 @@ def env(tz: str) -> dict[str, str]:
             "TMPDIR": "/tmp"}
 
 
+def seccomp_fd() -> int:
+    """A pipe holding the BPF program for --seccomp (read once by bwrap): no ptrace, process_vm_*,
+    io_uring, namespaces, mounts, bpf, keyrings, perf, userfaultfd, modules; the caller passes and closes it."""
+    read, write = os.pipe()
+    try:
+        os.write(write, _program())
+    finally:
+        os.close(write)
+    return read
+
+
+_programs: list[bytes] = []
+
+
+def _program() -> bytes:
+    if not _programs:
+        from .launcher import seccomp_program
+
+        _programs.append(seccomp_program(os.uname().machine, namespaced=True))
+    return _programs[0]
+
+
 def bwrap_argv(binary: str, command: str, limits: SandboxLimits, workspace_fd: int, skills_fd: int,
-               tz: str, proc: bool = True) -> list[str]:
+               tz: str, proc: bool = True, seccomp: int | None = None) -> list[str]:
     """proc=False: no /proc at all, for containers whose masked /proc forbids mounting a fresh one
     (Kubernetes without `procMount: Unmasked`); the probe tries that after a failed fresh /proc."""
     argv = [binary, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
@@ -112,7 +134,8 @@ def bwrap_argv(binary: str, command: str, limits: SandboxLimits, workspace_fd: i
             "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
             "--size", str(limits.tmp_bytes), "--tmpfs", HOME,
             "--ro-bind-fd", str(skills_fd), SKILLS,
-            "--bind-fd", str(workspace_fd), WORKSPACE, "--chdir", WORKSPACE, "--clearenv"]
+            "--bind-fd", str(workspace_fd), WORKSPACE, "--chdir", WORKSPACE, "--clearenv",
+            *(["--seccomp", str(seccomp)] if seccomp is not None else [])]
     for key, value in env(tz).items():
         argv += ["--setenv", key, value]
     return [*argv, "--", "/bin/bash", "-c", ulimit_prologue(limits) + command]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import host
-from .bwrap import bwrap_argv, bwrap_binary, ulimit_prologue
+from .bwrap import bwrap_argv, bwrap_binary, seccomp_fd, ulimit_prologue
 from .bwrap import env as bwrap_env
 from .landlock import env as landlock_env
 from .landlock import landlock_argv
@@ -52,7 +52,9 @@ class Sandbox:
                     binary = bwrap_binary()
                     if binary is None:
                         return SandboxResult(exit_code=None, output="", error="bwrap is no longer installed")
-                    argv = host.as_user(bwrap_argv(binary, req.command, req.limits, fds[0], fds[1], _tz(), self.proc), uid)
+                    fds.append(seccomp_fd())
+                    argv = host.as_user(bwrap_argv(binary, req.command, req.limits, fds[0], fds[1], _tz(), self.proc,
+                                                   fds[2]), uid)
                 else:
                     tmp = host.private_tmp(uid)
                     fds.append(host.open_dir(tmp))

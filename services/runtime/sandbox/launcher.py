@@ -56,18 +56,23 @@ def bpf(code, jt, jf, k):
     return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
 
 
-def seccomp_program(arch):
+def seccomp_program(arch, namespaced=False):
+    """namespaced=True: the filter bwrap installs (--seccomp) in its own namespaces, where sockets are
+    harmless (no network) and setsid/setpgid are allowed (the pid namespace is killed as a whole)."""
     idx = 0 if arch == "x86_64" else 1
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     prog = [bpf(ld, 0, 0, 4), bpf(jeq, 1, 0, ARCHES[arch]), bpf(ret, 0, 0, KILL), bpf(ld, 0, 0, 0)]
     if arch == "x86_64":  # the x32 ABI would bypass the numbers below
         prog += [bpf(jge, 0, 1, 0x40000000), bpf(ret, 0, 0, errno_ret(ENOSYS))]
-    prog += [bpf(jeq, 0, 4, NR["socket"][idx]), bpf(ld, 0, 0, 16), bpf(jeq, 0, 1, 1),  # AF_UNIX only
-             bpf(ret, 0, 0, ALLOW), bpf(ret, 0, 0, errno_ret(EAFNOSUPPORT))]
+    if not namespaced:
+        prog += [bpf(jeq, 0, 4, NR["socket"][idx]), bpf(ld, 0, 0, 16), bpf(jeq, 0, 1, 1),  # AF_UNIX only
+                 bpf(ret, 0, 0, ALLOW), bpf(ret, 0, 0, errno_ret(EAFNOSUPPORT))]
     prog += [bpf(jeq, 0, 4, NR["clone"][idx]), bpf(ld, 0, 0, 16), bpf(jset, 0, 1, CLONE_NS),
              bpf(ret, 0, 0, errno_ret(EPERM)), bpf(ret, 0, 0, ALLOW)]
     prog += [bpf(jeq, 0, 1, NR["clone3"][idx]), bpf(ret, 0, 0, errno_ret(ENOSYS))]  # libc falls back to clone
     for name in DENIED:
+        if namespaced and name in ("setsid", "setpgid"):
+            continue
         prog += [bpf(jeq, 0, 1, NR[name][idx]), bpf(ret, 0, 0, errno_ret(EPERM))]
     prog.append(bpf(ret, 0, 0, ALLOW))
     return b"".join(prog)
@@ -163,4 +168,5 @@ def main():
     os.execv("/bin/bash", ["bash", "-c", command])
 
 
-main()
+if __name__ == "__main__":  # run with -c; the runtime imports seccomp_program for bwrap
+    main()
