@@ -70,7 +70,9 @@ def bash_tool(host: ToolHost) -> Tool:
     return Tool(
         name="bash",
         description="Run a bash command with the session workspace as the working directory. Output is "
-        "capped; the command is killed after `timeout` seconds (default 60).",
+        "capped; the command is killed after `timeout` seconds (default 60), with anything it started. It "
+        "runs sandboxed: no network, only the workspace is writable (and a private $TMPDIR, emptied after "
+        "the call), skills are read-only under $GAMMA_SKILLS_DIR, memory and processes are limited.",
         parameters={
             "type": "object",
             "properties": {
