@@ -40,7 +40,11 @@ class Sandbox:
         uid = host.sandbox_uid(req.workspace)
         req.workspace.mkdir(parents=True, exist_ok=True)
         if uid is not None:  # inline: microseconds for a usual workspace, where a thread hop costs ms under load
-            host.hand_over(req.workspace, uid)
+            try:
+                host.hand_over(req.workspace, uid)
+            except OSError as exc:  # e.g. a root-squashed NFS data dir: say so rather than run as root
+                return SandboxResult(exit_code=None, output="", layer=self.layer,
+                                     error=f"the workspace cannot be handed to the sandbox's user {uid}: {exc}")
         tmp: Path | None = None
         fds: list[int] = []
         try:
