@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e clean
+.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -59,8 +59,10 @@ bench-compaction: $(STAMP)
 	$(BIN)/python bench/compaction.py
 bench-e2e: $(STAMP)
 	$(BIN)/python bench/e2e.py
+bench-sandbox: $(STAMP)
+	$(BIN)/python bench/sandbox.py
 
-bench: bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e
+bench: bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox
 
 clean:
 	rm -rf $(VENV) node_modules data .pytest_cache .mypy_cache .ruff_cache

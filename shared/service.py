@@ -52,6 +52,8 @@ class ServiceContext:
     watchdog: StallWatchdog | None = None
     # A public service's /metrics and docs, on its internal port (shared/internal_http.py).
     internal: InternalServer | None = None
+    # Shown under "details" by /readyz (the runtime: which sandbox layer confines agent commands).
+    details: dict[str, Any] = field(default_factory=dict)
 
     def spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -162,8 +164,8 @@ def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = 
             states = await all_services_ready(ctx.redis)
             if not all(states.values()):
                 return JSONResponse({"ready": False, "services": states}, status_code=503)
-            return JSONResponse({"ready": True, "services": states})
-        return JSONResponse({"ready": True})
+            return JSONResponse({"ready": True, "services": states, **_details(ctx)})
+        return JSONResponse({"ready": True, **_details(ctx)})
 
     if internal_port is not None:
         ctx.internal = InternalServer(internal_app(ctx, app), ctx.settings.host, internal_port)
@@ -172,6 +174,10 @@ def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
         return await metrics_response(ctx)
+
+
+def _details(ctx: ServiceContext) -> dict[str, Any]:
+    return {"details": ctx.details} if ctx.details else {}
 
 
 Lifespan = Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]

@@ -102,6 +102,8 @@ class Settings(BaseSettings):
     # /metrics of the public services (proxy, notifications) is served only on these internal ports.
     proxy_metrics_port: int = Field(8100, validation_alias="GAMMA_PROXY_METRICS_PORT")
     notifications_metrics_port: int = Field(8101, validation_alias="GAMMA_NOTIFICATIONS_METRICS_PORT")
+    # --- agent command sandbox (issue 15): size of the private /tmp and HOME of a sandboxed command.
+    sandbox_tmp_bytes: int = Field(64 * 1024 * 1024, validation_alias="GAMMA_SANDBOX_TMP_BYTES")
 
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""

@@ -18,6 +18,7 @@ from shared.settings import Settings, load_settings
 
 from .paths import skills_dir
 from .prompt import VARIANTS, build_system_prompt
+from .sandbox import describe, export_metric, select_sandbox
 from .scripted import ScriptedGamma
 from .skills import load_skills
 from .worker import Worker
@@ -32,6 +33,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     directory = skills_dir()
     os.environ.setdefault("GAMMA_SKILLS_DIR", str(directory))  # the gml CLI in skills finds itself
     skills = load_skills(directory)
+    # Probe the sandbox layers now (logged; /readyz details; gamma_sandbox_layer): sessions reuse the choice.
+    sandbox = select_sandbox(settings, directory)
+    ctx.details["sandbox"] = describe(sandbox)
+    export_metric(ctx.registry, sandbox)
     prompts: dict[str, str] = {v: build_system_prompt(v, skills) for v in VARIANTS}
     model_client = openai_client(settings, ScriptedGamma(skills))
 

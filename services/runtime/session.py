@@ -8,7 +8,6 @@ first; an inbox entry is acked only once its effect is durable.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -60,7 +59,9 @@ from .failures import refusal, transient
 from .forms import deliver_answered_form, form_delivered
 from .lease import Lease, LeaseLost
 from .manifest import queue_manifest
+from .paths import skills_dir
 from .protocol import SessionProtocolController, TurnInput
+from .sandbox import select_sandbox
 from .skills import Skill
 from .todo import TodoController
 from .tokens import TokenCounter
@@ -112,6 +113,7 @@ class Session:
         self.max_file_bytes = deps.settings.max_file_bytes
         self.ui_limits = UiLimits.of(deps.settings)
         self.workspace_quota = WorkspaceQuota.from_settings(deps.settings)
+        self.sandbox = select_sandbox(deps.settings, skills_dir())  # probed once per process
         self.skills = deps.skills
         self.transcript = Transcript.load(paths.transcript, self.guard)
         self.todo = TodoController.load(paths.todo, self.guard)
@@ -537,15 +539,12 @@ class Session:
 
     # ------------------------------------------------------------ ToolHost
 
-    async def artifact_changed(self, ref: str, kind: str, *, content_b64: str | None = None,
-                               document: dict[str, Any] | None = None, deleted: bool = False,
+    async def artifact_changed(self, ref: str, kind: str, *, document: dict[str, Any] | None = None, deleted: bool = False,
                                content: bytes | None = None) -> None:
-        """`content` (or, from older call sites, `content_b64`): a file's new bytes. They go to a content
+        """`content`: a file's new bytes. They go to a content
         blob on the session disk (shared/blobs.py); the ArtifactChange only names it."""
         if kind == "file":
             self.viewable_files = workspace_files(self.paths.workspace)
-        if content is None and content_b64 is not None:
-            content = base64.b64decode(content_b64)
         change = ArtifactChange(session_id=self.sid, ref=ref, actor="agent", kind=kind,  # type: ignore[arg-type]
                                 document=document, deleted=deleted)
         if content is not None and not deleted:

@@ -1,4 +1,5 @@
-"""bash: a shell command with the workspace as cwd, a timeout and an output cap.
+"""bash: a shell command, confined by the session's sandbox (services/runtime/sandbox), with the
+workspace as cwd, a timeout, an output cap and the workspace quota checked after the call.
 
 Files the command changes are published as ArtifactChange(agent), found by comparing the
 workspace's (mtime, size) before and after.
@@ -7,21 +8,20 @@ workspace's (mtime, size) before and after.
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
+from shared import workspace_fs
+from shared.disk import DiskError
+
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..paths import skills_dir
+from ..sandbox import quota
 from .files import file_ref
 from .host import ToolHost
 
 DEFAULT_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 600
-OUTPUT_CAP = 30_000
 SCAN_LIMIT = 2000
 
 
@@ -43,49 +43,38 @@ def bash_tool(host: ToolHost) -> Tool:
         root = host.paths.workspace
         root.mkdir(parents=True, exist_ok=True)
         timeout = min(max(int(args.get("timeout", DEFAULT_TIMEOUT_S)), 1), MAX_TIMEOUT_S)
+        box = host.sandbox
+        if box.layer is None:  # never unconfined by accident
+            return ToolOutcome(content=f"bash is disabled: {box.reason}", is_error=True, details={"sandbox": "none"})
         before = _scan(root)
+        existed = set(await asyncio.to_thread(quota.listing, root))
         await host.guard()
-        proc = await asyncio.create_subprocess_exec(
-            "bash", "-c", args["command"], cwd=root, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-            # Skills ship scripts (gml-cli: `python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py"`): the
-            # tool sets the variable itself, whatever started the process.
-            env={**os.environ, "HOME": str(root), "GAMMA_SKILLS_DIR": str(skills_dir().resolve())},
-        )
-        timed_out = aborted = False
-        try:
-            waiter = asyncio.ensure_future(proc.communicate())
-            stop = asyncio.ensure_future(ctx.signal.wait())
-            done, _ = await asyncio.wait({waiter, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            stop.cancel()
-            if waiter not in done:
-                timed_out, aborted = stop not in done, stop in done
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = await waiter
-        except asyncio.CancelledError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        text = (out or b"").decode("utf-8", errors="replace")
-        truncated = len(text) > OUTPUT_CAP
-        if truncated:
-            text = text[:OUTPUT_CAP // 2] + f"\n\n[... {len(text) - OUTPUT_CAP} characters cut ...]\n\n" + \
-                text[-OUTPUT_CAP // 2 :]
+        # Skills ship scripts (gml-cli: `python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py"`): the sandbox
+        # sets the variable itself (/skills under bwrap), whatever started the runtime.
+        res = await box.run(box.request(args["command"], root, skills_dir().resolve(), timeout), ctx.signal)
+        if res.error is not None:
+            return ToolOutcome(content=f"bash is disabled: {res.error}", is_error=True, details={"sandbox": "none"})
+        over = await asyncio.to_thread(quota.enforce, root, existed, box.limits.file_bytes,
+                                       box.limits.workspace_files)
         await _publish_changes(host, root, before)
-        code = proc.returncode
-        if timed_out:
+        text, code = res.output, res.exit_code
+        details: dict[str, Any] = {"exitCode": code, "truncated": res.truncated, "sandbox": res.layer}
+        if over is not None:
+            details["quotaExceeded"] = True
+            text += "\n" + over.message()
+        if res.timed_out:
             return ToolOutcome(content=text + f"\n[timed out after {timeout}s]", is_error=True,
-                               details={"exitCode": code, "timedOut": True})
-        if aborted:
-            return ToolOutcome(content=text + "\n[aborted]", is_error=True, details={"aborted": True})
-        return ToolOutcome(content=text or "(no output)", is_error=code != 0,
-                           details={"exitCode": code, "truncated": truncated})
+                               details={**details, "timedOut": True})
+        if res.aborted:
+            return ToolOutcome(content=text + "\n[aborted]", is_error=True, details={**details, "aborted": True})
+        return ToolOutcome(content=text or "(no output)", is_error=code != 0 or over is not None, details=details)
 
     return Tool(
         name="bash",
         description="Run a bash command with the session workspace as the working directory. Output is "
-        "capped; the command is killed after `timeout` seconds (default 60).",
+        "capped; the command is killed after `timeout` seconds (default 60), with anything it started. It "
+        "runs sandboxed: no network, only the workspace is writable (and a private $TMPDIR, emptied after "
+        "the call), skills are read-only under $GAMMA_SKILLS_DIR, memory and processes are limited.",
         parameters={
             "type": "object",
             "properties": {
@@ -103,8 +92,11 @@ async def _publish_changes(host: ToolHost, root: Path, before: dict[str, tuple[i
     after = _scan(root)
     for rel, stamp in sorted(after.items()):
         if before.get(rel) != stamp:
-            data = (root / rel).read_bytes()
+            try:  # beneath the workspace: a link the command planted is not followed out of it
+                data = workspace_fs.read_bytes(root, rel)
+            except DiskError:
+                continue  # gone or replaced since the scan: the next scan sees what is there
             if len(data) <= host.max_file_bytes:
-                await host.artifact_changed(file_ref(rel), "file", content_b64=base64.b64encode(data).decode())
+                await host.artifact_changed(file_ref(rel), "file", content=data)
     for rel in sorted(set(before) - set(after)):
         await host.artifact_changed(file_ref(rel), "file", deleted=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from shared import workspace_fs
@@ -63,7 +62,7 @@ async def write_file(host: ToolHost, rel: str, data: bytes) -> str:
     await host.guard()
     # Beneath the workspace, atomic, within the session's quota (507 otherwise; nothing written).
     ref = file_ref(workspace_fs.write_bytes(host.paths.workspace, rel, data, quota=host.workspace_quota))
-    await host.artifact_changed(ref, "file", content_b64=base64.b64encode(data).decode())
+    await host.artifact_changed(ref, "file", content=data)
     return ref
 
 

@@ -9,6 +9,7 @@ from shared.contracts.todo import TodoList
 from shared.disk import SessionPaths
 from shared.quota import WorkspaceQuota
 
+from ..sandbox import Sandbox
 from ..skills import Skill
 from ..todo import TodoController
 
@@ -18,13 +19,13 @@ class ToolHost(Protocol):
     paths: SessionPaths
     max_file_bytes: int
     workspace_quota: WorkspaceQuota
+    sandbox: Sandbox  # confines every process started for the agent (bash)
     todo: TodoController
     skills: Mapping[str, Skill]
 
     async def guard(self) -> None: ...
 
-    async def artifact_changed(self, ref: str, kind: str, *, content_b64: str | None = None,
-                               document: dict[str, Any] | None = None, deleted: bool = False,
+    async def artifact_changed(self, ref: str, kind: str, *, document: dict[str, Any] | None = None, deleted: bool = False,
                                content: bytes | None = None) -> None: ...
 
     async def open_tab(self, ari: str, title: str | None) -> str: ...

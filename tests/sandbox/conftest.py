@@ -1,0 +1,45 @@
+"""One runtime (+ proxy) stack per sandbox layer the machine supports, shared by a test module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.runtime.paths import skills_dir
+from services.runtime.sandbox import SandboxLimits, probe_layer
+from tests.support.stack import Stack
+
+LAYERS = ("bwrap", "landlock")
+MAX_PROCS = 64
+QUOTA_BYTES = 4 * 1024 * 1024
+QUOTA_FILES = 100
+
+
+def layer_params() -> list[object]:
+    out: list[object] = []
+    for layer in LAYERS:
+        why = probe_layer(layer, SandboxLimits(), skills_dir().resolve())  # type: ignore[arg-type]
+        out.append(pytest.param(layer, marks=pytest.mark.skipif(why is not None, reason=f"{layer}: {why}")))
+    return out
+
+
+@pytest.fixture(scope="module", params=layer_params())
+def sandbox_stack(request: pytest.FixtureRequest, module_redis_url: str,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    layer = request.param
+    stack = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp(f"sbx-{layer}"),
+                  env_overrides={"GAMMA_SANDBOX": layer, "GAMMA_SANDBOX_MAX_PROCS": str(MAX_PROCS),
+                                 "GAMMA_WORKSPACE_MAX_BYTES": str(QUOTA_BYTES),
+                                 "GAMMA_WORKSPACE_MAX_FILES": str(QUOTA_FILES), "GAMMA_IDLE_S": "120"})
+    stack.layer = layer  # type: ignore[attr-defined]
+    try:
+        stack.start("runtime", "proxy")
+        yield stack
+    finally:
+        stack.stop()
+
+
+def workspace(stack: Stack, sid: str) -> Path:
+    return Path(stack.data_dir) / "sessions" / sid / "workspace"
