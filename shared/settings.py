@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -92,6 +93,14 @@ class Settings(BaseSettings):
     max_header_bytes: int = Field(64 * 1024, ge=4096, validation_alias="GAMMA_MAX_HEADER_BYTES")
     max_headers: int = Field(100, ge=10, validation_alias="GAMMA_MAX_HEADERS")
 
+    # --- model APIs (issue 18): Responses or Chat Completions, output cap, retries of 429/5xx.
+    # Unset: `responses` for OpenAI itself (no OPENAI_BASE_URL, or api.openai.com), `chat` otherwise.
+    model_api: Literal["responses", "chat"] | None = Field(None, validation_alias="GAMMA_MODEL_API")
+    max_output_tokens: int = Field(32_000, ge=16, le=1_000_000, validation_alias="GAMMA_MAX_OUTPUT_TOKENS")
+    model_max_retries: int = Field(4, ge=0, le=20, validation_alias="GAMMA_MODEL_MAX_RETRIES")
+    model_retry_base_s: float = Field(1.0, ge=0.0, le=60.0, validation_alias="GAMMA_MODEL_RETRY_BASE_S")
+    model_retry_max_s: float = Field(60.0, ge=0.0, le=600.0, validation_alias="GAMMA_MODEL_RETRY_MAX_S")
+
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
         if not self.api_tokens.strip():
@@ -106,6 +115,13 @@ class Settings(BaseSettings):
     @property
     def sessions_dir(self) -> Path:
         return self.data_dir / "sessions"
+
+    @property
+    def default_model_api(self) -> Literal["responses", "chat"]:
+        if self.model_api is not None:
+            return self.model_api
+        base = (self.openai_base_url or "").strip()
+        return "responses" if not base or "://api.openai.com" in base else "chat"
 
     @property
     def scripted(self) -> bool:

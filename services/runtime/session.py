@@ -58,6 +58,7 @@ from .events import Outbox
 from .forms import deliver_answered_form, form_delivered
 from .lease import Lease, LeaseLost
 from .manifest import queue_manifest
+from .model_outcome import announce, mark_implicit
 from .protocol import SessionProtocolController, TurnInput
 from .skills import Skill
 from .todo import TodoController
@@ -466,12 +467,20 @@ class Session:
     async def emit(self, event: AgentEvent) -> None:
         """Engine events: persist on message_end (before publishing), then publish."""
         if event.type == "message_end" and event.message is not None:
+            mark_implicit(event.message)  # flagged before it is recorded
             await self._record(event.message)
         elif event.type == "model_request" and self.deps.registry is not None:
-            metrics.model_request(self.deps.registry, prompt_tokens=int(event.data.get("prompt_tokens", 0)),
-                                  shared_prefix_tokens=int(event.data.get("shared_prefix_tokens", 0)),
-                                  model=self.stream.settings.model)
+            d = event.data
+            metrics.model_request(self.deps.registry, prompt_tokens=int(d.get("prompt_tokens", 0)),
+                                  shared_prefix_tokens=int(d.get("shared_prefix_tokens", 0)),
+                                  completion_tokens=int(d.get("output_tokens", 0)),
+                                  cached_tokens=int(d.get("cached_tokens", 0)),
+                                  reasoning_tokens=int(d.get("reasoning_tokens", 0)),
+                                  input_tokens=int(d.get("input_tokens", 0)),
+                                  model=self.stream.settings.model, api=str(d.get("api", "")))
         await self.outbox.event(event.type, event.data, wait=event.type not in PROGRESS_EVENTS)
+        if event.type == "message_end" and event.message is not None:
+            await announce(self.outbox, event.message)
 
     async def _record(self, message: AgentMessage) -> None:
         if isinstance(message, UserMessage):

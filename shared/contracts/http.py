@@ -19,6 +19,9 @@ class ModelConfig(Contract):
     name: str | None = Field(None, max_length=100)
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
     context_window: int | None = Field(None, ge=1024, le=10_000_000)
+    # Responses (OpenAI, reasoning carried across turns) or Chat Completions (any compatible server).
+    # Unset on create: the setting GAMMA_MODEL_API decides, and the session keeps that choice.
+    api: Literal["responses", "chat"] | None = None
 
 
 class CreateSession(Contract):

@@ -62,7 +62,10 @@ async def create_session(
     body = body or CreateSession()
     await check_create_rate(proxy.redis, user, proxy.settings.session_creates_per_minute)
     try:
-        row = await create_row(proxy.redis, user, body.variant, body.model or ModelConfig(),
+        model = body.model or ModelConfig()
+        if model.api is None:  # fixed at creation: a session keeps its API when the setting changes
+            model = model.model_copy(update={"api": proxy.settings.default_model_api})
+        row = await create_row(proxy.redis, user, body.variant, model,
                                max_sessions=proxy.settings.max_sessions_per_user)
     except SessionQuotaExceeded as exc:
         raise ApiError(403, str(exc)) from exc

@@ -1,0 +1,41 @@
+"""What a finished model reply means for the user (issue 18, "what real models do").
+
+- plain text with no tool call ends the run: real models often finish that way, and the interface
+  never infers completion from the text. The harness delivers it as a blocking message_user (same
+  event, `implicit: true`), and the assistant message is flagged in the transcript;
+- a refusal is delivered the same way, marked `refusal: true`;
+- a provider error (after the bounded retries) is an `error` event; the run has already ended.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shared.contracts.events import MessageUserData
+from shared.contracts.messages import AgentMessage, AssistantMessage
+
+if TYPE_CHECKING:
+    from .events import Outbox
+
+
+def mark_implicit(message: AgentMessage) -> bool:
+    """Flag a final plain-text (or refused) reply before it is recorded; True when flagged."""
+    if not isinstance(message, AssistantMessage) or message.tool_calls() or message.stop_reason != "stop":
+        return False
+    if not (message.text().strip() or message.refusal):
+        return False
+    message.implicit_message_user = True
+    return True
+
+
+async def announce(outbox: Outbox, message: AgentMessage) -> None:
+    if not isinstance(message, AssistantMessage):
+        return
+    if message.stop_reason == "error":
+        await outbox.event("error", {"error": f"model request failed: {message.error_message}", "source": "model",
+                                     "model": message.model})
+    elif message.implicit_message_user:
+        refused = bool(message.refusal) and not message.text().strip()
+        text = f"The model refused: {message.refusal}" if refused else message.text()
+        await outbox.event("message_user", MessageUserData(message=text, block_on_user=True, tool_call_id="",
+                                                           implicit=True, refusal=refused).model_dump())
