@@ -32,11 +32,11 @@ async def create_row(proc: InProc, sid: str, api: str, effort: str | None = "low
     await proc.redis.hset(keys.session_row(sid), mapping=row.to_hash())  # type: ignore[arg-type]
 
 
-async def prompt_and_wait(proc: InProc, sid: str, text: str, timeout: float = 60) -> dict[str, Any]:
+async def prompt_and_wait(proc: InProc, sid: str, text: str, within_s: float = 60) -> dict[str, Any]:
     """Send a prompt; return the run's last event of interest: a blocking message_user or an error."""
     before = len(await proc.events(sid, "message_user")) + len(await proc.events(sid, "error"))
     await proc.append(UserPrompt(session_id=sid, message=text))
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         users = await proc.events(sid, "message_user")
         errors = await proc.events(sid, "error")
