@@ -9,13 +9,31 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from shared import keys
 from shared.contracts.events import MessageUserData
 from shared.contracts.messages import AgentMessage, AssistantMessage
 
 if TYPE_CHECKING:
     from .events import Outbox
+
+
+USAGE_FIELDS = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
+
+
+def count_usage(sid: str, data: dict[str, Any]) -> Callable[[Any], None]:
+    """Redis commands adding one model_request to the session's totals (sent with the event)."""
+
+    def add(pipe: Any) -> None:
+        key = keys.model_usage(sid)
+        pipe.hincrby(key, "requests", 1)
+        for name in USAGE_FIELDS:
+            if data.get(name):
+                pipe.hincrby(key, name, int(data[name]))
+
+    return add
 
 
 def mark_implicit(message: AgentMessage) -> bool:

@@ -58,7 +58,7 @@ from .events import Outbox
 from .forms import deliver_answered_form, form_delivered
 from .lease import Lease, LeaseLost
 from .manifest import queue_manifest
-from .model_outcome import announce, mark_implicit
+from .model_outcome import announce, count_usage, mark_implicit
 from .protocol import SessionProtocolController, TurnInput
 from .skills import Skill
 from .todo import TodoController
@@ -478,7 +478,8 @@ class Session:
                                   reasoning_tokens=int(d.get("reasoning_tokens", 0)),
                                   input_tokens=int(d.get("input_tokens", 0)),
                                   model=self.stream.settings.model, api=str(d.get("api", "")))
-        await self.outbox.event(event.type, event.data, wait=event.type not in PROGRESS_EVENTS)
+        also = count_usage(self.sid, event.data) if event.type == "model_request" else None
+        await self.outbox.event(event.type, event.data, also, wait=event.type not in PROGRESS_EVENTS)
         if event.type == "message_end" and event.message is not None:
             await announce(self.outbox, event.message)
 

@@ -29,6 +29,25 @@ class CreateSession(Contract):
     model: ModelConfig | None = None
 
 
+class ModelUsage(Contract):
+    """The session's model requests so far, as the API reported them. `cache_hit_ratio` is cached
+    input tokens / input tokens (the provider's prompt cache)."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_hit_ratio: float = 0.0
+
+    @classmethod
+    def of(cls, raw: dict[str, int]) -> ModelUsage:
+        usage = cls(**{k: int(v) for k, v in raw.items() if k in cls.model_fields and k != "cache_hit_ratio"})
+        if usage.input_tokens:
+            usage.cache_hit_ratio = round(usage.cached_tokens / usage.input_tokens, 4)
+        return usage
+
+
 class SessionView(Contract):
     id: str
     owner: str
@@ -38,6 +57,7 @@ class SessionView(Contract):
     running: bool
     created_at: int
     updated_at: int
+    model_usage: ModelUsage | None = None  # GET /sessions/{id} only
 
 
 class SessionList(Contract):

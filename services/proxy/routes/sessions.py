@@ -16,6 +16,7 @@ from shared.contracts.http import (
     CreateSession,
     MessageAccepted,
     ModelConfig,
+    ModelUsage,
     PostMessage,
     Preview,
     SessionList,
@@ -98,8 +99,11 @@ async def list_sessions(
 
 
 @router.get("/{sid}", response_model=SessionView, responses=ERRORS)
-async def get_session(state: SessionState = Depends(owned_session)) -> SessionView:
-    return state.view()
+async def get_session(state: SessionState = Depends(owned_session),
+                      proxy: Proxy = Depends(get_proxy)) -> SessionView:
+    usage = await proxy.redis.hgetall(keys.model_usage(state.row.id))  # type: ignore[misc]
+    return state.view().model_copy(update={"model_usage": ModelUsage.of(
+        {k.decode() if isinstance(k, bytes) else k: int(v) for k, v in usage.items()})})
 
 
 @router.post("/{sid}/messages", status_code=202, response_model=MessageAccepted,
