@@ -95,7 +95,10 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
         if api == "responses":
             summary = (reply.reasoning or f"Planning step {len(body.get('input') or [])}.") if wants_reasoning else None
             use = scripted_responses.usage(prompt, cached, reply.completion_tokens, reasoning_tokens)
-            chunks = scripted_responses.sse(scripted_responses.events(reply, body, use, summary))
+            events = scripted_responses.events(reply, body, use, summary)
+            if not body.get("stream"):
+                return httpx.Response(200, json=events[-1]["response"])
+            chunks = scripted_responses.sse(events)
         elif body.get("stream"):
             chunks = _sse(reply, model_name, _usage(reply, prompt, cached, reasoning_tokens))
         else:

@@ -18,7 +18,10 @@ from openai.types.chat.completion_create_params import (
     CompletionCreateParamsStreaming,
 )
 from openai.types.responses import ResponseStreamEvent
-from openai.types.responses.response_create_params import ResponseCreateParamsStreaming
+from openai.types.responses.response_create_params import (
+    ResponseCreateParamsNonStreaming,
+    ResponseCreateParamsStreaming,
+)
 from pydantic import BaseModel, TypeAdapter
 
 from services.compaction.summarizer import Summarizer
@@ -32,6 +35,7 @@ from tests.support.model_runs import bodies, create_row, prompt_and_wait
 RESPONSES = TypeAdapter(ResponseCreateParamsStreaming)
 CHAT = TypeAdapter(CompletionCreateParamsStreaming)
 CHAT_PLAIN = TypeAdapter(CompletionCreateParamsNonStreaming)
+RESPONSES_PLAIN = TypeAdapter(ResponseCreateParamsNonStreaming)
 EVENT_CLASSES: dict[str, type[BaseModel]] = {
     typing.get_args(c.model_fields["type"].annotation)[0]: c
     for c in typing.get_args(typing.get_args(ResponseStreamEvent)[0])
@@ -83,17 +87,18 @@ async def test_runtime_requests_validate_against_the_sdk_params(api: str, redis_
         assert all(n == names[0] for n in names)
 
 
-async def test_compaction_summarizer_request_validates() -> None:
-    seen: list[dict[str, Any]] = []
-
-    def model(body: dict[str, Any]) -> ScriptedReply:
-        seen.append(body)
-        return ScriptedReply(content="## Goal\nx")
-
-    summarizer = Summarizer(openai_client(Settings(OPENAI_API_KEY=None), model), "gpt-5-mini")
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_compaction_summarizer_request_validates(api: str) -> None:
+    client = openai_client(Settings(OPENAI_API_KEY=None), lambda body: ScriptedReply(content="## Goal\nx"))
+    summarizer = Summarizer(client, "gpt-5-mini", api)  # type: ignore[arg-type]
     assert await summarizer.complete("summarize this", 1000) == "## Goal\nx"
-    assert len(seen) == 1
-    assert_exact(CHAT_PLAIN, seen[0])
+    transport = scripted_transport(client)
+    assert transport is not None
+    ((sent_api, body),) = transport.requests
+    assert sent_api == api
+    assert_exact(RESPONSES_PLAIN if api == "responses" else CHAT_PLAIN, body)
+    if api == "responses":
+        assert body["store"] is False and body["instructions"] and body["max_output_tokens"] == 1000
 
 
 REPLIES = [
