@@ -41,6 +41,7 @@ class ScriptedReply:
     reasoning: str | None = None  # the reasoning summary, sent when the request asks for reasoning
     refusal: str = ""
     cut: bool = False  # the connection drops in the middle of the stream
+    stream_error: dict[str, str] | None = None  # {"code", "message"}: an error event right after the start
 
 
 @dataclass
@@ -182,6 +183,9 @@ def _sse(reply: ScriptedReply, model: str, usage: dict[str, Any]) -> list[bytes]
         out.append(chunk({"content": text[i : i + 64]}))
     if reply.refusal:
         out.append(chunk({"refusal": reply.refusal}))
+    if reply.stream_error is not None:
+        return [out[0], b"data: " + json.dumps({"error": {**reply.stream_error, "type": "server_error"}}).encode()
+                + b"\n\n"]
     for index, call in enumerate(reply.tool_calls):
         args = _args(call)
         out.append(

@@ -109,6 +109,10 @@ def events(reply: ScriptedReply, body: dict[str, Any], use: dict[str, Any], reas
     ev = _Events()
     ev.add("response.created", response=response_object(body, rid, "in_progress", []))
     output: list[dict[str, Any]] = []
+    if reply.stream_error is not None:
+        ev.add("error", code=reply.stream_error.get("code"), message=reply.stream_error.get("message", ""),
+               param=None)
+        return ev.items
     if reasoning is not None:
         _reasoning(ev, output, body, reasoning)
     if reply.content or reply.refusal:

@@ -12,7 +12,8 @@ Scenarios, chosen from the latest user message:
 Injections steered into a run after its prompt was already answered (a blocking message_user) are
 acknowledged in plain text, which ends the run: the prompt is not answered a second time.
 A step may also carry `reasoning` (summary text), `refusal`, `finish_reason: "length"`, `cut: true`
-(the connection drops mid-stream, once), `raw_arguments` on a tool call (sent instead of the JSON),
+(the connection drops mid-stream, once), `stream_error: {code, message}` (an error event inside the
+stream; with `times`, only that many times), `raw_arguments` on a tool call (sent instead of the JSON),
 and an error step `times` (fail that many times, then skip) and `retry_after` (seconds, a header).
 Requests without the message_user tool (a subagent) get a plain text answer.
 """
@@ -97,7 +98,9 @@ class ScriptedGamma:
                                   raw_arguments=c.get("raw_arguments")) for c in s.get("tool_calls", [])]
         return ScriptedReply(content=s.get("content", ""), tool_calls=calls, reasoning=s.get("reasoning"),
                              refusal=s.get("refusal", ""), finish_reason=s.get("finish_reason"),
-                             cut=bool(s.get("cut")) and not self._spent(prompt, index, {"times": 1}, count=True))
+                             cut=bool(s.get("cut")) and not self._spent(prompt, index, {"times": 1}, count=True),
+                             stream_error=s["stream_error"] if "stream_error" in s and not self._spent(
+                                 prompt, index, s, count=True) else None)
 
     def _spent(self, prompt: str, index: int, step: dict[str, Any], count: bool = False) -> bool:
         """An error (or cut) step with `times: n` fails n times, then is skipped; without `times`

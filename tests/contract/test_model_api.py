@@ -154,3 +154,11 @@ async def test_scripted_chat_chunks_and_completions_parse(reply: ScriptedReply) 
 async def test_offline_client_exposes_its_transport() -> None:
     client = openai_client(Settings(OPENAI_API_KEY=None), ScriptedGamma())
     assert scripted_transport(client) is not None
+
+
+def test_scripted_error_event_parses() -> None:
+    reply = ScriptedReply(stream_error={"code": "server_error", "message": "overloaded"})
+    events = scripted_responses.events(reply, {"model": "m", "input": []}, scripted_responses.usage(1, 0, 1, 0), None)
+    parsed = [EVENT_CLASSES[e["type"]].model_validate(e) for e in events]
+    assert [p.type for p in parsed] == ["response.created", "error"]  # type: ignore[attr-defined]
+    assert parsed[-1].code == "server_error"  # type: ignore[attr-defined]

@@ -127,3 +127,15 @@ async def test_cached_share_grows_across_turns(api: str, redis_url: str, tmp_pat
         # The session's share (what GET /sessions/{id} reports) grows with every turn.
         share = [sum(cached[: i + 1]) / sum(r["input_tokens"] for r in requests[: i + 1]) for i in range(len(cached))]
         assert share == sorted(share) and share[-1] > 0.7
+
+
+async def test_an_error_inside_the_stream_is_retried_when_transient(api: str, redis_url: str, tmp_path: Path) -> None:
+    async with session(api, redis_url, tmp_path) as (proc, sid):
+        answer = await prompt_and_wait(proc, sid, script(
+            {"content": "fine now", "stream_error": {"code": "server_error", "message": "try again"}, "times": 1}))
+        assert answer["message_user"]["message"] == "fine now" and not answer["errors"]
+        assert (await proc.events(sid, "model_request"))[-1]["attempts"] == 2
+        answer = await prompt_and_wait(proc, sid, script(
+            {"content": "never", "stream_error": {"code": "invalid_prompt", "message": "flagged"}}))
+        assert "flagged" in answer["errors"][-1]["error"]  # not transient: no retry
+        assert (await proc.events(sid, "model_request"))[-1]["attempts"] == 1

@@ -50,36 +50,38 @@ class ChatApi:
         # context): the same POST, sent as is.
         stream = await client.post("/chat/completions", body=body, cast_to=ChatCompletion, stream=True,
                                    stream_cls=AsyncStream[ChatCompletionChunk])
-        async for chunk in stream:
-            if signal.is_set():
-                await stream.close()
-                partial.content = assemble(text, calls)
-                partial.stop_reason = "aborted"
-                return partial
-            if chunk.usage is not None:
-                cached = chunk.usage.prompt_tokens_details
-                details = chunk.usage.completion_tokens_details
-                partial.usage = Usage(input=chunk.usage.prompt_tokens, output=chunk.usage.completion_tokens,
-                                      cache_read=int((cached.cached_tokens if cached else 0) or 0),
-                                      reasoning=int((details.reasoning_tokens if details else 0) or 0),
-                                      total_tokens=chunk.usage.total_tokens)
-            for choice in chunk.choices:
-                delta = choice.delta
-                if delta.content:
-                    text.append(delta.content)
-                    await emit(AgentEvent(type="message_update", data={"delta": delta.content}))
-                if delta.refusal:
-                    refusal.append(delta.refusal)
-                for tc in delta.tool_calls or []:
-                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                    if tc.id:
-                        slot["id"] = tc.id
-                    if tc.function and tc.function.name:
-                        slot["name"] = tc.function.name
-                    if tc.function and tc.function.arguments:
-                        slot["arguments"] += tc.function.arguments
-                if choice.finish_reason:
-                    finish_reason = choice.finish_reason
+        try:
+            async for chunk in stream:
+                if signal.is_set():
+                    partial.content = assemble(text, calls)
+                    partial.stop_reason = "aborted"
+                    return partial
+                if chunk.usage is not None:
+                    cached = chunk.usage.prompt_tokens_details
+                    details = chunk.usage.completion_tokens_details
+                    partial.usage = Usage(input=chunk.usage.prompt_tokens, output=chunk.usage.completion_tokens,
+                                          cache_read=int((cached.cached_tokens if cached else 0) or 0),
+                                          reasoning=int((details.reasoning_tokens if details else 0) or 0),
+                                          total_tokens=chunk.usage.total_tokens)
+                for choice in chunk.choices:
+                    delta = choice.delta
+                    if delta.content:
+                        text.append(delta.content)
+                        await emit(AgentEvent(type="message_update", data={"delta": delta.content}))
+                    if delta.refusal:
+                        refusal.append(delta.refusal)
+                    for tc in delta.tool_calls or []:
+                        slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                        if tc.id:
+                            slot["id"] = tc.id
+                        if tc.function and tc.function.name:
+                            slot["name"] = tc.function.name
+                        if tc.function and tc.function.arguments:
+                            slot["arguments"] += tc.function.arguments
+                    if choice.finish_reason:
+                        finish_reason = choice.finish_reason
+        finally:
+            await stream.close()  # a failed or cut stream gives its connection back
         partial.content = assemble(text, calls)
         partial.refusal = "".join(refusal) or None
         return finish(partial, length=finish_reason == "length", tool_use=finish_reason == "tool_calls")

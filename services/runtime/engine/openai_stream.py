@@ -31,7 +31,7 @@ from shared.contracts.messages import AssistantMessage
 from ..tokens import TokenCounter, shared_prefix
 from .chat_api import ChatApi
 from .model_api import ModelApi, ModelSettings, StreamError
-from .responses_api import ResponsesApi
+from .responses_api import RETRYABLE_CODES, ResponsesApi
 from .types import AgentContext, AgentEvent, Emit, Tool
 
 __all__ = ["ModelSettings", "OpenAIStream", "PieceTokens", "prefix_hash", "request_pieces"]
@@ -98,6 +98,8 @@ def retryable(exc: BaseException) -> bool:
         return exc.status_code in RETRY_STATUS
     if isinstance(exc, StreamError):
         return exc.retryable
+    if isinstance(exc, openai.APIError) and exc.code in RETRYABLE_CODES:
+        return True  # an error inside a Chat Completions stream (`data: {"error": ...}`)
     return isinstance(exc, (openai.APIConnectionError, httpx.HTTPError))
 
 
@@ -156,6 +158,9 @@ class OpenAIStream:
                                                                     "reason": _describe(exc, attempt)}))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(signal.wait(), delay)
+                if signal.is_set():
+                    partial.stop_reason = "aborted"
+                    return partial, attempt
 
 
 def _describe(exc: BaseException, attempt: int) -> str:

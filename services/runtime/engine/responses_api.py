@@ -66,27 +66,29 @@ class ResponsesApi:
         content: list[Any] = []
         refusal: list[str] = []
         incomplete = False
-        async for event in stream:
-            if signal.is_set():
-                await stream.close()
-                partial.content = content
-                partial.stop_reason = "aborted"
-                return partial
-            kind = event.type
-            if kind == "response.output_text.delta":
-                await emit(AgentEvent(type="message_update", data={"delta": event.delta}))
-            elif kind == "response.output_item.done":
-                _take_item(event.item.model_dump(mode="json", exclude_unset=True), content, refusal)
-            elif kind in ("response.completed", "response.incomplete"):
-                incomplete = kind == "response.incomplete"
-                partial.usage = _usage(event.response.usage)
-            elif kind == "response.failed":
-                err = event.response.error
-                raise StreamError(f"{err.code}: {err.message}" if err else "response failed",
-                                  retryable=bool(err and err.code in RETRYABLE_CODES))
-            elif kind == "error":
-                raise StreamError(f"{event.code}: {event.message}" if event.code else event.message,
-                                  retryable=event.code in RETRYABLE_CODES)
+        try:
+            async for event in stream:
+                if signal.is_set():
+                    partial.content = content
+                    partial.stop_reason = "aborted"
+                    return partial
+                kind = event.type
+                if kind == "response.output_text.delta":
+                    await emit(AgentEvent(type="message_update", data={"delta": event.delta}))
+                elif kind == "response.output_item.done":
+                    _take_item(event.item.model_dump(mode="json", exclude_unset=True), content, refusal)
+                elif kind in ("response.completed", "response.incomplete"):
+                    incomplete = kind == "response.incomplete"
+                    partial.usage = _usage(event.response.usage)
+                elif kind == "response.failed":
+                    err = event.response.error
+                    raise StreamError(f"{err.code}: {err.message}" if err else "response failed",
+                                      retryable=bool(err and err.code in RETRYABLE_CODES))
+                elif kind == "error":
+                    raise StreamError(f"{event.code}: {event.message}" if event.code else event.message,
+                                      retryable=event.code in RETRYABLE_CODES)
+        finally:
+            await stream.close()  # a failed or cut stream gives its connection back
         partial.content = content
         partial.refusal = "".join(refusal) or None
         return finish(partial, length=incomplete)
