@@ -16,14 +16,19 @@ ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
 
 
 @pytest.fixture(scope="module")
-def api(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+def stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     s = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("model-api"))
     try:
         s.start("proxy", "runtime")
-        with httpx.Client(base_url=s.url(), headers=ALICE, timeout=httpx.Timeout(30, read=30)) as client:
-            yield client
+        yield s
     finally:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def api(stack: Stack) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack.url(), headers=ALICE, timeout=httpx.Timeout(30, read=30)) as client:
+        yield client
 
 
 def replies(api: httpx.Client, sid: str) -> list[str]:
@@ -41,7 +46,7 @@ def test_the_api_is_chosen_on_create_and_defaults_from_the_setting(api: httpx.Cl
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("model_api", ["responses", "chat"])
-def test_deck_run_and_cache_hit_ratio(api: httpx.Client, model_api: str) -> None:
+def test_deck_run_and_cache_hit_ratio(stack: Stack, api: httpx.Client, model_api: str) -> None:
     created = api.post("/sessions", json={"variant": "deck-generation",
                                           "model": {"api": model_api, "reasoning_effort": "low"}})
     assert created.status_code == 201
@@ -57,3 +62,26 @@ def test_deck_run_and_cache_hit_ratio(api: httpx.Client, model_api: str) -> None
     later = wait_sync(lambda: (u := api.get(f"/sessions/{sid}").json()["model_usage"])["requests"] > first["requests"]
                       and u, timeout=10, interval=0.1, what="the usage of the second run")
     assert later["cache_hit_ratio"] >= first["cache_hit_ratio"] and later["cached_tokens"] > first["cached_tokens"]
+    metrics = httpx.get(stack.url("runtime") + "/metrics").text
+    for name in ("gamma_model_input_tokens_total", "gamma_model_cached_tokens_total",
+                 "gamma_model_reasoning_tokens_total"):
+        assert _metric(metrics, name, model_api) > 0, name
+
+
+def _metric(text: str, name: str, model_api: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") and f'api="{model_api}"' in line)
+
+
+@pytest.mark.timeout(60)
+def test_plain_text_and_refusals_show_as_implicit_messages_in_the_preview(api: httpx.Client) -> None:
+    sid = api.post("/sessions", json={}).json()["id"]
+    plain = 'script:[{"content": "Just text, no tool."}]'
+    assert api.post(f"/sessions/{sid}/messages", json={"message": plain}).status_code == 202
+    wait_sync(lambda: replies(api, sid), timeout=30, interval=0.2, what="the implicit message")
+    refusal = 'script:[{"refusal": "I cannot do that."}]'
+    assert api.post(f"/sessions/{sid}/messages", json={"message": refusal}).status_code == 202
+    wait_sync(lambda: len(replies(api, sid)) >= 2, timeout=30, interval=0.2, what="the refusal")
+    shown = [e for e in api.get(f"/sessions/{sid}/preview").json()["transcript"] if e["kind"] == "message_user"]
+    assert [(e["text"], e["implicit"], e["refusal"]) for e in shown] == [
+        ("Just text, no tool.", True, False), ("The model refused: I cannot do that.", True, True)]
