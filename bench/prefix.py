@@ -11,7 +11,8 @@ Metrics: static_prefix_identical_ratio (requests whose system prompt + tool sche
 common one), median_shared_prefix_ratio (tokens shared with the session's previous request / prompt
 tokens), requests. Prints a table, writes bench/results/prefix.json. Not a timed test.
 
-The workload runs once per model API (Responses, Chat Completions). For each, from the runtime's own
+The workload runs once per model API (Responses, Chat Completions; and Chat Completions as sent to a
+non-OpenAI server, without prompt_cache_key). For each, from the runtime's own
 `model_request` events: the static-prefix identity, the computed shared share (our token count), and
 the API-reported cached share (`cached_tokens / input_tokens` from the usage the API returned; the
 scripted server simulates OpenAI's exact-prefix cache: 128-token steps past 1,024, per
@@ -81,9 +82,10 @@ class Harness:
     """The runtime's Worker in this process; the bus is a plain XADD (no FastStream consumers here)."""
 
     def __init__(self, url: str, data_dir: Path, model: Callable[[dict[str, Any]], ScriptedReply],
-                 idle_s: float = 3600, api: str = "chat") -> None:
+                 idle_s: float = 3600, api: str = "chat", base_url: str | None = None) -> None:
         self.settings = Settings(REDIS_URL=url, GAMMA_DATA_DIR=data_dir, GAMMA_IDLE_S=idle_s,  # type: ignore[call-arg]
-                                 GAMMA_LEASE_MS=10_000, OPENAI_API_KEY=None, GAMMA_MODEL_API=api)
+                                 GAMMA_LEASE_MS=10_000, OPENAI_API_KEY=None, GAMMA_MODEL_API=api,
+                                 OPENAI_BASE_URL=base_url)
         self.client = aioredis.from_url(url)
         self.skills = load_skills(skills_dir())
         prompts: dict[str, str] = {v: build_system_prompt(v, self.skills) for v in VARIANTS}
@@ -294,10 +296,16 @@ def measure_api(by_session: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
-async def run_api(api: str, sessions: int, turns: int, concurrency: int,
+# (label, API, OPENAI_BASE_URL): the third is Chat Completions as sent to a compatible server, which
+# gets no prompt_cache_key (the scripted model still answers: no OPENAI_API_KEY).
+RUNS = (("responses", "responses", None), ("chat", "chat", None),
+        ("chat_no_cache_key", "chat", "http://compatible.local/v1"))
+
+
+async def run_api(api: str, base_url: str | None, sessions: int, turns: int, concurrency: int,
                   recorder: Recorder) -> tuple[dict[str, list[dict[str, Any]]], float]:
     with tempfile.TemporaryDirectory(prefix="gamma-bench-prefix-") as tmp:
-        h = Harness(redis_url(), Path(tmp), recorder, api=api)
+        h = Harness(redis_url(), Path(tmp), recorder, api=api, base_url=base_url)
         await h.start()
         started = time.perf_counter()
         gate = asyncio.Semaphore(concurrency)
@@ -318,12 +326,12 @@ async def main(sessions: int, turns: int, concurrency: int) -> dict[str, Any]:
     apis: dict[str, Any] = {}
     elapsed = 0.0
     chat_bodies: list[dict[str, Any]] = []
-    for api in ("responses", "chat"):
+    for label, api, base_url in RUNS:
         recorder = Recorder(ScriptedGamma(load_skills(skills_dir())))
-        events, took = await run_api(api, sessions, turns, concurrency, recorder)
+        events, took = await run_api(api, base_url, sessions, turns, concurrency, recorder)
         elapsed += took
-        apis[api] = measure_api(events)
-        if api == "chat":
+        apis[label] = measure_api(events)
+        if label == "chat":
             chat_bodies = recorder.bodies
     counter = TokenCounter()
     runtime = measure(chat_bodies, counter)

@@ -3,6 +3,8 @@
 OpenAI caches exact prompt prefixes (tools and instructions included), routed by `prompt_cache_key`:
 nothing below 1,024 tokens, then hits in 128-token steps, for the longest prefix seen before.
 Tokens are estimated as 4 characters of the canonical request text, as the scripted usage is.
+One key stands for one cache machine, which keeps the last few prompts: requests without a key
+(every session under the one empty key) crowd each other out, as they do on one real machine.
 """
 
 from __future__ import annotations

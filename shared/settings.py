@@ -117,11 +117,16 @@ class Settings(BaseSettings):
         return self.data_dir / "sessions"
 
     @property
+    def openai_endpoint(self) -> bool:
+        """OpenAI itself (or the offline scripted model, which plays it), not another compatible server."""
+        base = (self.openai_base_url or "").strip()
+        return not base or "://api.openai.com" in base
+
+    @property
     def default_model_api(self) -> Literal["responses", "chat"]:
         if self.model_api is not None:
             return self.model_api
-        base = (self.openai_base_url or "").strip()
-        return "responses" if not base or "://api.openai.com" in base else "chat"
+        return "responses" if self.openai_endpoint else "chat"
 
     @property
     def scripted(self) -> bool:

@@ -112,6 +112,7 @@ class Worker:
                                         reasoning_effort=model.reasoning_effort,
                                         api=model.api or self.settings.default_model_api,
                                         max_output_tokens=self.settings.max_output_tokens, cache_key=sid,
+                                        chat_cache_key=self.settings.openai_endpoint,
                                         max_retries=self.settings.model_max_retries,
                                         retry_base_s=self.settings.model_retry_base_s,
                                         retry_max_s=self.settings.model_retry_max_s),

@@ -82,6 +82,7 @@ async def test_runtime_requests_validate_against_the_sdk_params(api: str, redis_
             assert all("function" not in t and t["type"] == "function" for t in last["tools"])
         else:
             assert last["reasoning_effort"] == "low" and last["tools"][0]["type"] == "function"
+            assert last["prompt_cache_key"] == sid  # offline plays OpenAI; other servers do not get it
         # The tools are sent in one fixed order on every request.
         names = [[t.get("name") or t["function"]["name"] for t in b["tools"]] for b in sent]
         assert all(n == names[0] for n in names)

@@ -69,3 +69,14 @@ def test_prompt_cache_hits_in_128_token_steps_past_1024_per_key() -> None:
     cache.lookup_and_store("k", long + "1")
     assert cache.lookup_and_store("k", long + "2") == 1280  # 1,300 shared -> 1,024 + 2 x 128
     assert cache.lookup_and_store("other", long + "3") == 0  # another prompt_cache_key
+
+
+def test_chat_sends_prompt_cache_key_only_to_openai() -> None:
+    from services.runtime.engine.chat_api import ChatApi
+    from services.runtime.engine.types import AgentContext
+
+    context = AgentContext("sys", [], [])
+    for base, expected in ((None, True), ("https://api.openai.com/v1", True), ("http://localhost:8000/v1", False)):
+        s = Settings(OPENAI_BASE_URL=base)  # type: ignore[call-arg]
+        body = ChatApi().body(context, ModelSettings(model="m", cache_key="sid1", chat_cache_key=s.openai_endpoint))
+        assert ("prompt_cache_key" in body) is expected

@@ -31,6 +31,8 @@ class ChatApi:
             body["parallel_tool_calls"] = True
         if settings.reasoning_effort:
             body["reasoning_effort"] = settings.reasoning_effort
+        if settings.cache_key and settings.chat_cache_key:
+            body["prompt_cache_key"] = settings.cache_key
         return body
 
     def pieces(self, body: dict[str, Any]) -> list[str]:

@@ -26,6 +26,8 @@ class ModelSettings:
     api: ApiName = "chat"
     max_output_tokens: int | None = None
     cache_key: str | None = None  # prompt_cache_key: the session id
+    # Chat Completions sends prompt_cache_key only to OpenAI: other servers may refuse unknown fields.
+    chat_cache_key: bool = False
     max_retries: int = 0  # 429, 5xx and dropped connections
     retry_base_s: float = 1.0
     retry_max_s: float = 60.0
