@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared import keys
 from shared.contracts.events import MessageUserData
-from shared.contracts.messages import AgentMessage, AssistantMessage
+from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage
 
 if TYPE_CHECKING:
     from .events import Outbox
@@ -46,7 +46,20 @@ def mark_implicit(message: AgentMessage) -> bool:
     return True
 
 
-async def announce(outbox: Outbox, message: AgentMessage) -> None:
+def continued_text(message: AssistantMessage, context: list[AgentMessage]) -> str:
+    """The reply's text, with the part cut at the output token limit before it (the loop asked the
+    model to continue it): the user reads the whole answer."""
+    text = message.text()
+    at = next((i for i in range(len(context) - 1, -1, -1) if context[i] is message), -1)
+    if at >= 2:
+        guidance, cut = context[at - 1], context[at - 2]
+        if (isinstance(guidance, CustomMessage) and guidance.details.get("reason") == "max_output_tokens"
+                and isinstance(cut, AssistantMessage) and cut.stop_reason == "length" and cut.text().strip()):
+            return cut.text() + text
+    return text
+
+
+async def announce(outbox: Outbox, message: AgentMessage, context: list[AgentMessage]) -> None:
     if not isinstance(message, AssistantMessage):
         return
     if message.stop_reason == "error":
@@ -54,6 +67,6 @@ async def announce(outbox: Outbox, message: AgentMessage) -> None:
                                      "model": message.model})
     elif message.implicit_message_user:
         refused = bool(message.refusal) and not message.text().strip()
-        text = f"The model refused: {message.refusal}" if refused else message.text()
+        text = f"The model refused: {message.refusal}" if refused else continued_text(message, context)
         await outbox.event("message_user", MessageUserData(message=text, block_on_user=True, tool_call_id="",
                                                            implicit=True, refusal=refused).model_dump())

@@ -481,7 +481,7 @@ class Session:
         also = count_usage(self.sid, event.data) if event.type == "model_request" else None
         await self.outbox.event(event.type, event.data, also, wait=event.type not in PROGRESS_EVENTS)
         if event.type == "message_end" and event.message is not None:
-            await announce(self.outbox, event.message)
+            await announce(self.outbox, event.message, self.agent.messages)
 
     async def _record(self, message: AgentMessage) -> None:
         if isinstance(message, UserMessage):

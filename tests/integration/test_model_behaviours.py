@@ -43,7 +43,8 @@ async def test_output_limit_continues_once_then_errors(api: str, redis_url: str,
     async with session(api, redis_url, tmp_path) as (proc, sid):
         answer = await prompt_and_wait(proc, sid, script(
             {"content": "The first half", "finish_reason": "length"}, {"content": "and the rest."}))
-        assert answer["message_user"]["message"] == "and the rest." and not answer["errors"]
+        # The user reads the whole answer: the cut part and its continuation.
+        assert answer["message_user"]["message"] == "The first halfand the rest." and not answer["errors"]
         guidance = [e for e in transcript(tmp_path, sid) if e.get("customType") == "gamma.system_guidance"]
         assert len(guidance) == 1 and "output token limit" in guidance[0]["content"]
         answer = await prompt_and_wait(proc, sid, script(
