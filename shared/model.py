@@ -41,7 +41,8 @@ class ScriptedReply:
     reasoning: str | None = None  # the reasoning summary, sent when the request asks for reasoning
     refusal: str = ""
     cut: bool = False  # the connection drops in the middle of the stream
-    stream_error: dict[str, str] | None = None  # {"code", "message"}: an error event right after the start
+    # {"code", "message", "event"?: "failed"}: an `error` event (or `response.failed`) right after the start
+    stream_error: dict[str, str] | None = None
 
 
 @dataclass
@@ -184,7 +185,8 @@ def _sse(reply: ScriptedReply, model: str, usage: dict[str, Any]) -> list[bytes]
     if reply.refusal:
         out.append(chunk({"refusal": reply.refusal}))
     if reply.stream_error is not None:
-        return [out[0], b"data: " + json.dumps({"error": {**reply.stream_error, "type": "server_error"}}).encode()
+        error = {"code": reply.stream_error.get("code"), "message": reply.stream_error.get("message", "")}
+        return [out[0], b"data: " + json.dumps({"error": {**error, "type": "server_error"}}).encode()
                 + b"\n\n"]
     for index, call in enumerate(reply.tool_calls):
         args = _args(call)

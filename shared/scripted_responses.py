@@ -110,8 +110,13 @@ def events(reply: ScriptedReply, body: dict[str, Any], use: dict[str, Any], reas
     ev.add("response.created", response=response_object(body, rid, "in_progress", []))
     output: list[dict[str, Any]] = []
     if reply.stream_error is not None:
-        ev.add("error", code=reply.stream_error.get("code"), message=reply.stream_error.get("message", ""),
-               param=None)
+        code, message = reply.stream_error.get("code"), reply.stream_error.get("message", "")
+        if reply.stream_error.get("event") == "failed":  # the response itself fails
+            failed = response_object(body, rid, "failed", [], use)
+            failed["error"] = {"code": code, "message": message}
+            ev.add("response.failed", response=failed)
+        else:
+            ev.add("error", code=code, message=message, param=None)
         return ev.items
     if reasoning is not None:
         _reasoning(ev, output, body, reasoning)

@@ -157,9 +157,13 @@ async def test_offline_client_exposes_its_transport() -> None:
     assert scripted_transport(client) is not None
 
 
-def test_scripted_error_event_parses() -> None:
-    reply = ScriptedReply(stream_error={"code": "server_error", "message": "overloaded"})
+@pytest.mark.parametrize("event", ["error", "response.failed"])
+def test_scripted_error_events_parse(event: str) -> None:
+    error = {"code": "server_error", "message": "overloaded"}
+    reply = ScriptedReply(stream_error={**error, "event": "failed"} if event == "response.failed" else error)
     events = scripted_responses.events(reply, {"model": "m", "input": []}, scripted_responses.usage(1, 0, 1, 0), None)
     parsed = [EVENT_CLASSES[e["type"]].model_validate(e) for e in events]
-    assert [p.type for p in parsed] == ["response.created", "error"]  # type: ignore[attr-defined]
-    assert parsed[-1].code == "server_error"  # type: ignore[attr-defined]
+    assert [p.type for p in parsed] == ["response.created", event]  # type: ignore[attr-defined]
+    last = parsed[-1]
+    code = last.response.error.code if event == "response.failed" else last.code  # type: ignore[attr-defined]
+    assert code == "server_error"

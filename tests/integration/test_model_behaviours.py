@@ -136,6 +136,9 @@ async def test_an_error_inside_the_stream_is_retried_when_transient(api: str, re
             {"content": "fine now", "stream_error": {"code": "server_error", "message": "try again"}, "times": 1}))
         assert answer["message_user"]["message"] == "fine now" and not answer["errors"]
         assert (await proc.events(sid, "model_request"))[-1]["attempts"] == 2
+        answer = await prompt_and_wait(proc, sid, script({"content": "failed once", "times": 1, "stream_error": {
+            "code": "server_error", "message": "try again", "event": "failed"}}))  # response.failed (Responses)
+        assert answer["message_user"]["message"] == "failed once" and not answer["errors"]
         answer = await prompt_and_wait(proc, sid, script(
             {"content": "never", "stream_error": {"code": "invalid_prompt", "message": "flagged"}}))
         assert "flagged" in answer["errors"][-1]["error"]  # not transient: no retry
