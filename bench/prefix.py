@@ -11,8 +11,8 @@ Metrics: static_prefix_identical_ratio (requests whose system prompt + tool sche
 common one), median_shared_prefix_ratio (tokens shared with the session's previous request / prompt
 tokens), requests. Prints a table, writes bench/results/prefix.json. Not a timed test.
 
-The workload runs once per model API (Responses, Chat Completions; and Chat Completions as sent to a
-non-OpenAI server, without prompt_cache_key). For each, from the runtime's own
+The workload runs once per model API (Responses, without and with reasoning replayed; Chat
+Completions; and Chat Completions as sent to a non-OpenAI server, without prompt_cache_key). For each, from the runtime's own
 `model_request` events: the static-prefix identity, the computed shared share (our token count), and
 the API-reported cached share (`cached_tokens / input_tokens` from the usage the API returned; the
 scripted server simulates OpenAI's exact-prefix cache: 128-token steps past 1,024, per
@@ -44,6 +44,7 @@ from pydantic import BaseModel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from services.proxy.rows import SessionRow  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
 from services.runtime.engine.openai_stream import PieceTokens, request_pieces  # noqa: E402
 from services.runtime.prompt import VARIANTS, build_system_prompt  # noqa: E402
@@ -53,6 +54,7 @@ from services.runtime.tokens import TokenCounter, shared_prefix  # noqa: E402
 from services.runtime.worker import Worker  # noqa: E402
 from services.stack import redis_answers  # noqa: E402
 from shared import inbox, keys  # noqa: E402
+from shared.contracts.http import ModelConfig  # noqa: E402
 from shared.contracts.inbox import Barrier, Injection, UserPrompt  # noqa: E402
 from shared.contracts.injection import RuntimeInjection  # noqa: E402
 from shared.contracts.wake import Wake  # noqa: E402
@@ -82,7 +84,9 @@ class Harness:
     """The runtime's Worker in this process; the bus is a plain XADD (no FastStream consumers here)."""
 
     def __init__(self, url: str, data_dir: Path, model: Callable[[dict[str, Any]], ScriptedReply],
-                 idle_s: float = 3600, api: str = "chat", base_url: str | None = None) -> None:
+                 idle_s: float = 3600, api: str = "chat", base_url: str | None = None,
+                 effort: str | None = None) -> None:
+        self.effort = effort
         self.settings = Settings(REDIS_URL=url, GAMMA_DATA_DIR=data_dir, GAMMA_IDLE_S=idle_s,  # type: ignore[call-arg]
                                  GAMMA_LEASE_MS=10_000, OPENAI_API_KEY=None, GAMMA_MODEL_API=api,
                                  OPENAI_BASE_URL=base_url)
@@ -114,6 +118,11 @@ class Harness:
         return out
 
     async def wake(self, sid: str) -> None:
+        if self.effort:  # a session row as POST /sessions writes it, with reasoning on
+            now = int(time.time() * 1000)
+            row = SessionRow(id=sid, owner="bench", model=ModelConfig(reasoning_effort=self.effort),  # type: ignore[arg-type]
+                             created_at=now, updated_at=now)
+            await self.client.hset(keys.session_row(sid), mapping=row.to_hash())  # type: ignore[arg-type]
         wake = Wake(session_id=sid)
         await self.worker.on_wake(wake)
         await inbox.append(self.client, Barrier(session_id=sid, wake_id=wake.wake_id))
@@ -298,14 +307,15 @@ def measure_api(by_session: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 # (label, API, OPENAI_BASE_URL): the third is Chat Completions as sent to a compatible server, which
 # gets no prompt_cache_key (the scripted model still answers: no OPENAI_API_KEY).
-RUNS = (("responses", "responses", None), ("chat", "chat", None),
-        ("chat_no_cache_key", "chat", "http://compatible.local/v1"))
+RUNS = (("responses", "responses", None, None), ("responses_reasoning", "responses", None, "low"),
+        ("chat", "chat", None, None), ("chat_no_cache_key", "chat", "http://compatible.local/v1", None))
 
 
-async def run_api(api: str, base_url: str | None, sessions: int, turns: int, concurrency: int,
+async def run_api(run: tuple[str, str, str | None, str | None], sessions: int, turns: int, concurrency: int,
                   recorder: Recorder) -> tuple[dict[str, list[dict[str, Any]]], float]:
+    _, api, base_url, effort = run
     with tempfile.TemporaryDirectory(prefix="gamma-bench-prefix-") as tmp:
-        h = Harness(redis_url(), Path(tmp), recorder, api=api, base_url=base_url)
+        h = Harness(redis_url(), Path(tmp), recorder, api=api, base_url=base_url, effort=effort)
         await h.start()
         started = time.perf_counter()
         gate = asyncio.Semaphore(concurrency)
@@ -326,9 +336,10 @@ async def main(sessions: int, turns: int, concurrency: int) -> dict[str, Any]:
     apis: dict[str, Any] = {}
     elapsed = 0.0
     chat_bodies: list[dict[str, Any]] = []
-    for label, api, base_url in RUNS:
+    for run in RUNS:
+        label = run[0]
         recorder = Recorder(ScriptedGamma(load_skills(skills_dir())))
-        events, took = await run_api(api, base_url, sessions, turns, concurrency, recorder)
+        events, took = await run_api(run, sessions, turns, concurrency, recorder)
         elapsed += took
         apis[label] = measure_api(events)
         if label == "chat":
