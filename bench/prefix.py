@@ -10,6 +10,13 @@ body the model receives is recorded. Measured on those bodies, side by side:
 Metrics: static_prefix_identical_ratio (requests whose system prompt + tool schemas equal the most
 common one), median_shared_prefix_ratio (tokens shared with the session's previous request / prompt
 tokens), requests. Prints a table, writes bench/results/prefix.json. Not a timed test.
+
+The workload runs once per model API (Responses, without and with reasoning replayed; Chat
+Completions; and Chat Completions as sent to a non-OpenAI server, without prompt_cache_key). For each, from the runtime's own
+`model_request` events: the static-prefix identity, the computed shared share (our token count), and
+the API-reported cached share (`cached_tokens / input_tokens` from the usage the API returned; the
+scripted server simulates OpenAI's exact-prefix cache: 128-token steps past 1,024, per
+prompt_cache_key). The baseline comparison uses the Chat Completions run's bodies.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from pydantic import BaseModel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from services.proxy.rows import SessionRow  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
 from services.runtime.engine.openai_stream import PieceTokens, request_pieces  # noqa: E402
 from services.runtime.prompt import VARIANTS, build_system_prompt  # noqa: E402
@@ -46,6 +54,7 @@ from services.runtime.tokens import TokenCounter, shared_prefix  # noqa: E402
 from services.runtime.worker import Worker  # noqa: E402
 from services.stack import redis_answers  # noqa: E402
 from shared import inbox, keys  # noqa: E402
+from shared.contracts.http import ModelConfig  # noqa: E402
 from shared.contracts.inbox import Barrier, Injection, UserPrompt  # noqa: E402
 from shared.contracts.injection import RuntimeInjection  # noqa: E402
 from shared.contracts.wake import Wake  # noqa: E402
@@ -75,9 +84,12 @@ class Harness:
     """The runtime's Worker in this process; the bus is a plain XADD (no FastStream consumers here)."""
 
     def __init__(self, url: str, data_dir: Path, model: Callable[[dict[str, Any]], ScriptedReply],
-                 idle_s: float = 3600) -> None:
-        self.settings = Settings(REDIS_URL=url, GAMMA_DATA_DIR=data_dir, GAMMA_IDLE_S=idle_s,
-                                 GAMMA_LEASE_MS=10_000, OPENAI_API_KEY=None)
+                 idle_s: float = 3600, api: str = "chat", base_url: str | None = None,
+                 effort: str | None = None) -> None:
+        self.effort = effort
+        self.settings = Settings(REDIS_URL=url, GAMMA_DATA_DIR=data_dir, GAMMA_IDLE_S=idle_s,  # type: ignore[call-arg]
+                                 GAMMA_LEASE_MS=10_000, OPENAI_API_KEY=None, GAMMA_MODEL_API=api,
+                                 OPENAI_BASE_URL=base_url)
         self.client = aioredis.from_url(url)
         self.skills = load_skills(skills_dir())
         prompts: dict[str, str] = {v: build_system_prompt(v, self.skills) for v in VARIANTS}
@@ -96,7 +108,21 @@ class Harness:
         await self.worker.shutdown()
         await self.client.aclose()
 
+    async def model_requests(self, sid: str) -> list[dict[str, Any]]:
+        """The session's `model_request` events (what the runtime counted and what the API reported)."""
+        out = []
+        for _, fields in await self.client.xrange(keys.events(sid)):
+            ev = json.loads(fields[b"data"])
+            if ev["type"] == "model_request":
+                out.append(ev["data"])
+        return out
+
     async def wake(self, sid: str) -> None:
+        if self.effort:  # a session row as POST /sessions writes it, with reasoning on
+            now = int(time.time() * 1000)
+            row = SessionRow(id=sid, owner="bench", model=ModelConfig(reasoning_effort=self.effort),  # type: ignore[arg-type]
+                             created_at=now, updated_at=now)
+            await self.client.hset(keys.session_row(sid), mapping=row.to_hash())  # type: ignore[arg-type]
         wake = Wake(session_id=sid)
         await self.worker.on_wake(wake)
         await inbox.append(self.client, Barrier(session_id=sid, wake_id=wake.wake_id))
@@ -256,10 +282,40 @@ def measure(bodies: list[dict[str, Any]], counter: TokenCounter) -> dict[str, An
     }
 
 
-async def main(sessions: int, turns: int, concurrency: int) -> dict[str, Any]:
-    recorder = Recorder(ScriptedGamma(load_skills(skills_dir())))
+def measure_api(by_session: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """From `model_request` events: identity of the static prefix, our computed shared share, and the
+    cached share the API reported (the first request of a session has nothing before it: left out of
+    the medians, kept in the totals)."""
+    hashes = [r["prefix_sha256"] for reqs in by_session.values() for r in reqs]
+    computed = [r["shared_prefix_tokens"] / r["prompt_tokens"] for reqs in by_session.values() for r in reqs[1:]
+                if r["prompt_tokens"]]
+    cached = [r["cached_tokens"] / r["input_tokens"] for reqs in by_session.values() for r in reqs[1:]
+              if r["input_tokens"]]
+    all_reqs = [r for reqs in by_session.values() for r in reqs]
+    total_in = sum(r["input_tokens"] for r in all_reqs)
+    top = Counter(hashes).most_common(1)[0][1] if hashes else 0
+    return {
+        "requests": len(all_reqs),
+        "static_prefix_identical_ratio": round(top / len(hashes), 4) if hashes else 0.0,
+        "median_shared_prefix_ratio": round(statistics.median(computed), 4) if computed else 0.0,
+        "median_cached_share": round(statistics.median(cached), 4) if cached else 0.0,
+        "cached_share_total": round(sum(r["cached_tokens"] for r in all_reqs) / total_in, 4) if total_in else 0.0,
+        "reasoning_tokens": sum(r["reasoning_tokens"] for r in all_reqs),
+        "median_input_tokens": int(statistics.median([r["input_tokens"] for r in all_reqs])) if all_reqs else 0,
+    }
+
+
+# (label, API, OPENAI_BASE_URL): the third is Chat Completions as sent to a compatible server, which
+# gets no prompt_cache_key (the scripted model still answers: no OPENAI_API_KEY).
+RUNS = (("responses", "responses", None, None), ("responses_reasoning", "responses", None, "low"),
+        ("chat", "chat", None, None), ("chat_no_cache_key", "chat", "http://compatible.local/v1", None))
+
+
+async def run_api(run: tuple[str, str, str | None, str | None], sessions: int, turns: int, concurrency: int,
+                  recorder: Recorder) -> tuple[dict[str, list[dict[str, Any]]], float]:
+    _, api, base_url, effort = run
     with tempfile.TemporaryDirectory(prefix="gamma-bench-prefix-") as tmp:
-        h = Harness(redis_url(), Path(tmp), recorder)
+        h = Harness(redis_url(), Path(tmp), recorder, api=api, base_url=base_url, effort=effort)
         await h.start()
         started = time.perf_counter()
         gate = asyncio.Semaphore(concurrency)
@@ -270,12 +326,27 @@ async def main(sessions: int, turns: int, concurrency: int) -> dict[str, Any]:
 
         try:
             await asyncio.gather(*(one(i) for i in range(sessions)))
+            events = {f"bench{i:03d}": await h.model_requests(f"bench{i:03d}") for i in range(sessions)}
         finally:
             await h.stop()
-        elapsed = time.perf_counter() - started
+        return events, time.perf_counter() - started
+
+
+async def main(sessions: int, turns: int, concurrency: int) -> dict[str, Any]:
+    apis: dict[str, Any] = {}
+    elapsed = 0.0
+    chat_bodies: list[dict[str, Any]] = []
+    for run in RUNS:
+        label = run[0]
+        recorder = Recorder(ScriptedGamma(load_skills(skills_dir())))
+        events, took = await run_api(run, sessions, turns, concurrency, recorder)
+        elapsed += took
+        apis[label] = measure_api(events)
+        if label == "chat":
+            chat_bodies = recorder.bodies
     counter = TokenCounter()
-    runtime = measure(recorder.bodies, counter)
-    baseline = measure([baseline_body(b) for b in recorder.bodies], counter)
+    runtime = measure(chat_bodies, counter)
+    baseline = measure([baseline_body(b) for b in chat_bodies], counter)
     return {
         "benchmark": "prefix", "sessions": sessions, "turns": turns, "encoding": counter.encoding,
         "elapsed_s": round(elapsed, 1), "machine": platform.platform(),
@@ -283,8 +354,17 @@ async def main(sessions: int, turns: int, concurrency: int) -> dict[str, Any]:
         "static_prefix_identical_ratio": runtime["static_prefix_identical_ratio"],
         "median_shared_prefix_ratio": runtime["median_shared_prefix_ratio"],
         "targets": {"static_prefix_identical_ratio": 1.0, "median_shared_prefix_ratio": 0.95},
-        "runtime": runtime, "baseline_state_in_system_prompt": baseline,
+        "runtime": runtime, "baseline_state_in_system_prompt": baseline, "apis": apis,
     }
+
+
+def api_table(result: dict[str, Any]) -> str:
+    keys_ = ("requests", "static_prefix_identical_ratio", "median_shared_prefix_ratio", "median_cached_share",
+             "cached_share_total", "reasoning_tokens", "median_input_tokens")
+    rows = [("metric (per API, from model_request events)", *result["apis"])]
+    rows += [(k, *(str(result["apis"][a][k]) for a in result["apis"])) for k in keys_]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return "\n".join("  ".join(r[c].ljust(widths[c]) for c in range(len(r))) for r in rows)
 
 
 def table(result: dict[str, Any]) -> str:
@@ -308,6 +388,8 @@ if __name__ == "__main__":
     print(f"prefix benchmark: {result['sessions']} sessions x {result['turns']} turns, {result['requests']} requests, "
           f"{result['elapsed_s']} s, encoding {result['encoding']}")
     print(table(result))
+    print()
+    print(api_table(result))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {RESULTS.relative_to(ROOT)}")

@@ -131,3 +131,9 @@ def compaction_done(sid: str, request_id: str) -> str:
 def compaction_working(sid: str, request_id: str) -> str:
     """The compaction service's lock on one request while its model call runs (renewed)."""
     return _s(sid) + ":compaction-working:" + request_id
+
+
+def model_usage(sid: str) -> str:
+    """Hash of the session's model usage totals (requests, input/cached/output/reasoning tokens), kept
+    by the runtime with each model_request event; GET /sessions/{id} reports its cache-hit ratio."""
+    return _s(sid) + ":model-usage"

@@ -57,6 +57,9 @@ class GammaMetrics:
     model_prompt_tokens_total: Counter
     model_shared_prefix_tokens_total: Counter
     model_completion_tokens_total: Counter
+    model_input_tokens_total: Counter
+    model_cached_tokens_total: Counter
+    model_reasoning_tokens_total: Counter
     active_leases: Gauge
     deadletters: Counter
     stream_delivery: Histogram
@@ -98,6 +101,17 @@ def for_registry(registry: CollectorRegistry) -> GammaMetrics:
         ),
         model_completion_tokens_total=Counter(
             "gamma_model_completion_tokens", "Completion tokens received, summed", ["model"], registry=registry,
+        ),
+        model_input_tokens_total=Counter(
+            "gamma_model_input_tokens", "Input tokens the API reported, summed", ["model", "api"], registry=registry,
+        ),
+        model_cached_tokens_total=Counter(
+            "gamma_model_cached_tokens", "Input tokens the API served from its prompt cache, summed",
+            ["model", "api"], registry=registry,
+        ),
+        model_reasoning_tokens_total=Counter(
+            "gamma_model_reasoning_tokens", "Output tokens spent on reasoning, summed", ["model", "api"],
+            registry=registry,
         ),
         active_leases=Gauge("gamma_active_leases", "Session leases this worker holds", registry=registry),
         deadletters=Counter(
@@ -146,6 +160,10 @@ def model_request(
     shared_prefix_tokens: int,
     completion_tokens: int = 0,
     model: str = "",
+    input_tokens: int = 0,
+    cached_tokens: int = 0,
+    reasoning_tokens: int = 0,
+    api: str = "",
 ) -> None:
     """Call once per model request (the runtime's `model_request` event carries the same numbers)."""
     m = for_registry(registry)
@@ -156,6 +174,10 @@ def model_request(
     m.model_shared_prefix_tokens_total.labels(model=model).inc(shared_prefix_tokens)
     if completion_tokens:
         m.model_completion_tokens_total.labels(model=model).inc(completion_tokens)
+    # Created with the first request, so the cache-hit ratio (cached / input) is always computable.
+    m.model_input_tokens_total.labels(model=model, api=api).inc(input_tokens)
+    m.model_cached_tokens_total.labels(model=model, api=api).inc(cached_tokens)
+    m.model_reasoning_tokens_total.labels(model=model, api=api).inc(reasoning_tokens)
 
 
 def track_active_leases(registry: CollectorRegistry, count: Callable[[], float]) -> None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from openai import AsyncOpenAI
 
+from . import scripted_responses
+from .prompt_cache import PromptCache
 from .settings import Settings
 
 
@@ -25,15 +28,21 @@ class ScriptedToolCall:
     name: str
     arguments: dict[str, Any]
     id: str = field(default_factory=lambda: "call_" + uuid.uuid4().hex[:12])
+    raw_arguments: str | None = None  # sent instead of the JSON of `arguments` (e.g. invalid JSON)
 
 
 @dataclass
 class ScriptedReply:
     content: str = ""
     tool_calls: list[ScriptedToolCall] = field(default_factory=list)
-    finish_reason: str | None = None  # derived from tool_calls when None
+    finish_reason: str | None = None  # derived from tool_calls when None; "length" = out of output tokens
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning: str | None = None  # the reasoning summary, sent when the request asks for reasoning
+    refusal: str = ""
+    cut: bool = False  # the connection drops in the middle of the stream
+    # {"code", "message", "event"?: "failed"}: an `error` event (or `response.failed`) right after the start
+    stream_error: dict[str, str] | None = None
 
 
 @dataclass
@@ -43,52 +52,104 @@ class ScriptedError(Exception):
     status: int
     code: str
     message: str
+    retry_after: float | None = None  # sent as the Retry-After header
 
 
 ScriptedModel = Callable[[dict[str, Any]], ScriptedReply]
 
 
 class ScriptedTransport(httpx.AsyncBaseTransport):
-    """Serves POST /chat/completions (streaming or not) from a Python function."""
+    """Serves POST /responses and /chat/completions (streaming or not) from one Python function that
+    reads the Chat Completions shape. Keeps the last requests (for tests) and simulates OpenAI's
+    prompt cache, so usage reports cached tokens as the real API does."""
 
     def __init__(self, model: ScriptedModel) -> None:
         self._model = model
+        self.requests: deque[tuple[str, dict[str, Any]]] = deque(maxlen=512)
+        self.cache = PromptCache()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if not request.url.path.endswith("/chat/completions"):
+        path = request.url.path
+        api = "responses" if path.endswith("/responses") else "chat" if path.endswith("/chat/completions") else None
+        if api is None:
             return httpx.Response(404, json={"error": {"message": "scripted model: unknown path", "code": "not_found"}})
         body = json.loads(await request.aread())
+        self.requests.append((api, body))
+        chat_body = scripted_responses.to_chat(body) if api == "responses" else body
         try:
-            reply = self._model(body)
+            if api == "responses" and (foreign := scripted_responses.foreign_reasoning(body)) is not None:
+                raise ScriptedError(400, "invalid_encrypted_content",
+                                    f"The encrypted content for item {foreign} could not be verified.")
+            reply = self._model(chat_body)
         except ScriptedError as err:
-            return httpx.Response(
-                err.status, json={"error": {"message": err.message, "type": "invalid_request_error", "code": err.code}}
-            )
+            headers = {"retry-after": f"{err.retry_after:g}"} if err.retry_after is not None else {}
+            kind = "rate_limit_error" if err.status == 429 else "server_error" if err.status >= 500 else "invalid_request_error"
+            return httpx.Response(err.status, headers=headers,
+                                  json={"error": {"message": err.message, "type": kind, "code": err.code}})
+        prompt_text = _prompt_text(api, body)
+        prompt = max(reply.prompt_tokens, len(prompt_text) // 4, 1)
+        cached = min(self.cache.lookup_and_store(f"{body.get('model')}|{body.get('prompt_cache_key') or ''}",
+                                                 prompt_text), prompt)
+        wants_reasoning = bool((body.get("reasoning") or {}).get("effort") if api == "responses"
+                               else body.get("reasoning_effort"))
+        reasoning_tokens = 16 + len(reply.reasoning or "") // 4 if wants_reasoning else 0
         model_name = body.get("model", "scripted")
-        if body.get("stream"):
-            return httpx.Response(
-                200, headers={"content-type": "text/event-stream"}, content=_sse(reply, model_name)
-            )
-        return httpx.Response(200, json=_completion(reply, model_name))
+        if api == "responses":
+            summary = (reply.reasoning or f"Planning step {len(body.get('input') or [])}.") if wants_reasoning else None
+            use = scripted_responses.usage(prompt, cached, reply.completion_tokens, reasoning_tokens)
+            events = scripted_responses.events(reply, body, use, summary)
+            if not body.get("stream"):
+                return httpx.Response(200, json=events[-1]["response"])
+            chunks = scripted_responses.sse(events)
+        elif body.get("stream"):
+            chunks = _sse(reply, model_name, _usage(reply, prompt, cached, reasoning_tokens))
+        else:
+            return httpx.Response(200, json=_completion(reply, model_name, _usage(reply, prompt, cached,
+                                                                                    reasoning_tokens)))
+        return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                              content=_cut(chunks) if reply.cut else b"".join(chunks))
+
+
+def _prompt_text(api: str, body: dict[str, Any]) -> str:
+    """The request as one canonical text, static part first (what a provider's prefix cache sees)."""
+    if api == "responses":
+        head = {"tools": body.get("tools") or [], "instructions": body.get("instructions") or ""}
+        items = body.get("input") or []
+    else:
+        head = {"tools": body.get("tools") or []}
+        items = body.get("messages") or []
+    return "".join(json.dumps(x, sort_keys=True, separators=(",", ":")) for x in (head, *items))
+
+
+async def _cut(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    for c in chunks[: max(1, len(chunks) // 2)]:
+        yield c
+    raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
 
 
 def _finish(reply: ScriptedReply) -> str:
     return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
 
 
-def _usage(reply: ScriptedReply) -> dict[str, int]:
+def _usage(reply: ScriptedReply, prompt: int, cached: int, reasoning: int) -> dict[str, Any]:
     return {
-        "prompt_tokens": reply.prompt_tokens,
-        "completion_tokens": reply.completion_tokens,
-        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        "prompt_tokens": prompt,
+        "completion_tokens": reply.completion_tokens + reasoning,
+        "total_tokens": prompt + reply.completion_tokens + reasoning,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
     }
 
 
-def _completion(reply: ScriptedReply, model: str) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
+def _args(c: ScriptedToolCall) -> str:
+    return json.dumps(c.arguments) if c.raw_arguments is None else c.raw_arguments
+
+
+def _completion(reply: ScriptedReply, model: str, usage: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content or None, "refusal": reply.refusal or None}
     if reply.tool_calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _args(c)}}
             for c in reply.tool_calls
         ]
     return {
@@ -97,15 +158,15 @@ def _completion(reply: ScriptedReply, model: str) -> dict[str, Any]:
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": _finish(reply)}],
-        "usage": _usage(reply),
+        "usage": usage,
     }
 
 
-def _sse(reply: ScriptedReply, model: str) -> bytes:
+def _sse(reply: ScriptedReply, model: str, usage: dict[str, Any]) -> list[bytes]:
     cid = "chatcmpl-" + uuid.uuid4().hex[:12]
     created = int(time.time())
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None) -> bytes:
+    def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, Any] | None = None) -> bytes:
         payload: dict[str, Any] = {
             "id": cid,
             "object": "chat.completion.chunk",
@@ -121,8 +182,14 @@ def _sse(reply: ScriptedReply, model: str) -> bytes:
     text = reply.content
     for i in range(0, len(text), 64):  # a few deltas, like a real stream
         out.append(chunk({"content": text[i : i + 64]}))
+    if reply.refusal:
+        out.append(chunk({"refusal": reply.refusal}))
+    if reply.stream_error is not None:
+        error = {"code": reply.stream_error.get("code"), "message": reply.stream_error.get("message", "")}
+        return [out[0], b"data: " + json.dumps({"error": {**error, "type": "server_error"}}).encode()
+                + b"\n\n"]
     for index, call in enumerate(reply.tool_calls):
-        args = json.dumps(call.arguments)
+        args = _args(call)
         out.append(
             chunk({"tool_calls": [{"index": index, "id": call.id, "type": "function",
                                    "function": {"name": call.name, "arguments": ""}}]})
@@ -130,16 +197,25 @@ def _sse(reply: ScriptedReply, model: str) -> bytes:
         for i in range(0, len(args), 128):
             out.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 128]}}]}))
     out.append(chunk({}, finish=_finish(reply)))
-    out.append(chunk({}, usage=_usage(reply)))
+    out.append(chunk({}, usage=usage))
     out.append(b"data: [DONE]\n\n")
-    return b"".join(out)
+    return out
 
 
-def openai_client(settings: Settings, scripted: ScriptedModel | None = None) -> AsyncOpenAI:
-    """The real client; `scripted` is used only when no OPENAI_API_KEY is configured."""
+def openai_client(settings: Settings, scripted: ScriptedModel | None = None, max_retries: int = 2) -> AsyncOpenAI:
+    """The real client; `scripted` is used only when no OPENAI_API_KEY is configured. The runtime
+    passes max_retries=0: it retries itself (bounded, Retry-After honoured, reported as events)."""
     if settings.openai_api_key:
-        return AsyncOpenAI(api_key=settings.openai_api_key, base_url=settings.openai_base_url, max_retries=2)
+        return AsyncOpenAI(api_key=settings.openai_api_key, base_url=settings.openai_base_url,
+                           max_retries=max_retries)
     if scripted is None:
         raise RuntimeError("no OPENAI_API_KEY and no scripted model given")
     http = httpx.AsyncClient(transport=ScriptedTransport(scripted), base_url="http://scripted.local/v1")
     return AsyncOpenAI(api_key="scripted", base_url="http://scripted.local/v1", http_client=http, max_retries=0)
+
+
+def scripted_transport(client: AsyncOpenAI) -> ScriptedTransport | None:
+    """The scripted transport behind a client made by `openai_client` (offline), for tests and benches
+    that read the requests it received."""
+    transport = getattr(getattr(client, "_client", None), "_transport", None)
+    return transport if isinstance(transport, ScriptedTransport) else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -105,6 +106,14 @@ class Settings(BaseSettings):
     # --- agent command sandbox (issue 15): size of the private /tmp and HOME of a sandboxed command.
     sandbox_tmp_bytes: int = Field(64 * 1024 * 1024, validation_alias="GAMMA_SANDBOX_TMP_BYTES")
 
+    # --- model APIs (issue 18): Responses or Chat Completions, output cap, retries of 429/5xx.
+    # Unset: `responses` for OpenAI itself (no OPENAI_BASE_URL, or api.openai.com), `chat` otherwise.
+    model_api: Literal["responses", "chat"] | None = Field(None, validation_alias="GAMMA_MODEL_API")
+    max_output_tokens: int = Field(32_000, ge=16, le=1_000_000, validation_alias="GAMMA_MAX_OUTPUT_TOKENS")
+    model_max_retries: int = Field(4, ge=0, le=20, validation_alias="GAMMA_MODEL_MAX_RETRIES")
+    model_retry_base_s: float = Field(1.0, ge=0.0, le=60.0, validation_alias="GAMMA_MODEL_RETRY_BASE_S")
+    model_retry_max_s: float = Field(60.0, ge=0.0, le=600.0, validation_alias="GAMMA_MODEL_RETRY_MAX_S")
+
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
         if not self.api_tokens.strip():
@@ -119,6 +128,18 @@ class Settings(BaseSettings):
     @property
     def sessions_dir(self) -> Path:
         return self.data_dir / "sessions"
+
+    @property
+    def openai_endpoint(self) -> bool:
+        """OpenAI itself (or the offline scripted model, which plays it), not another compatible server."""
+        base = (self.openai_base_url or "").strip()
+        return not base or "://api.openai.com" in base
+
+    @property
+    def default_model_api(self) -> Literal["responses", "chat"]:
+        if self.model_api is not None:
+            return self.model_api
+        return "responses" if self.openai_endpoint else "chat"
 
     @property
     def scripted(self) -> bool:

@@ -21,7 +21,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     consumer = consumer_name("compaction")
     client = make_client(settings)
     handler = CompactionHandler(
-        redis=ctx.redis, data_dir=settings.data_dir, summarizer=Summarizer(client, settings.model),
+        redis=ctx.redis, data_dir=settings.data_dir, summarizer=Summarizer(client, settings.model, settings.default_model_api),
         consumer=consumer, hold_interval_s=max(0.2, settings.claim_idle_ms / 3000),
         lock_ms=max(10_000, 4 * settings.claim_idle_ms), metrics=Metrics(ctx.registry),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Literal
 
 import httpx
 from openai import AsyncOpenAI
@@ -71,8 +72,11 @@ def make_client(settings: Settings, knobs: ScriptedKnobs | None = None) -> Async
 class Summarizer:
     client: AsyncOpenAI
     model: str
+    api: Literal["responses", "chat"] = "chat"  # the server's API (GAMMA_MODEL_API): one plain call
 
     async def complete(self, prompt: str, max_tokens: int, model: str | None = None) -> str:
+        if self.api == "responses":
+            return await self._respond(prompt, max_tokens, model)
         response = await self.client.chat.completions.create(
             model=model or self.model,
             messages=[
@@ -86,6 +90,20 @@ class Summarizer:
         if not text.strip():
             reason = choice.finish_reason if choice else "no choices"
             raise SummaryError(f"the model returned an empty summary (finish_reason={reason})")
+        return text.strip()
+
+    async def _respond(self, prompt: str, max_tokens: int, model: str | None) -> str:
+        response = await self.client.responses.create(
+            model=model or self.model,
+            instructions=SUMMARIZATION_SYSTEM_PROMPT,
+            input=[{"role": "user", "content": prompt}],
+            max_output_tokens=max(256, max_tokens),
+            store=False,
+        )
+        text = response.output_text
+        if not text.strip():
+            reason = response.incomplete_details.reason if response.incomplete_details else response.status
+            raise SummaryError(f"the model returned an empty summary (status={reason})")
         return text.strip()
 
     async def summarize(

@@ -45,7 +45,12 @@ def display_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 out.append({**base, "kind": "user", "text": _text(message.get("content"))})
             elif role == "assistant":
                 text = _text(message.get("content"))
-                if text.strip():
+                if message.get("implicitMessageUser"):  # plain text or a refusal that ended the run
+                    refused = bool(message.get("refusal")) and not text.strip()
+                    out.append({**base, "kind": "message_user", "blockOnUser": True, "implicit": True,
+                                "refusal": refused,
+                                "text": f"The model refused: {message['refusal']}" if refused else text})
+                elif text.strip():
                     out.append({**base, "kind": "assistant", "text": text})
                 for part in message.get("content") or []:
                     if isinstance(part, dict) and part.get("type") == "toolCall" and part.get("name") == "message_user":

@@ -38,7 +38,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ctx.details["sandbox"] = describe(sandbox)
     export_metric(ctx.registry, sandbox)
     prompts: dict[str, str] = {v: build_system_prompt(v, skills) for v in VARIANTS}
-    model_client = openai_client(settings, ScriptedGamma(skills))
+    model_client = openai_client(settings, ScriptedGamma(skills), max_retries=0)
 
     async def bus(stream: str, message: BaseModel) -> None:
         await publish(broker, stream, message)

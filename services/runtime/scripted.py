@@ -11,6 +11,10 @@ Scenarios, chosen from the latest user message:
 - anything else: one message_user(true) that names each injection it received (kind and ref).
 Injections steered into a run after its prompt was already answered (a blocking message_user) are
 acknowledged in plain text, which ends the run: the prompt is not answered a second time.
+A step may also carry `reasoning` (summary text), `refusal`, `finish_reason: "length"`, `cut: true`
+(the connection drops mid-stream, once), `stream_error: {code, message}` (an error event inside the
+stream; with `times`, only that many times), `raw_arguments` on a tool call (sent instead of the JSON),
+and an error step `times` (fail that many times, then skip) and `retry_after` (seconds, a header).
 Requests without the message_user tool (a subagent) get a plain text answer.
 """
 
@@ -51,6 +55,7 @@ def _is_prompt(msg: dict[str, Any]) -> bool:
 class ScriptedGamma:
     def __init__(self, skills: Mapping[str, Skill] | None = None) -> None:
         self.skills = dict(skills or {})
+        self._raised: dict[tuple[str, int], int] = {}  # (prompt, step) -> failures served (`times`)
 
     def __call__(self, body: dict[str, Any]) -> ScriptedReply:
         messages: list[dict[str, Any]] = body.get("messages", [])
@@ -77,17 +82,34 @@ class ScriptedGamma:
     # ------------------------------------------------------------ scenarios
 
     def _script(self, prompt: str, step: int, messages: list[dict[str, Any]]) -> ScriptedReply | None:
-        steps = json.loads(prompt[len("script:") :])
+        steps = list(enumerate(json.loads(prompt[len("script:") :])))
         summarized = any(str(m.get("content", "")).startswith(SUMMARY_PREFIX) for m in messages)
-        steps = [s for s in steps if not ("error" in s and summarized)]
+        steps = [(i, s) for i, s in steps if not ("error" in s and (summarized or self._spent(prompt, i, s)))]
         if step >= len(steps):
             return None
-        s = steps[step]
+        index, s = steps[step]
         if "error" in s:
             e = s["error"]
-            raise ScriptedError(int(e.get("status", 400)), str(e.get("code", "error")), str(e.get("message", "")))
-        calls = [ScriptedToolCall(name=c["name"], arguments=c.get("arguments", {})) for c in s.get("tool_calls", [])]
-        return ScriptedReply(content=s.get("content", ""), tool_calls=calls)
+            key = (prompt, index)
+            self._raised[key] = self._raised.get(key, 0) + 1
+            raise ScriptedError(int(e.get("status", 400)), str(e.get("code", "error")), str(e.get("message", "")),
+                                retry_after=e.get("retry_after"))
+        calls = [ScriptedToolCall(name=c["name"], arguments=c.get("arguments", {}),
+                                  raw_arguments=c.get("raw_arguments")) for c in s.get("tool_calls", [])]
+        return ScriptedReply(content=s.get("content", ""), tool_calls=calls, reasoning=s.get("reasoning"),
+                             refusal=s.get("refusal", ""), finish_reason=s.get("finish_reason"),
+                             cut=bool(s.get("cut")) and not self._spent(prompt, index, {"times": 1}, count=True),
+                             stream_error=s["stream_error"] if "stream_error" in s and not self._spent(
+                                 prompt, index, s, count=True) else None)
+
+    def _spent(self, prompt: str, index: int, step: dict[str, Any], count: bool = False) -> bool:
+        """An error (or cut) step with `times: n` fails n times, then is skipped; without `times`
+        it fails every time."""
+        key = (prompt, index)
+        done = self._raised.get(key, 0)
+        if count:
+            self._raised[key] = done + 1
+        return "times" in step and done >= int(step["times"])
 
     def _deck(self, prompt: str, step: int) -> ScriptedReply | None:
         topic = DECK_RE.sub("", prompt).strip(" .?!:") or "the requested topic"

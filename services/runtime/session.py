@@ -59,6 +59,7 @@ from .failures import refusal, transient
 from .forms import deliver_answered_form, form_delivered
 from .lease import Lease, LeaseLost
 from .manifest import queue_manifest
+from .model_outcome import announce, count_usage, mark_implicit
 from .paths import skills_dir
 from .protocol import SessionProtocolController, TurnInput
 from .sandbox import select_sandbox
@@ -490,12 +491,21 @@ class Session:
     async def emit(self, event: AgentEvent) -> None:
         """Engine events: persist on message_end (before publishing), then publish."""
         if event.type == "message_end" and event.message is not None:
+            mark_implicit(event.message)  # flagged before it is recorded
             await self._record(event.message)
         elif event.type == "model_request" and self.deps.registry is not None:
-            metrics.model_request(self.deps.registry, prompt_tokens=int(event.data.get("prompt_tokens", 0)),
-                                  shared_prefix_tokens=int(event.data.get("shared_prefix_tokens", 0)),
-                                  model=self.stream.settings.model)
-        await self.outbox.event(event.type, event.data, wait=event.type not in PROGRESS_EVENTS)
+            d = event.data
+            metrics.model_request(self.deps.registry, prompt_tokens=int(d.get("prompt_tokens", 0)),
+                                  shared_prefix_tokens=int(d.get("shared_prefix_tokens", 0)),
+                                  completion_tokens=int(d.get("output_tokens", 0)),
+                                  cached_tokens=int(d.get("cached_tokens", 0)),
+                                  reasoning_tokens=int(d.get("reasoning_tokens", 0)),
+                                  input_tokens=int(d.get("input_tokens", 0)),
+                                  model=self.stream.settings.model, api=str(d.get("api", "")))
+        also = count_usage(self.sid, event.data) if event.type == "model_request" else None
+        await self.outbox.event(event.type, event.data, also, wait=event.type not in PROGRESS_EVENTS)
+        if event.type == "message_end" and event.message is not None:
+            await announce(self.outbox, event.message, self.agent.messages)
 
     async def _record(self, message: AgentMessage) -> None:
         if isinstance(message, UserMessage):

@@ -111,7 +111,13 @@ class Worker:
         outbox = Outbox(self.client, sid, self.bus, fence=lease.check)
         session = Session(deps, paths, lease, outbox,
                           ModelSettings(model=model.name or self.settings.model,
-                                        reasoning_effort=model.reasoning_effort),
+                                        reasoning_effort=model.reasoning_effort,
+                                        api=model.api or self.settings.default_model_api,
+                                        max_output_tokens=self.settings.max_output_tokens, cache_key=sid,
+                                        chat_cache_key=self.settings.openai_endpoint,
+                                        max_retries=self.settings.model_max_retries,
+                                        retry_base_s=self.settings.model_retry_base_s,
+                                        retry_max_s=self.settings.model_retry_max_s),
                           wake.wake_id)
         session.compactor = Compactor(session, context_window=model.context_window or self.settings.context_window)
         await session.restore()

@@ -44,6 +44,8 @@ class MessageUserData(Contract):
     message: str
     block_on_user: bool
     tool_call_id: str
+    implicit: bool = False  # plain model text that ended the run, delivered as if via message_user
+    refusal: bool = False  # the model refused
 
 
 class StatusData(Contract):
@@ -58,6 +60,13 @@ class ModelRequestData(Contract):
     shared_prefix_tokens: int
     encoding: str
     message_count: int
+    # What the API itself reported (issue 18). `cached_tokens` is the provider's prompt-cache hit.
+    api: Literal["responses", "chat"] = "chat"
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    attempts: int = 1
 
 
 class UiUpdateData(Contract):

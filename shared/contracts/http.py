@@ -19,11 +19,33 @@ class ModelConfig(Contract):
     name: str | None = Field(None, max_length=100)
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
     context_window: int | None = Field(None, ge=1024, le=10_000_000)
+    # Responses (OpenAI, reasoning carried across turns) or Chat Completions (any compatible server).
+    # Unset on create: the setting GAMMA_MODEL_API decides, and the session keeps that choice.
+    api: Literal["responses", "chat"] | None = None
 
 
 class CreateSession(Contract):
     variant: Variant = "base"
     model: ModelConfig | None = None
+
+
+class ModelUsage(Contract):
+    """The session's model requests so far, as the API reported them. `cache_hit_ratio` is cached
+    input tokens / input tokens (the provider's prompt cache)."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_hit_ratio: float = 0.0
+
+    @classmethod
+    def of(cls, raw: dict[str, int]) -> ModelUsage:
+        usage = cls(**{k: int(v) for k, v in raw.items() if k in cls.model_fields and k != "cache_hit_ratio"})
+        if usage.input_tokens:
+            usage.cache_hit_ratio = round(usage.cached_tokens / usage.input_tokens, 4)
+        return usage
 
 
 class SessionView(Contract):
@@ -35,6 +57,7 @@ class SessionView(Contract):
     running: bool
     created_at: int
     updated_at: int
+    model_usage: ModelUsage | None = None  # GET /sessions/{id} only
 
 
 class SessionList(Contract):

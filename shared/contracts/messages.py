@@ -19,8 +19,12 @@ class TextContent(_Msg):
 
 
 class ThinkingContent(_Msg):
+    """Reasoning. With the Responses API, `item` is the provider's reasoning item exactly as received
+    (its `encrypted_content` included): replayed verbatim to the same model, never to another one."""
+
     type: Literal["thinking"] = "thinking"
     thinking: str
+    item: dict[str, Any] | None = None
 
 
 class ToolCall(_Msg):
@@ -37,7 +41,8 @@ StopReason = Literal["stop", "toolUse", "length", "error", "aborted"]
 class Usage(_Msg):
     input: int = 0
     output: int = 0
-    cache_read: int = 0
+    cache_read: int = 0  # input tokens the provider served from its prompt cache
+    reasoning: int = 0  # output tokens spent on reasoning (part of `output`)
     total_tokens: int = 0
 
 
@@ -55,6 +60,10 @@ class AssistantMessage(_Msg):
     model: str = ""
     usage: Usage = Field(default_factory=Usage)
     timestamp: int = Field(default_factory=now_ms)
+    api: Literal["responses", "chat"] | None = None
+    refusal: str | None = None  # the model declined; shown to the user as a refusal
+    # Plain text that ended the run without message_user: delivered to the user as a blocking message.
+    implicit_message_user: bool = False
 
     def tool_calls(self) -> list[ToolCall]:
         return [c for c in self.content if isinstance(c, ToolCall)]

@@ -16,6 +16,7 @@ from shared.contracts.http import (
     CreateSession,
     MessageAccepted,
     ModelConfig,
+    ModelUsage,
     PostMessage,
     Preview,
     SessionList,
@@ -64,7 +65,10 @@ async def create_session(
     body = body or CreateSession()
     await check_create_rate(proxy.redis, user, proxy.settings.session_creates_per_minute)
     try:
-        row = await create_row(proxy.redis, user, body.variant, body.model or ModelConfig(),
+        model = body.model or ModelConfig()
+        if model.api is None:  # fixed at creation: a session keeps its API when the setting changes
+            model = model.model_copy(update={"api": proxy.settings.default_model_api})
+        row = await create_row(proxy.redis, user, body.variant, model,
                                max_sessions=proxy.settings.max_sessions_per_user)
     except SessionQuotaExceeded as exc:
         raise ApiError(403, str(exc)) from exc
@@ -97,8 +101,11 @@ async def list_sessions(
 
 
 @router.get("/{sid}", response_model=SessionView, responses=ERRORS)
-async def get_session(state: SessionState = Depends(owned_session)) -> SessionView:
-    return state.view()
+async def get_session(state: SessionState = Depends(owned_session),
+                      proxy: Proxy = Depends(get_proxy)) -> SessionView:
+    usage = await proxy.redis.hgetall(keys.model_usage(state.row.id))  # type: ignore[misc]
+    return state.view().model_copy(update={"model_usage": ModelUsage.of(
+        {k.decode() if isinstance(k, bytes) else k: int(v) for k, v in usage.items()})})
 
 
 @router.post("/{sid}/messages", status_code=202, response_model=MessageAccepted,

@@ -213,7 +213,8 @@ function handleEvent(event) {
   }
   switch (event.type) {
     case "message_update":
-      state.pendingText += event.data.delta || "";
+      // restart: a model call is retried after a dropped stream; what streamed so far is void.
+      state.pendingText = event.data.restart ? "" : state.pendingText + (event.data.delta || "");
       renderPendingOnly();
       break;
     case "status":

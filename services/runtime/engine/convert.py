@@ -14,6 +14,9 @@ from shared.contracts.messages import (
     AssistantMessage,
     CompactionSummaryMessage,
     CustomMessage,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
     ToolResultMessage,
     UserMessage,
 )
@@ -42,7 +45,7 @@ def convert_one(m: AgentMessage) -> dict[str, Any] | None:
     if isinstance(m, AssistantMessage):
         if m.stop_reason in ("error", "aborted") and not m.tool_calls() and not m.text():
             return None  # a failed call has nothing the model could continue from
-        out: dict[str, Any] = {"role": "assistant", "content": m.text() or None}
+        out: dict[str, Any] = {"role": "assistant", "content": m.text() or m.refusal or None}
         calls = m.tool_calls()
         if calls:
             out["tool_calls"] = [
@@ -55,3 +58,41 @@ def convert_one(m: AgentMessage) -> dict[str, Any] | None:
             ]
         return out
     return None
+
+
+def to_responses_input(messages: list[AgentMessage], model: str) -> list[dict[str, Any]]:
+    """AgentMessage -> Responses input items. Reasoning items are replayed verbatim, in their place,
+    only for assistant messages made by `model` (another model cannot read their encrypted content);
+    a reasoning item is never sent without the item it preceded (the API refuses a dangling one)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if isinstance(m, AssistantMessage):
+            out.extend(_assistant_items(m, model))
+        elif isinstance(m, ToolResultMessage):
+            out.append({"type": "function_call_output", "call_id": m.tool_call_id, "output": m.text()})
+        else:
+            converted = convert_one(m)
+            if converted is not None:
+                out.append({"type": "message", "role": "user", "content": converted["content"]})
+    return out
+
+
+def _assistant_items(m: AssistantMessage, model: str) -> list[dict[str, Any]]:
+    if m.stop_reason in ("error", "aborted") and not m.tool_calls() and not m.text():
+        return []
+    items: list[dict[str, Any]] = []
+    replay = m.model == model
+    for c in m.content:
+        if isinstance(c, ThinkingContent):
+            if replay and c.item is not None:
+                items.append(c.item)
+        elif isinstance(c, TextContent):
+            items.append({"type": "message", "role": "assistant", "content": c.text})
+        elif isinstance(c, ToolCall):
+            items.append({"type": "function_call", "call_id": c.id, "name": c.name,
+                          "arguments": json.dumps(c.arguments, ensure_ascii=False)})
+    if m.refusal:
+        items.append({"type": "message", "role": "assistant", "content": m.refusal})
+    while items and items[-1].get("type") == "reasoning":
+        items.pop()
+    return items

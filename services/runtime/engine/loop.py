@@ -16,7 +16,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage
+from shared.contracts.messages import (
+    AgentMessage,
+    AssistantMessage,
+    CustomMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+)
 
 from .types import AgentContext, AgentEvent, Emit, LoopConfig, Tool, ToolContext, ToolOutcome
 
@@ -53,6 +60,7 @@ async def _run(
     context: AgentContext, config: LoopConfig, emit: Emit, new: list[AgentMessage], first_turn: bool
 ) -> list[AgentMessage]:
     pending = await config.get_steering()
+    cut_off = False  # the run already asked the model to continue a reply cut at max output tokens
     while True:
         more_tools = True
         while more_tools or pending:
@@ -64,6 +72,15 @@ async def _run(
             pending = []
             await config.before_model_call(context)
             message = await config.stream(context, emit, config.signal)
+            guidance: list[AgentMessage] = []
+            if message.stop_reason == "length" and not message.tool_calls():
+                if cut_off:  # twice in a run: a clear error, not a third truncated answer
+                    message.stop_reason = "error"
+                    message.error_message = ("The model reached its output token limit twice in a row "
+                                             "(finish_reason=length / response incomplete).")
+                else:
+                    cut_off = True
+                    guidance = [length_guidance()]
             context.messages.append(message)
             new.append(message)
             await emit(AgentEvent(type="message_end", data={"message": _dump(message)}, message=message))
@@ -83,7 +100,7 @@ async def _run(
             if config.signal.is_set():
                 await emit(AgentEvent(type="agent_end", data={"stopReason": "aborted"}))
                 return new
-            pending = await config.get_steering()
+            pending = [*guidance, *await config.get_steering()]
         follow = await config.get_follow_up()
         if not follow:
             break
@@ -129,6 +146,15 @@ async def _execute_batch(
             details=outcome.details, is_error=outcome.is_error))
     terminate = bool(outcomes) and all(o.terminate for o in outcomes)
     return results, terminate
+
+
+def length_guidance() -> CustomMessage:
+    """Once per run, after a reply cut at the output token limit: go on, more briefly."""
+    return CustomMessage(
+        custom_type="gamma.system_guidance", display=False,
+        content="<system_guidance>Your previous reply was cut off at the output token limit. Continue from "
+                "where it stopped, more concisely; split long content across several tool calls.</system_guidance>",
+        details={"injectionType": "system_guidance", "source": "system", "reason": "max_output_tokens"})
 
 
 def validate_arguments(tool: Tool, args: dict[str, Any]) -> str | None:

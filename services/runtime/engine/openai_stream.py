@@ -1,29 +1,43 @@
-"""One model call through `openai.AsyncOpenAI` chat completions, streamed, with tools.
+"""One model call through the official `openai` client, streamed, with tools, over either API
+(engine/model_api.py: Responses or Chat Completions).
 
-Emits message_start / message_update (text deltas) and a `model_request` event per call (prefix
-hash, prompt tokens, tokens shared with the previous request). Provider errors become an assistant
-message with stop_reason "error", never an exception out of the loop.
+Emits message_start / message_update (text deltas) and one `model_request` event per call: the
+prefix hash, the prompt tokens we count, the tokens shared with the previous request, and what the
+API reported (input, cached, output and reasoning tokens). 429, 5xx and dropped connections are
+retried with backoff (Retry-After honoured), bounded; then, like every provider error, the call
+becomes an assistant message with stop_reason "error" (no half message: content only from a
+complete stream), never an exception out of the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import random
 from array import array
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import Any
 
+import httpx
 import openai
-from openai import AsyncOpenAI, AsyncStream
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai import AsyncOpenAI
 
 from shared.contracts.events import ModelRequestData
-from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, Usage
+from shared.contracts.messages import AssistantMessage
 
 from ..tokens import TokenCounter, shared_prefix
-from .convert import to_openai
+from .chat_api import ChatApi
+from .model_api import ModelApi, ModelSettings, StreamError
+from .responses_api import RETRYABLE_CODES, ResponsesApi
 from .types import AgentContext, AgentEvent, Emit, Tool
+
+__all__ = ["ModelSettings", "OpenAIStream", "PieceTokens", "prefix_hash", "request_pieces"]
+
+APIS: dict[str, ModelApi] = {"chat": ChatApi(), "responses": ResponsesApi()}
+RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
 
 def prefix_hash(system_prompt: str, tools: list[Tool]) -> str:
@@ -33,10 +47,8 @@ def prefix_hash(system_prompt: str, tools: list[Tool]) -> str:
 
 
 def request_pieces(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[str]:
-    """The request as the provider sees it, in order: tools and system first, then one piece per
-    message. Pieces are tokenized separately, so earlier messages are never tokenized twice."""
-    head = json.dumps({"tools": tools, "system": messages[0]}, ensure_ascii=False, separators=(",", ":"))
-    return [head, *(json.dumps(m, ensure_ascii=False, separators=(",", ":")) for m in messages[1:])]
+    """A Chat Completions request as the provider sees it, in order (see ChatApi.pieces)."""
+    return ChatApi().pieces({"messages": messages, "tools": tools})
 
 
 class PieceTokens:
@@ -61,10 +73,34 @@ class PieceTokens:
         return out
 
 
-@dataclass
-class ModelSettings:
-    model: str
-    reasoning_effort: str | None = None
+def retry_delay(exc: BaseException, attempt: int, settings: ModelSettings) -> float:
+    """Retry-After (ms or seconds or an HTTP date) when the server sent one, else exponential backoff
+    with jitter; never above retry_max_s."""
+    response = getattr(exc, "response", None)
+    headers = response.headers if isinstance(response, httpx.Response) else {}
+    wait: float | None = None
+    with contextlib.suppress(ValueError, TypeError):
+        if "retry-after-ms" in headers:
+            wait = float(headers["retry-after-ms"]) / 1000
+        elif "retry-after" in headers:
+            raw = headers["retry-after"]
+            try:
+                wait = float(raw)
+            except ValueError:
+                wait = parsedate_to_datetime(raw).timestamp() - __import__("time").time()
+    if wait is None:
+        wait = settings.retry_base_s * 2 ** (attempt - 1) * (0.75 + random.random() / 2)
+    return max(0.0, min(wait, settings.retry_max_s))
+
+
+def retryable(exc: BaseException) -> bool:
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in RETRY_STATUS
+    if isinstance(exc, StreamError):
+        return exc.retryable
+    if isinstance(exc, openai.APIError) and exc.code in RETRYABLE_CODES:
+        return True  # an error inside a Chat Completions stream (`data: {"error": ...}`)
+    return isinstance(exc, (openai.APIConnectionError, httpx.HTTPError))
 
 
 @dataclass
@@ -81,11 +117,11 @@ class OpenAIStream:
     _prefix_hash: tuple[str, str] | None = None
 
     async def __call__(self, context: AgentContext, emit: Emit, signal: asyncio.Event) -> AssistantMessage:
-        messages = to_openai(context.system_prompt, context.messages)
-        tools = [t.schema() for t in context.tools]
+        api = APIS[self.settings.api]
+        body = api.body(context, self.settings)
         if self._pieces is None:
             self._pieces = PieceTokens(self.counter)
-        tokens = self._pieces.encode(request_pieces(messages, tools))
+        tokens = self._pieces.encode(api.pieces(body))
         shared = shared_prefix(self.previous_tokens, tokens)
         self.previous_tokens = tokens
         self.last_prompt_tokens = len(tokens)
@@ -93,106 +129,46 @@ class OpenAIStream:
         if self._prefix_hash is None or self._prefix_hash[0] != static:
             # The prompt and tools never change in a session: hash them once.
             self._prefix_hash = (static, prefix_hash(static, context.tools))
+        start = AssistantMessage(model=self.settings.model, api=api.name)
+        await emit(AgentEvent(type="message_start", data={"message": start.model_dump(by_alias=True)}))
+        message, attempts = await self._attempts(api, body, emit, signal)
+        u = message.usage
         await emit(AgentEvent(type="model_request", data=ModelRequestData(
-            prefix_sha256=self._prefix_hash[1],
-            prompt_tokens=len(tokens),
-            shared_prefix_tokens=shared,
-            encoding=self.counter.encoding,
-            message_count=len(messages),
+            prefix_sha256=self._prefix_hash[1], prompt_tokens=len(tokens), shared_prefix_tokens=shared,
+            encoding=self.counter.encoding, message_count=len(body.get("messages") or body.get("input") or []),
+            api=api.name, input_tokens=u.input, cached_tokens=u.cache_read, output_tokens=u.output,
+            reasoning_tokens=u.reasoning, attempts=attempts,
         ).model_dump()))
-        kwargs: dict[str, Any] = {
-            "model": self.settings.model,
-            "messages": messages,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if tools:
-            kwargs["tools"] = tools
-            kwargs["parallel_tool_calls"] = True
-        if self.settings.reasoning_effort:
-            kwargs["reasoning_effort"] = self.settings.reasoning_effort
-        partial = AssistantMessage(model=self.settings.model)
-        await emit(AgentEvent(type="message_start", data={"message": partial.model_dump(by_alias=True)}))
-        try:
-            return await self._consume(kwargs, partial, emit, signal)
-        except openai.APIStatusError as exc:
-            return _failed(partial, f"{exc.status_code} {_error_text(exc)}")
-        except (openai.APIError, httpx_errors()) as exc:
-            return _failed(partial, f"{type(exc).__name__}: {exc}")
+        return message
 
-    async def _consume(
-        self, kwargs: dict[str, Any], partial: AssistantMessage, emit: Emit, signal: asyncio.Event
-    ) -> AssistantMessage:
-        text: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        finish: str | None = None
-        usage = Usage()
-        # The body is already plain JSON in the wire format. `chat.completions.create` would first
-        # walk all of it against the params' TypedDicts (`async_maybe_transform`): ~1 ms of event
-        # loop per call at the start of a session, growing with the context. The same POST, sent as is.
-        stream = await self.client.post("/chat/completions", body=kwargs, cast_to=ChatCompletion, stream=True,
-                                        stream_cls=AsyncStream[ChatCompletionChunk])
-        async for chunk in stream:
-            if signal.is_set():
-                await stream.close()
-                partial.content = _content(text, calls)
-                partial.stop_reason = "aborted"
-                return partial
-            if chunk.usage is not None:
-                cached = getattr(chunk.usage, "prompt_tokens_details", None)
-                usage = Usage(
-                    input=chunk.usage.prompt_tokens,
-                    output=chunk.usage.completion_tokens,
-                    cache_read=int(getattr(cached, "cached_tokens", 0) or 0),
-                    total_tokens=chunk.usage.total_tokens,
-                )
-            for choice in chunk.choices:
-                delta = choice.delta
-                if delta.content:
-                    text.append(delta.content)
-                    await emit(AgentEvent(type="message_update", data={"delta": delta.content}))
-                for tc in delta.tool_calls or []:
-                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                    if tc.id:
-                        slot["id"] = tc.id
-                    if tc.function and tc.function.name:
-                        slot["name"] = tc.function.name
-                    if tc.function and tc.function.arguments:
-                        slot["arguments"] += tc.function.arguments
-                if choice.finish_reason:
-                    finish = choice.finish_reason
-        partial.content = _content(text, calls)
-        partial.usage = usage
-        if partial.tool_calls() or finish == "tool_calls":
-            partial.stop_reason = "toolUse"
-        elif finish == "length":
-            partial.stop_reason = "length"
-        else:
-            partial.stop_reason = "stop"
-        return partial
+    async def _attempts(self, api: ModelApi, body: dict[str, Any], emit: Emit,
+                        signal: asyncio.Event) -> tuple[AssistantMessage, int]:
+        attempt = 0
+        while True:
+            attempt += 1
+            partial = AssistantMessage(model=self.settings.model, api=api.name)
+            try:
+                return await api.consume(self.client, body, partial, emit, signal), attempt
+            except (openai.APIError, httpx.HTTPError, StreamError) as exc:
+                if not retryable(exc) or attempt > self.settings.max_retries or signal.is_set():
+                    return _failed(partial, _describe(exc, attempt)), attempt
+                delay = retry_delay(exc, attempt, self.settings)
+                # Deltas of a dropped attempt were shown: the client starts the message over.
+                await emit(AgentEvent(type="message_update", data={"restart": True, "retryInS": round(delay, 3),
+                                                                    "reason": _describe(exc, attempt)}))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(signal.wait(), delay)
+                if signal.is_set():
+                    partial.stop_reason = "aborted"
+                    return partial, attempt
 
 
-def httpx_errors() -> type[Exception]:
-    import httpx
-
-    return httpx.HTTPError
-
-
-def _content(text: list[str], calls: dict[int, dict[str, Any]]) -> list[Any]:
-    content: list[Any] = []
-    if text:
-        content.append(TextContent(text="".join(text)))
-    for index in sorted(calls):
-        slot = calls[index]
-        try:
-            args = json.loads(slot["arguments"]) if slot["arguments"] else {}
-        except json.JSONDecodeError:
-            # Keep the raw text: the tool will answer with a validation error the model can fix.
-            args = {"__invalid_json__": slot["arguments"]}
-        if not isinstance(args, dict):
-            args = {"__invalid_json__": slot["arguments"]}
-        content.append(ToolCall(id=slot["id"] or f"call_{index}", name=slot["name"], arguments=args))
-    return content
+def _describe(exc: BaseException, attempt: int) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        text = f"{exc.status_code} {_error_text(exc)}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return text if attempt == 1 else f"{text} (after {attempt} attempts)"
 
 
 def _error_text(exc: openai.APIStatusError) -> str:
@@ -207,6 +183,7 @@ def _error_text(exc: openai.APIStatusError) -> str:
 
 
 def _failed(partial: AssistantMessage, error: str) -> AssistantMessage:
+    partial.content = []  # never half a message: what an interrupted stream said is not kept
     partial.stop_reason = "error"
     partial.error_message = error
     return partial

@@ -1,0 +1,87 @@
+"""The model adapter's one interface; implementations: `ResponsesApi` and `ChatApi`, both over the
+official `openai` client. An implementation builds the request body from the agent context and turns
+the streamed reply into a complete AssistantMessage; retries and accounting are the caller's
+(openai_stream.OpenAIStream)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from openai import AsyncOpenAI
+
+from shared.contracts.messages import AssistantMessage, TextContent, ToolCall
+
+from .types import AgentContext, Emit
+
+ApiName = Literal["responses", "chat"]
+
+
+@dataclass
+class ModelSettings:
+    model: str
+    reasoning_effort: str | None = None
+    api: ApiName = "chat"
+    max_output_tokens: int | None = None
+    cache_key: str | None = None  # prompt_cache_key: the session id
+    # Chat Completions sends prompt_cache_key only to OpenAI: other servers may refuse unknown fields.
+    chat_cache_key: bool = False
+    max_retries: int = 0  # 429, 5xx and dropped connections
+    retry_base_s: float = 1.0
+    retry_max_s: float = 60.0
+
+
+class ModelApi(Protocol):
+    @property
+    def name(self) -> ApiName: ...
+
+    def body(self, context: AgentContext, settings: ModelSettings) -> dict[str, Any]: ...
+
+    def pieces(self, body: dict[str, Any]) -> list[str]:
+        """The request in order, static part first, for the token-level shared-prefix metric."""
+        ...
+
+    async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
+                      signal: asyncio.Event) -> AssistantMessage:
+        """Send and read the stream. Transport and API errors are raised (the caller retries them)."""
+        ...
+
+
+class StreamError(Exception):
+    """An error the API reported inside a 200 stream (`error` / `response.failed` events)."""
+
+    def __init__(self, message: str, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def parse_arguments(raw: str) -> dict[str, Any]:
+    try:
+        args = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        # Keep the raw text: the tool answers with a validation error the model can fix.
+        return {"__invalid_json__": raw}
+    return args if isinstance(args, dict) else {"__invalid_json__": raw}
+
+
+def assemble(text: list[str], calls: dict[int, dict[str, Any]]) -> list[Any]:
+    content: list[Any] = []
+    if text:
+        content.append(TextContent(text="".join(text)))
+    for index in sorted(calls):
+        slot = calls[index]
+        content.append(ToolCall(id=slot["id"] or f"call_{index}", name=slot["name"],
+                                arguments=parse_arguments(slot["arguments"])))
+    return content
+
+
+def finish(partial: AssistantMessage, *, length: bool, tool_use: bool = False) -> AssistantMessage:
+    if partial.tool_calls() or tool_use:
+        partial.stop_reason = "toolUse"
+    elif length:
+        partial.stop_reason = "length"
+    else:
+        partial.stop_reason = "stop"
+    return partial

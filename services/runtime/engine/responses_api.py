@@ -1,0 +1,118 @@
+"""The Responses API, stateless (`store: false`): the harness owns the conversation and sends it whole.
+
+- the static prefix (system prompt) is `instructions`, not a first developer item: it stays a field
+  of its own ahead of `input`, so nothing the conversation does (a compaction rewriting the items, a
+  summary message) can land before it; for the provider's prefix cache the two are the same bytes
+  in the same place (tools, then instructions, then input);
+- tools in the flat function-tool shape, in the toolset's fixed order;
+- reasoning items are taken from `response.output_item.done` (the `.added` one is incomplete), kept
+  verbatim with the assistant message and replayed to the same model (convert.to_responses_input);
+- `prompt_cache_key` routes a session's requests to the same cache; never `previous_response_id`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Literal
+
+from openai import AsyncOpenAI
+
+from shared.contracts.messages import AssistantMessage, TextContent, ThinkingContent, ToolCall, Usage
+
+from .convert import to_responses_input
+from .model_api import ModelSettings, StreamError, finish, parse_arguments
+from .types import AgentContext, AgentEvent, Emit, Tool
+
+RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "server_is_overloaded", "slow_down"})
+
+
+def function_tool(tool: Tool) -> dict[str, Any]:
+    return {"type": "function", "name": tool.name, "description": tool.description,
+            "parameters": tool.parameters, "strict": False}
+
+
+class ResponsesApi:
+    name: Literal["responses"] = "responses"
+
+    def body(self, context: AgentContext, settings: ModelSettings) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": settings.model,
+            "instructions": context.system_prompt,
+            "input": to_responses_input(context.messages, settings.model),
+            "stream": True,
+            "store": False,
+        }
+        if context.tools:
+            body["tools"] = [function_tool(t) for t in context.tools]
+            body["parallel_tool_calls"] = True
+        if settings.reasoning_effort:
+            body["reasoning"] = {"effort": settings.reasoning_effort}
+            body["include"] = ["reasoning.encrypted_content"]
+        if settings.cache_key:
+            body["prompt_cache_key"] = settings.cache_key
+        if settings.max_output_tokens:
+            body["max_output_tokens"] = settings.max_output_tokens
+        return body
+
+    def pieces(self, body: dict[str, Any]) -> list[str]:
+        head = json.dumps({"tools": body.get("tools", []), "instructions": body["instructions"]},
+                          ensure_ascii=False, separators=(",", ":"))
+        return [head, *(json.dumps(i, ensure_ascii=False, separators=(",", ":")) for i in body["input"])]
+
+    async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
+                      signal: asyncio.Event) -> AssistantMessage:
+        stream = await client.responses.create(**body)
+        content: list[Any] = []
+        refusal: list[str] = []
+        incomplete = False
+        try:
+            async for event in stream:
+                if signal.is_set():
+                    partial.content = content
+                    partial.stop_reason = "aborted"
+                    return partial
+                kind = event.type
+                if kind == "response.output_text.delta":
+                    await emit(AgentEvent(type="message_update", data={"delta": event.delta}))
+                elif kind == "response.output_item.done":
+                    _take_item(event.item.model_dump(mode="json", exclude_unset=True), content, refusal)
+                elif kind in ("response.completed", "response.incomplete"):
+                    incomplete = kind == "response.incomplete"
+                    partial.usage = _usage(event.response.usage)
+                elif kind == "response.failed":
+                    err = event.response.error
+                    raise StreamError(f"{err.code}: {err.message}" if err else "response failed",
+                                      retryable=bool(err and err.code in RETRYABLE_CODES))
+                elif kind == "error":
+                    raise StreamError(f"{event.code}: {event.message}" if event.code else event.message,
+                                      retryable=event.code in RETRYABLE_CODES)
+        finally:
+            await stream.close()  # a failed or cut stream gives its connection back
+        partial.content = content
+        partial.refusal = "".join(refusal) or None
+        return finish(partial, length=incomplete)
+
+
+def _take_item(item: dict[str, Any], content: list[Any], refusal: list[str]) -> None:
+    kind = item.get("type")
+    if kind == "reasoning":
+        summary = "\n".join(str(s.get("text", "")) for s in item.get("summary") or [])
+        content.append(ThinkingContent(thinking=summary, item=item))
+    elif kind == "message":
+        for part in item.get("content") or []:
+            if part.get("type") == "output_text" and part.get("text"):
+                content.append(TextContent(text=part["text"]))
+            elif part.get("type") == "refusal":
+                refusal.append(str(part.get("refusal", "")))
+    elif kind == "function_call":
+        content.append(ToolCall(id=item["call_id"], name=item["name"],
+                                arguments=parse_arguments(item.get("arguments", ""))))
+
+
+def _usage(u: Any) -> Usage:
+    if u is None:
+        return Usage()
+    return Usage(input=u.input_tokens, output=u.output_tokens,
+                 cache_read=int(u.input_tokens_details.cached_tokens or 0),
+                 reasoning=int(u.output_tokens_details.reasoning_tokens or 0), total_tokens=u.total_tokens)

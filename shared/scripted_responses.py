@@ -1,0 +1,188 @@
+"""The scripted model's Responses API: request items -> the chat shape the scripted models read,
+and a reply -> the streaming events OpenAI sends (parsed offline by the real SDK).
+
+Reasoning items carry an `encrypted_content` that names the model that made it; a replayed item
+made by another model is refused with a 400, as a real provider refuses content it cannot decrypt.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .model import ScriptedReply
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """A Responses request as a Chat Completions body: assistant-side items of one turn (reasoning,
+    message, function calls) become one assistant message; reasoning items kept under `reasoning`."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": body.get("instructions") or ""}]
+
+    def assistant() -> dict[str, Any]:
+        if messages[-1].get("role") != "assistant":
+            messages.append({"role": "assistant", "content": None})
+        return messages[-1]
+
+    for item in body.get("input") or []:
+        kind = item.get("type", "message")
+        if kind == "message" and item.get("role") == "assistant":
+            a = assistant()
+            a["content"] = (a["content"] or "") + _text(item.get("content"))
+        elif kind == "message":
+            role = "system" if item.get("role") in ("system", "developer") else "user"
+            messages.append({"role": role, "content": _text(item.get("content"))})
+        elif kind == "function_call":
+            assistant().setdefault("tool_calls", []).append({
+                "id": item["call_id"], "type": "function",
+                "function": {"name": item["name"], "arguments": item.get("arguments", "")}})
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": _text(item.get("output"))})
+        elif kind == "reasoning":
+            assistant().setdefault("reasoning", []).append(item)
+    tools = [{"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters") if k in t}}
+             for t in body.get("tools") or [] if t.get("type") == "function"]
+    out: dict[str, Any] = {"model": body.get("model"), "messages": messages, "stream": body.get("stream")}
+    if tools:
+        out["tools"] = tools
+    return out
+
+
+def encrypt(model: str, summary: str) -> str:
+    blob = json.dumps({"model": model, "summary": summary, "nonce": uuid.uuid4().hex[:8]})
+    return "gAAAA" + base64.urlsafe_b64encode(blob.encode()).decode()
+
+
+def foreign_reasoning(body: dict[str, Any]) -> str | None:
+    """The id of a replayed reasoning item this model cannot read (made by another model), if any."""
+    for item in body.get("input") or []:
+        if item.get("type") != "reasoning" or not item.get("encrypted_content"):
+            continue
+        try:
+            made_by = json.loads(base64.urlsafe_b64decode(item["encrypted_content"][5:]))["model"]
+        except (ValueError, KeyError, TypeError):
+            return str(item.get("id"))
+        if made_by != body.get("model"):
+            return str(item.get("id"))
+    return None
+
+
+def response_object(body: dict[str, Any], rid: str, status: str, output: list[dict[str, Any]],
+                    usage: dict[str, Any] | None = None, incomplete: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": rid, "object": "response", "created_at": time.time(), "model": body.get("model", "scripted"),
+        "status": status, "output": output, "parallel_tool_calls": bool(body.get("parallel_tool_calls", True)),
+        "tool_choice": "auto", "tools": body.get("tools") or [], "store": False,
+        "incomplete_details": {"reason": incomplete} if incomplete else None,
+    }
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+def usage(prompt: int, cached: int, output: int, reasoning: int) -> dict[str, Any]:
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+            "output_tokens": output + reasoning, "output_tokens_details": {"reasoning_tokens": reasoning},
+            "total_tokens": prompt + output + reasoning}
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def add(self, type_: str, **fields: Any) -> None:
+        self.items.append({"type": type_, "sequence_number": len(self.items), **fields})
+
+
+def events(reply: ScriptedReply, body: dict[str, Any], use: dict[str, Any], reasoning: str | None) -> list[dict[str, Any]]:
+    """The whole event sequence of one streamed response (without the final one when it fails)."""
+    rid = "resp_" + uuid.uuid4().hex[:16]
+    ev = _Events()
+    ev.add("response.created", response=response_object(body, rid, "in_progress", []))
+    output: list[dict[str, Any]] = []
+    if reply.stream_error is not None:
+        code, message = reply.stream_error.get("code"), reply.stream_error.get("message", "")
+        if reply.stream_error.get("event") == "failed":  # the response itself fails
+            failed = response_object(body, rid, "failed", [], use)
+            failed["error"] = {"code": code, "message": message}
+            ev.add("response.failed", response=failed)
+        else:
+            ev.add("error", code=code, message=message, param=None)
+        return ev.items
+    if reasoning is not None:
+        _reasoning(ev, output, body, reasoning)
+    if reply.content or reply.refusal:
+        _message(ev, output, reply)
+    for call in reply.tool_calls:
+        _call(ev, output, call.id, call.name, json.dumps(call.arguments) if call.raw_arguments is None
+              else call.raw_arguments)
+    if reply.finish_reason == "length":
+        ev.add("response.incomplete", response=response_object(body, rid, "incomplete", output, use,
+                                                               incomplete="max_output_tokens"))
+    else:
+        ev.add("response.completed", response=response_object(body, rid, "completed", output, use))
+    return ev.items
+
+
+def _reasoning(ev: _Events, output: list[dict[str, Any]], body: dict[str, Any], summary: str) -> None:
+    idx, iid = len(output), "rs_" + uuid.uuid4().hex[:16]
+    ev.add("response.output_item.added", output_index=idx, item={"id": iid, "type": "reasoning", "summary": []})
+    ev.add("response.reasoning_summary_text.delta", item_id=iid, output_index=idx, summary_index=0, delta=summary)
+    item: dict[str, Any] = {"id": iid, "type": "reasoning", "summary": [{"type": "summary_text", "text": summary}]}
+    if "reasoning.encrypted_content" in (body.get("include") or []):
+        item["encrypted_content"] = encrypt(str(body.get("model")), summary)
+    ev.add("response.output_item.done", output_index=idx, item=item)
+    output.append(item)
+
+
+def _message(ev: _Events, output: list[dict[str, Any]], reply: ScriptedReply) -> None:
+    idx, iid = len(output), "msg_" + uuid.uuid4().hex[:16]
+    ev.add("response.output_item.added", output_index=idx,
+           item={"id": iid, "type": "message", "role": "assistant", "status": "in_progress", "content": []})
+    if reply.refusal:
+        part: dict[str, Any] = {"type": "refusal", "refusal": reply.refusal}
+        ev.add("response.content_part.added", item_id=iid, output_index=idx, content_index=0,
+               part={"type": "refusal", "refusal": ""})
+        ev.add("response.refusal.delta", item_id=iid, output_index=idx, content_index=0, delta=reply.refusal)
+        ev.add("response.refusal.done", item_id=iid, output_index=idx, content_index=0, refusal=reply.refusal)
+    else:
+        text = reply.content
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        ev.add("response.content_part.added", item_id=iid, output_index=idx, content_index=0,
+               part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})
+        for i in range(0, len(text), 64):
+            ev.add("response.output_text.delta", item_id=iid, output_index=idx, content_index=0,
+                   delta=text[i : i + 64], logprobs=[])
+        ev.add("response.output_text.done", item_id=iid, output_index=idx, content_index=0, text=text, logprobs=[])
+    ev.add("response.content_part.done", item_id=iid, output_index=idx, content_index=0, part=part)
+    status = "incomplete" if reply.finish_reason == "length" else "completed"
+    item = {"id": iid, "type": "message", "role": "assistant", "status": status, "content": [part]}
+    ev.add("response.output_item.done", output_index=idx, item=item)
+    output.append(item)
+
+
+def _call(ev: _Events, output: list[dict[str, Any]], call_id: str, name: str, args: str) -> None:
+    idx, iid = len(output), "fc_" + uuid.uuid4().hex[:16]
+    ev.add("response.output_item.added", output_index=idx, item={
+        "id": iid, "type": "function_call", "call_id": call_id, "name": name, "arguments": "",
+        "status": "in_progress"})
+    for i in range(0, len(args), 128):
+        ev.add("response.function_call_arguments.delta", item_id=iid, output_index=idx, delta=args[i : i + 128])
+    ev.add("response.function_call_arguments.done", item_id=iid, output_index=idx, arguments=args, name=name)
+    item = {"id": iid, "type": "function_call", "call_id": call_id, "name": name, "arguments": args,
+            "status": "completed"}
+    ev.add("response.output_item.done", output_index=idx, item=item)
+    output.append(item)
+
+
+def sse(items: list[dict[str, Any]]) -> list[bytes]:
+    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in items]

@@ -1,0 +1,82 @@
+"""Model adapter pieces without a stack: the API default, old transcripts, retry delays, the
+simulated prompt cache."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from services.runtime.engine.model_api import ModelSettings
+from services.runtime.engine.openai_stream import retry_delay
+from services.runtime.transcript import build_context
+from shared.contracts.messages import AssistantMessage
+from shared.contracts.transcript import parse_entries
+from shared.prompt_cache import PromptCache
+from shared.settings import Settings
+
+
+@pytest.mark.parametrize(("base_url", "setting", "expected"), [
+    (None, None, "responses"),
+    ("https://api.openai.com/v1", None, "responses"),
+    ("http://localhost:11434/v1", None, "chat"),
+    ("https://x.openai.azure.com/openai/v1/", None, "chat"),
+    ("http://localhost:8000/v1", "responses", "responses"),
+    (None, "chat", "chat"),
+])
+def test_default_model_api(base_url: str | None, setting: str | None, expected: str) -> None:
+    s = Settings(OPENAI_BASE_URL=base_url, GAMMA_MODEL_API=setting)  # type: ignore[call-arg]
+    assert s.default_model_api == expected
+
+
+def test_transcripts_written_before_issue_18_still_load() -> None:
+    old = [
+        {"type": "session", "id": "h", "timestamp": "2026-01-01T00:00:00.000Z", "version": 3},
+        {"type": "message", "id": "a1", "parentId": "h", "timestamp": "2026-01-01T00:00:01.000Z",
+         "message": {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm"},
+                                                      {"type": "text", "text": "hi"}],
+                     "stopReason": "stop", "model": "gpt-4o",
+                     "usage": {"input": 10, "output": 2, "cacheRead": 0, "totalTokens": 12}, "timestamp": 1}},
+    ]
+    entries = parse_entries(old)
+    assert len(entries) == 2
+    (message,) = build_context(entries)
+    assert isinstance(message, AssistantMessage) and message.text() == "hi"
+    assert message.api is None and message.refusal is None and not message.implicit_message_user
+    assert message.usage.reasoning == 0
+
+
+def _status(code: int, headers: dict[str, str]) -> openai.APIStatusError:
+    request = httpx.Request("POST", "http://x/v1/responses")
+    return openai.APIStatusError("e", response=httpx.Response(code, headers=headers, request=request), body=None)
+
+
+def test_retry_delay_honours_retry_after_and_is_bounded() -> None:
+    s = ModelSettings(model="m", retry_base_s=1.0, retry_max_s=30.0)
+    assert retry_delay(_status(429, {"retry-after": "7"}), 1, s) == 7.0
+    assert retry_delay(_status(429, {"retry-after-ms": "250"}), 1, s) == 0.25
+    assert retry_delay(_status(429, {"retry-after": "3600"}), 1, s) == 30.0  # capped
+    backoff = [retry_delay(_status(503, {}), n, s) for n in (1, 2, 3)]
+    assert 0.75 <= backoff[0] <= 1.25 and 1.5 <= backoff[1] <= 2.5 and 3.0 <= backoff[2] <= 5.0
+
+
+def test_prompt_cache_hits_in_128_token_steps_past_1024_per_key() -> None:
+    cache = PromptCache()
+    base = "x" * (4 * 1000)
+    assert cache.lookup_and_store("k", base + "a" * 400) == 0  # nothing seen before
+    assert cache.lookup_and_store("k", base + "b") == 0  # 1,000 shared tokens: under the minimum
+    long = "y" * (4 * 1300)
+    cache.lookup_and_store("k", long + "1")
+    assert cache.lookup_and_store("k", long + "2") == 1280  # 1,300 shared -> 1,024 + 2 x 128
+    assert cache.lookup_and_store("other", long + "3") == 0  # another prompt_cache_key
+
+
+def test_chat_sends_prompt_cache_key_only_to_openai() -> None:
+    from services.runtime.engine.chat_api import ChatApi
+    from services.runtime.engine.types import AgentContext
+
+    context = AgentContext("sys", [], [])
+    for base, expected in ((None, True), ("https://api.openai.com/v1", True), ("http://localhost:8000/v1", False)):
+        s = Settings(OPENAI_BASE_URL=base)  # type: ignore[call-arg]
+        body = ChatApi().body(context, ModelSettings(model="m", cache_key="sid1", chat_cache_key=s.openai_endpoint))
+        assert ("prompt_cache_key" in body) is expected
