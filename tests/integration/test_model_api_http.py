@@ -53,9 +53,12 @@ def test_deck_run_and_cache_hit_ratio(stack: Stack, api: httpx.Client, model_api
     sid = created.json()["id"]
     assert api.get(f"/sessions/{sid}").json()["model_usage"]["requests"] == 0
     assert api.post(f"/sessions/{sid}/messages", json={"message": "Create a presentation about tides"}).status_code == 202
-    wait_sync(lambda: [t for t in replies(api, sid) if "ready" in t], timeout=90, interval=0.25, what="the deck")
-    first = api.get(f"/sessions/{sid}").json()["model_usage"]
-    assert first["requests"] >= 7 and first["reasoning_tokens"] > 0
+    # The final answer ("... is ready: 5 cards"), not the progress one ("... are ready; I am reviewing").
+    wait_sync(lambda: [t for t in replies(api, sid) if "is ready" in t], timeout=90, interval=0.25, what="the deck")
+    # The usage travels with the queued model_request events, flushed just after the transcript line.
+    first = wait_sync(lambda: (u := api.get(f"/sessions/{sid}").json()["model_usage"])["requests"] >= 7 and u,
+                      timeout=10, interval=0.1, what="the deck run's usage")
+    assert first["reasoning_tokens"] > 0
     assert 0.5 < first["cache_hit_ratio"] < 1  # the static prefix and every earlier turn are cache hits
     assert api.post(f"/sessions/{sid}/messages", json={"message": "thanks"}).status_code == 202
     wait_sync(lambda: len(replies(api, sid)) >= 3, timeout=60, interval=0.25, what="the second answer")

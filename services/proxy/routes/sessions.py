@@ -84,7 +84,7 @@ async def create_session(
         await asyncio.to_thread(lay_out)
     state = await load_state(proxy.redis, row.id)
     assert state is not None
-    return state.view()
+    return state.view().model_copy(update={"model_usage": ModelUsage.of({})})  # as GET shows it: nothing used yet
 
 
 @router.get("", response_model=SessionList, responses={401: ERRORS[401], 400: {"description": "an invalid cursor"}})
