@@ -117,10 +117,6 @@ class Settings(BaseSettings):
         return pairs
 
     @property
-    def sessions_dir(self) -> Path:
-        return self.data_dir / "sessions"
-
-    @property
     def scripted(self) -> bool:
         return not self.openai_api_key
 

@@ -23,10 +23,9 @@ import time
 import redis.asyncio as aioredis
 
 from shared import keys
+from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW
+from shared.redis_wire import text as text_of
 
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end
-"""
 # Take the lease (fence = INCR) and, in the same round trip, read what the wake needs next: whether
 # the proxy holds the dormant-write lock, and the session row. All keys share the {sid} hash tag.
 _ACQUIRE = """
@@ -34,9 +33,6 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0, {}} end
 local fence = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
 return {fence, redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[4])}
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end
 """
 
 
@@ -108,7 +104,7 @@ class Lease:
         if self.lost:
             return False
         sent_at = time.monotonic()
-        ok = await self.client.eval(_RENEW, 1, keys.lease(self.sid), self.value, str(self.ttl_ms))  # type: ignore[misc]
+        ok = await self.client.eval(COMPARE_AND_RENEW, 1, keys.lease(self.sid), self.value, str(self.ttl_ms))  # type: ignore[misc]
         if not ok:
             self.lost = True
         else:
@@ -116,7 +112,7 @@ class Lease:
         return bool(ok)
 
     async def release(self) -> None:
-        await self.client.eval(_RELEASE, 1, keys.lease(self.sid), self.value)  # type: ignore[misc]
+        await self.client.eval(COMPARE_AND_DELETE, 1, keys.lease(self.sid), self.value)  # type: ignore[misc]
         self.lost = True
 
 
@@ -128,7 +124,7 @@ async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[s
     pipe = client.pipeline(transaction=False)
     sent_at = time.monotonic()
     for lease in leases:
-        pipe.eval(_RENEW, 1, keys.lease(lease.sid), lease.value, str(lease.ttl_ms))
+        pipe.eval(COMPARE_AND_RENEW, 1, keys.lease(lease.sid), lease.value, str(lease.ttl_ms))
     for sid in running:
         # XX: a run that ended while this pipeline was in flight has deleted its key; never recreate it
         # (clients would see `running` for a whole lease after the run).
@@ -160,6 +156,3 @@ async def wait_no_dormant_write(client: aioredis.Redis, sid: str, timeout_s: flo
             return {text_of(k): text_of(v) for k, v in row.items()}
         await asyncio.sleep(0.05)
 
-
-def text_of(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

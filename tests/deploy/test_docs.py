@@ -16,7 +16,8 @@ import yaml
 from openapi_spec_validator import validate as validate_openapi
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
-from shared import docs, keys
+from shared import keys
+from tools import docs
 
 from .support import ROOT
 
