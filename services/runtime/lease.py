@@ -23,8 +23,7 @@ import time
 import redis.asyncio as aioredis
 
 from shared import keys
-from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW
-from shared.redis_wire import text as text_of
+from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW, text
 
 # Take the lease (fence = INCR) and, in the same round trip, read what the wake needs next: whether
 # the proxy holds the dormant-write lock, and the session row. All keys share the {sid} hash tag.
@@ -85,7 +84,7 @@ class Lease:
             worker_id, str(ttl_ms))
         if int(fence) == 0:
             return None, False, {}
-        row = {text_of(flat[i]): text_of(flat[i + 1]) for i in range(0, len(flat), 2)}
+        row = {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
         lease = cls(client, sid, worker_id, int(fence), ttl_ms)
         lease.extend(sent_at)
         return lease, bool(locked), row
@@ -153,6 +152,6 @@ async def wait_no_dormant_write(client: aioredis.Redis, sid: str, timeout_s: flo
         locked, row = await pipe.execute()
         if not locked or time.monotonic() > deadline:
             # (a holder that died cannot block us past the lock's own PX of 10 s)
-            return {text_of(k): text_of(v) for k, v in row.items()}
+            return {text(k): text(v) for k, v in row.items()}
         await asyncio.sleep(0.05)
 
