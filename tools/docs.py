@@ -132,9 +132,7 @@ def _schemas(models: tuple[type[BaseModel], ...] | list[type[BaseModel]]) -> dic
     return out
 
 
-def hand_described() -> dict[str, Any]:
-    """Channels FastStream cannot see: dynamic per-session streams and the dead-letter stream."""
-    sid = {"sid": {"description": "Session id; the {sid} hash tag keeps a session's keys on one Cluster slot."}}
+def _hand_messages() -> dict[str, Any]:
     messages: dict[str, Any] = {}
     for model in INBOX_MEMBERS:
         messages[f"inbox.{model.__name__}"] = {
@@ -156,6 +154,11 @@ def hand_described() -> dict[str, Any]:
         "contentType": "application/json",
         "payload": {"$ref": "#/components/schemas/DeadLetter"},
     }
+    return messages
+
+
+def _hand_channels() -> dict[str, Any]:
+    sid = {"sid": {"description": "Session id; the {sid} hash tag keeps a session's keys on one Cluster slot."}}
     channels = {
         "gamma:{sid}:inbox": {
             "address": "gamma:{sid}:inbox",
@@ -164,7 +167,8 @@ def hand_described() -> dict[str, Any]:
             "`XADD {type, data: <JSON>}` through shared/inbox.py, not FastStream (the names are dynamic).",
             "parameters": sid,
             "messages": {m.__name__: {"$ref": f"#/components/messages/inbox.{m.__name__}"} for m in INBOX_MEMBERS},
-            "bindings": {"redis": {"method": "xreadgroup", "groupName": topology.group_of(topology.INBOX_READER), "bindingVersion": "custom"}},
+            "bindings": {"redis": {"method": "xreadgroup", "groupName": topology.group_of(topology.INBOX_READER),
+                                   "bindingVersion": "custom"}},
         },
         "gamma:{sid}:events": {
             "address": "gamma:{sid}:events",
@@ -182,6 +186,10 @@ def hand_described() -> dict[str, Any]:
             "bindings": {"redis": {"method": "xadd", "bindingVersion": "custom"}},
         },
     }
+    return channels
+
+
+def _hand_operations() -> dict[str, Any]:
     operations: dict[str, Any] = {}
     for service, models in INBOX_PRODUCERS.items():
         operations[f"gamma:{{sid}}:inbox:{service}:send"] = {
@@ -190,7 +198,7 @@ def hand_described() -> dict[str, Any]:
             "channel": {"$ref": "#/channels/gamma:{sid}:inbox"},
             "messages": [{"$ref": f"#/channels/gamma:{{sid}}:inbox/messages/{m.__name__}"} for m in models],
         }
-    operations["gamma:{sid}:inbox:runtime:receive"] = {
+    operations[f"gamma:{{sid}}:inbox:{topology.INBOX_READER}:receive"] = {
         "action": "receive",
         "summary": "The lease holder reads the inbox; a new lease holder first claims the previous holder's pending entries",
         "channel": {"$ref": "#/channels/gamma:{sid}:inbox"},
@@ -212,8 +220,14 @@ def hand_described() -> dict[str, Any]:
         "channel": {"$ref": f"#/channels/{keys.DEADLETTER}"},
         "messages": [{"$ref": f"#/channels/{keys.DEADLETTER}/messages/DeadLetter"}],
     }
+    return operations
+
+
+def hand_described() -> dict[str, Any]:
+    """Channels FastStream cannot see: dynamic per-session streams and the dead-letter stream."""
     schemas = _schemas([*INBOX_MEMBERS, events.SessionEvent, deadletter.DeadLetter])
-    return {"channels": channels, "operations": operations, "components": {"messages": messages, "schemas": schemas}}
+    return {"channels": _hand_channels(), "operations": _hand_operations(),
+            "components": {"messages": _hand_messages(), "schemas": schemas}}
 
 
 def _merge(into: dict[str, Any], part: dict[str, Any], where: str) -> None:
