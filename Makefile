@@ -33,17 +33,17 @@ test: $(STAMP) $(NODE_STAMP)
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared services tests bench
+	$(BIN)/ruff check shared services tools tests bench
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy shared services
+	$(BIN)/mypy shared services tools
 
 schemas: $(STAMP)
 	$(BIN)/python -m shared.contracts.schemas tests/contract/schemas
 
 docs: $(STAMP)
-	$(BIN)/python -m shared.docs docs
+	$(BIN)/python -m tools.docs docs
 
 bench-bus: $(STAMP)
 	$(BIN)/python bench/bus.py

@@ -18,11 +18,12 @@ import structlog
 from pydantic import ValidationError
 from redis.exceptions import ResponseError
 
-from . import keys
+from . import keys, topology
 from .bus import dead_letter, ensure_group
 from .contracts.inbox import INBOX_ADAPTER, InboxMessage
+from .redis_wire import text
 
-GROUP = keys.RUNTIME_GROUP
+GROUP = topology.group_of(topology.INBOX_READER)
 log = structlog.get_logger()
 
 
@@ -37,7 +38,7 @@ async def append(client: aioredis.Redis, message: InboxMessage) -> str:
         keys.inbox(message.session_id),
         {"type": message.type, "data": message.model_dump_json(by_alias=True)},
     )
-    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    return text(entry_id)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ class InboxReader:
             reply = await self._client.xautoclaim(stream, GROUP, self._consumer, min_idle_time=0, start_id=start, count=100)
             next_id, claimed = reply[0], reply[1]
             out.extend(await self._decode_claimed(sid, claimed))
-            start = next_id.decode() if isinstance(next_id, bytes) else next_id
+            start = text(next_id)
             if start == "0-0":
                 return out
 
@@ -196,7 +197,7 @@ class InboxReader:
             reply = await self._xreadgroup(shard, count, block_ms)
         out: list[InboxEntry] = []
         for stream, entries in reply.items() if isinstance(reply, dict) else reply or []:  # RESP3: a map
-            name = stream.decode() if isinstance(stream, bytes) else stream
+            name = text(stream)
             sid = keys.inbox_stream_sid(name)
             for entry_id, flat in entries:
                 fields = dict(zip(flat[::2], flat[1::2], strict=True)) if isinstance(flat, list) else flat or {}
@@ -235,7 +236,7 @@ class InboxReader:
         await self._client.xack(keys.inbox(sid), GROUP, entry_id)
 
     async def _decode(self, sid: str, entry_id: bytes | str, fields: dict) -> InboxEntry | None:
-        eid = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        eid = text(entry_id)
         try:
             message = parse_fields(fields)
         except (ValidationError, ValueError) as exc:
@@ -244,6 +245,3 @@ class InboxReader:
             return None
         return InboxEntry(session_id=sid, entry_id=eid, message=message)
 
-
-def text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -12,8 +12,8 @@ COMPACTION_REQUESTS = "gamma:compaction:requests"
 NOTIFICATIONS = "gamma:notifications"
 DEADLETTER = "gamma:deadletter"
 
+# The runtime's group on the wake stream and the inboxes (shared/topology.py `group_of("runtime")`).
 RUNTIME_GROUP = "runtime"
-SERVICES = ("proxy", "runtime", "notifications", "digest", "compaction")
 
 
 def _s(sid: str) -> str:

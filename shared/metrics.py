@@ -14,7 +14,6 @@ numbers; the metric objects are created once per registry (`for_registry`).
 
 from __future__ import annotations
 
-import contextlib
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -27,19 +26,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from . import keys
-
-# The service-level streams each consumer group reads (DESIGN.md "Streams"); the group is named
-# after its service. The per-session inboxes are read by the runtime through shared/inbox.py and
-# are too many to XINFO at every scrape; their backlog shows up as wake latency and lease counts.
-CONSUMED: dict[str, tuple[str, ...]] = {
-    "runtime": (keys.WAKE,),
-    "notifications": (keys.NOTIFICATIONS, keys.LIFECYCLE, keys.INJECTIONS_RECORDED),
-    "digest": (keys.ARTIFACT_CHANGES, keys.LIFECYCLE, keys.INJECTIONS_RECORDED),
-    "compaction": (keys.COMPACTION_REQUESTS,),
-    "proxy": (),
-}
-GROUP_OF_SERVICE = {"runtime": keys.RUNTIME_GROUP}
+from . import keys, topology
+from .redis_wire import id_ms, text
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKEN_BUCKETS = (256, 1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
@@ -144,13 +132,7 @@ def entry_ms(entry_id: str | bytes | None = None) -> int | None:
     being handled now (`shared.bus.subscribe` binds `entry_id` in structlog's context)."""
     if entry_id is None:
         entry_id = structlog.contextvars.get_contextvars().get("entry_id")
-    if isinstance(entry_id, bytes):
-        entry_id = entry_id.decode()
-    if not entry_id or "-" not in entry_id:
-        return None
-    with contextlib.suppress(ValueError):
-        return int(entry_id.split("-", 1)[0])
-    return None
+    return id_ms(entry_id)
 
 
 def model_request(
@@ -187,24 +169,7 @@ def track_active_leases(registry: CollectorRegistry, count: Callable[[], float])
     m.active_leases.set_function(count)
 
 
-def set_active_leases(registry: CollectorRegistry, n: int) -> None:
-    m = for_registry(registry)
-    m.leases_tracked = True
-    m.active_leases.set(n)
-
-
-# --- hooks used by shared/bus.py ----------------------------------------------------------------
-
-_BROKERS: weakref.WeakKeyDictionary[Any, CollectorRegistry] = weakref.WeakKeyDictionary()
-
-
-def remember_broker(broker: Any, registry: CollectorRegistry) -> None:
-    """`make_broker` records its registry, so `subscribe` can report without a new parameter."""
-    _BROKERS[broker] = registry
-
-
-def registry_of(broker: Any) -> CollectorRegistry | None:
-    return _BROKERS.get(broker)
+# --- reported by the bus's subscriptions (shared/bus_subscriber.py) ----------------------------
 
 
 def observe_handled(registry: CollectorRegistry | None, stream: str, group: str, entry_id: str,
@@ -247,10 +212,6 @@ def _field(info: dict[Any, Any], name: str) -> Any:
     return info.get(name, info.get(name.encode()))
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class StreamStats(Collector):
     """XINFO GROUPS on the streams a service consumes, refreshed right before each scrape.
 
@@ -263,8 +224,10 @@ class StreamStats(Collector):
         self.client = client
         self.service = service
         self.registry = registry
-        self.group = GROUP_OF_SERVICE.get(service, service)
-        self.streams = tuple(streams if streams is not None else CONSUMED.get(service, ()))
+        self.group = topology.group_of(service)
+        # The per-session inboxes are too many to XINFO at every scrape; their backlog shows up as
+        # wake latency and lease counts.
+        self.streams = tuple(streams if streams is not None else topology.consumed_streams(service))
         self.groups: list[GroupStats] = []
         self.deadletter_length: int | None = None
         self.refreshed_at = 0.0
@@ -279,7 +242,7 @@ class StreamStats(Collector):
                 except aioredis.ResponseError:  # no such stream yet
                     continue
                 for info in infos:
-                    name = _text(_field(info, "name"))
+                    name = text(_field(info, "name"))
                     if name != self.group:
                         continue
                     lag = _field(info, "lag")
@@ -298,14 +261,12 @@ class StreamStats(Collector):
     async def leases_held(self) -> int:
         """Leases whose value names this worker (`{worker_id}:{fence}`): one SCAN per scrape, used only
         while the runtime does not report its own count (`track_active_leases`)."""
-        from .bus import consumer_name  # bus imports this module
-
-        prefix = consumer_name("runtime") + ":"
+        prefix = topology.consumer_name("runtime") + ":"
         keys_found = [k async for k in self.client.scan_iter(match="gamma:{*}:lease", count=1000)]
         if not keys_found:
             return 0
         values = await self.client.mget(keys_found)
-        return sum(1 for v in values if v is not None and _text(v).startswith(prefix))
+        return sum(1 for v in values if v is not None and text(v).startswith(prefix))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         lag = GaugeMetricFamily("gamma_stream_group_lag", "Entries not yet delivered to the group", labels=["stream", "group"])

@@ -11,8 +11,7 @@ import json
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -20,42 +19,12 @@ from openai import AsyncOpenAI
 
 from . import scripted_responses
 from .prompt_cache import PromptCache
+from .scripted_types import ScriptedError, ScriptedModel, ScriptedReply, ScriptedToolCall
 from .settings import Settings
 
-
-@dataclass
-class ScriptedToolCall:
-    name: str
-    arguments: dict[str, Any]
-    id: str = field(default_factory=lambda: "call_" + uuid.uuid4().hex[:12])
-    raw_arguments: str | None = None  # sent instead of the JSON of `arguments` (e.g. invalid JSON)
-
-
-@dataclass
-class ScriptedReply:
-    content: str = ""
-    tool_calls: list[ScriptedToolCall] = field(default_factory=list)
-    finish_reason: str | None = None  # derived from tool_calls when None; "length" = out of output tokens
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning: str | None = None  # the reasoning summary, sent when the request asks for reasoning
-    refusal: str = ""
-    cut: bool = False  # the connection drops in the middle of the stream
-    # {"code", "message", "event"?: "failed"}: an `error` event (or `response.failed`) right after the start
-    stream_error: dict[str, str] | None = None
-
-
-@dataclass
-class ScriptedError(Exception):
-    """Returned as an HTTP error in OpenAI's error shape (e.g. 400 context_length_exceeded)."""
-
-    status: int
-    code: str
-    message: str
-    retry_after: float | None = None  # sent as the Retry-After header
-
-
-ScriptedModel = Callable[[dict[str, Any]], ScriptedReply]
+# Re-exported: callers build script steps from shared.model.
+__all__ = ["ScriptedError", "ScriptedModel", "ScriptedReply", "ScriptedToolCall", "ScriptedTransport", "openai_client",
+           "scripted_transport"]
 
 
 class ScriptedTransport(httpx.AsyncBaseTransport):

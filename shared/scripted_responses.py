@@ -14,7 +14,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .model import ScriptedReply
+    from .scripted_types import ScriptedReply
 
 
 def _text(content: Any) -> str:

@@ -24,7 +24,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
-from . import keys
+from . import keys, topology
 from .bus import ensured_groups, missing_groups
 from .httplimits import bounded_http_protocol
 from .internal_http import InternalServer, internal_app, metrics_response
@@ -134,8 +134,8 @@ async def _groups_gone(ctx: ServiceContext) -> list[str]:
 
 
 async def all_services_ready(client: aioredis.Redis) -> dict[str, bool]:
-    values = await client.mget([keys.health(s) for s in keys.SERVICES])
-    return {s: v is not None for s, v in zip(keys.SERVICES, values, strict=True)}
+    values = await client.mget([keys.health(s) for s in topology.SERVICES])
+    return {s: v is not None for s, v in zip(topology.SERVICES, values, strict=True)}
 
 
 def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = False,

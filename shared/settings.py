@@ -126,10 +126,6 @@ class Settings(BaseSettings):
         return pairs
 
     @property
-    def sessions_dir(self) -> Path:
-        return self.data_dir / "sessions"
-
-    @property
     def openai_endpoint(self) -> bool:
         """OpenAI itself (or the offline scripted model, which plays it), not another compatible server."""
         base = (self.openai_base_url or "").strip()

@@ -8,7 +8,8 @@ So nothing any group has still to read or retry is dropped. The floor only moves
 compute it (groups read on, acks shrink the pending lists, new entries get higher ids), so reading
 the groups and trimming need not be one atomic step; the script makes it one round trip anyway.
 
-A stream is trimmed only when every group expected on it exists (`EXPECTED_GROUPS`): a service that
+A stream is trimmed only when every group expected on it exists (`EXPECTED_GROUPS`, from
+shared/topology.py): a service that
 has not started yet creates its group at id 0 and must still find the entries published before.
 No group at all (a session inbox before its first wake) means no trimming.
 
@@ -26,20 +27,13 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import RedisError
 
-from . import keys
+from . import topology
 
 log = structlog.get_logger()
 
-# The consumer groups of each service stream (services/*/app.py). A group missing from a stream
-# blocks its trimming until the group's service has created it.
-EXPECTED_GROUPS: Mapping[str, frozenset[str]] = {
-    keys.ARTIFACT_CHANGES: frozenset({"digest"}),
-    keys.LIFECYCLE: frozenset({"digest", "notifications"}),
-    keys.INJECTIONS_RECORDED: frozenset({"digest", "notifications"}),
-    keys.COMPACTION_REQUESTS: frozenset({"compaction"}),
-    keys.NOTIFICATIONS: frozenset({"notifications"}),
-    keys.WAKE: frozenset({keys.RUNTIME_GROUP}),
-}
+# The consumer groups of each service stream. A group missing from a stream blocks its trimming
+# until the group's service has created it.
+EXPECTED_GROUPS: Mapping[str, frozenset[str]] = topology.groups_by_stream()
 
 # KEYS[1] the stream; ARGV the expected group names. Returns the number of entries removed, or -1
 # when the stream is not trimmed (no such stream, no group, an expected group missing).

@@ -22,17 +22,9 @@ import structlog
 from redis.exceptions import RedisError
 
 from .bus import ensured_groups
+from .redis_wire import parse_id, text
 
 log = structlog.get_logger()
-
-
-def _s(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _id(value: str) -> tuple[int, int]:
-    ms, _, seq = value.partition("-")
-    return int(ms or 0), int(seq or 0)
 
 
 async def waiting_positions(client: aioredis.Redis) -> dict[str, str]:
@@ -42,11 +34,11 @@ async def waiting_positions(client: aioredis.Redis) -> dict[str, str]:
         last = await client.xrevrange(stream, count=1)
         if not last:
             continue
-        newest = _s(last[0][0])
+        newest = text(last[0][0])
         for info in await client.xinfo_groups(stream):
-            if _s(info["name"]) == group:
-                delivered = _s(info["last-delivered-id"])
-                if _id(newest) > _id(delivered):
+            if text(info["name"]) == group:
+                delivered = text(info["last-delivered-id"])
+                if parse_id(newest) > parse_id(delivered):
                     out[f"{stream} ({group})"] = delivered
     return out
 

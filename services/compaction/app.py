@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from shared import keys
+from shared import topology
 from shared.bus import consumer_name, ensure_group, make_broker, subscribe
-from shared.contracts.compaction import CompactionRequest
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
-from .handler import GROUP, CompactionHandler, Metrics
+from .handler import CompactionHandler, Metrics
 from .summarizer import Summarizer, make_client
 
 
@@ -26,14 +25,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lock_ms=max(10_000, 4 * settings.claim_idle_ms), metrics=Metrics(ctx.registry),
     )
 
+    (requests,) = topology.consumptions("compaction")
     subscribe(
-        broker, ctx.redis, stream=keys.COMPACTION_REQUESTS, group=GROUP, consumer=consumer,
-        model=CompactionRequest, handler=handler, claim_idle_ms=settings.claim_idle_ms,
+        broker, ctx.redis, stream=requests.stream, group=requests.group, consumer=consumer,
+        model=requests.model, handler=handler, claim_idle_ms=settings.claim_idle_ms,
         max_deliveries=settings.max_deliveries,
     )
 
     async def start() -> None:
-        await ensure_group(ctx.redis, keys.COMPACTION_REQUESTS, GROUP)
+        await ensure_group(ctx.redis, requests.stream, requests.group)
         await broker.start()
 
     async def stop() -> None:
@@ -41,5 +41,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await client.close()
 
     app = FastAPI(title="gamma-compaction", lifespan=service_lifespan(ctx, start, stop))
+    app.state.broker = broker  # its subscriptions: subscriptions_of(app.state.broker) (tools/docs.py)
     add_health_routes(app, ctx)
     return app

@@ -25,17 +25,18 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from services.runtime.compaction import file_operations, format_file_operations, summary_span
-from shared import keys
+from shared import keys, topology
 from shared.contracts.compaction import CompactionRequest
 from shared.contracts.inbox import CompactionReady
 from shared.contracts.transcript import parse_entries
 from shared.disk import iter_jsonl, session_paths
 from shared.inbox import entry_fields
+from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW
 
 from .summarizer import Summarizer
 
 log = structlog.get_logger()
-GROUP = "compaction"
+GROUP = topology.group_of("compaction")
 DONE_TTL_S = 7 * 24 * 3600
 
 # KEYS[1] inbox, KEYS[2] done marker (same {sid} slot); ARGV: type, data, request id, ttl
@@ -47,14 +48,6 @@ return false
 """
 
 
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 done_key = keys.compaction_done
@@ -113,7 +106,7 @@ class CompactionHandler:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(hold), timeout=5)
                 with contextlib.suppress(Exception):
-                    await self.redis.eval(_RELEASE, 1, working_key(sid, rid), token)  # type: ignore[misc]
+                    await self.redis.eval(COMPARE_AND_DELETE, 1, working_key(sid, rid), token)  # type: ignore[misc]
 
     async def _acquire(self, sid: str, rid: str, token: str) -> bool:
         """Take the request, or learn that it is answered. A consumer that got it while another one is
@@ -178,7 +171,7 @@ class CompactionHandler:
             if done.is_set():
                 return
             with contextlib.suppress(Exception):
-                await self.redis.eval(_RENEW, 1, working_key(sid, rid), token, str(self.lock_ms))  # type: ignore[misc]
+                await self.redis.eval(COMPARE_AND_RENEW, 1, working_key(sid, rid), token, str(self.lock_ms))  # type: ignore[misc]
                 if entry_id and entry_id != "?":
                     await self.redis.xclaim(keys.COMPACTION_REQUESTS, GROUP, self.consumer, min_idle_time=0,
                                             message_ids=[str(entry_id)], justid=True)

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from shared import keys
-from shared.bus import consumer_name, ensure_group, make_broker, subscribe
+from shared import keys, topology
+from shared.bus import Handler, consumer_name, ensure_group, make_broker, subscribe
 from shared.contracts.artifacts import ArtifactChange
-from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, LifecycleEvent, SessionLive
+from shared.contracts.lifecycle import LifecycleEvent, SessionLive
 from shared.contracts.recorded import InjectionRecorded
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 from shared.watchdog import StallWatchdog
 
 from .builder import DigestBuilder, Metrics
-
-GROUP = "digest"
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -39,16 +37,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def on_recorded(event: InjectionRecorded) -> None:
         await builder.on_recorded(event)
 
+    handlers: dict[str, Handler] = {
+        keys.ARTIFACT_CHANGES: on_change, keys.LIFECYCLE: on_lifecycle, keys.INJECTIONS_RECORDED: on_recorded,
+    }
     subs = [
-        subscribe(broker, ctx.redis, stream=keys.ARTIFACT_CHANGES, group=GROUP, consumer=consumer,
-                  model=ArtifactChange, handler=on_change, claim_idle_ms=settings.claim_idle_ms,
-                  max_deliveries=settings.max_deliveries),
-        subscribe(broker, ctx.redis, stream=keys.LIFECYCLE, group=GROUP, consumer=consumer,
-                  model=LIFECYCLE_ADAPTER, handler=on_lifecycle, claim_idle_ms=settings.claim_idle_ms,
-                  max_deliveries=settings.max_deliveries),
-        subscribe(broker, ctx.redis, stream=keys.INJECTIONS_RECORDED, group=GROUP, consumer=consumer,
-                  model=InjectionRecorded, handler=on_recorded, claim_idle_ms=settings.claim_idle_ms,
-                  max_deliveries=settings.max_deliveries),
+        subscribe(broker, ctx.redis, stream=c.stream, group=c.group, consumer=consumer, model=c.model,
+                  handler=handlers[c.stream], claim_idle_ms=settings.claim_idle_ms,
+                  max_deliveries=settings.max_deliveries)
+        for c in topology.consumptions("digest")
     ]
 
     async def start() -> None:
@@ -64,5 +60,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await broker.stop()
 
     app = FastAPI(title="gamma-digest", lifespan=service_lifespan(ctx, start, stop))
+    app.state.broker = broker  # its subscriptions: subscriptions_of(app.state.broker) (tools/docs.py)
     add_health_routes(app, ctx)
     return app

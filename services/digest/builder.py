@@ -35,6 +35,7 @@ from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.pending import PendingArtifact
 from shared.contracts.recorded import InjectionRecorded
 from shared.inbox import append
+from shared.redis_wire import optional_text
 
 from .coalesce import NO_NET_CHANGE, actors_line, compose
 from .manifest import Manifest
@@ -80,13 +81,10 @@ def change_content(change: ArtifactChange, data_dir: Path) -> bytes | None:
     return None
 
 
-def _text(value: bytes | str | None) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
-
 
 def lease_fence(value: bytes | str | None) -> str | None:
     """The fence of a lease value `{worker_id}:{fence}`."""
-    text = _text(value)
+    text = optional_text(value)
     return None if text is None else text.rsplit(":", 1)[-1]
 
 
@@ -186,7 +184,7 @@ class DigestBuilder:
             await self._to_manifest(sid, ref, state)  # made while dormant
             return
         live: dict[Any, Any] = await self._r.hgetall(keys.digest_live(sid))
-        live_fence = _text(live.get(b"fence"))
+        live_fence = optional_text(live.get(b"fence"))
         if live_fence != lease_fence(lease):
             # The SessionLive of this lease is not handled yet; its handler sends this at once. Keep it
             # due anyway (at the debounce bound): if that SessionLive never gets handled (dead-lettered
@@ -326,13 +324,13 @@ class DigestBuilder:
 
     async def _stale_fence(self, sid: str, fence: int) -> bool:
         """A newer lease was granted than the one `fence` belongs to (fences only grow: INCR)."""
-        latest = _text(await self._r.get(keys.fence(sid)))
+        latest = optional_text(await self._r.get(keys.fence(sid)))
         return latest is not None and latest.isdigit() and fence < int(latest)
 
     async def on_dormant(self, event: SessionDormant) -> None:
         sid = event.session_id
         async with self._locked(sid):
-            fence = _text(await self._r.hget(keys.digest_live(sid), "fence"))
+            fence = optional_text(await self._r.hget(keys.digest_live(sid), "fence"))
             if fence == str(event.fence):
                 await self._r.delete(keys.digest_live(sid))
         # Blobs of changes that were never published (a crash, a refused or abandoned live write).

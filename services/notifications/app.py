@@ -6,9 +6,9 @@ from __future__ import annotations
 import structlog
 from fastapi import FastAPI
 
-from shared import keys
-from shared.bus import consumer_name, ensure_group, make_broker, publish, subscribe
-from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, LifecycleEvent, SessionLive
+from shared import keys, topology
+from shared.bus import Handler, consumer_name, ensure_group, make_broker, publish, subscribe
+from shared.contracts.lifecycle import LifecycleEvent, SessionLive
 from shared.contracts.notifications import ExternalNotification, NotificationSubmit
 from shared.contracts.recorded import InjectionRecorded
 from shared.contracts.wake import Wake
@@ -21,7 +21,6 @@ from .http import make_router
 from .migrate import migrate_legacy_keys
 from .policy import UrgencyPolicy, never_wake
 
-GROUP = "notifications"
 log = structlog.get_logger()
 
 
@@ -60,16 +59,14 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy = never_
     async def on_recorded(event: InjectionRecorded) -> None:
         await delivery.on_recorded(event)
 
+    handlers: dict[str, Handler] = {
+        keys.NOTIFICATIONS: on_submit, keys.LIFECYCLE: on_lifecycle, keys.INJECTIONS_RECORDED: on_recorded,
+    }
     subs = [
-        subscribe(broker, ctx.redis, stream=keys.NOTIFICATIONS, group=GROUP, consumer=consumer,
-                  model=NotificationSubmit, handler=on_submit, claim_idle_ms=settings.claim_idle_ms,
-                  max_deliveries=settings.max_deliveries),
-        subscribe(broker, ctx.redis, stream=keys.LIFECYCLE, group=GROUP, consumer=consumer,
-                  model=LIFECYCLE_ADAPTER, handler=on_lifecycle, claim_idle_ms=settings.claim_idle_ms,
-                  max_deliveries=settings.max_deliveries),
-        subscribe(broker, ctx.redis, stream=keys.INJECTIONS_RECORDED, group=GROUP, consumer=consumer,
-                  model=InjectionRecorded, handler=on_recorded, claim_idle_ms=settings.claim_idle_ms,
-                  max_deliveries=settings.max_deliveries),
+        subscribe(broker, ctx.redis, stream=c.stream, group=c.group, consumer=consumer, model=c.model,
+                  handler=handlers[c.stream], claim_idle_ms=settings.claim_idle_ms,
+                  max_deliveries=settings.max_deliveries)
+        for c in topology.consumptions("notifications")
     ]
 
     async def start() -> None:
@@ -82,6 +79,7 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy = never_
         await broker.stop()
 
     app = FastAPI(title="gamma-notifications", lifespan=service_lifespan(ctx, start, stop), docs_url=None, redoc_url=None)
+    app.state.broker = broker  # its subscriptions: subscriptions_of(app.state.broker) (tools/docs.py)
     add_health_routes(app, ctx, require_all=True, internal_port=settings.notifications_metrics_port)
     app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes))
     app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,

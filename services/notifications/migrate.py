@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 import structlog
 
 from shared import keys
+from shared.redis_wire import text
 
 DONE = "gamma:migrations:notification-keys-hashed"
 _STATE = ":state"
@@ -41,7 +42,7 @@ async def migrate_legacy_keys(client: aioredis.Redis) -> int:
     move = client.register_script(_MOVE)
     moved = 0
     async for raw in client.scan_iter(match=keys.legacy_notification_pattern(), count=1000):
-        key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        key = text(raw)
         sid = keys.inbox_stream_sid(key)
         rest = key[len(keys.legacy_notification_prefix(sid)):]
         targets = [keys.notification(sid, rest)]

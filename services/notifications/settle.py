@@ -16,15 +16,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-DIGEST_GROUP = "digest"
+from shared import topology
+from shared.redis_wire import parse_id
 
-
-def parse_id(entry_id: bytes | str | None) -> tuple[int, int]:
-    if entry_id is None:
-        return (0, 0)
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    ms, _, seq = text.partition("-")
-    return (int(ms or 0), int(seq or 0))
+DIGEST_GROUP = topology.group_of("digest")
 
 
 async def last_id(client: aioredis.Redis, stream: str) -> tuple[int, int] | None:

@@ -22,6 +22,7 @@ from shared import keys
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection
 from shared.contracts.notifications import ExternalNotification
+from shared.redis_wire import optional_text, text
 
 Status = Literal["pending", "delivered", "consumed"]
 # After consumption the record stays this long so a late duplicate POST is still recognised.
@@ -94,9 +95,6 @@ class Submitted(BaseModel):
     existing: StoredNotification | None = None
 
 
-def _str(v: bytes | str | None) -> str | None:
-    return v.decode() if isinstance(v, bytes) else v
-
 
 class NotificationStore:
     def __init__(self, client: aioredis.Redis) -> None:
@@ -122,24 +120,24 @@ class NotificationStore:
                   keys.notifications_pending(sid), keys.session_row(sid), keys.lease(sid), keys.inbox(sid)],
             args=[record.model_dump_json(), len(injections), record.received_at, notification.id, *entries],
         )
-        created, status = int(result[0]), _str(result[1])
+        created, status = int(result[0]), optional_text(result[1])
         if created < 0:
             return None
         existing = StoredNotification.model_validate_json(result[2]) if len(result) > 2 and result[2] else None
         return Submitted(created=bool(created), status=status, existing=existing)  # type: ignore[arg-type]
 
     async def status(self, sid: str, nid: str) -> Status | None:
-        value = _str(await self._r.hget(keys.notification_state(sid, nid), "status"))
+        value = optional_text(await self._r.hget(keys.notification_state(sid, nid), "status"))
         return value if value in ("pending", "delivered", "consumed") else None  # type: ignore[return-value]
 
     async def state(self, sid: str, nid: str) -> dict[str, str]:
         raw = await self._r.hgetall(keys.notification_state(sid, nid))
-        return {_str(k) or "": _str(v) or "" for k, v in raw.items()}
+        return {optional_text(k) or "": optional_text(v) or "" for k, v in raw.items()}
 
     async def pending(self, sid: str) -> list[StoredNotification]:
         """Every unconsumed notification of the session (never delivered, or delivered but unrecorded)."""
         members: list[Any] = list(await self._r.zrange(keys.notifications_pending(sid), 0, -1))
-        ids = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+        ids = [text(m) for m in members]
         if not ids:
             return []
         raws = await self._r.mget([keys.notification(sid, i) for i in ids])
@@ -158,4 +156,4 @@ class NotificationStore:
             keys=[keys.notification(sid, nid), keys.notification_state(sid, nid), keys.notifications_pending(sid)],
             args=[part, entry_id, nid, now_ms(), CONSUMED_TTL_S],
         )
-        return _str(result) or "unknown"  # type: ignore[return-value]
+        return optional_text(result) or "unknown"  # type: ignore[return-value]

@@ -26,21 +26,13 @@ import structlog
 from redis.asyncio.connection import Connection
 
 from shared import keys
+from shared.redis_wire import text
 
 log = structlog.get_logger()
 
 SHARD_SIZE = 32
 READ_COUNT = 200  # entries per stream per read
 Item = tuple[str, str] | None  # (entry id, event JSON); None: the subscription was closed
-
-
-def as_text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def parse_id(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 @dataclass(eq=False)
@@ -117,7 +109,7 @@ class EventFanout:
                 newest = await self._control.xrevrange(keys.events(sid), count=1)
                 topic = self._topics.get(sid)  # another subscriber may have created it meanwhile
                 if topic is None:
-                    topic = _Topic(sid=sid, last_id=as_text(newest[0][0]) if newest else "0-0")
+                    topic = _Topic(sid=sid, last_id=text(newest[0][0]) if newest else "0-0")
                     self._topics[sid] = topic
                     topic.subscribers.add(sub)
                     await self._place(sid)
@@ -218,15 +210,15 @@ class EventFanout:
 
     def _deliver(self, reply: Any, sid_of: dict[str, str]) -> None:
         for stream, entries in reply.items() if isinstance(reply, dict) else reply or []:  # RESP3: a map
-            topic = self._topics.get(sid_of.get(as_text(stream), ""))
+            topic = self._topics.get(sid_of.get(text(stream), ""))
             if topic is None:
                 continue  # nobody is watching it any more
             for entry_id, flat in entries:
                 fields = dict(zip(flat[::2], flat[1::2], strict=True)) if isinstance(flat, list) else flat or {}
-                topic.last_id = as_text(entry_id)
+                topic.last_id = text(entry_id)
                 data = fields.get(b"data", fields.get("data"))
                 if data is None:
                     continue
-                item = (topic.last_id, as_text(data))
+                item = (topic.last_id, text(data))
                 for sub in list(topic.subscribers):
                     sub.offer(item)

@@ -18,6 +18,7 @@ from fastapi import Depends
 
 from shared import keys
 from shared.contracts.base import new_id
+from shared.redis_wire import COMPARE_AND_DELETE
 
 from .auth import current_user
 from .deps import Proxy, get_proxy
@@ -27,11 +28,6 @@ from .rows import SessionState, load_state
 LOCK_PX = 10_000
 Mode = Literal["live", "dormant"]
 
-# Compare-and-delete: only the holder removes its lock (an expired lock may belong to someone else now).
-_RELEASE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
-return 0
-"""
 
 
 class BecameLive(Exception):
@@ -87,4 +83,4 @@ async def dormant_lock(redis: aioredis.Redis, sid: str, wait_s: float = 5.0) -> 
             raise BecameLive()
         yield
     finally:
-        await redis.eval(_RELEASE, 1, lock, token)  # type: ignore[misc]
+        await redis.eval(COMPARE_AND_DELETE, 1, lock, token)  # type: ignore[misc]

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from shared import keys
 from shared.contracts.base import new_id, now_ms
 from shared.contracts.http import ModelConfig, SessionView, Status, Variant
+from shared.redis_wire import text
 
 WAKE_WINDOW_MS = 60_000
 RowStatus = Literal["dormant", "waking"]
@@ -56,13 +57,10 @@ class SessionRow(BaseModel):
 
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any]) -> SessionRow:
-        data = {_s(k): _s(v) for k, v in raw.items()}
+        data = {text(k): text(v) for k, v in raw.items()}
         model = ModelConfig.model_validate_json(data.pop("model", "{}") or "{}")
         return cls.model_validate({**data, "model": model})
 
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 @dataclass(frozen=True)
@@ -176,8 +174,8 @@ async def list_page(redis: aioredis.Redis, owner: str, limit: int,
     page: list[Any] = await redis.zrevrange(key, start, start + limit - 1, withscores=True)
     async with redis.pipeline(transaction=False) as pipe:  # one round trip for the whole page
         for member, _ in page:
-            pipe.hgetall(keys.session_row(_s(member)))
-            pipe.mget(keys.lease(_s(member)), keys.running(_s(member)), keys.fence(_s(member)))
+            pipe.hgetall(keys.session_row(text(member)))
+            pipe.mget(keys.lease(text(member)), keys.running(text(member)), keys.fence(text(member)))
         replies: list[Any] = await pipe.execute()
     out: list[SessionState] = []
     for i in range(len(page)):
@@ -188,7 +186,7 @@ async def list_page(redis: aioredis.Redis, owner: str, limit: int,
             if state.row.owner == owner:
                 out.append(state)
     more = len(page) == limit and await redis.zcard(key) > start + limit
-    next_cursor = encode_cursor(page[-1][1], _s(page[-1][0])) if more else None
+    next_cursor = encode_cursor(page[-1][1], text(page[-1][0])) if more else None
     return out, next_cursor
 
 

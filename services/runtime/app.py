@@ -9,9 +9,8 @@ import structlog
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from shared import keys
+from shared import topology
 from shared.bus import consumer_name, ensure_group, make_broker, publish, subscribe
-from shared.contracts.wake import Wake
 from shared.model import openai_client
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
@@ -46,11 +45,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     worker = Worker(settings, ctx.redis, model_client, skills, prompts, bus, consumer_name("runtime"),
                     registry=ctx.registry)
 
-    subscribe(broker, ctx.redis, stream=keys.WAKE, group=keys.RUNTIME_GROUP, consumer=consumer_name("runtime"),
-              model=Wake, handler=worker.on_wake, claim_idle_ms=settings.claim_idle_ms)
+    (wake,) = topology.consumptions("runtime")
+    subscribe(broker, ctx.redis, stream=wake.stream, group=wake.group, consumer=consumer_name("runtime"),
+              model=wake.model, handler=worker.on_wake, claim_idle_ms=settings.claim_idle_ms)
 
     async def start() -> None:
-        await ensure_group(ctx.redis, keys.WAKE, keys.RUNTIME_GROUP)
+        await ensure_group(ctx.redis, wake.stream, wake.group)
         await broker.start()
         worker.start()
 
@@ -64,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await broker.stop()
 
     app = FastAPI(title="gamma-runtime", lifespan=service_lifespan(ctx, start, stop))
+    app.state.broker = broker  # its subscriptions: subscriptions_of(app.state.broker) (tools/docs.py)
     add_health_routes(app, ctx)
 
     @app.get("/sessions", include_in_schema=False)

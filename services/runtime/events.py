@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from shared import keys
 from shared.contracts.events import EventType, SessionEvent
 from shared.contracts.inbox import InboxReply
+from shared.redis_wire import text
 
 from .lease import LeaseLost
 
@@ -70,7 +71,7 @@ class Outbox:
             if also is not None:
                 also(pipe)
             entry = (await pipe.execute())[0]
-        return entry.decode() if isinstance(entry, bytes) else str(entry)
+        return text(entry)
 
     async def _send_in_background(self) -> None:
         async with self._sending:

@@ -23,10 +23,8 @@ import time
 import redis.asyncio as aioredis
 
 from shared import keys
+from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW, text
 
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end
-"""
 # Take the lease (fence = INCR) and, in the same round trip, read what the wake needs next: whether
 # the proxy holds the dormant-write lock, and the session row. All keys share the {sid} hash tag.
 _ACQUIRE = """
@@ -34,9 +32,6 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0, {}} end
 local fence = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
 return {fence, redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[4])}
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end
 """
 
 
@@ -89,7 +84,7 @@ class Lease:
             worker_id, str(ttl_ms))
         if int(fence) == 0:
             return None, False, {}
-        row = {text_of(flat[i]): text_of(flat[i + 1]) for i in range(0, len(flat), 2)}
+        row = {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
         lease = cls(client, sid, worker_id, int(fence), ttl_ms)
         lease.extend(sent_at)
         return lease, bool(locked), row
@@ -108,7 +103,7 @@ class Lease:
         if self.lost:
             return False
         sent_at = time.monotonic()
-        ok = await self.client.eval(_RENEW, 1, keys.lease(self.sid), self.value, str(self.ttl_ms))  # type: ignore[misc]
+        ok = await self.client.eval(COMPARE_AND_RENEW, 1, keys.lease(self.sid), self.value, str(self.ttl_ms))  # type: ignore[misc]
         if not ok:
             self.lost = True
         else:
@@ -116,7 +111,7 @@ class Lease:
         return bool(ok)
 
     async def release(self) -> None:
-        await self.client.eval(_RELEASE, 1, keys.lease(self.sid), self.value)  # type: ignore[misc]
+        await self.client.eval(COMPARE_AND_DELETE, 1, keys.lease(self.sid), self.value)  # type: ignore[misc]
         self.lost = True
 
 
@@ -128,7 +123,7 @@ async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[s
     pipe = client.pipeline(transaction=False)
     sent_at = time.monotonic()
     for lease in leases:
-        pipe.eval(_RENEW, 1, keys.lease(lease.sid), lease.value, str(lease.ttl_ms))
+        pipe.eval(COMPARE_AND_RENEW, 1, keys.lease(lease.sid), lease.value, str(lease.ttl_ms))
     for sid in running:
         # XX: a run that ended while this pipeline was in flight has deleted its key; never recreate it
         # (clients would see `running` for a whole lease after the run).
@@ -157,9 +152,6 @@ async def wait_no_dormant_write(client: aioredis.Redis, sid: str, timeout_s: flo
         locked, row = await pipe.execute()
         if not locked or time.monotonic() > deadline:
             # (a holder that died cannot block us past the lock's own PX of 10 s)
-            return {text_of(k): text_of(v) for k, v in row.items()}
+            return {text(k): text(v) for k, v in row.items()}
         await asyncio.sleep(0.05)
 
-
-def text_of(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -25,13 +25,14 @@ from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.wake import Wake
 from shared.disk import session_paths
 from shared.inbox import InboxReader
+from shared.redis_wire import text
 from shared.settings import Settings
 from shared.trim import trim_acked, trim_all
 
 from .compactor import Compactor
 from .engine.openai_stream import ModelSettings
 from .events import BusPublish, Outbox
-from .lease import Lease, LeaseLost, renew_all, text_of, wait_no_dormant_write
+from .lease import Lease, LeaseLost, renew_all, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps
 from .skills import Skill
@@ -206,7 +207,7 @@ class Worker:
             try:
                 stale = await self.client.zrangebyscore(keys.RUNTIME_LIVE, "-inf", now_ms() - 2 * self.settings.lease_ms)
                 for raw in stale:
-                    sid = text_of(raw) if isinstance(raw, bytes | str) else str(raw)
+                    sid = text(raw) if isinstance(raw, bytes | str) else str(raw)
                     if sid in self.sessions or await self.client.exists(keys.lease(sid)):
                         continue
                     log.info("resuming_orphaned_session", session_id=sid)

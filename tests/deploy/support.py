@@ -7,11 +7,11 @@ from pathlib import Path
 
 from pydantic import AliasChoices
 
-from shared import keys
+from shared import topology
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-GAMMA_SERVICES = set(keys.SERVICES)
+GAMMA_SERVICES = set(topology.SERVICES)
 
 
 def setting_env_names() -> set[str]:

@@ -16,7 +16,8 @@ import yaml
 from openapi_spec_validator import validate as validate_openapi
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
-from shared import docs, keys
+from shared import keys
+from tools import docs
 
 from .support import ROOT
 
@@ -84,6 +85,14 @@ def test_consumer_groups_come_from_the_services_and_match_the_design(asyncapi: d
         if ch["bindings"]["redis"].get("method") == "xreadgroup" and "{sid}" not in ch["address"]
     }
     assert documented == EXPECTED_GROUPS
+
+
+def test_services_subscribe_what_the_topology_declares() -> None:
+    """The documents are generated from shared/topology.py; each service's real `create_app` wires
+    exactly those subscriptions (stream, group and payload model)."""
+    real = sorted((s.service, s.stream, s.group, docs._payload_type(s.model)) for s in docs.service_subscriptions())
+    declared = sorted((s.service, s.stream, s.group, docs._payload_type(s.model)) for s in docs.declared_subscriptions())
+    assert real == declared and len(real) == len(EXPECTED_GROUPS)
 
 
 def test_message_payloads_are_the_contract_schemas(asyncapi: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@
 
 It consumes `Wake` messages with `shared.bus.subscribe` exactly as a service does. For each message the
 handler records `started` (so the test knows it is mid-handler), optionally hangs, and applies an
-idempotent effect: `shared.bus.once` gates an RPUSH to `{PREFIX}:effects`, so a redelivered entry whose
+idempotent effect: `once` (a SET NX of `keys.once`) gates an RPUSH to `{PREFIX}:effects`, so a redelivered entry whose
 effect already happened is acked without repeating it. SIGTERM stops the broker gracefully.
 """
 
@@ -17,11 +17,17 @@ import signal
 
 import redis.asyncio as aioredis
 
-from shared.bus import ensure_group, make_broker, once, subscribe
+from shared import keys
+from shared.bus import ensure_group, make_broker, subscribe
 from shared.contracts.wake import Wake
 from shared.logging import configure_logging
 
 GROUP = "faulty"
+
+
+async def once(client: aioredis.Redis, scope: str, message_id: str, ttl_s: int = 7 * 24 * 3600) -> bool:
+    """True the first time (scope, message_id) is seen: the idempotency gate for the effect."""
+    return bool(await client.set(keys.once(scope, message_id), "1", nx=True, ex=ttl_s))
 
 
 async def run(args: argparse.Namespace) -> None:

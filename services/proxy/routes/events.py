@@ -21,10 +21,11 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import StreamingResponse
 
 from shared import keys
+from shared.redis_wire import parse_id, text
 
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
-from ..fanout import EventFanout, as_text, parse_id
+from ..fanout import EventFanout
 from ..liveness import owned_session
 from ..rows import SessionState
 
@@ -51,7 +52,7 @@ async def resolve_start(redis: aioredis.Redis, stream: str, start: str) -> str:
     if start != "$":
         return start
     newest = await redis.xrevrange(stream, count=1)
-    return as_text(newest[0][0]) if newest else "0"
+    return text(newest[0][0]) if newest else "0"
 
 
 def _after(entry_id: str) -> str:
@@ -66,10 +67,10 @@ async def replay(redis: aioredis.Redis, stream: str, last: str) -> AsyncIterator
         if not entries:
             return
         for entry_id, fields in entries:
-            last = as_text(entry_id)
+            last = text(entry_id)
             data = fields.get(b"data", fields.get("data"))
             if data is not None:
-                yield last, as_text(data)
+                yield last, text(data)
 
 
 async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, user: str, start: str,

@@ -1,12 +1,12 @@
-"""`python -m shared.docs DIR` (`make docs`): the interface documents, generated from the code.
+"""`python -m tools.docs DIR` (`make docs`): the interface documents, generated from the code.
 
-- `asyncapi.yaml` (AsyncAPI 3.0): every stream of DESIGN.md. The consumer groups come from the real
-  services: each service's `create_app` runs with `make_broker` and `subscribe` recorded, and the
-  recorded subscriptions are declared, with their contract models as payloads, on one FastStream
-  broker per service whose specification FastStream writes. What FastStream cannot see is added by
-  hand from the same contract models: the producers (services publish through `shared.bus.publish`
-  at call time, never as declared publishers), the per-session `gamma:{sid}:inbox` and
-  `gamma:{sid}:events` (dynamic names, plain XADD), and `gamma:deadletter`.
+- `asyncapi.yaml` (AsyncAPI 3.0): every stream of shared/topology.py. Its consumptions (the groups
+  the services wire their subscriptions from; `service_subscriptions` reads back what each real
+  `create_app` subscribed) are declared, with their contract models as payloads, on one FastStream
+  broker per service whose specification FastStream writes. What FastStream cannot see is added from
+  the same registry: the producers (services publish through `shared.bus.publish` at call time, never
+  as declared publishers), the per-session `gamma:{sid}:inbox` and `gamma:{sid}:events` (dynamic
+  names, plain XADD), and `gamma:deadletter`.
 - `openapi.json` (the proxy) and `openapi-notifications.json`: FastAPI's own documents.
 
 Output is deterministic, so a test can regenerate and compare with the committed files.
@@ -14,16 +14,14 @@ Output is deterministic, so a test can regenerate and compare with the committed
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import yaml
 from faststream import FastStream
@@ -31,25 +29,15 @@ from faststream.redis import RedisBroker, StreamSub
 from faststream.specification import AsyncAPI
 from pydantic import BaseModel, TypeAdapter
 
-from . import keys
-from .contracts import (
-    artifacts,
-    compaction,
-    deadletter,
-    events,
-    inbox,
-    lifecycle,
-    notifications,
-    recorded,
-    wake,
-)
-from .settings import Settings
+from shared import keys, topology
+from shared.bus import subscriptions_of
+from shared.contracts import deadletter, events, inbox, lifecycle
+from shared.settings import Settings
+from shared.topology import EXTERNAL, INBOX_MEMBERS, INBOX_PRODUCERS, PUBLICATIONS, SERVICES
 
 TITLE = "Gamma harness streams"
 VERSION = "0.1.0"
-SERVICES = ("proxy", "runtime", "notifications", "digest", "compaction")
 REDIS_SERVER = "redis://localhost:6379"
-EXTERNAL = "producers"  # remote notification producers, outside the five services
 
 Model = type[BaseModel] | TypeAdapter[Any]
 
@@ -61,58 +49,11 @@ ADAPTED_TYPES: dict[int, Any] = {
 
 
 @dataclass(frozen=True)
-class Publication:
-    service: str
-    stream: str
-    model: Any
-    description: str
-
-
-# Who XADDs to each service-level stream (DESIGN.md "Streams", docs/integration.md).
-PUBLICATIONS: tuple[Publication, ...] = (
-    Publication("proxy", keys.WAKE, wake.Wake, "A prompt for a dormant session: wake it (proxy writes status=waking first)."),
-    Publication("notifications", keys.WAKE, wake.Wake, "An urgent notification may wake a dormant session (policy; off by default)."),
-    Publication(EXTERNAL, keys.NOTIFICATIONS, notifications.NotificationSubmit,
-                "In-cluster remote producers may XADD the POST /notifications body here instead of calling HTTP."),
-    Publication("runtime", keys.LIFECYCLE, lifecycle.LifecycleEvent, "SessionLive after a wake; SessionDormant after persisting."),
-    Publication("proxy", keys.ARTIFACT_CHANGES, artifacts.ArtifactChange, "User file and document writes (actor=user), after they are applied."),
-    Publication("runtime", keys.ARTIFACT_CHANGES, artifacts.ArtifactChange, "Changes made by the agent's own tools (actor=agent), with the new content."),
-    Publication("runtime", keys.INJECTIONS_RECORDED, recorded.InjectionRecorded,
-                "An injection's transcript entry is durable: its owner may clear its pending state."),
-    Publication("runtime", keys.COMPACTION_REQUESTS, compaction.CompactionRequest, "Context passed the threshold, or POST /compact."),
-)
-
-INBOX_PRODUCERS: dict[str, tuple[type[BaseModel], ...]] = {
-    "proxy": (inbox.UserPrompt, inbox.UiUpdate, inbox.FileWrite, inbox.DocumentEdit, inbox.Stop, inbox.Compact),
-    "notifications": (inbox.Injection, inbox.Barrier),
-    "digest": (inbox.Injection,),
-    "compaction": (inbox.CompactionReady,),
-}
-INBOX_MEMBERS: tuple[type[BaseModel], ...] = (
-    inbox.UserPrompt, inbox.Injection, inbox.UiUpdate, inbox.FileWrite, inbox.DocumentEdit, inbox.Barrier,
-    inbox.CompactionReady, inbox.Compact, inbox.Stop,
-)
-
-
-@dataclass(frozen=True)
 class Recorded:
     service: str
     stream: str
     group: str
     model: Any
-
-
-@contextlib.contextmanager
-def _recording(module: Any, service: str, found: list[Recorded]) -> Iterator[None]:
-    """Run a service's wiring with `subscribe` recorded (and still performed, on a real broker)."""
-    real_subscribe: Callable[..., Any] = module.subscribe
-
-    def subscribe(broker: RedisBroker, client: Any, *, stream: str, group: str, model: Model, **kw: Any) -> Any:
-        found.append(Recorded(service, stream, group, model))
-        return real_subscribe(broker, client, stream=stream, group=group, model=model, **kw)
-
-    with mock.patch.object(module, "subscribe", subscribe):
-        yield
 
 
 def default_settings() -> Settings:
@@ -129,16 +70,21 @@ def default_settings() -> Settings:
 
 
 def service_subscriptions(settings: Settings | None = None) -> list[Recorded]:
-    """The (stream, group, model) every service subscribes, from its real `create_app`."""
+    """The (stream, group, model) every service subscribes, read back from its real `create_app`."""
     settings = settings or default_settings()
     found: list[Recorded] = []
     for service in SERVICES:
         module = importlib.import_module(f"services.{service}.app")
-        if not hasattr(module, "subscribe"):
+        broker = getattr(module.create_app(settings).state, "broker", None)
+        if broker is None:
             continue  # a pure producer (the proxy)
-        with _recording(module, service, found):
-            module.create_app(settings)
+        found.extend(Recorded(service, s.stream, s.group, s.adapter) for s in subscriptions_of(broker))
     return found
+
+
+def declared_subscriptions() -> list[Recorded]:
+    """The (stream, group, model) of shared/topology.py, which the services wire theirs from."""
+    return [Recorded(c.service, c.stream, c.group, c.model) for c in topology.CONSUMPTIONS]
 
 
 def _payload_type(model: Any) -> Any:
@@ -186,9 +132,7 @@ def _schemas(models: tuple[type[BaseModel], ...] | list[type[BaseModel]]) -> dic
     return out
 
 
-def hand_described() -> dict[str, Any]:
-    """Channels FastStream cannot see: dynamic per-session streams and the dead-letter stream."""
-    sid = {"sid": {"description": "Session id; the {sid} hash tag keeps a session's keys on one Cluster slot."}}
+def _hand_messages() -> dict[str, Any]:
     messages: dict[str, Any] = {}
     for model in INBOX_MEMBERS:
         messages[f"inbox.{model.__name__}"] = {
@@ -210,6 +154,11 @@ def hand_described() -> dict[str, Any]:
         "contentType": "application/json",
         "payload": {"$ref": "#/components/schemas/DeadLetter"},
     }
+    return messages
+
+
+def _hand_channels() -> dict[str, Any]:
+    sid = {"sid": {"description": "Session id; the {sid} hash tag keeps a session's keys on one Cluster slot."}}
     channels = {
         "gamma:{sid}:inbox": {
             "address": "gamma:{sid}:inbox",
@@ -218,7 +167,8 @@ def hand_described() -> dict[str, Any]:
             "`XADD {type, data: <JSON>}` through shared/inbox.py, not FastStream (the names are dynamic).",
             "parameters": sid,
             "messages": {m.__name__: {"$ref": f"#/components/messages/inbox.{m.__name__}"} for m in INBOX_MEMBERS},
-            "bindings": {"redis": {"method": "xreadgroup", "groupName": keys.RUNTIME_GROUP, "bindingVersion": "custom"}},
+            "bindings": {"redis": {"method": "xreadgroup", "groupName": topology.group_of(topology.INBOX_READER),
+                                   "bindingVersion": "custom"}},
         },
         "gamma:{sid}:events": {
             "address": "gamma:{sid}:events",
@@ -236,6 +186,10 @@ def hand_described() -> dict[str, Any]:
             "bindings": {"redis": {"method": "xadd", "bindingVersion": "custom"}},
         },
     }
+    return channels
+
+
+def _hand_operations() -> dict[str, Any]:
     operations: dict[str, Any] = {}
     for service, models in INBOX_PRODUCERS.items():
         operations[f"gamma:{{sid}}:inbox:{service}:send"] = {
@@ -244,7 +198,7 @@ def hand_described() -> dict[str, Any]:
             "channel": {"$ref": "#/channels/gamma:{sid}:inbox"},
             "messages": [{"$ref": f"#/channels/gamma:{{sid}}:inbox/messages/{m.__name__}"} for m in models],
         }
-    operations["gamma:{sid}:inbox:runtime:receive"] = {
+    operations[f"gamma:{{sid}}:inbox:{topology.INBOX_READER}:receive"] = {
         "action": "receive",
         "summary": "The lease holder reads the inbox; a new lease holder first claims the previous holder's pending entries",
         "channel": {"$ref": "#/channels/gamma:{sid}:inbox"},
@@ -266,8 +220,14 @@ def hand_described() -> dict[str, Any]:
         "channel": {"$ref": f"#/channels/{keys.DEADLETTER}"},
         "messages": [{"$ref": f"#/channels/{keys.DEADLETTER}/messages/DeadLetter"}],
     }
+    return operations
+
+
+def hand_described() -> dict[str, Any]:
+    """Channels FastStream cannot see: dynamic per-session streams and the dead-letter stream."""
     schemas = _schemas([*INBOX_MEMBERS, events.SessionEvent, deadletter.DeadLetter])
-    return {"channels": channels, "operations": operations, "components": {"messages": messages, "schemas": schemas}}
+    return {"channels": _hand_channels(), "operations": _hand_operations(),
+            "components": {"messages": _hand_messages(), "schemas": schemas}}
 
 
 def _merge(into: dict[str, Any], part: dict[str, Any], where: str) -> None:
@@ -278,7 +238,7 @@ def _merge(into: dict[str, Any], part: dict[str, Any], where: str) -> None:
 
 
 def asyncapi(settings: Settings | None = None) -> dict[str, Any]:
-    subs = service_subscriptions(settings)
+    subs = declared_subscriptions()
     doc: dict[str, Any] = {
         "asyncapi": "3.0.0",
         "info": {

@@ -1,0 +1,259 @@
+"""The two consumers of one (stream, group), in the manner of FastStream's subscriber classes:
+
+- `BatchReader` reads new entries (`>`, batched: up to BATCH_SIZE entries per XREADGROUP), handles
+  each on its own and acks together the ones whose handler returned;
+- `Claimer` takes over entries left pending longer than `claim_idle_ms` (XAUTOCLAIM, one at a time),
+  by a crashed consumer or a handler that raised, and retries them up to `max_deliveries`.
+
+Both dead-letter an entry that does not validate (or cannot even be parsed), and the claimer an
+entry that failed `max_deliveries` times, so one poison entry never stops a consumer. Handlers raise
+to leave an entry pending; an entry is acked only after its handler returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+from faststream import AckPolicy
+from faststream.redis import RedisBroker, StreamSub
+from faststream.redis.annotations import RedisStreamMessage
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind
+from prometheus_client import CollectorRegistry, Counter
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from . import metrics
+from .bus_entries import (
+    BATCH_ENTRIES,
+    dead_letter,
+    decode_entry,
+    decode_fields,
+    safe_parser,
+    stash_batch_parser,
+)
+from .redis_wire import lenient_text
+
+log = structlog.get_logger()
+_TRACER = trace.get_tracer("gamma.bus")
+Handler = Callable[[Any], Awaitable[None]]
+
+BATCH_SIZE = 100
+READ_LINGER_S = 0.005
+
+# The Prometheus registry a broker reports to (`make_broker(url, registry)`): its subscriptions time
+# each handled entry and count dead letters there without the service passing anything more.
+_REGISTRIES: weakref.WeakKeyDictionary[RedisBroker, CollectorRegistry] = weakref.WeakKeyDictionary()
+
+
+# The subscriptions made on each broker, for the interface documents (tools/docs.py).
+_SUBSCRIPTIONS: weakref.WeakKeyDictionary[RedisBroker, list[Subscription]] = weakref.WeakKeyDictionary()
+
+
+def report_to(broker: RedisBroker, registry: CollectorRegistry) -> None:
+    _REGISTRIES[broker] = registry
+
+
+def subscriptions_of(broker: RedisBroker) -> list[Subscription]:
+    return list(_SUBSCRIPTIONS.get(broker, ()))
+
+
+@dataclass
+class Subscription:
+    stream: str
+    group: str
+    adapter: TypeAdapter[Any]
+    handler: Handler
+
+
+@dataclass(frozen=True)
+class Route:
+    """Everything both consumers of one (stream, group) share."""
+
+    broker: RedisBroker
+    client: aioredis.Redis
+    stream: str
+    group: str
+    consumer: str
+    adapter: TypeAdapter[Any]
+    handler: Handler
+    claim_idle_ms: int
+    max_deliveries: int
+    polling_interval_ms: int
+    deadletters: Counter | None
+    registry: CollectorRegistry | None
+
+
+class _Consumer:
+    def __init__(self, route: Route) -> None:
+        self.route = route
+
+    async def reject(self, entry_id: str, fields: dict[Any, Any], error: str, deliveries: int) -> None:
+        """Dead-letter the entry (the caller acks it)."""
+        r = self.route
+        await dead_letter(r.client, r.stream, r.group, entry_id, fields, error, deliveries)
+        if r.deadletters is not None:
+            r.deadletters.inc()
+
+    def handled(self, entry_id: str) -> None:
+        metrics.observe_handled(self.route.registry, self.route.stream, self.route.group, entry_id)
+
+
+class BatchReader(_Consumer):
+    """`XREADGROUP ... >` in batches: one FastStream pass (parser, middlewares, context) and one XACK
+    per batch instead of per entry; that pass cost far more than the Redis round trips (bench/bus.py).
+    The parser only stashes the raw entries: `decode_fields` decodes each one, so one bad entry spoils
+    nothing else."""
+
+    def register(self) -> None:
+        r = self.route
+        self.subscriber = r.broker.subscriber(
+            stream=StreamSub(r.stream, group=r.group, consumer=r.consumer, polling_interval=r.polling_interval_ms,
+                             batch=True, max_records=BATCH_SIZE),
+            ack_policy=AckPolicy.MANUAL,
+            parser=stash_batch_parser,
+            title=f"{r.stream}:{r.group}",
+        )
+
+        async def read_batch(_: Any) -> None:
+            await self.read_batch(r.broker.context.get_local("message").raw_message)
+
+        self.subscriber(read_batch)
+
+    async def read_batch(self, raw: Any) -> None:
+        """One call per XREADGROUP batch, each entry handled on its own.
+
+        A valid entry's handler runs in the producer's trace; entries whose handler returned are
+        acked together at the end of the batch (or when the batch is cut short); an invalid entry is
+        dead-lettered and acked at once; an entry whose handler raised stays pending for the claimer.
+        """
+        r = self.route
+        ids: list[Any] = raw["message_ids"]
+        done: list[bytes] = []
+        touched = time.monotonic()
+        try:
+            for index, (entry_id_b, fields) in enumerate(zip(ids, raw[BATCH_ENTRIES], strict=True)):
+                if not self.subscriber.running:
+                    break  # shutting down: the rest stays pending and is reclaimed
+                if time.monotonic() - touched > r.claim_idle_ms / 3000:
+                    await self.keep_claimed(done, ids[index:])
+                    touched = time.monotonic()
+                if await self.handle(lenient_text(entry_id_b), fields):
+                    done.append(entry_id_b)
+        finally:
+            if done:
+                await r.client.xack(r.stream, r.group, *done)
+        if len(ids) < BATCH_SIZE and self.subscriber.running:
+            # Linger a moment before the next read (like Kafka's fetch.min.wait): under a steady
+            # stream of single entries each read would otherwise pay FastStream's whole per-batch pass
+            # for one entry; this lets entries gather into batches at the cost of <= READ_LINGER_S of
+            # latency. A full batch (a backlog) reads again at once.
+            await asyncio.sleep(READ_LINGER_S)
+
+    async def keep_claimed(self, done: list[bytes], waiting: list[Any]) -> None:
+        """A slow batch: ack what is done, and reset the idle time of the entries still waiting here,
+        or the claimer would take them over while this reader is alive and about to handle them."""
+        r = self.route
+        if done:
+            await r.client.xack(r.stream, r.group, *done)
+            done.clear()
+        await r.client.xclaim(r.stream, r.group, r.consumer, min_idle_time=0, message_ids=waiting, justid=True)
+
+    async def handle(self, entry_id: str, fields: dict[Any, Any]) -> bool:
+        """True when the entry is done with (handled, or dead-lettered): ack it."""
+        r = self.route
+        try:
+            body, headers = decode_fields(fields)
+            value = r.adapter.validate_python(body)
+        except (ValidationError, ValueError, TypeError) as exc:
+            await self.reject(entry_id, fields, f"invalid entry: {exc}", 1)
+            return True
+        try:
+            with _TRACER.start_as_current_span(
+                f"{r.stream} process", context=propagate.extract(headers), kind=SpanKind.CONSUMER
+            ), structlog.contextvars.bound_contextvars(stream=r.stream, entry_id=entry_id):
+                await r.handler(value)
+        except Exception as exc:  # noqa: BLE001 - stays pending; the claimer retries it
+            log.warning("handler_failed", stream=r.stream, group=r.group, entry_id=entry_id,
+                        error=f"{type(exc).__name__}: {exc}"[:500], exc_info=True)
+            return False
+        self.handled(entry_id)
+        return True
+
+
+class Claimer(_Consumer):
+    """XAUTOCLAIM of entries idle longer than `claim_idle_ms`, one at a time; FastStream acks an entry
+    whose handler returned and leaves pending one whose handler raised (NACK_ON_ERROR)."""
+
+    def register(self) -> None:
+        r = self.route
+        subscriber = r.broker.subscriber(
+            stream=StreamSub(
+                r.stream,
+                group=r.group,
+                consumer=f"{r.consumer}-claimer",
+                min_idle_time=r.claim_idle_ms,
+                polling_interval=max(r.polling_interval_ms, 250),
+            ),
+            ack_policy=AckPolicy.NACK_ON_ERROR,
+            parser=safe_parser,
+            include_in_schema=False,
+        )
+
+        async def claimed(body: Any) -> None:
+            await self.consume(body, r.broker.context.get_local("message"))
+
+        subscriber(claimed)
+
+    async def consume(self, body: Any, msg: RedisStreamMessage) -> None:
+        r = self.route
+        raw: Any = msg.raw_message
+        entry_id = lenient_text(raw.get("message_ids", [b"?"])[0]) if isinstance(raw, dict) else "?"
+        fields = raw.get("data", {}) if isinstance(raw, dict) else {}
+        deliveries = await msg.get_delivery_count()
+        if deliveries > r.max_deliveries:
+            await self.reject(entry_id, fields, "delivery cap reached", deliveries)
+            return
+        try:
+            value = r.adapter.validate_python(decode_entry(raw, body))
+        except (ValidationError, ValueError, TypeError) as exc:
+            await self.reject(entry_id, fields, f"invalid entry: {exc}", deliveries)
+            return
+        with structlog.contextvars.bound_contextvars(stream=r.stream, entry_id=entry_id):
+            await r.handler(value)  # raising leaves the entry pending for the claimer
+        self.handled(entry_id)
+
+
+def subscribe(
+    broker: RedisBroker,
+    client: aioredis.Redis,
+    *,
+    stream: str,
+    group: str,
+    consumer: str,
+    model: type[BaseModel] | TypeAdapter[Any],
+    handler: Handler,
+    claim_idle_ms: int = 5_000,
+    max_deliveries: int = 5,
+    polling_interval_ms: int = 100,
+    deadletters: Counter | None = None,
+) -> Subscription:
+    """Register the reader and the claimer for one (stream, group). Call `ensure_group` before start."""
+    adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
+    registry = _REGISTRIES.get(broker)
+    if deadletters is None and registry is not None:
+        deadletters = metrics.deadletter_counter(registry)
+    route = Route(broker=broker, client=client, stream=stream, group=group, consumer=consumer, adapter=adapter,
+                  handler=handler, claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries,
+                  polling_interval_ms=polling_interval_ms, deadletters=deadletters, registry=registry)
+    BatchReader(route).register()
+    Claimer(route).register()
+    subscription = Subscription(stream=stream, group=group, adapter=adapter, handler=handler)
+    _SUBSCRIPTIONS.setdefault(broker, []).append(subscription)
+    return subscription
