@@ -53,16 +53,21 @@ function draw() {
 
 // ---------------------------------------------------------------- status
 
+/** Records a status seen at `ts` (events, polls and our own wake carry their time) and shows the
+ *  newest: a "waking" noted after the live event arrived is older than it, so it cannot stick. */
 function setStatus(status, running, ts = Date.now()) {
-  const last = s.spans[s.spans.length - 1];
-  if (!last || last.status !== status || last.running !== running) s.spans.push({ ts, status, running });
-  $("badge").textContent = status;
-  $("badge").className = `badge ${status}`;
-  $("running").hidden = !running;
+  let at = s.spans.length;
+  while (at > 0 && s.spans[at - 1].ts > ts) at--;
+  const before = s.spans[at - 1];
+  if (!before || before.status !== status || before.running !== running) s.spans.splice(at, 0, { ts, status, running });
+  const now = s.spans[s.spans.length - 1];
+  $("badge").textContent = now.status;
+  $("badge").className = `badge ${now.status}`;
+  $("running").hidden = !now.running;
   const small = document.querySelector(`#sessions li[data-sid="${s.sid}"] .badge`);
-  if (small) { small.textContent = status; small.className = `badge ${status}`; }
+  if (small) { small.textContent = now.status; small.className = `badge ${now.status}`; }
   // The notice never outlives what it announced: "waking…" goes once the session is live.
-  if (status !== "waking" && $("notice").dataset.waking) { delete $("notice").dataset.waking; notice(`the session is ${status}`); }
+  if (now.status !== "waking" && $("notice").dataset.waking) { delete $("notice").dataset.waking; notice(`the session is ${now.status}`); }
   invalidate("status");
 }
 
@@ -240,10 +245,11 @@ $("composer").addEventListener("submit", async (ev) => {
   const text = $("message").value.trim();
   if (!text || !s) return;
   $("message").value = "";
+  const sentAt = Date.now();
   try {
     const accepted = await api(sessionPath(s.sid, "/messages"), { method: "POST",
       json: { message: text, client_context: clientContext(), on_busy: $("on-busy").value } });
-    if (accepted.woke) { notice("waking the session…"); $("notice").dataset.waking = "1"; setStatus("waking", false); }
+    if (accepted.woke) { notice("waking the session…"); $("notice").dataset.waking = "1"; setStatus("waking", false, sentAt); }
     else notice(accepted.status === "live" ? "sent" : `sent (${accepted.status})`);
     if (accepted.status === "waking") [1000, 3000, 6000].forEach((t) => setTimeout(pollStatus, t));
   } catch (err) { notice(err.message, true); $("message").value = text; }

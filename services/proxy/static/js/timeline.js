@@ -19,10 +19,18 @@ function toolView(item) {
   const summary = [badge("tool", "tool"), el("code", { class: "tool-name" }, item.name),
     el("span", { class: "tool-brief" }, briefArgs(item.args)), badge(state, `state-${state.replace(" ", "-")}`)];
   const body = el("div", { class: "tool-body" },
-    el("h3", {}, "Arguments"), el("pre", { tabindex: "0" }, pretty(item.args)),
+    el("h3", {}, "Arguments"), argsView(item.args),
     item.result ? el("h3", {}, item.result.isError ? "Error" : "Result") : null,
     item.result ? el("pre", { tabindex: "0", class: item.result.isError ? "error-text" : "" }, item.result.text) : null);
   return collapsible(item.key, summary, body, { cls: `item tool ${state === "error" ? "is-error" : ""}` });
+}
+
+/** Each argument on its own: strings as written (a file's content reads as a file, not a JSON string). */
+function argsView(args) {
+  const keys = Object.keys(args || {});
+  if (!keys.length) return el("p", { class: "muted small" }, "no arguments");
+  return el("dl", { class: "args" }, ...keys.flatMap((k) => [el("dt", {}, k),
+    el("dd", {}, el("pre", { tabindex: "0" }, typeof args[k] === "string" ? args[k] : pretty(args[k])))]));
 }
 
 function briefArgs(args) {
