@@ -3,6 +3,8 @@ against the real stack and the scripted model:
 
 - a deck request shows the skill loads (workflow vs reference), the tool calls with arguments and
   results, the progress and blocking message_user yields, the rendered deck, the token and status charts;
+- a question form opened by the agent is answered on the page and reaches it as a trusted
+  system_update; a model error shows as a failed run;
 - a `<system_update>` typed by the user shows as user text, never as a trusted injection;
 - a file dropped on a dormant session overwrites an existing file (a new one is refused with the
   server's reason) and the change appears after the wake, as a trusted artifact_update;
@@ -85,6 +87,18 @@ def test_spoofed_tag_is_user_text(page_run: dict) -> None:  # type: ignore[type-
 
 
 @pytest.mark.timeout(600)
+def test_form_answered_failed_run_and_compaction_shown(page_run: dict) -> None:  # type: ignore[type-arg]
+    out = page_run
+    assert out["formStatus"] in ("submitted", "delivered") and out["formStatusAfter"] == "delivered"
+    assert "trusted" in out["formInjection"] and "system_update" in out["formInjection"]
+    assert '"the school board"' in out["formInjection"] and '"playful"' in out["formInjection"] and "true" in out["formInjection"]
+    assert "failed" in out["failure"] and "refused upstream" in out["failure"]
+    # Compact from the page: the compaction entry shows with its summary.
+    assert out["compactionNotice"] == "compaction requested" and "compaction" in out["compaction"]
+    assert len(out["compaction"]) > 60, out["compaction"]
+
+
+@pytest.mark.timeout(600)
 def test_upload_into_dormant_session_appears_after_wake(page_run: dict) -> None:  # type: ignore[type-arg]
     out = page_run
     assert out["badgeAfterSuspend"] == "dormant" and out["badgeAfterUpload"] == "dormant"
@@ -102,5 +116,5 @@ def test_no_serious_accessibility_violations(page_run: dict) -> None:  # type: i
         bad = [v for v in violations if v["impact"] in ("serious", "critical")]
         assert bad == [], (view, bad)
     assert set(page_run["axe"]) == {"deck", "wake"}
-    for name in ("inspector-deck", "inspector-state", "inspector-usage", "inspector-spoof", "inspector-wake"):
+    for name in ("inspector-deck", "inspector-state", "inspector-usage", "inspector-form", "inspector-spoof", "inspector-wake"):
         assert (SHOTS / f"{name}.png").stat().st_size > 10_000

@@ -92,8 +92,50 @@ async function spoof(page) {
   out.trustedWithSpoof = await page.locator("details.item.injection", { hasText: "admin mode" }).count();
   out.trustedKinds = await texts(page, "details.item.injection .tag.kind");
   await page.locator("details.item.injection").last().locator("summary").click();
-  await mine.first().scrollIntoViewIfNeeded();
+  await page.evaluate(() => { const t = document.getElementById("timeline"); t.scrollTop = t.scrollHeight; });
   await page.locator("#run").screenshot({ path: `${shots}/inspector-spoof.png` });
+}
+
+// The agent opens a question form (ask-user-questions); it is answered on the page and reaches the
+// agent as a trusted system_update on the next turn. Then a model error shows as a failed run.
+async function formAndFailure(page) {
+  const form = { id: "f_audience", title: "About the audience", status: "open", answers: {}, fields: [
+    { id: "who", label: "Who is the deck for?", kind: "text", required: true },
+    { id: "tone", label: "Tone", kind: "choice", options: ["formal", "playful"] },
+    { id: "photos", label: "Use photos", kind: "boolean" }] };
+  await send(page, "script:" + JSON.stringify([
+    { tool_calls: [{ name: "write", arguments: { path: "forms/f_audience.json", content: JSON.stringify(form) } }] },
+    { tool_calls: [{ name: "show_file", arguments: { path: "forms/f_audience.json" } }] },
+    { tool_calls: [{ name: "message_user", arguments: { message: "Please answer the form", blockOnUser: true } }] }]));
+  await page.locator("#form form", { hasText: "About the audience" }).waitFor(LONG);
+  await page.locator(".bubble.message_user", { hasText: "Please answer the form" }).waitFor(LONG);
+  await page.fill("#form-field-who", "the school board");
+  await page.selectOption("#form-field-tone", "playful");
+  await page.check("#form-field-photos");
+  const formBox = page.locator('section[aria-labelledby="h-form"]');
+  await formBox.scrollIntoViewIfNeeded();
+  await formBox.screenshot({ path: `${shots}/inspector-form.png` });
+  await page.click("#form button[type=submit]");
+  await page.locator("#form .tag", { hasText: /submitted|delivered/ }).waitFor(LONG);
+  out.formStatus = await page.textContent("#form .tag");
+  await send(page, "answered");
+  const delivered = page.locator("details.item.injection", { hasText: "the school board" });
+  await delivered.waitFor(LONG);
+  out.formInjection = await delivered.textContent();
+  await page.locator("#form .tag", { hasText: "delivered" }).waitFor(LONG);
+  out.formStatusAfter = await page.textContent("#form .tag");
+
+  await send(page, "script:" + JSON.stringify([{ error: { status: 400, code: "invalid_request", message: "the prompt was refused upstream" } }]));
+  const failed = page.locator(".item.failure", { hasText: "refused upstream" });
+  await failed.waitFor(LONG);
+  out.failure = await failed.first().textContent();
+
+  await page.click("#compact");
+  const summary = page.locator("details.item.compaction").filter({ hasText: "summary of" }).last();
+  await summary.waitFor(LONG);
+  await summary.locator("summary").click();
+  out.compaction = await summary.textContent();
+  out.compactionNotice = await page.textContent("#notice");
 }
 
 async function dormantUpload(page) {
@@ -122,11 +164,12 @@ async function dormantUpload(page) {
   out.badgeAfterUpload = await badge(page);
 
   await send(page, "I changed the brief");
-  await page.locator("details.item.injection", { hasText: "file:brief.xml" }).waitFor(LONG);
+  const update = page.locator("details.item.injection")
+    .filter({ has: page.locator(".tag.kind", { hasText: "artifact_update" }) }).filter({ hasText: "file:brief.xml" }).last();
+  await update.waitFor(LONG);
   await waitBadge(page, "live");
   await page.waitForFunction(() => !/waking/.test(document.getElementById("notice").textContent), null, LONG);
   out.noticeAfterWake = await page.textContent("#notice");
-  const update = page.locator("details.item.injection", { hasText: "file:brief.xml" }).last();
   await update.locator("summary").click();
   out.artifactUpdate = await update.textContent();
   out.briefSizeLive = await sizeShown(`${brief.length} B`);
@@ -142,6 +185,7 @@ try {
   page.on("pageerror", (err) => out.consoleErrors.push(String(err)));
   await deckRun(page);
   await spoof(page);
+  await formAndFailure(page);
   await dormantUpload(page);
 } catch (err) {
   out.error = String((err && err.stack) || err);

@@ -5,9 +5,9 @@ export function renderTodo(box, todo) {
   const items = (todo && todo.items) || [];
   if (!items.length) { box.replaceChildren(el("p", { class: "empty" }, "No tasks.")); return; }
   const done = items.filter((i) => i.status === "complete").length;
-  const bar = el("div", { class: "progress", role: "progressbar", "aria-label": "tasks complete",
+  const bar = el("div", { class: "todo-progress", role: "progressbar", "aria-label": "tasks complete",
     "aria-valuemin": "0", "aria-valuemax": String(items.length), "aria-valuenow": String(done) },
-  el("div", { class: "progress-fill", style: `width:${(100 * done) / items.length}%` }));
+  el("div", { class: "todo-progress-fill", style: `width:${(100 * done) / items.length}%` }));
   const list = el("ol", { class: "tasks" }, ...items.map((i) => el("li", { dataset: { status: i.status } },
     el("span", { class: "task-mark", "aria-hidden": "true" }, { complete: "✓", in_progress: "▶", blocked: "!", pending: "○" }[i.status] || "○"),
     el("span", { class: "task-text" }, i.content), el("span", { class: "task-status" }, i.status.replace("_", " ")))));
