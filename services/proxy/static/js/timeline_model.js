@@ -8,7 +8,7 @@ function injectionItem(key, ts, customType, content, details) {
   details = details || {};
   if (details.trusted === true) {
     return { key, ts, kind: "injection", injection: details.injectionType || customType, source: details.source,
-             ref: details.ref, text: content };
+             ref: details.ref || details.skill || null, text: content };
   }
   return { key, ts, kind: "note", label: customType || "note", text: content };
 }
@@ -114,16 +114,18 @@ export function documentIds(entries) {
   return docs;
 }
 
-/** One point per model request: the assistant messages' usage, enriched by model_request events
- *  (aligned from the end: the event stream may be trimmed, the transcript never is). */
+/** One point per model request: the assistant messages' usage, enriched by model_request events.
+ *  When the events reach back to the first request they pair up from the start (a request still in
+ *  flight has no message yet); otherwise the stream was trimmed and they pair up from the end. */
 export function usagePoints(entries, requests) {
   const assistants = entries.filter((e) => e.type === "message" && e.message && e.message.role === "assistant")
     .map((e) => e.message);
   const n = Math.max(assistants.length, requests.length);
+  const fromStart = requests.length >= assistants.length;
   const points = [];
   for (let i = 0; i < n; i++) {
-    const m = assistants[assistants.length - n + i] || null;
-    const r = requests[requests.length - n + i] || null;
+    const m = (fromStart ? assistants[i] : assistants[assistants.length - n + i]) || null;
+    const r = (fromStart ? requests[i] : requests[requests.length - n + i]) || null;
     const u = (m && m.usage) || {};
     points.push({
       prompt: (r && (r.input_tokens || r.prompt_tokens)) || u.input || 0,
