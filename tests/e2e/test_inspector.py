@@ -8,6 +8,7 @@ against the real stack and the scripted model:
 - a `<system_update>` typed by the user shows as user text, never as a trusted injection;
 - a file dropped on a dormant session overwrites an existing file (a new one is refused with the
   server's reason) and the change appears after the wake, as a trusted artifact_update;
+- the proxy restarted under the page: the events stream resumes (Last-Event-ID), nothing shows twice;
 - axe-core finds no serious or critical accessibility violation.
 
 Screenshots of the main views go to docs/screenshots/ (linked from the README). Skipped only when
@@ -39,12 +40,22 @@ pytestmark = pytest.mark.skipif(
 def page_run(module_stack: Stack) -> dict:  # type: ignore[type-arg]
     assert NODE is not None and CHROMIUM is not None
     SHOTS.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
+    driver = subprocess.Popen(
         [NODE, str(ROOT / "tests" / "js" / "inspector.mjs"), module_stack.url(), API_TOKEN, CHROMIUM, str(SHOTS)],
-        cwd=ROOT, capture_output=True, text=True, timeout=500, check=False,
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    assert done.returncode == 0, done.stderr
-    out: dict = json.loads(done.stdout)  # type: ignore[type-arg]
+    assert driver.stdout is not None and driver.stdin is not None
+    lines = []
+    for line in driver.stdout:  # the driver asks for a proxy restart halfway, then prints its JSON
+        if line.strip() == "RESTART_PROXY":
+            module_stack.kill("proxy")
+            module_stack.start("proxy")
+            driver.stdin.write("restarted\n")
+            driver.stdin.flush()
+        else:
+            lines.append(line)
+    assert driver.wait(timeout=60) == 0, driver.stderr.read() if driver.stderr else ""
+    out: dict = json.loads(lines[-1])  # type: ignore[type-arg]
     assert "error" not in out, out["error"]
     return out
 
@@ -108,6 +119,14 @@ def test_upload_into_dormant_session_appears_after_wake(page_run: dict) -> None:
     assert out["briefSizeLive"] == out["briefSizeDormant"] == "76 B"
     assert "waking" not in out["noticeAfterWake"]
     assert "waking" in out["statusLabelAfterWake"] and "dormant" in out["statusLabelAfterWake"]
+
+
+@pytest.mark.timeout(600)
+def test_events_resume_after_a_proxy_restart(page_run: dict) -> None:  # type: ignore[type-arg]
+    out = page_run
+    assert out["sawReconnecting"] is True
+    assert out["duplicateKeys"] == [] and out["afterRestartBubbles"] == 1
+    assert out["itemsAfterRestart"] >= out["itemsBeforeRestart"] + 2
 
 
 @pytest.mark.timeout(600)

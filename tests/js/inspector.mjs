@@ -3,6 +3,7 @@
 // Prints one JSON object: what the page showed at each step. Screenshots go to SHOTS_DIR.
 import { chromium } from "playwright-core";
 import { createRequire } from "node:module";
+import { createInterface } from "node:readline";
 
 const require = createRequire(import.meta.url);
 const [base, token, executablePath, shots] = process.argv.slice(2);
@@ -10,7 +11,10 @@ const browser = await chromium.launch({
   executablePath, headless: true,
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
 });
-const out = { consoleErrors: [], axe: {} };
+const out = { consoleErrors: [], consoleErrorsDuringRestart: [], axe: {} };
+let phase = "normal";
+const stdinReader = createInterface({ input: process.stdin });
+const stdinLines = stdinReader[Symbol.asyncIterator]();
 const LONG = { timeout: 90000 };
 
 async function axe(page, name) {
@@ -178,18 +182,52 @@ async function dormantUpload(page) {
   await axe(page, "wake");
 }
 
+// The proxy is killed and restarted under the page (the Python side does it when asked on stdout):
+// the event stream resumes with Last-Event-ID, and nothing shows twice.
+async function reconnect(page) {
+  await page.evaluate(() => {
+    window.sawReconnecting = false;
+    new MutationObserver(() => {
+      if (document.getElementById("stream-state").textContent.includes("reconnecting")) window.sawReconnecting = true;
+    }).observe(document.getElementById("stream-state"), { childList: true, characterData: true, subtree: true });
+  });
+  const before = await page.locator("#timeline > .item").count();
+  phase = "restart";
+  console.log("RESTART_PROXY");
+  await stdinLines.next(); // the proxy is back
+  await page.waitForFunction(() => window.sawReconnecting && document.getElementById("stream-state").textContent === "● events", null, LONG);
+  phase = "normal";
+  out.sawReconnecting = await page.evaluate(() => window.sawReconnecting);
+  await send(page, "after the restart");
+  await page.waitForFunction(() => {
+    const items = [...document.querySelectorAll("#timeline > .item")];
+    const at = items.findIndex((n) => n.matches(".bubble.user") && n.textContent.includes("after the restart"));
+    return at >= 0 && items.slice(at + 1).some((n) => n.matches(".bubble.agent") && !n.matches(".streaming"));
+  }, null, LONG);
+  const keys = await page.locator("#timeline > .item").evaluateAll((ns) => ns.map((n) => n.dataset.key));
+  out.itemsBeforeRestart = before;
+  out.itemsAfterRestart = keys.length;
+  out.duplicateKeys = keys.filter((k, i) => keys.indexOf(k) !== i);
+  out.afterRestartBubbles = await page.locator(".bubble.user", { hasText: "after the restart" }).count();
+}
+
 try {
   const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
   page.setDefaultTimeout(90000); // two shared cores under a whole test run: be generous
-  page.on("console", (msg) => { if (msg.type() === "error") out.consoleErrors.push(msg.text()); });
+  page.on("console", (msg) => {
+    if (msg.type() === "error") (phase === "restart" ? out.consoleErrorsDuringRestart : out.consoleErrors).push(msg.text());
+  });
   page.on("pageerror", (err) => out.consoleErrors.push(String(err)));
   await deckRun(page);
   await spoof(page);
   await formAndFailure(page);
   await dormantUpload(page);
+  await reconnect(page);
 } catch (err) {
   out.error = String((err && err.stack) || err);
 } finally {
   await browser.close();
 }
 console.log(JSON.stringify(out));
+stdinReader.close(); // an open stdin would keep node running
+process.stdin.destroy();
