@@ -1,322 +1,259 @@
-// Gamma session inspector: plain JS against the proxy's public API (no build step).
-// The token comes from ?token= (then removed from the address bar) or the form, kept in localStorage.
-"use strict";
+// Gamma session inspector: plain ES modules against the proxy's public API (no build step).
+// History from GET /transcript (paged), live from the events stream; the views are in js/.
+import { $, el } from "./js/dom.js";
+import { api, initToken, setToken, sessionPath, transcriptSince, followEvents, auth } from "./js/api.js";
+import { buildItems, activeSkills, documentIds, usagePoints } from "./js/timeline_model.js";
+import { renderTimeline } from "./js/timeline.js";
+import { renderTodo, renderSkills, renderPanes, renderForm } from "./js/state_view.js";
+import { renderDecks } from "./js/deck.js";
+import { renderUsage, renderStatusTimeline } from "./js/charts.js";
+import { FilesView } from "./js/files.js";
 
-const TOKEN_KEY = "gamma.token";
-const $ = (id) => document.getElementById(id);
-const state = { token: "", sid: null, stream: null, refreshTimer: null, pendingText: "", lastEventId: "$" };
+const EMPTY_YJS_UPDATE = "AAA="; // base64 of a V1 update that changes nothing: the sync carries a snapshot
+let s = null; // the selected session's state
+const timers = {};
+const files = new FilesView($("files"), $("files-status"), () => s && s.sid);
 
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") node.className = v;
-    else if (k === "dataset") Object.assign(node.dataset, v);
-    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v);
-  }
-  for (const child of children) {
-    if (child === null || child === undefined) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
+function freshState(sid) {
+  return { sid, session: null, entries: [], cursor: "0", abort: new AbortController(), dirty: new Set(),
+    live: { streamingText: "", toolEnds: new Map(), extras: [], running: false },
+    requests: [], liveSkills: [], spans: [], todo: null, ui: null, decks: [], docIds: new Set() };
 }
 
-function notice(text, ok = false) {
-  const n = $("notice");
-  n.textContent = text || "";
-  n.className = ok ? "ok" : "";
+function notice(text, isError = false) {
+  $("notice").textContent = text || "";
+  $("notice").className = isError ? "error-text" : "ok";
 }
 
-async function api(path, options = {}) {
-  const headers = Object.assign({ Authorization: `Bearer ${state.token}` }, options.headers || {});
-  if (options.json !== undefined) {
-    headers["Content-Type"] = "application/json";
-    options.body = JSON.stringify(options.json);
-  }
-  const res = await fetch(path, { ...options, headers });
-  const text = await res.text();
-  let body = null;
-  try { body = text ? JSON.parse(text) : null; } catch { body = text; }
-  if (!res.ok) {
-    const message = body && body.error ? body.error : `${res.status} ${res.statusText}`;
-    throw new Error(`${options.method || "GET"} ${path}: ${message}`);
-  }
-  return body;
+function debounce(name, fn, ms = 150) {
+  clearTimeout(timers[name]);
+  timers[name] = setTimeout(fn, ms);
 }
 
-// ---------------------------------------------------------------- token
+// ---------------------------------------------------------------- rendering (batched per frame)
 
-function initToken() {
-  const url = new URL(window.location.href);
-  const fromQuery = url.searchParams.get("token");
-  if (fromQuery) {
-    localStorage.setItem(TOKEN_KEY, fromQuery);
-    url.searchParams.delete("token");
-    history.replaceState(null, "", url.pathname + url.search + url.hash);
-  }
-  state.token = localStorage.getItem(TOKEN_KEY) || "";
-  $("token").value = state.token;
+function invalidate(...parts) {
+  if (!s) return;
+  for (const p of parts) s.dirty.add(p);
+  if (timers.frame) return;
+  timers.frame = requestAnimationFrame(() => { timers.frame = null; if (s) draw(); });
 }
 
-$("token-form").addEventListener("submit", (ev) => {
-  ev.preventDefault();
-  state.token = $("token").value.trim();
-  localStorage.setItem(TOKEN_KEY, state.token);
-  loadSessions();
-});
+function draw() {
+  const d = s.dirty;
+  s.dirty = new Set();
+  if (d.has("timeline")) renderTimeline($("timeline"), buildItems(s.entries, s.live));
+  if (d.has("timeline")) renderSkills($("skills"), activeSkills(s.entries, s.liveSkills));
+  if (d.has("timeline") || d.has("usage")) renderUsage($("usage"), usagePoints(s.entries, s.requests));
+  if (d.has("todo")) renderTodo($("tasks"), s.todo);
+  if (d.has("ui")) { renderPanes($("panes"), s.ui); renderForm($("form"), s.ui && s.ui.activeForm, answerForm); }
+  if (d.has("decks")) renderDecks($("decks"), s.decks);
+  if (d.has("status")) renderStatusTimeline($("status-chart"), s.spans);
+}
+
+// ---------------------------------------------------------------- status
+
+/** Records a status seen at `ts` (events, polls and our own wake carry their time) and shows the
+ *  newest: a "waking" noted after the live event arrived is older than it, so it cannot stick. */
+function setStatus(status, running, ts = Date.now()) {
+  let at = s.spans.length;
+  while (at > 0 && s.spans[at - 1].ts > ts) at--;
+  const before = s.spans[at - 1];
+  if (!before || before.status !== status || before.running !== running) s.spans.splice(at, 0, { ts, status, running });
+  const now = s.spans[s.spans.length - 1];
+  $("badge").textContent = now.status;
+  $("badge").className = `badge ${now.status}`;
+  $("running").hidden = !now.running;
+  const small = document.querySelector(`#sessions li[data-sid="${s.sid}"] .badge`);
+  if (small) { small.textContent = now.status; small.className = `badge ${now.status}`; }
+  // The notice never outlives what it announced: "waking…" goes once the session is live.
+  if (now.status !== "waking" && $("notice").dataset.waking) { delete $("notice").dataset.waking; notice(`the session is ${now.status}`); }
+  invalidate("status");
+}
+
+async function pollStatus() {
+  if (!s) return;
+  try {
+    const view = await api(sessionPath(s.sid));
+    if (view.id === s.sid) setStatus(view.status, view.running);
+  } catch { /* shown on the next action */ }
+}
+
+// ---------------------------------------------------------------- loading
+
+async function loadTranscript() {
+  const sid = s.sid;
+  const { entries, cursor } = await transcriptSince(sid, s.cursor);
+  if (!s || sid !== s.sid) return;
+  s.cursor = cursor;
+  if (!entries.length) return;
+  s.entries.push(...entries);
+  for (const doc of documentIds(entries)) s.docIds.add(doc);
+  invalidate("timeline");
+  if (entries.some((e) => e.type === "message" && e.message.role === "toolResult")) loadDecks();
+}
+
+async function loadUi() {
+  const sid = s.sid;
+  const { snapshot } = await api(sessionPath(sid, "/ui"));
+  if (!s || sid !== s.sid) return;
+  s.ui = snapshot;
+  for (const tab of Object.values(snapshot.tabs || {})) {
+    if (tab.ari && tab.ari.startsWith("gamma:file:")) s.docIds.add(tab.ari.slice("gamma:file:".length).split(/[?#]/)[0]);
+  }
+  invalidate("ui");
+}
+
+async function loadDecks() {
+  const sid = s.sid;
+  const decks = await Promise.all([...s.docIds].map(async (doc) => {
+    try { return { doc, deck: await api(sessionPath(sid, `/documents/${encodeURIComponent(doc)}`)) }; }
+    catch (err) { return { doc, error: err.message }; }
+  }));
+  if (!s || sid !== s.sid) return;
+  s.decks = decks;
+  invalidate("decks");
+}
+
+async function loadPreviewTodo() {
+  const preview = await api(sessionPath(s.sid, "/preview"));
+  s.todo = preview.todo;
+  invalidate("todo");
+}
+
+const softly = (fn) => () => fn().catch((err) => notice(err.message, true));
+
+// ---------------------------------------------------------------- events
+
+function onToolEnd(d) {
+  s.live.toolEnds.set(d.toolCallId, { text: d.result || "", isError: Boolean(d.isError), details: d.details });
+  const ari = d.details && typeof d.details.ari === "string" ? d.details.ari : "";
+  if (ari.startsWith("gamma:file:")) { s.docIds.add(ari.slice("gamma:file:".length)); debounce("decks", softly(loadDecks)); }
+  if (["write", "edit", "bash"].includes(d.toolName)) debounce("files", () => files.refresh(), 300);
+  invalidate("timeline");
+}
+
+const HANDLERS = {
+  status: (d, ev) => setStatus(d.status, Boolean(d.running), ev.ts),
+  agent_start: () => { s.live.running = true; },
+  agent_end: (d, ev) => {
+    s.live.running = false;
+    if (d.stopReason === "aborted") s.live.extras.push({ key: `end-${ev.ts}`, ts: ev.ts, kind: "failure", stop: "aborted", text: "the run was aborted" });
+    invalidate("timeline");
+  },
+  message_start: (d) => { if (d.message && d.message.role === "assistant") s.live.streamingText = ""; },
+  // restart: a model call retried after a dropped stream; what streamed so far is void.
+  message_update: (d) => { s.live.streamingText = d.restart ? "" : s.live.streamingText + (d.delta || ""); invalidate("timeline"); },
+  message_end: () => { s.live.streamingText = ""; debounce("transcript", softly(loadTranscript)); },
+  tool_execution_end: onToolEnd,
+  model_request: (d) => { s.requests.push(d); invalidate("usage"); },
+  todo: (d) => { s.todo = d.todo; invalidate("todo"); },
+  ui_update: () => debounce("ui", softly(loadUi), 200), // the event carries a Yjs change only: re-read /ui
+  skill_activated: (d) => { s.liveSkills.push({ name: d.name, type: d.type, requiredBy: d.requiredBy }); invalidate("timeline"); },
+  message_user: () => debounce("transcript", softly(loadTranscript)),
+  injection: (d) => {
+    debounce("transcript", softly(loadTranscript));
+    if (typeof d.ref === "string" && d.ref.startsWith("file:")) debounce("files", () => files.refresh(), 300);
+    if (typeof d.ref === "string" && d.ref.startsWith("gamma:file:")) debounce("decks", softly(loadDecks));
+  },
+  compaction: (d, ev) => {
+    if (d.phase === "applied") debounce("transcript", softly(loadTranscript));
+    else s.live.extras.push({ key: `compaction-${d.requestId}-${d.phase}`, ts: ev.ts, kind: "compaction", phase: d.phase,
+      text: d.error ? `error: ${d.error}` : d.tokensBefore ? `requested at ${d.tokensBefore} tokens` : "" });
+    invalidate("timeline");
+  },
+  error: (d, ev) => {
+    s.live.extras.push({ key: `error-${ev.ts}`, ts: ev.ts, kind: "error", text: d.error || "error" });
+    invalidate("timeline");
+  },
+};
+
+function onEvent(sid, ev) {
+  if (!s || s.sid !== sid) return;
+  const handler = HANDLERS[ev.type];
+  if (handler) handler(ev.data || {}, ev);
+}
 
 // ---------------------------------------------------------------- sessions
 
 async function loadSessions() {
-  if (!state.token) { notice("enter a token"); return; }
+  if (!auth.token) { notice("enter a token to begin", true); return; }
   try {
     const { sessions } = await api("/sessions");
     const list = $("sessions");
     list.replaceChildren();
-    if (!sessions.length) list.append(el("li", { class: "empty" }, "no sessions yet"));
-    for (const s of sessions) {
-      const item = el("li", { dataset: { sid: s.id }, onclick: () => selectSession(s.id) },
-        el("code", {}, s.id), el("span", { class: `badge ${s.status}` }, s.status));
-      if (s.id === state.sid) item.classList.add("selected");
-      list.append(item);
+    if (!sessions.length) list.append(el("li", { class: "empty" }, "No sessions yet."));
+    for (const row of sessions) {
+      list.append(el("li", { dataset: { sid: row.id }, class: s && s.sid === row.id ? "selected" : "" },
+        el("button", { type: "button", class: "session-link", onclick: () => selectSession(row.id) },
+          el("code", {}, row.id), el("span", { class: "muted small" }, row.variant)),
+        el("span", { class: `badge ${row.status}` }, row.status)));
     }
-    notice(`${sessions.length} session(s)`, true);
-  } catch (err) { notice(err.message); }
+  } catch (err) { notice(err.message, true); }
 }
-
-$("new-session").addEventListener("click", async () => {
-  try {
-    const s = await api("/sessions", { method: "POST", json: { variant: $("variant").value } });
-    await loadSessions();
-    await selectSession(s.id);
-  } catch (err) { notice(err.message); }
-});
 
 async function selectSession(sid) {
-  if (state.stream) state.stream.abort();
-  state.sid = sid;
-  state.pendingText = "";
-  state.lastEventId = "$";
+  if (s) s.abort.abort();
+  s = freshState(sid);
   for (const li of $("sessions").children) li.classList.toggle("selected", li.dataset.sid === sid);
   $("session-title").textContent = sid;
-  for (const id of ["message", "send", "suspend", "compact"]) $(id).disabled = false;
-  $("events").replaceChildren();
-  await refresh();
-  streamEvents(sid);
-}
-
-function setBadge(status, running) {
-  const badge = $("badge");
-  badge.textContent = status;
-  badge.className = `badge ${status}`;
-  $("running").hidden = !running;
-  const item = [...$("sessions").children].find((li) => li.dataset.sid === state.sid);
-  const small = item && item.querySelector(".badge");
-  if (small) { small.textContent = status; small.className = `badge ${status}`; }
-}
-
-async function refresh() {
-  const sid = state.sid;
-  if (!sid) return;
+  for (const id of ["message", "send", "suspend", "compact", "on-busy"]) $(id).disabled = false;
+  $("files-status").textContent = "";
   try {
-    const [session, preview] = await Promise.all([api(`/sessions/${sid}`), api(`/sessions/${sid}/preview`)]);
-    if (sid !== state.sid) return;
-    setBadge(session.status, session.running);
-    renderChat(preview.transcript);
-    renderTasks(preview.todo);
-    renderPanes(preview.ui);
-    await loadTranscript();
-  } catch (err) { notice(err.message); }
+    s.session = await api(sessionPath(sid));
+    s.spans.push({ ts: s.session.created_at, status: "dormant", running: false });
+    setStatus(s.session.status, s.session.running);
+    await Promise.all([loadTranscript(), loadUi(), loadPreviewTodo(), files.refresh()]);
+    await loadDecks();
+  } catch (err) { notice(err.message, true); }
+  invalidate("timeline", "todo", "ui", "decks", "status", "usage");
+  // Replays the retained events (status history, model requests, errors) and then follows live ones.
+  followEvents(sid, { signal: s.abort.signal, onEvent: (ev) => onEvent(sid, ev),
+    onState: (st) => { $("stream-state").textContent = st === "open" ? "● events" : "○ reconnecting"; } });
 }
 
-function scheduleRefresh(delay = 250) {
-  clearTimeout(state.refreshTimer);
-  state.refreshTimer = setTimeout(refresh, delay);
-}
+$("create-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const model = {};
+  if ($("model-name").value.trim()) model.name = $("model-name").value.trim();
+  if ($("effort").value) model.reasoning_effort = $("effort").value;
+  try {
+    const row = await api("/sessions", { method: "POST", json: { variant: $("variant").value, model } });
+    notice(`created ${row.id}`);
+    await loadSessions();
+    await selectSession(row.id);
+  } catch (err) { notice(err.message, true); }
+});
 
-// ---------------------------------------------------------------- rendering
+$("token-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  setToken($("token").value.trim());
+  loadSessions();
+});
 
-function renderChat(entries) {
-  const chat = $("chat");
-  chat.replaceChildren();
-  if (!entries.length) chat.append(el("p", { class: "empty" }, "No messages yet."));
-  for (const e of entries) {
-    const who = { user: "you", assistant: "agent", message_user: "agent → you", custom: e.customType || "note" }[e.kind] || e.kind;
-    const bubble = el("div", { class: `msg ${e.kind}` + (e.blockOnUser ? " blocking" : "") }, el("span", { class: "who" }, who), e.text);
-    chat.append(bubble);
-  }
-  if (state.pendingText) chat.append(el("div", { class: "msg assistant pending" }, el("span", { class: "who" }, "agent (streaming)"), state.pendingText));
-  chat.scrollTop = chat.scrollHeight;
-}
-
-function renderTasks(todo) {
-  const list = $("tasks");
-  list.replaceChildren();
-  if (!todo || !todo.items.length) { list.append(el("li", { class: "empty" }, "no tasks")); return; }
-  for (const item of todo.items) list.append(el("li", { dataset: { status: item.status } }, `${item.content} (${item.status})`));
-}
-
-function renderPanes(ui) {
-  const box = $("panes");
-  box.replaceChildren();
-  const panes = (ui && ui.panes) || [];
-  if (!panes.length) box.append(el("p", { class: "empty" }, "no panes open"));
-  for (const pane of panes) {
-    const active = (ui.activeTabByPane || {})[pane.id];
-    const tabs = el("ul");
-    for (const tid of pane.tabIds || []) {
-      const tab = (ui.tabs || {})[tid] || { ari: "?" };
-      tabs.append(el("li", { class: tid === active ? "active" : "" }, `${tab.title || tid}: `, el("code", {}, tab.ari)));
-    }
-    box.append(el("div", { class: "pane" }, el("strong", {}, `pane ${pane.id}`), tabs));
-  }
-  const form = ui && ui.activeForm;
-  const formBox = $("form");
-  formBox.replaceChildren();
-  if (form) {
-    formBox.append(el("div", { class: "pane" }, el("strong", {}, `form: ${form.title} `), el("span", { class: "tag" }, form.status),
-      el("ul", {}, ...(form.fields || []).map((f) => el("li", {}, `${f.label}: ${JSON.stringify((form.answers || {})[f.id] ?? null)}`)))));
-  }
-}
-
-async function loadTranscript() {
-  const sid = state.sid;
-  const entries = [];
-  for (let cursor = "0", more = true; more;) {  // paged: follow next_cursor while has_more
-    const page = await api(`/sessions/${sid}/transcript?cursor=${cursor}`);
-    entries.push(...page.entries);
-    cursor = page.next_cursor;
-    more = page.has_more;
-  }
-  if (sid !== state.sid) return;
-  const list = $("transcript");
-  list.replaceChildren();
-  for (const entry of entries) {
-    const details = entry.details || (entry.message && entry.message.details) || {};
-    const trusted = details.trusted === true;
-    const tags = [el("span", { class: "tag" }, entry.type + (entry.message ? `/${entry.message.role}` : ""))];
-    if (trusted) tags.push(el("span", { class: "tag trusted" }, `trusted ${details.injectionType || entry.customType || ""}`));
-    list.append(el("li", { class: trusted ? "trusted" : "" }, ...tags, el("pre", {}, JSON.stringify(entry, null, 1))));
-  }
-}
-$("reload-transcript").addEventListener("click", () => loadTranscript().catch((err) => notice(err.message)));
-
-// ---------------------------------------------------------------- events (SSE over fetch, so the token stays in a header)
-
-function handleEvent(event) {
-  const log = $("events");
-  const summary = event.type === "message_update" ? "" : JSON.stringify(event.data).slice(0, 160);
-  if (event.type !== "message_update") {
-    log.append(el("li", {}, el("span", { class: "tag" }, event.type), summary));
-    while (log.children.length > 200) log.firstChild.remove();
-    log.scrollTop = log.scrollHeight;
-  }
-  switch (event.type) {
-    case "message_update":
-      // restart: a model call is retried after a dropped stream; what streamed so far is void.
-      state.pendingText = event.data.restart ? "" : state.pendingText + (event.data.delta || "");
-      renderPendingOnly();
-      break;
-    case "status":
-      setBadge(event.data.status, event.data.running);
-      scheduleRefresh();
-      break;
-    // ui_update carries only the change (a Yjs V1 update), not the document: this page has no Yjs,
-    // so it re-reads the state (GET /preview) instead of applying it; tests/js/ui_client.mjs applies it.
-    case "message_end":
-    case "message_user":
-    case "agent_end":
-    case "todo":
-    case "ui_update":
-    case "compaction":
-    case "injection":
-      if (event.type === "message_end") state.pendingText = "";
-      scheduleRefresh();
-      break;
-    default:
-      break;
-  }
-}
-
-function renderPendingOnly() {
-  const chat = $("chat");
-  let bubble = chat.querySelector(".msg.pending");
-  if (!bubble) {
-    bubble = el("div", { class: "msg assistant pending" }, el("span", { class: "who" }, "agent (streaming)"), "");
-    chat.append(bubble);
-  }
-  bubble.lastChild.textContent = state.pendingText;
-  chat.scrollTop = chat.scrollHeight;
-}
-
-function parseFrame(frame) {
-  let id = null;
-  const data = [];
-  for (const line of frame.split("\n")) {
-    if (line.startsWith(":")) continue;
-    if (line.startsWith("id:")) id = line.slice(3).trim();
-    else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-  }
-  return { id, data: data.join("\n") };
-}
-
-async function streamEvents(sid) {
-  const controller = new AbortController();
-  state.stream = controller;
-  while (!controller.signal.aborted) {
-    try {
-      const res = await fetch(`/sessions/${sid}/events`, {
-        headers: { Authorization: `Bearer ${state.token}`, "Last-Event-ID": state.lastEventId },
-        signal: controller.signal,
-      });
-      if (!res.ok) throw new Error(`events: ${res.status}`);
-      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += value;
-        let cut;
-        while ((cut = buffer.indexOf("\n\n")) >= 0) {
-          const { id, data } = parseFrame(buffer.slice(0, cut));
-          buffer = buffer.slice(cut + 2);
-          if (id) state.lastEventId = id;
-          if (data && sid === state.sid) {
-            try { handleEvent(JSON.parse(data)); } catch (err) { console.warn("bad event", err); }
-          }
-        }
-      }
-    } catch (err) {
-      if (controller.signal.aborted) return;
-      console.warn(err);
-    }
-    await new Promise((r) => setTimeout(r, 1500));
-  }
-}
-
-// ---------------------------------------------------------------- actions
+// ---------------------------------------------------------------- controls
 
 function clientContext() {
-  return {
-    locale: (navigator.language || "en-US").slice(0, 35),
-    viewport: { width: window.innerWidth, height: window.innerHeight },
-    paneCapacity: 1,
-    visibleTabs: [],
-  };
+  const ui = (s && s.ui) || {};
+  const visible = Object.entries(ui.activeTabByPane || {}).filter(([, tid]) => (ui.tabs || {})[tid])
+    .map(([paneId, tid]) => ({ tabId: tid, paneId, ari: ui.tabs[tid].ari, title: ui.tabs[tid].title || undefined }));
+  return { locale: (navigator.language || "en-US").slice(0, 35), viewport: { width: innerWidth, height: innerHeight },
+    paneCapacity: 1, visibleTabs: visible };
 }
 
 $("composer").addEventListener("submit", async (ev) => {
   ev.preventDefault();
   const text = $("message").value.trim();
-  if (!text || !state.sid) return;
+  if (!text || !s) return;
   $("message").value = "";
-  $("chat").append(el("div", { class: "msg user pending" }, el("span", { class: "who" }, "you (sending)"), text));
+  const sentAt = Date.now();
   try {
-    const accepted = await api(`/sessions/${state.sid}/messages`, { method: "POST", json: { message: text, client_context: clientContext() } });
-    setBadge(accepted.status, false);
-    notice(accepted.woke ? "waking the session…" : "sent", true);
-    scheduleRefresh(1000);
-  } catch (err) { notice(err.message); }
+    const accepted = await api(sessionPath(s.sid, "/messages"), { method: "POST",
+      json: { message: text, client_context: clientContext(), on_busy: $("on-busy").value } });
+    if (accepted.woke) { notice("waking the session…"); $("notice").dataset.waking = "1"; setStatus("waking", false, sentAt); }
+    else notice(accepted.status === "live" ? "sent" : `sent (${accepted.status})`);
+    if (accepted.status === "waking") [1000, 3000, 6000].forEach((t) => setTimeout(pollStatus, t));
+  } catch (err) { notice(err.message, true); $("message").value = text; }
 });
 
 $("message").addEventListener("keydown", (ev) => {
@@ -324,20 +261,33 @@ $("message").addEventListener("keydown", (ev) => {
 });
 
 $("suspend").addEventListener("click", async () => {
-  try { await api(`/sessions/${state.sid}/suspend`, { method: "POST" }); notice("suspended", true); scheduleRefresh(); }
-  catch (err) { notice(err.message); }
+  try { await api(sessionPath(s.sid, "/suspend"), { method: "POST" }); notice("suspended"); await pollStatus(); }
+  catch (err) { notice(err.message, true); }
 });
 
 $("compact").addEventListener("click", async () => {
-  try { await api(`/sessions/${state.sid}/compact`, { method: "POST", json: {} }); notice("compaction requested", true); }
-  catch (err) { notice(err.message); }
+  try { await api(sessionPath(s.sid, "/compact"), { method: "POST", json: {} }); notice("compaction requested"); }
+  catch (err) { notice(err.message, true); }
 });
 
-// Status can change without an event (idle → dormant after GAMMA_IDLE_S): poll the row cheaply.
-setInterval(async () => {
-  if (!state.sid || !state.token) return;
-  try { const s = await api(`/sessions/${state.sid}`); setBadge(s.status, s.running); } catch { /* shown on next action */ }
-}, 5000);
+/** Answers the open form with a snapshot-only sync (this page has no Yjs): the current /ui state,
+ *  its activeForm given the answers and status; the runtime (or, dormant, the proxy) applies it. */
+async function answerForm(status, answers) {
+  try {
+    const { snapshot } = await api(sessionPath(s.sid, "/ui"));
+    if (!snapshot.activeForm) throw new Error("the form is gone");
+    snapshot.activeForm = { ...snapshot.activeForm, answers, status };
+    const out = await api(sessionPath(s.sid, "/ui/sync"), { method: "POST", json: { update: EMPTY_YJS_UPDATE, snapshot } });
+    s.ui = out.snapshot;
+    invalidate("ui");
+    notice(`form ${status}`);
+  } catch (err) { notice(`the form answer was refused: ${err.message}`, true); }
+}
 
-initToken();
+files.bindDrop($("files-zone"), $("file-picker"));
+
+// Status can change without an event (idle → dormant after GAMMA_IDLE_S, waking → live): poll cheaply.
+setInterval(() => { pollStatus(); if (s) invalidate("status"); }, 4000);
+
+$("token").value = initToken();
 loadSessions();

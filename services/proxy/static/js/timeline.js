@@ -1,0 +1,86 @@
+// Renders timeline items (timeline_model.js) into #timeline. Collapsible parts remember being opened.
+import { el, fmtTime, pretty } from "./dom.js";
+
+const opened = new Set();
+
+function collapsible(key, summary, body, { open = false, cls = "" } = {}) {
+  const det = el("details", { class: cls, dataset: { key } }, el("summary", {}, ...summary), body);
+  det.open = opened.has(key) || open;
+  det.addEventListener("toggle", () => (det.open ? opened.add(key) : opened.delete(key)));
+  return det;
+}
+
+const badge = (text, cls = "") => el("span", { class: `tag ${cls}` }, text);
+const who = (label, ts, ...tags) => el("div", { class: "who" }, el("span", { class: "who-label" }, label), ...tags,
+  ts ? el("time", {}, fmtTime(ts)) : null);
+
+function toolView(item) {
+  const state = item.result ? (item.result.isError ? "error" : "ok") : (item.running ? "running" : "no result");
+  const summary = [badge("tool", "tool"), el("code", { class: "tool-name" }, item.name),
+    el("span", { class: "tool-brief" }, briefArgs(item.args)), badge(state, `state-${state.replace(" ", "-")}`)];
+  const body = el("div", { class: "tool-body" },
+    el("h3", {}, "Arguments"), argsView(item.args),
+    item.result ? el("h3", {}, item.result.isError ? "Error" : "Result") : null,
+    item.result ? el("pre", { tabindex: "0", class: item.result.isError ? "error-text" : "" }, item.result.text) : null);
+  return collapsible(item.key, summary, body, { cls: `item tool ${state === "error" ? "is-error" : ""}` });
+}
+
+/** Each argument on its own: strings as written (a file's content reads as a file, not a JSON string). */
+function argsView(args) {
+  const keys = Object.keys(args || {});
+  if (!keys.length) return el("p", { class: "muted small" }, "no arguments");
+  return el("dl", { class: "args" }, ...keys.flatMap((k) => [el("dt", {}, k),
+    el("dd", {}, el("pre", { tabindex: "0" }, typeof args[k] === "string" ? args[k] : pretty(args[k])))]));
+}
+
+function briefArgs(args) {
+  for (const k of ["path", "name", "doc", "command", "title"]) {
+    if (args && typeof args[k] === "string") return args[k].length > 60 ? args[k].slice(0, 60) + "…" : args[k];
+  }
+  if (args && Array.isArray(args.items)) return `${args.items.length} items`;
+  return "";
+}
+
+function injectionView(item) {
+  const summary = [badge("trusted", "trusted"), badge(item.injection, "kind"),
+    item.ref ? el("code", {}, item.ref) : null, el("span", { class: "muted" }, item.source ? `from ${item.source}` : "")];
+  return collapsible(item.key, summary, el("pre", { tabindex: "0" }, item.text), { cls: "item injection" });
+}
+
+function messageUserView(item) {
+  const yieldKind = item.blocking ? "blocking" : "progress";
+  const tags = [badge(yieldKind, `yield-${yieldKind}`)];
+  if (item.implicit) tags.push(badge("implicit", "implicit"));
+  if (item.refusal) tags.push(badge("refusal", "error"));
+  return el("div", { class: `item bubble agent message_user ${yieldKind}`, dataset: { key: item.key } },
+    who("agent → you", item.ts, ...tags), el("div", { class: "text" }, item.text));
+}
+
+const VIEWS = {
+  user: (item) => el("div", { class: "item bubble user", dataset: { key: item.key } }, who("you", item.ts), el("div", { class: "text" }, item.text)),
+  assistant: (item) => el("div", { class: `item bubble agent assistant${item.streaming ? " streaming" : ""}`, dataset: { key: item.key } },
+    who(item.streaming ? "agent (streaming…)" : "agent", item.ts), el("div", { class: "text" }, item.text)),
+  thinking: (item) => collapsible(item.key, [badge("thinking"), el("span", { class: "muted" }, "reasoning")], el("pre", { tabindex: "0" }, item.text), { cls: "item thinking" }),
+  message_user: messageUserView,
+  tool: toolView,
+  injection: injectionView,
+  note: (item) => collapsible(item.key, [badge(item.label), el("span", { class: "muted" }, "not trusted")], el("pre", { tabindex: "0" }, item.text), { cls: "item note" }),
+  skill: (item) => el("div", { class: `item skill ${item.skillType}`, dataset: { key: item.key } },
+    badge("skill", "skill"), el("strong", {}, item.name), badge(item.skillType, `skill-${item.skillType}`),
+    el("span", { class: "muted" }, item.preloaded ? "preloaded by the variant" : item.requiredBy ? `required by ${item.requiredBy}` : "activated")),
+  compaction: (item) => collapsible(item.key, [badge("compaction", "compaction"),
+    el("span", { class: "muted" }, item.phase ? item.phase : `summary of ${item.tokensBefore || "?"} tokens`)],
+  el("pre", { tabindex: "0" }, item.text || ""), { cls: "item compaction", open: false }),
+  failure: (item) => el("div", { class: "item failure", role: "note", dataset: { key: item.key } },
+    badge(item.stop === "aborted" ? "aborted" : "failed", "error"), el("span", {}, item.text || `run ${item.stop}`)),
+  error: (item) => el("div", { class: "item failure", dataset: { key: item.key } }, badge("error", "error"),
+    el("span", {}, item.text), item.ts ? el("time", {}, fmtTime(item.ts)) : null),
+};
+
+export function renderTimeline(container, items) {
+  const nearBottom = container.scrollHeight - container.scrollTop - container.clientHeight < 80;
+  const nodes = items.map((item) => (VIEWS[item.kind] || VIEWS.note)(item));
+  if (!nodes.length) nodes.push(el("p", { class: "empty" }, "Nothing has happened in this session yet."));
+  container.replaceChildren(...nodes);
+  if (nearBottom) container.scrollTop = container.scrollHeight;
+}
