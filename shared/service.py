@@ -35,6 +35,7 @@ from .trim import trim_loop
 from .watchdog import StallWatchdog
 
 HEARTBEAT_TTL_MS = 5_000
+CLOSE_WAIT_S = 5.0
 
 
 @dataclass
@@ -64,9 +65,13 @@ class ServiceContext:
     async def close(self) -> None:
         for task in self.tasks:
             task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self.tasks:
+            # Bounded: a cancel swallowed inside a Redis call (redis-py's timeout race) can leave a
+            # background loop running, and shutdown must never hang on it.
+            _, stuck = await asyncio.wait(self.tasks, timeout=CLOSE_WAIT_S)
+            for task in stuck:
+                task.cancel()
+                structlog.get_logger().warning("background_task_outlived_shutdown", task=task.get_name())
         self.tasks.clear()
         with contextlib.suppress(Exception):
             await self.redis.delete(keys.health(self.name))

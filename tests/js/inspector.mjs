@@ -130,8 +130,9 @@ async function formAndFailure(page) {
   out.formStatusAfter = await page.textContent("#form .tag");
 
   await send(page, "script:" + JSON.stringify([{ error: { status: 400, code: "invalid_request", message: "the prompt was refused upstream" } }]));
+  // The failed reply and the run's error event both show it (a model error is reported once as each).
   const failed = page.locator(".item.failure", { hasText: "refused upstream" });
-  await failed.waitFor(LONG);
+  await failed.first().waitFor(LONG);
   out.failure = await failed.first().textContent();
 
   await page.click("#compact");
