@@ -93,7 +93,7 @@ class RunSupervisor:
     def start_run(self, turn: PendingTurn | None) -> None:
         if self.running:
             for m in turn.messages if turn else []:
-                self.h.agent.steer(m)  # the run task takes them before it ends (`_left_to_run`)
+                self.h.agent.steer(m)  # the run task takes them before it ends (`left_to_run`)
             return
         self.task = asyncio.ensure_future(self._run(turn))
 
