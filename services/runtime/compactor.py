@@ -25,16 +25,9 @@ from shared import keys
 from shared.contracts.inbox import Compact, CompactionReady
 from shared.contracts.messages import AssistantMessage
 from shared.inbox import InboxEntry
+from shared.tokens import MESSAGE_OVERHEAD_TOKENS, context_tokens, count_text_tokens
 
-from .compaction import (
-    MESSAGE_OVERHEAD_TOKENS,
-    check_ready,
-    context_tokens,
-    count_text_tokens,
-    is_context_overflow,
-    make_request,
-    should_compact,
-)
+from .compaction import check_ready, is_context_overflow, make_request, should_compact
 from .engine.types import AgentContext, Emit, StreamFn, Tool
 
 if TYPE_CHECKING:

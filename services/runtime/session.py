@@ -49,6 +49,7 @@ from shared.disk import SessionPaths, atomic_write_json, read_json, workspace_fi
 from shared.inbox import InboxEntry
 from shared.quota import WorkspaceQuota
 from shared.settings import Settings
+from shared.tokens import TokenCounter
 from shared.uirules import UiLimits, repair_snapshot
 
 from .engine.agent import Agent
@@ -65,7 +66,6 @@ from .protocol import SessionProtocolController, TurnInput
 from .sandbox import select_sandbox
 from .skills import Skill
 from .todo import TodoController
-from .tokens import TokenCounter
 from .tools import Toolset
 from .transcript import Transcript
 from .uistate import UiDoc

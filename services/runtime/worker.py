@@ -26,6 +26,7 @@ from shared.contracts.wake import Wake
 from shared.disk import session_paths
 from shared.inbox import InboxReader
 from shared.settings import Settings
+from shared.tokens import TokenCounter
 from shared.trim import trim_acked, trim_all
 
 from .compactor import Compactor
@@ -35,7 +36,6 @@ from .lease import Lease, LeaseLost, renew_all, text_of, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps
 from .skills import Skill
-from .tokens import TokenCounter
 
 log = structlog.get_logger()
 STOP_WAIT_S = 5.0
