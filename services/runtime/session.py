@@ -126,7 +126,7 @@ class Session:
         self.agent = Agent(AgentContext(deps.system_prompt, [], self.toolset.tools), config, self.emit)
         self.protocol = SessionProtocolController(self.agent, self.transcript, self.todo, deps.skills,
                                                   lambda: self.todo.has_active_task)
-        self.writes = WriteHandlers(self)
+        self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self))
         self.queue: asyncio.Queue[InboxEntry] = asyncio.Queue()
         self.run_task: asyncio.Task[None] | None = None
         self.loop_task: asyncio.Task[None] | None = None
