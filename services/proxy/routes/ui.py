@@ -1,4 +1,4 @@
-"""SessionUIState: `GET /ui` and `POST /ui/sync` (seed: "Live synchronization", "Dormant preview and writes").
+"""SessionUIState: `GET /ui` and `POST /ui/sync` (docs/integration.md "Forwarded live writes").
 
 Live: the runtime owns the Yjs document; the proxy forwards a `UiUpdate` and answers with the
 runtime's `{snapshot, update}` (a read is an empty update). Dormant: the proxy validates and writes

@@ -1,9 +1,9 @@
-"""Session files `GET|PUT /sessions/{sid}/workspace/files/{path}` (seed: "Dormant preview and writes").
+"""Session files `GET|PUT /sessions/{sid}/workspace/files/{path}` (docs/integration.md "Forwarded live writes").
 
 Reads come from the session disk in both states (the runtime writes its files there at once).
-Writes: live -> `FileWrite` to the runtime, which writes and answers; dormant -> the proxy
-overwrites an existing file under the dormant-write lock (a new file while dormant is a 404: the seed's
-dormant path overwrites existing files only), within the session's workspace quota (507).
+Writes go through `shared.write_model.write_file` on both sides: live -> `FileWrite` to the runtime,
+which writes and answers; dormant -> the proxy overwrites an existing file under the dormant-write
+lock (a new file while dormant is a 404), within the session's workspace quota (507).
 
 Paths: the raw request path is decoded here (invalid UTF-8 is a 400, never U+FFFD), validated and
 NFC-normalised by `shared.disk.split_workspace_path` before any I/O, and every open goes beneath the
