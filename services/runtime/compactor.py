@@ -26,16 +26,9 @@ from shared.contracts.inbox import Compact, CompactionReady
 from shared.contracts.messages import AssistantMessage
 from shared.inbox import InboxEntry
 from shared.settings import Settings
+from shared.tokens import MESSAGE_OVERHEAD_TOKENS, context_tokens, count_text_tokens
 
-from .compaction import (
-    MESSAGE_OVERHEAD_TOKENS,
-    check_ready,
-    context_tokens,
-    count_text_tokens,
-    is_context_overflow,
-    make_request,
-    should_compact,
-)
+from .compaction import check_ready, is_context_overflow, make_request, should_compact
 from .engine.agent import Agent
 from .engine.types import AgentContext, Emit, StreamFn, Tool
 from .events import Outbox

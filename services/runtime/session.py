@@ -25,6 +25,7 @@ from shared.disk import SessionPaths, atomic_write_json, read_json
 from shared.inbox import InboxEntry
 from shared.quota import WorkspaceQuota
 from shared.settings import Settings
+from shared.tokens import TokenCounter
 from shared.uirules import UiLimits, repair_snapshot
 
 from .ack import Acker
@@ -34,6 +35,7 @@ from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
 from .engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
 from .events import Outbox
+from .forms import deliver_answered_form
 from .lease import Lease, LeaseLost
 from .paths import skills_dir
 from .protocol import PendingTurn, SessionProtocolController
@@ -42,7 +44,6 @@ from .sandbox import select_sandbox
 from .skills import Skill
 from .supervisor import RunSupervisor, interrupted, repair_interrupted_run
 from .todo import TodoController
-from .tokens import TokenCounter
 from .toolhost import SessionToolHost
 from .tools import Toolset
 from .transcript import Transcript
@@ -109,7 +110,7 @@ class Session:
                                                   lambda: self.todo.has_active_task)
         self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.skills,
                                  self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages)
-        self.writes = WriteHandlers(self)
+        self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self))
         self.runs = RunSupervisor(self, deps.client, deps.settings.lease_ms, self.compactor)
         handlers: dict[type, Handler] = {UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write,
                     DocumentEdit: self.writes.document_edit, CompactionReady: self.compactor.on_ready,

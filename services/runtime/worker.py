@@ -27,6 +27,7 @@ from shared.disk import session_paths
 from shared.inbox import InboxReader
 from shared.redis_wire import text
 from shared.settings import Settings
+from shared.tokens import TokenCounter
 from shared.trim import trim_acked, trim_all
 
 from .engine.openai_stream import ModelSettings
@@ -35,7 +36,6 @@ from .lease import Lease, LeaseLost, renew_all, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps
 from .skills import Skill
-from .tokens import TokenCounter
 
 log = structlog.get_logger()
 STOP_WAIT_S = 5.0

@@ -13,8 +13,9 @@ from services.runtime.engine.types import AgentContext, AgentEvent, LoopConfig
 from services.runtime.protocol import PendingPrompt, SessionProtocolController, TurnInput
 from services.runtime.scripted import injection_of
 from services.runtime.todo import TodoController, TodoRefused
-from services.runtime.transcript import Transcript, build_context
+from services.runtime.transcript import Transcript
 from services.runtime.uistate import UiDoc
+from shared.context import build_context
 from shared.contracts.client import PromptClientContext
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection

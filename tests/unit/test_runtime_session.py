@@ -8,10 +8,10 @@ from pathlib import Path
 from services.runtime.engine.openai_stream import ModelSettings
 from services.runtime.scripted import ScriptedGamma
 from services.runtime.session import Session, SessionDeps
-from services.runtime.tokens import TokenCounter
 from shared.disk import session_paths
 from shared.model import openai_client
 from shared.settings import Settings
+from shared.tokens import TokenCounter
 
 from .runtime_fakes import FakeLease, FakeOutbox
 
