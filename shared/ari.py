@@ -1,4 +1,4 @@
-"""ARIs: what a tab shows (seed: "ARIs and views").
+"""ARIs: what a tab shows (the `ari` of a SessionUIState tab).
 
     file:<path>[/]          a session file, or a directory with a trailing slash
     gamma:file:<doc>        a live Gamma document (doc ids may contain ':' as in g_123:d_456)

@@ -1,6 +1,6 @@
 """The session disk: layout, atomic writes, torn-tolerant JSON Lines, safe workspace paths.
 
-Layout under GAMMA_DATA_DIR/sessions/{sid}/ (DESIGN.md "Ownership"):
+Layout under GAMMA_DATA_DIR/sessions/{sid}/ (docs/architecture.md "Ownership" says which service writes each):
 transcript.jsonl, todo.json, state.json, pending_artifacts.json, .revisions/, workspace/**, documents/{doc}.json
 """
 

@@ -1,4 +1,4 @@
-"""Configuration from the environment (DESIGN.md "Configuration")."""
+"""Configuration from the environment (the README's "Configuration" table lists every one)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """SessionUIState as a Yjs document, built the same way by every side that rebuilds it from `state.json`.
 
-DESIGN.md "SessionUIState as a Yjs document": one root `Y.Map` named `state`; the snapshot's top-level
+The shape both sides agree on: one root `Y.Map` named `state`; the snapshot's top-level
 keys are its keys; nested objects are `Y.Map`, lists `Y.Array`; V1 updates only.
 
 `doc_from_snapshot` is deterministic: the client id is derived from the snapshot's content and keys

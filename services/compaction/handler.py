@@ -24,8 +24,8 @@ import redis.asyncio as aioredis
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from services.runtime.compaction import file_operations, format_file_operations, summary_span
 from shared import keys, topology
+from shared.compaction_rules import file_operations, format_file_operations, summary_span
 from shared.contracts.compaction import CompactionRequest
 from shared.contracts.inbox import CompactionReady
 from shared.contracts.transcript import parse_entries

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from services.runtime.compaction import entry_message
+from shared.context import entry_message
 from shared.contracts.messages import (
     AgentMessage,
     AssistantMessage,

@@ -15,7 +15,7 @@ from openai import AsyncOpenAI
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.runtime.compaction import SummarySpan
+from shared.compaction_rules import SummarySpan
 from shared.contracts.transcript import TranscriptEntry
 from shared.model import ScriptedTransport, openai_client
 from shared.settings import Settings

@@ -1,6 +1,6 @@
 """The digest builder: artifact changes in, one coalesced `artifact_update` per ref out.
 
-- agent changes (`actor: "agent"`) advance `seen` and produce nothing (seed: "Duplicate suppression");
+- agent changes (`actor: "agent"`) advance `seen` and produce nothing (the agent knows its own edits; docs/architecture.md "The digest");
 - user / service changes while the session is dormant (no lease) go into the manifest at once;
 - while live they wait `GAMMA_DIGEST_DEBOUNCE_MS` (trailing, bounded by `max_wait_ms`) and then enter the
   inbox as one `Injection{source: "artifact", source_id: "{ref}@{to_revision}"}`; a newer edit before the

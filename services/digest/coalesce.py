@@ -1,4 +1,4 @@
-"""One digest per ref, from the revision the agent saw to the current one (seed: "Artifact updates").
+"""One digest per ref, from the revision the agent saw to the current one (docs/architecture.md "The digest").
 
 Several edits between two agent reads collapse into one diff of seen -> current content; the clients'
 own digest texts (X-Gamma-Digest) come first when given; user changes an agent write landed on top of

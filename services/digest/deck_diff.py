@@ -1,4 +1,4 @@
-"""Deck digests (seed: "Change digest levels", "Live Gamma editor"). Pure functions.
+"""Deck digests (docs/architecture.md "The digest": decks by card, order, theme, assets, metadata). Pure functions.
 
 Compares the deck the agent last saw with the current deck and says what changed at the most precise
 level it can state reliably:

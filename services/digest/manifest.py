@@ -1,4 +1,4 @@
-"""`sessions/{sid}/pending_artifacts.json` (seed: "Dormant artifact manifest"); only digest writes it.
+"""`sessions/{sid}/pending_artifacts.json` (docs/architecture.md "Ownership", "The digest"); only digest writes it.
 
 The runtime reads it on wake and turns each entry into an injection placed before the user message;
 its `InjectionRecorded` then tells us which entries to clear. Writes are atomic (tmp+fsync+rename), so

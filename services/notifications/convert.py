@@ -1,4 +1,4 @@
-"""External notification -> runtime injections (seed: "Future remote notification channel").
+"""External notification -> runtime injections (docs/integration.md "Injections").
 
 Pure functions. One notification can become several injections; the n-th part after the first gets
 `source_id = "{id}#{n}"` (docs/integration.md "Injections"), so the runtime records each part once and

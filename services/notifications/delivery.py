@@ -1,6 +1,6 @@
 """Notification delivery: intake (HTTP and stream), live delivery, wake delivery, consumption.
 
-The contract (seed: "Future remote notification channel"): store first; live -> convert and append to
+The contract (docs/integration.md "Injections", "Wake"): store first; live -> convert and append to
 the inbox; dormant or waking -> keep pending and never start a runtime (unless the urgency policy says
 so); on `SessionLive` deliver everything unconsumed, then a `Barrier`; consumed only when the runtime
 records every part (`InjectionRecorded`). Redelivery is safe: the runtime records a `source_id` once.

@@ -1,6 +1,6 @@
 """Urgency policy: may a notification start a runtime for a dormant session?
 
-The seed's default is no: a remote notification waits for the next user wake. A later policy can
+The default is no (a notification must not cost a runtime on its own): it waits for the next user wake. A later policy can
 return True for selected types; the service then publishes a `Wake{reason: "notification"}`.
 """
 

@@ -1,4 +1,4 @@
-"""The notification store: Redis only, written only by this service (DESIGN.md "Ownership").
+"""The notification store: Redis only, written only by this service (docs/architecture.md "Ownership").
 
 Per notification, under the session's hash tag (keys are built from a hash of the id, never the raw id:
 an id such as `Y:state` must not name another id's keys):

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from typing import Literal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar
 
 import redis.asyncio as aioredis
 from fastapi import Depends
@@ -19,6 +20,7 @@ from fastapi import Depends
 from shared import keys
 from shared.contracts.base import new_id
 from shared.redis_wire import COMPARE_AND_DELETE
+from shared.write_model import Refused
 
 from .auth import current_user
 from .deps import Proxy, get_proxy
@@ -27,6 +29,7 @@ from .rows import SessionState, load_state
 
 LOCK_PX = 10_000
 Mode = Literal["live", "dormant"]
+T = TypeVar("T")
 
 
 
@@ -84,3 +87,32 @@ async def dormant_lock(redis: aioredis.Redis, sid: str, wait_s: float = 5.0) -> 
         yield
     finally:
         await redis.eval(COMPARE_AND_DELETE, 1, lock, token)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class Applied(Generic[T]):
+    """A write the proxy applied itself (the session is dormant)."""
+
+    value: T
+
+
+async def apply_if_dormant(proxy: Proxy, state: SessionState, kind: str,
+                           apply: Callable[[], Awaitable[T | Refused]]) -> Applied[T] | None:
+    """Every write route's first step. Dormant: `apply` runs under the dormant-write lock (a refusal
+    becomes its 4xx), and the write is counted. None: the session is live, or a lease appeared before
+    the lock was taken; the caller forwards the write to the lease holder."""
+    if await write_mode(proxy, state) != "dormant":
+        return None
+    try:
+        async with dormant_lock(proxy.redis, state.row.id):
+            value = await apply()
+    except BecameLive:
+        return None
+    if isinstance(value, Refused):
+        raise refused(value)
+    proxy.metrics.dormant_writes.labels(kind).inc()
+    return Applied(value)
+
+
+def refused(r: Refused) -> ApiError:
+    return ApiError(r.status, r.message, r.detail)

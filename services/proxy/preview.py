@@ -1,4 +1,4 @@
-"""Dormant preview (seed: "Dormant preview and writes"): what a client renders without a runtime,
+"""Dormant preview (docs/architecture.md "Ownership": the proxy serves a dormant session from its disk): what a client renders without a runtime,
 read straight from the session disk: display entries of `transcript.jsonl`, `state.json`, `todo.json`."""
 
 from __future__ import annotations

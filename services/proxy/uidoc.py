@@ -7,23 +7,22 @@ the runtime applies the same ones while the session is live.
 from __future__ import annotations
 
 import base64
-import binascii
 from typing import Any
 
 from shared.uirules import UiLimits, UiRefused
 from shared.uirules import default_snapshot as default_snapshot
 from shared.uirules import validate_snapshot as _validate
+from shared.write_model import Refused, decode_update
 
 from .errors import ApiError
 
 
 def decode_b64(text: str) -> bytes:
     """Strict base64 (standard alphabet, padding optional): anything else is a 400."""
-    cleaned = "".join(text.split())
-    try:
-        return base64.b64decode(cleaned + "=" * (-len(cleaned) % 4), validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise ApiError(400, f"update is not valid base64: {exc}") from exc
+    update = decode_update(text)
+    if isinstance(update, Refused):
+        raise ApiError(update.status, update.message)
+    return update
 
 
 def encode_b64(data: bytes) -> str:

@@ -17,7 +17,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
@@ -25,20 +25,15 @@ from shared import keys
 from shared.contracts.inbox import Compact, CompactionReady
 from shared.contracts.messages import AssistantMessage
 from shared.inbox import InboxEntry
+from shared.settings import Settings
+from shared.tokens import MESSAGE_OVERHEAD_TOKENS, context_tokens, count_text_tokens
 
-from .compaction import (
-    MESSAGE_OVERHEAD_TOKENS,
-    check_ready,
-    context_tokens,
-    count_text_tokens,
-    is_context_overflow,
-    make_request,
-    should_compact,
-)
+from .compaction import check_ready, is_context_overflow, make_request, should_compact
+from .engine.agent import Agent
 from .engine.types import AgentContext, Emit, StreamFn, Tool
-
-if TYPE_CHECKING:
-    from .session import Session
+from .events import Outbox
+from .protocol import SessionProtocolController
+from .transcript import Transcript
 
 log = structlog.get_logger()
 OVERFLOW_WAIT_S = 120.0
@@ -52,13 +47,31 @@ def static_tokens(system_prompt: str, tools: list[Tool]) -> int:
     return MESSAGE_OVERHEAD_TOKENS + count_text_tokens(system_prompt) + count_text_tokens(schemas)
 
 
+class CompactorHost(Protocol):
+    """What the compactor needs from its session (read lazily: the session builds the compactor
+    before its Agent, to give the hooks to the loop config)."""
+    sid: str
+    transcript: Transcript
+    protocol: SessionProtocolController
+    outbox: Outbox
+    agent: Agent
+
+    @property
+    def running(self) -> bool: ...
+
+    async def ack(self, entry_id: str | None) -> None: ...
+
+
 class Compactor:
-    def __init__(self, session: Session, context_window: int) -> None:
+    """Its hooks (`wrap_stream`, `before_model_call`) go into the session's LoopConfig when the
+    session builds it; nothing is patched afterwards."""
+
+    def __init__(self, session: CompactorHost, settings: Settings, model: str, context_window: int) -> None:
         self.s = session
+        self.model = model
         self.context_window = context_window
-        self.reserve_tokens = session.deps.settings.reserve_tokens
-        self.keep_recent_tokens = session.deps.settings.keep_recent_tokens
-        settings = session.deps.settings
+        self.reserve_tokens = settings.reserve_tokens
+        self.keep_recent_tokens = settings.keep_recent_tokens
         self.retry_calls = settings.compaction_retry_calls
         self.retry_s = settings.compaction_retry_s
         self.timeout_s = settings.compaction_timeout_s
@@ -71,9 +84,6 @@ class Compactor:
         self._static: tuple[int, int, int] | None = None  # (id(prompt), id(tools), tokens)
         self.deferred: list[tuple[InboxEntry, CompactionReady]] = []
         self._waiters: dict[str, asyncio.Future[bool]] = {}
-        inner: StreamFn = session.agent.config.stream
-        session.agent.config.stream = self._stream(inner)
-        session.agent.config.before_model_call = self.before_model_call
 
     # ------------------------------------------------------------ triggers
 
@@ -132,7 +142,7 @@ class Compactor:
             # keeping about a quarter of it (the latest turn, at least).
             keep = min(keep, max(context_tokens(self.s.agent.messages) // 4, 1))
         req = make_request(self.s.sid, self.s.transcript.entries, keep_recent_tokens=keep,
-                           custom_instructions=instructions, model=self.s.stream.settings.model,
+                           custom_instructions=instructions, model=self.model,
                            reserve_tokens=self.reserve_tokens, tokens_before=tokens)
         if req is None:
             return None
@@ -143,7 +153,8 @@ class Compactor:
         log.info("compaction_requested", session_id=self.s.sid, request_id=req.request_id)
         return req.request_id
 
-    def _stream(self, inner: StreamFn) -> StreamFn:
+    def wrap_stream(self, inner: StreamFn) -> StreamFn:
+        """The model stream with the overflow rule: compact, then retry the request once."""
         async def stream(context: AgentContext, emit: Emit, signal: asyncio.Event) -> AssistantMessage:
             message = await inner(context, emit, signal)
             if not is_context_overflow(message):

@@ -7,14 +7,28 @@ restored from state.json and delivered at wake."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from shared.contracts.inbox import Injection
 from shared.contracts.injection import RuntimeInjection
-from shared.inbox import InboxEntry
 
-if TYPE_CHECKING:
-    from .session import Session
+from .transcript import Transcript
+from .uistate import UiDoc
+
+
+class FormHost(Protocol):
+    """What forms need from their session."""
+    sid: str
+    transcript: Transcript
+
+    @property
+    def ui(self) -> UiDoc: ...
+
+    async def persist_ui(self) -> None: ...
+
+    async def publish_ui(self, update: bytes) -> None: ...
+
+    async def deliver_injection(self, m: Injection, entry_id: str | None) -> None: ...
 
 
 def form_content(form: dict[str, object]) -> str:
@@ -28,7 +42,7 @@ def form_content(form: dict[str, object]) -> str:
     return f'<system_update source="form" form="{form["id"]}" status="{form["status"]}">\n{body}\n</system_update>'
 
 
-async def deliver_answered_form(session: Session) -> None:
+async def deliver_answered_form(session: FormHost) -> None:
     form = session.ui.answered_form()
     if form is None:
         return
@@ -38,11 +52,11 @@ async def deliver_answered_form(session: Session) -> None:
         return
     inj = Injection(session_id=session.sid, injection=RuntimeInjection(kind="system_update", content=form_content(form)),
                     source="client", source_id=source_id)
-    await session.on_injection(InboxEntry(session_id=session.sid, entry_id="", message=inj), inj)
+    await session.deliver_injection(inj, None)  # restored from state.json: no inbox entry to ack
 
 
-async def form_delivered(session: Session, form_id: str) -> None:
+async def form_delivered(session: FormHost, form_id: str) -> None:
     update = await session.ui.mark_form_delivered(form_id)
     if update:
         await session.persist_ui()
-        await session.writes.publish_ui(update)
+        await session.publish_ui(update)

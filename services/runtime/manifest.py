@@ -4,7 +4,7 @@ inbox entry; recording one publishes InjectionRecorded and digest clears it from
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 from pydantic import ValidationError
@@ -12,15 +12,22 @@ from pydantic import ValidationError
 from shared.contracts.inbox import Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.pending import PendingArtifactUpdates
-from shared.disk import read_json
+from shared.disk import SessionPaths, read_json
 
-if TYPE_CHECKING:
-    from .session import Session
+from .protocol import SessionProtocolController
+from .transcript import Transcript
 
 log = structlog.get_logger()
 
 
-def queue_manifest(session: Session) -> int:
+class ManifestHost(Protocol):
+    sid: str
+    paths: SessionPaths
+    transcript: Transcript
+    protocol: SessionProtocolController
+
+
+def queue_manifest(session: ManifestHost) -> int:
     """Queue the manifest's items (held for the next turn); returns how many were queued."""
     raw = read_json(session.paths.pending_artifacts)
     if not raw:
@@ -41,6 +48,6 @@ def queue_manifest(session: Session) -> int:
                         from_revision=item.from_revision, to_revision=item.to_revision)
         if (inj.source, inj.source_id) in session.transcript.sources:
             continue  # consumed before (digest has not cleared it yet)
-        if session.protocol.route_update(inj, "", hold=True) != "covered":
+        if session.protocol.route_update(inj, None, hold=True) != "covered":
             queued += 1
     return queued

@@ -2,7 +2,7 @@
 
 Prompt caching reuses exact prefixes, so the prefix is built only from the text files in `prompts/`
 and the skill catalog, in a fixed order, with no per-session values (no dates, ids or user data).
-A variant (seed: "Cache behavior") appends preloaded skill bodies after that prefix and never changes
+A variant (one per session type, so sessions of a type share a cached prefix) appends preloaded skill bodies after that prefix and never changes
 a byte before it. The prompt never changes during a session: other skills load through the `skill`
 tool as tool results.
 """
@@ -21,7 +21,7 @@ Variant = Literal["base", "deck-generation", "import"]
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
 PROMPTS_DIR = Path(__file__).with_name("prompts")
 
-# Section order of the static prefix; the seed's list in "Static system prefix".
+# Section order of the static prefix (fixed: reordering changes every byte after the change).
 SECTIONS: tuple[str, ...] = (
     "identity", "vocabulary", "interface", "security", "precedence", "injections", "transport",
     "skills", "tasks", "yield", "completion",

@@ -2,13 +2,14 @@
 state, pending injections, the prompt's client_view and the user message are put in order.
 
 It keeps no state store of its own: pending injections live in the Agent's steer/follow-up queues
-or in the next-turn list (Pi's `_pendingNextTurnMessages`), each remembered with the inbox entries
-to ack once its transcript entry is durable.
+or in the next-turn list (Pi's `_pendingNextTurnMessages`), each remembered (by its source and
+source id, which its message carries) with the inbox entries to ack once its transcript entry is
+durable. A turn is handed out as a `PendingTurn`: its messages plus what the recorder needs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from shared.contracts.client import PromptClientContext
@@ -35,10 +36,33 @@ class PendingInjection:
 
 
 @dataclass
+class PendingPrompt:
+    """A prompt's user message not yet recorded: its prompt id and the inbox entry to ack then."""
+    prompt_id: str
+    entry_id: str | None
+    message: UserMessage
+
+
+@dataclass
+class PendingTurn:
+    """What a run is given: the messages, and for the recorder the prompts and injections among them."""
+    messages: list[AgentMessage]
+    prompts: list[PendingPrompt] = field(default_factory=list)
+    injections: list[PendingInjection] = field(default_factory=list)
+
+
+@dataclass
 class TurnInput:
     prompt: UserPrompt | None
     entry_id: str | None = None
-    restore_todo: bool = False
+
+
+def source_key(message: AgentMessage) -> tuple[str, str] | None:
+    """The (source, source id) an injection's message carries: the key of its PendingInjection."""
+    details = getattr(message, "details", None)
+    if not isinstance(message, CustomMessage) or not isinstance(details, dict) or "sourceId" not in details:
+        return None
+    return str(details.get("source")), str(details["sourceId"])
 
 
 def injection_message(inj: Injection, from_revision: int | None = None) -> CustomMessage:
@@ -102,24 +126,45 @@ class SessionProtocolController:
         self.skills = skills
         self.has_active_task = has_active_task
         self.next_turn: list[CustomMessage] = []  # next-turn and idle-held injections, arrival order
-        self.pending: dict[int, PendingInjection] = {}  # id(message) -> its source and inbox entries
-        # id(user message) -> (prompt_id, inbox entry id, the message): prompts not yet recorded
-        self.prompts: dict[int, tuple[str, str | None, UserMessage]] = {}
+        # (source, source id) -> the queued or in-flight injection with its inbox entries
+        self.pending: dict[tuple[str, str], PendingInjection] = {}
+        self.prompts: list[PendingPrompt] = []  # prompts not yet recorded, arrival order
         self.anchor_revision = self._last_todo_revision()
 
     # ------------------------------------------------------------ injections
 
-    def route_update(self, inj: Injection, entry_id: str, *, hold: bool = False) -> str:
+    def pending_of(self, message: AgentMessage) -> PendingInjection | None:
+        key = source_key(message)
+        p = self.pending.get(key) if key is not None else None
+        return p if p is not None and p.message is message else None
+
+    def take_injection(self, message: AgentMessage) -> PendingInjection | None:
+        """The recorder's look-up when `message` is recorded: its injection, no longer pending."""
+        p = self.pending_of(message)
+        if p is not None:
+            del self.pending[(p.source, p.source_id)]
+        return p
+
+    def prompt_of(self, message: AgentMessage) -> PendingPrompt | None:
+        return next((p for p in self.prompts if p.message is message), None)
+
+    def take_prompt(self, message: AgentMessage) -> PendingPrompt | None:
+        p = self.prompt_of(message)
+        if p is not None:
+            self.prompts.remove(p)
+        return p
+
+    def route_update(self, inj: Injection, entry_id: str | None, *, hold: bool = False) -> str:
         """Queue one injection by its delivery rule. Returns 'recorded' (already in the transcript),
         'covered' (an artifact_update whose revisions the agent was already told), 'merged' (same
         source id already queued), 'steer' / 'follow_up' / 'next_turn', or 'start' (idle with an
         active task: the caller starts a run with `take_idle()`)."""
         if (inj.source, inj.source_id) in self.transcript.sources:
             return "recorded"
-        for p in self.pending.values():
-            if p.source == inj.source and p.source_id == inj.source_id:
-                p.entry_ids.append(entry_id)
-                return "merged"
+        same = self.pending.get((inj.source, inj.source_id))
+        if same is not None:
+            same.entry_ids.extend([entry_id] if entry_id else [])
+            return "merged"
         if inj.injection.kind == "artifact_update" and inj.ref:
             told = self.transcript.told.get(inj.ref, (None, ""))[0]
             if told is not None and inj.to_revision is not None and inj.to_revision <= told:
@@ -130,7 +175,7 @@ class SessionProtocolController:
         delivery = DELIVERY_BY_KIND[kind]
         old = self._queued_same_target(inj)
         from_revision = None
-        entry_ids = [entry_id]
+        entry_ids = [entry_id] if entry_id else []  # a wake-time injection (manifest, form) has no entry
         if old is not None:
             # The latest client_view replaces the older one; one artifact_update per ref, keeping the
             # older from_revision. The replaced entry is acked with the replacement.
@@ -141,12 +186,12 @@ class SessionProtocolController:
         pending = PendingInjection(message=message, source=inj.source, source_id=inj.source_id, delivery=delivery,
                                    entry_ids=entry_ids, ref=inj.ref, to_revision=inj.to_revision)
         if old is not None:
-            del self.pending[id(old.message)]
-            self.pending[id(message)] = pending
+            del self.pending[(old.source, old.source_id)]
+            self.pending[(pending.source, pending.source_id)] = pending
             if not self.agent.replace_queued(old.message, message):
                 self.next_turn = [message if m is old.message else m for m in self.next_turn]
             return "merged"
-        self.pending[id(message)] = pending
+        self.pending[(pending.source, pending.source_id)] = pending
         if delivery == "next_turn":
             self.next_turn.append(message)
             return "next_turn"
@@ -183,7 +228,7 @@ class SessionProtocolController:
                 continue
             from_revision = p.message.details.get("fromRevision")
             if p.to_revision is not None and p.to_revision <= told:
-                del self.pending[id(p.message)]
+                del self.pending[(p.source, p.source_id)]
                 if not self.agent.remove_queued(p.message):
                     self.next_turn = [m for m in self.next_turn if m is not p.message]
                 dropped.append(p)
@@ -192,8 +237,7 @@ class SessionProtocolController:
                                 injection=RuntimeInjection(kind="artifact_update", content=p.message.content),
                                 ref=ref, from_revision=from_revision, to_revision=p.to_revision)
                 message = injection_message(restated(inj, told))
-                del self.pending[id(p.message)]
-                self.pending[id(message)] = PendingInjection(
+                self.pending[(p.source, p.source_id)] = PendingInjection(
                     message=message, source=p.source, source_id=p.source_id, delivery=p.delivery,
                     entry_ids=p.entry_ids, ref=ref, to_revision=p.to_revision)
                 if not self.agent.replace_queued(p.message, message):
@@ -213,30 +257,40 @@ class SessionProtocolController:
         """Prompts a failed run had taken from the steer / follow-up queues but not recorded (their
         inbox entries are still unacked), except those in `exclude` (the failed run's own input)."""
         held = {id(m) for m in (*self.next_turn, *self.agent.queued(), *exclude)}
-        return [user for prompt_id, _, user in self.prompts.values()
-                if id(user) not in held and prompt_id not in self.transcript.prompts]
+        return [p.message for p in self.prompts
+                if id(p.message) not in held and p.prompt_id not in self.transcript.prompts]
 
-    def take_next_turn(self) -> list[AgentMessage]:
-        out: list[AgentMessage] = list(self.next_turn)
+    def _turn(self, messages: Sequence[AgentMessage]) -> PendingTurn:
+        injections = [p for p in map(self.pending_of, messages) if p is not None]
+        prompts = [p for p in map(self.prompt_of, messages) if p is not None]
+        return PendingTurn(list(messages), prompts, injections)
+
+    def take_next_turn(self, then: list[AgentMessage] | None = None) -> PendingTurn:
+        """The next-turn list, then `then` (a failed run's unrecorded prompts), as one turn."""
+        out: list[AgentMessage] = [*self.next_turn, *(then or [])]
         self.next_turn = []
-        return out
+        return self._turn(out)
 
-    def take_idle(self) -> list[AgentMessage]:
+    def _idle_kind(self, m: AgentMessage) -> bool:
+        p = self.pending_of(m)
+        return p is not None and p.delivery != "next_turn"
+
+    def take_idle(self) -> PendingTurn:
         """Everything held for an idle session except next-turn-only kinds (they wait for a prompt)."""
-        out = [m for m in self.next_turn if self.pending.get(id(m)) and self.pending[id(m)].delivery != "next_turn"]
+        out = [m for m in self.next_turn if self._idle_kind(m)]
         self.next_turn = [m for m in self.next_turn if m not in out]
-        return list(out)
+        return self._turn(out)
 
     def take_idle_peek(self) -> bool:
-        return any(self.pending.get(id(m)) and self.pending[id(m)].delivery != "next_turn" for m in self.next_turn)
+        return any(self._idle_kind(m) for m in self.next_turn)
 
     # ------------------------------------------------------------ turns
 
-    def build_turn_messages(self, turn: TurnInput) -> list[AgentMessage]:
+    def build_turn_messages(self, turn: TurnInput) -> PendingTurn:
         """restored anchors, pending injections (arrival order), the prompt's client_view, /skill
         activations, then the user message."""
         out: list[AgentMessage] = []
-        if turn.restore_todo and self.todo.current.items and self.anchor_revision != self.todo.current.revision:
+        if self.todo.current.items and self.anchor_revision != self.todo.current.revision:
             out.append(self.todo.anchor())
             self.anchor_revision = self.todo.current.revision
         prompt = turn.prompt
@@ -254,11 +308,11 @@ class SessionProtocolController:
             if name is not None and name in self.skills:
                 out.extend(self.activate_skill(name))
             user = UserMessage(content=prompt.message)
-            self.prompts[id(user)] = (prompt.prompt_id, turn.entry_id, user)
+            self.prompts.append(PendingPrompt(prompt.prompt_id, turn.entry_id, user))
             out.append(user)
-        return out
+        return self._turn(out)
 
-    def busy_turn_messages(self, prompt: UserPrompt, entry_id: str) -> list[AgentMessage]:
+    def busy_turn_messages(self, prompt: UserPrompt, entry_id: str) -> PendingTurn:
         """A prompt that arrives during a run (steer / follow_up): its sender's client_view, then the
         user message (user authority, never parsed for tags)."""
         out: list[AgentMessage] = []
@@ -267,9 +321,9 @@ class SessionProtocolController:
             self.next_turn = [m for m in self.next_turn if not self._is_client_view(m)]
             out.append(view)
         user = UserMessage(content=prompt.message)
-        self.prompts[id(user)] = (prompt.prompt_id, entry_id, user)
+        self.prompts.append(PendingPrompt(prompt.prompt_id, entry_id, user))
         out.append(user)
-        return out
+        return self._turn(out)
 
     def _is_client_view(self, m: AgentMessage) -> bool:
         return isinstance(m, CustomMessage) and m.custom_type == "gamma.client_view"
@@ -277,14 +331,14 @@ class SessionProtocolController:
     def _prompt_client_view(self, prompt: UserPrompt) -> CustomMessage:
         assert prompt.client_context is not None
         queued = [m for m in self.next_turn if self._is_client_view(m)]
-        old = [self.pending[id(m)] for m in queued if id(m) in self.pending]
+        old = [p for p in map(self.pending_of, queued) if p is not None]
         message = CustomMessage(custom_type="gamma.client_view", content=client_view_content(prompt.client_context),
                                 details={"trusted": True, "injectionType": "client_view", "source": "client",
                                          "sourceId": f"{prompt.prompt_id}#client_view"})
         entry_ids = [e for p in old for e in p.entry_ids]
         for p in old:
-            del self.pending[id(p.message)]
-        self.pending[id(message)] = PendingInjection(message=message, source="client",
+            del self.pending[(p.source, p.source_id)]
+        self.pending[("client", f"{prompt.prompt_id}#client_view")] = PendingInjection(message=message, source="client",
                                                      source_id=f"{prompt.prompt_id}#client_view",
                                                      delivery="next_turn", entry_ids=entry_ids)
         return message

@@ -1,7 +1,7 @@
 """Skill loader: `skills/<name>/SKILL.md` as Agent Skills files with Gamma's typed manifest.
 
 Every skill stays a valid Agent Skills skill (agentskills.io) so the same files load in Claude Code,
-Codex and Pi. The seed's manifest fields that the spec has no key for (`type`, `conflictsWith`,
+Codex and Pi. Gamma's manifest fields that the spec has no key for (`type`, `conflictsWith`,
 `requiresSkills`) live in the spec's free-form `metadata` map as strings, the way `allowed-tools`
 lists names: space-separated.
 
@@ -54,7 +54,7 @@ class SkillConflict(SkillError):
 
 
 class SkillManifest(BaseModel):
-    """The seed's `SkillManifest`, typed."""
+    """Gamma's skill manifest (`type`, `conflictsWith`, `requiresSkills` besides the spec's keys), typed."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     name: str
@@ -222,7 +222,7 @@ def validate_references(skills: Mapping[str, Skill]) -> None:
 
 
 def catalog_block(skills: Mapping[str, Skill] | Iterable[Skill]) -> str:
-    """The seed's `<available_skills>` block: name, type, path and the description (the trigger)."""
+    """The `<available_skills>` block of the system prompt (the Agent Skills catalog format): name, type, path and the description (the trigger)."""
     items = skills.values() if isinstance(skills, Mapping) else skills
     lines = ["<available_skills>"]
     for s in sorted(items, key=lambda s: s.name):

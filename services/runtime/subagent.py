@@ -5,7 +5,7 @@ other injection (follow-up delivery: after the active run stops)."""
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import Any
 
 import structlog
 
@@ -15,21 +15,17 @@ from shared.contracts.messages import AssistantMessage, UserMessage
 from shared.inbox import append
 
 from .engine.loop import run_loop
-from .engine.openai_stream import OpenAIStream
-from .engine.types import AgentContext, AgentEvent, LoopConfig
-from .tools import readonly_tools
-
-if TYPE_CHECKING:
-    from .session import Session
+from .engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
+from .tools import ToolHost, readonly_tools
 
 log = structlog.get_logger()
 SUBAGENT_PROMPT = ("You are a research subagent of the Gamma agent. Complete the task with the read tool when "
                    "workspace files matter, then answer with your findings as plain text.")
 
 
-async def run_subagent(session: Session, child: str, task: str) -> None:
-    stream = OpenAIStream(session.deps.model_client, session.stream.settings, session.deps.counter)
-    context = AgentContext(SUBAGENT_PROMPT, [], readonly_tools(session))
+async def run_subagent(host: ToolHost, stream: StreamFn, client: Any, child: str, task: str) -> None:
+    """`stream`: a model stream of the child's own (no shared prefix); `client`: Redis, for the inbox."""
+    context = AgentContext(SUBAGENT_PROMPT, [], readonly_tools(host))
 
     async def emit(_: AgentEvent) -> None:
         return None  # the child's own events stay internal; its result is what the parent sees
@@ -40,6 +36,6 @@ async def run_subagent(session: Session, child: str, task: str) -> None:
         f"The subagent failed: {final.error_message if final else 'no answer'}")
     content = f'<background_result subagent="{child}">\n{text}\n</background_result>'
     with contextlib.suppress(Exception):
-        await append(session.deps.client, Injection(
-            session_id=session.sid, injection=RuntimeInjection(kind="background_result", content=content),
+        await append(client, Injection(
+            session_id=host.sid, injection=RuntimeInjection(kind="background_result", content=content),
             source="system", source_id=f"subagent:{child}"))

@@ -1,4 +1,4 @@
-"""The todo controller: owner of `todo.json` (seed: "Task state"). The `todo` tool calls `update`."""
+"""The todo controller: owner of `todo.json` (docs/architecture.md "Ownership": only the runtime writes it). The `todo` tool calls `update`."""
 
 from __future__ import annotations
 

@@ -8,18 +8,15 @@ from the file, so a new holder never records the same prompt or injection twice.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter
 
-from shared.contracts.messages import (
-    AgentMessage,
-    CompactionSummaryMessage,
-    CustomMessage,
-)
+from shared.context import build_context
+from shared.contracts.messages import AgentMessage, CustomMessage
 from shared.contracts.transcript import (
     CompactionEntry,
     CustomMessageEntry,
@@ -50,51 +47,10 @@ def read_entries(path: Path) -> list[TranscriptEntry]:
         return _ENTRIES.validate_json(b"[" + b",".join(body) + b"]")
     except ValueError:
         return parse_entries(list(iter_jsonl(path)))
-ANCHOR_TYPES = frozenset({"gamma.todo_anchor", "gamma.active_skill"})
 
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def entry_message(entry: TranscriptEntry) -> AgentMessage | None:
-    if isinstance(entry, MessageEntry):
-        return entry.message
-    if isinstance(entry, CustomMessageEntry):
-        # Stamped with the entry's time, so a replay builds the same message every time.
-        return CustomMessage(custom_type=entry.custom_type, content=entry.content, display=entry.display,
-                             details=entry.details, timestamp=_ms(entry.timestamp))
-    return None
-
-
-def _ms(iso: str) -> int:
-    return int(datetime.fromisoformat(iso).timestamp() * 1000)
-
-
-def build_context(entries: Sequence[TranscriptEntry]) -> list[AgentMessage]:
-    """Pi's buildSessionContext on a linear transcript: with a compaction, the summary message, then
-    the kept entries from firstKeptEntryId up to the compaction, then everything after it.
-    Anchors before the latest compaction are dropped: the compaction restored fresh ones after it."""
-    last = -1
-    for i in range(len(entries) - 1, -1, -1):
-        if isinstance(entries[i], CompactionEntry):
-            last = i
-            break
-    if last < 0:
-        return [m for m in (entry_message(e) for e in entries) if m is not None]
-    compaction = entries[last]
-    assert isinstance(compaction, CompactionEntry)
-    start = next((i for i in range(last) if entries[i].id == compaction.first_kept_entry_id), last)
-    out: list[AgentMessage] = [CompactionSummaryMessage(summary=compaction.summary, tokens_before=compaction.tokens_before,
-                                                        timestamp=_ms(compaction.timestamp))]
-    for e in entries[start:last]:
-        if isinstance(e, CustomMessageEntry) and e.custom_type in ANCHOR_TYPES:
-            continue
-        m = entry_message(e)
-        if m is not None:
-            out.append(m)
-    out.extend(m for m in (entry_message(e) for e in entries[last + 1 :]) if m is not None)
-    return out
 
 
 class Transcript:

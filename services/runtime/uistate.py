@@ -1,4 +1,4 @@
-"""SessionUIState as a Yjs document: one root Y.Map `state` (DESIGN.md "SessionUIState as a Yjs document").
+"""SessionUIState as a Yjs document: one root Y.Map `state` (shared/uidoc.py; docs/architecture.md "Ownership").
 
 Nested objects are Y.Map and lists Y.Array, so the client and the agent merge per field. The JSON
 snapshot (`state.json`) is the root map's JSON with integral floats turned back into ints.

@@ -27,16 +27,15 @@ from shared.disk import session_paths
 from shared.inbox import InboxReader
 from shared.redis_wire import text
 from shared.settings import Settings
+from shared.tokens import TokenCounter
 from shared.trim import trim_acked, trim_all
 
-from .compactor import Compactor
 from .engine.openai_stream import ModelSettings
 from .events import BusPublish, Outbox
 from .lease import Lease, LeaseLost, renew_all, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps
 from .skills import Skill
-from .tokens import TokenCounter
 
 log = structlog.get_logger()
 STOP_WAIT_S = 5.0
@@ -119,8 +118,7 @@ class Worker:
                                         max_retries=self.settings.model_max_retries,
                                         retry_base_s=self.settings.model_retry_base_s,
                                         retry_max_s=self.settings.model_retry_max_s),
-                          wake.wake_id)
-        session.compactor = Compactor(session, context_window=model.context_window or self.settings.context_window)
+                          wake.wake_id, context_window=model.context_window or self.settings.context_window)
         await session.restore()
         self.sessions[sid] = session
         # SessionLive first: the notifications service starts sending pending injections on it, while

@@ -1,40 +1,79 @@
 """Forwarded live writes (docs/integration.md "Forwarded live writes"): UiUpdate, FileWrite,
-DocumentEdit. Each is applied under the lease, made durable, answered on the reply key, then acked."""
+DocumentEdit. Each is applied under the lease, made durable, answered on the reply key, then acked.
+
+Files and documents go through the write model the proxy uses while the session is dormant
+(`shared.write_model`); the UI update goes to the live Yjs document (`uistate.UiDoc`), under the
+same rule (`shared.uirules`, `shared.uimerge`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
-from pydantic import ValidationError
-
-from shared import keys, workspace_fs
+from shared import keys, write_model
 from shared.blobs import read_blob
-from shared.contracts.documents import Deck, StoredDeck, merge_cards
-from shared.contracts.events import UiUpdateData
+from shared.contracts.events import EventType, UiUpdateData
 from shared.contracts.inbox import DocumentEdit, FileWrite, UiUpdate
-from shared.disk import (
-    DiskError,
-    atomic_write_json,
-    check_size,
-    read_json,
-    split_workspace_path,
-)
+from shared.disk import DiskError, SessionPaths, check_size, split_workspace_path
 from shared.inbox import InboxEntry
-from shared.uirules import UiRefused, validate_snapshot
+from shared.quota import WorkspaceQuota
+from shared.settings import Settings
+from shared.uirules import UiLimits, UiRefused, validate_snapshot
+from shared.write_model import Refused
 
-from .forms import deliver_answered_form
+from .uistate import UiDoc
 
-if TYPE_CHECKING:
-    from .session import Session
+
+class WriteOutbox(Protocol):
+    async def event(self, type: EventType, data: dict[str, Any] | None = None) -> str | None: ...
+    async def reply(self, request_id: str, status: int, body: dict[str, Any]) -> None: ...
+
+
+class WriteDeps(Protocol):
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def client(self) -> Any: ...  # redis.asyncio.Redis: reads the digest's revisions
+
+
+class WriteHost(Protocol):
+    """What a live write needs from its session (the lease holder)."""
+
+    viewable_files: list[str]
+
+    @property
+    def sid(self) -> str: ...
+    @property
+    def paths(self) -> SessionPaths: ...
+    @property
+    def deps(self) -> WriteDeps: ...
+    @property
+    def outbox(self) -> WriteOutbox: ...
+    @property
+    def ui(self) -> UiDoc: ...
+    @property
+    def ui_limits(self) -> UiLimits: ...
+    @property
+    def max_file_bytes(self) -> int: ...
+    @property
+    def workspace_quota(self) -> WorkspaceQuota: ...
+    @property
+    def barrier_passed(self) -> bool: ...
+    async def guard(self) -> None: ...
+    async def ack(self, entry_id: str | None) -> None: ...
+    async def persist_ui(self) -> None: ...
 
 
 class WriteHandlers:
-    def __init__(self, session: Session) -> None:
-        self.s = session
+    def __init__(self, host: WriteHost, after_ui_sync: Callable[[], Awaitable[None]]) -> None:
+        """`after_ui_sync`: runs after a client's UI change once the wake barrier passed (a question
+        form the client just answered is delivered to the agent)."""
+        self.s = host
+        self._after_ui_sync = after_ui_sync
 
     async def publish_ui(self, update: bytes) -> None:
         """Only the change goes out (issue 23: a full snapshot per event cost 1.48 MB of Redis each)."""
@@ -47,21 +86,24 @@ class WriteHandlers:
         await self.s.ack(entry.entry_id)
         await self.s.outbox.reply(request_id, status, body)
 
+    async def _refuse(self, entry: InboxEntry, request_id: str, refused: Refused) -> None:
+        await self._answer(entry, request_id, refused.status, refused.body())
+
     async def ui_update(self, entry: InboxEntry, m: UiUpdate) -> None:
         """Merge the client's Yjs update. When it changes nothing but carries a snapshot (a client that
         speaks snapshots only), the snapshot is applied instead. Both go through the rule the proxy
         applies while dormant (shared.uirules): a refused change changes nothing (400/413/422)."""
+        raw = write_model.decode_update(m.update)
+        if isinstance(raw, Refused):
+            await self._refuse(entry, m.request_id, raw)
+            return
         try:
             snapshot = None if m.snapshot is None else validate_snapshot(m.snapshot, self.s.ui_limits)
-            raw = base64.b64decode(m.update, validate=True)
             update = await self.s.ui.apply_update(raw)
             if not update and snapshot is not None:
                 update = await self.s.ui.apply_snapshot(snapshot)
-        except binascii.Error as exc:
-            await self._answer(entry, m.request_id, 400, {"error": f"invalid Yjs update: {exc}"})
-            return
         except UiRefused as exc:
-            await self._answer(entry, m.request_id, exc.status, {"error": exc.message})
+            await self._refuse(entry, m.request_id, Refused.of(exc))
             return
         if update:
             await self.s.persist_ui()
@@ -69,32 +111,37 @@ class WriteHandlers:
         await self._answer(entry, m.request_id, 200, {"snapshot": self.s.ui.snapshot(),
                                                       "update": self.s.ui.full_update_b64()})
         if self.s.barrier_passed:
-            await deliver_answered_form(self.s)
+            await self._after_ui_sync()
 
-    async def file_write(self, entry: InboxEntry, m: FileWrite) -> None:
+    async def _blob(self, m: FileWrite) -> bytes | Refused:
+        """The written content the proxy staged (410: it gave the request up and removed it)."""
         try:
             split_workspace_path(m.path, for_write=True)  # a name that can never be written: before any I/O
             data = await asyncio.to_thread(read_blob, self.s.deps.settings.data_dir, self.s.sid, m.blob, m.sha256)
             if data is not None:
                 check_size(data, self.s.max_file_bytes)
         except DiskError as exc:
-            await self._answer(entry, m.request_id, exc.status, {"error": str(exc)})
-            return
+            return Refused.of(exc)
         if data is None:  # the proxy removed it when it stopped waiting: nobody wants this write now
-            await self._answer(entry, m.request_id, 410, {"error": "the written content is gone: the request "
-                                                                  "was given up (timed out) before it was applied"})
+            return Refused(410, "the written content is gone: the request was given up (timed out) before it "
+                                "was applied")
+        return data
+
+    async def file_write(self, entry: InboxEntry, m: FileWrite) -> None:
+        data = await self._blob(m)
+        if isinstance(data, Refused):
+            await self._refuse(entry, m.request_id, data)
             return
         await self.s.guard()
-        try:
-            # Beneath the workspace (no link out of it), atomic, within the session's quota.
-            rel = workspace_fs.write_bytes(self.s.paths.workspace, m.path, data, quota=self.s.workspace_quota)
-        except DiskError as exc:  # a directory in the way, a file as a parent, over quota: refused at once
-            await self._answer(entry, m.request_id, exc.status, {"error": str(exc)})
+        written = write_model.write_file(self.s.paths.workspace, m.path, data, max_bytes=self.s.max_file_bytes,
+                                         quota=self.s.workspace_quota, must_exist=False)
+        if isinstance(written, Refused):  # a directory in the way, a file as a parent, over quota
+            await self._refuse(entry, m.request_id, written)
             return
-        if rel not in self.s.viewable_files:
-            self.s.viewable_files = sorted({*self.s.viewable_files, rel})
-        revision = await self._next_revision("file:" + rel)
-        await self._answer(entry, m.request_id, 200, {"path": rel, "size": len(data), "revision": revision})
+        if written.path not in self.s.viewable_files:
+            self.s.viewable_files = sorted({*self.s.viewable_files, written.path})
+        revision = await self._next_revision("file:" + written.path)
+        await self._answer(entry, m.request_id, 200, {"path": written.path, "size": written.size, "revision": revision})
 
     async def _next_revision(self, ref: str) -> int:
         """The digest owns revisions; the reply reports the one this write will get (current + 1)."""
@@ -106,30 +153,9 @@ class WriteHandlers:
         return current + 1
 
     async def document_edit(self, entry: InboxEntry, m: DocumentEdit) -> None:
-        try:
-            path = self.s.paths.document(m.doc)
-        except DiskError as exc:
-            await self._answer(entry, m.request_id, exc.status, {"error": str(exc)})
-            return
-        raw = read_json(path)
-        current = StoredDeck.model_validate(raw) if isinstance(raw, dict) else None
-        revision = current.revision if current else 0
-        if m.if_match is not None and m.if_match != revision:
-            await self._answer(entry, m.request_id, 409, {"error": f"revision is {revision}, not {m.if_match}",
-                                                          "revision": revision})
-            return
-        try:
-            if m.op == "put":
-                deck = Deck.model_validate(m.document)
-            else:
-                if current is None:
-                    await self._answer(entry, m.request_id, 404, {"error": f"document {m.doc!r} not found"})
-                    return
-                deck = merge_cards(Deck.model_validate(current.model_dump(exclude={"revision"})), m.document)
-        except (ValidationError, ValueError) as exc:
-            await self._answer(entry, m.request_id, 400, {"error": f"invalid document: {exc}"})
-            return
-        stored = StoredDeck(**deck.model_dump(), revision=revision + 1)
         await self.s.guard()
-        atomic_write_json(path, stored)
+        stored = write_model.edit_document(self.s.paths, m.doc, m.op, m.document, m.if_match, create=True)
+        if isinstance(stored, Refused):
+            await self._refuse(entry, m.request_id, stored)
+            return
         await self._answer(entry, m.request_id, 200, stored.model_dump())

@@ -16,7 +16,7 @@ class Contract(BaseModel):
 
 
 class CamelContract(BaseModel):
-    """camelCase on the wire and on disk (Pi transcript, SessionUIState, seed payloads)."""
+    """camelCase on the wire and on disk (Pi transcript, SessionUIState, the client payloads)."""
 
     model_config = ConfigDict(
         extra="forbid", alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True

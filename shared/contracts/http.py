@@ -1,4 +1,4 @@
-"""HTTP request and response bodies of the proxy (DESIGN.md "HTTP surface")."""
+"""HTTP request and response bodies of the proxy (served as docs/openapi.json)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Runtime injections (seed: "Runtime injections", "Delivery policy")."""
+"""Runtime injections (docs/integration.md "Injections")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`sessions/{sid}/pending_artifacts.json` (seed: "Dormant artifact manifest"), written only by digest."""
+"""`sessions/{sid}/pending_artifacts.json` (docs/architecture.md "The digest"), written only by digest."""
 
 from __future__ import annotations
 

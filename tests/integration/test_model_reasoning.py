@@ -13,7 +13,7 @@ import pytest
 from services.runtime.engine.model_api import ModelSettings
 from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext
-from services.runtime.transcript import build_context
+from shared.context import build_context
 from shared.contracts.transcript import CompactionEntry, parse_entries
 from tests.integration.runtime_inproc import inproc_worker
 from tests.integration.runtime_support import call, done, script

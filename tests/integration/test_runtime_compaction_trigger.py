@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from services.runtime.compaction import context_tokens
 from services.runtime.compactor import static_tokens
 from shared import keys
 from shared.contracts.inbox import CompactionReady, UserPrompt
+from shared.tokens import context_tokens
 from tests.integration.runtime_inproc import InProc, inproc_worker
 from tests.integration.runtime_support import call, done, script
 

@@ -1,4 +1,4 @@
-"""The pure compaction rules the runtime and the compaction service share (services/runtime/compaction.py)."""
+"""The pure compaction rules the runtime and the compaction service share (services/runtime/compaction.py, shared/context.py, shared/compaction_rules.py, shared/tokens.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.runtime import compaction as c
+from shared import compaction_rules as rules
+from shared import context, tokens
 from shared.contracts.inbox import CompactionReady
 from shared.contracts.messages import (
     AssistantMessage,
@@ -89,20 +91,20 @@ def session(turns: int = 6, words: int = 400) -> list[TranscriptEntry]:
 
 
 def test_estimate_counts_text_tool_calls_and_overhead() -> None:
-    small = c.estimate_tokens(UserMessage(content="hello"))
-    large = c.estimate_tokens(UserMessage(content="hello " * 500))
-    assert small >= c.MESSAGE_OVERHEAD_TOKENS + 1
+    small = tokens.estimate_tokens(UserMessage(content="hello"))
+    large = tokens.estimate_tokens(UserMessage(content="hello " * 500))
+    assert small >= tokens.MESSAGE_OVERHEAD_TOKENS + 1
     assert 400 < large < 700
     call = AssistantMessage(content=[ToolCall(id="1", name="write", arguments={"path": "a.md", "content": "x " * 300})])
-    assert c.estimate_tokens(call) > 250
+    assert tokens.estimate_tokens(call) > 250
     # details never reach the model: they do not count
     with_details = CustomMessage(custom_type="gamma.x", content="hi", details={"big": "y" * 10_000})
-    assert c.estimate_tokens(with_details) == c.estimate_tokens(CustomMessage(custom_type="gamma.x", content="hi"))
+    assert tokens.estimate_tokens(with_details) == tokens.estimate_tokens(CustomMessage(custom_type="gamma.x", content="hi"))
 
 
 def test_context_tokens_is_the_sum() -> None:
     msgs = [UserMessage(content="a b c"), UserMessage(content="d e f g")]
-    assert c.context_tokens(msgs) == sum(c.estimate_tokens(m) for m in msgs)
+    assert tokens.context_tokens(msgs) == sum(tokens.estimate_tokens(m) for m in msgs)
 
 
 def test_should_compact_threshold_is_strict() -> None:
@@ -135,11 +137,11 @@ def test_other_errors_and_normal_stops_are_not_overflow() -> None:
 
 def test_cut_keeps_about_the_recent_budget_and_never_lands_on_a_tool_result() -> None:
     entries = session(turns=6, words=400)
-    per_turn = c.context_tokens(m for e in entries[1:5] if (m := c.entry_message(e)))
+    per_turn = tokens.context_tokens(m for e in entries[1:5] if (m := context.entry_message(e)))
     cut = c.find_cut(entries, keep_recent_tokens=per_turn * 2)
     assert cut is not None
     kept = entries[cut.first_kept_index :]
-    kept_tokens = c.context_tokens(m for e in kept if (m := c.entry_message(e)))
+    kept_tokens = tokens.context_tokens(m for e in kept if (m := context.entry_message(e)))
     assert per_turn * 2 <= kept_tokens + per_turn  # within one turn of the budget
     for budget in range(50, per_turn * 6, 97):
         found = c.find_cut(entries, budget)
@@ -165,7 +167,7 @@ def test_cut_inside_a_turn_is_a_split_turn() -> None:
     cut = c.find_cut(entries, keep_recent_tokens=700)
     assert cut is not None and cut.is_split_turn
     assert entries[cut.turn_start_index] is long_turn[0]
-    span = c.summary_span(entries, cut.first_kept_entry_id, entries[-1].id)
+    span = rules.summary_span(entries, cut.first_kept_entry_id, entries[-1].id)
     assert span.turn_prefix[0] is long_turn[0]
     assert all(e in entries[: cut.turn_start_index] for e in span.history)
 
@@ -198,7 +200,7 @@ def test_context_after_a_compaction_is_summary_kept_then_rest() -> None:
     old_anchor = custom("todo_anchor", "old")
     new_anchor = custom("todo_anchor", "new")
     entries = [*first[:9], old_anchor, *first[9:], comp, new_anchor, user("go on")]
-    ctx = c.context_entries(entries)
+    ctx = context.context_entries(entries)
     assert ctx[0] is comp
     assert ctx[1] is first[9]
     assert old_anchor not in ctx and new_anchor in ctx
@@ -215,7 +217,7 @@ def test_make_request_first_compaction() -> None:
     assert req.upto_entry_id == entries[-1].id
     assert req.first_kept_entry_id == c.find_cut_point(entries, 800)
     assert req.previous_summary is None and req.previous_details is None
-    assert req.tokens_before == c.context_tokens(c.context_messages(entries))
+    assert req.tokens_before == tokens.context_tokens(context.build_context(entries))
     assert req.custom_instructions == "focus on decks" and req.model == "m"
 
 
@@ -227,7 +229,7 @@ def test_make_request_carries_the_previous_summary_and_details() -> None:
     assert req is not None
     assert req.previous_summary == "## Goal\nearlier"
     assert req.previous_details == {"readFiles": ["a.md"], "modifiedFiles": ["b.md"]}
-    span = c.summary_span(entries, req.first_kept_entry_id, req.upto_entry_id)
+    span = rules.summary_span(entries, req.first_kept_entry_id, req.upto_entry_id)
     assert span.previous is comp
     # the previous compaction's kept entries are summarized now, its summary entry is not
     assert span.history[0] is first[5]
@@ -273,15 +275,15 @@ def test_file_operations_merge_previous_details() -> None:
         assistant("", [("edit", {"path": "notes.md", "old": "a", "new": "b"}), ("write", {"path": "deck.json"})]),
         assistant("", [("bash", {"command": "ls"}), ("show_file", {"path": "deck.json"})]),
     ]
-    ops = c.file_operations(entries, {"readFiles": ["old.md", "deck.json"], "modifiedFiles": ["gone.md"]})
+    ops = rules.file_operations(entries, {"readFiles": ["old.md", "deck.json"], "modifiedFiles": ["gone.md"]})
     assert ops == {"readFiles": ["brief.xml", "old.md"], "modifiedFiles": ["deck.json", "gone.md", "notes.md"]}
-    text = c.format_file_operations(ops)
+    text = rules.format_file_operations(ops)
     assert "<read-files>\nbrief.xml\nold.md\n</read-files>" in text
     assert "<modified-files>\ndeck.json\ngone.md\nnotes.md\n</modified-files>" in text
-    assert c.format_file_operations({"readFiles": [], "modifiedFiles": []}) == ""
+    assert rules.format_file_operations({"readFiles": [], "modifiedFiles": []}) == ""
     # without explicit details, the latest compaction entry's are merged
     earlier = compaction("## Goal\n- x", "e0001", readFiles=["old.md"], modifiedFiles=["gone.md"])
-    assert c.file_operations([earlier, *entries])["modifiedFiles"] == ["deck.json", "gone.md", "notes.md"]
+    assert rules.file_operations([earlier, *entries])["modifiedFiles"] == ["deck.json", "gone.md", "notes.md"]
 
 
 # ---------------------------------------------------------------- properties
@@ -324,20 +326,20 @@ def test_cut_invariants(steps: list[tuple[Any, ...]], keep: int, compact_at: int
     cut = c.find_cut(entries, keep)
     if cut is None:
         return
-    last = c.latest_compaction_index(entries)
+    last = context.latest_compaction_index(entries)
     kept_entry = entries[cut.first_kept_index]
     assert cut.first_kept_index > last
-    assert isinstance(kept_entry, MessageEntry | CustomMessageEntry) and not c.is_anchor(kept_entry)
+    assert isinstance(kept_entry, MessageEntry | CustomMessageEntry) and not context.is_anchor(kept_entry)
     assert not (isinstance(kept_entry, MessageEntry) and kept_entry.message.role == "toolResult")
     # after applying it, every tool result in context still follows the call that asked for it
     applied = [*entries, compaction("## Goal\n- now", cut.first_kept_entry_id)]
     seen_calls: set[str] = set()
-    for m in c.context_messages(applied):
+    for m in context.build_context(applied):
         if isinstance(m, AssistantMessage):
             seen_calls.update(call.id for call in m.tool_calls())
         elif isinstance(m, ToolResultMessage):
             assert m.tool_call_id in seen_calls
     # and the context shrinks
-    assert c.context_tokens(c.context_messages(applied)) < c.context_tokens(c.context_messages(entries)) + 40
-    span = c.summary_span(entries, cut.first_kept_entry_id, entries[-1].id)
+    assert tokens.context_tokens(context.build_context(applied)) < tokens.context_tokens(context.build_context(entries)) + 40
+    span = rules.summary_span(entries, cut.first_kept_entry_id, entries[-1].id)
     assert span.history or span.turn_prefix

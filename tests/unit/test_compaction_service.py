@@ -11,6 +11,7 @@ from services.compaction.scripted import scripted_summarizer
 from services.compaction.serialize import serialize_entries, serialize_message
 from services.compaction.summarizer import ScriptedKnobs, Summarizer, SummaryError, make_client
 from services.runtime import compaction as c
+from shared import compaction_rules as rules
 from shared.contracts.messages import (
     AssistantMessage,
     CustomMessage,
@@ -31,7 +32,7 @@ def summarizer(**knobs: float) -> Summarizer:
 async def summarize(b: SessionBuilder, keep: int, previous: str | None = None, focus: str | None = None) -> str:
     cut = c.find_cut(b.entries, keep)
     assert cut is not None
-    span = c.summary_span(b.entries, cut.first_kept_entry_id, b.entries[-1].id)
+    span = rules.summary_span(b.entries, cut.first_kept_entry_id, b.entries[-1].id)
     return await summarizer().summarize(span, previous_summary=previous, custom_instructions=focus,
                                         reserve_tokens=16_384)
 

@@ -9,7 +9,7 @@ import pytest
 
 from services.runtime.engine.model_api import ModelSettings
 from services.runtime.engine.openai_stream import retry_delay
-from services.runtime.transcript import build_context
+from shared.context import build_context
 from shared.contracts.messages import AssistantMessage
 from shared.contracts.transcript import parse_entries
 from shared.prompt_cache import PromptCache

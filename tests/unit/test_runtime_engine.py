@@ -17,7 +17,6 @@ from services.runtime.engine.types import (
     ToolContext,
     ToolOutcome,
 )
-from services.runtime.tokens import TokenCounter
 from shared.contracts.messages import (
     AgentMessage,
     AssistantMessage,
@@ -29,6 +28,7 @@ from shared.contracts.messages import (
 )
 from shared.model import ScriptedError, ScriptedReply, ScriptedToolCall, openai_client
 from shared.settings import Settings
+from shared.tokens import TokenCounter
 
 
 class FakeStream:

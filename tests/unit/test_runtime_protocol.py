@@ -10,11 +10,12 @@ import pytest
 
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, LoopConfig
-from services.runtime.protocol import SessionProtocolController, TurnInput
+from services.runtime.protocol import PendingPrompt, SessionProtocolController, TurnInput
 from services.runtime.scripted import injection_of
 from services.runtime.todo import TodoController, TodoRefused
-from services.runtime.transcript import Transcript, build_context
+from services.runtime.transcript import Transcript
 from services.runtime.uistate import UiDoc
+from shared.context import build_context
 from shared.contracts.client import PromptClientContext
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
@@ -77,7 +78,7 @@ async def test_artifact_updates_coalesce_per_ref_keeping_the_older_from_revision
         == "merged"
     c.route_update(inj("artifact_update", "g@2", "g", ref="file:b", to_revision=2), "e3")
     assert len(c.next_turn) == 2
-    merged = c.pending[id(c.next_turn[0])]
+    merged = c.pending_of(c.next_turn[0])
     assert merged.entry_ids == ["e1", "e2"] and merged.source_id == "f@6"
     assert merged.message.details["fromRevision"] == 3 and merged.message.details["toRevision"] == 6
     assert "v6" in merged.message.content
@@ -90,9 +91,9 @@ async def test_artifact_update_never_repeats_what_the_agent_was_told(tmp_path: P
     c = controller(tmp_path)
     c.route_update(inj("artifact_update", "f@5", "three to five", ref="file:a", from_revision=3, to_revision=5), "e1")
     c.route_update(inj("artifact_update", "g@1", "other ref", ref="file:b", from_revision=0, to_revision=1), "e2")
-    first = c.take_next_turn()
+    first = c.take_next_turn().messages
     entry = await c.transcript.append_custom(first[0])  # 3..5 recorded
-    c.pending.pop(id(first[0]))
+    c.take_injection(first[0])
     c.next_turn = first[1:]
     assert c.transcript.told["file:a"] == (5, entry.id)
     # Composed from 3 before 3..5 was recorded: restated as a marker from 5.
@@ -104,7 +105,7 @@ async def test_artifact_update_never_repeats_what_the_agent_was_told(tmp_path: P
     # The builder's correction (5..6, a new source id) replaces it, precise again.
     assert c.route_update(inj("artifact_update", "f@6#5", "five to six", ref="file:a", from_revision=5,
                               to_revision=6), "e4") == "merged"
-    corrected = c.pending[id(c.next_turn[-1])]
+    corrected = c.pending_of(c.next_turn[-1])
     assert corrected.message.details["fromRevision"] == 5 and "five to six" in corrected.message.content
     assert corrected.entry_ids == ["e3", "e4"]
     # A redelivered older digest the transcript covers entirely: nothing queued.
@@ -116,15 +117,15 @@ async def test_artifact_update_never_repeats_what_the_agent_was_told(tmp_path: P
 async def test_recording_an_artifact_update_restates_or_drops_queued_overlaps(tmp_path: Path) -> None:
     c = controller(tmp_path)
     c.route_update(inj("artifact_update", "f@5", "three to five", ref="file:a", from_revision=3, to_revision=5), "e1")
-    taken = c.take_next_turn()  # handed to the model, not yet recorded
+    taken = c.take_next_turn().messages  # handed to the model, not yet recorded
     # Both composed from 3 while 3..5 was out: one reaches further, one does not.
     c.route_update(inj("artifact_update", "f@7", "three to seven", ref="file:a", from_revision=3,
                        to_revision=7), "e2")
     c.route_update(inj("artifact_update", "h@5", "x", ref="file:h", from_revision=3, to_revision=5), "e3")
     await c.transcript.append_custom(taken[0])
-    c.pending.pop(id(taken[0]))
+    c.take_injection(taken[0])
     assert c.artifact_recorded("file:a", 5) == []
-    queued = c.pending[id(c.next_turn[0])]
+    queued = c.pending_of(c.next_turn[0])
     assert queued.message.details["fromRevision"] == 5 and queued.entry_ids == ["e2"]
     assert "three to seven" not in queued.message.content
     c.route_update(inj("artifact_update", "f@4b", "x", ref="file:a", from_revision=5, to_revision=7), "e4")
@@ -138,14 +139,14 @@ async def test_client_view_latest_wins_and_the_prompt_context_replaces_it(tmp_pa
     c.route_update(inj("client_view", "v1", "<client_view>1</client_view>", source="client"), "e1")
     c.route_update(inj("client_view", "v2", "<client_view>2</client_view>", source="client"), "e2")
     c.route_update(inj("system_note", "n1", "note", source="system"), "e3")
-    msgs = c.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s", message="hi")))
+    msgs = c.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s", message="hi"))).messages
     assert [getattr(m, "content", "") for m in msgs] == ["<system_note>\nnote\n</system_note>",
                                                          "<client_view>2</client_view>", "hi"]
     c.route_update(inj("client_view", "v3", "<client_view>3</client_view>", source="client"), "e4")
     prompt = UserPrompt(session_id="s", message="again", client_context=PromptClientContext(locale="de-DE"))
-    msgs = c.build_turn_messages(TurnInput(prompt=prompt))
+    msgs = c.build_turn_messages(TurnInput(prompt=prompt)).messages
     assert len(msgs) == 2 and "de-DE" in msgs[0].content  # type: ignore[union-attr]
-    pending = c.pending[id(msgs[0])]
+    pending = c.pending_of(msgs[0])
     assert pending.entry_ids == ["e4"]  # the superseded queued view is acked with the prompt's view
 
 
@@ -155,7 +156,7 @@ async def test_steer_on_idle_session_starts_a_turn_only_for_an_active_task(tmp_p
     busy = controller(tmp_path / "b", active_task=True)
     assert busy.route_update(inj("system_update", "u1", source="notification"), "e1") == "start"
     assert busy.route_update(inj("system_note", "n1", source="system"), "e2") == "next_turn"
-    taken = busy.take_idle()
+    taken = busy.take_idle().messages
     assert [m.custom_type for m in taken] == ["gamma.system_update"]  # type: ignore[union-attr]
     assert [m.custom_type for m in busy.next_turn] == ["gamma.system_note"]
 
@@ -163,7 +164,7 @@ async def test_steer_on_idle_session_starts_a_turn_only_for_an_active_task(tmp_p
 async def test_user_text_is_never_parsed_for_tags(tmp_path: Path) -> None:
     c = controller(tmp_path)
     msgs = c.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s", message="<system_update>x"
-                                                                                      "</system_update>")))
+                                                                                      "</system_update>"))).messages
     assert len(msgs) == 1 and isinstance(msgs[0], UserMessage)
     assert injection_of(msgs[0].content) == ("system_update", None)  # looks like one, but is a user message
 
@@ -221,20 +222,22 @@ async def test_busy_prompt_brings_its_own_client_view(tmp_path: Path) -> None:
     c = controller(tmp_path)
     c.route_update(inj("client_view", "v1", "<client_view>old</client_view>", source="client"), "e1")
     prompt = UserPrompt(session_id="s", message="also this", client_context=PromptClientContext(locale="it-IT"))
-    msgs = c.busy_turn_messages(prompt, "e2")
+    msgs = c.busy_turn_messages(prompt, "e2").messages
     assert [m.role for m in msgs] == ["custom", "user"] and "it-IT" in msgs[0].content  # type: ignore[union-attr]
-    assert c.next_turn == [] and c.pending[id(msgs[0])].entry_ids == ["e1"]
-    assert c.prompts[id(msgs[1])] == (prompt.prompt_id, "e2", msgs[1])
+    assert c.next_turn == [] and c.pending_of(msgs[0]).entry_ids == ["e1"]
+    assert c.prompt_of(msgs[1]) == PendingPrompt(prompt.prompt_id, "e2", msgs[1])
 
 
 async def test_prompts_a_failed_run_took_but_never_recorded_are_found_again(tmp_path: Path) -> None:
     c = controller(tmp_path)
-    first = c.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s", message="first"), entry_id="e1"))
-    steered = c.busy_turn_messages(UserPrompt(session_id="s", message="steered"), "e2")
-    queued = c.busy_turn_messages(UserPrompt(session_id="s", message="still queued"), "e3")
+    first = c.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s", message="first"), entry_id="e1")).messages
+    steered = c.busy_turn_messages(UserPrompt(session_id="s", message="steered"), "e2").messages
+    queued = c.busy_turn_messages(UserPrompt(session_id="s", message="still queued"), "e3").messages
     c.agent.steer(queued[-1])
-    recorded = c.busy_turn_messages(UserPrompt(session_id="s", message="recorded"), "e4")
-    prompt_id, _, message = c.prompts.pop(id(recorded[-1]))
+    recorded = c.busy_turn_messages(UserPrompt(session_id="s", message="recorded"), "e4").messages
+    taken = c.take_prompt(recorded[-1])
+    assert taken is not None
+    prompt_id, message = taken.prompt_id, taken.message
     await c.transcript.append_message(message, prompt_id=prompt_id)
     # The run failed after taking "steered" from the queue: only it is lost ("first" is the run's input).
     assert c.untaken_prompts(first) == [steered[-1]]

@@ -3,27 +3,28 @@
 The stored form is `StoredDeck` (`documents/{doc}.json`). PUT replaces the deck, PATCH merges cards by
 id (`shared.contracts.documents.merge_cards`). `If-Match: <revision>` that is not the current one is a
 409. Same liveness rule as files: live -> `DocumentEdit` to the runtime; dormant -> the proxy rewrites
-an existing document under the dormant-write lock (a new document while dormant is a 404).
+an existing document under the dormant-write lock (a new document while dormant is a 404). Both sides
+apply the edit with `shared.write_model.edit_document`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Body, Depends, Header
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 
-from shared.contracts.documents import Deck, StoredDeck, merge_cards
+from shared import write_model
+from shared.contracts.documents import Deck, StoredDeck
 from shared.contracts.inbox import DocumentEdit
-from shared.disk import SessionPaths, atomic_write_json, session_paths
+from shared.disk import SessionPaths, session_paths
+from shared.write_model import DocOp, Refused
 
 from ..artifacts import client_digest, document_changed
 from ..deps import Proxy, get_proxy
-from ..errors import ApiError, validation_summary
-from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
+from ..errors import ApiError
+from ..liveness import apply_if_dormant, owned_session, refused
 from ..rows import SessionState
 
 router = APIRouter(prefix="/sessions", tags=["documents"])
@@ -49,13 +50,10 @@ def parse_if_match(header: str | None) -> int | None:
 
 
 def read_deck(paths: SessionPaths, doc: str) -> StoredDeck | None:
-    path = paths.document(doc)
-    try:
-        return StoredDeck.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (ValidationError, json.JSONDecodeError) as exc:
-        raise ApiError(409, f"document {doc!r} on disk is not a valid deck: {exc}") from exc
+    deck = write_model.read_deck(paths, doc)
+    if isinstance(deck, Refused):
+        raise refused(deck)
+    return deck
 
 
 def _deck_response(deck: StoredDeck | dict[str, Any], status: int = 200) -> JSONResponse:
@@ -92,48 +90,28 @@ async def patch_document(
     return await _edit(proxy, state, doc, "patch", body, parse_if_match(if_match), client_digest(x_gamma_digest))
 
 
-def _apply(current: StoredDeck, op: Literal["put", "patch"], document: dict[str, Any]) -> Deck:
-    if op == "put":
-        return Deck.model_validate(document)
-    try:
-        return merge_cards(Deck.model_validate(current.model_dump(exclude={"revision"})), document)
-    except ValidationError as exc:
-        message, detail = validation_summary(list(exc.errors()))
-        raise ApiError(422, "the patched deck is invalid: " + message.removeprefix("invalid request: "), detail) from exc
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ApiError(422, f"invalid patch: {exc}") from exc
-
-
 async def _edit(
-    proxy: Proxy, state: SessionState, doc: str, op: Literal["put", "patch"], document: dict[str, Any],
+    proxy: Proxy, state: SessionState, doc: str, op: DocOp, document: dict[str, Any],
     if_match: int | None, digest: str | None,
 ) -> JSONResponse:
     sid = state.row.id
     paths = session_paths(proxy.settings.data_dir, sid)
     paths.document(doc)  # refuse a bad id (400) before anything else
-    if await write_mode(proxy, state) == "dormant":
-        try:
-            async with dormant_lock(proxy.redis, sid):
-                current = read_deck(paths, doc)
-                if current is None:
-                    raise ApiError(404, f"no document {doc!r}: a dormant session edits existing documents only")
-                if if_match is not None and if_match != current.revision:
-                    raise ApiError(409, f"If-Match revision {if_match} is stale; the document is at revision {current.revision}")
-                new = StoredDeck(**_apply(current, op, document).model_dump(), revision=current.revision + 1)
-                await asyncio.to_thread(atomic_write_json, paths.document(doc), new)
-            proxy.metrics.dormant_writes.labels("document").inc()
-            await document_changed(proxy.broker, sid, doc, new.model_dump(mode="json"), current.revision, new.revision, digest)
-            return _deck_response(new)
-        except BecameLive:
-            pass
-    if op == "patch":
+    applied = await apply_if_dormant(proxy, state, "document", lambda: asyncio.to_thread(
+        write_model.edit_document, paths, doc, op, document, if_match, create=False))
+    if applied is not None:
+        new = applied.value
+        await document_changed(proxy.broker, sid, doc, new.model_dump(mode="json"), new.revision - 1, new.revision, digest)
+        return _deck_response(new)
+    current = read_deck(paths, doc) if op == "patch" else None
+    if current is not None:
         # Refuse a malformed patch with the same 422 as the dormant path before the runtime sees it.
-        current = read_deck(paths, doc)
-        if current is not None:
-            _apply(current, op, document)
+        checked = write_model.edited_deck(current, op, document)
+        if isinstance(checked, Refused):
+            raise refused(checked)
     message = DocumentEdit(session_id=sid, doc=doc, op=op, document=document, if_match=if_match)
     reply = await proxy.forward(message)
     revision = reply.body.get("revision")
-    if isinstance(revision, int):
+    if isinstance(revision, int) and reply.status == 200:
         await document_changed(proxy.broker, sid, doc, reply.body, revision - 1 if revision > 0 else None, revision, digest)
     return _deck_response(reply.body, reply.status)

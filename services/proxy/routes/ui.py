@@ -1,4 +1,4 @@
-"""SessionUIState: `GET /ui` and `POST /ui/sync` (seed: "Live synchronization", "Dormant preview and writes").
+"""SessionUIState: `GET /ui` and `POST /ui/sync` (docs/integration.md "Forwarded live writes").
 
 Live: the runtime owns the Yjs document; the proxy forwards a `UiUpdate` and answers with the
 runtime's `{snapshot, update}` (a read is an empty update). Dormant: the proxy validates and writes
@@ -10,20 +10,20 @@ state.json as it was.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Depends
 
+from shared import write_model
 from shared.contracts.http import UiState, UiSync
 from shared.contracts.inbox import UiUpdate
-from shared.disk import SessionPaths, atomic_write_json, session_paths
+from shared.disk import session_paths
 from shared.uidoc import EMPTY_UPDATE, doc_from_snapshot
-from shared.uimerge import check_update, merge_update
+from shared.uimerge import check_update
 from shared.uirules import UiLimits, UiRefused
 
 from ..deps import Proxy, get_proxy
-from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
+from ..liveness import apply_if_dormant, owned_session
 from ..preview import read_ui
 from ..rows import SessionState
 from ..uidoc import api_error, decode_b64, encode_b64, validate_snapshot
@@ -42,16 +42,6 @@ def _state(snapshot: dict[str, Any]) -> UiState:
 async def _live(proxy: Proxy, sid: str, update: str, snapshot: dict[str, Any] | None) -> UiState:
     reply = await proxy.forward(UiUpdate(session_id=sid, update=update, snapshot=snapshot))
     return UiState.model_validate(reply.body)
-
-
-async def _merge_dormant(paths: SessionPaths, update: bytes, limits: UiLimits) -> dict[str, Any]:
-    """The stored state with the update merged in, under the runtime's rule (shared.uimerge)."""
-    base = doc_from_snapshot(read_ui(paths))
-    try:
-        merged = await merge_update(base.get_update(), base.client_id, update, limits)
-    except UiRefused as exc:
-        raise api_error(exc) from exc
-    return validate_snapshot(merged.snapshot, limits)
 
 
 @router.get("/{sid}/ui", response_model=UiState, responses={**ERRORS, 504: {"description": "runtime timeout"}})
@@ -78,15 +68,9 @@ async def sync_ui(body: UiSync, state: SessionState = Depends(owned_session), pr
     except UiRefused as exc:
         raise api_error(exc) from exc
     snapshot = validate_snapshot(body.snapshot, limits) if body.snapshot is not None else None
-    if await write_mode(proxy, state) == "live":
-        return await _live(proxy, sid, body.update, snapshot)
     paths = session_paths(proxy.settings.data_dir, sid)
-    try:
-        async with dormant_lock(proxy.redis, sid):
-            merged = await _merge_dormant(paths, update, limits)
-            stored = snapshot if snapshot is not None else merged
-            await asyncio.to_thread(atomic_write_json, paths.state, stored)
-        proxy.metrics.dormant_writes.labels("ui").inc()
-    except BecameLive:
+    applied = await apply_if_dormant(proxy, state, "ui", lambda: write_model.sync_stored_ui(
+        paths, read_ui(paths), update, snapshot, limits))
+    if applied is None:
         return await _live(proxy, sid, body.update, snapshot)
-    return _state(stored)
+    return _state(applied.value)

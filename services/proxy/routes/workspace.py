@@ -1,9 +1,9 @@
-"""Session files `GET|PUT /sessions/{sid}/workspace/files/{path}` (seed: "Dormant preview and writes").
+"""Session files `GET|PUT /sessions/{sid}/workspace/files/{path}` (docs/integration.md "Forwarded live writes").
 
 Reads come from the session disk in both states (the runtime writes its files there at once).
-Writes: live -> `FileWrite` to the runtime, which writes and answers; dormant -> the proxy
-overwrites an existing file under the dormant-write lock (a new file while dormant is a 404: the seed's
-dormant path overwrites existing files only), within the session's workspace quota (507).
+Writes go through `shared.write_model.write_file` on both sides: live -> `FileWrite` to the runtime,
+which writes and answers; dormant -> the proxy overwrites an existing file under the dormant-write
+lock (a new file while dormant is a 404), within the session's workspace quota (507).
 
 Paths: the raw request path is decoded here (invalid UTF-8 is a 400, never U+FFFD), validated and
 NFC-normalised by `shared.disk.split_workspace_path` before any I/O, and every open goes beneath the
@@ -23,7 +23,7 @@ from urllib.parse import unquote_to_bytes
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from shared import workspace_fs
+from shared import workspace_fs, write_model
 from shared.blobs import remove_blob, write_blob
 from shared.contracts.base import new_id
 from shared.contracts.inbox import FileWrite
@@ -32,7 +32,7 @@ from shared.quota import WorkspaceQuota
 
 from ..artifacts import BlobRef, client_digest, file_changed
 from ..deps import Proxy, get_proxy
-from ..liveness import BecameLive, dormant_lock, owned_session, write_mode
+from ..liveness import apply_if_dormant, owned_session
 from ..rows import SessionState
 
 router = APIRouter(prefix="/sessions", tags=["workspace"])
@@ -135,17 +135,14 @@ async def write_file(
     data = await request.body()
     check_size(data, proxy.settings.max_file_bytes)
     data_dir = proxy.settings.data_dir
-    if await write_mode(proxy, state) == "dormant":
-        try:
-            async with dormant_lock(proxy.redis, sid):
-                await asyncio.to_thread(workspace_fs.write_bytes, workspace, rel, data, must_exist=True,
-                                        quota=WorkspaceQuota.from_settings(proxy.settings))
-            proxy.metrics.dormant_writes.labels("file").inc()
-            blob = await _stage(data_dir, sid, new_id("b_"), data)
-            await file_changed(proxy.broker, sid, rel, blob, digest)
-            return JSONResponse({"path": rel, "size": len(data), "revision": None})
-        except BecameLive:
-            pass
+    workspace_quota = WorkspaceQuota.from_settings(proxy.settings)
+    applied = await apply_if_dormant(proxy, state, "file", lambda: asyncio.to_thread(
+        write_model.write_file, workspace, rel, data, max_bytes=proxy.settings.max_file_bytes,
+        quota=workspace_quota, must_exist=True))
+    if applied is not None:
+        blob = await _stage(data_dir, sid, new_id("b_"), data)
+        await file_changed(proxy.broker, sid, applied.value.path, blob, digest)
+        return JSONResponse({"path": applied.value.path, "size": applied.value.size, "revision": None})
     # Live: the bytes go to a content blob on the session disk, the inbox entry only names it; the
     # runtime copies it into the workspace, and the ArtifactChange names the same blob for the digest.
     blob = await _stage(data_dir, sid, new_id("b_"), data)

@@ -6,7 +6,6 @@ user prompt (as Pi's AgentSession does).
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from typing import Literal
 
@@ -39,8 +38,6 @@ class Agent:
         self._steer: deque[AgentMessage] = deque()
         self._follow: deque[AgentMessage] = deque()
         self._running = False
-        self._idle = asyncio.Event()
-        self._idle.set()
         config.get_steering = self._dequeue_steering
         config.get_follow_up = self._dequeue_follow_up
 
@@ -132,18 +129,13 @@ class Agent:
     def abort(self) -> None:
         self.config.signal.set()
 
-    async def wait_for_idle(self) -> None:
-        await self._idle.wait()
-
     async def _guarded(self, coro: object) -> list[AgentMessage]:
         self._running = True
-        self._idle.clear()
         self.config.signal.clear()
         try:
             return await coro  # type: ignore[misc, no-any-return]
         finally:
             self._running = False
-            self._idle.set()
 
 
 def _take(queue: deque[AgentMessage], mode: QueueMode) -> list[AgentMessage]:

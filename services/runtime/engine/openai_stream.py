@@ -27,8 +27,8 @@ from openai import AsyncOpenAI
 
 from shared.contracts.events import ModelRequestData
 from shared.contracts.messages import AssistantMessage
+from shared.tokens import TokenCounter, shared_prefix
 
-from ..tokens import TokenCounter, shared_prefix
 from .chat_api import ChatApi
 from .model_api import ModelApi, ModelSettings, StreamError
 from .responses_api import RETRYABLE_CODES, ResponsesApi

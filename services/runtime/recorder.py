@@ -1,0 +1,113 @@
+"""The recorder: engine events in, the transcript line first, then the ack, then InjectionRecorded
+and the client event. What to ack comes from the protocol's pending prompts and injections (the
+PendingTurn a run was given), looked up by the recorded message itself."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from shared import keys, metrics
+from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
+from shared.contracts.recorded import InjectionRecorded
+
+from .engine.types import AgentEvent
+from .events import Outbox
+from .forms import FormHost, form_delivered
+from .model_outcome import announce, count_usage, mark_implicit
+from .protocol import PendingInjection, SessionProtocolController
+from .skills import Skill
+from .transcript import Transcript
+
+# Engine events that only report progress: sent without holding up the run (Outbox.event(wait=False)).
+PROGRESS_EVENTS = frozenset({"agent_start", "turn_start", "message_start", "message_update",
+                             "tool_execution_start", "tool_execution_update", "model_request"})
+
+
+class Recorder:
+    def __init__(self, sid: str, transcript: Transcript, protocol: SessionProtocolController, outbox: Outbox,
+                 ack: Callable[[str | None], Awaitable[None]], skills: Mapping[str, Skill],
+                 forms: FormHost, registry: CollectorRegistry | None, model: Callable[[], str],
+                 context: Callable[[], list[AgentMessage]]) -> None:
+        self.sid = sid
+        self.transcript = transcript
+        self.protocol = protocol
+        self.outbox = outbox
+        self.ack = ack
+        self.skills = skills
+        self.forms = forms
+        self.registry = registry
+        self.model = model  # the model name, for the request metrics
+        self.context = context  # the Agent's messages, for the implicit message_user announcement
+
+    async def emit(self, event: AgentEvent) -> None:
+        """Engine events: persist on message_end (before publishing), then publish."""
+        if event.type == "message_end" and event.message is not None:
+            mark_implicit(event.message)  # flagged before it is recorded
+            await self.record(event.message)
+        elif event.type == "model_request" and self.registry is not None:
+            self._count_request(event.data)
+        also = count_usage(self.sid, event.data) if event.type == "model_request" else None
+        await self.outbox.event(event.type, event.data, also, wait=event.type not in PROGRESS_EVENTS)
+        if event.type == "message_end" and event.message is not None:
+            await announce(self.outbox, event.message, self.context())
+
+    def _count_request(self, d: dict[str, Any]) -> None:
+        assert self.registry is not None
+        metrics.model_request(self.registry, prompt_tokens=int(d.get("prompt_tokens", 0)),
+                              shared_prefix_tokens=int(d.get("shared_prefix_tokens", 0)),
+                              completion_tokens=int(d.get("output_tokens", 0)),
+                              cached_tokens=int(d.get("cached_tokens", 0)),
+                              reasoning_tokens=int(d.get("reasoning_tokens", 0)),
+                              input_tokens=int(d.get("input_tokens", 0)),
+                              model=self.model(), api=str(d.get("api", "")))
+
+    async def record(self, message: AgentMessage) -> None:
+        if isinstance(message, UserMessage):
+            prompt = self.protocol.take_prompt(message)
+            await self.transcript.append_message(message, prompt_id=prompt.prompt_id if prompt else None)
+            await self.ack(prompt.entry_id if prompt else None)
+            return
+        if isinstance(message, CustomMessage):
+            await self._record_custom(message)
+            return
+        await self.transcript.append_message(message)
+
+    def active_skill_names(self) -> set[str]:
+        return {e.name for e in self.transcript.active_skills()}
+
+    async def _record_custom(self, message: CustomMessage) -> None:
+        if message.custom_type == "gamma.active_skill" and message.details.get("skill") in self.skills:
+            skill = self.skills[str(message.details["skill"])]
+            if skill.name not in self.active_skill_names():
+                await self.transcript.append_skill(skill.name, skill.type, message.details.get("requiredBy"))
+        entry = await self.transcript.append_custom(message)
+        pending = self.protocol.take_injection(message)
+        if pending is None:
+            return
+        # Its owner hears first; a crash before the acks redelivers the entries, found recorded.
+        await self._settle(pending, entry.id)
+        if self.registry is not None:
+            metrics.injection_delivered(self.registry, str(message.details.get("injectionType")), pending.source)
+        if pending.ref and pending.to_revision is not None:
+            for covered in self.protocol.artifact_recorded(pending.ref, pending.to_revision):
+                for e in covered.entry_ids:
+                    await self.ack(e)
+                await self.recorded(covered.source, covered.source_id, entry.id, covered.ref, covered.to_revision)
+        if pending.source_id.startswith("form:"):
+            await form_delivered(self.forms, pending.source_id.split(":")[1])
+
+    async def _settle(self, pending: PendingInjection, entry_id: str) -> None:
+        await self.recorded(pending.source, pending.source_id, entry_id, pending.ref, pending.to_revision)
+        for e in pending.entry_ids:
+            await self.ack(e)
+
+    async def recorded(self, source: str, source_id: str, entry_id: str, ref: str | None,
+                       to_revision: int | None) -> None:
+        await self.outbox.publish(keys.INJECTIONS_RECORDED, InjectionRecorded(
+            session_id=self.sid, source=source, source_id=source_id, entry_id=entry_id,  # type: ignore[arg-type]
+            ref=ref, to_revision=to_revision))
+        await self.outbox.event("injection", {"source": source, "sourceId": source_id, "entryId": entry_id,
+                                              "ref": ref}, wait=False)

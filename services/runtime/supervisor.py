@@ -1,0 +1,220 @@
+"""The run supervisor: one run task per session, which starts the next run itself while anything is
+left to do, and recovers a run cut by a Redis failure from what is durable (the transcript)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Literal, Protocol
+
+import structlog
+
+from shared import keys
+from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage, UserMessage
+from shared.contracts.transcript import MessageEntry
+
+from .ack import TRANSIENT
+from .engine.agent import Agent
+from .events import Outbox
+from .lease import Lease, LeaseLost
+from .protocol import PendingTurn, SessionProtocolController
+from .todo import TodoController
+from .transcript import Transcript
+
+log = structlog.get_logger()
+# What a run starts from: a PendingTurn (new messages), None (continue the context as it is: an
+# interrupted run), or "queued" (the Agent's steer / follow-up queues).
+RunInput = PendingTurn | Literal["queued"] | None
+RunOutcome = Literal["done", "stop", "transient"]
+INTERRUPTED = ("Interrupted: the session's worker restarted before this tool finished. Check its effect "
+               "before repeating it.")
+
+
+class AfterRun(Protocol):
+    async def after_run(self) -> None: ...
+
+
+class RunHost(Protocol):
+    """The session state a run reads: whether it may go on, and where it reports."""
+    sid: str
+    closed: bool
+    lease: Lease
+    outbox: Outbox
+    agent: Agent
+    protocol: SessionProtocolController
+    transcript: Transcript
+    todo: TodoController
+
+    def touch(self) -> None: ...
+
+
+async def repair_interrupted_run(transcript: Transcript) -> None:
+    """A holder that died mid-batch left tool calls without results: give each one (every tool
+    call gets a result), so the context stays valid and the run can continue."""
+    answered: set[str] = set()  # results after the last assistant message: only its calls can lack one
+    for m in reversed(transcript.context()):
+        if isinstance(m, ToolResultMessage):
+            answered.add(m.tool_call_id)
+        if isinstance(m, AssistantMessage):
+            for call in m.tool_calls():
+                if call.id not in answered:
+                    await transcript.append_message(ToolResultMessage(
+                        tool_call_id=call.id, tool_name=call.name, is_error=True,
+                        content=[TextContent(text=INTERRUPTED)]))
+            break
+
+
+def interrupted(transcript: Transcript) -> bool:
+    """The transcript ends inside a run: its last message is a user message or a tool result that
+    did not end the run (message_user with blockOnUser ends it)."""
+    last = next((e.message for e in reversed(transcript.entries) if isinstance(e, MessageEntry)), None)
+    if isinstance(last, UserMessage):
+        return True
+    if isinstance(last, ToolResultMessage):
+        return not (last.details or {}).get("blockOnUser")
+    return False
+
+
+class RunSupervisor:
+    def __init__(self, host: RunHost, client: Any, lease_ms: int, after_run: AfterRun) -> None:
+        self.h = host
+        self.client = client  # Redis: pinged until it answers after a failed run
+        self.lease_ms = lease_ms
+        self.after_run = after_run  # the compactor: deferred results are applied between runs
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+    def _gone(self) -> bool:
+        return self.h.closed or self.h.lease.lost
+
+    def start_run(self, turn: PendingTurn | None) -> None:
+        if self.running:
+            for m in turn.messages if turn else []:
+                self.h.agent.steer(m)  # the run task takes them before it ends (`left_to_run`)
+            return
+        self.task = asyncio.ensure_future(self._run(turn))
+
+    async def _run(self, turn: RunInput) -> None:
+        """One run task. When a run ends it starts the next one itself while anything is left to do
+        (Pi: after a run, queued steering or follow-ups continue with another run). Messages that
+        arrive after the loop stopped polling but before this task ends (during the `running` key
+        delete, the status event, a deferred compaction) see `running` still true and are queued, so
+        the check below, with no await between it and the task's end, is what picks them up."""
+        while True:
+            outcome = await self.run_once(turn)
+            if outcome == "stop":
+                return
+            if outcome == "transient":
+                go_on, resumed = await self.recover(turn)
+                if not go_on:
+                    return
+                turn = resumed  # the run was cut by a Redis failure: go on from what is durable
+                continue
+            next_input = self.left_to_run()
+            if next_input is None:
+                return
+            turn = next_input
+
+    async def _wait_for_redis(self) -> bool:
+        delay = 0.2
+        while not self._gone():
+            try:
+                await self.client.ping()
+                return True
+            except TRANSIENT:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        return False
+
+    async def recover(self, failed: RunInput) -> tuple[bool, RunInput]:
+        """After a run failed on Redis: wait until Redis answers, rebuild the context from what is
+        durable (the transcript), give every unanswered tool call a result, and requeue injections
+        the failed run had taken but not recorded. Returns (go on, what to run next): continue (None)
+        when the transcript ends inside the run, the failed run's unrecorded user messages (with what
+        is queued for the next turn) when the failure came before them, else what is left to run."""
+        if not await self._wait_for_redis():
+            return False, None
+        try:
+            await repair_interrupted_run(self.h.transcript)
+        except (LeaseLost, *TRANSIENT):
+            return False, None
+        protocol = self.h.protocol
+        protocol.restore_context()
+        own = failed.messages if isinstance(failed, PendingTurn) else []
+        for prompt in protocol.untaken_prompts(own):
+            self.h.agent.steer(prompt)  # a prompt steered into the failed run: the next run takes it first
+        protocol.requeue_untaken()
+        if interrupted(self.h.transcript):
+            return True, None
+        unrecorded = [m for m in own if protocol.prompt_of(m) is not None]
+        if unrecorded:
+            return True, protocol.take_next_turn(unrecorded)
+        left = self.left_to_run()
+        return left is not None, left
+
+    def left_to_run(self) -> RunInput | None:
+        """What a finished run leaves queued: the Agent's steer / follow-up queues (prompts and
+        injections steered into the run), else steer / follow-up injections the protocol holds for
+        an idle session, which start a turn only for an active task."""
+        if self._gone():
+            return None
+        if self.h.agent.has_queued():
+            return "queued"
+        if self.h.todo.has_active_task and self.h.protocol.take_idle_peek():
+            return self.h.protocol.take_idle()
+        return None
+
+    async def _status(self, running: bool, *, wait: bool) -> None:
+        sid = self.h.sid
+        also = ((lambda pipe: pipe.set(keys.running(sid), "1", px=self.lease_ms)) if running
+                else (lambda pipe: pipe.delete(keys.running(sid))))
+        await self.h.outbox.event("status", {"status": "live", "running": running, "fence": self.h.lease.fence},
+                                  also=also, wait=wait)
+
+    async def _drive(self, turn: RunInput) -> None:
+        agent = self.h.agent
+        if turn == "queued":
+            await agent.run_queued()
+        elif turn is None:
+            await agent.continue_()
+        else:
+            await agent.prompt(turn.messages)
+        while agent.has_queued() and not self.h.closed:
+            await agent.run_queued()  # a steer that arrived as the loop stopped
+
+    async def run_once(self, turn: RunInput) -> RunOutcome:
+        """One agent run: "stop" when the session must not run again (the lease is gone),
+        "transient" when it failed on Redis (see `recover`)."""
+        outcome: RunOutcome = "done"
+        try:
+            with contextlib.suppress(*TRANSIENT):  # informational; the housekeeping refreshes the key
+                # Queued like a progress event: the run does not wait for it, and the end-of-run
+                # status (awaited) goes out after it.
+                await self._status(True, wait=False)
+            await self._drive(turn)
+        except LeaseLost:
+            log.warning("lease_lost_during_run", session_id=self.h.sid)
+            return "stop"
+        except asyncio.CancelledError:
+            raise
+        except TRANSIENT:
+            log.exception("run_interrupted_by_redis", session_id=self.h.sid)
+            outcome = "transient"
+        except Exception:  # noqa: BLE001 - the worker survives a broken run
+            log.exception("run_failed", session_id=self.h.sid)
+            with contextlib.suppress(Exception):
+                await self.h.outbox.event("error", {"error": "run failed"})
+        finally:
+            self.h.touch()
+            if not self._gone():  # a taken lease: the new holder speaks now
+                with contextlib.suppress(Exception):  # through the outbox: after the queued SET running
+                    await self._status(False, wait=True)
+        if not self._gone() and outcome == "done":
+            try:
+                await self.after_run.after_run()
+            except LeaseLost:
+                return "stop"
+        return outcome

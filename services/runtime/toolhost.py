@@ -1,0 +1,111 @@
+"""The session as the tools see it (tools/host.py's ToolHost): artifact changes, tabs and forms,
+todo and skill events, subagents. The UI document stays the session's (`UiHost`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from shared import keys
+from shared.blobs import write_blob
+from shared.contracts.artifacts import ArtifactChange
+from shared.contracts.todo import TodoList
+from shared.disk import SessionPaths, workspace_files
+from shared.quota import WorkspaceQuota
+from shared.settings import Settings
+
+from .engine.types import StreamFn
+from .events import Outbox
+from .sandbox import Sandbox
+from .skills import Skill
+from .subagent import run_subagent
+from .todo import TodoController
+from .transcript import Transcript
+from .uistate import UiDoc
+
+
+class UiHost(Protocol):
+    @property
+    def ui(self) -> UiDoc: ...
+
+    async def persist_ui(self) -> None: ...
+
+    async def publish_ui(self, update: bytes) -> None: ...
+
+
+class SessionToolHost:
+    def __init__(self, *, sid: str, paths: SessionPaths, settings: Settings, sandbox: Sandbox,
+                 todo: TodoController, skills: Mapping[str, Skill], transcript: Transcript, outbox: Outbox,
+                 guard: Callable[[], Awaitable[None]], ui: UiHost, subagent_stream: Callable[[], StreamFn],
+                 client: Any, background: set[asyncio.Task[None]]) -> None:
+        self.sid = sid
+        self.paths = paths
+        self.data_dir = settings.data_dir
+        self.max_file_bytes = settings.max_file_bytes
+        self.workspace_quota = WorkspaceQuota.from_settings(settings)
+        self.sandbox = sandbox  # probed once per process
+        self.todo = todo
+        self.skills = skills
+        self.transcript = transcript
+        self.outbox = outbox
+        self._guard = guard
+        self.uihost = ui
+        self.subagent_stream = subagent_stream  # a fresh model stream per subagent
+        self.client = client  # Redis: a subagent answers through the session's inbox
+        self.background = background
+        self.viewable_files: list[str] = workspace_files(paths.workspace)  # server-owned projection
+
+    async def guard(self) -> None:
+        await self._guard()
+
+    async def artifact_changed(self, ref: str, kind: str, *, document: dict[str, Any] | None = None, deleted: bool = False,
+                               content: bytes | None = None) -> None:
+        """`content`: a file's new bytes. They go to a content
+        blob on the session disk (shared/blobs.py); the ArtifactChange only names it."""
+        if kind == "file":
+            self.viewable_files = workspace_files(self.paths.workspace)
+        change = ArtifactChange(session_id=self.sid, ref=ref, actor="agent", kind=kind,  # type: ignore[arg-type]
+                                document=document, deleted=deleted)
+        if content is not None and not deleted:
+            name = "b_" + change.id
+            sha = await asyncio.to_thread(write_blob, self.data_dir, self.sid, name, content)
+            change = change.model_copy(update={"blob": name, "sha256": sha, "size": len(content)})
+        await self.outbox.publish(keys.ARTIFACT_CHANGES, change)
+
+    async def open_tab(self, ari: str, title: str | None) -> str:
+        tab, update = await self.uihost.ui.open_tab(ari, title)
+        await self.uihost.persist_ui()
+        await self.uihost.publish_ui(update)
+        return tab
+
+    async def show_form(self, form: dict[str, Any]) -> str:
+        ui = self.uihost.ui
+        form_update = await ui.set_form(form)
+        tab, tab_update = await ui.open_tab(f"form:{form['id']}", str(form.get("title") or form["id"]))
+        await self.uihost.persist_ui()
+        await self.uihost.publish_ui(form_update)
+        await self.uihost.publish_ui(tab_update)
+        return tab
+
+    async def todo_changed(self, todo: TodoList, tool_call_id: str) -> None:
+        await self.outbox.event("todo", {"todo": todo.model_dump(), "toolCallId": tool_call_id})
+
+    def active_skill_names(self) -> set[str]:
+        return {e.name for e in self.transcript.active_skills()}
+
+    async def record_activation(self, skill: Skill, required_by: str | None) -> None:
+        await self.transcript.append_skill(skill.name, skill.type, required_by)
+        await self.outbox.event("skill_activated", {"name": skill.name, "type": skill.type,
+                                                    "requiredBy": required_by})
+
+    async def start_subagent(self, task: str, tool_call_id: str) -> str:
+        child = f"sa_{tool_call_id[-8:]}"
+        t = asyncio.ensure_future(run_subagent(self, self.subagent_stream(), self.client, child, task))
+        self.background.add(t)
+        t.add_done_callback(self.background.discard)
+        return child
+
+    async def message_user(self, message: str, block_on_user: bool, tool_call_id: str) -> None:
+        await self.outbox.event("message_user", {"message": message, "block_on_user": block_on_user,
+                                                 "tool_call_id": tool_call_id})

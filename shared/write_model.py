@@ -1,0 +1,158 @@
+"""One write model for a session's files, documents and UI state: the proxy applies a write here
+while the session is dormant (under the dormant-write lock), the runtime while it is live (under
+its lease). Each function applies one write to the session's paths and returns the result or a
+`Refused` (status + message); either way a refused write changes nothing on disk.
+
+The file and document functions block on the disk: the proxy calls them off the event loop, the
+runtime right after its lease check, so nothing can write between the check and the write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from shared import workspace_fs
+from shared.contracts.documents import Deck, StoredDeck, merge_cards
+from shared.disk import DiskError, SessionPaths, atomic_write_json, check_size
+from shared.quota import WorkspaceQuota
+from shared.uidoc import doc_from_snapshot
+from shared.uimerge import merge_update
+from shared.uirules import UiLimits, UiRefused, validate_snapshot
+from shared.validation import validation_summary
+
+DocOp = Literal["put", "patch"]
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A write that was not applied: the HTTP status and message the client gets."""
+
+    status: int
+    message: str
+    detail: Any = None
+    revision: int | None = None  # a stale If-Match: the document's current revision
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.message}
+        if self.detail is not None:
+            body["detail"] = self.detail
+        if self.revision is not None:
+            body["revision"] = self.revision
+        return body
+
+    @classmethod
+    def of(cls, exc: DiskError | UiRefused) -> Refused:
+        if isinstance(exc, UiRefused):
+            return cls(exc.status, exc.message, exc.detail)
+        return cls(exc.status, str(exc))
+
+
+# ---------------------------------------------------------------- files
+
+
+@dataclass(frozen=True)
+class FileWritten:
+    path: str  # workspace-relative, NFC-normalised
+    size: int
+
+
+def write_file(workspace: Path, path: str, data: bytes, *, max_bytes: int, quota: WorkspaceQuota,
+               must_exist: bool) -> FileWritten | Refused:
+    """The bytes at `path` beneath the workspace (no link out of it), atomically, within the quota.
+    `must_exist`: a dormant session overwrites existing files only (a new file is a 404)."""
+    try:
+        check_size(data, max_bytes)
+        rel = workspace_fs.write_bytes(workspace, path, data, must_exist=must_exist, quota=quota)
+    except DiskError as exc:  # bad name, too large, a directory in the way, over quota, missing
+        return Refused.of(exc)
+    return FileWritten(path=rel, size=len(data))
+
+
+# ---------------------------------------------------------------- documents
+
+
+def read_deck(paths: SessionPaths, doc: str) -> StoredDeck | None | Refused:
+    """The stored deck, None when there is none; a bad id is a 400, an unreadable deck a 409."""
+    try:
+        raw = paths.document(doc).read_bytes()
+    except FileNotFoundError:
+        return None
+    except DiskError as exc:
+        return Refused.of(exc)
+    try:
+        return StoredDeck.model_validate_json(raw)
+    except (ValidationError, json.JSONDecodeError) as exc:
+        return Refused(409, f"document {doc!r} on disk is not a valid deck: {exc}")
+
+
+def edited_deck(current: StoredDeck, op: DocOp, document: dict[str, Any]) -> Deck | Refused:
+    """PUT replaces the deck, PATCH merges cards by id (`merge_cards`); an invalid result is a 422."""
+    try:
+        if op == "put":
+            return Deck.model_validate(document)
+        return merge_cards(Deck.model_validate(current.model_dump(exclude={"revision"})), document)
+    except ValidationError as exc:
+        message, detail = validation_summary(list(exc.errors()))
+        what = "the patched deck" if op == "patch" else "the deck"
+        return Refused(422, f"{what} is invalid: " + message.removeprefix("invalid request: "), detail)
+    except (ValueError, TypeError, KeyError) as exc:
+        return Refused(422, f"invalid patch: {exc}")
+
+
+def edit_document(paths: SessionPaths, doc: str, op: DocOp, document: dict[str, Any], if_match: int | None,
+                  *, create: bool) -> StoredDeck | Refused:
+    """Apply a PUT or PATCH to `documents/{doc}.json`: If-Match must name the current revision (409),
+    and the stored deck gets revision + 1. `create`: a PUT may make a new deck (live only)."""
+    current = read_deck(paths, doc)
+    if isinstance(current, Refused):
+        return current
+    if current is None and (op == "patch" or not create):
+        why = ": a dormant session edits existing documents only" if not create else ""
+        return Refused(404, f"no document {doc!r}{why}")
+    revision = current.revision if current else 0
+    if if_match is not None and if_match != revision:
+        return Refused(409, f"If-Match revision {if_match} is stale; the document is at revision {revision}",
+                       revision=revision)
+    deck = edited_deck(current or StoredDeck(revision=0), op, document)
+    if isinstance(deck, Refused):
+        return deck
+    stored = StoredDeck(**deck.model_dump(), revision=revision + 1)
+    atomic_write_json(paths.document(doc), stored)
+    return stored
+
+
+# ---------------------------------------------------------------- UI state
+
+
+def decode_update(text: str) -> bytes | Refused:
+    """A Yjs update as base64 (standard alphabet, padding optional, whitespace ignored): else a 400."""
+    cleaned = "".join(text.split())
+    try:
+        return base64.b64decode(cleaned + "=" * (-len(cleaned) % 4), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        return Refused(400, f"update is not valid base64: {exc}")
+
+
+async def sync_stored_ui(paths: SessionPaths, stored: dict[str, Any], update: bytes,
+                         snapshot: dict[str, Any] | None, limits: UiLimits) -> dict[str, Any] | Refused:
+    """A dormant session's UI sync: the update merged into the stored state under the runtime's rule
+    (shared.uimerge); a client's complete (validated) snapshot replaces the state instead. Written to
+    state.json only when every check passed."""
+    base = doc_from_snapshot(stored)
+    try:
+        merged = await merge_update(base.get_update(), base.client_id, update, limits)
+        result = validate_snapshot(merged.snapshot, limits)
+    except UiRefused as exc:
+        return Refused.of(exc)
+    if snapshot is not None:
+        result = snapshot
+    await asyncio.to_thread(atomic_write_json, paths.state, result)
+    return result

@@ -1,0 +1,125 @@
+"""The inbox dispatcher in process (fake outbox and lease, real protocol state): the wake barrier,
+Stop, handlers retried in order on a transient failure, injections with and without an entry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from services.runtime.dispatcher import InboxDispatcher
+from shared.contracts.inbox import Barrier, Injection, Stop, UiUpdate, UserPrompt
+from shared.contracts.injection import RuntimeInjection
+from shared.inbox import InboxEntry
+
+from .runtime_fakes import Host
+
+
+class NoForms:
+    """The form and manifest side of the wake: nothing answered, nothing pending."""
+
+    def __init__(self, host: Host) -> None:
+        self.sid = host.sid
+        self.paths = type("P", (), {"pending_artifacts": host.transcript.path.parent / "none.json"})()
+        self.transcript = host.transcript
+        self.protocol = host.protocol
+
+    @property
+    def ui(self) -> Any:
+        return type("U", (), {"answered_form": staticmethod(lambda: None)})()
+
+
+def dispatcher(host: Host, handlers: dict[type, Any] | None = None, request_close: Any = None) -> InboxDispatcher:
+    async def recorded(*_: object) -> None:
+        return None
+
+    wake = NoForms(host)
+    return InboxDispatcher(host, wake, wake, handlers or {}, recorded, None, request_close)  # type: ignore[arg-type]
+
+
+def entry(entry_id: str, message: Any) -> InboxEntry:
+    return InboxEntry(session_id="s1", entry_id=entry_id, message=message)
+
+
+async def test_prompts_wait_for_this_wakes_barrier(tmp_path: Path) -> None:
+    host = Host(tmp_path, wake_id="w2")
+    d = dispatcher(host)
+    await host.transcript.ensure_header()
+    await d.handle(entry("1-0", UserPrompt(session_id="s1", message="first")))
+    await d.handle(entry("2-0", Barrier(session_id="s1", wake_id="w1")))  # an earlier wake's barrier
+    assert host.started == [] and len(host.held) == 1 and host.acked == ["2-0"]
+    await d.handle(entry("3-0", Barrier(session_id="s1", wake_id="w2")))
+    assert host.barrier_passed and host.held == [] and host.acked == ["2-0", "3-0"]
+    [turn] = host.started
+    assert turn is not None and [p.entry_id for p in turn.prompts] == ["1-0"]
+    assert turn.messages[-1].content == "first"  # type: ignore[union-attr]
+
+
+async def test_a_busy_prompt_is_steered_and_a_rejecting_one_refused(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    host.barrier_passed, host.is_running = True, True
+    d = dispatcher(host)
+    await host.transcript.ensure_header()
+    await d.handle(entry("1-0", UserPrompt(session_id="s1", message="also", on_busy="steer")))
+    assert [m.content for m in host.agent.queued()] == ["also"]  # type: ignore[union-attr]
+    assert host.acked == []  # acked once recorded
+    refused = UserPrompt(session_id="s1", message="no", on_busy="reject")
+    await d.handle(entry("2-0", refused))
+    assert host.outbox.events("error") == [{"error": "busy", "promptId": refused.prompt_id}]
+    assert host.acked == ["2-0"]
+
+
+async def test_stop_is_answered_after_the_close_when_the_worker_closes(tmp_path: Path) -> None:
+    closes: list[tuple[str, str]] = []
+    host = Host(tmp_path)
+    d = dispatcher(host, request_close=lambda sid, reason: closes.append((sid, reason)))
+    await d.handle(entry("1-0", Stop(session_id="s1", reason="user", request_id="r1")))
+    assert host.stop_requested == "user" and host.stop_replies == ["r1"] and closes == [("s1", "user")]
+    assert host.acked == ["1-0"] and host.outbox.sent == []
+    alone = Host(tmp_path / "b")
+    await dispatcher(alone).handle(entry("1-0", Stop(session_id="s1", reason="user", request_id="r2")))
+    assert alone.outbox.sent == [("reply", "r2", 200, {"status": "dormant"})]
+
+
+@pytest.mark.timeout(10)
+async def test_a_transient_failure_is_retried_in_place(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    calls: list[str] = []
+
+    async def flaky(e: InboxEntry, _: UiUpdate) -> None:
+        calls.append(e.entry_id)
+        if len(calls) < 3:
+            raise RedisConnectionError("redis restarting")
+        await host.ack(e.entry_id)
+
+    d = dispatcher(host, {UiUpdate: flaky})
+    await d.handle_retrying(entry("1-0", UiUpdate(session_id="s1", update="", request_id="r1")))
+    assert calls == ["1-0", "1-0", "1-0"] and host.acked == ["1-0"]
+
+
+async def test_a_broken_handler_is_not_retried(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    calls: list[str] = []
+
+    async def broken(e: InboxEntry, _: UiUpdate) -> None:
+        calls.append(e.entry_id)
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError):
+        await dispatcher(host, {UiUpdate: broken}).handle_retrying(
+            entry("1-0", UiUpdate(session_id="s1", update="", request_id="r1")))
+    assert calls == ["1-0"]
+
+
+async def test_an_injection_without_an_inbox_entry_is_queued_with_nothing_to_ack(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    host.barrier_passed = True
+    await host.transcript.ensure_header()
+    inj = Injection(session_id="s1", injection=RuntimeInjection(kind="system_update", content="x"),
+                    source="client", source_id="form:f1:submitted")
+    await dispatcher(host).deliver_injection(inj, None)
+    [pending] = host.protocol.pending.values()
+    assert pending.source_id == "form:f1:submitted" and pending.entry_ids == []
+    assert host.started == [] and host.acked == []  # no active task: waits for the next prompt

@@ -1,0 +1,50 @@
+"""The session as a composition root, built in process (fake outbox and lease, no Redis, no model
+call): the compactor's hooks are in the loop config it builds, and its parts share its state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from services.runtime.engine.openai_stream import ModelSettings
+from services.runtime.scripted import ScriptedGamma
+from services.runtime.session import Session, SessionDeps
+from shared.disk import session_paths
+from shared.model import openai_client
+from shared.settings import Settings
+from shared.tokens import TokenCounter
+
+from .runtime_fakes import FakeLease, FakeOutbox
+
+
+async def ack(_sid: str, _entry_id: str) -> None:
+    return None
+
+
+def build(tmp_path: Path) -> Session:
+    settings = Settings(data_dir=tmp_path, context_window=50_000)
+    deps = SessionDeps(settings=settings, client=None, model_client=openai_client(settings, ScriptedGamma()), skills={},
+                       system_prompt="sys", counter=TokenCounter(), ack=ack)
+    paths = session_paths(tmp_path, "s1")
+    paths.workspace.mkdir(parents=True, exist_ok=True)
+    return Session(deps, paths, FakeLease("s1"), FakeOutbox(), ModelSettings(model="m1"), "w1",  # type: ignore[arg-type]
+                   context_window=8_000)
+
+
+async def test_the_loop_config_is_built_with_the_compactor_hooks(tmp_path: Path) -> None:
+    session = build(tmp_path)
+    config = session.agent.config
+    assert config.before_model_call == session.compactor.before_model_call
+    assert config.stream is not session.stream  # wrapped once, when the config was built
+    assert session.compactor.context_window == 8_000 and session.compactor.model == "m1"
+    assert config.prepare_batch == session.toolset.prepare_batch
+
+
+async def test_the_parts_share_the_sessions_state(tmp_path: Path) -> None:
+    session = build(tmp_path)
+    await session.restore()
+    assert session.recorder.protocol is session.protocol and session.recorder.transcript is session.transcript
+    assert session.tools.todo is session.todo and session.tools.transcript is session.transcript
+    session.viewable_files = ["a.txt"]  # a client's file write (writes.py) updates the tool host's list
+    assert session.tools.viewable_files == ["a.txt"]
+    assert not session.running and session.run_task is None
+    assert session.idle_for() >= 0.0

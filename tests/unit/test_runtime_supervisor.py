@@ -1,0 +1,130 @@
+"""The run supervisor in process (fake outbox and lease, a real Agent on scripted model steps):
+typed outcomes, the running status around a run, what a run leaves to run, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from services.runtime.lease import LeaseLost
+from services.runtime.protocol import TurnInput
+from services.runtime.supervisor import RunSupervisor, interrupted
+from shared.contracts.inbox import UserPrompt
+from shared.contracts.messages import AssistantMessage, UserMessage
+
+from .runtime_fakes import Host, answer
+
+
+class Pong:
+    def __init__(self) -> None:
+        self.pings = 0
+
+    async def ping(self) -> bool:
+        self.pings += 1
+        return True
+
+
+class AfterRun:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def after_run(self) -> None:
+        self.calls += 1
+
+
+def supervisor(host: Host) -> tuple[RunSupervisor, AfterRun, Pong]:
+    after, pong = AfterRun(), Pong()
+    return RunSupervisor(host, pong, 30_000, after), after, pong  # type: ignore[arg-type]
+
+
+def prompt_turn(host: Host, text: str, entry_id: str):  # type: ignore[no-untyped-def]
+    return host.protocol.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message=text),
+                                                       entry_id=entry_id))
+
+
+async def test_a_run_reports_running_then_idle_and_compacts_between_runs(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    await host.transcript.ensure_header()
+    sup, after, _ = supervisor(host)
+    assert await sup.run_once(prompt_turn(host, "hi", "1-0")) == "done"
+    assert [d["running"] for d in host.outbox.events("status")] == [True, False]  # type: ignore[index]
+    assert after.calls == 1 and host.touched == 1
+    assert isinstance(host.agent.messages[-1], AssistantMessage)
+
+
+async def test_a_lost_lease_stops_and_says_nothing(tmp_path: Path) -> None:
+    async def lose() -> AssistantMessage:
+        host.lease.lost = True
+        raise LeaseLost("s1")
+
+    host = Host(tmp_path, steps=[lose])
+    await host.transcript.ensure_header()
+    sup, after, _ = supervisor(host)
+    assert await sup.run_once(prompt_turn(host, "hi", "1-0")) == "stop"
+    assert [d["running"] for d in host.outbox.events("status")] == [True]  # type: ignore[index]
+    assert after.calls == 0
+
+
+async def test_a_redis_failure_is_transient_and_recovery_reruns_the_unrecorded_prompt(tmp_path: Path) -> None:
+    async def redis_down() -> AssistantMessage:
+        raise RedisConnectionError("gone")
+
+    host = Host(tmp_path, steps=[redis_down])
+    await host.transcript.ensure_header()
+    host.record = False  # the failure came before the user message was recorded
+    sup, after, pong = supervisor(host)
+    turn = prompt_turn(host, "hi", "1-0")
+    assert await sup.run_once(turn) == "transient"
+    assert after.calls == 0
+    go_on, resumed = await sup.recover(turn)
+    assert go_on and pong.pings == 1
+    assert resumed is not None and resumed != "queued"
+    assert [m.content for m in resumed.messages if isinstance(m, UserMessage)] == ["hi"]
+    assert [p.entry_id for p in resumed.prompts] == ["1-0"]  # still to ack once recorded
+
+
+async def test_start_run_steers_into_a_running_run_and_the_task_runs_what_is_left(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+
+    async def slow() -> AssistantMessage:
+        await gate.wait()
+        return answer("first")
+
+    host = Host(tmp_path, steps=[slow])
+    await host.transcript.ensure_header()
+    sup, after, _ = supervisor(host)
+    sup.start_run(prompt_turn(host, "one", "1-0"))
+    await asyncio.sleep(0.05)
+    assert sup.running
+    sup.start_run(prompt_turn(host, "two", "2-0"))  # arrives during the run: steered into it
+    gate.set()
+    assert sup.task is not None
+    await asyncio.wait_for(sup.task, 5)
+    users = [m.content for m in host.agent.messages if isinstance(m, UserMessage)]
+    assert users == ["one", "two"] and not sup.running
+    assert sup.left_to_run() is None
+
+
+async def test_interrupted_reads_the_transcript_end(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    await host.transcript.ensure_header()
+    assert not interrupted(host.transcript)
+    await host.transcript.append_message(UserMessage(content="x"))
+    assert interrupted(host.transcript)
+    await host.transcript.append_message(answer())
+    assert not interrupted(host.transcript)
+
+
+@pytest.mark.timeout(10)
+async def test_a_closed_session_has_nothing_left_to_run(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    sup, _, _ = supervisor(host)
+    host.agent.steer(UserMessage(content="queued"))
+    assert sup.left_to_run() == "queued"
+    host.closed = True
+    assert sup.left_to_run() is None
+    go_on, _ = await sup.recover(None)
+    assert not go_on
