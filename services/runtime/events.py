@@ -39,13 +39,21 @@ class Outbox:
     hold up the run: they are queued and sent in order, batched into one pipeline, by a background
     send, and always before the next awaited event (which drains them first), so a client reads every
     event in the order the engine made them. A failed background send keeps its batch for the next
-    awaited event, which raises if Redis still fails, as it would have without the queue."""
+    awaited event, which raises if Redis still fails, as it would have without the queue.
 
-    def __init__(self, client: aioredis.Redis, sid: str, bus: BusPublish, fence: Fence = _unfenced) -> None:
+    Streamed text (`message_update` with only a `delta`) comes one token per chunk from a real model
+    (80 a second per session): one XADD each made Redis, the proxy's fan-out and every SSE client
+    pay per token. A delta that follows a queued delta is appended to it, and the background send
+    waits `coalesce_s` after the first one, so a session sends one event per window instead of one per
+    token (bench-stream). An awaited event still drains the queue at once: coalescing never delays it."""
+
+    def __init__(self, client: aioredis.Redis, sid: str, bus: BusPublish, fence: Fence = _unfenced,
+                 coalesce_s: float = 0.0) -> None:
         self.client = client
         self.sid = sid
         self.bus = bus
         self.fence = fence
+        self.coalesce_s = coalesce_s
         self._queued: list[tuple[SessionEvent, Callable[[Any], Any] | None]] = []
         self._sending = asyncio.Lock()  # one sender at a time: the stream keeps the engine's order
         self._background: asyncio.Task[None] | None = None
@@ -57,9 +65,15 @@ class Outbox:
         commands to the same round trip (a non-transactional pipeline)."""
         ev = SessionEvent(type=type, session_id=self.sid, data=data or {})
         if not wait:
+            delta = _delta_only(type, ev.data) and also is None
+            if delta and self._queued and self._queued[-1][1] is None and _delta_only(*_kind(self._queued[-1][0])):
+                last = self._queued[-1][0]
+                last.data = {"delta": last.data["delta"] + ev.data["delta"]}  # still unsent: see _send_queued
+                return None
             self._queued.append((ev, also))
             if self._background is None or self._background.done():
-                self._background = asyncio.ensure_future(self._send_in_background())
+                wait_s = self.coalesce_s if delta else 0.0
+                self._background = asyncio.ensure_future(self._send_in_background(wait_s))
             return None
         async with self._sending:
             await self._send_queued(fenced)
@@ -72,7 +86,9 @@ class Outbox:
             entry = (await pipe.execute())[0]
         return entry.decode() if isinstance(entry, bytes) else str(entry)
 
-    async def _send_in_background(self) -> None:
+    async def _send_in_background(self, wait_s: float = 0.0) -> None:
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)  # more deltas join the queued one meanwhile
         async with self._sending:
             try:
                 await self._send_queued(fenced=True)
@@ -89,7 +105,7 @@ class Outbox:
                     raise
                 self._queued.clear()  # the lease was given up: the ended holder's progress is dropped
                 return
-            batch, self._queued = self._queued, []
+            batch, self._queued = self._queued, []  # taken whole: later deltas merge only into unsent events
             pipe = self.client.pipeline(transaction=False)
             for ev, also in batch:
                 pipe.xadd(keys.events(self.sid), {"data": ev.model_dump_json()}, maxlen=EVENTS_MAXLEN,
@@ -120,3 +136,12 @@ class Outbox:
         async with self._sending:
             await self.fence()
             await self.bus(stream, message)
+
+
+def _kind(ev: SessionEvent) -> tuple[str, dict[str, Any]]:
+    return ev.type, ev.data
+
+
+def _delta_only(type: str, data: dict[str, Any]) -> bool:
+    """Streamed text that can be appended to the previous one (not a restart notice, not an image)."""
+    return type == "message_update" and data.keys() == {"delta"} and isinstance(data["delta"], str)
