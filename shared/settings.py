@@ -127,7 +127,7 @@ class Settings(BaseSettings):
     # client can measure what the harness adds between the model's chunk and its screen.
     scripted_stamp: bool = Field(False, validation_alias="GAMMA_SCRIPTED_STAMP")
     # Streamed text deltas of a session queued within this window go out as one event (one XADD);
-    # 0 sends each delta as it comes (still batched with whatever is queued).
+    # 0: one event per delta (each its own XADD, pipelined with whatever else is queued).
     delta_coalesce_ms: float = Field(25.0, ge=0, le=1000, validation_alias="GAMMA_DELTA_COALESCE_MS")
 
     def tokens(self) -> dict[str, str]:

@@ -65,7 +65,7 @@ class Outbox:
         commands to the same round trip (a non-transactional pipeline)."""
         ev = SessionEvent(type=type, session_id=self.sid, data=data or {})
         if not wait:
-            delta = _delta_only(type, ev.data) and also is None
+            delta = self.coalesce_s > 0 and also is None and _delta_only(type, ev.data)
             if delta and self._queued and self._queued[-1][1] is None and _delta_only(*_kind(self._queued[-1][0])):
                 last = self._queued[-1][0]
                 last.data = {"delta": last.data["delta"] + ev.data["delta"]}  # still unsent: see _send_queued
