@@ -109,7 +109,7 @@ async def stack_load(args: argparse.Namespace, n: int) -> dict[str, Any]:
         "GAMMA_SCRIPTED_PROFILE": "fast_gpt", "GAMMA_SCRIPTED_STAMP": "true",
         "GAMMA_SCRIPTED_TOKENS_PER_S": str(args.rate), "GAMMA_DELTA_COALESCE_MS": str(args.coalesce_ms),
         **({"GAMMA_MODEL_API": args.api} if args.api else {})})
-    r = aioredis.Redis.from_url(url + "/0")
+    r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=40, timeout=60))
     http = httpx.AsyncClient(base_url=stack.url("proxy"), headers={"Authorization": f"Bearer {API_TOKEN}"},
                              timeout=60, limits=httpx.Limits(max_connections=100))
     try:
