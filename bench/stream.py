@@ -79,12 +79,18 @@ async def until_answered(r: aioredis.Redis, sids: list[str], n: int, timeout_s: 
 async def post_all(http: httpx.AsyncClient, sids: list[str], body: dict[str, Any], ramp_s: float) -> None:
     async def one(i: int, sid: str) -> None:
         await asyncio.sleep(ramp_s * i / len(sids))
+        why = ""
         for _ in range(50):
-            resp = await http.post(f"/sessions/{sid}/messages", json=body)
+            try:
+                resp = await http.post(f"/sessions/{sid}/messages", json=body)
+            except httpx.TransportError as exc:  # a kept-alive connection the proxy closed meanwhile
+                why = repr(exc)
+                continue
             if resp.status_code == 202:
                 return
+            why = f"{resp.status_code} {resp.text[:200]}"
             await asyncio.sleep(0.2)  # 409 waking / 429: try again
-        raise RuntimeError(f"prompt refused: {resp.status_code} {resp.text[:200]}")
+        raise RuntimeError(f"prompt refused: {why}")
     await asyncio.gather(*(one(i, s) for i, s in enumerate(sids)))
 
 
@@ -104,7 +110,9 @@ async def stack_load(args: argparse.Namespace, n: int) -> dict[str, Any]:
     url, redis_proc = start_redis_server()
     (base / "data").mkdir()
     stack = Stack(redis_url=url + "/0", data_dir=base / "data", env_overrides={
-        "GAMMA_IDLE_S": "600", "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", "GAMMA_MAX_SESSIONS_PER_USER": "100000",
+        # Production lease timing (tests/support/stack.py shortens it for failover tests; a saturated
+        # worker then loses leases mid-run and sessions are resumed elsewhere: noise, not streaming).
+        "GAMMA_LEASE_MS": "10000", "GAMMA_CLAIM_IDLE_MS": "5000", "GAMMA_IDLE_S": "600", "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", "GAMMA_MAX_SESSIONS_PER_USER": "100000",
         "GAMMA_SSE_MAX_STREAMS_PER_USER": str(n + 10), "GAMMA_SSE_QUEUE_SIZE": "5000",
         "GAMMA_SCRIPTED_PROFILE": "fast_gpt", "GAMMA_SCRIPTED_STAMP": "true",
         "GAMMA_SCRIPTED_TOKENS_PER_S": str(args.rate), "GAMMA_DELTA_COALESCE_MS": str(args.coalesce_ms),
@@ -156,6 +164,7 @@ async def stack_load(args: argparse.Namespace, n: int) -> dict[str, Any]:
     lat = [x for res in results for x in res["lat"]]
     tokens = len(lat)
     return {"lat": lat, "tokens": tokens, "events": sum(res["events"] for res in results),
+            "restarts": sum(res["restarts"] for res in results),
             "done": sum(res["done"] for res in results), "errors": sum(res["errors"] for res in results),
             "elapsed_s": elapsed, "cmds": sum(cmd1.values()) - sum(cmd0.values()) - 1,
             "by_command": {k: v - cmd0.get(k, 0) for k, v in sorted(cmd1.items(), key=lambda kv: -kv[1])
@@ -187,7 +196,7 @@ def summarize(n: int, s: dict[str, Any], bare: list[float], load: list[float]) -
     tokens = max(s["tokens"], 1)
     return {
         "sessions": n, "tokens_expected": n * 0, "tokens_delivered": s["tokens"],
-        "sessions_completed": s["done"], "reader_errors": s["errors"],
+        "sessions_completed": s["done"], "reader_errors": s["errors"], "model_restarts_seen": s["restarts"],
         "added_p50_ms": pct(s["lat"], 0.5), "added_p99_ms": pct(s["lat"], 0.99), "added_max_ms": pct(s["lat"], 1.0),
         "baseline_p50_ms": pct(bare, 0.5), "baseline_p99_ms": pct(bare, 0.99), "baseline_max_ms": pct(bare, 1.0),
         "baseline_tokens": len(bare),
@@ -218,7 +227,7 @@ def main() -> None:
     parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime for 6 s of streaming")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in (int(x) for x in args.loads.split(",")):
         s = asyncio.run(stack_load(args, n))
         load = [round(x, 2) for x in os.getloadavg()]
@@ -227,6 +236,10 @@ def main() -> None:
         row["tokens_expected"] = n * args.tokens
         rows.append(row)
         print(json.dumps(row), flush=True)
+        write(args, rows)  # after each load: a long run that is stopped keeps what it measured
+
+
+def write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     result = {"bench": "stream", "label": args.label, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "machine": {"cpus": os.cpu_count()},
               "config": {"tokens": args.tokens, "rate": args.rate, "ttft_ms": 400, "ramp_s": args.ramp_s,

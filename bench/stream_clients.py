@@ -35,6 +35,8 @@ async def _read_one(client: httpx.AsyncClient, sid: str, opened: asyncio.Event, 
                 continue
             now = time.time()
             if '"message_update"' in line:
+                if '"restart"' in line:
+                    out["restarts"] += 1  # a retried model call: its tokens come again
                 stamps = STAMP_RE.findall(line)
                 if stamps:
                     out["events"] += 1
@@ -47,7 +49,7 @@ async def _read_one(client: httpx.AsyncClient, sid: str, opened: asyncio.Event, 
 
 
 async def _readers(proxy_url: str, token: str, sids: list[str], conn: Connection, timeout_s: float) -> dict[str, Any]:
-    out: dict[str, Any] = {"lat": [], "events": 0, "done": 0, "errors": 0}
+    out: dict[str, Any] = {"lat": [], "events": 0, "done": 0, "errors": 0, "restarts": 0}
     limits = httpx.Limits(max_connections=len(sids) + 10, max_keepalive_connections=len(sids) + 10)
     async with httpx.AsyncClient(base_url=proxy_url, headers={"Authorization": f"Bearer {token}"}, limits=limits,
                                  timeout=httpx.Timeout(timeout_s, connect=30)) as client:
