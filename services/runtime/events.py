@@ -54,7 +54,8 @@ class Outbox:
         self.bus = bus
         self.fence = fence
         self.coalesce_s = coalesce_s
-        self._queued: list[tuple[SessionEvent, Callable[[Any], Any] | None]] = []
+        # (event, `also`, the deltas merged into it: joined when sent, so merging stays O(1) per token)
+        self._queued: list[tuple[SessionEvent, Callable[[Any], Any] | None, list[str] | None]] = []
         self._sending = asyncio.Lock()  # one sender at a time: the stream keeps the engine's order
         self._background: asyncio.Task[None] | None = None
 
@@ -63,18 +64,19 @@ class Outbox:
                     wait: bool = True) -> str | None:
         """XADD one event and return its stream id (None when queued: `wait=False`); `also` adds
         commands to the same round trip (a non-transactional pipeline)."""
-        ev = SessionEvent(type=type, session_id=self.sid, data=data or {})
+        data = data or {}
         if not wait:
-            delta = self.coalesce_s > 0 and also is None and _delta_only(type, ev.data)
-            if delta and self._queued and self._queued[-1][1] is None and _delta_only(*_kind(self._queued[-1][0])):
-                last = self._queued[-1][0]
-                last.data = {"delta": last.data["delta"] + ev.data["delta"]}  # still unsent: see _send_queued
+            delta = self.coalesce_s > 0 and also is None and _delta_only(type, data)
+            if delta and self._queued and self._queued[-1][2] is not None:
+                self._queued[-1][2].append(data["delta"])  # still unsent (see _send_queued); joined once
                 return None
-            self._queued.append((ev, also))
+            ev = SessionEvent(type=type, session_id=self.sid, data=data)
+            self._queued.append((ev, also, [data["delta"]] if delta else None))
             if self._background is None or self._background.done():
                 wait_s = self.coalesce_s if delta else 0.0
                 self._background = asyncio.ensure_future(self._send_in_background(wait_s))
             return None
+        ev = SessionEvent(type=type, session_id=self.sid, data=data)
         async with self._sending:
             await self._send_queued(fenced)
             if fenced:
@@ -87,16 +89,23 @@ class Outbox:
         return entry.decode() if isinstance(entry, bytes) else str(entry)
 
     async def _send_in_background(self, wait_s: float = 0.0) -> None:
-        if wait_s > 0:
-            await asyncio.sleep(wait_s)  # more deltas join the queued one meanwhile
-        async with self._sending:
-            try:
-                await self._send_queued(fenced=True)
-            except Exception as exc:  # noqa: BLE001 - kept queued; the next awaited event retries and raises
-                log.warning("progress_events_deferred", session_id=self.sid, error=repr(exc))
+        while True:
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)  # more deltas join the queued one meanwhile
+            async with self._sending:
+                try:
+                    await self._send_queued(fenced=True, once=True)
+                except Exception as exc:  # noqa: BLE001 - kept queued; the next awaited event retries and raises
+                    log.warning("progress_events_deferred", session_id=self.sid, error=repr(exc))
+                    return
+            if not self._queued:
+                return
+            # What queued during the round trip: a delta waits its own window (else the next send would
+            # carry the one or two tokens that arrived meanwhile), anything else goes at once.
+            wait_s = self.coalesce_s if self._queued[0][2] is not None else 0.0
 
-    async def _send_queued(self, fenced: bool) -> None:
-        """Caller holds `_sending`."""
+    async def _send_queued(self, fenced: bool, once: bool = False) -> None:
+        """Caller holds `_sending`. `once`: one batch (what is queued now), not until the queue is empty."""
         while self._queued:
             try:
                 await self.fence()
@@ -107,7 +116,9 @@ class Outbox:
                 return
             batch, self._queued = self._queued, []  # taken whole: later deltas merge only into unsent events
             pipe = self.client.pipeline(transaction=False)
-            for ev, also in batch:
+            for ev, also, parts in batch:
+                if parts is not None and len(parts) > 1:
+                    ev.data = {"delta": "".join(parts)}
                 pipe.xadd(keys.events(self.sid), {"data": ev.model_dump_json()}, maxlen=EVENTS_MAXLEN,
                           approximate=True)
                 if also is not None:
@@ -117,6 +128,8 @@ class Outbox:
             except BaseException:
                 self._queued = batch + self._queued
                 raise
+            if once:
+                return
 
     async def reply(self, request_id: str, status: int, body: dict[str, Any], *, fenced: bool = True) -> None:
         key = keys.reply(self.sid, request_id)
@@ -136,10 +149,6 @@ class Outbox:
         async with self._sending:
             await self.fence()
             await self.bus(stream, message)
-
-
-def _kind(ev: SessionEvent) -> tuple[str, dict[str, Any]]:
-    return ev.type, ev.data
 
 
 def _delta_only(type: str, data: dict[str, Any]) -> bool:
