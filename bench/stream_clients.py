@@ -93,11 +93,14 @@ def bare_producer(url: str, streams: list[str], tokens: int, ttft_s: float, rate
 
 
 async def _consume_shard(url: str, streams: list[str], want: int, out: list[float], deadline: float) -> None:
-    r = aioredis.Redis.from_url(url)
+    r = aioredis.Redis.from_url(url, socket_timeout=30)
     ids = {s: "0-0" for s in streams}
     got = 0
     while got < want and time.monotonic() < deadline:
-        reply = await r.xread(ids, count=200, block=1000)
+        try:
+            reply = await r.xread(ids, count=200, block=1000)
+        except (TimeoutError, ConnectionError, aioredis.RedisError):  # a starved machine: read again
+            continue
         now = time.time()
         for stream, entries in reply or []:
             for entry_id, fields in entries:
@@ -115,5 +118,7 @@ def bare_consumer(url: str, streams: list[str], tokens: int, conn: Connection, t
         shards = [streams[i : i + SHARD] for i in range(0, len(streams), SHARD)]
         await asyncio.gather(*(_consume_shard(url, s, tokens * len(s), out, deadline) for s in shards))
 
-    asyncio.run(run())
-    conn.send(out)
+    try:
+        asyncio.run(run())
+    finally:
+        conn.send(out)
