@@ -18,6 +18,7 @@ import httpx
 from openai import AsyncOpenAI
 
 from . import scripted_responses
+from .pacing import Timing, paced
 from .prompt_cache import PromptCache
 from .scripted_types import ScriptedError, ScriptedModel, ScriptedReply, ScriptedToolCall
 from .settings import Settings
@@ -32,8 +33,9 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
     reads the Chat Completions shape. Keeps the last requests (for tests) and simulates OpenAI's
     prompt cache, so usage reports cached tokens as the real API does."""
 
-    def __init__(self, model: ScriptedModel) -> None:
+    def __init__(self, model: ScriptedModel, timing: Timing | None = None) -> None:
         self._model = model
+        self.timing = timing or Timing()
         self.requests: deque[tuple[str, dict[str, Any]]] = deque(maxlen=512)
         self.cache = PromptCache()
 
@@ -66,17 +68,19 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
         if api == "responses":
             summary = (reply.reasoning or f"Planning step {len(body.get('input') or [])}.") if wants_reasoning else None
             use = scripted_responses.usage(prompt, cached, reply.completion_tokens, reasoning_tokens)
-            events = scripted_responses.events(reply, body, use, summary)
+            events = scripted_responses.events(reply, body, use, summary, self.timing)
             if not body.get("stream"):
                 return httpx.Response(200, json=events[-1]["response"])
-            chunks = scripted_responses.sse(events)
+            marked = scripted_responses.sse(events)
         elif body.get("stream"):
-            chunks = _sse(reply, model_name, _usage(reply, prompt, cached, reasoning_tokens))
+            marked = _sse(reply, model_name, _usage(reply, prompt, cached, reasoning_tokens), self.timing)
         else:
             return httpx.Response(200, json=_completion(reply, model_name, _usage(reply, prompt, cached,
                                                                                     reasoning_tokens)))
-        return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                              content=_cut(chunks) if reply.cut else b"".join(chunks))
+        chunks = [c for c, _ in marked]
+        content: bytes | AsyncIterator[bytes] = (_cut(chunks) if reply.cut else paced(marked, self.timing)
+                                                  if self.timing.active else b"".join(chunks))
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=content)
 
 
 def _prompt_text(api: str, body: dict[str, Any]) -> str:
@@ -131,7 +135,8 @@ def _completion(reply: ScriptedReply, model: str, usage: dict[str, Any]) -> dict
     }
 
 
-def _sse(reply: ScriptedReply, model: str, usage: dict[str, Any]) -> list[bytes]:
+def _sse(reply: ScriptedReply, model: str, usage: dict[str, Any], timing: Timing) -> list[tuple[bytes, bool]]:
+    """The chunks, each marked when it carries a token (paced by `timing`)."""
     cid = "chatcmpl-" + uuid.uuid4().hex[:12]
     created = int(time.time())
 
@@ -147,27 +152,27 @@ def _sse(reply: ScriptedReply, model: str, usage: dict[str, Any]) -> list[bytes]
             payload["usage"] = usage
         return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
-    out = [chunk({"role": "assistant", "content": ""})]
-    text = reply.content
-    for i in range(0, len(text), 64):  # a few deltas, like a real stream
-        out.append(chunk({"content": text[i : i + 64]}))
+    out = [(chunk({"role": "assistant", "content": ""}), False)]
+    text, step = reply.content, timing.step(64)  # a few deltas, or one token each when paced
+    for i in range(0, len(text), step):
+        out.append((chunk({"content": text[i : i + step]}), True))
     if reply.refusal:
-        out.append(chunk({"refusal": reply.refusal}))
+        out.append((chunk({"refusal": reply.refusal}), True))
     if reply.stream_error is not None:
         error = {"code": reply.stream_error.get("code"), "message": reply.stream_error.get("message", "")}
-        return [out[0], b"data: " + json.dumps({"error": {**error, "type": "server_error"}}).encode()
-                + b"\n\n"]
+        return [out[0], (b"data: " + json.dumps({"error": {**error, "type": "server_error"}}).encode()
+                         + b"\n\n", True)]
+    step = timing.step(128)
     for index, call in enumerate(reply.tool_calls):
         args = _args(call)
-        out.append(
-            chunk({"tool_calls": [{"index": index, "id": call.id, "type": "function",
-                                   "function": {"name": call.name, "arguments": ""}}]})
-        )
-        for i in range(0, len(args), 128):
-            out.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 128]}}]}))
-    out.append(chunk({}, finish=_finish(reply)))
-    out.append(chunk({}, usage=usage))
-    out.append(b"data: [DONE]\n\n")
+        out.append((chunk({"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                                           "function": {"name": call.name, "arguments": ""}}]}), False))
+        for i in range(0, len(args), step):
+            out.append((chunk({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + step]}}]}),
+                        True))
+    out.append((chunk({}, finish=_finish(reply)), False))
+    out.append((chunk({}, usage=usage), False))
+    out.append((b"data: [DONE]\n\n", False))
     return out
 
 
@@ -179,7 +184,8 @@ def openai_client(settings: Settings, scripted: ScriptedModel | None = None, max
                            max_retries=max_retries)
     if scripted is None:
         raise RuntimeError("no OPENAI_API_KEY and no scripted model given")
-    http = httpx.AsyncClient(transport=ScriptedTransport(scripted), base_url="http://scripted.local/v1")
+    http = httpx.AsyncClient(transport=ScriptedTransport(scripted, Timing.from_settings(settings)),
+                             base_url="http://scripted.local/v1")
     return AsyncOpenAI(api_key="scripted", base_url="http://scripted.local/v1", http_client=http, max_retries=0)
 
 

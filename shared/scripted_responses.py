@@ -13,8 +13,15 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from .pacing import Timing
+
 if TYPE_CHECKING:
     from .scripted_types import ScriptedReply
+
+# Events that carry a token (paced when the model has a rate).
+TOKEN_EVENTS = frozenset({"response.output_text.delta", "response.function_call_arguments.delta",
+                          "response.reasoning_summary_text.delta", "response.refusal.delta", "error",
+                          "response.failed"})
 
 
 def _text(content: Any) -> str:
@@ -103,7 +110,8 @@ class _Events:
         self.items.append({"type": type_, "sequence_number": len(self.items), **fields})
 
 
-def events(reply: ScriptedReply, body: dict[str, Any], use: dict[str, Any], reasoning: str | None) -> list[dict[str, Any]]:
+def events(reply: ScriptedReply, body: dict[str, Any], use: dict[str, Any], reasoning: str | None,
+           timing: Timing | None = None) -> list[dict[str, Any]]:
     """The whole event sequence of one streamed response (without the final one when it fails)."""
     rid = "resp_" + uuid.uuid4().hex[:16]
     ev = _Events()
@@ -120,11 +128,12 @@ def events(reply: ScriptedReply, body: dict[str, Any], use: dict[str, Any], reas
         return ev.items
     if reasoning is not None:
         _reasoning(ev, output, body, reasoning)
+    timing = timing or Timing()
     if reply.content or reply.refusal:
-        _message(ev, output, reply)
+        _message(ev, output, reply, timing.step(64))
     for call in reply.tool_calls:
         _call(ev, output, call.id, call.name, json.dumps(call.arguments) if call.raw_arguments is None
-              else call.raw_arguments)
+              else call.raw_arguments, timing.step(128))
     if reply.finish_reason == "length":
         ev.add("response.incomplete", response=response_object(body, rid, "incomplete", output, use,
                                                                incomplete="max_output_tokens"))
@@ -144,7 +153,7 @@ def _reasoning(ev: _Events, output: list[dict[str, Any]], body: dict[str, Any], 
     output.append(item)
 
 
-def _message(ev: _Events, output: list[dict[str, Any]], reply: ScriptedReply) -> None:
+def _message(ev: _Events, output: list[dict[str, Any]], reply: ScriptedReply, step: int) -> None:
     idx, iid = len(output), "msg_" + uuid.uuid4().hex[:16]
     ev.add("response.output_item.added", output_index=idx,
            item={"id": iid, "type": "message", "role": "assistant", "status": "in_progress", "content": []})
@@ -159,9 +168,9 @@ def _message(ev: _Events, output: list[dict[str, Any]], reply: ScriptedReply) ->
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
         ev.add("response.content_part.added", item_id=iid, output_index=idx, content_index=0,
                part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})
-        for i in range(0, len(text), 64):
+        for i in range(0, len(text), step):
             ev.add("response.output_text.delta", item_id=iid, output_index=idx, content_index=0,
-                   delta=text[i : i + 64], logprobs=[])
+                   delta=text[i : i + step], logprobs=[])
         ev.add("response.output_text.done", item_id=iid, output_index=idx, content_index=0, text=text, logprobs=[])
     ev.add("response.content_part.done", item_id=iid, output_index=idx, content_index=0, part=part)
     status = "incomplete" if reply.finish_reason == "length" else "completed"
@@ -170,13 +179,13 @@ def _message(ev: _Events, output: list[dict[str, Any]], reply: ScriptedReply) ->
     output.append(item)
 
 
-def _call(ev: _Events, output: list[dict[str, Any]], call_id: str, name: str, args: str) -> None:
+def _call(ev: _Events, output: list[dict[str, Any]], call_id: str, name: str, args: str, step: int) -> None:
     idx, iid = len(output), "fc_" + uuid.uuid4().hex[:16]
     ev.add("response.output_item.added", output_index=idx, item={
         "id": iid, "type": "function_call", "call_id": call_id, "name": name, "arguments": "",
         "status": "in_progress"})
-    for i in range(0, len(args), 128):
-        ev.add("response.function_call_arguments.delta", item_id=iid, output_index=idx, delta=args[i : i + 128])
+    for i in range(0, len(args), step):
+        ev.add("response.function_call_arguments.delta", item_id=iid, output_index=idx, delta=args[i : i + step])
     ev.add("response.function_call_arguments.done", item_id=iid, output_index=idx, arguments=args, name=name)
     item = {"id": iid, "type": "function_call", "call_id": call_id, "name": name, "arguments": args,
             "status": "completed"}
@@ -184,5 +193,6 @@ def _call(ev: _Events, output: list[dict[str, Any]], call_id: str, name: str, ar
     output.append(item)
 
 
-def sse(items: list[dict[str, Any]]) -> list[bytes]:
-    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in items]
+def sse(items: list[dict[str, Any]]) -> list[tuple[bytes, bool]]:
+    """The chunks, each marked when it carries a token (paced when the model has a rate)."""
+    return [(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode(), e["type"] in TOKEN_EVENTS) for e in items]

@@ -114,6 +114,22 @@ class Settings(BaseSettings):
     model_retry_base_s: float = Field(1.0, ge=0.0, le=60.0, validation_alias="GAMMA_MODEL_RETRY_BASE_S")
     model_retry_max_s: float = Field(60.0, ge=0.0, le=600.0, validation_alias="GAMMA_MODEL_RETRY_MAX_S")
 
+    # --- streaming at scale (issue 20): the scripted model's timing (off by default: instant replies in
+    # 64-character chunks) and the runtime's coalescing of streamed text deltas.
+    # `fast_gpt`: a fast current GPT model (400 ms to the first token, 80 tokens/s, 3 ms jitter); the
+    # three numbers below override the profile's when set. With a rate, every chunk carries one token.
+    scripted_profile: Literal["instant", "fast_gpt"] = Field("instant", validation_alias="GAMMA_SCRIPTED_PROFILE")
+    scripted_ttft_ms: float | None = Field(None, ge=0, le=60_000, validation_alias="GAMMA_SCRIPTED_TTFT_MS")
+    scripted_tokens_per_s: float | None = Field(None, ge=0, le=100_000,
+                                                validation_alias="GAMMA_SCRIPTED_TOKENS_PER_S")
+    scripted_jitter_ms: float | None = Field(None, ge=0, le=10_000, validation_alias="GAMMA_SCRIPTED_JITTER_MS")
+    # Bench only: `@ts@` in a streamed chunk becomes its emit time (time.time(), 6 decimals), so a
+    # client can measure what the harness adds between the model's chunk and its screen.
+    scripted_stamp: bool = Field(False, validation_alias="GAMMA_SCRIPTED_STAMP")
+    # Streamed text deltas of a session queued within this window go out as one event (one XADD);
+    # 0: one event per delta (each its own XADD, pipelined with whatever else is queued).
+    delta_coalesce_ms: float = Field(25.0, ge=0, le=1000, validation_alias="GAMMA_DELTA_COALESCE_MS")
+
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
         if not self.api_tokens.strip():

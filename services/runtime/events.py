@@ -40,14 +40,23 @@ class Outbox:
     hold up the run: they are queued and sent in order, batched into one pipeline, by a background
     send, and always before the next awaited event (which drains them first), so a client reads every
     event in the order the engine made them. A failed background send keeps its batch for the next
-    awaited event, which raises if Redis still fails, as it would have without the queue."""
+    awaited event, which raises if Redis still fails, as it would have without the queue.
 
-    def __init__(self, client: aioredis.Redis, sid: str, bus: BusPublish, fence: Fence = _unfenced) -> None:
+    Streamed text (`message_update` with only a `delta`) comes one token per chunk from a real model
+    (80 a second per session): one XADD each made Redis, the proxy's fan-out and every SSE client
+    pay per token. A delta that follows a queued delta is appended to it, and the background send
+    waits `coalesce_s` after the first one, so a session sends one event per window instead of one per
+    token (bench-stream). An awaited event still drains the queue at once: coalescing never delays it."""
+
+    def __init__(self, client: aioredis.Redis, sid: str, bus: BusPublish, fence: Fence = _unfenced,
+                 coalesce_s: float = 0.0) -> None:
         self.client = client
         self.sid = sid
         self.bus = bus
         self.fence = fence
-        self._queued: list[tuple[SessionEvent, Callable[[Any], Any] | None]] = []
+        self.coalesce_s = coalesce_s
+        # (event, `also`, the deltas merged into it: joined when sent, so merging stays O(1) per token)
+        self._queued: list[tuple[SessionEvent, Callable[[Any], Any] | None, list[str] | None]] = []
         self._sending = asyncio.Lock()  # one sender at a time: the stream keeps the engine's order
         self._background: asyncio.Task[None] | None = None
 
@@ -56,12 +65,19 @@ class Outbox:
                     wait: bool = True) -> str | None:
         """XADD one event and return its stream id (None when queued: `wait=False`); `also` adds
         commands to the same round trip (a non-transactional pipeline)."""
-        ev = SessionEvent(type=type, session_id=self.sid, data=data or {})
+        data = data or {}
         if not wait:
-            self._queued.append((ev, also))
+            delta = self.coalesce_s > 0 and also is None and _delta_only(type, data)
+            if delta and self._queued and self._queued[-1][2] is not None:
+                self._queued[-1][2].append(data["delta"])  # still unsent (see _send_queued); joined once
+                return None
+            ev = SessionEvent(type=type, session_id=self.sid, data=data)
+            self._queued.append((ev, also, [data["delta"]] if delta else None))
             if self._background is None or self._background.done():
-                self._background = asyncio.ensure_future(self._send_in_background())
+                wait_s = self.coalesce_s if delta else 0.0
+                self._background = asyncio.ensure_future(self._send_in_background(wait_s))
             return None
+        ev = SessionEvent(type=type, session_id=self.sid, data=data)
         async with self._sending:
             await self._send_queued(fenced)
             if fenced:
@@ -73,15 +89,24 @@ class Outbox:
             entry = (await pipe.execute())[0]
         return text(entry)
 
-    async def _send_in_background(self) -> None:
-        async with self._sending:
-            try:
-                await self._send_queued(fenced=True)
-            except Exception as exc:  # noqa: BLE001 - kept queued; the next awaited event retries and raises
-                log.warning("progress_events_deferred", session_id=self.sid, error=repr(exc))
+    async def _send_in_background(self, wait_s: float = 0.0) -> None:
+        while True:
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)  # more deltas join the queued one meanwhile
+            async with self._sending:
+                try:
+                    await self._send_queued(fenced=True, once=True)
+                except Exception as exc:  # noqa: BLE001 - kept queued; the next awaited event retries and raises
+                    log.warning("progress_events_deferred", session_id=self.sid, error=repr(exc))
+                    return
+            if not self._queued:
+                return
+            # What queued during the round trip: a delta waits its own window (else the next send would
+            # carry the one or two tokens that arrived meanwhile), anything else goes at once.
+            wait_s = self.coalesce_s if self._queued[0][2] is not None else 0.0
 
-    async def _send_queued(self, fenced: bool) -> None:
-        """Caller holds `_sending`."""
+    async def _send_queued(self, fenced: bool, once: bool = False) -> None:
+        """Caller holds `_sending`. `once`: one batch (what is queued now), not until the queue is empty."""
         while self._queued:
             try:
                 await self.fence()
@@ -90,9 +115,11 @@ class Outbox:
                     raise
                 self._queued.clear()  # the lease was given up: the ended holder's progress is dropped
                 return
-            batch, self._queued = self._queued, []
+            batch, self._queued = self._queued, []  # taken whole: later deltas merge only into unsent events
             pipe = self.client.pipeline(transaction=False)
-            for ev, also in batch:
+            for ev, also, parts in batch:
+                if parts is not None and len(parts) > 1:
+                    ev.data = {"delta": "".join(parts)}
                 pipe.xadd(keys.events(self.sid), {"data": ev.model_dump_json()}, maxlen=EVENTS_MAXLEN,
                           approximate=True)
                 if also is not None:
@@ -102,6 +129,8 @@ class Outbox:
             except BaseException:
                 self._queued = batch + self._queued
                 raise
+            if once:
+                return
 
     async def reply(self, request_id: str, status: int, body: dict[str, Any], *, fenced: bool = True) -> None:
         key = keys.reply(self.sid, request_id)
@@ -121,3 +150,8 @@ class Outbox:
         async with self._sending:
             await self.fence()
             await self.bus(stream, message)
+
+
+def _delta_only(type: str, data: dict[str, Any]) -> bool:
+    """Streamed text that can be appended to the previous one (not a restart notice, not an image)."""
+    return type == "message_update" and data.keys() == {"delta"} and isinstance(data["delta"], str)

@@ -108,7 +108,8 @@ class Worker:
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))
         paths = session_paths(self.settings.data_dir, sid)
-        outbox = Outbox(self.client, sid, self.bus, fence=lease.check)
+        outbox = Outbox(self.client, sid, self.bus, fence=lease.check,
+                        coalesce_s=self.settings.delta_coalesce_ms / 1000)
         session = Session(deps, paths, lease, outbox,
                           ModelSettings(model=model.name or self.settings.model,
                                         reasoning_effort=model.reasoning_effort,

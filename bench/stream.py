@@ -1,0 +1,254 @@
+"""`make bench-stream`: streaming at scale, from the model's chunk to the client's screen (issue 20).
+
+For each load (200, 500, 1,000 concurrent sessions by default), on one runtime worker and one proxy:
+every session is woken by a first prompt, then gets an SSE reader (asyncio httpx, many per child
+process) and a prompt whose answer the scripted model streams like a fast GPT model (400 ms to the
+first token, 80 tokens/s, one token per chunk): 400 text tokens then one tool call (message_user,
+its arguments streamed). Every token carries its emit time (GAMMA_SCRIPTED_STAMP), so each reader
+records receive time minus emit time on the same clock: the latency the harness adds.
+
+Measured per load: added latency p50/p99/max, tokens/s delivered, SSE events per token, Redis commands
+per token (INFO commandstats over the streaming phase, all clients), runtime and proxy CPU ms per 1,000
+tokens (psutil), proxy RSS per SSE client, the load average; and a baseline: the same tokens on the
+same schedule relayed by one bare XADD -> XREAD hop each. Bounded: one prompt per session per load.
+Writes bench/results/stream.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.stream_clients import bare_consumer, bare_producer, sse_readers  # noqa: E402
+from shared import keys  # noqa: E402
+from tests.support.redis_server import start_redis_server  # noqa: E402
+from tests.support.stack import API_TOKEN, Stack  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "stream.json"
+TOOL = {"name": "message_user", "arguments": {"message": "Done: the answer is above.", "blockOnUser": True}}
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))] * 1000, 1)
+
+
+async def commands(r: aioredis.Redis) -> dict[str, int]:
+    stats = await r.info("commandstats")
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+
+
+def cpu_s(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+async def agent_ends(r: aioredis.Redis, sid: str) -> int:
+    return sum(1 for _, f in await r.xrange(keys.events(sid)) if b'"agent_end"' in f.get(b"data", b""))
+
+
+async def until_answered(r: aioredis.Redis, sids: list[str], n: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    pending = list(sids)
+    while pending and time.monotonic() < deadline:
+        counts = await asyncio.gather(*(agent_ends(r, s) for s in pending))
+        pending = [s for s, c in zip(pending, counts, strict=True) if c < n]
+        if pending:
+            await asyncio.sleep(1.0)
+    if pending:
+        raise RuntimeError(f"{len(pending)} sessions not answered in {timeout_s} s")
+
+
+async def post_all(http: httpx.AsyncClient, sids: list[str], body: dict[str, Any], ramp_s: float) -> None:
+    async def one(i: int, sid: str) -> None:
+        await asyncio.sleep(ramp_s * i / len(sids))
+        why = ""
+        for _ in range(50):
+            try:
+                resp = await http.post(f"/sessions/{sid}/messages", json=body)
+            except httpx.TransportError as exc:  # a kept-alive connection the proxy closed meanwhile
+                why = repr(exc)
+                continue
+            if resp.status_code == 202:
+                return
+            why = f"{resp.status_code} {resp.text[:200]}"
+            await asyncio.sleep(0.2)  # 409 waking / 429: try again
+        raise RuntimeError(f"prompt refused: {why}")
+    await asyncio.gather(*(one(i, s) for i, s in enumerate(sids)))
+
+
+def start_readers(proxy_url: str, sids: list[str], procs: int, timeout_s: float) -> list[tuple[Any, Any]]:
+    ctx = mp.get_context("spawn")
+    out = []
+    for k in range(procs):
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=sse_readers, args=(proxy_url, API_TOKEN, sids[k::procs], child, timeout_s), daemon=True)
+        p.start()
+        out.append((p, parent))
+    return out
+
+
+async def stack_load(args: argparse.Namespace, n: int) -> dict[str, Any]:
+    base = Path(tempfile.mkdtemp(prefix="gamma-bench-stream-"))
+    url, redis_proc = start_redis_server()
+    (base / "data").mkdir()
+    stack = Stack(redis_url=url + "/0", data_dir=base / "data", env_overrides={
+        # Production lease timing (tests/support/stack.py shortens it for failover tests; a saturated
+        # worker then loses leases mid-run and sessions are resumed elsewhere: noise, not streaming).
+        "GAMMA_LEASE_MS": "10000", "GAMMA_CLAIM_IDLE_MS": "5000", "GAMMA_IDLE_S": "600", "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", "GAMMA_MAX_SESSIONS_PER_USER": "100000",
+        "GAMMA_SSE_MAX_STREAMS_PER_USER": str(n + 10), "GAMMA_SSE_QUEUE_SIZE": "5000",
+        "GAMMA_SCRIPTED_PROFILE": "fast_gpt", "GAMMA_SCRIPTED_STAMP": "true",
+        "GAMMA_SCRIPTED_TOKENS_PER_S": str(args.rate), "GAMMA_DELTA_COALESCE_MS": str(args.coalesce_ms),
+        **({"GAMMA_MODEL_API": args.api} if args.api else {})})
+    r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=40, timeout=60))
+    http = httpx.AsyncClient(base_url=stack.url("proxy"), headers={"Authorization": f"Bearer {API_TOKEN}"},
+                             timeout=60, limits=httpx.Limits(max_connections=100))
+    try:
+        stack.start()
+        sem = asyncio.Semaphore(50)
+
+        async def create() -> str:
+            async with sem:
+                resp = await http.post("/sessions", json={})
+                resp.raise_for_status()
+                return str(resp.json()["id"])
+        sids = list(await asyncio.gather(*(create() for _ in range(n))))
+        await post_all(http, sids, {"message": "hi"}, ramp_s=n / 100)  # wake every session first
+        await until_answered(r, sids, 1, 120 + n * 0.3)
+        proxy, runtime = stack.procs["proxy"].pid, stack.procs["runtime"].pid
+        rss_before = psutil.Process(proxy).memory_info().rss
+        readers = start_readers(stack.url("proxy"), sids, args.client_procs, args.timeout_s)
+        for _, conn in readers:
+            assert conn.recv() == "open"
+        rss_open = psutil.Process(proxy).memory_info().rss
+        cmd0, cpu_rt0, cpu_px0, t0 = await commands(r), cpu_s(runtime), cpu_s(proxy), time.monotonic()
+        content = "@ts@" * args.tokens
+        script = "script:" + json.dumps([{"content": content, "tool_calls": [TOOL]}])
+        await post_all(http, sids, {"message": script}, ramp_s=args.ramp_s)
+        spy = None
+        if args.py_spy:
+            out = ROOT / "bench" / "results" / f"stream-{args.label or 'run'}-{n}.folded"
+            spy = await asyncio.create_subprocess_exec(args.py_spy, "record", "-p", str(runtime), "-d", "6", "-r", "50",
+                                                       "-f", "raw", "-o", str(out), stdout=asyncio.subprocess.DEVNULL,
+                                                       stderr=asyncio.subprocess.DEVNULL)
+        results = [conn.recv() for _, conn in readers]
+        if spy is not None:
+            await spy.wait()
+        elapsed = time.monotonic() - t0
+        rss_peak = psutil.Process(proxy).memory_info().rss
+        cmd1, cpu_rt1, cpu_px1 = await commands(r), cpu_s(runtime), cpu_s(proxy)
+        for p, _ in readers:
+            p.join(10)
+    finally:
+        await http.aclose()
+        await r.aclose()
+        stack.stop()
+        redis_proc.terminate()
+    lat = [x for res in results for x in res["lat"]]
+    tokens = len(lat)
+    return {"lat": lat, "tokens": tokens, "events": sum(res["events"] for res in results),
+            "restarts": sum(res["restarts"] for res in results),
+            "done": sum(res["done"] for res in results), "errors": sum(res["errors"] for res in results),
+            "elapsed_s": elapsed, "cmds": sum(cmd1.values()) - sum(cmd0.values()) - 1,
+            "by_command": {k: v - cmd0.get(k, 0) for k, v in sorted(cmd1.items(), key=lambda kv: -kv[1])
+                           if v - cmd0.get(k, 0) > 0}, "cpu_runtime_s": cpu_rt1 - cpu_rt0,
+            "cpu_proxy_s": cpu_px1 - cpu_px0, "rss_before": rss_before, "rss_open": rss_open, "rss_peak": rss_peak}
+
+
+def baseline(args: argparse.Namespace, n: int) -> list[float]:
+    url, redis_proc = start_redis_server()
+    ctx = mp.get_context("spawn")
+    streams = [f"bench:bare:{i}" for i in range(n)]
+    parent, child = ctx.Pipe()
+    try:
+        consumer = ctx.Process(target=bare_consumer, args=(url, streams, args.tokens, child, args.timeout_s), daemon=True)
+        consumer.start()
+        time.sleep(1.0)
+        producer = ctx.Process(target=bare_producer, args=(url, streams, args.tokens, 0.4, args.rate, args.ramp_s),
+                               daemon=True)
+        producer.start()
+        lat: list[float] = parent.recv() if parent.poll(args.timeout_s + 60) else []
+        producer.join(30)
+        consumer.join(10)
+    finally:
+        redis_proc.terminate()
+    return lat
+
+
+def summarize(n: int, s: dict[str, Any], bare: list[float], load: list[float]) -> dict[str, Any]:
+    tokens = max(s["tokens"], 1)
+    return {
+        "sessions": n, "tokens_expected": n * 0, "tokens_delivered": s["tokens"],
+        "sessions_completed": s["done"], "reader_errors": s["errors"], "model_restarts_seen": s["restarts"],
+        "added_p50_ms": pct(s["lat"], 0.5), "added_p99_ms": pct(s["lat"], 0.99), "added_max_ms": pct(s["lat"], 1.0),
+        "baseline_p50_ms": pct(bare, 0.5), "baseline_p99_ms": pct(bare, 0.99), "baseline_max_ms": pct(bare, 1.0),
+        "baseline_tokens": len(bare),
+        "chunks_per_s": round(s["tokens"] / s["elapsed_s"], 1), "phase_s": round(s["elapsed_s"], 1),
+        "sse_events_per_chunk": round(s["events"] / tokens, 3),
+        "redis_cmds_per_chunk": round(s["cmds"] / tokens, 3),
+        "runtime_cpu_ms_per_1k_chunks": round(s["cpu_runtime_s"] * 1e6 / tokens, 1),
+        "proxy_cpu_ms_per_1k_chunks": round(s["cpu_proxy_s"] * 1e6 / tokens, 1),
+        "proxy_rss_per_client_kb": round((max(s["rss_open"], s["rss_peak"]) - s["rss_before"]) / 1024 / n, 1),
+        "proxy_rss_mb": {"before_clients": round(s["rss_before"] / 2**20, 1),
+                         "clients_open": round(s["rss_open"] / 2**20, 1), "end": round(s["rss_peak"] / 2**20, 1)},
+        "load_average": load,
+        "redis_cmds_per_chunk_by_command": {k: round(v / tokens, 3) for k, v in list(s["by_command"].items())[:8]},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--loads", default="200,500,1000")
+    parser.add_argument("--tokens", type=int, default=400)
+    parser.add_argument("--rate", type=float, default=80.0, help="tokens per second per session")
+    parser.add_argument("--ramp-s", type=float, default=2.0, help="spread the streaming prompts over this")
+    parser.add_argument("--coalesce-ms", type=float, default=25.0, help="GAMMA_DELTA_COALESCE_MS")
+    parser.add_argument("--api", choices=["responses", "chat"], default=None)
+    parser.add_argument("--client-procs", type=int, default=2)
+    parser.add_argument("--timeout-s", type=float, default=180.0)
+    parser.add_argument("--label", default="")
+    parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime for 6 s of streaming")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    rows: list[dict[str, Any]] = []
+    for n in (int(x) for x in args.loads.split(",")):
+        s = asyncio.run(stack_load(args, n))
+        load = [round(x, 2) for x in os.getloadavg()]
+        bare = baseline(args, n)
+        row = summarize(n, s, bare, load)
+        row["tokens_expected"] = n * args.tokens
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        write(args, rows)  # after each load: a long run that is stopped keeps what it measured
+
+
+def write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    result = {"bench": "stream", "label": args.label, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "machine": {"cpus": os.cpu_count()},
+              "config": {"tokens": args.tokens, "rate": args.rate, "ttft_ms": 400, "ramp_s": args.ramp_s,
+                         "coalesce_ms": args.coalesce_ms, "api": args.api or "responses",
+                         "client_procs": args.client_procs},
+              "loads": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

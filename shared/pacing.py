@@ -1,0 +1,71 @@
+"""The scripted model's timing: time to first token, tokens per second, jitter (issue 20).
+
+Off by default (every chunk at once, as before). With a rate, text and tool-call arguments are cut
+into one token (TOKEN_CHARS characters) per chunk and sent on a schedule: the first token after the
+time to first token, then one every 1/rate seconds with a uniform jitter. The schedule is absolute
+(a late wake-up sends what is due without sleeping again), so a loaded event loop does not slow the
+model down: it only delays the chunks, which is what a bench of the harness wants to see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from .settings import Settings
+
+TOKEN_CHARS = 4  # ~ one token of English text
+STAMP = b"@ts@"  # replaced by the chunk's emit time when `stamp` is on (bench only)
+PROFILES: dict[str, tuple[float, float, float]] = {  # ttft ms, tokens/s, jitter ms
+    "instant": (0.0, 0.0, 0.0),
+    "fast_gpt": (400.0, 80.0, 3.0),
+}
+
+
+@dataclass(frozen=True)
+class Timing:
+    ttft_s: float = 0.0
+    tokens_per_s: float = 0.0
+    jitter_s: float = 0.0
+    stamp: bool = False
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Timing:
+        ttft, rate, jitter = PROFILES[s.scripted_profile]
+        return cls(ttft_s=(s.scripted_ttft_ms if s.scripted_ttft_ms is not None else ttft) / 1000,
+                   tokens_per_s=s.scripted_tokens_per_s if s.scripted_tokens_per_s is not None else rate,
+                   jitter_s=(s.scripted_jitter_ms if s.scripted_jitter_ms is not None else jitter) / 1000,
+                   stamp=s.scripted_stamp)
+
+    @property
+    def active(self) -> bool:
+        return self.ttft_s > 0 or self.tokens_per_s > 0 or self.stamp
+
+    def step(self, instant: int) -> int:
+        """Characters per streamed delta: one token when paced, `instant` otherwise."""
+        return TOKEN_CHARS if self.tokens_per_s > 0 else instant
+
+
+def stamped(chunk: bytes) -> bytes:
+    return chunk.replace(STAMP, f"{time.time():.6f}".encode()) if STAMP in chunk else chunk
+
+
+async def paced(chunks: list[tuple[bytes, bool]], timing: Timing) -> AsyncIterator[bytes]:
+    """Yield the chunks ((bytes, carries a token)); token chunks on the schedule, the others at once."""
+    start = time.monotonic()
+    due = start + timing.ttft_s
+    interval = 1 / timing.tokens_per_s if timing.tokens_per_s > 0 else 0.0
+    first = True
+    for chunk, token in chunks:
+        if token:
+            if not first:
+                due += interval
+            first = False
+            at = due + (random.uniform(-timing.jitter_s, timing.jitter_s) if timing.jitter_s else 0.0)
+            wait = at - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        yield stamped(chunk) if timing.stamp else chunk

@@ -1,0 +1,118 @@
+"""Issue 20: the scripted model streams with a real model's timing (both APIs), and the runtime's
+Outbox coalesces streamed text so Redis sees far fewer XADDs than tokens, without reordering or
+delaying the awaited events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import redis.asyncio as aioredis
+
+from services.runtime.events import Outbox
+from shared import keys
+from shared.model import ScriptedReply, ScriptedToolCall, openai_client
+from shared.pacing import Timing
+from shared.settings import Settings
+
+TEXT = "@ts@" * 40  # 40 tokens, each stamped with its emit time
+
+
+def reply(_: dict) -> ScriptedReply:
+    return ScriptedReply(content=TEXT, tool_calls=[ScriptedToolCall(name="message_user",
+                                                                     arguments={"message": "done", "blockOnUser": True})])
+
+
+def timed_client():  # type: ignore[no-untyped-def]
+    settings = Settings(OPENAI_API_KEY=None, GAMMA_SCRIPTED_TTFT_MS=150, GAMMA_SCRIPTED_TOKENS_PER_S=200,
+                        GAMMA_SCRIPTED_JITTER_MS=1, GAMMA_SCRIPTED_STAMP=True)
+    return openai_client(settings, reply)
+
+
+def test_the_fast_gpt_profile_and_overrides() -> None:
+    assert Timing.from_settings(Settings(GAMMA_SCRIPTED_PROFILE="fast_gpt")).ttft_s == 0.4
+    assert Timing.from_settings(Settings(GAMMA_SCRIPTED_PROFILE="fast_gpt")).tokens_per_s == 80
+    assert Timing.from_settings(Settings(GAMMA_SCRIPTED_PROFILE="fast_gpt", GAMMA_SCRIPTED_TOKENS_PER_S=20)).tokens_per_s == 20
+    assert not Timing.from_settings(Settings()).active  # off by default: tests stay instant
+
+
+def check(received: list[tuple[float, str]], started: float, args: list[str]) -> None:
+    stamps = [(at, float(text)) for at, text in received]
+    assert [len(text) for _, text in received] == [len("1733300000.123456")] * 40  # one token per chunk
+    assert stamps[0][1] - started >= 0.14  # time to first token
+    emitted = [s for _, s in stamps]
+    assert emitted == sorted(emitted) and 0.15 <= emitted[-1] - emitted[0] <= 3  # 39 intervals at 200/s (slower on a loaded machine)
+    assert all(at >= s for at, s in stamps)
+    assert len(args) > 5 and all(len(a) <= 4 for a in args)  # tool-call arguments streamed too
+    assert json.loads("".join(args)) == {"message": "done", "blockOnUser": True}
+
+
+@pytest.mark.timeout(30)
+async def test_chat_completions_stream_one_token_per_chunk_on_schedule() -> None:
+    client = timed_client()
+    started = time.time()
+    stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+    received, args = [], []
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            received.append((time.time(), chunk.choices[0].delta.content))
+        for call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            if call.function and call.function.arguments:
+                args.append(call.function.arguments)
+    check(received, started, args)
+
+
+@pytest.mark.timeout(30)
+async def test_responses_stream_one_token_per_chunk_on_schedule() -> None:
+    client = timed_client()
+    async for _ in await client.responses.create(model="m", input=[{"role": "user", "content": "hi"}], stream=True):
+        pass  # warm: the SDK builds its Responses types on first use (a ~0.5 s stall of the loop)
+    started = time.time()
+    stream = await client.responses.create(model="m", input=[{"role": "user", "content": "hi"}], stream=True)
+    received, args = [], []
+    async for event in stream:
+        if event.type == "response.output_text.delta":
+            received.append((time.time(), event.delta))
+        elif event.type == "response.function_call_arguments.delta":
+            args.append(event.delta)
+    check(received, started, args)
+
+
+async def bus(*_: object) -> None:
+    return None
+
+
+async def entries(client: aioredis.Redis, sid: str) -> list[dict]:
+    return [json.loads(f[b"data"]) for _, f in await client.xrange(keys.events(sid))]
+
+
+@pytest.mark.timeout(30)
+async def test_deltas_coalesce_per_window_in_order(redis_client: aioredis.Redis) -> None:
+    out = Outbox(redis_client, "co1", bus, coalesce_s=0.03)
+    t0 = time.monotonic()
+    for n in range(60):  # 60 tokens at ~500/s
+        await out.event("message_update", {"delta": f"{n} "}, wait=False)
+        if n == 30:
+            await out.event("message_update", {"restart": True}, wait=False)  # not a delta: kept apart
+        await asyncio.sleep(0.002)
+    await out.event("message_end", {"n": 1})  # awaited: drains the queue first
+    windows = (time.monotonic() - t0) / 0.03
+    got = await entries(redis_client, "co1")
+    deltas = [e["data"]["delta"] for e in got if "delta" in e["data"]]
+    assert "".join(deltas) == "".join(f"{n} " for n in range(60))
+    assert len(deltas) <= min(windows + 3, 30)  # one per 30 ms window (+ the notice's split), not 60 XADDs
+    assert [e["type"] for e in got][-1] == "message_end"
+    restart = next(i for i, e in enumerate(got) if e["data"].get("restart"))
+    assert "".join(deltas[:restart]).split()[-1] == "30"  # the notice sits where the engine made it
+
+
+@pytest.mark.timeout(30)
+async def test_an_awaited_event_is_not_held_by_the_window(redis_client: aioredis.Redis) -> None:
+    out = Outbox(redis_client, "co2", bus, coalesce_s=0.5)
+    await out.event("message_update", {"delta": "a"}, wait=False)
+    t0 = time.monotonic()
+    await out.event("message_end", {})
+    assert time.monotonic() - t0 < 0.2
+    assert [e["type"] for e in await entries(redis_client, "co2")] == ["message_update", "message_end"]
