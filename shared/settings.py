@@ -114,6 +114,13 @@ class Settings(BaseSettings):
     model_retry_base_s: float = Field(1.0, ge=0.0, le=60.0, validation_alias="GAMMA_MODEL_RETRY_BASE_S")
     model_retry_max_s: float = Field(60.0, ge=0.0, le=600.0, validation_alias="GAMMA_MODEL_RETRY_MAX_S")
 
+    # --- dormant sessions in Redis (issue 19 item 3) ---
+    # How long a dormant session's events stream (SSE replay) and drained inbox stay in Redis; after
+    # it only the session row, its fence, and the user's index (plus digest/notification state) remain.
+    dormant_retention_s: float = Field(300.0, ge=0.0, le=7 * 24 * 3600, validation_alias="GAMMA_DORMANT_RETENTION_S")
+    # How often each runtime worker sweeps the dormant sessions whose retention ended.
+    dormant_sweep_interval_s: float = Field(10.0, gt=0, le=3600, validation_alias="GAMMA_DORMANT_SWEEP_INTERVAL_S")
+
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
         if not self.api_tokens.strip():
