@@ -18,7 +18,7 @@ The full table is in docs/integration.md ("Redis keys of a dormant session").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
@@ -101,7 +101,7 @@ async def sweep_session(client: aioredis.Redis, sid: str) -> int:
 async def sweep_due(client: aioredis.Redis, now: int | None = None, limit: int = 200) -> SweepResult:
     """Sweep up to `limit` sessions whose retention ended. Several workers may run it at once: the
     script is idempotent, and a due entry is removed only at the score it was read with."""
-    due: Sequence[tuple[bytes | str, float]] = await client.zrangebyscore(
+    due: Any = await client.zrangebyscore(
         keys.DORMANT_DUE, "-inf", now_ms() if now is None else now, start=0, num=limit, withscores=True)
     result = SweepResult()
     if not due:

@@ -22,7 +22,14 @@ from services.proxy.fanout import parse_id
 from shared import keys
 from tests.integration.test_digest_acceptance import artifact_updates, manifest
 from tests.integration.test_notifications_acceptance import (
-    USER, create_session, entries, injected, post, say, user_index, wait_live,
+    USER,
+    create_session,
+    entries,
+    injected,
+    post,
+    say,
+    user_index,
+    wait_live,
 )
 from tests.support.stack import Stack
 
