@@ -6,6 +6,9 @@ starts at the newest entry. A comment line goes out when nothing arrived for a h
 which also notices a client that went away; the generator ends when the client disconnects.
 Live entries come from the process's fan-out (services/proxy/fanout.py), not from a Redis
 connection per client; a user may hold GAMMA_SSE_MAX_STREAMS_PER_USER streams per proxy process.
+When entries after the client's position are gone (a dormant session's stream swept after
+GAMMA_DORMANT_RETENTION_S, or capped by MAXLEN) an `event: reset` frame comes first: reload from
+GET /transcript, then apply what follows (docs/integration.md "Dormant sessions in Redis").
 """
 
 from __future__ import annotations
