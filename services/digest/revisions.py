@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 from pathlib import Path
 from typing import Literal
 
@@ -102,7 +103,11 @@ class RevisionStore:
         return {(k.decode() if isinstance(k, bytes) else k): RefState.model_validate_json(v) for k, v in raw.items()}
 
     async def save(self, sid: str, ref: str, state: RefState) -> None:
-        await self._r.hset(keys.revisions(sid), ref, state.model_dump_json())
+        # Defaults left out (they parse back): short values keep the hash a listpack, which a dormant
+        # session keeps in Redis for good (issue 19; bench/dormant_memory.py).
+        data = state.model_dump(mode="json", exclude_defaults=True)
+        data["current"] = state.current  # always there: readers take it as the ref's revision number
+        await self._r.hset(keys.revisions(sid), ref, json.dumps(data, separators=(",", ":")))
 
     # -------------------------------------------------------------- content on the session disk
 
