@@ -40,6 +40,7 @@ from tests.support.stack import API_TOKEN, Stack  # noqa: E402
 HEADERS = {"Authorization": f"Bearer {API_TOKEN}"}
 USER = "alice"
 TARGET_BYTES = 1024
+UNANSWERED: list[str] = []
 PROMPTS = {"plain": "hello, what can you do?", "deck": "Create a presentation about our Q3 results"}
 
 
@@ -127,8 +128,10 @@ def live_batch(api: httpx.Client, r: redis.Redis, pool: ThreadPoolExecutor, n: i
     sids = list(pool.map(create, range(n)))
     deadline = time.time() + 300
     while len(answered(r, sids)) < len(sids):
-        if time.time() > deadline:
-            raise SystemExit(f"only {len(answered(r, sids))}/{len(sids)} answered in 300 s")
+        if time.time() > deadline:  # reported, not fatal: the memory of a dormant session is what is measured
+            print(f"  only {len(answered(r, sids))}/{len(sids)} answered in 300 s", flush=True)
+            UNANSWERED.extend(set(sids) - answered(r, sids))
+            break
         time.sleep(0.2)
 
     def suspend(sid: str) -> None:
@@ -182,6 +185,8 @@ def main() -> None:
     stack = Stack(redis_url=url, data_dir=Path(tempfile.mkdtemp(prefix="bench-dormant-")),
                   env_overrides={"GAMMA_MAX_SESSIONS_PER_USER": str(args.n + 10),
                                  "GAMMA_SESSION_CREATES_PER_MINUTE": "1000000",
+                                 # The tests' 3 s lease is lost under a 50-session burst on a loaded machine.
+                                 "GAMMA_LEASE_MS": "15000",
                                  # Long: the "before" figure is taken while dormant; the bench then sweeps.
                                  "GAMMA_DORMANT_RETENTION_S": "86400"})
     r = redis.Redis.from_url(url)
@@ -208,7 +213,7 @@ def main() -> None:
             "baseline_info_memory": baseline,
             "dormant_before_sweep": {**before, **per_session_delta(before_used, baseline, args.n)},
             "dormant_after_sweep": {**after, **per_session_delta(after_used, baseline, args.n)},
-            "sweep": swept, "largest_other_keys": others, "five_wakes_after_sweep_s": round(wake_s, 2), "target_bytes": TARGET_BYTES,
+            "unanswered_before_suspend": len(UNANSWERED), "sweep": swept, "largest_other_keys": others, "five_wakes_after_sweep_s": round(wake_s, 2), "target_bytes": TARGET_BYTES,
             "extrapolated_10k_after_mib": round(after["per_session_bytes"] * 10_000 / 2**20, 2),
             "extrapolated_10k_before_mib": round(before["per_session_bytes"] * 10_000 / 2**20, 2),
         }
