@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -19,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from shared import keys
 from shared.disk import atomic_write_bytes, session_paths
+from shared.redis_wire import text
 
 Actor = Literal["user", "agent", "service"]
 
@@ -100,14 +100,10 @@ class RevisionStore:
 
     async def all(self, sid: str) -> dict[str, RefState]:
         raw = await self._r.hgetall(keys.revisions(sid))
-        return {(k.decode() if isinstance(k, bytes) else k): RefState.model_validate_json(v) for k, v in raw.items()}
+        return {text(k): RefState.model_validate_json(v) for k, v in raw.items()}
 
     async def save(self, sid: str, ref: str, state: RefState) -> None:
-        # Defaults left out (they parse back): short values keep the hash a listpack, which a dormant
-        # session keeps in Redis for good (issue 19; bench/dormant_memory.py).
-        data = state.model_dump(mode="json", exclude_defaults=True)
-        data["current"] = state.current  # always there: readers take it as the ref's revision number
-        await self._r.hset(keys.revisions(sid), ref, json.dumps(data, separators=(",", ":")))
+        await self._r.hset(keys.revisions(sid), ref, state.model_dump_json())
 
     # -------------------------------------------------------------- content on the session disk
 
