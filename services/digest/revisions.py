@@ -18,7 +18,6 @@ from pydantic import BaseModel, Field
 
 from shared import keys
 from shared.disk import atomic_write_bytes, session_paths
-from shared.redis_wire import text
 
 Actor = Literal["user", "agent", "service"]
 
@@ -100,7 +99,7 @@ class RevisionStore:
 
     async def all(self, sid: str) -> dict[str, RefState]:
         raw = await self._r.hgetall(keys.revisions(sid))
-        return {text(k): RefState.model_validate_json(v) for k, v in raw.items()}
+        return {(k.decode() if isinstance(k, bytes) else k): RefState.model_validate_json(v) for k, v in raw.items()}
 
     async def save(self, sid: str, ref: str, state: RefState) -> None:
         await self._r.hset(keys.revisions(sid), ref, state.model_dump_json())
