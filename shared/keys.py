@@ -122,6 +122,14 @@ DIGEST_DUE = "gamma:digest:due"
 # score is older than its lease and that has no lease lost its worker; any runtime resumes it.
 RUNTIME_LIVE = "gamma:runtime:live"
 
+# Sorted set: dormant session id scored by when its retention ends (ms); the runtime's sweep then drops
+# the session's events stream and drained inbox (shared/dormancy.py, docs/integration.md).
+DORMANT_DUE = "gamma:dormant:due"
+
+# Session-row field set by the sweep: the id of the last events-stream entry it deleted, so the SSE
+# route tells a client whose Last-Event-ID is older that its history is gone (a `reset` event).
+EVENTS_SWEPT_FIELD = "events_swept"
+
 
 def compaction_done(sid: str, request_id: str) -> str:
     """Set by the compaction service in the same script that sends the request's CompactionReady."""

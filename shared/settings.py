@@ -129,6 +129,12 @@ class Settings(BaseSettings):
     # Streamed text deltas of a session queued within this window go out as one event (one XADD);
     # 0: one event per delta (each its own XADD, pipelined with whatever else is queued).
     delta_coalesce_ms: float = Field(25.0, ge=0, le=1000, validation_alias="GAMMA_DELTA_COALESCE_MS")
+    # --- dormant sessions in Redis (issue 19 item 3) ---
+    # How long a dormant session's events stream (SSE replay) and drained inbox stay in Redis; after
+    # it only the session row, its fence, and the user's index (plus digest/notification state) remain.
+    dormant_retention_s: float = Field(300.0, ge=0.0, le=7 * 24 * 3600, validation_alias="GAMMA_DORMANT_RETENTION_S")
+    # How often each runtime worker sweeps the dormant sessions whose retention ended.
+    dormant_sweep_interval_s: float = Field(10.0, gt=0, le=3600, validation_alias="GAMMA_DORMANT_SWEEP_INTERVAL_S")
 
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""

@@ -18,7 +18,7 @@ from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
 from redis.exceptions import RedisError
 
-from shared import keys, metrics
+from shared import dormancy, keys, metrics
 from shared.contracts.base import now_ms
 from shared.contracts.http import ModelConfig
 from shared.contracts.lifecycle import SessionDormant, SessionLive
@@ -61,6 +61,7 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._trimmed_at = 0
+        self._swept_at = 0
         self._closing: set[asyncio.Task[None]] = set()  # closes asked for by a Stop
         self.counter = TokenCounter()
         self.model_client = model_client
@@ -179,6 +180,11 @@ class Worker:
             # The inboxes are read (and acked) only here: trim them to what the runtime group acked.
             for i in range(0, len(sessions), HOUSEKEEPING_CHUNK):
                 await trim_all(self.client, [keys.inbox(s.sid) for s in sessions[i : i + HOUSEKEEPING_CHUNK]])
+        if now_ms() - self._swept_at >= self.settings.dormant_sweep_interval_s * 1000:
+            self._swept_at = now_ms()
+            swept = await dormancy.sweep_due(self.client)
+            if swept.swept or swept.live:
+                log.info("dormant_sessions_swept", **swept.model_dump())
 
     async def _housekeep_chunk(self, sessions: list[Session]) -> None:
         held = await renew_all(self.client, [s.lease for s in sessions], [s.sid for s in sessions if s.running],
@@ -255,6 +261,9 @@ class Worker:
                 await self._answer_stops(session, 200, {"status": "dormant"})
                 with contextlib.suppress(RedisError, OSError):  # best effort: a dormant inbox keeps only the unread
                     await trim_acked(self.client, keys.inbox(sid))
+                with contextlib.suppress(RedisError, OSError):  # unscheduled, it only keeps its streams
+                    # After the retention window the events stream and the drained inbox go (shared/dormancy.py).
+                    await dormancy.schedule(self.client, sid, self.settings.dormant_retention_s)
             except LeaseLost:
                 log.warning("lease_lost_at_close", session_id=sid)
                 await self._answer_stops(session, 409, {"error": "the session moved to another worker; suspend it again"})

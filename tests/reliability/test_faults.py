@@ -1,6 +1,6 @@
 """Fault injection: a scripted load on the real stack while services die, pause and lose Redis.
 
-Real Redis (AOF, its own port), the five services and a second runtime as processes, a supervisor
+Real Redis (AOF, its own port), the five services and two more runtimes as processes, a supervisor
 restarting whatever exits. While sessions send notifications, save files, edit decks and prompt,
 the suite kill -9s each service in turn, SIGSTOPs a runtime past its lease (another worker must
 take its sessions; the resumed one must write and publish nothing), and restarts Redis. Then it
@@ -38,6 +38,8 @@ from .workload import (
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SESSIONS = int(os.environ.get("GAMMA_FAULT_SESSIONS", "8"))
+# Runtime workers sharing the sessions (issue 19: three); the faults hit the first and pause the busiest.
+RUNTIMES = int(os.environ.get("GAMMA_FAULT_RUNTIMES", "3"))
 LEASE_MS = 3000
 SUITE_BUDGET_S = 225  # the whole test, startup to audit, stays under 4 minutes
 FLUSH_MAX_S = 45  # after the faults: flush prompts until everything acknowledged is recorded
@@ -66,7 +68,7 @@ def test_faults(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     cluster = Cluster(
-        redis_proc.url + "/0", data_dir, extra_runtimes=1,
+        redis_proc.url + "/0", data_dir, extra_runtimes=RUNTIMES - 1,
         GAMMA_LEASE_MS=str(LEASE_MS), GAMMA_CLAIM_IDLE_MS="1500", GAMMA_REPLY_TIMEOUT_S="5", GAMMA_IDLE_S="60",
     )
     supervisor = Supervisor(cluster, report)

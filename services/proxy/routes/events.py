@@ -6,11 +6,15 @@ starts at the newest entry. A comment line goes out when nothing arrived for a h
 which also notices a client that went away; the generator ends when the client disconnects.
 Live entries come from the process's fan-out (services/proxy/fanout.py), not from a Redis
 connection per client; a user may hold GAMMA_SSE_MAX_STREAMS_PER_USER streams per proxy process.
+When entries after the client's position are gone (a dormant session's stream swept after
+GAMMA_DORMANT_RETENTION_S, or capped by MAXLEN) an `event: reset` frame comes first: reload from
+GET /transcript, then apply what follows (docs/integration.md "Dormant sessions in Redis").
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -32,6 +36,7 @@ from ..rows import SessionState
 router = APIRouter(prefix="/sessions", tags=["events"])
 STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
 BATCH = 200
+MAX_SEQ = 2**64 - 1
 log = structlog.get_logger()
 
 
@@ -73,6 +78,43 @@ async def replay(redis: aioredis.Redis, stream: str, last: str) -> AsyncIterator
                 yield last, text(data)
 
 
+def _before(entry_id: str) -> str:
+    """The greatest stream id below `entry_id`."""
+    ms, seq = parse_id(entry_id)
+    return f"{ms}-{seq - 1}" if seq > 0 else f"{max(ms - 1, 0)}-{MAX_SEQ}"
+
+
+async def history_gap(redis: aioredis.Redis, sid: str, start: str, last: str) -> str | None:
+    """The id to resume from after a `reset`, or None when the stream still holds everything after
+    the client's position. Gone are the entries up to the row's `events_swept` (the dormant sweep
+    deleted the stream, shared/dormancy.py) and those below the first entry of a stream capped by
+    MAXLEN. `0` asks for the whole history: a gap only when a sweep dropped some; `$` never has one."""
+    if start == "$":
+        return None
+    pipe = redis.pipeline(transaction=False)
+    pipe.hget(keys.session_row(sid), keys.EVENTS_SWEPT_FIELD)
+    pipe.xrange(keys.events(sid), count=1)
+    swept_raw, first_raw = await pipe.execute()
+    swept = text(swept_raw) if swept_raw else None
+    first = text(first_raw[0][0]) if first_raw else None
+    if start == "0":
+        return swept
+    if swept is not None and parse_id(last) < parse_id(swept):
+        return swept
+    if swept is None and first is not None and parse_id(last) < parse_id(_before(first)):
+        return _before(first)
+    return None
+
+
+def reset_frame(sid: str, resume: str, last_event_id: str) -> bytes:
+    """A named SSE event (`event: reset`): reload the history from GET /transcript (paged), then
+    apply the events that follow on this connection. Its id is where they start, so a reconnect
+    after it does not get the reset again."""
+    data = json.dumps({"type": "reset", "reason": "history_expired", "session_id": sid,
+                       "last_event_id": last_event_id, "transcript": f"/sessions/{sid}/transcript"})
+    return f"event: reset\nid: {resume}\ndata: {data}\n\n".encode()
+
+
 async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, user: str, start: str,
                        heartbeat_s: float) -> AsyncIterator[bytes]:
     """Joins the fan-out first, then replays from the stream, then follows the fan-out's entries:
@@ -83,6 +125,11 @@ async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, use
     try:
         last = await resolve_start(redis, stream, start)
         yield b"retry: 2000\n: connected\n\n"
+        reset = await history_gap(redis, sid, start, last)
+        if reset is not None:  # entries after the client's position are gone: it reloads from disk
+            log.info("sse_history_reset", session_id=sid, last_event_id=start, resume=reset)
+            yield reset_frame(sid, reset, start)
+            last = reset
         async for entry_id, data in replay(redis, stream, last):
             last = entry_id
             yield sse_frame(entry_id, data)

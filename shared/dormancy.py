@@ -1,0 +1,130 @@
+"""A dormant session costs Redis (almost) nothing (issue 19): its streams go after a retention window.
+
+When the runtime closes a session it schedules it in `keys.DORMANT_DUE` for GAMMA_DORMANT_RETENTION_S
+(the window in which an SSE client may still resume from the events stream). Every runtime worker
+sweeps what is due: one script per session, atomic with the lease check, so a session woken in the
+meantime is left alone, and a wake that comes after finds nothing it needs gone:
+- the events stream is deleted (the runtime's first XADD after a wake recreates it); the id of its
+  last entry goes to the session row (`keys.EVENTS_SWEPT_FIELD`) so the SSE route can tell a client
+  whose Last-Event-ID is older to reload from GET /transcript (a `reset` event);
+- the inbox is deleted with its consumer group only when nothing in it is unread or pending (the
+  runtime trimmed the acknowledged entries at close); a prompt or notification that arrived since
+  keeps it, and the next wake reads it (the group is created at id 0 on demand, shared/bus.ensure_group);
+- leftovers of a holder that died (`running`, the digest's `digest-live`) are deleted.
+Kept: the row, the fence (fences only grow, across wakes), the user's index, the digest's revisions
+(what the agent saw, for the dormant-write manifest), notifications still pending, model usage totals.
+The full table is in docs/integration.md ("Redis keys of a dormant session").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+from pydantic import BaseModel
+
+from . import keys
+from .contracts.base import now_ms
+
+log = structlog.get_logger()
+
+# KEYS: lease, events, inbox, row, running, digest-live. ARGV: the inbox group, the row field.
+# Returns -1 when the session is live (nothing done), else 1 when the inbox was kept (entries wait), 0.
+_SWEEP = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+local function parse(id)
+  local dash = string.find(id, '-', 1, true)
+  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
+end
+local function less(a, b)
+  local ams, aseq = parse(a)
+  local bms, bseq = parse(b)
+  return ams < bms or (ams == bms and aseq < bseq)
+end
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if #last > 0 and redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('HSET', KEYS[4], ARGV[2], last[1][1])
+end
+redis.call('DEL', KEYS[2], KEYS[5], KEYS[6])
+if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+local newest = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+local waiting = false
+if #newest > 0 then
+  waiting = true
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[3])
+  if ok then
+    for _, g in ipairs(groups) do
+      local info = {}
+      for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+      if info['name'] == ARGV[1] then
+        waiting = tonumber(info['pending']) > 0 or less(info['last-delivered-id'], newest[1][1])
+      end
+    end
+  end
+end
+if waiting then return 1 end
+redis.call('DEL', KEYS[3])
+return 0
+"""
+
+# Remove a due entry only if it still has the score we swept it at (a session woken and put to
+# sleep again meanwhile was rescheduled and must stay).
+_UNSCHEDULE = """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
+"""
+
+
+class SweepResult(BaseModel):
+    swept: int = 0  # sessions whose streams were dropped
+    inbox_kept: int = 0  # of those, inboxes kept because entries wait for the next wake
+    live: int = 0  # due sessions found live again (left alone)
+
+
+def session_keys(sid: str) -> list[str]:
+    return [keys.lease(sid), keys.events(sid), keys.inbox(sid), keys.session_row(sid), keys.running(sid),
+            keys.digest_live(sid)]
+
+
+async def schedule(client: aioredis.Redis, sid: str, retention_s: float, now: int | None = None) -> None:
+    """Called by the runtime once the session is dormant (its lease released)."""
+    due = (now_ms() if now is None else now) + int(retention_s * 1000)
+    await client.zadd(keys.DORMANT_DUE, {sid: due})
+
+
+async def sweep_session(client: aioredis.Redis, sid: str) -> int:
+    """The sweep of one session regardless of its due time (-1 live, 1 inbox kept, 0)."""
+    return int(await client.eval(_SWEEP, 6, *session_keys(sid), keys.RUNTIME_GROUP, keys.EVENTS_SWEPT_FIELD))  # type: ignore[misc]
+
+
+async def sweep_due(client: aioredis.Redis, now: int | None = None, limit: int = 200) -> SweepResult:
+    """Sweep up to `limit` sessions whose retention ended. Several workers may run it at once: the
+    script is idempotent, and a due entry is removed only at the score it was read with."""
+    due: Any = await client.zrangebyscore(
+        keys.DORMANT_DUE, "-inf", now_ms() if now is None else now, start=0, num=limit, withscores=True)
+    result = SweepResult()
+    if not due:
+        return result
+    sids = [m.decode() if isinstance(m, bytes) else m for m, _ in due]
+    pipe = client.pipeline(transaction=False)
+    for sid in sids:
+        pipe.eval(_SWEEP, 6, *session_keys(sid), keys.RUNTIME_GROUP, keys.EVENTS_SWEPT_FIELD)
+    replies = await pipe.execute(raise_on_error=False)
+    pipe = client.pipeline(transaction=False)
+    for sid, (_, score), reply in zip(sids, due, replies, strict=True):
+        if isinstance(reply, Exception):
+            log.warning("dormant_sweep_failed", session_id=sid, error=str(reply)[:300])
+            continue  # stays due: the next pass tries again
+        code = int(reply)
+        result.live += code == -1
+        result.swept += code >= 0
+        result.inbox_kept += code == 1
+        pipe.eval(_UNSCHEDULE, 1, keys.DORMANT_DUE, sid, _score_text(score))
+    await pipe.execute(raise_on_error=False)
+    return result
+
+
+def _score_text(score: float) -> str:
+    """ZSCORE's reply for an integral ms score (what `schedule` stores)."""
+    return str(int(score)) if float(score).is_integer() else repr(score)

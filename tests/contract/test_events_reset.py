@@ -1,0 +1,56 @@
+"""The SSE `reset` event (issue 19): sent when entries after the client's Last-Event-ID are gone, never otherwise."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from services.proxy.fanout import EventFanout
+from services.proxy.routes.events import event_frames, history_gap
+from shared import keys
+
+SID = "s_reset"
+
+
+async def first_frames(client: aioredis.Redis, start: str, n: int) -> list[str]:
+    fanout = EventFanout(client, client, block_ms=200, queue_size=100)
+    frames = event_frames(fanout, client, SID, "alice", start, heartbeat_s=0.3)
+    out: list[str] = []
+    try:
+        async for frame in frames:
+            text = frame.decode()
+            if text.startswith(": heartbeat"):
+                break
+            if not text.startswith(("retry:", ":")):
+                out.append(text)
+            if len(out) >= n:
+                break
+    finally:
+        await frames.aclose()
+        await fanout.close()
+    return out
+
+
+async def test_capped_stream_resets_only_clients_behind_its_first_entry(redis_client: aioredis.Redis) -> None:
+    ids = [(await redis_client.xadd(keys.events(SID), {"data": f'{{"n":{i}}}'})).decode() for i in range(6)]
+    await redis_client.xtrim(keys.events(SID), minid=ids[3], approximate=False)  # what MAXLEN does to an old stream
+    [reset, nxt] = await first_frames(redis_client, ids[1], 2)
+    assert reset.startswith("event: reset\n") and '"transcript": "/sessions/s_reset/transcript"' in reset
+    assert nxt.startswith(f"id: {ids[3]}\n")  # then what the stream still holds, from its first entry
+    # The reset's id resumes without another reset; so does the entry right before the first kept one.
+    reset_id = reset.split("\n")[1][len("id: "):]
+    assert await history_gap(redis_client, SID, reset_id, reset_id) is None
+    assert await history_gap(redis_client, SID, ids[2], ids[2]) is None
+    assert (await first_frames(redis_client, ids[3], 1))[0].startswith(f"id: {ids[4]}\n")
+    # "0" replays what is retained, as before, unless a sweep deleted the stream once.
+    assert (await first_frames(redis_client, "0", 1))[0].startswith(f"id: {ids[3]}\n")
+    assert await history_gap(redis_client, SID, "$", ids[5]) is None
+
+
+async def test_swept_stream_resets_clients_before_the_sweep_only(redis_client: aioredis.Redis) -> None:
+    await redis_client.hset(keys.session_row(SID), mapping={"id": SID, keys.EVENTS_SWEPT_FIELD: "1000-5"})
+    new = (await redis_client.xadd(keys.events(SID), {"data": '{"n":1}'})).decode()
+    assert await history_gap(redis_client, SID, "1000-4", "1000-4") == "1000-5"
+    assert await history_gap(redis_client, SID, "0", "0") == "1000-5"
+    assert await history_gap(redis_client, SID, "1000-5", "1000-5") is None
+    [reset, nxt] = await first_frames(redis_client, "0", 2)
+    assert reset.startswith("event: reset\nid: 1000-5\n") and nxt.startswith(f"id: {new}\n")
