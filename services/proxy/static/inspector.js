@@ -162,6 +162,8 @@ const HANDLERS = {
       text: d.error ? `error: ${d.error}` : d.tokensBefore ? `requested at ${d.tokensBefore} tokens` : "" });
     invalidate("timeline");
   },
+  // The events it missed left Redis (a dormant session past its retention): the transcript has them.
+  reset: () => debounce("transcript", softly(loadTranscript)),
   error: (d, ev) => {
     s.live.extras.push({ key: `error-${ev.ts}`, ts: ev.ts, kind: "error", text: d.error || "error" });
     invalidate("timeline");
