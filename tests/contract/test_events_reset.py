@@ -13,7 +13,9 @@ SID = "s_reset"
 
 async def first_frames(client: aioredis.Redis, start: str, n: int) -> list[str]:
     fanout = EventFanout(client, client, block_ms=200, queue_size=100)
-    frames = event_frames(fanout, client, SID, "alice", start, heartbeat_s=0.3)
+    # The heartbeat only ends a read that would otherwise hang: on a loaded machine a short one can come
+    # before the fan-out's first read has answered.
+    frames = event_frames(fanout, client, SID, "alice", start, heartbeat_s=5.0)
     out: list[str] = []
     try:
         async for frame in frames:
