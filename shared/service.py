@@ -24,7 +24,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
-from . import keys, topology
+from . import keys, redis_cluster, topology
 from .bus import ensured_groups, missing_groups
 from .httplimits import bounded_http_protocol
 from .internal_http import InternalServer, internal_app, metrics_response
@@ -139,7 +139,7 @@ async def _groups_gone(ctx: ServiceContext) -> list[str]:
 
 
 async def all_services_ready(client: aioredis.Redis) -> dict[str, bool]:
-    values = await client.mget([keys.health(s) for s in topology.SERVICES])
+    values = await redis_cluster.mget(client, [keys.health(s) for s in topology.SERVICES])  # one slot each
     return {s: v is not None for s, v in zip(topology.SERVICES, values, strict=True)}
 
 
