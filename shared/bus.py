@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 import structlog
@@ -46,7 +46,7 @@ from .bus_subscriber import (
     subscriptions_of,
 )
 from .reconnect import broker_options
-from .redis_cluster import cluster_url, is_cluster
+from .redis_cluster import cluster_url, durable, is_cluster
 from .redis_wire import lenient_text, text
 from .topology import consumer_name
 
@@ -158,7 +158,9 @@ class Publisher:
                 message=message.model_dump_json(by_alias=True).encode(), reply_to=None, headers=headers,
                 correlation_id=str(uuid.uuid4()),
             )
-            added = await client.xadd(stream, {"__data__": envelope})
+            # A service stream entry is another service's input, acknowledged upstream (a wake for a
+            # 202 prompt, an artifact change for a saved file): on a cluster, on a replica first.
+            added = await durable(cast(aioredis.Redis, client), stream, "XADD", stream, "*", "__data__", envelope)
         return text(added)
 
 

@@ -34,10 +34,10 @@ def entry_fields(message: InboxMessage) -> dict[str, str]:
 
 async def append(client: aioredis.Redis, message: InboxMessage) -> str:
     """Producers (proxy, notifications, digest, compaction) call this; returns the entry id."""
-    entry_id = await client.xadd(
-        keys.inbox(message.session_id),
-        {"type": message.type, "data": message.model_dump_json(by_alias=True)},
-    )
+    stream = keys.inbox(message.session_id)
+    # The append is acknowledged to a client (202): on a cluster, on a replica first (redis_cluster.durable).
+    entry_id = await redis_cluster.durable(client, stream, "XADD", stream, "*", "type", message.type,
+                                           "data", message.model_dump_json(by_alias=True))
     return text(entry_id)
 
 
