@@ -217,6 +217,8 @@ class InboxReader:
         would pack it again for every call, on the event loop, right after each batch it read: ~1 ms
         with 200 sessions, delaying the handling of the entries just read (bench-inject).
         A raw reply (nested lists; a map under RESP3); errors as redis-py raises them."""
+        if not shard.sessions:
+            return []  # its last session was removed after this read was scheduled
         route = keys.inbox(next(iter(shard.sessions)))  # the shard's slot (any inbox of it)
         try:
             async with redis_cluster.node_connection(self._client, route) as conn:

@@ -5,7 +5,7 @@ asyncio `RedisCluster` (it discovers the other nodes and follows MOVED/ASK and f
 Detection asks the node `INFO cluster` at start-up (`cluster_enabled:1`); `GAMMA_REDIS_CLUSTER=1`
 (or `0`) forces the answer, for a node that is not reachable yet or a proxy in front of a cluster.
 
-What the services had to respect on a cluster (docs/integration.md "Redis Cluster"):
+What the services had to respect on a cluster (README "Redis Cluster"):
 - a multi-key command, a Lua script and a transaction name keys of ONE slot: the per-session keys
   share the `{sid}` hash tag, the service streams (`gamma:lifecycle`, ...) each live in a slot of their
   own and are only ever touched one at a time; `mget` below splits a cross-slot MGET;

@@ -135,6 +135,13 @@ class Settings(BaseSettings):
     dormant_retention_s: float = Field(300.0, ge=0.0, le=7 * 24 * 3600, validation_alias="GAMMA_DORMANT_RETENTION_S")
     # How often each runtime worker sweeps the dormant sessions whose retention ended.
     dormant_sweep_interval_s: float = Field(10.0, gt=0, le=3600, validation_alias="GAMMA_DORMANT_SWEEP_INTERVAL_S")
+    # --- Redis Cluster (issue 19 items 1, 5): read where the clients are built (shared/redis_cluster.py),
+    # declared here for the settings table and the deploy checks.
+    # Unset: REDIS_URL's node is asked `INFO cluster` at start-up; 1 forces a cluster client, 0 a single one.
+    redis_cluster: bool | None = Field(None, validation_alias="GAMMA_REDIS_CLUSTER")
+    # On a cluster, after a write acknowledged to a client (inbox append, notification, lease, service
+    # stream entry): WAIT for one replica at most this long (ms); 0 turns it off.
+    redis_wait_ms: int = Field(250, ge=0, le=10_000, validation_alias="GAMMA_REDIS_WAIT_MS")
 
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
