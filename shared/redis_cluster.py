@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
@@ -32,7 +31,7 @@ from redis.crc import key_slot
 from redis.exceptions import AskError, ConnectionError, RedisError, ResponseError, TimeoutError
 
 _DETECTED: dict[str, bool] = {}
-PROBE_S = 10.0  # how long start-up waits for the node named by REDIS_URL to answer the probe
+PROBE_TIMEOUT_S = 1.0
 
 
 def forced() -> bool | None:
@@ -46,33 +45,42 @@ def forced() -> bool | None:
 
 
 def is_cluster(url: str) -> bool:
-    """Whether `url` names a node of a Redis Cluster (asked once per URL, then remembered)."""
+    """Whether `url` names a node of a Redis Cluster (asked once per URL, then remembered). A node that
+    does not answer yet counts as a single Redis for now (the services wait for Redis without blocking
+    start-up; `ensure_mode` then finds out and restarts the service if it was a cluster after all)."""
     choice = forced()
     if choice is not None:
         return choice
     if url not in _DETECTED:
         probed = _probe(url)
         if probed is None:
-            return False  # unreachable for now: a single-node client, which reconnects; asked again next time
+            return False
         _DETECTED[url] = probed
     return _DETECTED[url]
 
 
 def _probe(url: str) -> bool | None:
-    deadline = time.monotonic() + PROBE_S
-    while True:
-        client = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
-        try:
-            info = client.info("cluster")
-            return int(info.get("cluster_enabled", 0)) == 1
-        except ResponseError:
-            return False  # a server without the section (or a proxy refusing INFO): not a cluster
-        except (ConnectionError, TimeoutError, OSError):
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.2)
-        finally:
-            client.close()
+    """One `INFO cluster`: True/False, None when the node does not answer."""
+    client = redis.Redis.from_url(url, socket_timeout=PROBE_TIMEOUT_S, socket_connect_timeout=PROBE_TIMEOUT_S)
+    try:
+        info = client.info("cluster")
+        return int(info.get("cluster_enabled", 0)) == 1
+    except ResponseError:
+        return False  # a server without the section (or a proxy refusing INFO): not a cluster
+    except (ConnectionError, TimeoutError, OSError):
+        return None
+    finally:
+        client.close()
+
+
+def ensure_mode(client: Any, url: str) -> None:
+    """Once Redis answers: a service whose single-node client was built while a cluster node was still
+    down must not run against the cluster (every other key would answer MOVED). It stops, and its
+    restart (compose, Kubernetes) builds a cluster client."""
+    if cluster_of(client) is None and forced() is None and _probe(url):
+        _DETECTED[url] = True
+        raise RuntimeError("REDIS_URL names a Redis Cluster node that did not answer at start-up: restart the "
+                           "service (or set GAMMA_REDIS_CLUSTER=1)")
 
 
 def cluster_url(url: str) -> str:

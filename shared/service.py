@@ -209,6 +209,7 @@ async def wait_for_redis(ctx: ServiceContext, log_every_s: float = 5.0) -> None:
         while not terminated:
             try:
                 await ctx.redis.ping()
+                redis_cluster.ensure_mode(ctx.redis, ctx.settings.redis_url)
                 return
             except (OSError, aioredis.ConnectionError, aioredis.TimeoutError) as exc:
                 if waited - last_log >= log_every_s:
