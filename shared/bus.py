@@ -46,7 +46,7 @@ from .bus_subscriber import (
     subscriptions_of,
 )
 from .reconnect import broker_options
-from .redis_cluster import cluster_url, durable, is_cluster
+from .redis_cluster import cluster_url, durable, extra_nodes, is_cluster
 from .redis_wire import lenient_text, text
 from .topology import consumer_name
 
@@ -83,6 +83,8 @@ def make_broker(redis_url: str, registry: CollectorRegistry | None = None, app_n
     # On a cluster, FastStream's cluster broker: each of its stream subscriptions reads one stream (one
     # slot), so the readers and claimers below work unchanged (bench/bus.py measures both side by side).
     broker_class = RedisClusterBroker if is_cluster(redis_url) else RedisBroker
+    cluster_options: dict[str, Any] = (
+        {"startup_nodes": extra_nodes()} if broker_class is RedisClusterBroker and extra_nodes() else {})
     broker = broker_class(
         cluster_url(redis_url) if broker_class is RedisClusterBroker else redis_url,
         middlewares=middlewares,
@@ -93,6 +95,7 @@ def make_broker(redis_url: str, registry: CollectorRegistry | None = None, app_n
         # as JSON lines (shared/logging.py); its per-message INFO/DEBUG chatter stays off.
         logger=_faststream_logger(),
         **broker_options(),
+        **cluster_options,
     )
     if registry is not None:
         report_to(broker, registry)  # its subscriptions report delivery time and dead letters

@@ -22,10 +22,11 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection
 from redis.crc import key_slot
 from redis.exceptions import AskError, ConnectionError, RedisError, ResponseError, TimeoutError
@@ -44,6 +45,25 @@ def forced() -> bool | None:
     return None
 
 
+def extra_nodes() -> list[tuple[str, int]]:
+    """GAMMA_REDIS_CLUSTER_NODES: more nodes of the cluster (`host:port,host:port`), tried when the one
+    REDIS_URL names is down (a service restarted after that node died still finds the cluster)."""
+    out = []
+    for item in os.environ.get("GAMMA_REDIS_CLUSTER_NODES", "").split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if sep and host and port.isdigit():
+            out.append((host, int(port)))
+    return out
+
+
+def node_urls(url: str) -> list[str]:
+    """`url` and the same URL at each of `extra_nodes()` (credentials and options kept)."""
+    parts = urlsplit(url)
+    auth = parts.netloc.rpartition("@")[0]
+    return [url] + [urlunsplit(parts._replace(netloc=(auth + "@" if auth else "") + f"{host}:{port}"))
+                    for host, port in extra_nodes()]
+
+
 def is_cluster(url: str) -> bool:
     """Whether `url` names a node of a Redis Cluster (asked once per URL, then remembered). A node that
     does not answer yet counts as a single Redis for now (the services wait for Redis without blocking
@@ -52,7 +72,7 @@ def is_cluster(url: str) -> bool:
     if choice is not None:
         return choice
     if url not in _DETECTED:
-        probed = _probe(url)
+        probed = next((p for p in map(_probe, node_urls(url)) if p is not None), None)
         if probed is None:
             return False
         _DETECTED[url] = probed
@@ -77,7 +97,7 @@ def ensure_mode(client: Any, url: str) -> None:
     """Once Redis answers: a service whose single-node client was built while a cluster node was still
     down must not run against the cluster (every other key would answer MOVED). It stops, and its
     restart (compose, Kubernetes) builds a cluster client."""
-    if cluster_of(client) is None and forced() is None and _probe(url):
+    if cluster_of(client) is None and forced() is None and any(_probe(u) for u in node_urls(url)):
         _DETECTED[url] = True
         raise RuntimeError("REDIS_URL names a Redis Cluster node that did not answer at start-up: restart the "
                            "service (or set GAMMA_REDIS_CLUSTER=1)")
@@ -97,7 +117,9 @@ def connect_cluster(url: str, max_connections: int, **options: Any) -> aioredis.
     """An asyncio `RedisCluster` for `url` (any node). Typed as `aioredis.Redis`: it answers every
     command the services send with the same signature, and the few that differ go through this module."""
     options.pop("retry_on_error", None)  # RedisCluster retries connection errors and timeouts itself
-    client = RedisCluster.from_url(cluster_url(url), max_connections=max_connections, **options)
+    nodes = [ClusterNode(host, port) for host, port in extra_nodes()]
+    client = RedisCluster.from_url(cluster_url(url), max_connections=max_connections,
+                                   **({"startup_nodes": nodes} if nodes else {}), **options)
     return cast(aioredis.Redis, client)
 
 

@@ -139,6 +139,9 @@ class Settings(BaseSettings):
     # declared here for the settings table and the deploy checks.
     # Unset: REDIS_URL's node is asked `INFO cluster` at start-up; 1 forces a cluster client, 0 a single one.
     redis_cluster: bool | None = Field(None, validation_alias="GAMMA_REDIS_CLUSTER")
+    # More nodes of the cluster (`host:port,host:port`): a service (re)started while the node REDIS_URL
+    # names is down reaches the cluster through these.
+    redis_cluster_nodes: str = Field("", validation_alias="GAMMA_REDIS_CLUSTER_NODES")
     # On a cluster, after a write acknowledged to a client (inbox append, notification, lease, service
     # stream entry): WAIT for one replica at most this long (ms); 0 turns it off.
     redis_wait_ms: int = Field(250, ge=0, le=10_000, validation_alias="GAMMA_REDIS_WAIT_MS")

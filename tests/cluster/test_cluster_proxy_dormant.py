@@ -2,9 +2,8 @@
 SSE replay and resume (tests/integration/test_proxy_dormant.py, unchanged)."""
 
 from tests.integration.test_proxy_dormant import (  # noqa: F401 - pytest collects the imported tests and fixtures
-    api,
-    r,
     stack,
+    stack_env,
     test_create_get_and_list_sessions,
     test_dormant_documents,
     test_dormant_files,

@@ -2,9 +2,7 @@
 stream carries the run, compaction and suspend (tests/integration/test_proxy_live.py, unchanged)."""
 
 from tests.integration.test_proxy_live import (  # noqa: F401 - pytest collects the imported tests and fixtures
-    api,
     live_sid,
-    r,
     stack,
     test_compact_then_suspend,
     test_dormant_session_serves_everything_then_a_message_wakes_it,
