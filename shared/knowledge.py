@@ -169,7 +169,7 @@ def stem(word: str) -> str:
 
 
 def tokens(text: str) -> list[str]:
-    return [stem(t) for t in TOKEN_RE.findall(text.lower()) if t not in STOPWORDS]
+    return [stem(t) for t in TOKEN_RE.findall(text.lower()) if len(t) > 1 and t not in STOPWORDS]
 
 
 def bm25_scores(query: str, documents: Sequence[str]) -> list[float]:
