@@ -140,10 +140,14 @@ async def get_note(redis: Any, owner: str, note_id: str) -> KnowledgeNote | None
     return _parse(raw) if raw is not None else None
 
 
-async def all_notes(redis: Any, owner: str) -> list[KnowledgeNote]:
-    raw = await redis.hgetall(notes_key(owner))
+def notes_of(raw: dict[Any, Any]) -> list[KnowledgeNote]:
+    """The notes of a `notes_key` hash, by id."""
     notes = [n for n in (_parse(v) for v in raw.values()) if n is not None]
     return sorted(notes, key=lambda n: n.id)
+
+
+async def all_notes(redis: Any, owner: str) -> list[KnowledgeNote]:
+    return notes_of(await redis.hgetall(notes_key(owner)))
 
 
 # ---------------------------------------------------------------- the ranker

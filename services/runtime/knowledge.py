@@ -28,9 +28,10 @@ from shared.contracts.messages import AgentMessage, CustomMessage
 from shared.contracts.transcript import CustomMessageEntry, MessageEntry, TranscriptEntry
 from shared.knowledge import (
     KnowledgeNote,
-    all_notes,
     get_note,
     hints_block,
+    notes_key,
+    notes_of,
     parse_source_id,
     revisions_key,
     select_notes,
@@ -110,12 +111,16 @@ class KnowledgeReader:
         return self._owner
 
     async def notes(self) -> Notes:
-        """The notes, and every note id's last revision (deleted notes included)."""
+        """The notes, and every note id's last revision (deleted notes included): one round trip
+        (both keys carry the owner's hash tag: one Cluster slot)."""
         owner = await self.owner()
         if owner is None:
             return [], {}
-        revisions = await self.client.hgetall(revisions_key(owner))
-        return await all_notes(self.client, owner), {text(k): int(v) for k, v in revisions.items()}
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(notes_key(owner))
+            pipe.hgetall(revisions_key(owner))
+            raw, revisions = await pipe.execute()
+        return notes_of(raw), {text(k): int(v) for k, v in revisions.items()}
 
     async def note(self, note_id: str) -> KnowledgeNote | None:
         owner = await self.owner()

@@ -11,7 +11,7 @@ the stable set and never changes. `make bench-prefix` measures what the subset c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from shared.contracts.transcript import MessageEntry, SkillActivationEntry, TranscriptEntry
@@ -68,16 +68,16 @@ class ToolPolicy:
         self.registered = [*registered, load_tools_tool()]
         self.entries = entries  # () -> the transcript's entries
         self.then = then
+        self._active: tuple[int, list[Tool]] = (-1, [])  # (entries seen, the subset): the transcript only grows
 
     def active_tools(self) -> list[Tool]:
-        names = {n for ns in active_namespaces(self.entries()) for n in NAMESPACES[ns]}
-        return [t for t in self.registered if t.name in names]
+        entries = self.entries()
+        if self._active[0] != len(entries):
+            names = {n for ns in active_namespaces(entries) for n in NAMESPACES[ns]}
+            self._active = (len(entries), [t for t in self.registered if t.name in names])
+        return list(self._active[1])
 
     async def before_model_call(self, context: AgentContext) -> None:
         context.tools = self.active_tools()
         await self.then(context)
 
-
-def namespace_of(tools: Mapping[str, Tool] | Sequence[Tool]) -> dict[str, str]:
-    names = tools.keys() if isinstance(tools, Mapping) else [t.name for t in tools]
-    return {n: next((ns for ns, members in NAMESPACES.items() if n in members), "core") for n in names}

@@ -12,7 +12,15 @@ from services.runtime.skill_rules import check_rules, load_rules
 from services.runtime.skills import load_skills
 from services.runtime.tool_policy import NAMESPACES, SKILL_NAMESPACES, load_tools_tool
 from services.runtime.tools import TOOL_ORDER
-from shared.knowledge import KnowledgeNote, bm25_scores, hints_block, parse_source_id, select_notes, source_id, tokens
+from shared.knowledge import (
+    KnowledgeNote,
+    bm25_scores,
+    hints_block,
+    parse_source_id,
+    select_notes,
+    source_id,
+    tokens,
+)
 
 
 def note(note_id: str, name: str, scope: str) -> KnowledgeNote:
