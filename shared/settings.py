@@ -146,6 +146,16 @@ class Settings(BaseSettings):
     # stream entry): WAIT for one replica at most this long (ms); 0 turns it off.
     redis_wait_ms: int = Field(250, ge=0, le=10_000, validation_alias="GAMMA_REDIS_WAIT_MS")
 
+    # --- scoped knowledge, skill rules, dynamic tools (issue 21) ---
+    # Knowledge hints at each prompt: at most this many notes, each with a BM25 score (name + scope
+    # against the prompt) of at least this; a note body longer than this many characters is returned
+    # by read_workspace_rule as a workspace file instead of inline.
+    knowledge_top_k: int = Field(5, ge=0, le=50, validation_alias="GAMMA_KNOWLEDGE_TOP_K")
+    knowledge_min_score: float = Field(0.1, ge=0, le=100, validation_alias="GAMMA_KNOWLEDGE_MIN_SCORE")
+    knowledge_inline_chars: int = Field(16_000, ge=256, le=1_000_000, validation_alias="GAMMA_KNOWLEDGE_INLINE_CHARS")
+    # Tool namespaces with an active subset (services/runtime/tool_policy.py); off: every tool, always.
+    dynamic_tools: bool = Field(False, validation_alias="GAMMA_DYNAMIC_TOOLS")
+
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
         if not self.api_tokens.strip():
