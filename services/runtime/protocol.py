@@ -130,6 +130,8 @@ class SessionProtocolController:
         self.pending: dict[tuple[str, str], PendingInjection] = {}
         self.prompts: list[PendingPrompt] = []  # prompts not yet recorded, arrival order
         self.anchor_revision = self._last_todo_revision()
+        # Other owners' anchors restored after a compaction (e.g. checklist progress, progress.py).
+        self.extra_anchors: list[Callable[[], CustomMessage | None]] = []
 
     # ------------------------------------------------------------ injections
 
@@ -371,6 +373,7 @@ class SessionProtocolController:
                 a.name in self.skills[w].manifest.requires_skills for w in workflows if w in self.skills)
             if keep:
                 out.append(active_skill_message(skill, a.required_by))
+        out += [m for anchor in self.extra_anchors if (m := anchor()) is not None]
         return out
 
     def restore_context(self) -> None:
