@@ -82,6 +82,14 @@ def _loaded_in(entries: Sequence[TranscriptEntry], name: str) -> bool:
     return False
 
 
+def engaged(window: Sequence[TranscriptEntry], name: str, checklist: Checklist,
+            statuses: Sequence[StepStatus]) -> bool:
+    """Work on this workflow in the window: the agent loaded it, or a step shown by a tool call is done
+    (a todo list left complete by the last task is not new work)."""
+    by_tool = {s.id for s in checklist.steps if s.evidence.tool is not None}
+    return _loaded_in(window, name) or any(s.status == "done" and s.id in by_tool for s in statuses)
+
+
 def reported(message: str, steps: Sequence[StepStatus]) -> bool:
     """The message names every missing step (its id or its title) and says these are deviations."""
     text = message.lower()
@@ -128,7 +136,7 @@ class Auditor:
         entries = self.transcript.entries
         window = entries[workflow_window(entries, name):]
         statuses = evaluate(checklist, tool_calls(window), self.todo.current.items)
-        if not _loaded_in(window, name) and not any(s.status == "done" for s in statuses):
+        if not engaged(window, name, checklist, statuses):
             return None  # no work on this workflow since its last task: not this workflow's completion
         gaps = missing(statuses)
         refused_before = any(isinstance(e, AuditEntry) and e.workflow == name and e.outcome == "blocked"

@@ -17,7 +17,7 @@ from shared.contracts.events import ChecklistData, ChecklistStepData
 from shared.contracts.messages import CustomMessage
 from shared.contracts.transcript import AuditEntry
 
-from .audit import workflow_window
+from .audit import engaged, workflow_window
 from .events import Outbox
 from .skills import Skill
 from .todo import TodoController
@@ -46,8 +46,9 @@ class ChecklistProgress:
     def _steps(self, name: str, checklist: Checklist) -> list[ChecklistStepData]:
         entries = self.transcript.entries
         start = workflow_window(entries, name)
-        statuses = evaluate(checklist, tool_calls(entries[start:]), self.todo.current.items)
-        if start > 0 and not any(s.status == "done" for s in statuses):
+        window = entries[start:]
+        statuses = evaluate(checklist, tool_calls(window), self.todo.current.items)
+        if start > 0 and not engaged(window, name, checklist, statuses):
             last = entries[start - 1]
             if isinstance(last, AuditEntry) and last.workflow == name and last.steps:
                 return [ChecklistStepData(id=s.id, title=s.title, kind=s.kind, status=s.status) for s in last.steps]
