@@ -5,9 +5,9 @@ Rules (README "Completion audits"):
 - a blocking message is a completion unless a todo task is `blocked` (the agent waits for an answer:
   ask-user-questions marks its task blocked before it asks);
 - a workflow is audited over its window: from its activation, or from its last final audit (a task
-  done), on; it is audited only when the window shows work on it (the agent loaded the skill, or a
-  step is done), so a later unrelated answer, or a greeting in a session that preloads the
-  workflow, is not held to it;
+  done), on; it is audited only when the window shows work on it (`engaged`: the agent loaded the
+  skill there, or in its first task a step is done), so a later unrelated answer, another
+  workflow's task, or a greeting in a session that preloads the workflow is not held to it;
 - the first time audited steps are missing, the message is refused: an error result names each
   missing step, nothing reaches the user, and the run continues (outcome `blocked`);
 - after that the message yields; the audit records whether it names each missing step as a
@@ -84,10 +84,15 @@ def _loaded_in(entries: Sequence[TranscriptEntry], name: str) -> bool:
 
 def engaged(window: Sequence[TranscriptEntry], name: str, checklist: Checklist,
             statuses: Sequence[StepStatus]) -> bool:
-    """Work on this workflow in the window: the agent loaded it, or a step shown by a tool call is done
-    (a todo list left complete by the last task is not new work)."""
+    """Work on this workflow in its window: the agent loaded it there; or, in its first task (the window
+    starts at its activation, e.g. a preload), a step shown by a tool call is done. After a finished
+    task the agent must load the workflow again to start another: another workflow's tool calls (an
+    edit also runs `gml validate`) or a todo list left complete are not work on this one."""
+    if _loaded_in(window, name):
+        return True
+    first_task = bool(window) and isinstance(window[0], SkillActivationEntry) and window[0].name == name
     by_tool = {s.id for s in checklist.steps if s.evidence.tool is not None}
-    return _loaded_in(window, name) or any(s.status == "done" and s.id in by_tool for s in statuses)
+    return first_task and any(s.status == "done" and s.id in by_tool for s in statuses)
 
 
 def reported(message: str, steps: Sequence[StepStatus]) -> bool:
