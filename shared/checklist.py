@@ -6,7 +6,8 @@ see services/runtime/skills.py). Each step names the evidence that shows it was 
 
 - `tool` (a tool name, or names joined by `|`; + `args`: argument name -> regular expression, searched in the argument's text; dicts and
   lists are matched against their JSON): a tool call of that name whose result was not an error;
-- `todo: complete`: the task list, when it is checked, has tasks and none pending or in progress.
+- `todo: complete`: the task list, when it is checked, has tasks and none pending or in progress,
+  and the calls include a todo update (a list left complete by an earlier task does not count).
 
 Steps are `required`, `verification` (both audited) or `optional` (shown, never audited). A step is
 `done` at the first matching call; a not-done step is `skipped` once a later step is done (the agent
