@@ -126,3 +126,19 @@ def test_reported_needs_the_word_deviation_and_every_missing_step() -> None:
     assert reported("Deviations: brief (no file), validate failed, todo-complete left", gaps)
     assert not reported("Deviations: brief, validate", gaps)
     assert not reported("brief validate todo-complete", gaps)
+
+
+def test_the_dormant_preview_hides_a_refused_completion() -> None:
+    from services.proxy.preview import display_entries
+
+    ts = "2026-01-01T00:00:00.000Z"
+    entries = [_message(i, m).model_dump(mode="json", by_alias=True) for i, m in enumerate([
+        AssistantMessage(content=[ToolCall(id="c1", name="message_user", arguments={"message": "Done", "blockOnUser": True})]),
+        ToolResultMessage(tool_call_id="c1", tool_name="message_user", is_error=True),
+        AssistantMessage(content=[ToolCall(id="c2", name="message_user", arguments={"message": "Done. Deviations: x",
+                                                                                    "blockOnUser": True})]),
+        ToolResultMessage(tool_call_id="c2", tool_name="message_user"),
+    ])]
+    entries.insert(2, AuditEntry(id="a", timestamp=ts, workflow="wf", outcome="blocked", tool_call_id="c1")
+                   .model_dump(mode="json", by_alias=True))
+    assert [e["text"] for e in display_entries(entries)] == ["Done. Deviations: x"]
