@@ -156,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = load_scenarios(EVALS, skills)
     if args.only:
         wanted = set(args.only.split(","))
+        unknown = wanted - {s.name for s in scenarios}
+        if unknown:
+            ap.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
         scenarios = [s for s in scenarios if s.name in wanted]
     real = bool(os.environ.get("OPENAI_API_KEY"))
     redis_proc = None
