@@ -62,7 +62,8 @@ def skills_batch(names: list[str], skills: Mapping[str, Skill]) -> Batch:
 
 def deck_generation(topic: str, skills: Mapping[str, Skill]) -> list[Batch]:
     deck = gml_deck(topic)
-    brief = (f"<brief version=\"1\">\n  <title>{topic.title()}</title>\n  <purpose>Explain {topic}.</purpose>\n"
+    brief = (f"<brief version=\"1\">\n  <title>{topic.title()}</title>\n  <topic>{topic}</topic>\n"
+             f"  <purpose>Explain {topic}.</purpose>\n"
              "  <audience>General</audience>\n  <language>en</language>\n"
              "  <structure><section>Title, three key points, summary</section></structure>\n</brief>\n")
     plan = (("brief", "Write the brief", "complete"), ("deck", "Build the deck", "in_progress"),
