@@ -131,6 +131,8 @@ class SessionProtocolController:
         self.pending: dict[tuple[str, str], PendingInjection] = {}
         self.prompts: list[PendingPrompt] = []  # prompts not yet recorded, arrival order
         self.anchor_revision = self._last_todo_revision()
+        # Other owners' anchors restored after a compaction (e.g. checklist progress, progress.py).
+        self.extra_anchors: list[Callable[[], CustomMessage | None]] = []
 
     # ------------------------------------------------------------ injections
 
@@ -373,6 +375,7 @@ class SessionProtocolController:
             if keep:
                 out.append(active_skill_message(skill, a.required_by))
         out.extend(knowledge_anchors(self.transcript.entries))  # loaded workspace knowledge stays active
+        out += [m for anchor in self.extra_anchors if (m := anchor()) is not None]
         return out
 
     def restore_context(self) -> None:

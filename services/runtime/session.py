@@ -30,6 +30,7 @@ from shared.tokens import TokenCounter
 from shared.uirules import UiLimits, repair_snapshot
 
 from .ack import Acker
+from .audit import Auditor
 from .compactor import Compactor
 from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
@@ -40,6 +41,7 @@ from .forms import deliver_answered_form
 from .knowledge import KnowledgeReader, PromptKnowledge
 from .lease import Lease, LeaseLost
 from .paths import skills_dir
+from .progress import ChecklistProgress
 from .protocol import PendingTurn, SessionProtocolController
 from .recorder import Recorder
 from .sandbox import select_sandbox
@@ -125,6 +127,7 @@ class Session:
                                     deps.settings.knowledge_min_score, deps.registry)
         self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.skills,
                                  self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages)
+        self._wire_checklists()
         self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self))
         self.runs = RunSupervisor(self, deps.client, deps.settings.lease_ms, self.compactor)
         handlers: dict[type, Handler] = {UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write,
@@ -138,6 +141,13 @@ class Session:
 
     def _steer(self, message: AgentMessage) -> None:
         self.agent.steer(message)
+
+    def _wire_checklists(self) -> None:
+        """Completion audits and checklist progress (issue 21): both read the transcript and the todo list."""
+        self.tools.auditor = Auditor(self.transcript, self.todo, self.skills, self.outbox, self.deps.registry)
+        self.progress = ChecklistProgress(self.transcript, self.todo, self.skills, self.outbox)
+        self.recorder.after_tool_result.append(self.progress.publish)
+        self.protocol.extra_anchors.append(self.progress.anchor)
 
     async def _emit(self, event: AgentEvent) -> None:
         # The recorder needs the protocol, which needs the Agent: the Agent reaches it through here.
@@ -155,6 +165,7 @@ class Session:
                 await self.transcript.append_skill(skill.name, skill.type, None, preloaded=True)
         await repair_interrupted_run(self.transcript)
         self.protocol.restore_context()
+        await self.progress.publish(force=True)  # a client sees where the workflow stands after a wake
 
     def interrupted(self) -> bool:
         return interrupted(self.transcript)

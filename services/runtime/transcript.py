@@ -140,6 +140,14 @@ class Transcript:
         await self._append(batch)
         return batch
 
+    async def append_entry(self, entry: TranscriptEntry) -> TranscriptEntry:
+        """An entry built by its owner (e.g. an `AuditEntry`, services/runtime/audit.py)."""
+        await self._append([entry])
+        return entry
+
+    def new_id(self) -> str:
+        return self._new_id()
+
     async def _append(self, batch: list[TranscriptEntry]) -> None:
         await self._guard()
         append_jsonl(self.path, [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in batch])

@@ -15,7 +15,15 @@ from services.proxy.fanout import EventFanout
 from services.proxy.routes.events import event_frames
 from services.runtime.events import Outbox
 from shared import keys
-from shared.contracts.events import EventType, MessageUserData, ModelRequestData, SessionEvent, StatusData
+from shared.contracts.events import (
+    AuditData,
+    ChecklistData,
+    EventType,
+    MessageUserData,
+    ModelRequestData,
+    SessionEvent,
+    StatusData,
+)
 
 SID = "s_events"
 
@@ -42,9 +50,8 @@ async def sse_events(client: aioredis.Redis, start: str, n: int) -> list[tuple[s
 
 
 def typed_data(event: SessionEvent) -> object:
-    return {"message_user": MessageUserData, "status": StatusData, "model_request": ModelRequestData}.get(
-        event.type, dict
-    )
+    return {"message_user": MessageUserData, "status": StatusData, "model_request": ModelRequestData,
+            "checklist": ChecklistData, "audit": AuditData}.get(event.type, dict)
 
 
 async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> None:
@@ -54,6 +61,12 @@ async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> Non
         "status": {"status": "live", "running": True, "fence": 4},
         "model_request": {"prefix_sha256": "ab" * 32, "prompt_tokens": 900, "shared_prefix_tokens": 800,
                           "encoding": "o200k_base", "message_count": 5},
+        "checklist": {"workflow": "deck-generation", "current": 2, "total": 3, "done": 1, "steps": [
+            {"id": "brief", "title": "Write the brief", "kind": "required", "status": "done"},
+            {"id": "validate", "title": "Validate", "kind": "verification", "status": "pending"},
+            {"id": "research", "title": "Research", "kind": "optional", "status": "pending"}]},
+        "audit": {"workflow": "deck-generation", "outcome": "blocked", "missing": ["validate"],
+                  "tool_call_id": "call_2"},
     }
 
     async def no_bus(stream: str, message: BaseModel) -> None:
