@@ -29,6 +29,7 @@ from shared.tokens import TokenCounter
 from shared.uirules import UiLimits, repair_snapshot
 
 from .ack import Acker
+from .causal import CausalGate, causal_steering
 from .compactor import Compactor
 from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
@@ -117,6 +118,9 @@ class Session:
                     Compact: self.compactor.on_command}
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
                                           deps.client, deps.request_close)
+        self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
+        self.dispatcher.causal = self.causal
+        config.get_steering = causal_steering(self.causal, config.get_steering, self.deliver_injection)
 
     async def _emit(self, event: AgentEvent) -> None:
         # The recorder needs the protocol, which needs the Agent: the Agent reaches it through here.
