@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-dormant bench-workers clean
+.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-dormant bench-workers bench-order clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -67,6 +67,8 @@ bench-dormant: $(STAMP)
 	$(BIN)/python bench/dormant_memory.py
 bench-workers: $(STAMP)
 	$(BIN)/python bench/runtime_workers.py
+bench-order: $(STAMP)
+	$(BIN)/python bench/order.py
 
 bench: bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox
 
