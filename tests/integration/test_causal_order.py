@@ -12,6 +12,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -140,26 +141,34 @@ KINDS: dict[str, Write] = {
 }
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
-def test_write_then_prompt_at_once_update_precedes_the_prompt(http: httpx.Client, kind: str) -> None:
-    sid, tail = new_session(http)
-    put_file(http, sid, "brief.xml", "<brief/>\n")
-    put_deck(http, sid, "d1", "Deck one")
-    wake_rounds = set(range(0, ROUNDS, max(ROUNDS // WAKES, 1))[:WAKES])
-    for i in range(ROUNDS):
-        t0 = time.time()
-        if i in wake_rounds:
-            wake(http, sid, tail, f"wake {kind} {i}")
-        t1 = time.time()
-        before = len(tail.poll())
-        ref, revision = KINDS[kind](http, sid, i)
-        text = f"{kind}: look at it ({i})"
-        prompt(http, sid, text)  # at once: no sleep between the acknowledged write and the prompt
-        at = tail.answered(text)
-        assert covers(tail.items[before:at], ref, revision), (
-            f"round {i}: no artifact_update for {ref}@{revision} before the prompt: "
-            f"{json.dumps(tail.items[before:at + 1])[-3000:]}")
-        print(f"round {i}: wake {t1 - t0:.2f}s, write+prompt {time.time() - t1:.2f}s")
+def rounds_of(stack: Stack, kind: str) -> float:
+    """ROUNDS write-then-prompt rounds of one kind in a session of its own; returns the seconds taken."""
+    started = time.time()
+    with httpx.Client(base_url=stack.url(), headers=USER, timeout=30) as http:
+        sid, tail = new_session(http)
+        put_file(http, sid, "brief.xml", "<brief/>\n")
+        put_deck(http, sid, "d1", "Deck one")
+        wake_rounds = set(range(0, ROUNDS, max(ROUNDS // WAKES, 1))[:WAKES])
+        for i in range(ROUNDS):
+            if i in wake_rounds:
+                wake(http, sid, tail, f"wake {kind} {i}")
+            before = len(tail.poll())
+            ref, revision = KINDS[kind](http, sid, i)
+            text = f"{kind}: look at it ({i})"
+            prompt(http, sid, text)  # at once: no sleep between the acknowledged write and the prompt
+            at = tail.answered(text)
+            assert covers(tail.items[before:at], ref, revision), (
+                f"{kind}, round {i}: no artifact_update for {ref}@{revision} before the prompt: "
+                f"{json.dumps(tail.items[before:at + 1])[-3000:]}")
+    return time.time() - started
+
+
+def test_write_then_prompt_at_once_update_precedes_the_prompt_every_time(stack: Stack) -> None:
+    """Every write kind, ROUNDS times each, live and right after a wake; the kinds run side by side,
+    each in its own session."""
+    with ThreadPoolExecutor(len(KINDS)) as pool:
+        took = dict(zip(KINDS, pool.map(lambda kind: rounds_of(stack, kind), KINDS), strict=True))
+    print("seconds per kind:", {k: round(v, 1) for k, v in took.items()})
 
 
 def test_write_while_a_tool_runs_arrives_before_the_next_model_call(http: httpx.Client) -> None:
