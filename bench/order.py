@@ -60,7 +60,7 @@ class Side:
         self.name, self.stack = name, stack
         self.http = httpx.AsyncClient(base_url=stack.url(), headers=USER, timeout=60,
                                       limits=httpx.Limits(max_connections=50))
-        self.r = aioredis.from_url(stack.redis_url)
+        self.r = aioredis.from_url(stack.redis_url, socket_timeout=60)
         self.sids: list[str] = []
         self.next = 0
         self.samples: dict[str, list[float]] = {"idle": [], "write": []}
@@ -97,7 +97,7 @@ class Side:
         assert r.status_code == 202, r.text
         seen_ref = False
         while True:
-            got: list[Any] = await self.r.xread({keys.events(sid): cursor}, block=30_000, count=100)
+            got: list[Any] = await self.r.xread({keys.events(sid): cursor}, block=20_000, count=100)
             assert got, f"{self.name}: no event for {text!r}"
             for entry_id, fields in got[0][1]:
                 cursor = entry_id.decode()
