@@ -43,7 +43,6 @@ class CausalGate:
         self.settled = 0  # every change numbered up to this is delivered (or given up on)
         self.held: list[InboxEntry] = []  # prompts waiting, in arrival order
         self.deadline: float | None = None  # loop time when the first held prompt stops waiting
-        self._requested = 0
         self._advanced = asyncio.Event()
 
     @staticmethod
@@ -59,7 +58,9 @@ class CausalGate:
             self.held.append(entry)  # behind an earlier prompt: never overtakes it
             return False
         upto = prompt.after_seq
-        if upto is None or upto <= self.settled or not await self._flush_needed(upto):
+        # Checked against the set each time, not against `settled`: a change numbered below a settled
+        # watermark may have entered the set after that flush (two proxies, INCR then ZADD).
+        if upto is None or not await self._flush_needed(upto):
             return True
         self.held.append(entry)
         self.deadline = asyncio.get_running_loop().time() + self.wait_s
@@ -71,9 +72,7 @@ class CausalGate:
         if not await causal.in_flight(self.client, self.sid, upto):
             self._advance(upto)
             return False
-        if upto > self._requested:
-            await self._publish(keys.DIGEST_FLUSH, FlushRequest(session_id=self.sid, upto=upto))
-            self._requested = upto
+        await self._publish(keys.DIGEST_FLUSH, FlushRequest(session_id=self.sid, upto=upto))
         return True
 
     def _advance(self, upto: int) -> None:
@@ -124,7 +123,7 @@ class CausalGate:
         if not self.enabled:
             return []
         upto = await causal.watermark(self.client, self.sid)
-        if upto is None or upto <= self.settled or not await self._flush_needed(upto):
+        if upto is None or not await self._flush_needed(upto):
             return []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_s

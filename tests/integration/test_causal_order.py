@@ -245,3 +245,20 @@ def test_digest_down_prompt_goes_on_after_the_wait_with_a_dirty_marker_then_no_d
     assert len(real) == 1, json.dumps(real)
     markers = [e for e in tail.items if (e.get("details") or {}).get("source") == "system" and ref in str(e.get("content"))]
     assert len(markers) == 1
+
+
+def test_same_file_written_before_and_after_the_prompt_is_split_at_the_prompt(http: httpx.Client) -> None:
+    """The digest flushes the ref only up to the revision written before the prompt; the later revision
+    follows it (before the next model call), never in front of the prompt."""
+    sid, tail = new_session(http)
+    before = len(tail.poll())
+    ref, rev_before = put_file(http, sid, "brief.xml", "<brief>before</brief>\n")
+    prompt(http, sid, "split at the prompt")
+    _, rev_after = put_file(http, sid, "brief.xml", "<brief>after</brief>\n")
+    at = tail.answered("split at the prompt")
+    in_front = [int((e.get("details") or {}).get("toRevision") or 0) for e in updates(tail.items[before:at], ref)]
+    assert in_front and max(in_front) == rev_before < rev_after, json.dumps(tail.items[before:])[-3000:]
+    if not covers(tail.items[at:], ref, rev_after):  # not steered into that run: it waits for the next prompt
+        prompt(http, sid, "and now?")
+        tail.answered("and now?")
+    assert covers(tail.items[at:], ref, rev_after), json.dumps(tail.items[at:])[-3000:]
