@@ -72,6 +72,7 @@ class Side:
         async def one(i: int) -> None:
             async with sem:
                 r = await self.http.post("/sessions", json={})
+                assert r.status_code == 201, r.text
                 sid = str(r.json()["id"])
                 await self.prompt_and_wait(sid, f"warm up {i}")
                 self.sids.append(sid)
@@ -130,7 +131,7 @@ def make_stack(redis_url: str, data: Path, wait_ms: int) -> Stack:
     return Stack(redis_url=redis_url, data_dir=data, env_overrides={
         "GAMMA_CAUSAL_WAIT_MS": str(wait_ms), "GAMMA_DIGEST_DEBOUNCE_MS": str(DEBOUNCE_MS),
         "GAMMA_IDLE_S": "3600", "GAMMA_LEASE_MS": "10000", "GAMMA_CLAIM_IDLE_MS": "5000",
-        "GAMMA_LOG_LEVEL": "WARNING"})
+        "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", "GAMMA_LOG_LEVEL": "WARNING"})
 
 
 async def measure(sides: list[Side], samples: int) -> None:
