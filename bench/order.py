@@ -67,7 +67,7 @@ class Side:
         self.ordered = 0  # (b) samples whose update was recorded before the prompt
 
     async def open(self, n: int) -> None:
-        sem = asyncio.Semaphore(16)
+        sem = asyncio.Semaphore(8)
 
         async def one(i: int) -> None:
             async with sem:
@@ -97,10 +97,11 @@ class Side:
         r = await self.http.post(f"/sessions/{sid}/messages", json={"message": text})
         assert r.status_code == 202, r.text
         seen_ref = False
+        deadline = started + 180
         while True:
             got: list[Any] = await self.r.xread({keys.events(sid): cursor}, block=20_000, count=100)
-            assert got, f"{self.name}: no event for {text!r}"
-            for entry_id, fields in got[0][1]:
+            assert got or time.perf_counter() < deadline, f"{self.name}: no event for {text!r}"
+            for entry_id, fields in (got[0][1] if got else []):
                 cursor = entry_id.decode()
                 event = json.loads(fields[b"data"])
                 data = event.get("data") or {}

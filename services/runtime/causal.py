@@ -39,7 +39,7 @@ class CausalGate:
         self.client = client
         self._publish = publish
         self.wait_s = wait_ms / 1000
-        self.enabled = wait_ms > 0
+        self.enabled = wait_ms > 0 and client is not None  # no Redis (an in-process test): no wait
         self.settled = 0  # every change numbered up to this is delivered (or given up on)
         self.held: list[InboxEntry] = []  # prompts waiting, in arrival order
         self.deadline: float | None = None  # loop time when the first held prompt stops waiting
