@@ -58,8 +58,6 @@ class CausalGate:
             self.held.append(entry)  # behind an earlier prompt: never overtakes it
             return False
         upto = prompt.after_seq
-        # Checked against the set each time, not against `settled`: a change numbered below a settled
-        # watermark may have entered the set after that flush (two proxies, INCR then ZADD).
         if upto is None or not await self._flush_needed(upto):
             return True
         self.held.append(entry)
@@ -68,9 +66,14 @@ class CausalGate:
         return False
 
     async def _flush_needed(self, upto: int) -> bool:
-        """Changes numbered up to `upto` are still in flight: ask the digest to flush them now."""
-        if not await causal.in_flight(self.client, self.sid, upto):
-            self._advance(upto)
+        """Ask the digest to flush the changes numbered up to `upto`, unless settled already.
+
+        Settled means a `ChangesSettled` covering `upto` was read from the inbox, and no change up to
+        `upto` is in the set (one may have entered it after that flush: two proxies, INCR then ZADD).
+        An empty set alone is not enough: the digest removes a change once its update is appended to
+        the inbox, which may be after this prompt's entry, not yet read. Its `ChangesSettled` comes
+        after that update, so waiting for it keeps the order."""
+        if upto <= self.settled and not await causal.in_flight(self.client, self.sid, upto):
             return False
         await self._publish(keys.DIGEST_FLUSH, FlushRequest(session_id=self.sid, upto=upto))
         return True
@@ -122,7 +125,7 @@ class CausalGate:
         markers to steer in when the wait ran out."""
         if not self.enabled:
             return []
-        upto = await causal.watermark(self.client, self.sid)
+        upto = await causal.watermark(self.client, self.sid)  # one round trip; None: the common case
         if upto is None or not await self._flush_needed(upto):
             return []
         loop = asyncio.get_running_loop()

@@ -39,9 +39,20 @@ async def test_nothing_in_flight_nothing_held(redis_client: aioredis.Redis) -> N
     g, sent = gate(redis_client)
     e = entry(1, None)
     assert await g.admit(e, e.message)  # type: ignore[arg-type]
-    delivered = entry(2, 7)  # stamped, but delivered since: the set no longer has it
-    assert await g.admit(delivered, delivered.message)  # type: ignore[arg-type]
     assert sent == [] and g.held == []
+
+
+async def test_a_stamped_prompt_waits_for_the_settled_marker_even_when_the_set_is_empty(
+        redis_client: aioredis.Redis) -> None:
+    """The set empties when the update is appended to the inbox, possibly after this prompt's entry:
+    only the digest's `ChangesSettled`, behind that update, lets the prompt go."""
+    g, sent = gate(redis_client)
+    stamped = entry(1, 7)
+    assert not await g.admit(stamped, stamped.message)  # type: ignore[arg-type]
+    assert [r.upto for r in sent] == [7]
+    assert g.on_settled(7) == [stamped]
+    assert await g.admit(stamped, stamped.message)  # type: ignore[arg-type]  # handled again: goes on
+    assert len(sent) == 1
 
 
 async def test_held_until_settled_later_prompts_behind_it_in_order(redis_client: aioredis.Redis) -> None:
