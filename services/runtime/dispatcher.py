@@ -109,6 +109,8 @@ class InboxDispatcher:
                     await self.causal_expired()
                 continue
             self.h.touch()
+            if self.causal is not None and self.causal.timeout() == 0.0:
+                await self.causal_expired()  # a busy inbox must not keep a held prompt past its wait
             try:
                 await self.handle_retrying(entry)
             except LeaseLost:
