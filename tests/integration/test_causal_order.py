@@ -262,3 +262,23 @@ def test_same_file_written_before_and_after_the_prompt_is_split_at_the_prompt(ht
         prompt(http, sid, "and now?")
         tail.answered("and now?")
     assert covers(tail.items[at:], ref, rev_after), json.dumps(tail.items[at:])[-3000:]
+
+
+@pytest.mark.parametrize("on_busy", ["steer", "follow_up"])
+def test_steer_and_follow_up_prompts_wait_for_the_writes_before_them(http: httpx.Client, on_busy: str) -> None:
+    sid, tail = new_session(http)
+    text = "script:" + json.dumps([
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 1.0"}}]},
+        {"tool_calls": [{"name": "message_user", "arguments": {"message": "done", "blockOnUser": False}}]},
+    ])
+    prompt(http, sid, text)
+    deadline = time.time() + 30
+    while not any(e.get("type") == "message" and e["message"].get("role") == "assistant" for e in tail.poll()[2:]):
+        assert time.time() < deadline, "the bash call never started"
+        time.sleep(0.02)
+    before = len(tail.items)
+    ref, revision = put_file(http, sid, f"{on_busy}.txt", "written during the run\n")
+    busy = f"{on_busy} after the write"
+    prompt(http, sid, busy, on_busy=on_busy)  # at once
+    at = tail.answered(busy)
+    assert covers(tail.items[before:at], ref, revision), json.dumps(tail.items[before:at + 1])[-3000:]
