@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 import redis.asyncio as aioredis
 
 from tests.support.redis_server import base_redis_url
-from tests.support.stack import Stack
+from tests.support.stack import API_TOKEN, Stack
+
+ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
 
 DB_COUNTER = "gamma:test:db-counter"
 
@@ -47,10 +50,17 @@ def module_redis_url(redis_base: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def module_stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack_env() -> dict[str, str]:
+    """Settings the module's shared stack starts with: a module overrides this fixture to change them."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def module_stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory,
+                 stack_env: dict[str, str]) -> Iterator[Stack]:
     """One running stack shared by a test module (tests use distinct session ids)."""
     data = tmp_path_factory.mktemp("stack-data")
-    stack = Stack(redis_url=module_redis_url, data_dir=data)
+    stack = Stack(redis_url=module_redis_url, data_dir=data, env_overrides=stack_env)
     try:
         stack.start()
         yield stack
@@ -92,3 +102,18 @@ def stack_factory(redis_url: str, data_dir: Path) -> Iterator[type[Stack] | obje
 @pytest.fixture
 def stack(stack_factory) -> Stack:  # type: ignore[no-untyped-def]
     return stack_factory()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def api(module_stack: Stack) -> Iterator[httpx.Client]:
+    """Alice's HTTP client on the module's shared stack."""
+    with httpx.Client(base_url=module_stack.url(), headers=ALICE, timeout=httpx.Timeout(60, read=60)) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def r(module_redis_url: str) -> Iterator[redis.Redis]:
+    """A plain Redis client on the module's database."""
+    client = redis.Redis.from_url(module_redis_url)
+    yield client
+    client.close()

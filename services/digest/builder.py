@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 from prometheus_client import CollectorRegistry, Counter
+from redis.exceptions import LockError
 
 from shared import keys
 from shared.blobs import read_blob, remove_blob, sweep_orphans
@@ -89,6 +91,23 @@ def lease_fence(value: bytes | str | None) -> str | None:
     return None if text is None else text.rsplit(":", 1)[-1]
 
 
+
+async def _release(lock: Any, retry_for_s: float = 5.0) -> None:
+    """Release the session's digest lock, retrying through a Redis failover: a release lost to a dead
+    primary left the lock on its promoted replica for its whole 30 s timeout, and every later change of
+    the session waited that long (the cluster fault test's stalled `gamma:lifecycle` reader)."""
+    deadline = time.monotonic() + retry_for_s
+    while True:
+        try:
+            await lock.release()
+            return
+        except LockError:
+            return  # no longer ours (expired): nothing to release
+        except Exception:  # noqa: BLE001 - Redis trouble: try again shortly, then let the timeout do it
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.2)
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None) -> None:
         reg = registry or CollectorRegistry()
@@ -131,8 +150,7 @@ class DigestBuilder:
         try:
             yield
         finally:
-            with contextlib.suppress(Exception):
-                await lock.release()
+            await _release(lock)
 
     # ------------------------------------------------------------------ artifact changes
 

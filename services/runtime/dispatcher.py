@@ -53,6 +53,13 @@ class Recorded(Protocol):
                        to_revision: int | None) -> None: ...
 
 
+class PromptHook(Protocol):
+    """Prompt-time context (services/runtime/knowledge.py): read first, then applied to the turn."""
+    async def fetch(self) -> Any: ...
+
+    def apply(self, turn: PendingTurn, prompt: str, fetched: Any) -> None: ...
+
+
 class DispatchHost(Protocol):
     """The session state the dispatcher reads and moves on (the barrier, the held prompts, Stop)."""
     sid: str
@@ -84,7 +91,7 @@ class InboxDispatcher:
     causal: CausalGate | None = None  # holds prompts until the writes before them are in (causal.py)
 
     def __init__(self, host: DispatchHost, wake: FormHost, manifest: ManifestHost, handlers: dict[type, Handler],
-                 recorded: Recorded, client: Any, request_close: Any) -> None:
+                 recorded: Recorded, client: Any, request_close: Any, prompt_hook: PromptHook | None = None) -> None:
         self.h = host
         self.forms = wake  # for the answered form delivered at the barrier
         self.manifest = manifest
@@ -92,6 +99,7 @@ class InboxDispatcher:
         self.recorded = recorded
         self.client = client  # Redis, for the dead-letter stream
         self.request_close = request_close
+        self.prompt_hook = prompt_hook
 
     async def process_forever(self) -> None:
         loop = asyncio.get_running_loop()
@@ -200,15 +208,24 @@ class InboxDispatcher:
             return
         if self.causal is not None and not await self.causal.admit(entry, m):
             return  # writes acknowledged before it are still on their way (causal.py)
+        fetched = await self.prompt_hook.fetch() if self.prompt_hook else None  # before `running` is read
         if h.running:
             if m.on_busy == "reject":
                 await h.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
                 await h.ack(entry.entry_id)
                 return
-            for message in h.protocol.busy_turn_messages(m, entry.entry_id).messages:
+            turn = h.protocol.busy_turn_messages(m, entry.entry_id)
+            self._hook(turn, m, fetched)
+            for message in turn.messages:
                 (h.agent.follow_up if m.on_busy == "follow_up" else h.agent.steer)(message)
             return
-        h.start_run(h.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id)))
+        turn = h.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id))
+        self._hook(turn, m, fetched)
+        h.start_run(turn)
+
+    def _hook(self, turn: PendingTurn, m: UserPrompt, fetched: Any) -> None:
+        if self.prompt_hook is not None:
+            self.prompt_hook.apply(turn, m.message, fetched)
 
     async def causal_expired(self) -> None:
         assert self.causal is not None
@@ -249,7 +266,10 @@ class InboxDispatcher:
         if prompts:
             first = prompts[0]
             assert isinstance(first.message, UserPrompt)
-            h.start_run(h.protocol.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id)))
+            fetched = await self.prompt_hook.fetch() if self.prompt_hook else None
+            turn = h.protocol.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id))
+            self._hook(turn, first.message, fetched)
+            h.start_run(turn)
             for extra in prompts[1:]:
                 await self.on_prompt(extra, extra.message)  # type: ignore[arg-type]
         elif interrupted(h.transcript):

@@ -22,7 +22,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from shared import keys
+from shared import keys, redis_cluster
 from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW, text
 
 # Take the lease (fence = INCR) and, in the same round trip, read what the wake needs next: whether
@@ -79,8 +79,10 @@ class Lease:
     ) -> tuple[Lease | None, bool, dict[str, str]]:
         """(lease or None, dormant-write lock held, session row), in one round trip."""
         sent_at = time.monotonic()
-        fence, locked, flat = await client.eval(  # type: ignore[misc]
-            _ACQUIRE, 4, keys.lease(sid), keys.fence(sid), keys.dormant_write(sid), keys.session_row(sid),
+        # On a cluster the lease is on a replica before the worker acts on it (shared/redis_cluster.py
+        # `durable`): a failover never hands out the same fence twice.
+        fence, locked, flat = await redis_cluster.durable(
+            client, keys.lease(sid), "EVAL", _ACQUIRE, 4, keys.lease(sid), keys.fence(sid), keys.dormant_write(sid), keys.session_row(sid),
             worker_id, str(ttl_ms))
         if int(fence) == 0:
             return None, False, {}

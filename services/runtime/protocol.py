@@ -18,6 +18,7 @@ from shared.contracts.injection import DELIVERY_BY_KIND, Delivery, RuntimeInject
 from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
 
 from .engine.agent import Agent
+from .knowledge import knowledge_anchors
 from .skills import Skill, parse_skill_command, resolve_activation
 from .todo import TodoController
 from .tools.skill import render_skill
@@ -356,8 +357,8 @@ class SessionProtocolController:
         return [active_skill_message(s, None if s.name == name else name) for s in skills]
 
     def anchors(self) -> list[CustomMessage]:
-        """What compaction removed and the owners restore: the todo anchor, active workflow skills
-        and the reference skills they require."""
+        """What compaction removed and the owners restore: the todo anchor, active workflow skills,
+        the reference skills they require, and the loaded workspace knowledge notes."""
         out: list[CustomMessage] = []
         if self.todo.current.items:
             out.append(self.todo.anchor())
@@ -371,6 +372,7 @@ class SessionProtocolController:
                 a.name in self.skills[w].manifest.requires_skills for w in workflows if w in self.skills)
             if keep:
                 out.append(active_skill_message(skill, a.required_by))
+        out.extend(knowledge_anchors(self.transcript.entries))  # loaded workspace knowledge stays active
         return out
 
     def restore_context(self) -> None:

@@ -21,6 +21,7 @@ from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
 
 from shared.contracts.inbox import Compact, CompactionReady, DocumentEdit, FileWrite, Injection, UiUpdate
+from shared.contracts.messages import AgentMessage
 from shared.disk import SessionPaths, atomic_write_json, read_json
 from shared.inbox import InboxEntry
 from shared.quota import WorkspaceQuota
@@ -37,14 +38,17 @@ from .engine.openai_stream import ModelSettings, OpenAIStream
 from .engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
 from .events import Outbox
 from .forms import deliver_answered_form
+from .knowledge import KnowledgeReader, PromptKnowledge
 from .lease import Lease, LeaseLost
 from .paths import skills_dir
 from .protocol import PendingTurn, SessionProtocolController
 from .recorder import Recorder
 from .sandbox import select_sandbox
+from .skill_rules import SkillRuleGuard, load_rules
 from .skills import Skill
 from .supervisor import RunSupervisor, interrupted, repair_interrupted_run
 from .todo import TodoController
+from .tool_policy import ToolPolicy
 from .toolhost import SessionToolHost
 from .tools import Toolset
 from .transcript import Transcript
@@ -101,14 +105,25 @@ class Session:
             sid=self.sid, paths=self.paths, settings=deps.settings, sandbox=select_sandbox(deps.settings, skills_dir()),
             todo=self.todo, skills=self.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
             ui=self, subagent_stream=self._subagent_stream, client=deps.client, background=self.background)
-        self.toolset = Toolset(self.tools)
+        reader = KnowledgeReader(deps.client, self.sid)
+        self.toolset = Toolset(self.tools, reader, deps.settings.knowledge_inline_chars)
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix)
         self.compactor = Compactor(self, deps.settings, model.model, context_window)
-        config = LoopConfig(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.toolset.prepare_batch,
-                            before_model_call=self.compactor.before_model_call)
-        self.agent = Agent(AgentContext(deps.system_prompt, [], self.toolset.tools), config, self._emit)
+        # Issue 21 hooks: skill rules around the batch preflight, the dynamic tool subset (when on)
+        # before the compactor's check; prompt-time knowledge in the dispatcher.
+        self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, self._messages,
+                                    self.tools.active_skill_names, self._steer, deps.registry)
+        before, tools = self.compactor.before_model_call, self.toolset.tools
+        if deps.settings.dynamic_tools:
+            policy = ToolPolicy(self.toolset.tools, lambda: self.transcript.entries, before)
+            before, tools = policy.before_model_call, policy.active_tools()
+        config = LoopConfig(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
+                            before_model_call=before)
+        self.agent = Agent(AgentContext(deps.system_prompt, [], tools), config, self._emit)
         self.protocol = SessionProtocolController(self.agent, self.transcript, self.todo, deps.skills,
                                                   lambda: self.todo.has_active_task)
+        knowledge = PromptKnowledge(reader, self.transcript, self.protocol.pending, deps.settings.knowledge_top_k,
+                                    deps.settings.knowledge_min_score, deps.registry)
         self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.skills,
                                  self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages)
         self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self))
@@ -117,10 +132,16 @@ class Session:
                     DocumentEdit: self.writes.document_edit, CompactionReady: self.compactor.on_ready,
                     Compact: self.compactor.on_command}
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
-                                          deps.client, deps.request_close)
+                                          deps.client, deps.request_close, knowledge)
         self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
         self.dispatcher.causal = self.causal
         config.get_steering = causal_steering(self.causal, config.get_steering, self.deliver_injection)
+
+    def _messages(self) -> list[AgentMessage]:
+        return self.agent.messages
+
+    def _steer(self, message: AgentMessage) -> None:
+        self.agent.steer(message)
 
     async def _emit(self, event: AgentEvent) -> None:
         # The recorder needs the protocol, which needs the Agent: the Agent reaches it through here.

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,27 +23,13 @@ PAGE_MAX = 300
 
 
 @pytest.fixture(scope="module")
-def stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("small-things"),
-              env_overrides={"GAMMA_TRANSCRIPT_PAGE_BYTES": str(PAGE_BYTES), "GAMMA_TRANSCRIPT_PAGE_MAX": str(PAGE_MAX)})
-    try:
-        s.start()
-        yield s
-    finally:
-        s.stop()
+def stack_env() -> dict[str, str]:
+    return {"GAMMA_TRANSCRIPT_PAGE_BYTES": str(PAGE_BYTES), "GAMMA_TRANSCRIPT_PAGE_MAX": str(PAGE_MAX)}
 
 
 @pytest.fixture(scope="module")
-def api(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.url(), headers=ALICE, timeout=60) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def r(module_redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(module_redis_url)
-    yield client
-    client.close()
+def stack(module_stack: Stack) -> Stack:
+    return module_stack
 
 
 def status(api: httpx.Client, sid: str) -> str:

@@ -40,13 +40,6 @@ def proxy(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> It
         stack.stop()
 
 
-@pytest.fixture(scope="module")
-def r(module_redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(module_redis_url)
-    yield client
-    client.close()
-
-
 def live_session_without_runtime(proxy: Stack, r: redis.Redis) -> str:
     sid = str(httpx.post(proxy.url() + "/sessions", headers=ALICE, timeout=10).json()["id"])
     r.set(keys.lease(sid), "nobody", px=120_000)

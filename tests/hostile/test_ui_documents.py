@@ -8,7 +8,7 @@ state.json written before the rule is repaired on read. Real services, pycrdt cl
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -56,12 +56,6 @@ def _good(root: Map) -> None:
 @pytest.fixture(scope="module")
 def stack(module_stack: Stack) -> Stack:
     return module_stack
-
-
-@pytest.fixture(scope="module")
-def api(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.url(), headers=ALICE, timeout=60) as client:
-        yield client
 
 
 def refuse_every_bad_change(api: httpx.Client, stack: Stack, sid: str) -> None:

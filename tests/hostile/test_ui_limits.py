@@ -13,7 +13,6 @@ import base64
 import json
 import statistics
 import threading
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -36,12 +35,6 @@ CAPS = Settings()
 @pytest.fixture(scope="module")
 def stack(module_stack: Stack) -> Stack:
     return module_stack
-
-
-@pytest.fixture(scope="module")
-def api(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.url(), headers=ALICE, timeout=60) as client:
-        yield client
 
 
 def prepended(doc: Doc, n: int, prefix: str = "d") -> bytes:

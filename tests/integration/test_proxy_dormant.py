@@ -40,28 +40,14 @@ REPLY_TIMEOUT_S = 2
 
 
 @pytest.fixture(scope="module")
-def stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack_env() -> dict[str, str]:
     # A short reply timeout so the 504 / 409 paths answer quickly; SSE heartbeats every second.
-    s = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("proxy-dormant"),
-              env_overrides={"GAMMA_REPLY_TIMEOUT_S": str(REPLY_TIMEOUT_S), "GAMMA_SSE_HEARTBEAT_S": "1"})
-    try:
-        s.start()
-        yield s
-    finally:
-        s.stop()
+    return {"GAMMA_REPLY_TIMEOUT_S": str(REPLY_TIMEOUT_S), "GAMMA_SSE_HEARTBEAT_S": "1"}
 
 
 @pytest.fixture(scope="module")
-def api(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.url(), headers=ALICE, timeout=30) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def r(module_redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(module_redis_url)
-    yield client
-    client.close()
+def stack(module_stack: Stack) -> Stack:
+    return module_stack
 
 
 def new_session(api: httpx.Client, **body: Any) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,26 +31,8 @@ TAB_SNAPSHOT = {"panes": [{"id": "p1", "tabIds": ["t1"]}], "tabs": {"t1": {"id":
 
 
 @pytest.fixture(scope="module")
-def stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("proxy-live"))
-    try:
-        s.start()
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture(scope="module")
-def api(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.url(), headers=ALICE, timeout=httpx.Timeout(30, read=30)) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def r(module_redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(module_redis_url)
-    yield client
-    client.close()
+def stack(module_stack: Stack) -> Stack:
+    return module_stack
 
 
 def session_dir(stack: Stack, sid: str) -> Path:

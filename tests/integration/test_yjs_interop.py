@@ -8,7 +8,6 @@ import base64
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +32,6 @@ ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
 @pytest.fixture(scope="module")
 def stack(module_stack: Stack) -> Stack:
     return module_stack
-
-
-@pytest.fixture(scope="module")
-def api(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.url(), headers=ALICE, timeout=30) as client:
-        yield client
 
 
 def node(stack: Stack, mode: str, sid: str, *extra: str) -> dict[str, Any]:
