@@ -156,6 +156,10 @@ class Settings(BaseSettings):
     # Tool namespaces with an active subset (services/runtime/tool_policy.py); off: every tool, always.
     dynamic_tools: bool = Field(False, validation_alias="GAMMA_DYNAMIC_TOOLS")
 
+    # --- causal order of live writes (issue 17 item 1, shared/causal.py): a prompt waits at most this
+    # long for the artifact updates of the writes acknowledged before it; 0 turns the wait off.
+    causal_wait_ms: int = Field(2000, ge=0, le=60_000, validation_alias="GAMMA_CAUSAL_WAIT_MS")
+
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
         if not self.api_tokens.strip():

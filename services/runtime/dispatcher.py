@@ -16,6 +16,7 @@ from shared import keys
 from shared.bus import dead_letter
 from shared.contracts.inbox import (
     Barrier,
+    ChangesSettled,
     Compact,
     DocumentEdit,
     FileWrite,
@@ -26,6 +27,7 @@ from shared.contracts.inbox import (
 )
 from shared.inbox import InboxEntry
 
+from .causal import CausalGate
 from .engine.agent import Agent
 from .events import Outbox
 from .failures import refusal, transient
@@ -86,6 +88,8 @@ class DispatchHost(Protocol):
 
 
 class InboxDispatcher:
+    causal: CausalGate | None = None  # holds prompts until the writes before them are in (causal.py)
+
     def __init__(self, host: DispatchHost, wake: FormHost, manifest: ManifestHost, handlers: dict[type, Handler],
                  recorded: Recorded, client: Any, request_close: Any, prompt_hook: PromptHook | None = None) -> None:
         self.h = host
@@ -102,12 +106,19 @@ class InboxDispatcher:
         deadline = loop.time() + BARRIER_WAIT_S
         while not self.h.closed:
             timeout = max(deadline - loop.time(), 0.05) if not self.h.barrier_passed else None
+            if timeout is None and self.causal is not None:
+                timeout = self.causal.timeout()
             try:
                 entry = await asyncio.wait_for(self.h.queue.get(), timeout)
             except TimeoutError:
-                await self.pass_barrier()  # no Barrier within 3 s: go on without it
+                if not self.h.barrier_passed:
+                    await self.pass_barrier()  # no Barrier within 3 s: go on without it
+                elif self.causal is not None:
+                    await self.causal_expired()
                 continue
             self.h.touch()
+            if self.causal is not None and self.causal.timeout() == 0.0:
+                await self.causal_expired()  # a busy inbox must not keep a held prompt past its wait
             try:
                 await self.handle_retrying(entry)
             except LeaseLost:
@@ -164,6 +175,10 @@ class InboxDispatcher:
             if m.wake_id == self.h.wake_id:  # a barrier of an earlier wake (claimed from a dead holder) is moot
                 await self.pass_barrier()
             await self.h.ack(entry.entry_id)
+        elif isinstance(m, ChangesSettled):
+            released = self.causal.on_settled(m.upto) if self.causal is not None else []
+            await self.h.ack(entry.entry_id)
+            await self.release([], released)
         elif isinstance(m, Stop):
             await self.on_stop(entry, m)
         else:
@@ -191,6 +206,8 @@ class InboxDispatcher:
         if not h.barrier_passed:
             h.held.append(entry)
             return
+        if self.causal is not None and not await self.causal.admit(entry, m):
+            return  # writes acknowledged before it are still on their way (causal.py)
         fetched = await self.prompt_hook.fetch() if self.prompt_hook else None  # before `running` is read
         if h.running:
             if m.on_busy == "reject":
@@ -209,6 +226,17 @@ class InboxDispatcher:
     def _hook(self, turn: PendingTurn, m: UserPrompt, fetched: Any) -> None:
         if self.prompt_hook is not None:
             self.prompt_hook.apply(turn, m.message, fetched)
+
+    async def causal_expired(self) -> None:
+        assert self.causal is not None
+        await self.release(*await self.causal.expire())
+
+    async def release(self, markers: list[Injection], prompts: list[InboxEntry]) -> None:
+        """Prompts the causal gate let go, in order, after the dirty markers of a wait that ran out."""
+        for marker in markers:
+            await self.deliver_injection(marker, None)
+        for entry in prompts:
+            await self.on_prompt(entry, entry.message)  # type: ignore[arg-type]
 
     async def deliver_injection(self, m: Injection, entry_id: str | None) -> None:
         """An injection from the inbox, or (entry_id None) one restored at wake (an answered form)."""

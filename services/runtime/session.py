@@ -31,6 +31,7 @@ from shared.uirules import UiLimits, repair_snapshot
 
 from .ack import Acker
 from .audit import Auditor
+from .causal import CausalGate, causal_steering
 from .compactor import Compactor
 from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
@@ -135,6 +136,9 @@ class Session:
                     Compact: self.compactor.on_command}
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
                                           deps.client, deps.request_close, knowledge)
+        self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
+        self.dispatcher.causal = self.causal
+        config.get_steering = causal_steering(self.causal, config.get_steering, self.deliver_injection)
 
     def _messages(self) -> list[AgentMessage]:
         return self.agent.messages

@@ -1,7 +1,7 @@
 """`gamma:{sid}:inbox`: everything that enters a live session, discriminated by `type`.
 
 Producers: proxy (prompts, UI/file/document writes, stop, compact), notifications (injections,
-barrier), digest (artifact injections), compaction (results). Consumer: the lease holder.
+barrier), digest (artifact injections, changes settled), compaction (results). Consumer: the lease holder.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ class UserPrompt(_InboxBase):
     message: str
     client_context: PromptClientContext | None = None
     on_busy: OnBusy = "steer"
+    # Causal order (shared/causal.py): the newest artifact change still in flight when the proxy
+    # accepted the prompt; the runtime holds the prompt until the digest settled every change up to it.
+    after_seq: int | None = Field(None, ge=1)
 
 
 class Injection(_InboxBase):
@@ -83,6 +86,14 @@ class Barrier(_InboxBase):
     source: Literal["notifications"] = "notifications"
 
 
+class ChangesSettled(_InboxBase):
+    """Sent by the digest after a `FlushRequest`: every artifact change of the session numbered up to
+    `upto` is delivered (its `artifact_update` precedes this entry in the inbox) or dismissed."""
+
+    type: Literal["changes_settled"] = "changes_settled"
+    upto: int = Field(ge=1)
+
+
 class CompactionReady(_InboxBase):
     type: Literal["compaction_ready"] = "compaction_ready"
     request_id: str
@@ -111,7 +122,8 @@ class Stop(_InboxBase):
 
 
 InboxMessage = Annotated[
-    UserPrompt | Injection | UiUpdate | FileWrite | DocumentEdit | Barrier | CompactionReady | Compact | Stop,
+    UserPrompt | Injection | UiUpdate | FileWrite | DocumentEdit | Barrier | CompactionReady | Compact | Stop
+    | ChangesSettled,
     Field(discriminator="type"),
 ]
 INBOX_ADAPTER: TypeAdapter[InboxMessage] = TypeAdapter(InboxMessage)

@@ -9,7 +9,7 @@ import structlog
 from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse, Response
 
-from shared import inbox, keys
+from shared import causal, inbox, keys
 from shared.bus import publish
 from shared.contracts.http import (
     CompactBody,
@@ -121,7 +121,11 @@ async def post_message(
             except AriError as exc:
                 raise ApiError(422, f"client_context.visibleTabs: tab {tab.tab_id!r} has an invalid ARI: {exc}") from exc
     status = state.status()
-    prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy)
+    # Causal order (shared/causal.py): the newest write acknowledged before this prompt whose digest is
+    # still on its way; the runtime holds the prompt until it is delivered.
+    after = await causal.watermark(proxy.redis, sid) if proxy.settings.causal_wait_ms > 0 else None
+    prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy,
+                        after_seq=after)
     if status == "live":
         if body.on_busy == "reject" and state.running:
             raise ApiError(409, "the session is running and on_busy is 'reject'")
