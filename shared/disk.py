@@ -89,6 +89,11 @@ class SessionPaths:
         return self.root / "workspace"
 
     @property
+    def fence(self) -> Path:
+        """The runtime's disk fence (services/runtime/diskfence.py): the newest lease holder's token."""
+        return self.root / ".fence"
+
+    @property
     def documents(self) -> Path:
         return self.root / "documents"
 

@@ -30,6 +30,7 @@ from shared.uirules import UiLimits, repair_snapshot
 
 from .ack import Acker
 from .compactor import Compactor
+from .diskfence import DiskFence
 from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
@@ -70,11 +71,13 @@ class SessionDeps:
 
 class Session:
     def __init__(self, deps: SessionDeps, paths: SessionPaths, lease: Lease, outbox: Outbox,
-                 model: ModelSettings, wake_id: str, context_window: int | None = None) -> None:
+                 model: ModelSettings, wake_id: str, context_window: int | None = None,
+                 disk: DiskFence | None = None) -> None:
         self.deps = deps
         self.sid = lease.sid
         self.paths = paths
         self.lease = lease
+        self.disk = disk  # the lease's fence, checked by the disk at each write (diskfence.py)
         self.outbox = outbox
         self.wake_id = wake_id
         self.ui_limits = UiLimits.of(deps.settings)
@@ -167,6 +170,8 @@ class Session:
         if self.closed:
             raise LeaseLost(self.sid)
         await self.lease.check()
+        if self.disk is not None:
+            await self.disk.hold()  # last: held until the caller's write, which follows with no await
 
     def touch(self) -> None:
         self.last_activity = asyncio.get_running_loop().time()
@@ -221,3 +226,8 @@ class Session:
         if self.loop_task is not None and self.loop_task is not asyncio.current_task():
             self.loop_task.cancel()
             await asyncio.wait({self.loop_task}, timeout=5.0)
+
+    def release_disk(self) -> None:
+        """After the last write (the worker's close or drop): the fence file's descriptor goes."""
+        if self.disk is not None:
+            self.disk.close()
