@@ -30,9 +30,9 @@ from shared.settings import Settings
 from shared.tokens import TokenCounter
 from shared.trim import trim_acked, trim_all
 
+from .diskfence import DiskFence, FenceBehind
 from .engine.openai_stream import ModelSettings
 from .events import BusPublish, Outbox
-from .diskfence import DiskFence, FenceBehind
 from .lease import Lease, LeaseLost, raise_fence, renew_all, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps

@@ -30,8 +30,9 @@ def stopped(pid: int) -> bool:
 
 
 async def start_child(redis_url: str, root: Path, sid: str, where: str) -> subprocess.Popen[str]:
-    child = subprocess.Popen([sys.executable, "-m", "tests.integration.fence_child", redis_url, str(root), sid, where],
-                             cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    child = await asyncio.to_thread(
+        subprocess.Popen, [sys.executable, "-m", "tests.integration.fence_child", redis_url, str(root), sid, where],
+        cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert child.stdout is not None
     assert (await asyncio.to_thread(child.stdout.readline)).startswith("fence ")
     deadline = time.monotonic() + 20
