@@ -13,7 +13,8 @@ holder that claimed the session's disk, under an exclusive `flock` on that file:
 - every write (`hold`, called last in `Session.guard`) takes the lock, checks that the stored fence is
   still its own, and keeps the lock until the caller's write is done: the write follows the guard with
   no await in between, and the unlock is scheduled with `call_soon`, so it runs only once the task
-  yields, after the write.
+  yields, after the write. The transcript, written most, unlocks earlier (`unlock`): as soon as its
+  lines are readable, before their fsync, which can take long on a busy disk.
 A stale writer therefore either wrote before the claim (the new holder reads its line) or finds a newer
 fence and writes nothing: there is no window left between the check and the visible write. A process
 frozen inside that critical section (microseconds) holds the lock: the next holder's claim waits for
@@ -64,10 +65,10 @@ class DiskFence:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         return self._fd
 
-    async def _lock(self) -> int:
-        """Exclusive lock without blocking the event loop: polled, bounded."""
+    async def _lock(self, deadline: float | None = None) -> int:
+        """Exclusive lock without blocking the event loop: polled, bounded (`deadline`: monotonic)."""
         fd = self._open()
-        deadline = time.monotonic() + self.lock_timeout_s
+        deadline = time.monotonic() + self.lock_timeout_s if deadline is None else deadline
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -76,6 +77,10 @@ class DiskFence:
                 if time.monotonic() > deadline:
                     raise DiskFenceBusy(f"{self.path} locked for {self.lock_timeout_s} s") from None
                 await asyncio.sleep(POLL_S)
+
+    def unlock(self) -> None:
+        """Release early: the caller's write is visible (the scheduled release then finds nothing held)."""
+        self._unlock()
 
     def _unlock(self) -> None:
         if self._fd is not None:
@@ -87,10 +92,11 @@ class DiskFence:
         raw = os.pread(self._open(), WIDTH, 0).strip(b"\0 \n")
         return int(raw) if raw.isdigit() else 0
 
-    async def claim(self) -> None:
+    async def claim(self, until: float | None = None) -> None:
         """The new holder, before it reads the session disk: no newer fence may be stored; store ours.
-        Raises FenceBehind when the disk is ahead of Redis."""
-        fd = await self._lock()
+        Raises FenceBehind when the disk holds a newer one. `until` (monotonic): give up waiting for
+        the lock then (the lease's own bound: past it the claim is moot)."""
+        fd = await self._lock(until)
         try:
             stored = self.stored()
             if stored > self.fence:

@@ -67,6 +67,9 @@ class Lease:
         """A SET PX or PEXPIRE sent at `sent_at` (monotonic) succeeded."""
         self.valid_until = max(self.valid_until, sent_at + self.ttl_ms / 1000 - safety_margin_s(self.ttl_ms))
 
+    def valid_now(self) -> bool:
+        return not self.lost and time.monotonic() < self.valid_until
+
     def held_now(self) -> None:
         """Synchronous: raise unless the lease is ours for certain at this instant."""
         if self.lost:

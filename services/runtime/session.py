@@ -82,7 +82,8 @@ class Session:
         self.wake_id = wake_id
         self.ui_limits = UiLimits.of(deps.settings)
         self.skills = deps.skills
-        self.transcript = Transcript.load(paths.transcript, self.guard)
+        # The disk fence's lock goes as soon as a line is readable, not after its fsync (diskfence.py).
+        self.transcript = Transcript.load(paths.transcript, self.guard, disk.unlock if disk is not None else None)
         self.todo = TodoController.load(paths.todo, self.guard)
         self._ui: UiDoc | None = None  # built from state.json on first use (see `ui`)
         self.queue: asyncio.Queue[InboxEntry] = asyncio.Queue()

@@ -55,9 +55,10 @@ def now_iso() -> str:
 
 
 class Transcript:
-    def __init__(self, path: Path, guard: Guard) -> None:
+    def __init__(self, path: Path, guard: Guard, written: Callable[[], None] | None = None) -> None:
         self.path = path
         self._guard = guard
+        self._written = written  # once a batch is readable, before its fsync: the disk fence's unlock
         self.entries: list[TranscriptEntry] = []
         self._ids: set[str] = set()
         self.prompts: dict[str, str] = {}  # prompt_id -> entry id
@@ -69,8 +70,8 @@ class Transcript:
         self._appending = asyncio.Lock()
 
     @classmethod
-    def load(cls, path: Path, guard: Guard) -> Transcript:
-        t = cls(path, guard)
+    def load(cls, path: Path, guard: Guard, written: Callable[[], None] | None = None) -> Transcript:
+        t = cls(path, guard, written)
         for entry in read_entries(path):
             t._index(entry)
         return t
@@ -153,7 +154,8 @@ class Transcript:
             stamp = now_iso()
             for e in batch:
                 e.timestamp = stamp
-            append_jsonl(self.path, [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in batch])
+            append_jsonl(self.path, [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in batch],
+                         visible=self._written)
             for e in batch:
                 self._index(e)
 

@@ -30,7 +30,7 @@ from shared.settings import Settings
 from shared.tokens import TokenCounter
 from shared.trim import trim_acked, trim_all
 
-from .diskfence import DiskFence, FenceBehind
+from .diskfence import DiskFence, DiskFenceBusy, FenceBehind
 from .engine.openai_stream import ModelSettings
 from .events import BusPublish, Outbox
 from .lease import Lease, LeaseLost, raise_fence, renew_all, wait_no_dormant_write
@@ -96,10 +96,22 @@ class Worker:
                     await self._open(wake, lease, row)
                     return
                 except FenceBehind as behind:
+                    if not lease.valid_now():  # it expired while the claim waited: a newer holder claimed
+                        log.info("wake_ignored_claimed_meanwhile", session_id=wake.session_id)
+                        return
+                    # Held, yet the disk saw a newer fence: Redis lost its counter (restore, failover).
                     log.warning("fence_behind_disk", session_id=wake.session_id, fence=lease.fence,
                                 stored=behind.stored)
                     await raise_fence(self.client, wake.session_id, behind.stored)
                     await lease.release()
+                except DiskFenceBusy:
+                    # The session's last holder is frozen inside a write (it holds the fence's lock): let
+                    # the lease go; the orphan scan tries again, and it succeeds once that process
+                    # resumes (its write then lands before our read) or dies.
+                    log.warning("wake_waits_for_frozen_writer", session_id=wake.session_id)
+                    with contextlib.suppress(Exception):
+                        await lease.release()
+                    return
                 except Exception:
                     with contextlib.suppress(Exception):
                         await lease.release()
@@ -112,7 +124,7 @@ class Worker:
         # write once this is stored, and whatever it wrote before is on disk now (diskfence.py).
         disk = DiskFence(paths.fence, sid, lease.fence, lock_timeout_s=self.settings.lease_ms * 3 / 1000)
         try:
-            await disk.claim()
+            await disk.claim(until=lease.valid_until)  # a frozen writer holding the lock: wait, not past the lease
             await lease.check()  # the claim may have waited on a frozen writer: still ours?
         except BaseException:
             disk.close()
