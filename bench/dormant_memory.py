@@ -67,6 +67,7 @@ def session_memory(r: redis.Redis, sids: list[str]) -> dict[str, Any]:
     """MEMORY USAGE of every key under each session's hash tag, by key kind."""
     by_kind: dict[str, int] = {}
     counts: dict[str, int] = {}
+    encodings: dict[str, dict[str, int]] = {}
     total = 0
     for sid in sids:
         prefix = "gamma:{" + sid + "}:"
@@ -74,16 +75,22 @@ def session_memory(r: redis.Redis, sids: list[str]) -> dict[str, Any]:
         pipe = r.pipeline(transaction=False)
         for name in names:
             pipe.execute_command("MEMORY", "USAGE", name, "SAMPLES", "0")
-        for name, size in zip(names, pipe.execute(), strict=True):
+            pipe.object("encoding", name)
+        replies = pipe.execute()
+        for name, size, encoding in zip(names, replies[::2], replies[1::2], strict=True):
             kind = name.decode()[len(prefix):].split(":")[0]
             by_kind[kind] = by_kind.get(kind, 0) + int(size or 0)
             counts[kind] = counts.get(kind, 0) + 1
+            enc = encodings.setdefault(kind, {})
+            label = encoding.decode() if isinstance(encoding, bytes) else str(encoding)
+            enc[label] = enc.get(label, 0) + 1
             total += int(size or 0)
     index = int(r.execute_command("MEMORY", "USAGE", keys.user_sessions(USER), "SAMPLES", "0") or 0)
     n = len(sids)
     return {"per_session_bytes": round((total + index) / n, 1),
             "keys_per_session": round(sum(counts.values()) / n, 2),
-            "by_key": {k: {"keys": counts[k], "bytes_per_session": round(v / n, 1)} for k, v in sorted(by_kind.items())},
+            "by_key": {k: {"keys": counts[k], "bytes_per_session": round(v / n, 1), "encodings": encodings[k]}
+                       for k, v in sorted(by_kind.items())},
             "user_index_bytes_per_session": round(index / n, 1)}
 
 

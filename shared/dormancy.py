@@ -15,6 +15,8 @@ meantime is left alone, and a wake that comes after finds nothing it needs gone:
   totals move from their own hash into one row field (`keys.USAGE_FIELD`, added to what an earlier
   sweep left there; `read_usage` sums both), and the row's wake bookkeeping (`wake_id`, `waking_since`,
   `wake_fence`), which only matters during a wake, goes once the wake window has passed;
+- the digest's revision states (`RefState` JSON) lose their top-level fields at their defaults (null,
+  false, empty), which parse back to the same state: a settled ref then fits in 64 bytes;
 - the row and the digest's revisions hash are rewritten as listpacks when a value that was once over
   64 bytes (hash-max-listpack-value) made Redis convert them to a hashtable (~2.5x the memory), which
   it never converts back by itself, and every value now fits.
@@ -79,6 +81,22 @@ end
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #last > 0 and redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('HSET', KEYS[4], ARGV[2], last[1][1])
+end
+local defaults = {seen = true, seen_known = true, deleted = true, notes = true, carry = true, sent = true,
+                  pending_since = true}
+local function is_default(v)
+  return v == cjson.null or v == false or (type(v) == 'table' and next(v) == nil)
+end
+local states = redis.call('HGETALL', KEYS[8])
+for i = 2, #states, 2 do
+  local ok, state = pcall(cjson.decode, states[i])
+  if ok and type(state) == 'table' and state['current'] ~= nil then
+    local dropped = false
+    for name, _ in pairs(defaults) do
+      if state[name] ~= nil and is_default(state[name]) then state[name] = nil; dropped = true end
+    end
+    if dropped then redis.call('HSET', KEYS[8], states[i - 1], cjson.encode(state)) end
+  end
 end
 compact(KEYS[4])
 compact(KEYS[8])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -86,16 +85,6 @@ class RefState(BaseModel):
         return keep
 
 
-def dump_state(state: RefState) -> str:
-    """Defaults left out (they parse back to the same RefState): a settled ref's value stays under 64
-    bytes (hash-max-listpack-value), so the hash stays a listpack, ~250 B instead of ~600 B kept for
-    every dormant session (issue 19 item 3, bench/dormant_memory.py). `current` is always written:
-    readers outside the digest take it as the ref's revision number."""
-    data = state.model_dump(mode="json", exclude_defaults=True)
-    data["current"] = state.current
-    return json.dumps(data, separators=(",", ":"))
-
-
 def ref_dir(data_dir: Path, sid: str, ref: str) -> Path:
     return session_paths(data_dir, sid).revisions / hashlib.sha256(ref.encode()).hexdigest()[:24]
 
@@ -114,7 +103,7 @@ class RevisionStore:
         return {text(k): RefState.model_validate_json(v) for k, v in raw.items()}
 
     async def save(self, sid: str, ref: str, state: RefState) -> None:
-        await self._r.hset(keys.revisions(sid), ref, dump_state(state))
+        await self._r.hset(keys.revisions(sid), ref, state.model_dump_json())
 
     # -------------------------------------------------------------- content on the session disk
 
