@@ -85,8 +85,12 @@ class InboxReader:
         return frozenset().union(*(shard.sessions for shard in self._shards))
 
     async def add(self, sid: str) -> list[InboxEntry]:
-        """Start reading `sid`; returns entries left pending by earlier holders (to process first)."""
+        """Start reading `sid`; returns entries left pending by earlier holders (to process first).
+        The claim comes before the shard reads `sid`: claiming (min idle 0) after a read had already
+        delivered a new entry to this consumer returned that entry a second time, and the woken
+        session recorded the prompt twice (the fault suite, three runtime workers)."""
         await ensure_group(self._client, keys.inbox(sid), GROUP, track=False)
+        pending = await self.claim_pending(sid)
         if not any(sid in shard.sessions for shard in self._shards):
             slot = redis_cluster.slot_group(self._client, keys.inbox(sid))
             shard = next((s for s in self._shards if len(s.sessions) < SHARD_SIZE and s.slot == slot), None)
@@ -95,7 +99,7 @@ class InboxReader:
                 self._shards.append(shard)
             shard.sessions.add(sid)
             shard.packed = None  # its read in flight (if any) ends within block_ms; the next one has sid
-        return await self.claim_pending(sid)
+        return pending
 
     def remove(self, sid: str) -> None:
         for shard in self._shards:

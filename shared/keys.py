@@ -133,6 +133,9 @@ DORMANT_DUE = "gamma:dormant:due"
 # Session-row field set by the sweep: the id of the last events-stream entry it deleted, so the SSE
 # route tells a client whose Last-Event-ID is older that its history is gone (a `reset` event).
 EVENTS_SWEPT_FIELD = "events_swept"
+# Session-row field set by the sweep: the model usage totals folded out of `model_usage(sid)`
+# ("requests,input,cached,output,reasoning"; shared/dormancy.py).
+USAGE_FIELD = "usage"
 
 
 def compaction_done(sid: str, request_id: str) -> str:

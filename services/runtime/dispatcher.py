@@ -203,6 +203,11 @@ class InboxDispatcher:
         if m.prompt_id in h.transcript.prompts:
             await h.ack(entry.entry_id)  # a redelivered prompt: already recorded
             return
+        twin = h.protocol.pending_prompt(m.prompt_id)
+        if twin is not None:  # the same prompt already on its way to the transcript: recorded once
+            if entry.entry_id != twin.entry_id:
+                twin.twins.append(entry.entry_id)
+            return
         if not h.barrier_passed:
             h.held.append(entry)
             return

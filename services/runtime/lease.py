@@ -35,6 +35,13 @@ return {fence, redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[4])}
 """
 
 
+# Fences only grow: raise the counter to at least ARGV[1] (the disk saw a fence Redis no longer knows).
+_RAISE_FENCE = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+"""
+
+
 class LeaseLost(RuntimeError):
     pass
 
@@ -59,6 +66,9 @@ class Lease:
     def extend(self, sent_at: float) -> None:
         """A SET PX or PEXPIRE sent at `sent_at` (monotonic) succeeded."""
         self.valid_until = max(self.valid_until, sent_at + self.ttl_ms / 1000 - safety_margin_s(self.ttl_ms))
+
+    def valid_now(self) -> bool:
+        return not self.lost and time.monotonic() < self.valid_until
 
     def held_now(self) -> None:
         """Synchronous: raise unless the lease is ours for certain at this instant."""
@@ -141,6 +151,10 @@ async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[s
             lease.extend(sent_at)
         out.append(bool(ok) and not lease.lost)
     return out
+
+
+async def raise_fence(client: aioredis.Redis, sid: str, at_least: int) -> None:
+    await client.eval(_RAISE_FENCE, 1, keys.fence(sid), str(at_least))  # type: ignore[misc]
 
 
 async def wait_no_dormant_write(client: aioredis.Redis, sid: str, timeout_s: float = 15.0) -> dict[str, str]:

@@ -42,6 +42,9 @@ class PendingPrompt:
     prompt_id: str
     entry_id: str | None
     message: UserMessage
+    # Other inbox entries carrying the same prompt id (an append retried, an entry claimed twice at a
+    # wake): acked with this one once it is recorded, never recorded themselves.
+    twins: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -150,6 +153,9 @@ class SessionProtocolController:
 
     def prompt_of(self, message: AgentMessage) -> PendingPrompt | None:
         return next((p for p in self.prompts if p.message is message), None)
+
+    def pending_prompt(self, prompt_id: str) -> PendingPrompt | None:
+        return next((p for p in self.prompts if p.prompt_id == prompt_id), None)
 
     def take_prompt(self, message: AgentMessage) -> PendingPrompt | None:
         p = self.prompt_of(message)

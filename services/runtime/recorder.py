@@ -71,6 +71,8 @@ class Recorder:
             prompt = self.protocol.take_prompt(message)
             await self.transcript.append_message(message, prompt_id=prompt.prompt_id if prompt else None)
             await self.ack(prompt.entry_id if prompt else None)
+            for twin in prompt.twins if prompt else []:
+                await self.ack(twin)
             return
         if isinstance(message, CustomMessage):
             await self._record_custom(message)

@@ -33,6 +33,7 @@ from .ack import Acker
 from .audit import Auditor
 from .causal import CausalGate, causal_steering
 from .compactor import Compactor
+from .diskfence import DiskFence
 from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
@@ -77,16 +78,19 @@ class SessionDeps:
 
 class Session:
     def __init__(self, deps: SessionDeps, paths: SessionPaths, lease: Lease, outbox: Outbox,
-                 model: ModelSettings, wake_id: str, context_window: int | None = None) -> None:
+                 model: ModelSettings, wake_id: str, context_window: int | None = None,
+                 disk: DiskFence | None = None) -> None:
         self.deps = deps
         self.sid = lease.sid
         self.paths = paths
         self.lease = lease
+        self.disk = disk  # the lease's fence, checked by the disk at each write (diskfence.py)
         self.outbox = outbox
         self.wake_id = wake_id
         self.ui_limits = UiLimits.of(deps.settings)
         self.skills = deps.skills
-        self.transcript = Transcript.load(paths.transcript, self.guard)
+        # The disk fence's lock goes as soon as a line is readable, not after its fsync (diskfence.py).
+        self.transcript = Transcript.load(paths.transcript, self.guard, disk.unlock if disk is not None else None)
         self.todo = TodoController.load(paths.todo, self.guard)
         self._ui: UiDoc | None = None  # built from state.json on first use (see `ui`)
         self.queue: asyncio.Queue[InboxEntry] = asyncio.Queue()
@@ -203,6 +207,8 @@ class Session:
         if self.closed:
             raise LeaseLost(self.sid)
         await self.lease.check()
+        if self.disk is not None:
+            await self.disk.hold()  # last: held until the caller's write, which follows with no await
 
     def touch(self) -> None:
         self.last_activity = asyncio.get_running_loop().time()
@@ -257,3 +263,8 @@ class Session:
         if self.loop_task is not None and self.loop_task is not asyncio.current_task():
             self.loop_task.cancel()
             await asyncio.wait({self.loop_task}, timeout=5.0)
+
+    def release_disk(self) -> None:
+        """After the last write (the worker's close or drop): the fence file's descriptor goes."""
+        if self.disk is not None:
+            self.disk.close()

@@ -9,7 +9,7 @@ import structlog
 from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse, Response
 
-from shared import causal, inbox, keys
+from shared import causal, dormancy, inbox, keys
 from shared.bus import publish
 from shared.contracts.http import (
     CompactBody,
@@ -103,9 +103,8 @@ async def list_sessions(
 @router.get("/{sid}", response_model=SessionView, responses=ERRORS)
 async def get_session(state: SessionState = Depends(owned_session),
                       proxy: Proxy = Depends(get_proxy)) -> SessionView:
-    usage = await proxy.redis.hgetall(keys.model_usage(state.row.id))  # type: ignore[misc]
-    return state.view().model_copy(update={"model_usage": ModelUsage.of(
-        {k.decode() if isinstance(k, bytes) else k: int(v) for k, v in usage.items()})})
+    usage = await dormancy.read_usage(proxy.redis, state.row.id)  # the live hash plus what sweeps folded
+    return state.view().model_copy(update={"model_usage": ModelUsage.of(usage)})
 
 
 @router.post("/{sid}/messages", status_code=202, response_model=MessageAccepted,
