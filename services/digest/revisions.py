@@ -64,12 +64,16 @@ class RefState(BaseModel):
         return (bool(self.notes) or self.carry is not None) and self.current not in self.sent
 
     def from_revision(self) -> int | None:
+        """The revision a digest is composed from: the one the agent saw, or 0 (none) before any.
+
+        Never a producer's `from_revision` while nothing is seen: revisions before the first change
+        handled here were never shown (a live deck write applied whose reply no proxy read publishes
+        no change; the retry's change then says "from 1"), and the digest is composed from nothing
+        anyway (`seen_known` is False). Taking it marked those revisions told and, once recorded, seen.
+        """
         if self.carry is not None:
             return self.carry.from_revision
-        if self.seen is not None:
-            return self.seen
-        firsts = [n.from_revision for _, n in sorted(self.notes.items()) if n.from_revision is not None]
-        return firsts[0] if firsts else None
+        return self.seen if self.seen is not None else 0
 
     def advance_seen(self, revision: int, known: bool, *, recorded: bool) -> None:
         """`recorded`: the agent read a digest up to `revision`; else its own write produced it."""

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from services.digest.builder import DigestBuilder
 from services.digest.coalesce import NO_NET_CHANGE
 
-from .test_digest_builder import BRIEF, SID, file_change, go_live, injections, recorded, wait_for
+from .test_digest_builder import BRIEF, DOC, SID, deck, doc_change, file_change, go_live, injections, recorded, wait_for
 
 
 @pytest.fixture
@@ -89,3 +89,20 @@ async def test_a_digest_that_overlaps_a_recorded_one_is_corrected(redis_client: 
     assert state is not None and state.seen == 3 and state.sent == [] and not state.notes
     await asyncio.sleep(0.3)
     assert len(await injections(redis_client)) == 3  # nothing more to say
+
+
+async def test_a_first_change_after_unpublished_revisions_is_told_from_nothing(
+    redis_client: aioredis.Redis, builder: DigestBuilder
+) -> None:
+    """Fault suites: a live deck PUT applied but unanswered (no change published for revision 1); the
+    retry's change said from 1 to 2 and the digest sent "1..2": once recorded, revision 1 counted as
+    seen though the agent was never shown it ("deck revisions 0..1 never delivered", misacknowledged)."""
+    await go_live(redis_client, builder)
+    await builder.on_change(doc_change("user", 2, deck(card_1="Retried")))  # from_revision=1, never published
+    await wait_for(lambda: _count(redis_client, 1))
+    [inj] = await injections(redis_client)
+    assert (inj.from_revision, inj.to_revision) == (0, 2)
+    assert inj.injection.content.startswith(f'<artifact_update ref="{DOC}" from_revision="0" to_revision="2">')
+    await builder.on_recorded(recorded(inj))
+    state = await builder.revisions.load(SID, DOC)
+    assert state is not None and state.seen == 2 and not state.notes
