@@ -11,7 +11,18 @@ import redis.asyncio as aioredis
 from services.digest.builder import DigestBuilder
 from services.digest.coalesce import NO_NET_CHANGE
 
-from .test_digest_builder import BRIEF, DOC, SID, deck, doc_change, file_change, go_live, injections, recorded, wait_for
+from .test_digest_builder import (
+    BRIEF,
+    DOC,
+    SID,
+    deck,
+    doc_change,
+    file_change,
+    go_live,
+    injections,
+    recorded,
+    wait_for,
+)
 
 
 @pytest.fixture
