@@ -293,9 +293,21 @@ def _atomic_write_at(dir_fd: int, name: str, data: bytes, mode: int) -> None:
     os.fsync(dir_fd)
 
 
+@dataclass(frozen=True)
+class Written:
+    path: str  # workspace-relative, NFC-normalised
+    created: bool  # no entry existed at the path before this write
+
+
 def write_bytes(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota | None = None,
                 must_exist: bool = False) -> str:
-    """Write a workspace file atomically beneath the workspace; returns its normalised path.
+    """Write a workspace file atomically beneath the workspace; returns its normalised path."""
+    return write_entry(workspace, rel, data, quota=quota, must_exist=must_exist).path
+
+
+def write_entry(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota | None = None,
+                must_exist: bool = False) -> Written:
+    """Write a workspace file atomically beneath the workspace, creating its directories as needed.
 
     must_exist: overwrite an existing regular file only (NotFound otherwise). quota: refuse (507)
     a write that would take the workspace over it; nothing is created when refused.
@@ -325,5 +337,30 @@ def write_bytes(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota
             _atomic_write_at(dir_fd, parts[-1], data, mode)
         finally:
             if dir_fd is not None:
+                os.close(dir_fd)
+    return Written(norm, st is None)
+
+
+def remove_entry(workspace: Path, rel: str) -> str:
+    """Remove one workspace file (or a link or other non-directory entry itself: a link is removed,
+    never followed to its target) beneath the workspace; returns its normalised path. A directory is
+    a 409, a missing entry a 404; the directory holding it is fsync'd so the removal is durable."""
+    parts = split_workspace_path(rel, for_write=True)
+    norm = "/".join(parts)
+    missing = f"no file {norm!r} in the session workspace"
+    with _disk_errors(norm):
+        if not workspace.is_dir():
+            raise NotFound(missing)
+        with workspace_root(workspace) as root:
+            dir_fd = open_dir(root, parts[:-1])
+            try:
+                st = _lstat_at(dir_fd, parts[-1])
+                if st is None:
+                    raise NotFound(missing)
+                if stat.S_ISDIR(st.st_mode):
+                    raise Conflict(f"{norm!r} is a directory; only files can be deleted")
+                os.unlink(parts[-1], dir_fd=dir_fd)
+                os.fsync(dir_fd)
+            finally:
                 os.close(dir_fd)
     return norm

@@ -155,7 +155,7 @@ class DigestBuilder:
             else:
                 state.current, state.deleted = revision, change.deleted
                 state.notes[revision] = Note(actor=change.actor, digest=change.digest,
-                                             from_revision=change.from_revision)
+                                             from_revision=change.from_revision, created=change.created)
                 await self._other_change(sid, ref, state, change)
             await self._save(sid, ref, state)
         self._metrics.changes.labels(change.actor).inc()
@@ -215,8 +215,8 @@ class DigestBuilder:
 
     async def _digest(self, sid: str, ref: str, state: RefState) -> tuple[str, int | None] | None:
         """(content, from_revision) or None when the agent already has the current content."""
-        body = await self._compose(sid, ref, state)
-        if body is None and (state.notes or state.carry is not None):
+        body = None if state.never_known else await self._compose(sid, ref, state)
+        if body is None and (state.notes or state.carry is not None) and not state.never_known:
             # Edits that cancel out (a save repeated after a lost answer, an edit undone) still go out:
             # `seen` advances only when the agent records a digest or writes itself. Advancing it here
             # marked revisions seen that no digest showed (5..7 recorded, then 8..9: 8 never shown),

@@ -29,6 +29,7 @@ class Note(BaseModel):
     actor: Actor
     digest: str | None = None  # the client's own digest text (X-Gamma-Digest)
     from_revision: int | None = None
+    created: bool = False  # the change made the file or deck (none existed before it)
 
 
 class Carry(BaseModel):
@@ -77,6 +78,12 @@ class RefState(BaseModel):
         self.seen_known = known
         self.notes = {r: n for r, n in self.notes.items() if r > revision}
         self.sent = [r for r in self.sent if r > revision]
+
+    @property
+    def never_known(self) -> bool:
+        """Made and removed again before the agent was told of it or saw it: nothing to say."""
+        return (self.deleted and self.seen is None and self.carry is None and not self.sent
+                and any(n.created for n in self.notes.values()))
 
     def needed(self) -> set[int]:
         keep = set(self.sent) | {self.current}

@@ -44,12 +44,21 @@ def document_ref(doc: str) -> str:
 
 
 async def file_changed(broker: RedisBroker, sid: str, path: str, blob: BlobRef, digest: str | None,
-                       revision: int | None = None) -> None:
+                       revision: int | None = None, *, created: bool = False) -> None:
     """`blob`: the content blob holding the new bytes (shared/blobs.py); the entry only names it."""
     await publish(broker, keys.ARTIFACT_CHANGES, ArtifactChange(
         session_id=sid, ref=file_ref(path), actor="user", kind="file",
         to_revision=revision, from_revision=(revision - 1) if revision else None,
-        blob=blob.name, sha256=blob.sha256, size=blob.size, digest=digest,
+        blob=blob.name, sha256=blob.sha256, size=blob.size, digest=digest, created=created,
+    ))
+
+
+async def file_deleted(broker: RedisBroker, sid: str, path: str, digest: str | None,
+                       revision: int | None = None) -> None:
+    """A removal: the agent is told "the file was deleted" (no content)."""
+    await publish(broker, keys.ARTIFACT_CHANGES, ArtifactChange(
+        session_id=sid, ref=file_ref(path), actor="user", kind="file", deleted=True,
+        to_revision=revision, from_revision=(revision - 1) if revision else None, digest=digest,
     ))
 
 
@@ -58,4 +67,13 @@ async def document_changed(broker: RedisBroker, sid: str, doc: str, document: di
     await publish(broker, keys.ARTIFACT_CHANGES, ArtifactChange(
         session_id=sid, ref=document_ref(doc), actor="user", kind="document",
         from_revision=from_revision, to_revision=to_revision, document=document, digest=digest,
+        created=to_revision == 1,  # a new deck starts at revision 1 (shared.write_model.edit_document)
+    ))
+
+
+async def document_deleted(broker: RedisBroker, sid: str, doc: str, digest: str | None) -> None:
+    """The digest numbers the removal itself (its current revision + 1): the deck's own revision
+    counter ends with the file."""
+    await publish(broker, keys.ARTIFACT_CHANGES, ArtifactChange(
+        session_id=sid, ref=document_ref(doc), actor="user", kind="document", deleted=True, digest=digest,
     ))
