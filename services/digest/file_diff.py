@@ -75,7 +75,8 @@ def new_file_digest(new: bytes | None) -> str:
     text = as_text(new)
     if text is None:
         return f"A new binary file was added ({len(new)} bytes). Read it if you need its content."
-    lines = len(text.splitlines())
+    count = len(text.splitlines())
+    lines = f"{count} line" + ("" if count == 1 else "s")
     if len(text) <= INLINE_MAX_CHARS:
-        return f"A new file was added ({len(new)} bytes, {lines} lines). Its content:\n{text}"
-    return f"A new file was added ({len(new)} bytes, {lines} lines). Read it before you rely on it."
+        return f"A new file was added ({len(new)} bytes, {lines}). Its content:\n{text}"
+    return f"A new file was added ({len(new)} bytes, {lines}). Read it before you rely on it."
