@@ -212,7 +212,9 @@ def test_delete_live_and_dormant_is_announced_as_a_removal(api: httpx.Client, r:
     resp = api.delete(f"/sessions/{sid}/documents/d2", headers={"If-Match": "1"})
     assert resp.status_code == 200 and resp.json() == {"doc": "d2", "deleted": True, "revision": 1}, resp.text
     # (Waited for: a prompt sent at once may overtake the debounced digest; that order is item 1's.)
+    assert api.put(f"/sessions/{sid}/documents/d3", json={"title": "Kept a while"}).status_code == 200
     wait_sync(lambda: queued(r, sid, "file:docs/a.txt", "The file was deleted."), what="the removal's digest")
+    wait_sync(lambda: queued(r, sid, "gamma:file:d3", "A new deck"), what="the new deck's digest")
     items = say(api, sid, "I removed a.txt")
     at = user_at(items, "I removed a.txt")
     assert at is not None
@@ -226,11 +228,17 @@ def test_delete_live_and_dormant_is_announced_as_a_removal(api: httpx.Client, r:
     assert resp.status_code == 200 and resp.json() == {"path": "docs/b.txt", "deleted": True, "revision": None}
     assert status(api, sid) == "dormant" and not r.exists(keys.lease(sid))
     assert not (workspace(stack, sid) / "docs" / "b.txt").exists()
-    wait_sync(lambda: "file:docs/b.txt" in manifest_refs(stack, sid), what="the dormant removal in the manifest")
+    resp = api.delete(f"/sessions/{sid}/documents/d3")
+    assert resp.status_code == 200 and resp.json() == {"doc": "d3", "deleted": True, "revision": 1}, resp.text
+    assert status(api, sid) == "dormant"
+    wait_sync(lambda: {"file:docs/b.txt", "gamma:file:d3"} <= manifest_refs(stack, sid),
+              what="the dormant removals in the manifest")
     items = say(api, sid, "I removed b.txt too")
     at = user_at(items, "I removed b.txt too")
     assert at is not None
     removed = [i for i in updates(items, "file:docs/b.txt") if "The file was deleted." in content(items, i)]
+    assert len(removed) == 1 and removed[0] < at
+    removed = [i for i in updates(items, "gamma:file:d3") if "The deck was deleted." in content(items, i)]
     assert len(removed) == 1 and removed[0] < at
 
 
