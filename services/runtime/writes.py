@@ -1,5 +1,6 @@
 """Forwarded live writes (docs/integration.md "Forwarded live writes"): UiUpdate, FileWrite,
-DocumentEdit, FileDelete, DocumentDelete. Each is applied under the lease, made durable, answered on the reply key, then acked.
+DocumentEdit, FileDelete, DocumentDelete. Each is applied under the lease, made durable, answered on
+the reply key, then acked.
 
 Files and documents go through the write model the proxy uses while the session is dormant
 (`shared.write_model`); the UI update goes to the live Yjs document (`uistate.UiDoc`), under the
