@@ -319,7 +319,7 @@ def write_entry(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota
             dir_fd: int | None = open_dir(root, parts[:-1])
         except FileNotFoundError:
             if must_exist:
-                raise NotFound(f"no file {norm!r}: a dormant session overwrites existing files only") from None
+                raise NotFound(f"no file {norm!r} to overwrite") from None
             dir_fd = None
         try:
             st = _lstat_at(dir_fd, parts[-1]) if dir_fd is not None else None
@@ -327,7 +327,7 @@ def write_entry(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota
                 raise Conflict(f"{norm!r} is a directory")
             regular = st is not None and stat.S_ISREG(st.st_mode)
             if must_exist and not regular:
-                raise NotFound(f"no file {norm!r}: a dormant session overwrites existing files only")
+                raise NotFound(f"no file {norm!r} to overwrite")
             if quota is not None:
                 check_write(usage_at(root, quota), quota, rel=norm, size=len(data),
                             replaced=st.st_size if st is not None and regular else 0, new_file=st is None)

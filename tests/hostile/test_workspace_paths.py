@@ -62,7 +62,7 @@ def names(stack: Stack, sid: str) -> set[str]:
 
 
 def plant(stack: Stack, sid: str, *files: str) -> None:
-    """Files as an earlier run left them (a dormant PUT overwrites existing files only)."""
+    """Files as an earlier run (or a command) left them, made directly on disk."""
     for f in files:
         path = workspace(stack, sid) / f
         path.parent.mkdir(parents=True, exist_ok=True)
