@@ -54,11 +54,15 @@ def stamped(chunk: bytes) -> bytes:
 
 
 async def paced(chunks: list[tuple[bytes, bool]], timing: Timing) -> AsyncIterator[bytes]:
-    """Yield the chunks ((bytes, carries a token)); token chunks on the schedule, the others at once."""
+    """Yield the chunks ((bytes, carries a token)); token chunks on the schedule, the others at once.
+    Chunks already due when the loop gets here go out together, as one network read would return
+    every event the server sent meanwhile (one yield per token would make a late consumer pay a
+    wake-up per token on top of its backlog: not what a provider's TCP stream costs)."""
     start = time.monotonic()
     due = start + timing.ttft_s
     interval = 1 / timing.tokens_per_s if timing.tokens_per_s > 0 else 0.0
     first = True
+    ready: list[bytes] = []
     for chunk, token in chunks:
         if token:
             if not first:
@@ -67,5 +71,10 @@ async def paced(chunks: list[tuple[bytes, bool]], timing: Timing) -> AsyncIterat
             at = due + (random.uniform(-timing.jitter_s, timing.jitter_s) if timing.jitter_s else 0.0)
             wait = at - time.monotonic()
             if wait > 0:
+                if ready:
+                    yield b"".join(ready)
+                    ready = []
                 await asyncio.sleep(wait)
-        yield stamped(chunk) if timing.stamp else chunk
+        ready.append(stamped(chunk) if timing.stamp else chunk)
+    if ready:
+        yield b"".join(ready)
