@@ -12,6 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from services.runtime.events import Outbox
+from services.runtime.lease import LeaseLost
+from services.runtime.ticker import DeltaTicker
 from shared import keys
 from shared.model import ScriptedReply, ScriptedToolCall, openai_client
 from shared.pacing import Timing
@@ -88,9 +90,14 @@ async def entries(client: aioredis.Redis, sid: str) -> list[dict]:
     return [json.loads(f[b"data"]) for _, f in await client.xrange(keys.events(sid))]
 
 
+def ticker_for(client: aioredis.Redis, with_ticker: bool, period_s: float) -> DeltaTicker | None:
+    return DeltaTicker(client, period_s) if with_ticker else None
+
+
+@pytest.mark.parametrize("with_ticker", [False, True], ids=["own-window", "worker-ticker"])
 @pytest.mark.timeout(30)
-async def test_deltas_coalesce_per_window_in_order(redis_client: aioredis.Redis) -> None:
-    out = Outbox(redis_client, "co1", bus, coalesce_s=0.03)
+async def test_deltas_coalesce_per_window_in_order(redis_client: aioredis.Redis, with_ticker: bool) -> None:
+    out = Outbox(redis_client, "co1", bus, coalesce_s=0.03, ticker=ticker_for(redis_client, with_ticker, 0.03))
     t0 = time.monotonic()
     for n in range(60):  # 60 tokens at ~500/s
         await out.event("message_update", {"delta": f"{n} "}, wait=False)
@@ -108,11 +115,44 @@ async def test_deltas_coalesce_per_window_in_order(redis_client: aioredis.Redis)
     assert "".join(deltas[:restart]).split()[-1] == "30"  # the notice sits where the engine made it
 
 
+@pytest.mark.parametrize("with_ticker", [False, True], ids=["own-window", "worker-ticker"])
 @pytest.mark.timeout(30)
-async def test_an_awaited_event_is_not_held_by_the_window(redis_client: aioredis.Redis) -> None:
-    out = Outbox(redis_client, "co2", bus, coalesce_s=0.5)
+async def test_an_awaited_event_is_not_held_by_the_window(redis_client: aioredis.Redis, with_ticker: bool) -> None:
+    out = Outbox(redis_client, "co2", bus, coalesce_s=0.5, ticker=ticker_for(redis_client, with_ticker, 0.5))
     await out.event("message_update", {"delta": "a"}, wait=False)
     t0 = time.monotonic()
     await out.event("message_end", {})
     assert time.monotonic() - t0 < 0.2
     assert [e["type"] for e in await entries(redis_client, "co2")] == ["message_update", "message_end"]
+
+
+@pytest.mark.timeout(30)
+async def test_one_pipeline_per_tick_for_all_sessions(redis_client: aioredis.Redis) -> None:
+    """20 sessions streaming at once: the worker's ticker sends them together, one round trip per
+    tick (not one per session per window), each stream whole and in order; a session whose lease is
+    gone sends nothing and does not hold up the others."""
+    ticker = DeltaTicker(redis_client, 0.03)
+
+    async def lost() -> None:
+        raise LeaseLost("tk-lost")
+
+    outs = [Outbox(redis_client, f"tk{i}", bus, coalesce_s=0.03, ticker=ticker) for i in range(20)]
+    gone = Outbox(redis_client, "tk-lost", bus, fence=lost, coalesce_s=0.03, ticker=ticker)
+
+    async def stream(out: Outbox) -> None:
+        for n in range(40):
+            await out.event("message_update", {"delta": f"{n} "}, wait=False)
+            await asyncio.sleep(0.003)
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(stream(o) for o in [*outs, gone]))
+    deadline = time.monotonic() + 10
+    while any(o.has_queued() for o in outs) and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    windows = (time.monotonic() - t0) / 0.03
+    for o in outs:
+        got = await entries(redis_client, o.sid)
+        assert "".join(e["data"]["delta"] for e in got) == "".join(f"{n} " for n in range(40))
+    assert ticker.ticks <= windows + 2  # all 20 sessions in each round trip
+    assert await redis_client.exists(keys.events("tk-lost")) == 0
+    assert gone.has_queued()  # kept for its next awaited event, which raises LeaseLost
