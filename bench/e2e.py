@@ -181,7 +181,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     url, redis_proc = start_redis_server(appendonly=True, data_dir=str(base / "redis"))
     data_dir = base / "data"
     data_dir.mkdir()
-    stack = Stack(redis_url=url + "/0", data_dir=data_dir, env_overrides={"GAMMA_IDLE_S": "120", "GAMMA_REPLY_TIMEOUT_S": "20"})
+    # Production lease timing unless --test-lease: tests/support/stack.py shortens it (3 s, claims after
+    # 1.5 s idle) for its failover tests; under this load the runtime's event loop stalls past that,
+    # loses its own leases and resumes the sessions it already had, re-running their turns (issue 20).
+    lease = {} if args.test_lease else {"GAMMA_LEASE_MS": "10000", "GAMMA_CLAIM_IDLE_MS": "5000"}
+    stack = Stack(redis_url=url + "/0", data_dir=data_dir, src=args.src, env_overrides={
+        "GAMMA_IDLE_S": "120", "GAMMA_REPLY_TIMEOUT_S": "20",
+        # 200 sessions of one user in ~10 s: above the per-user create rate limit (60/min).
+        "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", **lease})
     sampler = MemorySampler(stack)
     client = LoadClient(stack.url("proxy"), stack.url("notifications"), API_TOKEN, SERVICE_TOKEN,
                         request_deadline_s=120, answer_timeout_s=180, poll_s=0.3, max_poll_s=args.poll_s)
@@ -225,7 +232,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                     "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
         "config": {"sessions": args.sessions, "rounds": args.rounds, "ramp_s": args.ramp_s, "rewoken": args.sessions // 4,
-                   "model": "scripted (offline, behind the real openai client)", "redis": "local, AOF appendfsync always"},
+                   "model": "scripted (offline, behind the real openai client)", "redis": "local, AOF appendfsync always",
+                   "src": str(args.src or "this tree"), "lease": "test (3 s)" if args.test_lease else "production (10 s)"},
         "throughput": {"load_phase_s": round(load_s, 1), "operations": ops, "ops_per_s": round(ops / load_s, 1),
                        "prompts_answered": len(prompt_lat), "prompts_per_s": round(len(prompt_lat) / load_s, 2),
                        "http_requests": client.stats.requests, "retries": client.stats.retries,
@@ -251,6 +259,8 @@ def main() -> None:
                         help="longest transcript poll interval per waiting session (latencies come from the transcript)")
     parser.add_argument("--flush-s", type=float, default=90.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--src", type=Path, default=None, help="run the services from this source tree (a baseline)")
+    parser.add_argument("--test-lease", action="store_true", help="the test stack's 3 s lease (as before issue 20)")
     args = parser.parse_args()
     result = asyncio.run(run(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
