@@ -97,6 +97,29 @@ class MemorySampler(threading.Thread):
                 self.peak[name] = max(rss, self.peak.get(name, 0))
 
 
+def cpu_of(stack: Stack) -> dict[str, float]:
+    """CPU seconds (user + system) of each service process so far."""
+    out: dict[str, float] = {}
+    for name, proc in stack.procs.items():
+        try:
+            t = psutil.Process(proc.pid).cpu_times()
+        except psutil.Error:
+            continue
+        out[name] = t.user + t.system
+    return out
+
+
+async def profile(stack: Stack, py_spy: str | None, out: Path, delay_s: float, seconds: int) -> None:
+    """py-spy on the runtime for `seconds`, `delay_s` into the load phase (collapsed stacks)."""
+    if py_spy is None:
+        return
+    await asyncio.sleep(delay_s)
+    proc = await asyncio.create_subprocess_exec(py_spy, "record", "-p", str(stack.procs["runtime"].pid), "-d",
+                                                str(seconds), "-r", "50", "-f", "raw", "-o", str(out),
+                                                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    await proc.wait()
+
+
 async def session_life(client: LoadClient, rounds: int, records: list[SessionRecord], start_delay: float) -> None:
     await asyncio.sleep(start_delay)
     rec = await client.create_session()
@@ -198,10 +221,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         stack.start()
         sampler.start()
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), cpu_of(stack)
+        spy = asyncio.ensure_future(profile(stack, args.py_spy, args.out.with_suffix(".runtime.folded"), 15, 20))
         await asyncio.gather(*(session_life(client, args.rounds, records, i * args.ramp_s / args.sessions)
                                for i in range(args.sessions)))
         load_s = time.monotonic() - t0
+        cpu_load = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in cpu_of(stack).items()}
+        await spy
         t1 = time.monotonic()
         await asyncio.gather(*(rewake(client, rec) for rec in records[: args.sessions // 4]))
         rewake_s = time.monotonic() - t1
@@ -238,6 +264,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                        "prompts_answered": len(prompt_lat), "prompts_per_s": round(len(prompt_lat) / load_s, 2),
                        "http_requests": client.stats.requests, "retries": client.stats.retries,
                        "rewake_phase_s": round(rewake_s, 1)},
+        "cpu_s_load_phase": cpu_load,
         "latency": {"prompt_to_answer": summary(prompt_lat), **{k: summary(v) for k, v in delivery.items()}},
         "wake": {k: summary(v) for k, v in wakes.items()},
         "memory": memory,
@@ -260,6 +287,7 @@ def main() -> None:
     parser.add_argument("--flush-s", type=float, default=90.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--src", type=Path, default=None, help="run the services from this source tree (a baseline)")
+    parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime 20 s of the load phase")
     parser.add_argument("--test-lease", action="store_true", help="the test stack's 3 s lease (as before issue 20)")
     args = parser.parse_args()
     result = asyncio.run(run(args))
