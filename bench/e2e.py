@@ -25,6 +25,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -53,7 +54,7 @@ from tests.reliability.workload import (  # noqa: E402
     flush,
 )
 from tests.support.redis_server import start_redis_server  # noqa: E402
-from tests.support.stack import API_TOKEN, SERVICE_TOKEN, Stack  # noqa: E402
+from tests.support.stack import API_TOKEN, SERVICE_TOKEN, Stack, free_port, http_ok  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "e2e.json"
 TO_RE = re.compile(r'to_revision="(\d+)"')
@@ -95,6 +96,23 @@ class MemorySampler(threading.Thread):
                     continue
                 self.last[name] = rss
                 self.peak[name] = max(rss, self.peak.get(name, 0))
+
+
+def start_extra_runtimes(stack: Stack, n: int) -> None:
+    """`n` more runtime workers beside the stack's one (as `make run` starts one per core)."""
+    assert stack.log_dir is not None
+    for i in range(n):
+        name = f"runtime{i + 2}"
+        port = free_port()
+        log = open(stack.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
+        stack.procs[name] = subprocess.Popen([sys.executable, "-m", "services.runtime"], stdout=log,
+                                             stderr=subprocess.STDOUT, cwd=stack.src or ROOT,
+                                             env=dict(stack.env, GAMMA_RUNTIME_PORT=str(port), GAMMA_INSTANCE=name))
+        deadline = time.monotonic() + 60
+        while not http_ok(f"http://127.0.0.1:{port}/healthz"):
+            if time.monotonic() > deadline or stack.procs[name].poll() is not None:
+                raise RuntimeError(f"{name} did not start")
+            time.sleep(0.1)
 
 
 def cpu_of(stack: Stack) -> dict[str, float]:
@@ -220,6 +238,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     records: list[SessionRecord] = []
     try:
         stack.start()
+        start_extra_runtimes(stack, args.runtimes - 1)
         sampler.start()
         t0, cpu0 = time.monotonic(), cpu_of(stack)
         spy = asyncio.ensure_future(profile(stack, args.py_spy, args.out.with_suffix(".runtime.folded"), 15, 20))
@@ -259,7 +278,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
         "config": {"sessions": args.sessions, "rounds": args.rounds, "ramp_s": args.ramp_s, "rewoken": args.sessions // 4,
                    "model": "scripted (offline, behind the real openai client)", "redis": "local, AOF appendfsync always",
-                   "src": str(args.src or "this tree"), "lease": "test (3 s)" if args.test_lease else "production (10 s)"},
+                   "src": str(args.src or "this tree"), "lease": "test (3 s)" if args.test_lease else "production (10 s)",
+                   "runtimes": args.runtimes},
         "throughput": {"load_phase_s": round(load_s, 1), "operations": ops, "ops_per_s": round(ops / load_s, 1),
                        "prompts_answered": len(prompt_lat), "prompts_per_s": round(len(prompt_lat) / load_s, 2),
                        "http_requests": client.stats.requests, "retries": client.stats.retries,
@@ -287,6 +307,7 @@ def main() -> None:
     parser.add_argument("--flush-s", type=float, default=90.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--src", type=Path, default=None, help="run the services from this source tree (a baseline)")
+    parser.add_argument("--runtimes", type=int, default=1, help="runtime worker processes")
     parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime 20 s of the load phase")
     parser.add_argument("--test-lease", action="store_true", help="the test stack's 3 s lease (as before issue 20)")
     args = parser.parse_args()

@@ -131,6 +131,9 @@ class Settings(BaseSettings):
     # 0: one event per delta (each its own XADD, pipelined with whatever else is queued). 30 ms at
     # 80 tokens/s: ~2.4 tokens per XADD, a token waits 15 ms on average (bench-stream).
     delta_coalesce_ms: float = Field(30.0, ge=0, le=1000, validation_alias="GAMMA_DELTA_COALESCE_MS")
+    # `make run`: runtime worker processes (they share the sessions by lease); 0 = one per CPU core.
+    # One worker's event loop is the bottleneck of a saturated stack (bench-e2e, issue 20).
+    runtime_workers: int = Field(0, ge=0, le=64, validation_alias="GAMMA_RUNTIME_WORKERS")
     # --- dormant sessions in Redis (issue 19 item 3) ---
     # How long a dormant session's events stream (SSE replay) and drained inbox stay in Redis; after
     # it only the session row, its fence, and the user's index (plus digest/notification state) remain.

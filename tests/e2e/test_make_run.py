@@ -44,6 +44,8 @@ def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> 
     env.update({var: str(ports[name]) for name, var in PORT_VARS.items()})
     env.update({var: str(free_port()) for var in INTERNAL_PORT_VARS.values()})  # /metrics of proxy, notifications
     env.update(REDIS_URL=dead_redis, GAMMA_DATA_DIR=str(data), PYTHONUNBUFFERED="1")
+    env.pop("GAMMA_RUNTIME_WORKERS", None)  # the default: one runtime worker per core
+    workers = os.cpu_count() or 1
 
     # `-o .venv/.installed`: the venv in this checkout is already installed (CI runs `make install` first);
     # never let a test reinstall it.
@@ -77,13 +79,15 @@ def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> 
 
         for name, port in ports.items():
             assert readyz(port) == 200, f"{name} is not ready"
+        for i in range(1, workers):  # the other runtime workers, each on a port of its own
+            assert readyz(ports["runtime"] + 10 * i) == 200, f"runtime worker {i + 1} is not ready"
 
         tree = descendants(proc.pid)
         supervisor = [pid for pid, cmd in tree.items() if "services.stack" in cmd]
         services = {name: [pid for pid, cmd in tree.items() if cmd.endswith(f"-m services.{name}")] for name in ports}
         redis_pids = [pid for pid, cmd in tree.items() if "redis-server" in cmd]
         assert len(supervisor) == 1, tree
-        assert all(len(pids) == 1 for pids in services.values()), tree
+        assert all(len(pids) == (workers if name == "runtime" else 1) for name, pids in services.items()), tree
         assert len(redis_pids) == 1, tree
 
         os.kill(supervisor[0], signal.SIGTERM)
