@@ -16,6 +16,7 @@ tick's round trip. A failed pipeline gives every session its batch back, in fron
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
@@ -63,34 +64,20 @@ class DeltaTicker:
                     self._waiting[outbox] = None
                     continue
                 await outbox.sending.acquire()
-                try:
-                    batch = await outbox.take_batch()
-                except LeaseLost:
-                    batch = []
-                except BaseException:
-                    outbox.sending.release()
-                    raise
-                if not batch:
-                    outbox.sending.release()
-                    continue
-                taken.append((outbox, batch))
-            if not taken:
-                return
+                taken.append((outbox, []))
+                with contextlib.suppress(LeaseLost):  # kept queued: its next awaited event raises LeaseLost
+                    taken[-1] = (outbox, await outbox.take_batch())
             pipe = self.client.pipeline(transaction=False)
             for outbox, batch in taken:
                 outbox.add_commands(pipe, batch)
-            try:
+            if len(pipe):
                 await pipe.execute()
-            except BaseException:
-                for outbox, batch in taken:
-                    outbox.give_back(batch)
-                raise
-            self.ticks += 1
+                self.ticks += 1
             sent = True
         finally:
-            for outbox, _ in taken:
+            for outbox, batch in taken:
+                if not sent:
+                    outbox.give_back(batch)  # in front: the session's next awaited event sends it (or raises)
                 outbox.sending.release()
-                # Queued meanwhile: the next tick. After a failure the session's next awaited event
-                # sends the batch (or raises), as it would have without the tick.
                 if sent and outbox.has_queued():
-                    self._waiting[outbox] = None
+                    self._waiting[outbox] = None  # queued meanwhile: the next tick

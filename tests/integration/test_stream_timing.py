@@ -16,7 +16,7 @@ from services.runtime.lease import LeaseLost
 from services.runtime.ticker import DeltaTicker
 from shared import keys
 from shared.model import ScriptedReply, ScriptedToolCall, openai_client
-from shared.pacing import Timing
+from shared.pacing import Timing, paced
 from shared.settings import Settings
 
 TEXT = "@ts@" * 40  # 40 tokens, each stamped with its emit time
@@ -147,7 +147,7 @@ async def test_one_pipeline_per_tick_for_all_sessions(redis_client: aioredis.Red
     t0 = time.monotonic()
     await asyncio.gather(*(stream(o) for o in [*outs, gone]))
     deadline = time.monotonic() + 10
-    while any(o.has_queued() for o in outs) and time.monotonic() < deadline:
+    while any(o.has_queued() for o in outs) and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the ticker with a deadline
         await asyncio.sleep(0.01)
     windows = (time.monotonic() - t0) / 0.03
     for o in outs:
@@ -156,3 +156,22 @@ async def test_one_pipeline_per_tick_for_all_sessions(redis_client: aioredis.Red
     assert ticker.ticks <= windows + 2  # all 20 sessions in each round trip
     assert await redis_client.exists(keys.events("tk-lost")) == 0
     assert gone.has_queued()  # kept for its next awaited event, which raises LeaseLost
+
+
+@pytest.mark.timeout(30)
+async def test_a_late_reader_gets_due_chunks_in_one_read_stamped_when_due() -> None:
+    """The scripted provider keeps its schedule while the event loop is busy: what fell due meanwhile
+    comes in one read (as from a socket), each token stamped with the time it was due, so the loop's
+    lateness shows up as latency the harness added."""
+    chunks = [(b"@ts@|", True) for _ in range(20)]
+    reads: list[tuple[float, bytes]] = []
+    async for data in paced(chunks, Timing(tokens_per_s=200, stamp=True)):
+        reads.append((time.time(), data))
+        if len(reads) == 1:
+            time.sleep(0.05)  # noqa: ASYNC251 - a busy event loop: ~10 tokens fall due meanwhile
+    stamps = [float(s) for _, data in reads for s in data.decode().split("|") if s]
+    assert len(stamps) == 20 and len(reads) < 20 and max(len(d.split(b"|")) - 1 for _, d in reads) >= 5
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    assert all(0.003 <= g <= 0.2 for g in gaps)  # on the 5 ms schedule, not bunched at the late read
+    late = next(at for at, d in reads if len(d.split(b"|")) - 1 >= 5)
+    assert late - stamps[1] >= 0.03  # the token due during the stall is seen late: the harness's delay
