@@ -94,6 +94,18 @@ async def post_all(http: httpx.AsyncClient, sids: list[str], body: dict[str, Any
     await asyncio.gather(*(one(i, s) for i, s in enumerate(sids)))
 
 
+def receive(proc: Any, conn: Any, timeout_s: float) -> Any:
+    """What a reader process sends, or an error when it dies or says nothing for `timeout_s` (a bare
+    `recv` waited forever for a reader that had crashed)."""
+    deadline = time.monotonic() + timeout_s
+    while not conn.poll(1.0):
+        if not proc.is_alive():
+            raise RuntimeError(f"SSE reader process exited with {proc.exitcode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"SSE reader process silent for {timeout_s} s")
+    return conn.recv()
+
+
 def start_readers(proxy_url: str, sids: list[str], procs: int, timeout_s: float) -> list[tuple[Any, Any]]:
     ctx = mp.get_context("spawn")
     out = []
@@ -135,8 +147,8 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         proxy, runtime = stack.procs["proxy"].pid, stack.procs["runtime"].pid
         rss_before = psutil.Process(proxy).memory_info().rss
         readers = start_readers(stack.url("proxy"), sids, args.client_procs, args.timeout_s)
-        for _, conn in readers:
-            assert conn.recv() == "open"
+        for proc, conn in readers:
+            assert receive(proc, conn, 300) == "open"
         rss_open = psutil.Process(proxy).memory_info().rss
         cmd0, cpu_rt0, cpu_px0, t0 = await commands(r), cpu_s(runtime), cpu_s(proxy), time.monotonic()
         content = "@ts@" * args.tokens
@@ -148,7 +160,7 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
             spy = await asyncio.create_subprocess_exec(args.py_spy, "record", "-p", str(runtime), "-d", "6", "-r", "50",
                                                        "-f", "raw", "-o", str(out), stdout=asyncio.subprocess.DEVNULL,
                                                        stderr=asyncio.subprocess.DEVNULL)
-        results = [conn.recv() for _, conn in readers]
+        results = [receive(proc, conn, args.timeout_s + 120) for proc, conn in readers]
         if spy is not None:
             await spy.wait()
         elapsed = time.monotonic() - t0
