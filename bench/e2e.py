@@ -234,7 +234,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     client = LoadClient(stack.url("proxy"), stack.url("notifications"), API_TOKEN, SERVICE_TOKEN,
                         request_deadline_s=120, answer_timeout_s=180, poll_s=0.3, max_poll_s=args.poll_s)
     # A blocking pool: 200 sessions auditing at once wait for a connection instead of failing.
-    r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=50, timeout=60))
+    r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=50, timeout=600))
     records: list[SessionRecord] = []
     try:
         stack.start()
