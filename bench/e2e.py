@@ -25,6 +25,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -54,7 +55,7 @@ from tests.reliability.workload import (  # noqa: E402
     flush,
 )
 from tests.support.redis_server import start_redis_server  # noqa: E402
-from tests.support.stack import API_TOKEN, SERVICE_TOKEN, Stack  # noqa: E402
+from tests.support.stack import API_TOKEN, SERVICE_TOKEN, Stack, free_port, http_ok  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "e2e.json"
 TO_RE = re.compile(r'to_revision="(\d+)"')
@@ -96,6 +97,46 @@ class MemorySampler(threading.Thread):
                     continue
                 self.last[name] = rss
                 self.peak[name] = max(rss, self.peak.get(name, 0))
+
+
+def start_extra_runtimes(stack: Stack, n: int) -> None:
+    """`n` more runtime workers beside the stack's one (as `make run` starts one per core)."""
+    assert stack.log_dir is not None
+    for i in range(n):
+        name = f"runtime{i + 2}"
+        port = free_port()
+        log = open(stack.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
+        stack.procs[name] = subprocess.Popen([sys.executable, "-m", "services.runtime"], stdout=log,
+                                             stderr=subprocess.STDOUT, cwd=stack.src or ROOT,
+                                             env=dict(stack.env, GAMMA_RUNTIME_PORT=str(port), GAMMA_INSTANCE=name))
+        deadline = time.monotonic() + 60
+        while not http_ok(f"http://127.0.0.1:{port}/healthz"):
+            if time.monotonic() > deadline or stack.procs[name].poll() is not None:
+                raise RuntimeError(f"{name} did not start")
+            time.sleep(0.1)
+
+
+def cpu_of(stack: Stack) -> dict[str, float]:
+    """CPU seconds (user + system) of each service process so far."""
+    out: dict[str, float] = {}
+    for name, proc in stack.procs.items():
+        try:
+            t = psutil.Process(proc.pid).cpu_times()
+        except psutil.Error:
+            continue
+        out[name] = t.user + t.system
+    return out
+
+
+async def profile(stack: Stack, py_spy: str | None, out: Path, delay_s: float, seconds: int) -> None:
+    """py-spy on the runtime for `seconds`, `delay_s` into the load phase (collapsed stacks)."""
+    if py_spy is None:
+        return
+    await asyncio.sleep(delay_s)
+    proc = await asyncio.create_subprocess_exec(py_spy, "record", "-p", str(stack.procs["runtime"].pid), "-d",
+                                                str(seconds), "-r", "50", "-f", "raw", "-o", str(out),
+                                                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    await proc.wait()
 
 
 async def session_life(client: LoadClient, rounds: int, records: list[SessionRecord], start_delay: float) -> None:
@@ -189,7 +230,7 @@ def start_redis(args: argparse.Namespace, directory: Path) -> tuple[str, Callabl
         return base, cluster.stop, cast(aioredis.Redis, RedisCluster.from_url(base, max_connections=200))
     url, redis_proc = start_redis_server(appendonly=True, data_dir=str(directory))
     # A blocking pool: 200 sessions auditing at once wait for a connection instead of failing.
-    r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=50, timeout=60))
+    r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=50, timeout=600))
     return url, redis_proc.terminate, r
 
 
@@ -199,18 +240,29 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     url, stop_redis, r = start_redis(args, base / "redis")
     data_dir = base / "data"
     data_dir.mkdir()
-    stack = Stack(redis_url=url + "/0", data_dir=data_dir, env_overrides={"GAMMA_IDLE_S": "120", "GAMMA_REPLY_TIMEOUT_S": "20"})
+    # Production lease timing unless --test-lease: tests/support/stack.py shortens it (3 s, claims after
+    # 1.5 s idle) for its failover tests; under this load the runtime's event loop stalls past that,
+    # loses its own leases and resumes the sessions it already had, re-running their turns (issue 20).
+    lease = {} if args.test_lease else {"GAMMA_LEASE_MS": "10000", "GAMMA_CLAIM_IDLE_MS": "5000"}
+    stack = Stack(redis_url=url + "/0", data_dir=data_dir, src=args.src, env_overrides={
+        "GAMMA_IDLE_S": "120", "GAMMA_REPLY_TIMEOUT_S": "20",
+        # 200 sessions of one user in ~10 s: above the per-user create rate limit (60/min).
+        "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", **lease})
     sampler = MemorySampler(stack)
     client = LoadClient(stack.url("proxy"), stack.url("notifications"), API_TOKEN, SERVICE_TOKEN,
                         request_deadline_s=120, answer_timeout_s=180, poll_s=0.3, max_poll_s=args.poll_s)
     records: list[SessionRecord] = []
     try:
         stack.start()
+        start_extra_runtimes(stack, args.runtimes - 1)
         sampler.start()
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), cpu_of(stack)
+        spy = asyncio.ensure_future(profile(stack, args.py_spy, args.out.with_suffix(".runtime.folded"), 15, 20))
         await asyncio.gather(*(session_life(client, args.rounds, records, i * args.ramp_s / args.sessions)
                                for i in range(args.sessions)))
         load_s = time.monotonic() - t0
+        cpu_load = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in cpu_of(stack).items()}
+        await spy
         t1 = time.monotonic()
         await asyncio.gather(*(rewake(client, rec) for rec in records[: args.sessions // 4]))
         rewake_s = time.monotonic() - t1
@@ -243,11 +295,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "config": {"sessions": args.sessions, "rounds": args.rounds, "ramp_s": args.ramp_s, "rewoken": args.sessions // 4,
                    "model": "scripted (offline, behind the real openai client)",
                    "redis": ("local Redis Cluster, 3 primaries + 3 replicas, no AOF, WAIT 1 after acknowledged writes"
-                             if args.cluster else "local, AOF appendfsync always")},
+                             if args.cluster else "local, AOF appendfsync always"),
+                   "src": str(args.src or "this tree"), "lease": "test (3 s)" if args.test_lease else "production (10 s)",
+                   "runtimes": args.runtimes},
         "throughput": {"load_phase_s": round(load_s, 1), "operations": ops, "ops_per_s": round(ops / load_s, 1),
                        "prompts_answered": len(prompt_lat), "prompts_per_s": round(len(prompt_lat) / load_s, 2),
                        "http_requests": client.stats.requests, "retries": client.stats.retries,
                        "rewake_phase_s": round(rewake_s, 1)},
+        "cpu_s_load_phase": cpu_load,
         "latency": {"prompt_to_answer": summary(prompt_lat), **{k: summary(v) for k, v in delivery.items()}},
         "wake": {k: summary(v) for k, v in wakes.items()},
         "memory": memory,
@@ -271,6 +326,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="default bench/results/e2e.json (e2e.cluster.json)")
     parser.add_argument("--cluster", action="store_true", default=os.environ.get("GAMMA_BENCH_CLUSTER") == "1",
                         help="run on a local Redis Cluster (3 primaries + 3 replicas) instead of one Redis")
+    parser.add_argument("--src", type=Path, default=None, help="run the services from this source tree (a baseline)")
+    parser.add_argument("--runtimes", type=int, default=1, help="runtime worker processes")
+    parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime 20 s of the load phase")
+    parser.add_argument("--test-lease", action="store_true", help="the test stack's 3 s lease (as before issue 20)")
     args = parser.parse_args()
     args.out = args.out or (RESULTS.with_name("e2e.cluster.json") if args.cluster else RESULTS)
     result = asyncio.run(run(args))

@@ -94,6 +94,18 @@ async def post_all(http: httpx.AsyncClient, sids: list[str], body: dict[str, Any
     await asyncio.gather(*(one(i, s) for i, s in enumerate(sids)))
 
 
+def receive(proc: Any, conn: Any, timeout_s: float) -> Any:
+    """What a reader process sends, or an error when it dies or says nothing for `timeout_s` (a bare
+    `recv` waited forever for a reader that had crashed)."""
+    deadline = time.monotonic() + timeout_s
+    while not conn.poll(1.0):
+        if not proc.is_alive():
+            raise RuntimeError(f"SSE reader process exited with {proc.exitcode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"SSE reader process silent for {timeout_s} s")
+    return conn.recv()
+
+
 def start_readers(proxy_url: str, sids: list[str], procs: int, timeout_s: float) -> list[tuple[Any, Any]]:
     ctx = mp.get_context("spawn")
     out = []
@@ -105,7 +117,7 @@ def start_readers(proxy_url: str, sids: list[str], procs: int, timeout_s: float)
     return out
 
 
-async def stack_load(args: argparse.Namespace, n: int) -> dict[str, Any]:
+async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: str) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="gamma-bench-stream-"))
     url, redis_proc = start_redis_server()
     (base / "data").mkdir()
@@ -116,7 +128,7 @@ async def stack_load(args: argparse.Namespace, n: int) -> dict[str, Any]:
         "GAMMA_SSE_MAX_STREAMS_PER_USER": str(n + 10), "GAMMA_SSE_QUEUE_SIZE": "5000",
         "GAMMA_SCRIPTED_PROFILE": "fast_gpt", "GAMMA_SCRIPTED_STAMP": "true",
         "GAMMA_SCRIPTED_TOKENS_PER_S": str(args.rate), "GAMMA_DELTA_COALESCE_MS": str(args.coalesce_ms),
-        **({"GAMMA_MODEL_API": args.api} if args.api else {})})
+        **({"GAMMA_MODEL_API": args.api} if args.api else {})}, src=src)
     r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=40, timeout=60))
     http = httpx.AsyncClient(base_url=stack.url("proxy"), headers={"Authorization": f"Bearer {API_TOKEN}"},
                              timeout=60, limits=httpx.Limits(max_connections=100))
@@ -135,8 +147,8 @@ async def stack_load(args: argparse.Namespace, n: int) -> dict[str, Any]:
         proxy, runtime = stack.procs["proxy"].pid, stack.procs["runtime"].pid
         rss_before = psutil.Process(proxy).memory_info().rss
         readers = start_readers(stack.url("proxy"), sids, args.client_procs, args.timeout_s)
-        for _, conn in readers:
-            assert conn.recv() == "open"
+        for proc, conn in readers:
+            assert receive(proc, conn, 300) == "open"
         rss_open = psutil.Process(proxy).memory_info().rss
         cmd0, cpu_rt0, cpu_px0, t0 = await commands(r), cpu_s(runtime), cpu_s(proxy), time.monotonic()
         content = "@ts@" * args.tokens
@@ -144,11 +156,11 @@ async def stack_load(args: argparse.Namespace, n: int) -> dict[str, Any]:
         await post_all(http, sids, {"message": script}, ramp_s=args.ramp_s)
         spy = None
         if args.py_spy:
-            out = ROOT / "bench" / "results" / f"stream-{args.label or 'run'}-{n}.folded"
+            out = ROOT / "bench" / "results" / f"stream-{label}-{n}.folded"
             spy = await asyncio.create_subprocess_exec(args.py_spy, "record", "-p", str(runtime), "-d", "6", "-r", "50",
                                                        "-f", "raw", "-o", str(out), stdout=asyncio.subprocess.DEVNULL,
                                                        stderr=asyncio.subprocess.DEVNULL)
-        results = [conn.recv() for _, conn in readers]
+        results = [receive(proc, conn, args.timeout_s + 120) for proc, conn in readers]
         if spy is not None:
             await spy.wait()
         elapsed = time.monotonic() - t0
@@ -226,14 +238,23 @@ def main() -> None:
     parser.add_argument("--label", default="")
     parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime for 6 s of streaming")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--before-src", type=Path, default=None,
+                        help="a source tree (e.g. `git archive main`) run at each load just before this one")
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
     for n in (int(x) for x in args.loads.split(",")):
-        s = asyncio.run(stack_load(args, n))
+        before: dict[str, Any] | None = None
+        if args.before_src is not None:  # the baseline tree first, then this one, minutes apart
+            before = asyncio.run(stack_load(args, n, args.before_src, "before"))
+            before["load"] = [round(x, 2) for x in os.getloadavg()]
+        s = asyncio.run(stack_load(args, n, None, args.label or "after"))
         load = [round(x, 2) for x in os.getloadavg()]
         bare = baseline(args, n)
         row = summarize(n, s, bare, load)
         row["tokens_expected"] = n * args.tokens
+        if before is not None:
+            row["before"] = {k: v for k, v in summarize(n, before, bare, before["load"]).items()
+                             if not k.startswith("baseline")}
         rows.append(row)
         print(json.dumps(row), flush=True)
         write(args, rows)  # after each load: a long run that is stopped keeps what it measured
@@ -244,7 +265,7 @@ def write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
               "machine": {"cpus": os.cpu_count()},
               "config": {"tokens": args.tokens, "rate": args.rate, "ttft_ms": 400, "ramp_s": args.ramp_s,
                          "coalesce_ms": args.coalesce_ms, "api": args.api or "responses",
-                         "client_procs": args.client_procs},
+                         "client_procs": args.client_procs, "before_src": str(args.before_src or "")},
               "loads": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

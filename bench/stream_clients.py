@@ -72,6 +72,7 @@ def sse_readers(proxy_url: str, token: str, sids: list[str], conn: Connection, t
 async def _produce(url: str, streams: list[str], tokens: int, ttft_s: float, rate: float, ramp_s: float) -> None:
     r = aioredis.Redis.from_url(url)
     start = time.monotonic() + 0.2
+    wall = time.time() - time.monotonic()  # monotonic -> wall clock
     schedule = [(start + random.uniform(0, ramp_s) + ttft_s, 0) for _ in streams]
     sent = [0] * len(streams)
     while any(n < tokens for n in sent):
@@ -80,7 +81,8 @@ async def _produce(url: str, streams: list[str], tokens: int, ttft_s: float, rat
         for i, stream in enumerate(streams):
             first, _ = schedule[i]
             while sent[i] < tokens and first + sent[i] / rate <= now:
-                pipe.xadd(stream, {"data": f"{time.time():.6f}"})  # one bare XADD per token
+                # one bare XADD per token, stamped when it was due (as the scripted model stamps its tokens)
+                pipe.xadd(stream, {"data": f"{wall + first + sent[i] / rate:.6f}"})
                 sent[i] += 1
         if len(pipe):
             await pipe.execute()

@@ -1,4 +1,5 @@
-"""`make run`: Redis (the one at REDIS_URL, or an embedded one) plus the five services, supervised.
+"""`make run`: Redis (the one at REDIS_URL, or an embedded one) plus the five services, supervised;
+the runtime as one worker process per CPU core (GAMMA_RUNTIME_WORKERS).
 
 Starts each service as its own process, restarts none (a crash stops the stack loudly), prints the
 proxy URL once every /readyz answers, and stops every child on Ctrl-C or SIGTERM.
@@ -18,7 +19,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
-from shared.settings import LOCAL_TOKEN, load_settings
+from shared.settings import LOCAL_TOKEN, Settings, load_settings
 
 SERVICES = ("runtime", "digest", "compaction", "notifications", "proxy")
 
@@ -90,6 +91,24 @@ def start_embedded_redis(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, url
 
 
+def runtime_count(settings: Settings) -> int:
+    return settings.runtime_workers or os.cpu_count() or 1
+
+
+def service_envs(settings: Settings) -> list[tuple[str, dict[str, str]]]:
+    """Each process to start and its own environment: the runtime once per worker (GAMMA_RUNTIME_WORKERS,
+    default one per core), the second one on GAMMA_RUNTIME_PORT + 10, the third on + 20, ..."""
+    out: list[tuple[str, dict[str, str]]] = []
+    for name in SERVICES:
+        if name != "runtime":
+            out.append((name, {}))
+            continue
+        for i in range(runtime_count(settings)):
+            out.append((name, {} if i == 0 else {"GAMMA_RUNTIME_PORT": str(settings.runtime_port + 10 * i),
+                                                 "GAMMA_INSTANCE": f"runtime{i + 1}"}))
+    return out
+
+
 def ready(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
@@ -120,10 +139,10 @@ def main() -> None:
             redis_proc, url = start_embedded_redis(data_dir)
             env["REDIS_URL"] = url
             print(f"started embedded Redis at {url}", flush=True)
-        for name in SERVICES:
+        for name, extra in service_envs(settings):
             if stopping:
                 break
-            children.append(subprocess.Popen([sys.executable, "-m", f"services.{name}"], env=env,
+            children.append(subprocess.Popen([sys.executable, "-m", f"services.{name}"], env={**env, **extra},
                                              preexec_fn=CHILD_SETUP))
         deadline = time.time() + 90
         while not stopping and not ready(settings.proxy_port):

@@ -120,6 +120,16 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def remove_durably(path: Path) -> bool:
+    """Unlink `path` and fsync its directory (the removal survives a crash); False when it was absent."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    _fsync_dir(path.parent)
+    return True
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Temp file in the same directory, fsync, rename, fsync the directory: old or new, never torn."""
     path.parent.mkdir(parents=True, exist_ok=True)

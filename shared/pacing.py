@@ -49,17 +49,26 @@ class Timing:
         return TOKEN_CHARS if self.tokens_per_s > 0 else instant
 
 
-def stamped(chunk: bytes) -> bytes:
-    return chunk.replace(STAMP, f"{time.time():.6f}".encode()) if STAMP in chunk else chunk
+def stamped(chunk: bytes, at: float | None = None) -> bytes:
+    """`at`: the wall-clock time the chunk was due (default now)."""
+    return chunk.replace(STAMP, f"{time.time() if at is None else at:.6f}".encode()) if STAMP in chunk else chunk
 
 
 async def paced(chunks: list[tuple[bytes, bool]], timing: Timing) -> AsyncIterator[bytes]:
-    """Yield the chunks ((bytes, carries a token)); token chunks on the schedule, the others at once."""
+    """Yield the chunks ((bytes, carries a token)); token chunks on the schedule, the others at once.
+    Chunks already due when the loop gets here go out together, as one network read would return
+    every event the server sent meanwhile (one yield per token would make a late consumer pay a
+    wake-up per token on top of its backlog: not what a provider's TCP stream costs). A stamped token
+    carries the time it was due: a provider sends on its schedule, so a late event loop here is
+    latency the harness adds, not the model's."""
     start = time.monotonic()
+    wall = time.time() - start  # monotonic -> wall clock
     due = start + timing.ttft_s
     interval = 1 / timing.tokens_per_s if timing.tokens_per_s > 0 else 0.0
     first = True
+    ready: list[bytes] = []
     for chunk, token in chunks:
+        at: float | None = None
         if token:
             if not first:
                 due += interval
@@ -67,5 +76,10 @@ async def paced(chunks: list[tuple[bytes, bool]], timing: Timing) -> AsyncIterat
             at = due + (random.uniform(-timing.jitter_s, timing.jitter_s) if timing.jitter_s else 0.0)
             wait = at - time.monotonic()
             if wait > 0:
+                if ready:
+                    yield b"".join(ready)
+                    ready = []
                 await asyncio.sleep(wait)
-        yield stamped(chunk) if timing.stamp else chunk
+        ready.append(stamped(chunk, None if at is None else wall + at) if timing.stamp else chunk)
+    if ready:
+        yield b"".join(ready)

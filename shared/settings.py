@@ -126,9 +126,14 @@ class Settings(BaseSettings):
     # Bench only: `@ts@` in a streamed chunk becomes its emit time (time.time(), 6 decimals), so a
     # client can measure what the harness adds between the model's chunk and its screen.
     scripted_stamp: bool = Field(False, validation_alias="GAMMA_SCRIPTED_STAMP")
-    # Streamed text deltas of a session queued within this window go out as one event (one XADD);
-    # 0: one event per delta (each its own XADD, pipelined with whatever else is queued).
-    delta_coalesce_ms: float = Field(25.0, ge=0, le=1000, validation_alias="GAMMA_DELTA_COALESCE_MS")
+    # Streamed text deltas of a session queued within this window go out as one event (one XADD),
+    # and the runtime sends the windows of all its sessions in one pipeline per window (ticker.py);
+    # 0: one event per delta (each its own XADD, pipelined with whatever else is queued). 30 ms at
+    # 80 tokens/s: ~2.4 tokens per XADD, a token waits 15 ms on average (bench-stream).
+    delta_coalesce_ms: float = Field(30.0, ge=0, le=1000, validation_alias="GAMMA_DELTA_COALESCE_MS")
+    # `make run`: runtime worker processes (they share the sessions by lease); 0 = one per CPU core.
+    # One worker's event loop is the bottleneck of a saturated stack (bench-e2e, issue 20).
+    runtime_workers: int = Field(0, ge=0, le=64, validation_alias="GAMMA_RUNTIME_WORKERS")
     # --- dormant sessions in Redis (issue 19 item 3) ---
     # How long a dormant session's events stream (SSE replay) and drained inbox stay in Redis; after
     # it only the session row, its fence, and the user's index (plus digest/notification state) remain.

@@ -92,6 +92,7 @@ INBOX_MEMBERS: tuple[type[BaseModel], ...] = typing.get_args(typing.get_args(inb
 INBOX_READER = "runtime"
 INBOX_PRODUCERS: dict[str, tuple[type[BaseModel], ...]] = {
     "proxy": (inbox.UserPrompt, inbox.UiUpdate, inbox.FileWrite, inbox.DocumentEdit, inbox.Stop, inbox.Compact,
+              inbox.FileDelete, inbox.DocumentDelete,
               inbox.Injection),  # Injection: workspace_update for a knowledge note (routes/knowledge.py)
     "notifications": (inbox.Injection, inbox.Barrier),
     "digest": (inbox.Injection, inbox.ChangesSettled),

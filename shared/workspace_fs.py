@@ -293,9 +293,21 @@ def _atomic_write_at(dir_fd: int, name: str, data: bytes, mode: int) -> None:
     os.fsync(dir_fd)
 
 
+@dataclass(frozen=True)
+class Written:
+    path: str  # workspace-relative, NFC-normalised
+    created: bool  # no entry existed at the path before this write
+
+
 def write_bytes(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota | None = None,
                 must_exist: bool = False) -> str:
-    """Write a workspace file atomically beneath the workspace; returns its normalised path.
+    """Write a workspace file atomically beneath the workspace; returns its normalised path."""
+    return write_entry(workspace, rel, data, quota=quota, must_exist=must_exist).path
+
+
+def write_entry(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota | None = None,
+                must_exist: bool = False) -> Written:
+    """Write a workspace file atomically beneath the workspace, creating its directories as needed.
 
     must_exist: overwrite an existing regular file only (NotFound otherwise). quota: refuse (507)
     a write that would take the workspace over it; nothing is created when refused.
@@ -307,7 +319,7 @@ def write_bytes(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota
             dir_fd: int | None = open_dir(root, parts[:-1])
         except FileNotFoundError:
             if must_exist:
-                raise NotFound(f"no file {norm!r}: a dormant session overwrites existing files only") from None
+                raise NotFound(f"no file {norm!r} to overwrite") from None
             dir_fd = None
         try:
             st = _lstat_at(dir_fd, parts[-1]) if dir_fd is not None else None
@@ -315,7 +327,7 @@ def write_bytes(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota
                 raise Conflict(f"{norm!r} is a directory")
             regular = st is not None and stat.S_ISREG(st.st_mode)
             if must_exist and not regular:
-                raise NotFound(f"no file {norm!r}: a dormant session overwrites existing files only")
+                raise NotFound(f"no file {norm!r} to overwrite")
             if quota is not None:
                 check_write(usage_at(root, quota), quota, rel=norm, size=len(data),
                             replaced=st.st_size if st is not None and regular else 0, new_file=st is None)
@@ -325,5 +337,30 @@ def write_bytes(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota
             _atomic_write_at(dir_fd, parts[-1], data, mode)
         finally:
             if dir_fd is not None:
+                os.close(dir_fd)
+    return Written(norm, st is None)
+
+
+def remove_entry(workspace: Path, rel: str) -> str:
+    """Remove one workspace file (or a link or other non-directory entry itself: a link is removed,
+    never followed to its target) beneath the workspace; returns its normalised path. A directory is
+    a 409, a missing entry a 404; the directory holding it is fsync'd so the removal is durable."""
+    parts = split_workspace_path(rel, for_write=True)
+    norm = "/".join(parts)
+    missing = f"no file {norm!r} in the session workspace"
+    with _disk_errors(norm):
+        if not workspace.is_dir():
+            raise NotFound(missing)
+        with workspace_root(workspace) as root:
+            dir_fd = open_dir(root, parts[:-1])
+            try:
+                st = _lstat_at(dir_fd, parts[-1])
+                if st is None:
+                    raise NotFound(missing)
+                if stat.S_ISDIR(st.st_mode):
+                    raise Conflict(f"{norm!r} is a directory; only files can be deleted")
+                os.unlink(parts[-1], dir_fd=dir_fd)
+                os.fsync(dir_fd)
+            finally:
                 os.close(dir_fd)
     return norm

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from shared import workspace_fs
 from shared.contracts.documents import Deck, StoredDeck, merge_cards
-from shared.disk import DiskError, SessionPaths, atomic_write_json, check_size
+from shared.disk import DiskError, SessionPaths, atomic_write_json, check_size, remove_durably
 from shared.quota import WorkspaceQuota
 from shared.uidoc import doc_from_snapshot
 from shared.uimerge import merge_update
@@ -62,18 +62,37 @@ class Refused:
 class FileWritten:
     path: str  # workspace-relative, NFC-normalised
     size: int
+    created: bool = False  # a new file (the digest tells the agent "new file", not a diff)
+
+
+@dataclass(frozen=True)
+class Removed:
+    """A deleted workspace file (`path`) or document (`doc`, with the revision it had)."""
+
+    path: str
+    revision: int | None = None
 
 
 def write_file(workspace: Path, path: str, data: bytes, *, max_bytes: int, quota: WorkspaceQuota,
-               must_exist: bool) -> FileWritten | Refused:
-    """The bytes at `path` beneath the workspace (no link out of it), atomically, within the quota.
-    `must_exist`: a dormant session overwrites existing files only (a new file is a 404)."""
+               must_exist: bool = False) -> FileWritten | Refused:
+    """The bytes at `path` beneath the workspace (no link out of it), atomically, within the quota;
+    missing directories are created. Both sides create new files (issue 17: an upload into a
+    dormant or never-woken session); `must_exist` keeps the old overwrite-only rule for callers
+    that want it."""
     try:
         check_size(data, max_bytes)
-        rel = workspace_fs.write_bytes(workspace, path, data, must_exist=must_exist, quota=quota)
+        written = workspace_fs.write_entry(workspace, path, data, must_exist=must_exist, quota=quota)
     except DiskError as exc:  # bad name, too large, a directory in the way, over quota, missing
         return Refused.of(exc)
-    return FileWritten(path=rel, size=len(data))
+    return FileWritten(path=written.path, size=len(data), created=written.created)
+
+
+def remove_file(workspace: Path, path: str) -> Removed | Refused:
+    """Delete the file at `path` beneath the workspace: a missing file is a 404, a directory a 409."""
+    try:
+        return Removed(path=workspace_fs.remove_entry(workspace, path))
+    except DiskError as exc:
+        return Refused.of(exc)
 
 
 # ---------------------------------------------------------------- documents
@@ -108,15 +127,15 @@ def edited_deck(current: StoredDeck, op: DocOp, document: dict[str, Any]) -> Dec
 
 
 def edit_document(paths: SessionPaths, doc: str, op: DocOp, document: dict[str, Any], if_match: int | None,
-                  *, create: bool) -> StoredDeck | Refused:
+                  *, create: bool = True) -> StoredDeck | Refused:
     """Apply a PUT or PATCH to `documents/{doc}.json`: If-Match must name the current revision (409),
-    and the stored deck gets revision + 1. `create`: a PUT may make a new deck (live only)."""
+    and the stored deck gets revision + 1 (a new deck: revision 1). `create`: a PUT may make a new
+    deck (both sides do since issue 17)."""
     current = read_deck(paths, doc)
     if isinstance(current, Refused):
         return current
     if current is None and (op == "patch" or not create):
-        why = ": a dormant session edits existing documents only" if not create else ""
-        return Refused(404, f"no document {doc!r}{why}")
+        return Refused(404, f"no document {doc!r}")
     revision = current.revision if current else 0
     if if_match is not None and if_match != revision:
         return Refused(409, f"If-Match revision {if_match} is stale; the document is at revision {revision}",
@@ -127,6 +146,23 @@ def edit_document(paths: SessionPaths, doc: str, op: DocOp, document: dict[str, 
     stored = StoredDeck(**deck.model_dump(), revision=revision + 1)
     atomic_write_json(paths.document(doc), stored)
     return stored
+
+
+def delete_document(paths: SessionPaths, doc: str, if_match: int | None) -> Removed | Refused:
+    """Remove `documents/{doc}.json` (404 when there is none; a stale If-Match is a 409)."""
+    current = read_deck(paths, doc)
+    if isinstance(current, Refused):
+        if current.status != 409:  # an unreadable deck can still be deleted
+            return current
+        current = StoredDeck(revision=0)
+    elif current is None:
+        return Refused(404, f"no document {doc!r}")
+    if if_match is not None and if_match != current.revision:
+        return Refused(409, f"If-Match revision {if_match} is stale; the document is at revision {current.revision}",
+                       revision=current.revision)
+    if not remove_durably(paths.document(doc)):
+        return Refused(404, f"no document {doc!r}")
+    return Removed(path=doc, revision=current.revision)
 
 
 # ---------------------------------------------------------------- UI state

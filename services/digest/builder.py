@@ -175,7 +175,8 @@ class DigestBuilder:
             else:
                 state.current, state.deleted = revision, change.deleted
                 state.notes[revision] = Note(actor=change.actor, digest=change.digest, seq=change.seq,
-                                             from_revision=change.from_revision, deleted=change.deleted)
+                                             from_revision=change.from_revision, deleted=change.deleted,
+                                             created=change.created)
                 state.max_seq = max(state.max_seq, change.seq or 0)
                 await self._other_change(sid, ref, state, change)
             await self._save(sid, ref, state)
@@ -240,8 +241,8 @@ class DigestBuilder:
 
     async def _digest(self, sid: str, ref: str, state: RefState) -> tuple[str, int | None] | None:
         """(content, from_revision) or None when the agent already has the current content."""
-        body = await self._compose(sid, ref, state)
-        if body is None and (state.notes or state.carry is not None):
+        body = None if state.never_known else await self._compose(sid, ref, state)
+        if body is None and (state.notes or state.carry is not None) and not state.never_known:
             # Edits that cancel out (a save repeated after a lost answer, an edit undone) still go out:
             # `seen` advances only when the agent records a digest or writes itself. Advancing it here
             # marked revisions seen that no digest showed (5..7 recorded, then 8..9: 8 never shown),

@@ -11,9 +11,9 @@ import json
 from typing import Any
 
 from .deck_diff import DIRTY_TEXT as DECK_DIRTY
-from .deck_diff import deck_digest
+from .deck_diff import deck_digest, new_deck_digest
 from .file_diff import DIRTY_TEXT as FILE_DIRTY
-from .file_diff import file_digest
+from .file_diff import file_digest, new_file_digest
 from .revisions import RefState
 
 # A digest whose edits cancel out: the content is again what the agent last saw.
@@ -35,8 +35,15 @@ def _deck(content: bytes | None) -> dict[str, Any] | None:
 def computed_digest(state: RefState, seen: bytes | None, current: bytes | None) -> str | None:
     """The diff of seen -> current; None when the contents are equal."""
     old = seen if state.seen_known else None
+    what = "deck" if state.kind == "document" else "file"
+    if state.deleted and old is None and any(n.created for n in state.notes.values()):
+        # A digest of its creation may be out already: this one replaces it (one per ref).
+        return f"The {what} was added and deleted again before you saw it: it does not exist now."
     if state.deleted:
-        return "The deck was deleted." if state.kind == "document" else "The file was deleted."
+        return f"The {what} was deleted."
+    if old is None and any(n.created for n in state.notes.values()):
+        # New since the agent's view (an upload, a new deck): what it is, not a diff from nothing.
+        return new_deck_digest(_deck(current)) if state.kind == "document" else new_file_digest(current)
     if current is None:  # the producer sent no content: all we know is that it changed
         return DECK_DIRTY if state.kind == "document" else FILE_DIRTY
     if state.kind == "document":

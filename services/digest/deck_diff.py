@@ -185,3 +185,14 @@ def deck_digest(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple
     if diff.empty:
         return None
     return render(diff)
+
+
+def new_deck_digest(deck: dict[str, Any] | None) -> str:
+    """A deck that did not exist before: its title and card count (the agent reads the rest)."""
+    if deck is None:
+        return "A new deck was created. Read the current deck."
+    cards = deck.get("cards")
+    count = len(cards) if isinstance(cards, list) else 0
+    title = deck.get("title")
+    named = f" {_fmt(title)}" if isinstance(title, str) and title and _fmt(title) else ""
+    return f"A new deck{named} was created with {count} cards. Read the current deck."

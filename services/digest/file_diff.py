@@ -66,3 +66,17 @@ def file_digest(old: bytes | None, new: bytes | None) -> tuple[Level, str] | Non
     where = ", ".join(_fmt_range(r) for r in ranges)
     return "scoped", (f"Changed lines: {where} (the file now has {len(new_lines)} lines). "
                       "Read those lines before you rely on them; the rest is unchanged.")
+
+
+def new_file_digest(new: bytes | None) -> str:
+    """A file that did not exist before: its size, and a small text file's whole content."""
+    if new is None:
+        return "A new file was added. Read it."
+    text = as_text(new)
+    if text is None:
+        return f"A new binary file was added ({len(new)} bytes). Read it if you need its content."
+    count = len(text.splitlines())
+    lines = f"{count} line" + ("" if count == 1 else "s")
+    if len(text) <= INLINE_MAX_CHARS:
+        return f"A new file was added ({len(new)} bytes, {lines}). Its content:\n{text}"
+    return f"A new file was added ({len(new)} bytes, {lines}). Read it before you rely on it."

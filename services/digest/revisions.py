@@ -31,6 +31,7 @@ class Note(BaseModel):
     from_revision: int | None = None
     seq: int | None = None  # the proxy's change number (shared/causal.py), removed from in flight once delivered
     deleted: bool = False  # this revision removed the ref (a partial flush composes up to it)
+    created: bool = False  # the change made the file or deck (none existed before it)
 
 
 class Carry(BaseModel):
@@ -93,6 +94,12 @@ class RefState(BaseModel):
         if self.carry is not None and self.carry.sent_in is None:
             out.update(self.carry.seqs)
         return out
+
+    @property
+    def never_known(self) -> bool:
+        """Made and removed again before the agent was told of it or saw it: nothing to say."""
+        return (self.deleted and self.seen is None and self.carry is None and not self.sent
+                and any(n.created for n in self.notes.values()))
 
     def needed(self) -> set[int]:
         # Revisions of numbered changes not yet out stay: a flush may compose a digest up to one of them.

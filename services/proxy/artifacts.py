@@ -62,12 +62,22 @@ async def publish_change(broker: RedisBroker, change: ArtifactChange, track: aio
 
 
 async def file_changed(broker: RedisBroker, sid: str, path: str, blob: BlobRef, digest: str | None,
-                       revision: int | None = None, *, track: aioredis.Redis | None = None) -> None:
+                       revision: int | None = None, *, created: bool = False,
+                       track: aioredis.Redis | None = None) -> None:
     """`blob`: the content blob holding the new bytes (shared/blobs.py); the entry only names it."""
     await publish_change(broker, ArtifactChange(
         session_id=sid, ref=file_ref(path), actor="user", kind="file",
         to_revision=revision, from_revision=(revision - 1) if revision else None,
-        blob=blob.name, sha256=blob.sha256, size=blob.size, digest=digest,
+        blob=blob.name, sha256=blob.sha256, size=blob.size, digest=digest, created=created,
+    ), track)
+
+
+async def file_deleted(broker: RedisBroker, sid: str, path: str, digest: str | None,
+                       revision: int | None = None, *, track: aioredis.Redis | None = None) -> None:
+    """A removal: the agent is told "the file was deleted" (no content)."""
+    await publish_change(broker, ArtifactChange(
+        session_id=sid, ref=file_ref(path), actor="user", kind="file", deleted=True,
+        to_revision=revision, from_revision=(revision - 1) if revision else None, digest=digest,
     ), track)
 
 
@@ -77,4 +87,14 @@ async def document_changed(broker: RedisBroker, sid: str, doc: str, document: di
     await publish_change(broker, ArtifactChange(
         session_id=sid, ref=document_ref(doc), actor="user", kind="document",
         from_revision=from_revision, to_revision=to_revision, document=document, digest=digest,
+        created=to_revision == 1,  # a new deck starts at revision 1 (shared.write_model.edit_document)
+    ), track)
+
+
+async def document_deleted(broker: RedisBroker, sid: str, doc: str, digest: str | None, *,
+                           track: aioredis.Redis | None = None) -> None:
+    """The digest numbers the removal itself (its current revision + 1): the deck's own revision
+    counter ends with the file."""
+    await publish_change(broker, ArtifactChange(
+        session_id=sid, ref=document_ref(doc), actor="user", kind="document", deleted=True, digest=digest,
     ), track)

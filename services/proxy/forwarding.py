@@ -16,14 +16,23 @@ import structlog
 from pydantic import ValidationError
 
 from shared import inbox, keys
-from shared.contracts.inbox import Compact, DocumentEdit, FileWrite, InboxReply, Stop, UiUpdate
+from shared.contracts.inbox import (
+    Compact,
+    DocumentDelete,
+    DocumentEdit,
+    FileDelete,
+    FileWrite,
+    InboxReply,
+    Stop,
+    UiUpdate,
+)
 
 from .errors import ApiError
 from .metrics import ProxyMetrics
 
 log = structlog.get_logger()
 
-Forwardable = UiUpdate | FileWrite | DocumentEdit | Stop | Compact
+Forwardable = UiUpdate | FileWrite | DocumentEdit | Stop | Compact | FileDelete | DocumentDelete
 
 
 async def forward(redis: aioredis.Redis, blocking: aioredis.Redis, message: Forwardable, timeout_s: float,

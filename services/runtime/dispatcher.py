@@ -18,7 +18,9 @@ from shared.contracts.inbox import (
     Barrier,
     ChangesSettled,
     Compact,
+    DocumentDelete,
     DocumentEdit,
+    FileDelete,
     FileWrite,
     Injection,
     Stop,
@@ -42,7 +44,7 @@ from .transcript import Transcript
 log = structlog.get_logger()
 BARRIER_WAIT_S = 3.0
 RETRY_FOR_S = 60.0
-REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact)  # a client waits on a reply key for these
+REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete)  # a client waits on a reply key
 
 
 Handler = Callable[[InboxEntry, Any], Awaitable[None]]  # a write or compaction entry's handler

@@ -16,6 +16,7 @@ from shared.contracts.inbox import InboxReply
 from shared.redis_wire import text
 
 from .lease import LeaseLost
+from .ticker import DeltaTicker
 
 log = structlog.get_logger()
 EVENTS_MAXLEN = 10_000
@@ -29,6 +30,11 @@ Fence = Callable[[], Awaitable[None]]
 
 async def _unfenced() -> None:
     return None
+
+
+# A queued progress event: (event, `also`, the deltas merged into it - joined when sent, so merging
+# stays O(1) per token).
+Queued = tuple[SessionEvent, Callable[[Any], Any] | None, list[str] | None]
 
 
 class Outbox:
@@ -46,17 +52,19 @@ class Outbox:
     (80 a second per session): one XADD each made Redis, the proxy's fan-out and every SSE client
     pay per token. A delta that follows a queued delta is appended to it, and the background send
     waits `coalesce_s` after the first one, so a session sends one event per window instead of one per
-    token (bench-stream). An awaited event still drains the queue at once: coalescing never delays it."""
+    token (bench-stream). An awaited event still drains the queue at once: coalescing never delays it.
+    With a `ticker` (the worker's DeltaTicker) queued deltas go out with the next tick, in one
+    pipeline with every other session's, instead of a round trip per session per window."""
 
     def __init__(self, client: aioredis.Redis, sid: str, bus: BusPublish, fence: Fence = _unfenced,
-                 coalesce_s: float = 0.0) -> None:
+                 coalesce_s: float = 0.0, ticker: DeltaTicker | None = None) -> None:
         self.client = client
         self.sid = sid
         self.bus = bus
         self.fence = fence
         self.coalesce_s = coalesce_s
-        # (event, `also`, the deltas merged into it: joined when sent, so merging stays O(1) per token)
-        self._queued: list[tuple[SessionEvent, Callable[[Any], Any] | None, list[str] | None]] = []
+        self.ticker = ticker if coalesce_s > 0 else None
+        self._queued: list[Queued] = []
         self._sending = asyncio.Lock()  # one sender at a time: the stream keeps the engine's order
         self._background: asyncio.Task[None] | None = None
 
@@ -73,7 +81,9 @@ class Outbox:
                 return None
             ev = SessionEvent(type=type, session_id=self.sid, data=data)
             self._queued.append((ev, also, [data["delta"]] if delta else None))
-            if self._background is None or self._background.done():
+            if self.ticker is not None and self._queued[0][2] is not None:
+                self.ticker.want(self)
+            elif self._background is None or self._background.done():
                 wait_s = self.coalesce_s if delta else 0.0
                 self._background = asyncio.ensure_future(self._send_in_background(wait_s))
             return None
@@ -101,6 +111,9 @@ class Outbox:
                     return
             if not self._queued:
                 return
+            if self.ticker is not None and self._queued[0][2] is not None:
+                self.ticker.want(self)
+                return
             # What queued during the round trip: a delta waits its own window (else the next send would
             # carry the one or two tokens that arrived meanwhile), anything else goes at once.
             wait_s = self.coalesce_s if self._queued[0][2] is not None else 0.0
@@ -117,13 +130,7 @@ class Outbox:
                 return
             batch, self._queued = self._queued, []  # taken whole: later deltas merge only into unsent events
             pipe = self.client.pipeline(transaction=False)
-            for ev, also, parts in batch:
-                if parts is not None and len(parts) > 1:
-                    ev.data = {"delta": "".join(parts)}
-                pipe.xadd(keys.events(self.sid), {"data": ev.model_dump_json()}, maxlen=EVENTS_MAXLEN,
-                          approximate=True)
-                if also is not None:
-                    also(pipe)
+            self.add_commands(pipe, batch)
             try:
                 await pipe.execute()
             except BaseException:
@@ -131,6 +138,31 @@ class Outbox:
                 raise
             if once:
                 return
+
+    # The DeltaTicker's side: it holds `sending` from take_batch until its pipeline has run.
+    @property
+    def sending(self) -> asyncio.Lock:
+        return self._sending
+
+    def has_queued(self) -> bool:
+        return bool(self._queued)
+
+    async def take_batch(self) -> list[Queued]:
+        """Everything queued, once the lease is checked (raises LeaseLost, keeping the queue)."""
+        await self.fence()
+        batch, self._queued = self._queued, []
+        return batch
+
+    def give_back(self, batch: list[Queued]) -> None:
+        self._queued = batch + self._queued
+
+    def add_commands(self, pipe: Any, batch: list[Queued]) -> None:
+        for ev, also, parts in batch:
+            if parts is not None and len(parts) > 1:
+                ev.data = {"delta": "".join(parts)}
+            pipe.xadd(keys.events(self.sid), {"data": ev.model_dump_json()}, maxlen=EVENTS_MAXLEN, approximate=True)
+            if also is not None:
+                also(pipe)
 
     async def reply(self, request_id: str, status: int, body: dict[str, Any], *, fenced: bool = True) -> None:
         key = keys.reply(self.sid, request_id)

@@ -20,7 +20,16 @@ from typing import Any
 from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
 
-from shared.contracts.inbox import Compact, CompactionReady, DocumentEdit, FileWrite, Injection, UiUpdate
+from shared.contracts.inbox import (
+    Compact,
+    CompactionReady,
+    DocumentDelete,
+    DocumentEdit,
+    FileDelete,
+    FileWrite,
+    Injection,
+    UiUpdate,
+)
 from shared.contracts.messages import AgentMessage
 from shared.disk import SessionPaths, atomic_write_json, read_json
 from shared.inbox import InboxEntry
@@ -137,7 +146,8 @@ class Session:
         self.runs = RunSupervisor(self, deps.client, deps.settings.lease_ms, self.compactor)
         handlers: dict[type, Handler] = {UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write,
                     DocumentEdit: self.writes.document_edit, CompactionReady: self.compactor.on_ready,
-                    Compact: self.compactor.on_command}
+                    Compact: self.compactor.on_command, FileDelete: self.writes.file_delete,
+                    DocumentDelete: self.writes.document_delete}
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
                                           deps.client, deps.request_close, knowledge)
         self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)

@@ -37,6 +37,7 @@ from .lease import Lease, LeaseLost, raise_fence, renew_all, wait_no_dormant_wri
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps
 from .skills import Skill
+from .ticker import DeltaTicker
 
 log = structlog.get_logger()
 STOP_WAIT_S = 5.0
@@ -68,6 +69,8 @@ class Worker:
         self.model_client = model_client
         self.skills = skills
         self.static_prefix = static_prefix(skills)  # the same for every session: built once, not per wake
+        # Streamed text of all sessions: one pipeline per coalescing window (ticker.py).
+        self.ticker = DeltaTicker(client, settings.delta_coalesce_ms / 1000)
         if registry is not None:
             metrics.track_active_leases(registry, lambda: len(self.sessions))
 
@@ -139,7 +142,7 @@ class Worker:
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))
         outbox = Outbox(self.client, sid, self.bus, fence=lease.check,
-                        coalesce_s=self.settings.delta_coalesce_ms / 1000)
+                        coalesce_s=self.settings.delta_coalesce_ms / 1000, ticker=self.ticker)
         session = Session(deps, paths, lease, outbox,
                           ModelSettings(model=model.name or self.settings.model,
                                         reasoning_effort=model.reasoning_effort,

@@ -1,5 +1,6 @@
 """Forwarded live writes (docs/integration.md "Forwarded live writes"): UiUpdate, FileWrite,
-DocumentEdit. Each is applied under the lease, made durable, answered on the reply key, then acked.
+DocumentEdit, FileDelete, DocumentDelete. Each is applied under the lease, made durable, answered on
+the reply key, then acked.
 
 Files and documents go through the write model the proxy uses while the session is dormant
 (`shared.write_model`); the UI update goes to the live Yjs document (`uistate.UiDoc`), under the
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 from shared import keys, write_model
 from shared.blobs import read_blob
 from shared.contracts.events import EventType, UiUpdateData
-from shared.contracts.inbox import DocumentEdit, FileWrite, UiUpdate
+from shared.contracts.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, UiUpdate
 from shared.disk import DiskError, SessionPaths, check_size, split_workspace_path
 from shared.inbox import InboxEntry
 from shared.quota import WorkspaceQuota
@@ -141,7 +142,8 @@ class WriteHandlers:
         if written.path not in self.s.viewable_files:
             self.s.viewable_files = sorted({*self.s.viewable_files, written.path})
         revision = await self._next_revision("file:" + written.path)
-        await self._answer(entry, m.request_id, 200, {"path": written.path, "size": written.size, "revision": revision})
+        await self._answer(entry, m.request_id, 200, {"path": written.path, "size": written.size, "revision": revision,
+                                                      "created": written.created})
 
     async def _next_revision(self, ref: str) -> int:
         """The digest owns revisions; the reply reports the one this write will get (current + 1)."""
@@ -159,3 +161,23 @@ class WriteHandlers:
             await self._refuse(entry, m.request_id, stored)
             return
         await self._answer(entry, m.request_id, 200, stored.model_dump())
+
+    async def file_delete(self, entry: InboxEntry, m: FileDelete) -> None:
+        """Remove a workspace file with the function the proxy uses while dormant (404, 409 alike)."""
+        await self.s.guard()
+        removed = write_model.remove_file(self.s.paths.workspace, m.path)
+        if isinstance(removed, Refused):
+            await self._refuse(entry, m.request_id, removed)
+            return
+        if removed.path in self.s.viewable_files:
+            self.s.viewable_files = [p for p in self.s.viewable_files if p != removed.path]
+        revision = await self._next_revision("file:" + removed.path)
+        await self._answer(entry, m.request_id, 200, {"path": removed.path, "deleted": True, "revision": revision})
+
+    async def document_delete(self, entry: InboxEntry, m: DocumentDelete) -> None:
+        await self.s.guard()
+        removed = write_model.delete_document(self.s.paths, m.doc, m.if_match)
+        if isinstance(removed, Refused):
+            await self._refuse(entry, m.request_id, removed)
+            return
+        await self._answer(entry, m.request_id, 200, {"doc": removed.path, "deleted": True, "revision": removed.revision})

@@ -18,7 +18,8 @@ class ArtifactChange(Contract):
     A file's new bytes are not in the entry: `blob` names the immutable content blob
     `sessions/{sid}/.blobs/{blob}` (shared/blobs.py) the producer wrote, `sha256` and `size`
     describe it; the digest copies it into the ref's revisions and removes it. `document` carries a
-    deck's new JSON. `deleted` marks removal. `digest` is a client-supplied digest text
+    deck's new JSON. `deleted` marks removal, `created` a file or deck that did not exist before the
+    write (the digest says "new file" instead of a diff). `digest` is a client-supplied digest text
     (X-Gamma-Digest) that wins over a computed one. `seq`: see `shared/causal.py`.
     """
 
@@ -34,6 +35,7 @@ class ArtifactChange(Contract):
     size: int | None = Field(None, ge=0)
     document: dict[str, Any] | None = None
     deleted: bool = False
+    created: bool = False
     digest: str | None = None
     # The proxy's number for a change it acknowledged (shared/causal.py): the digest removes it from the
     # session's in-flight set once the change is delivered or dismissed. None: not tracked (agent changes).

@@ -78,6 +78,24 @@ class DocumentEdit(_InboxBase):
     if_match: int | None = None
 
 
+class FileDelete(_InboxBase):
+    """A live workspace DELETE: the runtime, which owns live files, removes the file and answers
+    `{path, deleted, revision}` (404 when there is no such file, 409 for a directory)."""
+
+    type: Literal["file_delete"] = "file_delete"
+    request_id: str = Field(default_factory=lambda: new_id("r_"))
+    path: str
+
+
+class DocumentDelete(_InboxBase):
+    """A live document DELETE (409 on a stale `if_match`, 404 when there is no such deck)."""
+
+    type: Literal["document_delete"] = "document_delete"
+    request_id: str = Field(default_factory=lambda: new_id("r_"))
+    doc: str
+    if_match: int | None = None
+
+
 class Barrier(_InboxBase):
     """Sent by notifications after its pending deliveries for one wake."""
 
@@ -123,7 +141,7 @@ class Stop(_InboxBase):
 
 InboxMessage = Annotated[
     UserPrompt | Injection | UiUpdate | FileWrite | DocumentEdit | Barrier | CompactionReady | Compact | Stop
-    | ChangesSettled,
+    | ChangesSettled | FileDelete | DocumentDelete,
     Field(discriminator="type"),
 ]
 INBOX_ADAPTER: TypeAdapter[InboxMessage] = TypeAdapter(InboxMessage)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from services.proxy.artifacts import BlobRef, document_changed, file_changed
+from services.proxy.artifacts import BlobRef, document_changed, document_deleted, file_changed, file_deleted
 from shared import keys
 from shared.blobs import write_blob
 from shared.contracts.artifacts import ArtifactChange
@@ -28,6 +28,8 @@ async def test_file_and_document_changes_of_every_actor_round_trip(
         ArtifactChange(session_id="s1", ref="gamma:file:deck1", actor="agent", kind="document", to_revision=3,
                        document=deck),
         ArtifactChange(session_id="s1", ref="file:old.txt", actor="service", kind="file", deleted=True),
+        ArtifactChange(session_id="s1", ref="file:in/new.txt", actor="user", kind="file", to_revision=1,
+                       blob="b_c2", sha256=hashlib.sha256(b"new").hexdigest(), size=3, created=True),
     ]
     await assert_round_trip(redis_url, redis_client, stream=keys.ARTIFACT_CHANGES, groups=["digest"],
                             model=ArtifactChange, messages=messages)
@@ -61,13 +63,19 @@ async def test_proxy_publishers_reach_the_real_digest_service(
         blob = BlobRef("b_brief", write_blob(tmp_path, sid, "b_brief", b"# Brief\n"), 8)
         await file_changed(broker, sid, "brief.md", blob, digest=None, revision=2)
         await document_changed(broker, sid, "deck1", deck, from_revision=None, to_revision=1, digest="added intro")
+        await file_deleted(broker, sid, "old.md", digest=None, revision=4)
+        await document_deleted(broker, sid, "deck0", digest="removed")
+        refs = ("file:brief.md", "gamma:file:deck1", "file:old.md", "gamma:file:deck0")
 
         async def both_recorded() -> bool:
-            return all([await redis_client.hexists(keys.revisions(sid), ref) for ref in ("file:brief.md", "gamma:file:deck1")])
+            return all([await redis_client.hexists(keys.revisions(sid), ref) for ref in refs])
 
         await eventually(both_recorded, what="the digest's revision records")
         await eventually(pel_empty(redis_client, keys.ARTIFACT_CHANGES, "digest"), what="acks")
     states = {ref: json.loads(raw) for ref, raw in (await redis_client.hgetall(keys.revisions(sid))).items()}
     assert states[b"file:brief.md"]["current"] == 2
     assert states[b"gamma:file:deck1"]["current"] == 1
+    assert states[b"gamma:file:deck1"]["notes"]["1"]["created"] is True  # a new deck (revision 1)
+    assert states[b"file:old.md"]["deleted"] is True and states[b"file:old.md"]["current"] == 4
+    assert states[b"gamma:file:deck0"]["deleted"] is True and states[b"gamma:file:deck0"]["current"] == 1
     assert await redis_client.xlen(keys.DEADLETTER) == 0

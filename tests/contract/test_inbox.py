@@ -16,7 +16,9 @@ from shared.contracts.inbox import (
     ChangesSettled,
     Compact,
     CompactionReady,
+    DocumentDelete,
     DocumentEdit,
+    FileDelete,
     FileWrite,
     InboxMessage,
     InboxReply,
@@ -58,6 +60,8 @@ def every_message() -> list[InboxMessage]:
                         error="model unavailable"),
         Compact(session_id=SID, instructions="keep the outline"),
         Stop(session_id=SID, reason="suspend"),
+        FileDelete(session_id=SID, path="notes/a.md"),
+        DocumentDelete(session_id=SID, doc="deck1", if_match=3),
     ]
 
 
@@ -117,7 +121,8 @@ async def test_the_proxys_forwarded_writes_reach_the_runtimes_reader(redis_clien
     sid = "s_forward"
     reader = InboxReader(redis_client, "runtime-contract")
     await reader.add(sid)
-    sent = [m for m in every_message() if isinstance(m, UiUpdate | FileWrite | DocumentEdit | Stop | Compact)]
+    forwarded = UiUpdate | FileWrite | DocumentEdit | Stop | Compact | FileDelete | DocumentDelete
+    sent = [m for m in every_message() if isinstance(m, forwarded)]
     for msg in sent:
         msg = msg.model_copy(update={"session_id": sid})
         reply = InboxReply(request_id=msg.request_id, status=200, body={"ok": True})  # type: ignore[union-attr]
@@ -126,4 +131,4 @@ async def test_the_proxys_forwarded_writes_reach_the_runtimes_reader(redis_clien
         [entry] = await reader.read(block_ms=1000)
         assert entry.message == msg
         await reader.ack(sid, entry.entry_id)
-    assert {type(m) for m in sent} == {UiUpdate, FileWrite, DocumentEdit, Stop, Compact}
+    assert {type(m) for m in sent} == {UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete}

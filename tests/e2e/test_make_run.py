@@ -35,6 +35,16 @@ def readyz(port: int) -> int:
         return 0
 
 
+def ready_within(port: int, seconds: float) -> bool:
+    """/readyz answers 200 before the deadline (one slow answer on a loaded machine is not a failure)."""
+    deadline = time.monotonic() + seconds
+    while readyz(port) != 200:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> None:
     ports = {name: free_port() for name in PORT_VARS}
     dead_redis = f"redis://127.0.0.1:{free_port()}/0"
@@ -44,6 +54,9 @@ def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> 
     env.update({var: str(ports[name]) for name, var in PORT_VARS.items()})
     env.update({var: str(free_port()) for var in INTERNAL_PORT_VARS.values()})  # /metrics of proxy, notifications
     env.update(REDIS_URL=dead_redis, GAMMA_DATA_DIR=str(data), PYTHONUNBUFFERED="1")
+    env.pop("GAMMA_RUNTIME_WORKERS", None)  # the default: one runtime worker per core
+    workers = os.cpu_count() or 1
+    tree: dict[int, str] = {}
 
     # `-o .venv/.installed`: the venv in this checkout is already installed (CI runs `make install` first);
     # never let a test reinstall it.
@@ -76,14 +89,16 @@ def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> 
         assert (data / "redis").is_dir()  # the embedded Redis keeps its data in the data dir
 
         for name, port in ports.items():
-            assert readyz(port) == 200, f"{name} is not ready"
+            assert ready_within(port, 30), f"{name} is not ready"
+        for i in range(1, workers):  # the other runtime workers, each on a port of its own
+            assert ready_within(ports["runtime"] + 10 * i, 30), f"runtime worker {i + 1} is not ready"
 
         tree = descendants(proc.pid)
         supervisor = [pid for pid, cmd in tree.items() if "services.stack" in cmd]
         services = {name: [pid for pid, cmd in tree.items() if cmd.endswith(f"-m services.{name}")] for name in ports}
         redis_pids = [pid for pid, cmd in tree.items() if "redis-server" in cmd]
         assert len(supervisor) == 1, tree
-        assert all(len(pids) == 1 for pids in services.values()), tree
+        assert all(len(pids) == (workers if name == "runtime" else 1) for name, pids in services.items()), tree
         assert len(redis_pids) == 1, tree
 
         os.kill(supervisor[0], signal.SIGTERM)

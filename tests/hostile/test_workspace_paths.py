@@ -62,7 +62,7 @@ def names(stack: Stack, sid: str) -> set[str]:
 
 
 def plant(stack: Stack, sid: str, *files: str) -> None:
-    """Files as an earlier run left them (a dormant PUT overwrites existing files only)."""
+    """Files as an earlier run (or a command) left them, made directly on disk."""
     for f in files:
         path = workspace(stack, sid) / f
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -161,8 +161,15 @@ def test_proxy_get_and_put_never_follow_a_link_out(api: httpx.Client, stack: Sta
     for path in (f"out-{tag}/passwd", f"out-{tag}/new.txt", f"peer-{tag}/secret.txt", f"up-{tag}/tmp/x"):
         resp = api.put(FILES.format(sid=sid, path=path), content=b"pwned")
         assert resp.status_code == 400, (path, resp.text)
+    for path in (f"out-{tag}/passwd", f"peer-{tag}/secret.txt", f"up-{tag}/etc/passwd"):
+        resp = api.delete(FILES.format(sid=sid, path=path))  # issue 17: DELETE, live and dormant
+        assert resp.status_code == 400 and "symbolic link" in resp.json()["error"], (path, resp.text)
     listing = api.get(FILES.format(sid=sid, path="")).json()
     assert not [e for e in listing["entries"] if str(e["name"]).endswith(tag)]  # links are not listed
+    untouched(stack, planted)
+    # DELETE of a link removes the link itself, never what it points to.
+    assert api.delete(FILES.format(sid=sid, path=f"peerfile-{tag}")).status_code == 200
+    assert not os.path.lexists(workspace(stack, sid) / f"peerfile-{tag}")
     untouched(stack, planted)
 
 

@@ -305,9 +305,26 @@ def test_dormant_form_submission_lands_in_state_json(api: httpx.Client, stack: S
 def test_dormant_files(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
     sid = new_session(api)
     workspace = session_dir(stack, sid) / "workspace"
-    assert_error(api.put(f"/sessions/{sid}/workspace/files/brief.xml", content=b"<brief/>"), 404, "existing files only")
-    assert not (workspace / "brief.xml").exists()
     assert_error(api.get(f"/sessions/{sid}/workspace/files/brief.xml"), 404)
+    # A new file into a never-woken session (issue 17): accepted, directories made, still dormant.
+    resp = api.put(f"/sessions/{sid}/workspace/files/in/new/brief.xml", content=b"<brief/>")
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"path": "in/new/brief.xml", "size": 8, "revision": None, "created": True}
+    assert (workspace / "in" / "new" / "brief.xml").read_bytes() == b"<brief/>"
+    created = wait_sync(lambda: [c for c in artifact_changes(r, sid) if c["ref"] == "file:in/new/brief.xml"],
+                        what="ArtifactChange for the new file")
+    assert created[0]["created"] is True and created[0]["deleted"] is False
+    assert api.put(f"/sessions/{sid}/workspace/files/in/new/brief.xml", content=b"<b/>").json()["created"] is False
+    # DELETE while dormant: the file goes, the removal is an ArtifactChange; a second one is a 404.
+    resp = api.delete(f"/sessions/{sid}/workspace/files/in/new/brief.xml", headers={"X-Gamma-Digest": "Removed it"})
+    assert resp.status_code == 200 and resp.json() == {"path": "in/new/brief.xml", "deleted": True, "revision": None}
+    assert not (workspace / "in" / "new" / "brief.xml").exists() and (workspace / "in" / "new").is_dir()
+    removal = wait_sync(lambda: [c for c in artifact_changes(r, sid) if c["ref"] == "file:in/new/brief.xml"
+                                 and c["deleted"]], what="the removal's ArtifactChange")
+    assert removal[0]["digest"] == "Removed it" and removal[0]["blob"] is None
+    assert_error(api.delete(f"/sessions/{sid}/workspace/files/in/new/brief.xml"), 404, "no file")
+    assert_error(api.delete(f"/sessions/{sid}/workspace/files/in/new"), 409, "directory")
+    assert_error(api.delete(f"/sessions/{sid}/workspace/files/in/%2e%2e/%2e%2e/state.json"), 400)
 
     (workspace / "gen" / "q3").mkdir(parents=True)
     (workspace / "gen" / "q3" / "brief.xml").write_bytes(b"<brief>v1</brief>")
@@ -346,8 +363,21 @@ def test_dormant_files(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
 def test_dormant_documents(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
     sid = new_session(api)
     doc_path = session_dir(stack, sid) / "documents" / "d1.json"
-    assert_error(api.put(f"/sessions/{sid}/documents/d1", json={"title": "x"}), 404, "existing documents only")
     assert_error(api.get(f"/sessions/{sid}/documents/d1"), 404)
+    # A new deck into a never-woken session (issue 17): revision 1, announced as created; DELETE removes it.
+    resp = api.put(f"/sessions/{sid}/documents/d0", json={"title": "Fresh", "cards": [{"id": "c1"}]})
+    assert resp.status_code == 200 and resp.json()["revision"] == 1, resp.text
+    assert_error(api.delete(f"/sessions/{sid}/documents/d0", headers={"If-Match": "7"}), 409, "stale")
+    resp = api.delete(f"/sessions/{sid}/documents/d0", headers={"If-Match": "1"})
+    assert resp.status_code == 200 and resp.json() == {"doc": "d0", "deleted": True, "revision": 1}
+    assert not (session_dir(stack, sid) / "documents" / "d0.json").exists()
+    assert_error(api.delete(f"/sessions/{sid}/documents/d0"), 404)
+    assert_error(api.delete(f"/sessions/{sid}/documents/" + quote("bad id", safe="")), 400, "document id")
+    wait_sync(lambda: [c for c in artifact_changes(r, sid) if c["ref"] == "gamma:file:d0"][1:] or None,
+              what="the new deck's change and its removal")
+    d0 = [c for c in artifact_changes(r, sid) if c["ref"] == "gamma:file:d0"]
+    assert [(c["created"], c["deleted"]) for c in d0] == [(True, False), (False, True)]
+    assert api.get(f"/sessions/{sid}").json()["status"] == "dormant" and not r.exists(keys.lease(sid))
     deck = StoredDeck(title="Otters", revision=3, cards=[{"id": "c1", "title": "Intro"}, {"id": "c2", "title": "Habitat"}])
     doc_path.write_text(deck.model_dump_json())
 
@@ -374,9 +404,9 @@ def test_dormant_documents(api: httpx.Client, r: redis.Redis, stack: Stack) -> N
     assert_error(api.get(f"/sessions/{sid}/documents/" + quote("bad id", safe="")), 400, "document id")
     assert doc_path.read_bytes() == before
 
-    changes = wait_sync(lambda: [c for c in artifact_changes(r, sid) if c["kind"] == "document"][1:] or None,
+    changes = wait_sync(lambda: [c for c in artifact_changes(r, sid) if c["ref"] == "gamma:file:d1"][1:] or None,
                         what="two document changes")
-    docs = [c for c in artifact_changes(r, sid) if c["kind"] == "document"]
+    docs = [c for c in artifact_changes(r, sid) if c["ref"] == "gamma:file:d1"]
     assert [(c["from_revision"], c["to_revision"]) for c in docs] == [(3, 4), (4, 5)]
     assert docs[0]["ref"] == "gamma:file:d1" and docs[0]["actor"] == "user" and docs[0]["digest"] == "Renamed the deck"
     assert docs[1]["document"]["cards"][0]["title"] == "Hello" and changes

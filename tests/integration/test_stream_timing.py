@@ -12,9 +12,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from services.runtime.events import Outbox
+from services.runtime.lease import LeaseLost
+from services.runtime.ticker import DeltaTicker
 from shared import keys
 from shared.model import ScriptedReply, ScriptedToolCall, openai_client
-from shared.pacing import Timing
+from shared.pacing import Timing, paced
 from shared.settings import Settings
 
 TEXT = "@ts@" * 40  # 40 tokens, each stamped with its emit time
@@ -88,9 +90,14 @@ async def entries(client: aioredis.Redis, sid: str) -> list[dict]:
     return [json.loads(f[b"data"]) for _, f in await client.xrange(keys.events(sid))]
 
 
+def ticker_for(client: aioredis.Redis, with_ticker: bool, period_s: float) -> DeltaTicker | None:
+    return DeltaTicker(client, period_s) if with_ticker else None
+
+
+@pytest.mark.parametrize("with_ticker", [False, True], ids=["own-window", "worker-ticker"])
 @pytest.mark.timeout(30)
-async def test_deltas_coalesce_per_window_in_order(redis_client: aioredis.Redis) -> None:
-    out = Outbox(redis_client, "co1", bus, coalesce_s=0.03)
+async def test_deltas_coalesce_per_window_in_order(redis_client: aioredis.Redis, with_ticker: bool) -> None:
+    out = Outbox(redis_client, "co1", bus, coalesce_s=0.03, ticker=ticker_for(redis_client, with_ticker, 0.03))
     t0 = time.monotonic()
     for n in range(60):  # 60 tokens at ~500/s
         await out.event("message_update", {"delta": f"{n} "}, wait=False)
@@ -108,11 +115,63 @@ async def test_deltas_coalesce_per_window_in_order(redis_client: aioredis.Redis)
     assert "".join(deltas[:restart]).split()[-1] == "30"  # the notice sits where the engine made it
 
 
+@pytest.mark.parametrize("with_ticker", [False, True], ids=["own-window", "worker-ticker"])
 @pytest.mark.timeout(30)
-async def test_an_awaited_event_is_not_held_by_the_window(redis_client: aioredis.Redis) -> None:
-    out = Outbox(redis_client, "co2", bus, coalesce_s=0.5)
+async def test_an_awaited_event_is_not_held_by_the_window(redis_client: aioredis.Redis, with_ticker: bool) -> None:
+    out = Outbox(redis_client, "co2", bus, coalesce_s=0.5, ticker=ticker_for(redis_client, with_ticker, 0.5))
     await out.event("message_update", {"delta": "a"}, wait=False)
     t0 = time.monotonic()
     await out.event("message_end", {})
     assert time.monotonic() - t0 < 0.2
     assert [e["type"] for e in await entries(redis_client, "co2")] == ["message_update", "message_end"]
+
+
+@pytest.mark.timeout(30)
+async def test_one_pipeline_per_tick_for_all_sessions(redis_client: aioredis.Redis) -> None:
+    """20 sessions streaming at once: the worker's ticker sends them together, one round trip per
+    tick (not one per session per window), each stream whole and in order; a session whose lease is
+    gone sends nothing and does not hold up the others."""
+    ticker = DeltaTicker(redis_client, 0.03)
+
+    async def lost() -> None:
+        raise LeaseLost("tk-lost")
+
+    outs = [Outbox(redis_client, f"tk{i}", bus, coalesce_s=0.03, ticker=ticker) for i in range(20)]
+    gone = Outbox(redis_client, "tk-lost", bus, fence=lost, coalesce_s=0.03, ticker=ticker)
+
+    async def stream(out: Outbox) -> None:
+        for n in range(40):
+            await out.event("message_update", {"delta": f"{n} "}, wait=False)
+            await asyncio.sleep(0.003)
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(stream(o) for o in [*outs, gone]))
+    deadline = time.monotonic() + 10
+    while any(o.has_queued() for o in outs) and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the ticker with a deadline
+        await asyncio.sleep(0.01)
+    windows = (time.monotonic() - t0) / 0.03
+    for o in outs:
+        got = await entries(redis_client, o.sid)
+        assert "".join(e["data"]["delta"] for e in got) == "".join(f"{n} " for n in range(40))
+    assert ticker.ticks <= windows + 2  # all 20 sessions in each round trip
+    assert await redis_client.exists(keys.events("tk-lost")) == 0
+    assert gone.has_queued()  # kept for its next awaited event, which raises LeaseLost
+
+
+@pytest.mark.timeout(30)
+async def test_a_late_reader_gets_due_chunks_in_one_read_stamped_when_due() -> None:
+    """The scripted provider keeps its schedule while the event loop is busy: what fell due meanwhile
+    comes in one read (as from a socket), each token stamped with the time it was due, so the loop's
+    lateness shows up as latency the harness added."""
+    chunks = [(b"@ts@|", True) for _ in range(20)]
+    reads: list[tuple[float, bytes]] = []
+    async for data in paced(chunks, Timing(tokens_per_s=200, stamp=True)):
+        reads.append((time.time(), data))
+        if len(reads) == 1:
+            time.sleep(0.05)  # noqa: ASYNC251 - a busy event loop: ~10 tokens fall due meanwhile
+    stamps = [float(s) for _, data in reads for s in data.decode().split("|") if s]
+    assert len(stamps) == 20 and len(reads) < 20 and max(len(d.split(b"|")) - 1 for _, d in reads) >= 5
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    assert all(0.003 <= g <= 0.2 for g in gaps)  # on the 5 ms schedule, not bunched at the late read
+    late = next(at for at, d in reads if len(d.split(b"|")) - 1 >= 5)
+    assert late - stamps[1] >= 0.03  # the token due during the stall is seen late: the harness's delay

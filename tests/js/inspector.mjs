@@ -147,25 +147,34 @@ async function dormantUpload(page) {
   await page.click("#suspend");
   await waitBadge(page, "dormant");
   out.badgeAfterSuspend = await badge(page);
-  // Dropped onto the files panel: an existing file is overwritten while dormant; a new one is refused.
+  // Dropped onto the files panel while dormant: a new file is created, an existing one overwritten;
+  // an agent-made file is deleted with its button. The session stays dormant throughout.
   const drop = (name, text) => page.evaluate(([n, t]) => {
     const dt = new DataTransfer();
     dt.items.add(new File([t], n, { type: "text/plain" }));
     document.getElementById("files-zone").dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true, cancelable: true }));
   }, [name, text]);
+  const statusIs = (re) => page.waitForFunction((src) => new RegExp(src).test(document.getElementById("files-status").textContent), re, LONG);
   await drop("new-notes.txt", "fresh");
-  await page.waitForFunction(() => /refused/.test(document.getElementById("files-status").textContent), null, LONG);
-  out.refusedUpload = await page.textContent("#files-status");
+  await statusIs("uploaded new-notes\\.txt");
+  out.newUpload = await page.textContent("#files-status");
   const brief = "<brief><topic>emperor penguins</topic><audience>children</audience></brief>\n";
   await drop("brief.xml", brief);
-  await page.waitForFunction(() => /uploaded brief\.xml/.test(document.getElementById("files-status").textContent), null, LONG);
+  await statusIs("uploaded brief\\.xml");
   out.uploaded = await page.textContent("#files-status");
   // The listing is re-read after the upload: wait for it to show the new size.
-  const sizeShown = (want) => page.waitForFunction((w) => {
-    const n = document.querySelector('#files li.file[data-path="brief.xml"] .size');
+  const sizeShown = (want, path = "brief.xml") => page.waitForFunction(([p, w]) => {
+    const n = document.querySelector(`#files li.file[data-path="${p}"] .size`);
     return n && n.textContent === w;
-  }, want, { timeout: 30000 }).then(() => want, () => "not shown");
+  }, [path, want], { timeout: 30000 }).then(() => want, () => "not shown");
   out.briefSizeDormant = await sizeShown(`${brief.length} B`);
+  out.newSizeDormant = await sizeShown("5 B", "new-notes.txt");
+  await page.locator("#files button", { hasText: "forms/" }).click();
+  await page.locator('#files button[aria-label="delete forms/f_audience.json"]').click();
+  await statusIs("deleted forms/f_audience\\.json");
+  out.deleted = await page.textContent("#files-status");
+  const gone = page.locator('#files li.file[data-path="forms/f_audience.json"]');
+  out.formFileListed = await gone.waitFor({ state: "detached", timeout: 30000 }).then(() => 0, () => gone.count());
   out.badgeAfterUpload = await badge(page);
 
   await send(page, "I changed the brief");
@@ -177,6 +186,25 @@ async function dormantUpload(page) {
   out.noticeAfterWake = await page.textContent("#notice");
   await update.locator("summary").click();
   out.artifactUpdate = await update.textContent();
+  // The new file and the removal were told too, before the message that woke the session.
+  const injectionOf = (ref) => page.locator("details.item.injection")
+    .filter({ has: page.locator(".tag.kind", { hasText: "artifact_update" }) }).filter({ hasText: ref }).last();
+  for (const [key, ref] of [["newFileUpdate", "file:new-notes.txt"], ["removalUpdate", "file:forms/f_audience.json"]]) {
+    await injectionOf(ref).waitFor(LONG);
+    await injectionOf(ref).locator("summary").click();
+    out[key] = await injectionOf(ref).textContent();
+  }
+  // Timeline positions: the message that woke the session, and every artifact_update of each ref.
+  out.wakeOrder = await page.evaluate(() => {
+    const items = [...document.querySelectorAll("#timeline > .item")];
+    const message = items.findIndex((n) => n.matches(".bubble.user") && n.textContent.includes("I changed the brief"));
+    const updates = {};
+    for (const ref of ["file:brief.xml", "file:new-notes.txt", "file:forms/f_audience.json"]) {
+      updates[ref] = items.flatMap((n, i) => (n.matches("details.item.injection")
+        && n.querySelector(".tag.kind")?.textContent === "artifact_update" && n.textContent.includes(`ref="${ref}"`) ? [i] : []));
+    }
+    return { message, updates };
+  });
   out.briefSizeLive = await sizeShown(`${brief.length} B`);
   out.statusLabelAfterWake = await page.getAttribute("#status-chart svg", "aria-label");
   await page.screenshot({ path: `${shots}/inspector-wake.png` });

@@ -44,6 +44,8 @@ class Stack:
     ports: dict[str, int] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     log_dir: Path | None = None
+    # The source tree the services run from (default: this one); a bench runs a baseline tree side by side.
+    src: Path | None = None
 
     def __post_init__(self) -> None:
         for name in (*SERVICES, *INTERNAL_PORT_VARS):
@@ -72,6 +74,8 @@ class Stack:
         for name, var in (PORT_VARS | INTERNAL_PORT_VARS).items():
             env[var] = str(self.ports[name])
         env.update(self.env_overrides)
+        if self.src is not None:
+            env["PYTHONPATH"] = str(self.src)
         return env
 
     def url(self, name: str = "proxy") -> str:
@@ -83,7 +87,7 @@ class Stack:
             log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
             self.procs[name] = subprocess.Popen(
                 [sys.executable, "-m", f"services.{name}"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                cwd=Path(__file__).resolve().parents[2],
+                cwd=self.src or Path(__file__).resolve().parents[2],
             )
         if wait:
             self.wait_ready(*(names or SERVICES))

@@ -51,3 +51,29 @@ def test_block_attributes_and_escaping() -> None:
     assert text.startswith('<artifact_update ref="file:a.xml" from_revision="2" to_revision="5">\n')
     assert text.count("</artifact_update>") == 1 and text.endswith("</artifact_update>")
     assert block("gamma:file:d", None, 1, "x").startswith('<artifact_update ref="gamma:file:d" to_revision="1">')
+
+
+def test_a_new_file_is_announced_with_its_content_not_as_a_diff() -> None:
+    new = state(seen=None, seen_known=False, current=1, notes={1: Note(actor="user", created=True)})
+    body = compose(new, None, b"<brief>\n  <topic>otters</topic>\n</brief>\n")
+    assert body is not None and "A new file was added (41 bytes, 3 lines). Its content:" in body
+    assert "<topic>otters</topic>" in body and "Changed by the user." in body
+    binary = compose(new, None, b"\x00\x01\x02")
+    assert binary is not None and "new binary file was added (3 bytes)" in binary
+    big = compose(new, None, b"line\n" * 1000)
+    assert big is not None and "(5000 bytes, 1000 lines). Read it before you rely on it." in big and "line\nline" not in big
+    # Not new to the agent (it saw a revision): an ordinary diff, even if the newest change re-created it.
+    again = state(notes={2: Note(actor="user", created=True)}, seen=1, current=2)
+    assert "Line diff" in (compose(again, b"a\n", b"b\n") or "")
+
+
+def test_a_new_deck_and_removals() -> None:
+    deck = {"title": "Otters", "cards": [{"id": "c1"}, {"id": "c2"}]}
+    new = state(kind="document", seen=None, seen_known=False, current=1, notes={1: Note(actor="user", created=True)})
+    assert 'A new deck "Otters" was created with 2 cards.' in (compose(new, None, json.dumps(deck).encode()) or "")
+    removed = state(deleted=True, notes={3: Note(actor="user")})
+    assert "The file was deleted." in (compose(removed, b"a\n", None) or "")
+    fleeting = state(deleted=True, seen=None, seen_known=False, current=2,
+                     notes={1: Note(actor="user", created=True), 2: Note(actor="user")})
+    assert "added and deleted again before you saw it" in (compose(fleeting, None, None) or "")
+    assert fleeting.never_known and not fleeting.model_copy(update={"sent": [1]}).never_known

@@ -26,14 +26,55 @@ def _paths(tmp_path: Path) -> w.SessionPaths:
     return paths
 
 
-def test_file_write_dormant_overwrites_only_and_live_creates(tmp_path: Path) -> None:
+def test_file_write_creates_with_directories_and_says_so(tmp_path: Path) -> None:
     ws = _paths(tmp_path).workspace
     missing = w.write_file(ws, "new.txt", b"x", max_bytes=100, quota=QUOTA, must_exist=True)
     assert isinstance(missing, w.Refused) and missing.status == 404 and not (ws / "new.txt").exists()
-    made = w.write_file(ws, "dir/new.txt", b"hello", max_bytes=100, quota=QUOTA, must_exist=False)
-    assert made == w.FileWritten(path="dir/new.txt", size=5) and (ws / "dir/new.txt").read_bytes() == b"hello"
-    again = w.write_file(ws, "dir/new.txt", b"bye", max_bytes=100, quota=QUOTA, must_exist=True)
-    assert again == w.FileWritten(path="dir/new.txt", size=3) and (ws / "dir/new.txt").read_bytes() == b"bye"
+    made = w.write_file(ws, "dir/sub/new.txt", b"hello", max_bytes=100, quota=QUOTA)
+    assert made == w.FileWritten(path="dir/sub/new.txt", size=5, created=True)
+    assert (ws / "dir/sub/new.txt").read_bytes() == b"hello"
+    again = w.write_file(ws, "dir/sub/new.txt", b"bye", max_bytes=100, quota=QUOTA, must_exist=True)
+    assert again == w.FileWritten(path="dir/sub/new.txt", size=3) and (ws / "dir/sub/new.txt").read_bytes() == b"bye"
+
+
+def test_never_woken_session_gets_its_workspace_on_the_first_write(tmp_path: Path) -> None:
+    ws = session_paths(tmp_path, "s_fresh").workspace  # nothing of the session exists on disk yet
+    made = w.write_file(ws, "in/brief.xml", b"<brief/>", max_bytes=100, quota=QUOTA)
+    assert made == w.FileWritten(path="in/brief.xml", size=8, created=True) and (ws / "in/brief.xml").is_file()
+
+
+def test_remove_file_removes_files_and_links_but_not_directories(tmp_path: Path) -> None:
+    ws = _paths(tmp_path).workspace
+    (ws / "d").mkdir()
+    (ws / "d/a.txt").write_bytes(b"a")
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"keep")
+    (ws / "link").symlink_to(outside)
+    assert w.remove_file(ws, "d/a.txt") == w.Removed(path="d/a.txt") and not (ws / "d/a.txt").exists()
+    assert w.remove_file(ws, "link") == w.Removed(path="link") and outside.read_bytes() == b"keep"
+    (ws / "d/b.txt").write_bytes(b"b")
+    for path, status in (("d/a.txt", 404), ("nodir/a.txt", 404), ("d", 409), ("../outside.txt", 400),
+                         ("d/b.txt/x", 409), ("", 400)):
+        got = w.remove_file(ws, path)
+        assert isinstance(got, w.Refused) and got.status == status, (path, got)
+    assert (ws / "d/b.txt").read_bytes() == b"b" and outside.exists()
+    (ws / "esc").symlink_to(tmp_path)  # a directory link out of the workspace is never walked through
+    got = w.remove_file(ws, "esc/outside.txt")
+    assert isinstance(got, w.Refused) and got.status == 400 and outside.exists()
+
+
+def test_delete_document_checks_if_match(tmp_path: Path) -> None:
+    paths = _paths(tmp_path)
+    w.edit_document(paths, "d1", "put", {"title": "T"}, None)
+    w.edit_document(paths, "d1", "put", {"title": "U"}, None)
+    stale = w.delete_document(paths, "d1", 1)
+    assert isinstance(stale, w.Refused) and stale.status == 409 and paths.document("d1").exists()
+    assert w.delete_document(paths, "d1", 2) == w.Removed(path="d1", revision=2)
+    assert not paths.document("d1").exists()
+    gone = w.delete_document(paths, "d1", None)
+    assert isinstance(gone, w.Refused) and gone.status == 404
+    bad = w.delete_document(paths, "../x", None)
+    assert isinstance(bad, w.Refused) and bad.status == 400
 
 
 def test_file_write_refusals_change_nothing(tmp_path: Path) -> None:
@@ -75,8 +116,8 @@ def test_document_refusals_change_nothing(tmp_path: Path) -> None:
     assert isinstance(stale, w.Refused) and stale.status == 409 and stale.body()["revision"] == 1
     bad = w.edit_document(paths, "d1", "patch", {"cards": [{"no": "id"}]}, None, create=False)
     assert isinstance(bad, w.Refused) and bad.status == 422
-    dormant_new = w.edit_document(paths, "d2", "put", {"title": "N"}, None, create=False)
-    assert isinstance(dormant_new, w.Refused) and dormant_new.status == 404 and "dormant" in dormant_new.message
+    not_created = w.edit_document(paths, "d2", "put", {"title": "N"}, None, create=False)
+    assert isinstance(not_created, w.Refused) and not_created.status == 404
     live_patch_new = w.edit_document(paths, "d3", "patch", {"title": "N"}, None, create=True)
     assert isinstance(live_patch_new, w.Refused) and live_patch_new.status == 404
     bad_id = w.edit_document(paths, "../x", "put", {}, None, create=True)

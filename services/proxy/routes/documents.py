@@ -2,9 +2,10 @@
 
 The stored form is `StoredDeck` (`documents/{doc}.json`). PUT replaces the deck, PATCH merges cards by
 id (`shared.contracts.documents.merge_cards`). `If-Match: <revision>` that is not the current one is a
-409. Same liveness rule as files: live -> `DocumentEdit` to the runtime; dormant -> the proxy rewrites
-an existing document under the dormant-write lock (a new document while dormant is a 404). Both sides
-apply the edit with `shared.write_model.edit_document`.
+409. Same liveness rule as files: live -> `DocumentEdit` / `DocumentDelete` to the runtime; dormant
+(also never woken) -> the proxy writes a new or existing document, or removes one, under the
+dormant-write lock, and the session stays dormant. Both sides apply the edit with
+`shared.write_model.edit_document` (`delete_document`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from fastapi.responses import JSONResponse
 
 from shared import write_model
 from shared.contracts.documents import Deck, StoredDeck
-from shared.contracts.inbox import DocumentEdit
+from shared.contracts.inbox import DocumentDelete, DocumentEdit
 from shared.disk import SessionPaths, session_paths
 from shared.write_model import DocOp, Refused
 
-from ..artifacts import client_digest, document_changed
+from ..artifacts import client_digest, document_changed, document_deleted
 from ..deps import Proxy, get_proxy, tracking
 from ..errors import ApiError
 from ..liveness import apply_if_dormant, owned_session, refused
@@ -98,7 +99,7 @@ async def _edit(
     paths = session_paths(proxy.settings.data_dir, sid)
     paths.document(doc)  # refuse a bad id (400) before anything else
     applied = await apply_if_dormant(proxy, state, "document", lambda: asyncio.to_thread(
-        write_model.edit_document, paths, doc, op, document, if_match, create=False))
+        write_model.edit_document, paths, doc, op, document, if_match))
     if applied is not None:
         new = applied.value
         await document_changed(proxy.broker, sid, doc, new.model_dump(mode="json"), new.revision - 1, new.revision, digest,
@@ -117,3 +118,25 @@ async def _edit(
         await document_changed(proxy.broker, sid, doc, reply.body, revision - 1 if revision > 0 else None, revision, digest,
                                track=tracking(proxy))
     return _deck_response(reply.body, reply.status)
+
+
+@router.delete("/{sid}/documents/{doc}", responses={
+    **WRITE_ERRORS, 200: {"description": "{doc, deleted: true, revision}: the revision the deck had"},
+})
+async def delete_document(
+    doc: str, if_match: str | None = Header(None), x_gamma_digest: str | None = Header(None),
+    state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
+) -> JSONResponse:
+    """Remove a deck; the agent is told in its next `artifact_update`."""
+    sid = state.row.id
+    paths = session_paths(proxy.settings.data_dir, sid)
+    paths.document(doc)  # refuse a bad id (400) before anything else
+    expected, digest = parse_if_match(if_match), client_digest(x_gamma_digest)
+    applied = await apply_if_dormant(proxy, state, "document_delete", lambda: asyncio.to_thread(
+        write_model.delete_document, paths, doc, expected))
+    if applied is not None:
+        await document_deleted(proxy.broker, sid, doc, digest, track=tracking(proxy))
+        return JSONResponse({"doc": doc, "deleted": True, "revision": applied.value.revision})
+    reply = await proxy.forward(DocumentDelete(session_id=sid, doc=doc, if_match=expected))
+    await document_deleted(proxy.broker, sid, doc, digest, track=tracking(proxy))
+    return JSONResponse(reply.body, status_code=reply.status)

@@ -29,7 +29,7 @@ from shared.redis_wire import parse_id, text
 
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
-from ..fanout import EventFanout
+from ..fanout import EventFanout, Item, Subscriber
 from ..liveness import owned_session
 from ..rows import SessionState
 
@@ -135,22 +135,40 @@ async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, use
             yield sse_frame(entry_id, data)
         sent = parse_id(last)
         while True:
-            try:
-                item = await asyncio.wait_for(sub.queue.get(), heartbeat_s)
-            except TimeoutError:
-                yield b": heartbeat\n\n"  # also how a client that went away is noticed
-                continue
-            if item is None:
+            if sub.queue.empty():
+                try:
+                    item = await asyncio.wait_for(sub.queue.get(), heartbeat_s)
+                except TimeoutError:
+                    yield b": heartbeat\n\n"  # also how a client that went away is noticed
+                    continue
+            else:
+                item = sub.queue.get_nowait()  # no timer, no task: the fan-out delivered a batch
+            frames, sent, closed = _drain(sub, item, sent)
+            if frames:
+                yield frames
+            if closed:
                 log.info("sse_stream_closed", session_id=sid, reason=sub.closed)
                 yield f": closed ({sub.closed})\n\n".encode()
                 return
-            entry_id, data = item
-            if parse_id(entry_id) <= sent:
-                continue
-            sent = parse_id(entry_id)
-            yield sse_frame(entry_id, data)
     finally:
         fanout.unsubscribe(sub)
+
+
+def _drain(sub: Subscriber, item: Item, sent: tuple[int, int]) -> tuple[bytes, tuple[int, int], bool]:
+    """`item` and everything already queued behind it as one write (the entries of one fan-out read
+    arrive together: one send to the client each, not one per entry); entries the replay already
+    sent are skipped by id. Returns (frames, the last id sent, closed)."""
+    frames: list[bytes] = []
+    while True:
+        if item is None:
+            return b"".join(frames), sent, True
+        entry_id, data = item
+        if (at := parse_id(entry_id)) > sent:
+            sent = at
+            frames.append(sse_frame(entry_id, data))
+        if sub.queue.empty():
+            return b"".join(frames), sent, False
+        item = sub.queue.get_nowait()
 
 
 @router.get("/{sid}/events", response_class=StreamingResponse, responses={

@@ -1,9 +1,12 @@
-"""Session files `GET|PUT /sessions/{sid}/workspace/files/{path}` (docs/integration.md "Forwarded live writes").
+"""Session files `GET|PUT|DELETE /sessions/{sid}/workspace/files/{path}` (docs/integration.md
+"Forwarded live writes").
 
 Reads come from the session disk in both states (the runtime writes its files there at once).
-Writes go through `shared.write_model.write_file` on both sides: live -> `FileWrite` to the runtime,
-which writes and answers; dormant -> the proxy overwrites an existing file under the dormant-write
-lock (a new file while dormant is a 404), within the session's workspace quota (507).
+Writes go through `shared.write_model` on both sides: live -> `FileWrite` / `FileDelete` to the
+runtime, which owns live files and answers; dormant (also never woken) -> the proxy writes a new or
+existing file, or removes one, under the dormant-write lock, within the session's workspace quota
+(507), and the session stays dormant. Either way the change goes to the digest, which tells the agent
+(a dormant change through `pending_artifacts.json`, before the woken prompt).
 
 Paths: the raw request path is decoded here (invalid UTF-8 is a 400, never U+FFFD), validated and
 NFC-normalised by `shared.disk.split_workspace_path` before any I/O, and every open goes beneath the
@@ -26,11 +29,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from shared import workspace_fs, write_model
 from shared.blobs import remove_blob, write_blob
 from shared.contracts.base import new_id
-from shared.contracts.inbox import FileWrite
+from shared.contracts.inbox import FileDelete, FileWrite
 from shared.disk import PathRefused, check_size, session_paths, split_workspace_path
 from shared.quota import WorkspaceQuota
 
-from ..artifacts import BlobRef, client_digest, file_changed
+from ..artifacts import BlobRef, client_digest, file_changed, file_deleted
 from ..deps import Proxy, get_proxy, tracking
 from ..liveness import apply_if_dormant, owned_session
 from ..rows import SessionState
@@ -118,7 +121,7 @@ async def read_file(request: Request, path: str, state: SessionState = Depends(o
 
 
 @router.put("/{sid}/workspace/files/{path:path}", openapi_extra=BINARY_BODY, responses={
-    **ERRORS, 200: {"description": "{path, size, revision}"},
+    **ERRORS, 200: {"description": "{path, size, revision, created}: `created` when there was no file before"},
     409: {"description": "the session is waking, or the path is a directory or goes through a file"},
     413: {"description": "file too large"}, 504: {"description": "runtime timeout"},
     507: {"description": "the session's workspace quota (bytes or files) is full"},
@@ -138,11 +141,13 @@ async def write_file(
     workspace_quota = WorkspaceQuota.from_settings(proxy.settings)
     applied = await apply_if_dormant(proxy, state, "file", lambda: asyncio.to_thread(
         write_model.write_file, workspace, rel, data, max_bytes=proxy.settings.max_file_bytes,
-        quota=workspace_quota, must_exist=True))
+        quota=workspace_quota))
     if applied is not None:
+        written = applied.value
         blob = await _stage(data_dir, sid, new_id("b_"), data)
-        await file_changed(proxy.broker, sid, applied.value.path, blob, digest, track=tracking(proxy))
-        return JSONResponse({"path": applied.value.path, "size": applied.value.size, "revision": None})
+        await file_changed(proxy.broker, sid, written.path, blob, digest, created=written.created,
+                           track=tracking(proxy))
+        return JSONResponse({"path": written.path, "size": written.size, "revision": None, "created": written.created})
     # Live: the bytes go to a content blob on the session disk, the inbox entry only names it; the
     # runtime copies it into the workspace, and the ArtifactChange names the same blob for the digest.
     blob = await _stage(data_dir, sid, new_id("b_"), data)
@@ -155,6 +160,32 @@ async def write_file(
         raise
     revision = reply.body.get("revision")
     await file_changed(proxy.broker, sid, rel, blob, digest, revision if isinstance(revision, int) else None,
+                       created=reply.body.get("created") is True, track=tracking(proxy))
+    return JSONResponse(reply.body, status_code=reply.status)
+
+
+@router.delete("/{sid}/workspace/files/{path:path}", responses={
+    **ERRORS, 200: {"description": "{path, deleted: true, revision}"},
+    409: {"description": "the session is waking, or the path is a directory or goes through a file"},
+    504: {"description": "runtime timeout"},
+})
+async def delete_file(
+    path: str, request: Request, x_gamma_digest: str | None = Header(None),
+    state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
+) -> JSONResponse:
+    """Remove one file (not a directory). The agent is told in its next `artifact_update`."""
+    sid = state.row.id
+    workspace = session_paths(proxy.settings.data_dir, sid).workspace
+    rel = "/".join(split_workspace_path(request_path(request, path), for_write=True))
+    digest = client_digest(x_gamma_digest)
+    applied = await apply_if_dormant(proxy, state, "file_delete", lambda: asyncio.to_thread(
+        write_model.remove_file, workspace, rel))
+    if applied is not None:
+        await file_deleted(proxy.broker, sid, applied.value.path, digest, track=tracking(proxy))
+        return JSONResponse({"path": applied.value.path, "deleted": True, "revision": None})
+    reply = await proxy.forward(FileDelete(session_id=sid, path=rel))
+    revision = reply.body.get("revision")
+    await file_deleted(proxy.broker, sid, rel, digest, revision if isinstance(revision, int) else None,
                        track=tracking(proxy))
     return JSONResponse(reply.body, status_code=reply.status)
 

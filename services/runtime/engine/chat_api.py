@@ -6,13 +6,15 @@ import asyncio
 import json
 from typing import Any, Literal
 
-from openai import AsyncOpenAI, AsyncStream
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletion
+from pydantic import ValidationError
 
 from shared.contracts.messages import AssistantMessage, Usage
 
 from .convert import to_openai
-from .model_api import ModelSettings, assemble, finish
+from .model_api import ModelSettings, StreamError, assemble, finish
+from .sse import json_events, open_stream
 from .types import AgentContext, AgentEvent, Emit
 
 
@@ -43,47 +45,86 @@ class ChatApi:
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
                       signal: asyncio.Event) -> AssistantMessage:
-        text: list[str] = []
-        refusal: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        finish_reason: str | None = None
         # The body is plain JSON in the wire format already. `chat.completions.create` would first walk
         # all of it against the params' TypedDicts (~1 ms of event loop per call, growing with the
-        # context): the same POST, sent as is.
-        stream = await client.post("/chat/completions", body=body, cast_to=ChatCompletion, stream=True,
-                                   stream_cls=AsyncStream[ChatCompletionChunk])
+        # context): the same POST, sent as is, read without the SDK's per-chunk models (engine/sse.py).
+        reply = _Reply()
+        response = await open_stream(client, "/chat/completions", body)
         try:
-            async for chunk in stream:
+            async for chunk in json_events(response):
                 if signal.is_set():
-                    partial.content = assemble(text, calls)
+                    partial.content = assemble(reply.text, reply.calls)
                     partial.stop_reason = "aborted"
                     return partial
-                if chunk.usage is not None:
-                    cached = chunk.usage.prompt_tokens_details
-                    details = chunk.usage.completion_tokens_details
-                    partial.usage = Usage(input=chunk.usage.prompt_tokens, output=chunk.usage.completion_tokens,
-                                          cache_read=int((cached.cached_tokens if cached else 0) or 0),
-                                          reasoning=int((details.reasoning_tokens if details else 0) or 0),
-                                          total_tokens=chunk.usage.total_tokens)
-                for choice in chunk.choices:
-                    delta = choice.delta
-                    if delta.content:
-                        text.append(delta.content)
-                        await emit(AgentEvent(type="message_update", data={"delta": delta.content}))
-                    if delta.refusal:
-                        refusal.append(delta.refusal)
-                    for tc in delta.tool_calls or []:
-                        slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                        if tc.id:
-                            slot["id"] = tc.id
-                        if tc.function and tc.function.name:
-                            slot["name"] = tc.function.name
-                        if tc.function and tc.function.arguments:
-                            slot["arguments"] += tc.function.arguments
-                    if choice.finish_reason:
-                        finish_reason = choice.finish_reason
+                for delta in reply.take(chunk):
+                    await emit(AgentEvent(type="message_update", data={"delta": delta}))
         finally:
-            await stream.close()  # a failed or cut stream gives its connection back
-        partial.content = assemble(text, calls)
-        partial.refusal = "".join(refusal) or None
+            await response.aclose()  # a failed or cut stream gives its connection back
+        completion = reply.validated()
+        if completion.usage is not None:
+            u = completion.usage
+            cached, details = u.prompt_tokens_details, u.completion_tokens_details
+            partial.usage = Usage(input=u.prompt_tokens, output=u.completion_tokens,
+                                  cache_read=int((cached.cached_tokens if cached else 0) or 0),
+                                  reasoning=int((details.reasoning_tokens if details else 0) or 0),
+                                  total_tokens=u.total_tokens)
+        partial.content = assemble(reply.text, reply.calls)
+        partial.refusal = "".join(reply.refusal) or None
+        finish_reason = reply.finish_reason
         return finish(partial, length=finish_reason == "length", tool_use=finish_reason == "tool_calls")
+
+
+class _Reply:
+    """The chunks of one streamed completion, merged (first choice; one is all the harness asks for)."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Any = None
+        self.head: dict[str, Any] = {}
+
+    def take(self, chunk: dict[str, Any]) -> list[str]:
+        """Merge one chunk; returns its text deltas."""
+        if not self.head:
+            self.head = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
+        if chunk.get("usage") is not None:
+            self.usage = chunk["usage"]
+        deltas: list[str] = []
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if content := delta.get("content"):
+                self.text.append(content)
+                deltas.append(content)
+            if refusal := delta.get("refusal"):
+                self.refusal.append(refusal)
+            for tc in delta.get("tool_calls") or []:
+                slot = self.calls.setdefault(int(tc.get("index") or 0), {"id": "", "name": "", "arguments": ""})
+                fn = tc.get("function") or {}
+                if tc.get("id"):
+                    slot["id"] = tc["id"]
+                if fn.get("name"):
+                    slot["name"] = fn["name"]
+                if fn.get("arguments"):
+                    slot["arguments"] += fn["arguments"]
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        return deltas
+
+    def validated(self) -> ChatCompletion:
+        """The assembled completion, checked against the openai package's type (once per call)."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None,
+                                   "refusal": "".join(self.refusal) or None}
+        if self.calls:
+            message["tool_calls"] = [{"id": c["id"] or f"call_{i}", "type": "function",
+                                      "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                     for i, c in sorted(self.calls.items())]
+        raw = {"id": self.head.get("id") or "chatcmpl", "object": "chat.completion",
+               "created": self.head.get("created") or 0, "model": self.head.get("model") or "",
+               "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason or "stop"}],
+               "usage": self.usage}
+        try:
+            return ChatCompletion.model_validate(raw)
+        except ValidationError as exc:
+            raise StreamError(f"invalid completion from the API: {exc}", retryable=False) from exc

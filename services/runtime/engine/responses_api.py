@@ -17,11 +17,19 @@ import json
 from typing import Any, Literal
 
 from openai import AsyncOpenAI
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseReasoningItem,
+    ResponseUsage,
+)
+from pydantic import TypeAdapter, ValidationError
 
 from shared.contracts.messages import AssistantMessage, TextContent, ThinkingContent, ToolCall, Usage
 
 from .convert import to_responses_input
 from .model_api import ModelSettings, StreamError, finish, parse_arguments
+from .sse import json_events, open_stream
 from .types import AgentContext, AgentEvent, Emit, Tool
 
 RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "server_is_overloaded", "slow_down"})
@@ -62,36 +70,60 @@ class ResponsesApi:
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
                       signal: asyncio.Event) -> AssistantMessage:
-        stream = await client.responses.create(**body)
+        # Sent as is (the SDK's request transform walks every input item: ~1 ms a call, growing with
+        # the conversation) and read without the SDK's per-event models (engine/sse.py).
+        response = await open_stream(client, "/responses", body)
         content: list[Any] = []
         refusal: list[str] = []
         incomplete = False
         try:
-            async for event in stream:
+            async for event in json_events(response):
                 if signal.is_set():
                     partial.content = content
                     partial.stop_reason = "aborted"
                     return partial
-                kind = event.type
+                kind = event.get("type")
                 if kind == "response.output_text.delta":
-                    await emit(AgentEvent(type="message_update", data={"delta": event.delta}))
+                    await emit(AgentEvent(type="message_update", data={"delta": event["delta"]}))
                 elif kind == "response.output_item.done":
-                    _take_item(event.item.model_dump(mode="json", exclude_unset=True), content, refusal)
+                    _take_item(_valid_item(event.get("item")), content, refusal)
                 elif kind in ("response.completed", "response.incomplete"):
                     incomplete = kind == "response.incomplete"
-                    partial.usage = _usage(event.response.usage)
+                    partial.usage = _usage((event.get("response") or {}).get("usage"))
                 elif kind == "response.failed":
-                    err = event.response.error
-                    raise StreamError(f"{err.code}: {err.message}" if err else "response failed",
-                                      retryable=bool(err and err.code in RETRYABLE_CODES))
+                    err = (event.get("response") or {}).get("error") or {}
+                    raise StreamError(f"{err.get('code')}: {err.get('message')}" if err else "response failed",
+                                      retryable=err.get("code") in RETRYABLE_CODES)
                 elif kind == "error":
-                    raise StreamError(f"{event.code}: {event.message}" if event.code else event.message,
-                                      retryable=event.code in RETRYABLE_CODES)
+                    code, message = event.get("code"), str(event.get("message") or "error")
+                    raise StreamError(f"{code}: {message}" if code else message, retryable=code in RETRYABLE_CODES)
         finally:
-            await stream.close()  # a failed or cut stream gives its connection back
+            await response.aclose()  # a failed or cut stream gives its connection back
         partial.content = content
         partial.refusal = "".join(refusal) or None
         return finish(partial, length=incomplete)
+
+
+# The output items the harness keeps, checked against the openai package's types once per item;
+# other item types (new ones included) are skipped, as before.
+ITEM_TYPES: dict[str, TypeAdapter[Any]] = {
+    "message": TypeAdapter(ResponseOutputMessage),
+    "function_call": TypeAdapter(ResponseFunctionToolCall),
+    "reasoning": TypeAdapter(ResponseReasoningItem),
+}
+USAGE = TypeAdapter(ResponseUsage)
+
+
+def _valid_item(item: Any) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise StreamError(f"output item is not an object: {item!r:.200}", retryable=False)
+    adapter = ITEM_TYPES.get(str(item.get("type")))
+    if adapter is not None:
+        try:
+            adapter.validate_python(item)
+        except ValidationError as exc:
+            raise StreamError(f"invalid {item.get('type')} item from the API: {exc}", retryable=False) from exc
+    return item  # kept as sent: a reasoning item is replayed verbatim
 
 
 def _take_item(item: dict[str, Any], content: list[Any], refusal: list[str]) -> None:
@@ -110,9 +142,13 @@ def _take_item(item: dict[str, Any], content: list[Any], refusal: list[str]) -> 
                                 arguments=parse_arguments(item.get("arguments", ""))))
 
 
-def _usage(u: Any) -> Usage:
-    if u is None:
+def _usage(raw: Any) -> Usage:
+    if raw is None:
         return Usage()
+    try:
+        u = USAGE.validate_python(raw)
+    except ValidationError as exc:
+        raise StreamError(f"invalid usage from the API: {exc}", retryable=False) from exc
     return Usage(input=u.input_tokens, output=u.output_tokens,
                  cache_read=int(u.input_tokens_details.cached_tokens or 0),
                  reasoning=int(u.output_tokens_details.reasoning_tokens or 0), total_tokens=u.total_tokens)

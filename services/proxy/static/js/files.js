@@ -1,4 +1,6 @@
-// Workspace files: the listing (GET …/workspace/files/{dir}/), download, upload by picker or drag and drop (PUT).
+// Workspace files: the listing (GET …/workspace/files/{dir}/), download, upload by picker or drag and drop (PUT),
+// delete (DELETE). Uploads and deletes work on a dormant session too (it stays dormant): the agent is
+// told of them, before the next message, when it wakes.
 import { el, fmtBytes } from "./dom.js";
 import { api, request, filePath, sessionPath } from "./api.js";
 
@@ -23,7 +25,7 @@ export class FilesView {
     const list = el("ul", { class: "files" });
     for (const entry of entries) {
       const path = dir ? `${dir}/${entry.name}` : entry.name;
-      if (entry.type === "dir") {
+      if (entry.type === "directory") {
         const open = this.expanded.has(path);
         const item = el("li", { class: "dir" }, el("button", { type: "button", class: "link", "aria-expanded": String(open),
           onclick: () => { open ? this.expanded.delete(path) : this.expanded.add(path); this.refresh(); } }, `${open ? "▾" : "▸"} ${entry.name}/`));
@@ -32,7 +34,9 @@ export class FilesView {
       } else {
         list.append(el("li", { class: "file", dataset: { path } },
           el("button", { type: "button", class: "link", title: `download ${path}`, onclick: () => this.download(path) }, entry.name),
-          el("span", { class: "muted small size" }, entry.size === undefined ? "" : fmtBytes(entry.size))));
+          el("span", { class: "muted small size" }, entry.size === undefined || entry.size === null ? "" : fmtBytes(entry.size)),
+          el("button", { type: "button", class: "link delete", "aria-label": `delete ${path}`, title: `delete ${path}`,
+            onclick: () => this.remove(path) }, "✕")));
       }
     }
     return list;
@@ -53,10 +57,20 @@ export class FilesView {
       const path = dir ? `${dir}/${file.name}` : file.name;
       try {
         const body = await api(filePath(this.getSid(), path), { method: "PUT", body: file, headers: { "Content-Type": "application/octet-stream" } });
-        this.say(`uploaded ${body.path} (${fmtBytes(body.size)})`, false);
+        this.say(`uploaded ${body.path} (${fmtBytes(body.size)}${body.created ? ", new" : ""})`, false);
       } catch (err) {
         this.say(`upload of ${path} refused (${err.status || "network"}): ${err.message}`, true);
       }
+    }
+    await this.refresh();
+  }
+
+  async remove(path) {
+    try {
+      await api(filePath(this.getSid(), path), { method: "DELETE" });
+      this.say(`deleted ${path}`, false);
+    } catch (err) {
+      this.say(`delete of ${path} refused (${err.status || "network"}): ${err.message}`, true);
     }
     await this.refresh();
   }

@@ -1,0 +1,63 @@
+"""The runtime's own SSE reader (engine/sse.py, issue 20): the events the SDK's decoder would give,
+however the bytes are cut, and the SDK's error rules."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from services.runtime.engine.sse import json_events, split_events
+
+
+def response(parts: list[bytes]) -> httpx.Response:
+    async def body() -> AsyncIterator[bytes]:
+        for p in parts:
+            yield p
+    return httpx.Response(200, content=body(), request=httpx.Request("POST", "http://model.test/v1/responses"))
+
+
+async def collect(parts: list[bytes]) -> list[dict[str, Any]]:
+    return [e async for e in json_events(response(parts))]
+
+
+EVENTS = [{"type": "response.output_text.delta", "delta": f"tok{i} ", "n": i} for i in range(5)]
+WIRE = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in EVENTS) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64, len(WIRE)])
+async def test_events_survive_any_cut(size: int) -> None:
+    parts = [WIRE[i : i + size] for i in range(0, len(WIRE), size)]
+    assert await collect(parts) == EVENTS
+
+
+async def test_crlf_multiline_data_comments_and_done() -> None:
+    wire = (b": keep-alive\r\n\r\nevent: x\r\ndata: {\"a\":\r\ndata:  1}\r\n\r\n"
+            b"data: {\"b\": 2}\r\n\r\ndata: [DONE]\r\n\r\ndata: {\"after\": 1}\r\n\r\n")
+    # cut between CR and LF, where a naive CRLF rewrite would see a lone CR
+    cut = wire.index(b"\r\n\r\ndata: {\"b\"") + 1
+    assert await collect([wire[:cut], wire[cut:]]) == [{"a": 1}, {"b": 2}]
+
+
+async def test_error_object_raises_api_error_with_its_code() -> None:
+    wire = b'data: {"choices": []}\n\ndata: {"error": {"message": "overloaded", "code": "server_error"}}\n\n'
+    seen: list[dict[str, Any]] = []
+    with pytest.raises(openai.APIError) as info:
+        async for e in json_events(response([wire])):
+            seen.append(e)
+    assert seen == [{"choices": []}]
+    assert str(info.value) == "overloaded" and info.value.code == "server_error"
+
+
+async def test_invalid_json_is_an_api_error() -> None:
+    with pytest.raises(openai.APIError, match="invalid JSON"):
+        await collect([b"data: {not json\n\n"])
+
+
+def test_split_keeps_the_unfinished_rest() -> None:
+    blocks, rest = split_events(b"data: 1\n\ndata: 2\n\ndata: 3\n")
+    assert blocks == [b"data: 1", b"data: 2"] and rest == b"data: 3\n"
