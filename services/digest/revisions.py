@@ -65,16 +65,20 @@ class RefState(BaseModel):
         return (bool(self.notes) or self.carry is not None) and self.current not in self.sent
 
     def from_revision(self) -> int | None:
-        """The revision a digest is composed from: the one the agent saw, or 0 (none) before any.
+        """The revision a digest is composed from: the one the agent saw; before any, the start (0, or
+        None when no producer numbered the change, e.g. a dormant upload).
 
-        Never a producer's `from_revision` while nothing is seen: revisions before the first change
-        handled here were never shown (a live deck write applied whose reply no proxy read publishes
-        no change; the retry's change then says "from 1"), and the digest is composed from nothing
-        anyway (`seen_known` is False). Taking it marked those revisions told and, once recorded, seen.
+        Never a producer's later `from_revision` while nothing is seen: revisions before the first
+        change handled here were never shown (a live deck write applied whose reply no proxy read
+        publishes no change; the retry's change then says "from 1"), and the digest is composed from
+        nothing anyway (`seen_known` is False). Taking it marked those revisions told and, once
+        recorded, seen ("deck revisions 0..1 never delivered", misacknowledged, in the fault suites).
         """
         if self.carry is not None:
             return self.carry.from_revision
-        return self.seen if self.seen is not None else 0
+        if self.seen is not None:
+            return self.seen
+        return 0 if any(n.from_revision is not None for n in self.notes.values()) else None
 
     def advance_seen(self, revision: int, known: bool, *, recorded: bool) -> None:
         """`recorded`: the agent read a digest up to `revision`; else its own write produced it."""
