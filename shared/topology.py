@@ -88,7 +88,8 @@ PUBLICATIONS: tuple[Publication, ...] = (
 INBOX_MEMBERS: tuple[type[BaseModel], ...] = typing.get_args(typing.get_args(inbox.InboxMessage)[0])
 INBOX_READER = "runtime"
 INBOX_PRODUCERS: dict[str, tuple[type[BaseModel], ...]] = {
-    "proxy": (inbox.UserPrompt, inbox.UiUpdate, inbox.FileWrite, inbox.DocumentEdit, inbox.Stop, inbox.Compact),
+    "proxy": (inbox.UserPrompt, inbox.UiUpdate, inbox.FileWrite, inbox.DocumentEdit, inbox.Stop, inbox.Compact,
+              inbox.Abort),
     "notifications": (inbox.Injection, inbox.Barrier),
     "digest": (inbox.Injection,),
     "compaction": (inbox.CompactionReady,),

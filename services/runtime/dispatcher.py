@@ -15,6 +15,7 @@ import structlog
 from shared import keys
 from shared.bus import dead_letter
 from shared.contracts.inbox import (
+    Abort,
     Barrier,
     Compact,
     DocumentEdit,
@@ -26,6 +27,7 @@ from shared.contracts.inbox import (
 )
 from shared.inbox import InboxEntry
 
+from .abort import RunAborter
 from .engine.agent import Agent
 from .events import Outbox
 from .failures import refusal, transient
@@ -40,7 +42,8 @@ from .transcript import Transcript
 log = structlog.get_logger()
 BARRIER_WAIT_S = 3.0
 RETRY_FOR_S = 60.0
-REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact)  # a client waits on a reply key for these
+# a client waits on a reply key for these (a prompt only when it carries a request id: expected_run_id)
+REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, Abort, UserPrompt)
 
 
 Handler = Callable[[InboxEntry, Any], Awaitable[None]]  # a write or compaction entry's handler
@@ -80,7 +83,7 @@ class DispatchHost(Protocol):
 
 class InboxDispatcher:
     def __init__(self, host: DispatchHost, wake: FormHost, manifest: ManifestHost, handlers: dict[type, Handler],
-                 recorded: Recorded, client: Any, request_close: Any) -> None:
+                 recorded: Recorded, client: Any, request_close: Any, aborts: RunAborter) -> None:
         self.h = host
         self.forms = wake  # for the answered form delivered at the barrier
         self.manifest = manifest
@@ -88,6 +91,7 @@ class InboxDispatcher:
         self.recorded = recorded
         self.client = client  # Redis, for the dead-letter stream
         self.request_close = request_close
+        self.aborts = aborts  # POST /abort, on_busy=interrupt, expected_run_id
 
     async def process_forever(self) -> None:
         loop = asyncio.get_running_loop()
@@ -158,6 +162,8 @@ class InboxDispatcher:
             await self.h.ack(entry.entry_id)
         elif isinstance(m, Stop):
             await self.on_stop(entry, m)
+        elif isinstance(m, Abort):
+            await self.aborts.on_abort(entry, m)
         else:
             handler = self.handlers.get(type(m))
             if handler is not None:
@@ -180,6 +186,8 @@ class InboxDispatcher:
         if m.prompt_id in h.transcript.prompts:
             await h.ack(entry.entry_id)  # a redelivered prompt: already recorded
             return
+        if await self.aborts.refuse_stale(entry, m):
+            return  # aimed at a run that has ended: refused, nothing queued
         if not h.barrier_passed:
             h.held.append(entry)
             return
@@ -188,10 +196,15 @@ class InboxDispatcher:
                 await h.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
                 await h.ack(entry.entry_id)
                 return
-            for message in h.protocol.busy_turn_messages(m, entry.entry_id).messages:
-                (h.agent.follow_up if m.on_busy == "follow_up" else h.agent.steer)(message)
-            return
+            if m.on_busy == "interrupt":
+                await self.aborts.abort("interrupt")  # returns once the run has ended: this one starts next
+            else:
+                for message in h.protocol.busy_turn_messages(m, entry.entry_id).messages:
+                    (h.agent.follow_up if m.on_busy == "follow_up" else h.agent.steer)(message)
+                await self.aborts.accepted(m)
+                return
         h.start_run(h.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id)))
+        await self.aborts.accepted(m)
 
     async def deliver_injection(self, m: Injection, entry_id: str | None) -> None:
         """An injection from the inbox, or (entry_id None) one restored at wake (an answered form)."""
@@ -226,5 +239,5 @@ class InboxDispatcher:
                 await self.on_prompt(extra, extra.message)  # type: ignore[arg-type]
         elif interrupted(h.transcript):
             h.start_run(h.protocol.take_idle() if h.protocol.take_idle_peek() else None)
-        elif h.todo.has_active_task and h.protocol.take_idle_peek():
+        elif h.protocol.has_active_task() and h.protocol.take_idle_peek():
             h.start_run(h.protocol.take_idle())

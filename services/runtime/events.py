@@ -55,6 +55,7 @@ class Outbox:
         self.bus = bus
         self.fence = fence
         self.coalesce_s = coalesce_s
+        self.run_id: str | None = None  # stamped on every event while a run is active (the supervisor sets it)
         # (event, `also`, the deltas merged into it: joined when sent, so merging stays O(1) per token)
         self._queued: list[tuple[SessionEvent, Callable[[Any], Any] | None, list[str] | None]] = []
         self._sending = asyncio.Lock()  # one sender at a time: the stream keeps the engine's order
@@ -71,13 +72,13 @@ class Outbox:
             if delta and self._queued and self._queued[-1][2] is not None:
                 self._queued[-1][2].append(data["delta"])  # still unsent (see _send_queued); joined once
                 return None
-            ev = SessionEvent(type=type, session_id=self.sid, data=data)
+            ev = SessionEvent(type=type, session_id=self.sid, data=data, run_id=self.run_id)
             self._queued.append((ev, also, [data["delta"]] if delta else None))
             if self._background is None or self._background.done():
                 wait_s = self.coalesce_s if delta else 0.0
                 self._background = asyncio.ensure_future(self._send_in_background(wait_s))
             return None
-        ev = SessionEvent(type=type, session_id=self.sid, data=data)
+        ev = SessionEvent(type=type, session_id=self.sid, data=data, run_id=self.run_id)
         async with self._sending:
             await self._send_queued(fenced)
             if fenced:

@@ -31,7 +31,7 @@ from shared.model import ScriptedError, ScriptedReply, ScriptedToolCall
 from .engine.convert import SUMMARY_PREFIX
 from .skills import Skill
 
-TAGS = (*INJECTION_KINDS, "todo_state", "active_skill")
+TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "run_aborted")
 TAG_RE = re.compile(r"^\s*<(" + "|".join(TAGS) + r")\b([^>]*)>", re.DOTALL)
 REF_RE = re.compile(r'ref="([^"]*)"')
 DECK_RE = re.compile(r"\b(create|make|build|generate|draft|write)\b.*\b(presentation|deck|slides?)\b",

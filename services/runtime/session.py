@@ -28,6 +28,7 @@ from shared.settings import Settings
 from shared.tokens import TokenCounter
 from shared.uirules import UiLimits, repair_snapshot
 
+from .abort import RunAborter, stopped_by_user
 from .ack import Acker
 from .compactor import Compactor
 from .dispatcher import Handler, InboxDispatcher
@@ -106,8 +107,10 @@ class Session:
         config = LoopConfig(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.toolset.prepare_batch,
                             before_model_call=self.compactor.before_model_call)
         self.agent = Agent(AgentContext(deps.system_prompt, [], self.toolset.tools), config, self._emit)
-        self.protocol = SessionProtocolController(self.agent, self.transcript, self.todo, deps.skills,
-                                                  lambda: self.todo.has_active_task)
+        # An active task lets an idle steer start a run, unless the user stopped the agent (abort.py).
+        self.protocol = SessionProtocolController(
+            self.agent, self.transcript, self.todo, deps.skills,
+            lambda: self.todo.has_active_task and not stopped_by_user(self.transcript))
         self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.skills,
                                  self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages)
         self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self))
@@ -115,8 +118,9 @@ class Session:
         handlers: dict[type, Handler] = {UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write,
                     DocumentEdit: self.writes.document_edit, CompactionReady: self.compactor.on_ready,
                     Compact: self.compactor.on_command}
+        self.aborts = RunAborter(self)
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
-                                          deps.client, deps.request_close)
+                                          deps.client, deps.request_close, self.aborts)
 
     async def _emit(self, event: AgentEvent) -> None:
         # The recorder needs the protocol, which needs the Agent: the Agent reaches it through here.

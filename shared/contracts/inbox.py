@@ -15,7 +15,9 @@ from .blobref import BLOB_NAME, SHA256
 from .client import PromptClientContext
 from .injection import InjectionSource, RuntimeInjection
 
-OnBusy = Literal["steer", "follow_up", "reject"]
+# interrupt: abort the active run, then start a new one with this message (issue 17).
+OnBusy = Literal["steer", "follow_up", "reject", "interrupt"]
+RUN_ID = r"^run_[A-Za-z0-9_-]{1,60}$"
 
 
 class _InboxBase(Contract):
@@ -29,6 +31,10 @@ class UserPrompt(_InboxBase):
     message: str
     client_context: PromptClientContext | None = None
     on_busy: OnBusy = "steer"
+    # Only for the run the sender saw (Codex's expectedTurnId): the runtime refuses the prompt (409
+    # on `request_id`, nothing queued) when that run has ended. Set together with `request_id`.
+    expected_run_id: str | None = Field(None, pattern=RUN_ID)
+    request_id: str | None = None
 
 
 class Injection(_InboxBase):
@@ -110,8 +116,17 @@ class Stop(_InboxBase):
     request_id: str = Field(default_factory=lambda: new_id("r_"))
 
 
+class Abort(_InboxBase):
+    """POST /abort: end the active run (its id must be `expected_run_id` when given)."""
+
+    type: Literal["abort"] = "abort"
+    request_id: str = Field(default_factory=lambda: new_id("r_"))
+    expected_run_id: str | None = Field(None, pattern=RUN_ID)
+
+
 InboxMessage = Annotated[
-    UserPrompt | Injection | UiUpdate | FileWrite | DocumentEdit | Barrier | CompactionReady | Compact | Stop,
+    UserPrompt | Injection | UiUpdate | FileWrite | DocumentEdit | Barrier | CompactionReady | Compact | Stop
+    | Abort,
     Field(discriminator="type"),
 ]
 INBOX_ADAPTER: TypeAdapter[InboxMessage] = TypeAdapter(InboxMessage)

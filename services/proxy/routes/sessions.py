@@ -48,6 +48,7 @@ from ..rows import (
 from ..transcript_pages import BadCursor as BadTranscriptCursor
 from ..transcript_pages import read_page
 from ..uidoc import default_snapshot
+from .runs import post_to_run
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 log = structlog.get_logger()
@@ -109,7 +110,8 @@ async def get_session(state: SessionState = Depends(owned_session),
 
 
 @router.post("/{sid}/messages", status_code=202, response_model=MessageAccepted,
-             responses={**ERRORS, 409: {"description": "on_busy=reject while a run is active"}})
+             responses={**ERRORS, 409: {"description": "on_busy=reject while a run is active, or "
+                                                       "expected_run_id is not the active run (nothing queued)"}})
 async def post_message(
     body: PostMessage, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)
 ) -> MessageAccepted:
@@ -121,7 +123,10 @@ async def post_message(
             except AriError as exc:
                 raise ApiError(422, f"client_context.visibleTabs: tab {tab.tab_id!r} has an invalid ARI: {exc}") from exc
     status = state.status()
-    prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy)
+    prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy,
+                        expected_run_id=body.expected_run_id)
+    if body.expected_run_id is not None:
+        return await post_to_run(proxy, state, prompt)
     if status == "live":
         if body.on_busy == "reject" and state.running:
             raise ApiError(409, "the session is running and on_busy is 'reject'")

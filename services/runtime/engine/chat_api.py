@@ -55,7 +55,7 @@ class ChatApi:
         try:
             async for chunk in stream:
                 if signal.is_set():
-                    partial.content = assemble(text, calls)
+                    partial.content = assemble(text, {})
                     partial.stop_reason = "aborted"
                     return partial
                 if chunk.usage is not None:
@@ -82,6 +82,9 @@ class ChatApi:
                             slot["arguments"] += tc.function.arguments
                     if choice.finish_reason:
                         finish_reason = choice.finish_reason
+        except asyncio.CancelledError:
+            partial.content = assemble(text, {})  # aborted: the text the user saw stays
+            raise
         finally:
             await stream.close()  # a failed or cut stream gives its connection back
         partial.content = assemble(text, calls)

@@ -87,6 +87,9 @@ class ResponsesApi:
                 elif kind == "error":
                     raise StreamError(f"{event.code}: {event.message}" if event.code else event.message,
                                       retryable=event.code in RETRYABLE_CODES)
+        except asyncio.CancelledError:
+            partial.content = content  # aborted: the items completed so far stay
+            raise
         finally:
             await stream.close()  # a failed or cut stream gives its connection back
         partial.content = content
