@@ -66,16 +66,19 @@ class ResponsesApi:
         content: list[Any] = []
         refusal: list[str] = []
         incomplete = False
+        streaming: list[str] = []  # text deltas of the message item in progress (kept if aborted)
         try:
             async for event in stream:
                 if signal.is_set():
-                    partial.content = content
+                    partial.content = [*content, TextContent(text="".join(streaming))] if streaming else content
                     partial.stop_reason = "aborted"
                     return partial
                 kind = event.type
                 if kind == "response.output_text.delta":
+                    streaming.append(event.delta)
                     await emit(AgentEvent(type="message_update", data={"delta": event.delta}))
                 elif kind == "response.output_item.done":
+                    streaming.clear()
                     _take_item(event.item.model_dump(mode="json", exclude_unset=True), content, refusal)
                 elif kind in ("response.completed", "response.incomplete"):
                     incomplete = kind == "response.incomplete"
@@ -88,7 +91,8 @@ class ResponsesApi:
                     raise StreamError(f"{event.code}: {event.message}" if event.code else event.message,
                                       retryable=event.code in RETRYABLE_CODES)
         except asyncio.CancelledError:
-            partial.content = content  # aborted: the items completed so far stay
+            # aborted: the items completed so far stay, and the text the user saw of the current one
+            partial.content = [*content, TextContent(text="".join(streaming))] if streaming else content
             raise
         finally:
             await stream.close()  # a failed or cut stream gives its connection back
