@@ -186,7 +186,8 @@ async def _gather_abortable(calls: list[ToolCall], tasks: list[asyncio.Task[Tool
 
 def aborted_outcome(note: str, partial: ToolOutcome | None = None) -> ToolOutcome:
     """The result of a tool call stopped by an abort: the note first, then what it printed."""
-    text = note if partial is None or not partial.content else f"{note}\n\nOutput before the abort:\n{partial.content}"
+    printed = partial.content.strip() if partial is not None else ""
+    text = f"{note}\n\nOutput before the abort:\n{printed}" if printed else note
     return ToolOutcome(content=text, is_error=True, details={**((partial.details if partial else None) or {}),
                                                              "aborted": True})
 
