@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 from shared import keys
 from shared.contracts.deadletter import DeadLetter
 from shared.contracts.inbox import (
+    Abort,
     Barrier,
     Compact,
     CompactionReady,
@@ -56,6 +57,10 @@ def every_message() -> list[InboxMessage]:
                         error="model unavailable"),
         Compact(session_id=SID, instructions="keep the outline"),
         Stop(session_id=SID, reason="suspend"),
+        Abort(session_id=SID),
+        Abort(session_id=SID, expected_run_id="run_0123abcd"),
+        UserPrompt(session_id=SID, message="instead", on_busy="interrupt", expected_run_id="run_0123abcd",
+                   request_id="r_1"),
     ]
 
 

@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from shared import keys
+from shared.contracts.inbox import UserPrompt
 from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 
@@ -221,6 +222,24 @@ def test_a_stale_expected_run_id_is_refused_and_nothing_is_queued(api: httpx.Cli
     after_abort_the_next_prompt_works(api, module_stack, sid, "next after kept")
     users = [m["content"] for m in messages(module_stack, sid) if m["role"] == "user"]
     assert users[-2:] == ["steered in", "next after kept"]
+
+
+def test_the_runtime_refuses_a_prompt_whose_run_ended_after_the_proxy_checked(api: httpx.Client, r: redis.Redis,
+                                                                             module_stack: Stack) -> None:
+    """The proxy saw the run active; it ended before the runtime took the entry: 409 on the reply
+    key, the entry acked, nothing recorded or queued."""
+    sid = session(api)
+    ended = start_run(api, sid, "short again")
+    wait_reply(api, sid, "short again")
+    raced = UserPrompt(session_id=sid, message="raced in late", expected_run_id=ended, request_id="r_raced")
+    r.xadd(keys.inbox(sid), {"type": raced.type, "data": raced.model_dump_json(by_alias=True)})
+    got = r.blpop([keys.reply(sid, "r_raced")], timeout=30)
+    assert got is not None
+    reply = json.loads(got[1])
+    assert reply["status"] == 409 and reply["body"]["detail"] == {"run_id": None}
+    wait_sync(lambda: not r.xpending(keys.inbox(sid), keys.RUNTIME_GROUP)["pending"], timeout=10, what="the ack")
+    after_abort_the_next_prompt_works(api, module_stack, sid, "and then this")
+    assert "raced in late" not in [m.get("content") for m in messages(module_stack, sid) if m["role"] == "user"]
 
 
 def test_abort_while_compaction_is_pending(api: httpx.Client, r: redis.Redis, module_stack: Stack) -> None:
