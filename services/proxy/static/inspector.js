@@ -229,6 +229,7 @@ $("create-form").addEventListener("submit", async (ev) => {
   const model = {};
   if ($("model-name").value.trim()) model.name = $("model-name").value.trim();
   if ($("effort").value) model.reasoning_effort = $("effort").value;
+  if ($("model-api").value) model.api = $("model-api").value;
   try {
     const row = await api("/sessions", { method: "POST", json: { variant: $("variant").value, model } });
     notice(`created ${row.id}`);
