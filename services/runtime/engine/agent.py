@@ -12,7 +12,7 @@ from typing import Literal
 from shared.contracts.messages import AgentMessage, AssistantMessage
 
 from .loop import run_loop, run_loop_continue
-from .types import AgentContext, Emit, LoopConfig, Tool
+from .types import ABORT_NOTE, AgentContext, Emit, LoopConfig, Tool
 
 QueueMode = Literal["all", "one-at-a-time"]
 
@@ -133,8 +133,7 @@ class Agent:
     def abort(self, note: str | None = None) -> None:
         """End the current run: the model stream is cut, running tools are stopped (bash kills its
         process group), tool calls that did not finish get `note` as their result."""
-        if note is not None:
-            self.config.abort_note = note
+        self.config.abort_note = note or ABORT_NOTE
         self.config.signal.set()
 
     async def _guarded(self, coro: object) -> list[AgentMessage]:
