@@ -133,6 +133,7 @@ def test_abort_during_streaming(api: httpx.Client, r: redis.Redis, module_stack:
     assert res.status_code == 200, res.text
     assert res.json()["aborted"] is True and res.json()["run_id"] == run_id
     assert took < 5, f"abort took {took:.1f}s"
+    print(f"\nabort during streaming: answered in {took * 1000:.0f} ms")
     view = api.get(f"/sessions/{sid}").json()
     assert view["running"] is False and view["run_id"] is None
     [ended] = [e for e in events(r, sid, "run_aborted") if e["data"]["run_id"] == run_id]
@@ -160,6 +161,7 @@ def test_abort_kills_a_30s_bash_call_within_a_second_twice_in_a_row(api: httpx.C
     assert first.status_code == 200 and first.json() == {"aborted": True, "run_id": run_id, "kept": 0}
     assert second.status_code == 200 and second.json()["aborted"] is False
     wait_sync(lambda: not pids_running("sleep 30.417"), timeout=1.0, interval=0.02, what="the sleep gone")
+    print(f"\nabort during bash: process gone and both answers in {(time.monotonic() - started) * 1000:.0f} ms")
     assert time.monotonic() - started < 6
     assert all(not Path(f"/proc/{p}").exists() or "Z" in Path(f"/proc/{p}/stat").read_text() for p in pids)
     result = [m for m in messages(module_stack, sid) if m["role"] == "toolResult"][-1]
@@ -256,6 +258,7 @@ def test_abort_while_compaction_is_pending(api: httpx.Client, r: redis.Redis, mo
         res = abort(api, sid)
         assert res.status_code == 200 and res.json()["aborted"] is True and res.json()["run_id"] == run_id
         assert time.monotonic() - started < 5
+        print(f"\nabort while compaction pending: answered in {(time.monotonic() - started) * 1000:.0f} ms")
         assert api.get(f"/sessions/{sid}").json()["running"] is False
     finally:
         module_stack.start("compaction")
