@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-dormant bench-workers clean
+.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-dormant bench-workers bench-cluster bench-order eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -60,13 +60,24 @@ bench-compaction: $(STAMP)
 bench-stream: $(STAMP)
 	$(BIN)/python bench/stream.py
 bench-e2e: $(STAMP)
-	$(BIN)/python bench/e2e.py
+	$(BIN)/python bench/e2e.py $(E2E_ARGS)
 bench-sandbox: $(STAMP)
 	$(BIN)/python bench/sandbox.py
 bench-dormant: $(STAMP)
 	$(BIN)/python bench/dormant_memory.py
 bench-workers: $(STAMP)
 	$(BIN)/python bench/runtime_workers.py
+# Redis Cluster beside a single Redis: GAMMA_BENCH_CLUSTER_URL names a node of a running cluster
+# (`make bench-e2e E2E_ARGS=--cluster` starts its own; `bench/bus.py --cluster-url` for the bus).
+bench-cluster: $(STAMP)
+	$(BIN)/python bench/cluster.py
+bench-order: $(STAMP)
+	$(BIN)/python bench/order.py
+
+# Workflow evaluations (evals/*.yaml) through the real stack: the scripted model offline, the real
+# one with OPENAI_API_KEY set. EVAL_ARGS e.g. "--runs 5 --only deck-basic,edit-basic".
+eval: $(STAMP)
+	$(BIN)/python bench/eval.py $(EVAL_ARGS)
 
 bench: bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox
 

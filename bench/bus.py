@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.stack import redis_answers, start_embedded_redis  # noqa: E402
 from shared.bus import ensure_group, make_broker, publish, subscribe  # noqa: E402
+from shared.reconnect import connect, connect_blocking  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "bus.json"
 DATA_DIR = Path(os.environ.get("GAMMA_DATA_DIR", "./data")).resolve()
@@ -64,7 +65,7 @@ def summarize(n: int, started: float, finished: float, latencies: list[float]) -
 
 async def bench_bus(url: str, n: int) -> Result:
     stream = f"gamma:bench:bus:{uuid.uuid4().hex[:8]}"
-    client = aioredis.from_url(url)
+    client = connect(url)
     consumer = make_broker(url, CollectorRegistry(), "bench")
     producer = make_broker(url, CollectorRegistry(), "bench-producer")
     latencies: list[float] = []
@@ -98,8 +99,8 @@ async def bench_bus(url: str, n: int) -> Result:
 
 async def bench_raw(url: str, n: int) -> Result:
     stream = f"gamma:bench:raw:{uuid.uuid4().hex[:8]}"
-    producer = aioredis.from_url(url)
-    reader = aioredis.from_url(url)
+    producer = connect(url)  # a cluster client when url names a cluster node
+    reader = connect_blocking(url, 0.1)
     latencies: list[float] = []
     finished = 0.0
     await ensure_group(producer, stream, GROUP)
@@ -190,9 +191,49 @@ async def main(n: int, rounds: int) -> dict[str, Any]:
     return report
 
 
+CLUSTER_RESULTS = Path(__file__).parent / "results" / "bus.cluster.json"
+
+
+async def side_by_side(single_url: str, cluster_url: str, n: int, rounds: int) -> dict[str, Any]:
+    """The same two paths on a single Redis and on a Redis Cluster, alternating, in one run; on the
+    cluster with and without the WAIT that follows each publish (GAMMA_REDIS_WAIT_MS)."""
+    targets = {"single": (single_url, "250"), "cluster": (cluster_url, "250"), "cluster-nowait": (cluster_url, "0")}
+    best: dict[str, Result] = {}
+    for _ in range(rounds + 1):  # the first round warms up every target
+        for target, (url, wait) in targets.items():
+            os.environ["GAMMA_REDIS_WAIT_MS"] = wait
+            for name, fn in (("raw", bench_raw), ("bus", bench_bus)):
+                result = await fn(url, n if _ else min(n, 1000))
+                key = f"{target}/{name}"
+                if _ and (key not in best or result.throughput_per_s > best[key].throughput_per_s):
+                    best[key] = result
+    os.environ.pop("GAMMA_REDIS_WAIT_MS", None)
+    ratio = {f"{k}/single": round(best[f"{k}/bus"].throughput_per_s / best["single/bus"].throughput_per_s, 3)
+             for k in ("cluster", "cluster-nowait")}
+    ratio["bus/raw on cluster"] = round(best["cluster/bus"].throughput_per_s / best["cluster/raw"].throughput_per_s, 3)
+    ratio["wait cost p50 ms"] = round(best["cluster/bus"].p50_ms - best["cluster-nowait/bus"].p50_ms, 3)
+    report = {"results": {k: asdict(v) for k, v in best.items()}, "throughput_ratios": ratio, "rounds": rounds,
+              "note": "one 2-core machine shared with other work; a local cluster's six nodes share it too",
+              "host": {"python": platform.python_version(), "cpus": os.cpu_count()},
+              "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    print(f"{'target/path':<20} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    for key, r in best.items():
+        print(f"{key:<20} {r.throughput_per_s:>9.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f}")
+    print(json.dumps(ratio))
+    CLUSTER_RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {CLUSTER_RESULTS}")
+    return report
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cluster-url", default=os.environ.get("GAMMA_BENCH_CLUSTER_URL"),
+                        help="a Redis Cluster node: run single (REDIS_URL) and cluster side by side")
     args = parser.parse_args()
-    asyncio.run(main(args.n, args.rounds))
+    if args.cluster_url:
+        asyncio.run(side_by_side(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), args.cluster_url,
+                                 args.n, args.rounds))
+    else:
+        asyncio.run(main(args.n, args.rounds))

@@ -29,8 +29,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 import redis.asyncio as aioredis
@@ -175,18 +176,33 @@ async def delivery_latencies(r: aioredis.Redis, records: list[SessionRecord], da
     return out
 
 
+def start_redis(args: argparse.Namespace, directory: Path) -> tuple[str, Callable[[], None], aioredis.Redis]:
+    """(url without db, stop, audit client): one redis-server with AOF, or with `--cluster` a local
+    Redis Cluster of 3 primaries + 3 replicas (tests/support/redis_cluster.py)."""
+    if args.cluster:
+        from redis.asyncio.cluster import RedisCluster
+
+        from tests.support.redis_cluster import LocalCluster
+
+        cluster = LocalCluster(directory=directory).start()
+        base = cluster.url.rsplit("/", 1)[0]
+        return base, cluster.stop, cast(aioredis.Redis, RedisCluster.from_url(base, max_connections=200))
+    url, redis_proc = start_redis_server(appendonly=True, data_dir=str(directory))
+    # A blocking pool: 200 sessions auditing at once wait for a connection instead of failing.
+    r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=50, timeout=60))
+    return url, redis_proc.terminate, r
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="gamma-bench-e2e-"))
     (base / "redis").mkdir()
-    url, redis_proc = start_redis_server(appendonly=True, data_dir=str(base / "redis"))
+    url, stop_redis, r = start_redis(args, base / "redis")
     data_dir = base / "data"
     data_dir.mkdir()
     stack = Stack(redis_url=url + "/0", data_dir=data_dir, env_overrides={"GAMMA_IDLE_S": "120", "GAMMA_REPLY_TIMEOUT_S": "20"})
     sampler = MemorySampler(stack)
     client = LoadClient(stack.url("proxy"), stack.url("notifications"), API_TOKEN, SERVICE_TOKEN,
                         request_deadline_s=120, answer_timeout_s=180, poll_s=0.3, max_poll_s=args.poll_s)
-    # A blocking pool: 200 sessions auditing at once wait for a connection instead of failing.
-    r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=50, timeout=60))
     records: list[SessionRecord] = []
     try:
         stack.start()
@@ -212,7 +228,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await client.aclose()
         await r.aclose()
         stack.stop()
-        redis_proc.terminate()
+        stop_redis()
     audit = Audit()
     for rec in records:
         audit_session(rec, data_dir / "sessions" / rec.sid, audit, digest_current.get(rec.sid, {}), undelivered.get(rec.sid),
@@ -225,7 +241,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                     "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
         "config": {"sessions": args.sessions, "rounds": args.rounds, "ramp_s": args.ramp_s, "rewoken": args.sessions // 4,
-                   "model": "scripted (offline, behind the real openai client)", "redis": "local, AOF appendfsync always"},
+                   "model": "scripted (offline, behind the real openai client)",
+                   "redis": ("local Redis Cluster, 3 primaries + 3 replicas, no AOF, WAIT 1 after acknowledged writes"
+                             if args.cluster else "local, AOF appendfsync always")},
         "throughput": {"load_phase_s": round(load_s, 1), "operations": ops, "ops_per_s": round(ops / load_s, 1),
                        "prompts_answered": len(prompt_lat), "prompts_per_s": round(len(prompt_lat) / load_s, 2),
                        "http_requests": client.stats.requests, "retries": client.stats.retries,
@@ -250,8 +268,11 @@ def main() -> None:
     parser.add_argument("--poll-s", type=float, default=2.0,
                         help="longest transcript poll interval per waiting session (latencies come from the transcript)")
     parser.add_argument("--flush-s", type=float, default=90.0)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None, help="default bench/results/e2e.json (e2e.cluster.json)")
+    parser.add_argument("--cluster", action="store_true", default=os.environ.get("GAMMA_BENCH_CLUSTER") == "1",
+                        help="run on a local Redis Cluster (3 primaries + 3 replicas) instead of one Redis")
     args = parser.parse_args()
+    args.out = args.out or (RESULTS.with_name("e2e.cluster.json") if args.cluster else RESULTS)
     result = asyncio.run(run(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -85,11 +85,11 @@ class Harness:
 
     def __init__(self, url: str, data_dir: Path, model: Callable[[dict[str, Any]], ScriptedReply],
                  idle_s: float = 3600, api: str = "chat", base_url: str | None = None,
-                 effort: str | None = None) -> None:
+                 effort: str | None = None, dynamic_tools: bool = False) -> None:
         self.effort = effort
         self.settings = Settings(REDIS_URL=url, GAMMA_DATA_DIR=data_dir, GAMMA_IDLE_S=idle_s,  # type: ignore[call-arg]
                                  GAMMA_LEASE_MS=10_000, OPENAI_API_KEY=None, GAMMA_MODEL_API=api,
-                                 OPENAI_BASE_URL=base_url)
+                                 OPENAI_BASE_URL=base_url, GAMMA_DYNAMIC_TOOLS=dynamic_tools)
         self.client = aioredis.from_url(url)
         self.skills = load_skills(skills_dir())
         prompts: dict[str, str] = {v: build_system_prompt(v, self.skills) for v in VARIANTS}
@@ -305,17 +305,21 @@ def measure_api(by_session: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
-# (label, API, OPENAI_BASE_URL): the third is Chat Completions as sent to a compatible server, which
-# gets no prompt_cache_key (the scripted model still answers: no OPENAI_API_KEY).
-RUNS = (("responses", "responses", None, None), ("responses_reasoning", "responses", None, "low"),
-        ("chat", "chat", None, None), ("chat_no_cache_key", "chat", "http://compatible.local/v1", None))
+# (label, API, OPENAI_BASE_URL, reasoning effort, GAMMA_DYNAMIC_TOOLS): the fourth is Chat Completions
+# as sent to a compatible server, which gets no prompt_cache_key (the scripted model still answers: no
+# OPENAI_API_KEY); the last is the `chat` run again with dynamic tool loading on (issue 21).
+Run = tuple[str, str, str | None, str | None, bool]
+RUNS: tuple[Run, ...] = (
+    ("responses", "responses", None, None, False), ("responses_reasoning", "responses", None, "low", False),
+    ("chat", "chat", None, None, False), ("chat_no_cache_key", "chat", "http://compatible.local/v1", None, False),
+    ("chat_dynamic_tools", "chat", None, None, True))
 
 
-async def run_api(run: tuple[str, str, str | None, str | None], sessions: int, turns: int, concurrency: int,
+async def run_api(run: Run, sessions: int, turns: int, concurrency: int,
                   recorder: Recorder) -> tuple[dict[str, list[dict[str, Any]]], float]:
-    _, api, base_url, effort = run
+    _, api, base_url, effort, dynamic = run
     with tempfile.TemporaryDirectory(prefix="gamma-bench-prefix-") as tmp:
-        h = Harness(redis_url(), Path(tmp), recorder, api=api, base_url=base_url, effort=effort)
+        h = Harness(redis_url(), Path(tmp), recorder, api=api, base_url=base_url, effort=effort, dynamic_tools=dynamic)
         await h.start()
         started = time.perf_counter()
         gate = asyncio.Semaphore(concurrency)
@@ -336,15 +340,18 @@ async def main(sessions: int, turns: int, concurrency: int) -> dict[str, Any]:
     apis: dict[str, Any] = {}
     elapsed = 0.0
     chat_bodies: list[dict[str, Any]] = []
+    bodies: dict[str, list[dict[str, Any]]] = {}
     for run in RUNS:
         label = run[0]
         recorder = Recorder(ScriptedGamma(load_skills(skills_dir())))
         events, took = await run_api(run, sessions, turns, concurrency, recorder)
         elapsed += took
         apis[label] = measure_api(events)
+        bodies[label] = recorder.bodies
         if label == "chat":
             chat_bodies = recorder.bodies
     counter = TokenCounter()
+    dynamic = dynamic_tools_cost(apis, bodies, counter)
     runtime = measure(chat_bodies, counter)
     baseline = measure([baseline_body(b) for b in chat_bodies], counter)
     return {
@@ -355,7 +362,36 @@ async def main(sessions: int, turns: int, concurrency: int) -> dict[str, Any]:
         "median_shared_prefix_ratio": runtime["median_shared_prefix_ratio"],
         "targets": {"static_prefix_identical_ratio": 1.0, "median_shared_prefix_ratio": 0.95},
         "runtime": runtime, "baseline_state_in_system_prompt": baseline, "apis": apis,
+        "dynamic_tools": dynamic,
     }
+
+
+def tool_schema_tokens(bodies: list[dict[str, Any]], counter: TokenCounter) -> int:
+    """Median tokens of the tool schemas a main-agent request carries (subagent requests left out)."""
+    sizes = [counter.count(json.dumps(b.get("tools", []), sort_keys=True)) for b in bodies
+             if any(t["function"]["name"] == "message_user" for t in b.get("tools", []))]
+    return int(statistics.median(sizes)) if sizes else 0
+
+
+def dynamic_tools_cost(apis: dict[str, Any], bodies: dict[str, list[dict[str, Any]]],
+                       counter: TokenCounter) -> dict[str, Any]:
+    """GAMMA_DYNAMIC_TOOLS off (`chat`) against on (`chat_dynamic_tools`): same workload, same API."""
+    off, on = apis["chat"], apis["chat_dynamic_tools"]
+    keys_ = ("static_prefix_identical_ratio", "median_shared_prefix_ratio", "median_cached_share",
+             "cached_share_total", "median_input_tokens")
+    out: dict[str, Any] = {"off": {k: off[k] for k in keys_}, "on": {k: on[k] for k in keys_}}
+    out["off"]["median_tool_schema_tokens"] = tool_schema_tokens(bodies["chat"], counter)
+    out["on"]["median_tool_schema_tokens"] = tool_schema_tokens(bodies["chat_dynamic_tools"], counter)
+    out["on_over_off"] = {k: round(out["on"][k] / out["off"][k], 4) if out["off"][k] else None for k in out["on"]}
+    return out
+
+
+def dynamic_table(result: dict[str, Any]) -> str:
+    d = result["dynamic_tools"]
+    rows = [("GAMMA_DYNAMIC_TOOLS (chat API)", "off", "on", "on / off")]
+    rows += [(k, str(d["off"][k]), str(d["on"][k]), str(d["on_over_off"][k])) for k in d["off"]]
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    return "\n".join("  ".join(r[c].ljust(widths[c]) for c in range(4)) for r in rows)
 
 
 def api_table(result: dict[str, Any]) -> str:
@@ -390,6 +426,8 @@ if __name__ == "__main__":
     print(table(result))
     print()
     print(api_table(result))
+    print()
+    print(dynamic_table(result))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {RESULTS.relative_to(ROOT)}")

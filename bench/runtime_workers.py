@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -69,6 +70,7 @@ def run(workers: int, sessions: int, prompts: int) -> dict[str, Any]:
     r = redis.Redis.from_url(redis_base + "/0")
     try:
         cluster.start()
+        load_before = os.getloadavg()[0]
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=sessions) as pool:
             results = list(pool.map(lambda i: one_session(cluster.stack.url(), i, prompts), range(sessions)))
@@ -78,7 +80,9 @@ def run(workers: int, sessions: int, prompts: int) -> dict[str, Any]:
         return {"workers": workers, "sessions": sessions, "prompts": sessions * prompts, "elapsed_s": round(elapsed, 2),
                 "prompts_per_s": round(sessions * prompts / elapsed, 2),
                 "answer_p50_s": round(statistics.median(lat), 3), "answer_p95_s": round(lat[int(len(lat) * 0.95) - 1], 3),
-                "sessions_per_worker": sorted(spread.values(), reverse=True)}
+                "sessions_per_worker": sorted(spread.values(), reverse=True),
+                # The machine is shared (other engineers' stacks and tests): its 1-minute load average.
+                "loadavg_1m_before_after": [round(load_before, 1), round(os.getloadavg()[0], 1)]}
     finally:
         cluster.stop()
         r.close()
@@ -91,12 +95,16 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=3)
     args = ap.parse_args()
     rows = [run(w, args.sessions, args.prompts) for w in (1, 2, 3)]
-    print(f"\n{'workers':>8}{'prompts':>9}{'prompts/s':>11}{'p50 s':>8}{'p95 s':>8}  sessions per worker")
+    base = rows[0]["prompts_per_s"]
+    print(f"\n{'workers':>8}{'prompts':>9}{'prompts/s':>11}{'vs 1':>7}{'p50 s':>8}{'p95 s':>8}  sessions per worker"
+          "  (load avg before/after)")
     for row in rows:
-        print(f"{row['workers']:>8}{row['prompts']:>9}{row['prompts_per_s']:>11}{row['answer_p50_s']:>8}"
-              f"{row['answer_p95_s']:>8}  {row['sessions_per_worker']}")
+        row["throughput_vs_one_worker"] = round(row["prompts_per_s"] / base, 2) if base else None
+        print(f"{row['workers']:>8}{row['prompts']:>9}{row['prompts_per_s']:>11}{row['throughput_vs_one_worker']:>7}"
+              f"{row['answer_p50_s']:>8}{row['answer_p95_s']:>8}  {row['sessions_per_worker']}"
+              f"  {row['loadavg_1m_before_after']}")
     out = ROOT / "bench" / "results" / "runtime_workers.json"
-    out.write_text(json.dumps({"runs": rows}, indent=2) + "\n")
+    out.write_text(json.dumps({"cpus": os.cpu_count(), "runs": rows}, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
 
 

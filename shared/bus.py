@@ -12,16 +12,17 @@ from __future__ import annotations
 import logging
 import uuid
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 import structlog
-from faststream.redis import RedisBroker
+from faststream.redis import RedisBroker, RedisClusterBroker
 from faststream.redis.parser.binary import BinaryMessageFormatV1
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from .bus_entries import (
@@ -45,6 +46,7 @@ from .bus_subscriber import (
     subscriptions_of,
 )
 from .reconnect import broker_options
+from .redis_cluster import cluster_url, durable, extra_nodes, is_cluster
 from .redis_wire import lenient_text, text
 from .topology import consumer_name
 
@@ -78,8 +80,13 @@ def make_broker(redis_url: str, registry: CollectorRegistry | None = None, app_n
         middlewares.append(RedisTelemetryMiddleware())
     except ImportError:  # pragma: no cover - otel extra missing
         pass
-    broker = RedisBroker(
-        redis_url,
+    # On a cluster, FastStream's cluster broker: each of its stream subscriptions reads one stream (one
+    # slot), so the readers and claimers below work unchanged (bench/bus.py measures both side by side).
+    broker_class = RedisClusterBroker if is_cluster(redis_url) else RedisBroker
+    cluster_options: dict[str, Any] = (
+        {"startup_nodes": extra_nodes()} if broker_class is RedisClusterBroker and extra_nodes() else {})
+    broker = broker_class(
+        cluster_url(redis_url) if broker_class is RedisClusterBroker else redis_url,
         middlewares=middlewares,
         graceful_timeout=15.0,
         log_level=logging.DEBUG,  # per-message lines at DEBUG: we log ourselves
@@ -88,6 +95,7 @@ def make_broker(redis_url: str, registry: CollectorRegistry | None = None, app_n
         # as JSON lines (shared/logging.py); its per-message INFO/DEBUG chatter stays off.
         logger=_faststream_logger(),
         **broker_options(),
+        **cluster_options,
     )
     if registry is not None:
         report_to(broker, registry)  # its subscriptions report delivery time and dead letters
@@ -143,7 +151,7 @@ class Publisher:
 
     async def publish(self, stream: str, message: BaseModel) -> str:
         client = getattr(self.broker, "_connection", None)
-        if not isinstance(client, aioredis.Redis):  # not connected, or a FastStream without that attribute
+        if not isinstance(client, (aioredis.Redis, RedisCluster)):  # not connected, or a FastStream without that attribute
             entry_id = await self.broker.publish(message.model_dump(mode="json", by_alias=True), stream=stream)
             return text(entry_id)
         headers: dict[str, str] = {"content-type": "application/json"}
@@ -153,7 +161,9 @@ class Publisher:
                 message=message.model_dump_json(by_alias=True).encode(), reply_to=None, headers=headers,
                 correlation_id=str(uuid.uuid4()),
             )
-            added = await client.xadd(stream, {"__data__": envelope})
+            # A service stream entry is another service's input, acknowledged upstream (a wake for a
+            # 202 prompt, an artifact change for a saved file): on a cluster, on a replica first.
+            added = await durable(cast(aioredis.Redis, client), stream, "XADD", stream, "*", "__data__", envelope)
         return text(added)
 
 

@@ -3,7 +3,8 @@ and the compaction service (what it summarizes). Pi's buildSessionContext on a l
 
 Conventions (docs/architecture.md "Compaction"):
 - entries are in file order; the runtime appends linearly, so file order is the path to the leaf;
-- the custom messages `gamma.todo_anchor` / `gamma.active_skill` right after a compaction are
+- the custom messages `gamma.todo_anchor` / `gamma.active_skill` / `gamma.active_knowledge` /
+  `gamma.checklist_progress` right after a compaction are
   restored anchors: they are re-created by their owners at every compaction, so they are never a cut
   point, never summarized and never count as "recent" context worth keeping.
 """
@@ -21,7 +22,8 @@ from shared.contracts.transcript import (
     TranscriptEntry,
 )
 
-ANCHOR_TYPES = frozenset({"gamma.todo_anchor", "gamma.active_skill"})
+ANCHOR_TYPES = frozenset({"gamma.todo_anchor", "gamma.active_skill", "gamma.active_knowledge",
+                          "gamma.checklist_progress"})
 
 
 def is_anchor(entry: TranscriptEntry) -> bool:

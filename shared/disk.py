@@ -12,7 +12,7 @@ import os
 import re
 import tempfile
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,11 @@ class SessionPaths:
         return self.root / "workspace"
 
     @property
+    def fence(self) -> Path:
+        """The runtime's disk fence (services/runtime/diskfence.py): the newest lease holder's token."""
+        return self.root / ".fence"
+
+    @property
     def documents(self) -> Path:
         return self.root / "documents"
 
@@ -150,8 +155,9 @@ def read_json(path: Path) -> Any | None:
 # ---------------------------------------------------------------- JSON Lines
 
 
-def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    """Append whole lines; a torn last line left by a crash is cut off first."""
+def append_jsonl(path: Path, records: list[dict[str, Any]], visible: Callable[[], None] | None = None) -> None:
+    """Append whole lines; a torn last line left by a crash is cut off first. `visible` runs once the
+    lines are in the file for every reader, before the fsync (the runtime's disk fence unlocks there)."""
     if not records:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -160,6 +166,8 @@ def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
         _repair_tail(fh)
         fh.write(payload)
         fh.flush()
+        if visible is not None:
+            visible()
         os.fsync(fh.fileno())
 
 

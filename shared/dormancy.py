@@ -10,9 +10,18 @@ meantime is left alone, and a wake that comes after finds nothing it needs gone:
 - the inbox is deleted with its consumer group only when nothing in it is unread or pending (the
   runtime trimmed the acknowledged entries at close); a prompt or notification that arrived since
   keeps it, and the next wake reads it (the group is created at id 0 on demand, shared/bus.ensure_group);
-- leftovers of a holder that died (`running`, the digest's `digest-live`) are deleted.
+- leftovers of a holder that died (`running`, the digest's `digest-live`) are deleted;
+- what remains is made compact (every key costs ~60 B of overhead before its value): the model usage
+  totals move from their own hash into one row field (`keys.USAGE_FIELD`, added to what an earlier
+  sweep left there; `read_usage` sums both), and the row's wake bookkeeping (`wake_id`, `waking_since`,
+  `wake_fence`), which only matters during a wake, goes once the wake window has passed;
+- the digest's revision states (`RefState` JSON) lose their top-level fields at their defaults (null,
+  false, empty), which parse back to the same state: a settled ref then fits in 64 bytes;
+- the row and the digest's revisions hash are rewritten as listpacks when a value that was once over
+  64 bytes (hash-max-listpack-value) made Redis convert them to a hashtable (~2.5x the memory), which
+  it never converts back by itself, and every value now fits.
 Kept: the row, the fence (fences only grow, across wakes), the user's index, the digest's revisions
-(what the agent saw, for the dormant-write manifest), notifications still pending, model usage totals.
+(what the agent saw, for the dormant-write manifest), notifications still pending.
 The full table is in docs/integration.md ("Redis keys of a dormant session").
 """
 
@@ -29,10 +38,37 @@ from .contracts.base import now_ms
 
 log = structlog.get_logger()
 
-# KEYS: lease, events, inbox, row, running, digest-live. ARGV: the inbox group, the row field.
+# KEYS: lease, events, inbox, row, running, digest-live, model-usage, revisions. ARGV: the inbox group, the
+# events-swept field, the usage field, now (ms), the wake window (ms), then the usage counter names.
 # Returns -1 when the session is live (nothing done), else 1 when the inbox was kept (entries wait), 0.
 _SWEEP = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+local function compact(key)
+  if redis.call('OBJECT', 'ENCODING', key) ~= 'hashtable' then return end
+  local all = redis.call('HGETALL', key)
+  if #all > 256 then return end
+  for i = 1, #all do if #all[i] > 64 then return end end
+  redis.call('DEL', key)
+  redis.call('HSET', key, unpack(all))
+end
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  local usage = redis.call('HGETALL', KEYS[7])
+  if #usage > 0 then
+    local add = {}
+    for i = 1, #usage, 2 do add[usage[i]] = tonumber(usage[i + 1]) end
+    local old = {}
+    for n in string.gmatch(redis.call('HGET', KEYS[4], ARGV[3]) or '', '[^,]+') do old[#old + 1] = tonumber(n) end
+    local packed = {}
+    for i = 6, #ARGV do packed[#packed + 1] = string.format('%d', (old[i - 5] or 0) + (add[ARGV[i]] or 0)) end
+    redis.call('HSET', KEYS[4], ARGV[3], table.concat(packed, ','))
+    redis.call('DEL', KEYS[7])
+  end
+  local since = tonumber(redis.call('HGET', KEYS[4], 'waking_since') or '0')
+  if redis.call('HGET', KEYS[4], 'status') ~= 'waking' or since + tonumber(ARGV[5]) < tonumber(ARGV[4]) then
+    redis.call('HDEL', KEYS[4], 'wake_id', 'waking_since', 'wake_fence')
+    redis.call('HSET', KEYS[4], 'status', 'dormant')
+  end
+end
 local function parse(id)
   local dash = string.find(id, '-', 1, true)
   return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
@@ -46,6 +82,24 @@ local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #last > 0 and redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('HSET', KEYS[4], ARGV[2], last[1][1])
 end
+local defaults = {seen = true, seen_known = true, deleted = true, notes = true, carry = true, sent = true,
+                  pending_since = true}
+local function is_default(v)
+  return v == cjson.null or v == false or (type(v) == 'table' and next(v) == nil)
+end
+local states = redis.call('HGETALL', KEYS[8])
+for i = 2, #states, 2 do
+  local ok, state = pcall(cjson.decode, states[i])
+  if ok and type(state) == 'table' and state['current'] ~= nil then
+    local dropped = false
+    for name, _ in pairs(defaults) do
+      if state[name] ~= nil and is_default(state[name]) then state[name] = nil; dropped = true end
+    end
+    if dropped then redis.call('HSET', KEYS[8], states[i - 1], cjson.encode(state)) end
+  end
+end
+compact(KEYS[4])
+compact(KEYS[8])
 redis.call('DEL', KEYS[2], KEYS[5], KEYS[6])
 if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
 local newest = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
@@ -82,9 +136,34 @@ class SweepResult(BaseModel):
     live: int = 0  # due sessions found live again (left alone)
 
 
+# The usage counters, in the order the row's packed field keeps them (the runtime's HINCRBY names).
+USAGE_COUNTERS = ("requests", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
+# Past this a `waking` row whose runtime never took the lease reads as dormant (services/proxy/rows.py).
+WAKE_WINDOW_MS = 60_000
+
+
 def session_keys(sid: str) -> list[str]:
     return [keys.lease(sid), keys.events(sid), keys.inbox(sid), keys.session_row(sid), keys.running(sid),
-            keys.digest_live(sid)]
+            keys.digest_live(sid), keys.model_usage(sid), keys.revisions(sid)]
+
+
+def sweep_args(now: int) -> list[str | int]:
+    return [keys.RUNTIME_GROUP, keys.EVENTS_SWEPT_FIELD, keys.USAGE_FIELD, now, WAKE_WINDOW_MS, *USAGE_COUNTERS]
+
+
+async def read_usage(client: aioredis.Redis, sid: str) -> dict[str, int]:
+    """The session's model usage totals: the live hash plus what sweeps folded into the row, read in
+    one MULTI (a sweep between two reads would count a total twice or not at all)."""
+    pipe = client.pipeline(transaction=True)
+    pipe.hgetall(keys.model_usage(sid))
+    pipe.hget(keys.session_row(sid), keys.USAGE_FIELD)
+    live, packed = await pipe.execute()
+    totals = {k.decode() if isinstance(k, bytes) else str(k): int(v) for k, v in live.items()}
+    folded = (packed.decode() if isinstance(packed, bytes) else packed or "").split(",")
+    for name, value in zip(USAGE_COUNTERS, folded, strict=False):
+        if value.strip().lstrip("-").isdigit():
+            totals[name] = totals.get(name, 0) + int(value)
+    return totals
 
 
 async def schedule(client: aioredis.Redis, sid: str, retention_s: float, now: int | None = None) -> None:
@@ -95,7 +174,7 @@ async def schedule(client: aioredis.Redis, sid: str, retention_s: float, now: in
 
 async def sweep_session(client: aioredis.Redis, sid: str) -> int:
     """The sweep of one session regardless of its due time (-1 live, 1 inbox kept, 0)."""
-    return int(await client.eval(_SWEEP, 6, *session_keys(sid), keys.RUNTIME_GROUP, keys.EVENTS_SWEPT_FIELD))  # type: ignore[misc]
+    return int(await client.eval(_SWEEP, 8, *session_keys(sid), *sweep_args(now_ms())))  # type: ignore[misc]
 
 
 async def sweep_due(client: aioredis.Redis, now: int | None = None, limit: int = 200) -> SweepResult:
@@ -108,8 +187,9 @@ async def sweep_due(client: aioredis.Redis, now: int | None = None, limit: int =
         return result
     sids = [m.decode() if isinstance(m, bytes) else m for m, _ in due]
     pipe = client.pipeline(transaction=False)
+    args = sweep_args(now_ms())  # the real clock: `now` may be moved ahead only to pick what is due
     for sid in sids:
-        pipe.eval(_SWEEP, 6, *session_keys(sid), keys.RUNTIME_GROUP, keys.EVENTS_SWEPT_FIELD)
+        pipe.eval(_SWEEP, 8, *session_keys(sid), *args)
     replies = await pipe.execute(raise_on_error=False)
     pipe = client.pipeline(transaction=False)
     for sid, (_, score), reply in zip(sids, due, replies, strict=True):

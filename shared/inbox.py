@@ -16,9 +16,9 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 from pydantic import ValidationError
-from redis.exceptions import ResponseError
+from redis.exceptions import AskError, ConnectionError, ResponseError, TimeoutError
 
-from . import keys, topology
+from . import keys, redis_cluster, topology
 from .bus import dead_letter, ensure_group
 from .contracts.inbox import INBOX_ADAPTER, InboxMessage
 from .redis_wire import text
@@ -34,10 +34,10 @@ def entry_fields(message: InboxMessage) -> dict[str, str]:
 
 async def append(client: aioredis.Redis, message: InboxMessage) -> str:
     """Producers (proxy, notifications, digest, compaction) call this; returns the entry id."""
-    entry_id = await client.xadd(
-        keys.inbox(message.session_id),
-        {"type": message.type, "data": message.model_dump_json(by_alias=True)},
-    )
+    stream = keys.inbox(message.session_id)
+    # The append is acknowledged to a client (202): on a cluster, on a replica first (redis_cluster.durable).
+    entry_id = await redis_cluster.durable(client, stream, "XADD", stream, "*", "type", message.type,
+                                           "data", message.model_dump_json(by_alias=True))
     return text(entry_id)
 
 
@@ -64,6 +64,9 @@ SHARD_SIZE = 32
 @dataclass
 class _Shard:
     sessions: set[str] = field(default_factory=set)
+    # On a Redis Cluster one XREADGROUP names streams of one slot only: the slot of its inboxes
+    # (None on a single Redis, where any sessions share a shard).
+    slot: int | None = None
     packed: tuple[tuple[int, int], list[Any]] | None = None  # ((count, block_ms), RESP bytes)
     task: asyncio.Task[list[InboxEntry]] | None = None  # its blocking read in flight
 
@@ -82,16 +85,21 @@ class InboxReader:
         return frozenset().union(*(shard.sessions for shard in self._shards))
 
     async def add(self, sid: str) -> list[InboxEntry]:
-        """Start reading `sid`; returns entries left pending by earlier holders (to process first)."""
+        """Start reading `sid`; returns entries left pending by earlier holders (to process first).
+        The claim comes before the shard reads `sid`: claiming (min idle 0) after a read had already
+        delivered a new entry to this consumer returned that entry a second time, and the woken
+        session recorded the prompt twice (the fault suite, three runtime workers)."""
         await ensure_group(self._client, keys.inbox(sid), GROUP, track=False)
+        pending = await self.claim_pending(sid)
         if not any(sid in shard.sessions for shard in self._shards):
-            shard = next((s for s in self._shards if len(s.sessions) < SHARD_SIZE), None)
+            slot = redis_cluster.slot_group(self._client, keys.inbox(sid))
+            shard = next((s for s in self._shards if len(s.sessions) < SHARD_SIZE and s.slot == slot), None)
             if shard is None:
-                shard = _Shard()
+                shard = _Shard(slot=slot)
                 self._shards.append(shard)
             shard.sessions.add(sid)
             shard.packed = None  # its read in flight (if any) ends within block_ms; the next one has sid
-        return await self.claim_pending(sid)
+        return pending
 
     def remove(self, sid: str) -> None:
         for shard in self._shards:
@@ -213,24 +221,29 @@ class InboxReader:
         would pack it again for every call, on the event loop, right after each batch it read: ~1 ms
         with 200 sessions, delaying the handling of the entries just read (bench-inject).
         A raw reply (nested lists; a map under RESP3); errors as redis-py raises them."""
-        pool = self._client.connection_pool
-        conn = await pool.get_connection()
+        if not shard.sessions:
+            return []  # its last session was removed after this read was scheduled
+        route = keys.inbox(next(iter(shard.sessions)))  # the shard's slot (any inbox of it)
         try:
-            if shard.packed is None or shard.packed[0] != (count, block_ms):
-                streams = [keys.inbox(sid) for sid in sorted(shard.sessions)]
-                packed = conn.pack_command("XREADGROUP", "GROUP", GROUP, self._consumer, "COUNT", count,
-                                           "BLOCK", block_ms, "STREAMS", *streams, *([">"] * len(streams)))
-                shard.packed = ((count, block_ms), packed)
-            await conn.send_packed_command(shard.packed[1])
-            return await conn.read_response()
-        except ResponseError:
-            raise  # an error reply: the connection is in sync
-        except BaseException:
-            # Failed or cancelled mid-read: a reply may still be on its way, so the connection is spent.
-            await conn.disconnect()
+            async with redis_cluster.node_connection(self._client, route) as conn:
+                try:
+                    if shard.packed is None or shard.packed[0] != (count, block_ms):
+                        streams = [keys.inbox(sid) for sid in sorted(shard.sessions)]
+                        packed = conn.pack_command("XREADGROUP", "GROUP", GROUP, self._consumer, "COUNT", count,
+                                                   "BLOCK", block_ms, "STREAMS", *streams, *([">"] * len(streams)))
+                        shard.packed = ((count, block_ms), packed)
+                    await conn.send_packed_command(shard.packed[1])
+                    return await conn.read_response()
+                except ResponseError:
+                    raise  # an error reply: the connection is in sync
+                except BaseException:
+                    # Failed or cancelled mid-read: a reply may still be on its way, so the connection is spent.
+                    await conn.disconnect()
+                    raise
+        except (ResponseError, ConnectionError, TimeoutError, OSError) as exc:
+            if not isinstance(exc, ResponseError) or isinstance(exc, AskError):
+                await redis_cluster.refresh_route(self._client, route)  # a failover moved the slot
             raise
-        finally:
-            await pool.release(conn)
 
     async def ack(self, sid: str, entry_id: str) -> None:
         await self._client.xack(keys.inbox(sid), GROUP, entry_id)

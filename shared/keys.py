@@ -11,6 +11,10 @@ INJECTIONS_RECORDED = "gamma:injections:recorded"
 COMPACTION_REQUESTS = "gamma:compaction:requests"
 NOTIFICATIONS = "gamma:notifications"
 DEADLETTER = "gamma:deadletter"
+# Causal order (shared/causal.py): the runtime asks the digest to flush a session's pending digests now.
+DIGEST_FLUSH = "gamma:digest:flush"
+# Global counter numbering the artifact changes the proxy acknowledges (their `seq`).
+CHANGE_SEQ = "gamma:changes:seq"
 
 # The runtime's group on the wake stream and the inboxes (shared/topology.py `group_of("runtime")`).
 RUNTIME_GROUP = "runtime"
@@ -129,6 +133,9 @@ DORMANT_DUE = "gamma:dormant:due"
 # Session-row field set by the sweep: the id of the last events-stream entry it deleted, so the SSE
 # route tells a client whose Last-Event-ID is older that its history is gone (a `reset` event).
 EVENTS_SWEPT_FIELD = "events_swept"
+# Session-row field set by the sweep: the model usage totals folded out of `model_usage(sid)`
+# ("requests,input,cached,output,reasoning"; shared/dormancy.py).
+USAGE_FIELD = "usage"
 
 
 def compaction_done(sid: str, request_id: str) -> str:
@@ -145,3 +152,14 @@ def model_usage(sid: str) -> str:
     """Hash of the session's model usage totals (requests, input/cached/output/reasoning tokens), kept
     by the runtime with each model_request event; GET /sessions/{id} reports its cache-hit ratio."""
     return _s(sid) + ":model-usage"
+
+
+def changes_in_flight(sid: str) -> str:
+    """Sorted set of the artifact changes the proxy acknowledged that the digest has not yet delivered
+    or dismissed: member `"{seq} {ref}"`, score `seq` (shared/causal.py). Empty (so gone) when settled."""
+    return _s(sid) + ":changes-in-flight"
+
+
+def digest_flush(sid: str) -> str:
+    """The highest flush watermark the digest still owes the session (a change not handled yet)."""
+    return _s(sid) + ":digest-flush"

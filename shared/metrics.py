@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from . import keys, topology
+from . import keys, redis_cluster, topology
 from .redis_wire import id_ms, text
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -265,7 +265,7 @@ class StreamStats(Collector):
         keys_found = [k async for k in self.client.scan_iter(match="gamma:{*}:lease", count=1000)]
         if not keys_found:
             return 0
-        values = await self.client.mget(keys_found)
+        values = await redis_cluster.mget(self.client, keys_found)  # one slot per session
         return sum(1 for v in values if v is not None and text(v).startswith(prefix))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:

@@ -36,6 +36,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 
+from .redis_cluster import connect_cluster, is_cluster
+
 
 def reconnecting() -> dict[str, Any]:
     """Keyword arguments for `redis.asyncio.from_url` and FastStream's `RedisBroker`."""
@@ -44,6 +46,9 @@ def reconnecting() -> dict[str, Any]:
 
 
 MAX_CONNECTIONS = 512  # per client; Redis admits 10,000 clients by default
+# Per node of a cluster client: its pool raises when full (no waiting), and each blocking inbox or SSE
+# read of one slot holds a connection of its own (shared/inbox.py, services/proxy/fanout.py).
+CLUSTER_MAX_CONNECTIONS = 4 * MAX_CONNECTIONS
 POOL_WAIT_S = 30.0
 COMMAND_TIMEOUT_S = 5.0  # an ordinary command's reply (redis-py 8's default, made explicit for 5.x-7.x)
 CONNECT_TIMEOUT_S = 5.0
@@ -53,9 +58,12 @@ BLOCK_GRACE_S = 5.0  # a blocking command's reply may come this long after its s
 def connect(url: str, **options: Any) -> aioredis.Redis:
     """A client for `url` that reconnects and, when all its connections are busy, waits for one.
     For ordinary commands only: a command blocking on the server longer than COMMAND_TIMEOUT_S needs
-    `connect_blocking`."""
+    `connect_blocking`. When `url` names a node of a Redis Cluster (shared/redis_cluster.py), a
+    cluster client: its pools cannot wait for a free connection, so each node gets a larger cap."""
     options = {"socket_timeout": COMMAND_TIMEOUT_S, "socket_connect_timeout": CONNECT_TIMEOUT_S,
                **reconnecting(), **options}
+    if is_cluster(url):
+        return connect_cluster(url, CLUSTER_MAX_CONNECTIONS, **options)
     pool = BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=POOL_WAIT_S, **options)
     return aioredis.Redis.from_pool(pool)  # owns the pool: aclose() closes its connections
 

@@ -24,7 +24,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
-from . import keys, topology
+from . import keys, redis_cluster, topology
 from .bus import ensured_groups, missing_groups
 from .httplimits import bounded_http_protocol
 from .internal_http import InternalServer, internal_app, metrics_response
@@ -139,7 +139,7 @@ async def _groups_gone(ctx: ServiceContext) -> list[str]:
 
 
 async def all_services_ready(client: aioredis.Redis) -> dict[str, bool]:
-    values = await client.mget([keys.health(s) for s in topology.SERVICES])
+    values = await redis_cluster.mget(client, [keys.health(s) for s in topology.SERVICES])  # one slot each
     return {s: v is not None for s, v in zip(topology.SERVICES, values, strict=True)}
 
 
@@ -209,6 +209,7 @@ async def wait_for_redis(ctx: ServiceContext, log_every_s: float = 5.0) -> None:
         while not terminated:
             try:
                 await ctx.redis.ping()
+                redis_cluster.ensure_mode(ctx.redis, ctx.settings.redis_url)
                 return
             except (OSError, aioredis.ConnectionError, aioredis.TimeoutError) as exc:
                 if waited - last_log >= log_every_s:

@@ -135,6 +135,30 @@ class Settings(BaseSettings):
     dormant_retention_s: float = Field(300.0, ge=0.0, le=7 * 24 * 3600, validation_alias="GAMMA_DORMANT_RETENTION_S")
     # How often each runtime worker sweeps the dormant sessions whose retention ended.
     dormant_sweep_interval_s: float = Field(10.0, gt=0, le=3600, validation_alias="GAMMA_DORMANT_SWEEP_INTERVAL_S")
+    # --- Redis Cluster (issue 19 items 1, 5): read where the clients are built (shared/redis_cluster.py),
+    # declared here for the settings table and the deploy checks.
+    # Unset: REDIS_URL's node is asked `INFO cluster` at start-up; 1 forces a cluster client, 0 a single one.
+    redis_cluster: bool | None = Field(None, validation_alias="GAMMA_REDIS_CLUSTER")
+    # More nodes of the cluster (`host:port,host:port`): a service (re)started while the node REDIS_URL
+    # names is down reaches the cluster through these.
+    redis_cluster_nodes: str = Field("", validation_alias="GAMMA_REDIS_CLUSTER_NODES")
+    # On a cluster, after a write acknowledged to a client (inbox append, notification, lease, service
+    # stream entry): WAIT for one replica at most this long (ms); 0 turns it off.
+    redis_wait_ms: int = Field(250, ge=0, le=10_000, validation_alias="GAMMA_REDIS_WAIT_MS")
+
+    # --- scoped knowledge, skill rules, dynamic tools (issue 21) ---
+    # Knowledge hints at each prompt: at most this many notes, each with a BM25 score (name + scope
+    # against the prompt) of at least this; a note body longer than this many characters is returned
+    # by read_workspace_rule as a workspace file instead of inline.
+    knowledge_top_k: int = Field(5, ge=0, le=50, validation_alias="GAMMA_KNOWLEDGE_TOP_K")
+    knowledge_min_score: float = Field(0.1, ge=0, le=100, validation_alias="GAMMA_KNOWLEDGE_MIN_SCORE")
+    knowledge_inline_chars: int = Field(16_000, ge=256, le=1_000_000, validation_alias="GAMMA_KNOWLEDGE_INLINE_CHARS")
+    # Tool namespaces with an active subset (services/runtime/tool_policy.py); off: every tool, always.
+    dynamic_tools: bool = Field(False, validation_alias="GAMMA_DYNAMIC_TOOLS")
+
+    # --- causal order of live writes (issue 17 item 1, shared/causal.py): a prompt waits at most this
+    # long for the artifact updates of the writes acknowledged before it; 0 turns the wait off.
+    causal_wait_ms: int = Field(2000, ge=0, le=60_000, validation_alias="GAMMA_CAUSAL_WAIT_MS")
 
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""

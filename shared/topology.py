@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from . import keys
-from .contracts import artifacts, compaction, inbox, lifecycle, notifications, recorded, wake
+from .contracts import artifacts, causal, compaction, inbox, lifecycle, notifications, recorded, wake
 
 SERVICES = ("proxy", "runtime", "notifications", "digest", "compaction")
 EXTERNAL = "producers"  # remote notification producers, outside the five services
@@ -67,6 +67,7 @@ CONSUMPTIONS: tuple[Consumption, ...] = (
     Consumption("digest", keys.ARTIFACT_CHANGES, artifacts.ArtifactChange),
     Consumption("digest", keys.LIFECYCLE, lifecycle.LIFECYCLE_ADAPTER),
     Consumption("digest", keys.INJECTIONS_RECORDED, recorded.InjectionRecorded),
+    Consumption("digest", keys.DIGEST_FLUSH, causal.FlushRequest),
     Consumption("compaction", keys.COMPACTION_REQUESTS, compaction.CompactionRequest),
 )
 
@@ -80,6 +81,8 @@ PUBLICATIONS: tuple[Publication, ...] = (
     Publication("runtime", keys.ARTIFACT_CHANGES, artifacts.ArtifactChange, "Changes made by the agent's own tools (actor=agent), with the new content."),
     Publication("runtime", keys.INJECTIONS_RECORDED, recorded.InjectionRecorded,
                 "An injection's transcript entry is durable: its owner may clear its pending state."),
+    Publication("runtime", keys.DIGEST_FLUSH, causal.FlushRequest,
+                "A prompt (or the next model call) waits for artifact changes still in flight: flush them now."),
     Publication("runtime", keys.COMPACTION_REQUESTS, compaction.CompactionRequest, "Context passed the threshold, or POST /compact."),
 )
 
@@ -89,9 +92,10 @@ INBOX_MEMBERS: tuple[type[BaseModel], ...] = typing.get_args(typing.get_args(inb
 INBOX_READER = "runtime"
 INBOX_PRODUCERS: dict[str, tuple[type[BaseModel], ...]] = {
     "proxy": (inbox.UserPrompt, inbox.UiUpdate, inbox.FileWrite, inbox.DocumentEdit, inbox.Stop, inbox.Compact,
+              inbox.Injection,  # Injection: workspace_update for a knowledge note (routes/knowledge.py)
               inbox.Abort),
     "notifications": (inbox.Injection, inbox.Barrier),
-    "digest": (inbox.Injection,),
+    "digest": (inbox.Injection, inbox.ChangesSettled),
     "compaction": (inbox.CompactionReady,),
 }
 

@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from shared import keys, topology
 from shared.bus import Handler, consumer_name, ensure_group, make_broker, subscribe
 from shared.contracts.artifacts import ArtifactChange
+from shared.contracts.causal import FlushRequest
 from shared.contracts.lifecycle import LifecycleEvent, SessionLive
 from shared.contracts.recorded import InjectionRecorded
 from shared.service import add_health_routes, make_context, service_lifespan
@@ -15,6 +16,7 @@ from shared.settings import Settings, load_settings
 from shared.watchdog import StallWatchdog
 
 from .builder import DigestBuilder, Metrics
+from .flush import Flusher
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -24,6 +26,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     consumer = consumer_name("digest")
     builder = DigestBuilder(ctx.redis, settings.data_dir, debounce_ms=settings.digest_debounce_ms,
                             metrics=Metrics(ctx.registry), blob_orphan_s=settings.blob_orphan_s)
+    flusher = Flusher(builder)  # causal order: a waiting prompt's changes go out now (shared/causal.py)
 
     async def on_change(change: ArtifactChange) -> None:
         await builder.on_change(change)
@@ -37,8 +40,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def on_recorded(event: InjectionRecorded) -> None:
         await builder.on_recorded(event)
 
+    async def on_flush(request: FlushRequest) -> None:
+        await flusher.on_request(request)
+
     handlers: dict[str, Handler] = {
         keys.ARTIFACT_CHANGES: on_change, keys.LIFECYCLE: on_lifecycle, keys.INJECTIONS_RECORDED: on_recorded,
+        keys.DIGEST_FLUSH: on_flush,
     }
     subs = [
         subscribe(broker, ctx.redis, stream=c.stream, group=c.group, consumer=consumer, model=c.model,

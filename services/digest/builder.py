@@ -17,13 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
 from prometheus_client import CollectorRegistry, Counter
+from redis.exceptions import LockError
 
 from shared import keys
 from shared.blobs import read_blob, remove_blob, sweep_orphans
@@ -38,6 +40,7 @@ from shared.inbox import append
 from shared.redis_wire import optional_text
 
 from .coalesce import NO_NET_CHANGE, actors_line, compose
+from .in_flight import release_settled
 from .manifest import Manifest
 from .revisions import Carry, Note, RefState, RevisionStore
 
@@ -88,6 +91,23 @@ def lease_fence(value: bytes | str | None) -> str | None:
     return None if text is None else text.rsplit(":", 1)[-1]
 
 
+
+async def _release(lock: Any, retry_for_s: float = 5.0) -> None:
+    """Release the session's digest lock, retrying through a Redis failover: a release lost to a dead
+    primary left the lock on its promoted replica for its whole 30 s timeout, and every later change of
+    the session waited that long (the cluster fault test's stalled `gamma:lifecycle` reader)."""
+    deadline = time.monotonic() + retry_for_s
+    while True:
+        try:
+            await lock.release()
+            return
+        except LockError:
+            return  # no longer ours (expired): nothing to release
+        except Exception:  # noqa: BLE001 - Redis trouble: try again shortly, then let the timeout do it
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.2)
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None) -> None:
         reg = registry or CollectorRegistry()
@@ -120,6 +140,7 @@ class DigestBuilder:
         self._metrics = metrics or Metrics(None)
         self._poll_s = poll_s
         self._remove_if_score = client.register_script(_REMOVE_IF_SCORE)
+        self.after_change: Callable[[str], Awaitable[None]] | None = None
 
     @contextlib.asynccontextmanager
     async def _locked(self, sid: str) -> AsyncIterator[None]:
@@ -129,8 +150,7 @@ class DigestBuilder:
         try:
             yield
         finally:
-            with contextlib.suppress(Exception):
-                await lock.release()
+            await _release(lock)
 
     # ------------------------------------------------------------------ artifact changes
 
@@ -154,21 +174,26 @@ class DigestBuilder:
                 await self._agent_change(sid, ref, state, revision, content is not None)
             else:
                 state.current, state.deleted = revision, change.deleted
-                state.notes[revision] = Note(actor=change.actor, digest=change.digest,
-                                             from_revision=change.from_revision)
+                state.notes[revision] = Note(actor=change.actor, digest=change.digest, seq=change.seq,
+                                             from_revision=change.from_revision, deleted=change.deleted)
+                state.max_seq = max(state.max_seq, change.seq or 0)
                 await self._other_change(sid, ref, state, change)
             await self._save(sid, ref, state)
         self._metrics.changes.labels(change.actor).inc()
         await self._r.set(once_key, "1", ex=7 * 24 * 3600)
         if change.blob is not None:  # copied into the ref's revisions above; a crash before this leaves an orphan
             await asyncio.to_thread(remove_blob, self._data_dir, sid, change.blob)
+        if self.after_change is not None:
+            await self.after_change(sid)  # a flush that waited for this change (services/digest/flush.py)
 
     async def _agent_change(self, sid: str, ref: str, state: RefState, revision: int, known: bool) -> None:
         if state.undelivered and state.notes:
             # User edits the agent's write landed on before their digest went out: keep their text.
             body = await self._compose(sid, ref, state)
             if body is not None:
-                state.carry = Carry(text=body, from_revision=state.from_revision(), to_revision=state.current)
+                seqs = sorted(state.undelivered_seqs())  # reported by the carry now, not by the notes
+                state.carry = Carry(text=body, from_revision=state.from_revision(), to_revision=state.current,
+                                    seqs=seqs)
         state.current, state.deleted = revision, False
         state.advance_seen(revision, known, recorded=False)
         await asyncio.to_thread(self.manifest.clear_upto, sid, ref, revision)
@@ -269,6 +294,7 @@ class DigestBuilder:
     async def _save(self, sid: str, ref: str, state: RefState) -> None:
         await asyncio.to_thread(self.revisions.prune, sid, ref, state.needed())
         await self.revisions.save(sid, ref, state)
+        await release_settled(self._r, sid, ref, state)
 
     async def flush(self, sid: str, ref: str) -> None:
         """A debounce window ended: send (live) or write the manifest (the session went dormant meanwhile)."""

@@ -29,6 +29,8 @@ class Note(BaseModel):
     actor: Actor
     digest: str | None = None  # the client's own digest text (X-Gamma-Digest)
     from_revision: int | None = None
+    seq: int | None = None  # the proxy's change number (shared/causal.py), removed from in flight once delivered
+    deleted: bool = False  # this revision removed the ref (a partial flush composes up to it)
 
 
 class Carry(BaseModel):
@@ -41,6 +43,7 @@ class Carry(BaseModel):
     from_revision: int | None
     to_revision: int
     sent_in: int | None = None  # the revision of the digest that carried it out
+    seqs: list[int] = Field(default_factory=list)  # change numbers of the user changes it reports
 
 
 class RefState(BaseModel):
@@ -53,6 +56,7 @@ class RefState(BaseModel):
     carry: Carry | None = None
     sent: list[int] = Field(default_factory=list)  # to_revisions delivered or in the manifest, unrecorded
     pending_since: int | None = None  # ms of the first undelivered live change (bounds the debounce)
+    max_seq: int = 0  # the highest change number handled for this ref (shared/causal.py)
 
     @property
     def undelivered(self) -> bool:
@@ -78,8 +82,17 @@ class RefState(BaseModel):
         self.notes = {r: n for r, n in self.notes.items() if r > revision}
         self.sent = [r for r in self.sent if r > revision]
 
+    def undelivered_seqs(self) -> set[int]:
+        """Change numbers of the changes no digest that is out (or in the manifest) covers yet."""
+        last = max(self.sent, default=None)
+        out = {n.seq for r, n in self.notes.items() if n.seq is not None and (last is None or r > last)}
+        if self.carry is not None and self.carry.sent_in is None:
+            out.update(self.carry.seqs)
+        return out
+
     def needed(self) -> set[int]:
-        keep = set(self.sent) | {self.current}
+        # Revisions of numbered changes not yet out stay: a flush may compose a digest up to one of them.
+        keep = set(self.sent) | {self.current} | {r for r, n in self.notes.items() if n.seq is not None}
         if self.seen is not None:
             keep.add(self.seen)
         return keep

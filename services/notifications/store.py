@@ -18,7 +18,7 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from shared import keys
+from shared import keys, redis_cluster
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection
 from shared.contracts.notifications import ExternalNotification
@@ -99,7 +99,6 @@ class Submitted(BaseModel):
 class NotificationStore:
     def __init__(self, client: aioredis.Redis) -> None:
         self._r = client
-        self._submit = client.register_script(_SUBMIT)
         self._mark = client.register_script(_MARK_DELIVERED)
         self._record = client.register_script(_RECORD_PART)
 
@@ -115,10 +114,12 @@ class NotificationStore:
         entries: list[str] = []
         for injection in injections:
             entries += [injection.type, injection.model_dump_json(by_alias=True)]
-        result = await self._submit(
-            keys=[keys.notification(sid, notification.id), keys.notification_state(sid, notification.id),
-                  keys.notifications_pending(sid), keys.session_row(sid), keys.lease(sid), keys.inbox(sid)],
-            args=[record.model_dump_json(), len(injections), record.received_at, notification.id, *entries],
+        # Acknowledged to the producer (202): on a cluster, on a replica first (redis_cluster.durable).
+        names = [keys.notification(sid, notification.id), keys.notification_state(sid, notification.id),
+                 keys.notifications_pending(sid), keys.session_row(sid), keys.lease(sid), keys.inbox(sid)]
+        result = await redis_cluster.durable(
+            self._r, names[0], "EVAL", _SUBMIT, len(names), *names,
+            record.model_dump_json(), len(injections), record.received_at, notification.id, *entries,
         )
         created, status = int(result[0]), optional_text(result[1])
         if created < 0:

@@ -1,5 +1,9 @@
 """User edits become `ArtifactChange{actor: "user"}` on `gamma:artifacts:changes` (the digest's input),
-published only after the write is applied (live: after the runtime's reply; dormant: after the disk write)."""
+published only after the write is applied (live: after the runtime's reply; dormant: after the disk write).
+
+Every change goes out through `publish_change`, which first numbers it and marks it in flight when
+given the tracking client (`tracking(proxy)`), so a prompt accepted after the write waits for its
+digest (shared/causal.py). A route that publishes a new kind of change (a DELETE) passes it too."""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+import redis.asyncio as aioredis
 from faststream.redis import RedisBroker
 
-from shared import keys
+from shared import causal, keys
 from shared.bus import publish
 from shared.contracts.artifacts import ArtifactChange
 
@@ -43,19 +48,33 @@ def document_ref(doc: str) -> str:
     return f"gamma:file:{doc}"
 
 
+async def publish_change(broker: RedisBroker, change: ArtifactChange, track: aioredis.Redis | None) -> None:
+    """Publish one user change; with `track`, numbered and in flight first (before the write's answer)."""
+    if track is None:
+        await publish(broker, keys.ARTIFACT_CHANGES, change)
+        return
+    seq = await causal.register(track, change.session_id, change.ref)
+    try:
+        await publish(broker, keys.ARTIFACT_CHANGES, change.model_copy(update={"seq": seq}))
+    except BaseException:
+        await causal.unregister(track, change.session_id, seq, change.ref)
+        raise
+
+
 async def file_changed(broker: RedisBroker, sid: str, path: str, blob: BlobRef, digest: str | None,
-                       revision: int | None = None) -> None:
+                       revision: int | None = None, *, track: aioredis.Redis | None = None) -> None:
     """`blob`: the content blob holding the new bytes (shared/blobs.py); the entry only names it."""
-    await publish(broker, keys.ARTIFACT_CHANGES, ArtifactChange(
+    await publish_change(broker, ArtifactChange(
         session_id=sid, ref=file_ref(path), actor="user", kind="file",
         to_revision=revision, from_revision=(revision - 1) if revision else None,
         blob=blob.name, sha256=blob.sha256, size=blob.size, digest=digest,
-    ))
+    ), track)
 
 
 async def document_changed(broker: RedisBroker, sid: str, doc: str, document: dict[str, Any],
-                           from_revision: int | None, to_revision: int, digest: str | None) -> None:
-    await publish(broker, keys.ARTIFACT_CHANGES, ArtifactChange(
+                           from_revision: int | None, to_revision: int, digest: str | None, *,
+                           track: aioredis.Redis | None = None) -> None:
+    await publish_change(broker, ArtifactChange(
         session_id=sid, ref=document_ref(doc), actor="user", kind="document",
         from_revision=from_revision, to_revision=to_revision, document=document, digest=digest,
-    ))
+    ), track)

@@ -31,6 +31,11 @@ class Proxy:
         return await forward(self.redis, self.blocking, message, self.settings.reply_timeout_s, self.metrics)
 
 
+def tracking(proxy: Proxy) -> aioredis.Redis | None:
+    """The client that numbers acknowledged changes (shared/causal.py), or None with the wait off."""
+    return proxy.redis if proxy.settings.causal_wait_ms > 0 else None
+
+
 def get_proxy(request: Request) -> Proxy:
     proxy: Proxy = request.app.state.proxy
     return proxy

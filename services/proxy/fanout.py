@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 import structlog
 from redis.asyncio.connection import Connection
 
-from shared import keys
+from shared import keys, redis_cluster
 from shared.redis_wire import text
 
 log = structlog.get_logger()
@@ -70,6 +70,9 @@ class _Topic:
 @dataclass(eq=False)
 class _Shard:
     sids: set[str] = field(default_factory=set)
+    # On a Redis Cluster one XREAD names streams of one slot only: the slot of every stream it reads
+    # (None on a single Redis, where any sessions share a shard).
+    slot: int | None = None
     task: asyncio.Task[None] | None = None
     client_id: int | None = None  # its connection's, for CLIENT UNBLOCK
     blocked: bool = False
@@ -138,9 +141,10 @@ class EventFanout:
             del self._per_user[sub.user]
 
     async def _place(self, sid: str) -> None:
-        shard = next((s for s in self._shards if len(s.sids) < self._shard_size), None)
+        slot = redis_cluster.slot_group(self._blocking, keys.events(sid))
+        shard = next((s for s in self._shards if len(s.sids) < self._shard_size and s.slot == slot), None)
         if shard is None:
-            shard = _Shard()
+            shard = _Shard(slot=slot)
             self._shards.append(shard)
         shard.sids.add(sid)
         shard.changed = True
@@ -150,9 +154,11 @@ class EventFanout:
             await self._unblock(shard)
 
     async def _unblock(self, shard: _Shard) -> None:
-        if shard.client_id is not None:
+        if shard.client_id is not None and shard.sids:
             with contextlib.suppress(Exception):  # the read ends within its block anyway
-                await self._control.execute_command("CLIENT", "UNBLOCK", shard.client_id)
+                # To the node the read blocks on (a client id is one node's).
+                await redis_cluster.node_command(self._control, keys.events(next(iter(shard.sids))),
+                                                 "CLIENT", "UNBLOCK", shard.client_id)
 
     async def close(self) -> None:
         self._closing = True
@@ -170,26 +176,28 @@ class EventFanout:
         """One shard's reads, on a connection of its own, until it has no sessions left."""
         delay = 0.1
         while shard.sids and not self._closing:
-            pool = self._blocking.connection_pool
-            conn: Connection = await pool.get_connection()
+            route = keys.events(next(iter(shard.sids)))  # the shard's slot (any stream of it)
             try:
-                await conn.send_command("CLIENT", "ID")
-                shard.client_id = int(await conn.read_response())
-                while shard.sids and not self._closing:
-                    await self._read_once(shard, conn)
-                    delay = 0.1
+                async with redis_cluster.node_connection(self._blocking, route) as conn:
+                    try:
+                        await conn.send_command("CLIENT", "ID")
+                        shard.client_id = int(await conn.read_response())
+                        while shard.sids and not self._closing:
+                            await self._read_once(shard, conn)
+                            delay = 0.1
+                    except BaseException:
+                        await conn.disconnect()  # a reply may still be on its way: the connection is spent
+                        raise
+                    finally:
+                        shard.blocked = False
+                        shard.client_id = None
             except asyncio.CancelledError:
-                await conn.disconnect()  # a reply may still be on its way: the connection is spent
                 raise
             except Exception:  # noqa: BLE001 - Redis trouble: a fresh connection after a pause
                 log.exception("sse_fanout_read_failed", sessions=len(shard.sids))
-                await conn.disconnect()
+                await redis_cluster.refresh_route(self._control, route)  # a failover moved the slot
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-            finally:
-                shard.blocked = False
-                shard.client_id = None
-                await pool.release(conn)
         if shard in self._shards and not shard.sids:
             self._shards.remove(shard)
 

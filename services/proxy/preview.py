@@ -32,9 +32,21 @@ def _args(call: dict[str, Any]) -> dict[str, Any]:
     return args if isinstance(args, dict) else {}
 
 
+def _refused_calls(entries: list[dict[str, Any]]) -> set[Any]:
+    """message_user calls whose result is an error (a completion audit refused it, or it was not alone):
+    the user never saw them."""
+    out = set()
+    for entry in entries:
+        m = entry.get("message") if entry.get("type") == "message" else None
+        if isinstance(m, dict) and m.get("role") == "toolResult" and m.get("toolName") == "message_user" and m.get("isError"):
+            out.add(m.get("toolCallId"))
+    return out
+
+
 def display_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """User and assistant messages, message_user tool calls, and custom messages marked `display`."""
+    """User and assistant messages, delivered message_user tool calls, and custom messages marked `display`."""
     out: list[dict[str, Any]] = []
+    undelivered = _refused_calls(entries)
     for entry in entries:
         base = {"id": entry.get("id"), "timestamp": entry.get("timestamp")}
         kind = entry.get("type")
@@ -53,7 +65,8 @@ def display_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 elif text.strip():
                     out.append({**base, "kind": "assistant", "text": text})
                 for part in message.get("content") or []:
-                    if isinstance(part, dict) and part.get("type") == "toolCall" and part.get("name") == "message_user":
+                    if (isinstance(part, dict) and part.get("type") == "toolCall" and part.get("name") == "message_user"
+                            and part.get("id") not in undelivered):
                         args = _args(part)
                         out.append({
                             **base, "kind": "message_user", "text": str(args.get("message", "")),

@@ -138,7 +138,8 @@ async def load_state(redis: aioredis.Redis, sid: str) -> SessionState | None:
     """Row and liveness keys in one round trip (two commands: this runs on every request)."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.session_row(sid))
-        pipe.mget(keys.lease(sid), keys.running(sid), keys.fence(sid))
+        # MGET by name: a cluster pipeline refuses `.mget` (any MGET) though these keys share a slot.
+        pipe.execute_command("MGET", keys.lease(sid), keys.running(sid), keys.fence(sid))
         raw, (lease, running, fence) = await pipe.execute()
     if not raw:
         return None
@@ -184,7 +185,7 @@ async def list_page(redis: aioredis.Redis, owner: str, limit: int,
     async with redis.pipeline(transaction=False) as pipe:  # one round trip for the whole page
         for member, _ in page:
             pipe.hgetall(keys.session_row(text(member)))
-            pipe.mget(keys.lease(text(member)), keys.running(text(member)), keys.fence(text(member)))
+            pipe.execute_command("MGET", keys.lease(text(member)), keys.running(text(member)), keys.fence(text(member)))
         replies: list[Any] = await pipe.execute()
     out: list[SessionState] = []
     for i in range(len(page)):

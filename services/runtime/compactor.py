@@ -32,6 +32,7 @@ from .compaction import check_ready, is_context_overflow, make_request, should_c
 from .engine.agent import Agent
 from .engine.types import AgentContext, Emit, StreamFn, Tool
 from .events import Outbox
+from .progress import ChecklistProgress
 from .protocol import SessionProtocolController
 from .transcript import Transcript
 
@@ -55,6 +56,7 @@ class CompactorHost(Protocol):
     protocol: SessionProtocolController
     outbox: Outbox
     agent: Agent
+    progress: ChecklistProgress
 
     @property
     def running(self) -> bool: ...
@@ -231,5 +233,6 @@ class Compactor:
         await self.s.outbox.event("compaction", {
             "phase": "applied", "requestId": ready.request_id, "tokensBefore": ready.tokens_before,
             "tokensAfter": self.request_tokens(self.s.agent.context), "anchors": [a.custom_type for a in anchors]})
+        await self.s.progress.publish(force=True)  # the checklist as it stands, re-sent after the reload
         log.info("compaction_applied", session_id=self.s.sid, request_id=ready.request_id)
         return True

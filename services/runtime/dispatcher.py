@@ -17,6 +17,7 @@ from shared.bus import dead_letter
 from shared.contracts.inbox import (
     Abort,
     Barrier,
+    ChangesSettled,
     Compact,
     DocumentEdit,
     FileWrite,
@@ -28,6 +29,7 @@ from shared.contracts.inbox import (
 from shared.inbox import InboxEntry
 
 from .abort import RunAborter
+from .causal import CausalGate
 from .engine.agent import Agent
 from .events import Outbox
 from .failures import refusal, transient
@@ -52,6 +54,13 @@ Handler = Callable[[InboxEntry, Any], Awaitable[None]]  # a write or compaction 
 class Recorded(Protocol):
     async def __call__(self, source: str, source_id: str, entry_id: str, ref: str | None,
                        to_revision: int | None) -> None: ...
+
+
+class PromptHook(Protocol):
+    """Prompt-time context (services/runtime/knowledge.py): read first, then applied to the turn."""
+    async def fetch(self) -> Any: ...
+
+    def apply(self, turn: PendingTurn, prompt: str, fetched: Any) -> None: ...
 
 
 class DispatchHost(Protocol):
@@ -82,8 +91,11 @@ class DispatchHost(Protocol):
 
 
 class InboxDispatcher:
+    causal: CausalGate | None = None  # holds prompts until the writes before them are in (causal.py)
+
     def __init__(self, host: DispatchHost, wake: FormHost, manifest: ManifestHost, handlers: dict[type, Handler],
-                 recorded: Recorded, client: Any, request_close: Any, aborts: RunAborter) -> None:
+                 recorded: Recorded, client: Any, request_close: Any, prompt_hook: PromptHook | None = None,
+                 aborts: RunAborter | None = None) -> None:
         self.h = host
         self.forms = wake  # for the answered form delivered at the barrier
         self.manifest = manifest
@@ -91,19 +103,27 @@ class InboxDispatcher:
         self.recorded = recorded
         self.client = client  # Redis, for the dead-letter stream
         self.request_close = request_close
-        self.aborts = aborts  # POST /abort, on_busy=interrupt, expected_run_id
+        self.prompt_hook = prompt_hook
+        self.aborts = aborts  # POST /abort, on_busy=interrupt, expected_run_id (abort.py)
 
     async def process_forever(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + BARRIER_WAIT_S
         while not self.h.closed:
             timeout = max(deadline - loop.time(), 0.05) if not self.h.barrier_passed else None
+            if timeout is None and self.causal is not None:
+                timeout = self.causal.timeout()
             try:
                 entry = await asyncio.wait_for(self.h.queue.get(), timeout)
             except TimeoutError:
-                await self.pass_barrier()  # no Barrier within 3 s: go on without it
+                if not self.h.barrier_passed:
+                    await self.pass_barrier()  # no Barrier within 3 s: go on without it
+                elif self.causal is not None:
+                    await self.causal_expired()
                 continue
             self.h.touch()
+            if self.causal is not None and self.causal.timeout() == 0.0:
+                await self.causal_expired()  # a busy inbox must not keep a held prompt past its wait
             try:
                 await self.handle_retrying(entry)
             except LeaseLost:
@@ -160,9 +180,13 @@ class InboxDispatcher:
             if m.wake_id == self.h.wake_id:  # a barrier of an earlier wake (claimed from a dead holder) is moot
                 await self.pass_barrier()
             await self.h.ack(entry.entry_id)
+        elif isinstance(m, ChangesSettled):
+            released = self.causal.on_settled(m.upto) if self.causal is not None else []
+            await self.h.ack(entry.entry_id)
+            await self.release([], released)
         elif isinstance(m, Stop):
             await self.on_stop(entry, m)
-        elif isinstance(m, Abort):
+        elif isinstance(m, Abort) and self.aborts is not None:
             await self.aborts.on_abort(entry, m)
         else:
             handler = self.handlers.get(type(m))
@@ -186,25 +210,56 @@ class InboxDispatcher:
         if m.prompt_id in h.transcript.prompts:
             await h.ack(entry.entry_id)  # a redelivered prompt: already recorded
             return
-        if await self.aborts.refuse_stale(entry, m):
+        twin = h.protocol.pending_prompt(m.prompt_id)
+        if twin is not None:  # the same prompt already on its way to the transcript: recorded once
+            if entry.entry_id != twin.entry_id:
+                twin.twins.append(entry.entry_id)
+            return
+        if self.aborts is not None and await self.aborts.refuse_stale(entry, m):
             return  # aimed at a run that has ended: refused, nothing queued
         if not h.barrier_passed:
             h.held.append(entry)
             return
+        if self.causal is not None and not await self.causal.admit(entry, m):
+            return  # writes acknowledged before it are still on their way (causal.py)
+        fetched = await self.prompt_hook.fetch() if self.prompt_hook else None  # before `running` is read
         if h.running:
             if m.on_busy == "reject":
                 await h.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
                 await h.ack(entry.entry_id)
                 return
-            if m.on_busy == "interrupt":
+            if m.on_busy == "interrupt" and self.aborts is not None:
                 await self.aborts.abort("interrupt")  # returns once the run has ended: this one starts next
             else:
-                for message in h.protocol.busy_turn_messages(m, entry.entry_id).messages:
+                turn = h.protocol.busy_turn_messages(m, entry.entry_id)
+                self._hook(turn, m, fetched)
+                for message in turn.messages:
                     (h.agent.follow_up if m.on_busy == "follow_up" else h.agent.steer)(message)
-                await self.aborts.accepted(m)
+                await self._accepted(m)
                 return
-        h.start_run(h.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id)))
-        await self.aborts.accepted(m)
+        turn = h.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id))
+        self._hook(turn, m, fetched)
+        h.start_run(turn)
+        await self._accepted(m)
+
+    async def _accepted(self, m: UserPrompt) -> None:
+        if self.aborts is not None:
+            await self.aborts.accepted(m)  # the 202 a prompt with expected_run_id waits for
+
+    def _hook(self, turn: PendingTurn, m: UserPrompt, fetched: Any) -> None:
+        if self.prompt_hook is not None:
+            self.prompt_hook.apply(turn, m.message, fetched)
+
+    async def causal_expired(self) -> None:
+        assert self.causal is not None
+        await self.release(*await self.causal.expire())
+
+    async def release(self, markers: list[Injection], prompts: list[InboxEntry]) -> None:
+        """Prompts the causal gate let go, in order, after the dirty markers of a wait that ran out."""
+        for marker in markers:
+            await self.deliver_injection(marker, None)
+        for entry in prompts:
+            await self.on_prompt(entry, entry.message)  # type: ignore[arg-type]
 
     async def deliver_injection(self, m: Injection, entry_id: str | None) -> None:
         """An injection from the inbox, or (entry_id None) one restored at wake (an answered form)."""
@@ -234,7 +289,10 @@ class InboxDispatcher:
         if prompts:
             first = prompts[0]
             assert isinstance(first.message, UserPrompt)
-            h.start_run(h.protocol.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id)))
+            fetched = await self.prompt_hook.fetch() if self.prompt_hook else None
+            turn = h.protocol.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id))
+            self._hook(turn, first.message, fetched)
+            h.start_run(turn)
             for extra in prompts[1:]:
                 await self.on_prompt(extra, extra.message)  # type: ignore[arg-type]
         elif interrupted(h.transcript):

@@ -22,7 +22,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from shared import keys
+from shared import keys, redis_cluster
 from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW, text
 
 # Take the lease (fence = INCR) and, in the same round trip, read what the wake needs next: whether
@@ -32,6 +32,13 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0, {}} end
 local fence = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
 return {fence, redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[4])}
+"""
+
+
+# Fences only grow: raise the counter to at least ARGV[1] (the disk saw a fence Redis no longer knows).
+_RAISE_FENCE = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
 """
 
 
@@ -60,6 +67,9 @@ class Lease:
         """A SET PX or PEXPIRE sent at `sent_at` (monotonic) succeeded."""
         self.valid_until = max(self.valid_until, sent_at + self.ttl_ms / 1000 - safety_margin_s(self.ttl_ms))
 
+    def valid_now(self) -> bool:
+        return not self.lost and time.monotonic() < self.valid_until
+
     def held_now(self) -> None:
         """Synchronous: raise unless the lease is ours for certain at this instant."""
         if self.lost:
@@ -79,8 +89,10 @@ class Lease:
     ) -> tuple[Lease | None, bool, dict[str, str]]:
         """(lease or None, dormant-write lock held, session row), in one round trip."""
         sent_at = time.monotonic()
-        fence, locked, flat = await client.eval(  # type: ignore[misc]
-            _ACQUIRE, 4, keys.lease(sid), keys.fence(sid), keys.dormant_write(sid), keys.session_row(sid),
+        # On a cluster the lease is on a replica before the worker acts on it (shared/redis_cluster.py
+        # `durable`): a failover never hands out the same fence twice.
+        fence, locked, flat = await redis_cluster.durable(
+            client, keys.lease(sid), "EVAL", _ACQUIRE, 4, keys.lease(sid), keys.fence(sid), keys.dormant_write(sid), keys.session_row(sid),
             worker_id, str(ttl_ms))
         if int(fence) == 0:
             return None, False, {}
@@ -140,6 +152,10 @@ async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[s
             lease.extend(sent_at)
         out.append(bool(ok) and not lease.lost)
     return out
+
+
+async def raise_fence(client: aioredis.Redis, sid: str, at_least: int) -> None:
+    await client.eval(_RAISE_FENCE, 1, keys.fence(sid), str(at_least))  # type: ignore[misc]
 
 
 async def wait_no_dormant_write(client: aioredis.Redis, sid: str, timeout_s: float = 15.0) -> dict[str, str]:

@@ -18,6 +18,7 @@ from shared.contracts.injection import DELIVERY_BY_KIND, Delivery, RuntimeInject
 from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
 
 from .engine.agent import Agent
+from .knowledge import knowledge_anchors
 from .skills import Skill, parse_skill_command, resolve_activation
 from .todo import TodoController
 from .tools.skill import render_skill
@@ -41,6 +42,9 @@ class PendingPrompt:
     prompt_id: str
     entry_id: str | None
     message: UserMessage
+    # Other inbox entries carrying the same prompt id (an append retried, an entry claimed twice at a
+    # wake): acked with this one once it is recorded, never recorded themselves.
+    twins: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -131,6 +135,8 @@ class SessionProtocolController:
         self.pending: dict[tuple[str, str], PendingInjection] = {}
         self.prompts: list[PendingPrompt] = []  # prompts not yet recorded, arrival order
         self.anchor_revision = self._last_todo_revision()
+        # Other owners' anchors restored after a compaction (e.g. checklist progress, progress.py).
+        self.extra_anchors: list[Callable[[], CustomMessage | None]] = []
 
     # ------------------------------------------------------------ injections
 
@@ -148,6 +154,9 @@ class SessionProtocolController:
 
     def prompt_of(self, message: AgentMessage) -> PendingPrompt | None:
         return next((p for p in self.prompts if p.message is message), None)
+
+    def pending_prompt(self, prompt_id: str) -> PendingPrompt | None:
+        return next((p for p in self.prompts if p.prompt_id == prompt_id), None)
 
     def take_prompt(self, message: AgentMessage) -> PendingPrompt | None:
         p = self.prompt_of(message)
@@ -361,8 +370,8 @@ class SessionProtocolController:
         return [active_skill_message(s, None if s.name == name else name) for s in skills]
 
     def anchors(self) -> list[CustomMessage]:
-        """What compaction removed and the owners restore: the todo anchor, active workflow skills
-        and the reference skills they require."""
+        """What compaction removed and the owners restore: the todo anchor, active workflow skills,
+        the reference skills they require, and the loaded workspace knowledge notes."""
         out: list[CustomMessage] = []
         if self.todo.current.items:
             out.append(self.todo.anchor())
@@ -376,6 +385,8 @@ class SessionProtocolController:
                 a.name in self.skills[w].manifest.requires_skills for w in workflows if w in self.skills)
             if keep:
                 out.append(active_skill_message(skill, a.required_by))
+        out.extend(knowledge_anchors(self.transcript.entries))  # loaded workspace knowledge stays active
+        out += [m for anchor in self.extra_anchors if (m := anchor()) is not None]
         return out
 
     def restore_context(self) -> None:

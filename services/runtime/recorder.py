@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from shared import keys, metrics
-from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
+from shared.contracts.messages import AgentMessage, CustomMessage, ToolResultMessage, UserMessage
 from shared.contracts.recorded import InjectionRecorded
 
 from .engine.types import AgentEvent
@@ -41,6 +41,8 @@ class Recorder:
         self.registry = registry
         self.model = model  # the model name, for the request metrics
         self.context = context  # the Agent's messages, for the implicit message_user announcement
+        # Called after each tool result is recorded (checklist progress, services/runtime/progress.py).
+        self.after_tool_result: list[Callable[[], Awaitable[None]]] = []
 
     async def emit(self, event: AgentEvent) -> None:
         """Engine events: persist on message_end (before publishing), then publish."""
@@ -69,11 +71,16 @@ class Recorder:
             prompt = self.protocol.take_prompt(message)
             await self.transcript.append_message(message, prompt_id=prompt.prompt_id if prompt else None)
             await self.ack(prompt.entry_id if prompt else None)
+            for twin in prompt.twins if prompt else []:
+                await self.ack(twin)
             return
         if isinstance(message, CustomMessage):
             await self._record_custom(message)
             return
         await self.transcript.append_message(message)
+        if isinstance(message, ToolResultMessage):
+            for hook in self.after_tool_result:
+                await hook()
 
     def active_skill_names(self) -> set[str]:
         return {e.name for e in self.transcript.active_skills()}

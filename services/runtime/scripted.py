@@ -5,9 +5,11 @@ Scenarios, chosen from the latest user message:
   after that message: `{"content"?, "tool_calls"?: [{"name", "arguments"}], "error"?: {status, code,
   message}}`. An error step is skipped once the request carries a compaction summary (so a
   "context overflow, compact, retry once" script terminates). After the last step: the default reply.
-- a request to create a presentation: skill(deck-generation) plus its required reference skills in
-  the first batch, a todo plan, brief.xml written, a deck created with show_gamma, a progress
-  message_user(false), then message_user(true);
+- a request to create a presentation: every step of deck-generation's checklist for real (the skill
+  and its required reference skills in the first batch, brief.xml, todo plan, deck.json validated,
+  rendered and linted with `gml`, show_gamma, a progress message_user(false), the todo complete),
+  then message_user(true) (scripted_workflows.py);
+- `eval-policy: {...}` prompts: a workflow policy of scripted_workflows.py that can skip steps (evals);
 - anything else: one message_user(true) that names each injection it received (kind and ref).
 Injections steered into a run after its prompt was already answered (a blocking message_user) are
 acknowledged in plain text, which ends the run: the prompt is not answered a second time.
@@ -29,9 +31,11 @@ from shared.contracts.injection import INJECTION_KINDS
 from shared.model import ScriptedError, ScriptedReply, ScriptedToolCall
 
 from .engine.convert import SUMMARY_PREFIX
+from .scripted_workflows import AUDIT_MARK, Policy, reply_for
 from .skills import Skill
 
-TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "run_aborted")
+TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
+        "run_aborted")
 TAG_RE = re.compile(r"^\s*<(" + "|".join(TAGS) + r")\b([^>]*)>", re.DOTALL)
 REF_RE = re.compile(r'ref="([^"]*)"')
 DECK_RE = re.compile(r"\b(create|make|build|generate|draft|write)\b.*\b(presentation|deck|slides?)\b",
@@ -71,8 +75,10 @@ class ScriptedGamma:
         reply: ScriptedReply | None = None
         if prompt.startswith("script:"):
             reply = self._script(prompt, step, messages)
+        elif (policy := Policy.parse(prompt)) is not None:
+            reply = reply_for(policy, self.skills, messages, prompt_at, step)
         elif DECK_RE.search(prompt):
-            reply = self._deck(prompt, step)
+            reply = self._deck(prompt, messages, prompt_at, step)
         if reply is None:
             reply = self._default(prompt, messages)
         reply.prompt_tokens = usage
@@ -111,47 +117,10 @@ class ScriptedGamma:
             self._raised[key] = done + 1
         return "times" in step and done >= int(step["times"])
 
-    def _deck(self, prompt: str, step: int) -> ScriptedReply | None:
+    def _deck(self, prompt: str, messages: list[dict[str, Any]], prompt_at: int, step: int) -> ScriptedReply | None:
         topic = DECK_RE.sub("", prompt).strip(" .?!:") or "the requested topic"
         topic = re.sub(r"^(a|an|the|about|on)\s+", "", topic, flags=re.IGNORECASE)[:80] or "the topic"
-        plan = [("brief", "Write the brief"), ("deck", "Build the deck"), ("review", "Review and deliver")]
-
-        def todo(active: int) -> ScriptedToolCall:
-            items = [{"id": i, "content": c,
-                      "status": "complete" if n < active else "in_progress" if n == active else "pending"}
-                     for n, (i, c) in enumerate(plan)]
-            return ScriptedToolCall(name="todo", arguments={"items": items})
-
-        if step == 0:
-            names = ["deck-generation"]
-            if "deck-generation" in self.skills:
-                names += self.skills["deck-generation"].manifest.requires_skills
-            return ScriptedReply(tool_calls=[ScriptedToolCall(name="skill", arguments={"name": n}) for n in names])
-        if step == 1:
-            return ScriptedReply(tool_calls=[todo(0)])
-        if step == 2:
-            brief = (f"<brief>\n  <topic>{topic}</topic>\n  <audience>General</audience>\n"
-                     "  <structure>Title, three key points, summary</structure>\n</brief>\n")
-            return ScriptedReply(tool_calls=[ScriptedToolCall(name="write", arguments={"path": "brief.xml",
-                                                                                         "content": brief})])
-        if step == 3:
-            cards = [{"id": "card_1", "title": topic.title(), "layout": "title"}]
-            cards += [{"id": f"card_{n}", "title": f"Key point {n - 1}", "body": f"About {topic}."}
-                      for n in range(2, 5)]
-            cards.append({"id": "card_5", "title": "Summary", "body": f"What to remember about {topic}."})
-            deck = {"title": topic.title(), "theme": "default", "cards": cards}
-            return ScriptedReply(tool_calls=[todo(1), ScriptedToolCall(
-                name="show_gamma", arguments={"doc": "deck", "title": topic.title(), "deck": deck})])
-        if step == 4:
-            return ScriptedReply(tool_calls=[todo(2), ScriptedToolCall(name="message_user", arguments={
-                "message": "The brief and a first deck are ready; I am reviewing it now.", "blockOnUser": False})])
-        if step == 5:
-            return ScriptedReply(tool_calls=[todo(3)])
-        if step == 6:
-            return ScriptedReply(tool_calls=[ScriptedToolCall(name="message_user", arguments={
-                "message": f"Your deck about {topic} is ready: 5 cards, opened in a tab. Deviations: none.",
-                "blockOnUser": True})])
-        return None
+        return reply_for(Policy("deck-generation", topic=topic), self.skills, messages, prompt_at, step)
 
     def _default(self, prompt: str, messages: list[dict[str, Any]]) -> ScriptedReply:
         last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
@@ -170,14 +139,17 @@ class ScriptedGamma:
 
 
 def _answered(messages: list[dict[str, Any]]) -> bool:
-    """The latest prompt already has its blocking answer (a message_user with blockOnUser)."""
+    """The latest prompt already has its blocking answer (a message_user with blockOnUser that the
+    completion audit did not refuse)."""
+    refused = {m.get("tool_call_id") for m in messages
+               if m.get("role") == "tool" and str(m.get("content", "")).startswith(AUDIT_MARK)}
     for m in reversed(messages):
         if _is_prompt(m):
             return False
         calls = (m.get("tool_calls") or []) if m.get("role") == "assistant" else []
         for call in calls:
             fn = call.get("function") or {}
-            if fn.get("name") == "message_user":
+            if fn.get("name") == "message_user" and call.get("id") not in refused:
                 try:
                     args = json.loads(fn.get("arguments") or "{}")
                 except ValueError:

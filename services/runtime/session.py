@@ -21,6 +21,7 @@ from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
 
 from shared.contracts.inbox import Compact, CompactionReady, DocumentEdit, FileWrite, Injection, UiUpdate
+from shared.contracts.messages import AgentMessage
 from shared.disk import SessionPaths, atomic_write_json, read_json
 from shared.inbox import InboxEntry
 from shared.quota import WorkspaceQuota
@@ -30,21 +31,28 @@ from shared.uirules import UiLimits, repair_snapshot
 
 from .abort import RunAborter, stopped_by_user
 from .ack import Acker
+from .audit import Auditor
+from .causal import CausalGate, causal_steering
 from .compactor import Compactor
+from .diskfence import DiskFence
 from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
 from .engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
 from .events import Outbox
 from .forms import deliver_answered_form
+from .knowledge import KnowledgeReader, PromptKnowledge
 from .lease import Lease, LeaseLost
 from .paths import skills_dir
+from .progress import ChecklistProgress
 from .protocol import PendingTurn, SessionProtocolController
 from .recorder import Recorder
 from .sandbox import select_sandbox
+from .skill_rules import SkillRuleGuard, load_rules
 from .skills import Skill
 from .supervisor import RunSupervisor, interrupted, repair_interrupted_run
 from .todo import TodoController
+from .tool_policy import ToolPolicy
 from .toolhost import SessionToolHost
 from .tools import Toolset
 from .transcript import Transcript
@@ -71,16 +79,19 @@ class SessionDeps:
 
 class Session:
     def __init__(self, deps: SessionDeps, paths: SessionPaths, lease: Lease, outbox: Outbox,
-                 model: ModelSettings, wake_id: str, context_window: int | None = None) -> None:
+                 model: ModelSettings, wake_id: str, context_window: int | None = None,
+                 disk: DiskFence | None = None) -> None:
         self.deps = deps
         self.sid = lease.sid
         self.paths = paths
         self.lease = lease
+        self.disk = disk  # the lease's fence, checked by the disk at each write (diskfence.py)
         self.outbox = outbox
         self.wake_id = wake_id
         self.ui_limits = UiLimits.of(deps.settings)
         self.skills = deps.skills
-        self.transcript = Transcript.load(paths.transcript, self.guard)
+        # The disk fence's lock goes as soon as a line is readable, not after its fsync (diskfence.py).
+        self.transcript = Transcript.load(paths.transcript, self.guard, disk.unlock if disk is not None else None)
         self.todo = TodoController.load(paths.todo, self.guard)
         self._ui: UiDoc | None = None  # built from state.json on first use (see `ui`)
         self.queue: asyncio.Queue[InboxEntry] = asyncio.Queue()
@@ -101,18 +112,30 @@ class Session:
             sid=self.sid, paths=self.paths, settings=deps.settings, sandbox=select_sandbox(deps.settings, skills_dir()),
             todo=self.todo, skills=self.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
             ui=self, subagent_stream=self._subagent_stream, client=deps.client, background=self.background)
-        self.toolset = Toolset(self.tools)
+        reader = KnowledgeReader(deps.client, self.sid)
+        self.toolset = Toolset(self.tools, reader, deps.settings.knowledge_inline_chars)
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix)
         self.compactor = Compactor(self, deps.settings, model.model, context_window)
-        config = LoopConfig(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.toolset.prepare_batch,
-                            before_model_call=self.compactor.before_model_call)
-        self.agent = Agent(AgentContext(deps.system_prompt, [], self.toolset.tools), config, self._emit)
+        # Issue 21 hooks: skill rules around the batch preflight, the dynamic tool subset (when on)
+        # before the compactor's check; prompt-time knowledge in the dispatcher.
+        self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, self._messages,
+                                    self.tools.active_skill_names, self._steer, deps.registry)
+        before, tools = self.compactor.before_model_call, self.toolset.tools
+        if deps.settings.dynamic_tools:
+            policy = ToolPolicy(self.toolset.tools, lambda: self.transcript.entries, before)
+            before, tools = policy.before_model_call, policy.active_tools()
+        config = LoopConfig(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
+                            before_model_call=before)
+        self.agent = Agent(AgentContext(deps.system_prompt, [], tools), config, self._emit)
         # An active task lets an idle steer start a run, unless the user stopped the agent (abort.py).
         self.protocol = SessionProtocolController(
             self.agent, self.transcript, self.todo, deps.skills,
             lambda: self.todo.has_active_task and not stopped_by_user(self.transcript))
+        knowledge = PromptKnowledge(reader, self.transcript, self.protocol.pending, deps.settings.knowledge_top_k,
+                                    deps.settings.knowledge_min_score, deps.registry)
         self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.skills,
                                  self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages)
+        self._wire_checklists()
         self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self))
         self.runs = RunSupervisor(self, deps.client, deps.settings.lease_ms, self.compactor)
         handlers: dict[type, Handler] = {UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write,
@@ -120,7 +143,23 @@ class Session:
                     Compact: self.compactor.on_command}
         self.aborts = RunAborter(self)
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
-                                          deps.client, deps.request_close, self.aborts)
+                                          deps.client, deps.request_close, knowledge, self.aborts)
+        self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
+        self.dispatcher.causal = self.causal
+        config.get_steering = causal_steering(self.causal, config.get_steering, self.deliver_injection)
+
+    def _messages(self) -> list[AgentMessage]:
+        return self.agent.messages
+
+    def _steer(self, message: AgentMessage) -> None:
+        self.agent.steer(message)
+
+    def _wire_checklists(self) -> None:
+        """Completion audits and checklist progress (issue 21): both read the transcript and the todo list."""
+        self.tools.auditor = Auditor(self.transcript, self.todo, self.skills, self.outbox, self.deps.registry)
+        self.progress = ChecklistProgress(self.transcript, self.todo, self.skills, self.outbox)
+        self.recorder.after_tool_result.append(self.progress.publish)
+        self.protocol.extra_anchors.append(self.progress.anchor)
 
     async def _emit(self, event: AgentEvent) -> None:
         # The recorder needs the protocol, which needs the Agent: the Agent reaches it through here.
@@ -138,6 +177,7 @@ class Session:
                 await self.transcript.append_skill(skill.name, skill.type, None, preloaded=True)
         await repair_interrupted_run(self.transcript)
         self.protocol.restore_context()
+        await self.progress.publish(force=True)  # a client sees where the workflow stands after a wake
 
     def interrupted(self) -> bool:
         return interrupted(self.transcript)
@@ -171,6 +211,8 @@ class Session:
         if self.closed:
             raise LeaseLost(self.sid)
         await self.lease.check()
+        if self.disk is not None:
+            await self.disk.hold()  # last: held until the caller's write, which follows with no await
 
     def touch(self) -> None:
         self.last_activity = asyncio.get_running_loop().time()
@@ -225,3 +267,8 @@ class Session:
         if self.loop_task is not None and self.loop_task is not asyncio.current_task():
             self.loop_task.cancel()
             await asyncio.wait({self.loop_task}, timeout=5.0)
+
+    def release_disk(self) -> None:
+        """After the last write (the worker's close or drop): the fence file's descriptor goes."""
+        if self.disk is not None:
+            self.disk.close()

@@ -19,6 +19,8 @@ from xml.sax.saxutils import escape, quoteattr
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from shared.checklist import Checklist, parse_checklist
+
 SkillType = Literal["workflow", "reference"]
 SKILL_TYPES: tuple[SkillType, ...] = ("workflow", "reference")
 SKILL_FILE = "SKILL.md"
@@ -62,6 +64,8 @@ class SkillManifest(BaseModel):
     description: str
     conflicts_with: list[str] = []
     requires_skills: list[str] = []
+    # `metadata.checklist`: a YAML file beside SKILL.md with the audited steps (shared/checklist.py).
+    checklist: Checklist | None = None
 
 
 class Skill(BaseModel):
@@ -189,7 +193,25 @@ def load_skill(skill_dir: Path, root_name: str) -> Skill:
     except UnicodeDecodeError as exc:
         raise SkillError("not UTF-8 text", file=file, field="SKILL.md") from exc
     data, body = split_frontmatter(text, file)
-    return Skill(manifest=parse_manifest(data, skill_dir.name, file), body=body, path=file)
+    manifest = parse_manifest(data, skill_dir.name, file)
+    checklist_file = data["metadata"].get("checklist")
+    if checklist_file is not None:
+        manifest = manifest.model_copy(update={"checklist": load_checklist(skill_dir, checklist_file, file)})
+    return Skill(manifest=manifest, body=body, path=file)
+
+
+def load_checklist(skill_dir: Path, name: str, file: str) -> Checklist:
+    """`metadata.checklist`: a file name in the skill's own directory (no paths: the skill stays portable)."""
+    field = "metadata.checklist"
+    if "/" in name or "\\" in name or name.startswith("."):
+        raise SkillError(f"{name!r} must be a file name in the skill directory", file=file, field=field)
+    path = skill_dir / name
+    if not path.is_file():
+        raise SkillError(f"{name!r} not found beside {SKILL_FILE}", file=file, field=field)
+    try:
+        return parse_checklist(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except (yaml.YAMLError, ValueError, UnicodeDecodeError) as exc:
+        raise SkillError(f"{name}: {exc}", file=file, field=field) from exc
 
 
 def load_skills(directory: Path) -> dict[str, Skill]:

@@ -15,6 +15,7 @@ from shared.disk import SessionPaths, workspace_files
 from shared.quota import WorkspaceQuota
 from shared.settings import Settings
 
+from .audit import Auditor
 from .engine.types import StreamFn
 from .events import Outbox
 from .sandbox import Sandbox
@@ -55,6 +56,7 @@ class SessionToolHost:
         self.client = client  # Redis: a subagent answers through the session's inbox
         self.background = background
         self.viewable_files: list[str] = workspace_files(paths.workspace)  # server-owned projection
+        self.auditor: Auditor | None = None  # set by the session (completion audits)
 
     async def guard(self) -> None:
         await self._guard()
@@ -109,3 +111,6 @@ class SessionToolHost:
     async def message_user(self, message: str, block_on_user: bool, tool_call_id: str) -> None:
         await self.outbox.event("message_user", {"message": message, "block_on_user": block_on_user,
                                                  "tool_call_id": tool_call_id})
+
+    async def audit_completion(self, message: str, tool_call_id: str) -> str | None:
+        return None if self.auditor is None else await self.auditor.check(message, tool_call_id)

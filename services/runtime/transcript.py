@@ -7,6 +7,7 @@ from the file, so a new holder never records the same prompt or injection twice.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -54,9 +55,10 @@ def now_iso() -> str:
 
 
 class Transcript:
-    def __init__(self, path: Path, guard: Guard) -> None:
+    def __init__(self, path: Path, guard: Guard, written: Callable[[], None] | None = None) -> None:
         self.path = path
         self._guard = guard
+        self._written = written  # once a batch is readable, before its fsync: the disk fence's unlock
         self.entries: list[TranscriptEntry] = []
         self._ids: set[str] = set()
         self.prompts: dict[str, str] = {}  # prompt_id -> entry id
@@ -65,10 +67,11 @@ class Transcript:
         self.told: dict[str, tuple[int, str]] = {}
         self.compactions: set[str] = set()  # request ids
         self._context: tuple[int, list[AgentMessage]] | None = None
+        self._appending = asyncio.Lock()
 
     @classmethod
-    def load(cls, path: Path, guard: Guard) -> Transcript:
-        t = cls(path, guard)
+    def load(cls, path: Path, guard: Guard, written: Callable[[], None] | None = None) -> Transcript:
+        t = cls(path, guard, written)
         for entry in read_entries(path):
             t._index(entry)
         return t
@@ -140,11 +143,29 @@ class Transcript:
         await self._append(batch)
         return batch
 
+    async def append_entry(self, entry: TranscriptEntry) -> TranscriptEntry:
+        """An entry built by its owner (e.g. an `AuditEntry`, services/runtime/audit.py)."""
+        await self._append([entry])
+        return entry
+
+    def new_id(self) -> str:
+        return self._new_id()
+
     async def _append(self, batch: list[TranscriptEntry]) -> None:
-        await self._guard()
-        append_jsonl(self.path, [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in batch])
-        for e in batch:
-            self._index(e)
+        """One append at a time: the guard may await (a lease renewal, the disk fence), and two appends
+        that both built their entry on the same leaf (parallel tool calls each activating a skill) would
+        fork the chain. The batch is linked to the leaf and stamped after the guard, right before the
+        write, so the file's order, parents and timestamps agree."""
+        async with self._appending:
+            await self._guard()
+            batch[0].parent_id = self.leaf_id
+            stamp = now_iso()
+            for e in batch:
+                e.timestamp = stamp
+            append_jsonl(self.path, [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in batch],
+                         visible=self._written)
+            for e in batch:
+                self._index(e)
 
     def _index(self, entry: TranscriptEntry) -> None:
         self.entries.append(entry)

@@ -30,9 +30,10 @@ from shared.settings import Settings
 from shared.tokens import TokenCounter
 from shared.trim import trim_acked, trim_all
 
+from .diskfence import DiskFence, DiskFenceBusy, FenceBehind
 from .engine.openai_stream import ModelSettings
 from .events import BusPublish, Outbox
-from .lease import Lease, LeaseLost, renew_all, wait_no_dormant_write
+from .lease import Lease, LeaseLost, raise_fence, renew_all, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps
 from .skills import Skill
@@ -81,24 +82,53 @@ class Worker:
 
     async def on_wake(self, wake: Wake) -> None:
         async with self._lock(wake.session_id):
-            if wake.session_id in self.sessions:
-                return
-            lease, locked, row = await Lease.acquire_for_wake(self.client, wake.session_id, self.worker_id,
-                                                              self.settings.lease_ms)
-            if lease is None:
-                log.info("wake_ignored_live_elsewhere", session_id=wake.session_id)
-                return
-            try:
-                if locked:  # the proxy is writing dormant state: read the disk after it is done
-                    row = await wait_no_dormant_write(self.client, wake.session_id)
-                await self._open(wake, lease, row)
-            except Exception:
-                with contextlib.suppress(Exception):
+            for _ in range(2):  # a second time only when the disk's fence was ahead of Redis's counter
+                if wake.session_id in self.sessions:
+                    return
+                lease, locked, row = await Lease.acquire_for_wake(self.client, wake.session_id, self.worker_id,
+                                                                  self.settings.lease_ms)
+                if lease is None:
+                    log.info("wake_ignored_live_elsewhere", session_id=wake.session_id)
+                    return
+                try:
+                    if locked:  # the proxy is writing dormant state: read the disk after it is done
+                        row = await wait_no_dormant_write(self.client, wake.session_id)
+                    await self._open(wake, lease, row)
+                    return
+                except FenceBehind as behind:
+                    if not lease.valid_now():  # it expired while the claim waited: a newer holder claimed
+                        log.info("wake_ignored_claimed_meanwhile", session_id=wake.session_id)
+                        return
+                    # Held, yet the disk saw a newer fence: Redis lost its counter (restore, failover).
+                    log.warning("fence_behind_disk", session_id=wake.session_id, fence=lease.fence,
+                                stored=behind.stored)
+                    await raise_fence(self.client, wake.session_id, behind.stored)
                     await lease.release()
-                raise
+                except DiskFenceBusy:
+                    # The session's last holder is frozen inside a write (it holds the fence's lock): let
+                    # the lease go; the orphan scan tries again, and it succeeds once that process
+                    # resumes (its write then lands before our read) or dies.
+                    log.warning("wake_waits_for_frozen_writer", session_id=wake.session_id)
+                    with contextlib.suppress(Exception):
+                        await lease.release()
+                    return
+                except Exception:
+                    with contextlib.suppress(Exception):
+                        await lease.release()
+                    raise
 
     async def _open(self, wake: Wake, lease: Lease, row: dict[str, str]) -> None:
         sid = wake.session_id
+        paths = session_paths(self.settings.data_dir, sid)
+        # Before anything is read: a holder that lost the session (paused past its lease) can no longer
+        # write once this is stored, and whatever it wrote before is on disk now (diskfence.py).
+        disk = DiskFence(paths.fence, sid, lease.fence, lock_timeout_s=self.settings.lease_ms * 3 / 1000)
+        try:
+            await disk.claim(until=lease.valid_until)  # a frozen writer holding the lock: wait, not past the lease
+            await lease.check()  # the claim may have waited on a frozen writer: still ours?
+        except BaseException:
+            disk.close()
+            raise
         model = ModelConfig.model_validate_json(row["model"]) if row.get("model") else ModelConfig()
         variant = row.get("variant", "base")
         system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]
@@ -108,7 +138,6 @@ class Worker:
                            request_close=self._request_close,
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))
-        paths = session_paths(self.settings.data_dir, sid)
         outbox = Outbox(self.client, sid, self.bus, fence=lease.check,
                         coalesce_s=self.settings.delta_coalesce_ms / 1000)
         session = Session(deps, paths, lease, outbox,
@@ -120,8 +149,13 @@ class Worker:
                                         max_retries=self.settings.model_max_retries,
                                         retry_base_s=self.settings.model_retry_base_s,
                                         retry_max_s=self.settings.model_retry_max_s),
-                          wake.wake_id, context_window=model.context_window or self.settings.context_window)
-        await session.restore()
+                          wake.wake_id, context_window=model.context_window or self.settings.context_window,
+                          disk=disk)
+        try:
+            await session.restore()
+        except BaseException:
+            disk.close()
+            raise
         self.sessions[sid] = session
         # SessionLive first: the notifications service starts sending pending injections on it, while
         # the status event (and the live-session score) are for clients and the orphan scan only.
@@ -232,6 +266,7 @@ class Worker:
         self.sessions.pop(session.sid, None)
         session.closed = True
         await session.shutdown()
+        session.release_disk()
 
     def _request_close(self, sid: str, reason: str) -> None:
         task = asyncio.ensure_future(self.close(sid, reason))
@@ -267,6 +302,8 @@ class Worker:
             except LeaseLost:
                 log.warning("lease_lost_at_close", session_id=sid)
                 await self._answer_stops(session, 409, {"error": "the session moved to another worker; suspend it again"})
+            finally:
+                session.release_disk()
 
     async def _answer_stops(self, session: Session, status: int, body: dict[str, Any]) -> None:
         """After the release: unfenced (the lease is gone on purpose)."""

@@ -19,7 +19,7 @@ class ArtifactChange(Contract):
     `sessions/{sid}/.blobs/{blob}` (shared/blobs.py) the producer wrote, `sha256` and `size`
     describe it; the digest copies it into the ref's revisions and removes it. `document` carries a
     deck's new JSON. `deleted` marks removal. `digest` is a client-supplied digest text
-    (X-Gamma-Digest) that wins over a computed one.
+    (X-Gamma-Digest) that wins over a computed one. `seq`: see `shared/causal.py`.
     """
 
     id: str = Field(default_factory=lambda: new_id("c_"))
@@ -35,4 +35,7 @@ class ArtifactChange(Contract):
     document: dict[str, Any] | None = None
     deleted: bool = False
     digest: str | None = None
+    # The proxy's number for a change it acknowledged (shared/causal.py): the digest removes it from the
+    # session's in-flight set once the change is delivered or dismissed. None: not tracked (agent changes).
+    seq: int | None = Field(None, ge=1)
     ts: int = Field(default_factory=now_ms)

@@ -31,6 +31,8 @@ EventType = Literal[
     "compaction",
     "error",
     "run_aborted",
+    "audit",
+    "checklist",
 ]
 
 
@@ -88,3 +90,31 @@ class UiUpdateData(Contract):
     leave the client's document behind: it fetches `GET /ui` again and merges it."""
 
     update: str
+
+
+class ChecklistStepData(Contract):
+    id: str
+    title: str
+    kind: Literal["required", "verification", "optional"]
+    status: Literal["done", "pending", "skipped"]
+
+
+class ChecklistData(Contract):
+    """`checklist`: where the agent is in an active workflow (issue 21). `current` is the 1-based
+    step it is on (the first audited step still pending; total + 1 when none is left); `done` counts
+    done steps. Sent when a step's status changes, after a wake and after a compaction."""
+
+    workflow: str
+    current: int
+    total: int
+    done: int
+    steps: list[ChecklistStepData]
+
+
+class AuditData(Contract):
+    """`audit`: a completion audit's outcome (the transcript's `audit` entry)."""
+
+    workflow: str
+    outcome: Literal["passed", "blocked", "deviations_reported", "deviations_unreported"]
+    missing: list[str]
+    tool_call_id: str

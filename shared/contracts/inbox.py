@@ -1,7 +1,7 @@
 """`gamma:{sid}:inbox`: everything that enters a live session, discriminated by `type`.
 
 Producers: proxy (prompts, UI/file/document writes, stop, compact), notifications (injections,
-barrier), digest (artifact injections), compaction (results). Consumer: the lease holder.
+barrier), digest (artifact injections, changes settled), compaction (results). Consumer: the lease holder.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ class UserPrompt(_InboxBase):
     message: str
     client_context: PromptClientContext | None = None
     on_busy: OnBusy = "steer"
+    # Causal order (shared/causal.py): the newest artifact change still in flight when the proxy
+    # accepted the prompt; the runtime holds the prompt until the digest settled every change up to it.
+    after_seq: int | None = Field(None, ge=1)
     # Only for the run the sender saw (Codex's expectedTurnId): the runtime refuses the prompt (409
     # on `request_id`, nothing queued) when that run has ended. Set together with `request_id`.
     expected_run_id: str | None = Field(None, pattern=RUN_ID)
@@ -89,6 +92,14 @@ class Barrier(_InboxBase):
     source: Literal["notifications"] = "notifications"
 
 
+class ChangesSettled(_InboxBase):
+    """Sent by the digest after a `FlushRequest`: every artifact change of the session numbered up to
+    `upto` is delivered (its `artifact_update` precedes this entry in the inbox) or dismissed."""
+
+    type: Literal["changes_settled"] = "changes_settled"
+    upto: int = Field(ge=1)
+
+
 class CompactionReady(_InboxBase):
     type: Literal["compaction_ready"] = "compaction_ready"
     request_id: str
@@ -126,7 +137,7 @@ class Abort(_InboxBase):
 
 InboxMessage = Annotated[
     UserPrompt | Injection | UiUpdate | FileWrite | DocumentEdit | Barrier | CompactionReady | Compact | Stop
-    | Abort,
+    | ChangesSettled | Abort,
     Field(discriminator="type"),
 ]
 INBOX_ADAPTER: TypeAdapter[InboxMessage] = TypeAdapter(InboxMessage)

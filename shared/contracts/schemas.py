@@ -11,6 +11,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from . import (
     artifacts,
+    causal,
     compaction,
     deadletter,
     documents,
@@ -39,6 +40,7 @@ CONTRACTS: dict[str, type[BaseModel] | TypeAdapter[Any]] = {
     "stream.artifact_changes": artifacts.ArtifactChange,
     "stream.injections_recorded": recorded.InjectionRecorded,
     "stream.compaction_requests": compaction.CompactionRequest,
+    "stream.digest_flush": causal.FlushRequest,
     "stream.notifications": notifications.NotificationSubmit,
     "stream.deadletter": deadletter.DeadLetter,
     # disk files

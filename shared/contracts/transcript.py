@@ -54,6 +54,32 @@ class CompactionEntry(_Entry):
     request_id: str | None = None
 
 
+class AuditStep(CamelContract):
+    """One checklist step as a completion audit saw it (shared/checklist.py)."""
+
+    id: str
+    title: str
+    kind: Literal["required", "verification", "optional"]
+    status: Literal["done", "pending", "skipped"]
+
+
+AuditOutcome = Literal["passed", "blocked", "deviations_reported", "deviations_unreported"]
+
+
+class AuditEntry(_Entry):
+    """A completion audit (issue 21): a blocking message_user checked against an active workflow's
+    checklist. `blocked`: steps were missing the first time, the message was refused with an error
+    naming them; later completions yield and say whether the message reported each deviation.
+    Not a model message: replay (shared/context.py) skips it; the model saw the tool result."""
+
+    type: Literal["audit"] = "audit"
+    workflow: str
+    outcome: AuditOutcome
+    tool_call_id: str
+    missing: list[str] = Field(default_factory=list)
+    steps: list[AuditStep] = Field(default_factory=list)
+
+
 class ModelChangeEntry(_Entry):
     type: Literal["model_change"] = "model_change"
     provider: str = "openai"
@@ -61,7 +87,8 @@ class ModelChangeEntry(_Entry):
 
 
 TranscriptEntry = Annotated[
-    SessionHeader | MessageEntry | CustomMessageEntry | SkillActivationEntry | CompactionEntry | ModelChangeEntry,
+    SessionHeader | MessageEntry | CustomMessageEntry | SkillActivationEntry | CompactionEntry | ModelChangeEntry
+    | AuditEntry,
     Field(discriminator="type"),
 ]
 ENTRY_ADAPTER: TypeAdapter[TranscriptEntry] = TypeAdapter(TranscriptEntry)

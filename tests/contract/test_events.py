@@ -16,6 +16,8 @@ from services.proxy.routes.events import event_frames
 from services.runtime.events import Outbox
 from shared import keys
 from shared.contracts.events import (
+    AuditData,
+    ChecklistData,
     EventType,
     MessageUserData,
     ModelRequestData,
@@ -50,7 +52,7 @@ async def sse_events(client: aioredis.Redis, start: str, n: int) -> list[tuple[s
 
 def typed_data(event: SessionEvent) -> object:
     return {"message_user": MessageUserData, "status": StatusData, "model_request": ModelRequestData,
-            "run_aborted": RunAbortedData}.get(event.type, dict)
+            "checklist": ChecklistData, "audit": AuditData, "run_aborted": RunAbortedData}.get(event.type, dict)
 
 
 async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> None:
@@ -61,6 +63,12 @@ async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> Non
         "run_aborted": {"run_id": "run_ab12", "reason": "user", "kept": 1},
         "model_request": {"prefix_sha256": "ab" * 32, "prompt_tokens": 900, "shared_prefix_tokens": 800,
                           "encoding": "o200k_base", "message_count": 5},
+        "checklist": {"workflow": "deck-generation", "current": 2, "total": 3, "done": 1, "steps": [
+            {"id": "brief", "title": "Write the brief", "kind": "required", "status": "done"},
+            {"id": "validate", "title": "Validate", "kind": "verification", "status": "pending"},
+            {"id": "research", "title": "Research", "kind": "optional", "status": "pending"}]},
+        "audit": {"workflow": "deck-generation", "outcome": "blocked", "missing": ["validate"],
+                  "tool_call_id": "call_2"},
     }
 
     async def no_bus(stream: str, message: BaseModel) -> None:

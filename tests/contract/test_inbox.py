@@ -14,6 +14,7 @@ from shared.contracts.deadletter import DeadLetter
 from shared.contracts.inbox import (
     Abort,
     Barrier,
+    ChangesSettled,
     Compact,
     CompactionReady,
     DocumentEdit,
@@ -51,6 +52,7 @@ def every_message() -> list[InboxMessage]:
         DocumentEdit(session_id=SID, doc="deck1", op="patch", document={"cards": [{"id": "c1"}]}, if_match=2),
         DocumentEdit(session_id=SID, doc="deck1", op="put", document={"title": "t", "cards": []}),
         Barrier(session_id=SID, wake_id="w1"),
+        ChangesSettled(session_id=SID, upto=42),
         CompactionReady(session_id=SID, request_id="cr_1", summary="## Goal", first_kept_entry_id="e8",
                         upto_entry_id="e10", tokens_before=100, details={"readFiles": ["a"]}),
         CompactionReady(session_id=SID, request_id="cr_2", first_kept_entry_id="e8", upto_entry_id="e10",

@@ -63,11 +63,12 @@ def test_the_schema_rejects_broken_variants(compose: dict[str, Any], validator: 
 
 
 def gamma(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: svc for name, svc in compose["services"].items() if name != "redis"}
+    return {name: svc for name, svc in compose["services"].items() if name != "redis" and "profiles" not in svc}
 
 
 def test_the_five_services_and_redis(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == GAMMA_SERVICES | {"redis"}
+    default = {name for name, svc in compose["services"].items() if "profiles" not in svc}
+    assert default == GAMMA_SERVICES | {"redis"}
 
 
 def test_every_command_is_a_real_entry_point_of_its_service(compose: dict[str, Any]) -> None:
@@ -88,6 +89,8 @@ def test_redis_persists_with_aof_on_a_volume(compose: dict[str, Any]) -> None:
 
 def test_healthchecks_everywhere_and_ordered_startup(compose: dict[str, Any]) -> None:
     for name, svc in compose["services"].items():
+        if "profiles" in svc:
+            continue  # the cluster trial: test_the_cluster_profile_starts_six_cluster_nodes_and_joins_them
         test = svc["healthcheck"]["test"]
         assert test[0] == "CMD", name
         if name != "redis":
@@ -142,9 +145,33 @@ def test_every_env_var_is_a_real_setting(compose: dict[str, Any]) -> None:
         env = svc["environment"]
         assert set(env) <= known, set(env) - known
         assert env["GAMMA_HOST"] == "0.0.0.0", "containers must listen beyond loopback"
-        assert env["REDIS_URL"].startswith("redis://redis:")
+        assert env["REDIS_URL"] == "${GAMMA_COMPOSE_REDIS_URL:-redis://redis:6379/0}", "the single Redis by default"
 
 
 def test_runtime_gets_time_to_persist_live_sessions(compose: dict[str, Any]) -> None:
     grace = compose["services"]["runtime"]["stop_grace_period"]
     assert grace.endswith("s") and int(grace[:-1]) >= 30
+
+
+CLUSTER_NODES = {f"redis-cluster-{i}" for i in range(1, 7)}
+
+
+def test_the_cluster_profile_starts_six_cluster_nodes_and_joins_them(compose: dict[str, Any]) -> None:
+    profiled = {name: svc for name, svc in compose["services"].items() if "profiles" in svc}
+    assert set(profiled) == CLUSTER_NODES | {"redis-cluster-init"}
+    assert all(svc["profiles"] == ["cluster"] for svc in profiled.values())
+    for name in CLUSTER_NODES:
+        command = profiled[name]["command"]
+        assert command[0] == "redis-server"
+        assert command[command.index("--cluster-enabled") + 1] == "yes"
+        assert "ports" not in profiled[name], "the trial cluster stays inside the compose network"
+        assert profiled[name]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    init = profiled["redis-cluster-init"]
+    script = init["command"][-1]
+    assert "--cluster create" in script and "--cluster-replicas 1" in script and "--cluster-yes" in script
+    assert "cluster_state:ok" in script
+    assert all("redis-cluster-$$i" in script or n in script for n in CLUSTER_NODES)
+    assert {n: c["condition"] for n, c in init["depends_on"].items()} == dict.fromkeys(CLUSTER_NODES, "service_healthy")
+    # The services reach it by an override of the default URL (any node names the cluster).
+    for svc in gamma(compose).values():
+        assert "GAMMA_COMPOSE_REDIS_URL" in svc["environment"]["REDIS_URL"]

@@ -28,7 +28,7 @@ VALIDATE_JS = Path(__file__).with_name("asyncapi_validate.mjs")
 SERVICE_STREAMS = {
     "WAKE": keys.WAKE, "LIFECYCLE": keys.LIFECYCLE, "ARTIFACT_CHANGES": keys.ARTIFACT_CHANGES,
     "INJECTIONS_RECORDED": keys.INJECTIONS_RECORDED, "COMPACTION_REQUESTS": keys.COMPACTION_REQUESTS,
-    "NOTIFICATIONS": keys.NOTIFICATIONS,
+    "NOTIFICATIONS": keys.NOTIFICATIONS, "DIGEST_FLUSH": keys.DIGEST_FLUSH,
 }
 # DESIGN.md "Streams": who reads each service-level stream, as (stream, group).
 EXPECTED_GROUPS = {
@@ -37,6 +37,7 @@ EXPECTED_GROUPS = {
     (keys.ARTIFACT_CHANGES, "digest"),
     (keys.INJECTIONS_RECORDED, "notifications"), (keys.INJECTIONS_RECORDED, "digest"),
     (keys.COMPACTION_REQUESTS, "compaction"),
+    (keys.DIGEST_FLUSH, "digest"),  # causal order (issue 17): the runtime asks for a flush now
     (keys.NOTIFICATIONS, "notifications"),
 }
 

@@ -199,3 +199,20 @@ def test_prod_uses_external_redis_and_more_replicas() -> None:
     for d in deployments.values():
         env = {e["name"]: e for e in container(d)["env"]}
         assert env["REDIS_URL"]["valueFrom"]["secretKeyRef"]["name"] == "gamma-redis"
+
+
+def test_prod_documents_a_redis_cluster_url_the_services_accept() -> None:
+    """The prod overlay's example cluster URL is one the services take (db 0), a cluster URL with
+    another db is refused at start-up, and the WAIT setting it sets is a real one."""
+    from shared.redis_cluster import cluster_url
+
+    text = (ROOT / "deploy" / "k8s" / "overlays" / "prod" / "kustomization.yaml").read_text()
+    examples = [line.split()[-1] for line in text.splitlines() if line.startswith("#   rediss://")]
+    assert examples, "the overlay shows a Redis Cluster URL"
+    for url in examples:
+        assert cluster_url(url) == url.rsplit("/", 1)[0]
+        with pytest.raises(ValueError, match="only db 0"):
+            cluster_url(url.rsplit("/", 1)[0] + "/3")
+    (config,) = [c for c in of_kind(render("prod"), "ConfigMap") if c["metadata"]["name"].startswith("gamma-config")]
+    assert config["data"]["GAMMA_REDIS_WAIT_MS"] == "250"
+    assert {"GAMMA_REDIS_CLUSTER", "GAMMA_REDIS_WAIT_MS"} <= setting_env_names()

@@ -83,6 +83,9 @@ def recovery(env: Env) -> Recovery:
         reply(call("todo", items=TODO)),
         reply(call("bash", command="sleep 6")),
         done("The cards are being built."),
+        # deck-generation is active and its steps are not done: the completion audit refuses the
+        # first blocking message; the second, naming the deviations, yields (services/runtime/audit.py)
+        done("The cards are being built. Deviations: brief, validate and the rest wait for the next turn."),
     )
     start(env, sid, "Create a deck about tidal energy for the board meeting.")
     env.d.wait_event(sid, lambda e: e["type"] == "tool_execution_start" and e["data"]["toolName"] == "bash",
@@ -93,7 +96,7 @@ def recovery(env: Env) -> Recovery:
     wait_phase(env, sid, "applied")
     wait_runs(env, sid, 1)
     requests = list(env.model.requests)
-    assert len(requests) == 4, [text_of(r)[-200:] for r in requests]
+    assert len(requests) == 5, [text_of(r)[-200:] for r in requests]
     return Recovery(sid=sid, before=requests[2], after=requests[3], requests=requests, request_id=rid)
 
 

@@ -75,13 +75,16 @@ def test_deck_scenario_parallel_skills_todo_brief_deck_and_yield(rt: Stack, d: D
     deck = json.loads((ws / "documents" / "deck.json").read_text())
     assert len(deck["cards"]) == 5 and deck["revision"] == 1
     todo = json.loads((ws / "todo.json").read_text())
-    assert {i["status"] for i in todo["items"]} == {"complete"} and todo["revision"] == 4
+    assert {i["status"] for i in todo["items"]} == {"complete"} and todo["revision"] == 2
+    # every step of deck-generation's checklist was done, so the completion audit passed first time
+    assert [(e["workflow"], e["outcome"]) for e in entries if e["type"] == "audit"] == [("deck-generation", "passed")]
     msgs = d.message_users(sid)
     assert [m["block_on_user"] for m in msgs] == [False, True]
     state = json.loads((ws / "state.json").read_text())
     assert any(t["ari"] == "gamma:file:deck" for t in state["tabs"].values())
     changes = [c for c in stream_payloads(d.r, keys.ARTIFACT_CHANGES) if c["session_id"] == sid]
-    assert {(c["ref"], c["actor"]) for c in changes} == {("file:brief.xml", "agent"), ("gamma:file:deck", "agent")}
+    assert {(c["ref"], c["actor"]) for c in changes} == {("file:brief.xml", "agent"), ("file:deck.json", "agent"),
+                                                         ("gamma:file:deck", "agent")}
     file_change = next(c for c in changes if c["kind"] == "file")
     assert "content_b64" not in file_change and file_change["blob"] and file_change["size"] > 0
 

@@ -23,7 +23,8 @@ from tests.support.stack import SERVICES, Stack
 
 GROUPS: dict[str, list[tuple[str, str]]] = {
     "runtime": [(keys.WAKE, keys.RUNTIME_GROUP)],
-    "digest": [(keys.ARTIFACT_CHANGES, "digest"), (keys.LIFECYCLE, "digest"), (keys.INJECTIONS_RECORDED, "digest")],
+    "digest": [(keys.ARTIFACT_CHANGES, "digest"), (keys.LIFECYCLE, "digest"), (keys.INJECTIONS_RECORDED, "digest"),
+               (keys.DIGEST_FLUSH, "digest")],
     "compaction": [(keys.COMPACTION_REQUESTS, "compaction")],
     "notifications": [(keys.NOTIFICATIONS, "notifications"), (keys.LIFECYCLE, "notifications"),
                       (keys.INJECTIONS_RECORDED, "notifications")],

@@ -47,7 +47,7 @@ def dispatcher(host: Host, handlers: dict[type, Any] | None = None, request_clos
 
     wake = NoForms(host)
     return InboxDispatcher(host, wake, wake, handlers or {}, recorded, None, request_close,  # type: ignore[arg-type]
-                           NoRuns())  # type: ignore[arg-type]
+                           aborts=NoRuns())  # type: ignore[arg-type]
 
 
 def entry(entry_id: str, message: Any) -> InboxEntry:
@@ -134,3 +134,21 @@ async def test_an_injection_without_an_inbox_entry_is_queued_with_nothing_to_ack
     [pending] = host.protocol.pending.values()
     assert pending.source_id == "form:f1:submitted" and pending.entry_ids == []
     assert host.started == [] and host.acked == []  # no active task: waits for the next prompt
+
+
+async def test_the_same_prompt_twice_at_a_wake_starts_one_turn_and_waits_for_its_record(tmp_path: Path) -> None:
+    """Two inbox entries with one prompt id (an append retried, or an entry claimed from the last holder
+    as it was also read) before the barrier: one turn, nothing steered, the twin acked with the record."""
+    host = Host(tmp_path)
+    d = dispatcher(host)
+    await host.transcript.ensure_header()
+    prompt = UserPrompt(session_id="s1", message="once")
+    await d.handle(entry("1-0", prompt))
+    await d.handle(entry("2-0", prompt))
+    await d.pass_barrier()
+    [turn] = host.started
+    assert turn is not None and [p.entry_id for p in turn.prompts] == ["1-0"]
+    host.is_running = True
+    await d.handle(entry("3-0", prompt))  # once more while its run goes on
+    assert host.agent.queued() == [] and host.acked == []
+    assert host.protocol.pending_prompt(prompt.prompt_id).twins == ["2-0", "3-0"]  # type: ignore[union-attr]

@@ -36,7 +36,8 @@ async def test_the_loop_config_is_built_with_the_compactor_hooks(tmp_path: Path)
     assert config.before_model_call == session.compactor.before_model_call
     assert config.stream is not session.stream  # wrapped once, when the config was built
     assert session.compactor.context_window == 8_000 and session.compactor.model == "m1"
-    assert config.prepare_batch == session.toolset.prepare_batch
+    # The skill rules wrap the toolset's preflight (services/runtime/skill_rules.py).
+    assert config.prepare_batch == session.rules.prepare_batch and session.rules.inner == session.toolset.prepare_batch
 
 
 async def test_the_parts_share_the_sessions_state(tmp_path: Path) -> None:

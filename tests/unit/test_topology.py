@@ -44,6 +44,7 @@ def test_the_trimmer_waits_for_every_group_of_the_topology() -> None:
         keys.LIFECYCLE: frozenset({"digest", "notifications"}),
         keys.INJECTIONS_RECORDED: frozenset({"digest", "notifications"}),
         keys.COMPACTION_REQUESTS: frozenset({"compaction"}),
+        keys.DIGEST_FLUSH: frozenset({"digest"}),
         keys.NOTIFICATIONS: frozenset({"notifications"}),
         keys.WAKE: frozenset({"runtime"}),
     } == trim.EXPECTED_GROUPS
@@ -52,6 +53,6 @@ def test_the_trimmer_waits_for_every_group_of_the_topology() -> None:
 def test_the_metrics_collector_reads_the_services_streams() -> None:
     stats = metrics.StreamStats(client=None, service="digest")  # type: ignore[arg-type]
     assert (stats.group, set(stats.streams)) == (
-        "digest", {keys.ARTIFACT_CHANGES, keys.LIFECYCLE, keys.INJECTIONS_RECORDED},
+        "digest", {keys.ARTIFACT_CHANGES, keys.LIFECYCLE, keys.INJECTIONS_RECORDED, keys.DIGEST_FLUSH},
     )
     assert metrics.StreamStats(client=None, service="proxy").streams == ()  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from shared.disk import SessionPaths, session_paths
 from shared.write_model import DocOp, Refused
 
 from ..artifacts import client_digest, document_changed
-from ..deps import Proxy, get_proxy
+from ..deps import Proxy, get_proxy, tracking
 from ..errors import ApiError
 from ..liveness import apply_if_dormant, owned_session, refused
 from ..rows import SessionState
@@ -101,7 +101,8 @@ async def _edit(
         write_model.edit_document, paths, doc, op, document, if_match, create=False))
     if applied is not None:
         new = applied.value
-        await document_changed(proxy.broker, sid, doc, new.model_dump(mode="json"), new.revision - 1, new.revision, digest)
+        await document_changed(proxy.broker, sid, doc, new.model_dump(mode="json"), new.revision - 1, new.revision, digest,
+                               track=tracking(proxy))
         return _deck_response(new)
     current = read_deck(paths, doc) if op == "patch" else None
     if current is not None:
@@ -113,5 +114,6 @@ async def _edit(
     reply = await proxy.forward(message)
     revision = reply.body.get("revision")
     if isinstance(revision, int) and reply.status == 200:
-        await document_changed(proxy.broker, sid, doc, reply.body, revision - 1 if revision > 0 else None, revision, digest)
+        await document_changed(proxy.broker, sid, doc, reply.body, revision - 1 if revision > 0 else None, revision, digest,
+                               track=tracking(proxy))
     return _deck_response(reply.body, reply.status)

@@ -9,7 +9,7 @@ import structlog
 from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse, Response
 
-from shared import inbox, keys
+from shared import causal, dormancy, inbox, keys
 from shared.bus import publish
 from shared.contracts.http import (
     CompactBody,
@@ -104,9 +104,8 @@ async def list_sessions(
 @router.get("/{sid}", response_model=SessionView, responses=ERRORS)
 async def get_session(state: SessionState = Depends(owned_session),
                       proxy: Proxy = Depends(get_proxy)) -> SessionView:
-    usage = await proxy.redis.hgetall(keys.model_usage(state.row.id))  # type: ignore[misc]
-    return state.view().model_copy(update={"model_usage": ModelUsage.of(
-        {k.decode() if isinstance(k, bytes) else k: int(v) for k, v in usage.items()})})
+    usage = await dormancy.read_usage(proxy.redis, state.row.id)  # the live hash plus what sweeps folded
+    return state.view().model_copy(update={"model_usage": ModelUsage.of(usage)})
 
 
 @router.post("/{sid}/messages", status_code=202, response_model=MessageAccepted,
@@ -123,8 +122,11 @@ async def post_message(
             except AriError as exc:
                 raise ApiError(422, f"client_context.visibleTabs: tab {tab.tab_id!r} has an invalid ARI: {exc}") from exc
     status = state.status()
+    # Causal order (shared/causal.py): the newest write acknowledged before this prompt whose digest is
+    # still on its way; the runtime holds the prompt until it is delivered.
+    after = await causal.watermark(proxy.redis, sid) if proxy.settings.causal_wait_ms > 0 else None
     prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy,
-                        expected_run_id=body.expected_run_id)
+                        after_seq=after, expected_run_id=body.expected_run_id)
     if body.expected_run_id is not None:
         return await post_to_run(proxy, state, prompt)
     if status == "live":

@@ -31,7 +31,7 @@ from shared.disk import PathRefused, check_size, session_paths, split_workspace_
 from shared.quota import WorkspaceQuota
 
 from ..artifacts import BlobRef, client_digest, file_changed
-from ..deps import Proxy, get_proxy
+from ..deps import Proxy, get_proxy, tracking
 from ..liveness import apply_if_dormant, owned_session
 from ..rows import SessionState
 
@@ -141,7 +141,7 @@ async def write_file(
         quota=workspace_quota, must_exist=True))
     if applied is not None:
         blob = await _stage(data_dir, sid, new_id("b_"), data)
-        await file_changed(proxy.broker, sid, applied.value.path, blob, digest)
+        await file_changed(proxy.broker, sid, applied.value.path, blob, digest, track=tracking(proxy))
         return JSONResponse({"path": applied.value.path, "size": applied.value.size, "revision": None})
     # Live: the bytes go to a content blob on the session disk, the inbox entry only names it; the
     # runtime copies it into the workspace, and the ArtifactChange names the same blob for the digest.
@@ -154,7 +154,8 @@ async def write_file(
         await asyncio.to_thread(remove_blob, data_dir, sid, blob.name)
         raise
     revision = reply.body.get("revision")
-    await file_changed(proxy.broker, sid, rel, blob, digest, revision if isinstance(revision, int) else None)
+    await file_changed(proxy.broker, sid, rel, blob, digest, revision if isinstance(revision, int) else None,
+                       track=tracking(proxy))
     return JSONResponse(reply.body, status_code=reply.status)
 
 

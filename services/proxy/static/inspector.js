@@ -8,12 +8,14 @@ import { renderTodo, renderSkills, renderPanes, renderForm } from "./js/state_vi
 import { renderDecks } from "./js/deck.js";
 import { renderUsage, renderStatusTimeline } from "./js/charts.js";
 import { FilesView } from "./js/files.js";
+import { ChecklistPane } from "./js/checklist.js";
 import { messageBody, stopRun, abortedText } from "./js/runs.js";
 
 const EMPTY_YJS_UPDATE = "AAA="; // base64 of a V1 update that changes nothing: the sync carries a snapshot
 let s = null; // the selected session's state
 const timers = {};
 const files = new FilesView($("files"), $("files-status"), () => s && s.sid);
+const checklist = new ChecklistPane($("tasks").closest("section"));
 
 function freshState(sid) {
   return { sid, session: null, entries: [], cursor: "0", abort: new AbortController(), dirty: new Set(),
@@ -181,6 +183,7 @@ const HANDLERS = {
 
 function onEvent(sid, ev) {
   if (!s || s.sid !== sid) return;
+  checklist.onEvent(ev);
   const handler = HANDLERS[ev.type];
   if (handler) handler(ev.data || {}, ev);
 }
@@ -206,6 +209,7 @@ async function loadSessions() {
 async function selectSession(sid) {
   if (s) s.abort.abort();
   s = freshState(sid);
+  checklist.reset();
   for (const li of $("sessions").children) li.classList.toggle("selected", li.dataset.sid === sid);
   $("session-title").textContent = sid;
   for (const id of ["message", "send", "suspend", "compact", "on-busy"]) $(id).disabled = false;

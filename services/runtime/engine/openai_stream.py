@@ -127,9 +127,10 @@ class OpenAIStream:
         self.previous_tokens = tokens
         self.last_prompt_tokens = len(tokens)
         static = self.static_prefix or context.system_prompt
-        if self._prefix_hash is None or self._prefix_hash[0] != static:
-            # The prompt and tools never change in a session: hash them once.
-            self._prefix_hash = (static, prefix_hash(static, context.tools))
+        names = static + "\0" + ",".join(t.name for t in context.tools)  # the tools change only with GAMMA_DYNAMIC_TOOLS
+        if self._prefix_hash is None or self._prefix_hash[0] != names:
+            # The prompt and tools rarely change in a session: hash them once per tool set.
+            self._prefix_hash = (names, prefix_hash(static, context.tools))
         start = AssistantMessage(model=self.settings.model, api=api.name)
         await emit(AgentEvent(type="message_start", data={"message": start.model_dump(by_alias=True)}))
         message, attempts = await self._attempts(api, body, emit, signal)

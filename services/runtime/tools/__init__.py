@@ -14,21 +14,22 @@ from .show import show_file_tool, show_gamma_tool
 from .skill import plan_skill_batch, skill_tool
 from .subagent import subagent_tool
 from .todo import todo_tool
+from .workspace_rule import NoteReader, read_workspace_rule_tool
 
 TOOL_ORDER = ("read", "bash", "write", "edit", "todo", "subagent", "show_gamma", "show_file", "skill",
-              "message_user")
+              "message_user", "read_workspace_rule")
 
 
 class Toolset:
     """The tools of one session plus the batch preflight that needs to see the whole batch."""
 
-    def __init__(self, host: ToolHost) -> None:
+    def __init__(self, host: ToolHost, knowledge: NoteReader | None = None, inline_max: int = 16_000) -> None:
         self.host = host
         self._plans: dict[str, list[tuple[Skill, str | None]]] = {}
         self.tools: list[Tool] = [
             read_tool(host), bash_tool(host), write_tool(host), edit_tool(host), todo_tool(host),
             subagent_tool(host), show_gamma_tool(host), show_file_tool(host), skill_tool(host, self._plans),
-            message_user_tool(host),
+            message_user_tool(host), read_workspace_rule_tool(host, knowledge, inline_max),
         ]
         assert tuple(t.name for t in self.tools) == TOOL_ORDER
 

@@ -17,6 +17,10 @@ def message_user_tool(host: ToolHost) -> Tool:
         block = bool(args["blockOnUser"])
         if block and len(ctx.batch) > 1:
             return ToolOutcome(content=ALONE_ERROR, is_error=True)
+        if block:  # a completion is checked against the active workflows first (services/runtime/audit.py)
+            refused = await host.audit_completion(args["message"], ctx.call.id)
+            if refused is not None:
+                return ToolOutcome(content=refused, is_error=True, details={"audit": "blocked"})
         await host.message_user(args["message"], block, ctx.call.id)
         if block:
             return ToolOutcome(content="Message delivered. Waiting for the user.",

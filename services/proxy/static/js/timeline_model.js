@@ -28,7 +28,7 @@ function assistantItems(entry, m, results, live) {
   for (const call of (m.content || []).filter((p) => p.type === "toolCall")) {
     const args = call.arguments || {};
     const result = results.get(call.id) || live.toolEnds.get(call.id) || null;
-    if (call.name === "message_user") {
+    if (call.name === "message_user" && !(result && result.isError)) { // refused (audit, not alone): a tool error
       out.push({ key: `${entry.id}:${call.id}`, ts, kind: "message_user", text: String(args.message ?? ""),
                  blocking: Boolean(args.blockOnUser ?? args.block_on_user), implicit: false });
     } else {
@@ -65,6 +65,8 @@ function entryItems(entry, results, live) {
     case "compaction":
       return [{ key: entry.id, ts, kind: "compaction", text: entry.summary, tokensBefore: entry.tokensBefore }];
     case "model_change": return [{ key: entry.id, ts, kind: "note", label: "model", text: entry.modelId }];
+    case "audit": return [{ key: entry.id, ts, kind: "note", label: `completion audit: ${entry.workflow}`,
+      text: entry.outcome + (entry.missing && entry.missing.length ? ` (missing: ${entry.missing.join(", ")})` : "") }];
     default: return [];
   }
 }

@@ -1,0 +1,20 @@
+"""The digest's side of the in-flight set (shared/causal.py): a numbered change leaves it once its
+digest is out (inbox or manifest) or nothing is left to tell (seen, dismissed, recorded)."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from shared import causal
+
+from .revisions import RefState
+
+
+async def release_settled(client: aioredis.Redis, sid: str, ref: str, state: RefState) -> None:
+    """Called after every save of `ref`'s state. Only changes this ref has handled (numbered up to its
+    `max_seq`) are candidates: one still on the changes stream stays in flight."""
+    if state.max_seq == 0:
+        return
+    pending = state.undelivered_seqs()
+    done = [(seq, r) for seq, r in await causal.in_flight(client, sid, state.max_seq) if r == ref and seq not in pending]
+    await causal.settle(client, sid, done)

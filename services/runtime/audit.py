@@ -1,0 +1,178 @@
+"""Completion audits (issue 21): before a blocking `message_user` that completes a task while a workflow
+skill is active, its checklist (shared/checklist.py) is checked against the transcript.
+
+Rules (README "Completion audits"):
+- a blocking message is a completion unless a todo task is `blocked` (the agent waits for an answer:
+  ask-user-questions marks its task blocked before it asks);
+- a workflow is audited over its window: from its activation, or from its last final audit (a task
+  done), on; it is audited only when the window shows work on it (`engaged`: the agent loaded the
+  skill there, or in its first task a step is done), so a later unrelated answer, another
+  workflow's task, or a greeting in a session that preloads the workflow is not held to it;
+- the first time audited steps are missing, the message is refused: an error result names each
+  missing step, nothing reaches the user, and the run continues (outcome `blocked`);
+- after that the message yields; the audit records whether it names each missing step as a
+  deviation (`deviations_reported`) or not (`deviations_unreported`). Never refused twice, so a step
+  that is truly impossible cannot trap the agent.
+Every audit is a transcript entry (`AuditEntry`), an `audit` event, and a count in
+`gamma_completion_audits_total{workflow, outcome}`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter
+
+from shared.checklist import Checklist, StepStatus, evaluate, missing, tool_calls
+from shared.contracts.events import AuditData
+from shared.contracts.messages import AssistantMessage, ToolCall
+from shared.contracts.transcript import (
+    AuditEntry,
+    AuditOutcome,
+    AuditStep,
+    MessageEntry,
+    SkillActivationEntry,
+    TranscriptEntry,
+)
+
+from .events import Outbox
+from .skills import Skill
+from .todo import TodoController
+from .transcript import Transcript, now_iso
+
+_COUNTERS: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
+
+
+def audit_counter(registry: CollectorRegistry) -> Counter:
+    found = _COUNTERS.get(registry)
+    if found is None:
+        found = Counter("gamma_completion_audits", "Completion audits of workflow checklists, by outcome",
+                        ["workflow", "outcome"], registry=registry)
+        _COUNTERS[registry] = found
+    return found
+
+
+def workflow_window(entries: Sequence[TranscriptEntry], name: str) -> int:
+    """Index where the workflow's current task starts: its first activation, or just after its last
+    final audit (a completion that yielded), whichever is later; len(entries) when not active."""
+    start = len(entries)
+    for i, e in enumerate(entries):
+        if isinstance(e, SkillActivationEntry) and e.name == name:
+            start = i
+            break
+    for i in range(len(entries) - 1, start, -1):
+        e = entries[i]
+        if isinstance(e, AuditEntry) and e.workflow == name and e.outcome != "blocked":
+            return i + 1
+    return start
+
+
+def _loaded_in(entries: Sequence[TranscriptEntry], name: str) -> bool:
+    """Loaded by the agent (a `skill` call, or an activation it caused) in these entries; a preload at
+    session start alone is not work on a task (a greeting in a deck variant is not a deck)."""
+    for e in entries:
+        if isinstance(e, SkillActivationEntry) and e.name == name and not e.preloaded:
+            return True
+        if isinstance(e, MessageEntry) and isinstance(e.message, AssistantMessage) and any(
+                isinstance(c, ToolCall) and c.name == "skill" and c.arguments.get("name") == name
+                for c in e.message.content):
+            return True
+    return False
+
+
+def engaged(window: Sequence[TranscriptEntry], name: str, checklist: Checklist,
+            statuses: Sequence[StepStatus]) -> bool:
+    """Work on this workflow in its window: the agent loaded it there; or, in its first task (the window
+    starts at its activation, e.g. a preload), a step shown by a tool call is done. After a finished
+    task the agent must load the workflow again to start another: another workflow's tool calls (an
+    edit also runs `gml validate`) or a todo list left complete are not work on this one."""
+    if _loaded_in(window, name):
+        return True
+    first_task = bool(window) and isinstance(window[0], SkillActivationEntry) and window[0].name == name
+    by_tool = {s.id for s in checklist.steps if s.evidence.tool is not None}
+    return first_task and any(s.status == "done" and s.id in by_tool for s in statuses)
+
+
+def reported(message: str, steps: Sequence[StepStatus]) -> bool:
+    """The message names every missing step (its id or its title) and says these are deviations."""
+    text = message.lower()
+    return "deviation" in text and all(s.id in text or s.title.lower() in text for s in steps)
+
+
+def refusal_text(workflow: str, steps: Sequence[StepStatus]) -> str:
+    lines = [f"Completion audit: the active workflow '{workflow}' has required steps that the transcript does "
+             "not show done. Your message was NOT delivered:"]
+    lines += [f"- {s.id}: {s.title} ({s.kind}, {s.status})" for s in steps]
+    lines.append("Do each missing step now, then call message_user again. If a step cannot be done (an "
+                 "optional step, or an unrecoverable error), call message_user with a 'Deviations:' section "
+                 "naming each step id above and its cause.")
+    return "\n".join(lines)
+
+
+@dataclass
+class AuditResult:
+    workflow: str
+    outcome: AuditOutcome
+    missing: list[StepStatus]
+    steps: list[StepStatus]
+
+
+class Auditor:
+    def __init__(self, transcript: Transcript, todo: TodoController, skills: Mapping[str, Skill],
+                 outbox: Outbox, registry: CollectorRegistry | None) -> None:
+        self.transcript = transcript
+        self.todo = todo
+        self.skills = skills
+        self.outbox = outbox
+        self.registry = registry
+
+    def checklists(self) -> list[tuple[str, Checklist]]:
+        """The active workflow skills that declare a checklist, in activation order."""
+        out = []
+        for a in self.transcript.active_skills():
+            skill = self.skills.get(a.name)
+            if skill is not None and skill.type == "workflow" and skill.manifest.checklist is not None:
+                out.append((skill.name, skill.manifest.checklist))
+        return out
+
+    def judge(self, name: str, checklist: Checklist, message: str) -> AuditResult | None:
+        entries = self.transcript.entries
+        window = entries[workflow_window(entries, name):]
+        statuses = evaluate(checklist, tool_calls(window), self.todo.current.items)
+        if not engaged(window, name, checklist, statuses):
+            return None  # no work on this workflow since its last task: not this workflow's completion
+        gaps = missing(statuses)
+        refused_before = any(isinstance(e, AuditEntry) and e.workflow == name and e.outcome == "blocked"
+                             for e in window)
+        outcome: AuditOutcome = ("passed" if not gaps else
+                                 "blocked" if not refused_before else
+                                 "deviations_reported" if reported(message, gaps) else "deviations_unreported")
+        return AuditResult(name, outcome, gaps, statuses)
+
+    async def check(self, message: str, tool_call_id: str) -> str | None:
+        """Before a blocking message_user: None to deliver it, or the error text that replaces it."""
+        if any(i.status == "blocked" for i in self.todo.current.items):
+            return None  # waiting on the user, not completing
+        refusals = []
+        for name, checklist in self.checklists():
+            result = self.judge(name, checklist, message)
+            if result is None:
+                continue
+            await self._record(result, tool_call_id)
+            if result.outcome == "blocked":
+                refusals.append(refusal_text(name, result.missing))
+        return "\n\n".join(refusals) or None
+
+    async def _record(self, result: AuditResult, tool_call_id: str) -> None:
+        t = self.transcript
+        entry = AuditEntry(id=t.new_id(), parent_id=t.leaf_id, timestamp=now_iso(), workflow=result.workflow,
+                           outcome=result.outcome, tool_call_id=tool_call_id, missing=[s.id for s in result.missing],
+                           steps=[AuditStep(id=s.id, title=s.title, kind=s.kind, status=s.status) for s in result.steps])
+        await t.append_entry(entry)
+        if self.registry is not None:
+            audit_counter(self.registry).labels(workflow=result.workflow, outcome=result.outcome).inc()
+        data = AuditData(workflow=result.workflow, outcome=result.outcome, missing=entry.missing,
+                         tool_call_id=tool_call_id)
+        await self.outbox.event("audit", data.model_dump())

@@ -1,0 +1,58 @@
+"""read_workspace_rule({knowledgeId}): a workspace knowledge note's body (services/runtime/knowledge.py).
+A body past the inline limit goes to the workspace file `knowledge/{id}.md`; the result names it."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from shared.disk import DiskError
+from shared.knowledge import KnowledgeNote
+
+from ..engine.types import Tool, ToolContext, ToolOutcome
+from .files import write_file
+from .host import ToolHost
+
+TOOL_NAME = "read_workspace_rule"
+
+
+class NoteReader(Protocol):
+    async def note(self, note_id: str) -> KnowledgeNote | None: ...
+
+
+def read_workspace_rule_tool(host: ToolHost, reader: NoteReader | None, inline_max: int) -> Tool:
+    async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
+        note_id = str(args["knowledgeId"])
+        note = await reader.note(note_id) if reader is not None else None
+        if note is None:
+            return ToolOutcome(content=f"No workspace knowledge note {note_id!r}: use an id from <knowledge_hints>.",
+                               is_error=True)
+        details: dict[str, Any] = {"knowledgeId": note.id, "revision": note.revision, "name": note.name,
+                                   "scope": note.scope, "source": note.source}
+        head = (f'<workspace_rule id="{note.id}" source="{note.source}" revision="{note.revision}">\n'
+                f"{note.name}. Scope: {note.scope}\n")
+        if len(note.body) <= inline_max:
+            return ToolOutcome(content=f"{head}\n{note.body}\n</workspace_rule>", details=details)
+        path = f"knowledge/{note.id}.md"
+        try:
+            await write_file(host, path, note.body.encode())
+        except DiskError as exc:
+            return ToolOutcome(content=f"The note is too long to return inline and could not be written to "
+                               f"{path}: {exc}", is_error=True)
+        details["path"] = path
+        return ToolOutcome(content=f"{head}\nThe body is long ({len(note.body)} characters): it is in the workspace "
+                           f"file {path}. Read the parts you need with the read tool.\n</workspace_rule>",
+                           details=details)
+
+    return Tool(
+        name=TOOL_NAME,
+        description="Read a workspace knowledge note named in <knowledge_hints>: returns its complete body "
+        "(or, for a long note, the workspace file that holds it). Fetch every matching unread note in one "
+        "tool batch, in parallel, before your first task action.",
+        parameters={
+            "type": "object",
+            "properties": {"knowledgeId": {"type": "string", "description": "The note id from <knowledge_hints>."}},
+            "required": ["knowledgeId"],
+            "additionalProperties": False,
+        },
+        execute=execute,
+    )

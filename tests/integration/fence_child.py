@@ -1,0 +1,55 @@
+"""A lease holder that stops itself (SIGSTOP) at a chosen point of a transcript append, for
+test_disk_fence.py: `python -m tests.integration.fence_child REDIS_URL SESSION_DIR SID WHERE`.
+
+WHERE = `after_lease_check`: between the lease check and the disk fence (the gap a paused worker used
+to write through); `inside_hold`: after the disk fence, before the write (the lock is held). It prints
+`fence <n>` once live and, once resumed, `wrote` or `refused <exception>`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+from services.runtime.diskfence import DiskFence
+from services.runtime.lease import Lease, LeaseLost
+from services.runtime.transcript import Transcript
+from shared.contracts.messages import UserMessage
+
+
+async def main(url: str, root: Path, sid: str, where: str) -> None:
+    client = aioredis.from_url(url)
+    lease = await Lease.acquire(client, sid, f"child-{os.getpid()}", 600)
+    assert lease is not None
+    disk = DiskFence(root / ".fence", sid, lease.fence, lock_timeout_s=5)
+    await disk.claim()
+    stop_here = {"armed": False}
+
+    async def guard() -> None:
+        await lease.check()
+        if stop_here["armed"] and where == "after_lease_check":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        await disk.hold()
+        if stop_here["armed"] and where == "inside_hold":
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    t = Transcript.load(root / "transcript.jsonl", guard)
+    await t.ensure_header()
+    await t.append_message(UserMessage(content="before the pause"))
+    await asyncio.sleep(0)  # a worker yields between appends (Redis round trips): the lock goes
+    print(f"fence {lease.fence}", flush=True)
+    stop_here["armed"] = True
+    try:
+        await t.append_message(UserMessage(content="written by the paused holder"))
+        print("wrote", flush=True)
+    except LeaseLost as exc:
+        print(f"refused {type(exc).__name__}", flush=True)
+    await client.aclose()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]))
