@@ -122,7 +122,7 @@ class RunAborter:
         h = self.h
         await repair_interrupted_run(h.transcript, NOTES[reason])
         kept = h.agent.take_queued()
-        h.protocol.keep_for_next_turn(kept)
+        h.protocol.next_turn = [*kept, *h.protocol.next_turn]  # first in the next turn, in order
         await h.transcript.append_custom(marker(run_id, reason))
         h.protocol.restore_context()
         return len(kept)

@@ -129,8 +129,7 @@ class SessionProtocolController:
         self.todo = todo
         self.skills = skills
         self.has_active_task = has_active_task
-        # next-turn and idle-held injections, arrival order (and what an aborted run had queued)
-        self.next_turn: list[AgentMessage] = []
+        self.next_turn: list[AgentMessage] = []  # next-turn and idle-held injections (abort.py: kept prompts)
         # (source, source id) -> the queued or in-flight injection with its inbox entries
         self.pending: dict[tuple[str, str], PendingInjection] = {}
         self.prompts: list[PendingPrompt] = []  # prompts not yet recorded, arrival order
@@ -253,10 +252,6 @@ class SessionProtocolController:
                 if not self.agent.replace_queued(p.message, message):
                     self.next_turn = [message if m is p.message else m for m in self.next_turn]
         return dropped
-
-    def keep_for_next_turn(self, messages: list[AgentMessage]) -> None:
-        """What an aborted run had queued (prompts, injections): first in the next turn, in order."""
-        self.next_turn = [*messages, *self.next_turn]
 
     def requeue_untaken(self) -> None:
         """Injections a failed run had taken from the queues but not recorded go back to the front of
