@@ -129,7 +129,7 @@ class SessionProtocolController:
         self.todo = todo
         self.skills = skills
         self.has_active_task = has_active_task
-        self.next_turn: list[CustomMessage] = []  # next-turn and idle-held injections, arrival order
+        self.next_turn: list[AgentMessage] = []  # next-turn and idle-held injections (abort.py: kept prompts)
         # (source, source id) -> the queued or in-flight injection with its inbox entries
         self.pending: dict[tuple[str, str], PendingInjection] = {}
         self.prompts: list[PendingPrompt] = []  # prompts not yet recorded, arrival order
