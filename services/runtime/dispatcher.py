@@ -38,7 +38,8 @@ from .failures import refusal, transient
 from .forms import FormHost, deliver_answered_form
 from .lease import Lease, LeaseLost
 from .manifest import ManifestHost, queue_manifest
-from .protocol import PendingTurn, SessionProtocolController, TurnInput
+from .pending import PendingTurn, TurnInput
+from .protocol import SessionProtocolController
 from .supervisor import interrupted
 from .todo import TodoController
 from .transcript import Transcript

@@ -53,8 +53,9 @@ from .forms import deliver_answered_form
 from .knowledge import KnowledgeReader, PromptKnowledge
 from .lease import Lease, LeaseLost
 from .paths import skills_dir
+from .pending import PendingTurn
 from .progress import ChecklistProgress
-from .protocol import PendingTurn, SessionProtocolController
+from .protocol import SessionProtocolController
 from .recorder import Recorder
 from .sandbox import select_sandbox
 from .skill_rules import SkillRuleGuard, load_rules

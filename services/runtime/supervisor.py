@@ -18,7 +18,8 @@ from .ack import TRANSIENT
 from .engine.agent import Agent
 from .events import Outbox
 from .lease import Lease, LeaseLost
-from .protocol import PendingTurn, SessionProtocolController
+from .pending import PendingTurn
+from .protocol import SessionProtocolController
 from .todo import TodoController
 from .transcript import Transcript
 
