@@ -95,6 +95,11 @@ for i = 2, #states, 2 do
     for name, _ in pairs(defaults) do
       if state[name] ~= nil and is_default(state[name]) then state[name] = nil; dropped = true end
     end
+    -- A settled ref (no notes, carry or sent left) has released its numbered changes (services/digest/
+    -- in_flight.py): its max_seq, a global counter's value, is only needed again at its next change.
+    if state['max_seq'] ~= nil and state['notes'] == nil and state['carry'] == nil and state['sent'] == nil then
+      state['max_seq'] = nil; dropped = true
+    end
     if dropped then redis.call('HSET', KEYS[8], states[i - 1], cjson.encode(state)) end
   end
 end

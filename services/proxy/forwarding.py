@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from shared import inbox, keys
 from shared.contracts.inbox import (
+    Abort,
     Compact,
     DocumentDelete,
     DocumentEdit,
@@ -25,6 +26,7 @@ from shared.contracts.inbox import (
     InboxReply,
     Stop,
     UiUpdate,
+    UserPrompt,
 )
 
 from .errors import ApiError
@@ -32,7 +34,7 @@ from .metrics import ProxyMetrics
 
 log = structlog.get_logger()
 
-Forwardable = UiUpdate | FileWrite | DocumentEdit | Stop | Compact | FileDelete | DocumentDelete
+Forwardable = UiUpdate | FileWrite | DocumentEdit | Stop | Compact | FileDelete | DocumentDelete | Abort | UserPrompt
 
 
 async def forward(redis: aioredis.Redis, blocking: aioredis.Redis, message: Forwardable, timeout_s: float,
@@ -40,6 +42,7 @@ async def forward(redis: aioredis.Redis, blocking: aioredis.Redis, message: Forw
     """The reply, or ApiError: 504 on timeout, the runtime's own 4xx (with its message) on refusal.
     `blocking` is a client whose read timeout outlasts `timeout_s` (shared.reconnect.connect_blocking)."""
     started = time.monotonic()
+    assert message.request_id is not None  # a UserPrompt is forwarded only with one (expected_run_id)
     await inbox.append(redis, message)
     got: Any = await blocking.blpop([keys.reply(message.session_id, message.request_id)], timeout=timeout_s)
     if metrics is not None:

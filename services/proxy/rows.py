@@ -73,6 +73,7 @@ class SessionState:
     leased: bool
     running: bool
     fence: int
+    run_id: str | None = None  # the value of the `running` key: the active run's id
 
     def status(self, now: int | None = None) -> Status:
         if self.leased:
@@ -87,11 +88,16 @@ class SessionState:
             return "waking"
         return "dormant"
 
+    @property
+    def active_run_id(self) -> str | None:
+        return self.run_id if self.running and self.leased else None
+
     def view(self) -> SessionView:
         r = self.row
         return SessionView(
             id=r.id, owner=r.owner, variant=r.variant, model=r.model, status=self.status(),
             running=self.running and self.leased, created_at=r.created_at, updated_at=r.updated_at,
+            run_id=self.active_run_id,
         )
 
 
@@ -138,7 +144,8 @@ async def load_state(redis: aioredis.Redis, sid: str) -> SessionState | None:
     if not raw:
         return None
     return SessionState(
-        row=SessionRow.from_hash(raw), leased=lease is not None, running=running is not None, fence=int(fence or 0)
+        row=SessionRow.from_hash(raw), leased=lease is not None, running=running is not None, fence=int(fence or 0),
+        run_id=text(running) or None if running is not None else None,
     )
 
 
@@ -185,7 +192,8 @@ async def list_page(redis: aioredis.Redis, owner: str, limit: int,
         raw, (lease, running, fence) = replies[2 * i], replies[2 * i + 1]
         if raw:
             state = SessionState(row=SessionRow.from_hash(raw), leased=lease is not None,
-                                 running=running is not None, fence=int(fence or 0))
+                                 running=running is not None, fence=int(fence or 0),
+                                 run_id=text(running) or None if running is not None else None)
             if state.row.owner == owner:
                 out.append(state)
     more = len(page) == limit and await redis.zcard(key) > start + limit

@@ -17,7 +17,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -165,12 +165,18 @@ class Compactor:
             if rid is None:
                 return message
             waiter = self._waiters.setdefault(rid, asyncio.get_running_loop().create_future())
+            # An abort ends the wait (the request stays in flight; its result is applied when it comes).
+            stopper: asyncio.Future[Any] = asyncio.ensure_future(signal.wait())
+            either: set[asyncio.Future[Any]] = {waiter, stopper}
             try:
-                applied = await asyncio.wait_for(waiter, OVERFLOW_WAIT_S)
-            except TimeoutError:
-                applied = False
+                await asyncio.wait(either, timeout=OVERFLOW_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+                applied = waiter.done() and not waiter.cancelled() and waiter.result()
             finally:
+                stopper.cancel()
                 self._waiters.pop(rid, None)
+            if signal.is_set():
+                message.stop_reason = "aborted"
+                return message
             if not applied:
                 return message
             return await inner(context, emit, signal)  # retry once, on the compacted context

@@ -15,6 +15,7 @@ import structlog
 from shared import keys
 from shared.bus import dead_letter
 from shared.contracts.inbox import (
+    Abort,
     Barrier,
     ChangesSettled,
     Compact,
@@ -29,6 +30,7 @@ from shared.contracts.inbox import (
 )
 from shared.inbox import InboxEntry
 
+from .abort import RunAborter
 from .causal import CausalGate
 from .engine.agent import Agent
 from .events import Outbox
@@ -36,7 +38,8 @@ from .failures import refusal, transient
 from .forms import FormHost, deliver_answered_form
 from .lease import Lease, LeaseLost
 from .manifest import ManifestHost, queue_manifest
-from .protocol import PendingTurn, SessionProtocolController, TurnInput
+from .pending import PendingTurn, TurnInput
+from .protocol import SessionProtocolController
 from .supervisor import interrupted
 from .todo import TodoController
 from .transcript import Transcript
@@ -44,7 +47,8 @@ from .transcript import Transcript
 log = structlog.get_logger()
 BARRIER_WAIT_S = 3.0
 RETRY_FOR_S = 60.0
-REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete)  # a client waits on a reply key
+# a client waits on a reply key for these (a prompt only when it carries a request id: expected_run_id)
+REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete, Abort, UserPrompt)
 
 
 Handler = Callable[[InboxEntry, Any], Awaitable[None]]  # a write or compaction entry's handler
@@ -93,7 +97,8 @@ class InboxDispatcher:
     causal: CausalGate | None = None  # holds prompts until the writes before them are in (causal.py)
 
     def __init__(self, host: DispatchHost, wake: FormHost, manifest: ManifestHost, handlers: dict[type, Handler],
-                 recorded: Recorded, client: Any, request_close: Any, prompt_hook: PromptHook | None = None) -> None:
+                 recorded: Recorded, client: Any, request_close: Any, prompt_hook: PromptHook | None = None,
+                 aborts: RunAborter | None = None) -> None:
         self.h = host
         self.forms = wake  # for the answered form delivered at the barrier
         self.manifest = manifest
@@ -102,6 +107,7 @@ class InboxDispatcher:
         self.client = client  # Redis, for the dead-letter stream
         self.request_close = request_close
         self.prompt_hook = prompt_hook
+        self.aborts = aborts  # POST /abort, on_busy=interrupt, expected_run_id (abort.py)
 
     async def process_forever(self) -> None:
         loop = asyncio.get_running_loop()
@@ -183,6 +189,8 @@ class InboxDispatcher:
             await self.release([], released)
         elif isinstance(m, Stop):
             await self.on_stop(entry, m)
+        elif isinstance(m, Abort) and self.aborts is not None:
+            await self.aborts.on_abort(entry, m)
         else:
             handler = self.handlers.get(type(m))
             if handler is not None:
@@ -210,6 +218,8 @@ class InboxDispatcher:
             if entry.entry_id != twin.entry_id:
                 twin.twins.append(entry.entry_id)
             return
+        if self.aborts is not None and await self.aborts.refuse_stale(entry, m):
+            return  # aimed at a run that has ended: refused, nothing queued
         if not h.barrier_passed:
             h.held.append(entry)
             return
@@ -221,14 +231,23 @@ class InboxDispatcher:
                 await h.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
                 await h.ack(entry.entry_id)
                 return
-            turn = h.protocol.busy_turn_messages(m, entry.entry_id)
-            self._hook(turn, m, fetched)
-            for message in turn.messages:
-                (h.agent.follow_up if m.on_busy == "follow_up" else h.agent.steer)(message)
-            return
+            if m.on_busy == "interrupt" and self.aborts is not None:
+                await self.aborts.abort("interrupt")  # returns once the run has ended: this one starts next
+            else:
+                turn = h.protocol.busy_turn_messages(m, entry.entry_id)
+                self._hook(turn, m, fetched)
+                for message in turn.messages:
+                    (h.agent.follow_up if m.on_busy == "follow_up" else h.agent.steer)(message)
+                await self._accepted(m)
+                return
         turn = h.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id))
         self._hook(turn, m, fetched)
         h.start_run(turn)
+        await self._accepted(m)
+
+    async def _accepted(self, m: UserPrompt) -> None:
+        if self.aborts is not None:
+            await self.aborts.accepted(m)  # the 202 a prompt with expected_run_id waits for
 
     def _hook(self, turn: PendingTurn, m: UserPrompt, fetched: Any) -> None:
         if self.prompt_hook is not None:
@@ -281,5 +300,5 @@ class InboxDispatcher:
                 await self.on_prompt(extra, extra.message)  # type: ignore[arg-type]
         elif interrupted(h.transcript):
             h.start_run(h.protocol.take_idle() if h.protocol.take_idle_peek() else None)
-        elif h.todo.has_active_task and h.protocol.take_idle_peek():
+        elif h.protocol.has_active_task() and h.protocol.take_idle_peek():
             h.start_run(h.protocol.take_idle())

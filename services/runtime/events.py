@@ -64,6 +64,7 @@ class Outbox:
         self.fence = fence
         self.coalesce_s = coalesce_s
         self.ticker = ticker if coalesce_s > 0 else None
+        self.run_id: str | None = None  # stamped on every event while a run is active (the supervisor sets it)
         self._queued: list[Queued] = []
         self._sending = asyncio.Lock()  # one sender at a time: the stream keeps the engine's order
         self._background: asyncio.Task[None] | None = None
@@ -79,7 +80,7 @@ class Outbox:
             if delta and self._queued and self._queued[-1][2] is not None:
                 self._queued[-1][2].append(data["delta"])  # still unsent (see _send_queued); joined once
                 return None
-            ev = SessionEvent(type=type, session_id=self.sid, data=data)
+            ev = SessionEvent(type=type, session_id=self.sid, data=data, run_id=self.run_id)
             self._queued.append((ev, also, [data["delta"]] if delta else None))
             if self.ticker is not None and self._queued[0][2] is not None:
                 self.ticker.want(self)
@@ -87,7 +88,7 @@ class Outbox:
                 wait_s = self.coalesce_s if delta else 0.0
                 self._background = asyncio.ensure_future(self._send_in_background(wait_s))
             return None
-        ev = SessionEvent(type=type, session_id=self.sid, data=data)
+        ev = SessionEvent(type=type, session_id=self.sid, data=data, run_id=self.run_id)
         async with self._sending:
             await self._send_queued(fenced)
             if fenced:

@@ -44,7 +44,7 @@ from .tools.workspace_rule import TOOL_NAME
 from .transcript import Transcript
 
 if TYPE_CHECKING:
-    from .protocol import PendingTurn
+    from .pending import PendingTurn
 
 ANCHOR_TYPE = "gamma.active_knowledge"
 _COUNTERS: dict[CollectorRegistry, Counter] = {}

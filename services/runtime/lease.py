@@ -137,9 +137,10 @@ async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[s
     for lease in leases:
         pipe.eval(COMPARE_AND_RENEW, 1, keys.lease(lease.sid), lease.value, str(lease.ttl_ms))
     for sid in running:
-        # XX: a run that ended while this pipeline was in flight has deleted its key; never recreate it
+        # Only an existing key: a run that ended while this pipeline was in flight has deleted its key; never recreate it
         # (clients would see `running` for a whole lease after the run).
-        pipe.set(keys.running(sid), "1", px=leases[0].ttl_ms if leases else 10_000, xx=True)
+        # PEXPIRE keeps the value: the active run's id, which the proxy checks `expected_run_id` against.
+        pipe.pexpire(keys.running(sid), leases[0].ttl_ms if leases else 10_000)
     if leases:
         pipe.zadd(live_key, {lease.sid: now_ms for lease in leases})
     results = await pipe.execute()

@@ -10,55 +10,19 @@ durable. A turn is handed out as a `PendingTurn`: its messages plus what the rec
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from shared.contracts.client import PromptClientContext
 from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import DELIVERY_BY_KIND, Delivery, RuntimeInjection, artifact_update_block
+from shared.contracts.injection import DELIVERY_BY_KIND, RuntimeInjection, artifact_update_block
 from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
 
 from .engine.agent import Agent
 from .knowledge import knowledge_anchors
+from .pending import PendingInjection, PendingPrompt, PendingTurn, TurnInput
 from .skills import Skill, parse_skill_command, resolve_activation
 from .todo import TodoController
 from .tools.skill import render_skill
 from .transcript import Transcript
-
-
-@dataclass
-class PendingInjection:
-    message: CustomMessage
-    source: str
-    source_id: str
-    delivery: Delivery
-    entry_ids: list[str] = field(default_factory=list)
-    ref: str | None = None
-    to_revision: int | None = None
-
-
-@dataclass
-class PendingPrompt:
-    """A prompt's user message not yet recorded: its prompt id and the inbox entry to ack then."""
-    prompt_id: str
-    entry_id: str | None
-    message: UserMessage
-    # Other inbox entries carrying the same prompt id (an append retried, an entry claimed twice at a
-    # wake): acked with this one once it is recorded, never recorded themselves.
-    twins: list[str] = field(default_factory=list)
-
-
-@dataclass
-class PendingTurn:
-    """What a run is given: the messages, and for the recorder the prompts and injections among them."""
-    messages: list[AgentMessage]
-    prompts: list[PendingPrompt] = field(default_factory=list)
-    injections: list[PendingInjection] = field(default_factory=list)
-
-
-@dataclass
-class TurnInput:
-    prompt: UserPrompt | None
-    entry_id: str | None = None
 
 
 def source_key(message: AgentMessage) -> tuple[str, str] | None:
@@ -129,7 +93,7 @@ class SessionProtocolController:
         self.todo = todo
         self.skills = skills
         self.has_active_task = has_active_task
-        self.next_turn: list[CustomMessage] = []  # next-turn and idle-held injections, arrival order
+        self.next_turn: list[AgentMessage] = []  # next-turn and idle-held injections (abort.py: kept prompts)
         # (source, source id) -> the queued or in-flight injection with its inbox entries
         self.pending: dict[tuple[str, str], PendingInjection] = {}
         self.prompts: list[PendingPrompt] = []  # prompts not yet recorded, arrival order

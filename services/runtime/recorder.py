@@ -17,7 +17,8 @@ from .engine.types import AgentEvent
 from .events import Outbox
 from .forms import FormHost, form_delivered
 from .model_outcome import announce, count_usage, mark_implicit
-from .protocol import PendingInjection, SessionProtocolController
+from .pending import PendingInjection
+from .protocol import SessionProtocolController
 from .skills import Skill
 from .transcript import Transcript
 

@@ -38,6 +38,7 @@ from shared.settings import Settings
 from shared.tokens import TokenCounter
 from shared.uirules import UiLimits, repair_snapshot
 
+from .abort import RunAborter, stopped_by_user
 from .ack import Acker
 from .audit import Auditor
 from .causal import CausalGate, causal_steering
@@ -52,8 +53,9 @@ from .forms import deliver_answered_form
 from .knowledge import KnowledgeReader, PromptKnowledge
 from .lease import Lease, LeaseLost
 from .paths import skills_dir
+from .pending import PendingTurn
 from .progress import ChecklistProgress
-from .protocol import PendingTurn, SessionProtocolController
+from .protocol import SessionProtocolController
 from .recorder import Recorder
 from .sandbox import select_sandbox
 from .skill_rules import SkillRuleGuard, load_rules
@@ -135,8 +137,10 @@ class Session:
         config = LoopConfig(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
                             before_model_call=before)
         self.agent = Agent(AgentContext(deps.system_prompt, [], tools), config, self._emit)
-        self.protocol = SessionProtocolController(self.agent, self.transcript, self.todo, deps.skills,
-                                                  lambda: self.todo.has_active_task)
+        # An active task lets an idle steer start a run, unless the user stopped the agent (abort.py).
+        self.protocol = SessionProtocolController(
+            self.agent, self.transcript, self.todo, deps.skills,
+            lambda: self.todo.has_active_task and not stopped_by_user(self.transcript))
         knowledge = PromptKnowledge(reader, self.transcript, self.protocol.pending, deps.settings.knowledge_top_k,
                                     deps.settings.knowledge_min_score, deps.registry)
         self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.skills,
@@ -148,8 +152,9 @@ class Session:
                     DocumentEdit: self.writes.document_edit, CompactionReady: self.compactor.on_ready,
                     Compact: self.compactor.on_command, FileDelete: self.writes.file_delete,
                     DocumentDelete: self.writes.document_delete}
+        self.aborts = RunAborter(self)
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
-                                          deps.client, deps.request_close, knowledge)
+                                          deps.client, deps.request_close, knowledge, self.aborts)
         self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
         self.dispatcher.causal = self.causal
         config.get_steering = causal_steering(self.causal, config.get_steering, self.deliver_injection)

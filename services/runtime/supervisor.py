@@ -10,14 +10,16 @@ from typing import Any, Literal, Protocol
 import structlog
 
 from shared import keys
+from shared.contracts.base import new_id
 from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage, UserMessage
-from shared.contracts.transcript import MessageEntry
+from shared.contracts.transcript import CustomMessageEntry, MessageEntry
 
 from .ack import TRANSIENT
 from .engine.agent import Agent
 from .events import Outbox
 from .lease import Lease, LeaseLost
-from .protocol import PendingTurn, SessionProtocolController
+from .pending import PendingTurn
+from .protocol import SessionProtocolController
 from .todo import TodoController
 from .transcript import Transcript
 
@@ -26,6 +28,7 @@ log = structlog.get_logger()
 # interrupted run), or "queued" (the Agent's steer / follow-up queues).
 RunInput = PendingTurn | Literal["queued"] | None
 RunOutcome = Literal["done", "stop", "transient"]
+ABORT_MARKER = "gamma.run_aborted"  # the transcript entry an abort leaves (services/runtime/abort.py)
 INTERRUPTED = ("Interrupted: the session's worker restarted before this tool finished. Check its effect "
                "before repeating it.")
 
@@ -48,9 +51,9 @@ class RunHost(Protocol):
     def touch(self) -> None: ...
 
 
-async def repair_interrupted_run(transcript: Transcript) -> None:
-    """A holder that died mid-batch left tool calls without results: give each one (every tool
-    call gets a result), so the context stays valid and the run can continue."""
+async def repair_interrupted_run(transcript: Transcript, note: str = INTERRUPTED) -> None:
+    """A holder that died mid-batch (or a run cancelled by an abort) left tool calls without results:
+    give each one (every tool call gets a result), so the context stays valid and the run can continue."""
     answered: set[str] = set()  # results after the last assistant message: only its calls can lack one
     for m in reversed(transcript.context()):
         if isinstance(m, ToolResultMessage):
@@ -60,14 +63,16 @@ async def repair_interrupted_run(transcript: Transcript) -> None:
                 if call.id not in answered:
                     await transcript.append_message(ToolResultMessage(
                         tool_call_id=call.id, tool_name=call.name, is_error=True,
-                        content=[TextContent(text=INTERRUPTED)]))
+                        content=[TextContent(text=note)]))
             break
 
 
 def interrupted(transcript: Transcript) -> bool:
     """The transcript ends inside a run: its last message is a user message or a tool result that
-    did not end the run (message_user with blockOnUser ends it)."""
-    last = next((e.message for e in reversed(transcript.entries) if isinstance(e, MessageEntry)), None)
+    did not end the run (message_user with blockOnUser ends it). A run the user aborted is not one."""
+    last_entry = next((e for e in reversed(transcript.entries) if isinstance(e, MessageEntry) or (
+        isinstance(e, CustomMessageEntry) and e.custom_type == ABORT_MARKER)), None)
+    last = last_entry.message if isinstance(last_entry, MessageEntry) else None
     if isinstance(last, UserMessage):
         return True
     if isinstance(last, ToolResultMessage):
@@ -82,6 +87,9 @@ class RunSupervisor:
         self.lease_ms = lease_ms
         self.after_run = after_run  # the compactor: deferred results are applied between runs
         self.task: asyncio.Task[None] | None = None
+        self.run_id: str | None = None  # the active run's id (events carry it; the `running` key holds it)
+        self.last_run_id: str | None = None  # the latest run of the task (between its runs, run_id is None)
+        self.aborting: str | None = None  # set by RunAborter: no further run starts until it is done
 
     @property
     def running(self) -> bool:
@@ -105,7 +113,7 @@ class RunSupervisor:
         the check below, with no await between it and the task's end, is what picks them up."""
         while True:
             outcome = await self.run_once(turn)
-            if outcome == "stop":
+            if outcome == "stop" or self.aborting:
                 return
             if outcome == "transient":
                 go_on, resumed = await self.recover(turn)
@@ -159,36 +167,42 @@ class RunSupervisor:
         """What a finished run leaves queued: the Agent's steer / follow-up queues (prompts and
         injections steered into the run), else steer / follow-up injections the protocol holds for
         an idle session, which start a turn only for an active task."""
-        if self._gone():
+        if self._gone() or self.aborting:
             return None
         if self.h.agent.has_queued():
             return "queued"
-        if self.h.todo.has_active_task and self.h.protocol.take_idle_peek():
+        if self.h.protocol.has_active_task() and self.h.protocol.take_idle_peek():
             return self.h.protocol.take_idle()
         return None
 
     async def _status(self, running: bool, *, wait: bool) -> None:
         sid = self.h.sid
-        also = ((lambda pipe: pipe.set(keys.running(sid), "1", px=self.lease_ms)) if running
+        run_id = self.run_id or ""
+        also = ((lambda pipe: pipe.set(keys.running(sid), run_id, px=self.lease_ms)) if running
                 else (lambda pipe: pipe.delete(keys.running(sid))))
-        await self.h.outbox.event("status", {"status": "live", "running": running, "fence": self.h.lease.fence},
-                                  also=also, wait=wait)
+        await self.h.outbox.event("status", {"status": "live", "running": running, "fence": self.h.lease.fence,
+                                             "run_id": self.run_id}, also=also, wait=wait)
 
     async def _drive(self, turn: RunInput) -> None:
         agent = self.h.agent
+        # No await between this check and the Agent taking the run (it clears the abort signal when a
+        # run starts): an abort that came before is seen here, one that comes after sets the signal.
+        if self.aborting:
+            return
         if turn == "queued":
             await agent.run_queued()
         elif turn is None:
             await agent.continue_()
         else:
             await agent.prompt(turn.messages)
-        while agent.has_queued() and not self.h.closed:
+        while agent.has_queued() and not self.h.closed and not self.aborting:
             await agent.run_queued()  # a steer that arrived as the loop stopped
 
     async def run_once(self, turn: RunInput) -> RunOutcome:
         """One agent run: "stop" when the session must not run again (the lease is gone),
         "transient" when it failed on Redis (see `recover`)."""
         outcome: RunOutcome = "done"
+        self.run_id = self.last_run_id = self.h.outbox.run_id = new_id("run_")
         try:
             with contextlib.suppress(*TRANSIENT):  # informational; the housekeeping refreshes the key
                 # Queued like a progress event: the run does not wait for it, and the end-of-run
@@ -212,6 +226,7 @@ class RunSupervisor:
             if not self._gone():  # a taken lease: the new holder speaks now
                 with contextlib.suppress(Exception):  # through the outbox: after the queued SET running
                     await self._status(False, wait=True)
+            self.run_id = self.h.outbox.run_id = None
         if not self._gone() and outcome == "done":
             try:
                 await self.after_run.after_run()

@@ -30,6 +30,7 @@ EventType = Literal[
     "skill_activated",
     "compaction",
     "error",
+    "run_aborted",
     "audit",
     "checklist",
 ]
@@ -40,6 +41,7 @@ class SessionEvent(Contract):
     session_id: str
     ts: int = Field(default_factory=now_ms)
     data: dict[str, Any] = Field(default_factory=dict)
+    run_id: str | None = None  # the run the event belongs to (none between runs)
 
 
 class MessageUserData(Contract):
@@ -54,6 +56,16 @@ class StatusData(Contract):
     status: Literal["live", "dormant", "waking"]
     running: bool
     fence: int | None = None
+    run_id: str | None = None  # the run that starts (running) or ended
+
+
+class RunAbortedData(Contract):
+    """`run_aborted`: a run ended by POST /abort or by an interrupting message. `kept` user messages
+    and injections that were queued for it (steer, follow-up) wait for the next prompt."""
+
+    run_id: str
+    reason: Literal["user", "interrupt"]
+    kept: int = 0
 
 
 class ModelRequestData(Contract):

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from .base import Contract
 from .client import PromptClientContext
-from .inbox import OnBusy
+from .inbox import RUN_ID, OnBusy
 from .todo import TodoList
 
 Variant = Literal["base", "deck-generation", "import"]
@@ -55,6 +55,7 @@ class SessionView(Contract):
     model: ModelConfig
     status: Status
     running: bool
+    run_id: str | None = None  # the active run, while `running`
     created_at: int
     updated_at: int
     model_usage: ModelUsage | None = None  # GET /sessions/{id} only
@@ -71,6 +72,9 @@ class PostMessage(Contract):
     message: str = Field(min_length=1, max_length=100_000)
     client_context: PromptClientContext | None = None
     on_busy: OnBusy = "steer"
+    # With steer / follow_up / interrupt: 409, nothing queued, when this run is no longer the active
+    # one (the `run_id` of GET /sessions/{id} or of the events).
+    expected_run_id: str | None = Field(None, pattern=RUN_ID)
 
 
 class MessageAccepted(Contract):
@@ -101,6 +105,18 @@ class Transcript(Contract):
     # Paging (GET /sessions/{sid}/transcript?cursor=&limit=): pass next_cursor back for the next page.
     next_cursor: str = "0"
     has_more: bool = False
+
+
+class AbortBody(Contract):
+    expected_run_id: str | None = Field(None, pattern=RUN_ID)
+
+
+class AbortResult(Contract):
+    """`aborted`: false when no run was active (a second call, or none started)."""
+
+    aborted: bool
+    run_id: str | None = None
+    kept: int = 0  # queued steering and follow-ups kept for the next prompt
 
 
 class CompactBody(Contract):

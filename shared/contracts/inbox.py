@@ -15,7 +15,9 @@ from .blobref import BLOB_NAME, SHA256
 from .client import PromptClientContext
 from .injection import InjectionSource, RuntimeInjection
 
-OnBusy = Literal["steer", "follow_up", "reject"]
+# interrupt: abort the active run, then start a new one with this message (issue 17).
+OnBusy = Literal["steer", "follow_up", "reject", "interrupt"]
+RUN_ID = r"^run_[A-Za-z0-9_-]{1,60}$"
 
 
 class _InboxBase(Contract):
@@ -32,6 +34,10 @@ class UserPrompt(_InboxBase):
     # Causal order (shared/causal.py): the newest artifact change still in flight when the proxy
     # accepted the prompt; the runtime holds the prompt until the digest settled every change up to it.
     after_seq: int | None = Field(None, ge=1)
+    # Only for the run the sender saw (Codex's expectedTurnId): the runtime refuses the prompt (409
+    # on `request_id`, nothing queued) when that run has ended. Set together with `request_id`.
+    expected_run_id: str | None = Field(None, pattern=RUN_ID)
+    request_id: str | None = None
 
 
 class Injection(_InboxBase):
@@ -139,9 +145,17 @@ class Stop(_InboxBase):
     request_id: str = Field(default_factory=lambda: new_id("r_"))
 
 
+class Abort(_InboxBase):
+    """POST /abort: end the active run (its id must be `expected_run_id` when given)."""
+
+    type: Literal["abort"] = "abort"
+    request_id: str = Field(default_factory=lambda: new_id("r_"))
+    expected_run_id: str | None = Field(None, pattern=RUN_ID)
+
+
 InboxMessage = Annotated[
     UserPrompt | Injection | UiUpdate | FileWrite | DocumentEdit | Barrier | CompactionReady | Compact | Stop
-    | ChangesSettled | FileDelete | DocumentDelete,
+    | ChangesSettled | FileDelete | DocumentDelete | Abort,
     Field(discriminator="type"),
 ]
 INBOX_ADAPTER: TypeAdapter[InboxMessage] = TypeAdapter(InboxMessage)

@@ -61,6 +61,8 @@ CONTRACTS: dict[str, type[BaseModel] | TypeAdapter[Any]] = {
     "http.preview": http.Preview,
     "http.transcript": http.Transcript,
     "http.compact": http.CompactBody,
+    "http.abort": http.AbortBody,
+    "http.abort_result": http.AbortResult,
     "http.accepted": http.Accepted,
     "http.error": http.ErrorBody,
     "http.deck": documents.Deck,

@@ -21,6 +21,7 @@ from shared.contracts.events import (
     EventType,
     MessageUserData,
     ModelRequestData,
+    RunAbortedData,
     SessionEvent,
     StatusData,
 )
@@ -51,14 +52,15 @@ async def sse_events(client: aioredis.Redis, start: str, n: int) -> list[tuple[s
 
 def typed_data(event: SessionEvent) -> object:
     return {"message_user": MessageUserData, "status": StatusData, "model_request": ModelRequestData,
-            "checklist": ChecklistData, "audit": AuditData}.get(event.type, dict)
+            "checklist": ChecklistData, "audit": AuditData, "run_aborted": RunAbortedData}.get(event.type, dict)
 
 
 async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> None:
     """Producer: the runtime's `Outbox.event`; consumer: the proxy's SSE generator `event_frames`."""
     data: dict[str, dict[str, object]] = {
         "message_user": {"message": "Which theme?", "block_on_user": True, "tool_call_id": "call_1"},
-        "status": {"status": "live", "running": True, "fence": 4},
+        "status": {"status": "live", "running": True, "fence": 4, "run_id": "run_ab12"},
+        "run_aborted": {"run_id": "run_ab12", "reason": "user", "kept": 1},
         "model_request": {"prefix_sha256": "ab" * 32, "prompt_tokens": 900, "shared_prefix_tokens": 800,
                           "encoding": "o200k_base", "message_count": 5},
         "checklist": {"workflow": "deck-generation", "current": 2, "total": 3, "done": 1, "steps": [
@@ -73,13 +75,14 @@ async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> Non
         raise AssertionError("events never go through the bus")
 
     outbox = Outbox(redis_client, SID, no_bus)
+    outbox.run_id = "run_ab12"  # as during a run: every event carries it
     types = typing.get_args(EventType)
     ids = [await outbox.event(t, data.get(t, {"n": i})) for i, t in enumerate(types)]
     got = await sse_events(redis_client, "0", len(types))
     assert [entry_id for entry_id, _ in got] == ids  # the SSE id is the stream entry id
     assert [e.type for _, e in got] == list(types)
     for (_, event), t in zip(got, types, strict=True):
-        assert event.session_id == SID
+        assert event.session_id == SID and event.run_id == "run_ab12"
         assert event.data == data.get(t, {"n": types.index(t)})
         model = typed_data(event)
         if model is not dict:

@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 from shared import keys
 from shared.contracts.deadletter import DeadLetter
 from shared.contracts.inbox import (
+    Abort,
     Barrier,
     ChangesSettled,
     Compact,
@@ -62,6 +63,10 @@ def every_message() -> list[InboxMessage]:
         Stop(session_id=SID, reason="suspend"),
         FileDelete(session_id=SID, path="notes/a.md"),
         DocumentDelete(session_id=SID, doc="deck1", if_match=3),
+        Abort(session_id=SID),
+        Abort(session_id=SID, expected_run_id="run_0123abcd"),
+        UserPrompt(session_id=SID, message="instead", on_busy="interrupt", expected_run_id="run_0123abcd",
+                   request_id="r_1"),
     ]
 
 

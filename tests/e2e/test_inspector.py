@@ -10,6 +10,8 @@ against the real stack and the scripted model:
   deleted with its button, the session stays dormant, and after the wake each change appears once,
   before the message that woke it, as a trusted artifact_update;
 - the proxy restarted under the page: the events stream resumes (Last-Event-ID), nothing shows twice;
+- Stop ends a long run (a 30 s bash call): the run shows as stopped by the user, the tool's result
+  says so, the page is idle again; a message sent with "interrupt" stops the next one and is answered;
 - axe-core finds no serious or critical accessibility violation.
 
 Screenshots of the main views go to docs/screenshots/ (linked from the README). Skipped only when
@@ -140,6 +142,18 @@ def test_no_serious_accessibility_violations(page_run: dict) -> None:  # type: i
     for view, violations in page_run["axe"].items():
         bad = [v for v in violations if v["impact"] in ("serious", "critical")]
         assert bad == [], (view, bad)
-    assert set(page_run["axe"]) == {"deck", "wake"}
-    for name in ("inspector-deck", "inspector-state", "inspector-usage", "inspector-form", "inspector-spoof", "inspector-wake"):
+    assert {"deck", "wake", "stop"} <= set(page_run["axe"])
+    for name in ("inspector-deck", "inspector-state", "inspector-usage", "inspector-form", "inspector-spoof", "inspector-wake",
+                 "inspector-stop"):
         assert (SHOTS / f"{name}.png").stat().st_size > 10_000
+
+
+@pytest.mark.timeout(600)
+def test_stop_ends_a_long_run_and_interrupt_replaces_one(page_run: dict) -> None:  # type: ignore[type-arg]
+    out = page_run
+    assert out["stopMs"] < 15_000, out["stopMs"]  # the page was idle again well before the 30 s sleep
+    assert out["stopNotice"].startswith("stopped run_"), out["stopNotice"]
+    assert "stopped by the user" in out["stopped"]
+    assert "The user stopped the run" in out["stoppedTool"] and "sleep 30.71" in out["stoppedTool"]
+    assert any("interrupted by a new message" in t for t in out["interrupted"]), out["interrupted"]
+    assert out["busyModes"] == ["steer", "follow_up", "interrupt"]

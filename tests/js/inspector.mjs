@@ -240,6 +240,37 @@ async function reconnect(page) {
   out.afterRestartBubbles = await page.locator(".bubble.user", { hasText: "after the restart" }).count();
 }
 
+// Stop ends a long run: a 30 s bash call is killed, the run shows as stopped, the page is idle
+// again; then a message sent with "interrupt" stops the next long run and is answered.
+async function stopLongRun(page) {
+  const long = (secs) => "script:" + JSON.stringify([
+    { tool_calls: [{ name: "bash", arguments: { command: `echo working; sleep ${secs}`, timeout: 120 } }] },
+    { content: "should not get here" }]);
+  await send(page, long("30.71"));
+  await page.waitForSelector("#stop:not([disabled])", LONG);
+  const started = Date.now();
+  await page.click("#stop");
+  const stopped = page.locator(".item.failure", { hasText: "stopped by the user" }).last();
+  await stopped.waitFor(LONG);
+  await page.waitForFunction(() => document.getElementById("running").hidden && document.getElementById("stop").disabled, null, LONG);
+  out.stopMs = Date.now() - started;
+  out.stopNotice = await page.textContent("#notice");
+  out.stopped = await stopped.textContent();
+  const bash = page.locator("details.item.tool").filter({ has: page.locator(".tool-name", { hasText: /^bash$/ }) }).last();
+  await bash.locator("summary").click();
+  await page.waitForFunction(() => [...document.querySelectorAll("details.item.tool")].some((d) => d.open && /stopped the run/.test(d.textContent)), null, LONG);
+  out.stoppedTool = await bash.textContent();
+  await page.evaluate(() => { const t = document.getElementById("timeline"); t.scrollTop = t.scrollHeight; });
+  await page.locator("#run").screenshot({ path: `${shots}/inspector-stop.png` });
+  await send(page, long("30.72"));
+  await page.waitForSelector("#stop:not([disabled])", LONG);
+  await send(page, "change of plan", "interrupt");
+  await page.locator(".bubble.message_user", { hasText: "change of plan" }).waitFor(LONG);
+  out.interrupted = await texts(page, ".item.failure");
+  out.busyModes = await page.locator("#on-busy option").evaluateAll((os) => os.map((o) => o.value));
+  await axe(page, "stop");
+}
+
 try {
   const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
   page.setDefaultTimeout(90000); // two shared cores under a whole test run: be generous
@@ -252,6 +283,7 @@ try {
   await formAndFailure(page);
   await dormantUpload(page);
   await reconnect(page);
+  await stopLongRun(page);
 } catch (err) {
   out.error = String((err && err.stack) || err);
 } finally {

@@ -31,12 +31,23 @@ class NoForms:
         return type("U", (), {"answered_form": staticmethod(lambda: None)})()
 
 
+class NoRuns:
+    """The abort side: no run ids to check (tests/integration/test_abort.py covers them for real)."""
+
+    async def refuse_stale(self, *_: object) -> bool:
+        return False
+
+    async def accepted(self, *_: object) -> None:
+        return None
+
+
 def dispatcher(host: Host, handlers: dict[type, Any] | None = None, request_close: Any = None) -> InboxDispatcher:
     async def recorded(*_: object) -> None:
         return None
 
     wake = NoForms(host)
-    return InboxDispatcher(host, wake, wake, handlers or {}, recorded, None, request_close)  # type: ignore[arg-type]
+    return InboxDispatcher(host, wake, wake, handlers or {}, recorded, None, request_close,  # type: ignore[arg-type]
+                           aborts=NoRuns())  # type: ignore[arg-type]
 
 
 def entry(entry_id: str, message: Any) -> InboxEntry:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.convert import to_openai
 from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
@@ -220,6 +222,38 @@ async def test_real_openai_client_streams_tool_calls_and_errors() -> None:
     assert len(requests) == 2 and requests[0]["prefix_sha256"] == requests[1]["prefix_sha256"]
     assert 0 < requests[1]["shared_prefix_tokens"] < requests[1]["prompt_tokens"]
     assert any(e.type == "message_update" for e in events)
+
+
+async def test_abort_gives_every_unfinished_call_the_note_and_cancels_a_deaf_tool(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.runtime.engine import loop
+
+    monkeypatch.setattr(loop, "TOOL_ABORT_GRACE_S", 0.05)
+    started = asyncio.Event()
+    cancelled: list[str] = []
+
+    async def quick(_: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        return ToolOutcome(content="quick done")
+
+    async def deaf(_: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        started.set()
+        try:
+            await asyncio.sleep(60)  # ignores the signal: cancelled after the grace
+        except asyncio.CancelledError:
+            cancelled.append("deaf")
+            raise
+        return ToolOutcome(content="never")
+
+    stream = FakeStream([calls("quick", "deaf")])
+    agent, events = make_agent(stream, [tool("quick", quick), tool("deaf", deaf)])
+    run = asyncio.ensure_future(agent.prompt([UserMessage(content="go")]))
+    await started.wait()
+    agent.abort("Stopped by the user.")
+    await asyncio.wait_for(run, 5)
+    results = [m for m in agent.messages if isinstance(m, ToolResultMessage)]
+    assert [r.text() for r in results] == ["quick done", "Stopped by the user."]
+    assert results[1].is_error and (results[1].details or {}).get("aborted") and cancelled == ["deaf"]
+    assert events[-1].data["stopReason"] == "aborted"
 
 
 async def test_abort_stops_after_the_running_batch() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from services.runtime.engine.types import AgentEvent
-from services.runtime.protocol import TurnInput
+from services.runtime.pending import TurnInput
 from services.runtime.recorder import Recorder
 from shared import keys
 from shared.contracts.inbox import Injection, UserPrompt

@@ -48,6 +48,7 @@ from ..rows import (
 from ..transcript_pages import BadCursor as BadTranscriptCursor
 from ..transcript_pages import read_page
 from ..uidoc import default_snapshot
+from .runs import post_to_run
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 log = structlog.get_logger()
@@ -108,7 +109,8 @@ async def get_session(state: SessionState = Depends(owned_session),
 
 
 @router.post("/{sid}/messages", status_code=202, response_model=MessageAccepted,
-             responses={**ERRORS, 409: {"description": "on_busy=reject while a run is active"}})
+             responses={**ERRORS, 409: {"description": "on_busy=reject while a run is active, or "
+                                                       "expected_run_id is not the active run (nothing queued)"}})
 async def post_message(
     body: PostMessage, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)
 ) -> MessageAccepted:
@@ -124,7 +126,9 @@ async def post_message(
     # still on its way; the runtime holds the prompt until it is delivered.
     after = await causal.watermark(proxy.redis, sid) if proxy.settings.causal_wait_ms > 0 else None
     prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy,
-                        after_seq=after)
+                        after_seq=after, expected_run_id=body.expected_run_id)
+    if body.expected_run_id is not None:
+        return await post_to_run(proxy, state, prompt)
     if status == "live":
         if body.on_busy == "reject" and state.running:
             raise ApiError(409, "the session is running and on_busy is 'reject'")

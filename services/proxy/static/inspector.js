@@ -9,6 +9,7 @@ import { renderDecks } from "./js/deck.js";
 import { renderUsage, renderStatusTimeline } from "./js/charts.js";
 import { FilesView } from "./js/files.js";
 import { ChecklistPane } from "./js/checklist.js";
+import { messageBody, stopRun, abortedText } from "./js/runs.js";
 
 const EMPTY_YJS_UPDATE = "AAA="; // base64 of a V1 update that changes nothing: the sync carries a snapshot
 let s = null; // the selected session's state
@@ -18,7 +19,7 @@ const checklist = new ChecklistPane($("tasks").closest("section"));
 
 function freshState(sid) {
   return { sid, session: null, entries: [], cursor: "0", abort: new AbortController(), dirty: new Set(),
-    live: { streamingText: "", toolEnds: new Map(), extras: [], running: false },
+    live: { streamingText: "", toolEnds: new Map(), extras: [], running: false }, run: { id: null, running: false },
     requests: [], liveSkills: [], spans: [], todo: null, ui: null, decks: [], docIds: new Set() };
 }
 
@@ -66,6 +67,7 @@ function setStatus(status, running, ts = Date.now()) {
   $("badge").textContent = now.status;
   $("badge").className = `badge ${now.status}`;
   $("running").hidden = !now.running;
+  $("stop").disabled = !now.running;
   const small = document.querySelector(`#sessions li[data-sid="${s.sid}"] .badge`);
   if (small) { small.textContent = now.status; small.className = `badge ${now.status}`; }
   // The notice never outlives what it announced: "waking…" goes once the session is live.
@@ -77,7 +79,7 @@ async function pollStatus() {
   if (!s) return;
   try {
     const view = await api(sessionPath(s.sid));
-    if (view.id === s.sid) setStatus(view.status, view.running);
+    if (view.id === s.sid) { s.run = { id: view.run_id || null, running: view.running }; setStatus(view.status, view.running); }
   } catch { /* shown on the next action */ }
 }
 
@@ -136,7 +138,14 @@ function onToolEnd(d) {
 }
 
 const HANDLERS = {
-  status: (d, ev) => setStatus(d.status, Boolean(d.running), ev.ts),
+  status: (d, ev) => { s.run = { id: d.run_id || null, running: Boolean(d.running) }; setStatus(d.status, Boolean(d.running), ev.ts); },
+  run_aborted: (d, ev) => {
+    const shown = s.live.extras.findLast((x) => x.stop === "aborted" && !x.reason);
+    if (shown) Object.assign(shown, { reason: d.reason, text: abortedText(d) });
+    else s.live.extras.push({ key: `aborted-${d.run_id}`, ts: ev.ts, kind: "failure", stop: "aborted", reason: d.reason, text: abortedText(d) });
+    debounce("transcript", softly(loadTranscript));
+    invalidate("timeline");
+  },
   agent_start: () => { s.live.running = true; },
   agent_end: (d, ev) => {
     s.live.running = false;
@@ -208,6 +217,7 @@ async function selectSession(sid) {
   try {
     s.session = await api(sessionPath(sid));
     s.spans.push({ ts: s.session.created_at, status: "dormant", running: false });
+    s.run = { id: s.session.run_id || null, running: s.session.running };
     setStatus(s.session.status, s.session.running);
     await Promise.all([loadTranscript(), loadUi(), loadPreviewTodo(), files.refresh()]);
     await loadDecks();
@@ -223,6 +233,7 @@ $("create-form").addEventListener("submit", async (ev) => {
   const model = {};
   if ($("model-name").value.trim()) model.name = $("model-name").value.trim();
   if ($("effort").value) model.reasoning_effort = $("effort").value;
+  if ($("model-api").value) model.api = $("model-api").value;
   try {
     const row = await api("/sessions", { method: "POST", json: { variant: $("variant").value, model } });
     notice(`created ${row.id}`);
@@ -255,11 +266,26 @@ $("composer").addEventListener("submit", async (ev) => {
   const sentAt = Date.now();
   try {
     const accepted = await api(sessionPath(s.sid, "/messages"), { method: "POST",
-      json: { message: text, client_context: clientContext(), on_busy: $("on-busy").value } });
+      json: messageBody(text, $("on-busy").value, s.run, clientContext()) });
     if (accepted.woke) { notice("waking the session…"); $("notice").dataset.waking = "1"; setStatus("waking", false, sentAt); }
     else notice(accepted.status === "live" ? "sent" : `sent (${accepted.status})`);
     if (accepted.status === "waking") [1000, 3000, 6000].forEach((t) => setTimeout(pollStatus, t));
-  } catch (err) { notice(err.message, true); $("message").value = text; }
+  } catch (err) {
+    // 409 on a run that ended meanwhile: nothing was queued; the text stays for sending again.
+    notice(err.status === 409 ? `not sent: ${err.message}` : err.message, true);
+    $("message").value = text;
+    if (err.status === 409) pollStatus();
+  }
+});
+
+$("stop").addEventListener("click", async () => {
+  if (!s) return;
+  $("stop").disabled = true;
+  try {
+    const out = await stopRun(s.sid, s.run);
+    notice(out.aborted ? `stopped ${out.run_id}` : "no run to stop");
+  } catch (err) { notice(err.message, true); }
+  await pollStatus();
 });
 
 $("message").addEventListener("keydown", (ev) => {

@@ -12,7 +12,7 @@ from typing import Literal
 from shared.contracts.messages import AgentMessage, AssistantMessage
 
 from .loop import run_loop, run_loop_continue
-from .types import AgentContext, Emit, LoopConfig, Tool
+from .types import ABORT_NOTE, AgentContext, Emit, LoopConfig, Tool
 
 QueueMode = Literal["all", "one-at-a-time"]
 
@@ -74,6 +74,10 @@ class Agent:
     def queued(self) -> list[AgentMessage]:
         return [*self._steer, *self._follow]
 
+    def take_queued(self) -> list[AgentMessage]:
+        """Empty both queues (an aborted run leaves them for the next prompt): steering, then follow-ups."""
+        return _take(self._steer, "all") + _take(self._follow, "all")
+
     def remove_queued(self, message: AgentMessage) -> bool:
         for q in (self._steer, self._follow):
             for i, m in enumerate(q):
@@ -126,7 +130,10 @@ class Agent:
             return []
         return await self.prompt(queued)
 
-    def abort(self) -> None:
+    def abort(self, note: str | None = None) -> None:
+        """End the current run: the model stream is cut, running tools are stopped (bash kills its
+        process group), tool calls that did not finish get `note` as their result."""
+        self.config.abort_note = note or ABORT_NOTE
         self.config.signal.set()
 
     async def _guarded(self, coro: object) -> list[AgentMessage]:

@@ -58,6 +58,9 @@ class ChatApi:
                     return partial
                 for delta in reply.take(chunk):
                     await emit(AgentEvent(type="message_update", data={"delta": delta}))
+        except asyncio.CancelledError:
+            partial.content = assemble(reply.text, {})  # aborted: the text the user saw stays
+            raise
         finally:
             await response.aclose()  # a failed or cut stream gives its connection back
         completion = reply.validated()

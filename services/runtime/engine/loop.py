@@ -27,6 +27,8 @@ from shared.contracts.messages import (
 
 from .types import AgentContext, AgentEvent, Emit, LoopConfig, Tool, ToolContext, ToolOutcome
 
+TOOL_ABORT_GRACE_S = 1.0  # how long running tools may take to end on the abort signal before a cancel
+
 
 async def run_loop(
     prompts: list[AgentMessage], context: AgentContext, config: LoopConfig, emit: Emit
@@ -135,7 +137,7 @@ async def _execute_batch(
         except Exception as exc:  # noqa: BLE001 - a tool bug is the model's error value, not a crash
             return ToolOutcome(content=f"Tool {call.name} failed: {type(exc).__name__}: {exc}", is_error=True)
 
-    outcomes = await asyncio.gather(*(one(c) for c in calls))
+    outcomes = await _gather_abortable(calls, [asyncio.ensure_future(one(c)) for c in calls], config)
     results: list[ToolResultMessage] = []
     for call, outcome in zip(calls, outcomes, strict=True):
         await emit(AgentEvent(type="tool_execution_end", data={
@@ -146,6 +148,48 @@ async def _execute_batch(
             details=outcome.details, is_error=outcome.is_error))
     terminate = bool(outcomes) and all(o.terminate for o in outcomes)
     return results, terminate
+
+
+async def _gather_abortable(calls: list[ToolCall], tasks: list[asyncio.Task[ToolOutcome]],
+                            config: LoopConfig) -> list[ToolOutcome]:
+    """The batch's outcomes in call order. On abort, tools get TOOL_ABORT_GRACE_S to end on the
+    signal (bash kills its process group at once); those still running are cancelled. A call that
+    did not finish, or ended on the signal, gets the abort note as its result (every call gets one)."""
+    stopper = asyncio.ensure_future(config.signal.wait())
+    try:
+        all_done = asyncio.ensure_future(asyncio.wait(tasks))
+        await asyncio.wait({all_done, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if not all_done.done():
+            await asyncio.wait(tasks, timeout=TOOL_ABORT_GRACE_S)
+            for t in tasks:
+                t.cancel()
+            await asyncio.wait(tasks, timeout=TOOL_ABORT_GRACE_S)
+        all_done.cancel()
+    except asyncio.CancelledError:
+        for t in tasks:
+            t.cancel()
+        raise
+    finally:
+        stopper.cancel()
+    aborted = config.signal.is_set()
+    out: list[ToolOutcome] = []
+    for call, t in zip(calls, tasks, strict=True):
+        outcome = t.result() if t.done() and not t.cancelled() and t.exception() is None else None
+        if outcome is None and not aborted and t.done() and not t.cancelled():
+            exc = t.exception()
+            outcome = ToolOutcome(content=f"Tool {call.name} failed: {type(exc).__name__}: {exc}", is_error=True)
+        if outcome is None or (aborted and (outcome.details or {}).get("aborted")):
+            outcome = aborted_outcome(config.abort_note, outcome)
+        out.append(outcome)
+    return out
+
+
+def aborted_outcome(note: str, partial: ToolOutcome | None = None) -> ToolOutcome:
+    """The result of a tool call stopped by an abort: the note first, then what it printed."""
+    printed = partial.content.strip() if partial is not None else ""
+    text = f"{note}\n\nOutput before the abort:\n{printed}" if printed else note
+    return ToolOutcome(content=text, is_error=True, details={**((partial.details if partial else None) or {}),
+                                                             "aborted": True})
 
 
 def length_guidance() -> CustomMessage:

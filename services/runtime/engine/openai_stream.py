@@ -17,6 +17,7 @@ import hashlib
 import json
 import random
 from array import array
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -26,7 +27,7 @@ import openai
 from openai import AsyncOpenAI
 
 from shared.contracts.events import ModelRequestData
-from shared.contracts.messages import AssistantMessage
+from shared.contracts.messages import AssistantMessage, ToolCall
 from shared.tokens import TokenCounter, shared_prefix
 
 from .chat_api import ChatApi
@@ -149,7 +150,10 @@ class OpenAIStream:
             attempt += 1
             partial = AssistantMessage(model=self.settings.model, api=api.name)
             try:
-                return await api.consume(self.client, body, partial, emit, signal), attempt
+                message = await _abortable(api.consume(self.client, body, partial, emit, signal), signal)
+                if message is None or message.stop_reason == "aborted":
+                    return _aborted(partial), attempt
+                return message, attempt
             except (openai.APIError, httpx.HTTPError, StreamError) as exc:
                 if not retryable(exc) or attempt > self.settings.max_retries or signal.is_set():
                     return _failed(partial, _describe(exc, attempt)), attempt
@@ -162,6 +166,34 @@ class OpenAIStream:
                 if signal.is_set():
                     partial.stop_reason = "aborted"
                     return partial, attempt
+
+
+async def _abortable(call: Coroutine[Any, Any, AssistantMessage], signal: asyncio.Event) -> AssistantMessage | None:
+    """The call's message, or None when the abort signal came first: the call is cancelled then (the
+    stream closes and gives its connection back), even while it waits for a first chunk."""
+    task = asyncio.ensure_future(call)
+    stopper = asyncio.ensure_future(signal.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        stopper.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    return None
+
+
+def _aborted(partial: AssistantMessage) -> AssistantMessage:
+    """What an aborted stream leaves: the text streamed so far, no tool calls (none of them started,
+    and a half-streamed call has no valid arguments)."""
+    partial.content = [c for c in partial.content if not isinstance(c, ToolCall)]
+    partial.stop_reason = "aborted"
+    return partial
 
 
 def _describe(exc: BaseException, attempt: int) -> str:

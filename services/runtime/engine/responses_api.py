@@ -76,16 +76,19 @@ class ResponsesApi:
         content: list[Any] = []
         refusal: list[str] = []
         incomplete = False
+        streaming: list[str] = []  # text deltas of the message item in progress (kept if aborted)
         try:
             async for event in json_events(response):
                 if signal.is_set():
-                    partial.content = content
+                    partial.content = [*content, TextContent(text="".join(streaming))] if streaming else content
                     partial.stop_reason = "aborted"
                     return partial
                 kind = event.get("type")
                 if kind == "response.output_text.delta":
+                    streaming.append(event["delta"])
                     await emit(AgentEvent(type="message_update", data={"delta": event["delta"]}))
                 elif kind == "response.output_item.done":
+                    streaming.clear()
                     _take_item(_valid_item(event.get("item")), content, refusal)
                 elif kind in ("response.completed", "response.incomplete"):
                     incomplete = kind == "response.incomplete"
@@ -97,6 +100,10 @@ class ResponsesApi:
                 elif kind == "error":
                     code, message = event.get("code"), str(event.get("message") or "error")
                     raise StreamError(f"{code}: {message}" if code else message, retryable=code in RETRYABLE_CODES)
+        except asyncio.CancelledError:
+            # aborted: the items completed so far stay, and the text the user saw of the current one
+            partial.content = [*content, TextContent(text="".join(streaming))] if streaming else content
+            raise
         finally:
             await response.aclose()  # a failed or cut stream gives its connection back
         partial.content = content

@@ -88,6 +88,9 @@ async def _noop(_: AgentContext) -> None:
     return None
 
 
+ABORT_NOTE = "Aborted before this tool call finished; its effects may be partial."
+
+
 @dataclass
 class LoopConfig:
     stream: StreamFn
@@ -96,3 +99,6 @@ class LoopConfig:
     prepare_batch: PrepareBatch = _no_preflight
     before_model_call: BeforeModelCall = _noop
     signal: asyncio.Event = field(default_factory=asyncio.Event)
+    # The result of a tool call the abort stopped (or that had not finished when it came): set by
+    # Agent.abort, so the model reads why the call ended (the user's Stop, an interrupt, a shutdown).
+    abort_note: str = ABORT_NOTE

@@ -65,8 +65,8 @@ def bash_tool(host: ToolHost) -> Tool:
         if res.timed_out:
             return ToolOutcome(content=text + f"\n[timed out after {timeout}s]", is_error=True,
                                details={**details, "timedOut": True})
-        if res.aborted:
-            return ToolOutcome(content=text + "\n[aborted]", is_error=True, details={**details, "aborted": True})
+        if res.aborted:  # the run's abort: the loop puts its note first (engine/loop.py aborted_outcome)
+            return ToolOutcome(content=text, is_error=True, details={**details, "aborted": True})
         return ToolOutcome(content=text or "(no output)", is_error=code != 0 or over is not None, details=details)
 
     return Tool(

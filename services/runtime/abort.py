@@ -1,0 +1,165 @@
+"""Abort and interrupt (issue 17): end the active run at the user's request, and refuse a message or
+an abort aimed at a run that has already ended (`expected_run_id`, like Codex's expectedTurnId).
+
+An abort sets the Agent's signal: the model stream is cancelled (engine/openai_stream.py), running
+tools get a grace second to end on it (bash kills its process group, sandbox/runner.py) and are then
+cancelled, and every tool call that did not finish gets a result saying the user stopped it
+(engine/loop.py). A run that does not end within ABORT_GRACE_S (a tool that ignores the signal) is
+cancelled outright and the transcript repaired the same way. Then, in the transcript, a
+`gamma.run_aborted` marker: the model reads that the user stopped the run, a restart does not
+continue it (`interrupted`), and an idle steer injection does not start a run on its own until the
+user speaks again (`stopped_by_user`). The todo is left as it is. Messages steered or queued as
+follow-ups into the aborted run (user prompts, injections) are kept, in order, for the next prompt:
+they go before its user message (docs/integration.md "Abort and interrupt").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal, Protocol
+
+import structlog
+
+from shared.contracts.events import RunAbortedData
+from shared.contracts.http import AbortResult
+from shared.contracts.inbox import Abort, UserPrompt
+from shared.contracts.messages import CustomMessage
+from shared.contracts.transcript import CustomMessageEntry, MessageEntry
+from shared.inbox import InboxEntry
+
+from .engine.agent import Agent
+from .events import Outbox
+from .protocol import SessionProtocolController
+from .supervisor import RunSupervisor, repair_interrupted_run
+from .transcript import Transcript
+
+log = structlog.get_logger()
+AbortReason = Literal["user", "interrupt"]
+ABORT_GRACE_S = 3.0  # the run ends on the signal within this, else its task is cancelled
+CANCEL_WAIT_S = 5.0
+MARKER = "gamma.run_aborted"
+NOTES: dict[AbortReason, str] = {
+    "user": "The user stopped the run (Stop) before this tool call finished; it was killed and its effects "
+            "may be partial.",
+    "interrupt": "The user interrupted the run with a new message before this tool call finished; it was "
+                 "killed and its effects may be partial.",
+}
+MARKER_TEXT: dict[AbortReason, str] = {
+    "user": "The user stopped the previous run before it finished. Do not resume the stopped work unless "
+            "the user asks for it.",
+    "interrupt": "The user interrupted the previous run before it finished, with the message that follows. "
+                 "Answer that message; resume the stopped work only if it asks for it.",
+}
+
+
+def stopped_by_user(transcript: Transcript) -> bool:
+    """The last thing in the conversation is an abort marker: the user stopped the agent and has not
+    spoken since."""
+    for e in reversed(transcript.entries):
+        if isinstance(e, CustomMessageEntry) and e.custom_type == MARKER:
+            return True
+        if isinstance(e, MessageEntry):
+            return False
+    return False
+
+
+def marker(run_id: str, reason: AbortReason) -> CustomMessage:
+    return CustomMessage(custom_type=MARKER, content=f"<run_aborted>\n{MARKER_TEXT[reason]}\n</run_aborted>",
+                         details={"trusted": True, "injectionType": "run_aborted", "source": "system",
+                                  "runId": run_id, "reason": reason})
+
+
+class AbortHost(Protocol):
+    sid: str
+    agent: Agent
+    protocol: SessionProtocolController
+    transcript: Transcript
+    outbox: Outbox
+    runs: RunSupervisor
+
+    async def ack(self, entry_id: str | None) -> None: ...
+
+
+class RunAborter:
+    def __init__(self, host: AbortHost) -> None:
+        self.h = host
+
+    @property
+    def active_run_id(self) -> str | None:
+        runs = self.h.runs
+        return runs.run_id if runs.running else None
+
+    async def abort(self, reason: AbortReason) -> RunAbortedData | None:
+        """End the active run; None when there is none. Returns once the run task has ended and the
+        transcript is ready for the next run."""
+        runs, h = self.h.runs, self.h
+        task = runs.task
+        if task is None or task.done():
+            return None
+        run_id = runs.run_id or runs.last_run_id or ""
+        runs.aborting = reason
+        h.agent.abort(NOTES[reason])
+        try:
+            await self._end(task, run_id)
+            kept = await self._settle(run_id, reason)
+            data = RunAbortedData(run_id=run_id, reason=reason, kept=kept)
+            await h.outbox.event("run_aborted", data.model_dump())
+            log.info("run_aborted", session_id=h.sid, run_id=run_id, reason=reason, kept=kept)
+            return data
+        finally:
+            runs.aborting = None
+
+    async def _end(self, task: asyncio.Task[None], run_id: str) -> None:
+        done, _ = await asyncio.wait({task}, timeout=ABORT_GRACE_S)
+        if not done:
+            log.warning("abort_cancels_run", session_id=self.h.sid, run_id=run_id)
+            task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_WAIT_S)
+
+    async def _settle(self, run_id: str, reason: AbortReason) -> int:
+        """Every started tool call has a result, the marker is recorded, the queued messages wait
+        for the next prompt, and the context is the transcript's."""
+        h = self.h
+        await repair_interrupted_run(h.transcript, NOTES[reason])
+        kept = h.agent.take_queued()
+        h.protocol.next_turn = [*kept, *h.protocol.next_turn]  # first in the next turn, in order
+        await h.transcript.append_custom(marker(run_id, reason))
+        h.protocol.restore_context()
+        return len(kept)
+
+    # ------------------------------------------------------------ inbox
+
+    async def on_abort(self, entry: InboxEntry, m: Abort) -> None:
+        active = self.active_run_id
+        if m.expected_run_id is not None and active != m.expected_run_id:
+            await self.h.outbox.reply(m.request_id, 409, stale_body(m.expected_run_id, active))
+        else:
+            data = await self.abort("user")
+            result = AbortResult(aborted=data is not None, run_id=data.run_id if data else None,
+                                 kept=data.kept if data else 0)
+            await self.h.outbox.reply(m.request_id, 200, result.model_dump())
+        await self.h.ack(entry.entry_id)
+
+    async def refuse_stale(self, entry: InboxEntry, m: UserPrompt) -> bool:
+        """A prompt aimed at a run that is no longer the active one: answered 409 and acked, nothing
+        queued. True when refused."""
+        active = self.active_run_id
+        if m.expected_run_id is None or active == m.expected_run_id:
+            return False
+        if m.request_id:
+            await self.h.outbox.reply(m.request_id, 409, stale_body(m.expected_run_id, active))
+        await self.h.ack(entry.entry_id)
+        return True
+
+    async def accepted(self, m: UserPrompt) -> None:
+        if m.request_id:
+            await self.h.outbox.reply(m.request_id, 202, {"run_id": self.active_run_id})
+
+
+def stale_message(expected: str, active: str | None) -> str:
+    """The 409 text (the proxy words its own the same way: services/proxy/routes/runs.py)."""
+    return f"run {expected} is no longer active" + (f"; the active run is {active}" if active else "; no run is active")
+
+
+def stale_body(expected: str, active: str | None) -> dict[str, Any]:
+    return {"error": stale_message(expected, active), "detail": {"run_id": active}}
