@@ -33,6 +33,7 @@ from .workload import (
     digest_revisions,
     durable_undelivered,
     flush,
+    pending_owners,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -100,6 +101,9 @@ def test_faults(tmp_path: Path) -> None:
                     digest_current[r.sid] = await digest_revisions(rclient, r.sid)
                     stuck[r.sid] = await durable_undelivered(rclient, r.sid) | backlog.get(r.sid, set())
                     seen[r.sid] = await digest_revisions(rclient, r.sid, "seen")
+                    if stuck[r.sid]:
+                        for line in await pending_owners(rclient, r.sid):
+                            report.note(line)
                 return records
             finally:
                 await client.aclose()

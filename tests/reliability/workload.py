@@ -499,6 +499,27 @@ async def durable_undelivered(client: aioredis.Redis, sid: str) -> set[str]:
     return found
 
 
+async def pending_owners(client: aioredis.Redis, sid: str) -> list[str]:
+    """Who holds the session's unacked inbox entries (consumer, idle ms, deliveries, what) and who
+    holds its lease: the evidence a STUCK audit line needs (a paused worker's PEL, or the holder's own)."""
+    stream = keys.inbox(sid)
+    try:
+        rows = await client.xpending_range(stream, keys.RUNTIME_GROUP, min="-", max="+", count=10_000)
+    except aioredis.ResponseError:
+        return []
+    lease = await client.get(keys.lease(sid))
+    out = [f"{sid}: lease {lease!r}"]
+    for row in rows:
+        entry_id = row["message_id"]
+        what = "trimmed"
+        for _, fields in await client.xrange(stream, min=entry_id, max=entry_id):
+            data = json.loads(fields.get(b"data", b"{}"))
+            what = f"{data.get('type')} {data.get('source_id') or data.get('message', '')[:40]}"
+        out.append(f"{sid}: pending {entry_id!r} consumer={row['consumer']!r} idle_ms={row['time_since_delivered']} "
+                   f"deliveries={row['times_delivered']} {what}")
+    return out
+
+
 async def digest_backlog(client: aioredis.Redis) -> dict[str, set[str]]:
     """sid -> refs with changes still in `gamma:artifacts:changes` for the digest group: delivered and
     unacknowledged, or not yet delivered (a digest that stopped consuming leaves them there)."""
