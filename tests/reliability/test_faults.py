@@ -94,7 +94,7 @@ def test_faults(tmp_path: Path) -> None:
                 records = await drive(client, chaos, SESSIONS)
                 cluster.wait_ready()
                 remaining = min(FLUSH_MAX_S, SUITE_BUDGET_S - (time.monotonic() - started) - 10)
-                settled = await asyncio.gather(*(flush(client, r, rclient, max(remaining, 15)) for r in records))
+                settled = await asyncio.gather(*(flush(client, r, rclient, max(remaining, 15), report.note) for r in records))
                 report.note(f"flushed: {sum(settled)}/{len(records)} sessions settled")
                 backlog = await digest_backlog(rclient)
                 for r in records:
