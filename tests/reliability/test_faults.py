@@ -33,6 +33,7 @@ from .workload import (
     digest_revisions,
     durable_undelivered,
     flush,
+    pending_owners,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -93,13 +94,16 @@ def test_faults(tmp_path: Path) -> None:
                 records = await drive(client, chaos, SESSIONS)
                 cluster.wait_ready()
                 remaining = min(FLUSH_MAX_S, SUITE_BUDGET_S - (time.monotonic() - started) - 10)
-                settled = await asyncio.gather(*(flush(client, r, rclient, max(remaining, 15)) for r in records))
+                settled = await asyncio.gather(*(flush(client, r, rclient, max(remaining, 15), report.note) for r in records))
                 report.note(f"flushed: {sum(settled)}/{len(records)} sessions settled")
                 backlog = await digest_backlog(rclient)
                 for r in records:
                     digest_current[r.sid] = await digest_revisions(rclient, r.sid)
                     stuck[r.sid] = await durable_undelivered(rclient, r.sid) | backlog.get(r.sid, set())
                     seen[r.sid] = await digest_revisions(rclient, r.sid, "seen")
+                    if stuck[r.sid]:
+                        for line in await pending_owners(rclient, r.sid):
+                            report.note(line)
                 return records
             finally:
                 await client.aclose()

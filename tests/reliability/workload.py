@@ -19,6 +19,7 @@ import re
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -499,6 +500,27 @@ async def durable_undelivered(client: aioredis.Redis, sid: str) -> set[str]:
     return found
 
 
+async def pending_owners(client: aioredis.Redis, sid: str) -> list[str]:
+    """Who holds the session's unacked inbox entries (consumer, idle ms, deliveries, what) and who
+    holds its lease: the evidence a STUCK audit line needs (a paused worker's PEL, or the holder's own)."""
+    stream = keys.inbox(sid)
+    try:
+        rows = await client.xpending_range(stream, keys.RUNTIME_GROUP, min="-", max="+", count=10_000)
+    except aioredis.ResponseError:
+        return []
+    lease = await client.get(keys.lease(sid))
+    out = [f"{sid}: lease {lease!r}"]
+    for row in rows:
+        entry_id = row["message_id"]
+        what = "trimmed"
+        for _, fields in await client.xrange(stream, min=entry_id, max=entry_id):
+            data = json.loads(fields.get(b"data", b"{}"))
+            what = f"{data.get('type')} {data.get('source_id') or data.get('message', '')[:40]}"
+        out.append(f"{sid}: pending {entry_id!r} consumer={row['consumer']!r} idle_ms={row['time_since_delivered']} "
+                   f"deliveries={row['times_delivered']} {what}")
+    return out
+
+
 async def digest_backlog(client: aioredis.Redis) -> dict[str, set[str]]:
     """sid -> refs with changes still in `gamma:artifacts:changes` for the digest group: delivered and
     unacknowledged, or not yet delivered (a digest that stopped consuming leaves them there)."""
@@ -548,17 +570,19 @@ async def digest_caught_up(client: aioredis.Redis, sid: str) -> bool:
     return not any(json.loads(member)[0] == sid for member in due)
 
 
-async def flush(client: LoadClient, rec: SessionRecord, redis_client: aioredis.Redis, deadline_s: float) -> bool:
+async def flush(client: LoadClient, rec: SessionRecord, redis_client: aioredis.Redis, deadline_s: float,
+                note: Callable[[str], None] | None = None) -> bool:
     """Send flush prompts until everything acknowledged is in the transcript (pending injections
     enter at the next user turn), or the deadline passes. A digest still catching up (after a Redis
     restart it can run tens of seconds behind the changes) is waited for first: checked against its
     `current` before then, a session looks settled and its last digests wait for a prompt never sent."""
     deadline = time.monotonic() + deadline_s
-    n = 0
+    n, digest_wait = 0, 0.0
     await asyncio.sleep(1.0)  # the digest's debounce
     while time.monotonic() < deadline:
         if not await digest_caught_up(redis_client, rec.sid):
             await asyncio.sleep(0.5)
+            digest_wait += 0.5
             continue
         if settled(rec, await client.transcript(rec.sid), await digest_revisions(redis_client, rec.sid)):
             return True
@@ -566,4 +590,9 @@ async def flush(client: LoadClient, rec: SessionRecord, redis_client: aioredis.R
         p = await client.prompt(rec, f"flush:{rec.sid}:{n}")
         await client.wait_answer(rec, p)
         await asyncio.sleep(0.5)
-    return settled(rec, await client.transcript(rec.sid), await digest_revisions(redis_client, rec.sid))
+    done = settled(rec, await client.transcript(rec.sid), await digest_revisions(redis_client, rec.sid))
+    if not done and note is not None:
+        # The evidence to tell slow from stuck: no flush prompt sent (the digest never caught up) is
+        # the window; prompts answered while an entry stayed unrecorded is the runtime.
+        note(f"{rec.sid}: not settled after {deadline_s:.0f}s: {n} flush prompts, {digest_wait:.1f}s waiting for the digest")
+    return done
