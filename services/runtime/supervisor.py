@@ -148,6 +148,9 @@ class RunSupervisor:
         try:
             await repair_interrupted_run(self.h.transcript)
         except (LeaseLost, *TRANSIENT):
+            # Still held (or about to be dropped): what the failed run took stays deliverable, else a
+            # redelivered entry merges into a record no queue holds and is never recorded (stuck).
+            self.h.protocol.requeue_untaken()
             return False, None
         protocol = self.h.protocol
         protocol.restore_context()
@@ -219,6 +222,7 @@ class RunSupervisor:
             outcome = "transient"
         except Exception:  # noqa: BLE001 - the worker survives a broken run
             log.exception("run_failed", session_id=self.h.sid)
+            self.h.protocol.requeue_untaken()  # injections the broken run took go to the next turn
             with contextlib.suppress(Exception):
                 await self.h.outbox.event("error", {"error": "run failed"})
         finally:

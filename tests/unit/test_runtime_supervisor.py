@@ -10,9 +10,10 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from services.runtime.lease import LeaseLost
-from services.runtime.protocol import TurnInput
+from services.runtime.protocol import TurnInput, source_key
 from services.runtime.supervisor import RunSupervisor, interrupted
-from shared.contracts.inbox import UserPrompt
+from shared.contracts.inbox import Injection, UserPrompt
+from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage, UserMessage
 
 from .runtime_fakes import Host, answer
@@ -128,3 +129,22 @@ async def test_a_closed_session_has_nothing_left_to_run(tmp_path: Path) -> None:
     assert sup.left_to_run() is None
     go_on, _ = await sup.recover(None)
     assert not go_on
+
+
+async def test_a_broken_run_gives_back_the_injections_it_took(tmp_path: Path) -> None:
+    """A run that fails (not on Redis) after taking an injection: it goes back to the next turn, so a
+    redelivery of its unacked entry does not merge into a record no queue holds (a stuck entry)."""
+    async def broken() -> AssistantMessage:
+        raise RuntimeError("a bug")
+
+    host = Host(tmp_path, steps=[broken])
+    await host.transcript.ensure_header()
+    host.record = False
+    sup, _, _ = supervisor(host)
+    host.protocol.route_update(Injection(
+        session_id="s1", injection=RuntimeInjection(kind="workspace_update", content="note changed"),
+        source="system", source_id="n-1"), "2-0")
+    turn = prompt_turn(host, "hi", "1-0")
+    assert ("system", "n-1") in [source_key(m) for m in turn.messages]
+    assert await sup.run_once(turn) == "done"
+    assert ("system", "n-1") in [source_key(m) for m in host.protocol.next_turn]
