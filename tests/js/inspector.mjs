@@ -248,6 +248,11 @@ async function stopLongRun(page) {
     { content: "should not get here" }]);
   await send(page, long("30.71"));
   await page.waitForSelector("#stop:not([disabled])", LONG);
+  // This run's bash call, not an earlier one (the deck run lints with bash). The timeline shows a call
+  // once the transcript is re-read (after message_end): Stop once it is running, so Stop kills it.
+  const bash = page.locator("details.item.tool").filter({ has: page.locator(".tool-name", { hasText: /^bash$/ }) })
+    .filter({ hasText: "sleep 30.71" });
+  await bash.filter({ has: page.locator(".state-running") }).waitFor(LONG);
   const started = Date.now();
   await page.click("#stop");
   const stopped = page.locator(".item.failure", { hasText: "stopped by the user" }).last();
@@ -256,7 +261,7 @@ async function stopLongRun(page) {
   out.stopMs = Date.now() - started;
   out.stopNotice = await page.textContent("#notice");
   out.stopped = await stopped.textContent();
-  const bash = page.locator("details.item.tool").filter({ has: page.locator(".tool-name", { hasText: /^bash$/ }) }).last();
+  await bash.filter({ has: page.locator(".state-error") }).waitFor(LONG); // its result, re-read after the abort
   await bash.locator("summary").click();
   await page.waitForFunction(() => [...document.querySelectorAll("details.item.tool")].some((d) => d.open && /stopped the run/.test(d.textContent)), null, LONG);
   out.stoppedTool = await bash.textContent();
