@@ -117,6 +117,25 @@ def ready(port: int) -> bool:
         return False
 
 
+def stop_all(children: list[subprocess.Popen[bytes]], redis_proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM every service at once (they drain in parallel), then the embedded Redis last."""
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    for child in children:
+        try:
+            child.wait(timeout=25)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    if redis_proc is not None:
+        redis_proc.terminate()
+        try:
+            redis_proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            redis_proc.kill()
+            redis_proc.wait()
+
+
 def main() -> None:
     settings = load_settings()
     data_dir = Path(settings.data_dir).resolve()
@@ -161,21 +180,7 @@ def main() -> None:
                 break
             time.sleep(0.2)
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(timeout=25)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        if redis_proc is not None:
-            redis_proc.terminate()
-            try:
-                redis_proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                redis_proc.kill()
-                redis_proc.wait()
+        stop_all(children, redis_proc)
     if failed:
         sys.exit(1)  # make run fails loudly when a service crashed or never became ready
 
