@@ -15,7 +15,7 @@ from shared.model import openai_client
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
-from .paths import skills_dir
+from .paths import sandbox_skills_dir, skills_dir
 from .prompt import VARIANTS, build_system_prompt
 from .sandbox import describe, export_metric, select_sandbox
 from .scripted import ScriptedGamma
@@ -33,7 +33,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     os.environ.setdefault("GAMMA_SKILLS_DIR", str(directory))  # the gml CLI in skills finds itself
     skills = load_skills(directory)
     # Probe the sandbox layers now (logged; /readyz details; gamma_sandbox_layer): sessions reuse the choice.
-    sandbox = select_sandbox(settings, directory)
+    sandbox = select_sandbox(settings, sandbox_skills_dir())
     ctx.details["sandbox"] = describe(sandbox)
     export_metric(ctx.registry, sandbox)
     prompts: dict[str, str] = {v: build_system_prompt(v, skills) for v in VARIANTS}

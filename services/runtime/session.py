@@ -52,7 +52,7 @@ from .events import Outbox
 from .forms import deliver_answered_form
 from .knowledge import KnowledgeReader, PromptKnowledge
 from .lease import Lease, LeaseLost
-from .paths import skills_dir
+from .paths import sandbox_skills_dir
 from .pending import PendingTurn
 from .progress import ChecklistProgress
 from .protocol import SessionProtocolController
@@ -119,7 +119,7 @@ class Session:
         deps = self.deps
         self.acker = Acker(self.sid, deps.ack, self.background)
         self.tools = SessionToolHost(
-            sid=self.sid, paths=self.paths, settings=deps.settings, sandbox=select_sandbox(deps.settings, skills_dir()),
+            sid=self.sid, paths=self.paths, settings=deps.settings, sandbox=select_sandbox(deps.settings, sandbox_skills_dir()),
             todo=self.todo, skills=self.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
             ui=self, subagent_stream=self._subagent_stream, client=deps.client, background=self.background)
         reader = KnowledgeReader(deps.client, self.sid)

@@ -15,7 +15,7 @@ from shared import workspace_fs
 from shared.disk import DiskError
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
-from ..paths import skills_dir
+from ..paths import sandbox_skills_dir
 from ..sandbox import quota
 from .files import file_ref
 from .host import ToolHost
@@ -51,7 +51,7 @@ def bash_tool(host: ToolHost) -> Tool:
         await host.guard()
         # Skills ship scripts (gml-cli: `python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py"`): the sandbox
         # sets the variable itself (/skills under bwrap), whatever started the runtime.
-        res = await box.run(box.request(args["command"], root, skills_dir().resolve(), timeout), ctx.signal)
+        res = await box.run(box.request(args["command"], root, sandbox_skills_dir(), timeout), ctx.signal)
         if res.error is not None:
             return ToolOutcome(content=f"bash is disabled: {res.error}", is_error=True, details={"sandbox": "none"})
         over = await asyncio.to_thread(quota.enforce, root, existed, box.limits.file_bytes,
