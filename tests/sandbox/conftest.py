@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.paths import skills_dir
+from services.runtime.paths import sandbox_skills_dir
 from services.runtime.sandbox import SandboxLimits, probe_layer
 from tests.support.stack import Stack
 
@@ -20,7 +20,7 @@ QUOTA_FILES = 100
 def layer_params() -> list[object]:
     out: list[object] = []
     for layer in LAYERS:
-        why = probe_layer(layer, SandboxLimits(), skills_dir().resolve())  # type: ignore[arg-type]
+        why = probe_layer(layer, SandboxLimits(), sandbox_skills_dir())  # type: ignore[arg-type]
         out.append(pytest.param(layer, marks=pytest.mark.skipif(why is not None, reason=f"{layer}: {why}")))
     return out
 

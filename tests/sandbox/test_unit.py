@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.paths import skills_dir
+from services.runtime.paths import sandbox_skills_dir
 from services.runtime.sandbox import Sandbox, SandboxLimits, describe, probe_layer, select_sandbox
 from services.runtime.sandbox.quota import enforce
 from services.runtime.sandbox.runner import Capture
@@ -19,7 +19,7 @@ from tests.integration.runtime_support import call, done, script
 from tests.sandbox.conftest import LAYERS
 from tests.support.inproc import settings_for
 
-SKILLS = skills_dir().resolve()
+SKILLS = sandbox_skills_dir()
 WORKING = [layer for layer in LAYERS if probe_layer(layer, SandboxLimits(), SKILLS) is None]  # type: ignore[arg-type]
 
 
