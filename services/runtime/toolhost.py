@@ -20,7 +20,7 @@ from .engine.types import StreamFn
 from .events import Outbox
 from .sandbox import Sandbox
 from .skills import Skill
-from .subagent import run_subagent
+from .subagent import Subagents
 from .todo import TodoController
 from .transcript import Transcript
 from .uistate import UiDoc
@@ -52,9 +52,8 @@ class SessionToolHost:
         self.outbox = outbox
         self._guard = guard
         self.uihost = ui
-        self.subagent_stream = subagent_stream  # a fresh model stream per subagent
-        self.client = client  # Redis: a subagent answers through the session's inbox
-        self.background = background
+        # Redis client: a subagent answers through the session's inbox.
+        self.subagents = Subagents(self, subagent_stream, client, background)
         self.viewable_files: list[str] = workspace_files(paths.workspace)  # server-owned projection
         self.auditor: Auditor | None = None  # set by the session (completion audits)
 
@@ -102,11 +101,7 @@ class SessionToolHost:
                                                     "requiredBy": required_by})
 
     async def start_subagent(self, task: str, tool_call_id: str) -> str:
-        child = f"sa_{tool_call_id[-8:]}"
-        t = asyncio.ensure_future(run_subagent(self, self.subagent_stream(), self.client, child, task))
-        self.background.add(t)
-        t.add_done_callback(self.background.discard)
-        return child
+        return self.subagents.start(task, tool_call_id)
 
     async def message_user(self, message: str, block_on_user: bool, tool_call_id: str) -> None:
         await self.outbox.event("message_user", {"message": message, "block_on_user": block_on_user,
