@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from shared import keys
+from shared import keys, revnum
 from shared.blobs import write_blob
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.todo import TodoList
@@ -52,7 +52,8 @@ class SessionToolHost:
         self.outbox = outbox
         self._guard = guard
         self.uihost = ui
-        # Redis client: a subagent answers through the session's inbox.
+        self.client = client  # Redis: numbers file changes (shared/revnum.py)
+        # A subagent answers through the session's inbox.
         self.subagents = Subagents(self, subagent_stream, client, background)
         self.viewable_files: list[str] = workspace_files(paths.workspace)  # server-owned projection
         self.auditor: Auditor | None = None  # set by the session (completion audits)
@@ -66,8 +67,10 @@ class SessionToolHost:
         blob on the session disk (shared/blobs.py); the ArtifactChange only names it."""
         if kind == "file":
             self.viewable_files = workspace_files(self.paths.workspace)
+        # A file change is numbered like the user's live writes, so theirs stay in step with the digest.
+        revision = await revnum.next_revision(self.client, self.sid, ref) if kind == "file" else None
         change = ArtifactChange(session_id=self.sid, ref=ref, actor="agent", kind=kind,  # type: ignore[arg-type]
-                                document=document, deleted=deleted)
+                                document=document, deleted=deleted, to_revision=revision)
         if content is not None and not deleted:
             name = "b_" + change.id
             sha = await asyncio.to_thread(write_blob, self.data_dir, self.sid, name, content)
