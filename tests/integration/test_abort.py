@@ -24,7 +24,7 @@ from tests.support.stack import Stack
 
 pytestmark = pytest.mark.timeout(300)
 LONG_TEXT = " ".join(f"word{n}" for n in range(800))  # ~4,700 characters: ~30 s at 40 tokens/s
-CHILD_TEXT = " ".join(f"word{n}" for n in range(250))  # ~10 s at 40 tokens/s
+CHILD_TEXT = " ".join(f"word{n}" for n in range(200))  # ~8 s at 40 tokens/s
 OVERFLOW = {"status": 400, "code": "context_length_exceeded",
             "message": "This model's maximum context length is 16000 tokens. However, your messages resulted in "
                        "17210 tokens. Please reduce the length of the messages."}
@@ -185,7 +185,7 @@ def inbox_results(r: redis.Redis, sid: str) -> list[str]:
 @pytest.mark.parametrize("how", ["abort", "interrupt"])
 def test_abort_and_interrupt_stop_the_runs_subagent(how: str, api: httpx.Client, r: redis.Redis,
                                                     module_stack: Stack) -> None:
-    """The subagent streams a ~10 s answer (the run streams its task as long first); stopping the run
+    """The subagent streams a ~8 s answer (the run streams its task as long first); stopping the run
     stops it too, and its answer (sent at once) says the user stopped it, with what it had found so far."""
     sid = session(api)
     child = script({"content": CHILD_TEXT})
@@ -200,7 +200,7 @@ def test_abort_and_interrupt_stop_the_runs_subagent(how: str, api: httpx.Client,
     else:
         assert api.post(f"/sessions/{sid}/messages", json={"message": "never mind", "on_busy": "interrupt",
                                                            "expected_run_id": run_id}).status_code == 202
-    [result] = wait_sync(lambda: inbox_results(r, sid), timeout=4, interval=0.05, what="the subagent's answer")
+    [result] = wait_sync(lambda: inbox_results(r, sid), timeout=3, interval=0.05, what="the subagent's answer")
     print(f"\n{how}: the subagent answered {(time.monotonic() - started) * 1000:.0f} ms after it")
     assert 'status="stopped"' in result
     assert ("The user stopped the run (Stop)" if how == "abort" else "The user interrupted the run") in result
