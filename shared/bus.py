@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 import weakref
+from collections.abc import Mapping
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -25,6 +26,7 @@ from pydantic import BaseModel
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
+from . import topology
 from .bus_entries import (
     BATCH_ENTRIES,
     UNPARSABLE,
@@ -53,8 +55,8 @@ from .topology import consumer_name
 __all__ = [
     "BATCH_ENTRIES", "BATCH_SIZE", "READ_LINGER_S", "UNPARSABLE", "BatchReader", "Claimer", "Handler", "Publisher",
     "Subscription", "consumer_name", "dead_letter", "decode_entry", "decode_fields", "ensure_group",
-    "ensured_groups", "make_broker", "missing_groups", "publish", "safe_parser", "stash_batch_parser", "subscribe",
-    "subscriptions_of",
+    "ensured_groups", "make_broker", "missing_groups", "publish", "safe_parser", "stash_batch_parser",
+    "start_subscriptions", "subscribe", "subscribe_service", "subscriptions_of",
 ]
 
 log = structlog.get_logger()
@@ -165,6 +167,23 @@ class Publisher:
             # 202 prompt, an artifact change for a saved file): on a cluster, on a replica first.
             added = await durable(cast(aioredis.Redis, client), stream, "XADD", stream, "*", "__data__", envelope)
         return text(added)
+
+
+def subscribe_service(broker: RedisBroker, client: aioredis.Redis, service: str, handlers: Mapping[str, Handler],
+                      *, claim_idle_ms: int, max_deliveries: int) -> list[Subscription]:
+    """A reader and a claimer for every stream `service` consumes (shared/topology.py), each with its
+    handler (by stream). Start them with `start_subscriptions`."""
+    consumer = consumer_name(service)
+    return [subscribe(broker, client, stream=c.stream, group=c.group, consumer=consumer, model=c.model,
+                      handler=handlers[c.stream], claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries)
+            for c in topology.consumptions(service)]
+
+
+async def start_subscriptions(client: aioredis.Redis, broker: RedisBroker, subs: list[Subscription]) -> None:
+    """Groups first (at id 0: entries published before the first start are read), then the broker."""
+    for sub in subs:
+        await ensure_group(client, sub.stream, sub.group)
+    await broker.start()
 
 
 async def publish(broker: RedisBroker, stream: str, message: BaseModel) -> str:

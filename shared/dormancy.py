@@ -10,7 +10,8 @@ meantime is left alone, and a wake that comes after finds nothing it needs gone:
 - the inbox is deleted with its consumer group only when nothing in it is unread or pending (the
   runtime trimmed the acknowledged entries at close); a prompt or notification that arrived since
   keeps it, and the next wake reads it (the group is created at id 0 on demand, shared/bus.ensure_group);
-- leftovers of a holder that died (`running`, the digest's `digest-live`) are deleted;
+- leftovers of a holder that died (`running`, the digest's `digest-live`) are deleted, and the live
+  writes' revision numbers (shared/revnum.py: the digest's current revisions are the floor again);
 - what remains is made compact (every key costs ~60 B of overhead before its value): the model usage
   totals move from their own hash into one row field (`keys.USAGE_FIELD`, added to what an earlier
   sweep left there; `read_usage` sums both), and the row's wake bookkeeping (`wake_id`, `waking_since`,
@@ -38,7 +39,7 @@ from .contracts.base import now_ms
 
 log = structlog.get_logger()
 
-# KEYS: lease, events, inbox, row, running, digest-live, model-usage, revisions. ARGV: the inbox group, the
+# KEYS: lease, events, inbox, row, running, digest-live, model-usage, revisions, revnum. ARGV: the inbox group, the
 # events-swept field, the usage field, now (ms), the wake window (ms), then the usage counter names.
 # Returns -1 when the session is live (nothing done), else 1 when the inbox was kept (entries wait), 0.
 _SWEEP = """
@@ -105,7 +106,7 @@ for i = 2, #states, 2 do
 end
 compact(KEYS[4])
 compact(KEYS[8])
-redis.call('DEL', KEYS[2], KEYS[5], KEYS[6])
+redis.call('DEL', KEYS[2], KEYS[5], KEYS[6], KEYS[9])
 if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
 local newest = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
 local waiting = false
@@ -149,7 +150,8 @@ WAKE_WINDOW_MS = 60_000
 
 def session_keys(sid: str) -> list[str]:
     return [keys.lease(sid), keys.events(sid), keys.inbox(sid), keys.session_row(sid), keys.running(sid),
-            keys.digest_live(sid), keys.model_usage(sid), keys.revisions(sid)]
+            keys.digest_live(sid), keys.model_usage(sid), keys.revisions(sid),
+            keys.revision_numbers(sid)]
 
 
 def sweep_args(now: int) -> list[str | int]:
@@ -179,7 +181,7 @@ async def schedule(client: aioredis.Redis, sid: str, retention_s: float, now: in
 
 async def sweep_session(client: aioredis.Redis, sid: str) -> int:
     """The sweep of one session regardless of its due time (-1 live, 1 inbox kept, 0)."""
-    return int(await client.eval(_SWEEP, 8, *session_keys(sid), *sweep_args(now_ms())))  # type: ignore[misc]
+    return int(await client.eval(_SWEEP, 9, *session_keys(sid), *sweep_args(now_ms())))  # type: ignore[misc]
 
 
 async def sweep_due(client: aioredis.Redis, now: int | None = None, limit: int = 200) -> SweepResult:
@@ -194,7 +196,7 @@ async def sweep_due(client: aioredis.Redis, now: int | None = None, limit: int =
     pipe = client.pipeline(transaction=False)
     args = sweep_args(now_ms())  # the real clock: `now` may be moved ahead only to pick what is due
     for sid in sids:
-        pipe.eval(_SWEEP, 8, *session_keys(sid), *args)
+        pipe.eval(_SWEEP, 9, *session_keys(sid), *args)
     replies = await pipe.execute(raise_on_error=False)
     pipe = client.pipeline(transaction=False)
     for sid, (_, score), reply in zip(sids, due, replies, strict=True):

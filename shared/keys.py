@@ -57,6 +57,11 @@ def revisions(sid: str) -> str:
     return _s(sid) + ":revisions"
 
 
+def revision_numbers(sid: str) -> str:
+    """Hash: ref -> the last revision the lease holder numbered a file change with (shared/revnum.py)."""
+    return _s(sid) + ":revnum"
+
+
 def _notification_key_id(notification_id: str) -> str:
     """A producer's id never becomes part of a key as is: `Y:state` once named the state hash of id `Y`.
     The sha256 hex digest has no `:`, so no id can reach another id's keys (or the `:state` suffix)."""

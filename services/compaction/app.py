@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from shared import topology
-from shared.bus import consumer_name, ensure_group, make_broker, subscribe
+from shared import keys
+from shared.bus import consumer_name, make_broker, start_subscriptions, subscribe_service
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
@@ -25,16 +25,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lock_ms=max(10_000, 4 * settings.claim_idle_ms), metrics=Metrics(ctx.registry),
     )
 
-    (requests,) = topology.consumptions("compaction")
-    subscribe(
-        broker, ctx.redis, stream=requests.stream, group=requests.group, consumer=consumer,
-        model=requests.model, handler=handler, claim_idle_ms=settings.claim_idle_ms,
-        max_deliveries=settings.max_deliveries,
-    )
+    subs = subscribe_service(broker, ctx.redis, "compaction", {keys.COMPACTION_REQUESTS: handler},
+                             claim_idle_ms=settings.claim_idle_ms, max_deliveries=settings.max_deliveries)
 
     async def start() -> None:
-        await ensure_group(ctx.redis, requests.stream, requests.group)
-        await broker.start()
+        await start_subscriptions(ctx.redis, broker, subs)
 
     async def stop() -> None:
         await broker.stop()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from shared import keys, topology
-from shared.bus import Handler, consumer_name, ensure_group, make_broker, subscribe
+from shared import keys
+from shared.bus import Handler, make_broker, start_subscriptions, subscribe_service
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.causal import FlushRequest
 from shared.contracts.lifecycle import LifecycleEvent, SessionLive
@@ -23,7 +23,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("digest", settings)
     broker = make_broker(settings.redis_url, ctx.registry, "digest")
-    consumer = consumer_name("digest")
     builder = DigestBuilder(ctx.redis, settings.data_dir, debounce_ms=settings.digest_debounce_ms,
                             metrics=Metrics(ctx.registry), blob_orphan_s=settings.blob_orphan_s)
     flusher = Flusher(builder)  # causal order: a waiting prompt's changes go out now (shared/causal.py)
@@ -47,17 +46,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         keys.ARTIFACT_CHANGES: on_change, keys.LIFECYCLE: on_lifecycle, keys.INJECTIONS_RECORDED: on_recorded,
         keys.DIGEST_FLUSH: on_flush,
     }
-    subs = [
-        subscribe(broker, ctx.redis, stream=c.stream, group=c.group, consumer=consumer, model=c.model,
-                  handler=handlers[c.stream], claim_idle_ms=settings.claim_idle_ms,
-                  max_deliveries=settings.max_deliveries)
-        for c in topology.consumptions("digest")
-    ]
+    subs = subscribe_service(broker, ctx.redis, "digest", handlers, claim_idle_ms=settings.claim_idle_ms,
+                             max_deliveries=settings.max_deliveries)
 
     async def start() -> None:
-        for sub in subs:
-            await ensure_group(ctx.redis, sub.stream, sub.group)
-        await broker.start()
+        await start_subscriptions(ctx.redis, broker, subs)
         ctx.spawn(builder.run_due(), "digest-due")
         # A dead subscriber or a handler that never returns must not leave a 200 /readyz (fault suite).
         ctx.watchdog = StallWatchdog(ctx.redis, stall_s=settings.consumer_stall_s)

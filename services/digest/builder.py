@@ -9,7 +9,8 @@
   notifications barrier it precedes the woken user message even if it raced the manifest read;
 - on `InjectionRecorded` `seen` advances and exactly the consumed manifest entry is cleared.
 
-All of one session's state changes run under a Redis lock, so replicas and the due-loop never interleave.
+All of one session's state changes run under a Redis lock, so replicas and the due-loop never interleave
+(due.py: the lock and the debounce timer).
 """
 
 from __future__ import annotations
@@ -17,15 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
 from prometheus_client import CollectorRegistry, Counter
-from redis.exceptions import LockError
 
 from shared import keys
 from shared.blobs import read_blob, remove_blob, sweep_orphans
@@ -40,21 +39,13 @@ from shared.inbox import append
 from shared.redis_wire import optional_text
 
 from .coalesce import NO_NET_CHANGE, actors_line, compose
+from .due import DueLoop, session_lock
 from .in_flight import release_settled
 from .manifest import Manifest
 from .revisions import Carry, Note, RefState, RevisionStore
 
 log = structlog.get_logger()
 SOURCE = "artifact"
-
-# Remove a due entry only if nobody rescheduled it while we flushed.
-_REMOVE_IF_SCORE = """
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then
-  return redis.call('ZREM', KEYS[1], ARGV[1])
-end
-return 0
-"""
-
 
 def source_id(ref: str, revision: int, corrects_from: int | None = None) -> str:
     """`{ref}@{to}`; a corrected digest (see `on_recorded`) is `{ref}@{to}#{from}`: a new id, so the
@@ -84,29 +75,11 @@ def change_content(change: ArtifactChange, data_dir: Path) -> bytes | None:
     return None
 
 
-
 def lease_fence(value: bytes | str | None) -> str | None:
     """The fence of a lease value `{worker_id}:{fence}`."""
     text = optional_text(value)
     return None if text is None else text.rsplit(":", 1)[-1]
 
-
-
-async def _release(lock: Any, retry_for_s: float = 5.0) -> None:
-    """Release the session's digest lock, retrying through a Redis failover: a release lost to a dead
-    primary left the lock on its promoted replica for its whole 30 s timeout, and every later change of
-    the session waited that long (the cluster fault test's stalled `gamma:lifecycle` reader)."""
-    deadline = time.monotonic() + retry_for_s
-    while True:
-        try:
-            await lock.release()
-            return
-        except LockError:
-            return  # no longer ours (expired): nothing to release
-        except Exception:  # noqa: BLE001 - Redis trouble: try again shortly, then let the timeout do it
-            if time.monotonic() > deadline:
-                return
-            await asyncio.sleep(0.2)
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None) -> None:
@@ -138,19 +111,11 @@ class DigestBuilder:
         # A steady stream of edits must not postpone the digest forever.
         self._max_wait_ms = max_wait_ms if max_wait_ms is not None else max(2_000, 10 * debounce_ms)
         self._metrics = metrics or Metrics(None)
-        self._poll_s = poll_s
-        self._remove_if_score = client.register_script(_REMOVE_IF_SCORE)
+        self.due = DueLoop(client, self.flush, poll_s)
         self.after_change: Callable[[str], Awaitable[None]] | None = None
 
-    @contextlib.asynccontextmanager
-    async def _locked(self, sid: str) -> AsyncIterator[None]:
-        lock = self._r.lock(keys.digest_lock(sid), timeout=30, sleep=0.005, blocking_timeout=60)
-        if not await lock.acquire():
-            raise TimeoutError(f"digest lock for {sid} not acquired")
-        try:
-            yield
-        finally:
-            await _release(lock)
+    def _locked(self, sid: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return session_lock(self._r, sid)
 
     # ------------------------------------------------------------------ artifact changes
 
@@ -310,24 +275,7 @@ class DigestBuilder:
             await self._save(sid, ref, state)
 
     async def run_due(self) -> None:
-        """The debounce timer, kept in Redis so a restart or another replica picks it up."""
-        while True:
-            try:
-                await self._flush_due()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - keep the loop alive; the entry stays due
-                log.error("digest_due_failed", error=str(exc))
-                await asyncio.sleep(1.0)
-            await asyncio.sleep(self._poll_s)
-
-    async def _flush_due(self) -> None:
-        items: list[Any] = await self._r.zrangebyscore(keys.DIGEST_DUE, "-inf", now_ms(), start=0, num=50,
-                                                       withscores=True)
-        for member, score in items:
-            sid, ref = json.loads(member)
-            await self.flush(sid, ref)
-            await self._remove_if_score(keys=[keys.DIGEST_DUE], args=[member, int(score)])
+        await self.due.run()
 
     # ------------------------------------------------------------------ lifecycle and records
 

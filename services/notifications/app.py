@@ -6,8 +6,8 @@ from __future__ import annotations
 import structlog
 from fastapi import FastAPI
 
-from shared import keys, topology
-from shared.bus import Handler, consumer_name, ensure_group, make_broker, publish, subscribe
+from shared import keys
+from shared.bus import Handler, make_broker, publish, start_subscriptions, subscribe_service
 from shared.contracts.lifecycle import LifecycleEvent, SessionLive
 from shared.contracts.notifications import ExternalNotification, NotificationSubmit
 from shared.contracts.recorded import InjectionRecorded
@@ -24,33 +24,34 @@ from .policy import UrgencyPolicy, never_wake
 log = structlog.get_logger()
 
 
+def intake(delivery: Delivery) -> Handler:
+    """The `gamma:notifications` handler: a notification that can never be delivered is acked and
+    dropped (a retry cannot make its session exist, nor change the first notification under its id);
+    the producer reads the log."""
+
+    async def on_submit(body: NotificationSubmit) -> None:
+        try:
+            accepted = await delivery.submit(body)
+        except (UnknownSession, NotificationConflict) as exc:
+            event = "notification_unknown_session" if isinstance(exc, UnknownSession) else "notification_id_conflict"
+            log.warning(event, session_id=body.session_id, notification_id=body.notification.id)
+            return
+        log.info("notification_stream", session_id=body.session_id, notification_id=accepted.id,
+                 duplicate=accepted.duplicate, status=accepted.status)
+
+    return on_submit
+
+
 def create_app(settings: Settings | None = None, urgency: UrgencyPolicy = never_wake) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("notifications", settings)
     broker = make_broker(settings.redis_url, ctx.registry, "notifications")
-    consumer = consumer_name("notifications")
 
     async def send_wake(sid: str, notification: ExternalNotification) -> None:
         await publish(broker, keys.WAKE, Wake(session_id=sid, reason="notification"))
         log.info("notification_wake", session_id=sid, notification_id=notification.id)
 
     delivery = Delivery(ctx.redis, metrics=Metrics(ctx.registry), urgency=urgency, send_wake=send_wake)
-
-    async def on_submit(body: NotificationSubmit) -> None:
-        try:
-            accepted = await delivery.submit(body)
-        except UnknownSession:
-            # Acked and dropped: a retry cannot make the session exist, and the producer reads the log.
-            log.warning("notification_unknown_session", session_id=body.session_id,
-                        notification_id=body.notification.id)
-            return
-        except NotificationConflict:
-            # Acked and dropped like an unknown session: the first notification under this id stands.
-            log.warning("notification_id_conflict", session_id=body.session_id,
-                        notification_id=body.notification.id)
-            return
-        log.info("notification_stream", session_id=body.session_id, notification_id=accepted.id,
-                 duplicate=accepted.duplicate, status=accepted.status)
 
     async def on_lifecycle(event: LifecycleEvent) -> None:
         if isinstance(event, SessionLive):
@@ -60,20 +61,14 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy = never_
         await delivery.on_recorded(event)
 
     handlers: dict[str, Handler] = {
-        keys.NOTIFICATIONS: on_submit, keys.LIFECYCLE: on_lifecycle, keys.INJECTIONS_RECORDED: on_recorded,
+        keys.NOTIFICATIONS: intake(delivery), keys.LIFECYCLE: on_lifecycle, keys.INJECTIONS_RECORDED: on_recorded,
     }
-    subs = [
-        subscribe(broker, ctx.redis, stream=c.stream, group=c.group, consumer=consumer, model=c.model,
-                  handler=handlers[c.stream], claim_idle_ms=settings.claim_idle_ms,
-                  max_deliveries=settings.max_deliveries)
-        for c in topology.consumptions("notifications")
-    ]
+    subs = subscribe_service(broker, ctx.redis, "notifications", handlers, claim_idle_ms=settings.claim_idle_ms,
+                             max_deliveries=settings.max_deliveries)
 
     async def start() -> None:
         await migrate_legacy_keys(ctx.redis)  # before any intake reads or writes a notification key
-        for sub in subs:
-            await ensure_group(ctx.redis, sub.stream, sub.group)
-        await broker.start()
+        await start_subscriptions(ctx.redis, broker, subs)
 
     async def stop() -> None:
         await broker.stop()

@@ -11,6 +11,8 @@ continue it (`interrupted`), and an idle steer injection does not start a run on
 user speaks again (`stopped_by_user`). The todo is left as it is. Messages steered or queued as
 follow-ups into the aborted run (user prompts, injections) are kept, in order, for the next prompt:
 they go before its user message (docs/integration.md "Abort and interrupt").
+Subagents the session started stop with the run (subagent.py): each still answers, as a
+background_result saying the user stopped it, with what it had found so far.
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ NOTES: dict[AbortReason, str] = {
     "interrupt": "The user interrupted the run with a new message before this tool call finished; it was "
                  "killed and its effects may be partial.",
 }
+SUBAGENT_NOTES: dict[AbortReason, str] = {
+    "user": "The user stopped the run (Stop) before this subagent finished; it was stopped and its findings "
+            "may be partial.",
+    "interrupt": "The user interrupted the run with a new message before this subagent finished; it was "
+                 "stopped and its findings may be partial.",
+}
 MARKER_TEXT: dict[AbortReason, str] = {
     "user": "The user stopped the previous run before it finished. Do not resume the stopped work unless "
             "the user asks for it.",
@@ -69,6 +77,10 @@ def marker(run_id: str, reason: AbortReason) -> CustomMessage:
                                   "runId": run_id, "reason": reason})
 
 
+class SubagentStopper(Protocol):
+    async def stop(self, note: str, grace_s: float) -> int: ...
+
+
 class AbortHost(Protocol):
     sid: str
     agent: Agent
@@ -76,6 +88,9 @@ class AbortHost(Protocol):
     transcript: Transcript
     outbox: Outbox
     runs: RunSupervisor
+
+    @property
+    def subagents(self) -> SubagentStopper: ...
 
     async def ack(self, entry_id: str | None) -> None: ...
 
@@ -95,12 +110,14 @@ class RunAborter:
         runs, h = self.h.runs, self.h
         task = runs.task
         if task is None or task.done():
+            # A subagent can outlive the run that started it: the Stop still reaches it.
+            await h.subagents.stop(SUBAGENT_NOTES[reason], ABORT_GRACE_S)
             return None
         run_id = runs.run_id or runs.last_run_id or ""
         runs.aborting = reason
         h.agent.abort(NOTES[reason])
         try:
-            await self._end(task, run_id)
+            await asyncio.gather(self._end(task, run_id), h.subagents.stop(SUBAGENT_NOTES[reason], ABORT_GRACE_S))
             kept = await self._settle(run_id, reason)
             data = RunAbortedData(run_id=run_id, reason=reason, kept=kept)
             await h.outbox.event("run_aborted", data.model_dump())

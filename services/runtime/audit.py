@@ -119,6 +119,16 @@ class AuditResult:
     steps: list[StepStatus]
 
 
+def active_checklists(transcript: Transcript, skills: Mapping[str, Skill]) -> list[tuple[str, Checklist]]:
+    """The active workflow skills that declare a checklist, in activation order (audits and progress)."""
+    out = []
+    for a in transcript.active_skills():
+        skill = skills.get(a.name)
+        if skill is not None and skill.type == "workflow" and skill.manifest.checklist is not None:
+            out.append((skill.name, skill.manifest.checklist))
+    return out
+
+
 class Auditor:
     def __init__(self, transcript: Transcript, todo: TodoController, skills: Mapping[str, Skill],
                  outbox: Outbox, registry: CollectorRegistry | None) -> None:
@@ -129,13 +139,7 @@ class Auditor:
         self.registry = registry
 
     def checklists(self) -> list[tuple[str, Checklist]]:
-        """The active workflow skills that declare a checklist, in activation order."""
-        out = []
-        for a in self.transcript.active_skills():
-            skill = self.skills.get(a.name)
-            if skill is not None and skill.type == "workflow" and skill.manifest.checklist is not None:
-                out.append((skill.name, skill.manifest.checklist))
-        return out
+        return active_checklists(self.transcript, self.skills)
 
     def judge(self, name: str, checklist: Checklist, message: str) -> AuditResult | None:
         entries = self.transcript.entries

@@ -17,7 +17,7 @@ from shared.contracts.events import ChecklistData, ChecklistStepData
 from shared.contracts.messages import CustomMessage
 from shared.contracts.transcript import AuditEntry
 
-from .audit import engaged, workflow_window
+from .audit import active_checklists, engaged, workflow_window
 from .events import Outbox
 from .skills import Skill
 from .todo import TodoController
@@ -35,14 +35,6 @@ class ChecklistProgress:
         self.outbox = outbox
         self._sent: dict[str, dict[str, Any]] = {}
 
-    def _workflows(self) -> list[tuple[str, Checklist]]:
-        out = []
-        for a in self.transcript.active_skills():
-            skill = self.skills.get(a.name)
-            if skill is not None and skill.type == "workflow" and skill.manifest.checklist is not None:
-                out.append((skill.name, skill.manifest.checklist))
-        return out
-
     def _steps(self, name: str, checklist: Checklist) -> list[ChecklistStepData]:
         entries = self.transcript.entries
         start = workflow_window(entries, name)
@@ -56,7 +48,7 @@ class ChecklistProgress:
 
     def snapshot(self) -> list[ChecklistData]:
         out = []
-        for name, checklist in self._workflows():
+        for name, checklist in active_checklists(self.transcript, self.skills):
             steps = self._steps(name, checklist)
             out.append(ChecklistData(workflow=name, current=current_index(steps),
                                      total=len(steps), done=sum(s.status == "done" for s in steps), steps=steps))

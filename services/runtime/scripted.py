@@ -17,7 +17,8 @@ A step may also carry `reasoning` (summary text), `refusal`, `finish_reason: "le
 (the connection drops mid-stream, once), `stream_error: {code, message}` (an error event inside the
 stream; with `times`, only that many times), `raw_arguments` on a tool call (sent instead of the JSON),
 and an error step `times` (fail that many times, then skip) and `retry_after` (seconds, a header).
-Requests without the message_user tool (a subagent) get a plain text answer.
+Requests without the message_user tool (a subagent) get a plain text answer, or, for a `script:`
+task, its steps.
 """
 
 from __future__ import annotations
@@ -70,8 +71,10 @@ class ScriptedGamma:
         prompt = str(messages[prompt_at].get("content", "")) if messages else ""
         step = sum(1 for m in messages[prompt_at + 1 :] if m.get("role") == "assistant")
         usage = max(len(json.dumps(messages)) // 4, 1)
-        if "message_user" not in tools:
-            return ScriptedReply(content=f"Findings for: {prompt[:200]}", prompt_tokens=usage, completion_tokens=20)
+        if "message_user" not in tools:  # a subagent: a scripted task (tests) or its findings
+            scripted = self._script(prompt, step, messages) if prompt.startswith("script:") else None
+            return scripted or ScriptedReply(content=f"Findings for: {prompt[:200]}", prompt_tokens=usage,
+                                             completion_tokens=20)
         reply: ScriptedReply | None = None
         if prompt.startswith("script:"):
             reply = self._script(prompt, step, messages)

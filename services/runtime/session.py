@@ -122,6 +122,7 @@ class Session:
             sid=self.sid, paths=self.paths, settings=deps.settings, sandbox=select_sandbox(deps.settings, sandbox_skills_dir()),
             todo=self.todo, skills=self.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
             ui=self, subagent_stream=self._subagent_stream, client=deps.client, background=self.background)
+        self.subagents = self.tools.subagents  # stopped with the run (abort.py)
         reader = KnowledgeReader(deps.client, self.sid)
         self.toolset = Toolset(self.tools, reader, deps.settings.knowledge_inline_chars)
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix)

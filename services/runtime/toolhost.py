@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from shared import keys
+from shared import keys, revnum
 from shared.blobs import write_blob
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.todo import TodoList
@@ -20,7 +20,7 @@ from .engine.types import StreamFn
 from .events import Outbox
 from .sandbox import Sandbox
 from .skills import Skill
-from .subagent import run_subagent
+from .subagent import Subagents
 from .todo import TodoController
 from .transcript import Transcript
 from .uistate import UiDoc
@@ -52,9 +52,9 @@ class SessionToolHost:
         self.outbox = outbox
         self._guard = guard
         self.uihost = ui
-        self.subagent_stream = subagent_stream  # a fresh model stream per subagent
-        self.client = client  # Redis: a subagent answers through the session's inbox
-        self.background = background
+        self.client = client  # Redis: numbers file changes (shared/revnum.py)
+        # A subagent answers through the session's inbox.
+        self.subagents = Subagents(self, subagent_stream, client, background)
         self.viewable_files: list[str] = workspace_files(paths.workspace)  # server-owned projection
         self.auditor: Auditor | None = None  # set by the session (completion audits)
 
@@ -67,8 +67,10 @@ class SessionToolHost:
         blob on the session disk (shared/blobs.py); the ArtifactChange only names it."""
         if kind == "file":
             self.viewable_files = workspace_files(self.paths.workspace)
+        # A file change is numbered like the user's live writes, so theirs stay in step with the digest.
+        revision = await revnum.next_revision(self.client, self.sid, ref) if kind == "file" else None
         change = ArtifactChange(session_id=self.sid, ref=ref, actor="agent", kind=kind,  # type: ignore[arg-type]
-                                document=document, deleted=deleted)
+                                document=document, deleted=deleted, to_revision=revision)
         if content is not None and not deleted:
             name = "b_" + change.id
             sha = await asyncio.to_thread(write_blob, self.data_dir, self.sid, name, content)
@@ -102,11 +104,7 @@ class SessionToolHost:
                                                     "requiredBy": required_by})
 
     async def start_subagent(self, task: str, tool_call_id: str) -> str:
-        child = f"sa_{tool_call_id[-8:]}"
-        t = asyncio.ensure_future(run_subagent(self, self.subagent_stream(), self.client, child, task))
-        self.background.add(t)
-        t.add_done_callback(self.background.discard)
-        return child
+        return self.subagents.start(task, tool_call_id)
 
     async def message_user(self, message: str, block_on_user: bool, tool_call_id: str) -> None:
         await self.outbox.event("message_user", {"message": message, "block_on_user": block_on_user,

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from shared import keys, write_model
+from shared import revnum, write_model
 from shared.blobs import read_blob
 from shared.contracts.events import EventType, UiUpdateData
 from shared.contracts.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, UiUpdate
@@ -38,7 +37,7 @@ class WriteDeps(Protocol):
     @property
     def settings(self) -> Settings: ...
     @property
-    def client(self) -> Any: ...  # redis.asyncio.Redis: reads the digest's revisions
+    def client(self) -> Any: ...  # redis.asyncio.Redis: numbers the writes (shared/revnum.py)
 
 
 class WriteHost(Protocol):
@@ -146,13 +145,8 @@ class WriteHandlers:
                                                       "created": written.created})
 
     async def _next_revision(self, ref: str) -> int:
-        """The digest owns revisions; the reply reports the one this write will get (current + 1)."""
-        raw = await self.s.deps.client.hget(keys.revisions(self.s.sid), ref)
-        try:
-            current = int(json.loads(raw).get("current", 0)) if raw else 0
-        except (ValueError, AttributeError):
-            current = 0
-        return current + 1
+        """The revision the digest will record for this write (shared/revnum.py)."""
+        return await revnum.next_revision(self.s.deps.client, self.s.sid, ref)
 
     async def document_edit(self, entry: InboxEntry, m: DocumentEdit) -> None:
         await self.s.guard()

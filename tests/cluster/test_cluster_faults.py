@@ -71,7 +71,7 @@ class PrimaryKill(threading.Thread):
             self.report.note(f"replica promoted after {self.promoted_after_s}s; primaries {self.redis_cluster.primaries()}")
             self.stack.wait_ready(timeout=60)
             self.report.note("stack ready without restarts")
-            time.sleep(5)  # load on the new primary
+            time.sleep(3)  # load on the new primary (every session makes a round or more in this)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
             self.report.note(f"fault failed: {exc!r}")
@@ -103,7 +103,7 @@ def test_primary_killed_mid_load_loses_and_duplicates_nothing(tmp_path: Path) ->
                     # A service restarted after the node its REDIS_URL names died finds the others.
                     GAMMA_REDIS_CLUSTER_NODES=",".join(f"127.0.0.1:{p}" for p in own.ports))
     supervisor = Supervisor(stack, report)
-    fault = PrimaryKill(own, stack, report, delay_s=random.uniform(4.0, 7.0))
+    fault = PrimaryKill(own, stack, report, delay_s=random.uniform(3.0, 5.0))
     audit = Audit()
     client = LoadClient(stack.stack.url("proxy"), stack.stack.url("notifications"), API_TOKEN, SERVICE_TOKEN,
                         request_deadline_s=45, answer_timeout_s=40)

@@ -24,6 +24,7 @@ from tests.support.stack import Stack
 
 pytestmark = pytest.mark.timeout(300)
 LONG_TEXT = " ".join(f"word{n}" for n in range(800))  # ~4,700 characters: ~30 s at 40 tokens/s
+CHILD_TEXT = " ".join(f"word{n}" for n in range(200))  # ~8 s at 40 tokens/s
 OVERFLOW = {"status": 400, "code": "context_length_exceeded",
             "message": "This model's maximum context length is 16000 tokens. However, your messages resulted in "
                        "17210 tokens. Please reduce the length of the messages."}
@@ -173,6 +174,43 @@ def test_abort_kills_a_30s_bash_call_within_a_second_twice_in_a_row(api: httpx.C
     todo_now = api.get(f"/sessions/{sid}/preview").json()["todo"]
     assert [i["status"] for i in todo_now["items"]] == ["in_progress"]  # the todo keeps its state
     after_abort_the_next_prompt_works(api, module_stack, sid, "after the bash")
+
+
+def inbox_results(r: redis.Redis, sid: str) -> list[str]:
+    """The background_result injections appended to the session's inbox so far."""
+    out = [json.loads(f[b"data"]) for _, f in r.xrange(keys.inbox(sid)) if f[b"type"] == b"injection"]
+    return [i["injection"]["content"] for i in out if i["injection"]["kind"] == "background_result"]
+
+
+@pytest.mark.parametrize("how", ["abort", "interrupt"])
+def test_abort_and_interrupt_stop_the_runs_subagent(how: str, api: httpx.Client, r: redis.Redis,
+                                                    module_stack: Stack) -> None:
+    """The subagent streams a ~8 s answer (the run streams its task as long first); stopping the run
+    stops it too, and its answer (sent at once) says the user stopped it, with what it had found so far."""
+    sid = session(api)
+    child = script({"content": CHILD_TEXT})
+    sleep = f"sleep 30.7{len(how)}"
+    run_id = start_run(api, sid, script({"tool_calls": [{"name": "subagent", "arguments": {"task": child}}]},
+                                        bash_step(sleep), {"content": "x"}))
+    wait_sync(lambda: pids_running(sleep), timeout=30, interval=0.05, what="the sleep process")
+    time.sleep(1.0)  # the subagent's stream has begun
+    started = time.monotonic()
+    if how == "abort":
+        assert abort(api, sid).json()["aborted"] is True
+    else:
+        assert api.post(f"/sessions/{sid}/messages", json={"message": "never mind", "on_busy": "interrupt",
+                                                           "expected_run_id": run_id}).status_code == 202
+    [result] = wait_sync(lambda: inbox_results(r, sid), timeout=3, interval=0.05, what="the subagent's answer")
+    print(f"\n{how}: the subagent answered {(time.monotonic() - started) * 1000:.0f} ms after it")
+    assert 'status="stopped"' in result
+    assert ("The user stopped the run (Stop)" if how == "abort" else "The user interrupted the run") in result
+    partial = result.split("Findings before the stop:\n", 1)[1].rsplit("\n</background_result>", 1)[0]
+    assert partial and len(partial) < len(CHILD_TEXT) and CHILD_TEXT.startswith(partial)
+    after_abort_the_next_prompt_works(api, module_stack, sid, "after the subagent")
+    recorded = [e["content"] for e in transcript(module_stack, sid) if e.get("customType") == "gamma.background_result"]
+    assert len(recorded) == 1 and 'status="stopped"' in recorded[0]  # recorded once, the stopped answer
+    time.sleep(1.0)
+    assert len(inbox_results(r, sid)) == 1, "the subagent kept going after it answered"
 
 
 def test_interrupt_while_a_tool_runs(api: httpx.Client, r: redis.Redis, module_stack: Stack) -> None:

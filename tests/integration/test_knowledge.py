@@ -6,7 +6,6 @@ prompt), a large body as a workspace file, and loaded notes restored after compa
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -14,10 +13,10 @@ import pytest
 
 from tests.integration.runtime_support import call, done, script
 from tests.support.polling import wait_sync
-from tests.support.stack import API_TOKEN, OTHER_TOKEN, Stack
+from tests.support.sessions import ask, entries, tool_results
+from tests.support.stack import OTHER_TOKEN, Stack
 
 pytestmark = pytest.mark.timeout(300)
-ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
 BOB = {"Authorization": f"Bearer {OTHER_TOKEN}"}
 IMAGES = {"name": "Workspace image rules", "scope": "Use for image selection or image generation in this workspace.",
           "source": "workspace", "body": "Use only photos from the brand library. Never generate faces."}
@@ -28,52 +27,17 @@ LEGAL = {"name": "Legal disclaimers", "scope": "Use for financial or investment 
 
 
 @pytest.fixture(scope="module")
-def stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("knowledge"),
-              env_overrides={"GAMMA_KEEP_RECENT_TOKENS": "200", "GAMMA_KNOWLEDGE_INLINE_CHARS": "1000"})
-    try:
-        s.start()
-        yield s
-    finally:
-        s.stop()
+def stack_env() -> dict[str, str]:
+    return {"GAMMA_KEEP_RECENT_TOKENS": "200", "GAMMA_KNOWLEDGE_INLINE_CHARS": "1000"}
 
 
 @pytest.fixture(scope="module")
-def api(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.url(), headers=ALICE, timeout=30) as client:
-        yield client
-
-
-def entries(api: httpx.Client, sid: str) -> list[dict[str, Any]]:
-    resp = api.get(f"/sessions/{sid}/transcript", params={"limit": 500})
-    assert resp.status_code == 200, resp.text
-    return list(resp.json()["entries"])
+def stack(module_stack: Stack) -> Stack:
+    return module_stack
 
 
 def custom(es: list[dict[str, Any]], custom_type: str) -> list[dict[str, Any]]:
     return [e for e in es if e["type"] == "custom_message" and e["customType"] == custom_type]
-
-
-def results(es: list[dict[str, Any]], tool: str) -> list[dict[str, Any]]:
-    return [e["message"] for e in es if e["type"] == "message" and e["message"]["role"] == "toolResult"
-            and e["message"]["toolName"] == tool]
-
-
-def ask(api: httpx.Client, sid: str, text: str) -> list[dict[str, Any]]:
-    """Post a prompt and wait until its run has answered it (its user entry plus a later yield)."""
-    resp = api.post(f"/sessions/{sid}/messages", json={"message": text})
-    assert resp.status_code == 202, resp.text
-    prompt_id = resp.json()["prompt_id"]
-
-    def answered() -> list[dict[str, Any]] | None:
-        es = entries(api, sid)
-        at = next((i for i, e in enumerate(es) if e.get("promptId") == prompt_id), None)
-        if at is None:
-            return None
-        yielded = any(r["details"] and r["details"].get("blockOnUser") for r in results(es[at:], "message_user"))
-        return es if yielded and not api.get(f"/sessions/{sid}").json().get("running") else None
-
-    return wait_sync(answered, timeout=90, interval=0.2, what=f"an answer to {text[:40]!r}")
 
 
 def read_script(*ids: str) -> str:
@@ -130,7 +94,7 @@ def test_hints_read_update_and_compaction(api: httpx.Client) -> None:
     assert hints["details"]["trusted"] is True and hints["details"]["injectionType"] == "knowledge_hints"
     at = es.index(hints)
     assert es[at + 1]["type"] == "message" and es[at + 1]["message"]["role"] == "user"  # just before the prompt
-    (read,) = results(es, "read_workspace_rule")
+    (read,) = tool_results(es, "read_workspace_rule")
     assert IMAGES["body"] in read["content"][0]["text"] and read["details"]["revision"] == 1
 
     # A loaded note is not hinted again; a prompt matching only other notes gets those.
@@ -147,7 +111,7 @@ def test_hints_read_update_and_compaction(api: httpx.Client) -> None:
     (update,) = custom(es, "gamma.workspace_update")
     assert update["details"]["sourceId"] == "knowledge:note-brand-images@2" and "revision 2" in update["content"]
     assert [n["id"] for n in custom(es, "gamma.knowledge_hints")[-1]["details"]["notes"]] == ["note-brand-images"]
-    assert results(es, "read_workspace_rule")[-1]["details"]["revision"] == 2
+    assert tool_results(es, "read_workspace_rule")[-1]["details"]["revision"] == 2
 
     # Compaction restores the loaded note (its current copy) as an anchor.
     resp = api.post(f"/sessions/{sid}/compact", json={})
@@ -186,7 +150,7 @@ def test_large_body_is_returned_as_a_workspace_file(api: httpx.Client) -> None:
     assert api.put("/knowledge/big-note", json={**LEGAL, "body": body}).status_code == 200
     sid = api.post("/sessions").json()["id"]
     es = ask(api, sid, read_script("big-note", "no-such-note"))
-    big, missing = results(es, "read_workspace_rule")
+    big, missing = tool_results(es, "read_workspace_rule")
     assert big["details"]["path"] == "knowledge/big-note.md" and "knowledge/big-note.md" in big["content"][0]["text"]
     assert body not in big["content"][0]["text"]
     assert api.get(f"/sessions/{sid}/workspace/files/knowledge/big-note.md").text == body

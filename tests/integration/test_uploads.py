@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from faststream.redis.parser import BinaryMessageFormatV1
 from shared import keys
 from shared.contracts.inbox import INBOX_ADAPTER, Injection
 from tests.support.polling import wait_sync
+from tests.support.sessions import ask, entries, new_session
 from tests.support.stack import API_TOKEN, Stack
 
 pytestmark = pytest.mark.timeout(300)
@@ -30,33 +30,13 @@ MAX_BYTES = 4 * 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("uploads"),
-              env_overrides={"GAMMA_WORKSPACE_MAX_FILES": str(MAX_FILES), "GAMMA_WORKSPACE_MAX_BYTES": str(MAX_BYTES)})
-    try:
-        s.start()
-        yield s
-    finally:
-        s.stop()
+def stack_env() -> dict[str, str]:
+    return {"GAMMA_WORKSPACE_MAX_FILES": str(MAX_FILES), "GAMMA_WORKSPACE_MAX_BYTES": str(MAX_BYTES)}
 
 
 @pytest.fixture(scope="module")
-def api(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.url(), headers=USER, timeout=60) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def r(module_redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(module_redis_url)
-    yield client
-    client.close()
-
-
-def new_session(api: httpx.Client) -> str:
-    resp = api.post("/sessions", json={})
-    assert resp.status_code == 201, resp.text
-    return str(resp.json()["id"])
+def stack(module_stack: Stack) -> Stack:
+    return module_stack
 
 
 def workspace(stack: Stack, sid: str) -> Path:
@@ -65,17 +45,6 @@ def workspace(stack: Stack, sid: str) -> Path:
 
 def status(api: httpx.Client, sid: str) -> str:
     return str(api.get(f"/sessions/{sid}").json()["status"])
-
-
-def entries(api: httpx.Client, sid: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    cursor = "0"
-    while True:
-        page = api.get(f"/sessions/{sid}/transcript", params={"cursor": cursor}).json()
-        out.extend(page["entries"])
-        if not page["has_more"]:
-            return out
-        cursor = page["next_cursor"]
 
 
 def user_at(items: list[dict[str, Any]], text: str) -> int | None:
@@ -89,22 +58,6 @@ def updates(items: list[dict[str, Any]], ref: str) -> list[int]:
     """Indexes of the artifact_update entries for `ref`."""
     return [i for i, e in enumerate(items) if e.get("type") == "custom_message"
             and e.get("customType") == "gamma.artifact_update" and (e.get("details") or {}).get("ref") == ref]
-
-
-def say(api: httpx.Client, sid: str, text: str, timeout_s: float = 90) -> list[dict[str, Any]]:
-    """Send a message and wait for the scripted model's answer to it; the transcript then."""
-    resp = api.post(f"/sessions/{sid}/messages", json={"message": text})
-    assert resp.status_code == 202, resp.text
-
-    def answered() -> list[dict[str, Any]] | None:
-        items = entries(api, sid)
-        at = user_at(items, text)
-        if at is not None and any(e.get("type") == "message" and e["message"].get("role") == "assistant"
-                                  for e in items[at + 1:]):
-            return items
-        return None
-
-    return wait_sync(answered, timeout=timeout_s, interval=0.2, what=f"the answer to {text!r}")
 
 
 def suspend(api: httpx.Client, sid: str) -> None:
@@ -150,7 +103,7 @@ def test_upload_into_a_never_woken_session_is_told_before_the_first_message_once
     wait_sync(lambda: manifest_refs(stack, sid) >= {"file:imports/q3/brief.xml", "gamma:file:d1"},
               what="both uploads in pending_artifacts.json")
 
-    items = say(api, sid, "here is my brief, please start")
+    items = ask(api, sid, "here is my brief, please start")
     at = user_at(items, "here is my brief, please start")
     assert at is not None
     [file_at] = updates(items, "file:imports/q3/brief.xml")
@@ -164,7 +117,7 @@ def test_upload_into_a_never_woken_session_is_told_before_the_first_message_once
     assert "artifact_update (ref=file:imports/q3/brief.xml)" in str(reply["message"]["content"])
     # Exactly once: consumed from the manifest, never again on later turns.
     wait_sync(lambda: not manifest_refs(stack, sid), what="the manifest cleared after the record")
-    items = say(api, sid, "and now?")
+    items = ask(api, sid, "and now?")
     assert len(updates(items, "file:imports/q3/brief.xml")) == 1 and len(updates(items, "gamma:file:d1")) == 1
 
 
@@ -197,7 +150,7 @@ def test_delete_live_and_dormant_is_announced_as_a_removal(api: httpx.Client, r:
     for name in ("a.txt", "b.txt"):
         assert api.put(f"/sessions/{sid}/workspace/files/docs/{name}", content=name.encode()).status_code == 200
     assert api.put(f"/sessions/{sid}/documents/d2", json={"title": "Gone soon"}).status_code == 200
-    items = say(api, sid, "hello")
+    items = ask(api, sid, "hello")
     assert updates(items, "file:docs/a.txt") and updates(items, "gamma:file:d2")
     assert status(api, sid) == "live"
 
@@ -215,7 +168,7 @@ def test_delete_live_and_dormant_is_announced_as_a_removal(api: httpx.Client, r:
     assert api.put(f"/sessions/{sid}/documents/d3", json={"title": "Kept a while"}).status_code == 200
     wait_sync(lambda: queued(r, sid, "file:docs/a.txt", "The file was deleted."), what="the removal's digest")
     wait_sync(lambda: queued(r, sid, "gamma:file:d3", "A new deck"), what="the new deck's digest")
-    items = say(api, sid, "I removed a.txt")
+    items = ask(api, sid, "I removed a.txt")
     at = user_at(items, "I removed a.txt")
     assert at is not None
     removed = [i for i in updates(items, "file:docs/a.txt") if "The file was deleted." in content(items, i)]
@@ -233,7 +186,7 @@ def test_delete_live_and_dormant_is_announced_as_a_removal(api: httpx.Client, r:
     assert status(api, sid) == "dormant"
     wait_sync(lambda: {"file:docs/b.txt", "gamma:file:d3"} <= manifest_refs(stack, sid),
               what="the dormant removals in the manifest")
-    items = say(api, sid, "I removed b.txt too")
+    items = ask(api, sid, "I removed b.txt too")
     at = user_at(items, "I removed b.txt too")
     assert at is not None
     removed = [i for i in updates(items, "file:docs/b.txt") if "The file was deleted." in content(items, i)]
@@ -318,9 +271,9 @@ def test_a_wake_racing_a_dormant_upload_loses_nothing(api: httpx.Client, r: redi
     assert results == {sid: 200 for sid in sids}
     for sid in sids:
         assert (workspace(stack, sid) / "race" / "data.bin").read_bytes() == body
-        told = updates(say(api, sid, "anything new?"), "file:race/data.bin")
+        told = updates(ask(api, sid, "anything new?"), "file:race/data.bin")
         assert len(told) == 1, (sid, told)
-        items = say(api, sid, "and now?")
+        items = ask(api, sid, "and now?")
         assert len(updates(items, "file:race/data.bin")) == 1
 
 
@@ -352,7 +305,7 @@ def test_an_upload_waiting_on_the_lock_while_a_wake_takes_the_lease_is_applied_l
     wait_sync(lambda: user_at(entries(api, sid), "wake up") is not None, what="the woken message recorded")
     told: list[int] = []
     for attempt in range(3):  # a live write made during the wake reaches the agent by a later turn
-        told = updates(say(api, sid, f"still there? {attempt}"), "file:late/notes.md")
+        told = updates(ask(api, sid, f"still there? {attempt}"), "file:late/notes.md")
         if told:
             break
     assert len(told) == 1

@@ -18,6 +18,7 @@ from typing import Any
 import redis
 
 from services.stack import free_port, redis_answers
+from shared import keys
 from tests.support.redis_server import start_redis_server
 from tests.support.stack import SERVICES, Stack, http_ok
 
@@ -208,7 +209,9 @@ class Chaos(threading.Thread):
         order = list(SERVICES)
         self.rng.shuffle(order)
         for name in order:
-            time.sleep(self.rng.uniform(1.5, 4.0))
+            # Load runs between the kills (the restart and readiness wait add ~2 s more); 1.5-4 s here
+            # made the kills take half the suite's time for no more interleavings than this.
+            time.sleep(self.rng.uniform(0.5, 2.0))
             with self.cluster.lock:
                 self.cluster.held.add(name)
                 self.cluster.kill(name)
@@ -287,7 +290,7 @@ class Chaos(threading.Thread):
         return path.stat().st_size if path.exists() else 0
 
     def restart_redis(self) -> None:
-        time.sleep(self.rng.uniform(1.0, 3.0))
+        time.sleep(self.rng.uniform(0.5, 2.0))
         self.redis_proc.kill()
         self.report.note("kill -9 redis")
         time.sleep(self.rng.uniform(0.5, 1.5))
@@ -299,8 +302,24 @@ class Chaos(threading.Thread):
             if time.time() > deadline:
                 raise RuntimeError("redis did not come back")
             time.sleep(0.1)
-        # Heartbeat keys came back with the AOF: wait until they have expired and been written anew
-        # (HEARTBEAT_TTL_MS), so "ready" means the services really are.
-        time.sleep(6)
+        # Heartbeat keys came back with the AOF: wait until every service has written its own anew
+        # (a beat a second), so "ready" means the services really are (not a sleep past their TTL).
+        self._wait_fresh_heartbeats(int(time.time() * 1000), timeout_s=30)
         self.cluster.wait_ready(timeout=60)
         self.report.note("stack ready after the Redis restart")
+
+    def _wait_fresh_heartbeats(self, since_ms: int, timeout_s: float) -> None:
+        client = self._client()
+        deadline = time.time() + timeout_s
+        try:
+            while time.time() < deadline:
+                try:
+                    beats = client.mget([keys.health(name) for name in SERVICES])
+                except redis.RedisError:
+                    beats = [None]
+                if all(b is not None and int(b) > since_ms for b in beats):
+                    return
+                time.sleep(0.2)
+        finally:
+            client.close()
+        raise RuntimeError("the services did not beat again after the Redis restart")

@@ -20,7 +20,7 @@ import mimetypes
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote_to_bytes
 
 from fastapi import APIRouter, Depends, Header, Request
@@ -70,6 +70,22 @@ def request_path(request: Request, path: str) -> str:
         return unquote_to_bytes(raw[at + len(MARKER):]).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PathRefused("path is not valid UTF-8") from exc
+
+
+class WriteTarget(NamedTuple):
+    sid: str
+    workspace: Path
+    rel: str  # the validated, normalised workspace path
+    digest: str | None  # X-Gamma-Digest
+
+
+def write_target(request: Request, path: str, digest_header: str | None, state: SessionState,
+                 proxy: Proxy) -> WriteTarget:
+    """What a PUT or DELETE acts on. A name that can never be written is refused here, before the body
+    is read or the disk touched."""
+    sid = state.row.id
+    rel = "/".join(split_workspace_path(request_path(request, path), for_write=True))
+    return WriteTarget(sid, session_paths(proxy.settings.data_dir, sid).workspace, rel, client_digest(digest_header))
 
 
 async def _file_body(opened: workspace_fs.Opened) -> Response:
@@ -130,11 +146,7 @@ async def write_file(
     path: str, request: Request, x_gamma_digest: str | None = Header(None),
     state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
 ) -> JSONResponse:
-    sid = state.row.id
-    workspace = session_paths(proxy.settings.data_dir, sid).workspace
-    # Refuse a name that can never be written before reading the body or touching the disk.
-    rel = "/".join(split_workspace_path(request_path(request, path), for_write=True))
-    digest = client_digest(x_gamma_digest)
+    sid, workspace, rel, digest = write_target(request, path, x_gamma_digest, state, proxy)
     data = await request.body()
     check_size(data, proxy.settings.max_file_bytes)
     data_dir = proxy.settings.data_dir
@@ -174,10 +186,7 @@ async def delete_file(
     state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
 ) -> JSONResponse:
     """Remove one file (not a directory). The agent is told in its next `artifact_update`."""
-    sid = state.row.id
-    workspace = session_paths(proxy.settings.data_dir, sid).workspace
-    rel = "/".join(split_workspace_path(request_path(request, path), for_write=True))
-    digest = client_digest(x_gamma_digest)
+    sid, workspace, rel, digest = write_target(request, path, x_gamma_digest, state, proxy)
     applied = await apply_if_dormant(proxy, state, "file_delete", lambda: asyncio.to_thread(
         write_model.remove_file, workspace, rel))
     if applied is not None:

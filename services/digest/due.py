@@ -1,0 +1,92 @@
+"""The digest's timing and locking, apart from what a digest says (builder.py):
+
+- `session_lock`: all of one session's state changes run under a Redis lock, so replicas and the
+  due-loop never interleave; its release survives a Redis failover (`release`);
+- `DueLoop`: the debounce timer, kept in Redis (`keys.DIGEST_DUE`, score = when due) so a restart or
+  another replica picks it up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+from redis.exceptions import LockError
+
+from shared import keys
+from shared.contracts.base import now_ms
+
+log = structlog.get_logger()
+DUE_BATCH = 50  # due refs flushed per poll
+
+# Remove a due entry only if nobody rescheduled it while we flushed.
+_REMOVE_IF_SCORE = """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
+
+async def release(lock: Any, retry_for_s: float = 5.0) -> None:
+    """Release the session's digest lock, retrying through a Redis failover: a release lost to a dead
+    primary left the lock on its promoted replica for its whole 30 s timeout, and every later change of
+    the session waited that long (the cluster fault test's stalled `gamma:lifecycle` reader)."""
+    deadline = time.monotonic() + retry_for_s
+    while True:
+        try:
+            await lock.release()
+            return
+        except LockError:
+            return  # no longer ours (expired): nothing to release
+        except Exception:  # noqa: BLE001 - Redis trouble: try again shortly, then let the timeout do it
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.2)
+
+
+@contextlib.asynccontextmanager
+async def session_lock(client: aioredis.Redis, sid: str) -> AsyncIterator[None]:
+    lock = client.lock(keys.digest_lock(sid), timeout=30, sleep=0.005, blocking_timeout=60)
+    if not await lock.acquire():
+        raise TimeoutError(f"digest lock for {sid} not acquired")
+    try:
+        yield
+    finally:
+        await release(lock)
+
+
+class DueLoop:
+    """Flushes each (session, ref) whose debounce window ended; `flush` sends or writes the manifest."""
+
+    def __init__(self, client: aioredis.Redis, flush: Callable[[str, str], Awaitable[None]],
+                 poll_s: float = 0.025) -> None:
+        self._r = client
+        self._flush = flush
+        self._poll_s = poll_s
+        self._remove_if_score = client.register_script(_REMOVE_IF_SCORE)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.flush_due()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - keep the loop alive; the entry stays due
+                log.error("digest_due_failed", error=str(exc))
+                await asyncio.sleep(1.0)
+            await asyncio.sleep(self._poll_s)
+
+    async def flush_due(self) -> None:
+        items: list[Any] = await self._r.zrangebyscore(keys.DIGEST_DUE, "-inf", now_ms(), start=0, num=DUE_BATCH,
+                                                       withscores=True)
+        for member, score in items:
+            sid, ref = json.loads(member)
+            await self._flush(sid, ref)
+            await self._remove_if_score(keys=[keys.DIGEST_DUE], args=[member, int(score)])

@@ -1,0 +1,41 @@
+"""The project's size limits (README "Standards"): every file of services/ and shared/ at most
+MAX_FILE_LINES lines, every function at most MAX_FUNCTION_LINES (its signature to its last line)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def sources() -> list[Path]:
+    return sorted(p for d in ("services", "shared") for p in (ROOT / d).rglob("*.py"))
+
+
+def long_functions(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
+            length = node.end_lineno - node.lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                out.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length} lines)")
+    return out
+
+
+def test_the_sources_are_found() -> None:
+    assert len(sources()) > 100
+
+
+def test_no_file_is_over_the_limit() -> None:
+    over = [f"{p.relative_to(ROOT)} ({n} lines)" for p in sources()
+            if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
+    assert not over, "\n".join(over)
+
+
+def test_no_function_is_over_the_limit() -> None:
+    over = [line for p in sources() for line in long_functions(p)]
+    assert not over, "\n".join(over)
