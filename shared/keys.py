@@ -40,7 +40,10 @@ def lease(sid: str) -> str:
     return _s(sid) + ":lease"
 
 
-def fence(sid: str) -> str:
+def legacy_fence(sid: str) -> str:
+    """The fence's own key before it became the row's `FENCE_FIELD` (a key costs ~100 B of Redis for
+    every dormant session, a field ~10 B). Readers take the larger of the two; the lease script and the
+    dormancy sweep fold it into the row and delete it."""
     return _s(sid) + ":fence"
 
 
@@ -130,6 +133,9 @@ RUNTIME_LIVE = "gamma:runtime:live"
 # the session's events stream and drained inbox (shared/dormancy.py, docs/integration.md).
 DORMANT_DUE = "gamma:dormant:due"
 
+# Session-row field: the fence, HINCRBY by the runtime for every lease it takes (services/runtime/lease.py).
+# Fences only grow, across wakes: stale holders and the digest's `SessionLive` checks compare against it.
+FENCE_FIELD = "fence"
 # Session-row field set by the sweep: the id of the last events-stream entry it deleted, so the SSE
 # route tells a client whose Last-Event-ID is older that its history is gone (a `reset` event).
 EVENTS_SWEPT_FIELD = "events_swept"

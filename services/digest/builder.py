@@ -36,6 +36,7 @@ from shared.contracts.injection import RuntimeInjection, artifact_update_block
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.pending import PendingArtifact
 from shared.contracts.recorded import InjectionRecorded
+from shared.fence import read_fence
 from shared.inbox import append
 from shared.redis_wire import optional_text
 
@@ -350,9 +351,9 @@ class DigestBuilder:
                     await self._save(sid, ref, state)
 
     async def _stale_fence(self, sid: str, fence: int) -> bool:
-        """A newer lease was granted than the one `fence` belongs to (fences only grow: INCR)."""
-        latest = optional_text(await self._r.get(keys.fence(sid)))
-        return latest is not None and latest.isdigit() and fence < int(latest)
+        """A newer lease was granted than the one `fence` belongs to (fences only grow: HINCRBY)."""
+        latest = await read_fence(self._r, sid)
+        return latest is not None and fence < latest
 
     async def on_dormant(self, event: SessionDormant) -> None:
         sid = event.session_id

@@ -1,4 +1,5 @@
-"""The session lease: `gamma:{sid}:lease` = "{worker_id}:{fence}", SET NX PX, renewed; fence = INCR.
+"""The session lease: `gamma:{sid}:lease` = "{worker_id}:{fence}", SET NX PX, renewed; fence = HINCRBY of
+the session row's `fence` field (shared/fence.py).
 
 `check()` runs before every disk write: a holder whose lease was taken (expired and re-acquired by
 another worker) raises LeaseLost and stops touching the session.
@@ -23,21 +24,27 @@ import time
 import redis.asyncio as aioredis
 
 from shared import keys, redis_cluster
+from shared.fence import FOLD_LEGACY
 from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW, text
 
-# Take the lease (fence = INCR) and, in the same round trip, read what the wake needs next: whether
-# the proxy holds the dormant-write lock, and the session row. All keys share the {sid} hash tag.
-_ACQUIRE = """
+# Take the lease (fence = HINCRBY of the row's fence field, shared/fence.py) and, in the same round trip,
+# read what the wake needs next: whether the proxy holds the dormant-write lock, and the session row.
+# KEYS: lease, legacy fence, dormant-write, row (one {sid} slot). ARGV: holder, ttl, the fence field.
+_ACQUIRE = FOLD_LEGACY + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0, {}} end
-local fence = redis.call('INCR', KEYS[2])
+fold_legacy_fence(KEYS[2], KEYS[4], ARGV[3])
+local fence = redis.call('HINCRBY', KEYS[4], ARGV[3], 1)
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
 return {fence, redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[4])}
 """
 
 
-# Fences only grow: raise the counter to at least ARGV[1] (the disk saw a fence Redis no longer knows).
+# Fences only grow: raise the row's fence field ARGV[1] to at least ARGV[2] (the disk saw a fence Redis
+# no longer knows). KEYS: the row.
 _RAISE_FENCE = """
-if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+if tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') < tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
 return 1
 """
 
@@ -92,8 +99,8 @@ class Lease:
         # On a cluster the lease is on a replica before the worker acts on it (shared/redis_cluster.py
         # `durable`): a failover never hands out the same fence twice.
         fence, locked, flat = await redis_cluster.durable(
-            client, keys.lease(sid), "EVAL", _ACQUIRE, 4, keys.lease(sid), keys.fence(sid), keys.dormant_write(sid), keys.session_row(sid),
-            worker_id, str(ttl_ms))
+            client, keys.lease(sid), "EVAL", _ACQUIRE, 4, keys.lease(sid), keys.legacy_fence(sid), keys.dormant_write(sid),
+            keys.session_row(sid), worker_id, str(ttl_ms), keys.FENCE_FIELD)
         if int(fence) == 0:
             return None, False, {}
         row = {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
@@ -155,7 +162,7 @@ async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[s
 
 
 async def raise_fence(client: aioredis.Redis, sid: str, at_least: int) -> None:
-    await client.eval(_RAISE_FENCE, 1, keys.fence(sid), str(at_least))  # type: ignore[misc]
+    await client.eval(_RAISE_FENCE, 1, keys.session_row(sid), keys.FENCE_FIELD, str(at_least))  # type: ignore[misc]
 
 
 async def wait_no_dormant_write(client: aioredis.Redis, sid: str, timeout_s: float = 15.0) -> dict[str, str]:
