@@ -15,7 +15,7 @@ meantime is left alone, and a wake that comes after finds nothing it needs gone:
   totals move from their own hash into one row field (`keys.USAGE_FIELD`, added to what an earlier
   sweep left there; `read_usage` sums both), the row's wake bookkeeping (`wake_id`, `waking_since`,
   `wake_fence`), which only matters during a wake, goes once the wake window has passed, with the fields
-  at the row's defaults (`status` dormant, `variant` base), and a fence key left from before the fence
+  at the row's defaults (`status` dormant, `variant` base) and the `id` its key repeats, and a fence key left from before the fence
   became a row field is folded into the row (shared/fence.py);
 - the digest's revision states (`RefState` JSON) lose their top-level fields at their defaults (null,
   false, empty), which parse back to the same state: a settled ref then fits in 64 bytes;
@@ -73,6 +73,8 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
     redis.call('HDEL', KEYS[4], 'wake_id', 'waking_since', 'wake_fence', 'status')
   end
   if redis.call('HGET', KEYS[4], 'variant') == 'base' then redis.call('HDEL', KEYS[4], 'variant') end
+  -- The id is the one in the key (SessionRow.from_hash); ~20 B fewer keep the listpack a size class down.
+  if redis.call('HEXISTS', KEYS[4], 'owner') == 1 then redis.call('HDEL', KEYS[4], 'id') end
   fold_legacy_fence(KEYS[9], KEYS[4], ARGV[6])
 end
 local function parse(id)

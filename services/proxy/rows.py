@@ -60,8 +60,9 @@ class SessionRow(BaseModel):
         return out
 
     @classmethod
-    def from_hash(cls, raw: Mapping[Any, Any]) -> SessionRow:
-        data = {text(k): text(v) for k, v in raw.items()}
+    def from_hash(cls, raw: Mapping[Any, Any], sid: str) -> SessionRow:
+        """`sid` is the id in the row's key: the dormancy sweep drops the `id` field, which repeats it."""
+        data = {"id": sid, **{text(k): text(v) for k, v in raw.items()}}
         model = ModelConfig.model_validate_json(data.pop("model", "{}") or "{}")
         return cls.model_validate({**data, "model": model})
 
@@ -143,16 +144,16 @@ async def load_state(redis: aioredis.Redis, sid: str) -> SessionState | None:
         # MGET by name: a cluster pipeline refuses `.mget` (any MGET) though these keys share a slot.
         pipe.execute_command("MGET", keys.lease(sid), keys.running(sid), keys.legacy_fence(sid))
         raw, (lease, running, legacy) = await pipe.execute()
-    return _state(raw, lease, running, legacy)
+    return _state(sid, raw, lease, running, legacy)
 
 
-def _state(raw: Mapping[Any, Any], lease: object, running: object, legacy: object) -> SessionState | None:
+def _state(sid: str, raw: Mapping[Any, Any], lease: object, running: object, legacy: object) -> SessionState | None:
     """None for no row, or only a fence field (a lease taken for an id the proxy never created)."""
     data = {text(k): v for k, v in raw.items()}
     if "owner" not in data:
         return None
     return SessionState(
-        row=SessionRow.from_hash(raw), leased=lease is not None, running=running is not None,
+        row=SessionRow.from_hash(raw, sid), leased=lease is not None, running=running is not None,
         fence=fence_of(data.get(keys.FENCE_FIELD), legacy),
         run_id=text(running) or None if running is not None else None,
     )
@@ -200,7 +201,7 @@ async def list_page(redis: aioredis.Redis, owner: str, limit: int,
     out: list[SessionState] = []
     for i in range(len(page)):
         raw, (lease, running, legacy) = replies[2 * i], replies[2 * i + 1]
-        state = _state(raw, lease, running, legacy)
+        state = _state(text(page[i][0]), raw, lease, running, legacy)
         if state is not None and state.row.owner == owner:
             out.append(state)
     more = len(page) == limit and await redis.zcard(key) > start + limit

@@ -197,7 +197,7 @@ def test_what_a_swept_session_keeps_is_compact_and_its_usage_survives_sweeps(sta
     row = {k.decode() for k in r.hkeys(keys.session_row(sid))}
     # The wake bookkeeping and the fields at their defaults went (the view still says dormant); the
     # fence is a field of the row, no key of its own.
-    assert not row & {"wake_id", "waking_since", "wake_fence", "status", "variant"}, row
+    assert not row & {"wake_id", "waking_since", "wake_fence", "status", "variant", "id"}, row
     assert keys.FENCE_FIELD in row and "fence" not in session_keys(r, sid)
     assert httpx.get(f"{stack.url()}/sessions/{sid}", headers=USER, timeout=30).json()["status"] == "dormant"
     for key in (keys.session_row(sid), keys.revisions(sid)):

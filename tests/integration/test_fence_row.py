@@ -65,8 +65,9 @@ async def test_the_sweep_folds_a_legacy_fence_and_drops_fields_at_their_defaults
     row = {k.decode(): v.decode() for k, v in (await redis_client.hgetall(keys.session_row(SID))).items()}
     assert row[keys.FENCE_FIELD] == "6" and not await redis_client.exists(keys.legacy_fence(SID))
     assert "status" not in row and "variant" not in row  # dormant and base: SessionRow's defaults
+    assert "id" not in row  # the key has it
     state = await load_state(redis_client, SID)
-    assert state is not None and state.fence == 6
+    assert state is not None and state.fence == 6 and state.row.id == SID
     assert state.row.status == "dormant" and state.row.variant == "base" and state.status() == "dormant"
 
 
