@@ -48,6 +48,7 @@ from tests.support.stack import API_TOKEN, Stack  # noqa: E402
 HEADERS = {"Authorization": f"Bearer {API_TOKEN}"}
 PROMPTS = {"plain": "hello, what can you do?", "deck": "Create a presentation about our Q3 results"}
 LOADS: list[float] = []
+SLOW_SUSPENDS: list[int] = []
 
 # Run in the services' tree (--src) so a baseline is swept by its own code. argv: the Redis URL.
 SWEEP_CODE = """
@@ -92,11 +93,13 @@ def live_batch(api: httpx.Client, r: redis.Redis, pool: ThreadPoolExecutor, n: i
     while len(done := answered(r, sids)) < len(sids) and time.time() < deadline:
         time.sleep(0.2)
 
-    def suspend(sid: str) -> None:
+    def suspend(sid: str) -> bool:
+        # A loaded runtime may not answer within the proxy's 10 s (504): settle_dormant suspends it again.
         resp = api.post(f"/sessions/{sid}/suspend", timeout=60)
-        assert resp.status_code == 200, resp.text
+        assert resp.status_code in (200, 504), resp.text
+        return resp.status_code == 200
 
-    list(pool.map(suspend, sids))
+    SLOW_SUSPENDS.append(sum(not ok for ok in pool.map(suspend, sids)))
     return sids, len(sids) - len(done)
 
 
@@ -176,7 +179,8 @@ def run(args: argparse.Namespace, stack: Stack, r: redis.Redis, url: str) -> dic
         snaps["after_sweep"] = acc.snapshot(r, 0)
         wake_s = wake_some(api, r, first[:5])
     return {"snapshots": snaps, "phases": phases, "swept": swept, "unanswered_before_suspend": missing1 + missing2,
-            "suspended_again_after_an_orphan_resume": again, "five_wakes_after_sweep_s": round(wake_s, 2),
+            "suspended_again_after_an_orphan_resume_or_a_late_suspend": again, "suspends_answered_late": sum(SLOW_SUSPENDS),
+            "five_wakes_after_sweep_s": round(wake_s, 2),
             "half": half}
 
 
