@@ -177,11 +177,16 @@ def run(args: argparse.Namespace, stack: Stack, r: redis.Redis, url: str) -> dic
         swept += sweep_all(url, stack.src or ROOT)
         phases["sweep_second_half_s"] = round(time.time() - t, 1)
         snaps["after_sweep"] = acc.snapshot(r, 0)
+        pipe = r.pipeline(transaction=False)
+        for sid in first + second:
+            pipe.exists(keys.lease(sid))
+        leftovers = {"runtime_live_members": r.zcard(keys.RUNTIME_LIVE), "dormant_due_members": r.zcard(keys.DORMANT_DUE),
+                     "leases": sum(pipe.execute())}
         wake_s = wake_some(api, r, first[:5])
     return {"snapshots": snaps, "phases": phases, "swept": swept, "unanswered_before_suspend": missing1 + missing2,
             "suspended_again_after_an_orphan_resume_or_a_late_suspend": again, "suspends_answered_late": sum(SLOW_SUSPENDS),
             "five_wakes_after_sweep_s": round(wake_s, 2),
-            "half": half}
+            "half": half, "leftovers_at_the_end": leftovers}
 
 
 def parse_args() -> argparse.Namespace:

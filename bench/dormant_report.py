@@ -61,6 +61,23 @@ def _kinds_delta(later: dict[str, Any], earlier: dict[str, Any], n: int) -> dict
                       - earlier["session_kinds"].get(k, {"bytes": 0})["bytes"]) / n, 1) for k in sorted(kinds)}
 
 
+# Redis 7.0's keyspace overhead (MEMORY STATS overhead.hashtable.main): per key a dictEntry (24 B) and
+# an robj (16 B), both also inside that key's MEMORY USAGE; plus 8 B per bucket of a table sized to a
+# power of two by the peak key count, shrunk only below 10% fill (so sized by the live peak).
+PER_KEY_DICT_BYTES = 24 + 16
+
+
+def dict_overhead(snap: dict[str, Any], n: int) -> dict[str, Any]:
+    keys_count = snap["keyspace"]["keys"]
+    main = snap["stats"].get("overhead.hashtable.main", 0)
+    slots_bytes = main - keys_count * PER_KEY_DICT_BYTES
+    return {"keys": keys_count, "overhead_hashtable_main": main, "entries_bytes": keys_count * PER_KEY_DICT_BYTES,
+            "bucket_slots": slots_bytes // 8, "bucket_bytes": slots_bytes,
+            "bucket_bytes_per_session": round(slots_bytes / n, 1),
+            "expires_overhead": snap["stats"].get("overhead.hashtable.expires", 0),
+            "expires_keys": snap["keyspace"]["expires"]}
+
+
 def per_dormant_session(snaps: dict[str, Any], n_half: int, n: int) -> dict[str, Any]:
     after = snaps["after_sweep"]
     own = sum(g["bytes"] for g in after["session_kinds"].values()) / n
@@ -77,6 +94,9 @@ def per_dormant_session(snaps: dict[str, Any], n_half: int, n: int) -> dict[str,
         "info_average": acc.per_session(after, snaps["baseline"], n),
         "before_sweep": acc.per_session(snaps["before_sweep"], snaps["half"], second),
         "before_sweep_by_kind": _kinds_delta(snaps["before_sweep"], snaps["half"], second),
+        # The keyspace tables at the end (buckets sized by the peak: the N sessions unswept at once).
+        "keyspace_dict": dict_overhead(after, n),
+        "keyspace_dict_at_the_peak": dict_overhead(snaps["before_sweep"], n),
     }
 
 

@@ -11,12 +11,12 @@ meantime is left alone, and a wake that comes after finds nothing it needs gone:
   runtime trimmed the acknowledged entries at close); a prompt or notification that arrived since
   keeps it, and the next wake reads it (the group is created at id 0 on demand, shared/bus.ensure_group);
 - leftovers of a holder that died (`running`, the digest's `digest-live`) are deleted;
-- what remains is made compact (every key costs ~60 B of overhead before its value): the model usage
+- what remains is made compact (every key costs ~100 B of overhead before its value): the model usage
   totals move from their own hash into one row field (`keys.USAGE_FIELD`, added to what an earlier
   sweep left there; `read_usage` sums both), the row's wake bookkeeping (`wake_id`, `waking_since`,
-  `wake_fence`), which only matters during a wake, goes once the wake window has passed, with the fields
-  at the row's defaults (`status` dormant, `variant` base) and the `id` its key repeats, and a fence key left from before the fence
-  became a row field is folded into the row (shared/fence.py);
+  `wake_fence`), which only matters during a wake, goes once the wake window has passed, with the
+  fields at the row's defaults (`status` dormant, `variant` base) and the `id` its key repeats, and a
+  fence key left from before the fence became a row field is folded into the row (shared/fence.py);
 - the digest's revision states (`RefState` JSON) lose their top-level fields at their defaults (null,
   false, empty), which parse back to the same state: a settled ref then fits in 64 bytes;
 - the row and the digest's revisions hash are rewritten as listpacks when a value that was once over
