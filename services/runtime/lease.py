@@ -68,6 +68,7 @@ class Lease:
         self.ttl_ms = ttl_ms
         self.value = f"{worker_id}:{fence}"
         self.lost = False
+        self.released = False  # by its holder (release), not lost to another worker
         self.valid_until = 0.0  # monotonic; see the module docstring
 
     def extend(self, sent_at: float) -> None:
@@ -130,6 +131,7 @@ class Lease:
         return bool(ok)
 
     async def release(self) -> None:
+        self.released = True  # first: a renew_all in flight then takes the session's live score back
         await self.client.eval(COMPARE_AND_DELETE, 1, keys.lease(self.sid), self.value)  # type: ignore[misc]
         self.lost = True
 
@@ -148,8 +150,9 @@ async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[s
         # (clients would see `running` for a whole lease after the run).
         # PEXPIRE keeps the value: the active run's id, which the proxy checks `expected_run_id` against.
         pipe.pexpire(keys.running(sid), leases[0].ttl_ms if leases else 10_000)
-    if leases:
-        pipe.zadd(live_key, {lease.sid: now_ms for lease in leases})
+    scores = {lease.sid: now_ms for lease in leases if not lease.released}
+    if scores:
+        pipe.zadd(live_key, scores)
     results = await pipe.execute()
     out = []
     for lease, ok in zip(leases, results[: len(leases)], strict=True):
@@ -158,6 +161,12 @@ async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[s
         elif not lease.lost:
             lease.extend(sent_at)
         out.append(bool(ok) and not lease.lost)
+    # A session closed while this pipeline was in flight (its lease released, its live score removed)
+    # got its score back from the ZADD above: left there, the orphan scan would take the dormant session
+    # for one whose worker died and wake it again. The live key is in another slot than the leases, so
+    # no script can do both atomically: remove it again once the release is known.
+    if late := [sid for sid in scores if any(lease.released and lease.sid == sid for lease in leases)]:
+        await client.zrem(live_key, *late)
     return out
 
 
