@@ -117,6 +117,16 @@ def digest_lock(sid: str) -> str:
     return _s(sid) + ":digest-lock"
 
 
+def digest_handled(sid: str) -> str:
+    """Hash: the ids of the session's artifact changes the digest has handled (a redelivered entry is
+    skipped), expiring `DIGEST_HANDLED_TTL_S` after the last one. One key per session, not one global
+    `once("digest-change", id)` key per change (~90 B each plus an expires entry, issue 19)."""
+    return _s(sid) + ":digest-handled"
+
+
+DIGEST_HANDLED_TTL_S = 7 * 24 * 3600
+
+
 def digest_live(sid: str) -> str:
     """Hash: the fence of the last `SessionLive` the digest handled and when (`fence`, `since`)."""
     return _s(sid) + ":digest-live"

@@ -41,6 +41,7 @@ from shared.inbox import append
 from shared.redis_wire import optional_text
 
 from .coalesce import NO_NET_CHANGE, actors_line, compose
+from .handled import handled, mark_handled
 from .in_flight import release_settled
 from .manifest import Manifest
 from .revisions import Carry, Note, RefState, RevisionStore
@@ -156,8 +157,7 @@ class DigestBuilder:
     # ------------------------------------------------------------------ artifact changes
 
     async def on_change(self, change: ArtifactChange) -> None:
-        once_key = keys.once("digest-change", change.id)
-        if await self._r.exists(once_key):
+        if await handled(self._r, change):
             if change.blob is not None:
                 await asyncio.to_thread(remove_blob, self._data_dir, change.session_id, change.blob)
             return
@@ -182,7 +182,7 @@ class DigestBuilder:
                 await self._other_change(sid, ref, state, change)
             await self._save(sid, ref, state)
         self._metrics.changes.labels(change.actor).inc()
-        await self._r.set(once_key, "1", ex=7 * 24 * 3600)
+        await mark_handled(self._r, change)
         if change.blob is not None:  # copied into the ref's revisions above; a crash before this leaves an orphan
             await asyncio.to_thread(remove_blob, self._data_dir, sid, change.blob)
         if self.after_change is not None:
