@@ -35,7 +35,8 @@ from tests.support.stack import Stack
 
 pytestmark = pytest.mark.timeout(240)
 # What a swept dormant session may keep under its hash tag (docs/integration.md).
-KEPT = {"session", "revisions", "notifications:pending"}
+# `digest-handled` (the digest's dedupe of changes) expires 7 days after the session's last change.
+KEPT = {"session", "revisions", "notifications:pending", "digest-handled"}
 
 
 @pytest.fixture(scope="module")
