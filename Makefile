@@ -64,7 +64,7 @@ bench-e2e: $(STAMP)
 bench-sandbox: $(STAMP)
 	$(BIN)/python bench/sandbox.py
 bench-dormant: $(STAMP)
-	$(BIN)/python bench/dormant_memory.py
+	$(BIN)/python bench/dormant_memory.py $(DORMANT_ARGS)
 bench-workers: $(STAMP)
 	$(BIN)/python bench/runtime_workers.py
 # Redis Cluster beside a single Redis: GAMMA_BENCH_CLUSTER_URL names a node of a running cluster

@@ -1,25 +1,31 @@
 """Dormant-session memory benchmark (`make bench-dormant`): not a test, a measurement (issue 19 item 3).
 
-N sessions are made live through the real stack (proxy, runtime, notifications, digest, compaction as
-processes, scripted model, a redis-server of its own), each answers one prompt, and is suspended, in
-batches. Then Redis memory is taken twice: dormant before the retention window ended (what every
-dormant session cost before issue 19: its streams stayed forever) and after the runtime's sweep
-(`shared.dormancy.sweep_due`, the code the runtime runs, called here with a clock past the window so
-the bench need not wait GAMMA_DORMANT_RETENTION_S). Per dormant session: the sum of `MEMORY USAGE`
-of its keys (plus its share of the user's index) and the `INFO memory` used_memory delta over the
-baseline divided by N. A few sessions are then woken with a prompt to show a wake after the sweep works.
-
-N=1000 by default (on a shared 2-core machine; the per-session keys are independent, so the figure
-per session is what 10,000 cost each, times 10,000). Prints a table, writes bench/results/dormant_memory.json.
+N sessions (10,000 by default) are made live through the real stack (the five services as processes,
+scripted model, a redis-server of its own), each answers one prompt (`plain`: a short answer, the
+default; `deck`: the whole deck flow with the sandboxed tools, ~1 s a session) and is suspended, in
+batches. Redis memory is taken at four points, each with INFO memory, MEMORY STATS and one walk of
+the keyspace (bench/dormant_accounting.py):
+  baseline       the stack started, no session;
+  half           N/2 sessions dormant and swept (`shared.dormancy.sweep_due` of the services' tree, with
+                 a clock past GAMMA_DORMANT_RETENTION_S so the bench need not wait for it);
+  before_sweep   N/2 more dormant, not yet swept (what every dormant session cost before issue 19);
+  after_sweep    all N swept.
+Per dormant session: MEMORY USAGE of its keys by kind, plus its share of the user's index; INFO's
+used_memory per session both as an average over the baseline (fixed costs included) and as the
+marginal cost between `half` and `after_sweep` (what one more dormant session adds: fixed costs such
+as client buffers, Lua caches and the bounded service streams cancel out). The global keys are listed
+by pattern with their TTLs. `--src` runs the services (and their sweep) from another tree, for a
+baseline; `--compare` puts an earlier JSON beside this one with ratios.
+Prints a table, writes bench/results/dormant_memory.json (or --out). Records the load average.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,83 +39,34 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared import dormancy, keys  # noqa: E402
-from shared.contracts.base import now_ms  # noqa: E402
+from bench import dormant_accounting as acc  # noqa: E402
+from bench.dormant_report import print_table, summarize  # noqa: E402
+from shared import keys  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, Stack  # noqa: E402
 
 HEADERS = {"Authorization": f"Bearer {API_TOKEN}"}
-USER = "alice"
-TARGET_BYTES = 1024
-UNANSWERED: list[str] = []
 PROMPTS = {"plain": "hello, what can you do?", "deck": "Create a presentation about our Q3 results"}
+LOADS: list[float] = []
+SLOW_SUSPENDS: list[int] = []
 
+# Run in the services' tree (--src) so a baseline is swept by its own code. argv: the Redis URL.
+SWEEP_CODE = """
+import asyncio, sys
+import redis.asyncio as aioredis
+from shared import dormancy, keys
+from shared.contracts.base import now_ms
 
-MEMORY_FIELDS = ("used_memory", "used_memory_dataset", "mem_clients_normal")
+async def main():
+    client = aioredis.from_url(sys.argv[1])
+    swept = 0
+    while await client.zcard(keys.DORMANT_DUE):
+        swept += (await dormancy.sweep_due(client, now=now_ms() + 10 * 24 * 3600 * 1000, limit=500)).swept
+    await client.aclose()
+    print(swept)
 
-
-def used_memory(r: redis.Redis) -> dict[str, int]:
-    """INFO memory: all of it, the dataset alone (keys and values), and client buffers (connections
-    the services and this bench hold; not per session)."""
-    time.sleep(6.0)  # the services trim their acknowledged service-stream entries every 5 s
-    r.execute_command("MEMORY", "PURGE")
-    info = r.info("memory")
-    out = {f: int(info[f]) for f in MEMORY_FIELDS}
-    out["all_keys_memory_usage"] = sum(int(r.execute_command("MEMORY", "USAGE", k, "SAMPLES", "0") or 0)
-                                       for k in r.scan_iter(count=1000))
-    return out
-
-
-def per_session_delta(now: dict[str, int], base: dict[str, int], n: int) -> dict[str, float]:
-    return {f + "_delta_per_session": round((now[f] - base[f]) / n, 1) for f in (*MEMORY_FIELDS, "all_keys_memory_usage")}
-
-
-def session_memory(r: redis.Redis, sids: list[str]) -> dict[str, Any]:
-    """MEMORY USAGE of every key under each session's hash tag, by key kind."""
-    by_kind: dict[str, int] = {}
-    counts: dict[str, int] = {}
-    encodings: dict[str, dict[str, int]] = {}
-    total = 0
-    for sid in sids:
-        prefix = "gamma:{" + sid + "}:"
-        names = list(r.scan_iter(match=prefix + "*", count=1000))
-        pipe = r.pipeline(transaction=False)
-        for name in names:
-            pipe.execute_command("MEMORY", "USAGE", name, "SAMPLES", "0")
-            pipe.object("encoding", name)
-        replies = pipe.execute()
-        for name, size, encoding in zip(names, replies[::2], replies[1::2], strict=True):
-            kind = name.decode()[len(prefix):].split(":")[0]
-            by_kind[kind] = by_kind.get(kind, 0) + int(size or 0)
-            counts[kind] = counts.get(kind, 0) + 1
-            enc = encodings.setdefault(kind, {})
-            label = encoding.decode() if isinstance(encoding, bytes) else str(encoding)
-            enc[label] = enc.get(label, 0) + 1
-            total += int(size or 0)
-    index = int(r.execute_command("MEMORY", "USAGE", keys.user_sessions(USER), "SAMPLES", "0") or 0)
-    n = len(sids)
-    return {"per_session_bytes": round((total + index) / n, 1),
-            "keys_per_session": round(sum(counts.values()) / n, 2),
-            "by_key": {k: {"keys": counts[k], "bytes_per_session": round(v / n, 1), "encodings": encodings[k]}
-                       for k, v in sorted(by_kind.items())},
-            "user_index_bytes_per_session": round(index / n, 1)}
-
-
-def other_keys(r: redis.Redis, top: int = 12) -> dict[str, Any]:
-    """What else holds memory (service streams, dedupe keys...): by pattern, with a TTL or not."""
-    groups: dict[str, dict[str, int]] = {}
-    for name in r.scan_iter(count=1000):
-        text = name.decode()
-        if text.startswith("gamma:{"):
-            continue
-        pattern = text.split(":")[0] + ":" + text.split(":")[1] if text.count(":") else text
-        if text.startswith("gamma:once:"):
-            pattern = "gamma:once:" + text.split(":")[2] + ":*"
-        g = groups.setdefault(pattern, {"keys": 0, "bytes": 0, "with_ttl": 0})
-        g["keys"] += 1
-        g["bytes"] += int(r.execute_command("MEMORY", "USAGE", name, "SAMPLES", "0") or 0)
-        g["with_ttl"] += r.pttl(name) > 0
-    return dict(sorted(groups.items(), key=lambda kv: -kv[1]["bytes"])[:top])
+asyncio.run(main())
+"""
 
 
 def answered(r: redis.Redis, sids: list[str]) -> set[str]:
@@ -117,14 +74,12 @@ def answered(r: redis.Redis, sids: list[str]) -> set[str]:
     pipe = r.pipeline(transaction=False)
     for sid in sids:
         pipe.xrevrange(keys.events(sid), count=20)
-    done = set()
-    for sid, entries in zip(sids, pipe.execute(), strict=True):
-        if any(b'"agent_end"' in fields.get(b"data", b"") for _, fields in entries):
-            done.add(sid)
-    return done
+    return {sid for sid, entries in zip(sids, pipe.execute(), strict=True)
+            if any(b'"agent_end"' in fields.get(b"data", b"") for _, fields in entries)}
 
 
-def live_batch(api: httpx.Client, r: redis.Redis, pool: ThreadPoolExecutor, n: int, prompt: str) -> list[str]:
+def live_batch(api: httpx.Client, r: redis.Redis, pool: ThreadPoolExecutor, n: int, prompt: str) -> tuple[list[str], int]:
+    """n sessions created, prompted, answered (or 300 s passed: reported, not fatal) and suspended."""
     def create(_: int) -> str:
         resp = api.post("/sessions", json={})
         assert resp.status_code == 201, resp.text
@@ -135,19 +90,17 @@ def live_batch(api: httpx.Client, r: redis.Redis, pool: ThreadPoolExecutor, n: i
 
     sids = list(pool.map(create, range(n)))
     deadline = time.time() + 300
-    while len(answered(r, sids)) < len(sids):
-        if time.time() > deadline:  # reported, not fatal: the memory of a dormant session is what is measured
-            print(f"  only {len(answered(r, sids))}/{len(sids)} answered in 300 s", flush=True)
-            UNANSWERED.extend(set(sids) - answered(r, sids))
-            break
+    while len(done := answered(r, sids)) < len(sids) and time.time() < deadline:
         time.sleep(0.2)
 
-    def suspend(sid: str) -> None:
+    def suspend(sid: str) -> bool:
+        # A loaded runtime may not answer within the proxy's 10 s (504): settle_dormant suspends it again.
         resp = api.post(f"/sessions/{sid}/suspend", timeout=60)
-        assert resp.status_code == 200, resp.text
+        assert resp.status_code in (200, 504), resp.text
+        return resp.status_code == 200
 
-    list(pool.map(suspend, sids))
-    return sids
+    SLOW_SUSPENDS.append(sum(not ok for ok in pool.map(suspend, sids)))
+    return sids, len(sids) - len(done)
 
 
 def settle_dormant(api: httpx.Client, r: redis.Redis, pool: ThreadPoolExecutor, sids: list[str]) -> int:
@@ -156,7 +109,10 @@ def settle_dormant(api: httpx.Client, r: redis.Redis, pool: ThreadPoolExecutor, 
     Returns how many needed it."""
     again: set[str] = set()
     for _ in range(10):
-        live = [sid for sid in sids if r.exists(keys.lease(sid))]
+        pipe = r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.exists(keys.lease(sid))
+        live = [sid for sid, held in zip(sids, pipe.execute(), strict=True) if held]
         if not live:
             return len(again)
         again.update(live)
@@ -165,111 +121,116 @@ def settle_dormant(api: httpx.Client, r: redis.Redis, pool: ThreadPoolExecutor, 
     raise SystemExit(f"still live after ten suspends: {len(live)} sessions")
 
 
-def sweep_all(redis_url: str) -> dict[str, int]:
-    async def run() -> dict[str, int]:
-        import redis.asyncio as aioredis
+def sweep_all(redis_url: str, src: Path) -> int:
+    out = subprocess.run([sys.executable, "-c", SWEEP_CODE, redis_url], cwd=src, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(src)}, timeout=1800, check=True)
+    return int(out.stdout.strip().splitlines()[-1])
 
-        client = aioredis.from_url(redis_url)
-        total = {"swept": 0, "inbox_kept": 0, "live": 0}
-        try:
-            while await client.zcard(keys.DORMANT_DUE):
-                got = await dormancy.sweep_due(client, now=now_ms() + 10 * 24 * 3600 * 1000, limit=500)
-                for k, v in got.model_dump().items():
-                    total[k] += v
-        finally:
-            await client.aclose()
-        return total
 
-    return asyncio.run(run())
+def make_dormant(api: httpx.Client, r: redis.Redis, pool: ThreadPoolExecutor, args: argparse.Namespace,
+                 count: int, done_before: int, started: float) -> tuple[list[str], int]:
+    sids: list[str] = []
+    unanswered = 0
+    while len(sids) < count:
+        got, missing = live_batch(api, r, pool, min(args.batch, count - len(sids)), PROMPTS[args.prompt])
+        sids += got
+        unanswered += missing
+        LOADS.append(os.getloadavg()[0])
+        total, elapsed = done_before + len(sids), time.time() - started
+        eta = elapsed / total * (args.n - total)
+        print(f"  {total}/{args.n} live then dormant, {elapsed:.0f} s, {total / elapsed:.0f}/s, eta {eta:.0f} s,"
+              f" load {LOADS[-1]:.1f}" + (f", {unanswered} unanswered" if unanswered else ""), flush=True)
+    return sids, unanswered
 
 
 def wake_some(api: httpx.Client, r: redis.Redis, sids: list[str]) -> float:
+    """A wake after the sweep works: each of `sids` answers a prompt."""
     started = time.time()
     for sid in sids:
         assert api.post(f"/sessions/{sid}/messages", json={"message": "good morning"}).status_code == 202
     deadline = time.time() + 120
-    while True:
-        ok = [sid for sid in sids if r.exists(keys.events(sid)) and answered(r, [sid])]
-        if len(ok) == len(sids):
-            return time.time() - started
+    while len(answered(r, sids)) < len(sids):
         if time.time() > deadline:
-            raise SystemExit(f"woken after the sweep but not answered: {sorted(set(sids) - set(ok))}")
+            raise SystemExit(f"woken after the sweep but not answered: {sorted(set(sids) - answered(r, sids))}")
         time.sleep(0.2)
+    return time.time() - started
+
+
+def run(args: argparse.Namespace, stack: Stack, r: redis.Redis, url: str) -> dict[str, Any]:
+    snaps: dict[str, Any] = {"baseline": acc.snapshot(r, 0)}
+    started, half = time.time(), args.n // 2
+    phases: dict[str, float] = {}
+    with httpx.Client(base_url=stack.url(), headers=HEADERS, timeout=60,
+                      limits=httpx.Limits(max_connections=args.concurrency)) as api, \
+            ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+        first, missing1 = make_dormant(api, r, pool, args, half, 0, started)
+        again = settle_dormant(api, r, pool, first)
+        t = time.time()
+        swept = sweep_all(url, stack.src or ROOT)
+        phases["sweep_first_half_s"] = round(time.time() - t, 1)
+        snaps["half"] = acc.snapshot(r, 0)
+        second, missing2 = make_dormant(api, r, pool, args, args.n - half, half, started)
+        again += settle_dormant(api, r, pool, second)
+        phases["live_then_dormant_s"] = round(time.time() - started - phases["sweep_first_half_s"], 1)
+        snaps["before_sweep"] = acc.snapshot(r, 0)
+        t = time.time()
+        swept += sweep_all(url, stack.src or ROOT)
+        phases["sweep_second_half_s"] = round(time.time() - t, 1)
+        snaps["after_sweep"] = acc.snapshot(r, 0)
+        pipe = r.pipeline(transaction=False)
+        for sid in first + second:
+            pipe.exists(keys.lease(sid))
+        leftovers = {"runtime_live_members": r.zcard(keys.RUNTIME_LIVE), "dormant_due_members": r.zcard(keys.DORMANT_DUE),
+                     "leases": sum(pipe.execute())}
+        wake_s = wake_some(api, r, first[:5])
+    return {"snapshots": snaps, "phases": phases, "swept": swept, "unanswered_before_suspend": missing1 + missing2,
+            "suspended_again_after_an_orphan_resume_or_a_late_suspend": again, "suspends_answered_late": sum(SLOW_SUSPENDS),
+            "five_wakes_after_sweep_s": round(wake_s, 2),
+            "half": half, "leftovers_at_the_end": leftovers}
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--concurrency", type=int, default=32, help="client threads (and HTTP connections)")
+    ap.add_argument("--prompt", choices=sorted(PROMPTS), default="plain")
+    ap.add_argument("--src", type=Path, default=None, help="run the services (and the sweep) from this tree")
+    ap.add_argument("--label", default="this tree")
+    ap.add_argument("--compare", type=Path, default=None, help="an earlier result JSON to show side by side")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "dormant_memory.json")
+    return ap.parse_args()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=1000)
-    ap.add_argument("--batch", type=int, default=50)
-    ap.add_argument("--prompt", choices=sorted(PROMPTS), default="deck")
-    args = ap.parse_args()
+    args = parse_args()
     redis_base, redis_proc = start_redis_server()
     url = redis_base + "/0"
-    stack = Stack(redis_url=url, data_dir=Path(tempfile.mkdtemp(prefix="bench-dormant-")),
+    stack = Stack(redis_url=url, data_dir=Path(tempfile.mkdtemp(prefix="bench-dormant-")), src=args.src,
                   env_overrides={"GAMMA_MAX_SESSIONS_PER_USER": str(args.n + 10),
                                  "GAMMA_SESSION_CREATES_PER_MINUTE": "1000000",
-                                 # The tests' 3 s lease is lost under a 50-session burst on a loaded machine.
+                                 # The tests' 3 s lease is lost under a burst on a loaded machine.
                                  "GAMMA_LEASE_MS": "30000",
                                  # As deployed (the test stack keeps service streams for an hour to read them).
                                  "GAMMA_STREAM_TRIM_INTERVAL_S": "5",
-                                 # Long: the "before" figure is taken while dormant; the bench then sweeps.
+                                 # Long: `before_sweep` is taken while dormant; the bench sweeps itself.
                                  "GAMMA_DORMANT_RETENTION_S": "86400"})
     r = redis.Redis.from_url(url)
+    load_start = os.getloadavg()[0]
     try:
         stack.start()
-        baseline = used_memory(r)
-        sids: list[str] = []
-        started = time.time()
-        with httpx.Client(base_url=stack.url(), headers=HEADERS, timeout=60) as api, \
-                ThreadPoolExecutor(max_workers=16) as pool:
-            while len(sids) < args.n:
-                sids += live_batch(api, r, pool, min(args.batch, args.n - len(sids)), PROMPTS[args.prompt])
-                print(f"  {len(sids)}/{args.n} sessions live then dormant ({time.time() - started:.0f} s)", flush=True)
-            resuspended = settle_dormant(api, r, pool, sids)
-            before_used = used_memory(r)
-            before = session_memory(r, sids)
-            swept = sweep_all(url)
-            after_used = used_memory(r)
-            after = session_memory(r, sids)
-            others = other_keys(r)
-            wake_s = wake_some(api, r, sids[:5])
-        result = {
-            "n": args.n, "prompt": args.prompt, "python": platform.python_version(),
-            "redis": r.info("server")["redis_version"], "live_then_dormant_s": round(time.time() - started, 1),
-            "baseline_info_memory": baseline,
-            "dormant_before_sweep": {**before, **per_session_delta(before_used, baseline, args.n)},
-            "dormant_after_sweep": {**after, **per_session_delta(after_used, baseline, args.n)},
-            "unanswered_before_suspend": len(UNANSWERED), "suspended_again_after_an_orphan_resume": resuspended,
-            "loadavg_1m_at_end": round(os.getloadavg()[0], 1), "sweep": swept, "largest_other_keys": others, "five_wakes_after_sweep_s": round(wake_s, 2), "target_bytes": TARGET_BYTES,
-            "extrapolated_10k_after_mib": round(after["per_session_bytes"] * 10_000 / 2**20, 2),
-            "extrapolated_10k_before_mib": round(before["per_session_bytes"] * 10_000 / 2**20, 2),
-        }
-        result["meets_target"] = after["per_session_bytes"] <= TARGET_BYTES
+        measured = run(args, stack, r, url)
+        compare = json.loads(args.compare.read_text()) if args.compare else None
+        result = summarize(args, measured, compare, platform.python_version(), r.info("server")["redis_version"],
+                           {"start_1m": round(load_start, 1), "max_1m_sampled": round(max(LOADS, default=0.0), 1),
+                            "end_1m": round(os.getloadavg()[0], 1)})
         print_table(result)
-        out = ROOT / "bench" / "results" / "dormant_memory.json"
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {out.relative_to(ROOT)}")
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.out}")
     finally:
         stack.stop()
         r.close()
         redis_proc.terminate()
-
-
-def print_table(result: dict[str, Any]) -> None:
-    b, a = result["dormant_before_sweep"], result["dormant_after_sweep"]
-    print(f"\n{result['n']} dormant sessions ({result['prompt']} prompt each), bytes per session")
-    print(f"{'':34}{'before sweep':>14}{'after sweep':>14}")
-    print(f"{'sum of MEMORY USAGE (+ index)':34}{b['per_session_bytes']:>14}{a['per_session_bytes']:>14}")
-    for f in (*MEMORY_FIELDS, "all_keys_memory_usage"):
-        name = f"INFO {f} delta / N"
-        print(f"{name:34}{b[f + '_delta_per_session']:>14}{a[f + '_delta_per_session']:>14}")
-    print(f"{'keys per session':34}{b['keys_per_session']:>14}{a['keys_per_session']:>14}")
-    for kind in sorted(set(b["by_key"]) | set(a["by_key"])):
-        bb = b["by_key"].get(kind, {}).get("bytes_per_session", 0)
-        aa = a["by_key"].get(kind, {}).get("bytes_per_session", 0)
-        print(f"{'  ' + kind:34}{bb:>14}{aa:>14}")
-    print(f"{'10,000 sessions (MiB)':34}{result['extrapolated_10k_before_mib']:>14}{result['extrapolated_10k_after_mib']:>14}")
-    print(f"target <= {result['target_bytes']} B per dormant session: {'met' if result['meets_target'] else 'NOT met'}")
 
 
 if __name__ == "__main__":

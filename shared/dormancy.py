@@ -12,16 +12,18 @@ meantime is left alone, and a wake that comes after finds nothing it needs gone:
   keeps it, and the next wake reads it (the group is created at id 0 on demand, shared/bus.ensure_group);
 - leftovers of a holder that died (`running`, the digest's `digest-live`) are deleted, and the live
   writes' revision numbers (shared/revnum.py: the digest's current revisions are the floor again);
-- what remains is made compact (every key costs ~60 B of overhead before its value): the model usage
+- what remains is made compact (every key costs ~100 B of overhead before its value): the model usage
   totals move from their own hash into one row field (`keys.USAGE_FIELD`, added to what an earlier
-  sweep left there; `read_usage` sums both), and the row's wake bookkeeping (`wake_id`, `waking_since`,
-  `wake_fence`), which only matters during a wake, goes once the wake window has passed;
+  sweep left there; `read_usage` sums both), the row's wake bookkeeping (`wake_id`, `waking_since`,
+  `wake_fence`), which only matters during a wake, goes once the wake window has passed, with the
+  fields at the row's defaults (`status` dormant, `variant` base) and the `id` its key repeats, and a
+  fence key left from before the fence became a row field is folded into the row (shared/fence.py);
 - the digest's revision states (`RefState` JSON) lose their top-level fields at their defaults (null,
   false, empty), which parse back to the same state: a settled ref then fits in 64 bytes;
 - the row and the digest's revisions hash are rewritten as listpacks when a value that was once over
   64 bytes (hash-max-listpack-value) made Redis convert them to a hashtable (~2.5x the memory), which
   it never converts back by itself, and every value now fits.
-Kept: the row, the fence (fences only grow, across wakes), the user's index, the digest's revisions
+Kept: the row (with the fence: fences only grow, across wakes), the user's index, the digest's revisions
 (what the agent saw, for the dormant-write manifest), notifications still pending.
 The full table is in docs/integration.md ("Redis keys of a dormant session").
 """
@@ -36,13 +38,15 @@ from pydantic import BaseModel
 
 from . import keys
 from .contracts.base import now_ms
+from .fence import FOLD_LEGACY
 
 log = structlog.get_logger()
 
-# KEYS: lease, events, inbox, row, running, digest-live, model-usage, revisions, revnum. ARGV: the inbox group, the
-# events-swept field, the usage field, now (ms), the wake window (ms), then the usage counter names.
+# KEYS: lease, events, inbox, row, running, digest-live, model-usage, revisions, legacy fence, revnum. ARGV: the
+# inbox group, the events-swept field, the usage field, now (ms), the wake window (ms), the fence field,
+# then the usage counter names.
 # Returns -1 when the session is live (nothing done), else 1 when the inbox was kept (entries wait), 0.
-_SWEEP = """
+_SWEEP = FOLD_LEGACY + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local function compact(key)
   if redis.call('OBJECT', 'ENCODING', key) ~= 'hashtable' then return end
@@ -60,15 +64,19 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
     local old = {}
     for n in string.gmatch(redis.call('HGET', KEYS[4], ARGV[3]) or '', '[^,]+') do old[#old + 1] = tonumber(n) end
     local packed = {}
-    for i = 6, #ARGV do packed[#packed + 1] = string.format('%d', (old[i - 5] or 0) + (add[ARGV[i]] or 0)) end
+    for i = 7, #ARGV do packed[#packed + 1] = string.format('%d', (old[i - 6] or 0) + (add[ARGV[i]] or 0)) end
     redis.call('HSET', KEYS[4], ARGV[3], table.concat(packed, ','))
     redis.call('DEL', KEYS[7])
   end
   local since = tonumber(redis.call('HGET', KEYS[4], 'waking_since') or '0')
   if redis.call('HGET', KEYS[4], 'status') ~= 'waking' or since + tonumber(ARGV[5]) < tonumber(ARGV[4]) then
-    redis.call('HDEL', KEYS[4], 'wake_id', 'waking_since', 'wake_fence')
-    redis.call('HSET', KEYS[4], 'status', 'dormant')
+    -- Fields at the row's defaults (services/proxy/rows.py SessionRow: status dormant, variant base).
+    redis.call('HDEL', KEYS[4], 'wake_id', 'waking_since', 'wake_fence', 'status')
   end
+  if redis.call('HGET', KEYS[4], 'variant') == 'base' then redis.call('HDEL', KEYS[4], 'variant') end
+  -- The id is the one in the key (SessionRow.from_hash); ~20 B fewer keep the listpack a size class down.
+  if redis.call('HEXISTS', KEYS[4], 'owner') == 1 then redis.call('HDEL', KEYS[4], 'id') end
+  fold_legacy_fence(KEYS[9], KEYS[4], ARGV[6])
 end
 local function parse(id)
   local dash = string.find(id, '-', 1, true)
@@ -106,7 +114,7 @@ for i = 2, #states, 2 do
 end
 compact(KEYS[4])
 compact(KEYS[8])
-redis.call('DEL', KEYS[2], KEYS[5], KEYS[6], KEYS[9])
+redis.call('DEL', KEYS[2], KEYS[5], KEYS[6], KEYS[10])
 if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
 local newest = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
 local waiting = false
@@ -150,12 +158,13 @@ WAKE_WINDOW_MS = 60_000
 
 def session_keys(sid: str) -> list[str]:
     return [keys.lease(sid), keys.events(sid), keys.inbox(sid), keys.session_row(sid), keys.running(sid),
-            keys.digest_live(sid), keys.model_usage(sid), keys.revisions(sid),
+            keys.digest_live(sid), keys.model_usage(sid), keys.revisions(sid), keys.legacy_fence(sid),
             keys.revision_numbers(sid)]
 
 
 def sweep_args(now: int) -> list[str | int]:
-    return [keys.RUNTIME_GROUP, keys.EVENTS_SWEPT_FIELD, keys.USAGE_FIELD, now, WAKE_WINDOW_MS, *USAGE_COUNTERS]
+    return [keys.RUNTIME_GROUP, keys.EVENTS_SWEPT_FIELD, keys.USAGE_FIELD, now, WAKE_WINDOW_MS, keys.FENCE_FIELD,
+            *USAGE_COUNTERS]
 
 
 async def read_usage(client: aioredis.Redis, sid: str) -> dict[str, int]:
@@ -181,7 +190,8 @@ async def schedule(client: aioredis.Redis, sid: str, retention_s: float, now: in
 
 async def sweep_session(client: aioredis.Redis, sid: str) -> int:
     """The sweep of one session regardless of its due time (-1 live, 1 inbox kept, 0)."""
-    return int(await client.eval(_SWEEP, 9, *session_keys(sid), *sweep_args(now_ms())))  # type: ignore[misc]
+    names = session_keys(sid)
+    return int(await client.eval(_SWEEP, len(names), *names, *sweep_args(now_ms())))  # type: ignore[misc]
 
 
 async def sweep_due(client: aioredis.Redis, now: int | None = None, limit: int = 200) -> SweepResult:
@@ -196,7 +206,8 @@ async def sweep_due(client: aioredis.Redis, now: int | None = None, limit: int =
     pipe = client.pipeline(transaction=False)
     args = sweep_args(now_ms())  # the real clock: `now` may be moved ahead only to pick what is due
     for sid in sids:
-        pipe.eval(_SWEEP, 9, *session_keys(sid), *args)
+        names = session_keys(sid)
+        pipe.eval(_SWEEP, len(names), *names, *args)
     replies = await pipe.execute(raise_on_error=False)
     pipe = client.pipeline(transaction=False)
     for sid, (_, score), reply in zip(sids, due, replies, strict=True):

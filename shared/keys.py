@@ -40,7 +40,10 @@ def lease(sid: str) -> str:
     return _s(sid) + ":lease"
 
 
-def fence(sid: str) -> str:
+def legacy_fence(sid: str) -> str:
+    """The fence's own key before it became the row's `FENCE_FIELD` (a key costs ~100 B of Redis for
+    every dormant session, a field ~10 B). Readers take the larger of the two; the lease script and the
+    dormancy sweep fold it into the row and delete it."""
     return _s(sid) + ":fence"
 
 
@@ -119,6 +122,16 @@ def digest_lock(sid: str) -> str:
     return _s(sid) + ":digest-lock"
 
 
+def digest_handled(sid: str) -> str:
+    """Hash: the ids of the session's artifact changes the digest has handled (a redelivered entry is
+    skipped), expiring `DIGEST_HANDLED_TTL_S` after the last one. One key per session, not one global
+    `once("digest-change", id)` key per change (~90 B each plus an expires entry, issue 19)."""
+    return _s(sid) + ":digest-handled"
+
+
+DIGEST_HANDLED_TTL_S = 7 * 24 * 3600
+
+
 def digest_live(sid: str) -> str:
     """Hash: the fence of the last `SessionLive` the digest handled and when (`fence`, `since`)."""
     return _s(sid) + ":digest-live"
@@ -135,6 +148,9 @@ RUNTIME_LIVE = "gamma:runtime:live"
 # the session's events stream and drained inbox (shared/dormancy.py, docs/integration.md).
 DORMANT_DUE = "gamma:dormant:due"
 
+# Session-row field: the fence, HINCRBY by the runtime for every lease it takes (services/runtime/lease.py).
+# Fences only grow, across wakes: stale holders and the digest's `SessionLive` checks compare against it.
+FENCE_FIELD = "fence"
 # Session-row field set by the sweep: the id of the last events-stream entry it deleted, so the SSE
 # route tells a client whose Last-Event-ID is older that its history is gone (a `reset` event).
 EVENTS_SWEPT_FIELD = "events_swept"

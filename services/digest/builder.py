@@ -35,11 +35,13 @@ from shared.contracts.injection import RuntimeInjection, artifact_update_block
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.pending import PendingArtifact
 from shared.contracts.recorded import InjectionRecorded
+from shared.fence import read_fence
 from shared.inbox import append
 from shared.redis_wire import optional_text
 
 from .coalesce import NO_NET_CHANGE, actors_line, compose
 from .due import DueLoop, session_lock
+from .handled import handled, mark_handled
 from .in_flight import release_settled
 from .manifest import Manifest
 from .revisions import Carry, Note, RefState, RevisionStore
@@ -120,8 +122,7 @@ class DigestBuilder:
     # ------------------------------------------------------------------ artifact changes
 
     async def on_change(self, change: ArtifactChange) -> None:
-        once_key = keys.once("digest-change", change.id)
-        if await self._r.exists(once_key):
+        if await handled(self._r, change):
             if change.blob is not None:
                 await asyncio.to_thread(remove_blob, self._data_dir, change.session_id, change.blob)
             return
@@ -146,7 +147,7 @@ class DigestBuilder:
                 await self._other_change(sid, ref, state, change)
             await self._save(sid, ref, state)
         self._metrics.changes.labels(change.actor).inc()
-        await self._r.set(once_key, "1", ex=7 * 24 * 3600)
+        await mark_handled(self._r, change)
         if change.blob is not None:  # copied into the ref's revisions above; a crash before this leaves an orphan
             await asyncio.to_thread(remove_blob, self._data_dir, sid, change.blob)
         if self.after_change is not None:
@@ -298,9 +299,9 @@ class DigestBuilder:
                     await self._save(sid, ref, state)
 
     async def _stale_fence(self, sid: str, fence: int) -> bool:
-        """A newer lease was granted than the one `fence` belongs to (fences only grow: INCR)."""
-        latest = optional_text(await self._r.get(keys.fence(sid)))
-        return latest is not None and latest.isdigit() and fence < int(latest)
+        """A newer lease was granted than the one `fence` belongs to (fences only grow: HINCRBY)."""
+        latest = await read_fence(self._r, sid)
+        return latest is not None and fence < latest
 
     async def on_dormant(self, event: SessionDormant) -> None:
         sid = event.session_id

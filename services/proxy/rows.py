@@ -1,9 +1,10 @@
-"""Session rows `gamma:{sid}:session` (the proxy is their only writer) and the per-user listing.
+"""Session rows `gamma:{sid}:session` (the proxy writes their fields below) and the per-user listing.
 
 Fields (docs/integration.md): id, owner, variant, model (ModelConfig JSON), status (dormant | waking),
-wake_id, created_at, updated_at (ms). The proxy also keeps `waking_since` and `wake_fence` (the fence
-value when it sent the Wake), so a finished wake is recognised without a write: once the fence moved
-past `wake_fence` a runtime took the lease.
+wake_id, created_at, updated_at (ms). Beside them, written by others: the runtime's `fence`
+(shared/fence.py) and the dormancy sweep's `usage` and `events_swept` (shared/dormancy.py). The proxy
+also keeps `waking_since` and `wake_fence` (the fence value when it sent the Wake), so a finished wake
+is recognised without a write: once the fence moved past `wake_fence` a runtime took the lease.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 from shared import keys
 from shared.contracts.base import new_id, now_ms
 from shared.contracts.http import ModelConfig, SessionView, Status, Variant
+from shared.fence import fence_of
 from shared.redis_wire import text
 
 WAKE_WINDOW_MS = 60_000
@@ -58,8 +60,9 @@ class SessionRow(BaseModel):
         return out
 
     @classmethod
-    def from_hash(cls, raw: Mapping[Any, Any]) -> SessionRow:
-        data = {text(k): text(v) for k, v in raw.items()}
+    def from_hash(cls, raw: Mapping[Any, Any], sid: str) -> SessionRow:
+        """`sid` is the id in the row's key: the dormancy sweep drops the `id` field, which repeats it."""
+        data = {"id": sid, **{text(k): text(v) for k, v in raw.items()}}
         model = ModelConfig.model_validate_json(data.pop("model", "{}") or "{}")
         return cls.model_validate({**data, "model": model})
 
@@ -139,12 +142,19 @@ async def load_state(redis: aioredis.Redis, sid: str) -> SessionState | None:
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.session_row(sid))
         # MGET by name: a cluster pipeline refuses `.mget` (any MGET) though these keys share a slot.
-        pipe.execute_command("MGET", keys.lease(sid), keys.running(sid), keys.fence(sid))
-        raw, (lease, running, fence) = await pipe.execute()
-    if not raw:
+        pipe.execute_command("MGET", keys.lease(sid), keys.running(sid), keys.legacy_fence(sid))
+        raw, (lease, running, legacy) = await pipe.execute()
+    return _state(sid, raw, lease, running, legacy)
+
+
+def _state(sid: str, raw: Mapping[Any, Any], lease: object, running: object, legacy: object) -> SessionState | None:
+    """None for no row, or only a fence field (a lease taken for an id the proxy never created)."""
+    data = {text(k): v for k, v in raw.items()}
+    if "owner" not in data:
         return None
     return SessionState(
-        row=SessionRow.from_hash(raw), leased=lease is not None, running=running is not None, fence=int(fence or 0),
+        row=SessionRow.from_hash(raw, sid), leased=lease is not None, running=running is not None,
+        fence=fence_of(data.get(keys.FENCE_FIELD), legacy),
         run_id=text(running) or None if running is not None else None,
     )
 
@@ -185,17 +195,15 @@ async def list_page(redis: aioredis.Redis, owner: str, limit: int,
     async with redis.pipeline(transaction=False) as pipe:  # one round trip for the whole page
         for member, _ in page:
             pipe.hgetall(keys.session_row(text(member)))
-            pipe.execute_command("MGET", keys.lease(text(member)), keys.running(text(member)), keys.fence(text(member)))
+            pipe.execute_command("MGET", keys.lease(text(member)), keys.running(text(member)),
+                                 keys.legacy_fence(text(member)))
         replies: list[Any] = await pipe.execute()
     out: list[SessionState] = []
     for i in range(len(page)):
-        raw, (lease, running, fence) = replies[2 * i], replies[2 * i + 1]
-        if raw:
-            state = SessionState(row=SessionRow.from_hash(raw), leased=lease is not None,
-                                 running=running is not None, fence=int(fence or 0),
-                                 run_id=text(running) or None if running is not None else None)
-            if state.row.owner == owner:
-                out.append(state)
+        raw, (lease, running, legacy) = replies[2 * i], replies[2 * i + 1]
+        state = _state(text(page[i][0]), raw, lease, running, legacy)
+        if state is not None and state.row.owner == owner:
+            out.append(state)
     more = len(page) == limit and await redis.zcard(key) > start + limit
     next_cursor = encode_cursor(page[-1][1], text(page[-1][0])) if more else None
     return out, next_cursor

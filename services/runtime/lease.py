@@ -1,4 +1,5 @@
-"""The session lease: `gamma:{sid}:lease` = "{worker_id}:{fence}", SET NX PX, renewed; fence = INCR.
+"""The session lease: `gamma:{sid}:lease` = "{worker_id}:{fence}", SET NX PX, renewed; fence = HINCRBY of
+the session row's `fence` field (shared/fence.py).
 
 `check()` runs before every disk write: a holder whose lease was taken (expired and re-acquired by
 another worker) raises LeaseLost and stops touching the session.
@@ -23,21 +24,27 @@ import time
 import redis.asyncio as aioredis
 
 from shared import keys, redis_cluster
+from shared.fence import FOLD_LEGACY
 from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW, text
 
-# Take the lease (fence = INCR) and, in the same round trip, read what the wake needs next: whether
-# the proxy holds the dormant-write lock, and the session row. All keys share the {sid} hash tag.
-_ACQUIRE = """
+# Take the lease (fence = HINCRBY of the row's fence field, shared/fence.py) and, in the same round trip,
+# read what the wake needs next: whether the proxy holds the dormant-write lock, and the session row.
+# KEYS: lease, legacy fence, dormant-write, row (one {sid} slot). ARGV: holder, ttl, the fence field.
+_ACQUIRE = FOLD_LEGACY + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0, {}} end
-local fence = redis.call('INCR', KEYS[2])
+fold_legacy_fence(KEYS[2], KEYS[4], ARGV[3])
+local fence = redis.call('HINCRBY', KEYS[4], ARGV[3], 1)
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
 return {fence, redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[4])}
 """
 
 
-# Fences only grow: raise the counter to at least ARGV[1] (the disk saw a fence Redis no longer knows).
+# Fences only grow: raise the row's fence field ARGV[1] to at least ARGV[2] (the disk saw a fence Redis
+# no longer knows). KEYS: the row.
 _RAISE_FENCE = """
-if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+if tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') < tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
 return 1
 """
 
@@ -61,6 +68,7 @@ class Lease:
         self.ttl_ms = ttl_ms
         self.value = f"{worker_id}:{fence}"
         self.lost = False
+        self.released = False  # by its holder (release), not lost to another worker
         self.valid_until = 0.0  # monotonic; see the module docstring
 
     def extend(self, sent_at: float) -> None:
@@ -92,8 +100,8 @@ class Lease:
         # On a cluster the lease is on a replica before the worker acts on it (shared/redis_cluster.py
         # `durable`): a failover never hands out the same fence twice.
         fence, locked, flat = await redis_cluster.durable(
-            client, keys.lease(sid), "EVAL", _ACQUIRE, 4, keys.lease(sid), keys.fence(sid), keys.dormant_write(sid), keys.session_row(sid),
-            worker_id, str(ttl_ms))
+            client, keys.lease(sid), "EVAL", _ACQUIRE, 4, keys.lease(sid), keys.legacy_fence(sid), keys.dormant_write(sid),
+            keys.session_row(sid), worker_id, str(ttl_ms), keys.FENCE_FIELD)
         if int(fence) == 0:
             return None, False, {}
         row = {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
@@ -123,6 +131,7 @@ class Lease:
         return bool(ok)
 
     async def release(self) -> None:
+        self.released = True  # first: a renew_all in flight then takes the session's live score back
         await self.client.eval(COMPARE_AND_DELETE, 1, keys.lease(self.sid), self.value)  # type: ignore[misc]
         self.lost = True
 
@@ -141,8 +150,9 @@ async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[s
         # (clients would see `running` for a whole lease after the run).
         # PEXPIRE keeps the value: the active run's id, which the proxy checks `expected_run_id` against.
         pipe.pexpire(keys.running(sid), leases[0].ttl_ms if leases else 10_000)
-    if leases:
-        pipe.zadd(live_key, {lease.sid: now_ms for lease in leases})
+    scores = {lease.sid: now_ms for lease in leases if not lease.released}
+    if scores:
+        pipe.zadd(live_key, scores)
     results = await pipe.execute()
     out = []
     for lease, ok in zip(leases, results[: len(leases)], strict=True):
@@ -151,11 +161,17 @@ async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[s
         elif not lease.lost:
             lease.extend(sent_at)
         out.append(bool(ok) and not lease.lost)
+    # A session closed while this pipeline was in flight (its lease released, its live score removed)
+    # got its score back from the ZADD above: left there, the orphan scan would take the dormant session
+    # for one whose worker died and wake it again. The live key is in another slot than the leases, so
+    # no script can do both atomically: remove it again once the release is known.
+    if late := [sid for sid in scores if any(lease.released and lease.sid == sid for lease in leases)]:
+        await client.zrem(live_key, *late)
     return out
 
 
 async def raise_fence(client: aioredis.Redis, sid: str, at_least: int) -> None:
-    await client.eval(_RAISE_FENCE, 1, keys.fence(sid), str(at_least))  # type: ignore[misc]
+    await client.eval(_RAISE_FENCE, 1, keys.session_row(sid), keys.FENCE_FIELD, str(at_least))  # type: ignore[misc]
 
 
 async def wait_no_dormant_write(client: aioredis.Redis, sid: str, timeout_s: float = 15.0) -> dict[str, str]:

@@ -211,6 +211,18 @@ async def test_a_redelivered_change_is_applied_once(redis_client: aioredis.Redis
     state = await builder.revisions.load(SID, BRIEF)
     assert state is not None and state.current == 1
     assert not any((data_dir / "sessions" / SID / ".blobs").iterdir())  # the content blob was consumed
+    # Remembered in the session's own hash (one key, with a TTL), no global key per change.
+    assert await redis_client.hexists(keys.digest_handled(SID), change.id)
+    assert 0 < await redis_client.ttl(keys.digest_handled(SID)) <= keys.DIGEST_HANDLED_TTL_S
+    assert not await redis_client.exists(keys.once("digest-change", change.id))
+
+
+async def test_a_change_handled_by_a_digest_before_the_upgrade_is_not_applied_again(
+        redis_client: aioredis.Redis, builder: DigestBuilder, data_dir: Path) -> None:
+    change = file_change(data_dir, "user", b"x\n")
+    await redis_client.set(keys.once("digest-change", change.id), "1", ex=60)  # its global dedupe key
+    await builder.on_change(change)
+    assert await builder.revisions.load(SID, BRIEF) is None
 
 
 async def test_a_missing_or_altered_blob_gives_a_changed_marker_not_a_wrong_diff(

@@ -16,7 +16,7 @@ from .test_digest_builder import DOC, SID, deck, doc_change, injections, wait_fo
 
 
 async def _live(client: aioredis.Redis, builder: DigestBuilder, fence: int) -> None:
-    await client.set(keys.fence(SID), fence)  # the runtime INCRs it for every lease
+    await client.hset(keys.session_row(SID), keys.FENCE_FIELD, fence)  # the runtime HINCRBYs it for every lease
     await client.set(keys.lease(SID), f"w1:{fence}")
     await builder.on_live(SessionLive(session_id=SID, wake_id=f"w{fence}", fence=fence, worker_id="w1"))
 

@@ -112,10 +112,10 @@ async def test_a_stale_fence_is_refused_and_a_disk_ahead_of_redis_raises_the_cou
     with pytest.raises(FenceBehind) as behind:  # an older holder can never claim back
         await DiskFence(tmp_path / ".fence", "fenced3", 3).claim()
     assert behind.value.stored == 5
-    await redis_client.set(keys.fence("fenced3"), 2)  # Redis lost its counter (a restore)
+    await redis_client.hset(keys.session_row("fenced3"), keys.FENCE_FIELD, 2)  # Redis lost its counter (a restore)
     await raise_fence(redis_client, "fenced3", behind.value.stored)
     lease = await Lease.acquire(redis_client, "fenced3", "w1", 10_000)
     assert lease is not None and lease.fence == 6
     await DiskFence(tmp_path / ".fence", "fenced3", lease.fence).claim()
     await raise_fence(redis_client, "fenced3", 1)  # never lowers it
-    assert int(await redis_client.get(keys.fence("fenced3"))) == 6
+    assert int(await redis_client.hget(keys.session_row("fenced3"), keys.FENCE_FIELD)) == 6

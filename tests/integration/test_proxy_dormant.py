@@ -417,7 +417,7 @@ def test_dormant_documents(api: httpx.Client, r: redis.Redis, stack: Stack) -> N
 
 def test_message_to_a_dormant_session_starts_a_wake(api: httpx.Client, r: redis.Redis) -> None:
     sid = new_session(api)
-    fence_before = int(r.get(keys.fence(sid)) or 0)
+    fence_before = int(r.hget(keys.session_row(sid), keys.FENCE_FIELD) or 0)
     resp = api.post(f"/sessions/{sid}/messages", json={
         "message": "Hello there", "on_busy": "follow_up",
         "client_context": {"locale": "de-DE", "viewport": {"width": 1200, "height": 800}, "paneCapacity": 2,
@@ -484,7 +484,7 @@ def test_a_lease_holder_that_does_not_answer_gives_504(api: httpx.Client, r: red
 
 def test_writes_to_a_waking_session_are_refused_with_409(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
     sid = new_session(api)
-    fence = int(r.get(keys.fence(sid)) or 0)
+    fence = int(r.hget(keys.session_row(sid), keys.FENCE_FIELD) or 0)
     r.hset(keys.session_row(sid), mapping={"status": "waking", "wake_id": "w_test",
                                            "waking_since": str(int(time.time() * 1000)), "wake_fence": str(fence)})
     assert api.get(f"/sessions/{sid}").json()["status"] == "waking"
@@ -497,7 +497,7 @@ def test_writes_to_a_waking_session_are_refused_with_409(api: httpx.Client, r: r
     # Reads still work from the disk while waking.
     assert api.get(f"/sessions/{sid}/preview").json()["status"] == "waking"
     # Once a runtime took the lease (the fence moved) the wake is over, lease or not.
-    r.incr(keys.fence(sid))
+    r.hincrby(keys.session_row(sid), keys.FENCE_FIELD, 1)
     assert api.get(f"/sessions/{sid}").json()["status"] == "dormant"
 
 

@@ -1,0 +1,29 @@
+"""Which artifact changes the digest has handled, so a redelivered entry (a crash between the handling
+and the XACK, a claim) is skipped: a hash per session (`keys.digest_handled`), expiring
+`keys.DIGEST_HANDLED_TTL_S` after the session's last change.
+
+Before issue 19 each change had a global key (`keys.once("digest-change", id)`, ~90 B plus an expires
+entry, three for a deck): they are still read, and expire within the TTL of the upgrade.
+"""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from shared import keys
+from shared.contracts.artifacts import ArtifactChange
+
+
+async def handled(client: aioredis.Redis, change: ArtifactChange) -> bool:
+    pipe = client.pipeline(transaction=False)
+    pipe.hexists(keys.digest_handled(change.session_id), change.id)
+    pipe.exists(keys.once("digest-change", change.id))
+    return any(await pipe.execute())
+
+
+async def mark_handled(client: aioredis.Redis, change: ArtifactChange) -> None:
+    key = keys.digest_handled(change.session_id)
+    pipe = client.pipeline(transaction=True)  # one key: one slot on a cluster
+    pipe.hset(key, change.id, "1")
+    pipe.expire(key, keys.DIGEST_HANDLED_TTL_S)
+    await pipe.execute()
