@@ -113,6 +113,12 @@ class Settings(BaseSettings):
     model_max_retries: int = Field(4, ge=0, le=20, validation_alias="GAMMA_MODEL_MAX_RETRIES")
     model_retry_base_s: float = Field(1.0, ge=0.0, le=60.0, validation_alias="GAMMA_MODEL_RETRY_BASE_S")
     model_retry_max_s: float = Field(60.0, ge=0.0, le=600.0, validation_alias="GAMMA_MODEL_RETRY_MAX_S")
+    # The openai client's HTTP backend for a real endpoint (OPENAI_API_KEY set). `aiohttp` (the SDK's
+    # DefaultAioHttpClient): its C parser reads a token-per-chunk stream at ~60% of httpx/h11's CPU,
+    # and returns what a connection buffered in one read, which the runtime's read gate needs
+    # (engine/sse.py); with `httpx` the streams are read chunk by chunk, ungated (bench/stream_micro.py).
+    model_http: Literal["aiohttp", "httpx"] = Field("aiohttp", validation_alias="GAMMA_MODEL_HTTP")
+    model_max_connections: int = Field(4096, ge=1, le=100_000, validation_alias="GAMMA_MODEL_MAX_CONNECTIONS")
 
     # --- streaming at scale (issue 20): the scripted model's timing (off by default: instant replies in
     # 64-character chunks) and the runtime's coalescing of streamed text deltas.

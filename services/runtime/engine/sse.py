@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import openai
@@ -53,16 +53,27 @@ def data_of(block: bytes) -> bytes | None:
     return b"\n".join(lines) if lines else None
 
 
-async def json_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """Each event's data as a JSON object, until `[DONE]` or the end of the body."""
+class ReadGate(Protocol):
+    """When the next read of a model stream may happen (the worker's DeltaTicker: just before its tick)."""
+
+    async def wait(self) -> None: ...
+
+
+async def json_reads(response: httpx.Response, gate: ReadGate | None = None) -> AsyncIterator[list[dict[str, Any]]]:
+    """The events of each read (non-empty lists of JSON objects), until `[DONE]` or the end of the
+    body: a consumer handles what one read brought at once (one emit for all its text deltas). With
+    a `gate`, each next read waits for it: what arrived meanwhile comes in one read (ReadGate)."""
     buf = b""
     async for chunk in response.aiter_bytes():
         blocks, buf = split_events(buf + chunk if buf else chunk)
+        events: list[dict[str, Any]] = []
         for block in blocks:
             data = data_of(block)
             if data is None:
                 continue
             if data.startswith(b"[DONE]"):
+                if events:
+                    yield events
                 return
             try:
                 event = json.loads(data)
@@ -70,9 +81,22 @@ async def json_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]
                 raise openai.APIError(f"invalid JSON in the stream: {exc}", request=response.request,
                                       body=None) from exc
             if isinstance(event, dict) and event.get("error"):
+                if events:
+                    yield events  # what came before the error, as before
                 raise _stream_error(response, event["error"])
             if isinstance(event, dict):
-                yield event
+                events.append(event)
+        if events:
+            yield events
+        if gate is not None:
+            await gate.wait()
+
+
+async def json_events(response: httpx.Response, gate: ReadGate | None = None) -> AsyncIterator[dict[str, Any]]:
+    """Each event's data as a JSON object, one at a time (json_reads, flattened)."""
+    async for events in json_reads(response, gate):
+        for event in events:
+            yield event
 
 
 def _stream_error(response: httpx.Response, error: Any) -> openai.APIError:
