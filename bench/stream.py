@@ -52,6 +52,11 @@ def pct(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))] * 1000, 1)
 
 
+async def redis_cpu_s(r: aioredis.Redis) -> float:
+    info = await r.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
 async def commands(r: aioredis.Redis) -> dict[str, int]:
     stats = await r.info("commandstats")
     return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
@@ -175,6 +180,7 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
             assert receive(proc, conn, 300) == "open"
         rss_open = psutil.Process(proxy).memory_info().rss
         cpu_model0 = cpu_s(server.pid) if server is not None else 0.0
+        cpu_redis0 = await redis_cpu_s(r)
         cmd0, cpu_rt0, cpu_px0, t0 = await commands(r), cpu_s(runtime), cpu_s(proxy), time.monotonic()
         content = "@ts@" * args.tokens
         script = "script:" + json.dumps([{"content": content, "tool_calls": [TOOL]}])
@@ -192,6 +198,7 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         rss_peak = psutil.Process(proxy).memory_info().rss
         cmd1, cpu_rt1, cpu_px1 = await commands(r), cpu_s(runtime), cpu_s(proxy)
         cpu_model = cpu_s(server.pid) - cpu_model0 if server is not None else None
+        cpu_redis = await redis_cpu_s(r) - cpu_redis0
         for p, _ in readers:
             p.join(10)
     finally:
@@ -210,7 +217,8 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
             "elapsed_s": elapsed, "cmds": sum(cmd1.values()) - sum(cmd0.values()) - 1,
             "by_command": {k: v - cmd0.get(k, 0) for k, v in sorted(cmd1.items(), key=lambda kv: -kv[1])
                            if v - cmd0.get(k, 0) > 0}, "cpu_runtime_s": cpu_rt1 - cpu_rt0,
-            "cpu_proxy_s": cpu_px1 - cpu_px0, "cpu_model_server_s": cpu_model, "rss_before": rss_before, "rss_open": rss_open, "rss_peak": rss_peak}
+            "cpu_proxy_s": cpu_px1 - cpu_px0, "cpu_model_server_s": cpu_model,
+            "cpu_redis_s": cpu_redis, "cpu_readers_s": sum(res.get("cpu_s", 0.0) for res in results), "rss_before": rss_before, "rss_open": rss_open, "rss_peak": rss_peak}
 
 
 def baseline(args: argparse.Namespace, n: int) -> list[float]:
@@ -248,6 +256,8 @@ def summarize(n: int, s: dict[str, Any], bare: list[float], load: list[float]) -
         "proxy_cpu_ms_per_1k_chunks": round(s["cpu_proxy_s"] * 1e6 / tokens, 1),
         "model_server_cpu_ms_per_1k_chunks": (None if s["cpu_model_server_s"] is None
                                               else round(s["cpu_model_server_s"] * 1e6 / tokens, 1)),
+        "redis_cpu_ms_per_1k_chunks": round(s["cpu_redis_s"] * 1e6 / tokens, 1),
+        "sse_readers_cpu_ms_per_1k_chunks": round(s["cpu_readers_s"] * 1e6 / tokens, 1),
         "proxy_rss_per_client_kb": round((max(s["rss_open"], s["rss_peak"]) - s["rss_before"]) / 1024 / n, 1),
         "proxy_rss_mb": {"before_clients": round(s["rss_before"] / 2**20, 1),
                          "clients_open": round(s["rss_open"] / 2**20, 1), "end": round(s["rss_peak"] / 2**20, 1)},
