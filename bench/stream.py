@@ -282,6 +282,7 @@ def main() -> None:
     parser.add_argument("--client-procs", type=int, default=2)
     parser.add_argument("--timeout-s", type=float, default=180.0)
     parser.add_argument("--label", default="")
+    parser.add_argument("--before-label", default="before", help="names the --before-src run's py-spy file")
     parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime for 6 s of streaming")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--before-src", type=Path, default=None,
@@ -291,7 +292,7 @@ def main() -> None:
     for n in (int(x) for x in args.loads.split(",")):
         before: dict[str, Any] | None = None
         if args.before_src is not None:  # the baseline tree first, then this one, minutes apart
-            before = asyncio.run(stack_load(args, n, args.before_src, "before"))
+            before = asyncio.run(stack_load(args, n, args.before_src, args.before_label))
             before["load"] = [round(x, 2) for x in os.getloadavg()]
         s = asyncio.run(stack_load(args, n, None, args.label or "after"))
         load = [round(x, 2) for x in os.getloadavg()]
