@@ -152,3 +152,28 @@ async def test_bad_requests_get_4xx_and_a_cut_stream_is_a_connection_error() -> 
             assert msg.tool_calls()
         finally:
             await c.close()
+
+
+class CountingGate:
+    def __init__(self) -> None:
+        self.waits = 0
+
+    async def wait(self) -> None:
+        self.waits += 1
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_the_gate_is_waited_only_after_streamed_text(api: str) -> None:
+    """A read that ends a response (the items, the usage) is not held for a tick: only a read that
+    ended in streamed text waits (more comes at the model's pace). Instant: one read, no wait; paced:
+    a wait per text read, none after the last."""
+    for timing, most in ((Timing(), 0), (Timing(tokens_per_s=400), TOKENS)):
+        gate = CountingGate()
+        local = AsyncOpenAI(api_key="x", base_url="http://scripted.local/v1", max_retries=0,
+                            http_client=httpx.AsyncClient(transport=ScriptedTransport(reply, timing),
+                                                          base_url="http://scripted.local/v1"))
+        msg, deltas = await consume(local, api, gate)  # type: ignore[arg-type]
+        assert msg.tool_calls() and "".join(deltas) == "@ts@" * TOKENS
+        assert gate.waits <= most and (gate.waits == 0) == (most == 0)
+        assert gate.waits <= len(deltas)  # at most one per read that brought text

@@ -63,20 +63,10 @@ def test_split_keeps_the_unfinished_rest() -> None:
     assert blocks == [b"data: 1", b"data: 2"] and rest == b"data: 3\n"
 
 
-class CountingGate:
-    def __init__(self) -> None:
-        self.waits = 0
-
-    async def wait(self) -> None:
-        self.waits += 1
-
-
-async def test_json_reads_groups_the_events_of_one_read_and_waits_for_the_gate_between_reads() -> None:
+async def test_json_reads_groups_the_events_of_one_read() -> None:
     cut = WIRE.index(b"event: response.output_text.delta", 10) + 3  # mid-way through the second event
-    gate = CountingGate()
-    reads = [r async for r in json_reads(response([WIRE[:cut], WIRE[cut:]]), gate)]
+    reads = [r async for r in json_reads(response([WIRE[:cut], WIRE[cut:]]))]
     assert reads == [EVENTS[:1], EVENTS[1:]]  # the second event completes in the second read
-    assert gate.waits == 1  # after the first read; `[DONE]` ends the stream before another wait
 
 
 async def test_json_reads_yields_what_came_before_an_error_then_raises() -> None:

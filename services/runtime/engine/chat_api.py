@@ -51,7 +51,7 @@ class ChatApi:
         reply = _Reply()
         response = await open_stream(client, "/chat/completions", body)
         try:
-            async for chunks in json_reads(response, gate):
+            async for chunks in json_reads(response):
                 if signal.is_set():
                     partial.content = assemble(reply.text, reply.calls)
                     partial.stop_reason = "aborted"
@@ -60,6 +60,8 @@ class ChatApi:
                 deltas = [delta for chunk in chunks for delta in reply.take(chunk)]
                 if deltas:
                     await emit(AgentEvent(type="message_update", data={"delta": "".join(deltas)}))
+                    if gate is not None and text_last(chunks[-1]):
+                        await gate.wait()  # the next tokens: one read just before the next tick (ticker.py)
         except asyncio.CancelledError:
             partial.content = assemble(reply.text, {})  # aborted: the text the user saw stays
             raise
@@ -133,3 +135,9 @@ class _Reply:
             return ChatCompletion.model_validate(raw)
         except ValidationError as exc:
             raise StreamError(f"invalid completion from the API: {exc}", retryable=False) from exc
+
+
+def text_last(chunk: dict[str, Any]) -> bool:
+    """The read ended in streamed text (not the finish, the usage or a tool call's arguments)."""
+    choices = chunk.get("choices") or []
+    return bool(choices) and bool((choices[0].get("delta") or {}).get("content")) and not choices[0].get("finish_reason")

@@ -75,7 +75,7 @@ class ResponsesApi:
         response = await open_stream(client, "/responses", body)
         state = _Reading()
         try:
-            async for events in json_reads(response, gate):
+            async for events in json_reads(response):
                 if signal.is_set():
                     partial.content = state.so_far()
                     partial.stop_reason = "aborted"
@@ -91,6 +91,8 @@ class ResponsesApi:
                     state.take(event, partial)
                 if text:
                     await state.say(text, emit)
+                    if gate is not None:
+                        await gate.wait()  # the next tokens: one read just before the next tick (ticker.py)
         except asyncio.CancelledError:
             partial.content = state.so_far()  # aborted: the items completed so far, and the text the user saw
             raise

@@ -54,15 +54,17 @@ def data_of(block: bytes) -> bytes | None:
 
 
 class ReadGate(Protocol):
-    """When the next read of a model stream may happen (the worker's DeltaTicker: just before its tick)."""
+    """When the next read of a model stream may happen (the worker's DeltaTicker: just before its tick).
+    A consumer waits for it only after a read that ended in streamed text (more is coming at the
+    model's pace); the events that end a response are read at once."""
 
     async def wait(self) -> None: ...
 
 
-async def json_reads(response: httpx.Response, gate: ReadGate | None = None) -> AsyncIterator[list[dict[str, Any]]]:
+async def json_reads(response: httpx.Response) -> AsyncIterator[list[dict[str, Any]]]:
     """The events of each read (non-empty lists of JSON objects), until `[DONE]` or the end of the
-    body: a consumer handles what one read brought at once (one emit for all its text deltas). With
-    a `gate`, each next read waits for it: what arrived meanwhile comes in one read (ReadGate)."""
+    body: a consumer handles what one read brought at once (one emit for all its text deltas). A
+    consumer that awaits a ReadGate before asking for the next read gets what arrived meanwhile in one."""
     buf = b""
     async for chunk in response.aiter_bytes():
         blocks, buf = split_events(buf + chunk if buf else chunk)
@@ -88,13 +90,11 @@ async def json_reads(response: httpx.Response, gate: ReadGate | None = None) -> 
                 events.append(event)
         if events:
             yield events
-        if gate is not None:
-            await gate.wait()
 
 
-async def json_events(response: httpx.Response, gate: ReadGate | None = None) -> AsyncIterator[dict[str, Any]]:
+async def json_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
     """Each event's data as a JSON object, one at a time (json_reads, flattened)."""
-    async for events in json_reads(response, gate):
+    async for events in json_reads(response):
         for event in events:
             yield event
 
