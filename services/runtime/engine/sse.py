@@ -49,6 +49,9 @@ def data_of(block: bytes) -> bytes | None:
     """The event's data (multi-line data joined with newlines); None for a comment-only block."""
     if block.startswith(b"data: ") and b"\n" not in block:
         return block[6:]  # the common case: one data line, no event name (chat) - no split
+    nl = block.find(b"\n")
+    if block.startswith(b"event:") and block.startswith(b"data: ", nl + 1) and block.find(b"\n", nl + 1) < 0:
+        return block[nl + 7 :]  # the Responses API's case: an event name, then one data line
     lines = [line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:")]
     return b"\n".join(lines) if lines else None
 
