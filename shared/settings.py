@@ -132,6 +132,9 @@ class Settings(BaseSettings):
     # Bench only: `@ts@` in a streamed chunk becomes its emit time (time.time(), 6 decimals), so a
     # client can measure what the harness adds between the model's chunk and its screen.
     scripted_stamp: bool = Field(False, validation_alias="GAMMA_SCRIPTED_STAMP")
+    # `make run` without OPENAI_API_KEY: serve the scripted model from its own process on this port
+    # (services/runtime/scripted_server.py), as a provider is, instead of inside each runtime; 0 = inside.
+    scripted_server_port: int = Field(0, ge=0, le=65535, validation_alias="GAMMA_SCRIPTED_SERVER_PORT")
     # Streamed text deltas of a session queued within this window go out as one event (one XADD),
     # and the runtime sends the windows of all its sessions in one pipeline per window (ticker.py);
     # 0: one event per delta (each its own XADD, pipelined with whatever else is queued). 30 ms at
