@@ -1,5 +1,5 @@
 """Summarize a py-spy `-f raw` profile (collapsed stacks): the functions with the largest inclusive
-and self share of samples. `python bench/folded.py FILE [--top N] [--match TEXT]`."""
+and self share of samples. `python bench/folded.py FILE [--top N] [--match TEXT] [--main]`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def function_of(frame: str) -> str:
     return f"{Path(m.group(2)).name}:{m.group(1)}"
 
 
-def summarize(path: Path) -> tuple[int, Counter[str], Counter[str]]:
+def summarize(path: Path, main_only: bool = False) -> tuple[int, Counter[str], Counter[str]]:
     total = 0
     inclusive: Counter[str] = Counter()
     own: Counter[str] = Counter()
@@ -28,6 +28,8 @@ def summarize(path: Path) -> tuple[int, Counter[str], Counter[str]]:
         m = LINE.match(line)
         if m is None:
             continue
+        if main_only and "_bootstrap" in m.group(1).split(";", 1)[0]:
+            continue  # a worker thread's stack (threading bootstrap): e.g. the transcript's fsyncs
         n = int(m.group(2))
         frames = [function_of(f) for f in m.group(1).split(";") if f]
         total += n
@@ -43,8 +45,9 @@ def main() -> None:
     parser.add_argument("file", type=Path)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--match", default="", help="only functions whose name contains this")
+    parser.add_argument("--main", action="store_true", help="the main thread (the event loop) only")
     args = parser.parse_args()
-    total, inclusive, own = summarize(args.file)
+    total, inclusive, own = summarize(args.file, args.main)
     print(f"{args.file.name}: {total} samples")
     for title, counter in (("inclusive", inclusive), ("self", own)):
         print(f"-- {title}")

@@ -21,6 +21,7 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stream_clients import bare_consumer, bare_producer, sse_readers  # noqa: E402
+from services.stack import free_port  # noqa: E402
 from shared import keys  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, Stack  # noqa: E402
@@ -48,6 +50,11 @@ def pct(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))] * 1000, 1)
+
+
+async def redis_cpu_s(r: aioredis.Redis) -> float:
+    info = await r.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
 async def commands(r: aioredis.Redis) -> dict[str, int]:
@@ -117,18 +124,40 @@ def start_readers(proxy_url: str, sids: list[str], procs: int, timeout_s: float)
     return out
 
 
+def start_model_server(args: argparse.Namespace, model_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """The scripted model as its own process (a provider is out of process): always this tree's
+    server, also for a --before-src runtime (which reaches it over HTTP like any provider)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "services.runtime.scripted_server", "--port", str(port)],
+                            env={**os.environ, **model_env, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.post(f"http://127.0.0.1:{port}/health", timeout=1)  # any answer (404): it is up
+            break
+        except httpx.TransportError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the scripted model server did not start") from None
+            time.sleep(0.2)
+    return proc, {"OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1", "OPENAI_API_KEY": "bench-not-a-key",
+                  "GAMMA_MODEL_API": args.api or "responses"}
+
+
 async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: str) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="gamma-bench-stream-"))
     url, redis_proc = start_redis_server()
     (base / "data").mkdir()
+    model_env = {"GAMMA_SCRIPTED_PROFILE": "fast_gpt", "GAMMA_SCRIPTED_STAMP": "true",
+                 "GAMMA_SCRIPTED_TOKENS_PER_S": str(args.rate)}
+    server, server_env = start_model_server(args, model_env) if args.model_server else (None, {})
     stack = Stack(redis_url=url + "/0", data_dir=base / "data", env_overrides={
         # Production lease timing (tests/support/stack.py shortens it for failover tests; a saturated
         # worker then loses leases mid-run and sessions are resumed elsewhere: noise, not streaming).
         "GAMMA_LEASE_MS": "10000", "GAMMA_CLAIM_IDLE_MS": "5000", "GAMMA_IDLE_S": "600", "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", "GAMMA_MAX_SESSIONS_PER_USER": "100000",
         "GAMMA_SSE_MAX_STREAMS_PER_USER": str(n + 10), "GAMMA_SSE_QUEUE_SIZE": "5000",
-        "GAMMA_SCRIPTED_PROFILE": "fast_gpt", "GAMMA_SCRIPTED_STAMP": "true",
-        "GAMMA_SCRIPTED_TOKENS_PER_S": str(args.rate), "GAMMA_DELTA_COALESCE_MS": str(args.coalesce_ms),
-        **({"GAMMA_MODEL_API": args.api} if args.api else {})}, src=src)
+        **model_env, "GAMMA_DELTA_COALESCE_MS": str(args.coalesce_ms), "GAMMA_MODEL_HTTP": args.model_http,
+        **({"GAMMA_MODEL_API": args.api} if args.api else {}), **server_env}, src=src)
     r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=40, timeout=60))
     http = httpx.AsyncClient(base_url=stack.url("proxy"), headers={"Authorization": f"Bearer {API_TOKEN}"},
                              timeout=60, limits=httpx.Limits(max_connections=100))
@@ -150,6 +179,8 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         for proc, conn in readers:
             assert receive(proc, conn, 300) == "open"
         rss_open = psutil.Process(proxy).memory_info().rss
+        cpu_model0 = cpu_s(server.pid) if server is not None else 0.0
+        cpu_redis0 = await redis_cpu_s(r)
         cmd0, cpu_rt0, cpu_px0, t0 = await commands(r), cpu_s(runtime), cpu_s(proxy), time.monotonic()
         content = "@ts@" * args.tokens
         script = "script:" + json.dumps([{"content": content, "tool_calls": [TOOL]}])
@@ -166,12 +197,17 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         elapsed = time.monotonic() - t0
         rss_peak = psutil.Process(proxy).memory_info().rss
         cmd1, cpu_rt1, cpu_px1 = await commands(r), cpu_s(runtime), cpu_s(proxy)
+        cpu_model = cpu_s(server.pid) - cpu_model0 if server is not None else None
+        cpu_redis = await redis_cpu_s(r) - cpu_redis0
         for p, _ in readers:
             p.join(10)
     finally:
         await http.aclose()
         await r.aclose()
         stack.stop()
+        if server is not None:
+            server.terminate()
+            server.wait(10)
         redis_proc.terminate()
     lat = [x for res in results for x in res["lat"]]
     tokens = len(lat)
@@ -181,7 +217,8 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
             "elapsed_s": elapsed, "cmds": sum(cmd1.values()) - sum(cmd0.values()) - 1,
             "by_command": {k: v - cmd0.get(k, 0) for k, v in sorted(cmd1.items(), key=lambda kv: -kv[1])
                            if v - cmd0.get(k, 0) > 0}, "cpu_runtime_s": cpu_rt1 - cpu_rt0,
-            "cpu_proxy_s": cpu_px1 - cpu_px0, "rss_before": rss_before, "rss_open": rss_open, "rss_peak": rss_peak}
+            "cpu_proxy_s": cpu_px1 - cpu_px0, "cpu_model_server_s": cpu_model,
+            "cpu_redis_s": cpu_redis, "cpu_readers_s": sum(res.get("cpu_s", 0.0) for res in results), "rss_before": rss_before, "rss_open": rss_open, "rss_peak": rss_peak}
 
 
 def baseline(args: argparse.Namespace, n: int) -> list[float]:
@@ -217,6 +254,10 @@ def summarize(n: int, s: dict[str, Any], bare: list[float], load: list[float]) -
         "redis_cmds_per_chunk": round(s["cmds"] / tokens, 3),
         "runtime_cpu_ms_per_1k_chunks": round(s["cpu_runtime_s"] * 1e6 / tokens, 1),
         "proxy_cpu_ms_per_1k_chunks": round(s["cpu_proxy_s"] * 1e6 / tokens, 1),
+        "model_server_cpu_ms_per_1k_chunks": (None if s["cpu_model_server_s"] is None
+                                              else round(s["cpu_model_server_s"] * 1e6 / tokens, 1)),
+        "redis_cpu_ms_per_1k_chunks": round(s["cpu_redis_s"] * 1e6 / tokens, 1),
+        "sse_readers_cpu_ms_per_1k_chunks": round(s["cpu_readers_s"] * 1e6 / tokens, 1),
         "proxy_rss_per_client_kb": round((max(s["rss_open"], s["rss_peak"]) - s["rss_before"]) / 1024 / n, 1),
         "proxy_rss_mb": {"before_clients": round(s["rss_before"] / 2**20, 1),
                          "clients_open": round(s["rss_open"] / 2**20, 1), "end": round(s["rss_peak"] / 2**20, 1)},
@@ -231,11 +272,17 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=400)
     parser.add_argument("--rate", type=float, default=80.0, help="tokens per second per session")
     parser.add_argument("--ramp-s", type=float, default=2.0, help="spread the streaming prompts over this")
-    parser.add_argument("--coalesce-ms", type=float, default=25.0, help="GAMMA_DELTA_COALESCE_MS")
+    parser.add_argument("--coalesce-ms", type=float, default=30.0, help="GAMMA_DELTA_COALESCE_MS (its default)")
+    parser.add_argument("--model-server", action="store_true",
+                        help="the scripted model as its own process (services/runtime/scripted_server.py), "
+                             "reached over HTTP as a provider is; default: inside the runtime (ScriptedTransport)")
+    parser.add_argument("--model-http", choices=["aiohttp", "httpx"], default="aiohttp",
+                        help="GAMMA_MODEL_HTTP: the openai client's backend (with --model-server)")
     parser.add_argument("--api", choices=["responses", "chat"], default=None)
     parser.add_argument("--client-procs", type=int, default=2)
     parser.add_argument("--timeout-s", type=float, default=180.0)
     parser.add_argument("--label", default="")
+    parser.add_argument("--before-label", default="before", help="names the --before-src run's py-spy file")
     parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime for 6 s of streaming")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--before-src", type=Path, default=None,
@@ -245,7 +292,7 @@ def main() -> None:
     for n in (int(x) for x in args.loads.split(",")):
         before: dict[str, Any] | None = None
         if args.before_src is not None:  # the baseline tree first, then this one, minutes apart
-            before = asyncio.run(stack_load(args, n, args.before_src, "before"))
+            before = asyncio.run(stack_load(args, n, args.before_src, args.before_label))
             before["load"] = [round(x, 2) for x in os.getloadavg()]
         s = asyncio.run(stack_load(args, n, None, args.label or "after"))
         load = [round(x, 2) for x in os.getloadavg()]
@@ -265,7 +312,8 @@ def write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
               "machine": {"cpus": os.cpu_count()},
               "config": {"tokens": args.tokens, "rate": args.rate, "ttft_ms": 400, "ramp_s": args.ramp_s,
                          "coalesce_ms": args.coalesce_ms, "api": args.api or "responses",
-                         "client_procs": args.client_procs, "before_src": str(args.before_src or "")},
+                         "client_procs": args.client_procs, "before_src": str(args.before_src or ""),
+                         "model_server": args.model_server, "model_http": args.model_http},
               "loads": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -58,7 +58,9 @@ async def _readers(proxy_url: str, token: str, sids: list[str], conn: Connection
         tasks = [asyncio.create_task(_read_one(client, sid, ev, out, deadline)) for sid, ev in zip(sids, events, strict=True)]
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), 120)
         conn.send("open")
+        cpu0 = time.process_time()
         done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        out["cpu_s"] = time.process_time() - cpu0  # the readers' CPU while streaming (they share the cores)
         for t in pending:
             t.cancel()
         out["errors"] = sum(1 for t in done if t.exception() is not None) + len(pending)

@@ -95,18 +95,38 @@ def runtime_count(settings: Settings) -> int:
     return settings.runtime_workers or os.cpu_count() or 1
 
 
+def model_server_env(settings: Settings) -> dict[str, str]:
+    """The runtime's environment for the scripted model server (GAMMA_SCRIPTED_SERVER_PORT, and no real
+    key): reached as any provider. Only the runtime: the compaction service keeps its own scripted
+    summarizer."""
+    if not settings.scripted_server_port or settings.openai_api_key:
+        return {}
+    return {"OPENAI_BASE_URL": f"http://127.0.0.1:{settings.scripted_server_port}/v1",
+            "OPENAI_API_KEY": "scripted-server", "GAMMA_MODEL_API": settings.model_api or "responses"}
+
+
 def service_envs(settings: Settings) -> list[tuple[str, dict[str, str]]]:
     """Each process to start and its own environment: the runtime once per worker (GAMMA_RUNTIME_WORKERS,
     default one per core), the second one on GAMMA_RUNTIME_PORT + 10, the third on + 20, ..."""
     out: list[tuple[str, dict[str, str]]] = []
+    model = model_server_env(settings)
     for name in SERVICES:
         if name != "runtime":
             out.append((name, {}))
             continue
         for i in range(runtime_count(settings)):
-            out.append((name, {} if i == 0 else {"GAMMA_RUNTIME_PORT": str(settings.runtime_port + 10 * i),
-                                                 "GAMMA_INSTANCE": f"runtime{i + 1}"}))
+            out.append((name, {**model, **({} if i == 0 else {"GAMMA_RUNTIME_PORT": str(settings.runtime_port + 10 * i),
+                                                              "GAMMA_INSTANCE": f"runtime{i + 1}"})}))
     return out
+
+
+def start_model_server(settings: Settings, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+    if not model_server_env(settings):
+        return None
+    proc = subprocess.Popen([sys.executable, "-m", "services.runtime.scripted_server",
+                             "--port", str(settings.scripted_server_port)], env=env, preexec_fn=CHILD_SETUP)
+    print(f"scripted model server on port {settings.scripted_server_port}", flush=True)
+    return proc
 
 
 def ready(port: int) -> bool:
@@ -158,6 +178,8 @@ def main() -> None:
             redis_proc, url = start_embedded_redis(data_dir)
             env["REDIS_URL"] = url
             print(f"started embedded Redis at {url}", flush=True)
+        if (model := start_model_server(settings, env)) is not None:
+            children.append(model)  # stopped with the stack; its exit stops the stack
         for name, extra in service_envs(settings):
             if stopping:
                 break

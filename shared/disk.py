@@ -6,6 +6,7 @@ transcript.jsonl, todo.json, state.json, pending_artifacts.json, .revisions/, wo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -170,15 +171,46 @@ def append_jsonl(path: Path, records: list[dict[str, Any]], visible: Callable[[]
     lines are in the file for every reader, before the fsync (the runtime's disk fence unlocks there)."""
     if not records:
         return
+    fh = _appended(path, records, visible)
+    with fh:
+        os.fsync(fh.fileno())
+
+
+async def append_jsonl_async(path: Path, records: list[dict[str, Any]],
+                             visible: Callable[[], None] | None = None) -> None:
+    """append_jsonl with its fsync awaited in a thread: the lines are written (and `visible` runs) on
+    the caller's event loop, at the same moment as append_jsonl's, and the caller resumes once they
+    are durable, as before; other tasks run meanwhile instead of the whole loop waiting for the disk
+    (500 streaming sessions' turn starts and ends: 15% of the runtime's loop in fsync, bench-stream).
+    A caller cancelled meanwhile does not stop the fsync (the file closes when it is done); anything
+    that must follow the write whatever happens belongs in `visible`."""
+    if not records:
+        return
+    fh = _appended(path, records, visible)
+    try:
+        done = asyncio.get_running_loop().run_in_executor(None, os.fsync, fh.fileno())
+    except BaseException:
+        fh.close()
+        raise
+    done.add_done_callback(lambda f: (fh.close(), f.cancelled() or f.exception()))
+    await asyncio.shield(done)
+
+
+def _appended(path: Path, records: list[dict[str, Any]], visible: Callable[[], None] | None) -> Any:
+    """The file, open, with the lines written and flushed (`visible` has run): the caller fsyncs and closes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = b"".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for r in records)
-    with open(path, "a+b") as fh:
+    fh = open(path, "a+b")  # noqa: SIM115 - closed by the caller after its fsync
+    try:
         _repair_tail(fh)
         fh.write(payload)
         fh.flush()
         if visible is not None:
             visible()
-        os.fsync(fh.fileno())
+    except BaseException:
+        fh.close()
+        raise
+    return fh
 
 
 def _repair_tail(fh: Any) -> None:

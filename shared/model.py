@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, DefaultAioHttpClient, DefaultAsyncHttpxClient
 
 from . import scripted_responses
 from .pacing import Timing, paced
@@ -181,12 +181,29 @@ def openai_client(settings: Settings, scripted: ScriptedModel | None = None, max
     passes max_retries=0: it retries itself (bounded, Retry-After honoured, reported as events)."""
     if settings.openai_api_key:
         return AsyncOpenAI(api_key=settings.openai_api_key, base_url=settings.openai_base_url,
-                           max_retries=max_retries)
+                           max_retries=max_retries, http_client=_http_client(settings))
     if scripted is None:
         raise RuntimeError("no OPENAI_API_KEY and no scripted model given")
     http = httpx.AsyncClient(transport=ScriptedTransport(scripted, Timing.from_settings(settings)),
                              base_url="http://scripted.local/v1")
     return AsyncOpenAI(api_key="scripted", base_url="http://scripted.local/v1", http_client=http, max_retries=0)
+
+
+def _http_client(settings: Settings) -> httpx.AsyncClient:
+    """One connection per streaming call: a worker's live sessions stream at once (the SDK's default
+    keeps 100 alive, so the 101st stream onwards reconnected every call)."""
+    limits = httpx.Limits(max_connections=settings.model_max_connections,
+                          max_keepalive_connections=settings.model_max_connections)
+    if settings.model_http == "aiohttp":
+        return DefaultAioHttpClient(limits=limits)
+    return DefaultAsyncHttpxClient(limits=limits)
+
+
+def reads_merged(client: AsyncOpenAI) -> bool:
+    """One read of the client's response bodies returns everything the connection buffered (not one
+    HTTP chunk per read, as httpx's own transport does): the runtime's read gate needs it."""
+    http = getattr(client, "_client", None)
+    return scripted_transport(client) is not None or isinstance(http, DefaultAioHttpClient)
 
 
 def scripted_transport(client: AsyncOpenAI) -> ScriptedTransport | None:

@@ -74,11 +74,11 @@ async def paced(chunks: list[tuple[bytes, bool]], timing: Timing) -> AsyncIterat
                 due += interval
             first = False
             at = due + (random.uniform(-timing.jitter_s, timing.jitter_s) if timing.jitter_s else 0.0)
-            wait = at - time.monotonic()
+            if at > time.monotonic() and ready:
+                yield b"".join(ready)
+                ready = []
+            wait = at - time.monotonic()  # after the yield: a consumer that read late finds it due already
             if wait > 0:
-                if ready:
-                    yield b"".join(ready)
-                    ready = []
                 await asyncio.sleep(wait)
         ready.append(stamped(chunk, None if at is None else wall + at) if timing.stamp else chunk)
     if ready:

@@ -113,6 +113,12 @@ class Settings(BaseSettings):
     model_max_retries: int = Field(4, ge=0, le=20, validation_alias="GAMMA_MODEL_MAX_RETRIES")
     model_retry_base_s: float = Field(1.0, ge=0.0, le=60.0, validation_alias="GAMMA_MODEL_RETRY_BASE_S")
     model_retry_max_s: float = Field(60.0, ge=0.0, le=600.0, validation_alias="GAMMA_MODEL_RETRY_MAX_S")
+    # The openai client's HTTP backend for a real endpoint (OPENAI_API_KEY set). `aiohttp` (the SDK's
+    # DefaultAioHttpClient): its C parser reads a token-per-chunk stream at ~60% of httpx/h11's CPU,
+    # and returns what a connection buffered in one read, which the runtime's read gate needs
+    # (engine/sse.py); with `httpx` the streams are read chunk by chunk, ungated (bench/stream_micro.py).
+    model_http: Literal["aiohttp", "httpx"] = Field("aiohttp", validation_alias="GAMMA_MODEL_HTTP")
+    model_max_connections: int = Field(4096, ge=1, le=100_000, validation_alias="GAMMA_MODEL_MAX_CONNECTIONS")
 
     # --- streaming at scale (issue 20): the scripted model's timing (off by default: instant replies in
     # 64-character chunks) and the runtime's coalescing of streamed text deltas.
@@ -126,6 +132,9 @@ class Settings(BaseSettings):
     # Bench only: `@ts@` in a streamed chunk becomes its emit time (time.time(), 6 decimals), so a
     # client can measure what the harness adds between the model's chunk and its screen.
     scripted_stamp: bool = Field(False, validation_alias="GAMMA_SCRIPTED_STAMP")
+    # `make run` without OPENAI_API_KEY: serve the scripted model from its own process on this port
+    # (services/runtime/scripted_server.py), as a provider is, instead of inside each runtime; 0 = inside.
+    scripted_server_port: int = Field(0, ge=0, le=65535, validation_alias="GAMMA_SCRIPTED_SERVER_PORT")
     # Streamed text deltas of a session queued within this window go out as one event (one XADD),
     # and the runtime sends the windows of all its sessions in one pipeline per window (ticker.py);
     # 0: one event per delta (each its own XADD, pipelined with whatever else is queued). 30 ms at

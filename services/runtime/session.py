@@ -47,6 +47,7 @@ from .diskfence import DiskFence
 from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
+from .engine.sse import ReadGate
 from .engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
 from .events import Outbox
 from .forms import deliver_answered_form
@@ -80,6 +81,7 @@ class SessionDeps:
     counter: TokenCounter
     ack: Any  # async (sid, entry_id) -> None
     static_prefix: str = ""
+    read_gate: ReadGate | None = None  # model streams read once per delta tick (ticker.py)
     preloaded: tuple[Skill, ...] = ()  # the variant's preloaded skills, recorded at session start
     registry: CollectorRegistry | None = None  # the service's Prometheus registry
     # (sid, reason) -> None: the worker closes the session now (persist, release the lease, then
@@ -125,7 +127,8 @@ class Session:
         self.subagents = self.tools.subagents  # stopped with the run (abort.py)
         reader = KnowledgeReader(deps.client, self.sid)
         self.toolset = Toolset(self.tools, reader, deps.settings.knowledge_inline_chars)
-        self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix)
+        self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix,
+                                   gate=deps.read_gate)
         self.compactor = Compactor(self, deps.settings, model.model, context_window)
         # Issue 21 hooks: skill rules around the batch preflight, the dynamic tool subset (when on)
         # before the compactor's check; prompt-time knowledge in the dispatcher.

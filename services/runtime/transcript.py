@@ -27,7 +27,7 @@ from shared.contracts.transcript import (
     TranscriptEntry,
     parse_entries,
 )
-from shared.disk import append_jsonl, iter_jsonl
+from shared.disk import append_jsonl_async, iter_jsonl
 
 Guard = Callable[[], Awaitable[None]]
 _ENTRIES: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
@@ -162,10 +162,13 @@ class Transcript:
             stamp = now_iso()
             for e in batch:
                 e.timestamp = stamp
-            append_jsonl(self.path, [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in batch],
-                         visible=self._written)
-            for e in batch:
-                self._index(e)
+            def written() -> None:  # in the file for every reader: in memory too, even if we are cancelled now
+                for e in batch:
+                    self._index(e)
+                if self._written is not None:
+                    self._written()
+            await append_jsonl_async(self.path, [e.model_dump(mode="json", by_alias=True, exclude_none=True)
+                                                 for e in batch], visible=written)
 
     def _index(self, entry: TranscriptEntry) -> None:
         self.entries.append(entry)

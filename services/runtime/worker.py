@@ -25,6 +25,7 @@ from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.wake import Wake
 from shared.disk import session_paths
 from shared.inbox import InboxReader
+from shared.model import reads_merged
 from shared.redis_wire import text
 from shared.settings import Settings
 from shared.tokens import TokenCounter
@@ -71,6 +72,10 @@ class Worker:
         self.static_prefix = static_prefix(skills)  # the same for every session: built once, not per wake
         # Streamed text of all sessions: one pipeline per coalescing window (ticker.py).
         self.ticker = DeltaTicker(client, settings.delta_coalesce_ms / 1000)
+        # Model streams read once per tick, just before it (ticker.py): only where one read returns
+        # all that arrived (aiohttp, the in-process scripted model), else a gated httpx stream would
+        # fall behind at one HTTP chunk per tick.
+        self.read_gate = self.ticker if settings.delta_coalesce_ms > 0 and reads_merged(model_client) else None
         if registry is not None:
             metrics.track_active_leases(registry, lambda: len(self.sessions))
 
@@ -138,6 +143,7 @@ class Worker:
         deps = SessionDeps(settings=self.settings, client=self.client, model_client=self.model_client,
                            skills=self.skills, system_prompt=system_prompt, counter=self.counter,
                            ack=self.reader.ack, static_prefix=self.static_prefix, registry=self.registry,
+                           read_gate=self.read_gate,
                            request_close=self._request_close,
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))

@@ -175,3 +175,34 @@ async def test_a_late_reader_gets_due_chunks_in_one_read_stamped_when_due() -> N
     assert all(0.003 <= g <= 0.2 for g in gaps)  # on the 5 ms schedule, not bunched at the late read
     late = next(at for at, d in reads if len(d.split(b"|")) - 1 >= 5)
     assert late - stamps[1] >= 0.03  # the token due during the stall is seen late: the harness's delay
+
+
+@pytest.mark.timeout(30)
+async def test_the_ticker_is_a_read_gate_opening_just_before_each_tick(redis_client: aioredis.Redis) -> None:
+    """Model stream readers wait for the gate; it opens `lead_s` before the ticker collects the queued
+    deltas, so what they read goes out in that tick. A reader cancelled while waiting (an abort)
+    does not close the gate for the others, and the ticker stops once nobody waits or wants."""
+    ticker = DeltaTicker(redis_client, 0.04, lead_s=0.005)
+    out = Outbox(redis_client, "gate1", bus, coalesce_s=0.04, ticker=ticker)
+    opened: list[float] = []
+
+    async def reader(n: int) -> None:
+        for _ in range(n):
+            await ticker.wait()
+            opened.append(time.monotonic())
+            await out.event("message_update", {"delta": "x"}, wait=False)
+    doomed = asyncio.ensure_future(ticker.wait())
+    t0 = time.monotonic()
+    task = asyncio.ensure_future(reader(5))
+    await asyncio.sleep(0.01)
+    doomed.cancel()
+    await asyncio.wait_for(task, 5)
+    gaps = [b - a for a, b in zip(opened, opened[1:], strict=False)]
+    assert opened[0] - t0 < 0.1 and all(0.025 <= g <= 0.2 for g in gaps)  # one opening per tick
+    deadline = time.monotonic() + 5
+    while out.has_queued() and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the ticker with a deadline
+        await asyncio.sleep(0.01)
+    events = [json.loads(f[b"data"]) for _, f in await redis_client.xrange(keys.events("gate1"))]
+    assert "".join(e["data"]["delta"] for e in events) == "x" * 5 and len(events) <= 5
+    await asyncio.sleep(0.15)
+    assert ticker._task is not None and ticker._task.done()  # idle: no task left behind

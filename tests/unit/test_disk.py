@@ -494,3 +494,21 @@ def test_usage_counts_links_never_follows_them_and_stops_at_the_file_quota(tmp_p
     capped = workspace_usage(ws, WorkspaceQuota(max_bytes=10**9, max_files=5))
     assert capped.files == 6 and not capped.complete and capped.over(WorkspaceQuota(10**9, 5))
     assert workspace_usage(tmp_path / "absent").files == 0
+
+
+async def test_append_jsonl_async_writes_on_the_loop_and_survives_a_cancelled_caller(tmp_path: Path) -> None:
+    """The lines are in the file (and `visible` has run) before the first await; a caller cancelled
+    while the fsync runs in its thread leaves the lines there, and the file is closed once it is done."""
+    import asyncio
+
+    from shared.disk import append_jsonl_async, iter_jsonl
+    path = tmp_path / "t.jsonl"
+    seen: list[int] = []
+    task = asyncio.ensure_future(append_jsonl_async(path, [{"n": 1}, {"n": 2}], visible=lambda: seen.append(1)))
+    await asyncio.sleep(0)  # the task ran up to its fsync
+    assert seen == [1] and [r["n"] for r in iter_jsonl(path)] == [1, 2]
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await append_jsonl_async(path, [{"n": 3}])
+    assert [r["n"] for r in iter_jsonl(path)] == [1, 2, 3]

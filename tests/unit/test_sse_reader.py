@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from services.runtime.engine.sse import json_events, split_events
+from services.runtime.engine.sse import json_events, json_reads, split_events
 
 
 def response(parts: list[bytes]) -> httpx.Response:
@@ -61,3 +61,18 @@ async def test_invalid_json_is_an_api_error() -> None:
 def test_split_keeps_the_unfinished_rest() -> None:
     blocks, rest = split_events(b"data: 1\n\ndata: 2\n\ndata: 3\n")
     assert blocks == [b"data: 1", b"data: 2"] and rest == b"data: 3\n"
+
+
+async def test_json_reads_groups_the_events_of_one_read() -> None:
+    cut = WIRE.index(b"event: response.output_text.delta", 10) + 3  # mid-way through the second event
+    reads = [r async for r in json_reads(response([WIRE[:cut], WIRE[cut:]]))]
+    assert reads == [EVENTS[:1], EVENTS[1:]]  # the second event completes in the second read
+
+
+async def test_json_reads_yields_what_came_before_an_error_then_raises() -> None:
+    wire = b'data: {"a": 1}\n\ndata: {"error": {"message": "boom", "code": "server_error"}}\n\n'
+    seen: list[list[dict[str, Any]]] = []
+    with pytest.raises(openai.APIError, match="boom"):
+        async for r in json_reads(response([wire])):
+            seen.append(r)
+    assert seen == [[{"a": 1}]]

@@ -14,7 +14,7 @@ from shared.contracts.messages import AssistantMessage, Usage
 
 from .convert import to_openai
 from .model_api import ModelSettings, StreamError, assemble, finish
-from .sse import json_events, open_stream
+from .sse import ReadGate, json_reads, open_stream
 from .types import AgentContext, AgentEvent, Emit
 
 
@@ -44,20 +44,24 @@ class ChatApi:
         return [head, *(json.dumps(m, ensure_ascii=False, separators=(",", ":")) for m in messages[1:])]
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
-                      signal: asyncio.Event) -> AssistantMessage:
+                      signal: asyncio.Event, gate: ReadGate | None = None) -> AssistantMessage:
         # The body is plain JSON in the wire format already. `chat.completions.create` would first walk
         # all of it against the params' TypedDicts (~1 ms of event loop per call, growing with the
         # context): the same POST, sent as is, read without the SDK's per-chunk models (engine/sse.py).
         reply = _Reply()
         response = await open_stream(client, "/chat/completions", body)
         try:
-            async for chunk in json_events(response):
+            async for chunks in json_reads(response):
                 if signal.is_set():
                     partial.content = assemble(reply.text, reply.calls)
                     partial.stop_reason = "aborted"
                     return partial
-                for delta in reply.take(chunk):
-                    await emit(AgentEvent(type="message_update", data={"delta": delta}))
+                # One event for the text of one read (the Outbox would merge the deltas anyway).
+                deltas = [delta for chunk in chunks for delta in reply.take(chunk)]
+                if deltas:
+                    await emit(AgentEvent(type="message_update", data={"delta": "".join(deltas)}))
+                    if gate is not None and text_last(chunks[-1]):
+                        await gate.wait()  # the next tokens: one read just before the next tick (ticker.py)
         except asyncio.CancelledError:
             partial.content = assemble(reply.text, {})  # aborted: the text the user saw stays
             raise
@@ -131,3 +135,9 @@ class _Reply:
             return ChatCompletion.model_validate(raw)
         except ValidationError as exc:
             raise StreamError(f"invalid completion from the API: {exc}", retryable=False) from exc
+
+
+def text_last(chunk: dict[str, Any]) -> bool:
+    """The read ended in streamed text (not the finish, the usage or a tool call's arguments)."""
+    choices = chunk.get("choices") or []
+    return bool(choices) and bool((choices[0].get("delta") or {}).get("content")) and not choices[0].get("finish_reason")

@@ -14,6 +14,7 @@ from openai import AsyncOpenAI
 
 from shared.contracts.messages import AssistantMessage, TextContent, ToolCall
 
+from .sse import ReadGate
 from .types import AgentContext, Emit
 
 ApiName = Literal["responses", "chat"]
@@ -44,8 +45,9 @@ class ModelApi(Protocol):
         ...
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
-                      signal: asyncio.Event) -> AssistantMessage:
-        """Send and read the stream. Transport and API errors are raised (the caller retries them)."""
+                      signal: asyncio.Event, gate: ReadGate | None = None) -> AssistantMessage:
+        """Send and read the stream (each read after the first waits for `gate`, if any). Transport
+        and API errors are raised (the caller retries them)."""
         ...
 
 

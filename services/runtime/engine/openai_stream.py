@@ -33,6 +33,7 @@ from shared.tokens import TokenCounter, shared_prefix
 from .chat_api import ChatApi
 from .model_api import ModelApi, ModelSettings, StreamError
 from .responses_api import RETRYABLE_CODES, ResponsesApi
+from .sse import ReadGate
 from .types import AgentContext, AgentEvent, Emit, Tool
 
 __all__ = ["ModelSettings", "OpenAIStream", "PieceTokens", "prefix_hash", "request_pieces"]
@@ -112,6 +113,7 @@ class OpenAIStream:
     settings: ModelSettings
     counter: TokenCounter
     static_prefix: str = ""  # hashed with the tool schemas; defaults to the system prompt
+    gate: ReadGate | None = None  # the worker's read gate (ticker.py), when its client's reads merge
     previous_tokens: array[int] = field(default_factory=lambda: array("I"))
     last_prompt_tokens: int = 0
     _pieces: PieceTokens | None = None
@@ -150,7 +152,7 @@ class OpenAIStream:
             attempt += 1
             partial = AssistantMessage(model=self.settings.model, api=api.name)
             try:
-                message = await _abortable(api.consume(self.client, body, partial, emit, signal), signal)
+                message = await _abortable(api.consume(self.client, body, partial, emit, signal, self.gate), signal)
                 if message is None or message.stop_reason == "aborted":
                     return _aborted(partial), attempt
                 return message, attempt

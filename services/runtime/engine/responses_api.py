@@ -29,7 +29,7 @@ from shared.contracts.messages import AssistantMessage, TextContent, ThinkingCon
 
 from .convert import to_responses_input
 from .model_api import ModelSettings, StreamError, finish, parse_arguments
-from .sse import json_events, open_stream
+from .sse import ReadGate, json_reads, open_stream
 from .types import AgentContext, AgentEvent, Emit, Tool
 
 RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "server_is_overloaded", "slow_down"})
@@ -69,46 +69,71 @@ class ResponsesApi:
         return [head, *(json.dumps(i, ensure_ascii=False, separators=(",", ":")) for i in body["input"])]
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
-                      signal: asyncio.Event) -> AssistantMessage:
+                      signal: asyncio.Event, gate: ReadGate | None = None) -> AssistantMessage:
         # Sent as is (the SDK's request transform walks every input item: ~1 ms a call, growing with
         # the conversation) and read without the SDK's per-event models (engine/sse.py).
         response = await open_stream(client, "/responses", body)
-        content: list[Any] = []
-        refusal: list[str] = []
-        incomplete = False
-        streaming: list[str] = []  # text deltas of the message item in progress (kept if aborted)
+        state = _Reading()
         try:
-            async for event in json_events(response):
+            async for events in json_reads(response):
                 if signal.is_set():
-                    partial.content = [*content, TextContent(text="".join(streaming))] if streaming else content
+                    partial.content = state.so_far()
                     partial.stop_reason = "aborted"
                     return partial
-                kind = event.get("type")
-                if kind == "response.output_text.delta":
-                    streaming.append(event["delta"])
-                    await emit(AgentEvent(type="message_update", data={"delta": event["delta"]}))
-                elif kind == "response.output_item.done":
-                    streaming.clear()
-                    _take_item(_valid_item(event.get("item")), content, refusal)
-                elif kind in ("response.completed", "response.incomplete"):
-                    incomplete = kind == "response.incomplete"
-                    partial.usage = _usage((event.get("response") or {}).get("usage"))
-                elif kind == "response.failed":
-                    err = (event.get("response") or {}).get("error") or {}
-                    raise StreamError(f"{err.get('code')}: {err.get('message')}" if err else "response failed",
-                                      retryable=err.get("code") in RETRYABLE_CODES)
-                elif kind == "error":
-                    code, message = event.get("code"), str(event.get("message") or "error")
-                    raise StreamError(f"{code}: {message}" if code else message, retryable=code in RETRYABLE_CODES)
+                text: list[str] = []  # this read's text deltas: one event (the Outbox would merge them anyway)
+                for event in events:
+                    if event.get("type") == "response.output_text.delta":
+                        text.append(event["delta"])
+                        continue
+                    if text:
+                        await state.say(text, emit)
+                        text = []
+                    state.take(event, partial)
+                if text:
+                    await state.say(text, emit)
+                    if gate is not None:
+                        await gate.wait()  # the next tokens: one read just before the next tick (ticker.py)
         except asyncio.CancelledError:
-            # aborted: the items completed so far stay, and the text the user saw of the current one
-            partial.content = [*content, TextContent(text="".join(streaming))] if streaming else content
+            partial.content = state.so_far()  # aborted: the items completed so far, and the text the user saw
             raise
         finally:
             await response.aclose()  # a failed or cut stream gives its connection back
-        partial.content = content
-        partial.refusal = "".join(refusal) or None
-        return finish(partial, length=incomplete)
+        partial.content = state.content
+        partial.refusal = "".join(state.refusal) or None
+        return finish(partial, length=state.incomplete)
+
+
+class _Reading:
+    """What one streamed response has brought so far."""
+
+    def __init__(self) -> None:
+        self.content: list[Any] = []
+        self.refusal: list[str] = []
+        self.incomplete = False
+        self.streaming: list[str] = []  # text deltas of the message item in progress (kept if aborted)
+
+    def so_far(self) -> list[Any]:
+        return [*self.content, TextContent(text="".join(self.streaming))] if self.streaming else self.content
+
+    async def say(self, text: list[str], emit: Emit) -> None:
+        self.streaming.extend(text)
+        await emit(AgentEvent(type="message_update", data={"delta": "".join(text)}))
+
+    def take(self, event: dict[str, Any], partial: AssistantMessage) -> None:
+        kind = event.get("type")
+        if kind == "response.output_item.done":
+            self.streaming.clear()
+            _take_item(_valid_item(event.get("item")), self.content, self.refusal)
+        elif kind in ("response.completed", "response.incomplete"):
+            self.incomplete = kind == "response.incomplete"
+            partial.usage = _usage((event.get("response") or {}).get("usage"))
+        elif kind == "response.failed":
+            err = (event.get("response") or {}).get("error") or {}
+            raise StreamError(f"{err.get('code')}: {err.get('message')}" if err else "response failed",
+                              retryable=err.get("code") in RETRYABLE_CODES)
+        elif kind == "error":
+            code, message = event.get("code"), str(event.get("message") or "error")
+            raise StreamError(f"{code}: {message}" if code else message, retryable=code in RETRYABLE_CODES)
 
 
 # The output items the harness keeps, checked against the openai package's types once per item;
