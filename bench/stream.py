@@ -211,7 +211,7 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         redis_proc.terminate()
     lat = [x for res in results for x in res["lat"]]
     tokens = len(lat)
-    return {"lat": lat, "tokens": tokens, "events": sum(res["events"] for res in results),
+    return {"lat": lat, "hops": [h for res in results for h in res.get("hops", [])], "tokens": tokens, "events": sum(res["events"] for res in results),
             "restarts": sum(res["restarts"] for res in results),
             "done": sum(res["done"] for res in results), "errors": sum(res["errors"] for res in results),
             "elapsed_s": elapsed, "cmds": sum(cmd1.values()) - sum(cmd0.values()) - 1,
@@ -241,6 +241,25 @@ def baseline(args: argparse.Namespace, n: int) -> list[float]:
     return lat
 
 
+HOPS = ("model_late", "model_to_xadd", "xadd_to_client")
+
+
+def hop_split(hops: list[tuple[float, float, float, float]]) -> dict[str, Any]:
+    """Each token's added latency split at the hops stamped on the way (bench/stream_clients.py):
+    the model server's loop late (sent - due), model -> runtime read, tick and XADD (the entry id's
+    ms), XADD -> proxy XREAD -> SSE -> client. p50/p99 per hop, and the mean of each hop over the
+    tokens in the total's worst 1% (where the tail comes from)."""
+    if not hops:
+        return {}
+    parts = [(sent - due, xadd - sent, now - xadd, now - due) for due, sent, xadd, now in hops]
+    out: dict[str, Any] = {h: {"p50_ms": pct([p[i] for p in parts], 0.5), "p99_ms": pct([p[i] for p in parts], 0.99)}
+                           for i, h in enumerate(HOPS)}
+    cut = sorted(p[3] for p in parts)[int(0.99 * (len(parts) - 1))]
+    tail = [p for p in parts if p[3] >= cut]
+    out["worst_1pct_mean_ms"] = {h: round(sum(p[i] for p in tail) / len(tail) * 1000, 1) for i, h in enumerate(HOPS)}
+    return out
+
+
 def summarize(n: int, s: dict[str, Any], bare: list[float], load: list[float]) -> dict[str, Any]:
     tokens = max(s["tokens"], 1)
     return {
@@ -261,7 +280,7 @@ def summarize(n: int, s: dict[str, Any], bare: list[float], load: list[float]) -
         "proxy_rss_per_client_kb": round((max(s["rss_open"], s["rss_peak"]) - s["rss_before"]) / 1024 / n, 1),
         "proxy_rss_mb": {"before_clients": round(s["rss_before"] / 2**20, 1),
                          "clients_open": round(s["rss_open"] / 2**20, 1), "end": round(s["rss_peak"] / 2**20, 1)},
-        "load_average": load,
+        "load_average": load, "hops": hop_split(s.get("hops", [])),
         "redis_cmds_per_chunk_by_command": {k: round(v / tokens, 3) for k, v in list(s["by_command"].items())[:8]},
     }
 
