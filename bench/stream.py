@@ -254,6 +254,10 @@ def hop_split(hops: list[tuple[float, float, float, float]]) -> dict[str, Any]:
     parts = [(sent - due, xadd - sent, now - xadd, now - due) for due, sent, xadd, now in hops]
     out: dict[str, Any] = {h: {"p50_ms": pct([p[i] for p in parts], 0.5), "p99_ms": pct([p[i] for p in parts], 0.99)}
                            for i, h in enumerate(HOPS)}
+    # From the time the model let the token go: with the model out of process, its own loop's lateness
+    # is the provider's, not the harness's (in process it is the runtime's loop: `added_*` counts it).
+    from_sent = [p[1] + p[2] for p in parts]
+    out["from_sent"] = {"p50_ms": pct(from_sent, 0.5), "p99_ms": pct(from_sent, 0.99), "max_ms": pct(from_sent, 1.0)}
     cut = sorted(p[3] for p in parts)[int(0.99 * (len(parts) - 1))]
     tail = [p for p in parts if p[3] >= cut]
     out["worst_1pct_mean_ms"] = {h: round(sum(p[i] for p in tail) / len(tail) * 1000, 1) for i, h in enumerate(HOPS)}
