@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +262,11 @@ def hop_split(hops: list[tuple[float, float, float, float]]) -> dict[str, Any]:
     cut = sorted(p[3] for p in parts)[int(0.99 * (len(parts) - 1))]
     tail = [p for p in parts if p[3] >= cut]
     out["worst_1pct_mean_ms"] = {h: round(sum(p[i] for p in tail) / len(tail) * 1000, 1) for i, h in enumerate(HOPS)}
+    # When the worst 1% fell due (s after the first token, 0.5 s buckets): a few crowded buckets are
+    # stalls that hit every session at once (a blocked loop, a descheduled process), spread is queueing.
+    t0 = min(h[0] for h in hops)
+    when = Counter(round((due - t0) * 2) / 2 for (due, _, _, now), p in zip(hops, parts, strict=True) if p[3] >= cut)
+    out["worst_1pct_due_at_s"] = dict(sorted(when.items()))
     return out
 
 
