@@ -130,7 +130,8 @@ def start_model_server(args: argparse.Namespace, model_env: dict[str, str]) -> t
     server, also for a --before-src runtime (which reaches it over HTTP like any provider)."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "services.runtime.scripted_server", "--port", str(port)],
-                            env={**os.environ, **model_env, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                            env={**os.environ, **model_env,  # this tree first; the rest kept (a probe's sitecustomize)
+                                 "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while True:
