@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +130,8 @@ def start_model_server(args: argparse.Namespace, model_env: dict[str, str]) -> t
     server, also for a --before-src runtime (which reaches it over HTTP like any provider)."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "services.runtime.scripted_server", "--port", str(port)],
-                            env={**os.environ, **model_env, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                            env={**os.environ, **model_env,  # this tree first; the rest kept (a probe's sitecustomize)
+                                 "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while True:
@@ -211,7 +213,7 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         redis_proc.terminate()
     lat = [x for res in results for x in res["lat"]]
     tokens = len(lat)
-    return {"lat": lat, "tokens": tokens, "events": sum(res["events"] for res in results),
+    return {"lat": lat, "hops": [h for res in results for h in res.get("hops", [])], "tokens": tokens, "events": sum(res["events"] for res in results),
             "restarts": sum(res["restarts"] for res in results),
             "done": sum(res["done"] for res in results), "errors": sum(res["errors"] for res in results),
             "elapsed_s": elapsed, "cmds": sum(cmd1.values()) - sum(cmd0.values()) - 1,
@@ -241,6 +243,34 @@ def baseline(args: argparse.Namespace, n: int) -> list[float]:
     return lat
 
 
+HOPS = ("model_late", "model_to_xadd", "xadd_to_client")
+
+
+def hop_split(hops: list[tuple[float, float, float, float]]) -> dict[str, Any]:
+    """Each token's added latency split at the hops stamped on the way (bench/stream_clients.py):
+    the model server's loop late (sent - due), model -> runtime read, tick and XADD (the entry id's
+    ms), XADD -> proxy XREAD -> SSE -> client. p50/p99 per hop, and the mean of each hop over the
+    tokens in the total's worst 1% (where the tail comes from)."""
+    if not hops:
+        return {}
+    parts = [(sent - due, xadd - sent, now - xadd, now - due) for due, sent, xadd, now in hops]
+    out: dict[str, Any] = {h: {"p50_ms": pct([p[i] for p in parts], 0.5), "p99_ms": pct([p[i] for p in parts], 0.99)}
+                           for i, h in enumerate(HOPS)}
+    # From the time the model let the token go: with the model out of process, its own loop's lateness
+    # is the provider's, not the harness's (in process it is the runtime's loop: `added_*` counts it).
+    from_sent = [p[1] + p[2] for p in parts]
+    out["from_sent"] = {"p50_ms": pct(from_sent, 0.5), "p99_ms": pct(from_sent, 0.99), "max_ms": pct(from_sent, 1.0)}
+    cut = sorted(p[3] for p in parts)[int(0.99 * (len(parts) - 1))]
+    tail = [p for p in parts if p[3] >= cut]
+    out["worst_1pct_mean_ms"] = {h: round(sum(p[i] for p in tail) / len(tail) * 1000, 1) for i, h in enumerate(HOPS)}
+    # When the worst 1% fell due (s after the first token, 0.5 s buckets): a few crowded buckets are
+    # stalls that hit every session at once (a blocked loop, a descheduled process), spread is queueing.
+    t0 = min(h[0] for h in hops)
+    when = Counter(round((due - t0) * 2) / 2 for (due, _, _, now), p in zip(hops, parts, strict=True) if p[3] >= cut)
+    out["worst_1pct_due_at_s"] = dict(sorted(when.items()))
+    return out
+
+
 def summarize(n: int, s: dict[str, Any], bare: list[float], load: list[float]) -> dict[str, Any]:
     tokens = max(s["tokens"], 1)
     return {
@@ -261,7 +291,7 @@ def summarize(n: int, s: dict[str, Any], bare: list[float], load: list[float]) -
         "proxy_rss_per_client_kb": round((max(s["rss_open"], s["rss_peak"]) - s["rss_before"]) / 1024 / n, 1),
         "proxy_rss_mb": {"before_clients": round(s["rss_before"] / 2**20, 1),
                          "clients_open": round(s["rss_open"] / 2**20, 1), "end": round(s["rss_peak"] / 2**20, 1)},
-        "load_average": load,
+        "load_average": load, "hops": hop_split(s.get("hops", [])),
         "redis_cmds_per_chunk_by_command": {k: round(v / tokens, 3) for k, v in list(s["by_command"].items())[:8]},
     }
 

@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
-STAMP_RE = re.compile(r"\d{10}\.\d{6}")
+# <due>[s<sent>]: when the token was due, and when the model server let it go (shared/pacing.py)
+STAMP_RE = re.compile(r"(\d{10}\.\d{6})(?:s(\d{10}\.\d{6}))?")
 SHARD = 32
 
 
@@ -30,7 +31,11 @@ async def _read_one(client: httpx.AsyncClient, sid: str, opened: asyncio.Event, 
     async with client.stream("GET", f"/sessions/{sid}/events", headers={"Last-Event-ID": "$"}) as resp:
         resp.raise_for_status()
         opened.set()
+        xadd = 0.0  # the entry's XADD time (its id's milliseconds), from the frame's `id:` line
         async for line in resp.aiter_lines():
+            if line.startswith("id: "):
+                xadd = int(line[4:].split("-", 1)[0]) / 1000
+                continue
             if not line.startswith("data: "):
                 continue
             now = time.time()
@@ -40,7 +45,9 @@ async def _read_one(client: httpx.AsyncClient, sid: str, opened: asyncio.Event, 
                 stamps = STAMP_RE.findall(line)
                 if stamps:
                     out["events"] += 1
-                    out["lat"].extend(now - float(s) for s in stamps)
+                    out["lat"].extend(now - float(due) for due, _ in stamps)
+                    # per hop: model loop late (sent - due), model -> runtime -> XADD, XADD -> proxy -> client
+                    out["hops"].extend((float(due), float(sent or due), xadd, now) for due, sent in stamps)
             elif '"agent_end"' in line:
                 out["done"] += 1
                 return
@@ -49,7 +56,7 @@ async def _read_one(client: httpx.AsyncClient, sid: str, opened: asyncio.Event, 
 
 
 async def _readers(proxy_url: str, token: str, sids: list[str], conn: Connection, timeout_s: float) -> dict[str, Any]:
-    out: dict[str, Any] = {"lat": [], "events": 0, "done": 0, "errors": 0, "restarts": 0}
+    out: dict[str, Any] = {"lat": [], "hops": [], "events": 0, "done": 0, "errors": 0, "restarts": 0}
     limits = httpx.Limits(max_connections=len(sids) + 10, max_keepalive_connections=len(sids) + 10)
     async with httpx.AsyncClient(base_url=proxy_url, headers={"Authorization": f"Bearer {token}"}, limits=limits,
                                  timeout=httpx.Timeout(timeout_s, connect=30)) as client:

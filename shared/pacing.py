@@ -50,8 +50,13 @@ class Timing:
 
 
 def stamped(chunk: bytes, at: float | None = None) -> bytes:
-    """`at`: the wall-clock time the chunk was due (default now)."""
-    return chunk.replace(STAMP, f"{time.time() if at is None else at:.6f}".encode()) if STAMP in chunk else chunk
+    """`at`: the wall-clock time the chunk was due (default now). A due token also carries the time
+    the model actually let it go (`<due>s<sent>`): bench-stream splits the added latency by hop, and a
+    late model loop is then told apart from the harness."""
+    if STAMP not in chunk:
+        return chunk
+    now = time.time()
+    return chunk.replace(STAMP, (f"{now:.6f}" if at is None else f"{at:.6f}s{now:.6f}").encode())
 
 
 async def paced(chunks: list[tuple[bytes, bool]], timing: Timing) -> AsyncIterator[bytes]:

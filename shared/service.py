@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from . import keys, redis_cluster, topology
 from .bus import ensured_groups, missing_groups
+from .gcpolicy import heap_freezer
 from .httplimits import bounded_http_protocol
 from .internal_http import InternalServer, internal_app, metrics_response
 from .metrics import StreamStats, for_registry, install_stream_stats
@@ -239,6 +240,7 @@ def service_lifespan(
         if ctx.internal is not None:
             await ctx.internal.start()
         settle_heap()
+        ctx.spawn(heap_freezer(ctx.settings.gc_freeze_s, ctx.settings.gc_full_s), "heap-freezer")
         ctx.ready = True
         with contextlib.suppress(Exception):  # the first heartbeat now, not a loop tick later
             await ctx.redis.set(keys.health(ctx.name), str(int(time.time() * 1000)), px=HEARTBEAT_TTL_MS)

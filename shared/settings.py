@@ -75,6 +75,10 @@ class Settings(BaseSettings):
     session_creates_per_minute: int = Field(60, ge=1, validation_alias="GAMMA_SESSION_CREATES_PER_MINUTE")
     # How often each service trims the streams it consumes down to what its groups have acknowledged.
     stream_trim_interval_s: float = Field(5.0, gt=0, validation_alias="GAMMA_STREAM_TRIM_INTERVAL_S")
+    # shared/gcpolicy.py: every this many seconds the surviving young objects are frozen (out of the
+    # gen-2 collections' scan; 0: off), and every GAMMA_GC_FULL_S the heap is unfrozen and collected once.
+    gc_freeze_s: float = Field(5.0, ge=0, validation_alias="GAMMA_GC_FREEZE_S")
+    gc_full_s: float = Field(600.0, gt=0, validation_alias="GAMMA_GC_FULL_S")
     # Content blobs (.blobs) older than this are orphans (their change was never published).
     blob_orphan_s: float = Field(3600.0, gt=0, validation_alias="GAMMA_BLOB_ORPHAN_S")
     # --- UI documents (issue 23 item 6): one Yjs update, the merged document's encoded size, and the

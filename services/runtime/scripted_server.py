@@ -23,6 +23,7 @@ import contextlib
 
 import httpx
 
+from shared.gcpolicy import heap_freezer
 from shared.model import ScriptedTransport
 from shared.pacing import Timing
 from shared.settings import load_settings
@@ -148,12 +149,18 @@ def scripted_transport_for_runtime() -> ScriptedTransport:
 
 async def serve(host: str, port: int, ready: asyncio.Event | None = None) -> None:
     server = ScriptedServer(scripted_transport_for_runtime())
+    settings = load_settings()
+    # Its heap holds every open stream's pre-built events: the same gen-2 stalls as the services'.
+    freezer = asyncio.ensure_future(heap_freezer(settings.gc_freeze_s, settings.gc_full_s))
     srv = await asyncio.start_server(server.handle, host, port, limit=MAX_HEAD, backlog=2048)
     print(f"scripted model on http://{host}:{port}/v1", flush=True)
     if ready is not None:
         ready.set()
-    async with srv:
-        await srv.serve_forever()
+    try:
+        async with srv:
+            await srv.serve_forever()
+    finally:
+        freezer.cancel()
 
 
 def main() -> None:

@@ -116,7 +116,7 @@ async def test_the_read_gate_reads_a_token_per_chunk_stream_once_per_tick() -> N
                                                AssistantMessage(model="m", api="responses"), emit, asyncio.Event(), gate)
         finally:
             await c.close()
-    stamps = [(at, float(s)) for at, d in reads for s in re.findall(r"\d{10}\.\d{6}", d)]
+    stamps = [(at, float(s)) for at, d in reads for s in re.findall(r"(\d{10}\.\d{6})s\d{10}\.\d{6}", d)]  # <due>s<sent>
     assert len(stamps) == 60 and [s for _, s in stamps] == sorted(s for _, s in stamps)
     assert msg.tool_calls() and isinstance(msg.content[0], TextContent)
     assert len(reads) <= 60 / 3  # ~4 tokens a tick at 80 tokens/s and 50 ms; per token it was 60 reads

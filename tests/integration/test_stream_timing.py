@@ -41,8 +41,9 @@ def test_the_fast_gpt_profile_and_overrides() -> None:
 
 
 def check(received: list[tuple[float, str]], started: float, args: list[str]) -> None:
-    stamps = [(at, float(text)) for at, text in received]
-    assert [len(text) for _, text in received] == [len("1733300000.123456")] * 40  # one token per chunk
+    stamps = [(at, float(text.split("s")[0])) for at, text in received]  # <due>s<sent>
+    assert [len(text) for _, text in received] == [len("1733300000.123456s1733300000.123456")] * 40  # one token per chunk
+    assert all(float(text.split("s")[1]) >= float(text.split("s")[0]) - 0.002 for _, text in received)  # sent when due
     assert stamps[0][1] - started >= 0.14  # time to first token
     emitted = [s for _, s in stamps]
     assert emitted == sorted(emitted) and 0.15 <= emitted[-1] - emitted[0] <= 3  # 39 intervals at 200/s (slower on a loaded machine)
@@ -169,7 +170,7 @@ async def test_a_late_reader_gets_due_chunks_in_one_read_stamped_when_due() -> N
         reads.append((time.time(), data))
         if len(reads) == 1:
             time.sleep(0.05)  # noqa: ASYNC251 - a busy event loop: ~10 tokens fall due meanwhile
-    stamps = [float(s) for _, data in reads for s in data.decode().split("|") if s]
+    stamps = [float(s.split("s")[0]) for _, data in reads for s in data.decode().split("|") if s]
     assert len(stamps) == 20 and len(reads) < 20 and max(len(d.split(b"|")) - 1 for _, d in reads) >= 5
     gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
     assert all(0.003 <= g <= 0.2 for g in gaps)  # on the 5 ms schedule, not bunched at the late read
