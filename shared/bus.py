@@ -42,7 +42,9 @@ from .bus_subscriber import (
     BatchReader,
     Claimer,
     Handler,
+    OrderKey,
     Subscription,
+    by_session,
     report_to,
     subscribe,
     subscriptions_of,
@@ -54,7 +56,7 @@ from .topology import consumer_name
 
 __all__ = [
     "BATCH_ENTRIES", "BATCH_SIZE", "READ_LINGER_S", "UNPARSABLE", "BatchReader", "Claimer", "Handler", "Publisher",
-    "Subscription", "consumer_name", "dead_letter", "decode_entry", "decode_fields", "ensure_group",
+    "OrderKey", "Subscription", "by_session", "consumer_name", "dead_letter", "decode_entry", "decode_fields", "ensure_group",
     "ensured_groups", "make_broker", "missing_groups", "publish", "safe_parser", "stash_batch_parser",
     "start_subscriptions", "subscribe", "subscribe_service", "subscriptions_of",
 ]
@@ -170,12 +172,15 @@ class Publisher:
 
 
 def subscribe_service(broker: RedisBroker, client: aioredis.Redis, service: str, handlers: Mapping[str, Handler],
-                      *, claim_idle_ms: int, max_deliveries: int) -> list[Subscription]:
+                      *, claim_idle_ms: int, max_deliveries: int,
+                      order_key: OrderKey | None = None) -> list[Subscription]:
     """A reader and a claimer for every stream `service` consumes (shared/topology.py), each with its
-    handler (by stream). Start them with `start_subscriptions`."""
+    handler (by stream). Start them with `start_subscriptions`. With `order_key` (e.g. `by_session`)
+    a batch's entries are handled concurrently across keys, in order within one."""
     consumer = consumer_name(service)
     return [subscribe(broker, client, stream=c.stream, group=c.group, consumer=consumer, model=c.model,
-                      handler=handlers[c.stream], claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries)
+                      handler=handlers[c.stream], claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries,
+                      order_key=order_key)
             for c in topology.consumptions(service)]
 
 

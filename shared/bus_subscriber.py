@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,14 @@ from .redis_wire import lenient_text
 log = structlog.get_logger()
 _TRACER = trace.get_tracer("gamma.bus")
 Handler = Callable[[Any], Awaitable[None]]
+# What orders a stream's entries: entries with the same key are handled one after another, in stream
+# order; entries with different keys concurrently. None: the whole batch in order.
+OrderKey = Callable[[Any], Hashable]
+
+
+def by_session(value: Any) -> Hashable:
+    """The order key of per-session messages: their session; others (no `session_id`) share one lane."""
+    return getattr(value, "session_id", None)
 
 BATCH_SIZE = 100
 READ_LINGER_S = 0.005
@@ -88,6 +96,7 @@ class Route:
     polling_interval_ms: int
     deadletters: Counter | None
     registry: CollectorRegistry | None
+    order_key: OrderKey | None = None
 
 
 class _Consumer:
@@ -135,10 +144,23 @@ class BatchReader(_Consumer):
         """
         r = self.route
         ids: list[Any] = raw["message_ids"]
+        if r.order_key is not None:
+            await self.read_batch_by_key(ids, raw[BATCH_ENTRIES], r.order_key)
+        else:
+            await self.read_batch_in_order(ids, raw[BATCH_ENTRIES])
+        if len(ids) < BATCH_SIZE and self.subscriber.running:
+            # Linger a moment before the next read (like Kafka's fetch.min.wait): under a steady
+            # stream of single entries each read would otherwise pay FastStream's whole per-batch pass
+            # for one entry; this lets entries gather into batches at the cost of <= READ_LINGER_S of
+            # latency. A full batch (a backlog) reads again at once.
+            await asyncio.sleep(READ_LINGER_S)
+
+    async def read_batch_in_order(self, ids: list[Any], entries: list[Any]) -> None:
+        r = self.route
         done: list[bytes] = []
         touched = time.monotonic()
         try:
-            for index, (entry_id_b, fields) in enumerate(zip(ids, raw[BATCH_ENTRIES], strict=True)):
+            for index, (entry_id_b, fields) in enumerate(zip(ids, entries, strict=True)):
                 if not self.subscriber.running:
                     break  # shutting down: the rest stays pending and is reclaimed
                 if time.monotonic() - touched > r.claim_idle_ms / 3000:
@@ -149,12 +171,53 @@ class BatchReader(_Consumer):
         finally:
             if done:
                 await r.client.xack(r.stream, r.group, *done)
-        if len(ids) < BATCH_SIZE and self.subscriber.running:
-            # Linger a moment before the next read (like Kafka's fetch.min.wait): under a steady
-            # stream of single entries each read would otherwise pay FastStream's whole per-batch pass
-            # for one entry; this lets entries gather into batches at the cost of <= READ_LINGER_S of
-            # latency. A full batch (a backlog) reads again at once.
-            await asyncio.sleep(READ_LINGER_S)
+
+    async def read_batch_by_key(self, ids: list[Any], entries: list[Any], order_key: OrderKey) -> None:
+        """Entries of one key (a session) in order, the keys concurrently. Handlers that wait on Redis
+        and the disk made one consumer a queue: a digest handling 200 sessions' saves one after another
+        held the last save seconds behind the first (bench-e2e: file save -> inbox p50 11.7 s while a
+        notification took 76 ms). An entry that does not validate has no key: it is dead-lettered here."""
+        r = self.route
+        lanes: dict[Hashable, list[tuple[bytes, Any, dict[Any, Any]]]] = {}
+        done: list[bytes] = []
+        for entry_id_b, fields in zip(ids, entries, strict=True):
+            try:
+                body, _ = decode_fields(fields)
+                value = r.adapter.validate_python(body)
+            except (ValidationError, ValueError, TypeError) as exc:
+                await self.reject(lenient_text(entry_id_b), fields, f"invalid entry: {exc}", 1)
+                done.append(entry_id_b)
+                continue
+            lanes.setdefault(order_key(value), []).append((entry_id_b, value, fields))
+        pending = {entry_id_b for lane in lanes.values() for entry_id_b, _, _ in lane}
+
+        async def run_lane(lane: list[tuple[bytes, Any, dict[Any, Any]]]) -> None:
+            for entry_id_b, _, fields in lane:
+                if not self.subscriber.running:
+                    return  # shutting down: the rest stays pending and is reclaimed
+                ok = await self.handle(lenient_text(entry_id_b), fields)
+                pending.discard(entry_id_b)
+                if not ok:
+                    return  # a later entry of this key must not overtake the failed one: all stay pending
+                done.append(entry_id_b)
+
+        keeper = asyncio.create_task(self.keep_pending(pending))
+        try:
+            await asyncio.gather(*(run_lane(lane) for lane in lanes.values()))
+        finally:
+            keeper.cancel()
+            if done:
+                await r.client.xack(r.stream, r.group, *done)
+
+    async def keep_pending(self, pending: set[bytes]) -> None:
+        """While a concurrent batch runs, reset the idle time of its entries not handled yet, so the
+        claimer does not take them over from a live reader (as `keep_claimed` does in order)."""
+        r = self.route
+        while True:
+            await asyncio.sleep(r.claim_idle_ms / 3000)
+            if pending:
+                await r.client.xclaim(r.stream, r.group, r.consumer, min_idle_time=0,
+                                      message_ids=list(pending), justid=True)
 
     async def keep_claimed(self, done: list[bytes], waiting: list[Any]) -> None:
         """A slow batch: ack what is done, and reset the idle time of the entries still waiting here,
@@ -243,6 +306,7 @@ def subscribe(
     max_deliveries: int = 5,
     polling_interval_ms: int = 100,
     deadletters: Counter | None = None,
+    order_key: OrderKey | None = None,
 ) -> Subscription:
     """Register the reader and the claimer for one (stream, group). Call `ensure_group` before start."""
     adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
@@ -251,7 +315,8 @@ def subscribe(
         deadletters = metrics.deadletter_counter(registry)
     route = Route(broker=broker, client=client, stream=stream, group=group, consumer=consumer, adapter=adapter,
                   handler=handler, claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries,
-                  polling_interval_ms=polling_interval_ms, deadletters=deadletters, registry=registry)
+                  polling_interval_ms=polling_interval_ms, deadletters=deadletters, registry=registry,
+                  order_key=order_key)
     BatchReader(route).register()
     Claimer(route).register()
     subscription = Subscription(stream=stream, group=group, adapter=adapter, handler=handler)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from shared import keys
-from shared.bus import Handler, make_broker, start_subscriptions, subscribe_service
+from shared.bus import Handler, by_session, make_broker, start_subscriptions, subscribe_service
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.causal import FlushRequest
 from shared.contracts.lifecycle import LifecycleEvent, SessionLive
@@ -46,8 +46,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         keys.ARTIFACT_CHANGES: on_change, keys.LIFECYCLE: on_lifecycle, keys.INJECTIONS_RECORDED: on_recorded,
         keys.DIGEST_FLUSH: on_flush,
     }
+    # Sessions concurrently, each in order: per-session state is guarded by the session's Redis lock.
     subs = subscribe_service(broker, ctx.redis, "digest", handlers, claim_idle_ms=settings.claim_idle_ms,
-                             max_deliveries=settings.max_deliveries)
+                             max_deliveries=settings.max_deliveries, order_key=by_session)
 
     async def start() -> None:
         await start_subscriptions(ctx.redis, broker, subs)

@@ -348,3 +348,68 @@ async def test_sigterm_mid_batch_finishes_the_current_entry_and_leaves_the_rest_
     await eventually(lambda: _zero(pending(redis_client, stream, "faulty")), timeout=30, what="the reclaim")
     effects = await redis_client.lrange(f"{prefix}:effects", 0, -1)
     assert sorted(effects) == sorted(w.wake_id.encode() for w in sent)
+
+
+async def test_order_key_runs_sessions_concurrently_each_in_order(redis_url: str, redis_client: aioredis.Redis) -> None:
+    """`by_session`: a slow session does not hold the others back (the digest's queue in bench-e2e),
+    and one session's entries are still handled in stream order."""
+    from shared.bus import by_session
+
+    stream = new_stream()
+    async with producer(redis_url) as pub:
+        for i in range(3):
+            await publish(pub, stream, Wake(session_id="slow", wake_id=f"slow-{i}"))
+        for i in range(3):
+            await publish(pub, stream, Wake(session_id="fast", wake_id=f"fast-{i}"))
+    fast_done = asyncio.Event()
+    seen: list[str] = []
+
+    async def handle(wake: Wake) -> None:
+        if wake.wake_id == "slow-0":
+            # Handled in order, this would wait for entries that come after it in the stream.
+            await asyncio.wait_for(fast_done.wait(), 5)
+        seen.append(wake.wake_id)
+        if wake.wake_id == "fast-2":
+            fast_done.set()
+
+    async with consumer(redis_url, redis_client, stream, handle, order_key=by_session):
+        async def all_seen() -> bool:
+            return len(seen) == 6
+
+        async def all_acked() -> bool:
+            return await pending(redis_client, stream) == 0
+
+        await eventually(all_seen, timeout=10)
+        await eventually(all_acked, timeout=5)
+    assert [w for w in seen if w.startswith("slow")] == ["slow-0", "slow-1", "slow-2"]
+    assert [w for w in seen if w.startswith("fast")] == ["fast-0", "fast-1", "fast-2"]
+    assert seen.index("fast-2") < seen.index("slow-0")
+
+
+async def test_order_key_failure_keeps_the_sessions_later_entries_pending(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    """A handler that raises stops its session's lane for the batch (the later entries must not
+    overtake it); the other sessions go on; the claimer retries the failed one first."""
+    from shared.bus import by_session
+
+    stream = new_stream()
+    async with producer(redis_url) as pub:
+        for sid, i in (("a", 0), ("a", 1), ("b", 0)):
+            await publish(pub, stream, Wake(session_id=sid, wake_id=f"{sid}-{i}"))
+    attempts: dict[str, int] = {}
+    seen: list[str] = []
+
+    async def handle(wake: Wake) -> None:
+        attempts[wake.wake_id] = attempts.get(wake.wake_id, 0) + 1
+        if wake.wake_id == "a-0" and attempts["a-0"] == 1:
+            raise RuntimeError("transient")
+        seen.append(wake.wake_id)
+
+    async with consumer(redis_url, redis_client, stream, handle, order_key=by_session, claim_idle_ms=300):
+        async def all_seen() -> bool:
+            return len(seen) == 3
+
+        await eventually(all_seen, timeout=15)
+    assert seen.index("b-0") < seen.index("a-0") < seen.index("a-1")
+    assert attempts["a-1"] == 1
