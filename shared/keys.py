@@ -28,6 +28,11 @@ def inbox(sid: str) -> str:
     return _s(sid) + ":inbox"
 
 
+def inbox_ring(sid: str) -> str:
+    """The sharded Pub/Sub channel rung after each inbox append on a cluster (shared/inbox_rings.py)."""
+    return _s(sid) + ":inbox-ring"
+
+
 def events(sid: str) -> str:
     return _s(sid) + ":events"
 

@@ -1,0 +1,225 @@
+"""Inbox doorbells on a Redis Cluster: one sharded Pub/Sub connection per primary, not one blocked
+read per session.
+
+A blocking XREADGROUP names streams of one slot only, and with 16,384 slots almost every live session
+needed its own blocked read and connection. Instead every inbox append also SPUBLISHes a ring on
+`gamma:{sid}:inbox-ring` (the same slot, in the same script: shared/inbox.py), the worker subscribes
+to its sessions' rings over one connection per node that holds them, and `due` says which sessions to
+read now; the reader then reads them without blocking, batched per node in one pipeline.
+
+Pub/Sub is fire and forget: a ring published while a connection was down or a slot was moving is lost.
+Two things cover that. A confirmed SSUBSCRIBE counts as a ring (whatever was appended before the
+subscription is read once it is in place), and every `SWEEP_INTERVAL_S` every held session is due
+anyway. A node whose connection fails (a killed primary) or answers an error (MOVED after a failover)
+is dropped; its sessions are routed again through the cluster client's refreshed slot map.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import RedisError
+
+from . import keys, redis_cluster
+from .redis_wire import text
+
+log = structlog.get_logger()
+
+# Every held session is read this often even without a ring (a ring lost to a reconnect or failover).
+SWEEP_INTERVAL_S = 1.0
+
+
+@dataclass
+class _Node:
+    name: str
+    conn: AbstractConnection
+    sessions: set[str] = field(default_factory=set)  # subscribed, or SSUBSCRIBE sent
+    leaving: set[str] = field(default_factory=set)  # removed: SUNSUBSCRIBE still to send
+    task: asyncio.Task[None] | None = None  # the listener; done = the node is to be dropped
+
+
+@dataclass
+class RingStats:
+    rings: int = 0
+    sweeps: int = 0
+    subscribes: int = 0
+    dropped_nodes: int = 0
+
+
+class NodeRings:
+    """Which held sessions to read now: rung since the last call, or all of them at a sweep."""
+
+    def __init__(self, client: aioredis.Redis, sweep_interval_s: float = SWEEP_INTERVAL_S) -> None:
+        cluster = redis_cluster.cluster_of(client)
+        if cluster is None:
+            raise ValueError("inbox rings need a Redis Cluster client")
+        self._client, self._cluster = client, cluster
+        self._sweep_interval_s = sweep_interval_s
+        self._sessions: set[str] = set()
+        self._unrouted: set[str] = set()  # held, not subscribed on any node yet
+        self._node_of: dict[str, str] = {}
+        self._nodes: dict[str, _Node] = {}
+        self._rung: set[str] = set()
+        self._wake = asyncio.Event()
+        self._next_sweep = 0.0
+        self.stats = RingStats()
+
+    @property
+    def sessions(self) -> frozenset[str]:
+        return frozenset(self._sessions)
+
+    @property
+    def connections(self) -> int:
+        return len(self._nodes)
+
+    def add(self, sid: str) -> None:
+        self._sessions.add(sid)
+        name = self._node_of.get(sid)
+        if name is None:
+            self._unrouted.add(sid)
+        else:
+            self._nodes[name].leaving.discard(sid)
+        self._wake.set()  # the next `due` subscribes it
+
+    def remove(self, sid: str) -> None:
+        self._sessions.discard(sid)
+        self._unrouted.discard(sid)
+        self._rung.discard(sid)
+        name = self._node_of.pop(sid, None)
+        if name is not None and name in self._nodes:
+            self._nodes[name].sessions.discard(sid)
+            self._nodes[name].leaving.add(sid)
+
+    def ring(self, sid: str) -> None:
+        """Read `sid` at the next `due` (a read that failed, or one that filled its COUNT)."""
+        if sid in self._sessions:
+            self._rung.add(sid)
+            self._wake.set()
+
+    async def due(self, block_ms: int) -> set[str]:
+        """The sessions to read now; waits up to `block_ms` for a ring or the next sweep."""
+        await self._maintain()
+        wait_s = min(block_ms / 1000, self._next_sweep - time.monotonic())
+        if not self._rung and wait_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait_s)
+        self._wake.clear()
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + self._sweep_interval_s
+            self._rung.clear()
+            self.stats.sweeps += 1
+            return set(self._sessions)
+        rung, self._rung = self._rung, set()
+        return rung & self._sessions
+
+    async def close(self) -> None:
+        for node in list(self._nodes.values()):
+            await self._close_node(node)
+        self._nodes.clear()
+
+    # ------------------------------------------------------------ subscriptions
+
+    async def _maintain(self) -> None:
+        for node in list(self._nodes.values()):
+            if node.task is None or node.task.done():
+                await self._drop(node)
+            elif node.leaving:
+                leaving, node.leaving = node.leaving, set()
+                await self._send(node, [("SUNSUBSCRIBE", keys.inbox_ring(sid)) for sid in sorted(leaving)])
+            if node.name in self._nodes and not node.sessions and not node.leaving:
+                await self._close_node(node)
+                del self._nodes[node.name]
+        if self._unrouted:
+            await self._subscribe(set(self._unrouted))
+
+    async def _subscribe(self, sids: set[str]) -> None:
+        try:
+            await self._cluster.initialize()
+            by_node: dict[str, tuple[ClusterNode, list[str]]] = {}
+            for sid in sorted(sids):
+                target = self._cluster.get_node_from_key(keys.inbox(sid))
+                if target is None:
+                    raise RedisError(f"no node holds the slot of {sid}")
+                by_node.setdefault(target.name, (target, []))[1].append(sid)
+        except (RedisError, OSError) as exc:  # no node holds the slot (a failover under way): retry later
+            log.warning("inbox_ring_route_failed", error=str(exc)[:300])
+            return
+        for name, (target, group) in by_node.items():
+            try:
+                node = self._nodes.get(name) or await self._open(target)
+                await self._send(node, [("SSUBSCRIBE", keys.inbox_ring(sid)) for sid in group])
+            except (RedisError, OSError) as exc:
+                log.warning("inbox_ring_subscribe_failed", node=name, error=str(exc)[:300])
+                await redis_cluster.refresh_route(self._client, keys.inbox(group[0]))
+                continue
+            node.sessions.update(group)
+            for sid in group:
+                self._node_of[sid] = name
+            self._unrouted.difference_update(group)
+            self.stats.subscribes += len(group)
+
+    async def _open(self, target: ClusterNode) -> _Node:
+        conn: AbstractConnection = target.connection_class(**target.connection_kwargs)
+        await conn.connect()
+        node = _Node(name=target.name, conn=conn)
+        node.task = asyncio.ensure_future(self._listen(node))
+        self._nodes[node.name] = node
+        return node
+
+    async def _send(self, node: _Node, commands: list[tuple[str, str]]) -> None:
+        if commands:
+            await node.conn.send_packed_command(node.conn.pack_commands(commands), check_health=False)
+
+    async def _listen(self, node: _Node) -> None:
+        """Rings (`smessage`) and confirmations (`ssubscribe`) both make a session due. It returns
+        on any failure: a lost connection, or an error reply (a slot no longer on this node)."""
+        try:
+            while True:
+                reply: Any = await node.conn.read_response(timeout=math.inf, push_request=True)
+                if not isinstance(reply, list) or len(reply) < 2:
+                    continue
+                kind, sid = text(reply[0]), keys.inbox_stream_sid(text(reply[1]))
+                if kind in ("smessage", "ssubscribe"):
+                    self.stats.rings += kind == "smessage"
+                    self.ring(sid)
+                elif kind == "sunsubscribe" and sid in node.sessions:
+                    # Not asked for: the slot left this node (resharding, a demoted primary).
+                    self._reroute(node, sid)
+        except (RedisError, OSError) as exc:
+            log.warning("inbox_ring_node_lost", node=node.name, error=str(exc)[:300])
+        finally:
+            self._wake.set()  # `due` drops this node and routes its sessions again
+
+    def _reroute(self, node: _Node, sid: str) -> None:
+        node.sessions.discard(sid)
+        self._node_of.pop(sid, None)
+        if sid in self._sessions:
+            self._unrouted.add(sid)
+            self._rung.add(sid)
+
+    async def _drop(self, node: _Node) -> None:
+        self.stats.dropped_nodes += 1
+        for sid in list(node.sessions):
+            self._reroute(node, sid)
+        await self._close_node(node)
+        del self._nodes[node.name]
+        if self._unrouted:
+            await redis_cluster.refresh_route(self._client, keys.inbox(next(iter(self._unrouted))))
+
+    @staticmethod
+    async def _close_node(node: _Node) -> None:
+        if node.task is not None and not node.task.done():
+            node.task.cancel()
+            with contextlib.suppress(BaseException):
+                await node.task
+        with contextlib.suppress(Exception):
+            await node.conn.disconnect()
