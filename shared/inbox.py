@@ -24,7 +24,7 @@ from redis.exceptions import AskError, ConnectionError, RedisError, ResponseErro
 from . import keys, redis_cluster, topology
 from .bus import dead_letter, ensure_group
 from .contracts.inbox import INBOX_ADAPTER, InboxMessage
-from .inbox_rings import NodeRings
+from .inbox_rings import SWEEP_INTERVAL_S, NodeRings
 from .redis_wire import text
 
 GROUP = topology.group_of(topology.INBOX_READER)
@@ -103,12 +103,13 @@ class InboxReader:
     first to answer read. On a cluster (`rings`, the default there): the rung sessions, read without
     blocking. `rings=False` keeps the shards on a cluster (one per slot; the bench's baseline)."""
 
-    def __init__(self, client: aioredis.Redis, consumer: str, *, rings: bool | None = None) -> None:
+    def __init__(self, client: aioredis.Redis, consumer: str, *, rings: bool | None = None,
+                 sweep_interval_s: float = SWEEP_INTERVAL_S) -> None:
         self._client = client
         self._consumer = consumer
         self._shards: list[_Shard] = []
         use_rings = redis_cluster.cluster_of(client) is not None if rings is None else rings
-        self.rings = NodeRings(client) if use_rings else None
+        self.rings = NodeRings(client, sweep_interval_s) if use_rings else None
         self._ring_read: asyncio.Future[list[InboxEntry]] | None = None
 
     @property
