@@ -155,10 +155,24 @@ def table(rows: list[dict[str, Any]]) -> None:
               f"{r['idle']['reader_cpu_ms_per_s']:>21} {r['load']['redis_cpu_ms_per_s']:>20} "
               f"{r['load']['latency']['p50_ms']:>8} {r['load']['latency']['p99_ms']:>8} "
               f"{r['load']['read']:>5}/{r['load']['appends']:<4}")
+    print(f"{'mode':<24} {'idle xreadgroup/s':>18} {'load xreadgroup/s':>18} {'load spublish/s':>16} {'load xadd/s':>12}")
+    for r in rows:
+        print(f"{r['mode']:<24} {r['idle']['xreadgroup_per_s']:>18} {r['load']['xreadgroup_per_s']:>18} "
+              f"{r['load']['spublish_per_s']:>16} {r['load']['xadd_per_s']:>12}")
+
+
+async def idle_cluster(url: str, idle_s: float) -> dict[str, float]:
+    """What the cluster's primaries spend with no reader at all (cluster bus, cron): the floor."""
+    primaries = Primaries(url)
+    first, started = primaries.snapshot(), time.perf_counter()
+    await asyncio.sleep(idle_s)
+    return Primaries.delta(first, primaries.snapshot(), time.perf_counter() - started)
 
 
 async def main(url: str, sessions: int, idle_s: float, load_s: float, rate: int, repeats: int) -> None:
     load_before = os.getloadavg()
+    floor = await idle_cluster(url, idle_s)
+    print(f"cluster with no reader: redis cpu {floor['redis_cpu_ms_per_s']} ms/s")
     rows = []
     for _ in range(repeats):
         for rings in (False, True):
@@ -184,7 +198,7 @@ async def main(url: str, sessions: int, idle_s: float, load_s: float, rate: int,
     print("after/before (medians):", "  ".join(f"{k} {v}" for k, v in ratios.items()))
     load_after = os.getloadavg()
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
-    report = {"rows": rows, "ratios_after_vs_before": ratios, "rate_per_s": rate, "idle_s": idle_s,
+    report = {"rows": rows, "idle_cluster_no_reader": floor, "ratios_after_vs_before": ratios, "rate_per_s": rate, "idle_s": idle_s,
               "load_s": load_s, "loadavg_before": load_before, "loadavg_after": load_after,
               "note": "one shared 2-core machine; the reader and the appender share one process and loop",
               "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
