@@ -88,6 +88,7 @@ class Route:
     polling_interval_ms: int
     deadletters: Counter | None
     registry: CollectorRegistry | None
+    batch_size: int = BATCH_SIZE
 
 
 class _Consumer:
@@ -115,7 +116,7 @@ class BatchReader(_Consumer):
         r = self.route
         self.subscriber = r.broker.subscriber(
             stream=StreamSub(r.stream, group=r.group, consumer=r.consumer, polling_interval=r.polling_interval_ms,
-                             batch=True, max_records=BATCH_SIZE),
+                             batch=True, max_records=r.batch_size),
             ack_policy=AckPolicy.MANUAL,
             parser=stash_batch_parser,
             title=f"{r.stream}:{r.group}",
@@ -149,7 +150,7 @@ class BatchReader(_Consumer):
         finally:
             if done:
                 await r.client.xack(r.stream, r.group, *done)
-        if len(ids) < BATCH_SIZE and self.subscriber.running:
+        if len(ids) < r.batch_size and self.subscriber.running:
             # Linger a moment before the next read (like Kafka's fetch.min.wait): under a steady
             # stream of single entries each read would otherwise pay FastStream's whole per-batch pass
             # for one entry; this lets entries gather into batches at the cost of <= READ_LINGER_S of
@@ -243,15 +244,19 @@ def subscribe(
     max_deliveries: int = 5,
     polling_interval_ms: int = 100,
     deadletters: Counter | None = None,
+    batch_size: int = BATCH_SIZE,
 ) -> Subscription:
-    """Register the reader and the claimer for one (stream, group). Call `ensure_group` before start."""
+    """Register the reader and the claimer for one (stream, group). Call `ensure_group` before start.
+    `batch_size`: entries per read; a consumer whose entries are costly and worth spreading over its
+    peers (the runtime's wakes) reads few at a time, since one read takes all it returns."""
     adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
     registry = _REGISTRIES.get(broker)
     if deadletters is None and registry is not None:
         deadletters = metrics.deadletter_counter(registry)
     route = Route(broker=broker, client=client, stream=stream, group=group, consumer=consumer, adapter=adapter,
                   handler=handler, claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries,
-                  polling_interval_ms=polling_interval_ms, deadletters=deadletters, registry=registry)
+                  polling_interval_ms=polling_interval_ms, deadletters=deadletters, registry=registry,
+                  batch_size=batch_size)
     BatchReader(route).register()
     Claimer(route).register()
     subscription = Subscription(stream=stream, group=group, adapter=adapter, handler=handler)
