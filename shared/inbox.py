@@ -291,18 +291,19 @@ class InboxReader:
                     raise
         except (RedisError, OSError):
             for sid in sids:
-                self.rings.ring(sid)
-            await redis_cluster.refresh_route(self._client, route)  # a failover moved the slots
+                self.rings.ring_later(sid)
+            self.rings.refresh(route)  # a failover moved the slots
             raise
         out: list[InboxEntry] = []
         for sid, reply in zip(sids, replies, strict=True):
             if isinstance(reply, ResponseError):
                 if "NOGROUP" in str(reply):  # the inbox (or its group) vanished: recreate it
                     await ensure_group(self._client, keys.inbox(sid), GROUP, track=False)
+                    self.rings.ring(sid)
                 else:  # MOVED: the slot left this node
                     log.warning("inbox_read_failed", session_id=sid, error=str(reply)[:300])
-                    await redis_cluster.refresh_route(self._client, keys.inbox(sid))
-                self.rings.ring(sid)
+                    self.rings.refresh(keys.inbox(sid))
+                    self.rings.ring_later(sid)
                 continue
             entries = await self._entries(reply)
             if len(entries) >= count:

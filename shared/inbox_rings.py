@@ -36,6 +36,9 @@ log = structlog.get_logger()
 
 # Every held session is read this often even without a ring (a ring lost to a reconnect or failover).
 SWEEP_INTERVAL_S = 1.0
+# A session whose read failed (its node down, its slot moved) is read again after this long, not at
+# once: a dead node must not turn the read loop into a busy loop.
+RETRY_S = 0.2
 
 
 @dataclass
@@ -69,8 +72,11 @@ class NodeRings:
         self._node_of: dict[str, str] = {}
         self._nodes: dict[str, _Node] = {}
         self._rung: set[str] = set()
+        self._retry: set[str] = set()
+        self._retry_at = 0.0
         self._wake = asyncio.Event()
         self._next_sweep = 0.0
+        self._refreshing: asyncio.Task[None] | None = None
         self.stats = RingStats()
 
     @property
@@ -94,6 +100,7 @@ class NodeRings:
         self._sessions.discard(sid)
         self._unrouted.discard(sid)
         self._rung.discard(sid)
+        self._retry.discard(sid)
         name = self._node_of.pop(sid, None)
         if name is not None and name in self._nodes:
             self._nodes[name].sessions.discard(sid)
@@ -105,14 +112,25 @@ class NodeRings:
             self._rung.add(sid)
             self._wake.set()
 
+    def ring_later(self, sid: str) -> None:
+        """Read `sid` again after RETRY_S (its read failed)."""
+        if sid in self._sessions:
+            if not self._retry:
+                self._retry_at = time.monotonic() + RETRY_S
+            self._retry.add(sid)
+
     async def due(self, block_ms: int) -> set[str]:
-        """The sessions to read now; waits up to `block_ms` for a ring or the next sweep."""
+        """The sessions to read now; waits up to `block_ms` for a ring, a retry or the next sweep."""
         await self._maintain()
-        wait_s = min(block_ms / 1000, self._next_sweep - time.monotonic())
+        until = min(self._next_sweep, self._retry_at if self._retry else math.inf)
+        wait_s = min(block_ms / 1000, until - time.monotonic())
         if not self._rung and wait_s > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait_s)
         self._wake.clear()
+        if self._retry and time.monotonic() >= self._retry_at:
+            self._rung |= self._retry
+            self._retry = set()
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self._sweep_interval_s
             self._rung.clear()
@@ -121,7 +139,18 @@ class NodeRings:
         rung, self._rung = self._rung, set()
         return rung & self._sessions
 
+    def refresh(self, key: str) -> None:
+        """Let the cluster client learn the slot map again (after a failed read or subscription), in
+        the background and one at a time: against a dead primary it retries for seconds, and the
+        sessions of the healthy nodes must not wait for that."""
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.ensure_future(redis_cluster.refresh_route(self._client, key))
+
     async def close(self) -> None:
+        if self._refreshing is not None:
+            self._refreshing.cancel()
+            with contextlib.suppress(BaseException):
+                await self._refreshing
         for node in list(self._nodes.values()):
             await self._close_node(node)
         self._nodes.clear()
@@ -134,7 +163,10 @@ class NodeRings:
                 await self._drop(node)
             elif node.leaving:
                 leaving, node.leaving = node.leaving, set()
-                await self._send(node, [("SUNSUBSCRIBE", keys.inbox_ring(sid)) for sid in sorted(leaving)])
+                try:
+                    await self._send(node, [("SUNSUBSCRIBE", keys.inbox_ring(sid)) for sid in sorted(leaving)])
+                except (RedisError, OSError):
+                    node.task.cancel()  # the connection is gone: dropped (and its sessions routed) next time
             if node.name in self._nodes and not node.sessions and not node.leaving:
                 await self._close_node(node)
                 del self._nodes[node.name]
@@ -159,7 +191,7 @@ class NodeRings:
                 await self._send(node, [("SSUBSCRIBE", keys.inbox_ring(sid)) for sid in group])
             except (RedisError, OSError) as exc:
                 log.warning("inbox_ring_subscribe_failed", node=name, error=str(exc)[:300])
-                await redis_cluster.refresh_route(self._client, keys.inbox(group[0]))
+                self.refresh(keys.inbox(group[0]))
                 continue
             node.sessions.update(group)
             for sid in group:
@@ -213,7 +245,7 @@ class NodeRings:
         await self._close_node(node)
         del self._nodes[node.name]
         if self._unrouted:
-            await redis_cluster.refresh_route(self._client, keys.inbox(next(iter(self._unrouted))))
+            self.refresh(keys.inbox(next(iter(self._unrouted))))
 
     @staticmethod
     async def _close_node(node: _Node) -> None:
