@@ -63,6 +63,17 @@ def one_session(base: str, i: int, prompts: int) -> list[float]:
     return latencies
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_process(cluster: Cluster, redis_pid: int) -> dict[str, float]:
+    pids = {name: proc.pid for name, proc in cluster.procs().items()} | {"redis": redis_pid}
+    return {name: cpu_s(pid) for name, pid in pids.items()}
+
+
 def run(workers: int, sessions: int, prompts: int) -> dict[str, Any]:
     redis_base, redis_proc = start_redis_server()
     cluster = Cluster(redis_base + "/0", Path(tempfile.mkdtemp(prefix="bench-workers-")), extra_runtimes=workers - 1,
@@ -72,16 +83,26 @@ def run(workers: int, sessions: int, prompts: int) -> dict[str, Any]:
     try:
         cluster.start()
         load_before = os.getloadavg()[0]
+        cpu_before = cpu_by_process(cluster, redis_proc.pid)
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=sessions) as pool:
             results = list(pool.map(lambda i: one_session(cluster.stack.url(), i, prompts), range(sessions)))
         elapsed = time.monotonic() - started
+        cpu = {name: round(value - cpu_before[name], 2) for name, value in cpu_by_process(cluster, redis_proc.pid).items()}
+        runtime_cpu = sorted((v for k, v in cpu.items() if k.startswith("runtime")), reverse=True)
+        first = sorted(per[0] for per in results)
         spread = Counter(worker_pid(w) for w, _ in lease_holders(r).values())
         lat = sorted(x for per in results for x in per)
         return {"workers": workers, "sessions": sessions, "prompts": sessions * prompts, "elapsed_s": round(elapsed, 2),
                 "prompts_per_s": round(sessions * prompts / elapsed, 2),
                 "answer_p50_s": round(statistics.median(lat), 3), "answer_p95_s": round(lat[int(len(lat) * 0.95) - 1], 3),
                 "sessions_per_worker": sorted(spread.values(), reverse=True),
+                # The wake burst: each session's first answer waits for its wake.
+                "first_answer_p50_s": round(statistics.median(first), 3),
+                "first_answer_p95_s": round(first[int(len(first) * 0.95) - 1], 3),
+                # CPU seconds per process over the run: the runtimes' split, and what one prompt costs.
+                "cpu_s": cpu, "runtime_cpu_s_per_worker": runtime_cpu,
+                "runtime_cpu_ms_per_prompt": round(sum(runtime_cpu) * 1000 / (sessions * prompts), 2),
                 # The machine is shared (other engineers' stacks and tests): its 1-minute load average.
                 "loadavg_1m_before_after": [round(load_before, 1), round(os.getloadavg()[0], 1)]}
     finally:
@@ -98,6 +119,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
         out[workers] = {"prompts_per_s": round(statistics.median(r["prompts_per_s"] for r in runs), 2),
                         "answer_p50_s": round(statistics.median(r["answer_p50_s"] for r in runs), 3),
                         "answer_p95_s": round(statistics.median(r["answer_p95_s"] for r in runs), 3),
+                        "first_answer_p95_s": round(statistics.median(r["first_answer_p95_s"] for r in runs), 3),
+                        "runtime_cpu_ms_per_prompt": round(statistics.median(r["runtime_cpu_ms_per_prompt"]
+                                                                             for r in runs), 2),
+                        "runtime_cpu_s_per_worker": [r["runtime_cpu_s_per_worker"] for r in runs],
                         "spreads": [r["sessions_per_worker"] for r in runs],
                         "loadavg": [r["loadavg_1m_before_after"] for r in runs]}
     return out
@@ -105,21 +130,23 @@ def summarize(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 def table(summary: dict[int, dict[str, Any]], baseline: dict[int, dict[str, Any]] | None) -> None:
     one = summary[min(summary)]["prompts_per_s"]
-    print(f"\n{'workers':>8}{'prompts/s':>11}{'vs 1':>7}{'p50 s':>8}{'p95 s':>8}  sessions per worker (each run)"
-          "  load avg before/after")
+    print(f"\n{'workers':>8}{'prompts/s':>11}{'vs 1':>7}{'p50 s':>8}{'p95 s':>8}{'1st p95 s':>10}{'cpu ms/prompt':>14}"
+          "  sessions per worker (each run)  runtime CPU s per worker  load avg before/after")
     for workers, row in summary.items():
         print(f"{workers:>8}{row['prompts_per_s']:>11}{round(row['prompts_per_s'] / one, 2):>7}{row['answer_p50_s']:>8}"
-              f"{row['answer_p95_s']:>8}  {row['spreads']}  {row['loadavg']}")
+              f"{row['answer_p95_s']:>8}{row['first_answer_p95_s']:>10}{row['runtime_cpu_ms_per_prompt']:>14}"
+              f"  {row['spreads']}  {row['runtime_cpu_s_per_worker']}  {row['loadavg']}")
     if baseline:
         print(f"\n{'workers':>8}{'before p/s':>12}{'after p/s':>11}{'ratio':>7}{'before p95':>12}{'after p95':>11}"
-              "  spread before -> after")
+              f"{'1st p95 before':>16}{'after':>7}  spread before -> after")
         for workers, row in summary.items():
             old = baseline.get(workers)
             if old is None:
                 continue
             print(f"{workers:>8}{old['prompts_per_s']:>12}{row['prompts_per_s']:>11}"
                   f"{round(row['prompts_per_s'] / old['prompts_per_s'], 2):>7}{old['answer_p95_s']:>12}"
-                  f"{row['answer_p95_s']:>11}  {old['spreads']} -> {row['spreads']}")
+                  f"{row['answer_p95_s']:>11}{old.get('first_answer_p95_s', '-'):>16}{row['first_answer_p95_s']:>7}"
+                  f"  {old['spreads']} -> {row['spreads']}")
 
 
 def main() -> None:
