@@ -89,12 +89,11 @@ class NodeRings:
 
     def add(self, sid: str) -> None:
         self._sessions.add(sid)
-        name = self._node_of.get(sid)
-        if name is None:
+        if sid not in self._node_of:
             self._unrouted.add(sid)
-        else:
-            self._nodes[name].leaving.discard(sid)
-        self._wake.set()  # the next `due` subscribes it
+        for node in self._nodes.values():
+            node.leaving.discard(sid)  # removed and taken back before its SUNSUBSCRIBE went out
+        self._wake.set()  # the next `due` subscribes it (SSUBSCRIBE twice is harmless: one more ring)
 
     def remove(self, sid: str) -> None:
         self._sessions.discard(sid)
@@ -107,7 +106,7 @@ class NodeRings:
             self._nodes[name].leaving.add(sid)
 
     def ring(self, sid: str) -> None:
-        """Read `sid` at the next `due` (a read that failed, or one that filled its COUNT)."""
+        """Read `sid` at the next `due` (rung, subscribed, or its last read filled its COUNT)."""
         if sid in self._sessions:
             self._rung.add(sid)
             self._wake.set()
