@@ -89,6 +89,7 @@ class Route:
     deadletters: Counter | None
     registry: CollectorRegistry | None
     batch_size: int = BATCH_SIZE
+    pause: Callable[[], Awaitable[None]] | None = None  # awaited before each next read
 
 
 class _Consumer:
@@ -156,6 +157,8 @@ class BatchReader(_Consumer):
             # for one entry; this lets entries gather into batches at the cost of <= READ_LINGER_S of
             # latency. A full batch (a backlog) reads again at once.
             await asyncio.sleep(READ_LINGER_S)
+        if r.pause is not None and self.subscriber.running:
+            await r.pause()
 
     async def keep_claimed(self, done: list[bytes], waiting: list[Any]) -> None:
         """A slow batch: ack what is done, and reset the idle time of the entries still waiting here,
@@ -245,10 +248,12 @@ def subscribe(
     polling_interval_ms: int = 100,
     deadletters: Counter | None = None,
     batch_size: int = BATCH_SIZE,
+    pause: Callable[[], Awaitable[None]] | None = None,
 ) -> Subscription:
     """Register the reader and the claimer for one (stream, group). Call `ensure_group` before start.
     `batch_size`: entries per read; a consumer whose entries are costly and worth spreading over its
-    peers (the runtime's wakes) reads few at a time, since one read takes all it returns."""
+    peers (the runtime's wakes) reads few at a time, since one read takes all it returns; `pause`,
+    awaited after each batch, lets such a consumer leave the next entries to its peers for a while."""
     adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
     registry = _REGISTRIES.get(broker)
     if deadletters is None and registry is not None:
@@ -256,7 +261,7 @@ def subscribe(
     route = Route(broker=broker, client=client, stream=stream, group=group, consumer=consumer, adapter=adapter,
                   handler=handler, claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries,
                   polling_interval_ms=polling_interval_ms, deadletters=deadletters, registry=registry,
-                  batch_size=batch_size)
+                  batch_size=batch_size, pause=pause)
     BatchReader(route).register()
     Claimer(route).register()
     subscription = Subscription(stream=stream, group=group, adapter=adapter, handler=handler)

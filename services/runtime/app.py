@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # read one at a time, each wake goes to whichever worker is free first.
     subscribe(broker, ctx.redis, stream=wake.stream, group=wake.group, consumer=consumer_name("runtime"),
               model=wake.model, handler=worker.on_wake, claim_idle_ms=settings.claim_idle_ms,
-              batch_size=WAKE_BATCH)
+              batch_size=WAKE_BATCH, pause=worker.wake_pause)
 
     async def start() -> None:
         await ensure_group(ctx.redis, wake.stream, wake.group)
