@@ -17,11 +17,13 @@ import math
 from collections.abc import Callable
 
 import redis.asyncio as aioredis
+import structlog
 from redis.exceptions import RedisError
 
 from shared import keys
 from shared.contracts.base import now_ms
 
+log = structlog.get_logger()
 PAUSE_STEP_S = 0.1
 PAUSE_MAX_S = 2.0
 # A heartbeat this old is dropped from the set (a dead worker's; a live one beats again long before).
@@ -60,7 +62,9 @@ async def over_share(client: aioredis.Redis, held: int, live_ms: int) -> bool:
 async def pause_while_over_share(client: aioredis.Redis, held: Callable[[], int], live_ms: int,
                                  stopping: Callable[[], bool]) -> None:
     """Before the next wake read: wait (at most PAUSE_MAX_S) while this worker is over its share."""
-    for _ in range(round(PAUSE_MAX_S / PAUSE_STEP_S)):  # polled: the peers' state is in Redis
+    for step in range(round(PAUSE_MAX_S / PAUSE_STEP_S)):  # polled: the peers' state is in Redis
         if stopping() or not await over_share(client, held(), live_ms):
+            if step:
+                log.info("wake_read_paused", held=held(), paused_s=round(step * PAUSE_STEP_S, 1))
             return
         await asyncio.sleep(PAUSE_STEP_S)

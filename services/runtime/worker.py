@@ -273,6 +273,7 @@ class Worker:
                     if sid in self.sessions or await self.client.exists(keys.lease(sid)):
                         continue
                     if await over_share(self.client, len(self.sessions), self._live_worker_ms):
+                        log.info("orphans_left_to_peers", held=len(self.sessions))
                         break  # the rest to the peers' scans (or to this one's next pass)
                     log.info("resuming_orphaned_session", session_id=sid)
                     await self.on_wake(Wake(session_id=sid, reason="resume"))
