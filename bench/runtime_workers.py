@@ -50,7 +50,9 @@ def answers(lines: Iterator[str]) -> Iterator[None]:
 
 def one_session(base: str, i: int, prompts: int) -> list[float]:
     latencies = []
-    with httpx.Client(base_url=base, headers=HEADERS, timeout=120) as api:
+    # Pooled connections are dropped before uvicorn's 5 s keep-alive ends: a POST sent on one the
+    # server is closing just then fails with "Server disconnected" (answers can take > 5 s here).
+    with httpx.Client(base_url=base, headers=HEADERS, timeout=120, limits=httpx.Limits(keepalive_expiry=2.0)) as api:
         sid = api.post("/sessions", json={}).json()["id"]
         with api.stream("GET", f"/sessions/{sid}/events") as stream:
             answered = answers(stream.iter_lines())
