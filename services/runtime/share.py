@@ -5,6 +5,8 @@ free. Wakes that come one by one are not spread by that: every worker is idle, a
 serves first (the same one, often: 7/1/1 over three workers in tests/reliability/test_runtime_workers)
 takes each. So a worker that one more session would put over its share of the live sessions waits a
 little before it reads the next wake, and a peer reads it first; the orphan scan stops there too.
+Only while no wake waits unread: a backlog means the peers are busy, and a pause would only delay it
+(a first version paused in bursts too: first-answer p95 with three workers 11 s against 2.9 s).
 The wait is bounded (`PAUSE_MAX_S`): a peer that is counted as alive but does not read (busy, stuck)
 delays a wake by at most that, never strands it. The live workers are those whose heartbeat
 (`gamma:runtime:workers`) is recent.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
+from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
@@ -22,6 +25,7 @@ from redis.exceptions import RedisError
 
 from shared import keys
 from shared.contracts.base import now_ms
+from shared.redis_wire import text
 
 log = structlog.get_logger()
 PAUSE_STEP_S = 0.1
@@ -54,9 +58,22 @@ async def over_share(client: aioredis.Redis, held: int, live_ms: int) -> bool:
     try:
         total = int(await client.zcard(keys.RUNTIME_LIVE))
         workers = int(await client.zcount(keys.RUNTIME_WORKERS, now_ms() - live_ms, "+inf"))
+        if workers <= 1 or held + 1 <= fair_share(total + 1, workers):
+            return False
+        return not await wakes_waiting(client)
     except (RedisError, OSError):
         return False  # never hold wakes back on a Redis hiccup
-    return workers > 1 and held + 1 > fair_share(total + 1, workers)
+
+
+async def wakes_waiting(client: aioredis.Redis) -> bool:
+    """Wakes no worker has read yet (the group's lag): the peers are busy, so leaving wakes to them
+    would only delay them (a burst is spread by the one-wake reads alone). Unknown lag counts as yes."""
+    groups: list[dict[Any, Any]] = list(await client.xinfo_groups(keys.WAKE))
+    for group in groups:
+        fields = {text(k): v for k, v in group.items()}
+        if text(fields.get("name", "")) == keys.RUNTIME_GROUP:
+            return fields.get("lag") is None or int(fields["lag"]) > 0
+    return True
 
 
 async def pause_while_over_share(client: aioredis.Redis, held: Callable[[], int], live_ms: int,

@@ -1,5 +1,6 @@
 """services/runtime/share.py against a real Redis: the live workers are those with a recent
-heartbeat, and a worker holding its share leaves the next session to a peer, bounded in time."""
+heartbeat, and a worker holding its share leaves the next session to a peer while no wake waits,
+bounded in time."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ LIVE_MS = 3_000
 
 async def live_sessions(client: aioredis.Redis, n: int) -> None:
     await client.zadd(keys.RUNTIME_LIVE, {f"s{i}": now_ms() for i in range(n)})
+    # The wake group, every wake read (no backlog).
+    await client.xgroup_create(keys.WAKE, keys.RUNTIME_GROUP, id="$", mkstream=True)
 
 
 def test_the_fair_share_rounds_up() -> None:
@@ -32,6 +35,9 @@ async def test_a_worker_at_its_share_leaves_the_next_session_to_its_peers(redis_
     # 5 of 9 while the others hold 4 between them: the next one goes elsewhere.
     assert await over_share(redis_client, 5, LIVE_MS)
     assert not await over_share(redis_client, 0, LIVE_MS)
+    # Wakes waiting unread: the peers are busy, so nobody holds back.
+    await redis_client.xadd(keys.WAKE, {"data": "{}"})
+    assert not await over_share(redis_client, 5, LIVE_MS)
 
 
 async def test_a_dead_workers_old_heartbeat_does_not_count(redis_client: aioredis.Redis) -> None:
