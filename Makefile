@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-dormant bench-workers bench-cluster bench-order eval clean
+.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -71,6 +71,8 @@ bench-workers: $(STAMP)
 # (`make bench-e2e E2E_ARGS=--cluster` starts its own; `bench/bus.py --cluster-url` for the bus).
 bench-cluster: $(STAMP)
 	$(BIN)/python bench/cluster.py
+bench-cluster-inbox: $(STAMP)
+	$(BIN)/python bench/cluster_inbox.py
 bench-order: $(STAMP)
 	$(BIN)/python bench/order.py
 

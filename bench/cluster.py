@@ -5,7 +5,8 @@
 2. Inbox reads grouped by slot: the runtime's `InboxReader` holding S sessions, one append at a time
    to a random one, append -> entry read latency; on a single Redis one XREADGROUP names up to 32
    inboxes, on a cluster only the inboxes of one slot (each session its own, in practice), so the
-   reader holds S blocked reads instead of S/32.
+   reader held S blocked reads instead of S/32; now it holds one ring subscription per node
+   (shared/inbox_rings.py, bench/cluster_inbox.py).
 
 Needs a single Redis (REDIS_URL) and a cluster node (GAMMA_BENCH_CLUSTER_URL, or --cluster-url).
 Writes bench/results/cluster.json. One shared 2-core machine: read the ratios, not the absolutes.
@@ -88,7 +89,8 @@ async def read_latency(url: str, sessions: int, n: int) -> dict[str, Any]:
         await asyncio.wait_for(task, 60)
     finally:
         task.cancel()
-        shards = len(reader._shards)  # noqa: SLF001 - what the bench measures
+        # Blocked reads (one per shard) or, on a cluster, ring subscriptions (one per node).
+        shards = reader.rings.connections if reader.rings is not None else len(reader._shards)  # noqa: SLF001
         await reader.close()
         for sid in sids:
             await client.delete(keys.inbox(sid))

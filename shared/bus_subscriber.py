@@ -97,6 +97,8 @@ class Route:
     deadletters: Counter | None
     registry: CollectorRegistry | None
     order_key: OrderKey | None = None
+    batch_size: int = BATCH_SIZE
+    pause: Callable[[], Awaitable[None]] | None = None  # awaited before each next read
 
 
 class _Consumer:
@@ -124,7 +126,7 @@ class BatchReader(_Consumer):
         r = self.route
         self.subscriber = r.broker.subscriber(
             stream=StreamSub(r.stream, group=r.group, consumer=r.consumer, polling_interval=r.polling_interval_ms,
-                             batch=True, max_records=BATCH_SIZE),
+                             batch=True, max_records=r.batch_size),
             ack_policy=AckPolicy.MANUAL,
             parser=stash_batch_parser,
             title=f"{r.stream}:{r.group}",
@@ -148,12 +150,14 @@ class BatchReader(_Consumer):
             await self.read_batch_by_key(ids, raw[BATCH_ENTRIES], r.order_key)
         else:
             await self.read_batch_in_order(ids, raw[BATCH_ENTRIES])
-        if len(ids) < BATCH_SIZE and self.subscriber.running:
+        if len(ids) < r.batch_size and self.subscriber.running:
             # Linger a moment before the next read (like Kafka's fetch.min.wait): under a steady
             # stream of single entries each read would otherwise pay FastStream's whole per-batch pass
             # for one entry; this lets entries gather into batches at the cost of <= READ_LINGER_S of
             # latency. A full batch (a backlog) reads again at once.
             await asyncio.sleep(READ_LINGER_S)
+        if r.pause is not None and self.subscriber.running:
+            await r.pause()
 
     async def read_batch_in_order(self, ids: list[Any], entries: list[Any]) -> None:
         r = self.route
@@ -307,8 +311,13 @@ def subscribe(
     polling_interval_ms: int = 100,
     deadletters: Counter | None = None,
     order_key: OrderKey | None = None,
+    batch_size: int = BATCH_SIZE,
+    pause: Callable[[], Awaitable[None]] | None = None,
 ) -> Subscription:
-    """Register the reader and the claimer for one (stream, group). Call `ensure_group` before start."""
+    """Register the reader and the claimer for one (stream, group). Call `ensure_group` before start.
+    `batch_size`: entries per read; a consumer whose entries are costly and worth spreading over its
+    peers (the runtime's wakes) reads few at a time, since one read takes all it returns; `pause`,
+    awaited after each batch, lets such a consumer leave the next entries to its peers for a while."""
     adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
     registry = _REGISTRIES.get(broker)
     if deadletters is None and registry is not None:
@@ -316,7 +325,7 @@ def subscribe(
     route = Route(broker=broker, client=client, stream=stream, group=group, consumer=consumer, adapter=adapter,
                   handler=handler, claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries,
                   polling_interval_ms=polling_interval_ms, deadletters=deadletters, registry=registry,
-                  order_key=order_key)
+                  order_key=order_key, batch_size=batch_size, pause=pause)
     BatchReader(route).register()
     Claimer(route).register()
     subscription = Subscription(stream=stream, group=group, adapter=adapter, handler=handler)

@@ -1,9 +1,12 @@
 """The per-session inbox `gamma:{sid}:inbox`: plain XADD {type, data} and one multiplexed reader.
 
-Sessions are dynamic, so the runtime does not use FastStream here: one blocking `XREADGROUP` per
-shard of up to 32 of the sessions it leases (group `runtime`), all in flight at once. A new lease
-holder first claims the previous holder's pending entries so nothing the dead worker read but did
-not ack is lost.
+Sessions are dynamic, so the runtime does not use FastStream here. On a single Redis: one blocking
+`XREADGROUP` per shard of up to 32 of the sessions it leases (group `runtime`), all in flight at once.
+On a Redis Cluster a blocking read names one slot only, so there every append also rings a doorbell
+(sharded Pub/Sub, `shared/inbox_rings.py`) and the worker reads the rung inboxes without blocking,
+batched per node: one connection per node instead of one per live session (bench/cluster_inbox.py).
+A new lease holder first claims the previous holder's pending entries so nothing the dead worker read
+but did not ack is lost.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 from pydantic import ValidationError
-from redis.exceptions import AskError, ConnectionError, ResponseError, TimeoutError
+from redis.exceptions import AskError, ConnectionError, RedisError, ResponseError, TimeoutError
 
 from . import keys, redis_cluster, topology
 from .bus import dead_letter, ensure_group
 from .contracts.inbox import INBOX_ADAPTER, InboxMessage
+from .inbox_rings import SWEEP_INTERVAL_S, NodeRings
 from .redis_wire import text
 
 GROUP = topology.group_of(topology.INBOX_READER)
@@ -32,12 +36,30 @@ def entry_fields(message: InboxMessage) -> dict[str, str]:
     return {"type": message.type, "data": message.model_dump_json(by_alias=True)}
 
 
-async def append(client: aioredis.Redis, message: InboxMessage) -> str:
-    """Producers (proxy, notifications, digest, compaction) call this; returns the entry id."""
+# After an XADD to KEYS[1] inside a script: ring the reader when ARGV[n] names a channel (`ring_arg`).
+def ring_lua(argv: int) -> str:
+    return f"if ARGV[{argv}] ~= '' then redis.call('SPUBLISH', ARGV[{argv}], '1') end"
+
+
+def ring_arg(client: aioredis.Redis, sid: str) -> str:
+    """The ring channel a script that appends to `sid`'s inbox publishes on: on a cluster only (a
+    single Redis keeps its blocking reads, and nobody would listen)."""
+    return keys.inbox_ring(sid) if redis_cluster.cluster_of(client) is not None else ""
+
+
+async def append(client: aioredis.Redis, message: InboxMessage, *, ring: bool | None = None) -> str:
+    """Producers (proxy, notifications, digest, runtime subagents) call this; returns the entry id.
+    Every other writer of an inbox is a script that ends with `ring_lua` (compaction, notifications
+    intake). `ring` overrides the cluster default (bench/cluster_inbox.py measures without)."""
     stream = keys.inbox(message.session_id)
+    channel = ring_arg(client, message.session_id) if ring is None else keys.inbox_ring(message.session_id) * ring
+    data = message.model_dump_json(by_alias=True)
     # The append is acknowledged to a client (202): on a cluster, on a replica first (redis_cluster.durable).
-    entry_id = await redis_cluster.durable(client, stream, "XADD", stream, "*", "type", message.type,
-                                           "data", message.model_dump_json(by_alias=True))
+    # The ring follows the XADD on the same connection (no script, no MULTI: cheaper for Redis); a
+    # writer that dies in between leaves the entry to the reader's sweep.
+    ring_cmd = [("SPUBLISH", channel, "1")] if channel else []
+    entry_id = await redis_cluster.durable(client, stream, "XADD", stream, "*", "type", message.type, "data", data,
+                                           then=ring_cmd)
     return text(entry_id)
 
 
@@ -71,17 +93,29 @@ class _Shard:
     task: asyncio.Task[list[InboxEntry]] | None = None  # its blocking read in flight
 
 
-class InboxReader:
-    """Reads the inboxes of the sessions this worker holds: one blocking XREADGROUP per shard of
-    `SHARD_SIZE` sessions, all in flight at once; `read` returns what the first to answer read."""
+# Sessions per pipeline of non-blocking reads on a cluster (a sweep reads every held session).
+RING_READ_CHUNK = 500
 
-    def __init__(self, client: aioredis.Redis, consumer: str) -> None:
+
+class InboxReader:
+    """Reads the inboxes of the sessions this worker holds. On a single Redis: one blocking
+    XREADGROUP per shard of `SHARD_SIZE` sessions, all in flight at once; `read` returns what the
+    first to answer read. On a cluster (`rings`, the default there): the rung sessions, read without
+    blocking. `rings=False` keeps the shards on a cluster (one per slot; the bench's baseline)."""
+
+    def __init__(self, client: aioredis.Redis, consumer: str, *, rings: bool | None = None,
+                 sweep_interval_s: float = SWEEP_INTERVAL_S) -> None:
         self._client = client
         self._consumer = consumer
         self._shards: list[_Shard] = []
+        use_rings = redis_cluster.cluster_of(client) is not None if rings is None else rings
+        self.rings = NodeRings(client, sweep_interval_s) if use_rings else None
+        self._ring_read: asyncio.Future[list[InboxEntry]] | None = None
 
     @property
     def sessions(self) -> frozenset[str]:
+        if self.rings is not None:
+            return self.rings.sessions
         return frozenset().union(*(shard.sessions for shard in self._shards))
 
     async def add(self, sid: str) -> list[InboxEntry]:
@@ -91,7 +125,9 @@ class InboxReader:
         session recorded the prompt twice (the fault suite, three runtime workers)."""
         await ensure_group(self._client, keys.inbox(sid), GROUP, track=False)
         pending = await self.claim_pending(sid)
-        if not any(sid in shard.sessions for shard in self._shards):
+        if self.rings is not None:
+            self.rings.add(sid)
+        elif not any(sid in shard.sessions for shard in self._shards):
             slot = redis_cluster.slot_group(self._client, keys.inbox(sid))
             shard = next((s for s in self._shards if len(s.sessions) < SHARD_SIZE and s.slot == slot), None)
             if shard is None:
@@ -102,6 +138,8 @@ class InboxReader:
         return pending
 
     def remove(self, sid: str) -> None:
+        if self.rings is not None:
+            self.rings.remove(sid)
         for shard in self._shards:
             if sid in shard.sessions:
                 shard.sessions.discard(sid)
@@ -117,6 +155,13 @@ class InboxReader:
                 await task
         for shard in self._shards:
             shard.task = None
+        if self._ring_read is not None:
+            self._ring_read.cancel()
+            with contextlib.suppress(BaseException):
+                await self._ring_read
+            self._ring_read = None
+        if self.rings is not None:
+            await self.rings.close()
 
     async def claim_pending(self, sid: str) -> list[InboxEntry]:
         stream = keys.inbox(sid)
@@ -167,7 +212,18 @@ class InboxReader:
 
     async def read(self, block_ms: int = 1000, count: int = 100) -> list[InboxEntry]:
         """Entries from the first shard(s) to answer. The other shards' reads stay in flight for the
-        next call; a call cancelled while waiting loses nothing (the next one collects them)."""
+        next call; a call cancelled while waiting loses nothing (the next one collects them).
+        On a cluster: the sessions rung (or swept), read without blocking."""
+        if self.rings is not None:
+            # Shielded: a read cancelled mid-way stays in flight, and the next call collects what it
+            # read (the entries are already this consumer's pending ones).
+            if self._ring_read is None:
+                self._ring_read = asyncio.ensure_future(self._read_rings(block_ms, count))
+            try:
+                return await asyncio.shield(self._ring_read)
+            finally:
+                if self._ring_read.done():
+                    self._ring_read = None
         for shard in self._shards:
             if shard.task is None and shard.sessions:
                 shard.task = asyncio.ensure_future(self._read_shard(shard, count, block_ms))
@@ -191,6 +247,82 @@ class InboxReader:
             raise failure  # the caller backs off; entries other shards read are never held back
         return out
 
+    async def _read_rings(self, block_ms: int, count: int) -> list[InboxEntry]:
+        """The rung (or swept) sessions, read without blocking: per node, one connection and one
+        write of all their XREADGROUPs (redis-py's cluster pipeline costs ~4x the CPU in Python).
+        A session whose read failed or filled `count` is rung again, so it does not wait for the
+        next sweep; a failure is raised only when nothing was read (the caller backs off)."""
+        assert self.rings is not None
+        sids = await self.rings.due(block_ms)
+        groups: dict[str, list[str]] = {}
+        for sid in sorted(sids):
+            groups.setdefault(redis_cluster.node_name(self._client, keys.inbox(sid)), []).append(sid)
+        batches = [group[i : i + RING_READ_CHUNK] for group in groups.values()
+                   for i in range(0, len(group), RING_READ_CHUNK)]
+        results = await asyncio.gather(*(self._read_node(batch, count) for batch in batches), return_exceptions=True)
+        out: list[InboxEntry] = []
+        failure: BaseException | None = None
+        for result in results:
+            if isinstance(result, BaseException):
+                failure = failure or result
+            else:
+                out.extend(result)
+        if failure is not None and not out:
+            raise failure
+        return out
+
+    async def _read_node(self, sids: list[str], count: int) -> list[InboxEntry]:
+        assert self.rings is not None
+        route = keys.inbox(sids[0])
+        replies: list[Any] = []
+        try:
+            async with redis_cluster.node_connection(self._client, route) as conn:
+                try:
+                    await conn.send_packed_command(conn.pack_commands(
+                        [("XREADGROUP", "GROUP", GROUP, self._consumer, "COUNT", count, "STREAMS", keys.inbox(sid), ">")
+                         for sid in sids]))
+                    for _ in sids:
+                        try:
+                            replies.append(await conn.read_response())
+                        except ResponseError as exc:  # one session's error: the other replies follow
+                            replies.append(exc)
+                except BaseException:
+                    await conn.disconnect()  # replies may still be on their way: the connection is spent
+                    raise
+        except (RedisError, OSError):
+            for sid in sids:
+                self.rings.ring_later(sid)
+            self.rings.refresh(route)  # a failover moved the slots
+            raise
+        out: list[InboxEntry] = []
+        for sid, reply in zip(sids, replies, strict=True):
+            if isinstance(reply, ResponseError):
+                if "NOGROUP" in str(reply):  # the inbox (or its group) vanished: recreate it
+                    await ensure_group(self._client, keys.inbox(sid), GROUP, track=False)
+                    self.rings.ring(sid)
+                else:  # MOVED: the slot left this node
+                    log.warning("inbox_read_failed", session_id=sid, error=str(reply)[:300])
+                    self.rings.refresh(keys.inbox(sid))
+                    self.rings.ring_later(sid)
+                continue
+            entries = await self._entries(reply)
+            if len(entries) >= count:
+                self.rings.ring(sid)
+            out.extend(entries)
+        return out
+
+    async def _entries(self, reply: Any) -> list[InboxEntry]:
+        """The entries of an XREADGROUP reply (a list of [stream, entries]; a map under RESP3)."""
+        out: list[InboxEntry] = []
+        for stream, entries in reply.items() if isinstance(reply, dict) else reply or []:
+            sid = keys.inbox_stream_sid(text(stream))
+            for entry_id, flat in entries:
+                fields = dict(zip(flat[::2], flat[1::2], strict=True)) if isinstance(flat, list) else flat or {}
+                entry = await self._decode(sid, entry_id, fields)
+                if entry is not None:
+                    out.append(entry)
+        return out
+
     async def _read_shard(self, shard: _Shard, count: int, block_ms: int) -> list[InboxEntry]:
         try:
             reply: Any = await self._xreadgroup(shard, count, block_ms)
@@ -203,16 +335,7 @@ class InboxReader:
             for sid in sorted(shard.sessions):
                 await ensure_group(self._client, keys.inbox(sid), GROUP, track=False)
             reply = await self._xreadgroup(shard, count, block_ms)
-        out: list[InboxEntry] = []
-        for stream, entries in reply.items() if isinstance(reply, dict) else reply or []:  # RESP3: a map
-            name = text(stream)
-            sid = keys.inbox_stream_sid(name)
-            for entry_id, flat in entries:
-                fields = dict(zip(flat[::2], flat[1::2], strict=True)) if isinstance(flat, list) else flat or {}
-                entry = await self._decode(sid, entry_id, fields)
-                if entry is not None:
-                    out.append(entry)
-        return out
+        return await self._entries(reply)
 
     async def _xreadgroup(self, shard: _Shard, count: int, block_ms: int) -> Any:
         """`XREADGROUP ... STREAMS <the shard's inboxes> > ...`, sent as bytes packed once per session set.

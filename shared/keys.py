@@ -28,6 +28,11 @@ def inbox(sid: str) -> str:
     return _s(sid) + ":inbox"
 
 
+def inbox_ring(sid: str) -> str:
+    """The sharded Pub/Sub channel rung after each inbox append on a cluster (shared/inbox_rings.py)."""
+    return _s(sid) + ":inbox-ring"
+
+
 def events(sid: str) -> str:
     return _s(sid) + ":events"
 
@@ -143,6 +148,9 @@ DIGEST_DUE = "gamma:digest:due"
 # Sorted set: session id scored by the last lease renewal (ms) of its runtime holder. A session whose
 # score is older than its lease and that has no lease lost its worker; any runtime resumes it.
 RUNTIME_LIVE = "gamma:runtime:live"
+# Sorted set: runtime worker id scored by its last housekeeping pass (ms): the live workers, for each
+# worker's fair share of the sessions (services/runtime/share.py). Members a minute old are dropped.
+RUNTIME_WORKERS = "gamma:runtime:workers"
 
 # Sorted set: dormant session id scored by when its retention ends (ms); the runtime's sweep then drops
 # the session's events stream and drained inbox (shared/dormancy.py, docs/integration.md).

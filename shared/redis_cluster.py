@@ -137,6 +137,19 @@ def slot_group(client: Any, key: str) -> int | None:
     return slot(key) if cluster_of(client) is not None else None
 
 
+def node_name(client: Any, key: str) -> str:
+    """`host:port` of the primary that holds `key` in the client's slot map ("" on a single Redis, or
+    while no node holds the slot: a read routed there fails and is retried)."""
+    cluster = cluster_of(client)
+    if cluster is None:
+        return ""
+    with contextlib.suppress(RedisError, AttributeError):
+        node = cluster.get_node_from_key(key)
+        if node is not None:
+            return str(node.name)
+    return ""
+
+
 async def mget(client: aioredis.Redis, names: Sequence[str]) -> list[Any]:
     """MGET of keys that may live in several slots (one MGET per slot on a cluster)."""
     cluster = cluster_of(client)
@@ -200,25 +213,30 @@ def wait_ms() -> int:
         return 250
 
 
-async def durable(client: aioredis.Redis, key: str, *command: Any) -> Any:
+async def durable(client: aioredis.Redis, key: str, *command: Any, then: Sequence[tuple[Any, ...]] = ()) -> Any:
     """Run `command` (on `key`'s slot) and, on a cluster, `WAIT 1 <ms>` on the same connection, so
     the write is on a replica before the caller acknowledges it: a primary killed right after
     cannot take it along (its replica is promoted with it). A replica that does not confirm within
     the time does not fail the write (WAIT is not a rollback); it is counted by the caller's metrics
-    through the returned reply being unchanged. On a single Redis: the command alone."""
+    through the returned reply being unchanged. On a single Redis: the command alone.
+    `then`: commands sent right after it on the same connection, on a cluster only (the inbox's ring:
+    ordered after the write, one round trip, their replies ignored). Returns `command`'s reply."""
     budget = wait_ms()
-    if cluster_of(client) is None or budget <= 0:
+    if cluster_of(client) is None or (budget <= 0 and not then):
         return await client.execute_command(*command)
+    tail = [*then, *([("WAIT", WAIT_REPLICAS, budget)] if budget > 0 else [])]
     try:
         async with node_connection(client, key) as conn:
             try:
-                await conn.send_packed_command(conn.pack_commands([command, ("WAIT", WAIT_REPLICAS, budget)]))
+                await conn.send_packed_command(conn.pack_commands([command, *tail]))
                 reply: Any
                 try:
                     reply = await conn.read_response()
-                except ResponseError as exc:  # the WAIT's reply is still to be read
+                except ResponseError as exc:  # the replies that follow are still to be read
                     reply = exc
-                await conn.read_response()  # how many replicas confirmed: best effort, see above
+                for _ in tail:  # the ring, how many replicas confirmed: best effort, see above
+                    with contextlib.suppress(ResponseError):
+                        await conn.read_response()
             except BaseException:
                 await conn.disconnect()  # a reply may still be on its way: the connection is spent
                 raise
@@ -227,7 +245,10 @@ async def durable(client: aioredis.Redis, key: str, *command: Any) -> Any:
         raise
     if isinstance(reply, AskError):  # MOVED or ASK: the slot moved meanwhile; no WAIT this time
         await refresh_route(client, key)
-        return await client.execute_command(*command)
+        result = await client.execute_command(*command)
+        for extra in then:
+            await client.execute_command(*extra)
+        return result
     if isinstance(reply, ResponseError):
         raise reply
     return reply

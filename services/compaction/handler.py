@@ -30,7 +30,7 @@ from shared.contracts.compaction import CompactionRequest
 from shared.contracts.inbox import CompactionReady
 from shared.contracts.transcript import parse_entries
 from shared.disk import iter_jsonl, session_paths
-from shared.inbox import entry_fields
+from shared.inbox import entry_fields, ring_arg, ring_lua
 from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW
 
 from .summarizer import Summarizer
@@ -39,10 +39,12 @@ log = structlog.get_logger()
 GROUP = topology.group_of("compaction")
 DONE_TTL_S = 7 * 24 * 3600
 
-# KEYS[1] inbox, KEYS[2] done marker (same {sid} slot); ARGV: type, data, request id, ttl
-_DELIVER = """
+# KEYS[1] inbox, KEYS[2] done marker (same {sid} slot); ARGV: type, data, request id, ttl, ring channel
+_DELIVER = f"""
 if redis.call('SET', KEYS[2], ARGV[3], 'NX', 'EX', ARGV[4]) then
-  return redis.call('XADD', KEYS[1], '*', 'type', ARGV[1], 'data', ARGV[2])
+  local id = redis.call('XADD', KEYS[1], '*', 'type', ARGV[1], 'data', ARGV[2])
+  {ring_lua(5)}
+  return id
 end
 return false
 """
@@ -153,7 +155,7 @@ class CompactionHandler:
         fields = entry_fields(ready)
         sent = await self.redis.eval(  # type: ignore[misc]
             _DELIVER, 2, keys.inbox(ready.session_id), done_key(ready.session_id, ready.request_id),
-            fields["type"], fields["data"], ready.request_id, str(DONE_TTL_S),
+            fields["type"], fields["data"], ready.request_id, str(DONE_TTL_S), ring_arg(self.redis, ready.session_id),
         )
         log.info("compaction_ready_sent" if sent else "compaction_ready_already_sent", error=ready.error)
 

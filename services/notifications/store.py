@@ -22,6 +22,7 @@ from shared import keys, redis_cluster
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection
 from shared.contracts.notifications import ExternalNotification
+from shared.inbox import ring_arg, ring_lua
 from shared.redis_wire import optional_text, text
 
 Status = Literal["pending", "delivered", "consumed"]
@@ -31,8 +32,9 @@ CONSUMED_TTL_S = 7 * 24 * 3600
 # One round trip for an intake: session check, dedupe, pending entry, and, if a lease exists, the
 # inbox appends. The lease is read inside the script, after the pending entry exists in effect, so a
 # SessionLive that follows a lease taken later always finds it (no notification falls in between).
-# KEYS: record, state, pending, session row, lease, inbox. ARGV: record JSON, parts, now, id, then
-# (type, data) pairs of the inbox entries. Returns {created, status}, plus the stored record for a repeat.
+# KEYS: record, state, pending, session row, lease, inbox. ARGV: record JSON, parts, now, id, the
+# inbox's ring channel (shared/inbox.py `ring_arg`), then (type, data) pairs of the inbox entries.
+# Returns {created, status}, plus the stored record for a repeat.
 _SUBMIT = """
 if redis.call('EXISTS', KEYS[4]) == 0 then return {-1, 'unknown'} end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then
@@ -42,14 +44,15 @@ redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
 if redis.call('EXISTS', KEYS[5]) == 1 then
   redis.call('HSET', KEYS[2], 'status', 'delivered', 'parts', ARGV[2], 'recorded', 0, 'deliveries', 1,
              'delivered_at', ARGV[3])
-  for i = 5, #ARGV, 2 do
+  for i = 6, #ARGV, 2 do
     redis.call('XADD', KEYS[6], '*', 'type', ARGV[i], 'data', ARGV[i + 1])
   end
+  -- RING
   return {1, 'delivered'}
 end
 redis.call('HSET', KEYS[2], 'status', 'pending', 'parts', ARGV[2], 'recorded', 0, 'deliveries', 0)
 return {1, 'pending'}
-"""
+""".replace("-- RING", ring_lua(5))
 
 _MARK_DELIVERED = """
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -119,7 +122,8 @@ class NotificationStore:
                  keys.notifications_pending(sid), keys.session_row(sid), keys.lease(sid), keys.inbox(sid)]
         result = await redis_cluster.durable(
             self._r, names[0], "EVAL", _SUBMIT, len(names), *names,
-            record.model_dump_json(), len(injections), record.received_at, notification.id, *entries,
+            record.model_dump_json(), len(injections), record.received_at, notification.id, ring_arg(self._r, sid),
+            *entries,
         )
         created, status = int(result[0]), optional_text(result[1])
         if created < 0:

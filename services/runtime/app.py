@@ -23,6 +23,8 @@ from .skills import load_skills
 from .worker import Worker
 
 SHUTDOWN_S = 20.0
+# Wakes per read of gamma:runtime:wake (see the subscription below).
+WAKE_BATCH = 1
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -46,8 +48,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     registry=ctx.registry)
 
     (wake,) = topology.consumptions("runtime")
+    # One wake per read: a read takes every wake it returns and handles them one after the other, so a
+    # burst read by one worker went all to it (13/6/5 sessions over three workers, bench-workers);
+    # read one at a time, each wake goes to whichever worker is free first.
     subscribe(broker, ctx.redis, stream=wake.stream, group=wake.group, consumer=consumer_name("runtime"),
-              model=wake.model, handler=worker.on_wake, claim_idle_ms=settings.claim_idle_ms)
+              model=wake.model, handler=worker.on_wake, claim_idle_ms=settings.claim_idle_ms,
+              batch_size=WAKE_BATCH, pause=worker.wake_pause)
 
     async def start() -> None:
         await ensure_group(ctx.redis, wake.stream, wake.group)

@@ -37,6 +37,7 @@ from .events import BusPublish, Outbox
 from .lease import Lease, LeaseLost, raise_fence, renew_all, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps
+from .share import heartbeat, over_share, pause_while_over_share
 from .skills import Skill
 from .ticker import DeltaTicker
 
@@ -184,6 +185,12 @@ class Worker:
         if session.lease.lost:
             await self._drop(session)
 
+    async def wake_pause(self) -> None:
+        """Before the next wake read: a worker over its share of the live sessions leaves the next
+        wakes to its peers for a while (share.py)."""
+        await pause_while_over_share(self.client, lambda: len(self.sessions), self._live_worker_ms,
+                                     lambda: self._stopping)
+
     # ------------------------------------------------------------ loops
 
     async def _read_loop(self) -> None:
@@ -203,10 +210,22 @@ class Worker:
             if not self.reader.sessions:
                 await asyncio.sleep(0.2)
 
+    @property
+    def _house_interval_s(self) -> float:
+        return max(self.settings.lease_ms / 3000, 0.2)
+
+    @property
+    def _live_worker_ms(self) -> int:
+        """A worker whose last heartbeat is older than three housekeeping passes is gone."""
+        return int(3000 * self._house_interval_s)
+
     async def _house_loop(self) -> None:
-        interval = max(self.settings.lease_ms / 3000, 0.2)
         while not self._stopping:
-            await asyncio.sleep(interval)
+            try:
+                await heartbeat(self.client, self.worker_id)
+            except (RedisError, OSError):
+                log.warning("heartbeat_failed")
+            await asyncio.sleep(self._house_interval_s)
             try:
                 await self._housekeep()
             except asyncio.CancelledError:
@@ -249,7 +268,8 @@ class Worker:
 
     async def _orphan_loop(self) -> None:
         """Resume sessions whose worker died (no lease, stale renewal): the run it had goes on here.
-        Lease.acquire is atomic, so when several workers try, exactly one wins."""
+        Lease.acquire is atomic, so when several workers try, exactly one wins. Not past this worker's
+        share: a dead worker's sessions spread over the survivors instead of all going to the first."""
         while not self._stopping:
             await asyncio.sleep(max(self.settings.lease_ms / 1000, 1.0))
             try:
@@ -258,6 +278,9 @@ class Worker:
                     sid = text(raw) if isinstance(raw, bytes | str) else str(raw)
                     if sid in self.sessions or await self.client.exists(keys.lease(sid)):
                         continue
+                    if await over_share(self.client, len(self.sessions), self._live_worker_ms):
+                        log.info("orphans_left_to_peers", held=len(self.sessions))
+                        break  # the rest to the peers' scans (or to this one's next pass)
                     log.info("resuming_orphaned_session", session_id=sid)
                     await self.on_wake(Wake(session_id=sid, reason="resume"))
                     if sid not in self.sessions:

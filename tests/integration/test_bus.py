@@ -44,10 +44,11 @@ async def dead_letters(client: aioredis.Redis) -> list[DeadLetter]:
 
 @asynccontextmanager
 async def consumer(
-    redis_url: str, client: aioredis.Redis, stream: str, handler: Callable[[Wake], Awaitable[None]], **kw: Any
+    redis_url: str, client: aioredis.Redis, stream: str, handler: Callable[[Wake], Awaitable[None]],
+    name: str = "c1", **kw: Any
 ) -> AsyncIterator[RedisBroker]:
     broker = make_broker(redis_url)
-    subscribe(broker, client, stream=stream, group=GROUP, consumer="c1", model=Wake, handler=handler, **kw)
+    subscribe(broker, client, stream=stream, group=GROUP, consumer=name, model=Wake, handler=handler, **kw)
     await ensure_group(client, stream, GROUP)
     await broker.start()
     try:
@@ -171,6 +172,36 @@ async def test_failing_handler_is_retried_by_the_claimer(redis_url: str, redis_c
         await eventually(lambda: _true(len(calls) == 2), what="the retry")
         await eventually(lambda: _zero(pending(redis_client, stream)), what="an empty PEL")
     assert await redis_client.xlen(keys.DEADLETTER) == 0
+
+
+@pytest.mark.parametrize("batch_size", [1, 100])
+async def test_a_burst_read_one_at_a_time_spreads_over_the_consumers(
+    redis_url: str, redis_client: aioredis.Redis, batch_size: int
+) -> None:
+    """The runtime's wakes (batch_size 1): a burst of costly entries goes to whichever consumer is
+    free, not all to the one whose read came first. With batches of 100 a consumer busy with its
+    first entry finds the rest of the burst waiting and takes it all in its next read."""
+    stream = new_stream()
+    handled: dict[str, list[str]] = {"c1": [], "c2": []}
+
+    def handler(name: str) -> Callable[[Wake], Awaitable[None]]:
+        async def handle(wake: Wake) -> None:
+            handled[name].append(wake.session_id)
+            await asyncio.sleep(0.05)  # a wake: lease, disk, restore
+        return handle
+
+    async with (producer(redis_url) as pub,
+                consumer(redis_url, redis_client, stream, handler("c1"), "c1", batch_size=batch_size),
+                consumer(redis_url, redis_client, stream, handler("c2"), "c2", batch_size=batch_size)):
+        await asyncio.sleep(0.3)  # both reads blocked
+        for i in range(12):
+            await publish(pub, stream, Wake(session_id=f"s{i}"))
+        await eventually(lambda: _true(sum(map(len, handled.values())) == 12), what="the burst handled")
+    counts = sorted(len(v) for v in handled.values())
+    if batch_size == 1:
+        assert counts[0] >= 4, handled
+    else:
+        assert counts[0] <= 3, handled  # what bench-workers saw: one worker took the burst
 
 
 async def test_a_failure_inside_a_batch_leaves_only_that_entry_pending(

@@ -130,6 +130,18 @@ class LocalCluster:
                     and len(self.primaries()) == NODES // 2)
         self._wait(ok, timeout_s)
 
+    def wait_replicas_synced(self, timeout_s: float = 60.0) -> None:
+        """Every live replica has its primary's data: a replica that never synced (a cluster just
+        created) refuses to be promoted when its primary dies."""
+        def synced() -> bool:
+            for port in self.alive():
+                with contextlib.closing(self.client(port)) as c:
+                    info = c.info("replication")
+                if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                    return False
+            return True
+        self._wait(synced, timeout_s)
+
     def primary_of(self, key: str) -> int:
         with contextlib.closing(self.client(self.primaries()[0])) as c:
             slot = int(c.execute_command("CLUSTER", "KEYSLOT", key))
