@@ -42,6 +42,7 @@ from .bus_subscriber import (
     BatchReader,
     Claimer,
     Handler,
+    OrderKey,
     Subscription,
     report_to,
     subscribe,
@@ -170,12 +171,15 @@ class Publisher:
 
 
 def subscribe_service(broker: RedisBroker, client: aioredis.Redis, service: str, handlers: Mapping[str, Handler],
-                      *, claim_idle_ms: int, max_deliveries: int) -> list[Subscription]:
+                      *, claim_idle_ms: int, max_deliveries: int,
+                      order_key: OrderKey | None = None) -> list[Subscription]:
     """A reader and a claimer for every stream `service` consumes (shared/topology.py), each with its
-    handler (by stream). Start them with `start_subscriptions`."""
+    handler (by stream). Start them with `start_subscriptions`. `order_key`: handle the entries of
+    different keys (sessions) concurrently, each key's in order (shared/bus_subscriber.py)."""
     consumer = consumer_name(service)
     return [subscribe(broker, client, stream=c.stream, group=c.group, consumer=consumer, model=c.model,
-                      handler=handlers[c.stream], claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries)
+                      handler=handlers[c.stream], claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries,
+                      order_key=order_key)
             for c in topology.consumptions(service)]
 
 

@@ -43,6 +43,9 @@ from .redis_wire import lenient_text
 log = structlog.get_logger()
 _TRACER = trace.get_tracer("gamma.bus")
 Handler = Callable[[Any], Awaitable[None]]
+# The key that orders a stream's entries (a session id): entries of one key are handled in stream order,
+# entries of different keys concurrently. None: the whole batch in order (the default).
+OrderKey = Callable[[Any], str | None]
 
 BATCH_SIZE = 100
 READ_LINGER_S = 0.005
@@ -88,6 +91,7 @@ class Route:
     polling_interval_ms: int
     deadletters: Counter | None
     registry: CollectorRegistry | None
+    order_key: OrderKey | None = None
 
 
 class _Consumer:
@@ -135,6 +139,9 @@ class BatchReader(_Consumer):
         """
         r = self.route
         ids: list[Any] = raw["message_ids"]
+        if r.order_key is not None:
+            await self.read_batch_by_key(ids, raw[BATCH_ENTRIES])
+            return
         done: list[bytes] = []
         touched = time.monotonic()
         try:
@@ -155,6 +162,48 @@ class BatchReader(_Consumer):
             # for one entry; this lets entries gather into batches at the cost of <= READ_LINGER_S of
             # latency. A full batch (a backlog) reads again at once.
             await asyncio.sleep(READ_LINGER_S)
+
+    async def read_batch_by_key(self, ids: list[Any], entries: list[Any]) -> None:
+        """One task per key (session): a session's entries in stream order, sessions side by side, so
+        one slow session (a lock, a disk read under load) no longer delays every other one behind it
+        in the batch. Acks, dead letters and the claimer's rules are those of `read_batch`."""
+        r = self.route
+        assert r.order_key is not None
+        lanes: dict[str | None, list[tuple[str, Any, Any]]] = {}
+        for entry_id_b, fields in zip(ids, entries, strict=True):
+            try:
+                body, _ = decode_fields(fields)
+                key = r.order_key(r.adapter.validate_python(body))
+            except (ValidationError, ValueError, TypeError):
+                key = None  # `handle` dead-letters it
+            lanes.setdefault(key, []).append((lenient_text(entry_id_b), entry_id_b, fields))
+        done: list[bytes] = []
+
+        async def lane(items: list[tuple[str, Any, Any]]) -> None:
+            for entry_id, entry_id_b, fields in items:
+                if not self.subscriber.running or not await self.handle(entry_id, fields):
+                    return  # a failed entry stops its lane: the later ones stay pending, in order
+                done.append(entry_id_b)
+
+        keeper = asyncio.create_task(self._keep_batch_claimed(ids, done))
+        try:
+            await asyncio.gather(*(lane(items) for items in lanes.values()))
+        finally:
+            keeper.cancel()
+            if done:
+                await r.client.xack(r.stream, r.group, *done)
+        if len(ids) < BATCH_SIZE and self.subscriber.running:
+            await asyncio.sleep(READ_LINGER_S)
+
+    async def _keep_batch_claimed(self, ids: list[Any], done: list[bytes]) -> None:
+        """While a concurrent batch runs, keep its waiting entries from the claimer (see keep_claimed)."""
+        r = self.route
+        while True:
+            await asyncio.sleep(r.claim_idle_ms / 3000)
+            waiting = [i for i in ids if i not in set(done)]
+            if waiting:
+                await r.client.xclaim(r.stream, r.group, r.consumer, min_idle_time=0, message_ids=waiting,
+                                      justid=True)
 
     async def keep_claimed(self, done: list[bytes], waiting: list[Any]) -> None:
         """A slow batch: ack what is done, and reset the idle time of the entries still waiting here,
@@ -243,6 +292,7 @@ def subscribe(
     max_deliveries: int = 5,
     polling_interval_ms: int = 100,
     deadletters: Counter | None = None,
+    order_key: OrderKey | None = None,
 ) -> Subscription:
     """Register the reader and the claimer for one (stream, group). Call `ensure_group` before start."""
     adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
@@ -251,7 +301,8 @@ def subscribe(
         deadletters = metrics.deadletter_counter(registry)
     route = Route(broker=broker, client=client, stream=stream, group=group, consumer=consumer, adapter=adapter,
                   handler=handler, claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries,
-                  polling_interval_ms=polling_interval_ms, deadletters=deadletters, registry=registry)
+                  polling_interval_ms=polling_interval_ms, deadletters=deadletters, registry=registry,
+                  order_key=order_key)
     BatchReader(route).register()
     Claimer(route).register()
     subscription = Subscription(stream=stream, group=group, adapter=adapter, handler=handler)

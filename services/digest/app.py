@@ -19,6 +19,13 @@ from .builder import DigestBuilder, Metrics
 from .flush import Flusher
 
 
+def session_of(entry: object) -> str | None:
+    """Every digest input names its session (ArtifactChange, the lifecycle events, InjectionRecorded,
+    FlushRequest); the entries of one session keep their stream order."""
+    sid = getattr(entry, "session_id", None)
+    return sid if isinstance(sid, str) else None
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("digest", settings)
@@ -46,8 +53,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         keys.ARTIFACT_CHANGES: on_change, keys.LIFECYCLE: on_lifecycle, keys.INJECTIONS_RECORDED: on_recorded,
         keys.DIGEST_FLUSH: on_flush,
     }
+    # Sessions side by side (each session's entries in order, under its lock): handled one at a time,
+    # one session's slow change held every other session's digest behind it (bench-e2e, issue 20).
     subs = subscribe_service(broker, ctx.redis, "digest", handlers, claim_idle_ms=settings.claim_idle_ms,
-                             max_deliveries=settings.max_deliveries)
+                             max_deliveries=settings.max_deliveries, order_key=session_of)
 
     async def start() -> None:
         await start_subscriptions(ctx.redis, broker, subs)
