@@ -200,7 +200,8 @@ class BatchReader(_Consumer):
         r = self.route
         while True:
             await asyncio.sleep(r.claim_idle_ms / 3000)
-            waiting = [i for i in ids if i not in set(done)]
+            finished = set(done)
+            waiting = [i for i in ids if i not in finished]
             if waiting:
                 await r.client.xclaim(r.stream, r.group, r.consumer, min_idle_time=0, message_ids=waiting,
                                       justid=True)
