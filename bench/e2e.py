@@ -186,10 +186,29 @@ async def wake_latencies(r: aioredis.Redis, records: list[SessionRecord]) -> dic
     return out
 
 
+async def change_publishes(r: aioredis.Redis) -> dict[tuple[str, str], list[float]]:
+    """(session, ref) -> the append times of its ArtifactChanges (the stack keeps the streams untrimmed)."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for entry_id, fields in await r.xrange(keys.ARTIFACT_CHANGES):
+        blob = b" ".join(v for v in fields.values() if isinstance(v, bytes))
+        sid, ref = re.search(rb'"session_id":\s*"([^"]+)"', blob), re.search(rb'"ref":\s*"([^"]+)"', blob)
+        if sid and ref:
+            out.setdefault((sid.group(1).decode(), ref.group(1).decode()), []).append(
+                int(entry_id.decode().split("-")[0]) / 1000)
+    return out
+
+
 async def delivery_latencies(r: aioredis.Redis, records: list[SessionRecord], data_dir: Path) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"notification_to_inbox": [], "notification_to_transcript": [],
                                    "file_to_inbox": [], "deck_to_inbox": [],
-                                   "file_to_transcript": [], "deck_to_transcript": []}
+                                   "file_to_transcript": [], "deck_to_transcript": [],
+                                   # per hop of a file save: HTTP answer (runtime applied + replied,
+                                   # proxy published), answer -> digest's inbox entry, inbox -> transcript
+                                   "file_save_to_answer": [], "file_answer_to_inbox": [], "file_inbox_to_transcript": [],
+                                   "deck_save_to_answer": [], "deck_answer_to_inbox": [], "deck_inbox_to_transcript": [],
+                                   "file_save_to_publish": [], "file_publish_to_inbox": [],
+                                   "deck_save_to_publish": [], "deck_publish_to_inbox": []}
+    published = await change_publishes(r)
     for rec in records:
         injections = await inbox_injections(r, rec.sid)
         transcript = [json.loads(line) for line in (data_dir / "sessions" / rec.sid / "transcript.jsonl").read_text().splitlines()]
@@ -204,16 +223,26 @@ async def delivery_latencies(r: aioredis.Redis, records: list[SessionRecord], da
                 out["notification_to_transcript"].append(max(recorded[("notification", nid)] - sent, 0.0))
         for ref, kind in ((FILE_REF, "file"), (DECK_REF, "deck")):
             digests = sorted((at, inj) for at, inj in injections if inj.get("source") == "artifact" and inj.get("ref") == ref)
+            answered = dict(rec.edit_answers.get(ref, []))
             for sent in rec.edits.get(ref, []):
+                if sent in answered:
+                    out[f"{kind}_save_to_answer"].append(answered[sent] - sent)
                 nxt = next(((at, inj) for at, inj in digests if at >= sent), None)
                 if nxt is None:
                     continue
                 out[f"{kind}_to_inbox"].append(nxt[0] - sent)
+                if sent in answered:
+                    out[f"{kind}_answer_to_inbox"].append(max(nxt[0] - answered[sent], 0.0))
+                pub = next((t for t in published.get((rec.sid, ref), []) if t >= sent - 0.002), None)
+                if pub is not None and pub <= nxt[0]:
+                    out[f"{kind}_save_to_publish"].append(max(pub - sent, 0.0))
+                    out[f"{kind}_publish_to_inbox"].append(nxt[0] - pub)
                 # The recorded entry that covers it: the first recorded digest of the ref at or after that one.
                 later = sorted(t for (src, sid), t in recorded.items() if src == "artifact" and sid.startswith(ref + "@")
                                and t >= nxt[0])
                 if later:
                     out[f"{kind}_to_transcript"].append(later[0] - sent)
+                    out[f"{kind}_inbox_to_transcript"].append(later[0] - nxt[0])
     return out
 
 

@@ -62,6 +62,9 @@ class SessionRecord:
     # ref -> acknowledged edits (sent at); the digest numbers the revisions (a dormant file write
     # has none until it does), so the audit compares with the digest's own `current`.
     edits: dict[str, list[float]] = field(default_factory=dict)
+    # ref -> (sent at, answered at) per acknowledged edit: the answer comes after the runtime applied
+    # the write and the proxy published its ArtifactChange (bench/e2e.py splits the latency per hop).
+    edit_answers: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     stranded: int = 0
 
 
@@ -166,6 +169,7 @@ class LoadClient:
 
     def _acked(self, rec: SessionRecord, ref: str, sent: float) -> None:
         rec.edits.setdefault(ref, []).append(sent)
+        rec.edit_answers.setdefault(ref, []).append((sent, time.time()))
 
     async def prompt(self, rec: SessionRecord, label: str, *, nudge: bool = False) -> PromptRecord:
         """One attempt per text; on an ambiguous failure, a new prompt (new text) until one is acked."""
