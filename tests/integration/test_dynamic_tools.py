@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from tests.integration.runtime_support import Driver, call, done, script
-from tests.integration.test_knowledge import ask, results
 from tests.support.polling import wait_sync
+from tests.support.sessions import ask
+from tests.support.sessions import tool_results as results
 from tests.support.stack import API_TOKEN, Stack
 
 pytestmark = pytest.mark.timeout(300)
