@@ -13,6 +13,7 @@ to leave an entry pending; an entry is acked only after its handler returned.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Hashable
@@ -205,21 +206,26 @@ class BatchReader(_Consumer):
                     return  # a later entry of this key must not overtake the failed one: all stay pending
                 done.append(entry_id_b)
 
-        keeper = asyncio.create_task(self.keep_pending(pending))
+        stop = asyncio.Event()
+        keeper = asyncio.create_task(self.keep_pending(pending, stop))
         try:
             await asyncio.gather(*(run_lane(lane) for lane in lanes.values()))
         finally:
+            # The event as well as the cancel: on Python 3.11 a cancel landing inside a redis-py command
+            # can be swallowed, and a keeper left running would keep a failed entry from the claimer.
+            stop.set()
             keeper.cancel()
             if done:
                 await r.client.xack(r.stream, r.group, *done)
 
-    async def keep_pending(self, pending: set[bytes]) -> None:
+    async def keep_pending(self, pending: set[bytes], stop: asyncio.Event) -> None:
         """While a concurrent batch runs, reset the idle time of its entries not handled yet, so the
         claimer does not take them over from a live reader (as `keep_claimed` does in order)."""
         r = self.route
-        while True:
-            await asyncio.sleep(r.claim_idle_ms / 3000)
-            if pending:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), r.claim_idle_ms / 3000)
+            if pending and not stop.is_set():
                 await r.client.xclaim(r.stream, r.group, r.consumer, min_idle_time=0,
                                       message_ids=list(pending), justid=True)
 
