@@ -9,14 +9,10 @@ import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
 from shared import keys
-from shared.bus import publish
+from shared.bus import by_session, publish
 from shared.contracts.wake import Wake
 from tests.integration.test_bus import _true, _zero, consumer, new_stream, pending, producer
 from tests.support.polling import eventually
-
-
-def by_session(entry: object) -> str | None:
-    return getattr(entry, "session_id", None)
 
 
 async def publish_rounds(redis_url: str, stream: str, sessions: list[str], rounds: int) -> None:
