@@ -116,7 +116,8 @@ class DigestBuilder:
         self.due = DueLoop(client, self.flush, poll_s)
         self.after_change: Callable[[str], Awaitable[None]] | None = None
 
-    def _locked(self, sid: str) -> contextlib.AbstractAsyncContextManager[None]:
+    def locked(self, sid: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """The session's digest lock (due.py): held by every change, flush and settle of `sid`."""
         return session_lock(self._r, sid)
 
     # ------------------------------------------------------------------ artifact changes
@@ -127,7 +128,7 @@ class DigestBuilder:
                 await asyncio.to_thread(remove_blob, self._data_dir, change.session_id, change.blob)
             return
         sid, ref = change.session_id, change.ref
-        async with self._locked(sid):
+        async with self.locked(sid):
             state = await self.revisions.load(sid, ref) or RefState(kind=change.kind)
             given = change.to_revision
             if given is None and change.document is not None and isinstance(change.document.get("revision"), int):
@@ -265,7 +266,7 @@ class DigestBuilder:
 
     async def flush(self, sid: str, ref: str) -> None:
         """A debounce window ended: send (live) or write the manifest (the session went dormant meanwhile)."""
-        async with self._locked(sid):
+        async with self.locked(sid):
             state = await self.revisions.load(sid, ref)
             if state is None or not state.undelivered:
                 return
@@ -282,7 +283,7 @@ class DigestBuilder:
 
     async def on_live(self, event: SessionLive) -> None:
         sid = event.session_id
-        async with self._locked(sid):
+        async with self.locked(sid):
             if await self._stale_fence(sid, event.fence):
                 # A SessionLive retried after a newer lease was taken (the claimer redelivers entries a
                 # Redis restart failed): recording its fence would make every later change of the newer
@@ -305,7 +306,7 @@ class DigestBuilder:
 
     async def on_dormant(self, event: SessionDormant) -> None:
         sid = event.session_id
-        async with self._locked(sid):
+        async with self.locked(sid):
             fence = optional_text(await self._r.hget(keys.digest_live(sid), "fence"))
             if fence == str(event.fence):
                 await self._r.delete(keys.digest_live(sid))
@@ -323,7 +324,7 @@ class DigestBuilder:
         ref = event.ref or ref
         revision = event.to_revision if event.to_revision is not None else revision
         sid = event.session_id
-        async with self._locked(sid):
+        async with self.locked(sid):
             await asyncio.to_thread(self.manifest.clear_upto, sid, ref, revision)
             state = await self.revisions.load(sid, ref)
             if state is None:

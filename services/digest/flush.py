@@ -57,7 +57,7 @@ class Flusher:
 
     async def settle(self, sid: str, upto: int) -> bool:
         """True when every change up to `upto` is settled and `ChangesSettled` is in the inbox."""
-        async with self.b._locked(sid):
+        async with self.b.locked(sid):
             by_ref: dict[str, set[int]] = {}
             for seq, ref in await causal.in_flight(self._r, sid, upto):
                 by_ref.setdefault(ref, set()).add(seq)
