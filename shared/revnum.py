@@ -1,15 +1,18 @@
-"""Numbering a live session's file changes, so the revision a write is answered with is the one the
+"""Numbering a session's file changes, so the revision a write is answered with is the one the
 digest records (docs/integration.md "Forwarded live writes").
 
 The digest owns revisions: a change that names its revision (`to_revision`) gets it when it is above
 the ref's current one, else current + 1. Reading the digest's current revision and answering + 1 lags
 when writes to one file follow each other faster than the digest takes them in: two writes both read
-current 0, both answer 1, and the digest records 1 and 2. So the lease holder (the live files' only
-writer) numbers every file change it makes, the user's and the agent's alike, with one atomic script:
+current 0, both answer 1, and the digest records 1 and 2. So the files' one writer numbers every file
+change it makes, the user's and the agent's alike, with one atomic script (live: the lease holder;
+dormant: the proxy, under the dormant-write lock, which also publishes the change under it):
 one above both the digest's current revision and the last number it handed out for the ref. The
 numbers only grow, and each is above the digest's current one when the change reaches it, so the digest
-records exactly that number. The dormant sweep removes the key (shared/dormancy.py); the digest's
-current revision alone is then the floor again.
+records exactly that number, and a dormant write the digest has not taken in when the session wakes
+cannot share a number with the first live one. The dormant sweep removes the key (shared/dormancy.py);
+the digest's current revision alone is then the floor again (a write while dormant brings the key back
+until the next sweep or its expiry).
 """
 
 from __future__ import annotations

@@ -309,15 +309,16 @@ def test_dormant_files(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
     # A new file into a never-woken session (issue 17): accepted, directories made, still dormant.
     resp = api.put(f"/sessions/{sid}/workspace/files/in/new/brief.xml", content=b"<brief/>")
     assert resp.status_code == 200, resp.text
-    assert resp.json() == {"path": "in/new/brief.xml", "size": 8, "revision": None, "created": True}
+    assert resp.json() == {"path": "in/new/brief.xml", "size": 8, "revision": 1, "created": True}
     assert (workspace / "in" / "new" / "brief.xml").read_bytes() == b"<brief/>"
     created = wait_sync(lambda: [c for c in artifact_changes(r, sid) if c["ref"] == "file:in/new/brief.xml"],
                         what="ArtifactChange for the new file")
     assert created[0]["created"] is True and created[0]["deleted"] is False
-    assert api.put(f"/sessions/{sid}/workspace/files/in/new/brief.xml", content=b"<b/>").json()["created"] is False
+    again = api.put(f"/sessions/{sid}/workspace/files/in/new/brief.xml", content=b"<b/>").json()
+    assert again["created"] is False and again["revision"] == 2  # numbered at once, not left to the digest
     # DELETE while dormant: the file goes, the removal is an ArtifactChange; a second one is a 404.
     resp = api.delete(f"/sessions/{sid}/workspace/files/in/new/brief.xml", headers={"X-Gamma-Digest": "Removed it"})
-    assert resp.status_code == 200 and resp.json() == {"path": "in/new/brief.xml", "deleted": True, "revision": None}
+    assert resp.status_code == 200 and resp.json() == {"path": "in/new/brief.xml", "deleted": True, "revision": 3}
     assert not (workspace / "in" / "new" / "brief.xml").exists() and (workspace / "in" / "new").is_dir()
     removal = wait_sync(lambda: [c for c in artifact_changes(r, sid) if c["ref"] == "file:in/new/brief.xml"
                                  and c["deleted"]], what="the removal's ArtifactChange")

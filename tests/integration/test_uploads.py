@@ -93,7 +93,7 @@ def test_upload_into_a_never_woken_session_is_told_before_the_first_message_once
     brief = b"<brief>\n  <topic>sea otters</topic>\n  <audience>children</audience>\n</brief>\n"
     resp = api.put(f"/sessions/{sid}/workspace/files/imports/q3/brief.xml", content=brief)
     assert resp.status_code == 200, resp.text
-    assert resp.json() == {"path": "imports/q3/brief.xml", "size": len(brief), "revision": None, "created": True}
+    assert resp.json() == {"path": "imports/q3/brief.xml", "size": len(brief), "revision": 1, "created": True}
     deck = {"title": "Otters", "cards": [{"id": "c1", "title": "Intro"}, {"id": "c2", "title": "Food"}]}
     resp = api.put(f"/sessions/{sid}/documents/d1", json=deck)
     assert resp.status_code == 200 and resp.json()["revision"] == 1, resp.text
@@ -119,6 +119,10 @@ def test_upload_into_a_never_woken_session_is_told_before_the_first_message_once
     wait_sync(lambda: not manifest_refs(stack, sid), what="the manifest cleared after the record")
     items = ask(api, sid, "and now?")
     assert len(updates(items, "file:imports/q3/brief.xml")) == 1 and len(updates(items, "gamma:file:d1")) == 1
+    assert items[file_at]["details"]["toRevision"] == 1  # the number the dormant PUT answered
+    # Live now: the numbering goes on from the dormant write's number (no second revision 1).
+    resp = api.put(f"/sessions/{sid}/workspace/files/imports/q3/brief.xml", content=brief + b"<!-- v2 -->\n")
+    assert resp.status_code == 200 and resp.json()["revision"] == 2, resp.text
 
 
 def test_upload_then_first_message_at_once_is_told_before_it_every_time(api: httpx.Client, stack: Stack) -> None:
@@ -178,7 +182,7 @@ def test_delete_live_and_dormant_is_announced_as_a_removal(api: httpx.Client, r:
     # Dormant: the proxy removes it under the dormant-write lock; the session stays dormant.
     suspend(api, sid)
     resp = api.delete(f"/sessions/{sid}/workspace/files/docs/b.txt")
-    assert resp.status_code == 200 and resp.json() == {"path": "docs/b.txt", "deleted": True, "revision": None}
+    assert resp.status_code == 200 and resp.json() == {"path": "docs/b.txt", "deleted": True, "revision": 2}
     assert status(api, sid) == "dormant" and not r.exists(keys.lease(sid))
     assert not (workspace(stack, sid) / "docs" / "b.txt").exists()
     resp = api.delete(f"/sessions/{sid}/documents/d3")

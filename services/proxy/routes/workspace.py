@@ -26,14 +26,15 @@ from urllib.parse import unquote_to_bytes
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from shared import workspace_fs, write_model
+from shared import revnum, workspace_fs, write_model
 from shared.blobs import remove_blob, write_blob
 from shared.contracts.base import new_id
 from shared.contracts.inbox import FileDelete, FileWrite
 from shared.disk import PathRefused, check_size, session_paths, split_workspace_path
 from shared.quota import WorkspaceQuota
+from shared.write_model import Refused
 
-from ..artifacts import BlobRef, client_digest, file_changed, file_deleted
+from ..artifacts import BlobRef, client_digest, file_changed, file_deleted, file_ref
 from ..deps import Proxy, get_proxy, tracking
 from ..liveness import apply_if_dormant, owned_session
 from ..rows import SessionState
@@ -151,15 +152,25 @@ async def write_file(
     check_size(data, proxy.settings.max_file_bytes)
     data_dir = proxy.settings.data_dir
     workspace_quota = WorkspaceQuota.from_settings(proxy.settings)
-    applied = await apply_if_dormant(proxy, state, "file", lambda: asyncio.to_thread(
-        write_model.write_file, workspace, rel, data, max_bytes=proxy.settings.max_file_bytes,
-        quota=workspace_quota))
-    if applied is not None:
-        written = applied.value
+
+    async def dormant() -> tuple[write_model.FileWritten, int] | Refused:
+        # Numbered and published under the dormant-write lock: two writes to one file are numbered and
+        # reach the digest in the order they hit the disk (shared/revnum.py).
+        written = await asyncio.to_thread(write_model.write_file, workspace, rel, data,
+                                          max_bytes=proxy.settings.max_file_bytes, quota=workspace_quota)
+        if isinstance(written, Refused):
+            return written
+        revision = await revnum.next_revision(proxy.redis, sid, file_ref(written.path))
         blob = await _stage(data_dir, sid, new_id("b_"), data)
-        await file_changed(proxy.broker, sid, written.path, blob, digest, created=written.created,
+        await file_changed(proxy.broker, sid, written.path, blob, digest, revision, created=written.created,
                            track=tracking(proxy))
-        return JSONResponse({"path": written.path, "size": written.size, "revision": None, "created": written.created})
+        return written, revision
+
+    applied = await apply_if_dormant(proxy, state, "file", dormant)
+    if applied is not None:
+        written, number = applied.value
+        return JSONResponse({"path": written.path, "size": written.size, "revision": number,
+                             "created": written.created})
     # Live: the bytes go to a content blob on the session disk, the inbox entry only names it; the
     # runtime copies it into the workspace, and the ArtifactChange names the same blob for the digest.
     blob = await _stage(data_dir, sid, new_id("b_"), data)
@@ -187,11 +198,19 @@ async def delete_file(
 ) -> JSONResponse:
     """Remove one file (not a directory). The agent is told in its next `artifact_update`."""
     sid, workspace, rel, digest = write_target(request, path, x_gamma_digest, state, proxy)
-    applied = await apply_if_dormant(proxy, state, "file_delete", lambda: asyncio.to_thread(
-        write_model.remove_file, workspace, rel))
+
+    async def dormant() -> tuple[str, int] | Refused:
+        removed = await asyncio.to_thread(write_model.remove_file, workspace, rel)
+        if isinstance(removed, Refused):
+            return removed
+        revision = await revnum.next_revision(proxy.redis, sid, file_ref(removed.path))
+        await file_deleted(proxy.broker, sid, removed.path, digest, revision, track=tracking(proxy))
+        return removed.path, revision
+
+    applied = await apply_if_dormant(proxy, state, "file_delete", dormant)
     if applied is not None:
-        await file_deleted(proxy.broker, sid, applied.value.path, digest, track=tracking(proxy))
-        return JSONResponse({"path": applied.value.path, "deleted": True, "revision": None})
+        removed_path, number = applied.value
+        return JSONResponse({"path": removed_path, "deleted": True, "revision": number})
     reply = await proxy.forward(FileDelete(session_id=sid, path=rel))
     revision = reply.body.get("revision")
     await file_deleted(proxy.broker, sid, rel, digest, revision if isinstance(revision, int) else None,
