@@ -8,7 +8,9 @@ to its sessions' rings over one connection per node that holds them, and `due` s
 read now; the reader then reads them without blocking, batched per node in one pipeline.
 
 Pub/Sub is fire and forget: a ring published while a connection was down or a slot was moving is lost.
-Two things cover that. A confirmed SSUBSCRIBE counts as a ring (whatever was appended before the
+A connection can also die without a word (a half-open TCP connection behind a NAT or a frozen node):
+a node silent for KEEPALIVE_S gets a PING, and one that does not answer within PONG_TIMEOUT_S is
+dropped like a failed one, then subscribed again. Two things cover the rings lost meanwhile. A confirmed SSUBSCRIBE counts as a ring (whatever was appended before the
 subscription is read once it is in place), and every `SWEEP_INTERVAL_S` every held session is due
 anyway. A node whose connection fails (a killed primary) or answers an error (MOVED after a failover)
 is dropped; its sessions are routed again through the cluster client's refreshed slot map.
@@ -39,6 +41,9 @@ SWEEP_INTERVAL_S = 1.0
 # A session whose read failed (its node down, its slot moved) is read again after this long, not at
 # once: a dead node must not turn the read loop into a busy loop.
 RETRY_S = 0.2
+# A subscription connection silent this long is pinged; no answer within PONG_TIMEOUT_S drops it.
+KEEPALIVE_S = 15.0
+PONG_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -48,6 +53,8 @@ class _Node:
     sessions: set[str] = field(default_factory=set)  # subscribed, or SSUBSCRIBE sent
     leaving: set[str] = field(default_factory=set)  # removed: SUNSUBSCRIBE still to send
     task: asyncio.Task[None] | None = None  # the listener; done = the node is to be dropped
+    heard_at: float = field(default_factory=time.monotonic)  # the last reply of any kind
+    pinged_at: float | None = None  # a PING is out, unanswered
 
 
 @dataclass
@@ -61,12 +68,14 @@ class RingStats:
 class NodeRings:
     """Which held sessions to read now: rung since the last call, or all of them at a sweep."""
 
-    def __init__(self, client: aioredis.Redis, sweep_interval_s: float = SWEEP_INTERVAL_S) -> None:
+    def __init__(self, client: aioredis.Redis, sweep_interval_s: float = SWEEP_INTERVAL_S,
+                 keepalive_s: float = KEEPALIVE_S, pong_timeout_s: float = PONG_TIMEOUT_S) -> None:
         cluster = redis_cluster.cluster_of(client)
         if cluster is None:
             raise ValueError("inbox rings need a Redis Cluster client")
         self._client, self._cluster = client, cluster
         self._sweep_interval_s = sweep_interval_s
+        self._keepalive_s, self._pong_timeout_s = keepalive_s, pong_timeout_s
         self._sessions: set[str] = set()
         self._unrouted: set[str] = set()  # held, not subscribed on any node yet
         self._node_of: dict[str, str] = {}
@@ -158,6 +167,7 @@ class NodeRings:
 
     async def _maintain(self) -> None:
         for node in list(self._nodes.values()):
+            await self._keep_alive(node)
             if node.task is None or node.task.done():
                 await self._drop(node)
             elif node.leaving:
@@ -171,6 +181,23 @@ class NodeRings:
                 del self._nodes[node.name]
         if self._unrouted:
             await self._subscribe(set(self._unrouted))
+
+    async def _keep_alive(self, node: _Node) -> None:
+        """PING a silent connection; cancel the listener of one that leaves a PING unanswered."""
+        if node.task is None or node.task.done():
+            return
+        now = time.monotonic()
+        if node.pinged_at is not None and now - node.pinged_at > self._pong_timeout_s:
+            log.warning("inbox_ring_node_silent", node=node.name, silent_s=round(now - node.heard_at, 1))
+            node.task.cancel()  # dropped by the caller once the task is done
+            with contextlib.suppress(BaseException):
+                await node.task
+        elif node.pinged_at is None and now - node.heard_at > self._keepalive_s:
+            node.pinged_at = now
+            try:
+                await self._send(node, [("PING", "gamma")])
+            except (RedisError, OSError):
+                node.task.cancel()
 
     async def _subscribe(self, sids: set[str]) -> None:
         try:
@@ -216,9 +243,13 @@ class NodeRings:
         try:
             while True:
                 reply: Any = await node.conn.read_response(timeout=math.inf, push_request=True)
+                node.heard_at, node.pinged_at = time.monotonic(), None  # any reply proves it alive
                 if not isinstance(reply, list) or len(reply) < 2:
                     continue
-                kind, sid = text(reply[0]), keys.inbox_stream_sid(text(reply[1]))
+                kind = text(reply[0])
+                if kind not in ("smessage", "ssubscribe", "sunsubscribe"):
+                    continue  # "pong": the keep-alive's answer
+                sid = keys.inbox_stream_sid(text(reply[1]))
                 if kind in ("smessage", "ssubscribe"):
                     self.stats.rings += kind == "smessage"
                     self.ring(sid)

@@ -121,6 +121,28 @@ async def test_rings_lost_while_unsubscribed_are_read_on_resubscribe(redis_url: 
         assert reader.rings.stats.dropped_nodes >= 1
 
 
+async def test_a_silent_subscription_is_pinged_dropped_and_subscribed_again(
+    redis_url: str, redis_cluster: LocalCluster
+) -> None:
+    """A node that stops answering without closing the connection (frozen, or a half-open TCP
+    connection): its PING goes unanswered, the connection is dropped and the sessions subscribed again."""
+    async with clients(redis_url, NO_SWEEP_S) as (writer, reader):
+        assert reader.rings is not None
+        reader.rings._keepalive_s, reader.rings._pong_timeout_s = 0.2, 0.5
+        sids = await held(reader, 30)
+        port = redis_cluster.primaries()[0]
+        with contextlib.closing(redis_cluster.client(port)) as c:
+            c.execute_command("CLIENT", "PAUSE", "1500", "ALL")  # every client of that node left waiting
+        assert await read_until(reader, 1, 1.4) == []
+        assert reader.rings.stats.dropped_nodes >= 1, "the silent node was never dropped"
+        await asyncio.sleep(0.3)  # the pause is over
+        for sid in sids:
+            await inbox.append(writer, prompt(sid, "after the pause"))
+        got = await read_until(reader, len(sids), 10.0)
+        assert sorted(e.session_id for e in got) == sorted(sids)
+        assert reader.rings.connections == 3
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 async def test_a_killed_primary_strands_no_session() -> None:
