@@ -186,15 +186,21 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         cmd0, cpu_rt0, cpu_px0, t0 = await commands(r), cpu_s(runtime), cpu_s(proxy), time.monotonic()
         content = "@ts@" * args.tokens
         script = "script:" + json.dumps([{"content": content, "tool_calls": [TOOL]}])
+        spies: list[asyncio.subprocess.Process] = []
+
+        async def spy() -> None:  # the runtime, and the proxy (`.proxy.folded`), from --py-spy-at on
+            await asyncio.sleep(args.py_spy_at)
+            for pid, suffix in ((runtime, ""), (proxy, ".proxy")):
+                out = ROOT / "bench" / "results" / f"stream-{label}-{n}{suffix}.folded"
+                spies.append(await asyncio.create_subprocess_exec(
+                    args.py_spy, "record", "-p", str(pid), "-d", str(args.py_spy_s), "-r", "50", "-f", "raw",
+                    "-o", str(out), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL))
+        spying = asyncio.ensure_future(spy()) if args.py_spy else None
         await post_all(http, sids, {"message": script}, ramp_s=args.ramp_s)
-        spy = None
-        if args.py_spy:
-            out = ROOT / "bench" / "results" / f"stream-{label}-{n}.folded"
-            spy = await asyncio.create_subprocess_exec(args.py_spy, "record", "-p", str(runtime), "-d", "6", "-r", "50",
-                                                       "-f", "raw", "-o", str(out), stdout=asyncio.subprocess.DEVNULL,
-                                                       stderr=asyncio.subprocess.DEVNULL)
+        if spying is not None:
+            await spying
         results = [receive(proc, conn, args.timeout_s + 120) for proc, conn in readers]
-        if spy is not None:
+        for spy in spies:
             await spy.wait()
         elapsed = time.monotonic() - t0
         rss_peak = psutil.Process(proxy).memory_info().rss
@@ -213,7 +219,8 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         redis_proc.terminate()
     lat = [x for res in results for x in res["lat"]]
     tokens = len(lat)
-    return {"lat": lat, "hops": [h for res in results for h in res.get("hops", [])], "tokens": tokens, "events": sum(res["events"] for res in results),
+    hops = [tuple(res["hops"][i : i + 4]) for res in results for i in range(0, len(res.get("hops", ())), 4)]
+    return {"lat": lat, "hops": hops, "tokens": tokens, "events": sum(res["events"] for res in results),
             "restarts": sum(res["restarts"] for res in results),
             "done": sum(res["done"] for res in results), "errors": sum(res["errors"] for res in results),
             "elapsed_s": elapsed, "cmds": sum(cmd1.values()) - sum(cmd0.values()) - 1,
@@ -313,7 +320,9 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=180.0)
     parser.add_argument("--label", default="")
     parser.add_argument("--before-label", default="before", help="names the --before-src run's py-spy file")
-    parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime for 6 s of streaming")
+    parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime and the proxy while streaming")
+    parser.add_argument("--py-spy-s", type=int, default=6, help="how long")
+    parser.add_argument("--py-spy-at", type=float, default=0.0, help="from this long after the first streaming prompt")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--before-src", type=Path, default=None,
                         help="a source tree (e.g. `git archive main`) run at each load just before this one")

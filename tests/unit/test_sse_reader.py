@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from services.runtime.engine.sse import json_events, json_reads, split_events
+from services.runtime.engine.sse import json_events, json_reads, open_stream, split_events
 
 
 def response(parts: list[bytes]) -> httpx.Response:
@@ -76,3 +76,25 @@ async def test_json_reads_yields_what_came_before_an_error_then_raises() -> None
         async for r in json_reads(response([wire])):
             seen.append(r)
     assert seen == [[{"a": 1}]]
+
+
+@pytest.mark.parametrize("body", [{"model": "m", "input": [{"role": "user", "content": "héllo ✓"}], "stream": True},
+                                  {"model": "m", "input": [], "metadata": {"big": 2**70}}],
+                         ids=["orjson", "beyond-orjson"])
+async def test_open_stream_posts_the_body_as_compact_json_with_the_client_headers(body: dict[str, Any]) -> None:
+    """The body is encoded here (orjson), not by the SDK; what orjson refuses goes through the SDK's
+    encoder. Either way the server gets the same JSON, as application/json, with the client's auth."""
+    seen: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=b"data: [DONE]\n\n", headers={"content-type": "text/event-stream"})
+    client = openai.AsyncOpenAI(api_key="k", base_url="http://model.test/v1",
+                                http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    resp = await open_stream(client, "/responses", body)
+    await resp.aclose()
+    (request,) = seen
+    assert json.loads(request.content) == body
+    assert request.content == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["authorization"] == "Bearer k"
