@@ -72,7 +72,8 @@ class Worker:
         self.skills = skills
         self.static_prefix = static_prefix(skills)  # the same for every session: built once, not per wake
         # Streamed text of all sessions: one pipeline per coalescing window (ticker.py).
-        self.ticker = DeltaTicker(client, settings.delta_coalesce_ms / 1000)
+        self.ticker = DeltaTicker(client, settings.delta_coalesce_ms / 1000, min_period_s=settings.delta_coalesce_min_ms / 1000,
+                                  sends_per_s=settings.delta_sends_per_s)
         # Model streams read once per tick, just before it (ticker.py): only where one read returns
         # all that arrived (aiohttp, the in-process scripted model), else a gated httpx stream would
         # fall behind at one HTTP chunk per tick.

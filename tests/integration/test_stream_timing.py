@@ -207,3 +207,41 @@ async def test_the_ticker_is_a_read_gate_opening_just_before_each_tick(redis_cli
     assert "".join(e["data"]["delta"] for e in events) == "x" * 5 and len(events) <= 5
     await asyncio.sleep(0.15)
     assert ticker._task is not None and ticker._task.done()  # idle: no task left behind
+
+
+def test_the_window_adapts_to_the_number_of_streaming_sessions(redis_client: aioredis.Redis) -> None:
+    """Short with few streaming sessions (latency), growing with them so that the worker's events per
+    second stay within its budget, never beyond the configured window; no budget: the fixed window."""
+    ticker = DeltaTicker(redis_client, 0.03, min_period_s=0.01, sends_per_s=5000)
+    for streaming, period in [(0, 0.01), (20, 0.01), (50, 0.01), (100, 0.02), (150, 0.03), (500, 0.03)]:
+        ticker.streaming = streaming
+        assert ticker.period() == pytest.approx(period)
+    fixed = DeltaTicker(redis_client, 0.03)
+    fixed.streaming = 1
+    assert fixed.period() == 0.03
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("readers", [1, 12])
+async def test_the_gate_opens_per_the_load_of_streams_waiting_for_it(redis_client: aioredis.Redis, readers: int) -> None:
+    """The streams waiting at the gate are the load: one stream gets the short window (10 ms), twelve
+    with a budget of 100 events a second the full one (60 ms); each one's text still goes out whole."""
+    ticker = DeltaTicker(redis_client, 0.06, min_period_s=0.01, sends_per_s=100)
+    outs = [Outbox(redis_client, f"adapt{readers}-{i}", bus, coalesce_s=0.06, ticker=ticker) for i in range(readers)]
+    opened: list[float] = []
+
+    async def reader(out: Outbox, first: bool) -> None:
+        for _ in range(12):
+            await ticker.wait()
+            if first:
+                opened.append(time.monotonic())
+            await out.event("message_update", {"delta": "x"}, wait=False)
+    await asyncio.wait_for(asyncio.gather(*(reader(o, i == 0) for i, o in enumerate(outs))), 10)
+    gaps = sorted(b - a for a, b in zip(opened[2:], opened[3:], strict=False))  # after the first ticks counted them
+    median = gaps[len(gaps) // 2]
+    assert (median < 0.03) if readers == 1 else (median >= 0.05)
+    deadline = time.monotonic() + 5
+    while any(o.has_queued() for o in outs) and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the ticker with a deadline
+        await asyncio.sleep(0.01)
+    for o in outs:
+        assert "".join(e["data"]["delta"] for e in await entries(redis_client, o.sid)) == "x" * 12
