@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-from array import array
 import re
 import time
+from array import array
 from multiprocessing.connection import Connection
 from typing import Any
 

@@ -77,6 +77,7 @@ class _Shard:
     client_id: int | None = None  # its connection's, for CLIENT UNBLOCK
     blocked: bool = False
     changed: bool = False  # sessions joined after the read in flight was built
+    streams: tuple[list[str], list[str]] | None = None  # (sids, their stream names) of the next read
 
 
 class EventFanout:
@@ -129,7 +130,9 @@ class EventFanout:
             if not topic.subscribers:  # its shard stops reading it with its next read
                 del self._topics[sub.sid]
                 for shard in self._shards:
-                    shard.sids.discard(sub.sid)
+                    if sub.sid in shard.sids:
+                        shard.sids.discard(sub.sid)
+                        shard.streams = None
         self._release(sub)
 
     def _release(self, sub: Subscriber) -> None:
@@ -147,6 +150,7 @@ class EventFanout:
             shard = _Shard(slot=slot)
             self._shards.append(shard)
         shard.sids.add(sid)
+        shard.streams = None
         shard.changed = True
         if shard.task is None or shard.task.done():
             shard.task = asyncio.ensure_future(self._run(shard))
@@ -203,10 +207,13 @@ class EventFanout:
 
     async def _read_once(self, shard: _Shard, conn: Connection) -> None:
         shard.changed = False
-        sids = sorted(shard.sids)
+        if shard.streams is None:
+            # The names are built when the shard's sessions change, not per read (a read per tick).
+            sids = sorted(shard.sids)
+            shard.streams = (sids, [keys.events(sid) for sid in sids])
+        sids, streams = shard.streams
         ids = [self._topics[sid].last_id for sid in sids]
-        await conn.send_command("XREAD", "COUNT", READ_COUNT, "BLOCK", self._block_ms, "STREAMS",
-                                *[keys.events(sid) for sid in sids], *ids)
+        await conn.send_command("XREAD", "COUNT", READ_COUNT, "BLOCK", self._block_ms, "STREAMS", *streams, *ids)
         shard.blocked = True
         if shard.changed:  # sessions joined while the command went out: do not make them wait a block
             await self._unblock(shard)
@@ -214,7 +221,7 @@ class EventFanout:
             reply: Any = await conn.read_response()
         finally:
             shard.blocked = False
-        self._deliver(reply, {keys.events(sid): sid for sid in sids})
+        self._deliver(reply, dict(zip(streams, sids, strict=True)))
 
     def _deliver(self, reply: Any, sid_of: dict[str, str]) -> None:
         for stream, entries in reply.items() if isinstance(reply, dict) else reply or []:  # RESP3: a map
