@@ -146,10 +146,10 @@ class Settings(BaseSettings):
     delta_coalesce_ms: float = Field(30.0, ge=0, le=1000, validation_alias="GAMMA_DELTA_COALESCE_MS")
     # The window adapts to the load (ticker.py): with few streaming sessions a worker ticks every
     # GAMMA_DELTA_COALESCE_MIN_MS, growing so that one event per streaming session per tick stays
-    # within GAMMA_DELTA_SENDS_PER_S, up to GAMMA_DELTA_COALESCE_MS (reached at 150 streaming
+    # within GAMMA_DELTA_SENDS_PER_S, up to GAMMA_DELTA_COALESCE_MS (reached at 135 streaming
     # sessions by default). GAMMA_DELTA_SENDS_PER_S=0: the window is always GAMMA_DELTA_COALESCE_MS.
     delta_coalesce_min_ms: float = Field(10.0, ge=1, le=1000, validation_alias="GAMMA_DELTA_COALESCE_MIN_MS")
-    delta_sends_per_s: float = Field(5000.0, ge=0, le=1_000_000, validation_alias="GAMMA_DELTA_SENDS_PER_S")
+    delta_sends_per_s: float = Field(4500.0, ge=0, le=1_000_000, validation_alias="GAMMA_DELTA_SENDS_PER_S")
     # `make run`: runtime worker processes (they share the sessions by lease); 0 = one per CPU core.
     # One worker's event loop is the bottleneck of a saturated stack (bench-e2e, issue 20).
     runtime_workers: int = Field(0, ge=0, le=64, validation_alias="GAMMA_RUNTIME_WORKERS")

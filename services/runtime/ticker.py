@@ -23,7 +23,7 @@ The window adapts to the load (`sends_per_s`): what a short window costs is even
 the proxy's fan-out and every SSE client pay per XADD), and what it buys is latency (a token waits
 half a window on average). With few streaming sessions the worker ticks every `min_period_s`; with
 more, the period grows so that one event per streaming session per tick stays within `sends_per_s`,
-up to `period_s` (defaults: 10 ms up to 50 sessions, 30 ms from 150; bench-stream at 80 tokens/s:
+up to `period_s` (defaults: 10 ms up to 45 sessions, 30 ms from 135; bench-stream at 80 tokens/s:
 added p99 at 100 sessions 50 -> 31-36 ms, and the full window where it keeps Redis at <= 0.5
 commands per token).
 """
@@ -98,8 +98,10 @@ class DeltaTicker:
                 await asyncio.sleep(self.period() - self.lead_s)
                 readers = self._open_gate()  # the readers take what arrived, queue it, and the tick sends it
                 await asyncio.sleep(self.lead_s)
-                # A session counts whether its stream read text (gated) or only sent it (ungated).
-                self.streaming = max(readers, len(self._waiting))
+                # A session counts whether its stream read text (gated) or only sent it (ungated). The
+                # load is taken at once when it rises, let go slowly (half-life ~70 ticks) when it
+                # falls: a worker whose streams end one after the other keeps its window meanwhile.
+                self.streaming = max(readers, len(self._waiting), int(self.streaming * 0.99))
                 await self._tick_due()
         finally:
             self._open_gate()  # never leave a reader waiting on a ticker that stopped

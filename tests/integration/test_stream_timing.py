@@ -212,8 +212,8 @@ async def test_the_ticker_is_a_read_gate_opening_just_before_each_tick(redis_cli
 def test_the_window_adapts_to_the_number_of_streaming_sessions(redis_client: aioredis.Redis) -> None:
     """Short with few streaming sessions (latency), growing with them so that the worker's events per
     second stay within its budget, never beyond the configured window; no budget: the fixed window."""
-    ticker = DeltaTicker(redis_client, 0.03, min_period_s=0.01, sends_per_s=5000)
-    for streaming, period in [(0, 0.01), (20, 0.01), (50, 0.01), (100, 0.02), (150, 0.03), (500, 0.03)]:
+    ticker = DeltaTicker(redis_client, 0.03, min_period_s=0.01, sends_per_s=4500)
+    for streaming, period in [(0, 0.01), (20, 0.01), (45, 0.01), (90, 0.02), (135, 0.03), (500, 0.03)]:
         ticker.streaming = streaming
         assert ticker.period() == pytest.approx(period)
     fixed = DeltaTicker(redis_client, 0.03)
@@ -245,3 +245,17 @@ async def test_the_gate_opens_per_the_load_of_streams_waiting_for_it(redis_clien
         await asyncio.sleep(0.01)
     for o in outs:
         assert "".join(e["data"]["delta"] for e in await entries(redis_client, o.sid)) == "x" * 12
+
+
+@pytest.mark.timeout(30)
+async def test_the_window_is_kept_while_the_streams_end(redis_client: aioredis.Redis) -> None:
+    """The load falls slowly: after many streams, the one left keeps the long window for a while
+    (the sessions that end one after the other do not shrink the window of the rest at once)."""
+    ticker = DeltaTicker(redis_client, 0.06, min_period_s=0.01, sends_per_s=100)
+    ticker.streaming = 30  # was 30 streams: 0.3 s a tick at this budget, capped to 60 ms
+    opened: list[float] = []
+    for _ in range(6):
+        await ticker.wait()
+        opened.append(time.monotonic())
+    assert min(b - a for a, b in zip(opened, opened[1:], strict=False)) >= 0.05
+    assert ticker.streaming >= 25
