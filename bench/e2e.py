@@ -139,6 +139,14 @@ async def profile(stack: Stack, py_spy: str | None, out: Path, delay_s: float, s
     await proc.wait()
 
 
+async def loop_lag(out: list[float], period_s: float = 0.01) -> None:
+    """How much later than asked a short sleep of the client's loop returns (s), until cancelled."""
+    while True:
+        asked = time.monotonic()
+        await asyncio.sleep(period_s)
+        out.append(time.monotonic() - asked - period_s)
+
+
 async def session_life(client: LoadClient, rounds: int, records: list[SessionRecord], start_delay: float) -> None:
     await asyncio.sleep(start_delay)
     rec = await client.create_session()
@@ -285,12 +293,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         stack.start()
         start_extra_runtimes(stack, args.runtimes - 1)
         sampler.start()
-        t0, cpu0 = time.monotonic(), cpu_of(stack)
+        t0, cpu0, client_cpu0 = time.monotonic(), cpu_of(stack), time.process_time()
+        lags: list[float] = []
+        lag = asyncio.ensure_future(loop_lag(lags))
         spy = asyncio.ensure_future(profile(stack, args.py_spy, args.out.with_suffix(".runtime.folded"), 15, 20))
         await asyncio.gather(*(session_life(client, args.rounds, records, i * args.ramp_s / args.sessions)
                                for i in range(args.sessions)))
         load_s = time.monotonic() - t0
         cpu_load = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in cpu_of(stack).items()}
+        cpu_load["bench_client"] = round(time.process_time() - client_cpu0, 1)
+        lag.cancel()
         await spy
         t1 = time.monotonic()
         await asyncio.gather(*(rewake(client, rec) for rec in records[: args.sessions // 4]))
@@ -332,7 +344,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                        "http_requests": client.stats.requests, "retries": client.stats.retries,
                        "rewake_phase_s": round(rewake_s, 1)},
         "cpu_s_load_phase": cpu_load,
-        "latency": {"prompt_to_answer": summary(prompt_lat), **{k: summary(v) for k, v in delivery.items()}},
+        # The client's own event loop running late inflates every latency it measures (its send
+        # times are taken before the request is written): how late a 10 ms sleep woke, load phase.
+        "client_loop_lag": summary(lags),
+        "latency": {"prompt_to_answer": summary(prompt_lat),
+                    **{k: summary(client.stats.latencies.get(k, [])) for k in ("prompt_post", "prompt_post_woke")},
+                    **{k: summary(v) for k, v in delivery.items()}},
         "wake": {k: summary(v) for k, v in wakes.items()},
         "memory": memory,
         "settled_sessions": sum(settled),

@@ -153,6 +153,9 @@ class Settings(BaseSettings):
     # `make run`: runtime worker processes (they share the sessions by lease); 0 = one per CPU core.
     # One worker's event loop is the bottleneck of a saturated stack (bench-e2e, issue 20).
     runtime_workers: int = Field(0, ge=0, le=64, validation_alias="GAMMA_RUNTIME_WORKERS")
+    # Wakes a runtime worker reads and handles at once (services/runtime/app.py): a wake mostly waits
+    # (lease, disk fence fsync, restore, SessionLive), ~30-100 ms, so one at a time queued a burst.
+    runtime_wakes_at_once: int = Field(8, ge=1, le=256, validation_alias="GAMMA_RUNTIME_WAKES_AT_ONCE")
     # --- dormant sessions in Redis (issue 19 item 3) ---
     # How long a dormant session's events stream (SSE replay) and drained inbox stay in Redis; after
     # it only the session row, its fence, and the user's index (plus digest/notification state) remain.

@@ -1,7 +1,7 @@
 """A worker's fair share of the live sessions, and the pause before its next wake read when it holds more.
 
-Wakes are read one at a time (app.py `WAKE_BATCH`), which spreads a burst over the workers that are
-free. Wakes that come one by one are not spread by that: every worker is idle, and whichever Redis
+Wakes are read a few at a time (app.py, `GAMMA_RUNTIME_WAKES_AT_ONCE`), which spreads a burst over
+the workers that are free. Wakes that come one by one are not spread by that: every worker is idle, and whichever Redis
 serves first (the same one, often: 7/1/1 over three workers in tests/reliability/test_runtime_workers)
 takes each. So a worker that one more session would put over its share of the live sessions waits a
 little before it reads the next wake, and a peer reads it first; the orphan scan stops there too.

@@ -18,6 +18,7 @@ import json
 import re
 import time
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,25 +81,44 @@ class Stats:
         self.latencies.setdefault(kind, []).append(seconds)
 
 
+CLIENT_POOLS = 16
+
+
 class LoadClient:
     def __init__(self, proxy_url: str, notifications_url: str, api_token: str, service_token: str,
                  *, request_deadline_s: float = 60.0, answer_timeout_s: float = 45.0, poll_s: float = 0.3,
                  max_poll_s: float = 1.0) -> None:
-        self.proxy = httpx.AsyncClient(base_url=proxy_url, headers={"Authorization": f"Bearer {api_token}"},
-                                       timeout=httpx.Timeout(20.0, connect=2.0),
-                                       limits=httpx.Limits(max_connections=400, max_keepalive_connections=100))
-        self.notif = httpx.AsyncClient(base_url=notifications_url, headers={"Authorization": f"Bearer {service_token}"},
-                                       timeout=httpx.Timeout(20.0, connect=2.0),
-                                       limits=httpx.Limits(max_connections=400, max_keepalive_connections=100))
+        # Sessions spread over several small pools: httpx's pool scans every connection and waiting
+        # request on each request, so 200 sessions on one pool of 400 spent the client's CPU there and
+        # held requests in the client for seconds (bench-e2e: POST /messages p50 0.5 s, py-spy of the
+        # client: 50% in httpcore's pool), which was then measured as the stack's latency.
+        self._proxies = [self._client(proxy_url, api_token) for _ in range(CLIENT_POOLS)]
+        self._notifs = [self._client(notifications_url, service_token) for _ in range(CLIENT_POOLS)]
+        self.proxy, self.notif = self._proxies[0], self._notifs[0]
         self.request_deadline_s = request_deadline_s
         self.answer_timeout_s = answer_timeout_s
         self.poll_s = poll_s
         self.max_poll_s = max(poll_s, max_poll_s)
         self.stats = Stats()
+        # Transcript entries read so far and the cursor after them, per session: a poll reads only
+        # what was appended since (re-reading every page from 0 made the polling itself the load).
+        self._read: dict[str, tuple[list[dict[str, Any]], str]] = {}
+
+    @staticmethod
+    def _client(url: str, token: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                                 timeout=httpx.Timeout(20.0, connect=2.0),
+                                 limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
+
+    def proxy_for(self, sid: str) -> httpx.AsyncClient:
+        return self._proxies[zlib.crc32(sid.encode()) % len(self._proxies)]
+
+    def notif_for(self, sid: str) -> httpx.AsyncClient:
+        return self._notifs[zlib.crc32(sid.encode()) % len(self._notifs)]
 
     async def aclose(self) -> None:
-        await self.proxy.aclose()
-        await self.notif.aclose()
+        for client in (*self._proxies, *self._notifs):
+            await client.aclose()
 
     async def _send(self, client: httpx.AsyncClient, method: str, url: str, **kw: Any) -> httpx.Response:
         """Retry until a non-retryable answer: only for requests that are safe to repeat."""
@@ -145,13 +165,13 @@ class LoadClient:
             "payload": {"renderId": nid, "ref": DECK_REF, "status": "failed", "error": "load test"},
         }}
         sent = time.time()
-        resp = await self._send_until(self.notif, "POST", "/notifications", {200, 202}, json=body)
+        resp = await self._send_until(self.notif_for(rec.sid), "POST", "/notifications", {200, 202}, json=body)
         rec.notifications[nid] = sent
         assert resp.json()["id"] == nid
 
     async def save_file(self, rec: SessionRecord, text: str) -> None:
         sent = time.time()
-        resp = await self._send_until(self.proxy, "PUT", f"/sessions/{rec.sid}/workspace/files/{FILE}", {200, 201},
+        resp = await self._send_until(self.proxy_for(rec.sid), "PUT", f"/sessions/{rec.sid}/workspace/files/{FILE}", {200, 201},
                                       content=text.encode())
         self._acked(rec, FILE_REF, sent)
         assert resp.json()["path"] == FILE
@@ -159,10 +179,10 @@ class LoadClient:
     async def edit_deck(self, rec: SessionRecord, n: int) -> None:
         sent = time.time()
         if DECK_REF not in rec.edits:
-            resp = await self._send_until(self.proxy, "PUT", f"/sessions/{rec.sid}/documents/{DECK}", {200, 201},
+            resp = await self._send_until(self.proxy_for(rec.sid), "PUT", f"/sessions/{rec.sid}/documents/{DECK}", {200, 201},
                                           json={"title": "Load deck", "cards": [{"id": "c0", "title": "Start"}]})
         else:
-            resp = await self._send_until(self.proxy, "PATCH", f"/sessions/{rec.sid}/documents/{DECK}", {200},
+            resp = await self._send_until(self.proxy_for(rec.sid), "PATCH", f"/sessions/{rec.sid}/documents/{DECK}", {200},
                                           json={"cards": [{"id": f"c{n}", "title": f"Card {n}"}]})
         self._acked(rec, DECK_REF, sent)
         assert isinstance(resp.json()["revision"], int)
@@ -180,12 +200,14 @@ class LoadClient:
             rec.prompts.append(p)
             self.stats.requests += 1
             try:
-                resp = await self.proxy.post(f"/sessions/{rec.sid}/messages", json={"message": f"load prompt {token}"})
+                resp = await self.proxy_for(rec.sid).post(f"/sessions/{rec.sid}/messages", json={"message": f"load prompt {token}"})
             except httpx.TransportError:
                 resp = None
             if resp is not None and resp.status_code == 202:
                 body = resp.json()
                 p.prompt_id, p.woke = body["prompt_id"], bool(body["woke"])
+                self.stats.latencies.setdefault("prompt_post_woke" if p.woke else "prompt_post", []).append(
+                    time.time() - p.sent_at)  # the POST's round trip: the proxy's share of the answer time
                 return p
             if resp is not None and resp.status_code not in RETRYABLE:
                 raise AssertionError(f"prompt: {resp.status_code} {resp.text[:300]}")
@@ -195,15 +217,31 @@ class LoadClient:
             await asyncio.sleep(0.3)
 
     async def suspend(self, rec: SessionRecord) -> None:
-        resp = await self._send_until(self.proxy, "POST", f"/sessions/{rec.sid}/suspend", {200})
+        resp = await self._send_until(self.proxy_for(rec.sid), "POST", f"/sessions/{rec.sid}/suspend", {200})
         assert resp.json().get("status") == "dormant", resp.text
 
     async def transcript(self, sid: str) -> list[dict[str, Any]]:
-        resp = await self._send_until(self.proxy, "GET", f"/sessions/{sid}/transcript", {200})
-        return list(resp.json()["entries"])
+        """Every entry so far, reading only the pages after the last cursor (as a client following
+        the transcript would); a cursor the proxy refuses (400) starts again from 0."""
+        entries, cursor = self._read.get(sid, ([], "0"))
+        while True:
+            resp = await self._send_until(self.proxy_for(sid), "GET", f"/sessions/{sid}/transcript", {200, 400},
+                                          params={"cursor": cursor})
+            if resp.status_code == 400:
+                if cursor == "0":
+                    raise AssertionError(f"GET transcript: 400 {resp.text[:300]}")
+                entries, cursor = [], "0"
+                continue
+            page = resp.json()
+            entries = entries + page["entries"]
+            cursor = page["next_cursor"]
+            if not page["has_more"]:
+                break
+        self._read[sid] = (entries, cursor)
+        return list(entries)
 
     async def status(self, sid: str) -> dict[str, Any]:
-        resp = await self._send_until(self.proxy, "GET", f"/sessions/{sid}", {200})
+        resp = await self._send_until(self.proxy_for(sid), "GET", f"/sessions/{sid}", {200})
         return dict(resp.json())
 
     async def wait_answer(self, rec: SessionRecord, p: PromptRecord, *, stranded_after_s: float = 8.0) -> bool:
