@@ -40,6 +40,7 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import inbox_trace  # noqa: E402
 from shared import keys  # noqa: E402
 from tests.reliability.workload import (  # noqa: E402
     DECK_REF,
@@ -246,6 +247,13 @@ async def delivery_latencies(r: aioredis.Redis, records: list[SessionRecord], da
     return out
 
 
+def prompt_kinds(records: list[SessionRecord]) -> dict[str, Any]:
+    """prompt -> answer split: prompts to a live session, and prompts that woke it (wake + barrier)."""
+    live = [p.answered_at - p.sent_at for rec in records for p in rec.prompts if p.answered_at and not p.woke]
+    woke = [p.answered_at - p.sent_at for rec in records for p in rec.prompts if p.answered_at and p.woke]
+    return {"prompt_to_answer_live": summary(live), "prompt_to_answer_waking": summary(woke)}
+
+
 def start_redis(args: argparse.Namespace, directory: Path) -> tuple[str, Callable[[], None], aioredis.Redis]:
     """(url without db, stop, audit client): one redis-server with AOF, or with `--cluster` a local
     Redis Cluster of 3 primaries + 3 replicas (tests/support/redis_cluster.py)."""
@@ -276,7 +284,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     stack = Stack(redis_url=url + "/0", data_dir=data_dir, src=args.src, env_overrides={
         "GAMMA_IDLE_S": "120", "GAMMA_REPLY_TIMEOUT_S": "20",
         # 200 sessions of one user in ~10 s: above the per-user create rate limit (60/min).
-        "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", **lease})
+        "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", **lease,
+        **({"GAMMA_TRACE_INBOX": "1"} if args.trace else {})})
     sampler = MemorySampler(stack)
     client = LoadClient(stack.url("proxy"), stack.url("notifications"), API_TOKEN, SERVICE_TOKEN,
                         request_deadline_s=120, answer_timeout_s=180, poll_s=0.3, max_poll_s=args.poll_s)
@@ -310,6 +319,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await r.aclose()
         stack.stop()
         stop_redis()
+    trace = inbox_trace.summarize(data_dir / "logs" / "runtime.log", data_dir / "logs" / "proxy.log",
+                                  {rec.sid: rec.edit_answers.get(FILE_REF, []) for rec in records}) if args.trace else None
     audit = Audit()
     for rec in records:
         audit_session(rec, data_dir / "sessions" / rec.sid, audit, digest_current.get(rec.sid, {}), undelivered.get(rec.sid),
@@ -332,8 +343,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                        "http_requests": client.stats.requests, "retries": client.stats.retries,
                        "rewake_phase_s": round(rewake_s, 1)},
         "cpu_s_load_phase": cpu_load,
-        "latency": {"prompt_to_answer": summary(prompt_lat), **{k: summary(v) for k, v in delivery.items()}},
+        "latency": {"prompt_to_answer": summary(prompt_lat), **prompt_kinds(records),
+                    **{k: summary(v) for k, v in delivery.items()}},
         "wake": {k: summary(v) for k, v in wakes.items()},
+        **({"inbox_trace": trace} if trace is not None else {}),
         "memory": memory,
         "settled_sessions": sum(settled),
         "audit": {**audit.summary(), "loss_examples": audit.losses[:10], "stuck_examples": audit.stuck[:10],
@@ -359,6 +372,8 @@ def main() -> None:
     parser.add_argument("--runtimes", type=int, default=1, help="runtime worker processes")
     parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime 20 s of the load phase")
     parser.add_argument("--test-lease", action="store_true", help="the test stack's 3 s lease (as before issue 20)")
+    parser.add_argument("--trace", action="store_true",
+                        help="the runtime logs each inbox entry's hops; the result splits them (bench/inbox_trace.py)")
     args = parser.parse_args()
     args.out = args.out or (RESULTS.with_name("e2e.cluster.json") if args.cluster else RESULTS)
     result = asyncio.run(run(args))
