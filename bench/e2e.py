@@ -126,18 +126,37 @@ def cpu_of(stack: Stack) -> dict[str, float]:
         except psutil.Error:
             continue
         out[name] = t.user + t.system
+    own = psutil.Process().cpu_times()  # the load client itself: a saturated one delays what it measures
+    out["bench_client"] = own.user + own.system
     return out
 
 
 async def profile(stack: Stack, py_spy: str | None, out: Path, delay_s: float, seconds: int) -> None:
-    """py-spy on the runtime for `seconds`, `delay_s` into the load phase (collapsed stacks)."""
+    """py-spy on the runtime for `seconds`, `delay_s` into the load phase (collapsed stacks); with
+    --trace also on the proxy and on this load client (`<out stem>.{proxy,client}.folded`)."""
     if py_spy is None:
         return
     await asyncio.sleep(delay_s)
-    proc = await asyncio.create_subprocess_exec(py_spy, "record", "-p", str(stack.procs["runtime"].pid), "-d",
-                                                str(seconds), "-r", "50", "-f", "raw", "-o", str(out),
-                                                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    await proc.wait()
+    targets = {out: stack.procs["runtime"].pid}
+    if stack.env_overrides.get("GAMMA_TRACE_INBOX") == "1":
+        targets[out.with_name(out.name.replace(".runtime.", ".proxy."))] = stack.procs["proxy"].pid
+        targets[out.with_name(out.name.replace(".runtime.", ".client."))] = os.getpid()
+    procs = [await asyncio.create_subprocess_exec(py_spy, "record", "-p", str(pid), "-d", str(seconds), "-r", "50",
+                                                  "-f", "raw", "-o", str(path), stdout=asyncio.subprocess.DEVNULL,
+                                                  stderr=asyncio.subprocess.DEVNULL)
+             for path, pid in targets.items()]
+    for proc in procs:
+        await proc.wait()
+
+
+async def loop_lag(lags: list[float], stop: asyncio.Event) -> None:
+    """How late this load client's event loop runs a 10 ms timer: a late client delays its own
+    requests after stamping them sent, which the latencies would blame on the stack."""
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        t = loop.time()
+        await asyncio.sleep(0.01)
+        lags.append(max(loop.time() - t - 0.01, 0.0))
 
 
 async def session_life(client: LoadClient, rounds: int, records: list[SessionRecord], start_delay: float) -> None:
@@ -295,10 +314,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         start_extra_runtimes(stack, args.runtimes - 1)
         sampler.start()
         t0, cpu0 = time.monotonic(), cpu_of(stack)
+        lags: list[float] = []
+        lag_stop = asyncio.Event()
+        lag_task = asyncio.ensure_future(loop_lag(lags, lag_stop))
         spy = asyncio.ensure_future(profile(stack, args.py_spy, args.out.with_suffix(".runtime.folded"), 15, 20))
         await asyncio.gather(*(session_life(client, args.rounds, records, i * args.ramp_s / args.sessions)
                                for i in range(args.sessions)))
         load_s = time.monotonic() - t0
+        lag_stop.set()
+        await lag_task
         cpu_load = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in cpu_of(stack).items()}
         await spy
         t1 = time.monotonic()
@@ -343,6 +367,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                        "http_requests": client.stats.requests, "retries": client.stats.retries,
                        "rewake_phase_s": round(rewake_s, 1)},
         "cpu_s_load_phase": cpu_load,
+        "client_loop_lag": summary(lags),
         "latency": {"prompt_to_answer": summary(prompt_lat), **prompt_kinds(records),
                     **{k: summary(v) for k, v in delivery.items()}},
         "wake": {k: summary(v) for k, v in wakes.items()},

@@ -82,7 +82,8 @@ def _proxy_put(log: Path, sends: dict[str, list[tuple[float, float]]]) -> dict[s
             if p is None:
                 continue
             lines.remove(p)
-            hops["sent_to_handler_ms"].append((p["entered"] - sent) * 1000)
+            hops["sent_to_arrived_ms"].append((p["arrived"] - sent) * 1000)
+            hops["arrived_to_handler_ms"].append((p["entered"] - p["arrived"]) * 1000)
             for k in ("body_ms", "stage_ms", "forward_ms", "publish_ms"):
                 hops[k].append(float(p[k]))
     return {k: _summary(v) for k, v in hops.items()}

@@ -194,7 +194,8 @@ async def write_file(
     await file_changed(proxy.broker, sid, rel, blob, digest, revision if isinstance(revision, int) else None,
                        created=reply.body.get("created") is True, track=tracking(proxy))
     if TRACE:
-        log.info("file_put_timing", session_id=sid, entered=round(entered, 4), body_ms=round((staging - entered) * 1000, 1),
+        log.info("file_put_timing", session_id=sid, entered=round(entered, 4),
+                 arrived=round(request.scope.get("gamma.arrived", entered), 4), body_ms=round((staging - entered) * 1000, 1),
                  stage_ms=round((staged - staging) * 1000, 1),
                  forward_ms=round((replied - staged) * 1000, 1), publish_ms=round((time.time() - replied) * 1000, 1))
     return JSONResponse(reply.body, status_code=reply.status)
