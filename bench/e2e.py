@@ -40,6 +40,7 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import inbox_trace  # noqa: E402
 from shared import keys  # noqa: E402
 from tests.reliability.workload import (  # noqa: E402
     DECK_REF,
@@ -125,26 +126,37 @@ def cpu_of(stack: Stack) -> dict[str, float]:
         except psutil.Error:
             continue
         out[name] = t.user + t.system
+    own = psutil.Process().cpu_times()  # the load client itself: a saturated one delays what it measures
+    out["bench_client"] = own.user + own.system
     return out
 
 
 async def profile(stack: Stack, py_spy: str | None, out: Path, delay_s: float, seconds: int) -> None:
-    """py-spy on the runtime for `seconds`, `delay_s` into the load phase (collapsed stacks)."""
+    """py-spy on the runtime for `seconds`, `delay_s` into the load phase (collapsed stacks); with
+    --trace also on the proxy and on this load client (`<out stem>.{proxy,client}.folded`)."""
     if py_spy is None:
         return
     await asyncio.sleep(delay_s)
-    proc = await asyncio.create_subprocess_exec(py_spy, "record", "-p", str(stack.procs["runtime"].pid), "-d",
-                                                str(seconds), "-r", "50", "-f", "raw", "-o", str(out),
-                                                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    await proc.wait()
+    targets = {out: stack.procs["runtime"].pid}
+    if stack.env_overrides.get("GAMMA_TRACE_INBOX") == "1":
+        targets[out.with_name(out.name.replace(".runtime.", ".proxy."))] = stack.procs["proxy"].pid
+        targets[out.with_name(out.name.replace(".runtime.", ".client."))] = os.getpid()
+    procs = [await asyncio.create_subprocess_exec(py_spy, "record", "-p", str(pid), "-d", str(seconds), "-r", "50",
+                                                  "-f", "raw", "-o", str(path), stdout=asyncio.subprocess.DEVNULL,
+                                                  stderr=asyncio.subprocess.DEVNULL)
+             for path, pid in targets.items()]
+    for proc in procs:
+        await proc.wait()
 
 
-async def loop_lag(out: list[float], period_s: float = 0.01) -> None:
-    """How much later than asked a short sleep of the client's loop returns (s), until cancelled."""
-    while True:
-        asked = time.monotonic()
-        await asyncio.sleep(period_s)
-        out.append(time.monotonic() - asked - period_s)
+async def loop_lag(lags: list[float], stop: asyncio.Event) -> None:
+    """How late this load client's event loop runs a 10 ms timer: a late client delays its own
+    requests after stamping them sent, which the latencies would blame on the stack."""
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        t = loop.time()
+        await asyncio.sleep(0.01)
+        lags.append(max(loop.time() - t - 0.01, 0.0))
 
 
 async def session_life(client: LoadClient, rounds: int, records: list[SessionRecord], start_delay: float) -> None:
@@ -254,6 +266,13 @@ async def delivery_latencies(r: aioredis.Redis, records: list[SessionRecord], da
     return out
 
 
+def prompt_kinds(records: list[SessionRecord]) -> dict[str, Any]:
+    """prompt -> answer split: prompts to a live session, and prompts that woke it (wake + barrier)."""
+    live = [p.answered_at - p.sent_at for rec in records for p in rec.prompts if p.answered_at and not p.woke]
+    woke = [p.answered_at - p.sent_at for rec in records for p in rec.prompts if p.answered_at and p.woke]
+    return {"prompt_to_answer_live": summary(live), "prompt_to_answer_waking": summary(woke)}
+
+
 def start_redis(args: argparse.Namespace, directory: Path) -> tuple[str, Callable[[], None], aioredis.Redis]:
     """(url without db, stop, audit client): one redis-server with AOF, or with `--cluster` a local
     Redis Cluster of 3 primaries + 3 replicas (tests/support/redis_cluster.py)."""
@@ -284,7 +303,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     stack = Stack(redis_url=url + "/0", data_dir=data_dir, src=args.src, env_overrides={
         "GAMMA_IDLE_S": "120", "GAMMA_REPLY_TIMEOUT_S": "20",
         # 200 sessions of one user in ~10 s: above the per-user create rate limit (60/min).
-        "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", **lease})
+        "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", **lease,
+        **({"GAMMA_TRACE_INBOX": "1"} if args.trace else {})})
     sampler = MemorySampler(stack)
     client = LoadClient(stack.url("proxy"), stack.url("notifications"), API_TOKEN, SERVICE_TOKEN,
                         request_deadline_s=120, answer_timeout_s=180, poll_s=0.3, max_poll_s=args.poll_s)
@@ -293,16 +313,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         stack.start()
         start_extra_runtimes(stack, args.runtimes - 1)
         sampler.start()
-        t0, cpu0, client_cpu0 = time.monotonic(), cpu_of(stack), time.process_time()
+        t0, cpu0 = time.monotonic(), cpu_of(stack)
         lags: list[float] = []
-        lag = asyncio.ensure_future(loop_lag(lags))
+        lag_stop = asyncio.Event()
+        lag_task = asyncio.ensure_future(loop_lag(lags, lag_stop))
         spy = asyncio.ensure_future(profile(stack, args.py_spy, args.out.with_suffix(".runtime.folded"), 15, 20))
         await asyncio.gather(*(session_life(client, args.rounds, records, i * args.ramp_s / args.sessions)
                                for i in range(args.sessions)))
         load_s = time.monotonic() - t0
+        lag_stop.set()
+        await lag_task
         cpu_load = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in cpu_of(stack).items()}
-        cpu_load["bench_client"] = round(time.process_time() - client_cpu0, 1)
-        lag.cancel()
         await spy
         t1 = time.monotonic()
         await asyncio.gather(*(rewake(client, rec) for rec in records[: args.sessions // 4]))
@@ -322,6 +343,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await r.aclose()
         stack.stop()
         stop_redis()
+    trace = inbox_trace.summarize(data_dir / "logs" / "runtime.log", data_dir / "logs" / "proxy.log",
+                                  {rec.sid: rec.edit_answers.get(FILE_REF, []) for rec in records}) if args.trace else None
     audit = Audit()
     for rec in records:
         audit_session(rec, data_dir / "sessions" / rec.sid, audit, digest_current.get(rec.sid, {}), undelivered.get(rec.sid),
@@ -344,13 +367,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                        "http_requests": client.stats.requests, "retries": client.stats.retries,
                        "rewake_phase_s": round(rewake_s, 1)},
         "cpu_s_load_phase": cpu_load,
-        # The client's own event loop running late inflates every latency it measures (its send
-        # times are taken before the request is written): how late a 10 ms sleep woke, load phase.
         "client_loop_lag": summary(lags),
-        "latency": {"prompt_to_answer": summary(prompt_lat),
+        "latency": {"prompt_to_answer": summary(prompt_lat), **prompt_kinds(records),
                     **{k: summary(client.stats.latencies.get(k, [])) for k in ("prompt_post", "prompt_post_woke")},
                     **{k: summary(v) for k, v in delivery.items()}},
         "wake": {k: summary(v) for k, v in wakes.items()},
+        **({"inbox_trace": trace} if trace is not None else {}),
         "memory": memory,
         "settled_sessions": sum(settled),
         "audit": {**audit.summary(), "loss_examples": audit.losses[:10], "stuck_examples": audit.stuck[:10],
@@ -376,6 +398,8 @@ def main() -> None:
     parser.add_argument("--runtimes", type=int, default=1, help="runtime worker processes")
     parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime 20 s of the load phase")
     parser.add_argument("--test-lease", action="store_true", help="the test stack's 3 s lease (as before issue 20)")
+    parser.add_argument("--trace", action="store_true",
+                        help="the runtime logs each inbox entry's hops; the result splits them (bench/inbox_trace.py)")
     args = parser.parse_args()
     args.out = args.out or (RESULTS.with_name("e2e.cluster.json") if args.cluster else RESULTS)
     result = asyncio.run(run(args))

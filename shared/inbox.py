@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,7 @@ class InboxEntry:
     session_id: str
     entry_id: str
     message: InboxMessage
+    read_at: float = 0.0  # wall clock when this worker read it (the entry id carries Redis's append time)
 
 
 def parse_fields(fields: dict[bytes | str, bytes | str]) -> InboxMessage:
@@ -379,5 +381,5 @@ class InboxReader:
             await dead_letter(self._client, keys.inbox(sid), GROUP, eid, fields, f"invalid inbox entry: {exc}", 1)
             await self.ack(sid, eid)
             return None
-        return InboxEntry(session_id=sid, entry_id=eid, message=message)
+        return InboxEntry(session_id=sid, entry_id=eid, message=message, read_at=time.time())
 

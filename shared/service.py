@@ -29,6 +29,7 @@ from .bus import ensured_groups, missing_groups
 from .gcpolicy import heap_freezer
 from .httplimits import bounded_http_protocol
 from .internal_http import InternalServer, internal_app, metrics_response
+from .iopool import install_io_executor
 from .metrics import StreamStats, for_registry, install_stream_stats
 from .reconnect import connect
 from .settings import Settings, load_settings
@@ -231,6 +232,7 @@ def service_lifespan(
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         log = structlog.get_logger()
+        install_io_executor(ctx.settings.io_threads)  # before anything goes to a thread
         await wait_for_redis(ctx)
         ctx.spawn(heartbeat(ctx), "heartbeat")
         await start()

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     # gen-2 collections' scan; 0: off), and every GAMMA_GC_FULL_S the heap is unfrozen and collected once.
     gc_freeze_s: float = Field(5.0, ge=0, validation_alias="GAMMA_GC_FREEZE_S")
     gc_full_s: float = Field(600.0, gt=0, validation_alias="GAMMA_GC_FULL_S")
+    # Threads of each service's default executor (asyncio.to_thread): blocking disk I/O, mostly fsync
+    # waits, so far more than the cores (shared/iopool.py; Python's default is 6 on 2 cores).
+    io_threads: int = Field(64, ge=1, le=1024, validation_alias="GAMMA_IO_THREADS")
     # Content blobs (.blobs) older than this are orphans (their change was never published).
     blob_orphan_s: float = Field(3600.0, gt=0, validation_alias="GAMMA_BLOB_ORPHAN_S")
     # --- UI documents (issue 23 item 6): one Yjs update, the merged document's encoded size, and the

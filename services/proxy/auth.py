@@ -25,7 +25,7 @@ def user_for_token(tokens: dict[str, str], token: str) -> str | None:
     return found
 
 
-def current_user(
+async def current_user(  # async: a plain def dependency takes a worker thread per request (deps.py)
     credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
     proxy: Proxy = Depends(get_proxy),
 ) -> str:

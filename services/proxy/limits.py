@@ -3,6 +3,8 @@ reads it (Content-Length) or while it streams in (chunked bodies are counted).""
 
 from __future__ import annotations
 
+import time
+
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -27,6 +29,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope["gamma.arrived"] = time.time()  # bench/e2e.py --trace: request arrival -> handler
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -46,6 +48,9 @@ from .transcript import Transcript
 
 log = structlog.get_logger()
 BARRIER_WAIT_S = 3.0
+# bench/e2e.py: one `inbox_entry_timing` line per entry (append -> read -> dequeued -> handled), to
+# find where an entry waits; off by default (a line per entry is not free under load).
+TRACE = os.environ.get("GAMMA_TRACE_INBOX") == "1"
 RETRY_FOR_S = 60.0
 # a client waits on a reply key for these (a prompt only when it carries a request id: expected_run_id)
 REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete, Abort, UserPrompt)
@@ -129,8 +134,11 @@ class InboxDispatcher:
             self.h.touch()
             if self.causal is not None and self.causal.timeout() == 0.0:
                 await self.causal_expired()  # a busy inbox must not keep a held prompt past its wait
+            dequeued = time.time()
             try:
                 await self.handle_retrying(entry)
+                if TRACE:
+                    _trace(self.h.sid, entry, dequeued)
             except LeaseLost:
                 log.warning("lease_lost", session_id=self.h.sid)
                 return
@@ -308,3 +316,11 @@ class InboxDispatcher:
             h.start_run(h.protocol.take_idle())
         if not h.running:
             await h.record_idle()  # the manifest's dormant updates, with no prompt to carry them
+
+
+def _trace(sid: str, entry: InboxEntry, dequeued: float) -> None:
+    appended = int(entry.entry_id.split("-")[0]) / 1000
+    done = time.time()
+    log.info("inbox_entry_timing", session_id=sid, entry_id=entry.entry_id, type=entry.message.type,
+             read_ms=round((entry.read_at - appended) * 1000, 1), queued_ms=round((dequeued - entry.read_at) * 1000, 1),
+             handle_ms=round((done - dequeued) * 1000, 1), done=round(done, 4))

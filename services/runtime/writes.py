@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
+
+import structlog
 
 from shared import revnum, write_model
 from shared.blobs import read_blob
@@ -26,6 +30,9 @@ from shared.uirules import UiLimits, UiRefused, validate_snapshot
 from shared.write_model import Refused
 
 from .uistate import UiDoc
+
+log = structlog.get_logger()
+TRACE = os.environ.get("GAMMA_TRACE_INBOX") == "1"  # bench/e2e.py: where a file write's time goes
 
 
 class WriteOutbox(Protocol):
@@ -128,21 +135,31 @@ class WriteHandlers:
         return data
 
     async def file_write(self, entry: InboxEntry, m: FileWrite) -> None:
+        t = [time.time()]
         data = await self._blob(m)
         if isinstance(data, Refused):
             await self._refuse(entry, m.request_id, data)
             return
+        t.append(time.time())
         await self.s.guard()
+        t.append(time.time())
         written = write_model.write_file(self.s.paths.workspace, m.path, data, max_bytes=self.s.max_file_bytes,
                                          quota=self.s.workspace_quota, must_exist=False)
+        t.append(time.time())
         if isinstance(written, Refused):  # a directory in the way, a file as a parent, over quota
             await self._refuse(entry, m.request_id, written)
             return
         if written.path not in self.s.viewable_files:
             self.s.viewable_files = sorted({*self.s.viewable_files, written.path})
         revision = await self._next_revision("file:" + written.path)
+        t.append(time.time())
         await self._answer(entry, m.request_id, 200, {"path": written.path, "size": written.size, "revision": revision,
                                                       "created": written.created})
+        if TRACE:
+            t.append(time.time())
+            steps = ("blob_ms", "guard_ms", "write_ms", "revision_ms", "answer_ms")
+            log.info("file_write_timing", session_id=self.s.sid, entry_id=entry.entry_id,
+                     **{k: round((b - a) * 1000, 1) for k, a, b in zip(steps, t, t[1:], strict=False)})
 
     async def _next_revision(self, ref: str) -> int:
         """The revision the digest will record for this write (shared/revnum.py)."""

@@ -33,6 +33,7 @@ from shared.contracts.transcript import ENTRY_ADAPTER
 from shared.contracts.ui import SessionUIState
 
 RETRYABLE = {429, 500, 502, 503, 504}
+PROXY_POOLS = 16  # LoadClient: sessions spread over this many connection pools (see __init__)
 FILE = "notes.md"
 DECK = "deck"
 FILE_REF = f"file:{FILE}"
@@ -81,9 +82,6 @@ class Stats:
         self.latencies.setdefault(kind, []).append(seconds)
 
 
-CLIENT_POOLS = 16
-
-
 class LoadClient:
     def __init__(self, proxy_url: str, notifications_url: str, api_token: str, service_token: str,
                  *, request_deadline_s: float = 60.0, answer_timeout_s: float = 45.0, poll_s: float = 0.3,
@@ -92,8 +90,8 @@ class LoadClient:
         # request on each request, so 200 sessions on one pool of 400 spent the client's CPU there and
         # held requests in the client for seconds (bench-e2e: POST /messages p50 0.5 s, py-spy of the
         # client: 50% in httpcore's pool), which was then measured as the stack's latency.
-        self._proxies = [self._client(proxy_url, api_token) for _ in range(CLIENT_POOLS)]
-        self._notifs = [self._client(notifications_url, service_token) for _ in range(CLIENT_POOLS)]
+        self._proxies = [self._client(proxy_url, api_token) for _ in range(PROXY_POOLS)]
+        self._notifs = [self._client(notifications_url, service_token) for _ in range(PROXY_POOLS)]
         self.proxy, self.notif = self._proxies[0], self._notifs[0]
         self.request_deadline_s = request_deadline_s
         self.answer_timeout_s = answer_timeout_s
@@ -119,6 +117,7 @@ class LoadClient:
     async def aclose(self) -> None:
         for client in (*self._proxies, *self._notifs):
             await client.aclose()
+
 
     async def _send(self, client: httpx.AsyncClient, method: str, url: str, **kw: Any) -> httpx.Response:
         """Retry until a non-retryable answer: only for requests that are safe to repeat."""

@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import mimetypes
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import unquote_to_bytes
 
+import structlog
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -38,6 +40,9 @@ from ..artifacts import BlobRef, client_digest, file_changed, file_deleted, file
 from ..deps import Proxy, get_proxy, tracking
 from ..liveness import apply_if_dormant, owned_session
 from ..rows import SessionState
+
+log = structlog.get_logger()
+TRACE = os.environ.get("GAMMA_TRACE_INBOX") == "1"  # bench/e2e.py --trace: where a live PUT's time goes
 
 router = APIRouter(prefix="/sessions", tags=["workspace"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -147,6 +152,7 @@ async def write_file(
     path: str, request: Request, x_gamma_digest: str | None = Header(None),
     state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
 ) -> JSONResponse:
+    entered = time.time()
     sid, workspace, rel, digest = write_target(request, path, x_gamma_digest, state, proxy)
     data = await request.body()
     check_size(data, proxy.settings.max_file_bytes)
@@ -173,7 +179,9 @@ async def write_file(
                              "created": written.created})
     # Live: the bytes go to a content blob on the session disk, the inbox entry only names it; the
     # runtime copies it into the workspace, and the ArtifactChange names the same blob for the digest.
+    staging = time.time()
     blob = await _stage(data_dir, sid, new_id("b_"), data)
+    staged = time.time()
     message = FileWrite(session_id=sid, path=rel, blob=blob.name, sha256=blob.sha256, size=blob.size, digest=digest)
     try:
         reply = await proxy.forward(message)
@@ -182,8 +190,14 @@ async def write_file(
         await asyncio.to_thread(remove_blob, data_dir, sid, blob.name)
         raise
     revision = reply.body.get("revision")
+    replied = time.time()
     await file_changed(proxy.broker, sid, rel, blob, digest, revision if isinstance(revision, int) else None,
                        created=reply.body.get("created") is True, track=tracking(proxy))
+    if TRACE:
+        log.info("file_put_timing", session_id=sid, entered=round(entered, 4),
+                 arrived=round(request.scope.get("gamma.arrived", entered), 4), body_ms=round((staging - entered) * 1000, 1),
+                 stage_ms=round((staged - staging) * 1000, 1),
+                 forward_ms=round((replied - staged) * 1000, 1), publish_ms=round((time.time() - replied) * 1000, 1))
     return JSONResponse(reply.body, status_code=reply.status)
 
 
