@@ -113,7 +113,7 @@ class Delivery:
         settled = False
         if await self._r.exists(keys.health("digest")):
             settled = await wait_for_group(self._r, [keys.LIFECYCLE, keys.ARTIFACT_CHANGES],
-                                           timeout_s=self._settle_timeout_s)
+                                           timeout_s=self._settle_timeout_s, session=sid)
         await append(self._r, Barrier(session_id=sid, wake_id=event.wake_id))
         log.info("wake_delivered", session_id=sid, wake_id=event.wake_id, notifications=len(pending),
                  digest_settled=settled)

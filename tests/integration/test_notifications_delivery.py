@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -147,6 +148,32 @@ async def test_barrier_waits_for_the_digest_group(redis_client: aioredis.Redis) 
     assert await wait_for_group(redis_client, ["gamma:nothing"], timeout_s=0.1)
 
 
+async def test_a_sessions_barrier_waits_only_for_its_own_entries(redis_client: aioredis.Redis) -> None:
+    """Another session's change in flight (read, unacked) or unread does not hold this session's
+    barrier; its own, read or not, does until the digest acks it."""
+    stream = keys.ARTIFACT_CHANGES
+    await ensure_group(redis_client, stream, "digest")
+    await redis_client.xadd(stream, {"data": '{"session_id": "s_other_in_flight"}'})
+    await redis_client.xreadgroup("digest", "d1", {stream: ">"}, count=10)  # pending, never acked
+    await redis_client.xadd(stream, {"data": '{"session_id": "s_other_unread"}'})
+    started = time.monotonic()
+    assert await wait_for_group(redis_client, [stream], timeout_s=2.0, session="s_mine")
+    assert time.monotonic() - started < 0.5
+    assert not await wait_for_group(redis_client, [stream], timeout_s=0.2)  # the whole group: still busy
+    mine = await redis_client.xadd(stream, {"data": '{"session_id": "s_mine"}'})
+    assert not await wait_for_group(redis_client, [stream], timeout_s=0.2, session="s_mine")  # unread
+    await redis_client.xreadgroup("digest", "d1", {stream: ">"}, count=10)
+    assert not await wait_for_group(redis_client, [stream], timeout_s=0.2, session="s_mine")  # read, unacked
+
+    async def ack_later() -> None:
+        await asyncio.sleep(0.2)
+        await redis_client.xack(stream, "digest", mine)
+
+    task = asyncio.create_task(ack_later())
+    assert await wait_for_group(redis_client, [stream], timeout_s=3.0, session="s_mine")
+    await task
+
+
 async def test_urgency_policy_hook_can_wake(redis_client: aioredis.Redis) -> None:
     from services.notifications.policy import wake_for_types
     from shared.contracts.notifications import NotificationSubmit
@@ -168,7 +195,8 @@ async def test_urgency_policy_hook_can_wake(redis_client: aioredis.Redis) -> Non
 async def test_barrier_follows_the_digest_only_while_it_runs(redis_client: aioredis.Redis,
                                                              delivery: Delivery) -> None:
     await ensure_group(redis_client, keys.LIFECYCLE, "digest")
-    await redis_client.xadd(keys.LIFECYCLE, {"data": "{}"})  # a SessionLive the digest has not handled
+    # This session's SessionLive the digest has not handled (only the session's own entries count).
+    await redis_client.xadd(keys.LIFECYCLE, {"data": json.dumps({"type": "session_live", "session_id": SID})})
     live = SessionLive(session_id=SID, wake_id="w", fence=1, worker_id="w1")
     loop = asyncio.get_running_loop()
     start = loop.time()
