@@ -97,8 +97,6 @@ class DispatchHost(Protocol):
 
     async def ack(self, entry_id: str | None) -> None: ...
 
-    async def record_idle(self) -> int: ...
-
 
 class InboxDispatcher:
     causal: CausalGate | None = None  # holds prompts until the writes before them are in (causal.py)
@@ -289,8 +287,6 @@ class InboxDispatcher:
             await h.ack(entry_id)
         elif result == "start" and not h.running:
             h.start_run(h.protocol.take_idle())
-        if not h.running:
-            await h.record_idle()  # not held for the next turn: recorded now (idle.py)
 
     async def pass_barrier(self) -> None:
         h = self.h
@@ -314,8 +310,6 @@ class InboxDispatcher:
             h.start_run(h.protocol.take_idle() if h.protocol.take_idle_peek() else None)
         elif h.protocol.has_active_task() and h.protocol.take_idle_peek():
             h.start_run(h.protocol.take_idle())
-        if not h.running:
-            await h.record_idle()  # the manifest's dormant updates, with no prompt to carry them
 
 
 def _trace(sid: str, entry: InboxEntry, dequeued: float) -> None:

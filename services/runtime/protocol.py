@@ -257,22 +257,6 @@ class SessionProtocolController:
     def take_idle_peek(self) -> bool:
         return any(self._idle_kind(m) for m in self.next_turn)
 
-    def take_recordable(self) -> list[AgentMessage]:
-        """What an idle session records at once instead of holding it for the next turn (idle.py): the
-        held steer / follow-up injections, after the todo anchor when one is due, as the next turn
-        would have ordered them. Next-turn-only kinds wait for a prompt, and nothing is taken from
-        behind a kept prompt (abort.py): an update never overtakes a prompt that came before it."""
-        cut = next((i for i, m in enumerate(self.next_turn) if isinstance(m, UserMessage)), len(self.next_turn))
-        out = [m for m in self.next_turn[:cut] if self._idle_kind(m)]
-        if not out:
-            return []
-        taken = {id(m) for m in out}
-        self.next_turn = [m for m in self.next_turn if id(m) not in taken]
-        if self.todo.current.items and self.anchor_revision != self.todo.current.revision:
-            out.insert(0, self.todo.anchor())
-            self.anchor_revision = self.todo.current.revision
-        return out
-
     # ------------------------------------------------------------ turns
 
     def build_turn_messages(self, turn: TurnInput) -> PendingTurn:

@@ -51,7 +51,6 @@ from .engine.sse import ReadGate
 from .engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
 from .events import Outbox
 from .forms import deliver_answered_form
-from .idle import IdleRecorder
 from .knowledge import KnowledgeReader, PromptKnowledge
 from .lease import Lease, LeaseLost
 from .paths import sandbox_skills_dir
@@ -150,7 +149,6 @@ class Session:
                                     deps.settings.knowledge_min_score, deps.registry)
         self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.skills,
                                  self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages)
-        self.idle = IdleRecorder(self, self.recorder.record)
         self._wire_checklists()
         self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self))
         self.runs = RunSupervisor(self, deps.client, deps.settings.lease_ms, self.compactor)
@@ -255,13 +253,6 @@ class Session:
 
     def start_run(self, turn: PendingTurn | None) -> None:
         self.runs.start_run(turn)
-
-    async def record_idle(self, in_run_task: bool = False) -> int:
-        """Updates held for an idle agent go to the transcript now (idle.py), never during an abort
-        (it puts the aborted run's queued messages back for the next prompt itself)."""
-        if self.runs.aborting:
-            return 0
-        return await self.idle.flush(in_run_task=in_run_task)
 
     async def deliver_injection(self, m: Injection, entry_id: str | None) -> None:
         await self.dispatcher.deliver_injection(m, entry_id)

@@ -50,8 +50,6 @@ class RunHost(Protocol):
 
     def touch(self) -> None: ...
 
-    async def record_idle(self, in_run_task: bool = False) -> int: ...
-
 
 async def repair_interrupted_run(transcript: Transcript, note: str = INTERRUPTED) -> None:
     """A holder that died mid-batch (or a run cancelled by an abort) left tool calls without results:
@@ -124,23 +122,9 @@ class RunSupervisor:
                 turn = resumed  # the run was cut by a Redis failure: go on from what is durable
                 continue
             next_input = self.left_to_run()
-            while next_input is None and await self._record_idle():
-                next_input = self.left_to_run()  # what came while recording, looked at before the task ends
             if next_input is None:
                 return
             turn = next_input
-
-    async def _record_idle(self) -> int:
-        """Updates that reached the protocol as the run ended (the agent no longer running, the task
-        still alive: the dispatcher leaves them to this task) are recorded now, not held for the next
-        prompt (idle.py). A failure leaves them queued for the next turn."""
-        if self._gone() or self.aborting:
-            return 0
-        try:
-            return await self.h.record_idle(in_run_task=True)
-        except (LeaseLost, *TRANSIENT):
-            log.warning("idle_record_failed", session_id=self.h.sid)
-            return 0
 
     async def _wait_for_redis(self) -> bool:
         delay = 0.2

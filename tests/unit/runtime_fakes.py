@@ -85,7 +85,6 @@ class Host:
         self.acked: list[str] = []
         self.started: list[PendingTurn | None] = []
         self.touched = 0
-        self.idle_flushes = 0
         self.is_running = False
         self.record = True  # message_end -> transcript (off: a run that fails before recording anything)
 
@@ -106,12 +105,6 @@ class Host:
 
     def start_run(self, turn: PendingTurn | None) -> None:
         self.started.append(turn)
-
-    async def record_idle(self, in_run_task: bool = False) -> int:
-        """Idle recording is the Session's (services/runtime/idle.py, tested on a real runtime):
-        here only counted, so these tests see what the dispatcher and the supervisor hold."""
-        self.idle_flushes += 1
-        return 0
 
     async def ack(self, entry_id: str | None) -> None:
         if entry_id:
