@@ -36,18 +36,26 @@ async def last_id(client: aioredis.Redis, stream: str) -> tuple[int, int] | None
     return parse_id(info.get("last-generated-id"))
 
 
-async def group_done(client: aioredis.Redis, stream: str, group: str, upto: tuple[int, int]) -> bool:
-    """True when `group` has read and acked every entry up to `upto` (or the group does not exist)."""
+async def _group_info(client: aioredis.Redis, stream: str, group: str) -> dict[Any, Any] | None:
+    """XINFO GROUPS' entry for `group` (None: no such stream or group, nothing to wait for)."""
     try:
         groups: list[dict[Any, Any]] = await client.xinfo_groups(stream)
     except ResponseError:
-        return True
-    mine = [g for g in groups if (g.get("name") or b"") in (group, group.encode())]
-    if not mine:
-        return True
-    if parse_id(mine[0].get("last-delivered-id")) < upto:
+        return None
+    return next((g for g in groups if (g.get("name") or b"") in (group, group.encode())), None)
+
+
+async def group_done(client: aioredis.Redis, stream: str, group: str, upto: tuple[int, int]) -> bool:
+    """True when `group` has read and acked every entry up to `upto` (or the group does not exist)."""
+    info = await _group_info(client, stream, group)
+    return True if info is None else await _group_past(client, stream, group, info, upto)
+
+
+async def _group_past(client: aioredis.Redis, stream: str, group: str, info: dict[Any, Any],
+                      upto: tuple[int, int]) -> bool:
+    if parse_id(info.get("last-delivered-id")) < upto:
         return False
-    if not int(mine[0].get("pending") or 0):
+    if not int(info.get("pending") or 0):
         return True
     summary: dict[Any, Any] = await client.xpending(stream, group)
     return parse_id(summary.get("min")) > upto
@@ -56,16 +64,12 @@ async def group_done(client: aioredis.Redis, stream: str, group: str, upto: tupl
 async def session_done(client: aioredis.Redis, stream: str, group: str, upto: tuple[int, int], session: str) -> bool:
     """True when `group` has acked every entry of `session` up to `upto` (the group's other entries
     may still be in flight)."""
-    try:
-        groups: list[dict[Any, Any]] = await client.xinfo_groups(stream)
-    except ResponseError:
+    info = await _group_info(client, stream, group)
+    if info is None:
         return True
-    mine = [g for g in groups if (g.get("name") or b"") in (group, group.encode())]
-    if not mine:
-        return True
-    delivered = parse_id(mine[0].get("last-delivered-id"))
+    delivered = parse_id(info.get("last-delivered-id"))
     waiting: list[Any] = []
-    if int(mine[0].get("pending") or 0):
+    if int(info.get("pending") or 0):
         pending = await client.xpending_range(stream, group, min="-", max=_id(upto), count=SCAN_MAX + 1)
         waiting += [row["message_id"] for row in pending]
     if delivered < upto:
@@ -76,7 +80,7 @@ async def session_done(client: aioredis.Redis, stream: str, group: str, upto: tu
     else:
         waiting_unread = 0
     if len(waiting) + waiting_unread > SCAN_MAX:
-        return await group_done(client, stream, group, upto)  # too many to look at one by one
+        return await _group_past(client, stream, group, info, upto)  # too many to look at one by one
     if not waiting:
         return True
     pipe = client.pipeline(transaction=False)
