@@ -1,0 +1,39 @@
+"""The tag names the harness reserves for trusted blocks (docs/architecture.md "Trust boundaries").
+
+A trusted block (an injection or an anchor the harness writes) is the only place these tags may
+appear unescaped in what the model reads. The builder of trusted blocks escapes them inside every
+interpolated value, and user-authored text and tool results are neutralised against the same list, so
+the two sides agree on one set of names.
+"""
+
+from __future__ import annotations
+
+import re
+
+from shared.contracts.injection import INJECTION_KINDS
+
+# Anchors and wrappers the runtime and the compaction service render around harness-owned content.
+ANCHOR_TAGS: tuple[str, ...] = (
+    "todo_state",
+    "active_skill",
+    "active_knowledge",
+    "summary",
+    "run_aborted",
+    "checklist_progress",
+    "knowledge_hints",
+    "workspace_rule",
+    "skill",
+    "available_skills",
+    "read-files",
+    "modified-files",
+    "conversation",
+    "previous-summary",
+)
+
+RESERVED_TAGS: tuple[str, ...] = (*INJECTION_KINDS, *ANCHOR_TAGS)
+
+# `<tag`, `</tag` with any case and optional whitespace after the slash, followed by a delimiter.
+RESERVED_TAG_RE = re.compile(
+    r"<\s*/?\s*(?:" + "|".join(re.escape(t) for t in sorted(RESERVED_TAGS, key=len, reverse=True)) + r")(?=[\s/>]|$)",
+    re.IGNORECASE,
+)
