@@ -268,8 +268,7 @@ class SessionProtocolController:
     def take_user_turn(self) -> PendingTurn:
         """The held prompts as one user turn: the held injections first, then the prompts with their
         view (and prompt-time hints) in their order, as a prompt's own turn is built."""
-        injected = {id(m) for m in self.next_turn if (p := self.pending_of(m)) is not None
-                    and not self._is_client_view(m)}
+        injected = {id(m) for m in self.next_turn if self.pending_of(m) is not None and not self._is_client_view(m)}
         out = [m for m in self.next_turn if id(m) in injected] + [m for m in self.next_turn if id(m) not in injected]
         self.next_turn = []
         return self._turn(out)

@@ -143,7 +143,7 @@ def test_steer_during_slow_tool_enters_after_batch_and_follow_up_after_run(rt: S
     d.wait_event(sid, lambda e: e["type"] == "tool_execution_start", what="bash start")
     d.append(injection(sid, "system_update", "<system_update>import finished</system_update>", "n-steer-1"))
     d.prompt(sid, "and then this", on_busy="follow_up")
-    run_done(d, sid)
+    run_done(d, sid, 2)  # the yield ends the first run; the queued prompt starts the next one
     k = kinds(transcript(rt.data_dir, sid))
     start = k.index("user")
     assert k[start:] == ["user", "assistant", "toolResult", "gamma.system_update", "assistant", "toolResult",

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from shared.contracts.client import PromptClientContext, VisibleTab
 from shared import keys
+from shared.contracts.client import PromptClientContext, VisibleTab
 from shared.contracts.inbox import Barrier, Injection, UiUpdate, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.model import ScriptedReply
