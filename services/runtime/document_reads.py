@@ -1,5 +1,5 @@
 """The revision of each Gamma document the agent last read, which its next write of that document
-must still find stored (docs/architecture.md "No silent overwrite of a user's deck edit").
+must still find stored (docs/architecture.md "Delivery, yield and the idle rules").
 
 What counts as reading revision N of `gamma:file:{doc}`: a `show_gamma` result carrying the deck
 (only `doc`: the content and its revision) and the agent's own `show_gamma` write (it sent the whole

@@ -258,7 +258,7 @@ class SessionProtocolController:
         return any(self._idle_kind(m) for m in self.next_turn)
 
     def hold_queued(self) -> bool:
-        """After a yield (docs/architecture.md "Yield: blockOnUser ends the run"): what the Agent's
+        """After a yield (docs/architecture.md "Delivery, yield and the idle rules"): what the Agent's
         queues hold joins the next-turn list, in order, for the idle rules. True when a user prompt
         was among it (the user spoke: a new turn, `take_user_turn`)."""
         kept = self.agent.take_queued()

@@ -171,7 +171,7 @@ class RunSupervisor:
         injections steered into the run), else steer / follow-up injections the protocol holds for
         an idle session, which start a turn only for an active task. After a yield the queues are
         not run as they are: their injections are held by those idle rules, and a prompt among them
-        (the user spoke) starts a new user turn (docs/architecture.md "Yield: blockOnUser ends the run")."""
+        (the user spoke) starts a new user turn (docs/architecture.md "Delivery, yield and the idle rules")."""
         if self._gone() or self.aborting:
             return None
         protocol = self.h.protocol

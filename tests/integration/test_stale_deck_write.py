@@ -1,5 +1,5 @@
-"""No silent overwrite of a user's deck edit (docs/architecture.md "No silent overwrite of a user's
-deck edit"), on the real stack: five processes, real Redis, the scripted model.
+"""No silent overwrite of a user's deck edit (docs/architecture.md "Delivery, yield and the idle
+rules"), on the real stack: five processes, real Redis, the scripted model.
 
 The agent reads a deck (`show_gamma` with only `doc`), then waits in bash for a flag file; the test
 PATCHes the deck through the proxy with `If-Match` (the user's edit lands between the agent's read

@@ -1,5 +1,5 @@
-"""A yield holds, through the real runtime process and Redis (docs/architecture.md "Yield:
-blockOnUser ends the run").
+"""A yield holds, through the real runtime process and Redis (docs/architecture.md "Delivery, yield
+and the idle rules").
 
 A recording model holds the run's last model call (the one that answers with message_user
 blockOnUser: true) until the test has queued a steer (`system_update`), a follow-up

@@ -1,4 +1,4 @@
-"""A yield holds (docs/architecture.md "Yield: blockOnUser ends the run"), in process: the real Agent,
+"""A yield holds (docs/architecture.md "Delivery, yield and the idle rules"), in process: the real Agent,
 protocol and run supervisor on scripted model steps. A steer and a follow-up queued while the run's
 terminating batch runs get no model call in that run; then the idle rules decide, with and without an
 active task; a prompt steered into the run starts a new user turn. tests/integration/test_yield_holds.py

@@ -39,7 +39,7 @@ class Agent:
         self._follow: deque[AgentMessage] = deque()
         self._running = False
         # The last run ended on a terminating batch (a yield): what is queued is not run at once
-        # (docs/architecture.md "Yield: blockOnUser ends the run").
+        # (docs/architecture.md "Delivery, yield and the idle rules").
         self.yielded = False
         config.get_steering = self._dequeue_steering
         config.get_follow_up = self._dequeue_follow_up

@@ -5,7 +5,7 @@
 - every tool call gets a result (errors are values), results in call order, tools run in parallel;
 - `terminate` ends the run when every result of the batch sets it (a yield: `message_user` with
   blockOnUser): no further model call in that run, and steering or follow-ups queued meanwhile stay
-  queued for the session's idle rules (docs/architecture.md "Yield: blockOnUser ends the run");
+  queued for the session's idle rules (docs/architecture.md "Delivery, yield and the idle rules");
   agent_end then says stopReason "yield";
 - an assistant message with stop_reason error/aborted ends the run.
 
