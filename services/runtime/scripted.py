@@ -11,8 +11,9 @@ Scenarios, chosen from the latest user message:
   then message_user(true) (scripted_workflows.py);
 - `eval-policy: {...}` prompts: a workflow policy of scripted_workflows.py that can skip steps (evals);
 - anything else: one message_user(true) that names each injection it received (kind and ref).
-Injections steered into a run after its prompt was already answered (a blocking message_user) are
-acknowledged in plain text, which ends the run: the prompt is not answered a second time.
+Injections that reach the model after its prompt was already answered (a blocking message_user; an
+idle turn started for an active task) are acknowledged in plain text, which ends the run: the prompt
+is not answered a second time.
 A step may also carry `reasoning` (summary text), `refusal`, `finish_reason: "length"`, `cut: true`
 (the connection drops mid-stream, once), `stream_error: {code, message}` (an error event inside the
 stream; with `times`, only that many times), `raw_arguments` on a tool call (sent instead of the JSON),
