@@ -28,6 +28,8 @@ ANCHOR_TAGS: tuple[str, ...] = (
     "modified-files",
     "conversation",
     "previous-summary",
+    # Client- or model-authored text quoted as data inside a trusted block (shared/trusted_blocks.py).
+    "quoted",
 )
 
 RESERVED_TAGS: tuple[str, ...] = (*INJECTION_KINDS, *ANCHOR_TAGS)
