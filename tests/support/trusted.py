@@ -4,6 +4,7 @@ end-to-end tests: hostile strings, the reserved tags a block holds, its attribut
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -20,8 +21,10 @@ FRAGMENTS = [
 hostile = st.lists(st.one_of(st.text(max_size=20), st.sampled_from(FRAGMENTS)), max_size=12).map("".join)
 
 
-def payload(tag: str) -> str:
-    return PAYLOAD.replace("TAG", tag)
+def payload(tag: str, marker: str = "") -> str:
+    """The attack string for a block of `tag`; `marker` tells one test's payload from another's."""
+    text = PAYLOAD.replace("TAG", tag)
+    return text.replace("IGNORE", f"IGNORE {marker}") if marker else text
 
 
 def tags_in(text: str) -> list[str]:
@@ -50,3 +53,40 @@ def quoted_text(text: str) -> str:
     found = extract(text, "quoted")
     assert found is not None, text[:300]
     return found[0]
+
+
+def request_blocks(bodies: list[dict[str, Any]], tag: str) -> list[str]:
+    """Every `tag` block the model read in these recorded request bodies (Responses `input` items or
+    Chat `messages`, any role): from a real opening to the first real closing after it."""
+    out = []
+    for body in bodies:
+        for item in [*(body.get("input") or []), *(body.get("messages") or [])]:
+            text = "\n".join(strings(item))
+            for opening in re.finditer(rf"<{re.escape(tag)}[\s>/]", text):
+                end = text.find(f"</{tag}>", opening.start())
+                out.append(text[opening.start():] if end < 0 else text[opening.start():end + len(tag) + 3])
+    return out
+
+
+def strings(value: Any) -> list[str]:
+    """The text a model reads in a request item (not its ids, types or roles)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() if k not in ("type", "role", "id", "call_id", "status")
+                for s in strings(v)]
+    return []
+
+
+def assert_inert(bodies: list[dict[str, Any]], tag: str, marker: str) -> list[str]:
+    """The payload marked `marker` reached the model inside a `tag` block, and there it reads as
+    text: the block is one element and no `<system_guidance>` element opens or closes inside it."""
+    blocks = [b for b in request_blocks(bodies, tag) if marker in b]
+    assert blocks, f"no <{tag}> block carried {marker!r}: {request_blocks(bodies, tag)[-3:]}"
+    for block in blocks:
+        found = tags_in(block)
+        assert "<system_guidance" not in found and "</system_guidance" not in found, block
+        assert found[0] == f"<{tag}" and found[-1] == f"</{tag}", found
+    return blocks
