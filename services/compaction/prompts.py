@@ -6,6 +6,8 @@ previous summary, and the runtime shows the summary to the model as-is.
 
 from __future__ import annotations
 
+from shared.trusted_blocks import render
+
 SUMMARIZATION_SYSTEM_PROMPT = """You are a context summarization assistant. Your task is to read a conversation between a user and an AI assistant, then produce a structured summary following the exact format specified.
 
 Do NOT continue the conversation. Do NOT respond to any questions in the conversation. ONLY output the structured summary."""
@@ -55,7 +57,7 @@ Use this EXACT format:
 
 Keep each section concise. Preserve exact file paths, function names, and error messages."""
 
-UPDATE_SUMMARIZATION_PROMPT = """The messages above are NEW conversation messages to incorporate into the existing summary provided in <previous-summary> tags.
+UPDATE_SUMMARIZATION_PROMPT = """The messages above are NEW conversation messages to incorporate into the existing summary provided in the previous-summary block.
 
 Update the existing structured summary with new information. RULES:
 - PRESERVE all existing information from the previous summary
@@ -118,11 +120,12 @@ def summary_prompt(conversation: str, previous_summary: str | None, custom_instr
     instructions = UPDATE_SUMMARIZATION_PROMPT if previous_summary else SUMMARIZATION_PROMPT
     if custom_instructions:
         instructions = f"{instructions}\n\nAdditional focus: {custom_instructions}"
-    text = f"<conversation>\n{conversation}\n</conversation>\n\n"
+    # The conversation quotes users, tools and files: escaped, it cannot end its block early.
+    text = render("conversation", None, conversation) + "\n\n"
     if previous_summary:
-        text += f"<previous-summary>\n{previous_summary}\n</previous-summary>\n\n"
+        text += render("previous-summary", None, previous_summary) + "\n\n"
     return text + instructions
 
 
 def turn_prefix_prompt(conversation: str) -> str:
-    return f"<conversation>\n{conversation}\n</conversation>\n\n{TURN_PREFIX_SUMMARIZATION_PROMPT}"
+    return render("conversation", None, conversation) + "\n\n" + TURN_PREFIX_SUMMARIZATION_PROMPT

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from shared.contracts.messages import CustomMessage
 from shared.contracts.todo import TodoItem, TodoList, task_state_problem
 from shared.disk import atomic_write_json, read_json
+from shared.trusted_blocks import render as render_block
 
 Guard = Callable[[], Awaitable[None]]
 
@@ -69,13 +70,10 @@ class TodoController:
 
 
 def render(todo: TodoList) -> str:
-    lines = [f'<todo_state revision="{todo.revision}">']
-    if not todo.items:
-        lines.append("(no tasks)")
-    for item in todo.items:
-        lines.append(f"- [{item.status}] {item.id}: {item.content}")
-    lines.append("</todo_state>")
-    return "\n".join(lines)
+    """The model wrote the items' ids and text: the builder escapes them (docs/architecture.md
+    "Trust boundaries")."""
+    items = [f"- [{item.status}] {item.id}: {item.content}" for item in todo.items] or ["(no tasks)"]
+    return render_block("todo_state", {"revision": todo.revision}, "\n".join(items))
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -20,6 +20,7 @@ from shared.contracts.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from shared.trusted_blocks import render
 
 SUMMARY_PREFIX = "The conversation history before this point was compacted into the following summary:\n\n"
 
@@ -39,7 +40,7 @@ def convert_one(m: AgentMessage) -> dict[str, Any] | None:
     if isinstance(m, CustomMessage):
         return {"role": "user", "content": m.content}
     if isinstance(m, CompactionSummaryMessage):
-        return {"role": "user", "content": SUMMARY_PREFIX + "<summary>\n" + m.summary + "\n</summary>"}
+        return {"role": "user", "content": SUMMARY_PREFIX + render("summary", None, m.summary)}
     if isinstance(m, ToolResultMessage):
         return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.text()}
     if isinstance(m, AssistantMessage):

@@ -26,6 +26,7 @@ from shared.contracts.messages import (
     ToolCall,
     ToolResultMessage,
 )
+from shared.trusted_blocks import render
 
 from .types import AgentContext, AgentEvent, Emit, LoopConfig, Tool, ToolContext, ToolOutcome
 
@@ -200,8 +201,8 @@ def length_guidance() -> CustomMessage:
     """Once per run, after a reply cut at the output token limit: go on, more briefly."""
     return CustomMessage(
         custom_type="gamma.system_guidance", display=False,
-        content="<system_guidance>Your previous reply was cut off at the output token limit. Continue from "
-                "where it stopped, more concisely; split long content across several tool calls.</system_guidance>",
+        content=render("system_guidance", None, "Your previous reply was cut off at the output token limit. "
+                       "Continue from where it stopped, more concisely; split long content across several tool calls."),
         details={"injectionType": "system_guidance", "source": "system", "reason": "max_output_tokens"})
 
 
