@@ -70,7 +70,9 @@ def items(r: Recorded) -> list[dict[str, Any]]:
     out = []
     for i in r.body["input"]:
         if i.get("type") == "message":
-            out.append({"role": i["role"], "content": scripted_responses._text(i.get("content"))})
+            content = i.get("content")  # a string, or a list of input_text parts
+            text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content or [])
+            out.append({"role": i["role"], "content": text})
         elif i.get("type") == "function_call_output":
             out.append({"role": "tool", "content": i["output"]})
     return out
