@@ -59,9 +59,13 @@ class Usage:
     def complete(self) -> bool:
         return self.walk is None or self.walk.complete
 
-    def over(self, quota: WorkspaceQuota) -> bool:
+    def over_counts(self, quota: WorkspaceQuota) -> bool:
+        """Over the bytes, files or entries (or too large to be measured)."""
         return (self.bytes > quota.max_bytes or self.files > quota.max_files or self.entries > quota.max_entries
-                or not self.complete or (self.walk is not None and self.walk.deeper))
+                or not self.complete)
+
+    def over(self, quota: WorkspaceQuota) -> bool:
+        return self.over_counts(quota) or (self.walk is not None and self.walk.deeper)
 
 
 class QuotaExceeded(InsufficientStorage):

@@ -38,11 +38,11 @@ class QuotaReport:
 
     def message(self) -> str:
         q, u = self.quota, self.usage
-        if u.over(q):
+        if u.over_counts(q):
             text = (f"[workspace quota exceeded: the call left {u.bytes} bytes, {u.files} files and "
                     f"{'more than ' if not u.complete else ''}{u.entries} entries; {q.describe()}.")
         else:
-            text = "[workspace bounds:"
+            text = "[workspace depth exceeded:"
         if self.too_deep:
             text += (f" {len(self.too_deep)} entries nested deeper than {q.max_depth} levels were removed: "
                      f"{_names(self.too_deep)}.")
