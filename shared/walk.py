@@ -215,7 +215,8 @@ def remove_tree(parent_fd: int, name: str, *, budget_s: float, max_entries: int 
     """Remove `name` under `parent_fd` (a file, link or whole directory tree; a link is removed, never
     followed). Any depth: only one directory fd is held at a time; going back up re-opens `..` and
     checks it is the directory we came from (device and inode), so a rename under us stops the removal
-    rather than sending it elsewhere. Bounded by `budget_s` and, when given, `max_entries` removals."""
+    rather than sending it elsewhere. Each directory is listed once (an empty subdirectory is removed
+    at once), so a wide tree costs one pass. Bounded by `budget_s` and, when given, `max_entries`."""
     out = Removal()
     deadline = time.monotonic() + budget_s
     try:
@@ -226,37 +227,40 @@ def remove_tree(parent_fd: int, name: str, *, budget_s: float, max_entries: int 
         os.unlink(name, dir_fd=parent_fd)
         out.removed = 1
         return out
-    top_parent = os.fstat(parent_fd)
-    path: list[tuple[str, os.stat_result]] = []  # names from the top down to the current directory
+    expect_up = [os.fstat(parent_fd)]  # the identity of each directory above the current one
+    pending: list[list[str] | None] = [None]  # per level: subdirectories still to enter (None: not listed)
+    names = [name]
     cur = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    path.append((name, os.fstat(cur)))
-    if not _same(path[0][1], st):
-        os.close(cur)
-        out.finished = False
-        return out
     try:
+        if not _same(os.fstat(cur), st):
+            out.finished = False
+            return out
         while True:
             if time.monotonic() > deadline or (max_entries is not None and out.removed >= max_entries):
                 out.finished = False
                 return out
-            sub = _empty_or_subdir(cur, out)
-            if sub is not None:  # descend
+            if pending[-1] is None:
+                pending[-1] = _clear(cur, out)
+            todo = pending[-1]
+            if todo:  # descend
+                sub = todo.pop()
                 nxt = os.open(sub, _DIR_FLAGS, dir_fd=cur)
-                path.append((sub, os.fstat(nxt)))
+                expect_up.append(os.fstat(cur))
                 os.close(cur)
                 cur = nxt
+                names.append(sub)
+                pending.append(None)
                 continue
-            done_name, _ = path.pop()  # cur is empty: go up and remove it
-            expect = path[-1][1] if path else top_parent
-            up = os.open("..", _DIR_FLAGS, dir_fd=cur)
+            up = os.open("..", _DIR_FLAGS, dir_fd=cur)  # cur is empty: go up and remove it
             os.close(cur)
             cur = up
-            if not _same(os.fstat(cur), expect):
+            if not _same(os.fstat(cur), expect_up.pop()):
                 out.finished = False
                 return out
-            os.rmdir(done_name, dir_fd=cur)
+            os.rmdir(names.pop(), dir_fd=cur)
+            pending.pop()
             out.removed += 1
-            if not path:
+            if not names:
                 return out
     except OSError as exc:
         if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.ENOTDIR, errno.ELOOP):
@@ -267,13 +271,23 @@ def remove_tree(parent_fd: int, name: str, *, budget_s: float, max_entries: int 
         os.close(cur)
 
 
-def _empty_or_subdir(fd: int, out: Removal) -> str | None:
-    """Unlink the non-directories in the directory; the name of a subdirectory left, or None."""
+def _clear(fd: int, out: Removal) -> list[str]:
+    """Unlink the non-directories and remove the empty subdirectories of the directory; the
+    subdirectories left (not empty) to enter."""
     with os.scandir(fd) as it:
-        for child in it:
-            if child.is_dir(follow_symlinks=False):
-                return child.name
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(child.name, dir_fd=fd)
-                out.removed += 1
-    return None
+        children = [(child.name, child.is_dir(follow_symlinks=False)) for child in it]
+    left: list[str] = []
+    for child, is_dir in children:
+        try:
+            if is_dir:
+                os.rmdir(child, dir_fd=fd)
+            else:
+                os.unlink(child, dir_fd=fd)
+            out.removed += 1
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if not (is_dir and exc.errno in (errno.ENOTEMPTY, errno.EEXIST)):
+                raise
+            left.append(child)
+    return left
