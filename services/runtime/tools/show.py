@@ -29,7 +29,7 @@ async def _show_form(host: ToolHost, rel: str) -> ToolOutcome:
     """A form file opened with show_file becomes the session's activeForm (ask-user-questions)."""
     form_id = FORM_PATH.match(rel).group(1)  # type: ignore[union-attr]
     try:
-        raw = json.loads(workspace_fs.read_bytes(host.paths.workspace, rel))
+        raw = json.loads(await asyncio.to_thread(workspace_fs.read_bytes, host.paths.workspace, rel))
         form = ActiveForm.model_validate(raw)
     except DiskError as exc:
         return ToolOutcome(content=str(exc), is_error=True)
