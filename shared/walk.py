@@ -18,7 +18,6 @@ shared/iopool.py).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
@@ -217,16 +216,18 @@ def remove_tree(parent_fd: int, name: str, *, budget_s: float, max_entries: int 
     checks it is the directory we came from (device and inode), so a rename under us stops the removal
     rather than sending it elsewhere. Each directory is listed once (an empty subdirectory is removed
     at once), so a wide tree costs one pass. Bounded by `budget_s` and, when given, `max_entries`."""
-    out = Removal()
-    deadline = time.monotonic() + budget_s
     try:
         st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
     except FileNotFoundError:
-        return out
+        return Removal()
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=parent_fd)
-        out.removed = 1
-        return out
+        return Removal(removed=1)
+    return _remove_dir(parent_fd, name, st, time.monotonic() + budget_s, max_entries)
+
+
+def _remove_dir(parent_fd: int, name: str, st: os.stat_result, deadline: float, max_entries: int | None) -> Removal:
+    out = Removal()
     expect_up = [os.fstat(parent_fd)]  # the identity of each directory above the current one
     pending: list[list[str] | None] = [None]  # per level: subdirectories still to enter (None: not listed)
     names = [name]
@@ -251,9 +252,7 @@ def remove_tree(parent_fd: int, name: str, *, budget_s: float, max_entries: int 
                 names.append(sub)
                 pending.append(None)
                 continue
-            up = os.open("..", _DIR_FLAGS, dir_fd=cur)  # cur is empty: go up and remove it
-            os.close(cur)
-            cur = up
+            cur = _up(cur)  # cur is empty: go up and remove it
             if not _same(os.fstat(cur), expect_up.pop()):
                 out.finished = False
                 return out
@@ -269,6 +268,14 @@ def remove_tree(parent_fd: int, name: str, *, budget_s: float, max_entries: int 
         return out
     finally:
         os.close(cur)
+
+
+def _up(fd: int) -> int:
+    """The parent of the directory `fd`, which is closed once the parent is open (on an error it stays
+    open, the caller's to close)."""
+    parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+    os.close(fd)
+    return parent
 
 
 def _clear(fd: int, out: Removal) -> list[str]:

@@ -13,9 +13,9 @@ import pytest
 from services.runtime.paths import sandbox_skills_dir
 from services.runtime.sandbox import Sandbox, SandboxLimits, describe, probe_layer, select_sandbox
 from services.runtime.sandbox.quota import enforce
+from services.runtime.sandbox.runner import Capture
 from shared.quota import WorkspaceQuota
 from shared.walk import walk
-from services.runtime.sandbox.runner import Capture
 from tests.integration.runtime_inproc import inproc_worker
 from tests.integration.runtime_support import call, done, script
 from tests.sandbox.conftest import LAYERS
