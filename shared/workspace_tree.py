@@ -51,7 +51,8 @@ def remove_tree_entry(workspace: Path, rel: str, limits: WalkLimits) -> RemovedT
             finally:
                 os.close(dir_fd)
     if not done.finished:
-        raise Conflict(f"{norm!r} changed while it was removed ({done.removed} entries removed); retry")
+        raise Conflict(f"{norm!r} was not removed completely ({done.removed} entries removed): it changed "
+                       f"meanwhile or took longer than {limits.budget_s:g} s; retry")
     return RemovedTree(norm, files, done.removed)
 
 
