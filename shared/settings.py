@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     # Per-session workspace quota (tool writes, bash, HTTP PUT): bytes and regular files.
     workspace_max_bytes: int = Field(100 * 1024 * 1024, validation_alias="GAMMA_WORKSPACE_MAX_BYTES")
     workspace_max_files: int = Field(2000, validation_alias="GAMMA_WORKSPACE_MAX_FILES")
+    # Every entry counts (directories, links, FIFOs too), and nesting is bounded: what a command can
+    # build is what every walk of the workspace must get through (shared/walk.py).
+    workspace_max_entries: int = Field(10_000, ge=1, validation_alias="GAMMA_WORKSPACE_MAX_ENTRIES")
+    workspace_max_depth: int = Field(64, ge=1, le=512, validation_alias="GAMMA_WORKSPACE_MAX_DEPTH")
+    workspace_walk_budget_s: float = Field(5.0, gt=0, validation_alias="GAMMA_WORKSPACE_WALK_BUDGET_S")
 
     # Agent commands (services/runtime/sandbox): auto | bwrap | landlock | off.
     sandbox: str = Field("auto", validation_alias="GAMMA_SANDBOX")
