@@ -59,6 +59,7 @@ from .progress import ChecklistProgress
 from .protocol import SessionProtocolController
 from .recorder import Recorder
 from .sandbox import select_sandbox
+from .skill_lifecycle import SkillContracts
 from .skill_rules import SkillRuleGuard, load_rules
 from .skills import Skill
 from .supervisor import RunSupervisor, interrupted, repair_interrupted_run
@@ -120,10 +121,12 @@ class Session:
     def _wire(self, model: ModelSettings, context_window: int) -> None:
         deps = self.deps
         self.acker = Acker(self.sid, deps.ack, self.background)
+        self.contracts = SkillContracts(self.transcript, self.skills, self.outbox)
         self.tools = SessionToolHost(
             sid=self.sid, paths=self.paths, settings=deps.settings, sandbox=select_sandbox(deps.settings, sandbox_skills_dir()),
             todo=self.todo, skills=self.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
-            ui=self, subagent_stream=self._subagent_stream, client=deps.client, background=self.background)
+            ui=self, subagent_stream=self._subagent_stream, client=deps.client, background=self.background,
+            contracts=self.contracts)
         self.subagents = self.tools.subagents  # stopped with the run (abort.py)
         reader = KnowledgeReader(deps.client, self.sid)
         self.toolset = Toolset(self.tools, reader, deps.settings.knowledge_inline_chars)
@@ -133,7 +136,7 @@ class Session:
         # Issue 21 hooks: skill rules around the batch preflight, the dynamic tool subset (when on)
         # before the compactor's check; prompt-time knowledge in the dispatcher.
         self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, self._messages,
-                                    self.tools.active_skill_names, self._steer, deps.registry)
+                                    self.contracts.scope, self._steer, deps.registry)
         before, tools = self.compactor.before_model_call, self.toolset.tools
         if deps.settings.dynamic_tools:
             policy = ToolPolicy(self.toolset.tools, lambda: self.transcript.entries, before)
@@ -147,7 +150,7 @@ class Session:
             lambda: self.todo.has_active_task and not stopped_by_user(self.transcript))
         knowledge = PromptKnowledge(reader, self.transcript, self.protocol.pending, deps.settings.knowledge_top_k,
                                     deps.settings.knowledge_min_score, deps.registry)
-        self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.skills,
+        self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.contracts,
                                  self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages)
         self._wire_checklists()
         self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self))
@@ -171,7 +174,8 @@ class Session:
 
     def _wire_checklists(self) -> None:
         """Completion audits and checklist progress (issue 21): both read the transcript and the todo list."""
-        self.tools.auditor = Auditor(self.transcript, self.todo, self.skills, self.outbox, self.deps.registry)
+        self.tools.auditor = Auditor(self.transcript, self.todo, self.skills, self.outbox, self.deps.registry,
+                                     self.contracts)
         self.progress = ChecklistProgress(self.transcript, self.todo, self.skills, self.outbox)
         self.recorder.after_tool_result.append(self.progress.publish)
         self.protocol.extra_anchors.append(self.progress.anchor)
