@@ -44,6 +44,8 @@ class Recorder:
         self.context = context  # the Agent's messages, for the implicit message_user announcement
         # Called after each tool result is recorded (checklist progress, services/runtime/progress.py).
         self.after_tool_result: list[Callable[[], Awaitable[None]]] = []
+        # Called when a run ends, after its `agent_end` event (cost records, services/runtime/costs.py).
+        self.after_run_end: list[Callable[[], Awaitable[None]]] = []
 
     async def emit(self, event: AgentEvent) -> None:
         """Engine events: persist on message_end (before publishing), then publish."""
@@ -56,6 +58,9 @@ class Recorder:
         await self.outbox.event(event.type, event.data, also, wait=event.type not in PROGRESS_EVENTS)
         if event.type == "message_end" and event.message is not None:
             await announce(self.outbox, event.message, self.context())
+        elif event.type == "agent_end":
+            for hook in self.after_run_end:
+                await hook()
 
     def _count_request(self, d: dict[str, Any]) -> None:
         assert self.registry is not None

@@ -43,6 +43,7 @@ from .ack import Acker
 from .audit import Auditor
 from .causal import CausalGate, causal_steering
 from .compactor import Compactor
+from .costs import CostProjection
 from .diskfence import DiskFence
 from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
@@ -179,6 +180,8 @@ class Session:
         self.progress = ChecklistProgress(self.transcript, self.todo, self.skills, self.outbox)
         self.recorder.after_tool_result.append(self.progress.publish)
         self.protocol.extra_anchors.append(self.progress.anchor)
+        self.costs = CostProjection(lambda: self.transcript.entries, self, self.deps.settings.prices)
+        self.recorder.after_run_end.append(self.costs.refresh_quietly)
 
     async def _emit(self, event: AgentEvent) -> None:
         # The recorder needs the protocol, which needs the Agent: the Agent reaches it through here.
@@ -197,6 +200,10 @@ class Session:
         await repair_interrupted_run(self.transcript)
         self.protocol.restore_context()
         await self.progress.publish(force=True)  # a client sees where the workflow stands after a wake
+        # The cost records are rebuilt from the transcript, off the wake path (the UI document loads lazily).
+        task = asyncio.ensure_future(self.costs.refresh_quietly())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
     def interrupted(self) -> bool:
         return interrupted(self.transcript)
