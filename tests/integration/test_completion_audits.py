@@ -156,3 +156,23 @@ def test_a_malformed_deviation_list_is_an_error_result_and_nothing_is_delivered(
     first = tool_results(rt, sid, "message_user")[0]
     assert first["isError"] and "deviations[0.cause]" in first["content"][0]["text"]
     assert [m["message"] for m in d.message_users(sid)] == ["ok"]
+
+
+def test_a_completed_workflow_left_live_is_superseded_by_the_next_one(rt: Stack, d: Driver) -> None:
+    sid = "audit9"
+    go_live(d, sid)
+    d.prompt(sid, script(LOAD, done("Finished."), done("Finished, really.")))  # yields unreported: still live
+    run_done(d, sid)
+    d.prompt(sid, script({"tool_calls": [call("skill", name="import")]}, {"tool_calls": [
+        call("todo", items=[{"id": "a", "content": "Ask which file", "status": "blocked"}])]}, done("Which file?")))
+    run_done(d, sid, 2)
+    skill = tool_results(rt, sid, "skill")[-1]
+    assert not skill["isError"] and skill["details"]["activated"] == ["import"]  # no conflict with the deck
+    entries = transcript(rt.data_dir, sid)
+    ends = [(e["name"], e["reason"], e.get("workflow")) for e in entries if e["type"] == "skill_end"]
+    assert ends == [("deck-generation", "superseded", "import")]  # its references stay: import requires them
+    # a workflow mid-task (its question is not a completion) still conflicts
+    d.prompt(sid, script({"tool_calls": [call("skill", name="deck-generation")]}, done("ok")))
+    run_done(d, sid, 3)
+    refused = tool_results(rt, sid, "skill")[-1]
+    assert refused["isError"] and "'import' (already active)" in refused["content"][0]["text"]
