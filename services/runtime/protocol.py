@@ -20,6 +20,7 @@ from shared.trusted_blocks import Part, artifact_update, element, ensure_block, 
 from .engine.agent import Agent
 from .knowledge import knowledge_anchors
 from .pending import PendingInjection, PendingPrompt, PendingTurn, TurnInput
+from .skill_lifecycle import scope
 from .skills import Skill, parse_skill_command, resolve_activation
 from .todo import TodoController
 from .tools.skill import render_skill
@@ -336,28 +337,22 @@ class SessionProtocolController:
     def activate_skill(self, name: str) -> list[CustomMessage]:
         """`/skill:NAME`: the skill and its required skills become active (entries written by the
         session when these messages are recorded); their bodies enter as trusted messages."""
-        active = {e.name for e in self.transcript.active_skills()}
         try:
-            skills = resolve_activation([name], self.skills, active)
+            skills = resolve_activation([name], self.skills, scope([name], self.transcript, self.skills))
         except ValueError:
             return []
         return [active_skill_message(s, None if s.name == name else name) for s in skills]
 
     def anchors(self) -> list[CustomMessage]:
-        """What compaction removed and the owners restore: the todo anchor, active workflow skills,
-        the reference skills they require, and the loaded workspace knowledge notes."""
+        """What compaction removed and the owners restore: the todo anchor, every live skill contract
+        (workflows, their references, references loaded on their own; ended ones are not restored,
+        services/runtime/skill_lifecycle.py), and the loaded workspace knowledge notes."""
         out: list[CustomMessage] = []
         if self.todo.current.items:
             out.append(self.todo.anchor())
-        activations = self.transcript.active_skills()
-        workflows = {a.name for a in activations if a.skill_type == "workflow"}
-        for a in activations:
+        for a in self.transcript.active_skills():
             skill = self.skills.get(a.name)
-            if skill is None:
-                continue
-            keep = a.skill_type == "workflow" or (a.required_by in workflows) or any(
-                a.name in self.skills[w].manifest.requires_skills for w in workflows if w in self.skills)
-            if keep:
+            if skill is not None:
                 out.append(active_skill_message(skill, a.required_by))
         out.extend(knowledge_anchors(self.transcript.entries))  # loaded workspace knowledge stays active
         out += [m for anchor in self.extra_anchors if (m := anchor()) is not None]

@@ -11,6 +11,7 @@ from shared import keys, revnum
 from shared.blobs import write_blob
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.todo import TodoList
+from shared.contracts.transcript import Deviation
 from shared.disk import SessionPaths, workspace_files
 from shared.quota import WorkspaceQuota
 from shared.settings import Settings
@@ -20,6 +21,7 @@ from .document_reads import DocumentReads
 from .engine.types import StreamFn
 from .events import Outbox
 from .sandbox import Sandbox
+from .skill_lifecycle import SkillContracts
 from .skills import Skill
 from .subagent import Subagents
 from .todo import TodoController
@@ -40,7 +42,7 @@ class SessionToolHost:
     def __init__(self, *, sid: str, paths: SessionPaths, settings: Settings, sandbox: Sandbox,
                  todo: TodoController, skills: Mapping[str, Skill], transcript: Transcript, outbox: Outbox,
                  guard: Callable[[], Awaitable[None]], ui: UiHost, subagent_stream: Callable[[], StreamFn],
-                 client: Any, background: set[asyncio.Task[None]]) -> None:
+                 client: Any, background: set[asyncio.Task[None]], contracts: SkillContracts) -> None:
         self.sid = sid
         self.paths = paths
         self.data_dir = settings.data_dir
@@ -51,6 +53,7 @@ class SessionToolHost:
         self.skills = skills
         self.transcript = transcript
         self.outbox = outbox
+        self.contracts = contracts  # skill activations and their ends (skill_lifecycle.py)
         self._guard = guard
         self.uihost = ui
         self.client = client  # Redis: numbers file changes (shared/revnum.py)
@@ -112,13 +115,14 @@ class SessionToolHost:
     async def todo_changed(self, todo: TodoList, tool_call_id: str) -> None:
         await self.outbox.event("todo", {"todo": todo.model_dump(), "toolCallId": tool_call_id})
 
+    def skill_scope(self, incoming: list[str]) -> set[str]:
+        return self.contracts.scope(incoming)
+
     def active_skill_names(self) -> set[str]:
-        return {e.name for e in self.transcript.active_skills()}
+        return self.contracts.names()
 
     async def record_activation(self, skill: Skill, required_by: str | None) -> None:
-        await self.transcript.append_skill(skill.name, skill.type, required_by)
-        await self.outbox.event("skill_activated", {"name": skill.name, "type": skill.type,
-                                                    "requiredBy": required_by})
+        await self.contracts.activate(skill, required_by)
 
     async def start_subagent(self, task: str, tool_call_id: str) -> str:
         return self.subagents.start(task, tool_call_id)
@@ -127,5 +131,5 @@ class SessionToolHost:
         await self.outbox.event("message_user", {"message": message, "block_on_user": block_on_user,
                                                  "tool_call_id": tool_call_id})
 
-    async def audit_completion(self, message: str, tool_call_id: str) -> str | None:
-        return None if self.auditor is None else await self.auditor.check(message, tool_call_id)
+    async def audit_completion(self, message: str, deviations: list[Deviation], tool_call_id: str) -> str | None:
+        return None if self.auditor is None else await self.auditor.check(message, deviations, tool_call_id)
