@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from shared.bus import make_broker
@@ -18,6 +18,7 @@ from .deps import Proxy
 from .errors import install_error_handlers
 from .fanout import EventFanout
 from .heap import TrimAfterLargeResponses
+from .idempotency import IdempotencyRecorder, Replay, replay_response
 from .limits import BodyLimit
 from .metrics import ProxyMetrics
 from .routes import documents, events, knowledge, runs, sessions, ui, workspace
@@ -59,6 +60,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             metrics=ProxyMetrics.create(ctx.registry), blocking=blocking, fanout=fanout)
     add_health_routes(app, ctx, require_all=True, internal_port=settings.proxy_metrics_port)
     install_error_handlers(app)
+
+    @app.exception_handler(Replay)
+    async def _replay(_: object, exc: Replay) -> Response:
+        return replay_response(exc.record)
+
+    # Innermost: it sees the response the route answered (error handlers included), before the trim.
+    app.add_middleware(IdempotencyRecorder)
     # Inside BodyLimit (added later = outer): file contents are opaque bytes, not JSON.
     app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,
                        max_number_digits=settings.max_json_number_digits, exempt=[WORKSPACE_FILES])
