@@ -15,13 +15,14 @@ from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
 from .deps import Proxy
+from .erase import sweep_forever
 from .errors import install_error_handlers
 from .fanout import EventFanout
 from .heap import TrimAfterLargeResponses
 from .idempotency import IdempotencyRecorder, Replay, replay_response
 from .limits import BodyLimit
 from .metrics import ProxyMetrics
-from .routes import documents, events, knowledge, runs, sessions, ui, workspace
+from .routes import documents, events, knowledge, lifecycle, runs, sessions, ui, workspace
 
 STATIC = Path(__file__).parent / "static"
 # Bodies here are file contents (opaque bytes, routes/workspace.py): no JSON body limits.
@@ -42,6 +43,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def start() -> None:
         # Publish-only (Wake, ArtifactChange): connect, no subscribers to start.
         await broker.connect()
+        # Deletes a killed proxy left half done are finished (services/proxy/erase.py).
+        ctx.spawn(sweep_forever(app.state.proxy), "delete-sweep")
 
     async def stop() -> None:
         await fanout.close()
@@ -72,7 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        max_number_digits=settings.max_json_number_digits, exempt=[WORKSPACE_FILES])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(TrimAfterLargeResponses)
-    for module in (sessions, runs, ui, workspace, documents, events, knowledge):
+    for module in (sessions, runs, lifecycle, ui, workspace, documents, events, knowledge):
         app.include_router(module.router)
 
     @app.get("/", include_in_schema=False)

@@ -38,7 +38,17 @@ class BecameLive(Exception):
 
 
 async def owned_session(sid: str, user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)) -> SessionState:
-    """The session, if it exists and belongs to the caller; anyone else gets the same 404."""
+    """The session, if it exists and belongs to the caller; anyone else gets the same 404, and so does
+    everyone for a session being deleted (services/proxy/erase.py)."""
+    state = await owned_or_deleting(sid, user, proxy)
+    if state.row.status == "deleting":
+        raise ApiError(404, f"session {sid!r} not found")
+    return state
+
+
+async def owned_or_deleting(sid: str, user: str = Depends(current_user),
+                            proxy: Proxy = Depends(get_proxy)) -> SessionState:
+    """As `owned_session`, a session being deleted included (DELETE resumes its erase)."""
     state = await load_state(proxy.redis, sid) if _plausible(sid) else None
     if state is None or state.row.owner != user:
         raise ApiError(404, f"session {sid!r} not found")
