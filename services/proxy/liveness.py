@@ -115,6 +115,8 @@ async def apply_if_dormant(proxy: Proxy, state: SessionState, kind: str,
         return None
     try:
         async with dormant_lock(proxy.redis, state.row.id):
+            if await gone(proxy.redis, state.row.id):  # deleted after the route read the row: write nothing
+                raise ApiError(404, f"session {state.row.id!r} not found")
             value = await apply()
     except BecameLive:
         return None
@@ -122,6 +124,15 @@ async def apply_if_dormant(proxy: Proxy, state: SessionState, kind: str,
         raise refused(value)
     proxy.metrics.dormant_writes.labels(kind).inc()
     return Applied(value)
+
+
+async def gone(redis: aioredis.Redis, sid: str) -> bool:
+    """The row is gone or being deleted (services/proxy/erase.py holds this same lock to erase)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hexists(keys.session_row(sid), "owner")
+        pipe.hget(keys.session_row(sid), "status")
+        owned, status = await pipe.execute()
+    return not owned or status in (keys.STATUS_DELETING, keys.STATUS_DELETING.encode())
 
 
 def refused(r: Refused) -> ApiError:

@@ -212,11 +212,18 @@ async def list_page(redis: aioredis.Redis, owner: str, limit: int,
     return out, next_cursor
 
 
-async def mark_waking(redis: aioredis.Redis, sid: str, wake_id: str, fence: int) -> None:
-    now = now_ms()
-    mapping: dict[str | bytes, str] = {"status": "waking", "wake_id": wake_id, "waking_since": str(now), "wake_fence": str(fence),
-               "updated_at": str(now)}
-    await redis.hset(keys.session_row(sid), mapping=mapping)  # type: ignore[arg-type]
+async def mark_waking(redis: aioredis.Redis, sid: str, wake_id: str, fence: int) -> bool:
+    """False (nothing written) when the row is gone or being deleted meanwhile."""
+    now = str(now_ms())
+    fields = ["status", "waking", "wake_id", wake_id, "waking_since", now, "wake_fence", str(fence), "updated_at", now]
+    return bool(await redis.eval(_MARK_WAKING, 1, keys.session_row(sid), keys.STATUS_DELETING, *fields))  # type: ignore[misc]
+
+
+_MARK_WAKING = """
+if redis.call('HEXISTS', KEYS[1], 'owner') == 0 or redis.call('HGET', KEYS[1], 'status') == ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+"""
 
 
 async def mark_dormant(redis: aioredis.Redis, sid: str) -> None:

@@ -143,7 +143,8 @@ async def post_message(
     # Dormant: the client already flushed files and UI state; row first, then prompt, then Wake
     # (docs/integration.md "Wake"), so the runtime finds the prompt when it takes the lease.
     wake = Wake(session_id=sid, reason="message")
-    await mark_waking(proxy.redis, sid, wake.wake_id, state.fence)
+    if not await mark_waking(proxy.redis, sid, wake.wake_id, state.fence):
+        raise ApiError(404, f"session {sid!r} not found")  # deleted since the row was read
     await inbox.append(proxy.redis, prompt)
     await publish(proxy.broker, keys.WAKE, wake)
     proxy.metrics.wakes.inc()
