@@ -16,7 +16,6 @@ modes are normalised (0644 / 0755, no owner), so an archive never carries setuid
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import stat
@@ -106,6 +105,14 @@ def _add_tree(tar: tarfile.TarFile, dir_fd: int, name: str, budget: _Budget) -> 
             _add_file(tar, fd, f"{name}/{child}", budget)
 
 
+def _open_or_none(name: str, flags: int, dir_fd: int) -> int | None:
+    """None for a missing entry, a symlink (ELOOP) or the wrong kind (ENOTDIR)."""
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
 def build(root: Path, sid: str, session_json: bytes, max_bytes: int, spool_dir: Path) -> IO[bytes]:
     """The archive in an unlinked temporary file, positioned at 0. Raises ExportTooLarge."""
     spool_dir.mkdir(parents=True, exist_ok=True)
@@ -119,11 +126,12 @@ def build(root: Path, sid: str, session_json: bytes, max_bytes: int, spool_dir: 
             root_fd = os.open(root, _DIR_FLAGS)
             try:
                 for name in TOP_FILES:
-                    with contextlib.suppress(FileNotFoundError):
-                        _add_file(tar, os.open(name, _FILE_FLAGS, dir_fd=root_fd), f"{sid}/{name}", budget)
+                    fd = _open_or_none(name, _FILE_FLAGS, root_fd)
+                    if fd is not None:
+                        _add_file(tar, fd, f"{sid}/{name}", budget)
                 for name in TOP_DIRS:
-                    with contextlib.suppress(FileNotFoundError):
-                        fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
+                    fd = _open_or_none(name, _DIR_FLAGS, root_fd)
+                    if fd is not None:
                         try:
                             _add_tree(tar, fd, f"{sid}/{name}", budget)
                         finally:
