@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,9 @@ def test_delete_a_dormant_session(api: httpx.Client, r: redis.Redis, module_stac
     assert leftovers(r, module_stack, sid), "the session left nothing to delete"
     bob = httpx.delete(f"{module_stack.url()}/sessions/{sid}", headers={"Authorization": f"Bearer {OTHER_TOKEN}"})
     assert bob.status_code == 404 and session_dir(module_stack, sid).exists()
+    started = time.monotonic()
     res = api.delete(f"/sessions/{sid}")
+    print(f"\ndelete of a dormant session: {(time.monotonic() - started) * 1000:.0f} ms")
     assert res.status_code == 204, res.text
     assert_gone(api, r, module_stack, sid)
 
@@ -120,7 +123,9 @@ def running_bash(api: httpx.Client, sleep: str) -> str:
 def test_delete_a_live_session_mid_run(api: httpx.Client, r: redis.Redis, module_stack: Stack) -> None:
     sid = running_bash(api, "sleep 40.113")
     assert api.get(f"/sessions/{sid}").json()["running"] is True
+    started = time.monotonic()
     res = api.delete(f"/sessions/{sid}")
+    print(f"\ndelete of a live session mid-run: {(time.monotonic() - started) * 1000:.0f} ms")
     assert res.status_code == 204, res.text
     assert not pids_running("sleep 40.113")
     assert_gone(api, r, module_stack, sid)
