@@ -161,3 +161,21 @@ def _delete_quietly(api: httpx.Client, sid: str) -> object:
         return api.delete(f"/sessions/{sid}")
     except httpx.HTTPError as exc:
         return exc
+
+
+def test_an_open_event_stream_ends_when_its_session_is_deleted(api: httpx.Client, module_stack: Stack) -> None:
+    sid = str(api.post("/sessions").json()["id"])
+    lines: list[str] = []
+
+    def follow() -> None:
+        with api.stream("GET", f"/sessions/{sid}/events", timeout=httpx.Timeout(60)) as res:
+            assert res.status_code == 200
+            for line in res.iter_lines():
+                lines.append(line)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    wait_sync(lambda: ": connected" in lines, timeout=10, interval=0.02, what="the stream open")
+    assert api.delete(f"/sessions/{sid}").status_code == 204
+    thread.join(timeout=10)
+    assert not thread.is_alive() and ": closed (deleted)" in lines

@@ -38,7 +38,9 @@ async def delete_session_route(state: SessionState = Depends(owned_or_deleting),
     delete was interrupted resumes it. Later writes and notifications for the id are refused."""
     sid = state.row.id
     await begin(proxy.redis, sid, state.row.owner)
-    if not await delete_session(proxy, sid):
+    erased = await delete_session(proxy, sid)
+    proxy.fanout.close_session(sid, "deleted")  # its event streams here end now (others at a heartbeat)
+    if not erased:
         return JSONResponse({"status": "deleting"}, status_code=202)
     return Response(status_code=204)
 
