@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 from typing import Literal
 
@@ -126,6 +127,14 @@ class Settings(BaseSettings):
     # (engine/sse.py); with `httpx` the streams are read chunk by chunk, ungated (bench/stream_micro.py).
     model_http: Literal["aiohttp", "httpx"] = Field("aiohttp", validation_alias="GAMMA_MODEL_HTTP")
     model_max_connections: int = Field(4096, ge=1, le=100_000, validation_alias="GAMMA_MODEL_MAX_CONNECTIONS")
+    # --- trusted transport (docs/architecture.md "Trust boundaries"): the role the harness's injections
+    # and anchors are sent with. `developer`: a channel user text cannot imitate; `user`: for servers or
+    # models that reject the developer role (reserved tags in user text and tool output are neutralised
+    # either way). Unset: `developer` for OpenAI itself and every Responses session, `user` for Chat
+    # Completions on another server (many chat templates know only system/user/assistant/tool).
+    trusted_role: Literal["developer", "user"] | None = Field(None, validation_alias="GAMMA_TRUSTED_ROLE")
+    # Models (comma-separated fnmatch patterns, e.g. `llama-*,qwen*`) sent user-role whatever the above says.
+    trusted_role_user_models: str = Field("", max_length=4096, validation_alias="GAMMA_TRUSTED_ROLE_USER_MODELS")
 
     # --- streaming at scale (issue 20): the scripted model's timing (off by default: instant replies in
     # 64-character chunks) and the runtime's coalescing of streamed text deltas.
@@ -228,6 +237,16 @@ class Settings(BaseSettings):
         if self.model_api is not None:
             return self.model_api
         return "responses" if self.openai_endpoint else "chat"
+
+    def trusted_role_for(self, model: str, api: Literal["responses", "chat"]) -> Literal["developer", "user"]:
+        """The role of a session's trusted messages: a model listed for user-role transport first, then
+        GAMMA_TRUSTED_ROLE, then the API's default (see the field)."""
+        patterns = [p.strip() for p in self.trusted_role_user_models.split(",") if p.strip()]
+        if any(fnmatch.fnmatchcase(model, p) for p in patterns):
+            return "user"
+        if self.trusted_role is not None:
+            return self.trusted_role
+        return "developer" if api == "responses" or self.openai_endpoint else "user"
 
     @property
     def scripted(self) -> bool:

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from shared import workspace_fs
 from shared.contracts.documents import Deck, StoredDeck, merge_cards
 from shared.disk import DiskError, SessionPaths, atomic_write_json, check_size, remove_durably
+from shared.form_rules import check_client_form
 from shared.quota import WorkspaceQuota
 from shared.uidoc import doc_from_snapshot
 from shared.uimerge import merge_update
@@ -184,11 +185,12 @@ async def sync_stored_ui(paths: SessionPaths, stored: dict[str, Any], update: by
     state.json only when every check passed."""
     base = doc_from_snapshot(stored)
     try:
-        merged = await merge_update(base.get_update(), base.client_id, update, limits)
+        merged = await merge_update(base.get_update(), base.client_id, update, limits, stored)
         result = validate_snapshot(merged.snapshot, limits)
+        if snapshot is not None:
+            check_client_form(stored, snapshot)
+            result = snapshot
     except UiRefused as exc:
         return Refused.of(exc)
-    if snapshot is not None:
-        result = snapshot
     await asyncio.to_thread(atomic_write_json, paths.state, result)
     return result

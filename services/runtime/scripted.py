@@ -11,8 +11,9 @@ Scenarios, chosen from the latest user message:
   then message_user(true) (scripted_workflows.py);
 - `eval-policy: {...}` prompts: a workflow policy of scripted_workflows.py that can skip steps (evals);
 - anything else: one message_user(true) that names each injection it received (kind and ref).
-Injections steered into a run after its prompt was already answered (a blocking message_user) are
-acknowledged in plain text, which ends the run: the prompt is not answered a second time.
+Injections that reach the model after its prompt was already answered (a blocking message_user; an
+idle turn started for an active task) are acknowledged in plain text, which ends the run: the prompt
+is not answered a second time.
 A step may also carry `reasoning` (summary text), `refusal`, `finish_reason: "length"`, `cut: true`
 (the connection drops mid-stream, once), `stream_error: {code, message}` (an error event inside the
 stream; with `times`, only that many times), `raw_arguments` on a tool call (sent instead of the JSON),
@@ -38,6 +39,9 @@ from .skills import Skill
 TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
         "run_aborted")
 TAG_RE = re.compile(r"^\s*<(" + "|".join(TAGS) + r")\b([^>]*)>", re.DOTALL)
+# Injections come as developer messages, or as user messages where the session sends them user-role
+# (engine/convert.py); user text never opens with a reserved tag (shared/neutralise.py).
+HARNESS_ROLES = ("developer", "user")
 REF_RE = re.compile(r'ref="([^"]*)"')
 DECK_RE = re.compile(r"\b(create|make|build|generate|draft|write)\b.*\b(presentation|deck|slides?)\b",
                      re.IGNORECASE | re.DOTALL)
@@ -129,7 +133,7 @@ class ScriptedGamma:
         last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
         seen: list[str] = []
         for m in messages[last_assistant + 1 :]:
-            found = injection_of(str(m.get("content", ""))) if m.get("role") == "user" else None
+            found = injection_of(str(m.get("content", ""))) if m.get("role") in HARNESS_ROLES else None
             if found is not None and found[0] in INJECTION_KINDS:
                 seen.append(f"{found[0]} (ref={found[1]})" if found[1] else found[0])
         if _answered(messages):

@@ -136,7 +136,7 @@ def ask_first(topic: str, skills: Mapping[str, Skill]) -> list[Batch]:
                         "options": ["Board", "Customers"], "required": True}]}
     return [
         skills_batch(["deck-generation", "ask-user-questions"], skills),
-        ("plan", [todo(("audience", "Ask who the audience is", "blocked"), ("brief", "Write the brief", "pending"))]),
+        ("plan", [todo(("audience", "Ask who the audience is", "blocked"), ("brief", "Write the brief", "blocked"))]),
         ("form", [call("write", path="forms/form_audience.json", content=json.dumps(form))]),
         ("show-form", [call("show_file", path="forms/form_audience.json")]),
         ("complete", [call("message_user", message="Who will see this deck? The form is open.", blockOnUser=True)]),

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from shared.contracts.messages import AgentMessage, CustomMessage, ToolCall, UserMessage
+from shared.trusted_blocks import render
 
 from .engine.types import PrepareBatch, ToolOutcome
 from .protocol import active_skill_message
@@ -76,9 +77,10 @@ def rule_counter(registry: CollectorRegistry) -> Counter:
 def guidance(rule: SkillRule) -> CustomMessage:
     return CustomMessage(
         custom_type="gamma.system_guidance", display=False,
-        content=f"<system_guidance>\nThe harness loaded the {rule.skill} skill: {rule.why}, and your first tool "
-                f"batch did not load it. Its body follows. Follow it from its first step, and check against it "
-                f"whatever you already did for this request.\n</system_guidance>",
+        content=render("system_guidance", None,
+                       f"The harness loaded the {rule.skill} skill: {rule.why}, and your first tool batch did not "
+                       "load it. Its body follows. Follow it from its first step, and check against it whatever "
+                       "you already did for this request."),
         details={"trusted": True, "injectionType": "system_guidance", "source": "system", "reason": "skill_rule",
                  "rule": rule.id, "skill": rule.skill})
 

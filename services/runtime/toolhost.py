@@ -16,6 +16,7 @@ from shared.quota import WorkspaceQuota
 from shared.settings import Settings
 
 from .audit import Auditor
+from .document_reads import DocumentReads
 from .engine.types import StreamFn
 from .events import Outbox
 from .sandbox import Sandbox
@@ -56,6 +57,7 @@ class SessionToolHost:
         # A subagent answers through the session's inbox.
         self.subagents = Subagents(self, subagent_stream, client, background)
         self.viewable_files: list[str] = workspace_files(paths.workspace)  # server-owned projection
+        self.document_reads = DocumentReads(lambda: transcript.entries)  # what a deck write must still find
         self.auditor: Auditor | None = None  # set by the session (completion audits)
 
     async def guard(self) -> None:

@@ -9,6 +9,7 @@ from shared.contracts.todo import TodoList
 from shared.disk import SessionPaths
 from shared.quota import WorkspaceQuota
 
+from ..document_reads import DocumentReads
 from ..sandbox import Sandbox
 from ..skills import Skill
 from ..todo import TodoController
@@ -22,6 +23,7 @@ class ToolHost(Protocol):
     sandbox: Sandbox  # confines every process started for the agent (bash)
     todo: TodoController
     skills: Mapping[str, Skill]
+    document_reads: DocumentReads  # the revision of each deck the agent last read (show_gamma)
 
     async def guard(self) -> None: ...
 

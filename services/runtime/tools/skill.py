@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.contracts.messages import ToolCall
+from shared.trusted_blocks import Trusted
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..prompt import skill_block
@@ -18,7 +19,7 @@ from .host import ToolHost
 SKIPPED = "Skipped: the skill set requested in this batch was refused. Resolve the skill conflict first."
 
 
-def render_skill(skill: Skill) -> str:
+def render_skill(skill: Skill) -> Trusted:
     """The same block a preloaded skill gets: the type selects the contract, not the loading method."""
     return skill_block(skill)
 
@@ -87,14 +88,14 @@ def skill_tool(host: ToolHost, plans: dict[str, list[tuple[Skill, str | None]]])
         if name not in {s.name for s in shown} and name in host.skills:
             shown.insert(0, host.skills[name])  # already active: return its body again, no new activation
         return ToolOutcome(
-            content="\n\n".join(render_skill(s) for s in shown),
+            content="\n\n".join(render_skill(s).text for s in shown),
             details={"activated": [s.name for s, _ in activations],
                      "requiredBy": {s.name: p for s, p in activations if p}},
         )
 
     return Tool(
         name="skill",
-        description="Load a skill from <available_skills> by name. Returns the complete skill body and "
+        description="Load a skill from the available_skills catalog by name. Returns the complete skill body and "
         "records the skill as active; required reference skills load with it. Load every matching skill "
         "in your first tool batch, in parallel.",
         parameters={
