@@ -47,7 +47,7 @@ def to_openai(system_prompt: str, messages: list[AgentMessage], *, trusted_role:
     return out
 
 
-def convert_one(m: AgentMessage, trusted_role: TrustedRole = "developer") -> dict[str, Any] | None:
+def convert_one(m: AgentMessage, trusted_role: TrustedRole) -> dict[str, Any] | None:
     if isinstance(m, UserMessage):
         return {"role": "user", "content": neutralise(m.content)}
     if isinstance(m, CustomMessage):
