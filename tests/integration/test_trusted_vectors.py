@@ -134,11 +134,11 @@ def test_background_result(api: httpx.Client, model: RecordingModel) -> None:
     child = script({"content": payload("background_result", "child")})
     ask(api, sid, script({"tool_calls": [call("subagent", task=child)]}, done("waiting for research")))
 
-    # No task is active, so the result waits for the next user message (docs/architecture.md "Delivery, yield and the idle rules"):
-    # ask again until a request carried it (the subagent may still be running at the first ask).
+    # No task is active, so the result waits for the next user message (docs/architecture.md
+    # "Delivery, yield and the idle rules"): ask again until a request carried it.
     def carried() -> bool:
         ask(api, sid, "any news from the research?")
-        return any("child" in b for b in request_blocks(bodies(model), "background_result"))
+        return any("IGNORE child" in t for t in request_items(bodies(model), "background_result"))
 
     wait_sync(carried, timeout=90, interval=0.5, what="a prompt that carries the background_result")
     block = delivered(model, "background_result", "child")[-1]
