@@ -6,19 +6,28 @@ the streamed reply into a complete AssistantMessage; retries and accounting are 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from openai import AsyncOpenAI
 
-from shared.contracts.messages import AssistantMessage, TextContent, ToolCall
+from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ToolCall
 
 from .sse import ReadGate
 from .types import AgentContext, Emit
 
 ApiName = Literal["responses", "chat"]
 TrustedRole = Literal["developer", "user"]
+ImageDetail = Literal["auto", "low", "high"]
+
+
+class ImageUrls(Protocol):
+    """The data URL of a stored image (shared/images.py ImageSource), None when its file is gone."""
+
+    def url(self, ref: ImageRef) -> str | None: ...
 
 
 @dataclass
@@ -32,6 +41,8 @@ class ModelSettings:
     chat_cache_key: bool = False
     # The role of the harness's own messages (engine/convert.py; Settings.trusted_role_for).
     trusted_role: TrustedRole = "developer"
+    images: ImageUrls | None = None  # the session's stored images (engine/convert.py)
+    image_detail: ImageDetail = "auto"
     max_retries: int = 0  # 429, 5xx and dropped connections
     retry_base_s: float = 1.0
     retry_max_s: float = 60.0
@@ -60,6 +71,20 @@ class StreamError(Exception):
     def __init__(self, message: str, retryable: bool) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+_DATA_URL = re.compile(r"data:image/[a-z]+;base64,[A-Za-z0-9+/=]+")
+
+
+def _image_token(match: re.Match[str]) -> str:
+    return "image:" + hashlib.sha256(match.group(0).encode("ascii")).hexdigest()[:16]
+
+
+def without_image_data(piece: str) -> str:
+    """A request piece with each image's data URL replaced by a short digest of it: the prefix metric
+    tokenizes pieces as text, and a megabyte of base64 is neither text nor what the model is billed
+    (images are counted by shared/image_tokens.py)."""
+    return _DATA_URL.sub(_image_token, piece) if "data:image/" in piece else piece
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:

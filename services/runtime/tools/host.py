@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from shared.contracts.todo import TodoList
 from shared.disk import SessionPaths
+from shared.image_limits import ImageLimits
 from shared.quota import WorkspaceQuota
 
 from ..sandbox import Sandbox
@@ -18,6 +19,7 @@ class ToolHost(Protocol):
     sid: str
     paths: SessionPaths
     max_file_bytes: int
+    image_limits: ImageLimits
     workspace_quota: WorkspaceQuota
     sandbox: Sandbox  # confines every process started for the agent (bash)
     todo: TodoController
