@@ -28,6 +28,7 @@ ANCHOR_TAGS: tuple[str, ...] = (
     "modified-files",
     "conversation",
     "previous-summary",
+    "attachments",
 )
 
 RESERVED_TAGS: tuple[str, ...] = (*INJECTION_KINDS, *ANCHOR_TAGS)

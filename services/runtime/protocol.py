@@ -16,6 +16,7 @@ from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import DELIVERY_BY_KIND, RuntimeInjection, artifact_update_block
 from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
 
+from .attachments import prompt_messages
 from .engine.agent import Agent
 from .knowledge import knowledge_anchors
 from .pending import PendingInjection, PendingPrompt, PendingTurn, TurnInput
@@ -280,9 +281,9 @@ class SessionProtocolController:
             name = parse_skill_command(prompt.message)
             if name is not None and name in self.skills:
                 out.extend(self.activate_skill(name))
-            user = UserMessage(content=prompt.message)
+            notes, user = prompt_messages(prompt)
             self.prompts.append(PendingPrompt(prompt.prompt_id, turn.entry_id, user))
-            out.append(user)
+            out.extend([*notes, user])
         return self._turn(out)
 
     def busy_turn_messages(self, prompt: UserPrompt, entry_id: str) -> PendingTurn:
@@ -293,9 +294,9 @@ class SessionProtocolController:
             view = self._prompt_client_view(prompt)
             self.next_turn = [m for m in self.next_turn if not self._is_client_view(m)]
             out.append(view)
-        user = UserMessage(content=prompt.message)
+        notes, user = prompt_messages(prompt)
         self.prompts.append(PendingPrompt(prompt.prompt_id, entry_id, user))
-        out.append(user)
+        out.extend([*notes, user])
         return self._turn(out)
 
     def _is_client_view(self, m: AgentMessage) -> bool:
