@@ -40,7 +40,11 @@ _KEEP_MODES = frozenset({"RGB", "RGBA", "L", "LA", "P"})
 
 class ImageRefused(Exception):
     """Not an image the model can take: unknown format, corrupt, or past a limit. A tool answers it
-    as an error result, the proxy as a 4xx; neither crashes."""
+    as an error result, the proxy as a 4xx (`status`); neither crashes."""
+
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -78,12 +82,12 @@ def prepare(data: bytes, limits: ImageLimits) -> PreparedImage:
     if mime is None:
         raise ImageRefused("not a PNG, JPEG, GIF or WebP image")
     if len(data) > limits.max_source_bytes:
-        raise ImageRefused(f"image is {len(data)} bytes; the limit is {limits.max_source_bytes} bytes")
+        raise ImageRefused(f"image is {len(data)} bytes; the limit is {limits.max_source_bytes} bytes", 413)
     try:
         with Image.open(io.BytesIO(data)) as im:
             width, height = im.size
             if width < 1 or height < 1 or width * height > limits.max_pixels:
-                raise ImageRefused(f"image is {width}x{height} pixels; the limit is {limits.max_pixels} pixels")
+                raise ImageRefused(f"image is {width}x{height} pixels; the limit is {limits.max_pixels} pixels", 413)
             animated = getattr(im, "n_frames", 1) > 1
             im.seek(0)
             im.load()

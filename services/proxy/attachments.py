@@ -59,7 +59,7 @@ async def check_attachments(settings: Settings, sid: str, paths: list[str]) -> A
         try:
             norm, size, head = await asyncio.to_thread(_stat, root.workspace, rel)
         except DiskError as exc:
-            raise _refused(rel, exc, 404 if exc.status == 404 else 422) from exc
+            raise _refused(rel, exc, exc.status) from exc
         if norm in (f[0] for f in found):
             raise _refused(rel, ValueError("attached twice"), 422)
         if sniff(head) is not None and size > limits.max_source_bytes:
@@ -79,7 +79,7 @@ async def check_attachments(settings: Settings, sid: str, paths: list[str]) -> A
             data = await asyncio.to_thread(read_workspace_image, root.workspace, norm, limits.max_source_bytes)
             prepared.append((norm, await asyncio.to_thread(prepare, data, limits)))
         except (DiskError, ImageRefused) as exc:
-            raise _refused(norm, exc, 413 if getattr(exc, "status", 422) == 413 else 422) from exc
+            raise _refused(norm, exc, exc.status) from exc
     # Stored only once every attachment passed: a refused message leaves nothing behind.
     images = [await asyncio.to_thread(store_image, root.root, image, norm) for norm, image in prepared]
     return Attachments(images, files)
