@@ -11,6 +11,7 @@ neutralised (serialize.py), the rest is neutralised here (docs/architecture.md "
 from __future__ import annotations
 
 from shared.neutralise import neutralise
+from shared.trusted_blocks import render
 
 SUMMARIZATION_SYSTEM_PROMPT = """You are a context summarization assistant. Your task is to read a conversation between a user and an AI assistant, then produce a structured summary following the exact format specified.
 
@@ -61,7 +62,7 @@ Use this EXACT format:
 
 Keep each section concise. Preserve exact file paths, function names, and error messages."""
 
-UPDATE_SUMMARIZATION_PROMPT = """The messages above are NEW conversation messages to incorporate into the existing summary provided in <previous-summary> tags.
+UPDATE_SUMMARIZATION_PROMPT = """The messages above are NEW conversation messages to incorporate into the existing summary provided in the previous-summary block.
 
 Update the existing structured summary with new information. RULES:
 - PRESERVE all existing information from the previous summary
@@ -124,11 +125,12 @@ def summary_prompt(conversation: str, previous_summary: str | None, custom_instr
     instructions = UPDATE_SUMMARIZATION_PROMPT if previous_summary else SUMMARIZATION_PROMPT
     if custom_instructions:
         instructions = f"{instructions}\n\nAdditional focus: {neutralise(custom_instructions)}"
-    text = f"<conversation>\n{conversation}\n</conversation>\n\n"
+    # The conversation quotes users, tools and files: escaped, it cannot end its block early.
+    text = render("conversation", None, conversation) + "\n\n"
     if previous_summary:
-        text += f"<previous-summary>\n{neutralise(previous_summary)}\n</previous-summary>\n\n"
+        text += render("previous-summary", None, previous_summary) + "\n\n"
     return text + instructions
 
 
 def turn_prefix_prompt(conversation: str) -> str:
-    return f"<conversation>\n{conversation}\n</conversation>\n\n{TURN_PREFIX_SUMMARIZATION_PROMPT}"
+    return render("conversation", None, conversation) + "\n\n" + TURN_PREFIX_SUMMARIZATION_PROMPT

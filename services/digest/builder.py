@@ -31,13 +31,15 @@ from shared.blobs import read_blob, remove_blob, sweep_orphans
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection
-from shared.contracts.injection import RuntimeInjection, artifact_update_block
+from shared.contracts.injection import RuntimeInjection
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.pending import PendingArtifact
 from shared.contracts.recorded import InjectionRecorded
+from shared.deletion import is_deleted
 from shared.fence import read_fence
 from shared.inbox import append
 from shared.redis_wire import optional_text
+from shared.trusted_blocks import Body, Trusted, artifact_update
 
 from .coalesce import NO_NET_CHANGE, actors_line, compose
 from .due import DueLoop, session_lock
@@ -129,6 +131,8 @@ class DigestBuilder:
             return
         sid, ref = change.session_id, change.ref
         async with self.locked(sid):
+            if await is_deleted(self._r, sid):  # erased or being erased: write nothing back
+                return
             state = await self.revisions.load(sid, ref) or RefState(kind=change.kind)
             given = change.to_revision
             if given is None and change.document is not None and isinstance(change.document.get("revision"), int):
@@ -160,7 +164,7 @@ class DigestBuilder:
             body = await self._compose(sid, ref, state)
             if body is not None:
                 seqs = sorted(state.undelivered_seqs())  # reported by the carry now, not by the notes
-                state.carry = Carry(text=body, from_revision=state.from_revision(), to_revision=state.current,
+                state.carry = Carry(text=body.text, from_revision=state.from_revision(), to_revision=state.current,
                                     seqs=seqs)
         state.current, state.deleted = revision, False
         state.advance_seen(revision, known, recorded=False)
@@ -201,14 +205,14 @@ class DigestBuilder:
 
     # ------------------------------------------------------------------ producing digests
 
-    async def _compose(self, sid: str, ref: str, state: RefState) -> str | None:
+    async def _compose(self, sid: str, ref: str, state: RefState) -> Trusted | None:
         seen = await asyncio.to_thread(self.revisions.read_content, sid, ref, state.seen)
         current = await asyncio.to_thread(self.revisions.read_content, sid, ref, state.current)
         return compose(state, seen, current)
 
     async def _digest(self, sid: str, ref: str, state: RefState) -> tuple[str, int | None] | None:
         """(content, from_revision) or None when the agent already has the current content."""
-        body = None if state.never_known else await self._compose(sid, ref, state)
+        body: Body | None = None if state.never_known else await self._compose(sid, ref, state)
         if body is None and (state.notes or state.carry is not None) and not state.never_known:
             # Edits that cancel out (a save repeated after a lost answer, an edit undone) still go out:
             # `seen` advances only when the agent records a digest or writes itself. Advancing it here
@@ -221,7 +225,7 @@ class DigestBuilder:
             state.pending_since = None
             return None
         from_revision = state.from_revision()
-        return artifact_update_block(ref, from_revision, state.current, body), from_revision
+        return artifact_update(ref, from_revision, state.current, body), from_revision
 
     async def _send(self, sid: str, ref: str, state: RefState, *, correction: bool = False) -> None:
         digest = await self._digest(sid, ref, state)
@@ -267,6 +271,8 @@ class DigestBuilder:
     async def flush(self, sid: str, ref: str) -> None:
         """A debounce window ended: send (live) or write the manifest (the session went dormant meanwhile)."""
         async with self.locked(sid):
+            if await is_deleted(self._r, sid):  # erased or being erased: write nothing back
+                return
             state = await self.revisions.load(sid, ref)
             if state is None or not state.undelivered:
                 return
@@ -325,6 +331,8 @@ class DigestBuilder:
         revision = event.to_revision if event.to_revision is not None else revision
         sid = event.session_id
         async with self.locked(sid):
+            if await is_deleted(self._r, sid):  # erased or being erased: write nothing back
+                return
             await asyncio.to_thread(self.manifest.clear_upto, sid, ref, revision)
             state = await self.revisions.load(sid, ref)
             if state is None:

@@ -3,11 +3,15 @@ opening survives, nothing else changes, and a second pass changes nothing."""
 
 from __future__ import annotations
 
+import re
+import string
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.neutralise import ESCAPED_OPEN, neutralise
+from shared.neutralise import CASE_EXCEPTIONS, ESCAPED_OPEN, neutralise
 from shared.reserved_tags import RESERVED_TAG_RE, RESERVED_TAGS
 
 WHITESPACE = st.text(alphabet=" \t\r\n\f\v", max_size=2)
@@ -23,9 +27,12 @@ def tag_openings(draw: st.DrawFn) -> str:
     return "<" + draw(WHITESPACE) + slash + draw(WHITESPACE) + cased + end
 
 
-# Text dense with openings, near misses (`<summaryx`, `<<`, `&lt;`) and arbitrary unicode.
+# Text dense with openings, near misses (`<summaryx`, `<<`, `&lt;`), the characters case-insensitive
+# matching treats specially (`<ſystem_note>` is a reserved opening for RESERVED_TAG_RE) and arbitrary unicode.
 FRAGMENTS = st.one_of(tag_openings(), st.text(max_size=12), st.sampled_from(["<", "</", "&lt;", "<<", ">", "x", "_"]),
-                      st.sampled_from(RESERVED_TAGS))
+                      st.sampled_from(RESERVED_TAGS), st.sampled_from(["<ſystem_note>", "<actıve_skill>", "\u0130",
+                                                                       "<sKill>", "“", "é", "<\u200bsystem_note>",
+                                                                       "</\ufeffsummary>", "\u200d"]))
 TEXTS = st.lists(FRAGMENTS, max_size=12).map("".join)
 
 
@@ -33,6 +40,35 @@ TEXTS = st.lists(FRAGMENTS, max_size=12).map("".join)
 @given(TEXTS)
 def test_no_reserved_tag_survives(text: str) -> None:
     assert RESERVED_TAG_RE.search(neutralise(text)) is None
+
+
+def reference(text: str) -> str:
+    """The definition: the `<` of every RESERVED_TAG_RE match written as `&lt;`."""
+    return RESERVED_TAG_RE.sub(lambda m: ESCAPED_OPEN + m.group(0)[1:], text)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(TEXTS)
+def test_same_as_the_shared_pattern(text: str) -> None:
+    """The fast path (a lowercased copy, case-sensitive) finds exactly RESERVED_TAG_RE's matches."""
+    assert neutralise(text) == reference(text)
+    assert neutralise(text.upper()) == reference(text.upper())
+
+
+def test_case_exceptions_are_complete() -> None:
+    """Every character `re.IGNORECASE` matches to an ASCII letter is one `str.lower` maps to that
+    letter, except CASE_EXCEPTIONS (re-derived over all of Unicode, for this Python's tables)."""
+    letters = string.ascii_lowercase
+    any_letter = re.compile("[a-z]", re.IGNORECASE)
+    exceptions = set()
+    for code in range(sys.maxunicode + 1):
+        c = chr(code)
+        lowered = c.lower()
+        matched = {letter for letter in letters if re.fullmatch(letter, c, re.IGNORECASE)} if any_letter.fullmatch(c) \
+            else set()
+        if matched != ({lowered} if lowered in letters else set()):
+            exceptions.add(c)
+    assert exceptions == set(CASE_EXCEPTIONS)
 
 
 @settings(max_examples=800, deadline=None)

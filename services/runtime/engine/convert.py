@@ -38,6 +38,7 @@ from shared.contracts.messages import (
     UserMessage,
 )
 from shared.neutralise import neutralise
+from shared.trusted_blocks import render
 
 from .model_api import ImageDetail, ImageUrls, TrustedRole
 
@@ -125,7 +126,7 @@ def convert_one(m: AgentMessage, trusted_role: TrustedRole, images: Images = NO_
 
 
 def summary_block(summary: str) -> str:
-    return SUMMARY_PREFIX + "<summary>\n" + neutralise(summary) + "\n</summary>"
+    return SUMMARY_PREFIX + render("summary", None, summary)
 
 
 def to_responses_input(messages: list[AgentMessage], model: str, *, trusted_role: TrustedRole,
