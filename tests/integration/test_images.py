@@ -153,6 +153,22 @@ def test_attached_and_read_images_reach_the_model_and_replay_after_a_wake(env: E
     validate([after_wake])
     assert image_urls(after_wake.body.get("input") or after_wake.body.get("messages")) == urls_before
 
+    # Compaction: the images it keeps are sent with the same bytes; those it summarizes are named in
+    # the summarizer's request as text, and their parts leave the request.
+    summaries_since = len(env.model.summary_requests())
+    assert env.http.post(f"/sessions/{sid}/compact", json={}).status_code == 200
+    wait_sync(lambda: any(e["type"] == "compaction" for e in env.http.get(f"/sessions/{sid}/transcript").json()[
+        "entries"]), timeout=60, what="the compaction entry")
+    run(env, sid, "and now?")
+    after = env.model.agent_requests()[-1]
+    validate([after])
+    urls_after = image_urls(after.body.get("input") or after.body.get("messages"))
+    assert set(urls_after) <= set(urls_before)
+    summarized = "\n".join(r.text() for r in env.model.summary_requests()[summaries_since:])
+    for url, name in zip(urls_before, ["photo.png", "renders/chart.png"], strict=True):
+        assert url in urls_after or f'[Image]: "{name}"' in summarized, name
+    assert "base64" not in (env.data_dir / "sessions" / sid / "transcript.jsonl").read_text()
+
 
 def test_a_12_megapixel_jpeg_is_downscaled_within_the_limits(env: Env) -> None:
     sid = new_session(env, "responses")
