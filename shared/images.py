@@ -168,14 +168,15 @@ def data_url(mime: str, data: bytes) -> str:
 
 
 class ImageSource:
-    """References -> data URLs for one session's requests. The last few URLs are kept: every request
-    of a run carries the same images again."""
+    """References -> data URLs for one session's requests. URLs are kept up to `kept_bytes`, most
+    recently used first: every request of a run carries the same images again, and a base64 copy of
+    each per request would cost more than the rest of the request build."""
 
-    KEPT = 8
-
-    def __init__(self, session_root: Path) -> None:
+    def __init__(self, session_root: Path, kept_bytes: int = 32 * 1024 * 1024) -> None:
         self.session_root = session_root
+        self.kept_bytes = kept_bytes
         self._urls: OrderedDict[str, str] = OrderedDict()
+        self._size = 0
 
     def url(self, ref: ImageRef) -> str | None:
         """The image's data URL, or None when its file is gone (the request says so in text)."""
@@ -188,8 +189,9 @@ class ImageSource:
             return None
         url = data_url(ref.mime_type, data)
         self._urls[ref.sha256] = url
-        if len(self._urls) > self.KEPT:
-            self._urls.popitem(last=False)
+        self._size += len(url)
+        while self._size > self.kept_bytes and len(self._urls) > 1:
+            self._size -= len(self._urls.popitem(last=False)[1])
         return url
 
 

@@ -42,7 +42,7 @@ class ChatApi:
         """Tools and system first, then one piece per message (tokenized separately, once each)."""
         messages, tools = body["messages"], body.get("tools", [])
         head = json.dumps({"tools": tools, "system": messages[0]}, ensure_ascii=False, separators=(",", ":"))
-        return [head, *(without_image_data(json.dumps(m, ensure_ascii=False, separators=(",", ":")))
+        return [head, *(json.dumps(without_image_data(m), ensure_ascii=False, separators=(",", ":"))
                         for m in messages[1:])]
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,

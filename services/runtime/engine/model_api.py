@@ -6,9 +6,7 @@ the streamed reply into a complete AssistantMessage; retries and accounting are 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -73,18 +71,18 @@ class StreamError(Exception):
         self.retryable = retryable
 
 
-_DATA_URL = re.compile(r"data:image/[a-z]+;base64,[A-Za-z0-9+/=]+")
-
-
-def _image_token(match: re.Match[str]) -> str:
-    return "image:" + hashlib.sha256(match.group(0).encode("ascii")).hexdigest()[:16]
-
-
-def without_image_data(piece: str) -> str:
-    """A request piece with each image's data URL replaced by a short digest of it: the prefix metric
-    tokenizes pieces as text, and a megabyte of base64 is neither text nor what the model is billed
-    (images are counted by shared/image_tokens.py)."""
-    return _DATA_URL.sub(_image_token, piece) if "data:image/" in piece else piece
+def without_image_data(item: Any) -> Any:
+    """A request item with each image's data URL replaced by a short stand-in: the prefix metric
+    tokenizes pieces as text, and megabytes of base64 are neither text nor what the model is billed
+    (images are counted by shared/image_tokens.py). `hash` of a str is computed once per string
+    object, and the URLs are the image source's cached strings: the stand-in costs nothing per request."""
+    if isinstance(item, str):
+        return f"image:{hash(item) & 0xFFFFFFFFFFFF:x}" if item.startswith("data:image/") else item
+    if isinstance(item, dict):
+        return {k: without_image_data(v) for k, v in item.items()}
+    if isinstance(item, list):
+        return [without_image_data(v) for v in item]
+    return item
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:

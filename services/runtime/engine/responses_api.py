@@ -67,7 +67,7 @@ class ResponsesApi:
     def pieces(self, body: dict[str, Any]) -> list[str]:
         head = json.dumps({"tools": body.get("tools", []), "instructions": body["instructions"]},
                           ensure_ascii=False, separators=(",", ":"))
-        return [head, *(without_image_data(json.dumps(i, ensure_ascii=False, separators=(",", ":")))
+        return [head, *(json.dumps(without_image_data(i), ensure_ascii=False, separators=(",", ":"))
                         for i in body["input"])]
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
