@@ -217,3 +217,15 @@ def test_a_corrupt_image_read_is_an_error_result(env: Env, api: str) -> None:
     validate([last])
     assert image_urls(last.body.get("input") or last.body.get("messages")) == []
     assert "Cannot show the image broken.png" in last.text()
+
+
+def test_show_file_with_look_returns_the_image_and_opens_the_tab(env: Env) -> None:
+    sid = new_session(env, "responses")
+    card = png(200, 120, (10, 200, 10))
+    put(env, sid, "renders/card1.png", card)
+    run(env, sid, script({"tool_calls": [call("show_file", path="renders/card1.png", look=True)]}, done("shown")))
+    last = env.model.agent_requests()[-1]
+    validate([last])
+    (output,) = [i["output"] for i in last.body["input"] if i.get("type") == "function_call_output"]
+    assert "Opened file:renders/card1.png in tab" in output[0]["text"]
+    assert [decoded(u) for u in image_urls(output)] == [card]
