@@ -28,6 +28,7 @@ ANCHOR_TAGS: tuple[str, ...] = (
     "modified-files",
     "conversation",
     "previous-summary",
+    "attachments",
     # Client- or model-authored text quoted as data inside a trusted block (shared/trusted_blocks.py).
     "quoted",
 )

@@ -10,6 +10,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.contracts.notifications import NOTIFICATION_TYPES
+from shared.image_limits import ImageLimits
 from shared.pricing import ModelPrice, parse_prices
 
 LOCAL_USER = "local"
@@ -144,6 +145,17 @@ class Settings(BaseSettings):
     # Models (comma-separated fnmatch patterns, e.g. `llama-*,qwen*`) sent user-role whatever the above says.
     trusted_role_user_models: str = Field("", max_length=4096, validation_alias="GAMMA_TRUSTED_ROLE_USER_MODELS")
 
+    # --- images (docs/architecture.md "Images"): what the agent sees of image files and attachments.
+    # `detail` goes with every image part; the sides are OpenAI's high-detail fit (long, then short).
+    image_detail: Literal["auto", "low", "high"] = Field("auto", validation_alias="GAMMA_IMAGE_DETAIL")
+    image_max_long: int = Field(2048, ge=64, le=8192, validation_alias="GAMMA_IMAGE_MAX_LONG")
+    image_max_short: int = Field(768, ge=64, le=8192, validation_alias="GAMMA_IMAGE_MAX_SHORT")
+    image_max_source_bytes: int = Field(20 * 1024 * 1024, ge=1024, validation_alias="GAMMA_IMAGE_MAX_SOURCE_BYTES")
+    image_max_pixels: int = Field(50_000_000, ge=1, validation_alias="GAMMA_IMAGE_MAX_PIXELS")
+    # Attachments of one message: how many files, and their bytes together.
+    attachments_max: int = Field(10, ge=0, le=100, validation_alias="GAMMA_ATTACHMENTS_MAX")
+    attachments_max_bytes: int = Field(40 * 1024 * 1024, ge=1024, validation_alias="GAMMA_ATTACHMENTS_MAX_BYTES")
+
     # --- streaming at scale (issue 20): the scripted model's timing (off by default: instant replies in
     # 64-character chunks) and the runtime's coalescing of streamed text deltas.
     # `fast_gpt`: a fast current GPT model (400 ms to the first token, 80 tokens/s, 3 ms jitter); the
@@ -276,6 +288,10 @@ class Settings(BaseSettings):
         if self.model_api is not None:
             return self.model_api
         return "responses" if self.openai_endpoint else "chat"
+
+    def image_limits(self) -> ImageLimits:
+        return ImageLimits(max_source_bytes=self.image_max_source_bytes, max_pixels=self.image_max_pixels,
+                           max_long=self.image_max_long, max_short=self.image_max_short)
 
     def trusted_role_for(self, model: str, api: Literal["responses", "chat"]) -> Literal["developer", "user"]:
         """The role of a session's trusted messages: a model listed for user-role transport first, then

@@ -104,6 +104,10 @@ class PostMessage(Contract):
     # With steer / follow_up / interrupt: 409, nothing queued, when this run is no longer the active
     # one (the `run_id` of GET /sessions/{id} or of the events).
     expected_run_id: str | None = Field(None, pattern=RUN_ID)
+    # Workspace paths of files uploaded before (PUT /files); images become image parts of this message,
+    # other files are named to the agent. Each is checked (exists, inside the workspace, within the
+    # GAMMA_ATTACHMENTS_* and GAMMA_IMAGE_* limits): a bad one is a 4xx naming it, and nothing is sent.
+    attachments: list[str] = Field(default_factory=list, max_length=100)
 
 
 class MessageAccepted(Contract):

@@ -28,6 +28,7 @@ from shared.contracts.wake import Wake
 from shared.disk import atomic_write_json, session_paths
 
 from ..ari import AriError, parse_ari
+from ..attachments import check_attachments
 from ..auth import current_user
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
@@ -122,12 +123,15 @@ async def post_message(
                 parse_ari(tab.ari)
             except AriError as exc:
                 raise ApiError(422, f"client_context.visibleTabs: tab {tab.tab_id!r} has an invalid ARI: {exc}") from exc
+    attached = await check_attachments(proxy.settings, sid, body.attachments) if body.attachments else None
     status = state.status()
     # Causal order (shared/causal.py): the newest write acknowledged before this prompt whose digest is
     # still on its way; the runtime holds the prompt until it is delivered.
     after = await causal.watermark(proxy.redis, sid) if proxy.settings.causal_wait_ms > 0 else None
     prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy,
-                        after_seq=after, expected_run_id=body.expected_run_id)
+                        after_seq=after, expected_run_id=body.expected_run_id,
+                        images=(attached.images or None) if attached else None,
+                        files=(attached.files or None) if attached else None)
     if body.expected_run_id is not None:
         return await post_to_run(proxy, state, prompt)
     if status == "live":
