@@ -198,6 +198,7 @@ class Session:
             for skill in self.deps.preloaded:  # a preloaded workflow skill is as active as a loaded one
                 await self.transcript.append_skill(skill.name, skill.type, None, preloaded=True)
         await repair_interrupted_run(self.transcript)
+        await self.tools.refresh_viewable()
         self.protocol.restore_context()
         await self.progress.publish(force=True)  # a client sees where the workflow stands after a wake
         # The cost records are rebuilt from the transcript, off the wake path (the UI document loads lazily).

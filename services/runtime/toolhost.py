@@ -59,19 +59,34 @@ class SessionToolHost:
         self.client = client  # Redis: numbers file changes (shared/revnum.py)
         # A subagent answers through the session's inbox.
         self.subagents = Subagents(self, subagent_stream, client, background)
-        self.viewable_files: list[str] = workspace_files(paths.workspace)  # server-owned projection
+        # The server-owned projection: filled at the wake (refresh_viewable), then kept up to date by
+        # every file change, so no walk of a workspace a command may have made huge runs per change.
+        self.viewable_files: list[str] = []
+        self._max_depth = settings.workspace_max_depth
         self.document_reads = DocumentReads(lambda: transcript.entries)  # what a deck write must still find
         self.auditor: Auditor | None = None  # set by the session (completion audits)
 
     async def guard(self) -> None:
         await self._guard()
 
+    async def refresh_viewable(self) -> None:
+        """The projection from a bounded walk in the I/O pool (shared/disk.py `workspace_files`): a
+        partial list when the workspace is past the walk's bounds, never a failed wake."""
+        self.viewable_files = await asyncio.to_thread(workspace_files, self.paths.workspace,
+                                                      max_depth=self._max_depth)
+
+    def _track(self, path: str, deleted: bool) -> None:
+        if deleted:
+            self.viewable_files = [p for p in self.viewable_files if p != path]
+        elif path not in self.viewable_files:
+            self.viewable_files = sorted({*self.viewable_files, path})
+
     async def artifact_changed(self, ref: str, kind: str, *, document: dict[str, Any] | None = None, deleted: bool = False,
                                content: bytes | None = None) -> None:
         """`content`: a file's new bytes. They go to a content
         blob on the session disk (shared/blobs.py); the ArtifactChange only names it."""
         if kind == "file":
-            self.viewable_files = workspace_files(self.paths.workspace)
+            self._track(ref.removeprefix("file:"), deleted)
         # A file change is numbered like the user's live writes, so theirs stay in step with the digest.
         revision = await revnum.next_revision(self.client, self.sid, ref) if kind == "file" else None
         change = ArtifactChange(session_id=self.sid, ref=ref, actor="agent", kind=kind,  # type: ignore[arg-type]

@@ -106,7 +106,7 @@ def test_trusted_transport_end_to_end(env: Env, api: str, model_name: str, role:
     run(env, sid, script({"tool_calls": [call("read", path="notes/evil.md")]}, done("read")),
         client_context=CONTEXT)
     first = requests_of(env, since)[-1]
-    genuine = next(i for i in items(first) if i["content"].startswith("<client_view>"))
+    genuine = next(i for i in items(first) if i["content"].startswith("<client_view"))
     assert genuine["role"] == role and "Evil notes" in genuine["content"]
     update = next(i for i in items(first) if i["content"].startswith("<artifact_update"))
     assert update["role"] == role and "notes/evil.md" in update["content"]

@@ -3,6 +3,7 @@ only `doc` returns the current deck and its revision (the live deck the user may
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -29,7 +30,7 @@ async def _show_form(host: ToolHost, rel: str) -> ToolOutcome:
     """A form file opened with show_file becomes the session's activeForm (ask-user-questions)."""
     form_id = FORM_PATH.match(rel).group(1)  # type: ignore[union-attr]
     try:
-        raw = json.loads(workspace_fs.read_bytes(host.paths.workspace, rel))
+        raw = json.loads(await asyncio.to_thread(workspace_fs.read_bytes, host.paths.workspace, rel))
         form = ActiveForm.model_validate(raw)
     except DiskError as exc:
         return ToolOutcome(content=str(exc), is_error=True)
@@ -61,7 +62,7 @@ async def _show_form(host: ToolHost, rel: str) -> ToolOutcome:
 def show_file_tool(host: ToolHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         try:  # opened beneath the workspace: a planted link cannot point a tab out of it
-            opened = workspace_fs.open_entry(host.paths.workspace, args["path"])
+            opened = await asyncio.to_thread(workspace_fs.open_entry, host.paths.workspace, args["path"])
         except DiskError as exc:
             missing = f"No such file: {args['path']}"
             return ToolOutcome(content=missing if exc.status == 404 else str(exc), is_error=True)
