@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from shared.contracts.inbox import Stop
 from shared.deletion import global_members, session_keys
 from shared.disk import session_paths
 from shared.redis_wire import text
+from shared.walk import remove_tree
 
 from .deps import Proxy
 from .errors import ApiError
@@ -52,6 +53,9 @@ async def begin(redis: aioredis.Redis, sid: str, owner: str) -> None:
     await redis.zadd(keys.SESSIONS_DELETING, {sid: now_ms() + RESUME_AFTER_MS}, nx=True)
     await redis.hset(keys.session_row(sid), mapping={"status": keys.STATUS_DELETING, "updated_at": str(now_ms())})
     await redis.zrem(keys.user_sessions(owner), sid)
+
+
+ERASE_BUDGET_S = 600.0  # one erase's removal of a session directory (resumed by the next erase past it)
 
 
 async def quiesce(proxy: Proxy, sid: str) -> bool:
@@ -72,8 +76,14 @@ def _remove_disk(data_dir: Path, sid: str) -> None:
     trash.mkdir(parents=True, exist_ok=True)
     if root.exists():
         root.rename(trash / f"{sid}.{new_id('t_')}")  # gone for every reader at once
-    for left in trash.glob(f"{sid}.*"):  # this erase's and any an earlier, killed one left
-        shutil.rmtree(left, ignore_errors=True)
+    trash_fd = os.open(trash, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for left in trash.glob(f"{sid}.*"):  # this erase's and any an earlier, killed one left
+            # Iterative, any depth (a command may have nested the workspace deep): shared/walk.py.
+            with contextlib.suppress(OSError):
+                remove_tree(trash_fd, left.name, budget_s=ERASE_BUDGET_S)
+    finally:
+        os.close(trash_fd)
 
 
 async def erase(proxy: Proxy, sid: str) -> None:

@@ -31,6 +31,7 @@ TOP_FILES = ("transcript.jsonl", "todo.json", "state.json")
 TOP_DIRS = ("documents", "workspace")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+MAX_DEPTH = 512  # directory fds held at once at most (GAMMA_WORKSPACE_MAX_DEPTH is at most 512)
 
 
 class ExportTooLarge(Exception):
@@ -84,25 +85,42 @@ class _Exact(io.RawIOBase):
         return data
 
 
-def _add_tree(tar: tarfile.TarFile, dir_fd: int, name: str, budget: _Budget) -> None:
-    tar.addfile(_info(name, 0, os.fstat(dir_fd).st_mtime, directory=True))
+def _children(dir_fd: int) -> Iterator[tuple[str, bool, bool]]:
     with os.scandir(dir_fd) as entries:
-        children = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
-                          for e in entries)
-    for child, is_dir, is_file in children:
-        if not (is_dir or is_file):
-            continue  # symlinks and special files
-        try:
-            fd = os.open(child, _DIR_FLAGS if is_dir else _FILE_FLAGS, dir_fd=dir_fd)
-        except OSError:
-            continue  # gone, or swapped for a link, since the listing
-        if is_dir:
+        listed = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
+                        for e in entries)
+    return iter(listed)
+
+
+def _add_tree(tar: tarfile.TarFile, dir_fd: int, name: str, budget: _Budget) -> None:
+    """The tree under `dir_fd` (the caller's fd), iteratively with an explicit stack: however deep a
+    command nested it, no recursion (shared/walk.py has the same rule); directories past MAX_DEPTH
+    levels are left out (the workspace bounds keep a tree far shallower: GAMMA_WORKSPACE_MAX_DEPTH)."""
+    tar.addfile(_info(name, 0, os.fstat(dir_fd).st_mtime, directory=True))
+    stack = [(os.dup(dir_fd), name, _children(dir_fd))]
+    try:
+        while stack:
+            fd, path, children = stack[-1]
+            item = next(children, None)
+            if item is None:
+                os.close(stack.pop()[0])
+                continue
+            child, is_dir, is_file = item
+            if not (is_dir or is_file) or (is_dir and len(stack) >= MAX_DEPTH):
+                continue  # symlinks and special files; a directory nested past the bound
             try:
-                _add_tree(tar, fd, f"{name}/{child}", budget)
-            finally:
-                os.close(fd)
-        else:
-            _add_file(tar, fd, f"{name}/{child}", budget)
+                child_fd = os.open(child, _DIR_FLAGS if is_dir else _FILE_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # gone, or swapped for a link, since the listing
+            if not is_dir:
+                _add_file(tar, child_fd, f"{path}/{child}", budget)
+                continue
+            stack.append((child_fd, f"{path}/{child}", iter(())))
+            tar.addfile(_info(f"{path}/{child}", 0, os.fstat(child_fd).st_mtime, directory=True))
+            stack[-1] = (child_fd, f"{path}/{child}", _children(child_fd))
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
 
 
 def _open_or_none(name: str, flags: int, dir_fd: int) -> int | None:
