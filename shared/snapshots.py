@@ -222,3 +222,31 @@ class SnapshotStore:
                     if Path(prefix).name + obj.name not in named:
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(obj.path)
+
+    # ------------------------------------------------------------ a fork's first record
+
+    def seed(self, manifest: Manifest, source_objects: Path, entry: str, reason: str = "fork") -> Record:
+        """A new session's first record, for a disk just laid out from `manifest` (shared/fork.py):
+        the source's objects are hard-linked (they are never written in place), and each file's stat
+        is read from the new disk, so the next snapshot finds nothing changed without reading a file."""
+        items: Manifest = {}
+        added = 0
+        for key, item in manifest.items():
+            if item.kind != "f":
+                items[key] = item
+                continue
+            target = object_path(self.objects, item.ref)
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(object_path(source_objects, item.ref), target)
+                except OSError:
+                    atomic_write_bytes(target, object_path(source_objects, item.ref).read_bytes())
+                added += item.size
+            st = os.lstat(self.paths.root / key)
+            items[key] = Item("f", item.ref, st.st_size, item.mode, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        record = Record(n=0, entry=entry, at=_now_ms(), reason=reason, full=True,
+                        set={k: list(v) for k, v in items.items()}, added=added)
+        self._append(record)
+        self.current = items
+        return record

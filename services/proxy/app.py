@@ -20,7 +20,7 @@ from .fanout import EventFanout
 from .heap import TrimAfterLargeResponses
 from .limits import BodyLimit
 from .metrics import ProxyMetrics
-from .routes import documents, events, knowledge, runs, sessions, ui, workspace
+from .routes import branches, documents, events, knowledge, runs, sessions, ui, workspace
 
 STATIC = Path(__file__).parent / "static"
 # Bodies here are file contents (opaque bytes, routes/workspace.py): no JSON body limits.
@@ -64,7 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        max_number_digits=settings.max_json_number_digits, exempt=[WORKSPACE_FILES])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(TrimAfterLargeResponses)
-    for module in (sessions, runs, ui, workspace, documents, events, knowledge):
+    for module in (sessions, runs, ui, workspace, documents, events, knowledge, branches):
         app.include_router(module.router)
 
     @app.get("/", include_in_schema=False)

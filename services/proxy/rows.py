@@ -209,6 +209,12 @@ async def list_page(redis: aioredis.Redis, owner: str, limit: int,
     return out, next_cursor
 
 
+async def drop_row(redis: aioredis.Redis, owner: str, sid: str) -> None:
+    """Undo `create_row` for a session whose disk could not be laid out (a fork that failed)."""
+    await redis.delete(keys.session_row(sid))
+    await redis.zrem(keys.user_sessions(owner), sid)
+
+
 async def mark_waking(redis: aioredis.Redis, sid: str, wake_id: str, fence: int) -> None:
     now = now_ms()
     mapping: dict[str | bytes, str] = {"status": "waking", "wake_id": wake_id, "waking_since": str(now), "wake_fence": str(fence),

@@ -36,7 +36,7 @@ from .scripted_workflows import AUDIT_MARK, Policy, reply_for
 from .skills import Skill
 
 TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
-        "run_aborted")
+        "run_aborted", "session_rewound")
 TAG_RE = re.compile(r"^\s*<(" + "|".join(TAGS) + r")\b([^>]*)>", re.DOTALL)
 REF_RE = re.compile(r'ref="([^"]*)"')
 DECK_RE = re.compile(r"\b(create|make|build|generate|draft|write)\b.*\b(presentation|deck|slides?)\b",

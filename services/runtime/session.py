@@ -28,13 +28,15 @@ from shared.contracts.inbox import (
     FileDelete,
     FileWrite,
     Injection,
+    Rewind,
     UiUpdate,
 )
 from shared.contracts.messages import AgentMessage
-from shared.disk import SessionPaths, atomic_write_json, read_json
+from shared.disk import SessionPaths, atomic_write_json, read_json, workspace_files
 from shared.inbox import InboxEntry
 from shared.quota import WorkspaceQuota
 from shared.settings import Settings
+from shared.snapshots import SnapshotLimits
 from shared.tokens import TokenCounter
 from shared.uirules import UiLimits, repair_snapshot
 
@@ -58,9 +60,11 @@ from .pending import PendingTurn
 from .progress import ChecklistProgress
 from .protocol import SessionProtocolController
 from .recorder import Recorder
+from .rewind import Rewinder
 from .sandbox import select_sandbox
 from .skill_rules import SkillRuleGuard, load_rules
 from .skills import Skill
+from .snapshots import SessionSnapshots
 from .supervisor import RunSupervisor, interrupted, repair_interrupted_run
 from .todo import TodoController
 from .tool_policy import ToolPolicy
@@ -105,6 +109,8 @@ class Session:
         # The disk fence's lock goes as soon as a line is readable, not after its fsync (diskfence.py).
         self.transcript = Transcript.load(paths.transcript, self.guard, disk.unlock if disk is not None else None)
         self.todo = TodoController.load(paths.todo, self.guard)
+        self.snapshots = SessionSnapshots(self.sid, paths, SnapshotLimits.of(deps.settings), self.guard,
+                                          lambda: self.transcript.leaf_id)
         self._ui: UiDoc | None = None  # built from state.json on first use (see `ui`)
         self.queue: asyncio.Queue[InboxEntry] = asyncio.Queue()
         self.held: list[InboxEntry] = []  # prompts held until the wake barrier
@@ -148,7 +154,8 @@ class Session:
         knowledge = PromptKnowledge(reader, self.transcript, self.protocol.pending, deps.settings.knowledge_top_k,
                                     deps.settings.knowledge_min_score, deps.registry)
         self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.skills,
-                                 self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages)
+                                 self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages,
+                                 snapshot=self.snapshots.take)
         self._wire_checklists()
         self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self))
         self.runs = RunSupervisor(self, deps.client, deps.settings.lease_ms, self.compactor)
@@ -157,6 +164,8 @@ class Session:
                     Compact: self.compactor.on_command, FileDelete: self.writes.file_delete,
                     DocumentDelete: self.writes.document_delete}
         self.aborts = RunAborter(self)
+        self.rewinder = Rewinder(self)
+        handlers[Rewind] = self.rewinder.on_rewind
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
                                           deps.client, deps.request_close, knowledge, self.aborts)
         self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
@@ -190,6 +199,7 @@ class Session:
             await self.transcript.ensure_header()
             for skill in self.deps.preloaded:  # a preloaded workflow skill is as active as a loaded one
                 await self.transcript.append_skill(skill.name, skill.type, None, preloaded=True)
+        await self.rewinder.finish_pending()  # a rewind a crash cut short (shared/rewind.py)
         await repair_interrupted_run(self.transcript)
         self.protocol.restore_context()
         await self.progress.publish(force=True)  # a client sees where the workflow stands after a wake
@@ -205,6 +215,10 @@ class Session:
         if self._ui is None:
             self._ui = UiDoc.from_snapshot(repair_snapshot(read_json(self.paths.state)), self.ui_limits)
         return self._ui
+
+    def refresh_files(self) -> None:
+        """The viewable files listed again from the disk (after a rewind restored the workspace)."""
+        self.tools.viewable_files = workspace_files(self.paths.workspace)
 
     @property
     def viewable_files(self) -> list[str]:

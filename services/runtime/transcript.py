@@ -89,6 +89,9 @@ class Transcript:
         last = self.entries[-1]
         return last.target_id if isinstance(last, LeafEntry) else last.id
 
+    def has(self, entry_id: str) -> bool:
+        return entry_id in self._ids
+
     def is_node(self, entry_id: str) -> bool:
         return entry_id in self._nodes
 

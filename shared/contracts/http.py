@@ -8,7 +8,7 @@ from pydantic import Field
 
 from .base import Contract
 from .client import PromptClientContext
-from .inbox import RUN_ID, OnBusy
+from .inbox import ENTRY_ID, RUN_ID, OnBusy
 from .todo import TodoList
 
 Variant = Literal["base", "deck-generation", "import"]
@@ -61,6 +61,15 @@ class SessionView(Contract):
     model_usage: ModelUsage | None = None  # GET /sessions/{id} only
 
 
+class ForkOrigin(Contract):
+    session_id: str
+    entry_id: str
+
+
+class ForkedSession(SessionView):
+    forked_from: ForkOrigin
+
+
 class SessionList(Contract):
     """One page, newest first; `next_cursor` fetches the next page (absent on the last one)."""
 
@@ -75,6 +84,9 @@ class PostMessage(Contract):
     # With steer / follow_up / interrupt: 409, nothing queued, when this run is no longer the active
     # one (the `run_id` of GET /sessions/{id} or of the events).
     expected_run_id: str | None = Field(None, pattern=RUN_ID)
+    # Edit an earlier user message (or regenerate, with the same text): the session is rewound to that
+    # message's parent first, and this message starts a new branch there.
+    edit_of: str | None = Field(None, pattern=ENTRY_ID)
 
 
 class MessageAccepted(Contract):
@@ -105,6 +117,26 @@ class Transcript(Contract):
     # Paging (GET /sessions/{sid}/transcript?cursor=&limit=): pass next_cursor back for the next page.
     next_cursor: str = "0"
     has_more: bool = False
+    # The tree (docs/architecture.md "Snapshots, rewind and fork"): the active leaf and, with ?tree=1,
+    # each entry with more than one child (a branch point) -> its children's ids, in order.
+    leaf_id: str | None = None
+    branch_points: dict[str, list[str]] | None = None
+
+
+class RewindBody(Contract):
+    entry_id: str = Field(pattern=ENTRY_ID)
+
+
+class RewindResult(Contract):
+    entry_id: str  # the entry rewound to
+    leaf_id: str | None  # the new leaf (the entry, or the last of the results of its unrun tool calls)
+    from_id: str | None  # the leaf before: rewind to it to switch back
+    changed: int  # workspace entries, documents and todo files restored
+    aborted_run_id: str | None = None
+
+
+class ForkBody(Contract):
+    entry_id: str | None = Field(None, pattern=ENTRY_ID)  # default: the active leaf
 
 
 class AbortBody(Contract):
