@@ -19,7 +19,10 @@ from fastapi import Depends
 
 from shared import keys
 from shared.contracts.base import new_id
+from shared.disk import session_paths
 from shared.redis_wire import COMPARE_AND_DELETE
+from shared.rewind import finish_pending_on_disk
+from shared.snapshots import SnapshotLimits
 from shared.write_model import Refused
 
 from .auth import current_user
@@ -105,6 +108,9 @@ async def apply_if_dormant(proxy: Proxy, state: SessionState, kind: str,
         return None
     try:
         async with dormant_lock(proxy.redis, state.row.id):
+            # A rewind a crash cut short comes first: a write after it must not be undone by its resumption.
+            await asyncio.to_thread(finish_pending_on_disk, session_paths(proxy.settings.data_dir, state.row.id),
+                                    SnapshotLimits.of(proxy.settings))
             value = await apply()
     except BecameLive:
         return None
