@@ -24,7 +24,7 @@ from shared.contracts.messages import AssistantMessage, TextContent, ToolResultM
 from shared.contracts.transcript import LeafEntry, MessageEntry, TranscriptEntry, parse_entries
 from shared.disk import SessionPaths, append_jsonl, atomic_write_json, iter_jsonl, read_json, remove_durably
 from shared.snapshot_restore import restore
-from shared.snapshots import Record, SnapshotLimits, SnapshotStore
+from shared.snapshots import Record, ScanTooLarge, SnapshotLimits, SnapshotStore
 from shared.transcript_tree import active_path, path_to
 
 RewindReason = Literal["rewind", "edit", "switch"]
@@ -147,6 +147,16 @@ def finish_pending_on_disk(paths: SessionPaths, limits: SnapshotLimits) -> None:
     intent = pending(paths)
     if intent is not None:
         finish_on_disk(SnapshotStore.load(paths, limits), intent)
+
+
+def snapshot_on_disk(paths: SessionPaths, limits: SnapshotLimits, reason: str) -> None:
+    """A dormant write's snapshot (an upload, a document edit), keyed to the transcript's leaf."""
+    store = SnapshotStore.load(paths, limits)
+    try:
+        store.take(_leaf_of(active_path(read_transcript(paths))), reason)
+    except ScanTooLarge:
+        return  # past what a snapshot records: that point cannot be rewound to
+    store.prune()
 
 
 def rewind_on_disk(paths: SessionPaths, limits: SnapshotLimits, target_id: str, reason: RewindReason,

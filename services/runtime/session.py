@@ -157,7 +157,8 @@ class Session:
                                  self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages,
                                  snapshot=self.snapshots.take)
         self._wire_checklists()
-        self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self))
+        self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self),
+                                    after_write=self._snapshot_upload)
         self.runs = RunSupervisor(self, deps.client, deps.settings.lease_ms, self.compactor)
         handlers: dict[type, Handler] = {UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write,
                     DocumentEdit: self.writes.document_edit, CompactionReady: self.compactor.on_ready,
@@ -171,6 +172,11 @@ class Session:
         self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
         self.dispatcher.causal = self.causal
         config.get_steering = causal_steering(self.causal, config.get_steering, self.deliver_injection)
+
+    async def _snapshot_upload(self) -> None:
+        """A client's write between runs is a point to return to; during a run the next batch records it."""
+        if not self.running:
+            await self.snapshots.take("upload")
 
     def _messages(self) -> list[AgentMessage]:
         return self.agent.messages

@@ -227,3 +227,22 @@ def test_bad_rewinds_are_refused_and_change_nothing(api: httpx.Client, bob: http
     assert refused.status_code == 409 and "oldest" in refused.text
     assert bob.post(f"/sessions/{sid}/rewind", json={"entry_id": header}).status_code == 404
     assert transcript(api, sid, tree=True) == whole and file(api, sid, "src/a.txt") == "v1"
+
+
+def test_a_batch_that_changes_one_of_a_thousand_files_stores_about_one_file(api: httpx.Client,
+                                                                           module_stack: Stack) -> None:
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash("mkdir -p many && for i in $(seq 1000); do echo $i > many/f$i.txt; done"), mark="fill"))
+    objects = module_stack.data_dir / "sessions" / sid / ".snapshots" / "objects"
+
+    def stored() -> int:
+        return sum(1 for p in objects.rglob("*") if p.is_file())
+
+    before = stored()
+    assert before >= 1000
+    batches = [bash(f"echo changed{i} > many/f{i}.txt") for i in range(1, 6)]
+    send(api, sid, script(*batches, mark="five"))
+    assert 5 <= stored() - before <= 7, "about one stored file per batch"
+    resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": user_entry(api, sid, "five")["id"]})
+    assert resp.status_code == 200 and resp.json()["changed"] == 5
+    assert file(api, sid, "many/f3.txt") == "3\n"
