@@ -24,7 +24,7 @@ export function branchChoices(treeEntries, branchPoints, activeIds) {
       const user = inside.find((e) => e.type === "message" && e.message.role === "user");
       const label = user ? textOf(user.message.content) : (inside[0] && inside[0].type) || child;
       return { child, leaf: inside.length ? inside[inside.length - 1].id : child, active: activeIds.has(child),
-               label: label.length > 60 ? label.slice(0, 60) + "…" : label };
+               label: label.length > 100 ? label.slice(0, 100) + "…" : label };
     }));
   }
   return out;
