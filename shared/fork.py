@@ -18,6 +18,7 @@ from shared.contracts.transcript import parse_entries
 from shared.disk import SessionPaths, append_jsonl, atomic_write_json, iter_jsonl
 from shared.rewind import FORK_SCOPES, RewindRefused, finish_pending_on_disk, state_record
 from shared.snapshot_restore import restore
+from shared.snapshot_scan import object_path
 from shared.snapshots import Manifest, SnapshotLimits, SnapshotStore
 from shared.transcript_tree import active_path, path_to, row_of
 
@@ -62,9 +63,12 @@ def _leaf(raw: list[dict[str, Any]]) -> str | None:
 def lay_out(fork: ForkPlan, dst: SessionPaths, limits: SnapshotLimits, default_ui: dict[str, Any]) -> None:
     """The new session's disk. On failure (an object pruned meanwhile) it is removed again."""
     try:
+        for item in fork.manifest.values():
+            if item.kind == "f" and not object_path(fork.objects, item.ref).exists():
+                raise RewindRefused(409, "the snapshot of that entry was pruned meanwhile; retry the fork")
         dst.workspace.mkdir(parents=True, exist_ok=True)
         dst.documents.mkdir(parents=True, exist_ok=True)
-        restore(dst.root, fork.objects, {}, fork.manifest, FORK_SCOPES)
+        restore(dst.root, fork.objects, {}, fork.manifest, FORK_SCOPES)  # its stats: seed reads them
         if "state.json" not in fork.manifest:
             atomic_write_json(dst.state, default_ui)
         append_jsonl(dst.transcript, fork.branch)

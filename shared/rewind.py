@@ -23,7 +23,7 @@ from pydantic import BaseModel, TypeAdapter
 from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage
 from shared.contracts.transcript import LeafEntry, MessageEntry, TranscriptEntry, parse_entries
 from shared.disk import SessionPaths, append_jsonl, atomic_write_json, iter_jsonl, read_json, remove_durably
-from shared.snapshot_restore import restore
+from shared.snapshot_restore import MissingObject, restore
 from shared.snapshots import Record, ScanTooLarge, SnapshotLimits, SnapshotStore
 from shared.transcript_tree import active_path, path_to
 
@@ -117,9 +117,15 @@ def pending(paths: SessionPaths) -> Intent | None:
 
 
 def restore_files(store: SnapshotStore, intent: Intent) -> int:
-    """Step (4): the disk back to the intent's record (its current state read fresh, stat-based)."""
-    store.take(None, "rewind_from")
-    return restore(store.paths.root, store.objects, store.current, store.manifest_of(intent.record), SCOPES)
+    """Step (4): the disk back to the intent's record. `store.current` must be the disk's state (the
+    caller just took a snapshot); the restored state is recorded without reading the disk again."""
+    try:
+        restored = restore(store.paths.root, store.objects, store.current, store.manifest_of(intent.record), SCOPES)
+    except MissingObject as exc:  # pruned (or lost) since the record was chosen: nothing left to restore from
+        done(store.paths)
+        raise RewindRefused(409, f"{exc}; retry the rewind") from exc
+    store.adopt(restored.manifest, None, "restored")
+    return restored.changed
 
 
 def done(paths: SessionPaths) -> None:
@@ -146,7 +152,9 @@ def finish_on_disk(store: SnapshotStore, intent: Intent) -> int:
 def finish_pending_on_disk(paths: SessionPaths, limits: SnapshotLimits) -> None:
     intent = pending(paths)
     if intent is not None:
-        finish_on_disk(SnapshotStore.load(paths, limits), intent)
+        store = SnapshotStore.load(paths, limits)
+        store.take(None, "resumed")  # the disk as the crash left it
+        finish_on_disk(store, intent)
 
 
 def snapshot_on_disk(paths: SessionPaths, limits: SnapshotLimits, reason: str) -> None:
@@ -184,7 +192,7 @@ def rewind_on_disk(paths: SessionPaths, limits: SnapshotLimits, target_id: str, 
     moves = leaf_moves(branch[-1], from_id, reason, new_id, stamp)
     changed = finish_on_disk(store, begin(paths, record, target_id, moves))
     leaf = _leaf_of(moves)
-    store.take(leaf, "rewind", force=True)
+    store.adopt(store.current, leaf, "rewind")  # the restored state, keyed to the new leaf
     return {"entry_id": target_id, "leaf_id": leaf, "from_id": from_id, "changed": changed, "aborted_run_id": None}
 
 

@@ -19,6 +19,7 @@ import os
 import secrets
 import stat
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -27,6 +28,7 @@ from shared import workspace_fs
 MAX_DEPTH = 64
 CHUNK = 1024 * 1024
 ROOT_FILES = ("todo.json", "state.json")
+FSYNC_THREADS = 8
 
 
 class Item(NamedTuple):
@@ -142,8 +144,8 @@ def _scan_tree(ws_fd: int, previous: Manifest, out: Manifest, store: Store, max_
                 for entry in it:
                     if len(out) >= max_entries:
                         raise ScanTooLarge(f"the workspace has more than {max_entries} entries")
-                    if not parts and entry.name.startswith(workspace_fs.TEMP_PREFIX):
-                        continue
+                    if entry.name.startswith(workspace_fs.TEMP_PREFIX):
+                        continue  # an atomic write's temp file (workspace_fs, snapshot_restore): never state
                     added += _tree_entry(fd, entry, parts, previous, out, store, stack)
         finally:
             os.close(fd)
@@ -179,25 +181,82 @@ def object_path(objects: Path, digest: str) -> Path:
     return objects / digest[:2] / digest[2:]
 
 
-def store_object(objects: Path) -> Store:
-    """A Store that hashes a file while copying it to a temp file in the object store, then keeps the
-    copy under its hash (fsync'd, renamed) unless an object with that hash is there already."""
+_POOL: ThreadPoolExecutor | None = None
 
-    def store(dir_fd: int, name: str) -> tuple[str, int]:
+
+def fsync_paths(paths: list[Path]) -> None:
+    """fsync each file, several at a time: the journal commits concurrent fsyncs together, so 100
+    changed files cost a few commits, not 100."""
+    global _POOL
+    if not paths:
+        return
+    if len(paths) == 1:
+        _fsync_path(paths[0])
+        return
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=FSYNC_THREADS, thread_name_prefix="snapshot-fsync")
+    list(_POOL.map(_fsync_path, paths))
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ObjectWriter:
+    """The object store's writes for one snapshot, in two phases. `store` (the scan's Store) hashes a
+    file while copying it to a temp file beside the objects, keeping the copy only when no object has
+    that hash yet; `commit` fsyncs the kept copies (in parallel), renames each to its hash, then fsyncs
+    each directory renamed into once. A record may name the objects only after `commit`: an object's
+    name never points at content that is not durable."""
+
+    def __init__(self, objects: Path) -> None:
+        self.objects = objects
+        self.pending: dict[str, tuple[Path, int]] = {}  # digest -> (temp copy, size)
+
+    def store(self, dir_fd: int, name: str) -> tuple[str, int]:
         src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-        objects.mkdir(parents=True, exist_ok=True)
-        tmp = objects / f".tmp-{secrets.token_hex(8)}"
+        self.objects.mkdir(parents=True, exist_ok=True)
+        tmp = self.objects / f".tmp-{secrets.token_hex(8)}"
+        keep = False
         try:
             if not stat.S_ISREG(os.fstat(src).st_mode):
                 raise FileNotFoundError(name)  # swapped for something else since the stat
             digest, size = _copy_hashing(src, tmp)
-            return digest, _keep(objects, tmp, digest, size)
+            keep = digest not in self.pending and not object_path(self.objects, digest).exists()
+            if keep:
+                self.pending[digest] = (tmp, size)
+            return digest, size if keep else 0
         finally:
             os.close(src)
+            if not keep:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+
+    def commit(self) -> None:
+        fsync_paths([tmp for tmp, _ in self.pending.values()])
+        dirs: set[Path] = set()
+        for digest, (tmp, _) in self.pending.items():
+            final = object_path(self.objects, digest)
+            final.parent.mkdir(exist_ok=True)
+            os.replace(tmp, final)
+            dirs.add(final.parent)
+        for d in dirs:
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.pending.clear()
+
+    def discard(self) -> None:
+        for tmp, _ in self.pending.values():
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-
-    return store
+        self.pending.clear()
 
 
 def _copy_hashing(src: int, tmp: Path) -> tuple[str, int]:
@@ -208,20 +267,4 @@ def _copy_hashing(src: int, tmp: Path) -> tuple[str, int]:
             h.update(chunk)
             out.write(chunk)
             size += len(chunk)
-        out.flush()
-        os.fsync(out.fileno())
     return h.hexdigest(), size
-
-
-def _keep(objects: Path, tmp: Path, digest: str, size: int) -> int:
-    final = object_path(objects, digest)
-    if final.exists():
-        return 0
-    final.parent.mkdir(exist_ok=True)
-    os.replace(tmp, final)
-    fd = os.open(final.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return size

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from shared.disk import SessionPaths, append_jsonl, atomic_write_bytes, iter_jsonl
-from shared.snapshot_scan import Item, Manifest, ScanTooLarge, object_path, scan_session, store_object
+from shared.snapshot_scan import Item, Manifest, ObjectWriter, ScanTooLarge, object_path, scan_session
 
 __all__ = ["Item", "Manifest", "Record", "ScanTooLarge", "SnapshotLimits", "SnapshotStore"]
 
@@ -100,18 +100,31 @@ class SnapshotStore:
 
     def take(self, entry: str | None, reason: str, *, force: bool = False) -> Record | None:
         """Record the disk as it is now, keyed to `entry`; None when nothing changed (unless `force`)."""
-        scan = scan_session(self.paths.root, self.current, store_object(self.objects), self.limits.max_entries)
-        changed = {k: v for k, v in scan.manifest.items() if self.current.get(k) != v}
-        gone = [k for k in self.current if k not in scan.manifest]
+        writer = ObjectWriter(self.objects)
+        try:
+            scan = scan_session(self.paths.root, self.current, writer.store, self.limits.max_entries)
+            writer.commit()
+        finally:
+            writer.discard()  # a scan that failed leaves no temp copies behind
+        return self._record(scan.manifest, entry, reason, scan.added_bytes, force=force)
+
+    def adopt(self, manifest: Manifest, entry: str | None, reason: str) -> Record | None:
+        """Record `manifest` as the disk's state without reading the disk again: the caller just made
+        the disk match it (a restore), and gives each entry it wrote its new stat."""
+        return self._record(manifest, entry, reason, 0, force=True)
+
+    def _record(self, manifest: Manifest, entry: str | None, reason: str, added: int, *, force: bool) -> Record | None:
+        changed = {k: v for k, v in manifest.items() if self.current.get(k) != v}
+        gone = [k for k in self.current if k not in manifest]
         if not changed and not gone and not force and self.records:
             return None
         n = self.records[-1].n + 1 if self.records else 0
-        full = not self.records or self._since_full + len(changed) + len(gone) >= max(len(scan.manifest), 64)
+        full = not self.records or self._since_full + len(changed) + len(gone) >= max(len(manifest), 64)
         record = Record(n=n, entry=entry, at=_now_ms(), reason=reason, full=full,
-                        set={k: list(v) for k, v in (scan.manifest if full else changed).items()},
-                        gone=[] if full else gone, added=scan.added_bytes)
+                        set={k: list(v) for k, v in (manifest if full else changed).items()},
+                        gone=[] if full else gone, added=added)
         self._append(record)
-        self.current = scan.manifest
+        self.current = manifest
         self._since_full = 0 if full else self._since_full + len(changed) + len(gone)
         return record
 
@@ -231,6 +244,7 @@ class SnapshotStore:
         is read from the new disk, so the next snapshot finds nothing changed without reading a file."""
         items: Manifest = {}
         added = 0
+        dirs: set[Path] = set()
         for key, item in manifest.items():
             if item.kind != "f":
                 items[key] = item
@@ -242,9 +256,16 @@ class SnapshotStore:
                     os.link(object_path(source_objects, item.ref), target)
                 except OSError:
                     atomic_write_bytes(target, object_path(source_objects, item.ref).read_bytes())
+                dirs.add(target.parent)
                 added += item.size
             st = os.lstat(self.paths.root / key)
             items[key] = Item("f", item.ref, st.st_size, item.mode, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        for d in dirs:  # the links are durable before the record names them
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         record = Record(n=0, entry=entry, at=_now_ms(), reason=reason, full=True,
                         set={k: list(v) for k, v in items.items()}, added=added)
         self._append(record)

@@ -89,11 +89,16 @@ class Rewinder:
         h.todo.reload()
         h.protocol.restore_context()
         h.refresh_files()
-        await h.snapshots.take("rewind", force=True)
+        await h.guard()
+        store.adopt(store.current, t.leaf_id, "rewind")  # the restored state, keyed to the new leaf
         return changed
 
     async def finish_pending(self) -> None:
         intent = rw.pending(self.h.snapshots.paths)
         if intent is not None:
             log.warning("rewind_resumed", session_id=self.h.sid, target=intent.target_id)
-            await self.finish(intent)
+            await self.h.snapshots.take("resumed", force=True)  # the disk as the crash left it
+            try:
+                await self.finish(intent)
+            except rw.RewindRefused as exc:  # its snapshot is gone: the session goes on as the crash left it
+                log.error("rewind_not_resumable", session_id=self.h.sid, error=exc.message)

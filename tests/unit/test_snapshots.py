@@ -54,11 +54,13 @@ def test_restore_puts_back_files_and_removes_new_ones(tmp_path: Path) -> None:
     (ws / "link").symlink_to("/etc/passwd")
     os.remove(ws / "src" / "f2.txt")
     store.take("e1", "batch")
-    changed = restore(store.paths.root, store.objects, store.current, store.manifest_of(first.n), SCOPES)
-    assert changed >= 4
+    restored = restore(store.paths.root, store.objects, store.current, store.manifest_of(first.n), SCOPES)
+    assert restored.changed >= 4
     assert (ws / "src" / "f1.txt").read_text() == "content 1\n"
     assert (ws / "src" / "f2.txt").read_text() == "content 2\n"
     assert not (ws / "new").exists() and not os.path.lexists(ws / "link")
+    store.adopt(restored.manifest, "e0", "rewind")
+    assert store.take("e0", "check") is None, "the adopted stats match the disk: nothing to read again"
     after = SnapshotStore.load(store.paths, SnapshotLimits())
     assert after.current == store.current  # the log replays to the same manifest (a wake)
 

@@ -116,8 +116,10 @@ async def fork(body: ForkBody | None = Body(None), state: SessionState = Depends
     try:
         async with dormant_lock(proxy.redis, row.id):
             await asyncio.to_thread(forking.lay_out, plan, dst, SnapshotLimits.of(proxy.settings), default_snapshot())
-    except BaseException:
+    except BaseException as exc:
         await drop_row(proxy.redis, user, row.id)
+        if isinstance(exc, rw.RewindRefused):
+            raise ApiError(exc.status, exc.message, exc.detail) from exc
         raise
     created = await load_state(proxy.redis, row.id)
     assert created is not None
