@@ -124,8 +124,14 @@ def restore_files(store: SnapshotStore, intent: Intent) -> int:
     except MissingObject as exc:  # pruned (or lost) since the record was chosen: nothing left to restore from
         done(store.paths)
         raise RewindRefused(409, f"{exc}; retry the rewind") from exc
-    store.adopt(restored.manifest, None, "restored")
+    store.adopt(restored.manifest, intent_leaf(intent), "rewind")  # keyed to the new leaf
     return restored.changed
+
+
+def intent_leaf(intent: Intent) -> str:
+    """The leaf once the intent's entries are appended."""
+    last = intent.parsed()[-1]
+    return last.target_id if isinstance(last, LeafEntry) else last.id
 
 
 def done(paths: SessionPaths) -> None:
@@ -192,7 +198,6 @@ def rewind_on_disk(paths: SessionPaths, limits: SnapshotLimits, target_id: str, 
     moves = leaf_moves(branch[-1], from_id, reason, new_id, stamp)
     changed = finish_on_disk(store, begin(paths, record, target_id, moves))
     leaf = _leaf_of(moves)
-    store.adopt(store.current, leaf, "rewind")  # the restored state, keyed to the new leaf
     return {"entry_id": target_id, "leaf_id": leaf, "from_id": from_id, "changed": changed, "aborted_run_id": None}
 
 

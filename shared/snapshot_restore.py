@@ -71,13 +71,9 @@ def restore(root: Path, objects: Path, current: Manifest, target: Manifest, scop
             for _, parts, tmp in staged:  # left only when something failed before its rename
                 with contextlib.suppress(OSError):
                     os.unlink(workspace.joinpath(*parts[:-1], tmp))
-        for dir_parts in sorted(dirs, key=len, reverse=True):
-            with contextlib.suppress(OSError):
-                fd = workspace_fs.open_beneath(ws, list(dir_parts), os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+        # fsync only (no read, no write): a path swapped for a link meanwhile cannot be abused through it
+        with contextlib.suppress(OSError):
+            fsync_paths([workspace.joinpath(*d) for d in sorted(dirs, key=len, reverse=True)])
     return Restored(len(remove) + len(make), after)
 
 

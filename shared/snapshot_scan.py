@@ -185,8 +185,8 @@ _POOL: ThreadPoolExecutor | None = None
 
 
 def fsync_paths(paths: list[Path]) -> None:
-    """fsync each file, several at a time: the journal commits concurrent fsyncs together, so 100
-    changed files cost a few commits, not 100."""
+    """fsync each file or directory, several at a time: the journal commits concurrent fsyncs together,
+    so 100 changed files cost a few commits, not 100."""
     global _POOL
     if not paths:
         return
@@ -244,12 +244,7 @@ class ObjectWriter:
             final.parent.mkdir(exist_ok=True)
             os.replace(tmp, final)
             dirs.add(final.parent)
-        for d in dirs:
-            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        fsync_paths(sorted(dirs))
         self.pending.clear()
 
     def discard(self) -> None:

@@ -85,12 +85,11 @@ class Rewinder:
         for entry in intent.parsed():
             if not t.has(entry.id):
                 await t.append_entry(entry)
+        await h.guard()
         rw.done(h.snapshots.paths)
         h.todo.reload()
         h.protocol.restore_context()
         h.refresh_files()
-        await h.guard()
-        store.adopt(store.current, t.leaf_id, "rewind")  # the restored state, keyed to the new leaf
         return changed
 
     async def finish_pending(self) -> None:
