@@ -44,12 +44,13 @@ def restore(root: Path, objects: Path, current: Manifest, target: Manifest, scop
     fsync'd once, after its entries."""
     cur = {k: v for k, v in current.items() if in_scope(k, scopes)}
     want = {k: v for k, v in target.items() if in_scope(k, scopes)}
-    for key, item in want.items():
-        if item.kind == "f" and not object_path(objects, item.ref).exists():
-            raise MissingObject(f"snapshot content for {key!r} is no longer stored")
     remove = [k for k, v in cur.items() if k not in want or want[k].kind != v.kind
               or (v.kind == "l" and want[k].ref != v.ref)]
-    make = [k for k, v in want.items() if k not in cur or k in remove or _differs(cur[k], v)]
+    removed = set(remove)
+    make = [k for k, v in want.items() if k not in cur or k in removed or _differs(cur[k], v)]
+    for key in make:  # before anything is touched
+        if want[key].kind == "f" and not object_path(objects, want[key].ref).exists():
+            raise MissingObject(f"snapshot content for {key!r} is no longer stored")
     workspace = root / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     after = dict(current)
