@@ -29,6 +29,7 @@ from . import keys
 from .contracts.inbox import Injection
 from .contracts.injection import RuntimeInjection
 from .redis_wire import text
+from .trusted_blocks import artifact_update
 
 # A set left behind (a proxy that died between registering and publishing) does not live forever.
 IN_FLIGHT_TTL_S = 24 * 3600
@@ -81,12 +82,8 @@ def dirty_marker(sid: str, ref: str, waited_for: str) -> Injection:
     """The update a prompt goes on with when `ref`'s digest did not arrive in time (the digest is down
     or slow). Its own source id (`causal:{waited_for}:{ref}`), no revisions: the real digest is not
     covered by it and follows as its own `artifact_update` when the digest catches up."""
-    body = (f"{ref} was changed before this point; the details of the change have not arrived yet "
-            "(they follow in a later artifact_update). Read it if you need its current content now.")
-    content = f'<artifact_update ref="{_attr(ref)}" state="in_flight">\n{body}\n</artifact_update>'
+    body = ("It was changed before this point; the details of the change have not arrived yet (they follow in "
+            "a later artifact_update). Read it if you need its current content now.")
+    content = artifact_update(ref, None, None, body, state="in_flight")
     return Injection(session_id=sid, injection=RuntimeInjection(kind="artifact_update", content=content),
                      source="system", source_id=f"causal:{waited_for}:{ref}")
-
-
-def _attr(value: str) -> str:
-    return value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")

@@ -16,6 +16,7 @@ from shared.contracts.transcript import (
     MessageEntry,
     TranscriptEntry,
 )
+from shared.trusted_blocks import render
 
 READ_TOOLS = frozenset({"read"})
 MODIFY_TOOLS = frozenset({"write", "edit"})
@@ -115,9 +116,6 @@ def file_operations(
 
 def format_file_operations(details: dict[str, list[str]]) -> str:
     """The `<read-files>` / `<modified-files>` blocks Pi appends to a summary."""
-    sections = []
-    if details.get("readFiles"):
-        sections.append("<read-files>\n" + "\n".join(details["readFiles"]) + "\n</read-files>")
-    if details.get("modifiedFiles"):
-        sections.append("<modified-files>\n" + "\n".join(details["modifiedFiles"]) + "\n</modified-files>")
+    sections = [render(tag, None, "\n".join(details[key])) for tag, key in
+                (("read-files", "readFiles"), ("modified-files", "modifiedFiles")) if details.get(key)]
     return "\n\n" + "\n\n".join(sections) if sections else ""

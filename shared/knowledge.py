@@ -20,9 +20,10 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
-from xml.sax.saxutils import escape
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from shared.trusted_blocks import AttrValue, element, fragment, lines, render
 
 KnowledgeSource = Literal["workspace", "system"]
 NOTE_ID = r"^[a-z0-9][a-z0-9._-]{0,63}$"
@@ -210,29 +211,21 @@ def select_notes(prompt: str, notes: Sequence[KnowledgeNote], top_k: int = TOP_K
 # ---------------------------------------------------------------- the injected blocks
 
 
-def _attr(value: str) -> str:
-    """Always double-quoted, with <, >, & and " escaped: note text cannot close the block."""
-    return '"' + escape(value.replace("\n", " "), {'"': "&quot;"}) + '"'
-
-
 def hints_block(notes: Iterable[KnowledgePointer | KnowledgeNote]) -> str:
-    """The seed's `<knowledge_hints>` format: the BLOCKING line, then one pointer per note, no bodies."""
-    lines = ["<knowledge_hints>", f"  {BLOCKING}"]
-    for n in notes:
-        lines += ["  <knowledge", f"    id={_attr(n.id)}", f"    name={_attr(n.name)}",
-                  f"    scope={_attr(n.scope)}", f"    source={_attr(n.source)}", "  />"]
-    lines.append("</knowledge_hints>")
-    return "\n".join(lines)
+    """The seed's `<knowledge_hints>` format: the BLOCKING line, then one pointer per note, no bodies.
+    Name and scope are the note author's text: attribute values, escaped by the builder."""
+    pointers = [fragment(["  ", element("knowledge", {"id": n.id, "name": n.name, "scope": n.scope,
+                                                      "source": n.source}, empty=True)]) for n in notes]
+    return render("knowledge_hints", None, lines(f"  {BLOCKING}", *pointers))
 
 
 def update_text(note_id: str, revision: int, note: KnowledgeNote | None) -> str:
     """The `<workspace_update>` for a note written or deleted while a session may hold a copy."""
+    attrs: dict[str, AttrValue] = {"knowledge_id": note_id, "revision": revision}
     if note is None:
-        what = (f"Workspace knowledge note {_attr(note_id)} was deleted (revision {revision}). Stop "
-                "applying it; a copy you loaded earlier no longer counts.")
-    else:
-        what = (f"Workspace knowledge note {_attr(note_id)} ({escape(note.name)}, source {note.source}) "
-                f"changed: now revision {revision}. Scope: {escape(note.scope)} A copy you loaded earlier is "
-                "out of date: if the note matches your task, read it again with read_workspace_rule "
-                "before you rely on it.")
-    return f"<workspace_update>\n{what}\n</workspace_update>"
+        return render("workspace_update", attrs, "This workspace knowledge note was deleted. Stop applying it; a "
+                      "copy you loaded earlier no longer counts.")
+    attrs |= {"name": note.name, "scope": note.scope, "source": note.source}
+    return render("workspace_update", attrs, "This workspace knowledge note changed. A copy you loaded earlier is "
+                  "out of date: if the note matches your task, read it again with read_workspace_rule before you "
+                  "rely on it.")

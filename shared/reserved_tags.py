@@ -29,12 +29,19 @@ ANCHOR_TAGS: tuple[str, ...] = (
     "modified-files",
     "conversation",
     "previous-summary",
+    # Client- or model-authored text quoted as data inside a trusted block (shared/trusted_blocks.py).
+    "quoted",
 )
 
 RESERVED_TAGS: tuple[str, ...] = (*INJECTION_KINDS, *ANCHOR_TAGS)
 
-# `<tag`, `</tag` with any case and optional whitespace after the slash, followed by a delimiter.
+# Whitespace and the invisible format characters a reader skips (zero-width spaces and joiners,
+# direction marks, the BOM): `<\u200bsystem_note>` still reads as the tag.
+_GAP = r"[\s\u200b-\u200f\u2060\ufeff]*"
+
+# `<tag`, `</tag` with any case and optional gaps around the slash, followed by a delimiter.
 RESERVED_TAG_RE = re.compile(
-    r"<\s*/?\s*(?:" + "|".join(re.escape(t) for t in sorted(RESERVED_TAGS, key=len, reverse=True)) + r")(?=[\s/>]|$)",
+    "<" + _GAP + "/?" + _GAP + "(?:" + "|".join(re.escape(t) for t in sorted(RESERVED_TAGS, key=len, reverse=True))
+    + r")(?=[\s/>]|$)",
     re.IGNORECASE,
 )

@@ -26,13 +26,15 @@ from shared.disk import SessionPaths, append_jsonl, atomic_write_json, iter_json
 from shared.snapshot_restore import MissingObject, restore
 from shared.snapshots import Record, ScanTooLarge, SnapshotLimits, SnapshotStore
 from shared.transcript_tree import active_path, path_to
+from shared.trusted_blocks import render
 
 RewindReason = Literal["rewind", "edit", "switch"]
 SCOPES = ("workspace/", "documents/", "todo.json")  # a rewind leaves the UI state to the clients
 FORK_SCOPES = ("workspace/", "documents/", "todo.json", "state.json")
-NOTE = ("<session_rewound>\nThe user rewound the session to this point. Everything after it on the previous "
-        "branch is abandoned: the workspace files, documents and task list are back to their state here. "
-        "Effects outside the workspace (messages sent, remote changes) were not undone.\n</session_rewound>")
+NOTE = render("session_rewound", None, (
+    "The user rewound the session to this point. Everything after it on the previous branch is abandoned: the "
+    "workspace files, documents and task list are back to their state here. Effects outside the workspace "
+    "(messages sent, remote changes) were not undone."))
 NOT_RUN = "Not run: the user rewound the session to the message that made this call."
 _ENTRIES: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
 

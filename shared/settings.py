@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.contracts.notifications import NOTIFICATION_TYPES
+from shared.pricing import ModelPrice, parse_prices
 
 LOCAL_USER = "local"
 LOCAL_TOKEN = "gamma-local-dev-token"
@@ -43,6 +47,11 @@ class Settings(BaseSettings):
     # Per-session workspace quota (tool writes, bash, HTTP PUT): bytes and regular files.
     workspace_max_bytes: int = Field(100 * 1024 * 1024, validation_alias="GAMMA_WORKSPACE_MAX_BYTES")
     workspace_max_files: int = Field(2000, validation_alias="GAMMA_WORKSPACE_MAX_FILES")
+    # Every entry counts (directories, links, FIFOs too), and nesting is bounded: what a command can
+    # build is what every walk of the workspace must get through (shared/walk.py).
+    workspace_max_entries: int = Field(10_000, ge=1, validation_alias="GAMMA_WORKSPACE_MAX_ENTRIES")
+    workspace_max_depth: int = Field(64, ge=1, le=512, validation_alias="GAMMA_WORKSPACE_MAX_DEPTH")
+    workspace_walk_budget_s: float = Field(5.0, gt=0, validation_alias="GAMMA_WORKSPACE_WALK_BUDGET_S")
 
     # Agent commands (services/runtime/sandbox): auto | bwrap | landlock | off.
     sandbox: str = Field("auto", validation_alias="GAMMA_SANDBOX")
@@ -126,6 +135,14 @@ class Settings(BaseSettings):
     # (engine/sse.py); with `httpx` the streams are read chunk by chunk, ungated (bench/stream_micro.py).
     model_http: Literal["aiohttp", "httpx"] = Field("aiohttp", validation_alias="GAMMA_MODEL_HTTP")
     model_max_connections: int = Field(4096, ge=1, le=100_000, validation_alias="GAMMA_MODEL_MAX_CONNECTIONS")
+    # --- trusted transport (docs/architecture.md "Trust boundaries"): the role the harness's injections
+    # and anchors are sent with. `developer`: a channel user text cannot imitate; `user`: for servers or
+    # models that reject the developer role (reserved tags in user text and tool output are neutralised
+    # either way). Unset: `developer` for OpenAI itself and every Responses session, `user` for Chat
+    # Completions on another server (many chat templates know only system/user/assistant/tool).
+    trusted_role: Literal["developer", "user"] | None = Field(None, validation_alias="GAMMA_TRUSTED_ROLE")
+    # Models (comma-separated fnmatch patterns, e.g. `llama-*,qwen*`) sent user-role whatever the above says.
+    trusted_role_user_models: str = Field("", max_length=4096, validation_alias="GAMMA_TRUSTED_ROLE_USER_MODELS")
 
     # --- streaming at scale (issue 20): the scripted model's timing (off by default: instant replies in
     # 64-character chunks) and the runtime's coalescing of streamed text deltas.
@@ -196,6 +213,37 @@ class Settings(BaseSettings):
     # long for the artifact updates of the writes acknowledged before it; 0 turns the wait off.
     causal_wait_ms: int = Field(2000, ge=0, le=60_000, validation_alias="GAMMA_CAUSAL_WAIT_MS")
 
+    # --- notification urgency (services/notifications/policy.py): the notification types that wake a
+    # dormant session (comma- or space-separated); none by default, so a notification waits for the
+    # user's next wake. An unknown type fails at start, not silently at the first notification.
+    urgent_notification_types: str = Field("", validation_alias="GAMMA_URGENT_NOTIFICATION_TYPES")
+
+    @field_validator("urgent_notification_types")
+    @classmethod
+    def _known_types(cls, value: str) -> str:
+        unknown = sorted(set(value.replace(",", " ").split()) - set(NOTIFICATION_TYPES))
+        if unknown:
+            raise ValueError(f"unknown notification type(s) {', '.join(unknown)}; known: {', '.join(NOTIFICATION_TYPES)}")
+        return value
+
+    # --- model prices for the UI state's cost records (shared/pricing.py): JSON, model ->
+    # {input, cachedInput, output} in USD per million tokens, merged over the built-in table.
+    model_prices: str = Field("", validation_alias="GAMMA_MODEL_PRICES")
+
+    @field_validator("model_prices")
+    @classmethod
+    def _prices(cls, value: str) -> str:
+        parse_prices(value)  # a malformed table fails at start
+        return value
+
+    @property
+    def prices(self) -> dict[str, ModelPrice]:
+        return parse_prices(self.model_prices)
+
+    @property
+    def urgent_types(self) -> frozenset[str]:
+        return frozenset(self.urgent_notification_types.replace(",", " ").split())
+
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
         if not self.api_tokens.strip():
@@ -218,6 +266,16 @@ class Settings(BaseSettings):
         if self.model_api is not None:
             return self.model_api
         return "responses" if self.openai_endpoint else "chat"
+
+    def trusted_role_for(self, model: str, api: Literal["responses", "chat"]) -> Literal["developer", "user"]:
+        """The role of a session's trusted messages: a model listed for user-role transport first, then
+        GAMMA_TRUSTED_ROLE, then the API's default (see the field)."""
+        patterns = [p.strip() for p in self.trusted_role_user_models.split(",") if p.strip()]
+        if any(fnmatch.fnmatchcase(model, p) for p in patterns):
+            return "user"
+        if self.trusted_role is not None:
+            return self.trusted_role
+        return "developer" if api == "responses" or self.openai_endpoint else "user"
 
     @property
     def scripted(self) -> bool:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from pycrdt import Doc
 
+from .form_rules import check_client_form
 from .uidoc import copy_doc, snapshot_of
 from .uirules import UiLimits, UiRefused, check_document_size, check_update_size, validate_snapshot
 
@@ -75,24 +76,29 @@ def apply_client_update(doc: Doc, update: bytes) -> None:
 
 
 def _change(base: bytes, client_id: int, limits: UiLimits, previous: dict[str, Any] | None,
-            change: Callable[[Doc], R]) -> tuple[Merged, R]:
+            change: Callable[[Doc], R], by_client: bool = False) -> tuple[Merged, R]:
     doc = copy_doc(base, client_id)
     before = doc.get_state()
+    if by_client and previous is None:
+        previous = snapshot_of(doc)
     result = change(doc)
     full = doc.get_update()
     check_document_size(len(full), limits)  # first: it also bounds the depth snapshot_of recurses through
     snapshot = snapshot_of(doc)
     validate_snapshot(snapshot, limits)
+    if by_client:
+        check_client_form(previous, snapshot)  # a client answers the agent's form, never mints one
     changed = doc.get_state() != before or snapshot != previous
     return Merged(doc=doc, full=full, snapshot=snapshot, update=doc.get_update(before) if changed else b""), result
 
 
 async def merge_update(base: bytes, client_id: int, update: bytes, limits: UiLimits,
                        previous: dict[str, Any] | None = None) -> Merged:
-    """`base` (a full update) with a client's `update` merged in, validated. Raises UiRefused."""
+    """`base` (a full update) with a client's `update` merged in, validated, its form changes within
+    what a client may do (shared/form_rules.py). Raises UiRefused."""
     check_update_size(update, limits)
     merged, _ = await _off_loop(limits, _change, base, client_id, limits, previous,
-                                functools.partial(apply_client_update, update=update))
+                                functools.partial(apply_client_update, update=update), True)
     return merged
 
 

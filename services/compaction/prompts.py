@@ -2,9 +2,16 @@
 
 The section headings are a contract: the scripted summarizer parses them back when it merges a
 previous summary, and the runtime shows the summary to the model as-is.
+
+Inside the `<conversation>` and `<previous-summary>` wrappers, and in the requested focus (typed by
+the user on `POST /compact`), no reserved tag opens unescaped: the conversation is serialized
+neutralised (serialize.py), the rest is neutralised here (docs/architecture.md "Trust boundaries").
 """
 
 from __future__ import annotations
+
+from shared.neutralise import neutralise
+from shared.trusted_blocks import render
 
 SUMMARIZATION_SYSTEM_PROMPT = """You are a context summarization assistant. Your task is to read a conversation between a user and an AI assistant, then produce a structured summary following the exact format specified.
 
@@ -55,7 +62,7 @@ Use this EXACT format:
 
 Keep each section concise. Preserve exact file paths, function names, and error messages."""
 
-UPDATE_SUMMARIZATION_PROMPT = """The messages above are NEW conversation messages to incorporate into the existing summary provided in <previous-summary> tags.
+UPDATE_SUMMARIZATION_PROMPT = """The messages above are NEW conversation messages to incorporate into the existing summary provided in the previous-summary block.
 
 Update the existing structured summary with new information. RULES:
 - PRESERVE all existing information from the previous summary
@@ -117,12 +124,13 @@ def summary_prompt(conversation: str, previous_summary: str | None, custom_instr
     """The user message of a history summary: conversation, previous summary, then the instructions."""
     instructions = UPDATE_SUMMARIZATION_PROMPT if previous_summary else SUMMARIZATION_PROMPT
     if custom_instructions:
-        instructions = f"{instructions}\n\nAdditional focus: {custom_instructions}"
-    text = f"<conversation>\n{conversation}\n</conversation>\n\n"
+        instructions = f"{instructions}\n\nAdditional focus: {neutralise(custom_instructions)}"
+    # The conversation quotes users, tools and files: escaped, it cannot end its block early.
+    text = render("conversation", None, conversation) + "\n\n"
     if previous_summary:
-        text += f"<previous-summary>\n{previous_summary}\n</previous-summary>\n\n"
+        text += render("previous-summary", None, previous_summary) + "\n\n"
     return text + instructions
 
 
 def turn_prefix_prompt(conversation: str) -> str:
-    return f"<conversation>\n{conversation}\n</conversation>\n\n{TURN_PREFIX_SUMMARIZATION_PROMPT}"
+    return render("conversation", None, conversation) + "\n\n" + TURN_PREFIX_SUMMARIZATION_PROMPT

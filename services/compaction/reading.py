@@ -12,13 +12,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.trusted_blocks import extract
+
 from .serialize import LABELS
 
 _BLOCK_SPLIT = re.compile(r"\n\n(?=\[(?:" + "|".join(re.escape(label) for label in LABELS) + r")\]: )")
 _BLOCK = re.compile(r"^\[(" + "|".join(re.escape(label) for label in LABELS) + r")\]: (.*)$", re.DOTALL)
 _CALL_NAME = re.compile(r"\s*([A-Za-z_][\w.-]*)\(")
 _ARG_NAME = re.compile(r"\s*([A-Za-z_]\w*)=")
-_FILE_BLOCKS = re.compile(r"\n*<(read-files|modified-files)>.*?</\1>", re.DOTALL)
+_FILE_BLOCKS = re.compile(r"\n*(?:<|&lt;)(read-files|modified-files)>.*?(?:<|&lt;)/\1>", re.DOTALL)  # raw, or neutralised (prompts.py)
 _HEADING = re.compile(r"^(#{2,3}) (.+?)\s*$")
 _ITEM = re.compile(r"^\s*(?:[-*]|\d+\.)\s+(?:\[[ xX]\]\s+)?(.*\S)\s*$")
 TURN_CONTEXT_MARK = "**Turn Context (split turn):**"
@@ -81,16 +83,6 @@ def parse_calls(text: str) -> list[tuple[str, dict[str, Any]]]:
     return calls
 
 
-def _between(text: str, start: str, end: str) -> str | None:
-    a = text.find(start)
-    if a < 0:
-        return None
-    b = text.rfind(end)
-    if b < a:
-        return None
-    return text[a + len(start) : b]
-
-
 def parse_request(body: dict[str, Any]) -> Request:
     """The chat-completions body of a summarization call."""
     user = ""
@@ -100,10 +92,11 @@ def parse_request(body: dict[str, Any]) -> Request:
             user = content if isinstance(content, str) else "".join(
                 p.get("text", "") for p in content or [] if isinstance(p, dict)
             )
-    tail = user.rsplit("\n</conversation>", 1)[-1]
-    conversation = _between(user, "<conversation>\n", "\n</conversation>") or ""
-    previous = _between(tail, "<previous-summary>\n", "\n</previous-summary>")
-    instructions = tail.rsplit("\n</previous-summary>", 1)[-1]  # a previous summary quotes headings too
+    # The instructions follow the blocks (a previous summary quotes headings too).
+    conversation, end = extract(user, "conversation") or ("", 0)
+    previous_block = extract(user[end:], "previous-summary")
+    previous = previous_block[0] if previous_block else None
+    instructions = user[end + previous_block[1]:] if previous_block else user[end:]
     focus = instructions.rsplit("Additional focus: ", 1)[1].strip() if "Additional focus: " in instructions else None
     return Request(
         conversation=parse_blocks(conversation),

@@ -31,13 +31,14 @@ from shared.blobs import read_blob, remove_blob, sweep_orphans
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection
-from shared.contracts.injection import RuntimeInjection, artifact_update_block
+from shared.contracts.injection import RuntimeInjection
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.pending import PendingArtifact
 from shared.contracts.recorded import InjectionRecorded
 from shared.fence import read_fence
 from shared.inbox import append
 from shared.redis_wire import optional_text
+from shared.trusted_blocks import Body, Trusted, artifact_update
 
 from .coalesce import NO_NET_CHANGE, actors_line, compose
 from .due import DueLoop, session_lock
@@ -160,7 +161,7 @@ class DigestBuilder:
             body = await self._compose(sid, ref, state)
             if body is not None:
                 seqs = sorted(state.undelivered_seqs())  # reported by the carry now, not by the notes
-                state.carry = Carry(text=body, from_revision=state.from_revision(), to_revision=state.current,
+                state.carry = Carry(text=body.text, from_revision=state.from_revision(), to_revision=state.current,
                                     seqs=seqs)
         state.current, state.deleted = revision, False
         state.advance_seen(revision, known, recorded=False)
@@ -201,14 +202,14 @@ class DigestBuilder:
 
     # ------------------------------------------------------------------ producing digests
 
-    async def _compose(self, sid: str, ref: str, state: RefState) -> str | None:
+    async def _compose(self, sid: str, ref: str, state: RefState) -> Trusted | None:
         seen = await asyncio.to_thread(self.revisions.read_content, sid, ref, state.seen)
         current = await asyncio.to_thread(self.revisions.read_content, sid, ref, state.current)
         return compose(state, seen, current)
 
     async def _digest(self, sid: str, ref: str, state: RefState) -> tuple[str, int | None] | None:
         """(content, from_revision) or None when the agent already has the current content."""
-        body = None if state.never_known else await self._compose(sid, ref, state)
+        body: Body | None = None if state.never_known else await self._compose(sid, ref, state)
         if body is None and (state.notes or state.carry is not None) and not state.never_known:
             # Edits that cancel out (a save repeated after a lost answer, an edit undone) still go out:
             # `seen` advances only when the agent records a digest or writes itself. Advancing it here
@@ -221,7 +222,7 @@ class DigestBuilder:
             state.pending_since = None
             return None
         from_revision = state.from_revision()
-        return artifact_update_block(ref, from_revision, state.current, body), from_revision
+        return artifact_update(ref, from_revision, state.current, body), from_revision
 
     async def _send(self, sid: str, ref: str, state: RefState, *, correction: bool = False) -> None:
         digest = await self._digest(sid, ref, state)

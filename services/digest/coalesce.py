@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from shared.contracts.artifacts import Actor
+from shared.trusted_blocks import Part, Trusted, fragment, lines, quoted
+
 from .deck_diff import DIRTY_TEXT as DECK_DIRTY
 from .deck_diff import deck_digest, new_deck_digest
 from .file_diff import DIRTY_TEXT as FILE_DIRTY
@@ -59,16 +62,23 @@ def actors_line(state: RefState) -> str:
     return "Changed by " + " and ".join(names) + "."
 
 
-def compose(state: RefState, seen: bytes | None, current: bytes | None) -> str | None:
-    """The digest body, or None when the agent already has the current content."""
-    parts: list[str] = []
+def compose(state: RefState, seen: bytes | None, current: bytes | None) -> Trusted | None:
+    """The digest body, or None when the agent already has the current content.
+
+    The clients' own texts are quoted as what their author said, never as the harness's words
+    (docs/architecture.md "Trust boundaries"); the carry is a body this function rendered earlier."""
+    parts: list[Part] = []
     if state.carry is not None:
-        parts.append(state.carry.text)
+        parts.append(Trusted(state.carry.text))
     notes = [n for _, n in sorted(state.notes.items())]
-    client = list(dict.fromkeys(n.digest.strip() for n in notes if n.digest and n.digest.strip()))
+    said: dict[str, Actor] = {}
+    for n in notes:
+        if n.digest and n.digest.strip():
+            said.setdefault(n.digest.strip(), n.actor)
     computed = computed_digest(state, seen, current) if notes else None
-    if client:
-        parts.append("\n".join(client))
+    if said:
+        parts.append(fragment(lines(*[p for text, actor in said.items() for p in (
+            f"{_ACTOR_NAMES[actor][0].upper()}{_ACTOR_NAMES[actor][1:]} described the change:", quoted(actor, text))])))
         if computed is not None and not all(n.digest for n in notes):
             parts.append(computed)  # some edit came without the client's text: say what it did
     elif computed is not None:
@@ -77,6 +87,5 @@ def compose(state: RefState, seen: bytes | None, current: bytes | None) -> str |
         return None
     if notes:
         parts.insert(0 if state.carry is None else 1, actors_line(state))
-    return "\n\n".join(parts)
-
+    return fragment(lines(*parts, sep="\n\n"))
 

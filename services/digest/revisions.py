@@ -40,7 +40,7 @@ class Carry(BaseModel):
     The agent's write advances `seen` past them, but the agent never saw them: keep their text.
     """
 
-    text: str
+    text: str  # the body as `coalesce.compose` rendered it (escaped, client text quoted): reused as it is
     from_revision: int | None
     to_revision: int
     sent_in: int | None = None  # the revision of the digest that carried it out

@@ -7,8 +7,6 @@ notifications can tell when every part of a notification is in the transcript.
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape, quoteattr
-
 from shared.contracts.inbox import Injection
 from shared.contracts.injection import InjectionKind, RuntimeInjection
 from shared.contracts.notifications import (
@@ -18,6 +16,7 @@ from shared.contracts.notifications import (
     ImportCompleted,
     RenderCompleted,
 )
+from shared.trusted_blocks import render
 
 SOURCE = "notification"
 
@@ -37,9 +36,7 @@ def parse_source_id(source_id: str) -> tuple[str, int]:
 
 
 def _block(kind: InjectionKind, attrs: dict[str, str | None], body: list[str]) -> str:
-    attr_text = "".join(f" {k}={quoteattr(v)}" for k, v in attrs.items() if v is not None)
-    lines = "\n".join("  " + escape(line) for line in body if line)
-    return f"<{kind}{attr_text}>\n{lines}\n</{kind}>"
+    return render(kind, attrs, "\n".join("  " + line for line in body if line))
 
 
 def _refs(refs: list[str]) -> str:

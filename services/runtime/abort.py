@@ -28,6 +28,7 @@ from shared.contracts.inbox import Abort, UserPrompt
 from shared.contracts.messages import CustomMessage
 from shared.contracts.transcript import CustomMessageEntry, LeafEntry, MessageEntry
 from shared.inbox import InboxEntry
+from shared.trusted_blocks import render
 
 from .engine.agent import Agent
 from .events import Outbox
@@ -72,7 +73,7 @@ def stopped_by_user(transcript: Transcript) -> bool:
 
 
 def marker(run_id: str, reason: AbortReason) -> CustomMessage:
-    return CustomMessage(custom_type=MARKER, content=f"<run_aborted>\n{MARKER_TEXT[reason]}\n</run_aborted>",
+    return CustomMessage(custom_type=MARKER, content=render("run_aborted", None, MARKER_TEXT[reason]),
                          details={"trusted": True, "injectionType": "run_aborted", "source": "system",
                                   "runId": run_id, "reason": reason})
 

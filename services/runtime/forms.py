@@ -11,6 +11,7 @@ from typing import Protocol
 
 from shared.contracts.inbox import Injection
 from shared.contracts.injection import RuntimeInjection
+from shared.trusted_blocks import Body, lines, quoted, render
 
 from .transcript import Transcript
 from .uistate import UiDoc
@@ -32,14 +33,17 @@ class FormHost(Protocol):
 
 
 def form_content(form: dict[str, object]) -> str:
+    """The answers are the user's words: quoted as data inside the update, never the harness's own
+    (docs/architecture.md "Trust boundaries")."""
+    body: Body
     if form["status"] == "submitted":
         answers = form.get("answers") or {}
         assert isinstance(answers, dict)
-        lines = "\n".join(f"- {k}: {json.dumps(v, ensure_ascii=False)}" for k, v in sorted(answers.items()))
-        body = f"The user submitted the form.\n{lines or '(no answers)'}"
+        text = "\n".join(f"- {k}: {json.dumps(v, ensure_ascii=False)}" for k, v in sorted(answers.items()))
+        body = lines("The user submitted the form. Their answers:", quoted("user", text or "(no answers)"))
     else:
         body = "The user dismissed the form without answering. Continue with your stated defaults."
-    return f'<system_update source="form" form="{form["id"]}" status="{form["status"]}">\n{body}\n</system_update>'
+    return render("system_update", {"source": "form", "form": str(form["id"]), "status": str(form["status"])}, body)
 
 
 async def deliver_answered_form(session: FormHost) -> None:

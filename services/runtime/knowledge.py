@@ -39,6 +39,7 @@ from shared.knowledge import (
     update_text,
 )
 from shared.redis_wire import text
+from shared.trusted_blocks import lines, quoted, render
 
 from .tools.workspace_rule import TOOL_NAME
 from .transcript import Transcript
@@ -86,12 +87,17 @@ def loaded_notes(entries: Sequence[TranscriptEntry]) -> dict[str, LoadedNote]:
     return active
 
 
+def active_knowledge(n: LoadedNote) -> str:
+    """The note as the model read it (the note author's text): quoted, with name and scope as attributes."""
+    return render("active_knowledge", {"id": n.id, "revision": n.revision, "name": n.name, "scope": n.scope},
+                  lines("You loaded this workspace knowledge note earlier in this session; it still applies "
+                        "within its scope. What you read then:", quoted(n.source, n.content)))
+
+
 def knowledge_anchors(entries: Sequence[TranscriptEntry]) -> list[CustomMessage]:
     """What a compaction restores: every active note, as the model last read it."""
     return [CustomMessage(
-        custom_type=ANCHOR_TYPE, display=False,
-        content=f'<active_knowledge id="{n.id}" revision="{n.revision}">\nYou loaded this workspace knowledge '
-                f"note earlier in this session; it still applies within its scope.\n{n.content}\n</active_knowledge>",
+        custom_type=ANCHOR_TYPE, display=False, content=active_knowledge(n),
         details={"trusted": True, "injectionType": "active_knowledge", "source": "system", "knowledgeId": n.id,
                  "revision": n.revision}) for n in loaded_notes(entries).values()]
 

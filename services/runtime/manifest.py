@@ -13,6 +13,7 @@ from shared.contracts.inbox import Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.pending import PendingArtifactUpdates
 from shared.disk import SessionPaths, read_json
+from shared.trusted_blocks import ensure_block
 
 from .protocol import SessionProtocolController
 from .transcript import Transcript
@@ -39,10 +40,8 @@ def queue_manifest(session: ManifestHost) -> int:
         return 0
     queued = 0
     for ref, item in manifest.updates.items():
-        content = item.digest
-        if not content.lstrip().startswith("<artifact_update"):
-            content = (f'<artifact_update ref="{ref}" from_revision="{item.from_revision}" '
-                       f'to_revision="{item.to_revision}">\n{content}\n</artifact_update>')
+        content = ensure_block("artifact_update", item.digest,
+                               {"ref": ref, "from_revision": item.from_revision, "to_revision": item.to_revision})
         inj = Injection(session_id=session.sid, injection=RuntimeInjection(kind="artifact_update", content=content),
                         source="artifact", source_id=item.source_id, ref=ref,
                         from_revision=item.from_revision, to_revision=item.to_revision)

@@ -3,8 +3,9 @@
 
 Computed from the transcript and the todo list with the audit's rules (services/runtime/audit.py,
 shared/checklist.py), so it needs no state of its own: a wake or a compaction recomputes it and
-publishes it again. Between tasks (the workflow's window shows no work yet) it shows the last
-audited task's steps, so a finished workflow stays finished until new work on it starts.
+publishes it again. Only live workflows have progress: an audited completion ends the contract
+(services/runtime/skill_lifecycle.py). A workflow whose task completed while it stays live (a
+`deviations_unreported` audit) shows the last audited task's steps until new work on it starts.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from shared.checklist import Checklist, current_index, evaluate, tool_calls
 from shared.contracts.events import ChecklistData, ChecklistStepData
 from shared.contracts.messages import CustomMessage
 from shared.contracts.transcript import AuditEntry
+from shared.trusted_blocks import render
 
 from .audit import active_checklists, engaged, workflow_window
 from .events import Outbox
@@ -67,11 +69,8 @@ class ChecklistProgress:
         snaps = self.snapshot()
         if not snaps:
             return None
-        lines = []
-        for d in snaps:
-            lines.append(f'<checklist_progress workflow="{d.workflow}" step="{min(d.current, d.total)}" '
-                         f'of="{d.total}" done="{d.done}">')
-            lines += [f"- [{s.status}] {s.id}: {s.title}" for s in d.steps]
-            lines.append("</checklist_progress>")
-        return CustomMessage(custom_type=ANCHOR_TYPE, content="\n".join(lines), display=False,
+        blocks = [render("checklist_progress", {"workflow": d.workflow, "step": min(d.current, d.total), "of": d.total,
+                                                "done": d.done},
+                         "\n".join(f"- [{s.status}] {s.id}: {s.title}" for s in d.steps)) for d in snaps]
+        return CustomMessage(custom_type=ANCHOR_TYPE, content="\n".join(blocks), display=False,
                              details={"trusted": True, "injectionType": "checklist_progress", "source": "system"})

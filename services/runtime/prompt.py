@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Literal, get_args
-from xml.sax.saxutils import quoteattr
+
+from shared.trusted_blocks import Trusted, element
 
 from .skills import Skill, UnknownSkill, catalog_block, required_closure
 
@@ -45,12 +46,11 @@ def skill_intro(skill: Skill) -> str:
     return prompt_text("preloaded_workflow" if skill.type == "workflow" else "preloaded_reference")
 
 
-def skill_block(skill: Skill, intro: str | None = None) -> str:
+def skill_block(skill: Skill, intro: str | None = None) -> Trusted:
     """A skill body wrapped with its identity, as preloaded (and usable for the skill tool's result)."""
-    head = (f"<skill name={quoteattr(skill.name)} type={quoteattr(skill.type)} "
-            f"path={quoteattr(skill.path)}>")
-    parts = [head, intro if intro is not None else skill_intro(skill), "", skill.body.rstrip(), "</skill>"]
-    return "\n".join(parts)
+    intro = intro if intro is not None else skill_intro(skill)
+    return element("skill", {"name": skill.name, "type": skill.type, "path": skill.path},
+                   f"{intro}\n\n{skill.body.rstrip()}")
 
 
 def static_prefix(skills: Mapping[str, Skill]) -> str:
@@ -78,5 +78,5 @@ def build_system_prompt(variant: Variant, skills: Mapping[str, Skill]) -> str:
     preloaded = preloaded_skills(variant, skills)
     if not preloaded:
         return prefix
-    blocks = [prompt_text("preloaded"), *(skill_block(s) for s in preloaded)]
+    blocks = [prompt_text("preloaded"), *(skill_block(s).text for s in preloaded)]
     return prefix + "\n" + "\n\n".join(blocks) + "\n"

@@ -39,7 +39,7 @@ class RewindHost(Protocol):
 
     async def ack(self, entry_id: str | None) -> None: ...
 
-    def refresh_files(self) -> None: ...
+    async def refresh_files(self) -> None: ...
 
 
 class Rewinder:
@@ -89,7 +89,7 @@ class Rewinder:
         rw.done(h.snapshots.paths)
         h.todo.reload()
         h.protocol.restore_context()
-        h.refresh_files()
+        await h.refresh_files()
         return changed
 
     async def finish_pending(self) -> None:

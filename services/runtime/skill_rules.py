@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from shared.contracts.messages import AgentMessage, CustomMessage, ToolCall, UserMessage
+from shared.trusted_blocks import render
 
 from .engine.types import PrepareBatch, ToolOutcome
 from .protocol import active_skill_message
@@ -76,9 +77,10 @@ def rule_counter(registry: CollectorRegistry) -> Counter:
 def guidance(rule: SkillRule) -> CustomMessage:
     return CustomMessage(
         custom_type="gamma.system_guidance", display=False,
-        content=f"<system_guidance>\nThe harness loaded the {rule.skill} skill: {rule.why}, and your first tool "
-                f"batch did not load it. Its body follows. Follow it from its first step, and check against it "
-                f"whatever you already did for this request.\n</system_guidance>",
+        content=render("system_guidance", None,
+                       f"The harness loaded the {rule.skill} skill: {rule.why}, and your first tool batch did not "
+                       "load it. Its body follows. Follow it from its first step, and check against it whatever "
+                       "you already did for this request."),
         details={"trusted": True, "injectionType": "system_guidance", "source": "system", "reason": "skill_rule",
                  "rule": rule.id, "skill": rule.skill})
 
@@ -87,13 +89,13 @@ class SkillRuleGuard:
     """Wraps a session's batch preflight; `steer` puts messages before the next model call."""
 
     def __init__(self, inner: PrepareBatch, rules: tuple[SkillRule, ...], skills: Mapping[str, Skill],
-                 messages: Callable[[], list[AgentMessage]], active: Callable[[], set[str]],
+                 messages: Callable[[], list[AgentMessage]], scope: Callable[[list[str]], set[str]],
                  steer: Callable[[AgentMessage], None], registry: CollectorRegistry | None) -> None:
         self.inner = inner
         self.rules = rules
         self.skills = skills
         self.messages = messages
-        self.active = active
+        self.scope = scope  # names -> the live skills they are checked against (skill_lifecycle.py)
         self.steer = steer
         self.registry = registry
         self._checked: tuple[str, int] | None = None  # the prompt whose first batch was checked
@@ -113,7 +115,7 @@ class SkillRuleGuard:
         loading = {str(c.arguments.get("name")) for c in calls if c.name == "skill"}
         fired: list[str] = []
         for rule in (r for r in self.rules if r.matches(prompt.content)):
-            active = self.active()
+            active = self.scope([rule.skill, *loading])
             if rule.skill in active or rule.skill in loading:
                 self._count(rule, "followed")
                 continue

@@ -14,12 +14,12 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
-from xml.sax.saxutils import escape, quoteattr
 
 import yaml
 from pydantic import BaseModel, ConfigDict
 
 from shared.checklist import Checklist, parse_checklist
+from shared.trusted_blocks import element, fragment, lines, render
 
 SkillType = Literal["workflow", "reference"]
 SKILL_TYPES: tuple[SkillType, ...] = ("workflow", "reference")
@@ -246,14 +246,9 @@ def validate_references(skills: Mapping[str, Skill]) -> None:
 def catalog_block(skills: Mapping[str, Skill] | Iterable[Skill]) -> str:
     """The `<available_skills>` block of the system prompt (the Agent Skills catalog format): name, type, path and the description (the trigger)."""
     items = skills.values() if isinstance(skills, Mapping) else skills
-    lines = ["<available_skills>"]
-    for s in sorted(items, key=lambda s: s.name):
-        lines.append(
-            f"  <skill name={quoteattr(s.name)} type={quoteattr(s.type)} path={quoteattr(s.path)}>"
-            f"{escape(s.manifest.description)}</skill>"
-        )
-    lines.append("</available_skills>")
-    return "\n".join(lines)
+    entries = [element("skill", {"name": s.name, "type": s.type, "path": s.path}, s.manifest.description, inline=True)
+               for s in sorted(items, key=lambda s: s.name)]
+    return render("available_skills", None, lines(*(fragment(["  ", e]) for e in entries)))
 
 
 def _lookup(name: str, skills: Mapping[str, Skill]) -> Skill:

@@ -20,6 +20,7 @@ from shared.contracts.inbox import Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage, UserMessage
 from shared.inbox import append
+from shared.trusted_blocks import lines, quoted, render
 
 from .engine.loop import run_loop
 from .engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
@@ -51,14 +52,19 @@ async def run_subagent(host: ToolHost, config: LoopConfig, client: Any, child: s
     stopped = cancelled or config.signal.is_set()
     note = config.abort_note if config.signal.is_set() else STOPPED_NOTE
     text = answer_text(said[-1] if said else None, note if stopped else None)
-    status = ' status="stopped"' if stopped else ""
-    content = f'<background_result subagent="{child}"{status}>\n{text}\n</background_result>'
+    content = background_result(child, text, stopped)
     with contextlib.suppress(Exception):
         await append(client, Injection(
             session_id=host.sid, injection=RuntimeInjection(kind="background_result", content=content),
             source="system", source_id=f"subagent:{child}"))
     if cancelled:
         raise asyncio.CancelledError
+
+
+def background_result(child: str, text: str, stopped: bool) -> str:
+    """The child's answer is model-written (and may echo what it read): quoted, never the harness's words."""
+    return render("background_result", {"subagent": child, "status": "stopped" if stopped else None},
+                  lines("The subagent answered:", quoted("subagent", text)))
 
 
 def answer_text(final: AssistantMessage | None, stopped_note: str | None) -> str:

@@ -25,6 +25,7 @@ from shared.contracts.transcript import (
     MessageEntry,
     SessionHeader,
     SkillActivationEntry,
+    SkillEndEntry,
     TranscriptEntry,
     parse_entries,
 )
@@ -71,6 +72,8 @@ class Transcript:
         # ref -> (highest to_revision recorded in an artifact_update, its entry id)
         self.told: dict[str, tuple[int, str]] = {}
         self.compactions: set[str] = set()  # request ids
+        # name -> its live activation (services/runtime/skill_lifecycle.py: a `skill_end` removes it)
+        self._live: dict[str, SkillActivationEntry] = {}
         self._context: tuple[int, list[AgentMessage]] | None = None
         self._appending = asyncio.Lock()
 
@@ -79,8 +82,24 @@ class Transcript:
         t = cls(path, guard, written)
         for entry in read_entries(path):
             t._index(entry)
-        t.entries = active_path(t.all)
+        t._set_branch(active_path(t.all))
         return t
+
+    def _set_branch(self, entries: list[TranscriptEntry]) -> None:
+        """The active branch replaced (a load, a leaf move): what depends on it is derived again."""
+        self.entries = []
+        self._live = {}
+        for e in entries:
+            self._on_branch(e)
+
+    def _on_branch(self, entry: TranscriptEntry) -> None:
+        """An entry now on the active branch: the skill contracts follow the branch (a rewind restores
+        the skills live at its entry)."""
+        self.entries.append(entry)
+        if isinstance(entry, SkillActivationEntry):
+            self._live.setdefault(entry.name, entry)
+        elif isinstance(entry, SkillEndEntry):
+            self._live.pop(entry.name, None)
 
     @property
     def leaf_id(self) -> str | None:
@@ -106,12 +125,8 @@ class Transcript:
         return list(self._context[1])
 
     def active_skills(self) -> list[SkillActivationEntry]:
-        """Every skill activated in this session, once each, in activation order."""
-        seen: dict[str, SkillActivationEntry] = {}
-        for e in self.entries:
-            if isinstance(e, SkillActivationEntry) and e.name not in seen:
-                seen[e.name] = e
-        return list(seen.values())
+        """The live skill activations (activated and not ended since), in activation order."""
+        return list(self._live.values())
 
     # ------------------------------------------------------------ appends
 
@@ -194,9 +209,9 @@ class Transcript:
                 for e in batch:
                     self._index(e)
                     if isinstance(e, LeafEntry):
-                        self.entries = active_path(self.all)
+                        self._set_branch(active_path(self.all))
                     else:
-                        self.entries.append(e)
+                        self._on_branch(e)
                 self._version += 1
                 if self._written is not None:
                     self._written()

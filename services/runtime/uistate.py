@@ -22,6 +22,7 @@ from typing import Any
 
 from pycrdt import Array, Doc, Map
 
+from shared.form_rules import check_client_form
 from shared.uidoc import EMPTY_UPDATE, ROOT, doc_from_snapshot, snapshot_of, to_shared
 from shared.uimerge import Merged, apply_change, merge_update
 from shared.uirules import UiLimits, default_snapshot
@@ -79,8 +80,10 @@ class UiDoc:
     async def apply_snapshot(self, snapshot: dict[str, Any]) -> bytes:
         """Make the document equal a (validated) snapshot: the top-level keys that differ are written,
         keys the snapshot lacks removed, all in one transaction. Returns the update (empty: no change).
-        For clients that send only snapshots: their state still reaches the live document."""
+        For clients that send only snapshots: their state still reaches the live document, within what a
+        client may do to the agent's form (shared/form_rules.py)."""
         current, target = self._snapshot, snapshot
+        check_client_form(current, target)
 
         def change(doc: Doc) -> None:
             state = doc.get(ROOT, type=Map)
@@ -104,6 +107,15 @@ class UiDoc:
         def change(doc: Doc) -> None:
             with doc.transaction(origin="agent"):
                 doc.get(ROOT, type=Map)["activeForm"] = to_shared(form)
+
+        return (await self._change(change))[0]
+
+    async def set_costs(self, records: list[dict[str, Any]]) -> bytes:
+        """The server-owned cost records (services/runtime/costs.py) replace the list."""
+
+        def change(doc: Doc) -> None:
+            with doc.transaction(origin="agent"):
+                doc.get(ROOT, type=Map)["costs"] = to_shared(records)
 
         return (await self._change(change))[0]
 

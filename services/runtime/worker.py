@@ -151,10 +151,10 @@ class Worker:
                                                             self.skills)))
         outbox = Outbox(self.client, sid, self.bus, fence=lease.check,
                         coalesce_s=self.settings.delta_coalesce_ms / 1000, ticker=self.ticker)
+        name, api = model.name or self.settings.model, model.api or self.settings.default_model_api
         session = Session(deps, paths, lease, outbox,
-                          ModelSettings(model=model.name or self.settings.model,
-                                        reasoning_effort=model.reasoning_effort,
-                                        api=model.api or self.settings.default_model_api,
+                          ModelSettings(model=name, reasoning_effort=model.reasoning_effort, api=api,
+                                        trusted_role=self.settings.trusted_role_for(name, api),
                                         max_output_tokens=self.settings.max_output_tokens, cache_key=sid,
                                         chat_cache_key=self.settings.openai_endpoint,
                                         max_retries=self.settings.model_max_retries,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Literal
-from xml.sax.saxutils import quoteattr
 
 from .base import Contract
 
@@ -43,13 +42,3 @@ class RuntimeInjection(Contract):
     kind: InjectionKind
     content: str
 
-
-def artifact_update_block(ref: str, from_revision: int | None, to_revision: int, body: str) -> str:
-    """The XML-ish injection content the model sees (docs/integration.md "Injections")."""
-    attrs = f"ref={quoteattr(ref)}"
-    if from_revision is not None:
-        attrs += f" from_revision={quoteattr(str(from_revision))}"
-    attrs += f" to_revision={quoteattr(str(to_revision))}"
-    # File text is user-controlled: it must not be able to close the block and open another tag.
-    safe = body.replace("</artifact_update", "&lt;/artifact_update")
-    return f"<artifact_update {attrs}>\n{safe}\n</artifact_update>"

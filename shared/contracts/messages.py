@@ -86,8 +86,8 @@ class ToolResultMessage(_Msg):
 
 
 class CustomMessage(_Msg):
-    """A trusted harness message. Converted to a user-role message only at the model boundary;
-    `details` never reaches the model."""
+    """A trusted harness message. Given the trusted role only at the model boundary (docs/architecture.md
+    "Trust boundaries"); `details` never reaches the model."""
 
     role: Literal["custom"] = "custom"
     custom_type: str

@@ -56,7 +56,7 @@ class Host:
     async def ack(self, entry_id: str | None) -> None:
         return None
 
-    def refresh_files(self) -> None:
+    async def refresh_files(self) -> None:
         return None
 
 

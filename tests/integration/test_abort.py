@@ -19,6 +19,7 @@ import redis
 
 from shared import keys
 from shared.contracts.inbox import UserPrompt
+from shared.trusted_blocks import extract
 from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 
@@ -204,7 +205,9 @@ def test_abort_and_interrupt_stop_the_runs_subagent(how: str, api: httpx.Client,
     print(f"\n{how}: the subagent answered {(time.monotonic() - started) * 1000:.0f} ms after it")
     assert 'status="stopped"' in result
     assert ("The user stopped the run (Stop)" if how == "abort" else "The user interrupted the run") in result
-    partial = result.split("Findings before the stop:\n", 1)[1].rsplit("\n</background_result>", 1)[0]
+    answer = extract(result, "quoted")  # the child's words, quoted inside the block
+    assert answer is not None
+    partial = answer[0].split("Findings before the stop:\n", 1)[1]
     assert partial and len(partial) < len(CHILD_TEXT) and CHILD_TEXT.startswith(partial)
     after_abort_the_next_prompt_works(api, module_stack, sid, "after the subagent")
     recorded = [e["content"] for e in transcript(module_stack, sid) if e.get("customType") == "gamma.background_result"]

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 
-from services.digest.coalesce import compose
+from services.digest.coalesce import compose as compose_body
 from services.digest.revisions import Carry, Note, RefState
-from shared.contracts.injection import artifact_update_block as block
+from shared.trusted_blocks import artifact_update as block
+
+
+def compose(state: RefState, seen: bytes | None, current: bytes | None) -> str | None:
+    body = compose_body(state, seen, current)
+    return None if body is None else body.text
 
 
 def state(**kw) -> RefState:  # type: ignore[no-untyped-def]
@@ -27,7 +32,8 @@ def test_client_text_wins_and_the_diff_follows_only_when_an_edit_lacked_it() -> 
     all_texts = state(notes={2: Note(actor="user", digest="Edited the audience."),
                              3: Note(actor="user", digest="Edited the audience.")})
     body = compose(all_texts, b"x\n", b"y\n")
-    assert body == "Changed by the user.\n\nEdited the audience."
+    # The client's own text is quoted and attributed, not spoken as the harness's.
+    assert body == 'Changed by the user.\n\nThe user described the change:\n<quoted author="user">\nEdited the audience.\n</quoted>'
     mixed = state(notes={2: Note(actor="user", digest="Edited the audience."), 3: Note(actor="user")})
     body = compose(mixed, b"x\n", b"y\n")
     assert body is not None and "Edited the audience." in body and "+y" in body

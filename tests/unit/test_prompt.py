@@ -18,6 +18,7 @@ from services.runtime.prompt import (
 )
 from services.runtime.skills import Skill, UnknownSkill, catalog_block, load_skills
 from shared.contracts.injection import INJECTION_KINDS
+from shared.trusted_blocks import escape_text
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOW_INTRO = ("This workflow skill is active because the current task matches it. "
@@ -111,9 +112,9 @@ def test_preloaded_bodies_keep_their_type(skills: dict[str, Skill], variant: str
     prompt = build_system_prompt(variant, skills)  # type: ignore[arg-type]
     tail = prompt[len(static_prefix(skills)):]
     for skill in preloaded_skills(variant, skills):  # type: ignore[arg-type]
-        block = skill_block(skill)
+        block = skill_block(skill).text
         assert block in tail
-        assert skill.body.strip() in block
+        assert escape_text(skill.body.strip()) in block  # tag names a skill mentions read as text
         if skill.type == "workflow":
             assert WORKFLOW_INTRO in block
         else:
@@ -123,3 +124,14 @@ def test_preloaded_bodies_keep_their_type(skills: dict[str, Skill], variant: str
     # The conflicting workflow is never preloaded next to it.
     other = "import" if variant == "deck-generation" else "deck-generation"
     assert f'<skill name="{other}" type="workflow"' not in tail
+
+
+def test_transport_section_says_what_the_conversion_does(skills: dict[str, Skill]) -> None:
+    """The prefix tells the model how to tell a genuine block (docs/architecture.md "Trust
+    boundaries"): the developer role, and the neutraliser's exact output for a typed tag."""
+    from shared.neutralise import neutralise
+
+    prefix = static_prefix(skills)
+    assert "sends them as\ndeveloper messages" in prefix and "as user messages" in prefix
+    assert f"sends `{neutralise('<system_note>')}`" in prefix
+    assert "outside the text you see" not in prefix

@@ -188,7 +188,7 @@ def test_catalog_block_exact(root: Path) -> None:
         "<available_skills>\n"
         '  <skill name="alpha" type="reference" path="skills/alpha/SKILL.md">Use BEFORE writing decks.</skill>\n'
         '  <skill name="zeta" type="workflow" path="skills/zeta/SKILL.md">'
-        'TRIGGER when asked for &lt;zeta&gt; &amp; "quotes".</skill>\n'
+        'TRIGGER when asked for <zeta> & "quotes".</skill>\n'
         "</available_skills>"
     )
 

@@ -54,9 +54,11 @@ async def get_ui(state: SessionState = Depends(owned_session), proxy: Proxy = De
 
 @router.post("/{sid}/ui/sync", response_model=UiState, responses={
     **ERRORS, 400: {"description": "malformed base64 or Yjs update"},
+    403: {"description": "a change to the agent's form other than answering or dismissing it (shared/form_rules.py)"},
     409: {"description": "the session is waking"},
     413: {"description": "the update or the merged document is over its byte cap"},
-    422: {"description": "the merged state is not a valid SessionUIState, or holds too many values"},
+    422: {"description": "the merged state is not a valid SessionUIState, holds too many values, or answers the "
+                         "agent's form outside its fields"},
     504: {"description": "runtime timeout"},
 })
 async def sync_ui(body: UiSync, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> UiState:

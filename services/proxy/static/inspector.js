@@ -182,6 +182,8 @@ const HANDLERS = {
   todo: (d) => { s.todo = d.todo; invalidate("todo"); },
   ui_update: () => debounce("ui", softly(loadUi), 200), // the event carries a Yjs change only: re-read /ui
   skill_activated: (d) => { s.liveSkills.push({ name: d.name, type: d.type, requiredBy: d.requiredBy }); invalidate("timeline"); },
+  // an ended contract (docs/architecture.md "Skill contracts"): no longer active
+  skill_ended: (d) => { s.liveSkills = s.liveSkills.filter((k) => k.name !== d.name); checklist.onEvent({ type: "skill_ended", data: d }); debounce("transcript", softly(loadTranscript)); },
   message_user: () => debounce("transcript", softly(loadTranscript)),
   injection: (d) => {
     debounce("transcript", softly(loadTranscript));

@@ -3,8 +3,10 @@
 - steering messages are taken after the whole tool batch of a turn and before the next model call;
 - follow-ups only when the agent would otherwise stop;
 - every tool call gets a result (errors are values), results in call order, tools run in parallel;
-- `terminate` skips the next automatic model call only when every result of the batch sets it,
-  and queued steering or follow-ups still keep the run going;
+- `terminate` ends the run when every result of the batch sets it (a yield: `message_user` with
+  blockOnUser): no further model call in that run, and steering or follow-ups queued meanwhile stay
+  queued for the session's idle rules (docs/architecture.md "Delivery, yield and the idle rules");
+  agent_end then says stopReason "yield";
 - an assistant message with stop_reason error/aborted ends the run.
 
 State lives in `context.messages`; everything else goes out as events (persistence listens to
@@ -24,6 +26,7 @@ from shared.contracts.messages import (
     ToolCall,
     ToolResultMessage,
 )
+from shared.trusted_blocks import render
 
 from .types import AgentContext, AgentEvent, Emit, LoopConfig, Tool, ToolContext, ToolOutcome
 
@@ -97,7 +100,9 @@ async def _run(
                 for r in results:
                     await _add(r, context, new, emit)
                 if terminate:
-                    more_tools = False
+                    await emit(AgentEvent(type="turn_end", data={"toolResults": len(calls)}))
+                    await emit(AgentEvent(type="agent_end", data={"stopReason": "yield"}))
+                    return new
             await emit(AgentEvent(type="turn_end", data={"toolResults": len(calls)}))
             if config.signal.is_set():
                 await emit(AgentEvent(type="agent_end", data={"stopReason": "aborted"}))
@@ -196,8 +201,8 @@ def length_guidance() -> CustomMessage:
     """Once per run, after a reply cut at the output token limit: go on, more briefly."""
     return CustomMessage(
         custom_type="gamma.system_guidance", display=False,
-        content="<system_guidance>Your previous reply was cut off at the output token limit. Continue from "
-                "where it stopped, more concisely; split long content across several tool calls.</system_guidance>",
+        content=render("system_guidance", None, "Your previous reply was cut off at the output token limit. "
+                       "Continue from where it stopped, more concisely; split long content across several tool calls."),
         details={"injectionType": "system_guidance", "source": "system", "reason": "max_output_tokens"})
 
 

@@ -4,11 +4,12 @@ transitively and once. A batch's skill calls are resolved together before any to
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from shared.contracts.messages import ToolCall
+from shared.trusted_blocks import Trusted
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..prompt import skill_block
@@ -18,7 +19,7 @@ from .host import ToolHost
 SKIPPED = "Skipped: the skill set requested in this batch was refused. Resolve the skill conflict first."
 
 
-def render_skill(skill: Skill) -> str:
+def render_skill(skill: Skill) -> Trusted:
     """The same block a preloaded skill gets: the type selects the contract, not the loading method."""
     return skill_block(skill)
 
@@ -31,14 +32,16 @@ class SkillPlan:
     errors: dict[str, ToolOutcome] = field(default_factory=dict)
 
 
-def plan_skill_batch(calls: list[ToolCall], skills: Mapping[str, Skill], active: set[str]) -> SkillPlan:
+def plan_skill_batch(calls: list[ToolCall], skills: Mapping[str, Skill],
+                     scope: Callable[[list[str]], set[str]]) -> SkillPlan:
+    """`scope(names)`: the live skills these names are checked against (an ended contract is not)."""
     plan = SkillPlan()
     skill_calls = [c for c in calls if c.name == "skill"]
     if not skill_calls:
         return plan
     names = [str(c.arguments.get("name", "")) for c in skill_calls]
     try:
-        to_activate = resolve_activation(names, skills, active)
+        to_activate = resolve_activation(names, skills, scope(names))
         parents = required_by(names, skills)
     except SkillError as exc:
         error = ToolOutcome(content=f"Skill activation refused: {exc}", is_error=True)
@@ -75,7 +78,7 @@ def skill_tool(host: ToolHost, plans: dict[str, list[tuple[Skill, str | None]]])
             activations = plans.pop(ctx.call.id)
         else:
             try:
-                batch = plan_skill_batch([ctx.call], host.skills, host.active_skill_names())
+                batch = plan_skill_batch([ctx.call], host.skills, host.skill_scope)
             except SkillError as exc:
                 return ToolOutcome(content=str(exc), is_error=True)
             if ctx.call.id in batch.errors:
@@ -87,14 +90,14 @@ def skill_tool(host: ToolHost, plans: dict[str, list[tuple[Skill, str | None]]])
         if name not in {s.name for s in shown} and name in host.skills:
             shown.insert(0, host.skills[name])  # already active: return its body again, no new activation
         return ToolOutcome(
-            content="\n\n".join(render_skill(s) for s in shown),
+            content="\n\n".join(render_skill(s).text for s in shown),
             details={"activated": [s.name for s, _ in activations],
                      "requiredBy": {s.name: p for s, p in activations if p}},
         )
 
     return Tool(
         name="skill",
-        description="Load a skill from <available_skills> by name. Returns the complete skill body and "
+        description="Load a skill from the available_skills catalog by name. Returns the complete skill body and "
         "records the skill as active; required reference skills load with it. Load every matching skill "
         "in your first tool batch, in parallel.",
         parameters={

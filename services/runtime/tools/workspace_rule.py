@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from shared.disk import DiskError
 from shared.knowledge import KnowledgeNote
+from shared.trusted_blocks import AttrValue, lines, quoted, render
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .files import write_file
@@ -24,14 +25,15 @@ def read_workspace_rule_tool(host: ToolHost, reader: NoteReader | None, inline_m
         note_id = str(args["knowledgeId"])
         note = await reader.note(note_id) if reader is not None else None
         if note is None:
-            return ToolOutcome(content=f"No workspace knowledge note {note_id!r}: use an id from <knowledge_hints>.",
+            return ToolOutcome(content=f"No workspace knowledge note {note_id!r}: use an id from the knowledge hints.",
                                is_error=True)
         details: dict[str, Any] = {"knowledgeId": note.id, "revision": note.revision, "name": note.name,
                                    "scope": note.scope, "source": note.source}
-        head = (f'<workspace_rule id="{note.id}" source="{note.source}" revision="{note.revision}">\n'
-                f"{note.name}. Scope: {note.scope}\n")
+        # Name, scope and body are the note author's text: attributes and a quotation, never the harness's words.
+        attrs: dict[str, AttrValue] = {"id": note.id, "source": note.source, "revision": note.revision, "name": note.name, "scope": note.scope}
         if len(note.body) <= inline_max:
-            return ToolOutcome(content=f"{head}\n{note.body}\n</workspace_rule>", details=details)
+            body = lines("The note's body, as its author wrote it:", quoted(note.source, note.body))
+            return ToolOutcome(content=render("workspace_rule", attrs, body), details=details)
         path = f"knowledge/{note.id}.md"
         try:
             await write_file(host, path, note.body.encode())
@@ -39,18 +41,18 @@ def read_workspace_rule_tool(host: ToolHost, reader: NoteReader | None, inline_m
             return ToolOutcome(content=f"The note is too long to return inline and could not be written to "
                                f"{path}: {exc}", is_error=True)
         details["path"] = path
-        return ToolOutcome(content=f"{head}\nThe body is long ({len(note.body)} characters): it is in the workspace "
-                           f"file {path}. Read the parts you need with the read tool.\n</workspace_rule>",
-                           details=details)
+        return ToolOutcome(content=render("workspace_rule", attrs, f"The body is long ({len(note.body)} characters): "
+                                          f"it is in the workspace file {path}. Read the parts you need with the "
+                                          "read tool."), details=details)
 
     return Tool(
         name=TOOL_NAME,
-        description="Read a workspace knowledge note named in <knowledge_hints>: returns its complete body "
+        description="Read a workspace knowledge note named in the knowledge hints: returns its complete body "
         "(or, for a long note, the workspace file that holds it). Fetch every matching unread note in one "
         "tool batch, in parallel, before your first task action.",
         parameters={
             "type": "object",
-            "properties": {"knowledgeId": {"type": "string", "description": "The note id from <knowledge_hints>."}},
+            "properties": {"knowledgeId": {"type": "string", "description": "The note id from the knowledge hints."}},
             "required": ["knowledgeId"],
             "additionalProperties": False,
         },

@@ -1,0 +1,164 @@
+"""The one builder of trusted blocks: every injection and anchor the model reads as the harness's own
+words (docs/architecture.md "Trust boundaries").
+
+A block is a reserved tag (shared/reserved_tags.py) around a body. Nothing interpolated into one can
+end it early or open another: attribute values are fully escaped (&, <, >, quotes, line breaks) and
+always double-quoted; body text has every reserved tag opening or closing (any case, `< /x`, nested
+openings) escaped as `&lt;`, plus the `&` of any `&lt;`/`&amp;` it already contains, so `unescape`
+gives the original back exactly. Text other than the reserved tags stays as written (a file's `<div>`
+reads as `<div>`, which the model edits verbatim). Harness structure inside a body (a nested element)
+is a `Trusted` value made here, never a string: a `str` part is always escaped.
+
+Text a client or the model wrote is embedded with `quoted`: attributed, inside its own `<quoted>`
+element, after a harness sentence that names it as data ("The user described the change: ..."), so
+the block never speaks it as the harness's instruction.
+
+No other module formats a reserved tag: tests/unit/test_trusted_blocks_only.py scans the sources.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from shared.reserved_tags import RESERVED_TAG_RE, RESERVED_TAGS
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+_ATTR_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
+                 "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
+_ATTR_RE = re.compile("[" + re.escape("".join(_ATTR_ESCAPES)) + "]")
+# `&` is escaped only where it would otherwise read as one of the two escapes the body uses.
+_BODY_AMP = re.compile(r"&(?=lt;|amp;)")
+_BODY_UNESCAPE = re.compile(r"&(lt|amp);")
+
+Author = str  # who wrote quoted text: "user", "client", "model", "subagent", ...
+
+
+@dataclass(frozen=True)
+class Trusted:
+    """A rendered element: harness structure, inserted into an enclosing body as it is."""
+
+    text: str
+
+
+Part = str | Trusted
+Body = Part | Sequence[Part]
+AttrValue = str | int | None
+
+
+def escape_attr(value: str) -> str:
+    """An attribute value with &, <, >, both quotes and line breaks as character references."""
+    return _ATTR_RE.sub(lambda m: _ATTR_ESCAPES[m.group()], value)
+
+
+def unescape_attr(value: str) -> str:
+    return html.unescape(value)
+
+
+def escape_text(text: str) -> str:
+    """Body text in which no reserved tag can open or close (reversible with `unescape`)."""
+    return RESERVED_TAG_RE.sub(lambda m: "&lt;" + m.group()[1:], _BODY_AMP.sub("&amp;", text))
+
+
+def unescape(text: str) -> str:
+    """The original of `escape_text` (one left-to-right pass: `&amp;lt;` gives back `&lt;`)."""
+    return _BODY_UNESCAPE.sub(lambda m: "<" if m.group(1) == "lt" else "&", text)
+
+
+def _attrs(attrs: Mapping[str, AttrValue] | None) -> str:
+    out = []
+    for name, value in (attrs or {}).items():
+        if value is None:
+            continue
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"not an attribute name: {name!r}")
+        out.append(f' {name}="{escape_attr(str(value))}"')
+    return "".join(out)
+
+
+def _body(body: Body) -> str:
+    parts: Sequence[Part] = [body] if isinstance(body, str | Trusted) else body
+    out: list[str] = []
+    run: list[str] = []  # adjacent strings escape as one: a tag split across two parts is still a tag
+    for part in parts:
+        if isinstance(part, Trusted):
+            out.append(escape_text("".join(run)))
+            run = []
+            out.append(part.text)
+        else:
+            run.append(part)
+    out.append(escape_text("".join(run)))
+    return "".join(out)
+
+
+def element(tag: str, attrs: Mapping[str, AttrValue] | None = None, body: Body = "", *,
+            inline: bool = False, empty: bool = False) -> Trusted:
+    """`<tag a="v">` body `</tag>`: on lines of their own, or `inline`, or `<tag a="v"/>` when `empty`."""
+    if not _NAME.fullmatch(tag):
+        raise ValueError(f"not a tag name: {tag!r}")
+    head = f"<{tag}{_attrs(attrs)}"
+    if empty:
+        return Trusted(head + "/>")
+    text = _body(body)
+    if inline:
+        return Trusted(f"{head}>{text}</{tag}>")
+    return Trusted(f"{head}>\n{text}\n</{tag}>" if text else f"{head}>\n</{tag}>")
+
+
+def render(tag: str, attrs: Mapping[str, AttrValue] | None = None, body: Body = "") -> str:
+    """A top-level trusted block: `tag` must be one of shared/reserved_tags.py's RESERVED_TAGS."""
+    if tag not in RESERVED_TAGS:
+        raise ValueError(f"not a reserved tag: {tag!r}")
+    return element(tag, attrs, body).text
+
+
+def fragment(body: Body) -> Trusted:
+    """A body without an enclosing tag (parts of a block composed in one place, wrapped in another)."""
+    return Trusted(_body(body))
+
+
+def ensure_block(tag: str, content: str, attrs: Mapping[str, AttrValue] | None = None) -> str:
+    """`content` as a `tag` block: as it is when a producer already rendered it here (it starts with
+    the tag's opening), else the bare text escaped inside a new one."""
+    if re.match(rf"\s*<{re.escape(tag)}[\s/>]", content):
+        return content
+    return render(tag, attrs, content)
+
+
+def extract(text: str, tag: str) -> tuple[str, int] | None:
+    """(original body, index after its closing tag) of the first `tag` block `element` rendered (on
+    lines of its own) in `text`, or None."""
+    opening = re.search(rf"<{re.escape(tag)}(?:\s[^>]*)?>\n", text)
+    if opening is None:
+        return None
+    closing = f"</{tag}>"
+    if text.startswith(closing, opening.end()):
+        return "", opening.end() + len(closing)
+    end = text.find("\n" + closing, opening.end())
+    return None if end < 0 else (unescape(text[opening.end():end]), end + 1 + len(closing))
+
+
+def quoted(author: Author, text: str) -> Trusted:
+    """Text `author` wrote, as data inside a trusted block: its own attributed element, escaped."""
+    return element("quoted", {"author": author}, text)
+
+
+def lines(*parts: Part, sep: str = "\n") -> list[Part]:
+    """Parts joined by line breaks (a body of several lines, some of them nested elements)."""
+    out: list[Part] = []
+    for i, part in enumerate(parts):
+        if i:
+            out.append(sep)
+        out.append(part)
+    return out
+
+
+def artifact_update(ref: str, from_revision: int | None, to_revision: int | None, body: Body,
+                    state: str | None = None) -> str:
+    """The `<artifact_update>` injection (docs/integration.md "Injections"): file and deck text is
+    user-controlled, so its body is escaped like any other."""
+    attrs: dict[str, AttrValue] = {"ref": ref, "from_revision": from_revision, "to_revision": to_revision,
+                                   "state": state}
+    return render("artifact_update", attrs, body)

@@ -1,0 +1,134 @@
+"""A stand-in OpenAI-compatible model server that records every request it receives, byte for byte.
+
+The services run as real processes with `OPENAI_API_KEY`, `OPENAI_BASE_URL` (and `GAMMA_MODEL_API`)
+from `RecordingModel.env()`, so their real `openai` clients send real HTTP here: a test asserts on
+what a provider would actually read (the Responses `input` items or the Chat Completions
+`messages`), not on the runtime's in-process bookkeeping. Agent calls are answered by the runtime's
+own scripted model (`services/runtime/scripted.py`: a `script:` prompt plays its steps back, other
+prompts get its usual behaviour); summarization calls (recognized by their system prompt) by the
+compaction service's scripted summarizer. Serves POST /v1/responses and /v1/chat/completions.
+
+    model = RecordingModel().start()
+    stack = Stack(..., env_overrides=model.env())
+    ...
+    assert "<system_guidance>" not in model.agent_text()
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import uvicorn
+from fastapi import FastAPI, Request, Response
+
+from services.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
+from services.compaction.scripted import scripted_summarizer
+from services.runtime.paths import skills_dir
+from services.runtime.scripted import ScriptedGamma
+from services.runtime.skills import load_skills
+from services.stack import free_port
+from shared import scripted_responses
+from shared.model import ScriptedTransport
+
+
+@dataclass(frozen=True)
+class Recorded:
+    api: Literal["responses", "chat"]
+    body: dict[str, Any]
+    summary: bool  # a summarization call (the compaction service), not an agent turn
+
+    def text(self) -> str:
+        """Every string the model reads in this request, in order (instructions, messages, items)."""
+        return "\n".join(_strings(self.body.get("instructions")) + _strings(self.body.get("input"))
+                         + _strings(self.body.get("messages")))
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() if k not in ("type", "role", "id", "call_id", "status")
+                for s in _strings(v)]
+    return []
+
+
+@dataclass
+class RecordingModel:
+    api: Literal["responses", "chat"] = "responses"
+    port: int = field(default_factory=free_port)
+    recorded: list[Recorded] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: uvicorn.Server | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def env(self) -> dict[str, str]:
+        return {"OPENAI_API_KEY": "recording-model", "OPENAI_BASE_URL": self.base_url, "GAMMA_MODEL_API": self.api}
+
+    def agent_requests(self) -> list[Recorded]:
+        with self._lock:
+            return [r for r in self.recorded if not r.summary]
+
+    def summary_requests(self) -> list[Recorded]:
+        with self._lock:
+            return [r for r in self.recorded if r.summary]
+
+    def agent_text(self) -> str:
+        return "\n".join(r.text() for r in self.agent_requests())
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+        agent = ScriptedTransport(ScriptedGamma(load_skills(skills_dir())))
+        summarize = ScriptedTransport(scripted_summarizer)
+
+        async def answer(request: Request, api: Literal["responses", "chat"]) -> Response:
+            raw = await request.body()
+            body = json.loads(raw)
+            chat = scripted_responses.to_chat(body) if api == "responses" else body
+            system = next((m.get("content") for m in chat.get("messages", []) if m.get("role") == "system"), "")
+            is_summary = system == SUMMARIZATION_SYSTEM_PROMPT
+            with self._lock:
+                self.recorded.append(Recorded(api=api, body=body, summary=is_summary))
+            transport = summarize if is_summary else agent
+            out = await transport.handle_async_request(httpx.Request("POST", str(request.url), content=raw))
+            return Response(content=await out.aread(), status_code=out.status_code,
+                            media_type=out.headers.get("content-type", "application/json"))
+
+        @app.post("/v1/responses")
+        async def responses(request: Request) -> Response:
+            return await answer(request, "responses")
+
+        @app.post("/v1/chat/completions")
+        async def completions(request: Request) -> Response:
+            return await answer(request, "chat")
+
+        return app
+
+    def start(self) -> RecordingModel:
+        config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.time() + 20
+        while not self._server.started:
+            if time.time() > deadline:
+                raise RuntimeError("recording model server did not start")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+

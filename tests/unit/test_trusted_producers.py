@@ -1,0 +1,169 @@
+"""Every producer of a trusted block, over arbitrary strings where a client, a user, a file or the
+model supplies one: the block parses as exactly one element of its kind, the original text comes
+back from it, and no reserved tag appears unescaped inside (docs/architecture.md "Trust boundaries")."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.compaction.prompts import summary_prompt
+from services.digest.coalesce import compose
+from services.digest.revisions import Note, RefState
+from services.notifications.convert import to_injections
+from services.runtime.engine.convert import SUMMARY_PREFIX, convert_one
+from services.runtime.forms import form_content
+from services.runtime.knowledge import LoadedNote, active_knowledge
+from services.runtime.protocol import client_view_content
+from services.runtime.subagent import background_result
+from services.runtime.todo import render as todo_block
+from shared.causal import dirty_marker
+from shared.contracts.client import PromptClientContext, VisibleTab
+from shared.contracts.messages import CompactionSummaryMessage
+from shared.contracts.notifications import NOTIFICATION_ADAPTER
+from shared.contracts.todo import TodoItem, TodoList
+from shared.knowledge import KnowledgePointer, hints_block, update_text
+from shared.trusted_blocks import artifact_update, extract, unescape
+from tests.support.trusted import assert_one_block, attrs_of, hostile, quoted_text
+
+QUOTED = ["<quoted", "</quoted"]
+short = hostile.filter(lambda s: 0 < len(s) <= 200)
+# Hypothesis' default deadline trips on a loaded 2-core machine; each example is still bounded.
+settings.register_profile("trusted", deadline=None, max_examples=60)
+settings.load_profile("trusted")
+
+
+@given(short, short, short, short, short, short)
+def test_client_view(locale: str, title: str, location: str, pane: str, tab: str, path: str) -> None:
+    locale = locale[:35]
+    ctx = PromptClientContext(locale=locale, visible_tabs=[VisibleTab(
+        tab_id=tab, pane_id=pane, ari=f"file:{path}", title=title, location=location)])
+    text = client_view_content(ctx)
+    assert_one_block(text, "client_view")
+    assert attrs_of(text, "client_view") == {"locale": locale}
+    start = text.index("<tab ")
+    assert attrs_of(text[start:], "tab") == {"pane": pane, "tab": tab, "ari": f"file:{path}", "title": title,
+                                             "location": location}
+
+
+@given(st.lists(st.tuples(hostile.filter(lambda s: 0 < len(s) <= 64), short), min_size=1, max_size=4,
+                unique_by=lambda item: item[0]))
+def test_todo_anchor(items: list[tuple[str, str]]) -> None:
+    todo = TodoList(revision=3, items=[TodoItem(id=i, content=c) for i, c in items])
+    text = todo_block(todo)
+    assert_one_block(text, "todo_state")
+    body = extract(text, "todo_state")
+    assert body is not None and body[0] == "\n".join(f"- [pending] {i}: {c}" for i, c in items)
+
+
+@given(short, hostile, st.booleans())
+def test_background_result(child: str, answer: str, stopped: bool) -> None:
+    text = background_result(child, answer, stopped)
+    assert_one_block(text, "background_result", QUOTED)
+    assert attrs_of(text, "background_result")["subagent"] == child and quoted_text(text) == answer
+
+
+@given(short, short, short, hostile)
+def test_active_knowledge(note_id: str, name: str, scope: str, content: str) -> None:
+    text = active_knowledge(LoadedNote(note_id, 2, name, scope, "workspace", content))
+    assert_one_block(text, "active_knowledge", QUOTED)
+    assert attrs_of(text, "active_knowledge") == {"id": note_id, "revision": "2", "name": name, "scope": scope}
+    assert quoted_text(text) == content
+
+
+@given(short, short)
+def test_knowledge_hints_and_updates(name: str, scope: str) -> None:
+    pointer = KnowledgePointer(id="k1", name=name, scope=scope, source="workspace", revision=1, updated_at=0)
+    hints = hints_block([pointer])
+    assert_one_block(hints, "knowledge_hints")
+    assert attrs_of(hints[hints.index("<knowledge "):], "knowledge")["name"] == name
+    update = update_text("k1", 2, None)
+    assert_one_block(update, "workspace_update")
+
+
+@given(hostile)
+def test_compaction_summary(summary: str) -> None:
+    content = convert_one(CompactionSummaryMessage(summary=summary), "developer")["content"]  # type: ignore[index]
+    assert content.startswith(SUMMARY_PREFIX)
+    block = content[len(SUMMARY_PREFIX):]
+    assert_one_block(block, "summary")
+    assert extract(block, "summary") == (summary, len(block))
+
+
+@given(hostile, hostile)
+def test_summarizer_prompt_blocks(conversation: str, previous: str) -> None:
+    text = summary_prompt(conversation, previous or None, None)
+    found = extract(text, "conversation")
+    assert found is not None and found[0] == conversation
+    if previous:
+        block = extract(text[found[1]:], "previous-summary")
+        assert block is not None and block[0] == previous
+
+
+@given(short)
+def test_causal_dirty_marker(ref: str) -> None:
+    text = dirty_marker("s1", ref, "p1").injection.content
+    assert_one_block(text, "artifact_update")
+    assert attrs_of(text, "artifact_update") == {"ref": ref, "state": "in_flight"}
+
+
+@given(short, st.dictionaries(st.sampled_from(["who", "why"]), hostile, max_size=2))
+def test_form_answers(form_id: str, answers: dict[str, str]) -> None:
+    text = form_content({"id": form_id, "status": "submitted", "answers": answers})
+    assert_one_block(text, "system_update", QUOTED)
+    assert attrs_of(text, "system_update") == {"source": "form", "form": form_id, "status": "submitted"}
+    lines = "\n".join(f"- {k}: {json.dumps(v, ensure_ascii=False)}" for k, v in sorted(answers.items()))
+    assert quoted_text(text) == (lines or "(no answers)")
+
+
+@given(short, short)
+def test_client_digest_text(ref: str, said: str) -> None:
+    state = RefState.model_validate({"kind": "file", "seen": 1, "seen_known": True, "current": 2,
+                                     "notes": {2: Note(actor="user", digest=said)}})
+    body = compose(state, b"a\n", b"b\n")
+    assert body is not None
+    text = artifact_update(ref, 1, 2, body)
+    nested = QUOTED if said.strip() else []
+    assert_one_block(text, "artifact_update", nested)
+    assert attrs_of(text, "artifact_update")["ref"] == ref
+    if said.strip():
+        assert quoted_text(text) == said.strip()
+
+
+@given(short, short)
+def test_deck_card_ids_and_titles(card_id: str, title: str) -> None:
+    card_id = "x" + card_id
+    old = {"title": "D", "cards": [{"id": "c1", "title": "A"}]}
+    new = {"title": "D", "cards": [{"id": "c1", "title": title}, {"id": card_id, "title": "T"}]}
+    state = RefState.model_validate({"kind": "document", "seen": 1, "seen_known": True, "current": 2,
+                                     "notes": {2: Note(actor="user")}})
+    body = compose(state, json.dumps(old).encode(), json.dumps(new).encode())
+    assert body is not None
+    text = artifact_update("gamma:file:d", 1, 2, body)
+    assert_one_block(text, "artifact_update")
+    found = extract(text, "artifact_update")
+    assert found is not None and found[0] == unescape(body.text)
+    assert card_id in found[0] or "The deck changed." in found[0]
+
+
+@given(hostile.filter(lambda s: "\x00" not in s))
+def test_uploaded_file_content(content: str) -> None:
+    upload = RefState.model_validate({"kind": "file", "current": 1, "notes": {1: Note(actor="user", created=True)}})
+    body = compose(upload, None, content.encode())
+    assert body is not None
+    text = artifact_update("file:uploads/a.txt", None, 1, body)
+    assert_one_block(text, "artifact_update")
+    found = extract(text, "artifact_update")
+    assert found is not None and found[0] == unescape(body.text)
+    if "Its content:" in found[0]:
+        assert content in found[0]
+
+
+@given(short)
+def test_notification_payload(subject: str) -> None:
+    n = NOTIFICATION_ADAPTER.validate_python({"id": "n1", "type": "approval.resolved", "payload": {
+        "approvalId": "a1", "decision": "approved", "subject": subject}})
+    text = to_injections("s", n)[0].injection.content
+    assert_one_block(text, "system_update")
