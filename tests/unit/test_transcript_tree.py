@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from services.runtime.transcript import Transcript
+from shared.contracts.messages import UserMessage
 from shared.transcript_tree import Row, active_path, build, path_to
 
 
@@ -48,3 +51,23 @@ def test_switching_back_to_an_abandoned_leaf() -> None:
 def test_a_move_to_an_unknown_entry_is_ignored() -> None:
     entries = [node("h", None), node("a", "h"), move("m", "nope")]
     assert ids(active_path(entries)) == ["h", "a"]
+
+
+async def test_the_runtime_transcript_follows_a_leaf_move(tmp_path: Path) -> None:
+    """Skills, context and the next entry's parent follow the active branch; nothing is deleted."""
+
+    async def guard() -> None:
+        return None
+
+    t = Transcript.load(tmp_path / "transcript.jsonl", guard)
+    await t.ensure_header()
+    first = await t.append_message(UserMessage(content="first"))
+    await t.append_skill("deck-generation", "workflow", None)
+    assert [s.name for s in t.active_skills()] == ["deck-generation"]
+    await t.move_leaf(first.id, "rewind", "<session_rewound>x</session_rewound>")
+    assert t.active_skills() == [] and t.leaf_id == first.id
+    assert t.context()[-1].custom_type == "gamma.session_rewound"  # type: ignore[union-attr]
+    nxt = await t.append_message(UserMessage(content="again"))
+    assert nxt.parent_id == first.id and len(t.all) == 5
+    reloaded = Transcript.load(tmp_path / "transcript.jsonl", guard)
+    assert [e.id for e in reloaded.entries] == [e.id for e in t.entries] and reloaded.active_skills() == []
