@@ -29,6 +29,7 @@ from shared.write_model import Refused
 from ..auth import current_user
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
+from ..idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
 from ..liveness import BecameLive, apply_if_dormant, dormant_lock, owned_session, write_mode
 from ..quotas import check_create_rate
 from ..rows import SessionQuotaExceeded, SessionState, create_row, drop_row, load_state
@@ -84,18 +85,18 @@ async def edit_rewind(proxy: Proxy, state: SessionState, entry_id: str) -> Sessi
     return await load_state(proxy.redis, state.row.id) or state
 
 
-@router.post("/{sid}/rewind", response_model=RewindResult, responses=ERRORS)
+@router.post("/{sid}/rewind", response_model=RewindResult, dependencies=[IDEMPOTENT],
+             responses={**ERRORS, **IDEMPOTENCY_RESPONSES})
 async def rewind(body: RewindBody, state: SessionState = Depends(owned_session),
                  proxy: Proxy = Depends(get_proxy)) -> RewindResult:
     """Move the active branch to `entry_id` and restore the workspace, documents and todo of that point
     (bash's changes included); a running run is aborted first. Nothing is deleted: the abandoned
     entries stay in the tree (`GET /transcript?tree=1`); rewinding to `from_id` switches back."""
-    # Idempotency-Key: the lead wires the shared dependency for POST routes here (Depends on this route).
     return await rewind_session(proxy, state, body.entry_id)
 
 
-@router.post("/{sid}/fork", status_code=201, response_model=ForkedSession, responses={
-    **ERRORS, 403: {"description": "the user's session quota is reached"},
+@router.post("/{sid}/fork", status_code=201, response_model=ForkedSession, dependencies=[IDEMPOTENT], responses={
+    **ERRORS, **IDEMPOTENCY_RESPONSES, 403: {"description": "the user's session quota is reached"},
     429: {"description": "too many sessions created in the last minute (Retry-After)"},
 })
 async def fork(body: ForkBody | None = Body(None), state: SessionState = Depends(owned_session),
@@ -103,7 +104,6 @@ async def fork(body: ForkBody | None = Body(None), state: SessionState = Depends
     """A new dormant session (same owner, new id) whose transcript is the branch up to `entry_id`
     (default: the active leaf) and whose workspace, documents, todo and UI state are that entry's.
     The source is not changed. Of a live source, the leaf's state is its latest snapshot."""
-    # Idempotency-Key: the lead wires the shared dependency for POST routes here (Depends on this route).
     entry_id = body.entry_id if body else None
     await check_create_rate(proxy.redis, user, proxy.settings.session_creates_per_minute)
     plan = await _plan(proxy, state, entry_id)
