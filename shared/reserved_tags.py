@@ -19,6 +19,7 @@ ANCHOR_TAGS: tuple[str, ...] = (
     "active_knowledge",
     "summary",
     "run_aborted",
+    "session_rewound",
     "checklist_progress",
     "knowledge_hints",
     "workspace_rule",

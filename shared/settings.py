@@ -194,6 +194,12 @@ class Settings(BaseSettings):
     dormant_retention_s: float = Field(300.0, ge=0.0, le=7 * 24 * 3600, validation_alias="GAMMA_DORMANT_RETENTION_S")
     # How often each runtime worker sweeps the dormant sessions whose retention ended.
     dormant_sweep_interval_s: float = Field(10.0, gt=0, le=3600, validation_alias="GAMMA_DORMANT_SWEEP_INTERVAL_S")
+    # --- workspace snapshots (shared/snapshots.py; docs/architecture.md "Snapshots, rewind and fork") ---
+    # Per session: records older than this, past this many bytes of stored contents, or past this many
+    # records are pruned (oldest first); rewinding to a point before the oldest kept one is a 409.
+    snapshot_retention_s: float = Field(7 * 24 * 3600.0, gt=0, validation_alias="GAMMA_SNAPSHOT_RETENTION_S")
+    snapshot_max_bytes: int = Field(512 * 1024 * 1024, ge=1024 * 1024, validation_alias="GAMMA_SNAPSHOT_MAX_BYTES")
+    snapshot_max_records: int = Field(2000, ge=10, validation_alias="GAMMA_SNAPSHOT_MAX_RECORDS")
     # --- Redis Cluster (issue 19 items 1, 5): read where the clients are built (shared/redis_cluster.py),
     # declared here for the settings table and the deploy checks.
     # Unset: REDIS_URL's node is asked `INFO cluster` at start-up; 1 forces a cluster client, 0 a single one.

@@ -40,7 +40,7 @@ from .scripted_workflows import AUDIT_MARK, Policy, reply_for
 from .skills import Skill
 
 TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
-        "run_aborted")
+        "run_aborted", "session_rewound")
 TAG_RE = re.compile(r"^\s*<(" + "|".join(TAGS) + r")\b([^>]*)>", re.DOTALL)
 # Injections come as developer messages, or as user messages where the session sends them user-role
 # (engine/convert.py); user text never opens with a reserved tag (shared/neutralise.py).

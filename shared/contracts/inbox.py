@@ -19,6 +19,7 @@ from .messages import ImageRef
 # interrupt: abort the active run, then start a new one with this message (issue 17).
 OnBusy = Literal["steer", "follow_up", "reject", "interrupt"]
 RUN_ID = r"^run_[A-Za-z0-9_-]{1,60}$"
+ENTRY_ID = r"^[A-Za-z0-9_-]{1,64}$"  # a transcript entry's id
 
 
 class _InboxBase(Contract):
@@ -170,9 +171,19 @@ class Abort(_InboxBase):
     expected_run_id: str | None = Field(None, pattern=RUN_ID)
 
 
+class Rewind(_InboxBase):
+    """POST /rewind, `edit_of`, a branch switch: abort the active run, restore the workspace,
+    documents and todo of `entry_id`, and move the transcript's leaf there (shared/rewind.py)."""
+
+    type: Literal["rewind"] = "rewind"
+    request_id: str = Field(default_factory=lambda: new_id("r_"))
+    entry_id: str = Field(pattern=ENTRY_ID)
+    reason: Literal["rewind", "edit", "switch"] = "rewind"
+
+
 InboxMessage = Annotated[
     UserPrompt | Injection | UiUpdate | FileWrite | DocumentEdit | Barrier | CompactionReady | Compact | Stop
-    | ChangesSettled | FileDelete | DocumentDelete | Abort,
+    | ChangesSettled | FileDelete | DocumentDelete | Abort | Rewind,
     Field(discriminator="type"),
 ]
 INBOX_ADAPTER: TypeAdapter[InboxMessage] = TypeAdapter(InboxMessage)
