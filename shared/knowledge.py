@@ -215,7 +215,8 @@ def hints_block(notes: Iterable[KnowledgePointer | KnowledgeNote]) -> str:
     """The seed's `<knowledge_hints>` format: the BLOCKING line, then one pointer per note, no bodies.
     Name and scope are the note author's text: attribute values, escaped by the builder."""
     pointers = [fragment(["  ", element("knowledge", {"id": n.id, "name": n.name, "scope": n.scope,
-                                                      "source": n.source}, empty=True)]) for n in notes]
+                                                      "source": n.source}, empty=True, attr_indent="  ")])
+                for n in notes]
     return render("knowledge_hints", None, lines(f"  {BLOCKING}", *pointers))
 
 
