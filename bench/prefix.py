@@ -12,7 +12,9 @@ common one), median_shared_prefix_ratio (tokens shared with the session's previo
 tokens), requests. Prints a table, writes bench/results/prefix.json. Not a timed test.
 
 The workload runs once per model API (Responses, without and with reasoning replayed; Chat
-Completions; and Chat Completions as sent to a non-OpenAI server, without prompt_cache_key). For each, from the runtime's own
+Completions; Chat Completions as sent to a non-OpenAI server, without prompt_cache_key and with the
+harness's messages user-role; Chat Completions with dynamic tools; and with GAMMA_TRUSTED_ROLE=user,
+against the developer role of the `chat` run). For each, from the runtime's own
 `model_request` events: the static-prefix identity, the computed shared share (our token count), and
 the API-reported cached share (`cached_tokens / input_tokens` from the usage the API returned; the
 scripted server simulates OpenAI's exact-prefix cache: 128-token steps past 1,024, per
@@ -85,11 +87,12 @@ class Harness:
 
     def __init__(self, url: str, data_dir: Path, model: Callable[[dict[str, Any]], ScriptedReply],
                  idle_s: float = 3600, api: str = "chat", base_url: str | None = None,
-                 effort: str | None = None, dynamic_tools: bool = False) -> None:
+                 effort: str | None = None, dynamic_tools: bool = False, trusted_role: str | None = None) -> None:
         self.effort = effort
         self.settings = Settings(REDIS_URL=url, GAMMA_DATA_DIR=data_dir, GAMMA_IDLE_S=idle_s,  # type: ignore[call-arg]
                                  GAMMA_LEASE_MS=10_000, OPENAI_API_KEY=None, GAMMA_MODEL_API=api,
-                                 OPENAI_BASE_URL=base_url, GAMMA_DYNAMIC_TOOLS=dynamic_tools)
+                                 OPENAI_BASE_URL=base_url, GAMMA_DYNAMIC_TOOLS=dynamic_tools,
+                                 GAMMA_TRUSTED_ROLE=trusted_role)
         self.client = aioredis.from_url(url)
         self.skills = load_skills(skills_dir())
         prompts: dict[str, str] = {v: build_system_prompt(v, self.skills) for v in VARIANTS}
@@ -231,6 +234,12 @@ class Recorder:
         return self.model(body)
 
 
+def _injection(m: dict[str, Any]) -> bool:
+    """A harness block: a developer message, or a user-role one opening with its tag (user text never
+    does: engine/convert.py neutralises it)."""
+    return m["role"] in ("developer", "user") and str(m["content"]).startswith("<")
+
+
 def baseline_body(body: dict[str, Any]) -> dict[str, Any]:
     """The same request from a harness that keeps session state in the system prompt."""
     messages = body["messages"]
@@ -245,11 +254,11 @@ def baseline_body(body: dict[str, Any]) -> dict[str, Any]:
             skills[json.loads(calls[m["tool_call_id"]]["arguments"])["name"]] = m["content"]
         if m["role"] == "tool" and calls.get(m["tool_call_id"], {}).get("name") == "todo":
             todo = m["content"]
-        if m["role"] == "user" and str(m["content"]).startswith("<"):
+        if _injection(m):
             notes = (notes + [m["content"]])[-3:]
     state = "\n\n<session_state>\n" + "\n".join(skills.values()) + "\n" + todo + "\n" + "\n".join(notes)
     state += "\n</session_state>"
-    kept = [m for m in messages[1:] if not (m["role"] == "user" and str(m["content"]).startswith("<"))]
+    kept = [m for m in messages[1:] if not _injection(m)]
     return {**body, "messages": [{"role": "system", "content": messages[0]["content"] + state}, *kept]}
 
 
@@ -305,21 +314,24 @@ def measure_api(by_session: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
-# (label, API, OPENAI_BASE_URL, reasoning effort, GAMMA_DYNAMIC_TOOLS): the fourth is Chat Completions
-# as sent to a compatible server, which gets no prompt_cache_key (the scripted model still answers: no
-# OPENAI_API_KEY); the last is the `chat` run again with dynamic tool loading on (issue 21).
-Run = tuple[str, str, str | None, str | None, bool]
+# (label, API, OPENAI_BASE_URL, reasoning effort, GAMMA_DYNAMIC_TOOLS, GAMMA_TRUSTED_ROLE): the fourth is
+# Chat Completions as sent to a compatible server, which gets no prompt_cache_key and the user-role
+# transport (the scripted model still answers: no OPENAI_API_KEY); the fifth is the `chat` run again with
+# dynamic tool loading on (issue 21); the last, the `chat` run with the user-role transport.
+Run = tuple[str, str, str | None, str | None, bool, str | None]
 RUNS: tuple[Run, ...] = (
-    ("responses", "responses", None, None, False), ("responses_reasoning", "responses", None, "low", False),
-    ("chat", "chat", None, None, False), ("chat_no_cache_key", "chat", "http://compatible.local/v1", None, False),
-    ("chat_dynamic_tools", "chat", None, None, True))
+    ("responses", "responses", None, None, False, None), ("responses_reasoning", "responses", None, "low", False, None),
+    ("chat", "chat", None, None, False, None),
+    ("chat_no_cache_key", "chat", "http://compatible.local/v1", None, False, None),
+    ("chat_dynamic_tools", "chat", None, None, True, None), ("chat_user_role", "chat", None, None, False, "user"))
 
 
 async def run_api(run: Run, sessions: int, turns: int, concurrency: int,
-                  recorder: Recorder) -> tuple[dict[str, list[dict[str, Any]]], float]:
-    _, api, base_url, effort, dynamic = run
+                  recorder: Recorder) -> tuple[dict[str, list[dict[str, Any]]], float, str]:
+    _, api, base_url, effort, dynamic, role = run
     with tempfile.TemporaryDirectory(prefix="gamma-bench-prefix-") as tmp:
-        h = Harness(redis_url(), Path(tmp), recorder, api=api, base_url=base_url, effort=effort, dynamic_tools=dynamic)
+        h = Harness(redis_url(), Path(tmp), recorder, api=api, base_url=base_url, effort=effort, dynamic_tools=dynamic,
+                    trusted_role=role)
         await h.start()
         started = time.perf_counter()
         gate = asyncio.Semaphore(concurrency)
@@ -333,7 +345,8 @@ async def run_api(run: Run, sessions: int, turns: int, concurrency: int,
             events = {f"bench{i:03d}": await h.model_requests(f"bench{i:03d}") for i in range(sessions)}
         finally:
             await h.stop()
-        return events, time.perf_counter() - started
+        role = h.settings.trusted_role_for(h.settings.model, h.settings.default_model_api)
+        return events, time.perf_counter() - started, role
 
 
 async def main(sessions: int, turns: int, concurrency: int) -> dict[str, Any]:
@@ -344,9 +357,10 @@ async def main(sessions: int, turns: int, concurrency: int) -> dict[str, Any]:
     for run in RUNS:
         label = run[0]
         recorder = Recorder(ScriptedGamma(load_skills(skills_dir())))
-        events, took = await run_api(run, sessions, turns, concurrency, recorder)
+        events, took, role = await run_api(run, sessions, turns, concurrency, recorder)
         elapsed += took
         apis[label] = measure_api(events)
+        apis[label]["trusted_role"] = role
         bodies[label] = recorder.bodies
         if label == "chat":
             chat_bodies = recorder.bodies
@@ -395,8 +409,8 @@ def dynamic_table(result: dict[str, Any]) -> str:
 
 
 def api_table(result: dict[str, Any]) -> str:
-    keys_ = ("requests", "static_prefix_identical_ratio", "median_shared_prefix_ratio", "median_cached_share",
-             "cached_share_total", "reasoning_tokens", "median_input_tokens")
+    keys_ = ("trusted_role", "requests", "static_prefix_identical_ratio", "median_shared_prefix_ratio",
+             "median_cached_share", "cached_share_total", "reasoning_tokens", "median_input_tokens")
     rows = [("metric (per API, from model_request events)", *result["apis"])]
     rows += [(k, *(str(result["apis"][a][k]) for a in result["apis"])) for k in keys_]
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]

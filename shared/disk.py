@@ -20,6 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from shared.walk import WalkLimits, walk
+
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DOC_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 # Workspace paths (issue 23): bytes of UTF-8, as the kernel counts them. A segment may use the whole
@@ -326,15 +328,9 @@ def check_size(data: bytes, limit: int, what: str = "file") -> None:
         raise TooLarge(f"{what} is {len(data)} bytes; the limit is {limit} bytes")
 
 
-def workspace_files(workspace: Path, limit: int = 5000) -> list[str]:
-    """Relative paths of the regular files in the workspace (the viewable-files projection)."""
-    if not workspace.exists():
-        return []
-    base = workspace.resolve()
-    out: list[str] = []
-    for path in sorted(base.rglob("*")):
-        if path.is_file() and not path.is_symlink():
-            out.append(path.relative_to(base).as_posix())
-            if len(out) >= limit:
-                break
-    return out
+def workspace_files(workspace: Path, limit: int = 5000, *, max_depth: int = 64, budget_s: float = 2.0) -> list[str]:
+    """Relative paths of the regular files in the workspace (the viewable-files projection): at most
+    `limit` of them, from a bounded walk (shared/walk.py) that never raises, so however a command
+    shaped the workspace a wake gets a (possibly partial) list."""
+    found = walk(workspace, WalkLimits(max_entries=4 * limit, max_depth=max_depth, budget_s=budget_s))
+    return sorted(e.rel for e in found.entries if e.kind == "file")[:limit]

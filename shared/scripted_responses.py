@@ -46,7 +46,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
             a = assistant()
             a["content"] = (a["content"] or "") + _text(item.get("content"))
         elif kind == "message":
-            role = "system" if item.get("role") in ("system", "developer") else "user"
+            role = item.get("role") if item.get("role") in ("system", "developer") else "user"
             messages.append({"role": role, "content": _text(item.get("content"))})
         elif kind == "function_call":
             assistant().setdefault("tool_calls", []).append({

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.contracts.notifications import NOTIFICATION_TYPES
+from shared.pricing import ModelPrice, parse_prices
 
 LOCAL_USER = "local"
 LOCAL_TOKEN = "gamma-local-dev-token"
@@ -43,6 +47,11 @@ class Settings(BaseSettings):
     # Per-session workspace quota (tool writes, bash, HTTP PUT): bytes and regular files.
     workspace_max_bytes: int = Field(100 * 1024 * 1024, validation_alias="GAMMA_WORKSPACE_MAX_BYTES")
     workspace_max_files: int = Field(2000, validation_alias="GAMMA_WORKSPACE_MAX_FILES")
+    # Every entry counts (directories, links, FIFOs too), and nesting is bounded: what a command can
+    # build is what every walk of the workspace must get through (shared/walk.py).
+    workspace_max_entries: int = Field(10_000, ge=1, validation_alias="GAMMA_WORKSPACE_MAX_ENTRIES")
+    workspace_max_depth: int = Field(64, ge=1, le=512, validation_alias="GAMMA_WORKSPACE_MAX_DEPTH")
+    workspace_walk_budget_s: float = Field(5.0, gt=0, validation_alias="GAMMA_WORKSPACE_WALK_BUDGET_S")
 
     # Agent commands (services/runtime/sandbox): auto | bwrap | landlock | off.
     sandbox: str = Field("auto", validation_alias="GAMMA_SANDBOX")
@@ -69,7 +78,7 @@ class Settings(BaseSettings):
     instance: str = Field("", validation_alias=AliasChoices("GAMMA_INSTANCE", "HOSTNAME"))
 
     # --- quotas and stream growth (issue 23 item 9)
-    # Sessions one user may own (there is no delete yet: the quota counts every session ever created).
+    # Sessions one user may own (a deleted session no longer counts).
     max_sessions_per_user: int = Field(1000, ge=1, validation_alias="GAMMA_MAX_SESSIONS_PER_USER")
     # Session creations per user per minute (fixed one-minute windows); 429 with Retry-After above it.
     session_creates_per_minute: int = Field(60, ge=1, validation_alias="GAMMA_SESSION_CREATES_PER_MINUTE")
@@ -126,6 +135,14 @@ class Settings(BaseSettings):
     # (engine/sse.py); with `httpx` the streams are read chunk by chunk, ungated (bench/stream_micro.py).
     model_http: Literal["aiohttp", "httpx"] = Field("aiohttp", validation_alias="GAMMA_MODEL_HTTP")
     model_max_connections: int = Field(4096, ge=1, le=100_000, validation_alias="GAMMA_MODEL_MAX_CONNECTIONS")
+    # --- trusted transport (docs/architecture.md "Trust boundaries"): the role the harness's injections
+    # and anchors are sent with. `developer`: a channel user text cannot imitate; `user`: for servers or
+    # models that reject the developer role (reserved tags in user text and tool output are neutralised
+    # either way). Unset: `developer` for OpenAI itself and every Responses session, `user` for Chat
+    # Completions on another server (many chat templates know only system/user/assistant/tool).
+    trusted_role: Literal["developer", "user"] | None = Field(None, validation_alias="GAMMA_TRUSTED_ROLE")
+    # Models (comma-separated fnmatch patterns, e.g. `llama-*,qwen*`) sent user-role whatever the above says.
+    trusted_role_user_models: str = Field("", max_length=4096, validation_alias="GAMMA_TRUSTED_ROLE_USER_MODELS")
 
     # --- streaming at scale (issue 20): the scripted model's timing (off by default: instant replies in
     # 64-character chunks) and the runtime's coalescing of streamed text deltas.
@@ -190,6 +207,53 @@ class Settings(BaseSettings):
     # long for the artifact updates of the writes acknowledged before it; 0 turns the wait off.
     causal_wait_ms: int = Field(2000, ge=0, le=60_000, validation_alias="GAMMA_CAUSAL_WAIT_MS")
 
+    # --- session lifecycle (proxy): Idempotency-Key, delete, titles, export (docs/architecture.md
+    # "Session lifecycle"). A key's stored response is replayed for this long; a user keeps at most
+    # this many keys (the oldest go first); a request in flight holds its key at most this long (a
+    # proxy that died mid-request frees it then); a response bigger than this is not stored.
+    idempotency_ttl_s: int = Field(24 * 3600, ge=60, le=7 * 24 * 3600, validation_alias="GAMMA_IDEMPOTENCY_TTL_S")
+    idempotency_max_keys: int = Field(10_000, ge=10, le=1_000_000, validation_alias="GAMMA_IDEMPOTENCY_MAX_KEYS")
+    idempotency_lease_s: int = Field(120, ge=5, le=3600, validation_alias="GAMMA_IDEMPOTENCY_LEASE_S")
+    idempotency_max_response_bytes: int = Field(256 * 1024, ge=1024, le=16 * 1024 * 1024,
+                                                validation_alias="GAMMA_IDEMPOTENCY_MAX_RESPONSE_BYTES")
+    # A deleted session's id is remembered this long (later writes and notifications: 410).
+    deleted_retention_s: int = Field(30 * 24 * 3600, ge=60, validation_alias="GAMMA_DELETED_RETENTION_S")
+    # How often each proxy resumes deletes a dead proxy left half done.
+    delete_sweep_interval_s: float = Field(30.0, gt=0, le=3600, validation_alias="GAMMA_DELETE_SWEEP_INTERVAL_S")
+    # GET /sessions/{id}/export refuses (413) a session whose files add up to more than this.
+    export_max_bytes: int = Field(512 * 1024 * 1024, ge=1024, validation_alias="GAMMA_EXPORT_MAX_BYTES")
+
+    # --- notification urgency (services/notifications/policy.py): the notification types that wake a
+    # dormant session (comma- or space-separated); none by default, so a notification waits for the
+    # user's next wake. An unknown type fails at start, not silently at the first notification.
+    urgent_notification_types: str = Field("", validation_alias="GAMMA_URGENT_NOTIFICATION_TYPES")
+
+    @field_validator("urgent_notification_types")
+    @classmethod
+    def _known_types(cls, value: str) -> str:
+        unknown = sorted(set(value.replace(",", " ").split()) - set(NOTIFICATION_TYPES))
+        if unknown:
+            raise ValueError(f"unknown notification type(s) {', '.join(unknown)}; known: {', '.join(NOTIFICATION_TYPES)}")
+        return value
+
+    # --- model prices for the UI state's cost records (shared/pricing.py): JSON, model ->
+    # {input, cachedInput, output} in USD per million tokens, merged over the built-in table.
+    model_prices: str = Field("", validation_alias="GAMMA_MODEL_PRICES")
+
+    @field_validator("model_prices")
+    @classmethod
+    def _prices(cls, value: str) -> str:
+        parse_prices(value)  # a malformed table fails at start
+        return value
+
+    @property
+    def prices(self) -> dict[str, ModelPrice]:
+        return parse_prices(self.model_prices)
+
+    @property
+    def urgent_types(self) -> frozenset[str]:
+        return frozenset(self.urgent_notification_types.replace(",", " ").split())
+
     def tokens(self) -> dict[str, str]:
         """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
         if not self.api_tokens.strip():
@@ -212,6 +276,16 @@ class Settings(BaseSettings):
         if self.model_api is not None:
             return self.model_api
         return "responses" if self.openai_endpoint else "chat"
+
+    def trusted_role_for(self, model: str, api: Literal["responses", "chat"]) -> Literal["developer", "user"]:
+        """The role of a session's trusted messages: a model listed for user-role transport first, then
+        GAMMA_TRUSTED_ROLE, then the API's default (see the field)."""
+        patterns = [p.strip() for p in self.trusted_role_user_models.split(",") if p.strip()]
+        if any(fnmatch.fnmatchcase(model, p) for p in patterns):
+            return "user"
+        if self.trusted_role is not None:
+            return self.trusted_role
+        return "developer" if api == "responses" or self.openai_endpoint else "user"
 
     @property
     def scripted(self) -> bool:

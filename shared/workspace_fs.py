@@ -32,7 +32,8 @@ from shared.disk import (
     PathRefused,
     split_workspace_path,
 )
-from shared.quota import WorkspaceQuota, check_write, usage_at
+from shared.quota import WorkspaceQuota, check_depth, check_write, usage_at
+from shared.walk import kind_of
 
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_BENEATH = 0x08
@@ -99,13 +100,15 @@ def disk_error(exc: OSError, rel: str) -> DiskError | None:
         return Conflict(f"{rel!r} changed while it was written")
     if e in (errno.ENOSPC, errno.EDQUOT):
         return InsufficientStorage(f"no space left on the session disk writing {rel!r}")
+    if e in (errno.ENXIO, errno.ENODEV):  # a socket (or a device without a driver) cannot be opened
+        return Conflict(f"{rel!r} is not a regular file")
     if e in (errno.EACCES, errno.EPERM, errno.EROFS):
         return Conflict(f"{rel!r} cannot be written: {exc.strerror}")
     return None
 
 
 @contextlib.contextmanager
-def _disk_errors(rel: str) -> Iterator[None]:
+def disk_errors(rel: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
@@ -213,11 +216,13 @@ class Opened:
 
 
 def open_entry(workspace: Path, rel: str) -> Opened:
-    """Open a file or a directory for reading; a FIFO or device is refused (opened O_NONBLOCK so a
-    FIFO planted by a command cannot hang the caller)."""
+    """Open a file or a directory for reading; a FIFO, socket or device is refused, 409 "not a regular
+    file" (opened O_NONBLOCK so a FIFO planted by a command cannot hang the caller; a socket fails the
+    open with ENXIO). Device nodes cannot be made in a workspace: the sandbox's user has no CAP_MKNOD
+    (services/runtime/sandbox)."""
     parts = split_workspace_path(rel)
     norm = "/".join(parts)
-    with _disk_errors(norm):
+    with disk_errors(norm):
         if not workspace.is_dir():
             raise NotFound(f"no file {norm!r} in the session workspace")
         with workspace_root(workspace) as root:
@@ -241,24 +246,30 @@ def read_bytes(workspace: Path, rel: str) -> bytes:
         os.close(opened.fd)
 
 
-def list_dir(fd: int) -> list[dict[str, object]]:
-    """Entries of an open directory, links skipped (never followed)."""
+def list_dir(fd: int, max_entries: int = 10_000) -> list[dict[str, object]]:
+    """Entries of an open directory, links skipped (never followed), at most `max_entries` (the entry
+    quota bounds a directory anyway). `type` is the entry's real type: file, directory, fifo, socket,
+    device (shared/walk.py `kind_of`)."""
     entries: list[dict[str, object]] = []
     with os.scandir(fd) as it:  # scandir duplicates the fd
         for child in it:
-            if child.is_symlink():
+            try:
+                st = child.stat(follow_symlinks=False)
+            except FileNotFoundError:
                 continue
-            st = child.stat(follow_symlinks=False)
-            is_dir = stat.S_ISDIR(st.st_mode)
-            entries.append({"name": child.name, "type": "directory" if is_dir else "file",
-                            "size": st.st_size if stat.S_ISREG(st.st_mode) else None})
+            kind = kind_of(st.st_mode)
+            if kind == "symlink":
+                continue
+            entries.append({"name": child.name, "type": kind, "size": st.st_size if kind == "file" else None})
+            if len(entries) >= max_entries:
+                break
     return sorted(entries, key=lambda e: str(e["name"]))
 
 
 # ---------------------------------------------------------------- writes
 
 
-def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
     try:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -314,7 +325,7 @@ def write_entry(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota
     """
     parts = split_workspace_path(rel, for_write=True)
     norm = "/".join(parts)
-    with _disk_errors(norm), workspace_root(workspace, create=not must_exist) as root:
+    with disk_errors(norm), workspace_root(workspace, create=not must_exist) as root:
         try:
             dir_fd: int | None = open_dir(root, parts[:-1])
         except FileNotFoundError:
@@ -322,15 +333,18 @@ def write_entry(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota
                 raise NotFound(f"no file {norm!r} to overwrite") from None
             dir_fd = None
         try:
-            st = _lstat_at(dir_fd, parts[-1]) if dir_fd is not None else None
+            st = lstat_at(dir_fd, parts[-1]) if dir_fd is not None else None
             if st is not None and stat.S_ISDIR(st.st_mode):
                 raise Conflict(f"{norm!r} is a directory")
             regular = st is not None and stat.S_ISREG(st.st_mode)
             if must_exist and not regular:
                 raise NotFound(f"no file {norm!r} to overwrite")
             if quota is not None:
+                check_depth(parts, quota)
+                new_dirs = _missing_dirs(root, parts) if dir_fd is None else 0
                 check_write(usage_at(root, quota), quota, rel=norm, size=len(data),
-                            replaced=st.st_size if st is not None and regular else 0, new_file=st is None)
+                            replaced=st.st_size if st is not None and regular else 0, new_file=st is None,
+                            new_dirs=new_dirs)
             if dir_fd is None:
                 dir_fd = open_dir(root, parts[:-1], create=True)
             mode = stat.S_IMODE(st.st_mode) if st is not None and regular else 0o644
@@ -341,6 +355,17 @@ def write_entry(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota
     return Written(norm, st is None)
 
 
+def _missing_dirs(root: int, parts: list[str]) -> int:
+    """How many of the file's parent directories a write would create."""
+    for have in range(len(parts) - 2, 0, -1):
+        try:
+            os.close(open_dir(root, parts[:have]))
+            return len(parts) - 1 - have
+        except FileNotFoundError:
+            continue
+    return len(parts) - 1
+
+
 def remove_entry(workspace: Path, rel: str) -> str:
     """Remove one workspace file (or a link or other non-directory entry itself: a link is removed,
     never followed to its target) beneath the workspace; returns its normalised path. A directory is
@@ -348,13 +373,13 @@ def remove_entry(workspace: Path, rel: str) -> str:
     parts = split_workspace_path(rel, for_write=True)
     norm = "/".join(parts)
     missing = f"no file {norm!r} in the session workspace"
-    with _disk_errors(norm):
+    with disk_errors(norm):
         if not workspace.is_dir():
             raise NotFound(missing)
         with workspace_root(workspace) as root:
             dir_fd = open_dir(root, parts[:-1])
             try:
-                st = _lstat_at(dir_fd, parts[-1])
+                st = lstat_at(dir_fd, parts[-1])
                 if st is None:
                     raise NotFound(missing)
                 if stat.S_ISDIR(st.st_mode):
@@ -364,3 +389,4 @@ def remove_entry(workspace: Path, rel: str) -> str:
             finally:
                 os.close(dir_fd)
     return norm
+

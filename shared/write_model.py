@@ -28,6 +28,8 @@ from shared.uidoc import doc_from_snapshot
 from shared.uimerge import merge_update
 from shared.uirules import UiLimits, UiRefused, validate_snapshot
 from shared.validation import validation_summary
+from shared.walk import WalkLimits
+from shared.workspace_tree import remove_tree_entry
 
 DocOp = Literal["put", "patch"]
 
@@ -72,6 +74,7 @@ class Removed:
 
     path: str
     revision: int | None = None
+    files: tuple[str, ...] | None = None  # a removed tree: the regular files in it
 
 
 def write_file(workspace: Path, path: str, data: bytes, *, max_bytes: int, quota: WorkspaceQuota,
@@ -88,10 +91,15 @@ def write_file(workspace: Path, path: str, data: bytes, *, max_bytes: int, quota
     return FileWritten(path=written.path, size=len(data), created=written.created)
 
 
-def remove_file(workspace: Path, path: str) -> Removed | Refused:
-    """Delete the file at `path` beneath the workspace: a missing file is a 404, a directory a 409."""
+def remove_file(workspace: Path, path: str, *, tree: WalkLimits | None = None) -> Removed | Refused:
+    """Delete the file at `path` beneath the workspace: a missing file is a 404, a directory a 409.
+    `tree` (a recursive delete): a directory goes with everything under it, within these bounds
+    (shared/workspace_tree.py); `Removed.files` names the regular files that went."""
     try:
-        return Removed(path=workspace_fs.remove_entry(workspace, path))
+        if tree is None:
+            return Removed(path=workspace_fs.remove_entry(workspace, path))
+        gone = remove_tree_entry(workspace, path, tree)
+        return Removed(path=gone.path, files=tuple(gone.files))
     except DiskError as exc:
         return Refused.of(exc)
 

@@ -2,10 +2,15 @@
 
 The section headings are a contract: the scripted summarizer parses them back when it merges a
 previous summary, and the runtime shows the summary to the model as-is.
+
+Inside the `<conversation>` and `<previous-summary>` wrappers, and in the requested focus (typed by
+the user on `POST /compact`), no reserved tag opens unescaped: the conversation is serialized
+neutralised (serialize.py), the rest is neutralised here (docs/architecture.md "Trust boundaries").
 """
 
 from __future__ import annotations
 
+from shared.neutralise import neutralise
 from shared.trusted_blocks import render
 
 SUMMARIZATION_SYSTEM_PROMPT = """You are a context summarization assistant. Your task is to read a conversation between a user and an AI assistant, then produce a structured summary following the exact format specified.
@@ -119,7 +124,7 @@ def summary_prompt(conversation: str, previous_summary: str | None, custom_instr
     """The user message of a history summary: conversation, previous summary, then the instructions."""
     instructions = UPDATE_SUMMARIZATION_PROMPT if previous_summary else SUMMARIZATION_PROMPT
     if custom_instructions:
-        instructions = f"{instructions}\n\nAdditional focus: {custom_instructions}"
+        instructions = f"{instructions}\n\nAdditional focus: {neutralise(custom_instructions)}"
     # The conversation quotes users, tools and files: escaped, it cannot end its block early.
     text = render("conversation", None, conversation) + "\n\n"
     if previous_summary:

@@ -20,7 +20,7 @@ _BLOCK_SPLIT = re.compile(r"\n\n(?=\[(?:" + "|".join(re.escape(label) for label 
 _BLOCK = re.compile(r"^\[(" + "|".join(re.escape(label) for label in LABELS) + r")\]: (.*)$", re.DOTALL)
 _CALL_NAME = re.compile(r"\s*([A-Za-z_][\w.-]*)\(")
 _ARG_NAME = re.compile(r"\s*([A-Za-z_]\w*)=")
-_FILE_BLOCKS = re.compile(r"\n*<(read-files|modified-files)>.*?</\1>", re.DOTALL)
+_FILE_BLOCKS = re.compile(r"\n*(?:<|&lt;)(read-files|modified-files)>.*?(?:<|&lt;)/\1>", re.DOTALL)  # raw, or neutralised (prompts.py)
 _HEADING = re.compile(r"^(#{2,3}) (.+?)\s*$")
 _ITEM = re.compile(r"^\s*(?:[-*]|\d+\.)\s+(?:\[[ xX]\]\s+)?(.*\S)\s*$")
 TURN_CONTEXT_MARK = "**Turn Context (split turn):**"

@@ -3,6 +3,9 @@
 Labelled blocks instead of chat messages, so the summarizer reads a record instead of continuing a
 chat. Tool results are cut to 2,000 characters: the summary needs what happened, not every byte.
 Trusted injections appear as `[Context]:` blocks: they are harness facts, not user words.
+Everything else (user text, tool results, what the model wrote, a summary quoting all of these) is
+neutralised against the reserved tags (shared/neutralise.py): none of it can close the prompt's
+`<conversation>` wrapper or read as a harness block (docs/architecture.md "Trust boundaries").
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from shared.contracts.messages import (
     UserMessage,
 )
 from shared.contracts.transcript import TranscriptEntry
+from shared.neutralise import neutralise
 
 TOOL_RESULT_MAX_CHARS = 2000
 LABELS = ("User", "Assistant thinking", "Assistant", "Assistant tool calls", "Tool result", "Context")
@@ -41,27 +45,27 @@ def format_call(call: ToolCall) -> str:
 
 def serialize_message(message: AgentMessage) -> list[str]:
     if isinstance(message, UserMessage):
-        return [f"[User]: {message.content}"] if message.content else []
+        return [f"[User]: {neutralise(message.content)}"] if message.content else []
     if isinstance(message, CustomMessage):
-        return [f"[Context]: {message.content}"] if message.content else []
+        return [f"[Context]: {message.content}"] if message.content else []  # built escaped by its producer
     if isinstance(message, ToolResultMessage):
         text = message.text()
         if message.is_error and text and not text.lower().startswith("error"):
             text = "Error: " + text  # the summary must not report a failed step as done
-        return [f"[Tool result]: {truncate(text)}"] if text else []
+        return [f"[Tool result]: {neutralise(truncate(text))}"] if text else []
     if isinstance(message, CompactionSummaryMessage):
-        return [f"[Context]: {message.summary}"]
+        return [f"[Context]: {neutralise(message.summary)}"]
     assert isinstance(message, AssistantMessage)
     thinking = [b.thinking for b in message.content if isinstance(b, ThinkingContent)]
     texts = [b.text for b in message.content if isinstance(b, TextContent)]
     calls = [format_call(b) for b in message.content if isinstance(b, ToolCall)]
     parts = []
     if thinking:
-        parts.append("[Assistant thinking]: " + "\n".join(thinking))
+        parts.append("[Assistant thinking]: " + neutralise("\n".join(thinking)))
     if texts:
-        parts.append("[Assistant]: " + "\n".join(texts))
+        parts.append("[Assistant]: " + neutralise("\n".join(texts)))
     if calls:
-        parts.append("[Assistant tool calls]: " + "; ".join(calls))
+        parts.append("[Assistant tool calls]: " + neutralise("; ".join(calls)))
     return parts
 
 

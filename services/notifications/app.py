@@ -19,7 +19,7 @@ from shared.settings import Settings, load_settings
 from .delivery import Delivery, Metrics, NotificationConflict, UnknownSession
 from .http import make_router
 from .migrate import migrate_legacy_keys
-from .policy import UrgencyPolicy, never_wake
+from .policy import UrgencyPolicy, never_wake, wake_for_types
 
 log = structlog.get_logger()
 
@@ -42,8 +42,10 @@ def intake(delivery: Delivery) -> Handler:
     return on_submit
 
 
-def create_app(settings: Settings | None = None, urgency: UrgencyPolicy = never_wake) -> FastAPI:
+def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None = None) -> FastAPI:
     settings = settings or load_settings()
+    if urgency is None:  # configured: GAMMA_URGENT_NOTIFICATION_TYPES (shared/settings.py)
+        urgency = wake_for_types(*settings.urgent_types) if settings.urgent_types else never_wake
     ctx = make_context("notifications", settings)
     broker = make_broker(settings.redis_url, ctx.registry, "notifications")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -27,12 +28,34 @@ RESPONSES: dict[int | str, dict[str, object]] = {
     401: {"description": "missing bearer token", "content": _ERROR},
     403: {"description": "not the service token", "content": _ERROR},
     404: {"description": "unknown session", "content": _ERROR},
+    410: {"description": "the session was deleted", "content": _ERROR},
     409: {"description": "the id was already used for a different notification; detail.id names it",
           "content": _ERROR},
     413: {"description": "body too large", "content": _ERROR},
     422: {"description": "not JSON, too deeply nested, a number too long, or not a valid notification",
           "content": _ERROR},
 }
+
+
+def _inlined(node: Any, defs: dict[str, Any]) -> Any:
+    """A JSON schema with its local `$defs` references inlined: the OpenAPI document has no `$defs`
+    of its own for a body the route parses itself."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inlined(defs[ref.removeprefix("#/$defs/")], defs)
+        # a discriminator maps to $defs names: oneOf alone says the same once they are inlined
+        return {k: _inlined(v, defs) for k, v in node.items() if k not in ("$defs", "discriminator")}
+    if isinstance(node, list):
+        return [_inlined(v, defs) for v in node]
+    return node
+
+
+_SUBMIT = NotificationSubmit.model_json_schema()
+# Declared for the OpenAPI document (docs, schemathesis); the route reads and validates the body itself
+# so its size cap applies before anything is parsed.
+BODY = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": _inlined(_SUBMIT, _SUBMIT.get("$defs", {}))}}}}
 
 
 def _error(status: int, message: str, detail: object = None) -> JSONResponse:
@@ -43,7 +66,7 @@ def make_router(delivery: Delivery, service_token: str, max_bytes: int) -> APIRo
     router = APIRouter()
     limit = min(max_bytes, MAX_NOTIFICATION_BYTES)
 
-    @router.post("/notifications", status_code=202, response_model=None, responses=RESPONSES)
+    @router.post("/notifications", status_code=202, response_model=None, responses=RESPONSES, openapi_extra=BODY)
     async def post_notification(request: Request) -> JSONResponse:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
@@ -69,7 +92,9 @@ def make_router(delivery: Delivery, service_token: str, max_bytes: int) -> APIRo
             return _error(422, "invalid notification", json.loads(exc.json(include_url=False, include_input=False)))
         try:
             accepted = await delivery.submit(body)
-        except UnknownSession:
+        except UnknownSession as exc:
+            if exc.deleted:
+                return _error(410, f"session {body.session_id} was deleted")
             return _error(404, f"unknown session {body.session_id}")
         except NotificationConflict as exc:
             return _error(409, str(exc), {"id": exc.notification_id})

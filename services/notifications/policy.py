@@ -1,7 +1,8 @@
 """Urgency policy: may a notification start a runtime for a dormant session?
 
-The default is no (a notification must not cost a runtime on its own): it waits for the next user wake. A later policy can
-return True for selected types; the service then publishes a `Wake{reason: "notification"}`.
+The default is no (a notification must not cost a runtime on its own): it waits for the next user wake. The types
+named in `GAMMA_URGENT_NOTIFICATION_TYPES` (shared/settings.py) are urgent: for those the service publishes a
+`Wake{reason: "notification"}` when the session is dormant.
 """
 
 from __future__ import annotations

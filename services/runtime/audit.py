@@ -8,11 +8,14 @@ Rules (README "Completion audits"):
   done), on; it is audited only when the window shows work on it (`engaged`: the agent loaded the
   skill there, or in its first task a step is done), so a later unrelated answer, another
   workflow's task, or a greeting in a session that preloads the workflow is not held to it;
-- the first time audited steps are missing, the message is refused: an error result names each
-  missing step, nothing reaches the user, and the run continues (outcome `blocked`);
-- after that the message yields; the audit records whether it names each missing step as a
-  deviation (`deviations_reported`) or not (`deviations_unreported`). Never refused twice, so a step
-  that is truly impossible cannot trap the agent.
+- the message's `deviations` ({step, cause}, message_user's argument) are read, never its text: when
+  they name every missing step the message yields (`deviations_reported`);
+- otherwise, the first time audited steps are missing, the message is refused: an error result names
+  each missing step, nothing reaches the user, and the run continues (outcome `blocked`);
+- after that the message yields as `deviations_unreported`. Never refused twice, so a step that is
+  truly impossible cannot trap the agent.
+- a message that yields after a `passed` or `deviations_reported` audit ends that workflow's
+  contract (services/runtime/skill_lifecycle.py).
 Every audit is a transcript entry (`AuditEntry`), an `audit` event, and a count in
 `gamma_completion_audits_total{workflow, outcome}`.
 """
@@ -32,12 +35,14 @@ from shared.contracts.transcript import (
     AuditEntry,
     AuditOutcome,
     AuditStep,
+    Deviation,
     MessageEntry,
     SkillActivationEntry,
     TranscriptEntry,
 )
 
 from .events import Outbox
+from .skill_lifecycle import SkillContracts
 from .skills import Skill
 from .todo import TodoController
 from .transcript import Transcript, now_iso
@@ -55,10 +60,12 @@ def audit_counter(registry: CollectorRegistry) -> Counter:
 
 
 def workflow_window(entries: Sequence[TranscriptEntry], name: str) -> int:
-    """Index where the workflow's current task starts: its first activation, or just after its last
-    final audit (a completion that yielded), whichever is later; len(entries) when not active."""
+    """Index where the workflow's current task starts: its latest activation (the live one), or just
+    after its last final audit (a completion that yielded), whichever is later; len(entries) when
+    never active."""
     start = len(entries)
-    for i, e in enumerate(entries):
+    for i in range(len(entries) - 1, -1, -1):
+        e = entries[i]
         if isinstance(e, SkillActivationEntry) and e.name == name:
             start = i
             break
@@ -95,10 +102,10 @@ def engaged(window: Sequence[TranscriptEntry], name: str, checklist: Checklist,
     return first_task and any(s.status == "done" and s.id in by_tool for s in statuses)
 
 
-def reported(message: str, steps: Sequence[StepStatus]) -> bool:
-    """The message names every missing step (its id or its title) and says these are deviations."""
-    text = message.lower()
-    return "deviation" in text and all(s.id in text or s.title.lower() in text for s in steps)
+def reported(deviations: Sequence[Deviation], steps: Sequence[StepStatus]) -> bool:
+    """The declared deviations name every missing step by its id, each with a cause."""
+    declared = {d.step for d in deviations if d.cause.strip()}
+    return all(s.id in declared for s in steps)
 
 
 def refusal_text(workflow: str, steps: Sequence[StepStatus]) -> str:
@@ -106,8 +113,8 @@ def refusal_text(workflow: str, steps: Sequence[StepStatus]) -> str:
              "not show done. Your message was NOT delivered:"]
     lines += [f"- {s.id}: {s.title} ({s.kind}, {s.status})" for s in steps]
     lines.append("Do each missing step now, then call message_user again. If a step cannot be done (an "
-                 "optional step, or an unrecoverable error), call message_user with a 'Deviations:' section "
-                 "naming each step id above and its cause.")
+                 "unrecoverable error), call message_user with deviations: [{step, cause}] naming each step "
+                 "id above and its cause.")
     return "\n".join(lines)
 
 
@@ -131,8 +138,9 @@ def active_checklists(transcript: Transcript, skills: Mapping[str, Skill]) -> li
 
 class Auditor:
     def __init__(self, transcript: Transcript, todo: TodoController, skills: Mapping[str, Skill],
-                 outbox: Outbox, registry: CollectorRegistry | None) -> None:
+                 outbox: Outbox, registry: CollectorRegistry | None, contracts: SkillContracts) -> None:
         self.transcript = transcript
+        self.contracts = contracts
         self.todo = todo
         self.skills = skills
         self.outbox = outbox
@@ -141,7 +149,7 @@ class Auditor:
     def checklists(self) -> list[tuple[str, Checklist]]:
         return active_checklists(self.transcript, self.skills)
 
-    def judge(self, name: str, checklist: Checklist, message: str) -> AuditResult | None:
+    def judge(self, name: str, checklist: Checklist, deviations: Sequence[Deviation]) -> AuditResult | None:
         entries = self.transcript.entries
         window = entries[workflow_window(entries, name):]
         statuses = evaluate(checklist, tool_calls(window), self.todo.current.items)
@@ -151,32 +159,41 @@ class Auditor:
         refused_before = any(isinstance(e, AuditEntry) and e.workflow == name and e.outcome == "blocked"
                              for e in window)
         outcome: AuditOutcome = ("passed" if not gaps else
-                                 "blocked" if not refused_before else
-                                 "deviations_reported" if reported(message, gaps) else "deviations_unreported")
+                                 "deviations_reported" if reported(deviations, gaps) else
+                                 "blocked" if not refused_before else "deviations_unreported")
         return AuditResult(name, outcome, gaps, statuses)
 
-    async def check(self, message: str, tool_call_id: str) -> str | None:
-        """Before a blocking message_user: None to deliver it, or the error text that replaces it."""
+    async def check(self, message: str, deviations: Sequence[Deviation], tool_call_id: str) -> str | None:
+        """Before a blocking message_user: None to deliver it, or the error text that replaces it.
+        A delivered completion ends the contracts of the workflows it completed."""
         if any(i.status == "blocked" for i in self.todo.current.items):
             return None  # waiting on the user, not completing
-        refusals = []
+        refusals, finished = [], []
         for name, checklist in self.checklists():
-            result = self.judge(name, checklist, message)
+            result = self.judge(name, checklist, deviations)
             if result is None:
                 continue
-            await self._record(result, tool_call_id)
+            await self._record(result, deviations, tool_call_id)
             if result.outcome == "blocked":
                 refusals.append(refusal_text(name, result.missing))
-        return "\n\n".join(refusals) or None
+            elif result.outcome in ("passed", "deviations_reported"):
+                finished.append(name)
+        if refusals:
+            return "\n\n".join(refusals)
+        await self.contracts.complete(finished)
+        return None
 
-    async def _record(self, result: AuditResult, tool_call_id: str) -> None:
+    async def _record(self, result: AuditResult, deviations: Sequence[Deviation], tool_call_id: str) -> None:
         t = self.transcript
+        ids = {s.id for s in result.steps}
+        mine = [d for d in deviations if d.step in ids]  # a step of another workflow is that one's
         entry = AuditEntry(id=t.new_id(), parent_id=t.leaf_id, timestamp=now_iso(), workflow=result.workflow,
                            outcome=result.outcome, tool_call_id=tool_call_id, missing=[s.id for s in result.missing],
-                           steps=[AuditStep(id=s.id, title=s.title, kind=s.kind, status=s.status) for s in result.steps])
+                           steps=[AuditStep(id=s.id, title=s.title, kind=s.kind, status=s.status) for s in result.steps],
+                           deviations=mine)
         await t.append_entry(entry)
         if self.registry is not None:
             audit_counter(self.registry).labels(workflow=result.workflow, outcome=result.outcome).inc()
         data = AuditData(workflow=result.workflow, outcome=result.outcome, missing=entry.missing,
-                         tool_call_id=tool_call_id)
+                         tool_call_id=tool_call_id, deviations=[d.model_dump() for d in mine])
         await self.outbox.event("audit", data.model_dump())

@@ -3,8 +3,9 @@
 
 Computed from the transcript and the todo list with the audit's rules (services/runtime/audit.py,
 shared/checklist.py), so it needs no state of its own: a wake or a compaction recomputes it and
-publishes it again. Between tasks (the workflow's window shows no work yet) it shows the last
-audited task's steps, so a finished workflow stays finished until new work on it starts.
+publishes it again. Only live workflows have progress: an audited completion ends the contract
+(services/runtime/skill_lifecycle.py). A workflow whose task completed while it stays live (a
+`deviations_unreported` audit) shows the last audited task's steps until new work on it starts.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from shared.trusted_blocks import Part, artifact_update, element, ensure_block, 
 from .engine.agent import Agent
 from .knowledge import knowledge_anchors
 from .pending import PendingInjection, PendingPrompt, PendingTurn, TurnInput
+from .skill_lifecycle import scope
 from .skills import Skill, parse_skill_command, resolve_activation
 from .todo import TodoController
 from .tools.skill import render_skill
@@ -254,6 +255,22 @@ class SessionProtocolController:
     def take_idle_peek(self) -> bool:
         return any(self._idle_kind(m) for m in self.next_turn)
 
+    def hold_queued(self) -> bool:
+        """After a yield (docs/architecture.md "Delivery, yield and the idle rules"): what the Agent's
+        queues hold joins the next-turn list, in order, for the idle rules. True when a user prompt
+        was among it (the user spoke: a new turn, `take_user_turn`)."""
+        kept = self.agent.take_queued()
+        self.next_turn = [*self.next_turn, *kept]
+        return any(self.prompt_of(m) is not None for m in kept)
+
+    def take_user_turn(self) -> PendingTurn:
+        """The held prompts as one user turn: the held injections first, then the prompts with their
+        view (and prompt-time hints) in their order, as a prompt's own turn is built."""
+        injected = {id(m) for m in self.next_turn if self.pending_of(m) is not None and not self._is_client_view(m)}
+        out = [m for m in self.next_turn if id(m) in injected] + [m for m in self.next_turn if id(m) not in injected]
+        self.next_turn = []
+        return self._turn(out)
+
     # ------------------------------------------------------------ turns
 
     def build_turn_messages(self, turn: TurnInput) -> PendingTurn:
@@ -266,8 +283,7 @@ class SessionProtocolController:
         prompt = turn.prompt
         if prompt is not None and prompt.client_context is not None:
             view = self._prompt_client_view(prompt)  # replaces the queued views, before they are taken
-            queued = [m for m in self.next_turn if not self._is_client_view(m)] + [view]
-            self.next_turn = []
+            queued, self.next_turn = [*self.next_turn, view], []
         else:
             queued, self.next_turn = list(self.next_turn), []
             views = [m for m in queued if self._is_client_view(m)]
@@ -287,9 +303,7 @@ class SessionProtocolController:
         user message (user authority, never parsed for tags)."""
         out: list[AgentMessage] = []
         if prompt.client_context is not None:
-            view = self._prompt_client_view(prompt)
-            self.next_turn = [m for m in self.next_turn if not self._is_client_view(m)]
-            out.append(view)
+            out.append(self._prompt_client_view(prompt))
         user = UserMessage(content=prompt.message)
         self.prompts.append(PendingPrompt(prompt.prompt_id, entry_id, user))
         out.append(user)
@@ -299,9 +313,14 @@ class SessionProtocolController:
         return isinstance(m, CustomMessage) and m.custom_type == "gamma.client_view"
 
     def _prompt_client_view(self, prompt: UserPrompt) -> CustomMessage:
+        """The prompt's view. The latest client_view replaces the older ones still queued (the
+        next-turn list, or a steered prompt's in the Agent's queues); they are acked with it."""
         assert prompt.client_context is not None
-        queued = [m for m in self.next_turn if self._is_client_view(m)]
+        queued = [m for m in (*self.next_turn, *self.agent.queued()) if self._is_client_view(m)]
         old = [p for p in map(self.pending_of, queued) if p is not None]
+        self.next_turn = [m for m in self.next_turn if not self._is_client_view(m)]
+        for m in queued:
+            self.agent.remove_queued(m)
         message = CustomMessage(custom_type="gamma.client_view", content=client_view_content(prompt.client_context),
                                 details={"trusted": True, "injectionType": "client_view", "source": "client",
                                          "sourceId": f"{prompt.prompt_id}#client_view"})
@@ -318,28 +337,22 @@ class SessionProtocolController:
     def activate_skill(self, name: str) -> list[CustomMessage]:
         """`/skill:NAME`: the skill and its required skills become active (entries written by the
         session when these messages are recorded); their bodies enter as trusted messages."""
-        active = {e.name for e in self.transcript.active_skills()}
         try:
-            skills = resolve_activation([name], self.skills, active)
+            skills = resolve_activation([name], self.skills, scope([name], self.transcript, self.skills))
         except ValueError:
             return []
         return [active_skill_message(s, None if s.name == name else name) for s in skills]
 
     def anchors(self) -> list[CustomMessage]:
-        """What compaction removed and the owners restore: the todo anchor, active workflow skills,
-        the reference skills they require, and the loaded workspace knowledge notes."""
+        """What compaction removed and the owners restore: the todo anchor, every live skill contract
+        (workflows, their references, references loaded on their own; ended ones are not restored,
+        services/runtime/skill_lifecycle.py), and the loaded workspace knowledge notes."""
         out: list[CustomMessage] = []
         if self.todo.current.items:
             out.append(self.todo.anchor())
-        activations = self.transcript.active_skills()
-        workflows = {a.name for a in activations if a.skill_type == "workflow"}
-        for a in activations:
+        for a in self.transcript.active_skills():
             skill = self.skills.get(a.name)
-            if skill is None:
-                continue
-            keep = a.skill_type == "workflow" or (a.required_by in workflows) or any(
-                a.name in self.skills[w].manifest.requires_skills for w in workflows if w in self.skills)
-            if keep:
+            if skill is not None:
                 out.append(active_skill_message(skill, a.required_by))
         out.extend(knowledge_anchors(self.transcript.entries))  # loaded workspace knowledge stays active
         out += [m for anchor in self.extra_anchors if (m := anchor()) is not None]

@@ -4,7 +4,7 @@ PendingTurn a run was given), looked up by the recorded message itself."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -19,7 +19,7 @@ from .forms import FormHost, form_delivered
 from .model_outcome import announce, count_usage, mark_implicit
 from .pending import PendingInjection
 from .protocol import SessionProtocolController
-from .skills import Skill
+from .skill_lifecycle import SkillContracts
 from .transcript import Transcript
 
 # Engine events that only report progress: sent without holding up the run (Outbox.event(wait=False)).
@@ -29,7 +29,7 @@ PROGRESS_EVENTS = frozenset({"agent_start", "turn_start", "message_start", "mess
 
 class Recorder:
     def __init__(self, sid: str, transcript: Transcript, protocol: SessionProtocolController, outbox: Outbox,
-                 ack: Callable[[str | None], Awaitable[None]], skills: Mapping[str, Skill],
+                 ack: Callable[[str | None], Awaitable[None]], contracts: SkillContracts,
                  forms: FormHost, registry: CollectorRegistry | None, model: Callable[[], str],
                  context: Callable[[], list[AgentMessage]]) -> None:
         self.sid = sid
@@ -37,13 +37,15 @@ class Recorder:
         self.protocol = protocol
         self.outbox = outbox
         self.ack = ack
-        self.skills = skills
+        self.contracts = contracts
         self.forms = forms
         self.registry = registry
         self.model = model  # the model name, for the request metrics
         self.context = context  # the Agent's messages, for the implicit message_user announcement
         # Called after each tool result is recorded (checklist progress, services/runtime/progress.py).
         self.after_tool_result: list[Callable[[], Awaitable[None]]] = []
+        # Called when a run ends, after its `agent_end` event (cost records, services/runtime/costs.py).
+        self.after_run_end: list[Callable[[], Awaitable[None]]] = []
 
     async def emit(self, event: AgentEvent) -> None:
         """Engine events: persist on message_end (before publishing), then publish."""
@@ -56,6 +58,9 @@ class Recorder:
         await self.outbox.event(event.type, event.data, also, wait=event.type not in PROGRESS_EVENTS)
         if event.type == "message_end" and event.message is not None:
             await announce(self.outbox, event.message, self.context())
+        elif event.type == "agent_end":
+            for hook in self.after_run_end:
+                await hook()
 
     def _count_request(self, d: dict[str, Any]) -> None:
         assert self.registry is not None
@@ -83,14 +88,14 @@ class Recorder:
             for hook in self.after_tool_result:
                 await hook()
 
-    def active_skill_names(self) -> set[str]:
-        return {e.name for e in self.transcript.active_skills()}
-
     async def _record_custom(self, message: CustomMessage) -> None:
-        if message.custom_type == "gamma.active_skill" and message.details.get("skill") in self.skills:
-            skill = self.skills[str(message.details["skill"])]
-            if skill.name not in self.active_skill_names():
-                await self.transcript.append_skill(skill.name, skill.type, message.details.get("requiredBy"))
+        # A skill the harness activated (`/skill:NAME`, a skill rule); a restored anchor is already live.
+        skills = self.contracts.skills
+        if message.custom_type == "gamma.active_skill" and message.details.get("skill") in skills:
+            skill = skills[str(message.details["skill"])]
+            if skill.name not in self.contracts.names():
+                required_by = message.details.get("requiredBy")
+                await self.contracts.activate(skill, required_by if isinstance(required_by, str) else None)
         entry = await self.transcript.append_custom(message)
         pending = self.protocol.take_injection(message)
         if pending is None:

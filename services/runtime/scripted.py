@@ -9,10 +9,14 @@ Scenarios, chosen from the latest user message:
   and its required reference skills in the first batch, brief.xml, todo plan, deck.json validated,
   rendered and linted with `gml`, show_gamma, a progress message_user(false), the todo complete),
   then message_user(true) (scripted_workflows.py);
+- a request to import or convert a PPTX/PDF/DOCX/Keynote file: the import workflow's steps; a request
+  to change, edit, rename or retitle a card: gml-editing's steps on the deck `deck` (both complete
+  with message_user's `deviations` empty, scripted_workflows.py);
 - `eval-policy: {...}` prompts: a workflow policy of scripted_workflows.py that can skip steps (evals);
 - anything else: one message_user(true) that names each injection it received (kind and ref).
-Injections steered into a run after its prompt was already answered (a blocking message_user) are
-acknowledged in plain text, which ends the run: the prompt is not answered a second time.
+Injections that reach the model after its prompt was already answered (a blocking message_user; an
+idle turn started for an active task) are acknowledged in plain text, which ends the run: the prompt
+is not answered a second time.
 A step may also carry `reasoning` (summary text), `refusal`, `finish_reason: "length"`, `cut: true`
 (the connection drops mid-stream, once), `stream_error: {code, message}` (an error event inside the
 stream; with `times`, only that many times), `raw_arguments` on a tool call (sent instead of the JSON),
@@ -38,7 +42,12 @@ from .skills import Skill
 TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
         "run_aborted")
 TAG_RE = re.compile(r"^\s*<(" + "|".join(TAGS) + r")\b([^>]*)>", re.DOTALL)
+# Injections come as developer messages, or as user messages where the session sends them user-role
+# (engine/convert.py); user text never opens with a reserved tag (shared/neutralise.py).
+HARNESS_ROLES = ("developer", "user")
 REF_RE = re.compile(r'ref="([^"]*)"')
+IMPORT_RE = re.compile(r"\b(import|convert)\b.*\b(pptx|pdf|docx|keynote)\b", re.IGNORECASE | re.DOTALL)
+EDIT_RE = re.compile(r"\b(change|edit|rename|retitle)\b.*\bcards?\b", re.IGNORECASE | re.DOTALL)
 DECK_RE = re.compile(r"\b(create|make|build|generate|draft|write)\b.*\b(presentation|deck|slides?)\b",
                      re.IGNORECASE | re.DOTALL)
 
@@ -80,6 +89,10 @@ class ScriptedGamma:
             reply = self._script(prompt, step, messages)
         elif (policy := Policy.parse(prompt)) is not None:
             reply = reply_for(policy, self.skills, messages, prompt_at, step)
+        elif IMPORT_RE.search(prompt):
+            reply = reply_for(Policy("import", topic="the imported file"), self.skills, messages, prompt_at, step)
+        elif EDIT_RE.search(prompt):
+            reply = reply_for(Policy("gml-editing", topic="the deck"), self.skills, messages, prompt_at, step)
         elif DECK_RE.search(prompt):
             reply = self._deck(prompt, messages, prompt_at, step)
         if reply is None:
@@ -129,7 +142,7 @@ class ScriptedGamma:
         last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
         seen: list[str] = []
         for m in messages[last_assistant + 1 :]:
-            found = injection_of(str(m.get("content", ""))) if m.get("role") == "user" else None
+            found = injection_of(str(m.get("content", ""))) if m.get("role") in HARNESS_ROLES else None
             if found is not None and found[0] in INJECTION_KINDS:
                 seen.append(f"{found[0]} (ref={found[1]})" if found[1] else found[0])
         if _answered(messages):

@@ -9,7 +9,8 @@ an `eval-policy:` prompt (evals/*.yaml, bench/eval.py):
 Each policy is a list of labelled batches (a label is a checklist step id, or `load` / `complete`).
 `skip` leaves batches out. When the completion audit refuses the final message (its error starts
 with "Completion audit:"), `onAudit` decides: `repair` does the named steps, then completes again;
-`explain` completes with a Deviations section naming each; `ignore` sends the same message again.
+`explain` completes declaring each in message_user's `deviations` ({step, cause}; the audit reads
+that list) and a Deviations section for the user; `ignore` sends the same message again.
 Stateless: the position comes from the messages since the prompt, as for `script:` prompts.
 """
 
@@ -83,7 +84,7 @@ def deck_generation(topic: str, skills: Mapping[str, Skill]) -> list[Batch]:
         ("lint", [call("bash", command=f"{GML} lint --strict deck.json")]),
         ("todo-complete", [todo(*((i, c, "complete") for i, c, _ in plan))]),
         ("complete", [call("message_user", message=f"Your deck about {topic} is ready: 5 cards, opened in a tab. "
-                           "Deviations: none.", blockOnUser=True)]),
+                           "Deviations: none.", blockOnUser=True, deviations=[])]),
     ]
 
 
@@ -105,7 +106,7 @@ def gml_editing(topic: str, skills: Mapping[str, Skill]) -> list[Batch]:
         ("inspect", [call("bash", command=f"{GML} render --card card_2 edits/deck/after.json")]),
         ("todo-complete", [todo(*((i, c, "complete") for i, c, _ in plan))]),
         ("complete", [call("message_user", message="Card 2 now reads 'The one point that matters'. Deviations: none.",
-                           blockOnUser=True)]),
+                           blockOnUser=True, deviations=[])]),
     ]
 
 
@@ -125,7 +126,7 @@ def import_deck(topic: str, skills: Mapping[str, Skill]) -> list[Batch]:
         ("inspect", [call("bash", command=f"{GML} render imports/imp1/deck.json && {GML} lint imports/imp1/deck.json")]),
         ("todo-complete", [todo(*((i, c, "complete") for i, c, _ in tasks))]),
         ("complete", [call("message_user", message="Imported: 5 cards, open in a tab. Deviations: none.",
-                           blockOnUser=True)]),
+                           blockOnUser=True, deviations=[])]),
     ]
 
 
@@ -136,7 +137,7 @@ def ask_first(topic: str, skills: Mapping[str, Skill]) -> list[Batch]:
                         "options": ["Board", "Customers"], "required": True}]}
     return [
         skills_batch(["deck-generation", "ask-user-questions"], skills),
-        ("plan", [todo(("audience", "Ask who the audience is", "blocked"), ("brief", "Write the brief", "pending"))]),
+        ("plan", [todo(("audience", "Ask who the audience is", "blocked"), ("brief", "Write the brief", "blocked"))]),
         ("form", [call("write", path="forms/form_audience.json", content=json.dumps(form))]),
         ("show-form", [call("show_file", path="forms/form_audience.json")]),
         ("complete", [call("message_user", message="Who will see this deck? The form is open.", blockOnUser=True)]),
@@ -197,8 +198,10 @@ def reply_for(policy: Policy, skills: Mapping[str, Skill], messages: list[dict[s
     if policy.on_audit == "repair":
         reaction = [calls for label, calls in full if label in named] + [final]
     elif policy.on_audit == "explain":
-        lines = "\n".join(f"- {n}: skipped on purpose in this evaluation run" for n in named)
-        reaction = [[call("message_user", message=f"Done, with deviations.\nDeviations:\n{lines}", blockOnUser=True)]]
+        cause = "skipped on purpose in this evaluation run"
+        lines = "\n".join(f"- {n}: {cause}" for n in named)
+        reaction = [[call("message_user", message=f"Done, with deviations.\nDeviations:\n{lines}", blockOnUser=True,
+                          deviations=[{"step": n, "cause": cause} for n in named])]]
     else:
         reaction = [final]
     r = step - at

@@ -43,6 +43,7 @@ from .ack import Acker
 from .audit import Auditor
 from .causal import CausalGate, causal_steering
 from .compactor import Compactor
+from .costs import CostProjection
 from .diskfence import DiskFence
 from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
@@ -59,6 +60,7 @@ from .progress import ChecklistProgress
 from .protocol import SessionProtocolController
 from .recorder import Recorder
 from .sandbox import select_sandbox
+from .skill_lifecycle import SkillContracts
 from .skill_rules import SkillRuleGuard, load_rules
 from .skills import Skill
 from .supervisor import RunSupervisor, interrupted, repair_interrupted_run
@@ -120,10 +122,12 @@ class Session:
     def _wire(self, model: ModelSettings, context_window: int) -> None:
         deps = self.deps
         self.acker = Acker(self.sid, deps.ack, self.background)
+        self.contracts = SkillContracts(self.transcript, self.skills, self.outbox)
         self.tools = SessionToolHost(
             sid=self.sid, paths=self.paths, settings=deps.settings, sandbox=select_sandbox(deps.settings, sandbox_skills_dir()),
             todo=self.todo, skills=self.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
-            ui=self, subagent_stream=self._subagent_stream, client=deps.client, background=self.background)
+            ui=self, subagent_stream=self._subagent_stream, client=deps.client, background=self.background,
+            contracts=self.contracts)
         self.subagents = self.tools.subagents  # stopped with the run (abort.py)
         reader = KnowledgeReader(deps.client, self.sid)
         self.toolset = Toolset(self.tools, reader, deps.settings.knowledge_inline_chars)
@@ -133,7 +137,7 @@ class Session:
         # Issue 21 hooks: skill rules around the batch preflight, the dynamic tool subset (when on)
         # before the compactor's check; prompt-time knowledge in the dispatcher.
         self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, self._messages,
-                                    self.tools.active_skill_names, self._steer, deps.registry)
+                                    self.contracts.scope, self._steer, deps.registry)
         before, tools = self.compactor.before_model_call, self.toolset.tools
         if deps.settings.dynamic_tools:
             policy = ToolPolicy(self.toolset.tools, lambda: self.transcript.entries, before)
@@ -147,7 +151,7 @@ class Session:
             lambda: self.todo.has_active_task and not stopped_by_user(self.transcript))
         knowledge = PromptKnowledge(reader, self.transcript, self.protocol.pending, deps.settings.knowledge_top_k,
                                     deps.settings.knowledge_min_score, deps.registry)
-        self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.skills,
+        self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.contracts,
                                  self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages)
         self._wire_checklists()
         self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self))
@@ -171,10 +175,13 @@ class Session:
 
     def _wire_checklists(self) -> None:
         """Completion audits and checklist progress (issue 21): both read the transcript and the todo list."""
-        self.tools.auditor = Auditor(self.transcript, self.todo, self.skills, self.outbox, self.deps.registry)
+        self.tools.auditor = Auditor(self.transcript, self.todo, self.skills, self.outbox, self.deps.registry,
+                                     self.contracts)
         self.progress = ChecklistProgress(self.transcript, self.todo, self.skills, self.outbox)
         self.recorder.after_tool_result.append(self.progress.publish)
         self.protocol.extra_anchors.append(self.progress.anchor)
+        self.costs = CostProjection(lambda: self.transcript.entries, self, self.deps.settings.prices)
+        self.recorder.after_run_end.append(self.costs.refresh_quietly)
 
     async def _emit(self, event: AgentEvent) -> None:
         # The recorder needs the protocol, which needs the Agent: the Agent reaches it through here.
@@ -191,8 +198,13 @@ class Session:
             for skill in self.deps.preloaded:  # a preloaded workflow skill is as active as a loaded one
                 await self.transcript.append_skill(skill.name, skill.type, None, preloaded=True)
         await repair_interrupted_run(self.transcript)
+        await self.tools.refresh_viewable()
         self.protocol.restore_context()
         await self.progress.publish(force=True)  # a client sees where the workflow stands after a wake
+        # The cost records are rebuilt from the transcript, off the wake path (the UI document loads lazily).
+        task = asyncio.ensure_future(self.costs.refresh_quietly())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
     def interrupted(self) -> bool:
         return interrupted(self.transcript)

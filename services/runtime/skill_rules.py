@@ -89,13 +89,13 @@ class SkillRuleGuard:
     """Wraps a session's batch preflight; `steer` puts messages before the next model call."""
 
     def __init__(self, inner: PrepareBatch, rules: tuple[SkillRule, ...], skills: Mapping[str, Skill],
-                 messages: Callable[[], list[AgentMessage]], active: Callable[[], set[str]],
+                 messages: Callable[[], list[AgentMessage]], scope: Callable[[list[str]], set[str]],
                  steer: Callable[[AgentMessage], None], registry: CollectorRegistry | None) -> None:
         self.inner = inner
         self.rules = rules
         self.skills = skills
         self.messages = messages
-        self.active = active
+        self.scope = scope  # names -> the live skills they are checked against (skill_lifecycle.py)
         self.steer = steer
         self.registry = registry
         self._checked: tuple[str, int] | None = None  # the prompt whose first batch was checked
@@ -115,7 +115,7 @@ class SkillRuleGuard:
         loading = {str(c.arguments.get("name")) for c in calls if c.name == "skill"}
         fired: list[str] = []
         for rule in (r for r in self.rules if r.matches(prompt.content)):
-            active = self.active()
+            active = self.scope([rule.skill, *loading])
             if rule.skill in active or rule.skill in loading:
                 self._count(rule, "followed")
                 continue

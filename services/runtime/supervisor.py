@@ -169,13 +169,19 @@ class RunSupervisor:
     def left_to_run(self) -> RunInput | None:
         """What a finished run leaves queued: the Agent's steer / follow-up queues (prompts and
         injections steered into the run), else steer / follow-up injections the protocol holds for
-        an idle session, which start a turn only for an active task."""
+        an idle session, which start a turn only for an active task. After a yield the queues are
+        not run as they are: their injections are held by those idle rules, and a prompt among them
+        (the user spoke) starts a new user turn (docs/architecture.md "Delivery, yield and the idle rules")."""
         if self._gone() or self.aborting:
             return None
-        if self.h.agent.has_queued():
+        protocol = self.h.protocol
+        if self.h.agent.yielded:
+            if protocol.hold_queued():
+                return protocol.take_user_turn()
+        elif self.h.agent.has_queued():
             return "queued"
-        if self.h.protocol.has_active_task() and self.h.protocol.take_idle_peek():
-            return self.h.protocol.take_idle()
+        if protocol.has_active_task() and protocol.take_idle_peek():
+            return protocol.take_idle()
         return None
 
     async def _status(self, running: bool, *, wait: bool) -> None:
@@ -198,8 +204,8 @@ class RunSupervisor:
             await agent.continue_()
         else:
             await agent.prompt(turn.messages)
-        while agent.has_queued() and not self.h.closed and not self.aborting:
-            await agent.run_queued()  # a steer that arrived as the loop stopped
+        while agent.has_queued() and not agent.yielded and not self.h.closed and not self.aborting:
+            await agent.run_queued()  # a steer that arrived as the loop stopped (a yield holds: `left_to_run`)
 
     async def run_once(self, turn: RunInput) -> RunOutcome:
         """One agent run: "stop" when the session must not run again (the lease is gone),

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from shared.contracts.messages import CustomMessage
-from shared.contracts.todo import TodoItem, TodoList
+from shared.contracts.todo import TodoItem, TodoList, task_state_problem
 from shared.disk import atomic_write_json, read_json
 from shared.trusted_blocks import render as render_block
 
@@ -42,17 +42,15 @@ class TodoController:
         return any(i.status in ("in_progress", "pending") for i in self.current.items)
 
     async def update(self, items: list[dict[str, Any]]) -> TodoList:
-        """Replace the list; refuses (clearly) two in_progress tasks, duplicate ids, bad statuses."""
+        """Replace the list; refuses (clearly) an update that breaks the task-state rule (open tasks and
+        not exactly one in_progress, `task_state_problem`), duplicate ids, bad statuses."""
         try:
             parsed = [TodoItem.model_validate(i) for i in items]
         except ValidationError as exc:
             raise TodoRefused(f"invalid task: {_first_error(exc)}") from exc
-        active = [i.id for i in parsed if i.status == "in_progress"]
-        if len(active) > 1:
-            raise TodoRefused(
-                f"exactly one task may be in_progress; you marked {len(active)}: {', '.join(active)}. "
-                "Mark one in_progress and the others pending, complete or blocked."
-            )
+        problem = task_state_problem(parsed)
+        if problem is not None:
+            raise TodoRefused(problem)
         try:
             new = TodoList(revision=self.current.revision + 1, items=parsed)
         except ValidationError as exc:

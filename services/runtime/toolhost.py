@@ -11,14 +11,17 @@ from shared import keys, revnum
 from shared.blobs import write_blob
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.todo import TodoList
+from shared.contracts.transcript import Deviation
 from shared.disk import SessionPaths, workspace_files
 from shared.quota import WorkspaceQuota
 from shared.settings import Settings
 
 from .audit import Auditor
+from .document_reads import DocumentReads
 from .engine.types import StreamFn
 from .events import Outbox
 from .sandbox import Sandbox
+from .skill_lifecycle import SkillContracts
 from .skills import Skill
 from .subagent import Subagents
 from .todo import TodoController
@@ -39,7 +42,7 @@ class SessionToolHost:
     def __init__(self, *, sid: str, paths: SessionPaths, settings: Settings, sandbox: Sandbox,
                  todo: TodoController, skills: Mapping[str, Skill], transcript: Transcript, outbox: Outbox,
                  guard: Callable[[], Awaitable[None]], ui: UiHost, subagent_stream: Callable[[], StreamFn],
-                 client: Any, background: set[asyncio.Task[None]]) -> None:
+                 client: Any, background: set[asyncio.Task[None]], contracts: SkillContracts) -> None:
         self.sid = sid
         self.paths = paths
         self.data_dir = settings.data_dir
@@ -50,23 +53,40 @@ class SessionToolHost:
         self.skills = skills
         self.transcript = transcript
         self.outbox = outbox
+        self.contracts = contracts  # skill activations and their ends (skill_lifecycle.py)
         self._guard = guard
         self.uihost = ui
         self.client = client  # Redis: numbers file changes (shared/revnum.py)
         # A subagent answers through the session's inbox.
         self.subagents = Subagents(self, subagent_stream, client, background)
-        self.viewable_files: list[str] = workspace_files(paths.workspace)  # server-owned projection
+        # The server-owned projection: filled at the wake (refresh_viewable), then kept up to date by
+        # every file change, so no walk of a workspace a command may have made huge runs per change.
+        self.viewable_files: list[str] = []
+        self._max_depth = settings.workspace_max_depth
+        self.document_reads = DocumentReads(lambda: transcript.entries)  # what a deck write must still find
         self.auditor: Auditor | None = None  # set by the session (completion audits)
 
     async def guard(self) -> None:
         await self._guard()
+
+    async def refresh_viewable(self) -> None:
+        """The projection from a bounded walk in the I/O pool (shared/disk.py `workspace_files`): a
+        partial list when the workspace is past the walk's bounds, never a failed wake."""
+        self.viewable_files = await asyncio.to_thread(workspace_files, self.paths.workspace,
+                                                      max_depth=self._max_depth)
+
+    def _track(self, path: str, deleted: bool) -> None:
+        if deleted:
+            self.viewable_files = [p for p in self.viewable_files if p != path]
+        elif path not in self.viewable_files:
+            self.viewable_files = sorted({*self.viewable_files, path})
 
     async def artifact_changed(self, ref: str, kind: str, *, document: dict[str, Any] | None = None, deleted: bool = False,
                                content: bytes | None = None) -> None:
         """`content`: a file's new bytes. They go to a content
         blob on the session disk (shared/blobs.py); the ArtifactChange only names it."""
         if kind == "file":
-            self.viewable_files = workspace_files(self.paths.workspace)
+            self._track(ref.removeprefix("file:"), deleted)
         # A file change is numbered like the user's live writes, so theirs stay in step with the digest.
         revision = await revnum.next_revision(self.client, self.sid, ref) if kind == "file" else None
         change = ArtifactChange(session_id=self.sid, ref=ref, actor="agent", kind=kind,  # type: ignore[arg-type]
@@ -95,13 +115,14 @@ class SessionToolHost:
     async def todo_changed(self, todo: TodoList, tool_call_id: str) -> None:
         await self.outbox.event("todo", {"todo": todo.model_dump(), "toolCallId": tool_call_id})
 
+    def skill_scope(self, incoming: list[str]) -> set[str]:
+        return self.contracts.scope(incoming)
+
     def active_skill_names(self) -> set[str]:
-        return {e.name for e in self.transcript.active_skills()}
+        return self.contracts.names()
 
     async def record_activation(self, skill: Skill, required_by: str | None) -> None:
-        await self.transcript.append_skill(skill.name, skill.type, required_by)
-        await self.outbox.event("skill_activated", {"name": skill.name, "type": skill.type,
-                                                    "requiredBy": required_by})
+        await self.contracts.activate(skill, required_by)
 
     async def start_subagent(self, task: str, tool_call_id: str) -> str:
         return self.subagents.start(task, tool_call_id)
@@ -110,5 +131,5 @@ class SessionToolHost:
         await self.outbox.event("message_user", {"message": message, "block_on_user": block_on_user,
                                                  "tool_call_id": tool_call_id})
 
-    async def audit_completion(self, message: str, tool_call_id: str) -> str | None:
-        return None if self.auditor is None else await self.auditor.check(message, tool_call_id)
+    async def audit_completion(self, message: str, deviations: list[Deviation], tool_call_id: str) -> str | None:
+        return None if self.auditor is None else await self.auditor.check(message, deviations, tool_call_id)

@@ -24,6 +24,7 @@ from shared.contracts.transcript import (
     MessageEntry,
     SessionHeader,
     SkillActivationEntry,
+    SkillEndEntry,
     TranscriptEntry,
     parse_entries,
 )
@@ -66,6 +67,8 @@ class Transcript:
         # ref -> (highest to_revision recorded in an artifact_update, its entry id)
         self.told: dict[str, tuple[int, str]] = {}
         self.compactions: set[str] = set()  # request ids
+        # name -> its live activation (services/runtime/skill_lifecycle.py: a `skill_end` removes it)
+        self._live: dict[str, SkillActivationEntry] = {}
         self._context: tuple[int, list[AgentMessage]] | None = None
         self._appending = asyncio.Lock()
 
@@ -87,12 +90,8 @@ class Transcript:
         return list(self._context[1])
 
     def active_skills(self) -> list[SkillActivationEntry]:
-        """Every skill activated in this session, once each, in activation order."""
-        seen: dict[str, SkillActivationEntry] = {}
-        for e in self.entries:
-            if isinstance(e, SkillActivationEntry) and e.name not in seen:
-                seen[e.name] = e
-        return list(seen.values())
+        """The live skill activations (activated and not ended since), in activation order."""
+        return list(self._live.values())
 
     # ------------------------------------------------------------ appends
 
@@ -185,6 +184,10 @@ class Transcript:
                 self.told[ref] = (to, entry.id)
         elif isinstance(entry, CompactionEntry) and entry.request_id:
             self.compactions.add(entry.request_id)
+        elif isinstance(entry, SkillActivationEntry):
+            self._live.setdefault(entry.name, entry)
+        elif isinstance(entry, SkillEndEntry):
+            self._live.pop(entry.name, None)
 
     def _new_id(self) -> str:
         while True:

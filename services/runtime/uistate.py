@@ -110,6 +110,15 @@ class UiDoc:
 
         return (await self._change(change))[0]
 
+    async def set_costs(self, records: list[dict[str, Any]]) -> bytes:
+        """The server-owned cost records (services/runtime/costs.py) replace the list."""
+
+        def change(doc: Doc) -> None:
+            with doc.transaction(origin="agent"):
+                doc.get(ROOT, type=Map)["costs"] = to_shared(records)
+
+        return (await self._change(change))[0]
+
     def answered_form(self) -> dict[str, Any] | None:
         """The activeForm once the client submitted or dismissed it (and before it was delivered)."""
         form = self._snapshot.get("activeForm")

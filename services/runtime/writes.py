@@ -143,8 +143,10 @@ class WriteHandlers:
         t.append(time.time())
         await self.s.guard()
         t.append(time.time())
-        written = write_model.write_file(self.s.paths.workspace, m.path, data, max_bytes=self.s.max_file_bytes,
-                                         quota=self.s.workspace_quota, must_exist=False)
+        # In the I/O pool: the quota check walks the workspace (bounded, shared/walk.py).
+        written = await asyncio.to_thread(write_model.write_file, self.s.paths.workspace, m.path, data,
+                                          max_bytes=self.s.max_file_bytes, quota=self.s.workspace_quota,
+                                          must_exist=False)
         t.append(time.time())
         if isinstance(written, Refused):  # a directory in the way, a file as a parent, over quota
             await self._refuse(entry, m.request_id, written)
@@ -176,14 +178,20 @@ class WriteHandlers:
     async def file_delete(self, entry: InboxEntry, m: FileDelete) -> None:
         """Remove a workspace file with the function the proxy uses while dormant (404, 409 alike)."""
         await self.s.guard()
-        removed = write_model.remove_file(self.s.paths.workspace, m.path)
+        tree = self.s.workspace_quota.limits if m.recursive else None
+        removed = await asyncio.to_thread(write_model.remove_file, self.s.paths.workspace, m.path, tree=tree)
         if isinstance(removed, Refused):
             await self._refuse(entry, m.request_id, removed)
             return
-        if removed.path in self.s.viewable_files:
-            self.s.viewable_files = [p for p in self.s.viewable_files if p != removed.path]
-        revision = await self._next_revision("file:" + removed.path)
-        await self._answer(entry, m.request_id, 200, {"path": removed.path, "deleted": True, "revision": revision})
+        gone = {removed.path, *(removed.files or ())}
+        self.s.viewable_files = [p for p in self.s.viewable_files if p not in gone]
+        if removed.files is None:
+            revision = await self._next_revision("file:" + removed.path)
+            await self._answer(entry, m.request_id, 200, {"path": removed.path, "deleted": True, "revision": revision})
+            return
+        files = [{"path": p, "revision": await self._next_revision("file:" + p)} for p in removed.files]
+        await self._answer(entry, m.request_id, 200, {"path": removed.path, "deleted": True, "revision": None,
+                                                      "files": files})
 
     async def document_delete(self, entry: InboxEntry, m: DocumentDelete) -> None:
         await self.s.guard()

@@ -28,6 +28,7 @@ EventType = Literal[
     "status",
     "injection",
     "skill_activated",
+    "skill_ended",
     "compaction",
     "error",
     "run_aborted",
@@ -118,3 +119,4 @@ class AuditData(Contract):
     outcome: Literal["passed", "blocked", "deviations_reported", "deviations_unreported"]
     missing: list[str]
     tool_call_id: str
+    deviations: list[dict[str, str]] = []  # {step, cause}, as the completion message declared them

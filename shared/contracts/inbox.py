@@ -86,11 +86,14 @@ class DocumentEdit(_InboxBase):
 
 class FileDelete(_InboxBase):
     """A live workspace DELETE: the runtime, which owns live files, removes the file and answers
-    `{path, deleted, revision}` (404 when there is no such file, 409 for a directory)."""
+    `{path, deleted, revision}` (404 when there is no such file, 409 for a directory). `recursive`:
+    a directory is removed with its tree, within the workspace's bounds, and the answer adds
+    `files: [{path, revision}]`, the regular files that went with it."""
 
     type: Literal["file_delete"] = "file_delete"
     request_id: str = Field(default_factory=lambda: new_id("r_"))
     path: str
+    recursive: bool = False
 
 
 class DocumentDelete(_InboxBase):

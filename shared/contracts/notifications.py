@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, TypeAdapter
 
@@ -67,6 +67,10 @@ ExternalNotification = Annotated[
     ImportCompleted | RenderCompleted | ExportCompleted | ApprovalResolved, Field(discriminator="type")
 ]
 NOTIFICATION_ADAPTER: TypeAdapter[ExternalNotification] = TypeAdapter(ExternalNotification)
+# Every notification type, in union order (the urgency policy's configuration is checked against it).
+NOTIFICATION_TYPES: tuple[str, ...] = tuple(
+    get_args(m.model_fields["type"].annotation)[0] for m in (ImportCompleted, RenderCompleted, ExportCompleted,
+                                                           ApprovalResolved))
 
 
 class NotificationSubmit(Contract):

@@ -30,3 +30,23 @@ class TodoList(Contract):
         if len(set(ids)) != len(ids):
             raise ValueError("task ids must be unique")
         return self
+
+
+ONE_IN_PROGRESS = "while any task is pending or in_progress, exactly one task is in_progress"
+
+
+def task_state_problem(items: list[TodoItem]) -> str | None:
+    """The seed's task-state rule for an update ("Exactly one task can have the in_progress status",
+    while work is open): None when it holds, else what is wrong, naming the rule. A stored list is
+    read with the weaker "at most one" of `TodoList`: a list on disk that breaks this rule still loads
+    instead of being dropped, and the agent's next update must satisfy it."""
+    active = [i.id for i in items if i.status == "in_progress"]
+    pending = [i.id for i in items if i.status == "pending"]
+    if len(active) > 1:
+        return (f"{ONE_IN_PROGRESS}; you marked {len(active)}: {', '.join(active)}. Mark one in_progress and "
+                "the others pending, complete or blocked.")
+    if pending and not active:
+        return (f"{ONE_IN_PROGRESS}; you left {len(pending)} pending ({', '.join(pending[:10])}) and none "
+                "in_progress. Mark the task you work on now in_progress, or mark tasks that wait on the user "
+                "or an external event blocked.")
+    return None

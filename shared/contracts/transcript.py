@@ -45,6 +45,21 @@ class SkillActivationEntry(_Entry):
     preloaded: bool = False
 
 
+SkillEndReason = Literal["completed", "superseded", "with_workflow"]
+
+
+class SkillEndEntry(_Entry):
+    """A skill activation ended (docs/architecture.md "Skill contracts"): `completed` at the audited
+    completion of its workflow, `superseded` when the agent activated another workflow after this one's
+    task was complete, `with_workflow` for a reference that `workflow` required. An ended skill is no
+    longer active: not restored, not in conflict checks; activating it again starts a new contract."""
+
+    type: Literal["skill_end"] = "skill_end"
+    name: str
+    reason: SkillEndReason
+    workflow: str | None = None  # with_workflow: the workflow it followed; superseded: the one activated
+
+
 class CompactionEntry(_Entry):
     type: Literal["compaction"] = "compaction"
     summary: str
@@ -63,6 +78,18 @@ class AuditStep(CamelContract):
     status: Literal["done", "pending", "skipped"]
 
 
+MAX_DEVIATIONS = 50
+MAX_DEVIATION_CAUSE = 1000
+
+
+class Deviation(CamelContract):
+    """One workflow step the agent did not do, and why (`message_user`'s `deviations`): `step` is a step
+    id of the active workflow's checklist (shared/checklist.py)."""
+
+    step: str = Field(min_length=1, max_length=64)
+    cause: str = Field(min_length=1, max_length=MAX_DEVIATION_CAUSE)
+
+
 AuditOutcome = Literal["passed", "blocked", "deviations_reported", "deviations_unreported"]
 
 
@@ -78,6 +105,7 @@ class AuditEntry(_Entry):
     tool_call_id: str
     missing: list[str] = Field(default_factory=list)
     steps: list[AuditStep] = Field(default_factory=list)
+    deviations: list[Deviation] = Field(default_factory=list)  # as the completion message declared them
 
 
 class ModelChangeEntry(_Entry):
@@ -87,8 +115,8 @@ class ModelChangeEntry(_Entry):
 
 
 TranscriptEntry = Annotated[
-    SessionHeader | MessageEntry | CustomMessageEntry | SkillActivationEntry | CompactionEntry | ModelChangeEntry
-    | AuditEntry,
+    SessionHeader | MessageEntry | CustomMessageEntry | SkillActivationEntry | SkillEndEntry | CompactionEntry
+    | ModelChangeEntry | AuditEntry,
     Field(discriminator="type"),
 ]
 ENTRY_ADAPTER: TypeAdapter[TranscriptEntry] = TypeAdapter(TranscriptEntry)

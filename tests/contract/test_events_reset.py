@@ -59,3 +59,32 @@ async def test_swept_stream_resets_clients_before_the_sweep_only(redis_client: a
     assert await history_gap(redis_client, SID, "1000-5", "1000-5") is None
     [reset, nxt] = await first_frames(redis_client, "0", 2)
     assert reset.startswith("event: reset\nid: 1000-5\n") and nxt.startswith(f"id: {new}\n")
+
+
+async def test_a_position_beyond_the_stream_resets_to_its_newest_entry(redis_client: aioredis.Redis) -> None:
+    """A Last-Event-ID the stream never sent (a future id) would wait for ids above it and miss every
+    event: the client reloads instead, and resumes from the newest entry."""
+    sid = "s_future"
+    ids = [(await redis_client.xadd(keys.events(sid), {"data": f'{{"n":{i}}}'}, id=f"2000-{i + 1}")).decode()
+           for i in range(3)]
+    assert await history_gap(redis_client, sid, "99999999999999-0", "99999999999999-0") == ids[-1]
+    assert await history_gap(redis_client, sid, ids[-1], ids[-1]) is None  # the newest entry itself: no reset
+    fanout = EventFanout(redis_client, redis_client, block_ms=200, queue_size=100)
+    frames = event_frames(fanout, redis_client, sid, "alice", "99999999999999-0", heartbeat_s=5.0)
+    got: list[str] = []
+    try:
+        async for frame in frames:
+            body = frame.decode()
+            if body.startswith("event: reset"):
+                got.append(body)
+                await redis_client.xadd(keys.events(sid), {"data": '{"n":9}'}, id="2001-0")
+            elif body.startswith("id: "):
+                got.append(body)
+                break
+    finally:
+        await frames.aclose()
+        await fanout.close()
+    assert got[0].startswith(f"event: reset\nid: {ids[-1]}\n") and '"reason": "unknown_position"' in got[0]
+    assert got[1].startswith("id: 2001-0\n")  # the next event arrives: nothing is silently missed
+    # A stream that never held an entry: any position is unknown, the client resumes from the start.
+    assert await history_gap(redis_client, "s_empty", "5-0", "5-0") == "0"

@@ -1,5 +1,6 @@
 """Checklist progress (issue 21) through all five services: `checklist` events tell a client which
-step of the active workflow the agent is on, and come again after a compaction and after a wake."""
+step of the active workflow the agent is on, and come again after a compaction and after a wake while
+the workflow's contract is live (an audited completion ends it: docs/architecture.md "Skill contracts")."""
 
 from __future__ import annotations
 
@@ -61,6 +62,27 @@ def test_progress_events_follow_the_steps_and_come_back_after_compaction_and_wak
     on_step = next(c for c in seen if statuses(c)["validate"] == "done")
     assert on_step["current"] == DECK_INDEX["create"]
 
+    # the audited completion ended the workflow's contract: a compaction restores no progress for it
+    before = len(d.events(sid))
+    assert api.post(f"/sessions/{sid}/compact", json={}).status_code == 200
+    wait(lambda: any(e["type"] == "compaction" and e["data"].get("phase") == "applied" for e in d.events(sid)[before:]),
+         "the compaction")
+    assert checklists(d.events(sid)[before:]) == []
+    entries = transcript(stack.data_dir, sid)
+    at = max(i for i, e in enumerate(entries) if e["type"] == "compaction")
+    assert not [e for e in entries[at:] if e.get("customType") in ("gamma.checklist_progress", "gamma.active_skill")]
+
+
+def test_progress_of_a_live_workflow_comes_back_after_compaction_and_wake(stack: Stack, api: httpx.Client) -> None:
+    d = Driver(stack.redis_url)
+    sid = api.post("/sessions", json={}).json()["id"]
+    # lint skipped, the refusal ignored: the completion yields unreported and the contract stays live
+    prompt = 'eval-policy: {"policy": "deck-generation", "skip": ["lint"], "onAudit": "ignore"}\nA deck about kelp'
+    api.post(f"/sessions/{sid}/messages", json={"message": prompt})
+    wait(lambda: [m for m in d.message_users(sid) if m["block_on_user"]], "the deck's completion")
+    final = checklists(d.events(sid))[-1]
+    assert statuses(final)["lint"] == "skipped" and statuses(final)["validate"] == "done"
+
     # compaction: the progress is published again and restored to the model as an anchor
     before = len(d.events(sid))
     assert api.post(f"/sessions/{sid}/compact", json={}).status_code == 200
@@ -81,7 +103,7 @@ def test_progress_events_follow_the_steps_and_come_back_after_compaction_and_wak
     wait(lambda: any(e["type"] == "status" and e["data"]["status"] == "live" for e in d.events(sid)[before:]),
          "the wake")
     woke = wait(lambda: checklists(d.events(sid)[before:]), "progress after the wake")
-    assert statuses(woke[0]) == statuses(final) and woke[0]["done"] == 9
+    assert statuses(woke[0]) == statuses(final) and woke[0]["done"] == final["done"]
     raw = d.r.xrange(keys.events(sid))
     kinds = [json.loads(f[b"data"])["type"] for _, f in raw][before:]
     assert kinds.index("checklist") < kinds.index("status")  # published while restoring, before live

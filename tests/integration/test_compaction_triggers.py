@@ -92,6 +92,8 @@ def test_a_long_session_compacts_on_its_own_twice_and_survives_a_failing_summari
     assert "notes/part00.md" in second["details"]["readFiles"]
     prompts = [text_of(s) for s in env.model.summaries]
     for earlier in chain[:-1]:  # each summary after the first was asked for as an update of the one before
+        # quoted as the builder escapes a body: its file lists are reserved tags (docs/architecture.md
+        # "Trust boundaries")
         assert any("<previous-summary>\n" + escape_text(earlier["summary"]) in p for p in prompts)
     last = text_of(env.model.requests[-1])
     assert last.count(SUMMARY_PREFIX) == 1 and "Read `notes/part00.md`" in last

@@ -52,12 +52,16 @@ def test_missing_steps_refused_once_then_the_deviations_yield(rt: Stack, d: Driv
     sid = "audit1"
     go_live(d, sid)
     blocked_before = audit_count(rt, "blocked")
-    explained = "Deviations:\n" + "\n".join(f"- {s}: not done, the tool is unavailable" for s in DECK_STEPS)
+    explained = "Done, with the deviations listed."
+    declared = [{"step": s, "cause": "not done, the tool is unavailable"} for s in DECK_STEPS if s != "brief"]
     d.prompt(sid, script(LOAD, {"tool_calls": [call("write", path="brief.xml", content="<brief/>")]},
-                         done("All done, the deck is ready."), done(explained)))
+                         done("All done, the deck is ready. Deviations: " + ", ".join(DECK_STEPS)),
+                         {"tool_calls": [call("message_user", message=explained, blockOnUser=True,
+                                              deviations=declared)]}))
     run_done(d, sid)
     first, second = tool_results(rt, sid, "message_user")
-    # the first completion never reached the user: an error result names every missing step
+    # the first completion never reached the user (its text naming the steps is not a declaration):
+    # an error result names every missing step
     assert first["isError"] and first["content"][0]["text"].startswith("Completion audit:")
     named = re.findall(r"^- ([a-z-]+): ", first["content"][0]["text"], re.MULTILINE)
     assert named == [s for s in DECK_STEPS if s != "brief"]
@@ -67,6 +71,9 @@ def test_missing_steps_refused_once_then_the_deviations_yield(rt: Stack, d: Driv
     assert [(e["workflow"], e["outcome"]) for e in entries] == [("deck-generation", "blocked"),
                                                                  ("deck-generation", "deviations_reported")]
     assert entries[0]["missing"] == named and entries[0]["toolCallId"] == first["toolCallId"]
+    assert entries[1]["deviations"] == declared and entries[0].get("deviations") in (None, [])
+    audit_events = [e["data"] for e in d.events(sid) if e["type"] == "audit"]
+    assert audit_events[1]["deviations"] == declared  # the inspector shows them beside the checklist
     steps = {s["id"]: s["status"] for s in entries[0]["steps"]}
     assert steps["brief"] == "done" and steps["validate"] == "pending" and steps["research"] == "pending"
     assert [e["data"]["outcome"] for e in d.events(sid) if e["type"] == "audit"] == ["blocked", "deviations_reported"]
@@ -125,3 +132,47 @@ def test_a_preloaded_workflow_is_audited_only_once_work_on_it_starts(rt: Stack, 
     d.prompt(sid, script({"tool_calls": [call("write", path="brief.xml", content="<brief/>")]}, done("Here it is.")))
     run_done(d, sid, 2)
     assert [e["outcome"] for e in audits(rt, sid)][:1] == ["blocked"]  # the preloaded contract holds
+
+
+def test_declared_deviations_yield_at_once_and_end_the_contract(rt: Stack, d: Driver) -> None:
+    sid = "audit7"
+    go_live(d, sid)
+    declared = [{"step": s, "cause": "the user asked for the outline only"} for s in DECK_STEPS]
+    d.prompt(sid, script(LOAD, {"tool_calls": [call("message_user", message="Here is the outline.", blockOnUser=True,
+                                                    deviations=declared)]}))
+    run_done(d, sid)
+    assert [e["outcome"] for e in audits(rt, sid)] == ["deviations_reported"]
+    ends = [(e["name"], e["reason"]) for e in transcript(rt.data_dir, sid) if e["type"] == "skill_end"]
+    assert ends == [("deck-generation", "completed"), ("gml-authoring", "with_workflow"), ("gml-cli", "with_workflow")]
+    assert [e["data"]["name"] for e in d.events(sid) if e["type"] == "skill_ended"] == [n for n, _ in ends]
+
+
+def test_a_malformed_deviation_list_is_an_error_result_and_nothing_is_delivered(rt: Stack, d: Driver) -> None:
+    sid = "audit8"
+    go_live(d, sid)
+    d.prompt(sid, script({"tool_calls": [call("message_user", message="x", blockOnUser=True,
+                                              deviations=[{"step": "brief"}])]}, done("ok")))
+    run_done(d, sid)
+    first = tool_results(rt, sid, "message_user")[0]
+    assert first["isError"] and "deviations[0.cause]" in first["content"][0]["text"]
+    assert [m["message"] for m in d.message_users(sid)] == ["ok"]
+
+
+def test_a_completed_workflow_left_live_is_superseded_by_the_next_one(rt: Stack, d: Driver) -> None:
+    sid = "audit9"
+    go_live(d, sid)
+    d.prompt(sid, script(LOAD, done("Finished."), done("Finished, really.")))  # yields unreported: still live
+    run_done(d, sid)
+    d.prompt(sid, script({"tool_calls": [call("skill", name="import")]}, {"tool_calls": [
+        call("todo", items=[{"id": "a", "content": "Ask which file", "status": "blocked"}])]}, done("Which file?")))
+    run_done(d, sid, 2)
+    skill = tool_results(rt, sid, "skill")[-1]
+    assert not skill["isError"] and skill["details"]["activated"] == ["import"]  # no conflict with the deck
+    entries = transcript(rt.data_dir, sid)
+    ends = [(e["name"], e["reason"], e.get("workflow")) for e in entries if e["type"] == "skill_end"]
+    assert ends == [("deck-generation", "superseded", "import")]  # its references stay: import requires them
+    # a workflow mid-task (its question is not a completion) still conflicts
+    d.prompt(sid, script({"tool_calls": [call("skill", name="deck-generation")]}, done("ok")))
+    run_done(d, sid, 3)
+    refused = tool_results(rt, sid, "skill")[-1]
+    assert refused["isError"] and "'import' (already active)" in refused["content"][0]["text"]

@@ -143,7 +143,7 @@ def test_steer_during_slow_tool_enters_after_batch_and_follow_up_after_run(rt: S
     d.wait_event(sid, lambda e: e["type"] == "tool_execution_start", what="bash start")
     d.append(injection(sid, "system_update", "<system_update>import finished</system_update>", "n-steer-1"))
     d.prompt(sid, "and then this", on_busy="follow_up")
-    run_done(d, sid)
+    run_done(d, sid, 2)  # the yield ends the first run; the queued prompt starts the next one
     k = kinds(transcript(rt.data_dir, sid))
     start = k.index("user")
     assert k[start:] == ["user", "assistant", "toolResult", "gamma.system_update", "assistant", "toolResult",
@@ -222,13 +222,18 @@ def test_todo_rules(rt: Stack, d: Driver) -> None:
     go_live(d, sid)
     two = [{"id": "a", "content": "A", "status": "in_progress"}, {"id": "b", "content": "B", "status": "in_progress"}]
     one = [{"id": "a", "content": "A", "status": "in_progress"}, {"id": "b", "content": "B", "status": "pending"}]
+    idle = [{"id": "a", "content": "A", "status": "complete"}, {"id": "b", "content": "B", "status": "pending"}]
     d.prompt(sid, script({"tool_calls": [call("todo", items=one)]}, {"tool_calls": [call("todo", items=two)]},
-                         {"tool_calls": [call("todo", items=one)]}, done()))
+                         {"tool_calls": [call("todo", items=idle)]}, {"tool_calls": [call("todo", items=one)]},
+                         done()))
     run_done(d, sid)
     results = [e["message"] for e in transcript(rt.data_dir, sid)
                if e["type"] == "message" and e["message"]["role"] == "toolResult"]
-    assert results[1]["isError"] and "exactly one task may be in_progress" in results[1]["content"][0]["text"]
-    assert [r["details"]["todo"]["revision"] for r in results[:3]] == [1, 1, 2]
+    rule = "while any task is pending or in_progress, exactly one task is in_progress"
+    assert results[1]["isError"] and rule in results[1]["content"][0]["text"]
+    assert results[2]["isError"] and rule in results[2]["content"][0]["text"]
+    assert "none in_progress" in results[2]["content"][0]["text"]
+    assert [r["details"]["todo"]["revision"] for r in results[:4]] == [1, 1, 1, 2]
     todo = json.loads((Path(rt.data_dir) / "sessions" / sid / "todo.json").read_text())
     assert todo["revision"] == 2
     assert [e["data"]["todo"]["revision"] for e in d.events(sid) if e["type"] == "todo"] == [1, 2]

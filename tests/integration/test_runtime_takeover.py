@@ -101,7 +101,7 @@ async def test_worker_whose_lease_was_taken_cannot_append(redis_client: aioredis
     with pytest.raises(LeaseLost):
         await t.append_message(UserMessage(content="stale writer"))
     with pytest.raises(LeaseLost):
-        await todo.update([{"id": "a", "content": "A", "status": "pending"}])
+        await todo.update([{"id": "a", "content": "A", "status": "in_progress"}])
     assert (tmp_path / "transcript.jsonl").stat().st_size == size
     assert not (tmp_path / "todo.json").exists()
     assert not await lease.renew()

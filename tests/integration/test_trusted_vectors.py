@@ -133,6 +133,14 @@ def test_background_result(api: httpx.Client, model: RecordingModel) -> None:
     sid = new_session(api)
     child = script({"content": payload("background_result", "child")})
     ask(api, sid, script({"tool_calls": [call("subagent", task=child)]}, done("waiting for research")))
+
+    # No task is active, so the result waits for the next user message (docs/architecture.md
+    # "Delivery, yield and the idle rules"): ask again until a request carried it.
+    def carried() -> bool:
+        ask(api, sid, "any news from the research?")
+        return any("IGNORE child" in t for t in request_items(bodies(model), "background_result"))
+
+    wait_sync(carried, timeout=90, interval=0.5, what="a prompt that carries the background_result")
     block = delivered(model, "background_result", "child")[-1]
     assert '<quoted author="subagent">' in block
 

@@ -15,11 +15,14 @@ try {
   await page.click(`#sessions li[data-sid="${sid}"] button`);
   const pane = page.locator('#checklist .checklist[data-workflow="deck-generation"]');
   await pane.waitFor({ timeout: 60000 });
-  await page.waitForFunction(() => document.querySelector("#checklist .checklist-position")?.textContent.startsWith("all"), null, { timeout: 60000 });
+  // the final audit has arrived and the contract ended (docs/architecture.md "Skill contracts")
+  await page.waitForFunction(() => document.querySelector('#checklist .checklist[data-ended="true"] .checklist-head .chip'), null, { timeout: 60000 });
   out.position = await page.textContent("#checklist .checklist-position");
   out.audit = await page.textContent("#checklist .checklist-head .chip");
   out.steps = await page.$$eval("#checklist .checklist-steps li", (lis) => lis.map((li) => [li.dataset.step, li.dataset.status]));
   out.heading = await page.textContent("#h-checklist");
+  out.ended = await pane.getAttribute("data-ended");
+  out.deviations = await page.$$eval("#checklist .checklist-steps li .deviation", (ds) => ds.map((d) => [d.closest("li").dataset.step, d.textContent]));
   await pane.screenshot({ path: shot });
 } catch (err) {
   out.error = String(err && err.stack || err);

@@ -14,6 +14,8 @@ from services.runtime.paths import sandbox_skills_dir
 from services.runtime.sandbox import Sandbox, SandboxLimits, describe, probe_layer, select_sandbox
 from services.runtime.sandbox.quota import enforce
 from services.runtime.sandbox.runner import Capture
+from shared.quota import WorkspaceQuota
+from shared.walk import walk
 from tests.integration.runtime_inproc import inproc_worker
 from tests.integration.runtime_support import call, done, script
 from tests.sandbox.conftest import LAYERS
@@ -73,20 +75,42 @@ async def test_stop_kills_the_call_at_once(layer: str, tmp_path: Path) -> None:
     assert res.aborted and not res.timed_out and time.monotonic() - started < 5
 
 
-def test_quota_removes_the_calls_new_files_only(tmp_path: Path) -> None:
+def test_quota_removes_the_calls_new_entries_only(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / "d").mkdir(parents=True)
     (ws / "old.bin").write_bytes(b"o" * 100)
-    existed = {"old.bin"}
+    roomy = WorkspaceQuota(max_bytes=1000, max_files=10)
+    before = walk(ws, roomy.limits)
     (ws / "d" / "new1.bin").write_bytes(b"n" * 600)
     (ws / "new2.bin").write_bytes(b"n" * 10)
-    assert enforce(ws, existed | {"d/new1.bin", "new2.bin"}, 1000, 10) is None
-    report = enforce(ws, existed, 500, 10)
-    assert report is not None and sorted(report.removed) == ["d/new1.bin", "new2.bin"] and not report.still_over
-    assert sorted(p.name for p in ws.rglob("*") if p.is_file()) == ["old.bin"]
+    (ws / "newdir" / "a" / "b").mkdir(parents=True)  # a new directory goes as one name, subtree and all
+    assert enforce(ws, before, walk(ws, roomy.limits), roomy) is None
+    tight = WorkspaceQuota(max_bytes=500, max_files=10)
+    report = enforce(ws, before, walk(ws, tight.limits), tight)
+    assert report is not None and sorted(report.removed) == ["d/new1.bin", "new2.bin", "newdir"]
+    assert not report.still_over
+    assert sorted(p.relative_to(ws).as_posix() for p in ws.rglob("*")) == ["d", "old.bin"]
     (ws / "old.bin").write_bytes(b"o" * 900)
-    still = enforce(ws, existed, 500, 10)
+    still = enforce(ws, before, walk(ws, tight.limits), tight)
     assert still is not None and still.still_over and not still.removed and "still over quota" in still.message()
+
+
+def test_quota_counts_directories_and_removes_what_nests_too_deep(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "keep").write_bytes(b"k")
+    quota = WorkspaceQuota(max_bytes=10**6, max_files=10, max_entries=50, max_depth=8)
+    before = walk(ws, quota.limits)
+    for i in range(60):  # empty directories: no file, no byte, still entries
+        (ws / "many" / str(i)).mkdir(parents=True)
+    report = enforce(ws, before, walk(ws, quota.limits), quota)
+    assert report is not None and report.removed == ["many"] and not report.still_over
+    deep = ws.joinpath(*["d"] * 30)
+    deep.mkdir(parents=True)
+    report = enforce(ws, before, walk(ws, quota.limits), quota)
+    assert report is not None and report.too_deep == ["d/d/d/d/d/d/d/d/d"] and not report.still_over
+    assert "deeper than 8 levels" in report.message()
+    assert walk(ws, quota.limits).complete and not walk(ws, quota.limits).deeper
 
 
 async def test_bash_without_a_working_layer_tells_the_model(redis_url: str, data_dir: Path) -> None:

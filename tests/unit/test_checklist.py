@@ -20,7 +20,7 @@ from shared.checklist import (
 from shared.context import build_context
 from shared.contracts.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from shared.contracts.todo import TodoItem
-from shared.contracts.transcript import AuditEntry, MessageEntry, SkillActivationEntry
+from shared.contracts.transcript import AuditEntry, Deviation, MessageEntry, SkillActivationEntry
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKLIST = parse_checklist({"steps": [
@@ -121,11 +121,16 @@ def test_audit_entries_are_not_model_context_and_end_a_task_window() -> None:
     assert engaged(first, "wf", CHECKLIST, evaluate(CHECKLIST, tool_calls(first), []))
 
 
-def test_reported_needs_the_word_deviation_and_every_missing_step() -> None:
+def test_reported_reads_the_declared_deviations_not_the_text() -> None:
     gaps = missing(evaluate(CHECKLIST, [], []))
-    assert reported("Deviations: brief (no file), validate failed, todo-complete left", gaps)
-    assert not reported("Deviations: brief, validate", gaps)
-    assert not reported("brief validate todo-complete", gaps)
+    every = [Deviation(step=s.id, cause="the tool is down") for s in gaps]
+    assert reported(every, gaps)
+    assert not reported(every[:-1], gaps)  # one missing step not declared
+    assert not reported([Deviation(step="brief", cause="  ")] + every[1:], gaps)  # a blank cause is no cause
+    assert not reported([], gaps)
+    assert reported([], [])  # nothing missing, nothing to declare
+    with pytest.raises(ValueError):
+        Deviation(step="", cause="x")
 
 
 def test_the_dormant_preview_hides_a_refused_completion() -> None:

@@ -459,7 +459,7 @@ def test_quota_refuses_growth_with_507_and_writes_nothing(tmp_path: Path) -> Non
     ws = tmp_path / "workspace"
     quota = WorkspaceQuota(max_bytes=100, max_files=3)
     workspace_fs.write_bytes(ws, "a.txt", b"x" * 60, quota=quota)
-    with pytest.raises(QuotaExceeded, match="100 bytes and 3 files") as exc:
+    with pytest.raises(QuotaExceeded, match="100 bytes, 3 files") as exc:
         workspace_fs.write_bytes(ws, "deep/dir/b.txt", b"y" * 41, quota=quota)
     assert exc.value.status == 507
     assert not (ws / "deep").exists()  # not even the directories
@@ -472,12 +472,12 @@ def test_quota_refuses_growth_with_507_and_writes_nothing(tmp_path: Path) -> Non
     workspace_fs.write_bytes(ws, "a.txt", b"", quota=quota)
     with pytest.raises(QuotaExceeded):
         workspace_fs.write_bytes(ws, "a.txt", b"1", quota=quota)
-    usage = workspace_usage(ws)
+    usage = workspace_usage(ws, quota)
     assert (usage.bytes, usage.files) == (500, 4)
     assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "b", "big.bin", "c"]
 
 
-def test_usage_counts_links_never_follows_them_and_stops_at_the_file_quota(tmp_path: Path) -> None:
+def test_usage_counts_links_never_follows_them_and_stops_at_the_entry_quota(tmp_path: Path) -> None:
     from shared.quota import WorkspaceQuota, workspace_usage
 
     ws, outside = tmp_path / "ws", tmp_path / "outside"
@@ -487,13 +487,17 @@ def test_usage_counts_links_never_follows_them_and_stops_at_the_file_quota(tmp_p
     (ws / "sub" / "f").write_bytes(b"1234")
     os.symlink(outside, ws / "out")
     os.symlink(outside / "huge", ws / "huge")
-    usage = workspace_usage(ws)
-    assert (usage.bytes, usage.files, usage.complete) == (4, 3, True)
+    roomy = WorkspaceQuota(max_bytes=10**9, max_files=10**6, max_entries=10**6)
+    usage = workspace_usage(ws, roomy)
+    assert (usage.bytes, usage.files, usage.entries, usage.complete) == (4, 3, 4, True)  # the directory counts
     for i in range(20):
         (ws / f"n{i}").write_bytes(b"")
-    capped = workspace_usage(ws, WorkspaceQuota(max_bytes=10**9, max_files=5))
-    assert capped.files == 6 and not capped.complete and capped.over(WorkspaceQuota(10**9, 5))
-    assert workspace_usage(tmp_path / "absent").files == 0
+    few_files = WorkspaceQuota(max_bytes=10**9, max_files=5)
+    assert workspace_usage(ws, few_files).files == 23 and workspace_usage(ws, few_files).over(few_files)
+    few_entries = WorkspaceQuota(max_bytes=10**9, max_files=10**6, max_entries=5)
+    capped = workspace_usage(ws, few_entries)  # the walk stops past the entry quota
+    assert capped.entries == 6 and not capped.complete and capped.over(few_entries)
+    assert workspace_usage(tmp_path / "absent", roomy).files == 0
 
 
 async def test_append_jsonl_async_writes_on_the_loop_and_survives_a_cancelled_caller(tmp_path: Path) -> None:

@@ -124,3 +124,14 @@ def test_preloaded_bodies_keep_their_type(skills: dict[str, Skill], variant: str
     # The conflicting workflow is never preloaded next to it.
     other = "import" if variant == "deck-generation" else "deck-generation"
     assert f'<skill name="{other}" type="workflow"' not in tail
+
+
+def test_transport_section_says_what_the_conversion_does(skills: dict[str, Skill]) -> None:
+    """The prefix tells the model how to tell a genuine block (docs/architecture.md "Trust
+    boundaries"): the developer role, and the neutraliser's exact output for a typed tag."""
+    from shared.neutralise import neutralise
+
+    prefix = static_prefix(skills)
+    assert "sends them as\ndeveloper messages" in prefix and "as user messages" in prefix
+    assert f"sends `{neutralise('<system_note>')}`" in prefix
+    assert "outside the text you see" not in prefix

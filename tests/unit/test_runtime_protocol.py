@@ -172,7 +172,7 @@ async def test_user_text_is_never_parsed_for_tags(tmp_path: Path) -> None:
 async def test_todo_refuses_two_in_progress_and_counts_revisions(tmp_path: Path) -> None:
     todo = TodoController.load(tmp_path / "todo.json", no_guard)
     await todo.update([{"id": "a", "content": "A", "status": "in_progress"}])
-    with pytest.raises(TodoRefused, match="exactly one task may be in_progress"):
+    with pytest.raises(TodoRefused, match="exactly one task is in_progress; you marked 2"):
         await todo.update([{"id": "a", "content": "A", "status": "in_progress"},
                            {"id": "b", "content": "B", "status": "in_progress"}])
     with pytest.raises(TodoRefused, match="status"):
@@ -180,6 +180,30 @@ async def test_todo_refuses_two_in_progress_and_counts_revisions(tmp_path: Path)
     await todo.update([{"id": "a", "content": "A", "status": "complete"}])
     again = TodoController.load(tmp_path / "todo.json", no_guard)
     assert again.current.revision == 2 and again.anchor().details["revision"] == 2
+
+
+@pytest.mark.parametrize(("statuses", "refused"), [
+    (("pending",), "you left 1 pending (t0) and none in_progress"),
+    (("complete", "pending", "pending"), "you left 2 pending (t1, t2) and none in_progress"),
+    (("blocked", "pending"), "you left 1 pending (t1) and none in_progress"),
+    (("in_progress", "in_progress", "pending"), "you marked 2"),
+    (("in_progress", "pending", "pending"), None),
+    (("blocked", "in_progress", "pending", "complete"), None),
+    (("blocked", "blocked"), None),  # nothing open: waiting on the user
+    (("complete", "complete"), None),
+    ((), None),
+])
+async def test_while_any_task_is_open_exactly_one_is_in_progress(tmp_path: Path, statuses: tuple[str, ...],
+                                                                 refused: str | None) -> None:
+    todo = TodoController.load(tmp_path / "todo.json", no_guard)
+    items = [{"id": f"t{i}", "content": f"Task {i}", "status": s} for i, s in enumerate(statuses)]
+    if refused is None:
+        assert (await todo.update(items)).revision == 1
+        return
+    with pytest.raises(TodoRefused) as err:
+        await todo.update(items)
+    assert "while any task is pending or in_progress, exactly one task is in_progress" in str(err.value)
+    assert refused in str(err.value) and todo.current.revision == 0 and not (tmp_path / "todo.json").exists()
 
 
 async def test_ui_document_tabs_forms_and_client_updates() -> None:

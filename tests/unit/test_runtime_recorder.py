@@ -9,6 +9,7 @@ from typing import Any
 from services.runtime.engine.types import AgentEvent
 from services.runtime.pending import TurnInput
 from services.runtime.recorder import Recorder
+from services.runtime.skill_lifecycle import SkillContracts
 from shared import keys
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
@@ -24,7 +25,8 @@ def recorder(host: Host, order: list[tuple[str, Any]]) -> Recorder:
             # What the ack follows must be durable already: the line is on disk when the ack goes.
             order.append(("ack", entry_id, len(host.transcript.path.read_text().splitlines())))
 
-    return Recorder(host.sid, host.transcript, host.protocol, host.outbox, ack, {}, None,  # type: ignore[arg-type]
+    contracts = SkillContracts(host.transcript, {}, host.outbox)  # type: ignore[arg-type]
+    return Recorder(host.sid, host.transcript, host.protocol, host.outbox, ack, contracts, None,  # type: ignore[arg-type]
                     None, lambda: "m", lambda: host.agent.messages)
 
 

@@ -85,7 +85,7 @@ def test_knowledge_hints_and_updates(name: str, scope: str) -> None:
 
 @given(hostile)
 def test_compaction_summary(summary: str) -> None:
-    content = convert_one(CompactionSummaryMessage(summary=summary))["content"]  # type: ignore[index]
+    content = convert_one(CompactionSummaryMessage(summary=summary), "developer")["content"]  # type: ignore[index]
     assert content.startswith(SUMMARY_PREFIX)
     block = content[len(SUMMARY_PREFIX):]
     assert_one_block(block, "summary")

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import StreamingResponse
 
 from shared import keys
+from shared.deletion import is_deleted
 from shared.redis_wire import parse_id, text
 
 from ..deps import Proxy, get_proxy
@@ -88,17 +89,24 @@ async def history_gap(redis: aioredis.Redis, sid: str, start: str, last: str) ->
     """The id to resume from after a `reset`, or None when the stream still holds everything after
     the client's position. Gone are the entries up to the row's `events_swept` (the dormant sweep
     deleted the stream, shared/dormancy.py) and those below the first entry of a stream capped by
-    MAXLEN. `0` asks for the whole history: a gap only when a sweep dropped some; `$` never has one."""
+    MAXLEN. `0` asks for the whole history: a gap only when a sweep dropped some; `$` never has one.
+    A position beyond the newest entry (or any position in a stream that never held one) was never
+    sent by this stream: the client's view cannot be trusted either, so it reloads too, and resumes
+    from the newest entry (a client waiting for ids above it would miss everything)."""
     if start == "$":
         return None
     pipe = redis.pipeline(transaction=False)
     pipe.hget(keys.session_row(sid), keys.EVENTS_SWEPT_FIELD)
     pipe.xrange(keys.events(sid), count=1)
-    swept_raw, first_raw = await pipe.execute()
+    pipe.xrevrange(keys.events(sid), count=1)
+    swept_raw, first_raw, newest_raw = await pipe.execute()
     swept = text(swept_raw) if swept_raw else None
     first = text(first_raw[0][0]) if first_raw else None
-    if start == "0":
+    newest = text(newest_raw[0][0]) if newest_raw else swept
+    if start == "0" or parse_id(start) == (0, 0):
         return swept
+    if newest is None or parse_id(start) > parse_id(newest):
+        return newest or "0"
     if swept is not None and parse_id(last) < parse_id(swept):
         return swept
     if swept is None and first is not None and parse_id(last) < parse_id(_before(first)):
@@ -109,8 +117,11 @@ async def history_gap(redis: aioredis.Redis, sid: str, start: str, last: str) ->
 def reset_frame(sid: str, resume: str, last_event_id: str) -> bytes:
     """A named SSE event (`event: reset`): reload the history from GET /transcript (paged), then
     apply the events that follow on this connection. Its id is where they start, so a reconnect
-    after it does not get the reset again."""
-    data = json.dumps({"type": "reset", "reason": "history_expired", "session_id": sid,
+    after it does not get the reset again. `reason`: history_expired (entries after the client's
+    position are gone) or unknown_position (the position is beyond anything the stream sent)."""
+    ahead = last_event_id not in ("0", "$") and parse_id(last_event_id) > parse_id(resume)
+    data = json.dumps({"type": "reset", "reason": "unknown_position" if ahead else "history_expired",
+                       "session_id": sid,
                        "last_event_id": last_event_id, "transcript": f"/sessions/{sid}/transcript"})
     return f"event: reset\nid: {resume}\ndata: {data}\n\n".encode()
 
@@ -142,6 +153,9 @@ async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, use
                     async with asyncio.timeout(heartbeat_s):
                         item = await sub.queue.get()
                 except TimeoutError:
+                    if await is_deleted(redis, sid):  # deleted through another proxy
+                        yield b": closed (deleted)\n\n"
+                        return
                     yield b": heartbeat\n\n"  # also how a client that went away is noticed
                     continue
             else:

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote_to_bytes
 
 import structlog
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from shared import revnum, workspace_fs, write_model
@@ -127,19 +127,25 @@ async def read_file(request: Request, path: str, state: SessionState = Depends(o
                     proxy: Proxy = Depends(get_proxy)) -> Response:
     workspace = session_paths(proxy.settings.data_dir, state.row.id).workspace
     path = request_path(request, path)
+    most = proxy.settings.workspace_max_entries
     if path.strip("/") == "":  # the workspace root itself: a listing
-        workspace.mkdir(parents=True, exist_ok=True)
-        with workspace_fs.workspace_root(workspace) as root:
-            return JSONResponse({"path": "", "entries": workspace_fs.list_dir(root)})
+        return JSONResponse({"path": "", "entries": await asyncio.to_thread(_root_listing, workspace, most)})
     opened = await asyncio.to_thread(workspace_fs.open_entry, workspace, path)
     if opened.is_dir:
         try:
-            return JSONResponse({"path": opened.rel + "/", "entries": workspace_fs.list_dir(opened.fd)})
+            entries = await asyncio.to_thread(workspace_fs.list_dir, opened.fd, most)
+            return JSONResponse({"path": opened.rel + "/", "entries": entries})
         finally:
             os.close(opened.fd)
     # Read from the fd opened beneath the workspace (an agent-made file may be larger than the write
     # cap); atomic renames mean a concurrent runtime write is seen whole or not at all.
     return await _file_body(opened)
+
+
+def _root_listing(workspace: Path, most: int) -> list[dict[str, object]]:
+    workspace.mkdir(parents=True, exist_ok=True)
+    with workspace_fs.workspace_root(workspace) as root:
+        return workspace_fs.list_dir(root, most)
 
 
 @router.put("/{sid}/workspace/files/{path:path}", openapi_extra=BINARY_BODY, responses={
@@ -202,34 +208,60 @@ async def write_file(
 
 
 @router.delete("/{sid}/workspace/files/{path:path}", responses={
-    **ERRORS, 200: {"description": "{path, deleted: true, revision}"},
-    409: {"description": "the session is waking, or the path is a directory or goes through a file"},
+    **ERRORS, 200: {"description": "{path, deleted: true, revision}; with `recursive`, a directory's "
+                    "`files: [{path, revision}]` (the regular files removed with it)"},
+    409: {"description": "the session is waking, the path is a directory (without `recursive`) or goes "
+                         "through a file, or the tree is past the workspace's bounds"},
     504: {"description": "runtime timeout"},
 })
 async def delete_file(
     path: str, request: Request, x_gamma_digest: str | None = Header(None),
+    recursive: bool = Query(False, description="remove a directory with everything under it"),
     state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
 ) -> JSONResponse:
-    """Remove one file (not a directory). The agent is told in its next `artifact_update`."""
+    """Remove one file, or (`recursive`) a directory tree within the workspace's bounds
+    (GAMMA_WORKSPACE_MAX_ENTRIES, GAMMA_WORKSPACE_MAX_DEPTH). The agent is told in its next
+    `artifact_update`, one deleted file each."""
     sid, workspace, rel, digest = write_target(request, path, x_gamma_digest, state, proxy)
+    tree = WorkspaceQuota.from_settings(proxy.settings).limits if recursive else None
 
-    async def dormant() -> tuple[str, int] | Refused:
-        removed = await asyncio.to_thread(write_model.remove_file, workspace, rel)
+    async def dormant() -> dict[str, Any] | Refused:
+        removed = await asyncio.to_thread(write_model.remove_file, workspace, rel, tree=tree)
         if isinstance(removed, Refused):
             return removed
-        revision = await revnum.next_revision(proxy.redis, sid, file_ref(removed.path))
-        await file_deleted(proxy.broker, sid, removed.path, digest, revision, track=tracking(proxy))
-        return removed.path, revision
+        if removed.files is None:
+            revision = await revnum.next_revision(proxy.redis, sid, file_ref(removed.path))
+            await file_deleted(proxy.broker, sid, removed.path, digest, revision, track=tracking(proxy))
+            return {"path": removed.path, "deleted": True, "revision": revision}
+        files = []
+        for gone in removed.files:
+            number = await revnum.next_revision(proxy.redis, sid, file_ref(gone))
+            await file_deleted(proxy.broker, sid, gone, digest, number, track=tracking(proxy))
+            files.append({"path": gone, "revision": number})
+        return {"path": removed.path, "deleted": True, "revision": None, "files": files}
 
     applied = await apply_if_dormant(proxy, state, "file_delete", dormant)
     if applied is not None:
-        removed_path, number = applied.value
-        return JSONResponse({"path": removed_path, "deleted": True, "revision": number})
-    reply = await proxy.forward(FileDelete(session_id=sid, path=rel))
-    revision = reply.body.get("revision")
-    await file_deleted(proxy.broker, sid, rel, digest, revision if isinstance(revision, int) else None,
-                       track=tracking(proxy))
+        return JSONResponse(applied.value)
+    reply = await proxy.forward(FileDelete(session_id=sid, path=rel, recursive=recursive))
+    if reply.status == 200:
+        for gone, number in _deleted_files(rel, reply.body):
+            await file_deleted(proxy.broker, sid, gone, digest, number, track=tracking(proxy))
     return JSONResponse(reply.body, status_code=reply.status)
+
+
+def _deleted_files(rel: str, body: dict[str, Any]) -> list[tuple[str, int | None]]:
+    """The files a live delete removed, from the runtime's answer: one file, or a tree's `files`."""
+    files = body.get("files")
+    if not isinstance(files, list):
+        revision = body.get("revision")
+        return [(rel, revision if isinstance(revision, int) else None)]
+    out: list[tuple[str, int | None]] = []
+    for item in files:
+        if isinstance(item, dict) and isinstance(item.get("path"), str):
+            number = item.get("revision")
+            out.append((item["path"], number if isinstance(number, int) else None))
+    return out
 
 
 async def _stage(data_dir: Path, sid: str, name: str, data: bytes) -> BlobRef:

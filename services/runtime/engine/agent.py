@@ -12,7 +12,7 @@ from typing import Literal
 from shared.contracts.messages import AgentMessage, AssistantMessage
 
 from .loop import run_loop, run_loop_continue
-from .types import ABORT_NOTE, AgentContext, Emit, LoopConfig, Tool
+from .types import ABORT_NOTE, AgentContext, AgentEvent, Emit, LoopConfig, Tool
 
 QueueMode = Literal["all", "one-at-a-time"]
 
@@ -38,6 +38,9 @@ class Agent:
         self._steer: deque[AgentMessage] = deque()
         self._follow: deque[AgentMessage] = deque()
         self._running = False
+        # The last run ended on a terminating batch (a yield): what is queued is not run at once
+        # (docs/architecture.md "Delivery, yield and the idle rules").
+        self.yielded = False
         config.get_steering = self._dequeue_steering
         config.get_follow_up = self._dequeue_follow_up
 
@@ -74,6 +77,12 @@ class Agent:
     def queued(self) -> list[AgentMessage]:
         return [*self._steer, *self._follow]
 
+    def steering(self) -> tuple[AgentMessage, ...]:
+        return tuple(self._steer)
+
+    def follow_ups(self) -> tuple[AgentMessage, ...]:
+        return tuple(self._follow)
+
     def take_queued(self) -> list[AgentMessage]:
         """Empty both queues (an aborted run leaves them for the next prompt): steering, then follow-ups."""
         return _take(self._steer, "all") + _take(self._follow, "all")
@@ -105,7 +114,7 @@ class Agent:
     async def prompt(self, messages: list[AgentMessage]) -> list[AgentMessage]:
         if self._running:
             raise AgentBusy("the agent is already running; use steer() or follow_up()")
-        return await self._guarded(run_loop(messages, self.context, self.config, self._emit))
+        return await self._guarded(run_loop(messages, self.context, self.config, self._track))
 
     async def continue_(self) -> list[AgentMessage]:
         """Resume from the current context: queued steering first, then follow-ups (Pi's continue)."""
@@ -116,13 +125,13 @@ class Agent:
             if not queued:
                 raise ValueError("nothing to continue: the last message is from the assistant")
             return await self.prompt(queued)
-        return await self._guarded(run_loop_continue(self.context, self.config, self._emit))
+        return await self._guarded(run_loop_continue(self.context, self.config, self._track))
 
     async def run_queued(self) -> list[AgentMessage]:
         """Pi's rule after a run ends: queued steering starts the next run, else the queued follow-ups
         do (more follow-ups stay queued; the loop takes them when it would stop). The queued messages
-        are prompted, never a bare continue: a run that ended on a terminating batch stays ended for
-        the model until the new messages are in its context."""
+        are prompted, never a bare continue. After a yield the session's supervisor does not call
+        this: the idle rules decide (services/runtime/supervisor.py `left_to_run`)."""
         if self._running:
             raise AgentBusy("the agent is already running")
         queued = _take(self._steer, self.steering_mode) or _take(self._follow, self.follow_up_mode)
@@ -136,8 +145,14 @@ class Agent:
         self.config.abort_note = note or ABORT_NOTE
         self.config.signal.set()
 
+    async def _track(self, event: AgentEvent) -> None:
+        if event.type == "agent_end":
+            self.yielded = event.data.get("stopReason") == "yield"
+        await self._emit(event)
+
     async def _guarded(self, coro: object) -> list[AgentMessage]:
         self._running = True
+        self.yielded = False
         self.config.signal.clear()
         try:
             return await coro  # type: ignore[misc, no-any-return]

@@ -24,7 +24,7 @@ class ChatApi:
     def body(self, context: AgentContext, settings: ModelSettings) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": settings.model,
-            "messages": to_openai(context.system_prompt, context.messages),
+            "messages": to_openai(context.system_prompt, context.messages, trusted_role=settings.trusted_role),
             "stream": True,
             "stream_options": {"include_usage": True},
         }

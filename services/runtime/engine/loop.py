@@ -3,8 +3,10 @@
 - steering messages are taken after the whole tool batch of a turn and before the next model call;
 - follow-ups only when the agent would otherwise stop;
 - every tool call gets a result (errors are values), results in call order, tools run in parallel;
-- `terminate` skips the next automatic model call only when every result of the batch sets it,
-  and queued steering or follow-ups still keep the run going;
+- `terminate` ends the run when every result of the batch sets it (a yield: `message_user` with
+  blockOnUser): no further model call in that run, and steering or follow-ups queued meanwhile stay
+  queued for the session's idle rules (docs/architecture.md "Delivery, yield and the idle rules");
+  agent_end then says stopReason "yield";
 - an assistant message with stop_reason error/aborted ends the run.
 
 State lives in `context.messages`; everything else goes out as events (persistence listens to
@@ -98,7 +100,9 @@ async def _run(
                 for r in results:
                     await _add(r, context, new, emit)
                 if terminate:
-                    more_tools = False
+                    await emit(AgentEvent(type="turn_end", data={"toolResults": len(calls)}))
+                    await emit(AgentEvent(type="agent_end", data={"stopReason": "yield"}))
+                    return new
             await emit(AgentEvent(type="turn_end", data={"toolResults": len(calls)}))
             if config.signal.is_set():
                 await emit(AgentEvent(type="agent_end", data={"stopReason": "aborted"}))
@@ -176,7 +180,7 @@ async def _gather_abortable(calls: list[ToolCall], tasks: list[asyncio.Task[Tool
     out: list[ToolOutcome] = []
     for call, t in zip(calls, tasks, strict=True):
         outcome = t.result() if t.done() and not t.cancelled() and t.exception() is None else None
-        if outcome is None and not aborted and t.done() and not t.cancelled():
+        if outcome is None and t.done() and not t.cancelled():  # it finished, failing: its own result
             exc = t.exception()
             outcome = ToolOutcome(content=f"Tool {call.name} failed: {type(exc).__name__}: {exc}", is_error=True)
         if outcome is None or (aborted and (outcome.details or {}).get("aborted")):

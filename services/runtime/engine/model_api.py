@@ -18,6 +18,7 @@ from .sse import ReadGate
 from .types import AgentContext, Emit
 
 ApiName = Literal["responses", "chat"]
+TrustedRole = Literal["developer", "user"]
 
 
 @dataclass
@@ -29,6 +30,8 @@ class ModelSettings:
     cache_key: str | None = None  # prompt_cache_key: the session id
     # Chat Completions sends prompt_cache_key only to OpenAI: other servers may refuse unknown fields.
     chat_cache_key: bool = False
+    # The role of the harness's own messages (engine/convert.py; Settings.trusted_role_for).
+    trusted_role: TrustedRole = "developer"
     max_retries: int = 0  # 429, 5xx and dropped connections
     retry_base_s: float = 1.0
     retry_max_s: float = 60.0

@@ -47,7 +47,7 @@ class ResponsesApi:
         body: dict[str, Any] = {
             "model": settings.model,
             "instructions": context.system_prompt,
-            "input": to_responses_input(context.messages, settings.model),
+            "input": to_responses_input(context.messages, settings.model, trusted_role=settings.trusted_role),
             "stream": True,
             "store": False,
         }

@@ -15,7 +15,7 @@ from .bwrap import env as bwrap_env
 from .landlock import env as landlock_env
 from .landlock import landlock_argv
 from .runner import Exit, run_confined
-from .types import Layer, SandboxLimits, SandboxRequest, SandboxResult
+from .types import Layer, SandboxLimits, SandboxRequest, SandboxResult, walk_limits
 
 
 def _tz() -> str:
@@ -39,9 +39,9 @@ class Sandbox:
         started = time.monotonic()
         uid = host.sandbox_uid(req.workspace)
         req.workspace.mkdir(parents=True, exist_ok=True)
-        if uid is not None:  # inline: microseconds for a usual workspace, where a thread hop costs ms under load
+        if uid is not None:  # in the I/O pool: a command may have made the tree as large as its bounds
             try:
-                host.hand_over(req.workspace, uid)
+                await asyncio.to_thread(host.hand_over, req.workspace, uid, walk_limits(req.limits))
             except OSError as exc:  # e.g. a root-squashed NFS data dir: say so rather than run as root
                 return SandboxResult(exit_code=None, output="", layer=self.layer,
                                      error=f"the workspace cannot be handed to the sandbox's user {uid}: {exc}")
@@ -72,7 +72,7 @@ class Sandbox:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             if tmp is not None:  # nothing the call wrote outside the workspace survives it
-                host.remove_tmp(tmp)
+                await asyncio.to_thread(host.remove_tmp, tmp)
         return SandboxResult(exit_code=exit_.code, output=exit_.output, truncated=exit_.truncated,
                              timed_out=exit_.timed_out, aborted=exit_.aborted,
                              duration=time.monotonic() - started, layer=self.layer)

@@ -5,17 +5,21 @@ When the runtime runs as root (development, CI), the command must not: RLIMIT_NP
 enforced for uid 0 (the kernel exempts INIT_USER, also through a user namespace mapped onto it), so
 a fork bomb would be unbounded, and DAC would not help Landlock. The call then runs as a per-session
 unprivileged uid (UID_BASE + a hash of the workspace path) and the workspace tree is handed to that
-uid before each call (fwalk + lchown through dir fds: no symlink is ever followed). A non-root
+uid before each call (shared/walk.py's bounded walk + lchown through dir fds: no symlink is ever
+followed). A non-root
 runtime (the image runs as uid 10001) keeps its own uid: nothing is chowned.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import zlib
 from pathlib import Path
+
+from shared.walk import Walk, WalkLimits, remove_tree, walk_fd
 
 UID_BASE = 200_000
 UID_SPAN = 100_000
@@ -27,10 +31,12 @@ def sandbox_uid(workspace: Path) -> int | None:
     return UID_BASE + zlib.crc32(str(workspace).encode()) % UID_SPAN
 
 
-def hand_over(workspace: Path, uid: int | None) -> None:
-    """Make the tree writable by the sandbox's uid (only entries it does not own yet)."""
+def hand_over(workspace: Path, uid: int | None, limits: WalkLimits) -> Walk | None:
+    """Make the tree writable by the sandbox's uid (only entries it does not own yet), through the
+    bounded walk (shared/walk.py): a tree past the bounds is handed over as far as the walk got (what
+    the sandbox made, it owns already). Blocks on the disk: the caller runs it in the I/O pool."""
     if uid is None:
-        return
+        return None
     _searchable(workspace.parent)
     top = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
@@ -39,16 +45,15 @@ def hand_over(workspace: Path, uid: int | None) -> None:
             os.fchown(top, uid, uid)
         if st.st_mode & 0o077:
             os.fchmod(top, 0o700)  # other sessions' uids cannot even enter it
+
+        def own(dir_fd: int, name: str, entry: os.stat_result) -> None:
+            if entry.st_uid != uid:
+                with contextlib.suppress(FileNotFoundError):
+                    os.chown(name, uid, uid, dir_fd=dir_fd, follow_symlinks=False)
+
+        return walk_fd(top, limits, visit=own)
     finally:
         os.close(top)
-    for _, dirs, files, dfd in os.fwalk(workspace, follow_symlinks=False):
-        for name in (*dirs, *files):
-            try:
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                if st.st_uid != uid:
-                    os.chown(name, uid, uid, dir_fd=dfd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
 
 
 def _searchable(path: Path) -> None:
@@ -68,8 +73,14 @@ def private_tmp(uid: int | None) -> Path:
     return path
 
 
-def remove_tmp(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def remove_tmp(path: Path, budget_s: float = 30.0) -> None:
+    """Remove the private temporary directory, however deep the call nested it (shared/walk.py)."""
+    with contextlib.suppress(OSError):
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            remove_tree(parent, path.name, budget_s=budget_s)
+        finally:
+            os.close(parent)
 
 
 def open_dir(path: Path) -> int:

@@ -31,7 +31,9 @@ def limits_from(settings: Settings) -> SandboxLimits:
     return SandboxLimits(memory_bytes=settings.sandbox_memory_bytes, cpu_s=settings.sandbox_cpu_s,
                          max_procs=settings.sandbox_max_procs, max_open_files=settings.sandbox_max_open_files,
                          file_bytes=settings.workspace_max_bytes,
-                         workspace_files=settings.workspace_max_files, tmp_bytes=settings.sandbox_tmp_bytes)
+                         workspace_files=settings.workspace_max_files, tmp_bytes=settings.sandbox_tmp_bytes,
+                         workspace_entries=settings.workspace_max_entries,
+                         workspace_depth=settings.workspace_max_depth, walk_budget_s=settings.workspace_walk_budget_s)
 
 
 def _missing(layer: Layer) -> str | None:

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from shared.walk import WalkLimits
+
 Layer = Literal["bwrap", "landlock", "off"]
 
 
@@ -19,6 +21,9 @@ class SandboxLimits(BaseModel):
     max_open_files: int = 256  # RLIMIT_NOFILE
     file_bytes: int = 100 * 1024 * 1024  # RLIMIT_FSIZE and the workspace byte quota checked after a call
     workspace_files: int = 2000  # the workspace file-count quota checked after a call
+    workspace_entries: int = 10_000  # bounds of the workspace walks around a call (shared/walk.py)
+    workspace_depth: int = 64
+    walk_budget_s: float = 5.0
     tmp_bytes: int = 64 * 1024 * 1024  # size of the private /tmp and HOME (bwrap tmpfs)
     output_chars: int = 30_000  # what the caller keeps of stdout+stderr (head and tail)
 
@@ -42,3 +47,7 @@ class SandboxResult(BaseModel):
     duration: float = 0.0
     layer: Layer | None = None
     error: str | None = None  # the sandbox could not run the command at all (no working layer)
+
+
+def walk_limits(limits: SandboxLimits) -> WalkLimits:
+    return WalkLimits(limits.workspace_entries, limits.workspace_depth, limits.walk_budget_s)

@@ -39,7 +39,7 @@ class Toolset:
             for c in calls:
                 if c.name == "message_user" and c.arguments.get("blockOnUser") is True:
                     preset[c.id] = ToolOutcome(content=ALONE_ERROR, is_error=True)
-        plan = plan_skill_batch(calls, self.host.skills, self.host.active_skill_names())
+        plan = plan_skill_batch(calls, self.host.skills, self.host.skill_scope)
         if plan.errors:
             return {**plan.errors, **preset}
         self._plans.update(plan.activations)

@@ -2,7 +2,7 @@
 workspace as cwd, a timeout, an output cap and the workspace quota checked after the call.
 
 Files the command changes are published as ArtifactChange(agent), found by comparing the
-workspace's (mtime, size) before and after.
+workspace's (mtime, size) before and after: two walks (shared/walk.py, bounded, in the I/O pool).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from shared import workspace_fs
 from shared.disk import DiskError
+from shared.walk import Walk, walk
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..paths import sandbox_skills_dir
@@ -22,20 +23,6 @@ from .host import ToolHost
 
 DEFAULT_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 600
-SCAN_LIMIT = 2000
-
-
-def _scan(root: Path) -> dict[str, tuple[int, int]]:
-    out: dict[str, tuple[int, int]] = {}
-    if not root.exists():
-        return out
-    for path in root.rglob("*"):
-        if len(out) >= SCAN_LIMIT:
-            break
-        if path.is_file() and not path.is_symlink():
-            st = path.stat()
-            out[path.relative_to(root).as_posix()] = (st.st_mtime_ns, st.st_size)
-    return out
 
 
 def bash_tool(host: ToolHost) -> Tool:
@@ -46,17 +33,19 @@ def bash_tool(host: ToolHost) -> Tool:
         box = host.sandbox
         if box.layer is None:  # never unconfined by accident
             return ToolOutcome(content=f"bash is disabled: {box.reason}", is_error=True, details={"sandbox": "none"})
-        before = _scan(root)
-        existed = set(await asyncio.to_thread(quota.listing, root))
+        limits = host.workspace_quota.limits
+        before = await asyncio.to_thread(walk, root, limits)
         await host.guard()
         # Skills ship scripts (gml-cli: `python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py"`): the sandbox
         # sets the variable itself (/skills under bwrap), whatever started the runtime.
         res = await box.run(box.request(args["command"], root, sandbox_skills_dir(), timeout), ctx.signal)
         if res.error is not None:
             return ToolOutcome(content=f"bash is disabled: {res.error}", is_error=True, details={"sandbox": "none"})
-        over = await asyncio.to_thread(quota.enforce, root, existed, box.limits.file_bytes,
-                                       box.limits.workspace_files)
-        await _publish_changes(host, root, before)
+        after = await asyncio.to_thread(walk, root, limits)
+        over = await asyncio.to_thread(quota.enforce, root, before, after, host.workspace_quota)
+        if over is not None:
+            after = await asyncio.to_thread(walk, root, limits)
+        await _publish_changes(host, root, before, after)
         text, code = res.output, res.exit_code
         details: dict[str, Any] = {"exitCode": code, "truncated": res.truncated, "sandbox": res.layer}
         if over is not None:
@@ -88,15 +77,21 @@ def bash_tool(host: ToolHost) -> Tool:
     )
 
 
-async def _publish_changes(host: ToolHost, root: Path, before: dict[str, tuple[int, int]]) -> None:
-    after = _scan(root)
+async def _publish_changes(host: ToolHost, root: Path, before_walk: Walk, after_walk: Walk) -> None:
+    """ArtifactChange(agent) for each regular file whose (mtime, size) changed; a deletion only when
+    both walks saw the whole workspace (a file past an incomplete walk is not gone)."""
+    before, after = before_walk.files(), after_walk.files()
     for rel, stamp in sorted(after.items()):
         if before.get(rel) != stamp:
+            if stamp[1] > host.max_file_bytes:
+                continue
             try:  # beneath the workspace: a link the command planted is not followed out of it
-                data = workspace_fs.read_bytes(root, rel)
+                data = await asyncio.to_thread(workspace_fs.read_bytes, root, rel)
             except DiskError:
                 continue  # gone or replaced since the scan: the next scan sees what is there
             if len(data) <= host.max_file_bytes:
                 await host.artifact_changed(file_ref(rel), "file", content=data)
+    if not (before_walk.complete and after_walk.complete):
+        return
     for rel in sorted(set(before) - set(after)):
         await host.artifact_changed(file_ref(rel), "file", deleted=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from shared import workspace_fs
@@ -21,7 +22,8 @@ def read_tool(host: ToolHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         try:
             # Opened beneath the workspace: a link a command planted cannot lead the read out of it.
-            text = workspace_fs.read_bytes(host.paths.workspace, args["path"]).decode("utf-8", errors="replace")
+            data = await asyncio.to_thread(workspace_fs.read_bytes, host.paths.workspace, args["path"])
+            text = data.decode("utf-8", errors="replace")
         except DiskError as exc:
             return ToolOutcome(content=_missing(args["path"], exc), is_error=True)
         lines = text.splitlines()
@@ -60,8 +62,10 @@ async def write_file(host: ToolHost, rel: str, data: bytes) -> str:
     split_workspace_path(rel, for_write=True)  # a bad name is refused before the lease check
     check_size(data, host.max_file_bytes)
     await host.guard()
-    # Beneath the workspace, atomic, within the session's quota (507 otherwise; nothing written).
-    ref = file_ref(workspace_fs.write_bytes(host.paths.workspace, rel, data, quota=host.workspace_quota))
+    # Beneath the workspace, atomic, within the session's quota (507 otherwise; nothing written); in
+    # the I/O pool, as the quota check walks the workspace (shared/walk.py).
+    ref = file_ref(await asyncio.to_thread(workspace_fs.write_bytes, host.paths.workspace, rel, data,
+                                           quota=host.workspace_quota))
     await host.artifact_changed(ref, "file", content=data)
     return ref
 
@@ -95,7 +99,8 @@ def write_tool(host: ToolHost) -> Tool:
 def edit_tool(host: ToolHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         try:
-            text = workspace_fs.read_bytes(host.paths.workspace, args["path"]).decode("utf-8", errors="replace")
+            data = await asyncio.to_thread(workspace_fs.read_bytes, host.paths.workspace, args["path"])
+            text = data.decode("utf-8", errors="replace")
         except DiskError as exc:
             return ToolOutcome(content=_missing(args["path"], exc), is_error=True)
         old, new = args["old_text"], args["new_text"]

@@ -6,9 +6,11 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from shared.contracts.todo import TodoList
+from shared.contracts.transcript import Deviation
 from shared.disk import SessionPaths
 from shared.quota import WorkspaceQuota
 
+from ..document_reads import DocumentReads
 from ..sandbox import Sandbox
 from ..skills import Skill
 from ..todo import TodoController
@@ -22,6 +24,7 @@ class ToolHost(Protocol):
     sandbox: Sandbox  # confines every process started for the agent (bash)
     todo: TodoController
     skills: Mapping[str, Skill]
+    document_reads: DocumentReads  # the revision of each deck the agent last read (show_gamma)
 
     async def guard(self) -> None: ...
 
@@ -34,7 +37,9 @@ class ToolHost(Protocol):
 
     async def todo_changed(self, todo: TodoList, tool_call_id: str) -> None: ...
 
-    def active_skill_names(self) -> set[str]: ...
+    def skill_scope(self, incoming: list[str]) -> set[str]:
+        """The live skills a conflict check of `incoming` runs against (services/runtime/skill_lifecycle.py)."""
+        ...
 
     async def record_activation(self, skill: Skill, required_by: str | None) -> None: ...
 
@@ -42,4 +47,4 @@ class ToolHost(Protocol):
 
     async def message_user(self, message: str, block_on_user: bool, tool_call_id: str) -> None: ...
 
-    async def audit_completion(self, message: str, tool_call_id: str) -> str | None: ...
+    async def audit_completion(self, message: str, deviations: list[Deviation], tool_call_id: str) -> str | None: ...

@@ -3,6 +3,7 @@ only `doc` returns the current deck and its revision (the live deck the user may
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from shared.contracts.documents import Deck, StoredDeck
 from shared.contracts.ui import ActiveForm
 from shared.disk import DiskError, atomic_write_json, read_json
 
+from ..document_reads import stale_write
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .files import file_ref
 from .host import ToolHost
@@ -28,7 +30,7 @@ async def _show_form(host: ToolHost, rel: str) -> ToolOutcome:
     """A form file opened with show_file becomes the session's activeForm (ask-user-questions)."""
     form_id = FORM_PATH.match(rel).group(1)  # type: ignore[union-attr]
     try:
-        raw = json.loads(workspace_fs.read_bytes(host.paths.workspace, rel))
+        raw = json.loads(await asyncio.to_thread(workspace_fs.read_bytes, host.paths.workspace, rel))
         form = ActiveForm.model_validate(raw)
     except DiskError as exc:
         return ToolOutcome(content=str(exc), is_error=True)
@@ -60,7 +62,7 @@ async def _show_form(host: ToolHost, rel: str) -> ToolOutcome:
 def show_file_tool(host: ToolHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         try:  # opened beneath the workspace: a planted link cannot point a tab out of it
-            opened = workspace_fs.open_entry(host.paths.workspace, args["path"])
+            opened = await asyncio.to_thread(workspace_fs.open_entry, host.paths.workspace, args["path"])
         except DiskError as exc:
             missing = f"No such file: {args['path']}"
             return ToolOutcome(content=missing if exc.status == 404 else str(exc), is_error=True)
@@ -97,6 +99,8 @@ async def _read_deck(host: ToolHost, doc: str, path: Path, title: str | None) ->
     ari = f"gamma:file:{doc}"
     tab = await host.open_tab(ari, title or str(current.get("title") or doc))
     revision = current.get("revision")
+    if isinstance(revision, int):
+        host.document_reads.saw(ari, revision)  # the deck a later write must still find (document_reads.py)
     deck = json.dumps({k: v for k, v in current.items() if k != "revision"}, ensure_ascii=False)
     return ToolOutcome(content=f"Opened {ari} in tab {tab}. Current deck (revision {revision}):\n{deck}",
                        details={"ari": ari, "tabId": tab, "created": False, "revision": revision})
@@ -116,14 +120,21 @@ def show_gamma_tool(host: ToolHost) -> Tool:
             deck = Deck.model_validate(deck_args)
         except ValidationError as exc:
             return ToolOutcome(content=f"Invalid deck: {exc.errors()[0].get('msg')}", is_error=True)
-        previous = read_json(path)
-        revision = int(previous.get("revision", 0)) + 1 if isinstance(previous, dict) else 1
-        stored = StoredDeck(**deck.model_dump(), revision=revision)
-        await host.guard()
-        atomic_write_json(path, stored)
-        created = previous is None
-        await host.artifact_changed(f"gamma:file:{doc}", "document", document=stored.model_dump())
         ari = f"gamma:file:{doc}"
+        # The check and the write with no await between: a user's edit (a live PATCH, handled by the
+        # same event loop) lands before the check or after the write, never in between.
+        await host.guard()
+        previous = read_json(path)
+        current = int(previous.get("revision", 0)) if isinstance(previous, dict) else None
+        stale = None if current is None else stale_write(ari, doc, current, host.document_reads.revision(ari))
+        if stale is not None:
+            return ToolOutcome(content=stale, is_error=True, details={"ari": ari, "stale": True, "revision": current})
+        revision = (current or 0) + 1
+        stored = StoredDeck(**deck.model_dump(), revision=revision)
+        atomic_write_json(path, stored)
+        host.document_reads.saw(ari, revision)
+        created = previous is None
+        await host.artifact_changed(ari, "document", document=stored.model_dump())
         tab = await host.open_tab(ari, args.get("title") or deck_args.get("title") or doc)
         verb = "Created and opened" if created else "Opened"
         return ToolOutcome(content=f"{verb} {ari} in tab {tab}.",
@@ -133,7 +144,8 @@ def show_gamma_tool(host: ToolHost) -> Tool:
         name="show_gamma",
         description="Open a Gamma document (deck) in a tab of the user's interface. Pass `deck` "
         "({title, theme, metadata, assets, cards: [{id, ...}]}) to create or replace it first; with only "
-        "`doc`, the result carries the current deck JSON and its revision (read it before editing).",
+        "`doc`, the result carries the current deck JSON and its revision (read it before editing). Replacing "
+        "a deck changed since you last read or wrote it is refused: read it again first.",
         parameters={
             "type": "object",
             "properties": {

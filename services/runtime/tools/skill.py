@@ -4,7 +4,7 @@ transitively and once. A batch's skill calls are resolved together before any to
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,14 +32,16 @@ class SkillPlan:
     errors: dict[str, ToolOutcome] = field(default_factory=dict)
 
 
-def plan_skill_batch(calls: list[ToolCall], skills: Mapping[str, Skill], active: set[str]) -> SkillPlan:
+def plan_skill_batch(calls: list[ToolCall], skills: Mapping[str, Skill],
+                     scope: Callable[[list[str]], set[str]]) -> SkillPlan:
+    """`scope(names)`: the live skills these names are checked against (an ended contract is not)."""
     plan = SkillPlan()
     skill_calls = [c for c in calls if c.name == "skill"]
     if not skill_calls:
         return plan
     names = [str(c.arguments.get("name", "")) for c in skill_calls]
     try:
-        to_activate = resolve_activation(names, skills, active)
+        to_activate = resolve_activation(names, skills, scope(names))
         parents = required_by(names, skills)
     except SkillError as exc:
         error = ToolOutcome(content=f"Skill activation refused: {exc}", is_error=True)
@@ -76,7 +78,7 @@ def skill_tool(host: ToolHost, plans: dict[str, list[tuple[Skill, str | None]]])
             activations = plans.pop(ctx.call.id)
         else:
             try:
-                batch = plan_skill_batch([ctx.call], host.skills, host.active_skill_names())
+                batch = plan_skill_batch([ctx.call], host.skills, host.skill_scope)
             except SkillError as exc:
                 return ToolOutcome(content=str(exc), is_error=True)
             if ctx.call.id in batch.errors:

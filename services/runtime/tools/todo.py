@@ -1,4 +1,5 @@
-"""todo: replace the task list (one in_progress at most); the result carries the list as details."""
+"""todo: replace the task list (while any task is open, exactly one in_progress); the result carries the
+list as details."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def todo_tool(host: ToolHost) -> Tool:
     return Tool(
         name="todo",
         description="Replace the task list shown to the user. Send every task each time. Statuses: pending, "
-        "in_progress, complete, blocked; exactly one task may be in_progress.",
+        "in_progress, complete, blocked; while any task is pending or in_progress, exactly one is in_progress.",
         parameters={
             "type": "object",
             "properties": {

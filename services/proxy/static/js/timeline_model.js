@@ -62,11 +62,15 @@ function entryItems(entry, results, live) {
     case "skill_activation":
       return [{ key: entry.id, ts, kind: "skill", name: entry.name, skillType: entry.skillType,
                 requiredBy: entry.requiredBy, preloaded: entry.preloaded }];
+    case "skill_end":
+      return [{ key: entry.id, ts, kind: "note", label: `skill ended: ${entry.name}`,
+                text: entry.reason + (entry.workflow ? ` (${entry.workflow})` : "") }];
     case "compaction":
       return [{ key: entry.id, ts, kind: "compaction", text: entry.summary, tokensBefore: entry.tokensBefore }];
     case "model_change": return [{ key: entry.id, ts, kind: "note", label: "model", text: entry.modelId }];
     case "audit": return [{ key: entry.id, ts, kind: "note", label: `completion audit: ${entry.workflow}`,
-      text: entry.outcome + (entry.missing && entry.missing.length ? ` (missing: ${entry.missing.join(", ")})` : "") }];
+      text: entry.outcome + (entry.missing && entry.missing.length ? ` (missing: ${entry.missing.join(", ")})` : "")
+        + (entry.deviations || []).map((d) => `\ndeviation ${d.step}: ${d.cause}`).join("") }];
     default: return [];
   }
 }
@@ -96,10 +100,12 @@ export function buildItems(entries, live) {
   return items;
 }
 
+/** The live skill contracts: activated and not ended since (a `skill_end` entry ends one). */
 export function activeSkills(entries, liveSkills) {
   const skills = new Map();
   for (const e of entries) {
-    if (e.type === "skill_activation") skills.set(e.name, { name: e.name, type: e.skillType, requiredBy: e.requiredBy });
+    if (e.type === "skill_activation" && !skills.has(e.name)) skills.set(e.name, { name: e.name, type: e.skillType, requiredBy: e.requiredBy });
+    else if (e.type === "skill_end") skills.delete(e.name);
   }
   for (const s of liveSkills) if (!skills.has(s.name)) skills.set(s.name, s);
   return [...skills.values()];

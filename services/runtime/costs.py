@@ -1,0 +1,98 @@
+"""The UI state's cost records (seed: "The UI projection of asynchronous cost records"): one record
+per model, filled from the usage every assistant message of the transcript records and priced by the
+configured table (shared/pricing.py).
+
+The transcript is the authoritative source, so the records are a projection: rebuilt after each run
+and at a wake (a client's edit of `costs` does not survive either). Pure apart from `CostProjection`,
+which writes the UI document only when the records changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from shared.contracts.messages import AssistantMessage
+from shared.contracts.transcript import MessageEntry, TranscriptEntry
+from shared.pricing import ModelPrice, cost_usd, price_of
+
+from .lease import LeaseLost
+from .uistate import UiDoc
+
+log = structlog.get_logger()
+
+MAX_RECORDS = 50  # distinct models in one session's records; the rest are summed into the last
+
+
+@dataclass
+class ModelUsage:
+    requests: int = 0
+    input: int = 0
+    cached: int = 0
+    output: int = 0
+    models: set[str] = field(default_factory=set)
+
+
+def usage_by_model(entries: Iterable[TranscriptEntry]) -> dict[str, ModelUsage]:
+    out: dict[str, ModelUsage] = {}
+    for e in entries:
+        if isinstance(e, MessageEntry) and isinstance(e.message, AssistantMessage):
+            m = e.message
+            u = out.setdefault(m.model or "unknown", ModelUsage())
+            u.requests += 1
+            u.input += m.usage.input
+            u.cached += m.usage.cache_read
+            u.output += m.usage.output
+    return out
+
+
+def cost_records(entries: Sequence[TranscriptEntry], prices: Mapping[str, ModelPrice]) -> list[dict[str, Any]]:
+    """One `CostRecord` (shared/contracts/ui.py) per model, in first-use order: `settled` with its
+    amount in USD when the model has a price, else `pending` with amount 0."""
+    records = []
+    for model, u in list(usage_by_model(entries).items())[:MAX_RECORDS]:
+        price = price_of(model, prices)
+        label = (f"{model}: {u.requests} model requests, {u.input} input tokens ({u.cached} cached), "
+                 f"{u.output} output tokens" + ("" if price else "; no price configured"))
+        amount = round(cost_usd(price, u.input, u.cached, u.output), 6) if price else 0.0
+        records.append({"id": f"model:{model}"[:200], "label": label, "amount": amount,
+                        "status": "settled" if price else "pending"})
+    return records
+
+
+class UiWriter(Protocol):
+    @property
+    def ui(self) -> UiDoc: ...
+
+    async def persist_ui(self) -> None: ...
+
+    async def publish_ui(self, update: bytes) -> None: ...
+
+
+class CostProjection:
+    def __init__(self, entries: Any, ui: UiWriter, prices: Mapping[str, ModelPrice]) -> None:
+        self.entries = entries  # () -> the transcript's entries
+        self.ui = ui
+        self.prices = prices
+
+    async def refresh_quietly(self) -> None:
+        """After a run and at a wake: a refused or failed projection is logged, never the run's failure
+        (the next refresh rebuilds it from the transcript)."""
+        try:
+            await self.refresh()
+        except LeaseLost:
+            return
+        except Exception:  # noqa: BLE001 - a projection must not break the run that triggered it
+            log.exception("cost_records_failed")
+
+    async def refresh(self) -> None:
+        records = cost_records(self.entries(), self.prices)
+        doc = self.ui.ui
+        if doc.snapshot().get("costs") == records:
+            return
+        update = await doc.set_costs(records)
+        await self.ui.persist_ui()
+        await self.ui.publish_ui(update)

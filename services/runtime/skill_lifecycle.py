@@ -1,0 +1,134 @@
+"""Skill contracts with a lifecycle (docs/architecture.md "Skill contracts"): when an activation ends.
+
+- A workflow ends at the audited completion of its task: the blocking `message_user` that yields
+  after a `passed` or `deviations_reported` audit (services/runtime/audit.py) — reason `completed`.
+- A live workflow whose task completed (a final audit after its activation, e.g.
+  `deviations_unreported`) ends when the agent activates another workflow — reason `superseded`.
+- The references that came with an ending workflow (in its manifest's required closure, activated
+  with it or after it) end with it — reason `with_workflow` — unless a workflow that stays or starts
+  requires them too. A reference loaded on its own (not required, or activated before the workflow)
+  does not end: it is restored after every compaction.
+
+Each end is a `skill_end` transcript entry and a `skill_ended` event; the live set is derived from the
+transcript alone (`Transcript.active_skills`), so a wake or a compaction sees the same contracts.
+Conflicts are checked among live activations, minus those the incoming workflow supersedes (`scope`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from shared.contracts.transcript import (
+    AuditEntry,
+    SkillActivationEntry,
+    SkillEndEntry,
+    SkillEndReason,
+    TranscriptEntry,
+)
+
+from .events import Outbox
+from .skills import Skill, required_closure
+from .transcript import Transcript, now_iso
+
+
+@dataclass(frozen=True)
+class SkillEnd:
+    name: str
+    reason: SkillEndReason
+    workflow: str | None = None
+
+
+def closure_names(names: Iterable[str], skills: Mapping[str, Skill]) -> set[str]:
+    return {s.name for s in required_closure([n for n in names if n in skills], skills)}
+
+
+def completed_workflows(entries: Sequence[TranscriptEntry], live: Sequence[SkillActivationEntry]) -> set[str]:
+    """Live workflows with a final (yielding) completion audit after their activation."""
+    started = {a.id for a in live if a.skill_type == "workflow"}
+    open_: set[str] = set()
+    done: set[str] = set()
+    for e in entries:
+        if isinstance(e, SkillActivationEntry) and e.id in started:
+            open_.add(e.name)
+        elif isinstance(e, AuditEntry) and e.workflow in open_ and e.outcome != "blocked":
+            done.add(e.workflow)
+    return done
+
+
+def ends_for(workflows: Sequence[str], live: Sequence[SkillActivationEntry], skills: Mapping[str, Skill],
+             keep: Iterable[str], reason: SkillEndReason, by: str | None = None) -> list[SkillEnd]:
+    """The ending workflows, then the live references that came with them (required by one and
+    activated with it or after it) and that nothing in `keep` requires."""
+    kept = closure_names(keep, skills)
+    position = {a.name: i for i, a in enumerate(live)}  # `live` is in activation order
+    out = [SkillEnd(w, reason, by) for w in workflows]
+    for i, a in enumerate(live):
+        if a.skill_type != "reference" or a.name in kept:
+            continue
+        owner = next((w for w in workflows if a.name in closure_names([w], skills) and position.get(w, i) <= i), None)
+        if owner is not None:
+            out.append(SkillEnd(a.name, "with_workflow", owner))
+    return out
+
+
+def superseded(incoming: Iterable[str], live: Sequence[SkillActivationEntry], completed: set[str],
+               skills: Mapping[str, Skill]) -> list[SkillEnd]:
+    """What ends when `incoming` skills activate: nothing, unless they bring a workflow; then every
+    completed live workflow they do not include, with its references."""
+    closure = closure_names(incoming, skills)
+    starting = [n for n in closure if skills[n].type == "workflow"]
+    if not starting:
+        return []
+    ending = [a.name for a in live if a.skill_type == "workflow" and a.name in completed and a.name not in closure]
+    staying = [a.name for a in live if a.skill_type == "workflow" and a.name not in ending]
+    return ends_for(ending, live, skills, [*staying, *closure], "superseded", sorted(starting)[0])
+
+
+def completion_ends(finished: Sequence[str], live: Sequence[SkillActivationEntry],
+                    skills: Mapping[str, Skill]) -> list[SkillEnd]:
+    """What ends at an audited completion of the `finished` workflows."""
+    names = {a.name for a in live}
+    ending = [w for w in finished if w in names]
+    staying = [a.name for a in live if a.skill_type == "workflow" and a.name not in ending]
+    return ends_for(ending, live, skills, staying, "completed")
+
+
+def scope(incoming: Iterable[str], transcript: Transcript, skills: Mapping[str, Skill]) -> set[str]:
+    """The live skill names a conflict check of `incoming` runs against."""
+    live = transcript.active_skills()
+    gone = {e.name for e in superseded(incoming, live, completed_workflows(transcript.entries, live), skills)}
+    return {a.name for a in live} - gone
+
+
+class SkillContracts:
+    """Records activations and their ends (transcript entry first, then the event)."""
+
+    def __init__(self, transcript: Transcript, skills: Mapping[str, Skill], outbox: Outbox) -> None:
+        self.transcript = transcript
+        self.skills = skills
+        self.outbox = outbox
+
+    def names(self) -> set[str]:
+        return {a.name for a in self.transcript.active_skills()}
+
+    def scope(self, incoming: Iterable[str]) -> set[str]:
+        return scope(incoming, self.transcript, self.skills)
+
+    async def activate(self, skill: Skill, required_by: str | None) -> None:
+        """Ends what the skill supersedes, then records it active."""
+        live = self.transcript.active_skills()
+        await self.end(superseded([skill.name], live, completed_workflows(self.transcript.entries, live), self.skills))
+        await self.transcript.append_skill(skill.name, skill.type, required_by)
+        await self.outbox.event("skill_activated", {"name": skill.name, "type": skill.type, "requiredBy": required_by})
+
+    async def complete(self, workflows: Sequence[str]) -> None:
+        """The audited completion of these workflows' task yields: their contracts end."""
+        await self.end(completion_ends(workflows, self.transcript.active_skills(), self.skills))
+
+    async def end(self, ends: Sequence[SkillEnd]) -> None:
+        t = self.transcript
+        for e in ends:
+            await t.append_entry(SkillEndEntry(id=t.new_id(), parent_id=t.leaf_id, timestamp=now_iso(), name=e.name,
+                                               reason=e.reason, workflow=e.workflow))
+            await self.outbox.event("skill_ended", {"name": e.name, "reason": e.reason, "workflow": e.workflow})

@@ -1,0 +1,42 @@
+"""Cost records (services/runtime/costs.py, shared/pricing.py): the usage the transcript records,
+priced per model by the configured table."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.runtime.costs import cost_records
+from shared.contracts.messages import AssistantMessage, Usage
+from shared.contracts.transcript import MessageEntry
+from shared.contracts.ui import SessionUIState
+from shared.pricing import DEFAULT_PRICES, parse_prices, price_of
+
+
+def reply(i: int, model: str, inp: int, cached: int, out: int) -> MessageEntry:
+    return MessageEntry(id=f"m{i}", timestamp="2026-01-01T00:00:00.000Z",
+                        message=AssistantMessage(model=model, usage=Usage(input=inp, cache_read=cached, output=out)))
+
+
+def test_records_sum_the_usage_per_model_and_price_it() -> None:
+    entries = [reply(1, "gpt-5-mini", 10_000, 4_000, 500), reply(2, "gpt-5-mini-2025-08-07", 2_000, 0, 100),
+               reply(3, "local-llama", 1_000, 0, 10)]
+    records = cost_records(entries, DEFAULT_PRICES)
+    assert [r["id"] for r in records] == ["model:gpt-5-mini", "model:gpt-5-mini-2025-08-07", "model:local-llama"]
+    # 6,000 fresh input at 0.25, 4,000 cached at 0.025, 500 output at 2.0 (USD per million tokens)
+    assert records[0]["amount"] == pytest.approx((6_000 * 0.25 + 4_000 * 0.025 + 500 * 2.0) / 1e6)
+    assert records[0]["status"] == "settled" and "1 model requests, 10000 input tokens (4000 cached)" in records[0]["label"]
+    assert records[1]["amount"] == pytest.approx((2_000 * 0.25 + 100 * 2.0) / 1e6)  # a dated snapshot: its family
+    assert records[2] == {"id": "model:local-llama", "amount": 0.0, "status": "pending",
+                          "label": "local-llama: 1 model requests, 1000 input tokens (0 cached), 10 output tokens; "
+                                   "no price configured"}
+    SessionUIState.model_validate({"costs": records})  # valid UI state
+
+
+def test_the_price_table_is_configuration() -> None:
+    table = parse_prices('{"local-llama": {"input": 0, "cachedInput": 0, "output": 0.1}}')
+    price = price_of("local-llama", table)
+    assert price is not None and price.output == 0.1 and "gpt-5" in table
+    assert cost_records([reply(1, "local-llama", 0, 0, 1_000_000)], table)[0]["amount"] == pytest.approx(0.1)
+    for bad in ('{"m": {"input": -1, "cachedInput": 0, "output": 0}}', '{"m": {"input": 1}}', "[1]", "{"):
+        with pytest.raises(ValueError):
+            parse_prices(bad)
