@@ -84,8 +84,12 @@ def test_hints_read_update_and_compaction(api: httpx.Client) -> None:
     assert hints["content"] == (
         "<knowledge_hints>\n"
         "  BLOCKING: Fetch each matching unread note before the first task action.\n"
-        '  <knowledge id="note-brand-images" name="Workspace image rules" '
-        'scope="Use for image selection or image generation in this workspace." source="workspace"/>\n'
+        "  <knowledge\n"
+        '    id="note-brand-images"\n'
+        '    name="Workspace image rules"\n'
+        '    scope="Use for image selection or image generation in this workspace."\n'
+        '    source="workspace"\n'
+        "  />\n"
         "</knowledge_hints>")
     assert hints["details"]["trusted"] is True and hints["details"]["injectionType"] == "knowledge_hints"
     at = es.index(hints)
