@@ -89,6 +89,8 @@ class JwksCache:
     async def _fetch(self) -> dict[str, jwt.PyJWK]:
         if not self._jwks_url:
             discovery = await self._get_json(self._config.issuer.rstrip("/") + "/.well-known/openid-configuration")
+            if discovery.get("issuer") != self._config.issuer:  # OpenID Connect Discovery 1.0, section 4.3
+                raise ValueError("discovery document names another issuer")
             uri = discovery.get("jwks_uri")
             if not isinstance(uri, str) or not uri.startswith(("https://", "http://")):
                 raise ValueError("discovery document has no jwks_uri")
