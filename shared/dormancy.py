@@ -69,7 +69,8 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
     redis.call('DEL', KEYS[7])
   end
   local since = tonumber(redis.call('HGET', KEYS[4], 'waking_since') or '0')
-  if redis.call('HGET', KEYS[4], 'status') ~= 'waking' or since + tonumber(ARGV[5]) < tonumber(ARGV[4]) then
+  local status = redis.call('HGET', KEYS[4], 'status')
+  if status ~= 'deleting' and (status ~= 'waking' or since + tonumber(ARGV[5]) < tonumber(ARGV[4])) then
     -- Fields at the row's defaults (services/proxy/rows.py SessionRow: status dormant, variant base).
     redis.call('HDEL', KEYS[4], 'wake_id', 'waking_since', 'wake_fence', 'status')
   end

@@ -192,3 +192,13 @@ def changes_in_flight(sid: str) -> str:
 def digest_flush(sid: str) -> str:
     """The highest flush watermark the digest still owes the session (a change not handled yet)."""
     return _s(sid) + ":digest-flush"
+
+
+# Session deletion (shared/deletion.py, docs/architecture.md "Session lifecycle"). Sorted set: session
+# id scored by when its (next) erase pass is due; an id leaves it once erased after the grace period.
+SESSIONS_DELETING = "gamma:sessions:deleting"
+# Sorted set: session id scored by when it was erased (the tombstones); trimmed past
+# GAMMA_DELETED_RETENTION_S. Global on purpose: every key under the session's `{sid}` tag is erased.
+SESSIONS_DELETED = "gamma:sessions:deleted"
+# Session-row `status` while the session is being deleted (services/proxy/erase.py).
+STATUS_DELETING = "deleting"

@@ -88,7 +88,7 @@ class Settings(BaseSettings):
     instance: str = Field("", validation_alias=AliasChoices("GAMMA_INSTANCE", "HOSTNAME"))
 
     # --- quotas and stream growth (issue 23 item 9)
-    # Sessions one user may own (there is no delete yet: the quota counts every session ever created).
+    # Sessions one user may own (a deleted session no longer counts).
     max_sessions_per_user: int = Field(1000, ge=1, validation_alias="GAMMA_MAX_SESSIONS_PER_USER")
     # Session creations per user per minute (fixed one-minute windows); 429 with Retry-After above it.
     session_creates_per_minute: int = Field(60, ge=1, validation_alias="GAMMA_SESSION_CREATES_PER_MINUTE")
@@ -216,6 +216,22 @@ class Settings(BaseSettings):
     # --- causal order of live writes (issue 17 item 1, shared/causal.py): a prompt waits at most this
     # long for the artifact updates of the writes acknowledged before it; 0 turns the wait off.
     causal_wait_ms: int = Field(2000, ge=0, le=60_000, validation_alias="GAMMA_CAUSAL_WAIT_MS")
+
+    # --- session lifecycle (proxy): Idempotency-Key, delete, titles, export (docs/architecture.md
+    # "Session lifecycle"). A key's stored response is replayed for this long; a user keeps at most
+    # this many keys (the oldest go first); a request in flight holds its key at most this long (a
+    # proxy that died mid-request frees it then); a response bigger than this is not stored.
+    idempotency_ttl_s: int = Field(24 * 3600, ge=60, le=7 * 24 * 3600, validation_alias="GAMMA_IDEMPOTENCY_TTL_S")
+    idempotency_max_keys: int = Field(10_000, ge=10, le=1_000_000, validation_alias="GAMMA_IDEMPOTENCY_MAX_KEYS")
+    idempotency_lease_s: int = Field(120, ge=5, le=3600, validation_alias="GAMMA_IDEMPOTENCY_LEASE_S")
+    idempotency_max_response_bytes: int = Field(256 * 1024, ge=1024, le=16 * 1024 * 1024,
+                                                validation_alias="GAMMA_IDEMPOTENCY_MAX_RESPONSE_BYTES")
+    # A deleted session's id is remembered this long (later writes and notifications: 410).
+    deleted_retention_s: int = Field(30 * 24 * 3600, ge=60, validation_alias="GAMMA_DELETED_RETENTION_S")
+    # How often each proxy resumes deletes a dead proxy left half done.
+    delete_sweep_interval_s: float = Field(30.0, gt=0, le=3600, validation_alias="GAMMA_DELETE_SWEEP_INTERVAL_S")
+    # GET /sessions/{id}/export refuses (413) a session whose files add up to more than this.
+    export_max_bytes: int = Field(512 * 1024 * 1024, ge=1024, validation_alias="GAMMA_EXPORT_MAX_BYTES")
 
     # --- notification urgency (services/notifications/policy.py): the notification types that wake a
     # dormant session (comma- or space-separated); none by default, so a notification waits for the

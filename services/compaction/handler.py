@@ -29,6 +29,7 @@ from shared.compaction_rules import file_operations, format_file_operations, sum
 from shared.contracts.compaction import CompactionRequest
 from shared.contracts.inbox import CompactionReady
 from shared.contracts.transcript import parse_entries
+from shared.deletion import is_deleted
 from shared.disk import iter_jsonl, session_paths
 from shared.inbox import entry_fields, ring_arg, ring_lua
 from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW
@@ -85,6 +86,9 @@ class CompactionHandler:
         sid, rid = request.session_id, request.request_id
         with structlog.contextvars.bound_contextvars(session_id=sid, request_id=rid):
             token = f"{self.consumer}:{uuid.uuid4().hex[:8]}"
+            if await is_deleted(self.redis, sid):
+                self._count("deleted")
+                return
             if not await self._acquire(sid, rid, token):
                 log.info("compaction_duplicate_request")
                 self._count("duplicate")
@@ -152,6 +156,9 @@ class CompactionHandler:
         return CompactionReady(**base, summary=summary + format_file_operations(details), details=details)
 
     async def _deliver(self, ready: CompactionReady) -> None:
+        if await is_deleted(self.redis, ready.session_id):  # deleted meanwhile: the answer would recreate its inbox
+            log.info("compaction_ready_dropped_session_deleted")
+            return
         fields = entry_fields(ready)
         sent = await self.redis.eval(  # type: ignore[misc]
             _DELIVER, 2, keys.inbox(ready.session_id), done_key(ready.session_id, ready.request_id),

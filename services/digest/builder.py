@@ -35,6 +35,7 @@ from shared.contracts.injection import RuntimeInjection
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.pending import PendingArtifact
 from shared.contracts.recorded import InjectionRecorded
+from shared.deletion import is_deleted
 from shared.fence import read_fence
 from shared.inbox import append
 from shared.redis_wire import optional_text
@@ -130,6 +131,8 @@ class DigestBuilder:
             return
         sid, ref = change.session_id, change.ref
         async with self.locked(sid):
+            if await is_deleted(self._r, sid):  # erased or being erased: write nothing back
+                return
             state = await self.revisions.load(sid, ref) or RefState(kind=change.kind)
             given = change.to_revision
             if given is None and change.document is not None and isinstance(change.document.get("revision"), int):
@@ -268,6 +271,8 @@ class DigestBuilder:
     async def flush(self, sid: str, ref: str) -> None:
         """A debounce window ended: send (live) or write the manifest (the session went dormant meanwhile)."""
         async with self.locked(sid):
+            if await is_deleted(self._r, sid):  # erased or being erased: write nothing back
+                return
             state = await self.revisions.load(sid, ref)
             if state is None or not state.undelivered:
                 return
@@ -326,6 +331,8 @@ class DigestBuilder:
         revision = event.to_revision if event.to_revision is not None else revision
         sid = event.session_id
         async with self.locked(sid):
+            if await is_deleted(self._r, sid):  # erased or being erased: write nothing back
+                return
             await asyncio.to_thread(self.manifest.clear_upto, sid, ref, revision)
             state = await self.revisions.load(sid, ref)
             if state is None:

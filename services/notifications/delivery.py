@@ -19,6 +19,7 @@ from shared.contracts.inbox import Barrier
 from shared.contracts.lifecycle import SessionLive
 from shared.contracts.notifications import ExternalNotification, NotificationAccepted, NotificationSubmit
 from shared.contracts.recorded import InjectionRecorded
+from shared.deletion import is_deleted
 from shared.inbox import append
 
 from .convert import SOURCE, parse_source_id, to_injections
@@ -31,7 +32,11 @@ WakeSender = Callable[[str, ExternalNotification], Awaitable[None]]
 
 
 class UnknownSession(LookupError):
-    pass
+    """No such session; `deleted`: there was one, deleted (answered 410)."""
+
+    def __init__(self, sid: str, deleted: bool = False) -> None:
+        super().__init__(sid)
+        self.deleted = deleted
 
 
 class NotificationConflict(ValueError):
@@ -78,7 +83,7 @@ class Delivery:
         parts = to_injections(sid, n)
         result = await self.store.submit(sid, n, parts)
         if result is None:
-            raise UnknownSession(sid)
+            raise UnknownSession(sid, deleted=await is_deleted(self._r, sid))
         created, status = result.created, result.status
         if not created:
             if result.existing is not None and result.existing.notification != n:

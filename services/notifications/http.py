@@ -30,6 +30,7 @@ RESPONSES: dict[int | str, dict[str, object]] = {
     401: {"description": "missing bearer token, or an invalid JWT", "content": _ERROR},
     403: {"description": "not the service token, or a JWT without the service scope", "content": _ERROR},
     404: {"description": "unknown session", "content": _ERROR},
+    410: {"description": "the session was deleted", "content": _ERROR},
     409: {"description": "the id was already used for a different notification; detail.id names it",
           "content": _ERROR},
     413: {"description": "body too large", "content": _ERROR},
@@ -109,7 +110,9 @@ def make_router(delivery: Delivery, service_token: str, max_bytes: int,
             return _error(422, "invalid notification", json.loads(exc.json(include_url=False, include_input=False)))
         try:
             accepted = await delivery.submit(body)
-        except UnknownSession:
+        except UnknownSession as exc:
+            if exc.deleted:
+                return _error(410, f"session {body.session_id} was deleted")
             return _error(404, f"unknown session {body.session_id}")
         except NotificationConflict as exc:
             return _error(409, str(exc), {"id": exc.notification_id})

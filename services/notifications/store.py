@@ -37,6 +37,7 @@ CONSUMED_TTL_S = 7 * 24 * 3600
 # Returns {created, status}, plus the stored record for a repeat.
 _SUBMIT = """
 if redis.call('EXISTS', KEYS[4]) == 0 then return {-1, 'unknown'} end
+if redis.call('HGET', KEYS[4], 'status') == 'deleting' then return {-1, 'unknown'} end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then
   return {0, redis.call('HGET', KEYS[2], 'status') or 'pending', redis.call('GET', KEYS[1])}
 end

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from shared.bus import make_broker
@@ -17,12 +17,14 @@ from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
 from .deps import Proxy
+from .erase import sweep_forever
 from .errors import install_error_handlers
 from .fanout import EventFanout
 from .heap import TrimAfterLargeResponses
+from .idempotency import IdempotencyRecorder, Replay, replay_response
 from .limits import BodyLimit
 from .metrics import ProxyMetrics
-from .routes import documents, events, knowledge, runs, sessions, ui, workspace
+from .routes import documents, events, knowledge, lifecycle, runs, sessions, ui, workspace
 
 STATIC = Path(__file__).parent / "static"
 # Bodies here are file contents (opaque bytes, routes/workspace.py): no JSON body limits.
@@ -45,6 +47,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def start() -> None:
         # Publish-only (Wake, ArtifactChange): connect, no subscribers to start.
         await broker.connect()
+        # Deletes a killed proxy left half done are finished (services/proxy/erase.py).
+        ctx.spawn(sweep_forever(app.state.proxy), "delete-sweep")
 
     async def stop() -> None:
         await fanout.close()
@@ -65,12 +69,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             metrics=ProxyMetrics.create(ctx.registry), blocking=blocking, fanout=fanout)
     add_health_routes(app, ctx, require_all=True, internal_port=settings.proxy_metrics_port)
     install_error_handlers(app)
+
+    @app.exception_handler(Replay)
+    async def _replay(_: object, exc: Replay) -> Response:
+        return replay_response(exc.record)
+
+    # Innermost: it sees the response the route answered (error handlers included), before the trim.
+    app.add_middleware(IdempotencyRecorder)
     # Inside BodyLimit (added later = outer): file contents are opaque bytes, not JSON.
     app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,
                        max_number_digits=settings.max_json_number_digits, exempt=[WORKSPACE_FILES])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(TrimAfterLargeResponses)
-    for module in (sessions, runs, ui, workspace, documents, events, knowledge):
+    for module in (sessions, runs, lifecycle, ui, workspace, documents, events, knowledge):
         app.include_router(module.router)
 
     @app.get("/", include_in_schema=False)

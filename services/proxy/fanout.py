@@ -123,6 +123,12 @@ class EventFanout:
             raise
         return sub
 
+    def close_session(self, sid: str, reason: str) -> None:
+        """End every stream of `sid` on this proxy (the session was deleted)."""
+        topic = self._topics.get(sid)
+        for sub in list(topic.subscribers) if topic is not None else []:
+            sub.close(reason)
+
     def unsubscribe(self, sub: Subscriber) -> None:
         topic = self._topics.get(sub.sid)
         if topic is not None and sub in topic.subscribers:

@@ -38,7 +38,17 @@ class BecameLive(Exception):
 
 
 async def owned_session(sid: str, user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)) -> SessionState:
-    """The session, if it exists and belongs to the caller; anyone else gets the same 404."""
+    """The session, if it exists and belongs to the caller; anyone else gets the same 404, and so does
+    everyone for a session being deleted (services/proxy/erase.py)."""
+    state = await owned_or_deleting(sid, user, proxy)
+    if state.row.status == "deleting":
+        raise ApiError(404, f"session {sid!r} not found")
+    return state
+
+
+async def owned_or_deleting(sid: str, user: str = Depends(current_user),
+                            proxy: Proxy = Depends(get_proxy)) -> SessionState:
+    """As `owned_session`, a session being deleted included (DELETE resumes its erase)."""
     state = await load_state(proxy.redis, sid) if _plausible(sid) else None
     if state is None or state.row.owner != user:
         raise ApiError(404, f"session {sid!r} not found")
@@ -105,6 +115,8 @@ async def apply_if_dormant(proxy: Proxy, state: SessionState, kind: str,
         return None
     try:
         async with dormant_lock(proxy.redis, state.row.id):
+            if await gone(proxy.redis, state.row.id):  # deleted after the route read the row: write nothing
+                raise ApiError(404, f"session {state.row.id!r} not found")
             value = await apply()
     except BecameLive:
         return None
@@ -112,6 +124,15 @@ async def apply_if_dormant(proxy: Proxy, state: SessionState, kind: str,
         raise refused(value)
     proxy.metrics.dormant_writes.labels(kind).inc()
     return Applied(value)
+
+
+async def gone(redis: aioredis.Redis, sid: str) -> bool:
+    """The row is gone or being deleted (services/proxy/erase.py holds this same lock to erase)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hexists(keys.session_row(sid), "owner")
+        pipe.hget(keys.session_row(sid), "status")
+        owned, status = await pipe.execute()
+    return not owned or status in (keys.STATUS_DELETING, keys.STATUS_DELETING.encode())
 
 
 def refused(r: Refused) -> ApiError:

@@ -1,7 +1,7 @@
 """Session rows `gamma:{sid}:session` (the proxy writes their fields below) and the per-user listing.
 
-Fields (docs/integration.md): id, owner, variant, model (ModelConfig JSON), status (dormant | waking),
-wake_id, created_at, updated_at (ms). Beside them, written by others: the runtime's `fence`
+Fields (docs/integration.md): id, owner, variant, model (ModelConfig JSON), status (dormant | waking |
+deleting: services/proxy/erase.py), wake_id, title, created_at, updated_at (ms). Beside them, written by others: the runtime's `fence`
 (shared/fence.py) and the dormancy sweep's `usage` and `events_swept` (shared/dormancy.py). The proxy
 also keeps `waking_since` and `wake_fence` (the fence value when it sent the Wake), so a finished wake
 is recognised without a write: once the fence moved past `wake_fence` a runtime took the lease.
@@ -24,7 +24,7 @@ from shared.fence import fence_of
 from shared.redis_wire import text
 
 WAKE_WINDOW_MS = 60_000
-RowStatus = Literal["dormant", "waking"]
+RowStatus = Literal["dormant", "waking", "deleting"]
 
 
 class SessionRow(BaseModel):
@@ -36,6 +36,7 @@ class SessionRow(BaseModel):
     wake_id: str | None = None
     waking_since: int | None = None
     wake_fence: int | None = None
+    title: str | None = None
     created_at: int
     updated_at: int
 
@@ -57,6 +58,8 @@ class SessionRow(BaseModel):
             out["waking_since"] = str(self.waking_since)
         if self.wake_fence is not None:
             out["wake_fence"] = str(self.wake_fence)
+        if self.title is not None:
+            out["title"] = self.title
         return out
 
     @classmethod
@@ -100,7 +103,7 @@ class SessionState:
         return SessionView(
             id=r.id, owner=r.owner, variant=r.variant, model=r.model, status=self.status(),
             running=self.running and self.leased, created_at=r.created_at, updated_at=r.updated_at,
-            run_id=self.active_run_id,
+            run_id=self.active_run_id, title=r.title,
         )
 
 
@@ -209,16 +212,36 @@ async def list_page(redis: aioredis.Redis, owner: str, limit: int,
     return out, next_cursor
 
 
-async def mark_waking(redis: aioredis.Redis, sid: str, wake_id: str, fence: int) -> None:
-    now = now_ms()
-    mapping: dict[str | bytes, str] = {"status": "waking", "wake_id": wake_id, "waking_since": str(now), "wake_fence": str(fence),
-               "updated_at": str(now)}
-    await redis.hset(keys.session_row(sid), mapping=mapping)  # type: ignore[arg-type]
+async def mark_waking(redis: aioredis.Redis, sid: str, wake_id: str, fence: int) -> bool:
+    """False (nothing written) when the row is gone or being deleted meanwhile."""
+    now = str(now_ms())
+    fields = ["status", "waking", "wake_id", wake_id, "waking_since", now, "wake_fence", str(fence), "updated_at", now]
+    return bool(await redis.eval(_MARK_WAKING, 1, keys.session_row(sid), keys.STATUS_DELETING, *fields))  # type: ignore[misc]
+
+
+_MARK_WAKING = """
+if redis.call('HEXISTS', KEYS[1], 'owner') == 0 or redis.call('HGET', KEYS[1], 'status') == ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+"""
 
 
 async def mark_dormant(redis: aioredis.Redis, sid: str) -> None:
     now = now_ms()
     await redis.hset(keys.session_row(sid), mapping={"status": "dormant", "updated_at": str(now)})
+
+
+async def set_title(redis: aioredis.Redis, sid: str, title: str | None) -> None:
+    """Only while the row exists and is not being deleted: a PATCH racing a DELETE recreates nothing."""
+    await redis.eval(_SET_TITLE, 1, keys.session_row(sid), title or "", str(now_ms()), keys.STATUS_DELETING)  # type: ignore[misc]
+
+
+_SET_TITLE = """
+if redis.call('HEXISTS', KEYS[1], 'owner') == 0 or redis.call('HGET', KEYS[1], 'status') == ARGV[3] then return 0 end
+if ARGV[1] == '' then redis.call('HDEL', KEYS[1], 'title') else redis.call('HSET', KEYS[1], 'title', ARGV[1]) end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[2])
+return 1
+"""
 
 
 async def touch(redis: aioredis.Redis, sid: str) -> None:

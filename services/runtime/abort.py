@@ -25,7 +25,7 @@ import structlog
 from shared.contracts.events import RunAbortedData
 from shared.contracts.http import AbortResult
 from shared.contracts.inbox import Abort, UserPrompt
-from shared.contracts.messages import CustomMessage
+from shared.contracts.messages import AssistantMessage, CustomMessage, UserMessage
 from shared.contracts.transcript import CustomMessageEntry, MessageEntry
 from shared.inbox import InboxEntry
 from shared.trusted_blocks import render
@@ -70,6 +70,11 @@ def stopped_by_user(transcript: Transcript) -> bool:
         if isinstance(e, MessageEntry):
             return False
     return False
+
+
+def last_message_is_user(transcript: Transcript) -> bool:
+    last = next((e for e in reversed(transcript.entries) if isinstance(e, MessageEntry)), None)
+    return last is not None and isinstance(last.message, UserMessage)
 
 
 def marker(run_id: str, reason: AbortReason) -> CustomMessage:
@@ -139,6 +144,10 @@ class RunAborter:
         for the next prompt, and the context is the transcript's."""
         h = self.h
         await repair_interrupted_run(h.transcript, NOTES[reason])
+        if last_message_is_user(h.transcript):
+            # Stopped before the model's first word (or its run cancelled outright): the prompt gets an
+            # empty aborted answer, so no user message is left without one (the context skips it).
+            await h.transcript.append_message(AssistantMessage(stop_reason="aborted"))
         kept = h.agent.take_queued()
         h.protocol.next_turn = [*kept, *h.protocol.next_turn]  # first in the next turn, in order
         await h.transcript.append_custom(marker(run_id, reason))

@@ -22,6 +22,7 @@ import asyncio
 import time
 
 import redis.asyncio as aioredis
+import structlog
 
 from shared import keys, redis_cluster
 from shared.fence import FOLD_LEGACY
@@ -29,9 +30,11 @@ from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW, text
 
 # Take the lease (fence = HINCRBY of the row's fence field, shared/fence.py) and, in the same round trip,
 # read what the wake needs next: whether the proxy holds the dormant-write lock, and the session row.
-# KEYS: lease, legacy fence, dormant-write, row (one {sid} slot). ARGV: holder, ttl, the fence field.
+# KEYS: lease, legacy fence, dormant-write, row (one {sid} slot). ARGV: holder, ttl, the fence field, the
+# row status of a session being deleted (no lease for it: -1).
 _ACQUIRE = FOLD_LEGACY + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0, {}} end
+if redis.call('HGET', KEYS[4], 'status') == ARGV[4] then return {-1, 0, {}} end
 fold_legacy_fence(KEYS[2], KEYS[4], ARGV[3])
 local fence = redis.call('HINCRBY', KEYS[4], ARGV[3], 1)
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
@@ -101,8 +104,8 @@ class Lease:
         # `durable`): a failover never hands out the same fence twice.
         fence, locked, flat = await redis_cluster.durable(
             client, keys.lease(sid), "EVAL", _ACQUIRE, 4, keys.lease(sid), keys.legacy_fence(sid), keys.dormant_write(sid),
-            keys.session_row(sid), worker_id, str(ttl_ms), keys.FENCE_FIELD)
-        if int(fence) == 0:
+            keys.session_row(sid), worker_id, str(ttl_ms), keys.FENCE_FIELD, keys.STATUS_DELETING)
+        if int(fence) <= 0:
             return None, False, {}
         row = {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
         lease = cls(client, sid, worker_id, int(fence), ttl_ms)
@@ -188,3 +191,19 @@ async def wait_no_dormant_write(client: aioredis.Redis, sid: str, timeout_s: flo
             return {text(k): text(v) for k, v in row.items()}
         await asyncio.sleep(0.05)
 
+
+
+# A wake for a session erased after the wake was sent: the lease script made a row holding only its
+# fence; drop both (KEYS: lease, row; ARGV: the lease's value).
+_FORGET = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+if redis.call('HEXISTS', KEYS[2], 'owner') == 0 then redis.call('DEL', KEYS[2]) end
+return 1
+"""
+
+
+async def forget_deleted(client: aioredis.Redis, lease: Lease) -> None:
+    """Leave no key behind for a deleted session (shared/deletion.py)."""
+    structlog.get_logger().info("wake_ignored_session_deleted", session_id=lease.sid)
+    lease.released = True
+    await client.eval(_FORGET, 2, keys.lease(lease.sid), keys.session_row(lease.sid), lease.value)  # type: ignore[misc]

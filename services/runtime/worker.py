@@ -34,7 +34,7 @@ from shared.trim import trim_acked, trim_all
 from .diskfence import DiskFence, DiskFenceBusy, FenceBehind
 from .engine.openai_stream import ModelSettings
 from .events import BusPublish, Outbox
-from .lease import Lease, LeaseLost, raise_fence, renew_all, wait_no_dormant_write
+from .lease import Lease, LeaseLost, forget_deleted, raise_fence, renew_all, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps
 from .share import heartbeat, over_share, pause_while_over_share
@@ -98,7 +98,10 @@ class Worker:
                 lease, locked, row = await Lease.acquire_for_wake(self.client, wake.session_id, self.worker_id,
                                                                   self.settings.lease_ms)
                 if lease is None:
-                    log.info("wake_ignored_live_elsewhere", session_id=wake.session_id)
+                    log.info("wake_ignored_live_elsewhere_or_deleting", session_id=wake.session_id)
+                    return
+                if await self.client.zscore(keys.SESSIONS_DELETED, wake.session_id) is not None:
+                    await forget_deleted(self.client, lease)  # erased after an old wake was sent
                     return
                 try:
                     if locked:  # the proxy is writing dormant state: read the disk after it is done
@@ -330,6 +333,8 @@ class Worker:
                 with contextlib.suppress(RedisError, OSError):  # best effort: a dormant inbox keeps only the unread
                     await trim_acked(self.client, keys.inbox(sid))
                 with contextlib.suppress(RedisError, OSError):  # unscheduled, it only keeps its streams
+                    if reason == "delete":  # the proxy erases it now (services/proxy/erase.py)
+                        return
                     # After the retention window the events stream and the drained inbox go (shared/dormancy.py).
                     await dormancy.schedule(self.client, sid, self.settings.dormant_retention_s)
             except LeaseLost:

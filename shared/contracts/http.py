@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .base import Contract
 from .client import PromptClientContext
@@ -58,7 +60,34 @@ class SessionView(Contract):
     run_id: str | None = None  # the active run, while `running`
     created_at: int
     updated_at: int
+    title: str | None = None  # PATCH /sessions/{id}
     model_usage: ModelUsage | None = None  # GET /sessions/{id} only
+
+
+TITLE_MAX_CHARS = 200
+# C0/C1 controls, and the marks that reorder or break the text around them (bidi overrides and
+# isolates, line and paragraph separators): a title is shown inline in lists.
+_TITLE_REFUSED = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
+class PatchSession(Contract):
+    """PATCH /sessions/{id}: the title shown in GET /sessions and the inspector; null clears it."""
+
+    title: str | None = Field(..., max_length=TITLE_MAX_CHARS * 4)
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = unicodedata.normalize("NFC", value).strip()
+        if not value:
+            raise ValueError("a title is 1 or more visible characters (null clears it)")
+        if len(value) > TITLE_MAX_CHARS:
+            raise ValueError(f"a title is at most {TITLE_MAX_CHARS} characters")
+        if _TITLE_REFUSED.search(value):
+            raise ValueError("a title may not contain control, bidi or line-separator characters")
+        return value
 
 
 class SessionList(Contract):

@@ -44,6 +44,9 @@ class Usage(_Msg):
     cache_read: int = 0  # input tokens the provider served from its prompt cache
     reasoning: int = 0  # output tokens spent on reasoning (part of `output`)
     total_tokens: int = 0
+    # Counted here, not reported by the API: a request cancelled by an abort ends before its usage
+    # arrives, yet the provider bills its input and what it streamed (engine/openai_stream.py).
+    estimated: bool = False
 
 
 class UserMessage(_Msg):

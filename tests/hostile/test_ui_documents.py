@@ -129,6 +129,7 @@ def test_state_json_written_before_the_rule_is_repaired_on_read(api: httpx.Clien
     path.write_text(poisoned)  # and the runtime, waking on such a file, repairs it the same way
     wake(api, sid)
     live = api.get(f"/sessions/{sid}/ui").json()["snapshot"]
+    assert live.pop("costs") and dormant.pop("costs") == []  # the wake's prompt recorded its cost
     assert live == dormant
     good = sync(api, sid, edit(seeded(api, sid), _good))
     assert good.status_code == 200, good.text

@@ -560,7 +560,7 @@ def test_body_limits_and_json_errors(api: httpx.Client, stack: Stack) -> None:
 
     assert_error(api.put(f"/sessions/{sid}/workspace/files/a.txt", content=chunks()), 413, "2097152")
     assert_error(api.get("/no/such/route"), 404)
-    assert_error(api.delete(f"/sessions/{sid}"), 405)
+    assert_error(api.put(f"/sessions/{sid}", json={}), 405)
     assert_error(api.post(f"/sessions/{sid}/messages", json=["not", "an", "object"]), 422)
     assert api.get("/healthz").json()["status"] == "ok"
     assert "Traceback" not in stack.log("proxy")

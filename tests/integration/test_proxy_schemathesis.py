@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from tests.support.stack import API_TOKEN, Stack
 
 ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
-# Not re-run on the real session: a message would wake it (the runs belong to the live tests), and the
-# events stream of an existing session never ends by design.
-NOT_ON_REAL_SESSION = {("POST", "/sessions/{sid}/messages"), ("GET", "/sessions/{sid}/events")}
+# Not re-run on the real session: a message would wake it (the runs belong to the live tests), the
+# events stream of an existing session never ends by design, and a DELETE would erase it.
+NOT_ON_REAL_SESSION = {("POST", "/sessions/{sid}/messages"), ("GET", "/sessions/{sid}/events"),
+                       ("DELETE", "/sessions/{sid}")}
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from tests.support.polling import wait_sync
 from tests.support.recording_model import RecordingModel
 from tests.support.sessions import ask, entries, new_session
 from tests.support.stack import Stack
-from tests.support.trusted import assert_inert, payload, request_blocks, tags_in
+from tests.support.trusted import assert_inert, payload, request_items, tags_in
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -46,7 +46,7 @@ def bodies(model: RecordingModel, since: int = 0) -> list[dict[str, Any]]:
 def delivered(model: RecordingModel, tag: str, marker: str, timeout: float = 90) -> list[str]:
     """Wait until a recorded request carried the marked payload in a `tag` block; then check it (in
     every request that carried it: the history is sent again at each later call)."""
-    wait_sync(lambda: [b for b in request_blocks(bodies(model), tag) if marker in b], timeout=timeout,
+    wait_sync(lambda: [t for t in request_items(bodies(model), tag) if f"IGNORE {marker}" in t], timeout=timeout,
               interval=0.2, what=f"a <{tag}> block with {marker!r}")
     return assert_inert(bodies(model), tag, marker)
 
@@ -134,11 +134,11 @@ def test_background_result(api: httpx.Client, model: RecordingModel) -> None:
     child = script({"content": payload("background_result", "child")})
     ask(api, sid, script({"tool_calls": [call("subagent", task=child)]}, done("waiting for research")))
 
-    # No task is active, so the result waits for the next user message (docs/architecture.md "Delivery, yield and the idle rules"):
-    # ask again until a request carried it (the subagent may still be running at the first ask).
+    # No task is active, so the result waits for the next user message (docs/architecture.md
+    # "Delivery, yield and the idle rules"): ask again until a request carried it.
     def carried() -> bool:
         ask(api, sid, "any news from the research?")
-        return any("child" in b for b in request_blocks(bodies(model), "background_result"))
+        return any("IGNORE child" in t for t in request_items(bodies(model), "background_result"))
 
     wait_sync(carried, timeout=90, interval=0.5, what="a prompt that carries the background_result")
     block = delivered(model, "background_result", "child")[-1]
@@ -150,17 +150,18 @@ def test_background_result(api: httpx.Client, model: RecordingModel) -> None:
 
 @pytest.fixture(scope="module")
 def compacted(api: httpx.Client, model: RecordingModel) -> list[dict[str, Any]]:
-    """A todo written by the model, a knowledge note read with its tool, and a user message, all
-    holding the payload; then a compaction and one more prompt: the requests after the compaction."""
+    """A user message (the oldest: the summary covers it), a todo written by the model and a knowledge
+    note read with its tool, all holding the payload; then a compaction and one more prompt: the
+    requests after the compaction."""
     note = {"name": "Tide rules " + payload("active_knowledge", "kname"), "source": "workspace",
             "scope": "Use for tide decks. " + payload("active_knowledge", "kscope"),
             "body": payload("active_knowledge", "kbody")}
     assert api.put("/knowledge/tide-rules", json=note).status_code == 200
     sid = new_session(api)
+    ask(api, sid, "Remember this exactly: " + payload("summary", "summary"))
     todo = [{"id": "t1", "content": payload("todo_state", "todo"), "status": "in_progress"}]
     ask(api, sid, script({"tool_calls": [call("todo", items=todo), call("read_workspace_rule", knowledgeId="tide-rules")]},
                          done("noted")))
-    ask(api, sid, "Remember this exactly: " + payload("summary", "summary"))
     since = len(model.agent_requests())
     assert api.post(f"/sessions/{sid}/compact", json={}).status_code in (200, 202)
     wait_sync(lambda: any(e["type"] == "compaction" for e in entries(api, sid)), timeout=90, interval=0.3,

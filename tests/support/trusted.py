@@ -55,16 +55,15 @@ def quoted_text(text: str) -> str:
     return found[0]
 
 
-def request_blocks(bodies: list[dict[str, Any]], tag: str) -> list[str]:
-    """Every `tag` block the model read in these recorded request bodies (Responses `input` items or
-    Chat `messages`, any role): from a real opening to the first real closing after it."""
+def request_items(bodies: list[dict[str, Any]], tag: str) -> list[str]:
+    """The text of every item (Responses `input` item or Chat message, any role) of these recorded
+    request bodies that opens a `tag` block."""
     out = []
     for body in bodies:
         for item in [*(body.get("input") or []), *(body.get("messages") or [])]:
             text = "\n".join(strings(item))
-            for opening in re.finditer(rf"<{re.escape(tag)}[\s>/]", text):
-                end = text.find(f"</{tag}>", opening.start())
-                out.append(text[opening.start():] if end < 0 else text[opening.start():end + len(tag) + 3])
+            if re.search(rf"<{re.escape(tag)}[\s>/]", text):
+                out.append(text)
     return out
 
 
@@ -81,12 +80,14 @@ def strings(value: Any) -> list[str]:
 
 
 def assert_inert(bodies: list[dict[str, Any]], tag: str, marker: str) -> list[str]:
-    """The payload marked `marker` reached the model inside a `tag` block, and there it reads as
-    text: the block is one element and no `<system_guidance>` element opens or closes inside it."""
-    blocks = [b for b in request_blocks(bodies, tag) if marker in b]
-    assert blocks, f"no <{tag}> block carried {marker!r}: {request_blocks(bodies, tag)[-3:]}"
-    for block in blocks:
-        found = tags_in(block)
-        assert "<system_guidance" not in found and "</system_guidance" not in found, block
+    """The payload marked `marker` reached the model in an item holding a `tag` block, and there it
+    reads as text: the item is that one block (quotations aside), and no `<system_guidance>` element
+    opens or closes anywhere in it."""
+    items = [t for t in request_items(bodies, tag) if f"IGNORE {marker}" in t]
+    assert items, f"no item with a <{tag}> block carried {marker!r}: {request_items(bodies, tag)[-2:]}"
+    for text in items:
+        found = tags_in(text)
+        assert "<system_guidance" not in found and "</system_guidance" not in found, text
         assert found[0] == f"<{tag}" and found[-1] == f"</{tag}", found
-    return blocks
+        assert set(found[1:-1]) <= {"<quoted", "</quoted"}, found
+    return items

@@ -33,10 +33,17 @@ export interface paths {
         get: operations["get_session_sessions__sid__get"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete Session Route
+         * @description Abort a live run, release the lease, erase the session's disk and every Redis key of it; the
+         *     session leaves GET /sessions and the owner's session quota at once. A DELETE of a session whose
+         *     delete was interrupted resumes it. Later writes and notifications for the id are refused.
+         */
+        delete: operations["delete_session_route_sessions__sid__delete"];
         options?: never;
         head?: never;
-        patch?: never;
+        /** Patch Session */
+        patch: operations["patch_session_sessions__sid__patch"];
         trace?: never;
     };
     "/sessions/{sid}/messages": {
@@ -145,6 +152,28 @@ export interface paths {
          *     prompt. Answers once the run has ended.
          */
         post: operations["abort_sessions__sid__abort_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sessions/{sid}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export
+         * @description The transcript as stored (all branches), todo, UI state, documents and workspace files, with
+         *     `session.json` (the session as GET /sessions/{id} shows it). Symlinks and special files in the
+         *     workspace are left out. `Content-Length` is set (the archive is built before it is sent).
+         */
+        get: operations["export_sessions__sid__export_get"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -489,6 +518,14 @@ export interface components {
              */
             cache_hit_ratio?: number;
         };
+        /**
+         * PatchSession
+         * @description PATCH /sessions/{id}: the title shown in GET /sessions and the inspector; null clears it.
+         */
+        PatchSession: {
+            /** Title */
+            title: string | null;
+        };
         /** PostMessage */
         PostMessage: {
             /** Message */
@@ -571,6 +608,8 @@ export interface components {
             created_at: number;
             /** Updated At */
             updated_at: number;
+            /** Title */
+            title?: string | null;
             model_usage?: components["schemas"]["ModelUsage"] | null;
         };
         /** StoredDeck */
@@ -751,7 +790,10 @@ export interface operations {
     create_session_sessions_post: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A unique key per intended request (a UUID): a retry with the same key and body answers the first response, nothing redone */
+                "Idempotency-Key"?: string | null;
+            };
             path?: never;
             cookie?: never;
         };
@@ -784,14 +826,19 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Validation Error */
+            /** @description a request with the same Idempotency-Key is still in progress (or the route's own 409) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the Idempotency-Key was used with another request (or the body is invalid) */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
-                };
+                content?: never;
             };
             /** @description too many sessions created in the last minute (Retry-After) */
             429: {
@@ -847,10 +894,110 @@ export interface operations {
             };
         };
     };
-    post_message_sessions__sid__messages_post: {
+    delete_session_route_sessions__sid__delete: {
         parameters: {
             query?: never;
             header?: never;
+            path: {
+                sid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the runtime did not release the session in time; the erase finishes in the background */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description missing or unknown token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description no such session for this user, or already deleted (a repeated DELETE is 404) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    patch_session_sessions__sid__patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sid: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PatchSession"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionView"];
+                };
+            };
+            /** @description missing or unknown token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description no such session for this user */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description a title that is empty, too long, or holds control characters */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    post_message_sessions__sid__messages_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A unique key per intended request (a UUID): a retry with the same key and body answers the first response, nothing redone */
+                "Idempotency-Key"?: string | null;
+            };
             path: {
                 sid: string;
             };
@@ -892,21 +1039,22 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Validation Error */
+            /** @description the Idempotency-Key was used with another request (or the body is invalid) */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
-                };
+                content?: never;
             };
         };
     };
     suspend_sessions__sid__suspend_post: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A unique key per intended request (a UUID): a retry with the same key and body answers the first response, nothing redone */
+                "Idempotency-Key"?: string | null;
+            };
             path: {
                 sid: string;
             };
@@ -944,14 +1092,12 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Validation Error */
+            /** @description the Idempotency-Key was used with another request (or the body is invalid) */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
-                };
+                content?: never;
             };
             /** @description the runtime did not answer */
             504: {
@@ -965,7 +1111,10 @@ export interface operations {
     compact_sessions__sid__compact_post: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A unique key per intended request (a UUID): a retry with the same key and body answers the first response, nothing redone */
+                "Idempotency-Key"?: string | null;
+            };
             path: {
                 sid: string;
             };
@@ -1007,14 +1156,12 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Validation Error */
+            /** @description the Idempotency-Key was used with another request (or the body is invalid) */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
-                };
+                content?: never;
             };
             /** @description the runtime did not answer */
             504: {
@@ -1130,7 +1277,10 @@ export interface operations {
     abort_sessions__sid__abort_post: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A unique key per intended request (a UUID): a retry with the same key and body answers the first response, nothing redone */
+                "Idempotency-Key"?: string | null;
+            };
             path: {
                 sid: string;
             };
@@ -1172,6 +1322,63 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description the Idempotency-Key was used with another request (or the body is invalid) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the runtime did not answer */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    export_sessions__sid__export_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description a .tar.gz of the session under `{id}/` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/gzip": unknown;
+                };
+            };
+            /** @description missing or unknown token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description no such session for this user */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the session's files exceed GAMMA_EXPORT_MAX_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Validation Error */
             422: {
                 headers: {
@@ -1180,13 +1387,6 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
-            };
-            /** @description the runtime did not answer */
-            504: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
             };
         };
     };

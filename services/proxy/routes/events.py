@@ -26,6 +26,7 @@ from fastapi.responses import StreamingResponse
 
 from shared import keys
 from shared.contracts.events import SessionEvent
+from shared.deletion import is_deleted
 from shared.redis_wire import parse_id, text
 
 from ..deps import Proxy, get_proxy
@@ -153,6 +154,9 @@ async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, use
                     async with asyncio.timeout(heartbeat_s):
                         item = await sub.queue.get()
                 except TimeoutError:
+                    if await is_deleted(redis, sid):  # deleted through another proxy
+                        yield b": closed (deleted)\n\n"
+                        return
                     yield b": heartbeat\n\n"  # also how a client that went away is noticed
                     continue
             else:

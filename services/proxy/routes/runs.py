@@ -20,6 +20,7 @@ from shared.contracts.inbox import Abort, UserPrompt
 
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
+from ..idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
 from ..liveness import owned_session
 from ..rows import SessionState, touch
 
@@ -46,8 +47,8 @@ async def post_to_run(proxy: Proxy, state: SessionState, prompt: UserPrompt) -> 
     return MessageAccepted(prompt_id=prompt.prompt_id, status="live", woke=False)
 
 
-@router.post("/{sid}/abort", response_model=AbortResult, responses={
-    **ERRORS, 409: {"description": "expected_run_id is not the active run, or the session is waking"},
+@router.post("/{sid}/abort", response_model=AbortResult, dependencies=[IDEMPOTENT], responses={
+    **ERRORS, **IDEMPOTENCY_RESPONSES, 409: {"description": "expected_run_id is not the active run, or the session is waking"},
     504: {"description": "the runtime did not answer"}})
 async def abort(body: AbortBody | None = Body(None), state: SessionState = Depends(owned_session),
                 proxy: Proxy = Depends(get_proxy)) -> JSONResponse:

@@ -31,6 +31,7 @@ from ..ari import AriError, parse_ari
 from ..auth import current_user
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
+from ..idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
 from ..liveness import dormant_lock, owned_session
 from ..preview import display_entries, read_todo, read_transcript, read_ui
 from ..quotas import check_create_rate
@@ -56,8 +57,8 @@ DEFAULT_PAGE, MAX_PAGE = 200, 500
 ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unknown token"}, 404: {"description": "no such session for this user"}}
 
 
-@router.post("", status_code=201, response_model=SessionView, responses={
-    401: ERRORS[401], 403: {"description": "the user's session quota is reached"},
+@router.post("", status_code=201, response_model=SessionView, dependencies=[IDEMPOTENT], responses={
+    **IDEMPOTENCY_RESPONSES, 401: ERRORS[401], 403: {"description": "the user's session quota is reached"},
     429: {"description": "too many sessions created in the last minute (Retry-After)"},
 })
 async def create_session(
@@ -108,8 +109,8 @@ async def get_session(state: SessionState = Depends(owned_session),
     return state.view().model_copy(update={"model_usage": ModelUsage.of(usage)})
 
 
-@router.post("/{sid}/messages", status_code=202, response_model=MessageAccepted,
-             responses={**ERRORS, 409: {"description": "on_busy=reject while a run is active, or "
+@router.post("/{sid}/messages", status_code=202, response_model=MessageAccepted, dependencies=[IDEMPOTENT],
+             responses={**ERRORS, **IDEMPOTENCY_RESPONSES, 409: {"description": "on_busy=reject while a run is active, or "
                                                        "expected_run_id is not the active run (nothing queued)"}})
 async def post_message(
     body: PostMessage, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)
@@ -142,7 +143,8 @@ async def post_message(
     # Dormant: the client already flushed files and UI state; row first, then prompt, then Wake
     # (docs/integration.md "Wake"), so the runtime finds the prompt when it takes the lease.
     wake = Wake(session_id=sid, reason="message")
-    await mark_waking(proxy.redis, sid, wake.wake_id, state.fence)
+    if not await mark_waking(proxy.redis, sid, wake.wake_id, state.fence):
+        raise ApiError(404, f"session {sid!r} not found")  # deleted since the row was read
     await inbox.append(proxy.redis, prompt)
     await publish(proxy.broker, keys.WAKE, wake)
     proxy.metrics.wakes.inc()
@@ -150,7 +152,7 @@ async def post_message(
     return MessageAccepted(prompt_id=prompt.prompt_id, status="waking", woke=True)
 
 
-@router.post("/{sid}/suspend", responses={**ERRORS, 409: {"description": "the session is waking"},
+@router.post("/{sid}/suspend", dependencies=[IDEMPOTENT], responses={**ERRORS, **IDEMPOTENCY_RESPONSES, 409: {"description": "the session is waking"},
                                            504: {"description": "the runtime did not answer"}})
 async def suspend(state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> JSONResponse:
     sid = state.row.id
@@ -164,7 +166,7 @@ async def suspend(state: SessionState = Depends(owned_session), proxy: Proxy = D
     return JSONResponse(reply.body or {"status": "dormant"}, status_code=reply.status)
 
 
-@router.post("/{sid}/compact", responses={**ERRORS, 409: {"description": "the session is not live"},
+@router.post("/{sid}/compact", dependencies=[IDEMPOTENT], responses={**ERRORS, **IDEMPOTENCY_RESPONSES, 409: {"description": "the session is not live"},
                                            504: {"description": "the runtime did not answer"}})
 async def compact(
     body: CompactBody | None = Body(None), state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)

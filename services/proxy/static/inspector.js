@@ -202,6 +202,7 @@ async function loadSessions() {
     for (const row of sessions) {
       list.append(el("li", { dataset: { sid: row.id }, class: s && s.sid === row.id ? "selected" : "" },
         el("button", { type: "button", class: "session-link", onclick: () => selectSession(row.id) },
+          ...(row.title ? [el("span", { class: "session-name" }, row.title)] : []),
           el("code", {}, row.id), el("span", { class: "muted small" }, row.variant)),
         el("span", { class: `badge ${row.status}` }, row.status)));
     }
@@ -214,10 +215,11 @@ async function selectSession(sid) {
   checklist.reset();
   for (const li of $("sessions").children) li.classList.toggle("selected", li.dataset.sid === sid);
   $("session-title").textContent = sid;
-  for (const id of ["message", "send", "suspend", "compact", "on-busy"]) $(id).disabled = false;
+  for (const id of ["message", "send", "suspend", "compact", "on-busy", "rename"]) $(id).disabled = false;
   $("files-status").textContent = "";
   try {
     s.session = await api(sessionPath(sid));
+    if (s.session.title) $("session-title").textContent = `${s.session.title} (${sid})`;
     s.spans.push({ ts: s.session.created_at, status: "dormant", running: false });
     s.run = { id: s.session.run_id || null, running: s.session.running };
     setStatus(s.session.status, s.session.running);
@@ -292,6 +294,17 @@ $("stop").addEventListener("click", async () => {
 
 $("message").addEventListener("keydown", (ev) => {
   if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); $("composer").requestSubmit(); }
+});
+
+$("rename").addEventListener("click", async () => {
+  if (!s) return;
+  const title = prompt("Session title (empty clears it)", (s.session && s.session.title) || "");
+  if (title === null) return;
+  try {
+    s.session = await api(sessionPath(s.sid), { method: "PATCH", json: { title: title.trim() || null } });
+    $("session-title").textContent = s.session.title ? `${s.session.title} (${s.sid})` : s.sid;
+    await loadSessions();
+  } catch (err) { notice(err.message, true); }
 });
 
 $("suspend").addEventListener("click", async () => {

@@ -180,7 +180,7 @@ async def _gather_abortable(calls: list[ToolCall], tasks: list[asyncio.Task[Tool
     out: list[ToolOutcome] = []
     for call, t in zip(calls, tasks, strict=True):
         outcome = t.result() if t.done() and not t.cancelled() and t.exception() is None else None
-        if outcome is None and not aborted and t.done() and not t.cancelled():
+        if outcome is None and t.done() and not t.cancelled():  # it finished, failing: its own result
             exc = t.exception()
             outcome = ToolOutcome(content=f"Tool {call.name} failed: {type(exc).__name__}: {exc}", is_error=True)
         if outcome is None or (aborted and (outcome.details or {}).get("aborted")):

@@ -27,7 +27,7 @@ import openai
 from openai import AsyncOpenAI
 
 from shared.contracts.events import ModelRequestData
-from shared.contracts.messages import AssistantMessage, ToolCall
+from shared.contracts.messages import AssistantMessage, ToolCall, Usage
 from shared.tokens import TokenCounter, shared_prefix
 
 from .chat_api import ChatApi
@@ -136,6 +136,8 @@ class OpenAIStream:
         start = AssistantMessage(model=self.settings.model, api=api.name)
         await emit(AgentEvent(type="message_start", data={"message": start.model_dump(by_alias=True)}))
         message, attempts = await self._attempts(api, body, emit, signal)
+        if message.stop_reason == "aborted" and not (message.usage.input or message.usage.output):
+            message.usage = estimated_usage(len(tokens), self.counter.count(message.text()))
         u = message.usage
         await emit(AgentEvent(type="model_request", data=ModelRequestData(
             prefix_sha256=self._prefix_hash[1], prompt_tokens=len(tokens), shared_prefix_tokens=shared,
@@ -188,6 +190,13 @@ async def _abortable(call: Coroutine[Any, Any, AssistantMessage], signal: asynci
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
     return None
+
+
+def estimated_usage(prompt_tokens: int, streamed_tokens: int) -> Usage:
+    """The usage of a request the abort cancelled before the API reported it: the prompt as counted
+    before it was sent, and the text streamed so far (marked estimated)."""
+    return Usage(input=prompt_tokens, output=streamed_tokens, total_tokens=prompt_tokens + streamed_tokens,
+                 estimated=True)
 
 
 def _aborted(partial: AssistantMessage) -> AssistantMessage:

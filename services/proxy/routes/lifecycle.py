@@ -1,0 +1,79 @@
+"""A session's lifecycle: DELETE (erase everything), PATCH (the title), GET /export (a .tar.gz).
+
+docs/architecture.md "Session lifecycle" says what a delete erases and when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from shared.contracts.http import PatchSession, SessionView
+from shared.disk import session_paths
+
+from ..deps import Proxy, get_proxy
+from ..erase import begin, delete_session
+from ..errors import ApiError
+from ..export import ExportTooLarge, build, chunks
+from ..liveness import owned_or_deleting, owned_session
+from ..rows import SessionState, load_state, set_title
+
+router = APIRouter(prefix="/sessions", tags=["sessions"])
+ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unknown token"},
+                                           404: {"description": "no such session for this user"}}
+
+
+@router.delete("/{sid}", status_code=204, responses={
+    **ERRORS,
+    202: {"description": "the runtime did not release the session in time; the erase finishes in the background"},
+    404: {"description": "no such session for this user, or already deleted (a repeated DELETE is 404)"}})
+async def delete_session_route(state: SessionState = Depends(owned_or_deleting),
+                               proxy: Proxy = Depends(get_proxy)) -> Response:
+    """Abort a live run, release the lease, erase the session's disk and every Redis key of it; the
+    session leaves GET /sessions and the owner's session quota at once. A DELETE of a session whose
+    delete was interrupted resumes it. Later writes and notifications for the id are refused."""
+    sid = state.row.id
+    await begin(proxy.redis, sid, state.row.owner)
+    erased = await delete_session(proxy, sid)
+    proxy.fanout.close_session(sid, "deleted")  # its event streams here end now (others at a heartbeat)
+    if not erased:
+        return JSONResponse({"status": "deleting"}, status_code=202)
+    return Response(status_code=204)
+
+
+@router.patch("/{sid}", response_model=SessionView, responses={
+    **ERRORS, 422: {"description": "a title that is empty, too long, or holds control characters"}})
+async def patch_session(body: PatchSession, state: SessionState = Depends(owned_session),
+                        proxy: Proxy = Depends(get_proxy)) -> SessionView:
+    await set_title(proxy.redis, state.row.id, body.title)
+    fresh = await load_state(proxy.redis, state.row.id)
+    if fresh is None or fresh.row.status == "deleting":
+        raise ApiError(404, f"session {state.row.id!r} not found")
+    return fresh.view()
+
+
+@router.get("/{sid}/export", response_class=StreamingResponse, responses={
+    **ERRORS, 200: {"content": {"application/gzip": {}}, "description": "a .tar.gz of the session under `{id}/`"},
+    413: {"description": "the session's files exceed GAMMA_EXPORT_MAX_BYTES"}})
+async def export(state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> StreamingResponse:
+    """The transcript as stored (all branches), todo, UI state, documents and workspace files, with
+    `session.json` (the session as GET /sessions/{id} shows it). Symlinks and special files in the
+    workspace are left out. `Content-Length` is set (the archive is built before it is sent)."""
+    sid = state.row.id
+    paths = session_paths(proxy.settings.data_dir, sid)
+    meta = state.view().model_dump_json(indent=2).encode()
+    try:
+        f = await asyncio.to_thread(build, paths.root, sid, meta, proxy.settings.export_max_bytes,
+                                    proxy.settings.data_dir / ".exports")
+    except ExportTooLarge as exc:
+        raise ApiError(413, str(exc)) from exc
+    except FileNotFoundError as exc:
+        raise ApiError(404, f"session {sid!r} has no data on disk") from exc
+    size = os.fstat(f.fileno()).st_size
+    headers = {"Content-Length": str(size), "Content-Disposition": f'attachment; filename="{sid}.tar.gz"',
+               "Cache-Control": "no-store"}
+    return StreamingResponse(chunks(f), media_type="application/gzip", headers=headers)
