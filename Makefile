@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order eval clean
+.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order bench-images bench-lifecycle eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -57,6 +57,8 @@ bench-inject: $(STAMP)
 	$(BIN)/python bench/inject.py
 bench-compaction: $(STAMP)
 	$(BIN)/python bench/compaction.py
+bench-images: $(STAMP)
+	$(BIN)/python bench/images.py
 bench-stream: $(STAMP)
 	$(BIN)/python bench/stream.py
 bench-e2e: $(STAMP)
@@ -75,6 +77,9 @@ bench-cluster-inbox: $(STAMP)
 	$(BIN)/python bench/cluster_inbox.py
 bench-order: $(STAMP)
 	$(BIN)/python bench/order.py
+# Workspace snapshots per tool batch, rewind and fork, against writing and copying the files.
+bench-lifecycle: $(STAMP)
+	$(BIN)/python bench/lifecycle.py
 
 # Workflow evaluations (evals/*.yaml) through the real stack: the scripted model offline, the real
 # one with OPENAI_API_KEY set. EVAL_ARGS e.g. "--runs 5 --only deck-basic,edit-basic".

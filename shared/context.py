@@ -2,7 +2,8 @@
 and the compaction service (what it summarizes). Pi's buildSessionContext on a linear transcript.
 
 Conventions (docs/architecture.md "Compaction"):
-- entries are in file order; the runtime appends linearly, so file order is the path to the leaf;
+- entries are the active branch, root to leaf (shared/transcript_tree.py), with the leaf moves it
+  continued from (a rewind's trusted note);
 - the custom messages `gamma.todo_anchor` / `gamma.active_skill` / `gamma.active_knowledge` /
   `gamma.checklist_progress` right after a compaction are
   restored anchors: they are re-created by their owners at every compaction, so they are never a cut
@@ -18,12 +19,16 @@ from shared.contracts.messages import AgentMessage, CompactionSummaryMessage, Cu
 from shared.contracts.transcript import (
     CompactionEntry,
     CustomMessageEntry,
+    LeafEntry,
     MessageEntry,
     TranscriptEntry,
 )
 
 ANCHOR_TYPES = frozenset({"gamma.todo_anchor", "gamma.active_skill", "gamma.active_knowledge",
                           "gamma.checklist_progress"})
+
+
+REWOUND = "gamma.session_rewound"
 
 
 def is_anchor(entry: TranscriptEntry) -> bool:
@@ -42,6 +47,10 @@ def entry_message(entry: TranscriptEntry) -> AgentMessage | None:
     if isinstance(entry, CustomMessageEntry):
         return CustomMessage(custom_type=entry.custom_type, content=entry.content, display=entry.display,
                              details=entry.details, timestamp=_ms(entry.timestamp))
+    if isinstance(entry, LeafEntry):  # the user rewound to here: the note the move carries
+        return CustomMessage(custom_type=REWOUND, content=entry.note, display=False,
+                             details={"trusted": True, "injectionType": "session_rewound", "source": "system",
+                                      "targetId": entry.target_id}, timestamp=_ms(entry.timestamp))
     if isinstance(entry, CompactionEntry):
         return CompactionSummaryMessage(summary=entry.summary, tokens_before=entry.tokens_before,
                                         timestamp=_ms(entry.timestamp))
@@ -86,7 +95,8 @@ def context_entries(entries: Sequence[TranscriptEntry]) -> list[TranscriptEntry]
 
 def _stands_for_message(entry: TranscriptEntry) -> bool:
     """Whether `entry_message` gives a message for it (checked without building one)."""
-    return isinstance(entry, MessageEntry | CustomMessageEntry | CompactionEntry)
+    return isinstance(entry, MessageEntry | CustomMessageEntry | CompactionEntry | LeafEntry) and not (
+        isinstance(entry, LeafEntry) and not entry.note)
 
 
 def build_context(entries: Sequence[TranscriptEntry]) -> list[AgentMessage]:

@@ -1,7 +1,8 @@
 """The session disk: layout, atomic writes, torn-tolerant JSON Lines, safe workspace paths.
 
 Layout under GAMMA_DATA_DIR/sessions/{sid}/ (docs/architecture.md "Ownership" says which service writes each):
-transcript.jsonl, todo.json, state.json, pending_artifacts.json, .revisions/, workspace/**, documents/{doc}.json
+transcript.jsonl, todo.json, state.json, pending_artifacts.json, .revisions/, .images/{sha256}, workspace/**,
+documents/{doc}.json
 """
 
 from __future__ import annotations
@@ -95,6 +96,11 @@ class SessionPaths:
     def fence(self) -> Path:
         """The runtime's disk fence (services/runtime/diskfence.py): the newest lease holder's token."""
         return self.root / ".fence"
+
+    @property
+    def images(self) -> Path:
+        """Images of the conversation by content hash (shared/images.py): written once, by whoever stores one."""
+        return self.root / ".images"
 
     @property
     def documents(self) -> Path:

@@ -215,7 +215,8 @@ def hints_block(notes: Iterable[KnowledgePointer | KnowledgeNote]) -> str:
     """The seed's `<knowledge_hints>` format: the BLOCKING line, then one pointer per note, no bodies.
     Name and scope are the note author's text: attribute values, escaped by the builder."""
     pointers = [fragment(["  ", element("knowledge", {"id": n.id, "name": n.name, "scope": n.scope,
-                                                      "source": n.source}, empty=True)]) for n in notes]
+                                                      "source": n.source}, empty=True, attr_indent="  ")])
+                for n in notes]
     return render("knowledge_hints", None, lines(f"  {BLOCKING}", *pointers))
 
 
@@ -223,9 +224,9 @@ def update_text(note_id: str, revision: int, note: KnowledgeNote | None) -> str:
     """The `<workspace_update>` for a note written or deleted while a session may hold a copy."""
     attrs: dict[str, AttrValue] = {"knowledge_id": note_id, "revision": revision}
     if note is None:
-        return render("workspace_update", attrs, "This workspace knowledge note was deleted. Stop applying it; a "
-                      "copy you loaded earlier no longer counts.")
+        return render("workspace_update", attrs, f"This workspace knowledge note was deleted (revision {revision}). "
+                      "Stop applying it; a copy you loaded earlier no longer counts.")
     attrs |= {"name": note.name, "scope": note.scope, "source": note.source}
-    return render("workspace_update", attrs, "This workspace knowledge note changed. A copy you loaded earlier is "
-                  "out of date: if the note matches your task, read it again with read_workspace_rule before you "
+    return render("workspace_update", attrs, f"This workspace knowledge note changed: now revision {revision}. A "
+                  "copy you loaded earlier is out of date: if the note matches your task, read it again with read_workspace_rule before you "
                   "rely on it.")

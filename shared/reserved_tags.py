@@ -19,6 +19,7 @@ ANCHOR_TAGS: tuple[str, ...] = (
     "active_knowledge",
     "summary",
     "run_aborted",
+    "session_rewound",
     "checklist_progress",
     "knowledge_hints",
     "workspace_rule",
@@ -28,6 +29,7 @@ ANCHOR_TAGS: tuple[str, ...] = (
     "modified-files",
     "conversation",
     "previous-summary",
+    "attachments",
     # Client- or model-authored text quoted as data inside a trusted block (shared/trusted_blocks.py).
     "quoted",
 )

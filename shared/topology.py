@@ -94,7 +94,7 @@ INBOX_PRODUCERS: dict[str, tuple[type[BaseModel], ...]] = {
     "proxy": (inbox.UserPrompt, inbox.UiUpdate, inbox.FileWrite, inbox.DocumentEdit, inbox.Stop, inbox.Compact,
               inbox.FileDelete, inbox.DocumentDelete,
               inbox.Injection,  # Injection: workspace_update for a knowledge note (routes/knowledge.py)
-              inbox.Abort),
+              inbox.Abort, inbox.Rewind),
     "notifications": (inbox.Injection, inbox.Barrier),
     "digest": (inbox.Injection, inbox.ChangesSettled),
     "compaction": (inbox.CompactionReady,),

@@ -67,15 +67,17 @@ def unescape(text: str) -> str:
     return _BODY_UNESCAPE.sub(lambda m: "<" if m.group(1) == "lt" else "&", text)
 
 
-def _attrs(attrs: Mapping[str, AttrValue] | None) -> str:
+def _attrs(attrs: Mapping[str, AttrValue] | None, indent: str | None = None) -> str:
+    """` a="v" b="w"`, or with `indent` one attribute a line (then the line the tag ends on)."""
     out = []
     for name, value in (attrs or {}).items():
         if value is None:
             continue
         if not _NAME.fullmatch(name):
             raise ValueError(f"not an attribute name: {name!r}")
-        out.append(f' {name}="{escape_attr(str(value))}"')
-    return "".join(out)
+        sep = " " if indent is None else f"\n{indent}  "
+        out.append(f'{sep}{name}="{escape_attr(str(value))}"')
+    return "".join(out) if indent is None else "".join(out) + f"\n{indent}"
 
 
 def _body(body: Body) -> str:
@@ -94,11 +96,12 @@ def _body(body: Body) -> str:
 
 
 def element(tag: str, attrs: Mapping[str, AttrValue] | None = None, body: Body = "", *,
-            inline: bool = False, empty: bool = False) -> Trusted:
-    """`<tag a="v">` body `</tag>`: on lines of their own, or `inline`, or `<tag a="v"/>` when `empty`."""
+            inline: bool = False, empty: bool = False, attr_indent: str | None = None) -> Trusted:
+    """`<tag a="v">` body `</tag>`: on lines of their own, or `inline`, or `<tag a="v"/>` when `empty`;
+    with `attr_indent`, one attribute a line, indented under the tag."""
     if not _NAME.fullmatch(tag):
         raise ValueError(f"not a tag name: {tag!r}")
-    head = f"<{tag}{_attrs(attrs)}"
+    head = f"<{tag}{_attrs(attrs, attr_indent)}"
     if empty:
         return Trusted(head + "/>")
     text = _body(body)

@@ -33,6 +33,7 @@ from shared.deletion import is_deleted
 from shared.disk import iter_jsonl, session_paths
 from shared.inbox import entry_fields, ring_arg, ring_lua
 from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW
+from shared.transcript_tree import path_to
 
 from .summarizer import Summarizer
 
@@ -128,7 +129,9 @@ class CompactionHandler:
     async def _compact(self, request: CompactionRequest) -> CompactionReady:
         base = _answer(request)
         path = session_paths(self.data_dir, request.session_id).transcript
-        entries = parse_entries(await asyncio.to_thread(lambda: list(iter_jsonl(path))))
+        # The branch the request was made on (shared/transcript_tree.py): a rewind leaves others in the file.
+        raw = await asyncio.to_thread(lambda: path_to(list(iter_jsonl(path)), request.upto_entry_id))
+        entries = parse_entries(raw)
         try:
             span = summary_span(entries, request.first_kept_entry_id, request.upto_entry_id)
         except LookupError as exc:

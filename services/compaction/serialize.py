@@ -19,6 +19,7 @@ from shared.contracts.messages import (
     AssistantMessage,
     CompactionSummaryMessage,
     CustomMessage,
+    ImageRef,
     TextContent,
     ThinkingContent,
     ToolCall,
@@ -43,16 +44,23 @@ def format_call(call: ToolCall) -> str:
     return f"{call.name}({args})"
 
 
+def image_lines(images: list[ImageRef] | None) -> list[str]:
+    """Images as text: the summary keeps what was seen (file, type, size) and the image parts of the
+    summarized messages are gone from the next request (docs/architecture.md "Images")."""
+    return [f"[Image]: {neutralise(json.dumps(i.path or i.sha256[:12]))} ({i.mime_type}, {i.width}x{i.height})"
+            for i in images or []]
+
+
 def serialize_message(message: AgentMessage) -> list[str]:
     if isinstance(message, UserMessage):
-        return [f"[User]: {neutralise(message.content)}"] if message.content else []
+        return ([f"[User]: {neutralise(message.content)}"] if message.content else []) + image_lines(message.images)
     if isinstance(message, CustomMessage):
         return [f"[Context]: {message.content}"] if message.content else []  # built escaped by its producer
     if isinstance(message, ToolResultMessage):
         text = message.text()
         if message.is_error and text and not text.lower().startswith("error"):
             text = "Error: " + text  # the summary must not report a failed step as done
-        return [f"[Tool result]: {neutralise(truncate(text))}"] if text else []
+        return ([f"[Tool result]: {neutralise(truncate(text))}"] if text else []) + image_lines(message.images)
     if isinstance(message, CompactionSummaryMessage):
         return [f"[Context]: {neutralise(message.summary)}"]
     assert isinstance(message, AssistantMessage)

@@ -24,6 +24,7 @@ from shared.contracts.inbox import (
     FileDelete,
     FileWrite,
     InboxReply,
+    Rewind,
     Stop,
     UiUpdate,
     UserPrompt,
@@ -34,7 +35,8 @@ from .metrics import ProxyMetrics
 
 log = structlog.get_logger()
 
-Forwardable = UiUpdate | FileWrite | DocumentEdit | Stop | Compact | FileDelete | DocumentDelete | Abort | UserPrompt
+Forwardable = (UiUpdate | FileWrite | DocumentEdit | Stop | Compact | FileDelete | DocumentDelete | Abort | UserPrompt
+               | Rewind)
 
 
 async def forward(redis: aioredis.Redis, blocking: aioredis.Redis, message: Forwardable, timeout_s: float,

@@ -19,7 +19,10 @@ from fastapi import Depends
 
 from shared import keys
 from shared.contracts.base import new_id
+from shared.disk import session_paths
 from shared.redis_wire import COMPARE_AND_DELETE
+from shared.rewind import finish_pending_on_disk, snapshot_on_disk
+from shared.snapshots import SnapshotLimits
 from shared.write_model import Refused
 
 from .auth import current_user
@@ -28,6 +31,8 @@ from .errors import ApiError
 from .rows import SessionState, load_state
 
 LOCK_PX = 10_000
+# Dormant writes after which the disk is snapshotted (docs/architecture.md "Snapshots, rewind and fork").
+SNAPSHOT_AFTER = frozenset({"file", "file_delete", "document", "document_delete"})
 Mode = Literal["live", "dormant"]
 T = TypeVar("T")
 
@@ -117,7 +122,13 @@ async def apply_if_dormant(proxy: Proxy, state: SessionState, kind: str,
         async with dormant_lock(proxy.redis, state.row.id):
             if await gone(proxy.redis, state.row.id):  # deleted after the route read the row: write nothing
                 raise ApiError(404, f"session {state.row.id!r} not found")
+            # A rewind a crash cut short comes first: a write after it must not be undone by its resumption.
+            await asyncio.to_thread(finish_pending_on_disk, session_paths(proxy.settings.data_dir, state.row.id),
+                                    SnapshotLimits.of(proxy.settings))
             value = await apply()
+            if kind in SNAPSHOT_AFTER and not isinstance(value, Refused):
+                await asyncio.to_thread(snapshot_on_disk, session_paths(proxy.settings.data_dir, state.row.id),
+                                        SnapshotLimits.of(proxy.settings), "upload")
     except BecameLive:
         return None
     if isinstance(value, Refused):

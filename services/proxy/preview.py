@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from shared.contracts.todo import TodoList
 from shared.disk import SessionPaths, iter_jsonl, read_json
+from shared.transcript_tree import active_path
 from shared.uirules import repair_snapshot
 
 
@@ -82,7 +83,7 @@ def display_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def read_transcript(paths: SessionPaths) -> list[dict[str, Any]]:
-    return list(iter_jsonl(paths.transcript))
+    return active_path(list(iter_jsonl(paths.transcript)))  # the active branch (shared/transcript_tree.py)
 
 
 def read_ui(paths: SessionPaths) -> dict[str, Any]:

@@ -212,6 +212,12 @@ async def list_page(redis: aioredis.Redis, owner: str, limit: int,
     return out, next_cursor
 
 
+async def drop_row(redis: aioredis.Redis, owner: str, sid: str) -> None:
+    """Undo `create_row` for a session whose disk could not be laid out (a fork that failed)."""
+    await redis.delete(keys.session_row(sid))
+    await redis.zrem(keys.user_sessions(owner), sid)
+
+
 async def mark_waking(redis: aioredis.Redis, sid: str, wake_id: str, fence: int) -> bool:
     """False (nothing written) when the row is gone or being deleted meanwhile."""
     now = str(now_ms())

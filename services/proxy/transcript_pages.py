@@ -6,6 +6,10 @@ GAMMA_TRANSCRIPT_PAGE_BYTES of lines (always at least one entry), read from wher
 ended. The cursor is the byte offset of the next line: the file is append-only (a torn last line is
 never part of a page), so a cursor stays valid while the session keeps writing, and a page costs
 what it returns, not the file's size. A cursor that is not at a line start is refused.
+
+The file is a tree (shared/transcript_tree.py). By default a page holds the active branch's entries
+only; finding them reads the whole file's ids, but only once the session was ever rewound (a file
+without a leaf move is one branch, checked with a byte search). `?tree=1` pages every entry.
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
+from shared.transcript_tree import build, path_indices, row_of
+
+LEAF_MARK = b'"type":"leaf"'
 
 
 class BadCursor(ValueError):
@@ -28,7 +36,27 @@ class Page(BaseModel):
     has_more: bool
 
 
-def read_page(path: Path, cursor: int, limit: int, max_bytes: int) -> Page:
+class TreeView(BaseModel):
+    keep: set[str] | None  # ids on the active branch; None: every entry is (never rewound)
+    leaf_id: str | None = None
+    branch_points: dict[str, list[str]] = {}
+
+
+def tree_view(path: Path) -> TreeView:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return TreeView(keep=None)
+    if LEAF_MARK not in raw:
+        return TreeView(keep=None)
+    lines = raw.split(b"\n")
+    rows = [row_of(v) if (v := _parse(line)) is not None else None for line in lines[:-1]]
+    tree = build(rows)
+    keep = {r.id for i in path_indices(rows, tree) if (r := rows[i]) is not None}
+    return TreeView(keep=keep, leaf_id=tree.leaf, branch_points=tree.branch_points())
+
+
+def read_page(path: Path, cursor: int, limit: int, max_bytes: int, keep: set[str] | None = None) -> Page:
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below; a missing file is an empty transcript
     except FileNotFoundError:
@@ -56,8 +84,11 @@ def read_page(path: Path, cursor: int, limit: int, max_bytes: int) -> Page:
             if lines and used + len(line) > max_bytes:
                 more = True
                 break
-            position, used, lines = position + len(line), used + len(line), lines + 1
             value = _parse(line)
+            if keep is not None and (value is None or value.get("id") not in keep):
+                position += len(line)  # off the active branch: skipped, not counted
+                continue
+            position, used, lines = position + len(line), used + len(line), lines + 1
             if value is not None:
                 entries.append(value)
         return Page(entries=entries, next_cursor=str(position), has_more=more)

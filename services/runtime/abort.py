@@ -26,7 +26,7 @@ from shared.contracts.events import RunAbortedData
 from shared.contracts.http import AbortResult
 from shared.contracts.inbox import Abort, UserPrompt
 from shared.contracts.messages import AssistantMessage, CustomMessage, UserMessage
-from shared.contracts.transcript import CustomMessageEntry, MessageEntry
+from shared.contracts.transcript import CustomMessageEntry, LeafEntry, MessageEntry
 from shared.inbox import InboxEntry
 from shared.trusted_blocks import render
 
@@ -62,10 +62,10 @@ MARKER_TEXT: dict[AbortReason, str] = {
 
 
 def stopped_by_user(transcript: Transcript) -> bool:
-    """The last thing in the conversation is an abort marker: the user stopped the agent and has not
-    spoken since."""
+    """The last thing in the conversation is an abort marker or a rewind (a leaf move): the user stopped
+    the agent, or took the session back, and has not spoken since."""
     for e in reversed(transcript.entries):
-        if isinstance(e, CustomMessageEntry) and e.custom_type == MARKER:
+        if (isinstance(e, CustomMessageEntry) and e.custom_type == MARKER) or isinstance(e, LeafEntry):
             return True
         if isinstance(e, MessageEntry):
             return False

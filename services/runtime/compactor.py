@@ -109,7 +109,7 @@ class Compactor:
         key = (id(context.system_prompt), id(context.tools))
         if self._static is None or self._static[:2] != key:
             self._static = (*key, static_tokens(context.system_prompt, context.tools))
-        return self._static[2] + context_tokens(context.messages)
+        return self._static[2] + context_tokens(context.messages, self.model)
 
     def _backing_off(self) -> bool:
         """One threshold check during a backoff: True (skip it) until the calls are used up or the
@@ -142,7 +142,7 @@ class Compactor:
         if manual:
             # Asked for explicitly: compact even a context smaller than the recent-token budget,
             # keeping about a quarter of it (the latest turn, at least).
-            keep = min(keep, max(context_tokens(self.s.agent.messages) // 4, 1))
+            keep = min(keep, max(context_tokens(self.s.agent.messages, self.model) // 4, 1))
         req = make_request(self.s.sid, self.s.transcript.entries, keep_recent_tokens=keep,
                            custom_instructions=instructions, model=self.model,
                            reserve_tokens=self.reserve_tokens, tokens_before=tokens)

@@ -26,6 +26,7 @@ from shared.contracts.inbox import (
     FileDelete,
     FileWrite,
     Injection,
+    Rewind,
     Stop,
     UiUpdate,
     UserPrompt,
@@ -53,7 +54,7 @@ BARRIER_WAIT_S = 3.0
 TRACE = os.environ.get("GAMMA_TRACE_INBOX") == "1"
 RETRY_FOR_S = 60.0
 # a client waits on a reply key for these (a prompt only when it carries a request id: expected_run_id)
-REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete, Abort, UserPrompt)
+REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete, Abort, UserPrompt, Rewind)
 
 
 Handler = Callable[[InboxEntry, Any], Awaitable[None]]  # a write or compaction entry's handler

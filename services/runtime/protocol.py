@@ -17,6 +17,7 @@ from shared.contracts.injection import DELIVERY_BY_KIND, RuntimeInjection
 from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
 from shared.trusted_blocks import Part, artifact_update, element, ensure_block, lines, render
 
+from .attachments import prompt_messages
 from .engine.agent import Agent
 from .knowledge import knowledge_anchors
 from .pending import PendingInjection, PendingPrompt, PendingTurn, TurnInput
@@ -293,9 +294,9 @@ class SessionProtocolController:
             name = parse_skill_command(prompt.message)
             if name is not None and name in self.skills:
                 out.extend(self.activate_skill(name))
-            user = UserMessage(content=prompt.message)
+            notes, user = prompt_messages(prompt)
             self.prompts.append(PendingPrompt(prompt.prompt_id, turn.entry_id, user))
-            out.append(user)
+            out.extend([*notes, user])
         return self._turn(out)
 
     def busy_turn_messages(self, prompt: UserPrompt, entry_id: str) -> PendingTurn:
@@ -304,9 +305,9 @@ class SessionProtocolController:
         out: list[AgentMessage] = []
         if prompt.client_context is not None:
             out.append(self._prompt_client_view(prompt))
-        user = UserMessage(content=prompt.message)
+        notes, user = prompt_messages(prompt)
         self.prompts.append(PendingPrompt(prompt.prompt_id, entry_id, user))
-        out.append(user)
+        out.extend([*notes, user])
         return self._turn(out)
 
     def _is_client_view(self, m: AgentMessage) -> bool:

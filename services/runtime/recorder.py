@@ -31,7 +31,8 @@ class Recorder:
     def __init__(self, sid: str, transcript: Transcript, protocol: SessionProtocolController, outbox: Outbox,
                  ack: Callable[[str | None], Awaitable[None]], contracts: SkillContracts,
                  forms: FormHost, registry: CollectorRegistry | None, model: Callable[[], str],
-                 context: Callable[[], list[AgentMessage]]) -> None:
+                 context: Callable[[], list[AgentMessage]],
+                 snapshot: Callable[[str], Awaitable[object]] | None = None) -> None:
         self.sid = sid
         self.transcript = transcript
         self.protocol = protocol
@@ -42,6 +43,8 @@ class Recorder:
         self.registry = registry
         self.model = model  # the model name, for the request metrics
         self.context = context  # the Agent's messages, for the implicit message_user announcement
+        # reason -> a workspace snapshot keyed to the leaf (services/runtime/snapshots.py)
+        self.snapshot = snapshot
         # Called after each tool result is recorded (checklist progress, services/runtime/progress.py).
         self.after_tool_result: list[Callable[[], Awaitable[None]]] = []
         # Called when a run ends, after its `agent_end` event (cost records, services/runtime/costs.py).
@@ -54,6 +57,9 @@ class Recorder:
             await self.record(event.message)
         elif event.type == "model_request" and self.registry is not None:
             self._count_request(event.data)
+        elif self.snapshot is not None and (event.type == "agent_end" or (
+                event.type == "turn_end" and event.data.get("toolResults"))):
+            await self.snapshot("run_end" if event.type == "agent_end" else "batch")
         also = count_usage(self.sid, event.data) if event.type == "model_request" else None
         await self.outbox.event(event.type, event.data, also, wait=event.type not in PROGRESS_EVENTS)
         if event.type == "message_end" and event.message is not None:
@@ -79,6 +85,8 @@ class Recorder:
             await self.ack(prompt.entry_id if prompt else None)
             for twin in prompt.twins if prompt else []:
                 await self.ack(twin)
+            if self.snapshot is not None:
+                await self.snapshot("prompt")  # the state this message was sent in: what a rewind to it restores
             return
         if isinstance(message, CustomMessage):
             await self._record_custom(message)

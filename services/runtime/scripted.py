@@ -35,12 +35,12 @@ from typing import Any
 from shared.contracts.injection import INJECTION_KINDS
 from shared.model import ScriptedError, ScriptedReply, ScriptedToolCall
 
-from .engine.convert import SUMMARY_PREFIX
+from .engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX
 from .scripted_workflows import AUDIT_MARK, Policy, reply_for
 from .skills import Skill
 
 TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
-        "run_aborted")
+        "run_aborted", "session_rewound")
 TAG_RE = re.compile(r"^\s*<(" + "|".join(TAGS) + r")\b([^>]*)>", re.DOTALL)
 # Injections come as developer messages, or as user messages where the session sends them user-role
 # (engine/convert.py); user text never opens with a reserved tag (shared/neutralise.py).
@@ -60,6 +60,21 @@ def injection_of(text: str) -> tuple[str, str | None] | None:
     return m.group(1), ref.group(1) if ref else None
 
 
+def _text_only(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as text: a user message with image parts reads as its text, and the user-role
+    message that carries a tool's images (engine/convert.py) is not a prompt, so it is left out."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if m.get("role") == "user" and isinstance(content, list):
+            text = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+            if text.startswith(TOOL_IMAGES_PREFIX):
+                continue
+            m = {**m, "content": text}
+        out.append(m)
+    return out
+
+
 def _is_prompt(msg: dict[str, Any]) -> bool:
     content = msg.get("content")
     return (msg.get("role") == "user" and isinstance(content, str) and injection_of(content) is None
@@ -72,7 +87,7 @@ class ScriptedGamma:
         self._raised: dict[tuple[str, int], int] = {}  # (prompt, step) -> failures served (`times`)
 
     def __call__(self, body: dict[str, Any]) -> ScriptedReply:
-        messages: list[dict[str, Any]] = body.get("messages", [])
+        messages = _text_only(body.get("messages", []))
         tools = {t["function"]["name"] for t in body.get("tools", []) if "function" in t}
         prompt_at = max((i for i, m in enumerate(messages) if _is_prompt(m)), default=-1)
         if prompt_at < 0:

@@ -28,6 +28,7 @@ from shared.contracts.inbox import (
     FileDelete,
     FileWrite,
     Injection,
+    Rewind,
     UiUpdate,
 )
 from shared.contracts.messages import AgentMessage
@@ -35,6 +36,7 @@ from shared.disk import SessionPaths, atomic_write_json, read_json
 from shared.inbox import InboxEntry
 from shared.quota import WorkspaceQuota
 from shared.settings import Settings
+from shared.snapshots import SnapshotLimits
 from shared.tokens import TokenCounter
 from shared.uirules import UiLimits, repair_snapshot
 
@@ -59,10 +61,12 @@ from .pending import PendingTurn
 from .progress import ChecklistProgress
 from .protocol import SessionProtocolController
 from .recorder import Recorder
+from .rewind import Rewinder
 from .sandbox import select_sandbox
 from .skill_lifecycle import SkillContracts
 from .skill_rules import SkillRuleGuard, load_rules
 from .skills import Skill
+from .snapshots import SessionSnapshots
 from .supervisor import RunSupervisor, interrupted, repair_interrupted_run
 from .todo import TodoController
 from .tool_policy import ToolPolicy
@@ -107,6 +111,8 @@ class Session:
         # The disk fence's lock goes as soon as a line is readable, not after its fsync (diskfence.py).
         self.transcript = Transcript.load(paths.transcript, self.guard, disk.unlock if disk is not None else None)
         self.todo = TodoController.load(paths.todo, self.guard)
+        self.snapshots = SessionSnapshots(self.sid, paths, SnapshotLimits.of(deps.settings), self.guard,
+                                          lambda: self.transcript.leaf_id)
         self._ui: UiDoc | None = None  # built from state.json on first use (see `ui`)
         self.queue: asyncio.Queue[InboxEntry] = asyncio.Queue()
         self.held: list[InboxEntry] = []  # prompts held until the wake barrier
@@ -152,20 +158,29 @@ class Session:
         knowledge = PromptKnowledge(reader, self.transcript, self.protocol.pending, deps.settings.knowledge_top_k,
                                     deps.settings.knowledge_min_score, deps.registry)
         self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.contracts,
-                                 self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages)
+                                 self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages,
+                                 snapshot=self.snapshots.take)
         self._wire_checklists()
-        self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self))
+        self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self),
+                                    after_write=self._snapshot_upload)
         self.runs = RunSupervisor(self, deps.client, deps.settings.lease_ms, self.compactor)
         handlers: dict[type, Handler] = {UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write,
                     DocumentEdit: self.writes.document_edit, CompactionReady: self.compactor.on_ready,
                     Compact: self.compactor.on_command, FileDelete: self.writes.file_delete,
                     DocumentDelete: self.writes.document_delete}
         self.aborts = RunAborter(self)
+        self.rewinder = Rewinder(self)
+        handlers[Rewind] = self.rewinder.on_rewind
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
                                           deps.client, deps.request_close, knowledge, self.aborts)
         self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
         self.dispatcher.causal = self.causal
         config.get_steering = causal_steering(self.causal, config.get_steering, self.deliver_injection)
+
+    async def _snapshot_upload(self) -> None:
+        """A client's write between runs is a point to return to; during a run the next batch records it."""
+        if not self.running:
+            await self.snapshots.take("upload")
 
     def _messages(self) -> list[AgentMessage]:
         return self.agent.messages
@@ -197,6 +212,7 @@ class Session:
             await self.transcript.ensure_header()
             for skill in self.deps.preloaded:  # a preloaded workflow skill is as active as a loaded one
                 await self.transcript.append_skill(skill.name, skill.type, None, preloaded=True)
+        await self.rewinder.finish_pending()  # a rewind a crash cut short (shared/rewind.py)
         await repair_interrupted_run(self.transcript)
         await self.tools.refresh_viewable()
         self.protocol.restore_context()
@@ -217,6 +233,10 @@ class Session:
         if self._ui is None:
             self._ui = UiDoc.from_snapshot(repair_snapshot(read_json(self.paths.state)), self.ui_limits)
         return self._ui
+
+    async def refresh_files(self) -> None:
+        """The viewable files listed again from the disk (after a rewind restored the workspace)."""
+        await self.tools.refresh_viewable()
 
     @property
     def viewable_files(self) -> list[str]:

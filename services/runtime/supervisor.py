@@ -12,7 +12,7 @@ import structlog
 from shared import keys
 from shared.contracts.base import new_id
 from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage, UserMessage
-from shared.contracts.transcript import CustomMessageEntry, MessageEntry
+from shared.contracts.transcript import CustomMessageEntry, LeafEntry, MessageEntry
 
 from .ack import TRANSIENT
 from .engine.agent import Agent
@@ -69,7 +69,10 @@ async def repair_interrupted_run(transcript: Transcript, note: str = INTERRUPTED
 
 def interrupted(transcript: Transcript) -> bool:
     """The transcript ends inside a run: its last message is a user message or a tool result that
-    did not end the run (message_user with blockOnUser ends it). A run the user aborted is not one."""
+    did not end the run (message_user with blockOnUser ends it). A run the user aborted is not one,
+    nor a branch the user rewound to (it waits for the user's next message)."""
+    if transcript.entries and isinstance(transcript.entries[-1], LeafEntry):
+        return False
     last_entry = next((e for e in reversed(transcript.entries) if isinstance(e, MessageEntry) or (
         isinstance(e, CustomMessageEntry) and e.custom_type == ABORT_MARKER)), None)
     last = last_entry.message if isinstance(last_entry, MessageEntry) else None

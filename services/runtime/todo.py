@@ -37,6 +37,10 @@ class TodoController:
                 c.current = TodoList()  # a broken file must not stop the session; the next update rewrites it
         return c
 
+    def reload(self) -> None:
+        """The list as todo.json holds it now (after a rewind restored the file)."""
+        self.current = TodoController.load(self.path, self._guard).current
+
     @property
     def has_active_task(self) -> bool:
         return any(i.status in ("in_progress", "pending") for i in self.current.items)

@@ -47,6 +47,7 @@ class SessionToolHost:
         self.paths = paths
         self.data_dir = settings.data_dir
         self.max_file_bytes = settings.max_file_bytes
+        self.image_limits = settings.image_limits()
         self.workspace_quota = WorkspaceQuota.from_settings(settings)
         self.sandbox = sandbox  # probed once per process
         self.todo = todo

@@ -21,6 +21,7 @@ from shared.contracts.messages import AgentMessage, CustomMessage
 from shared.contracts.transcript import (
     CompactionEntry,
     CustomMessageEntry,
+    LeafEntry,
     MessageEntry,
     SessionHeader,
     SkillActivationEntry,
@@ -29,6 +30,7 @@ from shared.contracts.transcript import (
     parse_entries,
 )
 from shared.disk import append_jsonl_async, iter_jsonl
+from shared.transcript_tree import active_path, path_to
 
 Guard = Callable[[], Awaitable[None]]
 _ENTRIES: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
@@ -60,8 +62,11 @@ class Transcript:
         self.path = path
         self._guard = guard
         self._written = written  # once a batch is readable, before its fsync: the disk fence's unlock
-        self.entries: list[TranscriptEntry] = []
+        self.entries: list[TranscriptEntry] = []  # the active branch, root to leaf (shared/transcript_tree.py)
+        self.all: list[TranscriptEntry] = []  # every entry, every branch, in file order
+        self._version = 0  # bumped at every change of `entries` (the context cache's key)
         self._ids: set[str] = set()
+        self._nodes: set[str] = set()  # ids of the tree's nodes (every entry but the leaf moves)
         self.prompts: dict[str, str] = {}  # prompt_id -> entry id
         self.sources: dict[tuple[str, str], str] = {}  # (source, source_id) -> entry id
         # ref -> (highest to_revision recorded in an artifact_update, its entry id)
@@ -77,16 +82,46 @@ class Transcript:
         t = cls(path, guard, written)
         for entry in read_entries(path):
             t._index(entry)
+        t._set_branch(active_path(t.all))
         return t
+
+    def _set_branch(self, entries: list[TranscriptEntry]) -> None:
+        """The active branch replaced (a load, a leaf move): what depends on it is derived again."""
+        self.entries = []
+        self._live = {}
+        for e in entries:
+            self._on_branch(e)
+
+    def _on_branch(self, entry: TranscriptEntry) -> None:
+        """An entry now on the active branch: the skill contracts follow the branch (a rewind restores
+        the skills live at its entry)."""
+        self.entries.append(entry)
+        if isinstance(entry, SkillActivationEntry):
+            self._live.setdefault(entry.name, entry)
+        elif isinstance(entry, SkillEndEntry):
+            self._live.pop(entry.name, None)
 
     @property
     def leaf_id(self) -> str | None:
-        return self.entries[-1].id if self.entries else None
+        if not self.entries:
+            return None
+        last = self.entries[-1]
+        return last.target_id if isinstance(last, LeafEntry) else last.id
+
+    def has(self, entry_id: str) -> bool:
+        return entry_id in self._ids
+
+    def is_node(self, entry_id: str) -> bool:
+        return entry_id in self._nodes
+
+    def branch_to(self, entry_id: str) -> list[TranscriptEntry]:
+        """The branch from the root to `entry_id` ([] when it is not a node of this transcript)."""
+        return path_to(self.all, entry_id)
 
     def context(self) -> list[AgentMessage]:
         """The replayed model context (cached until the next append; callers get their own list)."""
-        if self._context is None or self._context[0] != len(self.entries):
-            self._context = (len(self.entries), build_context(self.entries))
+        if self._context is None or self._context[0] != self._version:
+            self._context = (self._version, build_context(self.entries))
         return list(self._context[1])
 
     def active_skills(self) -> list[SkillActivationEntry]:
@@ -147,6 +182,14 @@ class Transcript:
         await self._append([entry])
         return entry
 
+    async def move_leaf(self, target_id: str, reason: str, note: str) -> LeafEntry:
+        """Make `target_id` the leaf (Pi's tree navigation): nothing is deleted; the next entry hangs
+        under it. The caller checked that it is a node."""
+        entry = LeafEntry(id=self._new_id(), timestamp=now_iso(), target_id=target_id, from_id=self.leaf_id,
+                          reason=reason, note=note)  # type: ignore[arg-type]
+        await self._append([entry])
+        return entry
+
     def new_id(self) -> str:
         return self._new_id()
 
@@ -157,21 +200,31 @@ class Transcript:
         write, so the file's order, parents and timestamps agree."""
         async with self._appending:
             await self._guard()
-            batch[0].parent_id = self.leaf_id
+            if not isinstance(batch[0], LeafEntry):  # a leaf move is not a node: it has no parent
+                batch[0].parent_id = self.leaf_id
             stamp = now_iso()
             for e in batch:
                 e.timestamp = stamp
             def written() -> None:  # in the file for every reader: in memory too, even if we are cancelled now
                 for e in batch:
                     self._index(e)
+                    if isinstance(e, LeafEntry):
+                        self._set_branch(active_path(self.all))
+                    else:
+                        self._on_branch(e)
+                self._version += 1
                 if self._written is not None:
                     self._written()
             await append_jsonl_async(self.path, [e.model_dump(mode="json", by_alias=True, exclude_none=True)
                                                  for e in batch], visible=written)
 
     def _index(self, entry: TranscriptEntry) -> None:
-        self.entries.append(entry)
+        """Every entry of every branch: a prompt or injection recorded on an abandoned branch is still
+        recorded (a redelivery is only acknowledged, never run again)."""
+        self.all.append(entry)
         self._ids.add(entry.id)
+        if not isinstance(entry, LeafEntry):
+            self._nodes.add(entry.id)
         if isinstance(entry, MessageEntry) and entry.prompt_id:
             self.prompts[entry.prompt_id] = entry.id
         elif isinstance(entry, CustomMessageEntry):
@@ -184,10 +237,6 @@ class Transcript:
                 self.told[ref] = (to, entry.id)
         elif isinstance(entry, CompactionEntry) and entry.request_id:
             self.compactions.add(entry.request_id)
-        elif isinstance(entry, SkillActivationEntry):
-            self._live.setdefault(entry.name, entry)
-        elif isinstance(entry, SkillEndEntry):
-            self._live.pop(entry.name, None)
 
     def _new_id(self) -> str:
         while True:

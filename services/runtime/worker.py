@@ -24,6 +24,7 @@ from shared.contracts.http import ModelConfig
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.wake import Wake
 from shared.disk import session_paths
+from shared.images import ImageSource
 from shared.inbox import InboxReader
 from shared.model import reads_merged
 from shared.redis_wire import text
@@ -160,6 +161,7 @@ class Worker:
                                         trusted_role=self.settings.trusted_role_for(name, api),
                                         max_output_tokens=self.settings.max_output_tokens, cache_key=sid,
                                         chat_cache_key=self.settings.openai_endpoint,
+                                        images=ImageSource(paths.root), image_detail=self.settings.image_detail,
                                         max_retries=self.settings.model_max_retries,
                                         retry_base_s=self.settings.model_retry_base_s,
                                         retry_max_s=self.settings.model_retry_max_s),

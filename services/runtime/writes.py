@@ -76,11 +76,18 @@ class WriteHost(Protocol):
 
 
 class WriteHandlers:
-    def __init__(self, host: WriteHost, after_ui_sync: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, host: WriteHost, after_ui_sync: Callable[[], Awaitable[None]],
+                 after_write: Callable[[], Awaitable[object]] | None = None) -> None:
         """`after_ui_sync`: runs after a client's UI change once the wake barrier passed (a question
         form the client just answered is delivered to the agent)."""
         self.s = host
         self._after_ui_sync = after_ui_sync
+        # after a file or document write is answered: the session's snapshot of an upload (snapshots.py)
+        self._after_write = after_write
+
+    async def _written(self) -> None:
+        if self._after_write is not None:
+            await self._after_write()
 
     async def publish_ui(self, update: bytes) -> None:
         """Only the change goes out (issue 23: a full snapshot per event cost 1.48 MB of Redis each)."""
@@ -157,6 +164,7 @@ class WriteHandlers:
         t.append(time.time())
         await self._answer(entry, m.request_id, 200, {"path": written.path, "size": written.size, "revision": revision,
                                                       "created": written.created})
+        await self._written()
         if TRACE:
             t.append(time.time())
             steps = ("blob_ms", "guard_ms", "write_ms", "revision_ms", "answer_ms")
@@ -174,6 +182,7 @@ class WriteHandlers:
             await self._refuse(entry, m.request_id, stored)
             return
         await self._answer(entry, m.request_id, 200, stored.model_dump())
+        await self._written()
 
     async def file_delete(self, entry: InboxEntry, m: FileDelete) -> None:
         """Remove a workspace file with the function the proxy uses while dormant (404, 409 alike)."""
@@ -188,10 +197,12 @@ class WriteHandlers:
         if removed.files is None:
             revision = await self._next_revision("file:" + removed.path)
             await self._answer(entry, m.request_id, 200, {"path": removed.path, "deleted": True, "revision": revision})
+            await self._written()
             return
         files = [{"path": p, "revision": await self._next_revision("file:" + p)} for p in removed.files]
         await self._answer(entry, m.request_id, 200, {"path": removed.path, "deleted": True, "revision": None,
                                                       "files": files})
+        await self._written()
 
     async def document_delete(self, entry: InboxEntry, m: DocumentDelete) -> None:
         await self.s.guard()
@@ -200,3 +211,4 @@ class WriteHandlers:
             await self._refuse(entry, m.request_id, removed)
             return
         await self._answer(entry, m.request_id, 200, {"doc": removed.path, "deleted": True, "revision": removed.revision})
+        await self._written()

@@ -34,6 +34,7 @@ EventType = Literal[
     "run_aborted",
     "audit",
     "checklist",
+    "rewound",  # the active branch moved (a rewind, an edit, a branch switch): refetch the transcript and files
 ]
 
 

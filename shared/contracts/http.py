@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 
 from .base import Contract
 from .client import PromptClientContext
-from .inbox import RUN_ID, OnBusy
+from .inbox import ENTRY_ID, RUN_ID, OnBusy
 from .todo import TodoList
 
 Variant = Literal["base", "deck-generation", "import"]
@@ -64,6 +64,15 @@ class SessionView(Contract):
     model_usage: ModelUsage | None = None  # GET /sessions/{id} only
 
 
+class ForkOrigin(Contract):
+    session_id: str
+    entry_id: str
+
+
+class ForkedSession(SessionView):
+    forked_from: ForkOrigin
+
+
 TITLE_MAX_CHARS = 200
 # C0/C1 controls, and the marks that reorder or break the text around them (bidi overrides and
 # isolates, line and paragraph separators): a title is shown inline in lists.
@@ -104,6 +113,13 @@ class PostMessage(Contract):
     # With steer / follow_up / interrupt: 409, nothing queued, when this run is no longer the active
     # one (the `run_id` of GET /sessions/{id} or of the events).
     expected_run_id: str | None = Field(None, pattern=RUN_ID)
+    # Workspace paths of files uploaded before (PUT /files); images become image parts of this message,
+    # other files are named to the agent. Each is checked (exists, inside the workspace, within the
+    # GAMMA_ATTACHMENTS_* and GAMMA_IMAGE_* limits): a bad one is a 4xx naming it, and nothing is sent.
+    attachments: list[str] = Field(default_factory=list, max_length=100)
+    # Edit an earlier user message (or regenerate, with the same text): the session is rewound to that
+    # message's parent first, and this message starts a new branch there.
+    edit_of: str | None = Field(None, pattern=ENTRY_ID)
 
 
 class MessageAccepted(Contract):
@@ -134,6 +150,26 @@ class Transcript(Contract):
     # Paging (GET /sessions/{sid}/transcript?cursor=&limit=): pass next_cursor back for the next page.
     next_cursor: str = "0"
     has_more: bool = False
+    # The tree (docs/architecture.md "Snapshots, rewind and fork"): the active leaf and, with ?tree=1,
+    # each entry with more than one child (a branch point) -> its children's ids, in order.
+    leaf_id: str | None = None
+    branch_points: dict[str, list[str]] | None = None
+
+
+class RewindBody(Contract):
+    entry_id: str = Field(pattern=ENTRY_ID)
+
+
+class RewindResult(Contract):
+    entry_id: str  # the entry rewound to
+    leaf_id: str | None  # the new leaf (the entry, or the last of the results of its unrun tool calls)
+    from_id: str | None  # the leaf before: rewind to it to switch back
+    changed: int  # workspace entries, documents and todo files restored
+    aborted_run_id: str | None = None
+
+
+class ForkBody(Contract):
+    entry_id: str | None = Field(None, pattern=ENTRY_ID)  # default: the active leaf
 
 
 class AbortBody(Contract):

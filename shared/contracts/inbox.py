@@ -14,15 +14,26 @@ from .base import Contract, new_id
 from .blobref import BLOB_NAME, SHA256
 from .client import PromptClientContext
 from .injection import InjectionSource, RuntimeInjection
+from .messages import ImageRef
 
 # interrupt: abort the active run, then start a new one with this message (issue 17).
 OnBusy = Literal["steer", "follow_up", "reject", "interrupt"]
 RUN_ID = r"^run_[A-Za-z0-9_-]{1,60}$"
+ENTRY_ID = r"^[A-Za-z0-9_-]{1,64}$"  # a transcript entry's id
 
 
 class _InboxBase(Contract):
     id: str = Field(default_factory=lambda: new_id("m_"))
     session_id: str
+
+
+class AttachedFile(Contract):
+    """A file the user attached that is not an image: named to the agent (path, type, size) in a
+    trusted note, so it can `read` it."""
+
+    path: str = Field(min_length=1, max_length=1024)
+    media_type: str = Field(max_length=100)
+    bytes: int = Field(ge=0)
 
 
 class UserPrompt(_InboxBase):
@@ -38,6 +49,10 @@ class UserPrompt(_InboxBase):
     # on `request_id`, nothing queued) when that run has ended. Set together with `request_id`.
     expected_run_id: str | None = Field(None, pattern=RUN_ID)
     request_id: str | None = None
+    # Attachments, validated and (images) stored by the proxy (shared/images.py): image parts of the
+    # user message, and the other files named in a note before it.
+    images: list[ImageRef] | None = Field(None, max_length=100)
+    files: list[AttachedFile] | None = Field(None, max_length=100)
 
 
 class Injection(_InboxBase):
@@ -156,9 +171,19 @@ class Abort(_InboxBase):
     expected_run_id: str | None = Field(None, pattern=RUN_ID)
 
 
+class Rewind(_InboxBase):
+    """POST /rewind, `edit_of`, a branch switch: abort the active run, restore the workspace,
+    documents and todo of `entry_id`, and move the transcript's leaf there (shared/rewind.py)."""
+
+    type: Literal["rewind"] = "rewind"
+    request_id: str = Field(default_factory=lambda: new_id("r_"))
+    entry_id: str = Field(pattern=ENTRY_ID)
+    reason: Literal["rewind", "edit", "switch"] = "rewind"
+
+
 InboxMessage = Annotated[
     UserPrompt | Injection | UiUpdate | FileWrite | DocumentEdit | Barrier | CompactionReady | Compact | Stop
-    | ChangesSettled | FileDelete | DocumentDelete | Abort,
+    | ChangesSettled | FileDelete | DocumentDelete | Abort | Rewind,
     Field(discriminator="type"),
 ]
 INBOX_ADAPTER: TypeAdapter[InboxMessage] = TypeAdapter(InboxMessage)

@@ -18,6 +18,23 @@ class TextContent(_Msg):
     text: str
 
 
+ImageMime = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+SHA256_HEX = r"^[0-9a-f]{64}$"
+
+
+class ImageRef(_Msg):
+    """An image of the conversation, by reference: its bytes live once on the session disk under
+    `.images/{sha256}` (shared/images.py), already within the model's limits, so the transcript stays
+    small and every replay sends the same bytes (docs/architecture.md "Images")."""
+
+    sha256: str = Field(pattern=SHA256_HEX)
+    mime_type: ImageMime
+    width: int = Field(ge=1)
+    height: int = Field(ge=1)
+    bytes: int = Field(ge=1)
+    path: str | None = None  # the workspace file it came from (display, summaries), if any
+
+
 class ThinkingContent(_Msg):
     """Reasoning. With the Responses API, `item` is the provider's reasoning item exactly as received
     (its `encrypted_content` included): replayed verbatim to the same model, never to another one."""
@@ -52,6 +69,7 @@ class Usage(_Msg):
 class UserMessage(_Msg):
     role: Literal["user"] = "user"
     content: str
+    images: list[ImageRef] | None = None  # attachments; None (not []) keeps text-only lines unchanged
     timestamp: int = Field(default_factory=now_ms)
 
 
@@ -80,6 +98,7 @@ class ToolResultMessage(_Msg):
     tool_call_id: str
     tool_name: str
     content: list[TextContent] = Field(default_factory=list)
+    images: list[ImageRef] | None = None  # an image the tool returned (`read` of a PNG): data, never instructions
     details: dict[str, Any] | None = None
     is_error: bool = False
     timestamp: int = Field(default_factory=now_ms)

@@ -114,9 +114,21 @@ class ModelChangeEntry(_Entry):
     model_id: str
 
 
+class LeafEntry(_Entry):
+    """A move of the active branch's leaf (Pi's tree navigation; docs/architecture.md "Snapshots,
+    rewind and fork"): not a node of the tree (no parent, no children); the next entry written hangs
+    under `target_id`. `note` is the trusted text the model reads at that point of the branch."""
+
+    type: Literal["leaf"] = "leaf"
+    target_id: str
+    from_id: str | None = None  # the leaf it moved away from
+    reason: Literal["rewind", "edit", "switch"] = "rewind"
+    note: str = ""
+
+
 TranscriptEntry = Annotated[
     SessionHeader | MessageEntry | CustomMessageEntry | SkillActivationEntry | SkillEndEntry | CompactionEntry
-    | ModelChangeEntry | AuditEntry,
+    | ModelChangeEntry | AuditEntry | LeafEntry,
     Field(discriminator="type"),
 ]
 ENTRY_ADAPTER: TypeAdapter[TranscriptEntry] = TypeAdapter(TranscriptEntry)

@@ -24,6 +24,7 @@ from shared.contracts.inbox import (
     InboxMessage,
     InboxReply,
     Injection,
+    Rewind,
     Stop,
     UiUpdate,
     UserPrompt,
@@ -67,6 +68,8 @@ def every_message() -> list[InboxMessage]:
         Abort(session_id=SID, expected_run_id="run_0123abcd"),
         UserPrompt(session_id=SID, message="instead", on_busy="interrupt", expected_run_id="run_0123abcd",
                    request_id="r_1"),
+        Rewind(session_id=SID, entry_id="a1b2c3d4"),
+        Rewind(session_id=SID, entry_id="a1b2c3d4", reason="edit"),
     ]
 
 

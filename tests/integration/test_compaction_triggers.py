@@ -16,7 +16,7 @@ from shared import keys
 from shared.contracts.inbox import CompactionReady, Stop
 from shared.disk import session_paths
 from shared.model import ScriptedError
-from shared.neutralise import neutralise
+from shared.trusted_blocks import escape_text
 from tests.support.compaction_e2e import (
     Env,
     compact_now,
@@ -92,8 +92,9 @@ def test_a_long_session_compacts_on_its_own_twice_and_survives_a_failing_summari
     assert "notes/part00.md" in second["details"]["readFiles"]
     prompts = [text_of(s) for s in env.model.summaries]
     for earlier in chain[:-1]:  # each summary after the first was asked for as an update of the one before
-        # quoted neutralised: its file lists are reserved tags (docs/architecture.md "Trust boundaries")
-        assert any("<previous-summary>\n" + neutralise(earlier["summary"]) in p for p in prompts)
+        # quoted as the builder escapes a body: its file lists are reserved tags (docs/architecture.md
+        # "Trust boundaries")
+        assert any("<previous-summary>\n" + escape_text(earlier["summary"]) in p for p in prompts)
     last = text_of(env.model.requests[-1])
     assert last.count(SUMMARY_PREFIX) == 1 and "Read `notes/part00.md`" in last
 

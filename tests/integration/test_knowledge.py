@@ -109,7 +109,7 @@ def test_hints_read_update_and_compaction(api: httpx.Client) -> None:
     assert changed.json()["revision"] == 2
     es = ask(api, sid, read_script("note-brand-images"))
     (update,) = custom(es, "gamma.workspace_update")
-    assert update["details"]["sourceId"] == "knowledge:note-brand-images@2" and "revision 2" in update["content"]
+    assert update["details"]["sourceId"] == "knowledge:note-brand-images@2" and 'revision="2"' in update["content"]
     assert [n["id"] for n in custom(es, "gamma.knowledge_hints")[-1]["details"]["notes"]] == ["note-brand-images"]
     assert tool_results(es, "read_workspace_rule")[-1]["details"]["revision"] == 2
 

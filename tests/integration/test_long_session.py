@@ -89,7 +89,8 @@ def test_a_long_session_runs_each_task_under_its_own_contract(api: httpx.Client,
                         c[0]["label"] and c, timeout=30, interval=0.2, what="the cost records")
     assert len(records) == 1 and records[0]["amount"] > 0 and records[0]["status"] == "settled"
 
-    # compaction: only the live contract comes back (gml-cli, loaded on its own); the ended workflows do not
+    # compaction: only the live contract comes back (gml-cli, loaded on its own: the static prefix's "Your
+    # task state and active skills survive context compaction"); the ended workflows do not
     assert api.post(f"/sessions/{sid}/compact", json={}).status_code == 200
     items = wait_sync(lambda: (es := entries(api, sid)) and any(e["type"] == "compaction" for e in es) and es,
                       timeout=60, interval=0.2, what="the compaction")

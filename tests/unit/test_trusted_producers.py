@@ -78,7 +78,7 @@ def test_knowledge_hints_and_updates(name: str, scope: str) -> None:
     pointer = KnowledgePointer(id="k1", name=name, scope=scope, source="workspace", revision=1, updated_at=0)
     hints = hints_block([pointer])
     assert_one_block(hints, "knowledge_hints")
-    assert attrs_of(hints[hints.index("<knowledge "):], "knowledge")["name"] == name
+    assert attrs_of(hints[hints.index("<knowledge\n"):], "knowledge")["name"] == name
     update = update_text("k1", 2, None)
     assert_one_block(update, "workspace_update")
 

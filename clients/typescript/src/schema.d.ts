@@ -107,7 +107,9 @@ export interface paths {
         /**
          * Transcript
          * @description The transcript entries as stored, one page at a time (at most GAMMA_TRANSCRIPT_PAGE_MAX entries and
-         *     GAMMA_TRANSCRIPT_PAGE_BYTES, at least one entry); follow `next_cursor` while `has_more`.
+         *     GAMMA_TRANSCRIPT_PAGE_BYTES); follow `next_cursor` while `has_more`. By default the active branch
+         *     (root to leaf); `tree=1`: the whole tree, each entry with its `parentId` (a leaf move, type `leaf`,
+         *     has a `targetId` instead).
          */
         get: operations["transcript_sessions__sid__transcript_get"];
         put?: never;
@@ -314,6 +316,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sessions/{sid}/rewind": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rewind
+         * @description Move the active branch to `entry_id` and restore the workspace, documents and todo of that point
+         *     (bash's changes included); a running run is aborted first. Nothing is deleted: the abandoned
+         *     entries stay in the tree (`GET /transcript?tree=1`); rewinding to `from_id` switches back.
+         */
+        post: operations["rewind_sessions__sid__rewind_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sessions/{sid}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fork
+         * @description A new dormant session (same owner, new id) whose transcript is the branch up to `entry_id`
+         *     (default: the active leaf) and whose workspace, documents, todo and UI state are that entry's.
+         *     The source is not changed. Of a live source, the leaf's state is its latest snapshot.
+         */
+        post: operations["fork_sessions__sid__fork_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -381,6 +427,48 @@ export interface components {
             }[];
             /** Cards */
             cards?: components["schemas"]["Card"][];
+        };
+        /** ForkBody */
+        ForkBody: {
+            /** Entry Id */
+            entry_id?: string | null;
+        };
+        /** ForkOrigin */
+        ForkOrigin: {
+            /** Session Id */
+            session_id: string;
+            /** Entry Id */
+            entry_id: string;
+        };
+        /** ForkedSession */
+        ForkedSession: {
+            /** Id */
+            id: string;
+            /** Owner */
+            owner: string;
+            /**
+             * Variant
+             * @enum {string}
+             */
+            variant: "base" | "deck-generation" | "import";
+            model: components["schemas"]["ModelConfig"];
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "live" | "dormant" | "waking";
+            /** Running */
+            running: boolean;
+            /** Run Id */
+            run_id?: string | null;
+            /** Created At */
+            created_at: number;
+            /** Updated At */
+            updated_at: number;
+            /** Title */
+            title?: string | null;
+            model_usage?: components["schemas"]["ModelUsage"] | null;
+            forked_from: components["schemas"]["ForkOrigin"];
         };
         /** HTTPValidationError */
         HTTPValidationError: {
@@ -539,6 +627,10 @@ export interface components {
             on_busy?: "steer" | "follow_up" | "reject" | "interrupt";
             /** Expected Run Id */
             expected_run_id?: string | null;
+            /** Attachments */
+            attachments?: string[];
+            /** Edit Of */
+            edit_of?: string | null;
         };
         /** Preview */
         Preview: {
@@ -572,6 +664,24 @@ export interface components {
             paneCapacity?: number;
             /** Visibletabs */
             visibleTabs?: components["schemas"]["VisibleTab"][];
+        };
+        /** RewindBody */
+        RewindBody: {
+            /** Entry Id */
+            entry_id: string;
+        };
+        /** RewindResult */
+        RewindResult: {
+            /** Entry Id */
+            entry_id: string;
+            /** Leaf Id */
+            leaf_id: string | null;
+            /** From Id */
+            from_id: string | null;
+            /** Changed */
+            changed: number;
+            /** Aborted Run Id */
+            aborted_run_id?: string | null;
         };
         /**
          * SessionList
@@ -678,6 +788,12 @@ export interface components {
              * @default false
              */
             has_more?: boolean;
+            /** Leaf Id */
+            leaf_id?: string | null;
+            /** Branch Points */
+            branch_points?: {
+                [key: string]: string[];
+            } | null;
         };
         /** UiState */
         UiState: {
@@ -1032,14 +1148,14 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description on_busy=reject while a run is active, or expected_run_id is not the active run (nothing queued) */
+            /** @description on_busy=reject while a run is active, or expected_run_id is not the active run (nothing queued), or no snapshot is kept for the edited message's parent */
             409: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content?: never;
             };
-            /** @description the Idempotency-Key was used with another request (or the body is invalid) */
+            /** @description edit_of does not name a user message of this session */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1179,6 +1295,8 @@ export interface operations {
                 cursor?: string;
                 /** @description entries per page, at most GAMMA_TRANSCRIPT_PAGE_MAX */
                 limit?: number | null;
+                /** @description every entry of every branch, with `branch_points` and `leaf_id` */
+                tree?: boolean;
             };
             header?: never;
             path: {
@@ -2041,7 +2159,7 @@ export interface operations {
                          * Type
                          * @enum {string}
                          */
-                        type: "agent_start" | "agent_end" | "turn_start" | "turn_end" | "message_start" | "message_update" | "message_end" | "tool_execution_start" | "tool_execution_update" | "tool_execution_end" | "message_user" | "todo" | "ui_update" | "model_request" | "status" | "injection" | "skill_activated" | "skill_ended" | "compaction" | "error" | "run_aborted" | "audit" | "checklist";
+                        type: "agent_start" | "agent_end" | "turn_start" | "turn_end" | "message_start" | "message_update" | "message_end" | "tool_execution_start" | "tool_execution_update" | "tool_execution_end" | "message_user" | "todo" | "ui_update" | "model_request" | "status" | "injection" | "skill_activated" | "skill_ended" | "compaction" | "error" | "run_aborted" | "audit" | "checklist" | "rewound";
                         /** Session Id */
                         session_id: string;
                         /** Ts */
@@ -2258,6 +2376,148 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
+            };
+        };
+    };
+    rewind_sessions__sid__rewind_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A unique key per intended request (a UUID): a retry with the same key and body answers the first response, nothing redone */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                sid: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RewindBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RewindResult"];
+                };
+            };
+            /** @description missing or unknown token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description no such session for this user, or no such entry in its transcript */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description a request with the same Idempotency-Key is still in progress (or the route's own 409) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the Idempotency-Key was used with another request (or the body is invalid) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the session runtime did not answer */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    fork_sessions__sid__fork_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A unique key per intended request (a UUID): a retry with the same key and body answers the first response, nothing redone */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                sid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ForkBody"] | null;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForkedSession"];
+                };
+            };
+            /** @description missing or unknown token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the user's session quota is reached */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description no such session for this user, or no such entry in its transcript */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description a request with the same Idempotency-Key is still in progress (or the route's own 409) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the Idempotency-Key was used with another request (or the body is invalid) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description too many sessions created in the last minute (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the session runtime did not answer */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };

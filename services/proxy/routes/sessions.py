@@ -28,6 +28,7 @@ from shared.contracts.wake import Wake
 from shared.disk import atomic_write_json, session_paths
 
 from ..ari import AriError, parse_ari
+from ..attachments import check_attachments
 from ..auth import current_user
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
@@ -47,8 +48,9 @@ from ..rows import (
     touch,
 )
 from ..transcript_pages import BadCursor as BadTranscriptCursor
-from ..transcript_pages import read_page
+from ..transcript_pages import read_page, tree_view
 from ..uidoc import default_snapshot
+from .branches import edit_rewind
 from .runs import post_to_run
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
@@ -110,8 +112,11 @@ async def get_session(state: SessionState = Depends(owned_session),
 
 
 @router.post("/{sid}/messages", status_code=202, response_model=MessageAccepted, dependencies=[IDEMPOTENT],
-             responses={**ERRORS, **IDEMPOTENCY_RESPONSES, 409: {"description": "on_busy=reject while a run is active, or "
-                                                       "expected_run_id is not the active run (nothing queued)"}})
+             responses={**ERRORS, **IDEMPOTENCY_RESPONSES,
+                        409: {"description": "on_busy=reject while a run is active, or expected_run_id is not the "
+                                             "active run (nothing queued), or no snapshot is kept for the edited "
+                                             "message's parent"},
+                        422: {"description": "edit_of does not name a user message of this session"}})
 async def post_message(
     body: PostMessage, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)
 ) -> MessageAccepted:
@@ -122,12 +127,18 @@ async def post_message(
                 parse_ari(tab.ari)
             except AriError as exc:
                 raise ApiError(422, f"client_context.visibleTabs: tab {tab.tab_id!r} has an invalid ARI: {exc}") from exc
+    attached = await check_attachments(proxy.settings, sid, body.attachments) if body.attachments else None
+    if body.edit_of is not None:
+        # A retried edit with its Idempotency-Key is answered from the stored response (IDEMPOTENT): no second rewind.
+        state = await edit_rewind(proxy, state, body.edit_of)
     status = state.status()
     # Causal order (shared/causal.py): the newest write acknowledged before this prompt whose digest is
     # still on its way; the runtime holds the prompt until it is delivered.
     after = await causal.watermark(proxy.redis, sid) if proxy.settings.causal_wait_ms > 0 else None
     prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy,
-                        after_seq=after, expected_run_id=body.expected_run_id)
+                        after_seq=after, expected_run_id=body.expected_run_id,
+                        images=(attached.images or None) if attached else None,
+                        files=(attached.files or None) if attached else None)
     if body.expected_run_id is not None:
         return await post_to_run(proxy, state, prompt)
     if status == "live":
@@ -183,20 +194,25 @@ async def compact(
 async def transcript(
     cursor: str = Query("0", pattern=r"^\d{1,19}$", description="next_cursor of the previous page; 0 for the first"),
     limit: int | None = Query(None, ge=1, description="entries per page, at most GAMMA_TRANSCRIPT_PAGE_MAX"),
+    tree: bool = Query(False, description="every entry of every branch, with `branch_points` and `leaf_id`"),
     state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
 ) -> Response:
     """The transcript entries as stored, one page at a time (at most GAMMA_TRANSCRIPT_PAGE_MAX entries and
-    GAMMA_TRANSCRIPT_PAGE_BYTES, at least one entry); follow `next_cursor` while `has_more`."""
+    GAMMA_TRANSCRIPT_PAGE_BYTES); follow `next_cursor` while `has_more`. By default the active branch
+    (root to leaf); `tree=1`: the whole tree, each entry with its `parentId` (a leaf move, type `leaf`,
+    has a `targetId` instead)."""
     cap = proxy.settings.transcript_page_max
     if limit is not None and limit > cap:
         raise ApiError(400, f"limit must be at most {cap}")
     paths = session_paths(proxy.settings.data_dir, state.row.id)
+    view = await asyncio.to_thread(tree_view, paths.transcript)
     try:
         page = await asyncio.to_thread(read_page, paths.transcript, int(cursor), limit or cap,
-                                       proxy.settings.transcript_page_bytes)
+                                       proxy.settings.transcript_page_bytes, None if tree else view.keep)
     except BadTranscriptCursor as exc:
         raise ApiError(400, str(exc)) from exc
-    body = Transcript(entries=page.entries, next_cursor=page.next_cursor, has_more=page.has_more)
+    body = Transcript(entries=page.entries, next_cursor=page.next_cursor, has_more=page.has_more,
+                      leaf_id=view.leaf_id, branch_points=view.branch_points if tree else None)
     return Response(body.model_dump_json(), media_type="application/json")
 
 

@@ -10,6 +10,7 @@ import { renderUsage, renderStatusTimeline } from "./js/charts.js";
 import { FilesView } from "./js/files.js";
 import { ChecklistPane } from "./js/checklist.js";
 import { messageBody, stopRun, abortedText } from "./js/runs.js";
+import { loadBranches, rewindTo, withBranchItems } from "./js/branches.js";
 
 const EMPTY_YJS_UPDATE = "AAA="; // base64 of a V1 update that changes nothing: the sync carries a snapshot
 let s = null; // the selected session's state
@@ -20,7 +21,7 @@ const checklist = new ChecklistPane($("tasks").closest("section"));
 function freshState(sid) {
   return { sid, session: null, entries: [], cursor: "0", abort: new AbortController(), dirty: new Set(),
     live: { streamingText: "", toolEnds: new Map(), extras: [], running: false }, run: { id: null, running: false },
-    requests: [], liveSkills: [], spans: [], todo: null, ui: null, decks: [], docIds: new Set() };
+    requests: [], liveSkills: [], spans: [], todo: null, ui: null, decks: [], docIds: new Set(), branches: new Map() };
 }
 
 function notice(text, isError = false) {
@@ -45,7 +46,7 @@ function invalidate(...parts) {
 function draw() {
   const d = s.dirty;
   s.dirty = new Set();
-  if (d.has("timeline")) renderTimeline($("timeline"), buildItems(s.entries, s.live));
+  if (d.has("timeline")) renderTimeline($("timeline"), withBranchItems(buildItems(s.entries, s.live), s.branches));
   if (d.has("timeline")) renderSkills($("skills"), activeSkills(s.entries, s.liveSkills));
   if (d.has("timeline") || d.has("usage")) renderUsage($("usage"), usagePoints(s.entries, s.requests));
   if (d.has("todo")) renderTodo($("tasks"), s.todo);
@@ -95,6 +96,26 @@ async function loadTranscript() {
   for (const doc of documentIds(entries)) s.docIds.add(doc);
   invalidate("timeline");
   if (entries.some((e) => e.type === "message" && e.message.role === "toolResult")) loadDecks();
+}
+
+async function loadBranchPoints() {
+  const sid = s.sid;
+  const branches = await loadBranches(sid, new Set(s.entries.map((e) => e.id)));
+  if (!s || sid !== s.sid) return;
+  s.branches = branches;
+  invalidate("timeline");
+}
+
+/** After a rewind (ours or another client's `rewound` event): the active branch, files, tasks and
+ *  decks are read again from the start. */
+async function reloadBranch() {
+  if (!s) return;
+  s.entries = [];
+  s.cursor = "0";
+  s.live = { streamingText: "", toolEnds: new Map(), extras: [], running: false };
+  await Promise.all([loadTranscript(), loadPreviewTodo(), files.refresh()]);
+  await Promise.all([loadBranchPoints(), loadDecks()]);
+  invalidate("timeline", "todo", "decks");
 }
 
 async function loadUi() {
@@ -175,6 +196,7 @@ const HANDLERS = {
       text: d.error ? `error: ${d.error}` : d.tokensBefore ? `requested at ${d.tokensBefore} tokens` : "" });
     invalidate("timeline");
   },
+  rewound: () => debounce("rewound", softly(reloadBranch), 100), // the active branch moved: read it again
   // The events it missed left Redis (a dormant session past its retention): the transcript has them.
   reset: () => debounce("transcript", softly(loadTranscript)),
   error: (d, ev) => {
@@ -224,7 +246,7 @@ async function selectSession(sid) {
     s.run = { id: s.session.run_id || null, running: s.session.running };
     setStatus(s.session.status, s.session.running);
     await Promise.all([loadTranscript(), loadUi(), loadPreviewTodo(), files.refresh()]);
-    await loadDecks();
+    await Promise.all([loadDecks(), loadBranchPoints()]);
   } catch (err) { notice(err.message, true); }
   invalidate("timeline", "todo", "ui", "decks", "status", "usage");
   // Replays the retained events (status history, model requests, errors) and then follows live ones.
@@ -330,6 +352,18 @@ async function answerForm(status, answers) {
     notice(`form ${status}`);
   } catch (err) { notice(`the form answer was refused: ${err.message}`, true); }
 }
+
+// "rewind here" on a user message, "switch" on a branch point: both are a rewind (POST /rewind).
+$("timeline").addEventListener("click", async (ev) => {
+  const button = ev.target.closest("button[data-rewind]");
+  if (!button || !s) return;
+  button.disabled = true;
+  try {
+    const out = await rewindTo(s.sid, button.dataset.rewind);
+    notice(`rewound to ${out.entry_id}` + (out.aborted_run_id ? ` (stopped ${out.aborted_run_id})` : ""));
+    await reloadBranch();
+  } catch (err) { notice(err.message, true); button.disabled = false; }
+});
 
 files.bindDrop($("files-zone"), $("file-picker"));
 

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from shared.contracts.messages import AssistantMessage, Usage
 
-from .convert import to_openai
-from .model_api import ModelSettings, StreamError, assemble, finish
+from .convert import Images, to_openai
+from .model_api import ModelSettings, StreamError, assemble, finish, without_image_data
 from .sse import ReadGate, json_reads, open_stream
 from .types import AgentContext, AgentEvent, Emit
 
@@ -24,7 +24,8 @@ class ChatApi:
     def body(self, context: AgentContext, settings: ModelSettings) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": settings.model,
-            "messages": to_openai(context.system_prompt, context.messages, trusted_role=settings.trusted_role),
+            "messages": to_openai(context.system_prompt, context.messages, trusted_role=settings.trusted_role,
+                                  images=Images(settings.images, settings.image_detail)),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -41,7 +42,8 @@ class ChatApi:
         """Tools and system first, then one piece per message (tokenized separately, once each)."""
         messages, tools = body["messages"], body.get("tools", [])
         head = json.dumps({"tools": tools, "system": messages[0]}, ensure_ascii=False, separators=(",", ":"))
-        return [head, *(json.dumps(m, ensure_ascii=False, separators=(",", ":")) for m in messages[1:])]
+        return [head, *(json.dumps(without_image_data(m), ensure_ascii=False, separators=(",", ":"))
+                        for m in messages[1:])]
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
                       signal: asyncio.Event, gate: ReadGate | None = None) -> AssistantMessage:

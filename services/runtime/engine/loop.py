@@ -150,7 +150,7 @@ async def _execute_batch(
             "result": outcome.content[:2000], "details": outcome.details}))
         results.append(ToolResultMessage(
             tool_call_id=call.id, tool_name=call.name, content=[TextContent(text=outcome.content)],
-            details=outcome.details, is_error=outcome.is_error))
+            images=outcome.images or None, details=outcome.details, is_error=outcome.is_error))
     terminate = bool(outcomes) and all(o.terminate for o in outcomes)
     return results, terminate
 

@@ -12,13 +12,20 @@ from typing import Any, Literal, Protocol
 
 from openai import AsyncOpenAI
 
-from shared.contracts.messages import AssistantMessage, TextContent, ToolCall
+from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ToolCall
 
 from .sse import ReadGate
 from .types import AgentContext, Emit
 
 ApiName = Literal["responses", "chat"]
 TrustedRole = Literal["developer", "user"]
+ImageDetail = Literal["auto", "low", "high"]
+
+
+class ImageUrls(Protocol):
+    """The data URL of a stored image (shared/images.py ImageSource), None when its file is gone."""
+
+    def url(self, ref: ImageRef) -> str | None: ...
 
 
 @dataclass
@@ -32,6 +39,8 @@ class ModelSettings:
     chat_cache_key: bool = False
     # The role of the harness's own messages (engine/convert.py; Settings.trusted_role_for).
     trusted_role: TrustedRole = "developer"
+    images: ImageUrls | None = None  # the session's stored images (engine/convert.py)
+    image_detail: ImageDetail = "auto"
     max_retries: int = 0  # 429, 5xx and dropped connections
     retry_base_s: float = 1.0
     retry_max_s: float = 60.0
@@ -60,6 +69,20 @@ class StreamError(Exception):
     def __init__(self, message: str, retryable: bool) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+def without_image_data(item: Any) -> Any:
+    """A request item with each image's data URL replaced by a short stand-in: the prefix metric
+    tokenizes pieces as text, and megabytes of base64 are neither text nor what the model is billed
+    (images are counted by shared/image_tokens.py). `hash` of a str is computed once per string
+    object, and the URLs are the image source's cached strings: the stand-in costs nothing per request."""
+    if isinstance(item, str):
+        return f"image:{hash(item) & 0xFFFFFFFFFFFF:x}" if item.startswith("data:image/") else item
+    if isinstance(item, dict):
+        return {k: without_image_data(v) for k, v in item.items()}
+    if isinstance(item, list):
+        return [without_image_data(v) for v in item]
+    return item
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:

@@ -27,8 +27,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from shared.contracts.messages import AssistantMessage, TextContent, ThinkingContent, ToolCall, Usage
 
-from .convert import to_responses_input
-from .model_api import ModelSettings, StreamError, finish, parse_arguments
+from .convert import Images, to_responses_input
+from .model_api import ModelSettings, StreamError, finish, parse_arguments, without_image_data
 from .sse import ReadGate, json_reads, open_stream
 from .types import AgentContext, AgentEvent, Emit, Tool
 
@@ -47,7 +47,8 @@ class ResponsesApi:
         body: dict[str, Any] = {
             "model": settings.model,
             "instructions": context.system_prompt,
-            "input": to_responses_input(context.messages, settings.model, trusted_role=settings.trusted_role),
+            "input": to_responses_input(context.messages, settings.model, trusted_role=settings.trusted_role,
+                                        images=Images(settings.images, settings.image_detail)),
             "stream": True,
             "store": False,
         }
@@ -66,7 +67,8 @@ class ResponsesApi:
     def pieces(self, body: dict[str, Any]) -> list[str]:
         head = json.dumps({"tools": body.get("tools", []), "instructions": body["instructions"]},
                           ensure_ascii=False, separators=(",", ":"))
-        return [head, *(json.dumps(i, ensure_ascii=False, separators=(",", ":")) for i in body["input"])]
+        return [head, *(json.dumps(without_image_data(i), ensure_ascii=False, separators=(",", ":"))
+                        for i in body["input"])]
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
                       signal: asyncio.Event, gate: ReadGate | None = None) -> AssistantMessage:

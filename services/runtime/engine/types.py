@@ -10,13 +10,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from shared.contracts.events import EventType
-from shared.contracts.messages import AgentMessage, AssistantMessage, ToolCall
+from shared.contracts.messages import AgentMessage, AssistantMessage, ImageRef, ToolCall
 
 
 class ToolOutcome(BaseModel):
     """What a tool returns. Errors are values: a failing tool still yields an outcome."""
 
     content: str
+    images: list[ImageRef] | None = None  # stored images the model sees with the text (shared/images.py)
     details: dict[str, Any] | None = None
     is_error: bool = False
     terminate: bool = False  # ends the run only when every result of the batch sets it (Pi)

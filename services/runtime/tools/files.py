@@ -10,6 +10,7 @@ from shared.disk import DiskError, check_size, split_workspace_path
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .host import ToolHost
+from .image_view import image_outcome, is_image
 
 READ_LIMIT = 2000  # lines per read
 
@@ -20,6 +21,8 @@ def file_ref(path: str) -> str:
 
 def read_tool(host: ToolHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
+        if is_image(host, args["path"]):
+            return await image_outcome(host, args["path"])
         try:
             # Opened beneath the workspace: a link a command planted cannot lead the read out of it.
             data = await asyncio.to_thread(workspace_fs.read_bytes, host.paths.workspace, args["path"])
@@ -38,8 +41,9 @@ def read_tool(host: ToolHost) -> Tool:
 
     return Tool(
         name="read",
-        description="Read a text file from the session workspace. Paths are relative to the workspace. "
-        "Use offset/limit (1-based lines) for long files.",
+        description="Read a file from the session workspace. Paths are relative to the workspace. "
+        "Use offset/limit (1-based lines) for long text files. An image (PNG, JPEG, GIF, WebP) is returned "
+        "as the image itself, so you can look at it (e.g. a rendered card).",
         parameters={
             "type": "object",
             "properties": {

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from shared.contracts.todo import TodoList
 from shared.contracts.transcript import Deviation
 from shared.disk import SessionPaths
+from shared.image_limits import ImageLimits
 from shared.quota import WorkspaceQuota
 
 from ..document_reads import DocumentReads
@@ -20,6 +21,7 @@ class ToolHost(Protocol):
     sid: str
     paths: SessionPaths
     max_file_bytes: int
+    image_limits: ImageLimits
     workspace_quota: WorkspaceQuota
     sandbox: Sandbox  # confines every process started for the agent (bash)
     todo: TodoController

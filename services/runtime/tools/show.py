@@ -21,6 +21,7 @@ from ..document_reads import stale_write
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .files import file_ref
 from .host import ToolHost
+from .image_view import image_outcome, is_image
 
 DOC_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 FORM_PATH = re.compile(r"^forms/([A-Za-z0-9_-]{1,128})\.json$")
@@ -72,16 +73,23 @@ def show_file_tool(host: ToolHost) -> Tool:
             return await _show_form(host, rel)
         ari = file_ref(rel)
         tab = await host.open_tab(ari, args.get("title") or rel.rsplit("/", 1)[-1])
-        return ToolOutcome(content=f"Opened {ari} in tab {tab}.", details={"ari": ari, "tabId": tab})
+        opened_note = ToolOutcome(content=f"Opened {ari} in tab {tab}.", details={"ari": ari, "tabId": tab})
+        if not (args.get("look") and is_image(host, rel)):
+            return opened_note
+        seen = await image_outcome(host, rel)
+        return seen.model_copy(update={"content": f"{opened_note.content} {seen.content}",
+                                       "details": {"ari": ari, "tabId": tab, **(seen.details or {})}})
 
     return Tool(
         name="show_file",
-        description="Open a workspace file in a tab of the user's interface.",
+        description="Open a workspace file in a tab of the user's interface. For an image, `look: true` also "
+        "returns the image to you.",
         parameters={
             "type": "object",
             "properties": {
                 "path": {"type": "string", "description": "Workspace-relative file path."},
                 "title": {"type": "string", "description": "Optional tab title."},
+                "look": {"type": "boolean", "description": "For an image file: also return the image to you."},
             },
             "required": ["path"],
             "additionalProperties": False,

@@ -56,8 +56,22 @@ function messageUserView(item) {
     who("agent → you", item.ts, ...tags), el("div", { class: "text" }, item.text));
 }
 
+function branchView(item) {
+  const options = item.options.map((o) => el("li", { class: o.active ? "branch active" : "branch" },
+    el("span", { class: "branch-label" }, o.label),
+    o.active ? badge("shown", "branch-shown")
+      : el("button", { type: "button", class: "switch", dataset: { rewind: o.leaf }, title: "Rewind to this branch's newest entry" }, "switch")));
+  return el("div", { class: "item branch-point", role: "group", "aria-label": "branch point", dataset: { key: item.key } },
+    badge(`${item.options.length} branches`, "branch"), el("ul", { class: "branches" }, ...options));
+}
+
 const VIEWS = {
-  user: (item) => el("div", { class: "item bubble user", dataset: { key: item.key } }, who("you", item.ts), el("div", { class: "text" }, item.text)),
+  user: (item) => el("div", { class: "item bubble user", dataset: { key: item.key } }, who("you", item.ts,
+    el("button", { type: "button", class: "rewind-here", dataset: { rewind: item.key }, title: "Rewind the session to this message (files and tasks too)" }, "rewind here")),
+  el("div", { class: "text" }, item.text)),
+  branch: branchView,
+  rewound: (item) => el("div", { class: "item rewound", role: "note", dataset: { key: item.key } }, badge("rewound", "rewound"),
+    el("span", { class: "muted" }, item.text)),
   assistant: (item) => el("div", { class: `item bubble agent assistant${item.streaming ? " streaming" : ""}`, dataset: { key: item.key } },
     who(item.streaming ? "agent (streaming…)" : "agent", item.ts), el("div", { class: "text" }, item.text)),
   thinking: (item) => collapsible(item.key, [badge("thinking"), el("span", { class: "muted" }, "reasoning")], el("pre", { tabindex: "0" }, item.text), { cls: "item thinking" }),

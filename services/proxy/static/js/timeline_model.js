@@ -71,6 +71,8 @@ function entryItems(entry, results, live) {
     case "audit": return [{ key: entry.id, ts, kind: "note", label: `completion audit: ${entry.workflow}`,
       text: entry.outcome + (entry.missing && entry.missing.length ? ` (missing: ${entry.missing.join(", ")})` : "")
         + (entry.deviations || []).map((d) => `\ndeviation ${d.step}: ${d.cause}`).join("") }];
+    case "leaf": return entry.note ? [{ key: entry.id, ts, kind: "rewound", text: "The session was rewound to here: "
+      + "the entries after it on the previous branch are kept in the tree, the files are as they were here." }] : [];
     default: return [];
   }
 }

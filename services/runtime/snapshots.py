@@ -1,0 +1,53 @@
+"""The live session's workspace snapshots (shared/snapshots.py; docs/architecture.md "Snapshots,
+rewind and fork"): taken at each recorded user message, after each tool batch, at each run's end and
+after a client's upload between runs, keyed to the transcript's leaf. Each is taken under the lease
+(the guard, then the scan and its writes with no await between: the disk fence covers them) and
+costs a stat per entry plus a read of each changed file. The log is read at the first snapshot, not
+on the wake path."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from shared.disk import SessionPaths
+from shared.snapshots import Record, ScanTooLarge, SnapshotLimits, SnapshotStore
+
+log = structlog.get_logger()
+Guard = Callable[[], Awaitable[None]]
+
+
+class SessionSnapshots:
+    def __init__(self, sid: str, paths: SessionPaths, limits: SnapshotLimits, guard: Guard,
+                 leaf: Callable[[], str | None]) -> None:
+        self.sid = sid
+        self.paths = paths
+        self.limits = limits
+        self._guard = guard
+        self._leaf = leaf
+        self._store: SnapshotStore | None = None
+
+    @property
+    def store(self) -> SnapshotStore:
+        if self._store is None:
+            self._store = SnapshotStore.load(self.paths, self.limits)
+        return self._store
+
+    def reload(self) -> SnapshotStore:
+        self._store = None
+        return self.store
+
+    async def take(self, reason: str, *, entry: str | None = None, force: bool = False) -> Record | None:
+        """A snapshot keyed to `entry` (default: the leaf); None when nothing changed or the workspace
+        is past what a snapshot records (logged: that point cannot be rewound to)."""
+        store = self.store
+        await self._guard()
+        try:
+            record = store.take(entry or self._leaf(), reason, force=force)
+        except ScanTooLarge as exc:
+            log.warning("snapshot_skipped", session_id=self.sid, reason=reason, error=str(exc))
+            return None
+        if record is not None and store.prune():
+            log.info("snapshots_pruned", session_id=self.sid, records=len(store.records))
+        return record

@@ -1,0 +1,38 @@
+"""An image file as a tool result the model sees (docs/architecture.md "Images"): read within the
+size bound, decoded and downscaled by Pillow off the event loop, stored once by content hash; a
+corrupt or oversized image is an error result."""
+
+from __future__ import annotations
+
+import asyncio
+
+from shared.disk import DiskError
+from shared.images import ImageRefused, prepare, read_workspace_image, sniff_workspace_file, store_image
+
+from ..engine.types import ToolOutcome
+from .host import ToolHost
+
+
+def is_image(host: ToolHost, rel: str) -> bool:
+    """Whether the file is a PNG, JPEG, GIF or WebP by its bytes (a missing file is not: the caller
+    reports it as it does for text)."""
+    try:
+        return sniff_workspace_file(host.paths.workspace, rel) is not None
+    except DiskError:
+        return False
+
+
+async def image_outcome(host: ToolHost, rel: str) -> ToolOutcome:
+    limits = host.image_limits
+    try:
+        data = read_workspace_image(host.paths.workspace, rel, limits.max_source_bytes)
+        prepared = await asyncio.to_thread(prepare, data, limits)
+        ref = await asyncio.to_thread(store_image, host.paths.root, prepared, rel)
+    except (DiskError, ImageRefused) as exc:
+        return ToolOutcome(content=f"Cannot show the image {rel}: {exc}", is_error=True)
+    kind = ref.mime_type.split("/")[1].upper()
+    note = f"Image {rel}: {kind}, {ref.width}x{ref.height} pixels as you see it"
+    if len(data) != ref.bytes or prepared.data is not data:
+        note += f" (downscaled or re-encoded from the {len(data)}-byte file)"
+    return ToolOutcome(content=note + ".", images=[ref],
+                       details={"path": rel, "image": ref.model_dump(mode="json", by_alias=True, exclude_none=True)})

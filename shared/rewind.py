@@ -1,0 +1,210 @@
+"""Rewind: the rules the runtime (live) and the proxy (dormant) share (docs/architecture.md
+"Snapshots, rewind and fork").
+
+A rewind to entry X: (1) the disk as it is now is recorded (a snapshot keyed to the old leaf, so the
+abandoned branch can be switched back to); (2) the snapshot that holds the state at X is found (409
+naming the oldest point still kept when retention dropped it); (3) an intent is written
+(`.snapshots/rewind.json`: the record to restore and the transcript entries to append); (4) the
+workspace, documents and todo are restored; (5) the leaf moves are appended; (6) the intent goes.
+A crash anywhere in (4)-(6) is finished by `finish_pending`, at the next wake or dormant write: the
+restore is idempotent and an entry already in the transcript is not appended twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, TypeAdapter
+
+from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage
+from shared.contracts.transcript import LeafEntry, MessageEntry, TranscriptEntry, parse_entries
+from shared.disk import SessionPaths, append_jsonl, atomic_write_json, iter_jsonl, read_json, remove_durably
+from shared.snapshot_restore import MissingObject, restore
+from shared.snapshots import Record, ScanTooLarge, SnapshotLimits, SnapshotStore
+from shared.transcript_tree import active_path, path_to
+from shared.trusted_blocks import render
+
+RewindReason = Literal["rewind", "edit", "switch"]
+SCOPES = ("workspace/", "documents/", "todo.json")  # a rewind leaves the UI state to the clients
+FORK_SCOPES = ("workspace/", "documents/", "todo.json", "state.json")
+NOTE = render("session_rewound", None, (
+    "The user rewound the session to this point. Everything after it on the previous branch is abandoned: the "
+    "workspace files, documents and task list are back to their state here. Effects outside the workspace "
+    "(messages sent, remote changes) were not undone."))
+NOT_RUN = "Not run: the user rewound the session to the message that made this call."
+_ENTRIES: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
+
+
+class RewindRefused(Exception):
+    def __init__(self, status: int, message: str, detail: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.detail = status, message, detail
+
+
+class Intent(BaseModel):
+    record: int
+    target_id: str
+    entries: list[dict[str, Any]]  # the transcript entries to append, in order, as JSON
+
+    def parsed(self) -> list[TranscriptEntry]:
+        return _ENTRIES.validate_python(self.entries)
+
+
+def intent_path(paths: SessionPaths) -> Any:
+    return paths.root / ".snapshots" / "rewind.json"
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def epoch_ms(iso: str) -> int:
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def state_record(store: SnapshotStore, branch: Sequence[TranscriptEntry]) -> Record:
+    """The snapshot holding the state at the branch's last entry, or RewindRefused(409)."""
+    nodes = [(e.id, epoch_ms(e.timestamp)) for e in branch if not isinstance(e, LeafEntry)]
+    record = store.record_for(nodes)
+    if record is None:
+        oldest = store.oldest_entry()
+        where = f"the oldest point kept is entry {oldest}" if oldest else "this session has no snapshots yet"
+        raise RewindRefused(409, f"no workspace snapshot is kept for that entry ({where}; "
+                                 "snapshot retention: docs/architecture.md)", {"oldest_entry_id": oldest})
+    return record
+
+
+def leaf_moves(target: TranscriptEntry, from_id: str | None, reason: RewindReason, new_id: Callable[[], str],
+               stamp: str) -> list[TranscriptEntry]:
+    """The entries a rewind to `target` appends: the leaf move with its note. A target that is an
+    assistant message calling tools first gets a result per call saying it was not run (every call
+    keeps a result, and the note never falls between a call and its results)."""
+    calls = target.message.tool_calls() if (isinstance(target, MessageEntry)
+                                            and isinstance(target.message, AssistantMessage)) else []
+    if not calls:
+        return [LeafEntry(id=new_id(), timestamp=stamp, target_id=target.id, from_id=from_id, reason=reason,
+                          note=NOTE)]
+    out: list[TranscriptEntry] = [LeafEntry(id=new_id(), timestamp=stamp, target_id=target.id, from_id=from_id,
+                                            reason=reason)]
+    parent = target.id
+    for call in calls:
+        result = MessageEntry(id=new_id(), parent_id=parent, timestamp=stamp, message=ToolResultMessage(
+            tool_call_id=call.id, tool_name=call.name, is_error=True, content=[TextContent(text=NOT_RUN)]))
+        out.append(result)
+        parent = result.id
+    out.append(LeafEntry(id=new_id(), timestamp=stamp, target_id=parent, from_id=from_id, reason=reason, note=NOTE))
+    return out
+
+
+def begin(paths: SessionPaths, record: Record, target_id: str, entries: list[TranscriptEntry]) -> Intent:
+    intent = Intent(record=record.n, target_id=target_id,
+                    entries=[e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in entries])
+    atomic_write_json(intent_path(paths), intent)
+    return intent
+
+
+def pending(paths: SessionPaths) -> Intent | None:
+    raw = read_json(intent_path(paths))
+    if raw is None:
+        return None
+    try:
+        return Intent.model_validate(raw)
+    except ValueError:
+        remove_durably(intent_path(paths))  # unreadable: written torn is impossible (atomic), so foreign
+        return None
+
+
+def restore_files(store: SnapshotStore, intent: Intent) -> int:
+    """Step (4): the disk back to the intent's record. `store.current` must be the disk's state (the
+    caller just took a snapshot); the restored state is recorded without reading the disk again."""
+    try:
+        restored = restore(store.paths.root, store.objects, store.current, store.manifest_of(intent.record), SCOPES)
+    except MissingObject as exc:  # pruned (or lost) since the record was chosen: nothing left to restore from
+        done(store.paths)
+        raise RewindRefused(409, f"{exc}; retry the rewind") from exc
+    store.adopt(restored.manifest, intent_leaf(intent), "rewind")  # keyed to the new leaf
+    return restored.changed
+
+
+def intent_leaf(intent: Intent) -> str:
+    """The leaf once the intent's entries are appended."""
+    last = intent.parsed()[-1]
+    return last.target_id if isinstance(last, LeafEntry) else last.id
+
+
+def done(paths: SessionPaths) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        remove_durably(intent_path(paths))
+
+
+# ---------------------------------------------------------------- on a dormant session's disk
+
+
+def read_transcript(paths: SessionPaths) -> list[TranscriptEntry]:
+    return parse_entries(list(iter_jsonl(paths.transcript)))
+
+
+def finish_on_disk(store: SnapshotStore, intent: Intent) -> int:
+    """Steps (4)-(6) without a runtime: the proxy, under the dormant-write lock."""
+    changed = restore_files(store, intent)
+    have = {e.id for e in read_transcript(store.paths)}
+    append_jsonl(store.paths.transcript, [e for e in intent.entries if e.get("id") not in have])
+    done(store.paths)
+    return changed
+
+
+def finish_pending_on_disk(paths: SessionPaths, limits: SnapshotLimits) -> None:
+    intent = pending(paths)
+    if intent is not None:
+        store = SnapshotStore.load(paths, limits)
+        store.take(None, "resumed")  # the disk as the crash left it
+        finish_on_disk(store, intent)
+
+
+def snapshot_on_disk(paths: SessionPaths, limits: SnapshotLimits, reason: str) -> None:
+    """A dormant write's snapshot (an upload, a document edit), keyed to the transcript's leaf."""
+    store = SnapshotStore.load(paths, limits)
+    try:
+        store.take(_leaf_of(active_path(read_transcript(paths))), reason)
+    except ScanTooLarge:
+        return  # past what a snapshot records: that point cannot be rewound to
+    store.prune()
+
+
+def rewind_on_disk(paths: SessionPaths, limits: SnapshotLimits, target_id: str, reason: RewindReason,
+                   stamp: str) -> dict[str, Any]:
+    """A dormant session's rewind (blocking: the proxy runs it in a thread under the dormant-write
+    lock). The same steps as the runtime's, on the disk the runtime reads at its next wake."""
+    finish_pending_on_disk(paths, limits)
+    entries = read_transcript(paths)
+    branch = path_to(entries, target_id)
+    if not branch:
+        raise RewindRefused(404, f"no entry {target_id!r} in this session's transcript")
+    active = active_path(entries)
+    from_id = _leaf_of(active)
+    store = SnapshotStore.load(paths, limits)
+    store.take(from_id, "rewind_from")
+    record = state_record(store, branch)
+    ids = {e.id for e in entries}
+
+    def new_id() -> str:
+        while (candidate := secrets.token_hex(4)) in ids:
+            pass
+        ids.add(candidate)
+        return candidate
+
+    moves = leaf_moves(branch[-1], from_id, reason, new_id, stamp)
+    changed = finish_on_disk(store, begin(paths, record, target_id, moves))
+    leaf = _leaf_of(moves)
+    return {"entry_id": target_id, "leaf_id": leaf, "from_id": from_id, "changed": changed, "aborted_run_id": None}
+
+
+def _leaf_of(entries: Sequence[TranscriptEntry]) -> str | None:
+    if not entries:
+        return None
+    last = entries[-1]
+    return last.target_id if isinstance(last, LeafEntry) else last.id

@@ -1,0 +1,231 @@
+"""Images reach the model (docs/architecture.md "Images"), through the five real services and a
+stand-in provider that records the request bodies it receives (tests/support/recording_model.py):
+an attached image is an image part of its user message and a `read` of an image is in the tool's
+output (Responses) or the user part after the tool messages (Chat), bytes identical; every request
+is valid for the `openai` package's own request types; the transcript holds references, not base64;
+a wake sends the same bytes; bad attachments are a 4xx naming them and nothing is sent."""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from PIL import Image
+
+from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact
+from tests.integration.runtime_support import Driver, call, done, script
+from tests.support.polling import wait_sync
+from tests.support.recording_model import Recorded, RecordingModel
+from tests.support.stack import API_TOKEN, Stack
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@dataclass
+class Env:
+    stack: Stack
+    model: RecordingModel
+    http: httpx.Client
+    d: Driver
+    data_dir: Path
+
+
+@pytest.fixture(scope="module")
+def env(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    model = RecordingModel().start()
+    data_dir = tmp_path_factory.mktemp("images")
+    stack = Stack(redis_url=module_redis_url, data_dir=data_dir, env_overrides={**model.env(), "GAMMA_ATTACHMENTS_MAX": "3"})
+    stack.start()
+    http = httpx.Client(base_url=stack.url(), headers={"Authorization": f"Bearer {API_TOKEN}"}, timeout=60)
+    try:
+        yield Env(stack, model, http, Driver(stack.redis_url), data_dir)
+    finally:
+        http.close()
+        stack.stop()
+        model.stop()
+
+
+def png(width: int, height: int, colour: tuple[int, int, int]) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), colour).save(out, "PNG")
+    return out.getvalue()
+
+
+def gradient_jpeg(width: int, height: int) -> bytes:
+    im = Image.linear_gradient("L").resize((width, height)).convert("RGB")
+    out = io.BytesIO()
+    im.save(out, "JPEG", quality=70)
+    return out.getvalue()
+
+
+def image_urls(value: Any) -> list[str]:
+    """Every image data URL in a request part, in order, whichever API's shape carries it."""
+    if isinstance(value, list):
+        return [u for v in value for u in image_urls(v)]
+    if not isinstance(value, dict):
+        return []
+    if value.get("type") == "input_image":
+        return [value["image_url"]]
+    if value.get("type") == "image_url":
+        return [value["image_url"]["url"]]
+    return [u for v in value.values() for u in image_urls(v)]
+
+
+def decoded(url: str) -> bytes:
+    head, _, data = url.partition(",")
+    assert head.startswith("data:image/") and head.endswith(";base64")
+    return base64.b64decode(data)
+
+
+def new_session(e: Env, api: str) -> str:
+    resp = e.http.post("/sessions", json={"model": {"api": api}})
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["id"])
+
+
+def put(e: Env, sid: str, path: str, data: bytes) -> None:
+    resp = e.http.put(f"/sessions/{sid}/workspace/files/{path}", content=data)
+    assert resp.status_code == 200, resp.text
+
+
+def run(e: Env, sid: str, message: str, **body: Any) -> None:
+    before = len(e.d.message_users(sid))
+    resp = e.http.post(f"/sessions/{sid}/messages", json={"message": message, **body})
+    assert resp.status_code == 202, resp.text
+    wait_sync(lambda: len(e.d.message_users(sid)) > before, timeout=90, what="the run's answer")
+
+
+def validate(requests: list[Recorded]) -> None:
+    for r in requests:
+        assert_exact(RESPONSES if r.api == "responses" else CHAT, r.body)
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_attached_and_read_images_reach_the_model_and_replay_after_a_wake(env: Env, api: str) -> None:
+    since = len(env.model.agent_requests())
+    sid = new_session(env, api)
+    photo, chart = png(320, 200, (200, 30, 30)), png(400, 300, (30, 30, 200))
+    put(env, sid, "photo.png", photo)
+    put(env, sid, "renders/chart.png", chart)
+    put(env, sid, "notes.txt", b"plain notes\n")
+
+    run(env, sid, script({"tool_calls": [call("read", path="renders/chart.png")]}, done("seen")),
+        attachments=["photo.png", "notes.txt"])
+    sent = env.model.agent_requests()[since:]
+    assert sent and all(r.api == api for r in sent)
+    validate(sent)
+    last = sent[-1].body
+    if api == "responses":
+        user = next(i for i in last["input"] if i.get("role") == "user" and isinstance(i["content"], list))
+        (output,) = [i["output"] for i in last["input"] if i.get("type") == "function_call_output"]
+        assert isinstance(output, list) and output[0]["type"] == "input_text"
+        assert [decoded(u) for u in image_urls(output)] == [chart]
+    else:
+        messages = last["messages"]
+        user = next(m for m in messages if m["role"] == "user" and "script:" in str(m["content"]))
+        tool_at = next(i for i, m in enumerate(messages) if m["role"] == "tool")
+        assert isinstance(messages[tool_at]["content"], str)  # a tool message is text only
+        after = messages[tool_at + 1]
+        assert after["role"] == "user" and [decoded(u) for u in image_urls(after)] == [chart]
+        assert after["content"][0]["text"].startswith("The image(s) returned by the `read` tool call")
+    assert [decoded(u) for u in image_urls(user)] == [photo]  # bytes identical
+    note = [x for x in (last.get("input") or last.get("messages")) if "<attachments>" in str(x.get("content"))]
+    assert len(note) == 1 and '<file path="notes.txt" type="text/plain" bytes="12"/>' in str(note[0]["content"])
+    # The harness's channel: developer for Responses, user for Chat on a server that is not OpenAI's.
+    assert note[0]["role"] == ("developer" if api == "responses" else "user")
+
+    transcript = (env.data_dir / "sessions" / sid / "transcript.jsonl").read_text()
+    assert "base64" not in transcript and base64.b64encode(photo[:48]).decode()[:40] not in transcript
+    assert len(list((env.data_dir / "sessions" / sid / ".images").iterdir())) == 2
+
+    # A wake rebuilds the request from the transcript and the stored images: the same bytes.
+    assert env.http.post(f"/sessions/{sid}/suspend").status_code == 200
+    wait_sync(lambda: not env.d.live(sid), timeout=30, what="dormant")
+    urls_before = image_urls(last.get("input") or last.get("messages"))
+    run(env, sid, "thanks")
+    after_wake = env.model.agent_requests()[-1]
+    validate([after_wake])
+    assert image_urls(after_wake.body.get("input") or after_wake.body.get("messages")) == urls_before
+
+    # Compaction: the images it keeps are sent with the same bytes; those it summarizes are named in
+    # the summarizer's request as text, and their parts leave the request.
+    summaries_since = len(env.model.summary_requests())
+    assert env.http.post(f"/sessions/{sid}/compact", json={}).status_code == 200
+    wait_sync(lambda: any(e["type"] == "compaction" for e in env.http.get(f"/sessions/{sid}/transcript").json()[
+        "entries"]), timeout=60, what="the compaction entry")
+    run(env, sid, "and now?")
+    after = env.model.agent_requests()[-1]
+    validate([after])
+    urls_after = image_urls(after.body.get("input") or after.body.get("messages"))
+    assert set(urls_after) <= set(urls_before)
+    summarized = "\n".join(r.text() for r in env.model.summary_requests()[summaries_since:])
+    for url, name in zip(urls_before, ["photo.png", "renders/chart.png"], strict=True):
+        assert url in urls_after or f'[Image]: "{name}"' in summarized, name
+    assert "base64" not in (env.data_dir / "sessions" / sid / "transcript.jsonl").read_text()
+
+
+def test_a_12_megapixel_jpeg_is_downscaled_within_the_limits(env: Env) -> None:
+    sid = new_session(env, "responses")
+    put(env, sid, "photo.jpg", gradient_jpeg(4000, 3000))
+    run(env, sid, "Here is the photo.", attachments=["photo.jpg"])
+    (url,) = image_urls(env.model.agent_requests()[-1].body["input"])
+    with Image.open(io.BytesIO(decoded(url))) as sent:
+        assert max(sent.size) <= 2048 and min(sent.size) <= 768
+        assert sent.size == (1024, 768)  # the aspect ratio kept
+
+
+def test_bad_attachments_are_refused_by_name_and_nothing_is_sent(env: Env) -> None:
+    sid = new_session(env, "responses")
+    put(env, sid, "ok.png", png(10, 10, (0, 0, 0)))
+    put(env, sid, "broken.png", png(64, 64, (1, 2, 3))[:60] + b"\x00" * 40)
+    workspace = env.data_dir / "sessions" / sid / "workspace"
+    with (workspace / "huge.png").open("wb") as fh:  # as a command in the sandbox could make it
+        fh.write(png(8, 8, (0, 0, 0)))
+        fh.truncate(50 * 1024 * 1024)
+    (env.data_dir / "sessions" / sid / "outside.png").write_bytes(png(8, 8, (0, 0, 0)))
+    requests_before = len(env.model.agent_requests())
+    cases = {
+        "broken.png": (422, "broken.png"),
+        "huge.png": (413, "huge.png"),
+        "missing.png": (404, "missing.png"),
+        "../outside.png": (400, "../outside.png"),
+        "/etc/passwd": (400, "/etc/passwd"),
+    }
+    for path, (status, named) in cases.items():
+        resp = env.http.post(f"/sessions/{sid}/messages", json={"message": "look", "attachments": ["ok.png", path]})
+        assert resp.status_code == status, (path, resp.text)
+        assert named in resp.text, resp.text
+    resp = env.http.post(f"/sessions/{sid}/messages", json={"message": "look", "attachments": ["ok.png"] * 4})
+    assert resp.status_code == 422 and "at most 3" in resp.text
+    assert env.http.get(f"/sessions/{sid}").json()["status"] == "dormant"  # no wake, no prompt
+    assert len(env.model.agent_requests()) == requests_before
+    assert not (env.data_dir / "sessions" / sid / ".images").exists()  # a refused message stores nothing
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_a_corrupt_image_read_is_an_error_result(env: Env, api: str) -> None:
+    sid = new_session(env, api)
+    put(env, sid, "broken.png", png(64, 64, (1, 2, 3))[:60] + b"\x00" * 40)
+    run(env, sid, script({"tool_calls": [call("read", path="broken.png")]}, done("checked")))
+    last = env.model.agent_requests()[-1]
+    validate([last])
+    assert image_urls(last.body.get("input") or last.body.get("messages")) == []
+    assert "Cannot show the image broken.png" in last.text()
+
+
+def test_show_file_with_look_returns_the_image_and_opens_the_tab(env: Env) -> None:
+    sid = new_session(env, "responses")
+    card = png(200, 120, (10, 200, 10))
+    put(env, sid, "renders/card1.png", card)
+    run(env, sid, script({"tool_calls": [call("show_file", path="renders/card1.png", look=True)]}, done("shown")))
+    last = env.model.agent_requests()[-1]
+    validate([last])
+    (output,) = [i["output"] for i in last.body["input"] if i.get("type") == "function_call_output"]
+    assert "Opened file:renders/card1.png in tab" in output[0]["text"]
+    assert [decoded(u) for u in image_urls(output)] == [card]

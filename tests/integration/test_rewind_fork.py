@@ -1,0 +1,248 @@
+"""Rewind, edit_of and fork against the real services (docs/architecture.md "Snapshots, rewind and fork").
+
+Each session runs two scripted turns whose `bash` calls (in the real sandbox) change, create and remove
+workspace files; the rewinds must put back what bash did, which no edit-tool tracking would see.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from shared import keys
+from tests.support.polling import wait_sync
+from tests.support.stack import OTHER_TOKEN, Stack
+
+pytestmark = pytest.mark.timeout(300)
+BOB = {"Authorization": f"Bearer {OTHER_TOKEN}"}
+TODO_1 = [{"id": "t1", "content": "first plan", "status": "in_progress"}]
+TODO_2 = [{"id": "t1", "content": "first plan", "status": "complete"},
+          {"id": "t2", "content": "second plan", "status": "in_progress"}]
+RUN_1 = "mkdir -p src && printf v1 > src/a.txt && printf keep > b.txt"
+RUN_2 = "printf v2 > src/a.txt && printf new > src/new.txt && rm b.txt && mkdir -p made/deep && printf x > made/deep/f"
+
+
+def script(*steps: dict[str, Any], mark: str = "") -> str:
+    """A scripted prompt; `mark` (a word) goes into its first bash command, to find its entry again."""
+    if mark:
+        first = steps[0]["tool_calls"][0]["arguments"]
+        first["command"] = f": {mark}; " + first["command"]
+    return "script:" + json.dumps(list(steps))
+
+
+def bash(command: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "bash", "arguments": {"command": command, "timeout": 120}}]}
+
+
+def todo(items: list[dict[str, str]]) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "todo", "arguments": {"items": items}}]}
+
+
+@pytest.fixture(scope="module")
+def bob(module_stack: Stack) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=module_stack.url(), headers=BOB, timeout=30) as client:
+        yield client
+
+
+def idle(api: httpx.Client, sid: str) -> None:
+    wait_sync(lambda: not api.get(f"/sessions/{sid}").json()["running"], timeout=60, interval=0.2,
+              what="the run's end")
+
+
+def send(api: httpx.Client, sid: str, message: str, **extra: Any) -> None:
+    before = len(user_entries(api, sid, tree=True))
+    resp = api.post(f"/sessions/{sid}/messages", json={"message": message, **extra})
+    assert resp.status_code == 202, resp.text
+    wait_sync(lambda: len(user_entries(api, sid, tree=True)) > before and last_is_reply(api, sid), timeout=90,
+              interval=0.2, what="the run's reply")
+    idle(api, sid)
+
+
+def last_is_reply(api: httpx.Client, sid: str) -> bool:
+    entries = transcript(api, sid)
+    return bool(entries) and entries[-1].get("type") == "message" and entries[-1]["message"]["role"] == "toolResult" \
+        and entries[-1]["message"]["toolName"] == "message_user"
+
+
+def transcript(api: httpx.Client, sid: str, tree: bool = False) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    cursor = "0"
+    while True:
+        page = api.get(f"/sessions/{sid}/transcript", params={"cursor": cursor, "tree": int(tree)}).json()
+        out += page["entries"]
+        if not page["has_more"]:
+            return out
+        cursor = page["next_cursor"]
+
+
+def user_entries(api: httpx.Client, sid: str, tree: bool = False) -> list[dict[str, Any]]:
+    return [e for e in transcript(api, sid, tree) if e.get("type") == "message" and e["message"]["role"] == "user"]
+
+
+def user_entry(api: httpx.Client, sid: str, fragment: str) -> dict[str, Any]:
+    return next(e for e in user_entries(api, sid, tree=True) if fragment in json.dumps(e["message"]["content"]))
+
+
+def file(api: httpx.Client, sid: str, path: str) -> str | None:
+    resp = api.get(f"/sessions/{sid}/workspace/files/{path}")
+    return resp.text if resp.status_code == 200 else None
+
+
+def parent_turn(api: httpx.Client, sid: str, entry: dict[str, Any]) -> str:
+    """The parent of a user message, past the trusted messages recorded just before it in its turn
+    (the todo anchor, an artifact_update): the point the prompt was sent at."""
+    by_id = {e["id"]: e for e in transcript(api, sid, tree=True)}
+    parent = entry["parentId"]
+    while by_id[parent]["type"] == "custom_message":
+        parent = by_id[parent]["parentId"]
+    return str(parent)
+
+
+def two_turns(api: httpx.Client) -> tuple[str, dict[str, Any]]:
+    """A session after two bash turns; returns it and the second turn's user entry."""
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash(RUN_1), todo(TODO_1), mark="turn-one"))
+    put = api.put(f"/sessions/{sid}/documents/deck1", json={"title": "Otters", "cards": [{"id": "c1", "title": "Intro"}]})
+    assert put.status_code == 200, put.text
+    send(api, sid, script(bash(RUN_2), todo(TODO_2), mark="turn-two"))
+    assert file(api, sid, "src/a.txt") == "v2" and file(api, sid, "src/new.txt") == "new"
+    assert api.put(f"/sessions/{sid}/documents/deck1", json={"title": "Seals", "cards": []}).status_code == 200
+    return sid, user_entry(api, sid, "turn-two")
+
+
+def assert_state_of_turn_two_prompt(api: httpx.Client, sid: str) -> None:
+    assert file(api, sid, "src/a.txt") == "v1"
+    assert file(api, sid, "b.txt") == "keep"
+    assert file(api, sid, "src/new.txt") is None and file(api, sid, "made/deep/f") is None
+    listing = api.get(f"/sessions/{sid}/workspace/files/").json()["entries"]
+    assert "made" not in {e["name"] for e in listing}
+    assert api.get(f"/sessions/{sid}/documents/deck1").json()["title"] == "Otters"
+    items = api.get(f"/sessions/{sid}/preview").json()["todo"]["items"]
+    assert [(i["id"], i["status"]) for i in items] == [("t1", "in_progress")]
+
+
+def assert_branch_moved(api: httpx.Client, sid: str, target: dict[str, Any]) -> None:
+    active = transcript(api, sid)
+    nodes = [e for e in active if e["type"] != "leaf"]
+    assert nodes[-1]["id"] == target["id"], "the active branch ends at the rewind point"
+    assert active[-1]["type"] == "leaf" and active[-1]["targetId"] == target["id"]
+    whole = transcript(api, sid, tree=True)
+    assert len(whole) > len(active), "the abandoned run's entries stay in the tree"
+    abandoned = [e for e in whole if e.get("parentId") == target["id"]]
+    assert abandoned and all(e["id"] not in {a["id"] for a in active} for e in abandoned)
+
+
+def test_a_live_rewind_restores_what_bash_changed(api: httpx.Client, r: redis.Redis) -> None:
+    sid, turn_two = two_turns(api)
+    resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": turn_two["id"]})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["entry_id"] == turn_two["id"] and resp.json()["changed"] >= 5
+    assert_state_of_turn_two_prompt(api, sid)
+    assert_branch_moved(api, sid, turn_two)
+    send(api, sid, "after the rewind")
+    nxt = user_entry(api, sid, "after the rewind")
+    assert parent_turn(api, sid, nxt) == turn_two["id"], "the next prompt hangs under the rewind point"
+    view = api.get(f"/sessions/{sid}/transcript", params={"tree": 1}).json()
+    assert len(view["branch_points"][turn_two["id"]]) == 2
+    assert r.exists(keys.lease(sid)), "live all along"
+
+
+def test_a_dormant_rewind_does_not_wake_the_session(api: httpx.Client, r: redis.Redis) -> None:
+    sid, turn_two = two_turns(api)
+    assert api.post(f"/sessions/{sid}/suspend").status_code == 200
+    resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": turn_two["id"]})
+    assert resp.status_code == 200, resp.text
+    assert api.get(f"/sessions/{sid}").json()["status"] == "dormant" and not r.exists(keys.lease(sid))
+    assert_state_of_turn_two_prompt(api, sid)
+    assert_branch_moved(api, sid, turn_two)
+    send(api, sid, "after the dormant rewind")  # wakes: the runtime reads the moved leaf
+    assert parent_turn(api, sid, user_entry(api, sid, "after the dormant rewind")) == turn_two["id"]
+    assert file(api, sid, "src/a.txt") == "v1"
+
+
+def test_a_rewind_during_a_run_aborts_it_first(api: httpx.Client) -> None:
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash(RUN_1), mark="turn-one"))
+    resp = api.post(f"/sessions/{sid}/messages", json={"message": script(bash("printf v9 > src/a.txt; sleep 29; printf late > late.txt"), mark="slow")})
+    assert resp.status_code == 202
+    wait_sync(lambda: file(api, sid, "src/a.txt") == "v9", timeout=60, interval=0.1, what="the slow bash started")
+    slow = user_entry(api, sid, " slow")
+    resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": slow["id"]})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["aborted_run_id"], "the run was aborted first"
+    assert not api.get(f"/sessions/{sid}").json()["running"]
+    assert file(api, sid, "src/a.txt") == "v1" and file(api, sid, "late.txt") is None
+
+
+def test_fork_at_an_entry_copies_its_state_and_leaves_the_source(api: httpx.Client, bob: httpx.Client) -> None:
+    sid, turn_two = two_turns(api)
+    before = transcript(api, sid, tree=True)
+    resp = api.post(f"/sessions/{sid}/fork", json={"entry_id": turn_two["id"]})
+    assert resp.status_code == 201, resp.text
+    forked = resp.json()
+    new = forked["id"]
+    assert new != sid and forked["status"] == "dormant" and forked["forked_from"]["entry_id"] == turn_two["id"]
+    assert_state_of_turn_two_prompt(api, new)
+    branch = transcript(api, new)
+    assert branch[-1]["id"] == turn_two["id"] and all(e["id"] in {b["id"] for b in before} for e in branch)
+    assert transcript(api, sid, tree=True) == before and file(api, sid, "src/a.txt") == "v2", "source untouched"
+    assert new in {s["id"] for s in api.get("/sessions").json()["sessions"]}
+    assert bob.post(f"/sessions/{sid}/fork", json={}).status_code == 404
+    assert bob.get(f"/sessions/{new}").status_code == 404
+    send(api, new, "first message of the fork")
+    assert parent_turn(api, new, user_entry(api, new, "first message of the fork")) == turn_two["id"]
+
+
+def test_edit_of_starts_a_branch_and_the_tree_shows_both(api: httpx.Client) -> None:
+    sid, turn_two = two_turns(api)
+    send(api, sid, script(bash(RUN_2), mark="edited-two"), edit_of=turn_two["id"])
+    edited = user_entry(api, sid, "edited-two")
+    assert parent_turn(api, sid, edited) == parent_turn(api, sid, turn_two), "a sibling of the edited message"
+    view = api.get(f"/sessions/{sid}/transcript", params={"tree": 1}).json()
+    children = view["branch_points"][turn_two["parentId"]]
+    assert len(children) == 2 and children[0] == turn_two["id"], "the edited message's parent is the branch point"
+    by_id = {e["id"]: e for e in transcript(api, sid, tree=True)}
+    chain, node = [], edited["id"]
+    while node is not None:
+        chain.append(node)
+        node = by_id[node].get("parentId")
+    assert children[1] in chain, "the new branch leads to the edited text"
+    assert turn_two["id"] not in {e["id"] for e in transcript(api, sid)}
+    assert api.post(f"/sessions/{sid}/messages", json={"message": "x", "edit_of": "nope"}).status_code == 422
+
+
+def test_bad_rewinds_are_refused_and_change_nothing(api: httpx.Client, bob: httpx.Client) -> None:
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash(RUN_1), mark="turn-one"))
+    whole = transcript(api, sid, tree=True)
+    assert api.post(f"/sessions/{sid}/rewind", json={"entry_id": "../etc"}).status_code == 422
+    assert api.post(f"/sessions/{sid}/rewind", json={"entry_id": "unknown1"}).status_code == 404
+    header = whole[0]["id"]
+    refused = api.post(f"/sessions/{sid}/rewind", json={"entry_id": header})
+    assert refused.status_code == 409 and "oldest" in refused.text
+    assert bob.post(f"/sessions/{sid}/rewind", json={"entry_id": header}).status_code == 404
+    assert transcript(api, sid, tree=True) == whole and file(api, sid, "src/a.txt") == "v1"
+
+
+def test_a_batch_that_changes_one_of_a_thousand_files_stores_about_one_file(api: httpx.Client,
+                                                                           module_stack: Stack) -> None:
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash("mkdir -p many && for i in $(seq 1000); do echo $i > many/f$i.txt; done"), mark="fill"))
+    objects = module_stack.data_dir / "sessions" / sid / ".snapshots" / "objects"
+
+    def stored() -> int:
+        return sum(1 for p in objects.rglob("*") if p.is_file())
+
+    before = stored()
+    assert before >= 1000
+    batches = [bash(f"echo changed{i} > many/f{i}.txt") for i in range(1, 6)]
+    send(api, sid, script(*batches, mark="five"))
+    assert 5 <= stored() - before <= 7, "about one stored file per batch"
+    resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": user_entry(api, sid, "five")["id"]})
+    assert resp.status_code == 200 and resp.json()["changed"] == 5
+    assert file(api, sid, "many/f3.txt") == "3\n"
