@@ -317,7 +317,7 @@ def measure_api(by_session: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 # (label, API, OPENAI_BASE_URL, reasoning effort, GAMMA_DYNAMIC_TOOLS, GAMMA_TRUSTED_ROLE): the fourth is
 # Chat Completions as sent to a compatible server, which gets no prompt_cache_key and the user-role
 # transport (the scripted model still answers: no OPENAI_API_KEY); the fifth is the `chat` run again with
-# dynamic tool loading on (issue 21); the last, the `chat` run with the user-role transport.
+# dynamic tool loading on; the last, the `chat` run with the user-role transport.
 Run = tuple[str, str, str | None, str | None, bool, str | None]
 RUNS: tuple[Run, ...] = (
     ("responses", "responses", None, None, False, None), ("responses_reasoning", "responses", None, "low", False, None),

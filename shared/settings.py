@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.contracts.notifications import NOTIFICATION_TYPES
 from shared.image_limits import ImageLimits
+from shared.oidc import OidcConfig
 from shared.pricing import ModelPrice, parse_prices
 
 LOCAL_USER = "local"
@@ -24,6 +25,15 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path("./data"), validation_alias="GAMMA_DATA_DIR")
     api_tokens: str = Field("", validation_alias="GAMMA_API_TOKENS")
     service_token: str = Field("gamma-local-service-token", validation_alias="GAMMA_SERVICE_TOKEN")
+    # Bearer JWTs from an identity provider (shared/oidc.py; deploy/README.md "Identity provider").
+    oidc_issuer: str = Field("", validation_alias="GAMMA_OIDC_ISSUER")
+    oidc_audience: str = Field("", validation_alias="GAMMA_OIDC_AUDIENCE")
+    oidc_jwks_url: str = Field("", validation_alias="GAMMA_OIDC_JWKS_URL")
+    oidc_user_claim: str = Field("sub", validation_alias="GAMMA_OIDC_USER_CLAIM")
+    oidc_scope_claim: str = Field("scope", validation_alias="GAMMA_OIDC_SCOPE_CLAIM")
+    oidc_service_scope: str = Field("gamma.service", validation_alias="GAMMA_OIDC_SERVICE_SCOPE")
+    oidc_leeway_s: float = Field(30.0, ge=0, le=300, validation_alias="GAMMA_OIDC_LEEWAY_S")
+    oidc_jwks_min_refresh_s: float = Field(30.0, ge=0, validation_alias="GAMMA_OIDC_JWKS_MIN_REFRESH_S")
 
     proxy_port: int = Field(8000, validation_alias="GAMMA_PROXY_PORT")
     notifications_port: int = Field(8001, validation_alias="GAMMA_NOTIFICATIONS_PORT")
@@ -273,15 +283,26 @@ class Settings(BaseSettings):
         return frozenset(self.urgent_notification_types.replace(",", " ").split())
 
     def tokens(self) -> dict[str, str]:
-        """token -> user. With no GAMMA_API_TOKENS set, one local user with a fixed token."""
+        """token -> user. With neither GAMMA_API_TOKENS nor an OIDC issuer set, one local user with a
+        fixed token (an IdP-backed deployment gets no well-known token)."""
         if not self.api_tokens.strip():
-            return {LOCAL_TOKEN: LOCAL_USER}
+            return {} if self.oidc_issuer else {LOCAL_TOKEN: LOCAL_USER}
         pairs: dict[str, str] = {}
         for item in self.api_tokens.split(","):
             user, _, token = item.strip().partition(":")
             if user and token:
                 pairs[token] = user
         return pairs
+
+    def oidc(self) -> OidcConfig | None:
+        if not self.oidc_issuer:
+            return None
+        if not self.oidc_audience:
+            raise ValueError("GAMMA_OIDC_ISSUER is set without GAMMA_OIDC_AUDIENCE")
+        return OidcConfig(issuer=self.oidc_issuer, audience=self.oidc_audience, jwks_url=self.oidc_jwks_url,
+                          user_claim=self.oidc_user_claim, scope_claim=self.oidc_scope_claim,
+                          service_scope=self.oidc_service_scope, leeway_s=self.oidc_leeway_s,
+                          min_refresh_s=self.oidc_jwks_min_refresh_s)
 
     @property
     def openai_endpoint(self) -> bool:

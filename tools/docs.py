@@ -7,7 +7,8 @@
   the same registry: the producers (services publish through `shared.bus.publish` at call time, never
   as declared publishers), the per-session `gamma:{sid}:inbox` and `gamma:{sid}:events` (dynamic
   names, plain XADD), and `gamma:deadletter`.
-- `openapi.json` (the proxy) and `openapi-notifications.json`: FastAPI's own documents.
+- `openapi.json` (the proxy) and `openapi-notifications.json`: FastAPI's own documents; then the
+  TypeScript client's types from `openapi.json` (tools/client_types.py).
 
 Output is deterministic, so a test can regenerate and compare with the committed files.
 """
@@ -34,6 +35,7 @@ from shared.bus import subscriptions_of
 from shared.contracts import deadletter, events, inbox, lifecycle
 from shared.settings import Settings
 from shared.topology import EXTERNAL, INBOX_MEMBERS, INBOX_PRODUCERS, PUBLICATIONS, SERVICES
+from tools import client_types
 
 TITLE = "Gamma harness streams"
 VERSION = "0.1.0"
@@ -299,5 +301,11 @@ def write(directory: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    for p in write(Path(sys.argv[1] if len(sys.argv) > 1 else "docs")):
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs")
+    for p in write(target):
         print(p)
+    if client_types.available():
+        client_types.generate(target / "openapi.json", client_types.TYPES)
+        print(client_types.TYPES.relative_to(client_types.ROOT))
+    else:
+        print("node_modules missing (make node): clients/typescript/src/schema.d.ts not regenerated")

@@ -3,6 +3,7 @@ lifecycle and recorded injections."""
 
 from __future__ import annotations
 
+import httpx
 import structlog
 from fastapi import FastAPI
 
@@ -13,6 +14,7 @@ from shared.contracts.notifications import ExternalNotification, NotificationSub
 from shared.contracts.recorded import InjectionRecorded
 from shared.contracts.wake import Wake
 from shared.jsonlimits import JsonBodyGuard
+from shared.oidc import build_verifier
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
@@ -77,11 +79,14 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None =
 
     async def stop() -> None:
         await broker.stop()
+        await jwks_client.aclose()
 
+    jwks_client = httpx.AsyncClient(follow_redirects=False)
+    verifier = build_verifier(settings.oidc(), jwks_client)
     app = FastAPI(title="gamma-notifications", lifespan=service_lifespan(ctx, start, stop), docs_url=None, redoc_url=None)
     app.state.broker = broker  # its subscriptions: subscriptions_of(app.state.broker) (tools/docs.py)
     add_health_routes(app, ctx, require_all=True, internal_port=settings.notifications_metrics_port)
-    app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes))
+    app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes, verifier))
     app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,
                        max_number_digits=settings.max_json_number_digits)
     return app

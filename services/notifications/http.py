@@ -1,4 +1,5 @@
-"""`POST /notifications`: service-token auth, size cap, typed body, dedupe answer."""
+"""`POST /notifications`: service-token auth (the static token, or an IdP JWT carrying the service scope:
+shared/oidc.py), size cap, typed body, dedupe answer."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 
 from shared.contracts.http import ErrorBody
 from shared.contracts.notifications import NotificationAccepted, NotificationSubmit
+from shared.oidc import BearerVerifier, InvalidBearer, looks_like_jwt
 
 from .delivery import Delivery, NotificationConflict, UnknownSession
 
@@ -25,8 +27,8 @@ RESPONSES: dict[int | str, dict[str, object]] = {
           "content": {"application/json": {"schema": NotificationAccepted.model_json_schema()}}},
     202: {"description": "stored (and delivered when the session is live)",
           "content": {"application/json": {"schema": NotificationAccepted.model_json_schema()}}},
-    401: {"description": "missing bearer token", "content": _ERROR},
-    403: {"description": "not the service token", "content": _ERROR},
+    401: {"description": "missing bearer token, or an invalid JWT", "content": _ERROR},
+    403: {"description": "not the service token, or a JWT without the service scope", "content": _ERROR},
     404: {"description": "unknown session", "content": _ERROR},
     410: {"description": "the session was deleted", "content": _ERROR},
     409: {"description": "the id was already used for a different notification; detail.id names it",
@@ -58,22 +60,38 @@ BODY = {"requestBody": {"required": True, "content": {"application/json": {
     "schema": _inlined(_SUBMIT, _SUBMIT.get("$defs", {}))}}}}
 
 
-def _error(status: int, message: str, detail: object = None) -> JSONResponse:
-    return JSONResponse(ErrorBody(error=message, detail=detail).model_dump(mode="json"), status_code=status)
+def _error(status: int, message: str, detail: object = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(ErrorBody(error=message, detail=detail).model_dump(mode="json"), status_code=status,
+                        headers=headers)
 
 
-def make_router(delivery: Delivery, service_token: str, max_bytes: int) -> APIRouter:
+async def refusal(header: str, service_token: str, verifier: BearerVerifier | None) -> JSONResponse | None:
+    """None when the caller may post; otherwise the 401/403 answer (RFC 6750 challenge for JWTs)."""
+    scheme, _, token = header.partition(" ")
+    if not header or scheme.lower() != "bearer" or not token:
+        return _error(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+    if secrets.compare_digest(token.encode(), service_token.encode()):
+        return None
+    if verifier is None or not looks_like_jwt(token):
+        return _error(403, "this token may not post notifications")
+    try:
+        await verifier.require_scope(token)
+    except InvalidBearer as exc:
+        status = 403 if exc.error == "insufficient_scope" else 401
+        return _error(status, exc.description, headers={"WWW-Authenticate": exc.challenge})
+    return None
+
+
+def make_router(delivery: Delivery, service_token: str, max_bytes: int,
+                verifier: BearerVerifier | None = None) -> APIRouter:
     router = APIRouter()
     limit = min(max_bytes, MAX_NOTIFICATION_BYTES)
 
     @router.post("/notifications", status_code=202, response_model=None, responses=RESPONSES, openapi_extra=BODY)
     async def post_notification(request: Request) -> JSONResponse:
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if not header or scheme.lower() != "bearer" or not token:
-            return _error(401, "missing bearer token")
-        if not secrets.compare_digest(token.encode(), service_token.encode()):
-            return _error(403, "this token may not post notifications")
+        refused = await refusal(request.headers.get("authorization", ""), service_token, verifier)
+        if refused is not None:
+            return refused
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return _error(413, f"notification body is {declared} bytes; the limit is {limit} bytes")

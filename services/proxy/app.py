@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 from fastapi import FastAPI
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from shared.bus import make_broker
 from shared.jsonlimits import JsonBodyGuard
+from shared.oidc import build_verifier
 from shared.reconnect import connect_blocking
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
@@ -39,6 +41,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     blocking = connect_blocking(settings.redis_url, max(settings.reply_timeout_s, settings.sse_heartbeat_s))
     fanout = EventFanout(blocking, ctx.redis, block_ms=int(settings.sse_heartbeat_s * 1000),
                          queue_size=settings.sse_queue_size)
+    jwks_client = httpx.AsyncClient(follow_redirects=False)
+    verifier = build_verifier(settings.oidc(), jwks_client)
 
     async def start() -> None:
         # Publish-only (Wake, ArtifactChange): connect, no subscribers to start.
@@ -50,6 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await fanout.close()
         await broker.stop()
         await blocking.aclose()
+        await jwks_client.aclose()
 
     app = FastAPI(
         title="gamma-proxy",
@@ -60,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None, redoc_url=None,  # on the internal port (shared/internal_http.py)
     )
     app.state.proxy = Proxy(settings=settings, redis=ctx.redis, broker=broker, tokens=settings.tokens(),
+                            verifier=verifier,
                             metrics=ProxyMetrics.create(ctx.registry), blocking=blocking, fanout=fanout)
     add_health_routes(app, ctx, require_all=True, internal_port=settings.proxy_metrics_port)
     install_error_handlers(app)

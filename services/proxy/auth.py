@@ -1,4 +1,6 @@
-"""Bearer tokens -> user (GAMMA_API_TOKENS). A missing or unknown token is 401."""
+"""Bearer tokens -> user: static tokens (GAMMA_API_TOKENS) and, when GAMMA_OIDC_ISSUER is set, JWTs from
+the identity provider (shared/oidc.py). A missing, unknown or invalid token is 401 with an RFC 6750
+challenge naming the error."""
 
 from __future__ import annotations
 
@@ -7,11 +9,14 @@ import hmac
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from shared.oidc import InvalidBearer, looks_like_jwt
+
 from .deps import Proxy, get_proxy
 from .errors import ApiError
 
 # auto_error=False: FastAPI's own 403 "Not authenticated" is replaced by our 401 with a JSON body.
-bearer = HTTPBearer(auto_error=False, description="A token from GAMMA_API_TOKENS (`user:token,...`).")
+bearer = HTTPBearer(auto_error=False, description="A token from GAMMA_API_TOKENS (`user:token,...`) or, "
+                    "with GAMMA_OIDC_ISSUER set, an access token (JWT) from that identity provider.")
 
 UNAUTHORIZED_HEADERS = {"WWW-Authenticate": "Bearer"}
 
@@ -25,13 +30,24 @@ def user_for_token(tokens: dict[str, str], token: str) -> str | None:
     return found
 
 
+def invalid_token(description: str, error: str = "invalid_token") -> ApiError:
+    challenge = InvalidBearer(description, error).challenge
+    return ApiError(401, description, headers={"WWW-Authenticate": challenge})
+
+
 async def current_user(  # async: a plain def dependency takes a worker thread per request (deps.py)
     credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
     proxy: Proxy = Depends(get_proxy),
 ) -> str:
     if credentials is None or not credentials.credentials:
         raise ApiError(401, "missing bearer token (Authorization: Bearer <token>)", headers=UNAUTHORIZED_HEADERS)
-    user = user_for_token(proxy.tokens, credentials.credentials)
-    if user is None:
-        raise ApiError(401, "unknown bearer token", headers=UNAUTHORIZED_HEADERS)
-    return user
+    token = credentials.credentials
+    user = user_for_token(proxy.tokens, token)
+    if user is not None:
+        return user
+    if proxy.verifier is None or not looks_like_jwt(token):
+        raise invalid_token("unknown bearer token")
+    try:
+        return await proxy.verifier.user(token)
+    except InvalidBearer as exc:
+        raise invalid_token(exc.description, exc.error) from None

@@ -9,6 +9,7 @@ from fastapi import Request
 from faststream.redis import RedisBroker
 
 from shared.contracts.inbox import InboxReply
+from shared.oidc import BearerVerifier
 from shared.settings import Settings
 
 from .fanout import EventFanout
@@ -25,6 +26,7 @@ class Proxy:
     metrics: ProxyMetrics
     blocking: aioredis.Redis  # for blocking commands (shared.reconnect.connect_blocking)
     fanout: EventFanout
+    verifier: BearerVerifier | None  # bearer JWTs from the IdP when GAMMA_OIDC_ISSUER is set
 
     async def forward(self, message: Forwardable) -> InboxReply:
         """A live write to the lease holder, answered once applied (504 after the reply timeout)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pydantic import BaseModel
 
@@ -42,15 +42,31 @@ class TreeView(BaseModel):
     branch_points: dict[str, list[str]] = {}
 
 
+_SCAN_CHUNK = 1 << 20
+
+
+def _has_leaf_move(fh: BinaryIO) -> bool:
+    """A byte search in 1 MiB chunks (overlapping by the mark's length): the proxy never holds a long
+    transcript whole to answer one page."""
+    tail = b""
+    while chunk := fh.read(_SCAN_CHUNK):
+        if LEAF_MARK in tail + chunk:
+            return True
+        tail = chunk[-len(LEAF_MARK):]
+    return False
+
+
 def tree_view(path: Path) -> TreeView:
     try:
-        raw = path.read_bytes()
+        fh = open(path, "rb")  # noqa: SIM115 - closed below; a missing file is an empty transcript
     except FileNotFoundError:
         return TreeView(keep=None)
-    if LEAF_MARK not in raw:
-        return TreeView(keep=None)
-    lines = raw.split(b"\n")
-    rows = [row_of(v) if (v := _parse(line)) is not None else None for line in lines[:-1]]
+    with fh:
+        if not _has_leaf_move(fh):
+            return TreeView(keep=None)
+        fh.seek(0)
+        # Complete lines only (a torn last line a crash left is not an entry), one at a time.
+        rows = [row_of(v) if (v := _parse(line)) is not None else None for line in fh if line.endswith(b"\n")]
     tree = build(rows)
     keep = {r.id for i in path_indices(rows, tree) if (r := rows[i]) is not None}
     return TreeView(keep=keep, leaf_id=tree.leaf, branch_points=tree.branch_points())

@@ -117,7 +117,7 @@ def test_transcript_pages_cover_everything_within_the_caps(api: httpx.Client, st
     second = api.get(f"/sessions/{sid}/transcript", params={"limit": 5, "cursor": first["next_cursor"]}).json()
     assert [e["id"] for e in second["entries"]] == ["m5", "m6", "m7", "m8", "m9"]
     end = api.get(f"/sessions/{sid}/transcript", params={"cursor": cursor}).json()
-    assert end == {"entries": [], "next_cursor": cursor, "has_more": False}
+    assert end == {"entries": [], "next_cursor": cursor, "has_more": False, "leaf_id": None, "branch_points": None}
 
 
 def test_bad_transcript_paging_is_refused_with_a_clear_error(api: httpx.Client, stack: Stack) -> None:
@@ -134,7 +134,8 @@ def test_bad_transcript_paging_is_refused_with_a_clear_error(api: httpx.Client, 
         resp = api.get(f"/sessions/{sid}/transcript", params=params)
         assert resp.status_code == 422 and isinstance(resp.json()["error"], str), (params, resp.text)
     empty = str(api.post("/sessions").json()["id"])
-    assert api.get(f"/sessions/{empty}/transcript").json() == {"entries": [], "next_cursor": "0", "has_more": False}
+    assert api.get(f"/sessions/{empty}/transcript").json() == {"entries": [], "next_cursor": "0", "has_more": False,
+                                                                "leaf_id": None, "branch_points": None}
 
 
 # ---------------------------------------------------------------- internal port

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import StreamingResponse
 
 from shared import keys
+from shared.contracts.events import SessionEvent
 from shared.deletion import is_deleted
 from shared.redis_wire import parse_id, text
 
@@ -189,7 +190,9 @@ def _drain(sub: Subscriber, item: Item, sent: tuple[int, int]) -> tuple[bytes, t
 
 
 @router.get("/{sid}/events", response_class=StreamingResponse, responses={
-    200: {"description": "text/event-stream of SessionEvent JSON", "content": {"text/event-stream": {}}},
+    200: {"description": "text/event-stream: each `data:` is one SessionEvent (JSON), its `id:` the resume point "
+          "for Last-Event-ID; `event: reset` asks for a reload; comment lines are heartbeats",
+          "content": {"text/event-stream": {"schema": SessionEvent.model_json_schema()}}},
     400: {"description": "invalid Last-Event-ID"}, 401: {"description": "missing or unknown token"},
     404: {"description": "no such session for this user"},
     429: {"description": "the user has GAMMA_SSE_MAX_STREAMS_PER_USER event streams open"},
