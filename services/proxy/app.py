@@ -24,7 +24,7 @@ from .heap import TrimAfterLargeResponses
 from .idempotency import IdempotencyRecorder, Replay, replay_response
 from .limits import BodyLimit
 from .metrics import ProxyMetrics
-from .routes import branches, documents, events, knowledge, lifecycle, runs, sessions, ui, workspace
+from .routes import branches, documents, events, images, knowledge, lifecycle, runs, sessions, ui, workspace
 
 STATIC = Path(__file__).parent / "static"
 # Bodies here are file contents (opaque bytes, routes/workspace.py): no JSON body limits.
@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        max_number_digits=settings.max_json_number_digits, exempt=[WORKSPACE_FILES])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(TrimAfterLargeResponses)
-    for module in (sessions, runs, lifecycle, ui, workspace, documents, events, knowledge, branches):
+    for module in (sessions, runs, lifecycle, ui, workspace, images, documents, events, knowledge, branches):
         app.include_router(module.router)
 
     @app.get("/", include_in_schema=False)

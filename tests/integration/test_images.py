@@ -22,7 +22,7 @@ from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact
 from tests.integration.runtime_support import Driver, call, done, script
 from tests.support.polling import wait_sync
 from tests.support.recording_model import Recorded, RecordingModel
-from tests.support.stack import API_TOKEN, Stack
+from tests.support.stack import API_TOKEN, OTHER_TOKEN, Stack
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -229,3 +229,24 @@ def test_show_file_with_look_returns_the_image_and_opens_the_tab(env: Env) -> No
     (output,) = [i["output"] for i in last.body["input"] if i.get("type") == "function_call_output"]
     assert "Opened file:renders/card1.png in tab" in output[0]["text"]
     assert [decoded(u) for u in image_urls(output)] == [card]
+
+
+def test_an_attached_image_is_served_by_hash_to_its_owner_only(env: Env) -> None:
+    sid = new_session(env, "responses")
+    put(env, sid, "pic.png", png(64, 48, (10, 200, 30)))
+    run(env, sid, script(done("seen")), attachments=["pic.png"])
+    stored = list((env.data_dir / "sessions" / sid / ".images").iterdir())
+    assert len(stored) == 1
+    digest = stored[0].name
+    resp = env.http.get(f"/sessions/{sid}/images/{digest}")
+    assert resp.status_code == 200 and resp.headers["content-type"] == "image/png"
+    assert resp.headers["x-content-type-options"] == "nosniff" and resp.content == stored[0].read_bytes()
+    with Image.open(io.BytesIO(resp.content)) as im:
+        assert im.size == (64, 48)
+    other = httpx.get(env.stack.url() + f"/sessions/{sid}/images/{digest}",
+                      headers={"Authorization": f"Bearer {OTHER_TOKEN}"}, timeout=30)
+    assert other.status_code == 404 and other.content != resp.content
+    assert env.http.get(f"/sessions/{sid}/images/{'0' * 64}").status_code == 404
+    for bad in (digest.upper(), digest[:63], "..%2F..%2Ftranscript.jsonl", digest + "0"):
+        assert env.http.get(f"/sessions/{sid}/images/{bad}").status_code in (404, 422), bad
+    assert httpx.get(env.stack.url() + f"/sessions/{sid}/images/{digest}", timeout=30).status_code == 401

@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 import redis
+from PIL import Image
 
 from services.runtime.paths import skills_dir
 from services.runtime.skills import load_skills
@@ -52,6 +53,11 @@ def test_the_gml_cli_skill_script_runs(sandbox_stack: Stack) -> None:
     res = bash(sandbox_stack, sid, 'python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py" validate decks/q3.json')
     assert res["text"].strip() == "OK 1 cards", res
     assert res["details"]["exitCode"] == 0 and res["details"]["sandbox"] == sandbox_stack.layer  # type: ignore[attr-defined]
+    # render --png imports Pillow from the sandbox's own python3 (the venv is not visible in there)
+    png = bash(sandbox_stack, sid, 'python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py" render decks/q3.json --png png')
+    assert png["details"]["exitCode"] == 0 and png["text"].strip() == "png/card_1.png", png
+    with Image.open(ws / "png" / "card_1.png") as im:
+        assert im.format == "PNG" and im.size == (1280, 720)
     denied = bash(sandbox_stack, sid, 'echo x > "$GAMMA_SKILLS_DIR/planted" 2>&1; echo rc=$?')
     assert "rc=0" not in denied["text"] and not (skills_dir() / "planted").exists()
 

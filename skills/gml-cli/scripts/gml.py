@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             sp.add_argument("--strict", action="store_true")
         if name == "render":
             sp.add_argument("--card")
+            sp.add_argument("--png", metavar="DIR", help="draw each card as DIR/<card id>.png")
     d = sub.add_parser("diff")
     d.add_argument("old")
     d.add_argument("new")
@@ -206,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             kinds = ", ".join(str(b.get("type")) for b in c.get("blocks", []) if isinstance(b, dict))
             print(f"{c.get('id', '?'):<8}{c.get('layout', '?'):<12}{str(c.get('title', ''))[:40]:<42}[{kinds}]")
         return 0
+    if a.cmd == "render" and a.png:
+        return render_png(deck, a.png, a.card)
     if a.cmd == "render":
         for c in cards(deck):
             if a.card and c.get("id") != a.card:
@@ -218,6 +221,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     nums = [int(m.group(1)) for c in cards(deck) if (m := CARD_ID.fullmatch(str(c.get("id"))))]
     print(f"card_{max(nums, default=0) + 1}")
+    return 0
+
+
+def render_png(deck: dict[str, Any], out_dir: str, card: str | None) -> int:
+    if validate(deck):
+        print("the deck has errors: run `gml validate` first", file=sys.stderr)
+        return 1
+    try:
+        import gml_png  # Pillow is needed only here; the other commands stay standard-library only
+    except ImportError as exc:
+        print(f"usage error: render --png needs Pillow ({exc})", file=sys.stderr)
+        return 2
+    try:
+        for path in gml_png.render_png(deck, out_dir, CARD_ID, card):
+            print(path)
+    except OSError as exc:
+        print(f"usage error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
