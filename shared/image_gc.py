@@ -21,6 +21,7 @@ other transcript writer runs then.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import time
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.disk import SessionPaths, atomic_write_bytes, iter_jsonl
+from shared.disk import SessionPaths, atomic_write_bytes
 
 HASH_NAME = re.compile(r"^[0-9a-f]{64}$")
 ASIDE_PREFIX = ".gc-"
@@ -68,7 +69,32 @@ def referenced(lines: Iterable[dict[str, Any]]) -> set[str]:
 
 
 def transcript_refs(paths: SessionPaths) -> set[str]:
-    return referenced(iter_jsonl(paths.transcript))
+    """The hashes the transcript names. Only the lines that can hold a reference are parsed: a long
+    session's transcript is read at every close, and most of its lines carry no image."""
+    try:
+        raw = paths.transcript.read_bytes()
+    except FileNotFoundError:
+        return set()
+    lines = raw.split(b"\n")
+    if lines and lines[-1] != b"":
+        lines = lines[:-1]  # a torn last line: never recorded (shared/disk.py iter_jsonl)
+    out: set[str] = set()
+    for line in lines:
+        if b'"mimeType"' not in line:
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        _refs_in(value, out)
+    return out
+
+
+def _older(path: Path, cutoff: float) -> bool:
+    try:
+        return path.stat().st_mtime < cutoff
+    except FileNotFoundError:
+        return False
 
 
 def _collect_one(path: Path, cutoff: float) -> int:
@@ -96,8 +122,10 @@ def collect(paths: SessionPaths, grace_s: float, now: float | None = None) -> Co
         names = [e.name for e in os.scandir(directory) if e.is_file(follow_symlinks=False)]
     except (FileNotFoundError, NotADirectoryError):
         return Collected()
-    keep = transcript_refs(paths)
     cutoff = (time.time() if now is None else now) - grace_s
+    if not any(_older(directory / name, cutoff) for name in names):
+        return Collected(kept=len(names))  # nothing past the grace: the transcript need not be read
+    keep = transcript_refs(paths)
     removed = removed_bytes = kept = 0
     for name in names:
         path = directory / name

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from shared.disk import SessionPaths
-from shared.image_gc import _collect_one, collect, link_referenced, referenced
+from shared.image_gc import Collected, _collect_one, collect, link_referenced, referenced
 
 A, B, C, D = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
 
@@ -70,3 +70,10 @@ def test_a_forks_links_survive_the_sources_collection(tmp_path: Path) -> None:
     collect(src, grace_s=0)
     assert not (src.images / B).exists() and (dst.images / B).read_bytes() == B.encode()
     assert collect(SessionPaths(tmp_path / "none"), grace_s=0).removed == 0
+
+
+def test_without_a_file_past_the_grace_the_transcript_is_not_read(tmp_path: Path) -> None:
+    paths = session(tmp_path, [], [C], age_s=0)
+    paths.transcript.unlink()
+    paths.transcript.mkdir()  # unreadable as a file: reading it would raise
+    assert collect(paths, grace_s=3600) == Collected(kept=1)
