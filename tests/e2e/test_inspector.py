@@ -227,4 +227,5 @@ def test_images_show_as_thumbnails_enlarge_and_files_attach_by_picker_and_drops(
         assert len(notes) == 1 and 'path="&lt;img src=x onerror=window.pwned=1&gt;.txt"' in str(notes[0]["content"])
         dropped = api.get(f"/sessions/{sid}/workspace/files/dropped.png")
         assert dropped.status_code == 200 and dropped.content[:8] == b"\x89PNG\r\n\x1a\n"
+        SHOTS.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(tmp_path / "inspector-images.png", SHOTS / "inspector-images.png")
