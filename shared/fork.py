@@ -2,7 +2,8 @@
 
 The new session's transcript is the source's branch from the root to the entry (the entries as
 stored, ids kept), and its workspace, documents, todo and UI state are those of that entry, laid out
-from the source's snapshot objects (shared/snapshots.py): the source is only read. The new session
+from the source's snapshot objects (shared/snapshots.py), and the images its branch names are
+hard-linked from the source's `.images/` (shared/image_gc.py): the source is only read. The new session
 starts dormant with one snapshot record, keyed to the fork entry, whose objects are hard links to the
 source's. Blocking: the proxy runs `plan` and `lay_out` in a thread.
 """
@@ -16,6 +17,7 @@ from typing import Any
 
 from shared.contracts.transcript import parse_entries
 from shared.disk import SessionPaths, append_jsonl, atomic_write_json, iter_jsonl
+from shared.image_gc import link_referenced
 from shared.rewind import FORK_SCOPES, RewindRefused, finish_pending_on_disk, state_record
 from shared.snapshot_restore import restore
 from shared.snapshot_scan import object_path
@@ -29,6 +31,7 @@ class ForkPlan:
     branch: list[dict[str, Any]]  # the transcript lines of the branch, as stored
     manifest: Manifest
     objects: Path  # the source's object store
+    images: Path  # the source's images (shared/images.py): the branch's are linked into the fork
 
 
 def plan(src: SessionPaths, limits: SnapshotLimits, entry_id: str | None, *, dormant: bool) -> ForkPlan:
@@ -49,7 +52,7 @@ def plan(src: SessionPaths, limits: SnapshotLimits, entry_id: str | None, *, dor
     if dormant and entry_id == _leaf(raw):
         store.take(entry_id, "fork")
     record = state_record(store, parse_entries(branch))
-    return ForkPlan(entry_id, branch, store.manifest_of(record.n), store.objects)
+    return ForkPlan(entry_id, branch, store.manifest_of(record.n), store.objects, src.images)
 
 
 def _leaf(raw: list[dict[str, Any]]) -> str | None:
@@ -71,6 +74,7 @@ def lay_out(fork: ForkPlan, dst: SessionPaths, limits: SnapshotLimits, default_u
         restore(dst.root, fork.objects, {}, fork.manifest, FORK_SCOPES)  # its stats: seed reads them
         if "state.json" not in fork.manifest:
             atomic_write_json(dst.state, default_ui)
+        link_referenced(fork.images, dst.images, fork.branch)  # before the transcript names them
         append_jsonl(dst.transcript, fork.branch)
         SnapshotStore(dst, limits).seed(fork.manifest, fork.objects, fork.entry_id)
     except BaseException:

@@ -149,7 +149,9 @@ def store_image(session_root: Path, image: PreparedImage, path: str | None = Non
     """Write the image once under its content hash and return the reference a message carries."""
     digest = hashlib.sha256(image.data).hexdigest()
     target = image_file(session_root, digest)
-    if not target.exists():
+    try:
+        os.utime(target)  # stored already: fresh again for the collection's grace (shared/image_gc.py)
+    except FileNotFoundError:
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(target, image.data)
     return ImageRef(sha256=digest, mime_type=image.mime_type, width=image.width, height=image.height,

@@ -163,6 +163,9 @@ class Settings(BaseSettings):
     image_max_source_bytes: int = Field(20 * 1024 * 1024, ge=1024, validation_alias="GAMMA_IMAGE_MAX_SOURCE_BYTES")
     image_max_pixels: int = Field(50_000_000, ge=1, validation_alias="GAMMA_IMAGE_MAX_PIXELS")
     # Attachments of one message: how many files, and their bytes together.
+    # An image no transcript entry names is removed when the session closes, once older than this
+    # (shared/image_gc.py: a prompt's attachments are stored before the prompt is recorded).
+    images_gc_grace_s: float = Field(3600.0, ge=0, validation_alias="GAMMA_IMAGES_GC_GRACE_S")
     attachments_max: int = Field(10, ge=0, le=100, validation_alias="GAMMA_ATTACHMENTS_MAX")
     attachments_max_bytes: int = Field(40 * 1024 * 1024, ge=1024, validation_alias="GAMMA_ATTACHMENTS_MAX_BYTES")
 

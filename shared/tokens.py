@@ -19,6 +19,7 @@ from shared.contracts.messages import (
     AgentMessage,
     CompactionSummaryMessage,
     CustomMessage,
+    ImageRef,
     TextContent,
     ThinkingContent,
     ToolCall,
@@ -127,8 +128,16 @@ def estimate_tokens(message: AgentMessage, model: str = "", detail: Detail = "au
     """Tokens one message adds to a request (details never reach the model, so they do not count);
     its images by OpenAI's formula for `model` (shared/image_tokens.py)."""
     text = MESSAGE_OVERHEAD_TOKENS + sum(count_text_tokens(t) for t in _message_text(message))
-    images = message.images if isinstance(message, UserMessage | ToolResultMessage) else None
-    return text + sum(image_tokens(i.width, i.height, detail, model) for i in images or ())
+    return text + refs_tokens(message_images(message), model, detail)
+
+
+def message_images(message: AgentMessage) -> list[ImageRef]:
+    return (message.images or []) if isinstance(message, UserMessage | ToolResultMessage) else []
+
+
+def refs_tokens(refs: Iterable[ImageRef], model: str = "", detail: Detail = "auto") -> int:
+    """Image tokens of these images by OpenAI's formula for `model` (shared/image_tokens.py)."""
+    return sum(image_tokens(i.width, i.height, detail, model) for i in refs)
 
 
 def context_tokens(messages: Iterable[AgentMessage], model: str = "", detail: Detail = "auto") -> int:

@@ -35,6 +35,7 @@ from shared.trim import trim_acked, trim_all
 from .diskfence import DiskFence, DiskFenceBusy, FenceBehind
 from .engine.openai_stream import ModelSettings
 from .events import BusPublish, Outbox
+from .image_gc import ImageCollector
 from .lease import Lease, LeaseLost, forget_deleted, raise_fence, renew_all, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .session import Session, SessionDeps
@@ -79,6 +80,7 @@ class Worker:
         # all that arrived (aiohttp, the in-process scripted model), else a gated httpx stream would
         # fall behind at one HTTP chunk per tick.
         self.read_gate = self.ticker if settings.delta_coalesce_ms > 0 and reads_merged(model_client) else None
+        self.images = ImageCollector(settings.images_gc_grace_s, registry)
         if registry is not None:
             metrics.track_active_leases(registry, lambda: len(self.sessions))
 
@@ -322,6 +324,7 @@ class Worker:
                 session.closed = False  # the last writes below still run under the lease check
                 await session.persist_ui()
                 session.closed = True
+                await self.images.at_close(sid, session.paths)  # still leased: no transcript writer runs
                 await self.client.delete(keys.running(sid))
                 await session.lease.release()
                 await self.client.zrem(keys.RUNTIME_LIVE, sid)

@@ -72,10 +72,11 @@ class RunAbortedData(Contract):
 
 class ModelRequestData(Contract):
     prefix_sha256: str
-    prompt_tokens: int
+    prompt_tokens: int  # text tokens plus image_tokens
     shared_prefix_tokens: int
     encoding: str
     message_count: int
+    image_tokens: int = 0  # the request's images by OpenAI's formula for the model (shared/image_tokens.py)
     # What the API itself reported (issue 18). `cached_tokens` is the provider's prompt-cache hit.
     api: Literal["responses", "chat"] = "chat"
     input_tokens: int = 0

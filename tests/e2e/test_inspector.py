@@ -12,20 +12,27 @@ against the real stack and the scripted model:
 - the proxy restarted under the page: the events stream resumes (Last-Event-ID), nothing shows twice;
 - Stop ends a long run (a 30 s bash call): the run shows as stopped by the user, the tool's result
   says so, the page is idle again; a message sent with "interrupt" stops the next one and is answered;
-- axe-core finds no serious or critical accessibility violation.
+- axe-core finds no serious or critical accessibility violation;
+- images: an attached PNG and a `read` PNG show as thumbnails that enlarge; files attach to a message
+  by the picker, a drag from the workspace list and a drop from the computer.
 
 Screenshots of the main views go to docs/screenshots/ (linked from the README). Skipped only when
 chromium, node or the node modules are absent."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import quote
 
+import httpx
 import pytest
+from PIL import Image
 
+from tests.integration.test_rewind_fork import send
 from tests.support.stack import API_TOKEN, Stack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,3 +164,68 @@ def test_stop_ends_a_long_run_and_interrupt_replaces_one(page_run: dict) -> None
     assert "The user stopped the run" in out["stoppedTool"] and "sleep 30.71" in out["stoppedTool"]
     assert any("interrupted by a new message" in t for t in out["interrupted"]), out["interrupted"]
     assert out["busyModes"] == ["steer", "follow_up", "interrupt"]
+
+
+HOSTILE_NAME = "<img src=x onerror=window.pwned=1>.txt"
+
+
+PHOTO_RED = (200, 40, 40)
+
+
+def png_bytes(width: int, height: int, colour: tuple[int, int, int]) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), colour).save(out, "PNG")
+    return out.getvalue()
+
+
+def red_pixels(screenshot: Path) -> int:
+    """Pixels of the attached photo's colour in a screenshot."""
+    with Image.open(screenshot) as im:
+        return sum(n for n, colour in im.convert("RGB").getcolors(im.width * im.height) or [] if colour == PHOTO_RED)
+
+
+@pytest.mark.timeout(600)
+def test_images_show_as_thumbnails_enlarge_and_files_attach_by_picker_and_drops(module_stack: Stack, tmp_path: Path) -> None:
+    """A user message's attached PNG and a `read` PNG show as thumbnails (loaded with the bearer token,
+    natural width > 0) that enlarge on a click and close on Escape or a click; files attached by the
+    picker, by a drag from the workspace list and by a drop from the computer (uploaded first) go as
+    `attachments` of the message sent; a hostile file name stays text."""
+    assert NODE is not None and CHROMIUM is not None
+    photo, chart = png_bytes(320, 200, PHOTO_RED), png_bytes(400, 300, (40, 40, 200))
+    with httpx.Client(base_url=module_stack.url(), headers={"Authorization": f"Bearer {API_TOKEN}"}, timeout=30) as api:
+        sid = str(api.post("/sessions", json={}).json()["id"])
+        for path, data in (("photo.png", photo), ("renders/chart.png", chart), (HOSTILE_NAME, b"notes\n")):
+            assert api.put(f"/sessions/{sid}/workspace/files/{quote(path)}", content=data).status_code == 200
+        read_chart = {"tool_calls": [{"name": "read", "arguments": {"path": "renders/chart.png"}}]}
+        send(api, sid, "script:" + json.dumps([read_chart, {"tool_calls": [{"name": "message_user", "arguments": {
+            "message": "seen both", "blockOnUser": True}}]}]), attachments=["photo.png"])
+        run = subprocess.run([NODE, str(ROOT / "tests" / "js" / "images.mjs"), module_stack.url(), API_TOKEN, CHROMIUM, sid,
+                              str(tmp_path), HOSTILE_NAME], cwd=ROOT, capture_output=True, text=True, timeout=240)
+        assert run.returncode == 0, run.stderr
+        out = json.loads(run.stdout.strip().splitlines()[-1])
+        assert "error" not in out, out["error"]
+        (thumb,) = out["userThumbs"]
+        assert thumb["alt"] == "photo.png" and (thumb["naturalWidth"], thumb["naturalHeight"]) == (320, 200)
+        assert thumb["src"] == "blob:" and thumb["shownWidth"] <= 160
+        assert out["toolThumbs"] == [{"alt": "renders/chart.png", "naturalWidth": 400}] and "read" in out["toolImagesText"]
+        assert red_pixels(tmp_path / "thumbnail.png") >= 150 * 90  # the 160 x 100 thumbnail, drawn
+        assert red_pixels(tmp_path / "lightbox.png") >= 0.99 * 320 * 200  # enlarged: its natural size (rounded corners)
+        assert out["lightbox"]["naturalWidth"] == 320 and out["lightbox"]["shownWidth"] > out["thumbShownWidth"]
+        assert out["lightbox"]["caption"] == "photo.png (320×200)" and out["lightbox"]["focused"] == "lightbox-close"
+        assert out["hiddenAfterEscape"] is True and out["focusAfterEscape"] == "thumb" and out["hiddenAfterClick"] is True
+        assert {"photo.png", "renders/chart.png", HOSTILE_NAME} <= set(out["pickerFiles"])
+        assert sorted(out["pickerPressed"]) == sorted(["renders/chart.png", HOSTILE_NAME])
+        assert out["chips"] == ["renders/chart.png", HOSTILE_NAME, "photo.png", "dropped.png"] and out["messageAfterDrag"] == ""
+        assert out["chipsAfterSend"] == 0 and [t["naturalWidth"] for t in out["lastUserThumbs"]] == [400, 320, 50]
+        assert out["hostileAsText"] is True and out["pwned"] is False and out["allLoaded"] is True
+        assert out["consoleErrors"] == [], out["consoleErrors"]
+        # What the page sent: the user message's images and the trusted note naming the other file.
+        entries = api.get(f"/sessions/{sid}/transcript").json()["entries"]
+        user = [e for e in entries if e["type"] == "message" and e["message"]["role"] == "user"][-1]
+        assert [i["path"] for i in user["message"]["images"]] == ["renders/chart.png", "photo.png", "dropped.png"]
+        notes = [e for e in entries if e.get("type") == "custom_message" and e.get("customType") == "gamma.attachments"]
+        assert len(notes) == 1 and 'path="&lt;img src=x onerror=window.pwned=1&gt;.txt"' in str(notes[0]["content"])
+        dropped = api.get(f"/sessions/{sid}/workspace/files/dropped.png")
+        assert dropped.status_code == 200 and dropped.content[:8] == b"\x89PNG\r\n\x1a\n"
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tmp_path / "inspector-images.png", SHOTS / "inspector-images.png")

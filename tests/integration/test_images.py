@@ -3,12 +3,16 @@ stand-in provider that records the request bodies it receives (tests/support/rec
 an attached image is an image part of its user message and a `read` of an image is in the tool's
 output (Responses) or the user part after the tool messages (Chat), bytes identical; every request
 is valid for the `openai` package's own request types; the transcript holds references, not base64;
-a wake sends the same bytes; bad attachments are a 4xx naming them and nothing is sent."""
+a wake sends the same bytes; bad attachments are a 4xx naming them and nothing is sent; images no
+transcript entry names are collected when the session closes, a fork keeps its branch's."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
+import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,3 +254,49 @@ def test_an_attached_image_is_served_by_hash_to_its_owner_only(env: Env) -> None
     for bad in (digest.upper(), digest[:63], "..%2F..%2Ftranscript.jsonl", digest + "0"):
         assert env.http.get(f"/sessions/{sid}/images/{bad}").status_code in (404, 422), bad
     assert httpx.get(env.stack.url() + f"/sessions/{sid}/images/{digest}", timeout=30).status_code == 401
+
+
+def user_entry(e: Env, sid: str, fragment: str) -> dict[str, Any]:
+    entries = e.http.get(f"/sessions/{sid}/transcript", params={"tree": 1}).json()["entries"]
+    return next(x for x in entries if x["type"] == "message" and x["message"]["role"] == "user"
+                and fragment in str(x["message"]["content"]))
+
+
+def test_unreferenced_images_are_collected_at_close_and_referenced_ones_stay(env: Env) -> None:
+    """An image no entry of any branch names goes when the session closes (past the grace); one on a
+    branch a rewind left stays; a fork has its branch's images, unaffected by the source's collection."""
+    sid = new_session(env, "responses")
+    shots = {name: png(40 + i, 30, (10 * i, 80, 200)) for i, name in enumerate(("a", "b", "c", "d"))}
+    digest = {name: hashlib.sha256(data).hexdigest() for name, data in shots.items()}
+    for name, data in shots.items():
+        put(env, sid, f"{name}.png", data)
+    images = env.data_dir / "sessions" / sid / ".images"
+    run(env, sid, script({"tool_calls": [call("bash", command="printf x > x.txt")]}, done("hello")))
+    run(env, sid, script(done("with a")), attachments=["a.png"])
+    # An edit: the message with a.png stays on the abandoned branch of the tree.
+    run(env, sid, script(done("with b")), attachments=["b.png"], edit_of=user_entry(env, sid, "with a")["id"])
+    assert user_entry(env, sid, "with b")["parentId"] == user_entry(env, sid, "with a")["parentId"]
+    # Refused after its attachments were stored (no such run): c.png is stored, and nothing names it.
+    refused = env.http.post(f"/sessions/{sid}/messages", json={"message": "late", "attachments": ["c.png"],
+                                                              "expected_run_id": "run_gone", "on_busy": "steer"})
+    assert refused.status_code == 409, refused.text
+    assert {p.name for p in images.iterdir()} == {digest["a"], digest["b"], digest["c"]}
+    fork = env.http.post(f"/sessions/{sid}/fork", json={"entry_id": user_entry(env, sid, "with b")["id"]})
+    assert fork.status_code == 201, fork.text
+    forked = str(fork.json()["id"])
+    assert {p.name for p in (env.data_dir / "sessions" / forked / ".images").iterdir()} == {digest["b"]}
+    two_hours_ago = time.time() - 7200
+    for path in images.iterdir():
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    refused = env.http.post(f"/sessions/{sid}/messages", json={"message": "late", "attachments": ["d.png"],
+                                                              "expected_run_id": "run_gone", "on_busy": "steer"})
+    assert refused.status_code == 409, refused.text  # d.png: unreferenced too, but within the grace
+
+    assert env.http.post(f"/sessions/{sid}/suspend").status_code == 200  # the close collects
+    assert {p.name for p in images.iterdir()} == {digest["a"], digest["b"], digest["d"]}
+    since = len(env.model.agent_requests())
+    run(env, forked, "what was in the picture?")
+    (request,) = env.model.agent_requests()[since:]
+    assert [decoded(u) for u in image_urls(request.body["input"])] == [shots["b"]]
+    assert env.http.get(f"/sessions/{sid}/images/{digest['c']}").status_code == 404
+    assert env.http.get(f"/sessions/{sid}/images/{digest['a']}").content == shots["a"]

@@ -1,13 +1,27 @@
 """Image tokens by OpenAI's published formulas (shared/image_tokens.py), checked against the worked
-examples of OpenAI's vision guide, and counted in the context budget (shared/tokens.py)."""
+examples of OpenAI's vision guide, counted in the context budget (shared/tokens.py) and in each
+request's `model_request` prompt tokens (engine/openai_stream.py)."""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+import io
+from pathlib import Path
 
-from shared.contracts.messages import ImageRef, TextContent, ToolResultMessage, UserMessage
+import pytest
+from PIL import Image
+
+from services.runtime.engine.chat_api import ChatApi
+from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream, PieceTokens
+from services.runtime.engine.responses_api import ResponsesApi
+from services.runtime.engine.types import AgentContext, AgentEvent
+from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ToolResultMessage, UserMessage
+from shared.image_limits import ImageLimits
 from shared.image_tokens import image_tokens
-from shared.tokens import estimate_tokens
+from shared.images import ImageSource, prepare, store_image
+from shared.model import ScriptedReply, openai_client
+from shared.settings import Settings
+from shared.tokens import TokenCounter, estimate_tokens
 
 
 @pytest.mark.parametrize(("size", "detail", "model", "tokens"), [
@@ -33,3 +47,36 @@ def test_the_budget_counts_images_on_user_messages_and_tool_results() -> None:
     tool = ToolResultMessage(tool_call_id="c", tool_name="read", content=[TextContent(text="Image x.png")])
     seen = tool.model_copy(update={"images": [ref(1024, 1024)]})
     assert estimate_tokens(seen, "gpt-5-mini") - estimate_tokens(tool, "gpt-5-mini") == 1659
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_a_requests_prompt_tokens_include_its_images_by_the_formula(tmp_path: Path, api: str) -> None:
+    """The `model_request` event: the text tokens of the request as sent (each image a short stand-in)
+    plus, exactly, the formula's tokens for each image it carries; an image whose file is gone is sent
+    as text and not counted as an image."""
+    shots = []
+    for size in ((1024, 1024), (300, 200)):
+        out = io.BytesIO()
+        Image.new("RGB", size, (20, 90, 200)).save(out, "PNG")
+        shots.append(store_image(tmp_path, prepare(out.getvalue(), ImageLimits()), "shot.png"))
+    gone = ref(640, 480)  # never stored
+    settings = ModelSettings(model="gpt-4o", api=api, images=ImageSource(tmp_path), image_detail="high")  # type: ignore[arg-type]
+    client = openai_client(Settings(OPENAI_API_KEY=None), lambda body: ScriptedReply(content="seen"))
+    counter = TokenCounter()
+    stream = OpenAIStream(client, settings, counter)
+    context = AgentContext("sys", [UserMessage(content="look", images=[shots[0], gone]),
+                                   AssistantMessage(content=[TextContent(text="ok")]),
+                                   UserMessage(content="and this", images=[shots[1]])], [])
+    events: list[AgentEvent] = []
+
+    async def emit(ev: AgentEvent) -> None:
+        events.append(ev)
+
+    await stream(context, emit, asyncio.Event())
+    (request,) = [e.data for e in events if e.type == "model_request"]
+    model_api = ResponsesApi() if api == "responses" else ChatApi()
+    text_tokens = len(PieceTokens(counter).encode(model_api.pieces(model_api.body(context, settings))))
+    formula = image_tokens(1024, 1024, "high", "gpt-4o") + image_tokens(300, 200, "high", "gpt-4o")
+    assert formula == 765 + 255 and request["image_tokens"] == formula
+    assert request["prompt_tokens"] == text_tokens + formula
+    assert stream.last_prompt_tokens == request["prompt_tokens"]

@@ -11,12 +11,17 @@ import { FilesView } from "./js/files.js";
 import { ChecklistPane } from "./js/checklist.js";
 import { messageBody, stopRun, abortedText } from "./js/runs.js";
 import { loadBranches, rewindTo, withBranchItems } from "./js/branches.js";
+import { Gallery } from "./js/images.js";
+import { Attachments } from "./js/attach.js";
 
 const EMPTY_YJS_UPDATE = "AAA="; // base64 of a V1 update that changes nothing: the sync carries a snapshot
 let s = null; // the selected session's state
 const timers = {};
 const files = new FilesView($("files"), $("files-status"), () => s && s.sid);
 const checklist = new ChecklistPane($("tasks").closest("section"));
+const gallery = new Gallery($("lightbox"), () => s && s.sid);
+const attach = new Attachments({ chips: $("attached"), picker: $("attach-picker"), pickerButton: $("attach"), zone: $("composer"),
+  files, getSid: () => s && s.sid, say: (text, isError) => notice(text, isError) });
 
 function freshState(sid) {
   return { sid, session: null, entries: [], cursor: "0", abort: new AbortController(), dirty: new Set(),
@@ -46,7 +51,7 @@ function invalidate(...parts) {
 function draw() {
   const d = s.dirty;
   s.dirty = new Set();
-  if (d.has("timeline")) renderTimeline($("timeline"), withBranchItems(buildItems(s.entries, s.live), s.branches));
+  if (d.has("timeline")) renderTimeline($("timeline"), withBranchItems(buildItems(s.entries, s.live), s.branches), gallery);
   if (d.has("timeline")) renderSkills($("skills"), activeSkills(s.entries, s.liveSkills));
   if (d.has("timeline") || d.has("usage")) renderUsage($("usage"), usagePoints(s.entries, s.requests));
   if (d.has("todo")) renderTodo($("tasks"), s.todo);
@@ -237,7 +242,8 @@ async function selectSession(sid) {
   checklist.reset();
   for (const li of $("sessions").children) li.classList.toggle("selected", li.dataset.sid === sid);
   $("session-title").textContent = sid;
-  for (const id of ["message", "send", "suspend", "compact", "on-busy", "rename"]) $(id).disabled = false;
+  for (const id of ["message", "send", "suspend", "compact", "on-busy", "rename", "attach"]) $(id).disabled = false;
+  attach.clear();
   $("files-status").textContent = "";
   try {
     s.session = await api(sessionPath(sid));
@@ -287,12 +293,14 @@ function clientContext() {
 $("composer").addEventListener("submit", async (ev) => {
   ev.preventDefault();
   const text = $("message").value.trim();
-  if (!text || !s) return;
+  if (!s) return;
+  if (!text) { if (attach.paths.length) notice("type a message to send with the attachments", true); return; }
   $("message").value = "";
   const sentAt = Date.now();
   try {
     const accepted = await api(sessionPath(s.sid, "/messages"), { method: "POST",
-      json: messageBody(text, $("on-busy").value, s.run, clientContext()) });
+      json: messageBody(text, $("on-busy").value, s.run, clientContext(), attach.paths) });
+    attach.clear(); // sent with this message; a refused one keeps them (and its text) for another try
     if (accepted.woke) { notice("waking the session…"); $("notice").dataset.waking = "1"; setStatus("waking", false, sentAt); }
     else notice(accepted.status === "live" ? "sent" : `sent (${accepted.status})`);
     if (accepted.status === "waking") [1000, 3000, 6000].forEach((t) => setTimeout(pollStatus, t));

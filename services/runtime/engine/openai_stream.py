@@ -2,7 +2,7 @@
 (engine/model_api.py: Responses or Chat Completions).
 
 Emits message_start / message_update (text deltas) and one `model_request` event per call: the
-prefix hash, the prompt tokens we count, the tokens shared with the previous request, and what the
+prefix hash, the prompt tokens we count (text, plus the images by OpenAI's formula), the tokens shared with the previous request, and what the
 API reported (input, cached, output and reasoning tokens). 429, 5xx and dropped connections are
 retried with backoff (Retry-After honoured), bounded; then, like every provider error, the call
 becomes an assistant message with stop_reason "error" (no half message: content only from a
@@ -28,7 +28,7 @@ from openai import AsyncOpenAI
 
 from shared.contracts.events import ModelRequestData
 from shared.contracts.messages import AssistantMessage, ToolCall, Usage
-from shared.tokens import TokenCounter, shared_prefix
+from shared.tokens import TokenCounter, message_images, refs_tokens, shared_prefix
 
 from .chat_api import ChatApi
 from .model_api import ModelApi, ModelSettings, StreamError
@@ -73,6 +73,17 @@ class PieceTokens:
             out.extend(tokens)
         self._cache = fresh  # forget pieces the conversation no longer has (after compaction)
         return out
+
+
+def sent_image_tokens(context: AgentContext, settings: ModelSettings) -> int:
+    """The image tokens of a request, by OpenAI's formula for its model: the pieces count an image as
+    a short stand-in (engine/model_api.py `without_image_data`), so each image the request carries
+    (its stored file still there) is added here, as the model bills it and the budget counts it."""
+    source = settings.images
+    if source is None:
+        return 0
+    refs = (ref for m in context.messages for ref in message_images(m) if source.url(ref) is not None)
+    return refs_tokens(refs, settings.model, settings.image_detail)
 
 
 def retry_delay(exc: BaseException, attempt: int, settings: ModelSettings) -> float:
@@ -127,7 +138,8 @@ class OpenAIStream:
         tokens = self._pieces.encode(api.pieces(body))
         shared = shared_prefix(self.previous_tokens, tokens)
         self.previous_tokens = tokens
-        self.last_prompt_tokens = len(tokens)
+        images = sent_image_tokens(context, self.settings)
+        self.last_prompt_tokens = len(tokens) + images
         static = self.static_prefix or context.system_prompt
         names = static + "\0" + ",".join(t.name for t in context.tools)  # the tools change only with GAMMA_DYNAMIC_TOOLS
         if self._prefix_hash is None or self._prefix_hash[0] != names:
@@ -137,10 +149,11 @@ class OpenAIStream:
         await emit(AgentEvent(type="message_start", data={"message": start.model_dump(by_alias=True)}))
         message, attempts = await self._attempts(api, body, emit, signal)
         if message.stop_reason == "aborted" and not (message.usage.input or message.usage.output):
-            message.usage = estimated_usage(len(tokens), self.counter.count(message.text()))
+            message.usage = estimated_usage(self.last_prompt_tokens, self.counter.count(message.text()))
         u = message.usage
         await emit(AgentEvent(type="model_request", data=ModelRequestData(
-            prefix_sha256=self._prefix_hash[1], prompt_tokens=len(tokens), shared_prefix_tokens=shared,
+            prefix_sha256=self._prefix_hash[1], prompt_tokens=self.last_prompt_tokens, image_tokens=images,
+            shared_prefix_tokens=shared,
             encoding=self.counter.encoding, message_count=len(body.get("messages") or body.get("input") or []),
             api=api.name, input_tokens=u.input, cached_tokens=u.cache_read, output_tokens=u.output,
             reasoning_tokens=u.reasoning, attempts=attempts,

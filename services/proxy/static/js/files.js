@@ -3,6 +3,7 @@
 // told of them, before the next message, when it wakes.
 import { el, fmtBytes } from "./dom.js";
 import { api, request, filePath, sessionPath } from "./api.js";
+import { PATH_TYPE } from "./attach.js";
 
 export class FilesView {
   constructor(box, statusLine, getSid) {
@@ -32,7 +33,9 @@ export class FilesView {
         if (open) item.append(await this.listing(sid, path));
         list.append(item);
       } else {
-        list.append(el("li", { class: "file", dataset: { path } },
+        // Draggable onto the composer: attached to the next message (js/attach.js).
+        list.append(el("li", { class: "file", dataset: { path }, draggable: "true", title: `${path}: drag onto the message box to attach`,
+          ondragstart: (ev) => { ev.dataTransfer.setData(PATH_TYPE, path); ev.dataTransfer.setData("text/plain", path); ev.dataTransfer.effectAllowed = "copy"; } },
           el("button", { type: "button", class: "link", title: `download ${path}`, onclick: () => this.download(path) }, entry.name),
           el("span", { class: "muted small size" }, entry.size === undefined || entry.size === null ? "" : fmtBytes(entry.size)),
           el("button", { type: "button", class: "link delete", "aria-label": `delete ${path}`, title: `delete ${path}`,
@@ -52,17 +55,21 @@ export class FilesView {
     } catch (err) { this.say(`download of ${path} failed: ${err.message}`, true); }
   }
 
+  /** Uploads each file; the workspace paths of those stored. */
   async upload(files, dir = "") {
+    const stored = [];
     for (const file of files) {
       const path = dir ? `${dir}/${file.name}` : file.name;
       try {
         const body = await api(filePath(this.getSid(), path), { method: "PUT", body: file, headers: { "Content-Type": "application/octet-stream" } });
         this.say(`uploaded ${body.path} (${fmtBytes(body.size)}${body.created ? ", new" : ""})`, false);
+        stored.push(body.path);
       } catch (err) {
         this.say(`upload of ${path} refused (${err.status || "network"}): ${err.message}`, true);
       }
     }
     await this.refresh();
+    return stored;
   }
 
   async remove(path) {

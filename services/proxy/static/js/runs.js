@@ -7,8 +7,9 @@ export const BUSY_MODES = { steer: "steer", follow_up: "follow up", interrupt: "
 
 /** The message body: with the run id the page shows while it runs, so the server refuses (409) a
  *  message aimed at a run that has already ended instead of queueing it elsewhere. */
-export function messageBody(text, onBusy, run, clientContext) {
+export function messageBody(text, onBusy, run, clientContext, attachments = []) {
   const body = { message: text, client_context: clientContext, on_busy: onBusy };
+  if (attachments.length) body.attachments = attachments; // workspace paths (js/attach.js)
   if (run.running && run.id) body.expected_run_id = run.id;
   return body;
 }

@@ -1,4 +1,5 @@
 // Renders timeline items (timeline_model.js) into #timeline. Collapsible parts remember being opened.
+// Images (attachments, tools' image results) show as thumbnails (js/images.js).
 import { el, fmtTime, pretty } from "./dom.js";
 
 const opened = new Set();
@@ -66,9 +67,9 @@ function branchView(item) {
 }
 
 const VIEWS = {
-  user: (item) => el("div", { class: "item bubble user", dataset: { key: item.key } }, who("you", item.ts,
+  user: (item, gallery) => el("div", { class: "item bubble user", dataset: { key: item.key } }, who("you", item.ts,
     el("button", { type: "button", class: "rewind-here", dataset: { rewind: item.key }, title: "Rewind the session to this message (files and tasks too)" }, "rewind here")),
-  el("div", { class: "text" }, item.text)),
+  el("div", { class: "text" }, item.text), gallery ? gallery.thumbs(item.images) : null),
   branch: branchView,
   rewound: (item) => el("div", { class: "item rewound", role: "note", dataset: { key: item.key } }, badge("rewound", "rewound"),
     el("span", { class: "muted" }, item.text)),
@@ -77,6 +78,10 @@ const VIEWS = {
   thinking: (item) => collapsible(item.key, [badge("thinking"), el("span", { class: "muted" }, "reasoning")], el("pre", { tabindex: "0" }, item.text), { cls: "item thinking" }),
   message_user: messageUserView,
   tool: toolView,
+  // The images a tool returned (`read` of a PNG): shown under its call, without opening it.
+  toolImages: (item, gallery) => el("div", { class: "item tool-images", dataset: { key: item.key } },
+    badge(`${item.images.length} image${item.images.length > 1 ? "s" : ""}`, "images"),
+    el("span", { class: "muted small" }, `returned by ${item.name}`), gallery ? gallery.thumbs(item.images) : null),
   injection: injectionView,
   note: (item) => collapsible(item.key, [badge(item.label), el("span", { class: "muted" }, "not trusted")], el("pre", { tabindex: "0" }, item.text), { cls: "item note" }),
   skill: (item) => el("div", { class: `item skill ${item.skillType}`, dataset: { key: item.key } },
@@ -91,9 +96,10 @@ const VIEWS = {
     el("span", {}, item.text), item.ts ? el("time", {}, fmtTime(item.ts)) : null),
 };
 
-export function renderTimeline(container, items) {
+/** `gallery` (js/images.js) draws the thumbnails of user attachments and of tools' image results. */
+export function renderTimeline(container, items, gallery = null) {
   const nearBottom = container.scrollHeight - container.scrollTop - container.clientHeight < 80;
-  const nodes = items.map((item) => (VIEWS[item.kind] || VIEWS.note)(item));
+  const nodes = items.map((item) => (VIEWS[item.kind] || VIEWS.note)(item, gallery));
   if (!nodes.length) nodes.push(el("p", { class: "empty" }, "Nothing has happened in this session yet."));
   container.replaceChildren(...nodes);
   if (nearBottom) container.scrollTop = container.scrollHeight;

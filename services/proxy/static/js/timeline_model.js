@@ -34,6 +34,9 @@ function assistantItems(entry, m, results, live) {
     } else {
       out.push({ key: `${entry.id}:${call.id}`, ts, kind: "tool", name: call.name, args, result,
                  running: !result && live.running });
+      if (result && result.images && result.images.length) {
+        out.push({ key: `${entry.id}:${call.id}:images`, ts, kind: "toolImages", name: call.name, images: result.images });
+      }
     }
   }
   if (m.stopReason === "error" || m.stopReason === "aborted") {
@@ -46,7 +49,7 @@ function messageItems(entry, results, live) {
   const m = entry.message || {};
   const ts = tsOf(entry);
   switch (m.role) {
-    case "user": return [{ key: entry.id, ts, kind: "user", text: textOf(m.content) }];
+    case "user": return [{ key: entry.id, ts, kind: "user", text: textOf(m.content), images: m.images || [] }];
     case "assistant": return assistantItems(entry, m, results, live);
     case "custom": return [injectionItem(entry.id, ts, m.customType, textOf(m.content), m.details)];
     case "compactionSummary": return [{ key: entry.id, ts, kind: "compaction", text: m.summary, tokensBefore: m.tokensBefore }];
@@ -82,7 +85,7 @@ function toolResults(entries) {
   for (const e of entries) {
     const m = e.type === "message" && e.message;
     if (m && m.role === "toolResult") {
-      results.set(m.toolCallId, { text: textOf(m.content), isError: Boolean(m.isError), details: m.details });
+      results.set(m.toolCallId, { text: textOf(m.content), isError: Boolean(m.isError), details: m.details, images: m.images || [] });
     }
   }
   return results;
