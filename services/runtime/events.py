@@ -49,9 +49,12 @@ class Outbox:
         """XADD one event and return its stream id; `also` adds commands to the same round trip (a
         non-transactional pipeline). `wait=False`: a progress event, queued (returns None at once)."""
         data = data or {}
+        if not wait and also is None and _delta_only(type, data):
+            self._sender.enqueue_text(self._queue, data["delta"], self.run_id)
+            return None
         ev = SessionEvent(type=type, session_id=self.sid, data=data, run_id=self.run_id)
         if not wait:
-            self._sender.enqueue(self._queue, ev, also, data["delta"] if _delta_only(type, data) else None)
+            self._sender.enqueue(self._queue, ev, also)
             return None
         return await self._sender.send(self._queue, ev, also, fenced=fenced)
 

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from services.runtime.lease import LeaseLost
-from services.runtime.sender import EventSender, SessionQueue
+from services.runtime.sender import EventSender, SessionQueue, Text, text_event_json
 from shared import keys
 from shared.contracts.events import EventType, SessionEvent
 from tests.support.pipelines import FakePipelines
@@ -31,7 +31,7 @@ class Fence:
 
 
 def delta(sender: EventSender, q: SessionQueue, sid: str, text: str) -> None:
-    sender.enqueue(q, ev(sid, delta=text), None, text)
+    sender.enqueue_text(q, text, None)
 
 
 async def test_deltas_of_every_session_merge_into_one_pipeline_per_tick() -> None:
@@ -54,11 +54,11 @@ async def test_other_progress_goes_at_once_and_keeps_its_place_among_the_deltas(
     redis = FakePipelines()
     sender = EventSender(redis, 60.0)  # a tick far beyond the test's timeout
     q = sender.queue("s", Fence())
-    sender.enqueue(q, ev("s", "message_start"), None, None)
+    sender.enqueue(q, ev("s", "message_start"), None)
     delta(sender, q, "s", "a")
     delta(sender, q, "s", "b")  # merged with "a": still unsent
     await eventually(lambda: asyncio.sleep(0, result=redis.pipelines), what="the message_start, at once")
-    sender.enqueue(q, ev("s", "message_update", restart=True), None, None)  # not a delta: kept apart
+    sender.enqueue(q, ev("s", "message_update", restart=True), None)  # not a delta: kept apart
     delta(sender, q, "s", "c")
     entry = await sender.send(q, ev("s", "message_end"), None, fenced=True)
     got = redis.events(keys.events("s"))
@@ -124,7 +124,7 @@ async def test_an_exclusive_action_goes_before_the_progress_queued_meanwhile() -
     order: list[str] = []
 
     async def action() -> None:
-        sender.enqueue(q, ev("s", "injection"), None, None)  # queued while the action holds the session
+        sender.enqueue(q, ev("s", "injection"), None)  # queued while the action holds the session
         await asyncio.sleep(0)
         order.append(f"action, {len(redis.pipelines)} sent")
     await sender.exclusive(q, action)
@@ -146,3 +146,18 @@ async def test_an_awaited_event_waits_for_a_send_in_flight() -> None:
     await awaited
     assert [e["type"] for e in redis.events(keys.events("s"))] == ["message_update", "message_end"]
     await sender.close()
+
+
+@pytest.mark.parametrize("parts", [["a"], ["x", "y", "z"], ['q"uo\\te\n', "\u2028é😀"]])
+def test_streamed_text_is_the_entry_the_event_model_makes(parts: list[str]) -> None:
+    """Built without the model (the hot path), the entry is byte for byte SessionEvent's JSON."""
+    for run_id in (None, "run_1"):
+        text = Text(list(parts), 1_733_300_000_123, run_id)
+        model = SessionEvent(type="message_update", session_id="s1", ts=text.ts, data={"delta": "".join(parts)},
+                             run_id=run_id)
+        assert text_event_json("s1", text) == model.model_dump_json()
+
+
+def test_text_json_cannot_make_fails_as_the_model_does() -> None:
+    with pytest.raises(ValueError, match="surrogates not allowed"):
+        text_event_json("s1", Text(["\ud800"], 1, None))
