@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -28,6 +29,10 @@ log = structlog.get_logger()
 
 READ_COUNT = 200  # entries per stream per read
 Item = tuple[str, str] | None  # (entry id, event JSON); None: the subscription was closed
+# Offered to a subscriber fed nothing for a heartbeat interval (compared by identity). One task of
+# the fan-out keeps the time for every client: a timer per wait for an event of each client cost a
+# timer handle, scheduled and cancelled, per event per client (bench-stream).
+HEARTBEAT: tuple[str, str] = ("", ": heartbeat")
 
 
 @dataclass(eq=False)
@@ -37,14 +42,22 @@ class Subscriber:
     queue: asyncio.Queue[Item]
     closed: str | None = None  # why the fan-out stopped feeding it
     released: bool = False  # no longer counted for its user
+    fed_at: float = field(default_factory=time.monotonic)  # when it was last offered anything
 
     def offer(self, item: tuple[str, str]) -> None:
         if self.closed is not None:
             return
+        self.fed_at = time.monotonic()
         try:
             self.queue.put_nowait(item)
         except asyncio.QueueFull:
             self.close("slow_client")
+
+    def beat(self, now: float, interval_s: float) -> None:
+        """A heartbeat when nothing was offered for `interval_s` (none for a full queue: it is fed)."""
+        if self.closed is None and now - self.fed_at >= interval_s and not self.queue.full():
+            self.fed_at = now
+            self.queue.put_nowait(HEARTBEAT)
 
     def close(self, reason: str) -> None:
         if self.closed is not None:
@@ -65,7 +78,7 @@ class EventFanout:
     """`subscribe` / `unsubscribe` per SSE client; the shards' reads run as tasks of their own."""
 
     def __init__(self, blocking: aioredis.Redis, control: aioredis.Redis, *, block_ms: int,
-                 queue_size: int) -> None:
+                 queue_size: int, heartbeat_s: float | None = None) -> None:
         # `blocking`: its read timeout covers block_ms (shared.reconnect.connect_blocking).
         self._reader = StreamReader(blocking, keys.events, control=control)
         self._control = control
@@ -73,7 +86,9 @@ class EventFanout:
         self._queue_size = queue_size
         self._topics: dict[str, _Topic] = {}
         self._per_user: Counter[str] = Counter()
+        self._heartbeat_s = block_ms / 1000 if heartbeat_s is None else heartbeat_s
         self._task: asyncio.Task[None] | None = None
+        self._beats: asyncio.Task[None] | None = None
         self._closing = False
 
     def streams_of(self, user: str) -> int:
@@ -100,6 +115,8 @@ class EventFanout:
                     await self._reader.add(sid, text(newest[0][0]) if newest else "0-0")
                     if self._task is None or self._task.done():
                         self._task = asyncio.ensure_future(self._run())
+                    if self._beats is None or self._beats.done():
+                        self._beats = asyncio.ensure_future(self._beat())
             topic.subscribers.add(sub)
         except BaseException:  # cancelled or Redis failed: nothing stays registered for it
             self.unsubscribe(sub)
@@ -131,10 +148,11 @@ class EventFanout:
 
     async def close(self) -> None:
         self._closing = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
+        for task in (self._task, self._beats):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
         await self._reader.close()
         for topic in self._topics.values():
             for sub in topic.subscribers:
@@ -156,6 +174,16 @@ class EventFanout:
                 continue
             delay = 0.1
             self._deliver(entries)
+
+    async def _beat(self) -> None:
+        """Heartbeats, checked four times an interval: each client gets one after an interval (up to
+        a quarter more) without anything else."""
+        while self._topics and not self._closing:
+            await asyncio.sleep(self._heartbeat_s / 4)
+            now = time.monotonic()
+            for topic in list(self._topics.values()):
+                for sub in topic.subscribers:
+                    sub.beat(now, self._heartbeat_s)
 
     def _deliver(self, entries: list[StreamEntry]) -> None:
         for entry in entries:

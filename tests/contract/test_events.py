@@ -34,7 +34,7 @@ async def sse_events(client: aioredis.Redis, start: str, n: int) -> list[tuple[s
     """The proxy's real SSE generator (replay, then its fan-out), parsed the way an EventSource does."""
     fanout = EventFanout(client, client, block_ms=500, queue_size=100)
     out: list[tuple[str, SessionEvent]] = []
-    frames = event_frames(fanout, client, SID, "alice", start, heartbeat_s=0.5)
+    frames = event_frames(fanout, client, SID, "alice", start)
     try:
         async for frame in frames:
             text = frame.decode()
