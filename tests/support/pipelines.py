@@ -1,6 +1,6 @@
-"""A stand-in for the Redis client's non-transactional pipelines (services/runtime/sender.py's
-`Pipelines` port): it records each pipeline's XADDs when it runs, and can be told to fail or to hold
-its next pipelines until released."""
+"""A stand-in for the Redis client as services/runtime/sender.py's `Pipelines` port uses it: it
+records the XADDs of each pipeline and of each batch script (XADD_ALL) when they run, and can be told
+to fail or to hold its next round trips until released."""
 
 from __future__ import annotations
 
@@ -46,8 +46,21 @@ class FakePipelines:
     def __post_init__(self) -> None:
         self.gate.set()
 
+    scripts: int = 0  # batches sent as one script
+
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> FakePipeline:
         return FakePipeline(self)
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        assert args[0] == "EVALSHA", args  # the sender's batch script, by its SHA
+        n = int(args[2])
+        streams, entries = args[3 : 3 + n], args[4 + n :]
+        pipe = FakePipeline(self)
+        for stream, data in zip(streams, entries, strict=True):
+            pipe.xadd(stream, {"data": data})
+        await pipe.execute()
+        self.scripts += 1
+        return n
 
     def events(self, stream: str) -> list[dict[str, Any]]:
         return [x.event for p in self.pipelines for x in p if x.stream == stream]

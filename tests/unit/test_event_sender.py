@@ -46,7 +46,7 @@ async def test_deltas_of_every_session_merge_into_one_pipeline_per_tick() -> Non
         return all(redis.text(keys.events(sid)) == "01234" for sid in queues)
     await eventually(sent, what="the merged deltas")
     assert len(redis.pipelines) == 1 and len(redis.pipelines[0]) == 3  # one event per session, one round trip
-    assert sender.ticks == 1
+    assert sender.ticks == 1 and redis.scripts == 1  # as one command
     await sender.close()
 
 
@@ -161,3 +161,17 @@ def test_streamed_text_is_the_entry_the_event_model_makes(parts: list[str]) -> N
 def test_text_json_cannot_make_fails_as_the_model_does() -> None:
     with pytest.raises(ValueError, match="surrogates not allowed"):
         text_event_json("s1", Text(["\ud800"], 1, None))
+
+
+async def test_events_with_commands_of_their_own_go_as_a_pipeline() -> None:
+    """An event that adds commands to its round trip (`also`: a model request's usage counters) goes
+    with the rest of its batch as a pipeline, in order, not as the batch script."""
+    redis = FakePipelines()
+    sender = EventSender(redis, 0.0)
+    q = sender.queue("s", Fence())
+    added: list[object] = []
+    sender.enqueue(q, ev("s", "message_start"), None)
+    sender.enqueue(q, ev("s", "model_request"), added.append)
+    await eventually(lambda: asyncio.sleep(0, result=redis.pipelines), what="the batch")
+    assert [e["type"] for e in redis.events(keys.events("s"))] == ["message_start", "model_request"]
+    assert redis.scripts == 0 and len(added) == 1
