@@ -47,7 +47,7 @@ class ReadGroup:
     consumer: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StreamEntry:
     name: str  # what the stream was added as (a session id)
     entry_id: str

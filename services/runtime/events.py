@@ -76,4 +76,4 @@ class Outbox:
 
 def _delta_only(type: str, data: dict[str, Any]) -> bool:
     """Streamed text that can be appended to the previous one (not a restart notice, not an image)."""
-    return type == "message_update" and data.keys() == {"delta"} and isinstance(data["delta"], str)
+    return type == "message_update" and len(data) == 1 and isinstance(data.get("delta"), str)

@@ -49,7 +49,9 @@ def start_id(header: str | None, query: str | None) -> str:
 
 
 def sse_frame(entry_id: str, data: str) -> bytes:
-    # Event JSON has no raw newlines; split defensively so a multi-line payload stays one event.
+    if "\n" not in data:  # event JSON has no raw newlines: one data line
+        return f"id: {entry_id}\ndata: {data}\n\n".encode()
+    # Split defensively so a multi-line payload stays one event.
     lines = "".join(f"data: {line}\n" for line in data.split("\n"))
     return f"id: {entry_id}\n{lines}\n".encode()
 
