@@ -54,11 +54,46 @@ class StreamEntry:
     fields: Fields
 
 
+@dataclass(frozen=True)
+class PackedRead:
+    """A shard's read, packed once per stream set (redis-py would pack it again for every call, on the
+    event loop: ~1 ms with 200 streams, bench-inject; the fan-out's per-read packing was 7% of the
+    proxy's loop, bench-stream): in a group the whole command, without one all but the ids."""
+    key: tuple[int, int]  # (count, block_ms)
+    names: list[str]
+    streams: list[str]
+    head: bytes
+    name_of: dict[str, str]  # stream -> name
+
+
+def pack_read(group: ReadGroup | None, names: list[str], streams: list[str], count: int, block_ms: int) -> PackedRead:
+    if group is None:
+        args = ["XREAD", "COUNT", str(count), "BLOCK", str(block_ms), "STREAMS", *streams]
+    else:
+        args = ["XREADGROUP", "GROUP", group.name, group.consumer, "COUNT", str(count), "BLOCK", str(block_ms),
+                "STREAMS", *streams, *([">"] * len(streams))]
+    size = len(args) + (len(streams) if group is None else 0)
+    return PackedRead((count, block_ms), names, streams, b"*%d\r\n" % size + b"".join(_bulk(arg) for arg in args),
+                   dict(zip(streams, names, strict=True)))
+
+
+def read_command(packed: PackedRead, group: ReadGroup | None, last: dict[str, str]) -> bytes:
+    """The read's bytes: without a group, each stream is read from the id last handed out."""
+    if group is not None:
+        return packed.head
+    return packed.head + b"".join(_bulk(last.get(name, "0-0")) for name in packed.names)
+
+
+def _bulk(arg: str) -> bytes:
+    data = arg.encode()
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
 @dataclass(eq=False)
 class _Shard:
     names: set[str] = field(default_factory=set)
     slot: int | None = None  # on a cluster: the slot of every stream it reads (None on a single Redis)
-    packed: tuple[tuple[int, int], list[Any]] | None = None  # ((count, block_ms), the command's bytes): groups
+    packed: PackedRead | None = None  # the read's command, made again when the streams change
     want: tuple[int, int] | None = None  # (count, block_ms) of the read asked for and not started
     result: list[StreamEntry] | BaseException | None = None  # answered, not collected yet
     task: asyncio.Task[None] | None = None  # its connection's reads
@@ -226,14 +261,13 @@ class StreamReader:
     async def _read_shard(self, shard: _Shard, conn: Connection, count: int, block_ms: int) -> list[StreamEntry]:
         while True:
             shard.changed = False
-            names = sorted(shard.names)
-            streams = [self._stream_of(name) for name in names]
+            packed = self._packed(shard, count, block_ms)
             try:
-                await conn.send_packed_command(self._packed(shard, conn, names, streams, count, block_ms))
+                await conn.send_packed_command(read_command(packed, self._group, self._last))
                 shard.blocked = True
                 if shard.changed:  # streams joined while the command went out: do not make them wait
                     shard.blocked = False
-                    await redis_cluster.node_command(self._control, streams[0], "CLIENT", "UNBLOCK",
+                    await redis_cluster.node_command(self._control, packed.streams[0], "CLIENT", "UNBLOCK",
                                                      shard.client_id)
                 try:
                     reply: Any = await conn.read_response()
@@ -245,26 +279,18 @@ class StreamReader:
                 # One stream (or its group) vanished: the read fails for every stream of the call.
                 # Recreate what is missing (idempotent) so the other streams keep being served.
                 log.warning("stream_group_recreated", error=str(exc)[:300])
-                for stream in streams:
+                for stream in packed.streams:
                     await ensure_group(self._client, stream, self._group.name, track=False)
                 continue
-            entries = self._entries(reply, dict(zip(streams, names, strict=True)))
+            entries = self._entries(reply, packed.name_of)
             if entries or not shard.changed:
                 return entries  # an empty read cut short for a joining stream is read again at once
 
-    def _packed(self, shard: _Shard, conn: Connection, names: list[str], streams: list[str], count: int,
-                block_ms: int) -> list[Any]:
-        """In a group, the command does not change between reads: packed once per stream set (redis-py
-        would pack it again for every call, ~1 ms with 200 streams, bench-inject). Without a group
-        the ids change with every read."""
-        if self._group is None:
-            ids = [self._last.get(name, "0-0") for name in names]
-            return conn.pack_command("XREAD", "COUNT", count, "BLOCK", block_ms, "STREAMS", *streams, *ids)
-        if shard.packed is None or shard.packed[0] != (count, block_ms):
-            shard.packed = ((count, block_ms), conn.pack_command(
-                "XREADGROUP", "GROUP", self._group.name, self._group.consumer, "COUNT", count, "BLOCK", block_ms,
-                "STREAMS", *streams, *([">"] * len(streams))))
-        return shard.packed[1]
+    def _packed(self, shard: _Shard, count: int, block_ms: int) -> PackedRead:
+        if shard.packed is None or shard.packed.key != (count, block_ms):
+            names = sorted(shard.names)
+            shard.packed = pack_read(self._group, names, [self._stream_of(n) for n in names], count, block_ms)
+        return shard.packed
 
     def _entries(self, reply: Any, name_of: dict[str, str]) -> list[StreamEntry]:
         """The entries of an XREAD(GROUP) reply (a list of [stream, entries]; a map under RESP3)."""
