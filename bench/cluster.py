@@ -90,7 +90,7 @@ async def read_latency(url: str, sessions: int, n: int) -> dict[str, Any]:
     finally:
         task.cancel()
         # Blocked reads (one per shard) or, on a cluster, ring subscriptions (one per node).
-        shards = reader.rings.connections if reader.rings is not None else len(reader._shards)  # noqa: SLF001
+        shards = reader.rings.connections if reader.rings is not None else reader.streams.shard_count
         await reader.close()
         for sid in sids:
             await client.delete(keys.inbox(sid))

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis.asyncio as aioredis
 from openai import AsyncOpenAI
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from services.runtime.engine.chat_api import ChatApi  # noqa: E402
 from services.runtime.engine.responses_api import ResponsesApi  # noqa: E402
 from services.runtime.engine.types import AgentEvent  # noqa: E402
-from services.runtime.ticker import DeltaTicker  # noqa: E402
+from services.runtime.sender import EventSender  # noqa: E402
 from services.stack import free_port  # noqa: E402
 from shared.contracts.messages import AssistantMessage  # noqa: E402
 from shared.model import openai_client  # noqa: E402
@@ -62,8 +63,8 @@ def body(api: str, tokens: int) -> dict[str, Any]:
 
 async def run_calls(client: AsyncOpenAI, api: str, sessions: int, tokens: int, gate_ms: float) -> dict[str, Any]:
     adapter = ResponsesApi() if api == "responses" else ChatApi()
-    # The worker's DeltaTicker as the streams' read gate (no Outbox here: it only opens the gate).
-    gate = DeltaTicker(None, gate_ms / 1000) if gate_ms > 0 else None  # type: ignore[arg-type]
+    # The worker's EventSender as the streams' read gate (nothing is queued: it only opens the gate).
+    gate = EventSender(aioredis.Redis(), gate_ms / 1000) if gate_ms > 0 else None
     deltas = 0
 
     async def emit(event: AgentEvent) -> None:
@@ -142,7 +143,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=400)
     parser.add_argument("--asyncio", action="store_true", help="the default asyncio loop instead of uvloop")
     parser.add_argument("--gate-ms", type=float, default=0.0,
-                        help="read the streams through a DeltaTicker read gate of this period (0: every chunk)")
+                        help="read the streams through an EventSender read gate of this period (0: every chunk)")
     parser.add_argument("--label", default="")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()

@@ -185,11 +185,11 @@ class Settings(BaseSettings):
     # (services/runtime/scripted_server.py), as a provider is, instead of inside each runtime; 0 = inside.
     scripted_server_port: int = Field(0, ge=0, le=65535, validation_alias="GAMMA_SCRIPTED_SERVER_PORT")
     # Streamed text deltas of a session queued within this window go out as one event (one XADD),
-    # and the runtime sends the windows of all its sessions in one pipeline per window (ticker.py);
+    # and the runtime sends the windows of all its sessions in one pipeline per window (sender.py);
     # 0: one event per delta (each its own XADD, pipelined with whatever else is queued). 30 ms at
     # 80 tokens/s: ~2.4 tokens per XADD, a token waits 15 ms on average (bench-stream).
     delta_coalesce_ms: float = Field(30.0, ge=0, le=1000, validation_alias="GAMMA_DELTA_COALESCE_MS")
-    # The window adapts to the load (ticker.py): with few streaming sessions a worker ticks every
+    # The window adapts to the load (sender.py): with few streaming sessions a worker ticks every
     # GAMMA_DELTA_COALESCE_MIN_MS, growing so that one event per streaming session per tick stays
     # within GAMMA_DELTA_SENDS_PER_S, up to GAMMA_DELTA_COALESCE_MS (reached at 135 streaming
     # sessions by default). GAMMA_DELTA_SENDS_PER_S=0: the window is always GAMMA_DELTA_COALESCE_MS.

@@ -40,7 +40,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # their own whose read timeout outlasts the longest block (shared/reconnect.py).
     blocking = connect_blocking(settings.redis_url, max(settings.reply_timeout_s, settings.sse_heartbeat_s))
     fanout = EventFanout(blocking, ctx.redis, block_ms=int(settings.sse_heartbeat_s * 1000),
-                         queue_size=settings.sse_queue_size)
+                         queue_size=settings.sse_queue_size, heartbeat_s=settings.sse_heartbeat_s)
     jwks_client = httpx.AsyncClient(follow_redirects=False)
     verifier = build_verifier(settings.oidc(), jwks_client)
 

@@ -1,38 +1,38 @@
-"""SSE fan-out: one blocking XREAD per shard of watched sessions, shared by every client of the process.
+"""SSE fan-out: the events streams of the sessions with subscribers, read once per proxy process and
+shared by every client of it.
 
 A blocked `XREAD` per SSE client held one Redis connection each: at 540 streams the pool ran dry
 ("No connection available") and every other request queued behind it (GET /sessions/{id} 5.4 s).
-Here each proxy process reads the events streams of the sessions that have subscribers, in shards of
-up to SHARD_SIZE streams (as shared/inbox.py does for inboxes: Redis re-runs a blocked multi-stream
-read over all its streams each time one gets an entry), each shard on one dedicated connection, and
-hands every entry to the subscribers' bounded queues. A client that does not keep up is closed (its
-EventSource resumes with Last-Event-ID), never buffered without bound.
-
-A shard reads each stream from the id it last delivered, so an entry appended between two reads is
-never skipped. When sessions join a shard its read in flight is cut short with CLIENT UNBLOCK, so a
-new subscriber does not wait a whole block for the first live entry.
+Here each proxy process reads the events streams of the sessions that have subscribers through the
+shared StreamReader (shared/stream_reader.py, without a consumer group: sharded blocking XREADs, each
+stream from the id it last delivered), and hands every entry to the subscribers' bounded queues. A
+client that does not keep up is closed (its EventSource resumes with Last-Event-ID), never buffered
+without bound.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
-from redis.asyncio.connection import Connection
 
-from shared import keys, redis_cluster
+from shared import keys
 from shared.redis_wire import text
+from shared.stream_reader import StreamEntry, StreamReader
 
 log = structlog.get_logger()
 
-SHARD_SIZE = 32
 READ_COUNT = 200  # entries per stream per read
 Item = tuple[str, str] | None  # (entry id, event JSON); None: the subscription was closed
+# Offered to a subscriber fed nothing for a heartbeat interval (compared by identity). One task of
+# the fan-out keeps the time for every client: a timer per wait for an event of each client cost a
+# timer handle, scheduled and cancelled, per event per client (bench-stream).
+HEARTBEAT: tuple[str, str] = ("", ": heartbeat")
 
 
 @dataclass(eq=False)
@@ -42,14 +42,22 @@ class Subscriber:
     queue: asyncio.Queue[Item]
     closed: str | None = None  # why the fan-out stopped feeding it
     released: bool = False  # no longer counted for its user
+    fed_at: float = field(default_factory=time.monotonic)  # when it was last offered anything
 
     def offer(self, item: tuple[str, str]) -> None:
         if self.closed is not None:
             return
+        self.fed_at = time.monotonic()
         try:
             self.queue.put_nowait(item)
         except asyncio.QueueFull:
             self.close("slow_client")
+
+    def beat(self, now: float, interval_s: float) -> None:
+        """A heartbeat when nothing was offered for `interval_s` (none for a full queue: it is fed)."""
+        if self.closed is None and now - self.fed_at >= interval_s and not self.queue.full():
+            self.fed_at = now
+            self.queue.put_nowait(HEARTBEAT)
 
     def close(self, reason: str) -> None:
         if self.closed is not None:
@@ -63,36 +71,24 @@ class Subscriber:
 @dataclass(eq=False)
 class _Topic:
     sid: str
-    last_id: str  # the newest entry handed out (or the stream's tail when the topic was created)
     subscribers: set[Subscriber] = field(default_factory=set)
-
-
-@dataclass(eq=False)
-class _Shard:
-    sids: set[str] = field(default_factory=set)
-    # On a Redis Cluster one XREAD names streams of one slot only: the slot of every stream it reads
-    # (None on a single Redis, where any sessions share a shard).
-    slot: int | None = None
-    task: asyncio.Task[None] | None = None
-    client_id: int | None = None  # its connection's, for CLIENT UNBLOCK
-    blocked: bool = False
-    changed: bool = False  # sessions joined after the read in flight was built
-    streams: tuple[list[str], list[str]] | None = None  # (sids, their stream names) of the next read
 
 
 class EventFanout:
     """`subscribe` / `unsubscribe` per SSE client; the shards' reads run as tasks of their own."""
 
     def __init__(self, blocking: aioredis.Redis, control: aioredis.Redis, *, block_ms: int,
-                 queue_size: int, shard_size: int = SHARD_SIZE) -> None:
-        self._blocking = blocking  # its read timeout covers block_ms (shared.reconnect.connect_blocking)
+                 queue_size: int, heartbeat_s: float | None = None) -> None:
+        # `blocking`: its read timeout covers block_ms (shared.reconnect.connect_blocking).
+        self._reader = StreamReader(blocking, keys.events, control=control)
         self._control = control
         self._block_ms = block_ms
         self._queue_size = queue_size
-        self._shard_size = shard_size
         self._topics: dict[str, _Topic] = {}
-        self._shards: list[_Shard] = []
         self._per_user: Counter[str] = Counter()
+        self._heartbeat_s = block_ms / 1000 if heartbeat_s is None else heartbeat_s
+        self._task: asyncio.Task[None] | None = None
+        self._beats: asyncio.Task[None] | None = None
         self._closing = False
 
     def streams_of(self, user: str) -> int:
@@ -100,7 +96,7 @@ class EventFanout:
 
     @property
     def shard_count(self) -> int:
-        return len(self._shards)
+        return self._reader.shard_count
 
     async def subscribe(self, sid: str, user: str) -> Subscriber:
         """Entries of `sid` appended from now on (and possibly a few before: callers drop what they
@@ -113,10 +109,14 @@ class EventFanout:
                 newest = await self._control.xrevrange(keys.events(sid), count=1)
                 topic = self._topics.get(sid)  # another subscriber may have created it meanwhile
                 if topic is None:
-                    topic = _Topic(sid=sid, last_id=text(newest[0][0]) if newest else "0-0")
+                    topic = _Topic(sid=sid)
                     self._topics[sid] = topic
                     topic.subscribers.add(sub)
-                    await self._place(sid)
+                    await self._reader.add(sid, text(newest[0][0]) if newest else "0-0")
+                    if self._task is None or self._task.done():
+                        self._task = asyncio.ensure_future(self._run())
+                    if self._beats is None or self._beats.done():
+                        self._beats = asyncio.ensure_future(self._beat())
             topic.subscribers.add(sub)
         except BaseException:  # cancelled or Redis failed: nothing stays registered for it
             self.unsubscribe(sub)
@@ -135,10 +135,7 @@ class EventFanout:
             topic.subscribers.discard(sub)
             if not topic.subscribers:  # its shard stops reading it with its next read
                 del self._topics[sub.sid]
-                for shard in self._shards:
-                    if sub.sid in shard.sids:
-                        shard.sids.discard(sub.sid)
-                        shard.streams = None
+                self._reader.remove(sub.sid)
         self._release(sub)
 
     def _release(self, sub: Subscriber) -> None:
@@ -149,97 +146,51 @@ class EventFanout:
         if self._per_user[sub.user] <= 0:
             del self._per_user[sub.user]
 
-    async def _place(self, sid: str) -> None:
-        slot = redis_cluster.slot_group(self._blocking, keys.events(sid))
-        shard = next((s for s in self._shards if len(s.sids) < self._shard_size and s.slot == slot), None)
-        if shard is None:
-            shard = _Shard(slot=slot)
-            self._shards.append(shard)
-        shard.sids.add(sid)
-        shard.streams = None
-        shard.changed = True
-        if shard.task is None or shard.task.done():
-            shard.task = asyncio.ensure_future(self._run(shard))
-        elif shard.blocked:
-            await self._unblock(shard)
-
-    async def _unblock(self, shard: _Shard) -> None:
-        if shard.client_id is not None and shard.sids:
-            with contextlib.suppress(Exception):  # the read ends within its block anyway
-                # To the node the read blocks on (a client id is one node's).
-                await redis_cluster.node_command(self._control, keys.events(next(iter(shard.sids))),
-                                                 "CLIENT", "UNBLOCK", shard.client_id)
-
     async def close(self) -> None:
         self._closing = True
-        tasks = [s.task for s in self._shards if s.task is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        for task in (self._task, self._beats):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        await self._reader.close()
         for topic in self._topics.values():
             for sub in topic.subscribers:
                 sub.close("shutdown")
 
-    async def _run(self, shard: _Shard) -> None:
-        """One shard's reads, on a connection of its own, until it has no sessions left."""
+    async def _run(self) -> None:
+        """The reads, until no session has subscribers; after a failure, a pause (the reader has
+        already reported it and refreshed the route)."""
         delay = 0.1
-        while shard.sids and not self._closing:
-            route = keys.events(next(iter(shard.sids)))  # the shard's slot (any stream of it)
+        while self._topics and not self._closing:
             try:
-                async with redis_cluster.node_connection(self._blocking, route) as conn:
-                    try:
-                        await conn.send_command("CLIENT", "ID")
-                        shard.client_id = int(await conn.read_response())
-                        while shard.sids and not self._closing:
-                            await self._read_once(shard, conn)
-                            delay = 0.1
-                    except BaseException:
-                        await conn.disconnect()  # a reply may still be on its way: the connection is spent
-                        raise
-                    finally:
-                        shard.blocked = False
-                        shard.client_id = None
+                entries = await self._reader.read(self._block_ms, READ_COUNT)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - Redis trouble: a fresh connection after a pause
-                log.exception("sse_fanout_read_failed", sessions=len(shard.sids))
-                await redis_cluster.refresh_route(self._control, route)  # a failover moved the slot
+            except Exception:  # noqa: BLE001 - Redis trouble: the next read after a pause
+                log.exception("sse_fanout_read_failed", sessions=len(self._topics))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        if shard in self._shards and not shard.sids:
-            self._shards.remove(shard)
+                continue
+            delay = 0.1
+            self._deliver(entries)
 
-    async def _read_once(self, shard: _Shard, conn: Connection) -> None:
-        shard.changed = False
-        if shard.streams is None:
-            # The names are built when the shard's sessions change, not per read (a read per tick).
-            sids = sorted(shard.sids)
-            shard.streams = (sids, [keys.events(sid) for sid in sids])
-        sids, streams = shard.streams
-        ids = [self._topics[sid].last_id for sid in sids]
-        await conn.send_command("XREAD", "COUNT", READ_COUNT, "BLOCK", self._block_ms, "STREAMS", *streams, *ids)
-        shard.blocked = True
-        if shard.changed:  # sessions joined while the command went out: do not make them wait a block
-            await self._unblock(shard)
-        try:
-            reply: Any = await conn.read_response()
-        finally:
-            shard.blocked = False
-        self._deliver(reply, dict(zip(streams, sids, strict=True)))
+    async def _beat(self) -> None:
+        """Heartbeats, checked four times an interval: each client gets one after an interval (up to
+        a quarter more) without anything else."""
+        while self._topics and not self._closing:
+            await asyncio.sleep(self._heartbeat_s / 4)
+            now = time.monotonic()
+            for topic in list(self._topics.values()):
+                for sub in topic.subscribers:
+                    sub.beat(now, self._heartbeat_s)
 
-    def _deliver(self, reply: Any, sid_of: dict[str, str]) -> None:
-        for stream, entries in reply.items() if isinstance(reply, dict) else reply or []:  # RESP3: a map
-            topic = self._topics.get(sid_of.get(text(stream), ""))
-            if topic is None:
-                continue  # nobody is watching it any more
-            for entry_id, flat in entries:
-                fields = dict(zip(flat[::2], flat[1::2], strict=True)) if isinstance(flat, list) else flat or {}
-                topic.last_id = text(entry_id)
-                data = fields.get(b"data", fields.get("data"))
-                if data is None:
-                    continue
-                item = (topic.last_id, text(data))
-                for sub in list(topic.subscribers):
-                    sub.offer(item)
+    def _deliver(self, entries: list[StreamEntry]) -> None:
+        for entry in entries:
+            topic = self._topics.get(entry.name)
+            data = entry.fields.get(b"data", entry.fields.get("data"))
+            if topic is None or data is None:
+                continue  # nobody is watching it any more, or not an event
+            item = (entry.entry_id, text(data))
+            for sub in list(topic.subscribers):
+                sub.offer(item)

@@ -87,7 +87,7 @@ class SessionDeps:
     counter: TokenCounter
     ack: Any  # async (sid, entry_id) -> None
     static_prefix: str = ""
-    read_gate: ReadGate | None = None  # model streams read once per delta tick (ticker.py)
+    read_gate: ReadGate | None = None  # model streams read once per delta tick (sender.py)
     preloaded: tuple[Skill, ...] = ()  # the variant's preloaded skills, recorded at session start
     registry: CollectorRegistry | None = None  # the service's Prometheus registry
     # (sid, reason) -> None: the worker closes the session now (persist, release the lease, then

@@ -38,10 +38,10 @@ from .events import BusPublish, Outbox
 from .image_gc import ImageCollector
 from .lease import Lease, LeaseLost, forget_deleted, raise_fence, renew_all, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
+from .sender import EventSender
 from .session import Session, SessionDeps
 from .share import heartbeat, over_share, pause_while_over_share
 from .skills import Skill
-from .ticker import DeltaTicker
 
 log = structlog.get_logger()
 STOP_WAIT_S = 5.0
@@ -73,13 +73,14 @@ class Worker:
         self.model_client = model_client
         self.skills = skills
         self.static_prefix = static_prefix(skills)  # the same for every session: built once, not per wake
-        # Streamed text of all sessions: one pipeline per coalescing window (ticker.py).
-        self.ticker = DeltaTicker(client, settings.delta_coalesce_ms / 1000, min_period_s=settings.delta_coalesce_min_ms / 1000,
+        # Every session's events: one owner of their order, one pipeline per coalescing window (sender.py).
+        self.sender = EventSender(client, settings.delta_coalesce_ms / 1000,
+                                  min_period_s=settings.delta_coalesce_min_ms / 1000,
                                   sends_per_s=settings.delta_sends_per_s)
-        # Model streams read once per tick, just before it (ticker.py): only where one read returns
+        # Model streams read once per tick, just before it (sender.py): only where one read returns
         # all that arrived (aiohttp, the in-process scripted model), else a gated httpx stream would
         # fall behind at one HTTP chunk per tick.
-        self.read_gate = self.ticker if settings.delta_coalesce_ms > 0 and reads_merged(model_client) else None
+        self.read_gate = self.sender if settings.delta_coalesce_ms > 0 and reads_merged(model_client) else None
         self.images = ImageCollector(settings.images_gc_grace_s, registry)
         if registry is not None:
             metrics.track_active_leases(registry, lambda: len(self.sessions))
@@ -155,8 +156,7 @@ class Worker:
                            request_close=self._request_close,
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))
-        outbox = Outbox(self.client, sid, self.bus, fence=lease.check,
-                        coalesce_s=self.settings.delta_coalesce_ms / 1000, ticker=self.ticker)
+        outbox = Outbox(self.sender, sid, self.bus, fence=lease.check)
         name, api = model.name or self.settings.model, model.api or self.settings.default_model_api
         session = Session(deps, paths, lease, outbox,
                           ModelSettings(model=name, reasoning_effort=model.reasoning_effort, api=api,
@@ -369,6 +369,7 @@ class Worker:
         for sid in list(self.sessions):
             with contextlib.suppress(Exception):
                 await self.close(sid, "shutdown")
+        await self.sender.close()
         log.info("worker_stopped")
 
     def snapshot(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from services.runtime.compaction import make_request
 from services.runtime.events import Outbox
+from services.runtime.sender import EventSender
 from shared import keys
 from shared.bus import publish
 from shared.contracts.compaction import CompactionRequest
@@ -75,7 +76,7 @@ async def test_runtime_request_is_answered_by_the_real_compaction_service(
         async def bus(stream: str, message: BaseModel) -> None:
             await publish(broker, stream, message)
 
-        await Outbox(redis_client, sid, bus).publish(keys.COMPACTION_REQUESTS, request)
+        await Outbox(EventSender(redis_client), sid, bus).publish(keys.COMPACTION_REQUESTS, request)
         got = await eventually(lambda: reader.read(block_ms=200), timeout=60, what="CompactionReady in the inbox")
         await eventually(pel_empty(redis_client, keys.COMPACTION_REQUESTS, "compaction"), what="acks")
     [entry] = got

@@ -9,6 +9,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from services.runtime.events import Outbox
+from services.runtime.sender import EventSender
 from shared import causal, keys
 from shared.bus import publish
 from shared.contracts.artifacts import ArtifactChange
@@ -59,7 +60,7 @@ async def test_runtime_flush_request_is_answered_by_the_real_digest(
         async def bus(stream: str, message: BaseModel) -> None:
             await publish(broker, stream, message)
 
-        await Outbox(redis_client, sid, bus).publish(keys.DIGEST_FLUSH, FlushRequest(session_id=sid, upto=seq))
+        await Outbox(EventSender(redis_client), sid, bus).publish(keys.DIGEST_FLUSH, FlushRequest(session_id=sid, upto=seq))
         got: list = []
 
         async def settled() -> bool:

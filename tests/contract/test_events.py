@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from services.proxy.fanout import EventFanout
 from services.proxy.routes.events import event_frames
 from services.runtime.events import Outbox
+from services.runtime.sender import EventSender
 from shared import keys
 from shared.contracts.events import (
     AuditData,
@@ -33,7 +34,7 @@ async def sse_events(client: aioredis.Redis, start: str, n: int) -> list[tuple[s
     """The proxy's real SSE generator (replay, then its fan-out), parsed the way an EventSource does."""
     fanout = EventFanout(client, client, block_ms=500, queue_size=100)
     out: list[tuple[str, SessionEvent]] = []
-    frames = event_frames(fanout, client, SID, "alice", start, heartbeat_s=0.5)
+    frames = event_frames(fanout, client, SID, "alice", start)
     try:
         async for frame in frames:
             text = frame.decode()
@@ -74,7 +75,7 @@ async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> Non
     async def no_bus(stream: str, message: BaseModel) -> None:
         raise AssertionError("events never go through the bus")
 
-    outbox = Outbox(redis_client, SID, no_bus)
+    outbox = Outbox(EventSender(redis_client), SID, no_bus)
     outbox.run_id = "run_ab12"  # as during a run: every event carries it
     types = typing.get_args(EventType)
     ids = [await outbox.event(t, data.get(t, {"n": i})) for i, t in enumerate(types)]
@@ -96,7 +97,7 @@ async def test_entry_without_data_is_skipped_and_the_stream_goes_on(redis_client
     async def no_bus(stream: str, message: BaseModel) -> None:
         raise AssertionError("unused")
 
-    outbox = Outbox(redis_client, SID, no_bus)
+    outbox = Outbox(EventSender(redis_client), SID, no_bus)
     await redis_client.xadd(keys.events(SID), {"junk": "x"})
     good = await outbox.event("status", {"status": "dormant", "running": False})
     [(entry_id, event)] = await sse_events(redis_client, "0", 1)
@@ -106,15 +107,15 @@ async def test_entry_without_data_is_skipped_and_the_stream_goes_on(redis_client
 async def test_the_runtime_caps_the_events_stream(redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     """`MAXLEN ~`: trimming happens (approximately, whole nodes at a time), so a long session's events
     stream stays bounded."""
-    from services.runtime import events
+    from services.runtime import sender
 
-    assert events.EVENTS_MAXLEN == 10_000
-    monkeypatch.setattr(events, "EVENTS_MAXLEN", 10)
+    assert sender.EVENTS_MAXLEN == 10_000
+    monkeypatch.setattr(sender, "EVENTS_MAXLEN", 10)
 
     async def no_bus(stream: str, message: BaseModel) -> None:
         raise AssertionError("unused")
 
-    outbox = Outbox(redis_client, SID, no_bus)
+    outbox = Outbox(EventSender(redis_client), SID, no_bus)
     for i in range(400):
         await outbox.event("status", {"n": i})
     assert await redis_client.xlen(keys.events(SID)) < 400

@@ -12,10 +12,10 @@ SID = "s_reset"
 
 
 async def first_frames(client: aioredis.Redis, start: str, n: int) -> list[str]:
-    fanout = EventFanout(client, client, block_ms=200, queue_size=100)
+    fanout = EventFanout(client, client, block_ms=200, queue_size=100, heartbeat_s=5.0)
     # The heartbeat only ends a read that would otherwise hang: on a loaded machine a short one can come
     # before the fan-out's first read has answered.
-    frames = event_frames(fanout, client, SID, "alice", start, heartbeat_s=5.0)
+    frames = event_frames(fanout, client, SID, "alice", start)
     out: list[str] = []
     try:
         async for frame in frames:
@@ -69,8 +69,8 @@ async def test_a_position_beyond_the_stream_resets_to_its_newest_entry(redis_cli
            for i in range(3)]
     assert await history_gap(redis_client, sid, "99999999999999-0", "99999999999999-0") == ids[-1]
     assert await history_gap(redis_client, sid, ids[-1], ids[-1]) is None  # the newest entry itself: no reset
-    fanout = EventFanout(redis_client, redis_client, block_ms=200, queue_size=100)
-    frames = event_frames(fanout, redis_client, sid, "alice", "99999999999999-0", heartbeat_s=5.0)
+    fanout = EventFanout(redis_client, redis_client, block_ms=200, queue_size=100, heartbeat_s=5.0)
+    frames = event_frames(fanout, redis_client, sid, "alice", "99999999999999-0")
     got: list[str] = []
     try:
         async for frame in frames:

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from services.proxy.rows import create_row
 from services.runtime.events import Outbox
+from services.runtime.sender import EventSender
 from shared import keys
 from shared.bus import publish
 from shared.contracts.http import ModelConfig
@@ -73,7 +74,7 @@ async def test_runtime_record_settles_the_real_notifications_service(
         async def bus(stream: str, message: BaseModel) -> None:
             await publish(broker, stream, message)
 
-        outbox = Outbox(redis_client, row.id, bus)
+        outbox = Outbox(EventSender(redis_client), row.id, bus)
         for i, source_id in enumerate(source_ids):
             await outbox.publish(keys.INJECTIONS_RECORDED, InjectionRecorded(
                 session_id=row.id, source="notification", source_id=source_id, entry_id=f"e{i}"))

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from services.proxy.rows import create_row
 from services.runtime.events import Outbox
+from services.runtime.sender import EventSender
 from shared import keys
 from shared.bus import publish
 from shared.contracts.http import ModelConfig
@@ -68,7 +69,7 @@ async def test_runtime_announcement_reaches_the_real_notifications_service(
         async def bus(stream: str, message: BaseModel) -> None:
             await publish(broker, stream, message)
 
-        outbox = Outbox(redis_client, row.id, bus)
+        outbox = Outbox(EventSender(redis_client), row.id, bus)
         await outbox.publish(keys.LIFECYCLE, SessionLive(session_id=row.id, wake_id="w-42", fence=1, worker_id="rt-1"))
         got: list[InboxMessage] = []
 

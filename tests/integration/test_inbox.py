@@ -14,7 +14,7 @@ from shared import keys
 from shared.bus import ensured_groups
 from shared.contracts.deadletter import DeadLetter
 from shared.contracts.inbox import Barrier, Stop, UserPrompt
-from shared.inbox import GROUP, InboxReader, _Shard, append
+from shared.inbox import GROUP, InboxReader, append
 
 
 def sid() -> str:
@@ -184,7 +184,7 @@ async def test_a_vanished_inbox_does_not_stop_the_other_sessions(redis_client: a
         good = await append(redis_client, Stop(session_id=b))
         entries = await reader.read(block_ms=500)
     assert [e.entry_id for e in entries] == [good]
-    assert any(e["event"] == "inbox_group_recreated" for e in logs)
+    assert any(e["event"] == "stream_group_recreated" for e in logs)
     # Per-session groups are not watched by readiness: a session's inbox may legitimately go away.
     assert not [s for s, _ in ensured_groups(redis_client) if s.endswith(":inbox")]
     later = await append(redis_client, Stop(session_id=a))
@@ -201,7 +201,7 @@ async def test_entries_a_stale_reader_took_after_the_wake_are_claimed_by_the_hol
     assert [e.entry_id for e in await holder.read(block_ms=100)] == [mine]
     # A worker paused past its lease, resumed after the wake, reads what was appended meanwhile.
     stale = InboxReader(redis_client, "paused")
-    stale._shards.append(_Shard(sessions={s}))  # reading s without the wake's claim (a stale view)
+    await stale.streams.add(s)  # reading s without the wake's claim (a stale view)
     taken = await append(redis_client, UserPrompt(session_id=s, message="read by the stale worker"))
     assert [e.entry_id for e in await stale.read(block_ms=100)] == [taken]
     assert await holder.claim_foreign([s], min_idle_ms=200) == []  # not idle long enough yet

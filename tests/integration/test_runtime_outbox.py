@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 
 from services.runtime.events import Outbox
 from services.runtime.lease import LeaseLost
+from services.runtime.sender import EventSender
 from shared import keys
 
 
@@ -23,7 +24,7 @@ async def bus(*_: object) -> None:
 
 
 async def test_progress_events_go_out_in_order_before_the_next_awaited_event(redis_client: aioredis.Redis) -> None:
-    out = Outbox(redis_client, "ob1", bus)
+    out = Outbox(EventSender(redis_client), "ob1", bus)
     for n in range(50):
         await out.event("message_update", {"n": n}, wait=False)  # returns at once: no round trip
     await out.event("message_end", {"n": 50})
@@ -40,7 +41,7 @@ async def test_a_fenced_out_worker_sends_no_queued_progress(redis_client: aiored
         if not held:
             raise LeaseLost("ob2")
 
-    out = Outbox(redis_client, "ob2", bus, fence=fence)
+    out = Outbox(EventSender(redis_client), "ob2", bus, fence=fence)
     await out.event("message_update", {"n": 0}, wait=False)
     await out.event("message_end", {"n": 1})
     held = False

@@ -15,13 +15,14 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import redis.asyncio as aioredis
 from openai import AsyncOpenAI, DefaultAioHttpClient
 
 from services.runtime.engine.chat_api import ChatApi
 from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentEvent
 from services.runtime.scripted_server import MAX_HEAD, ScriptedServer
-from services.runtime.ticker import DeltaTicker
+from services.runtime.sender import EventSender
 from shared.contracts.messages import AssistantMessage, TextContent
 from shared.model import ScriptedReply, ScriptedToolCall, ScriptedTransport, reads_merged
 from shared.pacing import Timing
@@ -64,7 +65,7 @@ def client(base_url: str, backend: str) -> AsyncOpenAI:
     return AsyncOpenAI(api_key="x", base_url=base_url, max_retries=0, http_client=http)
 
 
-async def consume(c: AsyncOpenAI, api: str, gate: DeltaTicker | None = None,
+async def consume(c: AsyncOpenAI, api: str, gate: EventSender | None = None,
                   text: str = "hi") -> tuple[AssistantMessage, list[str]]:
     deltas: list[str] = []
 
@@ -102,7 +103,7 @@ async def test_the_read_gate_reads_a_token_per_chunk_stream_once_per_tick() -> N
     """80 tokens/s for 60 tokens (~0.75 s) behind a 50 ms read gate: every token arrives, in order, in
     about one read per tick instead of one per token, and a token waits at most about a tick."""
     timing = Timing(tokens_per_s=80, stamp=True)
-    gate = DeltaTicker(None, 0.05)  # type: ignore[arg-type]  # only its gate: no Outbox wants a tick
+    gate = EventSender(aioredis.Redis(), 0.05)  # only its gate: nothing is queued, no command sent
     async with server(timing) as url:
         c = client(url, "aiohttp")
         assert reads_merged(c)

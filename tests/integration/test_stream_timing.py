@@ -13,11 +13,12 @@ import redis.asyncio as aioredis
 
 from services.runtime.events import Outbox
 from services.runtime.lease import LeaseLost
-from services.runtime.ticker import DeltaTicker
+from services.runtime.sender import EventSender
 from shared import keys
 from shared.model import ScriptedReply, ScriptedToolCall, openai_client
 from shared.pacing import Timing, paced
 from shared.settings import Settings
+from tests.support.polling import eventually
 
 TEXT = "@ts@" * 40  # 40 tokens, each stamped with its emit time
 
@@ -91,14 +92,13 @@ async def entries(client: aioredis.Redis, sid: str) -> list[dict]:
     return [json.loads(f[b"data"]) for _, f in await client.xrange(keys.events(sid))]
 
 
-def ticker_for(client: aioredis.Redis, with_ticker: bool, period_s: float) -> DeltaTicker | None:
-    return DeltaTicker(client, period_s) if with_ticker else None
+async def text_of(client: aioredis.Redis, sid: str) -> str:
+    return "".join(e["data"].get("delta", "") for e in await entries(client, sid))
 
 
-@pytest.mark.parametrize("with_ticker", [False, True], ids=["own-window", "worker-ticker"])
 @pytest.mark.timeout(30)
-async def test_deltas_coalesce_per_window_in_order(redis_client: aioredis.Redis, with_ticker: bool) -> None:
-    out = Outbox(redis_client, "co1", bus, coalesce_s=0.03, ticker=ticker_for(redis_client, with_ticker, 0.03))
+async def test_deltas_coalesce_per_window_in_order(redis_client: aioredis.Redis) -> None:
+    out = Outbox(EventSender(redis_client, 0.03), "co1", bus)
     t0 = time.monotonic()
     for n in range(60):  # 60 tokens at ~500/s
         await out.event("message_update", {"delta": f"{n} "}, wait=False)
@@ -116,29 +116,42 @@ async def test_deltas_coalesce_per_window_in_order(redis_client: aioredis.Redis,
     assert "".join(deltas[:restart]).split()[-1] == "30"  # the notice sits where the engine made it
 
 
-@pytest.mark.parametrize("with_ticker", [False, True], ids=["own-window", "worker-ticker"])
 @pytest.mark.timeout(30)
-async def test_an_awaited_event_is_not_held_by_the_window(redis_client: aioredis.Redis, with_ticker: bool) -> None:
-    out = Outbox(redis_client, "co2", bus, coalesce_s=0.5, ticker=ticker_for(redis_client, with_ticker, 0.5))
-    await out.event("message_update", {"delta": "a"}, wait=False)
-    t0 = time.monotonic()
+async def test_without_a_window_every_delta_is_its_own_event(redis_client: aioredis.Redis) -> None:
+    """GAMMA_DELTA_COALESCE_MS=0: nothing merges and nothing waits for a tick; each delta is an event."""
+    sender = EventSender(redis_client, 0.0)
+    out = Outbox(sender, "co0", bus)
+    for n in range(10):
+        await out.event("message_update", {"delta": f"{n} "}, wait=False)
+    await eventually(lambda: entries(redis_client, "co0"), what="the deltas sent without an awaited event")
     await out.event("message_end", {})
-    assert time.monotonic() - t0 < 0.2
+    got = await entries(redis_client, "co0")
+    assert [e["data"].get("delta") for e in got] == [f"{n} " for n in range(10)] + [None]
+    assert sender.ticks == 0
+
+
+@pytest.mark.timeout(30)
+async def test_an_awaited_event_is_not_held_by_the_window(redis_client: aioredis.Redis) -> None:
+    sender = EventSender(redis_client, 60.0)  # a tick far beyond the test's timeout
+    out = Outbox(sender, "co2", bus)
+    await out.event("message_update", {"delta": "a"}, wait=False)
+    await out.event("message_end", {})  # sends the queued delta first, without waiting for the tick
     assert [e["type"] for e in await entries(redis_client, "co2")] == ["message_update", "message_end"]
+    await sender.close()
 
 
 @pytest.mark.timeout(30)
 async def test_one_pipeline_per_tick_for_all_sessions(redis_client: aioredis.Redis) -> None:
-    """20 sessions streaming at once: the worker's ticker sends them together, one round trip per
+    """20 sessions streaming at once: the worker's sender sends them together, one round trip per
     tick (not one per session per window), each stream whole and in order; a session whose lease is
     gone sends nothing and does not hold up the others."""
-    ticker = DeltaTicker(redis_client, 0.03)
+    sender = EventSender(redis_client, 0.03)
 
     async def lost() -> None:
         raise LeaseLost("tk-lost")
 
-    outs = [Outbox(redis_client, f"tk{i}", bus, coalesce_s=0.03, ticker=ticker) for i in range(20)]
-    gone = Outbox(redis_client, "tk-lost", bus, fence=lost, coalesce_s=0.03, ticker=ticker)
+    outs = [Outbox(sender, f"tk{i}", bus) for i in range(20)]
+    gone = Outbox(sender, "tk-lost", bus, fence=lost)
 
     async def stream(out: Outbox) -> None:
         for n in range(40):
@@ -147,16 +160,16 @@ async def test_one_pipeline_per_tick_for_all_sessions(redis_client: aioredis.Red
 
     t0 = time.monotonic()
     await asyncio.gather(*(stream(o) for o in [*outs, gone]))
-    deadline = time.monotonic() + 10
-    while any(o.has_queued() for o in outs) and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the ticker with a deadline
-        await asyncio.sleep(0.01)
+    whole = "".join(f"{n} " for n in range(40))
+
+    async def all_sent() -> bool:
+        return all([await text_of(redis_client, o.sid) == whole for o in outs])
+    await eventually(all_sent, what="every session's text")
     windows = (time.monotonic() - t0) / 0.03
-    for o in outs:
-        got = await entries(redis_client, o.sid)
-        assert "".join(e["data"]["delta"] for e in got) == "".join(f"{n} " for n in range(40))
-    assert ticker.ticks <= windows + 2  # all 20 sessions in each round trip
+    assert sender.ticks <= windows + 2  # all 20 sessions in each round trip
     assert await redis_client.exists(keys.events("tk-lost")) == 0
-    assert gone.has_queued()  # kept for its next awaited event, which raises LeaseLost
+    with pytest.raises(LeaseLost):  # kept for its next awaited event, which raises
+        await gone.event("message_end", {})
 
 
 @pytest.mark.timeout(30)
@@ -179,12 +192,12 @@ async def test_a_late_reader_gets_due_chunks_in_one_read_stamped_when_due() -> N
 
 
 @pytest.mark.timeout(30)
-async def test_the_ticker_is_a_read_gate_opening_just_before_each_tick(redis_client: aioredis.Redis) -> None:
-    """Model stream readers wait for the gate; it opens `lead_s` before the ticker collects the queued
-    deltas, so what they read goes out in that tick. A reader cancelled while waiting (an abort)
-    does not close the gate for the others, and the ticker stops once nobody waits or wants."""
-    ticker = DeltaTicker(redis_client, 0.04, lead_s=0.005)
-    out = Outbox(redis_client, "gate1", bus, coalesce_s=0.04, ticker=ticker)
+async def test_the_sender_is_a_read_gate_opening_just_before_each_tick(redis_client: aioredis.Redis) -> None:
+    """Model stream readers wait for the gate; it opens `lead_s` before the sender's tick collects the
+    queued deltas, so what they read goes out in that tick. A reader cancelled while waiting (an abort)
+    does not close the gate for the others, and the tick stops once nobody waits or wants."""
+    ticker = EventSender(redis_client, 0.04, lead_s=0.005)
+    out = Outbox(ticker, "gate1", bus)
     opened: list[float] = []
 
     async def reader(n: int) -> None:
@@ -200,23 +213,24 @@ async def test_the_ticker_is_a_read_gate_opening_just_before_each_tick(redis_cli
     await asyncio.wait_for(task, 5)
     gaps = [b - a for a, b in zip(opened, opened[1:], strict=False)]
     assert opened[0] - t0 < 0.1 and all(0.025 <= g <= 0.2 for g in gaps)  # one opening per tick
-    deadline = time.monotonic() + 5
-    while out.has_queued() and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the ticker with a deadline
-        await asyncio.sleep(0.01)
-    events = [json.loads(f[b"data"]) for _, f in await redis_client.xrange(keys.events("gate1"))]
-    assert "".join(e["data"]["delta"] for e in events) == "x" * 5 and len(events) <= 5
-    await asyncio.sleep(0.15)
-    assert ticker._task is not None and ticker._task.done()  # idle: no task left behind
+    async def sent() -> bool:
+        return await text_of(redis_client, "gate1") == "x" * 5
+    await eventually(sent, what="the text read at the gate")
+    assert len(await entries(redis_client, "gate1")) <= 5
+
+    async def idle() -> bool:
+        return ticker.idle
+    await eventually(idle, what="no tick left running")
 
 
 def test_the_window_adapts_to_the_number_of_streaming_sessions(redis_client: aioredis.Redis) -> None:
     """Short with few streaming sessions (latency), growing with them so that the worker's events per
     second stay within its budget, never beyond the configured window; no budget: the fixed window."""
-    ticker = DeltaTicker(redis_client, 0.03, min_period_s=0.01, sends_per_s=4500)
+    ticker = EventSender(redis_client, 0.03, min_period_s=0.01, sends_per_s=4500)
     for streaming, period in [(0, 0.01), (20, 0.01), (45, 0.01), (90, 0.02), (135, 0.03), (500, 0.03)]:
         ticker.streaming = streaming
         assert ticker.period() == pytest.approx(period)
-    fixed = DeltaTicker(redis_client, 0.03)
+    fixed = EventSender(redis_client, 0.03)
     fixed.streaming = 1
     assert fixed.period() == 0.03
 
@@ -226,8 +240,8 @@ def test_the_window_adapts_to_the_number_of_streaming_sessions(redis_client: aio
 async def test_the_gate_opens_per_the_load_of_streams_waiting_for_it(redis_client: aioredis.Redis, readers: int) -> None:
     """The streams waiting at the gate are the load: one stream gets the short window (10 ms), twelve
     with a budget of 100 events a second the full one (60 ms); each one's text still goes out whole."""
-    ticker = DeltaTicker(redis_client, 0.06, min_period_s=0.01, sends_per_s=100)
-    outs = [Outbox(redis_client, f"adapt{readers}-{i}", bus, coalesce_s=0.06, ticker=ticker) for i in range(readers)]
+    ticker = EventSender(redis_client, 0.06, min_period_s=0.01, sends_per_s=100)
+    outs = [Outbox(ticker, f"adapt{readers}-{i}", bus) for i in range(readers)]
     opened: list[float] = []
 
     async def reader(out: Outbox, first: bool) -> None:
@@ -240,18 +254,17 @@ async def test_the_gate_opens_per_the_load_of_streams_waiting_for_it(redis_clien
     gaps = sorted(b - a for a, b in zip(opened[2:], opened[3:], strict=False))  # after the first ticks counted them
     median = gaps[len(gaps) // 2]
     assert (median < 0.03) if readers == 1 else (median >= 0.05)
-    deadline = time.monotonic() + 5
-    while any(o.has_queued() for o in outs) and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the ticker with a deadline
-        await asyncio.sleep(0.01)
-    for o in outs:
-        assert "".join(e["data"]["delta"] for e in await entries(redis_client, o.sid)) == "x" * 12
+
+    async def all_sent() -> bool:
+        return all([await text_of(redis_client, o.sid) == "x" * 12 for o in outs])
+    await eventually(all_sent, what="every stream's text")
 
 
 @pytest.mark.timeout(30)
 async def test_the_window_is_kept_while_the_streams_end(redis_client: aioredis.Redis) -> None:
     """The load falls slowly: after many streams, the one left keeps the long window for a while
     (the sessions that end one after the other do not shrink the window of the rest at once)."""
-    ticker = DeltaTicker(redis_client, 0.06, min_period_s=0.01, sends_per_s=100)
+    ticker = EventSender(redis_client, 0.06, min_period_s=0.01, sends_per_s=100)
     ticker.streaming = 30  # was 30 streams: 0.3 s a tick at this budget, capped to 60 ms
     opened: list[float] = []
     for _ in range(6):

@@ -13,7 +13,6 @@ GET /transcript, then apply what follows (docs/integration.md "Dormant sessions 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -31,7 +30,7 @@ from shared.redis_wire import parse_id, text
 
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
-from ..fanout import EventFanout, Item, Subscriber
+from ..fanout import HEARTBEAT, EventFanout, Item, Subscriber
 from ..liveness import owned_session
 from ..rows import SessionState
 
@@ -50,7 +49,9 @@ def start_id(header: str | None, query: str | None) -> str:
 
 
 def sse_frame(entry_id: str, data: str) -> bytes:
-    # Event JSON has no raw newlines; split defensively so a multi-line payload stays one event.
+    if "\n" not in data:  # event JSON has no raw newlines: one data line
+        return f"id: {entry_id}\ndata: {data}\n\n".encode()
+    # Split defensively so a multi-line payload stays one event.
     lines = "".join(f"data: {line}\n" for line in data.split("\n"))
     return f"id: {entry_id}\n{lines}\n".encode()
 
@@ -127,8 +128,8 @@ def reset_frame(sid: str, resume: str, last_event_id: str) -> bytes:
     return f"event: reset\nid: {resume}\ndata: {data}\n\n".encode()
 
 
-async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, user: str, start: str,
-                       heartbeat_s: float) -> AsyncIterator[bytes]:
+async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, user: str,
+                       start: str) -> AsyncIterator[bytes]:
     """Joins the fan-out first, then replays from the stream, then follows the fan-out's entries:
     whatever was appended during the replay is on the queue, and what the replay already sent is
     skipped by id, so the seam has neither a gap nor a duplicate."""
@@ -147,20 +148,14 @@ async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, use
             yield sse_frame(entry_id, data)
         sent = parse_id(last)
         while True:
-            if sub.queue.empty():
-                try:
-                    # asyncio.timeout, not wait_for: wait_for wraps the get in a task of its own, per
-                    # event per client (~15% of the proxy's loop streaming to 125 clients, py-spy).
-                    async with asyncio.timeout(heartbeat_s):
-                        item = await sub.queue.get()
-                except TimeoutError:
-                    if await is_deleted(redis, sid):  # deleted through another proxy
-                        yield b": closed (deleted)\n\n"
-                        return
-                    yield b": heartbeat\n\n"  # also how a client that went away is noticed
-                    continue
-            else:
-                item = sub.queue.get_nowait()  # no timer, no task: the fan-out delivered a batch
+            # No timer of its own: the fan-out offers a heartbeat when nothing came for an interval.
+            item = await sub.queue.get() if sub.queue.empty() else sub.queue.get_nowait()
+            if item is HEARTBEAT:
+                if await is_deleted(redis, sid):  # deleted through another proxy
+                    yield b": closed (deleted)\n\n"
+                    return
+                yield b": heartbeat\n\n"  # also how a client that went away is noticed
+                continue
             frames, sent, closed = _drain(sub, item, sent)
             if frames:
                 yield frames
@@ -181,7 +176,7 @@ def _drain(sub: Subscriber, item: Item, sent: tuple[int, int]) -> tuple[bytes, t
         if item is None:
             return b"".join(frames), sent, True
         entry_id, data = item
-        if (at := parse_id(entry_id)) > sent:
+        if item is not HEARTBEAT and (at := parse_id(entry_id)) > sent:
             sent = at
             frames.append(sse_frame(entry_id, data))
         if sub.queue.empty():
@@ -207,7 +202,7 @@ async def events(
     if proxy.fanout.streams_of(user) >= cap:
         raise ApiError(429, f"too many open event streams: at most {cap} per user; close one first")
     return StreamingResponse(
-        event_frames(proxy.fanout, proxy.redis, state.row.id, user, start, proxy.settings.sse_heartbeat_s),
+        event_frames(proxy.fanout, proxy.redis, state.row.id, user, start),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -63,7 +63,7 @@ class ChatApi:
                 if deltas:
                     await emit(AgentEvent(type="message_update", data={"delta": "".join(deltas)}))
                     if gate is not None and text_last(chunks[-1]):
-                        await gate.wait()  # the next tokens: one read just before the next tick (ticker.py)
+                        await gate.wait()  # the next tokens: one read just before the next tick (sender.py)
         except asyncio.CancelledError:
             partial.content = assemble(reply.text, {})  # aborted: the text the user saw stays
             raise

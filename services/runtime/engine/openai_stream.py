@@ -124,7 +124,7 @@ class OpenAIStream:
     settings: ModelSettings
     counter: TokenCounter
     static_prefix: str = ""  # hashed with the tool schemas; defaults to the system prompt
-    gate: ReadGate | None = None  # the worker's read gate (ticker.py), when its client's reads merge
+    gate: ReadGate | None = None  # the worker's read gate (sender.py), when its client's reads merge
     previous_tokens: array[int] = field(default_factory=lambda: array("I"))
     last_prompt_tokens: int = 0
     _pieces: PieceTokens | None = None

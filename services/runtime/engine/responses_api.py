@@ -94,7 +94,7 @@ class ResponsesApi:
                 if text:
                     await state.say(text, emit)
                     if gate is not None:
-                        await gate.wait()  # the next tokens: one read just before the next tick (ticker.py)
+                        await gate.wait()  # the next tokens: one read just before the next tick (sender.py)
         except asyncio.CancelledError:
             partial.content = state.so_far()  # aborted: the items completed so far, and the text the user saw
             raise

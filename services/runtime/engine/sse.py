@@ -66,7 +66,7 @@ def data_of(block: bytes) -> bytes | None:
 
 
 class ReadGate(Protocol):
-    """When the next read of a model stream may happen (the worker's DeltaTicker: just before its tick).
+    """When the next read of a model stream may happen (the worker's EventSender: just before its tick).
     A consumer waits for it only after a read that ended in streamed text (more is coming at the
     model's pace); the events that end a response are read at once."""
 
