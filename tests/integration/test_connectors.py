@@ -16,7 +16,7 @@ import redis
 from shared import keys
 from tests.integration.runtime_support import call, done, script
 from tests.support.polling import wait_sync
-from tests.support.sessions import ask, entries
+from tests.support.sessions import ask
 from tests.support.sessions import tool_results as results
 from tests.support.stack import API_TOKEN, EXAMPLE_CONNECTOR, SERVICE_TOKEN, Stack
 
@@ -116,9 +116,10 @@ def test_an_accepted_call_finishes_as_a_background_result(stack: Stack) -> None:
     kit = results(es, "brand__kit")[0]
     assert not kit["isError"] and kit["details"]["accepted"] is True
 
-    def background() -> list[dict[str, Any]]:
-        return [e for e in entries(api, sid) if e["type"] == "custom_message"
-                and "background_result" in json.dumps(e) and "pattern-waves.svg" in json.dumps(e)]
-
-    found = wait_sync(background, timeout=60, what="the kit's background_result")
-    assert "<quoted" in json.dumps(found[0])  # the connector's words are quoted data
+    r = redis.Redis.from_url(stack.redis_url)
+    wait_sync(lambda: b"pattern-waves.svg" in b"".join(f[b"data"] for _, f in r.xrange(keys.inbox(sid))),
+              timeout=60, what="the kit's completion in the inbox")
+    # Delivered after the yield, a background_result waits for the next turn (the idle rules).
+    after = ask(api, sid, script(done("the kit is in")))
+    found = [e for e in after if "background_result" in json.dumps(e) and "pattern-waves.svg" in json.dumps(e)]
+    assert len(found) == 1 and "<quoted" in json.dumps(found[0])  # the connector's words are quoted data
