@@ -124,7 +124,7 @@ def test_a_runtime_killed_mid_call_delivers_the_answer_once(stack: Stack) -> Non
 
     def finished() -> list[dict[str, Any]] | None:
         es = entries(api, sid)
-        return es if any("after the takeover" in json.dumps(m) for m in results(es, "message_user")) else None
+        return es if results(es, "message_user") and "after the takeover" in json.dumps(es) else None
 
     es = wait_sync(finished, timeout=120, what="the run continued after the takeover")
     answers = results(es, "durable__echo")
