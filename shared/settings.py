@@ -42,7 +42,7 @@ class Settings(BaseSettings):
     compaction_port: int = Field(8004, validation_alias="GAMMA_COMPACTION_PORT")
     # The example connector (services/connectors/example): its port, its asset directory (empty: the
     # sample in the package), and where it reaches the notifications service (empty: this host).
-    connector_port: int = Field(8005, validation_alias="GAMMA_CONNECTOR_PORT")
+    connectors_port: int = Field(8005, validation_alias="GAMMA_CONNECTOR_PORT")
     brand_dir: str = Field("", validation_alias="GAMMA_BRAND_DIR")
     notifications_url: str = Field("", validation_alias="GAMMA_NOTIFICATIONS_URL")
     host: str = Field("127.0.0.1", validation_alias="GAMMA_HOST")
