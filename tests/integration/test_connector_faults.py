@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from shared import keys
-from tests.integration.runtime_support import call, done, script
+from tests.integration.runtime_support import Driver, call, done, script
 from tests.support.polling import wait_sync
 from tests.support.sessions import ask, entries
 from tests.support.sessions import tool_results as results
@@ -74,6 +74,23 @@ def post(api: httpx.Client, sid: str, text: str) -> None:
     assert api.post(f"/sessions/{sid}/messages", json={"message": text}).status_code == 202
 
 
+def test_a_session_that_never_loads_a_connector_sends_the_same_prefix(stack: Stack) -> None:
+    """Before any connector exists, and with one enabled for every workspace: the same requests, byte for
+    byte in their static prefix (system prompt and tool schemas, prefix_sha256)."""
+    api = user(stack)
+    d = Driver(stack.redis_url)
+    steps = ({"tool_calls": [call("load_tools", namespace="gamma")]}, {"tool_calls": [call("todo", todos=[])]}, done())
+
+    def prefixes() -> list[str]:
+        sid = api.post("/sessions").json()["id"]
+        ask(api, sid, script(*steps))
+        return [e["data"]["prefix_sha256"] for e in d.events(sid) if e["type"] == "model_request"]
+
+    without = prefixes()
+    PlayedConnector(stack, "present", timeout_s=5)
+    assert prefixes() == without and len(set(without)) == 2
+
+
 def test_a_timeout_is_an_error_result_and_a_late_answer_is_dropped(stack: Stack) -> None:
     played = PlayedConnector(stack, "slow", timeout_s=1)
     api = user(stack)
@@ -106,6 +123,9 @@ def test_a_schema_change_reaches_the_next_request_with_a_workspace_update(stack:
                    what="the run's end")
     updates = [e for e in es if e["type"] == "custom_message" and "workspace_update" in json.dumps(e)]
     assert len(updates) == 1 and f"now version {version}" in json.dumps(updates[0])
+    d = Driver(stack.redis_url)
+    hashes = [e["data"]["prefix_sha256"] for e in d.events(sid) if e["type"] == "model_request"]
+    assert len(set(hashes[:3])) == 3  # the core tools, the connector loaded, its changed schema
     echoes = results(es, "changing__echo")
     assert [e["content"][0]["text"] for e in echoes] == ["one", "two"] and not any(e["isError"] for e in echoes)
 
