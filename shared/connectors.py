@@ -97,12 +97,19 @@ return v
 """
 
 
+_SPEC_FIELDS = set(ConnectorSpec.model_fields)
+
+
 class TooManyConnectors(Exception):
     pass
 
 
 async def put_connector(client: aioredis.Redis, name: str, spec: ConnectorSpec, max_connectors: int) -> Connector:
-    """Store (or replace) a connector; its version is the registry's new change number."""
+    """Store (or replace) a connector; its version is the registry's new change number. The same spec
+    again (a connector restarting) changes nothing: its sessions keep their tools and hear nothing."""
+    existing = await get_connector(client, name)
+    if existing is not None and ConnectorSpec.model_validate(existing.model_dump(include=_SPEC_FIELDS)) == spec:
+        return existing
     draft = Connector(name=name, version=1, updated_at=int(time.time() * 1000), **spec.model_dump())
     raw = draft.model_dump_json(exclude={"version"})[:-1]  # the script closes it with the version
     version = await client.eval(_PUT, 2, keys.CONNECTORS, keys.CONNECTORS_VERSION, name, raw,  # type: ignore[misc]

@@ -6,6 +6,7 @@ whose end arrives as a background_result (docs/architecture.md "Connectors")."""
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ import redis
 from shared import keys
 from tests.integration.runtime_support import call, done, script
 from tests.support.polling import wait_sync
-from tests.support.sessions import ask
+from tests.support.sessions import ask, entries
 from tests.support.sessions import tool_results as results
 from tests.support.stack import API_TOKEN, EXAMPLE_CONNECTOR, SERVICE_TOKEN, Stack
 
@@ -78,7 +79,9 @@ def test_registration_refuses_bad_input_and_stores_nothing(stack: Stack) -> None
         assert api.put(f"/connectors/fill{i}", json=spec()).status_code == 200
     refused(api.put("/connectors/onetoomany", json=spec()), ["path", "name"])
     assert api.get("/connectors/onetoomany").status_code == 404
-    assert api.put("/connectors/fill0", json=spec(tool("u"))).json()["version"] > 1  # a change is no new place
+    same = api.put("/connectors/fill0", json=spec()).json()
+    assert api.put("/connectors/fill0", json=spec()).json()["version"] == same["version"]  # a repeat changes nothing
+    assert api.put("/connectors/fill0", json=spec(tool("u"))).json()["version"] > same["version"]  # no new place
     for i in range(MAX_CONNECTORS - 1):
         assert api.delete(f"/connectors/fill{i}").status_code == 204
     assert [c["name"] for c in api.get("/connectors").json()["connectors"]] == ["brand"]
@@ -123,3 +126,23 @@ def test_an_accepted_call_finishes_as_a_background_result(stack: Stack) -> None:
     after = ask(api, sid, script(done("the kit is in")))
     found = [e for e in after if "background_result" in json.dumps(e) and "pattern-waves.svg" in json.dumps(e)]
     assert len(found) == 1 and "<quoted" in json.dumps(found[0])  # the connector's words are quoted data
+
+
+def test_a_connector_killed_before_it_answers_answers_once_after_its_restart(stack: Stack) -> None:
+    api = user(stack)
+    r = redis.Redis.from_url(stack.redis_url)
+    stack.kill(EXAMPLE_CONNECTOR, signal.SIGSTOP)  # it may hold the call unread ...
+    sid = api.post("/sessions").json()["id"]
+    assert api.post(f"/sessions/{sid}/messages", json={"message": script(
+        {"tool_calls": [call("load_tools", namespace="connector:brand")]},
+        {"tool_calls": [call("brand__colours", role="accent")]}, done("coloured"))}).status_code == 202
+    wait_sync(lambda: any(json.loads(f[b"data"])["session_id"] == sid
+                          for _, f in r.xrange(keys.connector_calls("brand"))), timeout=60, what="the call sent")
+    stack.kill(EXAMPLE_CONNECTOR, signal.SIGKILL)  # ... when it dies
+    stack.start(EXAMPLE_CONNECTOR)
+    es = wait_sync(lambda: (lambda es: es if results(es, "message_user") else None)(entries(api, sid)), timeout=90,
+                   what="the run's end")
+    answers = results(es, "brand__colours")
+    assert len(answers) == 1 and not answers[0]["isError"]
+    assert json.loads(answers[0]["content"][0]["text"])["colours"][0]["name"] == "Signal Coral"
+    assert "workspace_update" not in json.dumps(es)  # the restart registered the same spec: nothing changed

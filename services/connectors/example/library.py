@@ -28,16 +28,16 @@ def spec() -> ConnectorSpec:
                          "pattern images.", tools=[
         ConnectorTool(name="colours", description="The brand colours (name, hex, role), optionally of one role.",
                       parameters={"type": "object", "properties": {"role": {"type": "string", "enum": ROLES}},
-                                  "additionalProperties": False}, timeout_s=10),
+                                  "additionalProperties": False}, timeout_s=30),
         ConnectorTool(name="images", description="Find brand images by name; each with its type, size, SHA-256 "
                       "and, for a small SVG, its markup.",
                       parameters={"type": "object", "properties": {
                           "query": {"type": "string", "minLength": 1, "maxLength": 100},
                           "limit": {"type": "integer", "minimum": 1, "maximum": MAX_IMAGES}},
-                          "required": ["query"], "additionalProperties": False}, timeout_s=10),
+                          "required": ["query"], "additionalProperties": False}, timeout_s=30),
         ConnectorTool(name="kit", description="Assemble the whole brand kit (palette and every image with its "
                       "checksum). Long-running: answered later as a background result.",
-                      parameters={"type": "object", "properties": {}, "additionalProperties": False}, timeout_s=10),
+                      parameters={"type": "object", "properties": {}, "additionalProperties": False}, timeout_s=30),
     ])
 
 
