@@ -111,6 +111,14 @@ def test_an_agent_loads_the_brand_library_and_calls_it(stack: Stack) -> None:
     assert set(mine[0]) == {"type", "call_id", "session_id", "connector", "tool", "arguments", "deadline_ms"}
 
 
+def test_the_scripted_model_uses_a_connector_from_plain_words(stack: Stack) -> None:
+    api = user(stack)
+    sid = api.post("/sessions").json()["id"]
+    es = ask(api, sid, "Which colours do we use? Ask the connector brand for colours.")
+    assert len(results(es, "brand__colours")) == 1
+    assert "Aurora Teal" in json.dumps([e for e in es if e["type"] == "message"][-2])  # the reply names them
+
+
 def test_an_accepted_call_finishes_as_a_background_result(stack: Stack) -> None:
     api = user(stack)
     sid = api.post("/sessions").json()["id"]
