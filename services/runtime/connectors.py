@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 from jsonschema import Draft202012Validator
+from prometheus_client import CollectorRegistry, Counter
 
 from shared import connectors as rules
 from shared import keys
@@ -41,6 +42,18 @@ from .transcript import Transcript
 log = structlog.get_logger()
 RESUME_POLL_S = 0.1  # how often a wake looks for the answer to a call its dead predecessor sent
 _CALL_ID = re.compile(CALL_ID)
+
+
+_COUNTERS: dict[CollectorRegistry, Counter] = {}
+
+
+def call_counter(registry: CollectorRegistry) -> Counter:
+    """One counter per registry (sessions come and go; the worker's registry stays)."""
+    if registry not in _COUNTERS:
+        _COUNTERS[registry] = Counter("gamma_connector_calls", "Connector tool calls by connector and outcome "
+                                      "(ok, error, accepted, timed_out, invalid)", ["connector", "outcome"],
+                                      registry=registry)
+    return _COUNTERS[registry]
 
 
 def call_id_of(tool_call_id: str) -> str:
@@ -71,8 +84,9 @@ def answered(transcript: Transcript) -> set[str]:
 
 class ConnectorHub:
     def __init__(self, sid: str, client: Any, transcript: Transcript,
-                 ack: Callable[[str | None], Awaitable[None]]) -> None:
+                 ack: Callable[[str | None], Awaitable[None]], registry: CollectorRegistry | None = None) -> None:
         self.sid = sid
+        self.calls = call_counter(registry) if registry is not None else None
         self.ack = ack  # the session's: an answer is acked once handed over (the call record keeps it)
         self.client = client  # Redis
         self.transcript = transcript
@@ -125,6 +139,7 @@ class ConnectorHub:
         async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
             problems = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
             if problems:
+                self._count(connector.name, "invalid")
                 where = "/".join(str(p) for p in problems[0].path) or "(arguments)"
                 return ToolOutcome(content=f"Invalid arguments for {connector.name}.{spec.name} at {where}: "
                                    f"{problems[0].message[:300]}. The call was not sent.", is_error=True,
@@ -149,9 +164,15 @@ class ConnectorHub:
                 won, held = await rules.settle(self.client, self.sid, call_id, rules.TIMED_OUT)
                 if won:
                     log.warning("connector_call_timed_out", session_id=self.sid, connector=connector, call_id=call_id)
-            return outcome_of(connector, call_id, held, spec.timeout_s)
+            outcome = outcome_of(connector, call_id, held, spec.timeout_s)
+            self._count(connector, held if held == rules.TIMED_OUT else json.loads(held)["status"])
+            return outcome
         finally:
             self._waiters.pop(call_id, None)
+
+    def _count(self, connector: str, outcome: str) -> None:
+        if self.calls is not None:
+            self.calls.labels(connector=connector, outcome=outcome).inc()
 
     async def on_result(self, entry: InboxEntry, m: ConnectorResult) -> None:
         """The inbox handler: hand the answer to the waiting call; anything else is a repeat or late."""
