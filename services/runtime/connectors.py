@@ -84,8 +84,10 @@ def answered(transcript: Transcript) -> set[str]:
 
 class ConnectorHub:
     def __init__(self, sid: str, client: Any, transcript: Transcript,
-                 ack: Callable[[str | None], Awaitable[None]], registry: CollectorRegistry | None = None) -> None:
+                 ack: Callable[[str | None], Awaitable[None]], guard: Callable[[], Awaitable[None]],
+                 registry: CollectorRegistry | None = None) -> None:
         self.sid = sid
+        self.guard = guard  # the lease check: it renews a lease the wake would otherwise outlast
         self.calls = call_counter(registry) if registry is not None else None
         self.ack = ack  # the session's: an answer is acked once handed over (the call record keeps it)
         self.client = client  # Redis
@@ -208,6 +210,7 @@ class ConnectorHub:
 
     async def _outcome(self, cid: str, record: dict[str, str]) -> str:
         while "outcome" not in record and time.time() * 1000 < int(record.get("deadline_ms", "0")):
+            await self.guard()  # the session is not in the worker's renewals until its wake ends
             await asyncio.sleep(RESUME_POLL_S)
             record = await rules.read_call(self.client, self.sid, cid)
         if "outcome" in record:

@@ -147,7 +147,8 @@ class Session:
         self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, self._messages,
                                     self.contracts.scope, self._steer, deps.registry)
         before, tools = self.compactor.before_model_call, self.toolset.tools
-        self.connectors = ConnectorHub(self.sid, deps.client, self.transcript, self.ack, deps.registry)
+        self.connectors = ConnectorHub(self.sid, deps.client, self.transcript, self.ack, self.guard,
+                                       deps.registry)
         if deps.settings.dynamic_tools:  # connectors are namespaces: offered only with dynamic tool loading
             policy = ToolPolicy(self.toolset.tools, lambda: self.transcript.entries, before, self.connectors)
             before, tools = policy.before_model_call, policy.active_tools()

@@ -149,3 +149,24 @@ def test_a_runtime_killed_mid_call_delivers_the_answer_once(stack: Stack) -> Non
     es = wait_sync(finished, timeout=120, what="the run continued after the takeover")
     answers = results(es, "durable__echo")
     assert len(answers) == 1 and answers[0]["content"][0]["text"] == "the answer" and not answers[0]["isError"]
+
+
+def test_a_takeover_waits_for_an_answer_that_comes_after_it(stack: Stack) -> None:
+    played = PlayedConnector(stack, "later", timeout_s=90)
+    api = user(stack)
+    sid = api.post("/sessions").json()["id"]
+    post(api, sid, script({"tool_calls": [call("load_tools", namespace="connector:later")]},
+                          {"tool_calls": [call("later__echo", a="x")]}, done("answered late")))
+    sent = played.wait_call(sid)
+    stack.kill("runtime", signal.SIGKILL)
+    stack.start("runtime")
+    wait_sync(lambda: f'"session_id": "{sid}", "event": "resuming_orphaned_session"' in stack.log("runtime"),
+              timeout=90, what="the takeover waiting for the answer")
+    assert played.answer(sent, "after the takeover").status_code == 202
+
+    def finished() -> list[dict[str, Any]] | None:
+        es = entries(api, sid)
+        return es if results(es, "message_user") and "answered late" in json.dumps(es) else None
+
+    answers = results(wait_sync(finished, timeout=120, what="the run's end"), "later__echo")
+    assert [a["content"][0]["text"] for a in answers] == ["after the takeover"]
