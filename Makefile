@@ -49,6 +49,7 @@ bench-bus: $(STAMP)
 	$(BIN)/python bench/bus.py
 bench-prefix: $(STAMP)
 	$(BIN)/python bench/prefix.py
+	$(BIN)/python bench/prefix_connectors.py
 bench-runtime: $(STAMP)
 	$(BIN)/python bench/runtime.py
 bench-proxy: $(STAMP)

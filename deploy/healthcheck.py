@@ -18,7 +18,8 @@ if str(ROOT) not in sys.path:
 
 from shared.settings import Settings  # noqa: E402 - needs the path above
 
-SERVICES = ("proxy", "notifications", "runtime", "digest", "compaction")
+# `connectors`: the example connector (services/connectors/example), port GAMMA_CONNECTOR_PORT.
+SERVICES = ("proxy", "notifications", "runtime", "digest", "compaction", "connectors")
 
 
 def service_from_cmdline(cmdline: bytes) -> str | None:

@@ -1,5 +1,5 @@
-"""`make run`: Redis (the one at REDIS_URL, or an embedded one) plus the five services, supervised;
-the runtime as one worker process per CPU core (GAMMA_RUNTIME_WORKERS).
+"""`make run`: Redis (the one at REDIS_URL, or an embedded one) plus the five services and the example
+connector, supervised; the runtime as one worker process per CPU core (GAMMA_RUNTIME_WORKERS).
 
 Starts each service as its own process, restarts none (a crash stops the stack loudly), prints the
 proxy URL once every /readyz answers, and stops every child on Ctrl-C or SIGTERM.
@@ -22,6 +22,9 @@ from urllib.parse import urlparse
 from shared.settings import LOCAL_TOKEN, Settings, load_settings
 
 SERVICES = ("runtime", "digest", "compaction", "notifications", "proxy")
+# The example connector (services/connectors/example): registers the `brand` library with
+# notifications once that answers, then serves its calls (docs/architecture.md "Connectors").
+CONNECTORS = ("connectors.example",)
 
 
 def _die_with_parent() -> None:
@@ -117,6 +120,7 @@ def service_envs(settings: Settings) -> list[tuple[str, dict[str, str]]]:
         for i in range(runtime_count(settings)):
             out.append((name, {**model, **({} if i == 0 else {"GAMMA_RUNTIME_PORT": str(settings.runtime_port + 10 * i),
                                                               "GAMMA_INSTANCE": f"runtime{i + 1}"})}))
+    out += [(name, {}) for name in CONNECTORS]
     return out
 
 

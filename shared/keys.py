@@ -202,3 +202,19 @@ SESSIONS_DELETING = "gamma:sessions:deleting"
 SESSIONS_DELETED = "gamma:sessions:deleted"
 # Session-row `status` while the session is being deleted (services/proxy/erase.py).
 STATUS_DELETING = "deleting"
+
+
+# Connectors (docs/architecture.md "Connectors"): the registry (name -> Connector JSON) and its change
+# counter share one slot; each connector's call stream is on its own.
+CONNECTORS = "gamma:{connectors}:registry"
+CONNECTORS_VERSION = "gamma:{connectors}:version"
+CONNECTOR_GROUP = "connector"
+
+
+def connector_calls(name: str) -> str:
+    return "gamma:connectors:{" + name + "}:calls"
+
+
+def connector_call(sid: str, call_id: str) -> str:
+    """One dispatched call: its connector, tool, deadline and (set once) its outcome."""
+    return _s(sid) + ":connector-call:" + call_id

@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     runtime_port: int = Field(8002, validation_alias="GAMMA_RUNTIME_PORT")
     digest_port: int = Field(8003, validation_alias="GAMMA_DIGEST_PORT")
     compaction_port: int = Field(8004, validation_alias="GAMMA_COMPACTION_PORT")
+    # The example connector (services/connectors/example): its port, its asset directory (empty: the
+    # sample in the package), and where it reaches the notifications service (empty: this host).
+    connectors_port: int = Field(8005, validation_alias="GAMMA_CONNECTOR_PORT")
+    brand_dir: str = Field("", validation_alias="GAMMA_BRAND_DIR")
+    notifications_url: str = Field("", validation_alias="GAMMA_NOTIFICATIONS_URL")
     host: str = Field("127.0.0.1", validation_alias="GAMMA_HOST")
 
     idle_s: float = Field(300.0, validation_alias="GAMMA_IDLE_S")
@@ -233,6 +238,8 @@ class Settings(BaseSettings):
     knowledge_inline_chars: int = Field(16_000, ge=256, le=1_000_000, validation_alias="GAMMA_KNOWLEDGE_INLINE_CHARS")
     # Tool namespaces with an active subset (services/runtime/tool_policy.py); off: every tool, always.
     dynamic_tools: bool = Field(False, validation_alias="GAMMA_DYNAMIC_TOOLS")
+    # Connectors (docs/architecture.md "Connectors"): at most this many registered at once.
+    max_connectors: int = Field(32, ge=1, le=1000, validation_alias="GAMMA_MAX_CONNECTORS")
 
     # --- causal order of live writes (issue 17 item 1, shared/causal.py): a prompt waits at most this
     # long for the artifact updates of the writes acknowledged before it; 0 turns the wait off.

@@ -95,7 +95,9 @@ INBOX_PRODUCERS: dict[str, tuple[type[BaseModel], ...]] = {
               inbox.FileDelete, inbox.DocumentDelete,
               inbox.Injection,  # Injection: workspace_update for a knowledge note (routes/knowledge.py)
               inbox.Abort, inbox.Rewind),
-    "notifications": (inbox.Injection, inbox.Barrier),
+    "notifications": (inbox.Injection, inbox.Barrier, inbox.ConnectorResult),
+    # Injection: a subagent's background_result, a connector's workspace_update (services/runtime/connectors.py)
+    "runtime": (inbox.Injection,),
     "digest": (inbox.Injection, inbox.ChangesSettled),
     "compaction": (inbox.CompactionReady,),
 }

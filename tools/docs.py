@@ -32,7 +32,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from shared import keys, topology
 from shared.bus import subscriptions_of
-from shared.contracts import deadletter, events, inbox, lifecycle
+from shared.contracts import connectors, deadletter, events, inbox, lifecycle
 from shared.settings import Settings
 from shared.topology import EXTERNAL, INBOX_MEMBERS, INBOX_PRODUCERS, PUBLICATIONS, SERVICES
 from tools import client_types
@@ -150,6 +150,13 @@ def _hand_messages() -> dict[str, Any]:
         "contentType": "application/json",
         "payload": {"$ref": "#/components/schemas/SessionEvent"},
     }
+    messages["connectors.ConnectorCall"] = {
+        "name": "ConnectorCall",
+        "title": "ConnectorCall",
+        "summary": "One tool call for a connector: its arguments and the session id, nothing else of the session",
+        "contentType": "application/json",
+        "payload": {"$ref": "#/components/schemas/ConnectorCall"},
+    }
     messages["deadletter.DeadLetter"] = {
         "name": "DeadLetter",
         "title": "DeadLetter",
@@ -179,6 +186,16 @@ def _hand_channels() -> dict[str, Any]:
             "parameters": sid,
             "messages": {"SessionEvent": {"$ref": "#/components/messages/events.SessionEvent"}},
             "bindings": {"redis": {"method": "xread", "bindingVersion": "custom"}},
+        },
+        "gamma:connectors:{name}:calls": {
+            "address": "gamma:connectors:{name}:calls",
+            "description": "The calls to one connector (docs/architecture.md \"Connectors\"): the runtime appends "
+            "(plain `XADD {type, data: <JSON>}`, MAXLEN ~ 10000) after writing the call's record; the connector "
+            "reads in group `connector`, answers with `POST /connectors/{name}/results` on the notifications "
+            "service, then XACKs. The answer reaches the session's inbox as a `ConnectorResult`.",
+            "parameters": {"name": {"description": "The connector's registered name (`^[a-z][a-z0-9_-]{0,40}$`)."}},
+            "messages": {"ConnectorCall": {"$ref": "#/components/messages/connectors.ConnectorCall"}},
+            "bindings": {"redis": {"method": "xreadgroup", "groupName": keys.CONNECTOR_GROUP, "bindingVersion": "custom"}},
         },
         keys.DEADLETTER: {
             "address": keys.DEADLETTER,
@@ -217,6 +234,11 @@ def _hand_operations() -> dict[str, Any]:
         "channel": {"$ref": "#/channels/gamma:{sid}:events"},
         "messages": [{"$ref": "#/channels/gamma:{sid}:events/messages/SessionEvent"}],
     }
+    calls = {"channel": {"$ref": "#/channels/gamma:connectors:{name}:calls"},
+             "messages": [{"$ref": "#/channels/gamma:connectors:{name}:calls/messages/ConnectorCall"}]}
+    operations["gamma:connectors:{name}:calls:runtime:send"] = {"action": "send", **calls}
+    operations["gamma:connectors:{name}:calls:connector:receive"] = {
+        "action": "receive", "summary": "A connector service (services/connectors/example) answers each call", **calls}
     operations[f"{keys.DEADLETTER}:send"] = {
         "action": "send",
         "channel": {"$ref": f"#/channels/{keys.DEADLETTER}"},
@@ -227,7 +249,7 @@ def _hand_operations() -> dict[str, Any]:
 
 def hand_described() -> dict[str, Any]:
     """Channels FastStream cannot see: dynamic per-session streams and the dead-letter stream."""
-    schemas = _schemas([*INBOX_MEMBERS, events.SessionEvent, deadletter.DeadLetter])
+    schemas = _schemas([*INBOX_MEMBERS, events.SessionEvent, deadletter.DeadLetter, connectors.ConnectorCall])
     return {"channels": _hand_channels(), "operations": _hand_operations(),
             "components": {"messages": _hand_messages(), "schemas": schemas}}
 

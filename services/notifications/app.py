@@ -18,6 +18,7 @@ from shared.oidc import build_verifier
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
+from .connectors import ConnectorMetrics, make_connector_router
 from .delivery import Delivery, Metrics, NotificationConflict, UnknownSession
 from .http import make_router
 from .migrate import migrate_legacy_keys
@@ -87,6 +88,8 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None =
     app.state.broker = broker  # its subscriptions: subscriptions_of(app.state.broker) (tools/docs.py)
     add_health_routes(app, ctx, require_all=True, internal_port=settings.notifications_metrics_port)
     app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes, verifier))
+    app.include_router(make_connector_router(ctx.redis, delivery, settings.service_token, settings.max_connectors,
+                                             verifier, ConnectorMetrics(ctx.registry)))
     app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,
                        max_number_digits=settings.max_json_number_digits)
     return app

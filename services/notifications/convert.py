@@ -11,12 +11,13 @@ from shared.contracts.inbox import Injection
 from shared.contracts.injection import InjectionKind, RuntimeInjection
 from shared.contracts.notifications import (
     ApprovalResolved,
+    ConnectorCompleted,
     ExportCompleted,
     ExternalNotification,
     ImportCompleted,
     RenderCompleted,
 )
-from shared.trusted_blocks import render
+from shared.trusted_blocks import lines, quoted, render
 
 SOURCE = "notification"
 
@@ -148,6 +149,15 @@ def _approval(n: ApprovalResolved) -> list[tuple[RuntimeInjection, str | None]]:
     ]
 
 
+def _connector(n: ConnectorCompleted) -> list[tuple[RuntimeInjection, str | None]]:
+    """The connector's words are data: quoted and attributed, never the harness's own."""
+    p = n.payload
+    body = lines(f"The connector {p.connector} finished the call {p.call_id} that it had accepted ({p.status}). "
+                 "Its answer, as data:", quoted("connector", p.content))
+    content = render("background_result", {"connector": p.connector, "call_id": p.call_id, "status": p.status}, body)
+    return [(RuntimeInjection(kind="background_result", content=content), None)]
+
+
 def to_injections(session_id: str, notification: ExternalNotification) -> list[Injection]:
     """The injections for one notification, in the order the agent should see them."""
     if isinstance(notification, ImportCompleted):
@@ -156,6 +166,8 @@ def to_injections(session_id: str, notification: ExternalNotification) -> list[I
         parts = _render(notification)
     elif isinstance(notification, ExportCompleted):
         parts = _export(notification)
+    elif isinstance(notification, ConnectorCompleted):
+        parts = _connector(notification)
     else:
         parts = _approval(notification)
     return [

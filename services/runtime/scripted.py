@@ -12,6 +12,8 @@ Scenarios, chosen from the latest user message:
 - a request to import or convert a PPTX/PDF/DOCX/Keynote file: the import workflow's steps; a request
   to change, edit, rename or retitle a card: gml-editing's steps on the deck `deck` (both complete
   with message_user's `deviations` empty, scripted_workflows.py);
+- a prompt naming "the connector NAME" (with dynamic tools): load it, call its tool, report the
+  answer (scripted_connectors.py);
 - `eval-policy: {...}` prompts: a workflow policy of scripted_workflows.py that can skip steps (evals);
 - anything else: one message_user(true) that names each injection it received (kind and ref).
 Injections that reach the model after its prompt was already answered (a blocking message_user; an
@@ -36,6 +38,7 @@ from shared.contracts.injection import INJECTION_KINDS
 from shared.model import ScriptedError, ScriptedReply, ScriptedToolCall
 
 from .engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX
+from .scripted_connectors import connector_reply
 from .scripted_workflows import AUDIT_MARK, Policy, reply_for
 from .skills import Skill
 
@@ -104,6 +107,8 @@ class ScriptedGamma:
             reply = self._script(prompt, step, messages)
         elif (policy := Policy.parse(prompt)) is not None:
             reply = reply_for(policy, self.skills, messages, prompt_at, step)
+        elif (connector := connector_reply(prompt, tools, messages, step)) is not None:
+            reply = connector
         elif IMPORT_RE.search(prompt):
             reply = reply_for(Policy("import", topic="the imported file"), self.skills, messages, prompt_at, step)
         elif EDIT_RE.search(prompt):

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from shared.contracts.inbox import (
     Compact,
     CompactionReady,
+    ConnectorResult,
     DocumentDelete,
     DocumentEdit,
     FileDelete,
@@ -45,6 +46,7 @@ from .ack import Acker
 from .audit import Auditor
 from .causal import CausalGate, causal_steering
 from .compactor import Compactor
+from .connectors import ConnectorHub
 from .costs import CostProjection
 from .diskfence import DiskFence
 from .dispatcher import Handler, InboxDispatcher
@@ -145,8 +147,10 @@ class Session:
         self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, self._messages,
                                     self.contracts.scope, self._steer, deps.registry)
         before, tools = self.compactor.before_model_call, self.toolset.tools
-        if deps.settings.dynamic_tools:
-            policy = ToolPolicy(self.toolset.tools, lambda: self.transcript.entries, before)
+        self.connectors = ConnectorHub(self.sid, deps.client, self.transcript, self.ack, self.guard,
+                                       deps.registry)
+        if deps.settings.dynamic_tools:  # connectors are namespaces: offered only with dynamic tool loading
+            policy = ToolPolicy(self.toolset.tools, lambda: self.transcript.entries, before, self.connectors)
             before, tools = policy.before_model_call, policy.active_tools()
         config = LoopConfig(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
                             before_model_call=before)
@@ -167,7 +171,7 @@ class Session:
         handlers: dict[type, Handler] = {UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write,
                     DocumentEdit: self.writes.document_edit, CompactionReady: self.compactor.on_ready,
                     Compact: self.compactor.on_command, FileDelete: self.writes.file_delete,
-                    DocumentDelete: self.writes.document_delete}
+                    DocumentDelete: self.writes.document_delete, ConnectorResult: self.connectors.on_result}
         self.aborts = RunAborter(self)
         self.rewinder = Rewinder(self)
         handlers[Rewind] = self.rewinder.on_rewind
@@ -213,6 +217,7 @@ class Session:
             for skill in self.deps.preloaded:  # a preloaded workflow skill is as active as a loaded one
                 await self.transcript.append_skill(skill.name, skill.type, None, preloaded=True)
         await self.rewinder.finish_pending()  # a rewind a crash cut short (shared/rewind.py)
+        await self.connectors.resume()  # a connector call a dead holder sent: its answer, not "interrupted"
         await repair_interrupted_run(self.transcript)
         await self.tools.refresh_viewable()
         self.protocol.restore_context()

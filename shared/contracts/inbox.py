@@ -13,6 +13,7 @@ from pydantic import Field, TypeAdapter
 from .base import Contract, new_id
 from .blobref import BLOB_NAME, SHA256
 from .client import PromptClientContext
+from .connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
 from .injection import InjectionSource, RuntimeInjection
 from .messages import ImageRef
 
@@ -181,9 +182,20 @@ class Rewind(_InboxBase):
     reason: Literal["rewind", "edit", "switch"] = "rewind"
 
 
+class ConnectorResult(_InboxBase):
+    """A connector's answer to one tool call (docs/architecture.md "Connectors"), appended by the
+    notifications service once per call: data for a tool result, never an injection."""
+
+    type: Literal["connector_result"] = "connector_result"
+    call_id: str = Field(pattern=CALL_ID)
+    connector: str = Field(pattern=CONNECTOR_NAME)
+    status: Literal["ok", "error", "accepted"]
+    content: str = Field(max_length=MAX_RESULT_CHARS)
+
+
 InboxMessage = Annotated[
     UserPrompt | Injection | UiUpdate | FileWrite | DocumentEdit | Barrier | CompactionReady | Compact | Stop
-    | ChangesSettled | FileDelete | DocumentDelete | Abort | Rewind,
+    | ChangesSettled | FileDelete | DocumentDelete | Abort | Rewind | ConnectorResult,
     Field(discriminator="type"),
 ]
 INBOX_ADAPTER: TypeAdapter[InboxMessage] = TypeAdapter(InboxMessage)

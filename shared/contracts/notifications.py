@@ -7,6 +7,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, TypeAdapter
 
 from .base import CamelContract, Contract
+from .connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
 
 NOTIFICATION_ID = r"^[A-Za-z0-9_.:-]{1,200}$"
 
@@ -39,6 +40,15 @@ class ApprovalResolvedPayload(CamelContract):
     comment: str | None = Field(None, max_length=4000)
 
 
+class ConnectorCompletedPayload(CamelContract):
+    """The end of a connector call first answered `accepted` (docs/architecture.md "Connectors")."""
+
+    connector: str = Field(pattern=CONNECTOR_NAME)
+    call_id: str = Field(pattern=CALL_ID)
+    status: Literal["succeeded", "failed"] = "succeeded"
+    content: str = Field(max_length=MAX_RESULT_CHARS)
+
+
 class _Notification(Contract):
     id: str = Field(pattern=NOTIFICATION_ID)
 
@@ -63,14 +73,20 @@ class ApprovalResolved(_Notification):
     payload: ApprovalResolvedPayload
 
 
+class ConnectorCompleted(_Notification):
+    type: Literal["connector.completed"]
+    payload: ConnectorCompletedPayload
+
+
 ExternalNotification = Annotated[
-    ImportCompleted | RenderCompleted | ExportCompleted | ApprovalResolved, Field(discriminator="type")
+    ImportCompleted | RenderCompleted | ExportCompleted | ApprovalResolved | ConnectorCompleted,
+    Field(discriminator="type")
 ]
 NOTIFICATION_ADAPTER: TypeAdapter[ExternalNotification] = TypeAdapter(ExternalNotification)
 # Every notification type, in union order (the urgency policy's configuration is checked against it).
 NOTIFICATION_TYPES: tuple[str, ...] = tuple(
     get_args(m.model_fields["type"].annotation)[0] for m in (ImportCompleted, RenderCompleted, ExportCompleted,
-                                                           ApprovalResolved))
+                                                           ApprovalResolved, ConnectorCompleted))
 
 
 class NotificationSubmit(Contract):

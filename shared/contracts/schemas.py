@@ -13,6 +13,7 @@ from . import (
     artifacts,
     causal,
     compaction,
+    connectors,
     deadletter,
     documents,
     events,
@@ -42,6 +43,7 @@ CONTRACTS: dict[str, type[BaseModel] | TypeAdapter[Any]] = {
     "stream.compaction_requests": compaction.CompactionRequest,
     "stream.digest_flush": causal.FlushRequest,
     "stream.notifications": notifications.NotificationSubmit,
+    "stream.connector_calls": connectors.ConnectorCall,
     "stream.deadletter": deadletter.DeadLetter,
     # disk files
     "disk.transcript_entry": transcript.ENTRY_ADAPTER,
@@ -67,6 +69,10 @@ CONTRACTS: dict[str, type[BaseModel] | TypeAdapter[Any]] = {
     "http.error": http.ErrorBody,
     "http.deck": documents.Deck,
     "http.prompt_client_context": PromptClientContext,
+    "http.connector_spec": connectors.ConnectorSpec,
+    "http.connector": connectors.Connector,
+    "http.connector_result": connectors.ConnectorResultSubmit,
+    "http.connector_result_accepted": connectors.ConnectorResultAccepted,
     "http.notification_accepted": notifications.NotificationAccepted,
 }
 

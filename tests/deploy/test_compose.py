@@ -7,6 +7,7 @@ draft it declares (2019-09).
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import re
 from typing import Any
@@ -62,13 +63,29 @@ def test_the_schema_rejects_broken_variants(compose: dict[str, Any], validator: 
     assert list(validator.iter_errors(broken)), "the schema accepted a broken compose file"
 
 
+CONNECTOR = "connectors"  # the example connector (services/connectors/example), outside the five
+
+
 def gamma(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: svc for name, svc in compose["services"].items() if name != "redis" and "profiles" not in svc}
+    return {name: svc for name, svc in compose["services"].items()
+            if name not in ("redis", CONNECTOR) and "profiles" not in svc}
 
 
-def test_the_five_services_and_redis(compose: dict[str, Any]) -> None:
+def test_the_five_services_the_example_connector_and_redis(compose: dict[str, Any]) -> None:
     default = {name for name, svc in compose["services"].items() if "profiles" not in svc}
-    assert default == GAMMA_SERVICES | {"redis"}
+    assert default == GAMMA_SERVICES | {"redis", CONNECTOR}
+
+
+def test_the_example_connector_registers_with_notifications_over_the_network(compose: dict[str, Any]) -> None:
+    svc = compose["services"][CONNECTOR]
+    assert svc["command"] == ["python", "-m", "services.connectors.example"]
+    main = importlib.import_module("services.connectors.example.__main__")
+    assert callable(main.main)
+    assert svc["image"] == compose["services"]["proxy"]["image"] and svc["env_file"] == [".env.example"]
+    assert set(svc["environment"]) <= setting_env_names()
+    assert svc["environment"]["GAMMA_NOTIFICATIONS_URL"] == "http://notifications:8001"
+    assert svc["environment"]["GAMMA_HOST"] == "0.0.0.0" and "ports" not in svc
+    assert svc["depends_on"]["notifications"] == {"condition": "service_healthy"}
 
 
 def test_every_command_is_a_real_entry_point_of_its_service(compose: dict[str, Any]) -> None:

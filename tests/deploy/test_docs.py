@@ -85,7 +85,8 @@ def test_consumer_groups_come_from_the_services_and_match_the_design(asyncapi: d
         for ch in asyncapi["channels"].values()
         if ch["bindings"]["redis"].get("method") == "xreadgroup" and "{sid}" not in ch["address"]
     }
-    assert documented == EXPECTED_GROUPS
+    # A connector's call stream is read by the connector service, outside the five (docs/architecture.md "Connectors").
+    assert documented == EXPECTED_GROUPS | {("gamma:connectors:{name}:calls", keys.CONNECTOR_GROUP)}
 
 
 def test_services_subscribe_what_the_topology_declares() -> None:
@@ -99,7 +100,7 @@ def test_services_subscribe_what_the_topology_declares() -> None:
 def test_message_payloads_are_the_contract_schemas(asyncapi: dict[str, Any]) -> None:
     schemas = asyncapi["components"]["schemas"]
     for name in ("Wake", "ArtifactChange", "InjectionRecorded", "CompactionRequest", "SessionLive", "UserPrompt",
-                 "SessionEvent", "DeadLetter", "NotificationSubmit"):
+                 "SessionEvent", "DeadLetter", "NotificationSubmit", "ConnectorCall", "ConnectorResult"):
         assert name in schemas, name
     assert set(schemas["Wake"]["required"]) == {"session_id"}
     refs = re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps(asyncapi))

@@ -52,5 +52,5 @@ def test_no_server_errors_on_any_notifications_route(notifications_schema: schem
                 check(case, base_url, seen, SERVICE)
 
         run()
-    assert "POST /notifications" in labels
+    assert "POST /notifications" in labels and "PUT /connectors/{name}" in labels
     assert {403, 404} <= set(seen) and (seen[202] + seen[422]) > 0, seen

@@ -20,7 +20,10 @@ PORT_VARS = {
     "runtime": "GAMMA_RUNTIME_PORT",
     "digest": "GAMMA_DIGEST_PORT",
     "compaction": "GAMMA_COMPACTION_PORT",
+    # The example connector (services/connectors/example): started only by the tests that use it.
+    "connectors.example": "GAMMA_CONNECTOR_PORT",
 }
+EXAMPLE_CONNECTOR = "connectors.example"
 # The public services' internal ports (/metrics, docs): Stack.url("proxy_metrics").
 INTERNAL_PORT_VARS = {"proxy_metrics": "GAMMA_PROXY_METRICS_PORT", "notifications_metrics": "GAMMA_NOTIFICATIONS_METRICS_PORT"}
 API_TOKEN = "tok-alice"
@@ -48,7 +51,7 @@ class Stack:
     src: Path | None = None
 
     def __post_init__(self) -> None:
-        for name in (*SERVICES, *INTERNAL_PORT_VARS):
+        for name in (*SERVICES, *INTERNAL_PORT_VARS, EXAMPLE_CONNECTOR):
             self.ports.setdefault(name, free_port())
         self.log_dir = self.log_dir or self.data_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from services.stack import SERVICES, service_envs
+from services.stack import CONNECTORS, SERVICES, service_envs
 from shared.settings import Settings
 
 
@@ -13,7 +13,7 @@ def test_one_runtime_per_core_by_default() -> None:
     envs = service_envs(Settings(GAMMA_RUNTIME_PORT=9002))
     runtimes = [extra for name, extra in envs if name == "runtime"]
     assert len(runtimes) == (os.cpu_count() or 1)
-    assert [n for n, _ in envs if n != "runtime"] == [s for s in SERVICES if s != "runtime"]
+    assert [n for n, _ in envs if n != "runtime"] == [*(s for s in SERVICES if s != "runtime"), *CONNECTORS]
 
 
 def test_explicit_worker_count_gets_distinct_ports_and_instances() -> None:

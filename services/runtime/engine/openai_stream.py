@@ -141,7 +141,9 @@ class OpenAIStream:
         images = sent_image_tokens(context, self.settings)
         self.last_prompt_tokens = len(tokens) + images
         static = self.static_prefix or context.system_prompt
-        names = static + "\0" + ",".join(t.name for t in context.tools)  # the tools change only with GAMMA_DYNAMIC_TOOLS
+        # The tools change only with GAMMA_DYNAMIC_TOOLS; a connector's schema can change under the same
+        # name (a new registration builds new parameter objects), so their identities are in the key.
+        names = static + "\0" + ",".join(f"{t.name}:{id(t.parameters)}" for t in context.tools)
         if self._prefix_hash is None or self._prefix_hash[0] != names:
             # The prompt and tools rarely change in a session: hash them once per tool set.
             self._prefix_hash = (names, prefix_hash(static, context.tools))

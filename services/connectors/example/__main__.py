@@ -1,0 +1,17 @@
+"""`python -m services.connectors.example`"""
+
+from shared.logging import configure_logging
+from shared.service import serve
+from shared.settings import load_settings
+
+from .app import create_app
+
+
+def main() -> None:
+    configure_logging("connector-brand")
+    settings = load_settings()
+    serve(create_app(settings), settings.host, settings.connectors_port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""The session's connectors (docs/architecture.md "Connectors"): the registry as this session may
+use it (its workspace's enablement), their tools, the calls in flight and their answers.
+
+A call: its arguments checked against the tool's JSON Schema (a bad call is an error result and is
+never sent), a call record and a `ConnectorCall` on `gamma:connectors:{name}:calls`
+(shared/connectors.py), then a wait for the `ConnectorResult` the inbox brings. Past the tool's
+timeout the runtime settles the call as timed out (an error result; the run goes on), and an answer
+after that is dropped and logged. A worker killed mid-call leaves the call unanswered in the
+transcript: the next holder takes its outcome from the call record at the wake (`resume`), waiting
+out what is left of the deadline, so the result enters the transcript once.
+
+What a connector answers is data: a tool result (neutralised like every tool result on its way to
+the model), never an injection; the connector sees the arguments and the session id only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from jsonschema import Draft202012Validator
+from prometheus_client import CollectorRegistry, Counter
+
+from shared import connectors as rules
+from shared import keys
+from shared.contracts.connectors import CALL_ID, Connector, ConnectorCall, ConnectorTool
+from shared.contracts.inbox import ConnectorResult, Injection
+from shared.contracts.injection import RuntimeInjection
+from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage
+from shared.inbox import InboxEntry, append
+from shared.trusted_blocks import render
+
+from .engine.types import Tool, ToolContext, ToolOutcome
+from .transcript import Transcript
+
+log = structlog.get_logger()
+RESUME_POLL_S = 0.1  # how often a wake looks for the answer to a call its dead predecessor sent
+_CALL_ID = re.compile(CALL_ID)
+
+
+_COUNTERS: dict[CollectorRegistry, Counter] = {}
+
+
+def call_counter(registry: CollectorRegistry) -> Counter:
+    """One counter per registry (sessions come and go; the worker's registry stays)."""
+    if registry not in _COUNTERS:
+        _COUNTERS[registry] = Counter("gamma_connector_calls", "Connector tool calls by connector and outcome "
+                                      "(ok, error, accepted, timed_out, invalid)", ["connector", "outcome"],
+                                      registry=registry)
+    return _COUNTERS[registry]
+
+
+def call_id_of(tool_call_id: str) -> str:
+    """The call's id on the wire: the model's tool call id when it fits the contract, else its hash."""
+    if _CALL_ID.fullmatch(tool_call_id):
+        return tool_call_id
+    return "c_" + hashlib.sha256(tool_call_id.encode()).hexdigest()[:32]
+
+
+def outcome_of(connector: str, call_id: str, held: str, timeout_s: float) -> ToolOutcome:
+    details = {"connector": connector, "call_id": call_id}
+    if held == rules.TIMED_OUT:
+        within = f" within {timeout_s:g} s" if timeout_s else " in time"
+        return ToolOutcome(content=f"The connector {connector} did not answer{within}; the call timed out. Go on "
+                           "without it, or try again later.", is_error=True,
+                           details={**details, "timed_out": True})
+    answer = json.loads(held)
+    if answer["status"] == "accepted":
+        return ToolOutcome(content="The connector accepted the call and works on it; its result arrives later as "
+                           f"a background_result. Its answer so far:\n{answer['content']}",
+                           details={**details, "accepted": True})
+    return ToolOutcome(content=answer["content"], is_error=answer["status"] == "error", details=details)
+
+
+def answered(transcript: Transcript) -> set[str]:
+    return {m.tool_call_id for m in transcript.context() if isinstance(m, ToolResultMessage)}
+
+
+class ConnectorHub:
+    def __init__(self, sid: str, client: Any, transcript: Transcript,
+                 ack: Callable[[str | None], Awaitable[None]], guard: Callable[[], Awaitable[None]],
+                 registry: CollectorRegistry | None = None) -> None:
+        self.sid = sid
+        self.guard = guard  # the lease check: it renews a lease the wake would otherwise outlast
+        self.calls = call_counter(registry) if registry is not None else None
+        self.ack = ack  # the session's: an answer is acked once handed over (the call record keeps it)
+        self.client = client  # Redis
+        self.transcript = transcript
+        self._version = -1
+        self._workspace: str | None = None
+        self.catalog: dict[str, Connector] = {}  # the connectors this session may load, by name
+        self._waiters: dict[str, asyncio.Future[str]] = {}
+        self._announced: set[str] = set()
+
+    async def refresh(self) -> dict[str, Connector]:
+        """The catalog, re-read only when the registry's change number moved (one GET per model call)."""
+        if await rules.registry_version(self.client) == self._version:
+            return self.catalog
+        if self._version < 0:
+            owner = await self.client.hget(keys.session_row(self.sid), "owner")
+            self._workspace = owner.decode() if isinstance(owner, bytes) else owner
+        self._version, every = await rules.registry(self.client)
+        self.catalog = {n: c for n, c in every.items() if rules.enabled_for(c, self._workspace)}
+        return self.catalog
+
+    async def announce(self, loaded: dict[str, int]) -> None:
+        """A loaded connector that changed its tools or went away: one workspace_update each time
+        (recorded under its source id, so a wake does not say it again)."""
+        for name, version in sorted(loaded.items()):
+            c = self.catalog.get(name)
+            if c is not None and c.version == version:
+                continue
+            source_id = f"connector.{name}.{c.version}" if c else f"connector.{name}.removed.{version}"
+            if source_id in self._announced or ("system", source_id) in self.transcript.sources:
+                continue
+            self._announced.add(source_id)
+            if c is None:
+                text = (f"The connector {name} was removed, or is no longer enabled for this workspace: its tools "
+                        "are gone from your next step.")
+            else:
+                names = ", ".join(rules.tool_name(name, t.name) for t in c.tools)
+                text = (f"The connector {name} changed its tools (now version {c.version}): {names}. Your next step "
+                        "offers the new argument schemas; check any call you planned against them.")
+            content = render("workspace_update", {"connector": name, "version": c.version if c else None}, text)
+            await append(self.client, Injection(session_id=self.sid, source="system", source_id=source_id,
+                                                 injection=RuntimeInjection(kind="workspace_update", content=content)))
+            log.info("connector_change_announced", session_id=self.sid, connector=name, source_id=source_id)
+
+    def tools(self, loaded: set[str]) -> list[Tool]:
+        return [self._tool(c, t) for name in sorted(loaded) if (c := self.catalog.get(name)) for t in c.tools]
+
+    def _tool(self, connector: Connector, spec: ConnectorTool) -> Tool:
+        validator = Draft202012Validator(spec.parameters)
+
+        async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+            problems = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
+            if problems:
+                self._count(connector.name, "invalid")
+                where = "/".join(str(p) for p in problems[0].path) or "(arguments)"
+                return ToolOutcome(content=f"Invalid arguments for {connector.name}.{spec.name} at {where}: "
+                                   f"{problems[0].message[:300]}. The call was not sent.", is_error=True,
+                                   details={"connector": connector.name, "invalid": True})
+            return await self.call(connector.name, spec, args, call_id_of(ctx.call.id))
+
+        return Tool(name=rules.tool_name(connector.name, spec.name),
+                    description=f"[connector {connector.name}] {spec.description}",
+                    parameters=spec.parameters, execute=execute)
+
+    async def call(self, connector: str, spec: ConnectorTool, args: dict[str, Any], call_id: str) -> ToolOutcome:
+        deadline_ms = int((time.time() + spec.timeout_s) * 1000)
+        waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._waiters[call_id] = waiter  # before the call goes out: an answer may come at once
+        try:
+            await rules.open_call(self.client, ConnectorCall(call_id=call_id, session_id=self.sid, connector=connector,
+                                                             tool=spec.name, arguments=args, deadline_ms=deadline_ms))
+            log.info("connector_call_sent", session_id=self.sid, connector=connector, tool=spec.name, call_id=call_id)
+            try:
+                held = await asyncio.wait_for(asyncio.shield(waiter), spec.timeout_s)
+            except TimeoutError:
+                won, held = await rules.settle(self.client, self.sid, call_id, rules.TIMED_OUT)
+                if won:
+                    log.warning("connector_call_timed_out", session_id=self.sid, connector=connector, call_id=call_id)
+            outcome = outcome_of(connector, call_id, held, spec.timeout_s)
+            self._count(connector, held if held == rules.TIMED_OUT else json.loads(held)["status"])
+            return outcome
+        finally:
+            self._waiters.pop(call_id, None)
+
+    def _count(self, connector: str, outcome: str) -> None:
+        if self.calls is not None:
+            self.calls.labels(connector=connector, outcome=outcome).inc()
+
+    async def on_result(self, entry: InboxEntry, m: ConnectorResult) -> None:
+        """The inbox handler: hand the answer to the waiting call; anything else is a repeat or late."""
+        waiter = self._waiters.get(m.call_id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(json.dumps({"status": m.status, "content": m.content}, separators=(",", ":")))
+        else:
+            log.info("connector_result_dropped", session_id=self.sid, connector=m.connector, call_id=m.call_id,
+                     reason="answered" if m.call_id in {call_id_of(i) for i in answered(self.transcript)} else "no call")
+        await self.ack(entry.entry_id)
+
+    async def resume(self) -> None:
+        """At a wake: the calls the previous holder sent and never saw answered take their outcome
+        from the call record (waiting out their deadline), before any other repair of the run."""
+        context = self.transcript.context()
+        last = next((m for m in reversed(context) if isinstance(m, AssistantMessage)), None)
+        if last is None:
+            return
+        done = answered(self.transcript)
+        for call in last.tool_calls():
+            if call.id in done:
+                continue
+            cid = call_id_of(call.id)
+            record = await rules.read_call(self.client, self.sid, cid)
+            if "connector" not in record:
+                continue  # not a connector call: the ordinary repair answers it
+            held = await self._outcome(cid, record)
+            outcome = outcome_of(record["connector"], cid, held, 0)
+            await self.transcript.append_message(ToolResultMessage(
+                tool_call_id=call.id, tool_name=call.name, content=[TextContent(text=outcome.content)],
+                details=outcome.details, is_error=outcome.is_error))
+            log.info("connector_call_resumed", session_id=self.sid, call_id=cid, timed_out=held == rules.TIMED_OUT)
+
+    async def _outcome(self, cid: str, record: dict[str, str]) -> str:
+        while "outcome" not in record and time.time() * 1000 < int(record.get("deadline_ms", "0")):
+            await self.guard()  # the session is not in the worker's renewals until its wake ends
+            await asyncio.sleep(RESUME_POLL_S)
+            record = await rules.read_call(self.client, self.sid, cid)
+        if "outcome" in record:
+            return record["outcome"]
+        return (await rules.settle(self.client, self.sid, cid, rules.TIMED_OUT))[1]

@@ -1,0 +1,172 @@
+"""Connector faults through the five services, the test playing the connector (it reads the call
+stream and answers over HTTP when it chooses): a timeout is an error result and the run goes on, a
+late answer is dropped; a schema change reaches the next request with a workspace_update; a runtime
+killed mid-call delivers the answer once after the takeover (docs/architecture.md "Connectors")."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from shared import keys
+from tests.integration.runtime_support import Driver, call, done, script
+from tests.support.polling import wait_sync
+from tests.support.sessions import ask, entries
+from tests.support.sessions import tool_results as results
+from tests.support.stack import API_TOKEN, SERVICE_TOKEN, Stack
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("connector-faults"),
+              env_overrides={"GAMMA_DYNAMIC_TOOLS": "1"})
+    try:
+        s.start()
+        yield s
+    finally:
+        s.stop()
+
+
+class PlayedConnector:
+    """The test as a connector: registers `name`, reads its calls, answers when told."""
+
+    def __init__(self, stack: Stack, name: str, timeout_s: float, prop: str = "a") -> None:
+        self.name = name
+        self.r = redis.Redis.from_url(stack.redis_url)
+        self.http = httpx.Client(base_url=stack.url("notifications"),
+                                 headers={"Authorization": f"Bearer {SERVICE_TOKEN}"}, timeout=30)
+        self.register(timeout_s, prop)
+
+    def register(self, timeout_s: float, prop: str) -> int:
+        resp = self.http.put(f"/connectors/{self.name}", json={"description": "played by the test", "tools": [{
+            "name": "echo", "description": "echo its argument", "timeout_s": timeout_s, "parameters": {
+                "type": "object", "properties": {prop: {"type": "string"}}, "required": [prop],
+                "additionalProperties": False}}]})
+        assert resp.status_code == 200, resp.text
+        return int(resp.json()["version"])
+
+    def calls(self, sid: str) -> list[dict[str, Any]]:
+        found = [json.loads(f[b"data"]) for _, f in self.r.xrange(keys.connector_calls(self.name))]
+        return [c for c in found if c["session_id"] == sid]
+
+    def wait_call(self, sid: str, n: int = 1) -> dict[str, Any]:
+        return wait_sync(lambda: self.calls(sid)[n - 1] if len(self.calls(sid)) >= n else None, timeout=60,
+                         what=f"call {n} of {self.name}")
+
+    def answer(self, c: dict[str, Any], content: str) -> httpx.Response:
+        return self.http.post(f"/connectors/{self.name}/results", json={
+            "call_id": c["call_id"], "session_id": c["session_id"], "status": "ok", "content": content})
+
+
+def user(stack: Stack) -> httpx.Client:
+    return httpx.Client(base_url=stack.url(), headers={"Authorization": f"Bearer {API_TOKEN}"}, timeout=30)
+
+
+def post(api: httpx.Client, sid: str, text: str) -> None:
+    assert api.post(f"/sessions/{sid}/messages", json={"message": text}).status_code == 202
+
+
+def test_a_session_that_never_loads_a_connector_sends_the_same_prefix(stack: Stack) -> None:
+    """Before any connector exists, and with one enabled for every workspace: the same requests, byte for
+    byte in their static prefix (system prompt and tool schemas, prefix_sha256)."""
+    api = user(stack)
+    d = Driver(stack.redis_url)
+    steps = ({"tool_calls": [call("load_tools", namespace="gamma")]}, {"tool_calls": [call("todo", todos=[])]}, done())
+
+    def prefixes() -> list[str]:
+        sid = api.post("/sessions").json()["id"]
+        ask(api, sid, script(*steps))
+        return [e["data"]["prefix_sha256"] for e in d.events(sid) if e["type"] == "model_request"]
+
+    without = prefixes()
+    PlayedConnector(stack, "present", timeout_s=5)
+    assert prefixes() == without and len(set(without)) == 2
+
+
+def test_a_timeout_is_an_error_result_and_a_late_answer_is_dropped(stack: Stack) -> None:
+    played = PlayedConnector(stack, "slow", timeout_s=1)
+    api = user(stack)
+    sid = api.post("/sessions").json()["id"]
+    es = ask(api, sid, script({"tool_calls": [call("load_tools", namespace="connector:slow")]},
+                              {"tool_calls": [call("slow__echo", a="x")]}, done("went on")))
+    timed_out = results(es, "slow__echo")[0]
+    assert timed_out["isError"] and timed_out["details"]["timed_out"] is True
+    late = played.answer(played.calls(sid)[0], "too late")
+    assert late.status_code == 200 and late.json()["status"] == "late"
+    assert "connector_result_late" in stack.log("notifications")
+    assert len(results(entries(api, sid), "slow__echo")) == 1
+    assert "too late" not in json.dumps(entries(api, sid))
+
+
+def test_a_schema_change_reaches_the_next_request_with_a_workspace_update(stack: Stack) -> None:
+    played = PlayedConnector(stack, "changing", timeout_s=60)
+    api = user(stack)
+    sid = api.post("/sessions").json()["id"]
+    post(api, sid, script({"tool_calls": [call("load_tools", namespace="connector:changing")]},
+                          {"tool_calls": [call("changing__echo", a="x")]},
+                          {"tool_calls": [call("changing__echo", b="y")]}, done()))
+    first = played.wait_call(sid)
+    version = played.register(60, "b")  # while the first call runs: the next request has the new schema
+    assert played.answer(first, "one").status_code == 202
+    second = played.wait_call(sid, 2)
+    assert second["arguments"] == {"b": "y"}  # valid only under the new schema: sent
+    assert played.answer(second, "two").status_code == 202
+    es = wait_sync(lambda: (lambda es: es if results(es, "message_user") else None)(entries(api, sid)), timeout=60,
+                   what="the run's end")
+    updates = [e for e in es if e["type"] == "custom_message" and "workspace_update" in json.dumps(e)]
+    assert len(updates) == 1 and f"now version {version}" in json.dumps(updates[0])
+    d = Driver(stack.redis_url)
+    hashes = [e["data"]["prefix_sha256"] for e in d.events(sid) if e["type"] == "model_request"]
+    assert len(set(hashes[:3])) == 3  # the core tools, the connector loaded, its changed schema
+    echoes = results(es, "changing__echo")
+    assert [e["content"][0]["text"] for e in echoes] == ["one", "two"] and not any(e["isError"] for e in echoes)
+
+
+def test_a_runtime_killed_mid_call_delivers_the_answer_once(stack: Stack) -> None:
+    played = PlayedConnector(stack, "durable", timeout_s=90)
+    api = user(stack)
+    sid = api.post("/sessions").json()["id"]
+    post(api, sid, script({"tool_calls": [call("load_tools", namespace="connector:durable")]},
+                          {"tool_calls": [call("durable__echo", a="x")]}, done("after the takeover")))
+    sent = played.wait_call(sid)
+    stack.kill("runtime", signal.SIGKILL)
+    assert played.answer(sent, "the answer").status_code == 202
+    assert played.answer(sent, "the answer").json()["status"] == "duplicate"  # a retry changes nothing
+    stack.start("runtime")
+
+    def finished() -> list[dict[str, Any]] | None:
+        es = entries(api, sid)
+        return es if results(es, "message_user") and "after the takeover" in json.dumps(es) else None
+
+    es = wait_sync(finished, timeout=120, what="the run continued after the takeover")
+    answers = results(es, "durable__echo")
+    assert len(answers) == 1 and answers[0]["content"][0]["text"] == "the answer" and not answers[0]["isError"]
+
+
+def test_a_takeover_waits_for_an_answer_that_comes_after_it(stack: Stack) -> None:
+    played = PlayedConnector(stack, "later", timeout_s=90)
+    api = user(stack)
+    sid = api.post("/sessions").json()["id"]
+    post(api, sid, script({"tool_calls": [call("load_tools", namespace="connector:later")]},
+                          {"tool_calls": [call("later__echo", a="x")]}, done("answered late")))
+    sent = played.wait_call(sid)
+    stack.kill("runtime", signal.SIGKILL)
+    stack.start("runtime")
+    wait_sync(lambda: f'"session_id": "{sid}", "event": "resuming_orphaned_session"' in stack.log("runtime"),
+              timeout=90, what="the takeover waiting for the answer")
+    assert played.answer(sent, "after the takeover").status_code == 202
+
+    def finished() -> list[dict[str, Any]] | None:
+        es = entries(api, sid)
+        return es if results(es, "message_user") and "answered late" in json.dumps(es) else None
+
+    answers = results(wait_sync(finished, timeout=120, what="the run's end"), "later__echo")
+    assert [a["content"][0]["text"] for a in answers] == ["after the takeover"]
