@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from shared.disk import DiskError
+from shared.disk import DiskError, storage_fault
 from shared.validation import validation_summary
 
 
@@ -42,7 +42,17 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DiskError)
     async def _disk(_: Request, exc: DiskError) -> JSONResponse:
-        return error_response(exc.status, str(exc))
+        cause = getattr(exc, "cause", None)
+        return error_response(exc.status, str(exc), {"cause": cause} if cause else None)
+
+    @app.exception_handler(OSError)
+    async def _os(request: Request, exc: OSError) -> JSONResponse:
+        # A full, failing or read-only session disk is an answer (507/503 naming the cause), not a
+        # bug; any other OS error stays a 500.
+        fault = storage_fault(exc)
+        if fault is None:
+            raise exc
+        return await _disk(request, fault)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

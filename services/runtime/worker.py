@@ -24,6 +24,7 @@ from shared.contracts.http import ModelConfig
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.wake import Wake
 from shared.disk import session_paths
+from shared.diskhealth import DiskHealth
 from shared.images import ImageSource
 from shared.inbox import InboxReader
 from shared.model import reads_merged
@@ -53,8 +54,11 @@ HOUSEKEEPING_CHUNK = 32
 class Worker:
     def __init__(self, settings: Settings, client: aioredis.Redis, model_client: AsyncOpenAI,
                  skills: Mapping[str, Skill], system_prompts: Mapping[str, str], bus: BusPublish,
-                 worker_id: str, registry: CollectorRegistry | None = None) -> None:
+                 worker_id: str, registry: CollectorRegistry | None = None, disk: DiskHealth | None = None) -> None:
         self.settings = settings
+        # No lease is taken while the session disk is full or failing: a session it cannot persist
+        # would only fail its writes; its wake waits in the stream until the disk is back.
+        self.disk = disk
         self.registry = registry
         self.client = client
         self.bus = bus
@@ -193,7 +197,11 @@ class Worker:
 
     async def wake_pause(self) -> None:
         """Before the next wake read: a worker over its share of the live sessions leaves the next
-        wakes to its peers for a while (share.py)."""
+        wakes to its peers for a while (share.py); no worker reads one while the disk is not ok."""
+        if self.disk is not None and not self.disk.ok:
+            log.warning("wakes_held_disk", state=self.disk.current.state)
+            await self.disk.wait_ok()
+            log.info("wakes_resumed_disk", state=self.disk.current.state)
         await pause_while_over_share(self.client, lambda: len(self.sessions), self._live_worker_ms,
                                      lambda: self._stopping)
 
@@ -278,6 +286,8 @@ class Worker:
         share: a dead worker's sessions spread over the survivors instead of all going to the first."""
         while not self._stopping:
             await asyncio.sleep(max(self.settings.lease_ms / 1000, 1.0))
+            if self.disk is not None and not self.disk.ok:
+                continue  # orphans are resumed once the disk takes writes again
             try:
                 stale = await self.client.zrangebyscore(keys.RUNTIME_LIVE, "-inf", now_ms() - 2 * self.settings.lease_ms)
                 for raw in stale:

@@ -1,0 +1,177 @@
+"""A full session disk (ENOSPC: bytes, then inodes) under the real services (README "Reliability").
+
+The session disk is a 48 MB tmpfs with 4096 inodes, filled to the last byte or inode by ballast at its
+root. Every write path then answers 507 with a JSON error naming the cause (or the agent gets a tool
+error saying the disk is full), leaves no partial or temp file, and never tears the transcript; the
+prompts sent meanwhile are kept, and once the ballast is removed everything resumes by itself and
+every acknowledged write is there. /readyz reports the disk degraded while full; the runtime exports
+the free bytes and inodes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.conftest import fresh_db_url
+from tests.support import smalldisk
+from tests.support.polling import wait_sync
+from tests.support.sessions import ask, entries, new_session, tool_results
+from tests.support.stack import Stack
+
+from .disk_rig import (
+    Acknowledged,
+    answered,
+    assert_refused,
+    audit,
+    client,
+    metric,
+    post_prompt,
+    put_file,
+    readyz,
+    session_dir,
+    started_stack,
+    temp_files,
+    wait_disk,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
+              pytest.mark.skipif(smalldisk.available() is not None, reason=str(smalldisk.available()))]
+
+DECK = {"title": "Plan", "cards": [{"id": "card_1", "title": "One"}]}
+UI = {"panes": [{"id": "p1", "tabIds": ["t1"]}], "tabs": {"t1": {"id": "t1", "ari": "file:a.txt"}},
+      "activeTabByPane": {"p1": "t1"}, "expandedDirs": ["uploads/"]}
+
+
+@pytest.fixture(scope="module")
+def disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[smalldisk.SmallDisk]:
+    with smalldisk.small_disk(tmp_path_factory.mktemp("disk") / "mnt", size_mb=48, inodes=4096) as mounted:
+        yield mounted
+
+
+@pytest.fixture(scope="module")
+def stack(disk: smalldisk.SmallDisk, redis_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    yield from started_stack(fresh_db_url(redis_base), disk.mountpoint, tmp_path_factory.mktemp("logs"))
+
+
+@pytest.fixture
+def api(stack: Stack) -> Iterator[httpx.Client]:
+    with client(stack) as http:
+        yield http
+
+
+@pytest.fixture
+def full(disk: smalldisk.SmallDisk, stack: Stack) -> Iterator[smalldisk.SmallDisk]:
+    """The disk is given back at the end of each test, whatever happened."""
+    try:
+        yield disk
+    finally:
+        disk.free()
+
+
+def live_and_dormant(api: httpx.Client) -> tuple[str, str]:
+    live = new_session(api)
+    ask(api, live, "hello")
+    return live, new_session(api)
+
+
+def test_every_write_path_answers_507_and_recovers(api: httpx.Client, stack: Stack, full: smalldisk.SmallDisk) -> None:
+    acked = Acknowledged()
+    live, dormant = live_and_dormant(api)
+    for sid in (live, dormant):
+        assert put_file(api, acked, sid, "keep.txt", b"before").status_code == 200
+        assert api.put(f"/sessions/{sid}/documents/deck", json=DECK).status_code == 200
+    full.fill_bytes()
+    wait_disk(stack, "full")
+    body = readyz(stack)
+    assert body["ready"] is True and body["degraded"] == ["disk"], body
+    assert metric(stack, "gamma_session_disk_free_bytes") is not None
+    assert metric(stack, 'gamma_session_disk_state{state="full"}') == 1.0
+
+    for sid in (live, dormant):
+        # Topped up before each write: a refused write gives back the pages its temp file took.
+        full.fill_bytes()
+        assert_refused(put_file(api, acked, sid, "new.bin", b"x" * 200_000), 507, "disk_full")
+        full.fill_bytes()
+        assert_refused(put_file(api, acked, sid, "keep.txt", b"y" * 200_000), 507, "disk_full")
+        full.fill_bytes()
+        assert_refused(api.put(f"/sessions/{sid}/documents/deck", json={**DECK, "title": "Full"}), 507, "disk_full")
+        full.fill_bytes()
+        assert_refused(api.patch(f"/sessions/{sid}/documents/deck", json={"title": "Patched"}), 507, "disk_full")
+        full.fill_bytes()
+        sync = api.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": UI})
+        assert_refused(sync, 507, "disk_full")
+        # Nothing partial: the old bytes and the old deck, no temp file.
+        assert api.get(f"/sessions/{sid}/workspace/files/keep.txt").content == b"before"
+        assert api.get(f"/sessions/{sid}/workspace/files/new.bin").status_code == 404
+        assert api.get(f"/sessions/{sid}/documents/deck").json()["title"] == "Plan"
+        # A delete needs no space: answered (or refused clearly), never a 500.
+        gone = api.delete(f"/sessions/{sid}/workspace/files/keep.txt")
+        assert gone.status_code in (200, 507), gone.text
+        if gone.status_code == 200:
+            acked.files.pop((sid, "keep.txt"), None)
+    assert temp_files(stack.data_dir / "sessions") == []
+    # Prompts meanwhile are kept (they live in Redis until the disk takes them).
+    post_prompt(api, acked, live, "while full, live")
+    post_prompt(api, acked, dormant, "while full, dormant")
+    assert api.get(f"/sessions/{dormant}").json()["status"] in ("waking", "dormant")
+
+    full.free()
+    wait_disk(stack, "ok")
+    assert "degraded" not in readyz(stack)
+    for sid in (live, dormant):
+        assert put_file(api, acked, sid, "after.txt", b"after").status_code == 200
+        assert api.put(f"/sessions/{sid}/documents/deck", json={**DECK, "title": "After"}).status_code == 200
+    audit(stack, api, acked)
+
+
+def test_inodes_exhausted_answer_507(api: httpx.Client, stack: Stack, full: smalldisk.SmallDisk) -> None:
+    acked = Acknowledged()
+    live, dormant = live_and_dormant(api)
+    full.fill_inodes()
+    wait_disk(stack, "full")
+    assert metric(stack, "gamma_session_disk_free_inodes") == 0.0
+    for sid in (live, dormant):
+        full.fill_inodes()
+        assert_refused(put_file(api, acked, sid, "n.txt", b"n"), 507, "disk_full")
+        full.fill_inodes()
+        assert_refused(api.put(f"/sessions/{sid}/documents/fresh", json=DECK), 507, "disk_full")
+    assert temp_files(stack.data_dir / "sessions") == []
+    post_prompt(api, acked, live, "no inodes left")
+    full.free()
+    wait_disk(stack, "ok")
+    for sid in (live, dormant):
+        assert put_file(api, acked, sid, "n.txt", b"n").status_code == 200
+    audit(stack, api, acked)
+
+
+def test_tool_write_on_a_full_disk_tells_the_agent(api: httpx.Client, stack: Stack, full: smalldisk.SmallDisk) -> None:
+    """No inode left: the transcript (an existing file) still grows, the agent's new file cannot be
+    made. The tool result says the disk is full; a bash command that cannot write fails in the sandbox
+    (its output says so), never a harness error; the run answers and the session goes on."""
+    acked = Acknowledged()
+    sid = new_session(api)
+    ask(api, sid, "hello")
+    script = "script:" + json.dumps([
+        {"tool_calls": [{"name": "write", "arguments": {"path": "notes/new.txt", "content": "agent text"}}]},
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "echo x > filler.txt; echo rc=$?"}}]},
+        {"tool_calls": [{"name": "message_user", "arguments": {"message": "the disk is full", "blockOnUser": True}}]},
+    ])
+    full.fill_inodes()
+    wait_disk(stack, "full", "runtime")
+    prompt_id = post_prompt(api, acked, sid, script)
+    wait_sync(lambda: answered(api, sid, prompt_id), timeout=60, interval=0.3, what="the scripted run to answer")
+    items = entries(api, sid)
+    write = tool_results(items, "write")[-1]
+    assert write["isError"] is True and "disk is full" in write["content"][0]["text"], write
+    bash = tool_results(items, "bash")[-1]["content"][0]["text"]
+    assert "rc=0" not in bash and "Tool bash failed" not in bash, bash
+    assert api.get(f"/sessions/{sid}/workspace/files/notes/new.txt").status_code == 404
+    full.free()
+    wait_disk(stack, "ok")
+    post_prompt(api, acked, sid, "and now?")
+    audit(stack, api, acked)
+    assert temp_files(session_dir(stack, sid)) == []
