@@ -96,6 +96,9 @@ class Worker:
     # ------------------------------------------------------------ wake
 
     async def on_wake(self, wake: Wake) -> None:
+        if self.disk is not None and not self.disk.ok:  # read before the disk failed: it waits here
+            log.warning("wake_held_disk", session_id=wake.session_id, state=self.disk.current.state)
+            await self.disk.wait_ok()
         async with self._lock(wake.session_id):
             for _ in range(2):  # a second time only when the disk's fence was ahead of Redis's counter
                 if wake.session_id in self.sessions:
