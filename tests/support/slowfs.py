@@ -218,7 +218,7 @@ def serve(source: Path, mountpoint: Path, control: Path) -> None:
     from fuse import FUSE
 
     FUSE(_operations(str(source.resolve()), Faults(control)), str(mountpoint), foreground=True, nothreads=False,
-         use_ino=True, attr_timeout=1.0, entry_timeout=1.0)
+         use_ino=True, attr_timeout=1.0, entry_timeout=1.0, allow_other=True)  # the sandbox runs in a user namespace
 
 
 # ---------------------------------------------------------------- the fixtures' handle

@@ -64,7 +64,7 @@ def _deck_response(deck: StoredDeck | dict[str, Any], status: int = 200) -> JSON
 
 @router.get("/{sid}/documents/{doc}", response_model=StoredDeck, responses=ERRORS)
 async def get_document(doc: str, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> JSONResponse:
-    deck = read_deck(session_paths(proxy.settings.data_dir, state.row.id), doc)
+    deck = await asyncio.to_thread(read_deck, session_paths(proxy.settings.data_dir, state.row.id), doc)
     if deck is None:
         raise ApiError(404, f"no document {doc!r} in this session")
     return _deck_response(deck)
@@ -105,7 +105,7 @@ async def _edit(
         await document_changed(proxy.broker, sid, doc, new.model_dump(mode="json"), new.revision - 1, new.revision, digest,
                                track=tracking(proxy))
         return _deck_response(new)
-    current = read_deck(paths, doc) if op == "patch" else None
+    current = await asyncio.to_thread(read_deck, paths, doc) if op == "patch" else None
     if current is not None:
         # Refuse a malformed patch with the same 422 as the dormant path before the runtime sees it.
         checked = write_model.edited_deck(current, op, document)
