@@ -23,7 +23,7 @@ from shared.contracts.base import now_ms
 from shared.contracts.http import ModelConfig
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.wake import Wake
-from shared.disk import session_paths
+from shared.disk import session_paths, storage_fault
 from shared.diskhealth import DiskHealth
 from shared.images import ImageSource
 from shared.inbox import InboxReader
@@ -333,7 +333,7 @@ class Worker:
             await session.shutdown()
             try:
                 session.closed = False  # the last writes below still run under the lease check
-                await session.persist_ui()
+                await self._persist_ui_at_close(session)
                 session.closed = True
                 await self.client.delete(keys.running(sid))
                 await session.lease.release()
@@ -357,6 +357,17 @@ class Worker:
                 await self._answer_stops(session, 409, {"error": "the session moved to another worker; suspend it again"})
             finally:
                 session.release_disk()
+
+    async def _persist_ui_at_close(self, session: Session) -> None:
+        """A full or failing disk does not keep the session live: state.json keeps the last UI state
+        written, which holds every change a client was told succeeded (a refused one got 507/503)."""
+        try:
+            await session.persist_ui()
+        except OSError as exc:
+            fault = storage_fault(exc)
+            if fault is None:
+                raise
+            log.warning("ui_state_not_persisted_at_close", session_id=session.sid, error=str(fault))
 
     async def _answer_stops(self, session: Session, status: int, body: dict[str, Any]) -> None:
         """After the release: unfenced (the lease is gone on purpose)."""

@@ -11,11 +11,14 @@ the free bytes and inodes.
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 
 import httpx
 import pytest
+import redis
 
+from shared import keys
 from tests.conftest import fresh_db_url
 from tests.support import smalldisk
 from tests.support.polling import wait_sync
@@ -175,3 +178,50 @@ def test_tool_write_on_a_full_disk_tells_the_agent(api: httpx.Client, stack: Sta
     post_prompt(api, acked, sid, "and now?")
     audit(stack, api, acked)
     assert temp_files(session_dir(stack, sid)) == []
+
+
+def test_suspend_and_idle_on_a_full_disk_go_dormant(api: httpx.Client, stack: Stack, full: smalldisk.SmallDisk) -> None:
+    """Going dormant needs no space: the session is suspended (its last UI state written stays), the
+    prompt sent meanwhile wakes it once the disk has room, and it is answered."""
+    acked = Acknowledged()
+    sid = new_session(api)
+    ask(api, sid, "hello")
+    full.fill_bytes()
+    wait_disk(stack, "full", "runtime")
+    assert api.post(f"/sessions/{sid}/suspend").status_code == 200
+    wait_sync(lambda: api.get(f"/sessions/{sid}").json()["status"] == "dormant", timeout=30, what="dormant")
+    post_prompt(api, acked, sid, "after a suspend on a full disk")
+    full.free()
+    wait_disk(stack, "ok")
+    audit(stack, api, acked)
+
+
+def test_digest_and_compaction_wait_for_space(api: httpx.Client, stack: Stack, full: smalldisk.SmallDisk) -> None:
+    """An acknowledged write whose revision the digest cannot record yet, and a compaction whose entry
+    the runtime cannot append: both retried past the delivery cap while the disk is full (never
+    dead-lettered), both land once it has room; the agent is told of the write."""
+    acked = Acknowledged()
+    sid = new_session(api)
+    ask(api, sid, "hello")
+    stack.kill("digest", signal.SIGSTOP)
+    try:
+        assert put_file(api, acked, sid, "late.md", b"# acknowledged before the disk filled").status_code == 200
+        full.fill_bytes()
+    finally:
+        stack.kill("digest", signal.SIGCONT)
+    compact = api.post(f"/sessions/{sid}/compact", json={})
+    assert compact.status_code in (200, 507), compact.text
+    # Past the delivery cap (GAMMA_MAX_DELIVERIES, one claim per GAMMA_CLAIM_IDLE_MS).
+    wait_sync(lambda: stack.log("digest").count("No space left") >= 7, timeout=60, interval=0.5,
+              what="the digest retrying past the delivery cap")
+    full.free()
+    wait_disk(stack, "ok")
+    if compact.status_code == 200:
+        wait_sync(lambda: any(e["type"] == "compaction" for e in entries(api, sid)), timeout=60, what="the compaction")
+    prompt_id = post_prompt(api, acked, sid, "what changed?")
+    wait_sync(lambda: answered(api, sid, prompt_id), timeout=60, interval=0.3, what="the answer")
+    told = [e for e in entries(api, sid) if e.get("customType") == "gamma.artifact_update" and "late.md" in json.dumps(e)]
+    assert told, "the agent was never told of the acknowledged write"
+    dead = redis.Redis.from_url(stack.redis_url).xrange(keys.DEADLETTER)
+    assert not [d for d in dead if b"late.md" in json.dumps({k.decode(): v.decode(errors="replace") for k, v in d[1].items()}).encode()]
+    audit(stack, api, acked)
