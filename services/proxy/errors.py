@@ -16,6 +16,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from shared.disk import DiskError, storage_fault
 from shared.validation import validation_summary
 
+# The session disk's faults, on every route that reads or writes it (README "Reliability"): the
+# body's `detail.cause` is `disk_full`, `disk_read_only` or `disk_io_error`.
+DISK_ERRORS: dict[int | str, dict[str, Any]] = {
+    503: {"description": "the session disk is failing (EIO) or read-only; retry later"},
+    507: {"description": "the session disk is full (ENOSPC, EDQUOT), or the session's workspace quota is"},
+}
+
 
 class ApiError(Exception):
     """Raised by routes and helpers; becomes `{"error": message}` with `status`."""

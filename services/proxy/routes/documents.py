@@ -24,7 +24,7 @@ from shared.write_model import DocOp, Refused
 
 from ..artifacts import client_digest, document_changed, document_deleted
 from ..deps import Proxy, get_proxy, tracking
-from ..errors import ApiError
+from ..errors import DISK_ERRORS, ApiError
 from ..liveness import apply_if_dormant, owned_session, refused
 from ..rows import SessionState
 
@@ -34,6 +34,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "invalid document id or If-Match header"},
     401: {"description": "missing or unknown token"},
     404: {"description": "no such session or document"},
+    **DISK_ERRORS,
 }
 WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS, 409: {"description": "stale If-Match revision, or the session is waking"},

@@ -24,6 +24,7 @@ from shared.uimerge import check_update
 from shared.uirules import UiLimits, UiRefused
 
 from ..deps import Proxy, get_proxy
+from ..errors import DISK_ERRORS
 from ..liveness import apply_if_dormant, owned_session
 from ..preview import read_ui
 from ..rows import SessionState
@@ -33,6 +34,7 @@ router = APIRouter(prefix="/sessions", tags=["ui"])
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or unknown token"},
     404: {"description": "no such session for this user"},
+    **DISK_ERRORS,
 }
 
 
