@@ -180,6 +180,40 @@ def remove_durably(path: Path) -> bool:
     return True
 
 
+# Temp files of failed atomic writes that the disk would not let go of (EIO, EROFS): removed by
+# sweep_leftover_temps once it takes writes again (shared/diskhealth.py), so no partial file stays.
+_LEFTOVERS: set[Path] = set()
+LEFTOVERS_MAX = 10_000
+
+
+def discard_temp(path: Path, unlink: Callable[[], None]) -> None:
+    """Remove a failed write's temp file now, or remember it for the sweep when the disk refuses."""
+    try:
+        unlink()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        if len(_LEFTOVERS) < LEFTOVERS_MAX:
+            _LEFTOVERS.add(path)
+
+
+def leftover_temps() -> int:
+    return len(_LEFTOVERS)
+
+
+def sweep_leftover_temps() -> int:
+    """Remove the remembered temp files (blocking: run it in a thread); how many are still there."""
+    for path in list(_LEFTOVERS):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            continue
+        _LEFTOVERS.discard(path)
+    return len(_LEFTOVERS)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Temp file in the same directory, fsync, rename, fsync the directory: old or new, never torn."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,8 +225,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        discard_temp(Path(tmp), lambda: os.unlink(tmp))
         raise
     _fsync_dir(path.parent)
 

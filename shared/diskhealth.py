@@ -28,7 +28,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from . import metrics
-from .disk import FULL_ERRNOS, atomic_write_bytes
+from .disk import FULL_ERRNOS, atomic_write_bytes, leftover_temps, sweep_leftover_temps
 
 log = structlog.get_logger()
 DiskStateName = Literal["ok", "full", "read_only", "io_error"]
@@ -105,6 +105,10 @@ class DiskHealth:
         except TimeoutError:
             found = DiskState("io_error", self.current.free_bytes, self.current.free_inodes,
                               f"the disk did not answer within {self.timeout_s:g} s")
+        if found.state == "ok" and leftover_temps():
+            # Before "ok" is reported: the temp files a failing disk kept go first.
+            left = await asyncio.to_thread(sweep_leftover_temps)
+            log.info("leftover_temps_swept", remaining=left)
         self._record(found)
         return found
 

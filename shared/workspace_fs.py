@@ -29,6 +29,7 @@ from shared.disk import (
     DiskError,
     NotFound,
     PathRefused,
+    discard_temp,
     split_workspace_path,
     storage_fault,
 )
@@ -299,10 +300,18 @@ def _atomic_write_at(dir_fd: int, name: str, data: bytes, mode: int) -> None:
             os.close(fd)
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
+        discard_temp(_fd_path(dir_fd) / tmp, lambda: os.unlink(tmp, dir_fd=dir_fd))
         raise
     os.fsync(dir_fd)
+
+
+def _fd_path(dir_fd: int) -> Path:
+    """Where a held directory is now: only to remove our own temp file (a name with 64 random bits)
+    later, when the disk refused it at once (shared/disk.py sweep_leftover_temps)."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{dir_fd}"))
+    except OSError:
+        return Path("/nonexistent")
 
 
 @dataclass(frozen=True)

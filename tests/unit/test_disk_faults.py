@@ -12,7 +12,16 @@ from pathlib import Path
 import pytest
 
 from services.runtime.failures import disk_fault, refusal, transient
-from shared.disk import DiskFull, DiskUnavailable, append_jsonl, iter_jsonl, storage_fault
+from shared.disk import (
+    DiskFull,
+    DiskUnavailable,
+    append_jsonl,
+    discard_temp,
+    iter_jsonl,
+    leftover_temps,
+    storage_fault,
+    sweep_leftover_temps,
+)
 from shared.diskhealth import probe
 from shared.workspace_fs import disk_error
 from tests.support import smalldisk
@@ -66,3 +75,20 @@ def test_a_refused_append_leaves_the_file_as_it_was(tmp_path: Path) -> None:
         append_jsonl(path, [{"n": 2}])
         assert [r["n"] for r in iter_jsonl(path)] == [1, 2]
         assert json.loads(path.read_bytes().splitlines()[-1]) == {"n": 2}
+
+
+@pytest.mark.skipif(smalldisk.available() is not None, reason=str(smalldisk.available()))
+def test_a_temp_file_the_disk_keeps_is_swept_when_it_is_back(tmp_path: Path) -> None:
+    """A write that fails after its temp file exists, on a disk that then refuses the removal too
+    (read-only): the temp file is remembered and removed by the sweep once the disk takes writes."""
+    with smalldisk.small_disk(tmp_path / "mnt", size_mb=1, inodes=64) as disk:
+        target = disk.mountpoint / "state.json"
+        temp = disk.mountpoint / ".state.json.x.tmp"
+        temp.write_bytes(b"half")
+        disk.remount("ro")
+        try:
+            discard_temp(temp, temp.unlink)
+            assert temp.exists() and leftover_temps() >= 1
+        finally:
+            disk.remount("rw")
+        assert sweep_leftover_temps() == 0 and not temp.exists() and not target.exists()
