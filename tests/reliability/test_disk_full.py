@@ -225,3 +225,28 @@ def test_digest_and_compaction_wait_for_space(api: httpx.Client, stack: Stack, f
     dead = redis.Redis.from_url(stack.redis_url).xrange(keys.DEADLETTER)
     assert not [d for d in dead if b"late.md" in json.dumps({k.decode(): v.decode(errors="replace") for k, v in d[1].items()}).encode()]
     audit(stack, api, acked)
+
+
+def test_disk_fills_during_a_run(api: httpx.Client, stack: Stack, full: smalldisk.SmallDisk) -> None:
+    """The disk fills while a tool runs: its result (9 KB: more than the transcript's last page has
+    left) is refused, the run is closed where it stood (the call's result says it was interrupted;
+    a repair that cannot be written either waits for space) and goes on: nothing torn, nothing
+    recorded twice, the prompt answered."""
+    acked = Acknowledged()
+    sid = new_session(api)
+    ask(api, sid, "hello")
+    script = "script:" + json.dumps([
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 2; head -c 9000 /dev/zero | tr '\\\\0' x"}}]},
+        {"tool_calls": [{"name": "message_user", "arguments": {"message": "done", "blockOnUser": True}}]},
+    ])
+    post_prompt(api, acked, sid, script)
+    wait_sync(lambda: tool_results(entries(api, sid), "bash") == [] and api.get(f"/sessions/{sid}").json().get("running"),
+              timeout=30, interval=0.1, what="the run inside its bash call")
+    seen = stack.log("runtime").count("run_interrupted_by_disk")
+    full.fill_bytes()
+    # Full until the run has hit it: its result refused, the run closed as interrupted where it stood.
+    wait_sync(lambda: stack.log("runtime").count("run_interrupted_by_disk") > seen, timeout=30, interval=0.2,
+              what="the run refused by the full disk")
+    full.free()
+    wait_disk(stack, "ok")
+    audit(stack, api, acked)
