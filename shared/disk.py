@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from shared.leftovers import discard_temp
 from shared.walk import WalkLimits, walk
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -178,40 +179,6 @@ def remove_durably(path: Path) -> bool:
         return False
     _fsync_dir(path.parent)
     return True
-
-
-# Temp files of failed atomic writes that the disk would not let go of (EIO, EROFS): removed by
-# sweep_leftover_temps once it takes writes again (shared/diskhealth.py), so no partial file stays.
-_LEFTOVERS: set[Path] = set()
-LEFTOVERS_MAX = 10_000
-
-
-def discard_temp(path: Path, unlink: Callable[[], None]) -> None:
-    """Remove a failed write's temp file now, or remember it for the sweep when the disk refuses."""
-    try:
-        unlink()
-    except FileNotFoundError:
-        pass
-    except OSError:
-        if len(_LEFTOVERS) < LEFTOVERS_MAX:
-            _LEFTOVERS.add(path)
-
-
-def leftover_temps() -> int:
-    return len(_LEFTOVERS)
-
-
-def sweep_leftover_temps() -> int:
-    """Remove the remembered temp files (blocking: run it in a thread); how many are still there."""
-    for path in list(_LEFTOVERS):
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError:
-            continue
-        _LEFTOVERS.discard(path)
-    return len(_LEFTOVERS)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -28,7 +28,8 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from . import metrics
-from .disk import FULL_ERRNOS, atomic_write_bytes, leftover_temps, sweep_leftover_temps
+from .disk import FULL_ERRNOS, atomic_write_bytes
+from .leftovers import leftover_temps, sweep_leftover_temps
 
 log = structlog.get_logger()
 DiskStateName = Literal["ok", "full", "read_only", "io_error"]

@@ -29,10 +29,10 @@ from shared.disk import (
     DiskError,
     NotFound,
     PathRefused,
-    discard_temp,
     split_workspace_path,
     storage_fault,
 )
+from shared.leftovers import discard_temp, fd_path
 from shared.quota import WorkspaceQuota, check_depth, check_write, usage_at
 from shared.walk import kind_of
 
@@ -300,18 +300,10 @@ def _atomic_write_at(dir_fd: int, name: str, data: bytes, mode: int) -> None:
             os.close(fd)
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        discard_temp(_fd_path(dir_fd) / tmp, lambda: os.unlink(tmp, dir_fd=dir_fd))
+        discard_temp(fd_path(dir_fd) / tmp, lambda: os.unlink(tmp, dir_fd=dir_fd))
         raise
     os.fsync(dir_fd)
 
-
-def _fd_path(dir_fd: int) -> Path:
-    """Where a held directory is now: only to remove our own temp file (a name with 64 random bits)
-    later, when the disk refused it at once (shared/disk.py sweep_leftover_temps)."""
-    try:
-        return Path(os.readlink(f"/proc/self/fd/{dir_fd}"))
-    except OSError:
-        return Path("/nonexistent")
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,9 @@ from pathlib import Path
 import pytest
 
 from services.runtime.failures import disk_fault, refusal, transient
-from shared.disk import (
-    DiskFull,
-    DiskUnavailable,
-    append_jsonl,
-    discard_temp,
-    iter_jsonl,
-    leftover_temps,
-    storage_fault,
-    sweep_leftover_temps,
-)
+from shared.disk import DiskFull, DiskUnavailable, append_jsonl, iter_jsonl, storage_fault
 from shared.diskhealth import probe
+from shared.leftovers import discard_temp, leftover_temps, sweep_leftover_temps
 from shared.workspace_fs import disk_error
 from tests.support import smalldisk
 
