@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order bench-images bench-lifecycle eval clean
+.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order bench-images bench-lifecycle bench-faults-disk eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -58,6 +58,8 @@ bench-inject: $(STAMP)
 	$(BIN)/python bench/inject.py
 bench-compaction: $(STAMP)
 	$(BIN)/python bench/compaction.py
+bench-faults-disk: $(STAMP)
+	$(BIN)/python bench/faults_disk.py
 bench-images: $(STAMP)
 	$(BIN)/python bench/images.py
 bench-stream: $(STAMP)

@@ -17,7 +17,7 @@ import contextlib
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -39,6 +39,7 @@ from .bus_entries import (
     safe_parser,
     stash_batch_parser,
 )
+from .disk import storage_fault
 from .redis_wire import lenient_text
 
 log = structlog.get_logger()
@@ -100,11 +101,21 @@ class Route:
     order_key: OrderKey | None = None
     batch_size: int = BATCH_SIZE
     pause: Callable[[], Awaitable[None]] | None = None  # awaited before each next read
+    # Entries whose handler last failed on a full or failing disk: retried past the delivery cap, as
+    # that passes when the disk does (README "Reliability"); shared by the reader and the claimer.
+    disk_failed: set[str] = field(default_factory=set)
+
+
+DISK_FAILED_MAX = 10_000  # bounds the set above: past it, the cap applies again
 
 
 class _Consumer:
     def __init__(self, route: Route) -> None:
         self.route = route
+
+    def failed(self, entry_id: str, exc: BaseException) -> None:
+        if storage_fault(exc) is not None and len(self.route.disk_failed) < DISK_FAILED_MAX:
+            self.route.disk_failed.add(entry_id)
 
     async def reject(self, entry_id: str, fields: dict[Any, Any], error: str, deliveries: int) -> None:
         """Dead-letter the entry (the caller acks it)."""
@@ -255,7 +266,9 @@ class BatchReader(_Consumer):
         except Exception as exc:  # noqa: BLE001 - stays pending; the claimer retries it
             log.warning("handler_failed", stream=r.stream, group=r.group, entry_id=entry_id,
                         error=f"{type(exc).__name__}: {exc}"[:500], exc_info=True)
+            self.failed(entry_id, exc)
             return False
+        r.disk_failed.discard(entry_id)
         self.handled(entry_id)
         return True
 
@@ -290,7 +303,7 @@ class Claimer(_Consumer):
         entry_id = lenient_text(raw.get("message_ids", [b"?"])[0]) if isinstance(raw, dict) else "?"
         fields = raw.get("data", {}) if isinstance(raw, dict) else {}
         deliveries = await msg.get_delivery_count()
-        if deliveries > r.max_deliveries:
+        if deliveries > r.max_deliveries and entry_id not in r.disk_failed:
             await self.reject(entry_id, fields, "delivery cap reached", deliveries)
             return
         try:
@@ -299,7 +312,12 @@ class Claimer(_Consumer):
             await self.reject(entry_id, fields, f"invalid entry: {exc}", deliveries)
             return
         with structlog.contextvars.bound_contextvars(stream=r.stream, entry_id=entry_id):
-            await r.handler(value)  # raising leaves the entry pending for the claimer
+            try:
+                await r.handler(value)  # raising leaves the entry pending for the claimer
+            except Exception as exc:
+                self.failed(entry_id, exc)
+                raise
+        r.disk_failed.discard(entry_id)
         self.handled(entry_id)
 
 

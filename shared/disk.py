@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from shared.leftovers import discard_temp
 from shared.walk import WalkLimits, walk
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -62,6 +64,46 @@ class InsufficientStorage(DiskError):
     """The disk or the session's workspace quota is full."""
 
     status = 507
+    cause: str | None = None
+
+
+class DiskFull(InsufficientStorage):
+    """The session disk itself has no space or no inodes left (ENOSPC, EDQUOT): a retry once space is
+    freed succeeds (README "Reliability")."""
+
+    cause = "disk_full"
+
+
+class DiskUnavailable(DiskError):
+    """The session disk fails the operation (EIO, a stale or lost mount) or is read-only (EROFS): a
+    clear 503, never a 500 and never a hang; the request may be retried once the disk is back."""
+
+    status = 503
+
+    def __init__(self, message: str, cause: str = "disk_io_error"):
+        super().__init__(message)
+        self.cause = cause
+
+
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+UNAVAILABLE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ESTALE, errno.ENOTCONN})
+
+
+def storage_fault(exc: BaseException, what: str = "") -> DiskError | None:
+    """The 507 or 503 for an OS error of the disk itself (full, failing, read-only); None for any other
+    error. The message names the cause and never a host path."""
+    if not isinstance(exc, OSError) or exc.errno is None:
+        return None
+    name = errno.errorcode.get(exc.errno, str(exc.errno))
+    suffix = f" writing {what}" if what else ""
+    if exc.errno in FULL_ERRNOS:
+        return DiskFull(f"the session disk is full ({name}: {os.strerror(exc.errno)}){suffix}; retry once space is freed")
+    if exc.errno == errno.EROFS:
+        return DiskUnavailable(f"the session disk is read-only (EROFS){suffix}; retry later", "disk_read_only")
+    if exc.errno in UNAVAILABLE_ERRNOS:
+        return DiskUnavailable(f"the session disk failed the operation ({name}: {os.strerror(exc.errno)}){suffix}; "
+                               "retry later")
+    return None
 
 
 @dataclass(frozen=True)
@@ -150,8 +192,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        discard_temp(Path(tmp), lambda: os.unlink(tmp))
         raise
     _fsync_dir(path.parent)
 
@@ -208,11 +249,21 @@ def _appended(path: Path, records: list[dict[str, Any]], visible: Callable[[], N
     """The file, open, with the lines written and flushed (`visible` has run): the caller fsyncs and closes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = b"".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for r in records)
-    fh = open(path, "a+b")  # noqa: SIM115 - closed by the caller after its fsync
+    # Unbuffered: a write the disk refuses part way (ENOSPC, EIO) is cut back to where it started, and
+    # no buffered rest can land after the cut when the file closes: the file never keeps a torn or
+    # partial batch, and a retry appends the whole batch once.
+    fh = open(path, "a+b", buffering=0)  # noqa: SIM115 - closed by the caller after its fsync
     try:
         _repair_tail(fh)
-        fh.write(payload)
-        fh.flush()
+        start = fh.seek(0, os.SEEK_END)
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[fh.write(view):]
+        except OSError:
+            with contextlib.suppress(OSError):
+                fh.truncate(start)
+            raise
         if visible is not None:
             visible()
     except BaseException:

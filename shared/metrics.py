@@ -119,6 +119,34 @@ def injection_delivered(registry: CollectorRegistry, kind: str, source: str = "s
     for_registry(registry).injections_delivered.labels(kind=kind, source=source).inc(n)
 
 
+_DISK: weakref.WeakKeyDictionary[CollectorRegistry, tuple[Gauge, Gauge, Gauge]] = weakref.WeakKeyDictionary()
+
+
+def session_disk(registry: CollectorRegistry, state: str, free_bytes: int | None, free_inodes: int | None,
+                 states: Iterable[str]) -> None:
+    """Call after each probe of the session disk (shared/diskhealth.py): free bytes and inodes (left
+    as they were when the probe could not read them) and a 1 for the state it is in. Created on first
+    use: only the services that use the disk export them."""
+    gauges = _DISK.get(registry)
+    if gauges is None:
+        gauges = (
+            Gauge("gamma_session_disk_free_bytes", "Bytes free for this service on the session disk (statvfs f_bavail)",
+                  registry=registry),
+            Gauge("gamma_session_disk_free_inodes", "Inodes free on the session disk (statvfs f_favail)",
+                  registry=registry),
+            Gauge("gamma_session_disk_state", "1 for the session disk's state: ok, full, read_only or io_error",
+                  ["state"], registry=registry),
+        )
+        _DISK[registry] = gauges
+    free, inodes, by_state = gauges
+    if free_bytes is not None:
+        free.set(free_bytes)
+    if free_inodes is not None:
+        inodes.set(free_inodes)
+    for name in states:
+        by_state.labels(state=name).set(1 if name == state else 0)
+
+
 def observe_wake(registry: CollectorRegistry, wake_published_ms: int, now_ms: int | None = None) -> float:
     """Call when the session is live; `wake_published_ms` is the Wake entry's time (see `entry_ms`)."""
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from . import keys, redis_cluster, topology
 from .bus import ensured_groups, missing_groups
+from .diskhealth import DiskHealth
 from .gcpolicy import heap_freezer
 from .httplimits import bounded_http_protocol
 from .internal_http import InternalServer, internal_app, metrics_response
@@ -57,6 +58,8 @@ class ServiceContext:
     internal: InternalServer | None = None
     # Shown under "details" by /readyz (the runtime: which sandbox layer confines agent commands).
     details: dict[str, Any] = field(default_factory=dict)
+    # The session disk's health, for the services that use it (watch_disk): /readyz, gauges.
+    disk: DiskHealth | None = None
 
     def spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -87,6 +90,14 @@ def make_context(name: str, settings: Settings) -> ServiceContext:
     for_registry(ctx.registry)  # every Gamma metric family is exported from the first scrape on
     ctx.stream_stats = install_stream_stats(ctx.registry, client, name)
     return ctx
+
+
+def watch_disk(ctx: ServiceContext) -> DiskHealth:
+    """Probe the session disk while the service runs (shared/diskhealth.py)."""
+    ctx.disk = DiskHealth(ctx.settings.data_dir, ctx.name, ctx.registry, interval_s=ctx.settings.disk_probe_s,
+                          timeout_s=ctx.settings.disk_probe_timeout_s,
+                          min_free_bytes=ctx.settings.disk_min_free_bytes)
+    return ctx.disk
 
 
 def configure_tracing(service: str) -> None:
@@ -184,7 +195,13 @@ def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = 
 
 
 def _details(ctx: ServiceContext) -> dict[str, Any]:
-    return {"details": ctx.details} if ctx.details else {}
+    out: dict[str, Any] = {"details": ctx.details} if ctx.details else {}
+    if ctx.disk is not None:
+        # Degraded, still ready: reads and what lives in Redis go on, and every pod shares the disk.
+        out["disk"] = ctx.disk.current.view()
+        if not ctx.disk.ok:
+            out["degraded"] = ["disk"]
+    return out
 
 
 Lifespan = Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]
@@ -235,6 +252,9 @@ def service_lifespan(
         install_io_executor(ctx.settings.io_threads)  # before anything goes to a thread
         await wait_for_redis(ctx)
         ctx.spawn(heartbeat(ctx), "heartbeat")
+        if ctx.disk is not None:
+            await ctx.disk.check()  # the first state before anything is served
+            ctx.spawn(ctx.disk.run_forever(), "disk-probe")
         await start()
         # Every stream this service consumes is trimmed to what all its groups acknowledged.
         ctx.spawn(trim_loop(ctx.redis, lambda: {stream for stream, _ in ensured_groups(ctx.redis)},

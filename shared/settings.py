@@ -107,6 +107,11 @@ class Settings(BaseSettings):
     # Threads of each service's default executor (asyncio.to_thread): blocking disk I/O, mostly fsync
     # waits, so far more than the cores (shared/iopool.py; Python's default is 6 on 2 cores).
     io_threads: int = Field(64, ge=1, le=1024, validation_alias="GAMMA_IO_THREADS")
+    # The session disk's health probe (shared/diskhealth.py): how often, how long a probe may take before
+    # the disk counts as failing, and the free space under which it counts as full.
+    disk_probe_s: float = Field(2.0, gt=0, validation_alias="GAMMA_DISK_PROBE_S")
+    disk_probe_timeout_s: float = Field(5.0, gt=0, validation_alias="GAMMA_DISK_PROBE_TIMEOUT_S")
+    disk_min_free_bytes: int = Field(1024 * 1024, ge=0, validation_alias="GAMMA_DISK_MIN_FREE_BYTES")
     # Content blobs (.blobs) older than this are orphans (their change was never published).
     blob_orphan_s: float = Field(3600.0, gt=0, validation_alias="GAMMA_BLOB_ORPHAN_S")
     # --- UI documents (issue 23 item 6): one Yjs update, the merged document's encoded size, and the

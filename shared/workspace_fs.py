@@ -27,11 +27,12 @@ from pathlib import Path
 from shared.disk import (
     Conflict,
     DiskError,
-    InsufficientStorage,
     NotFound,
     PathRefused,
     split_workspace_path,
+    storage_fault,
 )
+from shared.leftovers import discard_temp, fd_path
 from shared.quota import WorkspaceQuota, check_depth, check_write, usage_at
 from shared.walk import kind_of
 
@@ -84,7 +85,7 @@ OPENAT2 = _probe_openat2()
 
 
 def disk_error(exc: OSError, rel: str) -> DiskError | None:
-    """The 4xx/507 for an OS error a retry cannot fix; None for the others (EIO, ...)."""
+    """The 4xx for an OS error a retry cannot fix, the 507/503 of a full or failing disk; None for the others."""
     e = exc.errno
     if e in (errno.EXDEV, errno.ELOOP):
         return PathRefused(f"{rel!r} leads out of the workspace through a symbolic link (or a link loop)")
@@ -98,11 +99,12 @@ def disk_error(exc: OSError, rel: str) -> DiskError | None:
         return Conflict(f"{rel!r}: a parent of it is a file, not a directory")
     if e in (errno.EEXIST, errno.ENOTEMPTY):
         return Conflict(f"{rel!r} changed while it was written")
-    if e in (errno.ENOSPC, errno.EDQUOT):
-        return InsufficientStorage(f"no space left on the session disk writing {rel!r}")
+    fault = storage_fault(exc, repr(rel) if rel else "")
+    if fault is not None:
+        return fault
     if e in (errno.ENXIO, errno.ENODEV):  # a socket (or a device without a driver) cannot be opened
         return Conflict(f"{rel!r} is not a regular file")
-    if e in (errno.EACCES, errno.EPERM, errno.EROFS):
+    if e in (errno.EACCES, errno.EPERM):
         return Conflict(f"{rel!r} cannot be written: {exc.strerror}")
     return None
 
@@ -298,10 +300,10 @@ def _atomic_write_at(dir_fd: int, name: str, data: bytes, mode: int) -> None:
             os.close(fd)
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
+        discard_temp(fd_path(dir_fd) / tmp, lambda: os.unlink(tmp, dir_fd=dir_fd))
         raise
     os.fsync(dir_fd)
+
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,8 @@ class Refused:
     def of(cls, exc: DiskError | UiRefused) -> Refused:
         if isinstance(exc, UiRefused):
             return cls(exc.status, exc.message, exc.detail)
-        return cls(exc.status, str(exc))
+        cause = getattr(exc, "cause", None)  # a full or failing disk names its cause (shared/disk.py)
+        return cls(exc.status, str(exc), {"cause": cause} if cause else None)
 
 
 # ---------------------------------------------------------------- files

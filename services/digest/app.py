@@ -11,7 +11,7 @@ from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.causal import FlushRequest
 from shared.contracts.lifecycle import LifecycleEvent, SessionLive
 from shared.contracts.recorded import InjectionRecorded
-from shared.service import add_health_routes, make_context, service_lifespan
+from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings
 from shared.watchdog import StallWatchdog
 
@@ -22,6 +22,7 @@ from .flush import Flusher
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("digest", settings)
+    watch_disk(ctx)  # /readyz and the gauges report the session disk (shared/diskhealth.py)
     broker = make_broker(settings.redis_url, ctx.registry, "digest")
     builder = DigestBuilder(ctx.redis, settings.data_dir, debounce_ms=settings.digest_debounce_ms,
                             metrics=Metrics(ctx.registry), blob_orphan_s=settings.blob_orphan_s)

@@ -13,7 +13,7 @@ from shared.bus import make_broker
 from shared.jsonlimits import JsonBodyGuard
 from shared.oidc import build_verifier
 from shared.reconnect import connect_blocking
-from shared.service import add_health_routes, make_context, service_lifespan
+from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings
 
 from .deps import Proxy
@@ -34,6 +34,7 @@ WORKSPACE_FILES = r"^/sessions/[^/]+/workspace/files/"
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("proxy", settings)
+    watch_disk(ctx)  # /readyz and the gauges report the session disk (shared/diskhealth.py)
     broker = make_broker(settings.redis_url, ctx.registry, "proxy")
 
     # Blocking commands (the forwarded writes' BLPOP, the SSE fan-out's XREAD BLOCK) on a client of

@@ -13,8 +13,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from shared.disk import DiskError
+from shared.disk import DiskError, storage_fault
 from shared.validation import validation_summary
+
+# The session disk's faults, on every route that reads or writes it (README "Reliability"): the
+# body's `detail.cause` is `disk_full`, `disk_read_only` or `disk_io_error`.
+DISK_ERRORS: dict[int | str, dict[str, Any]] = {
+    503: {"description": "the session disk is failing (EIO) or read-only; retry later"},
+    507: {"description": "the session disk is full (ENOSPC, EDQUOT), or the session's workspace quota is"},
+}
 
 
 class ApiError(Exception):
@@ -42,7 +49,17 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DiskError)
     async def _disk(_: Request, exc: DiskError) -> JSONResponse:
-        return error_response(exc.status, str(exc))
+        cause = getattr(exc, "cause", None)
+        return error_response(exc.status, str(exc), {"cause": cause} if cause else None)
+
+    @app.exception_handler(OSError)
+    async def _os(request: Request, exc: OSError) -> JSONResponse:
+        # A full, failing or read-only session disk is an answer (507/503 naming the cause), not a
+        # bug; any other OS error stays a 500.
+        fault = storage_fault(exc)
+        if fault is None:
+            raise exc
+        return await _disk(request, fault)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

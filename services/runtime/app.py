@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from shared import topology
 from shared.bus import by_session, consumer_name, ensure_group, make_broker, publish, subscribe
 from shared.model import openai_client
-from shared.service import add_health_routes, make_context, service_lifespan
+from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings
 
 from .paths import sandbox_skills_dir, skills_dir
@@ -43,7 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await publish(broker, stream, message)
 
     worker = Worker(settings, ctx.redis, model_client, skills, prompts, bus, consumer_name("runtime"),
-                    registry=ctx.registry)
+                    registry=ctx.registry, disk=watch_disk(ctx))
 
     (wake,) = topology.consumptions("runtime")
     # A few wakes per read, handled side by side (one lane per session, shared/bus_subscriber.py): a wake

@@ -37,7 +37,7 @@ from .abort import RunAborter
 from .causal import CausalGate
 from .engine.agent import Agent
 from .events import Outbox
-from .failures import refusal, transient
+from .failures import disk_fault, refusal, transient
 from .forms import FormHost, deliver_answered_form
 from .lease import Lease, LeaseLost
 from .manifest import ManifestHost, queue_manifest
@@ -142,7 +142,9 @@ class InboxDispatcher:
                 log.warning("lease_lost", session_id=self.h.sid)
                 return
             except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the session
-                if transient(exc):
+                if _client_waits(entry) and disk_fault(exc) is not None:
+                    await self.refuse(entry, exc)
+                elif transient(exc):
                     # Still failing after RETRY_FOR_S: the entry stays pending; the next holder retries it.
                     log.exception("inbox_entry_gave_up", session_id=self.h.sid, entry_id=entry.entry_id)
                 else:
@@ -161,11 +163,31 @@ class InboxDispatcher:
                 await self.handle(entry)
                 return
             except Exception as exc:
-                if not transient(exc) or self.h.closed or self.h.lease.lost or loop.time() + delay > give_up:
+                if not transient(exc) or self.h.closed or self.h.lease.lost:
+                    raise
+                # A full or failing disk: a client waiting on this write is answered 507/503 at once;
+                # anything else waits for the disk however long it takes (the session resumes by
+                # itself when it is back, README "Reliability"); other transient failures give up.
+                if disk_fault(exc) is not None:
+                    if _client_waits(entry):
+                        raise
+                elif loop.time() + delay > give_up:
                     raise
                 log.warning("inbox_entry_retry", session_id=self.h.sid, entry_id=entry.entry_id, delay_s=delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    async def refuse(self, entry: InboxEntry, exc: Exception) -> None:
+        """A write refused because the disk is full or failing: nothing of it was applied (atomic
+        writes leave no partial file), the client is told why (507/503) and retries when the disk is
+        back; the entry is acked, not dead-lettered: it was answered, not lost."""
+        status, message = refusal(exc)
+        log.warning("inbox_entry_refused_disk", session_id=self.h.sid, entry_id=entry.entry_id, status=status,
+                    error=message)
+        with contextlib.suppress(Exception):
+            await self.h.outbox.reply(getattr(entry.message, "request_id", ""), status,
+                                      {"error": message, "detail": {"cause": getattr(disk_fault(exc), "cause", None)}})
+        await self.h.ack(entry.entry_id)
 
     async def dead_letter(self, entry: InboxEntry, exc: Exception) -> None:
         """An entry that can never succeed (a handler bug, a disk error no retry fixes): answer a
@@ -319,3 +341,8 @@ def _trace(sid: str, entry: InboxEntry, dequeued: float) -> None:
     log.info("inbox_entry_timing", session_id=sid, entry_id=entry.entry_id, type=entry.message.type,
              read_ms=round((entry.read_at - appended) * 1000, 1), queued_ms=round((dequeued - entry.read_at) * 1000, 1),
              handle_ms=round((done - dequeued) * 1000, 1), done=round(done, 4))
+
+
+def _client_waits(entry: InboxEntry) -> bool:
+    """A client is blocked on this entry's reply key (a forwarded write, a prompt to a named run)."""
+    return isinstance(entry.message, REPLIED) and bool(getattr(entry.message, "request_id", None))

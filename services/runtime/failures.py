@@ -13,7 +13,7 @@ import errno
 
 from redis.exceptions import RedisError
 
-from shared.disk import DiskError
+from shared.disk import DiskError, DiskFull, DiskUnavailable, storage_fault
 from shared.workspace_fs import disk_error
 
 TRANSIENT_ERRNOS = frozenset({
@@ -23,8 +23,19 @@ TRANSIENT_ERRNOS = frozenset({
 })
 
 
+def disk_fault(exc: BaseException) -> DiskError | None:
+    """The 507/503 when `exc` is the session disk being full, failing or read-only; else None.
+    Such a failure passes when the disk does (README "Reliability"): an entry nobody waits on is
+    retried until it does, a client waiting on a write is answered with it at once."""
+    if isinstance(exc, DiskFull | DiskUnavailable):
+        return exc
+    return storage_fault(exc)
+
+
 def transient(exc: BaseException) -> bool:
     if isinstance(exc, RedisError | ConnectionError | TimeoutError):
+        return True
+    if disk_fault(exc) is not None:
         return True
     if isinstance(exc, OSError):
         return exc.errno is None or exc.errno in TRANSIENT_ERRNOS
@@ -33,6 +44,9 @@ def transient(exc: BaseException) -> bool:
 
 def refusal(exc: BaseException) -> tuple[int, str]:
     """The status and message for a client whose request failed for good."""
+    fault = disk_fault(exc)
+    if fault is not None:
+        return fault.status, str(fault)
     if isinstance(exc, DiskError):
         return exc.status, str(exc)
     if isinstance(exc, OSError):

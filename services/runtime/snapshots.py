@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from shared.disk import SessionPaths
+from shared.disk import SessionPaths, storage_fault
 from shared.snapshots import Record, ScanTooLarge, SnapshotLimits, SnapshotStore
 
 log = structlog.get_logger()
@@ -47,6 +47,14 @@ class SessionSnapshots:
             record = store.take(entry or self._leaf(), reason, force=force)
         except ScanTooLarge as exc:
             log.warning("snapshot_skipped", session_id=self.sid, reason=reason, error=str(exc))
+            return None
+        except OSError as exc:
+            if storage_fault(exc) is None:
+                raise
+            # A full or failing disk: this point cannot be rewound to, and the session goes on (README
+            # "Reliability"). The log on disk is the truth: what the failed take half-wrote is reread.
+            log.warning("snapshot_skipped_disk", session_id=self.sid, reason=reason, error=str(storage_fault(exc)))
+            self._store = None
             return None
         if record is not None and store.prune():
             log.info("snapshots_pruned", session_id=self.sid, records=len(store.records))

@@ -13,6 +13,7 @@ from shared import keys
 from shared.contracts.base import new_id
 from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage, UserMessage
 from shared.contracts.transcript import CustomMessageEntry, LeafEntry, MessageEntry
+from shared.disk import storage_fault
 
 from .ack import TRANSIENT
 from .engine.agent import Agent
@@ -140,6 +141,23 @@ class RunSupervisor:
                 delay = min(delay * 2, 2.0)
         return False
 
+    async def _repair_when_disk_allows(self) -> bool:
+        """Close the interrupted run in the transcript; a full or failing disk is waited for as long
+        as the lease holds (the run resumes by itself when it is back, README "Reliability")."""
+        delay = 0.2
+        while True:
+            try:
+                await repair_interrupted_run(self.h.transcript)
+                return True
+            except LeaseLost:
+                return False
+            except TRANSIENT as exc:
+                if storage_fault(exc) is None or self._gone():
+                    return False
+                log.warning("run_waits_for_disk", session_id=self.h.sid, error=str(storage_fault(exc)))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
     async def recover(self, failed: RunInput) -> tuple[bool, RunInput]:
         """After a run failed on Redis: wait until Redis answers, rebuild the context from what is
         durable (the transcript), give every unanswered tool call a result, and requeue injections
@@ -148,9 +166,7 @@ class RunSupervisor:
         is queued for the next turn) when the failure came before them, else what is left to run."""
         if not await self._wait_for_redis():
             return False, None
-        try:
-            await repair_interrupted_run(self.h.transcript)
-        except (LeaseLost, *TRANSIENT):
+        if not await self._repair_when_disk_allows():
             # Still held (or about to be dropped): what the failed run took stays deliverable, else a
             # redelivered entry merges into a record no queue holds and is never recorded (stuck).
             self.h.protocol.requeue_untaken()
@@ -226,8 +242,11 @@ class RunSupervisor:
             return "stop"
         except asyncio.CancelledError:
             raise
-        except TRANSIENT:
-            log.exception("run_interrupted_by_redis", session_id=self.h.sid)
+        except TRANSIENT as exc:
+            if storage_fault(exc) is not None:  # the disk full or failing: no traceback, the cause
+                log.warning("run_interrupted_by_disk", session_id=self.h.sid, error=str(storage_fault(exc)))
+            else:
+                log.exception("run_interrupted_by_redis", session_id=self.h.sid)
             outcome = "transient"
         except Exception:  # noqa: BLE001 - the worker survives a broken run
             log.exception("run_failed", session_id=self.h.sid)

@@ -23,7 +23,8 @@ from shared.contracts.base import now_ms
 from shared.contracts.http import ModelConfig
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.wake import Wake
-from shared.disk import session_paths
+from shared.disk import session_paths, storage_fault
+from shared.diskhealth import DiskHealth
 from shared.images import ImageSource
 from shared.inbox import InboxReader
 from shared.model import reads_merged
@@ -54,8 +55,11 @@ HOUSEKEEPING_CHUNK = 32
 class Worker:
     def __init__(self, settings: Settings, client: aioredis.Redis, model_client: AsyncOpenAI,
                  skills: Mapping[str, Skill], system_prompts: Mapping[str, str], bus: BusPublish,
-                 worker_id: str, registry: CollectorRegistry | None = None) -> None:
+                 worker_id: str, registry: CollectorRegistry | None = None, disk: DiskHealth | None = None) -> None:
         self.settings = settings
+        # No lease is taken while the session disk is full or failing: a session it cannot persist
+        # would only fail its writes; its wake waits in the stream until the disk is back.
+        self.disk = disk
         self.registry = registry
         self.client = client
         self.bus = bus
@@ -95,6 +99,9 @@ class Worker:
     # ------------------------------------------------------------ wake
 
     async def on_wake(self, wake: Wake) -> None:
+        if self.disk is not None and not self.disk.ok:  # read before the disk failed: it waits here
+            log.warning("wake_held_disk", session_id=wake.session_id, state=self.disk.current.state)
+            await self.disk.wait_ok()
         async with self._lock(wake.session_id):
             for _ in range(2):  # a second time only when the disk's fence was ahead of Redis's counter
                 if wake.session_id in self.sessions:
@@ -195,7 +202,11 @@ class Worker:
 
     async def wake_pause(self) -> None:
         """Before the next wake read: a worker over its share of the live sessions leaves the next
-        wakes to its peers for a while (share.py)."""
+        wakes to its peers for a while (share.py); no worker reads one while the disk is not ok."""
+        if self.disk is not None and not self.disk.ok:
+            log.warning("wakes_held_disk", state=self.disk.current.state)
+            await self.disk.wait_ok()
+            log.info("wakes_resumed_disk", state=self.disk.current.state)
         await pause_while_over_share(self.client, lambda: len(self.sessions), self._live_worker_ms,
                                      lambda: self._stopping)
 
@@ -280,6 +291,8 @@ class Worker:
         share: a dead worker's sessions spread over the survivors instead of all going to the first."""
         while not self._stopping:
             await asyncio.sleep(max(self.settings.lease_ms / 1000, 1.0))
+            if self.disk is not None and not self.disk.ok:
+                continue  # orphans are resumed once the disk takes writes again
             try:
                 stale = await self.client.zrangebyscore(keys.RUNTIME_LIVE, "-inf", now_ms() - 2 * self.settings.lease_ms)
                 for raw in stale:
@@ -322,7 +335,7 @@ class Worker:
             await session.shutdown()
             try:
                 session.closed = False  # the last writes below still run under the lease check
-                await session.persist_ui()
+                await self._persist_ui_at_close(session)
                 session.closed = True
                 await self.images.at_close(sid, session.paths)  # still leased: no transcript writer runs
                 await self.client.delete(keys.running(sid))
@@ -347,6 +360,17 @@ class Worker:
                 await self._answer_stops(session, 409, {"error": "the session moved to another worker; suspend it again"})
             finally:
                 session.release_disk()
+
+    async def _persist_ui_at_close(self, session: Session) -> None:
+        """A full or failing disk does not keep the session live: state.json keeps the last UI state
+        written, which holds every change a client was told succeeded (a refused one got 507/503)."""
+        try:
+            await session.persist_ui()
+        except OSError as exc:
+            fault = storage_fault(exc)
+            if fault is None:
+                raise
+            log.warning("ui_state_not_persisted_at_close", session_id=session.sid, error=str(fault))
 
     async def _answer_stops(self, session: Session, status: int, body: dict[str, Any]) -> None:
         """After the release: unfenced (the lease is gone on purpose)."""

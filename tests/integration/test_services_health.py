@@ -100,7 +100,9 @@ def test_readiness_health_metrics_sigterm_and_logs(redis_url: str, data_dir: Pat
 
         for name in ("proxy", "notifications"):
             status, body = wait_sync(lambda n=name: _ok(readyz(stack, n)), what=f"{name} ready with all five")
+            disk = body.pop("disk", None)  # the proxy reports the session disk (README "Reliability")
             assert body == {"ready": True, "services": dict.fromkeys(SERVICES, True)}
+            assert name != "proxy" or (disk is not None and disk["state"] == "ok" and disk["free_bytes"] > 0)
         assert all(client.exists(keys.health(s)) for s in SERVICES)
 
         # A service that stops takes its heartbeat with it: the gatekeepers stop being ready.

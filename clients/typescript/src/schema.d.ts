@@ -1568,8 +1568,22 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description the session disk is failing (EIO) or read-only; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description runtime timeout */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the session disk is full (ENOSPC, EDQUOT), or the session's workspace quota is */
+            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1650,8 +1664,22 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description the session disk is failing (EIO) or read-only; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description runtime timeout */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the session disk is full (ENOSPC, EDQUOT), or the session's workspace quota is */
+            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1717,6 +1745,20 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
+            };
+            /** @description the session disk is failing (EIO) or read-only; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the session disk is full (ENOSPC, EDQUOT), or the session's workspace quota is */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -1791,6 +1833,13 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description the session disk is failing (EIO) or read-only; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description runtime timeout */
             504: {
                 headers: {
@@ -1798,7 +1847,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description the session's workspace quota (bytes or files) is full */
+            /** @description the session disk, or the session's workspace quota (bytes or files), is full */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -1870,8 +1919,22 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description the session disk is failing (EIO) or read-only; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description runtime timeout */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the session disk is full (ENOSPC, EDQUOT), or the session's workspace quota is */
+            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1976,6 +2039,20 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description the session disk is failing (EIO) or read-only; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the session disk is full (ENOSPC, EDQUOT), or the session's workspace quota is */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
         };
     };
     put_document_sessions__sid__documents__doc__put: {
@@ -2043,8 +2120,22 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description the session disk is failing (EIO) or read-only; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description runtime timeout */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the session disk is full (ENOSPC, EDQUOT), or the session's workspace quota is */
+            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2113,8 +2204,22 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description the session disk is failing (EIO) or read-only; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description runtime timeout */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the session disk is full (ENOSPC, EDQUOT), or the session's workspace quota is */
+            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2187,8 +2292,22 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description the session disk is failing (EIO) or read-only; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description runtime timeout */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the session disk is full (ENOSPC, EDQUOT), or the session's workspace quota is */
+            507: {
                 headers: {
                     [name: string]: unknown;
                 };

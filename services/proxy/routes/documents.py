@@ -24,7 +24,7 @@ from shared.write_model import DocOp, Refused
 
 from ..artifacts import client_digest, document_changed, document_deleted
 from ..deps import Proxy, get_proxy, tracking
-from ..errors import ApiError
+from ..errors import DISK_ERRORS, ApiError
 from ..liveness import apply_if_dormant, owned_session, refused
 from ..rows import SessionState
 
@@ -34,6 +34,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "invalid document id or If-Match header"},
     401: {"description": "missing or unknown token"},
     404: {"description": "no such session or document"},
+    **DISK_ERRORS,
 }
 WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS, 409: {"description": "stale If-Match revision, or the session is waking"},
@@ -64,7 +65,7 @@ def _deck_response(deck: StoredDeck | dict[str, Any], status: int = 200) -> JSON
 
 @router.get("/{sid}/documents/{doc}", response_model=StoredDeck, responses=ERRORS)
 async def get_document(doc: str, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> JSONResponse:
-    deck = read_deck(session_paths(proxy.settings.data_dir, state.row.id), doc)
+    deck = await asyncio.to_thread(read_deck, session_paths(proxy.settings.data_dir, state.row.id), doc)
     if deck is None:
         raise ApiError(404, f"no document {doc!r} in this session")
     return _deck_response(deck)
@@ -105,7 +106,7 @@ async def _edit(
         await document_changed(proxy.broker, sid, doc, new.model_dump(mode="json"), new.revision - 1, new.revision, digest,
                                track=tracking(proxy))
         return _deck_response(new)
-    current = read_deck(paths, doc) if op == "patch" else None
+    current = await asyncio.to_thread(read_deck, paths, doc) if op == "patch" else None
     if current is not None:
         # Refuse a malformed patch with the same 422 as the dormant path before the runtime sees it.
         checked = write_model.edited_deck(current, op, document)

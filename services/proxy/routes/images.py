@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends
 from fastapi import Path as PathParam
 from fastapi.responses import Response
 
-from shared.disk import session_paths
+from shared.disk import session_paths, storage_fault
 from shared.images import image_file, sniff
 
 from ..deps import Proxy, get_proxy
@@ -35,7 +35,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 def _read(path: os.PathLike[str]) -> bytes | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+    except OSError as exc:
+        if storage_fault(exc) is not None:
+            raise  # a failing disk is a 503 (services/proxy/errors.py), not "no such image"
         return None
     with os.fdopen(fd, "rb") as fh:
         return fh.read()

@@ -221,10 +221,9 @@ async def preview(state: SessionState = Depends(owned_session), proxy: Proxy = D
     # The hot path of a dormant client: built and validated once as the contract model, serialized
     # once (returning the model would make FastAPI validate it a second time against response_model).
     paths = session_paths(proxy.settings.data_dir, state.row.id)
-    body = Preview(
-        status=state.status(),
-        transcript=display_entries(read_transcript(paths)),
-        ui=read_ui(paths),
-        todo=read_todo(paths),
-    )
-    return Response(body.model_dump_json(), media_type="application/json")
+
+    def build() -> str:  # in the I/O pool: three reads of the session disk
+        return Preview(status=state.status(), transcript=display_entries(read_transcript(paths)), ui=read_ui(paths),
+                       todo=read_todo(paths)).model_dump_json()
+
+    return Response(await asyncio.to_thread(build), media_type="application/json")

@@ -10,6 +10,7 @@ state.json as it was.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Depends
@@ -23,6 +24,7 @@ from shared.uimerge import check_update
 from shared.uirules import UiLimits, UiRefused
 
 from ..deps import Proxy, get_proxy
+from ..errors import DISK_ERRORS
 from ..liveness import apply_if_dormant, owned_session
 from ..preview import read_ui
 from ..rows import SessionState
@@ -32,6 +34,7 @@ router = APIRouter(prefix="/sessions", tags=["ui"])
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or unknown token"},
     404: {"description": "no such session for this user"},
+    **DISK_ERRORS,
 }
 
 
@@ -49,7 +52,7 @@ async def get_ui(state: SessionState = Depends(owned_session), proxy: Proxy = De
     sid = state.row.id
     if state.status() == "live":
         return await _live(proxy, sid, encode_b64(EMPTY_UPDATE), None)
-    return _state(read_ui(session_paths(proxy.settings.data_dir, sid)))
+    return _state(await asyncio.to_thread(read_ui, session_paths(proxy.settings.data_dir, sid)))
 
 
 @router.post("/{sid}/ui/sync", response_model=UiState, responses={
@@ -71,8 +74,11 @@ async def sync_ui(body: UiSync, state: SessionState = Depends(owned_session), pr
         raise api_error(exc) from exc
     snapshot = validate_snapshot(body.snapshot, limits) if body.snapshot is not None else None
     paths = session_paths(proxy.settings.data_dir, sid)
-    applied = await apply_if_dormant(proxy, state, "ui", lambda: write_model.sync_stored_ui(
-        paths, read_ui(paths), update, snapshot, limits))
+    async def dormant() -> dict[str, Any] | write_model.Refused:
+        # The read in the I/O pool: on a network disk it is milliseconds the loop must not wait.
+        return await write_model.sync_stored_ui(paths, await asyncio.to_thread(read_ui, paths), update, snapshot, limits)
+
+    applied = await apply_if_dormant(proxy, state, "ui", dormant)
     if applied is None:
         return await _live(proxy, sid, body.update, snapshot)
     return _state(applied.value)

@@ -38,6 +38,7 @@ from shared.write_model import Refused
 
 from ..artifacts import BlobRef, client_digest, file_changed, file_deleted, file_ref
 from ..deps import Proxy, get_proxy, tracking
+from ..errors import DISK_ERRORS
 from ..liveness import apply_if_dormant, owned_session
 from ..rows import SessionState
 
@@ -50,6 +51,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or unknown token"},
     404: {"description": "no such session, or no such file"},
     409: {"description": "the path is a directory, goes through a file, or is not a regular file"},
+    **DISK_ERRORS,
 }
 STREAM_ABOVE = 1024 * 1024  # files up to this size are answered from memory, larger ones streamed
 MARKER = b"/workspace/files/"
@@ -152,7 +154,7 @@ def _root_listing(workspace: Path, most: int) -> list[dict[str, object]]:
     **ERRORS, 200: {"description": "{path, size, revision, created}: `created` when there was no file before"},
     409: {"description": "the session is waking, or the path is a directory or goes through a file"},
     413: {"description": "file too large"}, 504: {"description": "runtime timeout"},
-    507: {"description": "the session's workspace quota (bytes or files) is full"},
+    507: {"description": "the session disk, or the session's workspace quota (bytes or files), is full"},
 })
 async def write_file(
     path: str, request: Request, x_gamma_digest: str | None = Header(None),

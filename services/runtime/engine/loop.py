@@ -26,6 +26,7 @@ from shared.contracts.messages import (
     ToolCall,
     ToolResultMessage,
 )
+from shared.disk import storage_fault
 from shared.trusted_blocks import render
 
 from .types import AgentContext, AgentEvent, Emit, LoopConfig, Tool, ToolContext, ToolOutcome
@@ -140,6 +141,9 @@ async def _execute_batch(
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a tool bug is the model's error value, not a crash
+            fault = storage_fault(exc)  # the disk full or failing: say so, the agent may free space or wait
+            if fault is not None:
+                return ToolOutcome(content=f"Tool {call.name} failed: {fault}", is_error=True)
             return ToolOutcome(content=f"Tool {call.name} failed: {type(exc).__name__}: {exc}", is_error=True)
 
     outcomes = await _gather_abortable(calls, [asyncio.ensure_future(one(c)) for c in calls], config)
