@@ -33,6 +33,7 @@ from .iopool import install_io_executor
 from .metrics import StreamStats, for_registry, install_stream_stats
 from .reconnect import connect
 from .settings import Settings, load_settings
+from .tracing import configure_tracing
 from .trim import trim_loop
 from .watchdog import StallWatchdog
 
@@ -87,36 +88,6 @@ def make_context(name: str, settings: Settings) -> ServiceContext:
     for_registry(ctx.registry)  # every Gamma metric family is exported from the first scrape on
     ctx.stream_stats = install_stream_stats(ctx.registry, client, name)
     return ctx
-
-
-def configure_tracing(service: str) -> None:
-    """An SDK tracer provider, so FastStream's telemetry middleware records real spans and puts a
-    W3C `traceparent` into every published envelope: a consumer's span, and everything it publishes,
-    continue the producer's trace. Spans are exported over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT`
-    is set and the exporter package is installed; otherwise they live only as trace ids in context:
-    spans are then not recorded at all (a non-recording span still carries and propagates its trace
-    id), since building, timing and dropping a recorded span for every request, publish and consumed
-    entry cost each service ~10% of its CPU under load (bench-inject, py-spy).
-    Once per process: OpenTelemetry allows one global provider."""
-    from opentelemetry import trace
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
-
-    if isinstance(trace.get_tracer_provider(), TracerProvider):
-        return
-    exporting = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
-    provider = TracerProvider(resource=Resource.create({"service.name": f"gamma-{service}"}),
-                              sampler=None if exporting else ParentBased(ALWAYS_OFF))
-    if exporting:
-        with contextlib.suppress(ImportError):
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
-                OTLPSpanExporter,
-            )
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(provider)
 
 
 async def heartbeat(ctx: ServiceContext) -> None:

@@ -17,6 +17,7 @@ from shared.jsonlimits import JsonBodyGuard
 from shared.oidc import build_verifier
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
+from shared.tracing import instrument_app
 
 from .delivery import Delivery, Metrics, NotificationConflict, UnknownSession
 from .http import make_router
@@ -89,4 +90,5 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None =
     app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes, verifier))
     app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,
                        max_number_digits=settings.max_json_number_digits)
+    instrument_app(app)  # outermost: the intake request's span
     return app

@@ -15,6 +15,7 @@ from shared.oidc import build_verifier
 from shared.reconnect import connect_blocking
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
+from shared.tracing import instrument_app
 
 from .deps import Proxy
 from .erase import sweep_forever
@@ -81,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        max_number_digits=settings.max_json_number_digits, exempt=[WORKSPACE_FILES])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(TrimAfterLargeResponses)
+    instrument_app(app)  # outermost: the request span covers every other middleware
     for module in (sessions, runs, lifecycle, ui, workspace, images, documents, events, knowledge, branches):
         app.include_router(module.router)
 

@@ -32,7 +32,8 @@ log = structlog.get_logger()
 
 SHARD_SIZE = 32
 READ_COUNT = 200  # entries per stream per read
-Item = tuple[str, str] | None  # (entry id, event JSON); None: the subscription was closed
+# (entry id, event JSON, the traceparent of the run that made it); None: the subscription was closed
+Item = tuple[str, str, str | None] | None
 
 
 @dataclass(eq=False)
@@ -43,7 +44,7 @@ class Subscriber:
     closed: str | None = None  # why the fan-out stopped feeding it
     released: bool = False  # no longer counted for its user
 
-    def offer(self, item: tuple[str, str]) -> None:
+    def offer(self, item: tuple[str, str, str | None]) -> None:
         if self.closed is not None:
             return
         try:
@@ -240,6 +241,7 @@ class EventFanout:
                 data = fields.get(b"data", fields.get("data"))
                 if data is None:
                     continue
-                item = (topic.last_id, text(data))
+                parent = fields.get(b"traceparent", fields.get("traceparent"))
+                item = (topic.last_id, text(data), text(parent) if parent is not None else None)
                 for sub in list(topic.subscribers):
                     sub.offer(item)

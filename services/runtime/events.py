@@ -11,7 +11,7 @@ import structlog
 from pydantic import BaseModel
 
 from shared import keys
-from shared.contracts.events import EventType, SessionEvent
+from shared.contracts.events import TRACEPARENT_FIELD, EventType, SessionEvent
 from shared.contracts.inbox import InboxReply
 from shared.redis_wire import text
 
@@ -33,8 +33,17 @@ async def _unfenced() -> None:
 
 
 # A queued progress event: (event, `also`, the deltas merged into it - joined when sent, so merging
-# stays O(1) per token).
-Queued = tuple[SessionEvent, Callable[[Any], Any] | None, list[str] | None]
+# stays O(1) per token, the run's traceparent).
+Queued = tuple[SessionEvent, Callable[[Any], Any] | None, list[str] | None, str | None]
+
+
+def entry(ev: SessionEvent, parent: str | None) -> dict[Any, Any]:
+    """The events stream entry of `ev`: its JSON, and the traceparent of the (recorded) run that made
+    it, read by the proxy for its SSE delivery span (shared/contracts/events.py `EventEntry`)."""
+    fields: dict[Any, Any] = {"data": ev.model_dump_json()}
+    if parent is not None:
+        fields[TRACEPARENT_FIELD] = parent
+    return fields
 
 
 class Outbox:
@@ -65,6 +74,7 @@ class Outbox:
         self.coalesce_s = coalesce_s
         self.ticker = ticker if coalesce_s > 0 else None
         self.run_id: str | None = None  # stamped on every event while a run is active (the supervisor sets it)
+        self.traceparent: str | None = None  # the recorded run span's, likewise (never per-chunk spans)
         self._queued: list[Queued] = []
         self._sending = asyncio.Lock()  # one sender at a time: the stream keeps the engine's order
         self._background: asyncio.Task[None] | None = None
@@ -81,7 +91,7 @@ class Outbox:
                 self._queued[-1][2].append(data["delta"])  # still unsent (see _send_queued); joined once
                 return None
             ev = SessionEvent(type=type, session_id=self.sid, data=data, run_id=self.run_id)
-            self._queued.append((ev, also, [data["delta"]] if delta else None))
+            self._queued.append((ev, also, [data["delta"]] if delta else None, self.traceparent))
             if self.ticker is not None and self._queued[0][2] is not None:
                 self.ticker.want(self)
             elif self._background is None or self._background.done():
@@ -94,11 +104,11 @@ class Outbox:
             if fenced:
                 await self.fence()
             pipe = self.client.pipeline(transaction=False)
-            pipe.xadd(keys.events(self.sid), {"data": ev.model_dump_json()}, maxlen=EVENTS_MAXLEN, approximate=True)
+            pipe.xadd(keys.events(self.sid), entry(ev, self.traceparent), maxlen=EVENTS_MAXLEN, approximate=True)
             if also is not None:
                 also(pipe)
-            entry = (await pipe.execute())[0]
-        return text(entry)
+            added = (await pipe.execute())[0]
+        return text(added)
 
     async def _send_in_background(self, wait_s: float = 0.0) -> None:
         while True:
@@ -158,10 +168,10 @@ class Outbox:
         self._queued = batch + self._queued
 
     def add_commands(self, pipe: Any, batch: list[Queued]) -> None:
-        for ev, also, parts in batch:
+        for ev, also, parts, parent in batch:
             if parts is not None and len(parts) > 1:
                 ev.data = {"delta": "".join(parts)}
-            pipe.xadd(keys.events(self.sid), {"data": ev.model_dump_json()}, maxlen=EVENTS_MAXLEN, approximate=True)
+            pipe.xadd(keys.events(self.sid), entry(ev, parent), maxlen=EVENTS_MAXLEN, approximate=True)
             if also is not None:
                 also(pipe)
 

@@ -7,6 +7,7 @@ import base64
 import typing
 
 import redis.asyncio as aioredis
+from opentelemetry import trace
 from structlog.testing import capture_logs
 
 from shared import keys
@@ -30,9 +31,11 @@ from shared.contracts.inbox import (
     UserPrompt,
 )
 from shared.contracts.injection import INJECTION_KINDS, RuntimeInjection
-from shared.inbox import GROUP, InboxReader, append
+from shared.inbox import GROUP, InboxReader, append, entry_fields
+from shared.tracing import configure_tracing
 
 SID = "s_contract"
+PARENT = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
 
 
 def every_message() -> list[InboxMessage]:
@@ -70,6 +73,7 @@ def every_message() -> list[InboxMessage]:
                    request_id="r_1"),
         Rewind(session_id=SID, entry_id="a1b2c3d4"),
         Rewind(session_id=SID, entry_id="a1b2c3d4", reason="edit"),
+        Stop(session_id=SID, traceparent=PARENT),
     ]
 
 
@@ -107,6 +111,8 @@ async def test_invalid_inbox_entry_is_dead_lettered_and_reading_goes_on(redis_cl
             (await redis_client.xadd(stream, {"type": "user_prompt", "data": '{"type": "user_prompt", "session_id": "s"}'})).decode(),
             (await redis_client.xadd(stream, {"type": "teleport", "data": '{"type": "teleport", "session_id": "s"}'})).decode(),
             (await redis_client.xadd(stream, {"type": "stop", "data": b"\xff\xfe"})).decode(),
+            (await redis_client.xadd(stream, {"type": "stop", "data": '{"type": "stop", "session_id": "s", '
+                                              '"traceparent": "00-zz"}'})).decode(),
         ]
         good = Stop(session_id=SID)
         await append(redis_client, good)
@@ -116,6 +122,7 @@ async def test_invalid_inbox_entry_is_dead_lettered_and_reading_goes_on(redis_cl
     assert [d.entry_id for d in letters] == bad
     assert "message" in letters[0].error  # the missing field is named
     assert "teleport" in letters[1].error
+    assert "traceparent" in letters[3].error
     lines = [e for e in logs if e["event"] == "dead_letter"]
     assert [e["entry_id"] for e in lines] == bad
     assert all(e["log_level"] == "error" and "invalid inbox entry" in e["error"] for e in lines)
@@ -140,3 +147,22 @@ async def test_the_proxys_forwarded_writes_reach_the_runtimes_reader(redis_clien
         assert entry.message == msg
         await reader.ack(sid, entry.entry_id)
     assert {type(m) for m in sent} == {UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete}
+
+
+async def test_the_producers_trace_rides_in_the_entry(redis_client: aioredis.Redis) -> None:
+    """`append` (and `entry_fields`, for producers that XADD in a script) write the current span's
+    W3C traceparent into the entry, unless the message names one; the runtime handles the entry in
+    that trace. Outside any span nothing is added."""
+    configure_tracing("contract")
+    reader = InboxReader(redis_client, "runtime-contract")
+    await reader.add(SID)
+    with trace.get_tracer("test").start_as_current_span("request") as span:
+        await append(redis_client, Stop(session_id=SID))
+        await append(redis_client, Stop(session_id=SID, traceparent=PARENT))
+        scripted = entry_fields(Stop(session_id=SID))
+    await append(redis_client, Stop(session_id=SID))
+    got = await reader.read(block_ms=1000)
+    context = span.get_span_context()
+    current = f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+    assert [e.message.traceparent for e in got] == [current, PARENT, None]
+    assert Stop.model_validate_json(scripted["data"]).traceparent == current

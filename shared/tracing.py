@@ -1,0 +1,134 @@
+"""OpenTelemetry for every service: the tracer provider, the W3C `traceparent` that carries one trace
+across streams, the HTTP server span, and the trace ids on log lines (docs/architecture.md
+"Observability"; deploy/README.md "Tracing with an OTLP backend").
+
+Off by default: without `OTEL_EXPORTER_OTLP_ENDPOINT` the provider samples nothing (ALWAYS_OFF), so
+every span is a non-recording one that only carries ids, no HTTP middleware is installed, and the
+runtime stamps no `traceparent` on the events stream. On: spans go to the OTLP/HTTP exporter through
+a BatchSpanProcessor, sampled by the standard `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`
+(the SDK reads them, and the `OTEL_BSP_*` batch settings, itself).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, SpanKind
+from opentelemetry.util.types import AttributeValue
+
+ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+_TRACER = trace.get_tracer("gamma")
+
+
+def exporting() -> bool:
+    """True when spans are exported (an OTLP endpoint is configured and the SDK is not disabled)."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    return any(os.environ.get(var) for var in ENDPOINT_VARS)
+
+
+def configure_tracing(service: str) -> None:
+    """An SDK tracer provider, so a consumer's span, and everything it publishes, continue the
+    producer's trace. When not exporting it samples nothing: building, timing and dropping a recorded
+    span for every request, publish and consumed entry cost each service ~10% of its CPU under load
+    (bench-inject, py-spy); a non-recording span still carries and propagates its trace id.
+    Once per process: OpenTelemetry allows one global provider."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    if isinstance(trace.get_tracer_provider(), TracerProvider):
+        return
+    on = exporting()
+    # sampler=None: the SDK takes OTEL_TRACES_SAMPLER(_ARG), parent-based always-on by default.
+    provider = TracerProvider(resource=Resource.create({"service.name": f"gamma-{service}"}),
+                              sampler=None if on else ALWAYS_OFF)
+    if on:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+
+
+def traceparent(span: Span | None = None) -> str | None:
+    """The W3C `traceparent` of `span` (default: the current one), None when it has no valid context."""
+    context = trace.set_span_in_context(span) if span is not None else None
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=context)
+    return carrier.get("traceparent")
+
+
+def recorded_traceparent(span: Span) -> str | None:
+    """`span`'s `traceparent` only when it is recorded (sampled and exported): what a hot path (the
+    events stream, one entry per streamed chunk) carries, so nothing rides along when tracing is off."""
+    return traceparent(span) if span.is_recording() else None
+
+
+def context_of(parent: str | None) -> Any:
+    """The OpenTelemetry context a `traceparent` names (the current one when it is None)."""
+    return propagate.extract({"traceparent": parent}) if parent else None
+
+
+@contextmanager
+def span_from(name: str, parent: str | None, kind: SpanKind = SpanKind.CONSUMER,
+              attributes: Mapping[str, AttributeValue] | None = None) -> Iterator[Span]:
+    """A span continuing the trace of a stream entry's `traceparent` (the current trace without one)."""
+    with _TRACER.start_as_current_span(name, context=context_of(parent), kind=kind,
+                                       attributes=attributes) as span:
+        yield span
+
+
+def start_span(name: str, parent: str | None, kind: SpanKind = SpanKind.INTERNAL,
+               attributes: Mapping[str, AttributeValue] | None = None) -> Span:
+    """A span in the trace `parent` names that is never made current: for a generator that yields
+    while the span is open (an SSE response), where attaching a context would leak it to the caller.
+    The caller ends it."""
+    return _TRACER.start_span(name, context=context_of(parent), kind=kind, attributes=attributes)
+
+
+def add_trace_ids(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: `trace_id` and `span_id` of the current span, when there is one."""
+    context = trace.get_current_span().get_span_context()
+    if context.is_valid:
+        event.setdefault("trace_id", format(context.trace_id, "032x"))
+        event.setdefault("span_id", format(context.span_id, "016x"))
+    return event
+
+
+class _RouteName:
+    """Inside the ASGI server span: once the router matched, name the span after the route template
+    (`POST /sessions/{sid}/messages`), never the concrete path with its ids."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            route = getattr(scope.get("route"), "path", None)
+            span = trace.get_current_span()
+            if route and span.is_recording():
+                span.update_name(f"{scope.get('method', 'HTTP')} {route}")
+                span.set_attribute("http.route", route)
+
+
+def _method_only(scope: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    return str(scope.get("method") or "HTTP"), {}
+
+
+def instrument_app(app: Any) -> None:
+    """The HTTP server span of every request (OpenTelemetry's ASGI middleware, outermost), only when
+    exporting. No spans per `send`/`receive`: an SSE response sends once per event batch."""
+    if not exporting():
+        return
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+    app.add_middleware(_RouteName)
+    app.add_middleware(OpenTelemetryMiddleware, default_span_details=_method_only,
+                       excluded_urls="healthz,readyz,metrics", exclude_spans=["receive", "send"])
