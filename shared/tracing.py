@@ -3,7 +3,7 @@ across streams, the HTTP server span, and the trace ids on log lines (docs/archi
 "Observability"; deploy/README.md "Tracing with an OTLP backend").
 
 Off by default: without `OTEL_EXPORTER_OTLP_ENDPOINT` the provider samples nothing (ALWAYS_OFF), so
-every span is a non-recording one that only carries ids, no HTTP middleware is installed, and the
+every span is a non-recording one that only carries ids, FastAPI makes no request spans, and the
 runtime stamps no `traceparent` on the events stream. On: spans go to the OTLP/HTTP exporter through
 a BatchSpanProcessor, sampled by the standard `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`
 (the SDK reads them, and the `OTEL_BSP_*` batch settings, itself).
@@ -12,12 +12,13 @@ a BatchSpanProcessor, sampled by the standard `OTEL_TRACES_SAMPLER` / `OTEL_TRAC
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from fastapi.telemetry import TelemetryConfig
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import Link, Span, SpanKind
 from opentelemetry.util.types import AttributeValue
 
 ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -83,12 +84,12 @@ def span_from(name: str, parent: str | None, kind: SpanKind = SpanKind.CONSUMER,
         yield span
 
 
-def start_span(name: str, parent: str | None, kind: SpanKind = SpanKind.INTERNAL,
-               attributes: Mapping[str, AttributeValue] | None = None) -> Span:
+def start_span(name: str, parent: str | None, kind: SpanKind = SpanKind.INTERNAL, *,
+               attributes: Mapping[str, AttributeValue] | None = None, links: Sequence[Link] = ()) -> Span:
     """A span in the trace `parent` names that is never made current: for a generator that yields
     while the span is open (an SSE response), where attaching a context would leak it to the caller.
     The caller ends it."""
-    return _TRACER.start_span(name, context=context_of(parent), kind=kind, attributes=attributes)
+    return _TRACER.start_span(name, context=context_of(parent), kind=kind, attributes=attributes, links=links)
 
 
 def add_trace_ids(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -100,35 +101,18 @@ def add_trace_ids(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMa
     return event
 
 
-class _RouteName:
-    """Inside the ASGI server span: once the router matched, name the span after the route template
-    (`POST /sessions/{sid}/messages`), never the concrete path with its ids."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            route = getattr(scope.get("route"), "path", None)
-            span = trace.get_current_span()
-            if route and span.is_recording():
-                span.update_name(f"{scope.get('method', 'HTTP')} {route}")
-                span.set_attribute("http.route", route)
+UNOBSERVED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # probes and scrapes: no spans
 
 
-def _method_only(scope: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    return str(scope.get("method") or "HTTP"), {}
+def _unobserved(scope: MutableMapping[str, Any]) -> bool:
+    return scope.get("path") in UNOBSERVED_PATHS
 
 
-def instrument_app(app: Any) -> None:
-    """The HTTP server span of every request (OpenTelemetry's ASGI middleware, outermost), only when
-    exporting. No spans per `send`/`receive`: an SSE response sends once per event batch."""
-    if not exporting():
-        return
-    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
-
-    app.add_middleware(_RouteName)
-    app.add_middleware(OpenTelemetryMiddleware, default_span_details=_method_only,
-                       excluded_urls="healthz,readyz,metrics", exclude_spans=["receive", "send"])
+def app_telemetry() -> TelemetryConfig:
+    """`FastAPI(telemetry=...)` for every service: FastAPI's own OpenTelemetry server span per request
+    (named after the route template, `POST /sessions/{sid}/messages`, continuing an incoming
+    `traceparent`), only when exporting; none for probes and scrapes, no spans per dependency or
+    serialization step, no OpenTelemetry metrics or logs (Prometheus and structlog have those).
+    Off, FastAPI adds nothing to a request at all. An SSE response stays one span, never one per write."""
+    return {"tracing": exporting(), "metrics": False, "logs": False, "operation_spans": False,
+            "auto_configure": False, "exclude": _unobserved}

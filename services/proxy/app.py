@@ -15,7 +15,7 @@ from shared.oidc import build_verifier
 from shared.reconnect import connect_blocking
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
-from shared.tracing import instrument_app
+from shared.tracing import app_telemetry
 
 from .deps import Proxy
 from .erase import sweep_forever
@@ -64,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "workspace files, Gamma documents, events (SSE), dormant preview.",
         lifespan=service_lifespan(ctx, start, stop),
         docs_url=None, redoc_url=None,  # on the internal port (shared/internal_http.py)
+        telemetry=app_telemetry(),  # the request span (shared/tracing.py)
     )
     app.state.proxy = Proxy(settings=settings, redis=ctx.redis, broker=broker, tokens=settings.tokens(),
                             verifier=verifier,
@@ -82,7 +83,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        max_number_digits=settings.max_json_number_digits, exempt=[WORKSPACE_FILES])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(TrimAfterLargeResponses)
-    instrument_app(app)  # outermost: the request span covers every other middleware
     for module in (sessions, runs, lifecycle, ui, workspace, images, documents, events, knowledge, branches):
         app.include_router(module.router)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from opentelemetry.trace import SpanKind
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanKind
 
 from shared.tracing import start_span
 
@@ -22,6 +23,9 @@ class Deliveries:
     def __init__(self, sid: str) -> None:
         self.sid = sid
         self.last: str | None = None  # the run trace this client last got a span for
+        # Made in the events request's context: each delivery span links to that request's span.
+        request = trace.get_current_span().get_span_context()
+        self.links = [Link(request)] if request.is_valid and request.trace_flags.sampled else []
 
     def new(self, parent: str | None) -> str | None:
         """`parent` when this client has not had a span for it yet (the run's first event), else None."""
@@ -34,7 +38,7 @@ class Deliveries:
     def delivering(self, parent: str, entry_id: str, events: int) -> Iterator[None]:
         """Around the write of a batch of frames: a span in the run's trace. Never made current: the
         write is a generator's yield (shared/tracing.py `start_span`)."""
-        span = start_span(SPAN_NAME, parent, SpanKind.PRODUCER, {
+        span = start_span(SPAN_NAME, parent, SpanKind.PRODUCER, links=self.links, attributes={
             "messaging.system": "sse", "messaging.operation.type": "send",
             "messaging.destination.name": "gamma:{sid}:events", "gamma.session_id": self.sid,
             "gamma.sse.entry_id": entry_id, "messaging.batch.message_count": events})
