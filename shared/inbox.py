@@ -22,12 +22,11 @@ import structlog
 from pydantic import ValidationError
 from redis.exceptions import AskError, ConnectionError, RedisError, ResponseError, TimeoutError
 
-from . import keys, redis_cluster, topology
+from . import keys, redis_cluster, topology, tracing
 from .bus import dead_letter, ensure_group
 from .contracts.inbox import INBOX_ADAPTER, InboxMessage
 from .inbox_rings import SWEEP_INTERVAL_S, NodeRings
 from .redis_wire import text
-from .tracing import traceparent
 
 GROUP = topology.group_of(topology.INBOX_READER)
 log = structlog.get_logger()
@@ -36,10 +35,10 @@ log = structlog.get_logger()
 def traced(message: InboxMessage) -> InboxMessage:
     """`message` with the producer's trace (the current span's `traceparent`), unless it names one:
     the runtime handles the entry in that trace (one trace per prompt, docs/architecture.md
-    "Observability")."""
-    if message.traceparent is not None:
+    "Observability"). Only when tracing is on: off, the ids would lead nowhere and cost ~20 us."""
+    if message.traceparent is not None or not tracing.on():
         return message
-    parent = traceparent()
+    parent = tracing.traceparent()
     return message if parent is None else message.model_copy(update={"traceparent": parent})
 
 

@@ -3,14 +3,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import os
+import re
+import sys
 import typing
+from pathlib import Path
 
+import pytest
 import redis.asyncio as aioredis
-from opentelemetry import trace
 from structlog.testing import capture_logs
 
 from shared import keys
+from shared.contracts.base import TRACEPARENT
 from shared.contracts.deadletter import DeadLetter
 from shared.contracts.inbox import (
     Abort,
@@ -31,10 +37,10 @@ from shared.contracts.inbox import (
     UserPrompt,
 )
 from shared.contracts.injection import INJECTION_KINDS, RuntimeInjection
-from shared.inbox import GROUP, InboxReader, append, entry_fields
-from shared.tracing import configure_tracing
+from shared.inbox import GROUP, InboxReader, append
 
 SID = "s_contract"
+ROOT = str(Path(__file__).resolve().parents[2])
 PARENT = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
 
 
@@ -149,20 +155,53 @@ async def test_the_proxys_forwarded_writes_reach_the_runtimes_reader(redis_clien
     assert {type(m) for m in sent} == {UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete}
 
 
-async def test_the_producers_trace_rides_in_the_entry(redis_client: aioredis.Redis) -> None:
-    """`append` (and `entry_fields`, for producers that XADD in a script) write the current span's
-    W3C traceparent into the entry, unless the message names one; the runtime handles the entry in
-    that trace. Outside any span nothing is added."""
+# A producer process: appends inside a span (plain, naming its own traceparent, and through
+# `entry_fields` as the scripted producers do), then once outside any span.
+PRODUCER = """
+import asyncio, sys
+import redis.asyncio as aioredis
+from opentelemetry import trace
+from shared.contracts.inbox import Stop
+from shared.inbox import append, entry_fields
+from shared.tracing import configure_tracing, traceparent
+
+async def main() -> None:
     configure_tracing("contract")
+    client = aioredis.from_url(sys.argv[1])
+    sid, named = sys.argv[2], sys.argv[3]
+    with trace.get_tracer("test").start_as_current_span("request"):
+        current = traceparent()
+        await append(client, Stop(session_id=sid))
+        await append(client, Stop(session_id=sid, traceparent=named))
+        scripted = entry_fields(Stop(session_id=sid))
+    await append(client, Stop(session_id=sid))
+    print(current, Stop.model_validate_json(scripted["data"]).traceparent)
+    await client.aclose()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("exporting", [True, False])
+async def test_the_producers_trace_rides_in_the_entry(exporting: bool, redis_url: str,
+                                                      redis_client: aioredis.Redis) -> None:
+    """With tracing on, `append` and `entry_fields` write the current span's W3C traceparent into the
+    entry unless the message names one (the runtime handles the entry in that trace); outside a
+    span nothing. Off (no OTLP endpoint), nothing is added: no cost on the inbox path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    if exporting:  # sampled out, so nothing is exported to the (closed) endpoint
+        env.update(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_TRACES_SAMPLER="always_off")
     reader = InboxReader(redis_client, "runtime-contract")
     await reader.add(SID)
-    with trace.get_tracer("test").start_as_current_span("request") as span:
-        await append(redis_client, Stop(session_id=SID))
-        await append(redis_client, Stop(session_id=SID, traceparent=PARENT))
-        scripted = entry_fields(Stop(session_id=SID))
-    await append(redis_client, Stop(session_id=SID))
-    got = await reader.read(block_ms=1000)
-    context = span.get_span_context()
-    current = f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
-    assert [e.message.traceparent for e in got] == [current, PARENT, None]
-    assert Stop.model_validate_json(scripted["data"]).traceparent == current
+    producer = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PRODUCER, redis_url, SID, PARENT, env=env, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(producer.communicate(), 60)
+    assert producer.returncode == 0, err.decode()[-2000:]
+    current, scripted = out.decode().split()
+    got = [e.message.traceparent for e in await reader.read(block_ms=1000)]
+    if exporting:
+        assert re.fullmatch(TRACEPARENT, current)
+        assert got == [current, PARENT, None] and scripted == current
+    else:
+        assert got == [None, PARENT, None] and scripted == "None"
