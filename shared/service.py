@@ -33,7 +33,7 @@ from .iopool import install_io_executor
 from .metrics import StreamStats, for_registry, install_stream_stats
 from .reconnect import connect
 from .settings import Settings, load_settings
-from .tracing import configure_tracing
+from .tracing import configure_tracing, edge_app
 from .trim import trim_loop
 from .watchdog import StallWatchdog
 
@@ -241,10 +241,12 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def serve(app: FastAPI, host: str, port: int, settings: Settings | None = None) -> None:
-    """uvicorn turns SIGTERM/SIGINT into a lifespan shutdown: in-flight work finishes or stays pending."""
+def serve(app: FastAPI, host: str, port: int, settings: Settings | None = None, *, public: bool = False) -> None:
+    """uvicorn turns SIGTERM/SIGINT into a lifespan shutdown: in-flight work finishes or stays pending.
+    `public` (proxy, notifications): clients' trace headers are dropped unless trusted (shared/tracing.py)."""
     limits = settings or load_settings()
+    served = edge_app(app, limits.trace_client_context) if public else app
     # log_config=None: uvicorn's loggers propagate to the root handler (JSON lines, service bound).
     # http: httptools with a cap on the request head (431), see shared/httplimits.py.
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=20,
+    uvicorn.run(served, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=20,
                 log_config=None, http=bounded_http_protocol(limits.max_header_bytes, limits.max_headers))

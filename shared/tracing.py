@@ -112,6 +112,28 @@ def add_trace_ids(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMa
     return event
 
 
+TRACE_HEADERS = frozenset({b"traceparent", b"tracestate", b"baggage"})
+
+
+class DropClientTraceContext:
+    """Outermost ASGI layer of a public service, outside FastAPI's request span: a client's trace
+    headers are removed, so its requests start traces of ours (GAMMA_TRACE_CLIENT_CONTEXT)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and any(name in TRACE_HEADERS for name, _ in scope["headers"]):
+            scope = {**scope, "headers": [(n, v) for n, v in scope["headers"] if n not in TRACE_HEADERS]}
+        await self.app(scope, receive, send)
+
+
+def edge_app(app: Any, trust_client_context: bool) -> Any:
+    """What a public service serves: `app`, behind `DropClientTraceContext` when tracing is on and a
+    client's trace context is not trusted."""
+    return DropClientTraceContext(app) if exporting() and not trust_client_context else app
+
+
 UNOBSERVED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # probes and scrapes: no spans
 
 

@@ -18,6 +18,7 @@ from tests.support.stack import API_TOKEN, Stack
 
 ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
 TODO = {"items": [{"id": "t1", "content": "Outline the deck", "status": "complete"}]}
+CLIENT = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
 PROMPT = "script:" + json.dumps([{"content": "Planning.", "tool_calls": [{"name": "todo", "arguments": TODO}]}])
 
 
@@ -74,8 +75,9 @@ def trace_of(receiver: OtlpReceiver, sid: str) -> list[ReceivedSpan]:
 
 def test_a_prompt_with_a_tool_call_is_one_connected_trace(module_stack: Stack, receiver: OtlpReceiver) -> None:
     sid = httpx.post(module_stack.url() + "/sessions", headers=ALICE, timeout=30).json()["id"]
-    resp = httpx.post(f"{module_stack.url()}/sessions/{sid}/messages", headers=ALICE, json={"message": PROMPT},
-                      timeout=30)
+    # A client's own (sampled) trace context is not continued: the request starts a trace of ours.
+    resp = httpx.post(f"{module_stack.url()}/sessions/{sid}/messages", headers={**ALICE, "traceparent": CLIENT},
+                      json={"message": PROMPT}, timeout=30)
     assert resp.status_code == 202, resp.text
     events = read_events_until_answered(module_stack, sid)
     assert "tool_execution_end" in [e["type"] for e in events]
@@ -93,6 +95,7 @@ def test_a_prompt_with_a_tool_call_is_one_connected_trace(module_stack: Stack, r
     roots = [s for s in spans if not s.parent_span_id]
     request = one(spans, name="POST /sessions/{sid}/messages")
     assert roots == [request] and request.kind == 2  # SERVER, the one root of the trace
+    assert request.trace_id != "ab" * 16
     assert all(s.parent_span_id in ids for s in spans if s is not request)  # every parent is in the trace
 
     # proxy request -> the runtime's handling of the prompt's inbox entry -> the run
