@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fastapi.telemetry import TelemetryConfig
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Link, Span, SpanKind
 from opentelemetry.util.types import AttributeValue
@@ -101,6 +102,18 @@ def start_span(name: str, parent: str | None, kind: SpanKind = SpanKind.INTERNAL
     while the span is open (an SSE response), where attaching a context would leak it to the caller.
     The caller ends it."""
     return _TRACER.start_span(name, context=context_of(parent), kind=kind, attributes=attributes, links=links)
+
+
+@contextmanager
+def detached() -> Iterator[None]:
+    """No current span while inside: a long-lived task started here (a session's inbox loop, made
+    while its wake is handled) must not inherit the trace of the moment it was spawned, or all its
+    later work and log lines would belong to that one trace."""
+    token = otel_context.attach(otel_context.Context())
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def add_trace_ids(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

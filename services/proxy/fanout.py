@@ -27,6 +27,7 @@ from redis.asyncio.connection import Connection
 
 from shared import keys, redis_cluster
 from shared.redis_wire import text
+from shared.tracing import detached
 
 log = structlog.get_logger()
 
@@ -160,7 +161,8 @@ class EventFanout:
         shard.streams = None
         shard.changed = True
         if shard.task is None or shard.task.done():
-            shard.task = asyncio.ensure_future(self._run(shard))
+            with detached():  # shared by every subscriber: not part of the first one's request trace
+                shard.task = asyncio.ensure_future(self._run(shard))
         elif shard.blocked:
             await self._unblock(shard)
 

@@ -3,13 +3,15 @@ drop of a client's trace headers, FastAPI's telemetry settings, and one SSE deli
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from services.proxy.sse_trace import Deliveries
-from shared.tracing import DropClientTraceContext, add_trace_ids, app_telemetry, edge_app, exporting
+from shared.tracing import DropClientTraceContext, add_trace_ids, app_telemetry, detached, edge_app, exporting
 
 PARENT = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
 
@@ -76,3 +78,16 @@ def test_one_delivery_span_per_run_and_client() -> None:
     deliveries = Deliveries("s1")
     assert [deliveries.new(p) for p in (None, PARENT, PARENT, None, other, other)] == [
         None, PARENT, None, None, other, None]
+
+
+async def test_a_task_started_detached_has_no_current_span() -> None:
+    """A session's inbox loop, spawned while its wake is handled, must not live in the wake's trace."""
+    async def current_trace() -> int:
+        return trace.get_current_span().get_span_context().trace_id
+
+    with TracerProvider().get_tracer("t").start_as_current_span("wake") as span:
+        inherited = await asyncio.ensure_future(current_trace())
+        with detached():
+            alone = await asyncio.ensure_future(current_trace())
+        assert trace.get_current_span() is span
+    assert inherited == span.get_span_context().trace_id and alone == 0
