@@ -3,8 +3,8 @@ across streams, the HTTP server span, and the trace ids on log lines (docs/archi
 "Observability"; deploy/README.md "Tracing with an OTLP backend").
 
 Off by default: without `OTEL_EXPORTER_OTLP_ENDPOINT` the provider samples nothing (ALWAYS_OFF), so
-every span is a non-recording one that only carries ids, FastAPI makes no request spans, and the
-runtime stamps no `traceparent` on the events stream. On: spans go to the OTLP/HTTP exporter through
+every span is a non-recording one that only carries ids, FastAPI makes no request spans, and neither
+inbox entries nor events carry a `traceparent` (bench/tracing_cost.py measures both modes). On: spans go to the OTLP/HTTP exporter through
 a BatchSpanProcessor, sampled by the standard `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`
 (the SDK reads them, and the `OTEL_BSP_*` batch settings, itself).
 """
