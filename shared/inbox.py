@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 import structlog
 from pydantic import ValidationError
 
-from . import keys, redis_cluster, topology
+from . import keys, redis_cluster, topology, tracing
 from .bus import dead_letter, ensure_group
 from .contracts.inbox import INBOX_ADAPTER, InboxMessage
 from .inbox_rings import SWEEP_INTERVAL_S, NodeRings
@@ -30,9 +30,19 @@ GROUP = topology.group_of(topology.INBOX_READER)
 log = structlog.get_logger()
 
 
+def traced(message: InboxMessage) -> InboxMessage:
+    """`message` with the producer's trace (the current span's `traceparent`), unless it names one:
+    the runtime handles the entry in that trace (one trace per prompt, docs/architecture.md
+    "Observability"). Only when tracing is on: off, the ids would lead nowhere and cost ~20 us."""
+    if message.traceparent is not None or not tracing.on():
+        return message
+    parent = tracing.traceparent()
+    return message if parent is None else message.model_copy(update={"traceparent": parent})
+
+
 def entry_fields(message: InboxMessage) -> dict[str, str]:
     """The stream fields `append` writes (for a producer that XADDs inside a Lua script)."""
-    return {"type": message.type, "data": message.model_dump_json(by_alias=True)}
+    return {"type": message.type, "data": traced(message).model_dump_json(by_alias=True)}
 
 
 # After an XADD to KEYS[1] inside a script: ring the reader when ARGV[n] names a channel (`ring_arg`).
@@ -52,7 +62,7 @@ async def append(client: aioredis.Redis, message: InboxMessage, *, ring: bool | 
     intake). `ring` overrides the cluster default (bench/cluster_inbox.py measures without)."""
     stream = keys.inbox(message.session_id)
     channel = ring_arg(client, message.session_id) if ring is None else keys.inbox_ring(message.session_id) * ring
-    data = message.model_dump_json(by_alias=True)
+    data = traced(message).model_dump_json(by_alias=True)
     # The append is acknowledged to a client (202): on a cluster, on a replica first (redis_cluster.durable).
     # The ring follows the XADD on the same connection (no script, no MULTI: cheaper for Redis); a
     # writer that dies in between leaves the entry to the reader's sweep.

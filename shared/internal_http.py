@@ -22,6 +22,8 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from .tracing import app_telemetry
+
 
 class _Refreshable(Protocol):
     async def refresh(self) -> None: ...
@@ -45,7 +47,8 @@ async def metrics_response(ctx: Scraped) -> Response:
 
 
 def internal_app(ctx: Scraped, public: FastAPI) -> FastAPI:
-    app = FastAPI(title=f"gamma-{ctx.name} (internal)", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title=f"gamma-{ctx.name} (internal)", docs_url=None, redoc_url=None, openapi_url=None,
+                  telemetry=app_telemetry())
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -1,4 +1,5 @@
-"""structlog JSON logs; bind session_id / message_id with structlog.contextvars."""
+"""structlog JSON logs; bind session_id / message_id with structlog.contextvars. A line written
+while a span is current carries its `trace_id` and `span_id` (shared/tracing.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import logging
 import sys
 
 import structlog
+
+from .tracing import add_trace_ids
 
 
 def configure_logging(service: str, level: int = logging.INFO) -> structlog.stdlib.BoundLogger:
@@ -16,6 +19,7 @@ def configure_logging(service: str, level: int = logging.INFO) -> structlog.stdl
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[
                 structlog.contextvars.merge_contextvars,
+                add_trace_ids,
                 structlog.processors.add_log_level,
                 structlog.stdlib.add_logger_name,
                 structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -33,6 +37,7 @@ def configure_logging(service: str, level: int = logging.INFO) -> structlog.stdl
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            add_trace_ids,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,

@@ -34,6 +34,7 @@ from .iopool import install_io_executor
 from .metrics import StreamStats, for_registry, install_stream_stats
 from .reconnect import connect
 from .settings import Settings, load_settings
+from .tracing import configure_tracing, edge_app
 from .trim import trim_loop
 from .watchdog import StallWatchdog
 
@@ -98,36 +99,6 @@ def watch_disk(ctx: ServiceContext) -> DiskHealth:
                           timeout_s=ctx.settings.disk_probe_timeout_s,
                           min_free_bytes=ctx.settings.disk_min_free_bytes)
     return ctx.disk
-
-
-def configure_tracing(service: str) -> None:
-    """An SDK tracer provider, so FastStream's telemetry middleware records real spans and puts a
-    W3C `traceparent` into every published envelope: a consumer's span, and everything it publishes,
-    continue the producer's trace. Spans are exported over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT`
-    is set and the exporter package is installed; otherwise they live only as trace ids in context:
-    spans are then not recorded at all (a non-recording span still carries and propagates its trace
-    id), since building, timing and dropping a recorded span for every request, publish and consumed
-    entry cost each service ~10% of its CPU under load (bench-inject, py-spy).
-    Once per process: OpenTelemetry allows one global provider."""
-    from opentelemetry import trace
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
-
-    if isinstance(trace.get_tracer_provider(), TracerProvider):
-        return
-    exporting = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
-    provider = TracerProvider(resource=Resource.create({"service.name": f"gamma-{service}"}),
-                              sampler=None if exporting else ParentBased(ALWAYS_OFF))
-    if exporting:
-        with contextlib.suppress(ImportError):
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
-                OTLPSpanExporter,
-            )
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(provider)
 
 
 async def heartbeat(ctx: ServiceContext) -> None:
@@ -290,10 +261,12 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def serve(app: FastAPI, host: str, port: int, settings: Settings | None = None) -> None:
-    """uvicorn turns SIGTERM/SIGINT into a lifespan shutdown: in-flight work finishes or stays pending."""
+def serve(app: FastAPI, host: str, port: int, settings: Settings | None = None, *, public: bool = False) -> None:
+    """uvicorn turns SIGTERM/SIGINT into a lifespan shutdown: in-flight work finishes or stays pending.
+    `public` (proxy, notifications): clients' trace headers are dropped unless trusted (shared/tracing.py)."""
     limits = settings or load_settings()
+    served = edge_app(app, limits.trace_client_context) if public else app
     # log_config=None: uvicorn's loggers propagate to the root handler (JSON lines, service bound).
     # http: httptools with a cap on the request head (431), see shared/httplimits.py.
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=20,
+    uvicorn.run(served, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=20,
                 log_config=None, http=bounded_http_protocol(limits.max_header_bytes, limits.max_headers))

@@ -34,6 +34,11 @@ class Settings(BaseSettings):
     oidc_service_scope: str = Field("gamma.service", validation_alias="GAMMA_OIDC_SERVICE_SCOPE")
     oidc_leeway_s: float = Field(30.0, ge=0, le=300, validation_alias="GAMMA_OIDC_LEEWAY_S")
     oidc_jwks_min_refresh_s: float = Field(30.0, ge=0, validation_alias="GAMMA_OIDC_JWKS_MIN_REFRESH_S")
+    trace_client_context: bool = Field(
+        False, validation_alias="GAMMA_TRACE_CLIENT_CONTEXT",
+        description="With tracing on: continue the trace a client's `traceparent` names at the public services "
+        "(a gateway that starts traces). Off, their trace headers are dropped and each request starts a trace "
+        "sampled by our own sampler: a client cannot force sampling or choose trace ids.")
 
     proxy_port: int = Field(8000, validation_alias="GAMMA_PROXY_PORT")
     notifications_port: int = Field(8001, validation_alias="GAMMA_NOTIFICATIONS_PORT")

@@ -270,7 +270,8 @@ def asyncapi(settings: Settings | None = None) -> dict[str, Any]:
             "version": VERSION,
             "description": "Redis Streams between the five Gamma services (DESIGN.md \"Streams\"). Service-level "
             "streams carry FastStream's binary envelope (headers incl. the W3C traceparent); per-session "
-            "streams are plain XADD with a `data` field. Delivery is at-least-once, handled exactly once "
+            "streams are plain XADD with a `data` field (an inbox message names its W3C `traceparent` in its JSON, an "
+            "events entry in a `traceparent` field beside `data`). Delivery is at-least-once, handled exactly once "
             "in effect (idempotent by message id / source_id).",
         },
         "defaultContentType": "application/json",

@@ -8,6 +8,7 @@ from shared import keys
 from shared.bus import consumer_name, make_broker, start_subscriptions, subscribe_service
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
+from shared.tracing import app_telemetry
 
 from .handler import CompactionHandler, Metrics
 from .summarizer import Summarizer, make_client
@@ -35,7 +36,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await broker.stop()
         await client.close()
 
-    app = FastAPI(title="gamma-compaction", lifespan=service_lifespan(ctx, start, stop))
+    app = FastAPI(title="gamma-compaction", lifespan=service_lifespan(ctx, start, stop), telemetry=app_telemetry())
     app.state.broker = broker  # its subscriptions: subscriptions_of(app.state.broker) (tools/docs.py)
     add_health_routes(app, ctx)
     return app

@@ -13,6 +13,7 @@ from shared.contracts.lifecycle import LifecycleEvent, SessionLive
 from shared.contracts.recorded import InjectionRecorded
 from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings
+from shared.tracing import app_telemetry
 from shared.watchdog import StallWatchdog
 
 from .builder import DigestBuilder, Metrics
@@ -61,7 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def stop() -> None:
         await broker.stop()
 
-    app = FastAPI(title="gamma-digest", lifespan=service_lifespan(ctx, start, stop))
+    app = FastAPI(title="gamma-digest", lifespan=service_lifespan(ctx, start, stop), telemetry=app_telemetry())
     app.state.broker = broker  # its subscriptions: subscriptions_of(app.state.broker) (tools/docs.py)
     add_health_routes(app, ctx)
     return app

@@ -17,6 +17,7 @@ from shared.jsonlimits import JsonBodyGuard
 from shared.oidc import build_verifier
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
+from shared.tracing import app_telemetry
 
 from .connectors import ConnectorMetrics, make_connector_router
 from .delivery import Delivery, Metrics, NotificationConflict, UnknownSession
@@ -84,7 +85,8 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None =
 
     jwks_client = httpx.AsyncClient(follow_redirects=False)
     verifier = build_verifier(settings.oidc(), jwks_client)
-    app = FastAPI(title="gamma-notifications", lifespan=service_lifespan(ctx, start, stop), docs_url=None, redoc_url=None)
+    app = FastAPI(title="gamma-notifications", lifespan=service_lifespan(ctx, start, stop), docs_url=None, redoc_url=None,
+                  telemetry=app_telemetry())
     app.state.broker = broker  # its subscriptions: subscriptions_of(app.state.broker) (tools/docs.py)
     add_health_routes(app, ctx, require_all=True, internal_port=settings.notifications_metrics_port)
     app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes, verifier))

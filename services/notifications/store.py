@@ -22,7 +22,7 @@ from shared import keys, redis_cluster
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection
 from shared.contracts.notifications import ExternalNotification
-from shared.inbox import ring_arg, ring_lua
+from shared.inbox import entry_fields, ring_arg, ring_lua
 from shared.redis_wire import optional_text, text
 
 Status = Literal["pending", "delivered", "consumed"]
@@ -117,7 +117,8 @@ class NotificationStore:
                                     parts=len(injections))
         entries: list[str] = []
         for injection in injections:
-            entries += [injection.type, injection.model_dump_json(by_alias=True)]
+            fields = entry_fields(injection)  # with the intake request's trace
+            entries += [fields["type"], fields["data"]]
         # Acknowledged to the producer (202): on a cluster, on a replica first (redis_cluster.durable).
         names = [keys.notification(sid, notification.id), keys.notification_state(sid, notification.id),
                  keys.notifications_pending(sid), keys.session_row(sid), keys.lease(sid), keys.inbox(sid)]

@@ -15,6 +15,7 @@ from shared.oidc import build_verifier
 from shared.reconnect import connect_blocking
 from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings
+from shared.tracing import app_telemetry
 
 from .deps import Proxy
 from .erase import sweep_forever
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "workspace files, Gamma documents, events (SSE), dormant preview.",
         lifespan=service_lifespan(ctx, start, stop),
         docs_url=None, redoc_url=None,  # on the internal port (shared/internal_http.py)
+        telemetry=app_telemetry(),  # the request span (shared/tracing.py)
     )
     app.state.proxy = Proxy(settings=settings, redis=ctx.redis, broker=broker, tokens=settings.tokens(),
                             verifier=verifier,

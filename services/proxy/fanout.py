@@ -24,15 +24,17 @@ import structlog
 from shared import keys
 from shared.redis_wire import text
 from shared.stream_reader import StreamEntry, StreamReader
+from shared.tracing import detached
 
 log = structlog.get_logger()
 
 READ_COUNT = 200  # entries per stream per read
-Item = tuple[str, str] | None  # (entry id, event JSON); None: the subscription was closed
+# (entry id, event JSON, the traceparent of the run that made it); None: the subscription was closed
+Item = tuple[str, str, str | None] | None
 # Offered to a subscriber fed nothing for a heartbeat interval (compared by identity). One task of
 # the fan-out keeps the time for every client: a timer per wait for an event of each client cost a
 # timer handle, scheduled and cancelled, per event per client (bench-stream).
-HEARTBEAT: tuple[str, str] = ("", ": heartbeat")
+HEARTBEAT: tuple[str, str, str | None] = ("", ": heartbeat", None)
 
 
 @dataclass(eq=False)
@@ -44,7 +46,7 @@ class Subscriber:
     released: bool = False  # no longer counted for its user
     fed_at: float = field(default_factory=time.monotonic)  # when it was last offered anything
 
-    def offer(self, item: tuple[str, str]) -> None:
+    def offer(self, item: tuple[str, str, str | None]) -> None:
         if self.closed is not None:
             return
         self.fed_at = time.monotonic()
@@ -113,10 +115,11 @@ class EventFanout:
                     self._topics[sid] = topic
                     topic.subscribers.add(sub)
                     await self._reader.add(sid, text(newest[0][0]) if newest else "0-0")
-                    if self._task is None or self._task.done():
-                        self._task = asyncio.ensure_future(self._run())
-                    if self._beats is None or self._beats.done():
-                        self._beats = asyncio.ensure_future(self._beat())
+                    with detached():  # shared by every subscriber: not part of the first one's request trace
+                        if self._task is None or self._task.done():
+                            self._task = asyncio.ensure_future(self._run())
+                        if self._beats is None or self._beats.done():
+                            self._beats = asyncio.ensure_future(self._beat())
             topic.subscribers.add(sub)
         except BaseException:  # cancelled or Redis failed: nothing stays registered for it
             self.unsubscribe(sub)
@@ -191,6 +194,7 @@ class EventFanout:
             data = entry.fields.get(b"data", entry.fields.get("data"))
             if topic is None or data is None:
                 continue  # nobody is watching it any more, or not an event
-            item = (entry.entry_id, text(data))
+            parent = entry.fields.get(b"traceparent", entry.fields.get("traceparent"))
+            item = (entry.entry_id, text(data), text(parent) if parent is not None else None)
             for sub in list(topic.subscribers):
                 sub.offer(item)

@@ -14,6 +14,7 @@ from shared.bus import by_session, consumer_name, ensure_group, make_broker, pub
 from shared.model import openai_client
 from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings
+from shared.tracing import app_telemetry
 
 from .paths import sandbox_skills_dir, skills_dir
 from .prompt import VARIANTS, build_system_prompt
@@ -69,7 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             structlog.get_logger().error("worker_shutdown_timeout", sessions=list(worker.sessions))
         await broker.stop()
 
-    app = FastAPI(title="gamma-runtime", lifespan=service_lifespan(ctx, start, stop))
+    app = FastAPI(title="gamma-runtime", lifespan=service_lifespan(ctx, start, stop), telemetry=app_telemetry())
     app.state.broker = broker  # its subscriptions: subscriptions_of(app.state.broker) (tools/docs.py)
     add_health_routes(app, ctx)
 

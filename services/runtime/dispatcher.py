@@ -10,9 +10,11 @@ import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import structlog
+from opentelemetry.trace import Span
 
 from shared import keys
 from shared.bus import dead_letter
@@ -32,6 +34,7 @@ from shared.contracts.inbox import (
     UserPrompt,
 )
 from shared.inbox import InboxEntry
+from shared.tracing import span_from
 
 from .abort import RunAborter
 from .causal import CausalGate
@@ -58,6 +61,16 @@ REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, Documen
 
 
 Handler = Callable[[InboxEntry, Any], Awaitable[None]]  # a write or compaction entry's handler
+INBOX_SPAN = "gamma:{sid}:inbox process"
+
+
+def processing(entry: InboxEntry) -> AbstractContextManager[Span]:
+    """The span of handling one inbox entry, in its producer's trace (the entry's `traceparent`): a
+    run started meanwhile is a child of it, so a prompt's run continues the proxy's request trace."""
+    return span_from(INBOX_SPAN, entry.message.traceparent, attributes={
+        "messaging.system": "redis", "messaging.operation.type": "process",
+        "messaging.destination.name": "gamma:{sid}:inbox", "messaging.message.id": entry.entry_id,
+        "gamma.session_id": entry.session_id, "gamma.inbox.type": entry.message.type})
 
 
 class Recorded(Protocol):
@@ -135,7 +148,8 @@ class InboxDispatcher:
                 await self.causal_expired()  # a busy inbox must not keep a held prompt past its wait
             dequeued = time.time()
             try:
-                await self.handle_retrying(entry)
+                with processing(entry):
+                    await self.handle_retrying(entry)
                 if TRACE:
                     _trace(self.h.sid, entry, dequeued)
             except LeaseLost:
@@ -293,7 +307,8 @@ class InboxDispatcher:
         for marker in markers:
             await self.deliver_injection(marker, None)
         for entry in prompts:
-            await self.on_prompt(entry, entry.message)  # type: ignore[arg-type]
+            with processing(entry):
+                await self.on_prompt(entry, entry.message)  # type: ignore[arg-type]
 
     async def deliver_injection(self, m: Injection, entry_id: str | None) -> None:
         """An injection from the inbox, or (entry_id None) one restored at wake (an answered form)."""
@@ -326,9 +341,11 @@ class InboxDispatcher:
             fetched = await self.prompt_hook.fetch() if self.prompt_hook else None
             turn = h.protocol.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id))
             self._hook(turn, first.message, fetched)
-            h.start_run(turn)
+            with processing(first):  # the held prompt's run continues the prompt's trace
+                h.start_run(turn)
             for extra in prompts[1:]:
-                await self.on_prompt(extra, extra.message)  # type: ignore[arg-type]
+                with processing(extra):
+                    await self.on_prompt(extra, extra.message)  # type: ignore[arg-type]
         elif interrupted(h.transcript):
             h.start_run(h.protocol.take_idle() if h.protocol.take_idle_peek() else None)
         elif h.protocol.has_active_task() and h.protocol.take_idle_peek():

@@ -40,6 +40,7 @@ class Outbox:
         self.bus = bus
         self.fence = fence
         self.run_id: str | None = None  # stamped on every event while a run is active (the supervisor sets it)
+        self.traceparent: str | None = None  # the recorded run span's, likewise (never per-chunk spans)
         self._sender = sender
         self._queue = sender.queue(sid, fence)
 
@@ -50,13 +51,13 @@ class Outbox:
         non-transactional pipeline). `wait=False`: a progress event, queued (returns None at once)."""
         data = data or {}
         if not wait and also is None and _delta_only(type, data):
-            self._sender.enqueue_text(self._queue, data["delta"], self.run_id)
+            self._sender.enqueue_text(self._queue, data["delta"], self.run_id, self.traceparent)
             return None
         ev = SessionEvent(type=type, session_id=self.sid, data=data, run_id=self.run_id)
         if not wait:
-            self._sender.enqueue(self._queue, ev, also)
+            self._sender.enqueue(self._queue, ev, also, self.traceparent)
             return None
-        return await self._sender.send(self._queue, ev, also, fenced=fenced)
+        return await self._sender.send(self._queue, ev, also, fenced=fenced, parent=self.traceparent)
 
     async def reply(self, request_id: str, status: int, body: dict[str, Any], *, fenced: bool = True) -> None:
         key = keys.reply(self.sid, request_id)

@@ -46,7 +46,7 @@ from redis.exceptions import NoScriptError
 
 from shared import keys, redis_cluster
 from shared.contracts.base import now_ms
-from shared.contracts.events import SessionEvent
+from shared.contracts.events import TRACEPARENT_FIELD, SessionEvent
 from shared.redis_wire import text
 
 from .lease import LeaseLost
@@ -89,6 +89,7 @@ class Text:
     parts: list[str]
     ts: int
     run_id: str | None
+    parent: str | None = None  # the recorded run span's traceparent (shared/tracing.py)
 
 
 @dataclass(eq=False, slots=True)
@@ -97,6 +98,16 @@ class Queued:
     event: SessionEvent | None = None
     also: Also | None = None
     text: Text | None = None
+    parent: str | None = None  # the recorded run span's traceparent (shared/tracing.py)
+
+    def traceparent(self) -> str | None:
+        return self.text.parent if self.text is not None else self.parent
+
+
+def entry_fields(data: str, parent: str | None) -> dict[str, str]:
+    """An events stream entry: the event's JSON, and the traceparent of the (recorded) run that made
+    it, read by the proxy for its SSE delivery span (shared/contracts/events.py `EventEntry`)."""
+    return {"data": data} if parent is None else {"data": data, TRACEPARENT_FIELD: parent}
 
 
 def text_event_json(sid: str, text: Text) -> str:
@@ -146,24 +157,25 @@ class EventSender:
 
     # ------------------------------------------------------------ the Outbox's side
 
-    def enqueue(self, q: SessionQueue, event: SessionEvent, also: Also | None) -> None:
+    def enqueue(self, q: SessionQueue, event: SessionEvent, also: Also | None, parent: str | None = None) -> None:
         """A progress event other than streamed text: sent at once (after what is queued before it)."""
-        q.items.append(Queued(event, also))
+        q.items.append(Queued(event, also, parent=parent))
         if len(q.items) == 1:
             self._schedule(q)
 
-    def enqueue_text(self, q: SessionQueue, delta: str, run_id: str | None) -> None:
+    def enqueue_text(self, q: SessionQueue, delta: str, run_id: str | None, parent: str | None = None) -> None:
         """Streamed text (a `message_update` with only a `delta`): appended to the text queued last
         when coalescing, and sent with the next tick."""
         last = q.items[-1].text if q.items and self.period_s > 0 else None
-        if last is not None and last.run_id == run_id:
+        if last is not None and last.run_id == run_id and last.parent == parent:
             last.parts.append(delta)  # still unsent (see _take): joined once
             return
-        q.items.append(Queued(text=Text([delta], now_ms(), run_id)))
+        q.items.append(Queued(text=Text([delta], now_ms(), run_id, parent)))
         if len(q.items) == 1:
             self._schedule(q)
 
-    async def send(self, q: SessionQueue, event: SessionEvent, also: Also | None, *, fenced: bool) -> str:
+    async def send(self, q: SessionQueue, event: SessionEvent, also: Also | None, *, fenced: bool,
+                   parent: str | None = None) -> str:
         """XADD `event` after everything queued before it; returns its stream id. Not fenced
         (`fenced=False`: an announcement after giving the lease up on purpose): the queue, that
         ended holder's progress, is dropped if the lease is gone."""
@@ -179,7 +191,7 @@ class EventSender:
                     raise
                 q.items.clear()
             pipe = self.client.pipeline(transaction=False)
-            pipe.xadd(q.stream, {"data": event.model_dump_json()}, maxlen=EVENTS_MAXLEN, approximate=True)
+            pipe.xadd(q.stream, entry_fields(event.model_dump_json(), parent), maxlen=EVENTS_MAXLEN, approximate=True)
             if also is not None:
                 also(pipe)
             entry = (await pipe.execute())[0]
@@ -326,7 +338,9 @@ class EventSender:
                 else:
                     continue
                 streams.append(q.stream)
-                also = also or item.also is not None
+                # The batch script writes `data` only: an event with a command of its own or a
+                # traceparent (tracing on) goes through the pipeline.
+                also = also or item.also is not None or item.traceparent() is not None
         if not streams:
             return False
         try:
@@ -355,7 +369,8 @@ class EventSender:
             for item in batch:
                 if item.event is None and item.text is None:
                     continue
-                pipe.xadd(q.stream, {"data": next(data)}, maxlen=EVENTS_MAXLEN, approximate=True)
+                pipe.xadd(q.stream, entry_fields(next(data), item.traceparent()), maxlen=EVENTS_MAXLEN,
+                          approximate=True)
                 if item.also is not None:
                     item.also(pipe)
         await pipe.execute()

@@ -14,9 +14,11 @@ from shared.contracts.base import new_id
 from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage, UserMessage
 from shared.contracts.transcript import CustomMessageEntry, LeafEntry, MessageEntry
 from shared.disk import storage_fault
+from shared.tracing import recorded_traceparent
 
 from .ack import TRANSIENT
 from .engine.agent import Agent
+from .engine.spans import run_span
 from .events import Outbox
 from .lease import Lease, LeaseLost
 from .pending import PendingTurn
@@ -228,9 +230,21 @@ class RunSupervisor:
 
     async def run_once(self, turn: RunInput) -> RunOutcome:
         """One agent run: "stop" when the session must not run again (the lease is gone),
-        "transient" when it failed on Redis (see `recover`)."""
+        "transient" when it failed on Redis (see `recover`). In a span of its own, a child of the
+        span current when the run task started (the prompt's inbox entry); while the span is
+        recorded its traceparent rides beside every event of the run (the SSE delivery span)."""
+        run_id = self.run_id = self.last_run_id = self.h.outbox.run_id = new_id("run_")
+        with run_span(self.h.sid, run_id) as span:
+            self.h.outbox.traceparent = recorded_traceparent(span)
+            try:
+                outcome = await self._run_once(turn)
+            finally:
+                self.h.outbox.traceparent = None
+            span.set_attribute("gamma.run.outcome", outcome)
+        return outcome
+
+    async def _run_once(self, turn: RunInput) -> RunOutcome:
         outcome: RunOutcome = "done"
-        self.run_id = self.last_run_id = self.h.outbox.run_id = new_id("run_")
         try:
             with contextlib.suppress(*TRANSIENT):  # informational; the housekeeping refreshes the key
                 # Queued like a progress event: the run does not wait for it, and the end-of-run

@@ -31,6 +31,7 @@ from shared.model import reads_merged
 from shared.redis_wire import text
 from shared.settings import Settings
 from shared.tokens import TokenCounter
+from shared.tracing import detached
 from shared.trim import trim_acked, trim_all
 
 from .diskfence import DiskFence, DiskFenceBusy, FenceBehind
@@ -192,7 +193,8 @@ class Worker:
         pending = await self.reader.add(sid)  # what a dead holder read but never acked comes first
         for entry in pending:
             session.queue.put_nowait(entry)
-        session.loop_task = asyncio.ensure_future(self._session_loop(session))
+        with detached():  # each entry is handled in its own producer's trace, not the wake's
+            session.loop_task = asyncio.ensure_future(self._session_loop(session))
         log.info("session_live", session_id=sid, fence=lease.fence, claimed=len(pending))
 
     async def _session_loop(self, session: Session) -> None:

@@ -8,6 +8,9 @@ import uuid
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+# A W3C trace context header (version 00): the trace a stream entry continues (shared/tracing.py).
+TRACEPARENT = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+
 
 class Contract(BaseModel):
     """snake_case wire model (streams, HTTP bodies)."""

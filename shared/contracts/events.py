@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .base import Contract, now_ms
+from .base import TRACEPARENT, Contract, now_ms
 
 EventType = Literal[
     # Pi's engine events
@@ -44,6 +44,19 @@ class SessionEvent(Contract):
     ts: int = Field(default_factory=now_ms)
     data: dict[str, Any] = Field(default_factory=dict)
     run_id: str | None = None  # the run the event belongs to (none between runs)
+
+
+# The entry's field with the W3C traceparent of the run that made the event, present only while the
+# run is traced (recorded): the proxy continues that trace when it writes the event to an SSE client.
+TRACEPARENT_FIELD = "traceparent"
+
+
+class EventEntry(Contract):
+    """The fields of one `gamma:{sid}:events` entry: `data` is a SessionEvent (JSON), sent verbatim as
+    an SSE `data:` line; `traceparent` stays on the server side."""
+
+    data: str
+    traceparent: str | None = Field(None, pattern=TRACEPARENT)
 
 
 class MessageUserData(Contract):

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 
-from .base import Contract, new_id
+from .base import TRACEPARENT, Contract, new_id
 from .blobref import BLOB_NAME, SHA256
 from .client import PromptClientContext
 from .connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
@@ -26,6 +26,8 @@ ENTRY_ID = r"^[A-Za-z0-9_-]{1,64}$"  # a transcript entry's id
 class _InboxBase(Contract):
     id: str = Field(default_factory=lambda: new_id("m_"))
     session_id: str
+    # The trace the producer was in (W3C); the runtime handles the entry in it (shared/tracing.py).
+    traceparent: str | None = Field(None, pattern=TRACEPARENT)
 
 
 class AttachedFile(Contract):

@@ -37,6 +37,7 @@ CONTRACTS: dict[str, type[BaseModel] | TypeAdapter[Any]] = {
     "stream.inbox": inbox.INBOX_ADAPTER,
     "stream.inbox_reply": inbox.InboxReply,
     "stream.events": events.SessionEvent,
+    "stream.events_entry": events.EventEntry,
     "stream.lifecycle": lifecycle.LIFECYCLE_ADAPTER,
     "stream.artifact_changes": artifacts.ArtifactChange,
     "stream.injections_recorded": recorded.InjectionRecorded,

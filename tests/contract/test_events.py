@@ -19,6 +19,7 @@ from shared import keys
 from shared.contracts.events import (
     AuditData,
     ChecklistData,
+    EventEntry,
     EventType,
     MessageUserData,
     ModelRequestData,
@@ -119,6 +120,31 @@ async def test_the_runtime_caps_the_events_stream(redis_client: aioredis.Redis, 
     for i in range(400):
         await outbox.event("status", {"n": i})
     assert await redis_client.xlen(keys.events(SID)) < 400
+
+
+async def test_a_traced_runs_events_carry_its_traceparent_beside_the_json(redis_client: aioredis.Redis) -> None:
+    """While the run span is recorded the supervisor sets `Outbox.traceparent`: every event of the
+    run, queued progress or awaited, has it in the entry's `traceparent` field (the proxy's SSE
+    delivery span continues it); the SSE `data:` stays the event JSON alone. Without it, no field."""
+    async def no_bus(stream: str, message: BaseModel) -> None:
+        raise AssertionError("unused")
+
+    parent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    outbox = Outbox(redis_client, SID, no_bus, coalesce_s=0.01)
+    outbox.traceparent = parent
+    await outbox.event("message_update", {"delta": "a"}, wait=False)
+    await outbox.event("message_update", {"delta": "b"}, wait=False)
+    await outbox.event("status", {"status": "live", "running": True})
+    outbox.traceparent = None
+    await outbox.event("status", {"status": "live", "running": False})
+    entries = [EventEntry.model_validate({k.decode(): v.decode() for k, v in f.items()})
+               for _, f in await redis_client.xrange(keys.events(SID))]
+    assert [e.traceparent for e in entries] == [parent, parent, None]
+    assert SessionEvent.model_validate_json(entries[0].data).data == {"delta": "ab"}  # merged, one entry
+    got = await sse_events(redis_client, "0", 3)
+    assert [e.type for _, e in got] == ["message_update", "status", "status"]
+    with pytest.raises(ValueError, match="traceparent"):
+        EventEntry(data="{}", traceparent="00-not-a-trace")
 
 
 def test_invalid_event_is_rejected_with_a_clear_error() -> None:

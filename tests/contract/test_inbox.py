@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import os
+import re
+import sys
 import typing
+from pathlib import Path
 
+import pytest
 import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
 from shared import keys
+from shared.contracts.base import TRACEPARENT
 from shared.contracts.deadletter import DeadLetter
 from shared.contracts.inbox import (
     Abort,
@@ -34,6 +41,8 @@ from shared.contracts.injection import INJECTION_KINDS, RuntimeInjection
 from shared.inbox import GROUP, InboxReader, append
 
 SID = "s_contract"
+ROOT = str(Path(__file__).resolve().parents[2])
+PARENT = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
 
 
 def every_message() -> list[InboxMessage]:
@@ -72,6 +81,7 @@ def every_message() -> list[InboxMessage]:
                    request_id="r_1"),
         Rewind(session_id=SID, entry_id="a1b2c3d4"),
         Rewind(session_id=SID, entry_id="a1b2c3d4", reason="edit"),
+        Stop(session_id=SID, traceparent=PARENT),
     ]
 
 
@@ -109,6 +119,8 @@ async def test_invalid_inbox_entry_is_dead_lettered_and_reading_goes_on(redis_cl
             (await redis_client.xadd(stream, {"type": "user_prompt", "data": '{"type": "user_prompt", "session_id": "s"}'})).decode(),
             (await redis_client.xadd(stream, {"type": "teleport", "data": '{"type": "teleport", "session_id": "s"}'})).decode(),
             (await redis_client.xadd(stream, {"type": "stop", "data": b"\xff\xfe"})).decode(),
+            (await redis_client.xadd(stream, {"type": "stop", "data": '{"type": "stop", "session_id": "s", '
+                                              '"traceparent": "00-zz"}'})).decode(),
         ]
         good = Stop(session_id=SID)
         await append(redis_client, good)
@@ -118,6 +130,7 @@ async def test_invalid_inbox_entry_is_dead_lettered_and_reading_goes_on(redis_cl
     assert [d.entry_id for d in letters] == bad
     assert "message" in letters[0].error  # the missing field is named
     assert "teleport" in letters[1].error
+    assert "traceparent" in letters[3].error
     lines = [e for e in logs if e["event"] == "dead_letter"]
     assert [e["entry_id"] for e in lines] == bad
     assert all(e["log_level"] == "error" and "invalid inbox entry" in e["error"] for e in lines)
@@ -142,3 +155,55 @@ async def test_the_proxys_forwarded_writes_reach_the_runtimes_reader(redis_clien
         assert entry.message == msg
         await reader.ack(sid, entry.entry_id)
     assert {type(m) for m in sent} == {UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete}
+
+
+# A producer process: appends inside a span (plain, naming its own traceparent, and through
+# `entry_fields` as the scripted producers do), then once outside any span.
+PRODUCER = """
+import asyncio, sys
+import redis.asyncio as aioredis
+from opentelemetry import trace
+from shared.contracts.inbox import Stop
+from shared.inbox import append, entry_fields
+from shared.tracing import configure_tracing, traceparent
+
+async def main() -> None:
+    configure_tracing("contract")
+    client = aioredis.from_url(sys.argv[1])
+    sid, named = sys.argv[2], sys.argv[3]
+    with trace.get_tracer("test").start_as_current_span("request"):
+        current = traceparent()
+        await append(client, Stop(session_id=sid))
+        await append(client, Stop(session_id=sid, traceparent=named))
+        scripted = entry_fields(Stop(session_id=sid))
+    await append(client, Stop(session_id=sid))
+    print(current, Stop.model_validate_json(scripted["data"]).traceparent)
+    await client.aclose()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("exporting", [True, False])
+async def test_the_producers_trace_rides_in_the_entry(exporting: bool, redis_url: str,
+                                                      redis_client: aioredis.Redis) -> None:
+    """With tracing on, `append` and `entry_fields` write the current span's W3C traceparent into the
+    entry unless the message names one (the runtime handles the entry in that trace); outside a
+    span nothing. Off (no OTLP endpoint), nothing is added: no cost on the inbox path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    if exporting:  # sampled out, so nothing is exported to the (closed) endpoint
+        env.update(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_TRACES_SAMPLER="always_off")
+    reader = InboxReader(redis_client, "runtime-contract")
+    await reader.add(SID)
+    producer = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PRODUCER, redis_url, SID, PARENT, env=env, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(producer.communicate(), 60)
+    assert producer.returncode == 0, err.decode()[-2000:]
+    current, scripted = out.decode().split()
+    got = [e.message.traceparent for e in await reader.read(block_ms=1000)]
+    if exporting:
+        assert re.fullmatch(TRACEPARENT, current)
+        assert got == [current, PARENT, None] and scripted == current
+    else:
+        assert got == [None, PARENT, None] and scripted == "None"

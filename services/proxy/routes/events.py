@@ -33,6 +33,7 @@ from ..errors import ApiError
 from ..fanout import HEARTBEAT, EventFanout, Item, Subscriber
 from ..liveness import owned_session
 from ..rows import SessionState
+from ..sse_trace import Deliveries
 
 router = APIRouter(prefix="/sessions", tags=["events"])
 STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
@@ -68,8 +69,9 @@ def _after(entry_id: str) -> str:
     return "(" + (entry_id if "-" in entry_id else entry_id + "-0")
 
 
-async def replay(redis: aioredis.Redis, stream: str, last: str) -> AsyncIterator[tuple[str, str]]:
-    """What the stream holds after `last`, read in batches until it has no more."""
+async def replay(redis: aioredis.Redis, stream: str, last: str) -> AsyncIterator[tuple[str, str, str | None]]:
+    """What the stream holds after `last`, read in batches until it has no more: (id, event JSON,
+    the traceparent of the run that made it)."""
     while True:
         entries: Any = await redis.xrange(stream, min=_after(last), count=BATCH)
         if not entries:
@@ -77,8 +79,9 @@ async def replay(redis: aioredis.Redis, stream: str, last: str) -> AsyncIterator
         for entry_id, fields in entries:
             last = text(entry_id)
             data = fields.get(b"data", fields.get("data"))
+            parent = fields.get(b"traceparent", fields.get("traceparent"))
             if data is not None:
-                yield last, text(data)
+                yield last, text(data), text(parent) if parent is not None else None
 
 
 def _before(entry_id: str) -> str:
@@ -143,9 +146,15 @@ async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, use
             log.info("sse_history_reset", session_id=sid, last_event_id=start, resume=reset)
             yield reset_frame(sid, reset, start)
             last = reset
-        async for entry_id, data in replay(redis, stream, last):
+        traces = Deliveries(sid)
+        async for entry_id, data, parent in replay(redis, stream, last):
             last = entry_id
-            yield sse_frame(entry_id, data)
+            fresh = traces.new(parent) if parent is not None else None
+            if fresh is None:
+                yield sse_frame(entry_id, data)
+            else:
+                with traces.delivering(fresh, entry_id, 1):
+                    yield sse_frame(entry_id, data)
         sent = parse_id(last)
         while True:
             # No timer of its own: the fan-out offers a heartbeat when nothing came for an interval.
@@ -156,9 +165,12 @@ async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, use
                     return
                 yield b": heartbeat\n\n"  # also how a client that went away is noticed
                 continue
-            frames, sent, closed = _drain(sub, item, sent)
-            if frames:
+            frames, sent, closed, parent, count = _drain(sub, item, sent, traces)
+            if frames and parent is None:
                 yield frames
+            elif frames and parent is not None:
+                with traces.delivering(parent, text_id(sent), count):
+                    yield frames
             if closed:
                 log.info("sse_stream_closed", session_id=sid, reason=sub.closed)
                 yield f": closed ({sub.closed})\n\n".encode()
@@ -167,20 +179,31 @@ async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, use
         fanout.unsubscribe(sub)
 
 
-def _drain(sub: Subscriber, item: Item, sent: tuple[int, int]) -> tuple[bytes, tuple[int, int], bool]:
+def text_id(at: tuple[int, int]) -> str:
+    return f"{at[0]}-{at[1]}"
+
+
+Drained = tuple[bytes, tuple[int, int], bool, str | None, int]
+
+
+def _drain(sub: Subscriber, item: Item, sent: tuple[int, int], traces: Deliveries) -> Drained:
     """`item` and everything already queued behind it as one write (the entries of one fan-out read
     arrive together: one send to the client each, not one per entry); entries the replay already
-    sent are skipped by id. Returns (frames, the last id sent, closed)."""
+    sent are skipped by id. Returns (frames, the last id sent, closed, the traceparent of a run
+    this client gets events of for the first time, the number of events)."""
     frames: list[bytes] = []
+    fresh: str | None = None
     while True:
         if item is None:
-            return b"".join(frames), sent, True
-        entry_id, data = item
+            return b"".join(frames), sent, True, fresh, len(frames)
+        entry_id, data, parent = item
         if item is not HEARTBEAT and (at := parse_id(entry_id)) > sent:
             sent = at
             frames.append(sse_frame(entry_id, data))
+            if parent is not None:
+                fresh = traces.new(parent) or fresh
         if sub.queue.empty():
-            return b"".join(frames), sent, False
+            return b"".join(frames), sent, False, fresh, len(frames)
         item = sub.queue.get_nowait()
 
 

@@ -29,6 +29,7 @@ from shared.contracts.messages import (
 from shared.disk import storage_fault
 from shared.trusted_blocks import render
 
+from .spans import record_tool, tool_span
 from .types import AgentContext, AgentEvent, Emit, LoopConfig, Tool, ToolContext, ToolOutcome
 
 TOOL_ABORT_GRACE_S = 1.0  # how long running tools may take to end on the abort signal before a cancel
@@ -127,6 +128,12 @@ async def _execute_batch(
             "toolCallId": call.id, "toolName": call.name, "args": call.arguments}))
 
     async def one(call: ToolCall) -> ToolOutcome:
+        with tool_span(call.name, call.id) as span:
+            outcome = await run_one(call)
+            record_tool(span, outcome.is_error)
+            return outcome
+
+    async def run_one(call: ToolCall) -> ToolOutcome:
         if call.id in preset:
             return preset[call.id]
         tool = tools.get(call.name)

@@ -33,6 +33,7 @@ from shared.tokens import TokenCounter, message_images, refs_tokens, shared_pref
 from .chat_api import ChatApi
 from .model_api import ModelApi, ModelSettings, StreamError
 from .responses_api import RETRYABLE_CODES, ResponsesApi
+from .spans import model_span, record_reply
 from .sse import ReadGate
 from .types import AgentContext, AgentEvent, Emit, Tool
 
@@ -149,9 +150,11 @@ class OpenAIStream:
             self._prefix_hash = (names, prefix_hash(static, context.tools))
         start = AssistantMessage(model=self.settings.model, api=api.name)
         await emit(AgentEvent(type="message_start", data={"message": start.model_dump(by_alias=True)}))
-        message, attempts = await self._attempts(api, body, emit, signal)
-        if message.stop_reason == "aborted" and not (message.usage.input or message.usage.output):
-            message.usage = estimated_usage(self.last_prompt_tokens, self.counter.count(message.text()))
+        with model_span(self.settings.model, api.name) as span:
+            message, attempts = await self._attempts(api, body, emit, signal)
+            if message.stop_reason == "aborted" and not (message.usage.input or message.usage.output):
+                message.usage = estimated_usage(self.last_prompt_tokens, self.counter.count(message.text()))
+            record_reply(span, message, attempts)
         u = message.usage
         await emit(AgentEvent(type="model_request", data=ModelRequestData(
             prefix_sha256=self._prefix_hash[1], prompt_tokens=self.last_prompt_tokens, image_tokens=images,
