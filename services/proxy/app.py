@@ -77,6 +77,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def _replay(_: object, exc: Replay) -> Response:
         return replay_response(exc.record)
 
+    _mount(app, settings)
+    return app
+
+
+def _mount(app: FastAPI, settings: Settings) -> None:
+    """The request guards (outermost last) and the routes."""
     # Innermost: it sees the response the route answered (error handlers included), before the trim.
     app.add_middleware(IdempotencyRecorder)
     # Inside BodyLimit (added later = outer): file contents are opaque bytes, not JSON.
@@ -92,4 +98,3 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return app

@@ -79,12 +79,10 @@ class Worker:
         self.skills = skills
         self.static_prefix = static_prefix(skills)  # the same for every session: built once, not per wake
         # Every session's events: one owner of their order, one pipeline per coalescing window (sender.py).
-        self.sender = EventSender(client, settings.delta_coalesce_ms / 1000,
-                                  min_period_s=settings.delta_coalesce_min_ms / 1000,
-                                  sends_per_s=settings.delta_sends_per_s)
-        # Model streams read once per tick, just before it (sender.py): only where one read returns
-        # all that arrived (aiohttp, the in-process scripted model), else a gated httpx stream would
-        # fall behind at one HTTP chunk per tick.
+        self.sender = EventSender(client, settings.delta_coalesce_ms / 1000, sends_per_s=settings.delta_sends_per_s,
+                                  min_period_s=settings.delta_coalesce_min_ms / 1000)
+        # Model streams read once per tick, just before it (sender.py): only where one read returns all
+        # that arrived (aiohttp, the in-process scripted model); a gated httpx stream would fall behind.
         self.read_gate = self.sender if settings.delta_coalesce_ms > 0 and reads_merged(model_client) else None
         self.images = ImageCollector(settings.images_gc_grace_s, registry)
         if registry is not None:

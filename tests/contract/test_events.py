@@ -130,7 +130,7 @@ async def test_a_traced_runs_events_carry_its_traceparent_beside_the_json(redis_
         raise AssertionError("unused")
 
     parent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
-    outbox = Outbox(redis_client, SID, no_bus, coalesce_s=0.01)
+    outbox = Outbox(EventSender(redis_client, 0.01), SID, no_bus)
     outbox.traceparent = parent
     await outbox.event("message_update", {"delta": "a"}, wait=False)
     await outbox.event("message_update", {"delta": "b"}, wait=False)
