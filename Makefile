@@ -33,11 +33,11 @@ test: $(STAMP) $(NODE_STAMP)
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared services tools tests bench
+	$(BIN)/ruff check shared services scripted tools tests bench
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy shared services tools
+	$(BIN)/mypy shared services scripted tools
 
 schemas: $(STAMP)
 	$(BIN)/python -m shared.contracts.schemas tests/contract/schemas

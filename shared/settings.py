@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     digest_port: int = Field(8003, validation_alias="GAMMA_DIGEST_PORT")
     compaction_port: int = Field(8004, validation_alias="GAMMA_COMPACTION_PORT")
     host: str = Field("127.0.0.1", validation_alias="GAMMA_HOST")
+    # The skills the runtime loads and the sandbox mounts (services/runtime/paths.py); unset: <repo>/skills.
+    skills_dir: Path | None = Field(None, validation_alias="GAMMA_SKILLS_DIR")
 
     idle_s: float = Field(300.0, validation_alias="GAMMA_IDLE_S")
     lease_ms: int = Field(10_000, validation_alias="GAMMA_LEASE_MS")
@@ -146,6 +148,10 @@ class Settings(BaseSettings):
     # (engine/sse.py); with `httpx` the streams are read chunk by chunk, ungated (bench/stream_micro.py).
     model_http: Literal["aiohttp", "httpx"] = Field("aiohttp", validation_alias="GAMMA_MODEL_HTTP")
     model_max_connections: int = Field(4096, ge=1, le=100_000, validation_alias="GAMMA_MODEL_MAX_CONNECTIONS")
+    # Where the runtime and the compaction service get their model client (shared/model.py
+    # `model_client`): `module:function`, a ModelFactory; empty = the OpenAI client (OPENAI_API_KEY).
+    # The dev/test launchers (services/stack.py, tests/support/stack.py) name the scripted model's.
+    model_factory: str = Field("", max_length=200, pattern=r"^([\w.]+:\w+)?$", validation_alias="GAMMA_MODEL_FACTORY")
     # --- trusted transport (docs/architecture.md "Trust boundaries"): the role the harness's injections
     # and anchors are sent with. `developer`: a channel user text cannot imitate; `user`: for servers or
     # models that reject the developer role (reserved tags in user text and tool output are neutralised
@@ -166,21 +172,7 @@ class Settings(BaseSettings):
     attachments_max: int = Field(10, ge=0, le=100, validation_alias="GAMMA_ATTACHMENTS_MAX")
     attachments_max_bytes: int = Field(40 * 1024 * 1024, ge=1024, validation_alias="GAMMA_ATTACHMENTS_MAX_BYTES")
 
-    # --- streaming at scale (issue 20): the scripted model's timing (off by default: instant replies in
-    # 64-character chunks) and the runtime's coalescing of streamed text deltas.
-    # `fast_gpt`: a fast current GPT model (400 ms to the first token, 80 tokens/s, 3 ms jitter); the
-    # three numbers below override the profile's when set. With a rate, every chunk carries one token.
-    scripted_profile: Literal["instant", "fast_gpt"] = Field("instant", validation_alias="GAMMA_SCRIPTED_PROFILE")
-    scripted_ttft_ms: float | None = Field(None, ge=0, le=60_000, validation_alias="GAMMA_SCRIPTED_TTFT_MS")
-    scripted_tokens_per_s: float | None = Field(None, ge=0, le=100_000,
-                                                validation_alias="GAMMA_SCRIPTED_TOKENS_PER_S")
-    scripted_jitter_ms: float | None = Field(None, ge=0, le=10_000, validation_alias="GAMMA_SCRIPTED_JITTER_MS")
-    # Bench only: `@ts@` in a streamed chunk becomes its emit time (time.time(), 6 decimals), so a
-    # client can measure what the harness adds between the model's chunk and its screen.
-    scripted_stamp: bool = Field(False, validation_alias="GAMMA_SCRIPTED_STAMP")
-    # `make run` without OPENAI_API_KEY: serve the scripted model from its own process on this port
-    # (services/runtime/scripted_server.py), as a provider is, instead of inside each runtime; 0 = inside.
-    scripted_server_port: int = Field(0, ge=0, le=65535, validation_alias="GAMMA_SCRIPTED_SERVER_PORT")
+    # --- streaming at scale: the runtime's coalescing of streamed text deltas.
     # Streamed text deltas of a session queued within this window go out as one event (one XADD),
     # and the runtime sends the windows of all its sessions in one pipeline per window (ticker.py);
     # 0: one event per delta (each its own XADD, pipelined with whatever else is queued). 30 ms at
@@ -256,6 +248,11 @@ class Settings(BaseSettings):
     # user's next wake. An unknown type fails at start, not silently at the first notification.
     urgent_notification_types: str = Field("", validation_alias="GAMMA_URGENT_NOTIFICATION_TYPES")
 
+    @field_validator("skills_dir", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: object) -> object:
+        return value or None
+
     @field_validator("urgent_notification_types")
     @classmethod
     def _known_types(cls, value: str) -> str:
@@ -306,7 +303,7 @@ class Settings(BaseSettings):
 
     @property
     def openai_endpoint(self) -> bool:
-        """OpenAI itself (or the offline scripted model, which plays it), not another compatible server."""
+        """OpenAI itself (or a model factory's client that plays it, offline), not another compatible server."""
         base = (self.openai_base_url or "").strip()
         return not base or "://api.openai.com" in base
 
@@ -330,10 +327,7 @@ class Settings(BaseSettings):
             return self.trusted_role
         return "developer" if api == "responses" or self.openai_endpoint else "user"
 
-    @property
-    def scripted(self) -> bool:
-        return not self.openai_api_key
-
 
 def load_settings() -> Settings:
     return Settings()
+

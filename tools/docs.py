@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from faststream import FastStream
 from faststream.redis import RedisBroker, StreamSub
 from faststream.specification import AsyncAPI
 from pydantic import BaseModel, TypeAdapter
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from shared import keys, topology
 from shared.bus import subscriptions_of
@@ -58,17 +58,21 @@ class Recorded:
     model: Any
 
 
+class _Defaults(Settings):
+    """Settings from the defaults and the arguments only, never the environment."""
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
 def default_settings() -> Settings:
-    """Settings from the defaults only: the documents must not depend on who runs `make docs`."""
-    names: set[str] = set()
-    for f in Settings.model_fields.values():
-        alias = f.validation_alias
-        names.update([alias] if isinstance(alias, str) else getattr(alias, "choices", []))
-    saved = {n: os.environ.pop(n) for n in list(os.environ) if n in names}
-    try:
-        return Settings()
-    finally:
-        os.environ.update(saved)
+    """Settings from the defaults only: the documents must not depend on who runs `make docs`. The apps
+    are built, never run: a placeholder key gives them a model client that is never called."""
+    return _Defaults(OPENAI_API_KEY="unused-by-docs")
 
 
 def service_subscriptions(settings: Settings | None = None) -> list[Recorded]:

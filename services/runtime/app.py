@@ -11,14 +11,13 @@ from pydantic import BaseModel
 
 from shared import topology
 from shared.bus import by_session, consumer_name, ensure_group, make_broker, publish, subscribe
-from shared.model import openai_client
+from shared.model import model_client
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 
 from .paths import sandbox_skills_dir, skills_dir
 from .prompt import VARIANTS, build_system_prompt
 from .sandbox import describe, export_metric, select_sandbox
-from .scripted import ScriptedGamma
 from .skills import load_skills
 from .worker import Worker
 
@@ -37,12 +36,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ctx.details["sandbox"] = describe(sandbox)
     export_metric(ctx.registry, sandbox)
     prompts: dict[str, str] = {v: build_system_prompt(v, skills) for v in VARIANTS}
-    model_client = openai_client(settings, ScriptedGamma(skills), max_retries=0)
 
     async def bus(stream: str, message: BaseModel) -> None:
         await publish(broker, stream, message)
 
-    worker = Worker(settings, ctx.redis, model_client, skills, prompts, bus, consumer_name("runtime"),
+    worker = Worker(settings, ctx.redis, model_client(settings, "agent"), skills, prompts, bus, consumer_name("runtime"),
                     registry=ctx.registry)
 
     (wake,) = topology.consumptions("runtime")

@@ -76,9 +76,9 @@ class Worker:
         self.ticker = DeltaTicker(client, settings.delta_coalesce_ms / 1000, min_period_s=settings.delta_coalesce_min_ms / 1000,
                                   sends_per_s=settings.delta_sends_per_s)
         # Model streams read once per tick, just before it (ticker.py): only where one read returns
-        # all that arrived (aiohttp, the in-process scripted model), else a gated httpx stream would
+        # all that arrived (GAMMA_MODEL_HTTP=aiohttp), else a gated httpx stream would
         # fall behind at one HTTP chunk per tick.
-        self.read_gate = self.ticker if settings.delta_coalesce_ms > 0 and reads_merged(model_client) else None
+        self.read_gate = self.ticker if settings.delta_coalesce_ms > 0 and reads_merged(settings) else None
         if registry is not None:
             metrics.track_active_leases(registry, lambda: len(self.sessions))
 

@@ -43,7 +43,7 @@ def test_a_long_function_fails_and_a_short_one_passes(tmp_path: Path) -> None:
 def test_library_and_service_modules_stay_small() -> None:
     sizes = {
         str(p.relative_to(ROOT)): len(p.read_text().splitlines())
-        for root in ("shared", "services") for p in (ROOT / root).rglob("*.py")
+        for root in ("shared", "services", "scripted") for p in (ROOT / root).rglob("*.py")
     }
     too_long = {name: n for name, n in sizes.items() if n > MAX_FILE_LINES and name not in TO_SPLIT}
     assert not too_long, f"split these modules (over {MAX_FILE_LINES} lines): {too_long}"

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from services.compaction.reading import parse_request
+from scripted.reading import parse_request
 from shared import scripted_responses
 from shared.neutralise import neutralise
 from shared.reserved_tags import RESERVED_TAG_RE

@@ -32,12 +32,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from services.runtime.engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX
+from services.runtime.skills import Skill
 from shared.contracts.injection import INJECTION_KINDS
-from shared.model import ScriptedError, ScriptedReply, ScriptedToolCall
 
-from .engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX
-from .scripted_workflows import AUDIT_MARK, Policy, reply_for
-from .skills import Skill
+from .types import ScriptedError, ScriptedReply, ScriptedToolCall
+from .workflows import AUDIT_MARK, Policy, reply_for
 
 TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
         "run_aborted", "session_rewound")

@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.model import ScriptedReply, ScriptedToolCall
+from services.runtime.skills import Skill
 
-from .skills import Skill
+from .types import ScriptedReply, ScriptedToolCall
 
 POLICY_PREFIX = "eval-policy:"
 AUDIT_MARK = "Completion audit:"

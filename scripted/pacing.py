@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from .settings import Settings
+from .settings import ScriptedSettings
 
 TOKEN_CHARS = 4  # ~ one token of English text
 STAMP = b"@ts@"  # replaced by the chunk's emit time when `stamp` is on (bench only)
@@ -33,12 +33,12 @@ class Timing:
     stamp: bool = False
 
     @classmethod
-    def from_settings(cls, s: Settings) -> Timing:
-        ttft, rate, jitter = PROFILES[s.scripted_profile]
-        return cls(ttft_s=(s.scripted_ttft_ms if s.scripted_ttft_ms is not None else ttft) / 1000,
-                   tokens_per_s=s.scripted_tokens_per_s if s.scripted_tokens_per_s is not None else rate,
-                   jitter_s=(s.scripted_jitter_ms if s.scripted_jitter_ms is not None else jitter) / 1000,
-                   stamp=s.scripted_stamp)
+    def from_settings(cls, s: ScriptedSettings) -> Timing:
+        ttft, rate, jitter = PROFILES[s.profile]
+        return cls(ttft_s=(s.ttft_ms if s.ttft_ms is not None else ttft) / 1000,
+                   tokens_per_s=s.tokens_per_s if s.tokens_per_s is not None else rate,
+                   jitter_s=(s.jitter_ms if s.jitter_ms is not None else jitter) / 1000,
+                   stamp=s.stamp)
 
     @property
     def active(self) -> bool:
