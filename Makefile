@@ -44,6 +44,7 @@ schemas: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/python -m tools.docs docs
+	$(BIN)/python -m scripted.settings
 
 bench-bus: $(STAMP)
 	$(BIN)/python bench/bus.py

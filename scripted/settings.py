@@ -36,3 +36,11 @@ class ScriptedSettings(BaseSettings):
                                                   "bench-compaction).")
     compaction_failures: int = Field(0, ge=0, validation_alias="GAMMA_COMPACTION_SCRIPTED_FAILURES",
                                      description="The scripted summarizer's first this many calls answer 503.")
+
+
+if __name__ == "__main__":  # `make docs`: scripted/README.md's settings table
+    from pathlib import Path
+
+    from tools.settings_table import update
+
+    update(Path(__file__).with_name("README.md"), "scripted-settings", ScriptedSettings)

@@ -105,7 +105,8 @@ def configure_tracing(service: str) -> None:
 
     if isinstance(trace.get_tracer_provider(), TracerProvider):
         return
-    exporting = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    # The OpenTelemetry SDK's own standard variable (its exporter reads it too): not a Gamma setting.
+    exporting = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))  # noqa: TID251
     provider = TracerProvider(resource=Resource.create({"service.name": f"gamma-{service}"}),
                               sampler=None if exporting else ParentBased(ALWAYS_OFF))
     if exporting:

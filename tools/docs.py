@@ -9,6 +9,7 @@
   names, plain XADD), and `gamma:deadletter`.
 - `openapi.json` (the proxy) and `openapi-notifications.json`: FastAPI's own documents; then the
   TypeScript client's types from `openapi.json` (tools/client_types.py).
+- the README's "Configuration" table, from shared/settings.py's Settings (tools/settings_table.py).
 
 Output is deterministic, so a test can regenerate and compare with the committed files.
 """
@@ -35,9 +36,10 @@ from shared.bus import subscriptions_of
 from shared.contracts import deadletter, events, inbox, lifecycle
 from shared.settings import Settings
 from shared.topology import EXTERNAL, INBOX_MEMBERS, INBOX_PRODUCERS, PUBLICATIONS, SERVICES
-from tools import client_types
+from tools import client_types, settings_table
 
 TITLE = "Gamma harness streams"
+README = Path(__file__).resolve().parents[1] / "README.md"
 VERSION = "0.1.0"
 REDIS_SERVER = "redis://localhost:6379"
 
@@ -308,6 +310,8 @@ if __name__ == "__main__":
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs")
     for p in write(target):
         print(p)
+    if settings_table.update(README, "settings", Settings):
+        print(README.relative_to(README.parent))
     if client_types.available():
         client_types.generate(target / "openapi.json", client_types.TYPES)
         print(client_types.TYPES.relative_to(client_types.ROOT))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 import structlog
 from fastapi import FastAPI
@@ -28,9 +27,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("runtime", settings)
     broker = make_broker(settings.redis_url, ctx.registry, "runtime")
-    directory = skills_dir()
-    os.environ.setdefault("GAMMA_SKILLS_DIR", str(directory))  # the gml CLI in skills finds itself
-    skills = load_skills(directory)
+    skills = load_skills(skills_dir(settings))  # every sandbox layer passes the directory to commands
     # Probe the sandbox layers now (logged; /readyz details; gamma_sandbox_layer): sessions reuse the choice.
     sandbox = select_sandbox(settings, sandbox_skills_dir())
     ctx.details["sandbox"] = describe(sandbox)

@@ -172,7 +172,8 @@ class Session:
         self.rewinder = Rewinder(self)
         handlers[Rewind] = self.rewinder.on_rewind
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
-                                          deps.client, deps.request_close, knowledge, self.aborts)
+                                          deps.client, deps.request_close, knowledge, self.aborts,
+                                          trace=deps.settings.trace_inbox)
         self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
         self.dispatcher.causal = self.causal
         config.get_steering = causal_steering(self.causal, config.get_steering, self.deliver_injection)
