@@ -1,4 +1,4 @@
-"""`make bench-stream`: streaming at scale, from the model's chunk to the client's screen (issue 20).
+"""`make bench-stream`: streaming at scale, from the model's chunk to the client's screen (docs/architecture.md "Streaming at scale").
 
 For each load (200, 500, 1,000 concurrent sessions by default), on one runtime worker and one proxy:
 every session is woken by a first prompt, then gets an SSE reader (asyncio httpx, many per child

@@ -1,4 +1,4 @@
-"""The runtime's CPU per streamed token, model side only (issue 20): `python bench/stream_micro.py`.
+"""The runtime's CPU per streamed token, model side only (docs/architecture.md "Streaming at scale"): `python bench/stream_micro.py`.
 
 N concurrent model calls (the bench-stream answer: 400 text tokens at 80 tokens/s, 400 ms to the
 first token, one message_user call) read by the runtime's own stream reader (ResponsesApi.consume /

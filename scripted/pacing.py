@@ -1,6 +1,6 @@
-"""The scripted model's timing: time to first token, tokens per second, jitter (issue 20).
+"""The scripted model's timing: time to first token, tokens per second, jitter (docs/architecture.md "Streaming at scale").
 
-Off by default (every chunk at once, as before). With a rate, text and tool-call arguments are cut
+Off by default (every chunk at once). With a rate, text and tool-call arguments are cut
 into one token (TOKEN_CHARS characters) per chunk and sent on a schedule: the first token after the
 time to first token, then one every 1/rate seconds with a uniform jitter. The schedule is absolute
 (a late wake-up sends what is due without sleeping again), so a loaded event loop does not slow the

@@ -126,7 +126,7 @@ class Settings(BaseSettings):
     sandbox_max_open_files: int = Field(256, validation_alias="GAMMA_SANDBOX_MAX_OPEN_FILES",
         description="Open files per process of a sandboxed call.")
 
-    # --- hostile-input limits (issue 23); each area appends its own settings below its own heading.
+    # --- hostile-input limits (docs/architecture.md "Limits on hostile input"); each area appends its own settings below its own heading.
 
     openai_api_key: str | None = Field(None, validation_alias="OPENAI_API_KEY",
         description="The model server's key; unset: no model unless `GAMMA_MODEL_FACTORY` names one (the launchers "
@@ -158,7 +158,7 @@ class Settings(BaseSettings):
     instance: str = Field("", validation_alias=AliasChoices("GAMMA_INSTANCE", "HOSTNAME"),
         description="This replica's name in its consumer names (the pod name, `HOSTNAME`); unset: the host name.")
 
-    # --- quotas and stream growth (issue 23 item 9)
+    # --- quotas and stream growth (docs/architecture.md "Limits on hostile input")
     # Sessions one user may own (a deleted session no longer counts).
     max_sessions_per_user: int = Field(1000, ge=1, validation_alias="GAMMA_MAX_SESSIONS_PER_USER",
         description="Sessions one user may own (403 past it; a deleted session no longer counts).")
@@ -184,7 +184,7 @@ class Settings(BaseSettings):
     # Content blobs (.blobs) older than this are orphans (their change was never published).
     blob_orphan_s: float = Field(3600.0, gt=0, validation_alias="GAMMA_BLOB_ORPHAN_S",
         description="Age after which an unclaimed content blob (its change never published) is removed (seconds).")
-    # --- UI documents (issue 23 item 6): one Yjs update, the merged document's encoded size, and the
+    # --- UI documents (docs/architecture.md "Limits on hostile input"): one Yjs update, the merged document's encoded size, and the
     # JSON values in its snapshot. Hit: 413 (bytes) / 422 (items). The document cap also bounds the
     # nesting pycrdt's JSON export recurses through (see shared/uidoc.py), hence its upper bound.
     ui_max_update_bytes: int = Field(256 * 1024, ge=1024, validation_alias="GAMMA_UI_MAX_UPDATE_BYTES",
@@ -195,7 +195,7 @@ class Settings(BaseSettings):
                     "export recurses through.")
     ui_max_items: int = Field(5000, ge=100, validation_alias="GAMMA_UI_MAX_ITEMS",
         description="JSON values in a UI document's snapshot (422).")
-    # --- request intake limits (issue 23 items 5 and 8): JSON bodies and request heads, proxy and
+    # --- request intake limits (docs/architecture.md "Limits on hostile input"): JSON bodies and request heads, proxy and
     # notifications. The depth stays well under pydantic's own parser limit (200), which the runtime
     # meets again when it reads a body wrapped in its inbox entry.
     max_json_depth: int = Field(64, ge=2, le=150, validation_alias="GAMMA_MAX_JSON_DEPTH",
@@ -208,7 +208,7 @@ class Settings(BaseSettings):
         description="Request line plus header fields, in bytes, on every service port (431, connection closed).")
     max_headers: int = Field(100, ge=10, validation_alias="GAMMA_MAX_HEADERS",
         description="Header fields per request on every service port (431, connection closed).")
-    # --- issue 23 (streams): SSE fan-out, transcript paging, internal metrics ports.
+    # --- streams (docs/architecture.md "Limits on hostile input"): SSE fan-out, transcript paging, internal metrics ports.
     # Open event streams per user and proxy process (429 past it); entries queued for one SSE client
     # before it counts as too slow and is closed (it resumes with Last-Event-ID).
     sse_max_streams_per_user: int = Field(16, ge=1, validation_alias="GAMMA_SSE_MAX_STREAMS_PER_USER",
@@ -226,11 +226,11 @@ class Settings(BaseSettings):
         description="The proxy's internal port: `/metrics`, `/docs` (not on the public port).")
     notifications_metrics_port: int = Field(8101, validation_alias="GAMMA_NOTIFICATIONS_METRICS_PORT",
         description="The notifications service's internal port: `/metrics`, `/docs` (not on the public port).")
-    # --- agent command sandbox (issue 15): size of the private /tmp and HOME of a sandboxed command.
+    # --- agent command sandbox (README "Security"): size of the private /tmp and HOME of a sandboxed command.
     sandbox_tmp_bytes: int = Field(64 * 1024 * 1024, validation_alias="GAMMA_SANDBOX_TMP_BYTES",
         description="Size of a sandboxed command's private `/tmp` and `HOME` (bwrap).")
 
-    # --- model APIs (issue 18): Responses or Chat Completions, output cap, retries of 429/5xx.
+    # --- model APIs (README "Models"): Responses or Chat Completions, output cap, retries of 429/5xx.
     # Unset: `responses` for OpenAI itself (no OPENAI_BASE_URL, or api.openai.com), `chat` otherwise.
     model_api: Literal["responses", "chat"] | None = Field(None, validation_alias="GAMMA_MODEL_API",
         description="The model API of new sessions (`responses` or `chat`); unset: `responses` for OpenAI itself (no "
@@ -320,7 +320,7 @@ class Settings(BaseSettings):
                     "between the two above (the full window from 135 streaming sessions, kept while they end); 0 = "
                     "always `GAMMA_DELTA_COALESCE_MS`.")
     # `make run`: runtime worker processes (they share the sessions by lease); 0 = one per CPU core.
-    # One worker's event loop is the bottleneck of a saturated stack (bench-e2e, issue 20).
+    # One worker's event loop is the bottleneck of a saturated stack (bench-e2e, docs/architecture.md "Streaming at scale").
     runtime_workers: int = Field(0, ge=0, le=64, validation_alias="GAMMA_RUNTIME_WORKERS",
         description="Runtime worker processes `make run` starts; the second listens on `GAMMA_RUNTIME_PORT` + 10, the"
                     " third + 20, ... (compose: `deploy.replicas` of `runtime`, 2).")
@@ -329,7 +329,7 @@ class Settings(BaseSettings):
     runtime_wakes_at_once: int = Field(8, ge=1, le=256, validation_alias="GAMMA_RUNTIME_WAKES_AT_ONCE",
         description="Wakes a runtime worker reads and handles at once (`services/runtime/app.py`): a wake mostly "
                     "waits (lease, disk fence, restore), so one at a time queued a burst.")
-    # --- dormant sessions in Redis (issue 19 item 3) ---
+    # --- dormant sessions in Redis (docs/integration.md "Dormant sessions in Redis") ---
     # How long a dormant session's events stream (SSE replay) and drained inbox stay in Redis; after
     # it only the session row, its fence, and the user's index (plus digest/notification state) remain.
     dormant_retention_s: float = Field(300.0, ge=0.0, le=7 * 24 * 3600, validation_alias="GAMMA_DORMANT_RETENTION_S",
@@ -350,7 +350,7 @@ class Settings(BaseSettings):
     snapshot_max_records: int = Field(2000, ge=10, validation_alias="GAMMA_SNAPSHOT_MAX_RECORDS",
         description="Per session: workspace snapshots past this many records are pruned, oldest first (to 80% of the "
                     "limit).")
-    # --- Redis Cluster (issue 19 items 1, 5): read where the clients are built (shared/redis_cluster.py),
+    # --- Redis Cluster (README "Redis Cluster"; 5): read where the clients are built (shared/redis_cluster.py),
     # declared here for the settings table and the deploy checks.
     # Unset: REDIS_URL's node is asked `INFO cluster` at start-up; 1 forces a cluster client, 0 a single one.
     redis_cluster: bool | None = Field(None, validation_alias="GAMMA_REDIS_CLUSTER",
@@ -367,7 +367,7 @@ class Settings(BaseSettings):
         description="On a cluster: after a write acknowledged to a client, `WAIT` this long (ms) for one replica; 0 "
                     "turns it off.")
 
-    # --- scoped knowledge, skill rules, dynamic tools (issue 21) ---
+    # --- scoped knowledge, skill rules, dynamic tools (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools") ---
     # Knowledge hints at each prompt: at most this many notes, each with a BM25 score (name + scope
     # against the prompt) of at least this; a note body longer than this many characters is returned
     # by read_workspace_rule as a workspace file instead of inline.
@@ -384,7 +384,7 @@ class Settings(BaseSettings):
         description="Tool namespaces with an active subset instead of the stable tool set (see \"Workspace knowledge, "
                     "skill rules, dynamic tools\").")
 
-    # --- causal order of live writes (issue 17 item 1, shared/causal.py): a prompt waits at most this
+    # --- causal order of live writes (docs/architecture.md "Causal order"; shared/causal.py): a prompt waits at most this
     # long for the artifact updates of the writes acknowledged before it; 0 turns the wait off.
     causal_wait_ms: int = Field(2000, ge=0, le=60_000, validation_alias="GAMMA_CAUSAL_WAIT_MS",
         description="How long a prompt waits for the `artifact_update`s of the writes acknowledged before it (causal "

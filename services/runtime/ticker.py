@@ -1,4 +1,4 @@
-"""One send of streamed text per tick for all the sessions of a worker (issue 20).
+"""One send of streamed text per tick for all the sessions of a worker (docs/architecture.md "Streaming at scale").
 
 Each Outbox already merges the text deltas of a short window into one event. Sent by each session on
 its own, that is still one round trip per session per window: 500 streaming sessions at 40 windows a

@@ -88,7 +88,7 @@ class WriteHandlers:
             await self._after_write()
 
     async def publish_ui(self, update: bytes) -> None:
-        """Only the change goes out (issue 23: a full snapshot per event cost 1.48 MB of Redis each)."""
+        """Only the change goes out (docs/architecture.md "Limits on hostile input": a full snapshot per event cost 1.48 MB of Redis each)."""
         if update:
             data = UiUpdateData(update=base64.b64encode(update).decode())
             await self.s.outbox.event("ui_update", data.model_dump())

@@ -1,4 +1,4 @@
-"""The model APIs against the `openai` package's own types (issue 18), so neither the runtime's
+"""The model APIs against the `openai` package's own types (README "Models"), so neither the runtime's
 requests nor the scripted model can drift from the real API:
 - every request body a real runtime session sends (a multi-turn tool-using deck run, reasoning on)
   validates exactly against ResponseCreateParamsStreaming / CompletionCreateParamsStreaming, and the

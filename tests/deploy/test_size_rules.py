@@ -1,4 +1,4 @@
-"""The size guards of issue 16, run by .ci/run: ruff's size rules (pyproject.toml: C901, PLR0912,
+"""The size guards (README "Code standards"), run by .ci/run: ruff's size rules (pyproject.toml: C901, PLR0912,
 PLR0915) fail a long function in shared/ or services/, and no module there grows past ~400 lines
 (ruff has no rule for a file's length)."""
 
@@ -13,7 +13,7 @@ from .support import ROOT
 
 RUFF = Path(sys.executable).with_name("ruff")
 MAX_FILE_LINES = 400
-# issue 16: to split (the Session and the runtime's compaction rules are being moved apart).
+# README "Code standards": to split (the Session and the runtime's compaction rules are being moved apart).
 TO_SPLIT = {"services/runtime/session.py", "services/runtime/compaction.py",
             "shared/settings.py"}  # one flat model, described field by field: splits into per-area models
 

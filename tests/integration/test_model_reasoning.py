@@ -1,4 +1,4 @@
-"""Reasoning carried across turns with the Responses API, stateless (issue 18): every reasoning item
+"""Reasoning carried across turns with the Responses API, stateless (README "Models"): every reasoning item
 from `response.output_item.done` is kept with its assistant message and replayed verbatim on later
 requests to the same model; dropped after a model switch (the scripted server, like OpenAI, refuses
 encrypted content another model made); kept across a wake and a compaction."""

@@ -1,4 +1,4 @@
-"""Issue 20: the scripted model streams with a real model's timing (both APIs), and the runtime's
+"""The scripted model streams with a real model's timing (both APIs), and the runtime's
 Outbox coalesces streamed text so Redis sees far fewer XADDs than tokens, without reordering or
 delaying the awaited events."""
 

@@ -1,4 +1,4 @@
-"""The project's size limits (README "Standards"): every file of services/, shared/ and scripted/ at most
+"""The project's size limits (README "Code standards"): every file of services/, shared/ and scripted/ at most
 MAX_FILE_LINES lines, every function at most MAX_FUNCTION_LINES (its signature to its last line)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`make run` starts the runtime once per worker (README "Scaling the runtime"): one per core by default,
+"""`make run` starts the runtime once per worker (docs/architecture.md "Runtime workers"): one per core by default,
 each on a port of its own, the other services once; each with the scripted model's factory wired."""
 
 from __future__ import annotations
