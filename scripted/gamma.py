@@ -1,4 +1,4 @@
-"""The scripted model: the offline default, served behind the real openai client (shared.model).
+"""The scripted model: the offline default, served behind the real openai client (transport.py).
 
 Scenarios, chosen from the latest user message:
 - `script: [steps...]`: exact tool-call sequences for tests. Step i answers the i-th model call
@@ -8,11 +8,11 @@ Scenarios, chosen from the latest user message:
 - a request to create a presentation: every step of deck-generation's checklist for real (the skill
   and its required reference skills in the first batch, brief.xml, todo plan, deck.json validated,
   rendered and linted with `gml`, show_gamma, a progress message_user(false), the todo complete),
-  then message_user(true) (scripted_workflows.py);
+  then message_user(true) (workflows.py);
 - a request to import or convert a PPTX/PDF/DOCX/Keynote file: the import workflow's steps; a request
   to change, edit, rename or retitle a card: gml-editing's steps on the deck `deck` (both complete
-  with message_user's `deviations` empty, scripted_workflows.py);
-- `eval-policy: {...}` prompts: a workflow policy of scripted_workflows.py that can skip steps (evals);
+  with message_user's `deviations` empty, workflows.py);
+- `eval-policy: {...}` prompts: a workflow policy of workflows.py that can skip steps (evals);
 - anything else: one message_user(true) that names each injection it received (kind and ref).
 Injections that reach the model after its prompt was already answered (a blocking message_user; an
 idle turn started for an active task) are acknowledged in plain text, which ends the run: the prompt

@@ -1,6 +1,6 @@
 """Scripted workflow policies: the offline model doing a workflow skill's steps for real (files written,
 `gml` run through the sandboxed bash, decks created), so the completion audit and `make eval` judge
-real transcripts. Used by services/runtime/scripted.py for a new-deck request (every step) and for
+real transcripts. Used by scripted/gamma.py for a new-deck request (every step) and for
 an `eval-policy:` prompt (evals/*.yaml, bench/eval.py):
 
     eval-policy: {"policy": "deck-generation", "skip": ["validate"], "onAudit": "repair"}
