@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, cast
 
 import httpx
 from openai import AsyncOpenAI, DefaultAioHttpClient, DefaultAsyncHttpxClient
@@ -40,7 +40,7 @@ def load_factory(spec: str) -> ModelFactory:
     factory = getattr(importlib.import_module(module), name, None)
     if not callable(factory):
         raise ModelConfigError(f"GAMMA_MODEL_FACTORY={spec}: no such function")
-    return factory  # type: ignore[no-any-return]
+    return cast(ModelFactory, factory)
 
 
 def openai_client(settings: Settings, max_retries: int = 2) -> AsyncOpenAI:
@@ -63,6 +63,7 @@ def _http_client(settings: Settings) -> httpx.AsyncClient:
 
 def reads_merged(settings: Settings) -> bool:
     """One read of a model response body returns everything the connection buffered (not one HTTP chunk
-    per read, as httpx's own transport does): the runtime's read gate needs it. GAMMA_MODEL_HTTP says
-    which: `aiohttp` reads merged; a model factory's client is built to read as its setting says."""
+    per read, as httpx's own transport does): the runtime's read gate needs it. An explicit setting,
+    GAMMA_MODEL_HTTP=aiohttp, says so, never the client's internals (a factory's client with
+    GAMMA_MODEL_HTTP=httpx is read ungated, chunk by chunk)."""
     return settings.model_http == "aiohttp"
