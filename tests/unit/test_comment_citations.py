@@ -1,7 +1,7 @@
 """Comments point inside the repository (README "Code standards"): no comment, docstring or document
 cites a tracker's issue number (the repository holds no tracker; a rule is explained by a section of
-docs/architecture.md, docs/integration.md or a README), and no code comment narrates history ("as
-before", "used to": the git log keeps it)."""
+docs/architecture.md, docs/integration.md or a README), and no code comment narrates the code's
+history (the git log keeps it; HISTORY lists the phrases)."""
 
 from __future__ import annotations
 
