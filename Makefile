@@ -33,17 +33,18 @@ test: $(STAMP) $(NODE_STAMP)
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared services tools tests bench
+	$(BIN)/ruff check shared services scripted tools tests bench
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy shared services tools
+	$(BIN)/mypy shared services scripted tools
 
 schemas: $(STAMP)
 	$(BIN)/python -m shared.contracts.schemas tests/contract/schemas
 
 docs: $(STAMP)
 	$(BIN)/python -m tools.docs docs
+	$(BIN)/python -m scripted.settings
 
 bench-bus: $(STAMP)
 	$(BIN)/python bench/bus.py

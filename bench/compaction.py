@@ -38,8 +38,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scripted.factory import model_factory  # noqa: E402
 from services.compaction.serialize import serialize_entries  # noqa: E402
-from services.compaction.summarizer import Summarizer, make_client  # noqa: E402
+from services.compaction.summarizer import Summarizer  # noqa: E402
 from services.runtime import compaction as c  # noqa: E402
 from services.runtime.protocol import active_skill_message  # noqa: E402
 from services.runtime.skills import load_skills  # noqa: E402
@@ -190,7 +191,7 @@ async def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "compaction.json")
     args = parser.parse_args()
     skills()
-    summarizer = Summarizer(make_client(Settings(OPENAI_API_KEY=None)), "scripted-summarizer")  # type: ignore[call-arg]
+    summarizer = Summarizer(model_factory(Settings(OPENAI_API_KEY=None), "summarizer"), "scripted-summarizer")  # type: ignore[call-arg]
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="gamma-bench-compaction-") as tmp:
         for name, sections, words, extra in SESSIONS:

@@ -1,4 +1,4 @@
-"""Dormant-session memory benchmark (`make bench-dormant`): not a test, a measurement (issue 19 item 3).
+"""Dormant-session memory benchmark (`make bench-dormant`): not a test, a measurement (docs/integration.md "Dormant sessions in Redis").
 
 N sessions (10,000 by default) are made live through the real stack (the five services as processes,
 scripted model, a redis-server of its own), each answers one prompt (`plain`: a short answer, the
@@ -8,7 +8,7 @@ the keyspace (bench/dormant_accounting.py):
   baseline       the stack started, no session;
   half           N/2 sessions dormant and swept (`shared.dormancy.sweep_due` of the services' tree, with
                  a clock past GAMMA_DORMANT_RETENTION_S so the bench need not wait for it);
-  before_sweep   N/2 more dormant, not yet swept (what every dormant session cost before issue 19);
+  before_sweep   N/2 more dormant, not yet swept (what a dormant session costs without the sweep);
   after_sweep    all N swept.
 Per dormant session: MEMORY USAGE of its keys by kind, plus its share of the user's index; INFO's
 used_memory per session both as an average over the baseline (fixed costs included) and as the

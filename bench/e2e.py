@@ -298,7 +298,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     data_dir.mkdir()
     # Production lease timing unless --test-lease: tests/support/stack.py shortens it (3 s, claims after
     # 1.5 s idle) for its failover tests; under this load the runtime's event loop stalls past that,
-    # loses its own leases and resumes the sessions it already had, re-running their turns (issue 20).
+    # loses its own leases and resumes the sessions it already had, re-running their turns (docs/architecture.md "Streaming at scale").
     lease = {} if args.test_lease else {"GAMMA_LEASE_MS": "10000", "GAMMA_CLAIM_IDLE_MS": "5000"}
     stack = Stack(redis_url=url + "/0", data_dir=data_dir, src=args.src, env_overrides={
         "GAMMA_IDLE_S": "120", "GAMMA_REPLY_TIMEOUT_S": "20",
@@ -397,7 +397,7 @@ def main() -> None:
     parser.add_argument("--src", type=Path, default=None, help="run the services from this source tree (a baseline)")
     parser.add_argument("--runtimes", type=int, default=1, help="runtime worker processes")
     parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime 20 s of the load phase")
-    parser.add_argument("--test-lease", action="store_true", help="the test stack's 3 s lease (as before issue 20)")
+    parser.add_argument("--test-lease", action="store_true", help="the test stack's 3 s lease")
     parser.add_argument("--trace", action="store_true",
                         help="the runtime logs each inbox entry's hops; the result splits them (bench/inbox_trace.py)")
     args = parser.parse_args()

@@ -1,4 +1,4 @@
-"""`make eval`: workflow evaluations (issue 21) through the real stack.
+"""`make eval`: workflow evaluations (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools") through the real stack.
 
 Each scenario of `evals/*.yaml` (bench/eval_checks.py) runs several times, each in a session of its
 own, through the five services as processes: the proxy's HTTP API creates the session and posts

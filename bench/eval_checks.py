@@ -2,7 +2,7 @@
 
 A scenario names a prompt, the skills that must load in the first tool batch, the required steps in
 order (checklist step ids of `workflow`, shared/checklist.py), forbidden actions, the expected yield,
-and for the offline scripted model a policy (services/runtime/scripted_workflows.py) that follows or
+and for the offline scripted model a policy (scripted/workflows.py) that follows or
 deliberately skips steps, with what the checks and the completion audit should then find (`expect`).
 """
 

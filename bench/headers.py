@@ -1,4 +1,4 @@
-"""Request-head cap side by side (`python bench/headers.py`): not a test, a measurement (issue 23 item 8).
+"""Request-head cap side by side (`python bench/headers.py`): not a test, a measurement (docs/architecture.md "Limits on hostile input").
 
 The proxy app served three ways, interleaved over rounds on one machine:
 - `httptools`: uvicorn's default protocol, no cap on the request head (before);

@@ -2,13 +2,13 @@
 
 Two stacks of the five real services run side by side on one Redis (two dbs), each holding N live
 sessions: `causal` (GAMMA_CAUSAL_WAIT_MS=2000, the default) and `baseline` (GAMMA_CAUSAL_WAIT_MS=0: no
-change numbers, no wait; the flow of main before issue 17). Samples alternate between the two stacks,
+change numbers, no wait: GAMMA_CAUSAL_WAIT_MS=0's flow). Samples alternate between the two stacks,
 one at a time, so both see the same machine at the same moment. One sample, on the next session:
 - (a) nothing in flight: `POST /messages` -> the prompt's user message recorded (its `message_end`
   event on `gamma:{sid}:events`, written after the transcript line);
 - (b) a write in flight: `PUT /workspace/files/f.txt` (acknowledged), at once `POST /messages` -> the
   same; and whether the write's `artifact_update` was recorded before the user message.
-The added latency is causal minus baseline, p50 and p99. Targets (issue 17): <= 20 ms p99 added in
+The added latency is causal minus baseline, p50 and p99. Targets (docs/architecture.md "Causal order"): <= 20 ms p99 added in
 (a), <= the digest debounce (GAMMA_DIGEST_DEBOUNCE_MS, 300 ms) + 20 ms in (b).
 Prints a table and writes bench/results/order.json. Not a timed test.
 """

@@ -46,11 +46,13 @@ from pydantic import BaseModel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scripted.gamma import ScriptedGamma  # noqa: E402
+from scripted.transport import scripted_client  # noqa: E402
+from scripted.types import ScriptedReply  # noqa: E402
 from services.proxy.rows import SessionRow  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
 from services.runtime.engine.openai_stream import PieceTokens, request_pieces  # noqa: E402
 from services.runtime.prompt import VARIANTS, build_system_prompt  # noqa: E402
-from services.runtime.scripted import ScriptedGamma  # noqa: E402
 from services.runtime.skills import load_skills  # noqa: E402
 from services.runtime.worker import Worker  # noqa: E402
 from services.stack import redis_answers  # noqa: E402
@@ -60,7 +62,6 @@ from shared.contracts.inbox import Barrier, Injection, UserPrompt  # noqa: E402
 from shared.contracts.injection import RuntimeInjection  # noqa: E402
 from shared.contracts.wake import Wake  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
-from shared.model import ScriptedReply, openai_client  # noqa: E402
 from shared.settings import Settings  # noqa: E402
 from shared.tokens import TokenCounter, shared_prefix  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
@@ -101,7 +102,7 @@ class Harness:
             await self.client.xadd(stream, {"data": message.model_dump_json()})
 
         self._seen: dict[str, tuple[str, int]] = {}  # sid -> (last event id read, yields so far)
-        self.worker = Worker(self.settings, self.client, openai_client(self.settings, model), self.skills, prompts,
+        self.worker = Worker(self.settings, self.client, scripted_client(model), self.skills, prompts,
                              bus, f"bench-{time.monotonic_ns()}")
 
     async def start(self) -> None:

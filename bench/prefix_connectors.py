@@ -36,9 +36,9 @@ from bench.prefix import (  # noqa: E402
     tool_schema_tokens,
     turn_text,
 )
+from scripted.gamma import ScriptedGamma  # noqa: E402
 from services.connectors.example.library import spec  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
-from services.runtime.scripted import ScriptedGamma  # noqa: E402
 from services.runtime.skills import load_skills  # noqa: E402
 from shared import connectors  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402

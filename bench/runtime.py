@@ -29,12 +29,13 @@ from typing import Any
 from prefix import ROOT, Harness, call, done, redis_url, script
 from pydantic import BaseModel
 
+from scripted.gamma import ScriptedGamma
+from scripted.transport import scripted_client
 from services.runtime.app import skills_dir
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
 from services.runtime.engine.types import AgentContext, AgentEvent, LoopConfig, Tool, ToolContext, ToolOutcome
 from services.runtime.prompt import build_system_prompt
-from services.runtime.scripted import ScriptedGamma
 from services.runtime.skills import load_skills
 from services.runtime.tools import Toolset
 from services.runtime.transcript import read_entries
@@ -43,8 +44,6 @@ from shared.contracts.messages import UserMessage
 from shared.contracts.wake import Wake
 from shared.disk import session_paths
 from shared.logging import configure_logging
-from shared.model import openai_client
-from shared.settings import Settings
 from shared.tokens import TokenCounter
 
 RESULTS = ROOT / "bench" / "results" / "runtime.json"
@@ -228,7 +227,7 @@ async def main(turns: int, idle_sessions: int, wake_rounds: int, long_history: i
     skills = load_skills(skills_dir())
     system = build_system_prompt("base", skills)
     schemas = tool_schemas()
-    client = openai_client(Settings(OPENAI_API_KEY=None), ScriptedGamma(skills))
+    client = scripted_client(ScriptedGamma(skills))
     # Alternate the two in-process loops so drift on a shared machine hits both alike.
     bare: list[float] = []
     engine: list[float] = []

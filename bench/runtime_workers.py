@@ -1,4 +1,4 @@
-"""Runtime workers benchmark (`make bench-workers`): not a test, a measurement (issue 19 item 4).
+"""Runtime workers benchmark (`make bench-workers`): not a test, a measurement (docs/architecture.md "Runtime workers").
 
 For 1, 2 and 3 runtime processes sharing the sessions (the stack's five services plus extra runtimes,
 a redis-server of its own, scripted model): S sessions (default 120) each send P prompts (default 5)

@@ -1,4 +1,4 @@
-"""`make bench-stream`: streaming at scale, from the model's chunk to the client's screen (issue 20).
+"""`make bench-stream`: streaming at scale, from the model's chunk to the client's screen (docs/architecture.md "Streaming at scale").
 
 For each load (200, 500, 1,000 concurrent sessions by default), on one runtime worker and one proxy:
 every session is woken by a first prompt, then gets an SSE reader (asyncio httpx, many per child
@@ -129,7 +129,7 @@ def start_model_server(args: argparse.Namespace, model_env: dict[str, str]) -> t
     """The scripted model as its own process (a provider is out of process): always this tree's
     server, also for a --before-src runtime (which reaches it over HTTP like any provider)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "services.runtime.scripted_server", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "scripted.server", "--port", str(port)],
                             env={**os.environ, **model_env,  # this tree first; the rest kept (a probe's sitecustomize)
                                  "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -311,7 +311,7 @@ def main() -> None:
     parser.add_argument("--ramp-s", type=float, default=2.0, help="spread the streaming prompts over this")
     parser.add_argument("--coalesce-ms", type=float, default=30.0, help="GAMMA_DELTA_COALESCE_MS (its default)")
     parser.add_argument("--model-server", action="store_true",
-                        help="the scripted model as its own process (services/runtime/scripted_server.py), "
+                        help="the scripted model as its own process (scripted/server.py), "
                              "reached over HTTP as a provider is; default: inside the runtime (ScriptedTransport)")
     parser.add_argument("--model-http", choices=["aiohttp", "httpx"], default="aiohttp",
                         help="GAMMA_MODEL_HTTP: the openai client's backend (with --model-server)")

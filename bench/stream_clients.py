@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
-# <due>[s<sent>]: when the token was due, and when the model server let it go (shared/pacing.py)
+# <due>[s<sent>]: when the token was due, and when the model server let it go (scripted/pacing.py)
 STAMP_RE = re.compile(r"(\d{10}\.\d{6})(?:s(\d{10}\.\d{6}))?")
 SHARD = 32
 

@@ -1,4 +1,4 @@
-"""The runtime's CPU per streamed token, model side only (issue 20): `python bench/stream_micro.py`.
+"""The runtime's CPU per streamed token, model side only (docs/architecture.md "Streaming at scale"): `python bench/stream_micro.py`.
 
 N concurrent model calls (the bench-stream answer: 400 text tokens at 80 tokens/s, 400 ms to the
 first token, one message_user call) read by the runtime's own stream reader (ResponsesApi.consume /
@@ -7,7 +7,7 @@ this process per 1,000 tokens, for each way the model is reached:
 
 - `inproc`: the scripted model in this process behind the openai client (ScriptedTransport: the test
   default; its CPU is this process's),
-- `server`: the scripted model as its own process (services/runtime/scripted_server.py), reached
+- `server`: the scripted model as its own process (scripted/server.py), reached
   over HTTP by the openai client's default httpx backend (the server's CPU is not counted: a
   provider's is not ours),
 - `server-aiohttp`: the same through `openai.DefaultAioHttpClient` (package httpx-aiohttp), if installed.
@@ -36,14 +36,15 @@ from openai import AsyncOpenAI
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scripted.pacing import Timing  # noqa: E402
+from scripted.settings import ScriptedSettings  # noqa: E402
+from scripted.transport import scripted_client  # noqa: E402
 from services.runtime.engine.chat_api import ChatApi  # noqa: E402
 from services.runtime.engine.responses_api import ResponsesApi  # noqa: E402
 from services.runtime.engine.types import AgentEvent  # noqa: E402
 from services.runtime.sender import EventSender  # noqa: E402
 from services.stack import free_port  # noqa: E402
 from shared.contracts.messages import AssistantMessage  # noqa: E402
-from shared.model import openai_client  # noqa: E402
-from shared.settings import load_settings  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "stream_micro.json"
 TOOL = {"name": "message_user", "arguments": {"message": "Done: the answer is above.", "blockOnUser": True}}
@@ -88,11 +89,11 @@ async def run_calls(client: AsyncOpenAI, api: str, sessions: int, tokens: int, g
 
 def make_client(mode: str, base_url: str | None) -> AsyncOpenAI:
     if mode == "inproc":
+        from scripted.gamma import ScriptedGamma
         from services.runtime.paths import skills_dir
-        from services.runtime.scripted import ScriptedGamma
         from services.runtime.skills import load_skills
         os.environ.update(ENV)
-        return openai_client(load_settings(), ScriptedGamma(load_skills(skills_dir())), max_retries=0)
+        return scripted_client(ScriptedGamma(load_skills(skills_dir())), Timing.from_settings(ScriptedSettings()))
     limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
     if mode == "server-aiohttp":
         from openai import DefaultAioHttpClient
@@ -106,7 +107,7 @@ def measure(mode: str, api: str, sessions: int, tokens: int, use_uvloop: bool, g
     base_url = None
     if mode != "inproc":
         port = free_port()
-        server = subprocess.Popen([sys.executable, "-m", "services.runtime.scripted_server", "--port", str(port)],
+        server = subprocess.Popen([sys.executable, "-m", "scripted.server", "--port", str(port)],
                                   env={**os.environ, **ENV, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
         base_url = f"http://127.0.0.1:{port}/v1"
         deadline = time.monotonic() + 60

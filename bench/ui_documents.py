@@ -1,4 +1,4 @@
-"""UI documents under load (issue 23 item 6), against the real five services:
+"""UI documents under load (docs/architecture.md "Limits on hostile input"), against the real five services:
 
 - one big Yjs update of N separately inserted items (prepended one by one: every item its own block);
 - runtime CPU (from /proc) and wall time per small sync after it;
@@ -67,7 +67,7 @@ def post_sync(api: httpx.Client, sid: str, update: bytes) -> int:
     try:
         return sync(api, sid, update).status_code
     except httpx.HTTPError:
-        return 0  # the proxy dropped the connection (issue 23 item 3 before its fix)
+        return 0  # the proxy dropped the connection (a baseline tree without the timeouts)
 
 
 def prepend_items(doc: Doc, n: int) -> bytes:

@@ -1,5 +1,7 @@
 """`make run`: Redis (the one at REDIS_URL, or an embedded one) plus the five services and the example
-connector, supervised; the runtime as one worker process per CPU core (GAMMA_RUNTIME_WORKERS).
+connector, supervised; the runtime as one worker process per CPU core (GAMMA_RUNTIME_WORKERS). Without
+OPENAI_API_KEY the runtime and compaction answer with the scripted model (scripted/): this launcher
+wires its model factory (GAMMA_MODEL_FACTORY), so no service imports it (README "Models").
 
 Starts each service as its own process, restarts none (a crash stops the stack loudly), prints the
 proxy URL once every /readyz answers, and stops every child on Ctrl-C or SIGTERM.
@@ -19,6 +21,8 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
+from scripted.factory import SPEC as SCRIPTED_FACTORY
+from scripted.settings import ScriptedSettings
 from shared.settings import LOCAL_TOKEN, Settings, load_settings
 
 SERVICES = ("runtime", "digest", "compaction", "notifications", "proxy")
@@ -98,24 +102,31 @@ def runtime_count(settings: Settings) -> int:
     return settings.runtime_workers or os.cpu_count() or 1
 
 
-def model_server_env(settings: Settings) -> dict[str, str]:
+def model_factory_env(settings: Settings) -> dict[str, str]:
+    """Every service's model factory: the scripted model's unless one is named (it hands out the real
+    client itself when OPENAI_API_KEY is set)."""
+    return {} if settings.model_factory else {"GAMMA_MODEL_FACTORY": SCRIPTED_FACTORY}
+
+
+def model_server_env(settings: Settings, scripted: ScriptedSettings) -> dict[str, str]:
     """The runtime's environment for the scripted model server (GAMMA_SCRIPTED_SERVER_PORT, and no real
     key): reached as any provider. Only the runtime: the compaction service keeps its own scripted
     summarizer."""
-    if not settings.scripted_server_port or settings.openai_api_key:
+    if not scripted.server_port or settings.openai_api_key:
         return {}
-    return {"OPENAI_BASE_URL": f"http://127.0.0.1:{settings.scripted_server_port}/v1",
+    return {"OPENAI_BASE_URL": f"http://127.0.0.1:{scripted.server_port}/v1",
             "OPENAI_API_KEY": "scripted-server", "GAMMA_MODEL_API": settings.model_api or "responses"}
 
 
-def service_envs(settings: Settings) -> list[tuple[str, dict[str, str]]]:
+def service_envs(settings: Settings, scripted: ScriptedSettings) -> list[tuple[str, dict[str, str]]]:
     """Each process to start and its own environment: the runtime once per worker (GAMMA_RUNTIME_WORKERS,
     default one per core), the second one on GAMMA_RUNTIME_PORT + 10, the third on + 20, ..."""
     out: list[tuple[str, dict[str, str]]] = []
-    model = model_server_env(settings)
+    factory = model_factory_env(settings)
+    model = {**factory, **model_server_env(settings, scripted)}
     for name in SERVICES:
         if name != "runtime":
-            out.append((name, {}))
+            out.append((name, factory))
             continue
         for i in range(runtime_count(settings)):
             out.append((name, {**model, **({} if i == 0 else {"GAMMA_RUNTIME_PORT": str(settings.runtime_port + 10 * i),
@@ -124,12 +135,13 @@ def service_envs(settings: Settings) -> list[tuple[str, dict[str, str]]]:
     return out
 
 
-def start_model_server(settings: Settings, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
-    if not model_server_env(settings):
+def start_model_server(settings: Settings, scripted: ScriptedSettings,
+                       env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+    if not model_server_env(settings, scripted):
         return None
-    proc = subprocess.Popen([sys.executable, "-m", "services.runtime.scripted_server",
-                             "--port", str(settings.scripted_server_port)], env=env, preexec_fn=CHILD_SETUP)
-    print(f"scripted model server on port {settings.scripted_server_port}", flush=True)
+    proc = subprocess.Popen([sys.executable, "-m", "scripted.server", "--port", str(scripted.server_port)],
+                            env=env, preexec_fn=CHILD_SETUP)
+    print(f"scripted model server on port {scripted.server_port}", flush=True)
     return proc
 
 
@@ -162,6 +174,7 @@ def stop_all(children: list[subprocess.Popen[bytes]], redis_proc: subprocess.Pop
 
 def main() -> None:
     settings = load_settings()
+    scripted = ScriptedSettings()
     data_dir = Path(settings.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, GAMMA_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
@@ -182,9 +195,9 @@ def main() -> None:
             redis_proc, url = start_embedded_redis(data_dir)
             env["REDIS_URL"] = url
             print(f"started embedded Redis at {url}", flush=True)
-        if (model := start_model_server(settings, env)) is not None:
+        if (model := start_model_server(settings, scripted, env)) is not None:
             children.append(model)  # stopped with the stack; its exit stops the stack
-        for name, extra in service_envs(settings):
+        for name, extra in service_envs(settings, scripted):
             if stopping:
                 break
             children.append(subprocess.Popen([sys.executable, "-m", f"services.{name}"], env={**env, **extra},

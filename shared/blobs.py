@@ -1,7 +1,7 @@
 """File contents by reference: immutable content blobs on the session disk, named in stream entries.
 
-A 1 MiB file used to cross Redis twice as base64 (the inbox's FileWrite and gamma:artifacts:changes'
-ArtifactChange: ~3 MiB of Redis per MiB written, issue 23). Now the producer writes the bytes once to
+Sent inline, a 1 MiB file would cross Redis twice as base64 (the inbox's FileWrite and gamma:artifacts:changes'
+ArtifactChange: ~3 MiB of Redis per MiB written, docs/architecture.md "Limits on hostile input"). Instead the producer writes the bytes once to
 `sessions/{sid}/.blobs/{name}` (atomically, never rewritten) and the entry carries the name,
 the SHA-256 and the size:
 - a live PUT: the proxy writes the blob, the runtime copies it into the workspace (checking the hash),

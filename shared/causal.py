@@ -1,4 +1,4 @@
-"""Causal order of live writes before prompts (issue 17 item 1; docs/architecture.md "Causal order").
+"""Causal order of live writes before prompts (docs/architecture.md "Causal order").
 
 A user's write and the prompt after it take different paths: the write's `ArtifactChange` goes
 proxy -> `gamma:artifacts:changes` -> digest (debounced) -> inbox, the prompt proxy -> inbox. So that

@@ -1,4 +1,4 @@
-"""A workflow skill's checklist and how the transcript satisfies it (issue 21: completion audits,
+"""A workflow skill's checklist and how the transcript satisfies it (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools": completion audits,
 checklist progress, workflow evaluations share this one reading).
 
 A skill declares its checklist in a file next to its SKILL.md (`metadata.checklist: checklist.yaml`,

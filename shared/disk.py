@@ -27,12 +27,12 @@ from shared.walk import WalkLimits, walk
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DOC_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-# Workspace paths (issue 23): bytes of UTF-8, as the kernel counts them. A segment may use the whole
+# Workspace paths (docs/architecture.md "Limits on hostile input"): bytes of UTF-8, as the kernel counts them. A segment may use the whole
 # NAME_MAX: the temp file of an atomic workspace write has a fixed-length name of its own
 # (shared.workspace_fs.TEMP_NAME_BYTES), so no suffix is ever added to a client's name.
 MAX_SEGMENT_BYTES = 255
 MAX_PATH_BYTES = 1024
-MAX_PATH_CHARS = MAX_PATH_BYTES  # the old name, kept for importers
+MAX_PATH_CHARS = MAX_PATH_BYTES  # an alias its importers use
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -229,7 +229,7 @@ async def append_jsonl_async(path: Path, records: list[dict[str, Any]],
                              visible: Callable[[], None] | None = None) -> None:
     """append_jsonl with its fsync awaited in a thread: the lines are written (and `visible` runs) on
     the caller's event loop, at the same moment as append_jsonl's, and the caller resumes once they
-    are durable, as before; other tasks run meanwhile instead of the whole loop waiting for the disk
+    are durable, as with append_jsonl; other tasks run meanwhile instead of the whole loop waiting for the disk
     (500 streaming sessions' turn starts and ends: 15% of the runtime's loop in fsync, bench-stream).
     A caller cancelled meanwhile does not stop the fsync (the file closes when it is done); anything
     that must follow the write whatever happens belongs in `visible`."""

@@ -1,4 +1,4 @@
-"""A dormant session costs Redis (almost) nothing (issue 19): its streams go after a retention window.
+"""A dormant session costs Redis (almost) nothing (docs/integration.md "Dormant sessions in Redis"): its streams go after a retention window.
 
 When the runtime closes a session it schedules it in `keys.DORMANT_DUE` for GAMMA_DORMANT_RETENTION_S
 (the window in which an SSE client may still resume from the events stream). Every runtime worker

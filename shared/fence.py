@@ -1,10 +1,10 @@
-"""The session's fence: a field of its row (`keys.FENCE_FIELD`), no longer a key of its own.
+"""The session's fence: a field of its row (`keys.FENCE_FIELD`), not a key of its own.
 
 A key costs Redis ~100 B before its value (dict entry, key string, object header, bucket); a dormant
-session kept one only for this counter (issue 19: a dormant session costs ≤ 1 KB). The field keeps
+session kept one only for this counter (docs/integration.md "Dormant sessions in Redis": a dormant session costs ≤ 1 KB). The field keeps
 the same rules: only the runtime's lease script increments it (HINCRBY), fences only grow.
 
-Rows written before this change may still have `keys.legacy_fence(sid)`: readers take the larger of
+A row may still come with a legacy `keys.legacy_fence(sid)` key: readers take the larger of
 the two (`fence_of`), and the lease script and the dormancy sweep fold the key into the row
 (`FOLD_LEGACY`) and delete it, so it goes at the session's next wake or sweep.
 """

@@ -1,4 +1,4 @@
-"""The cyclic GC's full collections off the streaming path (issue 20).
+"""The cyclic GC's full collections off the streaming path (docs/architecture.md "Streaming at scale").
 
 `settle_heap` freezes what startup allocated, but the sessions' own long-lived state (transcripts,
 models, Outboxes: 100-200 streaming sessions) was scanned in full by every gen-2 collection, which
@@ -9,8 +9,8 @@ wake-up), every session's tokens held at once: the added latency's worst 1%.
 Here, every `freeze_s`, the young generations are collected (cheap: only what is new) and what
 survived is frozen, so an automatic gen-2 collection scans only what was promoted since. Cyclic
 garbage among frozen objects is not collected until the next full pass: every `full_s` the heap is
-unfrozen and collected once (the old pause, that rarely), then frozen again. Refcounted garbage, the
-bulk, is freed as before.
+unfrozen and collected once (a full collection's pause, that rarely), then frozen again. Refcounted
+garbage, the bulk, is freed at once, as always.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A cap on the request head (request line + header fields: bytes and field count) for uvicorn's
-httptools protocol (issue 23 item 8).
+httptools protocol (docs/architecture.md "Limits on hostile input").
 
 llhttp has no header size limit and httptools gathers a header value in memory until its line ends: a
 16 MiB header was served, and four unfinished 64 MiB header lines took the proxy from 84 to 399 MiB.

@@ -7,7 +7,7 @@ runtime: the transcript's fsync of each recorded message, content blob reads, a 
 manifest). Those threads mostly wait on the disk, not the CPU, so the default size lets a few slow fsyncs hold
 up every other thread's work. bench-e2e (200 sessions, back to back, 64 vs 6 threads): a live file
 write's staged-blob read 9 / 61 ms (p50 / p99) vs 15 / 80, file save -> answer 164 / 673 vs 228 /
-1,322 ms; a small gain next to the load client's own queue (issue 20), not the main one.
+1,322 ms; a small gain next to the load client's own queue (docs/architecture.md "Streaming at scale"), not the main one.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """JSON body limits at the edge: nesting depth and number length, for every JSON body of the proxy and
-notifications (issue 23 item 5).
+notifications (docs/architecture.md "Limits on hostile input").
 
 Python's `json` recurses per nesting level (a 10,000-deep array raised RecursionError: 500), refuses ints
 over 4,300 digits with a ValueError (500), and pydantic's parser stops at 200 levels: a deck nested 250

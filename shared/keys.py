@@ -77,8 +77,8 @@ def _notification_key_id(notification_id: str) -> str:
 
 
 def notification(sid: str, notification_id: str) -> str:
-    """The immutable record. `ntf`, not the `notification` prefix of the raw-id keys before
-    issue 23, so the startup migration (services/notifications/migrate.py) tells old keys from new."""
+    """The immutable record. `ntf`, not the `notification` prefix of the legacy raw-id keys, so the
+    startup migration (services/notifications/migrate.py) tells legacy keys from current ones."""
     return _s(sid) + ":ntf:" + _notification_key_id(notification_id)
 
 
@@ -114,7 +114,7 @@ def notification_state(sid: str, notification_id: str) -> str:
 
 
 def legacy_notification_pattern() -> str:
-    """SCAN pattern of the raw-id notification keys written before issue 23 (record and `:state`)."""
+    """SCAN pattern of the legacy raw-id notification keys (record and `:state`; migrate.py moves them)."""
     return "gamma:{*}:notification:*"
 
 
@@ -130,7 +130,7 @@ def digest_lock(sid: str) -> str:
 def digest_handled(sid: str) -> str:
     """Hash: the ids of the session's artifact changes the digest has handled (a redelivered entry is
     skipped), expiring `DIGEST_HANDLED_TTL_S` after the last one. One key per session, not one global
-    `once("digest-change", id)` key per change (~90 B each plus an expires entry, issue 19)."""
+    `once("digest-change", id)` key per change (~90 B each plus an expires entry, docs/integration.md "Dormant sessions in Redis")."""
     return _s(sid) + ":digest-handled"
 
 

@@ -4,7 +4,7 @@ User-authored text and tool results reach the model with every reserved tag open
 (`shared/reserved_tags.py` `RESERVED_TAG_RE`: `<tag`, `</tag`, any case, whitespace allowed after the
 `<` and the `/`) rewritten: its `<` becomes `&lt;`, so `<system_guidance>` arrives as
 `&lt;system_guidance>`. Only those openings change; every other character, `<` and `&` included, is
-left as typed, so code, HTML and maths in user text read as before. The rewrite is idempotent (its
+left as typed, so code, HTML and maths in user text read as written. The rewrite is idempotent (its
 output holds no reserved tag opening, and `&lt;` is not one) and deterministic, so a transcript
 converts to the same request bytes every time (the provider's prefix cache).
 

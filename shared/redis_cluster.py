@@ -19,7 +19,6 @@ What the services had to respect on a cluster (README "Redis Cluster"):
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -31,25 +30,23 @@ from redis.asyncio.connection import Connection
 from redis.crc import key_slot
 from redis.exceptions import AskError, ConnectionError, RedisError, ResponseError, TimeoutError
 
+from .settings import env_setting
+
 _DETECTED: dict[str, bool] = {}
 PROBE_TIMEOUT_S = 1.0
 
 
 def forced() -> bool | None:
     """GAMMA_REDIS_CLUSTER: 1/true/yes forces a cluster client, 0/false/no a single-node one."""
-    value = os.environ.get("GAMMA_REDIS_CLUSTER", "").strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    return None
+    forced: bool | None = env_setting("redis_cluster")
+    return forced
 
 
 def extra_nodes() -> list[tuple[str, int]]:
     """GAMMA_REDIS_CLUSTER_NODES: more nodes of the cluster (`host:port,host:port`), tried when the one
     REDIS_URL names is down (a service restarted after that node died still finds the cluster)."""
     out = []
-    for item in os.environ.get("GAMMA_REDIS_CLUSTER_NODES", "").split(","):
+    for item in str(env_setting("redis_cluster_nodes")).split(","):
         host, sep, port = item.strip().rpartition(":")
         if sep and host and port.isdigit():
             out.append((host, int(port)))
@@ -207,10 +204,7 @@ WAIT_REPLICAS = 1
 
 
 def wait_ms() -> int:
-    try:
-        return max(0, int(os.environ.get("GAMMA_REDIS_WAIT_MS", "250")))
-    except ValueError:
-        return 250
+    return int(env_setting("redis_wait_ms"))
 
 
 async def durable(client: aioredis.Redis, key: str, *command: Any, then: Sequence[tuple[Any, ...]] = ()) -> Any:
@@ -221,8 +215,10 @@ async def durable(client: aioredis.Redis, key: str, *command: Any, then: Sequenc
     through the returned reply being unchanged. On a single Redis: the command alone.
     `then`: commands sent right after it on the same connection, on a cluster only (the inbox's ring:
     ordered after the write, one round trip, their replies ignored). Returns `command`'s reply."""
+    if cluster_of(client) is None:
+        return await client.execute_command(*command)
     budget = wait_ms()
-    if cluster_of(client) is None or (budget <= 0 and not then):
+    if budget <= 0 and not then:
         return await client.execute_command(*command)
     tail = [*then, *([("WAIT", WAIT_REPLICAS, budget)] if budget > 0 else [])]
     try:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from . import keys
 from .contracts import artifacts, causal, compaction, inbox, lifecycle, notifications, recorded, wake
+from .settings import env_setting
 
 SERVICES = ("proxy", "runtime", "notifications", "digest", "compaction")
 EXTERNAL = "producers"  # remote notification producers, outside the five services
@@ -33,7 +34,7 @@ def group_of(service: str) -> str:
 
 def consumer_name(service: str) -> str:
     """Stable per replica: the pod name (HOSTNAME) or host-pid when run locally."""
-    return f"{service}-{os.environ.get('GAMMA_INSTANCE') or socket.gethostname()}-{os.getpid()}"
+    return f"{service}-{env_setting('instance') or socket.gethostname()}-{os.getpid()}"
 
 
 @dataclass(frozen=True)

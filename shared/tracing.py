@@ -35,9 +35,10 @@ def on() -> bool:
 
 def exporting() -> bool:
     """True when spans are exported (an OTLP endpoint is configured and the SDK is not disabled)."""
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    # The OpenTelemetry SDK's own standard variables (its exporter reads them too): not Gamma settings.
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":  # noqa: TID251
         return False
-    return any(os.environ.get(var) for var in ENDPOINT_VARS)
+    return any(os.environ.get(var) for var in ENDPOINT_VARS)  # noqa: TID251
 
 
 def configure_tracing(service: str) -> None:

@@ -1,4 +1,4 @@
-"""Trim a stream to what all its consumer groups have acknowledged (issue 23: streams grew forever).
+"""Trim a stream to what all its consumer groups have acknowledged (docs/architecture.md "Limits on hostile input": streams grew forever).
 
 `XTRIM <stream> MINID <floor>` removes the entries with ids below `floor`, where `floor` is, over all
 the stream's groups, the lowest of

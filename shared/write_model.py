@@ -81,8 +81,8 @@ class Removed:
 def write_file(workspace: Path, path: str, data: bytes, *, max_bytes: int, quota: WorkspaceQuota,
                must_exist: bool = False) -> FileWritten | Refused:
     """The bytes at `path` beneath the workspace (no link out of it), atomically, within the quota;
-    missing directories are created. Both sides create new files (issue 17: an upload into a
-    dormant or never-woken session); `must_exist` keeps the old overwrite-only rule for callers
+    missing directories are created. Both sides create new files (docs/integration.md "Session row and liveness": an upload into a
+    dormant or never-woken session); `must_exist` asks for the overwrite-only rule, for callers
     that want it."""
     try:
         check_size(data, max_bytes)
@@ -140,7 +140,7 @@ def edit_document(paths: SessionPaths, doc: str, op: DocOp, document: dict[str, 
                   *, create: bool = True) -> StoredDeck | Refused:
     """Apply a PUT or PATCH to `documents/{doc}.json`: If-Match must name the current revision (409),
     and the stored deck gets revision + 1 (a new deck: revision 1). `create`: a PUT may make a new
-    deck (both sides do since issue 17)."""
+    deck (both sides do: docs/integration.md "Session row and liveness", dormant writes)."""
     current = read_deck(paths, doc)
     if isinstance(current, Refused):
         return current

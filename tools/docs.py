@@ -9,6 +9,7 @@
   names, plain XADD), and `gamma:deadletter`.
 - `openapi.json` (the proxy) and `openapi-notifications.json`: FastAPI's own documents; then the
   TypeScript client's types from `openapi.json` (tools/client_types.py).
+- the README's "Configuration" table, from shared/settings.py's Settings (tools/settings_table.py).
 
 Output is deterministic, so a test can regenerate and compare with the committed files.
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,15 +29,17 @@ from faststream import FastStream
 from faststream.redis import RedisBroker, StreamSub
 from faststream.specification import AsyncAPI
 from pydantic import BaseModel, TypeAdapter
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from shared import keys, topology
 from shared.bus import subscriptions_of
 from shared.contracts import connectors, deadletter, events, inbox, lifecycle
 from shared.settings import Settings
 from shared.topology import EXTERNAL, INBOX_MEMBERS, INBOX_PRODUCERS, PUBLICATIONS, SERVICES
-from tools import client_types
+from tools import client_types, settings_table
 
 TITLE = "Gamma harness streams"
+README = Path(__file__).resolve().parents[1] / "README.md"
 VERSION = "0.1.0"
 REDIS_SERVER = "redis://localhost:6379"
 
@@ -58,17 +60,21 @@ class Recorded:
     model: Any
 
 
+class _Defaults(Settings):
+    """Settings from the defaults and the arguments only, never the environment."""
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
 def default_settings() -> Settings:
-    """Settings from the defaults only: the documents must not depend on who runs `make docs`."""
-    names: set[str] = set()
-    for f in Settings.model_fields.values():
-        alias = f.validation_alias
-        names.update([alias] if isinstance(alias, str) else getattr(alias, "choices", []))
-    saved = {n: os.environ.pop(n) for n in list(os.environ) if n in names}
-    try:
-        return Settings()
-    finally:
-        os.environ.update(saved)
+    """Settings from the defaults only: the documents must not depend on who runs `make docs`. The apps
+    are built, never run: a placeholder key gives them a model client that is never called."""
+    return _Defaults(OPENAI_API_KEY="unused-by-docs")
 
 
 def service_subscriptions(settings: Settings | None = None) -> list[Recorded]:
@@ -327,6 +333,8 @@ if __name__ == "__main__":
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs")
     for p in write(target):
         print(p)
+    if settings_table.update(README, "settings", Settings):
+        print(README.relative_to(README.parent))
     if client_types.available():
         client_types.generate(target / "openapi.json", client_types.TYPES)
         print(client_types.TYPES.relative_to(client_types.ROOT))

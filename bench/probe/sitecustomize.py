@@ -1,4 +1,4 @@
-"""Bench-only stall probe (issue 20): `PYTHONPATH=bench/probe:$PWD python bench/stream.py ...`.
+"""Bench-only stall probe (docs/architecture.md "Streaming at scale"): `PYTHONPATH=bench/probe:$PWD python bench/stream.py ...`.
 
 Every Python process started with this directory on its path (the services, the scripted model
 server, the bench's readers) appends to /tmp/gamma-probe/<pid>.log: each cyclic-GC collection of 5 ms

@@ -6,12 +6,13 @@ from fastapi import FastAPI
 
 from shared import keys
 from shared.bus import consumer_name, make_broker, start_subscriptions, subscribe_service
+from shared.model import model_client
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 from shared.tracing import app_telemetry
 
 from .handler import CompactionHandler, Metrics
-from .summarizer import Summarizer, make_client
+from .summarizer import Summarizer
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -19,7 +20,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ctx = make_context("compaction", settings)
     broker = make_broker(settings.redis_url, ctx.registry, "compaction")
     consumer = consumer_name("compaction")
-    client = make_client(settings)
+    client = model_client(settings, "summarizer")
     handler = CompactionHandler(
         redis=ctx.redis, data_dir=settings.data_dir, summarizer=Summarizer(client, settings.model, settings.default_model_api),
         consumer=consumer, hold_interval_s=max(0.2, settings.claim_idle_ms / 3000),

@@ -1,4 +1,4 @@
-"""Summaries through the model: `openai.AsyncOpenAI`, the scripted summarizer when offline.
+"""Summaries through the model: `openai.AsyncOpenAI` from shared/model.py's factory.
 
 A history summary and, for a turn cut in the middle, a turn-prefix summary run in parallel and are
 joined like Pi does. File tracking is appended by the caller.
@@ -10,15 +10,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Literal
 
-import httpx
 from openai import AsyncOpenAI
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.compaction_rules import SummarySpan
 from shared.contracts.transcript import TranscriptEntry
-from shared.model import ScriptedTransport, openai_client
-from shared.settings import Settings
 
 from .prompts import (
     NO_PRIOR_HISTORY,
@@ -27,45 +22,11 @@ from .prompts import (
     summary_prompt,
     turn_prefix_prompt,
 )
-from .scripted import scripted_summarizer
 from .serialize import serialize_entries
 
 
 class SummaryError(RuntimeError):
     """The model answered, but not with a usable summary."""
-
-
-class ScriptedKnobs(BaseSettings):
-    """Offline only: model latency and failures of the scripted summarizer, for fault tests and the
-    benchmark (a real model is slow and sometimes down; the scripted one should be able to be too)."""
-
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
-    delay_s: float = Field(0.0, validation_alias="GAMMA_COMPACTION_SCRIPTED_DELAY_S")
-    failures: int = Field(0, validation_alias="GAMMA_COMPACTION_SCRIPTED_FAILURES")
-
-
-class _KnobbedTransport(ScriptedTransport):
-    def __init__(self, knobs: ScriptedKnobs) -> None:
-        super().__init__(scripted_summarizer)
-        self._delay = knobs.delay_s
-        self._failures_left = knobs.failures
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self._delay > 0:
-            await asyncio.sleep(self._delay)
-        if self._failures_left > 0:
-            self._failures_left -= 1
-            return httpx.Response(503, json={"error": {"message": "scripted summarizer unavailable",
-                                                       "type": "server_error", "code": "unavailable"}})
-        return await super().handle_async_request(request)
-
-
-def make_client(settings: Settings, knobs: ScriptedKnobs | None = None) -> AsyncOpenAI:
-    knobs = knobs or ScriptedKnobs()
-    if settings.openai_api_key or (knobs.delay_s <= 0 and knobs.failures <= 0):
-        return openai_client(settings, scripted=scripted_summarizer)
-    http = httpx.AsyncClient(transport=_KnobbedTransport(knobs), base_url="http://scripted.local/v1")
-    return AsyncOpenAI(api_key="scripted", base_url="http://scripted.local/v1", http_client=http, max_retries=0)
 
 
 @dataclass

@@ -2,8 +2,9 @@
 and the XACK, a claim) is skipped: a hash per session (`keys.digest_handled`), expiring
 `keys.DIGEST_HANDLED_TTL_S` after the session's last change.
 
-Before issue 19 each change had a global key (`keys.once("digest-change", id)`, ~90 B plus an expires
-entry, three for a deck): they are still read, and expire within the TTL of the upgrade.
+Legacy global keys per change (`keys.once("digest-change", id)`, ~90 B plus an expires entry, three for
+a deck) are still read, and expire within their TTL (docs/integration.md "Dormant sessions in Redis": a dormant
+session's cost).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""One-time move of notification keys built from raw ids (before issue 23) to the hashed keys.
+"""One-time move of the legacy notification keys built from raw ids to the hashed keys
+(docs/architecture.md "Limits on hostile input": ids are data, never key names).
 
-Before: `gamma:{sid}:notification:{id}` (record, a string) and `gamma:{sid}:notification:{id}:state`
+Legacy: `gamma:{sid}:notification:{id}` (record, a string) and `gamma:{sid}:notification:{id}:state`
 (a hash), so the record of id `Y:state` and the state of id `Y` shared one key. The Redis type tells
 them apart: a string is always a record, a hash always a state. Pending sets hold raw ids as members,
 not keys, and stay as they are. Records keep their TTL (RENAME). Runs at startup before any intake;

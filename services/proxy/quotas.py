@@ -1,7 +1,7 @@
 """Per-user creation rate: a fixed one-minute window counter per user (INCR + EXPIRE in one step).
 
 Fixed windows let a burst of up to twice the limit straddle a window boundary; that is enough to stop
-a runaway client (3,000 sessions in 6.6 s, issue 23) without a per-request sorted set."""
+a runaway client (3,000 sessions in 6.6 s, docs/architecture.md "Limits on hostile input") without a per-request sorted set."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ class SessionRow(BaseModel):
             "owner": self.owner,
             "variant": self.variant,
             # Without the nulls: a value over 64 bytes (hash-max-listpack-value) turns the whole row
-            # into a hashtable, ~1 KB instead of ~300 B kept for every dormant session (issue 19).
+            # into a hashtable, ~1 KB instead of ~300 B kept for every dormant session (docs/integration.md "Dormant sessions in Redis").
             "model": self.model.model_dump_json(exclude_none=True),
             "status": self.status,
             "created_at": str(self.created_at),

@@ -1,4 +1,4 @@
-"""Abort and interrupt (issue 17): end the active run at the user's request, and refuse a message or
+"""Abort and interrupt (docs/integration.md "Abort and interrupt"): end the active run at the user's request, and refuse a message or
 an abort aimed at a run that has already ended (`expected_run_id`, like Codex's expectedTurnId).
 
 An abort sets the Agent's signal: the model stream is cancelled (engine/openai_stream.py), running

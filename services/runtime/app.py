@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 import structlog
 from fastapi import FastAPI
@@ -11,7 +10,7 @@ from pydantic import BaseModel
 
 from shared import topology
 from shared.bus import by_session, consumer_name, ensure_group, make_broker, publish, subscribe
-from shared.model import openai_client
+from shared.model import model_client
 from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings
 from shared.tracing import app_telemetry
@@ -19,7 +18,6 @@ from shared.tracing import app_telemetry
 from .paths import sandbox_skills_dir, skills_dir
 from .prompt import VARIANTS, build_system_prompt
 from .sandbox import describe, export_metric, select_sandbox
-from .scripted import ScriptedGamma
 from .skills import load_skills
 from .worker import Worker
 
@@ -30,20 +28,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("runtime", settings)
     broker = make_broker(settings.redis_url, ctx.registry, "runtime")
-    directory = skills_dir()
-    os.environ.setdefault("GAMMA_SKILLS_DIR", str(directory))  # the gml CLI in skills finds itself
-    skills = load_skills(directory)
+    skills = load_skills(skills_dir(settings))  # every sandbox layer passes the directory to commands
     # Probe the sandbox layers now (logged; /readyz details; gamma_sandbox_layer): sessions reuse the choice.
     sandbox = select_sandbox(settings, sandbox_skills_dir())
     ctx.details["sandbox"] = describe(sandbox)
     export_metric(ctx.registry, sandbox)
     prompts: dict[str, str] = {v: build_system_prompt(v, skills) for v in VARIANTS}
-    model_client = openai_client(settings, ScriptedGamma(skills), max_retries=0)
 
     async def bus(stream: str, message: BaseModel) -> None:
         await publish(broker, stream, message)
 
-    worker = Worker(settings, ctx.redis, model_client, skills, prompts, bus, consumer_name("runtime"),
+    worker = Worker(settings, ctx.redis, model_client(settings, "agent"), skills, prompts, bus, consumer_name("runtime"),
                     registry=ctx.registry, disk=watch_disk(ctx))
 
     (wake,) = topology.consumptions("runtime")

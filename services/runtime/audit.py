@@ -1,4 +1,4 @@
-"""Completion audits (issue 21): before a blocking `message_user` that completes a task while a workflow
+"""Completion audits (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"): before a blocking `message_user` that completes a task while a workflow
 skill is active, its checklist (shared/checklist.py) is checked against the transcript.
 
 Rules (README "Completion audits"):

@@ -1,4 +1,4 @@
-"""The runtime side of compaction (issue 7): when to ask, and how to apply the answer.
+"""The runtime side of compaction (docs/architecture.md "Compaction"): when to ask, and how to apply the answer.
 
 Triggers: the threshold before a model request (counted on the whole next request: system prompt,
 tool schemas and messages), a provider context-overflow error (compact, then retry the request

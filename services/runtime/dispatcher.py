@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
@@ -54,7 +53,6 @@ log = structlog.get_logger()
 BARRIER_WAIT_S = 3.0
 # bench/e2e.py: one `inbox_entry_timing` line per entry (append -> read -> dequeued -> handled), to
 # find where an entry waits; off by default (a line per entry is not free under load).
-TRACE = os.environ.get("GAMMA_TRACE_INBOX") == "1"
 RETRY_FOR_S = 60.0
 # a client waits on a reply key for these (a prompt only when it carries a request id: expected_run_id)
 REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete, Abort, UserPrompt, Rewind)
@@ -117,8 +115,9 @@ class InboxDispatcher:
 
     def __init__(self, host: DispatchHost, wake: FormHost, manifest: ManifestHost, handlers: dict[type, Handler],
                  recorded: Recorded, client: Any, request_close: Any, prompt_hook: PromptHook | None = None,
-                 aborts: RunAborter | None = None) -> None:
+                 aborts: RunAborter | None = None, trace: bool = False) -> None:
         self.h = host
+        self.trace = trace  # GAMMA_TRACE_INBOX: log where each entry's time went (bench/e2e.py --trace)
         self.forms = wake  # for the answered form delivered at the barrier
         self.manifest = manifest
         self.handlers = handlers  # writes and compaction entries: type -> handler
@@ -150,7 +149,7 @@ class InboxDispatcher:
             try:
                 with processing(entry):
                     await self.handle_retrying(entry)
-                if TRACE:
+                if self.trace:
                     _trace(self.h.sid, entry, dequeued)
             except LeaseLost:
                 log.warning("lease_lost", session_id=self.h.sid)

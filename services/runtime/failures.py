@@ -1,4 +1,4 @@
-"""Which failures a retry can fix (issue 23 item 1).
+"""Which failures a retry can fix (docs/architecture.md "Limits on hostile input").
 
 A Redis failure or a network-level OS error passes (a restart, a dropped connection): the entry is
 retried in place. Anything else, including an OS error from the disk that no retry changes (a name too

@@ -1,4 +1,4 @@
-"""What a finished model reply means for the user (issue 18, "what real models do").
+"""What a finished model reply means for the user (README "Models"; "what real models do").
 
 - plain text with no tool call ends the run: real models often finish that way, and the interface
   never infers completion from the text. The harness delivers it as a blocking message_user (same

@@ -10,9 +10,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from shared.settings import Settings, load_settings
 
-def skills_dir() -> Path:
-    return Path(os.environ.get("GAMMA_SKILLS_DIR") or Path(__file__).resolve().parents[2] / "skills")
+REPO_SKILLS = Path(__file__).resolve().parents[2] / "skills"
+
+
+def skills_dir(settings: Settings | None = None) -> Path:
+    return (settings or load_settings()).skills_dir or REPO_SKILLS
 
 
 def _reachable_by_others(path: Path) -> bool:

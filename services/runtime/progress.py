@@ -1,4 +1,4 @@
-"""Checklist progress (issue 21): which step of each active workflow the agent is on, for clients
+"""Checklist progress (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"): which step of each active workflow the agent is on, for clients
 (`checklist` events) and for the model after a compaction (a `<checklist_progress>` anchor).
 
 Computed from the transcript and the todo list with the audit's rules (services/runtime/audit.py,

@@ -142,7 +142,7 @@ class Session:
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix,
                                    gate=deps.read_gate)
         self.compactor = Compactor(self, deps.settings, model.model, context_window)
-        # Issue 21 hooks: skill rules around the batch preflight, the dynamic tool subset (when on)
+        # Knowledge and skill-rule hooks (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"): skill rules around the batch preflight, the dynamic tool subset (when on)
         # before the compactor's check; prompt-time knowledge in the dispatcher.
         self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, self._messages,
                                     self.contracts.scope, self._steer, deps.registry)
@@ -176,7 +176,8 @@ class Session:
         self.rewinder = Rewinder(self)
         handlers[Rewind] = self.rewinder.on_rewind
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
-                                          deps.client, deps.request_close, knowledge, self.aborts)
+                                          deps.client, deps.request_close, knowledge, self.aborts,
+                                          trace=deps.settings.trace_inbox)
         self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
         self.dispatcher.causal = self.causal
         config.get_steering = causal_steering(self.causal, config.get_steering, self.deliver_injection)
@@ -193,7 +194,7 @@ class Session:
         self.agent.steer(message)
 
     def _wire_checklists(self) -> None:
-        """Completion audits and checklist progress (issue 21): both read the transcript and the todo list."""
+        """Completion audits and checklist progress (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"): both read the transcript and the todo list."""
         self.tools.auditor = Auditor(self.transcript, self.todo, self.skills, self.outbox, self.deps.registry,
                                      self.contracts)
         self.progress = ChecklistProgress(self.transcript, self.todo, self.skills, self.outbox)

@@ -82,8 +82,8 @@ class Worker:
         self.sender = EventSender(client, settings.delta_coalesce_ms / 1000, sends_per_s=settings.delta_sends_per_s,
                                   min_period_s=settings.delta_coalesce_min_ms / 1000)
         # Model streams read once per tick, just before it (sender.py): only where one read returns all
-        # that arrived (aiohttp, the in-process scripted model); a gated httpx stream would fall behind.
-        self.read_gate = self.sender if settings.delta_coalesce_ms > 0 and reads_merged(model_client) else None
+        # that arrived (GAMMA_MODEL_HTTP=aiohttp); a gated httpx stream would fall behind.
+        self.read_gate = self.sender if settings.delta_coalesce_ms > 0 and reads_merged(settings) else None
         self.images = ImageCollector(settings.images_gc_grace_s, registry)
         if registry is not None:
             metrics.track_active_leases(registry, lambda: len(self.sessions))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -32,7 +31,6 @@ from shared.write_model import Refused
 from .uistate import UiDoc
 
 log = structlog.get_logger()
-TRACE = os.environ.get("GAMMA_TRACE_INBOX") == "1"  # bench/e2e.py: where a file write's time goes
 
 
 class WriteOutbox(Protocol):
@@ -90,7 +88,7 @@ class WriteHandlers:
             await self._after_write()
 
     async def publish_ui(self, update: bytes) -> None:
-        """Only the change goes out (issue 23: a full snapshot per event cost 1.48 MB of Redis each)."""
+        """Only the change goes out (docs/architecture.md "Limits on hostile input": a full snapshot per event cost 1.48 MB of Redis each)."""
         if update:
             data = UiUpdateData(update=base64.b64encode(update).decode())
             await self.s.outbox.event("ui_update", data.model_dump())
@@ -165,7 +163,7 @@ class WriteHandlers:
         await self._answer(entry, m.request_id, 200, {"path": written.path, "size": written.size, "revision": revision,
                                                       "created": written.created})
         await self._written()
-        if TRACE:
+        if self.s.deps.settings.trace_inbox:  # bench/e2e.py --trace: where a file write's time goes
             t.append(time.time())
             steps = ("blob_ms", "guard_ms", "write_ms", "revision_ms", "answer_ms")
             log.info("file_write_timing", session_id=self.s.sid, entry_id=entry.entry_id,

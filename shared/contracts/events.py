@@ -90,7 +90,7 @@ class ModelRequestData(Contract):
     encoding: str
     message_count: int
     image_tokens: int = 0  # the request's images by OpenAI's formula for the model (shared/image_tokens.py)
-    # What the API itself reported (issue 18). `cached_tokens` is the provider's prompt-cache hit.
+    # What the API itself reported (README "Models"). `cached_tokens` is the provider's prompt-cache hit.
     api: Literal["responses", "chat"] = "chat"
     input_tokens: int = 0
     cached_tokens: int = 0
@@ -116,7 +116,7 @@ class ChecklistStepData(Contract):
 
 
 class ChecklistData(Contract):
-    """`checklist`: where the agent is in an active workflow (issue 21). `current` is the 1-based
+    """`checklist`: where the agent is in an active workflow (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"). `current` is the 1-based
     step it is on (the first audited step still pending; total + 1 when none is left); `done` counts
     done steps. Sent when a step's status changes, after a wake and after a compaction."""
 

@@ -17,7 +17,7 @@ from .connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
 from .injection import InjectionSource, RuntimeInjection
 from .messages import ImageRef
 
-# interrupt: abort the active run, then start a new one with this message (issue 17).
+# interrupt: abort the active run, then start a new one with this message (docs/integration.md "Abort and interrupt").
 OnBusy = Literal["steer", "follow_up", "reject", "interrupt"]
 RUN_ID = r"^run_[A-Za-z0-9_-]{1,60}$"
 ENTRY_ID = r"^[A-Za-z0-9_-]{1,64}$"  # a transcript entry's id

@@ -94,7 +94,7 @@ AuditOutcome = Literal["passed", "blocked", "deviations_reported", "deviations_u
 
 
 class AuditEntry(_Entry):
-    """A completion audit (issue 21): a blocking message_user checked against an active workflow's
+    """A completion audit (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"): a blocking message_user checked against an active workflow's
     checklist. `blocked`: steps were missing the first time, the message was refused with an error
     naming them; later completions yield and say whether the message reported each deviation.
     Not a model message: replay (shared/context.py) skips it; the model saw the tool result."""

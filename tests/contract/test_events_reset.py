@@ -1,4 +1,4 @@
-"""The SSE `reset` event (issue 19): sent when entries after the client's Last-Event-ID are gone, never otherwise."""
+"""The SSE `reset` event (docs/integration.md "Dormant sessions in Redis"): sent when entries after the client's Last-Event-ID are gone, never otherwise."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ async def test_capped_stream_resets_only_clients_behind_its_first_entry(redis_cl
     assert await history_gap(redis_client, SID, reset_id, reset_id) is None
     assert await history_gap(redis_client, SID, ids[2], ids[2]) is None
     assert (await first_frames(redis_client, ids[3], 1))[0].startswith(f"id: {ids[4]}\n")
-    # "0" replays what is retained, as before, unless a sweep deleted the stream once.
+    # "0" replays what is retained, unless a sweep deleted the stream once.
     assert (await first_frames(redis_client, "0", 1))[0].startswith(f"id: {ids[3]}\n")
     assert await history_gap(redis_client, SID, "$", ids[5]) is None
 

@@ -1,4 +1,4 @@
-"""The model APIs against the `openai` package's own types (issue 18), so neither the runtime's
+"""The model APIs against the `openai` package's own types (README "Models"), so neither the runtime's
 requests nor the scripted model can drift from the real API:
 - every request body a real runtime session sends (a multi-turn tool-using deck run, reasoning on)
   validates exactly against ResponseCreateParamsStreaming / CompletionCreateParamsStreaming, and the
@@ -24,11 +24,11 @@ from openai.types.responses.response_create_params import (
 )
 from pydantic import BaseModel, TypeAdapter
 
+from scripted import responses as scripted_responses
+from scripted.gamma import ScriptedGamma
+from scripted.transport import ScriptedTransport, scripted_client, scripted_transport
+from scripted.types import ScriptedReply, ScriptedToolCall
 from services.compaction.summarizer import Summarizer
-from services.runtime.scripted import ScriptedGamma
-from shared import scripted_responses
-from shared.model import ScriptedReply, ScriptedToolCall, ScriptedTransport, openai_client, scripted_transport
-from shared.settings import Settings
 from tests.integration.runtime_inproc import inproc_worker
 from tests.support.model_runs import bodies, create_row, prompt_and_wait
 
@@ -90,7 +90,7 @@ async def test_runtime_requests_validate_against_the_sdk_params(api: str, redis_
 
 @pytest.mark.parametrize("api", ["responses", "chat"])
 async def test_compaction_summarizer_request_validates(api: str) -> None:
-    client = openai_client(Settings(OPENAI_API_KEY=None), lambda body: ScriptedReply(content="## Goal\nx"))
+    client = scripted_client(lambda body: ScriptedReply(content="## Goal\nx"))
     summarizer = Summarizer(client, "gpt-5-mini", api)  # type: ignore[arg-type]
     assert await summarizer.complete("summarize this", 1000) == "## Goal\nx"
     transport = scripted_transport(client)
@@ -153,7 +153,7 @@ async def test_scripted_chat_chunks_and_completions_parse(reply: ScriptedReply) 
 
 
 async def test_offline_client_exposes_its_transport() -> None:
-    client = openai_client(Settings(OPENAI_API_KEY=None), ScriptedGamma())
+    client = scripted_client(ScriptedGamma())
     assert scripted_transport(client) is not None
 
 

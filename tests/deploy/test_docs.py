@@ -37,7 +37,7 @@ EXPECTED_GROUPS = {
     (keys.ARTIFACT_CHANGES, "digest"),
     (keys.INJECTIONS_RECORDED, "notifications"), (keys.INJECTIONS_RECORDED, "digest"),
     (keys.COMPACTION_REQUESTS, "compaction"),
-    (keys.DIGEST_FLUSH, "digest"),  # causal order (issue 17): the runtime asks for a flush now
+    (keys.DIGEST_FLUSH, "digest"),  # causal order (docs/architecture.md "Causal order"): the runtime asks for a flush now
     (keys.NOTIFICATIONS, "notifications"),
 }
 

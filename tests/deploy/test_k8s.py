@@ -1,5 +1,5 @@
 """deploy/k8s: each overlay renders with `kubectl kustomize` and every object validates (strict) with
-kubernetes-validate against the Kubernetes versions around kubectl's own; then the shape issue 8 asks for."""
+kubernetes-validate against the Kubernetes versions around kubectl's own; then the shape deploy/README.md describes."""
 
 from __future__ import annotations
 

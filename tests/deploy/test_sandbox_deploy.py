@@ -1,4 +1,4 @@
-"""The deployment runs the agent-command sandbox (issue 15): the image installs bubblewrap, the runtime's
+"""The deployment runs the agent-command sandbox (README "Security"): the image installs bubblewrap, the runtime's
 Kubernetes pod and compose service may create bwrap's user namespace (and nothing else is loosened),
 the prod overlay offers a gVisor RuntimeClass, CI installs bubblewrap."""
 

@@ -1,4 +1,4 @@
-"""The size guards of issue 16, run by .ci/run: ruff's size rules (pyproject.toml: C901, PLR0912,
+"""The size guards (README "Code standards"), run by .ci/run: ruff's size rules (pyproject.toml: C901, PLR0912,
 PLR0915) fail a long function in shared/ or services/, and no module there grows past ~400 lines
 (ruff has no rule for a file's length)."""
 
@@ -13,8 +13,9 @@ from .support import ROOT
 
 RUFF = Path(sys.executable).with_name("ruff")
 MAX_FILE_LINES = 400
-# issue 16: to split (the Session and the runtime's compaction rules are being moved apart).
-TO_SPLIT = {"services/runtime/session.py", "services/runtime/compaction.py"}
+# README "Code standards": to split (the Session and the runtime's compaction rules are being moved apart).
+TO_SPLIT = {"services/runtime/session.py", "services/runtime/compaction.py",
+            "shared/settings.py"}  # one flat model, described field by field: splits into per-area models
 
 
 def ruff_codes(path: Path) -> set[str]:
@@ -43,7 +44,7 @@ def test_a_long_function_fails_and_a_short_one_passes(tmp_path: Path) -> None:
 def test_library_and_service_modules_stay_small() -> None:
     sizes = {
         str(p.relative_to(ROOT)): len(p.read_text().splitlines())
-        for root in ("shared", "services") for p in (ROOT / root).rglob("*.py")
+        for root in ("shared", "services", "scripted") for p in (ROOT / root).rglob("*.py")
     }
     too_long = {name: n for name, n in sizes.items() if n > MAX_FILE_LINES and name not in TO_SPLIT}
     assert not too_long, f"split these modules (over {MAX_FILE_LINES} lines): {too_long}"

@@ -1,4 +1,4 @@
-"""The inspector's workflow checklist pane (issue 21) in headless Chromium against the real stack:
+"""The inspector's workflow checklist pane (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools") in headless Chromium against the real stack:
 after a deck request ran to completion, the pane shows deck-generation's steps (done, the optional
 one skipped), "all N steps reviewed", the completion audit's outcome and the ended contract, all from
 the events stream; after a completion with declared deviations, each deviation beside its step.

@@ -119,7 +119,7 @@ def test_form_answered_failed_run_and_compaction_shown(page_run: dict) -> None: 
 
 @pytest.mark.timeout(600)
 def test_upload_into_dormant_session_appears_after_wake(page_run: dict) -> None:  # type: ignore[type-arg]
-    """Issue 17: an upload into a dormant session appears after the wake (new files too, and removals)."""
+    """An upload into a dormant session appears after the wake (new files too, and removals)."""
     out = page_run
     assert out["badgeAfterSuspend"] == "dormant" and out["badgeAfterUpload"] == "dormant"
     assert "uploaded new-notes.txt (5 B, new)" in out["newUpload"] and out["newSizeDormant"] == "5 B"

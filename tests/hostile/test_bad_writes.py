@@ -1,4 +1,4 @@
-"""Writes that can never succeed, and the workspace quota (issue 23 item 1, issue 15 item 5).
+"""Writes that can never succeed, and the workspace quota (docs/architecture.md "Limits on hostile input"; README "Security").
 
 Before: the runtime retried every OSError as transient. A live PUT whose name was too long once the
 temp suffix was added (ENAMETOOLONG), whose path was a directory (EISDIR) or went through a file
@@ -39,7 +39,7 @@ from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.timeout(300)
-PROMPT_S = 5.0  # "at once" on a loaded two-core machine; before the fix the bad write took ~37 s
+PROMPT_S = 5.0  # "at once" on a loaded two-core machine; a bad write retried until dead-lettered takes ~37 s
 FILES = "/sessions/{sid}/workspace/files/{path}"
 
 

@@ -1,4 +1,4 @@
-"""Issue 23 item 8: request heads are capped (bytes and header fields) on the service ports: 431, and a
+"""Request heads are capped (bytes and header fields) on the service ports: 431, and a
 hostile head does not grow the server's memory.
 
 Before: a 16 MiB header got 200, and four unfinished 64 MiB header lines took the proxy from 84 to

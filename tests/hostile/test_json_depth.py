@@ -1,4 +1,4 @@
-"""Issue 23 item 5: JSON nesting depth and number length are capped at the edge, for every JSON body of
+"""JSON nesting depth and number length are capped at the edge, for every JSON body of
 the proxy (documents, UI, messages, sessions) and notifications: a clear 422, and nothing stored.
 
 Before: a dormant PUT of a deck nested 250 deep was written and every later GET/PUT/PATCH of it answered

@@ -1,5 +1,5 @@
-"""Issue 23 item 2: notification ids are data, never key names; a reused id with another notification
-is a 409, not a silent duplicate; keys written before the fix are still delivered.
+"""Notification ids are data, never key names; a reused id with another notification
+is a 409, not a silent duplicate; legacy raw-id keys are still delivered.
 
 Real stack (five processes, real Redis, scripted model): ids that once aliased the store's own keys are
 posted to a dormant session, the session is woken with a prompt, and every one must be recorded in the
@@ -52,7 +52,7 @@ def test_ids_that_look_like_store_keys_are_all_delivered(module_stack: Stack, fi
     answers = [post(module_stack, sid, first), post(module_stack, sid, second)]
     assert [r.status_code for r in answers] == [202, 202], [r.text for r in answers]
     assert [r.json()["duplicate"] for r in answers] == [False, False]
-    # The wake's SessionLive delivers both (before the fix: WRONGTYPE, five failures, dead letter).
+    # The wake's SessionLive delivers both (not WRONGTYPE, five failures and a dead letter).
     say(module_stack, sid, f"wake for {first} and {second}")
     wait_recorded(module_stack, sid, [first, second])
     # A later notification still reaches the session.
@@ -101,7 +101,7 @@ def _legacy_record(sid: str, nid: str) -> str:
 
 
 def test_keys_written_before_the_fix_are_moved_and_delivered(module_stack: Stack) -> None:
-    """Raw-id keys as the store wrote them before issue 23, including the colliding pair's shapes."""
+    """Legacy raw-id keys as the store wrote them, including the colliding pair's shapes."""
     sid = create_session(module_stack)
     prefix = "gamma:{" + sid + "}:notification:"
     client = redis.Redis.from_url(module_stack.redis_url)

@@ -1,4 +1,4 @@
-"""Issue 23 item 9: per-user session quota, per-user creation rate, and paging of GET /sessions.
+"""Per-user session quota, per-user creation rate, and paging of GET /sessions.
 
 Before: 3,000 sessions for one user in 6.6 s were all accepted and the listing stopped at 200.
 The proxy alone is enough here (sessions are created dormant), against a real Redis.

@@ -1,4 +1,4 @@
-"""Issue 23 item 11: suspend answers only once the session is dormant; the transcript comes in pages
+"""Suspend answers only once the session is dormant; the transcript comes in pages
 with a cap (and the proxy's memory stays flat while a 20 MB transcript is read); /metrics and the
 docs pages are not on the public ports."""
 

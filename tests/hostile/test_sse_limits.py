@@ -1,4 +1,4 @@
-"""Issue 23 item 7: event streams share one Redis read per shard of sessions, and a user has a cap.
+"""Event streams share one Redis read per shard of sessions, and a user has a cap.
 
 Before: one blocked XREAD (one Redis connection) per SSE client; at 540 streams requests failed with
 "No connection available" and GET /sessions/{id} took 5.4 s. Now the proxy's fan-out reads the

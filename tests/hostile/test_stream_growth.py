@@ -1,4 +1,4 @@
-"""Issue 23 item 9: Redis grows with what is written (150 x 1 MiB PUTs added 459 MiB) and streams
+"""Redis grows with what is written (150 x 1 MiB PUTs added 459 MiB) and streams
 are never trimmed. File contents now travel by reference (a content blob on the session disk), and
 every consumed stream is trimmed to what its groups acknowledged.
 

@@ -1,4 +1,4 @@
-"""Issue 23 item 3: the documented timeouts happen, under the redis-py version installed.
+"""The documented timeouts happen, under the redis-py version installed.
 
 redis-py 8 reads every reply under a 5 s socket timeout by default. The proxy's BLPOP for a forwarded
 write's reply (GAMMA_REPLY_TIMEOUT_S) and the SSE read (XREAD BLOCK, GAMMA_SSE_HEARTBEAT_S) wait longer

@@ -1,9 +1,10 @@
-"""Issue 23 item 4: invalid UI state was accepted live (200, written to state.json), after which every
-dormant /ui/sync, even an empty update, answered 422 and GET /ui served the invalid state.
+"""Invalid UI state is refused (docs/architecture.md "Limits on hostile input"): accepted live (200,
+written to state.json), it would make every dormant /ui/sync, even an empty update, answer 422 and
+GET /ui serve the invalid state.
 
-Now one rule (shared.uirules) judges the merged document live (runtime) and dormant (proxy) before
-anything is applied: a refused update answers 422 with the reason and changes nothing, and a
-state.json written before the rule is repaired on read. Real services, pycrdt clients."""
+One rule (shared.uirules) judges the merged document live (runtime) and dormant (proxy) before
+anything is applied: a refused update answers 422 with the reason and changes nothing, and an invalid
+state.json on disk is repaired on read. Real services, pycrdt clients."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def test_invalid_ui_state_is_refused_live_and_dormant_and_changes_nothing(api: h
     assert good.json()["snapshot"]["tabs"]["tg"]["ari"] == "file:notes.md"
 
     suspend(api, sid)
-    # Before the fix: 422 here, for every dormant sync, because the live side had stored invalid state.
+    # Not a 422 here, for every dormant sync, as stored invalid state would cause.
     empty = sync(api, sid, EMPTY_UPDATE)
     assert empty.status_code == 200, empty.text
     assert empty.json()["snapshot"]["tabs"]["tg"]["title"] == "notes"
@@ -109,7 +110,7 @@ def test_invalid_ui_state_is_refused_live_and_dormant_and_changes_nothing(api: h
 
 
 def test_state_json_written_before_the_rule_is_repaired_on_read(api: httpx.Client, stack: Stack) -> None:
-    """What the live side used to write: read back valid (bad parts dropped), live and dormant alike."""
+    """A state.json without the rule's checks: read back valid (bad parts dropped), live and dormant alike."""
     sid = new_session(api)
     path = state_path(stack, sid)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Issue 23 item 6: UI documents had no caps; 20,000 separately inserted items cost 2.9 s of runtime CPU
+"""UI documents are capped (docs/architecture.md "Limits on hostile input"): without caps, 20,000 separately inserted items cost 2.9 s of runtime CPU
 per sync afterwards, blocked the event loop (another user's prompt: 1.2 s -> 4.1 s), and every
 `ui_update` event carried the whole snapshot (1.48 MB each).
 

@@ -1,4 +1,4 @@
-"""Workspace paths (issue 23 item 10) and links planted in the workspace (issue 15 item 4).
+"""Workspace paths (docs/architecture.md "Limits on hostile input") and links planted in the workspace (README "Security").
 
 Before: a 256-byte segment gave 500; invalid UTF-8 became U+FFFD (different names aliased one file);
 NFC and NFD spellings were two files; `PUT name/` wrote `name`; the file tools and the proxy resolved
@@ -83,7 +83,7 @@ def test_a_256_byte_segment_is_400_and_255_bytes_are_fine(api: httpx.Client, sta
 
 
 def test_invalid_utf8_is_400_never_an_alias(api: httpx.Client, stack: Stack, sid: str) -> None:
-    plant(stack, sid, "\ufffd.txt")  # the name both invalid spellings used to become
+    plant(stack, sid, "\ufffd.txt")  # the name both invalid spellings would decode to (U+FFFD)
     before = names(stack, sid)
     for raw in ("%FF.txt", "%FE.txt", "ok/%C3%28.txt"):
         resp = api.put(FILES.format(sid=sid, path=raw), content=b"alias?")
@@ -162,7 +162,7 @@ def test_proxy_get_and_put_never_follow_a_link_out(api: httpx.Client, stack: Sta
         resp = api.put(FILES.format(sid=sid, path=path), content=b"pwned")
         assert resp.status_code == 400, (path, resp.text)
     for path in (f"out-{tag}/passwd", f"peer-{tag}/secret.txt", f"up-{tag}/etc/passwd"):
-        resp = api.delete(FILES.format(sid=sid, path=path))  # issue 17: DELETE, live and dormant
+        resp = api.delete(FILES.format(sid=sid, path=path))  # docs/integration.md "Session row and liveness": DELETE, live and dormant
         assert resp.status_code == 400 and "symbolic link" in resp.json()["error"], (path, resp.text)
     listing = api.get(FILES.format(sid=sid, path="")).json()
     assert not [e for e in listing["entries"] if str(e["name"]).endswith(tag)]  # links are not listed

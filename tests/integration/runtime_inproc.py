@@ -11,9 +11,12 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
+from scripted.gamma import ScriptedGamma
+from scripted.pacing import Timing
+from scripted.settings import ScriptedSettings
+from scripted.transport import scripted_client
 from services.runtime.app import skills_dir
 from services.runtime.prompt import VARIANTS, build_system_prompt
-from services.runtime.scripted import ScriptedGamma
 from services.runtime.session import Session
 from services.runtime.skills import load_skills
 from services.runtime.worker import Worker
@@ -21,7 +24,6 @@ from shared import keys
 from shared.contracts.inbox import Barrier, InboxMessage
 from shared.contracts.wake import Wake
 from shared.inbox import append
-from shared.model import openai_client
 from tests.support.inproc import settings_for
 
 
@@ -63,7 +65,7 @@ async def inproc_worker(redis_url: str, data_dir: Path, **env: object) -> AsyncI
     async def bus(stream: str, message: BaseModel) -> None:
         await client.xadd(stream, {"data": message.model_dump_json()})
 
-    worker = Worker(settings, client, openai_client(settings, ScriptedGamma(skills)), skills, prompts, bus,
+    worker = Worker(settings, client, scripted_client(ScriptedGamma(skills), Timing.from_settings(ScriptedSettings(**env))), skills, prompts, bus,
                     "w-inproc")
     worker.start()
     try:

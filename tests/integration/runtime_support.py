@@ -55,7 +55,7 @@ class Driver:
 
 
 def script(*steps: dict[str, Any]) -> str:
-    """A user message the scripted model plays back step by step (services/runtime/scripted.py)."""
+    """A user message the scripted model plays back step by step (scripted/gamma.py)."""
     return "script:" + json.dumps(list(steps))
 
 

@@ -1,4 +1,4 @@
-"""Abort, interrupt and expected_run_id (issue 17 items 3 and 4), against the real services.
+"""Abort, interrupt and expected_run_id (docs/integration.md "Abort and interrupt"), against the real services.
 
 The scripted model streams at 40 tokens a second here, so a 4,000-character reply takes ~25 s and
 an abort lands mid-stream; the 30 s `bash` calls run in the real sandbox, and each carries an odd

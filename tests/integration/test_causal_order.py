@@ -1,4 +1,4 @@
-"""Causal order of live writes before prompts (issue 17 item 1), on the real stack.
+"""Causal order of live writes before prompts (docs/architecture.md "Causal order"), on the real stack.
 
 The digest debounce is long here (1.5 s): without the causal wait every prompt sent right after its
 write would overtake the write's `artifact_update` (the prompt goes to the inbox at once, the update

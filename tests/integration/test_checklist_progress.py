@@ -1,4 +1,4 @@
-"""Checklist progress (issue 21) through all five services: `checklist` events tell a client which
+"""Checklist progress (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools") through all five services: `checklist` events tell a client which
 step of the active workflow the agent is on, and come again after a compaction and after a wake while
 the workflow's contract is live (an audited completion ends it: docs/architecture.md "Skill contracts")."""
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from services.compaction.reading import parse_summary
+from scripted.reading import parse_summary
 from services.runtime.engine.convert import SUMMARY_PREFIX
 from shared.disk import session_paths
 from tests.integration.runtime_support import Driver

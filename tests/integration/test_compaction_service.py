@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from services.compaction.reading import parse_summary
+from scripted.reading import parse_summary
 from services.runtime import compaction as c
 from shared import keys
 from shared.contracts.compaction import CompactionRequest

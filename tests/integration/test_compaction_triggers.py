@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.compaction.reading import parse_summary
+from scripted.reading import parse_summary
+from scripted.types import ScriptedError
 from services.runtime.engine.convert import SUMMARY_PREFIX
 from shared import keys
 from shared.contracts.inbox import CompactionReady, Stop
 from shared.disk import session_paths
-from shared.model import ScriptedError
 from shared.trusted_blocks import escape_text
 from tests.support.compaction_e2e import (
     Env,

@@ -1,4 +1,4 @@
-"""Completion audits (issue 21) against a real runtime process and real Redis (scripted model):
+"""Completion audits (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools") against a real runtime process and real Redis (scripted model):
 a blocking message_user while a workflow skill is active is checked against its checklist."""
 
 from __future__ import annotations

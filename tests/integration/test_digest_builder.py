@@ -265,7 +265,7 @@ async def test_a_pending_debounce_survives_a_restart(redis_client: aioredis.Redi
 
 async def test_dormant_new_file_then_removal_in_the_manifest(redis_client: aioredis.Redis, builder: DigestBuilder,
                                                            data_dir: Path) -> None:
-    """Issue 17: an upload into a dormant (never woken) session is one "new file" entry; removing it
+    """An upload into a dormant (never woken) session is one "new file" entry; removing it
     again before anything went out leaves nothing to tell; removing a file the agent saw is announced."""
     manifest_path = data_dir / "sessions" / SID / "pending_artifacts.json"
     await builder.on_change(file_change(data_dir, "user", b"<brief>otters</brief>\n", created=True))

@@ -1,4 +1,4 @@
-"""Issue 19 item 3: a dormant session's streams leave Redis after GAMMA_DORMANT_RETENTION_S.
+"""A dormant session's streams leave Redis after GAMMA_DORMANT_RETENTION_S.
 
 Real stack (five processes, real Redis, scripted model) with a one-second retention: after dormancy
 only the row (with its fence), the user's index (and digest / notification / usage state) remain; a client

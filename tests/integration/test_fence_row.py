@@ -1,5 +1,5 @@
 """The fence as a field of the session row (shared/fence.py), against a real Redis: the lease takes it
-there, a fence key written before the change is folded in (never lowering it) by the lease script and
+there, a legacy fence key is folded in (never lowering it) by the lease script and
 by the dormancy sweep, readers take the larger of the two meanwhile, and the sweep drops the row's
 fields at their defaults."""
 
@@ -36,7 +36,7 @@ async def test_the_lease_increments_the_row_field_and_no_fence_key_appears(redis
 
 async def test_a_legacy_fence_key_is_read_then_folded_by_the_next_lease(redis_client: aioredis.Redis) -> None:
     await _row(redis_client, **{keys.FENCE_FIELD: "3"})
-    await redis_client.set(keys.legacy_fence(SID), 7)  # written by a runtime before the change
+    await redis_client.set(keys.legacy_fence(SID), 7)  # a legacy fence key
     assert await read_fence(redis_client, SID) == 7
     state = await load_state(redis_client, SID)
     assert state is not None and state.fence == 7

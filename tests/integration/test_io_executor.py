@@ -1,7 +1,7 @@
 """Every service's default executor is sized for disk waits (shared/iopool.py, GAMMA_IO_THREADS).
 
 Python sizes it min(32, cpus + 4): 6 threads on the 2-core machine of bench-e2e, where a live file
-write's read of its staged blob queued behind the transcript fsyncs of other sessions (issue 20)."""
+write's read of its staged blob queued behind the transcript fsyncs of other sessions (docs/architecture.md "Streaming at scale")."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ def test_hints_read_update_and_compaction(api: httpx.Client) -> None:
     assert [(a["details"]["knowledgeId"], a["details"]["revision"]) for a in anchors] == [("note-brand-images", 2)]
     assert "2026 library" in anchors[0]["content"]
 
-    # Deleted while live: the update says so, and the copy no longer counts (not restored any more).
+    # Deleted while live: the update says so, and the copy stops counting (it is not restored).
     assert api.delete("/knowledge/note-brand-images").status_code == 204
     es = ask(api, sid, "hello again")
     deleted = [u for u in custom(es, "gamma.workspace_update") if u["details"]["sourceId"] == "knowledge:note-brand-images@3"]

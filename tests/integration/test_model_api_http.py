@@ -1,6 +1,6 @@
 """Both model APIs through the full stack (proxy and runtime processes, real Redis, the scripted model
 behind the real openai client): the API chosen on POST /sessions, a multi-turn tool-using deck run,
-and the session's prompt-cache hit ratio in GET /sessions/{id} (issue 18)."""
+and the session's prompt-cache hit ratio in GET /sessions/{id} (README "Models")."""
 
 from __future__ import annotations
 

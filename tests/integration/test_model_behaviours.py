@@ -1,4 +1,4 @@
-"""What real models do, through a real runtime session over both APIs (issue 18): plain text that
+"""What real models do, through a real runtime session over both APIs (README "Models"): plain text that
 ends the run, output cut at the token limit, refusals, 429/5xx with Retry-After, a dropped stream,
 broken tool calls; and the prompt cache share growing across a session's turns."""
 

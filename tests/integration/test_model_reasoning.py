@@ -1,4 +1,4 @@
-"""Reasoning carried across turns with the Responses API, stateless (issue 18): every reasoning item
+"""Reasoning carried across turns with the Responses API, stateless (README "Models"): every reasoning item
 from `response.output_item.done` is kept with its assistant message and replayed verbatim on later
 requests to the same model; dropped after a model switch (the scripted server, like OpenAI, refuses
 encrypted content another model made); kept across a wake and a compaction."""
@@ -70,7 +70,7 @@ async def test_reasoning_replayed_verbatim_kept_across_a_wake_dropped_after_a_mo
 async def test_a_replayed_foreign_reasoning_item_is_refused_by_the_scripted_server(
         redis_url: str, tmp_path: Path) -> None:
     """The check the switch test relies on: the scripted server does refuse another model's item."""
-    from shared import scripted_responses
+    from scripted import responses as scripted_responses
 
     body = {"model": "gpt-5", "input": [{"type": "reasoning", "id": "rs_1", "summary": [],
                                          "encrypted_content": scripted_responses.encrypt("gpt-5-mini", "x")}]}

@@ -350,7 +350,7 @@ def test_dormant_files(api: httpx.Client, r: redis.Redis, stack: Stack) -> None:
     sid = new_session(api)
     workspace = session_dir(stack, sid) / "workspace"
     assert_error(api.get(f"/sessions/{sid}/workspace/files/brief.xml"), 404)
-    # A new file into a never-woken session (issue 17): accepted, directories made, still dormant.
+    # A new file into a never-woken session (docs/integration.md "Session row and liveness"): accepted, directories made, still dormant.
     resp = api.put(f"/sessions/{sid}/workspace/files/in/new/brief.xml", content=b"<brief/>")
     assert resp.status_code == 200, resp.text
     assert resp.json() == {"path": "in/new/brief.xml", "size": 8, "revision": 1, "created": True}
@@ -409,7 +409,7 @@ def test_dormant_documents(api: httpx.Client, r: redis.Redis, stack: Stack) -> N
     sid = new_session(api)
     doc_path = session_dir(stack, sid) / "documents" / "d1.json"
     assert_error(api.get(f"/sessions/{sid}/documents/d1"), 404)
-    # A new deck into a never-woken session (issue 17): revision 1, announced as created; DELETE removes it.
+    # A new deck into a never-woken session (docs/integration.md "Session row and liveness"): revision 1, announced as created; DELETE removes it.
     resp = api.put(f"/sessions/{sid}/documents/d0", json={"title": "Fresh", "cards": [{"id": "c1"}]})
     assert resp.status_code == 200 and resp.json()["revision"] == 1, resp.text
     assert_error(api.delete(f"/sessions/{sid}/documents/d0", headers={"If-Match": "7"}), 409, "stale")

@@ -1,4 +1,4 @@
-"""The compaction trigger (issue 7): the threshold counts the whole next request, a failed summary
+"""The compaction trigger (docs/architecture.md "Compaction"): the threshold counts the whole next request, a failed summary
 backs off instead of asking on every model call, and an unanswered request stops blocking after a
 bounded time. In-process runtime, real Redis, scripted model; no compaction service runs, so the
 requests published on `gamma:compaction:requests` are exactly what the runtime asked for."""

@@ -181,7 +181,7 @@ def test_subagent_result_arrives_as_background_result(rt: Stack, d: Driver) -> N
     entries = transcript(rt.data_dir, sid)
     result = next(e for e in entries if e["type"] == "custom_message")
     assert result["customType"] == "gamma.background_result" and "find tide tables" in result["content"]
-    # Answered once; the plain-text acknowledgement reaches the user as an implicit message (issue 18).
+    # Answered once; the plain-text acknowledgement reaches the user as an implicit message (README "Models").
     assert [m["message"] for m in d.message_users(sid) if not m.get("implicit")] == ["waiting for research"]
     # The runtime's own metrics saw it: model requests with their tokens, the injection, the lease.
     text = httpx.get(rt.url("runtime") + "/metrics").text

@@ -1,4 +1,4 @@
-"""The scripted model as its own HTTP server (services/runtime/scripted_server.py, issue 20): the
+"""The scripted model as its own HTTP server (scripted/server.py; scripted/README.md): the
 runtime's stream readers get over real sockets, through both openai client backends, what they get
 from the in-process transport; the worker's read gate reads them once per tick; bad requests get 4xx."""
 
@@ -18,14 +18,17 @@ import pytest
 import redis.asyncio as aioredis
 from openai import AsyncOpenAI, DefaultAioHttpClient
 
+from scripted.pacing import Timing
+from scripted.server import MAX_HEAD, ScriptedServer
+from scripted.transport import ScriptedTransport
+from scripted.types import ScriptedReply, ScriptedToolCall
 from services.runtime.engine.chat_api import ChatApi
 from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentEvent
-from services.runtime.scripted_server import MAX_HEAD, ScriptedServer
 from services.runtime.sender import EventSender
 from shared.contracts.messages import AssistantMessage, TextContent
-from shared.model import ScriptedReply, ScriptedToolCall, ScriptedTransport, reads_merged
-from shared.pacing import Timing
+from shared.model import reads_merged
+from shared.settings import Settings
 
 TOKENS = 30
 PARAMS = {"type": "object", "properties": {"message": {"type": "string"}}}
@@ -105,8 +108,8 @@ async def test_the_read_gate_reads_a_token_per_chunk_stream_once_per_tick() -> N
     timing = Timing(tokens_per_s=80, stamp=True)
     gate = EventSender(aioredis.Redis(), 0.05)  # only its gate: nothing is queued, no command sent
     async with server(timing) as url:
-        c = client(url, "aiohttp")
-        assert reads_merged(c)
+        c = client(url, "aiohttp")  # GAMMA_MODEL_HTTP=aiohttp: the setting that turns the worker's gate on
+        assert reads_merged(Settings(GAMMA_MODEL_HTTP="aiohttp"))
         try:
             reads: list[tuple[float, str]] = []
 
@@ -124,17 +127,9 @@ async def test_the_read_gate_reads_a_token_per_chunk_stream_once_per_tick() -> N
     assert max(at - due for at, due in stamps) < 0.05 + 0.1  # a tick, plus a loaded machine's slack
 
 
-@pytest.mark.timeout(30)
-async def test_reads_merged_only_where_one_read_takes_all_that_arrived() -> None:
-    aio = client("http://127.0.0.1:9/v1", "aiohttp")
-    plain = client("http://127.0.0.1:9/v1", "httpx")
-    local = AsyncOpenAI(api_key="x", base_url="http://scripted.local/v1",
-                        http_client=httpx.AsyncClient(transport=ScriptedTransport(reply)))
-    try:
-        assert reads_merged(aio) and reads_merged(local) and not reads_merged(plain)
-    finally:
-        for c in (aio, plain, local):
-            await c.close()
+def test_reads_merged_is_the_http_backend_setting() -> None:
+    """The read gate follows GAMMA_MODEL_HTTP, never the client's private attributes."""
+    assert reads_merged(Settings(GAMMA_MODEL_HTTP="aiohttp")) and not reads_merged(Settings(GAMMA_MODEL_HTTP="httpx"))
 
 
 @pytest.mark.timeout(30)

@@ -1,4 +1,4 @@
-"""Issue 20: the scripted model streams with a real model's timing (both APIs), and the runtime's
+"""The scripted model streams with a real model's timing (both APIs), and the runtime's
 Outbox coalesces streamed text so Redis sees far fewer XADDs than tokens, without reordering or
 delaying the awaited events."""
 
@@ -11,13 +11,14 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
+from scripted.pacing import Timing, paced
+from scripted.settings import ScriptedSettings
+from scripted.transport import scripted_client
+from scripted.types import ScriptedReply, ScriptedToolCall
 from services.runtime.events import Outbox
 from services.runtime.lease import LeaseLost
 from services.runtime.sender import EventSender
 from shared import keys
-from shared.model import ScriptedReply, ScriptedToolCall, openai_client
-from shared.pacing import Timing, paced
-from shared.settings import Settings
 from tests.support.polling import eventually
 
 TEXT = "@ts@" * 40  # 40 tokens, each stamped with its emit time
@@ -29,16 +30,17 @@ def reply(_: dict) -> ScriptedReply:
 
 
 def timed_client():  # type: ignore[no-untyped-def]
-    settings = Settings(OPENAI_API_KEY=None, GAMMA_SCRIPTED_TTFT_MS=150, GAMMA_SCRIPTED_TOKENS_PER_S=200,
-                        GAMMA_SCRIPTED_JITTER_MS=1, GAMMA_SCRIPTED_STAMP=True)
-    return openai_client(settings, reply)
+    knobs = ScriptedSettings(GAMMA_SCRIPTED_TTFT_MS=150, GAMMA_SCRIPTED_TOKENS_PER_S=200,
+                             GAMMA_SCRIPTED_JITTER_MS=1, GAMMA_SCRIPTED_STAMP=True)
+    return scripted_client(reply, Timing.from_settings(knobs))
 
 
 def test_the_fast_gpt_profile_and_overrides() -> None:
-    assert Timing.from_settings(Settings(GAMMA_SCRIPTED_PROFILE="fast_gpt")).ttft_s == 0.4
-    assert Timing.from_settings(Settings(GAMMA_SCRIPTED_PROFILE="fast_gpt")).tokens_per_s == 80
-    assert Timing.from_settings(Settings(GAMMA_SCRIPTED_PROFILE="fast_gpt", GAMMA_SCRIPTED_TOKENS_PER_S=20)).tokens_per_s == 20
-    assert not Timing.from_settings(Settings()).active  # off by default: tests stay instant
+    assert Timing.from_settings(ScriptedSettings(GAMMA_SCRIPTED_PROFILE="fast_gpt")).ttft_s == 0.4
+    assert Timing.from_settings(ScriptedSettings(GAMMA_SCRIPTED_PROFILE="fast_gpt")).tokens_per_s == 80
+    assert Timing.from_settings(ScriptedSettings(GAMMA_SCRIPTED_PROFILE="fast_gpt",
+                                                 GAMMA_SCRIPTED_TOKENS_PER_S=20)).tokens_per_s == 20
+    assert not Timing.from_settings(ScriptedSettings()).active  # off by default: tests stay instant
 
 
 def check(received: list[tuple[float, str]], started: float, args: list[str]) -> None:

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from services.compaction.reading import parse_request
-from shared import scripted_responses
+from scripted import responses as scripted_responses
+from scripted.reading import parse_request
 from shared.neutralise import neutralise
 from shared.reserved_tags import RESERVED_TAG_RE
 from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact

@@ -1,4 +1,4 @@
-"""Issue 17 item 2 on the real stack (five processes, real Redis, scripted model): uploads and new
+"""Dormant writes (docs/integration.md "Session row and liveness") on the real stack (five processes, real Redis, scripted model): uploads and new
 documents into dormant and never-woken sessions, and DELETE of files and documents, live and dormant.
 
 What the agent was told is read from its transcript (GET /transcript): each `artifact_update` is a

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from scripted.types import ScriptedReply
 from shared import keys
 from shared.contracts.client import PromptClientContext, VisibleTab
 from shared.contracts.inbox import Barrier, Injection, UiUpdate, UserPrompt
 from shared.contracts.injection import RuntimeInjection
-from shared.model import ScriptedReply
 from tests.integration.runtime_support import Driver, kinds, transcript
 from tests.support.compaction_model import RecordingModel, call, done, reply
 from tests.support.polling import wait_sync as eventually

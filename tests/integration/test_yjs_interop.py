@@ -106,7 +106,7 @@ def test_live(api: httpx.Client, stack: Stack) -> None:
 
 
 def test_live_follower_applies_incremental_events(api: httpx.Client, stack: Stack) -> None:
-    """`ui_update` events carry the change only (issue 23 item 6): a yjs client that subscribed and
+    """`ui_update` events carry the change only (docs/architecture.md "Limits on hostile input"): a yjs client that subscribed and
     seeded from GET /ui applies them and ends equal to the server's state."""
     sid = str(api.post("/sessions").json()["id"])
     assert api.post(f"/sessions/{sid}/messages", json={"message": "wake up"}).status_code == 202

@@ -39,7 +39,7 @@ from .workload import (
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SESSIONS = int(os.environ.get("GAMMA_FAULT_SESSIONS", "8"))
-# Runtime workers sharing the sessions (issue 19: three); the faults hit the first and pause the busiest.
+# Runtime workers sharing the sessions (docs/architecture.md "Runtime workers": three); the faults hit the first and pause the busiest.
 # (A fork written late once seen with three came from two gaps now closed: appends racing through an
 # awaiting guard, and a worker stopped between its lease check and its write; services/runtime/diskfence.py.)
 RUNTIMES = int(os.environ.get("GAMMA_FAULT_RUNTIMES", "3"))

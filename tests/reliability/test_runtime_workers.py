@@ -1,4 +1,4 @@
-"""Issue 19 item 4: three runtime workers share the sessions; kill -9 of one moves its sessions to the others.
+"""Three runtime workers share the sessions (docs/architecture.md "Runtime workers"); kill -9 of one moves its sessions to the others.
 
 Real stack (five services plus two more runtime processes, real Redis, scripted model). Sessions are
 woken through the shared wake group, so they spread over the workers; the worker holding the most is

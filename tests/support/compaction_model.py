@@ -4,7 +4,7 @@ The runtime and the compaction service run as real processes with `OPENAI_API_KE
 `OPENAI_BASE_URL` pointing here, so their real `openai` clients send real HTTP. Summarization calls
 (recognized by their system prompt) are answered by the compaction service's scripted summarizer;
 agent calls by the steps a test queues (a reply, an error, or a function of the request body).
-Replies are rendered by `shared.model.ScriptedTransport`, the same wire format the offline default
+Replies are rendered by `scripted.transport.ScriptedTransport`, the same wire format the offline default
 uses, streamed or not.
 """
 
@@ -22,10 +22,11 @@ import httpx
 import uvicorn
 from fastapi import FastAPI, Request, Response
 
+from scripted.summarizer import scripted_summarizer
+from scripted.transport import ScriptedTransport
+from scripted.types import ScriptedError, ScriptedReply, ScriptedToolCall
 from services.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
-from services.compaction.scripted import scripted_summarizer
 from services.stack import free_port
-from shared.model import ScriptedError, ScriptedReply, ScriptedToolCall, ScriptedTransport
 
 Step = ScriptedReply | ScriptedError | Callable[[dict[str, Any]], ScriptedReply]
 

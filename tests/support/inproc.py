@@ -10,12 +10,13 @@ from pathlib import Path
 from fastapi import FastAPI
 from faststream.redis import RedisBroker
 
+from scripted import FACTORY
 from shared.bus import make_broker
 from shared.settings import Settings
 
 
 def settings_for(redis_url: str, data_dir: Path, **extra: object) -> Settings:
-    values: dict[str, object] = {"REDIS_URL": redis_url, "GAMMA_DATA_DIR": str(data_dir), "OPENAI_API_KEY": None,
+    values: dict[str, object] = {"REDIS_URL": redis_url, "GAMMA_DATA_DIR": str(data_dir), "OPENAI_API_KEY": None, "GAMMA_MODEL_FACTORY": FACTORY,
                                  "GAMMA_CLAIM_IDLE_MS": 1500, "GAMMA_DIGEST_DEBOUNCE_MS": 100,
                                  # tests read stream history; tests/hostile/test_stream_growth.py tests trimming
                                  "GAMMA_STREAM_TRIM_INTERVAL_S": 3600, **extra}

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scripted.transport import ScriptedTransport, scripted_transport
 from services.proxy.rows import SessionRow
 from shared import keys
 from shared.contracts.http import ModelConfig
 from shared.contracts.inbox import UserPrompt
-from shared.model import ScriptedTransport, scripted_transport
 from tests.integration.runtime_inproc import InProc
 
 FAST_RETRIES = {"GAMMA_MODEL_MAX_RETRIES": 2, "GAMMA_MODEL_RETRY_BASE_S": 0.05, "GAMMA_MODEL_RETRY_MAX_S": 2.0}

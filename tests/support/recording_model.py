@@ -4,7 +4,7 @@ The services run as real processes with `OPENAI_API_KEY`, `OPENAI_BASE_URL` (and
 from `RecordingModel.env()`, so their real `openai` clients send real HTTP here: a test asserts on
 what a provider would actually read (the Responses `input` items or the Chat Completions
 `messages`), not on the runtime's in-process bookkeeping. Agent calls are answered by the runtime's
-own scripted model (`services/runtime/scripted.py`: a `script:` prompt plays its steps back, other
+own scripted model (`scripted/gamma.py`: a `script:` prompt plays its steps back, other
 prompts get its usual behaviour); summarization calls (recognized by their system prompt) by the
 compaction service's scripted summarizer. Serves POST /v1/responses and /v1/chat/completions.
 
@@ -26,14 +26,14 @@ import httpx
 import uvicorn
 from fastapi import FastAPI, Request, Response
 
+from scripted import responses as scripted_responses
+from scripted.gamma import ScriptedGamma
+from scripted.summarizer import scripted_summarizer
+from scripted.transport import ScriptedTransport
 from services.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
-from services.compaction.scripted import scripted_summarizer
 from services.runtime.paths import skills_dir
-from services.runtime.scripted import ScriptedGamma
 from services.runtime.skills import load_skills
 from services.stack import free_port
-from shared import scripted_responses
-from shared.model import ScriptedTransport
 
 
 @dataclass(frozen=True)

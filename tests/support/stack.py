@@ -11,6 +11,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scripted.factory import SPEC as SCRIPTED_FACTORY
 from services.stack import free_port
 
 SERVICES = ("runtime", "digest", "compaction", "notifications", "proxy")
@@ -74,6 +75,7 @@ class Stack:
             PYTHONUNBUFFERED="1",
         )
         env.pop("OPENAI_API_KEY", None)
+        env["GAMMA_MODEL_FACTORY"] = SCRIPTED_FACTORY  # the offline model, wired as `make run` does
         for name, var in (PORT_VARS | INTERNAL_PORT_VARS).items():
             env[var] = str(self.ports[name])
         env.update(self.env_overrides)

@@ -1,4 +1,4 @@
-"""Workflow checklists (shared/checklist.py) and their declaration beside SKILL.md (issue 21)."""
+"""Workflow checklists (shared/checklist.py) and their declaration beside SKILL.md (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools")."""
 
 from __future__ import annotations
 

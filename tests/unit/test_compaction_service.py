@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import pytest
 
+from scripted.factory import KnobbedTransport
+from scripted.reading import parse_calls, parse_summary
+from scripted.settings import ScriptedSettings
+from scripted.summarizer import scripted_summarizer
+from scripted.transport import scripted_client
+from scripted.types import ScriptedReply
 from services.compaction import prompts
-from services.compaction.reading import parse_calls, parse_summary
-from services.compaction.scripted import scripted_summarizer
 from services.compaction.serialize import serialize_entries, serialize_message
-from services.compaction.summarizer import ScriptedKnobs, Summarizer, SummaryError, make_client
+from services.compaction.summarizer import Summarizer, SummaryError
 from services.runtime import compaction as c
 from shared import compaction_rules as rules
 from shared.contracts.messages import (
@@ -19,14 +23,12 @@ from shared.contracts.messages import (
     ToolCall,
     ToolResultMessage,
 )
-from shared.model import ScriptedReply, openai_client
-from shared.settings import Settings
 from tests.support.compaction_sessions import SessionBuilder, deck_session, todo_items
 
 
 def summarizer(**knobs: float) -> Summarizer:
-    settings = Settings(OPENAI_API_KEY=None)  # type: ignore[call-arg]
-    return Summarizer(make_client(settings, ScriptedKnobs(**knobs)), "scripted-summarizer")
+    knobs_ = ScriptedSettings(**{f"compaction_{k}": v for k, v in knobs.items()})
+    return Summarizer(scripted_client(KnobbedTransport(knobs_)), "scripted-summarizer")
 
 
 async def summarize(b: SessionBuilder, keep: int, previous: str | None = None, focus: str | None = None) -> str:
@@ -155,8 +157,7 @@ async def test_model_errors_surface() -> None:
 
 
 async def test_an_empty_answer_is_an_error_and_an_empty_conversation_still_has_the_structure() -> None:
-    settings = Settings(OPENAI_API_KEY=None)  # type: ignore[call-arg]
-    silent = Summarizer(openai_client(settings, scripted=lambda body: ScriptedReply(content="  ")), "m")
+    silent = Summarizer(scripted_client(lambda body: ScriptedReply(content="  ")), "m")
     with pytest.raises(SummaryError, match="empty summary"):
         await silent.complete("<conversation>\n[User]: hi\n</conversation>", 100)
     reply = scripted_summarizer({"messages": [{"role": "user", "content": "no conversation"}]})

@@ -1,4 +1,4 @@
-"""The seed's delivery policy pinned (docs/architecture.md "Delivery policy"): every injection kind in
+"""The seed's delivery policy pinned (docs/architecture.md "Delivery, yield and the idle rules"): every injection kind in
 every session state, through the real dispatcher, protocol and Agent (a running Agent is really
 running: its model call waits). For each: where the injection lands (the Agent's steer queue, its
 follow-up queue, the next-turn list, or a turn started for it) and whether it starts a turn.

@@ -290,7 +290,7 @@ def test_no_generated_path_resolves_outside_the_workspace(workspace: Path, rel: 
     assert str(resolved) == real
 
 
-# ---------------------------------------------------------------- beneath the workspace (issue 15 item 4)
+# ---------------------------------------------------------------- beneath the workspace (README "Security")
 
 
 @pytest.fixture(params=["openat2", "walk"])
@@ -449,7 +449,7 @@ def test_a_racing_swap_of_a_directory_for_a_link_never_lets_a_write_out(fs, layo
     assert outcomes.get("PathRefused", 0) > 0, outcomes  # the race was really run against a link
 
 
-# ---------------------------------------------------------------- the workspace quota (issue 15 item 5)
+# ---------------------------------------------------------------- the workspace quota (README "Security")
 
 
 def test_quota_refuses_growth_with_507_and_writes_nothing(tmp_path: Path) -> None:

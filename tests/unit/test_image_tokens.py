@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from scripted.transport import scripted_client
+from scripted.types import ScriptedReply
 from services.runtime.engine.chat_api import ChatApi
 from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream, PieceTokens
 from services.runtime.engine.responses_api import ResponsesApi
@@ -19,8 +21,6 @@ from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, T
 from shared.image_limits import ImageLimits
 from shared.image_tokens import image_tokens
 from shared.images import ImageSource, prepare, store_image
-from shared.model import ScriptedReply, openai_client
-from shared.settings import Settings
 from shared.tokens import TokenCounter, estimate_tokens
 
 
@@ -61,7 +61,7 @@ async def test_a_requests_prompt_tokens_include_its_images_by_the_formula(tmp_pa
         shots.append(store_image(tmp_path, prepare(out.getvalue(), ImageLimits()), "shot.png"))
     gone = ref(640, 480)  # never stored
     settings = ModelSettings(model="gpt-4o", api=api, images=ImageSource(tmp_path), image_detail="high")  # type: ignore[arg-type]
-    client = openai_client(Settings(OPENAI_API_KEY=None), lambda body: ScriptedReply(content="seen"))
+    client = scripted_client(lambda body: ScriptedReply(content="seen"))
     counter = TokenCounter()
     stream = OpenAIStream(client, settings, counter)
     context = AgentContext("sys", [UserMessage(content="look", images=[shots[0], gone]),

@@ -1,4 +1,4 @@
-"""Pure rules of issue 21: the BM25 ranker and the hints block (shared/knowledge.py), the skill rule
+"""Pure rules of scoped knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"): the BM25 ranker and the hints block (shared/knowledge.py), the skill rule
 table (services/runtime/skill_rules.py), the tool namespaces (services/runtime/tool_policy.py)."""
 
 from __future__ import annotations

@@ -7,12 +7,12 @@ import httpx
 import openai
 import pytest
 
+from scripted.prompt_cache import PromptCache
 from services.runtime.engine.model_api import ModelSettings
 from services.runtime.engine.openai_stream import retry_delay
 from shared.context import build_context
 from shared.contracts.messages import AssistantMessage
 from shared.contracts.transcript import parse_entries
-from shared.prompt_cache import PromptCache
 from shared.settings import Settings
 
 

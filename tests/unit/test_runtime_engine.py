@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from scripted.transport import scripted_client
+from scripted.types import ScriptedError, ScriptedReply, ScriptedToolCall
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.convert import to_openai
 from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
@@ -28,8 +30,6 @@ from shared.contracts.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from shared.model import ScriptedError, ScriptedReply, ScriptedToolCall, openai_client
-from shared.settings import Settings
 from shared.tokens import TokenCounter
 
 
@@ -205,7 +205,7 @@ async def test_real_openai_client_streams_tool_calls_and_errors() -> None:
             raise r
         return r  # type: ignore[no-any-return]
 
-    client = openai_client(Settings(OPENAI_API_KEY=None), model)
+    client = scripted_client(model)
     stream = OpenAIStream(client, ModelSettings(model="m"), TokenCounter())
 
     async def echo(args: dict[str, Any], _: ToolContext) -> ToolOutcome:

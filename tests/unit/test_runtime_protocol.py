@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from scripted.gamma import injection_of
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, LoopConfig
 from services.runtime.protocol import PendingPrompt, SessionProtocolController, TurnInput
-from services.runtime.scripted import injection_of
 from services.runtime.todo import TodoController, TodoRefused
 from services.runtime.transcript import Transcript
 from services.runtime.uistate import UiDoc

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scripted.gamma import ScriptedGamma
+from scripted.transport import scripted_client
 from services.runtime.engine.openai_stream import ModelSettings
-from services.runtime.scripted import ScriptedGamma
 from services.runtime.session import Session, SessionDeps
 from shared.disk import session_paths
-from shared.model import openai_client
 from shared.settings import Settings
 from shared.tokens import TokenCounter
 
@@ -22,7 +22,7 @@ async def ack(_sid: str, _entry_id: str) -> None:
 
 def build(tmp_path: Path) -> Session:
     settings = Settings(data_dir=tmp_path, context_window=50_000)
-    deps = SessionDeps(settings=settings, client=None, model_client=openai_client(settings, ScriptedGamma()), skills={},
+    deps = SessionDeps(settings=settings, client=None, model_client=scripted_client(ScriptedGamma()), skills={},
                        system_prompt="sys", counter=TokenCounter(), ack=ack)
     paths = session_paths(tmp_path, "s1")
     paths.workspace.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The runtime's own SSE reader (engine/sse.py, issue 20): the events the SDK's decoder would give,
+"""The runtime's own SSE reader (engine/sse.py, docs/architecture.md "Streaming at scale"): the events the SDK's decoder would give,
 however the bytes are cut, and the SDK's error rules."""
 
 from __future__ import annotations

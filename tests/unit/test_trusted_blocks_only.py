@@ -2,9 +2,9 @@
 
 Every string literal in the production packages is scanned with the reserved-tag pattern (docstrings
 aside: they describe blocks, the model never reads them), and so is every f-string or concatenation
-that puts a computed name after `<` or `</`. The builder itself, the pattern's definition and the
-scripted model (a test double that plays a model writing whatever it is told) are the only modules
-allowed.
+that puts a computed name after `<` or `</`. The builder itself and the pattern's definition are the
+only modules allowed (the scripted model, a test double that plays a model writing whatever it is
+told, lives outside the production packages).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from shared.reserved_tags import RESERVED_TAG_RE
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("shared", "services", "tools")
-# The builder; the tag pattern's own definition; the scripted model (a test double).
-ALLOWED = {"shared/trusted_blocks.py", "shared/reserved_tags.py", "services/runtime/scripted.py"}
+# The builder; the tag pattern's own definition.
+ALLOWED = {"shared/trusted_blocks.py", "shared/reserved_tags.py"}
 OPEN_END = re.compile(r"<\s*/?\s*$")
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -67,7 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     base = settings.notifications_url or f"http://127.0.0.1:{settings.notifications_port}"
     notifications = Notifications(base, settings.service_token)
     library = BrandLibrary(Path(settings.brand_dir) if settings.brand_dir else ASSETS)
-    consumer = os.environ.get("GAMMA_INSTANCE") or f"{NAME}-1"  # stable: a restart finds its own pending calls
+    consumer = settings.instance or f"{NAME}-1"  # stable: a restart finds its own pending calls
     worker = CallWorker(client, NAME, library, notifications.answer, consumer, settings.claim_idle_ms, registry)
     state = {"ready": False}
 

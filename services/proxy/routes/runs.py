@@ -1,4 +1,4 @@
-"""The active run (issue 17): POST /abort, and messages aimed at one run (`expected_run_id`).
+"""The active run (docs/integration.md "Abort and interrupt"): POST /abort, and messages aimed at one run (`expected_run_id`).
 
 The runtime writes the active run's id into `gamma:{sid}:running` (services/runtime/supervisor.py);
 the proxy reads it with the session row, so a stale `expected_run_id` is refused at once with 409 and

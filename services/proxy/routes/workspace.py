@@ -43,7 +43,6 @@ from ..liveness import apply_if_dormant, owned_session
 from ..rows import SessionState
 
 log = structlog.get_logger()
-TRACE = os.environ.get("GAMMA_TRACE_INBOX") == "1"  # bench/e2e.py --trace: where a live PUT's time goes
 
 router = APIRouter(prefix="/sessions", tags=["workspace"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -201,7 +200,7 @@ async def write_file(
     replied = time.time()
     await file_changed(proxy.broker, sid, rel, blob, digest, revision if isinstance(revision, int) else None,
                        created=reply.body.get("created") is True, track=tracking(proxy))
-    if TRACE:
+    if proxy.settings.trace_inbox:  # bench/e2e.py --trace: where a live PUT's time goes
         log.info("file_put_timing", session_id=sid, entered=round(entered, 4),
                  arrived=round(request.scope.get("gamma.arrived", entered), 4), body_ms=round((staging - entered) * 1000, 1),
                  stage_ms=round((staged - staging) * 1000, 1),

@@ -139,7 +139,7 @@ class _Reading:
 
 
 # The output items the harness keeps, checked against the openai package's types once per item;
-# other item types (new ones included) are skipped, as before.
+# other item types (new ones included) are skipped.
 ITEM_TYPES: dict[str, TypeAdapter[Any]] = {
     "message": TypeAdapter(ResponseOutputMessage),
     "function_call": TypeAdapter(ResponseFunctionToolCall),

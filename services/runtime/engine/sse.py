@@ -1,7 +1,7 @@
-"""Server-sent events read straight off the model API's HTTP response (issue 20).
+"""Server-sent events read straight off the model API's HTTP response (docs/architecture.md "Streaming at scale").
 
 The `openai` client still sends the request (auth, base URL, headers, status errors become
-`APIStatusError`s as before), but its stream iterator is not used: it runs every event through the
+`APIStatusError`s as usual), but its stream iterator is not used: it runs every event through the
 SDK's model construction (~100 µs an event, 43% of the runtime's CPU at 500 streaming sessions in
 bench-stream). Here an event is `orjson.loads` and a dict; the adapters (responses_api, chat_api)
 validate only what they keep, once per call, against the openai package's types.
@@ -30,7 +30,7 @@ async def open_stream(client: AsyncOpenAI, path: str, body: dict[str, Any]) -> h
     carrying the whole system prompt and conversation. Same bytes on the wire (compact, UTF-8)."""
     try:
         content = orjson.dumps(body)
-    except TypeError:  # what orjson refuses (an int beyond 64 bits): the SDK's encoder, as before
+    except TypeError:  # what orjson refuses (an int beyond 64 bits): the SDK's own encoder
         response = await client.post(path, body=body, cast_to=httpx.Response, stream=True)
     else:
         response = await client.post(path, content=content, cast_to=httpx.Response, stream=True)
@@ -96,7 +96,7 @@ async def json_reads(response: httpx.Response) -> AsyncIterator[list[dict[str, A
                                       body=None) from exc
             if isinstance(event, dict) and event.get("error"):
                 if events:
-                    yield events  # what came before the error, as before
+                    yield events  # what came before the error goes out first
                 raise _stream_error(response, event["error"])
             if isinstance(event, dict):
                 events.append(event)

@@ -19,7 +19,9 @@ from .types import Layer, SandboxLimits, SandboxRequest, SandboxResult, walk_lim
 
 
 def _tz() -> str:
-    return os.environ.get("TZ") or "UTC"
+    # TZ is the POSIX variable of the process's own time zone, passed on to commands: not a Gamma setting
+    # (README "Configuration": the standard variables read where they apply).
+    return os.environ.get("TZ") or "UTC"  # noqa: TID251
 
 
 @dataclass

@@ -1,4 +1,4 @@
-// Checklist progress (issue 21): the active workflow's step n of m, each step done / pending /
+// Checklist progress (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"): the active workflow's step n of m, each step done / pending /
 // skipped, from the runtime's `checklist` events, and the completion audits (`audit` events). The
 // pane adds itself after the Tasks section; the inspector only forwards events and session changes.
 import { el } from "./dom.js";

@@ -1,4 +1,4 @@
-// The active run (issue 17): the Stop button (POST /abort) and the send options while a run is
+// The active run (docs/integration.md "Abort and interrupt"): the Stop button (POST /abort) and the send options while a run is
 // active (steer, follow up, interrupt), each aimed at the run shown (`expected_run_id`), so a
 // message typed while a run was ending never lands in a run the user did not see.
 import { api, sessionPath } from "./api.js";

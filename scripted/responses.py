@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .pacing import Timing
 
 if TYPE_CHECKING:
-    from .scripted_types import ScriptedReply
+    from .types import ScriptedReply
 
 # Events that carry a token (paced when the model has a rate).
 TOKEN_EVENTS = frozenset({"response.output_text.delta", "response.function_call_arguments.delta",

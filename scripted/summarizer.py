@@ -1,6 +1,6 @@
 """The offline summarizer model: a real structured summary of the conversation it is given.
 
-It runs behind the real `openai` client (shared.model.ScriptedTransport) and reads the same prompt a
+It runs behind the real `openai` client (scripted/transport.py ScriptedTransport) and reads the same prompt a
 real model reads. It extracts the goal from the first user request, constraints from the user's
 words, done items from completed tool calls and todo updates, in-progress and next steps from the
 latest todo state, decisions from the assistant's reasoning, and critical context (file paths,
@@ -13,9 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.model import ScriptedReply
-
 from .reading import Block, Request, Sections, parse_calls, parse_request, parse_summary
+from .types import ScriptedReply
 
 MAX_ITEMS = 40
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")

@@ -1,4 +1,4 @@
-"""The scripted model: the offline default, served behind the real openai client (shared.model).
+"""The scripted model: the offline default, served behind the real openai client (transport.py).
 
 Scenarios, chosen from the latest user message:
 - `script: [steps...]`: exact tool-call sequences for tests. Step i answers the i-th model call
@@ -8,13 +8,13 @@ Scenarios, chosen from the latest user message:
 - a request to create a presentation: every step of deck-generation's checklist for real (the skill
   and its required reference skills in the first batch, brief.xml, todo plan, deck.json validated,
   rendered and linted with `gml`, show_gamma, a progress message_user(false), the todo complete),
-  then message_user(true) (scripted_workflows.py);
+  then message_user(true) (workflows.py);
 - a request to import or convert a PPTX/PDF/DOCX/Keynote file: the import workflow's steps; a request
   to change, edit, rename or retitle a card: gml-editing's steps on the deck `deck` (both complete
-  with message_user's `deviations` empty, scripted_workflows.py);
+  with message_user's `deviations` empty, workflows.py);
 - a prompt naming "the connector NAME" (with dynamic tools): load it, call its tool, report the
-  answer (scripted_connectors.py);
-- `eval-policy: {...}` prompts: a workflow policy of scripted_workflows.py that can skip steps (evals);
+  answer (connectors.py);
+- `eval-policy: {...}` prompts: a workflow policy of workflows.py that can skip steps (evals);
 - anything else: one message_user(true) that names each injection it received (kind and ref).
 Injections that reach the model after its prompt was already answered (a blocking message_user; an
 idle turn started for an active task) are acknowledged in plain text, which ends the run: the prompt
@@ -34,13 +34,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from services.runtime.engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX
+from services.runtime.skills import Skill
 from shared.contracts.injection import INJECTION_KINDS
-from shared.model import ScriptedError, ScriptedReply, ScriptedToolCall
 
-from .engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX
-from .scripted_connectors import connector_reply
-from .scripted_workflows import AUDIT_MARK, Policy, reply_for
-from .skills import Skill
+from .connectors import connector_reply
+from .types import ScriptedError, ScriptedReply, ScriptedToolCall
+from .workflows import AUDIT_MARK, Policy, reply_for
 
 TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
         "run_aborted", "session_rewound")

@@ -1,9 +1,9 @@
-"""The scripted model as its own HTTP server process: `python -m services.runtime.scripted_server`.
+"""The scripted model as its own HTTP server process: `python -m scripted.server`.
 
 A real provider runs out of process: its pacing, JSON encoding and HTTP framing cost the harness
-nothing. In process (shared.model.ScriptedTransport behind the openai client, the test default) that
-work ran on the runtime's event loop: about a third of the runtime's CPU per streamed token at 500
-sessions (bench-stream, issue 20). This server runs the same ScriptedTransport (same model: the
+nothing. In process (scripted/transport.py's ScriptedTransport behind the openai client, the test default)
+that work runs on the runtime's event loop: about a third of the runtime's CPU per streamed token at
+500 sessions (bench/results/stream.md). This server runs the same ScriptedTransport (same model: the
 runtime's ScriptedGamma built with the same skills, same pacing, stamps, prompt cache, errors) behind
 a small HTTP/1.1 server on asyncio streams (uvloop when installed); the runtime reaches it as any
 OpenAI-compatible server: OPENAI_BASE_URL=http://127.0.0.1:PORT/v1, OPENAI_API_KEY=anything,
@@ -23,14 +23,15 @@ import contextlib
 
 import httpx
 
+from services.runtime.paths import skills_dir
+from services.runtime.skills import load_skills
 from shared.gcpolicy import heap_freezer
-from shared.model import ScriptedTransport
-from shared.pacing import Timing
 from shared.settings import load_settings
 
-from .paths import skills_dir
-from .scripted import ScriptedGamma
-from .skills import load_skills
+from .gamma import ScriptedGamma
+from .pacing import Timing
+from .settings import ScriptedSettings
+from .transport import ScriptedTransport
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024  # a long conversation, sent whole each call (stateless Responses API)
@@ -142,9 +143,8 @@ class ScriptedServer:
 
 
 def scripted_transport_for_runtime() -> ScriptedTransport:
-    """The model the runtime would build in process (services/runtime/app.py), with its timing."""
-    settings = load_settings()
-    return ScriptedTransport(ScriptedGamma(load_skills(skills_dir())), Timing.from_settings(settings))
+    """The model the runtime would build in process (scripted/factory.py), with its timing."""
+    return ScriptedTransport(ScriptedGamma(load_skills(skills_dir())), Timing.from_settings(ScriptedSettings()))
 
 
 async def serve(host: str, port: int, ready: asyncio.Event | None = None) -> None:

@@ -1,6 +1,6 @@
-"""The scripted model's timing: time to first token, tokens per second, jitter (issue 20).
+"""The scripted model's timing: time to first token, tokens per second, jitter (docs/architecture.md "Streaming at scale").
 
-Off by default (every chunk at once, as before). With a rate, text and tool-call arguments are cut
+Off by default (every chunk at once). With a rate, text and tool-call arguments are cut
 into one token (TOKEN_CHARS characters) per chunk and sent on a schedule: the first token after the
 time to first token, then one every 1/rate seconds with a uniform jitter. The schedule is absolute
 (a late wake-up sends what is due without sleeping again), so a loaded event loop does not slow the
@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from .settings import Settings
+from .settings import ScriptedSettings
 
 TOKEN_CHARS = 4  # ~ one token of English text
 STAMP = b"@ts@"  # replaced by the chunk's emit time when `stamp` is on (bench only)
@@ -33,12 +33,12 @@ class Timing:
     stamp: bool = False
 
     @classmethod
-    def from_settings(cls, s: Settings) -> Timing:
-        ttft, rate, jitter = PROFILES[s.scripted_profile]
-        return cls(ttft_s=(s.scripted_ttft_ms if s.scripted_ttft_ms is not None else ttft) / 1000,
-                   tokens_per_s=s.scripted_tokens_per_s if s.scripted_tokens_per_s is not None else rate,
-                   jitter_s=(s.scripted_jitter_ms if s.scripted_jitter_ms is not None else jitter) / 1000,
-                   stamp=s.scripted_stamp)
+    def from_settings(cls, s: ScriptedSettings) -> Timing:
+        ttft, rate, jitter = PROFILES[s.profile]
+        return cls(ttft_s=(s.ttft_ms if s.ttft_ms is not None else ttft) / 1000,
+                   tokens_per_s=s.tokens_per_s if s.tokens_per_s is not None else rate,
+                   jitter_s=(s.jitter_ms if s.jitter_ms is not None else jitter) / 1000,
+                   stamp=s.stamp)
 
     @property
     def active(self) -> bool:

@@ -1,6 +1,6 @@
 """Scripted workflow policies: the offline model doing a workflow skill's steps for real (files written,
 `gml` run through the sandboxed bash, decks created), so the completion audit and `make eval` judge
-real transcripts. Used by services/runtime/scripted.py for a new-deck request (every step) and for
+real transcripts. Used by scripted/gamma.py for a new-deck request (every step) and for
 an `eval-policy:` prompt (evals/*.yaml, bench/eval.py):
 
     eval-policy: {"policy": "deck-generation", "skip": ["validate"], "onAudit": "repair"}
@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.model import ScriptedReply, ScriptedToolCall
+from services.runtime.skills import Skill
 
-from .skills import Skill
+from .types import ScriptedReply, ScriptedToolCall
 
 POLICY_PREFIX = "eval-policy:"
 AUDIT_MARK = "Completion audit:"

@@ -12,9 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.compaction.serialize import LABELS
 from shared.trusted_blocks import extract
-
-from .serialize import LABELS
 
 _BLOCK_SPLIT = re.compile(r"\n\n(?=\[(?:" + "|".join(re.escape(label) for label in LABELS) + r")\]: )")
 _BLOCK = re.compile(r"^\[(" + "|".join(re.escape(label) for label in LABELS) + r")\]: (.*)$", re.DOTALL)

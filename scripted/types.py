@@ -1,5 +1,5 @@
-"""The scripted model's reply types: what a script step says the model answers (shared/model.py serves
-them over both APIs; shared/scripted_responses.py renders them as Responses events)."""
+"""The scripted model's reply types: what a script step says the model answers (transport.py serves
+them over both APIs; responses.py renders them as Responses events)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,46 @@
+"""The scripted model's own settings (GAMMA_SCRIPTED_*, GAMMA_COMPACTION_SCRIPTED_*): knobs of the test
+double, read here and never by the services (scripted/README.md lists them)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ScriptedSettings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    profile: Literal["instant", "fast_gpt"] = Field(
+        "instant", validation_alias="GAMMA_SCRIPTED_PROFILE",
+        description="The scripted model's timing: `instant` (every chunk at once, 64 characters each) or "
+                    "`fast_gpt` (400 ms to the first token, 80 tokens/s, 3 ms jitter); the three settings "
+                    "below override the profile's numbers when set. With a rate, every chunk carries one token.")
+    ttft_ms: float | None = Field(None, ge=0, le=60_000, validation_alias="GAMMA_SCRIPTED_TTFT_MS",
+                                  description="Time to the first token (ms).")
+    tokens_per_s: float | None = Field(None, ge=0, le=100_000, validation_alias="GAMMA_SCRIPTED_TOKENS_PER_S",
+                                       description="Tokens per second after the first.")
+    jitter_ms: float | None = Field(None, ge=0, le=10_000, validation_alias="GAMMA_SCRIPTED_JITTER_MS",
+                                    description="Uniform jitter of each token's send time (ms).")
+    stamp: bool = Field(False, validation_alias="GAMMA_SCRIPTED_STAMP",
+                        description="Bench only: `@ts@` in a streamed chunk becomes its emit time (time.time(), "
+                                    "6 decimals), so a client can measure what the harness adds between the "
+                                    "model's chunk and its screen.")
+    server_port: int = Field(0, ge=0, le=65535, validation_alias="GAMMA_SCRIPTED_SERVER_PORT",
+                             description="`make run` without OPENAI_API_KEY: serve the scripted model from its own "
+                                         "process on this port (scripted/server.py), reached by the runtime "
+                                         "workers as a provider (OPENAI_BASE_URL); 0 = inside each runtime.")
+    compaction_delay_s: float = Field(0.0, ge=0, validation_alias="GAMMA_COMPACTION_SCRIPTED_DELAY_S",
+                                      description="The scripted summarizer's latency per call (fault tests, "
+                                                  "bench-compaction).")
+    compaction_failures: int = Field(0, ge=0, validation_alias="GAMMA_COMPACTION_SCRIPTED_FAILURES",
+                                     description="The scripted summarizer's first this many calls answer 503.")
+
+
+if __name__ == "__main__":  # `make docs`: scripted/README.md's settings table
+    from pathlib import Path
+
+    from tools.settings_table import update
+
+    update(Path(__file__).with_name("README.md"), "scripted-settings", ScriptedSettings)
