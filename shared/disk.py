@@ -100,6 +100,8 @@ def storage_fault(exc: BaseException, what: str = "") -> DiskError | None:
         return DiskFull(f"the session disk is full ({name}: {os.strerror(exc.errno)}){suffix}; retry once space is freed")
     if exc.errno == errno.EROFS:
         return DiskUnavailable(f"the session disk is read-only (EROFS){suffix}; retry later", "disk_read_only")
+    if exc.errno == errno.ENOTCONN and exc.filename is None:
+        return None  # a socket's (a Redis connection going away), not a lost mount: no file named
     if exc.errno in UNAVAILABLE_ERRNOS:
         return DiskUnavailable(f"the session disk failed the operation ({name}: {os.strerror(exc.errno)}){suffix}; "
                                "retry later")

@@ -37,6 +37,14 @@ def test_other_os_errors_are_not_storage_faults(code: int) -> None:
     assert storage_fault(ValueError("no")) is None
 
 
+def test_a_lost_mount_is_a_storage_fault_and_a_socket_is_not() -> None:
+    """ENOTCONN names a lost network mount when a file op raised it, and a socket otherwise (a Redis
+    connection going away must not be retried as a failing disk, forever)."""
+    lost = storage_fault(OSError(errno.ENOTCONN, os.strerror(errno.ENOTCONN), "/srv/data/sessions/s_1/t"))
+    assert lost is not None and lost.status == 503
+    assert storage_fault(OSError(errno.ENOTCONN, os.strerror(errno.ENOTCONN))) is None
+
+
 def test_runtime_retries_disk_faults_and_answers_them() -> None:
     full = OSError(errno.ENOSPC, "No space left on device")
     assert transient(full) and transient(DiskFull("full")) and transient(DiskUnavailable("eio"))
