@@ -85,7 +85,7 @@ class Cluster:
             self.start_extra(name)
 
     def start_extra(self, name: str, wait: bool = True) -> None:
-        env = dict(self.stack.env, GAMMA_RUNTIME_PORT=str(self.extra_ports[name]), GAMMA_INSTANCE=name)
+        env = dict(self.stack.env_for("runtime"), GAMMA_RUNTIME_PORT=str(self.extra_ports[name]), GAMMA_INSTANCE=name)
         assert self.stack.log_dir is not None
         log = open(self.stack.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
         self.extra[name] = subprocess.Popen([sys.executable, "-m", "services.runtime"], env=env, stdout=log,
