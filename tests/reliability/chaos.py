@@ -72,8 +72,9 @@ class RedisProcess:
 class Cluster:
     """The stack (one process per service) plus `extra_runtimes` more runtime workers."""
 
-    def __init__(self, redis_url: str, data_dir: Path, extra_runtimes: int = 1, **env: str) -> None:
-        self.stack = Stack(redis_url=redis_url, data_dir=data_dir, env_overrides=env)
+    def __init__(self, redis_url: str, data_dir: Path, extra_runtimes: int = 1,
+                 service_env: dict[str, dict[str, str]] | None = None, **env: str) -> None:
+        self.stack = Stack(redis_url=redis_url, data_dir=data_dir, env_overrides=env, service_env=service_env or {})
         self.extra: dict[str, subprocess.Popen[bytes]] = {}
         self.extra_ports = {f"runtime{i + 2}": free_port() for i in range(extra_runtimes)}
         self.lock = threading.RLock()
