@@ -72,44 +72,47 @@ class NetChaos(threading.Thread):
             self.done.set()
 
     def hit(self, service: str) -> None:
-        link = self.links[service]
         self.report.note(f"{self.fault} on {service}'s link")
-        if self.fault == "latency":
+        healed = self.inject(self.fault, self.links[service], service, probe=service == "proxy")
+        self.net.recovery_s[service] = self.wait_recovered((service,), healed)
+        self.report.note(f"{service} ready {self.net.recovery_s[service]:.1f}s after the link healed")
+
+    def inject(self, fault: str, link: FaultProxy, name: str, *, probe: bool) -> float:
+        """Apply `fault` to `link`; returns when (monotonic) the network counts as healed."""
+        if fault == "latency":
             link.set_latency(LATENCY_MS, JITTER_MS)
             time.sleep(6.0)
             link.set_latency(0)
-            healed = time.monotonic()
-        elif self.fault == "reset":
+            return time.monotonic()
+        if fault == "reset":
             n = 0
             for _ in range(4):
                 n += link.reset()
                 time.sleep(1.0)
-            self.net.connections_faulted[service] = n
-            healed = time.monotonic()
-        elif self.fault == "half_open":
-            self.net.connections_faulted[service] = link.half_open()
-            healed = time.monotonic() + HALF_OPEN_NOTICE_S
-        else:
-            link.partition()
-            started = time.monotonic()
-            probes = self.probe_blocking_calls() if service == "proxy" else []
-            time.sleep(max(0.0, PARTITION_S - (time.monotonic() - started)))
-            link.heal()
-            healed = time.monotonic()
-            for t in probes:
-                t.join(timeout=PROBE_DEADLINE_S)
-        self.net.recovery_s[service] = self.wait_recovered(service, healed)
-        self.report.note(f"{service} ready {self.net.recovery_s[service]:.1f}s after the link healed")
+            self.net.connections_faulted[name] = n
+            return time.monotonic()
+        if fault == "half_open":
+            self.net.connections_faulted[name] = link.half_open()
+            return time.monotonic() + HALF_OPEN_NOTICE_S
+        link.partition()
+        started = time.monotonic()
+        probes = self.probe_blocking_calls() if probe else []
+        time.sleep(max(0.0, PARTITION_S - (time.monotonic() - started)))
+        link.heal()
+        healed = time.monotonic()
+        for t in probes:
+            t.join(timeout=PROBE_DEADLINE_S)
+        return healed
 
-    def wait_recovered(self, service: str, healed: float) -> float:
-        """Seconds from `healed` until the service's /readyz and the proxy's are 200 (both polled)."""
+    def wait_recovered(self, services: tuple[str, ...], healed: float) -> float:
+        """Seconds from `healed` until each service's /readyz and the proxy's are 200 (all polled)."""
         deadline = healed + 60
-        urls = [self.cluster.stack.url(service) + "/readyz", self.cluster.stack.url("proxy") + "/readyz"]
+        urls = [self.cluster.stack.url(s) + "/readyz" for s in (*services, "proxy")]
         while time.monotonic() < deadline:
             if time.monotonic() >= healed and all(http_ok(u) for u in urls):
                 return max(0.0, time.monotonic() - healed)
             time.sleep(0.1)
-        raise RuntimeError(f"{service} not ready 60 s after its link healed")
+        raise RuntimeError(f"{services} not ready 60 s after the link healed")
 
     def probe_blocking_calls(self) -> list[threading.Thread]:
         """Requests that wait on Redis while the proxy cannot reach it, sent at once, side by side:

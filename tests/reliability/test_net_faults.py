@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -64,9 +65,13 @@ async def load(client: LoadClient, chaos: NetChaos, records: list[SessionRecord]
     await asyncio.gather(*(rounds(r) for r in records))
 
 
-async def settle(client: LoadClient, records: list[SessionRecord], redis_url: str, audit_inputs: dict,
-                 report: Report) -> None:
-    rclient = aioredis.from_url(redis_url)
+def connector(redis_url: str) -> Callable[[], aioredis.Redis]:
+    return lambda: aioredis.from_url(redis_url)
+
+
+async def settle(client: LoadClient, records: list[SessionRecord], connect: Callable[[], aioredis.Redis],
+                 audit_inputs: dict, report: Report) -> None:
+    rclient = connect()
     try:
         await asyncio.gather(*(flush(client, r, rclient, 60, report.note) for r in records))
         backlog = await digest_backlog(rclient)
@@ -78,9 +83,9 @@ async def settle(client: LoadClient, records: list[SessionRecord], redis_url: st
         await rclient.aclose()
 
 
-async def sse_outcome(followers: list[SseFollower], redis_url: str) -> dict[str, dict]:
+async def sse_outcome(followers: list[SseFollower], connect: Callable[[], aioredis.Redis]) -> dict[str, dict]:
     """Once each follower has caught up with its stream: what it missed or got twice."""
-    rclient = aioredis.from_url(redis_url)
+    rclient = connect()
     out = {}
     try:
         for f in followers:
@@ -127,8 +132,8 @@ def test_network_fault(fault: str, tmp_path: Path) -> None:
             try:
                 await load(client, chaos, records, followers, cluster.stack.url("proxy"))
                 cluster.wait_ready()
-                await settle(client, records, redis_proc.url + "/0", audit_inputs, report)
-                sse.update(await sse_outcome(followers, redis_proc.url + "/0"))
+                await settle(client, records, connector(redis_proc.url + "/0"), audit_inputs, report)
+                sse.update(await sse_outcome(followers, connector(redis_proc.url + "/0")))
             finally:
                 for f in followers:
                     f.stop()

@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import random
+import signal
 import socket
 import struct
 import threading
@@ -262,13 +263,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--listen-port", type=int, default=0)
     parser.add_argument("--latency-ms", type=float, default=0.0)
     parser.add_argument("--jitter-ms", type=float, default=0.0)
+    parser.add_argument("--toggle-latency-ms", type=float, default=None,
+                        help="SIGUSR1 switches the latency between --latency-ms and this (a benchmark's phases)")
     parser.add_argument("--lifetime-s", type=float, default=600.0)
     args = parser.parse_args(argv)
     host, _, port = args.upstream.rpartition(":")
     proxy = FaultProxy(host, int(port), listen_port=args.listen_port, lifetime_s=args.lifetime_s)
     proxy._set_latency(args.latency_ms / 1000, args.jitter_ms / 1000)
+    levels = [args.latency_ms / 1000, (args.toggle_latency_ms or 0.0) / 1000]
+
+    def toggle() -> None:
+        levels.reverse()
+        proxy._set_latency(levels[0], args.jitter_ms / 1000)
+        print(f"latency {levels[0] * 1000:g} ms", flush=True)
 
     def listening() -> None:
+        if args.toggle_latency_ms is not None:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, toggle)
         print(f"listening 127.0.0.1:{proxy.listen_port} -> {args.upstream}", flush=True)
 
     asyncio.run(proxy.serve(listening))
