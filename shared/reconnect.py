@@ -52,7 +52,6 @@ from redis.exceptions import ConnectionError, TimeoutError
 
 from .redis_cluster import connect_cluster, is_cluster
 
-
 MAX_CONNECTIONS = 512  # per client; Redis admits 10,000 clients by default
 # Per node of a cluster client: its pool raises when full (no waiting), and each blocking inbox or SSE
 # read of one slot holds a connection of its own (shared/inbox.py, services/proxy/fanout.py).
