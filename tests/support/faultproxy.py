@@ -2,8 +2,9 @@
 services and Redis and injects what a real network does to them.
 
 Faults, each switchable while traffic flows:
-- latency (and jitter): every chunk, in both directions, is delivered `latency ± jitter` after it
-  was read, in order (a chunk never overtakes the one before it);
+- latency (and jitter): every chunk Redis sends back is delivered `latency ± jitter` after it was
+  read, in order (a chunk never overtakes the one before it), so a round trip costs that much more
+  (toxiproxy's latency toxic on the downstream direction);
 - reset: every open connection is closed with an RST on both sides (SO_LINGER 0);
 - half-open: the connections open now stop forwarding and are never closed (what a dead NAT entry or
   a peer that vanished without a FIN looks like from the client); new connections work;
@@ -209,10 +210,11 @@ class FaultProxy:
         link.upstream = up_writer
         if link.dead or link not in self.links:
             return
-        link.tasks = [asyncio.ensure_future(self._pipe(link, reader, up_writer)),
-                      asyncio.ensure_future(self._pipe(link, up_reader, writer))]
+        link.tasks = [asyncio.ensure_future(self._pipe(link, reader, up_writer, delayed=False)),
+                      asyncio.ensure_future(self._pipe(link, up_reader, writer, delayed=True))]
 
-    async def _pipe(self, link: Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(self, link: Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                    delayed: bool) -> None:
         """Read chunks and deliver each one after its delay, in order (a queue per direction)."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         deliver = asyncio.ensure_future(self._deliver(link, queue, writer))
@@ -223,7 +225,7 @@ class FaultProxy:
                 data = await reader.read(CHUNK)
                 if not data:
                     break
-                due = time.monotonic() + self._delay()
+                due = time.monotonic() + (self._delay() if delayed else 0.0)
                 last_due = max(last_due, due)
                 queue.put_nowait((last_due, data))
             queue.put_nowait((last_due, b""))  # EOF after everything before it
