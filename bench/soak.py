@@ -155,9 +155,11 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         self.started = time.monotonic()
-        while not self.stopping.is_set():
+        # Until the load stops: the retirement of the last sessions afterwards is no longer the load.
+        while not self.stopping.is_set() and not (self.load and self.load[0].stop.is_set()):
             self.samples.append(self.take())
             self.stopping.wait(self.every_s)
+        self.samples.append(self.take())
         self.redis.close()
 
     def take(self) -> Sample:
