@@ -85,7 +85,8 @@ def per_minute(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The last sample of each minute, with p99 of the prompts sent in that minute."""
     rows: dict[int, dict[str, Any]] = {}
     for s in result["samples"]:
-        rows[int(s["t"] // 60)] = s
+        # The sample taken as the load stopped closes the last minute (not a minute of its own).
+        rows[min(int(s["t"] // 60), max(0, math.ceil(result["minutes"]) - 1))] = s
     out = []
     for minute, s in sorted(rows.items()):
         lat = [v for t, v in result["prompts"] if minute * 60 <= t < (minute + 1) * 60]
