@@ -22,10 +22,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
 MINUTES = 3
 SESSIONS = 50
+ROUNDS = 4  # per session before it retires: a generation turns over well within the 1-minute warm-up
 
 
 def test_soak(tmp_path: Path) -> None:
-    result = run(MINUTES, SESSIONS, sample_s=10.0, work_dir=tmp_path)
+    result = run(MINUTES, SESSIONS, sample_s=10.0, rounds=ROUNDS, work_dir=tmp_path)
     outcome = verdict(result)
     print("\n" + render(result, tmp_path / "soak.png"))
     print("SOAK VERDICT " + json.dumps(outcome, indent=2))
