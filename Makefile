@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order bench-images bench-lifecycle bench-faults-disk eval clean
+.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order bench-images bench-lifecycle bench-faults bench-faults-disk soak eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -84,6 +84,14 @@ bench-order: $(STAMP)
 # Workspace snapshots per tool batch, rewind and fork, against writing and copying the files.
 bench-lifecycle: $(STAMP)
 	$(BIN)/python bench/lifecycle.py
+
+# Faults: prompt -> answer on a normal vs a 20 ms-fsync disk (bench/faults_disk.py), then with 0 vs
+# 50 ms of Redis latency (bench/faults_net.py); each side by side in its own run.
+bench-faults: bench-faults-disk $(STAMP)
+	$(BIN)/python bench/faults_net.py
+# The nightly soak: 50 sessions of mixed traffic for 20 minutes (SOAK_ARGS e.g. "--minutes 3").
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak --minutes 20 $(SOAK_ARGS)
 
 # Workflow evaluations (evals/*.yaml) through the real stack: the scripted model offline, the real
 # one with OPENAI_API_KEY set. EVAL_ARGS e.g. "--runs 5 --only deck-basic,edit-basic".

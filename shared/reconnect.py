@@ -24,11 +24,25 @@ set explicitly for each class, the same under every client version `pyproject.to
   block it will be asked for plus BLOCK_GRACE_S. Only a dropped connection is retried there: a read
   that outlived its server-side block by the grace means the connection is dead, and sending the
   command again would double the wait the caller documented.
+
+A network that stalls rather than drops (a partition, a half-open connection whose peer vanished
+without a FIN: README "Reliability") answers nothing at all, so every attempt costs a whole read
+timeout. Six retries of that held an HTTP request for ~40 s before it failed as a 500. So the retries
+share a deadline (COMMAND_DEADLINE_S, `BudgetRetry`), which leaves room for the retry a half-open
+pooled connection needs (its read times out, the next attempt opens a fresh connection) and fails the
+command once it passes; an HTTP request turns that into a 504 (shared/redis_errors.py). Every connection also has TCP keepalive (an
+idle pooled or blocked connection to a vanished peer is found by the kernel) and a health check
+before reuse after HEALTH_CHECK_S idle.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import builtins
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import BlockingConnectionPool
@@ -38,21 +52,65 @@ from redis.exceptions import ConnectionError, TimeoutError
 
 from .redis_cluster import connect_cluster, is_cluster
 
-
-def reconnecting() -> dict[str, Any]:
-    """Keyword arguments for `redis.asyncio.from_url` and FastStream's `RedisBroker`."""
-    return {"retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=6),
-            "retry_on_error": [ConnectionError, TimeoutError]}
-
-
 MAX_CONNECTIONS = 512  # per client; Redis admits 10,000 clients by default
 # Per node of a cluster client: its pool raises when full (no waiting), and each blocking inbox or SSE
 # read of one slot holds a connection of its own (shared/inbox.py, services/proxy/fanout.py).
 CLUSTER_MAX_CONNECTIONS = 4 * MAX_CONNECTIONS
 POOL_WAIT_S = 30.0
 COMMAND_TIMEOUT_S = 5.0  # an ordinary command's reply (redis-py 8's default, made explicit for 5.x-7.x)
-CONNECT_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 2.0  # Redis is in the same network: a connect that takes longer is a partition
+HEALTH_CHECK_S = 15.0  # a connection idle this long is PINGed before it is used again
 BLOCK_GRACE_S = 5.0  # a blocking command's reply may come this long after its server-side block ends
+
+
+T = TypeVar("T")
+COMMAND_DEADLINE_S = 8.0  # all attempts of one ordinary command together (see above)
+
+
+class BudgetRetry(Retry):
+    """redis-py's retry with a deadline shared by all attempts of one command: an attempt still
+    waiting when it passes is abandoned (its connection is dropped, as on any cancelled read) and the
+    command fails with redis' TimeoutError."""
+
+    def __init__(self, retries: int, deadline_s: float = COMMAND_DEADLINE_S,
+                 supported_errors: tuple[type[Exception], ...] = (ConnectionError, TimeoutError)) -> None:
+        super().__init__(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries, supported_errors=supported_errors)
+        self.deadline_s = deadline_s
+
+    async def call_with_retry(self, do: Callable[[], Awaitable[T]], fail: Callable[..., Any],  # type: ignore[override]
+                              is_retryable: Callable[[Exception], bool] | None = None,
+                              with_failure_count: bool = False) -> T:
+        self._backoff.reset()
+        deadline, failures = time.monotonic() + self.deadline_s, 0
+        while True:
+            try:
+                try:
+                    async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                        return await do()
+                except builtins.TimeoutError as exc:
+                    raise TimeoutError(f"no reply from Redis within {self.deadline_s:g} s") from exc
+            except self._supported_errors as error:
+                if is_retryable is not None and not is_retryable(error):
+                    raise
+                failures += 1
+                await (fail(error, failures) if with_failure_count else fail(error))
+                if failures > self._retries or time.monotonic() >= deadline:
+                    raise error
+                await asyncio.sleep(min(self._backoff.compute(failures), max(0.0, deadline - time.monotonic())))
+
+
+def keepalive() -> dict[str, Any]:
+    """TCP keepalive on every connection: idle 10 s, then a probe every 5 s, dead after 3 unanswered."""
+    options = {getattr(socket, name): value for name, value in
+               (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)) if hasattr(socket, name)}
+    return {"socket_keepalive": True, "socket_keepalive_options": options}
+
+
+def reconnecting() -> dict[str, Any]:
+    """Keyword arguments for `redis.asyncio.from_url` and FastStream's `RedisBroker`."""
+    return {"retry": BudgetRetry(retries=6), "retry_on_error": [ConnectionError, TimeoutError],
+            "socket_timeout": COMMAND_TIMEOUT_S, "socket_connect_timeout": CONNECT_TIMEOUT_S,
+            "health_check_interval": HEALTH_CHECK_S, **keepalive()}
 
 
 def connect(url: str, **options: Any) -> aioredis.Redis:
@@ -60,8 +118,7 @@ def connect(url: str, **options: Any) -> aioredis.Redis:
     For ordinary commands only: a command blocking on the server longer than COMMAND_TIMEOUT_S needs
     `connect_blocking`. When `url` names a node of a Redis Cluster (shared/redis_cluster.py), a
     cluster client: its pools cannot wait for a free connection, so each node gets a larger cap."""
-    options = {"socket_timeout": COMMAND_TIMEOUT_S, "socket_connect_timeout": CONNECT_TIMEOUT_S,
-               **reconnecting(), **options}
+    options = {**reconnecting(), **options}
     if is_cluster(url):
         return connect_cluster(url, CLUSTER_MAX_CONNECTIONS, **options)
     pool = BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=POOL_WAIT_S, **options)
@@ -71,8 +128,8 @@ def connect(url: str, **options: Any) -> aioredis.Redis:
 def connect_blocking(url: str, longest_block_s: float, **options: Any) -> aioredis.Redis:
     """A client for blocking commands (BLPOP, XREAD BLOCK) that block at most `longest_block_s`."""
     return connect(url, socket_timeout=longest_block_s + BLOCK_GRACE_S,
-                   retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=3,
-                               supported_errors=(ConnectionError,)),
+                   retry=BudgetRetry(retries=3, deadline_s=longest_block_s + BLOCK_GRACE_S + CONNECT_TIMEOUT_S,
+                                     supported_errors=(ConnectionError,)),
                    retry_on_error=[ConnectionError], **options)
 
 

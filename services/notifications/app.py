@@ -15,6 +15,7 @@ from shared.contracts.recorded import InjectionRecorded
 from shared.contracts.wake import Wake
 from shared.jsonlimits import JsonBodyGuard
 from shared.oidc import build_verifier
+from shared.redis_errors import install_redis_error_handlers
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 from shared.tracing import app_telemetry
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None =
                   telemetry=app_telemetry())
     app.state.broker = broker  # its subscriptions: subscriptions_of(app.state.broker) (tools/docs.py)
     add_health_routes(app, ctx, require_all=True, internal_port=settings.notifications_metrics_port)
+    install_redis_error_handlers(app)
     app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes, verifier))
     app.include_router(make_connector_router(ctx.redis, delivery, settings.service_token, settings.max_connectors,
                                              verifier, ConnectorMetrics(ctx.registry)))

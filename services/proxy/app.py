@@ -13,6 +13,7 @@ from shared.bus import make_broker
 from shared.jsonlimits import JsonBodyGuard
 from shared.oidc import build_verifier
 from shared.reconnect import connect_blocking
+from shared.redis_errors import install_redis_error_handlers
 from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings
 from shared.tracing import app_telemetry
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             metrics=ProxyMetrics.create(ctx.registry), blocking=blocking, fanout=fanout)
     add_health_routes(app, ctx, require_all=True, internal_port=settings.proxy_metrics_port)
     install_error_handlers(app)
+    install_redis_error_handlers(app)
 
     @app.exception_handler(Replay)
     async def _replay(_: object, exc: Replay) -> Response:

@@ -8,6 +8,7 @@ under the ordinary client's 5 s read timeout a longer wait raised and was retrie
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -34,6 +35,7 @@ from .errors import ApiError
 from .metrics import ProxyMetrics
 
 log = structlog.get_logger()
+FORWARD_GRACE_S = 2.0  # beyond the reply timeout: the append and the reply's own round trips
 
 Forwardable = (UiUpdate | FileWrite | DocumentEdit | Stop | Compact | FileDelete | DocumentDelete | Abort | UserPrompt
                | Rewind)
@@ -45,8 +47,16 @@ async def forward(redis: aioredis.Redis, blocking: aioredis.Redis, message: Forw
     `blocking` is a client whose read timeout outlasts `timeout_s` (shared.reconnect.connect_blocking)."""
     started = time.monotonic()
     assert message.request_id is not None  # a UserPrompt is forwarded only with one (expected_run_id)
-    await inbox.append(redis, message)
-    got: Any = await blocking.blpop([keys.reply(message.session_id, message.request_id)], timeout=timeout_s)
+    try:
+        # The whole exchange is bounded, not only the BLPOP's server-side wait: on a stalled link
+        # (README "Reliability") the append and the reply's read would each wait out their own timeouts.
+        async with asyncio.timeout(timeout_s + FORWARD_GRACE_S):
+            await inbox.append(redis, message)
+            got: Any = await blocking.blpop([keys.reply(message.session_id, message.request_id)], timeout=timeout_s)
+    except TimeoutError as exc:
+        if metrics is not None:
+            metrics.forwards.labels(message.type, "timeout").inc()
+        raise ApiError(504, f"no answer from the session runtime or Redis within {timeout_s + FORWARD_GRACE_S:g} s") from exc
     if metrics is not None:
         outcome = "timeout" if got is None else "answered"
         metrics.forwards.labels(message.type, outcome).inc()

@@ -49,3 +49,43 @@ async def test_a_burst_wider_than_the_default_pool_waits_instead_of_failing(redi
         assert results == [None] * 300
     finally:
         await ctx.redis.aclose()
+
+
+async def test_a_half_open_connection_costs_one_read_timeout_then_a_fresh_connection(redis_url: str) -> None:
+    from tests.support.faultproxy import FaultProxy
+
+    base, _, db = redis_url.rpartition("/")
+    link = FaultProxy("127.0.0.1", int(base.rsplit(":", 1)[1]), lifetime_s=60).start()
+    ctx = make_context("digest", Settings(REDIS_URL=f"redis://127.0.0.1:{link.port}/{db}"))  # type: ignore[call-arg]
+    try:
+        await ctx.redis.set("k", "v")
+        accepted = link.counters.accepted
+        assert link.half_open() >= 1  # the pooled connection now swallows everything, and never closes
+        assert await ctx.redis.get("k") == b"v"  # its read timed out; the retry went out on a new one
+        assert link.counters.accepted > accepted
+    finally:
+        await ctx.redis.aclose()
+        link.stop()
+
+
+async def test_a_partition_fails_a_command_at_its_deadline_and_the_client_resumes_after(redis_url: str) -> None:
+    from redis.exceptions import TimeoutError as RedisTimeout
+
+    from shared.redis_errors import redis_failure
+    from tests.support.faultproxy import FaultProxy
+
+    base, _, db = redis_url.rpartition("/")
+    link = FaultProxy("127.0.0.1", int(base.rsplit(":", 1)[1]), lifetime_s=60).start()
+    ctx = make_context("digest", Settings(REDIS_URL=f"redis://127.0.0.1:{link.port}/{db}"))  # type: ignore[call-arg]
+    try:
+        await ctx.redis.set("k", "v")
+        link.partition()
+        with pytest.raises(RedisTimeout) as failed:  # not a hang: the retries share one deadline
+            await ctx.redis.get("k")
+        assert redis_failure(failed.value)[0] == 504
+        link.heal()
+        assert await ctx.redis.get("k") == b"v"
+    finally:
+        link.heal()
+        await ctx.redis.aclose()
+        link.stop()

@@ -72,8 +72,9 @@ class RedisProcess:
 class Cluster:
     """The stack (one process per service) plus `extra_runtimes` more runtime workers."""
 
-    def __init__(self, redis_url: str, data_dir: Path, extra_runtimes: int = 1, **env: str) -> None:
-        self.stack = Stack(redis_url=redis_url, data_dir=data_dir, env_overrides=env)
+    def __init__(self, redis_url: str, data_dir: Path, extra_runtimes: int = 1,
+                 service_env: dict[str, dict[str, str]] | None = None, **env: str) -> None:
+        self.stack = Stack(redis_url=redis_url, data_dir=data_dir, env_overrides=env, service_env=service_env or {})
         self.extra: dict[str, subprocess.Popen[bytes]] = {}
         self.extra_ports = {f"runtime{i + 2}": free_port() for i in range(extra_runtimes)}
         self.lock = threading.RLock()
@@ -85,7 +86,7 @@ class Cluster:
             self.start_extra(name)
 
     def start_extra(self, name: str, wait: bool = True) -> None:
-        env = dict(self.stack.env, GAMMA_RUNTIME_PORT=str(self.extra_ports[name]), GAMMA_INSTANCE=name)
+        env = dict(self.stack.env_for("runtime"), GAMMA_RUNTIME_PORT=str(self.extra_ports[name]), GAMMA_INSTANCE=name)
         assert self.stack.log_dir is not None
         log = open(self.stack.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
         self.extra[name] = subprocess.Popen([sys.executable, "-m", "services.runtime"], env=env, stdout=log,

@@ -50,6 +50,9 @@ class Stack:
     log_dir: Path | None = None
     # The source tree the services run from (default: this one); a bench runs a baseline tree side by side.
     src: Path | None = None
+    # Per service, on top of env_overrides: e.g. its own REDIS_URL through a fault proxy
+    # (tests/support/faultproxy.py, tests/reliability/test_net_faults.py).
+    service_env: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in (*SERVICES, *INTERNAL_PORT_VARS, EXAMPLE_CONNECTOR):
@@ -83,6 +86,9 @@ class Stack:
             env["PYTHONPATH"] = str(self.src)
         return env
 
+    def env_for(self, name: str) -> dict[str, str]:
+        return {**self.env, **self.service_env.get(name, {})}
+
     def url(self, name: str = "proxy") -> str:
         return f"http://127.0.0.1:{self.ports[name]}"
 
@@ -91,7 +97,7 @@ class Stack:
             assert self.log_dir is not None
             log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", f"services.{name}"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                [sys.executable, "-m", f"services.{name}"], env=self.env_for(name), stdout=log, stderr=subprocess.STDOUT,
                 cwd=self.src or Path(__file__).resolve().parents[2],
             )
         if wait:

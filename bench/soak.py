@@ -1,0 +1,255 @@
+"""`make soak` / `python -m bench.soak --minutes 20`: a bounded soak of the whole stack.
+
+50 sessions (`--sessions`) of mixed traffic for `--minutes`: each session, in rounds separated by a
+think time, sends a remote notification, saves a file, edits its deck and prompts (waiting for the
+answer: the workload of tests/reliability/workload.py), and every few rounds also uploads a binary
+file, asks for a compaction, or suspends (the next prompt wakes it); after `--rounds` rounds a session
+retires (settled, suspended) and the slot opens a new one. Every `--sample-s` the sampler
+records the RSS and open fds of every service, Redis' used memory and the session disk's usage.
+
+Verdict (bench/soak_report.py), with W = the warm-up (minute 5 of a 20-minute run; a quarter of the
+run, at least one minute, for shorter ones: minute 1 of the 3-minute CI run):
+- RSS and open fds of every service and Redis' memory: the median of the last minute's samples at
+  most 5% above the median of the minute after W (fds: or at most 4 more);
+- the session disk: what it grows by per acknowledged write in the last window at most 1.5x the
+  first (it holds every transcript and revision, so it grows; a leak grows faster than the writes);
+- p99 prompt -> answer of the prompts sent in the last window (the last quarter, at least a minute)
+  at most 1.5x the first window's;
+- zero lost or duplicated entries (the exactly-once audit), zero failed requests.
+Writes bench/results/soak.json (or `--out`), a per-minute table (soak.md) and a chart (soak.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.soak_report import render, verdict  # noqa: E402
+from tests.reliability.workload import (  # noqa: E402
+    Audit,
+    LoadClient,
+    SessionRecord,
+    Unavailable,
+    audit_session,
+    digest_backlog,
+    digest_revisions,
+    durable_undelivered,
+    flush,
+)
+from tests.support.redis_server import start_redis_server  # noqa: E402
+from tests.support.stack import API_TOKEN, SERVICE_TOKEN, Stack  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+UPLOAD = "upload.bin"
+
+
+@dataclass
+class Sample:
+    t: float  # seconds since the load started
+    rss: dict[str, int]
+    fds: dict[str, int]
+    redis_bytes: int
+    disk_bytes: int
+    writes: int  # acknowledged writes so far (prompts, notifications, edits, uploads)
+
+
+@dataclass
+class SoakLoad:
+    """`sessions` slots, each running one session at a time for `rounds` rounds, then retiring it (all
+    it acknowledged settled and its audit inputs read while Redis still holds them, then suspended)
+    and opening the next: users come and go, so a live session's state stays bounded and what grows
+    after the warm-up is what leaks."""
+    client: LoadClient
+    redis: aioredis.Redis
+    stop: threading.Event
+    think_s: float
+    rounds: int
+    records: list[SessionRecord] = field(default_factory=list)
+    inputs: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # sid -> audit_session's Redis inputs
+    errors: list[str] = field(default_factory=list)
+    extra_writes: int = 0  # uploads, compactions and suspends acknowledged
+
+    def writes(self) -> int:
+        acked = sum(len([p for p in r.prompts if p.prompt_id]) + len(r.notifications)
+                    + sum(len(v) for v in r.edits.values()) for r in self.records)
+        return acked + self.extra_writes
+
+    async def slot(self, i: int, rng: random.Random) -> None:
+        await asyncio.sleep(i * 0.1)
+        while not self.stop.is_set():
+            rec = await self.client.create_session()
+            self.records.append(rec)
+            n = 0
+            while n < self.rounds and not self.stop.is_set():
+                try:
+                    await self.client.round(rec, n)
+                    await self.extra(rec, n)
+                except (AssertionError, Unavailable) as exc:
+                    self.errors.append(f"{rec.sid} round {n}: {exc!s:.300}")
+                n += 1
+                await asyncio.sleep(self.think_s * rng.uniform(0.5, 1.5))
+            await self.retire(rec)
+
+    async def retire(self, rec: SessionRecord) -> None:
+        try:
+            await flush(self.client, rec, self.redis, 90)
+            backlog = await digest_backlog(self.redis)
+            self.inputs[rec.sid] = (await digest_revisions(self.redis, rec.sid),
+                                    await durable_undelivered(self.redis, rec.sid) | backlog.get(rec.sid, set()),
+                                    await digest_revisions(self.redis, rec.sid, "seen"))
+            await self.client.suspend(rec)
+        except (AssertionError, Unavailable) as exc:
+            self.errors.append(f"{rec.sid} retiring: {exc!s:.300}")
+
+    async def extra(self, rec: SessionRecord, n: int) -> None:
+        proxy = self.client.proxy_for(rec.sid)
+        if n % 3 == 1:  # an upload: binary contents, overwritten in place (a dormant session may too)
+            blob = random.randbytes(4096 + 512 * (n % 8))
+            await self.client._send_until(proxy, "PUT", f"/sessions/{rec.sid}/workspace/files/{UPLOAD}", {200, 201},
+                                          content=blob)
+            self.extra_writes += 1
+        if n % 5 == 2:  # a compaction (409 when the session went dormant meanwhile)
+            resp = await self.client._send_until(proxy, "POST", f"/sessions/{rec.sid}/compact", {200, 202, 409})
+            self.extra_writes += resp.status_code != 409
+        if n % 7 == 4:  # suspended: the next round's writes land dormant and its prompt wakes it
+            await self.client.suspend(rec)
+            self.extra_writes += 1
+
+
+def disk_usage(root: Path) -> int:
+    total = 0
+    for path in root.rglob("*"):
+        try:
+            if path.is_file() and not path.is_symlink() and "logs" not in path.relative_to(root).parts[:1]:
+                total += path.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+class Sampler(threading.Thread):
+    def __init__(self, stack: Stack, redis_url: str, load: list[SoakLoad], every_s: float) -> None:
+        super().__init__(daemon=True, name="soak-sampler")
+        self.stack, self.load, self.every_s = stack, load, every_s
+        self.redis = redis.Redis.from_url(redis_url)
+        self.samples: list[Sample] = []
+        self.started = time.monotonic()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        self.started = time.monotonic()
+        # Until the load stops: the retirement of the last sessions afterwards is no longer the load.
+        while not self.stopping.is_set() and not (self.load and self.load[0].stop.is_set()):
+            self.samples.append(self.take())
+            self.stopping.wait(self.every_s)
+        self.samples.append(self.take())
+        self.redis.close()
+
+    def take(self) -> Sample:
+        rss, fds = {}, {}
+        for name, proc in self.stack.procs.items():
+            try:
+                p = psutil.Process(proc.pid)
+                rss[name], fds[name] = p.memory_info().rss, p.num_fds()
+            except psutil.Error:
+                rss[name], fds[name] = 0, 0
+        info: Any = self.redis.info("memory")
+        assert self.stack.data_dir is not None
+        return Sample(t=round(time.monotonic() - self.started, 1), rss=rss, fds=fds,
+                      redis_bytes=int(info["used_memory"]), disk_bytes=disk_usage(self.stack.data_dir),
+                      writes=self.load[0].writes() if self.load else 0)
+
+
+def run(minutes: float, sessions: int = 50, sample_s: float = 10.0, think_s: float = 3.0, rounds: int = 8,
+        work_dir: Path | None = None) -> dict[str, Any]:
+    work = work_dir or Path(tempfile.mkdtemp(prefix="gamma-soak-"))
+    url, redis_proc = start_redis_server()
+    data_dir = work / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    # Retired sessions leave Redis after a minute (the dormant sweep), streams are trimmed twice a minute.
+    stack = Stack(redis_url=url + "/0", data_dir=data_dir, env_overrides={
+        "GAMMA_IDLE_S": "60", "GAMMA_STREAM_TRIM_INTERVAL_S": "30", "GAMMA_DORMANT_RETENTION_S": "60"})
+    stop = threading.Event()
+    holder: list[SoakLoad] = []
+    sampler = Sampler(stack, url + "/0", holder, sample_s)
+    try:
+        stack.start()
+
+        async def main() -> None:
+            client = LoadClient(stack.url("proxy"), stack.url("notifications"), API_TOKEN, SERVICE_TOKEN,
+                                request_deadline_s=60, answer_timeout_s=60, poll_s=0.3, max_poll_s=1.0)
+            rclient = aioredis.from_url(url + "/0")
+            holder.append(SoakLoad(client, rclient, stop, think_s, rounds))
+            sampler.start()
+            threading.Timer(minutes * 60, stop.set).start()
+            try:
+                await asyncio.gather(*(holder[0].slot(i, random.Random(i)) for i in range(sessions)))
+            finally:
+                sampler.stopping.set()
+                await client.aclose()
+                await rclient.aclose()
+
+        asyncio.run(main())
+        sampler.join(timeout=30)
+    finally:
+        stop.set()
+        sampler.stopping.set()
+        stack.stop()
+        redis_proc.terminate()
+        redis_proc.wait(timeout=10)
+    return outcome(holder[0], sampler.samples, data_dir, minutes, sessions, sample_s, think_s, rounds)
+
+
+def outcome(load: SoakLoad, samples: list[Sample], data_dir: Path, *params: float) -> dict[str, Any]:
+    audit = Audit()
+    for rec in load.records:
+        current, stuck, seen = load.inputs.get(rec.sid, ({}, None, None))
+        audit_session(rec, data_dir / "sessions" / rec.sid, audit, current, stuck, seen)
+    t0 = min((r.prompts[0].sent_at for r in load.records if r.prompts), default=0.0)
+    prompts = [(p.sent_at - t0, p.answered_at - p.sent_at) for r in load.records for p in r.prompts
+               if p.answered_at is not None and not p.token.startswith("[flush")]
+    return {**dict(zip(("minutes", "sessions", "sample_s", "think_s", "rounds"), params, strict=True)),
+            "sessions_run": len(load.records), "samples": [vars(s) for s in samples], "prompts": prompts,
+            "errors": load.errors[:20], "error_count": len(load.errors), "audit": audit.summary(),
+            "audit_problems": (audit.losses + audit.duplicates + audit.stuck + audit.corrupt)[:20]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=20.0)
+    parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--sample-s", type=float, default=10.0)
+    parser.add_argument("--think-s", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=8, help="rounds per session before it retires")
+    parser.add_argument("--out", type=Path, default=RESULTS / "soak.json")
+    args = parser.parse_args(argv)
+    result = run(args.minutes, args.sessions, args.sample_s, args.think_s, args.rounds)
+    result["verdict"] = verdict(result)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    table = render(result, args.out.with_suffix(".png"))
+    args.out.with_suffix(".md").write_text(table)
+    print(table)
+    print(json.dumps(result["verdict"], indent=2))
+    return 0 if result["verdict"]["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The soak's verdict, its per-minute table and its chart (bench/soak.py; the criteria are in its
+docstring). The chart is drawn with Pillow (no plotting library is a dependency)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+GROWTH_MAX = 0.05  # RSS, fds, Redis memory: at most 5% above the value after the warm-up
+FD_SLACK = 4  # ... or this many fds more (a pool that opened a few more connections under a burst)
+RATIO_MAX = 1.5  # p99 and disk bytes per write: last window at most this times the first
+
+
+def windows(minutes: float) -> tuple[float, float]:
+    """(warm-up end, window length) in seconds: minute 5 and 5-minute windows for 20 minutes; a
+    quarter of the run (at least a minute) for shorter runs (the 3-minute CI run: 60 s and 60 s)."""
+    total = minutes * 60
+    return max(60.0, total / 4), max(60.0, total / 4)
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+def p99(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+def series(samples: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    out: dict[str, list[tuple[float, float]]] = {}
+    for s in samples:
+        for name, v in s["rss"].items():
+            out.setdefault(f"rss:{name}", []).append((s["t"], v))
+        for name, v in s["fds"].items():
+            out.setdefault(f"fds:{name}", []).append((s["t"], v))
+        out.setdefault("redis_memory", []).append((s["t"], s["redis_bytes"]))
+    return out
+
+
+def verdict(result: dict[str, Any]) -> dict[str, Any]:
+    warm, window = windows(result["minutes"])
+    end = max((s["t"] for s in result["samples"]), default=0.0)
+    checks: dict[str, dict[str, Any]] = {}
+    for name, points in series(result["samples"]).items():
+        base = _median([v for t, v in points if warm <= t < warm + 60])
+        last = _median([v for t, v in points if t >= end - 60])
+        growth = (last / base - 1) if base else 0.0
+        ok = growth <= GROWTH_MAX or (name.startswith("fds:") and last - base <= FD_SLACK)
+        checks[name] = {"after_warmup": base, "end": last, "growth": round(growth, 4), "ok": ok}
+    checks["disk_per_write"] = _disk_check(result["samples"], warm, end, window)
+    first = [lat for t, lat in result["prompts"] if t < window]
+    last_w = [lat for t, lat in result["prompts"] if t >= end - window]
+    ratio = p99(last_w) / p99(first) if first and last_w and p99(first) else 0.0
+    checks["p99_prompt"] = {"first_window_s": round(p99(first), 3), "last_window_s": round(p99(last_w), 3),
+                            "ratio": round(ratio, 3), "ok": bool(first and last_w) and ratio <= RATIO_MAX}
+    audit = result["audit"]
+    clean = audit["losses"] == 0 and audit["duplicates"] == 0 and audit["stuck_undelivered"] == 0 \
+        and audit["corrupt"] == 0 and result["error_count"] == 0
+    checks["exactly_once"] = {"losses": audit["losses"], "duplicates": audit["duplicates"],
+                              "stuck": audit["stuck_undelivered"], "corrupt": audit["corrupt"],
+                              "failed_requests": result["error_count"], "ok": clean}
+    return {"warmup_s": warm, "window_s": window, "checks": checks,
+            "ok": all(c["ok"] for c in checks.values()), "failed": [k for k, c in checks.items() if not c["ok"]]}
+
+
+def _disk_check(samples: list[dict[str, Any]], warm: float, end: float, window: float) -> dict[str, Any]:
+    def rate(lo: float, hi: float) -> float:
+        inside = [s for s in samples if lo <= s["t"] <= hi]
+        if len(inside) < 2 or inside[-1]["writes"] == inside[0]["writes"]:
+            return 0.0
+        return (inside[-1]["disk_bytes"] - inside[0]["disk_bytes"]) / (inside[-1]["writes"] - inside[0]["writes"])
+
+    first, last = rate(warm, warm + window), rate(end - window, end)
+    ratio = last / first if first > 0 else 0.0
+    return {"first_bytes_per_write": round(first), "last_bytes_per_write": round(last), "ratio": round(ratio, 3),
+            "ok": ratio <= RATIO_MAX}
+
+
+def per_minute(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The last sample of each minute, with p99 of the prompts sent in that minute."""
+    rows: dict[int, dict[str, Any]] = {}
+    for s in result["samples"]:
+        # The sample taken as the load stopped closes the last minute (not a minute of its own).
+        rows[min(int(s["t"] // 60), max(0, math.ceil(result["minutes"]) - 1))] = s
+    out = []
+    for minute, s in sorted(rows.items()):
+        lat = [v for t, v in result["prompts"] if minute * 60 <= t < (minute + 1) * 60]
+        out.append({"minute": minute + 1, "t": s["t"], "rss_mb": {k: round(v / 2**20, 1) for k, v in s["rss"].items()},
+                    "fds": s["fds"], "redis_mb": round(s["redis_bytes"] / 2**20, 2),
+                    "disk_mb": round(s["disk_bytes"] / 2**20, 2), "writes": s["writes"],
+                    "prompts": len(lat), "p99_s": round(p99(lat), 3)})
+    return out
+
+
+def render(result: dict[str, Any], png: Path) -> str:
+    rows = per_minute(result)
+    names = sorted(rows[0]["rss_mb"]) if rows else []
+    head = ["minute", *[f"RSS {n} MB" for n in names], "fds (sum)", "Redis MB", "disk MB", "writes", "prompts",
+            "p99 s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["minute"], *[r["rss_mb"][n] for n in names], sum(r["fds"].values()), r["redis_mb"], r["disk_mb"],
+                 r["writes"], r["prompts"], r["p99_s"]]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    draw_chart(rows, names, png)
+    return "\n".join(lines) + "\n"
+
+
+COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75)]
+
+
+def draw_chart(rows: list[dict[str, Any]], names: list[str], png: Path) -> None:
+    """Three panels over the minutes: RSS per service, Redis memory, p99 prompt latency."""
+    from PIL import Image, ImageDraw
+
+    panels = [("RSS per service (MB)", {n: [r["rss_mb"][n] for r in rows] for n in names}),
+              ("Redis used memory (MB)", {"redis": [r["redis_mb"] for r in rows]}),
+              ("p99 prompt -> answer (s)", {"p99": [r["p99_s"] for r in rows]})]
+    width, panel_h, pad = 900, 220, 50
+    img = Image.new("RGB", (width, panel_h * len(panels) + 20), "white")
+    draw = ImageDraw.Draw(img)
+    for i, (title, lines) in enumerate(panels):
+        top = i * panel_h + 10
+        box = (pad, top + 20, width - 160, top + panel_h - 25)
+        draw.rectangle(box, outline=(180, 180, 180))
+        draw.text((pad, top + 4), title, fill="black")
+        values = [v for vs in lines.values() for v in vs] or [0.0]
+        hi = max(values) * 1.1 or 1.0
+        draw.text((4, box[1]), f"{hi:.1f}", fill="black")
+        draw.text((4, box[3] - 10), "0", fill="black")
+        n = max(1, len(rows) - 1)
+        for k, (name, vs) in enumerate(lines.items()):
+            color = COLORS[k % len(COLORS)]
+            pts = [(box[0] + (box[2] - box[0]) * j / n, box[3] - (box[3] - box[1]) * v / hi) for j, v in enumerate(vs)]
+            if len(pts) > 1:
+                draw.line(pts, fill=color, width=2)
+            draw.text((box[2] + 10, box[1] + 14 * k), name, fill=color)
+        draw.text((box[0], box[3] + 4), "minute 1", fill="black")
+        draw.text((box[2] - 60, box[3] + 4), f"minute {len(rows)}", fill="black")
+    img.save(png)
