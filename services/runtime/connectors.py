@@ -6,8 +6,9 @@ never sent), a call record and a `ConnectorCall` on `gamma:connectors:{name}:cal
 (shared/connectors.py), then a wait for the `ConnectorResult` the inbox brings. Past the tool's
 timeout the runtime settles the call as timed out (an error result; the run goes on), and an answer
 after that is dropped and logged. A worker killed mid-call leaves the call unanswered in the
-transcript: the next holder takes its outcome from the call record at the wake (`resume`), waiting
-out what is left of the deadline, so the result enters the transcript once.
+transcript: the next holder takes its outcome from the call record at the wake (`resume`) when it is
+settled, else its run task waits for it (`await_pending`: the answer through the inbox, or the
+deadline), so the result enters the transcript once and the wake itself never waits.
 
 What a connector answers is data: a tool result (neutralised like every tool result on its way to
 the model), never an injection; the connector sees the arguments and the session id only.
@@ -21,6 +22,7 @@ import json
 import re
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -32,7 +34,7 @@ from shared import keys
 from shared.contracts.connectors import CALL_ID, Connector, ConnectorCall, ConnectorTool
 from shared.contracts.inbox import ConnectorResult, Injection
 from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage
+from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage
 from shared.inbox import InboxEntry, append
 from shared.trusted_blocks import render
 
@@ -40,11 +42,18 @@ from .engine.types import Tool, ToolContext, ToolOutcome
 from .transcript import Transcript
 
 log = structlog.get_logger()
-RESUME_POLL_S = 0.1  # how often a wake looks for the answer to a call its dead predecessor sent
 _CALL_ID = re.compile(CALL_ID)
 
 
 _COUNTERS: dict[CollectorRegistry, Counter] = {}
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    call: ToolCall
+    call_id: str
+    connector: str
+    deadline_ms: int
 
 
 def call_counter(registry: CollectorRegistry) -> Counter:
@@ -84,10 +93,8 @@ def answered(transcript: Transcript) -> set[str]:
 
 class ConnectorHub:
     def __init__(self, sid: str, client: Any, transcript: Transcript,
-                 ack: Callable[[str | None], Awaitable[None]], guard: Callable[[], Awaitable[None]],
-                 registry: CollectorRegistry | None = None) -> None:
+                 ack: Callable[[str | None], Awaitable[None]], registry: CollectorRegistry | None = None) -> None:
         self.sid = sid
-        self.guard = guard  # the lease check: it renews a lease the wake would otherwise outlast
         self.calls = call_counter(registry) if registry is not None else None
         self.ack = ack  # the session's: an answer is acked once handed over (the call record keeps it)
         self.client = client  # Redis
@@ -97,6 +104,7 @@ class ConnectorHub:
         self.catalog: dict[str, Connector] = {}  # the connectors this session may load, by name
         self._waiters: dict[str, asyncio.Future[str]] = {}
         self._announced: set[str] = set()
+        self._pending: list[PendingCall] = []  # sent by a dead holder, unanswered at the wake, in call order
 
     async def refresh(self) -> dict[str, Connector]:
         """The catalog, re-read only when the registry's change number moved (one GET per model call)."""
@@ -186,9 +194,16 @@ class ConnectorHub:
                      reason="answered" if m.call_id in {call_id_of(i) for i in answered(self.transcript)} else "no call")
         await self.ack(entry.entry_id)
 
+    @property
+    def pending(self) -> frozenset[str]:
+        """The tool call ids `resume` left waiting for their answer (the live session awaits them)."""
+        return frozenset(p.call.id for p in self._pending)
+
     async def resume(self) -> None:
-        """At a wake: the calls the previous holder sent and never saw answered take their outcome
-        from the call record (waiting out their deadline), before any other repair of the run."""
+        """At a wake: the calls the previous holder sent and never saw answered. One the call record
+        already settled gets its result now, before any other repair of the run; one still open waits
+        for the live session (`await_pending`), never inside the wake: other sessions' wakes must not
+        queue behind a connector's answer (docs/architecture.md "Connectors")."""
         context = self.transcript.context()
         last = next((m for m in reversed(context) if isinstance(m, AssistantMessage)), None)
         if last is None:
@@ -201,18 +216,42 @@ class ConnectorHub:
             record = await rules.read_call(self.client, self.sid, cid)
             if "connector" not in record:
                 continue  # not a connector call: the ordinary repair answers it
-            held = await self._outcome(cid, record)
-            outcome = outcome_of(record["connector"], cid, held, 0)
-            await self.transcript.append_message(ToolResultMessage(
-                tool_call_id=call.id, tool_name=call.name, content=[TextContent(text=outcome.content)],
-                details=outcome.details, is_error=outcome.is_error))
-            log.info("connector_call_resumed", session_id=self.sid, call_id=cid, timed_out=held == rules.TIMED_OUT)
+            if "outcome" in record:
+                await self._resumed(call, cid, record["connector"], record["outcome"])
+                continue
+            # Registered now, before the inbox is read: the ConnectorResult the answer brings finds it.
+            self._waiters[cid] = asyncio.get_running_loop().create_future()
+            self._pending.append(PendingCall(call=call, call_id=cid, connector=record["connector"],
+                                             deadline_ms=int(record.get("deadline_ms", "0"))))
+            log.info("connector_call_pending_after_wake", session_id=self.sid, call_id=cid)
 
-    async def _outcome(self, cid: str, record: dict[str, str]) -> str:
-        while "outcome" not in record and time.time() * 1000 < int(record.get("deadline_ms", "0")):
-            await self.guard()  # the session is not in the worker's renewals until its wake ends
-            await asyncio.sleep(RESUME_POLL_S)
-            record = await rules.read_call(self.client, self.sid, cid)
-        if "outcome" in record:
-            return record["outcome"]
-        return (await rules.settle(self.client, self.sid, cid, rules.TIMED_OUT))[1]
+    async def await_pending(self) -> bool:
+        """The calls `resume` left open: each one's answer, or its deadline (then settled as timed out,
+        whoever settles first wins), appended as its tool result once. True when any was. Run by the
+        run task before the run goes on; on a cancel (a close, an abort) the calls left are forgotten
+        here: the call record keeps them for the next holder, or the abort answers them."""
+        if not self._pending:
+            return False
+        try:
+            while self._pending:
+                p = self._pending[0]
+                waiter = self._waiters[p.call_id]
+                try:
+                    held = await asyncio.wait_for(asyncio.shield(waiter), max(p.deadline_ms / 1000 - time.time(), 0))
+                except TimeoutError:
+                    held = (await rules.settle(self.client, self.sid, p.call_id, rules.TIMED_OUT))[1]
+                await self._resumed(p.call, p.call_id, p.connector, held)
+                self._pending.pop(0)
+                self._waiters.pop(p.call_id, None)
+        finally:
+            for p in self._pending:
+                self._waiters.pop(p.call_id, None)
+            self._pending.clear()
+        return True
+
+    async def _resumed(self, call: ToolCall, cid: str, connector: str, held: str) -> None:
+        outcome = outcome_of(connector, cid, held, 0)
+        await self.transcript.append_message(ToolResultMessage(
+            tool_call_id=call.id, tool_name=call.name, content=[TextContent(text=outcome.content)],
+            details=outcome.details, is_error=outcome.is_error))
+        log.info("connector_call_resumed", session_id=self.sid, call_id=cid, timed_out=held == rules.TIMED_OUT)

@@ -103,6 +103,9 @@ class DispatchHost(Protocol):
     @property
     def running(self) -> bool: ...
 
+    @property
+    def awaiting_connector(self) -> bool: ...
+
     def touch(self) -> None: ...
 
     def start_run(self, turn: PendingTurn | None) -> None: ...
@@ -345,7 +348,7 @@ class InboxDispatcher:
             for extra in prompts[1:]:
                 with processing(extra):
                     await self.on_prompt(extra, extra.message)  # type: ignore[arg-type]
-        elif interrupted(h.transcript):
+        elif interrupted(h.transcript) or h.awaiting_connector:  # the run task awaits the open call first
             h.start_run(h.protocol.take_idle() if h.protocol.take_idle_peek() else None)
         elif h.protocol.has_active_task() and h.protocol.take_idle_peek():
             h.start_run(h.protocol.take_idle())

@@ -147,8 +147,7 @@ class Session:
         self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, self._messages,
                                     self.contracts.scope, self._steer, deps.registry)
         before, tools = self.compactor.before_model_call, self.toolset.tools
-        self.connectors = ConnectorHub(self.sid, deps.client, self.transcript, self.ack, self.guard,
-                                       deps.registry)
+        self.connectors = ConnectorHub(self.sid, deps.client, self.transcript, self.ack, deps.registry)
         if deps.settings.dynamic_tools:  # connectors are namespaces: offered only with dynamic tool loading
             policy = ToolPolicy(self.toolset.tools, lambda: self.transcript.entries, before, self.connectors)
             before, tools = policy.before_model_call, policy.active_tools()
@@ -218,8 +217,10 @@ class Session:
             for skill in self.deps.preloaded:  # a preloaded workflow skill is as active as a loaded one
                 await self.transcript.append_skill(skill.name, skill.type, None, preloaded=True)
         await self.rewinder.finish_pending()  # a rewind a crash cut short (shared/rewind.py)
-        await self.connectors.resume()  # a connector call a dead holder sent: its answer, not "interrupted"
-        await repair_interrupted_run(self.transcript)
+        # A connector call a dead holder sent: its answer, not "interrupted"; one still unanswered is
+        # awaited by the run task (`await_connector_calls`), never here.
+        await self.connectors.resume()
+        await repair_interrupted_run(self.transcript, pending=self.connectors.pending)
         await self.tools.refresh_viewable()
         self.protocol.restore_context()
         await self.progress.publish(force=True)  # a client sees where the workflow stands after a wake
@@ -230,6 +231,15 @@ class Session:
 
     def interrupted(self) -> bool:
         return interrupted(self.transcript)
+
+    @property
+    def awaiting_connector(self) -> bool:
+        """A connector call sent before the wake is still open: a run goes on once it is answered."""
+        return bool(self.connectors.pending)
+
+    async def await_connector_calls(self) -> None:
+        if await self.connectors.await_pending():
+            self.protocol.restore_context()  # the model context takes the results the transcript got
 
     @property
     def ui(self) -> UiDoc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Collection
 from typing import Any, Literal, Protocol
 
 import structlog
@@ -53,17 +54,22 @@ class RunHost(Protocol):
 
     def touch(self) -> None: ...
 
+    async def await_connector_calls(self) -> None: ...
 
-async def repair_interrupted_run(transcript: Transcript, note: str = INTERRUPTED) -> None:
+
+async def repair_interrupted_run(transcript: Transcript, note: str = INTERRUPTED,
+                                 pending: Collection[str] = ()) -> None:
     """A holder that died mid-batch (or a run cancelled by an abort) left tool calls without results:
-    give each one (every tool call gets a result), so the context stays valid and the run can continue."""
+    give each one (every tool call gets a result), so the context stays valid and the run can continue.
+    `pending`: calls whose answer is still to come (a connector's, services/runtime/connectors.py): the
+    run task appends their result before the run goes on."""
     answered: set[str] = set()  # results after the last assistant message: only its calls can lack one
     for m in reversed(transcript.context()):
         if isinstance(m, ToolResultMessage):
             answered.add(m.tool_call_id)
         if isinstance(m, AssistantMessage):
             for call in m.tool_calls():
-                if call.id not in answered:
+                if call.id not in answered and call.id not in pending:
                     await transcript.append_message(ToolResultMessage(
                         tool_call_id=call.id, tool_name=call.name, is_error=True,
                         content=[TextContent(text=note)]))
@@ -215,6 +221,9 @@ class RunSupervisor:
 
     async def _drive(self, turn: RunInput) -> None:
         agent = self.h.agent
+        # Connector calls a dead holder sent, still unanswered at the wake: their results come first
+        # (the run waits for them, never the wake), and prompts arriving meanwhile queue behind them.
+        await self.h.await_connector_calls()
         # No await between this check and the Agent taking the run (it clears the abort signal when a
         # run starts): an abort that came before is seen here, one that comes after sets the signal.
         if self.aborting:

@@ -1,7 +1,8 @@
 """Connector faults through the five services, the test playing the connector (it reads the call
 stream and answers over HTTP when it chooses): a timeout is an error result and the run goes on, a
 late answer is dropped; a schema change reaches the next request with a workspace_update; a runtime
-killed mid-call delivers the answer once after the takeover (docs/architecture.md "Connectors")."""
+killed mid-call delivers the answer once after the takeover, and that takeover holds up no other wake
+(docs/architecture.md "Connectors")."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     s = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("connector-faults"),
-              env_overrides={"GAMMA_DYNAMIC_TOOLS": "1"})
+              # One wake per read: a wake that waited for a connector would hold up the next one.
+              env_overrides={"GAMMA_DYNAMIC_TOOLS": "1", "GAMMA_RUNTIME_WAKES_AT_ONCE": "1"})
     try:
         s.start()
         yield s
@@ -170,3 +172,41 @@ def test_a_takeover_waits_for_an_answer_that_comes_after_it(stack: Stack) -> Non
 
     answers = results(wait_sync(finished, timeout=120, what="the run's end"), "later__echo")
     assert [a["content"][0]["text"] for a in answers] == ["after the takeover"]
+
+
+def test_a_taken_over_call_still_pending_holds_up_no_other_wake(stack: Stack) -> None:
+    """The takeover's wake ends with the call open: a second session woken on the same worker after it
+    answers its prompt while that call is still unanswered; then the answer enters once, before the
+    prompt sent to the first session meanwhile, and the run goes on to answer that prompt."""
+    played = PlayedConnector(stack, "pending", timeout_s=600)  # longer than any wait below
+    api = user(stack)
+    r = redis.Redis.from_url(stack.redis_url)
+    first = api.post("/sessions").json()["id"]
+    post(api, first, script({"tool_calls": [call("load_tools", namespace="connector:pending")]},
+                            {"tool_calls": [call("pending__echo", a="x")]}, done("before the takeover")))
+    sent = played.wait_call(first)
+    stack.kill("runtime", signal.SIGKILL)
+    wait_sync(lambda: not r.exists(keys.lease(first)), timeout=30, what="the dead holder's lease expired")
+    post(api, first, script(done("after the pending call")))  # a dormant session's prompt: a wake on the bus
+    stack.start("runtime")
+    wait_sync(lambda: r.exists(keys.lease(first)), timeout=90, what="the takeover's wake under way")
+    second = api.post("/sessions").json()["id"]
+    answered = ask(api, second, script(done("the second session answered")))  # its wake queued after the first's
+    assert "the second session answered" in json.dumps(answered)
+    assert not r.hexists(keys.connector_call(first, sent["call_id"]), "outcome")
+    assert not results(entries(api, first), "pending__echo")  # still pending: no result, no "interrupted"
+    assert played.answer(sent, "the late answer").status_code == 202
+
+    def finished() -> list[dict[str, Any]] | None:
+        es = entries(api, first)
+        said = [c["arguments"].get("message") for e in es if e["type"] == "message"
+                and e["message"]["role"] == "assistant" for c in e["message"]["content"] if c["type"] == "toolCall"]
+        return es if "after the pending call" in said else None
+
+    es = wait_sync(finished, timeout=120, what="the first session's run went on to the prompt sent meanwhile")
+    answers = results(es, "pending__echo")
+    assert [a["content"][0]["text"] for a in answers] == ["the late answer"] and not answers[0]["isError"]
+    roles = [(e["message"]["role"], json.dumps(e["message"])) for e in es if e["type"] == "message"]
+    result_at = next(i for i, (role, m) in enumerate(roles) if role == "toolResult" and "the late answer" in m)
+    prompt_at = next(i for i, (role, m) in enumerate(roles) if role == "user" and "after the pending call" in m)
+    assert result_at < prompt_at

@@ -103,6 +103,13 @@ class Host:
     def touch(self) -> None:
         self.touched += 1
 
+    @property
+    def awaiting_connector(self) -> bool:
+        return False  # no connector call outlives a wake here (tests/integration/test_connector_faults.py)
+
+    async def await_connector_calls(self) -> None:
+        return None
+
     def start_run(self, turn: PendingTurn | None) -> None:
         self.started.append(turn)
 
