@@ -24,7 +24,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
-from . import keys, redis_cluster, topology
+from . import cancel_safe, keys, redis_cluster, topology
 from .bus import ensured_groups, missing_groups
 from .gcpolicy import heap_freezer
 from .httplimits import bounded_http_protocol
@@ -272,6 +272,7 @@ def settle_heap() -> None:
 
 def serve(app: FastAPI, host: str, port: int, settings: Settings | None = None) -> None:
     """uvicorn turns SIGTERM/SIGINT into a lifespan shutdown: in-flight work finishes or stays pending."""
+    cancel_safe.install()  # before any loop starts: no background loop survives its cancel
     limits = settings or load_settings()
     # log_config=None: uvicorn's loggers propagate to the root handler (JSON lines, service bound).
     # http: httptools with a cap on the request head (431), see shared/httplimits.py.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -10,29 +11,94 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from tests.support.redis_server import base_redis_url
+from shared import cancel_safe
+from tests.support import teardown_guard
+from tests.support.ports import xdist_worker
+from tests.support.redis_server import base_redis_url, own_redis_url
 from tests.support.stack import API_TOKEN, Stack
 
 ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
 
 DB_COUNTER = "gamma:test:db-counter"
 
+# Under pytest-xdist (`make test`), which tests share a worker, in order: a test's own
+# `xdist_group` mark, else its directory's group below, else its module (its module-scoped stack is
+# started once, on one worker).
+DIRECTORY_GROUPS = {
+    "tests/cluster/": "cluster",  # one local Redis Cluster for the directory (tests/cluster/conftest.py)
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    cancel_safe.install()  # the services' asyncio (shared/service.py serve) in the test process too
+    teardown_guard.install()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    root = config.rootpath
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        path = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else str(item.path)
+        group = next((g for prefix, g in DIRECTORY_GROUPS.items() if path.startswith(prefix)), path)
+        item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture(scope="session")
 def redis_base() -> str:
+    """Under pytest-xdist every worker has a redis-server of its own (nothing a test does to its
+    Redis, such as FLUSHALL, CONFIG SET or a killed client, reaches another worker's tests); without
+    a binary the workers share one Redis and split its dbs."""
+    if xdist_worker() is not None:
+        own = own_redis_url()
+        if own is not None:
+            _own_servers.add(own)
+            return own
     return base_redis_url()
 
 
-def fresh_db_url(redis_base: str) -> str:
-    """A db of its own (1..15, handed out round-robin through db 0), flushed before use.
+_own_servers: set[str] = set()
+_held_dbs: set[str] = set()  # held by this process's module-scoped fixtures
 
-    Nothing from an earlier test runs on it any more (stacks are stopped at teardown), so the flush
-    never deletes a stream under a running subscriber.
+
+def _my_dbs(admin: redis.Redis, redis_base: str) -> list[int]:
+    """The dbs this process may use: all but db 0 (the counter's), or its share of them when several
+    test processes share the Redis."""
+    try:
+        databases = int(admin.config_get("databases").get("databases", 16))  # type: ignore[union-attr]
+    except redis.RedisError:
+        databases = 16
+    dbs = list(range(1, databases))
+    worker, workers = xdist_worker(), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if worker is None or redis_base in _own_servers:
+        return dbs
+    mine = dbs[worker::workers]
+    if not mine:
+        raise RuntimeError(f"{workers} test workers share a Redis of {databases} dbs: start fewer (-n) or "
+                           "install redis-server so each worker starts its own")
+    return mine
+
+
+def fresh_db_url(redis_base: str) -> str:
+    """A db of its own (handed out round-robin through a counter in db 0), flushed before use.
+
+    Nothing from an earlier test runs on it any more (stacks are stopped at teardown, and a db that a
+    module-scoped fixture of this process holds is skipped), so the flush never deletes a stream under a
+    running subscriber.
     """
     admin = redis.Redis.from_url(redis_base + "/0")
-    db = int(admin.incr(DB_COUNTER)) % 15 + 1
-    admin.close()
-    url = f"{redis_base}/{db}"
+    try:
+        dbs = _my_dbs(admin, redis_base)
+        key = DB_COUNTER if xdist_worker() is None else f"{DB_COUNTER}:{xdist_worker()}"
+        for _ in dbs:
+            url = f"{redis_base}/{dbs[int(admin.incr(key)) % len(dbs)]}"
+            if url not in _held_dbs:
+                break
+    finally:
+        admin.close()
     client = redis.Redis.from_url(url)
     client.flushdb()
     client.close()
@@ -45,8 +111,11 @@ def redis_url(redis_base: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def module_redis_url(redis_base: str) -> str:
-    return fresh_db_url(redis_base)
+def module_redis_url(redis_base: str) -> Iterator[str]:
+    url = fresh_db_url(redis_base)
+    _held_dbs.add(url)
+    yield url
+    _held_dbs.discard(url)
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,8 @@ from fastapi import FastAPI, Request, Response
 
 from services.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
 from services.compaction.scripted import scripted_summarizer
-from services.stack import free_port
 from shared.model import ScriptedError, ScriptedReply, ScriptedToolCall, ScriptedTransport
+from tests.support.ports import free_port
 
 Step = ScriptedReply | ScriptedError | Callable[[dict[str, Any]], ScriptedReply]
 

@@ -31,9 +31,9 @@ from services.compaction.scripted import scripted_summarizer
 from services.runtime.paths import skills_dir
 from services.runtime.scripted import ScriptedGamma
 from services.runtime.skills import load_skills
-from services.stack import free_port
 from shared import scripted_responses
 from shared.model import ScriptedTransport
+from tests.support.ports import free_port
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.stack import free_port
+from tests.support.ports import free_port
 
 SERVICES = ("runtime", "digest", "compaction", "notifications", "proxy")
 PORT_VARS = {
