@@ -68,8 +68,8 @@ class ServiceContext:
         for task in self.tasks:
             task.cancel()
         if self.tasks:
-            # Bounded: a cancel swallowed inside a Redis call (redis-py's timeout race) can leave a
-            # background loop running, and shutdown must never hang on it.
+            # Bounded: shutdown must never hang on a background loop, even one whose cancel was lost
+            # (shared/cancel_safe.py closes the one known way: Python 3.11's wait_for).
             _, stuck = await asyncio.wait(self.tasks, timeout=CLOSE_WAIT_S)
             for task in stuck:
                 task.cancel()
