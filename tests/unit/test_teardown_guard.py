@@ -4,6 +4,7 @@ its cancel is named, and the loop closes anyway."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 async def swallower() -> None:
     while True:
-        try:
+        with contextlib.suppress(asyncio.CancelledError):  # the bug the guard is for
             await asyncio.sleep(0.01)
-        except asyncio.CancelledError:
-            pass  # the bug the guard is for
 
 
 async def start(coro_fn: object, name: str) -> asyncio.Task[None]:
