@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 import redis.asyncio as aioredis
@@ -18,6 +19,14 @@ from shared import keys
 from shared.model import ScriptedReply, ScriptedToolCall, openai_client
 from shared.pacing import Timing, paced
 from shared.settings import Settings
+from tests.support.polling import eventually
+
+
+def nothing_queued(*outs: Outbox) -> Callable[[], Awaitable[bool]]:
+    async def probe() -> bool:
+        return not any(o.has_queued() for o in outs)
+    return probe
+
 
 TEXT = "@ts@" * 40  # 40 tokens, each stamped with its emit time
 
@@ -119,11 +128,10 @@ async def test_deltas_coalesce_per_window_in_order(redis_client: aioredis.Redis,
 @pytest.mark.parametrize("with_ticker", [False, True], ids=["own-window", "worker-ticker"])
 @pytest.mark.timeout(30)
 async def test_an_awaited_event_is_not_held_by_the_window(redis_client: aioredis.Redis, with_ticker: bool) -> None:
-    out = Outbox(redis_client, "co2", bus, coalesce_s=0.5, ticker=ticker_for(redis_client, with_ticker, 0.5))
+    """A window of an hour: an awaited event that waited for it would never return within the test."""
+    out = Outbox(redis_client, "co2", bus, coalesce_s=3600, ticker=ticker_for(redis_client, with_ticker, 3600))
     await out.event("message_update", {"delta": "a"}, wait=False)
-    t0 = time.monotonic()
-    await out.event("message_end", {})
-    assert time.monotonic() - t0 < 0.2
+    await asyncio.wait_for(out.event("message_end", {}), 10)  # sends the queued delta first, at once
     assert [e["type"] for e in await entries(redis_client, "co2")] == ["message_update", "message_end"]
 
 
@@ -147,9 +155,7 @@ async def test_one_pipeline_per_tick_for_all_sessions(redis_client: aioredis.Red
 
     t0 = time.monotonic()
     await asyncio.gather(*(stream(o) for o in [*outs, gone]))
-    deadline = time.monotonic() + 10
-    while any(o.has_queued() for o in outs) and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the ticker with a deadline
-        await asyncio.sleep(0.01)
+    await eventually(nothing_queued(*outs), timeout=10, interval=0.01, what="the ticker's sends")
     windows = (time.monotonic() - t0) / 0.03
     for o in outs:
         got = await entries(redis_client, o.sid)
@@ -200,13 +206,12 @@ async def test_the_ticker_is_a_read_gate_opening_just_before_each_tick(redis_cli
     await asyncio.wait_for(task, 5)
     gaps = [b - a for a, b in zip(opened, opened[1:], strict=False)]
     assert opened[0] - t0 < 0.1 and all(0.025 <= g <= 0.2 for g in gaps)  # one opening per tick
-    deadline = time.monotonic() + 5
-    while out.has_queued() and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the ticker with a deadline
-        await asyncio.sleep(0.01)
+    await eventually(nothing_queued(out), timeout=5, interval=0.01, what="the ticker's sends")
     events = [json.loads(f[b"data"]) for _, f in await redis_client.xrange(keys.events("gate1"))]
     assert "".join(e["data"]["delta"] for e in events) == "x" * 5 and len(events) <= 5
-    await asyncio.sleep(0.15)
-    assert ticker._task is not None and ticker._task.done()  # idle: no task left behind
+    async def idle() -> bool:
+        return ticker._task is not None and ticker._task.done()
+    await eventually(idle, timeout=5, interval=0.01, what="the idle ticker's task to end")  # no task left behind
 
 
 def test_the_window_adapts_to_the_number_of_streaming_sessions(redis_client: aioredis.Redis) -> None:
@@ -240,9 +245,7 @@ async def test_the_gate_opens_per_the_load_of_streams_waiting_for_it(redis_clien
     gaps = sorted(b - a for a, b in zip(opened[2:], opened[3:], strict=False))  # after the first ticks counted them
     median = gaps[len(gaps) // 2]
     assert (median < 0.03) if readers == 1 else (median >= 0.05)
-    deadline = time.monotonic() + 5
-    while any(o.has_queued() for o in outs) and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the ticker with a deadline
-        await asyncio.sleep(0.01)
+    await eventually(nothing_queued(*outs), timeout=5, interval=0.01, what="the ticker's sends")
     for o in outs:
         assert "".join(e["data"]["delta"] for e in await entries(redis_client, o.sid)) == "x" * 12
 
