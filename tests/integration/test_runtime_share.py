@@ -8,7 +8,14 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
-from services.runtime.share import PAUSE_MAX_S, PAUSE_STEP_S, fair_share, heartbeat, over_share, pause_while_over_share
+from services.runtime.share import (
+    PAUSE_MAX_S,
+    PAUSE_STEP_S,
+    fair_share,
+    heartbeat,
+    over_share,
+    pause_while_over_share,
+)
 from shared import keys
 from shared.contracts.base import now_ms
 
