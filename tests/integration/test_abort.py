@@ -212,7 +212,7 @@ def test_abort_and_interrupt_stop_the_runs_subagent(how: str, api: httpx.Client,
     after_abort_the_next_prompt_works(api, module_stack, sid, "after the subagent")
     recorded = [e["content"] for e in transcript(module_stack, sid) if e.get("customType") == "gamma.background_result"]
     assert len(recorded) == 1 and 'status="stopped"' in recorded[0]  # recorded once, the stopped answer
-    time.sleep(1.0)
+    time.sleep(1.0)  # scenario: a subagent that kept going would answer again meanwhile
     assert len(inbox_results(r, sid)) == 1, "the subagent kept going after it answered"
 
 

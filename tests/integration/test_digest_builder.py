@@ -86,7 +86,7 @@ async def test_agent_changes_produce_nothing_and_advance_seen(redis_client: aior
     await go_live(redis_client, builder)
     await builder.on_change(doc_change("agent", 1, deck()))
     await builder.on_change(doc_change("agent", 2, deck(card_2="Agent title")))
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # scenario: past the debounce (150 ms), nothing may be sent
     assert await injections(redis_client) == []
     state = await builder.revisions.load(SID, DOC)
     assert state is not None and state.seen == 2 and state.current == 2 and state.seen_known

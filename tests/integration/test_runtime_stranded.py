@@ -116,7 +116,7 @@ async def test_steer_arriving_as_the_run_ends_waits_without_an_active_task(redis
         fired = at_run_end(inp, session, steer(sid, "n-late-3"), queued(session, "n-late-3"))
         await inp.append(UserPrompt(session_id=sid, message=script(done("first"))))
         await settled(inp, session, 1)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # scenario: nothing may happen meanwhile (no event marks an absence)
         assert fired == [True]
         assert await runs(inp, sid) == 1, "no active task: the steer waits for the next user turn"
         assert "gamma.system_update" not in kinds(transcript(data_dir, sid))
