@@ -68,7 +68,8 @@ def _my_dbs(admin: redis.Redis, redis_base: str) -> list[int]:
     """The dbs this process may use: all but db 0 (the counter's), or its share of them when several
     test processes share the Redis."""
     try:
-        databases = int(admin.config_get("databases").get("databases", 16))  # type: ignore[union-attr]
+        config: dict[str | None, str | None] = admin.config_get("databases")  # a sync client: a dict
+        databases = int(config.get("databases") or 16)
     except redis.RedisError:
         databases = 16
     dbs = list(range(1, databases))

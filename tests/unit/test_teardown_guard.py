@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 import subprocess
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,8 +25,8 @@ async def swallower() -> None:
             await asyncio.sleep(0.01)
 
 
-async def start(coro_fn: object, name: str) -> asyncio.Task[None]:
-    return asyncio.get_running_loop().create_task(coro_fn(), name=name)  # type: ignore[operator]
+async def start(coro_fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> asyncio.Task[None]:
+    return asyncio.get_running_loop().create_task(coro_fn(), name=name)
 
 
 def test_a_task_that_swallows_its_cancel_is_named_and_the_loop_still_closes(monkeypatch: pytest.MonkeyPatch) -> None:
