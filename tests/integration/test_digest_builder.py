@@ -20,6 +20,7 @@ from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.inbox import INBOX_ADAPTER, Injection
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.recorded import InjectionRecorded
+from tests.support.polling import eventually
 
 SID = "s_digest"
 DOC = "gamma:file:d1"
@@ -58,11 +59,7 @@ async def go_live(client: aioredis.Redis, builder: DigestBuilder, fence: int = 1
 
 
 async def wait_for(predicate: Any, limit_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + limit_s
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
+    await eventually(predicate, timeout=limit_s)
 
 
 def recorded(inj: Injection) -> InjectionRecorded:
