@@ -33,7 +33,7 @@ run: $(STAMP)
 # pytest exits 5 when a selection (PYTEST_ARGS) collects no tests: that is not a failure.
 PYTEST_WORKERS ?= 4
 test: $(STAMP) $(NODE_STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 lint: $(STAMP)

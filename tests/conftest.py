@@ -45,6 +45,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else str(item.path)
         group = next((g for prefix, g in DIRECTORY_GROUPS.items() if path.startswith(prefix)), path)
         item.add_marker(pytest.mark.xdist_group(group))
+    if xdist_worker() is not None:
+        longest_first(config, items)
+
+
+def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The groups handed out first are those with the longest per-test timeout (the long end-to-end
+    and fault modules), so that none of them starts last and stretches the run (`make test` passes
+    --no-loadscope-reorder, which keeps this order). Each group's tests keep their own order."""
+    default = float(config.getini("timeout") or 0)
+
+    def group(item: pytest.Item) -> str:
+        mark = item.get_closest_marker("xdist_group")
+        return str(mark.args[0]) if mark is not None and mark.args else item.nodeid
+
+    def timeout(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("timeout")
+        return float(mark.args[0]) if mark is not None and mark.args else default
+
+    first: dict[str, int] = {}
+    longest: dict[str, float] = {}
+    for i, item in enumerate(items):
+        first.setdefault(group(item), i)
+        longest[group(item)] = max(longest.get(group(item), 0.0), timeout(item))
+    items.sort(key=lambda item: (-longest[group(item)], first[group(item)]))
 
 
 @pytest.fixture(scope="session")
