@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -21,12 +22,16 @@ ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
 
 DB_COUNTER = "gamma:test:db-counter"
 
-# Under pytest-xdist (`make test`), which tests share a worker, in order: a test's own
-# `xdist_group` mark, else its directory's group below, else its module (its module-scoped stack is
-# started once, on one worker).
+# Under pytest-xdist (`make test`) the tests of one group run on one worker, in order: a directory's
+# group below, else the test's module (its module-scoped stack is started once, on one worker).
 DIRECTORY_GROUPS = {
     "tests/cluster/": "cluster",  # one local Redis Cluster for the directory (tests/cluster/conftest.py)
 }
+
+
+def group_of(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return next((group for prefix, group in DIRECTORY_GROUPS.items() if path.startswith(prefix)), path)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -34,17 +39,22 @@ def pytest_configure(config: pytest.Config) -> None:
     teardown_guard.install()
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup`: work units by group_of. (xdist's own loadgroup reads `xdist_group` marks by
+    renaming each item's node id, which pytest 9 no longer lets it do: every test became a unit of
+    its own, and a module's stack was started on every worker.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    root = config.rootpath
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        path = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else str(item.path)
-        group = next((g for prefix, g in DIRECTORY_GROUPS.items() if path.startswith(prefix)), path)
-        item.add_marker(pytest.mark.xdist_group(group))
     if xdist_worker() is not None:
         longest_first(config, items)
 
@@ -55,10 +65,6 @@ def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
     --no-loadscope-reorder, which keeps this order). Each group's tests keep their own order."""
     default = float(config.getini("timeout") or 0)
 
-    def group(item: pytest.Item) -> str:
-        mark = item.get_closest_marker("xdist_group")
-        return str(mark.args[0]) if mark is not None and mark.args else item.nodeid
-
     def timeout(item: pytest.Item) -> float:
         mark = item.get_closest_marker("timeout")
         return float(mark.args[0]) if mark is not None and mark.args else default
@@ -66,9 +72,10 @@ def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
     first: dict[str, int] = {}
     longest: dict[str, float] = {}
     for i, item in enumerate(items):
-        first.setdefault(group(item), i)
-        longest[group(item)] = max(longest.get(group(item), 0.0), timeout(item))
-    items.sort(key=lambda item: (-longest[group(item)], first[group(item)]))
+        group = group_of(item.nodeid)
+        first.setdefault(group, i)
+        longest[group] = max(longest.get(group, 0.0), timeout(item))
+    items.sort(key=lambda item: (-longest[group_of(item.nodeid)], first[group_of(item.nodeid)]))
 
 
 @pytest.fixture(scope="session")
