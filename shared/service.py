@@ -24,7 +24,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
-from . import keys, redis_cluster, topology
+from . import cancel_safe, keys, redis_cluster, topology
 from .bus import ensured_groups, missing_groups
 from .diskhealth import DiskHealth
 from .gcpolicy import heap_freezer
@@ -73,8 +73,8 @@ class ServiceContext:
         for task in self.tasks:
             task.cancel()
         if self.tasks:
-            # Bounded: a cancel swallowed inside a Redis call (redis-py's timeout race) can leave a
-            # background loop running, and shutdown must never hang on it.
+            # Bounded: shutdown must never hang on a background loop, even one whose cancel was lost
+            # (shared/cancel_safe.py closes the one known way: Python 3.11's wait_for).
             _, stuck = await asyncio.wait(self.tasks, timeout=CLOSE_WAIT_S)
             for task in stuck:
                 task.cancel()
@@ -267,6 +267,7 @@ def settle_heap() -> None:
 def serve(app: FastAPI, host: str, port: int, settings: Settings | None = None, *, public: bool = False) -> None:
     """uvicorn turns SIGTERM/SIGINT into a lifespan shutdown: in-flight work finishes or stays pending.
     `public` (proxy, notifications): clients' trace headers are dropped unless trusted (shared/tracing.py)."""
+    cancel_safe.install()  # before any loop starts: no background loop survives its cancel
     limits = settings or load_settings()
     served = edge_app(app, limits.trace_client_context) if public else app
     # log_config=None: uvicorn's loggers propagate to the root handler (JSON lines, service bound).

@@ -2,37 +2,135 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import redis
 import redis.asyncio as aioredis
 
-from tests.support.redis_server import base_redis_url
+from shared import cancel_safe
+from tests.support import teardown_guard
+from tests.support.ports import xdist_worker
+from tests.support.redis_server import base_redis_url, own_redis_url
 from tests.support.stack import API_TOKEN, Stack
 
 ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
 
 DB_COUNTER = "gamma:test:db-counter"
 
+# Under pytest-xdist (`make test`) the tests of one group run on one worker, in order: a directory's
+# group below, else the test's module (its module-scoped stack is started once, on one worker).
+DIRECTORY_GROUPS = {
+    "tests/cluster/": "cluster",  # one local Redis Cluster for the directory (tests/cluster/conftest.py)
+}
+
+
+def group_of(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return next((group for prefix, group in DIRECTORY_GROUPS.items() if path.startswith(prefix)), path)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    cancel_safe.install()  # the services' asyncio (shared/service.py serve) in the test process too
+    teardown_guard.install()
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup`: work units by group_of. (xdist's own loadgroup reads `xdist_group` marks by
+    renaming each item's node id, which pytest 9 no longer lets it do: every test became a unit of
+    its own, and a module's stack was started on every worker.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if xdist_worker() is not None:
+        longest_first(config, items)
+
+
+def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The groups handed out first are those with the longest per-test timeout (the long end-to-end
+    and fault modules), so that none of them starts last and stretches the run (`make test` passes
+    --no-loadscope-reorder, which keeps this order). Each group's tests keep their own order."""
+    default = float(config.getini("timeout") or 0)
+
+    def timeout(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("timeout")
+        return float(mark.args[0]) if mark is not None and mark.args else default
+
+    first: dict[str, int] = {}
+    longest: dict[str, float] = {}
+    for i, item in enumerate(items):
+        group = group_of(item.nodeid)
+        first.setdefault(group, i)
+        longest[group] = max(longest.get(group, 0.0), timeout(item))
+    items.sort(key=lambda item: (-longest[group_of(item.nodeid)], first[group_of(item.nodeid)]))
+
 
 @pytest.fixture(scope="session")
 def redis_base() -> str:
+    """Under pytest-xdist every worker has a redis-server of its own (nothing a test does to its
+    Redis, such as FLUSHALL, CONFIG SET or a killed client, reaches another worker's tests); without
+    a binary the workers share one Redis and split its dbs."""
+    if xdist_worker() is not None:
+        own = own_redis_url()
+        if own is not None:
+            _own_servers.add(own)
+            return own
     return base_redis_url()
 
 
-def fresh_db_url(redis_base: str) -> str:
-    """A db of its own (1..15, handed out round-robin through db 0), flushed before use.
+_own_servers: set[str] = set()
+_held_dbs: set[str] = set()  # held by this process's module-scoped fixtures
 
-    Nothing from an earlier test runs on it any more (stacks are stopped at teardown), so the flush
-    never deletes a stream under a running subscriber.
+
+def _my_dbs(admin: redis.Redis, redis_base: str) -> list[int]:
+    """The dbs this process may use: all but db 0 (the counter's), or its share of them when several
+    test processes share the Redis."""
+    try:
+        config: dict[str | None, str | None] = admin.config_get("databases")  # a sync client: a dict
+        databases = int(config.get("databases") or 16)
+    except redis.RedisError:
+        databases = 16
+    dbs = list(range(1, databases))
+    worker, workers = xdist_worker(), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if worker is None or redis_base in _own_servers:
+        return dbs
+    mine = dbs[worker::workers]
+    if not mine:
+        raise RuntimeError(f"{workers} test workers share a Redis of {databases} dbs: start fewer (-n) or "
+                           "install redis-server so each worker starts its own")
+    return mine
+
+
+def fresh_db_url(redis_base: str) -> str:
+    """A db of its own (handed out round-robin through a counter in db 0), flushed before use.
+
+    Nothing from an earlier test runs on it any more (stacks are stopped at teardown, and a db that a
+    module-scoped fixture of this process holds is skipped), so the flush never deletes a stream under a
+    running subscriber.
     """
     admin = redis.Redis.from_url(redis_base + "/0")
-    db = int(admin.incr(DB_COUNTER)) % 15 + 1
-    admin.close()
-    url = f"{redis_base}/{db}"
+    try:
+        dbs = _my_dbs(admin, redis_base)
+        key = DB_COUNTER if xdist_worker() is None else f"{DB_COUNTER}:{xdist_worker()}"
+        for _ in dbs:
+            url = f"{redis_base}/{dbs[int(admin.incr(key)) % len(dbs)]}"
+            if url not in _held_dbs:
+                break
+    finally:
+        admin.close()
     client = redis.Redis.from_url(url)
     client.flushdb()
     client.close()
@@ -45,8 +143,11 @@ def redis_url(redis_base: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def module_redis_url(redis_base: str) -> str:
-    return fresh_db_url(redis_base)
+def module_redis_url(redis_base: str) -> Iterator[str]:
+    url = fresh_db_url(redis_base)
+    _held_dbs.add(url)
+    yield url
+    _held_dbs.discard(url)
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
 import httpx
 
 from tests.e2e.test_inspector import CHROMIUM, NODE, ROOT, SHOTS, pytestmark  # noqa: F401 - the same skip
+from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, Stack
 
 
@@ -23,10 +23,8 @@ def pane(stack: Stack, prompt: str, shot: str) -> dict[str, object]:
     with httpx.Client(base_url=stack.url(), headers=headers, timeout=30) as api:
         sid = api.post("/sessions", json={}).json()["id"]
         api.post(f"/sessions/{sid}/messages", json={"message": prompt})
-        deadline = time.monotonic() + 90
-        while not any(e.get("type") == "skill_end" for e in api.get(f"/sessions/{sid}/transcript").json()["entries"]):
-            assert time.monotonic() < deadline, "the deck run never completed"
-            time.sleep(0.3)
+        wait_sync(lambda: any(e.get("type") == "skill_end" for e in api.get(f"/sessions/{sid}/transcript").json()["entries"]),
+                  timeout=90, interval=0.3, what="the deck run to complete")
     SHOTS.mkdir(parents=True, exist_ok=True)
     run = subprocess.run([NODE, str(ROOT / "tests" / "js" / "checklist.mjs"), stack.url(), API_TOKEN, CHROMIUM,
                           sid, str(SHOTS / shot)], cwd=ROOT, capture_output=True, text=True, timeout=120)

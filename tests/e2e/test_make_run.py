@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from services.stack import free_port, redis_answers
+from services.stack import redis_answers
+from tests.support.ports import free_port
 from tests.support.procs import alive, descendants
 from tests.support.stack import INTERNAL_PORT_VARS, PORT_VARS
 

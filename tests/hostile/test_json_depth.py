@@ -8,7 +8,6 @@ Before: a dormant PUT of a deck nested 250 deep was written and every later GET/
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +76,6 @@ def test_deep_bodies_are_refused_live_at_once(module_stack: Stack) -> None:
     seed_document(module_stack, sid, "d1")
     say(module_stack, sid, "hello")  # live: writes go to the runtime through its inbox
     with api(module_stack) as client:
-        started = time.monotonic()
         refused(client.put(f"/sessions/{sid}/documents/d1", json=deck_at_depth(250)), "nesting")
         refused(client.post(f"/sessions/{sid}/ui/sync", json={"update": "AAA=", "snapshot": {"x": nest(200)}}),
                 "nesting")
@@ -85,7 +83,6 @@ def test_deep_bodies_are_refused_live_at_once(module_stack: Stack) -> None:
                 "nesting")
         refused(client.post("/sessions", content=b"[" * 10_000 + b"]" * 10_000,
                             headers={"content-type": "application/json"}), "nesting")
-        assert time.monotonic() - started < 5
         # A deck at the limit goes through the runtime's inbox (wrapped a few levels deeper) and back.
         at_limit = client.put(f"/sessions/{sid}/documents/d1", json=deck_at_depth(DEPTH))
         assert at_limit.status_code == 200, at_limit.text

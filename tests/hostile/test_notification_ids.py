@@ -25,6 +25,7 @@ from tests.integration.test_notifications_acceptance import (
     post,
     say,
 )
+from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.timeout(180)
@@ -35,15 +36,11 @@ def notifications_url(stack: Stack) -> str:
 
 
 def wait_recorded(stack: Stack, sid: str, source_ids: list[str], timeout_s: float = 30) -> list[dict[str, Any]]:
-    deadline = time.time() + timeout_s
-    while True:
+    def all_recorded() -> list[dict[str, Any]] | None:
         items = entries(stack, sid)
-        missing = [s for s in source_ids if not injected(items, s)]
-        if not missing:
-            return items
-        if time.time() > deadline:
-            raise AssertionError(f"never recorded: {missing}")
-        time.sleep(0.2)
+        return None if any(not injected(items, s) for s in source_ids) else items
+    return wait_sync(all_recorded, timeout=timeout_s, interval=0.2, what=f"{source_ids} recorded",
+                     detail=lambda: f"missing {[s for s in source_ids if not injected(entries(stack, sid), s)]}")
 
 
 @pytest.mark.parametrize("first,second", [("Y:state", "Y"), ("Z", "Z:state")])

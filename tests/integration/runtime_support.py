@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import redis
@@ -11,6 +10,7 @@ import redis
 from shared import keys
 from shared.contracts.inbox import InboxMessage, UserPrompt
 from shared.contracts.wake import Wake
+from tests.support.polling import wait_sync
 
 
 class Driver:
@@ -34,13 +34,8 @@ class Driver:
         return [json.loads(f[b"data"]) for _, f in self.r.xrange(keys.events(sid))]
 
     def wait_event(self, sid: str, pred: Any, timeout: float = 90, what: str = "event") -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for ev in self.events(sid):
-                if pred(ev):
-                    return ev
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what}; events: {[e['type'] for e in self.events(sid)][-40:]}")
+        return wait_sync(lambda: next((ev for ev in self.events(sid) if pred(ev)), None), timeout=timeout,
+                         what=what, detail=lambda: f"events: {[e['type'] for e in self.events(sid)][-40:]}")
 
     def message_users(self, sid: str) -> list[dict[str, Any]]:
         return [e["data"] for e in self.events(sid) if e["type"] == "message_user"]

@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from shared import keys
+from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, Stack
 
 pytestmark = pytest.mark.timeout(420)
@@ -67,17 +68,15 @@ class Tail:
 
     def answered(self, text: str, timeout_s: float = 30) -> int:
         """Index of `text`'s user message once the run it started gave its blocking answer."""
-        deadline = time.time() + timeout_s
-        while True:
+        def answer() -> tuple[int] | None:  # a tuple: index 0 is an answer too
             self.poll()
             at = self.user_at(text)
             if at is not None and any(e.get("type") == "message" and e["message"].get("role") == "toolResult"
                                       and (e["message"].get("details") or {}).get("blockOnUser")
                                       for e in self.items[at:]):
-                return at
-            if time.time() > deadline:
-                raise AssertionError(f"no answer to {text!r}: {json.dumps(self.items[-6:])[-3000:]}")
-            time.sleep(0.02)
+                return (at,)
+            return None
+        return wait_sync(answer, timeout=timeout_s, interval=0.02, what=f"an answer to {text!r}")[0]
 
 
 def updates(items: list[dict[str, Any]], ref: str) -> list[dict[str, Any]]:
@@ -181,10 +180,8 @@ def test_write_while_a_tool_runs_arrives_before_the_next_model_call(http: httpx.
         {"tool_calls": [{"name": "message_user", "arguments": {"message": "done", "blockOnUser": True}}]},
     ])
     prompt(http, sid, text)
-    deadline = time.time() + 30
-    while not any(e.get("type") == "message" and e["message"].get("role") == "assistant" for e in tail.poll()[2:]):
-        assert time.time() < deadline, "the bash call never started"
-        time.sleep(0.02)
+    wait_sync(lambda: any(e.get("type") == "message" and e["message"].get("role") == "assistant"
+                          for e in tail.poll()[2:]), timeout=30, interval=0.02, what="the bash call to start")
     ref, revision = put_file(http, sid, "during.txt", "written while bash sleeps\n")
     at = tail.answered(text)
     after = tail.items[at:]
@@ -269,10 +266,7 @@ def test_same_file_writes_in_a_row_are_answered_with_the_revisions_the_digest_re
     def recorded() -> int:
         raw = r.hget(keys.revisions(sid), ref)
         return int(json.loads(raw)["current"]) if raw else 0
-    deadline = time.time() + 30
-    while recorded() < replies[-1]:
-        assert time.time() < deadline, f"the digest never caught up: {recorded()}"
-        time.sleep(0.1)
+    wait_sync(lambda: recorded() >= replies[-1], timeout=30, what="the digest to catch up")
     assert recorded() == replies[-1]
     assert put_file(http, sid, "row.txt", "once more\n")[1] == replies[-1] + 1
     r.close()
@@ -303,10 +297,8 @@ def test_steer_and_follow_up_prompts_wait_for_the_writes_before_them(http: httpx
         {"tool_calls": [{"name": "message_user", "arguments": {"message": "done", "blockOnUser": False}}]},
     ])
     prompt(http, sid, text)
-    deadline = time.time() + 30
-    while not any(e.get("type") == "message" and e["message"].get("role") == "assistant" for e in tail.poll()[2:]):
-        assert time.time() < deadline, "the bash call never started"
-        time.sleep(0.02)
+    wait_sync(lambda: any(e.get("type") == "message" and e["message"].get("role") == "assistant"
+                          for e in tail.poll()[2:]), timeout=30, interval=0.02, what="the bash call to start")
     before = len(tail.items)
     ref, revision = put_file(http, sid, f"{on_busy}.txt", "written during the run\n")
     busy = f"{on_busy} after the write"

@@ -5,7 +5,6 @@ the workflow's contract is live (an audited completion ends it: docs/architectur
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 
 from shared import keys
 from tests.integration.runtime_support import Driver, transcript
+from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, Stack
 
 ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
@@ -26,13 +26,7 @@ def api(stack: Stack) -> Iterator[httpx.Client]:
 
 
 def wait(pred: Any, what: str, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_sync(pred, timeout=timeout, interval=0.2, what=what)
 
 
 def checklists(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

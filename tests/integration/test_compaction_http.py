@@ -3,7 +3,6 @@ instructions, and the threshold taken from the session's own model configuration
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ from services.runtime.engine.convert import SUMMARY_PREFIX
 from shared.disk import session_paths
 from tests.integration.runtime_support import Driver
 from tests.support.compaction_model import RecordingModel, call, done, reply, text_of
+from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, Stack
 
 pytestmark = pytest.mark.timeout(240)
@@ -29,10 +29,7 @@ class Api:
     d: Driver
 
     def wait(self, pred: Any, what: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while not pred():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            time.sleep(0.1)
+        wait_sync(pred, timeout=timeout, what=what)
 
     def transcript(self, sid: str) -> list[dict[str, Any]]:
         resp = self.http.get(f"/sessions/{sid}/transcript")

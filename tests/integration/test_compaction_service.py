@@ -21,6 +21,7 @@ from shared.contracts.inbox import CompactionReady
 from shared.disk import session_paths
 from tests.conftest import fresh_db_url
 from tests.support.compaction_sessions import SessionBuilder, deck_session
+from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.timeout(180)
@@ -63,13 +64,8 @@ def results(client: redis.Redis, sid: str) -> list[CompactionReady]:
 
 
 def wait_results(client: redis.Redis, sid: str, n: int = 1, timeout: float = 60) -> list[CompactionReady]:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = results(client, sid)
-        if len(found) >= n:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"{sid}: {len(results(client, sid))} results after {timeout}s")
+    return wait_sync(lambda: found if len(found := results(client, sid)) >= n else None, timeout=timeout,
+                     what=f"{sid}: {n} results", detail=lambda: f"{len(results(client, sid))} results")
 
 
 def session_on_disk(stack: Stack, sid: str, builder: SessionBuilder) -> tuple[CompactionRequest, str]:
@@ -141,10 +137,9 @@ def test_duplicate_request_answers_once_and_stale_request_answers_with_an_error(
     publish(client, request)
     publish(client, request)
     wait_results(client, sid)
-    deadline = time.time() + 10
-    while client.xpending(keys.COMPACTION_REQUESTS, "compaction")["pending"] and time.time() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)
+    # Both handled and acked (a result is published before its ack): the duplicate answered nothing.
+    wait_sync(lambda: not client.xpending(keys.COMPACTION_REQUESTS, "compaction")["pending"], timeout=10,
+              what="both requests acked")
     assert len(results(client, sid)) == 1
     stale = request.model_copy(update={"request_id": "cr_stale", "first_kept_entry_id": "nope"})
     publish(client, stale)
@@ -174,10 +169,8 @@ def test_sigkill_mid_request_is_reclaimed_and_answered_once(slow_service: tuple[
     sid = "svc-kill"
     request, _ = session_on_disk(stack, sid, deck_session(sections=4, words=300))
     publish(client, request)
-    deadline = time.time() + 30
-    while not log_events(stack, "compaction_started", request_id=request.request_id):
-        assert time.time() < deadline, "the request never started"
-        time.sleep(0.05)
+    wait_sync(lambda: log_events(stack, "compaction_started", request_id=request.request_id), timeout=30,
+              interval=0.05, what="the request to start")
     stack.kill("compaction")
     assert results(client, sid) == []
     assert client.xpending(keys.COMPACTION_REQUESTS, "compaction")["pending"] == 1

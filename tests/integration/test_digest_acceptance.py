@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, Stack
 
 pytestmark = pytest.mark.timeout(240)
@@ -46,16 +47,15 @@ def user_index(items: list[dict[str, Any]], text: str) -> int | None:
 def say(stack: Stack, sid: str, text: str, timeout_s: float = 60) -> list[dict[str, Any]]:
     r = httpx.post(f"{stack.url()}/sessions/{sid}/messages", json={"message": text}, headers=USER, timeout=30)
     assert r.status_code == 202, r.text
-    deadline = time.time() + timeout_s
-    while True:
+
+    def answered() -> list[dict[str, Any]] | None:
         items = entries(stack, sid)
         at = user_index(items, text)
         if at is not None and any(e.get("type") == "message" and e["message"].get("role") == "toolResult"
                                   and (e["message"].get("details") or {}).get("blockOnUser") for e in items[at:]):
             return items
-        if time.time() > deadline:
-            raise AssertionError(f"no answer to {text!r}: {json.dumps(items)[-2000:]}")
-        time.sleep(0.2)
+        return None
+    return wait_sync(answered, timeout=timeout_s, interval=0.2, what=f"an answer to {text!r}")
 
 
 def artifact_updates(items: list[dict[str, Any]], ref: str | None = None) -> list[dict[str, Any]]:
@@ -143,19 +143,14 @@ def test_brief_saved_while_dormant_is_one_trusted_update_before_the_woken_prompt
 ) -> None:
     r = httpx.post(f"{module_stack.url()}/sessions/{session}/suspend", headers=USER, timeout=30)
     assert r.status_code == 200, r.text
-    deadline = time.time() + 30
-    while httpx.get(f"{module_stack.url()}/sessions/{session}", headers=USER, timeout=30).json()["status"] != "dormant":
-        assert time.time() < deadline, "the session did not go dormant"
-        time.sleep(0.1)
+    wait_sync(lambda: httpx.get(f"{module_stack.url()}/sessions/{session}", headers=USER, timeout=30).json()["status"]
+              == "dormant", timeout=30, what="the session to go dormant")
     # The agent's edit made the structure "problem, plan, numbers, ask"; the user changes the audience.
     dormant_text = BRIEF_TEXT.replace("board", "engineering leads").replace("plan, ask", "plan, numbers, ask")
     r = httpx.put(f"{module_stack.url()}/sessions/{session}/workspace/files/brief.xml", content=dormant_text.encode(),
                   headers=USER | {"x-gamma-digest": "The user edited the audience section."}, timeout=30)
     assert r.status_code == 200, r.text
-    deadline = time.time() + 20
-    while BRIEF not in manifest(module_stack, session):
-        assert time.time() < deadline, "the dormant edit never reached the manifest"
-        time.sleep(0.1)
+    wait_sync(lambda: BRIEF in manifest(module_stack, session), timeout=20, what="the dormant edit in the manifest")
     entry = manifest(module_stack, session)[BRIEF]
     assert "The user edited the audience section." in entry["digest"]
 
@@ -164,24 +159,21 @@ def test_brief_saved_while_dormant_is_one_trusted_update_before_the_woken_prompt
     assert r.status_code == 202
     # An edit made after the wake started: retried while the proxy refuses writes during the wake.
     newer = dormant_text.replace("problem, plan, numbers, ask", "problem, plan, ask")
-    deadline = time.time() + 30
-    while True:
+    def written() -> bool:
         r = httpx.put(f"{module_stack.url()}/sessions/{session}/workspace/files/brief.xml", content=newer.encode(),
                       headers=USER, timeout=30)
-        if r.status_code == 200:
-            break
-        assert r.status_code == 409 and time.time() < deadline, r.text
-        time.sleep(0.1)
+        assert r.status_code in (200, 409), r.text
+        return r.status_code == 200
+    wait_sync(written, timeout=30, what="the write after the wake")
 
-    deadline = time.time() + 60
-    while True:
+    def woken_answer() -> tuple[list[dict[str, Any]], int] | None:
         items = entries(module_stack, session)
         at = user_index(items, "continue with the brief")
         if at is not None and any(e.get("type") == "message" and e["message"].get("role") == "toolResult"
                                   for e in items[at:]):
-            break
-        assert time.time() < deadline, "the woken prompt was not answered"
-        time.sleep(0.2)
+            return items, at
+        return None
+    items, at = wait_sync(woken_answer, timeout=60, interval=0.2, what="the woken prompt's answer")
     before = [e for e in items[:at] if e.get("customType") == "gamma.artifact_update"
               and e["details"].get("ref") == BRIEF]
     dormant_ones = [e for e in before if "The user edited the audience section." in e["content"]]
@@ -192,17 +184,17 @@ def test_brief_saved_while_dormant_is_one_trusted_update_before_the_woken_prompt
     # The newer edit survives: not cleared with the consumed entry, delivered at the latest on the next turn.
     # The newer digest leaves the debounce window on its own clock, so it may miss the first turn after
     # the wake; an idle session holds it for the next user turn, which the loop provides.
-    deadline = time.time() + 30
-    for attempt in range(1, 1000):
+    # Counted in turns, not seconds (a loaded machine makes each turn slow, not the rule wrong): the
+    # debounce (GAMMA_DIGEST_DEBOUNCE_MS, 150 ms) ends long before the last of these turns.
+    delivered = False
+    for attempt in range(1, 11):
         items = say(module_stack, session, f"and the structure? ({attempt})")
         brief_updates = artifact_updates(items, BRIEF)
-        if any("-  <structure>problem, plan, numbers, ask</structure>" in e["content"] for e in brief_updates):
+        delivered = any("-  <structure>problem, plan, numbers, ask</structure>" in e["content"] for e in brief_updates)
+        if delivered:
             break
-        assert time.time() < deadline, "the newer brief edit was never delivered"
-        time.sleep(0.5)
-    deadline = time.time() + 20
-    while manifest(module_stack, session):
-        assert time.time() < deadline, f"manifest not emptied: {manifest(module_stack, session)}"
-        time.sleep(0.1)
+        time.sleep(0.5)  # scenario: the next turn comes after a debounce window
+    assert delivered, "the newer brief edit was never delivered"
+    wait_sync(lambda: not manifest(module_stack, session), timeout=20, what="the manifest emptied")
     path = Path(module_stack.data_dir) / "sessions" / session / "workspace" / "brief.xml"
     assert path.read_text() == newer

@@ -20,6 +20,7 @@ from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.inbox import INBOX_ADAPTER, Injection
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.recorded import InjectionRecorded
+from tests.support.polling import eventually
 
 SID = "s_digest"
 DOC = "gamma:file:d1"
@@ -58,11 +59,7 @@ async def go_live(client: aioredis.Redis, builder: DigestBuilder, fence: int = 1
 
 
 async def wait_for(predicate: Any, limit_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + limit_s
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
+    await eventually(predicate, timeout=limit_s)
 
 
 def recorded(inj: Injection) -> InjectionRecorded:
@@ -75,12 +72,10 @@ async def builder(redis_client: aioredis.Redis, data_dir: Path):  # type: ignore
     b = DigestBuilder(redis_client, data_dir, debounce_ms=150, poll_s=0.02)
     task = asyncio.create_task(b.run_due())
     yield b
-    # A cancel that lands inside a redis-py call can be swallowed there (the loop then goes on, and a
-    # single cancel-and-await hung this teardown for the whole timeout now and then): cancel until done.
-    while not task.done():
-        task.cancel()
-        await asyncio.wait([task], timeout=0.5)
-    assert task.cancelled()
+    # One cancel ends the loop (shared/cancel_safe.py).
+    task.cancel()
+    await asyncio.wait([task], timeout=10)
+    assert task.cancelled(), "the due loop ran on after its cancel"
 
 
 async def test_agent_changes_produce_nothing_and_advance_seen(redis_client: aioredis.Redis,
@@ -88,7 +83,7 @@ async def test_agent_changes_produce_nothing_and_advance_seen(redis_client: aior
     await go_live(redis_client, builder)
     await builder.on_change(doc_change("agent", 1, deck()))
     await builder.on_change(doc_change("agent", 2, deck(card_2="Agent title")))
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # scenario: past the debounce (150 ms), nothing may be sent
     assert await injections(redis_client) == []
     state = await builder.revisions.load(SID, DOC)
     assert state is not None and state.seen == 2 and state.current == 2 and state.seen_known

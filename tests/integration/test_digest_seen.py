@@ -98,7 +98,7 @@ async def test_a_digest_that_overlaps_a_recorded_one_is_corrected(redis_client: 
     await builder.on_recorded(recorded(corrected))
     state = await builder.revisions.load(SID, BRIEF)
     assert state is not None and state.seen == 3 and state.sent == [] and not state.notes
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # scenario: past the debounce, nothing more may come
     assert len(await injections(redis_client)) == 3  # nothing more to say
 
 

@@ -89,7 +89,7 @@ async def test_holder_stopped_inside_its_write_is_read_by_the_new_holder(
         lease = await take_over(redis_client, "fenced2")
         disk = DiskFence(tmp_path / ".fence", "fenced2", lease.fence)
         claim = asyncio.ensure_future(disk.claim())
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # scenario: the claim must still be waiting after a while
         assert not claim.done()  # the frozen writer holds the fence's lock: the new holder waits
     finally:
         out = await resume(child)

@@ -10,7 +10,6 @@ file write made while dormant delivered first).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +30,7 @@ from tests.integration.test_notifications_acceptance import (
     user_index,
     wait_live,
 )
+from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.timeout(240)
@@ -63,14 +63,16 @@ def session_keys(r: redis.Redis, sid: str) -> set[str]:
     return {k.decode()[len(prefix):] for k in r.scan_iter(match=prefix + "*", count=1000)}
 
 
+def digest_state(r: redis.Redis, sid: str, ref: str) -> dict[str, Any]:
+    return dict(json.loads(r.hget(keys.revisions(sid), ref) or "{}"))
+
+
 def suspend_and_wait_swept(stack: Stack, r: redis.Redis, sid: str) -> None:
     resp = httpx.post(f"{stack.url()}/sessions/{sid}/suspend", headers=USER, timeout=30)
     assert resp.status_code == 200, resp.text
     wait_live(stack, sid, live=False)
-    deadline = time.time() + 30
-    while r.exists(keys.events(sid)) or r.zscore(keys.DORMANT_DUE, sid) is not None:
-        assert time.time() < deadline, f"not swept: {sorted(session_keys(r, sid))}"
-        time.sleep(0.2)
+    wait_sync(lambda: not r.exists(keys.events(sid)) and r.zscore(keys.DORMANT_DUE, sid) is None, timeout=30,
+              interval=0.2, what=f"{sid} swept")
 
 
 def sse_head(stack: Stack, sid: str, last_event_id: str, frames: int) -> list[dict[str, str]]:
@@ -101,10 +103,7 @@ def test_swept_session_keeps_only_its_row_and_index_and_wakes_fully(stack: Stack
     assert resp.status_code in (200, 201), resp.text
     # The digest's update goes out to the live inbox; the next turn records it. (Suspended before it is
     # out, it would wait unread in the inbox, which the sweep then keeps for the next wake.)
-    deadline = time.time() + 30
-    while not json.loads(r.hget(keys.revisions(sid), "file:notes.md") or "{}").get("sent"):
-        assert time.time() < deadline, "the digest never sent the update"
-        time.sleep(0.1)
+    wait_sync(lambda: digest_state(r, sid, "file:notes.md").get("sent"), timeout=30, what="the digest's update sent")
     say(stack, sid, "hello before sleeping")
     old_ids = [i.decode() for i, _ in r.xrange(keys.events(sid))]
     assert len(old_ids) > 3
@@ -140,10 +139,7 @@ def test_swept_session_keeps_only_its_row_and_index_and_wakes_fully(stack: Stack
     resp = httpx.put(f"{stack.url()}/sessions/{sid}/workspace/files/notes.md", content=b"# Notes\nwritten asleep\n",
                      headers=USER | {"x-gamma-digest": "The user wrote notes while you slept."}, timeout=30)
     assert resp.status_code in (200, 201), resp.text
-    deadline = time.time() + 20
-    while "file:notes.md" not in manifest(stack, sid):
-        assert time.time() < deadline, "the dormant write never reached the manifest"
-        time.sleep(0.1)
+    wait_sync(lambda: "file:notes.md" in manifest(stack, sid), timeout=20, what="the dormant write in the manifest")
 
     items = say(stack, sid, "good morning")  # the wake: streams and the inbox group come back
     at = user_index(items, "good morning")
@@ -181,14 +177,10 @@ def test_what_a_swept_session_keeps_is_compact_and_its_usage_survives_sweeps(sta
     resp = httpx.put(f"{stack.url()}/sessions/{sid}/workspace/files/plan.md", content=b"# Plan\n", headers=USER,
                      timeout=30)
     assert resp.status_code in (200, 201), resp.text
-    deadline = time.time() + 30
-    while not json.loads(r.hget(keys.revisions(sid), "file:plan.md") or "{}").get("sent"):
-        assert time.time() < deadline, "the digest never sent the update"
-        time.sleep(0.1)
+    wait_sync(lambda: digest_state(r, sid, "file:plan.md").get("sent"), timeout=30, what="the digest's update sent")
     say(stack, sid, "did you see my plan?")  # the agent is told: the digest's state of the ref settles
-    while (state := json.loads(r.hget(keys.revisions(sid), "file:plan.md") or "{}")).get("seen") != 1:
-        assert time.time() < deadline, f"the digest never saw the update recorded: {state}"
-        time.sleep(0.1)
+    wait_sync(lambda: digest_state(r, sid, "file:plan.md").get("seen") == 1, timeout=30,
+              what="the digest to see the update recorded")
     live_usage = usage(stack, sid)
     assert live_usage["requests"] >= 1 and r.exists(keys.model_usage(sid))
     suspend_and_wait_swept(stack, r, sid)

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from shared import keys
+from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, SERVICE_TOKEN, Stack
 
 pytestmark = pytest.mark.timeout(240)
@@ -54,14 +55,9 @@ def say(stack: Stack, sid: str, text: str, timeout_s: float = 60) -> list[dict[s
     """Send a prompt and wait until the scripted agent has answered it (message_user blockOnUser)."""
     r = httpx.post(f"{stack.url()}/sessions/{sid}/messages", json={"message": text}, headers=USER, timeout=30)
     assert r.status_code == 202, r.text
-    deadline = time.time() + timeout_s
-    while True:
-        items = entries(stack, sid)
-        if turn_done(items, text):
-            return items
-        if time.time() > deadline:
-            raise AssertionError(f"no answer to {text!r}: {json.dumps(items)[-2000:]}")
-        time.sleep(0.2)
+    return wait_sync(lambda: items if turn_done(items := entries(stack, sid), text) else None, timeout=timeout_s,
+                     interval=0.2, what=f"an answer to {text!r}",
+                     detail=lambda: json.dumps(entries(stack, sid))[-2000:])
 
 
 def injected(items: list[dict[str, Any]], source_id: str) -> list[int]:
@@ -86,22 +82,15 @@ def status(stack: Stack, sid: str, nid: str) -> str:
 
 
 def wait_status(stack: Stack, sid: str, nid: str, want: str, timeout_s: float = 30) -> None:
-    deadline = time.time() + timeout_s
-    while status(stack, sid, nid) != want:
-        if time.time() > deadline:
-            raise AssertionError(f"{nid} is {status(stack, sid, nid)!r}, not {want!r}")
-        time.sleep(0.1)
+    wait_sync(lambda: status(stack, sid, nid) == want, timeout=timeout_s, what=f"{nid} {want}",
+              detail=lambda: f"{nid} is {status(stack, sid, nid)!r}")
 
 
 def wait_live(stack: Stack, sid: str, live: bool = True, timeout_s: float = 30) -> None:
-    deadline = time.time() + timeout_s
-    while True:
-        r = httpx.get(f"{stack.url()}/sessions/{sid}", headers=USER, timeout=30)
-        if (r.json()["status"] == "live") == live:
-            return
-        if time.time() > deadline:
-            raise AssertionError(f"session {sid} status {r.json()['status']}")
-        time.sleep(0.1)
+    def state() -> str:
+        return str(httpx.get(f"{stack.url()}/sessions/{sid}", headers=USER, timeout=30).json()["status"])
+    wait_sync(lambda: (state() == "live") == live, timeout=timeout_s, what=f"session {sid} {'live' if live else 'not live'}",
+              detail=lambda: f"status {state()}")
 
 
 def test_bad_requests_are_refused_and_store_nothing(module_stack: Stack) -> None:

@@ -7,10 +7,11 @@ import tempfile
 
 import pytest
 
-from services.stack import free_port, redis_server_binary
+from services.stack import redis_server_binary
 from shared.bus import make_broker
 from shared.service import make_context
 from shared.settings import Settings
+from tests.support.ports import free_port
 from tests.support.redis_server import start_redis_server
 
 pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason="needs redis-server")

@@ -16,6 +16,7 @@ from shared.contracts.inbox import CompactionReady, UserPrompt
 from shared.tokens import context_tokens
 from tests.integration.runtime_inproc import InProc, inproc_worker
 from tests.integration.runtime_support import call, done, script
+from tests.support.polling import eventually
 
 # The base prompt with its tool schemas is about 3,600 tokens; a short conversation a few hundred.
 # With this window the messages alone stay under the threshold, the whole request does not.
@@ -33,14 +34,10 @@ async def requests(inp: InProc, sid: str) -> list[dict[str, Any]]:
 
 async def run(inp: InProc, sid: str, message: str, n_runs: int) -> None:
     await inp.append(UserPrompt(session_id=sid, message=message))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 20
-    while loop.time() < deadline:
-        session = inp.worker.sessions[sid]
-        if not session.running and len(await inp.events(sid, "agent_end")) >= n_runs:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{sid}: run {n_runs} did not finish")
+
+    async def finished() -> bool:
+        return not inp.worker.sessions[sid].running and len(await inp.events(sid, "agent_end")) >= n_runs
+    await eventually(finished, timeout=20, what=f"{sid}: run {n_runs} to finish")
 
 
 async def ordered(inp: InProc, sid: str) -> list[str]:

@@ -58,7 +58,7 @@ def test_wake_holds_prompt_until_barrier_and_puts_injections_first(rt: Stack, d:
     d.append(Injection(session_id=sid, injection=RuntimeInjection(
         kind="system_update", content="<system_update>import.completed: deck.pptx</system_update>"),
         source="notification", source_id="n-1"))
-    time.sleep(1.0)
+    time.sleep(1.0)  # scenario: nothing may happen meanwhile (no event marks an absence)
     assert kinds(transcript(rt.data_dir, sid)) == ["session"]  # the prompt waits for the barrier
     d.append(Barrier(session_id=sid, wake_id=wake_id))
     d.wait_event(sid, lambda e: e["type"] == "message_user", what="answer")

@@ -3,7 +3,6 @@ the engine's order, fenced like every other write."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -13,6 +12,7 @@ from services.runtime.events import Outbox
 from services.runtime.lease import LeaseLost
 from services.runtime.sender import EventSender
 from shared import keys
+from tests.support.polling import eventually
 
 
 async def published(client: aioredis.Redis, sid: str) -> list[str]:
@@ -30,8 +30,9 @@ async def test_progress_events_go_out_in_order_before_the_next_awaited_event(red
     await out.event("message_end", {"n": 50})
     assert await published(redis_client, "ob1") == list(range(51))
     await out.event("message_update", {"n": 51}, wait=False)
-    await asyncio.sleep(0.05)  # sent by the background send without any later event
-    assert (await published(redis_client, "ob1"))[-1] == 51
+    async def last_sent() -> bool:  # by the background send, without any later event
+        return (await published(redis_client, "ob1"))[-1] == 51
+    await eventually(last_sent, timeout=10, what="the background send of the last update")
 
 
 async def test_a_fenced_out_worker_sends_no_queued_progress(redis_client: aioredis.Redis) -> None:

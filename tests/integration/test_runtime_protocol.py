@@ -159,7 +159,7 @@ def test_next_turn_waits_and_only_latest_client_view_is_delivered(rt: Stack, d: 
     d.append(injection(sid, "system_note", "<system_note>context only</system_note>", "n-note"))
     d.append(injection(sid, "client_view", "<client_view>card 1</client_view>", "v1", source="client"))
     d.append(injection(sid, "client_view", "<client_view>card 4</client_view>", "v2", source="client"))
-    time.sleep(1.5)
+    time.sleep(1.5)  # scenario: nothing may happen meanwhile (no event marks an absence)
     assert kinds(transcript(rt.data_dir, sid)) == ["session"]  # nothing delivered without a user turn
     d.prompt(sid, "what do I see?")
     run_done(d, sid)

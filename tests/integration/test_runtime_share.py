@@ -4,11 +4,18 @@ bounded in time."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
-from services.runtime.share import PAUSE_MAX_S, fair_share, heartbeat, over_share, pause_while_over_share
+from services.runtime.share import (
+    PAUSE_MAX_S,
+    PAUSE_STEP_S,
+    fair_share,
+    heartbeat,
+    over_share,
+    pause_while_over_share,
+)
 from shared import keys
 from shared.contracts.base import now_ms
 
@@ -53,12 +60,21 @@ async def test_a_dead_workers_old_heartbeat_does_not_count(redis_client: aioredi
 
 
 async def test_the_pause_is_bounded_and_skipped_within_the_share(redis_client: aioredis.Redis) -> None:
+    """Counted in polls of the worker's own state, one per PAUSE_STEP_S: over its share the pause
+    ends after its bound's worth of polls; within it, after the first."""
     await heartbeat(redis_client, "w1")
     await heartbeat(redis_client, "w2")
     await live_sessions(redis_client, 4)
-    started = time.monotonic()
-    await pause_while_over_share(redis_client, lambda: 4, LIVE_MS, lambda: False)  # over: waits, then reads
-    assert PAUSE_MAX_S - 0.2 <= time.monotonic() - started <= PAUSE_MAX_S + 1.0
-    started = time.monotonic()
-    await pause_while_over_share(redis_client, lambda: 2, LIVE_MS, lambda: False)  # 2 of 4 with 2 workers: at once
-    assert time.monotonic() - started < 0.5
+    polls: list[int] = []
+
+    def held(n: int) -> Callable[[], int]:
+        def poll() -> int:
+            polls.append(n)
+            return n
+        return poll
+
+    await pause_while_over_share(redis_client, held(4), LIVE_MS, lambda: False)  # over: waits, then reads
+    assert len(polls) == round(PAUSE_MAX_S / PAUSE_STEP_S)
+    polls.clear()
+    await pause_while_over_share(redis_client, held(2), LIVE_MS, lambda: False)  # 2 of 4 with 2 workers: at once
+    assert len(polls) == 1

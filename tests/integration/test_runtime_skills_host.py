@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -19,18 +18,16 @@ from shared.contracts.inbox import UserPrompt
 from shared.disk import atomic_write_json, session_paths
 from tests.integration.runtime_inproc import InProc, inproc_worker
 from tests.integration.runtime_support import call, done, script, transcript
+from tests.support.polling import eventually
 
 
 async def run(inp: InProc, sid: str, message: str) -> None:
     before = len(await inp.events(sid, "agent_end"))
     await inp.append(UserPrompt(session_id=sid, message=message))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while loop.time() < deadline:
-        if not inp.worker.sessions[sid].running and len(await inp.events(sid, "agent_end")) > before:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{sid}: the run did not finish")
+
+    async def finished() -> bool:
+        return not inp.worker.sessions[sid].running and len(await inp.events(sid, "agent_end")) > before
+    await eventually(finished, timeout=30, what=f"{sid}: the run to finish")
 
 
 def tool_results(data_dir: Path, sid: str, name: str) -> list[dict[str, Any]]:

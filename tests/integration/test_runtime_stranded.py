@@ -17,6 +17,7 @@ from shared.contracts.inbox import InboxMessage, Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from tests.integration.runtime_inproc import InProc, inproc_worker
 from tests.integration.runtime_support import call, done, kinds, script, transcript
+from tests.support.polling import eventually
 
 
 async def until(pred: Callable[[], bool], within_s: float = 10.0) -> bool:
@@ -61,12 +62,9 @@ async def runs(inp: InProc, sid: str) -> int:
 
 
 async def settled(inp: InProc, session: Session, n_runs: int) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while loop.time() < deadline:
-        if not session.running and await runs(inp, session.sid) >= n_runs:
-            return
-        await asyncio.sleep(0.05)
+    async def idle_after_runs() -> bool:
+        return not session.running and await runs(inp, session.sid) >= n_runs
+    await eventually(idle_after_runs, timeout=10, what=f"{n_runs} runs ended and the session idle")
 
 
 async def pending(inp: InProc, sid: str) -> int:
@@ -118,7 +116,7 @@ async def test_steer_arriving_as_the_run_ends_waits_without_an_active_task(redis
         fired = at_run_end(inp, session, steer(sid, "n-late-3"), queued(session, "n-late-3"))
         await inp.append(UserPrompt(session_id=sid, message=script(done("first"))))
         await settled(inp, session, 1)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # scenario: nothing may happen meanwhile (no event marks an absence)
         assert fired == [True]
         assert await runs(inp, sid) == 1, "no active task: the steer waits for the next user turn"
         assert "gamma.system_update" not in kinds(transcript(data_dir, sid))

@@ -142,7 +142,7 @@ def test_runtime_paused_past_its_lease_writes_nothing_once_resumed(stack_factory
         d.prompt(sid, "are you there?")
     finally:
         rt.kill("runtime", signal.SIGCONT)
-    time.sleep(3)
+    time.sleep(3)  # scenario: the resumed old holder has time to (wrongly) write
     assert kinds(transcript(rt.data_dir, sid)) == before  # neither the tool result nor the new prompt
     assert d.r.get(keys.lease(sid)) == other.encode()
     assert "lease_lost" in rt.log("runtime")

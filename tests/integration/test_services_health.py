@@ -15,9 +15,9 @@ from typing import Any
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.stack import free_port
 from shared import keys
 from tests.support.polling import wait_sync
+from tests.support.ports import free_port
 from tests.support.redis_server import start_redis_server
 from tests.support.stack import SERVICES, Stack
 

@@ -159,4 +159,3 @@ def test_faults(tmp_path: Path) -> None:
     assert audit.stale_writes == []
     assert audit.duplicates == []
     assert audit.corrupt == []
-    assert elapsed < 240

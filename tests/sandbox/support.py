@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import itertools
-import time
 from typing import Any
 
 from tests.integration.runtime_support import Driver, call, done, script, transcript
+from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 
 _ids = itertools.count()
@@ -28,12 +28,8 @@ def run_tools(stack: Stack, sid: str, *calls: dict[str, Any], wait_s: float = 60
     d.prompt(sid, script(*({"tool_calls": [c]} for c in calls), done()))
     if not d.live(sid):
         d.wake(sid)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if sum(1 for e in d.events(sid) if e["type"] == "agent_end") > ends:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{sid}: the run did not end; runtime log tail: {stack.log('runtime')[-2000:]}")
+    wait_sync(lambda: sum(1 for e in d.events(sid) if e["type"] == "agent_end") > ends, timeout=wait_s, interval=0.05,
+              what=f"{sid}: the run to end", detail=lambda: f"runtime log tail: {stack.log('runtime')[-2000:]}")
 
 
 def bash(stack: Stack, sid: str, command: str, timeout: int | None = None) -> dict[str, Any]:

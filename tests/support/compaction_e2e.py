@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from shared.contracts.injection import RuntimeInjection
 from shared.disk import session_paths
 from tests.integration.runtime_support import Driver
 from tests.support.compaction_model import RecordingModel
+from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 
 
@@ -53,14 +53,9 @@ def phase_events(env: Env, sid: str, phase: str) -> list[dict[str, Any]]:
 
 
 def wait_phase(env: Env, sid: str, phase: str, n: int = 1, timeout: float = 60) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = phase_events(env, sid, phase)
-        if len(found) >= n:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"{sid}: no {n} '{phase}' compaction events; have "
-                         f"{[e['data'] for e in env.d.events(sid) if e['type'] == 'compaction']}")
+    return wait_sync(lambda: found if len(found := phase_events(env, sid, phase)) >= n else None, timeout=timeout,
+                     what=f"{sid}: {n} '{phase}' compaction events",
+                     detail=lambda: f"have {[e['data'] for e in env.d.events(sid) if e['type'] == 'compaction']}")
 
 
 def start(env: Env, sid: str, text: str) -> None:
@@ -74,10 +69,8 @@ def runs_ended(env: Env, sid: str) -> int:
 
 
 def wait_runs(env: Env, sid: str, n: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while runs_ended(env, sid) < n:
-        assert time.monotonic() < deadline, f"{sid}: {runs_ended(env, sid)} runs ended, expected {n}"
-        time.sleep(0.1)
+    wait_sync(lambda: runs_ended(env, sid) >= n, timeout=timeout, what=f"{sid}: {n} runs ended",
+              detail=lambda: f"{runs_ended(env, sid)} ended")
 
 
 def steer(sid: str, kind: str, source_id: str, content: str) -> Injection:

@@ -26,7 +26,7 @@ from scripted.summarizer import scripted_summarizer
 from scripted.transport import ScriptedTransport
 from scripted.types import ScriptedError, ScriptedReply, ScriptedToolCall
 from services.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
-from services.stack import free_port
+from tests.support.ports import free_port
 
 Step = ScriptedReply | ScriptedError | Callable[[dict[str, Any]], ScriptedReply]
 

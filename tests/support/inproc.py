@@ -13,13 +13,18 @@ from faststream.redis import RedisBroker
 from scripted import FACTORY
 from shared.bus import make_broker
 from shared.settings import Settings
+from tests.support.ports import free_port
 
 
 def settings_for(redis_url: str, data_dir: Path, **extra: object) -> Settings:
     values: dict[str, object] = {"REDIS_URL": redis_url, "GAMMA_DATA_DIR": str(data_dir), "OPENAI_API_KEY": None, "GAMMA_MODEL_FACTORY": FACTORY,
                                  "GAMMA_CLAIM_IDLE_MS": 1500, "GAMMA_DIGEST_DEBOUNCE_MS": 100,
                                  # tests read stream history; tests/hostile/test_stream_growth.py tests trimming
-                                 "GAMMA_STREAM_TRIM_INTERVAL_S": 3600, **extra}
+                                 "GAMMA_STREAM_TRIM_INTERVAL_S": 3600,
+                                 # the public services' internal ports: never their fixed defaults, which
+                                 # another test process (pytest-xdist) may be serving at the same time
+                                 "GAMMA_PROXY_METRICS_PORT": free_port(), "GAMMA_NOTIFICATIONS_METRICS_PORT": free_port(),
+                                 **extra}
     return Settings(**values)  # type: ignore[arg-type]
 
 

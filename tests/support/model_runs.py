@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from shared import keys
 from shared.contracts.http import ModelConfig
 from shared.contracts.inbox import UserPrompt
 from tests.integration.runtime_inproc import InProc
+from tests.support.polling import eventually
 
 FAST_RETRIES = {"GAMMA_MODEL_MAX_RETRIES": 2, "GAMMA_MODEL_RETRY_BASE_S": 0.05, "GAMMA_MODEL_RETRY_MAX_S": 2.0}
 
@@ -36,15 +36,15 @@ async def prompt_and_wait(proc: InProc, sid: str, text: str, within_s: float = 6
     """Send a prompt; return the run's last event of interest: a blocking message_user or an error."""
     before = len(await proc.events(sid, "message_user")) + len(await proc.events(sid, "error"))
     await proc.append(UserPrompt(session_id=sid, message=text))
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
+
+    async def answer() -> dict[str, Any] | None:
         users = await proc.events(sid, "message_user")
         errors = await proc.events(sid, "error")
         if len(users) + len(errors) > before and await _idle(proc, sid):
             blocking = [u for u in users if u.get("block_on_user")]
             return {"message_user": blocking[-1] if blocking else None, "errors": errors}
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no answer to {text[:80]!r}")
+        return None
+    return await eventually(answer, timeout=within_s, what=f"an answer to {text[:80]!r}")
 
 
 async def _idle(proc: InProc, sid: str) -> bool:

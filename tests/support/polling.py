@@ -1,4 +1,8 @@
-"""Polling helpers: tests wait on observable state, never on fixed sleeps."""
+"""Polling helpers: tests wait on observable state, never on fixed sleeps.
+
+`eventually` (async) and `wait_sync` poll a probe until it returns something truthy and return that;
+on timeout they fail naming `what`, the probe's last value and, when given, `detail()` (e.g. the
+events seen so far)."""
 
 from __future__ import annotations
 
@@ -10,8 +14,13 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+def _timed_out(timeout: float, what: str, last: object, detail: Callable[[], object] | None) -> AssertionError:
+    more = f"; {detail()}" if detail is not None else ""
+    return AssertionError(f"timed out after {timeout}s waiting for {what}; last value {last!r}{more}")
+
+
 async def eventually(probe: Callable[[], Awaitable[T]], timeout: float = 20.0, interval: float = 0.05,  # noqa: ASYNC109
-                     what: str = "condition") -> T:
+                     what: str = "condition", detail: Callable[[], object] | None = None) -> T:
     """Await `probe()` until it returns a truthy value; fail with `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     last: T | None = None
@@ -20,10 +29,11 @@ async def eventually(probe: Callable[[], Awaitable[T]], timeout: float = 20.0, i
         if last:
             return last
         await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value {last!r}")
+    raise _timed_out(timeout, what, last, detail)
 
 
-def wait_sync(probe: Callable[[], T], timeout: float = 20.0, interval: float = 0.1, what: str = "condition") -> T:
+def wait_sync(probe: Callable[[], T], timeout: float = 20.0, interval: float = 0.1, what: str = "condition",
+              detail: Callable[[], object] | None = None) -> T:
     deadline = time.monotonic() + timeout
     last: T | None = None
     while time.monotonic() < deadline:
@@ -31,4 +41,4 @@ def wait_sync(probe: Callable[[], T], timeout: float = 20.0, interval: float = 0
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value {last!r}")
+    raise _timed_out(timeout, what, last, detail)

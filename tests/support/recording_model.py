@@ -33,7 +33,7 @@ from scripted.transport import ScriptedTransport
 from services.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
 from services.runtime.paths import skills_dir
 from services.runtime.skills import load_skills
-from services.stack import free_port
+from tests.support.ports import free_port
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,20 @@ import subprocess
 import tempfile
 import time
 
-from services.stack import free_port, redis_answers, redis_server_binary
+from services.stack import CHILD_SETUP, redis_answers, redis_server_binary
+from tests.support.ports import free_port
 
 _started: list[subprocess.Popen[bytes]] = []
 
+# A test process's own Redis (one per pytest-xdist worker): dbs enough that a module's db is not handed
+# out again while the module runs (tests/conftest.py's fresh_db_url).
+WORKER_DATABASES = 64
 
-def start_redis_server(appendonly: bool = False, port: int | None = None, data_dir: str | None = None) -> tuple[str, subprocess.Popen[bytes]]:
+
+def start_redis_server(appendonly: bool = False, port: int | None = None, data_dir: str | None = None,
+                       databases: int = 16, die_with_parent: bool = False) -> tuple[str, subprocess.Popen[bytes]]:
+    """`die_with_parent`: Linux stops the server when the starting thread's process dies, even by
+    SIGKILL (pytest-timeout's thread method ends a hung worker with os._exit)."""
     binary = redis_server_binary()
     if binary is None:
         raise RuntimeError("no redis-server available")
@@ -22,8 +30,8 @@ def start_redis_server(appendonly: bool = False, port: int | None = None, data_d
     data_dir = data_dir or tempfile.mkdtemp(prefix="gamma-redis-")
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", data_dir,
-         "--appendonly", "yes" if appendonly else "no", "--appendfsync", "always"],
-        stdout=subprocess.DEVNULL,
+         "--appendonly", "yes" if appendonly else "no", "--appendfsync", "always", "--databases", str(databases)],
+        stdout=subprocess.DEVNULL, preexec_fn=CHILD_SETUP if die_with_parent else None,
     )
     url = f"redis://127.0.0.1:{port}"
     deadline = time.time() + 10
@@ -41,6 +49,17 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def own_redis_url() -> str | None:
+    """A redis-server of this test process's own (stopped when it exits), or None without a binary."""
+    try:
+        url, proc = start_redis_server(databases=WORKER_DATABASES, die_with_parent=True)
+    except RuntimeError:
+        return None
+    _started.append(proc)
+    atexit.register(_stop, proc)
+    return url
 
 
 def base_redis_url() -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scripted.factory import SPEC as SCRIPTED_FACTORY
-from services.stack import free_port
+from tests.support.ports import free_port
 
 SERVICES = ("runtime", "digest", "compaction", "notifications", "proxy")
 PORT_VARS = {
