@@ -118,6 +118,7 @@ class StreamReader:
         self._ready = asyncio.Event()  # a shard has a result to collect
         self._ring_read: asyncio.Future[list[StreamEntry]] | None = None
         self._closing = False
+        self._waiting = False  # a `read` waits for `_ready`
 
     @property
     def names(self) -> frozenset[str]:
@@ -146,6 +147,10 @@ class StreamReader:
             self._shards.append(shard)
         shard.names.add(name)
         shard.packed, shard.changed = None, True
+        if self._waiting and (shard.task is None or shard.task.done()):
+            # A `read` waiting on the other shards (or on one that was just emptied) would never start
+            # this shard's reads: it returns, and the caller's next `read` starts them.
+            self._ready.set()
         if shard.blocked and shard.client_id is not None:
             with contextlib.suppress(Exception):  # the read ends within its block anyway
                 # To the node the read blocks on (a client id is one node's).
@@ -163,6 +168,8 @@ class StreamReader:
                 shard.packed = None
                 if not shard.names:
                     shard.asked.set()  # its reads end
+                    if self._waiting:  # without a result of its own: a `read` waiting on it returns
+                        self._ready.set()
 
     async def close(self) -> None:
         """Cancel the reads in flight (each spends its connection)."""
@@ -205,7 +212,11 @@ class StreamReader:
                 shard.task = asyncio.ensure_future(self._run(shard))
         if not self._shards:
             return []
-        await self._ready.wait()
+        self._waiting = True
+        try:
+            await self._ready.wait()
+        finally:
+            self._waiting = False
         self._ready.clear()
         out: list[StreamEntry] = []
         failure: BaseException | None = None
