@@ -209,7 +209,10 @@ def test_abort_and_interrupt_stop_the_runs_subagent(how: str, api: httpx.Client,
     partial = answer[0].split("Findings before the stop:\n", 1)[1]
     assert partial and len(partial) < len(CHILD_TEXT) and CHILD_TEXT.startswith(partial)
     after_abort_the_next_prompt_works(api, module_stack, sid, "after the subagent")
-    recorded = [e["content"] for e in transcript(module_stack, sid) if e.get("customType") == "gamma.background_result"]
+    def background_results() -> list[str]:
+        return [e["content"] for e in transcript(module_stack, sid) if e.get("customType") == "gamma.background_result"]
+    # Recorded with the next turn it joins (the interrupting prompt's run, or the one after it).
+    recorded = wait_sync(background_results, timeout=20, interval=0.2, what="the recorded background_result")
     assert len(recorded) == 1 and 'status="stopped"' in recorded[0]  # recorded once, the stopped answer
     time.sleep(1.0)  # scenario: a subagent that kept going would answer again meanwhile
     assert len(inbox_results(r, sid)) == 1, "the subagent kept going after it answered"

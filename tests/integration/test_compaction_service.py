@@ -105,7 +105,9 @@ def test_request_becomes_a_summary_in_the_inbox(service: tuple[Stack, redis.Redi
     paths = session_paths(stack.data_dir, sid)
     assert hashlib.sha256(paths.transcript.read_bytes()).hexdigest() == digest
     assert sorted(p.name for p in paths.root.iterdir()) == ["transcript.jsonl"]
-    assert client.xpending(keys.COMPACTION_REQUESTS, "compaction")["pending"] == 0
+    # A result is published before its ack (the effect is durable first): the ack follows shortly.
+    wait_sync(lambda: not client.xpending(keys.COMPACTION_REQUESTS, "compaction")["pending"], timeout=10,
+              what="the request acked")
 
 
 def test_second_compaction_updates_the_first_summary(service: tuple[Stack, redis.Redis]) -> None:
