@@ -66,8 +66,8 @@ def test_a_retried_message_runs_once_and_answers_the_same(api: httpx.Client, r: 
     third = api.post(f"/sessions/{sid}/messages", json=body, headers=keyed("k-msg-1"))
     assert third.content == first.content
     assert user_messages(module_stack, sid) == ["only once please"]
-    prompts = [e for _, e in r.xrange(keys.inbox(sid)) if e[b"type"] == b"user_prompt"]
-    assert len(prompts) == 1
+    # The inbox itself is trimmed once its entries are acked (GAMMA_STREAM_TRIM_INTERVAL_S): the
+    # transcript above is the record that the prompt ran once.
     # another body, or another route, with the key: 422, nothing queued
     other = api.post(f"/sessions/{sid}/messages", json={"message": "something else"}, headers=keyed("k-msg-1"))
     assert other.status_code == 422 and "Idempotency-Key" in other.json()["error"]
