@@ -81,8 +81,7 @@ class Worker:
         # Every session's events: one owner of their order, one pipeline per coalescing window (sender.py).
         self.sender = EventSender(client, settings.delta_coalesce_ms / 1000, sends_per_s=settings.delta_sends_per_s,
                                   min_period_s=settings.delta_coalesce_min_ms / 1000)
-        # Model streams read once per tick, just before it (sender.py): only where one read returns all
-        # that arrived (GAMMA_MODEL_HTTP=aiohttp); a gated httpx stream would fall behind.
+        # Model streams read once per tick (sender.py) only where one read returns all that arrived (aiohttp).
         self.read_gate = self.sender if settings.delta_coalesce_ms > 0 and reads_merged(settings) else None
         self.images = ImageCollector(settings.images_gc_grace_s, registry)
         if registry is not None:
