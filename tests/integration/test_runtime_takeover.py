@@ -20,6 +20,7 @@ from shared.contracts.inbox import Barrier, Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import UserMessage
 from tests.integration.runtime_support import Driver, call, done, kinds, script, transcript
+from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 
 
@@ -46,7 +47,9 @@ def test_sigkill_mid_run_another_worker_resumes_without_duplicates(stack_factory
     rt.start("runtime")  # a new process: another worker id and consumer name
     d.wait_event(sid, lambda e: e["type"] == "message_user" and e["data"]["message"] == "resumed", timeout=60,
                  what="the resumed run's answer")
-    entries = transcript(rt.data_dir, sid)
+    # the answer's event goes out before its toolResult is appended: wait for the entry itself
+    entries = wait_sync(lambda: t if kinds(t := transcript(rt.data_dir, sid)).count("toolResult") == 2 else None,
+                        timeout=30, what="the answer's toolResult")
     assert entries[: len(before)] == before  # nothing rewritten
     ids = [e["id"] for e in entries]
     assert len(ids) == len(set(ids))
