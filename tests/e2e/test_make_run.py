@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from services.stack import redis_answers
+from tests.support.polling import wait_sync
 from tests.support.ports import free_port
 from tests.support.procs import alive, descendants
 from tests.support.stack import INTERNAL_PORT_VARS, PORT_VARS
@@ -104,10 +105,8 @@ def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> 
 
         os.kill(supervisor[0], signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, (tmp_path / "stderr.log").read_text()[-3000:]
-        gone_by = time.monotonic() + 10
-        while any(alive(pid) for pid in tree) and time.monotonic() < gone_by:
-            time.sleep(0.1)
-        assert [tree[pid] for pid in tree if alive(pid)] == []
+        wait_sync(lambda: not any(alive(pid) for pid in tree), timeout=10,
+                  what="every child gone", detail=lambda: [tree[pid] for pid in tree if alive(pid)])
         assert not redis_answers(redis_url)
         for port in ports.values():
             assert readyz(port) == 0
@@ -143,10 +142,7 @@ def test_fixtures_start_a_redis_server_when_nothing_answers_at_redis_url(tmp_pat
     assert url.startswith("redis://127.0.0.1:") and url != dead.rsplit("/", 1)[0]
     assert not url.endswith(":6379")  # never falls back to some other Redis when REDIS_URL is set
     assert os.path.realpath(executable) == os.path.realpath(binary)
-    stopped_by = time.monotonic() + 10
-    while redis_answers(url) and time.monotonic() < stopped_by:
-        time.sleep(0.1)
-    assert not redis_answers(url)  # stopped when the test process exited
+    wait_sync(lambda: not redis_answers(url), timeout=10, what="the embedded Redis stopped with the test process")
 
 
 def test_children_die_with_a_killed_supervisor(tmp_path: Path, redis_url: str) -> None:
@@ -178,10 +174,8 @@ def test_children_die_with_a_killed_supervisor(tmp_path: Path, redis_url: str) -
         assert not any("redis-server" in cmd for cmd in tree.values()), tree  # REDIS_URL answered
         proc.kill()
         proc.wait(timeout=10)
-        gone_by = time.monotonic() + 40
-        while any(alive(pid) for pid in tree) and time.monotonic() < gone_by:
-            time.sleep(0.2)
-        assert [tree[pid] for pid in tree if alive(pid)] == []
+        wait_sync(lambda: not any(alive(pid) for pid in tree), timeout=40, interval=0.2,
+                  what="every child gone", detail=lambda: [tree[pid] for pid in tree if alive(pid)])
     finally:
         for pid in {**tree, **descendants(proc.pid)}:
             if alive(pid):

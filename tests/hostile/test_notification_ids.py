@@ -77,10 +77,8 @@ def test_a_reused_id_with_another_notification_is_a_conflict(module_stack: Stack
         assert stored["notification"]["payload"]["importId"] == "imp_imp-reuse"  # the first one stands
         # The stream intake refuses it too (logged, acked): the record is unchanged.
         client.xadd(keys.NOTIFICATIONS, {"data": json.dumps(body)})
-        deadline = time.time() + 15
-        while "notification_id_conflict" not in module_stack.log("notifications"):
-            assert time.time() < deadline, "the stream intake never refused the reused id"
-            time.sleep(0.1)
+        wait_sync(lambda: "notification_id_conflict" in module_stack.log("notifications"), timeout=15,
+                  what="the stream intake refusing the reused id")
         stored = json.loads(client.get(keys.notification(sid, "imp-reuse")) or b"{}")
         assert stored["notification"]["payload"]["importId"] == "imp_imp-reuse"
     finally:

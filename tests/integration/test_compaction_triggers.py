@@ -5,7 +5,6 @@ result, and a summarization model that fails."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -28,6 +27,7 @@ from tests.support.compaction_e2e import (
     wait_runs,
 )
 from tests.support.compaction_model import call, done, reply, text_of
+from tests.support.polling import wait_sync
 
 pytestmark = pytest.mark.timeout(240)
 WINDOW, RESERVE = 16_000, 2_000
@@ -139,13 +139,8 @@ def test_result_while_dormant_is_applied_on_wake_then_duplicate_and_stale_are_no
         stop = Stop(session_id=sid)
         env.d.append(stop)
         assert env.d.reply(sid, stop.request_id)["status"] == 200
-        deadline = time.monotonic() + 30
-        while env.d.live(sid):
-            assert time.monotonic() < deadline, "the session never went dormant"
-            time.sleep(0.1)
-        while not ready_entries(env, sid):
-            assert time.monotonic() < deadline, "no compaction result"
-            time.sleep(0.1)
+        wait_sync(lambda: not env.d.live(sid), timeout=30, what="the session gone dormant")
+        wait_sync(lambda: ready_entries(env, sid), timeout=30, what="the compaction result")
     finally:
         env.model.summary_delay_s = 0.0
     assert not env.d.live(sid) and compactions(env, sid) == []  # arrived while dormant: nothing applied yet

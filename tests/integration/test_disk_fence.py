@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from services.runtime.transcript import Transcript
 from shared import keys
 from shared.contracts.messages import UserMessage
 from tests.reliability.workload import Audit, read_transcript_file
+from tests.support.polling import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,22 +35,17 @@ async def start_child(redis_url: str, root: Path, sid: str, where: str) -> subpr
         cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert child.stdout is not None
     assert (await asyncio.to_thread(child.stdout.readline)).startswith("fence ")
-    deadline = time.monotonic() + 20
-    while not stopped(child.pid):  # it stops itself at the chosen point of its second append
-        assert child.poll() is None and time.monotonic() < deadline, "the child never stopped"
-        await asyncio.sleep(0.02)
+    async def child_stopped() -> bool:  # it stops itself at the chosen point of its second append
+        assert child.poll() is None, "the child exited instead of stopping"
+        return stopped(child.pid)
+    await eventually(child_stopped, timeout=20, interval=0.02, what="the child stopped")
     return child
 
 
 async def take_over(client: aioredis.Redis, sid: str) -> Lease:
     """Another worker takes the session once the paused holder's lease has expired in Redis."""
-    deadline = time.monotonic() + 10
-    while True:
-        lease = await Lease.acquire(client, sid, "taker", 10_000)
-        if lease is not None:
-            return lease
-        assert time.monotonic() < deadline, "the paused holder's lease never expired"
-        await asyncio.sleep(0.05)
+    return await eventually(lambda: Lease.acquire(client, sid, "taker", 10_000), timeout=10,
+                            what="the paused holder's lease expired")
 
 
 async def resume(child: subprocess.Popen[str]) -> str:

@@ -10,7 +10,6 @@ prompt exactly once.
 from __future__ import annotations
 
 import signal
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 import redis
 
 from tests.integration.test_notifications_acceptance import USER, create_session, entries, say
+from tests.support.polling import wait_sync
 
 from .chaos import Cluster, lease_holders, worker_pid
 from .workload import is_completed_answer
@@ -71,12 +71,10 @@ def test_kill_9_of_one_of_three_workers_moves_its_sessions_with_nothing_lost(red
         # next prompt's answer then answers it too. Every acknowledged prompt is recorded exactly once.
         for sid in moved:
             say(stack, sid, f"are you there {sid}", timeout_s=90)
-        deadline = time.time() + 60
-        while time.time() < deadline:  # prompts answered before the kill: their sessions move all the same
-            now = holders_by_worker(r, sids)
-            if all(now.get(sid) not in (None, victim_pid) for sid in moved):
-                break
-            time.sleep(0.5)
+        # prompts answered before the kill: their sessions move all the same
+        wait_sync(lambda: moved_off(holders_by_worker(r, sids), moved, victim_pid),
+                  timeout=60, interval=0.5, what="the victim's sessions held elsewhere")
+        now = holders_by_worker(r, sids)
         for sid in moved:
             items = entries(stack, sid)
             users = [e for e in items if e.get("type") == "message" and e["message"].get("role") == "user"
@@ -93,3 +91,7 @@ def test_kill_9_of_one_of_three_workers_moves_its_sessions_with_nothing_lost(red
     finally:
         cluster.stop()
         r.close()
+
+
+def moved_off(holders: dict[str, int], moved: list[str], victim_pid: int) -> bool:
+    return all(holders.get(sid) not in (None, victim_pid) for sid in moved)
