@@ -368,10 +368,19 @@ def _missing_dirs(root: int, parts: list[str]) -> int:
     return len(parts) - 1
 
 
-def remove_entry(workspace: Path, rel: str) -> str:
-    """Remove one workspace file (or a link or other non-directory entry itself: a link is removed,
-    never followed to its target) beneath the workspace; returns its normalised path. A directory is
-    a 409, a missing entry a 404; the directory holding it is fsync'd so the removal is durable."""
+@dataclass(frozen=True)
+class EntryAt:
+    dir_fd: int  # the directory holding the entry, opened beneath the workspace
+    name: str
+    norm: str  # workspace-relative, NFC-normalised
+    st: os.stat_result  # the entry's own lstat (a link is never followed)
+
+
+@contextlib.contextmanager
+def entry_at(workspace: Path, rel: str) -> Iterator[EntryAt]:
+    """An existing workspace entry, for removing it: its directory held open beneath the workspace (a
+    missing entry or workspace is a 404, disk errors map as every write's do); the directory is
+    fsync'd once the body is done, so the removal is durable."""
     parts = split_workspace_path(rel, for_write=True)
     norm = "/".join(parts)
     missing = f"no file {norm!r} in the session workspace"
@@ -384,11 +393,18 @@ def remove_entry(workspace: Path, rel: str) -> str:
                 st = lstat_at(dir_fd, parts[-1])
                 if st is None:
                     raise NotFound(missing)
-                if stat.S_ISDIR(st.st_mode):
-                    raise Conflict(f"{norm!r} is a directory; only files can be deleted")
-                os.unlink(parts[-1], dir_fd=dir_fd)
+                yield EntryAt(dir_fd, parts[-1], norm, st)
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
-    return norm
 
+
+def remove_entry(workspace: Path, rel: str) -> str:
+    """Remove one workspace file (or a link or other non-directory entry itself: a link is removed,
+    never followed to its target) beneath the workspace; returns its normalised path. A directory is
+    a 409, a missing entry a 404."""
+    with entry_at(workspace, rel) as at:
+        if stat.S_ISDIR(at.st.st_mode):
+            raise Conflict(f"{at.norm!r} is a directory; only files can be deleted")
+        os.unlink(at.name, dir_fd=at.dir_fd)
+    return at.norm

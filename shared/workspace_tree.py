@@ -13,9 +13,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.disk import Conflict, NotFound, split_workspace_path
+from shared.disk import Conflict
 from shared.walk import WalkLimits, remove_tree, walk_fd
-from shared.workspace_fs import disk_errors, lstat_at, open_dir, workspace_root
+from shared.workspace_fs import entry_at
 
 
 @dataclass(frozen=True)
@@ -31,25 +31,12 @@ def remove_tree_entry(workspace: Path, rel: str, limits: WalkLimits) -> RemovedT
     `limits.max_depth` levels, `limits.budget_s`) and a tree past them is a 409 with nothing removed;
     the removal itself gets the same budget (a tree a command grows meanwhile may be left partly
     removed: a 409 says so, and a retry finishes it)."""
-    parts = split_workspace_path(rel, for_write=True)
-    norm = "/".join(parts)
-    missing = f"no file {norm!r} in the session workspace"
-    with disk_errors(norm):
-        if not workspace.is_dir():
-            raise NotFound(missing)
-        with workspace_root(workspace) as root:
-            dir_fd = open_dir(root, parts[:-1])
-            try:
-                st = lstat_at(dir_fd, parts[-1])
-                if st is None:
-                    raise NotFound(missing)
-                files = [norm] if stat.S_ISREG(st.st_mode) else []
-                if stat.S_ISDIR(st.st_mode):
-                    files = _tree_files(dir_fd, parts, limits)
-                done = remove_tree(dir_fd, parts[-1], budget_s=limits.budget_s)
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+    with entry_at(workspace, rel) as at:
+        files = [at.norm] if stat.S_ISREG(at.st.st_mode) else []
+        if stat.S_ISDIR(at.st.st_mode):
+            files = _tree_files(at.dir_fd, at.norm.split("/"), limits)
+        done = remove_tree(at.dir_fd, at.name, budget_s=limits.budget_s)
+    norm = at.norm
     if not done.finished:
         raise Conflict(f"{norm!r} was not removed completely ({done.removed} entries removed): it changed "
                        f"meanwhile or took longer than {limits.budget_s:g} s; retry")
