@@ -13,13 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import uvicorn
 from fastapi import FastAPI, Request, Response
 
 from scripted.summarizer import scripted_summarizer
@@ -27,6 +25,7 @@ from scripted.transport import ScriptedTransport
 from scripted.types import ScriptedError, ScriptedReply, ScriptedToolCall
 from services.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
 from tests.support.ports import free_port
+from tests.support.threaded_server import ThreadedServer
 
 Step = ScriptedReply | ScriptedError | Callable[[dict[str, Any]], ScriptedReply]
 
@@ -63,8 +62,7 @@ class RecordingModel:
     agent_delay_s: float = 0.0  # a model that takes time per step, so a run does not outpace compaction
     summary_failures: int = 0  # the next N summarization calls answer 503
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: uvicorn.Server | None = None
-    _thread: threading.Thread | None = None
+    _http: ThreadedServer | None = None
 
     @property
     def base_url(self) -> str:
@@ -118,19 +116,10 @@ class RecordingModel:
         return app
 
     def start(self) -> RecordingModel:
-        config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.time() + 20
-        while not self._server.started:
-            if time.time() > deadline:
-                raise RuntimeError("recording model server did not start")
-            time.sleep(0.05)
+        self._http = ThreadedServer(self.app(), self.port)
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._http is not None:
+            self._http.stop()

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
-import uvicorn
 from fastapi import FastAPI, Request, Response
 
 from scripted import responses as scripted_responses
@@ -34,6 +32,7 @@ from services.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
 from services.runtime.paths import skills_dir
 from services.runtime.skills import load_skills
 from tests.support.ports import free_port
+from tests.support.threaded_server import ThreadedServer
 
 
 @dataclass(frozen=True)
@@ -65,8 +64,7 @@ class RecordingModel:
     port: int = field(default_factory=free_port)
     recorded: list[Recorded] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: uvicorn.Server | None = None
-    _thread: threading.Thread | None = None
+    _http: ThreadedServer | None = None
 
     @property
     def base_url(self) -> str:
@@ -115,20 +113,11 @@ class RecordingModel:
         return app
 
     def start(self) -> RecordingModel:
-        config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.time() + 20
-        while not self._server.started:
-            if time.time() > deadline:
-                raise RuntimeError("recording model server did not start")
-            time.sleep(0.05)
+        self._http = ThreadedServer(self.app(), self.port)
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._http is not None:
+            self._http.stop()
 
