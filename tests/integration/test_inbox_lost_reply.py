@@ -9,16 +9,15 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from shared import keys
 from shared.contracts.inbox import UserPrompt
-from shared.inbox import GROUP, InboxEntry, InboxReader, append
-from tests.support.faultproxy import FaultProxy
+from shared.inbox import InboxEntry, InboxReader, append
+from tests.support.faultproxy import FaultProxy, proxy_for
+from tests.support.pending_reads import blocked_reads, delivered_to
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -35,23 +34,13 @@ def prompt(session: str, text: str) -> UserPrompt:
 @pytest.fixture
 async def proxied(redis_url: str) -> AsyncIterator[tuple[FaultProxy, aioredis.Redis]]:
     """A client whose connections go through a fault proxy to the test's Redis."""
-    url = urlsplit(redis_url)
-    proxy = FaultProxy(url.hostname or "127.0.0.1", url.port or 6379, lifetime_s=55).start()
-    client = aioredis.from_url(f"redis://127.0.0.1:{proxy.port}{url.path}")
+    proxy, url = proxy_for(redis_url, lifetime_s=55)
+    client = aioredis.from_url(url)
     try:
         yield proxy, client
     finally:
         await client.aclose()
         proxy.stop()
-
-
-async def blocked_reads(client: aioredis.Redis) -> int:
-    return sum(1 for c in await client.client_list() if c.get("cmd") == "xreadgroup" and "b" in c.get("flags", ""))
-
-
-async def delivered_to(client: aioredis.Redis, session: str, consumer: str) -> set[str]:
-    detail = await client.xpending_range(keys.inbox(session), GROUP, "-", "+", 100, consumername=consumer)
-    return {p["message_id"].decode() for p in detail}
 
 
 async def lose_the_next_reply(proxy: FaultProxy, direct: aioredis.Redis, reader: InboxReader, session: str,

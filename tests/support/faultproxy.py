@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 T = TypeVar("T")
 CHUNK = 65536
@@ -275,6 +276,13 @@ class FaultProxy:
         except (OSError, asyncio.CancelledError):
             if not link.dead:
                 self._close(link, rst=True)
+
+
+def proxy_for(redis_url: str, lifetime_s: float = 60.0) -> tuple[FaultProxy, str]:
+    """A started proxy in front of `redis_url`'s Redis, and the URL (same db) that goes through it."""
+    url = urlsplit(redis_url)
+    proxy = FaultProxy(url.hostname or "127.0.0.1", url.port or 6379, lifetime_s=lifetime_s).start()
+    return proxy, f"redis://127.0.0.1:{proxy.port}{url.path}"
 
 
 def main(argv: list[str] | None = None) -> None:
