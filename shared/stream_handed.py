@@ -6,7 +6,7 @@ pending list as it sends the reply, so a reply lost on the way (a reset, a timeo
 leave those entries pending and never read again. After a failed read the reader therefore asks for
 its own pending entries above the last id handed out (`add` starts it at the last entry claimed at the
 wake), hands them out, and only then reads `>` again; entries claimed from another consumer meanwhile
-are not handed out a second time (docs/architecture.md "Inbox reads after a Redis failure").
+are not handed out a second time (docs/architecture.md "Redis failures").
 """
 
 from __future__ import annotations
