@@ -6,7 +6,8 @@ On a Redis Cluster a blocking read names one slot only, so there every append al
 (sharded Pub/Sub, `shared/inbox_rings.py`) and the worker reads the rung inboxes without blocking,
 batched per node: one connection per node instead of one per live session (bench/cluster_inbox.py).
 A new lease holder first claims the previous holder's pending entries so nothing the dead worker read
-but did not ack is lost.
+but did not ack is lost; after a failed read the reader hands out its own pending entries that the
+lost reply held (shared/stream_handed.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from .bus import dead_letter, ensure_group
 from .contracts.inbox import INBOX_ADAPTER, InboxMessage
 from .inbox_rings import SWEEP_INTERVAL_S, NodeRings
 from .redis_wire import text
-from .stream_reader import ReadGroup, StreamReader
+from .stream_packing import ReadGroup, id_key
+from .stream_reader import StreamReader
 
 GROUP = topology.group_of(topology.INBOX_READER)
 log = structlog.get_logger()
@@ -116,7 +118,9 @@ class InboxReader:
         session recorded the prompt twice (the fault suite, three runtime workers)."""
         await ensure_group(self._client, keys.inbox(sid), GROUP, track=False)
         pending = await self.claim_pending(sid)
-        await self.streams.add(sid)
+        # Handed out here: a read of this consumer's own pending entries after a failed read (a reply
+        # lost to a reset, shared/stream_handed.py) starts after them.
+        await self.streams.add(sid, max((e.entry_id for e in pending), key=id_key, default="0-0"))
         return pending
 
     def remove(self, sid: str) -> None:
@@ -159,6 +163,7 @@ class InboxReader:
         for sid, ids in foreign:
             claimed: list[Any] = await self._client.xclaim(keys.inbox(sid), GROUP, self._consumer,
                                                            min_idle_time=min_idle_ms, message_ids=list[Any](ids))
+            self.streams.claimed(sid, [text(entry_id) for entry_id, _ in claimed])
             out.extend(await self._decode_claimed(sid, claimed))
         return out
 

@@ -14,6 +14,8 @@ node, not one per slot; bench/cluster_inbox.py).
 Without a group each stream is read from the id last handed out (`add` gives the first), so an entry
 appended between two reads is never skipped. A stream that joins a shard cuts the shard's read in
 flight short (CLIENT UNBLOCK), so it does not wait a whole block for its first entry.
+In a group, after a failed read (a shard's, or a node's batch with rings) the next read of those
+streams first hands out the consumer's own pending entries its lost reply held (shared/stream_handed.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from . import redis_cluster
 from .bus import ensure_group
 from .inbox_rings import NodeRings
 from .redis_wire import text
+from .stream_handed import HandedOut
+from .stream_packing import PackedRead, ReadGroup, own_pending_command, pack_read, read_command
 
 log = structlog.get_logger()
 
@@ -41,52 +45,11 @@ RING_READ_CHUNK = 500  # streams per pipeline of non-blocking reads on a cluster
 Fields = dict[Any, Any]
 
 
-@dataclass(frozen=True)
-class ReadGroup:
-    name: str
-    consumer: str
-
-
 @dataclass(slots=True)
 class StreamEntry:
     name: str  # what the stream was added as (a session id)
     entry_id: str
     fields: Fields
-
-
-@dataclass(frozen=True)
-class PackedRead:
-    """A shard's read, packed once per stream set (redis-py would pack it again for every call, on the
-    event loop: ~1 ms with 200 streams, bench-inject; the fan-out's per-read packing was 7% of the
-    proxy's loop, bench-stream): in a group the whole command, without one all but the ids."""
-    key: tuple[int, int]  # (count, block_ms)
-    names: list[str]
-    streams: list[str]
-    head: bytes
-    name_of: dict[str, str]  # stream -> name
-
-
-def pack_read(group: ReadGroup | None, names: list[str], streams: list[str], count: int, block_ms: int) -> PackedRead:
-    if group is None:
-        args = ["XREAD", "COUNT", str(count), "BLOCK", str(block_ms), "STREAMS", *streams]
-    else:
-        args = ["XREADGROUP", "GROUP", group.name, group.consumer, "COUNT", str(count), "BLOCK", str(block_ms),
-                "STREAMS", *streams, *([">"] * len(streams))]
-    size = len(args) + (len(streams) if group is None else 0)
-    return PackedRead((count, block_ms), names, streams, b"*%d\r\n" % size + b"".join(_bulk(arg) for arg in args),
-                   dict(zip(streams, names, strict=True)))
-
-
-def read_command(packed: PackedRead, group: ReadGroup | None, last: dict[str, str]) -> bytes:
-    """The read's bytes: without a group, each stream is read from the id last handed out."""
-    if group is not None:
-        return packed.head
-    return packed.head + b"".join(_bulk(last.get(name, "0-0")) for name in packed.names)
-
-
-def _bulk(arg: str) -> bytes:
-    data = arg.encode()
-    return b"$%d\r\n%b\r\n" % (len(data), data)
 
 
 @dataclass(eq=False)
@@ -101,6 +64,7 @@ class _Shard:
     client_id: int | None = None  # its connection's, for CLIENT UNBLOCK
     blocked: bool = False
     changed: bool = False  # streams joined after the read in flight was sent
+    recover: bool = False  # in a group: a read failed, its reply may be lost (the module's docstring)
 
 
 class StreamReader:
@@ -114,7 +78,8 @@ class StreamReader:
         self.rings = rings
         self._shard_size = shard_size
         self._shards: list[_Shard] = []
-        self._last: dict[str, str] = {}  # without a group: name -> the id last handed out
+        self._handed = HandedOut(grouped=group is not None)
+        self._recovering: set[str] = set()  # with rings: names whose last read failed
         self._ready = asyncio.Event()  # a shard has a result to collect
         self._ring_read: asyncio.Future[list[StreamEntry]] | None = None
         self._closing = False
@@ -131,10 +96,9 @@ class StreamReader:
         return len(self._shards)
 
     async def add(self, name: str, from_id: str = "0-0") -> None:
-        """Read `name`'s stream from now on: in a group, what the group has not delivered; without
-        one, the entries after `from_id`."""
-        if self._group is None:
-            self._last[name] = from_id
+        """Read `name`'s stream from now on: in a group, what the group has not delivered (`from_id`:
+        the last entry already handed out, e.g. claimed); without one, the entries after `from_id`."""
+        self._handed.start(name, from_id)
         if self.rings is not None:
             self.rings.add(name)
             return
@@ -157,9 +121,14 @@ class StreamReader:
                 await redis_cluster.node_command(self._control, self._stream_of(name), "CLIENT", "UNBLOCK",
                                                  shard.client_id)
 
+    def claimed(self, name: str, entry_ids: list[str]) -> None:
+        """In a group: entries of `name` claimed from another consumer, not to be handed out again."""
+        self._handed.claimed(name, entry_ids)
+
     def remove(self, name: str) -> None:
         """Its stream is no longer read from the next read on (a read in flight may still bring it)."""
-        self._last.pop(name, None)
+        self._handed.forget(name)
+        self._recovering.discard(name)
         if self.rings is not None:
             self.rings.remove(name)
         for shard in self._shards:
@@ -263,6 +232,7 @@ class StreamReader:
             except Exception as exc:  # noqa: BLE001 - Redis trouble: reported, then a fresh connection
                 log.warning("stream_read_failed", streams=len(shard.names), error=repr(exc)[:300])
                 shard.want, shard.result = None, exc
+                shard.recover = self._group is not None
                 shard.asked.clear()
                 self._ready.set()
                 if not isinstance(exc, ResponseError) or isinstance(exc, AskError):
@@ -270,11 +240,15 @@ class StreamReader:
                 delay = min(max(delay * 2, 0.1), 2.0)
 
     async def _read_shard(self, shard: _Shard, conn: Connection, count: int, block_ms: int) -> list[StreamEntry]:
+        if shard.recover:
+            recovered = await self._read_own_pending(shard, conn, self._packed(shard, count, block_ms))
+            if recovered:
+                return recovered
         while True:
             shard.changed = False
             packed = self._packed(shard, count, block_ms)
             try:
-                await conn.send_packed_command(read_command(packed, self._group, self._last))
+                await conn.send_packed_command(read_command(packed, self._group, self._handed.last))
                 shard.blocked = True
                 if shard.changed:  # streams joined while the command went out: do not make them wait
                     shard.blocked = False
@@ -287,15 +261,40 @@ class StreamReader:
             except ResponseError as exc:
                 if self._group is None or "NOGROUP" not in str(exc):
                     raise
-                # One stream (or its group) vanished: the read fails for every stream of the call.
-                # Recreate what is missing (idempotent) so the other streams keep being served.
-                log.warning("stream_group_recreated", error=str(exc)[:300])
-                for stream in packed.streams:
-                    await ensure_group(self._client, stream, self._group.name, track=False)
+                await self._recreate_groups(packed.streams, exc)
                 continue
             entries = self._entries(reply, packed.name_of)
             if entries or not shard.changed:
                 return entries  # an empty read cut short for a joining stream is read again at once
+
+    async def _read_own_pending(self, shard: _Shard, conn: Connection, packed: PackedRead) -> list[StreamEntry]:
+        """The consumer's own pending entries above those handed out (the module's docstring); it stays
+        on while a stream fills the read's COUNT (more may be pending)."""
+        assert self._group is not None
+        count = packed.key[0]
+        after = [self._handed.after(name) for name in packed.names]
+        await conn.send_command(*own_pending_command(self._group, packed.streams, after, count))
+        try:
+            reply: Any = await conn.read_response()
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await self._recreate_groups(packed.streams, exc)  # a group made anew has nothing pending
+            reply = None
+        filled: dict[str, int] = {}
+        entries = self._entries(reply, packed.name_of, filled)
+        shard.recover = any(n >= count for n in filled.values())
+        if entries:
+            log.info("stream_pending_reread", entries=len(entries), streams=len(filled))
+        return entries
+
+    async def _recreate_groups(self, streams: list[str], exc: ResponseError) -> None:
+        """One stream (or its group) vanished: the read fails for every stream of the call. Recreate
+        what is missing (idempotent) so the other streams keep being served."""
+        assert self._group is not None
+        log.warning("stream_group_recreated", error=str(exc)[:300])
+        for stream in streams:
+            await ensure_group(self._client, stream, self._group.name, track=False)
 
     def _packed(self, shard: _Shard, count: int, block_ms: int) -> PackedRead:
         if shard.packed is None or shard.packed.key != (count, block_ms):
@@ -303,20 +302,21 @@ class StreamReader:
             shard.packed = pack_read(self._group, names, [self._stream_of(n) for n in names], count, block_ms)
         return shard.packed
 
-    def _entries(self, reply: Any, name_of: dict[str, str]) -> list[StreamEntry]:
-        """The entries of an XREAD(GROUP) reply (a list of [stream, entries]; a map under RESP3)."""
+    def _entries(self, reply: Any, name_of: dict[str, str], counted: dict[str, int] | None = None) -> list[StreamEntry]:
+        """The entries of an XREAD(GROUP) reply (a list of [stream, entries]; a map under RESP3);
+        `counted`: how many each stream's reply held."""
         out: list[StreamEntry] = []
         for stream, entries in reply.items() if isinstance(reply, dict) else reply or []:
             name = name_of.get(text(stream))
             if name is None:
                 continue
+            if counted is not None:
+                counted[name] = len(entries)
             for entry_id, flat in entries:
-                fields = dict(zip(flat[::2], flat[1::2], strict=True)) if isinstance(flat, list) else flat or {}
                 eid = text(entry_id)
-                if self._group is None:
-                    if name not in self._last:
-                        break  # removed meanwhile: nobody reads it any more
-                    self._last[name] = eid
+                if not self._handed.take(name, eid) or flat is None:
+                    continue  # not to hand out, or deleted while pending (own pending entries only)
+                fields = dict(zip(flat[::2], flat[1::2], strict=True)) if isinstance(flat, list) else flat or {}
                 out.append(StreamEntry(name, eid, fields))
         return out
 
@@ -348,8 +348,9 @@ class StreamReader:
     def _ring_command(self, name: str, count: int) -> tuple[Any, ...]:
         stream = self._stream_of(name)
         if self._group is None:
-            return ("XREAD", "COUNT", count, "STREAMS", stream, self._last.get(name, "0-0"))
-        return ("XREADGROUP", "GROUP", self._group.name, self._group.consumer, "COUNT", count, "STREAMS", stream, ">")
+            return ("XREAD", "COUNT", count, "STREAMS", stream, self._handed.after(name))
+        after = self._handed.after(name) if name in self._recovering else ">"  # after a failed read
+        return ("XREADGROUP", "GROUP", self._group.name, self._group.consumer, "COUNT", count, "STREAMS", stream, after)
 
     async def _read_node(self, names: list[str], count: int) -> list[StreamEntry]:
         assert self.rings is not None
@@ -368,6 +369,8 @@ class StreamReader:
                     await conn.disconnect()  # replies may still be on their way: the connection is spent
                     raise
         except (RedisError, OSError):
+            if self._group is not None:
+                self._recovering.update(n for n in names if n in self._handed.last)  # replies may be lost
             for name in names:
                 self.rings.ring_later(name)
             self.rings.refresh(route)  # a failover moved the slots
@@ -383,8 +386,12 @@ class StreamReader:
                     self.rings.refresh(self._stream_of(name))
                     self.rings.ring_later(name)
                 continue
-            entries = self._entries(reply, {self._stream_of(name): name})
-            if len(entries) >= count:
+            counted: dict[str, int] = {}
+            entries = self._entries(reply, {self._stream_of(name): name}, counted)
+            if name in self._recovering and counted.get(name, 0) < count:
+                self._recovering.discard(name)  # every own pending entry read: `>` next, at once
+                self.rings.ring(name)
+            elif counted.get(name, 0) >= count:
                 self.rings.ring(name)
             out.extend(entries)
         return out

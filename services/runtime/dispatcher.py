@@ -6,6 +6,7 @@ UI updates are handled during a run."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
@@ -59,6 +60,7 @@ REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, Documen
 
 
 Handler = Callable[[InboxEntry, Any], Awaitable[None]]  # a write or compaction entry's handler
+RECENT_IDS = 4096  # inbox entry ids a session remembers having taken (RecentIds)
 INBOX_SPAN = "gamma:{sid}:inbox process"
 
 
@@ -69,6 +71,26 @@ def processing(entry: InboxEntry) -> AbstractContextManager[Span]:
         "messaging.system": "redis", "messaging.operation.type": "process",
         "messaging.destination.name": "gamma:{sid}:inbox", "messaging.message.id": entry.entry_id,
         "gamma.session_id": entry.session_id, "gamma.inbox.type": entry.message.type})
+
+
+class RecentIds:
+    """The inbox entries a session took lately, so one handed to it twice is handled once: a write
+    applied again after a later one would undo it. The inbox reader hands an entry out once, also when
+    it re-reads what a lost reply held (shared/stream_handed.py); this holds for any other path."""
+
+    def __init__(self, size: int = RECENT_IDS) -> None:
+        self._order: collections.deque[str] = collections.deque()
+        self._ids: set[str] = set()
+        self._size = size
+
+    def first_time(self, entry_id: str) -> bool:
+        if entry_id in self._ids:
+            return False
+        self._ids.add(entry_id)
+        self._order.append(entry_id)
+        if len(self._order) > self._size:
+            self._ids.discard(self._order.popleft())
+        return True
 
 
 class Recorded(Protocol):
@@ -129,6 +151,7 @@ class InboxDispatcher:
         self.request_close = request_close
         self.prompt_hook = prompt_hook
         self.aborts = aborts  # POST /abort, on_busy=interrupt, expected_run_id (abort.py)
+        self.taken = RecentIds()
 
     async def process_forever(self) -> None:
         loop = asyncio.get_running_loop()
@@ -144,6 +167,9 @@ class InboxDispatcher:
                     await self.pass_barrier()  # no Barrier within 3 s: go on without it
                 elif self.causal is not None:
                     await self.causal_expired()
+                continue
+            if not self.taken.first_time(entry.entry_id):
+                log.warning("inbox_entry_repeated", session_id=self.h.sid, entry_id=entry.entry_id)
                 continue
             self.h.touch()
             if self.causal is not None and self.causal.timeout() == 0.0:

@@ -21,6 +21,9 @@ from shared import inbox, keys
 from shared.contracts.inbox import UserPrompt
 from shared.inbox import InboxEntry, InboxReader
 from shared.reconnect import connect, connect_blocking
+from shared.redis_wire import text
+from tests.support.faultproxy import FaultProxy
+from tests.support.polling import eventually
 from tests.support.redis_cluster import LocalCluster
 
 from .conftest import start_cluster
@@ -175,3 +178,38 @@ async def test_a_killed_primary_strands_no_session() -> None:
             print(f"healthy session read {outage_read_s:.3f}s into the outage; {len(on_victim)} sessions moved")
     finally:
         own.stop()
+
+
+async def test_a_ring_read_reply_lost_to_a_reset_is_handed_out_once(redis_url: str, redis_cluster: LocalCluster) -> None:
+    """Redis delivered the rung session's entry to the reader's consumer, the reply never reached the
+    reader (every node behind a fault proxy that drops replies, then resets): the next read of that
+    session hands it out from the consumer's pending list (shared/stream_handed.py), once."""
+    proxies = {port: FaultProxy("127.0.0.1", port, lifetime_s=55).start() for port in redis_cluster.ports}
+    writer = connect(redis_url)
+    blocking = connect_blocking(redis_url, 1.0, address_remap=lambda a: ("127.0.0.1", proxies[a[1]].port))
+    reader = InboxReader(blocking, "reader-" + uuid.uuid4().hex[:6], sweep_interval_s=0.3)
+    try:
+        sid = (await held(reader, 1))[0]
+        before = await inbox.append(writer, prompt(sid, "before"))
+        assert [e.entry_id for e in await read_until(reader, 1, 5.0)] == [before]
+        for proxy in proxies.values():
+            proxy.mute_replies()  # the ring and the read's reply are both dropped: the sweep reads it
+        reading = asyncio.ensure_future(read_until(reader, 2, 20.0))
+        lost = await inbox.append(writer, prompt(sid, "lost"))
+
+        async def delivered() -> bool:
+            detail = await writer.xpending_range(keys.inbox(sid), inbox.GROUP, "-", "+", 10)
+            return lost in {text(p["message_id"]) for p in detail}
+
+        await eventually(delivered, timeout=10, what="the entry delivered to the reader's consumer")
+        for proxy in proxies.values():
+            proxy.reset()
+        after = await inbox.append(writer, prompt(sid, "after"))
+        assert [e.entry_id for e in await reading] == [lost, after]
+        assert await read_until(reader, 1, 1.0) == []  # and nothing a second time
+    finally:
+        await reader.close()
+        await writer.aclose()
+        await blocking.aclose()
+        for proxy in proxies.values():
+            proxy.stop()

@@ -104,13 +104,7 @@ async def sse_outcome(followers: list[SseFollower], connect: Callable[[], aiored
     return out
 
 
-# A reset can lose an XREADGROUP reply whose entries Redis already delivered to this consumer: the
-# inbox reader reads only new entries (">"), so those stay pending and the session never handles them
-# (seen once in three runs; docs/architecture.md "Redis failures"). Until the reader re-reads its own
-# pending entries after a failed read, the reset case is expected to fail at times.
-@pytest.mark.parametrize("fault", [pytest.param(f, marks=pytest.mark.xfail(
-    strict=False, reason="an XREADGROUP reply lost to a reset leaves delivered entries unhandled")) if f == "reset"
-    else f for f in FAULTS])
+@pytest.mark.parametrize("fault", FAULTS)
 def test_network_fault(fault: str, tmp_path: Path) -> None:
     report = Report()
     redis_proc = RedisProcess(tmp_path / "redis")

@@ -8,6 +8,8 @@ Faults, each switchable while traffic flows:
 - reset: every open connection is closed with an RST on both sides (SO_LINGER 0);
 - half-open: the connections open now stop forwarding and are never closed (what a dead NAT entry or
   a peer that vanished without a FIN looks like from the client); new connections work;
+- muted replies: the connections open now still carry commands to Redis, but what Redis answers is
+  dropped (with a reset after it: a reply Redis sent and the client never read);
 - partition: for N seconds nothing is forwarded on any connection, old or new (bytes wait, as TCP's
   retransmissions would deliver them), new connections are accepted and wait too; then it heals.
 
@@ -31,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 T = TypeVar("T")
 CHUNK = 65536
@@ -42,6 +45,7 @@ class Link:
     client: asyncio.StreamWriter
     upstream: asyncio.StreamWriter | None = None
     dead: bool = False  # half-open: never forwards again, never closed by the proxy
+    muted: bool = False  # Redis's replies are dropped, the client's commands still go through
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -52,6 +56,7 @@ class Counters:
     half_opened: int = 0
     partitions: int = 0
     bytes_forwarded: int = 0
+    bytes_dropped: int = 0  # replies of muted connections
 
 
 class FaultProxy:
@@ -107,6 +112,10 @@ class FaultProxy:
     def half_open(self) -> int:
         """Stall every open connection for good (no close); returns how many."""
         return self._call(self._half_open_all)
+
+    def mute_replies(self) -> int:
+        """Drop every reply on the connections open now (commands still reach Redis); returns how many."""
+        return self._call(self._mute_all)
 
     def partition(self) -> None:
         self._call(self._partition)
@@ -173,6 +182,12 @@ class FaultProxy:
         self.counters.half_opened += n
         return n
 
+    def _mute_all(self) -> int:
+        live = [link for link in self.links if not link.dead]
+        for link in live:
+            link.muted = True
+        return len(live)
+
     def _partition(self) -> None:
         assert self._healed is not None
         self._healed.clear()
@@ -217,7 +232,7 @@ class FaultProxy:
                     delayed: bool) -> None:
         """Read chunks and deliver each one after its delay, in order (a queue per direction)."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
-        deliver = asyncio.ensure_future(self._deliver(link, queue, writer))
+        deliver = asyncio.ensure_future(self._deliver(link, queue, writer, downstream=delayed))
         link.tasks.append(deliver)
         last_due = 0.0
         try:
@@ -237,7 +252,8 @@ class FaultProxy:
             return 0.0
         return max(0.0, self.latency_s + self.rng.uniform(-self.jitter_s, self.jitter_s))
 
-    async def _deliver(self, link: Link, queue: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter) -> None:
+    async def _deliver(self, link: Link, queue: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter, *,
+                       downstream: bool) -> None:
         assert self._healed is not None
         try:
             while True:
@@ -248,6 +264,9 @@ class FaultProxy:
                 await self._healed.wait()
                 if link.dead:
                     continue  # swallowed: the peer never hears of it, nor of a close
+                if link.muted and downstream and data:
+                    self.counters.bytes_dropped += len(data)
+                    continue
                 if not data:
                     self._close(link, rst=False)
                     return
@@ -257,6 +276,13 @@ class FaultProxy:
         except (OSError, asyncio.CancelledError):
             if not link.dead:
                 self._close(link, rst=True)
+
+
+def proxy_for(redis_url: str, lifetime_s: float = 60.0) -> tuple[FaultProxy, str]:
+    """A started proxy in front of `redis_url`'s Redis, and the URL (same db) that goes through it."""
+    url = urlsplit(redis_url)
+    proxy = FaultProxy(url.hostname or "127.0.0.1", url.port or 6379, lifetime_s=lifetime_s).start()
+    return proxy, f"redis://127.0.0.1:{proxy.port}{url.path}"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,13 +3,14 @@ Stop, handlers retried in order on a transient failure, injections with and with
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from services.runtime.dispatcher import InboxDispatcher
+from services.runtime.dispatcher import InboxDispatcher, RecentIds
 from shared.contracts.inbox import Barrier, Injection, Stop, UiUpdate, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.inbox import InboxEntry
@@ -108,6 +109,26 @@ async def test_a_transient_failure_is_retried_in_place(tmp_path: Path) -> None:
     d = dispatcher(host, {UiUpdate: flaky})
     await d.handle_retrying(entry("1-0", UiUpdate(session_id="s1", update="", request_id="r1")))
     assert calls == ["1-0", "1-0", "1-0"] and host.acked == ["1-0"]
+
+
+async def test_an_entry_handed_to_the_session_twice_is_handled_once(tmp_path: Path) -> None:
+    """A write handled again after a later one would undo it: the session takes each entry id once."""
+    host = Host(tmp_path)
+    host.barrier_passed = True
+    calls: list[str] = []
+
+    async def write(e: InboxEntry, m: UiUpdate) -> None:
+        calls.append(f"{e.entry_id}:{m.update}")
+        if e.entry_id == "2-0":
+            host.closed = True  # the last entry: the loop ends after it
+
+    d = dispatcher(host, {UiUpdate: write})
+    for eid, update in (("1-0", "a"), ("1-0", "a"), ("2-0", "b")):
+        host.queue.put_nowait(entry(eid, UiUpdate(session_id="s1", update=update, request_id="r" + eid)))
+    await asyncio.wait_for(d.process_forever(), 5)
+    assert calls == ["1-0:a", "2-0:b"]
+    recent = RecentIds(size=2)
+    assert [recent.first_time(i) for i in ("1", "2", "1", "3", "1")] == [True, True, False, True, True]
 
 
 async def test_a_broken_handler_is_not_retried(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from redis.asyncio.connection import Connection
 
 from shared import keys
-from shared.stream_reader import ReadGroup, pack_read, read_command
+from shared.stream_packing import ReadGroup, pack_read, read_command
 
 
 def redis_py(*args: str | int) -> bytes:
