@@ -10,7 +10,6 @@ from shared.settings.area import Area
 class CommandSettings(Area):
     """The agent's commands: the sandbox layer and the limits of a sandboxed call."""
 
-    # Agent commands (services/runtime/sandbox): auto | bwrap | landlock | off.
     sandbox: str = Field("auto", validation_alias="GAMMA_SANDBOX",
         description="Agent-command sandbox: `auto` (strongest working layer), `bwrap`, `landlock`, `off` (unconfined;"
                     " explicit only).")
@@ -22,6 +21,5 @@ class CommandSettings(Area):
         description="Processes of one sandboxed call.")
     sandbox_max_open_files: int = Field(256, validation_alias="GAMMA_SANDBOX_MAX_OPEN_FILES",
         description="Open files per process of a sandboxed call.")
-    # --- agent command sandbox (README "Security"): size of the private /tmp and HOME of a sandboxed command.
     sandbox_tmp_bytes: int = Field(64 * 1024 * 1024, validation_alias="GAMMA_SANDBOX_TMP_BYTES",
         description="Size of a sandboxed command's private `/tmp` and `HOME` (bwrap).")

@@ -17,8 +17,6 @@ class CompactionSettings(Area):
         description="Tokens kept free for the reply and the summary: compaction starts past the window minus these.")
     keep_recent_tokens: int = Field(20_000, validation_alias="GAMMA_KEEP_RECENT_TOKENS",
         description="Tokens of recent conversation a compaction keeps verbatim (where it cuts).")
-    # After a failed summary the threshold does not ask again for this many model calls or seconds
-    # (whichever ends first; doubled per consecutive failure, up to 8x).
     compaction_retry_calls: int = Field(4, validation_alias="GAMMA_COMPACTION_RETRY_CALLS",
         description="After a failed summary the threshold does not ask again for this many model calls (doubled per "
                     "consecutive failure, up to 8x).")
@@ -26,6 +24,5 @@ class CompactionSettings(Area):
         description="After a failed summary the threshold does not ask again for this many seconds or "
                     "`GAMMA_COMPACTION_RETRY_CALLS` model calls, whichever ends first (doubled per consecutive "
                     "failure, up to 8x).")
-    # A request unanswered this long no longer counts as in flight (a new one may go out).
     compaction_timeout_s: float = Field(120.0, validation_alias="GAMMA_COMPACTION_TIMEOUT_S",
         description="A compaction request unanswered this long no longer counts as in flight (a new one may go out).")

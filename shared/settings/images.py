@@ -13,7 +13,6 @@ from shared.settings.area import Area
 class ImageSettings(Area):
     """What the agent sees of image files and attachments."""
 
-    # --- images (docs/architecture.md "Images"): what the agent sees of image files and attachments.
     # `detail` goes with every image part; the sides are OpenAI's high-detail fit (long, then short).
     image_detail: Literal["auto", "low", "high"] = Field("auto", validation_alias="GAMMA_IMAGE_DETAIL",
         description="The `detail` of every image part sent to the model (`auto`, `low`, `high`).")
@@ -30,7 +29,6 @@ class ImageSettings(Area):
     images_gc_grace_s: float = Field(3600.0, ge=0, validation_alias="GAMMA_IMAGES_GC_GRACE_S",
         description="An image no transcript entry names is removed when its session closes, once older than this "
                     "(`shared/image_gc.py`; a prompt's attachments are stored before the prompt is recorded).")
-    # Attachments of one message: how many files, and their bytes together.
     attachments_max: int = Field(10, ge=0, le=100, validation_alias="GAMMA_ATTACHMENTS_MAX",
         description="Files attached to one message.")
     attachments_max_bytes: int = Field(40 * 1024 * 1024, ge=1024, validation_alias="GAMMA_ATTACHMENTS_MAX_BYTES",

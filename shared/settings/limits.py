@@ -12,17 +12,15 @@ class LimitSettings(Area):
 
     max_body_bytes: int = Field(2 * 1024 * 1024, validation_alias="GAMMA_MAX_BODY_BYTES",
         description="Largest request body (413).")
-    # --- request intake limits (docs/architecture.md "Limits on hostile input"): JSON bodies and request heads, proxy and
-    # notifications. The depth stays well under pydantic's own parser limit (200), which the runtime
+    # The JSON depth stays well under pydantic's own parser limit (200), which the runtime
     # meets again when it reads a body wrapped in its inbox entry.
     max_json_depth: int = Field(64, ge=2, le=150, validation_alias="GAMMA_MAX_JSON_DEPTH",
         description="Nesting depth of every JSON body, proxy and notifications (422; at most 150, under pydantic's "
                     "own parser limit).")
     max_json_number_digits: int = Field(100, ge=20, le=4000, validation_alias="GAMMA_MAX_JSON_NUMBER_DIGITS",
         description="Digits per number of every JSON body, proxy and notifications (422).")
-    # --- UI documents (docs/architecture.md "Limits on hostile input"): one Yjs update, the merged document's encoded size, and the
-    # JSON values in its snapshot. Hit: 413 (bytes) / 422 (items). The document cap also bounds the
-    # nesting pycrdt's JSON export recurses through (see shared/uidoc.py), hence its upper bound.
+    # The UI document cap also bounds the nesting pycrdt's JSON export recurses through
+    # (shared/uidoc.py), hence its upper bound.
     ui_max_update_bytes: int = Field(256 * 1024, ge=1024, validation_alias="GAMMA_UI_MAX_UPDATE_BYTES",
         description="Largest Yjs update of a session's UI state, live and dormant alike (413); see \"UI documents\".")
     ui_max_document_bytes: int = Field(256 * 1024, ge=1024, le=1024 * 1024,
@@ -31,23 +29,16 @@ class LimitSettings(Area):
                     "export recurses through.")
     ui_max_items: int = Field(5000, ge=100, validation_alias="GAMMA_UI_MAX_ITEMS",
         description="JSON values in a UI document's snapshot (422).")
-    # --- streams (docs/architecture.md "Limits on hostile input"): SSE fan-out, transcript paging, internal metrics ports.
-    # Open event streams per user and proxy process (429 past it); entries queued for one SSE client
-    # before it counts as too slow and is closed (it resumes with Last-Event-ID).
     sse_max_streams_per_user: int = Field(16, ge=1, validation_alias="GAMMA_SSE_MAX_STREAMS_PER_USER",
         description="Open event streams per user and proxy process (429 past it).")
     sse_queue_size: int = Field(1000, ge=1, validation_alias="GAMMA_SSE_QUEUE_SIZE",
         description="Events queued for one SSE client before it is closed as too slow (it resumes with "
                     "`Last-Event-ID`).")
-    # GET /transcript pages: at most this many entries, and no more bytes than this (at least one entry).
     transcript_page_max: int = Field(500, ge=1, validation_alias="GAMMA_TRANSCRIPT_PAGE_MAX",
         description="`GET /transcript` page cap in entries; `limit` above it is a 400.")
     transcript_page_bytes: int = Field(1024 * 1024, ge=1024, validation_alias="GAMMA_TRANSCRIPT_PAGE_BYTES",
         description="`GET /transcript` page cap in bytes (at least one entry).")
-    # --- quotas and stream growth (docs/architecture.md "Limits on hostile input")
-    # Sessions one user may own (a deleted session no longer counts).
     max_sessions_per_user: int = Field(1000, ge=1, validation_alias="GAMMA_MAX_SESSIONS_PER_USER",
         description="Sessions one user may own (403 past it; a deleted session no longer counts).")
-    # Session creations per user per minute (fixed one-minute windows); 429 with Retry-After above it.
     session_creates_per_minute: int = Field(60, ge=1, validation_alias="GAMMA_SESSION_CREATES_PER_MINUTE",
         description="Session creations per user per minute (fixed one-minute windows; 429 with Retry-After past it).")

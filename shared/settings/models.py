@@ -21,8 +21,6 @@ class ModelServerSettings(Area):
         description="Any OpenAI-compatible server; unset: OpenAI.")
     model: str = Field("gpt-5-mini", validation_alias=AliasChoices("GAMMA_MODEL"),
         description="The model of new sessions (the request's `model` wins).")
-    # --- model APIs (README "Models"): Responses or Chat Completions, output cap, retries of 429/5xx.
-    # Unset: `responses` for OpenAI itself (no OPENAI_BASE_URL, or api.openai.com), `chat` otherwise.
     model_api: Literal["responses", "chat"] | None = Field(None, validation_alias="GAMMA_MODEL_API",
         description="The model API of new sessions (`responses` or `chat`); unset: `responses` for OpenAI itself (no "
                     "`OPENAI_BASE_URL`, or api.openai.com), `chat` otherwise. A session keeps the one it was created "
@@ -53,7 +51,7 @@ class ModelServerSettings(Area):
         description="Where the runtime and compaction get their model client (`shared/model.py`): `module:function` "
                     "of a ModelFactory; empty: the OpenAI client. `make run`, the tests and compose name "
                     "`scripted.factory:model_factory` (README \"Models\").")
-    # --- trusted transport (docs/architecture.md "Trust boundaries"): the role the harness's injections
+    # Trusted transport (docs/architecture.md "Trust boundaries"): the role the harness's injections
     # and anchors are sent with. `developer`: a channel user text cannot imitate; `user`: for servers or
     # models that reject the developer role (reserved tags in user text and tool output are neutralised
     # either way). Unset: `developer` for OpenAI itself and every Responses session, `user` for Chat
@@ -61,13 +59,10 @@ class ModelServerSettings(Area):
     trusted_role: Literal["developer", "user"] | None = Field(None, validation_alias="GAMMA_TRUSTED_ROLE",
         description="The role the harness's injections and anchors are sent with (`developer` or `user`; see "
                     "\"Security\": trusted transport).")
-    # Models (comma-separated fnmatch patterns, e.g. `llama-*,qwen*`) sent user-role whatever the above says.
     trusted_role_user_models: str = Field("", max_length=4096, validation_alias="GAMMA_TRUSTED_ROLE_USER_MODELS",
         description="Comma-separated `fnmatch` patterns of model names whose sessions use the `user` role whatever "
                     "`GAMMA_TRUSTED_ROLE` says (models or servers that reject `developer`).")
 
-    # --- model prices for the UI state's cost records (shared/pricing.py): JSON, model ->
-    # {input, cachedInput, output} in USD per million tokens, merged over the built-in table.
     model_prices: str = Field("", validation_alias="GAMMA_MODEL_PRICES",
         description="JSON `{model: {input, cachedInput, output}}` in USD per million tokens, merged over "
                     "`shared/pricing.py`'s table; prices the UI state's cost records (one per model, from the "

@@ -11,9 +11,6 @@ from shared.settings.area import Area
 class NotificationSettings(Area):
     """Notifications and connectors: which types wake a session, connector registration and reach."""
 
-    # --- notification urgency (services/notifications/policy.py): the notification types that wake a
-    # dormant session (comma- or space-separated); none by default, so a notification waits for the
-    # user's next wake. An unknown type fails at start, not silently at the first notification.
     urgent_notification_types: str = Field("", validation_alias="GAMMA_URGENT_NOTIFICATION_TYPES",
         description="Notification types that wake a dormant session (comma-separated, e.g. `approval.resolved`); an "
                     "unknown type fails at start; the others wait for the user's next wake.")

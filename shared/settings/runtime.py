@@ -21,16 +21,11 @@ class RuntimeSettings(Area):
     runtime_wakes_at_once: int = Field(8, ge=1, le=256, validation_alias="GAMMA_RUNTIME_WAKES_AT_ONCE",
         description="Wakes a runtime worker reads and handles at once (`services/runtime/app.py`): a wake mostly "
                     "waits (lease, disk fence, restore), so one at a time queued a burst.")
-    # --- dormant sessions in Redis (docs/integration.md "Dormant sessions in Redis") ---
-    # How long a dormant session's events stream (SSE replay) and drained inbox stay in Redis; after
-    # it only the session row, its fence, and the user's index (plus digest/notification state) remain.
     dormant_retention_s: float = Field(300.0, ge=0.0, le=7 * 24 * 3600, validation_alias="GAMMA_DORMANT_RETENTION_S",
         description="How long a dormant session's events stream and drained inbox stay in Redis (the SSE replay "
                     "window; afterwards a resuming client gets an SSE `reset` and reloads GET /transcript).")
-    # How often each runtime worker sweeps the dormant sessions whose retention ended.
     dormant_sweep_interval_s: float = Field(10.0, gt=0, le=3600, validation_alias="GAMMA_DORMANT_SWEEP_INTERVAL_S",
         description="How often each runtime worker sweeps the dormant sessions whose retention ended (seconds).")
-    # --- streaming at scale: the runtime's coalescing of streamed text deltas.
     # Streamed text deltas of a session queued within this window go out as one event (one XADD),
     # and the runtime sends the windows of all its sessions in one pipeline per window (sender.py);
     # 0: one event per delta (each its own XADD, pipelined with whatever else is queued). 30 ms at
@@ -54,19 +49,12 @@ class RuntimeSettings(Area):
         description="A runtime worker's budget of streamed-text events (XADDs) per second that sets its window "
                     "between the two above (the full window from 135 streaming sessions, kept while they end); 0 = "
                     "always `GAMMA_DELTA_COALESCE_MS`.")
-    # --- causal order of live writes (docs/architecture.md "Causal order"; shared/causal.py): a prompt waits at most this
-    # long for the artifact updates of the writes acknowledged before it; 0 turns the wait off.
     causal_wait_ms: int = Field(2000, ge=0, le=60_000, validation_alias="GAMMA_CAUSAL_WAIT_MS",
         description="How long a prompt waits for the `artifact_update`s of the writes acknowledged before it (causal "
                     "order, docs/architecture.md); past it, it goes on after a dirty marker; `0` turns the wait off.")
-    # The skills the runtime loads and the sandbox mounts (services/runtime/paths.py); unset: <repo>/skills.
     skills_dir: Path | None = Field(None, validation_alias="GAMMA_SKILLS_DIR",
         description="The skills the runtime loads and the sandbox mounts (`services/runtime/paths.py`); unset: the "
                     "repository's `skills/`.")
-    # --- scoped knowledge, skill rules, dynamic tools (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools") ---
-    # Knowledge hints at each prompt: at most this many notes, each with a BM25 score (name + scope
-    # against the prompt) of at least this; a note body longer than this many characters is returned
-    # by read_workspace_rule as a workspace file instead of inline.
     knowledge_top_k: int = Field(5, ge=0, le=50, validation_alias="GAMMA_KNOWLEDGE_TOP_K",
         description="Knowledge hints at a prompt: at most this many notes.")
     knowledge_min_score: float = Field(0.1, ge=0, le=100, validation_alias="GAMMA_KNOWLEDGE_MIN_SCORE",
@@ -75,7 +63,6 @@ class RuntimeSettings(Area):
     knowledge_inline_chars: int = Field(16_000, ge=256, le=1_000_000, validation_alias="GAMMA_KNOWLEDGE_INLINE_CHARS",
         description="A note body longer than this is returned by `read_workspace_rule` as the workspace file "
                     "`knowledge/{id}.md`.")
-    # Tool namespaces with an active subset (services/runtime/tool_policy.py); off: every tool, always.
     dynamic_tools: bool = Field(False, validation_alias="GAMMA_DYNAMIC_TOOLS",
         description="Tool namespaces with an active subset instead of the stable tool set (see \"Workspace knowledge, "
                     "skill rules, dynamic tools\").")

@@ -24,17 +24,14 @@ class ServerSettings(Area):
         description="The compaction service's health/metrics port.")
     connectors_port: int = Field(8005, validation_alias="GAMMA_CONNECTOR_PORT",
         description="The example connector's health port (`services/connectors/example`).")
-    # /metrics of the public services (proxy, notifications) is served only on these internal ports.
     proxy_metrics_port: int = Field(8100, validation_alias="GAMMA_PROXY_METRICS_PORT",
         description="The proxy's internal port: `/metrics`, `/docs` (not on the public port).")
     notifications_metrics_port: int = Field(8101, validation_alias="GAMMA_NOTIFICATIONS_METRICS_PORT",
         description="The notifications service's internal port: `/metrics`, `/docs` (not on the public port).")
-    # `make run`: runtime worker processes (they share the sessions by lease); 0 = one per CPU core.
     # One worker's event loop is the bottleneck of a saturated stack (bench-e2e, docs/architecture.md "Streaming at scale").
     runtime_workers: int = Field(0, ge=0, le=64, validation_alias="GAMMA_RUNTIME_WORKERS",
         description="Runtime worker processes `make run` starts; the second listens on `GAMMA_RUNTIME_PORT` + 10, the"
                     " third + 20, ... (compose: `deploy.replicas` of `runtime`, 2).")
-    # Request line plus header fields, in bytes and fields, per request, on every service port (431).
     max_header_bytes: int = Field(64 * 1024, ge=4096, validation_alias="GAMMA_MAX_HEADER_BYTES",
         description="Request line plus header fields, in bytes, on every service port (431, connection closed).")
     max_headers: int = Field(100, ge=10, validation_alias="GAMMA_MAX_HEADERS",
@@ -44,11 +41,8 @@ class ServerSettings(Area):
         description="With tracing on: continue the trace a client's `traceparent` names at the public services "
         "(a gateway that starts traces). Off, their trace headers are dropped and each request starts a trace "
         "sampled by our own sampler: a client cannot force sampling or choose trace ids.")
-    # Log where an inbox entry's and a file write's time goes (bench/e2e.py --trace).
     trace_inbox: bool = Field(False, validation_alias="GAMMA_TRACE_INBOX",
         description="Log where an inbox entry's, a file write's and a live PUT's time goes (`bench/e2e.py --trace`).")
-    # shared/gcpolicy.py: every this many seconds the surviving young objects are frozen (out of the
-    # gen-2 collections' scan; 0: off), and every GAMMA_GC_FULL_S the heap is unfrozen and collected once.
     gc_freeze_s: float = Field(5.0, ge=0, validation_alias="GAMMA_GC_FREEZE_S",
         description="Every this many seconds the surviving young objects are frozen, out of the gen-2 collections' "
                     "scan (`shared/gcpolicy.py`); 0: off.")

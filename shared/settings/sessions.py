@@ -14,10 +14,6 @@ class SessionSettings(Area):
         description="How long the proxy waits for the runtime's answer to a forwarded write (seconds).")
     sse_heartbeat_s: float = Field(15.0, validation_alias="GAMMA_SSE_HEARTBEAT_S",
         description="Seconds between SSE heartbeats.")
-    # --- session lifecycle (proxy): Idempotency-Key, delete, titles, export (docs/architecture.md
-    # "Session lifecycle"). A key's stored response is replayed for this long; a user keeps at most
-    # this many keys (the oldest go first); a request in flight holds its key at most this long (a
-    # proxy that died mid-request frees it then); a response bigger than this is not stored.
     idempotency_ttl_s: int = Field(24 * 3600, ge=60, le=7 * 24 * 3600, validation_alias="GAMMA_IDEMPOTENCY_TTL_S",
         description="`Idempotency-Key`: how long a stored response is replayed (seconds; docs/architecture.md "
                     "\"Session lifecycle\").")
@@ -29,13 +25,10 @@ class SessionSettings(Area):
     idempotency_max_response_bytes: int = Field(256 * 1024, ge=1024, le=16 * 1024 * 1024,
                                                 validation_alias="GAMMA_IDEMPOTENCY_MAX_RESPONSE_BYTES",
         description="`Idempotency-Key`: a response bigger than this is not stored.")
-    # A deleted session's id is remembered this long (later writes and notifications: 410).
     deleted_retention_s: int = Field(30 * 24 * 3600, ge=60, validation_alias="GAMMA_DELETED_RETENTION_S",
         description="How long a deleted session's id is remembered (later writes and notifications: 404/410; "
                     "seconds).")
-    # How often each proxy resumes deletes a dead proxy left half done.
     delete_sweep_interval_s: float = Field(30.0, gt=0, le=3600, validation_alias="GAMMA_DELETE_SWEEP_INTERVAL_S",
         description="How often each proxy resumes deletes a killed proxy left half done (seconds).")
-    # GET /sessions/{id}/export refuses (413) a session whose files add up to more than this.
     export_max_bytes: int = Field(512 * 1024 * 1024, ge=1024, validation_alias="GAMMA_EXPORT_MAX_BYTES",
         description="`GET /sessions/{id}/export` refuses (413) a session whose files add up to more.")

@@ -16,7 +16,6 @@ class StorageSettings(Area):
         description="Session disk root (`sessions/{sid}/...`).")
     max_file_bytes: int = Field(1024 * 1024, validation_alias="GAMMA_MAX_FILE_BYTES",
         description="Largest file one write may put (413).")
-    # Per-session workspace quota (tool writes, bash, HTTP PUT): bytes and regular files.
     workspace_max_bytes: int = Field(100 * 1024 * 1024, validation_alias="GAMMA_WORKSPACE_MAX_BYTES",
         description="Per-session workspace quota in bytes of regular files; a tool write or `PUT` that would grow the"
                     " workspace past it gets 507 (nothing written); for `bash` also the file-size rlimit.")
@@ -40,12 +39,8 @@ class StorageSettings(Area):
         description="A disk probe slower than this counts the disk as failing (seconds).")
     disk_min_free_bytes: int = Field(1024 * 1024, ge=0, validation_alias="GAMMA_DISK_MIN_FREE_BYTES",
         description="Free bytes under which the session disk counts as full (no new lease; `/readyz` degraded).")
-    # Content blobs (.blobs) older than this are orphans (their change was never published).
     blob_orphan_s: float = Field(3600.0, gt=0, validation_alias="GAMMA_BLOB_ORPHAN_S",
         description="Age after which an unclaimed content blob (its change never published) is removed (seconds).")
-    # --- workspace snapshots (shared/snapshots.py; docs/architecture.md "Snapshots, rewind and fork") ---
-    # Per session: records older than this, past this many bytes of stored contents, or past this many
-    # records are pruned (oldest first); rewinding to a point before the oldest kept one is a 409.
     snapshot_retention_s: float = Field(7 * 24 * 3600.0, gt=0, validation_alias="GAMMA_SNAPSHOT_RETENTION_S",
         description="Per session: workspace snapshots older than this are pruned (seconds); a rewind or fork to a "
                     "point before the oldest kept one is a 409 (docs/architecture.md \"Snapshots, rewind and fork\").")
