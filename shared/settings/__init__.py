@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import BaseModel, Field, TypeAdapter, model_validator
 
@@ -29,7 +29,7 @@ from shared.settings.server import ServerSettings
 from shared.settings.sessions import SessionSettings
 from shared.settings.storage import StorageSettings
 
-__all__ = ["AREAS", "LOCAL_TOKEN", "LOCAL_USER", "Area", "AuthSettings", "BusSettings", "CommandSettings",
+__all__ = ["AREAS", "LOCAL_TOKEN", "LOCAL_USER", "Area", "area_types", "AuthSettings", "BusSettings", "CommandSettings",
            "CompactionSettings", "ImageSettings", "LimitSettings", "ModelServerSettings", "NotificationSettings",
            "RuntimeSettings", "ServerSettings", "SessionSettings", "Settings", "StorageSettings", "from_defaults",
            "env_names", "env_setting", "load_settings"]
@@ -54,14 +54,15 @@ class Settings(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _per_area(cls, data: Any) -> Any:
-        return areas_of(data, AREAS) if isinstance(data, dict) else data
+        return areas_of(data, area_types(cls)) if isinstance(data, dict) else data
 
 
-def _area_types() -> dict[str, type[Area]]:
-    return {name: field.annotation for name, field in Settings.model_fields.items()}  # type: ignore[misc]
+def area_types(model: type[Settings]) -> dict[str, type[Area]]:
+    """A settings model's areas: field name -> area model."""
+    return {name: cast(type[Area], field.annotation) for name, field in model.model_fields.items()}
 
 
-AREAS: dict[str, type[Area]] = _area_types()
+AREAS = area_types(Settings)
 
 
 def env_names(field_name: str, area: type[Area]) -> tuple[str, ...]:
