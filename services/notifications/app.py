@@ -49,7 +49,7 @@ def intake(delivery: Delivery) -> Handler:
 
 def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None = None) -> FastAPI:
     settings = settings or load_settings()
-    if urgency is None:  # configured: GAMMA_URGENT_NOTIFICATION_TYPES (shared/settings.py)
+    if urgency is None:  # configured: GAMMA_URGENT_NOTIFICATION_TYPES (shared/settings/notifications.py)
         urgency = wake_for_types(*settings.notifications.urgent_types) if settings.notifications.urgent_types else never_wake
     ctx = make_context("notifications", settings)
     broker = make_broker(settings.bus.redis_url, ctx.registry, "notifications")
