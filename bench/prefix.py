@@ -346,7 +346,7 @@ async def run_api(run: Run, sessions: int, turns: int, concurrency: int,
             events = {f"bench{i:03d}": await h.model_requests(f"bench{i:03d}") for i in range(sessions)}
         finally:
             await h.stop()
-        role = h.settings.trusted_role_for(h.settings.model, h.settings.default_model_api)
+        role = h.settings.models.trusted_role_for(h.settings.models.model, h.settings.models.default_model_api)
         return events, time.perf_counter() - started, role
 
 

@@ -34,7 +34,7 @@ def service_from_cmdline(cmdline: bytes) -> str | None:
 
 
 def port_of(service: str, settings: Settings) -> int:
-    return int(getattr(settings, f"{service}_port"))
+    return int(getattr(settings.server, f"{service}_port"))
 
 
 def probe(url: str, timeout: float = 2.0) -> bool:

@@ -26,7 +26,7 @@ SPEC = FACTORY
 
 
 def model_factory(settings: Settings, role: ModelRole) -> AsyncOpenAI:
-    if settings.openai_api_key:
+    if settings.models.openai_api_key:
         return openai_client(settings, REAL_RETRIES[role])
     knobs = ScriptedSettings()
     if role == "summarizer":

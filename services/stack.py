@@ -99,23 +99,23 @@ def start_embedded_redis(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def runtime_count(settings: Settings) -> int:
-    return settings.runtime_workers or os.cpu_count() or 1
+    return settings.server.runtime_workers or os.cpu_count() or 1
 
 
 def model_factory_env(settings: Settings) -> dict[str, str]:
     """Every service's model factory: the scripted model's unless one is named (it hands out the real
     client itself when OPENAI_API_KEY is set)."""
-    return {} if settings.model_factory else {"GAMMA_MODEL_FACTORY": SCRIPTED_FACTORY}
+    return {} if settings.models.model_factory else {"GAMMA_MODEL_FACTORY": SCRIPTED_FACTORY}
 
 
 def model_server_env(settings: Settings, scripted: ScriptedSettings) -> dict[str, str]:
     """The runtime's environment for the scripted model server (GAMMA_SCRIPTED_SERVER_PORT, and no real
     key): reached as any provider. Only the runtime: the compaction service keeps its own scripted
     summarizer."""
-    if not scripted.server_port or settings.openai_api_key:
+    if not scripted.server_port or settings.models.openai_api_key:
         return {}
     return {"OPENAI_BASE_URL": f"http://127.0.0.1:{scripted.server_port}/v1",
-            "OPENAI_API_KEY": "scripted-server", "GAMMA_MODEL_API": settings.model_api or "responses"}
+            "OPENAI_API_KEY": "scripted-server", "GAMMA_MODEL_API": settings.models.model_api or "responses"}
 
 
 def service_envs(settings: Settings, scripted: ScriptedSettings) -> list[tuple[str, dict[str, str]]]:
@@ -129,7 +129,7 @@ def service_envs(settings: Settings, scripted: ScriptedSettings) -> list[tuple[s
             out.append((name, factory))
             continue
         for i in range(runtime_count(settings)):
-            out.append((name, {**model, **({} if i == 0 else {"GAMMA_RUNTIME_PORT": str(settings.runtime_port + 10 * i),
+            out.append((name, {**model, **({} if i == 0 else {"GAMMA_RUNTIME_PORT": str(settings.server.runtime_port + 10 * i),
                                                               "GAMMA_INSTANCE": f"runtime{i + 1}"})}))
     out += [(name, {}) for name in CONNECTORS]
     return out
@@ -175,7 +175,7 @@ def stop_all(children: list[subprocess.Popen[bytes]], redis_proc: subprocess.Pop
 def main() -> None:
     settings = load_settings()
     scripted = ScriptedSettings()
-    data_dir = Path(settings.data_dir).resolve()
+    data_dir = Path(settings.storage.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, GAMMA_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
     children: list[subprocess.Popen[bytes]] = []
@@ -191,7 +191,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        if not redis_answers(settings.redis_url):
+        if not redis_answers(settings.bus.redis_url):
             redis_proc, url = start_embedded_redis(data_dir)
             env["REDIS_URL"] = url
             print(f"started embedded Redis at {url}", flush=True)
@@ -203,15 +203,15 @@ def main() -> None:
             children.append(subprocess.Popen([sys.executable, "-m", f"services.{name}"], env={**env, **extra},
                                              preexec_fn=CHILD_SETUP))
         deadline = time.time() + 90
-        while not stopping and not ready(settings.proxy_port):
+        while not stopping and not ready(settings.server.proxy_port):
             if time.time() > deadline or any(c.poll() is not None for c in children):
                 print("the stack did not become ready", file=sys.stderr, flush=True)
                 stopping = failed = True
                 break
             time.sleep(0.2)
         if not stopping:
-            token_hint = "" if settings.api_tokens else f"  (token: {LOCAL_TOKEN})"
-            print(f"Gamma harness ready: http://127.0.0.1:{settings.proxy_port}/{token_hint}", flush=True)
+            token_hint = "" if settings.auth.api_tokens else f"  (token: {LOCAL_TOKEN})"
+            print(f"Gamma harness ready: http://127.0.0.1:{settings.server.proxy_port}/{token_hint}", flush=True)
         while not stopping:
             if any(c.poll() is not None for c in children):
                 print("a service exited; stopping the stack", file=sys.stderr, flush=True)

@@ -30,8 +30,8 @@ class ModelConfigError(RuntimeError):
 
 def model_client(settings: Settings, role: ModelRole) -> AsyncOpenAI:
     """The client for `role`: GAMMA_MODEL_FACTORY's when set, else the OpenAI client."""
-    if settings.model_factory:
-        return load_factory(settings.model_factory)(settings, role)
+    if settings.models.model_factory:
+        return load_factory(settings.models.model_factory)(settings, role)
     return openai_client(settings, RETRIES[role])
 
 
@@ -44,19 +44,19 @@ def load_factory(spec: str) -> ModelFactory:
 
 
 def openai_client(settings: Settings, max_retries: int = 2) -> AsyncOpenAI:
-    if not settings.openai_api_key:
+    if not settings.models.openai_api_key:
         raise ModelConfigError("no OPENAI_API_KEY (offline, start the stack through `make run`, which wires "
                                "the scripted model; README \"Models\")")
-    return AsyncOpenAI(api_key=settings.openai_api_key, base_url=settings.openai_base_url,
+    return AsyncOpenAI(api_key=settings.models.openai_api_key, base_url=settings.models.openai_base_url,
                        max_retries=max_retries, http_client=_http_client(settings))
 
 
 def _http_client(settings: Settings) -> httpx.AsyncClient:
     """One connection per streaming call: a worker's live sessions stream at once (the SDK's default
     keeps 100 alive, so the 101st stream onwards reconnected every call)."""
-    limits = httpx.Limits(max_connections=settings.model_max_connections,
-                          max_keepalive_connections=settings.model_max_connections)
-    if settings.model_http == "aiohttp":
+    limits = httpx.Limits(max_connections=settings.models.model_max_connections,
+                          max_keepalive_connections=settings.models.model_max_connections)
+    if settings.models.model_http == "aiohttp":
         return DefaultAioHttpClient(limits=limits)
     return DefaultAsyncHttpxClient(limits=limits)
 
@@ -66,4 +66,4 @@ def reads_merged(settings: Settings) -> bool:
     per read, as httpx's own transport does): the runtime's read gate needs it. An explicit setting,
     GAMMA_MODEL_HTTP=aiohttp, says so, never the client's internals (a factory's client with
     GAMMA_MODEL_HTTP=httpx is read ungated, chunk by chunk)."""
-    return settings.model_http == "aiohttp"
+    return settings.models.model_http == "aiohttp"

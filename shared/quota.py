@@ -30,9 +30,9 @@ class WorkspaceQuota:
 
     @classmethod
     def from_settings(cls, settings: Any) -> WorkspaceQuota:
-        return cls(int(settings.workspace_max_bytes), int(settings.workspace_max_files),
-                   int(settings.workspace_max_entries), int(settings.workspace_max_depth),
-                   float(settings.workspace_walk_budget_s))
+        return cls(int(settings.storage.workspace_max_bytes), int(settings.storage.workspace_max_files),
+                   int(settings.storage.workspace_max_entries), int(settings.storage.workspace_max_depth),
+                   float(settings.storage.workspace_walk_budget_s))
 
     @property
     def limits(self) -> WalkLimits:

@@ -86,7 +86,7 @@ class ServiceContext:
 
 
 def make_context(name: str, settings: Settings) -> ServiceContext:
-    client = connect(settings.redis_url)
+    client = connect(settings.bus.redis_url)
     ctx = ServiceContext(name=name, settings=settings, redis=client)
     configure_tracing(name)
     for_registry(ctx.registry)  # every Gamma metric family is exported from the first scrape on
@@ -96,9 +96,9 @@ def make_context(name: str, settings: Settings) -> ServiceContext:
 
 def watch_disk(ctx: ServiceContext) -> DiskHealth:
     """Probe the session disk while the service runs (shared/diskhealth.py)."""
-    ctx.disk = DiskHealth(ctx.settings.data_dir, ctx.name, ctx.registry, interval_s=ctx.settings.disk_probe_s,
-                          timeout_s=ctx.settings.disk_probe_timeout_s,
-                          min_free_bytes=ctx.settings.disk_min_free_bytes)
+    ctx.disk = DiskHealth(ctx.settings.storage.data_dir, ctx.name, ctx.registry, interval_s=ctx.settings.storage.disk_probe_s,
+                          timeout_s=ctx.settings.storage.disk_probe_timeout_s,
+                          min_free_bytes=ctx.settings.storage.disk_min_free_bytes)
     return ctx.disk
 
 
@@ -160,7 +160,7 @@ def add_health_routes(app: FastAPI, ctx: ServiceContext, *, require_all: bool = 
         return JSONResponse({"ready": True, **_details(ctx)})
 
     if internal_port is not None:
-        ctx.internal = InternalServer(internal_app(ctx, app), ctx.settings.host, internal_port)
+        ctx.internal = InternalServer(internal_app(ctx, app), ctx.settings.server.host, internal_port)
         return
 
     @app.get("/metrics", include_in_schema=False)
@@ -202,7 +202,7 @@ async def wait_for_redis(ctx: ServiceContext, log_every_s: float = 5.0) -> None:
         while not terminated:
             try:
                 await ctx.redis.ping()
-                redis_cluster.ensure_mode(ctx.redis, ctx.settings.redis_url)
+                redis_cluster.ensure_mode(ctx.redis, ctx.settings.bus.redis_url)
                 return
             except (OSError, aioredis.ConnectionError, aioredis.TimeoutError) as exc:
                 if waited - last_log >= log_every_s:
@@ -223,7 +223,7 @@ def service_lifespan(
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         log = structlog.get_logger()
-        install_io_executor(ctx.settings.io_threads)  # before anything goes to a thread
+        install_io_executor(ctx.settings.server.io_threads)  # before anything goes to a thread
         await wait_for_redis(ctx)
         ctx.spawn(heartbeat(ctx), "heartbeat")
         if ctx.disk is not None:
@@ -232,11 +232,11 @@ def service_lifespan(
         await start()
         # Every stream this service consumes is trimmed to what all its groups acknowledged.
         ctx.spawn(trim_loop(ctx.redis, lambda: {stream for stream, _ in ensured_groups(ctx.redis)},
-                            ctx.settings.stream_trim_interval_s), "stream-trim")
+                            ctx.settings.bus.stream_trim_interval_s), "stream-trim")
         if ctx.internal is not None:
             await ctx.internal.start()
         settle_heap()
-        ctx.spawn(heap_freezer(ctx.settings.gc_freeze_s, ctx.settings.gc_full_s), "heap-freezer")
+        ctx.spawn(heap_freezer(ctx.settings.server.gc_freeze_s, ctx.settings.server.gc_full_s), "heap-freezer")
         ctx.ready = True
         with contextlib.suppress(Exception):  # the first heartbeat now, not a loop tick later
             await ctx.redis.set(keys.health(ctx.name), str(int(time.time() * 1000)), px=HEARTBEAT_TTL_MS)
@@ -269,8 +269,8 @@ def serve(app: FastAPI, host: str, port: int, settings: Settings | None = None, 
     `public` (proxy, notifications): clients' trace headers are dropped unless trusted (shared/tracing.py)."""
     cancel_safe.install()  # before any loop starts: no background loop survives its cancel
     limits = settings or load_settings()
-    served = edge_app(app, limits.trace_client_context) if public else app
+    served = edge_app(app, limits.server.trace_client_context) if public else app
     # log_config=None: uvicorn's loggers propagate to the root handler (JSON lines, service bound).
     # http: httptools with a cap on the request head (431), see shared/httplimits.py.
     uvicorn.run(served, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=20,
-                log_config=None, http=bounded_http_protocol(limits.max_header_bytes, limits.max_headers))
+                log_config=None, http=bounded_http_protocol(limits.server.max_header_bytes, limits.server.max_headers))

@@ -40,8 +40,8 @@ class SnapshotLimits:
 
     @classmethod
     def of(cls, settings: Any) -> SnapshotLimits:
-        return cls(settings.snapshot_retention_s, settings.snapshot_max_bytes, settings.snapshot_max_records,
-                   max(settings.workspace_max_files * 2, 1000) + 1000)
+        return cls(settings.storage.snapshot_retention_s, settings.storage.snapshot_max_bytes, settings.storage.snapshot_max_records,
+                   max(settings.storage.workspace_max_files * 2, 1000) + 1000)
 
 
 class Record(BaseModel):

@@ -39,8 +39,8 @@ class UiLimits(BaseModel):
 
     @classmethod
     def of(cls, settings: Settings) -> UiLimits:
-        return cls(max_update_bytes=settings.ui_max_update_bytes, max_document_bytes=settings.ui_max_document_bytes,
-                   max_items=settings.ui_max_items)
+        return cls(max_update_bytes=settings.limits.ui_max_update_bytes, max_document_bytes=settings.limits.ui_max_document_bytes,
+                   max_items=settings.limits.ui_max_items)
 
 
 def check_update_size(update: bytes, limits: UiLimits) -> None:

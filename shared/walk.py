@@ -57,8 +57,8 @@ class WalkLimits:
 
     @classmethod
     def from_settings(cls, settings: Any) -> WalkLimits:
-        return cls(int(settings.workspace_max_entries), int(settings.workspace_max_depth),
-                   float(settings.workspace_walk_budget_s))
+        return cls(int(settings.storage.workspace_max_entries), int(settings.storage.workspace_max_depth),
+                   float(settings.storage.workspace_walk_budget_s))
 
 
 @dataclass(frozen=True)

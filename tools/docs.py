@@ -9,7 +9,7 @@
   names, plain XADD), and `gamma:deadletter`.
 - `openapi.json` (the proxy) and `openapi-notifications.json`: FastAPI's own documents; then the
   TypeScript client's types from `openapi.json` (tools/client_types.py).
-- the README's "Configuration" table, from shared/settings.py's Settings (tools/settings_table.py).
+- the README's "Configuration" tables, one per area of shared/settings/ (tools/settings_table.py).
 
 Output is deterministic, so a test can regenerate and compare with the committed files.
 """
@@ -29,12 +29,11 @@ from faststream import FastStream
 from faststream.redis import RedisBroker, StreamSub
 from faststream.specification import AsyncAPI
 from pydantic import BaseModel, TypeAdapter
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from shared import keys, topology
 from shared.bus import subscriptions_of
 from shared.contracts import connectors, deadletter, events, inbox, lifecycle
-from shared.settings import Settings
+from shared.settings import Settings, from_defaults
 from shared.topology import EXTERNAL, INBOX_MEMBERS, INBOX_PRODUCERS, PUBLICATIONS, SERVICES
 from tools import client_types, settings_table
 
@@ -60,21 +59,10 @@ class Recorded:
     model: Any
 
 
-class _Defaults(Settings):
-    """Settings from the defaults and the arguments only, never the environment."""
-
-    @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource,
-                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
-
-
 def default_settings() -> Settings:
     """Settings from the defaults only: the documents must not depend on who runs `make docs`. The apps
     are built, never run: a placeholder key gives them a model client that is never called."""
-    return _Defaults(OPENAI_API_KEY="unused-by-docs")
+    return from_defaults(OPENAI_API_KEY="unused-by-docs")
 
 
 def service_subscriptions(settings: Settings | None = None) -> list[Recorded]:

@@ -18,17 +18,17 @@ from .summarizer import Summarizer
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("compaction", settings)
-    broker = make_broker(settings.redis_url, ctx.registry, "compaction")
+    broker = make_broker(settings.bus.redis_url, ctx.registry, "compaction")
     consumer = consumer_name("compaction")
     client = model_client(settings, "summarizer")
     handler = CompactionHandler(
-        redis=ctx.redis, data_dir=settings.data_dir, summarizer=Summarizer(client, settings.model, settings.default_model_api),
-        consumer=consumer, hold_interval_s=max(0.2, settings.claim_idle_ms / 3000),
-        lock_ms=max(10_000, 4 * settings.claim_idle_ms), metrics=Metrics(ctx.registry),
+        redis=ctx.redis, data_dir=settings.storage.data_dir, summarizer=Summarizer(client, settings.models.model, settings.models.default_model_api),
+        consumer=consumer, hold_interval_s=max(0.2, settings.bus.claim_idle_ms / 3000),
+        lock_ms=max(10_000, 4 * settings.bus.claim_idle_ms), metrics=Metrics(ctx.registry),
     )
 
     subs = subscribe_service(broker, ctx.redis, "compaction", {keys.COMPACTION_REQUESTS: handler},
-                             claim_idle_ms=settings.claim_idle_ms, max_deliveries=settings.max_deliveries)
+                             claim_idle_ms=settings.bus.claim_idle_ms, max_deliveries=settings.bus.max_deliveries)
 
     async def start() -> None:
         await start_subscriptions(ctx.redis, broker, subs)

@@ -10,7 +10,7 @@ from .app import create_app
 def main() -> None:
     configure_logging("digest")
     settings = load_settings()
-    serve(create_app(settings), settings.host, settings.digest_port)
+    serve(create_app(settings), settings.server.host, settings.server.digest_port)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("digest", settings)
     watch_disk(ctx)  # /readyz and the gauges report the session disk (shared/diskhealth.py)
-    broker = make_broker(settings.redis_url, ctx.registry, "digest")
-    builder = DigestBuilder(ctx.redis, settings.data_dir, debounce_ms=settings.digest_debounce_ms,
-                            metrics=Metrics(ctx.registry), blob_orphan_s=settings.blob_orphan_s)
+    broker = make_broker(settings.bus.redis_url, ctx.registry, "digest")
+    builder = DigestBuilder(ctx.redis, settings.storage.data_dir, debounce_ms=settings.bus.digest_debounce_ms,
+                            metrics=Metrics(ctx.registry), blob_orphan_s=settings.storage.blob_orphan_s)
     flusher = Flusher(builder)  # causal order: a waiting prompt's changes go out now (shared/causal.py)
 
     async def on_change(change: ArtifactChange) -> None:
@@ -49,14 +49,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         keys.DIGEST_FLUSH: on_flush,
     }
     # Sessions concurrently, each in order: per-session state is guarded by the session's Redis lock.
-    subs = subscribe_service(broker, ctx.redis, "digest", handlers, claim_idle_ms=settings.claim_idle_ms,
-                             max_deliveries=settings.max_deliveries, order_key=by_session)
+    subs = subscribe_service(broker, ctx.redis, "digest", handlers, claim_idle_ms=settings.bus.claim_idle_ms,
+                             max_deliveries=settings.bus.max_deliveries, order_key=by_session)
 
     async def start() -> None:
         await start_subscriptions(ctx.redis, broker, subs)
         ctx.spawn(builder.run_due(), "digest-due")
         # A dead subscriber or a handler that never returns must not leave a 200 /readyz (fault suite).
-        ctx.watchdog = StallWatchdog(ctx.redis, stall_s=settings.consumer_stall_s)
+        ctx.watchdog = StallWatchdog(ctx.redis, stall_s=settings.bus.consumer_stall_s)
         ctx.spawn(ctx.watchdog.run(), "stall-watchdog")
 
     async def stop() -> None:

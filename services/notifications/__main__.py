@@ -10,7 +10,7 @@ from .app import create_app
 def main() -> None:
     configure_logging("notifications")
     settings = load_settings()
-    serve(create_app(settings), settings.host, settings.notifications_port, settings, public=True)
+    serve(create_app(settings), settings.server.host, settings.server.notifications_port, settings, public=True)
 
 
 if __name__ == "__main__":

@@ -49,10 +49,10 @@ def intake(delivery: Delivery) -> Handler:
 
 def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None = None) -> FastAPI:
     settings = settings or load_settings()
-    if urgency is None:  # configured: GAMMA_URGENT_NOTIFICATION_TYPES (shared/settings.py)
-        urgency = wake_for_types(*settings.urgent_types) if settings.urgent_types else never_wake
+    if urgency is None:  # configured: GAMMA_URGENT_NOTIFICATION_TYPES (shared/settings/notifications.py)
+        urgency = wake_for_types(*settings.notifications.urgent_types) if settings.notifications.urgent_types else never_wake
     ctx = make_context("notifications", settings)
-    broker = make_broker(settings.redis_url, ctx.registry, "notifications")
+    broker = make_broker(settings.bus.redis_url, ctx.registry, "notifications")
 
     async def send_wake(sid: str, notification: ExternalNotification) -> None:
         await publish(broker, keys.WAKE, Wake(session_id=sid, reason="notification"))
@@ -73,8 +73,8 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None =
     # One lane per session (shared/bus_subscriber.py): a SessionLive waits up to 2 s for the digest to
     # settle before its Barrier (delivery.py), and handled one after another 200 wakes queued there,
     # holding every woken prompt (bench-e2e: waking prompt -> answer p50 2.4 s, wake -> live 56 ms).
-    subs = subscribe_service(broker, ctx.redis, "notifications", handlers, claim_idle_ms=settings.claim_idle_ms,
-                             max_deliveries=settings.max_deliveries, order_key=by_session)
+    subs = subscribe_service(broker, ctx.redis, "notifications", handlers, claim_idle_ms=settings.bus.claim_idle_ms,
+                             max_deliveries=settings.bus.max_deliveries, order_key=by_session)
 
     async def start() -> None:
         await migrate_legacy_keys(ctx.redis)  # before any intake reads or writes a notification key
@@ -85,15 +85,15 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None =
         await jwks_client.aclose()
 
     jwks_client = httpx.AsyncClient(follow_redirects=False)
-    verifier = build_verifier(settings.oidc(), jwks_client)
+    verifier = build_verifier(settings.auth.oidc(), jwks_client)
     app = FastAPI(title="gamma-notifications", lifespan=service_lifespan(ctx, start, stop), docs_url=None, redoc_url=None,
                   telemetry=app_telemetry())
     app.state.broker = broker  # its subscriptions: subscriptions_of(app.state.broker) (tools/docs.py)
-    add_health_routes(app, ctx, require_all=True, internal_port=settings.notifications_metrics_port)
+    add_health_routes(app, ctx, require_all=True, internal_port=settings.server.notifications_metrics_port)
     install_redis_error_handlers(app)
-    app.include_router(make_router(delivery, settings.service_token, settings.max_body_bytes, verifier))
-    app.include_router(make_connector_router(ctx.redis, delivery, settings.service_token, settings.max_connectors,
+    app.include_router(make_router(delivery, settings.auth.service_token, settings.limits.max_body_bytes, verifier))
+    app.include_router(make_connector_router(ctx.redis, delivery, settings.auth.service_token, settings.notifications.max_connectors,
                                              verifier, ConnectorMetrics(ctx.registry)))
-    app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,
-                       max_number_digits=settings.max_json_number_digits)
+    app.add_middleware(JsonBodyGuard, max_depth=settings.limits.max_json_depth, max_bytes=settings.limits.max_body_bytes,
+                       max_number_digits=settings.limits.max_json_number_digits)
     return app

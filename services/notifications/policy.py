@@ -1,7 +1,7 @@
 """Urgency policy: may a notification start a runtime for a dormant session?
 
 The default is no (a notification must not cost a runtime on its own): it waits for the next user wake. The types
-named in `GAMMA_URGENT_NOTIFICATION_TYPES` (shared/settings.py) are urgent: for those the service publishes a
+named in `GAMMA_URGENT_NOTIFICATION_TYPES` (shared/settings/notifications.py) are urgent: for those the service publishes a
 `Wake{reason: "notification"}` when the session is dormant.
 """
 

@@ -10,7 +10,7 @@ from .app import create_app
 def main() -> None:
     configure_logging("proxy")
     settings = load_settings()
-    serve(create_app(settings), settings.host, settings.proxy_port, settings, public=True)
+    serve(create_app(settings), settings.server.host, settings.server.proxy_port, settings, public=True)
 
 
 if __name__ == "__main__":

@@ -37,15 +37,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("proxy", settings)
     watch_disk(ctx)  # /readyz and the gauges report the session disk (shared/diskhealth.py)
-    broker = make_broker(settings.redis_url, ctx.registry, "proxy")
+    broker = make_broker(settings.bus.redis_url, ctx.registry, "proxy")
 
     # Blocking commands (the forwarded writes' BLPOP, the SSE fan-out's XREAD BLOCK) on a client of
     # their own whose read timeout outlasts the longest block (shared/reconnect.py).
-    blocking = connect_blocking(settings.redis_url, max(settings.reply_timeout_s, settings.sse_heartbeat_s))
-    fanout = EventFanout(blocking, ctx.redis, block_ms=int(settings.sse_heartbeat_s * 1000),
-                         queue_size=settings.sse_queue_size, heartbeat_s=settings.sse_heartbeat_s)
+    blocking = connect_blocking(settings.bus.redis_url, max(settings.sessions.reply_timeout_s, settings.sessions.sse_heartbeat_s))
+    fanout = EventFanout(blocking, ctx.redis, block_ms=int(settings.sessions.sse_heartbeat_s * 1000),
+                         queue_size=settings.limits.sse_queue_size, heartbeat_s=settings.sessions.sse_heartbeat_s)
     jwks_client = httpx.AsyncClient(follow_redirects=False)
-    verifier = build_verifier(settings.oidc(), jwks_client)
+    verifier = build_verifier(settings.auth.oidc(), jwks_client)
 
     async def start() -> None:
         # Publish-only (Wake, ArtifactChange): connect, no subscribers to start.
@@ -68,10 +68,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None, redoc_url=None,  # on the internal port (shared/internal_http.py)
         telemetry=app_telemetry(),  # the request span (shared/tracing.py)
     )
-    app.state.proxy = Proxy(settings=settings, redis=ctx.redis, broker=broker, tokens=settings.tokens(),
+    app.state.proxy = Proxy(settings=settings, redis=ctx.redis, broker=broker, tokens=settings.auth.tokens(),
                             verifier=verifier,
                             metrics=ProxyMetrics.create(ctx.registry), blocking=blocking, fanout=fanout)
-    add_health_routes(app, ctx, require_all=True, internal_port=settings.proxy_metrics_port)
+    add_health_routes(app, ctx, require_all=True, internal_port=settings.server.proxy_metrics_port)
     install_error_handlers(app)
     install_redis_error_handlers(app)
 
@@ -88,9 +88,9 @@ def _mount(app: FastAPI, settings: Settings) -> None:
     # Innermost: it sees the response the route answered (error handlers included), before the trim.
     app.add_middleware(IdempotencyRecorder)
     # Inside BodyLimit (added later = outer): file contents are opaque bytes, not JSON.
-    app.add_middleware(JsonBodyGuard, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes,
-                       max_number_digits=settings.max_json_number_digits, exempt=[WORKSPACE_FILES])
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(JsonBodyGuard, max_depth=settings.limits.max_json_depth, max_bytes=settings.limits.max_body_bytes,
+                       max_number_digits=settings.limits.max_json_number_digits, exempt=[WORKSPACE_FILES])
+    app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
     app.add_middleware(TrimAfterLargeResponses)
     for module in (sessions, runs, lifecycle, ui, workspace, images, documents, events, knowledge, branches):
         app.include_router(module.router)

@@ -50,10 +50,10 @@ def _refused(rel: str, exc: Exception, status: int) -> ApiError:
 
 async def check_attachments(settings: Settings, sid: str, paths: list[str]) -> Attachments:
     """The attachments as the prompt carries them, or an ApiError naming the first bad one."""
-    if len(paths) > settings.attachments_max:
-        raise ApiError(422, f"attachments: {len(paths)} files; at most {settings.attachments_max} per message")
-    root = session_paths(settings.data_dir, sid)
-    limits = settings.image_limits()
+    if len(paths) > settings.images.attachments_max:
+        raise ApiError(422, f"attachments: {len(paths)} files; at most {settings.images.attachments_max} per message")
+    root = session_paths(settings.storage.data_dir, sid)
+    limits = settings.images.image_limits()
     found: list[tuple[str, int, bytes]] = []
     for rel in paths:
         try:
@@ -66,8 +66,8 @@ async def check_attachments(settings: Settings, sid: str, paths: list[str]) -> A
             raise _refused(rel, ValueError(f"image is {size} bytes; the limit is {limits.max_source_bytes}"), 413)
         found.append((norm, size, head))
     total = sum(size for _, size, _ in found)
-    if total > settings.attachments_max_bytes:
-        raise ApiError(413, f"attachments: {total} bytes together; the limit is {settings.attachments_max_bytes}")
+    if total > settings.images.attachments_max_bytes:
+        raise ApiError(413, f"attachments: {total} bytes together; the limit is {settings.images.attachments_max_bytes}")
     prepared: list[tuple[str, PreparedImage]] = []
     files: list[AttachedFile] = []
     for norm, size, head in found:

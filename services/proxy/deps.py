@@ -30,12 +30,12 @@ class Proxy:
 
     async def forward(self, message: Forwardable) -> InboxReply:
         """A live write to the lease holder, answered once applied (504 after the reply timeout)."""
-        return await forward(self.redis, self.blocking, message, self.settings.reply_timeout_s, self.metrics)
+        return await forward(self.redis, self.blocking, message, self.settings.sessions.reply_timeout_s, self.metrics)
 
 
 def tracking(proxy: Proxy) -> aioredis.Redis | None:
     """The client that numbers acknowledged changes (shared/causal.py), or None with the wait off."""
-    return proxy.redis if proxy.settings.causal_wait_ms > 0 else None
+    return proxy.redis if proxy.settings.runtime.causal_wait_ms > 0 else None
 
 
 async def get_proxy(request: Request) -> Proxy:

@@ -60,7 +60,7 @@ ERASE_BUDGET_S = 600.0  # one erase's removal of a session directory (resumed by
 
 async def quiesce(proxy: Proxy, sid: str) -> bool:
     """True once no runtime holds the session (Stop through the inbox, then the lease's expiry)."""
-    deadline = time.monotonic() + proxy.settings.reply_timeout_s + 2 * proxy.settings.lease_ms / 1000
+    deadline = time.monotonic() + proxy.settings.sessions.reply_timeout_s + 2 * proxy.settings.runtime.lease_ms / 1000
     while await proxy.redis.exists(keys.lease(sid)):
         if time.monotonic() > deadline:
             return False
@@ -95,7 +95,7 @@ async def erase(proxy: Proxy, sid: str) -> None:
         if not await digest_lock.acquire():
             raise ApiError(503, "the session's digest is busy; retry the delete")
         try:
-            await asyncio.to_thread(_remove_disk, proxy.settings.data_dir, sid)
+            await asyncio.to_thread(_remove_disk, proxy.settings.storage.data_dir, sid)
             held = {keys.session_row(sid), *(f"gamma:{{{sid}}}:{suffix}" for suffix in LOCKS)}
             doomed = [k for k in await session_keys(redis, sid) if k not in held]
             for i in range(0, len(doomed), 500):  # one slot: a multi-key DEL is fine on a cluster
@@ -105,7 +105,7 @@ async def erase(proxy: Proxy, sid: str) -> None:
                     await redis.zrem(zset, *members)
             now = now_ms()
             await redis.zadd(keys.SESSIONS_DELETED, {sid: now})
-            await redis.zremrangebyscore(keys.SESSIONS_DELETED, "-inf", now - proxy.settings.deleted_retention_s * 1000)
+            await redis.zremrangebyscore(keys.SESSIONS_DELETED, "-inf", now - proxy.settings.sessions.deleted_retention_s * 1000)
             await redis.zremrangebyrank(keys.SESSIONS_DELETED, 0, -TOMBSTONES_MAX - 1)
             await redis.delete(keys.session_row(sid))
         finally:
@@ -172,4 +172,4 @@ async def sweep_forever(proxy: Proxy) -> None:
             raise
         except Exception:  # noqa: BLE001 - Redis away: the next pass
             log.exception("delete_sweep_failed")
-        await asyncio.sleep(proxy.settings.delete_sweep_interval_s)
+        await asyncio.sleep(proxy.settings.sessions.delete_sweep_interval_s)

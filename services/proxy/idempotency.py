@@ -167,12 +167,12 @@ async def idempotency(
     settings = proxy.settings
     fp = fingerprint(request.method, request.url.path, await request.body())
     claim = Claim(redis=proxy.redis, index=index_key(user), member=hashlib.sha256(key.encode()).hexdigest(), fp=fp,
-                  token=new_id("ik_"), ttl_ms=settings.idempotency_ttl_s * 1000,
-                  max_bytes=settings.idempotency_max_response_bytes)
+                  token=new_id("ik_"), ttl_ms=settings.sessions.idempotency_ttl_s * 1000,
+                  max_bytes=settings.sessions.idempotency_max_response_bytes)
     marker = Record(state="in_flight", fp=fp, token=claim.token).model_dump_json()
     found: Any = await proxy.redis.eval(  # type: ignore[misc]
-        _CLAIM, 2, claim.index, claim.record_key, now_ms(), claim.ttl_ms, settings.idempotency_lease_s * 1000,
-        settings.idempotency_max_keys, marker, claim.member)
+        _CLAIM, 2, claim.index, claim.record_key, now_ms(), claim.ttl_ms, settings.sessions.idempotency_lease_s * 1000,
+        settings.sessions.idempotency_max_keys, marker, claim.member)
     if found:
         record = Record.model_validate_json(found)
         if record.fp != fp:

@@ -72,7 +72,7 @@ async def write_mode(proxy: Proxy, state: SessionState) -> Mode:
     if status == "dormant":
         return "dormant"
     sid = state.row.id
-    deadline = time.monotonic() + proxy.settings.reply_timeout_s
+    deadline = time.monotonic() + proxy.settings.sessions.reply_timeout_s
     while time.monotonic() < deadline:
         await asyncio.sleep(0.1)
         current = await load_state(proxy.redis, sid)
@@ -123,11 +123,11 @@ async def apply_if_dormant(proxy: Proxy, state: SessionState, kind: str,
             if await gone(proxy.redis, state.row.id):  # deleted after the route read the row: write nothing
                 raise ApiError(404, f"session {state.row.id!r} not found")
             # A rewind a crash cut short comes first: a write after it must not be undone by its resumption.
-            await asyncio.to_thread(finish_pending_on_disk, session_paths(proxy.settings.data_dir, state.row.id),
+            await asyncio.to_thread(finish_pending_on_disk, session_paths(proxy.settings.storage.data_dir, state.row.id),
                                     SnapshotLimits.of(proxy.settings))
             value = await apply()
             if kind in SNAPSHOT_AFTER and not isinstance(value, Refused):
-                await asyncio.to_thread(snapshot_on_disk, session_paths(proxy.settings.data_dir, state.row.id),
+                await asyncio.to_thread(snapshot_on_disk, session_paths(proxy.settings.storage.data_dir, state.row.id),
                                         SnapshotLimits.of(proxy.settings), "upload")
     except BecameLive:
         return None

@@ -10,7 +10,7 @@ from .app import create_app
 def main() -> None:
     configure_logging("runtime")
     settings = load_settings()
-    serve(create_app(settings), settings.host, settings.runtime_port)
+    serve(create_app(settings), settings.server.host, settings.server.runtime_port)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ SHUTDOWN_S = 20.0
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("runtime", settings)
-    broker = make_broker(settings.redis_url, ctx.registry, "runtime")
+    broker = make_broker(settings.bus.redis_url, ctx.registry, "runtime")
     skills = load_skills(skills_dir(settings))  # every sandbox layer passes the directory to commands
     # Probe the sandbox layers now (logged; /readyz details; gamma_sandbox_layer): sessions reuse the choice.
     sandbox = select_sandbox(settings, sandbox_skills_dir())
@@ -48,8 +48,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # takes every wake it returns, so a large batch sent a whole burst to one worker (13/6/5 sessions
     # over three workers, bench-workers); the fair-share pause (share.py) still runs before each read.
     subscribe(broker, ctx.redis, stream=wake.stream, group=wake.group, consumer=consumer_name("runtime"),
-              model=wake.model, handler=worker.on_wake, claim_idle_ms=settings.claim_idle_ms,
-              batch_size=settings.runtime_wakes_at_once, order_key=by_session, pause=worker.wake_pause)
+              model=wake.model, handler=worker.on_wake, claim_idle_ms=settings.bus.claim_idle_ms,
+              batch_size=settings.runtime.runtime_wakes_at_once, order_key=by_session, pause=worker.wake_pause)
 
     async def start() -> None:
         await ensure_group(ctx.redis, wake.stream, wake.group)

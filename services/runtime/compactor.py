@@ -72,11 +72,11 @@ class Compactor:
         self.s = session
         self.model = model
         self.context_window = context_window
-        self.reserve_tokens = settings.reserve_tokens
-        self.keep_recent_tokens = settings.keep_recent_tokens
-        self.retry_calls = settings.compaction_retry_calls
-        self.retry_s = settings.compaction_retry_s
-        self.timeout_s = settings.compaction_timeout_s
+        self.reserve_tokens = settings.compaction.reserve_tokens
+        self.keep_recent_tokens = settings.compaction.keep_recent_tokens
+        self.retry_calls = settings.compaction.compaction_retry_calls
+        self.retry_s = settings.compaction.compaction_retry_s
+        self.timeout_s = settings.compaction.compaction_timeout_s
         self.clock: Callable[[], float] = time.monotonic
         self._in_flight: str | None = None
         self._in_flight_at = 0.0

@@ -16,7 +16,7 @@ REPO_SKILLS = Path(__file__).resolve().parents[2] / "skills"
 
 
 def skills_dir(settings: Settings | None = None) -> Path:
-    return (settings or load_settings()).skills_dir or REPO_SKILLS
+    return (settings or load_settings()).runtime.skills_dir or REPO_SKILLS
 
 
 def _reachable_by_others(path: Path) -> bool:

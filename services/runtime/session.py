@@ -125,7 +125,7 @@ class Session:
         self.stop_replies: list[str] = []  # Stop request ids, answered once the lease is released
         self.loop_task: asyncio.Task[None] | None = None
         self.background: set[asyncio.Task[None]] = set()
-        self._wire(model, context_window or deps.settings.context_window)
+        self._wire(model, context_window or deps.settings.compaction.context_window)
 
     def _wire(self, model: ModelSettings, context_window: int) -> None:
         deps = self.deps
@@ -138,7 +138,7 @@ class Session:
             contracts=self.contracts)
         self.subagents = self.tools.subagents  # stopped with the run (abort.py)
         reader = KnowledgeReader(deps.client, self.sid)
-        self.toolset = Toolset(self.tools, reader, deps.settings.knowledge_inline_chars)
+        self.toolset = Toolset(self.tools, reader, deps.settings.runtime.knowledge_inline_chars)
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix,
                                    gate=deps.read_gate)
         self.compactor = Compactor(self, deps.settings, model.model, context_window)
@@ -148,7 +148,7 @@ class Session:
                                     self.contracts.scope, self._steer, deps.registry)
         before, tools = self.compactor.before_model_call, self.toolset.tools
         self.connectors = ConnectorHub(self.sid, deps.client, self.transcript, self.ack, deps.registry)
-        if deps.settings.dynamic_tools:  # connectors are namespaces: offered only with dynamic tool loading
+        if deps.settings.runtime.dynamic_tools:  # connectors are namespaces: offered only with dynamic tool loading
             policy = ToolPolicy(self.toolset.tools, lambda: self.transcript.entries, before, self.connectors)
             before, tools = policy.before_model_call, policy.active_tools()
         config = LoopConfig(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
@@ -158,15 +158,15 @@ class Session:
         self.protocol = SessionProtocolController(
             self.agent, self.transcript, self.todo, deps.skills,
             lambda: self.todo.has_active_task and not stopped_by_user(self.transcript))
-        knowledge = PromptKnowledge(reader, self.transcript, self.protocol.pending, deps.settings.knowledge_top_k,
-                                    deps.settings.knowledge_min_score, deps.registry)
+        knowledge = PromptKnowledge(reader, self.transcript, self.protocol.pending, deps.settings.runtime.knowledge_top_k,
+                                    deps.settings.runtime.knowledge_min_score, deps.registry)
         self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.contracts,
                                  self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages,
                                  snapshot=self.snapshots.take)
         self._wire_checklists()
         self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self),
                                     after_write=self._snapshot_upload)
-        self.runs = RunSupervisor(self, deps.client, deps.settings.lease_ms, self.compactor)
+        self.runs = RunSupervisor(self, deps.client, deps.settings.runtime.lease_ms, self.compactor)
         handlers: dict[type, Handler] = {UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write,
                     DocumentEdit: self.writes.document_edit, CompactionReady: self.compactor.on_ready,
                     Compact: self.compactor.on_command, FileDelete: self.writes.file_delete,
@@ -176,8 +176,8 @@ class Session:
         handlers[Rewind] = self.rewinder.on_rewind
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
                                           deps.client, deps.request_close, knowledge, self.aborts,
-                                          trace=deps.settings.trace_inbox)
-        self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
+                                          trace=deps.settings.server.trace_inbox)
+        self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.runtime.causal_wait_ms)
         self.dispatcher.causal = self.causal
         config.get_steering = causal_steering(self.causal, config.get_steering, self.deliver_injection)
 
@@ -199,7 +199,7 @@ class Session:
         self.progress = ChecklistProgress(self.transcript, self.todo, self.skills, self.outbox)
         self.recorder.after_tool_result.append(self.progress.publish)
         self.protocol.extra_anchors.append(self.progress.anchor)
-        self.costs = CostProjection(lambda: self.transcript.entries, self, self.deps.settings.prices)
+        self.costs = CostProjection(lambda: self.transcript.entries, self, self.deps.settings.models.prices)
         self.recorder.after_run_end.append(self.costs.refresh_quietly)
 
     async def _emit(self, event: AgentEvent) -> None:

@@ -45,9 +45,9 @@ class SessionToolHost:
                  client: Any, background: set[asyncio.Task[None]], contracts: SkillContracts) -> None:
         self.sid = sid
         self.paths = paths
-        self.data_dir = settings.data_dir
-        self.max_file_bytes = settings.max_file_bytes
-        self.image_limits = settings.image_limits()
+        self.data_dir = settings.storage.data_dir
+        self.max_file_bytes = settings.storage.max_file_bytes
+        self.image_limits = settings.images.image_limits()
         self.workspace_quota = WorkspaceQuota.from_settings(settings)
         self.sandbox = sandbox  # probed once per process
         self.todo = todo
@@ -63,7 +63,7 @@ class SessionToolHost:
         # The server-owned projection: filled at the wake (refresh_viewable), then kept up to date by
         # every file change, so no walk of a workspace a command may have made huge runs per change.
         self.viewable_files: list[str] = []
-        self._max_depth = settings.workspace_max_depth
+        self._max_depth = settings.storage.workspace_max_depth
         self.document_reads = DocumentReads(lambda: transcript.entries)  # what a deck write must still find
         self.auditor: Auditor | None = None  # set by the session (completion audits)
 

@@ -79,11 +79,11 @@ class Worker:
         self.skills = skills
         self.static_prefix = static_prefix(skills)  # the same for every session: built once, not per wake
         # Every session's events: one owner of their order, one pipeline per coalescing window (sender.py).
-        self.sender = EventSender(client, settings.delta_coalesce_ms / 1000, sends_per_s=settings.delta_sends_per_s,
-                                  min_period_s=settings.delta_coalesce_min_ms / 1000)
+        self.sender = EventSender(client, settings.runtime.delta_coalesce_ms / 1000, sends_per_s=settings.runtime.delta_sends_per_s,
+                                  min_period_s=settings.runtime.delta_coalesce_min_ms / 1000)
         # Model streams read once per tick (sender.py) only where one read returns all that arrived (aiohttp).
-        self.read_gate = self.sender if settings.delta_coalesce_ms > 0 and reads_merged(settings) else None
-        self.images = ImageCollector(settings.images_gc_grace_s, registry)
+        self.read_gate = self.sender if settings.runtime.delta_coalesce_ms > 0 and reads_merged(settings) else None
+        self.images = ImageCollector(settings.images.images_gc_grace_s, registry)
         if registry is not None:
             metrics.track_active_leases(registry, lambda: len(self.sessions))
 
@@ -105,7 +105,7 @@ class Worker:
                 if wake.session_id in self.sessions:
                     return
                 lease, locked, row = await Lease.acquire_for_wake(self.client, wake.session_id, self.worker_id,
-                                                                  self.settings.lease_ms)
+                                                                  self.settings.runtime.lease_ms)
                 if lease is None:
                     log.info("wake_ignored_live_elsewhere_or_deleting", session_id=wake.session_id)
                     return
@@ -141,10 +141,10 @@ class Worker:
 
     async def _open(self, wake: Wake, lease: Lease, row: dict[str, str]) -> None:
         sid = wake.session_id
-        paths = session_paths(self.settings.data_dir, sid)
+        paths = session_paths(self.settings.storage.data_dir, sid)
         # Before anything is read: a holder that lost the session (paused past its lease) can no longer
         # write once this is stored, and whatever it wrote before is on disk now (diskfence.py).
-        disk = DiskFence(paths.fence, sid, lease.fence, lock_timeout_s=self.settings.lease_ms * 3 / 1000)
+        disk = DiskFence(paths.fence, sid, lease.fence, lock_timeout_s=self.settings.runtime.lease_ms * 3 / 1000)
         try:
             await disk.claim(until=lease.valid_until)  # a frozen writer holding the lock: wait, not past the lease
             await lease.check()  # the claim may have waited on a frozen writer: still ours?
@@ -162,17 +162,17 @@ class Worker:
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))
         outbox = Outbox(self.sender, sid, self.bus, fence=lease.check)
-        name, api = model.name or self.settings.model, model.api or self.settings.default_model_api
+        name, api = model.name or self.settings.models.model, model.api or self.settings.models.default_model_api
         session = Session(deps, paths, lease, outbox,
                           ModelSettings(model=name, reasoning_effort=model.reasoning_effort, api=api,
-                                        trusted_role=self.settings.trusted_role_for(name, api),
-                                        max_output_tokens=self.settings.max_output_tokens, cache_key=sid,
-                                        chat_cache_key=self.settings.openai_endpoint,
-                                        images=ImageSource(paths.root), image_detail=self.settings.image_detail,
-                                        max_retries=self.settings.model_max_retries,
-                                        retry_base_s=self.settings.model_retry_base_s,
-                                        retry_max_s=self.settings.model_retry_max_s),
-                          wake.wake_id, context_window=model.context_window or self.settings.context_window,
+                                        trusted_role=self.settings.models.trusted_role_for(name, api),
+                                        max_output_tokens=self.settings.models.max_output_tokens, cache_key=sid,
+                                        chat_cache_key=self.settings.models.openai_endpoint,
+                                        images=ImageSource(paths.root), image_detail=self.settings.images.image_detail,
+                                        max_retries=self.settings.models.model_max_retries,
+                                        retry_base_s=self.settings.models.model_retry_base_s,
+                                        retry_max_s=self.settings.models.model_retry_max_s),
+                          wake.wake_id, context_window=model.context_window or self.settings.compaction.context_window,
                           disk=disk)
         try:
             await session.restore()
@@ -230,7 +230,7 @@ class Worker:
 
     @property
     def _house_interval_s(self) -> float:
-        return max(self.settings.lease_ms / 3000, 0.2)
+        return max(self.settings.runtime.lease_ms / 3000, 0.2)
 
     @property
     def _live_worker_ms(self) -> int:
@@ -255,12 +255,12 @@ class Worker:
         sessions = list(self.sessions.values())
         for i in range(0, len(sessions), HOUSEKEEPING_CHUNK):
             await self._housekeep_chunk(sessions[i : i + HOUSEKEEPING_CHUNK])
-        if now_ms() - self._trimmed_at >= self.settings.stream_trim_interval_s * 1000:
+        if now_ms() - self._trimmed_at >= self.settings.bus.stream_trim_interval_s * 1000:
             self._trimmed_at = now_ms()
             # The inboxes are read (and acked) only here: trim them to what the runtime group acked.
             for i in range(0, len(sessions), HOUSEKEEPING_CHUNK):
                 await trim_all(self.client, [keys.inbox(s.sid) for s in sessions[i : i + HOUSEKEEPING_CHUNK]])
-        if now_ms() - self._swept_at >= self.settings.dormant_sweep_interval_s * 1000:
+        if now_ms() - self._swept_at >= self.settings.runtime.dormant_sweep_interval_s * 1000:
             self._swept_at = now_ms()
             swept = await dormancy.sweep_due(self.client)
             if swept.swept or swept.live:
@@ -275,10 +275,10 @@ class Worker:
                 await self._drop(session)
             elif session.stop_requested:
                 await self.close(session.sid, session.stop_requested)
-            elif session.idle_for() > self.settings.idle_s:
+            elif session.idle_for() > self.settings.runtime.idle_s:
                 await self.close(session.sid, "idle")
         live = [s.sid for s in sessions if not s.closed and not s.lease.lost]
-        for entry in await self.reader.claim_foreign(live, self.settings.claim_idle_ms) if live else []:
+        for entry in await self.reader.claim_foreign(live, self.settings.bus.claim_idle_ms) if live else []:
             holder = self.sessions.get(entry.session_id)
             if holder is not None and not holder.closed:
                 log.info("inbox_entry_reclaimed", session_id=entry.session_id, entry_id=entry.entry_id)
@@ -289,11 +289,11 @@ class Worker:
         Lease.acquire is atomic, so when several workers try, exactly one wins. Not past this worker's
         share: a dead worker's sessions spread over the survivors instead of all going to the first."""
         while not self._stopping:
-            await asyncio.sleep(max(self.settings.lease_ms / 1000, 1.0))
+            await asyncio.sleep(max(self.settings.runtime.lease_ms / 1000, 1.0))
             if self.disk is not None and not self.disk.ok:
                 continue  # orphans are resumed once the disk takes writes again
             try:
-                stale = await self.client.zrangebyscore(keys.RUNTIME_LIVE, "-inf", now_ms() - 2 * self.settings.lease_ms)
+                stale = await self.client.zrangebyscore(keys.RUNTIME_LIVE, "-inf", now_ms() - 2 * self.settings.runtime.lease_ms)
                 for raw in stale:
                     sid = text(raw) if isinstance(raw, bytes | str) else str(raw)
                     if sid in self.sessions or await self.client.exists(keys.lease(sid)):
@@ -353,7 +353,7 @@ class Worker:
                     if reason == "delete":  # the proxy erases it now (services/proxy/erase.py)
                         return
                     # After the retention window the events stream and the drained inbox go (shared/dormancy.py).
-                    await dormancy.schedule(self.client, sid, self.settings.dormant_retention_s)
+                    await dormancy.schedule(self.client, sid, self.settings.runtime.dormant_retention_s)
             except LeaseLost:
                 log.warning("lease_lost_at_close", session_id=sid)
                 await self._answer_stops(session, 409, {"error": "the session moved to another worker; suspend it again"})

@@ -129,7 +129,7 @@ class WriteHandlers:
         """The written content the proxy staged (410: it gave the request up and removed it)."""
         try:
             split_workspace_path(m.path, for_write=True)  # a name that can never be written: before any I/O
-            data = await asyncio.to_thread(read_blob, self.s.deps.settings.data_dir, self.s.sid, m.blob, m.sha256)
+            data = await asyncio.to_thread(read_blob, self.s.deps.settings.storage.data_dir, self.s.sid, m.blob, m.sha256)
             if data is not None:
                 check_size(data, self.s.max_file_bytes)
         except DiskError as exc:
@@ -163,7 +163,7 @@ class WriteHandlers:
         await self._answer(entry, m.request_id, 200, {"path": written.path, "size": written.size, "revision": revision,
                                                       "created": written.created})
         await self._written()
-        if self.s.deps.settings.trace_inbox:  # bench/e2e.py --trace: where a file write's time goes
+        if self.s.deps.settings.server.trace_inbox:  # bench/e2e.py --trace: where a file write's time goes
             t.append(time.time())
             steps = ("blob_ms", "guard_ms", "write_ms", "revision_ms", "answer_ms")
             log.info("file_write_timing", session_id=self.s.sid, entry_id=entry.entry_id,

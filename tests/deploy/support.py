@@ -5,10 +5,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from pydantic import AliasChoices
-
 from shared import topology
-from shared.settings import Settings
+from shared.settings import AREAS, env_names
 
 ROOT = Path(__file__).resolve().parents[2]
 GAMMA_SERVICES = set(topology.SERVICES)
@@ -16,14 +14,7 @@ GAMMA_SERVICES = set(topology.SERVICES)
 
 def setting_env_names() -> set[str]:
     """Every environment variable name Settings reads (its validation aliases)."""
-    names: set[str] = set()
-    for field in Settings.model_fields.values():
-        alias = field.validation_alias
-        if isinstance(alias, str):
-            names.add(alias)
-        elif isinstance(alias, AliasChoices):
-            names.update(c for c in alias.choices if isinstance(c, str))
-    return names
+    return {name for area in AREAS.values() for field in area.model_fields for name in env_names(field, area)}
 
 
 def entry_point_service(command: list[str]) -> str:

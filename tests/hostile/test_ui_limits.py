@@ -70,16 +70,16 @@ def check_caps(api: httpx.Client, stack: Stack, sid: str) -> None:
         ("depth", nested(30_000), 422, "nested"),
     ]
     for name, update, status, words in cases:
-        assert len(update) <= CAPS.ui_max_update_bytes or status == 413, name
+        assert len(update) <= CAPS.limits.ui_max_update_bytes or status == 413, name
         resp = ui.sync(api, sid, update)
         assert resp.status_code == status and words in resp.json()["error"], (name, resp.status_code, resp.text[:300])
     # Two updates each under the update cap whose merge is over the document cap: the second is refused.
-    half = ui.edit(ui.seeded(api, sid), lambda root: root["researchSources"].append({"blob": "a" * (CAPS.ui_max_document_bytes // 2)}))
+    half = ui.edit(ui.seeded(api, sid), lambda root: root["researchSources"].append({"blob": "a" * (CAPS.limits.ui_max_document_bytes // 2)}))
     first = ui.sync(api, sid, half)
     assert first.status_code == 200, first.text[:300]
     accepted = api.get(f"/sessions/{sid}/ui").json()["snapshot"]
     disk_accepted = ui.stored(stack, sid)
-    second = ui.sync(api, sid, ui.edit(ui.seeded(api, sid), lambda root: root["researchSources"].append({"blob": "b" * (CAPS.ui_max_document_bytes // 2)})))
+    second = ui.sync(api, sid, ui.edit(ui.seeded(api, sid), lambda root: root["researchSources"].append({"blob": "b" * (CAPS.limits.ui_max_document_bytes // 2)})))
     assert second.status_code == 413 and "GAMMA_UI_MAX_DOCUMENT_BYTES" in second.json()["error"], second.text[:300]
     assert api.get(f"/sessions/{sid}/ui").json()["snapshot"] == accepted and ui.stored(stack, sid) == disk_accepted
     # Undo the big source so the session is small again, then check nothing else ever changed.

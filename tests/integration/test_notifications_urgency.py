@@ -75,5 +75,5 @@ def test_an_urgent_type_wakes_a_dormant_session_and_a_normal_one_does_not(stack:
 def test_an_unknown_urgent_type_is_a_configuration_error() -> None:
     with pytest.raises(ValueError, match="unknown notification type"):
         Settings(urgent_notification_types="approval.resolved, nope.done")
-    assert Settings(urgent_notification_types="approval.resolved,import.completed").urgent_types == {
+    assert Settings(urgent_notification_types="approval.resolved,import.completed").notifications.urgent_types == {
         "approval.resolved", "import.completed"}

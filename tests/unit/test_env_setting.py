@@ -1,4 +1,4 @@
-"""`env_setting` (shared/settings.py): one Settings field read from the environment at call time, validated
+"""`env_setting` (shared/settings/): one Settings field read from the environment at call time, validated
 as Settings validates it, for the helpers that run without a Settings at hand (README "Configuration")."""
 
 from __future__ import annotations
@@ -7,19 +7,19 @@ import pydantic
 import pytest
 
 from shared import redis_cluster, topology
-from shared.settings import Settings, env_setting
+from shared.settings import BusSettings, Settings, env_setting
 
 
 def test_unset_or_empty_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GAMMA_REDIS_WAIT_MS", raising=False)
-    assert env_setting("redis_wait_ms") == Settings.model_fields["redis_wait_ms"].default == 250
+    assert env_setting("redis_wait_ms") == BusSettings.model_fields["redis_wait_ms"].default == 250
     monkeypatch.setenv("GAMMA_REDIS_WAIT_MS", " ")
     assert env_setting("redis_wait_ms") == 250
 
 
 def test_read_at_call_time_and_validated_like_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GAMMA_REDIS_WAIT_MS", "40")
-    assert redis_cluster.wait_ms() == 40 == Settings().redis_wait_ms
+    assert redis_cluster.wait_ms() == 40 == Settings().bus.redis_wait_ms
     monkeypatch.setenv("GAMMA_REDIS_WAIT_MS", "-1")  # Settings refuses it (ge=0): so does the helper
     with pytest.raises(pydantic.ValidationError):
         redis_cluster.wait_ms()

@@ -26,7 +26,7 @@ from shared.settings import Settings
 ])
 def test_default_model_api(base_url: str | None, setting: str | None, expected: str) -> None:
     s = Settings(OPENAI_BASE_URL=base_url, GAMMA_MODEL_API=setting)  # type: ignore[call-arg]
-    assert s.default_model_api == expected
+    assert s.models.default_model_api == expected
 
 
 def test_transcripts_written_before_issue_18_still_load() -> None:
@@ -78,5 +78,5 @@ def test_chat_sends_prompt_cache_key_only_to_openai() -> None:
     context = AgentContext("sys", [], [])
     for base, expected in ((None, True), ("https://api.openai.com/v1", True), ("http://localhost:8000/v1", False)):
         s = Settings(OPENAI_BASE_URL=base)  # type: ignore[call-arg]
-        body = ChatApi().body(context, ModelSettings(model="m", cache_key="sid1", chat_cache_key=s.openai_endpoint))
+        body = ChatApi().body(context, ModelSettings(model="m", cache_key="sid1", chat_cache_key=s.models.openai_endpoint))
         assert ("prompt_cache_key" in body) is expected

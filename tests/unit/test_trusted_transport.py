@@ -117,7 +117,7 @@ def test_bodies_validate_against_the_sdk_params(role: TrustedRole) -> None:
     ({"GAMMA_TRUSTED_ROLE_USER_MODELS": "llama-*"}, "gpt-5-mini", "chat", "developer"),
 ])
 def test_trusted_role_setting(env: dict[str, str], model: str, api: str, expected: str) -> None:
-    assert Settings(**env).trusted_role_for(model, api) == expected  # type: ignore[arg-type]
+    assert Settings(**env).models.trusted_role_for(model, api) == expected  # type: ignore[arg-type]
 
 
 def test_trusted_role_setting_refuses_other_roles() -> None:

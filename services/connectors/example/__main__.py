@@ -10,7 +10,7 @@ from .app import create_app
 def main() -> None:
     configure_logging("connector-brand")
     settings = load_settings()
-    serve(create_app(settings), settings.host, settings.connectors_port)
+    serve(create_app(settings), settings.server.host, settings.server.connectors_port)
 
 
 if __name__ == "__main__":

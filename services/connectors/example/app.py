@@ -62,12 +62,12 @@ class Notifications:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     registry = CollectorRegistry()
-    client = aioredis.Redis.from_url(settings.redis_url)
-    base = settings.notifications_url or f"http://127.0.0.1:{settings.notifications_port}"
-    notifications = Notifications(base, settings.service_token)
-    library = BrandLibrary(Path(settings.brand_dir) if settings.brand_dir else ASSETS)
-    consumer = settings.instance or f"{NAME}-1"  # stable: a restart finds its own pending calls
-    worker = CallWorker(client, NAME, library, notifications.answer, consumer, settings.claim_idle_ms, registry)
+    client = aioredis.Redis.from_url(settings.bus.redis_url)
+    base = settings.notifications.notifications_url or f"http://127.0.0.1:{settings.server.notifications_port}"
+    notifications = Notifications(base, settings.auth.service_token)
+    library = BrandLibrary(Path(settings.notifications.brand_dir) if settings.notifications.brand_dir else ASSETS)
+    consumer = settings.bus.instance or f"{NAME}-1"  # stable: a restart finds its own pending calls
+    worker = CallWorker(client, NAME, library, notifications.answer, consumer, settings.bus.claim_idle_ms, registry)
     state = {"ready": False}
 
     async def start() -> None:

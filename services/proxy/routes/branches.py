@@ -47,7 +47,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 async def rewind_session(proxy: Proxy, state: SessionState, entry_id: str,
                          reason: rw.RewindReason = "rewind") -> RewindResult:
     """Live or dormant, as the session is; ApiError for a refusal (also used by `edit_of`)."""
-    paths = session_paths(proxy.settings.data_dir, state.row.id)
+    paths = session_paths(proxy.settings.storage.data_dir, state.row.id)
     limits = SnapshotLimits.of(proxy.settings)
 
     async def dormant() -> dict[str, Any] | Refused:
@@ -77,7 +77,7 @@ def _edit_target(paths: SessionPaths, entry_id: str) -> str | None:
 async def edit_rewind(proxy: Proxy, state: SessionState, entry_id: str) -> SessionState:
     """`edit_of`: rewind to the edited user message's parent (reason "edit"); the caller then sends the
     new text there, which starts a new branch. Returns the session's state after the rewind."""
-    paths = session_paths(proxy.settings.data_dir, state.row.id)
+    paths = session_paths(proxy.settings.storage.data_dir, state.row.id)
     parent = await asyncio.to_thread(_edit_target, paths, entry_id)
     if parent is None:
         raise ApiError(422, f"edit_of: {entry_id!r} is not a user message of this session")
@@ -105,14 +105,14 @@ async def fork(body: ForkBody | None = Body(None), state: SessionState = Depends
     (default: the active leaf) and whose workspace, documents, todo and UI state are that entry's.
     The source is not changed. Of a live source, the leaf's state is its latest snapshot."""
     entry_id = body.entry_id if body else None
-    await check_create_rate(proxy.redis, user, proxy.settings.session_creates_per_minute)
+    await check_create_rate(proxy.redis, user, proxy.settings.limits.session_creates_per_minute)
     plan = await _plan(proxy, state, entry_id)
     try:
         row = await create_row(proxy.redis, user, state.row.variant, state.row.model,
-                               max_sessions=proxy.settings.max_sessions_per_user)
+                               max_sessions=proxy.settings.limits.max_sessions_per_user)
     except SessionQuotaExceeded as exc:
         raise ApiError(403, str(exc)) from exc
-    dst = session_paths(proxy.settings.data_dir, row.id)
+    dst = session_paths(proxy.settings.storage.data_dir, row.id)
     try:
         async with dormant_lock(proxy.redis, row.id):
             await asyncio.to_thread(forking.lay_out, plan, dst, SnapshotLimits.of(proxy.settings), default_snapshot())
@@ -128,7 +128,7 @@ async def fork(body: ForkBody | None = Body(None), state: SessionState = Depends
 
 
 async def _plan(proxy: Proxy, state: SessionState, entry_id: str | None) -> forking.ForkPlan:
-    src = session_paths(proxy.settings.data_dir, state.row.id)
+    src = session_paths(proxy.settings.storage.data_dir, state.row.id)
     limits = SnapshotLimits.of(proxy.settings)
     try:
         if await write_mode(proxy, state) == "dormant":

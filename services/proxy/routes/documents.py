@@ -65,7 +65,7 @@ def _deck_response(deck: StoredDeck | dict[str, Any], status: int = 200) -> JSON
 
 @router.get("/{sid}/documents/{doc}", response_model=StoredDeck, responses=ERRORS)
 async def get_document(doc: str, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> JSONResponse:
-    deck = await asyncio.to_thread(read_deck, session_paths(proxy.settings.data_dir, state.row.id), doc)
+    deck = await asyncio.to_thread(read_deck, session_paths(proxy.settings.storage.data_dir, state.row.id), doc)
     if deck is None:
         raise ApiError(404, f"no document {doc!r} in this session")
     return _deck_response(deck)
@@ -97,7 +97,7 @@ async def _edit(
     if_match: int | None, digest: str | None,
 ) -> JSONResponse:
     sid = state.row.id
-    paths = session_paths(proxy.settings.data_dir, sid)
+    paths = session_paths(proxy.settings.storage.data_dir, sid)
     paths.document(doc)  # refuse a bad id (400) before anything else
     applied = await apply_if_dormant(proxy, state, "document", lambda: asyncio.to_thread(
         write_model.edit_document, paths, doc, op, document, if_match))
@@ -130,7 +130,7 @@ async def delete_document(
 ) -> JSONResponse:
     """Remove a deck; the agent is told in its next `artifact_update`."""
     sid = state.row.id
-    paths = session_paths(proxy.settings.data_dir, sid)
+    paths = session_paths(proxy.settings.storage.data_dir, sid)
     paths.document(doc)  # refuse a bad id (400) before anything else
     expected, digest = parse_if_match(if_match), client_digest(x_gamma_digest)
     applied = await apply_if_dormant(proxy, state, "document_delete", lambda: asyncio.to_thread(

@@ -221,7 +221,7 @@ async def events(
     state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
 ) -> StreamingResponse:
     start = start_id(last_event_id, last_event_id_query)
-    user, cap = state.row.owner, proxy.settings.sse_max_streams_per_user
+    user, cap = state.row.owner, proxy.settings.limits.sse_max_streams_per_user
     if proxy.fanout.streams_of(user) >= cap:
         raise ApiError(429, f"too many open event streams: at most {cap} per user; close one first")
     return StreamingResponse(

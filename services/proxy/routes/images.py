@@ -48,7 +48,7 @@ def _read(path: os.PathLike[str]) -> bytes | None:
 })
 async def get_image(sha256: str = PathParam(pattern="^[0-9a-f]{64}$"), state: SessionState = Depends(owned_session),
                     proxy: Proxy = Depends(get_proxy)) -> Response:
-    root = session_paths(proxy.settings.data_dir, state.row.id).root
+    root = session_paths(proxy.settings.storage.data_dir, state.row.id).root
     data = await asyncio.to_thread(_read, image_file(root, sha256))
     mime = sniff(data[:12]) if data else None
     if data is None or mime is None:

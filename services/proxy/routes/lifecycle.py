@@ -64,11 +64,11 @@ async def export(state: SessionState = Depends(owned_session), proxy: Proxy = De
     `session.json` (the session as GET /sessions/{id} shows it). Symlinks and special files in the
     workspace are left out. `Content-Length` is set (the archive is built before it is sent)."""
     sid = state.row.id
-    paths = session_paths(proxy.settings.data_dir, sid)
+    paths = session_paths(proxy.settings.storage.data_dir, sid)
     meta = state.view().model_dump_json(indent=2).encode()
     try:
-        f = await asyncio.to_thread(build, paths.root, sid, meta, proxy.settings.export_max_bytes,
-                                    proxy.settings.data_dir / ".exports")
+        f = await asyncio.to_thread(build, paths.root, sid, meta, proxy.settings.sessions.export_max_bytes,
+                                    proxy.settings.storage.data_dir / ".exports")
     except ExportTooLarge as exc:
         raise ApiError(413, str(exc)) from exc
     except FileNotFoundError as exc:

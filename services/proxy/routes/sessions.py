@@ -67,16 +67,16 @@ async def create_session(
     body: CreateSession | None = Body(None), user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)
 ) -> SessionView:
     body = body or CreateSession()
-    await check_create_rate(proxy.redis, user, proxy.settings.session_creates_per_minute)
+    await check_create_rate(proxy.redis, user, proxy.settings.limits.session_creates_per_minute)
     try:
         model = body.model or ModelConfig()
         if model.api is None:  # fixed at creation: a session keeps its API when the setting changes
-            model = model.model_copy(update={"api": proxy.settings.default_model_api})
+            model = model.model_copy(update={"api": proxy.settings.models.default_model_api})
         row = await create_row(proxy.redis, user, body.variant, model,
-                               max_sessions=proxy.settings.max_sessions_per_user)
+                               max_sessions=proxy.settings.limits.max_sessions_per_user)
     except SessionQuotaExceeded as exc:
         raise ApiError(403, str(exc)) from exc
-    paths = session_paths(proxy.settings.data_dir, row.id)
+    paths = session_paths(proxy.settings.storage.data_dir, row.id)
 
     def lay_out() -> None:
         # A new session is dormant: its disk starts with an empty workspace and the default UI state.
@@ -134,7 +134,7 @@ async def post_message(
     status = state.status()
     # Causal order (shared/causal.py): the newest write acknowledged before this prompt whose digest is
     # still on its way; the runtime holds the prompt until it is delivered.
-    after = await causal.watermark(proxy.redis, sid) if proxy.settings.causal_wait_ms > 0 else None
+    after = await causal.watermark(proxy.redis, sid) if proxy.settings.runtime.causal_wait_ms > 0 else None
     prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy,
                         after_seq=after, expected_run_id=body.expected_run_id,
                         images=(attached.images or None) if attached else None,
@@ -201,14 +201,14 @@ async def transcript(
     GAMMA_TRANSCRIPT_PAGE_BYTES); follow `next_cursor` while `has_more`. By default the active branch
     (root to leaf); `tree=1`: the whole tree, each entry with its `parentId` (a leaf move, type `leaf`,
     has a `targetId` instead)."""
-    cap = proxy.settings.transcript_page_max
+    cap = proxy.settings.limits.transcript_page_max
     if limit is not None and limit > cap:
         raise ApiError(400, f"limit must be at most {cap}")
-    paths = session_paths(proxy.settings.data_dir, state.row.id)
+    paths = session_paths(proxy.settings.storage.data_dir, state.row.id)
     view = await asyncio.to_thread(tree_view, paths.transcript)
     try:
         page = await asyncio.to_thread(read_page, paths.transcript, int(cursor), limit or cap,
-                                       proxy.settings.transcript_page_bytes, None if tree else view.keep)
+                                       proxy.settings.limits.transcript_page_bytes, None if tree else view.keep)
     except BadTranscriptCursor as exc:
         raise ApiError(400, str(exc)) from exc
     body = Transcript(entries=page.entries, next_cursor=page.next_cursor, has_more=page.has_more,
@@ -220,7 +220,7 @@ async def transcript(
 async def preview(state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> Response:
     # The hot path of a dormant client: built and validated once as the contract model, serialized
     # once (returning the model would make FastAPI validate it a second time against response_model).
-    paths = session_paths(proxy.settings.data_dir, state.row.id)
+    paths = session_paths(proxy.settings.storage.data_dir, state.row.id)
 
     def build() -> str:  # in the I/O pool: three reads of the session disk
         return Preview(status=state.status(), transcript=display_entries(read_transcript(paths)), ui=read_ui(paths),

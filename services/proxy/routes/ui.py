@@ -52,7 +52,7 @@ async def get_ui(state: SessionState = Depends(owned_session), proxy: Proxy = De
     sid = state.row.id
     if state.status() == "live":
         return await _live(proxy, sid, encode_b64(EMPTY_UPDATE), None)
-    return _state(await asyncio.to_thread(read_ui, session_paths(proxy.settings.data_dir, sid)))
+    return _state(await asyncio.to_thread(read_ui, session_paths(proxy.settings.storage.data_dir, sid)))
 
 
 @router.post("/{sid}/ui/sync", response_model=UiState, responses={
@@ -73,7 +73,7 @@ async def sync_ui(body: UiSync, state: SessionState = Depends(owned_session), pr
     except UiRefused as exc:
         raise api_error(exc) from exc
     snapshot = validate_snapshot(body.snapshot, limits) if body.snapshot is not None else None
-    paths = session_paths(proxy.settings.data_dir, sid)
+    paths = session_paths(proxy.settings.storage.data_dir, sid)
     async def dormant() -> dict[str, Any] | write_model.Refused:
         # The read in the I/O pool: on a network disk it is milliseconds the loop must not wait.
         return await write_model.sync_stored_ui(paths, await asyncio.to_thread(read_ui, paths), update, snapshot, limits)

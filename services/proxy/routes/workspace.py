@@ -92,7 +92,7 @@ def write_target(request: Request, path: str, digest_header: str | None, state: 
     is read or the disk touched."""
     sid = state.row.id
     rel = "/".join(split_workspace_path(request_path(request, path), for_write=True))
-    return WriteTarget(sid, session_paths(proxy.settings.data_dir, sid).workspace, rel, client_digest(digest_header))
+    return WriteTarget(sid, session_paths(proxy.settings.storage.data_dir, sid).workspace, rel, client_digest(digest_header))
 
 
 async def _file_body(opened: workspace_fs.Opened) -> Response:
@@ -126,9 +126,9 @@ async def _file_body(opened: workspace_fs.Opened) -> Response:
 })
 async def read_file(request: Request, path: str, state: SessionState = Depends(owned_session),
                     proxy: Proxy = Depends(get_proxy)) -> Response:
-    workspace = session_paths(proxy.settings.data_dir, state.row.id).workspace
+    workspace = session_paths(proxy.settings.storage.data_dir, state.row.id).workspace
     path = request_path(request, path)
-    most = proxy.settings.workspace_max_entries
+    most = proxy.settings.storage.workspace_max_entries
     if path.strip("/") == "":  # the workspace root itself: a listing
         return JSONResponse({"path": "", "entries": await asyncio.to_thread(_root_listing, workspace, most)})
     opened = await asyncio.to_thread(workspace_fs.open_entry, workspace, path)
@@ -162,15 +162,15 @@ async def write_file(
     entered = time.time()
     sid, workspace, rel, digest = write_target(request, path, x_gamma_digest, state, proxy)
     data = await request.body()
-    check_size(data, proxy.settings.max_file_bytes)
-    data_dir = proxy.settings.data_dir
+    check_size(data, proxy.settings.storage.max_file_bytes)
+    data_dir = proxy.settings.storage.data_dir
     workspace_quota = WorkspaceQuota.from_settings(proxy.settings)
 
     async def dormant() -> tuple[write_model.FileWritten, int] | Refused:
         # Numbered and published under the dormant-write lock: two writes to one file are numbered and
         # reach the digest in the order they hit the disk (shared/revnum.py).
         written = await asyncio.to_thread(write_model.write_file, workspace, rel, data,
-                                          max_bytes=proxy.settings.max_file_bytes, quota=workspace_quota)
+                                          max_bytes=proxy.settings.storage.max_file_bytes, quota=workspace_quota)
         if isinstance(written, Refused):
             return written
         revision = await revnum.next_revision(proxy.redis, sid, file_ref(written.path))
@@ -200,7 +200,7 @@ async def write_file(
     replied = time.time()
     await file_changed(proxy.broker, sid, rel, blob, digest, revision if isinstance(revision, int) else None,
                        created=reply.body.get("created") is True, track=tracking(proxy))
-    if proxy.settings.trace_inbox:  # bench/e2e.py --trace: where a live PUT's time goes
+    if proxy.settings.server.trace_inbox:  # bench/e2e.py --trace: where a live PUT's time goes
         log.info("file_put_timing", session_id=sid, entered=round(entered, 4),
                  arrived=round(request.scope.get("gamma.arrived", entered), 4), body_ms=round((staging - entered) * 1000, 1),
                  stage_ms=round((staged - staging) * 1000, 1),

@@ -37,7 +37,7 @@ class ModelSettings:
     cache_key: str | None = None  # prompt_cache_key: the session id
     # Chat Completions sends prompt_cache_key only to OpenAI: other servers may refuse unknown fields.
     chat_cache_key: bool = False
-    # The role of the harness's own messages (engine/convert.py; Settings.trusted_role_for).
+    # The role of the harness's own messages (engine/convert.py; ModelServerSettings.trusted_role_for).
     trusted_role: TrustedRole = "developer"
     images: ImageUrls | None = None  # the session's stored images (engine/convert.py)
     image_detail: ImageDetail = "auto"

@@ -28,12 +28,12 @@ _chosen: dict[tuple[str, SandboxLimits], Sandbox] = {}
 
 
 def limits_from(settings: Settings) -> SandboxLimits:
-    return SandboxLimits(memory_bytes=settings.sandbox_memory_bytes, cpu_s=settings.sandbox_cpu_s,
-                         max_procs=settings.sandbox_max_procs, max_open_files=settings.sandbox_max_open_files,
-                         file_bytes=settings.workspace_max_bytes,
-                         workspace_files=settings.workspace_max_files, tmp_bytes=settings.sandbox_tmp_bytes,
-                         workspace_entries=settings.workspace_max_entries,
-                         workspace_depth=settings.workspace_max_depth, walk_budget_s=settings.workspace_walk_budget_s)
+    return SandboxLimits(memory_bytes=settings.commands.sandbox_memory_bytes, cpu_s=settings.commands.sandbox_cpu_s,
+                         max_procs=settings.commands.sandbox_max_procs, max_open_files=settings.commands.sandbox_max_open_files,
+                         file_bytes=settings.storage.workspace_max_bytes,
+                         workspace_files=settings.storage.workspace_max_files, tmp_bytes=settings.commands.sandbox_tmp_bytes,
+                         workspace_entries=settings.storage.workspace_max_entries,
+                         workspace_depth=settings.storage.workspace_max_depth, walk_budget_s=settings.storage.workspace_walk_budget_s)
 
 
 def _missing(layer: Layer) -> str | None:
@@ -75,7 +75,7 @@ def _run_sync(box: Sandbox, req):  # type: ignore[no-untyped-def]
 
 def select_sandbox(settings: Settings, skills_dir: Path) -> Sandbox:
     """The process's sandbox for these settings (probed once, then cached)."""
-    mode = (settings.sandbox or "auto").strip().lower()
+    mode = (settings.commands.sandbox or "auto").strip().lower()
     limits = limits_from(settings)
     cached = _chosen.get((mode, limits))
     if cached is not None:

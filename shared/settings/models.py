@@ -1,0 +1,101 @@
+"""Settings of the model server and the model APIs (README "Models"; docs/architecture.md "Trust boundaries")."""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Literal
+
+from pydantic import AliasChoices, Field, field_validator
+
+from shared.pricing import ModelPrice, parse_prices
+from shared.settings.area import Area
+
+
+class ModelServerSettings(Area):
+    """The model server, the model API of new sessions, retries, the trusted role and prices."""
+
+    openai_api_key: str | None = Field(None, validation_alias="OPENAI_API_KEY",
+        description="The model server's key; unset: no model unless `GAMMA_MODEL_FACTORY` names one (the launchers "
+                    "wire the scripted model's).")
+    openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL",
+        description="Any OpenAI-compatible server; unset: OpenAI.")
+    model: str = Field("gpt-5-mini", validation_alias=AliasChoices("GAMMA_MODEL"),
+        description="The model of new sessions (the request's `model` wins).")
+    model_api: Literal["responses", "chat"] | None = Field(None, validation_alias="GAMMA_MODEL_API",
+        description="The model API of new sessions (`responses` or `chat`); unset: `responses` for OpenAI itself (no "
+                    "`OPENAI_BASE_URL`, or api.openai.com), `chat` otherwise. A session keeps the one it was created "
+                    "with (`model.api` on `POST /sessions` overrides).")
+    max_output_tokens: int = Field(32_000, ge=16, le=1_000_000, validation_alias="GAMMA_MAX_OUTPUT_TOKENS",
+        description="`max_output_tokens` of Responses requests; a reply cut there is continued once, then an error.")
+    model_max_retries: int = Field(4, ge=0, le=20, validation_alias="GAMMA_MODEL_MAX_RETRIES",
+        description="Retries of a model call on 429, 5xx and dropped connections (Retry-After honoured, else "
+                    "exponential backoff); then an `error` event and the run ends.")
+    model_retry_base_s: float = Field(1.0, ge=0.0, le=60.0, validation_alias="GAMMA_MODEL_RETRY_BASE_S",
+        description="The backoff base of model call retries (seconds).")
+    model_retry_max_s: float = Field(60.0, ge=0.0, le=600.0, validation_alias="GAMMA_MODEL_RETRY_MAX_S",
+        description="The cap of one wait between model call retries (seconds).")
+    # The openai client's HTTP backend for a real endpoint (OPENAI_API_KEY set). `aiohttp` (the SDK's
+    # DefaultAioHttpClient): its C parser reads a token-per-chunk stream at ~60% of httpx/h11's CPU,
+    # and returns what a connection buffered in one read, which the runtime's read gate needs
+    # (engine/sse.py); with `httpx` the streams are read chunk by chunk, ungated (bench/stream_micro.py).
+    model_http: Literal["aiohttp", "httpx"] = Field("aiohttp", validation_alias="GAMMA_MODEL_HTTP",
+        description="The `openai` client's HTTP backend for a real endpoint: `aiohttp` "
+                    "(`openai.DefaultAioHttpClient`: ~40% less CPU per streamed token than httpx's own, and reads "
+                    "gated per tick) or `httpx`.")
+    model_max_connections: int = Field(4096, ge=1, le=100_000, validation_alias="GAMMA_MODEL_MAX_CONNECTIONS",
+        description="Connections (all kept alive) of a runtime worker's model client: one per streaming session.")
+    # Where the runtime and the compaction service get their model client (shared/model.py
+    # `model_client`): `module:function`, a ModelFactory; empty = the OpenAI client (OPENAI_API_KEY).
+    # The dev/test launchers (services/stack.py, tests/support/stack.py) name the scripted model's.
+    model_factory: str = Field("", max_length=200, pattern=r"^([\w.]+:\w+)?$", validation_alias="GAMMA_MODEL_FACTORY",
+        description="Where the runtime and compaction get their model client (`shared/model.py`): `module:function` "
+                    "of a ModelFactory; empty: the OpenAI client. `make run`, the tests and compose name "
+                    "`scripted.factory:model_factory` (README \"Models\").")
+    # Trusted transport (docs/architecture.md "Trust boundaries"): the role the harness's injections
+    # and anchors are sent with. `developer`: a channel user text cannot imitate; `user`: for servers or
+    # models that reject the developer role (reserved tags in user text and tool output are neutralised
+    # either way). Unset: `developer` for OpenAI itself and every Responses session, `user` for Chat
+    # Completions on another server (many chat templates know only system/user/assistant/tool).
+    trusted_role: Literal["developer", "user"] | None = Field(None, validation_alias="GAMMA_TRUSTED_ROLE",
+        description="The role the harness's injections and anchors are sent with (`developer` or `user`; see "
+                    "\"Security\": trusted transport).")
+    trusted_role_user_models: str = Field("", max_length=4096, validation_alias="GAMMA_TRUSTED_ROLE_USER_MODELS",
+        description="Comma-separated `fnmatch` patterns of model names whose sessions use the `user` role whatever "
+                    "`GAMMA_TRUSTED_ROLE` says (models or servers that reject `developer`).")
+
+    model_prices: str = Field("", validation_alias="GAMMA_MODEL_PRICES",
+        description="JSON `{model: {input, cachedInput, output}}` in USD per million tokens, merged over "
+                    "`shared/pricing.py`'s table; prices the UI state's cost records (one per model, from the "
+                    "transcript's recorded usage, rebuilt after each run and at a wake).")
+
+    @field_validator("model_prices")
+    @classmethod
+    def _prices(cls, value: str) -> str:
+        parse_prices(value)  # a malformed table fails at start
+        return value
+
+    @property
+    def prices(self) -> dict[str, ModelPrice]:
+        return parse_prices(self.model_prices)
+
+    @property
+    def openai_endpoint(self) -> bool:
+        """OpenAI itself (or a model factory's client that plays it, offline), not another compatible server."""
+        base = (self.openai_base_url or "").strip()
+        return not base or "://api.openai.com" in base
+
+    @property
+    def default_model_api(self) -> Literal["responses", "chat"]:
+        if self.model_api is not None:
+            return self.model_api
+        return "responses" if self.openai_endpoint else "chat"
+
+    def trusted_role_for(self, model: str, api: Literal["responses", "chat"]) -> Literal["developer", "user"]:
+        """The role of a session's trusted messages: a model listed for user-role transport first, then
+        GAMMA_TRUSTED_ROLE, then the API's default (see the field)."""
+        patterns = [p.strip() for p in self.trusted_role_user_models.split(",") if p.strip()]
+        if any(fnmatch.fnmatchcase(model, p) for p in patterns):
+            return "user"
+        if self.trusted_role is not None:
+            return self.trusted_role
+        return "developer" if api == "responses" or self.openai_endpoint else "user"

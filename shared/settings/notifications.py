@@ -1,0 +1,35 @@
+"""Settings of notifications and connectors (docs/architecture.md "Connectors")."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from shared.contracts.notifications import NOTIFICATION_TYPES
+from shared.settings.area import Area
+
+
+class NotificationSettings(Area):
+    """Notifications and connectors: which types wake a session, connector registration and reach."""
+
+    urgent_notification_types: str = Field("", validation_alias="GAMMA_URGENT_NOTIFICATION_TYPES",
+        description="Notification types that wake a dormant session (comma-separated, e.g. `approval.resolved`); an "
+                    "unknown type fails at start; the others wait for the user's next wake.")
+    max_connectors: int = Field(32, ge=1, le=1000, validation_alias="GAMMA_MAX_CONNECTORS",
+        description="Connectors registered at once (docs/architecture.md \"Connectors\"); 422 past it.")
+    notifications_url: str = Field("", validation_alias="GAMMA_NOTIFICATIONS_URL",
+        description="Where a connector reaches the notifications service (registration, results); empty: this host "
+                    "on `GAMMA_NOTIFICATIONS_PORT`.")
+    brand_dir: str = Field("", validation_alias="GAMMA_BRAND_DIR",
+        description="The example connector's asset directory; empty: the sample in its package.")
+
+    @field_validator("urgent_notification_types")
+    @classmethod
+    def _known_types(cls, value: str) -> str:
+        unknown = sorted(set(value.replace(",", " ").split()) - set(NOTIFICATION_TYPES))
+        if unknown:
+            raise ValueError(f"unknown notification type(s) {', '.join(unknown)}; known: {', '.join(NOTIFICATION_TYPES)}")
+        return value
+
+    @property
+    def urgent_types(self) -> frozenset[str]:
+        return frozenset(self.urgent_notification_types.replace(",", " ").split())

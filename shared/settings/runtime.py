@@ -1,0 +1,73 @@
+"""Settings of the runtime workers (docs/architecture.md "Streaming at scale", "Causal order")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from shared.settings.area import Area
+
+
+class RuntimeSettings(Area):
+    """The runtime workers: leases, dormancy, wakes, streamed deltas, causal order, skills and knowledge."""
+
+    idle_s: float = Field(300.0, validation_alias="GAMMA_IDLE_S",
+        description="Idle seconds before a live session goes dormant.")
+    lease_ms: int = Field(10_000, validation_alias="GAMMA_LEASE_MS",
+        description="Length of a session lease held by a runtime worker (ms).")
+    # Wakes a runtime worker reads and handles at once (services/runtime/app.py): a wake mostly waits
+    # (lease, disk fence fsync, restore, SessionLive), ~30-100 ms, so one at a time queued a burst.
+    runtime_wakes_at_once: int = Field(8, ge=1, le=256, validation_alias="GAMMA_RUNTIME_WAKES_AT_ONCE",
+        description="Wakes a runtime worker reads and handles at once (`services/runtime/app.py`): a wake mostly "
+                    "waits (lease, disk fence, restore), so one at a time queued a burst.")
+    dormant_retention_s: float = Field(300.0, ge=0.0, le=7 * 24 * 3600, validation_alias="GAMMA_DORMANT_RETENTION_S",
+        description="How long a dormant session's events stream and drained inbox stay in Redis (the SSE replay "
+                    "window; afterwards a resuming client gets an SSE `reset` and reloads GET /transcript).")
+    dormant_sweep_interval_s: float = Field(10.0, gt=0, le=3600, validation_alias="GAMMA_DORMANT_SWEEP_INTERVAL_S",
+        description="How often each runtime worker sweeps the dormant sessions whose retention ended (seconds).")
+    # Streamed text deltas of a session queued within this window go out as one event (one XADD),
+    # and the runtime sends the windows of all its sessions in one pipeline per window (sender.py);
+    # 0: one event per delta (each its own XADD, pipelined with whatever else is queued). 30 ms at
+    # 80 tokens/s: ~2.4 tokens per XADD, a token waits 15 ms on average (bench-stream).
+    delta_coalesce_ms: float = Field(30.0, ge=0, le=1000, validation_alias="GAMMA_DELTA_COALESCE_MS",
+        description="Streamed text deltas of a session within this window go out as one `message_update` event (one "
+                    "XADD) instead of one per token, and a runtime worker sends the windows of all its sessions in "
+                    "one pipeline per window; awaited events are never held by it; 0 = one event per delta. The same "
+                    "tick paces the reads of the model streams (each read waits for the tick, 2 ms ahead of it, and "
+                    "takes all that arrived), where the client returns all that arrived in one read "
+                    "(`GAMMA_MODEL_HTTP=aiohttp`).")
+    # The window adapts to the load (sender.py): with few streaming sessions a worker ticks every
+    # GAMMA_DELTA_COALESCE_MIN_MS, growing so that one event per streaming session per tick stays
+    # within GAMMA_DELTA_SENDS_PER_S, up to GAMMA_DELTA_COALESCE_MS (reached at 135 streaming
+    # sessions by default). GAMMA_DELTA_SENDS_PER_S=0: the window is always GAMMA_DELTA_COALESCE_MS.
+    delta_coalesce_min_ms: float = Field(10.0, ge=1, le=1000, validation_alias="GAMMA_DELTA_COALESCE_MIN_MS",
+        description="The window with few streaming sessions: a runtime worker ticks this often, and the window grows "
+                    "with the number of its streaming sessions (one event per session per tick within "
+                    "`GAMMA_DELTA_SENDS_PER_S`) up to `GAMMA_DELTA_COALESCE_MS`.")
+    delta_sends_per_s: float = Field(4500.0, ge=0, le=1_000_000, validation_alias="GAMMA_DELTA_SENDS_PER_S",
+        description="A runtime worker's budget of streamed-text events (XADDs) per second that sets its window "
+                    "between the two above (the full window from 135 streaming sessions, kept while they end); 0 = "
+                    "always `GAMMA_DELTA_COALESCE_MS`.")
+    causal_wait_ms: int = Field(2000, ge=0, le=60_000, validation_alias="GAMMA_CAUSAL_WAIT_MS",
+        description="How long a prompt waits for the `artifact_update`s of the writes acknowledged before it (causal "
+                    "order, docs/architecture.md); past it, it goes on after a dirty marker; `0` turns the wait off.")
+    skills_dir: Path | None = Field(None, validation_alias="GAMMA_SKILLS_DIR",
+        description="The skills the runtime loads and the sandbox mounts (`services/runtime/paths.py`); unset: the "
+                    "repository's `skills/`.")
+    knowledge_top_k: int = Field(5, ge=0, le=50, validation_alias="GAMMA_KNOWLEDGE_TOP_K",
+        description="Knowledge hints at a prompt: at most this many notes.")
+    knowledge_min_score: float = Field(0.1, ge=0, le=100, validation_alias="GAMMA_KNOWLEDGE_MIN_SCORE",
+        description="Knowledge hints at a prompt: each note's BM25 score (name + scope against the prompt) at least "
+                    "this.")
+    knowledge_inline_chars: int = Field(16_000, ge=256, le=1_000_000, validation_alias="GAMMA_KNOWLEDGE_INLINE_CHARS",
+        description="A note body longer than this is returned by `read_workspace_rule` as the workspace file "
+                    "`knowledge/{id}.md`.")
+    dynamic_tools: bool = Field(False, validation_alias="GAMMA_DYNAMIC_TOOLS",
+        description="Tool namespaces with an active subset instead of the stable tool set (see \"Workspace knowledge, "
+                    "skill rules, dynamic tools\").")
+
+    @field_validator("skills_dir", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: object) -> object:
+        return value or None

@@ -1,0 +1,55 @@
+"""Settings of each service process: ports, request heads, threads, heap policy, traces."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from shared.settings.area import Area
+
+
+class ServerSettings(Area):
+    """Each service process: where it listens, the request heads it takes, its threads, heap and traces."""
+
+    host: str = Field("127.0.0.1", validation_alias="GAMMA_HOST",
+        description="Bind address (`0.0.0.0` in containers).")
+    proxy_port: int = Field(8000, validation_alias="GAMMA_PROXY_PORT",
+        description="The proxy's public port.")
+    notifications_port: int = Field(8001, validation_alias="GAMMA_NOTIFICATIONS_PORT",
+        description="The notifications service's public port (notification producers).")
+    runtime_port: int = Field(8002, validation_alias="GAMMA_RUNTIME_PORT",
+        description="The runtime's health/metrics port (a further worker of `make run` on + 10, + 20, ...).")
+    digest_port: int = Field(8003, validation_alias="GAMMA_DIGEST_PORT",
+        description="The digest service's health/metrics port.")
+    compaction_port: int = Field(8004, validation_alias="GAMMA_COMPACTION_PORT",
+        description="The compaction service's health/metrics port.")
+    connectors_port: int = Field(8005, validation_alias="GAMMA_CONNECTOR_PORT",
+        description="The example connector's health port (`services/connectors/example`).")
+    proxy_metrics_port: int = Field(8100, validation_alias="GAMMA_PROXY_METRICS_PORT",
+        description="The proxy's internal port: `/metrics`, `/docs` (not on the public port).")
+    notifications_metrics_port: int = Field(8101, validation_alias="GAMMA_NOTIFICATIONS_METRICS_PORT",
+        description="The notifications service's internal port: `/metrics`, `/docs` (not on the public port).")
+    # One worker's event loop is the bottleneck of a saturated stack (bench-e2e, docs/architecture.md "Streaming at scale").
+    runtime_workers: int = Field(0, ge=0, le=64, validation_alias="GAMMA_RUNTIME_WORKERS",
+        description="Runtime worker processes `make run` starts; the second listens on `GAMMA_RUNTIME_PORT` + 10, the"
+                    " third + 20, ... (compose: `deploy.replicas` of `runtime`, 2).")
+    max_header_bytes: int = Field(64 * 1024, ge=4096, validation_alias="GAMMA_MAX_HEADER_BYTES",
+        description="Request line plus header fields, in bytes, on every service port (431, connection closed).")
+    max_headers: int = Field(100, ge=10, validation_alias="GAMMA_MAX_HEADERS",
+        description="Header fields per request on every service port (431, connection closed).")
+    trace_client_context: bool = Field(
+        False, validation_alias="GAMMA_TRACE_CLIENT_CONTEXT",
+        description="With tracing on: continue the trace a client's `traceparent` names at the public services "
+        "(a gateway that starts traces). Off, their trace headers are dropped and each request starts a trace "
+        "sampled by our own sampler: a client cannot force sampling or choose trace ids.")
+    trace_inbox: bool = Field(False, validation_alias="GAMMA_TRACE_INBOX",
+        description="Log where an inbox entry's, a file write's and a live PUT's time goes (`bench/e2e.py --trace`).")
+    gc_freeze_s: float = Field(5.0, ge=0, validation_alias="GAMMA_GC_FREEZE_S",
+        description="Every this many seconds the surviving young objects are frozen, out of the gen-2 collections' "
+                    "scan (`shared/gcpolicy.py`); 0: off.")
+    gc_full_s: float = Field(600.0, gt=0, validation_alias="GAMMA_GC_FULL_S",
+        description="Every this many seconds the heap is unfrozen and collected once (`shared/gcpolicy.py`).")
+    # Threads of each service's default executor (asyncio.to_thread): blocking disk I/O, mostly fsync
+    # waits, so far more than the cores (shared/iopool.py; Python's default is 6 on 2 cores).
+    io_threads: int = Field(64, ge=1, le=1024, validation_alias="GAMMA_IO_THREADS",
+        description="Threads of each service's default executor (`asyncio.to_thread`: fsyncs, blob and page reads; "
+                    "Python's own default is cpus + 4), `shared/iopool.py`.")
