@@ -1,4 +1,4 @@
-"""Removing a directory tree of a session workspace (`DELETE /workspace/files/{path}?recursive=1`,
+"""Removing a file or a directory tree of a session workspace (`DELETE /workspace/files/{path}?recursive=1`,
 live and dormant through shared/write_model.py), within the workspace's bounds (shared/walk.py).
 
 Beneath the workspace as every workspace write (shared/workspace_fs.py): the directory holding the
@@ -8,14 +8,58 @@ never follows a link and holds one directory fd at a time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.disk import Conflict
+from shared.disk import Conflict, NotFound, split_workspace_path
 from shared.walk import WalkLimits, remove_tree, walk_fd
-from shared.workspace_fs import entry_at
+from shared.workspace_fs import disk_errors, lstat_at, open_dir, workspace_root
+
+
+@dataclass(frozen=True)
+class EntryAt:
+    dir_fd: int  # the directory holding the entry, opened beneath the workspace
+    name: str
+    norm: str  # workspace-relative, NFC-normalised
+    st: os.stat_result  # the entry's own lstat (a link is never followed)
+
+
+@contextlib.contextmanager
+def entry_at(workspace: Path, rel: str) -> Iterator[EntryAt]:
+    """An existing workspace entry, for removing it: its directory held open beneath the workspace (a
+    missing entry or workspace is a 404, disk errors map as every write's do); the directory is
+    fsync'd once the body is done, so the removal is durable."""
+    parts = split_workspace_path(rel, for_write=True)
+    norm = "/".join(parts)
+    missing = f"no file {norm!r} in the session workspace"
+    with disk_errors(norm):
+        if not workspace.is_dir():
+            raise NotFound(missing)
+        with workspace_root(workspace) as root:
+            dir_fd = open_dir(root, parts[:-1])
+            try:
+                st = lstat_at(dir_fd, parts[-1])
+                if st is None:
+                    raise NotFound(missing)
+                yield EntryAt(dir_fd, parts[-1], norm, st)
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+
+def remove_entry(workspace: Path, rel: str) -> str:
+    """Remove one workspace file (or a link or other non-directory entry itself: a link is removed,
+    never followed to its target) beneath the workspace; returns its normalised path. A directory is
+    a 409, a missing entry a 404."""
+    with entry_at(workspace, rel) as at:
+        if stat.S_ISDIR(at.st.st_mode):
+            raise Conflict(f"{at.norm!r} is a directory; only files can be deleted")
+        os.unlink(at.name, dir_fd=at.dir_fd)
+    return at.norm
 
 
 @dataclass(frozen=True)

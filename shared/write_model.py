@@ -29,7 +29,7 @@ from shared.uimerge import merge_update
 from shared.uirules import UiLimits, UiRefused, validate_snapshot
 from shared.validation import validation_summary
 from shared.walk import WalkLimits
-from shared.workspace_tree import remove_tree_entry
+from shared.workspace_tree import remove_entry, remove_tree_entry
 
 DocOp = Literal["put", "patch"]
 
@@ -98,7 +98,7 @@ def remove_file(workspace: Path, path: str, *, tree: WalkLimits | None = None) -
     (shared/workspace_tree.py); `Removed.files` names the regular files that went."""
     try:
         if tree is None:
-            return Removed(path=workspace_fs.remove_entry(workspace, path))
+            return Removed(path=remove_entry(workspace, path))
         gone = remove_tree_entry(workspace, path, tree)
         return Removed(path=gone.path, files=tuple(gone.files))
     except DiskError as exc:
