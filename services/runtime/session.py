@@ -44,7 +44,7 @@ from shared.uirules import UiLimits, repair_snapshot
 from .abort import RunAborter, stopped_by_user
 from .ack import Acker
 from .audit import Auditor
-from .causal import CausalGate, causal_steering
+from .causal import CausalGate, causal_wait
 from .compactor import Compactor
 from .connectors import ConnectorHub
 from .costs import CostProjection
@@ -53,7 +53,7 @@ from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
 from .engine.sse import ReadGate
-from .engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
+from .engine.types import AgentContext, AgentEvent, RunHooks, StreamFn
 from .events import Outbox
 from .forms import deliver_answered_form
 from .knowledge import KnowledgeReader, PromptKnowledge
@@ -151,9 +151,10 @@ class Session:
         if deps.settings.dynamic_tools:  # connectors are namespaces: offered only with dynamic tool loading
             policy = ToolPolicy(self.toolset.tools, lambda: self.transcript.entries, before, self.connectors)
             before, tools = policy.before_model_call, policy.active_tools()
-        config = LoopConfig(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
-                            before_model_call=before)
-        self.agent = Agent(AgentContext(deps.system_prompt, [], tools), config, self._emit)
+        self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
+        hooks = RunHooks(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
+                         before_model_call=before, before_steering=causal_wait(self.causal, self.deliver_injection))
+        self.agent = Agent(AgentContext(deps.system_prompt, [], tools), hooks, self._emit)
         # An active task lets an idle steer start a run, unless the user stopped the agent (abort.py).
         self.protocol = SessionProtocolController(
             self.agent, self.transcript, self.todo, deps.skills,
@@ -177,9 +178,7 @@ class Session:
         self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
                                           deps.client, deps.request_close, knowledge, self.aborts,
                                           trace=deps.settings.trace_inbox)
-        self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.causal_wait_ms)
         self.dispatcher.causal = self.causal
-        config.get_steering = causal_steering(self.causal, config.get_steering, self.deliver_injection)
 
     async def _snapshot_upload(self) -> None:
         """A client's write between runs is a point to return to; during a run the next batch records it."""

@@ -50,7 +50,7 @@ async def run_subagent(host: ToolHost, config: LoopConfig, client: Any, child: s
     except asyncio.CancelledError:
         cancelled = True  # past the stop's grace, or the session's shutdown: still answer, then end
     stopped = cancelled or config.signal.is_set()
-    note = config.abort_note if config.signal.is_set() else STOPPED_NOTE
+    note = config.signal.note if config.signal.is_set() else STOPPED_NOTE
     text = answer_text(said[-1] if said else None, note if stopped else None)
     content = background_result(child, text, stopped)
     with contextlib.suppress(Exception):
@@ -109,8 +109,7 @@ class Subagents:
         past `grace_s`). The number stopped."""
         running = [c for c in self.children.values() if not c.task.done()]
         for c in running:
-            c.config.abort_note = note
-            c.config.signal.set()
+            c.config.signal.abort(note)
         if not running:
             return 0
         _, late = await asyncio.wait({c.task for c in running}, timeout=grace_s)

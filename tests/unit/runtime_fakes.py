@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from services.runtime.engine.agent import Agent
-from services.runtime.engine.types import AgentContext, AgentEvent, Emit, LoopConfig
+from services.runtime.engine.types import AgentContext, AgentEvent, Emit, RunHooks
 from services.runtime.lease import LeaseLost
 from services.runtime.protocol import PendingTurn, SessionProtocolController
 from services.runtime.todo import TodoController
@@ -72,7 +72,7 @@ class Host:
         self.outbox = FakeOutbox()
         self.steps = list(steps or [])
         self.events: list[AgentEvent] = []
-        self.agent = Agent(AgentContext("sys", [], []), LoopConfig(stream=self._stream), self._emit)
+        self.agent = Agent(AgentContext("sys", [], []), RunHooks(stream=self._stream), self._emit)
         self.transcript = Transcript.load(tmp_path / "t.jsonl", self.lease.check)
         self.todo = TodoController.load(tmp_path / "todo.json", self.lease.check)
         self.protocol = SessionProtocolController(self.agent, self.transcript, self.todo, {},

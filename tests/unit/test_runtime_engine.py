@@ -16,7 +16,7 @@ from services.runtime.engine.types import (
     AgentContext,
     AgentEvent,
     Emit,
-    LoopConfig,
+    RunHooks,
     Tool,
     ToolContext,
     ToolOutcome,
@@ -65,7 +65,7 @@ def make_agent(stream: FakeStream, tools: list[Tool]) -> tuple[Agent, list[Agent
     async def emit(ev: AgentEvent) -> None:
         events.append(ev)
 
-    return Agent(AgentContext("system", [], tools), LoopConfig(stream=stream), emit), events
+    return Agent(AgentContext("system", [], tools), RunHooks(stream=stream), emit), events
 
 
 def roles(messages: list[AgentMessage]) -> list[str]:
@@ -218,7 +218,7 @@ async def test_real_openai_client_streams_tool_calls_and_errors() -> None:
     async def emit(ev: AgentEvent) -> None:
         events.append(ev)
 
-    agent = Agent(AgentContext("sys", [], [echo_tool]), LoopConfig(stream=stream), emit)
+    agent = Agent(AgentContext("sys", [], [echo_tool]), RunHooks(stream=stream), emit)
     await agent.prompt([UserMessage(content="hi")])
     first = agent.messages[1]
     assert isinstance(first, AssistantMessage) and first.tool_calls()[0].arguments == {"text": "x" * 300}

@@ -10,7 +10,7 @@ import pytest
 
 from scripted.gamma import injection_of
 from services.runtime.engine.agent import Agent
-from services.runtime.engine.types import AgentContext, AgentEvent, LoopConfig
+from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks
 from services.runtime.protocol import PendingPrompt, SessionProtocolController, TurnInput
 from services.runtime.todo import TodoController, TodoRefused
 from services.runtime.transcript import Transcript
@@ -42,7 +42,7 @@ async def sink(_: AgentEvent) -> None:
 
 
 def controller(tmp_path: Path, active_task: bool = False) -> SessionProtocolController:
-    agent = Agent(AgentContext("sys", [], []), LoopConfig(stream=never), sink)
+    agent = Agent(AgentContext("sys", [], []), RunHooks(stream=never), sink)
     transcript = Transcript.load(tmp_path / "t.jsonl", no_guard)
     todo = TodoController.load(tmp_path / "todo.json", no_guard)
     return SessionProtocolController(agent, transcript, todo, {}, lambda: active_task)

@@ -30,9 +30,9 @@ def build(tmp_path: Path) -> Session:
                    context_window=8_000)
 
 
-async def test_the_loop_config_is_built_with_the_compactor_hooks(tmp_path: Path) -> None:
+async def test_the_run_hooks_are_built_with_the_compactor_hooks(tmp_path: Path) -> None:
     session = build(tmp_path)
-    config = session.agent.config
+    config = session.agent.hooks
     assert config.before_model_call == session.compactor.before_model_call
     assert config.stream is not session.stream  # wrapped once, when the config was built
     assert session.compactor.context_window == 8_000 and session.compactor.model == "m1"

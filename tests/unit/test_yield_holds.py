@@ -7,6 +7,7 @@ runs the same through the real runtime process and Redis."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +73,13 @@ class Scenario:
         await h.transcript.ensure_header()
         if self.active_task:
             await h.todo.update([{"id": "t1", "content": "Build the deck", "status": "in_progress"}])
-        stream = h.agent.config.stream
+        stream = h.agent.hooks.stream
 
         async def counted(context: Any, emit: Any, signal: asyncio.Event) -> AssistantMessage:
             self.calls.append((getattr(h.outbox, "run_id", None), list(context.messages)))
             return await stream(context, emit, signal)
 
-        h.agent.config.stream = counted
+        h.agent.hooks = replace(h.agent.hooks, stream=counted)
         self.sup.start_run(h.protocol.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message="go"),
                                                                     entry_id="1-0")))
         assert self.sup.task is not None
