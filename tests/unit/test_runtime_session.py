@@ -1,5 +1,5 @@
 """The session as a composition root, built in process (fake outbox and lease, no Redis, no model
-call): the compactor's hooks are in the loop config it builds, and its parts share its state."""
+call): the compactor's hooks are in the run hooks it gives the Agent, and its parts share its state."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ async def test_the_parts_share_the_sessions_state(tmp_path: Path) -> None:
     await session.restore()
     assert session.recorder.protocol is session.protocol and session.recorder.transcript is session.transcript
     assert session.tools.todo is session.todo and session.tools.transcript is session.transcript
-    session.viewable_files = ["a.txt"]  # a client's file write (writes.py) updates the tool host's list
-    assert session.tools.viewable_files == ["a.txt"]
-    assert not session.running and session.run_task is None
-    assert session.idle_for() >= 0.0
+    assert session.writes.files is session.tools  # a client's file write updates the tool host's list
+    assert session.runs.state is session.state and session.dispatcher.state is session.state
+    assert session.compactor.context is session.agent.context
+    assert not session.state.running and session.state.run_task is None
+    assert session.state.idle_for() >= 0.0
