@@ -54,7 +54,7 @@ def calls(*names: str, **args: Any) -> AssistantMessage:
 
 def tool(name: str, fn: Any) -> Tool:
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-        return await fn(args, ctx)  # type: ignore[no-any-return]
+        return await fn(args, ctx)
 
     return Tool(name=name, description=name, parameters={"type": "object", "properties": {}}, execute=execute)
 
@@ -203,7 +203,7 @@ async def test_real_openai_client_streams_tool_calls_and_errors() -> None:
         r = replies.pop(0)
         if isinstance(r, ScriptedError):
             raise r
-        return r  # type: ignore[no-any-return]
+        return r
 
     client = scripted_client(model)
     stream = OpenAIStream(client, ModelSettings(model="m"), TokenCounter())

@@ -49,8 +49,8 @@ def controller(tmp_path: Path, active_task: bool = False) -> SessionProtocolCont
 
 
 def inj(kind: str, source_id: str, content: str = "x", **kw: object) -> Injection:
-    return Injection(session_id="s", injection=RuntimeInjection(kind=kind, content=content),  # type: ignore[arg-type]
-                     source=kw.pop("source", "artifact"), source_id=source_id, **kw)  # type: ignore[arg-type]
+    return Injection(session_id="s", injection=RuntimeInjection(kind=kind, content=content),
+                     source=kw.pop("source", "artifact"), source_id=source_id, **kw)
 
 
 async def test_build_context_replays_summary_kept_entries_and_tail(tmp_path: Path) -> None:
