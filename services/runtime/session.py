@@ -53,7 +53,7 @@ from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
 from .engine.sse import ReadGate
-from .engine.types import AgentContext, AgentEvent, BeforeModelCall, RunHooks
+from .engine.types import AgentContext, BeforeModelCall, RunHooks
 from .events import Outbox
 from .forms import deliver_answered_form
 from .knowledge import KnowledgeReader, PromptKnowledge
@@ -169,7 +169,7 @@ class Session:
         hooks = RunHooks(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
                          before_model_call=before,
                          before_steering=causal_wait(self.causal, lambda m, e: self.injections.deliver(m, e)))
-        self.agent = Agent(context, hooks, self._emit)
+        self.agent = Agent(context, hooks, lambda event: self.recorder.emit(event))
         # An active task lets an idle steer start a run, unless the user stopped the agent (abort.py).
         self.protocol = SessionProtocolController(
             self.agent, self.transcript, self.todo, deps.skills,
@@ -221,10 +221,6 @@ class Session:
             self.injections, handlers=handlers, at_barrier=at_barrier, client=deps.client,
             request_close=deps.request_close, causal=self.causal, calls=self.connectors, prompt_hook=knowledge,
             aborts=self.aborts, trace=settings.trace_inbox)
-
-    async def _emit(self, event: AgentEvent) -> None:
-        # The recorder needs the protocol, which needs the Agent: the Agent reaches it through here.
-        await self.recorder.emit(event)
 
     # ------------------------------------------------------------ lifecycle
 
