@@ -17,6 +17,7 @@ from opentelemetry.trace import Span
 
 from shared import keys
 from shared.bus import dead_letter
+from shared.contracts.events import EventType
 from shared.contracts.inbox import (
     Abort,
     Barrier,
@@ -38,9 +39,8 @@ from shared.tracing import span_from
 from .causal import CausalGate
 from .delivery import InjectionDelivery
 from .engine.agent import Agent
-from .events import Outbox
 from .failures import disk_fault, refusal, transient
-from .lease import Lease, LeaseLost
+from .lease import LeaseLost
 from .pending import PendingTurn, TurnInput
 from .protocol import SessionProtocolController
 from .state import SessionState
@@ -76,6 +76,21 @@ class PromptHook(Protocol):
     def apply(self, turn: PendingTurn, prompt: str, fetched: Any) -> None: ...
 
 
+class Answers(Protocol):
+    """The session's outbox as the dispatcher uses it (events.py): an error event, a client's reply."""
+
+    async def event(self, type: EventType, data: dict[str, Any] | None = None) -> str | None: ...
+
+    async def reply(self, request_id: str, status: int, body: dict[str, Any]) -> None: ...
+
+
+class Held(Protocol):
+    """The session's lease (lease.py): a lost one ends the retries."""
+
+    @property
+    def lost(self) -> bool: ...
+
+
 class Runs(Protocol):
     def start_run(self, turn: PendingTurn | None) -> None: ...
 
@@ -100,7 +115,7 @@ class OpenCalls(Protocol):
 
 
 class InboxDispatcher:
-    def __init__(self, state: SessionState, lease: Lease, outbox: Outbox, agent: Agent,
+    def __init__(self, state: SessionState, lease: Held, outbox: Answers, agent: Agent,
                  protocol: SessionProtocolController, transcript: Transcript, runs: Runs,
                  ack: Callable[[str | None], Awaitable[None]], injections: InjectionDelivery, *,
                  handlers: dict[type, Handler], at_barrier: Callable[[], Awaitable[None]], client: Any,

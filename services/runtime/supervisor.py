@@ -12,6 +12,7 @@ import structlog
 
 from shared import keys
 from shared.contracts.base import new_id
+from shared.contracts.events import EventType
 from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage, UserMessage
 from shared.contracts.transcript import CustomMessageEntry, LeafEntry, MessageEntry
 from shared.disk import storage_fault
@@ -20,8 +21,7 @@ from shared.tracing import recorded_traceparent
 from .ack import TRANSIENT
 from .engine.agent import Agent
 from .engine.spans import run_span
-from .events import Outbox
-from .lease import Lease, LeaseLost
+from .lease import LeaseLost
 from .pending import PendingTurn
 from .protocol import SessionProtocolController
 from .state import SessionState
@@ -39,6 +39,27 @@ INTERRUPTED = ("Interrupted: the session's worker restarted before this tool fin
 
 class AfterRun(Protocol):
     async def after_run(self) -> None: ...
+
+
+class RunOutbox(Protocol):
+    """The session's outbox as a run uses it (events.py): the status events, and the run's id and
+    traceparent, which every event of the run carries."""
+
+    run_id: str | None
+    traceparent: str | None
+
+    async def event(self, type: EventType, data: dict[str, Any] | None = None, also: Any = None, *,
+                    wait: bool = True) -> str | None: ...
+
+
+class Held(Protocol):
+    """The session's lease (lease.py)."""
+
+    @property
+    def lost(self) -> bool: ...
+
+    @property
+    def fence(self) -> int: ...
 
 
 class OpenCalls(Protocol):
@@ -81,7 +102,7 @@ def interrupted(transcript: Transcript) -> bool:
 
 
 class RunSupervisor:
-    def __init__(self, state: SessionState, lease: Lease, outbox: Outbox, agent: Agent,
+    def __init__(self, state: SessionState, lease: Held, outbox: RunOutbox, agent: Agent,
                  protocol: SessionProtocolController, transcript: Transcript, *, client: Any, lease_ms: int,
                  after_run: AfterRun, calls: OpenCalls | None = None) -> None:
         self.state = state  # the run task, its ids and `aborting` are the session's state (state.py)

@@ -30,6 +30,8 @@ class FakeOutbox:
     def __init__(self) -> None:
         self.sent: list[tuple[Any, ...]] = []
         self.fail: Exception | None = None
+        self.run_id: str | None = None  # stamped by the supervisor while a run is active (events.py)
+        self.traceparent: str | None = None
 
     async def event(self, type: str, data: dict[str, Any] | None = None, also: Any = None, *,
                     fenced: bool = True, wait: bool = True) -> None:
@@ -43,8 +45,8 @@ class FakeOutbox:
     async def publish(self, stream: str, message: BaseModel) -> None:
         self.sent.append(("publish", stream, message))
 
-    def events(self, type: str) -> list[dict[str, Any] | None]:
-        return [s[2] for s in self.sent if s[0] == "event" and s[1] == type]
+    def events(self, type: str) -> list[dict[str, Any]]:
+        return [s[2] or {} for s in self.sent if s[0] == "event" and s[1] == type]
 
 
 class FakeLease:
@@ -104,7 +106,10 @@ class Host:
 
     def busy(self) -> None:
         """A run task that never ends on its own: the session counts as running."""
-        self.state.run_task = asyncio.ensure_future(self._idle.wait())
+        self.state.run_task = asyncio.ensure_future(self._never())
+
+    async def _never(self) -> None:
+        await self._idle.wait()
 
     def start_run(self, turn: PendingTurn | None) -> None:
         self.started.append(turn)
@@ -116,5 +121,5 @@ class Host:
 
 def run_supervisor(host: Host, client: Any, after_run: AfterRun) -> RunSupervisor:
     """The supervisor over the host's parts; `client` answers `ping` (Redis after a failed run)."""
-    return RunSupervisor(host.state, host.lease, host.outbox, host.agent, host.protocol, host.transcript,  # type: ignore[arg-type]
+    return RunSupervisor(host.state, host.lease, host.outbox, host.agent, host.protocol, host.transcript,
                          client=client, lease_ms=30_000, after_run=after_run)

@@ -13,6 +13,7 @@ from services.runtime.delivery import InjectionDelivery
 from services.runtime.dispatcher import InboxDispatcher
 from shared.contracts.inbox import Abort, Barrier, Injection, Stop, UiUpdate, UserPrompt
 from shared.contracts.injection import RuntimeInjection
+from shared.contracts.messages import UserMessage
 from shared.inbox import InboxEntry
 
 from .runtime_fakes import Host
@@ -42,7 +43,7 @@ def dispatcher(host: Host, handlers: dict[type, Any] | None = None, request_clos
         return None
 
     injections = InjectionDelivery(host.state, host.protocol, host.transcript, host, recorded, host.ack)
-    return InboxDispatcher(host.state, host.lease, host.outbox, host.agent, host.protocol, host.transcript,  # type: ignore[arg-type]
+    return InboxDispatcher(host.state, host.lease, host.outbox, host.agent, host.protocol, host.transcript,
                            host, host.ack, injections, handlers=handlers or {}, at_barrier=at_barrier, client=None,
                            request_close=request_close, aborts=NoRuns())
 
@@ -62,7 +63,7 @@ async def test_prompts_wait_for_this_wakes_barrier(tmp_path: Path) -> None:
     assert host.state.barrier_passed and host.state.held == [] and host.acked == ["2-0", "3-0"]
     [turn] = host.started
     assert turn is not None and [p.entry_id for p in turn.prompts] == ["1-0"]
-    assert turn.messages[-1].content == "first"  # type: ignore[union-attr]
+    assert isinstance(last := turn.messages[-1], UserMessage) and last.content == "first"
 
 
 async def test_a_busy_prompt_is_steered_and_a_rejecting_one_refused(tmp_path: Path) -> None:
@@ -72,7 +73,7 @@ async def test_a_busy_prompt_is_steered_and_a_rejecting_one_refused(tmp_path: Pa
     d = dispatcher(host)
     await host.transcript.ensure_header()
     await d.handle(entry("1-0", UserPrompt(session_id="s1", message="also", on_busy="steer")))
-    assert [m.content for m in host.agent.queued()] == ["also"]  # type: ignore[union-attr]
+    assert [m.content if isinstance(m, UserMessage) else m for m in host.agent.queued()] == ["also"]
     assert host.acked == []  # acked once recorded
     refused = UserPrompt(session_id="s1", message="no", on_busy="reject")
     await d.handle(entry("2-0", refused))
@@ -149,4 +150,5 @@ async def test_the_same_prompt_twice_at_a_wake_starts_one_turn_and_waits_for_its
     host.busy()
     await d.handle(entry("3-0", prompt))  # once more while its run goes on
     assert host.agent.queued() == [] and host.acked == []
-    assert host.protocol.pending_prompt(prompt.prompt_id).twins == ["2-0", "3-0"]  # type: ignore[union-attr]
+    pending = host.protocol.pending_prompt(prompt.prompt_id)
+    assert pending is not None and pending.twins == ["2-0", "3-0"]

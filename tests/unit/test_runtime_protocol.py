@@ -145,7 +145,7 @@ async def test_client_view_latest_wins_and_the_prompt_context_replaces_it(tmp_pa
     c.route_update(inj("client_view", "v3", "<client_view>3</client_view>", source="client"), "e4")
     prompt = UserPrompt(session_id="s", message="again", client_context=PromptClientContext(locale="de-DE"))
     msgs = c.build_turn_messages(TurnInput(prompt=prompt)).messages
-    assert len(msgs) == 2 and "de-DE" in msgs[0].content  # type: ignore[union-attr]
+    assert len(msgs) == 2 and isinstance(msgs[0], CustomMessage) and "de-DE" in msgs[0].content
     pending = c.pending_of(msgs[0])
     assert pending.entry_ids == ["e4"]  # the superseded queued view is acked with the prompt's view
 
@@ -157,7 +157,7 @@ async def test_steer_on_idle_session_starts_a_turn_only_for_an_active_task(tmp_p
     assert busy.route_update(inj("system_update", "u1", source="notification"), "e1") == "start"
     assert busy.route_update(inj("system_note", "n1", source="system"), "e2") == "next_turn"
     taken = busy.take_idle().messages
-    assert [m.custom_type for m in taken] == ["gamma.system_update"]  # type: ignore[union-attr]
+    assert [m.custom_type if isinstance(m, CustomMessage) else m for m in taken] == ["gamma.system_update"]
     assert [m.custom_type for m in busy.next_turn] == ["gamma.system_note"]
 
 
@@ -247,7 +247,8 @@ async def test_busy_prompt_brings_its_own_client_view(tmp_path: Path) -> None:
     c.route_update(inj("client_view", "v1", "<client_view>old</client_view>", source="client"), "e1")
     prompt = UserPrompt(session_id="s", message="also this", client_context=PromptClientContext(locale="it-IT"))
     msgs = c.busy_turn_messages(prompt, "e2").messages
-    assert [m.role for m in msgs] == ["custom", "user"] and "it-IT" in msgs[0].content  # type: ignore[union-attr]
+    assert [m.role for m in msgs] == ["custom", "user"]
+    assert isinstance(msgs[0], CustomMessage) and "it-IT" in msgs[0].content
     assert c.next_turn == [] and c.pending_of(msgs[0]).entry_ids == ["e1"]
     assert c.prompt_of(msgs[1]) == PendingPrompt(prompt.prompt_id, "e2", msgs[1])
 

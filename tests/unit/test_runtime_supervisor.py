@@ -51,7 +51,7 @@ async def test_a_run_reports_running_then_idle_and_compacts_between_runs(tmp_pat
     await host.transcript.ensure_header()
     sup, after, _ = supervisor(host)
     assert await sup.run_once(prompt_turn(host, "hi", "1-0")) == "done"
-    assert [d["running"] for d in host.outbox.events("status")] == [True, False]  # type: ignore[index]
+    assert [d["running"] for d in host.outbox.events("status")] == [True, False]
     assert after.calls == 1 and host.state.touched == 1
     assert isinstance(host.agent.messages[-1], AssistantMessage)
 
@@ -65,7 +65,7 @@ async def test_a_lost_lease_stops_and_says_nothing(tmp_path: Path) -> None:
     await host.transcript.ensure_header()
     sup, after, _ = supervisor(host)
     assert await sup.run_once(prompt_turn(host, "hi", "1-0")) == "stop"
-    assert [d["running"] for d in host.outbox.events("status")] == [True]  # type: ignore[index]
+    assert [d["running"] for d in host.outbox.events("status")] == [True]
     assert after.calls == 0
 
 
