@@ -34,7 +34,7 @@ from scripted.transport import scripted_client
 from services.runtime.app import skills_dir
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
-from services.runtime.engine.types import AgentContext, AgentEvent, LoopConfig, Tool, ToolContext, ToolOutcome
+from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks, Tool, ToolContext, ToolOutcome
 from services.runtime.prompt import build_system_prompt
 from services.runtime.skills import load_skills
 from services.runtime.tools import Toolset
@@ -110,7 +110,7 @@ async def engine_turns(client: Any, system: str, schemas: list[dict[str, Any]], 
         events.append(ev)
 
     stream = OpenAIStream(client, ModelSettings(model="m"), TokenCounter())
-    agent = Agent(AgentContext(system, [], tools), LoopConfig(stream=stream), emit)
+    agent = Agent(AgentContext(system, [], tools), RunHooks(stream=stream), emit)
     times = []
     for t in range(turns):
         start = time.perf_counter()

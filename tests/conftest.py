@@ -201,8 +201,8 @@ def stack_factory(redis_url: str, data_dir: Path) -> Iterator[type[Stack] | obje
 
 
 @pytest.fixture
-def stack(stack_factory) -> Stack:  # type: ignore[no-untyped-def]
-    return stack_factory()  # type: ignore[no-any-return]
+def stack(stack_factory) -> Stack:
+    return stack_factory()
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ background_result saying the user stopped it, with what it had found so far.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
 
 import structlog
@@ -33,7 +34,8 @@ from shared.trusted_blocks import render
 from .engine.agent import Agent
 from .events import Outbox
 from .protocol import SessionProtocolController
-from .supervisor import RunSupervisor, repair_interrupted_run
+from .state import SessionState
+from .supervisor import repair_interrupted_run
 from .transcript import Transcript
 
 log = structlog.get_logger()
@@ -87,85 +89,75 @@ class SubagentStopper(Protocol):
     async def stop(self, note: str, grace_s: float) -> int: ...
 
 
-class AbortHost(Protocol):
-    sid: str
-    agent: Agent
-    protocol: SessionProtocolController
-    transcript: Transcript
-    outbox: Outbox
-    runs: RunSupervisor
-
-    @property
-    def subagents(self) -> SubagentStopper: ...
-
-    async def ack(self, entry_id: str | None) -> None: ...
-
-
 class RunAborter:
-    def __init__(self, host: AbortHost) -> None:
-        self.h = host
+    def __init__(self, state: SessionState, agent: Agent, protocol: SessionProtocolController, transcript: Transcript,
+                 outbox: Outbox, subagents: SubagentStopper, ack: Callable[[str | None], Awaitable[None]]) -> None:
+        self.state = state  # the run task and its ids (state.py); `aborting` holds the next run back
+        self.agent = agent
+        self.protocol = protocol
+        self.transcript = transcript
+        self.outbox = outbox
+        self.subagents = subagents  # stopped with the run (subagent.py)
+        self.ack = ack
 
     @property
     def active_run_id(self) -> str | None:
-        runs = self.h.runs
-        return runs.run_id if runs.running else None
+        return self.state.run_id if self.state.running else None
 
     async def abort(self, reason: AbortReason) -> RunAbortedData | None:
         """End the active run; None when there is none. Returns once the run task has ended and the
         transcript is ready for the next run."""
-        runs, h = self.h.runs, self.h
-        task = runs.task
+        state = self.state
+        task = state.run_task
         if task is None or task.done():
             # A subagent can outlive the run that started it: the Stop still reaches it.
-            await h.subagents.stop(SUBAGENT_NOTES[reason], ABORT_GRACE_S)
+            await self.subagents.stop(SUBAGENT_NOTES[reason], ABORT_GRACE_S)
             return None
-        run_id = runs.run_id or runs.last_run_id or ""
-        runs.aborting = reason
-        h.agent.abort(NOTES[reason])
+        run_id = state.run_id or state.last_run_id or ""
+        state.aborting = reason
+        self.agent.abort(NOTES[reason])
         try:
-            await asyncio.gather(self._end(task, run_id), h.subagents.stop(SUBAGENT_NOTES[reason], ABORT_GRACE_S))
+            await asyncio.gather(self._end(task, run_id), self.subagents.stop(SUBAGENT_NOTES[reason], ABORT_GRACE_S))
             kept = await self._settle(run_id, reason)
             data = RunAbortedData(run_id=run_id, reason=reason, kept=kept)
-            await h.outbox.event("run_aborted", data.model_dump())
-            log.info("run_aborted", session_id=h.sid, run_id=run_id, reason=reason, kept=kept)
+            await self.outbox.event("run_aborted", data.model_dump())
+            log.info("run_aborted", session_id=state.sid, run_id=run_id, reason=reason, kept=kept)
             return data
         finally:
-            runs.aborting = None
+            state.aborting = None
 
     async def _end(self, task: asyncio.Task[None], run_id: str) -> None:
         done, _ = await asyncio.wait({task}, timeout=ABORT_GRACE_S)
         if not done:
-            log.warning("abort_cancels_run", session_id=self.h.sid, run_id=run_id)
+            log.warning("abort_cancels_run", session_id=self.state.sid, run_id=run_id)
             task.cancel()
             await asyncio.wait({task}, timeout=CANCEL_WAIT_S)
 
     async def _settle(self, run_id: str, reason: AbortReason) -> int:
         """Every started tool call has a result, the marker is recorded, the queued messages wait
         for the next prompt, and the context is the transcript's."""
-        h = self.h
-        await repair_interrupted_run(h.transcript, NOTES[reason])
-        if last_message_is_user(h.transcript):
+        await repair_interrupted_run(self.transcript, NOTES[reason])
+        if last_message_is_user(self.transcript):
             # Stopped before the model's first word (or its run cancelled outright): the prompt gets an
             # empty aborted answer, so no user message is left without one (the context skips it).
-            await h.transcript.append_message(AssistantMessage(stop_reason="aborted"))
-        kept = h.agent.take_queued()
-        h.protocol.next_turn = [*kept, *h.protocol.next_turn]  # first in the next turn, in order
-        await h.transcript.append_custom(marker(run_id, reason))
-        h.protocol.restore_context()
-        return len(kept)
+            await self.transcript.append_message(AssistantMessage(stop_reason="aborted"))
+        kept = self.protocol.keep_aborted()  # first in the next turn, in order
+        await self.transcript.append_custom(marker(run_id, reason))
+        self.protocol.restore_context()
+        return kept
 
     # ------------------------------------------------------------ inbox
 
     async def on_abort(self, entry: InboxEntry, m: Abort) -> None:
         active = self.active_run_id
         if m.expected_run_id is not None and active != m.expected_run_id:
-            await self.h.outbox.reply(m.request_id, 409, stale_body(m.expected_run_id, active))
+            await self.outbox.reply(m.request_id, 409, stale_body(m.expected_run_id, active))
         else:
             data = await self.abort("user")
             result = AbortResult(aborted=data is not None, run_id=data.run_id if data else None,
                                  kept=data.kept if data else 0)
-            await self.h.outbox.reply(m.request_id, 200, result.model_dump())
-        await self.h.ack(entry.entry_id)
+            await self.outbox.reply(m.request_id, 200, result.model_dump())
+        await self.ack(entry.entry_id)
 
     async def refuse_stale(self, entry: InboxEntry, m: UserPrompt) -> bool:
         """A prompt aimed at a run that is no longer the active one: answered 409 and acked, nothing
@@ -174,13 +166,13 @@ class RunAborter:
         if m.expected_run_id is None or active == m.expected_run_id:
             return False
         if m.request_id:
-            await self.h.outbox.reply(m.request_id, 409, stale_body(m.expected_run_id, active))
-        await self.h.ack(entry.entry_id)
+            await self.outbox.reply(m.request_id, 409, stale_body(m.expected_run_id, active))
+        await self.ack(entry.entry_id)
         return True
 
     async def accepted(self, m: UserPrompt) -> None:
         if m.request_id:
-            await self.h.outbox.reply(m.request_id, 202, {"run_id": self.active_run_id})
+            await self.outbox.reply(m.request_id, 202, {"run_id": self.active_run_id})
 
 
 def stale_message(expected: str, active: str | None) -> str:

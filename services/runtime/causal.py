@@ -140,13 +140,12 @@ class CausalGate:
         return []
 
 
-def causal_steering(gate: CausalGate, dequeue: Callable[[], Awaitable[list[Any]]],
-                    deliver: Deliver) -> Callable[[], Awaitable[list[Any]]]:
-    """The loop's `get_steering`, preceded by the wait: the digests (or markers) are steered first."""
+def causal_wait(gate: CausalGate, deliver: Deliver) -> Callable[[], Awaitable[None]]:
+    """The Agent's `before_steering` hook: the wait for the digests of writes acknowledged so far, the
+    markers of a wait that ran out delivered (steered) before the steering is read."""
 
-    async def get_steering() -> list[Any]:
+    async def before_steering() -> None:
         for marker in await gate.before_steering():
             await deliver(marker, None)
-        return await dequeue()
 
-    return get_steering
+    return before_steering

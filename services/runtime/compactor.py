@@ -16,24 +16,22 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import structlog
 
 from shared import keys
 from shared.contracts.inbox import Compact, CompactionReady
-from shared.contracts.messages import AssistantMessage
+from shared.contracts.messages import AssistantMessage, CustomMessage
 from shared.inbox import InboxEntry
 from shared.settings import Settings
 from shared.tokens import MESSAGE_OVERHEAD_TOKENS, context_tokens, count_text_tokens
 
 from .compaction import check_ready, is_context_overflow, make_request, should_compact
-from .engine.agent import Agent
 from .engine.types import AgentContext, Emit, StreamFn, Tool
 from .events import Outbox
-from .progress import ChecklistProgress
-from .protocol import SessionProtocolController
+from .state import SessionState
 from .transcript import Transcript
 
 log = structlog.get_logger()
@@ -48,28 +46,27 @@ def static_tokens(system_prompt: str, tools: list[Tool]) -> int:
     return MESSAGE_OVERHEAD_TOKENS + count_text_tokens(system_prompt) + count_text_tokens(schemas)
 
 
-class CompactorHost(Protocol):
-    """What the compactor needs from its session (read lazily: the session builds the compactor
-    before its Agent, to give the hooks to the loop config)."""
-    sid: str
-    transcript: Transcript
-    protocol: SessionProtocolController
-    outbox: Outbox
-    agent: Agent
-    progress: ChecklistProgress
-
-    @property
-    def running(self) -> bool: ...
-
-    async def ack(self, entry_id: str | None) -> None: ...
+class Progress(Protocol):
+    async def publish(self, force: bool = False) -> None: ...
 
 
 class Compactor:
-    """Its hooks (`wrap_stream`, `before_model_call`) go into the session's LoopConfig when the
-    session builds it; nothing is patched afterwards."""
+    """Its hooks (`wrap_stream`, `before_model_call`) go into the session's RunHooks when the session
+    builds its Agent; nothing is patched afterwards."""
 
-    def __init__(self, session: CompactorHost, settings: Settings, model: str, context_window: int) -> None:
-        self.s = session
+    def __init__(self, state: SessionState, context: AgentContext, transcript: Transcript, outbox: Outbox,
+                 progress: Progress, ack: Callable[[str | None], Awaitable[None]], *,
+                 anchors: Callable[[], list[CustomMessage]], reload: Callable[[], None], settings: Settings,
+                 model: str, context_window: int) -> None:
+        self.state = state  # the session's id, and whether a run is on
+        self.context = context  # the Agent's context (the same object: its messages as they are now)
+        self.transcript = transcript
+        # The session protocol's (protocol.py): the anchors kept past a compaction, the context reload.
+        self.anchors = anchors
+        self.reload = reload
+        self.outbox = outbox
+        self.progress = progress  # the checklist, re-sent after a compaction reloads the context
+        self.ack = ack
         self.model = model
         self.context_window = context_window
         self.reserve_tokens = settings.compaction.reserve_tokens
@@ -94,7 +91,7 @@ class Compactor:
         """The request still awaited; one unanswered past the timeout is given up (its answer, if it
         ever comes, is still vetted by check_ready), so a lost request cannot block compaction."""
         if self._in_flight is not None and self.clock() - self._in_flight_at > self.timeout_s:
-            log.warning("compaction_request_timed_out", session_id=self.s.sid, request_id=self._in_flight)
+            log.warning("compaction_request_timed_out", session_id=self.state.sid, request_id=self._in_flight)
             self._in_flight = None
         return self._in_flight
 
@@ -142,17 +139,17 @@ class Compactor:
         if manual:
             # Asked for explicitly: compact even a context smaller than the recent-token budget,
             # keeping about a quarter of it (the latest turn, at least).
-            keep = min(keep, max(context_tokens(self.s.agent.messages, self.model) // 4, 1))
-        req = make_request(self.s.sid, self.s.transcript.entries, keep_recent_tokens=keep,
+            keep = min(keep, max(context_tokens(self.context.messages, self.model) // 4, 1))
+        req = make_request(self.state.sid, self.transcript.entries, keep_recent_tokens=keep,
                            custom_instructions=instructions, model=self.model,
                            reserve_tokens=self.reserve_tokens, tokens_before=tokens)
         if req is None:
             return None
         self.in_flight = req.request_id
-        await self.s.outbox.publish(keys.COMPACTION_REQUESTS, req)
-        await self.s.outbox.event("compaction", {"phase": "requested", "requestId": req.request_id,
+        await self.outbox.publish(keys.COMPACTION_REQUESTS, req)
+        await self.outbox.event("compaction", {"phase": "requested", "requestId": req.request_id,
                                                  "tokensBefore": req.tokens_before})
-        log.info("compaction_requested", session_id=self.s.sid, request_id=req.request_id)
+        log.info("compaction_requested", session_id=self.state.sid, request_id=req.request_id)
         return req.request_id
 
     def wrap_stream(self, inner: StreamFn) -> StreamFn:
@@ -188,13 +185,13 @@ class Compactor:
     async def on_command(self, entry: InboxEntry, m: Compact) -> None:
         rid = await self.request(m.instructions, manual=True)
         if rid is None:
-            await self.s.outbox.reply(m.request_id, 409, {"error": "nothing to compact yet"})
+            await self.outbox.reply(m.request_id, 409, {"error": "nothing to compact yet"})
         else:
-            await self.s.outbox.reply(m.request_id, 200, {"request_id": rid})
-        await self.s.ack(entry.entry_id)
+            await self.outbox.reply(m.request_id, 200, {"request_id": rid})
+        await self.ack(entry.entry_id)
 
     async def on_ready(self, entry: InboxEntry, ready: CompactionReady) -> None:
-        if self.s.running and ready.request_id not in self._waiters:
+        if self.state.running and ready.request_id not in self._waiters:
             self.deferred.append((entry, ready))  # applied before the next model call or after the run
             return
         applied = await self.apply(entry, ready)
@@ -213,26 +210,26 @@ class Compactor:
     async def apply(self, entry: InboxEntry, ready: CompactionReady) -> bool:
         if self._in_flight == ready.request_id:
             self._in_flight = None
-        verdict = check_ready(ready, self.s.transcript.entries)
+        verdict = check_ready(ready, self.transcript.entries)
         if ready.error and verdict == "stale":
             self.failures += 1
             self._back_off()  # the summarizer failed: do not ask again on the very next model call
         if verdict != "apply":
-            log.info("compaction_discarded", session_id=self.s.sid, request_id=ready.request_id, verdict=verdict,
+            log.info("compaction_discarded", session_id=self.state.sid, request_id=ready.request_id, verdict=verdict,
                      error=ready.error)
-            await self.s.outbox.event("compaction", {"phase": verdict, "requestId": ready.request_id,
+            await self.outbox.event("compaction", {"phase": verdict, "requestId": ready.request_id,
                                                      "error": ready.error})
-            await self.s.ack(entry.entry_id)
+            await self.ack(entry.entry_id)
             return False
-        anchors = self.s.protocol.anchors()
-        await self.s.transcript.append_compaction(ready.summary, ready.first_kept_entry_id, ready.tokens_before,
+        anchors = self.anchors()
+        await self.transcript.append_compaction(ready.summary, ready.first_kept_entry_id, ready.tokens_before,
                                                   ready.details, ready.request_id, anchors)
-        self.s.protocol.restore_context()
+        self.reload()
         self.failures, self._skip_calls = 0, 0
-        await self.s.ack(entry.entry_id)
-        await self.s.outbox.event("compaction", {
+        await self.ack(entry.entry_id)
+        await self.outbox.event("compaction", {
             "phase": "applied", "requestId": ready.request_id, "tokensBefore": ready.tokens_before,
-            "tokensAfter": self.request_tokens(self.s.agent.context), "anchors": [a.custom_type for a in anchors]})
-        await self.s.progress.publish(force=True)  # the checklist as it stands, re-sent after the reload
-        log.info("compaction_applied", session_id=self.s.sid, request_id=ready.request_id)
+            "tokensAfter": self.request_tokens(self.context), "anchors": [a.custom_type for a in anchors]})
+        await self.progress.publish(force=True)  # the checklist as it stands, re-sent after the reload
+        log.info("compaction_applied", session_id=self.state.sid, request_id=ready.request_id)
         return True

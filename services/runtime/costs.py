@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -20,7 +20,7 @@ from shared.contracts.transcript import MessageEntry, TranscriptEntry
 from shared.pricing import ModelPrice, cost_usd, price_of
 
 from .lease import LeaseLost
-from .uistate import UiDoc
+from .liveui import UiHost
 
 log = structlog.get_logger()
 
@@ -63,17 +63,8 @@ def cost_records(entries: Sequence[TranscriptEntry], prices: Mapping[str, ModelP
     return records
 
 
-class UiWriter(Protocol):
-    @property
-    def ui(self) -> UiDoc: ...
-
-    async def persist_ui(self) -> None: ...
-
-    async def publish_ui(self, update: bytes) -> None: ...
-
-
 class CostProjection:
-    def __init__(self, entries: Any, ui: UiWriter, prices: Mapping[str, ModelPrice]) -> None:
+    def __init__(self, entries: Any, ui: UiHost, prices: Mapping[str, ModelPrice]) -> None:
         self.entries = entries  # () -> the transcript's entries
         self.ui = ui
         self.prices = prices

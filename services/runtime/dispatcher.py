@@ -11,13 +11,14 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import structlog
 from opentelemetry.trace import Span
 
 from shared import keys
 from shared.bus import dead_letter
+from shared.contracts.events import EventType
 from shared.contracts.inbox import (
     Abort,
     Barrier,
@@ -36,18 +37,15 @@ from shared.contracts.inbox import (
 from shared.inbox import InboxEntry
 from shared.tracing import span_from
 
-from .abort import RunAborter
 from .causal import CausalGate
+from .delivery import InjectionDelivery
 from .engine.agent import Agent
-from .events import Outbox
 from .failures import disk_fault, refusal, transient
-from .forms import FormHost, deliver_answered_form
-from .lease import Lease, LeaseLost
-from .manifest import ManifestHost, queue_manifest
+from .lease import LeaseLost
 from .pending import PendingTurn, TurnInput
 from .protocol import SessionProtocolController
+from .state import SessionState
 from .supervisor import interrupted
-from .todo import TodoController
 from .transcript import Transcript
 
 log = structlog.get_logger()
@@ -93,11 +91,6 @@ class RecentIds:
         return True
 
 
-class Recorded(Protocol):
-    async def __call__(self, source: str, source_id: str, entry_id: str, ref: str | None,
-                       to_revision: int | None) -> None: ...
-
-
 class PromptHook(Protocol):
     """Prompt-time context (services/runtime/knowledge.py): read first, then applied to the turn."""
     async def fetch(self) -> Any: ...
@@ -105,73 +98,91 @@ class PromptHook(Protocol):
     def apply(self, turn: PendingTurn, prompt: str, fetched: Any) -> None: ...
 
 
-class DispatchHost(Protocol):
-    """The session state the dispatcher reads and moves on (the barrier, the held prompts, Stop)."""
-    sid: str
-    wake_id: str
-    closed: bool
-    lease: Lease
-    outbox: Outbox
-    agent: Agent
-    protocol: SessionProtocolController
-    transcript: Transcript
-    todo: TodoController
-    queue: asyncio.Queue[InboxEntry]
-    held: list[InboxEntry]
-    barrier_passed: bool
-    stop_requested: str | None
-    stop_replies: list[str]
+class Answers(Protocol):
+    """The session's outbox as the dispatcher uses it (events.py): an error event, a client's reply."""
+
+    async def event(self, type: EventType, data: dict[str, Any] | None = None) -> str | None: ...
+
+    async def reply(self, request_id: str, status: int, body: dict[str, Any]) -> None: ...
+
+
+class Held(Protocol):
+    """The session's lease (lease.py): a lost one ends the retries."""
 
     @property
-    def running(self) -> bool: ...
+    def lost(self) -> bool: ...
 
-    @property
-    def awaiting_connector(self) -> bool: ...
 
-    def touch(self) -> None: ...
-
+class Runs(Protocol):
     def start_run(self, turn: PendingTurn | None) -> None: ...
 
-    async def ack(self, entry_id: str | None) -> None: ...
+
+class Aborts(Protocol):
+    """POST /abort, on_busy=interrupt, expected_run_id (abort.py)."""
+
+    async def abort(self, reason: Literal["user", "interrupt"]) -> object: ...
+
+    async def on_abort(self, entry: InboxEntry, m: Abort) -> None: ...
+
+    async def refuse_stale(self, entry: InboxEntry, m: UserPrompt) -> bool: ...
+
+    async def accepted(self, m: UserPrompt) -> None: ...
+
+
+class OpenCalls(Protocol):
+    """Connector calls a dead holder sent, unanswered at the wake (connectors.py)."""
+
+    @property
+    def pending(self) -> frozenset[str]: ...
 
 
 class InboxDispatcher:
-    causal: CausalGate | None = None  # holds prompts until the writes before them are in (causal.py)
-
-    def __init__(self, host: DispatchHost, wake: FormHost, manifest: ManifestHost, handlers: dict[type, Handler],
-                 recorded: Recorded, client: Any, request_close: Any, prompt_hook: PromptHook | None = None,
-                 aborts: RunAborter | None = None, trace: bool = False) -> None:
-        self.h = host
-        self.trace = trace  # GAMMA_TRACE_INBOX: log where each entry's time went (bench/e2e.py --trace)
-        self.forms = wake  # for the answered form delivered at the barrier
-        self.manifest = manifest
+    def __init__(self, state: SessionState, lease: Held, outbox: Answers, agent: Agent,
+                 protocol: SessionProtocolController, transcript: Transcript, runs: Runs,
+                 ack: Callable[[str | None], Awaitable[None]], injections: InjectionDelivery, *,
+                 handlers: dict[type, Handler], at_barrier: Callable[[], Awaitable[None]], client: Any,
+                 request_close: Any = None, causal: CausalGate | None = None, calls: OpenCalls | None = None,
+                 prompt_hook: PromptHook | None = None, aborts: Aborts | None = None, trace: bool = False) -> None:
+        self.state = state
+        self.lease = lease
+        self.outbox = outbox
+        self.agent = agent
+        self.protocol = protocol
+        self.transcript = transcript
+        self.runs = runs
+        self.ack = ack
+        self.injections = injections
         self.handlers = handlers  # writes and compaction entries: type -> handler
-        self.recorded = recorded
+        # At the wake barrier: the dormant artifact manifest queued, a form answered while dormant delivered.
+        self.at_barrier = at_barrier
         self.client = client  # Redis, for the dead-letter stream
         self.request_close = request_close
+        self.causal = causal  # holds prompts until the writes before them are in (causal.py)
+        self.calls = calls
         self.prompt_hook = prompt_hook
         self.aborts = aborts  # POST /abort, on_busy=interrupt, expected_run_id (abort.py)
         self.taken = RecentIds()
+        self.trace = trace  # GAMMA_TRACE_INBOX: log where each entry's time went (bench/e2e.py --trace)
 
     async def process_forever(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + BARRIER_WAIT_S
-        while not self.h.closed:
-            timeout = max(deadline - loop.time(), 0.05) if not self.h.barrier_passed else None
+        while not self.state.closed:
+            timeout = max(deadline - loop.time(), 0.05) if not self.state.barrier_passed else None
             if timeout is None and self.causal is not None:
                 timeout = self.causal.timeout()
             try:
-                entry = await asyncio.wait_for(self.h.queue.get(), timeout)
+                entry = await asyncio.wait_for(self.state.queue.get(), timeout)
             except TimeoutError:
-                if not self.h.barrier_passed:
+                if not self.state.barrier_passed:
                     await self.pass_barrier()  # no Barrier within 3 s: go on without it
                 elif self.causal is not None:
                     await self.causal_expired()
                 continue
             if not self.taken.first_time(entry.entry_id):
-                log.warning("inbox_entry_repeated", session_id=self.h.sid, entry_id=entry.entry_id)
+                log.warning("inbox_entry_repeated", session_id=self.state.sid, entry_id=entry.entry_id)
                 continue
-            self.h.touch()
+            self.state.touch()
             if self.causal is not None and self.causal.timeout() == 0.0:
                 await self.causal_expired()  # a busy inbox must not keep a held prompt past its wait
             dequeued = time.time()
@@ -179,18 +190,18 @@ class InboxDispatcher:
                 with processing(entry):
                     await self.handle_retrying(entry)
                 if self.trace:
-                    _trace(self.h.sid, entry, dequeued)
+                    _trace(self.state.sid, entry, dequeued)
             except LeaseLost:
-                log.warning("lease_lost", session_id=self.h.sid)
+                log.warning("lease_lost", session_id=self.state.sid)
                 return
             except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the session
                 if _client_waits(entry) and disk_fault(exc) is not None:
                     await self.refuse(entry, exc)
                 elif transient(exc):
                     # Still failing after RETRY_FOR_S: the entry stays pending; the next holder retries it.
-                    log.exception("inbox_entry_gave_up", session_id=self.h.sid, entry_id=entry.entry_id)
+                    log.exception("inbox_entry_gave_up", session_id=self.state.sid, entry_id=entry.entry_id)
                 else:
-                    log.exception("inbox_entry_failed", session_id=self.h.sid, entry_id=entry.entry_id)
+                    log.exception("inbox_entry_failed", session_id=self.state.sid, entry_id=entry.entry_id)
                     await self.dead_letter(entry, exc)
 
     async def handle_retrying(self, entry: InboxEntry) -> None:
@@ -205,7 +216,7 @@ class InboxDispatcher:
                 await self.handle(entry)
                 return
             except Exception as exc:
-                if not transient(exc) or self.h.closed or self.h.lease.lost:
+                if not transient(exc) or self.state.closed or self.lease.lost:
                     raise
                 # A full or failing disk: a client waiting on this write is answered 507/503 at once;
                 # anything else waits for the disk however long it takes (the session resumes by
@@ -215,7 +226,7 @@ class InboxDispatcher:
                         raise
                 elif loop.time() + delay > give_up:
                     raise
-                log.warning("inbox_entry_retry", session_id=self.h.sid, entry_id=entry.entry_id, delay_s=delay)
+                log.warning("inbox_entry_retry", session_id=self.state.sid, entry_id=entry.entry_id, delay_s=delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
@@ -224,12 +235,12 @@ class InboxDispatcher:
         writes leave no partial file), the client is told why (507/503) and retries when the disk is
         back; the entry is acked, not dead-lettered: it was answered, not lost."""
         status, message = refusal(exc)
-        log.warning("inbox_entry_refused_disk", session_id=self.h.sid, entry_id=entry.entry_id, status=status,
+        log.warning("inbox_entry_refused_disk", session_id=self.state.sid, entry_id=entry.entry_id, status=status,
                     error=message)
         with contextlib.suppress(Exception):
-            await self.h.outbox.reply(getattr(entry.message, "request_id", ""), status,
+            await self.outbox.reply(getattr(entry.message, "request_id", ""), status,
                                       {"error": message, "detail": {"cause": getattr(disk_fault(exc), "cause", None)}})
-        await self.h.ack(entry.entry_id)
+        await self.ack(entry.entry_id)
 
     async def dead_letter(self, entry: InboxEntry, exc: Exception) -> None:
         """An entry that can never succeed (a handler bug, a disk error no retry fixes): answer a
@@ -239,26 +250,26 @@ class InboxDispatcher:
         if isinstance(entry.message, REPLIED) and request_id:
             status, message = refusal(exc)
             with contextlib.suppress(Exception):
-                await self.h.outbox.reply(request_id, status, {"error": message})
+                await self.outbox.reply(request_id, status, {"error": message})
         with contextlib.suppress(Exception):
             m = entry.message
-            await dead_letter(self.client, keys.inbox(self.h.sid), keys.RUNTIME_GROUP, entry.entry_id,
+            await dead_letter(self.client, keys.inbox(self.state.sid), keys.RUNTIME_GROUP, entry.entry_id,
                               {"type": m.type, "data": m.model_dump_json()}, f"{type(exc).__name__}: {exc}", 1)
-            await self.h.ack(entry.entry_id)
+            await self.ack(entry.entry_id)
 
     async def handle(self, entry: InboxEntry) -> None:
         m = entry.message
         if isinstance(m, UserPrompt):
             await self.on_prompt(entry, m)
         elif isinstance(m, Injection):
-            await self.deliver_injection(m, entry.entry_id)
+            await self.injections.deliver(m, entry.entry_id)
         elif isinstance(m, Barrier):
-            if m.wake_id == self.h.wake_id:  # a barrier of an earlier wake (claimed from a dead holder) is moot
+            if m.wake_id == self.state.wake_id:  # a barrier of an earlier wake (claimed from a dead holder) is moot
                 await self.pass_barrier()
-            await self.h.ack(entry.entry_id)
+            await self.ack(entry.entry_id)
         elif isinstance(m, ChangesSettled):
             released = self.causal.on_settled(m.upto) if self.causal is not None else []
-            await self.h.ack(entry.entry_id)
+            await self.ack(entry.entry_id)
             await self.release([], released)
         elif isinstance(m, Stop):
             await self.on_stop(entry, m)
@@ -272,50 +283,49 @@ class InboxDispatcher:
     async def on_stop(self, entry: InboxEntry, m: Stop) -> None:
         # Answered only once the lease is gone (worker.close): a client told "dormant" must find
         # the session dormant, and may write dormant state at once.
-        self.h.stop_requested = m.reason
+        self.state.stop_requested = m.reason
         if self.request_close is None:
-            await self.h.outbox.reply(m.request_id, 200, {"status": "dormant"})
+            await self.outbox.reply(m.request_id, 200, {"status": "dormant"})
         else:
-            self.h.stop_replies.append(m.request_id)
-        await self.h.ack(entry.entry_id)
+            self.state.stop_replies.append(m.request_id)
+        await self.ack(entry.entry_id)
         if self.request_close is not None:
-            self.request_close(self.h.sid, m.reason)
+            self.request_close(self.state.sid, m.reason)
 
     async def on_prompt(self, entry: InboxEntry, m: UserPrompt) -> None:
-        h = self.h
-        if m.prompt_id in h.transcript.prompts:
-            await h.ack(entry.entry_id)  # a redelivered prompt: already recorded
+        if m.prompt_id in self.transcript.prompts:
+            await self.ack(entry.entry_id)  # a redelivered prompt: already recorded
             return
-        twin = h.protocol.pending_prompt(m.prompt_id)
+        twin = self.protocol.pending_prompt(m.prompt_id)
         if twin is not None:  # the same prompt already on its way to the transcript: recorded once
             if entry.entry_id != twin.entry_id:
                 twin.twins.append(entry.entry_id)
             return
         if self.aborts is not None and await self.aborts.refuse_stale(entry, m):
             return  # aimed at a run that has ended: refused, nothing queued
-        if not h.barrier_passed:
-            h.held.append(entry)
+        if not self.state.barrier_passed:
+            self.state.held.append(entry)
             return
         if self.causal is not None and not await self.causal.admit(entry, m):
             return  # writes acknowledged before it are still on their way (causal.py)
         fetched = await self.prompt_hook.fetch() if self.prompt_hook else None  # before `running` is read
-        if h.running:
+        if self.state.running:
             if m.on_busy == "reject":
-                await h.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
-                await h.ack(entry.entry_id)
+                await self.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
+                await self.ack(entry.entry_id)
                 return
             if m.on_busy == "interrupt" and self.aborts is not None:
                 await self.aborts.abort("interrupt")  # returns once the run has ended: this one starts next
             else:
-                turn = h.protocol.busy_turn_messages(m, entry.entry_id)
+                turn = self.protocol.busy_turn_messages(m, entry.entry_id)
                 self._hook(turn, m, fetched)
                 for message in turn.messages:
-                    (h.agent.follow_up if m.on_busy == "follow_up" else h.agent.steer)(message)
+                    (self.agent.follow_up if m.on_busy == "follow_up" else self.agent.steer)(message)
                 await self._accepted(m)
                 return
-        turn = h.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id))
+        turn = self.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id))
         self._hook(turn, m, fetched)
-        h.start_run(turn)
+        self.runs.start_run(turn)
         await self._accepted(m)
 
     async def _accepted(self, m: UserPrompt) -> None:
@@ -333,51 +343,35 @@ class InboxDispatcher:
     async def release(self, markers: list[Injection], prompts: list[InboxEntry]) -> None:
         """Prompts the causal gate let go, in order, after the dirty markers of a wait that ran out."""
         for marker in markers:
-            await self.deliver_injection(marker, None)
+            await self.injections.deliver(marker, None)
         for entry in prompts:
             with processing(entry):
                 await self.on_prompt(entry, entry.message)  # type: ignore[arg-type]
 
-    async def deliver_injection(self, m: Injection, entry_id: str | None) -> None:
-        """An injection from the inbox, or (entry_id None) one restored at wake (an answered form)."""
-        h = self.h
-        result = h.protocol.route_update(m, entry_id, hold=not h.barrier_passed)
-        if result == "recorded":
-            # Already consumed (a redelivery): tell the owner again, it may have missed it.
-            recorded_as = h.transcript.sources[(m.source, m.source_id)]
-            await self.recorded(m.source, m.source_id, recorded_as, m.ref, m.to_revision)
-            await h.ack(entry_id)
-        elif result == "covered" and m.ref:
-            # Everything it reports is in an artifact_update already recorded: that entry answers for it.
-            await self.recorded(m.source, m.source_id, h.transcript.told[m.ref][1], m.ref, m.to_revision)
-            await h.ack(entry_id)
-        elif result == "start" and not h.running:
-            h.start_run(h.protocol.take_idle())
-
     async def pass_barrier(self) -> None:
-        h = self.h
-        if h.barrier_passed:
+        state, protocol = self.state, self.protocol
+        if state.barrier_passed:
             return
-        h.barrier_passed = True
-        queue_manifest(self.manifest)  # pending_artifacts.json: dormant artifact changes, before the prompt
-        await deliver_answered_form(self.forms)  # answers given while dormant, restored from state.json
-        held, h.held = h.held, []
+        state.barrier_passed = True
+        await self.at_barrier()
+        held, state.held = state.held, []
         prompts = [e for e in held if isinstance(e.message, UserPrompt)]
         if prompts:
             first = prompts[0]
             assert isinstance(first.message, UserPrompt)
             fetched = await self.prompt_hook.fetch() if self.prompt_hook else None
-            turn = h.protocol.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id))
+            turn = protocol.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id))
             self._hook(turn, first.message, fetched)
             with processing(first):  # the held prompt's run continues the prompt's trace
-                h.start_run(turn)
+                self.runs.start_run(turn)
             for extra in prompts[1:]:
                 with processing(extra):
                     await self.on_prompt(extra, extra.message)  # type: ignore[arg-type]
-        elif interrupted(h.transcript) or h.awaiting_connector:  # the run task awaits the open call first
-            h.start_run(h.protocol.take_idle() if h.protocol.take_idle_peek() else None)
-        elif h.protocol.has_active_task() and h.protocol.take_idle_peek():
-            h.start_run(h.protocol.take_idle())
+        elif interrupted(self.transcript) or (self.calls is not None and self.calls.pending):
+            # the run task awaits the open connector call first
+            self.runs.start_run(protocol.take_idle() if protocol.take_idle_peek() else None)
+        elif protocol.has_active_task() and protocol.take_idle_peek():
+            self.runs.start_run(protocol.take_idle())
 
 
 def _trace(sid: str, entry: InboxEntry, dequeued: float) -> None:

@@ -7,29 +7,16 @@ restored from state.json and delivered at wake."""
 from __future__ import annotations
 
 import json
-from typing import Protocol
+from collections.abc import Awaitable, Callable
 
 from shared.contracts.inbox import Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.trusted_blocks import Body, lines, quoted, render
 
+from .liveui import UiHost
 from .transcript import Transcript
-from .uistate import UiDoc
 
-
-class FormHost(Protocol):
-    """What forms need from their session."""
-    sid: str
-    transcript: Transcript
-
-    @property
-    def ui(self) -> UiDoc: ...
-
-    async def persist_ui(self) -> None: ...
-
-    async def publish_ui(self, update: bytes) -> None: ...
-
-    async def deliver_injection(self, m: Injection, entry_id: str | None) -> None: ...
+Deliver = Callable[[Injection, str | None], Awaitable[None]]
 
 
 def form_content(form: dict[str, object]) -> str:
@@ -46,21 +33,21 @@ def form_content(form: dict[str, object]) -> str:
     return render("system_update", {"source": "form", "form": str(form["id"]), "status": str(form["status"])}, body)
 
 
-async def deliver_answered_form(session: FormHost) -> None:
-    form = session.ui.answered_form()
+async def deliver_answered_form(sid: str, ui: UiHost, transcript: Transcript, deliver: Deliver) -> None:
+    form = ui.ui.answered_form()
     if form is None:
         return
     source_id = f"form:{form['id']}:{form['status']}"
-    if ("client", source_id) in session.transcript.sources:
-        await form_delivered(session, str(form["id"]))  # recorded before a crash: finish the hand-off
+    if ("client", source_id) in transcript.sources:
+        await form_delivered(ui, str(form["id"]))  # recorded before a crash: finish the hand-off
         return
-    inj = Injection(session_id=session.sid, injection=RuntimeInjection(kind="system_update", content=form_content(form)),
+    inj = Injection(session_id=sid, injection=RuntimeInjection(kind="system_update", content=form_content(form)),
                     source="client", source_id=source_id)
-    await session.deliver_injection(inj, None)  # restored from state.json: no inbox entry to ack
+    await deliver(inj, None)  # restored from state.json: no inbox entry to ack
 
 
-async def form_delivered(session: FormHost, form_id: str) -> None:
-    update = await session.ui.mark_form_delivered(form_id)
+async def form_delivered(ui: UiHost, form_id: str) -> None:
+    update = await ui.ui.mark_form_delivered(form_id)
     if update:
-        await session.persist_ui()
-        await session.publish_ui(update)
+        await ui.persist_ui()
+        await ui.publish_ui(update)

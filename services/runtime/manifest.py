@@ -4,8 +4,6 @@ inbox entry; recording one publishes InjectionRecorded and digest clears it from
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import structlog
 from pydantic import ValidationError
 
@@ -21,32 +19,25 @@ from .transcript import Transcript
 log = structlog.get_logger()
 
 
-class ManifestHost(Protocol):
-    sid: str
-    paths: SessionPaths
-    transcript: Transcript
-    protocol: SessionProtocolController
-
-
-def queue_manifest(session: ManifestHost) -> int:
+def queue_manifest(sid: str, paths: SessionPaths, transcript: Transcript, protocol: SessionProtocolController) -> int:
     """Queue the manifest's items (held for the next turn); returns how many were queued."""
-    raw = read_json(session.paths.pending_artifacts)
+    raw = read_json(paths.pending_artifacts)
     if not raw:
         return 0
     try:
         manifest = PendingArtifactUpdates.model_validate(raw)
     except ValidationError:
-        log.warning("pending_artifacts_invalid", session_id=session.sid)
+        log.warning("pending_artifacts_invalid", session_id=sid)
         return 0
     queued = 0
     for ref, item in manifest.updates.items():
         content = ensure_block("artifact_update", item.digest,
                                {"ref": ref, "from_revision": item.from_revision, "to_revision": item.to_revision})
-        inj = Injection(session_id=session.sid, injection=RuntimeInjection(kind="artifact_update", content=content),
+        inj = Injection(session_id=sid, injection=RuntimeInjection(kind="artifact_update", content=content),
                         source="artifact", source_id=item.source_id, ref=ref,
                         from_revision=item.from_revision, to_revision=item.to_revision)
-        if (inj.source, inj.source_id) in session.transcript.sources:
+        if (inj.source, inj.source_id) in transcript.sources:
             continue  # consumed before (digest has not cleared it yet)
-        if session.protocol.route_update(inj, None, hold=True) != "covered":
+        if protocol.route_update(inj, None, hold=True) != "covered":
             queued += 1
     return queued

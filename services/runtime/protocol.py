@@ -86,7 +86,8 @@ def active_skill_message(skill: Skill, required_by: str | None) -> CustomMessage
 
 class SessionProtocolController:
     def __init__(self, agent: Agent, transcript: Transcript, todo: TodoController,
-                 skills: Mapping[str, Skill], has_active_task: Callable[[], bool]) -> None:
+                 skills: Mapping[str, Skill], has_active_task: Callable[[], bool],
+                 extra_anchors: Sequence[Callable[[], CustomMessage | None]] = ()) -> None:
         self.agent = agent
         self.transcript = transcript
         self.todo = todo
@@ -98,7 +99,7 @@ class SessionProtocolController:
         self.prompts: list[PendingPrompt] = []  # prompts not yet recorded, arrival order
         self.anchor_revision = self._last_todo_revision()
         # Other owners' anchors restored after a compaction (e.g. checklist progress, progress.py).
-        self.extra_anchors: list[Callable[[], CustomMessage | None]] = []
+        self.extra_anchors = tuple(extra_anchors)
 
     # ------------------------------------------------------------ injections
 
@@ -263,6 +264,13 @@ class SessionProtocolController:
         kept = self.agent.take_queued()
         self.next_turn = [*self.next_turn, *kept]
         return any(self.prompt_of(m) is not None for m in kept)
+
+    def keep_aborted(self) -> int:
+        """After an abort (abort.py): what the Agent's queues hold goes first in the next turn, in
+        order. The number kept."""
+        kept = self.agent.take_queued()
+        self.next_turn = [*kept, *self.next_turn]
+        return len(kept)
 
     def take_user_turn(self) -> PendingTurn:
         """The held prompts as one user turn: the held injections first, then the prompts with their

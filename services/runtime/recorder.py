@@ -4,7 +4,7 @@ PendingTurn a run was given), looked up by the recorded message itself."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -15,7 +15,8 @@ from shared.contracts.recorded import InjectionRecorded
 
 from .engine.types import AgentEvent
 from .events import Outbox
-from .forms import FormHost, form_delivered
+from .forms import form_delivered
+from .liveui import UiHost
 from .model_outcome import announce, count_usage, mark_implicit
 from .pending import PendingInjection
 from .protocol import SessionProtocolController
@@ -30,25 +31,27 @@ PROGRESS_EVENTS = frozenset({"agent_start", "turn_start", "message_start", "mess
 class Recorder:
     def __init__(self, sid: str, transcript: Transcript, protocol: SessionProtocolController, outbox: Outbox,
                  ack: Callable[[str | None], Awaitable[None]], contracts: SkillContracts,
-                 forms: FormHost, registry: CollectorRegistry | None, model: Callable[[], str],
+                 ui: UiHost, registry: CollectorRegistry | None, model: Callable[[], str],
                  context: Callable[[], list[AgentMessage]],
-                 snapshot: Callable[[str], Awaitable[object]] | None = None) -> None:
+                 snapshot: Callable[[str], Awaitable[object]] | None = None,
+                 after_tool_result: Sequence[Callable[[], Awaitable[None]]] = (),
+                 after_run_end: Sequence[Callable[[], Awaitable[None]]] = ()) -> None:
         self.sid = sid
         self.transcript = transcript
         self.protocol = protocol
         self.outbox = outbox
         self.ack = ack
         self.contracts = contracts
-        self.forms = forms
+        self.ui = ui
         self.registry = registry
         self.model = model  # the model name, for the request metrics
         self.context = context  # the Agent's messages, for the implicit message_user announcement
         # reason -> a workspace snapshot keyed to the leaf (services/runtime/snapshots.py)
         self.snapshot = snapshot
         # Called after each tool result is recorded (checklist progress, services/runtime/progress.py).
-        self.after_tool_result: list[Callable[[], Awaitable[None]]] = []
+        self.after_tool_result = tuple(after_tool_result)
         # Called when a run ends, after its `agent_end` event (cost records, services/runtime/costs.py).
-        self.after_run_end: list[Callable[[], Awaitable[None]]] = []
+        self.after_run_end = tuple(after_run_end)
 
     async def emit(self, event: AgentEvent) -> None:
         """Engine events: persist on message_end (before publishing), then publish."""
@@ -118,7 +121,7 @@ class Recorder:
                     await self.ack(e)
                 await self.recorded(covered.source, covered.source_id, entry.id, covered.ref, covered.to_revision)
         if pending.source_id.startswith("form:"):
-            await form_delivered(self.forms, pending.source_id.split(":")[1])
+            await form_delivered(self.ui, pending.source_id.split(":")[1])
 
     async def _settle(self, pending: PendingInjection, entry_id: str) -> None:
         await self.recorded(pending.source, pending.source_id, entry_id, pending.ref, pending.to_revision)

@@ -1,13 +1,16 @@
-"""One live session: the composition root. It holds the session's state (restored transcript, todo
-and UI document, the barrier, the held prompts, Stop) and wires the parts that act on it:
+"""One live session: the composition root (docs/architecture.md "The runtime's parts"). It builds the
+parts once, each with its own collaborators, and starts them; it holds no behaviour of its own.
 
+- `SessionState` (state.py): what the session is, as data (ids, the barrier, held prompts, Stop, the run);
 - `InboxDispatcher` (dispatcher.py): inbox entries one at a time, retried, dead-lettered, acked;
 - `RunSupervisor` (supervisor.py): the run task, its typed outcomes, recovery after Redis failures;
+- `Agent` (engine/agent.py): the model loop, from `RunHooks` given once (compaction, skill rules,
+  dynamic tools, the causal wait); each run builds its own frozen LoopConfig;
 - `Recorder` (recorder.py): engine events -> transcript line, then ack, then InjectionRecorded;
-- `SessionToolHost` (toolhost.py): the session as the tools see it;
-- `Compactor` (compactor.py): its hooks go into the LoopConfig built here.
+- `SessionToolHost` (toolhost.py): what the tools act on.
 
-Every disk write checks the lease first; an inbox entry is acked only once its effect is durable.
+Every disk write checks the lease first (`WriteGuard`); an inbox entry is acked only once its effect
+is durable.
 """
 
 from __future__ import annotations
@@ -28,38 +31,36 @@ from shared.contracts.inbox import (
     DocumentEdit,
     FileDelete,
     FileWrite,
-    Injection,
     Rewind,
     UiUpdate,
 )
-from shared.contracts.messages import AgentMessage
-from shared.disk import SessionPaths, atomic_write_json, read_json
-from shared.inbox import InboxEntry
-from shared.quota import WorkspaceQuota
+from shared.disk import SessionPaths
 from shared.settings import Settings
 from shared.snapshots import SnapshotLimits
 from shared.tokens import TokenCounter
-from shared.uirules import UiLimits, repair_snapshot
+from shared.uirules import UiLimits
 
 from .abort import RunAborter, stopped_by_user
 from .ack import Acker
 from .audit import Auditor
-from .causal import CausalGate, causal_steering
+from .causal import CausalGate, causal_wait
 from .compactor import Compactor
 from .connectors import ConnectorHub
 from .costs import CostProjection
+from .delivery import InjectionDelivery
 from .diskfence import DiskFence
 from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
 from .engine.sse import ReadGate
-from .engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
+from .engine.types import AgentContext, BeforeModelCall, RunHooks
 from .events import Outbox
 from .forms import deliver_answered_form
 from .knowledge import KnowledgeReader, PromptKnowledge
-from .lease import Lease, LeaseLost
+from .lease import Lease
+from .liveui import LiveUi
+from .manifest import queue_manifest
 from .paths import sandbox_skills_dir
-from .pending import PendingTurn
 from .progress import ChecklistProgress
 from .protocol import SessionProtocolController
 from .recorder import Recorder
@@ -69,13 +70,13 @@ from .skill_lifecycle import SkillContracts
 from .skill_rules import SkillRuleGuard, load_rules
 from .skills import Skill
 from .snapshots import SessionSnapshots
-from .supervisor import RunSupervisor, interrupted, repair_interrupted_run
+from .state import SessionState, WriteGuard
+from .supervisor import RunSupervisor, repair_interrupted_run
 from .todo import TodoController
 from .tool_policy import ToolPolicy
 from .toolhost import SessionToolHost
 from .tools import Toolset
 from .transcript import Transcript
-from .uistate import UiDoc
 from .writes import WriteHandlers
 
 
@@ -97,6 +98,14 @@ class SessionDeps:
     request_close: Any = None
 
 
+def chain(*hooks: BeforeModelCall) -> BeforeModelCall:
+    async def before_model_call(context: AgentContext) -> None:
+        for hook in hooks:
+            await hook(context)
+
+    return before_model_call
+
+
 class Session:
     def __init__(self, deps: SessionDeps, paths: SessionPaths, lease: Lease, outbox: Outbox,
                  model: ModelSettings, wake_id: str, context_window: int | None = None,
@@ -107,107 +116,111 @@ class Session:
         self.lease = lease
         self.disk = disk  # the lease's fence, checked by the disk at each write (diskfence.py)
         self.outbox = outbox
-        self.wake_id = wake_id
-        self.ui_limits = UiLimits.of(deps.settings)
-        self.skills = deps.skills
+        self.state = SessionState(self.sid, wake_id)
+        self.guard = WriteGuard(self.state, lease, disk)
         # The disk fence's lock goes as soon as a line is readable, not after its fsync (diskfence.py).
         self.transcript = Transcript.load(paths.transcript, self.guard, disk.unlock if disk is not None else None)
         self.todo = TodoController.load(paths.todo, self.guard)
         self.snapshots = SessionSnapshots(self.sid, paths, SnapshotLimits.of(deps.settings), self.guard,
                                           lambda: self.transcript.leaf_id)
-        self._ui: UiDoc | None = None  # built from state.json on first use (see `ui`)
-        self.queue: asyncio.Queue[InboxEntry] = asyncio.Queue()
-        self.held: list[InboxEntry] = []  # prompts held until the wake barrier
-        self.barrier_passed = False
-        self.last_activity = asyncio.get_running_loop().time()
-        self.closed = False
-        self.stop_requested: str | None = None
-        self.stop_replies: list[str] = []  # Stop request ids, answered once the lease is released
-        self.loop_task: asyncio.Task[None] | None = None
-        self.background: set[asyncio.Task[None]] = set()
-        self._wire(model, context_window or deps.settings.compaction.context_window)
+        self.ui = LiveUi(paths, UiLimits.of(deps.settings), self.guard, outbox)  # loaded when first needed
+        self.acker = Acker(self.sid, deps.ack, self.state.background)
+        self._build_tools(model)
+        self._build_agent(model, context_window or deps.settings.compaction.context_window)
+        self._build_inbox()
 
-    def _wire(self, model: ModelSettings, context_window: int) -> None:
-        deps = self.deps
-        self.acker = Acker(self.sid, deps.ack, self.background)
-        self.contracts = SkillContracts(self.transcript, self.skills, self.outbox)
-        self.tools = SessionToolHost(
-            sid=self.sid, paths=self.paths, settings=deps.settings, sandbox=select_sandbox(deps.settings, sandbox_skills_dir()),
-            todo=self.todo, skills=self.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
-            ui=self, subagent_stream=self._subagent_stream, client=deps.client, background=self.background,
-            contracts=self.contracts)
-        self.subagents = self.tools.subagents  # stopped with the run (abort.py)
-        reader = KnowledgeReader(deps.client, self.sid)
-        self.toolset = Toolset(self.tools, reader, deps.settings.runtime.knowledge_inline_chars)
+    def _build_tools(self, model: ModelSettings) -> None:
+        """What the tools act on, and the checklists (docs/architecture.md "Scoped knowledge, skill
+        rules, dynamic tools"): completion audits and checklist progress read the transcript and todo."""
+        deps, settings = self.deps, self.deps.settings
+        self.contracts = SkillContracts(self.transcript, deps.skills, self.outbox)
+        auditor = Auditor(self.transcript, self.todo, deps.skills, self.outbox, deps.registry, self.contracts)
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix,
                                    gate=deps.read_gate)
-        self.compactor = Compactor(self, deps.settings, model.model, context_window)
-        # Knowledge and skill-rule hooks (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"): skill rules around the batch preflight, the dynamic tool subset (when on)
-        # before the compactor's check; prompt-time knowledge in the dispatcher.
-        self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, self._messages,
-                                    self.contracts.scope, self._steer, deps.registry)
-        before, tools = self.compactor.before_model_call, self.toolset.tools
-        self.connectors = ConnectorHub(self.sid, deps.client, self.transcript, self.ack, deps.registry)
-        if deps.settings.runtime.dynamic_tools:  # connectors are namespaces: offered only with dynamic tool loading
-            policy = ToolPolicy(self.toolset.tools, lambda: self.transcript.entries, before, self.connectors)
-            before, tools = policy.before_model_call, policy.active_tools()
-        config = LoopConfig(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
-                            before_model_call=before)
-        self.agent = Agent(AgentContext(deps.system_prompt, [], tools), config, self._emit)
+        self.tools = SessionToolHost(
+            sid=self.sid, paths=self.paths, settings=settings, sandbox=select_sandbox(settings, sandbox_skills_dir()),
+            todo=self.todo, skills=deps.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
+            ui=self.ui, subagent_stream=lambda: OpenAIStream(deps.model_client, self.stream.settings, deps.counter),
+            client=deps.client, background=self.state.background, contracts=self.contracts, auditor=auditor)
+        self.knowledge = KnowledgeReader(deps.client, self.sid)
+        self.toolset = Toolset(self.tools, self.knowledge, settings.runtime.knowledge_inline_chars)
+        self.progress = ChecklistProgress(self.transcript, self.todo, deps.skills, self.outbox)
+        self.costs = CostProjection(lambda: self.transcript.entries, self.ui, settings.models.prices)
+        self.connectors = ConnectorHub(self.sid, deps.client, self.transcript, self.acker.ack, deps.registry)
+        self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, settings.runtime.causal_wait_ms)
+
+    def _build_agent(self, model: ModelSettings, context_window: int) -> None:
+        """The Agent and what its runs are made of. The Agent, its protocol and what its runs call
+        reach each other: the Agent's emit (the recorder), the skill rules' steer (the Agent), the
+        compactor's reload (the protocol) and the causal wait's delivery (the injections) are
+        closures, over parts built below before the first run emits, steers, compacts or waits."""
+        deps, settings = self.deps, self.deps.settings
+        tools = self.toolset.tools
+        self.context = context = AgentContext(deps.system_prompt, [], tools)
+        self.compactor = Compactor(self.state, context, self.transcript, self.outbox, self.progress, self.acker.ack,
+                                   anchors=lambda: self.protocol.anchors(), reload=lambda: self.protocol.restore_context(),
+                                   settings=settings, model=model.model, context_window=context_window)
+        before: BeforeModelCall = self.compactor.before_model_call
+        if settings.runtime.dynamic_tools:  # connectors are namespaces: offered only with dynamic tool loading
+            policy = ToolPolicy(tools, lambda: self.transcript.entries, self.connectors)
+            before, context.tools = chain(policy.before_model_call, self.compactor.before_model_call), policy.active_tools()
+        self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, lambda: context.messages,
+                                    self.contracts.scope, lambda m: self.agent.steer(m), deps.registry)
+        hooks = RunHooks(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
+                         before_model_call=before,
+                         before_steering=causal_wait(self.causal, lambda m, e: self.injections.deliver(m, e)))
+        self.agent = Agent(context, hooks, lambda event: self.recorder.emit(event))
         # An active task lets an idle steer start a run, unless the user stopped the agent (abort.py).
         self.protocol = SessionProtocolController(
             self.agent, self.transcript, self.todo, deps.skills,
-            lambda: self.todo.has_active_task and not stopped_by_user(self.transcript))
-        knowledge = PromptKnowledge(reader, self.transcript, self.protocol.pending, deps.settings.runtime.knowledge_top_k,
-                                    deps.settings.runtime.knowledge_min_score, deps.registry)
-        self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.ack, self.contracts,
-                                 self, deps.registry, lambda: self.stream.settings.model, lambda: self.agent.messages,
-                                 snapshot=self.snapshots.take)
-        self._wire_checklists()
-        self.writes = WriteHandlers(self, after_ui_sync=lambda: deliver_answered_form(self),
-                                    after_write=self._snapshot_upload)
-        self.runs = RunSupervisor(self, deps.client, deps.settings.runtime.lease_ms, self.compactor)
-        handlers: dict[type, Handler] = {UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write,
-                    DocumentEdit: self.writes.document_edit, CompactionReady: self.compactor.on_ready,
-                    Compact: self.compactor.on_command, FileDelete: self.writes.file_delete,
-                    DocumentDelete: self.writes.document_delete, ConnectorResult: self.connectors.on_result}
-        self.aborts = RunAborter(self)
-        self.rewinder = Rewinder(self)
-        handlers[Rewind] = self.rewinder.on_rewind
-        self.dispatcher = InboxDispatcher(self, self, self, handlers, self.recorder.recorded,
-                                          deps.client, deps.request_close, knowledge, self.aborts,
-                                          trace=deps.settings.server.trace_inbox)
-        self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, deps.settings.runtime.causal_wait_ms)
-        self.dispatcher.causal = self.causal
-        config.get_steering = causal_steering(self.causal, config.get_steering, self.deliver_injection)
+            lambda: self.todo.has_active_task and not stopped_by_user(self.transcript),
+            extra_anchors=(self.progress.anchor,))
+        self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.acker.ack, self.contracts,
+                                 self.ui, deps.registry, lambda: self.stream.settings.model, lambda: context.messages,
+                                 snapshot=self.snapshots.take, after_tool_result=(self.progress.publish,),
+                                 after_run_end=(self.costs.refresh_quietly,))
 
-    async def _snapshot_upload(self) -> None:
-        """A client's write between runs is a point to return to; during a run the next batch records it."""
-        if not self.running:
-            await self.snapshots.take("upload")
+    def _build_inbox(self) -> None:
+        """The run task and the inbox's handlers, around the parts built above."""
+        deps, settings, state = self.deps, self.deps.settings, self.state
+        ack = self.acker.ack
+        self.runs = RunSupervisor(state, self.lease, self.outbox, self.agent, self.protocol, self.transcript,
+                                  client=deps.client, lease_ms=settings.runtime.lease_ms, after_run=self.compactor,
+                                  calls=self.connectors)
+        self.injections = InjectionDelivery(state, self.protocol, self.transcript, self.runs, self.recorder.recorded, ack)
+        self.aborts = RunAborter(state, self.agent, self.protocol, self.transcript, self.outbox,
+                                 self.tools.subagents, ack)
+        self.rewinder = Rewinder(self.sid, self.transcript, self.todo, self.protocol, self.snapshots, self.aborts,
+                                 self.tools, outbox=self.outbox, guard=self.guard, ack=ack)
 
-    def _messages(self) -> list[AgentMessage]:
-        return self.agent.messages
+        async def deliver_form() -> None:  # answers given while dormant, restored from state.json
+            await deliver_answered_form(self.sid, self.ui, self.transcript, self.injections.deliver)
 
-    def _steer(self, message: AgentMessage) -> None:
-        self.agent.steer(message)
+        async def at_barrier() -> None:
+            # pending_artifacts.json: dormant artifact changes, before the prompt
+            queue_manifest(self.sid, self.paths, self.transcript, self.protocol)
+            await deliver_form()
 
-    def _wire_checklists(self) -> None:
-        """Completion audits and checklist progress (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"): both read the transcript and the todo list."""
-        self.tools.auditor = Auditor(self.transcript, self.todo, self.skills, self.outbox, self.deps.registry,
-                                     self.contracts)
-        self.progress = ChecklistProgress(self.transcript, self.todo, self.skills, self.outbox)
-        self.recorder.after_tool_result.append(self.progress.publish)
-        self.protocol.extra_anchors.append(self.progress.anchor)
-        self.costs = CostProjection(lambda: self.transcript.entries, self, self.deps.settings.models.prices)
-        self.recorder.after_run_end.append(self.costs.refresh_quietly)
+        async def after_write() -> None:
+            """A client's write between runs is a point to return to; during a run the next batch records it."""
+            if not state.running:
+                await self.snapshots.take("upload")
 
-    async def _emit(self, event: AgentEvent) -> None:
-        # The recorder needs the protocol, which needs the Agent: the Agent reaches it through here.
-        await self.recorder.emit(event)
-
-    def _subagent_stream(self) -> StreamFn:
-        return OpenAIStream(self.deps.model_client, self.stream.settings, self.deps.counter)
+        self.writes = WriteHandlers(state, self.paths, self.ui, self.tools, self.outbox, self.guard, ack, deps.client,
+                                    settings, after_ui_sync=deliver_form, after_write=after_write)
+        handlers: dict[type, Handler] = {
+            UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write, DocumentEdit: self.writes.document_edit,
+            FileDelete: self.writes.file_delete, DocumentDelete: self.writes.document_delete,
+            CompactionReady: self.compactor.on_ready, Compact: self.compactor.on_command,
+            ConnectorResult: self.connectors.on_result, Rewind: self.rewinder.on_rewind}
+        # Prompt-time knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools").
+        knowledge = PromptKnowledge(self.knowledge, self.transcript, self.protocol.pending, settings.runtime.knowledge_top_k,
+                                    settings.runtime.knowledge_min_score, deps.registry)
+        self.dispatcher = InboxDispatcher(
+            state, self.lease, self.outbox, self.agent, self.protocol, self.transcript, self.runs, ack,
+            self.injections, handlers=handlers, at_barrier=at_barrier, client=deps.client,
+            request_close=deps.request_close, causal=self.causal, calls=self.connectors, prompt_hook=knowledge,
+            aborts=self.aborts, trace=settings.server.trace_inbox)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -218,7 +231,7 @@ class Session:
                 await self.transcript.append_skill(skill.name, skill.type, None, preloaded=True)
         await self.rewinder.finish_pending()  # a rewind a crash cut short (shared/rewind.py)
         # A connector call a dead holder sent: its answer, not "interrupted"; one still unanswered is
-        # awaited by the run task (`await_connector_calls`), never here.
+        # awaited by the run task (supervisor.py), never here.
         await self.connectors.resume()
         await repair_interrupted_run(self.transcript, pending=self.connectors.pending)
         await self.tools.refresh_viewable()
@@ -226,110 +239,24 @@ class Session:
         await self.progress.publish(force=True)  # a client sees where the workflow stands after a wake
         # The cost records are rebuilt from the transcript, off the wake path (the UI document loads lazily).
         task = asyncio.ensure_future(self.costs.refresh_quietly())
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
-
-    def interrupted(self) -> bool:
-        return interrupted(self.transcript)
-
-    @property
-    def awaiting_connector(self) -> bool:
-        """A connector call sent before the wake is still open: a run goes on once it is answered."""
-        return bool(self.connectors.pending)
-
-    async def await_connector_calls(self) -> None:
-        if await self.connectors.await_pending():
-            self.protocol.restore_context()  # the model context takes the results the transcript got
-
-    @property
-    def ui(self) -> UiDoc:
-        """The UI document, rebuilt from state.json when first needed (a UI sync, a tool, the barrier's
-        form check), not on the wake path. Safe to read late: once the lease is held and the proxy's
-        dormant-write lock is gone, only this holder writes state.json."""
-        if self._ui is None:
-            self._ui = UiDoc.from_snapshot(repair_snapshot(read_json(self.paths.state)), self.ui_limits)
-        return self._ui
-
-    async def refresh_files(self) -> None:
-        """The viewable files listed again from the disk (after a rewind restored the workspace)."""
-        await self.tools.refresh_viewable()
-
-    @property
-    def viewable_files(self) -> list[str]:
-        return self.tools.viewable_files  # one list, kept by the tool host (agent writes) and writes (client ones)
-
-    @viewable_files.setter
-    def viewable_files(self, files: list[str]) -> None:
-        self.tools.viewable_files = files
-
-    @property
-    def max_file_bytes(self) -> int:
-        return self.tools.max_file_bytes
-
-    @property
-    def workspace_quota(self) -> WorkspaceQuota:
-        return self.tools.workspace_quota
-
-    async def guard(self) -> None:
-        if self.closed:
-            raise LeaseLost(self.sid)
-        await self.lease.check()
-        if self.disk is not None:
-            await self.disk.hold()  # last: held until the caller's write, which follows with no await
-
-    def touch(self) -> None:
-        self.last_activity = asyncio.get_running_loop().time()
-
-    @property
-    def running(self) -> bool:
-        return self.runs.running
-
-    @property
-    def run_task(self) -> asyncio.Task[None] | None:
-        return self.runs.task
-
-    def idle_for(self) -> float:
-        if self.running or self.held or not self.queue.empty():
-            return 0.0
-        return asyncio.get_running_loop().time() - self.last_activity
-
-    async def process_forever(self) -> None:
-        await self.dispatcher.process_forever()
-
-    async def ack(self, entry_id: str | None) -> None:
-        await self.acker.ack(entry_id)
-
-    def start_run(self, turn: PendingTurn | None) -> None:
-        self.runs.start_run(turn)
-
-    async def deliver_injection(self, m: Injection, entry_id: str | None) -> None:
-        await self.dispatcher.deliver_injection(m, entry_id)
-
-    # ------------------------------------------------------------ UI document
-
-    async def persist_ui(self) -> None:
-        if self._ui is None:
-            return  # never loaded, so never changed: state.json is already what it should be
-        await self.guard()
-        atomic_write_json(self.paths.state, self._ui.snapshot())
-
-    async def publish_ui(self, update: bytes) -> None:
-        await self.writes.publish_ui(update)
+        self.state.background.add(task)
+        task.add_done_callback(self.state.background.discard)
 
     # ------------------------------------------------------------ shutdown
 
     async def shutdown(self) -> None:
         """Stop the run and the inbox loop; the worker persists and releases the lease."""
+        state = self.state
         self.agent.abort()
-        tasks = [t for t in (self.run_task, *self.background) if t is not None and not t.done()]
+        tasks = [t for t in (state.run_task, *state.background) if t is not None and not t.done()]
         for t in tasks:
             t.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5.0)  # bounded: shutdown must never hang on one task
-        self.closed = True  # also ends process_forever's loop if its cancel is lost in a timeout race
-        if self.loop_task is not None and self.loop_task is not asyncio.current_task():
-            self.loop_task.cancel()
-            await asyncio.wait({self.loop_task}, timeout=5.0)
+        state.closed = True  # also ends process_forever's loop if its cancel is lost in a timeout race
+        if state.loop_task is not None and state.loop_task is not asyncio.current_task():
+            state.loop_task.cancel()
+            await asyncio.wait({state.loop_task}, timeout=5.0)
 
     def release_disk(self) -> None:
         """After the last write (the worker's close or drop): the fence file's descriptor goes."""

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -24,7 +24,8 @@ from shared.trusted_blocks import lines, quoted, render
 
 from .engine.loop import run_loop
 from .engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
-from .tools import ToolHost, readonly_tools
+from .tools import readonly_tools
+from .tools.host import WorkspaceHost
 
 log = structlog.get_logger()
 SUBAGENT_PROMPT = ("You are a research subagent of the Gamma agent. Complete the task with the read tool when "
@@ -33,7 +34,13 @@ STOPPED_NOTE = "The subagent was stopped before it finished (the session shut do
 CANCEL_WAIT_S = 5.0
 
 
-async def run_subagent(host: ToolHost, config: LoopConfig, client: Any, child: str, task: str) -> None:
+class ChildHost(WorkspaceHost, Protocol):
+    """A subagent's session: its workspace, read-only, and the id its answer goes to."""
+
+    sid: str
+
+
+async def run_subagent(host: ChildHost, config: LoopConfig, client: Any, child: str, task: str) -> None:
     """`config.stream`: a model stream of the child's own (no shared prefix); `config.signal` stops
     it (Subagents.stop); `client`: Redis, for the inbox."""
     context = AgentContext(SUBAGENT_PROMPT, [], readonly_tools(host))
@@ -50,7 +57,7 @@ async def run_subagent(host: ToolHost, config: LoopConfig, client: Any, child: s
     except asyncio.CancelledError:
         cancelled = True  # past the stop's grace, or the session's shutdown: still answer, then end
     stopped = cancelled or config.signal.is_set()
-    note = config.abort_note if config.signal.is_set() else STOPPED_NOTE
+    note = config.signal.note if config.signal.is_set() else STOPPED_NOTE
     text = answer_text(said[-1] if said else None, note if stopped else None)
     content = background_result(child, text, stopped)
     with contextlib.suppress(Exception):
@@ -86,7 +93,7 @@ class _Child:
 class Subagents:
     """The session's running subagents, so the run's abort reaches them too."""
 
-    def __init__(self, host: ToolHost, stream: Callable[[], StreamFn], client: Any,
+    def __init__(self, host: ChildHost, stream: Callable[[], StreamFn], client: Any,
                  background: set[asyncio.Task[None]]) -> None:
         self.host = host
         self.stream = stream  # a fresh model stream per subagent
@@ -109,8 +116,7 @@ class Subagents:
         past `grace_s`). The number stopped."""
         running = [c for c in self.children.values() if not c.task.done()]
         for c in running:
-            c.config.abort_note = note
-            c.config.signal.set()
+            c.config.signal.abort(note)
         if not running:
             return 0
         _, late = await asyncio.wait({c.task for c in running}, timeout=grace_s)

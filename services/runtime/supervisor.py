@@ -12,6 +12,7 @@ import structlog
 
 from shared import keys
 from shared.contracts.base import new_id
+from shared.contracts.events import EventType
 from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage, UserMessage
 from shared.contracts.transcript import CustomMessageEntry, LeafEntry, MessageEntry
 from shared.disk import storage_fault
@@ -20,11 +21,10 @@ from shared.tracing import recorded_traceparent
 from .ack import TRANSIENT
 from .engine.agent import Agent
 from .engine.spans import run_span
-from .events import Outbox
-from .lease import Lease, LeaseLost
+from .lease import LeaseLost
 from .pending import PendingTurn
 from .protocol import SessionProtocolController
-from .todo import TodoController
+from .state import SessionState
 from .transcript import Transcript
 
 log = structlog.get_logger()
@@ -41,20 +41,29 @@ class AfterRun(Protocol):
     async def after_run(self) -> None: ...
 
 
-class RunHost(Protocol):
-    """The session state a run reads: whether it may go on, and where it reports."""
-    sid: str
-    closed: bool
-    lease: Lease
-    outbox: Outbox
-    agent: Agent
-    protocol: SessionProtocolController
-    transcript: Transcript
-    todo: TodoController
+class RunOutbox(Protocol):
+    """The session's outbox as a run uses it (events.py): the status events, and the run's id and
+    traceparent, which every event of the run carries."""
 
-    def touch(self) -> None: ...
+    run_id: str | None
+    traceparent: str | None
 
-    async def await_connector_calls(self) -> None: ...
+    async def event(self, type: EventType, data: dict[str, Any] | None = None, also: Any = None, *,
+                    wait: bool = True) -> str | None: ...
+
+
+class Held(Protocol):
+    """The session's lease (lease.py)."""
+
+    @property
+    def lost(self) -> bool: ...
+
+    @property
+    def fence(self) -> int: ...
+
+
+class OpenCalls(Protocol):
+    async def await_pending(self) -> bool: ...
 
 
 async def repair_interrupted_run(transcript: Transcript, note: str = INTERRUPTED,
@@ -93,29 +102,29 @@ def interrupted(transcript: Transcript) -> bool:
 
 
 class RunSupervisor:
-    def __init__(self, host: RunHost, client: Any, lease_ms: int, after_run: AfterRun) -> None:
-        self.h = host
+    def __init__(self, state: SessionState, lease: Held, outbox: RunOutbox, agent: Agent,
+                 protocol: SessionProtocolController, transcript: Transcript, *, client: Any, lease_ms: int,
+                 after_run: AfterRun, calls: OpenCalls | None = None) -> None:
+        self.state = state  # the run task, its ids and `aborting` are the session's state (state.py)
+        self.lease = lease
+        self.outbox = outbox
+        self.agent = agent
+        self.protocol = protocol
+        self.transcript = transcript
         self.client = client  # Redis: pinged until it answers after a failed run
         self.lease_ms = lease_ms
         self.after_run = after_run  # the compactor: deferred results are applied between runs
-        self.task: asyncio.Task[None] | None = None
-        self.run_id: str | None = None  # the active run's id (events carry it; the `running` key holds it)
-        self.last_run_id: str | None = None  # the latest run of the task (between its runs, run_id is None)
-        self.aborting: str | None = None  # set by RunAborter: no further run starts until it is done
-
-    @property
-    def running(self) -> bool:
-        return self.task is not None and not self.task.done()
+        self.calls = calls  # connector calls a dead holder sent (connectors.py)
 
     def _gone(self) -> bool:
-        return self.h.closed or self.h.lease.lost
+        return self.state.closed or self.lease.lost
 
     def start_run(self, turn: PendingTurn | None) -> None:
-        if self.running:
+        if self.state.running:
             for m in turn.messages if turn else []:
-                self.h.agent.steer(m)  # the run task takes them before it ends (`left_to_run`)
+                self.agent.steer(m)  # the run task takes them before it ends (`left_to_run`)
             return
-        self.task = asyncio.ensure_future(self._run(turn))
+        self.state.run_task = asyncio.ensure_future(self._run(turn))
 
     async def _run(self, turn: RunInput) -> None:
         """One run task. When a run ends it starts the next one itself while anything is left to do
@@ -125,7 +134,7 @@ class RunSupervisor:
         the check below, with no await between it and the task's end, is what picks them up."""
         while True:
             outcome = await self.run_once(turn)
-            if outcome == "stop" or self.aborting:
+            if outcome == "stop" or self.state.aborting:
                 return
             if outcome == "transient":
                 go_on, resumed = await self.recover(turn)
@@ -155,14 +164,14 @@ class RunSupervisor:
         delay = 0.2
         while True:
             try:
-                await repair_interrupted_run(self.h.transcript)
+                await repair_interrupted_run(self.transcript)
                 return True
             except LeaseLost:
                 return False
             except TRANSIENT as exc:
                 if storage_fault(exc) is None or self._gone():
                     return False
-                log.warning("run_waits_for_disk", session_id=self.h.sid, error=str(storage_fault(exc)))
+                log.warning("run_waits_for_disk", session_id=self.state.sid, error=str(storage_fault(exc)))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
@@ -177,15 +186,15 @@ class RunSupervisor:
         if not await self._repair_when_disk_allows():
             # Still held (or about to be dropped): what the failed run took stays deliverable, else a
             # redelivered entry merges into a record no queue holds and is never recorded (stuck).
-            self.h.protocol.requeue_untaken()
+            self.protocol.requeue_untaken()
             return False, None
-        protocol = self.h.protocol
+        protocol = self.protocol
         protocol.restore_context()
         own = failed.messages if isinstance(failed, PendingTurn) else []
         for prompt in protocol.untaken_prompts(own):
-            self.h.agent.steer(prompt)  # a prompt steered into the failed run: the next run takes it first
+            self.agent.steer(prompt)  # a prompt steered into the failed run: the next run takes it first
         protocol.requeue_untaken()
-        if interrupted(self.h.transcript):
+        if interrupted(self.transcript):
             return True, None
         unrecorded = [m for m in own if protocol.prompt_of(m) is not None]
         if unrecorded:
@@ -199,34 +208,35 @@ class RunSupervisor:
         an idle session, which start a turn only for an active task. After a yield the queues are
         not run as they are: their injections are held by those idle rules, and a prompt among them
         (the user spoke) starts a new user turn (docs/architecture.md "Delivery, yield and the idle rules")."""
-        if self._gone() or self.aborting:
+        if self._gone() or self.state.aborting:
             return None
-        protocol = self.h.protocol
-        if self.h.agent.yielded:
+        protocol = self.protocol
+        if self.agent.yielded:
             if protocol.hold_queued():
                 return protocol.take_user_turn()
-        elif self.h.agent.has_queued():
+        elif self.agent.has_queued():
             return "queued"
         if protocol.has_active_task() and protocol.take_idle_peek():
             return protocol.take_idle()
         return None
 
     async def _status(self, running: bool, *, wait: bool) -> None:
-        sid = self.h.sid
-        run_id = self.run_id or ""
+        sid = self.state.sid
+        run_id = self.state.run_id or ""
         also = ((lambda pipe: pipe.set(keys.running(sid), run_id, px=self.lease_ms)) if running
                 else (lambda pipe: pipe.delete(keys.running(sid))))
-        await self.h.outbox.event("status", {"status": "live", "running": running, "fence": self.h.lease.fence,
-                                             "run_id": self.run_id}, also=also, wait=wait)
+        await self.outbox.event("status", {"status": "live", "running": running, "fence": self.lease.fence,
+                                             "run_id": self.state.run_id}, also=also, wait=wait)
 
     async def _drive(self, turn: RunInput) -> None:
-        agent = self.h.agent
+        agent = self.agent
         # Connector calls a dead holder sent, still unanswered at the wake: their results come first
         # (the run waits for them, never the wake), and prompts arriving meanwhile queue behind them.
-        await self.h.await_connector_calls()
+        if self.calls is not None and await self.calls.await_pending():
+            self.protocol.restore_context()  # the model context takes the results the transcript got
         # No await between this check and the Agent taking the run (it clears the abort signal when a
         # run starts): an abort that came before is seen here, one that comes after sets the signal.
-        if self.aborting:
+        if self.state.aborting:
             return
         if turn == "queued":
             await agent.run_queued()
@@ -234,7 +244,7 @@ class RunSupervisor:
             await agent.continue_()
         else:
             await agent.prompt(turn.messages)
-        while agent.has_queued() and not agent.yielded and not self.h.closed and not self.aborting:
+        while agent.has_queued() and not agent.yielded and not self.state.closed and not self.state.aborting:
             await agent.run_queued()  # a steer that arrived as the loop stopped (a yield holds: `left_to_run`)
 
     async def run_once(self, turn: RunInput) -> RunOutcome:
@@ -242,13 +252,13 @@ class RunSupervisor:
         "transient" when it failed on Redis (see `recover`). In a span of its own, a child of the
         span current when the run task started (the prompt's inbox entry); while the span is
         recorded its traceparent rides beside every event of the run (the SSE delivery span)."""
-        run_id = self.run_id = self.last_run_id = self.h.outbox.run_id = new_id("run_")
-        with run_span(self.h.sid, run_id) as span:
-            self.h.outbox.traceparent = recorded_traceparent(span)
+        run_id = self.state.run_id = self.state.last_run_id = self.outbox.run_id = new_id("run_")
+        with run_span(self.state.sid, run_id) as span:
+            self.outbox.traceparent = recorded_traceparent(span)
             try:
                 outcome = await self._run_once(turn)
             finally:
-                self.h.outbox.traceparent = None
+                self.outbox.traceparent = None
             span.set_attribute("gamma.run.outcome", outcome)
         return outcome
 
@@ -261,27 +271,27 @@ class RunSupervisor:
                 await self._status(True, wait=False)
             await self._drive(turn)
         except LeaseLost:
-            log.warning("lease_lost_during_run", session_id=self.h.sid)
+            log.warning("lease_lost_during_run", session_id=self.state.sid)
             return "stop"
         except asyncio.CancelledError:
             raise
         except TRANSIENT as exc:
             if storage_fault(exc) is not None:  # the disk full or failing: no traceback, the cause
-                log.warning("run_interrupted_by_disk", session_id=self.h.sid, error=str(storage_fault(exc)))
+                log.warning("run_interrupted_by_disk", session_id=self.state.sid, error=str(storage_fault(exc)))
             else:
-                log.exception("run_interrupted_by_redis", session_id=self.h.sid)
+                log.exception("run_interrupted_by_redis", session_id=self.state.sid)
             outcome = "transient"
         except Exception:  # noqa: BLE001 - the worker survives a broken run
-            log.exception("run_failed", session_id=self.h.sid)
-            self.h.protocol.requeue_untaken()  # injections the broken run took go to the next turn
+            log.exception("run_failed", session_id=self.state.sid)
+            self.protocol.requeue_untaken()  # injections the broken run took go to the next turn
             with contextlib.suppress(Exception):
-                await self.h.outbox.event("error", {"error": "run failed"})
+                await self.outbox.event("error", {"error": "run failed"})
         finally:
-            self.h.touch()
+            self.state.touch()
             if not self._gone():  # a taken lease: the new holder speaks now
                 with contextlib.suppress(Exception):  # through the outbox: after the queued SET running
                     await self._status(False, wait=True)
-            self.run_id = self.h.outbox.run_id = None
+            self.state.run_id = self.outbox.run_id = None
         if not self._gone() and outcome == "done":
             try:
                 await self.after_run.after_run()

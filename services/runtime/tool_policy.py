@@ -24,7 +24,7 @@ from shared import connectors as rules
 from shared.contracts.transcript import MessageEntry, SkillActivationEntry, TranscriptEntry
 
 from .connectors import ConnectorHub
-from .engine.types import AgentContext, BeforeModelCall, Tool, ToolContext, ToolOutcome
+from .engine.types import AgentContext, Tool, ToolContext, ToolOutcome
 
 LOAD_TOOLS = "load_tools"
 CONNECTOR_PREFIX = "connector:"
@@ -95,13 +95,11 @@ def load_tools_tool(hub: ConnectorHub | None = None) -> Tool:
 
 
 class ToolPolicy:
-    """Sets the active subset before each model call, then runs the next hook (the compactor's)."""
+    """Sets the active subset before each model call (the session runs the compactor's hook after it)."""
 
-    def __init__(self, registered: list[Tool], entries: Any, then: BeforeModelCall,
-                 connectors: ConnectorHub | None = None) -> None:
+    def __init__(self, registered: list[Tool], entries: Any, connectors: ConnectorHub | None = None) -> None:
         self.registered = [*registered, load_tools_tool(connectors)]
         self.entries = entries  # () -> the transcript's entries
-        self.then = then
         self.connectors = connectors
         # (entries seen, registry catalog, the subset): rebuilt when the transcript or the catalog moves
         self._active: tuple[int, object, list[Tool]] = (-1, None, [])
@@ -124,5 +122,4 @@ class ToolPolicy:
                 await self.connectors.refresh()
                 await self.connectors.announce(loaded)
         context.tools = self.active_tools()
-        await self.then(context)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from shared import keys, revnum
 from shared.blobs import write_blob
@@ -20,29 +20,21 @@ from .audit import Auditor
 from .document_reads import DocumentReads
 from .engine.types import StreamFn
 from .events import Outbox
+from .liveui import UiHost
 from .sandbox import Sandbox
 from .skill_lifecycle import SkillContracts
 from .skills import Skill
 from .subagent import Subagents
 from .todo import TodoController
 from .transcript import Transcript
-from .uistate import UiDoc
-
-
-class UiHost(Protocol):
-    @property
-    def ui(self) -> UiDoc: ...
-
-    async def persist_ui(self) -> None: ...
-
-    async def publish_ui(self, update: bytes) -> None: ...
 
 
 class SessionToolHost:
     def __init__(self, *, sid: str, paths: SessionPaths, settings: Settings, sandbox: Sandbox,
                  todo: TodoController, skills: Mapping[str, Skill], transcript: Transcript, outbox: Outbox,
                  guard: Callable[[], Awaitable[None]], ui: UiHost, subagent_stream: Callable[[], StreamFn],
-                 client: Any, background: set[asyncio.Task[None]], contracts: SkillContracts) -> None:
+                 client: Any, background: set[asyncio.Task[None]], contracts: SkillContracts,
+                 auditor: Auditor | None = None) -> None:
         self.sid = sid
         self.paths = paths
         self.data_dir = settings.storage.data_dir
@@ -65,7 +57,7 @@ class SessionToolHost:
         self.viewable_files: list[str] = []
         self._max_depth = settings.storage.workspace_max_depth
         self.document_reads = DocumentReads(lambda: transcript.entries)  # what a deck write must still find
-        self.auditor: Auditor | None = None  # set by the session (completion audits)
+        self.auditor = auditor  # completion audits (audit.py)
 
     async def guard(self) -> None:
         await self._guard()
@@ -76,18 +68,20 @@ class SessionToolHost:
         self.viewable_files = await asyncio.to_thread(workspace_files, self.paths.workspace,
                                                       max_depth=self._max_depth)
 
-    def _track(self, path: str, deleted: bool) -> None:
+    def track(self, *paths: str, deleted: bool = False) -> None:
+        """Keep the projection: the agent's file changes here, a client's (writes.py) through this."""
         if deleted:
-            self.viewable_files = [p for p in self.viewable_files if p != path]
-        elif path not in self.viewable_files:
-            self.viewable_files = sorted({*self.viewable_files, path})
+            gone = set(paths)
+            self.viewable_files = [p for p in self.viewable_files if p not in gone]
+        elif not set(paths) <= set(self.viewable_files):
+            self.viewable_files = sorted({*self.viewable_files, *paths})
 
     async def artifact_changed(self, ref: str, kind: str, *, document: dict[str, Any] | None = None, deleted: bool = False,
                                content: bytes | None = None) -> None:
         """`content`: a file's new bytes. They go to a content
         blob on the session disk (shared/blobs.py); the ArtifactChange only names it."""
         if kind == "file":
-            self._track(ref.removeprefix("file:"), deleted)
+            self.track(ref.removeprefix("file:"), deleted=deleted)
         # A file change is numbered like the user's live writes, so theirs stay in step with the digest.
         revision = await revnum.next_revision(self.client, self.sid, ref) if kind == "file" else None
         change = ArtifactChange(session_id=self.sid, ref=ref, actor="agent", kind=kind,  # type: ignore[arg-type]

@@ -185,17 +185,17 @@ class Worker:
         await self.bus(keys.LIFECYCLE, SessionLive(session_id=sid, wake_id=wake.wake_id, fence=lease.fence,
                                                   worker_id=self.worker_id))
         await outbox.event("status", {"status": "live", "running": False, "fence": lease.fence,
-                                      "viewableFiles": session.viewable_files[:500]},
+                                      "viewableFiles": session.tools.viewable_files[:500]},
                            also=lambda pipe: pipe.zadd(keys.RUNTIME_LIVE, {sid: now_ms()}))
         pending = await self.reader.add(sid)  # what a dead holder read but never acked comes first
         for entry in pending:
-            session.queue.put_nowait(entry)
+            session.state.queue.put_nowait(entry)
         with detached():  # each entry is handled in its own producer's trace, not the wake's
-            session.loop_task = asyncio.ensure_future(self._session_loop(session))
+            session.state.loop_task = asyncio.ensure_future(self._session_loop(session))
         log.info("session_live", session_id=sid, fence=lease.fence, claimed=len(pending))
 
     async def _session_loop(self, session: Session) -> None:
-        await session.process_forever()
+        await session.dispatcher.process_forever()
         if session.lease.lost:
             await self._drop(session)
 
@@ -223,8 +223,8 @@ class Worker:
                 continue
             for entry in entries:
                 session = self.sessions.get(entry.session_id)
-                if session is not None and not session.closed:
-                    session.queue.put_nowait(entry)
+                if session is not None and not session.state.closed:
+                    session.state.queue.put_nowait(entry)
             if not self.reader.sessions:
                 await asyncio.sleep(0.2)
 
@@ -267,22 +267,22 @@ class Worker:
                 log.info("dormant_sessions_swept", **swept.model_dump())
 
     async def _housekeep_chunk(self, sessions: list[Session]) -> None:
-        held = await renew_all(self.client, [s.lease for s in sessions], [s.sid for s in sessions if s.running],
+        held = await renew_all(self.client, [s.lease for s in sessions], [s.sid for s in sessions if s.state.running],
                                keys.RUNTIME_LIVE, now_ms())
         for session, ok in zip(sessions, held, strict=True):
             if not ok:
                 log.warning("lease_lost", session_id=session.sid)
                 await self._drop(session)
-            elif session.stop_requested:
-                await self.close(session.sid, session.stop_requested)
-            elif session.idle_for() > self.settings.runtime.idle_s:
+            elif session.state.stop_requested:
+                await self.close(session.sid, session.state.stop_requested)
+            elif session.state.idle_for() > self.settings.runtime.idle_s:
                 await self.close(session.sid, "idle")
-        live = [s.sid for s in sessions if not s.closed and not s.lease.lost]
+        live = [s.sid for s in sessions if not s.state.closed and not s.lease.lost]
         for entry in await self.reader.claim_foreign(live, self.settings.bus.claim_idle_ms) if live else []:
             holder = self.sessions.get(entry.session_id)
-            if holder is not None and not holder.closed:
+            if holder is not None and not holder.state.closed:
                 log.info("inbox_entry_reclaimed", session_id=entry.session_id, entry_id=entry.entry_id)
-                holder.queue.put_nowait(entry)
+                holder.state.queue.put_nowait(entry)
 
     async def _orphan_loop(self) -> None:
         """Resume sessions whose worker died (no lease, stale renewal): the run it had goes on here.
@@ -316,7 +316,7 @@ class Worker:
         """The lease was taken: stop at once, write nothing, publish nothing for this session."""
         self.reader.remove(session.sid)
         self.sessions.pop(session.sid, None)
-        session.closed = True
+        session.state.closed = True
         await session.shutdown()
         session.release_disk()
 
@@ -333,9 +333,9 @@ class Worker:
             self.reader.remove(sid)  # stop reading first: unread entries stay for the next holder
             await session.shutdown()
             try:
-                session.closed = False  # the last writes below still run under the lease check
+                session.state.closed = False  # the last writes below still run under the lease check
                 await self._persist_ui_at_close(session)
-                session.closed = True
+                session.state.closed = True
                 await self.images.at_close(sid, session.paths)  # still leased: no transcript writer runs
                 await self.client.delete(keys.running(sid))
                 await session.lease.release()
@@ -364,7 +364,7 @@ class Worker:
         """A full or failing disk does not keep the session live: state.json keeps the last UI state
         written, which holds every change a client was told succeeded (a refused one got 507/503)."""
         try:
-            await session.persist_ui()
+            await session.ui.persist_ui()
         except OSError as exc:
             fault = storage_fault(exc)
             if fault is None:
@@ -373,10 +373,10 @@ class Worker:
 
     async def _answer_stops(self, session: Session, status: int, body: dict[str, Any]) -> None:
         """After the release: unfenced (the lease is gone on purpose)."""
-        for request_id in session.stop_replies:
+        for request_id in session.state.stop_replies:
             with contextlib.suppress(Exception):  # the proxy answers 504 after its timeout
                 await session.outbox.reply(request_id, status, body, fenced=False)
-        session.stop_replies.clear()
+        session.state.stop_replies.clear()
 
     async def shutdown(self) -> None:
         log.info("worker_stopping", sessions=len(self.sessions))
@@ -396,4 +396,4 @@ class Worker:
         log.info("worker_stopped")
 
     def snapshot(self) -> dict[str, Any]:
-        return {sid: {"running": s.running, "fence": s.lease.fence} for sid, s in self.sessions.items()}
+        return {sid: {"running": s.state.running, "fence": s.lease.fence} for sid, s in self.sessions.items()}

@@ -10,7 +10,6 @@ same rule (`shared.uirules`, `shared.uimerge`).
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -19,16 +18,17 @@ import structlog
 
 from shared import revnum, write_model
 from shared.blobs import read_blob
-from shared.contracts.events import EventType, UiUpdateData
+from shared.contracts.events import EventType
 from shared.contracts.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, UiUpdate
 from shared.disk import DiskError, SessionPaths, check_size, split_workspace_path
 from shared.inbox import InboxEntry
 from shared.quota import WorkspaceQuota
 from shared.settings import Settings
-from shared.uirules import UiLimits, UiRefused, validate_snapshot
+from shared.uirules import UiRefused, validate_snapshot
 from shared.write_model import Refused
 
-from .uistate import UiDoc
+from .liveui import LiveUi
+from .state import SessionState
 
 log = structlog.get_logger()
 
@@ -38,47 +38,35 @@ class WriteOutbox(Protocol):
     async def reply(self, request_id: str, status: int, body: dict[str, Any]) -> None: ...
 
 
-class WriteDeps(Protocol):
-    @property
-    def settings(self) -> Settings: ...
-    @property
-    def client(self) -> Any: ...  # redis.asyncio.Redis: numbers the writes (shared/revnum.py)
+class WorkspaceFiles(Protocol):
+    """The viewable-file projection and the limits of a write (toolhost.py)."""
 
-
-class WriteHost(Protocol):
-    """What a live write needs from its session (the lease holder)."""
-
-    viewable_files: list[str]
-
-    @property
-    def sid(self) -> str: ...
-    @property
-    def paths(self) -> SessionPaths: ...
-    @property
-    def deps(self) -> WriteDeps: ...
-    @property
-    def outbox(self) -> WriteOutbox: ...
-    @property
-    def ui(self) -> UiDoc: ...
-    @property
-    def ui_limits(self) -> UiLimits: ...
     @property
     def max_file_bytes(self) -> int: ...
     @property
     def workspace_quota(self) -> WorkspaceQuota: ...
     @property
-    def barrier_passed(self) -> bool: ...
-    async def guard(self) -> None: ...
-    async def ack(self, entry_id: str | None) -> None: ...
-    async def persist_ui(self) -> None: ...
+    def viewable_files(self) -> list[str]: ...
+    def track(self, *paths: str, deleted: bool = False) -> None: ...
 
 
 class WriteHandlers:
-    def __init__(self, host: WriteHost, after_ui_sync: Callable[[], Awaitable[None]],
+    def __init__(self, state: SessionState, paths: SessionPaths, ui: LiveUi, files: WorkspaceFiles,
+                 outbox: WriteOutbox, guard: Callable[[], Awaitable[None]], ack: Callable[[str | None], Awaitable[None]],
+                 client: Any, settings: Settings, after_ui_sync: Callable[[], Awaitable[None]],
                  after_write: Callable[[], Awaitable[object]] | None = None) -> None:
         """`after_ui_sync`: runs after a client's UI change once the wake barrier passed (a question
         form the client just answered is delivered to the agent)."""
-        self.s = host
+        self.state = state
+        self.paths = paths
+        self.ui = ui
+        self.files = files
+        self.outbox = outbox
+        self.guard = guard
+        self.ack = ack
+        self.client = client  # Redis: numbers the writes (shared/revnum.py)
+        self.data_dir = settings.storage.data_dir
+        self.trace = settings.server.trace_inbox
         self._after_ui_sync = after_ui_sync
         # after a file or document write is answered: the session's snapshot of an upload (snapshots.py)
         self._after_write = after_write
@@ -87,16 +75,10 @@ class WriteHandlers:
         if self._after_write is not None:
             await self._after_write()
 
-    async def publish_ui(self, update: bytes) -> None:
-        """Only the change goes out (docs/architecture.md "Limits on hostile input": a full snapshot per event cost 1.48 MB of Redis each)."""
-        if update:
-            data = UiUpdateData(update=base64.b64encode(update).decode())
-            await self.s.outbox.event("ui_update", data.model_dump())
-
     async def _answer(self, entry: InboxEntry, request_id: str, status: int, body: dict[str, Any]) -> None:
         # The effect is durable already: ack first, so whoever reads the reply sees a clean inbox.
-        await self.s.ack(entry.entry_id)
-        await self.s.outbox.reply(request_id, status, body)
+        await self.ack(entry.entry_id)
+        await self.outbox.reply(request_id, status, body)
 
     async def _refuse(self, entry: InboxEntry, request_id: str, refused: Refused) -> None:
         await self._answer(entry, request_id, refused.status, refused.body())
@@ -110,28 +92,28 @@ class WriteHandlers:
             await self._refuse(entry, m.request_id, raw)
             return
         try:
-            snapshot = None if m.snapshot is None else validate_snapshot(m.snapshot, self.s.ui_limits)
-            update = await self.s.ui.apply_update(raw)
+            snapshot = None if m.snapshot is None else validate_snapshot(m.snapshot, self.ui.limits)
+            update = await self.ui.ui.apply_update(raw)
             if not update and snapshot is not None:
-                update = await self.s.ui.apply_snapshot(snapshot)
+                update = await self.ui.ui.apply_snapshot(snapshot)
         except UiRefused as exc:
             await self._refuse(entry, m.request_id, Refused.of(exc))
             return
         if update:
-            await self.s.persist_ui()
-        await self.publish_ui(update)
-        await self._answer(entry, m.request_id, 200, {"snapshot": self.s.ui.snapshot(),
-                                                      "update": self.s.ui.full_update_b64()})
-        if self.s.barrier_passed:
+            await self.ui.persist_ui()
+        await self.ui.publish_ui(update)
+        await self._answer(entry, m.request_id, 200, {"snapshot": self.ui.ui.snapshot(),
+                                                      "update": self.ui.ui.full_update_b64()})
+        if self.state.barrier_passed:
             await self._after_ui_sync()
 
     async def _blob(self, m: FileWrite) -> bytes | Refused:
         """The written content the proxy staged (410: it gave the request up and removed it)."""
         try:
             split_workspace_path(m.path, for_write=True)  # a name that can never be written: before any I/O
-            data = await asyncio.to_thread(read_blob, self.s.deps.settings.storage.data_dir, self.s.sid, m.blob, m.sha256)
+            data = await asyncio.to_thread(read_blob, self.data_dir, self.state.sid, m.blob, m.sha256)
             if data is not None:
-                check_size(data, self.s.max_file_bytes)
+                check_size(data, self.files.max_file_bytes)
         except DiskError as exc:
             return Refused.of(exc)
         if data is None:  # the proxy removed it when it stopped waiting: nobody wants this write now
@@ -146,36 +128,35 @@ class WriteHandlers:
             await self._refuse(entry, m.request_id, data)
             return
         t.append(time.time())
-        await self.s.guard()
+        await self.guard()
         t.append(time.time())
         # In the I/O pool: the quota check walks the workspace (bounded, shared/walk.py).
-        written = await asyncio.to_thread(write_model.write_file, self.s.paths.workspace, m.path, data,
-                                          max_bytes=self.s.max_file_bytes, quota=self.s.workspace_quota,
+        written = await asyncio.to_thread(write_model.write_file, self.paths.workspace, m.path, data,
+                                          max_bytes=self.files.max_file_bytes, quota=self.files.workspace_quota,
                                           must_exist=False)
         t.append(time.time())
         if isinstance(written, Refused):  # a directory in the way, a file as a parent, over quota
             await self._refuse(entry, m.request_id, written)
             return
-        if written.path not in self.s.viewable_files:
-            self.s.viewable_files = sorted({*self.s.viewable_files, written.path})
+        self.files.track(written.path)
         revision = await self._next_revision("file:" + written.path)
         t.append(time.time())
         await self._answer(entry, m.request_id, 200, {"path": written.path, "size": written.size, "revision": revision,
                                                       "created": written.created})
         await self._written()
-        if self.s.deps.settings.server.trace_inbox:  # bench/e2e.py --trace: where a file write's time goes
+        if self.trace:  # bench/e2e.py --trace: where a file write's time goes
             t.append(time.time())
             steps = ("blob_ms", "guard_ms", "write_ms", "revision_ms", "answer_ms")
-            log.info("file_write_timing", session_id=self.s.sid, entry_id=entry.entry_id,
+            log.info("file_write_timing", session_id=self.state.sid, entry_id=entry.entry_id,
                      **{k: round((b - a) * 1000, 1) for k, a, b in zip(steps, t, t[1:], strict=False)})
 
     async def _next_revision(self, ref: str) -> int:
         """The revision the digest will record for this write (shared/revnum.py)."""
-        return await revnum.next_revision(self.s.deps.client, self.s.sid, ref)
+        return await revnum.next_revision(self.client, self.state.sid, ref)
 
     async def document_edit(self, entry: InboxEntry, m: DocumentEdit) -> None:
-        await self.s.guard()
-        stored = write_model.edit_document(self.s.paths, m.doc, m.op, m.document, m.if_match, create=True)
+        await self.guard()
+        stored = write_model.edit_document(self.paths, m.doc, m.op, m.document, m.if_match, create=True)
         if isinstance(stored, Refused):
             await self._refuse(entry, m.request_id, stored)
             return
@@ -184,14 +165,13 @@ class WriteHandlers:
 
     async def file_delete(self, entry: InboxEntry, m: FileDelete) -> None:
         """Remove a workspace file with the function the proxy uses while dormant (404, 409 alike)."""
-        await self.s.guard()
-        tree = self.s.workspace_quota.limits if m.recursive else None
-        removed = await asyncio.to_thread(write_model.remove_file, self.s.paths.workspace, m.path, tree=tree)
+        await self.guard()
+        tree = self.files.workspace_quota.limits if m.recursive else None
+        removed = await asyncio.to_thread(write_model.remove_file, self.paths.workspace, m.path, tree=tree)
         if isinstance(removed, Refused):
             await self._refuse(entry, m.request_id, removed)
             return
-        gone = {removed.path, *(removed.files or ())}
-        self.s.viewable_files = [p for p in self.s.viewable_files if p not in gone]
+        self.files.track(removed.path, *(removed.files or ()), deleted=True)
         if removed.files is None:
             revision = await self._next_revision("file:" + removed.path)
             await self._answer(entry, m.request_id, 200, {"path": removed.path, "deleted": True, "revision": revision})
@@ -203,8 +183,8 @@ class WriteHandlers:
         await self._written()
 
     async def document_delete(self, entry: InboxEntry, m: DocumentDelete) -> None:
-        await self.s.guard()
-        removed = write_model.delete_document(self.s.paths, m.doc, m.if_match)
+        await self.guard()
+        removed = write_model.delete_document(self.paths, m.doc, m.if_match)
         if isinstance(removed, Refused):
             await self._refuse(entry, m.request_id, removed)
             return

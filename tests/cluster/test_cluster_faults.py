@@ -82,7 +82,7 @@ class PrimaryKill(threading.Thread):
         from redis.cluster import RedisCluster as SyncCluster
 
         with SyncCluster.from_url(self.redis_cluster.url.rsplit("/", 1)[0]) as client:
-            holders = lease_holders(client)  # type: ignore[arg-type]
+            holders = lease_holders(client)
         counts = {port: 0 for port in self.redis_cluster.primaries()}
         for sid in holders:
             port = self.redis_cluster.primary_of(keys.lease(sid))

@@ -90,7 +90,7 @@ class ClusterNetChaos(NetChaos):
         from redis.cluster import RedisCluster as SyncCluster
 
         with SyncCluster(host="127.0.0.1", port=self.own.ports[0]) as client:
-            holders = lease_holders(client)  # type: ignore[arg-type]
+            holders = lease_holders(client)
         counts = {port: 0 for port in self.own.primaries()}
         node_of = {link.port: node for node, link in self.by_node.items()}  # CLUSTER SLOTS names the proxies
         for sid in holders:

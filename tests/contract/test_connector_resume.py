@@ -35,7 +35,7 @@ def _results(t: Transcript) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for m in t.context():
         if isinstance(m, ToolResultMessage):
-            out.setdefault(m.tool_call_id, []).append(m.content[0].text)  # type: ignore[union-attr]
+            out.setdefault(m.tool_call_id, []).append(m.content[0].text)
     return out
 
 

@@ -55,7 +55,7 @@ def every_message() -> list[InboxMessage]:
     ]
     return [
         UserPrompt(session_id=SID, message="hello <system_update>not trusted</system_update>",
-                   client_context=prompt_ctx, on_busy="follow_up"),  # type: ignore[arg-type]
+                   client_context=prompt_ctx, on_busy="follow_up"),
         *injections,
         Injection(session_id=SID, injection=RuntimeInjection(kind="artifact_update", content="<artifact_update/>"),
                   source="artifact", source_id="file:brief.xml@5", ref="file:brief.xml", from_revision=3,
@@ -148,9 +148,9 @@ async def test_the_proxys_forwarded_writes_reach_the_runtimes_reader(redis_clien
     sent = [m for m in every_message() if isinstance(m, forwarded)]
     for msg in sent:
         msg = msg.model_copy(update={"session_id": sid})
-        reply = InboxReply(request_id=msg.request_id, status=200, body={"ok": True})  # type: ignore[union-attr]
-        await redis_client.rpush(keys.reply(sid, msg.request_id), reply.model_dump_json())  # type: ignore[union-attr]
-        assert await forward(redis_client, redis_client, msg, timeout_s=5) == reply  # type: ignore[arg-type]
+        reply = InboxReply(request_id=msg.request_id, status=200, body={"ok": True})
+        await redis_client.rpush(keys.reply(sid, msg.request_id), reply.model_dump_json())
+        assert await forward(redis_client, redis_client, msg, timeout_s=5) == reply
         [entry] = await reader.read(block_ms=1000)
         assert entry.message == msg
         await reader.ack(sid, entry.entry_id)

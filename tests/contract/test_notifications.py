@@ -70,7 +70,7 @@ async def test_stream_intake_to_the_real_notifications_service(
             await publish(producer, keys.NOTIFICATIONS, msg)
 
         async def all_pending() -> bool:
-            return all([await store.status(row.id, n["id"]) == "pending" for n in NOTIFICATIONS])  # type: ignore[index]
+            return all([await store.status(row.id, n["id"]) == "pending" for n in NOTIFICATIONS])
 
         await eventually(all_pending, what="every notification type stored as pending")
         await eventually(pel_empty(redis_client, keys.NOTIFICATIONS, "notifications"), what="acks")

@@ -49,7 +49,7 @@ def rendered() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def asyncapi(rendered: dict[str, str]) -> dict[str, Any]:
-    return yaml.safe_load(rendered["asyncapi.yaml"])  # type: ignore[no-any-return]
+    return yaml.safe_load(rendered["asyncapi.yaml"])
 
 
 def test_committed_documents_are_current(rendered: dict[str, str]) -> None:

@@ -85,7 +85,7 @@ def test_deployments_services_pvc_hpa_pdb(rendered: tuple[str, list[Doc]]) -> No
 
 def container(deployment: Doc) -> Doc:
     (c,) = deployment["spec"]["template"]["spec"]["containers"]
-    return c  # type: ignore[no-any-return]
+    return c
 
 
 def test_pods_probes_resources_and_commands(rendered: tuple[str, list[Doc]]) -> None:

@@ -30,7 +30,7 @@ from shared.snapshots import SnapshotLimits
 
 
 class Inert:
-    """The aborter, protocol and outbox of a session with no run and no clients."""
+    """The aborter, protocol, outbox and file list of a session with no run and no clients."""
 
     async def abort(self, reason: str) -> None:
         return None
@@ -38,26 +38,18 @@ class Inert:
     def restore_context(self) -> None:
         return None
 
-    async def event(self, *args: Any, **kwargs: Any) -> None:
+    async def event(self, type: str, data: dict[str, Any] | None = None) -> None:
+        return None
+
+    async def reply(self, request_id: str, status: int, body: dict[str, Any]) -> None:
+        return None
+
+    async def refresh_viewable(self) -> None:
         return None
 
 
-class Host:
-    def __init__(self, sid: str, transcript: Transcript, todo: TodoController, snapshots: SessionSnapshots,
-                 guard: Any) -> None:
-        self.sid, self.transcript, self.todo, self.snapshots = sid, transcript, todo, snapshots
-        self.protocol = self.outbox = self.aborts = Inert()
-        self.viewable_files: list[str] = []
-        self._guard = guard
-
-    async def guard(self) -> None:
-        await self._guard()
-
-    async def ack(self, entry_id: str | None) -> None:
-        return None
-
-    async def refresh_files(self) -> None:
-        return None
+async def ack(entry_id: str | None) -> None:
+    return None
 
 
 def die_after(calls: int, target: Any) -> Any:
@@ -86,9 +78,11 @@ async def main(url: str, data_dir: Path, sid: str, entry_id: str, where: str) ->
 
     transcript = Transcript.load(paths.transcript, guard, disk.unlock)
     snapshots = SessionSnapshots(sid, paths, SnapshotLimits(), guard, lambda: transcript.leaf_id)
-    host = Host(sid, transcript, TodoController.load(paths.todo, guard), snapshots, guard)
+    inert = Inert()
+    rewinder = Rewinder(sid, transcript, TodoController.load(paths.todo, guard), inert, snapshots, inert, inert,
+                        outbox=inert, guard=guard, ack=ack)
     if where == "restore":
-        snapshot_restore._make = die_after(2, snapshot_restore._make)  # type: ignore[attr-defined]
+        snapshot_restore._make = die_after(2, snapshot_restore._make)
     else:
         append = transcript.append_entry
 
@@ -98,7 +92,7 @@ async def main(url: str, data_dir: Path, sid: str, entry_id: str, where: str) ->
 
         transcript.append_entry = append_then_die  # type: ignore[method-assign]
     print("armed", flush=True)
-    await Rewinder(host).rewind(entry_id, "rewind")  # type: ignore[arg-type]
+    await rewinder.rewind(entry_id, "rewind")
     print("finished", flush=True)  # never: the kill point is inside the rewind
 
 

@@ -33,13 +33,13 @@ def deck(**titles: str) -> dict[str, Any]:
 
 
 def doc_change(actor: str, rev: int, document: dict[str, Any], **kw: Any) -> ArtifactChange:
-    return ArtifactChange(session_id=SID, ref=DOC, actor=actor, kind="document", from_revision=rev - 1,  # type: ignore[arg-type]
+    return ArtifactChange(session_id=SID, ref=DOC, actor=actor, kind="document", from_revision=rev - 1,
                           to_revision=rev, document=document, **kw)
 
 
 def file_change(data_dir: Path, actor: str, content: bytes, **kw: Any) -> ArtifactChange:
     """As a producer sends it: the bytes in a content blob on the session disk, the change naming it."""
-    change = ArtifactChange(session_id=SID, ref=BRIEF, actor=actor, kind="file", **kw)  # type: ignore[arg-type]
+    change = ArtifactChange(session_id=SID, ref=BRIEF, actor=actor, kind="file", **kw)
     sha = write_blob(data_dir, SID, "b_" + change.id, content)
     return change.model_copy(update={"blob": "b_" + change.id, "sha256": sha, "size": len(content)})
 
@@ -68,7 +68,7 @@ def recorded(inj: Injection) -> InjectionRecorded:
 
 
 @pytest.fixture
-async def builder(redis_client: aioredis.Redis, data_dir: Path):  # type: ignore[no-untyped-def]
+async def builder(redis_client: aioredis.Redis, data_dir: Path):
     b = DigestBuilder(redis_client, data_dir, debounce_ms=150, poll_s=0.02)
     task = asyncio.create_task(b.run_due())
     yield b

@@ -52,7 +52,7 @@ def revisions(r: redis.Redis, sid: str, field: str) -> dict[str, int]:
 
 def deck_digests(api: httpx.Client, sid: str) -> list[dict[str, object]]:
     return [e for e in transcript(api, sid) if e.get("type") == "custom_message"
-            and str((e.get("details") or {}).get("sourceId", "")).startswith(DECK_REF + "@")]  # type: ignore[union-attr]
+            and str((e.get("details") or {}).get("sourceId", "")).startswith(DECK_REF + "@")]
 
 
 def test_first_deck_digest_after_an_unanswered_write_starts_from_nothing(

@@ -26,7 +26,7 @@ from .test_digest_builder import (
 
 
 @pytest.fixture
-async def builder(redis_client: aioredis.Redis, data_dir: Path):  # type: ignore[no-untyped-def]
+async def builder(redis_client: aioredis.Redis, data_dir: Path):
     b = DigestBuilder(redis_client, data_dir, debounce_ms=150, poll_s=0.02)
     task = asyncio.create_task(b.run_due())
     yield b

@@ -38,7 +38,7 @@ async def test_a_group_that_stops_taking_entries_is_reported_and_not_ready(
         task.cancel()
     assert calls == [[f"{STREAM} (g)"]] and dog.stalled == [f"{STREAM} (g)"]
 
-    settings = Settings(REDIS_URL=redis_url)  # type: ignore[call-arg]
+    settings = Settings(REDIS_URL=redis_url)
     ctx = ServiceContext(name="digest", settings=settings, redis=aioredis.from_url(redis_url), ready=True)
     ctx.watchdog = dog
     app = FastAPI()

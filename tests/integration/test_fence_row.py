@@ -17,7 +17,7 @@ SID = "s_fence_row"
 
 async def _row(client: aioredis.Redis, **extra: str) -> None:
     row = SessionRow(id=SID, owner="alice", created_at=1, updated_at=1)
-    await client.hset(keys.session_row(SID), mapping={**row.to_hash(), **extra})  # type: ignore[arg-type]
+    await client.hset(keys.session_row(SID), mapping={**row.to_hash(), **extra})
 
 
 async def test_the_lease_increments_the_row_field_and_no_fence_key_appears(redis_client: aioredis.Redis) -> None:

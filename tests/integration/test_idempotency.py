@@ -168,7 +168,7 @@ def test_a_proxy_killed_mid_request_frees_the_key_and_keys_survive_a_restart(
         assert 0 < r.pttl(key) <= 24 * 3600 * 1000  # every key expires
 
 
-def test_keys_are_bounded_per_user(r: redis.Redis, stack_factory) -> None:  # type: ignore[no-untyped-def]
+def test_keys_are_bounded_per_user(r: redis.Redis, stack_factory) -> None:
     stack = stack_factory(GAMMA_IDEMPOTENCY_MAX_KEYS="10")
     with httpx.Client(base_url=stack.url(), timeout=30) as client:
         first = client.post("/sessions", headers=keyed("k-bound-0"))

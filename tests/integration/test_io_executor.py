@@ -25,7 +25,7 @@ async def _nothing() -> None:
 
 
 def _app(redis_url: str, **env: str) -> FastAPI:
-    settings = Settings(REDIS_URL=redis_url, **env)  # type: ignore[call-arg]
+    settings = Settings(REDIS_URL=redis_url, **env)
     ctx = ServiceContext(name="iotest", settings=settings, redis=aioredis.from_url(redis_url))
     app = FastAPI(lifespan=service_lifespan(ctx, _nothing, _nothing))
 

@@ -3,13 +3,15 @@ the renewal pipeline was in flight must not keep a live score, or the orphan sca
 
 from __future__ import annotations
 
+import pytest
 import redis.asyncio as aioredis
 
 from services.runtime.lease import Lease, renew_all
 from shared import keys
 
 
-async def test_a_lease_released_during_the_renewal_keeps_no_live_score(redis_client: aioredis.Redis) -> None:
+async def test_a_lease_released_during_the_renewal_keeps_no_live_score(redis_client: aioredis.Redis,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     held = await Lease.acquire(redis_client, "s_live_a", "w1", 10_000)
     closing = await Lease.acquire(redis_client, "s_live_b", "w1", 10_000)
     assert held is not None and closing is not None
@@ -21,11 +23,9 @@ async def test_a_lease_released_during_the_renewal_keeps_no_live_score(redis_cli
         await redis_client.zrem(keys.RUNTIME_LIVE, closing.sid)
         return await real_execute(self, raise_on_error)
 
-    aioredis.client.Pipeline.execute = release_meanwhile  # type: ignore[method-assign]
-    try:
+    with monkeypatch.context() as patched:
+        patched.setattr(aioredis.client.Pipeline, "execute", release_meanwhile)
         ok = await renew_all(redis_client, [held, closing], [], keys.RUNTIME_LIVE, 1_000)
-    finally:
-        aioredis.client.Pipeline.execute = real_execute  # type: ignore[method-assign]
     assert ok == [True, False]
     assert await redis_client.zscore(keys.RUNTIME_LIVE, held.sid) == 1_000
     assert await redis_client.zscore(keys.RUNTIME_LIVE, closing.sid) is None

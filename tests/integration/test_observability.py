@@ -81,7 +81,7 @@ async def get_metrics(app: FastAPI) -> dict[tuple[str, tuple[tuple[str, str], ..
 async def test_group_lag_pending_and_dead_letters_are_read_at_scrape_time(
     redis_url: str, redis_client: aioredis.Redis
 ) -> None:
-    ctx = make_context("digest", Settings(REDIS_URL=redis_url))  # type: ignore[call-arg]
+    ctx = make_context("digest", Settings(REDIS_URL=redis_url))
     app = FastAPI()
     add_health_routes(app, ctx)
     try:
@@ -108,7 +108,7 @@ async def test_group_lag_pending_and_dead_letters_are_read_at_scrape_time(
 
 
 async def test_event_metrics_recorded_through_the_helpers(redis_url: str) -> None:
-    ctx = make_context("runtime", Settings(REDIS_URL=redis_url))  # type: ignore[call-arg]
+    ctx = make_context("runtime", Settings(REDIS_URL=redis_url))
     app = FastAPI()
     add_health_routes(app, ctx)
     leases = {"s1": 1, "s2": 2}
@@ -192,15 +192,15 @@ def test_wake_latency_is_the_wake_streams_delivery_time() -> None:
     metrics.observe_handled(registry, keys.WAKE, "runtime", "1000-0", now_ms=1_400)
     metrics.observe_handled(registry, keys.LIFECYCLE, "digest", "1000-0", now_ms=1_900)
     m = metrics.for_registry(registry)
-    assert m.wake_latency._sum.get() == 0.4  # type: ignore[attr-defined]
-    assert m.stream_delivery.labels(stream=keys.LIFECYCLE, group="digest")._sum.get() == 0.9  # type: ignore[attr-defined]
+    assert m.wake_latency._sum.get() == 0.4
+    assert m.stream_delivery.labels(stream=keys.LIFECYCLE, group="digest")._sum.get() == 0.9
     metrics.observe_handled(None, keys.WAKE, "runtime", "1000-0")  # no registry: nothing to do, no error
 
 
 async def test_runtime_counts_its_leases_at_scrape_time(redis_url: str, redis_client: aioredis.Redis) -> None:
     from shared.bus import consumer_name
 
-    ctx = make_context("runtime", Settings(REDIS_URL=redis_url))  # type: ignore[call-arg]
+    ctx = make_context("runtime", Settings(REDIS_URL=redis_url))
     app = FastAPI()
     add_health_routes(app, ctx)
     try:

@@ -99,7 +99,7 @@ def test_claims_out_of_bounds_are_401(oidc_stack: Stack, idp: Idp, overrides: di
 
 
 def test_alg_none_and_hs256_with_the_public_key_are_401(oidc_stack: Stack, idp: Idp) -> None:
-    public_pem = RSA.private.public_key().public_bytes(  # type: ignore[union-attr]
+    public_pem = RSA.private.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     none = unsigned(idp, {"alg": "none", "typ": "JWT", "kid": RSA.kid}, None)
     hs256 = unsigned(idp, {"alg": "HS256", "typ": "JWT", "kid": RSA.kid}, public_pem)

@@ -616,7 +616,7 @@ def data_frames(resp: httpx.Response, n: int) -> list[Frame]:
 
 
 def emit(r: redis.Redis, sid: str, type_: str, **data: object) -> str:
-    event = SessionEvent(type=type_, session_id=sid, data=dict(data))  # type: ignore[arg-type]
+    event = SessionEvent(type=type_, session_id=sid, data=dict(data))
     entry = r.xadd(keys.events(sid), {"data": event.model_dump_json()}, maxlen=10_000, approximate=True)
     return entry.decode() if isinstance(entry, bytes) else str(entry)
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason="needs red
 async def test_clients_survive_a_redis_restart() -> None:
     port, data_dir = free_port(), tempfile.mkdtemp(prefix="gamma-redis-")
     url, proc = start_redis_server(appendonly=True, port=port, data_dir=data_dir)
-    ctx = make_context("digest", Settings(REDIS_URL=url))  # type: ignore[call-arg]
+    ctx = make_context("digest", Settings(REDIS_URL=url))
     broker = make_broker(url)
     await broker.connect()
     try:
@@ -43,7 +43,7 @@ async def test_clients_survive_a_redis_restart() -> None:
 async def test_a_burst_wider_than_the_default_pool_waits_instead_of_failing(redis_url: str) -> None:
     import asyncio
 
-    ctx = make_context("runtime", Settings(REDIS_URL=redis_url))  # type: ignore[call-arg]
+    ctx = make_context("runtime", Settings(REDIS_URL=redis_url))
     try:
         # 300 commands each holding a connection for a moment: redis-py's default pool (100) raises.
         results = await asyncio.gather(*(ctx.redis.blpop([f"burst:{i}"], timeout=0.2) for i in range(300)))
@@ -57,7 +57,7 @@ async def test_a_half_open_connection_costs_one_read_timeout_then_a_fresh_connec
 
     base, _, db = redis_url.rpartition("/")
     link = FaultProxy("127.0.0.1", int(base.rsplit(":", 1)[1]), lifetime_s=60).start()
-    ctx = make_context("digest", Settings(REDIS_URL=f"redis://127.0.0.1:{link.port}/{db}"))  # type: ignore[call-arg]
+    ctx = make_context("digest", Settings(REDIS_URL=f"redis://127.0.0.1:{link.port}/{db}"))
     try:
         await ctx.redis.set("k", "v")
         accepted = link.counters.accepted
@@ -77,7 +77,7 @@ async def test_a_partition_fails_a_command_at_its_deadline_and_the_client_resume
 
     base, _, db = redis_url.rpartition("/")
     link = FaultProxy("127.0.0.1", int(base.rsplit(":", 1)[1]), lifetime_s=60).start()
-    ctx = make_context("digest", Settings(REDIS_URL=f"redis://127.0.0.1:{link.port}/{db}"))  # type: ignore[call-arg]
+    ctx = make_context("digest", Settings(REDIS_URL=f"redis://127.0.0.1:{link.port}/{db}"))
     try:
         await ctx.redis.set("k", "v")
         link.partition()

@@ -21,6 +21,11 @@ def entry(n: int, after: int | None) -> InboxEntry:
     return InboxEntry(SID, f"1-{n}", UserPrompt(session_id=SID, message=f"p{n}", after_seq=after))
 
 
+def prompt(e: InboxEntry) -> UserPrompt:
+    assert isinstance(e.message, UserPrompt)
+    return e.message
+
+
 REQUESTED = asyncio.Event()
 
 
@@ -38,7 +43,7 @@ def gate(client: aioredis.Redis, wait_ms: int = 5000) -> tuple[CausalGate, list[
 async def test_nothing_in_flight_nothing_held(redis_client: aioredis.Redis) -> None:
     g, sent = gate(redis_client)
     e = entry(1, None)
-    assert await g.admit(e, e.message)  # type: ignore[arg-type]
+    assert await g.admit(e, prompt(e))
     assert sent == [] and g.held == []
 
 
@@ -48,10 +53,10 @@ async def test_a_stamped_prompt_waits_for_the_settled_marker_even_when_the_set_i
     only the digest's `ChangesSettled`, behind that update, lets the prompt go."""
     g, sent = gate(redis_client)
     stamped = entry(1, 7)
-    assert not await g.admit(stamped, stamped.message)  # type: ignore[arg-type]
+    assert not await g.admit(stamped, prompt(stamped))
     assert [r.upto for r in sent] == [7]
     assert g.on_settled(7) == [stamped]
-    assert await g.admit(stamped, stamped.message)  # type: ignore[arg-type]  # handled again: goes on
+    assert await g.admit(stamped, prompt(stamped))  # handled again: goes on
     assert len(sent) == 1
 
 
@@ -59,8 +64,8 @@ async def test_held_until_settled_later_prompts_behind_it_in_order(redis_client:
     g, sent = gate(redis_client)
     seq = await causal.register(redis_client, SID, "file:a.txt")
     first, second = entry(1, seq), entry(2, None)
-    assert not await g.admit(first, first.message)  # type: ignore[arg-type]
-    assert not await g.admit(second, second.message)  # type: ignore[arg-type]  # never overtakes the first
+    assert not await g.admit(first, prompt(first))
+    assert not await g.admit(second, prompt(second))  # never overtakes the first
     assert [r.upto for r in sent] == [seq]
     await causal.settle(redis_client, SID, [(seq, "file:a.txt")])  # the digest delivered it
     assert g.on_settled(seq) == [first, second]
@@ -75,15 +80,15 @@ async def test_the_wait_runs_out_with_one_dirty_marker_per_ref_and_the_changes_f
     await causal.register(redis_client, SID, "file:a.txt")
     later = await causal.register(redis_client, SID, "file:later.txt")  # acknowledged after the prompt
     held = entry(1, max(a, b) + 1)
-    assert not await g.admit(held, held.message)  # type: ignore[arg-type]
+    assert not await g.admit(held, prompt(held))
     timeout = g.timeout()
     assert timeout is not None
     await asyncio.sleep(timeout + 0.01)
     markers, released = await g.expire()
     assert released == [held]
     assert sorted(m.injection.content.split('"')[1] for m in markers) == ["file:a.txt", "gamma:file:d1"]
-    assert {m.source_id for m in markers} == {f"causal:{held.message.prompt_id}:file:a.txt",  # type: ignore[union-attr]
-                                              f"causal:{held.message.prompt_id}:gamma:file:d1"}  # type: ignore[union-attr]
+    prompt_id = prompt(held).prompt_id
+    assert {m.source_id for m in markers} == {f"causal:{prompt_id}:file:a.txt", f"causal:{prompt_id}:gamma:file:d1"}
     assert await causal.in_flight(redis_client, SID) == [(later, "file:later.txt")]  # not the later write
 
 

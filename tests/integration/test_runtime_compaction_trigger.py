@@ -36,7 +36,7 @@ async def run(inp: InProc, sid: str, message: str, n_runs: int) -> None:
     await inp.append(UserPrompt(session_id=sid, message=message))
 
     async def finished() -> bool:
-        return not inp.worker.sessions[sid].running and len(await inp.events(sid, "agent_end")) >= n_runs
+        return not inp.worker.sessions[sid].state.running and len(await inp.events(sid, "agent_end")) >= n_runs
     await eventually(finished, timeout=20, what=f"{sid}: run {n_runs} to finish")
 
 

@@ -12,7 +12,7 @@ from tests.support.stack import Stack
 
 
 @pytest.fixture(scope="module")
-def runtime_stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def runtime_stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory):
     stack = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("rt"))
     stack.start("runtime")
     yield stack

@@ -52,8 +52,8 @@ def run_done(d: Driver, sid: str, n: int = 1) -> None:
 
 
 def injection(sid: str, kind: str, content: str, source_id: str, **kw: object) -> Injection:
-    return Injection(session_id=sid, injection=RuntimeInjection(kind=kind, content=content),  # type: ignore[arg-type]
-                     source=kw.pop("source", "notification"), source_id=source_id, **kw)  # type: ignore[arg-type]
+    return Injection(session_id=sid, injection=RuntimeInjection(kind=kind, content=content),
+                     source=kw.pop("source", "notification"), source_id=source_id, **kw)
 
 
 def pending_count(d: Driver, sid: str) -> int:

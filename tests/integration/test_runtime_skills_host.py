@@ -26,7 +26,7 @@ async def run(inp: InProc, sid: str, message: str) -> None:
     await inp.append(UserPrompt(session_id=sid, message=message))
 
     async def finished() -> bool:
-        return not inp.worker.sessions[sid].running and len(await inp.events(sid, "agent_end")) > before
+        return not inp.worker.sessions[sid].state.running and len(await inp.events(sid, "agent_end")) > before
     await eventually(finished, timeout=30, what=f"{sid}: the run to finish")
 
 

@@ -63,7 +63,7 @@ async def runs(inp: InProc, sid: str) -> int:
 
 async def settled(inp: InProc, session: Session, n_runs: int) -> None:
     async def idle_after_runs() -> bool:
-        return not session.running and await runs(inp, session.sid) >= n_runs
+        return not session.state.running and await runs(inp, session.sid) >= n_runs
     await eventually(idle_after_runs, timeout=10, what=f"{n_runs} runs ended and the session idle")
 
 

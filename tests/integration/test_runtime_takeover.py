@@ -31,7 +31,7 @@ def go_live(d: Driver, sid: str) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_another_worker_resumes_without_duplicates(stack_factory) -> None:  # type: ignore[no-untyped-def]
+def test_sigkill_mid_run_another_worker_resumes_without_duplicates(stack_factory) -> None:
     rt: Stack = stack_factory(start=False)
     rt.start("runtime")
     d = Driver(rt.redis_url)
@@ -66,7 +66,7 @@ def test_sigkill_mid_run_another_worker_resumes_without_duplicates(stack_factory
 
 
 @pytest.mark.slow
-def test_sigterm_persists_releases_and_todo_survives_restart(stack_factory) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_persists_releases_and_todo_survives_restart(stack_factory) -> None:
     rt: Stack = stack_factory(start=False)
     rt.start("runtime")
     d = Driver(rt.redis_url)
@@ -129,7 +129,7 @@ async def test_check_needs_no_round_trip_inside_the_lease_and_renews_past_it(red
 
 
 @pytest.mark.slow
-def test_runtime_paused_past_its_lease_writes_nothing_once_resumed(stack_factory) -> None:  # type: ignore[no-untyped-def]
+def test_runtime_paused_past_its_lease_writes_nothing_once_resumed(stack_factory) -> None:
     rt: Stack = stack_factory(start=False)
     rt.start("runtime")
     d = Driver(rt.redis_url)

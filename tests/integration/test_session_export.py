@@ -104,7 +104,7 @@ def test_export_round_trip(api: httpx.Client, module_stack: Stack, tmp_path: Pat
                      headers={"Authorization": f"Bearer {OTHER_TOKEN}"}).status_code == 404
 
 
-def test_an_export_over_the_limit_is_413(stack_factory) -> None:  # type: ignore[no-untyped-def]
+def test_an_export_over_the_limit_is_413(stack_factory) -> None:
     stack = stack_factory(GAMMA_EXPORT_MAX_BYTES="4096")
     with httpx.Client(base_url=stack.url(), headers={"Authorization": f"Bearer {API_TOKEN}"}, timeout=30) as client:
         sid = client.post("/sessions").json()["id"]

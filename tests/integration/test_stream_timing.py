@@ -29,7 +29,7 @@ def reply(_: dict) -> ScriptedReply:
                                                                      arguments={"message": "done", "blockOnUser": True})])
 
 
-def timed_client():  # type: ignore[no-untyped-def]
+def timed_client():
     knobs = ScriptedSettings(GAMMA_SCRIPTED_TTFT_MS=150, GAMMA_SCRIPTED_TOKENS_PER_S=200,
                              GAMMA_SCRIPTED_JITTER_MS=1, GAMMA_SCRIPTED_STAMP=True)
     return scripted_client(reply, Timing.from_settings(knobs))

@@ -74,7 +74,7 @@ def go_live(d: Driver, sid: str) -> None:
 
 
 def injection(sid: str, kind: str, source_id: str) -> Injection:
-    return Injection(session_id=sid, injection=RuntimeInjection(kind=kind, content=f"<{kind}>{source_id}</{kind}>"),  # type: ignore[arg-type]
+    return Injection(session_id=sid, injection=RuntimeInjection(kind=kind, content=f"<{kind}>{source_id}</{kind}>"),
                      source="notification", source_id=source_id)
 
 

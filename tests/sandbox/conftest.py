@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from services.runtime.paths import sandbox_skills_dir
-from services.runtime.sandbox import SandboxLimits, probe_layer
+from services.runtime.sandbox import Layer, SandboxLimits, probe_layer
 from tests.support.stack import Stack
 
-LAYERS = ("bwrap", "landlock")
+LAYERS: tuple[Layer, ...] = ("bwrap", "landlock")
 MAX_PROCS = 64
 QUOTA_BYTES = 4 * 1024 * 1024
 QUOTA_FILES = 100
@@ -20,7 +20,7 @@ QUOTA_FILES = 100
 def layer_params() -> list[object]:
     out: list[object] = []
     for layer in LAYERS:
-        why = probe_layer(layer, SandboxLimits(), sandbox_skills_dir())  # type: ignore[arg-type]
+        why = probe_layer(layer, SandboxLimits(), sandbox_skills_dir())
         out.append(pytest.param(layer, marks=pytest.mark.skipif(why is not None, reason=f"{layer}: {why}")))
     return out
 
@@ -33,7 +33,7 @@ def sandbox_stack(request: pytest.FixtureRequest, module_redis_url: str,
                   env_overrides={"GAMMA_SANDBOX": layer, "GAMMA_SANDBOX_MAX_PROCS": str(MAX_PROCS),
                                  "GAMMA_WORKSPACE_MAX_BYTES": str(QUOTA_BYTES),
                                  "GAMMA_WORKSPACE_MAX_FILES": str(QUOTA_FILES), "GAMMA_IDLE_S": "120"})
-    stack.layer = layer  # type: ignore[attr-defined]
+    stack.layer = layer
     try:
         stack.start("runtime", "proxy")
         yield stack

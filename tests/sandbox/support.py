@@ -13,7 +13,7 @@ _ids = itertools.count()
 
 
 def new_sid(stack: Stack, name: str) -> str:
-    return f"{name}-{stack.layer}-{next(_ids)}"  # type: ignore[attr-defined]
+    return f"{name}-{stack.layer}-{next(_ids)}"
 
 
 def results(stack: Stack, sid: str, tool: str = "bash") -> list[dict[str, Any]]:

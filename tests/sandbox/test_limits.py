@@ -57,7 +57,7 @@ def test_fork_bomb_is_bounded_and_other_sessions_stay_responsive(sandbox_stack: 
     trips = [_round_trip(sandbox_stack, b, f"ping {i}") for i in range(3)]
     thread.join(60)
     assert bomb_done and bomb_done[0]["details"]["timedOut"] is True, bomb_done  # type: ignore[index]
-    print(f"layer={sandbox_stack.layer} round trips during the bomb: {trips} peak processes: {peak}")  # type: ignore[attr-defined]
+    print(f"layer={sandbox_stack.layer} round trips during the bomb: {trips} peak processes: {peak}")
     # Answered while the bomb runs (how fast is bench-sandbox's business, on a quiet machine).
     assert len(trips) == 3, trips
     if uid is not None:  # root runtime: the bomb's processes are all of the session's own uid

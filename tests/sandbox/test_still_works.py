@@ -52,7 +52,7 @@ def test_the_gml_cli_skill_script_runs(sandbox_stack: Stack) -> None:
     (ws / "decks" / "q3.json").write_text(example)
     res = bash(sandbox_stack, sid, 'python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py" validate decks/q3.json')
     assert res["text"].strip() == "OK 1 cards", res
-    assert res["details"]["exitCode"] == 0 and res["details"]["sandbox"] == sandbox_stack.layer  # type: ignore[attr-defined]
+    assert res["details"]["exitCode"] == 0 and res["details"]["sandbox"] == sandbox_stack.layer
     # render --png imports Pillow from the sandbox's own python3 (the venv is not visible in there)
     png = bash(sandbox_stack, sid, 'python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py" render decks/q3.json --png png')
     assert png["details"]["exitCode"] == 0 and png["text"].strip() == "png/card_1.png", png
@@ -63,7 +63,7 @@ def test_the_gml_cli_skill_script_runs(sandbox_stack: Stack) -> None:
 
 
 def test_readyz_metrics_and_log_name_the_layer(sandbox_stack: Stack) -> None:
-    layer = sandbox_stack.layer  # type: ignore[attr-defined]
+    layer = sandbox_stack.layer
     with urllib.request.urlopen(sandbox_stack.url("runtime") + "/readyz", timeout=5) as resp:
         body = json.loads(resp.read())
     assert body["ready"] is True and body["details"]["sandbox"] == {"layer": layer}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.runtime.paths import sandbox_skills_dir
-from services.runtime.sandbox import Sandbox, SandboxLimits, describe, probe_layer, select_sandbox
+from services.runtime.sandbox import Layer, Sandbox, SandboxLimits, describe, probe_layer, select_sandbox
 from services.runtime.sandbox.quota import enforce
 from services.runtime.sandbox.runner import Capture
 from shared.quota import WorkspaceQuota
@@ -22,7 +22,7 @@ from tests.support.inproc import settings_for
 from tests.support.polling import eventually
 
 SKILLS = sandbox_skills_dir()
-WORKING = [layer for layer in LAYERS if probe_layer(layer, SandboxLimits(), SKILLS) is None]  # type: ignore[arg-type]
+WORKING = [layer for layer in LAYERS if probe_layer(layer, SandboxLimits(), SKILLS) is None]
 
 
 def test_capture_keeps_head_and_tail_in_bounded_memory() -> None:
@@ -54,10 +54,10 @@ async def test_no_layer_means_an_error_never_an_unconfined_run(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("layer", WORKING)
-async def test_environment_is_cleared(layer: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_environment_is_cleared(layer: Layer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REDIS_URL", "redis://secret-host:1/0")
     monkeypatch.setenv("GAMMA_SERVICE_TOKEN", "very-secret-token")
-    box = Sandbox(layer, SandboxLimits())  # type: ignore[arg-type]
+    box = Sandbox(layer, SandboxLimits())
     res = await box.run(box.request("env", tmp_path / "ws", SKILLS, 10))
     assert res.exit_code == 0 and "PATH=" in res.output and "GAMMA_SKILLS_DIR=" in res.output
     assert "secret" not in res.output
@@ -66,8 +66,8 @@ async def test_environment_is_cleared(layer: str, tmp_path: Path, monkeypatch: p
 
 
 @pytest.mark.parametrize("layer", WORKING)
-async def test_stop_kills_the_call_at_once(layer: str, tmp_path: Path) -> None:
-    box = Sandbox(layer, SandboxLimits())  # type: ignore[arg-type]
+async def test_stop_kills_the_call_at_once(layer: Layer, tmp_path: Path) -> None:
+    box = Sandbox(layer, SandboxLimits())
     stop = asyncio.Event()
     asyncio.get_running_loop().call_later(0.3, stop.set)
     # Minutes of sleep: a call that the stop did not kill would not end within the wait.
@@ -175,8 +175,8 @@ for name, nr, args in (("io_uring_setup", 425, (1, buf)), ("ptrace", 101 if os.u
 
 
 @pytest.mark.parametrize("layer", WORKING)
-async def test_the_seccomp_filter_closes_kernel_surface(layer: str, tmp_path: Path) -> None:
-    box = Sandbox(layer, SandboxLimits())  # type: ignore[arg-type]
+async def test_the_seccomp_filter_closes_kernel_surface(layer: Layer, tmp_path: Path) -> None:
+    box = Sandbox(layer, SandboxLimits())
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "k.py").write_text(KERNEL_SURFACE)

@@ -74,7 +74,7 @@ def wait_runs(env: Env, sid: str, n: int, timeout: float = 60) -> None:
 
 
 def steer(sid: str, kind: str, source_id: str, content: str) -> Injection:
-    return Injection(session_id=sid, injection=RuntimeInjection(kind=kind, content=content),  # type: ignore[arg-type]
+    return Injection(session_id=sid, injection=RuntimeInjection(kind=kind, content=content),
                      source="system", source_id=source_id)
 
 

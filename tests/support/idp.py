@@ -33,7 +33,7 @@ class SigningKey:
 
     def public_jwk(self) -> dict[str, Any]:
         algorithm = jwt.get_algorithm_by_name(self.alg)
-        jwk: dict[str, Any] = json.loads(algorithm.to_jwk(self.private.public_key()))  # type: ignore[union-attr]
+        jwk: dict[str, Any] = json.loads(algorithm.to_jwk(self.private.public_key()))
         return {**jwk, "kid": self.kid, "alg": self.alg, "use": "sig"}
 
 

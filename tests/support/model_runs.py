@@ -27,7 +27,7 @@ def transport(proc: InProc) -> ScriptedTransport:
 
 async def create_row(proc: InProc, sid: str, api: str, effort: str | None = "low", name: str | None = None) -> None:
     now = int(time.time() * 1000)
-    row = SessionRow(id=sid, owner="u", model=ModelConfig(api=api, reasoning_effort=effort, name=name),  # type: ignore[arg-type]
+    row = SessionRow(id=sid, owner="u", model=ModelConfig(api=api, reasoning_effort=effort, name=name),
                      created_at=now, updated_at=now)
     await proc.redis.hset(keys.session_row(sid), mapping=row.to_hash())  # type: ignore[arg-type]
 

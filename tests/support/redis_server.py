@@ -78,7 +78,7 @@ def base_redis_url() -> str:
         return url
     except RuntimeError:
         pass
-    from testcontainers.redis import RedisContainer  # type: ignore[import-untyped]
+    from testcontainers.redis import RedisContainer
 
     container = RedisContainer("redis:7")
     container.start()

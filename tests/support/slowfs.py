@@ -42,7 +42,7 @@ def available() -> str | None:
     if shutil.which("fusermount") is None and shutil.which("fusermount3") is None:
         return "no fusermount"
     try:
-        import fuse  # type: ignore[import-untyped]  # noqa: F401
+        import fuse  # noqa: F401
     except (ImportError, OSError) as exc:  # no libfuse.so.2: OSError from ctypes
         return f"fusepy/libfuse2 not installed: {exc}"
     return None
@@ -105,7 +105,7 @@ def _operations(source: str, faults: Faults) -> Any:
     sync = guarded(lambda: faults.fsync_s)
     data = guarded(lambda: 0.0)
 
-    class Passthrough(Operations):  # type: ignore[misc]
+    class Passthrough(Operations):
         @meta
         def access(self, path: str, mode: int) -> None:
             if not os.access(real(path), mode):

@@ -53,6 +53,7 @@ class Stack:
     # Per service, on top of env_overrides: e.g. its own REDIS_URL through a fault proxy
     # (tests/support/faultproxy.py, tests/reliability/test_net_faults.py).
     service_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    layer: str = ""  # the sandbox layer the runtime was started with (tests/sandbox/conftest.py), when one was chosen
 
     def __post_init__(self) -> None:
         for name in (*SERVICES, *INTERNAL_PORT_VARS, EXAMPLE_CONNECTOR):

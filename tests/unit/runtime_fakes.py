@@ -12,13 +12,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from services.runtime.engine.agent import Agent
-from services.runtime.engine.types import AgentContext, AgentEvent, Emit, LoopConfig
+from services.runtime.engine.types import AgentContext, AgentEvent, Emit, RunHooks
 from services.runtime.lease import LeaseLost
 from services.runtime.protocol import PendingTurn, SessionProtocolController
+from services.runtime.state import SessionState
+from services.runtime.supervisor import AfterRun, RunSupervisor
 from services.runtime.todo import TodoController
 from services.runtime.transcript import Transcript
 from shared.contracts.messages import AssistantMessage, TextContent
-from shared.inbox import InboxEntry
 
 Step = Callable[[], Awaitable[AssistantMessage]]
 
@@ -29,6 +30,8 @@ class FakeOutbox:
     def __init__(self) -> None:
         self.sent: list[tuple[Any, ...]] = []
         self.fail: Exception | None = None
+        self.run_id: str | None = None  # stamped by the supervisor while a run is active (events.py)
+        self.traceparent: str | None = None
 
     async def event(self, type: str, data: dict[str, Any] | None = None, also: Any = None, *,
                     fenced: bool = True, wait: bool = True) -> None:
@@ -42,8 +45,8 @@ class FakeOutbox:
     async def publish(self, stream: str, message: BaseModel) -> None:
         self.sent.append(("publish", stream, message))
 
-    def events(self, type: str) -> list[dict[str, Any] | None]:
-        return [s[2] for s in self.sent if s[0] == "event" and s[1] == type]
+    def events(self, type: str) -> list[dict[str, Any]]:
+        return [s[2] or {} for s in self.sent if s[0] == "event" and s[1] == type]
 
 
 class FakeLease:
@@ -61,32 +64,37 @@ def answer(text: str = "ok") -> AssistantMessage:
     return AssistantMessage(content=[TextContent(text=text)])
 
 
+class CountingState(SessionState):
+    """The session's state, counting `touch` calls."""
+
+    touched: int = 0
+
+    def touch(self) -> None:
+        self.touched += 1
+        super().touch()
+
+
 class Host:
-    """The session state the dispatcher and the supervisor act on, with a model of scripted steps."""
+    """The parts the dispatcher and the supervisor act on (real protocol state: transcript, todo,
+    Agent, SessionProtocolController on a temp dir), with a model of scripted steps. As the
+    dispatcher's `runs` it records the turns it is asked to start."""
 
     def __init__(self, tmp_path: Path, steps: list[Step] | None = None, wake_id: str = "w1") -> None:
         self.sid = "s1"
-        self.wake_id = wake_id
-        self.closed = False
+        self.state = CountingState(self.sid, wake_id)
         self.lease = FakeLease(self.sid)
         self.outbox = FakeOutbox()
         self.steps = list(steps or [])
         self.events: list[AgentEvent] = []
-        self.agent = Agent(AgentContext("sys", [], []), LoopConfig(stream=self._stream), self._emit)
+        self.agent = Agent(AgentContext("sys", [], []), RunHooks(stream=self._stream), self._emit)
         self.transcript = Transcript.load(tmp_path / "t.jsonl", self.lease.check)
         self.todo = TodoController.load(tmp_path / "todo.json", self.lease.check)
         self.protocol = SessionProtocolController(self.agent, self.transcript, self.todo, {},
                                                   lambda: self.todo.has_active_task)
-        self.queue: asyncio.Queue[InboxEntry] = asyncio.Queue()
-        self.held: list[InboxEntry] = []
-        self.barrier_passed = False
-        self.stop_requested: str | None = None
-        self.stop_replies: list[str] = []
         self.acked: list[str] = []
         self.started: list[PendingTurn | None] = []
-        self.touched = 0
-        self.is_running = False
         self.record = True  # message_end -> transcript (off: a run that fails before recording anything)
+        self._idle = asyncio.Event()
 
     async def _stream(self, context: AgentContext, emit: Emit, signal: asyncio.Event) -> AssistantMessage:
         return await self.steps.pop(0)() if self.steps else answer()
@@ -94,21 +102,14 @@ class Host:
     async def _emit(self, event: AgentEvent) -> None:
         self.events.append(event)
         if self.record and event.type == "message_end" and event.message is not None:
-            await self.transcript.append_message(event.message)  # type: ignore[arg-type]
+            await self.transcript.append_message(event.message)
 
-    @property
-    def running(self) -> bool:
-        return self.is_running
+    def busy(self) -> None:
+        """A run task that never ends on its own: the session counts as running."""
+        self.state.run_task = asyncio.ensure_future(self._never())
 
-    def touch(self) -> None:
-        self.touched += 1
-
-    @property
-    def awaiting_connector(self) -> bool:
-        return False  # no connector call outlives a wake here (tests/integration/test_connector_faults.py)
-
-    async def await_connector_calls(self) -> None:
-        return None
+    async def _never(self) -> None:
+        await self._idle.wait()
 
     def start_run(self, turn: PendingTurn | None) -> None:
         self.started.append(turn)
@@ -116,3 +117,9 @@ class Host:
     async def ack(self, entry_id: str | None) -> None:
         if entry_id:
             self.acked.append(entry_id)
+
+
+def run_supervisor(host: Host, client: Any, after_run: AfterRun) -> RunSupervisor:
+    """The supervisor over the host's parts; `client` answers `ping` (Redis after a failed run)."""
+    return RunSupervisor(host.state, host.lease, host.outbox, host.agent, host.protocol, host.transcript,
+                         client=client, lease_ms=30_000, after_run=after_run)

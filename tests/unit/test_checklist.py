@@ -98,7 +98,7 @@ def test_a_skill_naming_a_missing_or_bad_checklist_file_fails_to_load(tmp_path: 
 
 
 def _message(i: int, message: object) -> MessageEntry:
-    return MessageEntry(id=f"m{i}", timestamp="2026-01-01T00:00:00.000Z", message=message)  # type: ignore[arg-type]
+    return MessageEntry(id=f"m{i}", timestamp="2026-01-01T00:00:00.000Z", message=message)
 
 
 def test_audit_entries_are_not_model_context_and_end_a_task_window() -> None:

@@ -54,7 +54,7 @@ def test_a_refusal_names_the_field(name: str, body: Any, loc: list[Any]) -> None
 
 
 def test_enablement_per_workspace() -> None:
-    c = Connector(name="c", version=1, updated_at=0, description="x", tools=[tool()], workspaces=["alice"])  # type: ignore[list-item]
+    c = Connector(name="c", version=1, updated_at=0, description="x", tools=[tool()], workspaces=["alice"])
     assert rules.enabled_for(c, "alice") and not rules.enabled_for(c, "bob") and not rules.enabled_for(c, None)
     assert rules.enabled_for(c.model_copy(update={"workspaces": None}), None)
 

@@ -65,7 +65,7 @@ async def observe(tmp_path: Path, kind: str, state: str) -> tuple[str, bool]:
         return answer()
 
     host = Host(tmp_path, steps=[waiting])
-    host.barrier_passed = True
+    host.state.barrier_passed = True
     await host.transcript.ensure_header()
     if state == "idle, active task":
         await host.todo.update([{"id": "t1", "content": "Build the deck", "status": "in_progress"}])
@@ -75,8 +75,8 @@ async def observe(tmp_path: Path, kind: str, state: str) -> tuple[str, bool]:
         turn = host.protocol.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message="go")))
         run = asyncio.ensure_future(host.agent.prompt(turn.messages))
         await calling.wait()  # the run's model call is under way
-        host.is_running = True
-    inj = Injection(session_id="s1", injection=RuntimeInjection(kind=kind, content=f"<{kind}>x</{kind}>"),  # type: ignore[arg-type]
+        host.busy()
+    inj = Injection(session_id="s1", injection=RuntimeInjection(kind=kind, content=f"<{kind}>x</{kind}>"),
                     source="notification", source_id=f"{kind}-1", ref="file:a" if kind == "artifact_update" else None,
                     to_revision=1 if kind == "artifact_update" else None)
     await d.handle(InboxEntry(session_id="s1", entry_id="5-0", message=inj))

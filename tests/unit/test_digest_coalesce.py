@@ -14,7 +14,7 @@ def compose(state: RefState, seen: bytes | None, current: bytes | None) -> str |
     return None if body is None else body.text
 
 
-def state(**kw) -> RefState:  # type: ignore[no-untyped-def]
+def state(**kw) -> RefState:
     base = {"kind": "file", "seen": 1, "seen_known": True, "current": 3}
     base.update(kw)
     return RefState.model_validate(base)

@@ -317,7 +317,7 @@ def layout(tmp_path: Path) -> tuple[Path, Path, Path]:
     return ws, other, outside
 
 
-def test_links_out_of_the_workspace_are_never_followed(fs, layout) -> None:  # type: ignore[no-untyped-def]
+def test_links_out_of_the_workspace_are_never_followed(fs, layout) -> None:
     ws, other, outside = layout
     os.symlink(outside, ws / "abs")  # absolute, as `ln -s /…` in a command
     os.symlink("../../outside", ws / "up")  # relative, climbing out
@@ -337,7 +337,7 @@ def test_links_out_of_the_workspace_are_never_followed(fs, layout) -> None:  # t
     assert not (ws / "peer-file").is_symlink() and (other / "secret.txt").read_bytes() == b"B's secret"
 
 
-def test_links_that_stay_inside_are_followed(fs, layout) -> None:  # type: ignore[no-untyped-def]
+def test_links_that_stay_inside_are_followed(fs, layout) -> None:
     ws, _, _ = layout
     fs.write_bytes(ws, "v2/deck.md", b"# v2")
     os.symlink("v2", ws / "current")
@@ -349,7 +349,7 @@ def test_links_that_stay_inside_are_followed(fs, layout) -> None:  # type: ignor
     assert (ws / "v2" / "deck.md").read_bytes() == b"# v3"
 
 
-def test_write_refusals_are_4xx_and_touch_nothing(fs, layout) -> None:  # type: ignore[no-untyped-def]
+def test_write_refusals_are_4xx_and_touch_nothing(fs, layout) -> None:
     from shared.disk import Conflict, NotFound
 
     ws, _, _ = layout
@@ -373,7 +373,7 @@ def test_write_refusals_are_4xx_and_touch_nothing(fs, layout) -> None:  # type: 
     assert [p.name for p in (ws / "dir").iterdir()] == ["file.txt"]  # no temp file left anywhere
 
 
-def test_names_are_utf8_and_nfc(fs, layout) -> None:  # type: ignore[no-untyped-def]
+def test_names_are_utf8_and_nfc(fs, layout) -> None:
     import unicodedata
 
     ws, _, _ = layout
@@ -388,7 +388,7 @@ def test_names_are_utf8_and_nfc(fs, layout) -> None:  # type: ignore[no-untyped-
         fs.write_bytes(ws, "line\nbreak", b"x")
 
 
-def test_read_refuses_fifos_without_hanging(fs, layout) -> None:  # type: ignore[no-untyped-def]
+def test_read_refuses_fifos_without_hanging(fs, layout) -> None:
     from shared.disk import Conflict
 
     ws, _, _ = layout
@@ -397,7 +397,7 @@ def test_read_refuses_fifos_without_hanging(fs, layout) -> None:  # type: ignore
         fs.read_bytes(ws, "pipe")
 
 
-def test_a_racing_swap_of_a_directory_for_a_link_never_lets_a_write_out(fs, layout) -> None:  # type: ignore[no-untyped-def]
+def test_a_racing_swap_of_a_directory_for_a_link_never_lets_a_write_out(fs, layout) -> None:
     """A sandboxed command swapping `d` between a directory and a link to outside while writes run."""
     import shutil
     import threading

@@ -17,7 +17,7 @@ class Node:
 
 
 @pytest.fixture(autouse=True)
-def unfrozen():  # type: ignore[no-untyped-def]
+def unfrozen():
     yield
     gc.unfreeze()  # the rest of the test process keeps its usual GC
 

@@ -29,10 +29,10 @@ def conversation(root: Path) -> list:
     _, chart = stored(root, (0, 0, 255))
     calls = [ToolCall(id="c1", name="read", arguments={"path": "chart.png"}),
              ToolCall(id="c2", name="read", arguments={"path": "notes.md"})]
-    return [UserMessage(content="see", images=[photo]),  # type: ignore[list-item]
+    return [UserMessage(content="see", images=[photo]),
             AssistantMessage(content=calls, stop_reason="toolUse"),
             ToolResultMessage(tool_call_id="c1", tool_name="read", content=[TextContent(text="Image chart.png")],
-                              images=[chart]),  # type: ignore[list-item]
+                              images=[chart]),
             ToolResultMessage(tool_call_id="c2", tool_name="read", content=[TextContent(text="notes")])]
 
 

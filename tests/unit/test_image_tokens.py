@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from PIL import Image
@@ -19,7 +20,7 @@ from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext, AgentEvent
 from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ToolResultMessage, UserMessage
 from shared.image_limits import ImageLimits
-from shared.image_tokens import image_tokens
+from shared.image_tokens import Detail, image_tokens
 from shared.images import ImageSource, prepare, store_image
 from shared.tokens import TokenCounter, estimate_tokens
 
@@ -32,8 +33,8 @@ from shared.tokens import TokenCounter, estimate_tokens
     ((1800, 2400), "high", "gpt-4.1-mini", 2353),  # 1452 patches (capped and refitted) x 1.62
     ((512, 512), "high", "gpt-4o-mini", 2833 + 5667),  # one tile
 ])
-def test_the_formula_matches_the_guide(size: tuple[int, int], detail: str, model: str, tokens: int) -> None:
-    assert image_tokens(size[0], size[1], detail, model) == tokens  # type: ignore[arg-type]
+def test_the_formula_matches_the_guide(size: tuple[int, int], detail: Detail, model: str, tokens: int) -> None:
+    assert image_tokens(size[0], size[1], detail, model) == tokens
 
 
 def ref(width: int, height: int) -> ImageRef:
@@ -50,7 +51,7 @@ def test_the_budget_counts_images_on_user_messages_and_tool_results() -> None:
 
 
 @pytest.mark.parametrize("api", ["responses", "chat"])
-async def test_a_requests_prompt_tokens_include_its_images_by_the_formula(tmp_path: Path, api: str) -> None:
+async def test_a_requests_prompt_tokens_include_its_images_by_the_formula(tmp_path: Path, api: Literal["responses", "chat"]) -> None:
     """The `model_request` event: the text tokens of the request as sent (each image a short stand-in)
     plus, exactly, the formula's tokens for each image it carries; an image whose file is gone is sent
     as text and not counted as an image."""
@@ -60,7 +61,7 @@ async def test_a_requests_prompt_tokens_include_its_images_by_the_formula(tmp_pa
         Image.new("RGB", size, (20, 90, 200)).save(out, "PNG")
         shots.append(store_image(tmp_path, prepare(out.getvalue(), ImageLimits()), "shot.png"))
     gone = ref(640, 480)  # never stored
-    settings = ModelSettings(model="gpt-4o", api=api, images=ImageSource(tmp_path), image_detail="high")  # type: ignore[arg-type]
+    settings = ModelSettings(model="gpt-4o", api=api, images=ImageSource(tmp_path), image_detail="high")
     client = scripted_client(lambda body: ScriptedReply(content="seen"))
     counter = TokenCounter()
     stream = OpenAIStream(client, settings, counter)

@@ -25,7 +25,7 @@ from shared.settings import Settings
     (None, "chat", "chat"),
 ])
 def test_default_model_api(base_url: str | None, setting: str | None, expected: str) -> None:
-    s = Settings(OPENAI_BASE_URL=base_url, GAMMA_MODEL_API=setting)  # type: ignore[call-arg]
+    s = Settings(OPENAI_BASE_URL=base_url, GAMMA_MODEL_API=setting)
     assert s.models.default_model_api == expected
 
 
@@ -77,6 +77,6 @@ def test_chat_sends_prompt_cache_key_only_to_openai() -> None:
 
     context = AgentContext("sys", [], [])
     for base, expected in ((None, True), ("https://api.openai.com/v1", True), ("http://localhost:8000/v1", False)):
-        s = Settings(OPENAI_BASE_URL=base)  # type: ignore[call-arg]
+        s = Settings(OPENAI_BASE_URL=base)
         body = ChatApi().body(context, ModelSettings(model="m", cache_key="sid1", chat_cache_key=s.models.openai_endpoint))
         assert ("prompt_cache_key" in body) is expected

@@ -8,7 +8,7 @@ from services.notifications.convert import parse_source_id, part_source_id, to_i
 from shared.contracts.notifications import NOTIFICATION_ADAPTER
 
 
-def note(type_: str, payload: dict, nid: str = "n1"):  # type: ignore[no-untyped-def]
+def note(type_: str, payload: dict, nid: str = "n1"):
     return NOTIFICATION_ADAPTER.validate_python({"id": nid, "type": type_, "payload": payload})
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from services.runtime.engine.agent import Agent
-from services.runtime.engine.types import AgentContext, AgentEvent, LoopConfig
+from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks
 from services.runtime.pending import TurnInput
 from services.runtime.protocol import SessionProtocolController
 from services.runtime.todo import TodoController
@@ -33,7 +33,7 @@ async def sink(_: AgentEvent) -> None:
 
 
 def controller(tmp_path: Path) -> SessionProtocolController:
-    agent = Agent(AgentContext("sys", [], []), LoopConfig(stream=never), sink)
+    agent = Agent(AgentContext("sys", [], []), RunHooks(stream=never), sink)
     return SessionProtocolController(agent, Transcript.load(tmp_path / "t.jsonl", no_guard),
                                      TodoController.load(tmp_path / "todo.json", no_guard), {}, lambda: False)
 

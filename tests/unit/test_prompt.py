@@ -11,6 +11,7 @@ from services.runtime.prompt import (
     PROMPTS_DIR,
     SECTIONS,
     VARIANTS,
+    Variant,
     build_system_prompt,
     preloaded_skills,
     skill_block,
@@ -108,10 +109,10 @@ def test_preloaded_skills(skills: dict[str, Skill]) -> None:
 
 
 @pytest.mark.parametrize("variant", ["deck-generation", "import"])
-def test_preloaded_bodies_keep_their_type(skills: dict[str, Skill], variant: str) -> None:
-    prompt = build_system_prompt(variant, skills)  # type: ignore[arg-type]
+def test_preloaded_bodies_keep_their_type(skills: dict[str, Skill], variant: Variant) -> None:
+    prompt = build_system_prompt(variant, skills)
     tail = prompt[len(static_prefix(skills)):]
-    for skill in preloaded_skills(variant, skills):  # type: ignore[arg-type]
+    for skill in preloaded_skills(variant, skills):
         block = skill_block(skill).text
         assert block in tail
         assert escape_text(skill.body.strip()) in block  # tag names a skill mentions read as text

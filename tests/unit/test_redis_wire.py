@@ -54,14 +54,14 @@ def test_id_ms(entry_id: str | bytes | None, expected: int | None) -> None:
 async def test_only_the_holder_renews_or_deletes(redis_client: aioredis.Redis) -> None:
     key = f"gamma:test:{uuid.uuid4().hex[:8]}:lock"
     await redis_client.set(key, "worker-a:1", px=1_000)
-    assert await redis_client.eval(COMPARE_AND_RENEW, 1, key, "worker-b:2", "60000") == 0  # type: ignore[misc]
+    assert await redis_client.eval(COMPARE_AND_RENEW, 1, key, "worker-b:2", "60000") == 0
     assert 0 < await redis_client.pttl(key) <= 1_000
-    assert await redis_client.eval(COMPARE_AND_RENEW, 1, key, "worker-a:1", "60000") == 1  # type: ignore[misc]
+    assert await redis_client.eval(COMPARE_AND_RENEW, 1, key, "worker-a:1", "60000") == 1
     assert await redis_client.pttl(key) > 1_000
-    assert await redis_client.eval(COMPARE_AND_DELETE, 1, key, "worker-b:2") == 0  # type: ignore[misc]
+    assert await redis_client.eval(COMPARE_AND_DELETE, 1, key, "worker-b:2") == 0
     assert await redis_client.get(key) == b"worker-a:1"
-    assert await redis_client.eval(COMPARE_AND_DELETE, 1, key, "worker-a:1") == 1  # type: ignore[misc]
+    assert await redis_client.eval(COMPARE_AND_DELETE, 1, key, "worker-a:1") == 1
     assert await redis_client.exists(key) == 0
     # A key that is gone: neither renews nor deletes anything.
-    assert await redis_client.eval(COMPARE_AND_RENEW, 1, key, "worker-a:1", "60000") == 0  # type: ignore[misc]
-    assert await redis_client.eval(COMPARE_AND_DELETE, 1, key, "worker-a:1") == 0  # type: ignore[misc]
+    assert await redis_client.eval(COMPARE_AND_RENEW, 1, key, "worker-a:1", "60000") == 0
+    assert await redis_client.eval(COMPARE_AND_DELETE, 1, key, "worker-a:1") == 0

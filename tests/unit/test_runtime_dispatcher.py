@@ -10,45 +10,43 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from services.runtime.delivery import InjectionDelivery
 from services.runtime.dispatcher import InboxDispatcher, RecentIds
-from shared.contracts.inbox import Barrier, Injection, Stop, UiUpdate, UserPrompt
+from shared.contracts.inbox import Abort, Barrier, Injection, Stop, UiUpdate, UserPrompt
 from shared.contracts.injection import RuntimeInjection
+from shared.contracts.messages import UserMessage
 from shared.inbox import InboxEntry
 
 from .runtime_fakes import Host
 
 
-class NoForms:
-    """The form and manifest side of the wake: nothing answered, nothing pending."""
-
-    def __init__(self, host: Host) -> None:
-        self.sid = host.sid
-        self.paths = type("P", (), {"pending_artifacts": host.transcript.path.parent / "none.json"})()
-        self.transcript = host.transcript
-        self.protocol = host.protocol
-
-    @property
-    def ui(self) -> Any:
-        return type("U", (), {"answered_form": staticmethod(lambda: None)})()
-
-
 class NoRuns:
     """The abort side: no run ids to check (tests/integration/test_abort.py covers them for real)."""
 
-    async def refuse_stale(self, *_: object) -> bool:
+    async def abort(self, reason: str) -> None:
+        return None
+
+    async def on_abort(self, entry: InboxEntry, m: Abort) -> None:
+        return None
+
+    async def refuse_stale(self, entry: InboxEntry, m: UserPrompt) -> bool:
         return False
 
-    async def accepted(self, *_: object) -> None:
+    async def accepted(self, m: UserPrompt) -> None:
         return None
 
 
 def dispatcher(host: Host, handlers: dict[type, Any] | None = None, request_close: Any = None) -> InboxDispatcher:
-    async def recorded(*_: object) -> None:
+    async def recorded(source: str, source_id: str, entry_id: str, ref: str | None, to_revision: int | None) -> None:
         return None
 
-    wake = NoForms(host)
-    return InboxDispatcher(host, wake, wake, handlers or {}, recorded, None, request_close,  # type: ignore[arg-type]
-                           aborts=NoRuns())  # type: ignore[arg-type]
+    async def at_barrier() -> None:  # no dormant manifest, no form answered while dormant
+        return None
+
+    injections = InjectionDelivery(host.state, host.protocol, host.transcript, host, recorded, host.ack)
+    return InboxDispatcher(host.state, host.lease, host.outbox, host.agent, host.protocol, host.transcript,
+                           host, host.ack, injections, handlers=handlers or {}, at_barrier=at_barrier, client=None,
+                           request_close=request_close, aborts=NoRuns())
 
 
 def entry(entry_id: str, message: Any) -> InboxEntry:
@@ -61,21 +59,22 @@ async def test_prompts_wait_for_this_wakes_barrier(tmp_path: Path) -> None:
     await host.transcript.ensure_header()
     await d.handle(entry("1-0", UserPrompt(session_id="s1", message="first")))
     await d.handle(entry("2-0", Barrier(session_id="s1", wake_id="w1")))  # an earlier wake's barrier
-    assert host.started == [] and len(host.held) == 1 and host.acked == ["2-0"]
+    assert host.started == [] and len(host.state.held) == 1 and host.acked == ["2-0"]
     await d.handle(entry("3-0", Barrier(session_id="s1", wake_id="w2")))
-    assert host.barrier_passed and host.held == [] and host.acked == ["2-0", "3-0"]
+    assert host.state.barrier_passed and host.state.held == [] and host.acked == ["2-0", "3-0"]
     [turn] = host.started
     assert turn is not None and [p.entry_id for p in turn.prompts] == ["1-0"]
-    assert turn.messages[-1].content == "first"  # type: ignore[union-attr]
+    assert isinstance(last := turn.messages[-1], UserMessage) and last.content == "first"
 
 
 async def test_a_busy_prompt_is_steered_and_a_rejecting_one_refused(tmp_path: Path) -> None:
     host = Host(tmp_path)
-    host.barrier_passed, host.is_running = True, True
+    host.state.barrier_passed = True
+    host.busy()
     d = dispatcher(host)
     await host.transcript.ensure_header()
     await d.handle(entry("1-0", UserPrompt(session_id="s1", message="also", on_busy="steer")))
-    assert [m.content for m in host.agent.queued()] == ["also"]  # type: ignore[union-attr]
+    assert [m.content if isinstance(m, UserMessage) else m for m in host.agent.queued()] == ["also"]
     assert host.acked == []  # acked once recorded
     refused = UserPrompt(session_id="s1", message="no", on_busy="reject")
     await d.handle(entry("2-0", refused))
@@ -88,7 +87,7 @@ async def test_stop_is_answered_after_the_close_when_the_worker_closes(tmp_path:
     host = Host(tmp_path)
     d = dispatcher(host, request_close=lambda sid, reason: closes.append((sid, reason)))
     await d.handle(entry("1-0", Stop(session_id="s1", reason="user", request_id="r1")))
-    assert host.stop_requested == "user" and host.stop_replies == ["r1"] and closes == [("s1", "user")]
+    assert host.state.stop_requested == "user" and host.state.stop_replies == ["r1"] and closes == [("s1", "user")]
     assert host.acked == ["1-0"] and host.outbox.sent == []
     alone = Host(tmp_path / "b")
     await dispatcher(alone).handle(entry("1-0", Stop(session_id="s1", reason="user", request_id="r2")))
@@ -114,17 +113,17 @@ async def test_a_transient_failure_is_retried_in_place(tmp_path: Path) -> None:
 async def test_an_entry_handed_to_the_session_twice_is_handled_once(tmp_path: Path) -> None:
     """A write handled again after a later one would undo it: the session takes each entry id once."""
     host = Host(tmp_path)
-    host.barrier_passed = True
+    host.state.barrier_passed = True
     calls: list[str] = []
 
     async def write(e: InboxEntry, m: UiUpdate) -> None:
         calls.append(f"{e.entry_id}:{m.update}")
         if e.entry_id == "2-0":
-            host.closed = True  # the last entry: the loop ends after it
+            host.state.closed = True  # the last entry: the loop ends after it
 
     d = dispatcher(host, {UiUpdate: write})
     for eid, update in (("1-0", "a"), ("1-0", "a"), ("2-0", "b")):
-        host.queue.put_nowait(entry(eid, UiUpdate(session_id="s1", update=update, request_id="r" + eid)))
+        host.state.queue.put_nowait(entry(eid, UiUpdate(session_id="s1", update=update, request_id="r" + eid)))
     await asyncio.wait_for(d.process_forever(), 5)
     assert calls == ["1-0:a", "2-0:b"]
     recent = RecentIds(size=2)
@@ -147,11 +146,11 @@ async def test_a_broken_handler_is_not_retried(tmp_path: Path) -> None:
 
 async def test_an_injection_without_an_inbox_entry_is_queued_with_nothing_to_ack(tmp_path: Path) -> None:
     host = Host(tmp_path)
-    host.barrier_passed = True
+    host.state.barrier_passed = True
     await host.transcript.ensure_header()
     inj = Injection(session_id="s1", injection=RuntimeInjection(kind="system_update", content="x"),
                     source="client", source_id="form:f1:submitted")
-    await dispatcher(host).deliver_injection(inj, None)
+    await dispatcher(host).injections.deliver(inj, None)
     [pending] = host.protocol.pending.values()
     assert pending.source_id == "form:f1:submitted" and pending.entry_ids == []
     assert host.started == [] and host.acked == []  # no active task: waits for the next prompt
@@ -169,7 +168,8 @@ async def test_the_same_prompt_twice_at_a_wake_starts_one_turn_and_waits_for_its
     await d.pass_barrier()
     [turn] = host.started
     assert turn is not None and [p.entry_id for p in turn.prompts] == ["1-0"]
-    host.is_running = True
+    host.busy()
     await d.handle(entry("3-0", prompt))  # once more while its run goes on
     assert host.agent.queued() == [] and host.acked == []
-    assert host.protocol.pending_prompt(prompt.prompt_id).twins == ["2-0", "3-0"]  # type: ignore[union-attr]
+    pending = host.protocol.pending_prompt(prompt.prompt_id)
+    assert pending is not None and pending.twins == ["2-0", "3-0"]

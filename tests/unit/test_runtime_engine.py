@@ -16,7 +16,7 @@ from services.runtime.engine.types import (
     AgentContext,
     AgentEvent,
     Emit,
-    LoopConfig,
+    RunHooks,
     Tool,
     ToolContext,
     ToolOutcome,
@@ -54,7 +54,7 @@ def calls(*names: str, **args: Any) -> AssistantMessage:
 
 def tool(name: str, fn: Any) -> Tool:
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-        return await fn(args, ctx)  # type: ignore[no-any-return]
+        return await fn(args, ctx)
 
     return Tool(name=name, description=name, parameters={"type": "object", "properties": {}}, execute=execute)
 
@@ -65,7 +65,7 @@ def make_agent(stream: FakeStream, tools: list[Tool]) -> tuple[Agent, list[Agent
     async def emit(ev: AgentEvent) -> None:
         events.append(ev)
 
-    return Agent(AgentContext("system", [], tools), LoopConfig(stream=stream), emit), events
+    return Agent(AgentContext("system", [], tools), RunHooks(stream=stream), emit), events
 
 
 def roles(messages: list[AgentMessage]) -> list[str]:
@@ -203,7 +203,7 @@ async def test_real_openai_client_streams_tool_calls_and_errors() -> None:
         r = replies.pop(0)
         if isinstance(r, ScriptedError):
             raise r
-        return r  # type: ignore[no-any-return]
+        return r
 
     client = scripted_client(model)
     stream = OpenAIStream(client, ModelSettings(model="m"), TokenCounter())
@@ -218,7 +218,7 @@ async def test_real_openai_client_streams_tool_calls_and_errors() -> None:
     async def emit(ev: AgentEvent) -> None:
         events.append(ev)
 
-    agent = Agent(AgentContext("sys", [], [echo_tool]), LoopConfig(stream=stream), emit)
+    agent = Agent(AgentContext("sys", [], [echo_tool]), RunHooks(stream=stream), emit)
     await agent.prompt([UserMessage(content="hi")])
     first = agent.messages[1]
     assert isinstance(first, AssistantMessage) and first.tool_calls()[0].arguments == {"text": "x" * 300}

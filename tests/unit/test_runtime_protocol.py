@@ -10,7 +10,7 @@ import pytest
 
 from scripted.gamma import injection_of
 from services.runtime.engine.agent import Agent
-from services.runtime.engine.types import AgentContext, AgentEvent, LoopConfig
+from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks
 from services.runtime.protocol import PendingPrompt, SessionProtocolController, TurnInput
 from services.runtime.todo import TodoController, TodoRefused
 from services.runtime.transcript import Transcript
@@ -42,15 +42,15 @@ async def sink(_: AgentEvent) -> None:
 
 
 def controller(tmp_path: Path, active_task: bool = False) -> SessionProtocolController:
-    agent = Agent(AgentContext("sys", [], []), LoopConfig(stream=never), sink)
+    agent = Agent(AgentContext("sys", [], []), RunHooks(stream=never), sink)
     transcript = Transcript.load(tmp_path / "t.jsonl", no_guard)
     todo = TodoController.load(tmp_path / "todo.json", no_guard)
     return SessionProtocolController(agent, transcript, todo, {}, lambda: active_task)
 
 
 def inj(kind: str, source_id: str, content: str = "x", **kw: object) -> Injection:
-    return Injection(session_id="s", injection=RuntimeInjection(kind=kind, content=content),  # type: ignore[arg-type]
-                     source=kw.pop("source", "artifact"), source_id=source_id, **kw)  # type: ignore[arg-type]
+    return Injection(session_id="s", injection=RuntimeInjection(kind=kind, content=content),
+                     source=kw.pop("source", "artifact"), source_id=source_id, **kw)
 
 
 async def test_build_context_replays_summary_kept_entries_and_tail(tmp_path: Path) -> None:
@@ -145,7 +145,7 @@ async def test_client_view_latest_wins_and_the_prompt_context_replaces_it(tmp_pa
     c.route_update(inj("client_view", "v3", "<client_view>3</client_view>", source="client"), "e4")
     prompt = UserPrompt(session_id="s", message="again", client_context=PromptClientContext(locale="de-DE"))
     msgs = c.build_turn_messages(TurnInput(prompt=prompt)).messages
-    assert len(msgs) == 2 and "de-DE" in msgs[0].content  # type: ignore[union-attr]
+    assert len(msgs) == 2 and isinstance(msgs[0], CustomMessage) and "de-DE" in msgs[0].content
     pending = c.pending_of(msgs[0])
     assert pending.entry_ids == ["e4"]  # the superseded queued view is acked with the prompt's view
 
@@ -157,7 +157,7 @@ async def test_steer_on_idle_session_starts_a_turn_only_for_an_active_task(tmp_p
     assert busy.route_update(inj("system_update", "u1", source="notification"), "e1") == "start"
     assert busy.route_update(inj("system_note", "n1", source="system"), "e2") == "next_turn"
     taken = busy.take_idle().messages
-    assert [m.custom_type for m in taken] == ["gamma.system_update"]  # type: ignore[union-attr]
+    assert [m.custom_type if isinstance(m, CustomMessage) else m for m in taken] == ["gamma.system_update"]
     assert [m.custom_type for m in busy.next_turn] == ["gamma.system_note"]
 
 
@@ -247,7 +247,8 @@ async def test_busy_prompt_brings_its_own_client_view(tmp_path: Path) -> None:
     c.route_update(inj("client_view", "v1", "<client_view>old</client_view>", source="client"), "e1")
     prompt = UserPrompt(session_id="s", message="also this", client_context=PromptClientContext(locale="it-IT"))
     msgs = c.busy_turn_messages(prompt, "e2").messages
-    assert [m.role for m in msgs] == ["custom", "user"] and "it-IT" in msgs[0].content  # type: ignore[union-attr]
+    assert [m.role for m in msgs] == ["custom", "user"]
+    assert isinstance(msgs[0], CustomMessage) and "it-IT" in msgs[0].content
     assert c.next_turn == [] and c.pending_of(msgs[0]).entry_ids == ["e1"]
     assert c.prompt_of(msgs[1]) == PendingPrompt(prompt.prompt_id, "e2", msgs[1])
 

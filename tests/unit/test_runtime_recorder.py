@@ -13,6 +13,7 @@ from services.runtime.skill_lifecycle import SkillContracts
 from shared import keys
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
+from shared.contracts.messages import AssistantMessage
 from shared.contracts.recorded import InjectionRecorded
 from shared.contracts.transcript import MessageEntry
 
@@ -79,4 +80,4 @@ async def test_progress_events_do_not_wait_and_other_messages_are_just_recorded(
     assert [(s[1], s[3]) for s in host.outbox.sent if s[0] == "event"][:2] == [("message_update", False),
                                                                                ("message_end", True)]
     last = host.transcript.entries[-1]
-    assert isinstance(last, MessageEntry) and last.message.text() == "done"  # type: ignore[union-attr]
+    assert isinstance(last, MessageEntry) and isinstance(last.message, AssistantMessage) and last.message.text() == "done"

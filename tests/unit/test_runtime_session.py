@@ -1,5 +1,5 @@
 """The session as a composition root, built in process (fake outbox and lease, no Redis, no model
-call): the compactor's hooks are in the loop config it builds, and its parts share its state."""
+call): the compactor's hooks are in the run hooks it gives the Agent, and its parts share its state."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ def build(tmp_path: Path) -> Session:
                    context_window=8_000)
 
 
-async def test_the_loop_config_is_built_with_the_compactor_hooks(tmp_path: Path) -> None:
+async def test_the_run_hooks_are_built_with_the_compactor_hooks(tmp_path: Path) -> None:
     session = build(tmp_path)
-    config = session.agent.config
+    config = session.agent.hooks
     assert config.before_model_call == session.compactor.before_model_call
     assert config.stream is not session.stream  # wrapped once, when the config was built
     assert session.compactor.context_window == 8_000 and session.compactor.model == "m1"
@@ -45,7 +45,8 @@ async def test_the_parts_share_the_sessions_state(tmp_path: Path) -> None:
     await session.restore()
     assert session.recorder.protocol is session.protocol and session.recorder.transcript is session.transcript
     assert session.tools.todo is session.todo and session.tools.transcript is session.transcript
-    session.viewable_files = ["a.txt"]  # a client's file write (writes.py) updates the tool host's list
-    assert session.tools.viewable_files == ["a.txt"]
-    assert not session.running and session.run_task is None
-    assert session.idle_for() >= 0.0
+    assert session.writes.files is session.tools  # a client's file write updates the tool host's list
+    assert session.runs.state is session.state and session.dispatcher.state is session.state
+    assert session.compactor.context is session.agent.context
+    assert not session.state.running and session.state.run_task is None
+    assert session.state.idle_for() >= 0.0

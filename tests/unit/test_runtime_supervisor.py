@@ -16,7 +16,7 @@ from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage, UserMessage
 
-from .runtime_fakes import Host, answer
+from .runtime_fakes import Host, answer, run_supervisor
 
 
 class Pong:
@@ -38,10 +38,10 @@ class AfterRun:
 
 def supervisor(host: Host) -> tuple[RunSupervisor, AfterRun, Pong]:
     after, pong = AfterRun(), Pong()
-    return RunSupervisor(host, pong, 30_000, after), after, pong  # type: ignore[arg-type]
+    return run_supervisor(host, pong, after), after, pong
 
 
-def prompt_turn(host: Host, text: str, entry_id: str):  # type: ignore[no-untyped-def]
+def prompt_turn(host: Host, text: str, entry_id: str):
     return host.protocol.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message=text),
                                                        entry_id=entry_id))
 
@@ -51,8 +51,8 @@ async def test_a_run_reports_running_then_idle_and_compacts_between_runs(tmp_pat
     await host.transcript.ensure_header()
     sup, after, _ = supervisor(host)
     assert await sup.run_once(prompt_turn(host, "hi", "1-0")) == "done"
-    assert [d["running"] for d in host.outbox.events("status")] == [True, False]  # type: ignore[index]
-    assert after.calls == 1 and host.touched == 1
+    assert [d["running"] for d in host.outbox.events("status")] == [True, False]
+    assert after.calls == 1 and host.state.touched == 1
     assert isinstance(host.agent.messages[-1], AssistantMessage)
 
 
@@ -65,7 +65,7 @@ async def test_a_lost_lease_stops_and_says_nothing(tmp_path: Path) -> None:
     await host.transcript.ensure_header()
     sup, after, _ = supervisor(host)
     assert await sup.run_once(prompt_turn(host, "hi", "1-0")) == "stop"
-    assert [d["running"] for d in host.outbox.events("status")] == [True]  # type: ignore[index]
+    assert [d["running"] for d in host.outbox.events("status")] == [True]
     assert after.calls == 0
 
 
@@ -99,13 +99,13 @@ async def test_start_run_steers_into_a_running_run_and_the_task_runs_what_is_lef
     sup, after, _ = supervisor(host)
     sup.start_run(prompt_turn(host, "one", "1-0"))
     await asyncio.sleep(0.05)
-    assert sup.running
+    assert sup.state.running
     sup.start_run(prompt_turn(host, "two", "2-0"))  # arrives during the run: steered into it
     gate.set()
-    assert sup.task is not None
-    await asyncio.wait_for(sup.task, 5)
+    assert sup.state.run_task is not None
+    await asyncio.wait_for(sup.state.run_task, 5)
     users = [m.content for m in host.agent.messages if isinstance(m, UserMessage)]
-    assert users == ["one", "two"] and not sup.running
+    assert users == ["one", "two"] and not sup.state.running
     assert sup.left_to_run() is None
 
 
@@ -125,7 +125,7 @@ async def test_a_closed_session_has_nothing_left_to_run(tmp_path: Path) -> None:
     sup, _, _ = supervisor(host)
     host.agent.steer(UserMessage(content="queued"))
     assert sup.left_to_run() == "queued"
-    host.closed = True
+    host.state.closed = True
     assert sup.left_to_run() is None
     go_on, _ = await sup.recover(None)
     assert not go_on

@@ -88,10 +88,10 @@ def test_conversion_is_pure_and_byte_stable() -> None:
     to the same bytes every time: the provider's prefix cache sees the same request."""
     again = [type(m).model_validate_json(m.model_dump_json()) for m in conversation()]
     for role in ("developer", "user"):
-        first = json.dumps(to_responses_input(conversation(), "m", trusted_role=role))  # type: ignore[arg-type]
-        assert first == json.dumps(to_responses_input(again, "m", trusted_role=role))  # type: ignore[arg-type]
-        assert json.dumps(to_openai("s", conversation(), trusted_role=role)) == json.dumps(  # type: ignore[arg-type]
-            to_openai("s", again, trusted_role=role))  # type: ignore[arg-type]
+        first = json.dumps(to_responses_input(conversation(), "m", trusted_role=role))
+        assert first == json.dumps(to_responses_input(again, "m", trusted_role=role))
+        assert json.dumps(to_openai("s", conversation(), trusted_role=role)) == json.dumps(
+            to_openai("s", again, trusted_role=role))
     message = UserMessage(content="<system_note>x</system_note>")
     to_openai("s", [message], trusted_role="developer")
     assert message.content == "<system_note>x</system_note>"  # the transcript keeps what was typed
@@ -122,4 +122,4 @@ def test_trusted_role_setting(env: dict[str, str], model: str, api: str, expecte
 
 def test_trusted_role_setting_refuses_other_roles() -> None:
     with pytest.raises(ValueError, match="GAMMA_TRUSTED_ROLE"):
-        Settings(GAMMA_TRUSTED_ROLE="system")  # type: ignore[call-arg]
+        Settings(GAMMA_TRUSTED_ROLE="system")

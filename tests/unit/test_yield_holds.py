@@ -7,6 +7,7 @@ runs the same through the real runtime process and Redis."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,11 @@ import pytest
 
 from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
 from services.runtime.protocol import TurnInput
-from services.runtime.supervisor import RunSupervisor
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage, ToolCall, UserMessage
 
-from .runtime_fakes import Host, answer
+from .runtime_fakes import Host, answer, run_supervisor
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -35,7 +35,7 @@ class NoCompaction:
 
 
 def injection(kind: str, source_id: str) -> Injection:
-    return Injection(session_id="s1", injection=RuntimeInjection(kind=kind, content=f"<{kind}>{source_id}</{kind}>"),  # type: ignore[arg-type]
+    return Injection(session_id="s1", injection=RuntimeInjection(kind=kind, content=f"<{kind}>{source_id}</{kind}>"),
                      source="notification", source_id=source_id)
 
 
@@ -51,7 +51,7 @@ class Scenario:
         self.host.agent.context.tools.append(Tool(
             name="message_user", description="yield", parameters={"type": "object", "properties": {}},
             execute=self.message_user))
-        self.sup = RunSupervisor(self.host, Pong(), 30_000, NoCompaction())  # type: ignore[arg-type]
+        self.sup = run_supervisor(self.host, Pong(), NoCompaction())
 
     async def yield_call(self) -> AssistantMessage:
         return AssistantMessage(content=[ToolCall(id="c1", name="message_user",
@@ -72,17 +72,17 @@ class Scenario:
         await h.transcript.ensure_header()
         if self.active_task:
             await h.todo.update([{"id": "t1", "content": "Build the deck", "status": "in_progress"}])
-        stream = h.agent.config.stream
+        stream = h.agent.hooks.stream
 
         async def counted(context: Any, emit: Any, signal: asyncio.Event) -> AssistantMessage:
             self.calls.append((getattr(h.outbox, "run_id", None), list(context.messages)))
             return await stream(context, emit, signal)
 
-        h.agent.config.stream = counted
+        h.agent.hooks = replace(h.agent.hooks, stream=counted)
         self.sup.start_run(h.protocol.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message="go"),
                                                                     entry_id="1-0")))
-        assert self.sup.task is not None
-        await asyncio.wait_for(self.sup.task, 10)
+        assert self.sup.state.run_task is not None
+        await asyncio.wait_for(self.sup.state.run_task, 10)
 
     def runs(self) -> list[str | None]:
         return list(dict.fromkeys(run for run, _ in self.calls))
@@ -143,8 +143,8 @@ async def test_a_run_that_ends_without_a_yield_still_takes_its_follow_ups(tmp_pa
         return answer("first stop")
 
     host.steps.append(reply)
-    sup = RunSupervisor(host, Pong(), 30_000, NoCompaction())  # type: ignore[arg-type]
+    sup = run_supervisor(host, Pong(), NoCompaction())
     sup.start_run(host.protocol.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message="go"))))
-    assert sup.task is not None
-    await asyncio.wait_for(sup.task, 10)
+    assert sup.state.run_task is not None
+    await asyncio.wait_for(sup.state.run_task, 10)
     assert tags(host.agent.messages) == ["user", "assistant", "gamma.background_result", "assistant"]

@@ -7,12 +7,13 @@ user prompt (as Pi's AgentSession does).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from shared.contracts.messages import AgentMessage, AssistantMessage
 
 from .loop import run_loop, run_loop_continue
-from .types import ABORT_NOTE, AgentContext, AgentEvent, Emit, LoopConfig, Tool
+from .types import AbortSignal, AgentContext, AgentEvent, Emit, LoopConfig, RunHooks, Tool
 
 QueueMode = Literal["all", "one-at-a-time"]
 
@@ -25,13 +26,13 @@ class Agent:
     def __init__(
         self,
         context: AgentContext,
-        config: LoopConfig,
+        hooks: RunHooks,
         emit: Emit,
         steering_mode: QueueMode = "all",
         follow_up_mode: QueueMode = "all",
     ) -> None:
         self.context = context
-        self.config = config
+        self.hooks = hooks
         self._emit = emit
         self.steering_mode = steering_mode
         self.follow_up_mode = follow_up_mode
@@ -41,8 +42,7 @@ class Agent:
         # The last run ended on a terminating batch (a yield): what is queued is not run at once
         # (docs/architecture.md "Delivery, yield and the idle rules").
         self.yielded = False
-        config.get_steering = self._dequeue_steering
-        config.get_follow_up = self._dequeue_follow_up
+        self.signal = AbortSignal()  # the current run's; a new one for each run (`_guarded`)
 
     # ------------------------------------------------------------ state
 
@@ -104,6 +104,7 @@ class Agent:
         return False
 
     async def _dequeue_steering(self) -> list[AgentMessage]:
+        await self.hooks.before_steering()  # e.g. the causal wait, which may steer messages in first
         return _take(self._steer, self.steering_mode)
 
     async def _dequeue_follow_up(self) -> list[AgentMessage]:
@@ -114,7 +115,7 @@ class Agent:
     async def prompt(self, messages: list[AgentMessage]) -> list[AgentMessage]:
         if self._running:
             raise AgentBusy("the agent is already running; use steer() or follow_up()")
-        return await self._guarded(run_loop(messages, self.context, self.config, self._track))
+        return await self._guarded(lambda config: run_loop(messages, self.context, config, self._track))
 
     async def continue_(self) -> list[AgentMessage]:
         """Resume from the current context: queued steering first, then follow-ups (Pi's continue)."""
@@ -125,7 +126,7 @@ class Agent:
             if not queued:
                 raise ValueError("nothing to continue: the last message is from the assistant")
             return await self.prompt(queued)
-        return await self._guarded(run_loop_continue(self.context, self.config, self._track))
+        return await self._guarded(lambda config: run_loop_continue(self.context, config, self._track))
 
     async def run_queued(self) -> list[AgentMessage]:
         """Pi's rule after a run ends: queued steering starts the next run, else the queued follow-ups
@@ -142,20 +143,26 @@ class Agent:
     def abort(self, note: str | None = None) -> None:
         """End the current run: the model stream is cut, running tools are stopped (bash kills its
         process group), tool calls that did not finish get `note` as their result."""
-        self.config.abort_note = note or ABORT_NOTE
-        self.config.signal.set()
+        self.signal.abort(note)
 
     async def _track(self, event: AgentEvent) -> None:
         if event.type == "agent_end":
             self.yielded = event.data.get("stopReason") == "yield"
         await self._emit(event)
 
-    async def _guarded(self, coro: object) -> list[AgentMessage]:
+    def _config(self) -> LoopConfig:
+        """This run's configuration: built once, when the run starts, with a fresh abort signal (an
+        abort that came before the run does not stop it)."""
+        self.signal = AbortSignal()
+        h = self.hooks
+        return LoopConfig(stream=h.stream, get_steering=self._dequeue_steering, get_follow_up=self._dequeue_follow_up,
+                          prepare_batch=h.prepare_batch, before_model_call=h.before_model_call, signal=self.signal)
+
+    async def _guarded(self, run: Callable[[LoopConfig], Awaitable[list[AgentMessage]]]) -> list[AgentMessage]:
         self._running = True
         self.yielded = False
-        self.config.signal.clear()
         try:
-            return await coro  # type: ignore[misc, no-any-return]
+            return await run(self._config())
         finally:
             self._running = False
 

@@ -195,7 +195,7 @@ async def _gather_abortable(calls: list[ToolCall], tasks: list[asyncio.Task[Tool
             exc = t.exception()
             outcome = ToolOutcome(content=f"Tool {call.name} failed: {type(exc).__name__}: {exc}", is_error=True)
         if outcome is None or (aborted and (outcome.details or {}).get("aborted")):
-            outcome = aborted_outcome(config.abort_note, outcome)
+            outcome = aborted_outcome(config.signal.note, outcome)
         out.append(outcome)
     return out
 

@@ -92,14 +92,42 @@ async def _noop(_: AgentContext) -> None:
 ABORT_NOTE = "Aborted before this tool call finished; its effects may be partial."
 
 
-@dataclass
+async def _nothing() -> None:
+    return None
+
+
+class AbortSignal(asyncio.Event):
+    """A run's abort signal (Pi: the AbortSignal a run is given). `note` is the result of a tool call
+    the abort stopped (or that had not finished when it came), so the model reads why the call ended
+    (the user's Stop, an interrupt, a shutdown)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.note = ABORT_NOTE
+
+    def abort(self, note: str | None = None) -> None:
+        self.note = note or ABORT_NOTE
+        self.set()
+
+
+@dataclass(frozen=True)
+class RunHooks:
+    """What the session gives its Agent once: the Agent builds each run's LoopConfig from it (Pi's
+    agent.ts builds the loop config per run)."""
+
+    stream: StreamFn
+    prepare_batch: PrepareBatch = _no_preflight
+    before_model_call: BeforeModelCall = _noop
+    before_steering: Callable[[], Awaitable[None]] = _nothing  # a wait before the steering is read
+
+
+@dataclass(frozen=True)
 class LoopConfig:
+    """One run's configuration, built when the run starts and never changed (engine/agent.py)."""
+
     stream: StreamFn
     get_steering: MessagesFn = _none
     get_follow_up: MessagesFn = _none
     prepare_batch: PrepareBatch = _no_preflight
     before_model_call: BeforeModelCall = _noop
-    signal: asyncio.Event = field(default_factory=asyncio.Event)
-    # The result of a tool call the abort stopped (or that had not finished when it came): set by
-    # Agent.abort, so the model reads why the call ended (the user's Stop, an interrupt, a shutdown).
-    abort_note: str = ABORT_NOTE
+    signal: AbortSignal = field(default_factory=AbortSignal)

@@ -8,7 +8,7 @@ from ..engine.types import Tool, ToolOutcome
 from ..skills import Skill
 from .bash import bash_tool
 from .files import edit_tool, read_tool, write_tool
-from .host import ToolHost
+from .host import ToolHost, WorkspaceHost
 from .message_user import ALONE_ERROR, message_user_tool
 from .show import show_file_tool, show_gamma_tool
 from .skill import plan_skill_batch, skill_tool
@@ -46,6 +46,6 @@ class Toolset:
         return preset
 
 
-def readonly_tools(host: ToolHost) -> list[Tool]:
+def readonly_tools(host: WorkspaceHost) -> list[Tool]:
     """A subagent's tools: it researches, it does not change the session."""
     return [read_tool(host)]

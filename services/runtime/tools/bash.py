@@ -19,13 +19,13 @@ from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..paths import sandbox_skills_dir
 from ..sandbox import quota
 from .files import file_ref
-from .host import ToolHost
+from .host import ShellHost
 
 DEFAULT_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 600
 
 
-def bash_tool(host: ToolHost) -> Tool:
+def bash_tool(host: ShellHost) -> Tool:
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         root = host.paths.workspace
         root.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ def bash_tool(host: ToolHost) -> Tool:
     )
 
 
-async def _publish_changes(host: ToolHost, root: Path, before_walk: Walk, after_walk: Walk) -> None:
+async def _publish_changes(host: ShellHost, root: Path, before_walk: Walk, after_walk: Walk) -> None:
     """ArtifactChange(agent) for each regular file whose (mtime, size) changed; a deletion only when
     both walks saw the whole workspace (a file past an incomplete walk is not gone)."""
     before, after = before_walk.files(), after_walk.files()

@@ -9,7 +9,7 @@ from shared import workspace_fs
 from shared.disk import DiskError, check_size, split_workspace_path
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
-from .host import ToolHost
+from .host import WorkspaceHost
 from .image_view import image_outcome, is_image
 
 READ_LIMIT = 2000  # lines per read
@@ -19,7 +19,7 @@ def file_ref(path: str) -> str:
     return "file:" + path.strip("/")
 
 
-def read_tool(host: ToolHost) -> Tool:
+def read_tool(host: WorkspaceHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         if is_image(host, args["path"]):
             return await image_outcome(host, args["path"])
@@ -62,7 +62,7 @@ def _missing(rel: str, exc: DiskError) -> str:
     return f"No such file: {rel}" if exc.status == 404 else str(exc)
 
 
-async def write_file(host: ToolHost, rel: str, data: bytes) -> str:
+async def write_file(host: WorkspaceHost, rel: str, data: bytes) -> str:
     split_workspace_path(rel, for_write=True)  # a bad name is refused before the lease check
     check_size(data, host.max_file_bytes)
     await host.guard()
@@ -74,7 +74,7 @@ async def write_file(host: ToolHost, rel: str, data: bytes) -> str:
     return ref
 
 
-def write_tool(host: ToolHost) -> Tool:
+def write_tool(host: WorkspaceHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         data = args["content"].encode()
         try:
@@ -100,7 +100,7 @@ def write_tool(host: ToolHost) -> Tool:
     )
 
 
-def edit_tool(host: ToolHost) -> Tool:
+def edit_tool(host: WorkspaceHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         try:
             data = await asyncio.to_thread(workspace_fs.read_bytes, host.paths.workspace, args["path"])

@@ -1,4 +1,5 @@
-"""What the tools need from their session, as a Protocol: tools stay values with no session import."""
+"""What the tools need from their session, as narrow Protocols (one per kind of tool): tools stay values
+with no session import."""
 
 from __future__ import annotations
 
@@ -17,27 +18,42 @@ from ..skills import Skill
 from ..todo import TodoController
 
 
-class ToolHost(Protocol):
-    sid: str
+class WorkspaceHost(Protocol):
+    """The workspace as the file tools see it (read, write, edit; images)."""
+
     paths: SessionPaths
     max_file_bytes: int
     image_limits: ImageLimits
     workspace_quota: WorkspaceQuota
-    sandbox: Sandbox  # confines every process started for the agent (bash)
-    todo: TodoController
-    skills: Mapping[str, Skill]
-    document_reads: DocumentReads  # the revision of each deck the agent last read (show_gamma)
 
     async def guard(self) -> None: ...
 
     async def artifact_changed(self, ref: str, kind: str, *, document: dict[str, Any] | None = None, deleted: bool = False,
                                content: bytes | None = None) -> None: ...
 
+
+class ShellHost(WorkspaceHost, Protocol):
+    sandbox: Sandbox  # confines every process started for the agent (bash)
+
+
+class DisplayHost(WorkspaceHost, Protocol):
+    """Tabs, forms and decks shown to the user (show_file, show_gamma)."""
+
+    document_reads: DocumentReads  # the revision of each deck the agent last read (show_gamma)
+
     async def open_tab(self, ari: str, title: str | None) -> str: ...
 
     async def show_form(self, form: dict[str, Any]) -> str: ...
 
+
+class TodoHost(Protocol):
+    todo: TodoController
+
     async def todo_changed(self, todo: TodoList, tool_call_id: str) -> None: ...
+
+
+class SkillHost(Protocol):
+    skills: Mapping[str, Skill]
 
     def skill_scope(self, incoming: list[str]) -> set[str]:
         """The live skills a conflict check of `incoming` runs against (services/runtime/skill_lifecycle.py)."""
@@ -45,8 +61,19 @@ class ToolHost(Protocol):
 
     async def record_activation(self, skill: Skill, required_by: str | None) -> None: ...
 
-    async def start_subagent(self, task: str, tool_call_id: str) -> str: ...
 
+class MessageHost(Protocol):
     async def message_user(self, message: str, block_on_user: bool, tool_call_id: str) -> None: ...
 
     async def audit_completion(self, message: str, deviations: list[Deviation], tool_call_id: str) -> str | None: ...
+
+
+class SubagentHost(Protocol):
+    async def start_subagent(self, task: str, tool_call_id: str) -> str: ...
+
+
+class ToolHost(ShellHost, DisplayHost, TodoHost, SkillHost, MessageHost, SubagentHost, Protocol):
+    """Every tool's port at once: what the whole tool set (Toolset) is built on. Each tool takes only
+    its own narrow port above."""
+
+    sid: str

@@ -10,10 +10,10 @@ from shared.disk import DiskError
 from shared.images import ImageRefused, prepare, read_workspace_image, sniff_workspace_file, store_image
 
 from ..engine.types import ToolOutcome
-from .host import ToolHost
+from .host import WorkspaceHost
 
 
-def is_image(host: ToolHost, rel: str) -> bool:
+def is_image(host: WorkspaceHost, rel: str) -> bool:
     """Whether the file is a PNG, JPEG, GIF or WebP by its bytes (a missing file is not: the caller
     reports it as it does for text)."""
     try:
@@ -22,7 +22,7 @@ def is_image(host: ToolHost, rel: str) -> bool:
         return False
 
 
-async def image_outcome(host: ToolHost, rel: str) -> ToolOutcome:
+async def image_outcome(host: WorkspaceHost, rel: str) -> ToolOutcome:
     limits = host.image_limits
     try:
         data = read_workspace_image(host.paths.workspace, rel, limits.max_source_bytes)

@@ -13,7 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from shared.contracts.transcript import MAX_DEVIATION_CAUSE, MAX_DEVIATIONS, Deviation
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
-from .host import ToolHost
+from .host import MessageHost
 
 ALONE_ERROR = ("message_user with blockOnUser=true must be the only tool call in its batch. Finish the other "
                "calls first, then call message_user alone when blockOnUser is true.")
@@ -34,7 +34,7 @@ def parse_deviations(raw: Any) -> list[Deviation] | str:
         return f"deviations[{where}]: {first['msg']}. Each deviation is {{step: a checklist step id, cause: why}}."
 
 
-def message_user_tool(host: ToolHost) -> Tool:
+def message_user_tool(host: MessageHost) -> Tool:
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         block = bool(args["blockOnUser"])
         if block and len(ctx.batch) > 1:

@@ -20,14 +20,14 @@ from shared.disk import DiskError, atomic_write_json, read_json
 from ..document_reads import stale_write
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .files import file_ref
-from .host import ToolHost
+from .host import DisplayHost
 from .image_view import image_outcome, is_image
 
 DOC_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 FORM_PATH = re.compile(r"^forms/([A-Za-z0-9_-]{1,128})\.json$")
 
 
-async def _show_form(host: ToolHost, rel: str) -> ToolOutcome:
+async def _show_form(host: DisplayHost, rel: str) -> ToolOutcome:
     """A form file opened with show_file becomes the session's activeForm (ask-user-questions)."""
     form_id = FORM_PATH.match(rel).group(1)  # type: ignore[union-attr]
     try:
@@ -60,7 +60,7 @@ async def _show_form(host: ToolHost, rel: str) -> ToolOutcome:
                        details={"ari": f"form:{form.id}", "tabId": tab, "form": form.id})
 
 
-def show_file_tool(host: ToolHost) -> Tool:
+def show_file_tool(host: DisplayHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         try:  # opened beneath the workspace: a planted link cannot point a tab out of it
             opened = await asyncio.to_thread(workspace_fs.open_entry, host.paths.workspace, args["path"])
@@ -98,7 +98,7 @@ def show_file_tool(host: ToolHost) -> Tool:
     )
 
 
-async def _read_deck(host: ToolHost, doc: str, path: Path, title: str | None) -> ToolOutcome:
+async def _read_deck(host: DisplayHost, doc: str, path: Path, title: str | None) -> ToolOutcome:
     """Only `doc`: open the tab and hand the agent the live deck (the user may have edited it since
     the agent last saw it) with its revision, so it reads before it changes anything."""
     current = read_json(path)  # None: no such document
@@ -114,7 +114,7 @@ async def _read_deck(host: ToolHost, doc: str, path: Path, title: str | None) ->
                        details={"ari": ari, "tabId": tab, "created": False, "revision": revision})
 
 
-def show_gamma_tool(host: ToolHost) -> Tool:
+def show_gamma_tool(host: DisplayHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         doc = args["doc"]
         if not DOC_RE.match(doc) or doc in {".", ".."}:

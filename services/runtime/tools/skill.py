@@ -14,7 +14,7 @@ from shared.trusted_blocks import Trusted
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..prompt import skill_block
 from ..skills import Skill, SkillError, required_by, resolve_activation
-from .host import ToolHost
+from .host import SkillHost
 
 SKIPPED = "Skipped: the skill set requested in this batch was refused. Resolve the skill conflict first."
 
@@ -69,7 +69,7 @@ def plan_skill_batch(calls: list[ToolCall], skills: Mapping[str, Skill],
     return plan
 
 
-def skill_tool(host: ToolHost, plans: dict[str, list[tuple[Skill, str | None]]]) -> Tool:
+def skill_tool(host: SkillHost, plans: dict[str, list[tuple[Skill, str | None]]]) -> Tool:
     """`plans` is filled by the batch preflight (call id -> activations)."""
 
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
-from .host import ToolHost
+from .host import SubagentHost
 
 
-def subagent_tool(host: ToolHost) -> Tool:
+def subagent_tool(host: SubagentHost) -> Tool:
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         task = args["task"].strip()
         if not task:

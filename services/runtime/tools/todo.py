@@ -7,10 +7,10 @@ from typing import Any
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..todo import TodoRefused, render
-from .host import ToolHost
+from .host import TodoHost
 
 
-def todo_tool(host: ToolHost) -> Tool:
+def todo_tool(host: TodoHost) -> Tool:
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         items = args.get("items")
         if not isinstance(items, list):

@@ -11,7 +11,7 @@ from shared.trusted_blocks import AttrValue, lines, quoted, render
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .files import write_file
-from .host import ToolHost
+from .host import WorkspaceHost
 
 TOOL_NAME = "read_workspace_rule"
 
@@ -20,7 +20,7 @@ class NoteReader(Protocol):
     async def note(self, note_id: str) -> KnowledgeNote | None: ...
 
 
-def read_workspace_rule_tool(host: ToolHost, reader: NoteReader | None, inline_max: int) -> Tool:
+def read_workspace_rule_tool(host: WorkspaceHost, reader: NoteReader | None, inline_max: int) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         note_id = str(args["knowledgeId"])
         note = await reader.note(note_id) if reader is not None else None

@@ -1,0 +1,59 @@
+"""The live UI document of a session (uistate.UiDoc) with its disk file and its event: rebuilt from
+state.json when first needed (a UI sync, a tool, the barrier's form check), not on the wake path.
+Safe to read late: once the lease is held and the proxy's dormant-write lock is gone, only this
+holder writes state.json."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from shared.contracts.events import EventType, UiUpdateData
+from shared.disk import SessionPaths, atomic_write_json, read_json
+from shared.uirules import UiLimits, repair_snapshot
+
+from .uistate import UiDoc
+
+
+class EventOutbox(Protocol):
+    async def event(self, type: EventType, data: dict[str, Any] | None = None) -> str | None: ...
+
+
+class UiHost(Protocol):
+    """The UI document as its users (tools, forms, cost records, the recorder) see it: a `LiveUi`."""
+
+    @property
+    def ui(self) -> UiDoc: ...
+
+    async def persist_ui(self) -> None: ...
+
+    async def publish_ui(self, update: bytes) -> None: ...
+
+
+class LiveUi:
+    def __init__(self, paths: SessionPaths, limits: UiLimits, guard: Callable[[], Awaitable[None]],
+                 outbox: EventOutbox) -> None:
+        self.paths = paths
+        self.limits = limits
+        self.guard = guard
+        self.outbox = outbox
+        self._doc: UiDoc | None = None
+
+    @property
+    def ui(self) -> UiDoc:
+        if self._doc is None:
+            self._doc = UiDoc.from_snapshot(repair_snapshot(read_json(self.paths.state)), self.limits)
+        return self._doc
+
+    async def persist_ui(self) -> None:
+        if self._doc is None:
+            return  # never loaded, so never changed: state.json is already what it should be
+        await self.guard()
+        atomic_write_json(self.paths.state, self._doc.snapshot())
+
+    async def publish_ui(self, update: bytes) -> None:
+        """Only the change goes out (docs/architecture.md "Limits on hostile input": a full snapshot per event cost 1.48 MB of Redis each)."""
+        if update:
+            data = UiUpdateData(update=base64.b64encode(update).decode())
+            await self.outbox.event("ui_update", data.model_dump())
