@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stream_clients import bare_consumer, bare_producer, sse_readers  # noqa: E402
+from bench.stream_steady import STEADY_MARGIN_S, sample_cpu, steady_window  # noqa: E402
 from services.stack import free_port  # noqa: E402
 from shared import keys  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
@@ -196,10 +197,17 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
                     args.py_spy, "record", "-p", str(pid), "-d", str(args.py_spy_s), "-r", "50", "-f", "raw",
                     "-o", str(out), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL))
         spying = asyncio.ensure_future(spy()) if args.py_spy else None
+        pids = {"runtime": runtime, "proxy": proxy, **({"model_server": server.pid} if server is not None else {}),
+                **{f"reader{k}": p.pid for k, (p, _) in enumerate(readers)}}
+        samples: list[tuple[float, dict[str, float]]] = []
+        sampling = asyncio.ensure_future(sample_cpu(pids, samples))
+        phase_wall = time.time()
         await post_all(http, sids, {"message": script}, ramp_s=args.ramp_s)
+        posted_wall = time.time()
         if spying is not None:
             await spying
         results = [receive(proc, conn, args.timeout_s + 120) for proc, conn in readers]
+        sampling.cancel()
         for spy in spies:
             await spy.wait()
         elapsed = time.monotonic() - t0
@@ -227,7 +235,9 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
             "by_command": {k: v - cmd0.get(k, 0) for k, v in sorted(cmd1.items(), key=lambda kv: -kv[1])
                            if v - cmd0.get(k, 0) > 0}, "cpu_runtime_s": cpu_rt1 - cpu_rt0,
             "cpu_proxy_s": cpu_px1 - cpu_px0, "cpu_model_server_s": cpu_model,
-            "cpu_redis_s": cpu_redis, "cpu_readers_s": sum(res.get("cpu_s", 0.0) for res in results), "rss_before": rss_before, "rss_open": rss_open, "rss_peak": rss_peak}
+            "cpu_redis_s": cpu_redis, "cpu_readers_s": sum(res.get("cpu_s", 0.0) for res in results), "rss_before": rss_before, "rss_open": rss_open, "rss_peak": rss_peak,
+            "steady": steady_window(samples, hops, posted_wall + 0.4 + STEADY_MARGIN_S,
+                                    phase_wall + 0.4 + args.tokens / args.rate - STEADY_MARGIN_S)}
 
 
 def baseline(args: argparse.Namespace, n: int) -> list[float]:
@@ -295,6 +305,7 @@ def summarize(n: int, s: dict[str, Any], bare: list[float], load: list[float]) -
                                               else round(s["cpu_model_server_s"] * 1e6 / tokens, 1)),
         "redis_cpu_ms_per_1k_chunks": round(s["cpu_redis_s"] * 1e6 / tokens, 1),
         "sse_readers_cpu_ms_per_1k_chunks": round(s["cpu_readers_s"] * 1e6 / tokens, 1),
+        "steady": s.get("steady"),
         "proxy_rss_per_client_kb": round((max(s["rss_open"], s["rss_peak"]) - s["rss_before"]) / 1024 / n, 1),
         "proxy_rss_mb": {"before_clients": round(s["rss_before"] / 2**20, 1),
                          "clients_open": round(s["rss_open"] / 2**20, 1), "end": round(s["rss_peak"] / 2**20, 1)},
