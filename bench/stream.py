@@ -218,6 +218,7 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         rss_peak = psutil.Process(proxy).memory_info().rss
         cmd1, cpu_rt1, cpu_px1 = await commands(r), cpu_s(runtime), cpu_s(proxy)
         disk = {k: v - disk0[k] for k, v in runtime_disk(runtime, base).items()}
+        disk["data_dir_kb"] = sum(f.stat().st_size for f in (base / "data").rglob("*") if f.is_file()) / 1024
         cpu_model = cpu_s(server.pid) - cpu_model0 if server is not None else None
         cpu_redis = await redis_cpu_s(r) - cpu_redis0
         for p, _ in readers:
@@ -328,7 +329,8 @@ def summarize(n: int, s: dict[str, Any], bare: list[float], load: list[float]) -
         "sse_readers_cpu_ms_per_1k_chunks": round(s["cpu_readers_s"] * 1e6 / tokens, 1),
         "steady": s.get("steady"),
         # The runtime's disk work in the phase, per prompt (n prompts): bytes written to the block
-        # device (the page cache's writeback of what it wrote), bytes handed to write(), fsyncs.
+        # device (the page cache's writeback of what it wrote), bytes handed to write(), fsyncs; and
+        # data_dir_kb: the session disk's size at the end (two turns per session, the wake's and this).
         "runtime_disk_per_prompt": {k: round(v / n, 1) for k, v in s.get("disk", {}).items()},
         "proxy_rss_per_client_kb": round((max(s["rss_open"], s["rss_peak"]) - s["rss_before"]) / 1024 / n, 1),
         "proxy_rss_mb": {"before_clients": round(s["rss_before"] / 2**20, 1),
