@@ -82,7 +82,7 @@ def body_reader(response: httpx.Response) -> Read:
     that arrived since the last read: httpx's `aiter_bytes` passes each through four async
     generators and its decoders (~20% of the stream reading's samples in bench-stream), which an
     uncompressed body does not need. Errors are mapped to httpx's as the backend maps them, so
-    retries classify them as before (openai_stream.py `retryable`)."""
+    retries classify them the same way on either path (openai_stream.py `retryable`)."""
     raw = getattr(response.stream, "_aiohttp_response", None)
     if raw is not None and response.headers.get("content-encoding", "identity") == "identity":
         from httpx_aiohttp.transport import map_aiohttp_exceptions  # with the backend only
