@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stream_clients import bare_consumer, bare_producer, sse_readers  # noqa: E402
-from bench.stream_steady import STEADY_MARGIN_S, sample_cpu, steady_window  # noqa: E402
+from bench.stream_steady import sample_cpu, steady_window  # noqa: E402
 from services.stack import free_port  # noqa: E402
 from shared import keys  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
@@ -203,9 +203,7 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
                 **{f"reader{k}": p.pid for k, (p, _) in enumerate(readers)}}
         samples: list[tuple[float, dict[str, float]]] = []
         sampling = asyncio.ensure_future(sample_cpu(pids, samples))
-        phase_wall = time.time()
         await post_all(http, sids, {"message": script}, ramp_s=args.ramp_s)
-        posted_wall = time.time()
         if spying is not None:
             await spying
         # In threads: the CPU sampler keeps running on this loop meanwhile.
@@ -242,8 +240,8 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
                            if v - cmd0.get(k, 0) > 0}, "cpu_runtime_s": cpu_rt1 - cpu_rt0,
             "cpu_proxy_s": cpu_px1 - cpu_px0, "cpu_model_server_s": cpu_model,
             "cpu_redis_s": cpu_redis, "cpu_readers_s": sum(res.get("cpu_s", 0.0) for res in results), "rss_before": rss_before, "rss_open": rss_open, "rss_peak": rss_peak,
-            "disk": disk, "steady": steady_window(samples, hops, posted_wall + 0.4 + STEADY_MARGIN_S,
-                                    phase_wall + 0.4 + args.tokens / args.rate - STEADY_MARGIN_S)}
+            "disk": disk,
+            "steady": steady_window(samples, hops, [x for res in results for x in res.get("spans", ())])}
 
 
 def fsync_counting(src: Path | None, base: Path) -> dict[str, str]:

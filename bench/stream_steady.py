@@ -37,10 +37,15 @@ async def sample_cpu(pids: dict[str, int], out: list[tuple[float, dict[str, floa
 
 
 def steady_window(samples: list[tuple[float, dict[str, float]]], hops: list[tuple[float, float, float, float]],
-                  start: float, end: float) -> dict[str, Any] | None:
-    """CPU per chunk while every session streams: after the last prompt's first token (+ a margin) and
-    before the first stream can end. Chunks counted by their XADD time (the entry id), CPU between the samples
-    nearest the window's ends."""
+                  spans: list[float]) -> dict[str, Any] | None:
+    """CPU per chunk while every session streams: from the last session's first streamed text to the
+    first session's end (XADD times, `spans` = first, last per session, flat), less a margin at each
+    end. Chunks counted by their XADD time (the entry id), CPU between the samples nearest the window's
+    ends. None when the sessions' streams did not overlap for a second (a worker far behind)."""
+    if not spans:
+        return None
+    start = max(spans[0::2]) + STEADY_MARGIN_S
+    end = min(spans[1::2]) - STEADY_MARGIN_S
     inside = [(t, row) for t, row in samples if start <= t <= end]
     if len(inside) < 2 or inside[-1][0] - inside[0][0] < 1.0:
         return None
