@@ -12,7 +12,7 @@ truthy `error` key raises `openai.APIError` (an error inside a 200 stream, retry
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 import httpx
@@ -73,44 +73,12 @@ class ReadGate(Protocol):
     async def wait(self) -> None: ...
 
 
-Read = Callable[[], Awaitable[bytes]]
-
-
-def body_reader(response: httpx.Response) -> Read:
-    """What the next read of the body brings (b"" at its end). Through the aiohttp backend
-    (`GAMMA_MODEL_HTTP=aiohttp`, httpx-aiohttp) the bytes come straight from aiohttp's buffer, all
-    that arrived since the last read: httpx's `aiter_bytes` passes each through four async
-    generators and its decoders (~20% of the stream reading's samples in bench-stream), which an
-    uncompressed body does not need. Errors are mapped to httpx's as the backend maps them, so
-    retries classify them the same way on either path (openai_stream.py `retryable`)."""
-    raw = getattr(response.stream, "_aiohttp_response", None)
-    if raw is not None and response.headers.get("content-encoding", "identity") == "identity":
-        from httpx_aiohttp.transport import map_aiohttp_exceptions  # with the backend only
-
-        content = raw.content
-
-        async def direct() -> bytes:
-            try:
-                return await content.readany()  # type: ignore[no-any-return]
-            except Exception:
-                with map_aiohttp_exceptions():
-                    raise
-                raise  # unreachable: the mapper re-raises (mypy cannot know)
-        return direct
-    chunks = response.aiter_bytes()
-
-    async def through_httpx() -> bytes:
-        return await anext(chunks, b"")
-    return through_httpx
-
-
 async def json_reads(response: httpx.Response) -> AsyncIterator[list[dict[str, Any]]]:
     """The events of each read (non-empty lists of JSON objects), until `[DONE]` or the end of the
     body: a consumer handles what one read brought at once (one emit for all its text deltas). A
     consumer that awaits a ReadGate before asking for the next read gets what arrived meanwhile in one."""
     buf = b""
-    read = body_reader(response)
-    while chunk := await read():
+    async for chunk in response.aiter_bytes():
         blocks, buf = split_events(buf + chunk if buf else chunk)
         events: list[dict[str, Any]] = []
         for block in blocks:
