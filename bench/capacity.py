@@ -64,7 +64,8 @@ def main() -> None:
     fsyncs, src_fsync = field(s, "loads/0/runtime_disk_per_prompt/fsyncs")
     disk_kb, src_disk = field(s, "loads/0/runtime_disk_per_prompt/write_kb")
     dir_kb, src_dir = field(s, "loads/0/runtime_disk_per_prompt/data_dir_kb")
-    for label, v, src in (("runtime CPU us / chunk, steady", c_rt, src_rt), ("proxy CPU us / chunk, steady", c_px, src_px),
+    for label, v, src in (("runtime CPU us / chunk, used (steady if measured)", c_rt, src_rt),
+                          ("proxy CPU us / chunk, used (steady if measured)", c_px, src_px),
                           ("runtime CPU us / chunk, phase (incl. turns)", c_rt_phase, src_rt_phase),
                           ("proxy CPU us / chunk, phase (incl. prompts)", c_px_phase, src_px_phase),
                           ("Redis CPU us / chunk, phase", c_redis, src_redis), ("Redis commands / chunk", cmds, src_cmds),
@@ -100,7 +101,7 @@ def main() -> None:
     idle_live = a["live_sessions"] - a["streaming_sessions"]
 
     print("\n-- runtime workers (cores)")
-    rt_stream = show("streaming: chunks x steady us/chunk", chunks * c_rt / 1e6, "cores")
+    rt_stream = show("streaming: chunks x us/chunk", chunks * c_rt / 1e6, "cores")
     rt_prompts = show("prompts: prompts/s x ms/prompt", prompts_s * rt_prompt_ms / 1e3, "cores")
     rt_idle = show("idle live: sessions x reader us/s", a["live_sessions"] * rt_idle_us / 1e6, "cores")
     rt_total = show("total (without wakes)", rt_stream + rt_prompts + rt_idle, "cores")
@@ -108,7 +109,7 @@ def main() -> None:
     show("runtime memory GB (heap per live session)", a["live_sessions"] * heap_mb / 1024, "live x MB")
 
     print("\n-- proxies (cores)")
-    px_stream = show("streaming: chunks x steady us/chunk", chunks * c_px / 1e6, "cores")
+    px_stream = show("streaming: chunks x us/chunk", chunks * c_px / 1e6, "cores")
     px_prompts = show("prompts: prompts/s x ms/prompt", prompts_s * px_prompt_ms / 1e3, "cores")
     show("proxies at the busy target", (px_stream + px_prompts) / a["core_busy_target"], f"/ {a['core_busy_target']}")
     show("proxy memory GB, an SSE client per live session", a["live_sessions"] * rss_client / 2**20, "live x KB")
