@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stream_clients import bare_consumer, bare_producer, sse_readers  # noqa: E402
+from bench.stream_steady import sample_cpu, steady_window  # noqa: E402
 from services.stack import free_port  # noqa: E402
 from shared import keys  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
@@ -159,7 +160,8 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         "GAMMA_LEASE_MS": "10000", "GAMMA_CLAIM_IDLE_MS": "5000", "GAMMA_IDLE_S": "600", "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", "GAMMA_MAX_SESSIONS_PER_USER": "100000",
         "GAMMA_SSE_MAX_STREAMS_PER_USER": str(n + 10), "GAMMA_SSE_QUEUE_SIZE": "5000",
         **model_env, "GAMMA_DELTA_COALESCE_MS": str(args.coalesce_ms), "GAMMA_MODEL_HTTP": args.model_http,
-        **({"GAMMA_MODEL_API": args.api} if args.api else {}), **server_env}, src=src)
+        **({"GAMMA_MODEL_API": args.api} if args.api else {}), **server_env}, src=src,
+        service_env={"runtime": fsync_counting(src, base)})
     r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=40, timeout=60))
     http = httpx.AsyncClient(base_url=stack.url("proxy"), headers={"Authorization": f"Bearer {API_TOKEN}"},
                              timeout=60, limits=httpx.Limits(max_connections=100))
@@ -181,6 +183,7 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         for proc, conn in readers:
             assert receive(proc, conn, 300) == "open"
         rss_open = psutil.Process(proxy).memory_info().rss
+        disk0 = runtime_disk(runtime, base)
         cpu_model0 = cpu_s(server.pid) if server is not None else 0.0
         cpu_redis0 = await redis_cpu_s(r)
         cmd0, cpu_rt0, cpu_px0, t0 = await commands(r), cpu_s(runtime), cpu_s(proxy), time.monotonic()
@@ -196,15 +199,24 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
                     args.py_spy, "record", "-p", str(pid), "-d", str(args.py_spy_s), "-r", "50", "-f", "raw",
                     "-o", str(out), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL))
         spying = asyncio.ensure_future(spy()) if args.py_spy else None
+        pids = {"runtime": runtime, "proxy": proxy, **({"model_server": server.pid} if server is not None else {}),
+                **{f"reader{k}": p.pid for k, (p, _) in enumerate(readers)}}
+        samples: list[tuple[float, dict[str, float]]] = []
+        sampling = asyncio.ensure_future(sample_cpu(pids, samples))
         await post_all(http, sids, {"message": script}, ramp_s=args.ramp_s)
         if spying is not None:
             await spying
-        results = [receive(proc, conn, args.timeout_s + 120) for proc, conn in readers]
+        # In threads: the CPU sampler keeps running on this loop meanwhile.
+        results = await asyncio.gather(*(asyncio.to_thread(receive, proc, conn, args.timeout_s + 120)
+                                         for proc, conn in readers))
+        sampling.cancel()
         for spy in spies:
             await spy.wait()
         elapsed = time.monotonic() - t0
         rss_peak = psutil.Process(proxy).memory_info().rss
         cmd1, cpu_rt1, cpu_px1 = await commands(r), cpu_s(runtime), cpu_s(proxy)
+        disk = {k: v - disk0[k] for k, v in runtime_disk(runtime, base).items()}
+        disk["data_dir_kb"] = sum(f.stat().st_size for f in (base / "data").rglob("*") if f.is_file()) / 1024
         cpu_model = cpu_s(server.pid) - cpu_model0 if server is not None else None
         cpu_redis = await redis_cpu_s(r) - cpu_redis0
         for p, _ in readers:
@@ -227,7 +239,25 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
             "by_command": {k: v - cmd0.get(k, 0) for k, v in sorted(cmd1.items(), key=lambda kv: -kv[1])
                            if v - cmd0.get(k, 0) > 0}, "cpu_runtime_s": cpu_rt1 - cpu_rt0,
             "cpu_proxy_s": cpu_px1 - cpu_px0, "cpu_model_server_s": cpu_model,
-            "cpu_redis_s": cpu_redis, "cpu_readers_s": sum(res.get("cpu_s", 0.0) for res in results), "rss_before": rss_before, "rss_open": rss_open, "rss_peak": rss_peak}
+            "cpu_redis_s": cpu_redis, "cpu_readers_s": sum(res.get("cpu_s", 0.0) for res in results), "rss_before": rss_before, "rss_open": rss_open, "rss_peak": rss_peak,
+            "disk": disk,
+            "steady": steady_window(samples, hops, [x for res in results for x in res.get("spans", ())])}
+
+
+def fsync_counting(src: Path | None, base: Path) -> dict[str, str]:
+    """The runtime's environment additions that count its fsyncs (bench/probe_fsync)."""
+    (base / "fsyncs").mkdir(exist_ok=True)
+    path = os.pathsep.join((str(ROOT / "bench" / "probe_fsync"), str(src or ROOT)))
+    return {"PYTHONPATH": path, "GAMMA_FSYNC_COUNT_DIR": str(base / "fsyncs")}
+
+
+def runtime_disk(pid: int, base: Path) -> dict[str, float]:
+    io = psutil.Process(pid).io_counters()
+    try:
+        fsyncs = float((base / "fsyncs" / str(pid)).read_text().strip() or 0)
+    except FileNotFoundError:
+        fsyncs = 0.0
+    return {"write_kb": io.write_bytes / 1024, "write_call_kb": io.write_chars / 1024, "fsyncs": fsyncs}
 
 
 def baseline(args: argparse.Namespace, n: int) -> list[float]:
@@ -295,6 +325,11 @@ def summarize(n: int, s: dict[str, Any], bare: list[float], load: list[float]) -
                                               else round(s["cpu_model_server_s"] * 1e6 / tokens, 1)),
         "redis_cpu_ms_per_1k_chunks": round(s["cpu_redis_s"] * 1e6 / tokens, 1),
         "sse_readers_cpu_ms_per_1k_chunks": round(s["cpu_readers_s"] * 1e6 / tokens, 1),
+        "steady": s.get("steady"),
+        # The runtime's disk work in the phase, per prompt (n prompts): bytes written to the block
+        # device (the page cache's writeback of what it wrote), bytes handed to write(), fsyncs; and
+        # data_dir_kb: the session disk's size at the end (two turns per session, the wake's and this).
+        "runtime_disk_per_prompt": {k: round(v / n, 1) for k, v in s.get("disk", {}).items()},
         "proxy_rss_per_client_kb": round((max(s["rss_open"], s["rss_peak"]) - s["rss_before"]) / 1024 / n, 1),
         "proxy_rss_mb": {"before_clients": round(s["rss_before"] / 2**20, 1),
                          "clients_open": round(s["rss_open"] / 2**20, 1), "end": round(s["rss_peak"] / 2**20, 1)},

@@ -33,6 +33,7 @@ async def _read_one(client: httpx.AsyncClient, sid: str, opened: asyncio.Event, 
         resp.raise_for_status()
         opened.set()
         xadd = 0.0  # the entry's XADD time (its id's milliseconds), from the frame's `id:` line
+        first = 0.0  # the XADD time of the session's first streamed text (bench/stream_steady.py)
         async for line in resp.aiter_lines():
             if line.startswith("id: "):
                 xadd = int(line[4:].split("-", 1)[0]) / 1000
@@ -45,6 +46,7 @@ async def _read_one(client: httpx.AsyncClient, sid: str, opened: asyncio.Event, 
                     out["restarts"] += 1  # a retried model call: its tokens come again
                 stamps = STAMP_RE.findall(line)
                 if stamps:
+                    first = first or xadd
                     out["events"] += 1
                     out["lat"].extend(now - float(due) for due, _ in stamps)
                     # per hop: model loop late (sent - due), model -> runtime -> XADD, XADD -> proxy -> client;
@@ -53,6 +55,8 @@ async def _read_one(client: httpx.AsyncClient, sid: str, opened: asyncio.Event, 
                         out["hops"].extend((float(due), float(sent or due), xadd, now))
             elif '"agent_end"' in line:
                 out["done"] += 1
+                if first:
+                    out["spans"].extend((first, xadd))  # this session streamed from `first` to about here
                 return
             if time.monotonic() > deadline:
                 return
@@ -62,7 +66,7 @@ async def _readers(proxy_url: str, token: str, sids: list[str], conn: Connection
     # Plain float arrays, not lists of tuples: 40,000 tuples per process made the reader's own cyclic GC
     # run full collections of 35-76 ms while streaming (bench/probe), each one holding every token of
     # half the sessions at once: the clients' pause, counted as latency the harness added.
-    out: dict[str, Any] = {"lat": array("d"), "hops": array("d"), "events": 0, "done": 0, "errors": 0, "restarts": 0}
+    out: dict[str, Any] = {"lat": array("d"), "hops": array("d"), "spans": array("d"), "events": 0, "done": 0, "errors": 0, "restarts": 0}
     limits = httpx.Limits(max_connections=len(sids) + 10, max_keepalive_connections=len(sids) + 10)
     async with httpx.AsyncClient(base_url=proxy_url, headers={"Authorization": f"Bearer {token}"}, limits=limits,
                                  timeout=httpx.Timeout(timeout_s, connect=30)) as client:
