@@ -30,7 +30,9 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
     def __init__(self, model: ScriptedModel, timing: Timing | None = None) -> None:
         self._model = model
         self.timing = timing or Timing()
-        self.requests: deque[tuple[str, dict[str, Any]]] = deque(maxlen=512)
+        # What tests read back (a handful of requests); a service's own keeps ~64 parsed bodies, not 512
+        # (~20 KB of prompt each: 512 filled a soak's first minutes with ~50 MB).
+        self.requests: deque[tuple[str, dict[str, Any]]] = deque(maxlen=64)
         self.cache = PromptCache()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
