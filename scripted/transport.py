@@ -30,8 +30,8 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
     def __init__(self, model: ScriptedModel, timing: Timing | None = None) -> None:
         self._model = model
         self.timing = timing or Timing()
-        # What tests read back (a handful of requests); a service's own keeps ~64 parsed bodies, not 512
-        # (~20 KB of prompt each: 512 filled a soak's first minutes with ~50 MB).
+        # What tests read back (a handful of requests): a service's own transport holds the parsed bodies
+        # (prompts of ~20 KB each) for no reader, so few of them (bench/soak.py measures its RSS flat).
         self.requests: deque[tuple[str, dict[str, Any]]] = deque(maxlen=64)
         self.cache = PromptCache()
 
