@@ -22,7 +22,7 @@ BLOCK_CHARS = STEP_TOKENS * CHARS_PER_TOKEN  # a hit is counted in whole steps: 
 def block_chain(prompt: str) -> list[int]:
     """One hash per whole 512-character block, each chained to the one before (equal at position k
     means the first k+1 blocks are equal). A prompt's ~20 KB is kept as ~40 ints: with the prompts
-    themselves, 512 sessions' last 8 requests held ~100 MB of the runtime (the soak, bench/soak.py)."""
+    themselves, up to 512 sessions x 8 prompts x ~21 KB (~85 MB) in the runtime (bench/soak.py)."""
     out: list[int] = []
     h = 0
     for i in range(0, len(prompt) - BLOCK_CHARS + 1, BLOCK_CHARS):
