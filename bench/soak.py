@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import random
+import subprocess
 import sys
 import tempfile
 import threading
@@ -134,14 +135,12 @@ class SoakLoad:
 
 
 def disk_usage(root: Path) -> int:
-    total = 0
-    for path in root.rglob("*"):
-        try:
-            if path.is_file() and not path.is_symlink() and "logs" not in path.relative_to(root).parts[:1]:
-                total += path.stat().st_size
-        except OSError:
-            continue
-    return total
+    """Bytes of the files under `root` but its logs, by `find` in a child process: a walk in Python held
+    this process' GIL for ~2 s per 5,000 files on the loaded 2-core machine (a 3-minute run writes 5,000,
+    20 minutes 35,000), stalling the load's event loop longer each sample and inflating its latencies."""
+    out = subprocess.run(["find", str(root), "-path", str(root / "logs"), "-prune", "-o", "-type", "f", "-printf", "%s\n"],
+                         capture_output=True, text=True, check=False, timeout=120)
+    return sum(int(line) for line in out.stdout.split())
 
 
 class Sampler(threading.Thread):

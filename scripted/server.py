@@ -151,7 +151,8 @@ async def serve(host: str, port: int, ready: asyncio.Event | None = None) -> Non
     server = ScriptedServer(scripted_transport_for_runtime())
     settings = load_settings()
     # Its heap holds every open stream's pre-built events: the same gen-2 stalls as the services'.
-    freezer = asyncio.ensure_future(heap_freezer(settings.server.gc_freeze_s, settings.server.gc_full_s))
+    freezer = asyncio.ensure_future(heap_freezer(settings.server.gc_freeze_s, settings.server.gc_full_s,
+                                                 settings.server.gc_full_growth))
     srv = await asyncio.start_server(server.handle, host, port, limit=MAX_HEAD, backlog=2048)
     print(f"scripted model on http://{host}:{port}/v1", flush=True)
     if ready is not None:

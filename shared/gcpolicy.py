@@ -8,8 +8,9 @@ wake-up), every session's tokens held at once: the added latency's worst 1%.
 
 Here, every `freeze_s`, the young generations are collected (cheap: only what is new) and what
 survived is frozen, so an automatic gen-2 collection scans only what was promoted since. Cyclic
-garbage among frozen objects is not collected until the next full pass: every `full_s` the heap is
-unfrozen and collected once (a full collection's pause, that rarely), then frozen again. Refcounted
+garbage among frozen objects is not collected until the next full pass: every `full_s`, or sooner
+once the frozen heap grew by `full_growth` since the last pass (`full_pass_due`), the heap is
+unfrozen and collected once (a full collection's pause), then frozen again. Refcounted
 garbage, the bulk, is freed at once, as always.
 """
 
@@ -31,15 +32,24 @@ def full_pass() -> None:
     gc.freeze()
 
 
-async def heap_freezer(freeze_s: float, full_s: float) -> None:
+def full_pass_due(elapsed_s: float, full_s: float, frozen: int, frozen_after_full: int, growth: float) -> bool:
+    """Every `full_s`, or once the frozen heap outgrew what the last full pass left by `growth`:
+    sessions that went dormant leave their state behind as cycles (a session's parts call back into
+    it), frozen with it while it was live, and under churn the next timed pass would be minutes of
+    sessions away (the soak, bench/soak.py: +26 MB a minute in the runtime until it). Growth of the
+    live heap (a wake-up of many sessions) triggers a pass too, as CPython's own gen-2 rule would."""
+    return elapsed_s >= full_s or frozen > frozen_after_full * (1 + growth)
+
+
+async def heap_freezer(freeze_s: float, full_s: float, full_growth: float = 0.25) -> None:
     """Runs for the service's life (ServiceContext.spawn); `freeze_s` <= 0: off."""
     if freeze_s <= 0:
         return
-    last_full = time.monotonic()
+    last_full, after_full = time.monotonic(), gc.get_freeze_count()
     while True:
         await asyncio.sleep(freeze_s)
-        if time.monotonic() - last_full >= full_s:
+        if full_pass_due(time.monotonic() - last_full, full_s, gc.get_freeze_count(), after_full, full_growth):
             full_pass()
-            last_full = time.monotonic()
+            last_full, after_full = time.monotonic(), gc.get_freeze_count()
         else:
             freeze_young()

@@ -48,6 +48,9 @@ class ServerSettings(Area):
                     "scan (`shared/gcpolicy.py`); 0: off.")
     gc_full_s: float = Field(600.0, gt=0, validation_alias="GAMMA_GC_FULL_S",
         description="Every this many seconds the heap is unfrozen and collected once (`shared/gcpolicy.py`).")
+    gc_full_growth: float = Field(0.25, gt=0, validation_alias="GAMMA_GC_FULL_GROWTH",
+        description="A full collection also runs once the frozen heap has grown by this fraction since the last one "
+                    "(closed sessions' cycles; `shared/gcpolicy.py`).")
     # Threads of each service's default executor (asyncio.to_thread): blocking disk I/O, mostly fsync
     # waits, so far more than the cores (shared/iopool.py; Python's default is 6 on 2 cores).
     io_threads: int = Field(64, ge=1, le=1024, validation_alias="GAMMA_IO_THREADS",

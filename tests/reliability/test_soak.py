@@ -21,12 +21,12 @@ from bench.soak_report import render, verdict
 
 pytestmark = [
     pytest.mark.slow, pytest.mark.timeout(480),
-    # Seen failing on a loaded 2-core machine (bench/results/soak.3m.md): the runtime's RSS +12% between
-    # minute 1 and 3 (likely the in-process scripted model's bounded request and prompt-cache buffers
-    # still filling with the sessions that come and go) and p99 x1.78; everything else within bounds.
-    # Until both are flat it runs on request only (`GAMMA_SOAK=1`, or `make soak`), not in every CI run.
+    # Opt-in (`GAMMA_SOAK=1`, or `make soak`): on the shared 2-core machine the load's rate is set by
+    # the other runs, and RSS (a high-water mark) and Redis' memory follow the rate, not the time
+    # (bench/results/soak.20m.md: the runtime 236 -> 277 MB while the writes per minute rose from
+    # ~1,100 to ~2,800, then flat for 6 minutes); not yet run reliably three times in a row.
     pytest.mark.skipif(os.environ.get("GAMMA_SOAK") != "1",
-                       reason="runtime RSS and p99 not yet flat within 3 minutes (bench/results/soak.3m.md); GAMMA_SOAK=1 runs it"),
+                       reason="the load's rate follows the shared machine, and RSS with it (bench/results/soak.20m.md); GAMMA_SOAK=1 runs it"),
 ]
 
 MINUTES = 3

@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from shared.gcpolicy import freeze_young, full_pass, heap_freezer
+from shared.gcpolicy import freeze_young, full_pass, full_pass_due, heap_freezer
 
 
 class Node:
@@ -58,3 +58,10 @@ async def test_the_freezer_runs_full_passes_and_zero_turns_it_off() -> None:
         assert ref() is None  # the full pass freed it
     finally:
         task.cancel()
+
+
+def test_a_full_pass_is_due_on_time_or_once_the_frozen_heap_outgrew_the_last_one() -> None:
+    assert full_pass_due(600, 600, 100, 100, 0.25)  # the timed pass
+    assert not full_pass_due(10, 600, 125, 100, 0.25)  # grown by exactly the fraction: not yet
+    assert full_pass_due(10, 600, 126, 100, 0.25)  # past it: closed sessions' cycles go now
+    assert not full_pass_due(10, 600, 90, 100, 0.25)
