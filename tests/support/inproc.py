@@ -25,7 +25,7 @@ def settings_for(redis_url: str, data_dir: Path, **extra: object) -> Settings:
                                  # another test process (pytest-xdist) may be serving at the same time
                                  "GAMMA_PROXY_METRICS_PORT": free_port(), "GAMMA_NOTIFICATIONS_METRICS_PORT": free_port(),
                                  **extra}
-    return Settings(**values)  # type: ignore[arg-type]
+    return Settings(**values)
 
 
 @asynccontextmanager

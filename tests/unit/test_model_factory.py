@@ -15,7 +15,7 @@ from shared.settings import Settings
 
 
 def settings(**values: object) -> Settings:
-    return Settings(**values)  # type: ignore[arg-type]
+    return Settings(**values)
 
 
 async def test_without_a_key_or_a_factory_the_service_stops_with_a_clear_error() -> None:

@@ -29,19 +29,19 @@ def test_each_area_reads_its_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_override_names_the_variable_the_field_or_the_area(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GAMMA_IDLE_S", "7")
     monkeypatch.setenv("GAMMA_LEASE_MS", "2000")
-    by_variable = Settings(GAMMA_IDLE_S=5, REDIS_URL="redis://x:1/0")  # type: ignore[call-arg]
+    by_variable = Settings(GAMMA_IDLE_S=5, REDIS_URL="redis://x:1/0")
     assert (by_variable.runtime.idle_s, by_variable.runtime.lease_ms, by_variable.bus.redis_url) == (5.0, 2000,
                                                                                                       "redis://x:1/0")
-    assert Settings(idle_s=6).runtime.idle_s == 6.0  # type: ignore[call-arg]
+    assert Settings(idle_s=6).runtime.idle_s == 6.0
     whole = Settings(runtime=RuntimeSettings(idle_s=4))
     assert (whole.runtime.idle_s, whole.runtime.lease_ms) == (4.0, 2000)
 
 
 def test_an_unknown_or_doubled_override_fails() -> None:
     with pytest.raises(pydantic.ValidationError, match="GAMMA_IDLE is not a setting"):
-        Settings(GAMMA_IDLE=5)  # type: ignore[call-arg]
+        Settings(GAMMA_IDLE=5)
     with pytest.raises(pydantic.ValidationError, match="beside the whole runtime area"):
-        Settings(runtime=RuntimeSettings(), GAMMA_IDLE_S=5)  # type: ignore[call-arg]
+        Settings(runtime=RuntimeSettings(), GAMMA_IDLE_S=5)
 
 
 def test_the_defaults_never_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
