@@ -41,12 +41,12 @@ sys.path.insert(0, str(ROOT))
 from scripted.factory import model_factory  # noqa: E402
 from services.compaction.serialize import serialize_entries  # noqa: E402
 from services.compaction.summarizer import Summarizer  # noqa: E402
-from services.runtime import compaction as c  # noqa: E402
-from services.runtime.protocol import active_skill_message  # noqa: E402
+from services.runtime import compaction_trigger as c  # noqa: E402
 from services.runtime.skills import load_skills  # noqa: E402
 from services.runtime.todo import render  # noqa: E402
 from services.runtime.transcript import Transcript  # noqa: E402
-from shared import compaction_rules as rules  # noqa: E402
+from services.runtime.turn_order import active_skill_message  # noqa: E402
+from shared import summary_rules as rules  # noqa: E402
 from shared import tokens as token_rules  # noqa: E402
 from shared.contracts.inbox import CompactionReady  # noqa: E402
 from shared.contracts.messages import CustomMessage  # noqa: E402
@@ -91,7 +91,7 @@ def skills() -> dict[str, Any]:
 
 
 def anchors() -> list[CustomMessage]:
-    """What `SessionProtocolController.anchors()` builds from the todo and the activation entries."""
+    """What `TurnOrder.anchors()` builds from the todo and the activation entries."""
     todo = TodoList.model_validate({"revision": 7, "items": todo_items(3, 6)})
     out = [CustomMessage(custom_type="gamma.todo_anchor", content=render(todo), details={"trusted": True})]
     out.append(active_skill_message(skills()["deck-generation"], None))

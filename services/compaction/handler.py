@@ -25,7 +25,6 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from shared import keys, topology
-from shared.compaction_rules import file_operations, format_file_operations, summary_span
 from shared.contracts.compaction import CompactionRequest
 from shared.contracts.inbox import CompactionReady
 from shared.contracts.transcript import parse_entries
@@ -33,6 +32,7 @@ from shared.deletion import is_deleted
 from shared.disk import iter_jsonl, session_paths
 from shared.inbox import entry_fields, ring_arg, ring_lua
 from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW
+from shared.summary_rules import file_operations, format_file_operations, summary_span
 from shared.transcript_tree import path_to
 
 from .summarizer import Summarizer

@@ -12,8 +12,8 @@ from typing import Literal
 
 from openai import AsyncOpenAI
 
-from shared.compaction_rules import SummarySpan
 from shared.contracts.transcript import TranscriptEntry
+from shared.summary_rules import SummarySpan
 
 from .prompts import (
     NO_PRIOR_HISTORY,

@@ -28,7 +28,7 @@ from shared.inbox import InboxEntry
 from shared.settings import Settings
 from shared.tokens import MESSAGE_OVERHEAD_TOKENS, context_tokens, count_text_tokens
 
-from .compaction import check_ready, is_context_overflow, make_request, should_compact
+from .compaction_trigger import check_ready, is_context_overflow, make_request, should_compact
 from .engine.types import AgentContext, Emit, StreamFn, Tool
 from .events import Outbox
 from .state import SessionState
@@ -61,7 +61,7 @@ class Compactor:
         self.state = state  # the session's id, and whether a run is on
         self.context = context  # the Agent's context (the same object: its messages as they are now)
         self.transcript = transcript
-        # The session protocol's (protocol.py): the anchors kept past a compaction, the context reload.
+        # The turn order's (turn_order.py): the anchors kept past a compaction, the context reload.
         self.anchors = anchors
         self.reload = reload
         self.outbox = outbox

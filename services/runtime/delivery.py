@@ -11,9 +11,9 @@ from typing import Protocol
 from shared.contracts.inbox import Injection
 
 from .pending import PendingTurn
-from .protocol import SessionProtocolController
 from .state import SessionState
 from .transcript import Transcript
+from .turn_order import TurnOrder
 
 
 class Recorded(Protocol):
@@ -26,10 +26,10 @@ class RunStarter(Protocol):
 
 
 class InjectionDelivery:
-    def __init__(self, state: SessionState, protocol: SessionProtocolController, transcript: Transcript,
+    def __init__(self, state: SessionState, turns: TurnOrder, transcript: Transcript,
                  runs: RunStarter, recorded: Recorded, ack: Callable[[str | None], Awaitable[None]]) -> None:
         self.state = state
-        self.protocol = protocol
+        self.turns = turns
         self.transcript = transcript
         self.runs = runs
         self.recorded = recorded  # InjectionRecorded, published again for a redelivery (recorder.py)
@@ -37,7 +37,7 @@ class InjectionDelivery:
 
     async def deliver(self, m: Injection, entry_id: str | None) -> None:
         """An injection from the inbox, or (entry_id None) one restored at wake (an answered form)."""
-        result = self.protocol.route_update(m, entry_id, hold=not self.state.barrier_passed)
+        result = self.turns.route_update(m, entry_id, hold=not self.state.barrier_passed)
         if result == "recorded":
             # Already consumed (a redelivery): tell the owner again, it may have missed it.
             recorded_as = self.transcript.sources[(m.source, m.source_id)]
@@ -48,4 +48,4 @@ class InjectionDelivery:
             await self.recorded(m.source, m.source_id, self.transcript.told[m.ref][1], m.ref, m.to_revision)
             await self.ack(entry_id)
         elif result == "start" and not self.state.running:
-            self.runs.start_run(self.protocol.take_idle())
+            self.runs.start_run(self.turns.take_idle())

@@ -43,10 +43,10 @@ from .engine.agent import Agent
 from .failures import disk_fault, refusal, transient
 from .lease import LeaseLost
 from .pending import PendingTurn, TurnInput
-from .protocol import SessionProtocolController
 from .state import SessionState
 from .supervisor import interrupted
 from .transcript import Transcript
+from .turn_order import TurnOrder
 
 log = structlog.get_logger()
 BARRIER_WAIT_S = 3.0
@@ -138,7 +138,7 @@ class OpenCalls(Protocol):
 
 class InboxDispatcher:
     def __init__(self, state: SessionState, lease: Held, outbox: Answers, agent: Agent,
-                 protocol: SessionProtocolController, transcript: Transcript, runs: Runs,
+                 turns: TurnOrder, transcript: Transcript, runs: Runs,
                  ack: Callable[[str | None], Awaitable[None]], injections: InjectionDelivery, *,
                  handlers: dict[type, Handler], at_barrier: Callable[[], Awaitable[None]], client: Any,
                  request_close: Any = None, causal: CausalGate | None = None, calls: OpenCalls | None = None,
@@ -147,7 +147,7 @@ class InboxDispatcher:
         self.lease = lease
         self.outbox = outbox
         self.agent = agent
-        self.protocol = protocol
+        self.turns = turns
         self.transcript = transcript
         self.runs = runs
         self.ack = ack
@@ -296,7 +296,7 @@ class InboxDispatcher:
         if m.prompt_id in self.transcript.prompts:
             await self.ack(entry.entry_id)  # a redelivered prompt: already recorded
             return
-        twin = self.protocol.pending_prompt(m.prompt_id)
+        twin = self.turns.pending_prompt(m.prompt_id)
         if twin is not None:  # the same prompt already on its way to the transcript: recorded once
             if entry.entry_id != twin.entry_id:
                 twin.twins.append(entry.entry_id)
@@ -317,13 +317,13 @@ class InboxDispatcher:
             if m.on_busy == "interrupt" and self.aborts is not None:
                 await self.aborts.abort("interrupt")  # returns once the run has ended: this one starts next
             else:
-                turn = self.protocol.busy_turn_messages(m, entry.entry_id)
+                turn = self.turns.busy_turn_messages(m, entry.entry_id)
                 self._hook(turn, m, fetched)
                 for message in turn.messages:
                     (self.agent.follow_up if m.on_busy == "follow_up" else self.agent.steer)(message)
                 await self._accepted(m)
                 return
-        turn = self.protocol.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id))
+        turn = self.turns.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id))
         self._hook(turn, m, fetched)
         self.runs.start_run(turn)
         await self._accepted(m)
@@ -349,7 +349,7 @@ class InboxDispatcher:
                 await self.on_prompt(entry, entry.message)  # type: ignore[arg-type]
 
     async def pass_barrier(self) -> None:
-        state, protocol = self.state, self.protocol
+        state, turns = self.state, self.turns
         if state.barrier_passed:
             return
         state.barrier_passed = True
@@ -360,7 +360,7 @@ class InboxDispatcher:
             first = prompts[0]
             assert isinstance(first.message, UserPrompt)
             fetched = await self.prompt_hook.fetch() if self.prompt_hook else None
-            turn = protocol.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id))
+            turn = turns.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id))
             self._hook(turn, first.message, fetched)
             with processing(first):  # the held prompt's run continues the prompt's trace
                 self.runs.start_run(turn)
@@ -369,9 +369,9 @@ class InboxDispatcher:
                     await self.on_prompt(extra, extra.message)  # type: ignore[arg-type]
         elif interrupted(self.transcript) or (self.calls is not None and self.calls.pending):
             # the run task awaits the open connector call first
-            self.runs.start_run(protocol.take_idle() if protocol.take_idle_peek() else None)
-        elif protocol.has_active_task() and protocol.take_idle_peek():
-            self.runs.start_run(protocol.take_idle())
+            self.runs.start_run(turns.take_idle() if turns.take_idle_peek() else None)
+        elif turns.has_active_task() and turns.take_idle_peek():
+            self.runs.start_run(turns.take_idle())
 
 
 def _trace(sid: str, entry: InboxEntry, dequeued: float) -> None:

@@ -13,13 +13,13 @@ from shared.contracts.pending import PendingArtifactUpdates
 from shared.disk import SessionPaths, read_json
 from shared.trusted_blocks import ensure_block
 
-from .protocol import SessionProtocolController
 from .transcript import Transcript
+from .turn_order import TurnOrder
 
 log = structlog.get_logger()
 
 
-def queue_manifest(sid: str, paths: SessionPaths, transcript: Transcript, protocol: SessionProtocolController) -> int:
+def queue_manifest(sid: str, paths: SessionPaths, transcript: Transcript, turns: TurnOrder) -> int:
     """Queue the manifest's items (held for the next turn); returns how many were queued."""
     raw = read_json(paths.pending_artifacts)
     if not raw:
@@ -38,6 +38,6 @@ def queue_manifest(sid: str, paths: SessionPaths, transcript: Transcript, protoc
                         from_revision=item.from_revision, to_revision=item.to_revision)
         if (inj.source, inj.source_id) in transcript.sources:
             continue  # consumed before (digest has not cleared it yet)
-        if protocol.route_update(inj, None, hold=True) != "covered":
+        if turns.route_update(inj, None, hold=True) != "covered":
             queued += 1
     return queued

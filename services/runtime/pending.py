@@ -1,6 +1,6 @@
 """What the session protocol hands around: a pending injection or prompt (with the inbox entries to
 ack once its transcript entry is durable), a turn's messages, and a run's input (services/runtime/
-protocol.py puts them in order)."""
+turn_order.py puts them in order)."""
 
 from __future__ import annotations
 

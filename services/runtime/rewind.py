@@ -43,13 +43,13 @@ class Replies(Protocol):
 
 
 class Rewinder:
-    def __init__(self, sid: str, transcript: Transcript, todo: TodoController, protocol: Context,
+    def __init__(self, sid: str, transcript: Transcript, todo: TodoController, turns: Context,
                  snapshots: SessionSnapshots, aborts: Aborts, files: Files, *, outbox: Replies,
                  guard: Callable[[], Awaitable[None]], ack: Callable[[str | None], Awaitable[None]]) -> None:
         self.sid = sid
         self.transcript = transcript
         self.todo = todo
-        self.protocol = protocol
+        self.turns = turns
         self.snapshots = snapshots
         self.aborts = aborts  # the active run ends first
         self.files = files  # the viewable files, listed again once the workspace is restored
@@ -99,7 +99,7 @@ class Rewinder:
         await self.guard()
         rw.done(self.snapshots.paths)
         self.todo.reload()
-        self.protocol.restore_context()
+        self.turns.restore_context()
         await self.files.refresh_viewable()
         return changed
 

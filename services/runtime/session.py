@@ -7,7 +7,7 @@ parts once, each with its own collaborators, and starts them; it holds no behavi
 - `Agent` (engine/agent.py): the model loop, from `RunHooks` given once (compaction, skill rules,
   dynamic tools, the causal wait); each run builds its own frozen LoopConfig;
 - `Recorder` (recorder.py): engine events -> transcript line, then ack, then InjectionRecorded;
-- `SessionToolHost` (toolhost.py): what the tools act on.
+- `SessionToolHost` (tool_host.py): what the tools act on.
 
 Every disk write checks the lease first (`WriteGuard`); an inbox entry is acked only once its effect
 is durable.
@@ -62,7 +62,6 @@ from .liveui import LiveUi
 from .manifest import queue_manifest
 from .paths import sandbox_skills_dir
 from .progress import ChecklistProgress
-from .protocol import SessionProtocolController
 from .recorder import Recorder
 from .rewind import Rewinder
 from .sandbox import select_sandbox
@@ -73,10 +72,11 @@ from .snapshots import SessionSnapshots
 from .state import SessionState, WriteGuard
 from .supervisor import RunSupervisor, repair_interrupted_run
 from .todo import TodoController
+from .tool_host import SessionToolHost
 from .tool_policy import ToolPolicy
-from .toolhost import SessionToolHost
 from .tools import Toolset
 from .transcript import Transcript
+from .turn_order import TurnOrder
 from .writes import WriteHandlers
 
 
@@ -158,7 +158,7 @@ class Session:
         tools = self.toolset.tools
         self.context = context = AgentContext(deps.system_prompt, [], tools)
         self.compactor = Compactor(self.state, context, self.transcript, self.outbox, self.progress, self.acker.ack,
-                                   anchors=lambda: self.protocol.anchors(), reload=lambda: self.protocol.restore_context(),
+                                   anchors=lambda: self.turns.anchors(), reload=lambda: self.turns.restore_context(),
                                    settings=settings, model=model.model, context_window=context_window)
         before: BeforeModelCall = self.compactor.before_model_call
         if settings.runtime.dynamic_tools:  # connectors are namespaces: offered only with dynamic tool loading
@@ -171,11 +171,11 @@ class Session:
                          before_steering=causal_wait(self.causal, lambda m, e: self.injections.deliver(m, e)))
         self.agent = Agent(context, hooks, lambda event: self.recorder.emit(event))
         # An active task lets an idle steer start a run, unless the user stopped the agent (abort.py).
-        self.protocol = SessionProtocolController(
+        self.turns = TurnOrder(
             self.agent, self.transcript, self.todo, deps.skills,
             lambda: self.todo.has_active_task and not stopped_by_user(self.transcript),
             extra_anchors=(self.progress.anchor,))
-        self.recorder = Recorder(self.sid, self.transcript, self.protocol, self.outbox, self.acker.ack, self.contracts,
+        self.recorder = Recorder(self.sid, self.transcript, self.turns, self.outbox, self.acker.ack, self.contracts,
                                  self.ui, deps.registry, lambda: self.stream.settings.model, lambda: context.messages,
                                  snapshot=self.snapshots.take, after_tool_result=(self.progress.publish,),
                                  after_run_end=(self.costs.refresh_quietly,))
@@ -184,13 +184,13 @@ class Session:
         """The run task and the inbox's handlers, around the parts built above."""
         deps, settings, state = self.deps, self.deps.settings, self.state
         ack = self.acker.ack
-        self.runs = RunSupervisor(state, self.lease, self.outbox, self.agent, self.protocol, self.transcript,
+        self.runs = RunSupervisor(state, self.lease, self.outbox, self.agent, self.turns, self.transcript,
                                   client=deps.client, lease_ms=settings.runtime.lease_ms, after_run=self.compactor,
                                   calls=self.connectors)
-        self.injections = InjectionDelivery(state, self.protocol, self.transcript, self.runs, self.recorder.recorded, ack)
-        self.aborts = RunAborter(state, self.agent, self.protocol, self.transcript, self.outbox,
+        self.injections = InjectionDelivery(state, self.turns, self.transcript, self.runs, self.recorder.recorded, ack)
+        self.aborts = RunAborter(state, self.agent, self.turns, self.transcript, self.outbox,
                                  self.tools.subagents, ack)
-        self.rewinder = Rewinder(self.sid, self.transcript, self.todo, self.protocol, self.snapshots, self.aborts,
+        self.rewinder = Rewinder(self.sid, self.transcript, self.todo, self.turns, self.snapshots, self.aborts,
                                  self.tools, outbox=self.outbox, guard=self.guard, ack=ack)
 
         async def deliver_form() -> None:  # answers given while dormant, restored from state.json
@@ -198,7 +198,7 @@ class Session:
 
         async def at_barrier() -> None:
             # pending_artifacts.json: dormant artifact changes, before the prompt
-            queue_manifest(self.sid, self.paths, self.transcript, self.protocol)
+            queue_manifest(self.sid, self.paths, self.transcript, self.turns)
             await deliver_form()
 
         async def after_write() -> None:
@@ -214,10 +214,10 @@ class Session:
             CompactionReady: self.compactor.on_ready, Compact: self.compactor.on_command,
             ConnectorResult: self.connectors.on_result, Rewind: self.rewinder.on_rewind}
         # Prompt-time knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools").
-        knowledge = PromptKnowledge(self.knowledge, self.transcript, self.protocol.pending, settings.runtime.knowledge_top_k,
+        knowledge = PromptKnowledge(self.knowledge, self.transcript, self.turns.pending, settings.runtime.knowledge_top_k,
                                     settings.runtime.knowledge_min_score, deps.registry)
         self.dispatcher = InboxDispatcher(
-            state, self.lease, self.outbox, self.agent, self.protocol, self.transcript, self.runs, ack,
+            state, self.lease, self.outbox, self.agent, self.turns, self.transcript, self.runs, ack,
             self.injections, handlers=handlers, at_barrier=at_barrier, client=deps.client,
             request_close=deps.request_close, causal=self.causal, calls=self.connectors, prompt_hook=knowledge,
             aborts=self.aborts, trace=settings.server.trace_inbox)
@@ -235,7 +235,7 @@ class Session:
         await self.connectors.resume()
         await repair_interrupted_run(self.transcript, pending=self.connectors.pending)
         await self.tools.refresh_viewable()
-        self.protocol.restore_context()
+        self.turns.restore_context()
         await self.progress.publish(force=True)  # a client sees where the workflow stands after a wake
         # The cost records are rebuilt from the transcript, off the wake path (the UI document loads lazily).
         task = asyncio.ensure_future(self.costs.refresh_quietly())

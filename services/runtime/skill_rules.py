@@ -25,8 +25,8 @@ from shared.contracts.messages import AgentMessage, CustomMessage, ToolCall, Use
 from shared.trusted_blocks import render
 
 from .engine.types import PrepareBatch, ToolOutcome
-from .protocol import active_skill_message
 from .skills import Skill, SkillError, resolve_activation
+from .turn_order import active_skill_message
 
 RULES_FILE = Path(__file__).with_name("skill_rules.yaml")
 _COUNTERS: dict[CollectorRegistry, Counter] = {}

@@ -25,7 +25,7 @@ from shared.trusted_blocks import lines, quoted, render
 from .engine.loop import run_loop
 from .engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
 from .tools import readonly_tools
-from .tools.host import WorkspaceHost
+from .tools.ports import WorkspaceHost
 
 log = structlog.get_logger()
 SUBAGENT_PROMPT = ("You are a research subagent of the Gamma agent. Complete the task with the read tool when "

@@ -23,9 +23,9 @@ from .engine.agent import Agent
 from .engine.spans import run_span
 from .lease import LeaseLost
 from .pending import PendingTurn
-from .protocol import SessionProtocolController
 from .state import SessionState
 from .transcript import Transcript
+from .turn_order import TurnOrder
 
 log = structlog.get_logger()
 # What a run starts from: a PendingTurn (new messages), None (continue the context as it is: an
@@ -103,13 +103,13 @@ def interrupted(transcript: Transcript) -> bool:
 
 class RunSupervisor:
     def __init__(self, state: SessionState, lease: Held, outbox: RunOutbox, agent: Agent,
-                 protocol: SessionProtocolController, transcript: Transcript, *, client: Any, lease_ms: int,
+                 turns: TurnOrder, transcript: Transcript, *, client: Any, lease_ms: int,
                  after_run: AfterRun, calls: OpenCalls | None = None) -> None:
         self.state = state  # the run task, its ids and `aborting` are the session's state (state.py)
         self.lease = lease
         self.outbox = outbox
         self.agent = agent
-        self.protocol = protocol
+        self.turns = turns
         self.transcript = transcript
         self.client = client  # Redis: pinged until it answers after a failed run
         self.lease_ms = lease_ms
@@ -186,19 +186,19 @@ class RunSupervisor:
         if not await self._repair_when_disk_allows():
             # Still held (or about to be dropped): what the failed run took stays deliverable, else a
             # redelivered entry merges into a record no queue holds and is never recorded (stuck).
-            self.protocol.requeue_untaken()
+            self.turns.requeue_untaken()
             return False, None
-        protocol = self.protocol
-        protocol.restore_context()
+        turns = self.turns
+        turns.restore_context()
         own = failed.messages if isinstance(failed, PendingTurn) else []
-        for prompt in protocol.untaken_prompts(own):
+        for prompt in turns.untaken_prompts(own):
             self.agent.steer(prompt)  # a prompt steered into the failed run: the next run takes it first
-        protocol.requeue_untaken()
+        turns.requeue_untaken()
         if interrupted(self.transcript):
             return True, None
-        unrecorded = [m for m in own if protocol.prompt_of(m) is not None]
+        unrecorded = [m for m in own if turns.prompt_of(m) is not None]
         if unrecorded:
-            return True, protocol.take_next_turn(unrecorded)
+            return True, turns.take_next_turn(unrecorded)
         left = self.left_to_run()
         return left is not None, left
 
@@ -210,14 +210,14 @@ class RunSupervisor:
         (the user spoke) starts a new user turn (docs/architecture.md "Delivery, yield and the idle rules")."""
         if self._gone() or self.state.aborting:
             return None
-        protocol = self.protocol
+        turns = self.turns
         if self.agent.yielded:
-            if protocol.hold_queued():
-                return protocol.take_user_turn()
+            if turns.hold_queued():
+                return turns.take_user_turn()
         elif self.agent.has_queued():
             return "queued"
-        if protocol.has_active_task() and protocol.take_idle_peek():
-            return protocol.take_idle()
+        if turns.has_active_task() and turns.take_idle_peek():
+            return turns.take_idle()
         return None
 
     async def _status(self, running: bool, *, wait: bool) -> None:
@@ -233,7 +233,7 @@ class RunSupervisor:
         # Connector calls a dead holder sent, still unanswered at the wake: their results come first
         # (the run waits for them, never the wake), and prompts arriving meanwhile queue behind them.
         if self.calls is not None and await self.calls.await_pending():
-            self.protocol.restore_context()  # the model context takes the results the transcript got
+            self.turns.restore_context()  # the model context takes the results the transcript got
         # No await between this check and the Agent taking the run (it clears the abort signal when a
         # run starts): an abort that came before is seen here, one that comes after sets the signal.
         if self.state.aborting:
@@ -283,7 +283,7 @@ class RunSupervisor:
             outcome = "transient"
         except Exception:  # noqa: BLE001 - the worker survives a broken run
             log.exception("run_failed", session_id=self.state.sid)
-            self.protocol.requeue_untaken()  # injections the broken run took go to the next turn
+            self.turns.requeue_untaken()  # injections the broken run took go to the next turn
             with contextlib.suppress(Exception):
                 await self.outbox.event("error", {"error": "run failed"})
         finally:

@@ -39,7 +39,7 @@ class WriteOutbox(Protocol):
 
 
 class WorkspaceFiles(Protocol):
-    """The viewable-file projection and the limits of a write (toolhost.py)."""
+    """The viewable-file projection and the limits of a write (tool_host.py)."""
 
     @property
     def max_file_bytes(self) -> int: ...

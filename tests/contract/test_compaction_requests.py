@@ -7,7 +7,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from services.runtime.compaction import make_request
+from services.runtime.compaction_trigger import make_request
 from services.runtime.events import Outbox
 from services.runtime.sender import EventSender
 from shared import keys

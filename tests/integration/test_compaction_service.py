@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from scripted.reading import parse_summary
-from services.runtime import compaction as c
+from services.runtime import compaction_trigger as c
 from shared import keys
 from shared.contracts.compaction import CompactionRequest
 from shared.contracts.inbox import CompactionReady

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.runtime.compaction import make_request
+from services.runtime.compaction_trigger import make_request
 from shared import keys
 from shared.contracts.inbox import Barrier, Compact, CompactionReady, Injection, Stop
 from shared.contracts.injection import RuntimeInjection

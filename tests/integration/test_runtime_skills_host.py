@@ -84,5 +84,5 @@ async def test_preloaded_skills_recorded_once_and_restored_after_compaction(redi
         activations = [(e["name"], e.get("preloaded")) for e in transcript(data_dir, sid)
                        if e["type"] == "skill_activation"]
         assert activations == [("deck-generation", True), ("gml-authoring", True), ("gml-cli", True)]
-        restored = [m.details["skill"] for m in session.protocol.anchors() if m.custom_type == "gamma.active_skill"]
+        restored = [m.details["skill"] for m in session.turns.anchors() if m.custom_type == "gamma.active_skill"]
         assert restored == ["deck-generation", "gml-authoring", "gml-cli"]

@@ -1,6 +1,6 @@
 """Fakes for the runtime session's parts in process: an outbox that records what it would send and
 a lease that answers `check()` from a flag, plus a host holding real protocol state (transcript,
-todo, Agent, SessionProtocolController on a temp dir) around them. No Redis."""
+todo, Agent, TurnOrder on a temp dir) around them. No Redis."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from pydantic import BaseModel
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, Emit, RunHooks
 from services.runtime.lease import LeaseLost
-from services.runtime.protocol import PendingTurn, SessionProtocolController
 from services.runtime.state import SessionState
 from services.runtime.supervisor import AfterRun, RunSupervisor
 from services.runtime.todo import TodoController
 from services.runtime.transcript import Transcript
+from services.runtime.turn_order import PendingTurn, TurnOrder
 from shared.contracts.messages import AssistantMessage, TextContent
 
 Step = Callable[[], Awaitable[AssistantMessage]]
@@ -76,7 +76,7 @@ class CountingState(SessionState):
 
 class Host:
     """The parts the dispatcher and the supervisor act on (real protocol state: transcript, todo,
-    Agent, SessionProtocolController on a temp dir), with a model of scripted steps. As the
+    Agent, TurnOrder on a temp dir), with a model of scripted steps. As the
     dispatcher's `runs` it records the turns it is asked to start."""
 
     def __init__(self, tmp_path: Path, steps: list[Step] | None = None, wake_id: str = "w1") -> None:
@@ -89,7 +89,7 @@ class Host:
         self.agent = Agent(AgentContext("sys", [], []), RunHooks(stream=self._stream), self._emit)
         self.transcript = Transcript.load(tmp_path / "t.jsonl", self.lease.check)
         self.todo = TodoController.load(tmp_path / "todo.json", self.lease.check)
-        self.protocol = SessionProtocolController(self.agent, self.transcript, self.todo, {},
+        self.turns = TurnOrder(self.agent, self.transcript, self.todo, {},
                                                   lambda: self.todo.has_active_task)
         self.acked: list[str] = []
         self.started: list[PendingTurn | None] = []
@@ -121,5 +121,5 @@ class Host:
 
 def run_supervisor(host: Host, client: Any, after_run: AfterRun) -> RunSupervisor:
     """The supervisor over the host's parts; `client` answers `ping` (Redis after a failed run)."""
-    return RunSupervisor(host.state, host.lease, host.outbox, host.agent, host.protocol, host.transcript,
+    return RunSupervisor(host.state, host.lease, host.outbox, host.agent, host.turns, host.transcript,
                          client=client, lease_ms=30_000, after_run=after_run)

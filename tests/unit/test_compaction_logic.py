@@ -1,4 +1,4 @@
-"""The pure compaction rules the runtime and the compaction service share (services/runtime/compaction.py, shared/context.py, shared/compaction_rules.py, shared/tokens.py)."""
+"""The pure compaction rules the runtime and the compaction service share (services/runtime/compaction_trigger.py, shared/context.py, shared/summary_rules.py, shared/tokens.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.runtime import compaction as c
-from shared import compaction_rules as rules
+from services.runtime import compaction_trigger as c
 from shared import context, tokens
+from shared import summary_rules as rules
 from shared.contracts.inbox import CompactionReady
 from shared.contracts.messages import (
     AssistantMessage,

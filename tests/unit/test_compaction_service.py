@@ -14,8 +14,8 @@ from scripted.types import ScriptedReply
 from services.compaction import prompts
 from services.compaction.serialize import serialize_entries, serialize_message
 from services.compaction.summarizer import Summarizer, SummaryError
-from services.runtime import compaction as c
-from shared import compaction_rules as rules
+from services.runtime import compaction_trigger as c
+from shared import summary_rules as rules
 from shared.contracts.messages import (
     AssistantMessage,
     CustomMessage,

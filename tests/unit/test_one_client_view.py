@@ -11,9 +11,9 @@ from pathlib import Path
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks
 from services.runtime.pending import TurnInput
-from services.runtime.protocol import SessionProtocolController
 from services.runtime.todo import TodoController
 from services.runtime.transcript import Transcript
+from services.runtime.turn_order import TurnOrder
 from shared.contracts.client import PromptClientContext
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
@@ -32,13 +32,13 @@ async def sink(_: AgentEvent) -> None:
     return None
 
 
-def controller(tmp_path: Path) -> SessionProtocolController:
+def controller(tmp_path: Path) -> TurnOrder:
     agent = Agent(AgentContext("sys", [], []), RunHooks(stream=never), sink)
-    return SessionProtocolController(agent, Transcript.load(tmp_path / "t.jsonl", no_guard),
+    return TurnOrder(agent, Transcript.load(tmp_path / "t.jsonl", no_guard),
                                      TodoController.load(tmp_path / "todo.json", no_guard), {}, lambda: False)
 
 
-def standalone(c: SessionProtocolController, name: str, entry_id: str) -> str:
+def standalone(c: TurnOrder, name: str, entry_id: str) -> str:
     return c.route_update(Injection(session_id="s", source="client", source_id=name,
                                     injection=RuntimeInjection(kind="client_view", content=f"<client_view>{name}</client_view>")),
                           entry_id)
@@ -48,7 +48,7 @@ def prompt(text: str, locale: str) -> UserPrompt:
     return UserPrompt(session_id="s", message=text, client_context=PromptClientContext(locale=locale))
 
 
-def steer(c: SessionProtocolController, p: UserPrompt, entry_id: str) -> None:
+def steer(c: TurnOrder, p: UserPrompt, entry_id: str) -> None:
     for m in c.busy_turn_messages(p, entry_id).messages:
         c.agent.steer(m)
 
@@ -57,11 +57,11 @@ def views(messages: list[AgentMessage]) -> list[str]:
     return [m.content for m in messages if isinstance(m, CustomMessage) and m.custom_type == "gamma.client_view"]
 
 
-def queued_views(c: SessionProtocolController) -> list[str]:
+def queued_views(c: TurnOrder) -> list[str]:
     return views([*c.next_turn, *c.agent.queued()])
 
 
-def acked_with(c: SessionProtocolController, content_part: str) -> list[str]:
+def acked_with(c: TurnOrder, content_part: str) -> list[str]:
     [p] = [p for p in c.pending.values() if p.message.custom_type == "gamma.client_view" and content_part in p.message.content]
     return p.entry_ids
 

@@ -11,9 +11,9 @@ import pytest
 from scripted.gamma import injection_of
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks
-from services.runtime.protocol import PendingPrompt, SessionProtocolController, TurnInput
 from services.runtime.todo import TodoController, TodoRefused
 from services.runtime.transcript import Transcript
+from services.runtime.turn_order import PendingPrompt, TurnInput, TurnOrder
 from services.runtime.uistate import UiDoc
 from shared.context import build_context
 from shared.contracts.client import PromptClientContext
@@ -41,11 +41,11 @@ async def sink(_: AgentEvent) -> None:
     return None
 
 
-def controller(tmp_path: Path, active_task: bool = False) -> SessionProtocolController:
+def controller(tmp_path: Path, active_task: bool = False) -> TurnOrder:
     agent = Agent(AgentContext("sys", [], []), RunHooks(stream=never), sink)
     transcript = Transcript.load(tmp_path / "t.jsonl", no_guard)
     todo = TodoController.load(tmp_path / "todo.json", no_guard)
-    return SessionProtocolController(agent, transcript, todo, {}, lambda: active_task)
+    return TurnOrder(agent, transcript, todo, {}, lambda: active_task)
 
 
 def inj(kind: str, source_id: str, content: str = "x", **kw: object) -> Injection:

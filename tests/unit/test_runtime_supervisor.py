@@ -10,8 +10,8 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from services.runtime.lease import LeaseLost
-from services.runtime.protocol import TurnInput, source_key
 from services.runtime.supervisor import RunSupervisor, interrupted
+from services.runtime.turn_order import TurnInput, source_key
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage, UserMessage
@@ -42,7 +42,7 @@ def supervisor(host: Host) -> tuple[RunSupervisor, AfterRun, Pong]:
 
 
 def prompt_turn(host: Host, text: str, entry_id: str):
-    return host.protocol.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message=text),
+    return host.turns.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message=text),
                                                        entry_id=entry_id))
 
 
@@ -141,10 +141,10 @@ async def test_a_broken_run_gives_back_the_injections_it_took(tmp_path: Path) ->
     await host.transcript.ensure_header()
     host.record = False
     sup, _, _ = supervisor(host)
-    host.protocol.route_update(Injection(
+    host.turns.route_update(Injection(
         session_id="s1", injection=RuntimeInjection(kind="workspace_update", content="note changed"),
         source="system", source_id="n-1"), "2-0")
     turn = prompt_turn(host, "hi", "1-0")
     assert ("system", "n-1") in [source_key(m) for m in turn.messages]
     assert await sup.run_once(turn) == "done"
-    assert ("system", "n-1") in [source_key(m) for m in host.protocol.next_turn]
+    assert ("system", "n-1") in [source_key(m) for m in host.turns.next_turn]

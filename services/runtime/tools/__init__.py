@@ -8,8 +8,8 @@ from ..engine.types import Tool, ToolOutcome
 from ..skills import Skill
 from .bash import bash_tool
 from .files import edit_tool, read_tool, write_tool
-from .host import ToolHost, WorkspaceHost
 from .message_user import ALONE_ERROR, message_user_tool
+from .ports import ToolHost, WorkspaceHost
 from .show import show_file_tool, show_gamma_tool
 from .skill import plan_skill_batch, skill_tool
 from .subagent import subagent_tool

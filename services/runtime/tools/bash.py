@@ -19,7 +19,7 @@ from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..paths import sandbox_skills_dir
 from ..sandbox import quota
 from .files import file_ref
-from .host import ShellHost
+from .ports import ShellHost
 
 DEFAULT_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 600

@@ -9,8 +9,8 @@ from shared import workspace_fs
 from shared.disk import DiskError, check_size, split_workspace_path
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
-from .host import WorkspaceHost
 from .image_view import image_outcome, is_image
+from .ports import WorkspaceHost
 
 READ_LIMIT = 2000  # lines per read
 

@@ -10,7 +10,7 @@ from shared.disk import DiskError
 from shared.images import ImageRefused, prepare, read_workspace_image, sniff_workspace_file, store_image
 
 from ..engine.types import ToolOutcome
-from .host import WorkspaceHost
+from .ports import WorkspaceHost
 
 
 def is_image(host: WorkspaceHost, rel: str) -> bool:

@@ -13,7 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from shared.contracts.transcript import MAX_DEVIATION_CAUSE, MAX_DEVIATIONS, Deviation
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
-from .host import MessageHost
+from .ports import MessageHost
 
 ALONE_ERROR = ("message_user with blockOnUser=true must be the only tool call in its batch. Finish the other "
                "calls first, then call message_user alone when blockOnUser is true.")

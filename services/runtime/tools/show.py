@@ -20,8 +20,8 @@ from shared.disk import DiskError, atomic_write_json, read_json
 from ..document_reads import stale_write
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .files import file_ref
-from .host import DisplayHost
 from .image_view import image_outcome, is_image
+from .ports import DisplayHost
 
 DOC_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 FORM_PATH = re.compile(r"^forms/([A-Za-z0-9_-]{1,128})\.json$")

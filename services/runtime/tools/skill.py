@@ -14,7 +14,7 @@ from shared.trusted_blocks import Trusted
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..prompt import skill_block
 from ..skills import Skill, SkillError, required_by, resolve_activation
-from .host import SkillHost
+from .ports import SkillHost
 
 SKIPPED = "Skipped: the skill set requested in this batch was refused. Resolve the skill conflict first."
 

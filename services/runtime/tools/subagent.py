@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
-from .host import SubagentHost
+from .ports import SubagentHost
 
 
 def subagent_tool(host: SubagentHost) -> Tool:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..todo import TodoRefused, render
-from .host import TodoHost
+from .ports import TodoHost
 
 
 def todo_tool(host: TodoHost) -> Tool:

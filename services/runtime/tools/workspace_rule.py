@@ -11,7 +11,7 @@ from shared.trusted_blocks import AttrValue, lines, quoted, render
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .files import write_file
-from .host import WorkspaceHost
+from .ports import WorkspaceHost
 
 TOOL_NAME = "read_workspace_rule"
 

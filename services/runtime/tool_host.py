@@ -1,4 +1,4 @@
-"""The session as the tools see it (tools/host.py's ToolHost): artifact changes, tabs and forms,
+"""The session as the tools see it (tools/ports.py's ToolHost): artifact changes, tabs and forms,
 todo and skill events, subagents. The UI document stays the session's (`UiHost`)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The runtime decides *when* to compact (`should_compact`, `is_context_overflow`), builds the request
 (`make_request`) and vets the answer (`check_ready`). What the model sees and what a compaction
-summarizes are rules shared with the compaction service (`shared.context`, `shared.compaction_rules`,
+summarizes are rules shared with the compaction service (`shared.context`, `shared.summary_rules`,
 `shared.tokens`), so both agree on the cut without a second copy of the rules.
 """
 
@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from shared.compaction_rules import summarizable, turn_start_before
 from shared.context import (
     build_context,
     entry_message,
@@ -31,6 +30,7 @@ from shared.contracts.transcript import (
     MessageEntry,
     TranscriptEntry,
 )
+from shared.summary_rules import summarizable, turn_start_before
 from shared.tokens import context_tokens, estimate_tokens
 
 # Provider wordings of "the prompt does not fit" (Pi's overflow.ts, OpenAI first).

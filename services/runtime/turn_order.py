@@ -1,4 +1,4 @@
-"""SessionProtocolController (seed: "Session protocol controller"): the one place where restored
+"""TurnOrder (the seed's "Session protocol controller"): the one place where restored
 state, pending injections, the prompt's client_view and the user message are put in order.
 
 It keeps no state store of its own: pending injections live in the Agent's steer/follow-up queues
@@ -84,7 +84,7 @@ def active_skill_message(skill: Skill, required_by: str | None) -> CustomMessage
     )
 
 
-class SessionProtocolController:
+class TurnOrder:
     def __init__(self, agent: Agent, transcript: Transcript, todo: TodoController,
                  skills: Mapping[str, Skill], has_active_task: Callable[[], bool],
                  extra_anchors: Sequence[Callable[[], CustomMessage | None]] = ()) -> None:
