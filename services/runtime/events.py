@@ -39,10 +39,14 @@ class Outbox:
         self.sid = sid
         self.bus = bus
         self.fence = fence
-        self.run_id: str | None = None  # stamped on every event while a run is active (the supervisor sets it)
+        self.run_id: str | None = None  # stamped on every event while a run is active (`for_run`)
         self.traceparent: str | None = None  # the recorded run span's, likewise (never per-chunk spans)
         self._sender = sender
         self._queue = sender.queue(sid, fence)
+
+    def for_run(self, run_id: str | None, traceparent: str | None = None) -> None:
+        """The run the next events belong to (supervisor.py), None between runs."""
+        self.run_id, self.traceparent = run_id, traceparent
 
     async def event(self, type: EventType, data: dict[str, Any] | None = None,
                     also: Also | None = None, *, fenced: bool = True,

@@ -45,8 +45,7 @@ class RunOutbox(Protocol):
     """The session's outbox as a run uses it (events.py): the status events, and the run's id and
     traceparent, which every event of the run carries."""
 
-    run_id: str | None
-    traceparent: str | None
+    def for_run(self, run_id: str | None, traceparent: str | None = None) -> None: ...
 
     async def event(self, type: EventType, data: dict[str, Any] | None = None, also: Any = None, *,
                     wait: bool = True) -> str | None: ...
@@ -252,17 +251,18 @@ class RunSupervisor:
         "transient" when it failed on Redis (see `recover`). In a span of its own, a child of the
         span current when the run task started (the prompt's inbox entry); while the span is
         recorded its traceparent rides beside every event of the run (the SSE delivery span)."""
-        run_id = self.state.run_id = self.state.last_run_id = self.outbox.run_id = new_id("run_")
+        run_id = self.state.run_id = self.state.last_run_id = new_id("run_")
         with run_span(self.state.sid, run_id) as span:
-            self.outbox.traceparent = recorded_traceparent(span)
+            traceparent = recorded_traceparent(span)
+            self.outbox.for_run(run_id, traceparent)
             try:
-                outcome = await self._run_once(turn)
+                outcome = await self._run_once(turn, traceparent)
             finally:
-                self.outbox.traceparent = None
+                self.outbox.for_run(None)
             span.set_attribute("gamma.run.outcome", outcome)
         return outcome
 
-    async def _run_once(self, turn: RunInput) -> RunOutcome:
+    async def _run_once(self, turn: RunInput, traceparent: str | None) -> RunOutcome:
         outcome: RunOutcome = "done"
         try:
             with contextlib.suppress(*TRANSIENT):  # informational; the housekeeping refreshes the key
@@ -291,7 +291,8 @@ class RunSupervisor:
             if not self._gone():  # a taken lease: the new holder speaks now
                 with contextlib.suppress(Exception):  # through the outbox: after the queued SET running
                     await self._status(False, wait=True)
-            self.state.run_id = self.outbox.run_id = None
+            self.state.run_id = None
+            self.outbox.for_run(None, traceparent)  # what follows the run (a compaction) stays in its trace
         if not self._gone() and outcome == "done":
             try:
                 await self.after_run.after_run()

@@ -77,7 +77,7 @@ async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> Non
         raise AssertionError("events never go through the bus")
 
     outbox = Outbox(EventSender(redis_client), SID, no_bus)
-    outbox.run_id = "run_ab12"  # as during a run: every event carries it
+    outbox.for_run("run_ab12")  # as during a run: every event carries it
     types = typing.get_args(EventType)
     ids = [await outbox.event(t, data.get(t, {"n": i})) for i, t in enumerate(types)]
     got = await sse_events(redis_client, "0", len(types))
@@ -131,11 +131,11 @@ async def test_a_traced_runs_events_carry_its_traceparent_beside_the_json(redis_
 
     parent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
     outbox = Outbox(EventSender(redis_client, 0.01), SID, no_bus)
-    outbox.traceparent = parent
+    outbox.for_run(None, parent)
     await outbox.event("message_update", {"delta": "a"}, wait=False)
     await outbox.event("message_update", {"delta": "b"}, wait=False)
     await outbox.event("status", {"status": "live", "running": True})
-    outbox.traceparent = None
+    outbox.for_run(None)
     await outbox.event("status", {"status": "live", "running": False})
     entries = [EventEntry.model_validate({k.decode(): v.decode() for k, v in f.items()})
                for _, f in await redis_client.xrange(keys.events(SID))]

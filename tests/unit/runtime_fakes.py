@@ -33,6 +33,9 @@ class FakeOutbox:
         self.run_id: str | None = None  # stamped by the supervisor while a run is active (events.py)
         self.traceparent: str | None = None
 
+    def for_run(self, run_id: str | None, traceparent: str | None = None) -> None:
+        self.run_id, self.traceparent = run_id, traceparent
+
     async def event(self, type: str, data: dict[str, Any] | None = None, also: Any = None, *,
                     fenced: bool = True, wait: bool = True) -> None:
         if self.fail is not None:
