@@ -112,7 +112,16 @@ def two_turns(api: httpx.Client) -> tuple[str, dict[str, Any]]:
     send(api, sid, script(bash(RUN_2), todo(TODO_2), mark="turn-two"))
     assert file(api, sid, "src/a.txt") == "v2" and file(api, sid, "src/new.txt") == "new"
     assert api.put(f"/sessions/{sid}/documents/deck1", json={"title": "Seals", "cards": []}).status_code == 200
+    # A task is active (t2): the edit's artifact_update starts a turn of its own once the digest sends
+    # it. Settled here, so what a test reads next does not change under it.
+    wait_sync(lambda: deck_update_recorded(api, sid, 2) and not api.get(f"/sessions/{sid}").json()["running"],
+              timeout=60, interval=0.1, what="the deck edit's update recorded and its turn ended")
     return sid, user_entry(api, sid, "turn-two")
+
+
+def deck_update_recorded(api: httpx.Client, sid: str, revision: int) -> bool:
+    return any(e.get("customType") == "gamma.artifact_update" and (e.get("details") or {}).get("toRevision") == revision
+               for e in transcript(api, sid, tree=True))
 
 
 def assert_state_of_turn_two_prompt(api: httpx.Client, sid: str) -> None:
