@@ -5,7 +5,6 @@ docs pages are not on the public ports."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +105,15 @@ def test_transcript_pages_cover_everything_within_the_caps(api: httpx.Client, st
     # A large response that is not paged (the preview's display text: ~20 MB) gives its memory back too.
     for _ in range(3):
         assert len(api.get(f"/sessions/{sid}/preview").content) > 19_000_000
-    time.sleep(1.5)  # the trim runs after the response, at most once a second
-    rss_preview = rss_kib(stack.procs["proxy"].pid)
+    # The trim runs after a response, at most once a second: wait for the memory to come back (a small
+    # request gives the trim its next chance) rather than a fixed time.
+    def given_back() -> int | None:
+        api.get(f"/sessions/{sid}")
+        kib = rss_kib(stack.procs["proxy"].pid)
+        return kib if kib - rss_before < 20 * 1024 else None
+
+    rss_preview = wait_sync(given_back, timeout=15, interval=1.1, what="the previews' memory given back",
+                            detail=lambda: f"proxy RSS {rss_kib(stack.procs['proxy'].pid) / 1024:.0f} MiB")
     print(f"three 20 MB previews: proxy RSS {rss_after / 1024:.0f} -> {rss_preview / 1024:.0f} MiB")
     assert rss_preview - rss_before < 20 * 1024, f"proxy RSS grew {(rss_preview - rss_before) / 1024:.0f} MiB"
 
