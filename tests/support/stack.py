@@ -13,6 +13,9 @@ from pathlib import Path
 
 from scripted.factory import SPEC as SCRIPTED_FACTORY
 from tests.support.ports import free_port
+from tests.support.zygote import ROOT, ZYGOTE, ZygoteProcess
+
+Process = subprocess.Popen[bytes] | ZygoteProcess
 
 SERVICES = ("runtime", "digest", "compaction", "notifications", "proxy")
 PORT_VARS = {
@@ -46,7 +49,7 @@ class Stack:
     data_dir: Path
     env_overrides: dict[str, str] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    procs: dict[str, Process] = field(default_factory=dict)
     log_dir: Path | None = None
     # The source tree the services run from (default: this one); a bench runs a baseline tree side by side.
     src: Path | None = None
@@ -96,14 +99,21 @@ class Stack:
     def start(self, *names: str, wait: bool = True) -> Stack:
         for name in names or SERVICES:
             assert self.log_dir is not None
-            log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", f"services.{name}"], env=self.env_for(name), stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.src or Path(__file__).resolve().parents[2],
-            )
+            self.procs[name] = self._spawn(name)
         if wait:
             self.wait_ready(*(names or SERVICES))
         return self
+
+    def _spawn(self, name: str) -> Process:
+        """Forked from the test zygote when it runs the same interpreter setup (most of a start is
+        imports: tests/support/zygote.py), else a fresh `python -m`."""
+        assert self.log_dir is not None
+        env, cwd, path = self.env_for(name), self.src or ROOT, self.log_dir / f"{name}.log"
+        if self.src is None and ZYGOTE.fits(env, cwd):
+            return ZYGOTE.spawn(f"services.{name}", env, cwd, path)
+        with open(path, "ab") as log:  # the child holds its own copy of the descriptor
+            return subprocess.Popen([sys.executable, "-m", f"services.{name}"], env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, cwd=cwd)
 
     def wait_ready(self, *names: str, timeout: float = 60) -> None:
         deadline = time.time() + timeout
