@@ -105,7 +105,6 @@ class ConnectorCatalog:
         fp = fingerprint(catalog)
         if fp == self._told or fp == last_told(self.context()):
             return None
-        self._told = fp
         return catalog, fp
 
     def _source_id(self, fp: str) -> str:
@@ -130,6 +129,7 @@ class ConnectorCatalog:
         if isinstance(fetched, CustomMessage) and turn.prompts:
             at = turn.messages.index(turn.prompts[-1].message)
             turn.messages.insert(at, fetched)
+            self._told = told_fingerprint(fetched)  # a prompt refused while busy told nothing
 
     async def tell(self) -> None:
         """Before a model call: a catalog changed during the run reaches the agent through its inbox
@@ -141,6 +141,7 @@ class ConnectorCatalog:
         await append(self.hub.client, Injection(
             session_id=self.hub.sid, source="system", source_id=self._source_id(fp),
             injection=RuntimeInjection(kind="workspace_update", content=catalog_block(catalog))))
+        self._told = fp  # queued: recorded once it is delivered
         log.info("connector_catalog_announced", session_id=self.hub.sid, connectors=len(catalog))
 
     def anchor(self) -> CustomMessage | None:
