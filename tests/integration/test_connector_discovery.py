@@ -69,9 +69,13 @@ def tool_names(r: Recorded) -> list[str]:
 
 
 def finished(api: httpx.Client, sid: str, marker: str) -> list[dict[str, Any]]:
+    """The transcript once the run has yielded with message_user(marker) and its result."""
     def probe() -> list[dict[str, Any]] | None:
         es = entries(api, sid)
-        return es if any(marker in json.dumps(m) for m in results(es, "message_user")) else None
+        said = {c["id"] for e in es if e["type"] == "message" and e["message"]["role"] == "assistant"
+                for c in e["message"]["content"] if c["type"] == "toolCall" and c["name"] == "message_user"
+                and c["arguments"].get("message") == marker}
+        return es if any(r["toolCallId"] in said for r in results(es, "message_user")) else None
 
     return wait_sync(probe, timeout=90, what=f"the run that says {marker}")
 
@@ -156,12 +160,14 @@ def test_a_deleted_connector_is_told_to_the_agent_and_leaves_the_tools(env: Env)
 
 def test_a_workspace_not_enabled_cannot_load_the_connector(env: Env) -> None:
     PlayedConnector(env.stack, "bobs", timeout_s=30, workspaces=["bob"])
+    PlayedConnector(env.stack, "everyones", timeout_s=30)
     alice = env.api()
     sid = alice.post("/sessions").json()["id"]
     es = ask(alice, sid, script({"tool_calls": [call("load_tools", namespace="connector:bobs")]}, done("alice-tried")))
     refused = results(es, "load_tools")[0]
     assert refused["isError"] and "Unknown namespace" in refused["content"][0]["text"]
-    assert "connector:bobs" not in refused["content"][0]["text"]
+    offered = refused["content"][0]["text"].split("one of:")[1]
+    assert "connector:everyones" in offered and "connector:bobs" not in offered  # the registry, as alice may use it
     assert all("bobs__echo" not in tool_names(r) and not any("connector:bobs" in t for t in developer_texts(r))
                for r in env.requests("alice-tried"))
 
