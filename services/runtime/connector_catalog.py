@@ -133,7 +133,14 @@ class ConnectorCatalog:
 
     async def tell(self) -> None:
         """Before a model call: a catalog changed during the run reaches the agent through its inbox
-        (delivered like any injection, recorded once under its source id)."""
+        (delivered like any injection, recorded once under its source id). A failed read or append
+        tells nothing now; the next model call tries again."""
+        try:
+            await self._tell()
+        except Exception:  # noqa: BLE001 - the announcement is advisory, the model call goes on
+            log.warning("connector_catalog_tell_failed", session_id=self.hub.sid, exc_info=True)
+
+    async def _tell(self) -> None:
         changed = await self._changed()
         if changed is None:
             return

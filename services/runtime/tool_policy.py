@@ -128,11 +128,11 @@ class ToolPolicy:
 
     async def before_model_call(self, context: AgentContext) -> None:
         if self.connectors is not None:
-            await self.connectors.refresh()  # one GET of the change counter; the registry only when it moved
             loaded = loaded_connectors(self.entries())
             if loaded:
+                await self.connectors.refresh()  # one GET of the change counter; the registry only when it moved
                 await self.connectors.announce(loaded)
-            if self.catalog is not None:
-                await self.catalog.tell()
+        if self.catalog is not None:
+            await self.catalog.tell()  # advisory: a failed read is retried at the next model call
         context.tools = self.active_tools()
 

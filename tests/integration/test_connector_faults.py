@@ -96,6 +96,10 @@ def test_a_schema_change_reaches_the_next_request_with_a_workspace_update(stack:
     updates = [e for e in es if e["type"] == "custom_message"
                and e["details"].get("sourceId", "").startswith("connector.changing.")]
     assert len(updates) == 1 and f"now version {version}" in json.dumps(updates[0])
+    # The catalog changed during the run: told through the inbox, with the connector's new version.
+    catalogs = [e for e in es if e["type"] == "custom_message"
+                and e["details"].get("sourceId", "").startswith("connectors.catalog.")]
+    assert any(f'namespace="connector:changing" version="{version}"' in e["content"] for e in catalogs)
     d = Driver(stack.redis_url)
     hashes = [e["data"]["prefix_sha256"] for e in d.events(sid) if e["type"] == "model_request"]
     assert len(set(hashes[:3])) == 3  # the core tools, the connector loaded, its changed schema
