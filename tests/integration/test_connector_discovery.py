@@ -128,7 +128,10 @@ def test_a_loaded_connector_is_callable_after_a_compaction_and_a_wake(env: Env) 
     finished(api, sid, "after-compaction")
     (req, *_) = env.requests("after-compaction")
     assert "durable__echo" in tool_names(req)
-    assert any('namespace="connector:durable"' in t for t in developer_texts(req))  # the catalog's anchor
+    assert any('namespace="connector:durable"' in t for t in developer_texts(req))
+    es = entries(api, sid)
+    at = max(i for i, e in enumerate(es) if e["type"] == "compaction")
+    assert [e for e in es[at:] if e.get("customType") == "gamma.connector_catalog"]  # restored as an anchor
 
     assert api.post(f"/sessions/{sid}/suspend").status_code == 200
     wait_sync(lambda: not env.d.live(sid), timeout=30, what="dormant")
