@@ -140,7 +140,7 @@ class Harness:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{sid}: no answer to {text[:60]!r}")
             await asyncio.sleep(0.02)
-        task = self.worker.sessions[sid].run_task
+        task = self.worker.sessions[sid].state.run_task
         if task is not None:
             await asyncio.wait({task})  # the run has finished its bookkeeping
 

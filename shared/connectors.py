@@ -10,6 +10,7 @@ that race and is dropped, so a call has exactly one outcome however often either
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -21,6 +22,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from shared import keys
+from shared.connector_schemas import incompatibilities
 from shared.contracts.connectors import CONNECTOR_NAME, Connector, ConnectorCall, ConnectorSpec
 
 MAX_SCHEMA_BYTES = 16 * 1024  # one tool's argument schema, serialized
@@ -56,18 +58,8 @@ def _schema_errors(i: int, schema: dict[str, Any]) -> list[FieldError]:
         return [_err([*loc, *exc.path], f"not a valid JSON Schema (draft 2020-12): {exc.message[:300]}")]
     if schema.get("type") != "object":
         return [_err([*loc, "type"], 'the arguments are an object: "type" must be "object"')]
-    if any(isinstance(v, str) and not v.startswith("#") for v in _refs(schema)):
-        return [_err(loc, "only local $ref ('#...') is allowed")]
-    return []
-
-
-def _refs(node: Any) -> list[Any]:
-    if isinstance(node, dict):
-        return [node.get("$ref"), *[r for v in node.values() for r in _refs(v)]] if "$ref" in node else \
-            [r for v in node.values() for r in _refs(v)]
-    if isinstance(node, list):
-        return [r for v in node for r in _refs(v)]
-    return []
+    # Valid JSON Schema, yet refused by the provider's function calling: it would fail every request.
+    return [_err([*loc, *where], why) for where, why in incompatibilities(schema)]
 
 
 def validate_spec(name: str, body: Any) -> tuple[ConnectorSpec | None, list[FieldError]]:
@@ -160,12 +152,33 @@ def _text(v: Any) -> str:
 # ---------------------------------------------------------------- calls
 
 
-async def open_call(client: aioredis.Redis, call: ConnectorCall) -> None:
-    """The record first, then the stream entry: an answer always finds the record."""
+# A record is created once per call: the same open again (a command re-sent after a reset) finds its
+# own token and changes nothing; any other call with the id finds the record taken, so it can never
+# read an outcome settled for an earlier call.
+_OPEN = """
+local held = redis.call('HGET', KEYS[1], 'token')
+if held ~= ARGV[5] and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'connector', ARGV[1], 'tool', ARGV[2], 'deadline_ms', ARGV[3], 'turn', ARGV[4],
+           'token', ARGV[5])
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+return 1
+"""
+
+
+class CallIdTaken(Exception):
+    """The call id already names another call of the session (a tool call id the model reused)."""
+
+
+async def open_call(client: aioredis.Redis, call: ConnectorCall, turn: int = 0) -> None:
+    """The record first, then the stream entry: an answer always finds the record. `turn` names the
+    assistant message that made the call (its timestamp), so a wake tells this call's record from an
+    earlier call's under the same id. Raises CallIdTaken, sending nothing, when the id is taken."""
     record = keys.connector_call(call.session_id, call.call_id)
-    await client.hset(record, mapping={"connector": call.connector, "tool": call.tool,  # type: ignore[misc]
-                                       "deadline_ms": call.deadline_ms})
-    await client.expire(record, CALL_TTL_S)
+    token = hashlib.sha256(f"{turn}\0{call.model_dump_json()}".encode()).hexdigest()[:32]
+    opened = await client.eval(_OPEN, 1, record, call.connector, call.tool, call.deadline_ms,  # type: ignore[misc]
+                               turn, token, CALL_TTL_S)
+    if not opened:
+        raise CallIdTaken(f"call id {call.call_id} already names another call of session {call.session_id}")
     await client.xadd(keys.connector_calls(call.connector), {"type": call.type, "data": call.model_dump_json()},
                       maxlen=CALLS_MAXLEN, approximate=True)
 

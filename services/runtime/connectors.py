@@ -36,6 +36,7 @@ from shared.contracts.inbox import ConnectorResult, Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage
 from shared.inbox import InboxEntry, append
+from shared.neutralise import neutralise
 from shared.trusted_blocks import render
 
 from .engine.types import Tool, ToolContext, ToolOutcome
@@ -72,6 +73,12 @@ def call_id_of(tool_call_id: str) -> str:
     return "c_" + hashlib.sha256(tool_call_id.encode()).hexdigest()[:32]
 
 
+def rekeyed(tool_call_id: str, turn: int) -> str:
+    """The wire id of a call whose model id an earlier call of the session holds: unique to the
+    assistant message that made it (`turn`, its timestamp), so a wake finds it again."""
+    return "r_" + hashlib.sha256(f"{tool_call_id}\0{turn}".encode()).hexdigest()[:32]
+
+
 def outcome_of(connector: str, call_id: str, held: str, timeout_s: float) -> ToolOutcome:
     details = {"connector": connector, "call_id": call_id}
     if held == rules.TIMED_OUT:
@@ -85,6 +92,17 @@ def outcome_of(connector: str, call_id: str, held: str, timeout_s: float) -> Too
                            f"a background_result. Its answer so far:\n{answer['content']}",
                            details={**details, "accepted": True})
     return ToolOutcome(content=answer["content"], is_error=answer["status"] == "error", details=details)
+
+
+def neutralised(value: Any) -> Any:
+    """A JSON value with every string in it, keys included, neutralised (shared/neutralise.py)."""
+    if isinstance(value, str):
+        return neutralise(value)
+    if isinstance(value, dict):
+        return {neutralise(k): neutralised(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [neutralised(v) for v in value]
+    return value
 
 
 def answered(transcript: Transcript) -> set[str]:
@@ -105,6 +123,11 @@ class ConnectorHub:
         self._waiters: dict[str, asyncio.Future[str]] = {}
         self._announced: set[str] = set()
         self._pending: list[PendingCall] = []  # sent by a dead holder, unanswered at the wake, in call order
+
+    @property
+    def version(self) -> int:
+        """The registry's change number the catalog was read at (-1: not read yet)."""
+        return self._version
 
     async def refresh(self) -> dict[str, Connector]:
         """The catalog, re-read only when the registry's change number moved (one GET per model call)."""
@@ -154,19 +177,41 @@ class ConnectorHub:
                 return ToolOutcome(content=f"Invalid arguments for {connector.name}.{spec.name} at {where}: "
                                    f"{problems[0].message[:300]}. The call was not sent.", is_error=True,
                                    details={"connector": connector.name, "invalid": True})
-            return await self.call(connector.name, spec, args, call_id_of(ctx.call.id))
+            return await self.call(connector.name, spec, args, ctx.call.id)
 
+        # The connector wrote the description and every string of the schema: neutralised like a tool
+        # result (shared/neutralise.py), so none reads as a trusted block; the call is checked
+        # against the schema as registered.
         return Tool(name=rules.tool_name(connector.name, spec.name),
-                    description=f"[connector {connector.name}] {spec.description}",
-                    parameters=spec.parameters, execute=execute)
+                    description=neutralise(f"[connector {connector.name}] {spec.description}"),
+                    parameters=neutralised(spec.parameters), execute=execute)
 
-    async def call(self, connector: str, spec: ConnectorTool, args: dict[str, Any], call_id: str) -> ToolOutcome:
+    async def call(self, connector: str, spec: ConnectorTool, args: dict[str, Any], tool_call_id: str) -> ToolOutcome:
+        """Send the call under the model's id; under a re-keyed one when an earlier call of the session
+        holds that id (a model that reuses tool call ids), so no call reads another's outcome."""
+        turn = self._turn_of(tool_call_id)
+        for call_id in (call_id_of(tool_call_id), rekeyed(tool_call_id, turn)):
+            outcome = await self._send(connector, spec, args, call_id, turn)
+            if outcome is not None:
+                return outcome
+        self._count(connector, "invalid")
+        return ToolOutcome(content=f"The tool call id {tool_call_id!r} names another call of this step; this call was "
+                           "not sent. Call the tool again.", is_error=True,
+                           details={"connector": connector, "call_id_taken": True})
+
+    async def _send(self, connector: str, spec: ConnectorTool, args: dict[str, Any], call_id: str,
+                    turn: int) -> ToolOutcome | None:
         deadline_ms = int((time.time() + spec.timeout_s) * 1000)
         waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._waiters[call_id] = waiter  # before the call goes out: an answer may come at once
         try:
-            await rules.open_call(self.client, ConnectorCall(call_id=call_id, session_id=self.sid, connector=connector,
-                                                             tool=spec.name, arguments=args, deadline_ms=deadline_ms))
+            try:
+                await rules.open_call(self.client, ConnectorCall(
+                    call_id=call_id, session_id=self.sid, connector=connector, tool=spec.name, arguments=args,
+                    deadline_ms=deadline_ms), turn)
+            except rules.CallIdTaken:
+                log.warning("connector_call_id_taken", session_id=self.sid, connector=connector, call_id=call_id)
+                return None
             log.info("connector_call_sent", session_id=self.sid, connector=connector, tool=spec.name, call_id=call_id)
             try:
                 held = await asyncio.wait_for(asyncio.shield(waiter), spec.timeout_s)
@@ -179,6 +224,13 @@ class ConnectorHub:
             return outcome
         finally:
             self._waiters.pop(call_id, None)
+
+    def _turn_of(self, tool_call_id: str) -> int:
+        """The timestamp of the assistant message that made the call (recorded before its tools run)."""
+        for m in reversed(self.transcript.context()):
+            if isinstance(m, AssistantMessage) and any(c.id == tool_call_id for c in m.tool_calls()):
+                return m.timestamp
+        return 0
 
     def _count(self, connector: str, outcome: str) -> None:
         if self.calls is not None:
@@ -205,15 +257,21 @@ class ConnectorHub:
         for the live session (`await_pending`), never inside the wake: other sessions' wakes must not
         queue behind a connector's answer (docs/architecture.md "Connectors")."""
         context = self.transcript.context()
-        last = next((m for m in reversed(context) if isinstance(m, AssistantMessage)), None)
-        if last is None:
+        at = next((i for i in range(len(context) - 1, -1, -1) if isinstance(context[i], AssistantMessage)), None)
+        if at is None:
             return
-        done = answered(self.transcript)
+        last = context[at]
+        assert isinstance(last, AssistantMessage)
+        # The results after it: an id an earlier step used (and had answered) may name a call of this one.
+        done = {m.tool_call_id for m in context[at + 1:] if isinstance(m, ToolResultMessage)}
         for call in last.tool_calls():
             if call.id in done:
                 continue
             cid = call_id_of(call.id)
             record = await rules.read_call(self.client, self.sid, cid)
+            if record.get("turn", "0") not in ("0", str(last.timestamp)):  # an earlier call's: this one re-keyed
+                cid = rekeyed(call.id, last.timestamp)
+                record = await rules.read_call(self.client, self.sid, cid)
             if "connector" not in record:
                 continue  # not a connector call: the ordinary repair answers it
             if "outcome" in record:

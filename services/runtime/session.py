@@ -45,6 +45,7 @@ from .ack import Acker
 from .audit import Auditor
 from .causal import CausalGate, causal_wait
 from .compactor import Compactor
+from .connector_catalog import ConnectorCatalog, PromptHooks
 from .connectors import ConnectorHub
 from .costs import CostProjection
 from .delivery import InjectionDelivery
@@ -161,8 +162,11 @@ class Session:
                                    anchors=lambda: self.turns.anchors(), reload=lambda: self.turns.restore_context(),
                                    settings=settings, model=model.model, context_window=context_window)
         before: BeforeModelCall = self.compactor.before_model_call
-        if settings.runtime.dynamic_tools:  # connectors are namespaces: offered only with dynamic tool loading
-            policy = ToolPolicy(tools, lambda: self.transcript.entries, self.connectors)
+        # Connectors are namespaces: offered, and told to the agent, only with dynamic tool loading.
+        self.catalog = ConnectorCatalog(self.connectors, self.transcript.context, lambda: self.transcript.entries) \
+            if settings.runtime.dynamic_tools else None
+        if settings.runtime.dynamic_tools:
+            policy = ToolPolicy(tools, lambda: self.transcript.entries, self.connectors, self.catalog)
             before, context.tools = chain(policy.before_model_call, self.compactor.before_model_call), policy.active_tools()
         self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, lambda: context.messages,
                                     self.contracts.scope, lambda m: self.agent.steer(m), deps.registry)
@@ -174,7 +178,7 @@ class Session:
         self.turns = TurnOrder(
             self.agent, self.transcript, self.todo, deps.skills,
             lambda: self.todo.has_active_task and not stopped_by_user(self.transcript),
-            extra_anchors=(self.progress.anchor,))
+            extra_anchors=(self.progress.anchor, *((self.catalog.anchor,) if self.catalog else ())))
         self.recorder = Recorder(self.sid, self.transcript, self.turns, self.outbox, self.acker.ack, self.contracts,
                                  self.ui, deps.registry, lambda: self.stream.settings.model, lambda: context.messages,
                                  snapshot=self.snapshots.take, after_tool_result=(self.progress.publish,),
@@ -219,7 +223,8 @@ class Session:
         self.dispatcher = InboxDispatcher(
             state, self.lease, self.outbox, self.agent, self.turns, self.transcript, self.runs, ack,
             self.injections, handlers=handlers, at_barrier=at_barrier, client=deps.client,
-            request_close=deps.request_close, causal=self.causal, calls=self.connectors, prompt_hook=knowledge,
+            request_close=deps.request_close, causal=self.causal, calls=self.connectors,
+            prompt_hook=PromptHooks(self.catalog, knowledge) if self.catalog else knowledge,
             aborts=self.aborts, trace=settings.server.trace_inbox)
 
     # ------------------------------------------------------------ lifecycle

@@ -12,13 +12,15 @@ Connectors (docs/architecture.md "Connectors") are namespaces too: `load_tools({
 "connector:NAME"})` for a connector the session's workspace may use adds its tools, built from the
 registry before every model call, so a changed schema is in the next request and a removed
 connector's tools are gone from it. `load_tools`'s own schema and description stay as they are: a
-session that never loads a connector sends the same tool bytes as one in a harness without them.
+session that never loads a connector sends the same tool bytes as one in a harness without them; the
+model learns the connector namespaces from a `workspace_update` (connector_catalog.py), and an
+unknown namespace's error lists them as the registry holds them at that moment.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from shared import connectors as rules
 from shared.contracts.transcript import MessageEntry, SkillActivationEntry, TranscriptEntry
@@ -78,7 +80,8 @@ def load_tools_tool(hub: ConnectorHub | None = None) -> Tool:
         if hub is not None and ns.startswith(CONNECTOR_PREFIX) and (loaded := await _load_connector(hub, ns)):
             return loaded
         if ns not in NAMESPACES:
-            known = [*sorted(NAMESPACES), *(CONNECTOR_PREFIX + n for n in sorted(hub.catalog if hub else ()))]
+            catalog = await hub.refresh() if hub is not None else {}  # read now: the registry may have moved
+            known = [*sorted(NAMESPACES), *(CONNECTOR_PREFIX + n for n in sorted(catalog))]
             return ToolOutcome(content=f"Unknown namespace {ns!r}; one of: {', '.join(known)}.", is_error=True)
         return ToolOutcome(content=f"Loaded {ns}: {', '.join(NAMESPACES[ns])}. Available from your next step.",
                            details={"namespace": ns})
@@ -94,13 +97,21 @@ def load_tools_tool(hub: ConnectorHub | None = None) -> Tool:
     )
 
 
+class Catalog(Protocol):
+    """The connector catalog as the policy uses it (connector_catalog.py): told on a change."""
+
+    async def tell(self) -> None: ...
+
+
 class ToolPolicy:
     """Sets the active subset before each model call (the session runs the compactor's hook after it)."""
 
-    def __init__(self, registered: list[Tool], entries: Any, connectors: ConnectorHub | None = None) -> None:
+    def __init__(self, registered: list[Tool], entries: Any, connectors: ConnectorHub | None = None,
+                 catalog: Catalog | None = None) -> None:
         self.registered = [*registered, load_tools_tool(connectors)]
         self.entries = entries  # () -> the transcript's entries
         self.connectors = connectors
+        self.catalog = catalog  # tells the agent which connectors it may load (connector_catalog.py)
         # (entries seen, registry catalog, the subset): rebuilt when the transcript or the catalog moves
         self._active: tuple[int, object, list[Tool]] = (-1, None, [])
 
@@ -118,8 +129,10 @@ class ToolPolicy:
     async def before_model_call(self, context: AgentContext) -> None:
         if self.connectors is not None:
             loaded = loaded_connectors(self.entries())
-            if loaded:  # a session that never loaded one reads nothing more per model call
-                await self.connectors.refresh()
+            if loaded:
+                await self.connectors.refresh()  # one GET of the change counter; the registry only when it moved
                 await self.connectors.announce(loaded)
+        if self.catalog is not None:
+            await self.catalog.tell()  # advisory: a failed read is retried at the next model call
         context.tools = self.active_tools()
 

@@ -16,6 +16,8 @@ import jsonschema
 import pytest
 import yaml
 
+from shared.connector_acl import acl_rules, user_name
+
 from .support import GAMMA_SERVICES, ROOT, entry_point_service, setting_env_names
 
 COMPOSE = ROOT / "docker-compose.yml"
@@ -81,11 +83,24 @@ def test_the_example_connector_registers_with_notifications_over_the_network(com
     assert svc["command"] == ["python", "-m", "services.connectors.example"]
     main = importlib.import_module("services.connectors.example.__main__")
     assert callable(main.main)
-    assert svc["image"] == compose["services"]["proxy"]["image"] and svc["env_file"] == [".env.example"]
-    assert set(svc["environment"]) <= setting_env_names()
+    assert svc["image"] == compose["services"]["proxy"]["image"]
     assert svc["environment"]["GAMMA_NOTIFICATIONS_URL"] == "http://notifications:8001"
     assert svc["environment"]["GAMMA_HOST"] == "0.0.0.0" and "ports" not in svc
     assert svc["depends_on"]["notifications"] == {"condition": "service_healthy"}
+
+
+def test_the_example_connector_gets_only_its_own_environment_and_redis_user(compose: dict[str, Any]) -> None:
+    """No env_file, no model key, no shared Redis credential: its own ACL user (shared/connector_acl.py)."""
+    svc = compose["services"][CONNECTOR]
+    assert "env_file" not in svc and "<<" not in svc
+    assert set(svc["environment"]) == {"REDIS_URL", "GAMMA_HOST", "GAMMA_SERVICE_TOKEN", "GAMMA_NOTIFICATIONS_URL"}
+    assert set(svc["environment"]) <= setting_env_names()
+    assert svc["environment"]["REDIS_URL"].startswith("redis://connector-brand:${GAMMA_CONNECTOR_REDIS_PASSWORD")
+    command = compose["services"]["redis"]["command"]
+    at = command.index("--user")
+    user = command[at + 1:]
+    assert user[0] == user_name("brand") and user[1:-1] == acl_rules("brand")
+    assert user[-1].startswith(">${GAMMA_CONNECTOR_REDIS_PASSWORD")
 
 
 def test_every_command_is_a_real_entry_point_of_its_service(compose: dict[str, Any]) -> None:

@@ -17,10 +17,11 @@ import redis
 
 from shared import keys
 from tests.integration.runtime_support import Driver, call, done, script
+from tests.support.played_connector import PlayedConnector
 from tests.support.polling import wait_sync
 from tests.support.sessions import ask, entries
 from tests.support.sessions import tool_results as results
-from tests.support.stack import API_TOKEN, SERVICE_TOKEN, Stack
+from tests.support.stack import API_TOKEN, Stack
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,37 +36,6 @@ def stack(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> It
         yield s
     finally:
         s.stop()
-
-
-class PlayedConnector:
-    """The test as a connector: registers `name`, reads its calls, answers when told."""
-
-    def __init__(self, stack: Stack, name: str, timeout_s: float, prop: str = "a") -> None:
-        self.name = name
-        self.r = redis.Redis.from_url(stack.redis_url)
-        self.http = httpx.Client(base_url=stack.url("notifications"),
-                                 headers={"Authorization": f"Bearer {SERVICE_TOKEN}"}, timeout=30)
-        self.register(timeout_s, prop)
-
-    def register(self, timeout_s: float, prop: str) -> int:
-        resp = self.http.put(f"/connectors/{self.name}", json={"description": "played by the test", "tools": [{
-            "name": "echo", "description": "echo its argument", "timeout_s": timeout_s, "parameters": {
-                "type": "object", "properties": {prop: {"type": "string"}}, "required": [prop],
-                "additionalProperties": False}}]})
-        assert resp.status_code == 200, resp.text
-        return int(resp.json()["version"])
-
-    def calls(self, sid: str) -> list[dict[str, Any]]:
-        found = [json.loads(f[b"data"]) for _, f in self.r.xrange(keys.connector_calls(self.name))]
-        return [c for c in found if c["session_id"] == sid]
-
-    def wait_call(self, sid: str, n: int = 1) -> dict[str, Any]:
-        return wait_sync(lambda: self.calls(sid)[n - 1] if len(self.calls(sid)) >= n else None, timeout=60,
-                         what=f"call {n} of {self.name}")
-
-    def answer(self, c: dict[str, Any], content: str) -> httpx.Response:
-        return self.http.post(f"/connectors/{self.name}/results", json={
-            "call_id": c["call_id"], "session_id": c["session_id"], "status": "ok", "content": content})
 
 
 def user(stack: Stack) -> httpx.Client:
@@ -123,8 +93,13 @@ def test_a_schema_change_reaches_the_next_request_with_a_workspace_update(stack:
     assert played.answer(second, "two").status_code == 202
     es = wait_sync(lambda: (lambda es: es if results(es, "message_user") else None)(entries(api, sid)), timeout=60,
                    what="the run's end")
-    updates = [e for e in es if e["type"] == "custom_message" and "workspace_update" in json.dumps(e)]
+    updates = [e for e in es if e["type"] == "custom_message"
+               and e["details"].get("sourceId", "").startswith("connector.changing.")]
     assert len(updates) == 1 and f"now version {version}" in json.dumps(updates[0])
+    # The catalog changed during the run: told through the inbox, with the connector's new version.
+    catalogs = [e for e in es if e["type"] == "custom_message"
+                and e["details"].get("sourceId", "").startswith("connectors.catalog.")]
+    assert any(f'namespace="connector:changing" version="{version}"' in e["content"] for e in catalogs)
     d = Driver(stack.redis_url)
     hashes = [e["data"]["prefix_sha256"] for e in d.events(sid) if e["type"] == "model_request"]
     assert len(set(hashes[:3])) == 3  # the core tools, the connector loaded, its changed schema
