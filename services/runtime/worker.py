@@ -195,7 +195,15 @@ class Worker:
         log.info("session_live", session_id=sid, fence=lease.fence, claimed=len(pending))
 
     async def _session_loop(self, session: Session) -> None:
-        await session.dispatcher.process_forever()
+        try:
+            await session.dispatcher.process_forever()
+        except Exception:
+            # A session whose loop ended on a bug must not keep its lease with nobody reading its
+            # inbox: it is closed, and what it left unacked is the next holder's.
+            log.exception("session_loop_failed", session_id=session.sid)
+            if not session.lease.lost:
+                self._request_close(session.sid, "failed")
+                return
         if session.lease.lost:
             await self._drop(session)
 
