@@ -52,8 +52,6 @@ from .turn_order import TurnOrder
 log = structlog.get_logger()
 EXPIRE_RETRY_S = 0.5  # a held prompt's wait ended but could not be settled: the next try
 BARRIER_WAIT_S = 3.0
-# bench/e2e.py: one `inbox_entry_timing` line per entry (append -> read -> dequeued -> handled), to
-# find where an entry waits; off by default (a line per entry is not free under load).
 RETRY_FOR_S = 60.0
 # a client waits on a reply key for these (a prompt only when it carries a request id: expected_run_id)
 REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete, Abort, UserPrompt, Rewind)
@@ -207,10 +205,9 @@ class InboxDispatcher:
                     await self.dead_letter(entry, exc)
 
     async def handle_retrying(self, entry: InboxEntry, action: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Handle one entry (or run `action` for it); on a transient failure (Redis restarting, a
-        dropped connection) retry it here, in order, with backoff. Handlers are idempotent: a prompt or
-        injection already recorded is only acked, a file or deck write rewrites the same content, a Yjs
-        update merges."""
+        """Handle one entry (or run `action` for it); on a transient failure (Redis restarting, a dropped
+        connection) retry it here, in order, with backoff. Handlers are idempotent: a prompt or injection
+        already recorded is only acked, a file or deck write rewrites the same content, a Yjs update merges."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + RETRY_FOR_S
         delay = 0.1
@@ -340,10 +337,8 @@ class InboxDispatcher:
             self.prompt_hook.apply(turn, m.message, fetched)
 
     async def causal_expired(self) -> None:
-        """A held prompt's wait ran out. A failure to settle it (Redis restarting) keeps the prompts
-        held and is tried again shortly: this runs in the session's loop, outside any entry's retry,
-        and an exception here would end the loop while the worker keeps the lease, leaving every
-        later entry unread by anyone."""
+        """A held prompt's wait ran out. Failing to settle it (Redis restarting) keeps the prompts held
+        and tries again shortly: an exception here, outside any entry's retry, would end the loop."""
         assert self.causal is not None
         try:
             markers, prompts = await self.causal.expire()
