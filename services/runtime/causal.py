@@ -102,6 +102,11 @@ class CausalGate:
             return None
         return max(self.deadline - asyncio.get_running_loop().time(), 0.0)
 
+    def postpone(self, seconds: float) -> None:
+        """Try the expiry again after `seconds` (it failed: the prompts stay held, in order)."""
+        if self.held:
+            self.deadline = asyncio.get_running_loop().time() + seconds
+
     async def expire(self) -> tuple[list[Injection], list[InboxEntry]]:
         """Past the wait: dirty markers for the refs still in flight, and the prompts to go on."""
         if self.deadline is None or asyncio.get_running_loop().time() < self.deadline or not self.held:

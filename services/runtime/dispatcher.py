@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
@@ -49,9 +50,8 @@ from .transcript import Transcript
 from .turn_order import TurnOrder
 
 log = structlog.get_logger()
+EXPIRE_RETRY_S = 0.5  # a held prompt's wait ended but could not be settled: the next try
 BARRIER_WAIT_S = 3.0
-# bench/e2e.py: one `inbox_entry_timing` line per entry (append -> read -> dequeued -> handled), to
-# find where an entry waits; off by default (a line per entry is not free under load).
 RETRY_FOR_S = 60.0
 # a client waits on a reply key for these (a prompt only when it carries a request id: expected_run_id)
 REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete, Abort, UserPrompt, Rewind)
@@ -204,16 +204,16 @@ class InboxDispatcher:
                     log.exception("inbox_entry_failed", session_id=self.state.sid, entry_id=entry.entry_id)
                     await self.dead_letter(entry, exc)
 
-    async def handle_retrying(self, entry: InboxEntry) -> None:
-        """Handle one entry; on a transient failure (Redis restarting, a dropped connection) retry
-        it here, in order, with backoff. Handlers are idempotent: a prompt or injection already
-        recorded is only acked, a file or deck write rewrites the same content, a Yjs update merges."""
+    async def handle_retrying(self, entry: InboxEntry, action: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Handle one entry (or run `action` for it); on a transient failure (Redis restarting, a dropped
+        connection) retry it here, in order, with backoff. Handlers are idempotent: a prompt or injection
+        already recorded is only acked, a file or deck write rewrites the same content, a Yjs update merges."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + RETRY_FOR_S
         delay = 0.1
         while True:
             try:
-                await self.handle(entry)
+                await (action() if action is not None else self.handle(entry))
                 return
             except Exception as exc:
                 if not transient(exc) or self.state.closed or self.lease.lost:
@@ -337,16 +337,29 @@ class InboxDispatcher:
             self.prompt_hook.apply(turn, m.message, fetched)
 
     async def causal_expired(self) -> None:
+        """A held prompt's wait ran out. Failing to settle it (Redis restarting) keeps the prompts held
+        and tries again shortly: an exception here, outside any entry's retry, would end the loop."""
         assert self.causal is not None
-        await self.release(*await self.causal.expire())
+        try:
+            markers, prompts = await self.causal.expire()
+        except LeaseLost:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the prompts stay held; see above
+            (log.warning if transient(exc) else log.exception)("causal_expire_retry", session_id=self.state.sid,
+                                                                error=repr(exc))
+            self.causal.postpone(EXPIRE_RETRY_S)
+            return
+        await self.release(markers, prompts)
 
     async def release(self, markers: list[Injection], prompts: list[InboxEntry]) -> None:
-        """Prompts the causal gate let go, in order, after the dirty markers of a wait that ran out."""
+        """Prompts the causal gate let go, in order, after the dirty markers of a wait that ran out
+        (each retried as an entry is: the gate no longer holds them)."""
         for marker in markers:
-            await self.injections.deliver(marker, None)
+            await self.handle_retrying(prompts[0], functools.partial(self.injections.deliver, marker, None))
         for entry in prompts:
+            assert isinstance(entry.message, UserPrompt)  # the gate holds prompts only
             with processing(entry):
-                await self.on_prompt(entry, entry.message)  # type: ignore[arg-type]
+                await self.handle_retrying(entry, functools.partial(self.on_prompt, entry, entry.message))
 
     async def pass_barrier(self) -> None:
         state, turns = self.state, self.turns

@@ -95,7 +95,6 @@ class Worker:
         return self._locks.setdefault(sid, asyncio.Lock())
 
     # ------------------------------------------------------------ wake
-
     async def on_wake(self, wake: Wake) -> None:
         if self.disk is not None and not self.disk.ok:  # read before the disk failed: it waits here
             log.warning("wake_held_disk", session_id=wake.session_id, state=self.disk.current.state)
@@ -195,13 +194,17 @@ class Worker:
         log.info("session_live", session_id=sid, fence=lease.fence, claimed=len(pending))
 
     async def _session_loop(self, session: Session) -> None:
-        await session.dispatcher.process_forever()
+        try:
+            await session.dispatcher.process_forever()
+        except Exception:  # a loop ended by a bug must not keep the lease unread: closed, its unacked left
+            log.exception("session_loop_failed", session_id=session.sid)
+            if not session.lease.lost:
+                return self._request_close(session.sid, "failed")
         if session.lease.lost:
             await self._drop(session)
 
     async def wake_pause(self) -> None:
-        """Before the next wake read: a worker over its share of the live sessions leaves the next
-        wakes to its peers for a while (share.py); no worker reads one while the disk is not ok."""
+        """Before a wake read: over its share of live sessions, leave wakes to peers (share.py); none on a bad disk."""
         if self.disk is not None and not self.disk.ok:
             log.warning("wakes_held_disk", state=self.disk.current.state)
             await self.disk.wait_ok()
@@ -210,7 +213,6 @@ class Worker:
                                      lambda: self._stopping)
 
     # ------------------------------------------------------------ loops
-
     async def _read_loop(self) -> None:
         while not self._stopping:
             try:
@@ -361,8 +363,7 @@ class Worker:
                 session.release_disk()
 
     async def _persist_ui_at_close(self, session: Session) -> None:
-        """A full or failing disk does not keep the session live: state.json keeps the last UI state
-        written, which holds every change a client was told succeeded (a refused one got 507/503)."""
+        """A bad disk does not keep the session live: state.json keeps every change a client was told succeeded."""
         try:
             await session.ui.persist_ui()
         except OSError as exc:

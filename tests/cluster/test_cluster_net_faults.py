@@ -28,6 +28,7 @@ from tests.reliability.netfaults import FAULTS, RECONNECT_S, WEDGED_S, NetChaos
 from tests.reliability.test_net_faults import load, settle, sse_outcome
 from tests.reliability.workload import Audit, LoadClient, SessionRecord, audit_session
 from tests.support.faultproxy import FaultProxy
+from tests.support.polling import wait_sync
 from tests.support.redis_cluster import LocalCluster
 from tests.support.sse_follower import SseFollower
 from tests.support.stack import API_TOKEN, SERVICE_TOKEN
@@ -49,17 +50,18 @@ def announce_proxies(own: LocalCluster, lifetime_s: float) -> dict[int, FaultPro
             c.config_set("cluster-announce-bus-port", port + 10000)
             c.config_set("cluster-announce-port", link.port)
     wanted = {link.port for link in links.values()}
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        seen = set()
+
+    def announced() -> set[int]:
+        seen: set[int] = set()
         for port in own.ports:
             with contextlib.suppress(redis.RedisError), contextlib.closing(own.client(port)) as c:
                 for _start, _end, *nodes in c.execute_command("CLUSTER", "SLOTS"):
                     seen.update(int(n[1]) for n in nodes)
-        if seen == wanted:
-            return links
-        time.sleep(0.2)
-    raise RuntimeError(f"the nodes still announce {seen - wanted}")
+        return seen
+
+    wait_sync(lambda: announced() == wanted, timeout=30, interval=0.2, what="every node announcing its link's port",
+              detail=lambda: announced() - wanted)
+    return links
 
 
 class ClusterNetChaos(NetChaos):

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -37,14 +36,9 @@ def readyz(port: int) -> int:
         return 0
 
 
-def ready_within(port: int, seconds: float) -> bool:
+def wait_ready(name: str, port: int, seconds: float) -> None:
     """/readyz answers 200 before the deadline (one slow answer on a loaded machine is not a failure)."""
-    deadline = time.monotonic() + seconds
-    while readyz(port) != 200:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
+    wait_sync(lambda: readyz(port) == 200, timeout=seconds, interval=0.2, what=f"{name} ready")
 
 
 def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> None:
@@ -76,12 +70,13 @@ def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 150
         proxy_url = f"http://127.0.0.1:{ports['proxy']}/"
-        while not any(proxy_url in line for line in lines):
+
+        def printed() -> bool:
             assert proc.poll() is None, f"make run exited early: {lines} {(tmp_path / 'stderr.log').read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no proxy URL printed: {lines}"
-            time.sleep(0.2)
+            return any(proxy_url in line for line in lines)
+
+        wait_sync(printed, timeout=150, interval=0.2, what="the proxy URL printed", detail=lambda: lines)
         assert any(line.startswith("Gamma harness ready: " + proxy_url) for line in lines), lines
 
         embedded = [m.group(1) for line in lines if (m := re.search(r"embedded Redis at (redis://\S+)", line))]
@@ -91,9 +86,9 @@ def test_make_run_brings_all_five_services_up_and_stops_them(tmp_path: Path) -> 
         assert (data / "redis").is_dir()  # the embedded Redis keeps its data in the data dir
 
         for name, port in ports.items():
-            assert ready_within(port, 30), f"{name} is not ready"
+            wait_ready(name, port, 30)
         for i in range(1, workers):  # the other runtime workers, each on a port of its own
-            assert ready_within(ports["runtime"] + 10 * i, 30), f"runtime worker {i + 1} is not ready"
+            wait_ready(f"runtime worker {i + 1}", ports["runtime"] + 10 * i, 30)
 
         tree = descendants(proc.pid)
         supervisor = [pid for pid, cmd in tree.items() if "services.stack" in cmd]

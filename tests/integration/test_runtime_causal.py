@@ -13,6 +13,7 @@ from shared import causal
 from shared.contracts.causal import FlushRequest
 from shared.contracts.inbox import UserPrompt
 from shared.inbox import InboxEntry
+from tests.support.ports import free_port
 
 SID = "s_gate"
 
@@ -107,3 +108,28 @@ async def test_before_steering_waits_for_the_digest_of_a_write_made_during_the_r
     assert await asyncio.wait_for(g.before_steering(), 5) == []
     await helper
     assert [r.upto for r in sent] == [seq]
+
+
+async def test_an_expiry_that_cannot_reach_redis_keeps_the_prompts_held_for_the_next_try() -> None:
+    """Redis restarting when a held prompt's wait runs out: the expiry fails and changes nothing (the
+    dispatcher postpones it and tries again, services/runtime/dispatcher.py causal_expired), so no
+    prompt leaves the gate unhandled."""
+    dead = aioredis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)
+    try:
+        g, _ = gate(dead, wait_ms=10)
+        first, second = entry(1, 5), entry(2, None)
+        assert not await g.admit(first, prompt(first))
+        assert not await g.admit(second, prompt(second))
+        await asyncio.sleep(0.05)
+        assert g.timeout() == 0.0
+        try:
+            await g.expire()
+        except (aioredis.ConnectionError, OSError):
+            pass
+        else:
+            raise AssertionError("the expiry reached a Redis that is not there")
+        assert g.held == [first, second]
+        g.postpone(30)
+        assert g.timeout() is not None and g.timeout() > 1  # type: ignore[operator]
+    finally:
+        await dead.aclose()

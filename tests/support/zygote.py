@@ -8,7 +8,7 @@ environment, working directory and log, then runs `python -m services.NAME` as t
 
 The zygote is a plain single-threaded process (nothing it imported may start a thread: checked at
 its start, since a fork copies only the forking thread). Services that need another interpreter
-setup (another source tree, other PYTHON* variables) are started with Popen as before
+setup (another source tree, other PYTHON* variables) are started with a fresh `python -m`
 (tests/support/stack.py decides). `ZygoteProcess` is the test side's handle, with the members of
 `subprocess.Popen` the tests use; the exit status comes from the zygote, which is the child's parent.
 """
