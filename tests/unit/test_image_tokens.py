@@ -14,10 +14,10 @@ from PIL import Image
 
 from scripted.transport import scripted_client
 from scripted.types import ScriptedReply
+from services.runtime import compaction_trigger as trigger
 from services.runtime.engine.chat_api import ChatApi
 from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream, PieceTokens
 from services.runtime.engine.responses_api import ResponsesApi
-from services.runtime import compaction_trigger as trigger
 from services.runtime.engine.types import AgentContext, AgentEvent
 from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ToolResultMessage, UserMessage
 from shared.contracts.transcript import MessageEntry, SessionHeader, TranscriptEntry
