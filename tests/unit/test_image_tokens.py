@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from PIL import Image
@@ -113,3 +113,27 @@ def test_the_cut_counts_images_by_the_sessions_model_and_detail() -> None:
     assert requests["gpt-4o"] is not None and requests["gpt-4o"].first_kept_entry_id == "e2"
     assert requests["gpt-5"] is None and low is None
     assert image_tokens(2048, 1024, "high", "gpt-4o") == 1105 and image_tokens(2048, 1024, "high", "gpt-5") == 910
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_the_shared_prefix_counts_the_images_it_holds(tmp_path: Path, api: Literal["responses", "chat"]) -> None:
+    """A request that extends the previous one shares all of it, images included: its
+    `shared_prefix_tokens` is the previous request's `prompt_tokens` (the text prefix alone holds only
+    the images' stand-ins)."""
+    out = io.BytesIO()
+    Image.new("RGB", (1024, 768), (200, 90, 20)).save(out, "PNG")
+    shot = store_image(tmp_path, prepare(out.getvalue(), ImageLimits()), "shot.png")
+    settings = ModelSettings(model="gpt-4o", api=api, images=ImageSource(tmp_path), image_detail="high")
+    stream = OpenAIStream(scripted_client(lambda body: ScriptedReply(content="seen")), settings, TokenCounter())
+    messages: list[Any] = [UserMessage(content="look", images=[shot])]
+    events: list[AgentEvent] = []
+
+    async def emit(ev: AgentEvent) -> None:
+        events.append(ev)
+
+    for follow_up in ("and again", "once more"):
+        messages.append(await stream(AgentContext("sys", list(messages), []), emit, asyncio.Event()))
+        messages.append(UserMessage(content=follow_up))
+    first, second = [e.data for e in events if e.type == "model_request"]
+    assert first["image_tokens"] == second["image_tokens"] == 85 + 170 * 4
+    assert second["shared_prefix_tokens"] == first["prompt_tokens"]
