@@ -7,7 +7,8 @@ Scenarios, chosen from the latest user message:
   "context overflow, compact, retry once" script terminates). After the last step: the default reply.
 - a request to create a presentation: every step of deck-generation's checklist for real (the skill
   and its required reference skills in the first batch, brief.xml, todo plan, deck.json validated,
-  rendered and linted with `gml`, show_gamma, a progress message_user(false), the todo complete),
+  rendered (to PNG too, and a card `read`) and linted with `gml`, show_gamma, a progress
+  message_user(false), the todo complete),
   then message_user(true) (workflows.py);
 - a request to import or convert a PPTX/PDF/DOCX/Keynote file: the import workflow's steps; a request
   to change, edit, rename or retitle a card: gml-editing's steps on the deck `deck` (both complete

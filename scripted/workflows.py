@@ -6,10 +6,12 @@ an `eval-policy:` prompt (evals/*.yaml, bench/eval.py):
     eval-policy: {"policy": "deck-generation", "skip": ["validate"], "onAudit": "repair"}
     <the scenario's prompt>
 
-Each policy is a list of labelled batches (a label is a checklist step id, or `load` / `complete`).
-`skip` leaves batches out. When the completion audit refuses the final message (its error starts
-with "Completion audit:"), `onAudit` decides: `repair` does the named steps, then completes again;
-`explain` completes declaring each in message_user's `deviations` ({step, cause}; the audit reads
+Each policy is a list of labelled batches (a label is a checklist step id, or `load` / `complete`);
+a step may take several batches, in order: the inspect steps render the cards to PNG, then `read`
+one (the tools of one batch run in parallel, so the read waits for the next batch), as the skills'
+inspect steps say. `skip` leaves a step's batches out. When the completion audit refuses the final
+message (its error starts with "Completion audit:"), `onAudit` decides: `repair` does the named
+steps, then completes again; `explain` completes declaring each in message_user's `deviations` ({step, cause}; the audit reads
 that list) and a Deviations section for the user; `ignore` sends the same message again.
 Stateless: the position comes from the messages since the prompt, as for `script:` prompts.
 """
@@ -80,7 +82,9 @@ def deck_generation(topic: str, skills: Mapping[str, Skill]) -> list[Batch]:
         ("create", [call("show_gamma", doc="deck", title=topic.title()[:80], deck=deck),
                     call("message_user", message="The brief and a first deck are ready; I am reviewing it now.",
                          blockOnUser=False)]),
-        ("inspect", [call("bash", command=f"{GML} outline deck.json && {GML} render deck.json")]),
+        ("inspect", [call("bash", command=f"{GML} outline deck.json && {GML} render deck.json && "
+                                              f"{GML} render deck.json --png png")]),
+        ("inspect", [call("read", path="png/card_1.png")]),
         ("lint", [call("bash", command=f"{GML} lint --strict deck.json")]),
         ("todo-complete", [todo(*((i, c, "complete") for i, c, _ in plan))]),
         ("complete", [call("message_user", message=f"Your deck about {topic} is ready: 5 cards, opened in a tab. "
@@ -103,7 +107,9 @@ def gml_editing(topic: str, skills: Mapping[str, Skill]) -> list[Batch]:
         ("validate", [call("bash", command=f"{GML} validate edits/deck/after.json")]),
         ("diff", [call("bash", command=f"{GML} diff edits/deck/before.json edits/deck/after.json")]),
         ("apply", [call("show_gamma", doc="deck", deck=after)]),
-        ("inspect", [call("bash", command=f"{GML} render --card card_2 edits/deck/after.json")]),
+        ("inspect", [call("bash", command=f"{GML} render --card card_2 edits/deck/after.json && "
+                                              f"{GML} render edits/deck/after.json --png edits/deck/png --card card_2")]),
+        ("inspect", [call("read", path="edits/deck/png/card_2.png")]),
         ("todo-complete", [todo(*((i, c, "complete") for i, c, _ in plan))]),
         ("complete", [call("message_user", message="Card 2 now reads 'The one point that matters'. Deviations: none.",
                            blockOnUser=True, deviations=[])]),

@@ -21,8 +21,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     broker = make_broker(settings.bus.redis_url, ctx.registry, "compaction")
     consumer = consumer_name("compaction")
     client = model_client(settings, "summarizer")
+    summarizer = Summarizer(client, settings.models.model, settings.models.default_model_api,
+                            settings.compaction.compaction_summary_images)
     handler = CompactionHandler(
-        redis=ctx.redis, data_dir=settings.storage.data_dir, summarizer=Summarizer(client, settings.models.model, settings.models.default_model_api),
+        redis=ctx.redis, data_dir=settings.storage.data_dir, summarizer=summarizer,
         consumer=consumer, hold_interval_s=max(0.2, settings.bus.claim_idle_ms / 3000),
         lock_ms=max(10_000, 4 * settings.bus.claim_idle_ms), metrics=Metrics(ctx.registry),
     )

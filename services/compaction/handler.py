@@ -145,6 +145,7 @@ class CompactionHandler:
             summary = await self.summarizer.summarize(
                 span, previous_summary=previous, custom_instructions=request.custom_instructions,
                 reserve_tokens=request.reserve_tokens, model=request.model,
+                session_root=session_paths(self.data_dir, request.session_id).root,
             )
         except Exception as exc:  # noqa: BLE001 - any model failure is an answer: the runtime retries later
             log.warning("compaction_model_error", error=repr(exc)[:500])

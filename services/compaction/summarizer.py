@@ -1,14 +1,16 @@
 """Summaries through the model: `openai.AsyncOpenAI` from shared/model.py's factory.
 
 A history summary and, for a turn cut in the middle, a turn-prefix summary run in parallel and are
-joined like Pi does. File tracking is appended by the caller.
+joined like Pi does. File tracking is appended by the caller. Each call carries the most recent images
+of the entries it summarizes as image parts (summary_images.py), read from the session's `.images/`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from openai import AsyncOpenAI
 
@@ -23,6 +25,7 @@ from .prompts import (
     turn_prefix_prompt,
 )
 from .serialize import serialize_entries
+from .summary_images import SummaryImage, image_parts, load_summary_images, numbers
 
 
 class SummaryError(RuntimeError):
@@ -34,15 +37,24 @@ class Summarizer:
     client: AsyncOpenAI
     model: str
     api: Literal["responses", "chat"] = "chat"  # the server's API (GAMMA_MODEL_API): one plain call
+    max_images: int = 4  # image parts per call (GAMMA_COMPACTION_SUMMARY_IMAGES)
 
-    async def complete(self, prompt: str, max_tokens: int, model: str | None = None) -> str:
+    def _user_content(self, prompt: str, images: list[SummaryImage]) -> str | list[Any]:
+        if not images:
+            return prompt
+        text = "input_text" if self.api == "responses" else "text"
+        return [*image_parts(images, self.api), {"type": text, "text": prompt}]
+
+    async def complete(self, prompt: str, max_tokens: int, model: str | None = None,
+                       images: list[SummaryImage] | None = None) -> str:
+        content = self._user_content(prompt, images or [])
         if self.api == "responses":
-            return await self._respond(prompt, max_tokens, model)
+            return await self._respond(content, max_tokens, model)
         response = await self.client.chat.completions.create(
             model=model or self.model,
             messages=[
                 {"role": "system", "content": SUMMARIZATION_SYSTEM_PROMPT},
-                {"role": "user", "content": prompt},
+                {"role": "user", "content": content},
             ],
             max_completion_tokens=max(256, max_tokens),
         )
@@ -53,11 +65,11 @@ class Summarizer:
             raise SummaryError(f"the model returned an empty summary (finish_reason={reason})")
         return text.strip()
 
-    async def _respond(self, prompt: str, max_tokens: int, model: str | None) -> str:
+    async def _respond(self, content: str | list[Any], max_tokens: int, model: str | None) -> str:
         response = await self.client.responses.create(
             model=model or self.model,
             instructions=SUMMARIZATION_SYSTEM_PROMPT,
-            input=[{"role": "user", "content": prompt}],
+            input=[{"role": "user", "content": content}],
             max_output_tokens=max(256, max_tokens),
             store=False,
         )
@@ -75,14 +87,27 @@ class Summarizer:
         custom_instructions: str | None,
         reserve_tokens: int,
         model: str | None = None,
+        session_root: Path | None = None,
     ) -> str:
-        """The summary text (without file tracking) for the entries a compaction removes."""
+        """The summary text (without file tracking) for the entries a compaction removes; with
+        `session_root`, their recent images go along as image parts."""
+
+        async def images_of(entries: list[TranscriptEntry]) -> list[SummaryImage]:
+            if session_root is None or self.max_images <= 0:
+                return []
+            return await asyncio.to_thread(load_summary_images, session_root, entries, self.max_images)
 
         async def history(entries: list[TranscriptEntry]) -> str:
             if not entries:
                 return previous_summary or NO_PRIOR_HISTORY
-            prompt = summary_prompt(serialize_entries(entries), previous_summary, custom_instructions)
-            return await self.complete(prompt, int(0.8 * reserve_tokens), model)
+            images = await images_of(entries)
+            prompt = summary_prompt(serialize_entries(entries, numbers(images)), previous_summary, custom_instructions)
+            return await self.complete(prompt, int(0.8 * reserve_tokens), model, images)
+
+        async def prefix(entries: list[TranscriptEntry]) -> str:
+            images = await images_of(entries)
+            prompt = turn_prefix_prompt(serialize_entries(entries, numbers(images)))
+            return await self.complete(prompt, int(0.5 * reserve_tokens), model, images)
 
         if not span.turn_prefix:
             return await history(span.history)
@@ -90,6 +115,5 @@ class Summarizer:
             # One long turn and nothing before it: unlike Pi ("No prior history." + a prefix summary)
             # the prefix gets the full structured summary, so every summary has the same sections.
             return await history(span.turn_prefix)
-        prefix_prompt = turn_prefix_prompt(serialize_entries(span.turn_prefix))
-        main, prefix = await asyncio.gather(history(span.history), self.complete(prefix_prompt, int(0.5 * reserve_tokens), model))
-        return f"{main}{SPLIT_TURN_SEPARATOR}{prefix}"
+        main, turn = await asyncio.gather(history(span.history), prefix(span.turn_prefix))
+        return f"{main}{SPLIT_TURN_SEPARATOR}{turn}"

@@ -65,9 +65,10 @@ async def check_attachments(settings: Settings, sid: str, paths: list[str]) -> A
         if sniff(head) is not None and size > limits.max_source_bytes:
             raise _refused(rel, ValueError(f"image is {size} bytes; the limit is {limits.max_source_bytes}"), 413)
         found.append((norm, size, head))
-    total = sum(size for _, size, _ in found)
-    if total > settings.images.attachments_max_bytes:
-        raise ApiError(413, f"attachments: {total} bytes together; the limit is {settings.images.attachments_max_bytes}")
+        total = sum(size for _, size, _ in found)
+        if total > settings.images.attachments_max_bytes:  # named: the file that takes the message past the bound
+            limit = settings.images.attachments_max_bytes
+            raise _refused(rel, ValueError(f"the attachments come to {total} bytes with it; the limit is {limit}"), 413)
     prepared: list[tuple[str, PreparedImage]] = []
     files: list[AttachedFile] = []
     for norm, size, head in found:

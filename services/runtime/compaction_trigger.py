@@ -30,6 +30,7 @@ from shared.contracts.transcript import (
     MessageEntry,
     TranscriptEntry,
 )
+from shared.image_tokens import Detail
 from shared.summary_rules import summarizable, turn_start_before
 from shared.tokens import context_tokens, estimate_tokens
 
@@ -87,11 +88,13 @@ def _is_cut_candidate(entry: TranscriptEntry) -> bool:
     return isinstance(entry, CustomMessageEntry) and not is_anchor(entry)
 
 
-def find_cut(entries: Sequence[TranscriptEntry], keep_recent_tokens: int) -> CutPoint | None:
+def find_cut(entries: Sequence[TranscriptEntry], keep_recent_tokens: int, model: str = "",
+             detail: Detail = "auto") -> CutPoint | None:
     """Walk back from the newest entry until `keep_recent_tokens` are kept; cut at a valid entry.
 
     Only entries after the latest compaction are candidates. None when the cut would remove nothing
-    from the model context (everything fits in the recent budget).
+    from the model context (everything fits in the recent budget). Images count by the formula of
+    `model` at `detail`, as the threshold counts them (shared/image_tokens.py).
     """
     last = latest_compaction_index(entries)
     start = last + 1
@@ -106,7 +109,7 @@ def find_cut(entries: Sequence[TranscriptEntry], keep_recent_tokens: int) -> Cut
             continue
         message = entry_message(entry)
         assert message is not None
-        accumulated += estimate_tokens(message)
+        accumulated += estimate_tokens(message, model, detail)
         if accumulated >= keep_recent_tokens:
             after = [c for c in candidates if c >= i]
             # A huge tool result at the end: keep its tool call rather than nothing at all.
@@ -128,8 +131,9 @@ def find_cut(entries: Sequence[TranscriptEntry], keep_recent_tokens: int) -> Cut
     return CutPoint(cut, entries[cut].id, turn_start, turn_start >= 0)
 
 
-def find_cut_point(entries: Sequence[TranscriptEntry], keep_recent_tokens: int) -> str | None:
-    cut = find_cut(entries, keep_recent_tokens)
+def find_cut_point(entries: Sequence[TranscriptEntry], keep_recent_tokens: int, model: str = "",
+                   detail: Detail = "auto") -> str | None:
+    cut = find_cut(entries, keep_recent_tokens, model, detail)
     return cut.first_kept_entry_id if cut else None
 
 
@@ -149,12 +153,14 @@ def make_request(
     model: str | None = None,
     reserve_tokens: int = 16_384,
     tokens_before: int | None = None,
+    detail: Detail = "auto",
 ) -> CompactionRequest | None:
     """The request for compacting everything up to the last entry; None if nothing would be removed.
 
-    `tokens_before` defaults to the estimate of the current model context (summary, kept, rest).
+    `tokens_before` defaults to the estimate of the current model context (summary, kept, rest);
+    images count by `model`'s formula at `detail`.
     """
-    cut = find_cut(entries, keep_recent_tokens)
+    cut = find_cut(entries, keep_recent_tokens, model or "", detail)
     if cut is None:
         return None
     last = latest_compaction_index(entries)
@@ -167,7 +173,8 @@ def make_request(
         previous_summary=previous.summary if previous else None,
         previous_details=_previous_details(previous) if previous else None,
         custom_instructions=custom_instructions,
-        tokens_before=tokens_before if tokens_before is not None else context_tokens(build_context(entries)),
+        tokens_before=(tokens_before if tokens_before is not None
+                       else context_tokens(build_context(entries), model or "", detail)),
         model=model,
         reserve_tokens=reserve_tokens,
     )

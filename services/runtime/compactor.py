@@ -68,6 +68,7 @@ class Compactor:
         self.progress = progress  # the checklist, re-sent after a compaction reloads the context
         self.ack = ack
         self.model = model
+        self.image_detail = settings.images.image_detail  # the detail every image part is sent with
         self.context_window = context_window
         self.reserve_tokens = settings.compaction.reserve_tokens
         self.keep_recent_tokens = settings.compaction.keep_recent_tokens
@@ -106,7 +107,7 @@ class Compactor:
         key = (id(context.system_prompt), id(context.tools))
         if self._static is None or self._static[:2] != key:
             self._static = (*key, static_tokens(context.system_prompt, context.tools))
-        return self._static[2] + context_tokens(context.messages, self.model)
+        return self._static[2] + context_tokens(context.messages, self.model, self.image_detail)
 
     def _backing_off(self) -> bool:
         """One threshold check during a backoff: True (skip it) until the calls are used up or the
@@ -139,10 +140,10 @@ class Compactor:
         if manual:
             # Asked for explicitly: compact even a context smaller than the recent-token budget,
             # keeping about a quarter of it (the latest turn, at least).
-            keep = min(keep, max(context_tokens(self.context.messages, self.model) // 4, 1))
+            keep = min(keep, max(context_tokens(self.context.messages, self.model, self.image_detail) // 4, 1))
         req = make_request(self.state.sid, self.transcript.entries, keep_recent_tokens=keep,
                            custom_instructions=instructions, model=self.model,
-                           reserve_tokens=self.reserve_tokens, tokens_before=tokens)
+                           reserve_tokens=self.reserve_tokens, tokens_before=tokens, detail=self.image_detail)
         if req is None:
             return None
         self.in_flight = req.request_id

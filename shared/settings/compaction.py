@@ -26,3 +26,6 @@ class CompactionSettings(Area):
                     "failure, up to 8x).")
     compaction_timeout_s: float = Field(120.0, validation_alias="GAMMA_COMPACTION_TIMEOUT_S",
         description="A compaction request unanswered this long no longer counts as in flight (a new one may go out).")
+    compaction_summary_images: int = Field(4, ge=0, le=16, validation_alias="GAMMA_COMPACTION_SUMMARY_IMAGES",
+        description="The most recent images of the messages a compaction summarizes that go to the summarizer as "
+                    "image parts (`detail: low`), so the summary can say what they showed; the rest are named only.")

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact
+from tests.contract.test_model_api import CHAT, CHAT_PLAIN, RESPONSES, RESPONSES_PLAIN, assert_exact
 from tests.integration.runtime_support import Driver, call, done, script
 from tests.support.polling import wait_sync
 from tests.support.recording_model import Recorded, RecordingModel
@@ -157,8 +157,27 @@ def test_attached_and_read_images_reach_the_model_and_replay_after_a_wake(env: E
     validate([after_wake])
     assert image_urls(after_wake.body.get("input") or after_wake.body.get("messages")) == urls_before
 
-    # Compaction: the images it keeps are sent with the same bytes; those it summarizes are named in
-    # the summarizer's request as text, and their parts leave the request.
+    assert "base64" not in (env.data_dir / "sessions" / sid / "transcript.jsonl").read_text()
+
+
+def message_with(request: Recorded, fragment: str) -> dict[str, Any]:
+    items = request.body.get("input") or request.body.get("messages")
+    return next(m for m in items if m.get("role") == "user" and fragment in str(m.get("content")))
+
+
+def test_compaction_keeps_the_recent_image_exactly_and_the_summarizer_sees_the_summarized_one(env: Env) -> None:
+    """The cut falls between two images (the later one is most of the recent budget): the kept image
+    is sent again in the same message at the same place with the same bytes; the summarized one's
+    part leaves the request, and the summarizer's request carries it as an image part."""
+    sid = new_session(env, "responses")
+    early, late = png(64, 48, (200, 120, 10)), png(1024, 768, (10, 160, 90))  # within the limits: bytes kept
+    put(env, sid, "early.png", early)
+    put(env, sid, "late.png", late)
+    run(env, sid, script(done("first seen")), attachments=["early.png"])
+    run(env, sid, script(done("second seen")), attachments=["late.png"])
+    before = message_with(env.model.agent_requests()[-1], "second seen")
+    assert [decoded(u) for u in image_urls(before)] == [late]
+
     summaries_since = len(env.model.summary_requests())
     assert env.http.post(f"/sessions/{sid}/compact", json={}).status_code == 200
     wait_sync(lambda: any(e["type"] == "compaction" for e in env.http.get(f"/sessions/{sid}/transcript").json()[
@@ -166,12 +185,20 @@ def test_attached_and_read_images_reach_the_model_and_replay_after_a_wake(env: E
     run(env, sid, "and now?")
     after = env.model.agent_requests()[-1]
     validate([after])
-    urls_after = image_urls(after.body.get("input") or after.body.get("messages"))
-    assert set(urls_after) <= set(urls_before)
-    summarized = "\n".join(r.text() for r in env.model.summary_requests()[summaries_since:])
-    for url, name in zip(urls_before, ["photo.png", "renders/chart.png"], strict=True):
-        assert url in urls_after or f'[Image]: "{name}"' in summarized, name
-    assert "base64" not in (env.data_dir / "sessions" / sid / "transcript.jsonl").read_text()
+    assert message_with(after, "second seen") == before  # same message, same parts, same bytes
+    urls = image_urls(after.body["input"])
+    assert [decoded(u) for u in urls] == [late]  # the summarized image's part is gone
+    assert not [i for i in after.body["input"] if i.get("role") == "user" and "first seen" in str(i["content"])]
+
+    (summary,) = env.model.summary_requests()[summaries_since:]
+    validate_summary(summary)
+    assert [decoded(u) for u in image_urls(summary.body["input"])] == [early]
+    assert '[Image]: "early.png" (image/png, 64x48, attached as image #1)' in summary.text()
+    assert '[Image]: "late.png"' not in summary.text()  # kept, so not summarized
+
+
+def validate_summary(request: Recorded) -> None:
+    assert_exact(RESPONSES_PLAIN if request.api == "responses" else CHAT_PLAIN, request.body)
 
 
 def test_a_12_megapixel_jpeg_is_downscaled_within_the_limits(env: Env) -> None:
@@ -221,6 +248,27 @@ def test_a_corrupt_image_read_is_an_error_result(env: Env, api: str) -> None:
     validate([last])
     assert image_urls(last.body.get("input") or last.body.get("messages")) == []
     assert "Cannot show the image broken.png" in last.text()
+
+
+def test_a_50_mb_image_read_is_an_error_result_and_a_50_mb_file_attached_is_413(env: Env) -> None:
+    """Past GAMMA_IMAGE_MAX_SOURCE_BYTES (20 MB) a `read` image is an error result, nothing stored;
+    past GAMMA_ATTACHMENTS_MAX_BYTES (40 MB) a message's attachments are a 413 naming the file."""
+    sid = new_session(env, "responses")
+    workspace = env.data_dir / "sessions" / sid / "workspace"
+    put(env, sid, "small.txt", b"x")
+    for name, head in (("huge.png", png(8, 8, (0, 0, 0))), ("huge.bin", b"\x00not an image")):
+        with (workspace / name).open("wb") as fh:  # as a command in the sandbox could make them
+            fh.write(head)
+            fh.truncate(50 * 1024 * 1024)
+    resp = env.http.post(f"/sessions/{sid}/messages", json={"message": "look", "attachments": ["small.txt", "huge.bin"]})
+    assert resp.status_code == 413 and "huge.bin" in resp.text and str(40 * 1024 * 1024) in resp.text, resp.text
+    run(env, sid, script({"tool_calls": [call("read", path="huge.png")]}, done("checked")))
+    last = env.model.agent_requests()[-1]
+    validate([last])
+    assert image_urls(last.body["input"]) == []
+    (output,) = [i["output"] for i in last.body["input"] if i.get("type") == "function_call_output"]
+    assert "Cannot show the image huge.png" in str(output) and "the limit is 20971520 bytes" in str(output)
+    assert not (env.data_dir / "sessions" / sid / ".images").exists()
 
 
 def test_show_file_with_look_returns_the_image_and_opens_the_tab(env: Env) -> None:
@@ -300,3 +348,48 @@ def test_unreferenced_images_are_collected_at_close_and_referenced_ones_stay(env
     assert [decoded(u) for u in image_urls(request.body["input"])] == [shots["b"]]
     assert env.http.get(f"/sessions/{sid}/images/{digest['c']}").status_code == 404
     assert env.http.get(f"/sessions/{sid}/images/{digest['a']}").content == shots["a"]
+
+
+def tool_images(request: Recorded, tool_call_id: str) -> list[bytes]:
+    (output,) = [i["output"] for i in request.body["input"]
+                 if i.get("type") == "function_call_output" and i["call_id"] == tool_call_id]
+    return [decoded(u) for u in image_urls(output)]
+
+
+def read_call(requests: list[Recorded], path: str) -> tuple[str, Recorded]:
+    """The id of the agent's `read` of `path`, and the first request carrying its output."""
+    for r in requests:
+        for item in r.body["input"]:
+            if item.get("type") == "function_call" and item["name"] == "read" and path in item["arguments"]:
+                return str(item["call_id"]), r
+    raise AssertionError(f"no read of {path}")
+
+
+def finished(e: Env, sid: str, message: str) -> None:
+    """A workflow's run, waited for to its blocking message (it sends a progress message before)."""
+    before = len([m for m in e.d.message_users(sid) if m["block_on_user"]])
+    resp = e.http.post(f"/sessions/{sid}/messages", json={"message": message})
+    assert resp.status_code == 202, resp.text
+    wait_sync(lambda: len([m for m in e.d.message_users(sid) if m["block_on_user"]]) > before, timeout=150,
+              what="the workflow's completion")
+
+
+def test_the_workflows_inspect_steps_render_the_cards_and_look_at_them(env: Env) -> None:
+    """deck-generation and gml-editing (the scripted model's policies, scripted/workflows.py) render
+    the deck with `gml render --png` in the sandbox and `read` a card: the next request carries the
+    card as an image in the tool output, the PNG the sandbox drew."""
+    sid = new_session(env, "responses")
+    since = len(env.model.agent_requests())
+    finished(env, sid, "Create a presentation about tides")
+    call_id, request = read_call(env.model.agent_requests()[since:], "png/card_1.png")
+    validate([request])
+    (card,) = tool_images(request, call_id)
+    workspace = env.data_dir / "sessions" / sid / "workspace"
+    assert card == (workspace / "png" / "card_1.png").read_bytes()
+    with Image.open(io.BytesIO(card)) as im:
+        assert im.size == (1280, 720)
+
+    since = len(env.model.agent_requests())
+    finished(env, sid, "Retitle card 2, please")
+    call_id, request = read_call(env.model.agent_requests()[since:], "edits/deck/png/card_2.png")
+    assert tool_images(request, call_id) == [(workspace / "edits" / "deck" / "png" / "card_2.png").read_bytes()]

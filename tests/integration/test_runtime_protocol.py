@@ -83,8 +83,9 @@ def test_deck_scenario_parallel_skills_todo_brief_deck_and_yield(rt: Stack, d: D
     state = json.loads((ws / "state.json").read_text())
     assert any(t["ari"] == "gamma:file:deck" for t in state["tabs"].values())
     changes = [c for c in stream_payloads(d.r, keys.ARTIFACT_CHANGES) if c["session_id"] == sid]
+    cards = {(f"file:png/card_{n}.png", "agent") for n in range(1, 6)}  # the inspect step's `gml render --png`
     assert {(c["ref"], c["actor"]) for c in changes} == {("file:brief.xml", "agent"), ("file:deck.json", "agent"),
-                                                         ("gamma:file:deck", "agent")}
+                                                         ("gamma:file:deck", "agent"), *cards}
     file_change = next(c for c in changes if c["kind"] == "file")
     assert "content_b64" not in file_change and file_change["blob"] and file_change["size"] > 0
 

@@ -71,13 +71,18 @@ class StreamError(Exception):
         self.retryable = retryable
 
 
+def stand_in(url: str) -> str:
+    """The text an image's data URL is replaced with in the pieces (unique per image's bytes)."""
+    return f"image:{hash(url) & 0xFFFFFFFFFFFF:x}"
+
+
 def without_image_data(item: Any) -> Any:
     """A request item with each image's data URL replaced by a short stand-in: the prefix metric
     tokenizes pieces as text, and megabytes of base64 are neither text nor what the model is billed
     (images are counted by shared/image_tokens.py). `hash` of a str is computed once per string
     object, and the URLs are the image source's cached strings: the stand-in costs nothing per request."""
     if isinstance(item, str):
-        return f"image:{hash(item) & 0xFFFFFFFFFFFF:x}" if item.startswith("data:image/") else item
+        return stand_in(item) if item.startswith("data:image/") else item
     if isinstance(item, dict):
         return {k: without_image_data(v) for k, v in item.items()}
     if isinstance(item, list):

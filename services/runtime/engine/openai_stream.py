@@ -31,7 +31,7 @@ from shared.contracts.messages import AssistantMessage, ToolCall, Usage
 from shared.tokens import TokenCounter, message_images, refs_tokens, shared_prefix
 
 from .chat_api import ChatApi
-from .model_api import ModelApi, ModelSettings, StreamError
+from .model_api import ModelApi, ModelSettings, StreamError, stand_in
 from .responses_api import RETRYABLE_CODES, ResponsesApi
 from .spans import model_span, record_reply
 from .sse import ReadGate
@@ -76,15 +76,32 @@ class PieceTokens:
         return out
 
 
-def sent_image_tokens(context: AgentContext, settings: ModelSettings) -> int:
-    """The image tokens of a request, by OpenAI's formula for its model: the pieces count an image as
-    a short stand-in (engine/model_api.py `without_image_data`), so each image the request carries
-    (its stored file still there) is added here, as the model bills it and the budget counts it."""
+def sent_images(context: AgentContext, settings: ModelSettings) -> list[tuple[str, int]]:
+    """Each image part of a request as (its stand-in, its tokens by OpenAI's formula for the model):
+    the pieces count an image as a short stand-in (engine/model_api.py `without_image_data`), so each
+    image the request carries (its stored file still there) is added as the model bills it and the
+    budget counts it."""
     source = settings.images
     if source is None:
-        return 0
-    refs = (ref for m in context.messages for ref in message_images(m) if source.url(ref) is not None)
-    return refs_tokens(refs, settings.model, settings.image_detail)
+        return []
+    out: list[tuple[str, int]] = []
+    for ref in (ref for m in context.messages for ref in message_images(m)):
+        url = source.url(ref)
+        if url is not None:
+            out.append((stand_in(url), refs_tokens([ref], settings.model, settings.image_detail)))
+    return out
+
+
+def shared_image_tokens(before: list[str], now: list[str], images: list[tuple[str, int]]) -> int:
+    """The image tokens inside the pieces two requests share from the start: those images are in the
+    cacheable prefix as much as the text around them (the text prefix counts only their stand-ins)."""
+    costs = dict(images)
+    total = 0
+    for a, b in zip(before, now, strict=False):
+        if a != b:
+            break
+        total += sum(tokens * a.count(key) for key, tokens in costs.items())
+    return total
 
 
 def retry_delay(exc: BaseException, attempt: int, settings: ModelSettings) -> float:
@@ -127,6 +144,7 @@ class OpenAIStream:
     static_prefix: str = ""  # hashed with the tool schemas; defaults to the system prompt
     gate: ReadGate | None = None  # the worker's read gate (sender.py), when its client's reads merge
     previous_tokens: array[int] = field(default_factory=lambda: array("I"))
+    previous_pieces: list[str] = field(default_factory=list)
     last_prompt_tokens: int = 0
     _pieces: PieceTokens | None = None
     _prefix_hash: tuple[str, str] | None = None
@@ -136,10 +154,14 @@ class OpenAIStream:
         body = api.body(context, self.settings)
         if self._pieces is None:
             self._pieces = PieceTokens(self.counter)
-        tokens = self._pieces.encode(api.pieces(body))
+        pieces = api.pieces(body)
+        tokens = self._pieces.encode(pieces)
+        sent = sent_images(context, self.settings)
+        images = sum(cost for _, cost in sent)
         shared = shared_prefix(self.previous_tokens, tokens)
-        self.previous_tokens = tokens
-        images = sent_image_tokens(context, self.settings)
+        if sent and shared:
+            shared += shared_image_tokens(self.previous_pieces, pieces, sent)
+        self.previous_tokens, self.previous_pieces = tokens, pieces
         self.last_prompt_tokens = len(tokens) + images
         static = self.static_prefix or context.system_prompt
         # The tools change only with GAMMA_DYNAMIC_TOOLS; a connector's schema can change under the same

@@ -21,7 +21,7 @@ def file_ref(path: str) -> str:
 
 def read_tool(host: WorkspaceHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
-        if is_image(host, args["path"]):
+        if await is_image(host, args["path"]):
             return await image_outcome(host, args["path"])
         try:
             # Opened beneath the workspace: a link a command planted cannot lead the read out of it.

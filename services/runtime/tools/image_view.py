@@ -1,6 +1,8 @@
 """An image file as a tool result the model sees (docs/architecture.md "Images"): read within the
-size bound, decoded and downscaled by Pillow off the event loop, stored once by content hash; a
-corrupt or oversized image is an error result."""
+size bound, decoded and downscaled by Pillow, stored once by content hash; a corrupt or oversized
+image is an error result. Every file access and the decoding run in the loop's default executor, the
+I/O pool (shared/iopool.py), as the other tools' reads do: a 20 MB read or a slow disk must not stall
+the session's event loop."""
 
 from __future__ import annotations
 
@@ -13,11 +15,11 @@ from ..engine.types import ToolOutcome
 from .ports import WorkspaceHost
 
 
-def is_image(host: WorkspaceHost, rel: str) -> bool:
+async def is_image(host: WorkspaceHost, rel: str) -> bool:
     """Whether the file is a PNG, JPEG, GIF or WebP by its bytes (a missing file is not: the caller
     reports it as it does for text)."""
     try:
-        return sniff_workspace_file(host.paths.workspace, rel) is not None
+        return await asyncio.to_thread(sniff_workspace_file, host.paths.workspace, rel) is not None
     except DiskError:
         return False
 
@@ -25,7 +27,7 @@ def is_image(host: WorkspaceHost, rel: str) -> bool:
 async def image_outcome(host: WorkspaceHost, rel: str) -> ToolOutcome:
     limits = host.image_limits
     try:
-        data = read_workspace_image(host.paths.workspace, rel, limits.max_source_bytes)
+        data = await asyncio.to_thread(read_workspace_image, host.paths.workspace, rel, limits.max_source_bytes)
         prepared = await asyncio.to_thread(prepare, data, limits)
         ref = await asyncio.to_thread(store_image, host.paths.root, prepared, rel)
     except (DiskError, ImageRefused) as exc:

@@ -74,7 +74,7 @@ def show_file_tool(host: DisplayHost) -> Tool:
         ari = file_ref(rel)
         tab = await host.open_tab(ari, args.get("title") or rel.rsplit("/", 1)[-1])
         opened_note = ToolOutcome(content=f"Opened {ari} in tab {tab}.", details={"ari": ari, "tabId": tab})
-        if not (args.get("look") and is_image(host, rel)):
+        if not (args.get("look") and await is_image(host, rel)):
             return opened_note
         seen = await image_outcome(host, rel)
         return seen.model_copy(update={"content": f"{opened_note.content} {seen.content}",
