@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.needs import needs
 from tests.support.stack import API_TOKEN, OTHER_TOKEN, Stack
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "clients" / "typescript"
 NODE = shutil.which("node")
 TSC = ROOT / "node_modules" / "typescript" / "bin" / "tsc"
-pytestmark = [pytest.mark.skipif(NODE is None or not TSC.exists(), reason="node or typescript missing (make node)"),
+pytestmark = [needs(None if NODE and TSC.exists() else "node or typescript missing (make node)"),
               pytest.mark.timeout(300)]
 
 
