@@ -54,7 +54,13 @@ class OidcConfig(BaseModel):
 
 
 class JwksCache:
-    """kid -> key, fetched with async httpx (never blocking the loop), one fetch at a time."""
+    """kid -> key, fetched with async httpx (never blocking the loop), one fetch at a time.
+
+    A set older than `max_age_s` is refetched in the background while the cached keys go on verifying
+    (stale-while-revalidate): a request never waits on an IdP that is slow or down for a key it has. Only
+    an unknown kid waits for a fetch, and it starts one at most every `min_refresh_s` (a flood of tokens
+    with made-up kids costs the IdP one request per interval); a fetch already under way is shared.
+    """
 
     def __init__(self, config: OidcConfig, client: httpx.AsyncClient) -> None:
         self._config = config
@@ -63,28 +69,47 @@ class JwksCache:
         self._fetched_at = float("-inf")
         self._attempted_at = float("-inf")
         self._jwks_url = config.jwks_url
-        self._lock = asyncio.Lock()
+        self._inflight: asyncio.Task[None] | None = None
 
     async def key(self, kid: str) -> jwt.PyJWK:
-        now = time.monotonic()
-        if kid not in self._keys or now - self._fetched_at > self._config.max_age_s:
-            await self._refresh()
+        found = self._keys.get(kid)
+        if found is not None:
+            if time.monotonic() - self._fetched_at > self._config.max_age_s:
+                self._start_refresh()  # not awaited: the cached key answers now
+            return found
+        fetch = self._start_refresh()
+        if fetch is not None:
+            # Shielded: a request that goes away does not cancel the fetch others wait on.
+            await asyncio.shield(fetch)
         found = self._keys.get(kid)
         if found is None:
             raise InvalidBearer("the token's signing key is not among the issuer's keys")
         return found
 
+    def _start_refresh(self) -> asyncio.Task[None] | None:
+        """The fetch under way, else a new one unless the last began under `min_refresh_s` ago (None)."""
+        if self._inflight is not None and not self._inflight.done():
+            return self._inflight
+        if time.monotonic() - self._attempted_at < self._config.min_refresh_s:
+            return None
+        self._attempted_at = time.monotonic()
+        self._inflight = asyncio.get_running_loop().create_task(self._refresh(), name="jwks-refresh")
+        return self._inflight
+
     async def _refresh(self) -> None:
-        async with self._lock:
-            if time.monotonic() - self._attempted_at < self._config.min_refresh_s:
-                return
-            self._attempted_at = time.monotonic()
-            try:
-                keys = await self._fetch()
-            except (httpx.HTTPError, ValueError, jwt.PyJWTError):
-                return  # keys already cached keep working while the endpoint is down
-            self._keys = keys
-            self._fetched_at = time.monotonic()
+        try:
+            keys = await self._fetch()
+        except (httpx.HTTPError, ValueError, jwt.PyJWTError):
+            return  # keys already cached keep working while the endpoint is down
+        self._keys = keys
+        self._fetched_at = time.monotonic()
+
+    async def aclose(self) -> None:
+        """Ends a fetch under way (at shutdown, before the HTTP client closes)."""
+        task, self._inflight = self._inflight, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     async def _fetch(self) -> dict[str, jwt.PyJWK]:
         if not self._jwks_url:
@@ -187,6 +212,9 @@ class BearerVerifier:
         if not isinstance(subject, str) or not SUBJECT.fullmatch(subject):
             raise InvalidBearer("the token's user claim is not a usable user id")
         return subject
+
+    async def aclose(self) -> None:
+        await self._cache.aclose()
 
     async def require_scope(self, token: str) -> dict[str, Any]:
         """Claims of a token that carries the service scope (space-separated string or a list)."""

@@ -82,6 +82,8 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None =
 
     async def stop() -> None:
         await broker.stop()
+        if verifier is not None:
+            await verifier.aclose()  # a JWKS refresh under way, before its client closes
         await jwks_client.aclose()
 
     jwks_client = httpx.AsyncClient(follow_redirects=False)

@@ -128,8 +128,9 @@ class Answers:
 
 
 Refused = Callable[[Request], Awaitable[JSONResponse | None]]
-AUTH: dict[int | str, dict[str, Any]] = {401: {"description": "no or an invalid bearer token", "content": _ERROR},
-                                         403: {"description": "not a service credential", "content": _ERROR}}
+AUTH: dict[int | str, dict[str, Any]] = {
+    401: {"description": "a missing or unknown bearer token, or an invalid JWT", "content": _ERROR},
+    403: {"description": "a JWT without the service scope", "content": _ERROR}}
 
 
 def make_connector_router(client: aioredis.Redis, delivery: Delivery, service_token: str, max_connectors: int,

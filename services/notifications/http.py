@@ -27,8 +27,8 @@ RESPONSES: dict[int | str, dict[str, object]] = {
           "content": {"application/json": {"schema": NotificationAccepted.model_json_schema()}}},
     202: {"description": "stored (and delivered when the session is live)",
           "content": {"application/json": {"schema": NotificationAccepted.model_json_schema()}}},
-    401: {"description": "missing bearer token, or an invalid JWT", "content": _ERROR},
-    403: {"description": "not the service token, or a JWT without the service scope", "content": _ERROR},
+    401: {"description": "a missing or unknown bearer token, or an invalid JWT", "content": _ERROR},
+    403: {"description": "a JWT without the service scope", "content": _ERROR},
     404: {"description": "unknown session", "content": _ERROR},
     410: {"description": "the session was deleted", "content": _ERROR},
     409: {"description": "the id was already used for a different notification; detail.id names it",
@@ -72,9 +72,11 @@ async def refusal(header: str, service_token: str, verifier: BearerVerifier | No
         return _error(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
     if secrets.compare_digest(token.encode(), service_token.encode()):
         return None
-    if verifier is None or not looks_like_jwt(token):
-        return _error(403, "this token may not post notifications")
     try:
+        # A token that is neither the service token nor a JWT is unknown here: 401 with a challenge, as
+        # the proxy answers (RFC 6750 section 3.1); 403 is for a valid JWT lacking the service scope.
+        if verifier is None or not looks_like_jwt(token):
+            raise InvalidBearer("unknown bearer token")
         await verifier.require_scope(token)
     except InvalidBearer as exc:
         status = 403 if exc.error == "insufficient_scope" else 401

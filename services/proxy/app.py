@@ -57,6 +57,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await fanout.close()
         await broker.stop()
         await blocking.aclose()
+        if verifier is not None:
+            await verifier.aclose()  # a JWKS refresh under way, before its client closes
         await jwks_client.aclose()
 
     app = FastAPI(

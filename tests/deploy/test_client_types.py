@@ -5,19 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
+from tests.support.needs import needs
 from tools import client_types
 
+NEEDS_NODE = needs(None if client_types.available() else "node or openapi-typescript missing (make node)")
 
-@pytest.mark.skipif(not client_types.available(), reason="node or openapi-typescript missing (make node)")
+
+@NEEDS_NODE
 def test_committed_client_types_are_current(tmp_path: Path) -> None:
     fresh = tmp_path / "schema.d.ts"
     client_types.generate(client_types.ROOT / "docs" / "openapi.json", fresh)
     assert fresh.read_text() == client_types.TYPES.read_text(), "clients/typescript types drifted: run `make docs`"
 
 
-@pytest.mark.skipif(not client_types.available(), reason="node or openapi-typescript missing (make node)")
+@NEEDS_NODE
 def test_drift_is_detected(tmp_path: Path) -> None:
     """Guards against a vacuous comparison: a changed document gives different types."""
     changed = tmp_path / "openapi.json"

@@ -17,6 +17,7 @@ from openapi_spec_validator import validate as validate_openapi
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
 from shared import keys
+from tests.support.needs import needs
 from tools import docs
 
 from .support import ROOT
@@ -123,7 +124,7 @@ def run_parser(path: Path) -> tuple[int, dict[str, Any]]:
     return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(NODE is None or not PARSER.exists(), reason="node or @asyncapi/parser missing (make node)")
+@needs(None if NODE and PARSER.exists() else "node or @asyncapi/parser missing (make node)")
 def test_asyncapi_parser_accepts_the_document(tmp_path: Path, asyncapi: dict[str, Any]) -> None:
     rc, result = run_parser(DOCS / "asyncapi.yaml")
     assert (rc, result["parsed"], result["version"], result["errors"]) == (0, True, "3.0.0", [])

@@ -1,23 +1,22 @@
-"""deploy/k8s: each overlay renders with `kubectl kustomize` and every object validates (strict) with
-kubernetes-validate against the Kubernetes versions around kubectl's own; then the shape deploy/README.md describes."""
+"""deploy/k8s: each overlay renders with `kubectl kustomize` (kubectl from the venv: tests/deploy/support.py)
+and every object validates (strict) with kubernetes-validate against the Kubernetes versions we support;
+then the shape deploy/README.md describes."""
 
 from __future__ import annotations
 
 import base64
-import shutil
-import subprocess
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
-from .support import GAMMA_SERVICES, ROOT, entry_point_service, setting_env_names
+from tests.support.needs import needs
 
-KUBECTL = shutil.which("kubectl")
-pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
+from .support import GAMMA_SERVICES, KUBECTL_MISSING, ROOT, entry_point_service, kustomize, setting_env_names
+
+pytestmark = needs(KUBECTL_MISSING)
 OVERLAYS = ("dev", "prod")
-# kubectl here is 1.32; also the oldest and newest schemas kubernetes-validate bundles that we support.
+# The oldest Kubernetes we support, a middle one, and the newest schemas kubernetes-validate bundles.
 K8S_VERSIONS = ("1.28.0", "1.32.0", kubernetes_validate.utils.latest_version() + ".0")
 DISK_OWNERS = {"proxy", "runtime", "digest", "compaction"}
 
@@ -25,12 +24,7 @@ Doc = dict[str, Any]
 
 
 def render(overlay: str) -> list[Doc]:
-    assert KUBECTL is not None
-    out = subprocess.run(
-        [KUBECTL, "kustomize", str(ROOT / "deploy" / "k8s" / "overlays" / overlay)],
-        check=True, capture_output=True, text=True, timeout=60,
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    return kustomize(ROOT / "deploy" / "k8s" / "overlays" / overlay)
 
 
 @pytest.fixture(scope="module", params=OVERLAYS)

@@ -1,5 +1,5 @@
 """deploy/k8s/components/keda-runtime: the prod overlay with the component renders with `kubectl
-kustomize`; the KEDA objects validate against KEDA's published CRD schemas offline (the validators and
+kustomize` (kubectl from the venv: tests/deploy/support.py); the KEDA objects validate against KEDA's published CRD schemas offline (the validators and
 types of @kubernetes-models/keda, generated from them: values by its validators, unknown fields by tsc's
 excess-property check), every other object strictly with kubernetes-validate; the trigger watches the
 stream and consumer group shared/topology.py gives the runtime, and KEDA's HPA replaces the base one."""
@@ -19,24 +19,23 @@ import yaml
 
 from shared import keys
 from shared.topology import CONSUMPTIONS, group_of
+from tests.support.needs import needs
 
-from .support import ROOT
+from .support import KUBECTL_MISSING, ROOT, kustomize
 
-KUBECTL = shutil.which("kubectl")
 NODE = shutil.which("node")
 MODELS = ROOT / "node_modules" / "@kubernetes-models" / "keda"
 TSC = ROOT / "node_modules" / "typescript" / "bin" / "tsc"
 VALIDATE_JS = Path(__file__).with_name("keda_validate.mjs")
 COMPONENT = ROOT / "deploy" / "k8s" / "components" / "keda-runtime"
-pytestmark = pytest.mark.skipif(KUBECTL is None or NODE is None or not MODELS.exists() or not TSC.exists(),
-                                reason="kubectl, node or node_modules (make node) missing")
+pytestmark = [needs(KUBECTL_MISSING),
+              needs(None if NODE and MODELS.exists() and TSC.exists() else "node or node_modules missing (make node)")]
 Doc = dict[str, Any]
 TS_TYPES = {"ScaledObject": "IScaledObject", "TriggerAuthentication": "ITriggerAuthentication"}
 
 
 def render(tmp: Path, with_component: bool) -> list[Doc]:
     """The prod overlay, with the component added by an overlay of its own (as a deployer would)."""
-    assert KUBECTL is not None
     overlay = tmp / "overlay"
     overlay.mkdir(exist_ok=True)
     to_repo = os.path.relpath(ROOT, overlay)
@@ -45,9 +44,7 @@ def render(tmp: Path, with_component: bool) -> list[Doc]:
     if with_component:
         kustomization["components"] = [f"{to_repo}/deploy/k8s/components/keda-runtime"]
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-    out = subprocess.run([KUBECTL, "kustomize", str(overlay)], check=True, capture_output=True, text=True,
-                         timeout=60).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    return kustomize(overlay)
 
 
 def keda_errors(tmp: Path, docs: list[Doc]) -> list[Doc]:

@@ -5,8 +5,6 @@ the prod overlay offers a gVisor RuntimeClass, CI installs bubblewrap."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +12,18 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from .support import ROOT
+from tests.support.needs import needs
+
+from .support import KUBECTL_MISSING, ROOT, kustomize
 from .test_dockerfile import DOCKERFILE, parse
 
-KUBECTL = shutil.which("kubectl")
-needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
+needs_kubectl = needs(KUBECTL_MISSING)
 K8S_VERSIONS = ("1.28.0", "1.32.0", kubernetes_validate.utils.latest_version() + ".0")
 APPARMOR = "container.apparmor.security.beta.kubernetes.io/runtime"
 
 
 def render(path: Path, *extra: str) -> list[dict[str, Any]]:
-    assert KUBECTL is not None
-    out = subprocess.run([KUBECTL, "kustomize", *extra, str(path)], check=True, capture_output=True, text=True,
-                         timeout=60).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    return kustomize(path, *extra)
 
 
 def deployment(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:

@@ -33,6 +33,7 @@ import pytest
 from PIL import Image
 
 from tests.integration.test_rewind_fork import send
+from tests.support.needs import needs
 from tests.support.stack import API_TOKEN, Stack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,10 +41,9 @@ CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/ch
 NODE = shutil.which("node")
 SHOTS = ROOT / "docs" / "screenshots"
 MODULES = ROOT / "node_modules"
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or NODE is None or not (MODULES / "playwright-core").is_dir() or not (MODULES / "axe-core").is_dir(),
-    reason="needs chromium, node and `npm install` (playwright-core, axe-core)",
-)
+pytestmark = needs(
+    None if CHROMIUM and NODE and (MODULES / "playwright-core").is_dir() and (MODULES / "axe-core").is_dir()
+    else "needs chromium, node and `npm install` (playwright-core, axe-core)")
 
 
 @pytest.fixture(scope="module")

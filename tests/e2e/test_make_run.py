@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from services.stack import redis_answers
+from tests.support.needs import missing, needs
 from tests.support.polling import wait_sync
 from tests.support.ports import free_port
 from tests.support.procs import alive, descendants
@@ -23,7 +24,7 @@ from tests.support.stack import INTERNAL_PORT_VARS, PORT_VARS
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+pytestmark = needs(None if shutil.which("make") else "make is not installed")
 
 
 def readyz(port: int) -> int:
@@ -119,7 +120,7 @@ def test_fixtures_start_a_redis_server_when_nothing_answers_at_redis_url(tmp_pat
     started on a free port for the run and stopped when the run ends."""
     binary = shutil.which("redis-server")
     if binary is None:
-        pytest.skip("redis-server is not on PATH")
+        missing("redis-server is not on PATH")
     dead = f"redis://127.0.0.1:{free_port()}/0"
     script = (
         "import redis\n"

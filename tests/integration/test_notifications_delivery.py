@@ -62,7 +62,10 @@ async def test_bad_requests_are_4xx_and_store_nothing(http: httpx.AsyncClient, r
     before = set(await redis_client.keys("*"))
     assert (await http.post("/notifications", json=body())).status_code == 401
     assert (await http.post("/notifications", json=body(), headers={"authorization": "Basic x"})).status_code == 401
-    assert (await http.post("/notifications", json=body(), headers=auth("wrong"))).status_code == 403
+    # An unknown token (not the service token, not a JWT) is 401 with an RFC 6750 challenge, as at the proxy.
+    r = await http.post("/notifications", json=body(), headers=auth("wrong"))
+    assert r.status_code == 401 and r.json()["error"] == "unknown bearer token"
+    assert r.headers["www-authenticate"] == 'Bearer error="invalid_token", error_description="unknown bearer token"'
     r = await http.post("/notifications", json=body(type_="import.exploded"), headers=auth())
     assert r.status_code == 422 and r.json()["error"] == "invalid notification"
     r = await http.post("/notifications", content=b"{not json", headers=auth())

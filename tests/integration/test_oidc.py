@@ -1,6 +1,7 @@
 """Bearer JWTs from an identity provider, against the real proxy and notifications processes and a
 loopback IdP (tests/support/idp.py): accepted keys and algorithms, every rejection a 401 with an RFC 6750
-challenge, refresh on an unknown kid (rate-limited), rotation without a restart, a JWKS that is down."""
+challenge, refresh on an unknown kid (rate-limited), rotation without a restart, a JWKS that is down, the
+service scope for the notification intake and for connector registration."""
 
 from __future__ import annotations
 
@@ -169,3 +170,27 @@ def test_notifications_intake_needs_the_service_scope(oidc_stack: Stack, idp: Id
     assert lacking.status_code == 403
     assert 'error="insufficient_scope"' in lacking.headers["www-authenticate"]
     assert_invalid(post(idp.token(RSA, sub="billing", scope="gamma.service", aud="other")), "another audience")
+
+
+def test_connector_registration_needs_the_service_scope(oidc_stack: Stack, idp: Idp) -> None:
+    """`PUT /connectors/{name}` on the notifications service: a JWT with the service scope registers (and the
+    registry answers it back), one without it is 403 insufficient_scope and stores nothing."""
+    base = oidc_stack.url("notifications")
+    spec = {"description": "an IdP-registered connector", "tools": [{"name": "lookup", "description": "a tool",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"],
+                           "additionalProperties": False}}]}
+    scoped = idp.token(EC, sub="connector-x", scope="openid gamma.service")
+    stored = httpx.put(f"{base}/connectors/x", json=spec, headers=bearer(scoped), timeout=30)
+    assert stored.status_code == 200, stored.text
+    assert (stored.json()["name"], stored.json()["version"]) == ("x", 1)
+    lacking = httpx.put(f"{base}/connectors/y", json=spec, headers=bearer(idp.token(RSA, sub="connector-y",
+                                                                                     scope="openid")), timeout=30)
+    assert lacking.status_code == 403, lacking.text
+    assert lacking.headers["www-authenticate"] == (
+        'Bearer error="insufficient_scope", error_description="the token lacks the service scope"')
+    listed = httpx.get(f"{base}/connectors", headers=bearer(idp.token(RSA, sub="ops", scope=["gamma.service"])),
+                       timeout=30)
+    assert listed.status_code == 200
+    assert [c["name"] for c in listed.json()["connectors"]] == ["x"]
+    unknown = httpx.put(f"{base}/connectors/y", json=spec, headers=bearer("not-a-token"), timeout=30)
+    assert unknown.status_code == 401 and 'error="invalid_token"' in unknown.headers["www-authenticate"]

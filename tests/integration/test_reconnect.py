@@ -11,10 +11,11 @@ from services.stack import redis_server_binary
 from shared.bus import make_broker
 from shared.service import make_context
 from shared.settings import Settings
+from tests.support.needs import needs
 from tests.support.ports import free_port
 from tests.support.redis_server import start_redis_server
 
-pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason="needs redis-server")
+pytestmark = needs(None if redis_server_binary() else "needs redis-server")
 
 
 async def test_clients_survive_a_redis_restart() -> None:

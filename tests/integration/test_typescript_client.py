@@ -1,5 +1,7 @@
 """clients/typescript against the real stack: tsc type-checks and compiles the client and its tests, then
-Node's test runner runs them (clients/typescript/test/client.test.mts) against this module's stack."""
+Node's test runner runs them (clients/typescript/test/*.test.mts) against this module's stack: sessions,
+prompts and their events, heartbeats, uploads, documents with If-Match, a live run steered into by
+expected_run_id and aborted, and the events stream resuming across dropped connections."""
 
 from __future__ import annotations
 
@@ -10,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.needs import needs
 from tests.support.stack import API_TOKEN, OTHER_TOKEN, Stack
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "clients" / "typescript"
 NODE = shutil.which("node")
 TSC = ROOT / "node_modules" / "typescript" / "bin" / "tsc"
-pytestmark = [pytest.mark.skipif(NODE is None or not TSC.exists(), reason="node or typescript missing (make node)"),
+pytestmark = [needs(None if NODE and TSC.exists() else "node or typescript missing (make node)"),
               pytest.mark.timeout(300)]
 
 
@@ -32,8 +35,9 @@ def test_client_typechecks_and_passes_against_the_stack(module_stack: Stack, tmp
                               text=True, timeout=180, cwd=ROOT)
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
     env = dict(os.environ, GAMMA_BASE_URL=module_stack.url(), GAMMA_TOKEN=API_TOKEN, GAMMA_OTHER_TOKEN=OTHER_TOKEN)
-    ran = subprocess.run([NODE, "--test", str(out / "test" / "client.test.mjs")], capture_output=True, text=True,
-                         timeout=240, env=env, cwd=tmp_path)
+    tests = [str(out / "test" / name) for name in ("client.test.mjs", "runs.test.mjs")]
+    ran = subprocess.run([NODE, "--test", *tests], capture_output=True, text=True, timeout=240, env=env,
+                         cwd=tmp_path)
     report = ran.stdout + ran.stderr
     assert ran.returncode == 0, report
-    assert "# fail 0" in report and "# pass 6" in report, report
+    assert "# fail 0" in report and "# pass 8" in report, report

@@ -16,16 +16,15 @@ import pytest
 from pycrdt import Doc, Map
 
 from shared.uidoc import ROOT
+from tests.support.needs import needs
 from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, Stack
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT_DIR / "tests" / "js" / "ui_client.mjs"
 NODE = shutil.which("node")
-pytestmark = pytest.mark.skipif(
-    NODE is None or not (ROOT_DIR / "node_modules" / "yjs").is_dir(),
-    reason="needs node and `npm install` (node_modules/yjs)",
-)
+pytestmark = needs(None if NODE and (ROOT_DIR / "node_modules" / "yjs").is_dir()
+                   else "needs node and `npm install` (node_modules/yjs)")
 ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
 
 

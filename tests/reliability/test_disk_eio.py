@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import fresh_db_url
 from tests.support import slowfs, smalldisk
+from tests.support.needs import needs
 from tests.support.polling import wait_sync
 from tests.support.sessions import ask, new_session
 from tests.support.stack import Stack
@@ -41,7 +42,7 @@ def _sessions(api: httpx.Client, acked: Acknowledged) -> tuple[str, str]:
     return live, dormant
 
 
-@pytest.mark.skipif(smalldisk.available() is not None, reason=str(smalldisk.available()))
+@needs(smalldisk.available())
 def test_read_only_remount_holds_wakes_and_recovers(redis_base: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     """A real `mount -o remount,ro` of the tmpfs. Linux refuses it while a file is open for writing (a
     live session's disk fence is): the sessions are dormant first. A prompt sent meanwhile is kept and
@@ -76,7 +77,7 @@ def _read_only(stack: Stack, api: httpx.Client, disk: smalldisk.SmallDisk) -> No
     audit(stack, api, acked)
 
 
-@pytest.mark.skipif(slowfs.available() is not None, reason=str(slowfs.available()))
+@needs(slowfs.available())
 def test_read_only_share_under_a_live_session(redis_base: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     """The share turns read-only under open files (EROFS from the FUSE layer): live and dormant
     writes answer 503, the live session's prompt is kept and answered once the share is writable."""
@@ -89,7 +90,7 @@ def test_read_only_share_under_a_live_session(redis_base: str, tmp_path_factory:
                     fs.set()
 
 
-@pytest.mark.skipif(slowfs.available() is not None, reason=str(slowfs.available()))
+@needs(slowfs.available())
 def test_eio_answers_503_never_hangs_and_recovers(redis_base: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     with slowfs.slow_fs(tmp_path_factory.mktemp("eiofs")) as fs:
         for stack in started_stack(fresh_db_url(redis_base), fs.mountpoint, tmp_path_factory.mktemp("logs")):

@@ -21,6 +21,7 @@ import redis
 from shared import keys
 from tests.conftest import fresh_db_url
 from tests.support import smalldisk
+from tests.support.needs import needs
 from tests.support.polling import wait_sync
 from tests.support.sessions import ask, entries, new_session, tool_results
 from tests.support.stack import Stack
@@ -42,7 +43,7 @@ from .disk_rig import (
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
-              pytest.mark.skipif(smalldisk.available() is not None, reason=str(smalldisk.available()))]
+              needs(smalldisk.available())]
 
 DECK = {"title": "Plan", "cards": [{"id": "card_1", "title": "One"}]}
 UI = {"panes": [{"id": "p1", "tabIds": ["t1"]}], "tabs": {"t1": {"id": "t1", "ari": "file:a.txt"}},

@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import fresh_db_url
 from tests.support import slowfs
 from tests.support.healthz import HealthzMonitor
+from tests.support.needs import needs
 from tests.support.polling import wait_sync
 from tests.support.sessions import entries, new_session, tool_results
 from tests.support.stack import Stack
@@ -27,7 +28,7 @@ from tests.support.stack import Stack
 from .disk_rig import Acknowledged, answered, audit, client, post_prompt, put_file, started_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
-              pytest.mark.skipif(slowfs.available() is not None, reason=str(slowfs.available()))]
+              needs(slowfs.available())]
 
 FSYNC_MS, META_MS = 20, 5
 

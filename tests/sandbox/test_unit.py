@@ -19,6 +19,7 @@ from tests.integration.runtime_inproc import inproc_worker
 from tests.integration.runtime_support import call, done, script
 from tests.sandbox.conftest import LAYERS
 from tests.support.inproc import settings_for
+from tests.support.needs import needs
 from tests.support.polling import eventually
 
 SKILLS = sandbox_skills_dir()
@@ -130,7 +131,7 @@ async def test_bash_without_a_working_layer_tells_the_model(redis_url: str, data
     assert os.environ.get("GAMMA_SANDBOX") != "nonsense"
 
 
-@pytest.mark.skipif("bwrap" not in WORKING, reason="bwrap does not work here")
+@needs(None if "bwrap" in WORKING else "bwrap does not work here")
 async def test_bwrap_without_proc_still_confines(tmp_path: Path) -> None:
     """The variant the probe falls back to where a container's masked /proc cannot be remounted."""
     assert probe_layer("bwrap", SandboxLimits(), SKILLS, proc=False) is None

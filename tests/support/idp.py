@@ -44,6 +44,9 @@ class Idp:
     published: list[SigningKey] = field(default_factory=list)
     down: bool = False
     jwks_requests: int = 0
+    # Hanging: a JWKS request is counted, then held open with no answer until `release` is set (or stop()).
+    hanging: bool = False
+    release: threading.Event = field(default_factory=threading.Event)
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -62,6 +65,8 @@ class Idp:
                     self._send(200, {"issuer": idp.issuer, "jwks_uri": idp.issuer + "/jwks"})
                 elif self.path == "/jwks":
                     idp.jwks_requests += 1
+                    if idp.hanging:
+                        idp.release.wait(60)
                     self._send(200, {"keys": [key.public_jwk() for key in idp.published]})
                 else:
                     self._send(404, {})
@@ -82,6 +87,7 @@ class Idp:
         return self
 
     def stop(self) -> None:
+        self.release.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -17,6 +17,7 @@ from shared.diskhealth import probe
 from shared.leftovers import discard_temp, leftover_temps, sweep_leftover_temps
 from shared.workspace_fs import disk_error
 from tests.support import smalldisk
+from tests.support.needs import needs
 
 
 @pytest.mark.parametrize(("code", "status", "cause"), [
@@ -59,7 +60,7 @@ def test_probe_states(tmp_path: Path) -> None:
     assert probe(tmp_path, "test", 1 << 62).state == "full"  # under the free-space floor
 
 
-@pytest.mark.skipif(smalldisk.available() is not None, reason=str(smalldisk.available()))
+@needs(smalldisk.available())
 def test_a_refused_append_leaves_the_file_as_it_was(tmp_path: Path) -> None:
     with smalldisk.small_disk(tmp_path / "mnt", size_mb=1, inodes=64) as disk:
         path = disk.mountpoint / "t.jsonl"
@@ -77,7 +78,7 @@ def test_a_refused_append_leaves_the_file_as_it_was(tmp_path: Path) -> None:
         assert json.loads(path.read_bytes().splitlines()[-1]) == {"n": 2}
 
 
-@pytest.mark.skipif(smalldisk.available() is not None, reason=str(smalldisk.available()))
+@needs(smalldisk.available())
 def test_a_temp_file_the_disk_keeps_is_swept_when_it_is_back(tmp_path: Path) -> None:
     """A write that fails after its temp file exists, on a disk that then refuses the removal too
     (read-only): the temp file is remembered and removed by the sweep once the disk takes writes."""

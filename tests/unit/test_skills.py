@@ -23,6 +23,7 @@ from services.runtime.skills import (
     resolve_activation,
     split_skill_command,
 )
+from tests.support.needs import missing
 
 REPO = Path(__file__).resolve().parents[2]
 SKILLS_DIR = REPO / "skills"
@@ -298,7 +299,7 @@ def skills_ref() -> str | None:
 def test_reference_validator_accepts_skill(name: str) -> None:
     validator = skills_ref()
     if validator is None:
-        pytest.skip("skills-ref (npm) is not installed; `make node` installs it")
+        missing("skills-ref (npm) is not installed; `make node` installs it")
     result = subprocess.run([validator, "validate", str(SKILLS_DIR / name)], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr

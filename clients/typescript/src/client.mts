@@ -8,8 +8,8 @@ type Ok<P extends keyof paths, M extends keyof paths[P]> = paths[P][M] extends {
 } ? T : never;
 
 export type SessionEvent = paths["/sessions/{sid}/events"]["get"]["responses"][200]["content"]["text/event-stream"];
-export type FileWritten = { path: string; size: number; revision: number; created: boolean };
-export type DocumentDeleted = { doc: string; deleted: true; revision: number };
+export type FileWritten = Schemas["FileWritten"];
+export type DocumentDeleted = Schemas["DocumentDeleted"];
 
 /** A non-2xx answer: `status`, and the proxy's JSON error body (`{error, detail?}`) when it sent one. */
 export class GammaError extends Error {

@@ -445,6 +445,36 @@ export interface components {
             /** Cards */
             cards?: components["schemas"]["Card"][];
         };
+        /**
+         * DocumentDeleted
+         * @description `DELETE /sessions/{id}/documents/{doc}`: the revision the deck had.
+         */
+        DocumentDeleted: {
+            /** Doc */
+            doc: string;
+            /**
+             * Deleted
+             * @constant
+             */
+            deleted: true;
+            /** Revision */
+            revision: number;
+        };
+        /**
+         * FileWritten
+         * @description `PUT /sessions/{id}/workspace/files/{path}`: the workspace path written, its size, the revision the
+         *     digest records for it (shared/revnum.py); `created` when there was no file before.
+         */
+        FileWritten: {
+            /** Path */
+            path: string;
+            /** Size */
+            size: number;
+            /** Revision */
+            revision: number;
+            /** Created */
+            created: boolean;
+        };
         /** ForkBody */
         ForkBody: {
             /** Entry Id */
@@ -1786,7 +1816,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["FileWritten"];
                 };
             };
             /** @description a path outside the workspace, not UTF-8, too long, or a bad header */
@@ -2164,7 +2194,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["DocumentDeleted"];
                 };
             };
             /** @description invalid document id or If-Match header */

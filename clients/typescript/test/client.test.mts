@@ -3,31 +3,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { GammaClient, GammaError } from "../src/client.mjs";
-import { sessionEvents, type Frame } from "../src/events.mjs";
-
-const baseUrl = process.env.GAMMA_BASE_URL ?? "http://127.0.0.1:8000";
-const alice = new GammaClient({ baseUrl, token: process.env.GAMMA_TOKEN ?? "gamma-local-dev-token" });
-const bob = new GammaClient({ baseUrl, token: process.env.GAMMA_OTHER_TOKEN ?? "" });
-
-async function refused(promise: Promise<unknown>): Promise<GammaError> {
-  const err = await promise.then(() => undefined, (e: unknown) => e);
-  assert.ok(err instanceof GammaError, `expected a GammaError, got ${String(err)}`);
-  return err;
-}
-
-/** Frames until `until` matches one (inclusive); the iterator stays open for the next call. */
-async function collect(frames: AsyncIterator<Frame>, until: (f: Frame) => boolean): Promise<Frame[]> {
-  const seen: Frame[] = [];
-  for (;;) {
-    const next = await frames.next();
-    if (next.done) return seen;
-    seen.push(next.value);
-    if (until(next.value)) return seen;
-  }
-}
-
-const isEnd = (f: Frame) => f.kind === "event" && f.event.type === "agent_end";
+import { sessionEvents } from "../src/events.mjs";
+import { alice, bob, bounded, collect, isEnd, refused } from "./support.mjs";
 
 test("sessions: create, read, list; another user's session is a 404", async () => {
   const session = await alice.createSession({ variant: "base" });
@@ -36,13 +13,6 @@ test("sessions: create, read, list; another user's session is a 404", async () =
   assert.ok((await alice.listSessions()).sessions.some((s) => s.id === session.id));
   assert.equal((await refused(bob.getSession(session.id))).status, 404);
 });
-
-/** An AbortController that also fires after `ms` (a bound on every stream a test opens). */
-function bounded(ms: number): { signal: AbortSignal; done: () => void } {
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(), ms);
-  return { signal: controller.signal, done: () => { clearTimeout(timer); controller.abort(); } };
-}
 
 test("a prompt's events arrive; Last-Event-ID resumes after the id given", async () => {
   const { id: sid } = await alice.createSession();

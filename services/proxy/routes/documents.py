@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 
 from shared import write_model
 from shared.contracts.documents import Deck, StoredDeck
+from shared.contracts.http import DocumentDeleted
 from shared.contracts.inbox import DocumentDelete, DocumentEdit
 from shared.disk import SessionPaths, session_paths
 from shared.write_model import DocOp, Refused
@@ -121,7 +122,7 @@ async def _edit(
     return _deck_response(reply.body, reply.status)
 
 
-@router.delete("/{sid}/documents/{doc}", responses={
+@router.delete("/{sid}/documents/{doc}", response_model=DocumentDeleted, responses={
     **WRITE_ERRORS, 200: {"description": "{doc, deleted: true, revision}: the revision the deck had"},
 })
 async def delete_document(

@@ -31,6 +31,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from shared import revnum, workspace_fs, write_model
 from shared.blobs import remove_blob, write_blob
 from shared.contracts.base import new_id
+from shared.contracts.http import FileWritten
 from shared.contracts.inbox import FileDelete, FileWrite
 from shared.disk import PathRefused, check_size, session_paths, split_workspace_path
 from shared.quota import WorkspaceQuota
@@ -149,7 +150,7 @@ def _root_listing(workspace: Path, most: int) -> list[dict[str, object]]:
         return workspace_fs.list_dir(root, most)
 
 
-@router.put("/{sid}/workspace/files/{path:path}", openapi_extra=BINARY_BODY, responses={
+@router.put("/{sid}/workspace/files/{path:path}", response_model=FileWritten, openapi_extra=BINARY_BODY, responses={
     **ERRORS, 200: {"description": "{path, size, revision, created}: `created` when there was no file before"},
     409: {"description": "the session is waking, or the path is a directory or goes through a file"},
     413: {"description": "file too large"}, 504: {"description": "runtime timeout"},
