@@ -11,6 +11,9 @@ from typing import Any
 GROWTH_MAX = 0.05  # RSS, fds, Redis memory: at most 5% above the value after the warm-up
 FD_SLACK = 4  # ... or this many fds more (a pool that opened a few more connections under a burst)
 RATIO_MAX = 1.5  # p99 and disk bytes per write: last window at most this times the first
+RATE_TOLERANCE = 0.10  # rounds started in each minute within this of the offered rate
+LATE_S = 1.0  # a round started this long after its due time is late
+LATE_MAX = 0.05  # at most this share of the rounds late: otherwise the machine set the pace
 
 
 def windows(minutes: float) -> tuple[float, float]:
@@ -64,8 +67,33 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
     checks["exactly_once"] = {"losses": audit["losses"], "duplicates": audit["duplicates"],
                               "stuck": audit["stuck_undelivered"], "corrupt": audit["corrupt"],
                               "failed_requests": result["error_count"], "ok": clean}
+    checks["paced"] = _pace_check(result)
     return {"warmup_s": warm, "window_s": window, "checks": checks,
             "ok": all(c["ok"] for c in checks.values()), "failed": [k for k, c in checks.items() if not c["ok"]]}
+
+
+def started_per_minute(result: dict[str, Any]) -> list[tuple[int, int]]:
+    """(rounds started, of which late) per minute of the load."""
+    minutes = max(1, math.ceil(result["minutes"]))
+    out = [[0, 0] for _ in range(minutes)]
+    for due, started in result.get("starts", []):
+        row = out[min(int(started // 60), minutes - 1)]
+        row[0] += 1
+        row[1] += started - due > LATE_S
+    return [(n, late) for n, late in out]
+
+
+def _pace_check(result: dict[str, Any]) -> dict[str, Any]:
+    offered = result["rate"] * 60
+    rows = started_per_minute(result)
+    started = sum(n for n, _ in rows)
+    late = sum(lt for _, lt in rows)
+    lags = [started - due for due, started in result.get("starts", [])]
+    even = all(abs(n - offered) <= RATE_TOLERANCE * offered for n, _ in rows)
+    return {"offered_per_minute": offered, "started_per_minute": [n for n, _ in rows], "late": late,
+            "late_share": round(late / started, 4) if started else 0.0,
+            "max_lag_s": round(max(lags, default=0.0), 2),
+            "ok": even and started > 0 and late <= LATE_MAX * started}
 
 
 def _disk_check(samples: list[dict[str, Any]], warm: float, end: float, window: float) -> dict[str, Any]:
@@ -84,6 +112,7 @@ def _disk_check(samples: list[dict[str, Any]], warm: float, end: float, window: 
 def per_minute(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The last sample of each minute, with p99 of the prompts sent in that minute."""
     rows: dict[int, dict[str, Any]] = {}
+    started = started_per_minute(result)
     for s in result["samples"]:
         # The sample taken as the load stopped closes the last minute (not a minute of its own).
         rows[min(int(s["t"] // 60), max(0, math.ceil(result["minutes"]) - 1))] = s
@@ -93,6 +122,8 @@ def per_minute(result: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"minute": minute + 1, "t": s["t"], "rss_mb": {k: round(v / 2**20, 1) for k, v in s["rss"].items()},
                     "fds": s["fds"], "redis_mb": round(s["redis_bytes"] / 2**20, 2),
                     "disk_mb": round(s["disk_bytes"] / 2**20, 2), "writes": s["writes"],
+                    "rounds": started[minute][0] if minute < len(started) else 0,
+                    "late": started[minute][1] if minute < len(started) else 0,
                     "prompts": len(lat), "p99_s": round(p99(lat), 3)})
     return out
 
@@ -100,12 +131,12 @@ def per_minute(result: dict[str, Any]) -> list[dict[str, Any]]:
 def render(result: dict[str, Any], png: Path) -> str:
     rows = per_minute(result)
     names = sorted(rows[0]["rss_mb"]) if rows else []
-    head = ["minute", *[f"RSS {n} MB" for n in names], "fds (sum)", "Redis MB", "disk MB", "writes", "prompts",
-            "p99 s"]
+    head = ["minute", *[f"RSS {n} MB" for n in names], "fds (sum)", "Redis MB", "disk MB", "writes", "rounds",
+            "late", "prompts", "p99 s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["minute"], *[r["rss_mb"][n] for n in names], sum(r["fds"].values()), r["redis_mb"], r["disk_mb"],
-                 r["writes"], r["prompts"], r["p99_s"]]
+                 r["writes"], r["rounds"], r["late"], r["prompts"], r["p99_s"]]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     draw_chart(rows, names, png)
     return "\n".join(lines) + "\n"
