@@ -185,12 +185,15 @@ def key_kind(key: str) -> str:
 
 def key_census(client: redis.Redis) -> dict[str, list[int]]:
     """Keys and their MEMORY USAGE summed per kind (a SCAN: a few thousand keys at this load)."""
+    found = list(client.scan_iter(count=1000))
+    pipe = client.pipeline(transaction=False)
+    for raw in found:
+        pipe.memory_usage(raw)
     out: dict[str, list[int]] = {}
-    for raw in client.scan_iter(count=1000):
-        key = raw.decode(errors="replace")
-        entry = out.setdefault(key_kind(key), [0, 0])
+    for raw, size in zip(found, pipe.execute(raise_on_error=False), strict=True):
+        entry = out.setdefault(key_kind(raw.decode(errors="replace")), [0, 0])
         entry[0] += 1
-        entry[1] += int(client.memory_usage(raw) or 0)
+        entry[1] += size if isinstance(size, int) else 0
     return out
 
 

@@ -139,6 +139,25 @@ def render(result: dict[str, Any], png: Path) -> str:
                  r["writes"], r["rounds"], r["late"], r["prompts"], r["p99_s"]]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     draw_chart(rows, names, png)
+    return "\n".join(lines) + "\n" + census_table(result)
+
+
+def census_table(result: dict[str, Any]) -> str:
+    """Redis' keys and MEMORY USAGE per kind of key, at the first census after the warm-up and the last
+    (what grows in Redis, if it does)."""
+    warm, _ = windows(result["minutes"])
+    taken = [s for s in result["samples"] if s.get("redis_keys")]
+    after = [s for s in taken if s["t"] >= warm]
+    if not after:
+        return ""
+    first, last = after[0], taken[-1]
+    kinds = sorted(set(first["redis_keys"]) | set(last["redis_keys"]),
+                   key=lambda k: -max(first["redis_keys"].get(k, [0, 0])[1], last["redis_keys"].get(k, [0, 0])[1]))
+    lines = [f"\nRedis keys by kind (t={first['t']:.0f} s -> t={last['t']:.0f} s): keys, KB", "",
+             "| kind | keys | KB | keys | KB |", "|---|---|---|---|---|"]
+    for kind in kinds[:12]:
+        a, b = first["redis_keys"].get(kind, [0, 0]), last["redis_keys"].get(kind, [0, 0])
+        lines.append(f"| {kind} | {a[0]} | {a[1] / 1024:.0f} | {b[0]} | {b[1] / 1024:.0f} |")
     return "\n".join(lines) + "\n"
 
 
