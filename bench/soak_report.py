@@ -11,6 +11,10 @@ from typing import Any
 GROWTH_MAX = 0.05  # RSS, fds, Redis memory: at most 5% above the value after the warm-up
 FD_SLACK = 4  # ... or this many fds more (a pool that opened a few more connections under a burst)
 RATIO_MAX = 1.5  # p99 and disk bytes per write: last window at most this times the first
+# ... or p99 at most this much above the first window's: a sub-second p99 of a minute's ~200 prompts is
+# its second-worst prompt, which one scheduling stall of the shared 2-core machine moves by that much
+# (a 3-minute run: 0.17 -> 0.49 s as a test suite started beside it, every other figure flat).
+P99_SLACK_S = 0.5
 RATE_TOLERANCE = 0.10  # rounds started in each minute within this of the offered rate
 LATE_S = 1.0  # a round started this long after its due time is late
 LATE_MAX = 0.05  # at most this share of the rounds late: otherwise the machine set the pace
@@ -71,7 +75,8 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
     last_w = [lat for t, lat in result["prompts"] if t >= end - window]
     ratio = p99(last_w) / p99(first) if first and last_w and p99(first) else 0.0
     checks["p99_prompt"] = {"first_window_s": round(p99(first), 3), "last_window_s": round(p99(last_w), 3),
-                            "ratio": round(ratio, 3), "ok": bool(first and last_w) and ratio <= RATIO_MAX}
+                            "ratio": round(ratio, 3),
+                            "ok": bool(first and last_w) and (ratio <= RATIO_MAX or p99(last_w) <= p99(first) + P99_SLACK_S)}
     audit = result["audit"]
     clean = audit["losses"] == 0 and audit["duplicates"] == 0 and audit["stuck_undelivered"] == 0 \
         and audit["corrupt"] == 0 and result["error_count"] == 0
