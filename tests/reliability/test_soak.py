@@ -14,7 +14,6 @@ audit clean, no request failed.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -22,13 +21,9 @@ import pytest
 from bench.soak import run
 from bench.soak_report import render, verdict
 
-pytestmark = [
-    pytest.mark.slow, pytest.mark.timeout(480),
-    # Opt-in (`GAMMA_SOAK=1`, or `make soak`) until the paced run has passed three times in a row on
-    # the shared 2-core machine (bench/results/soak.20m.md).
-    pytest.mark.skipif(os.environ.get("GAMMA_SOAK") != "1",
-                       reason="not yet passed three times in a row (bench/results/soak.20m.md); GAMMA_SOAK=1 runs it"),
-]
+# In the suite by default; the timeout (the load's 3 minutes, the retirement's flush of at most 90 s,
+# the audit) ends it whatever the stack does. The 20-minute run is `make soak`.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
 MINUTES = 3
 SESSIONS = 50
