@@ -95,7 +95,7 @@ bench-lifecycle: $(STAMP)
 # 50 ms of Redis latency (bench/faults_net.py); each side by side in its own run.
 bench-faults: bench-faults-disk $(STAMP)
 	$(BIN)/python bench/faults_net.py
-# The nightly soak: 50 sessions of mixed traffic for 20 minutes (SOAK_ARGS e.g. "--minutes 3").
+# The nightly soak: 50 sessions of mixed traffic for 20 minutes at a fixed rate (SOAK_ARGS e.g. "--minutes 3 --rate 2").
 soak: $(STAMP)
 	$(BIN)/python -m bench.soak --minutes 20 $(SOAK_ARGS)
 

@@ -11,6 +11,13 @@ from typing import Any
 GROWTH_MAX = 0.05  # RSS, fds, Redis memory: at most 5% above the value after the warm-up
 FD_SLACK = 4  # ... or this many fds more (a pool that opened a few more connections under a burst)
 RATIO_MAX = 1.5  # p99 and disk bytes per write: last window at most this times the first
+# ... or p99 at most this much above the first window's: a sub-second p99 of a minute's ~200 prompts is
+# its second-worst prompt, which one scheduling stall of the shared 2-core machine moves by that much
+# (a 3-minute run: 0.17 -> 0.49 s as a test suite started beside it, every other figure flat).
+P99_SLACK_S = 0.5
+RATE_TOLERANCE = 0.10  # rounds started in each minute within this of the offered rate
+LATE_S = 1.0  # a round started this long after its due time is late
+LATE_MAX = 0.05  # at most this share of the rounds late: otherwise the machine set the pace
 
 
 def windows(minutes: float) -> tuple[float, float]:
@@ -31,6 +38,16 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
 
 
+# Key kinds (bench/soak.py key_kind) kept for a dormant session by design (docs/integration.md "Redis keys of a
+# dormant session"): they grow with the sessions that ever ran, and are checked per session.
+KEPT_KINDS = frozenset({"session:session", "session:revisions", "session:ntf", "session:digest-handled",
+                        "session:compaction-done", "session:notifications", "gamma:user"})
+
+
+def kept_bytes(sample: dict[str, Any]) -> int:
+    return sum(v[1] for k, v in sample.get("redis_keys", {}).items() if k in KEPT_KINDS)
+
+
 def series(samples: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
     out: dict[str, list[tuple[float, float]]] = {}
     for s in samples:
@@ -38,7 +55,7 @@ def series(samples: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]
             out.setdefault(f"rss:{name}", []).append((s["t"], v))
         for name, v in s["fds"].items():
             out.setdefault(f"fds:{name}", []).append((s["t"], v))
-        out.setdefault("redis_memory", []).append((s["t"], s["redis_bytes"]))
+        out.setdefault("redis_memory", []).append((s["t"], s["redis_bytes"] - kept_bytes(s)))
     return out
 
 
@@ -53,19 +70,61 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
         ok = growth <= GROWTH_MAX or (name.startswith("fds:") and last - base <= FD_SLACK)
         checks[name] = {"after_warmup": base, "end": last, "growth": round(growth, 4), "ok": ok}
     checks["disk_per_write"] = _disk_check(result["samples"], warm, end, window)
+    checks["redis_kept_per_session"] = _kept_check(result["samples"], warm, end, window)
     first = [lat for t, lat in result["prompts"] if t < window]
     last_w = [lat for t, lat in result["prompts"] if t >= end - window]
     ratio = p99(last_w) / p99(first) if first and last_w and p99(first) else 0.0
     checks["p99_prompt"] = {"first_window_s": round(p99(first), 3), "last_window_s": round(p99(last_w), 3),
-                            "ratio": round(ratio, 3), "ok": bool(first and last_w) and ratio <= RATIO_MAX}
+                            "ratio": round(ratio, 3),
+                            "ok": bool(first and last_w) and (ratio <= RATIO_MAX or p99(last_w) <= p99(first) + P99_SLACK_S)}
     audit = result["audit"]
     clean = audit["losses"] == 0 and audit["duplicates"] == 0 and audit["stuck_undelivered"] == 0 \
         and audit["corrupt"] == 0 and result["error_count"] == 0
     checks["exactly_once"] = {"losses": audit["losses"], "duplicates": audit["duplicates"],
                               "stuck": audit["stuck_undelivered"], "corrupt": audit["corrupt"],
                               "failed_requests": result["error_count"], "ok": clean}
+    checks["paced"] = _pace_check(result)
     return {"warmup_s": warm, "window_s": window, "checks": checks,
             "ok": all(c["ok"] for c in checks.values()), "failed": [k for k, c in checks.items() if not c["ok"]]}
+
+
+def started_per_minute(result: dict[str, Any]) -> list[tuple[int, int]]:
+    """(rounds started, of which late) per minute of the load."""
+    minutes = max(1, math.ceil(result["minutes"]))
+    out = [[0, 0] for _ in range(minutes)]
+    for due, started in result.get("starts", []):
+        row = out[min(int(started // 60), minutes - 1)]
+        row[0] += 1
+        row[1] += started - due > LATE_S
+    return [(n, late) for n, late in out]
+
+
+def _pace_check(result: dict[str, Any]) -> dict[str, Any]:
+    offered = result["rate"] * 60
+    rows = started_per_minute(result)
+    started = sum(n for n, _ in rows)
+    late = sum(lt for _, lt in rows)
+    lags = [started - due for due, started in result.get("starts", [])]
+    even = all(abs(n - offered) <= RATE_TOLERANCE * offered for n, _ in rows)
+    return {"offered_per_minute": offered, "started_per_minute": [n for n, _ in rows], "late": late,
+            "late_share": round(late / started, 4) if started else 0.0,
+            "max_lag_s": round(max(lags, default=0.0), 2),
+            "ok": even and started > 0 and late <= LATE_MAX * started}
+
+
+def _kept_check(samples: list[dict[str, Any]], warm: float, end: float, window: float) -> dict[str, Any]:
+    """Bytes of the kept kinds per session row added (every session the load opened has one)."""
+    def rate(lo: float, hi: float) -> float:
+        inside = [s for s in samples if lo <= s["t"] <= hi and s.get("redis_keys")]
+        if len(inside) < 2:
+            return 0.0
+        rows = [s["redis_keys"].get("session:session", [0, 0])[0] for s in (inside[0], inside[-1])]
+        return (kept_bytes(inside[-1]) - kept_bytes(inside[0])) / (rows[1] - rows[0]) if rows[1] > rows[0] else 0.0
+
+    first, last = rate(warm, warm + window), rate(end - window, end)
+    ratio = last / first if first > 0 else 0.0
+    return {"first_bytes_per_session": round(first), "last_bytes_per_session": round(last), "ratio": round(ratio, 3),
+            "ok": ratio <= RATIO_MAX}
 
 
 def _disk_check(samples: list[dict[str, Any]], warm: float, end: float, window: float) -> dict[str, Any]:
@@ -84,6 +143,7 @@ def _disk_check(samples: list[dict[str, Any]], warm: float, end: float, window: 
 def per_minute(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The last sample of each minute, with p99 of the prompts sent in that minute."""
     rows: dict[int, dict[str, Any]] = {}
+    started = started_per_minute(result)
     for s in result["samples"]:
         # The sample taken as the load stopped closes the last minute (not a minute of its own).
         rows[min(int(s["t"] // 60), max(0, math.ceil(result["minutes"]) - 1))] = s
@@ -92,7 +152,10 @@ def per_minute(result: dict[str, Any]) -> list[dict[str, Any]]:
         lat = [v for t, v in result["prompts"] if minute * 60 <= t < (minute + 1) * 60]
         out.append({"minute": minute + 1, "t": s["t"], "rss_mb": {k: round(v / 2**20, 1) for k, v in s["rss"].items()},
                     "fds": s["fds"], "redis_mb": round(s["redis_bytes"] / 2**20, 2),
+                    "kept_mb": round(kept_bytes(s) / 2**20, 2),
                     "disk_mb": round(s["disk_bytes"] / 2**20, 2), "writes": s["writes"],
+                    "rounds": started[minute][0] if minute < len(started) else 0,
+                    "late": started[minute][1] if minute < len(started) else 0,
                     "prompts": len(lat), "p99_s": round(p99(lat), 3)})
     return out
 
@@ -100,14 +163,33 @@ def per_minute(result: dict[str, Any]) -> list[dict[str, Any]]:
 def render(result: dict[str, Any], png: Path) -> str:
     rows = per_minute(result)
     names = sorted(rows[0]["rss_mb"]) if rows else []
-    head = ["minute", *[f"RSS {n} MB" for n in names], "fds (sum)", "Redis MB", "disk MB", "writes", "prompts",
-            "p99 s"]
+    head = ["minute", *[f"RSS {n} MB" for n in names], "fds (sum)", "Redis MB", "of which kept MB", "disk MB", "writes", "rounds",
+            "late", "prompts", "p99 s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["minute"], *[r["rss_mb"][n] for n in names], sum(r["fds"].values()), r["redis_mb"], r["disk_mb"],
-                 r["writes"], r["prompts"], r["p99_s"]]
+        cells = [r["minute"], *[r["rss_mb"][n] for n in names], sum(r["fds"].values()), r["redis_mb"], r["kept_mb"], r["disk_mb"],
+                 r["writes"], r["rounds"], r["late"], r["prompts"], r["p99_s"]]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     draw_chart(rows, names, png)
+    return "\n".join(lines) + "\n" + census_table(result)
+
+
+def census_table(result: dict[str, Any]) -> str:
+    """Redis' keys and MEMORY USAGE per kind of key, at the first census after the warm-up and the last
+    (what grows in Redis, if it does)."""
+    warm, _ = windows(result["minutes"])
+    taken = [s for s in result["samples"] if s.get("redis_keys")]
+    after = [s for s in taken if s["t"] >= warm]
+    if not after:
+        return ""
+    first, last = after[0], taken[-1]
+    kinds = sorted(set(first["redis_keys"]) | set(last["redis_keys"]),
+                   key=lambda k: -max(first["redis_keys"].get(k, [0, 0])[1], last["redis_keys"].get(k, [0, 0])[1]))
+    lines = [f"\nRedis keys by kind (t={first['t']:.0f} s -> t={last['t']:.0f} s): keys, KB", "",
+             "| kind | keys | KB | keys | KB |", "|---|---|---|---|---|"]
+    for kind in kinds[:12]:
+        a, b = first["redis_keys"].get(kind, [0, 0]), last["redis_keys"].get(kind, [0, 0])
+        lines.append(f"| {kind} | {a[0]} | {a[1] / 1024:.0f} | {b[0]} | {b[1] / 1024:.0f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -42,6 +42,7 @@ from .lease import Lease, LeaseLost, forget_deleted, raise_fence, renew_all, wai
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .sender import EventSender
 from .session import Session, SessionDeps
+from .session_locks import SessionLocks
 from .share import heartbeat, over_share, pause_while_over_share
 from .skills import Skill
 
@@ -68,7 +69,7 @@ class Worker:
         self.system_prompts = system_prompts
         self.reader = InboxReader(client, worker_id)
         self.sessions: dict[str, Session] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks = SessionLocks()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._trimmed_at = 0
@@ -91,15 +92,12 @@ class Worker:
         self._tasks = [asyncio.ensure_future(self._read_loop()), asyncio.ensure_future(self._house_loop()),
                        asyncio.ensure_future(self._orphan_loop())]
 
-    def _lock(self, sid: str) -> asyncio.Lock:
-        return self._locks.setdefault(sid, asyncio.Lock())
-
     # ------------------------------------------------------------ wake
     async def on_wake(self, wake: Wake) -> None:
         if self.disk is not None and not self.disk.ok:  # read before the disk failed: it waits here
             log.warning("wake_held_disk", session_id=wake.session_id, state=self.disk.current.state)
             await self.disk.wait_ok()
-        async with self._lock(wake.session_id):
+        async with self._locks.hold(wake.session_id):
             for _ in range(2):  # a second time only when the disk's fence was ahead of Redis's counter
                 if wake.session_id in self.sessions:
                     return
@@ -328,7 +326,7 @@ class Worker:
         task.add_done_callback(self._closing.discard)
 
     async def close(self, sid: str, reason: str) -> None:
-        async with self._lock(sid):
+        async with self._locks.hold(sid):
             session = self.sessions.pop(sid, None)
             if session is None:
                 return
