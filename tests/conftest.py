@@ -69,7 +69,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The groups handed out first are those with the longest per-test timeout (the long end-to-end
     and fault modules), so that none of them starts last and stretches the run (`make test` passes
-    --no-loadscope-reorder, which keeps this order). Each group's tests keep their own order."""
+    --no-loadscope-reorder, which keeps this order). Each group's tests keep their own order. Groups
+    marked `quiet_end` go last whatever their timeout: a measurement over minutes (the soak) then
+    overlaps the suite's tail, not its busiest start."""
     default = float(config.getini("timeout") or 0)
 
     def timeout(item: pytest.Item) -> float:
@@ -82,7 +84,9 @@ def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
         group = group_of(item.nodeid)
         first.setdefault(group, i)
         longest[group] = max(longest.get(group, 0.0), timeout(item))
-    items.sort(key=lambda item: (-longest[group_of(item.nodeid)], first[group_of(item.nodeid)]))
+    at_end = {group_of(item.nodeid) for item in items if item.get_closest_marker("quiet_end") is not None}
+    items.sort(key=lambda item: (group_of(item.nodeid) in at_end, -longest[group_of(item.nodeid)],
+                                 first[group_of(item.nodeid)]))
 
 
 @pytest.fixture(scope="session")
