@@ -15,6 +15,7 @@ setup (another source tree, other PYTHON* variables) are started with a fresh `p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -71,6 +72,10 @@ def _child(request: dict[str, Any]) -> None:
     os.environ.update(request["env"])
     module = request["module"]
     sys.argv = [module]
+    # Its command line stays the zygote's (a fork keeps argv): the thread name at least says which
+    # service it is (`ps -o comm`, top).
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
+        comm.write(module.removeprefix("services.")[:15])
     import runpy
 
     runpy.run_module(module, run_name="__main__", alter_sys=True)
