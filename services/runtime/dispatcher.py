@@ -352,8 +352,7 @@ class InboxDispatcher:
         await self.release(markers, prompts)
 
     async def release(self, markers: list[Injection], prompts: list[InboxEntry]) -> None:
-        """Prompts the causal gate let go, in order, after the dirty markers of a wait that ran out
-        (each retried as an entry is: the gate no longer holds them)."""
+        """The gate's released prompts, in order, after a timed-out wait's dirty markers; retried as entries are."""
         for marker in markers:
             await self.handle_retrying(prompts[0], functools.partial(self.injections.deliver, marker, None))
         for entry in prompts:

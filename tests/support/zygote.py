@@ -114,9 +114,13 @@ class Zygote:
         self._proc: subprocess.Popen[str] | None = None
         self._env: dict[str, str] = {}
 
+    @staticmethod
+    def _base_env() -> dict[str, str]:
+        return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
     def _started(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
-            self._env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            self._env = self._base_env()
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.zygote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 text=True, cwd=ROOT, env=self._env,
@@ -147,7 +151,7 @@ class Zygote:
         source tree and the same interpreter settings (PYTHON* variables act at interpreter start)."""
         if cwd.resolve() != ROOT:
             return False
-        base = self._env or {**os.environ, "PYTHONUNBUFFERED": "1"}
+        base = self._env or self._base_env()
         python_vars = {k for k in (*env, *base) if k.startswith("PYTHON")}
         return all(env.get(k) == base.get(k) for k in python_vars)
 
