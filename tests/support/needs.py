@@ -3,8 +3,8 @@ bubblewrap, redis-server), FUSE, root. On a developer machine a missing one skip
 CI variable set, as .ci/run sets it) it fails the test, because .ci/run installs every one of them, so a
 CI run can never pass by skipping what it was meant to check.
 
-A kernel feature that no install brings (openat2, Landlock) and an opt-in run (GAMMA_SOAK) stay plain
-skips: a CI machine without them cannot be fixed by .ci/run.
+A kernel feature that no install brings (openat2, Landlock) stays a plain skip: a CI machine without
+it cannot be fixed by .ci/run.
 """
 
 from __future__ import annotations
