@@ -18,9 +18,17 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from .diskfence import DiskFence
-
 T = TypeVar("T")
+
+
+class FenceLock(Protocol):
+    """The disk fence as the guard uses it (diskfence.py `DiskFence`)."""
+
+    async def hold(self) -> None:
+        """Return with the fence's lock held and the fence still ours, else raise LeaseLost."""
+        ...
+
+    def release(self) -> None: ...
 
 
 class Guard(Protocol):
@@ -34,7 +42,7 @@ async def _unchecked() -> None:
 
 
 class WriteGuard:
-    def __init__(self, check: Callable[[], Awaitable[None]] = _unchecked, disk: DiskFence | None = None) -> None:
+    def __init__(self, check: Callable[[], Awaitable[None]] = _unchecked, disk: FenceLock | None = None) -> None:
         self._check = check  # raises LeaseLost when the session may no longer write
         self.disk = disk
         self._turn = asyncio.Lock()
