@@ -227,17 +227,18 @@ def append_jsonl(path: Path, records: list[dict[str, Any]], visible: Callable[[]
         os.fsync(fh.fileno())
 
 
-async def append_jsonl_async(path: Path, records: list[dict[str, Any]],
-                             visible: Callable[[], None] | None = None) -> None:
-    """append_jsonl with its fsync awaited in a thread: the lines are written (and `visible` runs) on
-    the caller's event loop, at the same moment as append_jsonl's, and the caller resumes once they
-    are durable, as with append_jsonl; other tasks run meanwhile instead of the whole loop waiting for the disk
-    (500 streaming sessions' turn starts and ends: 15% of the runtime's loop in fsync, bench-stream).
-    A caller cancelled meanwhile does not stop the fsync (the file closes when it is done); anything
-    that must follow the write whatever happens belongs in `visible`."""
-    if not records:
-        return
-    fh = _appended(path, records, visible)
+def append_unsynced(path: Path, records: list[dict[str, Any]]) -> Any:
+    """append_jsonl's write without its fsync: returns the file, open, with the lines in it for every
+    reader; the caller hands it to `sync_and_close`. For a writer that must release a lock as soon as
+    its lines are readable and not after their fsync (the runtime's transcript: write_guard.py)."""
+    return _appended(path, records, None)
+
+
+async def sync_and_close(fh: Any) -> None:
+    """fsync `fh` in the I/O pool, then close it. Other tasks run meanwhile instead of the whole loop
+    waiting for the disk (500 streaming sessions' turn starts and ends: 15% of the runtime's loop in
+    fsync, bench-stream). A caller cancelled meanwhile does not stop the fsync (the file closes when it
+    is done)."""
     try:
         done = asyncio.get_running_loop().run_in_executor(None, os.fsync, fh.fileno())
     except BaseException:

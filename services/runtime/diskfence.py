@@ -10,17 +10,16 @@ So the token is also checked by the disk itself. `{session}/.fence` holds the fe
 holder that claimed the session's disk, under an exclusive `flock` on that file:
 - a new holder claims (`claim`) after taking its lease and before reading anything: under the lock it
   checks that no newer fence is stored and stores its own;
-- every write (`hold`, called last in `Session.guard`) takes the lock, checks that the stored fence is
-  still its own, and keeps the lock until the caller's write is done: the write follows the guard with
-  no await in between, and the unlock is scheduled with `call_soon`, so it runs only once the task
-  yields, after the write. The transcript, written most, unlocks earlier (`unlock`): as soon as its
-  lines are readable, before their fsync, which can take long on a busy disk.
+- every write (`hold`, called by the session's `WriteGuard`, write_guard.py) takes the lock, checks
+  that the stored fence is still its own, and keeps the lock until the write is done (`release`); the
+  write runs in the I/O pool meanwhile. The transcript releases as soon as its lines are readable,
+  before their fsync, which can take long on a busy disk.
 A stale writer therefore either wrote before the claim (the new holder reads its line) or finds a newer
 fence and writes nothing: there is no window left between the check and the visible write. A process
-frozen inside that critical section (microseconds) holds the lock: the next holder's claim waits for
+frozen inside that critical section (one write) holds the lock: the next holder's claim waits for
 it (the kernel drops the lock when the process dies), choosing safety over a faster takeover.
-`flock` is per open file description, so two tasks of one process never block each other (their
-critical sections cannot interleave on one event loop); Linux NFS maps it to POSIX locks.
+`flock` is per open file description, so two tasks of one process pass each other's lock: the
+`WriteGuard` makes a session's writes take turns; Linux NFS maps `flock` to POSIX locks.
 """
 
 from __future__ import annotations
@@ -78,8 +77,8 @@ class DiskFence:
                     raise DiskFenceBusy(f"{self.path} locked for {self.lock_timeout_s} s") from None
                 await asyncio.sleep(POLL_S)
 
-    def unlock(self) -> None:
-        """Release early: the caller's write is visible (the scheduled release then finds nothing held)."""
+    def release(self) -> None:
+        """The write `hold` was taken for is done."""
         self._unlock()
 
     def _unlock(self) -> None:
@@ -96,6 +95,7 @@ class DiskFence:
         """The new holder, before it reads the session disk: no newer fence may be stored; store ours.
         Raises FenceBehind when the disk holds a newer one. `until` (monotonic): give up waiting for
         the lock then (the lease's own bound: past it the claim is moot)."""
+        await asyncio.to_thread(self._open)  # a network filesystem's open and mkdir: off the event loop
         fd = await self._lock(until)
         try:
             stored = self.stored()
@@ -103,13 +103,13 @@ class DiskFence:
                 raise FenceBehind(self.sid, stored)
             if stored < self.fence:
                 os.pwrite(fd, str(self.fence).rjust(WIDTH).encode(), 0)
-                os.fsync(fd)
+                await asyncio.to_thread(os.fsync, fd)
         finally:
             self._unlock()
 
     async def hold(self) -> None:
-        """Return with the lock held and our fence still the stored one (else LeaseLost). The lock is
-        released when the calling task next yields: after its synchronous write."""
+        """Return with the lock held and our fence still the stored one (else LeaseLost); the caller
+        calls `release` once its write is done."""
         await self._lock()
         try:
             if self.stored() != self.fence:
@@ -117,7 +117,6 @@ class DiskFence:
         except BaseException:
             self._unlock()
             raise
-        asyncio.get_running_loop().call_soon(self._unlock)
 
     def close(self) -> None:
         if self._fd is not None:

@@ -6,7 +6,6 @@ holder writes state.json."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from shared.contracts.events import EventType, UiUpdateData
@@ -14,6 +13,7 @@ from shared.disk import SessionPaths, atomic_write_json, read_json
 from shared.uirules import UiLimits, repair_snapshot
 
 from .uistate import UiDoc
+from .write_guard import Guard
 
 
 class EventOutbox(Protocol):
@@ -32,7 +32,7 @@ class UiHost(Protocol):
 
 
 class LiveUi:
-    def __init__(self, paths: SessionPaths, limits: UiLimits, guard: Callable[[], Awaitable[None]],
+    def __init__(self, paths: SessionPaths, limits: UiLimits, guard: Guard,
                  outbox: EventOutbox) -> None:
         self.paths = paths
         self.limits = limits
@@ -49,8 +49,9 @@ class LiveUi:
     async def persist_ui(self) -> None:
         if self._doc is None:
             return  # never loaded, so never changed: state.json is already what it should be
-        await self.guard()
-        atomic_write_json(self.paths.state, self._doc.snapshot())
+        # Taken now: writes take turns in call order (write_guard.py), so a later state is written later.
+        snapshot = self._doc.snapshot()
+        await self.guard.write(lambda: atomic_write_json(self.paths.state, snapshot))
 
     async def publish_ui(self, update: bytes) -> None:
         """Only the change goes out (docs/architecture.md "Limits on hostile input": a full snapshot per event cost 1.48 MB of Redis each)."""

@@ -20,6 +20,7 @@ from shared.inbox import InboxEntry
 from .snapshots import SessionSnapshots
 from .todo import TodoController
 from .transcript import Transcript, now_iso
+from .write_guard import Guard
 
 log = structlog.get_logger()
 
@@ -45,7 +46,7 @@ class Replies(Protocol):
 class Rewinder:
     def __init__(self, sid: str, transcript: Transcript, todo: TodoController, turns: Context,
                  snapshots: SessionSnapshots, aborts: Aborts, files: Files, *, outbox: Replies,
-                 guard: Callable[[], Awaitable[None]], ack: Callable[[str | None], Awaitable[None]]) -> None:
+                 guard: Guard, ack: Callable[[str | None], Awaitable[None]]) -> None:
         self.sid = sid
         self.transcript = transcript
         self.todo = todo
@@ -77,8 +78,7 @@ class Rewinder:
         branch = t.branch_to(target_id)
         record = rw.state_record(store, branch)
         moves = rw.leaf_moves(branch[-1], from_id, reason, t.new_id, now_iso())
-        await self.guard()
-        intent = rw.begin(self.snapshots.paths, record, target_id, moves)
+        intent = await self.guard.write(lambda: rw.begin(self.snapshots.paths, record, target_id, moves))
         changed = await self.finish(intent)
         log.info("session_rewound", session_id=self.sid, target=target_id, from_id=from_id, changed=changed,
                  aborted=aborted is not None)
@@ -91,13 +91,11 @@ class Rewinder:
         """Steps (4)-(6) of shared/rewind.py: also what a wake does with an intent a crash left."""
         t = self.transcript
         store = self.snapshots.store
-        await self.guard()
-        changed = rw.restore_files(store, intent)
+        changed = await self.guard.write(lambda: rw.restore_files(store, intent))
         for entry in intent.parsed():
             if not t.has(entry.id):
                 await t.append_entry(entry)
-        await self.guard()
-        rw.done(self.snapshots.paths)
+        await self.guard.write(lambda: rw.done(self.snapshots.paths))
         self.todo.reload()
         self.turns.restore_context()
         await self.files.refresh_viewable()

@@ -58,7 +58,7 @@ from .engine.types import AgentContext, BeforeModelCall, RunHooks
 from .events import Outbox
 from .forms import deliver_answered_form
 from .knowledge import KnowledgeReader, PromptKnowledge
-from .lease import Lease
+from .lease import Lease, LeaseLost
 from .liveui import LiveUi
 from .manifest import queue_manifest
 from .paths import sandbox_skills_dir
@@ -70,7 +70,7 @@ from .skill_lifecycle import SkillContracts
 from .skill_rules import SkillRuleGuard, load_rules
 from .skills import Skill
 from .snapshots import SessionSnapshots
-from .state import SessionState, WriteGuard
+from .state import SessionState
 from .supervisor import RunSupervisor, repair_interrupted_run
 from .todo import TodoController
 from .tool_host import SessionToolHost
@@ -78,6 +78,7 @@ from .tool_policy import ToolPolicy
 from .tools import Toolset
 from .transcript import Transcript
 from .turn_order import TurnOrder
+from .write_guard import WriteGuard
 from .writes import WriteHandlers
 
 
@@ -118,9 +119,8 @@ class Session:
         self.disk = disk  # the lease's fence, checked by the disk at each write (diskfence.py)
         self.outbox = outbox
         self.state = SessionState(self.sid, wake_id)
-        self.guard = WriteGuard(self.state, lease, disk)
-        # The disk fence's lock goes as soon as a line is readable, not after its fsync (diskfence.py).
-        self.transcript = Transcript.load(paths.transcript, self.guard, disk.unlock if disk is not None else None)
+        self.guard = WriteGuard(self._writable, disk)
+        self.transcript = Transcript.load(paths.transcript, self.guard)
         self.todo = TodoController.load(paths.todo, self.guard)
         self.snapshots = SessionSnapshots(self.sid, paths, SnapshotLimits.of(deps.settings), self.guard,
                                           lambda: self.transcript.leaf_id)
@@ -262,6 +262,12 @@ class Session:
         if state.loop_task is not None and state.loop_task is not asyncio.current_task():
             state.loop_task.cancel()
             await asyncio.wait({state.loop_task}, timeout=5.0)
+
+    async def _writable(self) -> None:
+        """Before every write (write_guard.py): the session is open and the lease still held."""
+        if self.state.closed:
+            raise LeaseLost(self.sid)
+        await self.lease.check()
 
     def release_disk(self) -> None:
         """After the last write (the worker's close or drop): the fence file's descriptor goes."""

@@ -1,21 +1,22 @@
 """The live session's workspace snapshots (shared/snapshots.py; docs/architecture.md "Snapshots,
 rewind and fork"): taken at each recorded user message, after each tool batch, at each run's end and
 after a client's upload between runs, keyed to the transcript's leaf. Each is taken under the lease
-(the guard, then the scan and its writes with no await between: the disk fence covers them) and
-costs a stat per entry plus a read of each changed file. The log is read at the first snapshot, not
-on the wake path."""
+(the scan and its writes run in the I/O pool with the disk fence held: write_guard.py) and cost a
+stat per entry plus a read of each changed file. The log is read at the first snapshot, not on the
+wake path."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import structlog
 
 from shared.disk import SessionPaths, storage_fault
 from shared.snapshots import Record, ScanTooLarge, SnapshotLimits, SnapshotStore
 
+from .write_guard import Guard
+
 log = structlog.get_logger()
-Guard = Callable[[], Awaitable[None]]
 
 
 class SessionSnapshots:
@@ -41,10 +42,15 @@ class SessionSnapshots:
     async def take(self, reason: str, *, entry: str | None = None, force: bool = False) -> Record | None:
         """A snapshot keyed to `entry` (default: the leaf); None when nothing changed or the workspace
         is past what a snapshot records (logged: that point cannot be rewound to)."""
-        store = self.store
-        await self._guard()
+        leaf = entry or self._leaf()
+
+        def take() -> tuple[Record | None, int]:
+            store = self.store
+            record = store.take(leaf, reason, force=force)
+            return record, store.prune() if record is not None else 0
+
         try:
-            record = store.take(entry or self._leaf(), reason, force=force)
+            record, pruned = await self._guard.write(take)
         except ScanTooLarge as exc:
             log.warning("snapshot_skipped", session_id=self.sid, reason=reason, error=str(exc))
             return None
@@ -56,6 +62,6 @@ class SessionSnapshots:
             log.warning("snapshot_skipped_disk", session_id=self.sid, reason=reason, error=str(storage_fault(exc)))
             self._store = None
             return None
-        if record is not None and store.prune():
-            log.info("snapshots_pruned", session_id=self.sid, records=len(store.records))
+        if pruned:
+            log.info("snapshots_pruned", session_id=self.sid, records=len(self.store.records))
         return record

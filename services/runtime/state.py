@@ -9,9 +9,6 @@ from dataclasses import dataclass, field
 
 from shared.inbox import InboxEntry
 
-from .diskfence import DiskFence
-from .lease import Lease, LeaseLost
-
 
 @dataclass
 class SessionState:
@@ -42,20 +39,3 @@ class SessionState:
         if self.running or self.held or not self.queue.empty():
             return 0.0
         return asyncio.get_running_loop().time() - self.last_activity
-
-
-class WriteGuard:
-    """Called before every disk write: the session is open, the lease still held, and the disk fence
-    ours (diskfence.py), held until the caller's write, which follows with no await."""
-
-    def __init__(self, state: SessionState, lease: Lease, disk: DiskFence | None) -> None:
-        self.state = state
-        self.lease = lease
-        self.disk = disk
-
-    async def __call__(self) -> None:
-        if self.state.closed:
-            raise LeaseLost(self.state.sid)
-        await self.lease.check()
-        if self.disk is not None:
-            await self.disk.hold()

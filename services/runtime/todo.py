@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from shared.contracts.todo import TodoItem, TodoList, task_state_problem
 from shared.disk import atomic_write_json, read_json
 from shared.trusted_blocks import render as render_block
 
-Guard = Callable[[], Awaitable[None]]
+from .write_guard import Guard
 
 
 class TodoRefused(ValueError):
@@ -59,9 +58,10 @@ class TodoController:
             new = TodoList(revision=self.current.revision + 1, items=parsed)
         except ValidationError as exc:
             raise TodoRefused(_first_error(exc)) from exc
-        await self._guard()
-        atomic_write_json(self.path, new)
-        self.current = new
+        def written(_: None) -> None:  # the file holds it: so does memory, even if we are cancelled now
+            self.current = new
+
+        await self._guard.write(lambda: atomic_write_json(self.path, new), written)
         return new
 
     def anchor(self) -> CustomMessage:

@@ -4,8 +4,8 @@ todo and skill events, subagents. The UI document stays the session's (`UiHost`)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from shared import keys, revnum
 from shared.blobs import write_blob
@@ -27,12 +27,15 @@ from .skills import Skill
 from .subagent import Subagents
 from .todo import TodoController
 from .transcript import Transcript
+from .write_guard import Guard
+
+T = TypeVar("T")
 
 
 class SessionToolHost:
     def __init__(self, *, sid: str, paths: SessionPaths, settings: Settings, sandbox: Sandbox,
                  todo: TodoController, skills: Mapping[str, Skill], transcript: Transcript, outbox: Outbox,
-                 guard: Callable[[], Awaitable[None]], ui: UiHost, subagent_stream: Callable[[], StreamFn],
+                 guard: Guard, ui: UiHost, subagent_stream: Callable[[], StreamFn],
                  client: Any, background: set[asyncio.Task[None]], contracts: SkillContracts,
                  auditor: Auditor | None = None) -> None:
         self.sid = sid
@@ -61,6 +64,9 @@ class SessionToolHost:
 
     async def guard(self) -> None:
         await self._guard()
+
+    async def guarded_write(self, fn: Callable[[], T]) -> T:
+        return await self._guard.write(fn)
 
     async def refresh_viewable(self) -> None:
         """The projection from a bounded walk in the I/O pool (shared/disk.py `workspace_files`): a

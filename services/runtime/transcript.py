@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,10 +28,11 @@ from shared.contracts.transcript import (
     TranscriptEntry,
     parse_entries,
 )
-from shared.disk import append_jsonl_async, iter_jsonl
+from shared.disk import append_unsynced, iter_jsonl, sync_and_close
 from shared.transcript_tree import active_path, path_to
 
-Guard = Callable[[], Awaitable[None]]
+from .write_guard import Guard
+
 _ENTRIES: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
 
 
@@ -58,10 +58,9 @@ def now_iso() -> str:
 
 
 class Transcript:
-    def __init__(self, path: Path, guard: Guard, written: Callable[[], None] | None = None) -> None:
+    def __init__(self, path: Path, guard: Guard) -> None:
         self.path = path
         self._guard = guard
-        self._written = written  # once a batch is readable, before its fsync: the disk fence's unlock
         self.entries: list[TranscriptEntry] = []  # the active branch, root to leaf (shared/transcript_tree.py)
         self.all: list[TranscriptEntry] = []  # every entry, every branch, in file order
         self._version = 0  # bumped at every change of `entries` (the context cache's key)
@@ -78,8 +77,8 @@ class Transcript:
         self._appending = asyncio.Lock()
 
     @classmethod
-    def load(cls, path: Path, guard: Guard, written: Callable[[], None] | None = None) -> Transcript:
-        t = cls(path, guard, written)
+    def load(cls, path: Path, guard: Guard) -> Transcript:
+        t = cls(path, guard)
         for entry in read_entries(path):
             t._index(entry)
         t._set_branch(active_path(t.all))
@@ -199,13 +198,16 @@ class Transcript:
         fork the chain. The batch is linked to the leaf and stamped after the guard, right before the
         write, so the file's order, parents and timestamps agree."""
         async with self._appending:
-            await self._guard()
-            if not isinstance(batch[0], LeafEntry):  # a leaf move is not a node: it has no parent
-                batch[0].parent_id = self.leaf_id
-            stamp = now_iso()
-            for e in batch:
-                e.timestamp = stamp
-            def written() -> None:  # in the file for every reader: in memory too, even if we are cancelled now
+            def write() -> Any:  # in the I/O pool, the guard passed and the disk fence held (write_guard.py)
+                if not isinstance(batch[0], LeafEntry):  # a leaf move is not a node: it has no parent
+                    batch[0].parent_id = self.leaf_id
+                stamp = now_iso()
+                for e in batch:
+                    e.timestamp = stamp
+                return append_unsynced(self.path, [e.model_dump(mode="json", by_alias=True, exclude_none=True)
+                                                   for e in batch])
+
+            def written(_: Any) -> None:  # in the file for every reader: in memory too, even if we are cancelled now
                 for e in batch:
                     self._index(e)
                     if isinstance(e, LeafEntry):
@@ -213,10 +215,9 @@ class Transcript:
                     else:
                         self._on_branch(e)
                 self._version += 1
-                if self._written is not None:
-                    self._written()
-            await append_jsonl_async(self.path, [e.model_dump(mode="json", by_alias=True, exclude_none=True)
-                                                 for e in batch], visible=written)
+
+            fh = await self._guard.write(write, written)
+            await sync_and_close(fh)  # the fence is already released: only the lines' durability is awaited
 
     def _index(self, entry: TranscriptEntry) -> None:
         """Every entry of every branch: a prompt or injection recorded on an abandoned branch is still

@@ -29,6 +29,7 @@ from shared.write_model import Refused
 
 from .liveui import LiveUi
 from .state import SessionState
+from .write_guard import Guard
 
 log = structlog.get_logger()
 
@@ -52,7 +53,7 @@ class WorkspaceFiles(Protocol):
 
 class WriteHandlers:
     def __init__(self, state: SessionState, paths: SessionPaths, ui: LiveUi, files: WorkspaceFiles,
-                 outbox: WriteOutbox, guard: Callable[[], Awaitable[None]], ack: Callable[[str | None], Awaitable[None]],
+                 outbox: WriteOutbox, guard: Guard, ack: Callable[[str | None], Awaitable[None]],
                  client: Any, settings: Settings, after_ui_sync: Callable[[], Awaitable[None]],
                  after_write: Callable[[], Awaitable[object]] | None = None) -> None:
         """`after_ui_sync`: runs after a client's UI change once the wake barrier passed (a question
@@ -128,12 +129,11 @@ class WriteHandlers:
             await self._refuse(entry, m.request_id, data)
             return
         t.append(time.time())
-        await self.guard()
-        t.append(time.time())
-        # In the I/O pool: the quota check walks the workspace (bounded, shared/walk.py).
-        written = await asyncio.to_thread(write_model.write_file, self.paths.workspace, m.path, data,
-                                          max_bytes=self.files.max_file_bytes, quota=self.files.workspace_quota,
-                                          must_exist=False)
+        # In the I/O pool with the disk fence held (write_guard.py); the quota check walks the workspace
+        # (bounded, shared/walk.py).
+        written = await self.guard.write(lambda: write_model.write_file(
+            self.paths.workspace, m.path, data, max_bytes=self.files.max_file_bytes,
+            quota=self.files.workspace_quota, must_exist=False))
         t.append(time.time())
         if isinstance(written, Refused):  # a directory in the way, a file as a parent, over quota
             await self._refuse(entry, m.request_id, written)
@@ -146,7 +146,7 @@ class WriteHandlers:
         await self._written()
         if self.trace:  # bench/e2e.py --trace: where a file write's time goes
             t.append(time.time())
-            steps = ("blob_ms", "guard_ms", "write_ms", "revision_ms", "answer_ms")
+            steps = ("blob_ms", "write_ms", "revision_ms", "answer_ms")  # write: the guard and the write
             log.info("file_write_timing", session_id=self.state.sid, entry_id=entry.entry_id,
                      **{k: round((b - a) * 1000, 1) for k, a, b in zip(steps, t, t[1:], strict=False)})
 
@@ -155,8 +155,8 @@ class WriteHandlers:
         return await revnum.next_revision(self.client, self.state.sid, ref)
 
     async def document_edit(self, entry: InboxEntry, m: DocumentEdit) -> None:
-        await self.guard()
-        stored = write_model.edit_document(self.paths, m.doc, m.op, m.document, m.if_match, create=True)
+        stored = await self.guard.write(
+            lambda: write_model.edit_document(self.paths, m.doc, m.op, m.document, m.if_match, create=True))
         if isinstance(stored, Refused):
             await self._refuse(entry, m.request_id, stored)
             return
@@ -165,9 +165,8 @@ class WriteHandlers:
 
     async def file_delete(self, entry: InboxEntry, m: FileDelete) -> None:
         """Remove a workspace file with the function the proxy uses while dormant (404, 409 alike)."""
-        await self.guard()
         tree = self.files.workspace_quota.limits if m.recursive else None
-        removed = await asyncio.to_thread(write_model.remove_file, self.paths.workspace, m.path, tree=tree)
+        removed = await self.guard.write(lambda: write_model.remove_file(self.paths.workspace, m.path, tree=tree))
         if isinstance(removed, Refused):
             await self._refuse(entry, m.request_id, removed)
             return
@@ -183,8 +182,7 @@ class WriteHandlers:
         await self._written()
 
     async def document_delete(self, entry: InboxEntry, m: DocumentDelete) -> None:
-        await self.guard()
-        removed = write_model.delete_document(self.paths, m.doc, m.if_match)
+        removed = await self.guard.write(lambda: write_model.delete_document(self.paths, m.doc, m.if_match))
         if isinstance(removed, Refused):
             await self._refuse(entry, m.request_id, removed)
             return

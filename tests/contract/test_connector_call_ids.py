@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 
 from services.runtime.connectors import ConnectorHub, rekeyed
 from services.runtime.transcript import Transcript
+from services.runtime.write_guard import WriteGuard
 from shared import connectors as rules
 from shared import keys
 from shared.contracts.connectors import ConnectorCall, ConnectorTool
@@ -56,7 +57,7 @@ async def test_a_taken_id_is_refused_and_a_resent_open_is_not(redis_client: aior
 async def test_a_reused_tool_call_id_gets_its_own_answer_and_a_wake_finds_it(redis_client: aioredis.Redis,
                                                                              tmp_path: Path) -> None:
     sid = f"s_ids{time.time_ns()}"
-    t = Transcript.load(tmp_path / "transcript.jsonl", _guard)
+    t = Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(_guard))
     await t.ensure_header()
     await t.append_message(UserMessage(content="go"))
     old = AssistantMessage(content=[ToolCall(id="call_0", name="crm__find")], timestamp=1_000)
@@ -79,7 +80,7 @@ async def test_a_reused_tool_call_id_gets_its_own_answer_and_a_wake_finds_it(red
     assert not running.done()  # the old outcome is not this call's answer
 
     # A wake of another holder at this point finds the open call under its re-keyed id.
-    woken = ConnectorHub(sid, redis_client, Transcript.load(tmp_path / "transcript.jsonl", _guard), _ack)
+    woken = ConnectorHub(sid, redis_client, Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(_guard)), _ack)
     await woken.resume()
     assert woken.pending == {"call_0"}
 

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from services.runtime.connectors import ConnectorHub
 from services.runtime.supervisor import INTERRUPTED, repair_interrupted_run
 from services.runtime.transcript import Transcript
+from services.runtime.write_guard import WriteGuard
 from shared import connectors as rules
 from shared.contracts.connectors import ConnectorCall
 from shared.contracts.inbox import ConnectorResult
@@ -47,7 +48,7 @@ async def test_open_calls_wait_for_the_run_task_and_are_answered_once(redis_clie
     await rules.settle(redis_client, sid, "c_settled", '{"status":"ok","content":"early"}')
     await _sent(redis_client, sid, "c_expired", now - 1)  # its deadline passed while no one held the session
     await _sent(redis_client, sid, "c_open", now + 60_000)
-    t = Transcript.load(tmp_path / "transcript.jsonl", _guard)
+    t = Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(_guard))
     await t.ensure_header()
     await t.append_message(UserMessage(content="go"))
     await t.append_message(AssistantMessage(content=[ToolCall(id=i, name=n) for i, n in (
@@ -83,7 +84,7 @@ async def test_a_cancelled_wait_leaves_the_call_to_the_next_holder(redis_client:
                                                                    tmp_path: Path) -> None:
     sid = f"s_resume{time.time_ns()}"
     await _sent(redis_client, sid, "c_open", int(time.time() * 1000) + 60_000)
-    t = Transcript.load(tmp_path / "transcript.jsonl", _guard)
+    t = Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(_guard))
     await t.ensure_header()
     await t.append_message(UserMessage(content="go"))
     await t.append_message(AssistantMessage(content=[ToolCall(id="c_open", name="crm__find")]))
@@ -99,6 +100,6 @@ async def test_a_cancelled_wait_leaves_the_call_to_the_next_holder(redis_client:
     await asyncio.wait({waiting})
     assert waiting.cancelled() and hub.pending == frozenset() and _results(t) == {}
     await rules.settle(redis_client, sid, "c_open", '{"status":"ok","content":"meanwhile"}')
-    again = ConnectorHub(sid, redis_client, Transcript.load(tmp_path / "transcript.jsonl", _guard), ack)
+    again = ConnectorHub(sid, redis_client, Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(_guard)), ack)
     await again.resume()  # the next holder: the record answers
     assert _results(again.transcript) == {"c_open": ["meanwhile"]} and again.pending == frozenset()

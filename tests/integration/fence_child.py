@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from services.runtime.diskfence import DiskFence
 from services.runtime.lease import Lease, LeaseLost
 from services.runtime.transcript import Transcript
+from services.runtime.write_guard import WriteGuard
 from shared.contracts.messages import UserMessage
 
 
@@ -25,22 +26,25 @@ async def main(url: str, root: Path, sid: str, where: str) -> None:
     client = aioredis.from_url(url)
     lease = await Lease.acquire(client, sid, f"child-{os.getpid()}", 600)
     assert lease is not None
-    disk = DiskFence(root / ".fence", sid, lease.fence, lock_timeout_s=5)
-    await disk.claim()
     stop_here = {"armed": False}
 
-    async def guard() -> None:
+    class PausingFence(DiskFence):
+        async def hold(self) -> None:
+            await super().hold()
+            if stop_here["armed"] and where == "inside_hold":
+                os.kill(os.getpid(), signal.SIGSTOP)
+
+    disk = PausingFence(root / ".fence", sid, lease.fence, lock_timeout_s=5)
+    await disk.claim()
+
+    async def check() -> None:
         await lease.check()
         if stop_here["armed"] and where == "after_lease_check":
             os.kill(os.getpid(), signal.SIGSTOP)
-        await disk.hold()
-        if stop_here["armed"] and where == "inside_hold":
-            os.kill(os.getpid(), signal.SIGSTOP)
 
-    t = Transcript.load(root / "transcript.jsonl", guard)
+    t = Transcript.load(root / "transcript.jsonl", WriteGuard(check, disk))
     await t.ensure_header()
     await t.append_message(UserMessage(content="before the pause"))
-    await asyncio.sleep(0)  # a worker yields between appends (Redis round trips): the lock goes
     print(f"fence {lease.fence}", flush=True)
     stop_here["armed"] = True
     try:

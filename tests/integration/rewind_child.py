@@ -24,6 +24,7 @@ from services.runtime.rewind import Rewinder
 from services.runtime.snapshots import SessionSnapshots
 from services.runtime.todo import TodoController
 from services.runtime.transcript import Transcript
+from services.runtime.write_guard import WriteGuard
 from shared import snapshot_restore
 from shared.disk import session_paths
 from shared.snapshots import SnapshotLimits
@@ -72,11 +73,8 @@ async def main(url: str, data_dir: Path, sid: str, entry_id: str, where: str) ->
     disk = DiskFence(paths.fence, sid, lease.fence, lock_timeout_s=5)
     await disk.claim()
 
-    async def guard() -> None:
-        await lease.check()
-        await disk.hold()
-
-    transcript = Transcript.load(paths.transcript, guard, disk.unlock)
+    guard = WriteGuard(lease.check, disk)
+    transcript = Transcript.load(paths.transcript, guard)
     snapshots = SessionSnapshots(sid, paths, SnapshotLimits(), guard, lambda: transcript.leaf_id)
     inert = Inert()
     rewinder = Rewinder(sid, transcript, TodoController.load(paths.todo, guard), inert, snapshots, inert, inert,

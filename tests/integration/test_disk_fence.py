@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from services.runtime.diskfence import DiskFence, FenceBehind
 from services.runtime.lease import Lease, LeaseLost, raise_fence
 from services.runtime.transcript import Transcript
+from services.runtime.write_guard import WriteGuard
 from shared import keys
 from shared.contracts.messages import UserMessage
 from tests.reliability.workload import Audit, read_transcript_file
@@ -68,7 +69,7 @@ async def test_holder_stopped_between_its_lease_check_and_the_disk_writes_nothin
         lease = await take_over(redis_client, "fenced1")
         disk = DiskFence(tmp_path / ".fence", "fenced1", lease.fence)
         await disk.claim()  # the paused holder holds no lock here: the claim is immediate
-        t = Transcript.load(tmp_path / "transcript.jsonl", disk.hold)
+        t = Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(disk=disk))
         await t.append_message(UserMessage(content="the new holder"))
     finally:
         out = await resume(child)
@@ -90,7 +91,7 @@ async def test_holder_stopped_inside_its_write_is_read_by_the_new_holder(
         out = await resume(child)
     await asyncio.wait_for(claim, 10)
     assert out.endswith("wrote")  # its write came before the claim: the new holder reads it
-    t = Transcript.load(tmp_path / "transcript.jsonl", disk.hold)
+    t = Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(disk=disk))
     await t.append_message(UserMessage(content="the new holder"))
     assert chain_ok(tmp_path / "transcript.jsonl") == ["before the pause", "written by the paused holder",
                                                       "the new holder"]

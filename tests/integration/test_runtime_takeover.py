@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from services.runtime.lease import Lease, LeaseLost, safety_margin_s
 from services.runtime.todo import TodoController
 from services.runtime.transcript import Transcript
+from services.runtime.write_guard import WriteGuard
 from shared import keys
 from shared.contracts.inbox import Barrier, Injection
 from shared.contracts.injection import RuntimeInjection
@@ -92,8 +93,8 @@ async def test_worker_whose_lease_was_taken_cannot_append(redis_client: aioredis
     lease = await Lease.acquire(redis_client, "taken1", "w1", 400)
     assert lease is not None
     assert await Lease.acquire(redis_client, "taken1", "w2", 10_000) is None  # held: nobody else gets it
-    t = Transcript.load(tmp_path / "transcript.jsonl", lease.check)
-    todo = TodoController.load(tmp_path / "todo.json", lease.check)
+    t = Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(lease.check))
+    todo = TodoController.load(tmp_path / "todo.json", WriteGuard(lease.check))
     await t.ensure_header()
     await t.append_message(UserMessage(content="mine"))
     size = (tmp_path / "transcript.jsonl").stat().st_size

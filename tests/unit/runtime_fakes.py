@@ -19,6 +19,7 @@ from services.runtime.supervisor import AfterRun, RunSupervisor
 from services.runtime.todo import TodoController
 from services.runtime.transcript import Transcript
 from services.runtime.turn_order import PendingTurn, TurnOrder
+from services.runtime.write_guard import WriteGuard
 from shared.contracts.messages import AssistantMessage, TextContent
 
 Step = Callable[[], Awaitable[AssistantMessage]]
@@ -90,8 +91,8 @@ class Host:
         self.steps = list(steps or [])
         self.events: list[AgentEvent] = []
         self.agent = Agent(AgentContext("sys", [], []), RunHooks(stream=self._stream), self._emit)
-        self.transcript = Transcript.load(tmp_path / "t.jsonl", self.lease.check)
-        self.todo = TodoController.load(tmp_path / "todo.json", self.lease.check)
+        self.transcript = Transcript.load(tmp_path / "t.jsonl", WriteGuard(self.lease.check))
+        self.todo = TodoController.load(tmp_path / "todo.json", WriteGuard(self.lease.check))
         self.turns = TurnOrder(self.agent, self.transcript, self.todo, {},
                                                   lambda: self.todo.has_active_task)
         self.acked: list[str] = []

@@ -500,19 +500,24 @@ def test_usage_counts_links_never_follows_them_and_stops_at_the_entry_quota(tmp_
     assert workspace_usage(tmp_path / "absent", roomy).files == 0
 
 
-async def test_append_jsonl_async_writes_on_the_loop_and_survives_a_cancelled_caller(tmp_path: Path) -> None:
-    """The lines are in the file (and `visible` has run) before the first await; a caller cancelled
-    while the fsync runs in its thread leaves the lines there, and the file is closed once it is done."""
+async def test_unsynced_append_is_readable_and_its_sync_survives_a_cancelled_caller(tmp_path: Path) -> None:
+    """The lines are in the file once `append_unsynced` returns; a caller cancelled while the fsync
+    runs in its thread leaves them there, and the file is closed once the fsync is done."""
     import asyncio
 
-    from shared.disk import append_jsonl_async, iter_jsonl
+    from shared.disk import append_unsynced, iter_jsonl, sync_and_close
     path = tmp_path / "t.jsonl"
-    seen: list[int] = []
-    task = asyncio.ensure_future(append_jsonl_async(path, [{"n": 1}, {"n": 2}], visible=lambda: seen.append(1)))
+    fh = append_unsynced(path, [{"n": 1}, {"n": 2}])
+    assert [r["n"] for r in iter_jsonl(path)] == [1, 2]
+    task = asyncio.ensure_future(sync_and_close(fh))
     await asyncio.sleep(0)  # the task ran up to its fsync
-    assert seen == [1] and [r["n"] for r in iter_jsonl(path)] == [1, 2]
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    await append_jsonl_async(path, [{"n": 3}])
+    for _ in range(100):
+        if fh.closed:
+            break
+        await asyncio.sleep(0.01)
+    assert fh.closed
+    await sync_and_close(append_unsynced(path, [{"n": 3}]))
     assert [r["n"] for r in iter_jsonl(path)] == [1, 2, 3]

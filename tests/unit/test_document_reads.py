@@ -7,6 +7,7 @@ from pathlib import Path
 
 from services.runtime.document_reads import DocumentReads, reads_in, stale_write
 from services.runtime.transcript import Transcript
+from services.runtime.write_guard import WriteGuard
 from shared.contracts.messages import CustomMessage, TextContent, ToolResultMessage
 
 
@@ -20,7 +21,7 @@ def show(revision: int, *, error: bool = False, ari: str = "gamma:file:d1") -> T
 
 
 async def test_reads_and_own_writes_count_errors_and_digests_do_not(tmp_path: Path) -> None:
-    t = Transcript.load(tmp_path / "t.jsonl", no_guard)
+    t = Transcript.load(tmp_path / "t.jsonl", WriteGuard(no_guard))
     await t.ensure_header()
     await t.append_message(show(1))  # a read
     await t.append_message(show(2))  # its own write
@@ -30,7 +31,7 @@ async def test_reads_and_own_writes_count_errors_and_digests_do_not(tmp_path: Pa
         "injectionType": "artifact_update", "ref": "gamma:file:d1", "toRevision": 4, "source": "artifact",
         "sourceId": "gamma:file:d1@4"}))
     assert reads_in(t.entries) == {"gamma:file:d1": 2, "gamma:file:other": 7}
-    reads = DocumentReads(lambda: Transcript.load(tmp_path / "t.jsonl", no_guard).entries)  # after a wake
+    reads = DocumentReads(lambda: Transcript.load(tmp_path / "t.jsonl", WriteGuard(no_guard)).entries)  # after a wake
     assert reads.revision("gamma:file:d1") == 2 and reads.revision("gamma:file:none") is None
     reads.saw("gamma:file:d1", 3)  # a result made in this run, not recorded yet
     assert reads.revision("gamma:file:d1") == 3

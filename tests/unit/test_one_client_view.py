@@ -14,6 +14,7 @@ from services.runtime.pending import TurnInput
 from services.runtime.todo import TodoController
 from services.runtime.transcript import Transcript
 from services.runtime.turn_order import TurnOrder
+from services.runtime.write_guard import WriteGuard
 from shared.contracts.client import PromptClientContext
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
@@ -34,8 +35,8 @@ async def sink(_: AgentEvent) -> None:
 
 def controller(tmp_path: Path) -> TurnOrder:
     agent = Agent(AgentContext("sys", [], []), RunHooks(stream=never), sink)
-    return TurnOrder(agent, Transcript.load(tmp_path / "t.jsonl", no_guard),
-                                     TodoController.load(tmp_path / "todo.json", no_guard), {}, lambda: False)
+    return TurnOrder(agent, Transcript.load(tmp_path / "t.jsonl", WriteGuard(no_guard)),
+                                     TodoController.load(tmp_path / "todo.json", WriteGuard(no_guard)), {}, lambda: False)
 
 
 def standalone(c: TurnOrder, name: str, entry_id: str) -> str:

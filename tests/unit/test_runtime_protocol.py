@@ -15,6 +15,7 @@ from services.runtime.todo import TodoController, TodoRefused
 from services.runtime.transcript import Transcript
 from services.runtime.turn_order import PendingPrompt, TurnInput, TurnOrder
 from services.runtime.uistate import UiDoc
+from services.runtime.write_guard import WriteGuard
 from shared.context import build_context
 from shared.contracts.client import PromptClientContext
 from shared.contracts.inbox import Injection, UserPrompt
@@ -43,8 +44,8 @@ async def sink(_: AgentEvent) -> None:
 
 def controller(tmp_path: Path, active_task: bool = False) -> TurnOrder:
     agent = Agent(AgentContext("sys", [], []), RunHooks(stream=never), sink)
-    transcript = Transcript.load(tmp_path / "t.jsonl", no_guard)
-    todo = TodoController.load(tmp_path / "todo.json", no_guard)
+    transcript = Transcript.load(tmp_path / "t.jsonl", WriteGuard(no_guard))
+    todo = TodoController.load(tmp_path / "todo.json", WriteGuard(no_guard))
     return TurnOrder(agent, transcript, todo, {}, lambda: active_task)
 
 
@@ -54,7 +55,7 @@ def inj(kind: str, source_id: str, content: str = "x", **kw: object) -> Injectio
 
 
 async def test_build_context_replays_summary_kept_entries_and_tail(tmp_path: Path) -> None:
-    t = Transcript.load(tmp_path / "t.jsonl", no_guard)
+    t = Transcript.load(tmp_path / "t.jsonl", WriteGuard(no_guard))
     await t.ensure_header()
     first = await t.append_message(UserMessage(content="old"))
     kept = await t.append_message(UserMessage(content="kept"))
@@ -62,7 +63,7 @@ async def test_build_context_replays_summary_kept_entries_and_tail(tmp_path: Pat
     await t.append_compaction("S", kept.id, 100, {}, "cr_1",
                               [CustomMessage(custom_type="gamma.todo_anchor", content="<todo_state/>")])
     await t.append_message(UserMessage(content="new"))
-    ctx = Transcript.load(tmp_path / "t.jsonl", no_guard).context()
+    ctx = Transcript.load(tmp_path / "t.jsonl", WriteGuard(no_guard)).context()
     assert isinstance(ctx[0], CompactionSummaryMessage) and ctx[0].summary == "S"
     assert [getattr(m, "content", None) for m in ctx[1:]][0] == "kept"
     assert [m.role for m in ctx] == ["compactionSummary", "user", "assistant", "custom", "user"]
@@ -170,7 +171,7 @@ async def test_user_text_is_never_parsed_for_tags(tmp_path: Path) -> None:
 
 
 async def test_todo_refuses_two_in_progress_and_counts_revisions(tmp_path: Path) -> None:
-    todo = TodoController.load(tmp_path / "todo.json", no_guard)
+    todo = TodoController.load(tmp_path / "todo.json", WriteGuard(no_guard))
     await todo.update([{"id": "a", "content": "A", "status": "in_progress"}])
     with pytest.raises(TodoRefused, match="exactly one task is in_progress; you marked 2"):
         await todo.update([{"id": "a", "content": "A", "status": "in_progress"},
@@ -178,7 +179,7 @@ async def test_todo_refuses_two_in_progress_and_counts_revisions(tmp_path: Path)
     with pytest.raises(TodoRefused, match="status"):
         await todo.update([{"id": "a", "content": "A", "status": "done"}])
     await todo.update([{"id": "a", "content": "A", "status": "complete"}])
-    again = TodoController.load(tmp_path / "todo.json", no_guard)
+    again = TodoController.load(tmp_path / "todo.json", WriteGuard(no_guard))
     assert again.current.revision == 2 and again.anchor().details["revision"] == 2
 
 
@@ -195,7 +196,7 @@ async def test_todo_refuses_two_in_progress_and_counts_revisions(tmp_path: Path)
 ])
 async def test_while_any_task_is_open_exactly_one_is_in_progress(tmp_path: Path, statuses: tuple[str, ...],
                                                                  refused: str | None) -> None:
-    todo = TodoController.load(tmp_path / "todo.json", no_guard)
+    todo = TodoController.load(tmp_path / "todo.json", WriteGuard(no_guard))
     items = [{"id": f"t{i}", "content": f"Task {i}", "status": s} for i, s in enumerate(statuses)]
     if refused is None:
         assert (await todo.update(items)).revision == 1
@@ -235,7 +236,7 @@ async def test_lost_guard_blocks_every_append(tmp_path: Path) -> None:
     async def lost() -> None:
         raise Lost
 
-    t = Transcript.load(tmp_path / "t.jsonl", lost)
+    t = Transcript.load(tmp_path / "t.jsonl", WriteGuard(lost))
     with pytest.raises(Lost):
         await t.append_message(UserMessage(content="x"))
     assert not (tmp_path / "t.jsonl").exists()

@@ -10,6 +10,7 @@ import pytest
 from services.runtime.skill_lifecycle import SkillContracts
 from services.runtime.skills import SkillConflict, load_skills, resolve_activation
 from services.runtime.transcript import Transcript, now_iso
+from services.runtime.write_guard import WriteGuard
 from shared.contracts.transcript import AuditEntry, AuditOutcome, SkillEndEntry
 from tests.unit.runtime_fakes import FakeOutbox
 
@@ -23,7 +24,7 @@ async def _no_guard() -> None:
 
 def contracts(tmp_path: Path) -> tuple[SkillContracts, FakeOutbox]:
     outbox = FakeOutbox()
-    return SkillContracts(Transcript.load(tmp_path / "transcript.jsonl", _no_guard), SKILLS, outbox), outbox
+    return SkillContracts(Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(_no_guard)), SKILLS, outbox), outbox
 
 
 async def activate(c: SkillContracts, *names: str) -> None:
@@ -54,7 +55,7 @@ async def test_an_audited_completion_ends_the_workflow_and_the_references_that_c
     assert [s.name for s in resolve_activation(["import"], SKILLS, c.scope(["import"]))] == [
         "import", "gml-authoring", "gml-cli"]
     # a wake reads the same live set from the file
-    again = Transcript.load(tmp_path / "transcript.jsonl", _no_guard)
+    again = Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(_no_guard))
     assert [a.name for a in again.active_skills()] == ["ask-user-questions"]
 
 

@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 from services.runtime.transcript import Transcript
+from services.runtime.write_guard import WriteGuard
 from tests.reliability.workload import Audit, read_transcript_file
 
 
@@ -16,7 +17,7 @@ async def test_concurrent_appends_through_an_awaiting_guard_never_fork(tmp_path:
     async def slow_guard() -> None:  # a renewal round trip whose replies come back out of order
         await asyncio.sleep(next(delays, 0.0))
 
-    t = Transcript.load(tmp_path / "transcript.jsonl", slow_guard)
+    t = Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(slow_guard))
     await t.ensure_header()
     made = await asyncio.gather(*(t.append_skill(f"skill-{i}", "reference", None) for i in range(6)))
     audit = Audit()
@@ -26,5 +27,5 @@ async def test_concurrent_appends_through_an_awaiting_guard_never_fork(tmp_path:
     assert [e["timestamp"] for e in entries] == sorted(e["timestamp"] for e in entries)
     # What the callers got back is what was written.
     assert {e.id: e.parent_id for e in made} == {e["id"]: e["parentId"] for e in entries[1:]}
-    reloaded = Transcript.load(tmp_path / "transcript.jsonl", slow_guard)
+    reloaded = Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(slow_guard))
     assert [e.id for e in reloaded.entries] == [e.id for e in t.entries]

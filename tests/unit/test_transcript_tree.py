@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from services.runtime.transcript import Transcript
+from services.runtime.write_guard import WriteGuard
 from shared.contracts.messages import UserMessage
 from shared.transcript_tree import Row, active_path, build, path_to
 
@@ -59,7 +60,7 @@ async def test_the_runtime_transcript_follows_a_leaf_move(tmp_path: Path) -> Non
     async def guard() -> None:
         return None
 
-    t = Transcript.load(tmp_path / "transcript.jsonl", guard)
+    t = Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(guard))
     await t.ensure_header()
     first = await t.append_message(UserMessage(content="first"))
     await t.append_skill("deck-generation", "workflow", None)
@@ -69,5 +70,5 @@ async def test_the_runtime_transcript_follows_a_leaf_move(tmp_path: Path) -> Non
     assert t.context()[-1].custom_type == "gamma.session_rewound"  # type: ignore[union-attr]
     nxt = await t.append_message(UserMessage(content="again"))
     assert nxt.parent_id == first.id and len(t.all) == 5
-    reloaded = Transcript.load(tmp_path / "transcript.jsonl", guard)
+    reloaded = Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(guard))
     assert [e.id for e in reloaded.entries] == [e.id for e in t.entries] and reloaded.active_skills() == []

@@ -65,11 +65,10 @@ def _missing(rel: str, exc: DiskError) -> str:
 async def write_file(host: WorkspaceHost, rel: str, data: bytes) -> str:
     split_workspace_path(rel, for_write=True)  # a bad name is refused before the lease check
     check_size(data, host.max_file_bytes)
-    await host.guard()
     # Beneath the workspace, atomic, within the session's quota (507 otherwise; nothing written); in
     # the I/O pool, as the quota check walks the workspace (shared/walk.py).
-    ref = file_ref(await asyncio.to_thread(workspace_fs.write_bytes, host.paths.workspace, rel, data,
-                                           quota=host.workspace_quota))
+    ref = file_ref(await host.guarded_write(
+        lambda: workspace_fs.write_bytes(host.paths.workspace, rel, data, quota=host.workspace_quota)))
     await host.artifact_changed(ref, "file", content=data)
     return ref
 

@@ -3,8 +3,8 @@ with no session import."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
 from shared.contracts.todo import TodoList
 from shared.contracts.transcript import Deviation
@@ -17,6 +17,8 @@ from ..sandbox import Sandbox
 from ..skills import Skill
 from ..todo import TodoController
 
+T = TypeVar("T")
+
 
 class WorkspaceHost(Protocol):
     """The workspace as the file tools see it (read, write, edit; images)."""
@@ -27,6 +29,10 @@ class WorkspaceHost(Protocol):
     workspace_quota: WorkspaceQuota
 
     async def guard(self) -> None: ...
+
+    async def guarded_write(self, fn: Callable[[], T]) -> T:
+        """`fn` in the I/O pool with the lease checked and the disk fence held (write_guard.py)."""
+        ...
 
     async def artifact_changed(self, ref: str, kind: str, *, document: dict[str, Any] | None = None, deleted: bool = False,
                                content: bytes | None = None) -> None: ...

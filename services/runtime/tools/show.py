@@ -101,7 +101,7 @@ def show_file_tool(host: DisplayHost) -> Tool:
 async def _read_deck(host: DisplayHost, doc: str, path: Path, title: str | None) -> ToolOutcome:
     """Only `doc`: open the tab and hand the agent the live deck (the user may have edited it since
     the agent last saw it) with its revision, so it reads before it changes anything."""
-    current = read_json(path)  # None: no such document
+    current = await asyncio.to_thread(read_json, path)  # None: no such document
     if not isinstance(current, dict):
         return ToolOutcome(content=f"Document {doc!r} does not exist; pass `deck` to create it.", is_error=True)
     ari = f"gamma:file:{doc}"
@@ -129,19 +129,27 @@ def show_gamma_tool(host: DisplayHost) -> Tool:
         except ValidationError as exc:
             return ToolOutcome(content=f"Invalid deck: {exc.errors()[0].get('msg')}", is_error=True)
         ari = f"gamma:file:{doc}"
-        # The check and the write with no await between: a user's edit (a live PATCH, handled by the
-        # same event loop) lands before the check or after the write, never in between.
-        await host.guard()
-        previous = read_json(path)
-        current = int(previous.get("revision", 0)) if isinstance(previous, dict) else None
-        stale = None if current is None else stale_write(ari, doc, current, host.document_reads.revision(ari))
-        if stale is not None:
+        read = host.document_reads.revision(ari)
+
+        def check_and_write() -> tuple[StoredDeck | None, int | None]:
+            """The check and the write in one guarded write: a user's edit (a live PATCH, another
+            guarded write of this session) lands before the check or after the write, never between."""
+            previous = read_json(path)
+            current = int(previous.get("revision", 0)) if isinstance(previous, dict) else None
+            if current is not None and stale_write(ari, doc, current, read) is not None:
+                return None, current
+            stored = StoredDeck(**deck.model_dump(), revision=(current or 0) + 1)
+            atomic_write_json(path, stored)
+            return stored, current
+
+        stored, current = await host.guarded_write(check_and_write)
+        if stored is None:
+            assert current is not None
+            stale = stale_write(ari, doc, current, read) or ""
             return ToolOutcome(content=stale, is_error=True, details={"ari": ari, "stale": True, "revision": current})
-        revision = (current or 0) + 1
-        stored = StoredDeck(**deck.model_dump(), revision=revision)
-        atomic_write_json(path, stored)
+        revision = stored.revision
         host.document_reads.saw(ari, revision)
-        created = previous is None
+        created = current is None
         await host.artifact_changed(ari, "document", document=stored.model_dump())
         tab = await host.open_tab(ari, args.get("title") or deck_args.get("title") or doc)
         verb = "Created and opened" if created else "Opened"

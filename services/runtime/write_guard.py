@@ -1,0 +1,89 @@
+"""Every disk write of a live session goes through its `WriteGuard`: the session is still open, the
+lease still held, and the disk fence ours (diskfence.py) from the check until the write is done.
+
+The write itself runs in the I/O pool (`write`): on a network filesystem an fsync or a rename takes
+milliseconds, and a write on the event loop would hold every other session of the worker for them
+(README "Reliability", slow disk). The fence therefore stays held across an await, so a session's
+writes take turns (`_turn`): `flock` is per open file description, and without the turn a second
+write of the same session would pass the lock the first one holds and release it when it ends, while
+the first is still writing. Writes of different sessions never wait for each other.
+
+`__call__` is the check alone, for what cannot run in a thread: a `bash` command (the sandbox writes
+by itself; it is fenced at its start, docs/architecture.md "The disk fence") and a caller whose
+synchronous write follows with no await (the turn ends when its task next yields)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class FenceLock(Protocol):
+    """The disk fence as the guard uses it (diskfence.py `DiskFence`)."""
+
+    async def hold(self) -> None:
+        """Return with the fence's lock held and the fence still ours, else raise LeaseLost."""
+        ...
+
+    def release(self) -> None: ...
+
+
+class Guard(Protocol):
+    async def __call__(self) -> None: ...
+
+    async def write(self, fn: Callable[[], T], written: Callable[[T], None] | None = None) -> T: ...
+
+
+async def _unchecked() -> None:
+    return None
+
+
+class WriteGuard:
+    def __init__(self, check: Callable[[], Awaitable[None]] = _unchecked, disk: FenceLock | None = None) -> None:
+        self._check = check  # raises LeaseLost when the session may no longer write
+        self.disk = disk
+        self._turn = asyncio.Lock()
+
+    async def __call__(self) -> None:
+        await self._enter()
+        asyncio.get_running_loop().call_soon(self._leave)
+
+    async def write(self, fn: Callable[[], T], written: Callable[[T], None] | None = None) -> T:
+        """`fn()` in the I/O pool with the fence held until it returns, also when the caller is
+        cancelled meanwhile (the write goes on; cancelling cannot free the fence mid-write). `written`
+        gets the result on the event loop before the fence is released: what must follow a visible
+        write whatever happens to the caller (the transcript's index of its new lines)."""
+        await self._enter()
+        try:
+            done = asyncio.get_running_loop().run_in_executor(None, fn)
+        except BaseException:
+            self._leave()
+            raise
+
+        def finished(f: asyncio.Future[T]) -> None:
+            try:
+                if written is not None and not f.cancelled() and f.exception() is None:
+                    written(f.result())
+            finally:
+                self._leave()
+
+        done.add_done_callback(finished)
+        return await asyncio.shield(done)
+
+    async def _enter(self) -> None:
+        await self._turn.acquire()
+        try:
+            await self._check()
+            if self.disk is not None:
+                await self.disk.hold()
+        except BaseException:
+            self._turn.release()
+            raise
+
+    def _leave(self) -> None:
+        if self.disk is not None:
+            self.disk.release()
+        self._turn.release()
