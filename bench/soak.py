@@ -15,8 +15,11 @@ key.
 Verdict (bench/soak_report.py), with W = the warm-up (minute 5 of a 20-minute run; a quarter of the
 run, at least one minute, for shorter ones: minute 1 of the 3-minute CI run):
 - RSS and open fds of every service and Redis' memory: the median of the last minute's samples at
-  most 5% above the median of the minute after W (fds: or at most 4 more). Redis' memory there is
-  what is not kept for dormant sessions by design (their row, the user's index, the digest's
+  most 5% above the median of the minute after W (fds: or at most 4 more); fds and Redis' memory by
+  their medians over whole waves instead (the window rounded up to a whole number of `rounds` x
+  `sessions` / `rate`, 160 s at the defaults), since they follow the live sessions, which the slots
+  retire and reopen together (the runtime's files 5-54, Redis 6.5-11.9 MB within a wave): a
+  minute's median is the phase of the wave it caught. Redis' memory there is what is not kept for dormant sessions by design (their row, the user's index, the digest's
   revisions, the notification records of the 7-day dedupe window, the digest's handled ids:
   docs/integration.md "Redis keys of a dormant session"): every retired session adds those, so
   they are checked as the disk is, per session: what they grow by per session in the last window

@@ -7,9 +7,14 @@ meantime is left alone, and a wake that comes after finds nothing it needs gone:
 - the events stream is deleted (the runtime's first XADD after a wake recreates it); the id of its
   last entry goes to the session row (`keys.EVENTS_SWEPT_FIELD`) so the SSE route can tell a client
   whose Last-Event-ID is older to reload from GET /transcript (a `reset` event);
-- the inbox is deleted with its consumer group only when nothing in it is unread or pending (the
-  runtime trimmed the acknowledged entries at close); a prompt or notification that arrived since
-  keeps it, and the next wake reads it (the group is created at id 0 on demand, shared/bus.ensure_group);
+- the inbox is deleted with its consumer group unless an entry that only the inbox holds is unread or
+  pending (the runtime trimmed the acknowledged entries at close): a prompt that arrived since keeps
+  it, and the next wake reads it (the group is created at id 0 on demand, shared/bus.ensure_group).
+  The digest's artifact updates and the notifications' injections do not keep it: their owners keep
+  them until recorded (the digest's revisions, the pending notification) and deliver them again at
+  the next `SessionLive`; an idle runtime that held them for the next user turn (unacked) when it
+  closed would otherwise pin the inbox of every session whose last event was a write or a
+  notification until a wake that may never come (bench/results/soak.20m.md);
 - leftovers of a holder that died (`running`, the digest's `digest-live`) are deleted, and the live
   writes' revision numbers (shared/revnum.py: the digest's current revisions are the floor again);
 - what remains is made compact (every key costs ~100 B of overhead before its value): the model usage
@@ -79,15 +84,6 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   if redis.call('HEXISTS', KEYS[4], 'owner') == 1 then redis.call('HDEL', KEYS[4], 'id') end
   fold_legacy_fence(KEYS[9], KEYS[4], ARGV[6])
 end
-local function parse(id)
-  local dash = string.find(id, '-', 1, true)
-  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
-end
-local function less(a, b)
-  local ams, aseq = parse(a)
-  local bms, bseq = parse(b)
-  return ams < bms or (ams == bms and aseq < bseq)
-end
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #last > 0 and redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('HSET', KEYS[4], ARGV[2], last[1][1])
@@ -117,22 +113,45 @@ compact(KEYS[4])
 compact(KEYS[8])
 redis.call('DEL', KEYS[2], KEYS[5], KEYS[6], KEYS[10])
 if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
-local newest = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
-local waiting = false
-if #newest > 0 then
-  waiting = true
+-- Entries whose owner delivers them again at the next SessionLive until they are recorded: the
+-- digest's artifact updates (its revision state) and the notifications' parts (their pending record).
+local redelivered_sources = {artifact = true, notification = true}
+local function redelivered(fields)
+  local f = {}
+  for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+  if f['type'] ~= 'injection' or f['data'] == nil then return false end
+  local ok, body = pcall(cjson.decode, f['data'])
+  return ok and type(body) == 'table' and redelivered_sources[body['source']] == true
+end
+local LIMIT = 64
+-- Whether an entry only the inbox holds waits there (unread, or read and not acked): a prompt, a UI
+-- update... keeps the inbox for the next wake; the redelivered ones do not.
+local function waiting()
+  local start = '-'
   local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[3])
   if ok then
     for _, g in ipairs(groups) do
       local info = {}
       for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
       if info['name'] == ARGV[1] then
-        waiting = tonumber(info['pending']) > 0 or less(info['last-delivered-id'], newest[1][1])
+        local pending = redis.call('XPENDING', KEYS[3], ARGV[1], '-', '+', LIMIT + 1)
+        if #pending > LIMIT then return true end
+        for _, p in ipairs(pending) do
+          local entry = redis.call('XRANGE', KEYS[3], p[1], p[1])
+          if #entry > 0 and not redelivered(entry[1][2]) then return true end
+        end
+        start = '(' .. info['last-delivered-id']
       end
     end
   end
+  local unread = redis.call('XRANGE', KEYS[3], start, '+', 'COUNT', LIMIT + 1)
+  if #unread > LIMIT then return true end
+  for _, entry in ipairs(unread) do
+    if not redelivered(entry[2]) then return true end
+  end
+  return false
 end
-if waiting then return 1 end
+if waiting() then return 1 end
 redis.call('DEL', KEYS[3])
 return 0
 """

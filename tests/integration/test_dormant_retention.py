@@ -101,8 +101,8 @@ def test_swept_session_keeps_only_its_row_and_index_and_wakes_fully(stack: Stack
     resp = httpx.put(f"{stack.url()}/sessions/{sid}/workspace/files/notes.md", content=b"# Notes\n", headers=USER,
                      timeout=30)
     assert resp.status_code in (200, 201), resp.text
-    # The digest's update goes out to the live inbox; the next turn records it. (Suspended before it is
-    # out, it would wait unread in the inbox, which the sweep then keeps for the next wake.)
+    # The digest's update goes out to the live inbox; the next turn records it. (Unrecorded at the
+    # suspend, the digest sends it again at the next wake: tests/integration/test_dormant_inbox.py.)
     wait_sync(lambda: digest_state(r, sid, "file:notes.md").get("sent"), timeout=30, what="the digest's update sent")
     say(stack, sid, "hello before sleeping")
     old_ids = [i.decode() for i, _ in r.xrange(keys.events(sid))]
