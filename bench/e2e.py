@@ -131,19 +131,27 @@ def cpu_of(stack: Stack) -> dict[str, float]:
     return out
 
 
-async def profile(stack: Stack, py_spy: str | None, out: Path, delay_s: float, seconds: int) -> None:
+async def profile(stack: Stack, py_spy: str | None, out: Path, delay_s: float, seconds: int,
+                  every_service: bool = False) -> None:
     """py-spy on the runtime for `seconds`, `delay_s` into the load phase (collapsed stacks); with
-    --trace also on the proxy and on this load client (`<out stem>.{proxy,client}.folded`)."""
+    --trace also on the proxy and on this load client (`<out stem>.{proxy,client}.folded`); with
+    `every_service` on each service and the client (`<out stem>.<service>.folded`), `--nonblocking`
+    so the sampled processes are not paused."""
     if py_spy is None:
         return
     await asyncio.sleep(delay_s)
     targets = {out: stack.procs["runtime"].pid}
-    if stack.env_overrides.get("GAMMA_TRACE_INBOX") == "1":
+    if every_service:
+        targets.update({out.with_name(out.name.replace(".runtime.", f".{name}.")): proc.pid
+                        for name, proc in stack.procs.items() if name != "runtime"})
+        targets[out.with_name(out.name.replace(".runtime.", ".client."))] = os.getpid()
+    elif stack.env_overrides.get("GAMMA_TRACE_INBOX") == "1":
         targets[out.with_name(out.name.replace(".runtime.", ".proxy."))] = stack.procs["proxy"].pid
         targets[out.with_name(out.name.replace(".runtime.", ".client."))] = os.getpid()
+    extra = ["--nonblocking"] if every_service else []
     procs = [await asyncio.create_subprocess_exec(py_spy, "record", "-p", str(pid), "-d", str(seconds), "-r", "50",
-                                                  "-f", "raw", "-o", str(path), stdout=asyncio.subprocess.DEVNULL,
-                                                  stderr=asyncio.subprocess.DEVNULL)
+                                                  *extra, "-f", "raw", "-o", str(path),
+                                                  stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
              for path, pid in targets.items()]
     for proc in procs:
         await proc.wait()
@@ -317,7 +325,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         lags: list[float] = []
         lag_stop = asyncio.Event()
         lag_task = asyncio.ensure_future(loop_lag(lags, lag_stop))
-        spy = asyncio.ensure_future(profile(stack, args.py_spy, args.out.with_suffix(".runtime.folded"), 15, 20))
+        spy = asyncio.ensure_future(profile(stack, args.py_spy, args.out.with_suffix(".runtime.folded"),
+                                            args.py_spy_at, args.py_spy_s, args.py_spy_all))
         await asyncio.gather(*(session_life(client, args.rounds, records, i * args.ramp_s / args.sessions)
                                for i in range(args.sessions)))
         load_s = time.monotonic() - t0
@@ -397,6 +406,9 @@ def main() -> None:
     parser.add_argument("--src", type=Path, default=None, help="run the services from this source tree (a baseline)")
     parser.add_argument("--runtimes", type=int, default=1, help="runtime worker processes")
     parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime 20 s of the load phase")
+    parser.add_argument("--py-spy-at", type=float, default=15.0, help="seconds into the load phase")
+    parser.add_argument("--py-spy-s", type=int, default=20, help="seconds profiled")
+    parser.add_argument("--py-spy-all", action="store_true", help="profile every service and the client")
     parser.add_argument("--test-lease", action="store_true", help="the test stack's 3 s lease")
     parser.add_argument("--trace", action="store_true",
                         help="the runtime logs each inbox entry's hops; the result splits them (bench/inbox_trace.py)")

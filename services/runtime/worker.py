@@ -42,7 +42,7 @@ from .lease import Lease, LeaseLost, forget_deleted, raise_fence, renew_all, wai
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .sender import EventSender
 from .session import Session, SessionDeps
-from .session_locks import SessionLocks
+from shared.session_locks import SessionLocks
 from .share import heartbeat, over_share, pause_while_over_share
 from .skills import Skill
 
