@@ -60,7 +60,7 @@ async def session_lock(client: aioredis.Redis, sid: str, local: SessionLocks | N
     """`local`: this process's own holders queue on an asyncio lock first, so only one of them at a
     time polls the Redis lock (other replicas still contend there): under load, a session's change,
     flush, record and settle handlers polled it every 5 ms against each other, a round trip each
-    (bench/results/stream.md "Session 11")."""
+    (bench/results/stream.md "bench-e2e CPU per operation")."""
     if local is None:
         async with _redis_lock(client, sid, LOCK_WAIT_S):
             yield

@@ -3,7 +3,7 @@
 A change, a flush and a record each read whether the session is deleted (two keys), the ref's state,
 the lease and the SessionLive fence the digest recorded; a change also whether it was handled
 already. One command at a time that was five to seven round trips per handler, the digest's largest
-CPU cost under load (bench/results/stream.md "Session 11"). The lock keeps what the digest itself
+CPU cost under load (bench/results/stream.md "bench-e2e CPU per operation"). The lock keeps what the digest itself
 writes (state, live fence, handled) from changing meanwhile; the lease is the runtime's and can
 change at any moment, before or after the read, as it could before.
 """
