@@ -117,12 +117,13 @@ def start_extra_runtimes(stack: Stack, n: int) -> None:
             time.sleep(0.1)
 
 
-def cpu_of(stack: Stack) -> dict[str, float]:
-    """CPU seconds (user + system) of each service process so far."""
+def cpu_of(stack: Stack, redis_pid: int | None = None) -> dict[str, float]:
+    """CPU seconds (user + system) of each service process so far, and of the redis-server."""
     out: dict[str, float] = {}
-    for name, proc in stack.procs.items():
+    pids = {name: proc.pid for name, proc in stack.procs.items()} | ({"redis": redis_pid} if redis_pid else {})
+    for name, pid in pids.items():
         try:
-            t = psutil.Process(proc.pid).cpu_times()
+            t = psutil.Process(pid).cpu_times()
         except psutil.Error:
             continue
         out[name] = t.user + t.system
@@ -131,19 +132,27 @@ def cpu_of(stack: Stack) -> dict[str, float]:
     return out
 
 
-async def profile(stack: Stack, py_spy: str | None, out: Path, delay_s: float, seconds: int) -> None:
+async def profile(stack: Stack, py_spy: str | None, out: Path, delay_s: float, seconds: int,
+                  every_service: bool = False) -> None:
     """py-spy on the runtime for `seconds`, `delay_s` into the load phase (collapsed stacks); with
-    --trace also on the proxy and on this load client (`<out stem>.{proxy,client}.folded`)."""
+    --trace also on the proxy and on this load client (`<out stem>.{proxy,client}.folded`); with
+    `every_service` on each service and the client (`<out stem>.<service>.folded`), `--nonblocking`
+    so the sampled processes are not paused."""
     if py_spy is None:
         return
     await asyncio.sleep(delay_s)
     targets = {out: stack.procs["runtime"].pid}
-    if stack.env_overrides.get("GAMMA_TRACE_INBOX") == "1":
+    if every_service:
+        targets.update({out.with_name(out.name.replace(".runtime.", f".{name}.")): proc.pid
+                        for name, proc in stack.procs.items() if name != "runtime"})
+        targets[out.with_name(out.name.replace(".runtime.", ".client."))] = os.getpid()
+    elif stack.env_overrides.get("GAMMA_TRACE_INBOX") == "1":
         targets[out.with_name(out.name.replace(".runtime.", ".proxy."))] = stack.procs["proxy"].pid
         targets[out.with_name(out.name.replace(".runtime.", ".client."))] = os.getpid()
+    extra = ["--nonblocking"] if every_service else []
     procs = [await asyncio.create_subprocess_exec(py_spy, "record", "-p", str(pid), "-d", str(seconds), "-r", "50",
-                                                  "-f", "raw", "-o", str(path), stdout=asyncio.subprocess.DEVNULL,
-                                                  stderr=asyncio.subprocess.DEVNULL)
+                                                  *extra, "-f", "raw", "-o", str(path),
+                                                  stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
              for path, pid in targets.items()]
     for proc in procs:
         await proc.wait()
@@ -273,9 +282,9 @@ def prompt_kinds(records: list[SessionRecord]) -> dict[str, Any]:
     return {"prompt_to_answer_live": summary(live), "prompt_to_answer_waking": summary(woke)}
 
 
-def start_redis(args: argparse.Namespace, directory: Path) -> tuple[str, Callable[[], None], aioredis.Redis]:
-    """(url without db, stop, audit client): one redis-server with AOF, or with `--cluster` a local
-    Redis Cluster of 3 primaries + 3 replicas (tests/support/redis_cluster.py)."""
+def start_redis(args: argparse.Namespace, directory: Path) -> tuple[str, Callable[[], None], aioredis.Redis, int | None]:
+    """(url without db, stop, audit client, redis-server pid): one redis-server with AOF, or with
+    `--cluster` a local Redis Cluster of 3 primaries + 3 replicas (tests/support/redis_cluster.py; no pid)."""
     if args.cluster:
         from redis.asyncio.cluster import RedisCluster
 
@@ -283,17 +292,17 @@ def start_redis(args: argparse.Namespace, directory: Path) -> tuple[str, Callabl
 
         cluster = LocalCluster(directory=directory).start()
         base = cluster.url.rsplit("/", 1)[0]
-        return base, cluster.stop, cast(aioredis.Redis, RedisCluster.from_url(base, max_connections=200))
+        return base, cluster.stop, cast(aioredis.Redis, RedisCluster.from_url(base, max_connections=200)), None
     url, redis_proc = start_redis_server(appendonly=True, data_dir=str(directory))
     # A blocking pool: 200 sessions auditing at once wait for a connection instead of failing.
     r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=50, timeout=600))
-    return url, redis_proc.terminate, r
+    return url, redis_proc.terminate, r, redis_proc.pid
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="gamma-bench-e2e-"))
     (base / "redis").mkdir()
-    url, stop_redis, r = start_redis(args, base / "redis")
+    url, stop_redis, r, redis_pid = start_redis(args, base / "redis")
     data_dir = base / "data"
     data_dir.mkdir()
     # Production lease timing unless --test-lease: tests/support/stack.py shortens it (3 s, claims after
@@ -313,17 +322,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         stack.start()
         start_extra_runtimes(stack, args.runtimes - 1)
         sampler.start()
-        t0, cpu0 = time.monotonic(), cpu_of(stack)
+        t0, cpu0 = time.monotonic(), cpu_of(stack, redis_pid)
         lags: list[float] = []
         lag_stop = asyncio.Event()
         lag_task = asyncio.ensure_future(loop_lag(lags, lag_stop))
-        spy = asyncio.ensure_future(profile(stack, args.py_spy, args.out.with_suffix(".runtime.folded"), 15, 20))
+        spy = asyncio.ensure_future(profile(stack, args.py_spy, args.out.with_suffix(".runtime.folded"),
+                                            args.py_spy_at, args.py_spy_s, args.py_spy_all))
         await asyncio.gather(*(session_life(client, args.rounds, records, i * args.ramp_s / args.sessions)
                                for i in range(args.sessions)))
         load_s = time.monotonic() - t0
         lag_stop.set()
         await lag_task
-        cpu_load = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in cpu_of(stack).items()}
+        cpu_load = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in cpu_of(stack, redis_pid).items()}
         await spy
         t1 = time.monotonic()
         await asyncio.gather(*(rewake(client, rec) for rec in records[: args.sessions // 4]))
@@ -397,6 +407,9 @@ def main() -> None:
     parser.add_argument("--src", type=Path, default=None, help="run the services from this source tree (a baseline)")
     parser.add_argument("--runtimes", type=int, default=1, help="runtime worker processes")
     parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime 20 s of the load phase")
+    parser.add_argument("--py-spy-at", type=float, default=15.0, help="seconds into the load phase")
+    parser.add_argument("--py-spy-s", type=int, default=20, help="seconds profiled")
+    parser.add_argument("--py-spy-all", action="store_true", help="profile every service and the client")
     parser.add_argument("--test-lease", action="store_true", help="the test stack's 3 s lease")
     parser.add_argument("--trace", action="store_true",
                         help="the runtime logs each inbox entry's hops; the result splits them (bench/inbox_trace.py)")

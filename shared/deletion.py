@@ -22,10 +22,20 @@ SCAN_COUNT = 1000
 
 async def is_deleted(client: aioredis.Redis, sid: str) -> bool:
     """Being deleted (the row says so) or deleted (a tombstone)."""
-    status = await client.hget(keys.session_row(sid), "status")  # type: ignore[misc]
-    if status is not None and text(status) == keys.STATUS_DELETING:
-        return True
-    return await client.zscore(keys.SESSIONS_DELETED, sid) is not None
+    pipe = client.pipeline(transaction=False)  # one round trip (two keys, two slots on a cluster)
+    queue_is_deleted(pipe, sid)
+    status, score = await pipe.execute()
+    return deleted_from(status, score)
+
+
+def queue_is_deleted(pipe: Any, sid: str) -> None:
+    """Queue `is_deleted`'s two reads on a caller's pipeline (two replies, for `deleted_from`)."""
+    pipe.hget(keys.session_row(sid), "status")
+    pipe.zscore(keys.SESSIONS_DELETED, sid)
+
+
+def deleted_from(status: bytes | str | None, score: float | None) -> bool:
+    return (status is not None and text(status) == keys.STATUS_DELETING) or score is not None
 
 
 def session_pattern(sid: str) -> str:

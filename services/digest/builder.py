@@ -20,13 +20,12 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from shared import keys
+from shared import causal, keys
 from shared.blobs import read_blob, remove_blob, sweep_orphans
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.base import now_ms
@@ -35,18 +34,19 @@ from shared.contracts.injection import RuntimeInjection
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.pending import PendingArtifact
 from shared.contracts.recorded import InjectionRecorded
-from shared.deletion import is_deleted
 from shared.fence import read_fence
 from shared.inbox import append
 from shared.redis_wire import optional_text
+from shared.session_locks import SessionLocks
 from shared.trusted_blocks import Body, Trusted, artifact_update
 
 from .coalesce import NO_NET_CHANGE, actors_line, compose
 from .due import DueLoop, session_lock
-from .handled import handled, mark_handled
+from .handled import mark_handled
 from .in_flight import release_settled
 from .manifest import Manifest
 from .revisions import Carry, Note, RefState, RevisionStore
+from .view import SessionView, read_view
 
 log = structlog.get_logger()
 SOURCE = "artifact"
@@ -116,47 +116,59 @@ class DigestBuilder:
         self._max_wait_ms = max_wait_ms if max_wait_ms is not None else max(2_000, 10 * debounce_ms)
         self._metrics = metrics or Metrics(None)
         self.due = DueLoop(client, self.flush, poll_s)
+        self._local = SessionLocks()  # this process's holders of a session's lock queue here first (due.py)
         self.after_change: Callable[[str], Awaitable[None]] | None = None
 
     def locked(self, sid: str) -> contextlib.AbstractAsyncContextManager[None]:
         """The session's digest lock (due.py): held by every change, flush and settle of `sid`."""
-        return session_lock(self._r, sid)
+        return session_lock(self._r, sid, self._local)
 
     # ------------------------------------------------------------------ artifact changes
 
     async def on_change(self, change: ArtifactChange) -> None:
-        if await handled(self._r, change):
-            if change.blob is not None:
-                await asyncio.to_thread(remove_blob, self._data_dir, change.session_id, change.blob)
-            return
         sid, ref = change.session_id, change.ref
         async with self.locked(sid):
-            if await is_deleted(self._r, sid):  # erased or being erased: write nothing back
-                return
-            state = await self.revisions.load(sid, ref) or RefState(kind=change.kind)
-            given = change.to_revision
-            if given is None and change.document is not None and isinstance(change.document.get("revision"), int):
-                given = change.document["revision"]  # the agent's deck write carries the deck's own revision
-            revision = given if given is not None and given > state.current else state.current + 1
-            content = await asyncio.to_thread(change_content, change, self._data_dir)
-            if content is not None:
-                await asyncio.to_thread(self.revisions.write_content, sid, ref, revision, content)
-            if change.actor == "agent":
-                await self._agent_change(sid, ref, state, revision, content is not None)
-            else:
-                state.current, state.deleted = revision, change.deleted
-                state.notes[revision] = Note(actor=change.actor, digest=change.digest, seq=change.seq,
-                                             from_revision=change.from_revision, deleted=change.deleted,
-                                             created=change.created)
-                state.max_seq = max(state.max_seq, change.seq or 0)
-                await self._other_change(sid, ref, state, change)
-            await self._save(sid, ref, state)
+            view = await read_view(self._r, sid, ref, change)
+            if not view.handled:
+                if view.deleted:  # erased or being erased: write nothing back
+                    return
+                await self._apply(change, view)
+        if view.handled:  # a redelivery (handled.py)
+            if change.blob is not None:
+                await asyncio.to_thread(remove_blob, self._data_dir, sid, change.blob)
+            return
         self._metrics.changes.labels(change.actor).inc()
         await mark_handled(self._r, change)
         if change.blob is not None:  # copied into the ref's revisions above; a crash before this leaves an orphan
             await asyncio.to_thread(remove_blob, self._data_dir, sid, change.blob)
         if self.after_change is not None:
             await self.after_change(sid)  # a flush that waited for this change (services/digest/flush.py)
+
+    async def _apply(self, change: ArtifactChange, view: SessionView) -> None:
+        sid, ref = change.session_id, change.ref
+        state = view.state or RefState(kind=change.kind)
+        given = change.to_revision
+        if given is None and change.document is not None and isinstance(change.document.get("revision"), int):
+            given = change.document["revision"]  # the agent's deck write carries the deck's own revision
+        revision = given if given is not None and given > state.current else state.current + 1
+        known = await asyncio.to_thread(self._store_content, change, revision)
+        if change.actor == "agent":
+            await self._agent_change(sid, ref, state, revision, known)
+        else:
+            state.current, state.deleted = revision, change.deleted
+            state.notes[revision] = Note(actor=change.actor, digest=change.digest, seq=change.seq,
+                                         from_revision=change.from_revision, deleted=change.deleted,
+                                         created=change.created)
+            state.max_seq = max(state.max_seq, change.seq or 0)
+            await self._other_change(sid, ref, state, change, view)
+        await self._save(sid, ref, state)
+
+    def _store_content(self, change: ArtifactChange, revision: int) -> bool:
+        """Keep the change's content as `revision` (one trip to the I/O pool); False when unknown."""
+        content = change_content(change, self._data_dir)
+        if content is not None:
+            self.revisions.write_content(change.session_id, change.ref, revision, content)
+        return content is not None
 
     async def _agent_change(self, sid: str, ref: str, state: RefState, revision: int, known: bool) -> None:
         if state.undelivered and state.notes:
@@ -175,12 +187,12 @@ class DigestBuilder:
             state.pending_since = None
             await self._r.zrem(keys.DIGEST_DUE, json.dumps([sid, ref]))
 
-    async def _other_change(self, sid: str, ref: str, state: RefState, change: ArtifactChange) -> None:
-        lease = await self._r.get(keys.lease(sid))
+    async def _other_change(self, sid: str, ref: str, state: RefState, change: ArtifactChange,
+                            view: SessionView) -> None:
+        lease, live = view.lease, view.live
         if lease is None:
             await self._to_manifest(sid, ref, state)  # made while dormant
             return
-        live: dict[Any, Any] = await self._r.hgetall(keys.digest_live(sid))
         live_fence = optional_text(live.get(b"fence"))
         if live_fence != lease_fence(lease):
             # The SessionLive of this lease is not handled yet; its handler sends this at once. Keep it
@@ -206,9 +218,11 @@ class DigestBuilder:
     # ------------------------------------------------------------------ producing digests
 
     async def _compose(self, sid: str, ref: str, state: RefState) -> Trusted | None:
-        seen = await asyncio.to_thread(self.revisions.read_content, sid, ref, state.seen)
-        current = await asyncio.to_thread(self.revisions.read_content, sid, ref, state.current)
+        seen, current = await asyncio.to_thread(self._read_pair, sid, ref, state.seen, state.current)
         return compose(state, seen, current)
+
+    def _read_pair(self, sid: str, ref: str, seen: int | None, current: int) -> tuple[bytes | None, bytes | None]:
+        return self.revisions.read_content(sid, ref, seen), self.revisions.read_content(sid, ref, current)
 
     async def _digest(self, sid: str, ref: str, state: RefState) -> tuple[str, int | None] | None:
         """(content, from_revision) or None when the agent already has the current content."""
@@ -265,18 +279,25 @@ class DigestBuilder:
 
     async def _save(self, sid: str, ref: str, state: RefState) -> None:
         await asyncio.to_thread(self.revisions.prune, sid, ref, state.needed())
-        await self.revisions.save(sid, ref, state)
-        await release_settled(self._r, sid, ref, state)
+        # The state and the session's changes in flight in one round trip (in order: the read follows the write).
+        pipe = self._r.pipeline(transaction=False)
+        self.revisions.queue_save(pipe, sid, ref, state)
+        if state.max_seq:
+            pipe.zrangebyscore(keys.changes_in_flight(sid), "-inf", state.max_seq)
+        replies = await pipe.execute()
+        flying = [causal.parse_member(m) for m in replies[1]] if state.max_seq else None
+        await release_settled(self._r, sid, ref, state, flying)
 
     async def flush(self, sid: str, ref: str) -> None:
         """A debounce window ended: send (live) or write the manifest (the session went dormant meanwhile)."""
         async with self.locked(sid):
-            if await is_deleted(self._r, sid):  # erased or being erased: write nothing back
+            view = await read_view(self._r, sid, ref)
+            if view.deleted:  # erased or being erased: write nothing back
                 return
-            state = await self.revisions.load(sid, ref)
+            state = view.state
             if state is None or not state.undelivered:
                 return
-            if await self._r.exists(keys.lease(sid)):
+            if view.lease is not None:
                 await self._send(sid, ref, state)
             else:
                 await self._to_manifest(sid, ref, state)
@@ -305,6 +326,11 @@ class DigestBuilder:
                     await self._send(sid, ref, state)
                     await self._save(sid, ref, state)
 
+    def _clear_recorded(self, sid: str, ref: str, revision: int, tracked: bool) -> bool:
+        """The manifest entry up to `revision` cleared; whether its content is known (when `tracked`)."""
+        self.manifest.clear_upto(sid, ref, revision)
+        return tracked and self.revisions.read_content(sid, ref, revision) is not None
+
     async def _stale_fence(self, sid: str, fence: int) -> bool:
         """A newer lease was granted than the one `fence` belongs to (fences only grow: HINCRBY)."""
         latest = await read_fence(self._r, sid)
@@ -331,16 +357,16 @@ class DigestBuilder:
         revision = event.to_revision if event.to_revision is not None else revision
         sid = event.session_id
         async with self.locked(sid):
-            if await is_deleted(self._r, sid):  # erased or being erased: write nothing back
+            view = await read_view(self._r, sid, ref)
+            if view.deleted:  # erased or being erased: write nothing back
                 return
-            await asyncio.to_thread(self.manifest.clear_upto, sid, ref, revision)
-            state = await self.revisions.load(sid, ref)
+            state = view.state
+            known = await asyncio.to_thread(self._clear_recorded, sid, ref, revision, state is not None)
             if state is None:
                 return
-            known = await asyncio.to_thread(self.revisions.read_content, sid, ref, revision) is not None
             advanced = state.seen is None or revision > state.seen
             state.advance_seen(revision, known, recorded=True)
-            live = bool(await self._r.exists(keys.lease(sid)))
+            live = view.lease is not None
             if state.undelivered:  # a newer edit arrived meanwhile: it still has to reach the agent
                 if live:
                     await self._route(sid, ref, state, immediate=False)

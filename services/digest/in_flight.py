@@ -10,11 +10,15 @@ from shared import causal
 from .revisions import RefState
 
 
-async def release_settled(client: aioredis.Redis, sid: str, ref: str, state: RefState) -> None:
+async def release_settled(client: aioredis.Redis, sid: str, ref: str, state: RefState,
+                          flying: list[tuple[int, str]] | None = None) -> None:
     """Called after every save of `ref`'s state. Only changes this ref has handled (numbered up to its
-    `max_seq`) are candidates: one still on the changes stream stays in flight."""
+    `max_seq`) are candidates: one still on the changes stream stays in flight. `flying`: the caller
+    already read `causal.in_flight(client, sid, state.max_seq)` after the save."""
     if state.max_seq == 0:
         return
     pending = state.undelivered_seqs()
-    done = [(seq, r) for seq, r in await causal.in_flight(client, sid, state.max_seq) if r == ref and seq not in pending]
+    if flying is None:
+        flying = await causal.in_flight(client, sid, state.max_seq)
+    done = [(seq, r) for seq, r in flying if r == ref and seq not in pending]
     await causal.settle(client, sid, done)

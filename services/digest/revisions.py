@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field
@@ -132,6 +132,11 @@ class RevisionStore:
 
     async def save(self, sid: str, ref: str, state: RefState) -> None:
         await self._r.hset(keys.revisions(sid), ref, state.model_dump_json())
+
+    @staticmethod
+    def queue_save(pipe: Any, sid: str, ref: str, state: RefState) -> None:
+        """`save` on a caller's pipeline (builder.py `_save`)."""
+        pipe.hset(keys.revisions(sid), ref, state.model_dump_json())
 
     # -------------------------------------------------------------- content on the session disk
 

@@ -61,9 +61,12 @@ async def _group_past(client: aioredis.Redis, stream: str, group: str, info: dic
     return parse_id(summary.get("min")) > upto
 
 
-async def session_done(client: aioredis.Redis, stream: str, group: str, upto: tuple[int, int], session: str) -> bool:
+async def session_done(client: aioredis.Redis, stream: str, group: str, upto: tuple[int, int], session: str,
+                       others: set[Any] | None = None) -> bool:
     """True when `group` has acked every entry of `session` up to `upto` (the group's other entries
-    may still be in flight)."""
+    may still be in flight). `others`: ids of pending entries already read and found to be another
+    session's, kept by the caller across polls (an entry's content never changes, so it is not read
+    again: under load most pending entries are other sessions', and every poll re-read each of them)."""
     info = await _group_info(client, stream, group)
     if info is None:
         return True
@@ -81,12 +84,20 @@ async def session_done(client: aioredis.Redis, stream: str, group: str, upto: tu
         waiting_unread = 0
     if len(waiting) + waiting_unread > SCAN_MAX:
         return await _group_past(client, stream, group, info, upto)  # too many to look at one by one
+    if others is not None:
+        waiting = [entry_id for entry_id in waiting if entry_id not in others]
     if not waiting:
         return True
     pipe = client.pipeline(transaction=False)
     for entry_id in waiting:
         pipe.xrange(stream, min=entry_id, max=entry_id)
-    return not any(_names(fields, session) for rows in await pipe.execute() for _, fields in rows or [])
+    ours = False
+    for entry_id, rows in zip(waiting, await pipe.execute(), strict=True):
+        if any(_names(fields, session) for _, fields in rows or []):
+            ours = True
+        elif others is not None and rows:  # read and not ours (an entry trimmed away is not remembered)
+            others.add(entry_id)
+    return not ours
 
 
 def _names(fields: dict[Any, Any] | None, session: str) -> bool:
@@ -109,11 +120,12 @@ async def wait_for_group(
     past that session's entries among them). False on timeout."""
     targets = [(s, upto) for s in streams if (upto := await last_id(client, s)) is not None]
     deadline = time.monotonic() + timeout_s
+    others: dict[str, set[Any]] = {s: set() for s in streams}  # per stream: pending entries found not ours
 
     async def done(stream: str, upto: tuple[int, int]) -> bool:
         if session is None:
             return await group_done(client, stream, group, upto)
-        return await session_done(client, stream, group, upto, session)
+        return await session_done(client, stream, group, upto, session, others[stream])
 
     while targets:
         targets = [(s, upto) for s, upto in targets if not await done(s, upto)]

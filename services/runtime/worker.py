@@ -29,6 +29,7 @@ from shared.images import ImageSource
 from shared.inbox import InboxReader
 from shared.model import reads_merged
 from shared.redis_wire import text
+from shared.session_locks import SessionLocks
 from shared.settings import Settings
 from shared.tokens import TokenCounter
 from shared.tracing import detached
@@ -42,7 +43,6 @@ from .lease import Lease, LeaseLost, forget_deleted, raise_fence, renew_all, wai
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .sender import EventSender
 from .session import Session, SessionDeps
-from .session_locks import SessionLocks
 from .share import heartbeat, over_share, pause_while_over_share
 from .skills import Skill
 
