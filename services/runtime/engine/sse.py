@@ -45,13 +45,10 @@ def split_events(buf: bytes) -> tuple[list[bytes], bytes]:
         keep = buf.endswith(b"\r")
         head = buf[:-1] if keep else buf
         buf = head.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + (b"\r" if keep else b"")
-    blocks: list[bytes] = []
-    start = 0
-    while (end := buf.find(b"\n\n", start)) >= 0:
-        if end > start:
-            blocks.append(buf[start:end])
-        start = end + 2
-    return blocks, buf[start:]
+    # One C-level split (a Python loop of `find`s was ~3% of the runtime's loop streaming, bench-stream):
+    # the last part is what is still unfinished; empty parts (blank lines in a row) are no events.
+    *blocks, rest = buf.split(b"\n\n")
+    return [b for b in blocks if b], rest
 
 
 def data_of(block: bytes) -> bytes | None:
