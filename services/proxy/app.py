@@ -43,8 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # their own whose read timeout outlasts the longest block (shared/reconnect.py).
     blocking = connect_blocking(settings.bus.redis_url, max(settings.sessions.reply_timeout_s, settings.sessions.sse_heartbeat_s))
     fanout = EventFanout(blocking, ctx.redis, block_ms=int(settings.sessions.sse_heartbeat_s * 1000),
-                         queue_size=settings.limits.sse_queue_size, heartbeat_s=settings.sessions.sse_heartbeat_s,
-                         shard_size=settings.sessions.sse_read_shard_size)
+                         queue_size=settings.limits.sse_queue_size, heartbeat_s=settings.sessions.sse_heartbeat_s)
     jwks_client = httpx.AsyncClient(follow_redirects=False)
     verifier = build_verifier(settings.auth.oidc(), jwks_client)
 

@@ -23,7 +23,7 @@ import structlog
 
 from shared import keys
 from shared.redis_wire import text
-from shared.stream_reader import SHARD_SIZE, StreamEntry, StreamReader
+from shared.stream_reader import StreamEntry, StreamReader
 from shared.tracing import detached
 
 log = structlog.get_logger()
@@ -80,9 +80,9 @@ class EventFanout:
     """`subscribe` / `unsubscribe` per SSE client; the shards' reads run as tasks of their own."""
 
     def __init__(self, blocking: aioredis.Redis, control: aioredis.Redis, *, block_ms: int,
-                 queue_size: int, heartbeat_s: float | None = None, shard_size: int = SHARD_SIZE) -> None:
+                 queue_size: int, heartbeat_s: float | None = None) -> None:
         # `blocking`: its read timeout covers block_ms (shared.reconnect.connect_blocking).
-        self._reader = StreamReader(blocking, keys.events, control=control, shard_size=shard_size)
+        self._reader = StreamReader(blocking, keys.events, control=control)
         self._control = control
         self._block_ms = block_ms
         self._queue_size = queue_size

@@ -14,9 +14,6 @@ class SessionSettings(Area):
         description="How long the proxy waits for the runtime's answer to a forwarded write (seconds).")
     sse_heartbeat_s: float = Field(15.0, validation_alias="GAMMA_SSE_HEARTBEAT_S",
         description="Seconds between SSE heartbeats.")
-    sse_read_shard_size: int = Field(32, ge=1, le=10_000, validation_alias="GAMMA_SSE_READ_SHARD_SIZE",
-        description="Events streams per blocking `XREAD` of a proxy's SSE fan-out (`services/proxy/fanout.py`, "
-                    "`shared/stream_reader.py`).")
     idempotency_ttl_s: int = Field(24 * 3600, ge=60, le=7 * 24 * 3600, validation_alias="GAMMA_IDEMPOTENCY_TTL_S",
         description="`Idempotency-Key`: how long a stored response is replayed (seconds; docs/architecture.md "
                     "\"Session lifecycle\").")
