@@ -104,7 +104,7 @@ async def json_reads(response: httpx.Response) -> AsyncIterator[list[dict[str, A
 def _body(response: httpx.Response) -> AsyncIterable[bytes]:
     """The body's bytes as the transport hands them over. Without a content encoding that is what
     `aiter_bytes` yields too, minus its two layers of async generators (`aiter_bytes`, `aiter_raw`:
-    identity decoder, chunker, byte count) per read: ~5% of the runtime's loop with 200 sessions
+    identity decoder, chunker, byte count) per read: ~2% of the runtime's loop with 200 sessions
     streaming (bench/results/stream.md "Session 11"). An encoded body goes through httpx's decoders.
     The transport's stream maps its errors to httpx's as before (both httpx's and httpx-aiohttp's)."""
     stream = response.stream
