@@ -45,7 +45,7 @@ def split_events(buf: bytes) -> tuple[list[bytes], bytes]:
         keep = buf.endswith(b"\r")
         head = buf[:-1] if keep else buf
         buf = head.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + (b"\r" if keep else b"")
-    # One C-level split (a Python loop of `find`s was ~3% of the runtime's loop streaming, bench-stream):
+    # One C-level split, not a loop of `find`s (~3% of the runtime's loop streaming, bench-stream):
     # the last part is what is still unfinished; empty parts (blank lines in a row) are no events.
     *blocks, rest = buf.split(b"\n\n")
     return [b for b in blocks if b], rest
@@ -106,7 +106,7 @@ def _body(response: httpx.Response) -> AsyncIterable[bytes]:
     `aiter_bytes` yields too, minus its two layers of async generators (`aiter_bytes`, `aiter_raw`:
     identity decoder, chunker, byte count) per read: ~2% of the runtime's loop with 200 sessions
     streaming (bench/results/stream.md "Session 11"). An encoded body goes through httpx's decoders.
-    The transport's stream maps its errors to httpx's as before (both httpx's and httpx-aiohttp's)."""
+    The transport's stream maps its errors to httpx's itself (httpx's transport and httpx-aiohttp's)."""
     stream = response.stream
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
     if encoding in ("", "identity") and isinstance(stream, httpx.AsyncByteStream):
