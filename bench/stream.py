@@ -195,9 +195,13 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
             await asyncio.sleep(args.py_spy_at)
             for pid, suffix in ((runtime, ""), (proxy, ".proxy")):
                 out = ROOT / "bench" / "results" / f"stream-{label}-{n}{suffix}.folded"
+                cmd = [args.py_spy, "record", "-p", str(pid), "-d", str(args.py_spy_s), "-r", str(args.py_spy_rate),
+                       "-f", "raw", "-o", str(out)]
+                if args.perf:  # native frames (uvloop, the interpreter, syscalls): `perf script` reads it
+                    cmd = ["perf", "record", "-F", str(args.py_spy_rate), "-g", "-p", str(pid), "-o",
+                           str(out.with_suffix(".perf.data")), "--", "sleep", str(args.py_spy_s)]
                 spies.append(await asyncio.create_subprocess_exec(
-                    args.py_spy, "record", "-p", str(pid), "-d", str(args.py_spy_s), "-r", "50", "-f", "raw",
-                    "-o", str(out), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL))
+                    *cmd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL))
         spying = asyncio.ensure_future(spy()) if args.py_spy else None
         pids = {"runtime": runtime, "proxy": proxy, **({"model_server": server.pid} if server is not None else {}),
                 **{f"reader{k}": p.pid for k, (p, _) in enumerate(readers)}}
@@ -357,6 +361,8 @@ def main() -> None:
     parser.add_argument("--before-label", default="before", help="names the --before-src run's py-spy file")
     parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime and the proxy while streaming")
     parser.add_argument("--py-spy-s", type=int, default=6, help="how long")
+    parser.add_argument("--perf", action="store_true", help="with --py-spy: Linux perf instead (native frames)")
+    parser.add_argument("--py-spy-rate", type=int, default=50, help="samples per second")
     parser.add_argument("--py-spy-at", type=float, default=0.0, help="from this long after the first streaming prompt")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--before-src", type=Path, default=None,

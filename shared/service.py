@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 from . import cancel_safe, keys, redis_cluster, topology
 from .bus import ensured_groups, missing_groups
 from .diskhealth import DiskHealth
-from .gcpolicy import heap_freezer
+from .gcpolicy import heap_freezer, young_threshold
 from .httplimits import bounded_http_protocol
 from .internal_http import InternalServer, internal_app, metrics_response
 from .iopool import install_io_executor
@@ -236,6 +236,7 @@ def service_lifespan(
         if ctx.internal is not None:
             await ctx.internal.start()
         settle_heap()
+        young_threshold(ctx.settings.server.gc_gen0)
         ctx.spawn(heap_freezer(ctx.settings.server.gc_freeze_s, ctx.settings.server.gc_full_s,
                                ctx.settings.server.gc_full_growth), "heap-freezer")
         ctx.ready = True

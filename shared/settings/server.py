@@ -51,6 +51,10 @@ class ServerSettings(Area):
     gc_full_growth: float = Field(0.25, gt=0, validation_alias="GAMMA_GC_FULL_GROWTH",
         description="A full collection also runs once the frozen heap has grown by this fraction since the last one "
                     "(closed sessions' cycles; `shared/gcpolicy.py`).")
+    gc_gen0: int = Field(20_000, ge=100, validation_alias="GAMMA_GC_GEN0",
+        description="Allocations between two young (generation 0) collections of the cyclic GC (CPython's default "
+                    "700): a streamed token allocates a few short-lived objects, and at 700 the runtime ran a young "
+                    "collection every few ticks (`shared/gcpolicy.py`).")
     # Threads of each service's default executor (asyncio.to_thread): blocking disk I/O, mostly fsync
     # waits, so far more than the cores (shared/iopool.py; Python's default is 6 on 2 cores).
     io_threads: int = Field(64, ge=1, le=1024, validation_alias="GAMMA_IO_THREADS",

@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from shared.gcpolicy import freeze_young, full_pass, full_pass_due, heap_freezer
+from shared.gcpolicy import freeze_young, full_pass, full_pass_due, heap_freezer, young_threshold
 
 
 class Node:
@@ -65,3 +65,12 @@ def test_a_full_pass_is_due_on_time_or_once_the_frozen_heap_outgrew_the_last_one
     assert not full_pass_due(10, 600, 125, 100, 0.25)  # grown by exactly the fraction: not yet
     assert full_pass_due(10, 600, 126, 100, 0.25)  # past it: closed sessions' cycles go now
     assert not full_pass_due(10, 600, 90, 100, 0.25)
+
+
+def test_young_threshold_sets_generation_0_only() -> None:
+    before = gc.get_threshold()
+    try:
+        young_threshold(20_000)
+        assert gc.get_threshold() == (20_000, before[1], before[2])
+    finally:
+        gc.set_threshold(*before)

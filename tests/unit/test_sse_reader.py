@@ -3,6 +3,7 @@ however the bytes are cut, and the SDK's error rules."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,6 +34,26 @@ WIRE = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e 
 async def test_events_survive_any_cut(size: int) -> None:
     parts = [WIRE[i : i + size] for i in range(0, len(WIRE), size)]
     assert await collect(parts) == EVENTS
+
+
+async def test_an_encoded_body_goes_through_httpx_decoders() -> None:
+    """Read straight from the transport only without a content encoding (engine/sse.py `_body`)."""
+    packed = gzip.compress(WIRE)
+
+    async def body() -> AsyncIterator[bytes]:
+        yield packed[:10]
+        yield packed[10:]
+    resp = httpx.Response(200, content=body(), headers={"content-encoding": "gzip"},
+                          request=httpx.Request("POST", "http://model.test/v1/responses"))
+    assert [e async for e in json_events(resp)] == EVENTS
+
+
+async def test_a_body_read_straight_counts_as_consumed() -> None:
+    resp = response([WIRE])
+    assert [e async for e in json_events(resp)] == EVENTS
+    with pytest.raises(httpx.StreamConsumed):
+        async for _ in resp.aiter_bytes():
+            pass
 
 
 async def test_crlf_multiline_data_comments_and_done() -> None:
