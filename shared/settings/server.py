@@ -51,6 +51,9 @@ class ServerSettings(Area):
     gc_full_growth: float = Field(0.25, gt=0, validation_alias="GAMMA_GC_FULL_GROWTH",
         description="A full collection also runs once the frozen heap has grown by this fraction since the last one "
                     "(closed sessions' cycles; `shared/gcpolicy.py`).")
+    gc_full_released: int = Field(32, ge=0, validation_alias="GAMMA_GC_FULL_RELEASED",
+        description="A full collection also runs once this many sessions were closed since the last one (their "
+                    "state is frozen cyclic garbage; `shared/gcpolicy.py`); 0: off.")
     # Threads of each service's default executor (asyncio.to_thread): blocking disk I/O, mostly fsync
     # waits, so far more than the cores (shared/iopool.py; Python's default is 6 on 2 cores).
     io_threads: int = Field(64, ge=1, le=1024, validation_alias="GAMMA_IO_THREADS",
