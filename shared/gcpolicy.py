@@ -44,24 +44,41 @@ def full_pass() -> None:
     gc.freeze()
 
 
-def full_pass_due(elapsed_s: float, full_s: float, frozen: int, frozen_after_full: int, growth: float) -> bool:
-    """Every `full_s`, or once the frozen heap outgrew what the last full pass left by `growth`:
-    sessions that went dormant leave their state behind as cycles (a session's parts call back into
-    it), frozen with it while it was live, and under churn the next timed pass would be minutes of
-    sessions away (the soak, bench/soak.py: +26 MB a minute in the runtime until it). Growth of the
-    live heap (a wake-up of many sessions) triggers a pass too, as CPython's own gen-2 rule would."""
-    return elapsed_s >= full_s or frozen > frozen_after_full * (1 + growth)
+_released = 0  # long-lived states let go since the last full pass: process-wide, as the collector is
 
 
-async def heap_freezer(freeze_s: float, full_s: float, full_growth: float = 0.25) -> None:
+def released(n: int = 1) -> None:
+    """A long-lived state was let go (the runtime: a session closed or dropped). Its parts call back
+    into one another, so it is cyclic garbage, and it was frozen while it was live: only a full pass
+    frees it. Counted so that a pass follows a wave of closes (`full_pass_due`)."""
+    global _released
+    _released += n
+
+
+def full_pass_due(elapsed_s: float, full_s: float, frozen: int, frozen_after_full: int, growth: float,
+                  released_since: int = 0, full_released: int = 0) -> bool:
+    """Every `full_s`, once the frozen heap outgrew what the last full pass left by `growth`, or once
+    `full_released` (> 0) long-lived states were let go since it. Sessions that went dormant leave
+    their state behind as frozen cycles; under churn the next timed pass would be minutes of sessions
+    away (the soak, bench/soak.py: +26 MB a minute in the runtime until it), and sessions closed while
+    as many others open leave the frozen heap's size flat, so its growth alone misses them (+16 MB for
+    a wave of 50 closes and 50 wakes, bench/results/soak.inbox-rss.md). Growth of the live heap (a
+    wake-up of many sessions) triggers a pass too, as CPython's own gen-2 rule would."""
+    return (elapsed_s >= full_s or frozen > frozen_after_full * (1 + growth)
+            or 0 < full_released <= released_since)
+
+
+async def heap_freezer(freeze_s: float, full_s: float, full_growth: float = 0.25, full_released: int = 0) -> None:
     """Runs for the service's life (ServiceContext.spawn); `freeze_s` <= 0: off."""
+    global _released
     if freeze_s <= 0:
         return
     last_full, after_full = time.monotonic(), gc.get_freeze_count()
     while True:
         await asyncio.sleep(freeze_s)
-        if full_pass_due(time.monotonic() - last_full, full_s, gc.get_freeze_count(), after_full, full_growth):
+        if full_pass_due(time.monotonic() - last_full, full_s, gc.get_freeze_count(), after_full, full_growth,
+                         _released, full_released):
             full_pass()
-            last_full, after_full = time.monotonic(), gc.get_freeze_count()
+            last_full, after_full, _released = time.monotonic(), gc.get_freeze_count(), 0
         else:
             freeze_young()

@@ -18,7 +18,7 @@ from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
 from redis.exceptions import RedisError
 
-from shared import dormancy, keys, metrics
+from shared import dormancy, gcpolicy, keys, metrics
 from shared.contracts.base import now_ms
 from shared.contracts.http import ModelConfig
 from shared.contracts.lifecycle import SessionDormant, SessionLive
@@ -319,6 +319,7 @@ class Worker:
         session.state.closed = True
         await session.shutdown()
         session.release_disk()
+        gcpolicy.released()
 
     def _request_close(self, sid: str, reason: str) -> None:
         task = asyncio.ensure_future(self.close(sid, reason))
@@ -359,6 +360,7 @@ class Worker:
                 await self._answer_stops(session, 409, {"error": "the session moved to another worker; suspend it again"})
             finally:
                 session.release_disk()
+                gcpolicy.released()  # its state is frozen cyclic garbage now: a wave of closes brings a full pass
 
     async def _persist_ui_at_close(self, session: Session) -> None:
         """A bad disk does not keep the session live: state.json keeps every change a client was told succeeded."""

@@ -55,6 +55,9 @@ class ServerSettings(Area):
         description="Allocations between two young (generation 0) collections of the cyclic GC (CPython's default "
                     "700): a streamed token allocates a few short-lived objects, and at 700 the runtime ran a young "
                     "collection every few ticks (`shared/gcpolicy.py`).")
+    gc_full_released: int = Field(32, ge=0, validation_alias="GAMMA_GC_FULL_RELEASED",
+        description="A full collection also runs once this many sessions were closed since the last one (their "
+                    "state is frozen cyclic garbage; `shared/gcpolicy.py`); 0: off.")
     # Threads of each service's default executor (asyncio.to_thread): blocking disk I/O, mostly fsync
     # waits, so far more than the cores (shared/iopool.py; Python's default is 6 on 2 cores).
     io_threads: int = Field(64, ge=1, le=1024, validation_alias="GAMMA_IO_THREADS",

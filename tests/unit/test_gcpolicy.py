@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from shared.gcpolicy import freeze_young, full_pass, full_pass_due, heap_freezer, young_threshold
+from shared.gcpolicy import freeze_young, full_pass, full_pass_due, heap_freezer, released, young_threshold
 
 
 class Node:
@@ -65,6 +65,29 @@ def test_a_full_pass_is_due_on_time_or_once_the_frozen_heap_outgrew_the_last_one
     assert not full_pass_due(10, 600, 125, 100, 0.25)  # grown by exactly the fraction: not yet
     assert full_pass_due(10, 600, 126, 100, 0.25)  # past it: closed sessions' cycles go now
     assert not full_pass_due(10, 600, 90, 100, 0.25)
+    assert not full_pass_due(10, 600, 100, 100, 0.25, released_since=31, full_released=32)
+    assert full_pass_due(10, 600, 100, 100, 0.25, released_since=32, full_released=32)  # a wave of closes
+    assert not full_pass_due(10, 600, 100, 100, 0.25, released_since=1000, full_released=0)  # off
+
+
+@pytest.mark.timeout(10)
+async def test_a_wave_of_released_states_brings_a_full_pass_before_its_time() -> None:
+    task = asyncio.ensure_future(heap_freezer(0.01, 600, 100.0, full_released=3))
+    try:
+        node = Node()
+        ref = weakref.ref(node)
+        await asyncio.sleep(0.03)  # frozen by now; the timed pass is ten minutes away
+        del node
+        await asyncio.sleep(0.05)
+        assert ref() is not None  # frozen cyclic garbage: only a full pass frees it
+        released(3)
+        for _ in range(100):
+            if ref() is None:
+                break
+            await asyncio.sleep(0.01)
+        assert ref() is None
+    finally:
+        task.cancel()
 
 
 def test_young_threshold_sets_generation_0_only() -> None:
@@ -74,3 +97,4 @@ def test_young_threshold_sets_generation_0_only() -> None:
         assert gc.get_threshold() == (20_000, before[1], before[2])
     finally:
         gc.set_threshold(*before)
+
