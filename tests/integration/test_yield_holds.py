@@ -126,7 +126,7 @@ def test_without_an_active_task_the_steer_and_the_follow_up_are_recorded_without
     go_live(d, sid)
     queue_during_the_yield(d, model, sid, [], [done("Noted the three.")], injection(sid, "system_update", "u-1"),
                            injection(sid, "background_result", "b-1"), injection(sid, "system_note", "n-1"))
-    eventually(lambda: d.events(sid)[-1]["type"] == "status" and not d.events(sid)[-1]["data"]["running"],
+    eventually(lambda: any(e["type"] == "status" and e["data"].get("running") is False for e in d.events(sid)),
                timeout=30, what="the run's end")
     # Not held for the next prompt: recorded without a run once the run task ended (services/runtime/idle.py;
     # no ref, so no merge window), acked; the next-turn-only note still waits, unacked.
