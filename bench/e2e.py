@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import inbox_trace  # noqa: E402
+from bench.profiler import record  # noqa: E402
 from shared import keys  # noqa: E402
 from tests.reliability.workload import (  # noqa: E402
     DECK_REF,
@@ -150,11 +151,7 @@ async def profile(stack: Stack, py_spy: str | None, out: Path, delay_s: float, s
     elif stack.env_overrides.get("GAMMA_TRACE_INBOX") == "1":
         targets[out.with_name(out.name.replace(".runtime.", ".proxy."))] = stack.procs["proxy"].pid
         targets[out.with_name(out.name.replace(".runtime.", ".client."))] = os.getpid()
-    extra = ["--nonblocking"] if every_service else []
-    procs = [await asyncio.create_subprocess_exec(py_spy, "record", "-p", str(pid), "-d", str(seconds), "-r", "50",
-                                                  *extra, "-f", "raw", "-o", str(path),
-                                                  stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-             for path, pid in targets.items()]
+    procs = [await record(py_spy, pid, path, seconds, nonblocking=every_service) for path, pid in targets.items()]
     for proc in procs:
         await proc.wait()
 

@@ -36,6 +36,7 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.profiler import record  # noqa: E402
 from bench.stream_clients import bare_consumer, bare_producer, sse_readers  # noqa: E402
 from bench.stream_steady import sample_cpu, steady_window  # noqa: E402
 from services.stack import free_port  # noqa: E402
@@ -195,13 +196,7 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
             await asyncio.sleep(args.py_spy_at)
             for pid, suffix in ((runtime, ""), (proxy, ".proxy")):
                 out = ROOT / "bench" / "results" / f"stream-{label}-{n}{suffix}.folded"
-                cmd = [args.py_spy, "record", "-p", str(pid), "-d", str(args.py_spy_s), "-r", str(args.py_spy_rate),
-                       "-f", "raw", "-o", str(out)]
-                if args.perf:  # native frames (uvloop, the interpreter, syscalls): `perf script` reads it
-                    cmd = ["perf", "record", "-F", str(args.py_spy_rate), "-g", "-p", str(pid), "-o",
-                           str(out.with_suffix(".perf.data")), "--", "sleep", str(args.py_spy_s)]
-                spies.append(await asyncio.create_subprocess_exec(
-                    *cmd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL))
+                spies.append(await record(args.py_spy, pid, out, args.py_spy_s, args.py_spy_rate, perf=args.perf))
         spying = asyncio.ensure_future(spy()) if args.py_spy else None
         pids = {"runtime": runtime, "proxy": proxy, **({"model_server": server.pid} if server is not None else {}),
                 **{f"reader{k}": p.pid for k, (p, _) in enumerate(readers)}}
