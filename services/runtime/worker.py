@@ -45,6 +45,7 @@ from .session import Session, SessionDeps
 from .session_locks import SessionLocks
 from .share import heartbeat, over_share, pause_while_over_share
 from .skills import Skill
+from .wake_timing import WakeClock
 
 log = structlog.get_logger()
 STOP_WAIT_S = 5.0
@@ -94,6 +95,7 @@ class Worker:
 
     # ------------------------------------------------------------ wake
     async def on_wake(self, wake: Wake) -> None:
+        clock = WakeClock()
         if self.disk is not None and not self.disk.ok:  # read before the disk failed: it waits here
             log.warning("wake_held_disk", session_id=wake.session_id, state=self.disk.current.state)
             await self.disk.wait_ok()
@@ -103,6 +105,7 @@ class Worker:
                     return
                 lease, locked, row = await Lease.acquire_for_wake(self.client, wake.session_id, self.worker_id,
                                                                   self.settings.runtime.lease_ms)
+                clock.mark("lease")
                 if lease is None:
                     log.info("wake_ignored_live_elsewhere_or_deleting", session_id=wake.session_id)
                     return
@@ -112,7 +115,7 @@ class Worker:
                 try:
                     if locked:  # the proxy is writing dormant state: read the disk after it is done
                         row = await wait_no_dormant_write(self.client, wake.session_id)
-                    await self._open(wake, lease, row)
+                    await self._open(wake, lease, row, clock)
                     return
                 except FenceBehind as behind:
                     if not lease.valid_now():  # it expired while the claim waited: a newer holder claimed
@@ -136,7 +139,7 @@ class Worker:
                         await lease.release()
                     raise
 
-    async def _open(self, wake: Wake, lease: Lease, row: dict[str, str]) -> None:
+    async def _open(self, wake: Wake, lease: Lease, row: dict[str, str], clock: WakeClock) -> None:
         sid = wake.session_id
         paths = session_paths(self.settings.storage.data_dir, sid)
         # Before anything is read: a holder that lost the session (paused past its lease) can no longer
@@ -148,6 +151,7 @@ class Worker:
         except BaseException:
             disk.close()
             raise
+        clock.mark("claim")
         model = ModelConfig.model_validate_json(row["model"]) if row.get("model") else ModelConfig()
         variant = row.get("variant", "base")
         system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]
@@ -171,25 +175,30 @@ class Worker:
                                         retry_max_s=self.settings.models.model_retry_max_s),
                           wake.wake_id, context_window=model.context_window or self.settings.compaction.context_window,
                           disk=disk)
+        clock.mark("build")
         try:
             await session.restore()
         except BaseException:
             disk.close()
             raise
+        clock.mark("restore")
         self.sessions[sid] = session
         # SessionLive first: the notifications service starts sending pending injections on it, while
         # the status event (and the live-session score) are for clients and the orphan scan only.
         await self.bus(keys.LIFECYCLE, SessionLive(session_id=sid, wake_id=wake.wake_id, fence=lease.fence,
                                                   worker_id=self.worker_id))
+        clock.mark("live")
         await outbox.event("status", {"status": "live", "running": False, "fence": lease.fence,
                                       "viewableFiles": session.tools.viewable_files[:500]},
                            also=lambda pipe: pipe.zadd(keys.RUNTIME_LIVE, {sid: now_ms()}))
+        clock.mark("status")
         pending = await self.reader.add(sid)  # what a dead holder read but never acked comes first
         for entry in pending:
             session.state.queue.put_nowait(entry)
         with detached():  # each entry is handled in its own producer's trace, not the wake's
             session.state.loop_task = asyncio.ensure_future(self._session_loop(session))
-        log.info("session_live", session_id=sid, fence=lease.fence, claimed=len(pending))
+        clock.mark("reader")
+        log.info("session_live", session_id=sid, fence=lease.fence, claimed=len(pending), **clock.fields())
 
     async def _session_loop(self, session: Session) -> None:
         try:
