@@ -15,7 +15,8 @@ suspended again. Then, measured:
   and the runtime's fsyncs (bench/probe_fsync) of each phase per prompt. A wake's own cost is the
   difference: a waking prompt minus a live one.
 
-Writes bench/results/wake_load.json (`--out`); `--before-src TREE` runs that tree first, minutes apart.
+Writes bench/results/wake_load.json (`--out`); `--before-src TREE` runs that tree first, minutes apart,
+into `<out>.before.json`. The read -> SessionLive split needs the `WakeClock` log fields in that tree.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from tests.support.stack import API_TOKEN, Stack  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "wake_load.json"
 LIVE_RE = re.compile(rb'"type":\s*"session_live".*?"session_id":\s*"([^"]+)"')  # as bench/e2e.py reads it
+SID_RE = re.compile(rb'"session_id":\s*"([^"]+)"')
 IDLE_S = 5.0
 STEPS = ("lease", "claim", "build", "restore", "live")  # entry -> SessionLive (worker.py `_open`)
 
@@ -99,6 +101,16 @@ async def lifecycle_lives(r: aioredis.Redis) -> dict[str, float]:
     return out
 
 
+async def wake_entries(r: aioredis.Redis) -> dict[str, float]:
+    """sid -> the time of its last Wake on gamma:runtime:wake (the entry id's ms: the proxy's XADD)."""
+    out: dict[str, float] = {}
+    for entry_id, fields in await r.xrange(keys.WAKE):
+        m = SID_RE.search(b" ".join(v for v in fields.values() if isinstance(v, bytes)))
+        if m:
+            out[m.group(1).decode()] = int(entry_id.decode().split("-")[0]) / 1000
+    return out
+
+
 async def first_event(r: aioredis.Redis, sid: str, after: float) -> float | None:
     """The time of the session's first event after `after` that is not a status event."""
     start = f"{int(after * 1000)}-0"
@@ -109,17 +121,22 @@ async def first_event(r: aioredis.Redis, sid: str, after: float) -> float | None
 
 
 def wake_log(log: str, sids: set[str]) -> dict[str, dict[str, float]]:
-    """sid -> the WakeClock fields of its last `session_live` log line."""
+    """sid -> the WakeClock fields of its last `session_live` log line, with those of the
+    `session_reading` line that follows it (the status and reader steps, after SessionLive)."""
     out: dict[str, dict[str, float]] = {}
     for line in log.splitlines():
-        if '"session_live"' not in line:
+        if '"session_live"' not in line and '"session_reading"' not in line:
             continue
         try:
             rec = json.loads(line[line.index("{"):])
         except ValueError:
             continue
         if rec.get("session_id") in sids and "wake_ms" in rec:
-            out[rec["session_id"]] = {k: float(v) for k, v in rec.items() if k.endswith("_ms")}
+            fields = {k: float(v) for k, v in rec.items() if k.endswith("_ms")}
+            if rec.get("event") == "session_reading":
+                out.setdefault(rec["session_id"], {}).update(fields)
+            else:
+                out[rec["session_id"]] = fields
     return out
 
 
@@ -155,7 +172,9 @@ async def quiet_costs(r: aioredis.Redis, http: httpx.AsyncClient, runtime: int, 
     return out
 
 
-async def prepare(r: aioredis.Redis, http: httpx.AsyncClient, n: int, suspend: list[int]) -> list[str]:
+async def prepare(r: aioredis.Redis, http: httpx.AsyncClient, n: int, suspend: list[int], fresh: int) -> list[str]:
+    """`n` sessions, the last `fresh` never woken; the others answer a first prompt (a transcript to
+    restore), then those at the indices `suspend` are suspended."""
     sem = asyncio.Semaphore(50)
 
     async def create() -> str:
@@ -164,8 +183,9 @@ async def prepare(r: aioredis.Redis, http: httpx.AsyncClient, n: int, suspend: l
             resp.raise_for_status()
             return str(resp.json()["id"])
     sids = list(await asyncio.gather(*(create() for _ in range(n))))
-    await post_all(http, sids, {"message": "hi"}, ramp_s=n / 100)  # a transcript for every session
-    await until_more(r, sids, dict.fromkeys(sids, 0), 120 + n * 0.3)
+    woken = sids[:n - fresh]
+    await post_all(http, woken, {"message": "hi"}, ramp_s=n / 100)
+    await until_more(r, woken, dict.fromkeys(woken, 0), 120 + n * 0.3)
 
     async def down(sid: str) -> None:
         async with sem:
@@ -192,8 +212,11 @@ async def run_stack(args: argparse.Namespace, src: Path | None, label: str) -> d
     n_s, n_d, n_q = args.streaming, args.dormant, args.quiet
     try:
         stack.start()
-        sids = await prepare(r, http, n_s + n_d + n_q, list(range(n_s, n_s + n_d + n_q)))
-        streaming, dormant, quiet = sids[:n_s], sids[n_s:n_s + n_d], sids[n_s + n_d:]
+        # [streaming | quiet | dormant re-wakes | dormant first wakes]: the first wakes never woken.
+        n_first = round(n_d * args.first_share)
+        sids = await prepare(r, http, n_s + n_q + n_d, list(range(n_s, n_s + n_q + n_d - n_first)), n_first)
+        streaming, quiet, dormant = sids[:n_s], sids[n_s:n_s + n_q], sids[n_s + n_q:]
+        first = set(dormant[n_d - n_first:])
         runtime = stack.procs["runtime"].pid
         before = await ends(r, streaming + dormant)
         c0 = await costs(r, runtime, base)
@@ -210,7 +233,7 @@ async def run_stack(args: argparse.Namespace, src: Path | None, label: str) -> d
         c1 = await costs(r, runtime, base)
         if spy is not None:
             await spy.wait()
-        lives = await lifecycle_lives(r)
+        lives, wakes = await lifecycle_lives(r), await wake_entries(r)
         firsts = await asyncio.gather(*(first_event(r, s, sent[s]) for s in dormant))
         clocks = wake_log(stack.log("runtime"), set(dormant))
         quiet_cost = await quiet_costs(r, http, runtime, base, dormant[:n_q], quiet) if n_q else {}
@@ -219,12 +242,17 @@ async def run_stack(args: argparse.Namespace, src: Path | None, label: str) -> d
         await r.aclose()
         stack.stop()
         redis_proc.terminate()
-    to_live = [sum(c.get(f"{s}_ms", 0.0) for s in STEPS) for c in clocks.values()]
+    to_live = {sid: sum(c.get(f"{s}_ms", 0.0) for s in STEPS) for sid, c in clocks.items()}
     return {
         "label": label, "load_average": [round(x, 2) for x in os.getloadavg()],
-        "wakes": len(dormant), "wakes_logged": len(clocks),
-        "wake_entry_to_live": dist(to_live),
+        "wakes": len(dormant), "first_wakes": len(first), "wakes_logged": len(clocks),
+        "wake_read_to_live": dist(list(to_live.values())),
+        "wake_read_to_live_by_kind": {
+            "first": dist([v for s, v in to_live.items() if s in first]),
+            "rewake": dist([v for s, v in to_live.items() if s not in first])},
         "wake_steps_ms": {s: dist([c.get(f"{s}_ms", 0.0) for c in clocks.values()]) for s in (*STEPS, "status", "reader")},
+        # The queue included: from the proxy's XADD of the Wake to the SessionLive.
+        "wake_xadd_to_live": dist([(lives[s] - wakes[s]) * 1000 for s in dormant if s in lives and s in wakes]),
         "post_to_live": dist([(lives[s] - sent[s]) * 1000 for s in dormant if s in lives]),
         "post_to_first_event": dist([(f - sent[s]) * 1000 for s, f in zip(dormant, firsts, strict=True) if f is not None]),
         "load_phase_totals": per_unit(c0, c1, 1),
@@ -233,12 +261,13 @@ async def run_stack(args: argparse.Namespace, src: Path | None, label: str) -> d
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'run':<8} {'entry->live p50/p99':>20} {'POST->live p50/p99':>20} {'POST->1st ev p50/p99':>21} "
+    lines = [f"{'run':<8} {'read->live p50/p99':>20} {'XADD->live p50/p99':>20} {'POST->live p50/p99':>20} {'POST->1st ev p50/p99':>21} "
              f"{'wake CPU ms':>11} {'cmds':>6} {'fsyncs':>6} {'load':>6}"]
     for row in rows:
-        w, q = row["wake_entry_to_live"], row["quiet_per_prompt"].get("wake_only", {})
+        w, q = row["wake_read_to_live"], row["quiet_per_prompt"].get("wake_only", {})
         pl, fe = row["post_to_live"], row["post_to_first_event"]
-        lines.append(f"{row['label']:<8} {w['p50_ms']!s:>9}/{w['p99_ms']!s:<10} {pl['p50_ms']!s:>9}/{pl['p99_ms']!s:<10} "
+        x = row["wake_xadd_to_live"]
+        lines.append(f"{row['label']:<8} {w['p50_ms']!s:>9}/{w['p99_ms']!s:<10} {x['p50_ms']!s:>9}/{x['p99_ms']!s:<10} {pl['p50_ms']!s:>9}/{pl['p99_ms']!s:<10} "
                      f"{fe['p50_ms']!s:>9}/{fe['p99_ms']!s:<11} {q.get('runtime_cpu_ms')!s:>11} "
                      f"{q.get('redis_cmds')!s:>6} {q.get('fsyncs')!s:>6} {row['load_average'][0]:>6}")
     return "\n".join(lines)
@@ -249,6 +278,8 @@ def main() -> None:
     parser.add_argument("--streaming", type=int, default=100)
     parser.add_argument("--dormant", type=int, default=100)
     parser.add_argument("--quiet", type=int, default=40, help="dormant sessions woken after the streams (costs)")
+    parser.add_argument("--first-share", type=float, default=0.5,
+                        help="of the dormant sessions woken under load, those never woken before (no transcript)")
     parser.add_argument("--tokens", type=int, default=800, help="per streaming answer (80/s: 10 s)")
     parser.add_argument("--rate", type=float, default=80.0, help="tokens per second per streaming session")
     parser.add_argument("--wake-rate", type=float, default=20.0, help="wakes per second; 0: all at once")
@@ -266,8 +297,11 @@ def main() -> None:
     print(table(rows))
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("out", "py_spy")}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"bench": "wake_load", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                    "machine": {"cpus": os.cpu_count()}, "config": config, "runs": rows}, indent=2) + "\n")
+    # The baseline tree's run beside this one's: `<out>.before.json` (same config, minutes apart).
+    outs = [(args.out.with_suffix(".before.json"), rows[:1]), (args.out, rows[1:])] if len(rows) > 1 else [(args.out, rows)]
+    for path, runs in outs:
+        path.write_text(json.dumps({"bench": "wake_load", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                    "machine": {"cpus": os.cpu_count()}, "config": config, "runs": runs}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -96,16 +96,29 @@ class DiskFence:
         """The new holder, before it reads the session disk: no newer fence may be stored; store ours.
         Raises FenceBehind when the disk holds a newer one. `until` (monotonic): give up waiting for
         the lock then (the lease's own bound: past it the claim is moot)."""
+        await asyncio.to_thread(self._open)  # the session directory's mkdir and the open: disk waits
         fd = await self._lock(until)
         try:
-            stored = self.stored()
+            # In the I/O pool: the fsync waits on the disk, which the event loop (every other session's
+            # stream, bench/wake_load.py) must not; the lock is held across it as before.
+            store = asyncio.ensure_future(asyncio.to_thread(self._store, fd))
+            try:
+                stored = await asyncio.shield(store)
+            except asyncio.CancelledError:  # the write goes on in its thread: keep the lock until it ends
+                await asyncio.wait({store})
+                raise
             if stored > self.fence:
                 raise FenceBehind(self.sid, stored)
-            if stored < self.fence:
-                os.pwrite(fd, str(self.fence).rjust(WIDTH).encode(), 0)
-                os.fsync(fd)
         finally:
             self._unlock()
+
+    def _store(self, fd: int) -> int:
+        """Under the lock: the stored fence; ours written and synced when it is newer. Blocking."""
+        stored = self.stored()
+        if stored < self.fence:
+            os.pwrite(fd, str(self.fence).rjust(WIDTH).encode(), 0)
+            os.fsync(fd)
+        return stored
 
     async def hold(self) -> None:
         """Return with the lock held and our fence still the stored one (else LeaseLost). The lock is

@@ -45,7 +45,7 @@ from .session import Session, SessionDeps
 from .session_locks import SessionLocks
 from .share import heartbeat, over_share, pause_while_over_share
 from .skills import Skill
-from .wake_timing import WakeClock
+from .wake_timing import WakeClock, start_reading
 
 log = structlog.get_logger()
 STOP_WAIT_S = 5.0
@@ -188,20 +188,17 @@ class Worker:
         await self.bus(keys.LIFECYCLE, SessionLive(session_id=sid, wake_id=wake.wake_id, fence=lease.fence,
                                                   worker_id=self.worker_id))
         clock.mark("live")
-        await outbox.event("status", {"status": "live", "running": False, "fence": lease.fence,
-                                      "viewableFiles": session.tools.viewable_files[:500]},
-                           also=lambda pipe: pipe.zadd(keys.RUNTIME_LIVE, {sid: now_ms()}))
-        clock.mark("status")
-        pending = await self.reader.add(sid)  # what a dead holder read but never acked comes first
-        for entry in pending:
-            session.state.queue.put_nowait(entry)
+        log.info("session_live", session_id=sid, fence=lease.fence, **clock.fields())
+        # The wake ends here: the status event and the inbox reader's registration are the session's
+        # own first steps, so the next wakes of this read (shared/bus_subscriber.py handles a batch
+        # together) do not wait on them; the inbox is still read only after the restore above.
         with detached():  # each entry is handled in its own producer's trace, not the wake's
-            session.state.loop_task = asyncio.ensure_future(self._session_loop(session))
-        clock.mark("reader")
-        log.info("session_live", session_id=sid, fence=lease.fence, claimed=len(pending), **clock.fields())
+            session.state.loop_task = asyncio.ensure_future(self._session_loop(session, clock))
 
-    async def _session_loop(self, session: Session) -> None:
+    async def _session_loop(self, session: Session, clock: WakeClock) -> None:
         try:
+            if not await start_reading(self.reader, session, clock):
+                return  # closed meanwhile
             await session.dispatcher.process_forever()
         except Exception:  # a loop ended by a bug must not keep the lease unread: closed, its unacked left
             log.exception("session_loop_failed", session_id=session.sid)
@@ -327,6 +324,7 @@ class Worker:
         self.sessions.pop(session.sid, None)
         session.state.closed = True
         await session.shutdown()
+        self.reader.remove(session.sid)  # a registration (wake_timing.py `start_reading`) that ended during the shutdown
         session.release_disk()
 
     def _request_close(self, sid: str, reason: str) -> None:
@@ -341,6 +339,7 @@ class Worker:
                 return
             self.reader.remove(sid)  # stop reading first: unread entries stay for the next holder
             await session.shutdown()
+            self.reader.remove(sid)  # a registration (wake_timing.py `start_reading`) that ended during the shutdown
             try:
                 session.state.closed = False  # the last writes below still run under the lease check
                 await self._persist_ui_at_close(session)
