@@ -23,7 +23,7 @@ from shared.contracts.base import now_ms
 from shared.contracts.http import ModelConfig
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.wake import Wake
-from shared.disk import session_paths, storage_fault
+from shared.disk import session_paths
 from shared.diskhealth import DiskHealth
 from shared.images import ImageSource
 from shared.inbox import InboxReader
@@ -183,15 +183,13 @@ class Worker:
             raise
         clock.mark("restore")
         self.sessions[sid] = session
-        # SessionLive first: the notifications service starts sending pending injections on it, while
-        # the status event (and the live-session score) are for clients and the orphan scan only.
+        # SessionLive first: the notifications service starts sending pending injections on it. The wake
+        # ends there: the status event (clients, the orphan scan's score) and the inbox reader are the
+        # session task's first steps (wake_timing.py), so the next wakes of this read do not wait on them.
         await self.bus(keys.LIFECYCLE, SessionLive(session_id=sid, wake_id=wake.wake_id, fence=lease.fence,
                                                   worker_id=self.worker_id))
         clock.mark("live")
         log.info("session_live", session_id=sid, fence=lease.fence, **clock.fields())
-        # The wake ends here: the status event and the inbox reader's registration are the session's
-        # own first steps, so the next wakes of this read (shared/bus_subscriber.py handles a batch
-        # together) do not wait on them; the inbox is still read only after the restore above.
         with detached():  # each entry is handled in its own producer's trace, not the wake's
             session.state.loop_task = asyncio.ensure_future(self._session_loop(session, clock))
 
@@ -342,7 +340,7 @@ class Worker:
             self.reader.remove(sid)  # a registration (wake_timing.py `start_reading`) that ended during the shutdown
             try:
                 session.state.closed = False  # the last writes below still run under the lease check
-                await self._persist_ui_at_close(session)
+                await session.ui.persist_at_close(sid)
                 session.state.closed = True
                 await self.images.at_close(sid, session.paths)  # still leased: no transcript writer runs
                 await self.client.delete(keys.running(sid))
@@ -367,16 +365,6 @@ class Worker:
                 await self._answer_stops(session, 409, {"error": "the session moved to another worker; suspend it again"})
             finally:
                 session.release_disk()
-
-    async def _persist_ui_at_close(self, session: Session) -> None:
-        """A bad disk does not keep the session live: state.json keeps every change a client was told succeeded."""
-        try:
-            await session.ui.persist_ui()
-        except OSError as exc:
-            fault = storage_fault(exc)
-            if fault is None:
-                raise
-            log.warning("ui_state_not_persisted_at_close", session_id=session.sid, error=str(fault))
 
     async def _answer_stops(self, session: Session, status: int, body: dict[str, Any]) -> None:
         """After the release: unfenced (the lease is gone on purpose)."""
