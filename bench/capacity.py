@@ -97,7 +97,7 @@ def main() -> None:
     turn_s = a["ttft_s"] + a["answer_tokens"] / a["tokens_per_s"]
     prompts_s = show("prompts/s (streaming sessions back to back)", a["streaming_sessions"] / turn_s,
                      f"streaming / (ttft + tokens / rate) = / {turn_s:.2f} s")
-    show("wakes/s", a["live_sessions"] / a["mean_live_period_s"], "live sessions / mean live period (assumed)")
+    wakes_s = show("wakes/s", a["live_sessions"] / a["mean_live_period_s"], "live sessions / mean live period (assumed)")
     idle_live = a["live_sessions"] - a["streaming_sessions"]
 
     print("\n-- runtime workers (cores)")
@@ -107,6 +107,14 @@ def main() -> None:
     rt_total = show("total (without wakes)", rt_stream + rt_prompts + rt_idle, "cores")
     show("workers at the busy target", rt_total / a["core_busy_target"], f"/ {a['core_busy_target']}")
     show("runtime memory GB (heap per live session)", a["live_sessions"] * heap_mb / 1024, "live x MB")
+
+    w = "runs/0/quiet_per_prompt/wake_only"  # a waking prompt minus a live one (bench/wake_load.py)
+    wake_ms, src_wm = field("wake_load.json", f"{w}/runtime_cpu_ms")
+    wake_cmds, src_wc = field("wake_load.json", f"{w}/redis_cmds")
+    wake_fsyncs, src_wf = field("wake_load.json", f"{w}/fsyncs")
+    show("wakes: wakes/s x runtime ms/wake", wakes_s * wake_ms / 1e3, f"cores ({src_wm})")
+    show("wakes: Redis commands/s", wakes_s * wake_cmds, src_wc)
+    show("wakes: fsyncs/s", wakes_s * wake_fsyncs, src_wf)
 
     print("\n-- proxies (cores)")
     px_stream = show("streaming: chunks x us/chunk", chunks * c_px / 1e6, "cores")

@@ -94,16 +94,41 @@ class DiskFence:
     async def claim(self, until: float | None = None) -> None:
         """The new holder, before it reads the session disk: no newer fence may be stored; store ours.
         Raises FenceBehind when the disk holds a newer one. `until` (monotonic): give up waiting for
-        the lock then (the lease's own bound: past it the claim is moot)."""
-        await asyncio.to_thread(self._open)  # a network filesystem's open and mkdir: off the event loop
-        fd = await self._lock(until)
+        the lock then (the lease's own bound: past it the claim is moot).
+
+        Each attempt is one hop to the I/O pool (open, lock, read, write, fsync, unlock): the fsync
+        waits on the disk, which the event loop and every other session's stream must not
+        (bench/wake_load.py); one hop, since under a busy loop each hop waits a loop turn."""
+        deadline = time.monotonic() + self.lock_timeout_s if until is None else until
+        while True:
+            attempt = asyncio.ensure_future(asyncio.to_thread(self._try_claim))
+            try:
+                stored = await asyncio.shield(attempt)
+            except asyncio.CancelledError:  # it goes on in its thread: the caller returns once it ended
+                await asyncio.wait({attempt})
+                raise
+            if stored is not None:
+                break
+            if time.monotonic() > deadline:
+                raise DiskFenceBusy(f"{self.path} locked for {self.lock_timeout_s} s")
+            await asyncio.sleep(POLL_S)
+        if stored > self.fence:
+            raise FenceBehind(self.sid, stored)
+
+    def _try_claim(self) -> int | None:
+        """Blocking: under the lock, the stored fence, ours written and synced when it is newer; None
+        when another process holds the lock (a writer frozen inside its write)."""
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
         try:
             stored = self.stored()
-            if stored > self.fence:
-                raise FenceBehind(self.sid, stored)
             if stored < self.fence:
                 os.pwrite(fd, str(self.fence).rjust(WIDTH).encode(), 0)
-                await asyncio.to_thread(os.fsync, fd)
+                os.fsync(fd)
+            return stored
         finally:
             self._unlock()
 

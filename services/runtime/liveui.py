@@ -8,12 +8,16 @@ from __future__ import annotations
 import base64
 from typing import Any, Protocol
 
+import structlog
+
 from shared.contracts.events import EventType, UiUpdateData
-from shared.disk import SessionPaths, atomic_write_json, read_json
+from shared.disk import SessionPaths, atomic_write_json, read_json, storage_fault
 from shared.uirules import UiLimits, repair_snapshot
 
 from .uistate import UiDoc
 from .write_guard import Guard
+
+log = structlog.get_logger()
 
 
 class EventOutbox(Protocol):
@@ -52,6 +56,17 @@ class LiveUi:
         # Taken now: writes take turns in call order (write_guard.py), so a later state is written later.
         snapshot = self._doc.snapshot()
         await self.guard.write(lambda: atomic_write_json(self.paths.state, snapshot))
+
+    async def persist_at_close(self, sid: str) -> None:
+        """A bad disk does not keep the session live (worker.py `close`): state.json keeps every change
+        a client was told succeeded."""
+        try:
+            await self.persist_ui()
+        except OSError as exc:
+            fault = storage_fault(exc)
+            if fault is None:
+                raise
+            log.warning("ui_state_not_persisted_at_close", session_id=sid, error=str(fault))
 
     async def publish_ui(self, update: bytes) -> None:
         """Only the change goes out (docs/architecture.md "Limits on hostile input": a full snapshot per event cost 1.48 MB of Redis each)."""

@@ -239,9 +239,8 @@ class Session:
 
     async def restore(self) -> None:
         if not self.transcript.entries:
-            await self.transcript.ensure_header()
-            for skill in self.deps.preloaded:  # a preloaded workflow skill is as active as a loaded one
-                await self.transcript.append_skill(skill.name, skill.type, None, preloaded=True)
+            # A preloaded workflow skill is as active as a loaded one.
+            await self.transcript.ensure_header([(skill.name, skill.type) for skill in self.deps.preloaded])
         await self.rewinder.finish_pending()  # a rewind a crash cut short (shared/rewind.py)
         # A connector call a dead holder sent: its answer, not "interrupted"; one still unanswered is
         # awaited by the run task (supervisor.py), never here.

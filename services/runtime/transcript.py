@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -129,9 +130,17 @@ class Transcript:
 
     # ------------------------------------------------------------ appends
 
-    async def ensure_header(self) -> None:
-        if not self.entries:
-            await self._append([SessionHeader(id=self._new_id(), timestamp=now_iso())])
+    async def ensure_header(self, preloaded: Sequence[tuple[str, str]] = ()) -> None:
+        """A new session's first lines, in one write (one fsync on the wake's path, not one per line):
+        the header, then the activations of the variant's preloaded skills, `(name, type)` each."""
+        if self.entries:
+            return
+        batch: list[TranscriptEntry] = [SessionHeader(id=self._new_id(), timestamp=now_iso())]
+        for name, skill_type in preloaded:
+            batch.append(SkillActivationEntry(id=self._new_id(), parent_id=batch[-1].id, timestamp=now_iso(),
+                                              name=name, skill_type=skill_type,  # type: ignore[arg-type]
+                                              required_by=None, preloaded=True))
+        await self._append(batch)
 
     async def append_message(self, message: AgentMessage, prompt_id: str | None = None) -> TranscriptEntry:
         if isinstance(message, CustomMessage):

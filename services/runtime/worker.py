@@ -23,7 +23,7 @@ from shared.contracts.base import now_ms
 from shared.contracts.http import ModelConfig
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.wake import Wake
-from shared.disk import session_paths, storage_fault
+from shared.disk import session_paths
 from shared.diskhealth import DiskHealth
 from shared.images import ImageSource
 from shared.inbox import InboxReader
@@ -45,6 +45,7 @@ from .sender import EventSender
 from .session import Session, SessionDeps
 from .share import heartbeat, over_share, pause_while_over_share
 from .skills import Skill
+from .wake_timing import WakeClock, start_reading
 
 log = structlog.get_logger()
 STOP_WAIT_S = 5.0
@@ -94,6 +95,7 @@ class Worker:
 
     # ------------------------------------------------------------ wake
     async def on_wake(self, wake: Wake) -> None:
+        clock = WakeClock()
         if self.disk is not None and not self.disk.ok:  # read before the disk failed: it waits here
             log.warning("wake_held_disk", session_id=wake.session_id, state=self.disk.current.state)
             await self.disk.wait_ok()
@@ -103,6 +105,7 @@ class Worker:
                     return
                 lease, locked, row = await Lease.acquire_for_wake(self.client, wake.session_id, self.worker_id,
                                                                   self.settings.runtime.lease_ms)
+                clock.mark("lease")
                 if lease is None:
                     log.info("wake_ignored_live_elsewhere_or_deleting", session_id=wake.session_id)
                     return
@@ -112,7 +115,7 @@ class Worker:
                 try:
                     if locked:  # the proxy is writing dormant state: read the disk after it is done
                         row = await wait_no_dormant_write(self.client, wake.session_id)
-                    await self._open(wake, lease, row)
+                    await self._open(wake, lease, row, clock)
                     return
                 except FenceBehind as behind:
                     if not lease.valid_now():  # it expired while the claim waited: a newer holder claimed
@@ -136,7 +139,7 @@ class Worker:
                         await lease.release()
                     raise
 
-    async def _open(self, wake: Wake, lease: Lease, row: dict[str, str]) -> None:
+    async def _open(self, wake: Wake, lease: Lease, row: dict[str, str], clock: WakeClock) -> None:
         sid = wake.session_id
         paths = session_paths(self.settings.storage.data_dir, sid)
         # Before anything is read: a holder that lost the session (paused past its lease) can no longer
@@ -148,6 +151,7 @@ class Worker:
         except BaseException:
             disk.close()
             raise
+        clock.mark("claim")
         model = ModelConfig.model_validate_json(row["model"]) if row.get("model") else ModelConfig()
         variant = row.get("variant", "base")
         system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]
@@ -171,28 +175,28 @@ class Worker:
                                         retry_max_s=self.settings.models.model_retry_max_s),
                           wake.wake_id, context_window=model.context_window or self.settings.compaction.context_window,
                           disk=disk)
+        clock.mark("build")
         try:
             await session.restore()
         except BaseException:
             disk.close()
             raise
+        clock.mark("restore")
         self.sessions[sid] = session
-        # SessionLive first: the notifications service starts sending pending injections on it, while
-        # the status event (and the live-session score) are for clients and the orphan scan only.
+        # SessionLive first: the notifications service starts sending pending injections on it. The wake
+        # ends there: the status event (clients, the orphan scan's score) and the inbox reader are the
+        # session task's first steps (wake_timing.py), so the next wakes of this read do not wait on them.
         await self.bus(keys.LIFECYCLE, SessionLive(session_id=sid, wake_id=wake.wake_id, fence=lease.fence,
                                                   worker_id=self.worker_id))
-        await outbox.event("status", {"status": "live", "running": False, "fence": lease.fence,
-                                      "viewableFiles": session.tools.viewable_files[:500]},
-                           also=lambda pipe: pipe.zadd(keys.RUNTIME_LIVE, {sid: now_ms()}))
-        pending = await self.reader.add(sid)  # what a dead holder read but never acked comes first
-        for entry in pending:
-            session.state.queue.put_nowait(entry)
+        clock.mark("live")
+        log.info("session_live", session_id=sid, fence=lease.fence, **clock.fields())
         with detached():  # each entry is handled in its own producer's trace, not the wake's
-            session.state.loop_task = asyncio.ensure_future(self._session_loop(session))
-        log.info("session_live", session_id=sid, fence=lease.fence, claimed=len(pending))
+            session.state.loop_task = asyncio.ensure_future(self._session_loop(session, clock))
 
-    async def _session_loop(self, session: Session) -> None:
+    async def _session_loop(self, session: Session, clock: WakeClock) -> None:
         try:
+            if not await start_reading(self.reader, session, clock):
+                return  # closed meanwhile
             await session.dispatcher.process_forever()
         except Exception:  # a loop ended by a bug must not keep the lease unread: closed, its unacked left
             log.exception("session_loop_failed", session_id=session.sid)
@@ -318,6 +322,7 @@ class Worker:
         self.sessions.pop(session.sid, None)
         session.state.closed = True
         await session.shutdown()
+        self.reader.remove(session.sid)  # a registration (wake_timing.py `start_reading`) that ended during the shutdown
         session.release_disk()
         gcpolicy.released()
 
@@ -333,9 +338,10 @@ class Worker:
                 return
             self.reader.remove(sid)  # stop reading first: unread entries stay for the next holder
             await session.shutdown()
+            self.reader.remove(sid)  # a registration (wake_timing.py `start_reading`) that ended during the shutdown
             try:
                 session.state.closed = False  # the last writes below still run under the lease check
-                await self._persist_ui_at_close(session)
+                await session.ui.persist_at_close(sid)
                 session.state.closed = True
                 await self.images.at_close(sid, session.paths)  # still leased: no transcript writer runs
                 await self.client.delete(keys.running(sid))
@@ -361,16 +367,6 @@ class Worker:
             finally:
                 session.release_disk()
                 gcpolicy.released()  # its state is frozen cyclic garbage now: a wave of closes brings a full pass
-
-    async def _persist_ui_at_close(self, session: Session) -> None:
-        """A bad disk does not keep the session live: state.json keeps every change a client was told succeeded."""
-        try:
-            await session.ui.persist_ui()
-        except OSError as exc:
-            fault = storage_fault(exc)
-            if fault is None:
-                raise
-            log.warning("ui_state_not_persisted_at_close", session_id=session.sid, error=str(fault))
 
     async def _answer_stops(self, session: Session, status: int, body: dict[str, Any]) -> None:
         """After the release: unfenced (the lease is gone on purpose)."""
