@@ -17,6 +17,7 @@ from services.runtime.diskfence import DiskFence, FenceBehind
 from services.runtime.session import Session
 from services.runtime.transcript import Transcript
 from services.runtime.wake_timing import WakeClock, start_reading
+from services.runtime.write_guard import WriteGuard
 from shared.inbox import InboxReader
 from tests.support.wake_doubles import RecordingReader, WakingSession
 
@@ -44,16 +45,14 @@ async def test_the_claim_syncs_the_fence_off_the_event_loop(tmp_path: Path, monk
 
 async def test_a_new_transcripts_first_lines_are_one_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     writes: list[int] = []
-    real = transcript_module.append_jsonl_async
+    real = transcript_module.append_unsynced
 
-    async def counting(path: Path, lines: list[Any], **kw: Any) -> None:
+    def counting(path: Path, lines: list[Any]) -> Any:
         writes.append(len(lines))
-        await real(path, lines, **kw)
+        return real(path, lines)
 
-    async def guard() -> None:
-        return None
-
-    monkeypatch.setattr(transcript_module, "append_jsonl_async", counting)
+    guard = WriteGuard()
+    monkeypatch.setattr(transcript_module, "append_unsynced", counting)
     t = Transcript.load(tmp_path / "transcript.jsonl", guard)
     await t.ensure_header([("workflow", "workflow"), ("notes", "reference")])
     await t.ensure_header([("again", "reference")])  # a header exists: nothing more
