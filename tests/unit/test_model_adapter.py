@@ -71,6 +71,23 @@ def test_prompt_cache_hits_in_128_token_steps_past_1024_per_key() -> None:
     assert cache.lookup_and_store("other", long + "3") == 0  # another prompt_cache_key
 
 
+def test_prompt_cache_drops_a_key_unused_for_its_ttl() -> None:
+    """A dormant session's prompts do not stay in the simulator (it lives in the runtime's process)."""
+    now = [0.0]
+    cache = PromptCache(ttl_s=300, clock=lambda: now[0])
+    long = "y" * (4 * 1300)
+    cache.lookup_and_store("old", long + "1")
+    now[0] = 200.0
+    cache.lookup_and_store("recent", long + "2")
+    now[0] = 299.0
+    assert cache.lookup_and_store("old", long + "3") == 1280  # used again within the TTL: kept, refreshed
+    now[0] = 550.0
+    cache.lookup_and_store("new", "z")
+    assert len(cache) == 2  # "recent" (last used at 200) went; "old" (299) stays
+    now[0] = 700.0
+    assert cache.lookup_and_store("old", long + "4") == 0 and len(cache) == 2  # expired, then stored again
+
+
 def test_chat_sends_prompt_cache_key_only_to_openai() -> None:
     from services.runtime.engine.chat_api import ChatApi
     from services.runtime.engine.types import AgentContext
