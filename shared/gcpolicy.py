@@ -22,13 +22,14 @@ import time
 
 
 def young_threshold(gen0: int) -> None:
-    """Allocations (net of frees) between two young collections. A young collection scans what was
-    allocated since the last one and is still alive, and promotes it: at CPython's 700 the streaming
-    path's short-lived objects (a token's parsed event, a tick's entries, asyncio's handles) were
-    scanned and promoted to generation 1 every few ticks: the collector's own functions were ~4% of
-    the runtime's CPU with 200 sessions streaming (perf, bench/results/stream.md "Session 11"). Refcounting frees them either way; a
-    young collection of 20,000 objects takes well under a millisecond. Generations 1 and 2 keep
-    CPython's ratios (10 young collections a gen-1 one; gen 2 as `heap_freezer` leaves it)."""
+    """Allocations (net of frees) between two young collections (`GAMMA_GC_GEN0`, CPython's 700 by
+    default). A young collection scans what was allocated since the last one and is still alive, and
+    promotes it: at 700 the streaming path's short-lived objects (a token's parsed event, a tick's
+    entries, asyncio's handles) are scanned every few ticks, the collector's own functions ~4% of the
+    runtime's CPU with 200 sessions streaming (perf, bench/results/stream.md "Session 11"); at 20,000
+    that went, within the noise of whole runs, while the proxy's cyclic garbage around a large
+    response (a 20 MB preview) lived longer. Generations 1 and 2 keep CPython's ratios (10 young
+    collections a gen-1 one; gen 2 as `heap_freezer` leaves it)."""
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(gen0, gen1, gen2)
 
