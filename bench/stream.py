@@ -86,6 +86,18 @@ async def until_answered(r: aioredis.Redis, sids: list[str], n: int, timeout_s: 
         raise RuntimeError(f"{len(pending)} sessions not answered in {timeout_s} s")
 
 
+async def create_sessions(http: httpx.AsyncClient, n: int, at_once: int = 50) -> list[str]:
+    """`n` new sessions, `at_once` creations in flight."""
+    sem = asyncio.Semaphore(at_once)
+
+    async def create() -> str:
+        async with sem:
+            resp = await http.post("/sessions", json={})
+            resp.raise_for_status()
+            return str(resp.json()["id"])
+    return list(await asyncio.gather(*(create() for _ in range(n))))
+
+
 async def post_all(http: httpx.AsyncClient, sids: list[str], body: dict[str, Any], ramp_s: float) -> None:
     async def one(i: int, sid: str) -> None:
         await asyncio.sleep(ramp_s * i / len(sids))
@@ -168,14 +180,7 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
                              timeout=60, limits=httpx.Limits(max_connections=100))
     try:
         stack.start()
-        sem = asyncio.Semaphore(50)
-
-        async def create() -> str:
-            async with sem:
-                resp = await http.post("/sessions", json={})
-                resp.raise_for_status()
-                return str(resp.json()["id"])
-        sids = list(await asyncio.gather(*(create() for _ in range(n))))
+        sids = await create_sessions(http, n)
         await post_all(http, sids, {"message": "hi"}, ramp_s=n / 100)  # wake every session first
         await until_answered(r, sids, 1, 120 + n * 0.3)
         proxy, runtime = stack.procs["proxy"].pid, stack.procs["runtime"].pid

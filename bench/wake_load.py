@@ -38,7 +38,16 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.stream import TOOL, agent_ends, commands, cpu_s, fsync_counting, post_all, runtime_disk  # noqa: E402
+from bench.stream import (  # noqa: E402
+    TOOL,
+    agent_ends,
+    commands,
+    cpu_s,
+    create_sessions,
+    fsync_counting,
+    post_all,
+    runtime_disk,
+)
 from shared import keys  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, Stack  # noqa: E402
@@ -175,14 +184,7 @@ async def quiet_costs(r: aioredis.Redis, http: httpx.AsyncClient, runtime: int, 
 async def prepare(r: aioredis.Redis, http: httpx.AsyncClient, n: int, suspend: list[int], fresh: int) -> list[str]:
     """`n` sessions, the last `fresh` never woken; the others answer a first prompt (a transcript to
     restore), then those at the indices `suspend` are suspended."""
-    sem = asyncio.Semaphore(50)
-
-    async def create() -> str:
-        async with sem:
-            resp = await http.post("/sessions", json={})
-            resp.raise_for_status()
-            return str(resp.json()["id"])
-    sids = list(await asyncio.gather(*(create() for _ in range(n))))
+    sids = await create_sessions(http, n)
     woken = sids[:n - fresh]
     await post_all(http, woken, {"message": "hi"}, ramp_s=n / 100)
     await until_more(r, woken, dict.fromkeys(woken, 0), 120 + n * 0.3)
