@@ -188,6 +188,7 @@ async def prepare(r: aioredis.Redis, http: httpx.AsyncClient, n: int, suspend: l
     woken = sids[:n - fresh]
     await post_all(http, woken, {"message": "hi"}, ramp_s=n / 100)
     await until_more(r, woken, dict.fromkeys(woken, 0), 120 + n * 0.3)
+    sem = asyncio.Semaphore(50)
 
     async def down(sid: str) -> None:
         async with sem:
