@@ -81,7 +81,7 @@ class CostProjection:
 
     async def refresh(self) -> None:
         records = cost_records(self.entries(), self.prices)
-        doc = self.ui.ui
+        doc = await self.ui.document()
         if doc.snapshot().get("costs") == records:
             return
         update = await doc.set_costs(records)

@@ -34,7 +34,7 @@ def form_content(form: dict[str, object]) -> str:
 
 
 async def deliver_answered_form(sid: str, ui: UiHost, transcript: Transcript, deliver: Deliver) -> None:
-    form = ui.ui.answered_form()
+    form = (await ui.document()).answered_form()
     if form is None:
         return
     source_id = f"form:{form['id']}:{form['status']}"
@@ -47,7 +47,7 @@ async def deliver_answered_form(sid: str, ui: UiHost, transcript: Transcript, de
 
 
 async def form_delivered(ui: UiHost, form_id: str) -> None:
-    update = await ui.ui.mark_form_delivered(form_id)
+    update = await (await ui.document()).mark_form_delivered(form_id)
     if update:
         await ui.persist_ui()
         await ui.publish_ui(update)

@@ -5,6 +5,7 @@ holder writes state.json."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import Any, Protocol
 
@@ -27,8 +28,7 @@ class EventOutbox(Protocol):
 class UiHost(Protocol):
     """The UI document as its users (tools, forms, cost records, the recorder) see it: a `LiveUi`."""
 
-    @property
-    def ui(self) -> UiDoc: ...
+    async def document(self) -> UiDoc: ...
 
     async def persist_ui(self) -> None: ...
 
@@ -44,10 +44,13 @@ class LiveUi:
         self.outbox = outbox
         self._doc: UiDoc | None = None
 
-    @property
-    def ui(self) -> UiDoc:
+    async def document(self) -> UiDoc:
+        """The document, read from state.json at its first use in the I/O pool: on a slow disk a read
+        on the event loop would hold every other session (README "Reliability")."""
         if self._doc is None:
-            self._doc = UiDoc.from_snapshot(repair_snapshot(read_json(self.paths.state)), self.limits)
+            raw = await asyncio.get_running_loop().run_in_executor(None, read_json, self.paths.state)
+            if self._doc is None:  # another first use loaded it meanwhile: that one may have changed since
+                self._doc = UiDoc.from_snapshot(repair_snapshot(raw), self.limits)
         return self._doc
 
     async def persist_ui(self) -> None:

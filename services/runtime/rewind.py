@@ -7,6 +7,7 @@ active skills and loaded knowledge as the branch records them, the trusted note 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
 
@@ -102,7 +103,7 @@ class Rewinder:
         return changed
 
     async def finish_pending(self) -> None:
-        intent = rw.pending(self.snapshots.paths)
+        intent = await asyncio.to_thread(rw.pending, self.snapshots.paths)  # off the loop: a wake's read
         if intent is not None:
             log.warning("rewind_resumed", session_id=self.sid, target=intent.target_id)
             await self.snapshots.take("resumed", force=True)  # the disk as the crash left it

@@ -66,6 +66,7 @@ from .progress import ChecklistProgress
 from .recorder import Recorder
 from .rewind import Rewinder
 from .sandbox import select_sandbox
+from .session_files import SessionFiles
 from .skill_lifecycle import SkillContracts
 from .skill_rules import SkillRuleGuard, load_rules
 from .skills import Skill
@@ -109,7 +110,7 @@ def chain(*hooks: BeforeModelCall) -> BeforeModelCall:
 
 
 class Session:
-    def __init__(self, deps: SessionDeps, paths: SessionPaths, lease: Lease, outbox: Outbox,
+    def __init__(self, deps: SessionDeps, paths: SessionPaths, files: SessionFiles, lease: Lease, outbox: Outbox,
                  model: ModelSettings, wake_id: str, context_window: int | None = None,
                  disk: DiskFence | None = None) -> None:
         self.deps = deps
@@ -120,8 +121,8 @@ class Session:
         self.outbox = outbox
         self.state = SessionState(self.sid, wake_id)
         self.guard = WriteGuard(self._writable, disk)
-        self.transcript = Transcript.load(paths.transcript, self.guard)
-        self.todo = TodoController.load(paths.todo, self.guard)
+        self.transcript = Transcript.of(paths.transcript, self.guard, files.entries)
+        self.todo = TodoController.of(paths.todo, self.guard, files.todo)
         self.snapshots = SessionSnapshots(self.sid, paths, SnapshotLimits.of(deps.settings), self.guard,
                                           lambda: self.transcript.leaf_id)
         self.ui = LiveUi(paths, UiLimits.of(deps.settings), self.guard, outbox)  # loaded when first needed

@@ -27,8 +27,12 @@ class TodoController:
 
     @classmethod
     def load(cls, path: Path, guard: Guard) -> TodoController:
+        return cls.of(path, guard, read_json(path))
+
+    @classmethod
+    def of(cls, path: Path, guard: Guard, raw: Any) -> TodoController:
+        """The controller of `path` whose content is `raw` (parsed JSON, None when absent)."""
         c = cls(path, guard)
-        raw = read_json(path)
         if raw is not None:
             try:
                 c.current = TodoList.model_validate(raw)

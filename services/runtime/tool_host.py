@@ -99,13 +99,13 @@ class SessionToolHost:
         await self.outbox.publish(keys.ARTIFACT_CHANGES, change)
 
     async def open_tab(self, ari: str, title: str | None) -> str:
-        tab, update = await self.uihost.ui.open_tab(ari, title)
+        tab, update = await (await self.uihost.document()).open_tab(ari, title)
         await self.uihost.persist_ui()
         await self.uihost.publish_ui(update)
         return tab
 
     async def show_form(self, form: dict[str, Any]) -> str:
-        ui = self.uihost.ui
+        ui = await self.uihost.document()
         form_update = await ui.set_form(form)
         tab, tab_update = await ui.open_tab(f"form:{form['id']}", str(form.get("title") or form["id"]))
         await self.uihost.persist_ui()

@@ -79,8 +79,13 @@ class Transcript:
 
     @classmethod
     def load(cls, path: Path, guard: Guard) -> Transcript:
+        return cls.of(path, guard, read_entries(path))
+
+    @classmethod
+    def of(cls, path: Path, guard: Guard, entries: Sequence[TranscriptEntry]) -> Transcript:
+        """The transcript whose file holds `entries` (read beforehand, e.g. in the I/O pool at a wake)."""
         t = cls(path, guard)
-        for entry in read_entries(path):
+        for entry in entries:
             t._index(entry)
         t._set_branch(active_path(t.all))
         return t

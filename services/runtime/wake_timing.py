@@ -1,4 +1,5 @@
-"""A wake's steps and their timing: entry read -> lease -> disk claim -> restore -> SessionLive, then
+"""A wake's steps and their timing: entry read -> lease -> disk claim -> the session's files read (in the
+I/O pool: session_files.py) -> build -> restore -> SessionLive, then
 (the session's own task) the live status and the inbox reader.
 
 The steps' times are logged with `session_live` and `session_reading` (worker.py) so a bench

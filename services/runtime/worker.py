@@ -43,6 +43,7 @@ from .lease import Lease, LeaseLost, forget_deleted, raise_fence, renew_all, wai
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .sender import EventSender
 from .session import Session, SessionDeps
+from .session_files import read_session_files
 from .share import heartbeat, over_share, pause_while_over_share
 from .skills import Skill
 from .wake_timing import WakeClock, start_reading
@@ -164,7 +165,9 @@ class Worker:
                                                             self.skills)))
         outbox = Outbox(self.sender, sid, self.bus, fence=lease.check)
         name, api = model.name or self.settings.models.model, model.api or self.settings.models.default_model_api
-        session = Session(deps, paths, lease, outbox,
+        files = await read_session_files(paths)
+        clock.mark("read")
+        session = Session(deps, paths, files, lease, outbox,
                           ModelSettings(model=name, reasoning_effort=model.reasoning_effort, api=api,
                                         trusted_role=self.settings.models.trusted_role_for(name, api),
                                         max_output_tokens=self.settings.models.max_output_tokens, cache_key=sid,

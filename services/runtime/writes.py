@@ -94,17 +94,18 @@ class WriteHandlers:
             return
         try:
             snapshot = None if m.snapshot is None else validate_snapshot(m.snapshot, self.ui.limits)
-            update = await self.ui.ui.apply_update(raw)
+            doc = await self.ui.document()
+            update = await doc.apply_update(raw)
             if not update and snapshot is not None:
-                update = await self.ui.ui.apply_snapshot(snapshot)
+                update = await doc.apply_snapshot(snapshot)
         except UiRefused as exc:
             await self._refuse(entry, m.request_id, Refused.of(exc))
             return
         if update:
             await self.ui.persist_ui()
         await self.ui.publish_ui(update)
-        await self._answer(entry, m.request_id, 200, {"snapshot": self.ui.ui.snapshot(),
-                                                      "update": self.ui.ui.full_update_b64()})
+        await self._answer(entry, m.request_id, 200, {"snapshot": doc.snapshot(),
+                                                      "update": doc.full_update_b64()})
         if self.state.barrier_passed:
             await self._after_ui_sync()
 

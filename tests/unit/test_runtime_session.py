@@ -9,6 +9,7 @@ from scripted.gamma import ScriptedGamma
 from scripted.transport import scripted_client
 from services.runtime.engine.openai_stream import ModelSettings
 from services.runtime.session import Session, SessionDeps
+from services.runtime.session_files import SessionFiles
 from shared.disk import session_paths
 from shared.settings import Settings
 from shared.tokens import TokenCounter
@@ -26,7 +27,7 @@ def build(tmp_path: Path) -> Session:
                        system_prompt="sys", counter=TokenCounter(), ack=ack)
     paths = session_paths(tmp_path, "s1")
     paths.workspace.mkdir(parents=True, exist_ok=True)
-    return Session(deps, paths, FakeLease("s1"), FakeOutbox(), ModelSettings(model="m1"), "w1",  # type: ignore[arg-type]
+    return Session(deps, paths, SessionFiles.read(paths), FakeLease("s1"), FakeOutbox(), ModelSettings(model="m1"), "w1",  # type: ignore[arg-type]
                    context_window=8_000)
 
 

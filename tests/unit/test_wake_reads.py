@@ -1,0 +1,70 @@
+"""A wake reads the session's files in the I/O pool, never on the event loop (README "Reliability"):
+on a slow disk one wake's reads would otherwise hold every live session's turn. Each file here is a
+FIFO, a read that cannot finish until the test writes it; the loop must keep running meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TypeVar
+
+from services.runtime.liveui import LiveUi
+from services.runtime.session_files import read_session_files
+from services.runtime.write_guard import WriteGuard
+from shared.contracts.transcript import SessionHeader
+from shared.disk import SessionPaths, session_paths
+from shared.uirules import UiLimits
+
+T = TypeVar("T")
+
+
+async def no_check() -> None:
+    return None
+
+
+async def blocked_until_written(read: Awaitable[T], fifo: Path, content: bytes) -> T:
+    """Run `read` while `fifo` holds it, count the loop's ticks meanwhile, then feed the FIFO."""
+    reading = asyncio.ensure_future(read)
+    ticks = 0
+    for _ in range(10):
+        await asyncio.sleep(0.005)
+        ticks += 1
+    assert ticks == 10 and not reading.done()  # the loop ran while the read waited on the disk
+    for _ in range(400):  # the pool's thread opens the FIFO for reading; until then there is no reader
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError:
+            await asyncio.sleep(0.005)
+    else:
+        raise AssertionError("the read never opened the file")
+    os.write(fd, content)
+    os.close(fd)
+    return await asyncio.wait_for(reading, timeout=5)
+
+
+def layout(tmp_path: Path) -> SessionPaths:
+    paths = session_paths(tmp_path, "s1")
+    paths.root.mkdir(parents=True)
+    return paths
+
+
+async def test_the_transcript_and_todo_are_read_off_the_loop(tmp_path: Path) -> None:
+    paths = layout(tmp_path)
+    os.mkfifo(paths.transcript)
+    header = SessionHeader(id="h1", timestamp="2026-01-01T00:00:00Z")
+    paths.todo.write_text(json.dumps({"items": []}))
+    files = await blocked_until_written(read_session_files(paths), paths.transcript,
+                                        header.model_dump_json(by_alias=True).encode() + b"\n")
+    assert [e.id for e in files.entries] == ["h1"] and files.todo == {"items": []}
+
+
+async def test_the_ui_state_is_read_off_the_loop_at_its_first_use(tmp_path: Path) -> None:
+    paths = layout(tmp_path)
+    os.mkfifo(paths.state)
+    ui = LiveUi(paths, UiLimits(), WriteGuard(no_check), outbox=None)  # type: ignore[arg-type]  # nothing is published
+    doc = await blocked_until_written(ui.document(), paths.state, b"{}")
+    assert await ui.document() is doc  # read once
