@@ -90,6 +90,9 @@ class Worker:
             metrics.track_active_leases(registry, lambda: len(self.sessions))
 
     def start(self) -> None:
+        # A full GC pass that falls due while model streams are read waits for them (shared/gcpolicy.py):
+        # its pause would hold every streaming session's tokens (bench-stream's added p99).
+        gcpolicy.defer_while(self._streaming)
         self._tasks = [asyncio.ensure_future(self._read_loop()), asyncio.ensure_future(self._house_loop()),
                        asyncio.ensure_future(self._orphan_loop())]
 
@@ -390,7 +393,11 @@ class Worker:
             with contextlib.suppress(Exception):
                 await self.close(sid, "shutdown")
         await self.sender.close()
+        gcpolicy.defer_while(None)
         log.info("worker_stopped")
+
+    def _streaming(self) -> bool:
+        return not self.sender.idle
 
     def snapshot(self) -> dict[str, Any]:
         return {sid: {"running": s.state.running, "fence": s.lease.fence} for sid, s in self.sessions.items()}

@@ -8,7 +8,17 @@ import weakref
 
 import pytest
 
-from shared.gcpolicy import freeze_young, full_pass, full_pass_due, heap_freezer, released, young_threshold
+from shared import gcpolicy
+from shared.gcpolicy import (
+    defer_while,
+    deferred,
+    freeze_young,
+    full_pass,
+    full_pass_due,
+    heap_freezer,
+    released,
+    young_threshold,
+)
 
 
 class Node:
@@ -98,3 +108,40 @@ def test_young_threshold_sets_generation_0_only() -> None:
     finally:
         gc.set_threshold(*before)
 
+
+
+def test_a_due_pass_waits_only_while_busy_and_at_most_defer_s() -> None:
+    try:
+        assert not deferred(0, 30)  # nobody said when it is busy
+        defer_while(lambda: True)
+        assert deferred(29.9, 30)
+        assert not deferred(30, 30)  # waited long enough: it runs, busy or not
+        assert not deferred(0, 0)  # 0: never waits
+        defer_while(lambda: False)
+        assert not deferred(0, 30)
+    finally:
+        defer_while(None)
+
+
+@pytest.mark.timeout(10)
+async def test_a_timed_pass_waits_for_the_busy_spell_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gcpolicy, "DEFER_POLL_S", 0.01)
+    busy = [True]
+    defer_while(lambda: busy[0])
+    task = asyncio.ensure_future(heap_freezer(0.01, 0.05, defer_s=60))
+    try:
+        node = Node()
+        ref = weakref.ref(node)
+        await asyncio.sleep(0.03)  # frozen by now
+        del node
+        await asyncio.sleep(0.2)  # the timed pass fell due meanwhile: it waits
+        assert ref() is not None
+        busy[0] = False
+        for _ in range(100):
+            if ref() is None:
+                break
+            await asyncio.sleep(0.01)
+        assert ref() is None
+    finally:
+        task.cancel()
+        defer_while(None)
