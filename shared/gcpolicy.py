@@ -19,7 +19,7 @@ sessions, every streaming session's tokens held meanwhile (bench-stream's added 
 `full_growth`; bench/results/stream.md "Session 15"). A process can say when such a pause costs most
 (`defer_while`: the runtime, while model streams are read): a pass that falls due then waits until
 that ends, at most `defer_s`, so a wave of turns does not pay it mid-stream; one that keeps streaming
-pays it `defer_s` late, the heap bounded as before plus what `defer_s` adds.
+pays it `defer_s` late: the heap's bound grows by what `defer_s` of allocations add.
 """
 
 from __future__ import annotations

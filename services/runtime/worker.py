@@ -90,9 +90,8 @@ class Worker:
             metrics.track_active_leases(registry, lambda: len(self.sessions))
 
     def start(self) -> None:
-        # A full GC pass that falls due while model streams are read waits for them (shared/gcpolicy.py):
-        # its pause would hold every streaming session's tokens (bench-stream's added p99).
-        gcpolicy.defer_while(self._streaming)
+        # A full GC pass's pause would hold every streaming session's tokens (shared/gcpolicy.py).
+        gcpolicy.defer_while(lambda: not self.sender.idle)
         self._tasks = [asyncio.ensure_future(self._read_loop()), asyncio.ensure_future(self._house_loop()),
                        asyncio.ensure_future(self._orphan_loop())]
 
@@ -395,9 +394,6 @@ class Worker:
         await self.sender.close()
         gcpolicy.defer_while(None)
         log.info("worker_stopped")
-
-    def _streaming(self) -> bool:
-        return not self.sender.idle
 
     def snapshot(self) -> dict[str, Any]:
         return {sid: {"running": s.state.running, "fence": s.lease.fence} for sid, s in self.sessions.items()}

@@ -128,7 +128,7 @@ class ReadTimer:
     @classmethod
     def take_over(cls, response: httpx.Response) -> ReadTimer | None:
         # httpx's bound stream around httpx-aiohttp's: private names, pinned by a unit test
-        # (test_sse_read_timeout.py); without them aiohttp's own timer stays, as before.
+        # (test_sse_read_timeout.py); without them aiohttp's own timer stays in charge.
         raw = getattr(getattr(response.stream, "_stream", None), "_aiohttp_response", None)
         connection = raw.connection if isinstance(raw, aiohttp.ClientResponse) else None
         protocol = connection.protocol if connection is not None else None
