@@ -45,9 +45,37 @@ def young_threshold(gen0: int) -> None:
     gc.set_threshold(gen0, gen1, gen2)
 
 
-def freeze_young() -> None:
+def freeze_young() -> int:
+    """Collects the young generations and freezes what survived; returns how many objects it froze."""
     gc.collect(1)  # generations 0 and 1: cycles among recent objects go now, not after the next full pass
+    fresh = len(gc.get_objects(2))  # all that is not frozen yet (0 and 1 are empty now): what was promoted since
     gc.freeze()
+    return fresh
+
+
+class FrozenCount:
+    """The frozen heap's size for `full_pass_due`, without walking it every time: `gc.get_freeze_count()`
+    follows every frozen object's link (~70 ms at 2M objects, the event loop held: every `freeze_s`,
+    in every service; bench/results/stream.md "Session 15"). What each freeze adds is counted
+    instead; the sum is an upper bound (frozen objects also die), so while it stays within the growth
+    threshold the true size does too, and the heap is walked only once the bound passes it."""
+
+    def __init__(self) -> None:
+        self.known = gc.get_freeze_count()  # the size at the last walk
+        self.added = 0  # frozen since that walk
+
+    def froze(self, n: int) -> None:
+        self.added += n
+
+    def at_most(self, threshold: float) -> int:
+        """The frozen heap's size, or (while that is certainly no more than `threshold`) a bound on it."""
+        if self.known + self.added > threshold:
+            self.known, self.added = gc.get_freeze_count(), 0
+        return self.known + self.added
+
+    def reset(self) -> int:
+        self.known, self.added = gc.get_freeze_count(), 0
+        return self.known
 
 
 def full_pass() -> None:
@@ -102,19 +130,20 @@ async def heap_freezer(freeze_s: float, full_s: float, full_growth: float = 0.25
     global _released
     if freeze_s <= 0:
         return
-    last_full, after_full = time.monotonic(), gc.get_freeze_count()
+    frozen = FrozenCount()
+    last_full, after_full = time.monotonic(), frozen.known
     last_young = last_full
     due_at: float | None = None  # when the pass fell due (it waits while the process is busy)
     while True:
         await asyncio.sleep(freeze_s if due_at is None else min(freeze_s, DEFER_POLL_S))
         now = time.monotonic()
-        if due_at is None and full_pass_due(now - last_full, full_s, gc.get_freeze_count(), after_full,
-                                            full_growth, _released, full_released):
+        if due_at is None and full_pass_due(now - last_full, full_s, frozen.at_most(after_full * (1 + full_growth)),
+                                            after_full, full_growth, _released, full_released):
             due_at = now
         if due_at is not None and not deferred(now - due_at, defer_s):
             full_pass()
             last_full = last_young = time.monotonic()
-            after_full, _released, due_at = gc.get_freeze_count(), 0, None
+            after_full, _released, due_at = frozen.reset(), 0, None
         elif now - last_young >= freeze_s * 0.99:  # deferred: the young ones still frozen on time
-            freeze_young()
+            frozen.froze(freeze_young())
             last_young = now

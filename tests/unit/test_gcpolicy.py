@@ -10,6 +10,7 @@ import pytest
 
 from shared import gcpolicy
 from shared.gcpolicy import (
+    FrozenCount,
     defer_while,
     deferred,
     freeze_young,
@@ -86,7 +87,8 @@ async def test_a_wave_of_released_states_brings_a_full_pass_before_its_time() ->
     try:
         node = Node()
         ref = weakref.ref(node)
-        await asyncio.sleep(0.03)  # frozen by now; the timed pass is ten minutes away
+        # Frozen by now, and the first pass (the heap grew from nothing) done; the timed one is ten minutes away.
+        await asyncio.sleep(0.3)
         del node
         await asyncio.sleep(0.05)
         assert ref() is not None  # frozen cyclic garbage: only a full pass frees it
@@ -145,3 +147,22 @@ async def test_a_timed_pass_waits_for_the_busy_spell_to_end(monkeypatch: pytest.
     finally:
         task.cancel()
         defer_while(None)
+
+
+def test_the_frozen_count_is_a_bound_walked_only_past_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = iter([1000, 1100])
+    monkeypatch.setattr(gc, "get_freeze_count", lambda: next(sizes))
+    count = FrozenCount()  # walks once: 1000
+    count.froze(200)
+    assert count.at_most(1250) == 1200  # within the threshold: no walk
+    count.froze(100)
+    assert count.at_most(1250) == 1100  # the bound (1300) passed it: walked (objects died meanwhile)
+    assert count.known == 1100 and count.added == 0
+
+
+def test_freeze_young_says_how_many_it_froze() -> None:
+    freeze_young()
+    nodes = [Node() for _ in range(50)]
+    assert freeze_young() >= 50
+    assert freeze_young() < 50  # frozen already: not counted again
+    del nodes
