@@ -12,6 +12,14 @@ garbage among frozen objects is not collected until the next full pass: every `f
 once the frozen heap grew by `full_growth` since the last pass (`full_pass_due`), the heap is
 unfrozen and collected once (a full collection's pause), then frozen again. Refcounted
 garbage, the bulk, is freed at once, as always.
+
+A full pass holds the event loop for as long as it scans the whole heap: ~0.3 s in the runtime with 200
+sessions, every streaming session's tokens held meanwhile (bench-stream's added p99, all of its worst
+1% in one 0.5-s bucket as the turns started: the turns' allocations had grown the frozen heap past
+`full_growth`; bench/results/stream.md "Session 15"). A process can say when such a pause costs most
+(`defer_while`: the runtime, while model streams are read): a pass that falls due then waits until
+that ends, at most `defer_s`, so a wave of turns does not pay it mid-stream; one that keeps streaming
+pays it `defer_s` late: the heap's bound grows by what `defer_s` of allocations add.
 """
 
 from __future__ import annotations
@@ -19,6 +27,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections.abc import Callable
+
+DEFER_POLL_S = 0.25  # how often a deferred pass looks again whether the busy spell ended
 
 
 def young_threshold(gen0: int) -> None:
@@ -34,9 +45,37 @@ def young_threshold(gen0: int) -> None:
     gc.set_threshold(gen0, gen1, gen2)
 
 
-def freeze_young() -> None:
+def freeze_young() -> int:
+    """Collects the young generations and freezes what survived; returns how many objects it froze."""
     gc.collect(1)  # generations 0 and 1: cycles among recent objects go now, not after the next full pass
+    fresh = len(gc.get_objects(2))  # all that is not frozen yet (0 and 1 are empty now): what was promoted since
     gc.freeze()
+    return fresh
+
+
+class FrozenCount:
+    """The frozen heap's size for `full_pass_due`, without walking it every time: `gc.get_freeze_count()`
+    follows every frozen object's link (~70 ms at 2M objects, the event loop held: every `freeze_s`,
+    in every service; bench/results/stream.md "Session 15"). What each freeze adds is counted
+    instead; the sum is an upper bound (frozen objects also die), so while it stays within the growth
+    threshold the true size does too, and the heap is walked only once the bound passes it."""
+
+    def __init__(self) -> None:
+        self.known = gc.get_freeze_count()  # the size at the last walk
+        self.added = 0  # frozen since that walk
+
+    def froze(self, n: int) -> None:
+        self.added += n
+
+    def at_most(self, threshold: float) -> int:
+        """The frozen heap's size, or (while that is certainly no more than `threshold`) a bound on it."""
+        if self.known + self.added > threshold:
+            self.known, self.added = gc.get_freeze_count(), 0
+        return self.known + self.added
+
+    def reset(self) -> int:
+        self.known, self.added = gc.get_freeze_count(), 0
+        return self.known
 
 
 def full_pass() -> None:
@@ -69,17 +108,42 @@ def full_pass_due(elapsed_s: float, full_s: float, frozen: int, frozen_after_ful
             or 0 < full_released <= released_since)
 
 
-async def heap_freezer(freeze_s: float, full_s: float, full_growth: float = 0.25, full_released: int = 0) -> None:
-    """Runs for the service's life (ServiceContext.spawn); `freeze_s` <= 0: off."""
+_busy: Callable[[], bool] | None = None  # the process's own "a pause now costs most" (defer_while)
+
+
+def defer_while(busy: Callable[[], bool] | None) -> None:
+    """Full passes that fall due while `busy()` is true wait until it is false (at most the freezer's
+    `defer_s`); None: never (the default). Process-wide, as the collector is."""
+    global _busy
+    _busy = busy
+
+
+def deferred(waited_s: float, defer_s: float) -> bool:
+    """A due full pass waits: the process is busy and the pass has waited less than `defer_s`."""
+    return waited_s < defer_s and _busy is not None and _busy()
+
+
+async def heap_freezer(freeze_s: float, full_s: float, full_growth: float = 0.25, full_released: int = 0,
+                       defer_s: float = 0.0) -> None:
+    """Runs for the service's life (ServiceContext.spawn); `freeze_s` <= 0: off. A due full pass waits
+    up to `defer_s` for the end of a busy spell (`defer_while`), looking every DEFER_POLL_S."""
     global _released
     if freeze_s <= 0:
         return
-    last_full, after_full = time.monotonic(), gc.get_freeze_count()
+    frozen = FrozenCount()
+    last_full, after_full = time.monotonic(), frozen.known
+    last_young = last_full
+    due_at: float | None = None  # when the pass fell due (it waits while the process is busy)
     while True:
-        await asyncio.sleep(freeze_s)
-        if full_pass_due(time.monotonic() - last_full, full_s, gc.get_freeze_count(), after_full, full_growth,
-                         _released, full_released):
+        await asyncio.sleep(freeze_s if due_at is None else min(freeze_s, DEFER_POLL_S))
+        now = time.monotonic()
+        if due_at is None and full_pass_due(now - last_full, full_s, frozen.at_most(after_full * (1 + full_growth)),
+                                            after_full, full_growth, _released, full_released):
+            due_at = now
+        if due_at is not None and not deferred(now - due_at, defer_s):
             full_pass()
-            last_full, after_full, _released = time.monotonic(), gc.get_freeze_count(), 0
-        else:
-            freeze_young()
+            last_full = last_young = time.monotonic()
+            after_full, _released, due_at = frozen.reset(), 0, None
+        elif now - last_young >= freeze_s * 0.99:  # deferred: the young ones still frozen on time
+            frozen.froze(freeze_young())
+            last_young = now

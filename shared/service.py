@@ -238,7 +238,8 @@ def service_lifespan(
         settle_heap()
         young_threshold(ctx.settings.server.gc_gen0)
         ctx.spawn(heap_freezer(ctx.settings.server.gc_freeze_s, ctx.settings.server.gc_full_s,
-                               ctx.settings.server.gc_full_growth, ctx.settings.server.gc_full_released),
+                               ctx.settings.server.gc_full_growth, ctx.settings.server.gc_full_released,
+                               ctx.settings.server.gc_full_defer_s),
                   "heap-freezer")
         ctx.ready = True
         with contextlib.suppress(Exception):  # the first heartbeat now, not a loop tick later

@@ -91,6 +91,8 @@ class Worker:
             metrics.track_active_leases(registry, lambda: len(self.sessions))
 
     def start(self) -> None:
+        # A full GC pass's pause would hold every streaming session's tokens (shared/gcpolicy.py).
+        gcpolicy.defer_while(lambda: not self.sender.idle)
         self._tasks = [asyncio.ensure_future(self._read_loop()), asyncio.ensure_future(self._house_loop()),
                        asyncio.ensure_future(self._orphan_loop())]
 
@@ -393,6 +395,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 await self.close(sid, "shutdown")
         await self.sender.close()
+        gcpolicy.defer_while(None)
         log.info("worker_stopped")
 
     def snapshot(self) -> dict[str, Any]:

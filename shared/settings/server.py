@@ -51,6 +51,10 @@ class ServerSettings(Area):
     gc_full_growth: float = Field(0.25, gt=0, validation_alias="GAMMA_GC_FULL_GROWTH",
         description="A full collection also runs once the frozen heap has grown by this fraction since the last one "
                     "(closed sessions' cycles; `shared/gcpolicy.py`).")
+    gc_full_defer_s: float = Field(30.0, ge=0, validation_alias="GAMMA_GC_FULL_DEFER_S",
+        description="A full collection that falls due while the process is busy with latency-sensitive work (the "
+                    "runtime: model streams being read) waits for its end at most this long (`shared/gcpolicy.py`); "
+                    "0: never waits.")
     gc_gen0: int = Field(700, ge=100, validation_alias="GAMMA_GC_GEN0",
         description="Allocations between two young (generation 0) collections of the cyclic GC (CPython's 700). "
                     "20,000 saved the runtime ~4% of its CPU while streaming (perf), within the noise of whole runs, "

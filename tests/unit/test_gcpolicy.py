@@ -8,7 +8,18 @@ import weakref
 
 import pytest
 
-from shared.gcpolicy import freeze_young, full_pass, full_pass_due, heap_freezer, released, young_threshold
+from shared import gcpolicy
+from shared.gcpolicy import (
+    FrozenCount,
+    defer_while,
+    deferred,
+    freeze_young,
+    full_pass,
+    full_pass_due,
+    heap_freezer,
+    released,
+    young_threshold,
+)
 
 
 class Node:
@@ -76,7 +87,8 @@ async def test_a_wave_of_released_states_brings_a_full_pass_before_its_time() ->
     try:
         node = Node()
         ref = weakref.ref(node)
-        await asyncio.sleep(0.03)  # frozen by now; the timed pass is ten minutes away
+        # Frozen by now, and the first pass (the heap grew from nothing) done; the timed one is ten minutes away.
+        await asyncio.sleep(0.3)
         del node
         await asyncio.sleep(0.05)
         assert ref() is not None  # frozen cyclic garbage: only a full pass frees it
@@ -98,3 +110,59 @@ def test_young_threshold_sets_generation_0_only() -> None:
     finally:
         gc.set_threshold(*before)
 
+
+
+def test_a_due_pass_waits_only_while_busy_and_at_most_defer_s() -> None:
+    try:
+        assert not deferred(0, 30)  # nobody said when it is busy
+        defer_while(lambda: True)
+        assert deferred(29.9, 30)
+        assert not deferred(30, 30)  # waited long enough: it runs, busy or not
+        assert not deferred(0, 0)  # 0: never waits
+        defer_while(lambda: False)
+        assert not deferred(0, 30)
+    finally:
+        defer_while(None)
+
+
+@pytest.mark.timeout(10)
+async def test_a_timed_pass_waits_for_the_busy_spell_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gcpolicy, "DEFER_POLL_S", 0.01)
+    busy = [True]
+    defer_while(lambda: busy[0])
+    task = asyncio.ensure_future(heap_freezer(0.01, 0.05, defer_s=60))
+    try:
+        node = Node()
+        ref = weakref.ref(node)
+        await asyncio.sleep(0.03)  # frozen by now
+        del node
+        await asyncio.sleep(0.2)  # the timed pass fell due meanwhile: it waits
+        assert ref() is not None
+        busy[0] = False
+        for _ in range(100):
+            if ref() is None:
+                break
+            await asyncio.sleep(0.01)
+        assert ref() is None
+    finally:
+        task.cancel()
+        defer_while(None)
+
+
+def test_the_frozen_count_is_a_bound_walked_only_past_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = iter([1000, 1100])
+    monkeypatch.setattr(gc, "get_freeze_count", lambda: next(sizes))
+    count = FrozenCount()  # walks once: 1000
+    count.froze(200)
+    assert count.at_most(1250) == 1200  # within the threshold: no walk
+    count.froze(100)
+    assert count.at_most(1250) == 1100  # the bound (1300) passed it: walked (objects died meanwhile)
+    assert count.known == 1100 and count.added == 0
+
+
+def test_freeze_young_says_how_many_it_froze() -> None:
+    freeze_young()
+    nodes = [Node() for _ in range(50)]
+    assert freeze_young() >= 50
+    assert freeze_young() < 50  # frozen already: not counted again
+    del nodes

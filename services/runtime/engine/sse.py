@@ -12,9 +12,11 @@ truthy `error` key raises `openai.APIError` (an error inside a 200 stream, retry
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, Protocol
 
+import aiohttp
 import httpx
 import openai
 import orjson
@@ -75,7 +77,7 @@ async def json_reads(response: httpx.Response) -> AsyncIterator[list[dict[str, A
     body: a consumer handles what one read brought at once (one emit for all its text deltas). A
     consumer that awaits a ReadGate before asking for the next read gets what arrived meanwhile in one."""
     buf = b""
-    async for chunk in _body(response):
+    async for chunk in _reads(response):
         blocks, buf = split_events(buf + chunk if buf else chunk)
         events: list[dict[str, Any]] = []
         for block in blocks:
@@ -99,6 +101,66 @@ async def json_reads(response: httpx.Response) -> AsyncIterator[list[dict[str, A
                 events.append(event)
         if events:
             yield events
+
+
+def _reads(response: httpx.Response) -> AsyncIterable[bytes]:
+    body = _body(response)
+    timer = ReadTimer.take_over(response)
+    return body if timer is None else timer.watch(body)
+
+
+class ReadTimer:
+    """The body's read timeout (httpx's `read`, aiohttp's `sock_read`: the openai client's 600 s), kept
+    by one timer per timeout instead of aiohttp's, which re-arms a timer for every TCP segment: a
+    provider flushes each token in one, and a `call_later` and a `cancel` per token were ~1.8 µs of
+    the runtime's CPU per chunk (bench/results/stream.md "Session 15"). It counts the time a read of
+    ours has waited for bytes (reads are one per tick, sender.py), so a stream that stops sending
+    fails as it did: aiohttp's own error on the body (`SocketTimeoutError`, httpx's `ReadTimeout`).
+    Only for httpx-aiohttp's stream (GAMMA_MODEL_HTTP=aiohttp); any other keeps its transport's."""
+
+    def __init__(self, timeout_s: float, content: aiohttp.StreamReader) -> None:
+        self.timeout_s = timeout_s
+        self.content = content
+        self.waiting_since: float | None = None  # when the read under way started (loop time)
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_later(timeout_s, self._check)
+
+    @classmethod
+    def take_over(cls, response: httpx.Response) -> ReadTimer | None:
+        # httpx's bound stream around httpx-aiohttp's: private names, pinned by a unit test
+        # (test_sse_read_timeout.py); without them aiohttp's own timer stays in charge.
+        raw = getattr(getattr(response.stream, "_stream", None), "_aiohttp_response", None)
+        connection = raw.connection if isinstance(raw, aiohttp.ClientResponse) else None
+        protocol = connection.protocol if connection is not None else None
+        if raw is None or protocol is None or not protocol.read_timeout:
+            return None
+        timeout_s = protocol.read_timeout
+        protocol.read_timeout = None  # set per request by aiohttp: the connection's next request has its own
+        return cls(timeout_s, raw.content)
+
+    async def watch(self, body: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+        reads = body.__aiter__()
+        try:
+            while True:
+                self.waiting_since = self._loop.time()
+                try:
+                    chunk = await reads.__anext__()
+                except StopAsyncIteration:
+                    return
+                self.waiting_since = None
+                yield chunk
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+    def _check(self) -> None:
+        waited = self._loop.time() - self.waiting_since if self.waiting_since is not None else 0.0
+        if waited >= self.timeout_s:  # the read under way ends with aiohttp's own error, as its timer would
+            self.content.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
+        else:
+            self._handle = self._loop.call_later(self.timeout_s - waited, self._check)
 
 
 def _body(response: httpx.Response) -> AsyncIterable[bytes]:
