@@ -23,6 +23,7 @@ from typing import Any
 from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
 
+from shared.contracts.http import ModelConfig
 from shared.contracts.inbox import (
     Compact,
     CompactionReady,
@@ -35,6 +36,7 @@ from shared.contracts.inbox import (
     UiUpdate,
 )
 from shared.disk import SessionPaths
+from shared.images import ImageSource
 from shared.settings import Settings
 from shared.snapshots import SnapshotLimits
 from shared.tokens import TokenCounter
@@ -99,6 +101,17 @@ class SessionDeps:
     # (sid, reason) -> None: the worker closes the session now (persist, release the lease, then
     # answer the Stop); without it a Stop is answered at once and closed by the next housekeeping.
     request_close: Any = None
+
+
+def model_settings(settings: Settings, model: ModelConfig, sid: str, paths: SessionPaths) -> ModelSettings:
+    """The session's model calls: its row's choice (`model`) over the deployment's defaults."""
+    models = settings.models
+    name, api = model.name or models.model, model.api or models.default_model_api
+    return ModelSettings(model=name, reasoning_effort=model.reasoning_effort, api=api,
+                         trusted_role=models.trusted_role_for(name, api), max_output_tokens=models.max_output_tokens,
+                         cache_key=sid, chat_cache_key=models.openai_endpoint, images=ImageSource(paths.root),
+                         image_detail=settings.images.image_detail, max_retries=models.model_max_retries,
+                         retry_base_s=models.model_retry_base_s, retry_max_s=models.model_retry_max_s)
 
 
 def chain(*hooks: BeforeModelCall) -> BeforeModelCall:

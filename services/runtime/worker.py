@@ -25,7 +25,6 @@ from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.wake import Wake
 from shared.disk import session_paths
 from shared.diskhealth import DiskHealth
-from shared.images import ImageSource
 from shared.inbox import InboxReader
 from shared.model import reads_merged
 from shared.redis_wire import text
@@ -36,13 +35,12 @@ from shared.tracing import detached
 from shared.trim import trim_acked, trim_all
 
 from .diskfence import DiskFence, DiskFenceBusy, FenceBehind
-from .engine.openai_stream import ModelSettings
 from .events import BusPublish, Outbox
 from .image_gc import ImageCollector
 from .lease import Lease, LeaseLost, forget_deleted, raise_fence, renew_all, wait_no_dormant_write
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .sender import EventSender
-from .session import Session, SessionDeps
+from .session import Session, SessionDeps, model_settings
 from .session_files import read_session_files
 from .share import heartbeat, over_share, pause_while_over_share
 from .skills import Skill
@@ -166,18 +164,9 @@ class Worker:
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))
         outbox = Outbox(self.sender, sid, self.bus, fence=lease.check)
-        name, api = model.name or self.settings.models.model, model.api or self.settings.models.default_model_api
         files = await read_session_files(paths)
         clock.mark("read")
-        session = Session(deps, paths, files, lease, outbox,
-                          ModelSettings(model=name, reasoning_effort=model.reasoning_effort, api=api,
-                                        trusted_role=self.settings.models.trusted_role_for(name, api),
-                                        max_output_tokens=self.settings.models.max_output_tokens, cache_key=sid,
-                                        chat_cache_key=self.settings.models.openai_endpoint,
-                                        images=ImageSource(paths.root), image_detail=self.settings.images.image_detail,
-                                        max_retries=self.settings.models.model_max_retries,
-                                        retry_base_s=self.settings.models.model_retry_base_s,
-                                        retry_max_s=self.settings.models.model_retry_max_s),
+        session = Session(deps, paths, files, lease, outbox, model_settings(self.settings, model, sid, paths),
                           wake.wake_id, context_window=model.context_window or self.settings.compaction.context_window,
                           disk=disk)
         clock.mark("build")
