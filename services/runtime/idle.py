@@ -52,6 +52,7 @@ class MergeWindow:
         self.clock = clock
         self._first: dict[str, float] = {}
         self._due: dict[str, float] = {}
+        self._version: dict[str, object] = {}
 
     def __len__(self) -> int:
         return len(self._due)
@@ -59,12 +60,18 @@ class MergeWindow:
     def __contains__(self, key: object) -> bool:
         return key in self._due
 
-    def add(self, key: str, *, merge: bool = True) -> None:
-        """The first update of `key` opens its window (`merge=False`: due at once); later ones join it."""
-        if key in self._due:
-            return
+    def add(self, key: str, *, merge: bool = True, version: object = None) -> None:
+        """The first update of `key` opens its window (`merge=False`: due at once). A later one (another
+        `version`: it replaced the held update) restarts it, the window slides, never past `cap_s`
+        after the first: a burst of edits is recorded once it has been quiet for a window."""
         now = self.clock()
+        if key in self._due:
+            if version is not None and self._version.get(key) != version:
+                self._version[key] = version
+                self._due[key] = max(self._due[key], min(now + self.window_s, self._first[key] + self.cap_s))
+            return
         self._first[key] = now
+        self._version[key] = version
         self._due[key] = now + (self.window_s if merge else 0.0)
 
     def next_due(self) -> float | None:
@@ -90,10 +97,12 @@ class MergeWindow:
     def done(self, key: str) -> None:
         self._first.pop(key, None)
         self._due.pop(key, None)
+        self._version.pop(key, None)
 
     def clear(self) -> None:
         self._first.clear()
         self._due.clear()
+        self._version.clear()
 
 
 def merge_key(m: CustomMessage) -> tuple[str, bool]:
@@ -151,7 +160,7 @@ class IdleRecorder:
             return False
         for m in self.turns.recordable():
             key, merge = merge_key(m)
-            self.window.add(key, merge=merge)
+            self.window.add(key, merge=merge, version=m.details.get("sourceId"))
         return len(self.window) > 0
 
     async def _loop(self) -> None:

@@ -242,9 +242,15 @@ class TurnOrder:
         return any(self._idle_kind(m) for m in self.next_turn)
 
     def recordable(self) -> list[CustomMessage]:
-        """Held steer / follow-up injections an idle session records (idle.py), none past a kept prompt."""
+        """Held steer injections an idle session records (idle.py), none past a kept prompt. A follow-up
+        (`background_result`) keeps waiting for the next turn, as the idle rules say
+        (docs/architecture.md "Delivery, yield and the idle rules")."""
         cut = next((i for i, m in enumerate(self.next_turn) if isinstance(m, UserMessage)), len(self.next_turn))
-        return [m for m in self.next_turn[:cut] if isinstance(m, CustomMessage) and self._idle_kind(m)]
+        return [m for m in self.next_turn[:cut] if isinstance(m, CustomMessage) and self._steer_kind(m)]
+
+    def _steer_kind(self, m: AgentMessage) -> bool:
+        p = self.pending_of(m)
+        return p is not None and p.delivery == "steer"
 
     def take_recordable(self, chosen: Sequence[AgentMessage]) -> list[AgentMessage]:
         """`chosen` out of the next-turn list, after the todo anchor when one is due, as the next turn

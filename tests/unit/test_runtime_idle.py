@@ -33,19 +33,25 @@ class Clock:
         return self.now
 
 
-def test_the_window_is_counted_from_the_first_update_and_later_ones_join_it() -> None:
+def test_the_window_slides_with_each_new_update_of_its_ref_up_to_the_cap() -> None:
     clock = Clock()
-    w = MergeWindow(0.3, 2.0, clock)
-    w.add("ref a")
+    w = MergeWindow(0.3, 1.0, clock)
+    w.add("ref a", version="a@2")
     clock.now += 0.2
-    w.add("ref a")  # joins: the window does not move
+    w.add("ref a", version="a@2")  # the same update again (a redelivery): the window does not move
+    assert w.next_due() == pytest.approx(100.3)
+    w.add("ref a", version="a@3")  # a newer update replaced it: quiet for a window from now
     w.add("source n 1", merge=False)  # nothing to merge with: due at once
     assert w.due() == ["source n 1"] and w.next_due() == pytest.approx(100.2)
     w.done("source n 1")
-    clock.now += 0.09
+    clock.now += 0.29
     assert w.due() == []
     clock.now += 0.01
     assert w.due() == ["ref a"]
+    for v in range(4, 10):  # a burst that never pauses: recorded at the cap, 1.0 after the first update
+        clock.now += 0.1
+        w.add("ref a", version=f"a@{v}")
+    assert w.next_due() == pytest.approx(101.0)
     w.done("ref a")
     assert len(w) == 0 and w.next_due() is None
 
@@ -105,21 +111,24 @@ def notification(source_id: str) -> Injection:
 
 async def test_five_updates_of_one_ref_in_the_window_are_one_record_and_another_ref_its_own(tmp_path: Path) -> None:
     s = Idle(tmp_path)
-    for i in range(2, 7):
-        await s.deliver(edit(DECK, i), f"e{i}")
-        s.clock.now += 0.05
     await s.deliver(edit("file:brief.xml", 2), "b2")
-    assert await s.idle.flush_due() == 0  # 0.25 after the deck's first update: still open
+    for i in range(2, 7):
+        s.clock.now += 0.05
+        await s.deliver(edit(DECK, i), f"e{i}")
+    assert await s.idle.flush_due() == 0  # 0.25 after the brief's update: both still open
     s.clock.now += 0.051
-    assert await s.idle.flush_due() == 1  # the deck's window ended; the brief's is still open
-    [deck] = s.updates()
+    assert await s.idle.flush_due() == 1  # the brief's window ended; the deck's slid with each edit
+    [brief] = s.updates()
+    assert brief.details["ref"] == "file:brief.xml" and s.host.acked == ["b2"]
+    s.clock.now += 0.2
+    assert await s.idle.flush_due() == 0  # 0.25 since the deck's last edit
+    s.clock.now += 0.05
+    assert await s.idle.flush_due() == 1  # quiet for a window since the deck's last edit
+    deck = s.updates()[1]
     assert deck.details["ref"] == DECK and deck.details["toRevision"] == 6 and deck.details["fromRevision"] == 1
-    assert s.host.acked == ["e2", "e3", "e4", "e5", "e6"]  # every merged entry, after the line
+    assert s.host.acked == ["b2", "e2", "e3", "e4", "e5", "e6"]  # every merged entry, after the line
     last = s.host.agent.messages[-1]
     assert isinstance(last, CustomMessage) and last.details["toRevision"] == 6  # in the context too
-    s.clock.now += 0.25
-    assert await s.idle.flush_due() == 1
-    assert [u.details["ref"] for u in s.updates()] == [DECK, "file:brief.xml"] and s.host.acked[-1] == "b2"
     assert len(s.host.agent.messages) == 2 and not s.host.turns.next_turn
 
 
@@ -132,6 +141,17 @@ async def test_a_notification_is_recorded_at_once_and_next_turn_kinds_wait(tmp_p
     assert await s.idle.flush_due() == 1
     assert [u.custom_type for u in s.updates()] == ["gamma.system_update"] and s.host.acked == ["u1"]
     assert [m.custom_type for m in s.host.turns.next_turn] == ["gamma.system_note"]  # type: ignore[union-attr]
+
+
+async def test_a_background_result_waits_for_the_next_turn(tmp_path: Path) -> None:
+    s = Idle(tmp_path)
+    done = Injection(session_id="s1", injection=RuntimeInjection(kind="background_result", content="<background_result>"
+                     "k</background_result>"), source="system", source_id="k1")
+    await s.deliver(done, "k1")
+    s.clock.now += 5.0
+    assert not s.idle.hold() and await s.idle.flush_due() == 0  # the idle rules: a follow-up is not recorded idle
+    assert s.updates() == [] and s.host.acked == []
+    assert [m.custom_type for m in s.host.turns.next_turn] == ["gamma.background_result"]  # type: ignore[union-attr]
 
 
 async def test_a_prompt_before_the_window_ends_takes_the_update_into_its_run(tmp_path: Path) -> None:
