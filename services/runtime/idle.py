@@ -26,6 +26,7 @@ from typing import Any
 import structlog
 
 from shared import causal
+from shared.contracts.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, Injection
 from shared.contracts.messages import AgentMessage, CustomMessage
 
 from .engine.agent import Agent
@@ -90,6 +91,11 @@ class MergeWindow:
         self._due[key] = now + self.window_s
         return True
 
+    def slide(self, key: str, delay_s: float) -> None:
+        """`key` due no sooner than `delay_s` from now, within its cap (an open window only)."""
+        if key in self._due:
+            self._due[key] = max(self._due[key], min(self.clock() + delay_s, self._first[key] + self.cap_s))
+
     def retry(self, key: str, delay_s: float) -> None:
         if key in self._due:
             self._due[key] = self.clock() + delay_s
@@ -111,6 +117,19 @@ def merge_key(m: CustomMessage) -> tuple[str, bool]:
     if isinstance(ref, str):
         return f"ref {ref}", True
     return f"source {m.details.get('source')} {m.details.get('sourceId')}", False
+
+
+def touched_ref(m: object) -> str | None:
+    """The ref an inbox entry changes or updates: a client's write of a file or a deck (named as the
+    proxy names their changes, services/proxy/artifacts.py `file_ref`, `document_ref`), or a digest's
+    update of it."""
+    if isinstance(m, FileWrite | FileDelete):
+        return f"file:{m.path}"
+    if isinstance(m, DocumentEdit | DocumentDelete):
+        return f"gamma:file:{m.doc}"
+    if isinstance(m, Injection):
+        return m.ref
+    return None
 
 
 def in_flight_check(client: Any, sid: str) -> BusyRef:
@@ -151,6 +170,23 @@ class IdleRecorder:
             self._task.add_done_callback(s.background.discard)
         else:
             self._wake.set()  # an update due sooner than the one the loop sleeps for
+
+    def written(self, ref: str) -> None:
+        """A client's write of `ref` was handled: the digest will update it again (after its debounce,
+        counted once the proxy has the answer), so a held update of it waits two windows from now."""
+        self.window.slide(f"ref {ref}", 2 * self.window.window_s)
+
+    def written_entry(self, m: object) -> None:
+        """After the dispatcher handled an entry: a client's write (not a digest's update) slides."""
+        ref = None if isinstance(m, Injection) else touched_ref(m)
+        if ref is not None:
+            self.written(ref)
+
+    def _queued(self, ref: str) -> bool:
+        """An entry read from the inbox but not handled yet writes or updates `ref` (it merges here).
+        The dispatcher's queue, peeked: the proxy numbers a write only once the runtime answered it."""
+        pending = getattr(self.state.queue, "_queue", ())
+        return any(touched_ref(e.message) == ref for e in pending)
 
     def hold(self) -> bool:
         """The windows of `arm`, without the timer (unit tests drive `flush_due` with their clock).
@@ -207,12 +243,14 @@ class IdleRecorder:
             if key not in due:
                 continue
             ref = m.details.get("ref")
-            if merge and self.busy is not None and isinstance(ref, str) and await self.busy(ref) \
-                    and self.window.put_off(key):
+            if merge and isinstance(ref, str) and await self._busy(ref) and self.window.put_off(key):
                 later.add(key)  # another update of this ref is on its way: it merges into this one
                 continue
             chosen.append(m)
         return chosen, later
+
+    async def _busy(self, ref: str) -> bool:
+        return self._queued(ref) or (self.busy is not None and await self.busy(ref))
 
     async def _record(self, chosen: list[CustomMessage]) -> int:
         anchor_before = self.turns.anchor_revision

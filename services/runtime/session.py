@@ -233,7 +233,7 @@ class Session:
             self.injections, handlers=handlers, at_barrier=at_barrier, client=deps.client,
             request_close=deps.request_close, causal=self.causal, calls=self.connectors,
             prompt_hook=PromptHooks(self.catalog, knowledge) if self.catalog else knowledge,
-            aborts=self.aborts, trace=settings.server.trace_inbox)
+            aborts=self.aborts, trace=settings.server.trace_inbox, written=self.idle.written_entry)
 
     # ------------------------------------------------------------ lifecycle
 

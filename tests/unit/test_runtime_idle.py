@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 
 from services.runtime.delivery import InjectionDelivery
-from services.runtime.idle import IdleRecorder, MergeWindow
+from services.runtime.idle import IdleRecorder, MergeWindow, touched_ref
 from services.runtime.lease import LeaseLost
 from services.runtime.pending import TurnInput
 from services.runtime.recorder import Recorder
 from services.runtime.skill_lifecycle import SkillContracts
-from shared.contracts.inbox import Injection, UserPrompt
+from shared.contracts.inbox import DocumentEdit, Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import CustomMessage
+from shared.inbox import InboxEntry
 from shared.trusted_blocks import artifact_update
 
 from .runtime_fakes import Host
@@ -216,3 +217,22 @@ async def test_the_timer_records_after_the_window_on_the_loop_clock(tmp_path: Pa
     assert h.acked == []
     await asyncio.sleep(0.3)
     assert h.acked == ["e2", "e3", "e4"] and len(h.transcript.entries) == 1
+
+
+async def test_a_client_write_of_the_ref_handled_or_queued_keeps_its_update_held(tmp_path: Path) -> None:
+    """The proxy numbers a write (the causal in-flight set) only once the runtime answered it: until
+    then the runtime's own view says another update of the ref is coming."""
+    s = Idle(tmp_path)
+    await s.deliver(edit(DECK, 2), "e2")
+    s.clock.now += 0.1
+    write = DocumentEdit(session_id="s1", doc="d1", op="patch", document={})
+    assert touched_ref(write) == DECK
+    s.idle.written_entry(write)  # handled 0.1 after the update: due two windows from now, at 0.7
+    s.clock.now += 0.3
+    assert await s.idle.flush_due() == 0
+    s.clock.now += 0.3
+    s.host.state.queue.put_nowait(InboxEntry(session_id="s1", entry_id="w2", message=write))  # the next one, unread
+    assert await s.idle.flush_due() == 0  # put off while queued, to the cap (1.0)
+    s.host.state.queue.get_nowait()
+    s.clock.now += 0.3
+    assert await s.idle.flush_due() == 1 and s.host.acked == ["e2"]
