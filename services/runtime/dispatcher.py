@@ -142,8 +142,7 @@ class InboxDispatcher:
                  ack: Callable[[str | None], Awaitable[None]], injections: InjectionDelivery, *,
                  handlers: dict[type, Handler], at_barrier: Callable[[], Awaitable[None]], client: Any,
                  request_close: Any = None, causal: CausalGate | None = None, calls: OpenCalls | None = None,
-                 prompt_hook: PromptHook | None = None, aborts: Aborts | None = None, trace: bool = False,
-                 written: Callable[[object], None] = lambda _: None) -> None:
+                 prompt_hook: PromptHook | None = None, aborts: Aborts | None = None, trace: bool = False) -> None:
         self.state = state
         self.lease = lease
         self.outbox = outbox
@@ -164,7 +163,6 @@ class InboxDispatcher:
         self.aborts = aborts  # POST /abort, on_busy=interrupt, expected_run_id (abort.py)
         self.taken = RecentIds()
         self.trace = trace  # GAMMA_TRACE_INBOX: log where each entry's time went (bench/e2e.py --trace)
-        self.written = written  # a client's write handled: a held update of its ref waits for the next (idle.py)
 
     async def process_forever(self) -> None:
         loop = asyncio.get_running_loop()
@@ -282,7 +280,6 @@ class InboxDispatcher:
             handler = self.handlers.get(type(m))
             if handler is not None:
                 await handler(entry, m)
-                self.written(m)
 
     async def on_stop(self, entry: InboxEntry, m: Stop) -> None:
         # Answered only once the lease is gone (worker.close): a client told "dormant" must find

@@ -39,6 +39,8 @@ log = structlog.get_logger()
 Clock = Callable[[], float]
 Record = Callable[[AgentMessage], Awaitable[None]]
 BusyRef = Callable[[str], Awaitable[bool]]
+Handler = Callable[[Any, Any], Awaitable[None]]  # dispatcher.py's, for an entry and its message
+WRITES = (FileWrite, FileDelete, DocumentEdit, DocumentDelete)
 RETRY_S = 0.5  # a failed record (Redis, the disk) is tried again after this
 
 
@@ -175,6 +177,15 @@ class IdleRecorder:
         """A client's write of `ref` was handled: the digest will update it again (after its debounce,
         counted once the proxy has the answer), so a held update of it waits two windows from now."""
         self.window.slide(f"ref {ref}", 2 * self.window.window_s)
+
+    def watch_writes(self, handlers: dict[type, Handler]) -> dict[type, Handler]:
+        """The dispatcher's write handlers, each followed by `written` for the ref it changed."""
+        def watched(handler: Handler) -> Handler:
+            async def handle(entry: Any, m: Any) -> None:
+                await handler(entry, m)
+                self.written_entry(m)
+            return handle
+        return {t: watched(h) if t in WRITES else h for t, h in handlers.items()}
 
     def written_entry(self, m: object) -> None:
         """After the dispatcher handled an entry: a client's write (not a digest's update) slides."""

@@ -225,6 +225,7 @@ class Session:
             FileDelete: self.writes.file_delete, DocumentDelete: self.writes.document_delete,
             CompactionReady: self.compactor.on_ready, Compact: self.compactor.on_command,
             ConnectorResult: self.connectors.on_result, Rewind: self.rewinder.on_rewind}
+        handlers = self.idle.watch_writes(handlers)  # a client's write keeps its ref's update held (idle.py)
         # Prompt-time knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools").
         knowledge = PromptKnowledge(self.knowledge, self.transcript, self.turns.pending, settings.runtime.knowledge_top_k,
                                     settings.runtime.knowledge_min_score, deps.registry)
@@ -233,7 +234,7 @@ class Session:
             self.injections, handlers=handlers, at_barrier=at_barrier, client=deps.client,
             request_close=deps.request_close, causal=self.causal, calls=self.connectors,
             prompt_hook=PromptHooks(self.catalog, knowledge) if self.catalog else knowledge,
-            aborts=self.aborts, trace=settings.server.trace_inbox, written=self.idle.written_entry)
+            aborts=self.aborts, trace=settings.server.trace_inbox)
 
     # ------------------------------------------------------------ lifecycle
 

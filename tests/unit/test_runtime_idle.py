@@ -227,7 +227,14 @@ async def test_a_client_write_of_the_ref_handled_or_queued_keeps_its_update_held
     s.clock.now += 0.1
     write = DocumentEdit(session_id="s1", doc="d1", op="patch", document={})
     assert touched_ref(write) == DECK
-    s.idle.written_entry(write)  # handled 0.1 after the update: due two windows from now, at 0.7
+    handled: list[str] = []
+
+    async def document_edit(entry: InboxEntry, m: DocumentEdit) -> None:
+        handled.append(entry.entry_id)
+
+    watched = s.idle.watch_writes({DocumentEdit: document_edit})
+    await watched[DocumentEdit](InboxEntry(session_id="s1", entry_id="w1", message=write), write)
+    assert handled == ["w1"]  # handled 0.1 after the update: due two windows from now, at 0.7
     s.clock.now += 0.3
     assert await s.idle.flush_due() == 0
     s.clock.now += 0.3
