@@ -27,13 +27,15 @@ class RunStarter(Protocol):
 
 class InjectionDelivery:
     def __init__(self, state: SessionState, turns: TurnOrder, transcript: Transcript,
-                 runs: RunStarter, recorded: Recorded, ack: Callable[[str | None], Awaitable[None]]) -> None:
+                 runs: RunStarter, recorded: Recorded, ack: Callable[[str | None], Awaitable[None]],
+                 held: Callable[[], None] = lambda: None) -> None:
         self.state = state
         self.turns = turns
         self.transcript = transcript
         self.runs = runs
         self.recorded = recorded  # InjectionRecorded, published again for a redelivery (recorder.py)
         self.ack = ack
+        self.held = held  # an update left held for an idle agent is recorded after its merge window (idle.py)
 
     async def deliver(self, m: Injection, entry_id: str | None) -> None:
         """An injection from the inbox, or (entry_id None) one restored at wake (an answered form)."""
@@ -49,3 +51,5 @@ class InjectionDelivery:
             await self.ack(entry_id)
         elif result == "start" and not self.state.running:
             self.runs.start_run(self.turns.take_idle())
+        elif result in ("next_turn", "merged"):
+            self.held()

@@ -174,35 +174,36 @@ class InboxDispatcher:
             try:
                 entry = await asyncio.wait_for(self.state.queue.get(), timeout)
             except TimeoutError:
-                if not self.state.barrier_passed:
-                    await self.pass_barrier()  # no Barrier within 3 s: go on without it
-                elif self.causal is not None:
-                    await self.causal_expired()
+                async with self.state.turn_lock:  # idle recording (idle.py) waits meanwhile
+                    if not self.state.barrier_passed:
+                        await self.pass_barrier()  # no Barrier within 3 s: go on without it
+                    elif self.causal is not None:
+                        await self.causal_expired()
                 continue
             if not self.taken.first_time(entry.entry_id):
                 log.warning("inbox_entry_repeated", session_id=self.state.sid, entry_id=entry.entry_id)
                 continue
             self.state.touch()
-            if self.causal is not None and self.causal.timeout() == 0.0:
-                await self.causal_expired()  # a busy inbox must not keep a held prompt past its wait
-            dequeued = time.time()
-            try:
-                with processing(entry):
-                    await self.handle_retrying(entry)
-                if self.trace:
-                    _trace(self.state.sid, entry, dequeued)
-            except LeaseLost:
-                log.warning("lease_lost", session_id=self.state.sid)
-                return
-            except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the session
-                if _client_waits(entry) and disk_fault(exc) is not None:
-                    await self.refuse(entry, exc)
-                elif transient(exc):
-                    # Still failing after RETRY_FOR_S: the entry stays pending; the next holder retries it.
-                    log.exception("inbox_entry_gave_up", session_id=self.state.sid, entry_id=entry.entry_id)
-                else:
-                    log.exception("inbox_entry_failed", session_id=self.state.sid, entry_id=entry.entry_id)
-                    await self.dead_letter(entry, exc)
+            async with self.state.turn_lock:  # nothing recorded between a prompt's routing and its run
+                if self.causal is not None and self.causal.timeout() == 0.0:
+                    await self.causal_expired()  # a busy inbox must not keep a held prompt past its wait
+                dequeued = time.time()
+                try:
+                    with processing(entry):
+                        await self.handle_retrying(entry)
+                    if self.trace:
+                        _trace(self.state.sid, entry, dequeued)
+                except LeaseLost:
+                    log.warning("lease_lost", session_id=self.state.sid)
+                    return
+                except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the session
+                    if _client_waits(entry) and disk_fault(exc) is not None:
+                        await self.refuse(entry, exc)
+                    elif transient(exc):  # still failing after RETRY_FOR_S: pending, the next holder retries
+                        log.exception("inbox_entry_gave_up", session_id=self.state.sid, entry_id=entry.entry_id)
+                    else:
+                        log.exception("inbox_entry_failed", session_id=self.state.sid, entry_id=entry.entry_id)
+                        await self.dead_letter(entry, exc)
 
     async def handle_retrying(self, entry: InboxEntry, action: Callable[[], Awaitable[None]] | None = None) -> None:
         """Handle one entry (or run `action` for it); on a transient failure (Redis restarting, a dropped

@@ -59,6 +59,7 @@ from .engine.sse import ReadGate
 from .engine.types import AgentContext, BeforeModelCall, RunHooks
 from .events import Outbox
 from .forms import deliver_answered_form
+from .idle import IdleRecorder, MergeWindow, in_flight_check
 from .knowledge import KnowledgeReader, PromptKnowledge
 from .lease import Lease, LeaseLost
 from .liveui import LiveUi
@@ -202,10 +203,16 @@ class Session:
         """The run task and the inbox's handlers, around the parts built above."""
         deps, settings, state = self.deps, self.deps.settings, self.state
         ack = self.acker.ack
+        # Updates for an idle agent: recorded after a per-ref merge window, the digest's debounce (idle.py).
+        debounce_s = settings.bus.digest_debounce_ms / 1000
+        window = MergeWindow(debounce_s, max(2.0, 10 * debounce_s), asyncio.get_running_loop().time)
+        self.idle = IdleRecorder(state, self.turns, self.agent, self.transcript, self.recorder.record, window,
+                                 in_flight_check(deps.client, self.sid))
         self.runs = RunSupervisor(state, self.lease, self.outbox, self.agent, self.turns, self.transcript,
                                   client=deps.client, lease_ms=settings.runtime.lease_ms, after_run=self.compactor,
-                                  calls=self.connectors)
-        self.injections = InjectionDelivery(state, self.turns, self.transcript, self.runs, self.recorder.recorded, ack)
+                                  calls=self.connectors, after_task=self.idle.arm)
+        self.injections = InjectionDelivery(state, self.turns, self.transcript, self.runs, self.recorder.recorded, ack,
+                                            held=self.idle.arm)
         self.aborts = RunAborter(state, self.agent, self.turns, self.transcript, self.outbox,
                                  self.tools.subagents, ack)
         self.rewinder = Rewinder(self.sid, self.transcript, self.todo, self.turns, self.snapshots, self.aborts,
@@ -218,6 +225,7 @@ class Session:
             # pending_artifacts.json: dormant artifact changes, before the prompt
             queue_manifest(self.sid, self.paths, self.transcript, self.turns)
             await deliver_form()
+            self.idle.arm()  # with no prompt to carry them, the dormant updates are recorded (idle.py)
 
         async def after_write() -> None:
             """A client's write between runs is a point to return to; during a run the next batch records it."""
@@ -231,6 +239,7 @@ class Session:
             FileDelete: self.writes.file_delete, DocumentDelete: self.writes.document_delete,
             CompactionReady: self.compactor.on_ready, Compact: self.compactor.on_command,
             ConnectorResult: self.connectors.on_result, Rewind: self.rewinder.on_rewind}
+        handlers = self.idle.watch_writes(handlers)  # a client's write keeps its ref's update held (idle.py)
         # Prompt-time knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools").
         knowledge = PromptKnowledge(self.knowledge, self.transcript, self.turns.pending, settings.runtime.knowledge_top_k,
                                     settings.runtime.knowledge_min_score, deps.registry)

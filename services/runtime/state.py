@@ -27,6 +27,8 @@ class SessionState:
     run_id: str | None = None  # the active run's id (events carry it; the `running` key holds it)
     last_run_id: str | None = None  # the latest run of the task (between its runs, run_id is None)
     aborting: str | None = None  # set by an abort (abort.py): no further run starts until it is done
+    # Held by the dispatcher while it handles an entry and by idle recording (idle.py) while it records.
+    turn_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def running(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, Literal, Protocol
 
 import structlog
@@ -103,7 +103,8 @@ def interrupted(transcript: Transcript) -> bool:
 class RunSupervisor:
     def __init__(self, state: SessionState, lease: Held, outbox: RunOutbox, agent: Agent,
                  turns: TurnOrder, transcript: Transcript, *, client: Any, lease_ms: int,
-                 after_run: AfterRun, calls: OpenCalls | None = None) -> None:
+                 after_run: AfterRun, calls: OpenCalls | None = None,
+                 after_task: Callable[[], None] = lambda: None) -> None:
         self.state = state  # the run task, its ids and `aborting` are the session's state (state.py)
         self.lease = lease
         self.outbox = outbox
@@ -114,6 +115,7 @@ class RunSupervisor:
         self.lease_ms = lease_ms
         self.after_run = after_run  # the compactor: deferred results are applied between runs
         self.calls = calls  # connector calls a dead holder sent (connectors.py)
+        self.after_task = after_task  # what a run task ended with held is recorded (idle.py)
 
     def _gone(self) -> bool:
         return self.state.closed or self.lease.lost
@@ -123,7 +125,8 @@ class RunSupervisor:
             for m in turn.messages if turn else []:
                 self.agent.steer(m)  # the run task takes them before it ends (`left_to_run`)
             return
-        self.state.run_task = asyncio.ensure_future(self._run(turn))
+        self.state.run_task = task = asyncio.ensure_future(self._run(turn))
+        task.add_done_callback(lambda _: self.after_task())
 
     async def _run(self, turn: RunInput) -> None:
         """One run task. When a run ends it starts the next one itself while anything is left to do

@@ -109,18 +109,27 @@ async def test_prompt_steered_as_the_run_ends_gets_its_own_run(redis_url: str, d
         assert await pending(inp, sid) == 0
 
 
-async def test_steer_arriving_as_the_run_ends_waits_without_an_active_task(redis_url: str, data_dir: Path) -> None:
+async def test_steer_arriving_as_the_run_ends_is_recorded_without_a_run_when_no_task_is_active(
+    redis_url: str, data_dir: Path
+) -> None:
     async with inproc_worker(redis_url, data_dir) as inp:
         sid = "strand3"
         session = await inp.live(sid)
         fired = at_run_end(inp, session, steer(sid, "n-late-3"), queued(session, "n-late-3"))
         await inp.append(UserPrompt(session_id=sid, message=script(done("first"))))
         await settled(inp, session, 1)
-        await asyncio.sleep(0.5)  # scenario: nothing may happen meanwhile (no event marks an absence)
         assert fired == [True]
-        assert await runs(inp, sid) == 1, "no active task: the steer waits for the next user turn"
-        assert "gamma.system_update" not in kinds(transcript(data_dir, sid))
+        # ... nor waits for the next user turn: recorded once the run task has ended (idle.py; a
+        # notification has no ref to merge with, so no merge window).
+        assert await until(lambda: "gamma.system_update" in kinds(transcript(data_dir, sid)))
+        assert await runs(inp, sid) == 1, "no active task: the steer starts no run"
+        async def acked() -> bool:
+            return await pending(inp, sid) == 0
+        await eventually(acked, timeout=10, what="the steer acked once recorded")
+        await asyncio.sleep(0.3)  # scenario: nothing else may happen meanwhile (no event marks an absence)
+        assert kinds(transcript(data_dir, sid))[-1] == "gamma.system_update"
         await inp.append(UserPrompt(session_id=sid, message="next"))
         await settled(inp, session, 2)
         k = kinds(transcript(data_dir, sid))
         assert k[-4:] == ["gamma.system_update", "user", "assistant", "toolResult"], k
+        assert k.count("gamma.system_update") == 1

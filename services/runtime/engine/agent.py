@@ -53,6 +53,14 @@ class Agent:
     def replace_messages(self, messages: list[AgentMessage]) -> None:
         self.context.messages = list(messages)
 
+    def add_idle(self, message: AgentMessage) -> None:
+        """A message recorded while no run is active, where the next run's prompt messages would have
+        put it (the end of the context): the next model call sees the same messages in the same
+        order as if the next turn had carried it, so the cached prompt prefix is unchanged."""
+        if self._running:
+            raise AgentBusy("a message is added between runs only; during a run use steer() or follow_up()")
+        self.context.messages.append(message)
+
     @property
     def tools(self) -> list[Tool]:
         return self.context.tools
