@@ -239,7 +239,8 @@ def service_lifespan(
         settle_heap()
         young_threshold(ctx.settings.server.gc_gen0)
         ctx.spawn(heap_freezer(ctx.settings.server.gc_freeze_s, ctx.settings.server.gc_full_s,
-                               ctx.settings.server.gc_full_growth, ctx.settings.server.gc_full_released),
+                               ctx.settings.server.gc_full_growth, ctx.settings.server.gc_full_released,
+                               ctx.settings.server.gc_malloc_trim),
                   "heap-freezer")
         if ctx.settings.server.heap_census:
             ctx.spawn(census_loop(ctx.settings.server.heap_census, ctx.settings.server.heap_census_s), "heap-census")

@@ -59,6 +59,9 @@ class ServerSettings(Area):
     gc_full_released: int = Field(32, ge=0, validation_alias="GAMMA_GC_FULL_RELEASED",
         description="A full collection also runs once this many sessions were closed since the last one (their "
                     "state is frozen cyclic garbage; `shared/gcpolicy.py`); 0: off.")
+    gc_malloc_trim: bool = Field(False, validation_alias="GAMMA_GC_MALLOC_TRIM",
+        description="After each full collection, hand malloc's free pages back to the OS (glibc `malloc_trim`; "
+                    "`shared/gcpolicy.py`).")
     heap_census: str = Field("", validation_alias="GAMMA_HEAP_CENSUS",
         description="A JSONL file (`{pid}` replaced) the service appends an object census of its heap to "
                     "(`shared/heapcensus.py`; it stops the loop for the walk: diagnostics only); empty: off.")

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import weakref
+from unittest import mock
 
 import pytest
 
+from shared import gcpolicy
 from shared.gcpolicy import freeze_young, full_pass, full_pass_due, heap_freezer, released, young_threshold
 
 
@@ -98,3 +101,24 @@ def test_young_threshold_sets_generation_0_only() -> None:
     finally:
         gc.set_threshold(*before)
 
+
+
+@pytest.mark.timeout(10)
+async def test_a_full_pass_trims_malloc_when_asked() -> None:
+    trims: list[int] = []
+    with mock.patch.object(gcpolicy, "_trim", side_effect=lambda pad: trims.append(pad) or 1):
+        full_pass()
+        assert trims == []  # off by default (GAMMA_GC_MALLOC_TRIM)
+        task = asyncio.ensure_future(heap_freezer(0.01, 0.02, trim=True))
+        try:
+            for _ in range(100):
+                if trims:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            task.cancel()
+    assert trims and set(trims) == {0}  # malloc_trim(0): every free page, not only the heap's top
+
+
+def test_malloc_trim_is_glibcs_on_linux() -> None:
+    assert gcpolicy.malloc_trim() is sys.platform.startswith("linux")
