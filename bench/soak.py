@@ -240,7 +240,8 @@ class Sampler(threading.Thread):
 
 
 def run(minutes: float, sessions: int = 50, sample_s: float = 10.0, rate: float = RATE, rounds: int = 8,
-        work_dir: Path | None = None, retention_s: float = 60.0) -> dict[str, Any]:
+        work_dir: Path | None = None, retention_s: float = 60.0, census: Path | None = None,
+        census_s: float = 30.0) -> dict[str, Any]:
     work = work_dir or Path(tempfile.mkdtemp(prefix="gamma-soak-"))
     url, redis_proc = start_redis_server()
     data_dir = work / "data"
@@ -249,7 +250,9 @@ def run(minutes: float, sessions: int = 50, sample_s: float = 10.0, rate: float 
     # are trimmed twice per retention.
     stack = Stack(redis_url=url + "/0", data_dir=data_dir, env_overrides={
         "GAMMA_IDLE_S": "60", "GAMMA_STREAM_TRIM_INTERVAL_S": str(retention_s / 2),
-        "GAMMA_DORMANT_RETENTION_S": str(retention_s)})
+        "GAMMA_DORMANT_RETENTION_S": str(retention_s)},
+        # The runtime's heap census (shared/heapcensus.py), when asked: what grows with the sessions created.
+        service_env={"runtime": {"GAMMA_HEAP_CENSUS": str(census), "GAMMA_HEAP_CENSUS_S": str(census_s)}} if census else {})
     stop = threading.Event()
     holder: list[SoakLoad] = []
     sampler = Sampler(stack, url + "/0", holder, sample_s)
@@ -304,8 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retention-s", type=float, default=60.0, help="GAMMA_DORMANT_RETENTION_S")
     parser.add_argument("--rounds", type=int, default=8, help="rounds per session before it retires")
     parser.add_argument("--out", type=Path, default=RESULTS / "soak.json")
+    parser.add_argument("--census", type=Path, help="the runtime's heap census, a JSONL file (GAMMA_HEAP_CENSUS)")
+    parser.add_argument("--census-s", type=float, default=30.0, help="seconds between two census lines")
     args = parser.parse_args(argv)
-    result = run(args.minutes, args.sessions, args.sample_s, args.rate, args.rounds, retention_s=args.retention_s)
+    result = run(args.minutes, args.sessions, args.sample_s, args.rate, args.rounds, retention_s=args.retention_s,
+                 census=args.census and args.census.resolve(), census_s=args.census_s)
     result["verdict"] = verdict(result)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))

@@ -25,6 +25,8 @@ pays it `defer_s` late: the heap's bound grows by what `defer_s` of allocations 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import gc
 import time
 from collections.abc import Callable
@@ -78,10 +80,33 @@ class FrozenCount:
         return self.known
 
 
-def full_pass() -> None:
+def full_pass(trim: bool = False) -> None:
     gc.unfreeze()
     gc.collect()
     gc.freeze()
+    if trim:
+        malloc_trim()
+
+
+def _libc_trim() -> Callable[[int], int] | None:
+    with contextlib.suppress(OSError, AttributeError):
+        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
+        return trim
+    return None  # not glibc
+
+
+_trim = _libc_trim()
+
+
+def malloc_trim() -> bool:
+    """Hands the free pages inside malloc's heaps back to the OS (glibc's `malloc_trim(0)`: not only
+    the heap's top). What a full pass freed (closed sessions' state) leaves holes between the live
+    sessions' blocks that malloc keeps mapped: the runtime's RSS ratcheted up with the waves of
+    sessions closing and waking while no object count grew (README "Soak"). False without glibc."""
+    if _trim is None:
+        return False
+    _trim(0)
+    return True
 
 
 _released = 0  # long-lived states let go since the last full pass: process-wide, as the collector is
@@ -124,9 +149,10 @@ def deferred(waited_s: float, defer_s: float) -> bool:
 
 
 async def heap_freezer(freeze_s: float, full_s: float, full_growth: float = 0.25, full_released: int = 0,
-                       defer_s: float = 0.0) -> None:
+                       defer_s: float = 0.0, trim: bool = False) -> None:
     """Runs for the service's life (ServiceContext.spawn); `freeze_s` <= 0: off. A due full pass waits
-    up to `defer_s` for the end of a busy spell (`defer_while`), looking every DEFER_POLL_S."""
+    up to `defer_s` for the end of a busy spell (`defer_while`), looking every DEFER_POLL_S. `trim`:
+    `malloc_trim` after each full pass."""
     global _released
     if freeze_s <= 0:
         return
@@ -141,7 +167,7 @@ async def heap_freezer(freeze_s: float, full_s: float, full_growth: float = 0.25
                                             after_full, full_growth, _released, full_released):
             due_at = now
         if due_at is not None and not deferred(now - due_at, defer_s):
-            full_pass()
+            full_pass(trim)
             last_full = last_young = time.monotonic()
             after_full, _released, due_at = frozen.reset(), 0, None
         elif now - last_young >= freeze_s * 0.99:  # deferred: the young ones still frozen on time

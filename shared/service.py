@@ -28,6 +28,7 @@ from . import cancel_safe, keys, redis_cluster, topology
 from .bus import ensured_groups, missing_groups
 from .diskhealth import DiskHealth
 from .gcpolicy import heap_freezer, young_threshold
+from .heapcensus import census_loop
 from .httplimits import bounded_http_protocol
 from .internal_http import InternalServer, internal_app, metrics_response
 from .iopool import install_io_executor
@@ -239,8 +240,10 @@ def service_lifespan(
         young_threshold(ctx.settings.server.gc_gen0)
         ctx.spawn(heap_freezer(ctx.settings.server.gc_freeze_s, ctx.settings.server.gc_full_s,
                                ctx.settings.server.gc_full_growth, ctx.settings.server.gc_full_released,
-                               ctx.settings.server.gc_full_defer_s),
+                               ctx.settings.server.gc_full_defer_s, ctx.settings.server.gc_malloc_trim),
                   "heap-freezer")
+        if ctx.settings.server.heap_census:
+            ctx.spawn(census_loop(ctx.settings.server.heap_census, ctx.settings.server.heap_census_s), "heap-census")
         ctx.ready = True
         with contextlib.suppress(Exception):  # the first heartbeat now, not a loop tick later
             await ctx.redis.set(keys.health(ctx.name), str(int(time.time() * 1000)), px=HEARTBEAT_TTL_MS)

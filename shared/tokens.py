@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -95,15 +95,42 @@ def encoding_name() -> str:
     return _load()[0]
 
 
-@lru_cache(maxsize=16_384)
 def count_text_tokens(text: str) -> int:
-    """Tokens of one string. Cached: the same messages are counted at every turn."""
+    """Tokens of one string, uncached: a caller that counts the same texts again (a session, at every
+    turn) keeps its own `TextTokens`."""
     if not text:
         return 0
     enc = _load()[1]
     if enc is None:
         return (len(text) + 3) // 4
     return len(enc.encode(text, disallowed_special=()))
+
+
+class TextTokens:
+    """Token counts of the texts one owner counts again and again: a live session, whose whole context
+    is counted before every model call (services/runtime/compactor.py). Owned by the session, the
+    counts go with it. A process-wide cache (an LRU of 16,384 texts) held the texts of every session
+    the process ever ran until it was full, +35 KB of RSS per session created in the paced soak
+    (README "Soak"), whatever size the texts had."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        n = self._counts.get(text)
+        if n is None:
+            n = self._counts[text] = count_text_tokens(text)
+        return n
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def clear(self) -> None:
+        """After a compaction: the summarized messages are not counted again."""
+        self._counts.clear()
+
+
+Count = Callable[[str], int]
 
 
 def _message_text(message: AgentMessage) -> list[str]:
@@ -124,10 +151,12 @@ def _message_text(message: AgentMessage) -> list[str]:
     return parts
 
 
-def estimate_tokens(message: AgentMessage, model: str = "", detail: Detail = "auto") -> int:
+def estimate_tokens(message: AgentMessage, model: str = "", detail: Detail = "auto",
+                    count: Count = count_text_tokens) -> int:
     """Tokens one message adds to a request (details never reach the model, so they do not count);
-    its images by OpenAI's formula for `model` (shared/image_tokens.py)."""
-    text = MESSAGE_OVERHEAD_TOKENS + sum(count_text_tokens(t) for t in _message_text(message))
+    its images by OpenAI's formula for `model` (shared/image_tokens.py). `count`: a `TextTokens`
+    where the same messages are counted again."""
+    text = MESSAGE_OVERHEAD_TOKENS + sum(count(t) for t in _message_text(message))
     return text + refs_tokens(message_images(message), model, detail)
 
 
@@ -140,5 +169,6 @@ def refs_tokens(refs: Iterable[ImageRef], model: str = "", detail: Detail = "aut
     return sum(image_tokens(i.width, i.height, detail, model) for i in refs)
 
 
-def context_tokens(messages: Iterable[AgentMessage], model: str = "", detail: Detail = "auto") -> int:
-    return sum(estimate_tokens(m, model, detail) for m in messages)
+def context_tokens(messages: Iterable[AgentMessage], model: str = "", detail: Detail = "auto",
+                   count: Count = count_text_tokens) -> int:
+    return sum(estimate_tokens(m, model, detail, count) for m in messages)

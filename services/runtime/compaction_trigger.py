@@ -32,7 +32,7 @@ from shared.contracts.transcript import (
 )
 from shared.image_tokens import Detail
 from shared.summary_rules import summarizable, turn_start_before
-from shared.tokens import context_tokens, estimate_tokens
+from shared.tokens import Count, context_tokens, count_text_tokens, estimate_tokens
 
 # Provider wordings of "the prompt does not fit" (Pi's overflow.ts, OpenAI first).
 OVERFLOW_PATTERNS = tuple(
@@ -89,7 +89,7 @@ def _is_cut_candidate(entry: TranscriptEntry) -> bool:
 
 
 def find_cut(entries: Sequence[TranscriptEntry], keep_recent_tokens: int, model: str = "",
-             detail: Detail = "auto") -> CutPoint | None:
+             detail: Detail = "auto", count: Count = count_text_tokens) -> CutPoint | None:
     """Walk back from the newest entry until `keep_recent_tokens` are kept; cut at a valid entry.
 
     Only entries after the latest compaction are candidates. None when the cut would remove nothing
@@ -109,7 +109,7 @@ def find_cut(entries: Sequence[TranscriptEntry], keep_recent_tokens: int, model:
             continue
         message = entry_message(entry)
         assert message is not None
-        accumulated += estimate_tokens(message, model, detail)
+        accumulated += estimate_tokens(message, model, detail, count)
         if accumulated >= keep_recent_tokens:
             after = [c for c in candidates if c >= i]
             # A huge tool result at the end: keep its tool call rather than nothing at all.
@@ -154,13 +154,14 @@ def make_request(
     reserve_tokens: int = 16_384,
     tokens_before: int | None = None,
     detail: Detail = "auto",
+    count: Count = count_text_tokens,
 ) -> CompactionRequest | None:
     """The request for compacting everything up to the last entry; None if nothing would be removed.
 
     `tokens_before` defaults to the estimate of the current model context (summary, kept, rest);
-    images count by `model`'s formula at `detail`.
+    images count by `model`'s formula at `detail`; texts by `count` (the session's `TextTokens`).
     """
-    cut = find_cut(entries, keep_recent_tokens, model or "", detail)
+    cut = find_cut(entries, keep_recent_tokens, model or "", detail, count)
     if cut is None:
         return None
     last = latest_compaction_index(entries)
@@ -174,7 +175,7 @@ def make_request(
         previous_details=_previous_details(previous) if previous else None,
         custom_instructions=custom_instructions,
         tokens_before=(tokens_before if tokens_before is not None
-                       else context_tokens(build_context(entries), model or "", detail)),
+                       else context_tokens(build_context(entries), model or "", detail, count)),
         model=model,
         reserve_tokens=reserve_tokens,
     )

@@ -26,7 +26,7 @@ from shared.contracts.inbox import Compact, CompactionReady
 from shared.contracts.messages import AssistantMessage, CustomMessage
 from shared.inbox import InboxEntry
 from shared.settings import Settings
-from shared.tokens import MESSAGE_OVERHEAD_TOKENS, context_tokens, count_text_tokens
+from shared.tokens import MESSAGE_OVERHEAD_TOKENS, TextTokens, context_tokens, count_text_tokens
 
 from .compaction_trigger import check_ready, is_context_overflow, make_request, should_compact
 from .engine.types import AgentContext, Emit, StreamFn, Tool
@@ -82,6 +82,9 @@ class Compactor:
         self._skip_calls = 0  # backoff: threshold checks still to skip ...
         self._skip_until = 0.0  # ... unless this time has passed
         self._static: tuple[int, int, int] | None = None  # (id(prompt), id(tools), tokens)
+        # The counts of this session's texts, counted again before every model call: they go with the
+        # session (shared/tokens.py TextTokens).
+        self.counts = TextTokens()
         self.deferred: list[tuple[InboxEntry, CompactionReady]] = []
         self._waiters: dict[str, asyncio.Future[bool]] = {}
 
@@ -107,7 +110,7 @@ class Compactor:
         key = (id(context.system_prompt), id(context.tools))
         if self._static is None or self._static[:2] != key:
             self._static = (*key, static_tokens(context.system_prompt, context.tools))
-        return self._static[2] + context_tokens(context.messages, self.model, self.image_detail)
+        return self._static[2] + context_tokens(context.messages, self.model, self.image_detail, self.counts)
 
     def _backing_off(self) -> bool:
         """One threshold check during a backoff: True (skip it) until the calls are used up or the
@@ -140,10 +143,12 @@ class Compactor:
         if manual:
             # Asked for explicitly: compact even a context smaller than the recent-token budget,
             # keeping about a quarter of it (the latest turn, at least).
-            keep = min(keep, max(context_tokens(self.context.messages, self.model, self.image_detail) // 4, 1))
+            keep = min(keep, max(context_tokens(self.context.messages, self.model, self.image_detail,
+                                                self.counts) // 4, 1))
         req = make_request(self.state.sid, self.transcript.entries, keep_recent_tokens=keep,
                            custom_instructions=instructions, model=self.model,
-                           reserve_tokens=self.reserve_tokens, tokens_before=tokens, detail=self.image_detail)
+                           reserve_tokens=self.reserve_tokens, tokens_before=tokens, detail=self.image_detail,
+                           count=self.counts)
         if req is None:
             return None
         self.in_flight = req.request_id
@@ -226,6 +231,7 @@ class Compactor:
         await self.transcript.append_compaction(ready.summary, ready.first_kept_entry_id, ready.tokens_before,
                                                   ready.details, ready.request_id, anchors)
         self.reload()
+        self.counts.clear()  # the summarized messages are not counted again
         self.failures, self._skip_calls = 0, 0
         await self.ack(entry.entry_id)
         await self.outbox.event("compaction", {

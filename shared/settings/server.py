@@ -63,6 +63,14 @@ class ServerSettings(Area):
     gc_full_released: int = Field(32, ge=0, validation_alias="GAMMA_GC_FULL_RELEASED",
         description="A full collection also runs once this many sessions were closed since the last one (their "
                     "state is frozen cyclic garbage; `shared/gcpolicy.py`); 0: off.")
+    gc_malloc_trim: bool = Field(False, validation_alias="GAMMA_GC_MALLOC_TRIM",
+        description="After each full collection, hand malloc's free pages back to the OS (glibc `malloc_trim`; "
+                    "`shared/gcpolicy.py`).")
+    heap_census: str = Field("", validation_alias="GAMMA_HEAP_CENSUS",
+        description="A JSONL file (`{pid}` replaced) the service appends an object census of its heap to "
+                    "(`shared/heapcensus.py`; it stops the loop for the walk: diagnostics only); empty: off.")
+    heap_census_s: float = Field(60.0, gt=0, validation_alias="GAMMA_HEAP_CENSUS_S",
+        description="Seconds between two lines of the heap census (`GAMMA_HEAP_CENSUS`).")
     # Threads of each service's default executor (asyncio.to_thread): blocking disk I/O, mostly fsync
     # waits, so far more than the cores (shared/iopool.py; Python's default is 6 on 2 cores).
     io_threads: int = Field(64, ge=1, le=1024, validation_alias="GAMMA_IO_THREADS",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import weakref
+from unittest import mock
 
 import pytest
 
@@ -166,3 +168,24 @@ def test_freeze_young_says_how_many_it_froze() -> None:
     assert freeze_young() >= 50
     assert freeze_young() < 50  # frozen already: not counted again
     del nodes
+
+
+@pytest.mark.timeout(10)
+async def test_a_full_pass_trims_malloc_when_asked() -> None:
+    trims: list[int] = []
+    with mock.patch.object(gcpolicy, "_trim", side_effect=lambda pad: trims.append(pad) or 1):
+        full_pass()
+        assert trims == []  # off by default (GAMMA_GC_MALLOC_TRIM)
+        task = asyncio.ensure_future(heap_freezer(0.01, 0.02, trim=True))
+        try:
+            for _ in range(100):
+                if trims:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            task.cancel()
+    assert trims and set(trims) == {0}  # malloc_trim(0): every free page, not only the heap's top
+
+
+def test_malloc_trim_is_glibcs_on_linux() -> None:
+    assert gcpolicy.malloc_trim() is sys.platform.startswith("linux")
