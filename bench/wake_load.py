@@ -208,7 +208,8 @@ async def run_stack(args: argparse.Namespace, src: Path | None, label: str) -> d
         "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", "GAMMA_MAX_SESSIONS_PER_USER": "100000",
         "GAMMA_SCRIPTED_PROFILE": "fast_gpt", "GAMMA_SCRIPTED_STAMP": "true",
         "GAMMA_SCRIPTED_TOKENS_PER_S": str(args.rate),
-        **({"GAMMA_RUNTIME_WAKES_AT_ONCE": str(args.at_once)} if args.at_once else {})}, src=src,
+        **({"GAMMA_RUNTIME_WAKES_AT_ONCE": str(args.at_once)} if args.at_once else {}),
+        **({"GAMMA_RUNTIME_WAKES_PER_READ": str(args.per_read)} if args.per_read else {})}, src=src,
         service_env={"runtime": fsync_counting(src, base)})
     r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=40, timeout=60))
     http = httpx.AsyncClient(base_url=stack.url("proxy"), headers={"Authorization": f"Bearer {API_TOKEN}"},
@@ -288,6 +289,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=80.0, help="tokens per second per streaming session")
     parser.add_argument("--wake-rate", type=float, default=20.0, help="wakes per second; 0: all at once")
     parser.add_argument("--at-once", type=int, default=0, help="GAMMA_RUNTIME_WAKES_AT_ONCE (0: its default)")
+    parser.add_argument("--per-read", type=int, default=0, help="GAMMA_RUNTIME_WAKES_PER_READ (0: its default)")
     parser.add_argument("--wake-after-s", type=float, default=2.5, help="after the first streaming prompt")
     parser.add_argument("--py-spy", default=None, help="py-spy binary: profile the runtime during the wakes")
     parser.add_argument("--py-spy-s", type=int, default=8)

@@ -36,6 +36,7 @@ from .bus_entries import (
     safe_parser,
     stash_batch_parser,
 )
+from .bus_subscribe import subscribe
 from .bus_subscriber import (
     BATCH_SIZE,
     READ_LINGER_S,
@@ -46,16 +47,16 @@ from .bus_subscriber import (
     Subscription,
     by_session,
     report_to,
-    subscribe,
     subscriptions_of,
 )
+from .bus_window import WindowReader
 from .reconnect import broker_options
 from .redis_cluster import cluster_url, durable, extra_nodes, is_cluster
 from .redis_wire import lenient_text, text
 from .topology import consumer_name
 
 __all__ = [
-    "BATCH_ENTRIES", "BATCH_SIZE", "READ_LINGER_S", "UNPARSABLE", "BatchReader", "Claimer", "Handler", "Publisher",
+    "BATCH_ENTRIES", "BATCH_SIZE", "READ_LINGER_S", "UNPARSABLE", "BatchReader", "Claimer", "Handler", "Publisher", "WindowReader",
     "OrderKey", "Subscription", "by_session", "consumer_name", "dead_letter", "decode_entry", "decode_fields", "ensure_group",
     "ensured_groups", "make_broker", "missing_groups", "publish", "safe_parser", "stash_batch_parser",
     "start_subscriptions", "subscribe", "subscribe_service", "subscriptions_of",

@@ -1,7 +1,8 @@
 """The two consumers of one (stream, group), in the manner of FastStream's subscriber classes:
 
 - `BatchReader` reads new entries (`>`, batched: up to BATCH_SIZE entries per XREADGROUP), handles
-  each on its own and acks together the ones whose handler returned;
+  each on its own and acks together the ones whose handler returned; `WindowReader`
+  (shared/bus_window.py) reads them into a sliding window of entries in flight instead;
 - `Claimer` takes over entries left pending longer than `claim_idle_ms` (XAUTOCLAIM, one at a time),
   by a crashed consumer or a handler that raised, and retries them up to `max_deliveries`.
 
@@ -28,7 +29,7 @@ from faststream.redis.annotations import RedisStreamMessage
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry, Counter
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from . import metrics
 from .bus_entries import (
@@ -72,6 +73,14 @@ def report_to(broker: RedisBroker, registry: CollectorRegistry) -> None:
 
 def subscriptions_of(broker: RedisBroker) -> list[Subscription]:
     return list(_SUBSCRIPTIONS.get(broker, ()))
+
+
+def registry_of(broker: RedisBroker) -> CollectorRegistry | None:
+    return _REGISTRIES.get(broker)
+
+
+def record(broker: RedisBroker, subscription: Subscription) -> None:
+    _SUBSCRIPTIONS.setdefault(broker, []).append(subscription)
 
 
 @dataclass
@@ -319,39 +328,3 @@ class Claimer(_Consumer):
                 raise
         r.disk_failed.discard(entry_id)
         self.handled(entry_id)
-
-
-def subscribe(
-    broker: RedisBroker,
-    client: aioredis.Redis,
-    *,
-    stream: str,
-    group: str,
-    consumer: str,
-    model: type[BaseModel] | TypeAdapter[Any],
-    handler: Handler,
-    claim_idle_ms: int = 5_000,
-    max_deliveries: int = 5,
-    polling_interval_ms: int = 100,
-    deadletters: Counter | None = None,
-    order_key: OrderKey | None = None,
-    batch_size: int = BATCH_SIZE,
-    pause: Callable[[], Awaitable[None]] | None = None,
-) -> Subscription:
-    """Register the reader and the claimer for one (stream, group). Call `ensure_group` before start.
-    `batch_size`: entries per read; a consumer whose entries are costly and worth spreading over its
-    peers (the runtime's wakes) reads few at a time, since one read takes all it returns; `pause`,
-    awaited after each batch, lets such a consumer leave the next entries to its peers for a while."""
-    adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
-    registry = _REGISTRIES.get(broker)
-    if deadletters is None and registry is not None:
-        deadletters = metrics.deadletter_counter(registry)
-    route = Route(broker=broker, client=client, stream=stream, group=group, consumer=consumer, adapter=adapter,
-                  handler=handler, claim_idle_ms=claim_idle_ms, max_deliveries=max_deliveries,
-                  polling_interval_ms=polling_interval_ms, deadletters=deadletters, registry=registry,
-                  order_key=order_key, batch_size=batch_size, pause=pause)
-    BatchReader(route).register()
-    Claimer(route).register()
-    subscription = Subscription(stream=stream, group=group, adapter=adapter, handler=handler)
-    _SUBSCRIPTIONS.setdefault(broker, []).append(subscription)
-    return subscription

@@ -42,14 +42,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     registry=ctx.registry, disk=watch_disk(ctx))
 
     (wake,) = topology.consumptions("runtime")
-    # A few wakes per read, handled side by side (one lane per session, shared/bus_subscriber.py): a wake
-    # mostly waits on Redis and the disk (~30 ms, 100 at p90), and handled one at a time a burst of 200
-    # first prompts queued for 3 s (bench-e2e: wake p99 3.5 s, the prompt tail). Few, not 100: a read
-    # takes every wake it returns, so a large batch sent a whole burst to one worker (13/6/5 sessions
-    # over three workers, bench-workers); the fair-share pause (share.py) still runs before each read.
+    # Wakes handled side by side (one lane per session), up to `GAMMA_RUNTIME_WAKES_AT_ONCE` in flight in
+    # a sliding window (shared/bus_window.py): a wake mostly waits on Redis and the disk (~30 ms, 100 at
+    # p90), and handled one at a time a burst of 200 first prompts queued for 3 s (bench-e2e: wake p99
+    # 3.5 s); read in batches that waited for their slowest wake, a burst of 100 beside 100 streaming
+    # sessions still queued for ~1 s (docs/capacity.md "Per wake"). A read takes few at a time (a
+    # quarter of the window): a read takes every wake it returns, and a large one sent a whole burst to
+    # one worker (13/6/5 sessions over three workers, bench-workers); the fair-share pause (share.py)
+    # still runs before each read.
+    at_once = settings.runtime.runtime_wakes_at_once
+    per_read = min(settings.runtime.runtime_wakes_per_read or max(1, at_once // 4), at_once)
     subscribe(broker, ctx.redis, stream=wake.stream, group=wake.group, consumer=consumer_name("runtime"),
               model=wake.model, handler=worker.on_wake, claim_idle_ms=settings.bus.claim_idle_ms,
-              batch_size=settings.runtime.runtime_wakes_at_once, order_key=by_session, pause=worker.wake_pause)
+              window=at_once, batch_size=per_read, order_key=by_session, pause=worker.wake_pause)
 
     async def start() -> None:
         await ensure_group(ctx.redis, wake.stream, wake.group)

@@ -56,8 +56,12 @@ async def over_share(client: aioredis.Redis, held: int, live_ms: int) -> bool:
     if held == 0:
         return False
     try:
-        total = int(await client.zcard(keys.RUNTIME_LIVE))
-        workers = int(await client.zcount(keys.RUNTIME_WORKERS, now_ms() - live_ms, "+inf"))
+        # One round trip, not two: this runs before every wake read, and on a loop busy with streaming
+        # sessions each round trip waits a turn of it (docs/capacity.md "Per wake").
+        pipe = client.pipeline(transaction=False)
+        pipe.zcard(keys.RUNTIME_LIVE)
+        pipe.zcount(keys.RUNTIME_WORKERS, now_ms() - live_ms, "+inf")
+        total, workers = (int(n) for n in await pipe.execute())
         if workers <= 1 or held + 1 <= fair_share(total + 1, workers):
             return False
         return not await wakes_waiting(client)

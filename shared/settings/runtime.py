@@ -16,11 +16,15 @@ class RuntimeSettings(Area):
         description="Idle seconds before a live session goes dormant.")
     lease_ms: int = Field(10_000, validation_alias="GAMMA_LEASE_MS",
         description="Length of a session lease held by a runtime worker (ms).")
-    # Wakes a runtime worker reads and handles at once (services/runtime/app.py): a wake mostly waits
-    # (lease, disk fence fsync, restore, SessionLive), ~30-100 ms, so one at a time queued a burst.
-    runtime_wakes_at_once: int = Field(8, ge=1, le=256, validation_alias="GAMMA_RUNTIME_WAKES_AT_ONCE",
-        description="Wakes a runtime worker reads and handles at once (`services/runtime/app.py`): a wake mostly "
-                    "waits (lease, disk fence, restore), so one at a time queued a burst.")
+    # Wakes a runtime worker handles at once (services/runtime/app.py): a wake mostly waits (lease,
+    # disk fence fsync, restore, SessionLive), ~30-100 ms, so one at a time queued a burst.
+    runtime_wakes_at_once: int = Field(32, ge=1, le=256, validation_alias="GAMMA_RUNTIME_WAKES_AT_ONCE",
+        description="Wakes a runtime worker handles at once, a sliding window (`services/runtime/app.py`, "
+                    "`shared/bus_window.py`): a wake mostly waits (lease, disk fence, restore), so one at a time "
+                    "queued a burst.")
+    runtime_wakes_per_read: int = Field(0, ge=0, le=256, validation_alias="GAMMA_RUNTIME_WAKES_PER_READ",
+        description="Wakes a runtime worker reads at a time, as soon as that many of its window are free "
+                    "(0: a quarter of `GAMMA_RUNTIME_WAKES_AT_ONCE`); few, so a burst spreads over the workers.")
     dormant_retention_s: float = Field(300.0, ge=0.0, le=7 * 24 * 3600, validation_alias="GAMMA_DORMANT_RETENTION_S",
         description="How long a dormant session's events stream and drained inbox stay in Redis (the SSE replay "
                     "window; afterwards a resuming client gets an SSE `reset` and reloads GET /transcript).")

@@ -1,6 +1,6 @@
 """A consumer process for the bus fault tests (SIGKILL / SIGTERM mid-handler).
 
-    python -m tests.support.bus_consumer REDIS_URL STREAM PREFIX [--hang before|after|none] [--work-s S]
+    python -m tests.support.bus_consumer REDIS_URL STREAM PREFIX [--hang before|after|none] [--work-s S] [--window N]
 
 It consumes `Wake` messages with `shared.bus.subscribe` exactly as a service does. For each message the
 handler records `started` (so the test knows it is mid-handler), optionally hangs, and applies an
@@ -18,7 +18,7 @@ import signal
 import redis.asyncio as aioredis
 
 from shared import keys
-from shared.bus import ensure_group, make_broker, subscribe
+from shared.bus import by_session, ensure_group, make_broker, subscribe
 from shared.contracts.wake import Wake
 from shared.logging import configure_logging
 
@@ -50,6 +50,7 @@ async def run(args: argparse.Namespace) -> None:
     subscribe(
         broker, client, stream=args.stream, group=GROUP, consumer=f"c-{os.getpid()}", model=Wake, handler=handle,
         claim_idle_ms=args.claim_idle_ms, max_deliveries=5, polling_interval_ms=100,
+        **({"window": args.window, "batch_size": 1, "order_key": by_session} if args.window else {}),
     )
     await ensure_group(client, args.stream, GROUP)
     await broker.start()
@@ -74,6 +75,7 @@ def main() -> None:
     parser.add_argument("--hang", choices=["before", "after", "none"], default="none")
     parser.add_argument("--work-s", type=float, default=0.0)
     parser.add_argument("--claim-idle-ms", type=int, default=1000)
+    parser.add_argument("--window", type=int, default=0, help="a sliding window of entries in flight (0: batches)")
     asyncio.run(run(parser.parse_args()))
 
 
