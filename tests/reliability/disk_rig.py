@@ -12,7 +12,7 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,10 +53,17 @@ def disk_state(stack: Stack, name: str = "proxy") -> str:
     return str((readyz(stack, name).get("disk") or {}).get("state"))
 
 
-def wait_disk(stack: Stack, state: str, *names: str, timeout: float = 20) -> None:
+def wait_disk(stack: Stack, state: str, *names: str, timeout: float = 20,
+              refill: Callable[[], object] | None = None) -> None:
+    """`refill` before each look: the services free an inode now and then (a cleanup, a rename over an
+    older file), and a probe that finds one free reports the disk ok again (shared/diskhealth.py)."""
+    def seen(name: str) -> bool:
+        if refill is not None:
+            refill()
+        return disk_state(stack, name) == state
+
     for name in names or ("proxy", "runtime", "digest"):
-        wait_sync(lambda n=name: disk_state(stack, n) == state, timeout=timeout,  # type: ignore[misc]
-                  what=f"{name} to report the disk {state}")
+        wait_sync(lambda n=name: seen(n), timeout=timeout, what=f"{name} to report the disk {state}")  # type: ignore[misc]
 
 
 def temp_files(root: Path) -> list[str]:

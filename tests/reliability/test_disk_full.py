@@ -136,7 +136,7 @@ def test_inodes_exhausted_answer_507(api: httpx.Client, stack: Stack, full: smal
     acked = Acknowledged()
     live, dormant = live_and_dormant(api)
     full.fill_inodes()
-    wait_disk(stack, "full")
+    wait_disk(stack, "full", refill=full.fill_inodes)
     assert metric(stack, "gamma_session_disk_free_inodes") == 0.0
     for sid in (live, dormant):
         full.fill_inodes()
@@ -165,7 +165,7 @@ def test_tool_write_on_a_full_disk_tells_the_agent(api: httpx.Client, stack: Sta
         {"tool_calls": [{"name": "message_user", "arguments": {"message": "the disk is full", "blockOnUser": True}}]},
     ])
     full.fill_inodes()
-    wait_disk(stack, "full", "runtime")
+    wait_disk(stack, "full", "runtime", refill=full.fill_inodes)
     prompt_id = post_prompt(api, acked, sid, script)
     wait_sync(lambda: answered(api, sid, prompt_id), timeout=60, interval=0.3, what="the scripted run to answer")
     items = entries(api, sid)
