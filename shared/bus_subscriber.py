@@ -197,6 +197,16 @@ class BatchReader(_Consumer):
             if done:
                 await r.client.xack(r.stream, r.group, *done)
 
+    async def validated(self, entry_id_b: bytes, fields: dict[Any, Any]) -> tuple[Any] | None:
+        """The entry's value (in a 1-tuple: a value may be None); None once an entry that does not
+        validate is dead-lettered (the caller acks it)."""
+        try:
+            body, _ = decode_fields(fields)
+            return (self.route.adapter.validate_python(body),)
+        except (ValidationError, ValueError, TypeError) as exc:
+            await self.reject(lenient_text(entry_id_b), fields, f"invalid entry: {exc}", 1)
+            return None
+
     async def read_batch_by_key(self, ids: list[Any], entries: list[Any], order_key: OrderKey) -> None:
         """Entries of one key (a session) in order, the keys concurrently. Handlers that wait on Redis
         and the disk made one consumer a queue: a digest handling 200 sessions' saves one after another
@@ -206,14 +216,11 @@ class BatchReader(_Consumer):
         lanes: dict[Hashable, list[tuple[bytes, Any, dict[Any, Any]]]] = {}
         done: list[bytes] = []
         for entry_id_b, fields in zip(ids, entries, strict=True):
-            try:
-                body, _ = decode_fields(fields)
-                value = r.adapter.validate_python(body)
-            except (ValidationError, ValueError, TypeError) as exc:
-                await self.reject(lenient_text(entry_id_b), fields, f"invalid entry: {exc}", 1)
+            parsed = await self.validated(entry_id_b, fields)
+            if parsed is None:
                 done.append(entry_id_b)
                 continue
-            lanes.setdefault(order_key(value), []).append((entry_id_b, value, fields))
+            lanes.setdefault(order_key(parsed[0]), []).append((entry_id_b, parsed[0], fields))
         pending = {entry_id_b for lane in lanes.values() for entry_id_b, _, _ in lane}
 
         async def run_lane(lane: list[tuple[bytes, Any, dict[Any, Any]]]) -> None:

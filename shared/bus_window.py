@@ -26,9 +26,8 @@ from collections.abc import Hashable
 from typing import Any
 
 import structlog
-from pydantic import ValidationError
 
-from .bus_entries import BATCH_ENTRIES, decode_fields
+from .bus_entries import BATCH_ENTRIES
 from .bus_subscriber import BatchReader, Route
 from .redis_wire import lenient_text
 
@@ -79,17 +78,14 @@ class WindowReader(BatchReader):
 
     async def key_of(self, entry_id_b: bytes, fields: dict[Any, Any]) -> tuple[Hashable] | None:
         """The entry's order key (in a 1-tuple: a key may be None); None once an invalid entry is dead-lettered."""
-        r = self.route
-        if r.order_key is None:
+        order_key = self.route.order_key
+        if order_key is None:
             return (None,)  # one lane: the stream's order
-        try:
-            body, _ = decode_fields(fields)
-            value = r.adapter.validate_python(body)
-        except (ValidationError, ValueError, TypeError) as exc:
-            await self.reject(lenient_text(entry_id_b), fields, f"invalid entry: {exc}", 1)
+        parsed = await self.validated(entry_id_b, fields)
+        if parsed is None:
             self.ack(entry_id_b)
             return None
-        return (r.order_key(value),)
+        return (order_key(parsed[0]),)
 
     def held_back(self, key: Hashable) -> bool:
         until = self.blocked.get(key)

@@ -12,14 +12,13 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import structlog
 from opentelemetry.trace import Span
 
 from shared import keys
 from shared.bus import dead_letter
-from shared.contracts.events import EventType
 from shared.contracts.inbox import (
     Abort,
     Barrier,
@@ -40,6 +39,7 @@ from shared.tracing import span_from
 
 from .causal import CausalGate
 from .delivery import InjectionDelivery
+from .dispatcher_ports import Aborts, Answers, Held, OpenCalls, PromptHook, Runs
 from .engine.agent import Agent
 from .failures import disk_fault, refusal, transient
 from .lease import LeaseLost
@@ -91,51 +91,6 @@ class RecentIds:
         return True
 
 
-class PromptHook(Protocol):
-    """Prompt-time context (services/runtime/knowledge.py): read first, then applied to the turn."""
-    async def fetch(self) -> Any: ...
-
-    def apply(self, turn: PendingTurn, prompt: str, fetched: Any) -> None: ...
-
-
-class Answers(Protocol):
-    """The session's outbox as the dispatcher uses it (events.py): an error event, a client's reply."""
-
-    async def event(self, type: EventType, data: dict[str, Any] | None = None) -> str | None: ...
-
-    async def reply(self, request_id: str, status: int, body: dict[str, Any]) -> None: ...
-
-
-class Held(Protocol):
-    """The session's lease (lease.py): a lost one ends the retries."""
-
-    @property
-    def lost(self) -> bool: ...
-
-
-class Runs(Protocol):
-    def start_run(self, turn: PendingTurn | None) -> None: ...
-
-
-class Aborts(Protocol):
-    """POST /abort, on_busy=interrupt, expected_run_id (abort.py)."""
-
-    async def abort(self, reason: Literal["user", "interrupt"]) -> object: ...
-
-    async def on_abort(self, entry: InboxEntry, m: Abort) -> None: ...
-
-    async def refuse_stale(self, entry: InboxEntry, m: UserPrompt) -> bool: ...
-
-    async def accepted(self, m: UserPrompt) -> None: ...
-
-
-class OpenCalls(Protocol):
-    """Connector calls a dead holder sent, unanswered at the wake (connectors.py)."""
-
-    @property
-    def pending(self) -> frozenset[str]: ...
-
-
 class InboxDispatcher:
     def __init__(self, state: SessionState, lease: Held, outbox: Answers, agent: Agent,
                  turns: TurnOrder, transcript: Transcript, runs: Runs,
@@ -185,25 +140,31 @@ class InboxDispatcher:
                 continue
             self.state.touch()
             async with self.state.turn_lock:  # nothing recorded between a prompt's routing and its run
-                if self.causal is not None and self.causal.timeout() == 0.0:
-                    await self.causal_expired()  # a busy inbox must not keep a held prompt past its wait
-                dequeued = time.time()
-                try:
-                    with processing(entry):
-                        await self.handle_retrying(entry)
-                    if self.trace:
-                        _trace(self.state.sid, entry, dequeued)
-                except LeaseLost:
-                    log.warning("lease_lost", session_id=self.state.sid)
+                if not await self.dispatch(entry):
                     return
-                except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the session
-                    if _client_waits(entry) and disk_fault(exc) is not None:
-                        await self.refuse(entry, exc)
-                    elif transient(exc):  # still failing after RETRY_FOR_S: pending, the next holder retries
-                        log.exception("inbox_entry_gave_up", session_id=self.state.sid, entry_id=entry.entry_id)
-                    else:
-                        log.exception("inbox_entry_failed", session_id=self.state.sid, entry_id=entry.entry_id)
-                        await self.dead_letter(entry, exc)
+
+    async def dispatch(self, entry: InboxEntry) -> bool:
+        """One entry, its failure settled here; False once the lease is lost (the session ends)."""
+        if self.causal is not None and self.causal.timeout() == 0.0:
+            await self.causal_expired()  # a busy inbox must not keep a held prompt past its wait
+        dequeued = time.time()
+        try:
+            with processing(entry):
+                await self.handle_retrying(entry)
+            if self.trace:
+                _trace(self.state.sid, entry, dequeued)
+        except LeaseLost:
+            log.warning("lease_lost", session_id=self.state.sid)
+            return False
+        except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the session
+            if _client_waits(entry) and disk_fault(exc) is not None:
+                await self.refuse(entry, exc)
+            elif transient(exc):  # still failing after RETRY_FOR_S: pending, the next holder retries
+                log.exception("inbox_entry_gave_up", session_id=self.state.sid, entry_id=entry.entry_id)
+            else:
+                log.exception("inbox_entry_failed", session_id=self.state.sid, entry_id=entry.entry_id)
+                await self.dead_letter(entry, exc)
+        return True
 
     async def handle_retrying(self, entry: InboxEntry, action: Callable[[], Awaitable[None]] | None = None) -> None:
         """Handle one entry (or run `action` for it); on a transient failure (Redis restarting, a dropped
