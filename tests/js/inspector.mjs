@@ -246,6 +246,9 @@ async function stopLongRun(page) {
   const long = (secs) => "script:" + JSON.stringify([
     { tool_calls: [{ name: "bash", arguments: { command: `echo working; sleep ${secs}`, timeout: 120 } }] },
     { content: "should not get here" }]);
+  // The last run's answer can show before its status does: a message sent while the page still shows
+  // that run steers it and is refused (409, the run ended); a user would press send again.
+  await page.waitForFunction(() => document.getElementById("running").hidden, null, LONG);
   await send(page, long("30.71"));
   await page.waitForSelector("#stop:not([disabled])", LONG);
   // This run's bash call, not an earlier one (the deck run lints with bash). The timeline shows a call
