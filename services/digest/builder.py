@@ -214,8 +214,7 @@ class DigestBuilder:
         if state.pending_since is None:
             state.pending_since = now
         delay = self._debounce_ms if delay_ms is None else delay_ms
-        due = min(now + delay, state.pending_since + self._max_wait_ms)
-        await self._r.zadd(keys.DIGEST_DUE, {json.dumps([sid, ref]): due})
+        state._due_ms = min(now + delay, state.pending_since + self._max_wait_ms)  # queued by `_save`
 
     # ------------------------------------------------------------------ producing digests
 
@@ -288,13 +287,18 @@ class DigestBuilder:
         self.revisions.queue_save(pipe, sid, ref, state)
         if state.max_seq:
             pipe.zrangebyscore(keys.changes_in_flight(sid), "-inf", state.max_seq)
+        owed_at = None
         if handled is not None:
             queue_mark_handled(pipe, handled)
+            owed_at = len(pipe)
             pipe.get(keys.digest_flush(sid))
+        if state._due_ms is not None:  # a debounce `_route` started (the due loop takes the lock to flush)
+            pipe.zadd(keys.DIGEST_DUE, {json.dumps([sid, ref]): state._due_ms})
+            state._due_ms = None
         replies = await pipe.execute()
         flying = [causal.parse_member(m) for m in replies[1]] if state.max_seq else None
         await release_settled(self._r, sid, ref, state, flying)
-        return optional_text(replies[-1]) if handled is not None else None
+        return optional_text(replies[owed_at]) if owed_at is not None else None
 
     async def flush(self, sid: str, ref: str) -> None:
         """A debounce window ended: send (live) or write the manifest (the session went dormant meanwhile)."""
