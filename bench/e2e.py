@@ -24,14 +24,13 @@ import asyncio
 import json
 import os
 import platform
-import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -42,10 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import inbox_trace  # noqa: E402
+from bench.e2e_latency import delivery_latencies, prompt_kinds, summary, wake_latencies  # noqa: E402
 from bench.profiler import record  # noqa: E402
-from shared import keys  # noqa: E402
 from tests.reliability.workload import (  # noqa: E402
-    DECK_REF,
     FILE_REF,
     Audit,
     LoadClient,
@@ -54,31 +52,12 @@ from tests.reliability.workload import (  # noqa: E402
     digest_backlog,
     digest_revisions,
     durable_undelivered,
-    entry_time,
     flush,
 )
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, SERVICE_TOKEN, Stack, free_port, http_ok  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "e2e.json"
-TO_RE = re.compile(r'to_revision="(\d+)"')
-
-
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
-def summary(values: list[float]) -> dict[str, Any]:
-    ms = [v * 1000 for v in values]
-    return {"n": len(ms), "p50_ms": _r(pct(ms, 0.5)), "p99_ms": _r(pct(ms, 0.99)),
-            "mean_ms": _r(statistics.fmean(ms) if ms else None), "max_ms": _r(max(ms) if ms else None)}
-
-
-def _r(v: float | None) -> float | None:
-    return None if v is None else round(v, 1)
 
 
 class MemorySampler(threading.Thread):
@@ -180,106 +159,6 @@ async def rewake(client: LoadClient, rec: SessionRecord) -> None:
     await client.wait_answer(rec, p)
 
 
-async def inbox_injections(r: aioredis.Redis, sid: str) -> list[tuple[float, dict[str, Any]]]:
-    """(append time, Injection JSON) of every injection entry in the session's inbox."""
-    out = []
-    for entry_id, fields in await r.xrange(keys.inbox(sid)):
-        if fields.get(b"type") != b"injection":
-            continue
-        ms = int(entry_id.decode().split("-")[0])
-        out.append((ms / 1000, json.loads(fields[b"data"])))
-    return out
-
-
-async def wake_latencies(r: aioredis.Redis, records: list[SessionRecord]) -> dict[str, list[float]]:
-    """The woke=True prompt's send time -> the session's next SessionLive: first wakes, planned
-    re-wakes after a suspend, and unplanned ones (the session lost its lease mid-load, e.g. a
-    starved worker missed its renewals: worth watching)."""
-    lives: dict[str, list[float]] = {}
-    for entry_id, fields in await r.xrange(keys.LIFECYCLE):
-        blob = b" ".join(v for v in fields.values() if isinstance(v, bytes))
-        m = re.search(rb'"type":\s*"session_live".*?"session_id":\s*"([^"]+)"', blob)
-        if m:
-            lives.setdefault(m.group(1).decode(), []).append(int(entry_id.decode().split("-")[0]) / 1000)
-    out: dict[str, list[float]] = {"first": [], "rewake_after_suspend": [], "unplanned": []}
-    for rec in records:
-        woke = [p for p in rec.prompts if p.woke]
-        for i, p in enumerate(woke):
-            live = next((t for t in lives.get(rec.sid, []) if t >= p.sent_at - 0.05), None)
-            if live is None:
-                continue
-            kind = "first" if i == 0 else "rewake_after_suspend" if p.token.startswith("[rewake:") else "unplanned"
-            out[kind].append(live - p.sent_at)
-    return out
-
-
-async def change_publishes(r: aioredis.Redis) -> dict[tuple[str, str], list[float]]:
-    """(session, ref) -> the append times of its ArtifactChanges (the stack keeps the streams untrimmed)."""
-    out: dict[tuple[str, str], list[float]] = {}
-    for entry_id, fields in await r.xrange(keys.ARTIFACT_CHANGES):
-        blob = b" ".join(v for v in fields.values() if isinstance(v, bytes))
-        sid, ref = re.search(rb'"session_id":\s*"([^"]+)"', blob), re.search(rb'"ref":\s*"([^"]+)"', blob)
-        if sid and ref:
-            out.setdefault((sid.group(1).decode(), ref.group(1).decode()), []).append(
-                int(entry_id.decode().split("-")[0]) / 1000)
-    return out
-
-
-async def delivery_latencies(r: aioredis.Redis, records: list[SessionRecord], data_dir: Path) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"notification_to_inbox": [], "notification_to_transcript": [],
-                                   "file_to_inbox": [], "deck_to_inbox": [],
-                                   "file_to_transcript": [], "deck_to_transcript": [],
-                                   # per hop of a file save: HTTP answer (runtime applied + replied,
-                                   # proxy published), answer -> digest's inbox entry, inbox -> transcript
-                                   "file_save_to_answer": [], "file_answer_to_inbox": [], "file_inbox_to_transcript": [],
-                                   "deck_save_to_answer": [], "deck_answer_to_inbox": [], "deck_inbox_to_transcript": [],
-                                   "file_save_to_publish": [], "file_publish_to_inbox": [],
-                                   "deck_save_to_publish": [], "deck_publish_to_inbox": []}
-    published = await change_publishes(r)
-    for rec in records:
-        injections = await inbox_injections(r, rec.sid)
-        transcript = [json.loads(line) for line in (data_dir / "sessions" / rec.sid / "transcript.jsonl").read_text().splitlines()]
-        recorded = {(e["details"].get("source"), str(e["details"].get("sourceId"))): entry_time(e)
-                    for e in transcript if e.get("type") == "custom_message" and (e.get("details") or {}).get("trusted")}
-        for nid, sent in rec.notifications.items():
-            t = next((at for at, inj in injections if inj.get("source") == "notification"
-                      and str(inj.get("source_id", "")).partition("#")[0] == nid), None)
-            if t is not None:
-                out["notification_to_inbox"].append(max(t - sent, 0.0))
-            if ("notification", nid) in recorded:
-                out["notification_to_transcript"].append(max(recorded[("notification", nid)] - sent, 0.0))
-        for ref, kind in ((FILE_REF, "file"), (DECK_REF, "deck")):
-            digests = sorted((at, inj) for at, inj in injections if inj.get("source") == "artifact" and inj.get("ref") == ref)
-            answered = dict(rec.edit_answers.get(ref, []))
-            for sent in rec.edits.get(ref, []):
-                if sent in answered:
-                    out[f"{kind}_save_to_answer"].append(answered[sent] - sent)
-                nxt = next(((at, inj) for at, inj in digests if at >= sent), None)
-                if nxt is None:
-                    continue
-                out[f"{kind}_to_inbox"].append(nxt[0] - sent)
-                if sent in answered:
-                    out[f"{kind}_answer_to_inbox"].append(max(nxt[0] - answered[sent], 0.0))
-                pub = next((t for t in published.get((rec.sid, ref), []) if t >= sent - 0.002), None)
-                if pub is not None and pub <= nxt[0]:
-                    out[f"{kind}_save_to_publish"].append(max(pub - sent, 0.0))
-                    out[f"{kind}_publish_to_inbox"].append(nxt[0] - pub)
-                # The recorded entry that covers it: the first recorded digest of the ref at or after that one.
-                later = sorted(t for (src, sid), t in recorded.items() if src == "artifact" and sid.startswith(ref + "@")
-                               and t >= nxt[0])
-                if later:
-                    out[f"{kind}_to_transcript"].append(later[0] - sent)
-                    out[f"{kind}_inbox_to_transcript"].append(later[0] - nxt[0])
-    return out
-
-
-def prompt_kinds(records: list[SessionRecord]) -> dict[str, Any]:
-    """prompt -> answer split: prompts to a live session, and prompts that woke it (wake + barrier)."""
-    live = [p.answered_at - p.sent_at for rec in records for p in rec.prompts if p.answered_at and not p.woke]
-    woke = [p.answered_at - p.sent_at for rec in records for p in rec.prompts if p.answered_at and p.woke]
-    return {"prompt_to_answer_live": summary(live), "prompt_to_answer_waking": summary(woke)}
-
-
 def start_redis(args: argparse.Namespace, directory: Path) -> tuple[str, Callable[[], None], aioredis.Redis, int | None]:
     """(url without db, stop, audit client, redis-server pid): one redis-server with AOF, or with
     `--cluster` a local Redis Cluster of 3 primaries + 3 replicas (tests/support/redis_cluster.py; no pid)."""
@@ -297,69 +176,89 @@ def start_redis(args: argparse.Namespace, directory: Path) -> tuple[str, Callabl
     return url, redis_proc.terminate, r, redis_proc.pid
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    base = Path(tempfile.mkdtemp(prefix="gamma-bench-e2e-"))
-    (base / "redis").mkdir()
-    url, stop_redis, r, redis_pid = start_redis(args, base / "redis")
-    data_dir = base / "data"
-    data_dir.mkdir()
+@dataclass
+class LoadPhase:
+    """What the load phase leaves: the sessions it ran, its length, each process's CPU, the client's loop lag."""
+
+    records: list[SessionRecord]
+    load_s: float
+    cpu_s: dict[str, float]
+    lags: list[float]
+
+
+@dataclass
+class Settled:
+    """After the re-wakes and the flush: what the audit and the latencies read from Redis and the disk."""
+
+    rewake_s: float
+    settled: list[bool]
+    digest_current: dict[str, dict[str, int]]
+    undelivered: dict[str, set[str]]
+    seen: dict[str, dict[str, int]]
+    wakes: dict[str, list[float]]
+    delivery: dict[str, list[float]]
+
+
+def make_stack(args: argparse.Namespace, url: str, data_dir: Path) -> Stack:
     # Production lease timing unless --test-lease: tests/support/stack.py shortens it (3 s, claims after
     # 1.5 s idle) for its failover tests; under this load the runtime's event loop stalls past that,
     # loses its own leases and resumes the sessions it already had, re-running their turns (docs/architecture.md "Streaming at scale").
     lease = {} if args.test_lease else {"GAMMA_LEASE_MS": "10000", "GAMMA_CLAIM_IDLE_MS": "5000"}
-    stack = Stack(redis_url=url + "/0", data_dir=data_dir, src=args.src, env_overrides={
+    return Stack(redis_url=url + "/0", data_dir=data_dir, src=args.src, env_overrides={
         "GAMMA_IDLE_S": "120", "GAMMA_REPLY_TIMEOUT_S": "20",
         # 200 sessions of one user in ~10 s: above the per-user create rate limit (60/min).
         "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", **lease,
         **({"GAMMA_TRACE_INBOX": "1"} if args.trace else {})})
-    sampler = MemorySampler(stack)
-    client = LoadClient(stack.url("proxy"), stack.url("notifications"), API_TOKEN, SERVICE_TOKEN,
-                        request_deadline_s=120, answer_timeout_s=180, poll_s=0.3, max_poll_s=args.poll_s)
+
+
+async def load_phase(args: argparse.Namespace, stack: Stack, client: LoadClient, redis_pid: int | None) -> LoadPhase:
+    """Every session's life, the starts spread over the ramp; py-spy meanwhile when asked."""
     records: list[SessionRecord] = []
-    try:
-        stack.start()
-        start_extra_runtimes(stack, args.runtimes - 1)
-        sampler.start()
-        t0, cpu0 = time.monotonic(), cpu_of(stack, redis_pid)
-        lags: list[float] = []
-        lag_stop = asyncio.Event()
-        lag_task = asyncio.ensure_future(loop_lag(lags, lag_stop))
-        spy = asyncio.ensure_future(profile(stack, args.py_spy, args.out.with_suffix(".runtime.folded"),
-                                            args.py_spy_at, args.py_spy_s, args.py_spy_all))
-        await asyncio.gather(*(session_life(client, args.rounds, records, i * args.ramp_s / args.sessions)
-                               for i in range(args.sessions)))
-        load_s = time.monotonic() - t0
-        lag_stop.set()
-        await lag_task
-        cpu_load = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in cpu_of(stack, redis_pid).items()}
-        await spy
-        t1 = time.monotonic()
-        await asyncio.gather(*(rewake(client, rec) for rec in records[: args.sessions // 4]))
-        rewake_s = time.monotonic() - t1
-        settled = await asyncio.gather(*(flush(client, rec, r, args.flush_s) for rec in records))
-        digest_current = {rec.sid: await digest_revisions(r, rec.sid) for rec in records}
-        backlog = await digest_backlog(r)
-        undelivered = {rec.sid: await durable_undelivered(r, rec.sid) | backlog.get(rec.sid, set()) for rec in records}
-        seen = {rec.sid: await digest_revisions(r, rec.sid, "seen") for rec in records}
-        wakes = await wake_latencies(r, records)
-        delivery = await delivery_latencies(r, records, data_dir)
-        memory = {"peak_mb": {k: round(v / 2**20, 1) for k, v in sampler.peak.items()},
-                  "end_mb": {k: round(v / 2**20, 1) for k, v in sampler.last.items()}}
-    finally:
-        sampler.stopping.set()
-        await client.aclose()
-        await r.aclose()
-        stack.stop()
-        stop_redis()
-    trace = inbox_trace.summarize(data_dir / "logs" / "runtime.log", data_dir / "logs" / "proxy.log",
-                                  {rec.sid: rec.edit_answers.get(FILE_REF, []) for rec in records}) if args.trace else None
+    t0, cpu0 = time.monotonic(), cpu_of(stack, redis_pid)
+    lags: list[float] = []
+    lag_stop = asyncio.Event()
+    lag_task = asyncio.ensure_future(loop_lag(lags, lag_stop))
+    spy = asyncio.ensure_future(profile(stack, args.py_spy, args.out.with_suffix(".runtime.folded"),
+                                        args.py_spy_at, args.py_spy_s, args.py_spy_all))
+    await asyncio.gather(*(session_life(client, args.rounds, records, i * args.ramp_s / args.sessions)
+                           for i in range(args.sessions)))
+    load_s = time.monotonic() - t0
+    lag_stop.set()
+    await lag_task
+    cpu_load = {k: round(v - cpu0.get(k, 0.0), 1) for k, v in cpu_of(stack, redis_pid).items()}
+    await spy
+    return LoadPhase(records, load_s, cpu_load, lags)
+
+
+async def settle(args: argparse.Namespace, client: LoadClient, r: aioredis.Redis, records: list[SessionRecord],
+                 data_dir: Path) -> Settled:
+    """A quarter of the sessions suspended and woken again, then every session flushed and read back."""
+    t1 = time.monotonic()
+    await asyncio.gather(*(rewake(client, rec) for rec in records[: args.sessions // 4]))
+    rewake_s = time.monotonic() - t1
+    settled = await asyncio.gather(*(flush(client, rec, r, args.flush_s) for rec in records))
+    digest_current = {rec.sid: await digest_revisions(r, rec.sid) for rec in records}
+    backlog = await digest_backlog(r)
+    undelivered = {rec.sid: await durable_undelivered(r, rec.sid) | backlog.get(rec.sid, set()) for rec in records}
+    seen = {rec.sid: await digest_revisions(r, rec.sid, "seen") for rec in records}
+    return Settled(rewake_s, list(settled), digest_current, undelivered, seen, await wake_latencies(r, records),
+                   await delivery_latencies(r, records, data_dir))
+
+
+def audit_all(records: list[SessionRecord], data_dir: Path, s: Settled) -> Audit:
     audit = Audit()
     for rec in records:
-        audit_session(rec, data_dir / "sessions" / rec.sid, audit, digest_current.get(rec.sid, {}), undelivered.get(rec.sid),
-                      seen.get(rec.sid))
+        audit_session(rec, data_dir / "sessions" / rec.sid, audit, s.digest_current.get(rec.sid, {}),
+                      s.undelivered.get(rec.sid), s.seen.get(rec.sid))
+    return audit
+
+
+def result_json(args: argparse.Namespace, client: LoadClient, load: LoadPhase, s: Settled, memory: dict[str, Any],
+                audit: Audit, trace: dict[str, Any] | None) -> dict[str, Any]:
+    records = load.records
     ops = sum(len(rec.prompts) + len(rec.notifications) + sum(len(v) for v in rec.edits.values()) for rec in records)
     prompt_lat = client.stats.latencies.get("prompt_answer", [])
-    result = {
+    return {
         "bench": "e2e",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
@@ -370,25 +269,53 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                              if args.cluster else "local, AOF appendfsync always"),
                    "src": str(args.src or "this tree"), "lease": "test (3 s)" if args.test_lease else "production (10 s)",
                    "runtimes": args.runtimes},
-        "throughput": {"load_phase_s": round(load_s, 1), "operations": ops, "ops_per_s": round(ops / load_s, 1),
-                       "prompts_answered": len(prompt_lat), "prompts_per_s": round(len(prompt_lat) / load_s, 2),
+        "throughput": {"load_phase_s": round(load.load_s, 1), "operations": ops, "ops_per_s": round(ops / load.load_s, 1),
+                       "prompts_answered": len(prompt_lat), "prompts_per_s": round(len(prompt_lat) / load.load_s, 2),
                        "http_requests": client.stats.requests, "retries": client.stats.retries,
-                       "rewake_phase_s": round(rewake_s, 1)},
-        "cpu_s_load_phase": cpu_load,
-        "client_loop_lag": summary(lags),
+                       "rewake_phase_s": round(s.rewake_s, 1)},
+        "cpu_s_load_phase": load.cpu_s,
+        "client_loop_lag": summary(load.lags),
         "latency": {"prompt_to_answer": summary(prompt_lat), **prompt_kinds(records),
                     **{k: summary(client.stats.latencies.get(k, [])) for k in ("prompt_post", "prompt_post_woke")},
-                    **{k: summary(v) for k, v in delivery.items()}},
-        "wake": {k: summary(v) for k, v in wakes.items()},
+                    **{k: summary(v) for k, v in s.delivery.items()}},
+        "wake": {k: summary(v) for k, v in s.wakes.items()},
         **({"inbox_trace": trace} if trace is not None else {}),
         "memory": memory,
-        "settled_sessions": sum(settled),
+        "settled_sessions": sum(s.settled),
         "audit": {**audit.summary(), "loss_examples": audit.losses[:10], "stuck_examples": audit.stuck[:10],
                   "misacknowledged_examples": audit.misacknowledged[:10],
                   "duplicate_examples": audit.duplicates[:10],
                   "corrupt_examples": audit.corrupt[:10]},
     }
-    return result
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    base = Path(tempfile.mkdtemp(prefix="gamma-bench-e2e-"))
+    (base / "redis").mkdir()
+    url, stop_redis, r, redis_pid = start_redis(args, base / "redis")
+    data_dir = base / "data"
+    data_dir.mkdir()
+    stack = make_stack(args, url, data_dir)
+    sampler = MemorySampler(stack)
+    client = LoadClient(stack.url("proxy"), stack.url("notifications"), API_TOKEN, SERVICE_TOKEN,
+                        request_deadline_s=120, answer_timeout_s=180, poll_s=0.3, max_poll_s=args.poll_s)
+    try:
+        stack.start()
+        start_extra_runtimes(stack, args.runtimes - 1)
+        sampler.start()
+        load = await load_phase(args, stack, client, redis_pid)
+        settled = await settle(args, client, r, load.records, data_dir)
+        memory = {"peak_mb": {k: round(v / 2**20, 1) for k, v in sampler.peak.items()},
+                  "end_mb": {k: round(v / 2**20, 1) for k, v in sampler.last.items()}}
+    finally:
+        sampler.stopping.set()
+        await client.aclose()
+        await r.aclose()
+        stack.stop()
+        stop_redis()
+    trace = inbox_trace.summarize(data_dir / "logs" / "runtime.log", data_dir / "logs" / "proxy.log",
+                                  {rec.sid: rec.edit_answers.get(FILE_REF, []) for rec in load.records}) if args.trace else None
+    return result_json(args, client, load, settled, memory, audit_all(load.records, data_dir, settled), trace)
 
 
 def main() -> None:

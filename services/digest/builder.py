@@ -42,7 +42,7 @@ from shared.trusted_blocks import Body, Trusted, artifact_update
 
 from .coalesce import NO_NET_CHANGE, actors_line, compose
 from .due import DueLoop, session_lock
-from .handled import mark_handled
+from .handled import queue_mark_handled
 from .in_flight import release_settled
 from .manifest import Manifest
 from .revisions import Carry, Note, RefState, RevisionStore
@@ -117,7 +117,7 @@ class DigestBuilder:
         self._metrics = metrics or Metrics(None)
         self.due = DueLoop(client, self.flush, poll_s)
         self._local = SessionLocks()  # this process's holders of a session's lock queue here first (due.py)
-        self.after_change: Callable[[str], Awaitable[None]] | None = None
+        self.after_change: Callable[[str, str | None], Awaitable[None]] | None = None
 
     def locked(self, sid: str) -> contextlib.AbstractAsyncContextManager[None]:
         """The session's digest lock (due.py): held by every change, flush and settle of `sid`."""
@@ -127,24 +127,26 @@ class DigestBuilder:
 
     async def on_change(self, change: ArtifactChange) -> None:
         sid, ref = change.session_id, change.ref
+        owed: str | None = None
         async with self.locked(sid):
             view = await read_view(self._r, sid, ref, change)
             if not view.handled:
                 if view.deleted:  # erased or being erased: write nothing back
                     return
-                await self._apply(change, view)
+                # Marked handled, and the flush owed read, in the state's save (one round trip).
+                owed = await self._apply(change, view)
         if view.handled:  # a redelivery (handled.py)
             if change.blob is not None:
                 await asyncio.to_thread(remove_blob, self._data_dir, sid, change.blob)
             return
         self._metrics.changes.labels(change.actor).inc()
-        await mark_handled(self._r, change)
         if change.blob is not None:  # copied into the ref's revisions above; a crash before this leaves an orphan
             await asyncio.to_thread(remove_blob, self._data_dir, sid, change.blob)
         if self.after_change is not None:
-            await self.after_change(sid)  # a flush that waited for this change (services/digest/flush.py)
+            await self.after_change(sid, owed)  # a flush that waited for this change (services/digest/flush.py)
 
-    async def _apply(self, change: ArtifactChange, view: SessionView) -> None:
+    async def _apply(self, change: ArtifactChange, view: SessionView) -> str | None:
+        """The change applied and saved; the flush watermark owed to the session, if any (flush.py)."""
         sid, ref = change.session_id, change.ref
         state = view.state or RefState(kind=change.kind)
         given = change.to_revision
@@ -161,7 +163,7 @@ class DigestBuilder:
                                          created=change.created)
             state.max_seq = max(state.max_seq, change.seq or 0)
             await self._other_change(sid, ref, state, change, view)
-        await self._save(sid, ref, state)
+        return await self._save(sid, ref, state, handled=change)
 
     def _store_content(self, change: ArtifactChange, revision: int) -> bool:
         """Keep the change's content as `revision` (one trip to the I/O pool); False when unknown."""
@@ -212,8 +214,7 @@ class DigestBuilder:
         if state.pending_since is None:
             state.pending_since = now
         delay = self._debounce_ms if delay_ms is None else delay_ms
-        due = min(now + delay, state.pending_since + self._max_wait_ms)
-        await self._r.zadd(keys.DIGEST_DUE, {json.dumps([sid, ref]): due})
+        state._due_ms = min(now + delay, state.pending_since + self._max_wait_ms)  # queued by `_save`
 
     # ------------------------------------------------------------------ producing digests
 
@@ -277,16 +278,27 @@ class DigestBuilder:
             state.carry.sent_in = state.current
         state.pending_since = None
 
-    async def _save(self, sid: str, ref: str, state: RefState) -> None:
+    async def _save(self, sid: str, ref: str, state: RefState, *, handled: ArtifactChange | None = None) -> str | None:
+        """The ref's state saved and its settled changes released. With `handled`: that change marked
+        handled (handled.py) and the flush watermark owed read (flush.py), in the same round trip."""
         await asyncio.to_thread(self.revisions.prune, sid, ref, state.needed())
-        # The state and the session's changes in flight in one round trip (in order: the read follows the write).
+        # In order: the read of the changes in flight follows the state's write.
         pipe = self._r.pipeline(transaction=False)
         self.revisions.queue_save(pipe, sid, ref, state)
         if state.max_seq:
             pipe.zrangebyscore(keys.changes_in_flight(sid), "-inf", state.max_seq)
+        owed_at = None
+        if handled is not None:
+            queue_mark_handled(pipe, handled)
+            owed_at = len(pipe)
+            pipe.get(keys.digest_flush(sid))
+        if state._due_ms is not None:  # a debounce `_route` started (the due loop takes the lock to flush)
+            pipe.zadd(keys.DIGEST_DUE, {json.dumps([sid, ref]): state._due_ms})
+            state._due_ms = None
         replies = await pipe.execute()
         flying = [causal.parse_member(m) for m in replies[1]] if state.max_seq else None
         await release_settled(self._r, sid, ref, state, flying)
+        return optional_text(replies[owed_at]) if owed_at is not None else None
 
     async def flush(self, sid: str, ref: str) -> None:
         """A debounce window ended: send (live) or write the manifest (the session went dormant meanwhile)."""

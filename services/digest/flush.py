@@ -16,7 +16,6 @@ from shared.contracts.causal import FlushRequest
 from shared.contracts.inbox import ChangesSettled, Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.inbox import append
-from shared.redis_wire import optional_text
 
 from .builder import SOURCE, DigestBuilder, source_id
 from .in_flight import release_settled
@@ -50,8 +49,9 @@ class Flusher:
     async def on_request(self, request: FlushRequest) -> None:
         await self.settle(request.session_id, request.upto)
 
-    async def after_change(self, sid: str) -> None:
-        owed = optional_text(await self._r.get(keys.digest_flush(sid)))
+    async def after_change(self, sid: str, owed: str | None) -> None:
+        """`owed`: `keys.digest_flush` as the change's save read it, under the session's lock (a request
+        owed after that saw the change handled)."""
         if owed is not None and owed.isdigit():
             await self.settle(sid, int(owed))
 

@@ -9,6 +9,8 @@ session's cost).
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis.asyncio as aioredis
 
 from shared import keys
@@ -23,8 +25,13 @@ async def handled(client: aioredis.Redis, change: ArtifactChange) -> bool:
 
 
 async def mark_handled(client: aioredis.Redis, change: ArtifactChange) -> None:
-    key = keys.digest_handled(change.session_id)
     pipe = client.pipeline(transaction=True)  # one key: one slot on a cluster
+    queue_mark_handled(pipe, change)
+    await pipe.execute()
+
+
+def queue_mark_handled(pipe: Any, change: ArtifactChange) -> None:
+    """`mark_handled` on a caller's pipeline (two replies): the builder's save of the change's state."""
+    key = keys.digest_handled(change.session_id)
     pipe.hset(key, change.id, "1")
     pipe.expire(key, keys.DIGEST_HANDLED_TTL_S)
-    await pipe.execute()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from shared import keys
 from shared.disk import atomic_write_bytes, session_paths
@@ -58,6 +58,9 @@ class RefState(BaseModel):
     sent: list[int] = Field(default_factory=list)  # to_revisions delivered or in the manifest, unrecorded
     pending_since: int | None = None  # ms of the first undelivered live change (bounds the debounce)
     max_seq: int = 0  # the highest change number handled for this ref (shared/causal.py)
+    # When the ref's pending digest is due (ms), set by the builder's debounce and written to the due set
+    # with the state's save (one round trip, under the session's lock); not part of the stored state.
+    _due_ms: int | None = PrivateAttr(default=None)
 
     @property
     def undelivered(self) -> bool:

@@ -110,6 +110,12 @@ def read_page(path: Path, cursor: int, limit: int, max_bytes: int, keep: set[str
         return Page(entries=entries, next_cursor=str(position), has_more=more)
 
 
+def view_and_page(path: Path, cursor: int, limit: int, max_bytes: int, tree: bool) -> tuple[TreeView, Page]:
+    """The tree view and one page in one trip to the I/O pool (the route's hot path: a client polls it)."""
+    view = tree_view(path)
+    return view, read_page(path, cursor, limit, max_bytes, None if tree else view.keep)
+
+
 def _complete_line_follows(fh: Any) -> bool:
     return bool(fh.readline().endswith(b"\n"))
 

@@ -48,7 +48,7 @@ from ..rows import (
     touch,
 )
 from ..transcript_pages import BadCursor as BadTranscriptCursor
-from ..transcript_pages import read_page, tree_view
+from ..transcript_pages import view_and_page
 from ..uidoc import default_snapshot
 from .branches import edit_rewind
 from .runs import post_to_run
@@ -205,10 +205,9 @@ async def transcript(
     if limit is not None and limit > cap:
         raise ApiError(400, f"limit must be at most {cap}")
     paths = session_paths(proxy.settings.storage.data_dir, state.row.id)
-    view = await asyncio.to_thread(tree_view, paths.transcript)
     try:
-        page = await asyncio.to_thread(read_page, paths.transcript, int(cursor), limit or cap,
-                                       proxy.settings.limits.transcript_page_bytes, None if tree else view.keep)
+        view, page = await asyncio.to_thread(view_and_page, paths.transcript, int(cursor), limit or cap,
+                                             proxy.settings.limits.transcript_page_bytes, tree)
     except BadTranscriptCursor as exc:
         raise ApiError(400, str(exc)) from exc
     body = Transcript(entries=page.entries, next_cursor=page.next_cursor, has_more=page.has_more,
