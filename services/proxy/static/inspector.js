@@ -26,7 +26,7 @@ const attach = new Attachments({ chips: $("attached"), picker: $("attach-picker"
 function freshState(sid) {
   return { sid, session: null, entries: [], cursor: "0", abort: new AbortController(), dirty: new Set(),
     live: { streamingText: "", toolEnds: new Map(), extras: [], running: false }, run: { id: null, running: false },
-    requests: [], liveSkills: [], spans: [], todo: null, ui: null, decks: [], docIds: new Set(), branches: new Map() };
+    requests: [], liveSkills: [], spans: [], branchReads: 0, todo: null, ui: null, decks: [], docIds: new Set(), branches: new Map() };
 }
 
 function notice(text, isError = false) {
@@ -98,9 +98,12 @@ async function pollStatus() {
 // ---------------------------------------------------------------- loading
 
 async function loadTranscript() {
-  const sid = s.sid;
-  const { entries, cursor } = await transcriptSince(sid, s.cursor);
+  const sid = s.sid, from = s.cursor, branch = s.branchReads;
+  const { entries, cursor } = await transcriptSince(sid, from);
   if (!s || sid !== s.sid) return;
+  // Another read moved the cursor meanwhile (reads overlap when one is slow; a rewind reads from the
+  // start again): these entries may be shown already, or be the old branch's. Read on from the cursor.
+  if (s.cursor !== from || s.branchReads !== branch) return loadTranscript();
   s.cursor = cursor;
   if (!entries.length) return;
   s.entries.push(...entries);
@@ -123,6 +126,7 @@ async function reloadBranch() {
   if (!s) return;
   s.entries = [];
   s.cursor = "0";
+  s.branchReads += 1;
   s.live = { streamingText: "", toolEnds: new Map(), extras: [], running: false };
   await Promise.all([loadTranscript(), loadPreviewTodo(), files.refresh()]);
   await Promise.all([loadBranchPoints(), loadDecks()]);
