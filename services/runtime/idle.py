@@ -30,6 +30,7 @@ from shared.contracts.inbox import DocumentDelete, DocumentEdit, FileDelete, Fil
 from shared.contracts.messages import AgentMessage, CustomMessage
 
 from .engine.agent import Agent
+from .inbox_queue import touched_ref
 from .lease import LeaseLost
 from .state import SessionState
 from .transcript import Transcript
@@ -121,19 +122,6 @@ def merge_key(m: CustomMessage) -> tuple[str, bool]:
     return f"source {m.details.get('source')} {m.details.get('sourceId')}", False
 
 
-def touched_ref(m: object) -> str | None:
-    """The ref an inbox entry changes or updates: a client's write of a file or a deck (named as the
-    proxy names their changes, services/proxy/artifacts.py `file_ref`, `document_ref`), or a digest's
-    update of it."""
-    if isinstance(m, FileWrite | FileDelete):
-        return f"file:{m.path}"
-    if isinstance(m, DocumentEdit | DocumentDelete):
-        return f"gamma:file:{m.doc}"
-    if isinstance(m, Injection):
-        return m.ref
-    return None
-
-
 def in_flight_check(client: Any, sid: str) -> BusyRef:
     """A ref with a change numbered by the proxy whose digest is not out yet (shared/causal.py): its
     next update is on its way. Unknown (Redis failing, no Redis) counts as not busy."""
@@ -194,10 +182,9 @@ class IdleRecorder:
             self.written(ref)
 
     def _queued(self, ref: str) -> bool:
-        """An entry read from the inbox but not handled yet writes or updates `ref` (it merges here).
-        The dispatcher's queue, peeked: the proxy numbers a write only once the runtime answered it."""
-        pending = getattr(self.state.queue, "_queue", ())
-        return any(touched_ref(e.message) == ref for e in pending)
+        """An entry read from the inbox but not handled yet writes or updates `ref` (it merges here):
+        the proxy numbers a write only once the runtime answered it, so only the queue knows of it."""
+        return self.state.queue.queued_changes(ref) > 0
 
     def hold(self) -> bool:
         """The windows of `arm`, without the timer (unit tests drive `flush_due` with their clock).

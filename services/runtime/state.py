@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 
 from shared.inbox import InboxEntry
 
+from .inbox_queue import InboxQueue
+
 
 @dataclass
 class SessionState:
     sid: str
     wake_id: str
-    queue: asyncio.Queue[InboxEntry] = field(default_factory=asyncio.Queue)
+    queue: InboxQueue = field(default_factory=InboxQueue)  # read from the inbox, not handled yet
     held: list[InboxEntry] = field(default_factory=list)  # prompts held until the wake barrier
     barrier_passed: bool = False
     closed: bool = False

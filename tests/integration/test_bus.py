@@ -23,6 +23,7 @@ from shared import keys
 from shared.bus import ensure_group, make_broker, publish, subscribe
 from shared.contracts.deadletter import DeadLetter
 from shared.contracts.wake import Wake
+from tests.support.pending_reads import blocked_reads
 from tests.support.polling import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -193,7 +194,8 @@ async def test_a_burst_read_one_at_a_time_spreads_over_the_consumers(
     async with (producer(redis_url) as pub,
                 consumer(redis_url, redis_client, stream, handler("c1"), "c1", batch_size=batch_size),
                 consumer(redis_url, redis_client, stream, handler("c2"), "c2", batch_size=batch_size)):
-        await asyncio.sleep(0.3)  # both reads blocked
+        # Both consumers reading before the burst (a fixed wait was too short on a loaded machine).
+        await eventually(lambda: _at_least(blocked_reads(redis_client), 2), what="both consumers' reads blocked")
         for i in range(12):
             await publish(pub, stream, Wake(session_id=f"s{i}"))
         await eventually(lambda: _true(sum(map(len, handled.values())) == 12), what="the burst handled")
@@ -350,6 +352,10 @@ async def _true(value: bool) -> bool:
 
 async def _zero(count: Awaitable[int]) -> bool:
     return await count == 0
+
+
+async def _at_least(count: Awaitable[int], n: int) -> bool:
+    return await count >= n
 
 
 async def _len(items: Awaitable[list[Any]], n: int) -> list[Any]:

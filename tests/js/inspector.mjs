@@ -31,8 +31,13 @@ const texts = (page, sel) => page.locator(sel).allTextContents();
 const badge = (page) => page.textContent("#badge");
 const waitBadge = (page, value) => page.waitForFunction((v) => document.getElementById("badge").textContent === v, value, LONG);
 
-async function send(page, text, onBusy = "steer") {
-  await page.selectOption("#on-busy", onBusy);
+// A new prompt (no `onBusy`) waits until the page shows no active run: typed while the page still shows
+// a run that has just ended (its answer can show before its status does), it would be aimed at that run
+// and refused (409, nothing queued; a user would press send again). Only a steer or an interrupt of the
+// run shown passes `onBusy`.
+async function send(page, text, onBusy) {
+  if (onBusy === undefined) await page.waitForFunction(() => document.getElementById("running").hidden, null, LONG);
+  await page.selectOption("#on-busy", onBusy ?? "steer");
   await page.fill("#message", text);
   await page.click("#send");
 }
@@ -246,9 +251,6 @@ async function stopLongRun(page) {
   const long = (secs) => "script:" + JSON.stringify([
     { tool_calls: [{ name: "bash", arguments: { command: `echo working; sleep ${secs}`, timeout: 120 } }] },
     { content: "should not get here" }]);
-  // The last run's answer can show before its status does: a message sent while the page still shows
-  // that run steers it and is refused (409, the run ended); a user would press send again.
-  await page.waitForFunction(() => document.getElementById("running").hidden, null, LONG);
   await send(page, long("30.71"));
   await page.waitForSelector("#stop:not([disabled])", LONG);
   // This run's bash call, not an earlier one (the deck run lints with bash). The timeline shows a call

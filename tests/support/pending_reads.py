@@ -9,9 +9,11 @@ from shared import keys
 from shared.inbox import GROUP
 
 
-async def blocked_reads(client: aioredis.Redis) -> int:
-    """Clients blocked in an XREADGROUP (a reader's read is in flight in Redis)."""
-    return sum(1 for c in await client.client_list() if c.get("cmd") == "xreadgroup" and "b" in c.get("flags", ""))
+async def blocked_reads(client: aioredis.Redis, name: str | None = None) -> int:
+    """Clients blocked in an XREADGROUP (a reader's read is in flight in Redis); with `name`, only
+    connections of that client name."""
+    return sum(1 for c in await client.client_list() if c.get("cmd") == "xreadgroup" and "b" in c.get("flags", "")
+               and (name is None or c.get("name") == name))
 
 
 async def delivered_to(client: aioredis.Redis, session: str, consumer: str) -> set[str]:

@@ -26,7 +26,7 @@ const attach = new Attachments({ chips: $("attached"), picker: $("attach-picker"
 function freshState(sid) {
   return { sid, session: null, entries: [], cursor: "0", abort: new AbortController(), dirty: new Set(),
     live: { streamingText: "", toolEnds: new Map(), extras: [], running: false }, run: { id: null, running: false },
-    requests: [], liveSkills: [], spans: [], todo: null, ui: null, decks: [], docIds: new Set(), branches: new Map() };
+    requests: [], liveSkills: [], spans: [], branchReads: 0, todo: null, ui: null, decks: [], docIds: new Set(), branches: new Map() };
 }
 
 function notice(text, isError = false) {
@@ -63,13 +63,18 @@ function draw() {
 // ---------------------------------------------------------------- status
 
 /** Records a status seen at `ts` (events, polls and our own wake carry their time) and shows the
- *  newest: a "waking" noted after the live event arrived is older than it, so it cannot stick. */
-function setStatus(status, running, ts = Date.now()) {
+ *  newest: a "waking" noted after the live event arrived is older than it, so it cannot stick. The
+ *  run a message is aimed at (`s.run`) is the newest one too: a poll answered after a status event
+ *  but read before it does not bring back a run that has ended. */
+function setStatus(status, running, ts = Date.now(), runId = null) {
   let at = s.spans.length;
   while (at > 0 && s.spans[at - 1].ts > ts) at--;
   const before = s.spans[at - 1];
-  if (!before || before.status !== status || before.running !== running) s.spans.splice(at, 0, { ts, status, running });
+  if (!before || before.status !== status || before.running !== running || (running && before.runId !== runId)) {
+    s.spans.splice(at, 0, { ts, status, running, runId });
+  }
   const now = s.spans[s.spans.length - 1];
+  s.run = { id: now.runId || null, running: now.running };
   $("badge").textContent = now.status;
   $("badge").className = `badge ${now.status}`;
   $("running").hidden = !now.running;
@@ -83,18 +88,22 @@ function setStatus(status, running, ts = Date.now()) {
 
 async function pollStatus() {
   if (!s) return;
+  const asked = Date.now(); // the row is read after this: an event newer than that wins
   try {
     const view = await api(sessionPath(s.sid));
-    if (view.id === s.sid) { s.run = { id: view.run_id || null, running: view.running }; setStatus(view.status, view.running); }
+    if (view.id === s.sid) setStatus(view.status, view.running, asked, view.run_id);
   } catch { /* shown on the next action */ }
 }
 
 // ---------------------------------------------------------------- loading
 
 async function loadTranscript() {
-  const sid = s.sid;
-  const { entries, cursor } = await transcriptSince(sid, s.cursor);
+  const sid = s.sid, from = s.cursor, branch = s.branchReads;
+  const { entries, cursor } = await transcriptSince(sid, from);
   if (!s || sid !== s.sid) return;
+  // Another read moved the cursor meanwhile (reads overlap when one is slow; a rewind reads from the
+  // start again): these entries may be shown already, or be the old branch's. Read on from the cursor.
+  if (s.cursor !== from || s.branchReads !== branch) return loadTranscript();
   s.cursor = cursor;
   if (!entries.length) return;
   s.entries.push(...entries);
@@ -117,6 +126,7 @@ async function reloadBranch() {
   if (!s) return;
   s.entries = [];
   s.cursor = "0";
+  s.branchReads += 1;
   s.live = { streamingText: "", toolEnds: new Map(), extras: [], running: false };
   await Promise.all([loadTranscript(), loadPreviewTodo(), files.refresh()]);
   await Promise.all([loadBranchPoints(), loadDecks()]);
@@ -164,7 +174,7 @@ function onToolEnd(d) {
 }
 
 const HANDLERS = {
-  status: (d, ev) => { s.run = { id: d.run_id || null, running: Boolean(d.running) }; setStatus(d.status, Boolean(d.running), ev.ts); },
+  status: (d, ev) => setStatus(d.status, Boolean(d.running), ev.ts, d.run_id),
   run_aborted: (d, ev) => {
     const shown = s.live.extras.findLast((x) => x.stop === "aborted" && !x.reason);
     if (shown) Object.assign(shown, { reason: d.reason, text: abortedText(d) });
@@ -249,8 +259,7 @@ async function selectSession(sid) {
     s.session = await api(sessionPath(sid));
     if (s.session.title) $("session-title").textContent = `${s.session.title} (${sid})`;
     s.spans.push({ ts: s.session.created_at, status: "dormant", running: false });
-    s.run = { id: s.session.run_id || null, running: s.session.running };
-    setStatus(s.session.status, s.session.running);
+    setStatus(s.session.status, s.session.running, Date.now(), s.session.run_id);
     await Promise.all([loadTranscript(), loadUi(), loadPreviewTodo(), files.refresh()]);
     await Promise.all([loadDecks(), loadBranchPoints()]);
   } catch (err) { notice(err.message, true); }
