@@ -10,6 +10,7 @@ neither, a text counts one token per 4 characters (Pi's estimate).
 from __future__ import annotations
 
 import json
+import threading
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
@@ -55,6 +56,7 @@ class TokenCounter:
     def __init__(self) -> None:
         self.encoding, self._enc = _load()
         self._common: dict[str, array[int]] = {}
+        self._lock = threading.Lock()  # sessions count their requests in the I/O pool's threads
 
     def encode_common(self, text: str) -> array[int]:
         """Tokens of a text many sessions send (a request's tools and system prompt: ~10k tokens,
@@ -62,9 +64,10 @@ class TokenCounter:
         tokens = self._common.get(text)
         if tokens is None:
             tokens = array("I", self.encode(text))
-            if len(self._common) >= COMMON_KEPT:
-                self._common.pop(next(iter(self._common)))
-            self._common[text] = tokens
+            with self._lock:
+                if len(self._common) >= COMMON_KEPT:
+                    self._common.pop(next(iter(self._common)))
+                self._common[text] = tokens
         return tokens
 
     def encode(self, text: str) -> list[int]:
