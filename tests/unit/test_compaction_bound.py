@@ -1,5 +1,5 @@
 """The compaction check before a model call bounds the context by its UTF-8 bytes first: a context far
-under the window is never tokenized, one near it is counted and still compacts as before."""
+under the window is never tokenized, one near it is counted and compacts past the threshold."""
 
 from __future__ import annotations
 
