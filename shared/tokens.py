@@ -10,7 +10,6 @@ neither, a text counts one token per 4 characters (Pi's estimate).
 from __future__ import annotations
 
 import json
-import threading
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
@@ -56,7 +55,6 @@ class TokenCounter:
     def __init__(self) -> None:
         self.encoding, self._enc = _load()
         self._common: dict[str, array[int]] = {}
-        self._lock = threading.Lock()  # sessions count their requests in the I/O pool's threads
 
     def encode_common(self, text: str) -> array[int]:
         """Tokens of a text many sessions send (a request's tools and system prompt: ~10k tokens,
@@ -64,10 +62,9 @@ class TokenCounter:
         tokens = self._common.get(text)
         if tokens is None:
             tokens = array("I", self.encode(text))
-            with self._lock:
-                if len(self._common) >= COMMON_KEPT:
-                    self._common.pop(next(iter(self._common)))
-                self._common[text] = tokens
+            if len(self._common) >= COMMON_KEPT:
+                self._common.pop(next(iter(self._common)))
+            self._common[text] = tokens
         return tokens
 
     def encode(self, text: str) -> list[int]:

@@ -155,12 +155,14 @@ class OpenAIStream:
         if self._pieces is None:
             self._pieces = PieceTokens(self.counter)
         pieces = api.pieces(body)
-        # Counted in the I/O pool while the request opens and streams (tiktoken lets go of the GIL):
-        # a woken session's first call counts its whole context, on the loop that was ~5% of it while
-        # 200 turns started beside streaming sessions (bench-stream). Only the event after it needs it.
-        counting = asyncio.ensure_future(asyncio.to_thread(self._pieces.encode, pieces))
+        tokens = self._pieces.encode(pieces)
         sent = sent_images(context, self.settings)
         images = sum(cost for _, cost in sent)
+        shared = shared_prefix(self.previous_tokens, tokens)
+        if sent and shared:
+            shared += shared_image_tokens(self.previous_pieces, pieces, sent)
+        self.previous_tokens, self.previous_pieces = tokens, pieces
+        self.last_prompt_tokens = len(tokens) + images
         static = self.static_prefix or context.system_prompt
         # The tools change only with GAMMA_DYNAMIC_TOOLS; a connector's schema can change under the same
         # name (a new registration builds new parameter objects), so their identities are in the key.
@@ -171,12 +173,7 @@ class OpenAIStream:
         start = AssistantMessage(model=self.settings.model, api=api.name)
         await emit(AgentEvent(type="message_start", data={"message": start.model_dump(by_alias=True)}))
         with model_span(self.settings.model, api.name) as span:
-            try:
-                message, attempts = await self._attempts(api, body, emit, signal)
-            except BaseException:
-                counting.cancel()
-                raise
-            shared = self._counted(await counting, pieces, sent)
+            message, attempts = await self._attempts(api, body, emit, signal)
             if message.stop_reason == "aborted" and not (message.usage.input or message.usage.output):
                 message.usage = estimated_usage(self.last_prompt_tokens, self.counter.count(message.text()))
             record_reply(span, message, attempts)
@@ -189,16 +186,6 @@ class OpenAIStream:
             reasoning_tokens=u.reasoning, attempts=attempts,
         ).model_dump()))
         return message
-
-    def _counted(self, tokens: array[int], pieces: list[str], sent: list[tuple[str, int]]) -> int:
-        """Keep this request's tokens for the next one's shared prefix; the prefix it shares with the
-        previous request (the images inside it included)."""
-        shared = shared_prefix(self.previous_tokens, tokens)
-        if sent and shared:
-            shared += shared_image_tokens(self.previous_pieces, pieces, sent)
-        self.previous_tokens, self.previous_pieces = tokens, pieces
-        self.last_prompt_tokens = len(tokens) + sum(cost for _, cost in sent)
-        return shared
 
     async def _attempts(self, api: ModelApi, body: dict[str, Any], emit: Emit,
                         signal: asyncio.Event) -> tuple[AssistantMessage, int]:
