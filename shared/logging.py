@@ -53,6 +53,10 @@ def configure_logging(service: str, level: int = logging.INFO) -> structlog.stdl
     faststream_logger.setLevel(logging.WARNING)
     faststream_logger.handlers.clear()
     faststream_logger.propagate = True
+    # httpx logs every request it sends at INFO (one formatted line per model request, on the event
+    # loop while other sessions stream: ~1% of the runtime's loop while 200 turns start, bench-stream);
+    # the runtime's model requests have their spans and `model_request` events. Warnings stay (all at DEBUG).
+    logging.getLogger("httpx").setLevel(level if level <= logging.DEBUG else max(level, logging.WARNING))
     structlog.contextvars.bind_contextvars(service=service)
     return structlog.get_logger()
 

@@ -125,6 +125,20 @@ def connect(url: str, **options: Any) -> aioredis.Redis:
     return aioredis.Redis.from_pool(pool)  # owns the pool: aclose() closes its connections
 
 
+async def warm(client: aioredis.Redis, n: int) -> int:
+    """Open up to `n` connections of `client`'s pool now and put them back idle: what a burst would
+    otherwise open on the event loop, one `connect` and handshake each. Returns how many are open."""
+    pool = client.connection_pool
+    if n <= 0 or not isinstance(pool, BlockingConnectionPool):
+        return 0
+    n = min(n, pool.max_connections)
+    held = await asyncio.gather(*(pool.get_connection() for _ in range(n)), return_exceptions=True)
+    opened = [c for c in held if not isinstance(c, BaseException)]
+    for connection in opened:
+        await pool.release(connection)
+    return len(opened)
+
+
 def connect_blocking(url: str, longest_block_s: float, **options: Any) -> aioredis.Redis:
     """A client for blocking commands (BLPOP, XREAD BLOCK) that block at most `longest_block_s`."""
     return connect(url, socket_timeout=longest_block_s + BLOCK_GRACE_S,

@@ -172,3 +172,15 @@ def refs_tokens(refs: Iterable[ImageRef], model: str = "", detail: Detail = "aut
 def context_tokens(messages: Iterable[AgentMessage], model: str = "", detail: Detail = "auto",
                    count: Count = count_text_tokens) -> int:
     return sum(estimate_tokens(m, model, detail, count) for m in messages)
+
+
+def text_bytes(text: str) -> int:
+    """A bound on `count_text_tokens(text)` without tokenizing: its UTF-8 size (every BPE token is at
+    least one byte; the chars/4 stand-in counts fewer). An ASCII string's length is its size."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def context_tokens_bound(messages: Iterable[AgentMessage], model: str = "", detail: Detail = "auto") -> int:
+    """At least `context_tokens(messages, model, detail)` whatever the count: each text by its bytes,
+    the framing and the images as counted. A context far under a window by this bound is under it."""
+    return context_tokens(messages, model, detail, text_bytes)

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from shared import topology
 from shared.bus import by_session, consumer_name, ensure_group, make_broker, publish, subscribe
 from shared.model import model_client
+from shared.reconnect import warm
 from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings
 from shared.tracing import app_telemetry
@@ -58,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     async def start() -> None:
         await ensure_group(ctx.redis, wake.stream, wake.group)
+        await warm(ctx.redis, settings.runtime.redis_warm_connections)
         await broker.start()
         worker.start()
 

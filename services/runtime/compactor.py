@@ -26,7 +26,13 @@ from shared.contracts.inbox import Compact, CompactionReady
 from shared.contracts.messages import AssistantMessage, CustomMessage
 from shared.inbox import InboxEntry
 from shared.settings import Settings
-from shared.tokens import MESSAGE_OVERHEAD_TOKENS, TextTokens, context_tokens, count_text_tokens
+from shared.tokens import (
+    MESSAGE_OVERHEAD_TOKENS,
+    TextTokens,
+    context_tokens,
+    context_tokens_bound,
+    count_text_tokens,
+)
 
 from .compaction_trigger import check_ready, is_context_overflow, make_request, should_compact
 from .engine.types import AgentContext, Emit, StreamFn, Tool
@@ -104,13 +110,21 @@ class Compactor:
         self._in_flight = request_id
         self._in_flight_at = self.clock()
 
-    def request_tokens(self, context: AgentContext) -> int:
-        """The whole next request: system prompt + tool schemas (counted once per session, they never
-        change) + the messages."""
+    def _static_tokens(self, context: AgentContext) -> int:
         key = (id(context.system_prompt), id(context.tools))
         if self._static is None or self._static[:2] != key:
             self._static = (*key, static_tokens(context.system_prompt, context.tools))
-        return self._static[2] + context_tokens(context.messages, self.model, self.image_detail, self.counts)
+        return self._static[2]
+
+    def request_tokens(self, context: AgentContext) -> int:
+        """The whole next request: system prompt + tool schemas (counted once per session, they never
+        change) + the messages."""
+        return self._static_tokens(context) + context_tokens(context.messages, self.model, self.image_detail, self.counts)
+
+    def request_tokens_bound(self, context: AgentContext) -> int:
+        """At least `request_tokens(context)`, without tokenizing the messages: their UTF-8 bytes
+        (shared/tokens.py `context_tokens_bound`)."""
+        return self._static_tokens(context) + context_tokens_bound(context.messages, self.model, self.image_detail)
 
     def _backing_off(self) -> bool:
         """One threshold check during a backoff: True (skip it) until the calls are used up or the
@@ -131,6 +145,11 @@ class Compactor:
     async def before_model_call(self, context: AgentContext) -> None:
         await self._apply_deferred()
         if self.in_flight is not None or self._backing_off():
+            return
+        limit = self.context_window - self.reserve_tokens
+        if self.request_tokens_bound(context) <= limit:
+            # Under the window by its bytes: under it by its tokens (a woken session's first call
+            # would otherwise tokenize its whole context on the loop while other sessions stream).
             return
         tokens = self.request_tokens(context)
         if should_compact(tokens, self.context_window, self.reserve_tokens):

@@ -25,6 +25,10 @@ class RuntimeSettings(Area):
     runtime_wakes_per_read: int = Field(0, ge=0, le=256, validation_alias="GAMMA_RUNTIME_WAKES_PER_READ",
         description="Wakes a runtime worker reads at a time, as soon as that many of its window are free "
                     "(0: a quarter of `GAMMA_RUNTIME_WAKES_AT_ONCE`); few, so a burst spreads over the workers.")
+    redis_warm_connections: int = Field(256, ge=0, le=512, validation_alias="GAMMA_RUNTIME_REDIS_WARM_CONNECTIONS",
+        description="Redis connections a runtime worker opens at start (`shared/reconnect.py` `warm`): turns that "
+                    "start together each hold one for their awaited sends, and a pool that grew then opened them on "
+                    "the event loop while other sessions streamed; 0: opened as needed.")
     dormant_retention_s: float = Field(300.0, ge=0.0, le=7 * 24 * 3600, validation_alias="GAMMA_DORMANT_RETENTION_S",
         description="How long a dormant session's events stream and drained inbox stay in Redis (the SSE replay "
                     "window; afterwards a resuming client gets an SSE `reset` and reloads GET /transcript).")

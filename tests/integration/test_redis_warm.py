@@ -1,0 +1,23 @@
+"""A runtime worker opens its Redis pool's connections at start (shared/reconnect.py `warm`): the
+turns that start together later find them open instead of connecting on the event loop."""
+
+from __future__ import annotations
+
+from redis.asyncio.connection import BlockingConnectionPool
+
+from shared.reconnect import connect, warm
+
+
+async def test_warm_opens_the_connections_and_leaves_them_idle(redis_url: str) -> None:
+    client = connect(redis_url)
+    try:
+        pool = client.connection_pool
+        assert isinstance(pool, BlockingConnectionPool)
+        assert await warm(client, 8) == 8
+        assert len(pool._available_connections) == 8 and not pool._in_use_connections
+        assert all(c.is_connected for c in pool._available_connections)
+        await client.ping()
+        assert len(pool._available_connections) == 8  # taken from the warm ones, none opened
+        assert await warm(client, 0) == 0
+    finally:
+        await client.aclose()

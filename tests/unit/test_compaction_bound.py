@@ -1,0 +1,74 @@
+"""The compaction check before a model call bounds the context by its UTF-8 bytes first: a context far
+under the window is never tokenized, one near it is counted and compacts past the threshold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.runtime.compactor import Compactor
+from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ToolCall, UserMessage
+from shared.tokens import TextTokens, context_tokens, context_tokens_bound, text_bytes
+
+from .test_runtime_session import build
+
+
+class Counting(TextTokens):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __call__(self, text: str) -> int:
+        self.calls += 1
+        return super().__call__(text)
+
+
+def compactor(tmp_path: Path, messages: list[AgentMessage]) -> tuple[Compactor, Counting, list[Any]]:
+    c = build(tmp_path).compactor
+    c.context_window, c.reserve_tokens = 8_000, 1_000
+    c.counts = counting = Counting()
+    c.context.messages = messages
+    asked: list[Any] = []
+
+    async def request(instructions: str | None, tokens: int | None = None, manual: bool = False) -> str | None:
+        asked.append(tokens)
+        return "r1"
+
+    c.request = request  # type: ignore[method-assign]
+    return c, counting, asked
+
+
+async def test_a_context_far_under_the_window_is_never_tokenized(tmp_path: Path) -> None:
+    c, counting, asked = compactor(tmp_path, [UserMessage(content="hello " * 200),
+                                              AssistantMessage(content=[TextContent(text="héllo wörld " * 100)])])
+    await c.before_model_call(c.context)
+    assert counting.calls == 0 and asked == []
+
+
+async def test_a_context_near_the_window_is_counted_and_still_compacts(tmp_path: Path) -> None:
+    c, counting, asked = compactor(tmp_path, [UserMessage(content="word " * 7_500)])
+    await c.before_model_call(c.context)
+    assert counting.calls > 0
+    assert asked == [c.request_tokens(c.context)] and asked[0] > 8_000 - 1_000
+
+
+async def test_a_context_near_the_window_but_under_it_by_tokens_is_counted_not_compacted(tmp_path: Path) -> None:
+    c, counting, asked = compactor(tmp_path, [UserMessage(content="word " * 2_000)])  # 10 KB, ~2k tokens
+    assert c.request_tokens_bound(c.context) > 7_000 >= c.request_tokens(c.context)
+    await c.before_model_call(c.context)
+    assert counting.calls > 0 and asked == []
+
+
+texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)
+
+
+@given(st.lists(texts, max_size=6), st.dictionaries(st.text(max_size=5), texts, max_size=3))
+def test_the_bytes_bound_is_never_under_the_count(parts: list[str], args: dict[str, str]) -> None:
+    messages: list[AgentMessage] = [UserMessage(content=p) for p in parts]
+    messages.append(AssistantMessage(content=[TextContent(text="".join(parts)),
+                                              ToolCall(id="c1", name="read", arguments=args)]))
+    assert context_tokens(messages) <= context_tokens_bound(messages)
+    assert all(text_bytes(p) == len(p.encode()) for p in parts)
