@@ -158,7 +158,9 @@ async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, use
         sent = parse_id(last)
         while True:
             # No timer of its own: the fan-out offers a heartbeat when nothing came for an interval.
-            item = await sub.queue.get() if sub.queue.empty() else sub.queue.get_nowait()
+            if sub.queue.empty():
+                await sub.queue.wait()  # one reader: an item is in when it is done
+            item = sub.queue.get_nowait()
             if item is HEARTBEAT:
                 if await is_deleted(redis, sid):  # deleted through another proxy
                     yield b": closed (deleted)\n\n"
