@@ -33,7 +33,6 @@ class EventStreamResponse(StreamingResponse):
     """A StreamingResponse whose body frames skip the stack's wrapped sends (module docstring).
     Outside `ProxyApp` (a test's bare app) it is a plain StreamingResponse."""
 
-    media_type = "text/event-stream"
     _direct: Send | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
