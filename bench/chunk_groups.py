@@ -31,7 +31,8 @@ RUNTIME = (
     ("housekeeping, inbox reads", ("Worker._house_loop", "StreamBatchSubscriber", "InboxReader", "Worker._read_loop")),
 )
 PROXY = (
-    ("SSE write to the client (uvicorn send, middleware)", ("StreamingResponse.stream_response",)),
+    ("SSE write to the client (uvicorn send, middleware)", ("StreamingResponse.stream_response",
+                                                            "EventStreamResponse.stream_response")),
     ("fan-out XREAD (send, reply parse)", ("StreamReader._run", "StreamReader._read_shard", "StreamReader.read")),
     ("fan-out deliver to queues", ("EventFanout._deliver",)),
     ("fan-out heartbeats", ("EventFanout._beat",)),

@@ -27,10 +27,13 @@ from .idempotency import IdempotencyRecorder, Replay, replay_response
 from .limits import BodyLimit
 from .metrics import ProxyMetrics
 from .routes import branches, documents, events, images, knowledge, lifecycle, runs, sessions, ui, workspace
+from .sse_response import ProxyApp
 
 STATIC = Path(__file__).parent / "static"
 # Bodies here are file contents (opaque bytes, routes/workspace.py): no JSON body limits.
 WORKSPACE_FILES = r"^/sessions/[^/]+/workspace/files/"
+# Many small writes for hours: no byte count per event (its frames are not a large response).
+EVENT_STREAM = r"^/sessions/[^/]+/events$"
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -61,7 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await verifier.aclose()  # a JWKS refresh under way, before its client closes
         await jwks_client.aclose()
 
-    app = FastAPI(
+    app = ProxyApp(  # the server's send in each request's scope: the SSE body frames' (sse_response.py)
         title="gamma-proxy",
         version="1.0",
         description="Gamma harness data-plane proxy: sessions, messages and wake, SessionUIState sync, "
@@ -93,7 +96,7 @@ def _mount(app: FastAPI, settings: Settings) -> None:
     app.add_middleware(JsonBodyGuard, max_depth=settings.limits.max_json_depth, max_bytes=settings.limits.max_body_bytes,
                        max_number_digits=settings.limits.max_json_number_digits, exempt=[WORKSPACE_FILES])
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
-    app.add_middleware(TrimAfterLargeResponses)
+    app.add_middleware(TrimAfterLargeResponses, passthrough=EVENT_STREAM)
     for module in (sessions, runs, lifecycle, ui, workspace, images, documents, events, knowledge, branches):
         app.include_router(module.router)
 

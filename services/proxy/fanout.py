@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -37,11 +37,60 @@ Item = tuple[str, str, str | None] | None
 HEARTBEAT: tuple[str, str, str | None] = ("", ": heartbeat", None)
 
 
+class Mailbox:
+    """A bounded queue with one reader (the client's SSE task), and asyncio.Queue's calls the stream
+    uses. asyncio.Queue is Python too: its put wakes a list of getters, keeps the unfinished-task
+    count and a `join` event, and each `get` builds a future in a loop; ~10 calls per event and
+    client that a queue with one reader has no use for."""
+
+    __slots__ = ("_items", "_maxsize", "_waiter")
+
+    def __init__(self, maxsize: int) -> None:
+        self._items: deque[Item] = deque()
+        self._maxsize = maxsize if maxsize > 0 else 2**62  # as asyncio.Queue: 0 is no bound
+        self._waiter: asyncio.Future[None] | None = None  # the reader's, while it waits
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def full(self) -> bool:
+        return len(self._items) >= self._maxsize
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def put_nowait(self, item: Item) -> None:
+        if len(self._items) >= self._maxsize:
+            raise asyncio.QueueFull
+        self._items.append(item)
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():  # done: the reader was cancelled
+            waiter.set_result(None)
+
+    def get_nowait(self) -> Item:
+        if not self._items:
+            raise asyncio.QueueEmpty
+        return self._items.popleft()
+
+    def wait(self) -> asyncio.Future[None]:
+        """Done once an item is in (at once when one is): a future, awaited without a coroutine frame
+        of its own to resume per event."""
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        if self._items:
+            waiter.set_result(None)
+        return waiter
+
+    async def get(self) -> Item:
+        while not self._items:
+            await self.wait()
+        return self._items.popleft()
+
+
 @dataclass(eq=False)
 class Subscriber:
     sid: str
     user: str
-    queue: asyncio.Queue[Item]
+    queue: Mailbox
     closed: str | None = None  # why the fan-out stopped feeding it
     released: bool = False  # no longer counted for its user
     fed_at: float = field(default_factory=time.monotonic)  # when it was last offered anything
@@ -103,7 +152,7 @@ class EventFanout:
     async def subscribe(self, sid: str, user: str) -> Subscriber:
         """Entries of `sid` appended from now on (and possibly a few before: callers drop what they
         already sent) arrive on the subscriber's queue."""
-        sub = Subscriber(sid=sid, user=user, queue=asyncio.Queue(self._queue_size))
+        sub = Subscriber(sid=sid, user=user, queue=Mailbox(self._queue_size))
         self._per_user[user] += 1
         try:
             topic = self._topics.get(sid)

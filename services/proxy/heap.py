@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import re
 import time
 from collections.abc import Callable
 
@@ -34,16 +35,21 @@ def _load_trim() -> Callable[[], None] | None:
 
 
 class TrimAfterLargeResponses:
-    def __init__(self, app: ASGIApp, threshold: int = TRIM_AFTER_BYTES) -> None:
+    """`passthrough`: paths whose responses are many small writes (the SSE events stream): their
+    `send` and `receive` go through unwrapped, no frame of ours per event."""
+
+    def __init__(self, app: ASGIApp, threshold: int = TRIM_AFTER_BYTES, passthrough: str | None = None) -> None:
         self.app = app
         self.threshold = threshold
+        self.passthrough = re.compile(passthrough) if passthrough else None
         self._trim = _load_trim()
         self._last = 0.0
         self._task: asyncio.Task[None] | None = None
         self._again = False  # a large response ended since the last trim began
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self._trim is None:
+        if (scope["type"] != "http" or self._trim is None
+                or (self.passthrough is not None and self.passthrough.match(scope["path"]))):
             await self.app(scope, receive, send)
             return
         moved = 0

@@ -21,7 +21,6 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 from fastapi import APIRouter, Depends, Header, Query
-from fastapi.responses import StreamingResponse
 
 from shared import keys
 from shared.contracts.events import SessionEvent
@@ -33,6 +32,7 @@ from ..errors import ApiError
 from ..fanout import HEARTBEAT, EventFanout, Item, Subscriber
 from ..liveness import owned_session
 from ..rows import SessionState
+from ..sse_response import EventStreamResponse
 from ..sse_trace import Deliveries
 
 router = APIRouter(prefix="/sessions", tags=["events"])
@@ -158,7 +158,9 @@ async def event_frames(fanout: EventFanout, redis: aioredis.Redis, sid: str, use
         sent = parse_id(last)
         while True:
             # No timer of its own: the fan-out offers a heartbeat when nothing came for an interval.
-            item = await sub.queue.get() if sub.queue.empty() else sub.queue.get_nowait()
+            if sub.queue.empty():
+                await sub.queue.wait()  # one reader: an item is in when it is done
+            item = sub.queue.get_nowait()
             if item is HEARTBEAT:
                 if await is_deleted(redis, sid):  # deleted through another proxy
                     yield b": closed (deleted)\n\n"
@@ -207,7 +209,7 @@ def _drain(sub: Subscriber, item: Item, sent: tuple[int, int], traces: Deliverie
         item = sub.queue.get_nowait()
 
 
-@router.get("/{sid}/events", response_class=StreamingResponse, responses={
+@router.get("/{sid}/events", response_class=EventStreamResponse, responses={
     200: {"description": "text/event-stream: each `data:` is one SessionEvent (JSON), its `id:` the resume point "
           "for Last-Event-ID; `event: reset` asks for a reload; comment lines are heartbeats",
           "content": {"text/event-stream": {"schema": SessionEvent.model_json_schema()}}},
@@ -219,12 +221,12 @@ async def events(
     last_event_id: str | None = Header(None),
     last_event_id_query: str | None = Query(None, alias="last_event_id", max_length=64),
     state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
-) -> StreamingResponse:
+) -> EventStreamResponse:
     start = start_id(last_event_id, last_event_id_query)
     user, cap = state.row.owner, proxy.settings.limits.sse_max_streams_per_user
     if proxy.fanout.streams_of(user) >= cap:
         raise ApiError(429, f"too many open event streams: at most {cap} per user; close one first")
-    return StreamingResponse(
+    return EventStreamResponse(
         event_frames(proxy.fanout, proxy.redis, state.row.id, user, start),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
