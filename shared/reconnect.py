@@ -128,7 +128,8 @@ def connect(url: str, **options: Any) -> aioredis.Redis:
 async def warm(client: aioredis.Redis, n: int) -> int:
     """Open up to `n` connections of `client`'s pool now and put them back idle: what a burst would
     otherwise open on the event loop, one `connect` and handshake each. Returns how many are open."""
-    pool = client.connection_pool
+    # A cluster client keeps a pool per node, opened as it learns the slots: nothing to warm here.
+    pool = getattr(client, "connection_pool", None)
     if n <= 0 or not isinstance(pool, BlockingConnectionPool):
         return 0
     n = min(n, pool.max_connections)

@@ -3,6 +3,7 @@ turns that start together later find them open instead of connecting on the even
 
 from __future__ import annotations
 
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import BlockingConnectionPool
 
 from shared.reconnect import connect, warm
@@ -19,5 +20,14 @@ async def test_warm_opens_the_connections_and_leaves_them_idle(redis_url: str) -
         await client.ping()
         assert len(pool._available_connections) == 8  # taken from the warm ones, none opened
         assert await warm(client, 0) == 0
+    finally:
+        await client.aclose()
+
+
+async def test_a_cluster_client_has_nothing_to_warm() -> None:
+    # Its pools are per node, opened as it learns the slots; a runtime on a cluster must still start.
+    client = RedisCluster(host="127.0.0.1", port=1)  # not connected: the async client connects lazily
+    try:
+        assert await warm(client, 8) == 0  # type: ignore[arg-type]
     finally:
         await client.aclose()
