@@ -59,7 +59,7 @@ class RuntimeSettings(Area):
                     "always `GAMMA_DELTA_COALESCE_MS`.")
     # Turn starts paced against the tick above (services/runtime/turn_starts.py): a couple of hundred
     # turns starting within a second kept the loop busy enough to make every stream's tick late.
-    turn_starts_at_once: int = Field(16, ge=0, le=4096, validation_alias="GAMMA_RUNTIME_TURN_STARTS_AT_ONCE",
+    turn_starts_at_once: int = Field(8, ge=0, le=4096, validation_alias="GAMMA_RUNTIME_TURN_STARTS_AT_ONCE",
         description="Turns a runtime worker lets be in their start at once (from the run's start until its model "
                     "request is open); the others wait in order (`services/runtime/turn_starts.py`), so that a burst "
                     "of turn starts does not make the streaming sessions' delta tick late; 0 = no limit.")
