@@ -8,7 +8,8 @@ its arguments streamed). Every token carries its emit time (GAMMA_SCRIPTED_STAMP
 records receive time minus emit time on the same clock: the latency the harness adds.
 
 Measured per load: added latency p50/p99/max, tokens/s delivered, SSE events per token, Redis commands
-per token (INFO commandstats over the streaming phase, all clients), runtime and proxy CPU ms per 1,000
+per token (INFO commandstats over the streaming phase, all clients), the time from each streaming
+prompt's POST to its first token at the client (`first_token`), runtime and proxy CPU ms per 1,000
 tokens (psutil), proxy RSS per SSE client, the load average; and a baseline: the same tokens on the
 same schedule relayed by one bare XADD -> XREAD hop each. Bounded: one prompt per session per load.
 Writes bench/results/stream.json.
@@ -98,11 +99,15 @@ async def create_sessions(http: httpx.AsyncClient, n: int, at_once: int = 50) ->
     return list(await asyncio.gather(*(create() for _ in range(n))))
 
 
-async def post_all(http: httpx.AsyncClient, sids: list[str], body: dict[str, Any], ramp_s: float) -> None:
+async def post_all(http: httpx.AsyncClient, sids: list[str], body: dict[str, Any], ramp_s: float,
+                   posted: dict[str, float] | None = None) -> None:
+    """`posted`: each session's prompt's send time (time.time() as its accepted POST began)."""
     async def one(i: int, sid: str) -> None:
         await asyncio.sleep(ramp_s * i / len(sids))
         why = ""
         for _ in range(50):
+            if posted is not None:
+                posted[sid] = time.time()
             try:
                 resp = await http.post(f"/sessions/{sid}/messages", json=body)
             except httpx.TransportError as exc:  # a kept-alive connection the proxy closed meanwhile
@@ -173,7 +178,8 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         "GAMMA_LEASE_MS": "10000", "GAMMA_CLAIM_IDLE_MS": "5000", "GAMMA_IDLE_S": "600", "GAMMA_SESSION_CREATES_PER_MINUTE": "100000", "GAMMA_MAX_SESSIONS_PER_USER": "100000",
         "GAMMA_SSE_MAX_STREAMS_PER_USER": str(n + 10), "GAMMA_SSE_QUEUE_SIZE": "5000",
         **model_env, "GAMMA_DELTA_COALESCE_MS": str(args.coalesce_ms), "GAMMA_MODEL_HTTP": args.model_http,
-        **({"GAMMA_MODEL_API": args.api} if args.api else {}), **server_env}, src=src,
+        **({"GAMMA_MODEL_API": args.api} if args.api else {}), **server_env,
+        **dict(kv.split("=", 1) for kv in args.env)}, src=src,
         service_env={"runtime": fsync_counting(src, base)})
     r = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(url + "/0", max_connections=40, timeout=60))
     http = httpx.AsyncClient(base_url=stack.url("proxy"), headers={"Authorization": f"Bearer {API_TOKEN}"},
@@ -207,7 +213,8 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
                 **{f"reader{k}": p.pid for k, (p, _) in enumerate(readers)}}
         samples: list[tuple[float, dict[str, float]]] = []
         sampling = asyncio.ensure_future(sample_cpu(pids, samples))
-        await post_all(http, sids, {"message": script}, ramp_s=args.ramp_s)
+        posted: dict[str, float] = {}
+        await post_all(http, sids, {"message": script}, ramp_s=args.ramp_s, posted=posted)
         if spying is not None:
             await spying
         # In threads: the CPU sampler keeps running on this loop meanwhile.
@@ -238,6 +245,7 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
     hops = [tuple(res["hops"][i : i + 4]) for res in results for i in range(0, len(res.get("hops", ())), 4)]
     return {"lat": lat, "hops": hops, "tokens": tokens, "events": sum(res["events"] for res in results),
             "restarts": sum(res["restarts"] for res in results),
+            "first_token": first_token(posted, [res.get("first", {}) for res in results]),
             "done": sum(res["done"] for res in results), "errors": sum(res["errors"] for res in results),
             "elapsed_s": elapsed, "cmds": sum(cmd1.values()) - sum(cmd0.values()) - 1,
             "by_command": {k: v - cmd0.get(k, 0) for k, v in sorted(cmd1.items(), key=lambda kv: -kv[1])
@@ -246,6 +254,25 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
             "cpu_redis_s": cpu_redis, "cpu_readers_s": sum(res.get("cpu_s", 0.0) for res in results), "rss_before": rss_before, "rss_open": rss_open, "rss_peak": rss_peak,
             "disk": disk,
             "steady": steady_window(samples, hops, [x for res in results for x in res.get("spans", ())])}
+
+
+TTFT_S = 0.4  # the scripted profile's time to first token (fast_gpt), from the model server's receipt
+
+
+def first_token(posted: dict[str, float], firsts: list[dict[str, tuple[float, float]]]) -> dict[str, Any]:
+    """Per session, from its streaming prompt's POST: the client's first token (`ttft`), and the model
+    server's receipt of the request (`to_model`: the first token's due time less the profile's time to
+    first token; the harness's part of the wait: the proxy, the inbox, the turn's start)."""
+    ttft: list[float] = []
+    to_model: list[float] = []
+    for per_reader in firsts:
+        for sid, (due, now) in per_reader.items():
+            if sid in posted:
+                ttft.append(now - posted[sid])
+                to_model.append(due - TTFT_S - posted[sid])
+    return {name: {"p50_ms": pct(v, 0.5), "p90_ms": pct(v, 0.9), "p99_ms": pct(v, 0.99), "max_ms": pct(v, 1.0),
+                   "mean_ms": round(sum(v) / len(v) * 1000, 1) if v else None, "sessions": len(v)}
+            for name, v in (("ttft", ttft), ("to_model", to_model))}
 
 
 def fsync_counting(src: Path | None, base: Path) -> dict[str, str]:
@@ -337,7 +364,7 @@ def summarize(n: int, s: dict[str, Any], bare: list[float], load: list[float]) -
         "proxy_rss_per_client_kb": round((max(s["rss_open"], s["rss_peak"]) - s["rss_before"]) / 1024 / n, 1),
         "proxy_rss_mb": {"before_clients": round(s["rss_before"] / 2**20, 1),
                          "clients_open": round(s["rss_open"] / 2**20, 1), "end": round(s["rss_peak"] / 2**20, 1)},
-        "load_average": load, "hops": hop_split(s.get("hops", [])),
+        "load_average": load, "hops": hop_split(s.get("hops", [])), "first_token": s.get("first_token"),
         "redis_cmds_per_chunk_by_command": {k: round(v / tokens, 3) for k, v in list(s["by_command"].items())[:8]},
     }
 
@@ -364,6 +391,8 @@ def main() -> None:
     parser.add_argument("--perf", action="store_true", help="with --py-spy: Linux perf instead (native frames)")
     parser.add_argument("--py-spy-rate", type=int, default=50, help="samples per second")
     parser.add_argument("--py-spy-at", type=float, default=0.0, help="from this long after the first streaming prompt")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment setting of the stack (both runs of a pair; a tree without it ignores it)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--before-src", type=Path, default=None,
                         help="a source tree (e.g. `git archive main`) run at each load just before this one")
@@ -393,7 +422,7 @@ def write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
               "config": {"tokens": args.tokens, "rate": args.rate, "ttft_ms": 400, "ramp_s": args.ramp_s,
                          "coalesce_ms": args.coalesce_ms, "api": args.api or "responses",
                          "client_procs": args.client_procs, "before_src": str(args.before_src or ""),
-                         "model_server": args.model_server, "model_http": args.model_http},
+                         "model_server": args.model_server, "model_http": args.model_http, "env": args.env},
               "loads": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

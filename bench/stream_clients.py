@@ -46,6 +46,8 @@ async def _read_one(client: httpx.AsyncClient, sid: str, opened: asyncio.Event, 
                     out["restarts"] += 1  # a retried model call: its tokens come again
                 stamps = STAMP_RE.findall(line)
                 if stamps:
+                    if not first:  # the session's first token: when it was due, when it came (time to first token)
+                        out["first"][sid] = (float(stamps[0][0]), now)
                     first = first or xadd
                     out["events"] += 1
                     out["lat"].extend(now - float(due) for due, _ in stamps)
@@ -66,7 +68,8 @@ async def _readers(proxy_url: str, token: str, sids: list[str], conn: Connection
     # Plain float arrays, not lists of tuples: 40,000 tuples per process made the reader's own cyclic GC
     # run full collections of 35-76 ms while streaming (bench/probe), each one holding every token of
     # half the sessions at once: the clients' pause, counted as latency the harness added.
-    out: dict[str, Any] = {"lat": array("d"), "hops": array("d"), "spans": array("d"), "events": 0, "done": 0, "errors": 0, "restarts": 0}
+    out: dict[str, Any] = {"lat": array("d"), "hops": array("d"), "spans": array("d"), "first": {}, "events": 0, "done": 0,
+                           "errors": 0, "restarts": 0}
     limits = httpx.Limits(max_connections=len(sids) + 10, max_keepalive_connections=len(sids) + 10)
     async with httpx.AsyncClient(base_url=proxy_url, headers={"Authorization": f"Bearer {token}"}, limits=limits,
                                  timeout=httpx.Timeout(timeout_s, connect=30)) as client:

@@ -82,6 +82,7 @@ from .tool_policy import ToolPolicy
 from .tools import Toolset
 from .transcript import Transcript
 from .turn_order import TurnOrder
+from .turn_starts import StartGate
 from .write_guard import WriteGuard
 from .writes import WriteHandlers
 
@@ -97,6 +98,7 @@ class SessionDeps:
     ack: Any  # async (sid, entry_id) -> None
     static_prefix: str = ""
     read_gate: ReadGate | None = None  # model streams read once per delta tick (sender.py)
+    starts: StartGate | None = None  # the worker's pacing of turn starts (turn_starts.py)
     preloaded: tuple[Skill, ...] = ()  # the variant's preloaded skills, recorded at session start
     registry: CollectorRegistry | None = None  # the service's Prometheus registry
     # (sid, reason) -> None: the worker closes the session now (persist, release the lease, then
@@ -152,7 +154,7 @@ class Session:
         self.contracts = SkillContracts(self.transcript, deps.skills, self.outbox)
         auditor = Auditor(self.transcript, self.todo, deps.skills, self.outbox, deps.registry, self.contracts)
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix,
-                                   gate=deps.read_gate)
+                                   gate=deps.read_gate, opened=lambda: self.runs.model_opened())
         self.tools = SessionToolHost(
             sid=self.sid, paths=self.paths, settings=settings, sandbox=select_sandbox(settings, sandbox_skills_dir()),
             todo=self.todo, skills=deps.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
@@ -210,7 +212,7 @@ class Session:
                                  in_flight_check(deps.client, self.sid))
         self.runs = RunSupervisor(state, self.lease, self.outbox, self.agent, self.turns, self.transcript,
                                   client=deps.client, lease_ms=settings.runtime.lease_ms, after_run=self.compactor,
-                                  calls=self.connectors, after_task=self.idle.arm)
+                                  calls=self.connectors, after_task=self.idle.arm, starts=deps.starts)
         self.injections = InjectionDelivery(state, self.turns, self.transcript, self.runs, self.recorder.recorded, ack,
                                             held=self.idle.arm)
         self.aborts = RunAborter(state, self.agent, self.turns, self.transcript, self.outbox,

@@ -26,6 +26,7 @@ from .pending import PendingTurn
 from .state import SessionState
 from .transcript import Transcript
 from .turn_order import TurnOrder
+from .turn_starts import FREE, StartGate, StartPass
 
 log = structlog.get_logger()
 # What a run starts from: a PendingTurn (new messages), None (continue the context as it is: an
@@ -104,7 +105,7 @@ class RunSupervisor:
     def __init__(self, state: SessionState, lease: Held, outbox: RunOutbox, agent: Agent,
                  turns: TurnOrder, transcript: Transcript, *, client: Any, lease_ms: int,
                  after_run: AfterRun, calls: OpenCalls | None = None,
-                 after_task: Callable[[], None] = lambda: None) -> None:
+                 after_task: Callable[[], None] = lambda: None, starts: StartGate | None = None) -> None:
         self.state = state  # the run task, its ids and `aborting` are the session's state (state.py)
         self.lease = lease
         self.outbox = outbox
@@ -116,6 +117,12 @@ class RunSupervisor:
         self.after_run = after_run  # the compactor: deferred results are applied between runs
         self.calls = calls  # connector calls a dead holder sent (connectors.py)
         self.after_task = after_task  # what a run task ended with held is recorded (idle.py)
+        self.starts = starts  # the worker's pacing of turn starts (turn_starts.py)
+        self.start_pass: StartPass = FREE  # the current run's, until its model request is open
+
+    def model_opened(self) -> None:
+        """The run's model request is open: its start is over (OpenAIStream's `opened`)."""
+        self.start_pass.release()
 
     def _gone(self) -> bool:
         return self.state.closed or self.lease.lost
@@ -236,6 +243,10 @@ class RunSupervisor:
         # (the run waits for them, never the wake), and prompts arriving meanwhile queue behind them.
         if self.calls is not None and await self.calls.await_pending():
             self.turns.restore_context()  # the model context takes the results the transcript got
+        if self.starts is not None:
+            # Its wait ends on an abort (the Agent's signal, while a previous abort has not left it set).
+            signal = agent.signal
+            self.start_pass = await self.starts.enter(None if signal.is_set() else signal)
         # No await between this check and the Agent taking the run (it clears the abort signal when a
         # run starts): an abort that came before is seen here, one that comes after sets the signal.
         if self.state.aborting:
@@ -290,6 +301,7 @@ class RunSupervisor:
             with contextlib.suppress(Exception):
                 await self.outbox.event("error", {"error": "run failed"})
         finally:
+            self.start_pass.release()  # a run that ended before its model request opened
             self.state.touch()
             if not self._gone():  # a taken lease: the new holder speaks now
                 with contextlib.suppress(Exception):  # through the outbox: after the queued SET running

@@ -44,6 +44,7 @@ from .session import Session, SessionDeps, model_settings
 from .session_files import read_session_files
 from .share import heartbeat, over_share, pause_while_over_share
 from .skills import Skill
+from .turn_starts import StartGate
 from .wake_timing import WakeClock, start_reading
 
 log = structlog.get_logger()
@@ -84,6 +85,8 @@ class Worker:
                                   min_period_s=settings.runtime.delta_coalesce_min_ms / 1000)
         # Model streams read once per tick (sender.py) only where one read returns all that arrived (aiohttp).
         self.read_gate = self.sender if settings.runtime.delta_coalesce_ms > 0 and reads_merged(settings) else None
+        # Turns in their start at once (turn_starts.py): the tick above runs late behind too many.
+        self.starts = StartGate(settings.runtime.turn_starts_at_once, settings.runtime.turn_start_max_wait_ms / 1000)
         self.images = ImageCollector(settings.images.images_gc_grace_s, registry)
         if registry is not None:
             metrics.track_active_leases(registry, lambda: len(self.sessions))
@@ -159,7 +162,7 @@ class Worker:
         deps = SessionDeps(settings=self.settings, client=self.client, model_client=self.model_client,
                            skills=self.skills, system_prompt=system_prompt, counter=self.counter,
                            ack=self.reader.ack, static_prefix=self.static_prefix, registry=self.registry,
-                           read_gate=self.read_gate,
+                           read_gate=self.read_gate, starts=self.starts,
                            request_close=self._request_close,
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))

@@ -12,6 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from services.runtime.lease import LeaseLost
 from services.runtime.supervisor import RunSupervisor, interrupted
 from services.runtime.turn_order import TurnInput, source_key
+from services.runtime.turn_starts import StartGate
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage, UserMessage
@@ -148,3 +149,59 @@ async def test_a_broken_run_gives_back_the_injections_it_took(tmp_path: Path) ->
     assert ("system", "n-1") in [source_key(m) for m in turn.messages]
     assert await sup.run_once(turn) == "done"
     assert ("system", "n-1") in [source_key(m) for m in host.turns.next_turn]
+
+
+async def test_a_run_starts_through_the_gate_and_gives_its_slot_back_when_its_model_request_opens(
+        tmp_path: Path) -> None:
+    opened = asyncio.Event()
+    answered = asyncio.Event()
+
+    async def model() -> AssistantMessage:
+        sup.model_opened()  # what OpenAIStream's `opened` does once the response's headers are in
+        opened.set()
+        await answered.wait()
+        return answer()
+
+    host = Host(tmp_path, steps=[model])
+    await host.transcript.ensure_header()
+    sup, _, _ = supervisor(host)
+    sup.starts = gate = StartGate(1, 60.0)
+    other = await gate.enter()  # another session's turn, in its start
+    run = asyncio.ensure_future(sup.run_once(prompt_turn(host, "hi", "1-0")))
+    await asyncio.sleep(0.01)
+    assert gate.waiting == 1 and not opened.is_set()  # nothing of the turn ran: it waits its turn
+    other.release()
+    await opened.wait()
+    assert gate.active == 0  # the model request is open: the slot is free while the reply streams
+    answered.set()
+    assert await run == "done"
+    assert gate.active == 0
+
+
+async def test_a_run_that_ends_before_its_model_request_gives_its_slot_back(tmp_path: Path) -> None:
+    async def broken() -> AssistantMessage:
+        raise RuntimeError("a bug before the request")
+
+    host = Host(tmp_path, steps=[broken])
+    await host.transcript.ensure_header()
+    sup, _, _ = supervisor(host)
+    sup.starts = gate = StartGate(1, 60.0)
+    assert await sup.run_once(prompt_turn(host, "hi", "1-0")) == "done"
+    assert gate.active == 0
+
+
+async def test_an_abort_ends_a_runs_wait_for_the_gate(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    await host.transcript.ensure_header()
+    sup, _, _ = supervisor(host)
+    sup.starts = gate = StartGate(1, 60.0)
+    other = await gate.enter()
+    run = asyncio.ensure_future(sup.run_once(prompt_turn(host, "hi", "1-0")))
+    await asyncio.sleep(0.01)
+    host.state.aborting = "user"  # what RunAborter.abort does, then the signal
+    host.agent.abort()
+    assert await asyncio.wait_for(run, 5) == "done"
+    assert gate.waiting == 0 and gate.active == 1
+    assert not any(e.type == "agent_start" for e in host.events)  # the run never started
+    other.release()
+    assert gate.active == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from openai import AsyncOpenAI
@@ -46,12 +47,15 @@ class ChatApi:
                         for m in messages[1:])]
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
-                      signal: asyncio.Event, gate: ReadGate | None = None) -> AssistantMessage:
+                      signal: asyncio.Event, gate: ReadGate | None = None,
+                      opened: Callable[[], None] | None = None) -> AssistantMessage:
         # The body is plain JSON in the wire format already. `chat.completions.create` would first walk
         # all of it against the params' TypedDicts (~1 ms of event loop per call, growing with the
         # context): the same POST, sent as is, read without the SDK's per-chunk models (engine/sse.py).
         reply = _Reply()
         response = await open_stream(client, "/chat/completions", body)
+        if opened is not None:
+            opened()  # the turn's start is over (services/runtime/turn_starts.py)
         try:
             async for chunks in json_reads(response):
                 if signal.is_set():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -57,9 +58,11 @@ class ModelApi(Protocol):
         ...
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
-                      signal: asyncio.Event, gate: ReadGate | None = None) -> AssistantMessage:
-        """Send and read the stream (each read after the first waits for `gate`, if any). Transport
-        and API errors are raised (the caller retries them)."""
+                      signal: asyncio.Event, gate: ReadGate | None = None,
+                      opened: Callable[[], None] | None = None) -> AssistantMessage:
+        """Send and read the stream (each read after the first waits for `gate`, if any; `opened` is
+        called once the response's headers are in). Transport and API errors are raised (the caller
+        retries them)."""
         ...
 
 

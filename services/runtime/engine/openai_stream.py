@@ -17,7 +17,7 @@ import hashlib
 import json
 import random
 from array import array
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -143,6 +143,7 @@ class OpenAIStream:
     counter: TokenCounter
     static_prefix: str = ""  # hashed with the tool schemas; defaults to the system prompt
     gate: ReadGate | None = None  # the worker's read gate (sender.py), when its client's reads merge
+    opened: Callable[[], None] | None = None  # told when a request's response is open (turn_starts.py)
     previous_tokens: array[int] = field(default_factory=lambda: array("I"))
     previous_pieces: list[str] = field(default_factory=list)
     last_prompt_tokens: int = 0
@@ -194,11 +195,13 @@ class OpenAIStream:
             attempt += 1
             partial = AssistantMessage(model=self.settings.model, api=api.name)
             try:
-                message = await _abortable(api.consume(self.client, body, partial, emit, signal, self.gate), signal)
+                message = await _abortable(api.consume(self.client, body, partial, emit, signal, self.gate, self.opened), signal)
                 if message is None or message.stop_reason == "aborted":
                     return _aborted(partial), attempt
                 return message, attempt
             except (openai.APIError, httpx.HTTPError, StreamError) as exc:
+                if self.opened is not None:
+                    self.opened()  # a failed attempt's start is over too: no slot held through a backoff
                 if not retryable(exc) or attempt > self.settings.max_retries or signal.is_set():
                     return _failed(partial, _describe(exc, attempt)), attempt
                 delay = retry_delay(exc, attempt, self.settings)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from openai import AsyncOpenAI
@@ -71,10 +72,13 @@ class ResponsesApi:
                         for i in body["input"])]
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
-                      signal: asyncio.Event, gate: ReadGate | None = None) -> AssistantMessage:
+                      signal: asyncio.Event, gate: ReadGate | None = None,
+                      opened: Callable[[], None] | None = None) -> AssistantMessage:
         # Sent as is (the SDK's request transform walks every input item: ~1 ms a call, growing with
         # the conversation) and read without the SDK's per-event models (engine/sse.py).
         response = await open_stream(client, "/responses", body)
+        if opened is not None:
+            opened()  # the turn's start is over (services/runtime/turn_starts.py)
         state = _Reading()
         try:
             async for events in json_reads(response):
