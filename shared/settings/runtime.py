@@ -57,12 +57,14 @@ class RuntimeSettings(Area):
         description="A runtime worker's budget of streamed-text events (XADDs) per second that sets its window "
                     "between the two above (the full window from 135 streaming sessions, kept while they end); 0 = "
                     "always `GAMMA_DELTA_COALESCE_MS`.")
-    # Turn starts paced against the tick above (services/runtime/turn_starts.py): a couple of hundred
-    # turns starting within a second kept the loop busy enough to make every stream's tick late.
-    turn_starts_at_once: int = Field(8, ge=0, le=4096, validation_alias="GAMMA_RUNTIME_TURN_STARTS_AT_ONCE",
+    # Turn starts paced against the tick above (services/runtime/turn_starts.py): off by default, since
+    # at 8 it took 16-38 ms off the streams' p99 during a burst of 200 starts but added 160-300 ms to
+    # the time to first token's p90/p99 (bench/results/stream.md "Session 16 (pacing)").
+    turn_starts_at_once: int = Field(0, ge=0, le=4096, validation_alias="GAMMA_RUNTIME_TURN_STARTS_AT_ONCE",
         description="Turns a runtime worker lets be in their start at once (from the run's start until its model "
                     "request is open); the others wait in order (`services/runtime/turn_starts.py`), so that a burst "
-                    "of turn starts does not make the streaming sessions' delta tick late; 0 = no limit.")
+                    "of turn starts does not make the streaming sessions' delta tick late; 0 = no limit (the default: the "
+                    "streams' tail gains less than the later turns' first token loses).")
     turn_start_max_wait_ms: int = Field(1000, ge=0, le=60_000, validation_alias="GAMMA_RUNTIME_TURN_START_MAX_WAIT_MS",
         description="The longest a turn waits for `GAMMA_RUNTIME_TURN_STARTS_AT_ONCE` (ms); past it, it starts anyway.")
     causal_wait_ms: int = Field(2000, ge=0, le=60_000, validation_alias="GAMMA_CAUSAL_WAIT_MS",
