@@ -56,9 +56,6 @@ class Mailbox:
     def full(self) -> bool:
         return len(self._items) >= self._maxsize
 
-    def qsize(self) -> int:
-        return len(self._items)
-
     def put_nowait(self, item: Item) -> None:
         if len(self._items) >= self._maxsize:
             raise asyncio.QueueFull
