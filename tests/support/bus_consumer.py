@@ -52,12 +52,14 @@ async def run(args: argparse.Namespace) -> None:
         claim_idle_ms=args.claim_idle_ms, max_deliveries=5, polling_interval_ms=100,
         **({"window": args.window, "batch_size": 1, "order_key": by_session} if args.window else {}),
     )
-    await ensure_group(client, args.stream, GROUP)
-    await broker.start()
+    # The handlers before the broker starts: its first handler can record `started` while `start` is
+    # still awaited, and a test's SIGTERM then would meet the default action (killed, exit -15).
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
+    await ensure_group(client, args.stream, GROUP)
+    await broker.start()
     await client.rpush(f"{prefix}:ready", str(os.getpid()))
     log.info("consumer_ready", pid=os.getpid())
     await stop.wait()
