@@ -51,8 +51,11 @@ TOMBSTONES_MAX = 1_000_000
 
 async def begin(redis: aioredis.Redis, sid: str, owner: str) -> None:
     await redis.zadd(keys.SESSIONS_DELETING, {sid: now_ms() + RESUME_AFTER_MS}, nx=True)
-    await redis.hset(keys.session_row(sid), mapping={"status": keys.STATUS_DELETING, "updated_at": str(now_ms())})
+    # Out of the listing before the row says `deleting`: whoever sees that status (a client, another
+    # proxy) never finds the session listed, even when this proxy dies between the two (the intent
+    # above resumes the rest).
     await redis.zrem(keys.user_sessions(owner), sid)
+    await redis.hset(keys.session_row(sid), mapping={"status": keys.STATUS_DELETING, "updated_at": str(now_ms())})
 
 
 ERASE_BUDGET_S = 600.0  # one erase's removal of a session directory (resumed by the next erase past it)
