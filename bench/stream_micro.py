@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import redis.asyncio as aioredis
 from openai import AsyncOpenAI
 
@@ -94,12 +95,12 @@ def make_client(mode: str, base_url: str | None) -> AsyncOpenAI:
         from services.runtime.skills import load_skills
         os.environ.update(ENV)
         return scripted_client(ScriptedGamma(load_skills(skills_dir())), Timing.from_settings(ScriptedSettings()))
-    limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
+    limits = httpx2.Limits(max_connections=2000, max_keepalive_connections=2000)
     if mode == "server-aiohttp":
         from openai import DefaultAioHttpClient
         return AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0, http_client=DefaultAioHttpClient())
     return AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0,
-                       http_client=httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(600, connect=30)))
+                       http_client=httpx2.AsyncClient(limits=limits, timeout=httpx2.Timeout(600, connect=30)))
 
 
 def measure(mode: str, api: str, sessions: int, tokens: int, use_uvloop: bool, gate_ms: float) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
+import httpx2
 from openai import AsyncOpenAI
 
 from services.runtime.paths import skills_dir
@@ -43,11 +43,11 @@ class KnobbedTransport(ScriptedTransport):
         self._delay = knobs.compaction_delay_s
         self._failures_left = knobs.compaction_failures
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         if self._delay > 0:
             await asyncio.sleep(self._delay)
         if self._failures_left > 0:
             self._failures_left -= 1
-            return httpx.Response(503, json={"error": {"message": "scripted summarizer unavailable",
+            return httpx2.Response(503, json={"error": {"message": "scripted summarizer unavailable",
                                                        "type": "server_error", "code": "unavailable"}})
         return await super().handle_async_request(request)

@@ -21,7 +21,7 @@ import argparse
 import asyncio
 import contextlib
 
-import httpx
+import httpx2
 
 from services.runtime.paths import skills_dir
 from services.runtime.skills import load_skills
@@ -82,13 +82,13 @@ def head_bytes(status: int, headers: list[tuple[str, str]]) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-async def write_response(writer: asyncio.StreamWriter, response: httpx.Response) -> None:
+async def write_response(writer: asyncio.StreamWriter, response: httpx2.Response) -> None:
     """A body the transport has in full goes with a Content-Length; a paced stream chunked, one
     chunk per batch the pacing releases (flushed at once: the tokens were due)."""
     headers = [(k, v) for k, v in response.headers.items()
                if k.lower() not in ("content-length", "transfer-encoding", "connection")]
     stream = response.stream
-    if isinstance(stream, httpx.ByteStream):
+    if isinstance(stream, httpx2.ByteStream):
         body = response.read()
         writer.write(head_bytes(response.status_code, [*headers, ("content-length", str(len(body)))]) + body)
         await writer.drain()
@@ -99,7 +99,7 @@ async def write_response(writer: asyncio.StreamWriter, response: httpx.Response)
             if chunk:
                 writer.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
                 await writer.drain()
-    except httpx.RemoteProtocolError:
+    except httpx2.RemoteProtocolError:
         writer.close()  # a scripted `cut`: the connection drops mid-body, as the in-process one raises
         raise
     writer.write(b"0\r\n\r\n")
@@ -115,7 +115,7 @@ class ScriptedServer:
         try:
             while await self._one(reader, writer):
                 pass
-        except (ConnectionError, asyncio.IncompleteReadError, httpx.RemoteProtocolError):
+        except (ConnectionError, asyncio.IncompleteReadError, httpx2.RemoteProtocolError):
             pass
         finally:
             writer.close()
@@ -126,18 +126,18 @@ class ScriptedServer:
         try:
             request = await read_request(reader)
         except BadRequest as exc:
-            await write_response(writer, httpx.Response(exc.status, json={"error": {"message": str(exc)}}))
+            await write_response(writer, httpx2.Response(exc.status, json={"error": {"message": str(exc)}}))
             return False
         if request is None:
             return False
         method, path, headers, body = request
         path = path.split("?", 1)[0]
         if method != "POST" or not path.startswith(self.prefix + "/"):
-            response = httpx.Response(404, json={"error": {"message": "scripted model: unknown path",
+            response = httpx2.Response(404, json={"error": {"message": "scripted model: unknown path",
                                                            "code": "not_found"}})
         else:
             url = "http://scripted.local" + path
-            response = await self.transport.handle_async_request(httpx.Request(method, url, content=body))
+            response = await self.transport.handle_async_request(httpx2.Request(method, url, content=body))
         await write_response(writer, response)
         return headers.get("connection", "").lower() != "close"
 

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 from openai import AsyncOpenAI
 
 from . import responses as scripted_responses
@@ -22,7 +22,7 @@ from .types import ScriptedError, ScriptedModel, ScriptedReply, ScriptedToolCall
 BASE_URL = "http://scripted.local/v1"
 
 
-class ScriptedTransport(httpx.AsyncBaseTransport):
+class ScriptedTransport(httpx2.AsyncBaseTransport):
     """Serves POST /responses and /chat/completions (streaming or not) from one Python function that
     reads the Chat Completions shape. Keeps the last requests (for tests) and simulates OpenAI's
     prompt cache, so usage reports cached tokens as the real API does."""
@@ -35,11 +35,11 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
         self.requests: deque[tuple[str, dict[str, Any]]] = deque(maxlen=64)
         self.cache = PromptCache()
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         path = request.url.path
         api = "responses" if path.endswith("/responses") else "chat" if path.endswith("/chat/completions") else None
         if api is None:
-            return httpx.Response(404, json={"error": {"message": "scripted model: unknown path", "code": "not_found"}})
+            return httpx2.Response(404, json={"error": {"message": "scripted model: unknown path", "code": "not_found"}})
         body = json.loads(await request.aread())
         self.requests.append((api, body))
         chat_body = scripted_responses.to_chat(body) if api == "responses" else body
@@ -51,7 +51,7 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
         except ScriptedError as err:
             headers = {"retry-after": f"{err.retry_after:g}"} if err.retry_after is not None else {}
             kind = "rate_limit_error" if err.status == 429 else "server_error" if err.status >= 500 else "invalid_request_error"
-            return httpx.Response(err.status, headers=headers,
+            return httpx2.Response(err.status, headers=headers,
                                   json={"error": {"message": err.message, "type": kind, "code": err.code}})
         prompt_text = _prompt_text(api, body)
         prompt = max(reply.prompt_tokens, len(prompt_text) // 4, 1)
@@ -66,17 +66,17 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
             use = scripted_responses.usage(prompt, cached, reply.completion_tokens, reasoning_tokens)
             events = scripted_responses.events(reply, body, use, summary, self.timing)
             if not body.get("stream"):
-                return httpx.Response(200, json=events[-1]["response"])
+                return httpx2.Response(200, json=events[-1]["response"])
             marked = scripted_responses.sse(events)
         elif body.get("stream"):
             marked = _sse(reply, model_name, _usage(reply, prompt, cached, reasoning_tokens), self.timing)
         else:
-            return httpx.Response(200, json=_completion(reply, model_name, _usage(reply, prompt, cached,
+            return httpx2.Response(200, json=_completion(reply, model_name, _usage(reply, prompt, cached,
                                                                                     reasoning_tokens)))
         chunks = [c for c, _ in marked]
         content: bytes | AsyncIterator[bytes] = (_cut(chunks) if reply.cut else paced(marked, self.timing)
                                                   if self.timing.active else b"".join(chunks))
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=content)
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=content)
 
 
 def _prompt_text(api: str, body: dict[str, Any]) -> str:
@@ -93,7 +93,7 @@ def _prompt_text(api: str, body: dict[str, Any]) -> str:
 async def _cut(chunks: list[bytes]) -> AsyncIterator[bytes]:
     for c in chunks[: max(1, len(chunks) // 2)]:
         yield c
-    raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+    raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
 
 
 def _finish(reply: ScriptedReply) -> str:
@@ -175,7 +175,7 @@ def _sse(reply: ScriptedReply, model: str, usage: dict[str, Any], timing: Timing
 def scripted_client(model: ScriptedModel | ScriptedTransport, timing: Timing | None = None) -> AsyncOpenAI:
     """The real client, answered by `model` (or by a transport already built around one)."""
     transport = model if isinstance(model, ScriptedTransport) else ScriptedTransport(model, timing)
-    http = httpx.AsyncClient(transport=transport, base_url=BASE_URL)
+    http = httpx2.AsyncClient(transport=transport, base_url=BASE_URL)
     return AsyncOpenAI(api_key="scripted", base_url=BASE_URL, http_client=http, max_retries=0)
 
 

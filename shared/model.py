@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable
 from typing import Literal, cast
 
-import httpx
+import httpx2
 from openai import AsyncOpenAI, DefaultAioHttpClient, DefaultAsyncHttpxClient
 
 from .settings import Settings
@@ -51,10 +51,10 @@ def openai_client(settings: Settings, max_retries: int = 2) -> AsyncOpenAI:
                        max_retries=max_retries, http_client=_http_client(settings))
 
 
-def _http_client(settings: Settings) -> httpx.AsyncClient:
+def _http_client(settings: Settings) -> httpx2.AsyncClient:
     """One connection per streaming call: a worker's live sessions stream at once (the SDK's default
     keeps 100 alive, so the 101st stream onwards reconnected every call)."""
-    limits = httpx.Limits(max_connections=settings.models.model_max_connections,
+    limits = httpx2.Limits(max_connections=settings.models.model_max_connections,
                           max_keepalive_connections=settings.models.model_max_connections)
     if settings.models.model_http == "aiohttp":
         return DefaultAioHttpClient(limits=limits)

@@ -134,12 +134,12 @@ def test_scripted_responses_events_parse_into_sdk_models(reply: ScriptedReply) -
 async def test_scripted_chat_chunks_and_completions_parse(reply: ScriptedReply) -> None:
     import json
 
-    import httpx
+    import httpx2
 
     transport = ScriptedTransport(lambda body: reply)
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "low"}
     for stream in (True, False):
-        request = httpx.Request("POST", "http://scripted.local/v1/chat/completions",
+        request = httpx2.Request("POST", "http://scripted.local/v1/chat/completions",
                                 content=json.dumps({**body, "stream": stream}).encode())
         response = await transport.handle_async_request(request)
         raw = (await response.aread()).decode()

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import httpx2
 import openai
 import pytest
 import redis.asyncio as aioredis
@@ -64,7 +65,7 @@ def body(api: str, text: str = "hi") -> dict[str, Any]:
 
 
 def client(base_url: str, backend: str) -> AsyncOpenAI:
-    http = DefaultAioHttpClient() if backend == "aiohttp" else httpx.AsyncClient()
+    http = DefaultAioHttpClient() if backend == "aiohttp" else httpx2.AsyncClient()
     return AsyncOpenAI(api_key="x", base_url=base_url, max_retries=0, http_client=http)
 
 
@@ -92,7 +93,7 @@ async def test_a_streamed_answer_over_http_is_the_in_process_one(api: str, backe
         finally:
             await c.close()
     local = AsyncOpenAI(api_key="x", base_url="http://scripted.local/v1", max_retries=0,
-                        http_client=httpx.AsyncClient(transport=ScriptedTransport(reply, timing),
+                        http_client=httpx2.AsyncClient(transport=ScriptedTransport(reply, timing),
                                                       base_url="http://scripted.local/v1"))
     expected, _ = await consume(local, api)
     assert remote.text() == expected.text() == "@ts@" * TOKENS
@@ -142,7 +143,7 @@ async def test_bad_requests_get_4xx_and_a_cut_stream_is_a_connection_error() -> 
             assert big.status_code == 431
         c = client(url, "aiohttp")
         try:
-            with pytest.raises((openai.APIConnectionError, httpx.HTTPError)):
+            with pytest.raises((openai.APIConnectionError, httpx2.HTTPError)):
                 await consume(c, "responses", text="cut please")
             msg, _ = await consume(c, "responses")  # the pool still serves the next call
             assert msg.tool_calls()
@@ -167,7 +168,7 @@ async def test_the_gate_is_waited_only_after_streamed_text(api: str) -> None:
     for timing, most in ((Timing(), 0), (Timing(tokens_per_s=400), TOKENS)):
         gate = CountingGate()
         local = AsyncOpenAI(api_key="x", base_url="http://scripted.local/v1", max_retries=0,
-                            http_client=httpx.AsyncClient(transport=ScriptedTransport(reply, timing),
+                            http_client=httpx2.AsyncClient(transport=ScriptedTransport(reply, timing),
                                                           base_url="http://scripted.local/v1"))
         msg, deltas = await consume(local, api, gate)  # type: ignore[arg-type]
         assert msg.tool_calls() and "".join(deltas) == "@ts@" * TOKENS

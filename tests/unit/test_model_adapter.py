@@ -3,7 +3,7 @@ simulated prompt cache."""
 
 from __future__ import annotations
 
-import httpx
+import httpx2
 import openai
 import pytest
 
@@ -47,8 +47,8 @@ def test_transcripts_written_before_issue_18_still_load() -> None:
 
 
 def _status(code: int, headers: dict[str, str]) -> openai.APIStatusError:
-    request = httpx.Request("POST", "http://x/v1/responses")
-    return openai.APIStatusError("e", response=httpx.Response(code, headers=headers, request=request), body=None)
+    request = httpx2.Request("POST", "http://x/v1/responses")
+    return openai.APIStatusError("e", response=httpx2.Response(code, headers=headers, request=request), body=None)
 
 
 def test_retry_delay_honours_retry_after_and_is_bounded() -> None:

@@ -8,7 +8,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-import httpx
+import httpx2
 import openai
 import pytest
 from openai import DefaultAioHttpClient
@@ -39,7 +39,7 @@ async def model_server(gaps: list[float]) -> tuple[asyncio.Server, int]:
 
 async def read_all(port: int, read_s: float) -> AsyncIterator[int]:
     client = openai.AsyncOpenAI(api_key="k", base_url=f"http://127.0.0.1:{port}/v1",
-                                http_client=DefaultAioHttpClient(timeout=httpx.Timeout(30, read=read_s)))
+                                http_client=DefaultAioHttpClient(timeout=httpx2.Timeout(30, read=read_s)))
     resp = await open_stream(client, "/responses", {"model": "m", "stream": True})
     try:
         async for events in json_reads(resp):
@@ -54,7 +54,7 @@ async def test_the_timer_takes_over_from_aiohttps_own() -> None:
     """The names ReadTimer reaches httpx-aiohttp's response by: renamed, aiohttp's timer would stay."""
     server, port = await model_server([0.01])
     client = openai.AsyncOpenAI(api_key="k", base_url=f"http://127.0.0.1:{port}/v1",
-                                http_client=DefaultAioHttpClient(timeout=httpx.Timeout(30, read=7.0)))
+                                http_client=DefaultAioHttpClient(timeout=httpx2.Timeout(30, read=7.0)))
     resp = await open_stream(client, "/responses", {"model": "m", "stream": True})
     try:
         timer = ReadTimer.take_over(resp)
@@ -73,7 +73,7 @@ async def test_a_stream_that_stops_sending_times_out_as_aiohttp_would() -> None:
     got: list[int] = []
     started = time.monotonic()
     try:
-        with pytest.raises(httpx.ReadTimeout):
+        with pytest.raises(httpx2.ReadTimeout):
             async for n in read_all(port, 0.3):
                 got.append(n)
     finally:

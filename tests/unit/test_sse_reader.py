@@ -8,18 +8,18 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 import openai
 import pytest
 
 from services.runtime.engine.sse import json_events, json_reads, open_stream, split_events
 
 
-def response(parts: list[bytes]) -> httpx.Response:
+def response(parts: list[bytes]) -> httpx2.Response:
     async def body() -> AsyncIterator[bytes]:
         for p in parts:
             yield p
-    return httpx.Response(200, content=body(), request=httpx.Request("POST", "http://model.test/v1/responses"))
+    return httpx2.Response(200, content=body(), request=httpx2.Request("POST", "http://model.test/v1/responses"))
 
 
 async def collect(parts: list[bytes]) -> list[dict[str, Any]]:
@@ -43,15 +43,15 @@ async def test_an_encoded_body_goes_through_httpx_decoders() -> None:
     async def body() -> AsyncIterator[bytes]:
         yield packed[:10]
         yield packed[10:]
-    resp = httpx.Response(200, content=body(), headers={"content-encoding": "gzip"},
-                          request=httpx.Request("POST", "http://model.test/v1/responses"))
+    resp = httpx2.Response(200, content=body(), headers={"content-encoding": "gzip"},
+                          request=httpx2.Request("POST", "http://model.test/v1/responses"))
     assert [e async for e in json_events(resp)] == EVENTS
 
 
 async def test_a_body_read_straight_counts_as_consumed() -> None:
     resp = response([WIRE])
     assert [e async for e in json_events(resp)] == EVENTS
-    with pytest.raises(httpx.StreamConsumed):
+    with pytest.raises(httpx2.StreamConsumed):
         async for _ in resp.aiter_bytes():
             pass
 
@@ -105,13 +105,13 @@ async def test_json_reads_yields_what_came_before_an_error_then_raises() -> None
 async def test_open_stream_posts_the_body_as_compact_json_with_the_client_headers(body: dict[str, Any]) -> None:
     """The body is encoded here (orjson), not by the SDK; what orjson refuses goes through the SDK's
     encoder. Either way the server gets the same JSON, as application/json, with the client's auth."""
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
 
-    async def handler(request: httpx.Request) -> httpx.Response:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         seen.append(request)
-        return httpx.Response(200, content=b"data: [DONE]\n\n", headers={"content-type": "text/event-stream"})
+        return httpx2.Response(200, content=b"data: [DONE]\n\n", headers={"content-type": "text/event-stream"})
     client = openai.AsyncOpenAI(api_key="k", base_url="http://model.test/v1",
-                                http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+                                http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
     resp = await open_stream(client, "/responses", body)
     await resp.aclose()
     (request,) = seen

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import httpx
+import httpx2
 import openai
 from openai import AsyncOpenAI
 
@@ -108,7 +108,7 @@ def retry_delay(exc: BaseException, attempt: int, settings: ModelSettings) -> fl
     """Retry-After (ms or seconds or an HTTP date) when the server sent one, else exponential backoff
     with jitter; never above retry_max_s."""
     response = getattr(exc, "response", None)
-    headers = response.headers if isinstance(response, httpx.Response) else {}
+    headers = response.headers if isinstance(response, httpx2.Response) else {}
     wait: float | None = None
     with contextlib.suppress(ValueError, TypeError):
         if "retry-after-ms" in headers:
@@ -131,7 +131,7 @@ def retryable(exc: BaseException) -> bool:
         return exc.retryable
     if isinstance(exc, openai.APIError) and exc.code in RETRYABLE_CODES:
         return True  # an error inside a Chat Completions stream (`data: {"error": ...}`)
-    return isinstance(exc, (openai.APIConnectionError, httpx.HTTPError))
+    return isinstance(exc, (openai.APIConnectionError, httpx2.HTTPError))
 
 
 @dataclass
@@ -199,7 +199,7 @@ class OpenAIStream:
                 if message is None or message.stop_reason == "aborted":
                     return _aborted(partial), attempt
                 return message, attempt
-            except (openai.APIError, httpx.HTTPError, StreamError) as exc:
+            except (openai.APIError, httpx2.HTTPError, StreamError) as exc:
                 if self.opened is not None:
                     self.opened()  # a failed attempt's start is over too: no slot held through a backoff
                 if not retryable(exc) or attempt > self.settings.max_retries or signal.is_set():

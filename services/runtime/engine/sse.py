@@ -17,13 +17,13 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, Protocol
 
 import aiohttp
-import httpx
+import httpx2
 import openai
 import orjson
 from openai import AsyncOpenAI
 
 
-async def open_stream(client: AsyncOpenAI, path: str, body: dict[str, Any]) -> httpx.Response:
+async def open_stream(client: AsyncOpenAI, path: str, body: dict[str, Any]) -> httpx2.Response:
     """POST through the openai client (its auth, headers, retries-off and status errors), the body
     sent as is (it is the wire format already), and the response returned unread.
 
@@ -33,10 +33,10 @@ async def open_stream(client: AsyncOpenAI, path: str, body: dict[str, Any]) -> h
     try:
         content = orjson.dumps(body)
     except TypeError:  # what orjson refuses (an int beyond 64 bits): the SDK's own encoder
-        response = await client.post(path, body=body, cast_to=httpx.Response, stream=True)
+        response = await client.post(path, body=body, cast_to=httpx2.Response, stream=True)
     else:
-        response = await client.post(path, content=content, cast_to=httpx.Response, stream=True)
-    assert isinstance(response, httpx.Response)
+        response = await client.post(path, content=content, cast_to=httpx2.Response, stream=True)
+    assert isinstance(response, httpx2.Response)
     return response
 
 
@@ -72,7 +72,7 @@ class ReadGate(Protocol):
     async def wait(self) -> None: ...
 
 
-async def json_reads(response: httpx.Response) -> AsyncIterator[list[dict[str, Any]]]:
+async def json_reads(response: httpx2.Response) -> AsyncIterator[list[dict[str, Any]]]:
     """The events of each read (non-empty lists of JSON objects), until `[DONE]` or the end of the
     body: a consumer handles what one read brought at once (one emit for all its text deltas). A
     consumer that awaits a ReadGate before asking for the next read gets what arrived meanwhile in one."""
@@ -103,7 +103,7 @@ async def json_reads(response: httpx.Response) -> AsyncIterator[list[dict[str, A
             yield events
 
 
-def _reads(response: httpx.Response) -> AsyncIterable[bytes]:
+def _reads(response: httpx2.Response) -> AsyncIterable[bytes]:
     body = _body(response)
     timer = ReadTimer.take_over(response)
     return body if timer is None else timer.watch(body)
@@ -126,7 +126,7 @@ class ReadTimer:
         self._handle = self._loop.call_later(timeout_s, self._check)
 
     @classmethod
-    def take_over(cls, response: httpx.Response) -> ReadTimer | None:
+    def take_over(cls, response: httpx2.Response) -> ReadTimer | None:
         # httpx's bound stream around httpx-aiohttp's: private names, pinned by a unit test
         # (test_sse_read_timeout.py); without them aiohttp's own timer stays in charge.
         raw = getattr(getattr(response.stream, "_stream", None), "_aiohttp_response", None)
@@ -163,7 +163,7 @@ class ReadTimer:
             self._handle = self._loop.call_later(self.timeout_s - waited, self._check)
 
 
-def _body(response: httpx.Response) -> AsyncIterable[bytes]:
+def _body(response: httpx2.Response) -> AsyncIterable[bytes]:
     """The body's bytes as the transport hands them over. Without a content encoding that is what
     `aiter_bytes` yields too, minus its two layers of async generators (`aiter_bytes`, `aiter_raw`:
     identity decoder, chunker, byte count) per read: ~2% of the runtime's loop with 200 sessions
@@ -171,20 +171,20 @@ def _body(response: httpx.Response) -> AsyncIterable[bytes]:
     The transport's stream maps its errors to httpx's itself (httpx's transport and httpx-aiohttp's)."""
     stream = response.stream
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("", "identity") and isinstance(stream, httpx.AsyncByteStream):
+    if encoding in ("", "identity") and isinstance(stream, httpx2.AsyncByteStream):
         response.is_stream_consumed = True  # as aiter_raw marks it: a second read raises StreamConsumed
         return stream
     return response.aiter_bytes()
 
 
-async def json_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+async def json_events(response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
     """Each event's data as a JSON object, one at a time (json_reads, flattened)."""
     async for events in json_reads(response):
         for event in events:
             yield event
 
 
-def _stream_error(response: httpx.Response, error: Any) -> openai.APIError:
+def _stream_error(response: httpx2.Response, error: Any) -> openai.APIError:
     message = error.get("message") if isinstance(error, dict) else None
     if not message or not isinstance(message, str):
         message = "An error occurred during streaming"
