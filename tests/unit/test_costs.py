@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from services.runtime.costs import cost_records
+from shared.catalogue import Catalogue
 from shared.contracts.messages import AssistantMessage, Usage
 from shared.contracts.transcript import MessageEntry
 from shared.contracts.ui import SessionUIState
-from shared.catalogue import Catalogue
 from shared.pricing import Pricer, parse_prices
 
 CATALOGUE = Pricer(Catalogue.load())
