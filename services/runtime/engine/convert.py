@@ -116,7 +116,9 @@ def convert_one(m: AgentMessage, trusted_role: TrustedRole, images: Images = NO_
     if isinstance(m, AssistantMessage):
         if m.stop_reason in ("error", "aborted") and not m.tool_calls() and not m.text():
             return None  # a failed call has nothing the model could continue from
-        out: dict[str, Any] = {"role": "assistant", "content": m.text() or m.refusal or None}
+        out: dict[str, Any] = {"role": "assistant"}
+        if text := m.text() or m.refusal:  # a tool-calls-only message has no content: left out, not null
+            out["content"] = text
         calls = m.tool_calls()
         if calls:
             out["tool_calls"] = [
