@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 
+from scripted.strict import Strictness
+from scripted.strict.replies import encrypt
+from scripted.strict.requests import check
 from services.runtime.engine.chat_api import ChatApi
 from services.runtime.engine.model_api import ModelSettings
 from services.runtime.engine.responses_api import ResponsesApi
@@ -42,7 +45,7 @@ class Urls:
 
 
 def context(model: str) -> AgentContext:
-    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA-x"}
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": encrypt(model, "rs_1")}
     return AgentContext("You are Gamma.", [
         UserMessage(content="look", images=[IMAGE]),
         AssistantMessage(model=model, content=[ThinkingContent(thinking="", item=reasoning),
@@ -84,6 +87,8 @@ def test_every_model_gets_a_body_its_api_accepts(name: str) -> None:
         for effort in (None, *caps.efforts):
             body = body_for(name, api, effort)
             assert_exact(RESPONSES if api == "responses" else CHAT, body)
+            refused = check(api, body, Strictness())  # the strict double's own rule table (scripted/strict)
+            assert refused is None, (name, api, effort, refused and refused.message)
             assert nulls(body) == [], (name, api, effort)
             assert "max_tokens" not in body
             assert has_image(body) == caps.vision
