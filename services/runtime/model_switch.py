@@ -13,7 +13,6 @@ from shared.contracts.inbox import ModelChange
 from shared.contracts.transcript import ModelChangeEntry
 from shared.inbox import InboxEntry
 
-from .engine.openai_stream import ModelSettings
 from .transcript import Transcript, now_iso
 
 
@@ -21,16 +20,11 @@ class Replies(Protocol):
     async def reply(self, request_id: str, status: int, body: dict[str, Any]) -> None: ...
 
 
-class Stream(Protocol):
-    settings: ModelSettings
-
-
 class ModelSwitch:
-    def __init__(self, transcript: Transcript, stream: Stream, build: Callable[[ModelConfig], ModelSettings],
-                 outbox: Replies, ack: Callable[[str | None], Awaitable[None]]) -> None:
+    def __init__(self, transcript: Transcript, apply: Callable[[ModelConfig], None], outbox: Replies,
+                 ack: Callable[[str | None], Awaitable[None]]) -> None:
         self.transcript = transcript
-        self.stream = stream
-        self.build = build  # ModelConfig -> the session's ModelSettings (session.py `model_settings`)
+        self.apply = apply  # the session's parts that read the model switch to it (session.py `switch_model`)
         self.outbox = outbox
         self.ack = ack
 
@@ -40,6 +34,6 @@ class ModelSwitch:
         record = ModelChangeEntry(id=self.transcript.new_id(), timestamp=now_iso(), model_id=m.name,
                                   reasoning_effort=m.reasoning_effort, api=m.api)
         await self.transcript.append_entry(record)
-        self.stream.settings = self.build(config)
+        self.apply(config)
         await self.outbox.reply(m.request_id, 200, {"entry_id": record.id})
         await self.ack(entry.entry_id)

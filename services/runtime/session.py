@@ -249,8 +249,7 @@ class Session:
             FileDelete: self.writes.file_delete, DocumentDelete: self.writes.document_delete,
             CompactionReady: self.compactor.on_ready, Compact: self.compactor.on_command,
             ConnectorResult: self.connectors.on_result, Rewind: self.rewinder.on_rewind,
-            ModelChange: ModelSwitch(self.transcript, self.stream, lambda m: model_settings(settings, m, self.sid, self.paths),
-                                     self.outbox, ack).on_change}
+            ModelChange: ModelSwitch(self.transcript, self.switch_model, self.outbox, ack).on_change}
         handlers = self.idle.watch_writes(handlers)  # a client's write keeps its ref's update held (idle.py)
         # Prompt-time knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools").
         knowledge = PromptKnowledge(self.knowledge, self.transcript, self.turns.pending, settings.runtime.knowledge_top_k,
@@ -261,6 +260,13 @@ class Session:
             request_close=deps.request_close, causal=self.causal, calls=self.connectors,
             prompt_hook=PromptHooks(self.catalog, knowledge) if self.catalog else knowledge,
             aborts=self.aborts, trace=settings.server.trace_inbox)
+
+    def switch_model(self, model: ModelConfig) -> None:
+        """PATCH /sessions/{id} (model_switch.py): the next model call, subagents' and compaction's
+        token counts use the new model; a call in flight finishes on its own."""
+        self.stream.settings = model_settings(self.deps.settings, model, self.sid, self.paths)
+        self.compactor.model = self.stream.settings.model
+        self.compactor.context_window = model.context_window or self.deps.settings.compaction.context_window
 
     # ------------------------------------------------------------ lifecycle
 
