@@ -53,3 +53,12 @@ def test_overrides_azure_deployments_and_cache_writes() -> None:
     for bad in ('{"m": {"input": -1, "cachedInput": 0, "output": 0}}', '{"m": {"input": 1}}', "[1]", "{"):
         with pytest.raises(ValueError):
             parse_prices(bad)
+
+
+def test_cache_writes_are_read_from_the_usage() -> None:
+    from services.runtime.engine.responses_api import _usage
+
+    raw = {"input_tokens": 3_000, "input_tokens_details": {"cached_tokens": 2_000, "cache_write_tokens": 400},
+           "output_tokens": 10, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 3_010}
+    usage = _usage(raw)
+    assert (usage.input, usage.cache_read, usage.cache_write) == (3_000, 2_000, 400)
