@@ -83,9 +83,10 @@ class ModelServerSettings(Area):
                     "`GAMMA_TRUSTED_ROLE` says (models or servers that reject `developer`).")
 
     model_prices: str = Field("", validation_alias="GAMMA_MODEL_PRICES",
-        description="JSON `{model: {input, cachedInput, output}}` in USD per million tokens, merged over "
-                    "`shared/pricing.py`'s table; prices the UI state's cost records (one per model, from the "
-                    "transcript's recorded usage, rebuilt after each run and at a wake).")
+        description="JSON `{model: {input, cachedInput, output, cacheWrite?}}` in USD per million tokens, over the "
+                    "model catalogue's prices (exact name or dated snapshot; docs/models.md \"Prices\"); prices the UI "
+                    "state's cost records (one per model, from the transcript's recorded usage, rebuilt after each run "
+                    "and at a wake).")
 
     @field_validator("model_prices")
     @classmethod
