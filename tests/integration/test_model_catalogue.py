@@ -129,3 +129,29 @@ def test_patch_changes_the_model_live_and_dormant(env: Env) -> None:
     ask(env.http, sid, script(done("three")))
     body = sent_since(env, before)[0]
     assert body["model"] == "o4-mini" and body["reasoning"]["effort"] == "high" and "parallel_tool_calls" not in body
+
+
+@pytest.mark.parametrize(("model", "check"), [
+    # reference §2.2: o-series refuse parallel_tool_calls on Chat, even false
+    ({"name": "o4-mini", "api": "chat"}, lambda b: "parallel_tool_calls" not in b and "max_tokens" not in b),
+    # §2.1: from gpt-5.4 Chat takes function tools only at effort none; on 5.6 even when none is sent
+    ({"name": "gpt-5.6-sol", "api": "chat"}, lambda b: b["reasoning_effort"] == "none"),
+    # §2.2/§2.3: gpt-4o's output cap is 16,384 (the deployment's 32,000 is lowered)
+    ({"name": "gpt-4o", "api": "chat"}, lambda b: b["max_completion_tokens"] == 16_384 and "reasoning_effort" not in b),
+    ({"name": "gpt-4o", "api": "responses"}, lambda b: b["max_output_tokens"] == 16_384 and "include" not in b),
+    # §2.1: a codex model is served on Responses only: a session with no API asked for goes there
+    ({"name": "gpt-5-codex"}, lambda b: "input" in b and b["include"] == ["reasoning.encrypted_content"]),
+    # §2.2: o1-mini takes neither system nor developer
+    ({"name": "o1-mini", "api": "chat"}, lambda b: {m["role"] for m in b["messages"]} <= {"user", "assistant", "tool"}),
+])
+def test_each_model_gets_the_requests_it_accepts(env: Env, model: dict[str, Any], check: Any) -> None:
+    """Through the services, against the strict double: a turn with a tool call completes on each model,
+    and every request carries only what that model takes (each would be a 400 or 404 today)."""
+    resp = env.http.post("/sessions", json={"model": model})
+    assert resp.status_code == 201, resp.text
+    sid = resp.json()["id"]
+    before = len(env.model.agent_requests())
+    items = ask(env.http, sid, script({"tool_calls": [call("read", path="a.txt")]}, done("ok")))
+    assert not [e for e in items if e["type"] == "message" and e["message"].get("stopReason") == "error"]
+    sent = sent_since(env, before)
+    assert len(sent) == 2 and all(check(b) for b in sent), sent[-1]
