@@ -189,3 +189,36 @@ def test_the_api_of_a_new_session() -> None:
     assert settle_api(CAT.resolve("gpt-5.4"), None, "chat", None) == "chat"  # reasons at none by default
     assert settle_api(CAT.resolve("gpt-5.4"), None, "chat", "high") == "responses"
     assert settle_api(CAT.resolve("gpt-5.6-sol"), "chat", "responses", None) == "chat"  # asked for: kept (effort none)
+
+
+async def test_the_summarizer_follows_the_catalogue_too() -> None:
+    """The compaction summary call: a Responses-only model on Responses, a text-only model without
+    images, o1-mini's prompt as user text, the output capped at the model's maximum."""
+    from services.compaction.summarizer import Summarizer
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+
+    class Client:
+        class chat:  # noqa: N801 - the SDK's attribute names
+            class completions:  # noqa: N801
+                @staticmethod
+                async def create(**body: Any) -> Any:
+                    sent.append(("chat", body))
+                    message = type("M", (), {"content": "summary"})
+                    return type("R", (), {"choices": [type("C", (), {"message": message, "finish_reason": "stop"})]})
+
+        class responses:  # noqa: N801
+            @staticmethod
+            async def create(**body: Any) -> Any:
+                sent.append(("responses", body))
+                return type("R", (), {"output_text": "summary"})
+
+    summarizer = Summarizer(Client(), "gpt-5-mini", "chat")  # type: ignore[arg-type]
+    await summarizer.complete("sum up", 200_000, model="gpt-5-codex")
+    await summarizer.complete("sum up", 200_000, model="o1-mini")
+    await summarizer.complete("sum up", 8_000, model="gpt-4o")
+    (api1, codex), (api2, o1), (_, gpt4o) = sent
+    assert api1 == "responses" and codex["max_output_tokens"] == 128_000
+    assert api2 == "chat" and [m["role"] for m in o1["messages"]] == ["user", "user"]
+    assert o1["max_completion_tokens"] == 65_536 and gpt4o["messages"][0]["role"] == "system"
+    assert gpt4o["max_completion_tokens"] == 8_000
