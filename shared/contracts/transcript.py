@@ -116,9 +116,13 @@ class AuditEntry(_Entry):
 
 
 class ModelChangeEntry(_Entry):
+    """The session's model changed here (PATCH /sessions/{id}): the calls after it use `model_id`."""
+
     type: Literal["model_change"] = "model_change"
     provider: str = "openai"
     model_id: str
+    reasoning_effort: str | None = None  # None: the model's default effort
+    api: Literal["responses", "chat"] | None = None
 
 
 class LeafEntry(_Entry):
