@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 import aiohttp
@@ -103,10 +104,37 @@ async def json_reads(response: httpx2.Response) -> AsyncIterator[list[dict[str, 
             yield events
 
 
+class Activity:
+    """When the model stream under way last brought bytes (loop time): the idle watch of a model call
+    (engine/call_guard.py) reads it. Set for the call's task through `ACTIVITY`, so the API adapters
+    need not pass it along."""
+
+    __slots__ = ("last",)
+
+    def __init__(self, now: float) -> None:
+        self.last = now
+
+
+ACTIVITY: ContextVar[Activity | None] = ContextVar("model_stream_activity", default=None)
+
+
 def _reads(response: httpx2.Response) -> AsyncIterable[bytes]:
     body = _body(response)
+    activity = ACTIVITY.get()
+    if activity is not None:
+        activity.last = asyncio.get_running_loop().time()  # the headers are in
     timer = ReadTimer.take_over(response)
-    return body if timer is None else timer.watch(body)
+    if timer is not None:
+        timer.activity = activity
+        return timer.watch(body)
+    return body if activity is None else _touching(body, activity)
+
+
+async def _touching(body: AsyncIterable[bytes], activity: Activity) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
+    async for chunk in body:
+        activity.last = loop.time()
+        yield chunk
 
 
 class ReadTimer:
@@ -122,6 +150,7 @@ class ReadTimer:
         self.timeout_s = timeout_s
         self.content = content
         self.waiting_since: float | None = None  # when the read under way started (loop time)
+        self.activity: Activity | None = None  # stamped at each chunk, for the call's idle watch
         self._loop = asyncio.get_running_loop()
         self._handle = self._loop.call_later(timeout_s, self._check)
 
@@ -148,6 +177,8 @@ class ReadTimer:
                 except StopAsyncIteration:
                     return
                 self.waiting_since = None
+                if self.activity is not None:
+                    self.activity.last = self._loop.time()
                 yield chunk
         finally:
             self.stop()
