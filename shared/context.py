@@ -105,11 +105,16 @@ def build_context(entries: Sequence[TranscriptEntry]) -> list[AgentMessage]:
     """The replayed model context: with a compaction, its summary message, then the kept entries
     from firstKeptEntryId up to the compaction, then everything after it; each message as the
     history repairs after it on the branch left it (shared/history_repair.py)."""
-    repairs = [(i, e) for i, e in enumerate(entries) if isinstance(e, HistoryRepairEntry)]
-    if not repairs:
+    if not any(isinstance(e, HistoryRepairEntry) for e in entries):
         return [m for e in context_entries(entries) if (m := entry_message(e)) is not None]
+    return [m for _, m in context_with_ids(entries)]
+
+
+def context_with_ids(entries: Sequence[TranscriptEntry]) -> list[tuple[str, AgentMessage]]:
+    """`build_context`, each message with the id of the entry it stands for."""
+    repairs = [(i, e) for i, e in enumerate(entries) if isinstance(e, HistoryRepairEntry)]
     position = {e.id: i for i, e in enumerate(entries)}
-    out: list[AgentMessage] = []
+    out: list[tuple[str, AgentMessage]] = []
     for e in context_entries(entries):
         m = entry_message(e)
         if m is None:
@@ -118,5 +123,5 @@ def build_context(entries: Sequence[TranscriptEntry]) -> list[AgentMessage]:
         for i, repair in repairs:
             if i > at and (not repair.target_ids or e.id in repair.target_ids):
                 m = repaired(m, repair.action)
-        out.append(m)
+        out.append((e.id, m))
     return out

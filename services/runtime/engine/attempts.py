@@ -79,7 +79,7 @@ class HistoryRepair:
     error: str
 
 
-OnRepair = Callable[[HistoryRepair], Awaitable[None]]
+OnRepair = Callable[[HistoryRepair], Awaitable[object]]
 
 
 @dataclass(frozen=True)
