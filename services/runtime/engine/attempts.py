@@ -108,11 +108,11 @@ class Attempts:
         deadline = loop.time() + self.limits.deadline_s if self.limits.deadline_s > 0 else None
         attempt, repaired_once = 0, False
         while True:
-            attempt += 1
             partial = AssistantMessage(model=self.settings.model, api=api.name)
             refused = await self._admit(signal, deadline)
-            if refused is not None:
-                return (_aborted(partial) if signal.is_set() else _failed(partial, refused)), attempt
+            if refused is not None:  # `attempts` counts the requests sent (at least one, for the event)
+                return (_aborted(partial) if signal.is_set() else _failed(partial, refused)), max(attempt, 1)
+            attempt += 1
             try:
                 message = await self._one(api, body, partial, emit, signal, deadline)
             except CALL_ERRORS as exc:
