@@ -44,7 +44,7 @@ FILTER_CODES = frozenset({"content_filter", "invalid_prompt", "content_policy_vi
 # Codex's `try_parse_retry_after` (reference §4.2), also Azure's "Try again in 35 seconds."
 TRY_AGAIN = re.compile(r"(?i)try again in\s*(\d+(?:\.\d+)?)\s*(ms|s|seconds?)\b")
 # The item a param points at: `input[3]`, `input[3].content[1].image_url`, `messages[2].content`.
-ITEM_PARAM = re.compile(r"^(?:input|messages)\[(\d+)\]")
+ITEM_PARAM = re.compile(r"^(?:input|messages)\.?\[(\d+)\]")
 
 RepairKind = Literal["reasoning", "image", "item"]
 
