@@ -18,6 +18,7 @@ from services.runtime.engine.provider_gate import ProviderGates
 from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext, AgentEvent
 from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ThinkingContent, UserMessage
+from shared.history_repair import REDACTED
 
 pytestmark = pytest.mark.timeout(20)
 Step = BaseException | Literal["hang"] | str
@@ -165,3 +166,17 @@ async def test_a_refused_image_is_replaced_by_a_stand_in() -> None:
     assert message.text() == "ok" and n == 2
     first = context.messages[0]
     assert isinstance(first, UserMessage) and first.images is None and "[image removed" in first.content
+
+
+async def test_a_filtered_replayed_item_is_replaced_by_a_note() -> None:
+    context = AgentContext("sys", [UserMessage(content="fine"), AssistantMessage(content=[TextContent(text="ok")]),
+                                   UserMessage(content="the flagged text"), UserMessage(content="now")], [])
+    api = FakeApi(status(400, {"code": "content_filter", "message": "The response was filtered", "param": "input[2]"}),
+                  "answered")
+    message, n, _ = await run(api, context)
+    assert message.text() == "answered" and n == 2
+    assert [getattr(m, "content", None) for m in context.messages[::2]] == ["fine", REDACTED]
+    assert "the flagged text" in str(api.bodies[0]) and "the flagged text" not in str(api.bodies[1])
+    unnamed = FakeApi(status(400, {"code": "invalid_prompt", "message": "flagged"}), "never")
+    message, n, _ = await run(unnamed, context)
+    assert message.stop_reason == "error" and n == 1  # no item named: nothing safe to remove, not retried
