@@ -28,8 +28,9 @@ class ModelServerSettings(Area):
     max_output_tokens: int = Field(32_000, ge=16, le=1_000_000, validation_alias="GAMMA_MAX_OUTPUT_TOKENS",
         description="`max_output_tokens` of Responses requests; a reply cut there is continued once, then an error.")
     model_max_retries: int = Field(4, ge=0, le=20, validation_alias="GAMMA_MODEL_MAX_RETRIES",
-        description="Retries of a model call on 429, 5xx and dropped connections (Retry-After honoured, else "
-                    "exponential backoff); then an `error` event and the run ends.")
+        description="Retries of a model call on transient failures (408/409/5xx, a rate limit, a cut or idle stream; "
+                    "not quota, billing or other 4xx: docs/architecture.md \"Model calls: retries and recovery\"); "
+                    "then an `error` event and the run ends.")
     model_retry_base_s: float = Field(1.0, ge=0.0, le=60.0, validation_alias="GAMMA_MODEL_RETRY_BASE_S",
         description="The backoff base of model call retries (seconds).")
     model_retry_max_s: float = Field(60.0, ge=0.0, le=600.0, validation_alias="GAMMA_MODEL_RETRY_MAX_S",

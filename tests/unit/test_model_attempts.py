@@ -19,6 +19,7 @@ from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext, AgentEvent
 from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ThinkingContent, UserMessage
 from shared.history_repair import REDACTED
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(20)
 Step = BaseException | Literal["hang"] | str
@@ -109,8 +110,10 @@ async def test_a_429_wait_holds_the_other_sessions_of_the_worker() -> None:
     loop = asyncio.get_running_loop()
     api = FakeApi(status(429, {"code": "rate_limit_exceeded", "message": "Please try again in 500ms."}), "first")
     first = asyncio.ensure_future(run(api, gates=gates))
-    while gates.of("p").gate.wait_s() == 0:  # until the first session's call has its 429
-        await asyncio.sleep(0.001)
+    async def held() -> bool:
+        return gates.of("p").gate.wait_s() > 0.45
+
+    await eventually(held, timeout=5, interval=0.001, what="the first session's 429")
     started = loop.time()
     other = FakeApi("second")
     message, _, _ = await run(other, gates=gates)  # another session of the worker, right after

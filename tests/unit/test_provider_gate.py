@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from services.runtime.engine.provider_gate import Breaker, ProviderGates, RateGate, provider_key, reset_seconds
+from services.runtime.engine.provider_gate import (
+    Breaker,
+    ProviderGates,
+    RateGate,
+    provider_key,
+    reset_seconds,
+)
 
 
 class Clock:

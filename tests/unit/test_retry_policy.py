@@ -3,8 +3,8 @@ are retried, which are fatal, which are a poisoned replayed item to repair; and 
 
 from __future__ import annotations
 
-from email.utils import format_datetime
 from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 
 import httpx2
 import openai
