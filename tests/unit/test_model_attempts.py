@@ -16,13 +16,14 @@ from services.runtime.engine.attempts import Attempts, CallLimits, HistoryRepair
 from services.runtime.engine.model_api import ModelSettings
 from services.runtime.engine.provider_gate import ProviderGates
 from services.runtime.engine.responses_api import ResponsesApi
+from services.runtime.engine.sse import ACTIVITY
 from services.runtime.engine.types import AgentContext, AgentEvent
 from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ThinkingContent, UserMessage
 from shared.history_repair import REDACTED
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(20)
-Step = BaseException | Literal["hang"] | str
+Step = BaseException | Literal["hang"] | str | tuple[str, dict[str, str]]
 
 
 class FakeApi:
@@ -47,6 +48,11 @@ class FakeApi:
             raise step
         if step == "hang":
             await asyncio.sleep(3600)
+        if isinstance(step, tuple):  # a text with the 200's headers (what engine/sse.py open_stream records)
+            step, headers = step
+            activity = ACTIVITY.get()
+            assert activity is not None
+            activity.headers = httpx2.Headers(headers)
         partial.content = [TextContent(text=step)]
         return partial
 
@@ -183,3 +189,10 @@ async def test_a_filtered_replayed_item_is_replaced_by_a_note() -> None:
     unnamed = FakeApi(status(400, {"code": "invalid_prompt", "message": "flagged"}), "never")
     message, n, _ = await run(unnamed, context)
     assert message.stop_reason == "error" and n == 1  # no item named: nothing safe to remove, not retried
+
+
+async def test_an_exhausted_quota_on_a_200_holds_the_next_calls_until_its_reset() -> None:
+    gates = ProviderGates()
+    headers = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "400ms"}
+    message, _, _ = await run(FakeApi(("fine", headers)), gates=gates)
+    assert message.text() == "fine" and 0.3 < gates.of("p").gate.wait_s() <= 0.4

@@ -42,7 +42,7 @@ from .retry_policy import (
     failure_of,
     retry_wait,
 )
-from .sse import ReadGate
+from .sse import Activity, ReadGate
 from .types import AgentContext, AgentEvent, Emit
 
 CALL_ERRORS = (openai.APIError, httpx2.HTTPError, StreamError, IdleStream, DeadlineExceeded)
@@ -149,12 +149,15 @@ class Attempts:
             started = asyncio.get_running_loop().time()
             await slots.acquire()
             self.observer.waited("limiter", asyncio.get_running_loop().time() - started)
+        activity = Activity(asyncio.get_running_loop().time())
         try:
             return await guarded(lambda: api.consume(self.client, body, partial, emit, signal, self.gate, self.opened),
-                                 signal, self.limits.idle_s, deadline)
+                                 signal, self.limits.idle_s, deadline, activity)
         finally:
             if slots is not None:
                 slots.release()
+            if self.provider is not None and activity.headers is not None:
+                self.provider.gate.observe(activity.headers)  # `x-ratelimit-*` of a 200 too (reference §4.2)
 
     async def _admit(self, signal: asyncio.Event, deadline: float | None) -> str | None:
         """None when the call may go (after the provider's rate gate, if it holds calls back); else why not."""

@@ -53,12 +53,12 @@ class _Watch:
 
 
 async def guarded(call: Callable[[], Coroutine[Any, Any, AssistantMessage]], signal: asyncio.Event,
-                  idle_s: float = 0.0, deadline: float | None = None) -> AssistantMessage | None:
+                  idle_s: float = 0.0, deadline: float | None = None,
+                  activity: Activity | None = None) -> AssistantMessage | None:
     """The attempt's message; None when the abort signal came first (the attempt is cancelled: its
     stream closes and gives its connection back, even while it waits for a first chunk). Raises
     `IdleStream` / `DeadlineExceeded` when the watch stopped it, and the attempt's own errors."""
-    loop = asyncio.get_running_loop()
-    activity = Activity(loop.time())
+    activity = activity or Activity(asyncio.get_running_loop().time())
     token = ACTIVITY.set(activity)
     try:
         task = asyncio.ensure_future(call())  # the task copies the context: its reads stamp `activity`

@@ -38,6 +38,10 @@ async def open_stream(client: AsyncOpenAI, path: str, body: dict[str, Any]) -> h
     else:
         response = await client.post(path, content=content, cast_to=httpx2.Response, stream=True)
     assert isinstance(response, httpx2.Response)
+    activity = ACTIVITY.get()
+    if activity is not None:  # the headers are in: the call is not idle, and its rate-limit headers are known
+        activity.last = asyncio.get_running_loop().time()
+        activity.headers = response.headers
     return response
 
 
@@ -78,7 +82,11 @@ async def json_reads(response: httpx2.Response) -> AsyncIterator[list[dict[str, 
     body: a consumer handles what one read brought at once (one emit for all its text deltas). A
     consumer that awaits a ReadGate before asking for the next read gets what arrived meanwhile in one."""
     buf = b""
+    activity = ACTIVITY.get()
+    loop = asyncio.get_running_loop()
     async for chunk in _reads(response):
+        if activity is not None:
+            activity.last = loop.time()  # one store per read: the idle watch re-arms only when it fires
         blocks, buf = split_events(buf + chunk if buf else chunk)
         events: list[dict[str, Any]] = []
         for block in blocks:
@@ -105,14 +113,15 @@ async def json_reads(response: httpx2.Response) -> AsyncIterator[list[dict[str, 
 
 
 class Activity:
-    """When the model stream under way last brought bytes (loop time): the idle watch of a model call
-    (engine/call_guard.py) reads it. Set for the call's task through `ACTIVITY`, so the API adapters
-    need not pass it along."""
+    """When the model stream under way last brought bytes (loop time), and its response headers: the
+    idle watch of a model call (engine/call_guard.py) and the provider's rate gate read them. Set for
+    the call's task through `ACTIVITY`, so the API adapters need not pass it along."""
 
-    __slots__ = ("last",)
+    __slots__ = ("headers", "last")
 
     def __init__(self, now: float) -> None:
         self.last = now
+        self.headers: httpx2.Headers | None = None
 
 
 ACTIVITY: ContextVar[Activity | None] = ContextVar("model_stream_activity", default=None)
@@ -120,21 +129,8 @@ ACTIVITY: ContextVar[Activity | None] = ContextVar("model_stream_activity", defa
 
 def _reads(response: httpx2.Response) -> AsyncIterable[bytes]:
     body = _body(response)
-    activity = ACTIVITY.get()
-    if activity is not None:
-        activity.last = asyncio.get_running_loop().time()  # the headers are in
     timer = ReadTimer.take_over(response)
-    if timer is not None:
-        timer.activity = activity
-        return timer.watch(body)
-    return body if activity is None else _touching(body, activity)
-
-
-async def _touching(body: AsyncIterable[bytes], activity: Activity) -> AsyncIterator[bytes]:
-    loop = asyncio.get_running_loop()
-    async for chunk in body:
-        activity.last = loop.time()
-        yield chunk
+    return body if timer is None else timer.watch(body)
 
 
 class ReadTimer:
@@ -150,7 +146,6 @@ class ReadTimer:
         self.timeout_s = timeout_s
         self.content = content
         self.waiting_since: float | None = None  # when the read under way started (loop time)
-        self.activity: Activity | None = None  # stamped at each chunk, for the call's idle watch
         self._loop = asyncio.get_running_loop()
         self._handle = self._loop.call_later(timeout_s, self._check)
 
@@ -177,8 +172,6 @@ class ReadTimer:
                 except StopAsyncIteration:
                     return
                 self.waiting_since = None
-                if self.activity is not None:
-                    self.activity.last = self._loop.time()
                 yield chunk
         finally:
             self.stop()
