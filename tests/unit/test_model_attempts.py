@@ -132,6 +132,7 @@ async def test_the_breaker_fails_calls_fast_once_open() -> None:
     failing = FakeApi(*(status(503, {"code": "server_error", "message": "down"}) for _ in range(2)))
     message, n, _ = await run(failing, limits=CallLimits(), gates=gates)
     assert n == 2 and "circuit breaker" in (message.error_message or "")  # the second failure opened it
+    assert (message.error_message or "").startswith("503 server_error: down")  # and what the provider said
     api = FakeApi("never sent")
     message, n, _ = await run(api, gates=gates)
     assert message.stop_reason == "error" and "circuit breaker" in (message.error_message or "")

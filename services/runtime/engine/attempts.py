@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -107,9 +108,12 @@ class Attempts:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.deadline_s if self.limits.deadline_s > 0 else None
         attempt, repaired_once = 0, False
+        last: str | None = None  # the previous attempt's error, told with a refusal that follows it
         while True:
             partial = AssistantMessage(model=self.settings.model, api=api.name)
             refused = await self._admit(signal, deadline)
+            if refused is not None and last is not None:
+                refused = f"{last}; then {refused}"
             if refused is not None:  # `attempts` counts the requests sent (at least one, for the event)
                 return (_aborted(partial) if signal.is_set() else _failed(partial, refused)), max(attempt, 1)
             attempt += 1
@@ -126,6 +130,7 @@ class Attempts:
                     repaired_once = True
                     body = api.body(context, self.settings)  # the request rebuilt from the repaired context
                     continue
+                last = _reason(outcome)
                 verdict = self._wait_for(outcome, attempt, signal, deadline)
                 if isinstance(verdict, str):
                     return _failed(partial, _tried(verdict, attempt)), attempt
@@ -170,6 +175,8 @@ class Attempts:
         wait = self.provider.gate.wait_s()
         if wait <= 0:
             return None
+        # Jittered like a retry: the calls the gate held do not all go at the instant it opens.
+        wait *= 1 + self.limits.jitter * random.random()
         if deadline is not None and asyncio.get_running_loop().time() + wait > deadline:
             self.provider.breaker.released()
             return f"the model provider asks to wait {wait:.1f} s, past the call's deadline"
