@@ -141,10 +141,12 @@ class Attempts:
                     partial.stop_reason = "aborted"
                     return partial, attempt
                 continue
+            if message is None or message.stop_reason == "aborted":
+                if self.provider is not None:
+                    self.provider.breaker.released()  # no verdict on the provider
+                return _aborted(partial), attempt
             if self.provider is not None:
                 self.provider.breaker.success()
-            if message is None or message.stop_reason == "aborted":
-                return _aborted(partial), attempt
             return message, attempt
 
     async def _one(self, api: ModelApi, body: dict[str, Any], partial: AssistantMessage, emit: Emit,

@@ -114,6 +114,8 @@ def failure_of(exc: BaseException) -> Failure:
             code = prefix.group(1)  # responses_api's "code: message" form
         return Failure(message=text, code=code, param=_str(getattr(exc, "param", None)),
                        retryable_hint=exc.retryable)
+    if isinstance(exc, DeadlineExceeded):
+        return Failure(message=str(exc), code="deadline_exceeded")
     if isinstance(exc, IdleStream):
         return Failure(message=str(exc) or "the stream went idle", code="stream_idle", transport=True)
     if isinstance(exc, openai.APIConnectionError | httpx2.HTTPError):
