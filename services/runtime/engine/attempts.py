@@ -193,7 +193,8 @@ class Attempts:
         if provider is None:
             return
         provider.gate.observe(failure.headers)
-        if isinstance(outcome, Retry) and outcome.server_wait_s is not None and failure.status == 429:
+        rate_limited = failure.status == 429 or failure.code in ("rate_limit_exceeded", "too_many_requests", "slow_down")
+        if isinstance(outcome, Retry) and outcome.server_wait_s is not None and rate_limited:
             provider.gate.hold(outcome.server_wait_s)  # the worker's other calls wait too (no stampede)
         if isinstance(outcome, Retry) and outcome.provider_fault:
             provider.breaker.failure()
