@@ -65,6 +65,7 @@ from .knowledge import KnowledgeReader, PromptKnowledge
 from .lease import Lease, LeaseLost
 from .liveui import LiveUi
 from .manifest import queue_manifest
+from .model_calls import ModelCalls, record_repair
 from .model_switch import ModelSwitch
 from .paths import sandbox_skills_dir
 from .progress import ChecklistProgress
@@ -103,6 +104,7 @@ class SessionDeps:
     starts: StartGate | None = None  # the worker's pacing of turn starts (turn_starts.py)
     preloaded: tuple[Skill, ...] = ()  # the variant's preloaded skills, recorded at session start
     registry: CollectorRegistry | None = None  # the service's Prometheus registry
+    model_calls: ModelCalls | None = None  # the worker's call limits, provider gates and counters
     # (sid, reason) -> None: the worker closes the session now (persist, release the lease, then
     # answer the Stop); without it a Stop is answered at once and closed by the next housekeeping.
     request_close: Any = None
@@ -161,12 +163,18 @@ class Session:
         deps, settings = self.deps, self.deps.settings
         self.contracts = SkillContracts(self.transcript, deps.skills, self.outbox)
         auditor = Auditor(self.transcript, self.todo, deps.skills, self.outbox, deps.registry, self.contracts)
+        calls = deps.model_calls or ModelCalls()
+        provider = calls.provider(deps.model_client)
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix,
-                                   gate=deps.read_gate, opened=lambda: self.runs.model_opened())
+                                   gate=deps.read_gate, opened=lambda: self.runs.model_opened(), limits=calls.limits,
+                                   provider=provider, observer=calls.observer,
+                                   on_repair=lambda fix: record_repair(self.transcript, fix))
         self.tools = SessionToolHost(
             sid=self.sid, paths=self.paths, settings=settings, sandbox=select_sandbox(settings, sandbox_skills_dir()),
             todo=self.todo, skills=deps.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
-            ui=self.ui, subagent_stream=lambda: OpenAIStream(deps.model_client, self.stream.settings, deps.counter),
+            ui=self.ui, subagent_stream=lambda: OpenAIStream(deps.model_client, self.stream.settings, deps.counter,
+                                                             limits=calls.limits, provider=provider,
+                                                             observer=calls.observer),
             client=deps.client, background=self.state.background, contracts=self.contracts, auditor=auditor)
         self.knowledge = KnowledgeReader(deps.client, self.sid)
         self.toolset = Toolset(self.tools, self.knowledge, settings.runtime.knowledge_inline_chars)

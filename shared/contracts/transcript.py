@@ -125,6 +125,17 @@ class ModelChangeEntry(_Entry):
     api: Literal["responses", "chat"] | None = None
 
 
+class HistoryRepairEntry(_Entry):
+    """The model API refused a replayed item and the runtime repaired the history (shared/history_repair.py;
+    docs/architecture.md "Model calls: retries and recovery"): every replay applies `action` to the
+    message entries `target_ids` names, or to every message before this entry when it names none."""
+
+    type: Literal["history_repair"] = "history_repair"
+    action: Literal["strip_reasoning", "remove_images", "redact"]
+    target_ids: list[str] = Field(default_factory=list, max_length=10_000)
+    error: str = Field("", max_length=2000)  # what the API said (shown to the user and the inspector)
+
+
 class LeafEntry(_Entry):
     """A move of the active branch's leaf (Pi's tree navigation; docs/architecture.md "Snapshots,
     rewind and fork"): not a node of the tree (no parent, no children); the next entry written hangs
@@ -139,7 +150,7 @@ class LeafEntry(_Entry):
 
 TranscriptEntry = Annotated[
     SessionHeader | MessageEntry | CustomMessageEntry | SkillActivationEntry | SkillEndEntry | CompactionEntry
-    | ModelChangeEntry | AuditEntry | LeafEntry,
+    | ModelChangeEntry | AuditEntry | LeafEntry | HistoryRepairEntry,
     Field(discriminator="type"),
 ]
 ENTRY_ADAPTER: TypeAdapter[TranscriptEntry] = TypeAdapter(TranscriptEntry)

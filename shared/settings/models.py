@@ -47,12 +47,31 @@ class ModelServerSettings(Area):
                     "Chat), lowered to the model's own maximum (the catalogue); a reply cut there is continued once, "
                     "then an error.")
     model_max_retries: int = Field(4, ge=0, le=20, validation_alias="GAMMA_MODEL_MAX_RETRIES",
-        description="Retries of a model call on 429, 5xx and dropped connections (Retry-After honoured, else "
-                    "exponential backoff); then an `error` event and the run ends.")
+        description="Retries of a model call on transient failures (408/409/5xx, a rate limit, a cut or idle stream; "
+                    "not quota, billing or other 4xx: docs/architecture.md \"Model calls: retries and recovery\"); "
+                    "then an `error` event and the run ends.")
     model_retry_base_s: float = Field(1.0, ge=0.0, le=60.0, validation_alias="GAMMA_MODEL_RETRY_BASE_S",
         description="The backoff base of model call retries (seconds).")
     model_retry_max_s: float = Field(60.0, ge=0.0, le=600.0, validation_alias="GAMMA_MODEL_RETRY_MAX_S",
-        description="The cap of one wait between model call retries (seconds).")
+        description="The cap of one backoff wait between model call retries (seconds); a server that asks for a "
+                    "longer wait (Retry-After, \"try again in\") is not retried.")
+    # Retries that scale (docs/architecture.md "Model calls: retries and recovery"; reference note §4).
+    model_retry_jitter: float = Field(0.25, ge=0.0, le=1.0, validation_alias="GAMMA_MODEL_RETRY_JITTER",
+        description="The random fraction added to every retry wait, the server's own included, so sessions that "
+                    "got the same rate limit do not retry in lockstep.")
+    model_call_deadline_s: float = Field(900.0, ge=0.0, le=86_400.0, validation_alias="GAMMA_MODEL_CALL_DEADLINE_S",
+        description="The overall deadline of one model call: all its attempts and waits (seconds; 0: none). A retry "
+                    "that would end past it is not made.")
+    model_stream_idle_s: float = Field(300.0, ge=0.0, le=3600.0, validation_alias="GAMMA_MODEL_STREAM_IDLE_S",
+        description="A model stream that sends no bytes for this long (headers included) is dropped and retried "
+                    "like a cut stream (seconds; 0: only the client's read timeout).")
+    model_breaker_threshold: int = Field(5, ge=0, le=1000, validation_alias="GAMMA_MODEL_BREAKER_THRESHOLD",
+        description="Provider failures in a row (5xx, connection, idle stream) after which a runtime worker's calls "
+                    "to that provider fail at once for the cool-down (circuit breaker; 0: never).")
+    model_breaker_cooldown_s: float = Field(30.0, ge=0.0, le=3600.0, validation_alias="GAMMA_MODEL_BREAKER_COOLDOWN_S",
+        description="How long an open circuit breaker fails calls before one trial call goes through (seconds).")
+    model_max_concurrent: int = Field(0, ge=0, le=100_000, validation_alias="GAMMA_MODEL_MAX_CONCURRENT",
+        description="Model calls a runtime worker makes at once to one provider (0: no bound); the others wait.")
     # The openai client's HTTP backend for a real endpoint (OPENAI_API_KEY set). `aiohttp` (the SDK's
     # DefaultAioHttpClient): its C parser reads a token-per-chunk stream at ~60% of httpx/h11's CPU,
     # and returns what a connection buffered in one read, which the runtime's read gate needs
