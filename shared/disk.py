@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from shared.leftovers import discard_temp
+from shared.pathnames import BadEscape, show, unshow
 from shared.walk import WalkLimits, walk
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -323,34 +324,48 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 # ---------------------------------------------------------------- workspace paths
 
 
-def split_workspace_path(rel: str, *, for_write: bool = False) -> list[str]:
-    """The validated, NFC-normalised segments of a client- or model-supplied workspace path.
-
-    Pure: no I/O, so a name that can never be written is refused before anything is touched.
-    Refuses empty paths, NUL and control characters, backslashes, absolute paths, drive letters, `..`,
-    text that is not UTF-8 (lone surrogates, as `surrogateescape` decoding leaves them), a segment over
-    MAX_SEGMENT_BYTES or a path over MAX_PATH_BYTES, and (for writes) a trailing slash: `name/` names
-    a directory, never the file `name`.
-    """
+def _checked_text(rel: str, *, escapes: bool) -> str:
+    """The path's text, NFC-normalised, once it is known to be UTF-8, relative and free of controls."""
     if not isinstance(rel, str) or not rel.strip():
         raise PathRefused("empty path")
+    if len(rel) > 4 * MAX_PATH_BYTES:  # an escape is 4 characters for a byte: longer is too long whatever it holds
+        raise PathRefused(f"path too long: {len(rel)} characters; the limit is {MAX_PATH_BYTES} bytes")
     try:
         rel.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise PathRefused("path is not valid UTF-8") from exc
     # One name, one file: NFC and NFD spellings of a name must not be two files.
     rel = unicodedata.normalize("NFC", rel)
-    size = len(rel.encode("utf-8"))
-    if size > MAX_PATH_BYTES:
-        raise PathRefused(f"path too long: {size} bytes; the limit is {MAX_PATH_BYTES} bytes")
     if "\x00" in rel:
         raise PathRefused("path contains a NUL byte")
     if _CONTROL.search(rel):
         raise PathRefused("path contains a control character")
-    if "\\" in rel:
-        raise PathRefused("backslashes are not allowed in paths")
+    if "\\" in rel and not escapes:
+        raise PathRefused("backslashes are not allowed in paths (a file is never created with an escaped name: "
+                          "docs/architecture.md \"Workspace names\")")
     if rel.startswith("/") or re.match(r"^[A-Za-z]:", rel) or rel.startswith("~"):
         raise PathRefused("absolute paths are not allowed")
+    return rel
+
+
+def split_workspace_path(rel: str, *, for_write: bool = False, escapes: bool | None = None) -> list[str]:
+    """The validated, NFC-normalised segments of a client- or model-supplied workspace path, as the
+    names on the disk (`os` takes them as they are; shared/pathnames.py `show` gives them back as text).
+
+    Pure: no I/O, so a name that can never be written is refused before anything is touched.
+    Refuses empty paths, NUL and control characters, absolute paths, drive letters, `..`, text that is
+    not UTF-8 (lone surrogates, as `surrogateescape` decoding leaves them), a segment over
+    MAX_SEGMENT_BYTES or a path over MAX_PATH_BYTES (bytes on the disk), and (for writes) a trailing
+    slash: `name/` names a directory, never the file `name`.
+
+    `escapes` (default: not for writes): the shown form's escapes (`\\xHH`, `\\\\`: docs/architecture.md
+    "Workspace names") name the file a command made with bytes that are not UTF-8, a control character or
+    a backslash, so a listed name can be read and deleted; a new file is never given such a name, and
+    any other backslash is refused.
+    """
+    if escapes is None:
+        escapes = not for_write
+    rel = _checked_text(rel, escapes=escapes)
     if for_write and rel.endswith("/"):
         raise PathRefused("a file path must not end with '/'")
     parts = [p for p in rel.split("/") if p not in ("", ".")]
@@ -358,11 +373,24 @@ def split_workspace_path(rel: str, *, for_write: bool = False) -> list[str]:
         raise PathRefused("path names the workspace itself")
     if any(p == ".." for p in parts):
         raise PathRefused("'..' is not allowed in paths")
+    try:
+        parts = [unshow(p) for p in parts]
+    except BadEscape as exc:
+        raise PathRefused(f"{exc} (a backslash in a path)") from exc
+    size = sum(len(os.fsencode(p)) for p in parts) + len(parts) - 1
+    if size > MAX_PATH_BYTES:
+        raise PathRefused(f"path too long: {size} bytes; the limit is {MAX_PATH_BYTES} bytes")
     for part in parts:
-        n = len(part.encode("utf-8"))
+        n = len(os.fsencode(part))
         if n > MAX_SEGMENT_BYTES:
-            raise PathRefused(f"path segment too long: {part[:32]!r}... is {n} bytes; the limit is {MAX_SEGMENT_BYTES}")
+            raise PathRefused(f"path segment too long: {show(part)[:32]!r}... is {n} bytes; the limit is {MAX_SEGMENT_BYTES}")
     return parts
+
+
+def shown_path(parts: list[str]) -> str:
+    """The text of a path split by `split_workspace_path` (shared/pathnames.py `show`): what a response,
+    an event or a record names it by."""
+    return show("/".join(parts))
 
 
 def resolve_workspace_path(workspace: Path, rel: str) -> Path:

@@ -7,7 +7,10 @@ link by its target. Reading it is stat-based: a file whose size, mtime_ns, ctime
 the previous manifest keeps its hash unread, so a scan costs a stat per entry and a read of each
 changed file only. The workspace is hostile (a sandboxed command made it): the walk is iterative,
 bounded in entries and depth, opens every directory beneath the workspace root (never through a
-link), and never follows a link; FIFOs, sockets and devices are not recorded.
+link), and never follows a link; FIFOs, sockets and devices are not recorded. Keys and link targets
+are shown names (shared/pathnames.py: bytes that are not UTF-8 escaped, so a record is always JSON), and
+a mode keeps its permission bits only: never setuid, setgid or sticky (a restore writes as the service's
+own user, root under `make run`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from shared import workspace_fs
+from shared.pathnames import show
 
 MAX_DEPTH = 64
 CHUNK = 1024 * 1024
@@ -47,6 +51,11 @@ class Item(NamedTuple):
 
 Manifest = dict[str, Item]
 Store = Callable[[int, str], tuple[str, int]]  # (dir fd, name) -> (sha256, bytes newly stored)
+
+
+def permissions(mode: int) -> int:
+    """The mode a snapshot records and a restore writes: rwx bits only (no setuid, setgid, sticky)."""
+    return mode & 0o777
 
 
 class ScanTooLarge(Exception):
@@ -112,7 +121,7 @@ def _file_item(dir_fd: int, name: str, key: str, st: os.stat_result, previous: M
         digest, added = store(dir_fd, name)
     except FileNotFoundError:  # removed while we walked
         return 0
-    out[key] = Item("f", digest, st.st_size, stat.S_IMODE(st.st_mode), st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    out[key] = Item("f", digest, st.st_size, permissions(st.st_mode), st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     return added
 
 
@@ -124,7 +133,7 @@ def _scan_flat(dir_fd: int, prefix: str, previous: Manifest, out: Manifest, stor
                 raise ScanTooLarge(f"more than {max_entries} entries")
             st = entry.stat(follow_symlinks=False)
             if stat.S_ISREG(st.st_mode) and entry.name.endswith(".json") and not entry.name.startswith("."):
-                added += _file_item(dir_fd, entry.name, prefix + entry.name, st, previous, out, store)
+                added += _file_item(dir_fd, entry.name, prefix + show(entry.name), st, previous, out, store)
     return added
 
 
@@ -154,7 +163,7 @@ def _scan_tree(ws_fd: int, previous: Manifest, out: Manifest, store: Store, max_
 
 def _tree_entry(fd: int, entry: os.DirEntry[str], parts: list[str], previous: Manifest, out: Manifest,
                 store: Store, stack: list[list[str]]) -> int:
-    key = "workspace/" + "/".join([*parts, entry.name])
+    key = show("workspace/" + "/".join([*parts, entry.name]))
     try:
         st = entry.stat(follow_symlinks=False)
     except FileNotFoundError:
@@ -162,12 +171,12 @@ def _tree_entry(fd: int, entry: os.DirEntry[str], parts: list[str], previous: Ma
     if stat.S_ISDIR(st.st_mode):
         if len(parts) + 1 > MAX_DEPTH:
             raise ScanTooLarge(f"the workspace is deeper than {MAX_DEPTH} directories")
-        out[key] = Item("d", "", 0, stat.S_IMODE(st.st_mode))
+        out[key] = Item("d", "", 0, permissions(st.st_mode))
         stack.append([*parts, entry.name])
         return 0
     if stat.S_ISLNK(st.st_mode):
         with contextlib.suppress(OSError):
-            out[key] = Item("l", os.readlink(entry.name, dir_fd=fd))
+            out[key] = Item("l", show(os.readlink(entry.name, dir_fd=fd)))
         return 0
     if stat.S_ISREG(st.st_mode):
         return _file_item(fd, entry.name, key, st, previous, out, store)

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from shared.disk import SessionPaths, append_jsonl, atomic_write_bytes, iter_jsonl
+from shared.pathnames import show, unshow
 from shared.snapshot_scan import Item, Manifest, ObjectWriter, ScanTooLarge, object_path, scan_session
 
 __all__ = ["Item", "Manifest", "Record", "ScanTooLarge", "SnapshotLimits", "SnapshotStore"]
@@ -53,9 +54,20 @@ class Record(BaseModel):
     set: dict[str, list[Any]] = Field(default_factory=dict)  # key -> Item fields
     gone: list[str] = Field(default_factory=list)
     added: int = 0  # bytes of objects it stored first
+    # Keys and link targets are shown names (shared/pathnames.py). A record written before that rule
+    # (shown False) held them raw: `load` shows them, which changes only a name with a backslash or a
+    # control character (one that was not UTF-8 could not be written at all).
+    shown: bool = True
 
     def items(self) -> dict[str, Item]:
         return {k: Item(*v) for k, v in self.set.items()}
+
+    def as_shown(self) -> Record:
+        if self.shown:
+            return self
+        return self.model_copy(update={
+            "shown": True, "gone": [show(k) for k in self.gone],
+            "set": {show(k): [v[0], show(v[1]) if v[0] == "l" else v[1], *v[2:]] for k, v in self.set.items()}})
 
 
 def _now_ms() -> int:
@@ -90,7 +102,9 @@ class SnapshotStore:
         store = cls(paths, limits)
         for raw in iter_jsonl(store.log):
             with contextlib.suppress(ValueError):
-                store.records.append(Record.model_validate(raw))
+                if isinstance(raw, dict) and "shown" not in raw:
+                    raw = {**raw, "shown": False}
+                store.records.append(Record.model_validate(raw).as_shown())
         for rec in store.records:
             store.current = _apply(store.current, rec)
             store._since_full = 0 if rec.full else store._since_full + len(rec.set) + len(rec.gone)
@@ -258,7 +272,7 @@ class SnapshotStore:
                     atomic_write_bytes(target, object_path(source_objects, item.ref).read_bytes())
                 dirs.add(target.parent)
                 added += item.size
-            st = os.lstat(self.paths.root / key)
+            st = os.lstat(self.paths.root / unshow(key))
             items[key] = Item("f", item.ref, st.st_size, item.mode, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
         for d in dirs:  # the links are durable before the record names them
             fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)

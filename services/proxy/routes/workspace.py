@@ -33,7 +33,7 @@ from shared.blobs import remove_blob, write_blob
 from shared.contracts.base import new_id
 from shared.contracts.http import FileWritten
 from shared.contracts.inbox import FileDelete, FileWrite
-from shared.disk import PathRefused, check_size, session_paths, split_workspace_path
+from shared.disk import PathRefused, check_size, session_paths, shown_path, split_workspace_path
 from shared.quota import WorkspaceQuota
 from shared.write_model import Refused
 
@@ -88,11 +88,12 @@ class WriteTarget(NamedTuple):
 
 
 def write_target(request: Request, path: str, digest_header: str | None, state: SessionState,
-                 proxy: Proxy) -> WriteTarget:
+                 proxy: Proxy, *, delete: bool = False) -> WriteTarget:
     """What a PUT or DELETE acts on. A name that can never be written is refused here, before the body
-    is read or the disk touched."""
+    is read or the disk touched; a DELETE may name a file by its escaped (shown) name, a PUT never
+    creates one (docs/architecture.md "Workspace names")."""
     sid = state.row.id
-    rel = "/".join(split_workspace_path(request_path(request, path), for_write=True))
+    rel = shown_path(split_workspace_path(request_path(request, path), for_write=True, escapes=delete))
     return WriteTarget(sid, session_paths(proxy.settings.storage.data_dir, sid).workspace, rel, client_digest(digest_header))
 
 
@@ -224,7 +225,7 @@ async def delete_file(
     """Remove one file, or (`recursive`) a directory tree within the workspace's bounds
     (GAMMA_WORKSPACE_MAX_ENTRIES, GAMMA_WORKSPACE_MAX_DEPTH). The agent is told in its next
     `artifact_update`, one deleted file each."""
-    sid, workspace, rel, digest = write_target(request, path, x_gamma_digest, state, proxy)
+    sid, workspace, rel, digest = write_target(request, path, x_gamma_digest, state, proxy, delete=True)
     tree = WorkspaceQuota.from_settings(proxy.settings).limits if recursive else None
 
     async def dormant() -> dict[str, Any] | Refused:
