@@ -10,7 +10,9 @@ in the session's workspace could.
 
 from __future__ import annotations
 
+import io
 import os
+import tarfile
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -90,6 +92,12 @@ def test_a_name_that_is_not_utf8_is_listed_escaped_read_and_deleted(api: httpx.C
 def test_a_dormant_session_holding_such_a_name_wakes_and_answers(api: httpx.Client, stack: Stack) -> None:
     sid = new_session(api)
     plant_bytes(stack, sid)  # as a command left it before the session went dormant
+    export = api.get(f"/sessions/{sid}/export")
+    assert export.status_code == 200, export.text
+    with tarfile.open(fileobj=io.BytesIO(export.content), mode="r:gz", encoding="utf-8",
+                      errors="surrogateescape") as tar:  # an archive carries the name's bytes themselves
+        members = {os.fsencode(m.name) for m in tar.getmembers()}
+    assert f"{sid}/workspace/".encode() + LATIN1_DIR + b"/" + LATIN1_FILE in members
     say(api, sid, "are you awake", "are you awake")
     assert api.get(f"/sessions/{sid}").json()["status"] == "live"
     say(api, sid, "still answering", "still answering")

@@ -7,8 +7,10 @@ workspace files; the rewinds must put back what bash did, which no edit-tool tra
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -255,3 +257,30 @@ def test_a_batch_that_changes_one_of_a_thousand_files_stores_about_one_file(api:
     resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": user_entry(api, sid, "five")["id"]})
     assert resp.status_code == 200 and resp.json()["changed"] == 5
     assert file(api, sid, "many/f3.txt") == "3\n"
+
+
+def read(path: bytes) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_rewind_and_fork_keep_names_that_are_not_utf8(api: httpx.Client, module_stack: Stack) -> None:
+    """docs/architecture.md "Workspace names": before, a snapshot of a Latin-1 name could not be written
+    (surrogates are no JSON) and a dormant rewind answered 500 after restoring files, leaving its intent."""
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash("printf one > $'caf\\xe9.txt'"), mark="latin-one"))
+    send(api, sid, script(bash("printf two > $'caf\\xe9.txt' && printf x > $'d\\xe9j\\xe0'"), mark="latin-two"))
+    root = os.fsencode(module_stack.data_dir / "sessions" / sid)
+    assert read(root + b"/workspace/caf\xe9.txt") == b"two"
+    assert api.post(f"/sessions/{sid}/suspend").status_code == 200
+    resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": user_entry(api, sid, "latin-two")["id"]})
+    assert resp.status_code == 200 and resp.json()["changed"] >= 2, resp.text
+    assert read(root + b"/workspace/caf\xe9.txt") == b"one"
+    assert not os.path.exists(root + b"/workspace/d\xe9j\xe0")
+    assert not os.path.exists(root + b"/.snapshots/rewind.json"), "the intent is done"
+    assert file(api, sid, quote("caf\\xE9.txt")) == "one"
+    forked = api.post(f"/sessions/{sid}/fork", json={})
+    assert forked.status_code == 201, forked.text
+    copy = os.fsencode(module_stack.data_dir / "sessions" / forked.json()["id"] / "workspace")
+    assert os.listdir(copy) == [b"caf\xe9.txt"] and read(copy + b"/caf\xe9.txt") == b"one"
+    send(api, sid, "after the rewind of a Latin-1 name")  # wakes
