@@ -18,7 +18,7 @@ from typing import Any
 from shared.contracts.transcript import parse_entries
 from shared.disk import SessionPaths, append_jsonl, atomic_write_json, iter_jsonl
 from shared.image_gc import link_referenced
-from shared.rewind import FORK_SCOPES, RewindRefused, finish_pending_on_disk, state_record
+from shared.rewind import FORK_SCOPES, RewindRefused, finish_pending_on_disk, record_now, state_record
 from shared.snapshot_restore import restore
 from shared.snapshot_scan import object_path
 from shared.snapshots import Manifest, SnapshotLimits, SnapshotStore
@@ -50,7 +50,7 @@ def plan(src: SessionPaths, limits: SnapshotLimits, entry_id: str | None, *, dor
         raise RewindRefused(404, f"no entry {entry_id!r} in this session's transcript")
     store = SnapshotStore.load(src, limits)
     if dormant and entry_id == _leaf(raw):
-        store.take(entry_id, "fork")
+        record_now(store, entry_id, "fork")
     record = state_record(store, parse_entries(branch))
     return ForkPlan(entry_id, branch, store.manifest_of(record.n), store.objects, src.images)
 

@@ -75,7 +75,27 @@ def state_record(store: SnapshotStore, branch: Sequence[TranscriptEntry]) -> Rec
         where = f"the oldest point kept is entry {oldest}" if oldest else "this session has no snapshots yet"
         raise RewindRefused(409, f"no workspace snapshot is kept for that entry ({where}; "
                                  "snapshot retention: docs/architecture.md)", {"oldest_entry_id": oldest})
+    if record.unrecorded is not None:
+        raise RewindRefused(409, f"the workspace at that entry was not recorded: {record.unrecorded}; "
+                                 f"a snapshot records at most {store.limits.max_entries} entries and "
+                                 f"{store.limits.max_depth} levels", {"bound": store.limits.max_entries})
     return record
+
+
+def record_now(store: SnapshotStore, entry: str | None, reason: str) -> None:
+    """Record the disk before a rewind or a fork of the leaf; RewindRefused(409) when it is past the
+    snapshot bound: the disk's state is then unknown, and a restore from the last record would report
+    files back that are not."""
+    try:
+        store.take(entry, reason)
+    except ScanTooLarge as exc:
+        raise too_large(store.limits, exc) from exc
+
+
+def too_large(limits: SnapshotLimits, exc: ScanTooLarge) -> RewindRefused:
+    return RewindRefused(409, f"the workspace cannot be recorded now: {exc}; a snapshot records at most "
+                              f"{limits.max_entries} entries and {limits.max_depth} levels: remove files first",
+                         {"bound": limits.max_entries})
 
 
 def leaf_moves(target: TranscriptEntry, from_id: str | None, reason: RewindReason, new_id: Callable[[], str],
@@ -187,7 +207,7 @@ def rewind_on_disk(paths: SessionPaths, limits: SnapshotLimits, target_id: str, 
     active = active_path(entries)
     from_id = _leaf_of(active)
     store = SnapshotStore.load(paths, limits)
-    store.take(from_id, "rewind_from")
+    record_now(store, from_id, "rewind_from")
     record = state_record(store, branch)
     ids = {e.id for e in entries}
 

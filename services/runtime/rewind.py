@@ -17,6 +17,7 @@ from shared import rewind as rw
 from shared.contracts.events import EventType, RunAbortedData
 from shared.contracts.inbox import Rewind
 from shared.inbox import InboxEntry
+from shared.snapshots import ScanTooLarge
 
 from .snapshots import SessionSnapshots
 from .todo import TodoController
@@ -74,7 +75,10 @@ class Rewinder:
             raise rw.RewindRefused(404, f"no entry {target_id!r} in this session's transcript")
         aborted = await self.aborts.abort("user")
         from_id = t.leaf_id
-        await self.snapshots.take("rewind_from")  # the abandoned leaf's state: a switch back restores it
+        try:  # the abandoned leaf's state: a switch back restores it
+            await self.snapshots.take("rewind_from", too_large=True)
+        except ScanTooLarge as exc:  # the disk's state is unknown: restoring from the last record would lie
+            raise rw.too_large(self.snapshots.limits, exc) from exc
         store = self.snapshots.store
         branch = t.branch_to(target_id)
         record = rw.state_record(store, branch)
