@@ -284,3 +284,32 @@ def test_rewind_and_fork_keep_names_that_are_not_utf8(api: httpx.Client, module_
     copy = os.fsencode(module_stack.data_dir / "sessions" / forked.json()["id"] / "workspace")
     assert os.listdir(copy) == [b"caf\xe9.txt"] and read(copy + b"/caf\xe9.txt") == b"one"
     send(api, sid, "after the rewind of a Latin-1 name")  # wakes
+
+
+def test_a_rewind_past_five_thousand_entries_restores_them(api: httpx.Client) -> None:
+    """Before: snapshots stopped at 2 x GAMMA_WORKSPACE_MAX_FILES + 1000 (5,000) entries against a
+    10,000-entry quota, and a rewind answered `changed: 0` with nothing restored. (Directories: the
+    file quota does not count them. They are made, never removed here: an rmdir costs milliseconds on a
+    disk mounted with `discard`.)"""
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash("printf one > a.txt && mkdir many && cd many && mkdir $(seq -f d%g 6000)"),
+                          mark="six-thousand"))
+    send(api, sid, script(bash("printf two > a.txt"), mark="then-two"))
+    assert file(api, sid, "a.txt") == "two"
+    resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": user_entry(api, sid, "then-two")["id"]})
+    assert resp.status_code == 200 and resp.json()["changed"] >= 1, resp.text
+    assert file(api, sid, "a.txt") == "one"
+    assert len(api.get(f"/sessions/{sid}/workspace/files/many/").json()["entries"]) == 6000
+
+
+def test_a_fork_never_lays_out_a_setuid_file(api: httpx.Client, module_stack: Stack) -> None:
+    """Before: the mode was restored whole, so a fork (written by the service: root under `make run`) of a
+    file a command made setuid gave a root-owned setuid program."""
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash("printf '#!/bin/sh\\nid\\n' > s && chmod 6755 s && mkdir t && chmod 1777 t "
+                               "&& stat -c %a s t"), mark="suid"))
+    forked = api.post(f"/sessions/{sid}/fork", json={})
+    assert forked.status_code == 201, forked.text
+    ws = module_stack.data_dir / "sessions" / forked.json()["id"] / "workspace"
+    assert (ws / "s").stat().st_mode & 0o7777 == 0o755
+    assert (ws / "t").stat().st_mode & 0o7000 == 0
