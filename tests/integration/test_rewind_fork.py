@@ -313,3 +313,41 @@ def test_a_fork_never_lays_out_a_setuid_file(api: httpx.Client, module_stack: St
     ws = module_stack.data_dir / "sessions" / forked.json()["id"] / "workspace"
     assert (ws / "s").stat().st_mode & 0o7777 == 0o755
     assert (ws / "t").stat().st_mode & 0o7000 == 0
+
+
+def test_the_first_message_can_be_edited(api: httpx.Client) -> None:
+    """Before: `edit_of` the first message was a 409 (no snapshot is keyed to its parent, the session's
+    start). Its "prompt" snapshot holds the state it was sent in: an empty workspace here."""
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash("printf v1 > f.txt"), mark="first-one"))
+    first = user_entry(api, sid, "first-one")
+    assert file(api, sid, "f.txt") == "v1"
+    send(api, sid, script(bash("printf edited > g.txt"), mark="first-edited"), edit_of=first["id"])
+    assert file(api, sid, "f.txt") is None and file(api, sid, "g.txt") == "edited"
+    edited = user_entry(api, sid, "first-edited")
+    assert first["id"] not in {e["id"] for e in transcript(api, sid)} and edited["id"] in {e["id"] for e in transcript(api, sid)}
+
+
+def test_a_rewind_to_one_result_of_a_parallel_batch_answers_the_others(api: httpx.Client) -> None:
+    """Before: the batch's other calls were left without output on the new branch, a history the real
+    APIs refuse (every later turn failed)."""
+    sid = str(api.post("/sessions").json()["id"])
+    batch = {"tool_calls": [{"name": "bash", "arguments": {"command": f": parallel; printf {i} > p{i}.txt"}}
+                            for i in range(3)]}
+    send(api, sid, script(batch))
+    entries = transcript(api, sid)
+    call = next(e for e in entries if e["type"] == "message" and e["message"]["role"] == "assistant"
+                and len(e["message"].get("content", [])) >= 3 and "parallel" in json.dumps(e["message"]))
+    ids = [c["id"] for c in call["message"]["content"] if c.get("type") == "toolCall"]
+    results = [e for e in entries if e["type"] == "message" and e["message"]["role"] == "toolResult"
+               and e["message"]["toolCallId"] in ids]
+    assert len(ids) == 3 and len(results) == 3
+    resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": results[0]["id"]})
+    assert resp.status_code == 200, resp.text
+    active = transcript(api, sid)
+    answered = [e["message"] for e in active if e["type"] == "message" and e["message"]["role"] == "toolResult"
+                and e["message"]["toolCallId"] in ids]
+    assert sorted(m["toolCallId"] for m in answered) == sorted(ids), "every call of the batch has its result"
+    not_run = [m for m in answered if m["toolCallId"] != results[0]["message"]["toolCallId"]]
+    assert all(m["isError"] and "Not run" in json.dumps(m["content"]) for m in not_run)
+    send(api, sid, "after the batch rewind")

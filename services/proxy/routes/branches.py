@@ -45,21 +45,22 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 async def rewind_session(proxy: Proxy, state: SessionState, entry_id: str,
-                         reason: rw.RewindReason = "rewind") -> RewindResult:
+                         reason: rw.RewindReason = "rewind", edited_id: str | None = None) -> RewindResult:
     """Live or dormant, as the session is; ApiError for a refusal (also used by `edit_of`)."""
     paths = session_paths(proxy.settings.storage.data_dir, state.row.id)
     limits = SnapshotLimits.of(proxy.settings)
 
     async def dormant() -> dict[str, Any] | Refused:
         try:
-            return await asyncio.to_thread(rw.rewind_on_disk, paths, limits, entry_id, reason, rw.now_iso())
+            return await asyncio.to_thread(rw.rewind_on_disk, paths, limits, entry_id, reason, rw.now_iso(),
+                                           edited_id)
         except rw.RewindRefused as exc:
             return Refused(exc.status, exc.message, exc.detail)
 
     applied = await apply_if_dormant(proxy, state, "rewind", dormant)
     if applied is not None:
         return RewindResult.model_validate(applied.value)
-    reply = await proxy.forward(Rewind(session_id=state.row.id, entry_id=entry_id, reason=reason))
+    reply = await proxy.forward(Rewind(session_id=state.row.id, entry_id=entry_id, reason=reason, edited_id=edited_id))
     return RewindResult.model_validate(reply.body)
 
 
@@ -81,7 +82,7 @@ async def edit_rewind(proxy: Proxy, state: SessionState, entry_id: str) -> Sessi
     parent = await asyncio.to_thread(_edit_target, paths, entry_id)
     if parent is None:
         raise ApiError(422, f"edit_of: {entry_id!r} is not a user message of this session")
-    await rewind_session(proxy, state, parent, "edit")
+    await rewind_session(proxy, state, parent, "edit", entry_id)
     return await load_state(proxy.redis, state.row.id) or state
 
 
