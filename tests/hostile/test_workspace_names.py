@@ -101,3 +101,22 @@ def test_a_dormant_session_holding_such_a_name_wakes_and_answers(api: httpx.Clie
     say(api, sid, "are you awake", "are you awake")
     assert api.get(f"/sessions/{sid}").json()["status"] == "live"
     say(api, sid, "still answering", "still answering")
+
+
+def test_files_are_never_served_as_active_content(api: httpx.Client, stack: Stack, live_sid: str) -> None:
+    """Before: `page.html` came back `text/html` (and `.svg` `image/svg+xml`) without `nosniff` or a
+    disposition: script a command wrote ran in the proxy's origin."""
+    ws = workspace(stack, live_sid)
+    for name, body in (("page.html", b"<script>alert(1)</script>"), ("pic.svg", b"<svg onload='alert(1)'/>"),
+                       ("x.png", b"\x89PNG\r\n\x1a\n"), ("notes.txt", b"hello")):
+        (ws / name).write_bytes(body)
+    html, svg = api.get(url(live_sid, "page.html")), api.get(url(live_sid, "pic.svg"))
+    for resp in (html, svg):
+        assert resp.status_code == 200 and resp.headers["content-type"] == "application/octet-stream"
+        assert resp.headers["x-content-type-options"] == "nosniff"
+        assert resp.headers["content-disposition"].startswith("attachment")
+    png = api.get(url(live_sid, "x.png"))
+    assert png.headers["content-type"] == "image/png" and png.headers["content-disposition"].startswith("inline")
+    text = api.get(url(live_sid, "notes.txt"))
+    assert text.headers["content-type"].startswith("text/plain") and text.headers["x-content-type-options"] == "nosniff"
+    assert text.headers["content-disposition"] == "attachment; filename*=UTF-8''notes.txt"

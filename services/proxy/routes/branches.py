@@ -120,12 +120,20 @@ async def fork(body: ForkBody | None = Body(None), state: SessionState = Depends
     except BaseException as exc:
         await drop_row(proxy.redis, user, row.id)
         if isinstance(exc, rw.RewindRefused):
+            await _source_still_there(proxy, state)
             raise ApiError(exc.status, exc.message, exc.detail) from exc
         raise
     created = await load_state(proxy.redis, row.id)
     assert created is not None
     view = created.view().model_copy(update={"model_usage": ModelUsage.of({})})
     return ForkedSession(**view.model_dump(), forked_from=ForkOrigin(session_id=state.row.id, entry_id=plan.entry_id))
+
+
+async def _source_still_there(proxy: Proxy, state: SessionState) -> None:
+    """A fork that failed because a DELETE of its source raced it is a 404, as the fork after it would be."""
+    now = await load_state(proxy.redis, state.row.id)
+    if now is None or now.row.status == "deleting":
+        raise ApiError(404, f"no session {state.row.id!r}: it was deleted while it was forked")
 
 
 async def _plan(proxy: Proxy, state: SessionState, entry_id: str | None) -> forking.ForkPlan:
@@ -140,4 +148,5 @@ async def _plan(proxy: Proxy, state: SessionState, entry_id: str | None) -> fork
                 pass
         return await asyncio.to_thread(forking.plan, src, limits, entry_id, dormant=False)
     except rw.RewindRefused as exc:
+        await _source_still_there(proxy, state)
         raise ApiError(exc.status, exc.message, exc.detail) from exc

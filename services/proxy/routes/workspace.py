@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import unquote_to_bytes
+from urllib.parse import quote, unquote_to_bytes
 
 import structlog
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -97,15 +97,33 @@ def write_target(request: Request, path: str, digest_header: str | None, state: 
     return WriteTarget(sid, session_paths(proxy.settings.storage.data_dir, sid).workspace, rel, client_digest(digest_header))
 
 
+# A workspace file is whatever a command or the model wrote (docs/architecture.md "Limits on hostile
+# input"): served by its extension, an `.html` or `.svg` would run script in the proxy's origin. Only
+# types that carry no script are named, and only raster images are shown inline; everything else is an
+# attachment of bytes.
+INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+PASSIVE_TYPES = INLINE_TYPES | {"text/plain", "text/markdown", "text/csv", "application/json", "application/pdf"}
+
+
+def file_headers(rel: str) -> tuple[str, dict[str, str]]:
+    """The media type and headers a workspace file is served with (never typed as active content)."""
+    guessed = mimetypes.guess_type(rel)[0] or ""
+    media = guessed if guessed in PASSIVE_TYPES else "application/octet-stream"
+    name = quote(rel.rsplit("/", 1)[-1], safe="")
+    disposition = "inline" if media in INLINE_TYPES else "attachment"
+    return media, {"X-Content-Type-Options": "nosniff", "Content-Disposition": f"{disposition}; filename*=UTF-8''{name}",
+                   "Content-Security-Policy": "default-src 'none'; sandbox"}
+
+
 async def _file_body(opened: workspace_fs.Opened) -> Response:
     """The bytes of the file as it was opened: a rename that replaces it later (an atomic write) does
     not change what this response sends, and an append is not sent past the size announced."""
-    media = mimetypes.guess_type(opened.rel)[0] or "application/octet-stream"
+    media, headers = file_headers(opened.rel)
     size = opened.st.st_size
     fh = os.fdopen(opened.fd, "rb")
     if size <= STREAM_ABOVE:
         with fh:
-            return Response(await asyncio.to_thread(fh.read, size), media_type=media)
+            return Response(await asyncio.to_thread(fh.read, size), media_type=media, headers=headers)
 
     async def chunks() -> AsyncIterator[bytes]:
         left = size
@@ -119,7 +137,7 @@ async def _file_body(opened: workspace_fs.Opened) -> Response:
         finally:
             fh.close()
 
-    return StreamingResponse(chunks(), media_type=media, headers={"Content-Length": str(size)})
+    return StreamingResponse(chunks(), media_type=media, headers={**headers, "Content-Length": str(size)})
 
 
 @router.get("/{sid}/workspace/files/{path:path}", responses={
