@@ -43,7 +43,8 @@ def deleting_first(step: Callable[..., Any], root: Path) -> Callable[..., Any]:
 
 def test_a_delete_during_the_plan_is_a_409_not_a_500(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = source(tmp_path)
-    monkeypatch.setattr(fork, "record_now", deleting_first(fork.record_now, src.root))
+    load = SnapshotStore.load
+    monkeypatch.setattr(SnapshotStore, "load", deleting_first(load, src.root))  # after the transcript is read
     with pytest.raises(RewindRefused) as refused:
         fork.plan(src, SnapshotLimits(), None, dormant=True)
     assert refused.value.status == 409 and "deleted" in refused.value.message
