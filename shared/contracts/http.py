@@ -81,7 +81,14 @@ class ForkedSession(SessionView):
 TITLE_MAX_CHARS = 200
 # C0/C1 controls, and the marks that reorder or break the text around them (bidi overrides and
 # isolates, line and paragraph separators): a title is shown inline in lists.
-_TITLE_REFUSED = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+_TITLE_REFUSED = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+# Letters that render as nothing (Hangul fillers, the blank Braille pattern): no more visible than a
+# format character (ZWSP, word joiner, BOM) or a lone combining mark.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def _visible(c: str) -> bool:
+    return unicodedata.category(c)[0] in "LNPS" and c not in _BLANK_LETTERS
 
 
 class PatchSession(Contract):
@@ -113,6 +120,9 @@ class PatchSession(Contract):
             raise ValueError(f"a title is at most {TITLE_MAX_CHARS} characters")
         if _TITLE_REFUSED.search(value):
             raise ValueError("a title may not contain control, bidi or line-separator characters")
+        if not any(_visible(c) for c in value):
+            raise ValueError("a title is 1 or more visible characters: format characters, marks and blanks "
+                             "alone show nothing (null clears it)")
         return value
 
 

@@ -182,6 +182,9 @@ class Rewind(_InboxBase):
     request_id: str = Field(default_factory=lambda: new_id("r_"))
     entry_id: str = Field(pattern=ENTRY_ID)
     reason: Literal["rewind", "edit", "switch"] = "rewind"
+    # An edit: the edited user message, whose "prompt" snapshot (the state it was sent in) is restored
+    # when nothing is kept for `entry_id` itself (the first message's parent precedes every snapshot).
+    edited_id: str | None = Field(None, pattern=ENTRY_ID)
 
 
 class ConnectorResult(_InboxBase):
