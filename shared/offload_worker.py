@@ -1,0 +1,69 @@
+"""A worker of shared/offload.py: `python -m shared.offload_worker MEMORY_BYTES`.
+
+It limits its own address space first, then answers framed, pickled `("module:function", args)`
+requests on stdin with `("ok", result)` or `("err", exception)` on stdout, one at a time, until stdin
+closes. Only functions under `shared.` are run. Anything the job prints goes to stderr: stdout carries
+the replies only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import resource
+import struct
+import sys
+from typing import Any, BinaryIO
+
+FRAME = struct.Struct(">Q")
+
+
+def _read(src: BinaryIO, n: int) -> bytes | None:
+    out = b""
+    while len(out) < n:
+        chunk = src.read(n - len(out))
+        if not chunk:
+            return None
+        out += chunk
+    return out
+
+
+def _call(name: str, args: tuple[Any, ...]) -> tuple[str, Any]:
+    module, _, attr = name.partition(":")
+    if not module.startswith("shared."):
+        return "err", ValueError(f"not a shared function: {name}")
+    try:
+        return "ok", getattr(importlib.import_module(module), attr)(*args)
+    except MemoryError:
+        return "err", MemoryError("the job went past the worker's memory limit")
+    except Exception as exc:  # noqa: BLE001 - the caller gets its job's own exception
+        return "err", exc
+
+
+def main() -> None:
+    limit = int(sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a stray print cannot corrupt the replies
+    requests = sys.stdin.buffer
+    while True:
+        head = _read(requests, FRAME.size)
+        if head is None:
+            return
+        body = _read(requests, FRAME.unpack(head)[0])
+        if body is None:
+            return
+        name, args = pickle.loads(body)
+        status, value = _call(name, args)
+        try:
+            out = pickle.dumps((status, value), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - an unpicklable exception still answers
+            out = pickle.dumps(("err", RuntimeError(f"{type(value).__name__}: {value}"[:500])))
+            del exc
+        replies.write(FRAME.pack(len(out)) + out)
+        replies.flush()
+
+
+if __name__ == "__main__":
+    main()
