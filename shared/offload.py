@@ -8,7 +8,7 @@ limit (RLIMIT_AS). One job at a time per worker; a job past its time budget has 
 (the next job gets a fresh one), a job past the memory limit fails in the worker (MemoryError) or
 kills it. Waiting for a free worker is bounded too: past `queue_wait_s` the caller is told `Busy`.
 
-Jobs name a module-level function as `"module:function"` under `shared.`; arguments and results
+Jobs name a module-level function as `"module:function"`; arguments and results
 travel pickled over the worker's stdin/stdout, framed by an 8-byte length.
 """
 

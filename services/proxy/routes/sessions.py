@@ -127,7 +127,7 @@ async def post_message(
                 parse_ari(tab.ari)
             except AriError as exc:
                 raise ApiError(422, f"client_context.visibleTabs: tab {tab.tab_id!r} has an invalid ARI: {exc}") from exc
-    attached = await check_attachments(proxy.settings, sid, body.attachments) if body.attachments else None
+    attached = await check_attachments(proxy.settings, sid, body.attachments, state.row.owner) if body.attachments else None
     if body.edit_of is not None:
         # A retried edit with its Idempotency-Key is answered from the stored response (IDEMPOTENT): no second rewind.
         state = await edit_rewind(proxy, state, body.edit_of)
