@@ -144,4 +144,7 @@ def validate(schema_json: str, args: Any) -> tuple[str, str] | None:
     if not problems:
         return None
     first = problems[0]
-    return "/".join(str(p) for p in first.path) or "(arguments)", first.message[:300]
+    message = first.message  # jsonschema's repeats the value: keep its head and the verdict at its end
+    if len(message) > 300:
+        message = f"fails `{first.validator}`: {message[:150]} ... {message[-120:]}"
+    return "/".join(str(p) for p in first.path) or "(arguments)", message

@@ -13,11 +13,11 @@ def _chunk(kind: bytes, body: bytes) -> bytes:
 
 def png_of_zeros(width: int, height: int, colour: int = 2, depth: int = 8, rows: int | None = None,
                  truncate: bool = False) -> bytes:
-    """A PNG of black rows, compressed row by row (never held whole): 7000x7000 at 16 bits is ~1.3 MB.
+    """A PNG of black rows, compressed row by row (never held whole): 7000x7000 at 16 bits is ~0.3 MB.
     `rows` fewer than `height` or `truncate` (half the zlib stream) make it corrupt."""
     bands = {0: 1, 2: 3, 4: 2, 6: 4}[colour]
     row = bytes(1 + (width * bands * depth + 7) // 8)
-    packer = zlib.compressobj(1)
+    packer = zlib.compressobj(9, zlib.DEFLATED, 15, 9, zlib.Z_RLE)  # runs of zeros: ~1,000:1, fast
     idat = b"".join(packer.compress(row) for _ in range(height if rows is None else rows)) + packer.flush()
     if truncate:
         idat = idat[: len(idat) // 2]
