@@ -116,7 +116,9 @@ async def get_session(state: SessionState = Depends(owned_session),
                         409: {"description": "on_busy=reject while a run is active, or expected_run_id is not the "
                                              "active run (nothing queued), or no snapshot is kept for the edited "
                                              "message's parent"},
-                        422: {"description": "edit_of does not name a user message of this session"}})
+                        422: {"description": "edit_of does not name a user message of this session"},
+                        429: {"description": "this user's images are decoding already (attachments; Retry-After)"},
+                        503: {"description": "every image decoder is busy (attachments; Retry-After)"}})
 async def post_message(
     body: PostMessage, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)
 ) -> MessageAccepted:
