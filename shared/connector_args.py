@@ -11,6 +11,8 @@ check runs in the runtime worker every session on it shares. So:
   `additionalProperties`) by RE2, a linear-time engine (registration refuses a pattern RE2 cannot
   compile: shared/connector_schemas.py), and `uniqueItems` by a hash of each item's canonical form
   instead of jsonschema's pairwise comparison (quadratic for items it cannot sort, e.g. objects).
+  What else could cost more (`unevaluatedProperties` beside `patternProperties`, a schema that applies
+  many subschemas to each value) ends at the time budget: the worker is killed.
 """
 
 from __future__ import annotations
@@ -73,14 +75,6 @@ def _compiled(pattern: str) -> Any:
     return re2.compile(pattern, options)
 
 
-class _Re2Module:
-    """The one function of `re` jsonschema's keywords call, answered by RE2."""
-
-    @staticmethod
-    def search(pattern: str, string: str) -> Any:
-        return _compiled(pattern).search(string)
-
-
 # ---------------------------------------------------------------- uniqueItems in linear time
 
 def _canonical(value: Any) -> Any:
@@ -109,26 +103,62 @@ def unique(items: list[Any]) -> bool:
     return True
 
 
-@functools.cache
-def _install() -> None:
-    """Swap the super-linear parts of jsonschema for bounded ones, in the worker process that
-    validates (the patched names are jsonschema's module globals)."""
-    from jsonschema import _keywords, _utils
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    from jsonschema.exceptions import ValidationError
 
-    _keywords.re = _Re2Module  # type: ignore[assignment]  # pattern, patternProperties
-    _utils.re = _Re2Module  # type: ignore[assignment]  # additionalProperties beside patternProperties
-    _keywords.uniq = unique  # uniqueItems
+    if validator.is_type(instance, "string") and not _compiled(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any, schema: Any) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for k, v in instance.items():
+            if _compiled(pattern).search(k):
+                yield from validator.descend(v, subschema, path=k, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's keyword, with the properties `patternProperties` covers matched by RE2."""
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "object"):
+        return
+    named, patterns = schema.get("properties", {}), list(schema.get("patternProperties", {}))
+    extras = [k for k in instance if k not in named and not any(_compiled(p).search(k) for p in patterns)]
+    if validator.is_type(allowed, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed, path=extra)
+    elif not allowed and extras:
+        listed = ", ".join(repr(e) for e in sorted(extras)[:20])
+        yield ValidationError(f"Additional properties are not allowed ({listed} unexpected)")
+
+
+def _unique_items(validator: Any, wanted: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    from jsonschema.exceptions import ValidationError
+
+    if wanted and validator.is_type(instance, "array") and not unique(instance):
+        yield ValidationError(f"{instance!r} has non-unique elements")
+
+
+@functools.cache
+def _validator_class() -> Any:
+    """Draft 2020-12 with its super-linear keywords answered in linear time (no global patching:
+    other users of jsonschema in the process keep its own)."""
+    from jsonschema import Draft202012Validator, validators
+
+    return validators.extend(Draft202012Validator, {
+        "pattern": _pattern, "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties, "uniqueItems": _unique_items})
 
 
 @functools.lru_cache(maxsize=64)
 def _validator(schema_json: str) -> Any:
-    from jsonschema import Draft202012Validator
-
-    return Draft202012Validator(json.loads(schema_json))
+    return _validator_class()(json.loads(schema_json))
 
 
 def _errors(schema_json: str, args: Any) -> Iterator[Any]:
-    _install()
     return iter(_validator(schema_json).iter_errors(args))
 
 
