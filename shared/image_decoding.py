@@ -43,7 +43,8 @@ class Decoder:
 
     @property
     def pool(self) -> offload.Pool:
-        return offload.pool("image-decoding", self.workers, self.memory_bytes, self.queue_wait_s)
+        return offload.pool("image-decoding", self.workers, self.memory_bytes, self.queue_wait_s,
+                            warm="shared.images:warm")
 
     async def prepare(self, data: bytes, user: str) -> PreparedImage:
         """`shared.images.prepare` of `data`, bounded. Raises ImageRefused (its status: 413, 422, 429,

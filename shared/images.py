@@ -123,6 +123,11 @@ def prepare(data: bytes, limits: ImageLimits) -> PreparedImage:
         raise ImageRefused(f"corrupt or unreadable {mime.split('/')[1].upper()} image: {exc}") from exc
 
 
+def warm() -> None:
+    """Run as a decoding worker starts (shared/offload.py): Pillow's format plugins loaded."""
+    Image.init()
+
+
 def _reencode(im: Image.Image, mime: ImageMime, limits: ImageLimits) -> PreparedImage:
     frame = ImageOps.exif_transpose(im) or im
     alpha = frame.mode in ("RGBA", "LA", "PA") or (frame.mode == "P" and "transparency" in frame.info)

@@ -28,6 +28,7 @@ import structlog
 
 log = structlog.get_logger()
 FRAME = struct.Struct(">Q")
+SPAWN_TIMEOUT_S = 60.0
 
 
 class OffloadError(Exception):
@@ -63,6 +64,9 @@ class Pool:
     size: int = 1
     memory_bytes: int = 1024 * 1024 * 1024
     queue_wait_s: float = 5.0
+    # "module:function" run once as each worker starts (imports, compiled tables), before it counts as
+    # ready: a job's time budget is for the job, not for a cold start on a loaded host.
+    warm: str = ""
     _idle: asyncio.Queue[_Worker | None] | None = field(default=None, init=False)
     _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
 
@@ -77,9 +81,16 @@ class Pool:
 
     async def _spawn(self) -> _Worker:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "shared.offload_worker", str(self.memory_bytes),
+            sys.executable, "-m", "shared.offload_worker", str(self.memory_bytes), self.warm,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=2**20)
-        return _Worker(proc)
+        worker = _Worker(proc)
+        try:
+            assert proc.stdout is not None
+            await asyncio.wait_for(proc.stdout.readexactly(FRAME.size), SPAWN_TIMEOUT_S)  # its "ready"
+        except (TimeoutError, asyncio.IncompleteReadError) as exc:
+            await self._kill(worker)
+            raise WorkerDied(f"{self.name}: a worker did not start") from exc
+        return worker
 
     @contextlib.asynccontextmanager
     async def _worker(self) -> AsyncIterator[list[_Worker | None]]:
@@ -148,9 +159,9 @@ class Pool:
 _POOLS: dict[tuple[int, str], Pool] = {}
 
 
-def pool(name: str, size: int, memory_bytes: int, queue_wait_s: float = 5.0) -> Pool:
+def pool(name: str, size: int, memory_bytes: int, queue_wait_s: float = 5.0, warm: str = "") -> Pool:
     """The process's pool of that name (one per process: a forked runtime worker gets its own)."""
     key = (os.getpid(), name)
     if key not in _POOLS:
-        _POOLS[key] = Pool(name, size=size, memory_bytes=memory_bytes, queue_wait_s=queue_wait_s)
+        _POOLS[key] = Pool(name, size=size, memory_bytes=memory_bytes, queue_wait_s=queue_wait_s, warm=warm)
     return _POOLS[key]

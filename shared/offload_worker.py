@@ -1,6 +1,7 @@
-"""A worker of shared/offload.py: `python -m shared.offload_worker MEMORY_BYTES`.
+"""A worker of shared/offload.py: `python -m shared.offload_worker MEMORY_BYTES [WARM]`.
 
-It limits its own address space first, then answers framed, pickled `("module:function", args)`
+It limits its own address space first, runs WARM (a "module:function", when given), says it is ready
+(an empty frame), then answers framed, pickled `("module:function", args)`
 requests on stdin with `("ok", result)` or `("err", exception)` on stdout, one at a time, until stdin
 closes. Only its parent writes to its stdin (the requests are the service's own, never a client's).
 Anything the job prints goes to stderr: stdout carries the replies only.
@@ -44,6 +45,10 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print cannot corrupt the replies
+    if len(sys.argv) > 2 and sys.argv[2]:
+        _call(sys.argv[2], ())
+    replies.write(FRAME.pack(0))
+    replies.flush()
     requests = sys.stdin.buffer
     while True:
         head = _read(requests, FRAME.size)

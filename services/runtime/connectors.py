@@ -112,7 +112,8 @@ async def checked(schema_json: str, args: dict[str, Any]) -> tuple[str, str] | N
     too_big = connector_args.over_budget(args)
     if too_big:
         return "(arguments)", too_big
-    pool = offload.pool("connector-validation", size=1, memory_bytes=512 * 1024 * 1024)
+    pool = offload.pool("connector-validation", size=1, memory_bytes=512 * 1024 * 1024,
+                        warm="shared.connector_args:warm")
     try:
         problem: tuple[str, str] | None = await pool.run(
             "shared.connector_args:validate", schema_json, args, timeout_s=connector_args.VALIDATION_TIMEOUT_S)
