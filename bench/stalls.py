@@ -166,7 +166,7 @@ def under_attack(bob: Tenant, attack: Callable[[int], Any], rounds: int) -> dict
     return {**row, "attacks": done[0]}
 
 
-def run(work: Path, redis_url: str, rounds: int, src: Path | None) -> dict[str, Any]:
+def run(work: Path, redis_url: str, rounds: int, src: Path | None, only: list[str]) -> dict[str, Any]:
     stack = Stack(redis_url=redis_url, data_dir=work / "data", log_dir=work / "logs", src=src,
                   env_overrides={"GAMMA_DYNAMIC_TOOLS": "1", "GAMMA_IDLE_S": "600"})
     rows: dict[str, Any] = {}
@@ -175,6 +175,8 @@ def run(work: Path, redis_url: str, rounds: int, src: Path | None) -> dict[str, 
         alice, bob = Tenant(stack, API_TOKEN), Tenant(stack, OTHER_TOKEN)
         measure(bob, 3)  # warm: the session live, the pools started
         for name, attack in attacks(stack, alice).items():
+            if only and not any(o.lower() in name.lower() for o in only):
+                continue
             quiet = measure(bob, rounds)
             loud = under_attack(bob, attack, rounds)
             ratio = round(loud["round_trip_p99_ms"] / quiet["round_trip_p99_ms"], 2)
@@ -190,12 +192,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40, help="bob's round trips per phase")
     parser.add_argument("--src", type=Path, default=None, help="run the services from another tree (a before figure)")
+    parser.add_argument("--only", action="append", default=[], help="attacks whose name holds this (repeatable)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gamma-bench-stalls-") as tmp:
         url, server = start_redis_server(data_dir=tmp)
         try:
-            rows = run(Path(tmp), f"{url}/1", args.rounds, args.src)
+            rows = run(Path(tmp), f"{url}/1", args.rounds, args.src, args.only)
         finally:
             server.terminate()
             server.wait(timeout=10)

@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from shared import image_decoding, offload
+from shared.image_checks import png_problem
 from shared.image_limits import ImageLimits
 from shared.images import ImageRefused, prepare
 from tests.support.bombs import WEBP_7000, png_of_zeros
@@ -109,3 +110,11 @@ def test_png_of_zeros_is_well_formed() -> None:
     with Image.open(io.BytesIO(data)) as im:
         im.load()
         assert im.size == (64, 32)
+
+
+@pytest.mark.parametrize("mode", ["1", "L", "P", "LA", "RGB", "RGBA", "I;16"])
+def test_well_formed_pngs_of_every_mode_pass_the_structure_check(mode: str) -> None:
+    im = Image.new("I;16", (40, 40), 1000) if mode == "I;16" else Image.effect_noise((300, 200), 50).convert(mode)
+    out = io.BytesIO()
+    im.save(out, "PNG")
+    assert png_problem(out.getvalue()) is None
