@@ -12,7 +12,9 @@ bob measures the quiet stack. Attacks (alice):
 - corrupt PNG: distinct truncated 49 M-pixel PNGs attached, one after another;
 - WebP bomb: the 1.9 KB 7000x7000 WebP attached;
 - parallel reads: one step of five `read`s of a deep PNG and a `show_file look` of the WebP.
-Target: bob's round-trip p99 under attack <= 2x quiet. Prints a table; writes bench/results/stalls.json.
+Beside them a control, not an attack: alice sends the same three-step connector prompt with a small
+argument, back to back (what any busy neighbour costs on the same cores: the figures set an attack
+against it too). Target: bob's round-trip p99 under attack <= 2x quiet. Prints a table; writes bench/results/stalls.json.
 Run it under the machine lock (`flock /tmp/gamma-bench.lock make bench-stalls`). Not a timed test.
 """
 
@@ -139,6 +141,9 @@ def attacks(stack: Stack, alice: Tenant) -> dict[str, Callable[[int], Any]]:
 
     reads = [call("read", path="deep0.png") for _ in range(5)] + [call("show_file", path="bomb.webp", look=True)]
     return {
+        # Not an attack: the same three-step prompt with a small argument, back to back, so the figures
+        # tell an attack's cost from that of any busy neighbour on the same cores.
+        "control: busy neighbour": connector("regex", 123),
         "connector uniqueItems": connector("bulk", [{"a": i} for i in range(4_500)] + [{"a": 0}]),
         "connector pattern": connector("regex", "a" * 45 + "!"),
         "deep PNG attachments x6": deep,
@@ -180,7 +185,9 @@ def run(work: Path, redis_url: str, rounds: int, src: Path | None, only: list[st
             quiet = measure(bob, rounds)
             loud = under_attack(bob, attack, rounds)
             ratio = round(loud["round_trip_p99_ms"] / quiet["round_trip_p99_ms"], 2)
-            rows[name] = {"quiet": quiet, "attack": loud, "p99_ratio": ratio, "within_target": ratio <= TARGET_RATIO}
+            control = rows.get("control: busy neighbour", {}).get("attack", {}).get("round_trip_p99_ms")
+            rows[name] = {"quiet": quiet, "attack": loud, "p99_ratio": ratio, "within_target": ratio <= TARGET_RATIO,
+                          "p99_vs_control": round(loud["round_trip_p99_ms"] / control, 2) if control else None}
             print(f"{name:<24} quiet p99 {quiet['round_trip_p99_ms']:>8} ms  attack p99 {loud['round_trip_p99_ms']:>8} ms"
                   f"  x{ratio:<5} ({loud['attacks']} attacks)", flush=True)
     finally:
@@ -203,11 +210,11 @@ def main() -> None:
             server.terminate()
             server.wait(timeout=10)
     print(f"\n{'attack':<24} {'quiet p50':>10} {'quiet p99':>10} {'attack p50':>11} {'attack p99':>11} {'ratio':>6} "
-          f"{'GET p99 q/a':>14} {'attacks':>8}")
+          f"{'vs control':>10} {'GET p99 q/a':>14} {'attacks':>8}")
     for name, r in rows.items():
         q, a = r["quiet"], r["attack"]
         print(f"{name:<24} {q['round_trip_p50_ms']:>10} {q['round_trip_p99_ms']:>10} {a['round_trip_p50_ms']:>11} "
-              f"{a['round_trip_p99_ms']:>11} {r['p99_ratio']:>6} {str(q['get_p99_ms']) + '/' + str(a['get_p99_ms']):>14} "
+              f"{a['round_trip_p99_ms']:>11} {r['p99_ratio']:>6} {str(r['p99_vs_control']):>10} {str(q['get_p99_ms']) + '/' + str(a['get_p99_ms']):>14} "
               f"{a['attacks']:>8}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
