@@ -93,7 +93,7 @@ def test_a_question_with_a_blocked_task_is_not_a_completion(rt: Stack, d: Driver
     sid = "audit3"
     go_live(d, sid)
     d.prompt(sid, script(LOAD, {"tool_calls": [call("todo", items=[
-        {"id": "a", "content": "Ask who the audience is", "status": "blocked"}])]}, done("Who is the audience?")))
+        {"id": "a", "content": "Ask who the audience is", "status": "blocked", "reason": "waiting for the user"}])]}, done("Who is the audience?")))
     run_done(d, sid)
     assert audits(rt, sid) == []
     assert [m["message"] for m in d.message_users(sid)] == ["Who is the audience?"]
@@ -164,7 +164,7 @@ def test_a_completed_workflow_left_live_is_superseded_by_the_next_one(rt: Stack,
     d.prompt(sid, script(LOAD, done("Finished."), done("Finished, really.")))  # yields unreported: still live
     run_done(d, sid)
     d.prompt(sid, script({"tool_calls": [call("skill", name="import")]}, {"tool_calls": [
-        call("todo", items=[{"id": "a", "content": "Ask which file", "status": "blocked"}])]}, done("Which file?")))
+        call("todo", items=[{"id": "a", "content": "Ask which file", "status": "blocked", "reason": "waiting for the user"}])]}, done("Which file?")))
     run_done(d, sid, 2)
     skill = tool_results(rt, sid, "skill")[-1]
     assert not skill["isError"] and skill["details"]["activated"] == ["import"]  # no conflict with the deck

@@ -74,7 +74,7 @@ def test_a_batch_that_loads_the_skill_or_a_conflicting_one_is_left_alone(api: ht
     # an import mid-task (waiting on the user, so not completed) conflicts with deck-generation
     ask(api, other, script({"tool_calls": [call("skill", name="import")]},
                            {"tool_calls": [call("todo", items=[{"id": "a", "content": "Ask which file",
-                                                                "status": "blocked"}])]}, done("Which file?")))
+                                                                "status": "blocked", "reason": "the user's file"}])]}, done("Which file?")))
     es = ask(api, other, script({"content": "Create a new presentation about owls",
                                  "tool_calls": [call("read", path="brief.xml")]}, done("importing")))
     assert activations(es) == ["import", "gml-authoring", "gml-cli"] and not custom(es, "gamma.system_guidance")
