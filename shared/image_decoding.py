@@ -13,9 +13,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import structlog
@@ -39,7 +41,7 @@ class Decoder:
     user_wait_s: float = 2.0
     queue_wait_s: float = 5.0
     _refused: OrderedDict[str, ImageRefused] = field(default_factory=OrderedDict, init=False)
-    _users: dict[str, tuple[asyncio.Semaphore, list[int]]] = field(default_factory=dict, init=False)
+    _users: offload.PerKey | None = field(default=None, init=False)
 
     @property
     def pool(self) -> offload.Pool:
@@ -78,37 +80,16 @@ class Decoder:
         while len(self._refused) > REMEMBERED:
             self._refused.popitem(last=False)
 
-    def _user_slot(self, user: str) -> _UserSlot:
-        if user not in self._users:
-            self._users[user] = (asyncio.Semaphore(self.per_user), [0])
-        return _UserSlot(self, user)
-
-
-class _UserSlot:
-    """One of the user's decodes in flight; the user's entry goes once none is (no growth per user)."""
-
-    def __init__(self, decoder: Decoder, user: str) -> None:
-        self.decoder, self.user = decoder, user
-
-    async def __aenter__(self) -> None:
-        sem, holders = self.decoder._users[self.user]
-        holders[0] += 1
+    @contextlib.asynccontextmanager
+    async def _user_slot(self, user: str) -> AsyncIterator[None]:
+        if self._users is None:
+            self._users = offload.PerKey(self.per_user, self.user_wait_s)
         try:
-            await asyncio.wait_for(sem.acquire(), self.decoder.user_wait_s)
-        except TimeoutError:
-            self._leave(holders)
-            raise ImageRefused(f"{self.decoder.per_user} of your images are being decoded already; try again "
-                               "in a few seconds", 429) from None
-
-    async def __aexit__(self, *exc: object) -> None:
-        sem, holders = self.decoder._users[self.user]
-        sem.release()
-        self._leave(holders)
-
-    def _leave(self, holders: list[int]) -> None:
-        holders[0] -= 1
-        if holders[0] == 0:
-            self.decoder._users.pop(self.user, None)
+            async with self._users.slot(user):
+                yield
+        except offload.Busy:
+            raise ImageRefused(f"{self.per_user} of your images are being decoded already; try again in a few "
+                               "seconds", 429) from None
 
 
 _DECODERS: dict[tuple[int, ImageLimits, int, int, float, int], Decoder] = {}

@@ -156,6 +156,36 @@ class Pool:
                 await self._kill(w)
 
 
+class PerKey:
+    """At most `per_key` jobs in flight per key (a user); past `wait_s` of waiting, `Busy`. A key's
+    entry goes once none of its jobs is in flight, so nothing grows per user."""
+
+    def __init__(self, per_key: int, wait_s: float) -> None:
+        self.per_key, self.wait_s = per_key, wait_s
+        self._keys: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def slot(self, key: str) -> AsyncIterator[None]:
+        sem, holders = self._keys.setdefault(key, (asyncio.Semaphore(self.per_key), [0]))
+        holders[0] += 1
+        try:
+            try:
+                await asyncio.wait_for(sem.acquire(), self.wait_s)
+            except TimeoutError:
+                raise Busy(f"{self.per_key} of your jobs are running already") from None
+            try:
+                yield
+            finally:
+                sem.release()
+        finally:
+            holders[0] -= 1
+            if holders[0] == 0:
+                self._keys.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
 _POOLS: dict[tuple[int, str], Pool] = {}
 
 

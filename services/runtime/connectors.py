@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -104,19 +105,25 @@ def neutralised(value: Any) -> Any:
     return value
 
 
-async def checked(schema_json: str, args: dict[str, Any]) -> tuple[str, str] | None:
+_PER_TENANT: dict[int, offload.PerKey] = {}
+
+
+async def checked(schema_json: str, args: dict[str, Any], tenant: str) -> tuple[str, str] | None:
     """(place, why) when the arguments do not fit the schema. Budgets first, on the loop (linear);
     then the schema check in a worker process under a time budget (shared/connector_args.py): the loop
     every session of this worker shares never runs a connector's schema (docs/architecture.md
-    "Bounded work")."""
+    "Bounded work"). Two workers, one check in flight per tenant: one tenant's checks that run to
+    their budget never hold up another's."""
     too_big = connector_args.over_budget(args)
     if too_big:
         return "(arguments)", too_big
-    pool = offload.pool("connector-validation", size=1, memory_bytes=512 * 1024 * 1024,
+    pool = offload.pool("connector-validation", size=2, memory_bytes=512 * 1024 * 1024,
                         warm="shared.connector_args:warm")
+    slots = _PER_TENANT.setdefault(os.getpid(), offload.PerKey(1, connector_args.VALIDATION_TIMEOUT_S))
     try:
-        problem: tuple[str, str] | None = await pool.run(
-            "shared.connector_args:validate", schema_json, args, timeout_s=connector_args.VALIDATION_TIMEOUT_S)
+        async with slots.slot(tenant):
+            problem: tuple[str, str] | None = await pool.run(
+                "shared.connector_args:validate", schema_json, args, timeout_s=connector_args.VALIDATION_TIMEOUT_S)
     except offload.OffloadError as exc:
         log.warning("connector_validation_failed", error=str(exc))
         return "(arguments)", f"the arguments could not be checked within the budget ({exc})"
@@ -188,7 +195,7 @@ class ConnectorHub:
         schema_json = json.dumps(spec.parameters, sort_keys=True, separators=(",", ":"))
 
         async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-            problem = await checked(schema_json, args)
+            problem = await checked(schema_json, args, self._workspace or self.sid)
             if problem:
                 self._count(connector.name, "invalid")
                 where, why = problem

@@ -101,7 +101,7 @@ async def test_one_users_decodes_in_flight_are_bounded() -> None:
         assert refused.value.status == 429
         async with decoder._user_slot("u2"):  # another user is not held up
             pass
-    assert not gate.is_set() and decoder._users == {}  # nothing kept per user once idle
+    assert not gate.is_set() and decoder._users is not None and len(decoder._users) == 0  # nothing kept per user
 
 
 def test_png_of_zeros_is_well_formed() -> None:

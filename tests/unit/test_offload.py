@@ -65,3 +65,14 @@ async def test_a_caller_waiting_past_the_queue_wait_is_told_busy() -> None:
         assert await busy > 0
     finally:
         await pool.close()
+
+
+async def test_one_key_holds_at_most_its_share_and_leaves_nothing_behind() -> None:
+    slots = offload.PerKey(1, wait_s=0.2)
+    async with slots.slot("alice"):
+        with pytest.raises(offload.Busy):
+            async with slots.slot("alice"):
+                pass
+        async with slots.slot("bob"):  # another key is not held up
+            assert len(slots) == 2
+    assert len(slots) == 0
