@@ -171,8 +171,13 @@ def test_a_completed_workflow_left_live_is_superseded_by_the_next_one(rt: Stack,
     entries = transcript(rt.data_dir, sid)
     ends = [(e["name"], e["reason"], e.get("workflow")) for e in entries if e["type"] == "skill_end"]
     assert ends == [("deck-generation", "superseded", "import")]  # its references stay: import requires them
-    # a workflow mid-task (its question is not a completion) still conflicts
-    d.prompt(sid, script({"tool_calls": [call("skill", name="deck-generation")]}, done("ok")))
+    # a new request that starts a conflicting workflow supersedes the import left mid-task (the user
+    # moved on); within that request, going back to import is a conflict again
+    d.prompt(sid, script({"tool_calls": [call("skill", name="deck-generation")]},
+                         {"tool_calls": [call("skill", name="import")]}, done("ok")))
     run_done(d, sid, 3)
-    refused = tool_results(rt, sid, "skill")[-1]
-    assert refused["isError"] and "'import' (already active)" in refused["content"][0]["text"]
+    switched, refused = tool_results(rt, sid, "skill")[-2:]
+    assert not switched["isError"], switched
+    assert refused["isError"] and "'deck-generation' (already active)" in refused["content"][0]["text"]
+    ends = [(e["name"], e["reason"]) for e in transcript(rt.data_dir, sid) if e["type"] == "skill_end"]
+    assert ("import", "superseded") in ends, ends
