@@ -121,7 +121,9 @@ async def get_session(state: SessionState = Depends(owned_session),
                         409: {"description": "on_busy=reject while a run is active, or expected_run_id is not the "
                                              "active run (nothing queued), or no snapshot is kept for the edited "
                                              "message's parent"},
-                        422: {"description": "edit_of does not name a user message of this session"}})
+                        422: {"description": "edit_of does not name a user message of this session"},
+                        429: {"description": "this user's images are decoding already (attachments; Retry-After)"},
+                        503: {"description": "every image decoder is busy (attachments; Retry-After)"}})
 async def post_message(
     body: PostMessage, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)
 ) -> MessageAccepted:
@@ -132,7 +134,7 @@ async def post_message(
                 parse_ari(tab.ari)
             except AriError as exc:
                 raise ApiError(422, f"client_context.visibleTabs: tab {tab.tab_id!r} has an invalid ARI: {exc}") from exc
-    attached = await check_attachments(proxy.settings, sid, body.attachments) if body.attachments else None
+    attached = await check_attachments(proxy.settings, sid, body.attachments, state.row.owner) if body.attachments else None
     if body.edit_of is not None:
         # A retried edit with its Idempotency-Key is answered from the stored response (IDEMPOTENT): no second rewind.
         state = await edit_rewind(proxy, state, body.edit_of)
