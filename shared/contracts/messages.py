@@ -13,9 +13,16 @@ class _Msg(CamelContract):
     model_config = ConfigDict(extra="ignore")
 
 
+Phase = Literal["commentary", "final_answer"]
+
+
 class TextContent(_Msg):
     type: Literal["text"] = "text"
     text: str
+    # The Responses API's `phase` of the assistant message item the text came from (reference §1.11:
+    # a preamble is `commentary`, the answer `final_answer`), kept to be replayed on that item; None
+    # when the model or API has none (Chat Completions never does).
+    phase: Phase | None = None
 
 
 ImageMime = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
@@ -52,13 +59,16 @@ class ToolCall(_Msg):
 
 
 AssistantContent = Annotated[TextContent | ThinkingContent | ToolCall, Field(discriminator="type")]
-StopReason = Literal["stop", "toolUse", "length", "error", "aborted"]
+# `contentFilter`: the provider's content filter stopped the reply (reference §3.1/3.2), its own
+# outcome: shown to the user as such, never told to the model as the output limit.
+StopReason = Literal["stop", "toolUse", "length", "contentFilter", "error", "aborted"]
 
 
 class Usage(_Msg):
     input: int = 0
     output: int = 0
     cache_read: int = 0  # input tokens the provider served from its prompt cache
+    cache_write: int = 0  # input tokens written to the prompt cache, when the provider reports it (reference §5)
     reasoning: int = 0  # output tokens spent on reasoning (part of `output`)
     total_tokens: int = 0
     # Counted here, not reported by the API: a request cancelled by an abort ends before its usage
@@ -78,6 +88,9 @@ class AssistantMessage(_Msg):
     content: list[AssistantContent] = Field(default_factory=list)
     stop_reason: StopReason = "stop"
     error_message: str | None = None
+    # An error the harness decided, not the model call (engine/loop.py): the run's budget spent, a
+    # second empty reply, a second reply cut at the output limit. None: the call failed.
+    error_kind: Literal["budget", "empty_reply", "output_limit"] | None = None
     model: str = ""
     usage: Usage = Field(default_factory=Usage)
     timestamp: int = Field(default_factory=now_ms)

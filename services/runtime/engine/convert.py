@@ -108,8 +108,8 @@ def convert_one(m: AgentMessage, trusted_role: TrustedRole, images: Images = NO_
     if isinstance(m, ToolResultMessage):
         return {"role": "tool", "tool_call_id": m.tool_call_id, "content": neutralise(m.text())}
     if isinstance(m, AssistantMessage):
-        if m.stop_reason in ("error", "aborted") and not m.tool_calls() and not m.text():
-            return None  # a failed call has nothing the model could continue from
+        if not m.tool_calls() and not m.text() and not m.refusal:
+            return None  # nothing the model could continue from: a failed call, an empty reply
         out: dict[str, Any] = {"role": "assistant", "content": m.text() or m.refusal or None}
         calls = m.tool_calls()
         if calls:
@@ -155,8 +155,8 @@ def to_responses_input(messages: list[AgentMessage], model: str, *, trusted_role
 
 
 def _assistant_items(m: AssistantMessage, model: str) -> list[dict[str, Any]]:
-    if m.stop_reason in ("error", "aborted") and not m.tool_calls() and not m.text():
-        return []
+    if not m.tool_calls() and not m.text() and not m.refusal:
+        return []  # a failed call, an empty or reasoning-only reply (its reasoning item cannot go alone, §1.6)
     items: list[dict[str, Any]] = []
     replay = m.model == model
     for c in m.content:
