@@ -10,7 +10,14 @@ import pytest
 
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.convert import to_openai, to_responses_input
-from services.runtime.engine.types import AgentContext, AgentEvent, RunBudget, RunHooks, ToolContext, ToolOutcome
+from services.runtime.engine.types import (
+    AgentContext,
+    AgentEvent,
+    RunBudget,
+    RunHooks,
+    ToolContext,
+    ToolOutcome,
+)
 from shared.contracts.messages import (
     AssistantMessage,
     CustomMessage,
