@@ -160,7 +160,8 @@ async def test_offline_client_exposes_its_transport() -> None:
 
 @pytest.mark.parametrize("event", ["error", "response.failed"])
 def test_scripted_error_events_parse(event: str) -> None:
-    error = {"code": "server_error", "message": "overloaded"}
+    # the SDK's ErrorEvent is the flat shape; the live API nests it (the double's default, reference §3.1)
+    error = {"code": "server_error", "message": "overloaded", "shape": "flat"}
     reply = ScriptedReply(stream_error={**error, "event": "failed"} if event == "response.failed" else error)
     events = scripted_responses.events(reply, {"model": "m", "input": []}, scripted_responses.usage(1, 0, 1, 0), None)
     # each event parsed by the class its own `type` names: the static type is any of them
