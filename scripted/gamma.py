@@ -23,7 +23,8 @@ is not answered a second time.
 A step may also carry `reasoning` (summary text), `refusal`, `finish_reason: "length"`, `cut: true`
 (the connection drops mid-stream, once), `stream_error: {code, message}` (an error event inside the
 stream; with `times`, only that many times), `raw_arguments` on a tool call (sent instead of the JSON),
-and an error step `times` (fail that many times, then skip) and `retry_after` (seconds, a header).
+and an error step `times` (fail that many times, then skip) and `retry_after` (seconds, a header);
+an `empty` step with `times` is likewise served that many times, then skipped.
 Requests without the message_user tool (a subagent) get a plain text answer, or, for a `script:`
 task, its steps.
 """
@@ -129,13 +130,16 @@ class ScriptedGamma:
                 body: dict[str, Any] | None = None) -> ScriptedReply | None:
         steps = list(enumerate(json.loads(prompt[len("script:") :])))
         summarized = any(str(m.get("content", "")).startswith(SUMMARY_PREFIX) for m in messages)
-        steps = [(i, s) for i, s in steps if not ("error" in s and (summarized or self._spent(prompt, i, s)))]
+        steps = [(i, s) for i, s in steps if not ("error" in s and (summarized or self._spent(prompt, i, s)))
+                 and not (_served_once(s) and self._spent(prompt, i, s))]
         if step >= len(steps):
             return None
         index, s = steps[step]
         if "error" in s:
             self._count(prompt, index)
             raise failures.error_of(s, str((body or {}).get("model", "")))
+        if _served_once(s):
+            self._count(prompt, index)
         if "reject_replayed" in s and not self._spent(prompt, index, s):
             rejected = failures.rejection(s, body or {})
             if rejected is not None:
@@ -198,3 +202,9 @@ def _answered(messages: list[dict[str, Any]]) -> bool:
                 if args.get("blockOnUser"):
                     return True
     return False
+
+
+def _served_once(step: dict[str, Any]) -> bool:
+    """An `empty` step with `times: n` is served n times, then skipped: an empty reply is not replayed
+    (nothing in it the model could continue from), so the step count cannot move past it."""
+    return bool(step.get("empty")) and "times" in step

@@ -74,3 +74,51 @@ async def test_a_large_tool_call_shows_its_argument_progress(api: str, redis_url
         sizes = [int(str(p["bytes"])) for p in progress]
         assert sizes == sorted(sizes) and sizes[-1] >= 8 * 1024
         assert (tmp_path / "sessions" / sid / "workspace" / "big.txt").read_text() == content
+
+
+async def test_a_stream_without_its_terminal_event_is_retried_then_a_visible_error(
+        api: str, redis_url: str, tmp_path: Path) -> None:
+    """The double ends the body cleanly but without `response.completed` (Chat: no finish_reason, no
+    [DONE]) on every attempt: retried like a cut stream, then an error; never an answer."""
+    async with session(api, redis_url, tmp_path) as (proc, sid):
+        answer = await prompt_and_wait(proc, sid, script({"content": "An answer that never ends.", "no_terminal": True}))
+        assert answer["message_user"] is None
+        error = answer["errors"][-1]
+        assert error["source"] == "model" and "stream closed before" in error["error"]
+        assert (await proc.events(sid, "model_request"))[-1]["attempts"] == 3  # FAST_RETRIES: 2 retries
+        assert any(u.get("restart") for u in await proc.events(sid, "message_update"))
+        last = assistant_entries(tmp_path, sid)[-1]
+        assert last["stopReason"] == "error" and last["content"] == []
+        answer = await prompt_and_wait(proc, sid, script(done("whole this time")))
+        assert answer["message_user"]["message"] == "whole this time"
+
+
+async def test_content_filter_is_told_to_the_user_never_to_the_model_as_a_token_limit(
+        api: str, redis_url: str, tmp_path: Path) -> None:
+    async with session(api, redis_url, tmp_path) as (proc, sid):
+        answer = await prompt_and_wait(proc, sid, script(
+            {"content": "The start of a reply", "finish_reason": "content_filter"}, done("never reached")))
+        error = answer["errors"][-1]
+        assert error["reason"] == "content_filter" and "content filter" in error["error"]
+        assert "output token limit" not in error["error"] and answer["message_user"] is None
+        assert not [e for e in transcript(tmp_path, sid) if e.get("customType") == "gamma.system_guidance"]
+        last = assistant_entries(tmp_path, sid)[-1]
+        assert last["stopReason"] == "contentFilter"
+        assert len(await proc.events(sid, "model_request")) == 1  # the run ended there
+        answer = await prompt_and_wait(proc, sid, script(done("rephrased")))
+        assert answer["message_user"]["message"] == "rephrased"
+
+
+async def test_an_empty_reply_gets_one_nudge_then_a_visible_error(api: str, redis_url: str, tmp_path: Path) -> None:
+    """gpt-5-mini reasons at its default effort: an `empty` step is a reasoning-only reply, whose
+    reasoning item the double refuses to see replayed alone (reference §1.6)."""
+    async with session(api, redis_url, tmp_path) as (proc, sid):
+        answer = await prompt_and_wait(proc, sid, script({"empty": True, "times": 1}, done("after the nudge")))
+        assert answer["message_user"] is not None, answer["errors"]
+        assert answer["message_user"]["message"] == "after the nudge" and not answer["errors"]
+        nudges = [e for e in transcript(tmp_path, sid) if e.get("customType") == "gamma.system_guidance"]
+        assert len(nudges) == 1 and nudges[0]["details"]["reason"] == "empty_reply"
+        answer = await prompt_and_wait(proc, sid, script({"empty": True}, done("never")))
+        error = answer["errors"][-1]
+        assert error["reason"] == "empty_reply" and "no text and no tool call" in error["error"]
+        assert assistant_entries(tmp_path, sid)[-1]["errorKind"] == "empty_reply"
