@@ -13,16 +13,12 @@ class _Msg(CamelContract):
     model_config = ConfigDict(extra="ignore")
 
 
-Phase = Literal["commentary", "final_answer"]
-
-
 class TextContent(_Msg):
     type: Literal["text"] = "text"
     text: str
-    # The Responses API's `phase` of the assistant message item the text came from (reference §1.11:
-    # a preamble is `commentary`, the answer `final_answer`), kept to be replayed on that item; None
-    # when the model or API has none (Chat Completions never does).
-    phase: Phase | None = None
+    # Responses `phase` of the assistant message item this text came in (`commentary` for a preamble,
+    # `final_answer`), replayed as received to the models that have it (reference §1.11).
+    phase: Literal["commentary", "final_answer"] | None = None
 
 
 ImageMime = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
@@ -68,7 +64,9 @@ class Usage(_Msg):
     input: int = 0
     output: int = 0
     cache_read: int = 0  # input tokens the provider served from its prompt cache
-    cache_write: int = 0  # input tokens written to the prompt cache, when the provider reports it (reference §5)
+    # input tokens written to the prompt cache (`cache_write_tokens`, billed 1.25x from GPT-5.6; part
+    # of `input`, as `cache_read` is; 0 when the server does not report it: reference §5)
+    cache_write: int = 0
     reasoning: int = 0  # output tokens spent on reasoning (part of `output`)
     total_tokens: int = 0
     # Counted here, not reported by the API: a request cancelled by an abort ends before its usage
