@@ -1,4 +1,5 @@
-"""What the loop does with a reply that is not a plain answer (engine/loop.py; reference §3.3):
+"""What the loop does with a reply that is not a plain answer (engine/loop.py; docs/architecture.md
+"How a model reply ends"; reference §3.3):
 
 - cut at the output limit with no tool call: the model is asked once to continue, more briefly;
 - cut at the output limit while writing tool calls: the calls are not run (their arguments are

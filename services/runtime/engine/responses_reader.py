@@ -1,4 +1,5 @@
-"""What one streamed Responses reply brings, read the way the API means it (reference §3.1, §3.3).
+"""What one streamed Responses reply brings, read the way the API means it (reference §3.1, §3.3;
+docs/architecture.md "How a model reply ends").
 
 - complete only after `response.completed`; `response.incomplete` is its own outcome (the output
   limit, or the content filter: kept apart), `response.failed` and `error` are errors; a body that
