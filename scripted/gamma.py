@@ -20,11 +20,10 @@ Scenarios, chosen from the latest user message:
 Injections that reach the model after its prompt was already answered (a blocking message_user; an
 idle turn started for an active task) are acknowledged in plain text, which ends the run: the prompt
 is not answered a second time.
-A step may also carry `reasoning` (summary text), `refusal`, `finish_reason: "length"`, `cut: true`
-(the connection drops mid-stream, once), `stream_error: {code, message}` (an error event inside the
-stream; with `times`, only that many times), `raw_arguments` on a tool call (sent instead of the JSON),
-and an error step `times` (fail that many times, then skip) and `retry_after` (seconds, a header);
-an `empty` step with `times` is likewise served that many times, then skipped.
+A step may also carry the failure-script fields of scripted/strict/failures.py (`reasoning`/`summary`,
+`refusal`, `finish_reason`, `cut`, `stream_error`, `no_terminal`, `empty`, `usage`, `stall_s`,
+`reject_replayed`, `raw_arguments` on a tool call; an error step's `times`, `retry_after`, `headers`;
+an `empty` step's `times`): scripted/README.md "Scenarios" lists them.
 Requests without the message_user tool (a subagent) get a plain text answer, or, for a `script:`
 task, its steps.
 """

@@ -137,7 +137,7 @@ async def test_scripted_chat_chunks_and_completions_parse(reply: ScriptedReply) 
     import httpx2
 
     transport = ScriptedTransport(lambda body: reply)
-    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "low"}
+    body = {"model": "gpt-5-mini", "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "low"}
     for stream in (True, False):
         request = httpx2.Request("POST", "http://scripted.local/v1/chat/completions",
                                 content=json.dumps({**body, "stream": stream}).encode())
@@ -163,7 +163,7 @@ def test_scripted_error_events_parse(event: str) -> None:
     # the SDK's ErrorEvent is the flat shape; the live API nests it (the double's default, reference §3.1)
     error = {"code": "server_error", "message": "overloaded", "shape": "flat"}
     reply = ScriptedReply(stream_error={**error, "event": "failed"} if event == "response.failed" else error)
-    events = scripted_responses.events(reply, {"model": "m", "input": []}, scripted_responses.usage(1, 0, 1, 0), None)
+    events = scripted_responses.events(reply, {"model": "gpt-5-mini", "input": []}, scripted_responses.usage(1, 0, 1, 0), None)
     # each event parsed by the class its own `type` names: the static type is any of them
     parsed: list[Any] = [EVENT_CLASSES[e["type"]].model_validate(e) for e in events]
     assert [p.type for p in parsed] == ["response.created", event]

@@ -147,7 +147,7 @@ async def test_reject_replayed_image_names_its_param() -> None:
     body = responses_body([{"content": "seen", "reject_replayed": "image"}])
     text = body["input"][0]["content"]
     body["input"][0]["content"] = [{"type": "input_text", "text": text},
-                                   {"type": "input_image", "image_url": "data:image/png;base64,AA"}]
+                                   {"type": "input_image", "image_url": "data:image/png;base64,AA", "detail": "auto"}]
     r = await send(gamma_transport(), "responses", body)
     assert r.status == 400 and r.error["param"] == "input[0].content[1]" and r.error["code"] == "invalid_image"
     plain = await send(gamma_transport(), "responses", responses_body([{"content": "seen", "reject_replayed": "image"}]))
