@@ -248,3 +248,20 @@ async def test_a_large_tool_call_reports_its_argument_progress(api: str) -> None
     assert progress and all(p.tool_call_id == "call_1" and p.tool_name == "write" for p in progress)
     assert progress[-1].bytes <= len("".join(pieces)) and progress[-1].bytes >= 4096
     assert message.tool_calls()[0].arguments["content"] == "x" * 5000 and message.stop_reason == "toolUse"
+
+
+async def test_hostile_shapes_fail_the_reply_cleanly_or_are_bounded() -> None:
+    """What a server wrote is hostile: a malformed item is an invalid-reply StreamError (never a crash of
+    the run), a huge tool name is only a bounded label in the progress events."""
+    for bad in ({"type": "message", "content": 5}, {"type": "reasoning", "summary": "text"},
+                {"type": "function_call", "call_id": 3, "name": "write"}, "not an item"):
+        with pytest.raises(StreamError) as info:
+            await read(ResponsesApi(), responses_wire(done(bad), completed()))  # type: ignore[arg-type]
+        assert info.value.kind == "invalid" and not info.value.retryable
+    name = "w" * 100_000
+    first = {"index": 0, "id": "call_1", "type": "function", "function": {"name": name, "arguments": ""}}
+    chunks = [{"id": "c1", "choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [
+        first if i == 0 else {"index": 0, "function": {"arguments": "x" * 2048}}]}}]} for i in range(3)]
+    _, events = await read(ChatApi(), chat_wire(*chunks, finish_chunk("tool_calls")))
+    progress = [ToolCallProgressData.model_validate(e.data) for e in events if e.type == "tool_call_progress"]
+    assert progress and all(len(p.tool_name) == 200 for p in progress)

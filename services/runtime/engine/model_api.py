@@ -105,7 +105,8 @@ class ArgumentProgress:
 
     def start(self, key: str, call_id: str, name: str) -> None:
         slot = self.calls.setdefault(key, ["", "", 0, 0])
-        slot[0], slot[1] = call_id or slot[0], name or slot[1]
+        # What the model wrote, shown as a label only: bounded (the call itself keeps them whole).
+        slot[0], slot[1] = call_id[:200] or slot[0], name[:200] or slot[1]
 
     def grow(self, key: str, delta: str) -> None:
         slot = self.calls.setdefault(key, ["", "", 0, 0])

@@ -60,7 +60,7 @@ class Reading:
                 await self.say(text, emit)
                 text = []
             if kind == "response.reasoning_summary_text.delta":
-                at = (str(event.get("item_id") or ""), _index(event.get("summary_index")))
+                at = (str(event.get("item_id") or "")[:200], _index(event.get("summary_index")))
                 if thought and at != where:
                     await _think(thought, where, emit)
                     thought = []
@@ -150,14 +150,18 @@ def _valid_item(item: Any) -> dict[str, Any]:
             problem = "a function_call item without its call_id or name"
         elif not isinstance(item.get("arguments") or "", str):
             problem = "a function_call item whose arguments are not a string"
-    elif kind == "message" and not all(isinstance(p, dict) for p in item.get("content") or []):
+    elif kind == "message" and not _parts(item.get("content")):
         problem = "a message item whose content is not a list of parts"
-    elif kind == "reasoning" and not all(isinstance(p, dict) for p in item.get("summary") or []):
+    elif kind == "reasoning" and not _parts(item.get("summary")):
         problem = "a reasoning item whose summary is not a list of parts"
     if problem is not None:
         raise StreamError(f"invalid output item from the API: {problem}: {item!r:.200}", retryable=False,
                           kind="invalid")
     return item
+
+
+def _parts(value: Any) -> bool:
+    return value is None or (isinstance(value, list) and all(isinstance(p, dict) for p in value))
 
 
 def _take_item(item: dict[str, Any], content: list[Any], refusal: list[str]) -> None:
