@@ -127,7 +127,8 @@ class ScriptedGamma:
 
     def _script(self, prompt: str, step: int, messages: list[dict[str, Any]],
                 body: dict[str, Any] | None = None) -> ScriptedReply | None:
-        steps = list(enumerate(json.loads(prompt[len("script:") :])))
+        # Text after the script (a note the harness added to the user's message, e.g. an image's stand-in) is not part of it.
+        steps = list(enumerate(json.JSONDecoder().raw_decode(prompt, len("script:"))[0]))
         summarized = any(str(m.get("content", "")).startswith(SUMMARY_PREFIX) for m in messages)
         steps = [(i, s) for i, s in steps if not ("error" in s and (summarized or self._spent(prompt, i, s)))
                  and not (_served_once(s) and self._spent(prompt, i, s))]

@@ -24,8 +24,6 @@ def check(api: str, body: dict[str, Any], strict: Strictness) -> ScriptedError |
         return err
     if strict.on("params") and (err := params.wrong_api(api, body)) is not None:
         return err
-    if strict.on("sdk") and (err := sdk_types.check(api, body)) is not None:
-        return err
     if fam is None:
         fam = UNKNOWN  # the lenient `models` group off: an unknown model is a generic modern one
     if strict.on("params") and (err := params.check(api, body, fam)) is not None:
@@ -33,6 +31,9 @@ def check(api: str, body: dict[str, Any], strict: Strictness) -> ScriptedError |
     walk = items.Walk(len(str(body.get("instructions") or "")))
     walker = items.responses_items if api == "responses" else items.chat_messages
     if (err := walker(body, fam, strict, walk)) is not None:
+        return err
+    # the SDK's types last: the rules above give the API's own wording for what they know
+    if strict.on("sdk") and (err := sdk_types.check(api, body)) is not None:
         return err
     if strict.on("context"):
         return _context(api, walk.chars // 4, fam)

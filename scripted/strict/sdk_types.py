@@ -65,9 +65,18 @@ def check(api: str, body: dict[str, Any]) -> ScriptedError | None:
         offset = len(items) - TAIL
         body = {**body, key: items[offset:]}
     try:
-        _materialize(_adapter(api).validate_python(body))
+        validated = _adapter(api).validate_python(body)
+        for name, value in validated.items():
+            try:
+                _materialize(value)
+            except ValidationError as exc:  # a lazy Iterable's errors are relative to it
+                return _refusal(exc, (name,), key, offset)
     except ValidationError as exc:
-        worst = max(exc.errors(), key=lambda e: len(e["loc"]))
-        where = _where(tuple(worst["loc"]), key, offset)
-        return ScriptedError(400, "invalid_value", f"Invalid '{where}': {worst['msg']}.", param=where)
+        return _refusal(exc, (), key, offset)
     return None
+
+
+def _refusal(exc: ValidationError, prefix: tuple[str, ...], key: str, offset: int) -> ScriptedError:
+    worst = max(exc.errors(), key=lambda e: len(e["loc"]))
+    where = _where((*prefix, *worst["loc"]), key, offset)
+    return ScriptedError(400, "invalid_value", f"Invalid '{where}': {worst['msg']}.", param=where)

@@ -90,6 +90,9 @@ class AssistantMessage(_Msg):
     # second empty reply, a second reply cut at the output limit. None: the call failed.
     error_kind: Literal["budget", "empty_reply", "output_limit"] | None = None
     model: str = ""
+    # The dated snapshot that answered (the response's `model`, e.g. gpt-5-mini-2025-08-07): its
+    # reasoning items are replayed to that snapshot only (reference §1.8, §1.9).
+    snapshot: str | None = Field(None, max_length=200)
     usage: Usage = Field(default_factory=Usage)
     timestamp: int = Field(default_factory=now_ms)
     api: Literal["responses", "chat"] | None = None

@@ -57,9 +57,9 @@ async def server(timing: Timing) -> AsyncIterator[str]:
 
 def body(api: str, text: str = "hi") -> dict[str, Any]:
     if api == "responses":
-        return {"model": "gpt-5-mini", "input": [{"role": "user", "content": text}], "stream": True, "store": False,
-                "tools": [{"type": "function", "name": "message_user", "parameters": PARAMS}]}
-    return {"model": "gpt-5-mini", "messages": [{"role": "user", "content": text}], "stream": True,
+        return {"model": "gpt-4.1-mini", "input": [{"role": "user", "content": text}], "stream": True, "store": False,
+                "tools": [{"type": "function", "name": "message_user", "parameters": PARAMS, "strict": False}]}
+    return {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": text}], "stream": True,
             "stream_options": {"include_usage": True},
             "tools": [{"type": "function", "function": {"name": "message_user", "parameters": PARAMS}}]}
 

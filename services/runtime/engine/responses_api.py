@@ -35,28 +35,49 @@ def function_tool(tool: Tool) -> dict[str, Any]:
             "parameters": tool.parameters, "strict": False}
 
 
+def reasoning_fields(settings: ModelSettings) -> dict[str, Any]:
+    """`reasoning` and `include` of a request. A model that reasons (at the effort sent or at its
+    default, reference §1.2) gets `include: ["reasoning.encrypted_content"]` whatever effort was
+    asked: under `store:false` its reasoning items can only be replayed with their encrypted content
+    (§1.1, §1.3). Summaries are asked for where the model gives them (§1.12)."""
+    reasoning: dict[str, Any] = {}
+    if settings.effort is not None:
+        reasoning["effort"] = settings.effort
+    out: dict[str, Any] = {}
+    if settings.reasons:
+        out["include"] = ["reasoning.encrypted_content"]
+        if settings.caps.reasoning_summary:
+            reasoning["summary"] = "auto"
+    if reasoning:
+        out["reasoning"] = reasoning
+    return out
+
+
 class ResponsesApi:
     name: Literal["responses"] = "responses"
 
     def body(self, context: AgentContext, settings: ModelSettings) -> dict[str, Any]:
+        """Built from the model's catalogue entry (settings.caps): only the parameters it accepts, and
+        no explicit nulls (reference §2.1)."""
+        caps = settings.caps
         body: dict[str, Any] = {
             "model": settings.model,
             "instructions": context.system_prompt,
             "input": to_responses_input(context.messages, settings.model, trusted_role=settings.trusted_role,
-                                        images=Images(settings.images, settings.image_detail)),
+                                        images=Images(settings.images, settings.image_detail, caps.vision),
+                                        phase=caps.phase),
             "stream": True,
             "store": False,
         }
         if context.tools:
             body["tools"] = [function_tool(t) for t in context.tools]
-            body["parallel_tool_calls"] = True
-        if settings.reasoning_effort:
-            body["reasoning"] = {"effort": settings.reasoning_effort}
-            body["include"] = ["reasoning.encrypted_content"]
+            if caps.parallel_tool_calls.responses:
+                body["parallel_tool_calls"] = True
+        body.update(reasoning_fields(settings))
         if settings.cache_key:
             body["prompt_cache_key"] = settings.cache_key
-        if settings.max_output_tokens:
-            body["max_output_tokens"] = settings.max_output_tokens
+        if (cap := settings.output_cap) is not None:
+            body["max_output_tokens"] = cap
         return body
 
     def pieces(self, body: dict[str, Any]) -> list[str]:

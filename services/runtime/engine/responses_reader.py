@@ -112,6 +112,8 @@ class Reading:
                               retryable=err.get("code") in RETRYABLE_CODES)
         self.terminal = kind
         partial.usage = responses_usage(response.get("usage"))
+        if isinstance(response.get("model"), str) and response["model"]:
+            partial.snapshot = response["model"][:200]  # the snapshot its reasoning is bound to
         if kind == "response.incomplete":
             why = obj(response.get("incomplete_details")).get("reason")
             # `max_output_tokens` or `content_filter` (reference §3.1); an unknown reason reads as the limit

@@ -60,6 +60,13 @@ function messageItems(entry, results, live) {
   }
 }
 
+/** What a `history_repair` entry did (shared/history_repair.py), in the reader's words. */
+const REPAIRS = {
+  strip_reasoning: "earlier reasoning items are no longer sent",
+  remove_images: "images replaced by a text stand-in",
+  redact: "an item replaced by a note",
+};
+
 function entryItems(entry, results, live) {
   const ts = tsOf(entry);
   switch (entry.type) {
@@ -73,10 +80,13 @@ function entryItems(entry, results, live) {
                 text: entry.reason + (entry.workflow ? ` (${entry.workflow})` : "") }];
     case "compaction":
       return [{ key: entry.id, ts, kind: "compaction", text: entry.summary, tokensBefore: entry.tokensBefore }];
-    case "model_change": return [{ key: entry.id, ts, kind: "note", label: "model", text: entry.modelId }];
+    case "model_change": return [{ key: entry.id, ts, kind: "note", label: "model",
+      text: [entry.modelId, entry.reasoningEffort && `effort ${entry.reasoningEffort}`, entry.api].filter(Boolean).join(" · ") }];
     case "audit": return [{ key: entry.id, ts, kind: "note", label: `completion audit: ${entry.workflow}`,
       text: entry.outcome + (entry.missing && entry.missing.length ? ` (missing: ${entry.missing.join(", ")})` : "")
         + (entry.deviations || []).map((d) => `\ndeviation ${d.step}: ${d.cause}`).join("") }];
+    case "history_repair": return [{ key: entry.id, ts, kind: "note", label: "history repaired",
+      text: `${REPAIRS[entry.action] || entry.action} (the model API refused the replayed history: ${entry.error})` }];
     case "leaf": return entry.note ? [{ key: entry.id, ts, kind: "rewound", text: "The session was rewound to here: "
       + "the entries after it on the previous branch are kept in the tree, the files are as they were here." }] : [];
     default: return [];
