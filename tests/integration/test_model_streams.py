@@ -58,10 +58,8 @@ async def test_reasoning_summaries_stream_to_the_client(api: str, redis_url: str
     async with session(api, redis_url, tmp_path) as (proc, sid):
         answer = await prompt_and_wait(proc, sid, script({"content": "The answer.", "summary": "Think it over."}))
         assert answer["message_user"]["message"] == "The answer."
-        if "summary" not in bodies(proc, "responses")[0].get("reasoning", {}):
-            # The double streams summaries only when the request asks for them (reference §1.12); the
-            # request side (engine/responses_api.py `body`, from the model catalogue) asks.
-            pytest.skip("this build does not request reasoning summaries yet")
+        # The double streams summaries only when the request asks for them (reference §1.12).
+        assert bodies(proc, "responses")[0]["reasoning"]["summary"] == "auto"
         updates = await proc.events(sid, "reasoning_update")
         assert "".join(str(u["delta"]) for u in updates) == "Think it over." and updates[0]["item_id"]
         thinking = [c for m in assistant_entries(tmp_path, sid) for c in m["content"] if c["type"] == "thinking"]
