@@ -57,7 +57,7 @@ from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
 from .engine.sse import ReadGate
-from .engine.types import AgentContext, BeforeModelCall, RunHooks
+from .engine.types import AgentContext, BeforeModelCall, RunBudget, RunHooks
 from .events import Outbox
 from .forms import deliver_answered_form
 from .idle import IdleRecorder, MergeWindow, in_flight_check
@@ -205,7 +205,8 @@ class Session:
                                     self.contracts.scope, lambda m: self.agent.steer(m), deps.registry)
         hooks = RunHooks(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
                          before_model_call=before,
-                         before_steering=causal_wait(self.causal, lambda m, e: self.injections.deliver(m, e)))
+                         before_steering=causal_wait(self.causal, lambda m, e: self.injections.deliver(m, e)),
+                         budget=RunBudget(settings.runtime.run_max_model_calls, settings.runtime.run_max_tokens))
         self.agent = Agent(context, hooks, lambda event: self.recorder.emit(event))
         # An active task lets an idle steer start a run, unless the user stopped the agent (abort.py).
         self.turns = TurnOrder(

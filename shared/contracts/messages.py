@@ -55,7 +55,9 @@ class ToolCall(_Msg):
 
 
 AssistantContent = Annotated[TextContent | ThinkingContent | ToolCall, Field(discriminator="type")]
-StopReason = Literal["stop", "toolUse", "length", "error", "aborted"]
+# `contentFilter`: the provider's content filter stopped the reply (reference §3.1/3.2), its own
+# outcome: shown to the user as such, never told to the model as the output limit.
+StopReason = Literal["stop", "toolUse", "length", "contentFilter", "error", "aborted"]
 
 
 class Usage(_Msg):
@@ -84,6 +86,9 @@ class AssistantMessage(_Msg):
     content: list[AssistantContent] = Field(default_factory=list)
     stop_reason: StopReason = "stop"
     error_message: str | None = None
+    # An error the harness decided, not the model call (engine/loop.py): the run's budget spent, a
+    # second empty reply, a second reply cut at the output limit. None: the call failed.
+    error_kind: Literal["budget", "empty_reply", "output_limit"] | None = None
     model: str = ""
     # The dated snapshot that answered (the response's `model`, e.g. gpt-5-mini-2025-08-07): its
     # reasoning items are replayed to that snapshot only (reference §1.8, §1.9).

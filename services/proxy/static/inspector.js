@@ -23,9 +23,29 @@ const gallery = new Gallery($("lightbox"), () => s && s.sid);
 const attach = new Attachments({ chips: $("attached"), picker: $("attach-picker"), pickerButton: $("attach"), zone: $("composer"),
   files, getSid: () => s && s.sid, say: (text, isError) => notice(text, isError) });
 
+// What is streaming now: the reply's text, its reasoning summary (`reasoning_update`), the arguments
+// of tool calls still being written (`tool_call_progress`); cleared when the message ends or restarts.
+function freshLive() {
+  return { streamingText: "", streamingReasoning: "", reasoningPart: null, toolProgress: new Map(),
+    toolEnds: new Map(), extras: [], running: false };
+}
+
+function clearStreaming() {
+  Object.assign(s.live, { streamingText: "", streamingReasoning: "", reasoningPart: null });
+  s.live.toolProgress.clear();
+}
+
+function onReasoning(d) {
+  const part = `${d.item_id || ""}:${d.summary_index || 0}`;
+  const sep = s.live.reasoningPart !== null && s.live.reasoningPart !== part ? "\n\n" : "";
+  s.live.reasoningPart = part;
+  s.live.streamingReasoning += sep + (d.delta || "");
+  invalidate("timeline");
+}
+
 function freshState(sid) {
   return { sid, session: null, entries: [], cursor: "0", abort: new AbortController(), dirty: new Set(),
-    live: { streamingText: "", toolEnds: new Map(), extras: [], running: false }, run: { id: null, running: false },
+    live: freshLive(), run: { id: null, running: false },
     requests: [], liveSkills: [], spans: [], branchReads: 0, todo: null, ui: null, decks: [], docIds: new Set(), branches: new Map() };
 }
 
@@ -157,7 +177,7 @@ async function readBranch(session) {
   session.cursor = cursor;
   session.branches = branches;
   for (const doc of documentIds(entries)) session.docIds.add(doc);
-  session.live = { streamingText: "", toolEnds: new Map(), extras: [], running: false };
+  session.live = freshLive();
   await loadDecks();
   invalidate("timeline", "todo", "decks");
 }
@@ -217,10 +237,16 @@ const HANDLERS = {
     if (d.stopReason === "aborted") s.live.extras.push({ key: `end-${ev.ts}`, ts: ev.ts, kind: "failure", stop: "aborted", text: "the run was aborted" });
     invalidate("timeline");
   },
-  message_start: (d) => { if (d.message && d.message.role === "assistant") s.live.streamingText = ""; },
+  message_start: (d) => { if (d.message && d.message.role === "assistant") clearStreaming(); },
   // restart: a model call retried after a dropped stream; what streamed so far is void.
-  message_update: (d) => { s.live.streamingText = d.restart ? "" : s.live.streamingText + (d.delta || ""); invalidate("timeline"); },
-  message_end: () => { s.live.streamingText = ""; debounce("transcript", softly(loadTranscript)); },
+  message_update: (d) => {
+    if (d.restart) clearStreaming();
+    else s.live.streamingText += d.delta || "";
+    invalidate("timeline");
+  },
+  reasoning_update: onReasoning,
+  tool_call_progress: (d) => { s.live.toolProgress.set(d.tool_call_id, { name: d.tool_name, bytes: d.bytes }); invalidate("timeline"); },
+  message_end: () => { clearStreaming(); debounce("transcript", softly(loadTranscript)); },
   tool_execution_end: onToolEnd,
   model_request: (d) => { s.requests.push(d); invalidate("usage"); },
   todo: (d) => { s.todo = d.todo; invalidate("todo"); },

@@ -114,8 +114,8 @@ def convert_one(m: AgentMessage, trusted_role: TrustedRole, images: Images = NO_
     if isinstance(m, ToolResultMessage):
         return {"role": "tool", "tool_call_id": m.tool_call_id, "content": neutralise(m.text())}
     if isinstance(m, AssistantMessage):
-        if m.stop_reason in ("error", "aborted") and not m.tool_calls() and not m.text():
-            return None  # a failed call has nothing the model could continue from
+        if not m.tool_calls() and not m.text() and not m.refusal:
+            return None  # nothing the model could continue from: a failed call, an empty reply
         out: dict[str, Any] = {"role": "assistant"}
         if text := m.text() or m.refusal:  # a tool-calls-only message has no content: left out, not null
             out["content"] = text
@@ -190,8 +190,8 @@ def current_snapshot(messages: list[AgentMessage], model: str) -> str | None:
 
 
 def _assistant_items(m: AssistantMessage, replay: Replay) -> list[dict[str, Any]]:
-    if m.stop_reason in ("error", "aborted") and not m.tool_calls() and not m.text():
-        return []
+    if not m.tool_calls() and not m.text() and not m.refusal:
+        return []  # a failed call, an empty or reasoning-only reply (its reasoning item cannot go alone, §1.6)
     items: list[dict[str, Any]] = []
     reasoning = replay.reasoning_of(m)
     for c in m.content:

@@ -155,7 +155,7 @@ class OpenAIStream:
             shared_prefix_tokens=shared,
             encoding=self.counter.encoding, message_count=len(body.get("messages") or body.get("input") or []),
             api=api.name, input_tokens=u.input, cached_tokens=u.cache_read, output_tokens=u.output,
-            reasoning_tokens=u.reasoning, attempts=attempts,
+            reasoning_tokens=u.reasoning, cache_write_tokens=u.cache_write, attempts=attempts,
         ).model_dump()))
         return message
 

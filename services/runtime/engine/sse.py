@@ -13,7 +13,7 @@ truthy `error` key raises `openai.APIError` (an error inside a 200 stream, retry
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -77,10 +77,13 @@ class ReadGate(Protocol):
     async def wait(self) -> None: ...
 
 
-async def json_reads(response: httpx2.Response) -> AsyncIterator[list[dict[str, Any]]]:
-    """The events of each read (non-empty lists of JSON objects), until `[DONE]` or the end of the
-    body: a consumer handles what one read brought at once (one emit for all its text deltas). A
-    consumer that awaits a ReadGate before asking for the next read gets what arrived meanwhile in one."""
+async def json_reads(response: httpx2.Response,
+                     done: Callable[[], None] | None = None) -> AsyncIterator[list[dict[str, Any]]]:
+    """The events of each read (non-empty lists of JSON objects), until `[DONE]` (`done` is called
+    then) or the end of the body: a consumer handles what one read brought at once (one emit for all
+    its text deltas). A consumer that awaits a ReadGate before asking for the next read gets what
+    arrived meanwhile in one. Data that is not JSON is skipped, as Codex does (reference §3.1): the
+    consumer's own check of the stream's terminal event says whether the reply is whole."""
     buf = b""
     activity = ACTIVITY.get()
     loop = asyncio.get_running_loop()
@@ -94,14 +97,15 @@ async def json_reads(response: httpx2.Response) -> AsyncIterator[list[dict[str, 
             if data is None:
                 continue
             if data.startswith(b"[DONE]"):
+                if done is not None:
+                    done()
                 if events:
                     yield events
                 return
             try:
                 event = orjson.loads(data)  # ~3x json.loads on these small objects (bench/stream_micro.py)
-            except ValueError as exc:
-                raise openai.APIError(f"invalid JSON in the stream: {exc}", request=response.request,
-                                      body=None) from exc
+            except ValueError:
+                continue
             if isinstance(event, dict) and event.get("error"):
                 if events:
                     yield events  # what came before the error goes out first

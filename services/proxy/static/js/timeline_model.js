@@ -41,6 +41,9 @@ function assistantItems(entry, m, results, live) {
   }
   if (m.stopReason === "error" || m.stopReason === "aborted") {
     out.push({ key: `${entry.id}:stop`, ts, kind: "failure", stop: m.stopReason, text: m.errorMessage || "" });
+  } else if (m.stopReason === "contentFilter") { // the provider's filter, never the output limit
+    out.push({ key: `${entry.id}:stop`, ts, kind: "failure", stop: m.stopReason,
+               text: "The provider's content filter stopped this reply." });
   }
   return out;
 }
@@ -111,7 +114,12 @@ export function buildItems(entries, live) {
     while (at > 0 && items[at - 1].ts > extra.ts) at--;
     items.splice(at, 0, extra);
   }
-  if (live.streamingText) items.push({ key: "streaming", ts: Date.now(), kind: "assistant", streaming: true, text: live.streamingText });
+  const now = Date.now();
+  if (live.streamingReasoning) items.push({ key: "streaming-reasoning", ts: now, kind: "thinking", streaming: true, text: live.streamingReasoning });
+  if (live.streamingText) items.push({ key: "streaming", ts: now, kind: "assistant", streaming: true, text: live.streamingText });
+  for (const [id, p] of live.toolProgress || []) {
+    items.push({ key: `progress-${id}`, ts: now, kind: "toolProgress", name: p.name, bytes: p.bytes });
+  }
   return items;
 }
 
