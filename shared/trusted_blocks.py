@@ -4,8 +4,9 @@ words (docs/architecture.md "Trust boundaries").
 A block is a reserved tag (shared/reserved_tags.py) around a body. Nothing interpolated into one can
 end it early or open another: attribute values are fully escaped (&, <, >, quotes, line breaks) and
 always double-quoted; body text has every reserved tag opening or closing (any case, `< /x`, nested
-openings) escaped as `&lt;`, plus the `&` of any `&lt;`/`&amp;` it already contains, so `unescape`
-gives the original back exactly. Text other than the reserved tags stays as written (a file's `<div>`
+openings) escaped with shared/reserved_tags.py's one rule (`&lt;`, or a character reference for a
+look-alike of `<`), plus the `&` of any such escape it already contains, so `unescape` gives the
+original back exactly. Text other than the reserved tags stays as written (a file's `<div>`
 reads as `<div>`, which the model edits verbatim). Harness structure inside a body (a nested element)
 is a `Trusted` value made here, never a string: a `str` part is always escaped.
 
@@ -23,15 +24,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from shared.reserved_tags import RESERVED_TAG_RE, RESERVED_TAGS
+from shared.reserved_tags import RESERVED_TAGS, escape_openings
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 _ATTR_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
                  "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
 _ATTR_RE = re.compile("[" + re.escape("".join(_ATTR_ESCAPES)) + "]")
-# `&` is escaped only where it would otherwise read as one of the two escapes the body uses.
-_BODY_AMP = re.compile(r"&(?=lt;|amp;)")
-_BODY_UNESCAPE = re.compile(r"&(lt|amp);")
+# `&` is escaped only where it would otherwise read as one of the escapes the body uses (`&lt;`,
+# `&amp;`, and the character reference shared/reserved_tags.py `escape_opener` writes for a look-alike).
+_BODY_AMP = re.compile(r"&(?=lt;|amp;|#x[0-9A-F]{1,6};)")
+_BODY_UNESCAPE = re.compile(r"&(lt|amp|#x[0-9A-F]{1,6});")
 
 Author = str  # who wrote quoted text: "user", "client", "model", "subagent", ...
 
@@ -49,8 +51,9 @@ AttrValue = str | int | None
 
 
 def escape_attr(value: str) -> str:
-    """An attribute value with &, <, >, both quotes and line breaks as character references."""
-    return _ATTR_RE.sub(lambda m: _ATTR_ESCAPES[m.group()], value)
+    """An attribute value with &, <, >, both quotes and line breaks as character references (and a
+    look-alike of `<` that would open a reserved tag, by the one rule)."""
+    return escape_openings(_ATTR_RE.sub(lambda m: _ATTR_ESCAPES[m.group()], value))
 
 
 def unescape_attr(value: str) -> str:
@@ -59,12 +62,20 @@ def unescape_attr(value: str) -> str:
 
 def escape_text(text: str) -> str:
     """Body text in which no reserved tag can open or close (reversible with `unescape`)."""
-    return RESERVED_TAG_RE.sub(lambda m: "&lt;" + m.group()[1:], _BODY_AMP.sub("&amp;", text))
+    return escape_openings(_BODY_AMP.sub("&amp;", text))
 
 
 def unescape(text: str) -> str:
     """The original of `escape_text` (one left-to-right pass: `&amp;lt;` gives back `&lt;`)."""
-    return _BODY_UNESCAPE.sub(lambda m: "<" if m.group(1) == "lt" else "&", text)
+    return _BODY_UNESCAPE.sub(_unescape_one, text)
+
+
+def _unescape_one(m: re.Match[str]) -> str:
+    name = m.group(1)
+    if name in ("lt", "amp"):
+        return "<" if name == "lt" else "&"
+    cp = int(name[2:], 16)
+    return chr(cp) if cp <= 0x10FFFF else m.group(0)
 
 
 def _attrs(attrs: Mapping[str, AttrValue] | None, indent: str | None = None) -> str:

@@ -23,7 +23,7 @@ import pytest
 from scripted import responses as scripted_responses
 from scripted.reading import parse_request
 from shared.neutralise import neutralise
-from shared.reserved_tags import RESERVED_TAG_RE
+from shared.reserved_tags import TAG_RULE
 from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact
 from tests.integration.runtime_support import Driver, call, done, script
 from tests.support.polling import wait_sync
@@ -111,7 +111,7 @@ def test_trusted_transport_end_to_end(env: Env, api: str, model_name: str, role:
     update = next(i for i in items(first) if i["content"].startswith("<artifact_update"))
     assert update["role"] == role and "notes/evil.md" in update["content"]
     (tool,) = [i for i in items(first) if i["role"] == "tool"]
-    assert neutralise(FORGED) in tool["content"] and RESERVED_TAG_RE.search(tool["content"]) is None
+    assert neutralise(FORGED) in tool["content"] and TAG_RULE.search(tool["content"]) is None
 
     # Turn 2: the user types the genuine block, byte for byte (no client context this time).
     run(env, sid, genuine["content"])
@@ -120,8 +120,8 @@ def test_trusted_transport_end_to_end(env: Env, api: str, model_name: str, role:
     assert len(typed) == 1 and typed[0]["role"] == "user" and typed[0] != genuine
     assert sum(1 for i in items(last) if i == genuine) == 1  # only the harness's own copy reads as the block
     for item in items(last):  # no user or tool item opens a block, except the harness's own in the fallback
-        if item["role"] in ("user", "tool") and RESERVED_TAG_RE.search(item["content"]):
-            assert role == "user" and item["role"] == "user" and RESERVED_TAG_RE.match(item["content"]), item
+        if item["role"] in ("user", "tool") and TAG_RULE.search(item["content"]):
+            assert role == "user" and item["role"] == "user" and TAG_RULE.match(item["content"]), item
 
     # Compaction: the summarizer reads the user text and tool output neutralised; the summary comes
     # back in the harness's channel.
@@ -136,12 +136,12 @@ def test_trusted_transport_end_to_end(env: Env, api: str, model_name: str, role:
     assert any(neutralise(genuine["content"]) in t for t in untrusted)  # the typed block, neutralised
     assert any(neutralise(FORGED) in t for t in untrusted)  # the tool output, neutralised
     assert neutralise("<system_note>focus</system_note>") in untrusted  # the focus the user typed
-    assert all(RESERVED_TAG_RE.search(t) is None for t in untrusted), untrusted
+    assert all(TAG_RULE.search(t) is None for t in untrusted), untrusted
     run(env, sid, "thanks")
     summary = next(i for i in items(requests_of(env, since)[-1]) if "<summary>" in i["content"])
     assert summary["role"] == role
     body = summary["content"].split("<summary>\n", 1)[1].rsplit("\n</summary>", 1)[0]
-    assert "Requested focus" in body and RESERVED_TAG_RE.search(body) is None  # its quotes cannot open a block
+    assert "Requested focus" in body and TAG_RULE.search(body) is None  # its quotes cannot open a block
 
     for r in requests_of(env, since):
         assert r.api == api

@@ -24,7 +24,7 @@ from shared.contracts.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from shared.reserved_tags import RESERVED_TAG_RE
+from shared.reserved_tags import TAG_RULE
 from shared.settings import Settings
 from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact
 
@@ -62,9 +62,9 @@ def test_chat_messages(role: TrustedRole) -> None:
     assert "&lt;/artifact_update>" in tool["content"]
     assert summary["role"] == role and summary["content"].startswith(SUMMARY_PREFIX + "<summary>\n")
     assert summary["content"].endswith("\n</summary>")  # the wrapper is the harness's, its body neutralised
-    assert RESERVED_TAG_RE.search(summary["content"][len(SUMMARY_PREFIX + "<summary>\n"):-len("\n</summary>")]) is None
+    assert TAG_RULE.search(summary["content"][len(SUMMARY_PREFIX + "<summary>\n"):-len("\n</summary>")]) is None
     for untrusted in (typed["content"], tool["content"]):
-        assert RESERVED_TAG_RE.search(untrusted) is None
+        assert TAG_RULE.search(untrusted) is None
     assert "secret" not in json.dumps(chat_items(role))
 
 
@@ -74,7 +74,7 @@ def test_responses_items(role: TrustedRole) -> None:
     assert genuine == {"type": "message", "role": role, "content": VIEW}
     assert typed["role"] == "user" and typed["content"].startswith("&lt;client_view>") and typed != genuine
     assert summary["role"] == role
-    assert output["type"] == "function_call_output" and RESERVED_TAG_RE.search(output["output"]) is None
+    assert output["type"] == "function_call_output" and TAG_RULE.search(output["output"]) is None
 
 
 def test_developer_transport_sets_the_imitation_apart_by_role_alone() -> None:
