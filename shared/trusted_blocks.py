@@ -20,7 +20,9 @@ No other module formats a reserved tag: tests/unit/test_trusted_blocks_only.py s
 from __future__ import annotations
 
 import html
+import json
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -58,6 +60,39 @@ def escape_attr(value: str) -> str:
 
 def unescape_attr(value: str) -> str:
     return html.unescape(value)
+
+
+# A name a client chose that reads as one word in a harness sentence as it is.
+_PLAIN_TOKEN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def _one_line(text: str) -> str:
+    """JSON text with the characters it leaves raw that could break or hide a line (C1 controls, the
+    line and paragraph separators, format characters such as bidi overrides) as `\\u` escapes."""
+    out = []
+    for c in text:
+        if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp"):
+            cp = ord(c)
+            if cp > 0xFFFF:  # JSON's surrogate pair
+                cp -= 0x10000
+                out.append(f"\\u{0xD800 + (cp >> 10):04x}\\u{0xDC00 + (cp & 0x3FF):04x}")
+            else:
+                out.append(f"\\u{cp:04x}")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def json_value(value: object) -> str:
+    """A value a client or a file wrote, for a harness sentence: JSON on one line (nothing in it can
+    start a line of the block; a body's reserved tags are escaped as any body text)."""
+    return _one_line(json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(", ", ": ")))
+
+
+def token(name: str) -> str:
+    """A name a client chose (a card id, a key) inside a harness sentence: as it is when it is a plain
+    word, else as a one-line JSON string, so it can neither start a line nor pass for harness words."""
+    return name if _PLAIN_TOKEN.fullmatch(name) else json_value(name)
 
 
 def escape_text(text: str) -> str:
