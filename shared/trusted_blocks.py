@@ -19,7 +19,6 @@ No other module formats a reserved tag: tests/unit/test_trusted_blocks_only.py s
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import unicodedata
@@ -31,7 +30,11 @@ from shared.reserved_tags import RESERVED_TAGS, escape_openings
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 _ATTR_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
                  "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
-_ATTR_RE = re.compile("[" + re.escape("".join(_ATTR_ESCAPES)) + "]")
+# Every other character that breaks a line (vertical tab, form feed, the C1 next line, the file, group and
+# record separators, the line and paragraph separators) as a hexadecimal reference too.
+_ATTR_RE = re.compile("[" + re.escape("".join(_ATTR_ESCAPES)) + "\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+_ATTR_UNESCAPE = re.compile(r"&(amp|lt|gt|quot|#39|#9|#10|#13|#x[0-9A-F]{1,6});")
+_ATTR_NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "#39": "'", "#9": "\t", "#10": "\n", "#13": "\r"}
 # `&` is escaped only where it would otherwise read as one of the escapes the body uses (`&lt;`,
 # `&amp;`, and the character reference shared/reserved_tags.py `escape_opener` writes for a look-alike).
 _BODY_AMP = re.compile(r"&(?=lt;|amp;|#x[0-9A-F]{1,6};)")
@@ -55,11 +58,12 @@ AttrValue = str | int | None
 def escape_attr(value: str) -> str:
     """An attribute value with &, <, >, both quotes and line breaks as character references (and a
     look-alike of `<` that would open a reserved tag, by the one rule)."""
-    return escape_openings(_ATTR_RE.sub(lambda m: _ATTR_ESCAPES[m.group()], value))
+    return escape_openings(_ATTR_RE.sub(lambda m: _ATTR_ESCAPES.get(m.group(), f"&#x{ord(m.group()):X};"), value))
 
 
 def unescape_attr(value: str) -> str:
-    return html.unescape(value)
+    """The original of `escape_attr` (exactly: not HTML's rules, which remap C1 references)."""
+    return _ATTR_UNESCAPE.sub(lambda m: _ATTR_NAMED.get(m.group(1)) or chr(int(m.group(1)[2:], 16)), value)
 
 
 # A name a client chose that reads as one word in a harness sentence as it is.
