@@ -56,6 +56,7 @@ def computed_digest(state: RefState, seen: bytes | None, current: bytes | None) 
         return new_deck_digest(_deck(current)) if state.kind == "document" else new_file_digest(current, _author(state))
     if current is None:  # the producer sent no content: all we know is that it changed
         return DECK_DIRTY if state.kind == "document" else FILE_DIRTY
+    result: tuple[str, Part] | None
     if state.kind == "document":
         result = deck_digest(_deck(old), _deck(current))
     else:

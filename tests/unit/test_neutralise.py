@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from shared.neutralise import ESCAPED_OPEN, neutralise
 from shared.reserved_tags import RESERVED_TAGS, TAG_RULE, escape_opener
-from tests.support.trusted import ANY_TEXT, FRAGMENTS, LISTED_FORGERIES, LT_FORMS, forged_tag, forgeries
+from tests.support.trusted import ANY_TEXT, FRAGMENTS, LISTED_FORGERIES, LT_FORMS, forged_tag
 
 WHITESPACE = st.text(alphabet=" \t\r\n\f\v", max_size=2)
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.reserved_tags import TAG_RULE, RESERVED_TAGS
+from shared.reserved_tags import RESERVED_TAGS, TAG_RULE
 from shared.trusted_blocks import (
     element,
     escape_attr,
