@@ -198,6 +198,14 @@ def quoted(author: Author, text: str) -> Trusted:
     return element("quoted", {"author": author}, text)
 
 
+def whole_quotation(text: str, author: Author) -> str | None:
+    """The original text when `text` is exactly one `quoted(author, ...)` element, else None."""
+    if not text.startswith(element("quoted", {"author": author}, "x").text.split("\n", 1)[0] + "\n"):
+        return None
+    found = extract(text, "quoted")
+    return found[0] if found is not None and found[1] == len(text) else None
+
+
 def lines(*parts: Part, sep: str = "\n") -> list[Part]:
     """Parts joined by line breaks (a body of several lines, some of them nested elements)."""
     out: list[Part] = []

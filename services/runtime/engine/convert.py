@@ -43,7 +43,7 @@ from shared.contracts.messages import (
     UserMessage,
 )
 from shared.neutralise import neutralise
-from shared.trusted_blocks import extract, quoted, render
+from shared.trusted_blocks import quoted, render, whole_quotation
 
 from .model_api import ImageDetail, ImageUrls, TrustedRole
 
@@ -85,10 +85,7 @@ def user_text(text: str, trusted_role: TrustedRole) -> str:
 
 def enveloped_user_text(content: str) -> str | None:
     """The original of a `user_text` envelope (a reader of requests: the scripted model), else None."""
-    if not content.startswith('<quoted author="user">'):
-        return None
-    found = extract(content, "quoted")
-    return found[0] if found is not None and found[1] == len(content) else None
+    return whole_quotation(content, "user")
 
 
 TOOL_IMAGES_PREFIX = "The image(s) returned by the "
