@@ -67,7 +67,7 @@ def unescape_attr(value: str) -> str:
 
 
 # A name a client chose that reads as one word in a harness sentence as it is.
-_PLAIN_TOKEN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_PLAIN_TOKEN = re.compile(r"[A-Za-z0-9_.:/@#+=~-]{1,200}")
 
 
 def _one_line(text: str) -> str:
