@@ -229,6 +229,27 @@ async def test_ui_document_tabs_forms_and_client_updates() -> None:
     assert ui.snapshot()["activeTabByPane"] == {"left": tab}
 
 
+async def test_tabs_are_identified_by_their_base_resource_and_focus_in_their_own_pane() -> None:
+    """The seed: tab identity uses the base resource, view state and location stay part of the
+    reference, each pane owns its active tab."""
+    ui = UiDoc.from_snapshot({"panes": [{"id": "left", "tabIds": ["t1"]}, {"id": "right", "tabIds": ["t2"]}],
+                              "tabs": {"t1": {"id": "t1", "ari": "file:notes.md"},
+                                       "t2": {"id": "t2", "ari": "gamma:file:deck#card_3"}},
+                              "activeTabByPane": {"left": "t1", "right": "t2"}})
+    tab, _ = await ui.open_tab("gamma:file:deck", "deck")  # the bare resource: focus, keep the user's place
+    snap = ui.snapshot()
+    assert tab == "t2" and len(snap["tabs"]) == 2 and snap["tabs"]["t2"]["ari"] == "gamma:file:deck#card_3"
+    assert snap["activeTabByPane"] == {"left": "t1", "right": "t2"}
+    tab, _ = await ui.open_tab("gamma:file:deck#card_5", None)  # a location: the same tab moves there
+    snap = ui.snapshot()
+    assert tab == "t2" and snap["tabs"]["t2"]["ari"] == "gamma:file:deck#card_5"
+    assert snap["panes"] == [{"id": "left", "tabIds": ["t1"]}, {"id": "right", "tabIds": ["t2"]}]
+    await ui.open_tab("file:notes.md?view=raw", None)
+    assert ui.snapshot()["activeTabByPane"] == {"left": "t1", "right": "t2"} and len(ui.snapshot()["tabs"]) == 2
+    assert [r.split("#")[0].split("?")[0] for r in ui.snapshot()["recentResources"]] == ["file:notes.md",
+                                                                                         "gamma:file:deck"]
+
+
 async def test_lost_guard_blocks_every_append(tmp_path: Path) -> None:
     class Lost(Exception):
         pass

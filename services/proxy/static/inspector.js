@@ -98,6 +98,8 @@ async function pollStatus() {
 // ---------------------------------------------------------------- loading
 
 async function loadTranscript() {
+  if (s && s.branchReload) await s.branchReload; // a branch read in flight: read on from its cursor
+  if (!s) return;
   const sid = s.sid, from = s.cursor, branch = s.branchReads;
   const { entries, cursor } = await transcriptSince(sid, from);
   if (!s || sid !== s.sid) return;
@@ -121,15 +123,42 @@ async function loadBranchPoints() {
 }
 
 /** After a rewind (ours or another client's `rewound` event): the active branch, files, tasks and
- *  decks are read again from the start. */
-async function reloadBranch() {
-  if (!s) return;
-  s.entries = [];
-  s.cursor = "0";
-  s.branchReads += 1;
-  s.live = { streamingText: "", toolEnds: new Map(), extras: [], running: false };
-  await Promise.all([loadTranscript(), loadPreviewTodo(), files.refresh()]);
-  await Promise.all([loadBranchPoints(), loadDecks()]);
+ *  decks are read again from the start. The new branch and its branch points are read aside and shown
+ *  in one step (never an empty or half-read timeline beside the new branch points), and reloads that
+ *  overlap (the click's and the `rewound` event's) run one after the other: the last one reads what
+ *  the last rewind left. */
+function reloadBranch() {
+  if (!s) return Promise.resolve();
+  if (s.branchReload) {
+    s.branchAgain = true;
+    return s.branchReload;
+  }
+  const session = s;
+  session.branchReload = (async () => {
+    try {
+      do {
+        session.branchAgain = false;
+        await readBranch(session);
+      } while (session.branchAgain && s === session);
+    } finally {
+      session.branchReload = null;
+    }
+  })();
+  return session.branchReload;
+}
+
+async function readBranch(session) {
+  const sid = session.sid;
+  session.branchReads += 1;
+  const [{ entries, cursor }] = await Promise.all([transcriptSince(sid, "0"), loadPreviewTodo(), files.refresh()]);
+  const branches = await loadBranches(sid, new Set(entries.map((e) => e.id)));
+  if (s !== session) return;
+  session.entries = entries;
+  session.cursor = cursor;
+  session.branches = branches;
+  for (const doc of documentIds(entries)) session.docIds.add(doc);
+  session.live = { streamingText: "", toolEnds: new Map(), extras: [], running: false };
+  await loadDecks();
   invalidate("timeline", "todo", "decks");
 }
 

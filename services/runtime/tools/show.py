@@ -23,7 +23,8 @@ from .files import file_ref
 from .image_view import image_outcome, is_image
 from .ports import DisplayHost
 
-DOC_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+DOC_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # fullmatch: `$` would also take a trailing newline
+CARD_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 FORM_PATH = re.compile(r"^forms/([A-Za-z0-9_-]{1,128})\.json$")
 
 
@@ -98,14 +99,14 @@ def show_file_tool(host: DisplayHost) -> Tool:
     )
 
 
-async def _read_deck(host: DisplayHost, doc: str, path: Path, title: str | None) -> ToolOutcome:
+async def _read_deck(host: DisplayHost, doc: str, path: Path, title: str | None, at: str) -> ToolOutcome:
     """Only `doc`: open the tab and hand the agent the live deck (the user may have edited it since
     the agent last saw it) with its revision, so it reads before it changes anything."""
     current = await asyncio.to_thread(read_json, path)  # None: no such document
     if not isinstance(current, dict):
         return ToolOutcome(content=f"Document {doc!r} does not exist; pass `deck` to create it.", is_error=True)
     ari = f"gamma:file:{doc}"
-    tab = await host.open_tab(ari, title or str(current.get("title") or doc))
+    tab = await host.open_tab(ari + at, title or str(current.get("title") or doc))
     revision = current.get("revision")
     if isinstance(revision, int):
         host.document_reads.saw(ari, revision)  # the deck a later write must still find (document_reads.py)
@@ -117,13 +118,18 @@ async def _read_deck(host: DisplayHost, doc: str, path: Path, title: str | None)
 def show_gamma_tool(host: DisplayHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         doc = args["doc"]
-        if not DOC_RE.match(doc) or doc in {".", ".."}:
+        if not DOC_RE.fullmatch(doc) or doc in {".", ".."}:
             return ToolOutcome(content=f"Invalid document id {doc!r}: use letters, digits, '.', '_' or '-'.",
                                is_error=True)
+        card = args.get("card")
+        if card is not None and not (isinstance(card, str) and CARD_RE.fullmatch(card)):
+            return ToolOutcome(content=f"Invalid card id {card!r}: use letters, digits, '.', ':', '_' or '-'.",
+                               is_error=True)
+        at = f"#{card}" if card else ""  # the tab's location: same tab as the deck's (shared/ari.py)
         path = host.paths.document(doc)
         deck_args = args.get("deck")
         if deck_args is None:
-            return await _read_deck(host, doc, path, args.get("title"))
+            return await _read_deck(host, doc, path, args.get("title"), at)
         try:
             deck = Deck.model_validate(deck_args)
         except ValidationError as exc:
@@ -151,7 +157,7 @@ def show_gamma_tool(host: DisplayHost) -> Tool:
         host.document_reads.saw(ari, revision)
         created = current is None
         await host.artifact_changed(ari, "document", document=stored.model_dump())
-        tab = await host.open_tab(ari, args.get("title") or deck_args.get("title") or doc)
+        tab = await host.open_tab(ari + at, args.get("title") or deck_args.get("title") or doc)
         verb = "Created and opened" if created else "Opened"
         return ToolOutcome(content=f"{verb} {ari} in tab {tab}.",
                            details={"ari": ari, "tabId": tab, "created": created, "revision": revision})
@@ -168,6 +174,8 @@ def show_gamma_tool(host: DisplayHost) -> Tool:
                 "doc": {"type": "string", "description": "Document id, e.g. 'q3-review'."},
                 "title": {"type": "string", "description": "Optional tab title."},
                 "deck": {"type": "object", "description": "The complete deck to store before opening."},
+                "card": {"type": "string", "description": "Optional card id to show: the deck's tab (an open "
+                         "one is reused) scrolls to it."},
             },
             "required": ["doc"],
             "additionalProperties": False,
