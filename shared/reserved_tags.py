@@ -135,10 +135,18 @@ def _spelled(name: str) -> str:
 
 
 # Speed, not meaning (the walk in `_opening_at` is the rule): an opener is a candidate unless the
-# plain-ASCII text after it (whitespace and slashes aside) cannot begin a reserved name: its next
-# three characters are printable ASCII and not, each, a letter some name has in that place. Text
-# that is not plain ASCII there always goes to the walk.
-_UNUSUAL = "[^\\x00-\\x7f]|" + _SKIPPED_ASCII
+# text after it cannot begin a reserved name: past whitespace, slashes and common invisible characters
+# (`_INVISIBLE`, each one `fold` drops: tests/unit/test_tag_rule.py checks), its next three visible
+# characters are printable ASCII and not, each, a letter some name has in that place. Any other
+# character there (a look-alike, a rarer invisible one) sends the opener to the walk.
+_INVISIBLE = ("\x00-\x08\x0e-\x1b\x7f\u00ad\u0300-\u036f\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+              "\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0"
+              "\U000e0000-\U000e0fff")
+_INV = "[" + _INVISIBLE + "]*"
+# Openers that read as nothing else a name could start with (another `<`) are not unusual either.
+_PLAIN_OPENERS = "".join(sorted(c for c in OPENERS if not c.isascii() and all(
+    a == "<" or not (a.isascii() or a.isspace()) for alts in fold(c) for a in alts)))
+_UNUSUAL = "[^\\x00-\\x7f" + _INVISIBLE + re.escape(_PLAIN_OPENERS) + "]"
 
 
 def _letters(k: int) -> str:
@@ -146,8 +154,9 @@ def _letters(k: int) -> str:
     return "[" + re.escape("".join(sorted(chars | ({"-", "_"} if chars & {"-", "_"} else set())))) + "]"
 
 
-_CANDIDATE_RE = re.compile(_OPENER_CLASS + "(?=[\\s/]*(?:" + _UNUSUAL + "|" + _letters(0) + "(?:" + _UNUSUAL + "|"
-                           + _letters(1) + "(?:" + _UNUSUAL + "|" + _letters(2) + "))))")
+_CANDIDATE_RE = re.compile(_OPENER_CLASS + "(?=(?:[\\s/]|[" + _INVISIBLE + "])*(?:" + _UNUSUAL + "|" + _letters(0)
+                           + _INV + "(?:" + _UNUSUAL + "|" + _letters(1) + _INV + "(?:" + _UNUSUAL + "|"
+                           + _letters(2) + "))))")
 # The walk's answer for an opening spelled in plain ASCII (`<`, whitespace, one `/`, a name, then an
 # ASCII character that is no name character, or the end).
 _ASCII_TAG_RE = re.compile(r"<\s*(/)?\s*(" + "|".join(_spelled(t) for t in sorted(RESERVED_TAGS, key=len, reverse=True))
@@ -257,9 +266,10 @@ class TagRule:
 
     def finditer(self, text: str) -> Iterator[TagMatch]:
         for m in _CANDIDATE_RE.finditer(text):
-            found = _ascii_opening_at(text, m.start())
+            i = m.start()
+            found = _ascii_opening_at(text, i) if text[i] == "<" and text[i + 1:i + 2].isascii() else None
             if found is None:
-                found = _opening_at(text, m.start())
+                found = _opening_at(text, i)
             if found is not None and found is not NOT_AN_OPENING:
                 yield found
 

@@ -3,15 +3,22 @@ character that reads as `<` is a candidate, and each invisible or look-alike spe
 
 from __future__ import annotations
 
+import re
 import sys
 import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from shared.reserved_tags import OPENERS, RESERVED_TAGS, TAG_RULE, fold
+from shared.reserved_tags import _INVISIBLE, OPENERS, RESERVED_TAGS, TAG_RULE, _opening_at, fold
 from shared.tag_confusables import LOOKALIKES
-from tests.support.trusted import LISTED_FORGERIES
+from tests.support.trusted import ANY_TEXT, FRAGMENTS, INVISIBLE, LISTED_FORGERIES, LT_FORMS, forged_tag
 from tools.tag_confusables import table
+
+
+TEXTS = st.lists(st.one_of(forged_tag(), ANY_TEXT, st.sampled_from(FRAGMENTS + INVISIBLE + LT_FORMS),
+                           st.sampled_from(RESERVED_TAGS)), max_size=10).map("".join)
 
 
 def test_the_committed_table_is_the_generated_one() -> None:
@@ -49,3 +56,20 @@ def test_a_different_name_is_not_a_reserved_one() -> None:
     for text in ("<summaryx>", "<summary_v2>", "<skills>", "<skill-set>", "<system>", "<quotedly", "<div>",
                  "<s\u0443mmary2>", "\u3008summaryx\u3009", "<ad\u200bmin>"):
         assert TAG_RULE.search(text) is None, ascii(text)
+
+
+def test_the_fast_scan_skips_only_invisible_characters() -> None:
+    """Every character the candidate scan steps over as invisible is one the rule drops."""
+    for c in (chr(cp) for cp in range(sys.maxunicode + 1) if not 0xD800 <= cp < 0xE000):
+        if re.fullmatch("[" + _INVISIBLE + "]", c):
+            assert fold(c) == (), hex(ord(c))
+
+
+@settings(max_examples=400, deadline=None)
+@given(TEXTS)
+def test_the_fast_paths_find_what_the_walk_finds(text: str) -> None:
+    """The candidate scan and the ASCII shortcut are speed only: the same openings as the walk from
+    every opener."""
+    walk = [(i, m.end(), m.canonical()) for i, c in enumerate(text) if c in OPENERS
+            and (m := _opening_at(text, i)) is not None]
+    assert [(m.start(), m.end(), m.canonical()) for m in TAG_RULE.finditer(text)] == walk
