@@ -16,7 +16,6 @@ from shared.tag_confusables import LOOKALIKES
 from tests.support.trusted import ANY_TEXT, FRAGMENTS, INVISIBLE, LISTED_FORGERIES, LT_FORMS, forged_tag
 from tools.tag_confusables import table
 
-
 TEXTS = st.lists(st.one_of(forged_tag(), ANY_TEXT, st.sampled_from(FRAGMENTS + INVISIBLE + LT_FORMS),
                            st.sampled_from(RESERVED_TAGS)), max_size=10).map("".join)
 
