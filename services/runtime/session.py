@@ -32,6 +32,7 @@ from shared.contracts.inbox import (
     DocumentEdit,
     FileDelete,
     FileWrite,
+    ModelChange,
     Rewind,
     UiUpdate,
 )
@@ -64,6 +65,7 @@ from .knowledge import KnowledgeReader, PromptKnowledge
 from .lease import Lease, LeaseLost
 from .liveui import LiveUi
 from .manifest import queue_manifest
+from .model_switch import ModelSwitch
 from .paths import sandbox_skills_dir
 from .progress import ChecklistProgress
 from .recorder import Recorder
@@ -107,10 +109,16 @@ class SessionDeps:
 
 
 def model_settings(settings: Settings, model: ModelConfig, sid: str, paths: SessionPaths) -> ModelSettings:
-    """The session's model calls: its row's choice (`model`) over the deployment's defaults."""
+    """The session's model calls: its row's choice (`model`) over the deployment's defaults, built from
+    the model's catalogue entry (shared/catalogue; docs/models.md). A session created before its
+    model's entry said so is moved to an API the model serves (a Responses-only model never goes to Chat)."""
     models = settings.models
-    name, api = model.name or models.model, model.api or models.default_model_api
-    return ModelSettings(model=name, reasoning_effort=model.reasoning_effort, api=api,
+    name = model.name or models.model
+    caps = models.catalogue.resolve(name).caps
+    api = model.api or models.default_model_api
+    if api not in caps.apis:
+        api = caps.apis[0]
+    return ModelSettings(model=name, reasoning_effort=model.reasoning_effort, api=api, caps=caps,
                          trusted_role=models.trusted_role_for(name, api), max_output_tokens=models.max_output_tokens,
                          cache_key=sid, chat_cache_key=models.openai_endpoint, images=ImageSource(paths.root),
                          image_detail=settings.images.image_detail, max_retries=models.model_max_retries,
@@ -240,7 +248,8 @@ class Session:
             UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write, DocumentEdit: self.writes.document_edit,
             FileDelete: self.writes.file_delete, DocumentDelete: self.writes.document_delete,
             CompactionReady: self.compactor.on_ready, Compact: self.compactor.on_command,
-            ConnectorResult: self.connectors.on_result, Rewind: self.rewinder.on_rewind}
+            ConnectorResult: self.connectors.on_result, Rewind: self.rewinder.on_rewind,
+            ModelChange: ModelSwitch(self.transcript, self.switch_model, self.outbox, ack).on_change}
         handlers = self.idle.watch_writes(handlers)  # a client's write keeps its ref's update held (idle.py)
         # Prompt-time knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools").
         knowledge = PromptKnowledge(self.knowledge, self.transcript, self.turns.pending, settings.runtime.knowledge_top_k,
@@ -251,6 +260,13 @@ class Session:
             request_close=deps.request_close, causal=self.causal, calls=self.connectors,
             prompt_hook=PromptHooks(self.catalog, knowledge) if self.catalog else knowledge,
             aborts=self.aborts, trace=settings.server.trace_inbox)
+
+    def switch_model(self, model: ModelConfig) -> None:
+        """PATCH /sessions/{id} (model_switch.py): the next model call, subagents' and compaction's
+        token counts use the new model; a call in flight finishes on its own."""
+        self.stream.settings = model_settings(self.deps.settings, model, self.sid, self.paths)
+        self.compactor.model = self.stream.settings.model
+        self.compactor.context_window = model.context_window or self.deps.settings.compaction.context_window
 
     # ------------------------------------------------------------ lifecycle
 

@@ -808,6 +808,8 @@ export interface components {
              * @enum {string}
              */
             status?: "pending" | "in_progress" | "complete" | "blocked";
+            /** Reason */
+            reason?: string | null;
         };
         /** TodoList */
         TodoList: {

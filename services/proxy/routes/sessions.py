@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 
 from shared import causal, dormancy, inbox, keys
 from shared.bus import publish
+from shared.catalogue.sessions import ModelRefused, settle
 from shared.contracts.http import (
     CompactBody,
     CreateSession,
@@ -62,16 +63,20 @@ ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unkn
 @router.post("", status_code=201, response_model=SessionView, dependencies=[IDEMPOTENT], responses={
     **IDEMPOTENCY_RESPONSES, 401: ERRORS[401], 403: {"description": "the user's session quota is reached"},
     429: {"description": "too many sessions created in the last minute (Retry-After)"},
+    422: {"description": "a model, effort or API the model rejects (`detail` names the field and the allowed "
+                         "values), or an invalid body"},
 })
 async def create_session(
     body: CreateSession | None = Body(None), user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)
 ) -> SessionView:
     body = body or CreateSession()
+    try:  # fixed at creation: a session keeps its API when the setting changes (docs/models.md "Sessions")
+        models = proxy.settings.models
+        model = settle(body.model or ModelConfig(), models.catalogue, models.model, models.default_model_api)
+    except ModelRefused as exc:  # before the creation rate counts it: a refused request changes nothing
+        raise ApiError(422, str(exc), exc.problem.detail()) from exc
     await check_create_rate(proxy.redis, user, proxy.settings.limits.session_creates_per_minute)
     try:
-        model = body.model or ModelConfig()
-        if model.api is None:  # fixed at creation: a session keeps its API when the setting changes
-            model = model.model_copy(update={"api": proxy.settings.models.default_model_api})
         row = await create_row(proxy.redis, user, body.variant, model,
                                max_sessions=proxy.settings.limits.max_sessions_per_user)
     except SessionQuotaExceeded as exc:

@@ -19,24 +19,43 @@ from .sse import ReadGate, json_reads, open_stream
 from .types import AgentContext, AgentEvent, Emit
 
 
+def chat_effort(settings: ModelSettings, tools: bool) -> str | None:
+    """`reasoning_effort` on Chat: the one asked for where the model accepts it. From gpt-5.4 on, Chat
+    refuses function tools unless the effective effort is `none`, even when none is sent (gpt-5.6
+    reasons at `medium` by default: reference §2.1), so a session on Chat sends `none` there
+    (docs/models.md "Which API")."""
+    if tools and settings.caps.chat_tools_need_effort_none and "none" in settings.caps.efforts:
+        return "none"
+    return settings.effort
+
+
 class ChatApi:
     name: Literal["chat"] = "chat"
 
     def body(self, context: AgentContext, settings: ModelSettings) -> dict[str, Any]:
+        """Built from the model's catalogue entry (settings.caps): only the parameters it accepts, and
+        no explicit nulls (reference §2.1, §2.2)."""
+        caps = settings.caps
         body: dict[str, Any] = {
             "model": settings.model,
             "messages": to_openai(context.system_prompt, context.messages, trusted_role=settings.trusted_role,
-                                  images=Images(settings.images, settings.image_detail)),
+                                  images=Images(settings.images, settings.image_detail, caps.vision),
+                                  system_role="system" if caps.developer_role else "user"),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
         if context.tools:
             body["tools"] = [t.schema() for t in context.tools]
-            body["parallel_tool_calls"] = True
-        if settings.reasoning_effort:
-            body["reasoning_effort"] = settings.reasoning_effort
+            if caps.parallel_tool_calls.chat:  # o-series refuse it on Chat, even `false` (§2.2)
+                body["parallel_tool_calls"] = True
+        if effort := chat_effort(settings, bool(context.tools)):
+            body["reasoning_effort"] = effort
         if settings.cache_key and settings.chat_cache_key:
             body["prompt_cache_key"] = settings.cache_key
+        if caps.max_output is not None and (cap := settings.output_cap) is not None:
+            # Counts reasoning tokens; `max_tokens` is refused by reasoning models (§2.2). Sent to
+            # catalogued models only: an unknown server may not know the field (§7.2).
+            body["max_completion_tokens"] = cap
         return body
 
     def pieces(self, body: dict[str, Any]) -> list[str]:
@@ -79,6 +98,7 @@ class ChatApi:
             cached, details = u.prompt_tokens_details, u.completion_tokens_details
             partial.usage = Usage(input=u.prompt_tokens, output=u.completion_tokens,
                                   cache_read=int((cached.cached_tokens if cached else 0) or 0),
+                                  cache_write=int((getattr(cached, "cache_write_tokens", 0) if cached else 0) or 0),
                                   reasoning=int((details.reasoning_tokens if details else 0) or 0),
                                   total_tokens=u.total_tokens)
         partial.content = assemble(reply.text, reply.calls)

@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from openai import AsyncOpenAI
 
+from shared.catalogue import Capabilities, catalogue
 from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ToolCall
 
 from .sse import ReadGate
@@ -32,9 +33,9 @@ class ImageUrls(Protocol):
 @dataclass
 class ModelSettings:
     model: str
-    reasoning_effort: str | None = None
+    reasoning_effort: str | None = None  # as the session asked (None: the model's default)
     api: ApiName = "chat"
-    max_output_tokens: int | None = None
+    max_output_tokens: int | None = None  # the deployment's cap, lowered to the model's own (`output_cap`)
     cache_key: str | None = None  # prompt_cache_key: the session id
     # Chat Completions sends prompt_cache_key only to OpenAI: other servers may refuse unknown fields.
     chat_cache_key: bool = False
@@ -45,6 +46,37 @@ class ModelSettings:
     max_retries: int = 0  # 429, 5xx and dropped connections
     retry_base_s: float = 1.0
     retry_max_s: float = 60.0
+    # What the model accepts (shared/catalogue): the request bodies are built from it. Unset: the
+    # catalogue's entry for `model` without the deployment's extras (services/runtime/session.py
+    # `model_settings` passes the configured one).
+    caps: Capabilities = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.caps is None:
+            self.caps = catalogue().resolve(self.model).caps
+
+    @property
+    def effective_effort(self) -> str | None:
+        """The effort the model reasons at (the one asked for, else its default); None: no reasoning."""
+        return self.caps.effective_effort(self.effort)  # type: ignore[arg-type]
+
+    @property
+    def effort(self) -> str | None:
+        """The effort to send: only one the model accepts (reference §2.1: any other is a 400)."""
+        e = self.reasoning_effort
+        return e if e is not None and e in self.caps.efforts else None
+
+    @property
+    def reasons(self) -> bool:
+        """The model reasons on this call (explicitly or at its default effort; reference §1.2)."""
+        return self.effective_effort not in (None, "none")
+
+    @property
+    def output_cap(self) -> int | None:
+        caps_max = self.caps.max_output
+        if self.max_output_tokens is None:
+            return None
+        return min(self.max_output_tokens, caps_max) if caps_max is not None else self.max_output_tokens
 
 
 class ModelApi(Protocol):

@@ -41,28 +41,49 @@ def function_tool(tool: Tool) -> dict[str, Any]:
             "parameters": tool.parameters, "strict": False}
 
 
+def reasoning_fields(settings: ModelSettings) -> dict[str, Any]:
+    """`reasoning` and `include` of a request. A model that reasons (at the effort sent or at its
+    default, reference §1.2) gets `include: ["reasoning.encrypted_content"]` whatever effort was
+    asked: under `store:false` its reasoning items can only be replayed with their encrypted content
+    (§1.1, §1.3). Summaries are asked for where the model gives them (§1.12)."""
+    reasoning: dict[str, Any] = {}
+    if settings.effort is not None:
+        reasoning["effort"] = settings.effort
+    out: dict[str, Any] = {}
+    if settings.reasons:
+        out["include"] = ["reasoning.encrypted_content"]
+        if settings.caps.reasoning_summary:
+            reasoning["summary"] = "auto"
+    if reasoning:
+        out["reasoning"] = reasoning
+    return out
+
+
 class ResponsesApi:
     name: Literal["responses"] = "responses"
 
     def body(self, context: AgentContext, settings: ModelSettings) -> dict[str, Any]:
+        """Built from the model's catalogue entry (settings.caps): only the parameters it accepts, and
+        no explicit nulls (reference §2.1)."""
+        caps = settings.caps
         body: dict[str, Any] = {
             "model": settings.model,
             "instructions": context.system_prompt,
             "input": to_responses_input(context.messages, settings.model, trusted_role=settings.trusted_role,
-                                        images=Images(settings.images, settings.image_detail)),
+                                        images=Images(settings.images, settings.image_detail, caps.vision),
+                                        phase=caps.phase),
             "stream": True,
             "store": False,
         }
         if context.tools:
             body["tools"] = [function_tool(t) for t in context.tools]
-            body["parallel_tool_calls"] = True
-        if settings.reasoning_effort:
-            body["reasoning"] = {"effort": settings.reasoning_effort}
-            body["include"] = ["reasoning.encrypted_content"]
+            if caps.parallel_tool_calls.responses:
+                body["parallel_tool_calls"] = True
+        body.update(reasoning_fields(settings))
         if settings.cache_key:
             body["prompt_cache_key"] = settings.cache_key
-        if settings.max_output_tokens:
-            body["max_output_tokens"] = settings.max_output_tokens
+        if (cap := settings.output_cap) is not None:
+            body["max_output_tokens"] = cap
         return body
 
     def pieces(self, body: dict[str, Any]) -> list[str]:
@@ -132,7 +153,10 @@ class _Reading:
             _take_item(_valid_item(event.get("item")), self.content, self.refusal)
         elif kind in ("response.completed", "response.incomplete"):
             self.incomplete = kind == "response.incomplete"
-            partial.usage = _usage((event.get("response") or {}).get("usage"))
+            response = event.get("response") or {}
+            partial.usage = _usage(response.get("usage"))
+            if isinstance(response.get("model"), str) and response["model"]:
+                partial.snapshot = response["model"][:200]  # the snapshot its reasoning is bound to
         elif kind == "response.failed":
             err = (event.get("response") or {}).get("error") or {}
             raise StreamError(f"{err.get('code')}: {err.get('message')}" if err else "response failed",
@@ -172,7 +196,9 @@ def _take_item(item: dict[str, Any], content: list[Any], refusal: list[str]) -> 
     elif kind == "message":
         for part in item.get("content") or []:
             if part.get("type") == "output_text" and part.get("text"):
-                content.append(TextContent(text=part["text"]))
+                phase = item.get("phase")
+                content.append(TextContent(text=part["text"],
+                                           phase=phase if phase in ("commentary", "final_answer") else None))
             elif part.get("type") == "refusal":
                 refusal.append(str(part.get("refusal", "")))
     elif kind == "function_call":
@@ -189,4 +215,5 @@ def _usage(raw: Any) -> Usage:
         raise StreamError(f"invalid usage from the API: {exc}", retryable=False) from exc
     return Usage(input=u.input_tokens, output=u.output_tokens,
                  cache_read=int(u.input_tokens_details.cached_tokens or 0),
+                 cache_write=int(getattr(u.input_tokens_details, "cache_write_tokens", 0) or 0),
                  reasoning=int(u.output_tokens_details.reasoning_tokens or 0), total_tokens=u.total_tokens)

@@ -115,6 +115,20 @@ async def _read_deck(host: DisplayHost, doc: str, path: Path, title: str | None,
                        details={"ari": ari, "tabId": tab, "created": False, "revision": revision})
 
 
+SHOW_GAMMA_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "doc": {"type": "string", "description": "Document id, e.g. 'q3-review'."},
+        "title": {"type": "string", "description": "Optional tab title."},
+        "deck": {"type": "object", "description": "The complete deck to store before opening."},
+        "card": {"type": "string", "description": "Optional card id to show: the deck's tab (an open "
+                 "one is reused) scrolls to it."},
+    },
+    "required": ["doc"],
+    "additionalProperties": False,
+}
+
+
 def show_gamma_tool(host: DisplayHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         doc = args["doc"]
@@ -168,17 +182,6 @@ def show_gamma_tool(host: DisplayHost) -> Tool:
         "({title, theme, metadata, assets, cards: [{id, ...}]}) to create or replace it first; with only "
         "`doc`, the result carries the current deck JSON and its revision (read it before editing). Replacing "
         "a deck changed since you last read or wrote it is refused: read it again first.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "doc": {"type": "string", "description": "Document id, e.g. 'q3-review'."},
-                "title": {"type": "string", "description": "Optional tab title."},
-                "deck": {"type": "object", "description": "The complete deck to store before opening."},
-                "card": {"type": "string", "description": "Optional card id to show: the deck's tab (an open "
-                         "one is reused) scrolls to it."},
-            },
-            "required": ["doc"],
-            "additionalProperties": False,
-        },
+        parameters=SHOW_GAMMA_PARAMETERS,
         execute=execute,
     )

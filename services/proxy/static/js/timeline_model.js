@@ -70,7 +70,8 @@ function entryItems(entry, results, live) {
                 text: entry.reason + (entry.workflow ? ` (${entry.workflow})` : "") }];
     case "compaction":
       return [{ key: entry.id, ts, kind: "compaction", text: entry.summary, tokensBefore: entry.tokensBefore }];
-    case "model_change": return [{ key: entry.id, ts, kind: "note", label: "model", text: entry.modelId }];
+    case "model_change": return [{ key: entry.id, ts, kind: "note", label: "model",
+      text: [entry.modelId, entry.reasoningEffort && `effort ${entry.reasoningEffort}`, entry.api].filter(Boolean).join(" · ") }];
     case "audit": return [{ key: entry.id, ts, kind: "note", label: `completion audit: ${entry.workflow}`,
       text: entry.outcome + (entry.missing && entry.missing.length ? ` (missing: ${entry.missing.join(", ")})` : "")
         + (entry.deviations || []).map((d) => `\ndeviation ${d.step}: ${d.cause}`).join("") }];
