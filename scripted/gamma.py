@@ -35,7 +35,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from services.runtime.engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX
+from services.runtime.engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX, enveloped_user_text
 from services.runtime.skills import Skill
 from shared.contracts.injection import INJECTION_KINDS
 
@@ -76,6 +76,10 @@ def _text_only(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if text.startswith(TOOL_IMAGES_PREFIX):
                 continue
             m = {**m, "content": text}
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            typed = enveloped_user_text(m["content"])  # the user-role fallback's quotation around user text
+            if typed is not None:
+                m = {**m, "content": typed}
         out.append(m)
     return out
 

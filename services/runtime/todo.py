@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from shared.contracts.messages import CustomMessage
 from shared.contracts.todo import TodoItem, TodoList, task_state_problem, waiting
 from shared.disk import atomic_write_json, read_json
+from shared.trusted_blocks import lines, quoted
 from shared.trusted_blocks import render as render_block
 
 from .write_guard import Guard
@@ -84,7 +85,10 @@ def render(todo: TodoList) -> str:
     "Trust boundaries")."""
     items = [f"- [{item.status}] {item.id}: {item.content}" + (f" (waiting: {item.reason})" if item.status == "blocked"
              and item.reason else "") for item in todo.items] or ["(no tasks)"]
-    return render_block("todo_state", {"revision": todo.revision}, "\n".join(items))
+    # The ids, texts and reasons are the model's own words: quoted, so a line of them never reads as the
+    # harness's (docs/architecture.md "Trust boundaries").
+    return render_block("todo_state", {"revision": todo.revision},
+                        lines("Your task list, as you wrote it:", quoted("model", "\n".join(items))))
 
 
 def _first_error(exc: ValidationError) -> str:

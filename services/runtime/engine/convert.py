@@ -6,8 +6,13 @@ Who wrote a message decides how it travels (docs/architecture.md "Trust boundari
   `trusted_role`: `developer`, a role no user text can take, or `user` where the model or server
   rejects it (ModelSettings.trusted_role);
 - user text and tool results are neutralised against the reserved tags (shared/neutralise.py), so in
-  neither role can they read as a harness block; so is the summary's body, which quotes the
-  conversation;
+  neither role can they read as a harness block; the summary's body, which quotes the conversation, is
+  a quotation (`quoted`);
+- under the user-role fallback a harness block and a user's message share a role, so position tells
+  them apart: a user's message is always wholly inside a `<quoted author="user">` element (its text
+  escaped by the builder, so nothing in it closes the quotation), and a harness block is a message of
+  its own that opens with its tag outside any quotation (`user_text`; the static prefix says so,
+  prompts/transport.txt);
 - assistant text and tool calls go back as the model wrote them: their role says who wrote them.
 
 Images travel by reference (shared/images.py): a user message's attachments become image parts of
@@ -39,7 +44,7 @@ from shared.contracts.messages import (
     UserMessage,
 )
 from shared.neutralise import neutralise
-from shared.trusted_blocks import render
+from shared.trusted_blocks import quoted, render, whole_quotation
 
 from .model_api import ImageDetail, ImageUrls, TrustedRole
 
@@ -73,6 +78,20 @@ class Images:
 NO_IMAGES = Images()
 
 
+def user_text(text: str, trusted_role: TrustedRole) -> str:
+    """What the model reads of a user's message: neutralised with the developer role; inside a
+    quotation that fills the message under the user-role fallback, where position, not spelling,
+    marks the harness's blocks (docs/architecture.md "Trust boundaries")."""
+    if trusted_role == "user":
+        return quoted("user", text).text
+    return neutralise(text)
+
+
+def enveloped_user_text(content: str) -> str | None:
+    """The original of a `user_text` envelope (a reader of requests: the scripted model), else None."""
+    return whole_quotation(content, "user")
+
+
 TOOL_IMAGES_PREFIX = "The image(s) returned by the "
 
 
@@ -104,9 +123,9 @@ def to_openai(system_prompt: str, messages: list[AgentMessage], *, trusted_role:
 def convert_one(m: AgentMessage, trusted_role: TrustedRole, images: Images = NO_IMAGES) -> dict[str, Any] | None:
     if isinstance(m, UserMessage):
         if m.images:
-            return {"role": "user", "content": [{"type": "text", "text": neutralise(m.content)},
+            return {"role": "user", "content": [{"type": "text", "text": user_text(m.content, trusted_role)},
                                                 *images.parts(m.images, "chat")]}
-        return {"role": "user", "content": neutralise(m.content)}
+        return {"role": "user", "content": user_text(m.content, trusted_role)}
     if isinstance(m, CustomMessage):
         return {"role": trusted_role, "content": m.content}  # built escaped by its producer
     if isinstance(m, CompactionSummaryMessage):
@@ -134,7 +153,9 @@ def convert_one(m: AgentMessage, trusted_role: TrustedRole, images: Images = NO_
 
 
 def summary_block(summary: str) -> str:
-    return SUMMARY_PREFIX + render("summary", None, summary)
+    # The summarizer's words, with the lines it copied from the conversation: a quotation, never the
+    # harness's own (docs/architecture.md "Trust boundaries").
+    return SUMMARY_PREFIX + render("summary", None, quoted("summarizer", summary))
 
 
 def to_responses_input(messages: list[AgentMessage], model: str, *, trusted_role: TrustedRole,
@@ -156,7 +177,7 @@ def to_responses_input(messages: list[AgentMessage], model: str, *, trusted_role
             out.append({"type": "function_call_output", "call_id": m.tool_call_id, "output": output})
         elif isinstance(m, UserMessage) and m.images:
             out.append({"type": "message", "role": "user",
-                        "content": [{"type": "input_text", "text": neutralise(m.content)},
+                        "content": [{"type": "input_text", "text": user_text(m.content, trusted_role)},
                                     *images.parts(m.images, "responses")]})
         else:
             converted = convert_one(m, trusted_role)
