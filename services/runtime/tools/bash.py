@@ -1,5 +1,6 @@
 """bash: a shell command, confined by the session's sandbox (services/runtime/sandbox), with the
-workspace as cwd, a timeout, an output cap and the workspace quota checked after the call.
+workspace as cwd, a timeout, an output cap, the workspace quota watched while the call runs (the call is
+killed past it, sandbox/watch.py) and enforced after it (sandbox/quota.py).
 
 Files the command changes are published as ArtifactChange(agent), found by comparing the
 workspace's (mtime, size) before and after: two walks (shared/walk.py, bounded, in the I/O pool).
@@ -48,6 +49,13 @@ def bash_tool(host: ShellHost) -> Tool:
         await _publish_changes(host, root, before, after)
         text, code = res.output, res.exit_code
         details: dict[str, Any] = {"exitCode": code, "truncated": res.truncated, "sandbox": res.layer}
+        if res.stopped is not None:  # the disk watchdog killed it (sandbox/watch.py)
+            details["stopped"] = True
+            text += "\n" + res.stopped
+        if res.memory_killed:
+            details["memoryKilled"] = res.memory_killed
+            text += (f"\n[the call reached its memory limit ({box.limits.memory_bytes} bytes for all its processes "
+                     f"and its /tmp, HOME and /dev/shm together): the kernel killed {res.memory_killed} process(es)]")
         if over is not None:
             details["quotaExceeded"] = True
             text += "\n" + over.message()
@@ -56,7 +64,8 @@ def bash_tool(host: ShellHost) -> Tool:
                                details={**details, "timedOut": True})
         if res.aborted:  # the run's abort: the loop puts its note first (engine/loop.py aborted_outcome)
             return ToolOutcome(content=text, is_error=True, details={**details, "aborted": True})
-        return ToolOutcome(content=text or "(no output)", is_error=code != 0 or over is not None, details=details)
+        return ToolOutcome(content=text or "(no output)", is_error=code != 0 or over is not None or res.stopped is not None,
+                           details=details)
 
     return Tool(
         name="bash",
