@@ -101,7 +101,7 @@ class Sandbox:
             env = landlock_env(req.skills_dir, tmp, _tz()) if tmp is not None else {}
             return await run_confined(group.gate(argv) if group is not None else argv, env=env, cwd="/",
                                       wall_s=req.timeout, stop=stop, output_chars=req.limits.output_chars,
-                                      pass_fds=fds, watchdog=_guard(_bounds(req, tmp), walk_limits(req.limits)))
+                                      pass_fds=fds, watchdog=_guard(_bounds(req, tmp), walk_limits(req.limits), group))
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):
@@ -117,7 +117,7 @@ class Sandbox:
         return await run_confined(group.gate(argv) if group is not None else argv, env=env,
                                   cwd=str(req.workspace), wall_s=req.timeout, stop=stop,
                                   output_chars=req.limits.output_chars,
-                                  watchdog=_guard(_bounds(req, None), walk_limits(req.limits)))
+                                  watchdog=_guard(_bounds(req, None), walk_limits(req.limits), group))
 
 
 def _bounds(req: SandboxRequest, tmp: Path | None) -> list[watch.Bound]:
@@ -130,10 +130,32 @@ def _bounds(req: SandboxRequest, tmp: Path | None) -> list[watch.Bound]:
     return out
 
 
-async def _guard(bounds: list[watch.Bound], limits: WalkLimits) -> str:
+async def _guard(bounds: list[watch.Bound], limits: WalkLimits, group: memcg.CallGroup | None) -> str:
+    """The disk watchdog's reason, or "" once the kernel killed at the call's memory limit: the call then
+    ends as a whole at once (what its tmpfs holds stays charged, so whatever runs on would only wait in
+    the cgroup's OOM handling until its timeout)."""
+    tasks = [asyncio.ensure_future(_disk(bounds, limits))]
+    if group is not None:
+        tasks.append(asyncio.ensure_future(_oom(group)))
     try:
-        tripped = await watch.watch(bounds, limits)
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        return done.pop().result()
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _disk(bounds: list[watch.Bound], limits: WalkLimits) -> str:
+    try:
+        return (await watch.watch(bounds, limits)).message()
     except Exception:  # a broken watchdog must not end the call as if it had tripped
         log.exception("sandbox_watchdog_failed")
         await asyncio.Event().wait()
-    return tripped.message()
+        raise
+
+
+async def _oom(group: memcg.CallGroup) -> str:
+    while True:  # the kernel offers no event for this here (v1 eventfd needs a cgroup.event_control writer)
+        if await asyncio.to_thread(group.oom_kills):
+            return ""
+        await asyncio.sleep(watch.SAMPLE_S)

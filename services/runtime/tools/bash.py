@@ -49,7 +49,7 @@ def bash_tool(host: ShellHost) -> Tool:
         await _publish_changes(host, root, before, after)
         text, code = res.output, res.exit_code
         details: dict[str, Any] = {"exitCode": code, "truncated": res.truncated, "sandbox": res.layer}
-        if res.stopped is not None:  # the disk watchdog killed it (sandbox/watch.py)
+        if res.stopped:  # the disk watchdog killed it (sandbox/watch.py)
             details["stopped"] = True
             text += "\n" + res.stopped
         if res.memory_killed:
