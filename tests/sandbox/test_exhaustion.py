@@ -3,6 +3,8 @@ against its memory limit, and the workspace quota holds while the call runs, not
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -79,6 +81,9 @@ def small_memory_stack(request: pytest.FixtureRequest, module_redis_url: str,
     stack.layer = layer
     try:
         stack.start("runtime", "proxy")
+        with urllib.request.urlopen(stack.url("runtime") + "/readyz", timeout=10) as resp:
+            sandbox = json.loads(resp.read())["details"]["sandbox"]
+        assert sandbox.get("memoryCgroup"), f"the runtime took no memory cgroup: {sandbox}; {stack.log('runtime')[-3000:]}"
         yield stack
     finally:
         stack.stop()
