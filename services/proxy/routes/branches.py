@@ -26,7 +26,7 @@ from shared.transcript_tree import path_to
 from shared.uirules import default_snapshot
 from shared.write_model import Refused
 
-from .. import heavy
+from .. import disk_budget, heavy
 from ..auth import current_user
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
@@ -98,6 +98,7 @@ async def rewind(body: RewindBody, state: SessionState = Depends(owned_session),
 
 @router.post("/{sid}/fork", status_code=201, response_model=ForkedSession, dependencies=[IDEMPOTENT], responses={
     **ERRORS, **IDEMPOTENCY_RESPONSES, 403: {"description": "the user's session quota is reached"},
+    507: {"description": "the fork would take the user's sessions past their disk budget (GAMMA_USER_DISK_BYTES)"},
     429: {"description": "too many sessions created in the last minute, or too many forks in flight (Retry-After)"},
 })
 async def fork(body: ForkBody | None = Body(None), state: SessionState = Depends(owned_session),
@@ -113,6 +114,7 @@ async def fork(body: ForkBody | None = Body(None), state: SessionState = Depends
 
 
 async def _fork(proxy: Proxy, state: SessionState, user: str, entry_id: str | None) -> ForkedSession:
+    await disk_budget.admit(proxy, user, await disk_budget.workspace_disk(proxy, state.row.id), "this fork")
     await check_create_rate(proxy.redis, user, proxy.settings.limits.session_creates_per_minute)
     plan = await _plan(proxy, state, entry_id)
     try:
