@@ -37,6 +37,7 @@ class SandboxRequest(BaseModel):
     skills_dir: Path  # read-only, at /skills (bwrap) or its own path (landlock)
     limits: SandboxLimits = SandboxLimits()
     timeout: float = 60.0
+    workspace_usage: tuple[int, int] | None = None  # (bytes on disk, entries) just before the call, if measured
 
 
 class SandboxResult(BaseModel):

@@ -39,7 +39,10 @@ def bash_tool(host: ShellHost) -> Tool:
         await host.guard()
         # Skills ship scripts (gml-cli: `python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py"`): the sandbox
         # sets the variable itself (/skills under bwrap), whatever started the runtime.
-        res = await box.run(box.request(args["command"], root, sandbox_skills_dir(), timeout), ctx.signal)
+        req = box.request(args["command"], root, sandbox_skills_dir(), timeout)
+        if before.complete:  # the watchdog starts from this measure instead of walking again
+            req = req.model_copy(update={"workspace_usage": (before.disk, len(before.entries))})
+        res = await box.run(req, ctx.signal)
         if res.error is not None:
             return ToolOutcome(content=f"bash is disabled: {res.error}", is_error=True, details={"sandbox": "none"})
         after = await asyncio.to_thread(walk, root, limits)
