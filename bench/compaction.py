@@ -191,7 +191,7 @@ async def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "compaction.json")
     args = parser.parse_args()
     skills()
-    summarizer = Summarizer(model_factory(Settings(OPENAI_API_KEY=None), "summarizer"), "scripted-summarizer")  # type: ignore[call-arg]
+    summarizer = Summarizer(model_factory(Settings(OPENAI_API_KEY=None), "summarizer"), "gpt-5-mini")  # type: ignore[call-arg]
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="gamma-bench-compaction-") as tmp:
         for name, sections, words, extra in SESSIONS:

@@ -20,10 +20,10 @@ Scenarios, chosen from the latest user message:
 Injections that reach the model after its prompt was already answered (a blocking message_user; an
 idle turn started for an active task) are acknowledged in plain text, which ends the run: the prompt
 is not answered a second time.
-A step may also carry `reasoning` (summary text), `refusal`, `finish_reason: "length"`, `cut: true`
-(the connection drops mid-stream, once), `stream_error: {code, message}` (an error event inside the
-stream; with `times`, only that many times), `raw_arguments` on a tool call (sent instead of the JSON),
-and an error step `times` (fail that many times, then skip) and `retry_after` (seconds, a header).
+A step may also carry the failure-script fields of scripted/strict/failures.py (`reasoning`/`summary`,
+`refusal`, `finish_reason`, `cut`, `stream_error`, `no_terminal`, `empty`, `usage`, `stall_s`,
+`reject_replayed`, `raw_arguments` on a tool call; an error step's `times`, `retry_after`, `headers`;
+an `empty` step's `times`): scripted/README.md "Scenarios" lists them.
 Requests without the message_user tool (a subagent) get a plain text answer, or, for a `script:`
 task, its steps.
 """
@@ -40,7 +40,8 @@ from services.runtime.skills import Skill
 from shared.contracts.injection import INJECTION_KINDS
 
 from .connectors import connector_reply
-from .types import ScriptedError, ScriptedReply, ScriptedToolCall
+from .strict import failures
+from .types import ScriptedReply, ScriptedToolCall
 from .workflows import AUDIT_MARK, Policy, reply_for
 
 TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
@@ -100,12 +101,12 @@ class ScriptedGamma:
         step = sum(1 for m in messages[prompt_at + 1 :] if m.get("role") == "assistant")
         usage = max(len(json.dumps(messages)) // 4, 1)
         if "message_user" not in tools:  # a subagent: a scripted task (tests) or its findings
-            scripted = self._script(prompt, step, messages) if prompt.startswith("script:") else None
+            scripted = self._script(prompt, step, messages, body) if prompt.startswith("script:") else None
             return scripted or ScriptedReply(content=f"Findings for: {prompt[:200]}", prompt_tokens=usage,
                                              completion_tokens=20)
         reply: ScriptedReply | None = None
         if prompt.startswith("script:"):
-            reply = self._script(prompt, step, messages)
+            reply = self._script(prompt, step, messages, body)
         elif (policy := Policy.parse(prompt)) is not None:
             reply = reply_for(policy, self.skills, messages, prompt_at, step)
         elif (connector := connector_reply(prompt, tools, messages, step)) is not None:
@@ -124,26 +125,33 @@ class ScriptedGamma:
 
     # ------------------------------------------------------------ scenarios
 
-    def _script(self, prompt: str, step: int, messages: list[dict[str, Any]]) -> ScriptedReply | None:
-        steps = list(enumerate(json.loads(prompt[len("script:") :])))
+    def _script(self, prompt: str, step: int, messages: list[dict[str, Any]],
+                body: dict[str, Any] | None = None) -> ScriptedReply | None:
+        # Text after the script (a note the harness added to the user's message, e.g. an image's stand-in) is not part of it.
+        steps = list(enumerate(json.JSONDecoder().raw_decode(prompt, len("script:"))[0]))
         summarized = any(str(m.get("content", "")).startswith(SUMMARY_PREFIX) for m in messages)
-        steps = [(i, s) for i, s in steps if not ("error" in s and (summarized or self._spent(prompt, i, s)))]
+        steps = [(i, s) for i, s in steps if not ("error" in s and (summarized or self._spent(prompt, i, s)))
+                 and not (_served_once(s) and self._spent(prompt, i, s))]
         if step >= len(steps):
             return None
         index, s = steps[step]
         if "error" in s:
-            e = s["error"]
-            key = (prompt, index)
-            self._raised[key] = self._raised.get(key, 0) + 1
-            raise ScriptedError(int(e.get("status", 400)), str(e.get("code", "error")), str(e.get("message", "")),
-                                retry_after=e.get("retry_after"))
-        calls = [ScriptedToolCall(name=c["name"], arguments=c.get("arguments", {}),
-                                  raw_arguments=c.get("raw_arguments")) for c in s.get("tool_calls", [])]
-        return ScriptedReply(content=s.get("content", ""), tool_calls=calls, reasoning=s.get("reasoning"),
-                             refusal=s.get("refusal", ""), finish_reason=s.get("finish_reason"),
-                             cut=bool(s.get("cut")) and not self._spent(prompt, index, {"times": 1}, count=True),
-                             stream_error=s["stream_error"] if "stream_error" in s and not self._spent(
-                                 prompt, index, s, count=True) else None)
+            self._count(prompt, index)
+            raise failures.error_of(s, str((body or {}).get("model", "")))
+        if _served_once(s):
+            self._count(prompt, index)
+        if "reject_replayed" in s and not self._spent(prompt, index, s):
+            rejected = failures.rejection(s, body or {})
+            if rejected is not None:
+                self._count(prompt, index)
+                raise rejected
+        return failures.reply_of(
+            s, cut=bool(s.get("cut")) and not self._spent(prompt, index, {"times": 1}, count=True),
+            stream_error="stream_error" in s and not self._spent(prompt, index, s, count=True))
+
+    def _count(self, prompt: str, index: int) -> None:
+        key = (prompt, index)
+        self._raised[key] = self._raised.get(key, 0) + 1
 
     def _spent(self, prompt: str, index: int, step: dict[str, Any], count: bool = False) -> bool:
         """An error (or cut) step with `times: n` fails n times, then is skipped; without `times`
@@ -194,3 +202,9 @@ def _answered(messages: list[dict[str, Any]]) -> bool:
                 if args.get("blockOnUser"):
                     return True
     return False
+
+
+def _served_once(step: dict[str, Any]) -> bool:
+    """An `empty` step with `times: n` is served n times, then skipped: an empty reply is not replayed
+    (nothing in it the model could continue from), so the step count cannot move past it."""
+    return bool(step.get("empty")) and "times" in step

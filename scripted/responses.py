@@ -7,13 +7,13 @@ made by another model is refused with a 400, as a real provider refuses content 
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from .pacing import Timing
+from .strict import replies
 
 if TYPE_CHECKING:
     from .types import ScriptedReply
@@ -40,7 +40,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
             messages.append({"role": "assistant", "content": None})
         return messages[-1]
 
-    for item in body.get("input") or []:
+    for n, item in enumerate(body.get("input") or []):
         kind = item.get("type", "message")
         if kind == "message" and item.get("role") == "assistant":
             a = assistant()
@@ -48,6 +48,10 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         elif kind == "message":
             role = item.get("role") if item.get("role") in ("system", "developer") else "user"
             messages.append({"role": role, "content": _text(item.get("content"))})
+            images = [f"input[{n}].content[{j}]" for j, p in enumerate(item.get("content") or [])
+                      if isinstance(p, dict) and p.get("type") == "input_image"]
+            if images:  # the text the model reads drops them; a failure script may refuse them
+                messages[-1]["image_params"] = images
         elif kind == "function_call":
             assistant().setdefault("tool_calls", []).append({
                 "id": item["call_id"], "type": "function",
@@ -64,42 +68,41 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def encrypt(model: str, summary: str) -> str:
-    blob = json.dumps({"model": model, "summary": summary, "nonce": uuid.uuid4().hex[:8]})
-    return "gAAAA" + base64.urlsafe_b64encode(blob.encode()).decode()
+def encrypt(model: str, summary: str, item_id: str = "") -> str:
+    return replies.encrypt(model, item_id, summary)
 
 
 def foreign_reasoning(body: dict[str, Any]) -> str | None:
-    """The id of a replayed reasoning item this model cannot read (made by another model), if any."""
+    """The id of a replayed reasoning item this model cannot read (made by another model, or edited), if any
+    (reference §1.4, §1.8)."""
     for item in body.get("input") or []:
         if item.get("type") != "reasoning" or not item.get("encrypted_content"):
             continue
-        try:
-            made_by = json.loads(base64.urlsafe_b64decode(item["encrypted_content"][5:]))["model"]
-        except (ValueError, KeyError, TypeError):
-            return str(item.get("id"))
-        if made_by != body.get("model"):
+        made = replies.issuer(str(item["encrypted_content"]))
+        if made is None or made.get("model") != body.get("model"):
             return str(item.get("id"))
     return None
 
 
+ABSENT: Any = object()  # a reply without a `usage` key (compatible servers, reference §5)
+
+
 def response_object(body: dict[str, Any], rid: str, status: str, output: list[dict[str, Any]],
-                    usage: dict[str, Any] | None = None, incomplete: str | None = None) -> dict[str, Any]:
+                    usage: Any = ABSENT, incomplete: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": rid, "object": "response", "created_at": time.time(), "model": body.get("model", "scripted"),
         "status": status, "output": output, "parallel_tool_calls": bool(body.get("parallel_tool_calls", True)),
         "tool_choice": "auto", "tools": body.get("tools") or [], "store": False,
         "incomplete_details": {"reason": incomplete} if incomplete else None,
     }
-    if usage is not None:
+    if usage is not ABSENT:
         out["usage"] = usage
     return out
 
 
-def usage(prompt: int, cached: int, output: int, reasoning: int) -> dict[str, Any]:
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
-            "output_tokens": output + reasoning, "output_tokens_details": {"reasoning_tokens": reasoning},
-            "total_tokens": prompt + output + reasoning}
+def usage(prompt: int, cached: int, output: int, reasoning: int, variant: str = "full") -> Any:
+    """The reply's usage in one of the variants of scripted/strict/replies.py (ABSENT: no key)."""
+    return ABSENT if variant == "absent" else replies.responses_usage(variant, prompt, cached, output, reasoning)
 
 
 class _Events:
@@ -110,45 +113,60 @@ class _Events:
         self.items.append({"type": type_, "sequence_number": len(self.items), **fields})
 
 
-def events(reply: ScriptedReply, body: dict[str, Any], use: dict[str, Any], reasoning: str | None,
-           timing: Timing | None = None) -> list[dict[str, Any]]:
-    """The whole event sequence of one streamed response (without the final one when it fails)."""
+def events(reply: ScriptedReply, body: dict[str, Any], use: Any, reasoning: str | None,
+           timing: Timing | None = None, summarize: bool = True,
+           encrypted: bool | None = None) -> list[dict[str, Any]]:
+    """The whole event sequence of one streamed response (without the final one when it fails).
+    `reasoning`: the reasoning item's summary text when the model reasons (None: no item);
+    `summarize`: the request asked for summaries (reference §1.12), else the item's summary is [];
+    `encrypted`: the item carries `encrypted_content` (default: when `include` asks for it, §1.3)."""
     rid = "resp_" + uuid.uuid4().hex[:16]
     ev = _Events()
-    ev.add("response.created", response=response_object(body, rid, "in_progress", []))
+    ev.add("response.created", response=response_object(body, rid, "in_progress", []))  # first (§3.1)
     output: list[dict[str, Any]] = []
     if reply.stream_error is not None:
-        code, message = reply.stream_error.get("code"), reply.stream_error.get("message", "")
         if reply.stream_error.get("event") == "failed":  # the response itself fails
             failed = response_object(body, rid, "failed", [], use)
-            failed["error"] = {"code": code, "message": message}
+            failed["error"] = {"code": reply.stream_error.get("code"), "message": reply.stream_error.get("message", "")}
             ev.add("response.failed", response=failed)
         else:
-            ev.add("error", code=code, message=message, param=None)
+            error = replies.stream_error_event(reply.stream_error)
+            ev.add("error", **{k: v for k, v in error.items() if k != "type"})
         return ev.items
     if reasoning is not None:
-        _reasoning(ev, output, body, reasoning)
+        if encrypted is None:
+            encrypted = "reasoning.encrypted_content" in (body.get("include") or [])
+        _reasoning(ev, output, body, reasoning if summarize else None, encrypted)
     timing = timing or Timing()
     if reply.content or reply.refusal:
         _message(ev, output, reply, timing.step(64))
-    for call in reply.tool_calls:
+    for n, call in enumerate(reply.tool_calls):
+        cut = reply.finish_reason == "length" and n == len(reply.tool_calls) - 1
         _call(ev, output, call.id, call.name, json.dumps(call.arguments) if call.raw_arguments is None
-              else call.raw_arguments, timing.step(128))
-    if reply.finish_reason == "length":
+              else call.raw_arguments, timing.step(128), "incomplete" if cut else "completed")
+    if reply.no_terminal:
+        return ev.items
+    if reply.finish_reason in ("length", "content_filter"):  # reference §3.1: the two incomplete reasons
+        reason = "max_output_tokens" if reply.finish_reason == "length" else "content_filter"
         ev.add("response.incomplete", response=response_object(body, rid, "incomplete", output, use,
-                                                               incomplete="max_output_tokens"))
+                                                               incomplete=reason))
     else:
         ev.add("response.completed", response=response_object(body, rid, "completed", output, use))
     return ev.items
 
 
-def _reasoning(ev: _Events, output: list[dict[str, Any]], body: dict[str, Any], summary: str) -> None:
+def _reasoning(ev: _Events, output: list[dict[str, Any]], body: dict[str, Any], summary: str | None,
+               encrypted: bool) -> None:
     idx, iid = len(output), "rs_" + uuid.uuid4().hex[:16]
     ev.add("response.output_item.added", output_index=idx, item={"id": iid, "type": "reasoning", "summary": []})
-    ev.add("response.reasoning_summary_text.delta", item_id=iid, output_index=idx, summary_index=0, delta=summary)
-    item: dict[str, Any] = {"id": iid, "type": "reasoning", "summary": [{"type": "summary_text", "text": summary}]}
-    if "reasoning.encrypted_content" in (body.get("include") or []):
-        item["encrypted_content"] = encrypt(str(body.get("model")), summary)
+    parts = []
+    if summary is not None:
+        for kind, fields in replies.summary_events(iid, idx, summary):
+            ev.add(kind, **fields)
+        parts = [{"type": "summary_text", "text": summary}]
+    item: dict[str, Any] = {"id": iid, "type": "reasoning", "summary": parts}
+    if encrypted:
+        item["encrypted_content"] = encrypt(str(body.get("model")), summary or "", iid)
     ev.add("response.output_item.done", output_index=idx, item=item)
     output.append(item)
 
@@ -173,13 +191,15 @@ def _message(ev: _Events, output: list[dict[str, Any]], reply: ScriptedReply, st
                    delta=text[i : i + step], logprobs=[])
         ev.add("response.output_text.done", item_id=iid, output_index=idx, content_index=0, text=text, logprobs=[])
     ev.add("response.content_part.done", item_id=iid, output_index=idx, content_index=0, part=part)
-    status = "incomplete" if reply.finish_reason == "length" else "completed"
+    status = "incomplete" if reply.finish_reason in ("length", "content_filter") and not reply.tool_calls \
+        else "completed"
     item = {"id": iid, "type": "message", "role": "assistant", "status": status, "content": [part]}
     ev.add("response.output_item.done", output_index=idx, item=item)
     output.append(item)
 
 
-def _call(ev: _Events, output: list[dict[str, Any]], call_id: str, name: str, args: str, step: int) -> None:
+def _call(ev: _Events, output: list[dict[str, Any]], call_id: str, name: str, args: str, step: int,
+          status: str = "completed") -> None:
     idx, iid = len(output), "fc_" + uuid.uuid4().hex[:16]
     ev.add("response.output_item.added", output_index=idx, item={
         "id": iid, "type": "function_call", "call_id": call_id, "name": name, "arguments": "",
@@ -188,7 +208,7 @@ def _call(ev: _Events, output: list[dict[str, Any]], call_id: str, name: str, ar
         ev.add("response.function_call_arguments.delta", item_id=iid, output_index=idx, delta=args[i : i + step])
     ev.add("response.function_call_arguments.done", item_id=iid, output_index=idx, arguments=args, name=name)
     item = {"id": iid, "type": "function_call", "call_id": call_id, "name": name, "arguments": args,
-            "status": "completed"}
+            "status": status}
     ev.add("response.output_item.done", output_index=idx, item=item)
     output.append(item)
 

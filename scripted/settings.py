@@ -3,10 +3,13 @@ double, read here and never by the services (scripted/README.md lists them)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from .strict import Strictness
 
 
 class ScriptedSettings(BaseSettings):
@@ -31,11 +34,34 @@ class ScriptedSettings(BaseSettings):
                              description="`make run` without OPENAI_API_KEY: serve the scripted model from its own "
                                          "process on this port (scripted/server.py), reached by the runtime "
                                          "workers as a provider (OPENAI_BASE_URL); 0 = inside each runtime.")
+    strict: str = Field(
+        "on", validation_alias="GAMMA_SCRIPTED_STRICT",
+        description="The model-API double's rules (scripted/strict/): `on` (every group), `off` (none), a "
+                    "comma-separated list of groups to enforce, or `-group` entries to drop from all. Groups: "
+                    "`reasoning`, `params`, `context`, `roles`, `pairing`, `models`, `sdk` (scripted/README.md "
+                    "\"Strictness\").")
+    encrypted_by_default: bool = Field(
+        False, validation_alias="GAMMA_SCRIPTED_ENCRYPTED_BY_DEFAULT",
+        description="Reasoning items carry `encrypted_content` even when `include` does not ask for it (the "
+                    "newer API default, reference §1.3); off: the legacy rule, only when asked.")
     compaction_delay_s: float = Field(0.0, ge=0, validation_alias="GAMMA_COMPACTION_SCRIPTED_DELAY_S",
                                       description="The scripted summarizer's latency per call (fault tests, "
                                                   "bench-compaction).")
     compaction_failures: int = Field(0, ge=0, validation_alias="GAMMA_COMPACTION_SCRIPTED_FAILURES",
                                      description="The scripted summarizer's first this many calls answer 503.")
+
+    @field_validator("strict")
+    @classmethod
+    def _groups(cls, value: str) -> str:
+        from .strict import Strictness
+
+        Strictness.parse(value)  # unknown groups fail at start, not on the first request
+        return value
+
+    def strictness(self) -> Strictness:
+        from .strict import Strictness
+
+        return Strictness.parse(self.strict, self.encrypted_by_default)
 
 
 if __name__ == "__main__":  # `make docs`: scripted/README.md's settings table

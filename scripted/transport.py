@@ -4,9 +4,8 @@ path runs the real client code (request serialization, streaming SSE parsing, to
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
-import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,69 +13,115 @@ from typing import Any
 import httpx2
 from openai import AsyncOpenAI
 
+from . import chat
 from . import responses as scripted_responses
 from .pacing import Timing, paced
 from .prompt_cache import PromptCache
-from .types import ScriptedError, ScriptedModel, ScriptedReply, ScriptedToolCall
+from .settings import ScriptedSettings
+from .strict import Strictness, replies, rules
+from .strict import requests as strict_requests
+from .types import ScriptedError, ScriptedModel, ScriptedReply
 
 BASE_URL = "http://scripted.local/v1"
 
 
 class ScriptedTransport(httpx2.AsyncBaseTransport):
     """Serves POST /responses and /chat/completions (streaming or not) from one Python function that
-    reads the Chat Completions shape. Keeps the last requests (for tests) and simulates OpenAI's
-    prompt cache, so usage reports cached tokens as the real API does."""
+    reads the Chat Completions shape. Every request first meets the strict model-API double (scripted/strict/:
+    a request the real API refuses is refused here, in its shape). Keeps the last requests (for tests) and
+    simulates OpenAI's prompt cache, so usage reports cached tokens as the real API does."""
 
-    def __init__(self, model: ScriptedModel, timing: Timing | None = None) -> None:
+    def __init__(self, model: ScriptedModel, timing: Timing | None = None, strict: Strictness | None = None) -> None:
         self._model = model
         self.timing = timing or Timing()
+        self.strict = strict if strict is not None else ScriptedSettings().strictness()
         # What tests read back (a handful of requests): a service's own transport holds the parsed bodies
         # (prompts of ~20 KB each) for no reader, so few of them (bench/soak.py measures its RSS flat).
         self.requests: deque[tuple[str, dict[str, Any]]] = deque(maxlen=64)
         self.cache = PromptCache()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        rid = replies.request_id()
         path = request.url.path
         api = "responses" if path.endswith("/responses") else "chat" if path.endswith("/chat/completions") else None
         if api is None:
-            return httpx2.Response(404, json={"error": {"message": "scripted model: unknown path", "code": "not_found"}})
+            return _error(ScriptedError(404, "not_found", f"Invalid URL (POST {path})"), rid)
         body = json.loads(await request.aread())
         self.requests.append((api, body))
-        chat_body = scripted_responses.to_chat(body) if api == "responses" else body
         try:
-            if api == "responses" and (foreign := scripted_responses.foreign_reasoning(body)) is not None:
-                raise ScriptedError(400, "invalid_encrypted_content",
-                                    f"The encrypted content for item {foreign} could not be verified.")
-            reply = self._model(chat_body)
+            refused = strict_requests.check(api, body, self.strict)  # once per request, never per chunk
+            if refused is not None:
+                raise refused
+            reply = self._model(scripted_responses.to_chat(body) if api == "responses" else body)
         except ScriptedError as err:
-            headers = {"retry-after": f"{err.retry_after:g}"} if err.retry_after is not None else {}
-            kind = "rate_limit_error" if err.status == 429 else "server_error" if err.status >= 500 else "invalid_request_error"
-            return httpx2.Response(err.status, headers=headers,
-                                  json={"error": {"message": err.message, "type": kind, "code": err.code}})
+            return _error(err, rid)
+        if reply.stall_s > 0 and reply.stall_after <= 0:
+            await asyncio.sleep(reply.stall_s)  # an idle provider: nothing at all, not even the headers
+        marked = self._render(api, body, reply)
+        if isinstance(marked, dict):
+            return httpx2.Response(200, headers={"x-request-id": rid}, json=marked)
+        chunks = [c for c, _ in marked]
+        content: bytes | AsyncIterator[bytes]
+        if reply.cut:
+            content = _cut(chunks)
+        elif reply.stall_s > 0:
+            content = _stalled(chunks, reply.stall_after, reply.stall_s)
+        else:
+            content = paced(marked, self.timing) if self.timing.active else b"".join(chunks)
+        return httpx2.Response(200, headers={"content-type": "text/event-stream", "x-request-id": rid},
+                               content=content)
+
+    def _render(self, api: str, body: dict[str, Any], reply: ScriptedReply) -> dict[str, Any] | list[tuple[bytes, bool]]:
+        """The reply as the API sends it: a JSON body (not streamed) or the marked SSE chunks."""
         prompt_text = _prompt_text(api, body)
         prompt = max(reply.prompt_tokens, len(prompt_text) // 4, 1)
         cached = min(self.cache.lookup_and_store(f"{body.get('model')}|{body.get('prompt_cache_key') or ''}",
                                                  prompt_text), prompt)
-        wants_reasoning = bool((body.get("reasoning") or {}).get("effort") if api == "responses"
-                               else body.get("reasoning_effort"))
-        reasoning_tokens = 16 + len(reply.reasoning or "") // 4 if wants_reasoning else 0
-        model_name = body.get("model", "scripted")
-        if api == "responses":
-            summary = (reply.reasoning or f"Planning step {len(body.get('input') or [])}.") if wants_reasoning else None
-            use = scripted_responses.usage(prompt, cached, reply.completion_tokens, reasoning_tokens)
-            events = scripted_responses.events(reply, body, use, summary, self.timing)
+        reasons = self._reasons(api, body)
+        reasoning_tokens = 16 + len(reply.summary or "") // 4 if reasons else 0
+        model_name = str(body.get("model", "scripted"))
+        if api == "chat":
+            use = chat.usage(reply, prompt, cached, reasoning_tokens)
             if not body.get("stream"):
-                return httpx2.Response(200, json=events[-1]["response"])
-            marked = scripted_responses.sse(events)
-        elif body.get("stream"):
-            marked = _sse(reply, model_name, _usage(reply, prompt, cached, reasoning_tokens), self.timing)
+                return chat.completion(reply, model_name, use)
+            return chat.sse(reply, model_name, use, self.timing)
+        summary = (reply.summary or f"Planning step {len(body.get('input') or [])}.") if reasons else None
+        use = scripted_responses.usage(prompt, cached, reply.completion_tokens, reasoning_tokens, reply.usage)
+        # reference §1.12: summaries only when `reasoning.summary` asks (the lenient double: always)
+        summarize = bool((body.get("reasoning") or {}).get("summary")) or not self.strict.on("reasoning")
+        encrypted = ("reasoning.encrypted_content" in (body.get("include") or [])
+                     or self.strict.encrypted_by_default)  # reference §1.3
+        events = scripted_responses.events(reply, body, use, summary, self.timing, summarize, encrypted)
+        if not body.get("stream"):
+            return dict(events[-1].get("response") or {})
+        return scripted_responses.sse(events)
+
+    def _reasons(self, api: str, body: dict[str, Any]) -> bool:
+        """The model reasons (a reasoning item, reasoning tokens): at its effective effort (reference §1.2:
+        the family's default when none is sent); the lenient double only when an effort is sent."""
+        if self.strict.on("reasoning"):
+            effort = rules.effort(api, body, rules.family(str(body.get("model", ""))))
         else:
-            return httpx2.Response(200, json=_completion(reply, model_name, _usage(reply, prompt, cached,
-                                                                                    reasoning_tokens)))
-        chunks = [c for c, _ in marked]
-        content: bytes | AsyncIterator[bytes] = (_cut(chunks) if reply.cut else paced(marked, self.timing)
-                                                  if self.timing.active else b"".join(chunks))
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=content)
+            effort = ((body.get("reasoning") or {}).get("effort") if api == "responses"
+                      else body.get("reasoning_effort"))
+        return bool(effort) and effort != "none"
+
+
+def _error(err: ScriptedError, rid: str) -> httpx2.Response:
+    """An error in the real API's shape: `{"error": {message, type, param, code}}`, `x-request-id`, and
+    the step's headers (reference §4.1/4.2)."""
+    headers = {"x-request-id": rid, **err.headers}
+    if err.retry_after is not None:
+        headers["retry-after"] = f"{err.retry_after:g}"
+    return httpx2.Response(err.status, headers=headers, json=err.body())
+
+
+async def _stalled(chunks: list[bytes], after: int, stall_s: float) -> AsyncIterator[bytes]:
+    """The first `after` chunks, then nothing for `stall_s` (an idle stream), then the rest."""
+    yield b"".join(chunks[:after])
+    await asyncio.sleep(stall_s)
+    if chunks[after:]:
+        yield b"".join(chunks[after:])
 
 
 def _prompt_text(api: str, body: dict[str, Any]) -> str:
@@ -94,82 +139,6 @@ async def _cut(chunks: list[bytes]) -> AsyncIterator[bytes]:
     for c in chunks[: max(1, len(chunks) // 2)]:
         yield c
     raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
-
-
-def _finish(reply: ScriptedReply) -> str:
-    return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-
-
-def _usage(reply: ScriptedReply, prompt: int, cached: int, reasoning: int) -> dict[str, Any]:
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": reply.completion_tokens + reasoning,
-        "total_tokens": prompt + reply.completion_tokens + reasoning,
-        "prompt_tokens_details": {"cached_tokens": cached},
-        "completion_tokens_details": {"reasoning_tokens": reasoning},
-    }
-
-
-def _args(c: ScriptedToolCall) -> str:
-    return json.dumps(c.arguments) if c.raw_arguments is None else c.raw_arguments
-
-
-def _completion(reply: ScriptedReply, model: str, usage: dict[str, Any]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content or None, "refusal": reply.refusal or None}
-    if reply.tool_calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _args(c)}}
-            for c in reply.tool_calls
-        ]
-    return {
-        "id": "chatcmpl-" + uuid.uuid4().hex[:12],
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": _finish(reply)}],
-        "usage": usage,
-    }
-
-
-def _sse(reply: ScriptedReply, model: str, usage: dict[str, Any], timing: Timing) -> list[tuple[bytes, bool]]:
-    """The chunks, each marked when it carries a token (paced by `timing`)."""
-    cid = "chatcmpl-" + uuid.uuid4().hex[:12]
-    created = int(time.time())
-
-    def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, Any] | None = None) -> bytes:
-        payload: dict[str, Any] = {
-            "id": cid,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if usage is None else [],
-        }
-        if usage is not None:
-            payload["usage"] = usage
-        return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-    out = [(chunk({"role": "assistant", "content": ""}), False)]
-    text, step = reply.content, timing.step(64)  # a few deltas, or one token each when paced
-    for i in range(0, len(text), step):
-        out.append((chunk({"content": text[i : i + step]}), True))
-    if reply.refusal:
-        out.append((chunk({"refusal": reply.refusal}), True))
-    if reply.stream_error is not None:
-        error = {"code": reply.stream_error.get("code"), "message": reply.stream_error.get("message", "")}
-        return [out[0], (b"data: " + json.dumps({"error": {**error, "type": "server_error"}}).encode()
-                         + b"\n\n", True)]
-    step = timing.step(128)
-    for index, call in enumerate(reply.tool_calls):
-        args = _args(call)
-        out.append((chunk({"tool_calls": [{"index": index, "id": call.id, "type": "function",
-                                           "function": {"name": call.name, "arguments": ""}}]}), False))
-        for i in range(0, len(args), step):
-            out.append((chunk({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + step]}}]}),
-                        True))
-    out.append((chunk({}, finish=_finish(reply)), False))
-    out.append((chunk({}, usage=usage), False))
-    out.append((b"data: [DONE]\n\n", False))
-    return out
 
 
 def scripted_client(model: ScriptedModel | ScriptedTransport, timing: Timing | None = None) -> AsyncOpenAI:

@@ -27,8 +27,14 @@ class ScriptedReply:
     reasoning: str | None = None  # the reasoning summary, sent when the request asks for reasoning
     refusal: str = ""
     cut: bool = False  # the connection drops in the middle of the stream
-    # {"code", "message", "event"?: "failed"}: an `error` event (or `response.failed`) right after the start
+    # {"code", "message", "event"?: "failed", "shape"?: "nested" | "flat"}: an `error` event (or
+    # `response.failed`) right after the start; nested is the live API's wire shape (reference §3.1)
     stream_error: dict[str, str] | None = None
+    no_terminal: bool = False  # the body ends cleanly without its terminal event (reference §3.1/3.2)
+    summary: str | None = None  # reasoning summary text, streamed only when `reasoning.summary` is set (§1.12)
+    usage: str = "full"  # full | no_cache_write | no_details | null | absent: what compatible servers send (§5)
+    stall_s: float = 0.0  # the server goes quiet this long (an idle stream) ...
+    stall_after: int = 0  # ... after this many chunks (0: before the response headers)
 
 
 @dataclass
@@ -36,9 +42,23 @@ class ScriptedError(Exception):
     """Returned as an HTTP error in OpenAI's error shape (e.g. 400 context_length_exceeded)."""
 
     status: int
-    code: str
+    code: str | None
     message: str
     retry_after: float | None = None  # sent as the Retry-After header
+    headers: dict[str, str] = field(default_factory=dict)  # extra response headers (retry-after-ms, x-ratelimit-*)
+    type: str | None = None  # the error object's `type` (default derived from the status, reference §4.1)
+    param: str | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.type:
+            return self.type
+        return ("rate_limit_error" if self.status == 429 else "server_error" if self.status >= 500
+                else "invalid_request_error")
+
+    def body(self) -> dict[str, Any]:
+        """The real API's error body: `{"error": {message, type, param, code}}` (reference §4.1/4.2)."""
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
 ScriptedModel = Callable[[dict[str, Any]], ScriptedReply]

@@ -75,7 +75,7 @@ async def test_runtime_requests_validate_against_the_sdk_params(api: str, redis_
         if api == "responses":
             assert last["store"] is False and last["include"] == ["reasoning.encrypted_content"]
             assert last["prompt_cache_key"] == sid and last["parallel_tool_calls"] is True
-            assert last["reasoning"] == {"effort": "low"} and last["max_output_tokens"] > 0
+            assert last["reasoning"] == {"effort": "low", "summary": "auto"} and last["max_output_tokens"] > 0
             assert "previous_response_id" not in last and "messages" not in last
             kinds = {i.get("type") for i in last["input"]}
             assert {"message", "function_call", "function_call_output", "reasoning"} <= kinds
@@ -137,7 +137,7 @@ async def test_scripted_chat_chunks_and_completions_parse(reply: ScriptedReply) 
     import httpx2
 
     transport = ScriptedTransport(lambda body: reply)
-    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "low"}
+    body = {"model": "gpt-5-mini", "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "low"}
     for stream in (True, False):
         request = httpx2.Request("POST", "http://scripted.local/v1/chat/completions",
                                 content=json.dumps({**body, "stream": stream}).encode())
@@ -160,9 +160,10 @@ async def test_offline_client_exposes_its_transport() -> None:
 
 @pytest.mark.parametrize("event", ["error", "response.failed"])
 def test_scripted_error_events_parse(event: str) -> None:
-    error = {"code": "server_error", "message": "overloaded"}
+    # the SDK's ErrorEvent is the flat shape; the live API nests it (the double's default, reference §3.1)
+    error = {"code": "server_error", "message": "overloaded", "shape": "flat"}
     reply = ScriptedReply(stream_error={**error, "event": "failed"} if event == "response.failed" else error)
-    events = scripted_responses.events(reply, {"model": "m", "input": []}, scripted_responses.usage(1, 0, 1, 0), None)
+    events = scripted_responses.events(reply, {"model": "gpt-5-mini", "input": []}, scripted_responses.usage(1, 0, 1, 0), None)
     # each event parsed by the class its own `type` names: the static type is any of them
     parsed: list[Any] = [EVENT_CLASSES[e["type"]].model_validate(e) for e in events]
     assert [p.type for p in parsed] == ["response.created", event]

@@ -57,9 +57,9 @@ async def server(timing: Timing) -> AsyncIterator[str]:
 
 def body(api: str, text: str = "hi") -> dict[str, Any]:
     if api == "responses":
-        return {"model": "m", "input": [{"role": "user", "content": text}], "stream": True, "store": False,
-                "tools": [{"type": "function", "name": "message_user", "parameters": PARAMS}]}
-    return {"model": "m", "messages": [{"role": "user", "content": text}], "stream": True,
+        return {"model": "gpt-4.1-mini", "input": [{"role": "user", "content": text}], "stream": True, "store": False,
+                "tools": [{"type": "function", "name": "message_user", "parameters": PARAMS, "strict": False}]}
+    return {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": text}], "stream": True,
             "stream_options": {"include_usage": True},
             "tools": [{"type": "function", "function": {"name": "message_user", "parameters": PARAMS}}]}
 
@@ -77,7 +77,7 @@ async def consume(c: AsyncOpenAI, api: str, gate: EventSender | None = None,
         if event.type == "message_update":
             deltas.append(event.data["delta"])
     adapter = ResponsesApi() if api == "responses" else ChatApi()
-    msg = await adapter.consume(c, body(api, text), AssistantMessage(model="m", api=api), emit, asyncio.Event(), gate)
+    msg = await adapter.consume(c, body(api, text), AssistantMessage(model="gpt-5-mini", api=api), emit, asyncio.Event(), gate)
     return msg, deltas
 
 
@@ -118,7 +118,7 @@ async def test_the_read_gate_reads_a_token_per_chunk_stream_once_per_tick() -> N
                 if event.type == "message_update":
                     reads.append((time.time(), event.data["delta"]))
             msg = await ResponsesApi().consume(c, body("responses", "tokens=60"),
-                                               AssistantMessage(model="m", api="responses"), emit, asyncio.Event(), gate)
+                                               AssistantMessage(model="gpt-5-mini", api="responses"), emit, asyncio.Event(), gate)
         finally:
             await c.close()
     stamps = [(at, float(s)) for at, d in reads for s in re.findall(r"(\d{10}\.\d{6})s\d{10}\.\d{6}", d)]  # <due>s<sent>

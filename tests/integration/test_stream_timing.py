@@ -59,7 +59,7 @@ def check(received: list[tuple[float, str]], started: float, args: list[str]) ->
 async def test_chat_completions_stream_one_token_per_chunk_on_schedule() -> None:
     client = timed_client()
     started = time.time()
-    stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+    stream = await client.chat.completions.create(model="gpt-5-mini", messages=[{"role": "user", "content": "hi"}], stream=True)
     received, args = [], []
     async for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
@@ -73,10 +73,10 @@ async def test_chat_completions_stream_one_token_per_chunk_on_schedule() -> None
 @pytest.mark.timeout(30)
 async def test_responses_stream_one_token_per_chunk_on_schedule() -> None:
     client = timed_client()
-    async for _ in await client.responses.create(model="m", input=[{"role": "user", "content": "hi"}], stream=True):
+    async for _ in await client.responses.create(model="gpt-5-mini", input=[{"role": "user", "content": "hi"}], stream=True):
         pass  # warm: the SDK builds its Responses types on first use (a ~0.5 s stall of the loop)
     started = time.time()
-    stream = await client.responses.create(model="m", input=[{"role": "user", "content": "hi"}], stream=True)
+    stream = await client.responses.create(model="gpt-5-mini", input=[{"role": "user", "content": "hi"}], stream=True)
     received, args = [], []
     async for event in stream:
         if event.type == "response.output_text.delta":

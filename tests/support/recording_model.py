@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import httpx
+import httpx2
 from fastapi import FastAPI, Request, Response
 
 from scripted import responses as scripted_responses
@@ -98,8 +98,12 @@ class RecordingModel:
             with self._lock:
                 self.recorded.append(Recorded(api=api, body=body, summary=is_summary))
             transport = summarize if is_summary else agent
-            out = await transport.handle_async_request(httpx.Request("POST", str(request.url), content=raw))
-            return Response(content=await out.aread(), status_code=out.status_code,
+            # the strict double (scripted/strict/) checks the request as the real API would
+            out = await transport.handle_async_request(httpx2.Request("POST", str(request.url), content=raw))
+            headers = {k: v for k, v in out.headers.items()
+                       if k.lower() in ("x-request-id", "retry-after", "retry-after-ms", "x-should-retry")
+                       or k.lower().startswith("x-ratelimit-")}
+            return Response(content=await out.aread(), status_code=out.status_code, headers=headers,
                             media_type=out.headers.get("content-type", "application/json"))
 
         @app.post("/v1/responses")

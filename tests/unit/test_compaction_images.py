@@ -87,7 +87,7 @@ async def test_without_images_the_request_is_plain_text_and_a_missing_file_is_na
     entries, refs = entries_with_images(tmp_path, 2)
     image_file(tmp_path, refs[1].sha256).unlink()
     client = scripted_client(lambda body: ScriptedReply(content="## Goal\nx"))
-    summarizer = Summarizer(client, "m", "chat")
+    summarizer = Summarizer(client, "gpt-5-mini", "chat")
     span = SummarySpan(history=entries[1:], turn_prefix=[], previous=None)
     await summarizer.summarize(span, previous_summary=None, custom_instructions=None, reserve_tokens=4000,
                                session_root=tmp_path)

@@ -28,7 +28,7 @@ from tests.support.compaction_sessions import SessionBuilder, deck_session, todo
 
 def summarizer(**knobs: float) -> Summarizer:
     knobs_ = ScriptedSettings(**{f"compaction_{k}": v for k, v in knobs.items()})
-    return Summarizer(scripted_client(KnobbedTransport(knobs_)), "scripted-summarizer")
+    return Summarizer(scripted_client(KnobbedTransport(knobs_)), "gpt-5-mini")
 
 
 async def summarize(b: SessionBuilder, keep: int, previous: str | None = None, focus: str | None = None) -> str:
@@ -157,7 +157,7 @@ async def test_model_errors_surface() -> None:
 
 
 async def test_an_empty_answer_is_an_error_and_an_empty_conversation_still_has_the_structure() -> None:
-    silent = Summarizer(scripted_client(lambda body: ScriptedReply(content="  ")), "m")
+    silent = Summarizer(scripted_client(lambda body: ScriptedReply(content="  ")), "gpt-5-mini")
     with pytest.raises(SummaryError, match="empty summary"):
         await silent.complete("<conversation>\n[User]: hi\n</conversation>", 100)
     reply = scripted_summarizer({"messages": [{"role": "user", "content": "no conversation"}]})

@@ -206,7 +206,7 @@ async def test_real_openai_client_streams_tool_calls_and_errors() -> None:
         return r
 
     client = scripted_client(model)
-    stream = OpenAIStream(client, ModelSettings(model="m"), TokenCounter())
+    stream = OpenAIStream(client, ModelSettings(model="gpt-5-mini"), TokenCounter())
 
     async def echo(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         return ToolOutcome(content=args["text"][:5])

@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from shared.catalogue import DATED
 from shared.contracts.messages import (
     AgentMessage,
     AssistantMessage,
@@ -51,13 +52,16 @@ class Images:
 
     urls: ImageUrls | None = None
     detail: ImageDetail = "auto"
+    vision: bool = True  # the model takes images (the catalogue); else each is a text stand-in (reference §2.2)
 
     def parts(self, refs: list[ImageRef] | None, api: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for ref in refs or []:
-            url = self.urls.url(ref) if self.urls is not None else None
+            url = self.urls.url(ref) if self.urls is not None and self.vision else None
             if url is None:
-                text = f"[image {json.dumps(ref.path or ref.sha256[:12])} is no longer available]"
+                name = json.dumps(ref.path or ref.sha256[:12])
+                text = (f"[image {name} is not shown: this model takes no images]" if not self.vision
+                        else f"[image {name} is no longer available]")
                 out.append({"type": "input_text" if api == "responses" else "text", "text": neutralise(text)})
             elif api == "responses":
                 out.append({"type": "input_image", "image_url": url, "detail": self.detail})
@@ -78,8 +82,10 @@ def tool_image_label(m: ToolResultMessage) -> str:
 
 
 def to_openai(system_prompt: str, messages: list[AgentMessage], *, trusted_role: TrustedRole,
-              images: Images = NO_IMAGES) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
+              images: Images = NO_IMAGES, system_role: str = "system") -> list[dict[str, Any]]:
+    """`system_role` is `user` for the models that take neither `system` nor `developer` (o1-mini,
+    o1-preview: reference §2.2)."""
+    out: list[dict[str, Any]] = [{"role": system_role, "content": system_prompt}]
     pending: list[dict[str, Any]] = []  # tool images, sent once the batch's tool messages are all in
     for m in messages:
         if pending and not isinstance(m, ToolResultMessage):
@@ -108,9 +114,11 @@ def convert_one(m: AgentMessage, trusted_role: TrustedRole, images: Images = NO_
     if isinstance(m, ToolResultMessage):
         return {"role": "tool", "tool_call_id": m.tool_call_id, "content": neutralise(m.text())}
     if isinstance(m, AssistantMessage):
-        if m.stop_reason in ("error", "aborted") and not m.tool_calls() and not m.text():
-            return None  # a failed call has nothing the model could continue from
-        out: dict[str, Any] = {"role": "assistant", "content": m.text() or m.refusal or None}
+        if not m.tool_calls() and not m.text() and not m.refusal:
+            return None  # nothing the model could continue from: a failed call, an empty reply
+        out: dict[str, Any] = {"role": "assistant"}
+        if text := m.text() or m.refusal:  # a tool-calls-only message has no content: left out, not null
+            out["content"] = text
         calls = m.tool_calls()
         if calls:
             out["tool_calls"] = [
@@ -130,14 +138,17 @@ def summary_block(summary: str) -> str:
 
 
 def to_responses_input(messages: list[AgentMessage], model: str, *, trusted_role: TrustedRole,
-                       images: Images = NO_IMAGES) -> list[dict[str, Any]]:
+                       images: Images = NO_IMAGES, phase: bool = False) -> list[dict[str, Any]]:
     """AgentMessage -> Responses input items. Reasoning items are replayed verbatim, in their place,
-    only for assistant messages made by `model` (another model cannot read their encrypted content);
-    a reasoning item is never sent without the item it preceded (the API refuses a dangling one)."""
+    only for assistant messages made by `model` and by the snapshot it answers as now (another model
+    or snapshot cannot read their encrypted content: reference §1.8, §1.9); a reasoning item is never
+    sent without the item it preceded (the API refuses a dangling one, §1.6). With `phase`, assistant
+    text keeps the phase it came with (§1.11)."""
     out: list[dict[str, Any]] = []
+    replay = Replay(model, current_snapshot(messages, model), phase)
     for m in messages:
         if isinstance(m, AssistantMessage):
-            out.extend(_assistant_items(m, model))
+            out.extend(_assistant_items(m, replay))
         elif isinstance(m, ToolResultMessage):
             output: str | list[dict[str, Any]] = neutralise(m.text())
             if m.images:
@@ -154,17 +165,44 @@ def to_responses_input(messages: list[AgentMessage], model: str, *, trusted_role
     return out
 
 
-def _assistant_items(m: AssistantMessage, model: str) -> list[dict[str, Any]]:
-    if m.stop_reason in ("error", "aborted") and not m.tool_calls() and not m.text():
-        return []
+@dataclass(frozen=True)
+class Replay:
+    model: str
+    snapshot: str | None  # the snapshot `model` answers as now (None: not known yet)
+    phase: bool
+
+    def reasoning_of(self, m: AssistantMessage) -> bool:
+        if m.model != self.model:
+            return False
+        return m.snapshot is None or self.snapshot is None or m.snapshot == self.snapshot
+
+
+def current_snapshot(messages: list[AgentMessage], model: str) -> str | None:
+    """The snapshot `model` answers as: the name itself when it is a dated snapshot, else the one of its
+    latest reply (an alias moved to a new snapshot shows in the next reply; the replies before it are
+    then another snapshot's)."""
+    if DATED.match(model):
+        return model
+    for m in reversed(messages):
+        if isinstance(m, AssistantMessage) and m.model == model and m.snapshot:
+            return m.snapshot
+    return None
+
+
+def _assistant_items(m: AssistantMessage, replay: Replay) -> list[dict[str, Any]]:
+    if not m.tool_calls() and not m.text() and not m.refusal:
+        return []  # a failed call, an empty or reasoning-only reply (its reasoning item cannot go alone, §1.6)
     items: list[dict[str, Any]] = []
-    replay = m.model == model
+    reasoning = replay.reasoning_of(m)
     for c in m.content:
         if isinstance(c, ThinkingContent):
-            if replay and c.item is not None:
+            if reasoning and c.item is not None:
                 items.append(c.item)
         elif isinstance(c, TextContent):
-            items.append({"type": "message", "role": "assistant", "content": c.text})
+            item: dict[str, Any] = {"type": "message", "role": "assistant", "content": c.text}
+            if replay.phase and c.phase is not None:
+                item["phase"] = c.phase
+            items.append(item)
         elif isinstance(c, ToolCall):
             items.append({"type": "function_call", "call_id": c.id, "name": c.name,
                           "arguments": json.dumps(c.arguments, ensure_ascii=False)})
