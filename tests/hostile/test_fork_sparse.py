@@ -1,5 +1,5 @@
 """A sparse file stays sparse through snapshots and forks (shared/sparse.py): a fork costs the disk
-its data, not its apparent size (each fork of a 90 MB file of holes used to take 90 MB)."""
+its data, not its apparent size (a dense copy of a 90 MB file of holes takes 90 MB per fork)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from shared.walk import Walk, walk
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..paths import sandbox_skills_dir
-from ..sandbox import quota
+from ..sandbox import SandboxResult, quota
 from .files import file_ref
 from .ports import ShellHost
 
@@ -50,18 +50,8 @@ def bash_tool(host: ShellHost) -> Tool:
         if over is not None:
             after = await asyncio.to_thread(walk, root, limits)
         await _publish_changes(host, root, before, after)
-        text, code = res.output, res.exit_code
-        details: dict[str, Any] = {"exitCode": code, "truncated": res.truncated, "sandbox": res.layer}
-        if res.stopped:  # the disk watchdog killed it (sandbox/watch.py)
-            details["stopped"] = True
-            text += "\n" + res.stopped
-        if res.memory_killed:
-            details["memoryKilled"] = res.memory_killed
-            text += (f"\n[the call reached its memory limit ({box.limits.memory_bytes} bytes for all its processes "
-                     f"and its /tmp, HOME and /dev/shm together): the kernel killed {res.memory_killed} process(es)]")
-        if over is not None:
-            details["quotaExceeded"] = True
-            text += "\n" + over.message()
+        text, details = _limit_notes(res, box.limits.memory_bytes, over)
+        code = res.exit_code
         if res.timed_out:
             return ToolOutcome(content=text + f"\n[timed out after {timeout}s]", is_error=True,
                                details={**details, "timedOut": True})
@@ -87,6 +77,23 @@ def bash_tool(host: ShellHost) -> Tool:
         },
         execute=execute,
     )
+
+
+def _limit_notes(res: SandboxResult, memory_bytes: int, over: quota.QuotaReport | None) -> tuple[str, dict[str, Any]]:
+    """The output, with a note for each limit the call met while it ran or after."""
+    text = res.output
+    details: dict[str, Any] = {"exitCode": res.exit_code, "truncated": res.truncated, "sandbox": res.layer}
+    if res.stopped:  # the disk watchdog killed it (sandbox/watch.py)
+        details["stopped"] = True
+        text += "\n" + res.stopped
+    if res.memory_killed:
+        details["memoryKilled"] = res.memory_killed
+        text += (f"\n[the call reached its memory limit ({memory_bytes} bytes for all its processes and its /tmp, "
+                 f"HOME and /dev/shm together): the kernel killed {res.memory_killed} process(es)]")
+    if over is not None:
+        details["quotaExceeded"] = True
+        text += "\n" + over.message()
+    return text, details
 
 
 async def _publish_changes(host: ShellHost, root: Path, before_walk: Walk, after_walk: Walk) -> None:
