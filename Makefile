@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-wake bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order bench-images bench-lifecycle bench-faults bench-faults-disk soak eval clean
+.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-wake bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order bench-images bench-lifecycle bench-faults bench-faults-disk bench-stalls soak eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -69,6 +69,9 @@ bench-faults-disk: $(STAMP)
 	$(BIN)/python bench/faults_disk.py
 bench-images: $(STAMP)
 	$(BIN)/python bench/images.py
+# Another tenant's round trip while one attacks the shared loops (connector schemas, image decoding).
+bench-stalls: $(STAMP)
+	$(BIN)/python bench/stalls.py $(STALLS_ARGS)
 bench-stream: $(STAMP)
 	$(BIN)/python bench/stream.py
 bench-wake: $(STAMP)

@@ -22,8 +22,8 @@ idle turn started for an active task) are acknowledged in plain text, which ends
 is not answered a second time.
 A step may also carry the failure-script fields of scripted/strict/failures.py (`reasoning`/`summary`,
 `refusal`, `finish_reason`, `cut`, `stream_error`, `no_terminal`, `empty`, `usage`, `stall_s`,
-`reject_replayed`, `raw_arguments` on a tool call; an error step's `times`, `retry_after`, `headers`):
-scripted/README.md "Scenarios" lists them.
+`reject_replayed`, `raw_arguments` on a tool call; an error step's `times`, `retry_after`, `headers`;
+an `empty` step's `times`): scripted/README.md "Scenarios" lists them.
 Requests without the message_user tool (a subagent) get a plain text answer, or, for a `script:`
 task, its steps.
 """
@@ -35,7 +35,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from services.runtime.engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX
+from services.runtime.engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX, enveloped_user_text
 from services.runtime.skills import Skill
 from shared.contracts.injection import INJECTION_KINDS
 
@@ -76,6 +76,10 @@ def _text_only(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if text.startswith(TOOL_IMAGES_PREFIX):
                 continue
             m = {**m, "content": text}
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            typed = enveloped_user_text(m["content"])  # the user-role fallback's quotation around user text
+            if typed is not None:
+                m = {**m, "content": typed}
         out.append(m)
     return out
 
@@ -127,15 +131,19 @@ class ScriptedGamma:
 
     def _script(self, prompt: str, step: int, messages: list[dict[str, Any]],
                 body: dict[str, Any] | None = None) -> ScriptedReply | None:
-        steps = list(enumerate(json.loads(prompt[len("script:") :])))
+        # Text after the script (a note the harness added to the user's message, e.g. an image's stand-in) is not part of it.
+        steps = list(enumerate(json.JSONDecoder().raw_decode(prompt, len("script:"))[0]))
         summarized = any(str(m.get("content", "")).startswith(SUMMARY_PREFIX) for m in messages)
-        steps = [(i, s) for i, s in steps if not ("error" in s and (summarized or self._spent(prompt, i, s)))]
+        steps = [(i, s) for i, s in steps if not ("error" in s and (summarized or self._spent(prompt, i, s)))
+                 and not (_served_once(s) and self._spent(prompt, i, s))]
         if step >= len(steps):
             return None
         index, s = steps[step]
         if "error" in s:
             self._count(prompt, index)
             raise failures.error_of(s, str((body or {}).get("model", "")))
+        if _served_once(s):
+            self._count(prompt, index)
         if "reject_replayed" in s and not self._spent(prompt, index, s):
             rejected = failures.rejection(s, body or {})
             if rejected is not None:
@@ -198,3 +206,9 @@ def _answered(messages: list[dict[str, Any]]) -> bool:
                 if args.get("blockOnUser"):
                     return True
     return False
+
+
+def _served_once(step: dict[str, Any]) -> bool:
+    """An `empty` step with `times: n` is served n times, then skipped: an empty reply is not replayed
+    (nothing in it the model could continue from), so the step count cannot move past it."""
+    return bool(step.get("empty")) and "times" in step

@@ -41,7 +41,10 @@ def call(tool: str, **arguments: Any) -> ScriptedToolCall:
 
 
 def todo(*items: tuple[str, str, str]) -> ScriptedToolCall:
-    return call("todo", items=[{"id": i, "content": c, "status": s} for i, c, s in items])
+    """A blocked task says what it waits for (the todo tool's rule)."""
+    return call("todo", items=[{"id": i, "content": c, "status": s, **({"reason": "waiting for the user's answer"}
+                                                                        if s == "blocked" else {})}
+                               for i, c, s in items])
 
 
 def gml_deck(topic: str) -> dict[str, Any]:

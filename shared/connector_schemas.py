@@ -14,12 +14,21 @@ Completions sends no `strict`), so the strict-mode subset (every property requir
 - a `$ref` the schema cannot resolve itself: a remote one, or a local pointer to nothing.
 
 Each finding names its place as a 422 `loc` under the tool's `parameters`.
+
+`unbounded` finds what would make checking a call unbounded or impossible (docs/architecture.md
+"Bounded work"): a `pattern` (or `patternProperties` name) RE2, the linear-time engine the check uses
+(shared/connector_args.py), cannot compile, and a reference loop that never descends into the
+arguments (`$ref` to itself, or through `allOf`/`anyOf`/`oneOf`/`not`/`if`/`then`/`else`/
+`dependentSchemas` back to itself): every call would recurse without end. A loop through
+`properties` or `items` is a recursive structure, bounded by the arguments' depth, and is kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+
+from shared.connector_args import re2_problem
 
 Loc = list[str | int]
 
@@ -88,4 +97,93 @@ def incompatibilities(schema: dict[str, Any]) -> list[tuple[Loc, str]]:
         ref = sub.get("$ref")
         if ref is not None and (not isinstance(ref, str) or not _resolves(schema, ref)):
             found.append(([*loc, "$ref"], "only a local $ref ('#/...') that points into this schema is allowed"))
+    return found
+
+
+# Keywords whose subschemas apply to the same instance as their parent: a loop through them alone
+# never reaches the end of the arguments.
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+_IN_PLACE_LIST = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_MAP = ("dependentSchemas",)
+
+
+def _pointer(ref: str) -> tuple[str, ...] | None:
+    if ref == "#":
+        return ()
+    if not ref.startswith("#/"):
+        return None
+    return tuple(raw.replace("~1", "/").replace("~0", "~") for raw in ref[2:].split("/"))
+
+
+def _node(schema: Any, path: tuple[str, ...]) -> Any:
+    node = schema
+    for part in path:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node
+
+
+def _in_place(schema: dict[str, Any], path: tuple[str, ...]) -> list[tuple[tuple[str, ...], Loc]]:
+    """(next schema's path, the keyword's loc) for each subschema evaluated on the same instance."""
+    sub = _node(schema, path)
+    if not isinstance(sub, dict):
+        return []
+    out: list[tuple[tuple[str, ...], Loc]] = []
+    ref = sub.get("$ref")
+    target = _pointer(ref) if isinstance(ref, str) else None
+    if target is not None and isinstance(ref, str) and _resolves(schema, ref):
+        out.append((target, [*path, "$ref"]))
+    for key in _IN_PLACE_ONE:
+        if key in sub:
+            out.append(((*path, key), [*path, key]))
+    for key in _IN_PLACE_LIST:
+        if isinstance(sub.get(key), list):
+            out += [((*path, key, str(i)), [*path, key, i]) for i in range(len(sub[key]))]
+    for key in _IN_PLACE_MAP:
+        if isinstance(sub.get(key), dict):
+            out += [((*path, key, name), [*path, key, name]) for name in sub[key]]
+    return out
+
+
+def _reference_loop(schema: dict[str, Any]) -> Loc | None:
+    """The loc of a keyword that closes a loop of in-place references, or None (iterative DFS)."""
+    state: dict[tuple[str, ...], int] = {}  # 1: on the current path, 2: done
+    for _, loc in subschemas(schema, []):
+        root = tuple(str(p) for p in loc)
+        if state.get(root):
+            continue
+        stack = [(root, iter(_in_place(schema, root)))]
+        state[root] = 1
+        while stack:
+            path, edges = stack[-1]
+            step = next(edges, None)
+            if step is None:
+                state[path] = 2
+                stack.pop()
+                continue
+            nxt, where = step
+            if state.get(nxt) == 1:
+                return where
+            if not state.get(nxt):
+                state[nxt] = 1
+                stack.append((nxt, iter(_in_place(schema, nxt))))
+    return None
+
+
+def unbounded(schema: dict[str, Any]) -> list[tuple[Loc, str]]:
+    """(place, why) for each part that would make checking a call unbounded or impossible."""
+    found: list[tuple[Loc, str]] = []
+    for sub, loc in subschemas(schema, []):
+        if not isinstance(sub, dict):
+            continue
+        if isinstance(sub.get("pattern"), str) and (why := re2_problem(sub["pattern"])):
+            found.append(([*loc, "pattern"], f"the pattern must be RE2 syntax (no backreferences or lookaround): {why}"))
+        for name in sub.get("patternProperties") or {}:
+            if isinstance(name, str) and (why := re2_problem(name)):
+                found.append(([*loc, "patternProperties", name], f"the pattern must be RE2 syntax: {why}"))
+        if "$dynamicRef" in sub or "$recursiveRef" in sub:
+            found.append((loc, "$dynamicRef is not accepted; use a local $ref"))
+    loop = _reference_loop(schema)
+    if loop is not None:
+        found.append((loop, "this reference loops back to itself without descending into the arguments "
+                            "(through $ref, allOf, anyOf, oneOf, not, if/then/else): every call would fail"))
     return found

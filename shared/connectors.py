@@ -22,7 +22,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from shared import keys
-from shared.connector_schemas import incompatibilities
+from shared.connector_schemas import incompatibilities, unbounded
 from shared.contracts.connectors import CONNECTOR_NAME, Connector, ConnectorCall, ConnectorSpec
 
 MAX_SCHEMA_BYTES = 16 * 1024  # one tool's argument schema, serialized
@@ -59,7 +59,8 @@ def _schema_errors(i: int, schema: dict[str, Any]) -> list[FieldError]:
     if schema.get("type") != "object":
         return [_err([*loc, "type"], 'the arguments are an object: "type" must be "object"')]
     # Valid JSON Schema, yet refused by the provider's function calling: it would fail every request.
-    return [_err([*loc, *where], why) for where, why in incompatibilities(schema)]
+    # Or one whose check would be unbounded or always fail (a pattern RE2 cannot run, a reference loop).
+    return [_err([*loc, *where], why) for where, why in incompatibilities(schema) + unbounded(schema)]
 
 
 def validate_spec(name: str, body: Any) -> tuple[ConnectorSpec | None, list[FieldError]]:

@@ -19,10 +19,12 @@ from shared.contracts.messages import AgentMessage, CompactionSummaryMessage, Cu
 from shared.contracts.transcript import (
     CompactionEntry,
     CustomMessageEntry,
+    HistoryRepairEntry,
     LeafEntry,
     MessageEntry,
     TranscriptEntry,
 )
+from shared.history_repair import repaired
 
 ANCHOR_TYPES = frozenset({"gamma.todo_anchor", "gamma.active_skill", "gamma.active_knowledge",
                           "gamma.checklist_progress"})
@@ -101,5 +103,25 @@ def _stands_for_message(entry: TranscriptEntry) -> bool:
 
 def build_context(entries: Sequence[TranscriptEntry]) -> list[AgentMessage]:
     """The replayed model context: with a compaction, its summary message, then the kept entries
-    from firstKeptEntryId up to the compaction, then everything after it."""
-    return [m for e in context_entries(entries) if (m := entry_message(e)) is not None]
+    from firstKeptEntryId up to the compaction, then everything after it; each message as the
+    history repairs after it on the branch left it (shared/history_repair.py)."""
+    if not any(isinstance(e, HistoryRepairEntry) for e in entries):
+        return [m for e in context_entries(entries) if (m := entry_message(e)) is not None]
+    return [m for _, m in context_with_ids(entries)]
+
+
+def context_with_ids(entries: Sequence[TranscriptEntry]) -> list[tuple[str, AgentMessage]]:
+    """`build_context`, each message with the id of the entry it stands for."""
+    repairs = [(i, e) for i, e in enumerate(entries) if isinstance(e, HistoryRepairEntry)]
+    position = {e.id: i for i, e in enumerate(entries)}
+    out: list[tuple[str, AgentMessage]] = []
+    for e in context_entries(entries):
+        m = entry_message(e)
+        if m is None:
+            continue
+        at = position.get(e.id, -1)
+        for i, repair in repairs:
+            if i > at and (not repair.target_ids or e.id in repair.target_ids):
+                m = repaired(m, repair.action)
+        out.append((e.id, m))
+    return out

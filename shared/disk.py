@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import os
 import re
@@ -22,7 +21,21 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from shared.disk_errors import (
+    FULL_ERRNOS,
+    UNAVAILABLE_ERRNOS,
+    Conflict,
+    DiskError,
+    DiskFull,
+    DiskUnavailable,
+    InsufficientStorage,
+    NotFound,
+    PathRefused,
+    TooLarge,
+    storage_fault,
+)
 from shared.leftovers import discard_temp
+from shared.pathnames import BadEscape, show, unshow
 from shared.walk import WalkLimits, walk
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -35,77 +48,9 @@ MAX_PATH_BYTES = 1024
 MAX_PATH_CHARS = MAX_PATH_BYTES  # an alias its importers use
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
-
-class DiskError(Exception):
-    """Base for errors the HTTP layer turns into a 4xx."""
-
-    status = 400
-
-
-class PathRefused(DiskError):
-    status = 400
-
-
-class TooLarge(DiskError):
-    status = 413
-
-
-class NotFound(DiskError):
-    status = 404
-
-
-class Conflict(DiskError):
-    """The path exists as something else: a directory where a file is written, a file as a parent."""
-
-    status = 409
-
-
-class InsufficientStorage(DiskError):
-    """The disk or the session's workspace quota is full."""
-
-    status = 507
-    cause: str | None = None
-
-
-class DiskFull(InsufficientStorage):
-    """The session disk itself has no space or no inodes left (ENOSPC, EDQUOT): a retry once space is
-    freed succeeds (README "Reliability")."""
-
-    cause = "disk_full"
-
-
-class DiskUnavailable(DiskError):
-    """The session disk fails the operation (EIO, a stale or lost mount) or is read-only (EROFS): a
-    clear 503, never a 500 and never a hang; the request may be retried once the disk is back."""
-
-    status = 503
-
-    def __init__(self, message: str, cause: str = "disk_io_error"):
-        super().__init__(message)
-        self.cause = cause
-
-
-FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-UNAVAILABLE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ESTALE, errno.ENOTCONN})
-
-
-def storage_fault(exc: BaseException, what: str = "") -> DiskError | None:
-    """The 507 or 503 for an OS error of the disk itself (full, failing, read-only); None for any other
-    error. The message names the cause and never a host path."""
-    if not isinstance(exc, OSError) or exc.errno is None:
-        return None
-    name = errno.errorcode.get(exc.errno, str(exc.errno))
-    suffix = f" writing {what}" if what else ""
-    if exc.errno in FULL_ERRNOS:
-        return DiskFull(f"the session disk is full ({name}: {os.strerror(exc.errno)}){suffix}; retry once space is freed")
-    if exc.errno == errno.EROFS:
-        return DiskUnavailable(f"the session disk is read-only (EROFS){suffix}; retry later", "disk_read_only")
-    if exc.errno == errno.ENOTCONN and exc.filename is None:
-        return None  # a socket's (a Redis connection going away), not a lost mount: no file named
-    if exc.errno in UNAVAILABLE_ERRNOS:
-        return DiskUnavailable(f"the session disk failed the operation ({name}: {os.strerror(exc.errno)}){suffix}; "
-                               "retry later")
-    return None
+# The disk's errors are part of its interface: importers name them from here.
+__all__ = ["FULL_ERRNOS", "UNAVAILABLE_ERRNOS", "Conflict", "DiskError", "DiskFull", "DiskUnavailable",
+           "InsufficientStorage", "NotFound", "PathRefused", "TooLarge", "storage_fault"]
 
 
 @dataclass(frozen=True)
@@ -323,34 +268,48 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 # ---------------------------------------------------------------- workspace paths
 
 
-def split_workspace_path(rel: str, *, for_write: bool = False) -> list[str]:
-    """The validated, NFC-normalised segments of a client- or model-supplied workspace path.
-
-    Pure: no I/O, so a name that can never be written is refused before anything is touched.
-    Refuses empty paths, NUL and control characters, backslashes, absolute paths, drive letters, `..`,
-    text that is not UTF-8 (lone surrogates, as `surrogateescape` decoding leaves them), a segment over
-    MAX_SEGMENT_BYTES or a path over MAX_PATH_BYTES, and (for writes) a trailing slash: `name/` names
-    a directory, never the file `name`.
-    """
+def _checked_text(rel: str, *, escapes: bool) -> str:
+    """The path's text, NFC-normalised, once it is known to be UTF-8, relative and free of controls."""
     if not isinstance(rel, str) or not rel.strip():
         raise PathRefused("empty path")
+    if len(rel) > 4 * MAX_PATH_BYTES:  # an escape is 4 characters for a byte: longer is too long whatever it holds
+        raise PathRefused(f"path too long: {len(rel)} characters; the limit is {MAX_PATH_BYTES} bytes")
     try:
         rel.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise PathRefused("path is not valid UTF-8") from exc
     # One name, one file: NFC and NFD spellings of a name must not be two files.
     rel = unicodedata.normalize("NFC", rel)
-    size = len(rel.encode("utf-8"))
-    if size > MAX_PATH_BYTES:
-        raise PathRefused(f"path too long: {size} bytes; the limit is {MAX_PATH_BYTES} bytes")
     if "\x00" in rel:
         raise PathRefused("path contains a NUL byte")
     if _CONTROL.search(rel):
         raise PathRefused("path contains a control character")
-    if "\\" in rel:
-        raise PathRefused("backslashes are not allowed in paths")
+    if "\\" in rel and not escapes:
+        raise PathRefused("backslashes are not allowed in paths (a file is never created with an escaped name: "
+                          "docs/architecture.md \"Workspace names\")")
     if rel.startswith("/") or re.match(r"^[A-Za-z]:", rel) or rel.startswith("~"):
         raise PathRefused("absolute paths are not allowed")
+    return rel
+
+
+def split_workspace_path(rel: str, *, for_write: bool = False, escapes: bool | None = None) -> list[str]:
+    """The validated, NFC-normalised segments of a client- or model-supplied workspace path, as the
+    names on the disk (`os` takes them as they are; shared/pathnames.py `show` gives them back as text).
+
+    Pure: no I/O, so a name that can never be written is refused before anything is touched.
+    Refuses empty paths, NUL and control characters, absolute paths, drive letters, `..`, text that is
+    not UTF-8 (lone surrogates, as `surrogateescape` decoding leaves them), a segment over
+    MAX_SEGMENT_BYTES or a path over MAX_PATH_BYTES (bytes on the disk), and (for writes) a trailing
+    slash: `name/` names a directory, never the file `name`.
+
+    `escapes` (default: not for writes): the shown form's escapes (`\\xHH`, `\\\\`: docs/architecture.md
+    "Workspace names") name the file a command made with bytes that are not UTF-8, a control character or
+    a backslash, so a listed name can be read and deleted; a new file is never given such a name, and
+    any other backslash is refused.
+    """
+    if escapes is None:
+        escapes = not for_write
+    rel = _checked_text(rel, escapes=escapes)
     if for_write and rel.endswith("/"):
         raise PathRefused("a file path must not end with '/'")
     parts = [p for p in rel.split("/") if p not in ("", ".")]
@@ -358,11 +317,24 @@ def split_workspace_path(rel: str, *, for_write: bool = False) -> list[str]:
         raise PathRefused("path names the workspace itself")
     if any(p == ".." for p in parts):
         raise PathRefused("'..' is not allowed in paths")
+    try:
+        parts = [unshow(p) for p in parts]
+    except BadEscape as exc:
+        raise PathRefused(f"{exc} (a backslash in a path)") from exc
+    size = sum(len(os.fsencode(p)) for p in parts) + len(parts) - 1
+    if size > MAX_PATH_BYTES:
+        raise PathRefused(f"path too long: {size} bytes; the limit is {MAX_PATH_BYTES} bytes")
     for part in parts:
-        n = len(part.encode("utf-8"))
+        n = len(os.fsencode(part))
         if n > MAX_SEGMENT_BYTES:
-            raise PathRefused(f"path segment too long: {part[:32]!r}... is {n} bytes; the limit is {MAX_SEGMENT_BYTES}")
+            raise PathRefused(f"path segment too long: {show(part)[:32]!r}... is {n} bytes; the limit is {MAX_SEGMENT_BYTES}")
     return parts
+
+
+def shown_path(parts: list[str]) -> str:
+    """The text of a path split by `split_workspace_path` (shared/pathnames.py `show`): what a response,
+    an event or a record names it by."""
+    return show("/".join(parts))
 
 
 def resolve_workspace_path(workspace: Path, rel: str) -> Path:

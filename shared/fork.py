@@ -18,8 +18,8 @@ from typing import Any
 from shared.contracts.transcript import parse_entries
 from shared.disk import SessionPaths, append_jsonl, atomic_write_json, iter_jsonl
 from shared.image_gc import link_referenced
-from shared.rewind import FORK_SCOPES, RewindRefused, finish_pending_on_disk, state_record
-from shared.snapshot_restore import restore
+from shared.rewind import FORK_SCOPES, RewindRefused, finish_pending_on_disk, record_now, state_record
+from shared.snapshot_restore import MissingObject, restore
 from shared.snapshot_scan import object_path
 from shared.snapshots import Manifest, SnapshotLimits, SnapshotStore
 from shared.transcript_tree import active_path, path_to, row_of
@@ -34,10 +34,21 @@ class ForkPlan:
     images: Path  # the source's images (shared/images.py): the branch's are linked into the fork
 
 
+GONE = "the session's files went away while it was forked (deleted meanwhile?); retry the fork"
+
+
 def plan(src: SessionPaths, limits: SnapshotLimits, entry_id: str | None, *, dormant: bool) -> ForkPlan:
-    """What the fork will hold; RewindRefused 404 (no such entry) or 409 (no snapshot kept for it).
-    A dormant source first finishes a rewind a crash cut short, and records its disk as it is now
-    (under the dormant-write lock the caller holds), so a fork of its leaf gets the latest files."""
+    """What the fork will hold; RewindRefused 404 (no such entry) or 409 (no snapshot kept for it, or
+    the source's files went away meanwhile: a DELETE racing the fork). A dormant source first finishes
+    a rewind a crash cut short, and records its disk as it is now (under the dormant-write lock the
+    caller holds), so a fork of its leaf gets the latest files."""
+    try:
+        return _plan(src, limits, entry_id, dormant=dormant)
+    except FileNotFoundError as exc:
+        raise RewindRefused(409, GONE) from exc
+
+
+def _plan(src: SessionPaths, limits: SnapshotLimits, entry_id: str | None, *, dormant: bool) -> ForkPlan:
     if dormant:
         finish_pending_on_disk(src, limits)
     raw = list(iter_jsonl(src.transcript))
@@ -50,7 +61,7 @@ def plan(src: SessionPaths, limits: SnapshotLimits, entry_id: str | None, *, dor
         raise RewindRefused(404, f"no entry {entry_id!r} in this session's transcript")
     store = SnapshotStore.load(src, limits)
     if dormant and entry_id == _leaf(raw):
-        store.take(entry_id, "fork")
+        record_now(store, entry_id, "fork")
     record = state_record(store, parse_entries(branch))
     return ForkPlan(entry_id, branch, store.manifest_of(record.n), store.objects, src.images)
 
@@ -77,6 +88,8 @@ def lay_out(fork: ForkPlan, dst: SessionPaths, limits: SnapshotLimits, default_u
         link_referenced(fork.images, dst.images, fork.branch)  # before the transcript names them
         append_jsonl(dst.transcript, fork.branch)
         SnapshotStore(dst, limits).seed(fork.manifest, fork.objects, fork.entry_id)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(dst.root, ignore_errors=True)
+        if isinstance(exc, FileNotFoundError | MissingObject):  # a source object removed under us: a DELETE raced
+            raise RewindRefused(409, GONE) from exc
         raise

@@ -31,6 +31,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from shared import workspace_fs
 from shared.contracts.messages import ImageMime, ImageRef
 from shared.disk import DiskError, TooLarge, atomic_write_bytes
+from shared.image_checks import decoded_bytes, png_problem
 from shared.image_limits import ImageLimits
 
 IMAGES_DIR = ".images"
@@ -45,6 +46,9 @@ class ImageRefused(Exception):
     def __init__(self, message: str, status: int = 422) -> None:
         super().__init__(message)
         self.status = status
+
+    def __reduce__(self) -> tuple[type[ImageRefused], tuple[str, int]]:  # across shared/offload.py's pipe
+        return type(self), (str(self), self.status)
 
 
 @dataclass(frozen=True)
@@ -76,8 +80,26 @@ def target_size(width: int, height: int, limits: ImageLimits) -> tuple[int, int]
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
+def _within(im: Image.Image, data: bytes, mime: ImageMime, limits: ImageLimits) -> tuple[int, int]:
+    """The image's size, once its header shows it fits the limits; a JPEG is set to decode reduced
+    (`draft`: libjpeg's 1/2, 1/4, 1/8 scales) when it will be downscaled anyway."""
+    width, height = im.size
+    if width < 1 or height < 1 or width * height > limits.max_pixels:
+        raise ImageRefused(f"image is {width}x{height} pixels; the limit is {limits.max_pixels} pixels", 413)
+    if mime == "image/jpeg" and target_size(width, height, limits) != (width, height):
+        im.draft(im.mode, target_size(width, height, limits))
+    cost = decoded_bytes(im, data)
+    if cost > limits.max_decoded_bytes:
+        raise ImageRefused(f"image is {width}x{height} pixels ({im.mode}) and would take {cost} bytes decoded; the "
+                           f"limit is {limits.max_decoded_bytes} bytes", 413)
+    if mime == "image/png" and (problem := png_problem(data)) is not None:
+        raise ImageRefused(f"corrupt or unreadable PNG image: {problem}")
+    return width, height
+
+
 def prepare(data: bytes, limits: ImageLimits) -> PreparedImage:
-    """The image as the model will receive it. Raises ImageRefused; CPU-bound: call it in a thread."""
+    """The image as the model will receive it. Raises ImageRefused. CPU- and memory-bound: services
+    run it in a worker process (shared/image_decoding.py), never on their event loop."""
     mime = sniff(data[:12])
     if mime is None:
         raise ImageRefused("not a PNG, JPEG, GIF or WebP image")
@@ -85,9 +107,7 @@ def prepare(data: bytes, limits: ImageLimits) -> PreparedImage:
         raise ImageRefused(f"image is {len(data)} bytes; the limit is {limits.max_source_bytes} bytes", 413)
     try:
         with Image.open(io.BytesIO(data)) as im:
-            width, height = im.size
-            if width < 1 or height < 1 or width * height > limits.max_pixels:
-                raise ImageRefused(f"image is {width}x{height} pixels; the limit is {limits.max_pixels} pixels", 413)
+            width, height = _within(im, data, mime, limits)
             animated = getattr(im, "n_frames", 1) > 1
             im.seek(0)
             im.load()
@@ -103,13 +123,18 @@ def prepare(data: bytes, limits: ImageLimits) -> PreparedImage:
         raise ImageRefused(f"corrupt or unreadable {mime.split('/')[1].upper()} image: {exc}") from exc
 
 
+def warm() -> None:
+    """Run as a decoding worker starts (shared/offload.py): Pillow's format plugins loaded."""
+    Image.init()
+
+
 def _reencode(im: Image.Image, mime: ImageMime, limits: ImageLimits) -> PreparedImage:
     frame = ImageOps.exif_transpose(im) or im
     alpha = frame.mode in ("RGBA", "LA", "PA") or (frame.mode == "P" and "transparency" in frame.info)
     frame = frame.convert("RGBA" if alpha else "RGB")
     size = target_size(frame.width, frame.height, limits)
-    if size != frame.size:
-        frame = frame.resize(size, Image.Resampling.LANCZOS)
+    if size != frame.size:  # reduced by whole factors first (`reducing_gap`), then resampled
+        frame = frame.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
     out = io.BytesIO()
     # PNG for what had transparency or was drawn (PNG, GIF); JPEG for photographs.
     if alpha or mime in ("image/png", "image/gif"):

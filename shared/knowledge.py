@@ -43,11 +43,14 @@ class KnowledgeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=MAX_NAME)
     scope: str = Field(min_length=1, max_length=MAX_SCOPE, description="One sentence: when the note applies.")
-    source: KnowledgeSource = "workspace"
+    # A client writes user-authored notes only: `system` (system-authored, a higher place in the
+    # knowledge precedence) is the harness's to claim, never a client's (a 422 at the edge).
+    source: Literal["workspace"] = Field("workspace", description="Always `workspace`: notes a user writes.")
     body: str = Field(min_length=1, max_length=MAX_BODY)
 
 
 class KnowledgeNote(KnowledgeBody):
+    source: KnowledgeSource = "workspace"  # type: ignore[assignment]  # stored notes may be system-authored
     id: str = Field(pattern=NOTE_ID)
     revision: int = Field(ge=1)
     updated_at: int

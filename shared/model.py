@@ -1,9 +1,10 @@
 """Model access: the real `openai.AsyncOpenAI` client, built by one factory.
 
 The runtime and the compaction service ask `model_client` for their client. It builds the OpenAI client
-(OPENAI_API_KEY, OPENAI_BASE_URL: any OpenAI-compatible server) unless GAMMA_MODEL_FACTORY names
-another `ModelFactory` (`module:function`): the dev/test launchers name the offline model's that way
-(README "Models"), so no production module knows it.
+(OPENAI_API_KEY, OPENAI_BASE_URL: any OpenAI-compatible server; AZURE_OPENAI_ENDPOINT: Azure OpenAI,
+docs/models.md "Azure") unless GAMMA_MODEL_FACTORY names another `ModelFactory` (`module:function`):
+the dev/test launchers name the offline model's that way (README "Models"), so no production module
+knows it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from typing import Literal, cast
 
 import httpx2
-from openai import AsyncOpenAI, DefaultAioHttpClient, DefaultAsyncHttpxClient
+from openai import AsyncAzureOpenAI, AsyncOpenAI, DefaultAioHttpClient, DefaultAsyncHttpxClient
 
 from .settings import Settings
 
@@ -47,8 +48,27 @@ def openai_client(settings: Settings, max_retries: int = 2) -> AsyncOpenAI:
     if not settings.models.openai_api_key:
         raise ModelConfigError("no OPENAI_API_KEY (offline, start the stack through `make run`, which wires "
                                "the scripted model; README \"Models\")")
-    return AsyncOpenAI(api_key=settings.models.openai_api_key, base_url=settings.models.openai_base_url,
+    models = settings.models
+    if models.azure_endpoint:
+        return azure_client(settings, max_retries)
+    return AsyncOpenAI(api_key=models.openai_api_key, base_url=models.openai_base_url,
                        max_retries=max_retries, http_client=_http_client(settings))
+
+
+def azure_client(settings: Settings, max_retries: int) -> AsyncOpenAI:
+    """Azure OpenAI (reference §7.1): with an api-version, `AsyncAzureOpenAI` (Chat under
+    `/openai/deployments/{deployment}/…`, Responses under `/openai/responses`, `api-key` header);
+    without, the v1 API, which the plain client speaks at `{endpoint}/openai/v1/`. Either way a
+    request's `model` is the deployment name, mapped to its catalogue model by GAMMA_AZURE_DEPLOYMENTS."""
+    models = settings.models
+    endpoint = (models.azure_endpoint or "").rstrip("/")
+    if models.azure_api_version:
+        return AsyncAzureOpenAI(azure_endpoint=endpoint, api_key=models.openai_api_key,
+                                api_version=models.azure_api_version, max_retries=max_retries,
+                                http_client=_http_client(settings))
+    base = endpoint if endpoint.endswith("/openai/v1") else f"{endpoint}/openai/v1"
+    return AsyncOpenAI(api_key=models.openai_api_key, base_url=f"{base}/", max_retries=max_retries,
+                       http_client=_http_client(settings))
 
 
 def _http_client(settings: Settings) -> httpx2.AsyncClient:

@@ -1,18 +1,23 @@
 """Model prices (USD per million tokens) for the UI state's cost records (services/runtime/costs.py).
 
-The table is configuration: `GAMMA_MODEL_PRICES` (JSON, model -> {input, cachedInput, output}) is
-merged over `DEFAULT_PRICES`, OpenAI's list prices when this table was written. A model is priced by
-the longest table key its name starts with, so a dated snapshot (`gpt-5-mini-2025-08-07`) takes its
-family's price; a model with no entry gets no amount (its record stays `pending`).
+Prices come from the model catalogue (shared/catalogue/models.yaml) by exact name or dated snapshot,
+an Azure deployment priced as the model it maps to; never by prefix (gpt-4.1-nano is not gpt-4.1,
+gpt-5-pro not gpt-5). `GAMMA_MODEL_PRICES` (JSON, model -> {input, cachedInput, output, cacheWrite?})
+overrides the catalogue, looked up the same way. A model with no price gets no amount (its record
+stays `pending`).
+
+Cost of one call (reference §5): `(input - cached - cache_write)·P_in + cached·P_cached +
+cache_write·P_write + output·P_out`; `P_write` is `P_in` before GPT-5.6 and 1.25·`P_in` from 5.6
+(the catalogue's cache regime), unless the table names it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 
 from pydantic import Field, TypeAdapter
 
+from .catalogue import DATED, Catalogue
 from .contracts.base import CamelContract
 
 MAX_MODELS = 100
@@ -22,36 +27,52 @@ class ModelPrice(CamelContract):
     input: float = Field(ge=0, le=10_000)
     cached_input: float = Field(ge=0, le=10_000)
     output: float = Field(ge=0, le=10_000)
+    cache_write: float | None = Field(None, ge=0, le=100_000)  # None: by the model's cache regime
 
 
-DEFAULT_PRICES: dict[str, ModelPrice] = {
-    "gpt-5": ModelPrice(input=1.25, cached_input=0.125, output=10.0),
-    "gpt-5-mini": ModelPrice(input=0.25, cached_input=0.025, output=2.0),
-    "gpt-5-nano": ModelPrice(input=0.05, cached_input=0.005, output=0.4),
-    "gpt-4.1": ModelPrice(input=2.0, cached_input=0.5, output=8.0),
-    "gpt-4.1-mini": ModelPrice(input=0.4, cached_input=0.1, output=1.6),
-    "gpt-4o-mini": ModelPrice(input=0.15, cached_input=0.075, output=0.6),
-}
 _TABLE: TypeAdapter[dict[str, ModelPrice]] = TypeAdapter(dict[str, ModelPrice])
 
 
 def parse_prices(raw: str) -> dict[str, ModelPrice]:
-    """`GAMMA_MODEL_PRICES` over the defaults; raises ValueError on a malformed table."""
-    table = dict(DEFAULT_PRICES)
-    if raw.strip():
-        extra = _TABLE.validate_python(json.loads(raw))
-        if len(extra) > MAX_MODELS or any(not k.strip() or len(k) > 200 for k in extra):
-            raise ValueError(f"at most {MAX_MODELS} models, each a non-empty name of at most 200 characters")
-        table.update(extra)
+    """`GAMMA_MODEL_PRICES`: the overrides only; raises ValueError on a malformed table."""
+    if not raw.strip():
+        return {}
+    table = _TABLE.validate_python(json.loads(raw))
+    if len(table) > MAX_MODELS or any(not k.strip() or len(k) > 200 for k in table):
+        raise ValueError(f"at most {MAX_MODELS} models, each a non-empty name of at most 200 characters")
     return table
 
 
-def price_of(model: str, prices: Mapping[str, ModelPrice]) -> ModelPrice | None:
-    best = max((k for k in prices if model.startswith(k)), key=len, default=None)
-    return prices[best] if best is not None else None
+class Pricer:
+    """Prices by model name: the overrides first, then the catalogue."""
+
+    def __init__(self, catalogue: Catalogue, overrides: dict[str, ModelPrice] | None = None) -> None:
+        self.catalogue = catalogue
+        self.overrides = overrides or {}
+
+    def _override(self, model: str) -> ModelPrice | None:
+        names = [model, self.catalogue.deployments.get(model, model)]
+        if m := DATED.match(names[1]):
+            names.append(m["base"])
+        return next((self.overrides[n] for n in names if n in self.overrides), None)
+
+    def price(self, model: str) -> ModelPrice | None:
+        entry = self.catalogue.resolve(model)
+        found = self._override(model)
+        if found is None and entry.prices is not None:
+            p = entry.prices
+            found = ModelPrice(input=p.input, cached_input=p.cached_input, output=p.output)
+        if found is None:
+            return None
+        if found.cache_write is None:
+            found = found.model_copy(update={"cache_write": found.input * entry.write_multiplier})
+        return found
 
 
-def cost_usd(price: ModelPrice, input_tokens: int, cached_tokens: int, output_tokens: int) -> float:
-    """`input_tokens` includes the cached ones, as the API reports them."""
-    fresh = max(input_tokens - cached_tokens, 0)
-    return (fresh * price.input + cached_tokens * price.cached_input + output_tokens * price.output) / 1_000_000
+def cost_usd(price: ModelPrice, input_tokens: int, cached_tokens: int, output_tokens: int,
+             cache_write_tokens: int = 0) -> float:
+    """`input_tokens` includes the cached and the written ones, as the API reports them (reference §5)."""
+    fresh = max(input_tokens - cached_tokens - cache_write_tokens, 0)
+    write = price.cache_write if price.cache_write is not None else price.input
+    return (fresh * price.input + cached_tokens * price.cached_input + cache_write_tokens * write
+            + output_tokens * price.output) / 1_000_000

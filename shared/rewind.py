@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter
 
-from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage
+from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage
 from shared.contracts.transcript import LeafEntry, MessageEntry, TranscriptEntry, parse_entries
 from shared.disk import SessionPaths, append_jsonl, atomic_write_json, iter_jsonl, read_json, remove_durably
 from shared.snapshot_restore import MissingObject, restore
@@ -35,7 +35,7 @@ NOTE = render("session_rewound", None, (
     "The user rewound the session to this point. Everything after it on the previous branch is abandoned: the "
     "workspace files, documents and task list are back to their state here. Effects outside the workspace "
     "(messages sent, remote changes) were not undone."))
-NOT_RUN = "Not run: the user rewound the session to the message that made this call."
+NOT_RUN = "Not run: the user rewound the session to a point before this call ran."
 _ENTRIES: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
 
 
@@ -66,25 +66,74 @@ def epoch_ms(iso: str) -> int:
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def state_record(store: SnapshotStore, branch: Sequence[TranscriptEntry]) -> Record:
-    """The snapshot holding the state at the branch's last entry, or RewindRefused(409)."""
-    nodes = [(e.id, epoch_ms(e.timestamp)) for e in branch if not isinstance(e, LeafEntry)]
-    record = store.record_for(nodes)
+def state_record(store: SnapshotStore, branch: Sequence[TranscriptEntry],
+                 sent_in: Sequence[TranscriptEntry] = ()) -> Record:
+    """The snapshot holding the state at the branch's last entry, or RewindRefused(409). `sent_in`: for
+    an edit, the branch to the edited user message, whose "prompt" snapshot holds the state it was sent
+    in: the state at its parent when nothing older is kept (the first message's parent, the session's
+    start, precedes every snapshot)."""
+    record = store.record_for(_nodes(branch))
+    if record is None and sent_in:
+        record = store.record_for(_nodes(sent_in))
     if record is None:
         oldest = store.oldest_entry()
         where = f"the oldest point kept is entry {oldest}" if oldest else "this session has no snapshots yet"
         raise RewindRefused(409, f"no workspace snapshot is kept for that entry ({where}; "
                                  "snapshot retention: docs/architecture.md)", {"oldest_entry_id": oldest})
+    if record.unrecorded is not None:
+        raise RewindRefused(409, f"the workspace at that entry was not recorded: {record.unrecorded}; "
+                                 f"a snapshot records at most {store.limits.max_entries} entries and "
+                                 f"{store.limits.max_depth} levels", {"bound": store.limits.max_entries})
     return record
 
 
-def leaf_moves(target: TranscriptEntry, from_id: str | None, reason: RewindReason, new_id: Callable[[], str],
-               stamp: str) -> list[TranscriptEntry]:
-    """The entries a rewind to `target` appends: the leaf move with its note. A target that is an
-    assistant message calling tools first gets a result per call saying it was not run (every call
-    keeps a result, and the note never falls between a call and its results)."""
-    calls = target.message.tool_calls() if (isinstance(target, MessageEntry)
-                                            and isinstance(target.message, AssistantMessage)) else []
+def _nodes(branch: Sequence[TranscriptEntry]) -> list[tuple[str, int]]:
+    return [(e.id, epoch_ms(e.timestamp)) for e in branch if not isinstance(e, LeafEntry)]
+
+
+def record_now(store: SnapshotStore, entry: str | None, reason: str) -> None:
+    """Record the disk before a rewind or a fork of the leaf; RewindRefused(409) when it is past the
+    snapshot bound: the disk's state is then unknown, and a restore from the last record would report
+    files back that are not."""
+    try:
+        store.take(entry, reason)
+    except ScanTooLarge as exc:
+        raise too_large(store.limits, exc) from exc
+
+
+def too_large(limits: SnapshotLimits, exc: ScanTooLarge) -> RewindRefused:
+    return RewindRefused(409, f"the workspace cannot be recorded now: {exc}; a snapshot records at most "
+                              f"{limits.max_entries} entries and {limits.max_depth} levels: remove files first",
+                         {"bound": limits.max_entries})
+
+
+def unanswered_calls(branch: Sequence[TranscriptEntry]) -> list[ToolCall]:
+    """The calls of the branch's last tool batch that have no result on it: all of an assistant message
+    that ends the branch, or, for a branch ending at one result of a parallel batch, the batch's others.
+    The real APIs refuse a history holding a call without its output (docs/architecture.md "Snapshots,
+    rewind and fork"), so a rewind never leaves one."""
+    answered: set[str] = set()
+    for entry in reversed(branch):
+        if not isinstance(entry, MessageEntry):
+            continue  # a trusted note, a skill or model change recorded between the results
+        message = entry.message
+        if isinstance(message, ToolResultMessage):
+            answered.add(message.tool_call_id)
+            continue
+        if isinstance(message, AssistantMessage):
+            return [c for c in message.tool_calls() if c.id not in answered]
+        return []
+    return []
+
+
+def leaf_moves(branch: Sequence[TranscriptEntry], from_id: str | None, reason: RewindReason,
+               new_id: Callable[[], str], stamp: str) -> list[TranscriptEntry]:
+    """The entries a rewind to the branch's last entry appends: the leaf move with its note. When calls
+    of the last tool batch are left without a result (the target is the assistant message that made
+    them, or one result of a parallel batch), each first gets a result saying it was not run (every
+    call keeps a result, and the note never falls between a call and its results)."""
+    target = branch[-1]
+    calls = unanswered_calls(branch)
     if not calls:
         return [LeafEntry(id=new_id(), timestamp=stamp, target_id=target.id, from_id=from_id, reason=reason,
                           note=NOTE)]
@@ -176,7 +225,7 @@ def snapshot_on_disk(paths: SessionPaths, limits: SnapshotLimits, reason: str) -
 
 
 def rewind_on_disk(paths: SessionPaths, limits: SnapshotLimits, target_id: str, reason: RewindReason,
-                   stamp: str) -> dict[str, Any]:
+                   stamp: str, edited_id: str | None = None) -> dict[str, Any]:
     """A dormant session's rewind (blocking: the proxy runs it in a thread under the dormant-write
     lock). The same steps as the runtime's, on the disk the runtime reads at its next wake."""
     finish_pending_on_disk(paths, limits)
@@ -187,8 +236,8 @@ def rewind_on_disk(paths: SessionPaths, limits: SnapshotLimits, target_id: str, 
     active = active_path(entries)
     from_id = _leaf_of(active)
     store = SnapshotStore.load(paths, limits)
-    store.take(from_id, "rewind_from")
-    record = state_record(store, branch)
+    record_now(store, from_id, "rewind_from")
+    record = state_record(store, branch, path_to(entries, edited_id) if edited_id else ())
     ids = {e.id for e in entries}
 
     def new_id() -> str:
@@ -197,7 +246,7 @@ def rewind_on_disk(paths: SessionPaths, limits: SnapshotLimits, target_id: str, 
         ids.add(candidate)
         return candidate
 
-    moves = leaf_moves(branch[-1], from_id, reason, new_id, stamp)
+    moves = leaf_moves(branch, from_id, reason, new_id, stamp)
     changed = finish_on_disk(store, begin(paths, record, target_id, moves))
     leaf = _leaf_of(moves)
     return {"entry_id": target_id, "leaf_id": leaf, "from_id": from_id, "changed": changed, "aborted_run_id": None}

@@ -5,7 +5,9 @@ the disk's current one (a fresh stat-based scan) and writes only what differs: e
 does not have are removed (deepest first), then missing directories, files and links are made
 (shallowest first). Workspace entries are opened beneath the workspace root (shared/workspace_fs.py),
 never through a link a sandboxed command planted; files are written atomically from the object store.
-Idempotent: a restore cut short by a crash is finished by running it again.
+Idempotent: a restore cut short by a crash is finished by running it again. Keys are shown names
+(shared/pathnames.py), turned back into the bytes on the disk here; modes are written without setuid,
+setgid or sticky bits (shared/snapshot_scan.py `permissions`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from pathlib import Path
 
 from shared import workspace_fs
 from shared.disk import atomic_write_bytes, remove_durably
-from shared.snapshot_scan import Item, Manifest, fsync_paths, object_path
+from shared.pathnames import unshow
+from shared.snapshot_scan import Item, Manifest, fsync_paths, object_path, permissions
 
 MAX_REMOVE_ENTRIES = 100_000  # an unrecorded tree (too deep or large to snapshot) is removed up to this
 
@@ -80,18 +83,23 @@ def restore(root: Path, objects: Path, current: Manifest, target: Manifest, scop
 
 def _differs(have: Item, want: Item) -> bool:
     if want.kind == "f":
-        return have.ref != want.ref or have.mode != want.mode
+        return have.ref != want.ref or permissions(have.mode) != permissions(want.mode)
     return have.ref != want.ref
 
 
 def _ws_parts(key: str) -> list[str] | None:
-    return key.split("/")[1:] if key.startswith("workspace/") else None
+    """A workspace key's names on the disk."""
+    return [unshow(p) for p in key.split("/")[1:]] if key.startswith("workspace/") else None
+
+
+def _disk_key(key: str) -> str:
+    return unshow(key)
 
 
 def _remove(root: Path, ws: int, key: str, item: Item, dirs: set[tuple[str, ...]]) -> None:
     parts = _ws_parts(key)
     if parts is None:
-        remove_durably(root / key)
+        remove_durably(root / _disk_key(key))
         return
     try:
         parent = workspace_fs.open_beneath(ws, parts[:-1], os.O_RDONLY | os.O_DIRECTORY)
@@ -156,21 +164,21 @@ def _make(root: Path, ws: int, objects: Path, key: str, item: Item, dirs: set[tu
     caller fsyncs all of them together, then renames each (`_rename_staged`)."""
     parts = _ws_parts(key)
     if parts is None:
-        atomic_write_bytes(root / key, object_path(objects, item.ref).read_bytes())
-        return _with_stat(item, os.lstat(root / key))
+        atomic_write_bytes(root / _disk_key(key), object_path(objects, item.ref).read_bytes())
+        return _with_stat(item, os.lstat(root / _disk_key(key)))
     parent = workspace_fs.open_dir(ws, parts[:-1], create=True)
     try:
         name = parts[-1]
         if item.kind == "d":
             with contextlib.suppress(FileExistsError):
-                os.mkdir(name, item.mode or 0o755, dir_fd=parent)
+                os.mkdir(name, permissions(item.mode) or 0o755, dir_fd=parent)
         elif item.kind == "l":
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=parent)
-            os.symlink(item.ref, name, dir_fd=parent)
+            os.symlink(unshow(item.ref), name, dir_fd=parent)
         else:
             staged.append((key, parts, _stage_from_object(parent, name, object_path(objects, item.ref),
-                                                          item.mode or 0o644)))
+                                                          permissions(item.mode) or 0o644)))
         dirs.add(tuple(parts[:-1]))
         return item
     finally:

@@ -7,7 +7,10 @@ link by its target. Reading it is stat-based: a file whose size, mtime_ns, ctime
 the previous manifest keeps its hash unread, so a scan costs a stat per entry and a read of each
 changed file only. The workspace is hostile (a sandboxed command made it): the walk is iterative,
 bounded in entries and depth, opens every directory beneath the workspace root (never through a
-link), and never follows a link; FIFOs, sockets and devices are not recorded.
+link), and never follows a link; FIFOs, sockets and devices are not recorded. Keys and link targets
+are shown names (shared/pathnames.py: bytes that are not UTF-8 escaped, so a record is always JSON), and
+a mode keeps its permission bits only: never setuid, setgid or sticky (a restore writes as the service's
+own user, root under `make run`).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from shared import workspace_fs
+from shared.pathnames import show
 
-MAX_DEPTH = 64
+MAX_DEPTH = 64  # the default; SnapshotLimits follows GAMMA_WORKSPACE_MAX_DEPTH
 CHUNK = 1024 * 1024
 ROOT_FILES = ("todo.json", "state.json")
 FSYNC_THREADS = 8
@@ -49,6 +53,11 @@ Manifest = dict[str, Item]
 Store = Callable[[int, str], tuple[str, int]]  # (dir fd, name) -> (sha256, bytes newly stored)
 
 
+def permissions(mode: int) -> int:
+    """The mode a snapshot records and a restore writes: rwx bits only (no setuid, setgid, sticky)."""
+    return mode & 0o777
+
+
 class ScanTooLarge(Exception):
     """The workspace has more entries (or deeper directories) than a snapshot records."""
 
@@ -58,8 +67,9 @@ class Scan(NamedTuple):
     added_bytes: int  # bytes of objects this scan stored for the first time
 
 
-def scan_session(root: Path, previous: Manifest, store: Store, max_entries: int) -> Scan:
-    """The manifest of a session directory now: its workspace tree, documents, todo and UI state."""
+def scan_session(root: Path, previous: Manifest, store: Store, max_entries: int, max_depth: int = MAX_DEPTH) -> Scan:
+    """The manifest of a session directory now: its workspace tree, documents, todo and UI state.
+    ScanTooLarge past `max_entries` entries or `max_depth` levels of directories."""
     out: Manifest = {}
     added = 0
     root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -71,7 +81,7 @@ def scan_session(root: Path, previous: Manifest, store: Store, max_entries: int)
                 added += _scan_flat(docs, "documents/", previous, out, store, max_entries)
         with _opened_dir(root_fd, "workspace") as ws:
             if ws is not None:
-                added += _scan_tree(ws, previous, out, store, max_entries)
+                added += _scan_tree(ws, previous, out, store, max_entries, max_depth)
     finally:
         os.close(root_fd)
     return Scan(out, added)
@@ -112,7 +122,7 @@ def _file_item(dir_fd: int, name: str, key: str, st: os.stat_result, previous: M
         digest, added = store(dir_fd, name)
     except FileNotFoundError:  # removed while we walked
         return 0
-    out[key] = Item("f", digest, st.st_size, stat.S_IMODE(st.st_mode), st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    out[key] = Item("f", digest, st.st_size, permissions(st.st_mode), st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     return added
 
 
@@ -121,14 +131,14 @@ def _scan_flat(dir_fd: int, prefix: str, previous: Manifest, out: Manifest, stor
     with os.scandir(dir_fd) as it:
         for entry in it:
             if len(out) >= max_entries:
-                raise ScanTooLarge(f"more than {max_entries} entries")
+                raise ScanTooLarge(f"the session holds more than {max_entries} entries (the snapshot bound)")
             st = entry.stat(follow_symlinks=False)
             if stat.S_ISREG(st.st_mode) and entry.name.endswith(".json") and not entry.name.startswith("."):
-                added += _file_item(dir_fd, entry.name, prefix + entry.name, st, previous, out, store)
+                added += _file_item(dir_fd, entry.name, prefix + show(entry.name), st, previous, out, store)
     return added
 
 
-def _scan_tree(ws_fd: int, previous: Manifest, out: Manifest, store: Store, max_entries: int) -> int:
+def _scan_tree(ws_fd: int, previous: Manifest, out: Manifest, store: Store, max_entries: int, max_depth: int) -> int:
     """Iterative: a stack of directories (as their parts beneath the workspace), each opened beneath
     the workspace fd when its turn comes, so no more than two directory fds are open at a time."""
     added = 0
@@ -143,31 +153,31 @@ def _scan_tree(ws_fd: int, previous: Manifest, out: Manifest, store: Store, max_
             with os.scandir(fd) as it:
                 for entry in it:
                     if len(out) >= max_entries:
-                        raise ScanTooLarge(f"the workspace has more than {max_entries} entries")
+                        raise ScanTooLarge(f"the workspace holds more than {max_entries} entries (the snapshot bound)")
                     if entry.name.startswith(workspace_fs.TEMP_PREFIX):
                         continue  # an atomic write's temp file (workspace_fs, snapshot_restore): never state
-                    added += _tree_entry(fd, entry, parts, previous, out, store, stack)
+                    added += _tree_entry(fd, entry, parts, previous, out, store, stack, max_depth)
         finally:
             os.close(fd)
     return added
 
 
 def _tree_entry(fd: int, entry: os.DirEntry[str], parts: list[str], previous: Manifest, out: Manifest,
-                store: Store, stack: list[list[str]]) -> int:
-    key = "workspace/" + "/".join([*parts, entry.name])
+                store: Store, stack: list[list[str]], max_depth: int) -> int:
+    key = show("workspace/" + "/".join([*parts, entry.name]))
     try:
         st = entry.stat(follow_symlinks=False)
     except FileNotFoundError:
         return 0
     if stat.S_ISDIR(st.st_mode):
-        if len(parts) + 1 > MAX_DEPTH:
-            raise ScanTooLarge(f"the workspace is deeper than {MAX_DEPTH} directories")
-        out[key] = Item("d", "", 0, stat.S_IMODE(st.st_mode))
+        if len(parts) + 1 > max_depth:
+            raise ScanTooLarge(f"the workspace nests deeper than {max_depth} directories (the snapshot bound)")
+        out[key] = Item("d", "", 0, permissions(st.st_mode))
         stack.append([*parts, entry.name])
         return 0
     if stat.S_ISLNK(st.st_mode):
         with contextlib.suppress(OSError):
-            out[key] = Item("l", os.readlink(entry.name, dir_fd=fd))
+            out[key] = Item("l", show(os.readlink(entry.name, dir_fd=fd)))
         return 0
     if stat.S_ISREG(st.st_mode):
         return _file_item(fd, entry.name, key, st, previous, out, store)

@@ -26,8 +26,18 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from shared.disk import SessionPaths, append_jsonl, atomic_write_bytes, iter_jsonl
-from shared.snapshot_scan import Item, Manifest, ObjectWriter, ScanTooLarge, object_path, scan_session
+from shared.pathnames import show, unshow
+from shared.snapshot_scan import (
+    MAX_DEPTH,
+    Item,
+    Manifest,
+    ObjectWriter,
+    ScanTooLarge,
+    object_path,
+    scan_session,
+)
 
+EXTRA_ENTRIES = 1000  # beside the workspace: documents, todo.json, state.json
 __all__ = ["Item", "Manifest", "Record", "ScanTooLarge", "SnapshotLimits", "SnapshotStore"]
 
 
@@ -37,11 +47,17 @@ class SnapshotLimits:
     max_bytes: int = 512 * 1024 * 1024
     max_records: int = 2000
     max_entries: int = 20_000  # files, directories and links in one snapshot
+    max_depth: int = MAX_DEPTH
 
     @classmethod
     def of(cls, settings: Any) -> SnapshotLimits:
-        return cls(settings.storage.snapshot_retention_s, settings.storage.snapshot_max_bytes, settings.storage.snapshot_max_records,
-                   max(settings.storage.workspace_max_files * 2, 1000) + 1000)
+        """Snapshots scale to the workspace's own bounds (its entry quota and depth, plus the documents,
+        todo and UI state beside it), so a workspace within its quota is always recorded: a rewind never
+        restores an older state in place of one it could not record."""
+        storage = settings.storage
+        entries = max(storage.workspace_max_entries, storage.workspace_max_files * 2) + EXTRA_ENTRIES
+        return cls(storage.snapshot_retention_s, storage.snapshot_max_bytes, storage.snapshot_max_records,
+                   entries, storage.workspace_max_depth)
 
 
 class Record(BaseModel):
@@ -53,9 +69,23 @@ class Record(BaseModel):
     set: dict[str, list[Any]] = Field(default_factory=dict)  # key -> Item fields
     gone: list[str] = Field(default_factory=list)
     added: int = 0  # bytes of objects it stored first
+    # Keys and link targets are shown names (shared/pathnames.py). A record written before that rule
+    # (shown False) held them raw: `load` shows them, which changes only a name with a backslash or a
+    # control character (one that was not UTF-8 could not be written at all).
+    shown: bool = True
+    # Set when the disk could not be recorded at this point (past the snapshot bound): the record holds
+    # the state before it (a base for later deltas), and a rewind or fork to it is refused, naming why.
+    unrecorded: str | None = None
 
     def items(self) -> dict[str, Item]:
         return {k: Item(*v) for k, v in self.set.items()}
+
+    def as_shown(self) -> Record:
+        if self.shown:
+            return self
+        return self.model_copy(update={
+            "shown": True, "gone": [show(k) for k in self.gone],
+            "set": {show(k): [v[0], show(v[1]) if v[0] == "l" else v[1], *v[2:]] for k, v in self.set.items()}})
 
 
 def _now_ms() -> int:
@@ -90,7 +120,9 @@ class SnapshotStore:
         store = cls(paths, limits)
         for raw in iter_jsonl(store.log):
             with contextlib.suppress(ValueError):
-                store.records.append(Record.model_validate(raw))
+                if isinstance(raw, dict) and "shown" not in raw:
+                    raw = {**raw, "shown": False}
+                store.records.append(Record.model_validate(raw).as_shown())
         for rec in store.records:
             store.current = _apply(store.current, rec)
             store._since_full = 0 if rec.full else store._since_full + len(rec.set) + len(rec.gone)
@@ -102,11 +134,24 @@ class SnapshotStore:
         """Record the disk as it is now, keyed to `entry`; None when nothing changed (unless `force`)."""
         writer = ObjectWriter(self.objects)
         try:
-            scan = scan_session(self.paths.root, self.current, writer.store, self.limits.max_entries)
+            scan = scan_session(self.paths.root, self.current, writer.store, self.limits.max_entries,
+                                self.limits.max_depth)
             writer.commit()
+        except ScanTooLarge as exc:
+            self._unrecorded(entry, reason, str(exc))
+            raise
         finally:
             writer.discard()  # a scan that failed leaves no temp copies behind
         return self._record(scan.manifest, entry, reason, scan.added_bytes, force=force)
+
+    def _unrecorded(self, entry: str | None, reason: str, why: str) -> None:
+        """A record saying the state at `entry` is not kept (so no older record stands in for it)."""
+        if not self.records or entry is None:
+            return  # nothing older could stand in for it, or no entry to key it to
+        last = self.records[-1]
+        if last.entry == entry and last.unrecorded is not None:
+            return  # said already
+        self._append(Record(n=last.n + 1, entry=entry, at=_now_ms(), reason=reason, unrecorded=why))
 
     def adopt(self, manifest: Manifest, entry: str | None, reason: str) -> Record | None:
         """Record `manifest` as the disk's state without reading the disk again: the caller just made
@@ -258,7 +303,7 @@ class SnapshotStore:
                     atomic_write_bytes(target, object_path(source_objects, item.ref).read_bytes())
                 dirs.add(target.parent)
                 added += item.size
-            st = os.lstat(self.paths.root / key)
+            st = os.lstat(self.paths.root / unshow(key))
             items[key] = Item("f", item.ref, st.st_size, item.mode, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
         for d in dirs:  # the links are durable before the record names them
             fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)

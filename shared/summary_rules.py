@@ -16,7 +16,7 @@ from shared.contracts.transcript import (
     MessageEntry,
     TranscriptEntry,
 )
-from shared.trusted_blocks import render
+from shared.trusted_blocks import render, token
 
 READ_TOOLS = frozenset({"read"})
 MODIFY_TOOLS = frozenset({"write", "edit"})
@@ -116,6 +116,7 @@ def file_operations(
 
 def format_file_operations(details: dict[str, list[str]]) -> str:
     """The `<read-files>` / `<modified-files>` blocks Pi appends to a summary."""
-    sections = [render(tag, None, "\n".join(details[key])) for tag, key in
+    # Paths the model chose: one line each (`token`), none can start a line of its own.
+    sections = [render(tag, None, "\n".join(token(p) for p in details[key])) for tag, key in
                 (("read-files", "readFiles"), ("modified-files", "modifiedFiles")) if details.get(key)]
     return "\n\n" + "\n\n".join(sections) if sections else ""

@@ -95,7 +95,8 @@ INBOX_PRODUCERS: dict[str, tuple[type[BaseModel], ...]] = {
     "proxy": (inbox.UserPrompt, inbox.UiUpdate, inbox.FileWrite, inbox.DocumentEdit, inbox.Stop, inbox.Compact,
               inbox.FileDelete, inbox.DocumentDelete,
               inbox.Injection,  # Injection: workspace_update for a knowledge note (routes/knowledge.py)
-              inbox.Abort, inbox.Rewind),
+              inbox.Abort, inbox.Rewind,
+              inbox.ModelChange),  # ModelChange: PATCH /sessions/{id} of a live session's model
     "notifications": (inbox.Injection, inbox.Barrier, inbox.ConnectorResult),
     # Injection: a subagent's background_result, a connector's workspace_update (services/runtime/connectors.py)
     "runtime": (inbox.Injection,),

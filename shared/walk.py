@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from shared.pathnames import show
+
 Kind = Literal["file", "directory", "symlink", "fifo", "socket", "device", "other"]
 Stopped = Literal["entries", "time", "unreadable"]
 TOO_DEEP_SHOWN = 64  # the too-deep entries named (each is a whole subtree for remove_tree)
@@ -63,7 +65,7 @@ class WalkLimits:
 
 @dataclass(frozen=True)
 class Entry:
-    rel: str  # workspace-relative, "/"-separated
+    rel: str  # workspace-relative, "/"-separated, shown (shared/pathnames.py: never a raw byte)
     kind: Kind
     size: int  # regular files only; 0 otherwise
     mtime_ns: int
@@ -108,7 +110,7 @@ Visit = Callable[[int, str, os.stat_result], None]  # (parent dir fd, name, lsta
 @dataclass
 class _Frame:
     fd: int
-    prefix: str  # "" for the root, else "a/b/"
+    prefix: str  # "" for the root, else "a/b/" (shown)
     depth: int  # of this directory (root 0)
     subdirs: list[str]
 
@@ -123,7 +125,7 @@ def _scan(frame: _Frame, out: Walk, limits: WalkLimits, visit: Visit | None,
                 st = child.stat(follow_symlinks=False)
             except FileNotFoundError:  # removed while we walked
                 continue
-            rel = frame.prefix + child.name
+            rel = frame.prefix + show(child.name)
             if child_depth > limits.max_depth:
                 out.deeper = True
                 if len(out.too_deep) < TOO_DEEP_SHOWN:
@@ -166,7 +168,7 @@ def walk_fd(root_fd: int, limits: WalkLimits, visit: Visit | None = None,
                 fd = os.open(name, _DIR_FLAGS, dir_fd=top.fd)
             except OSError:  # gone, or swapped for a link or a file since it was listed
                 continue
-            frame = _Frame(fd, f"{top.prefix}{name}/", top.depth + 1, [])
+            frame = _Frame(fd, f"{top.prefix}{show(name)}/", top.depth + 1, [])
             stack.append(frame)
             try:
                 if not _scan(frame, out, limits, visit, descend):

@@ -29,10 +29,12 @@ from shared.disk import (
     DiskError,
     NotFound,
     PathRefused,
+    shown_path,
     split_workspace_path,
     storage_fault,
 )
 from shared.leftovers import discard_temp, fd_path
+from shared.pathnames import show
 from shared.quota import WorkspaceQuota, check_depth, check_write, usage_at
 from shared.walk import kind_of
 
@@ -223,7 +225,7 @@ def open_entry(workspace: Path, rel: str) -> Opened:
     open with ENXIO). Device nodes cannot be made in a workspace: the sandbox's user has no CAP_MKNOD
     (services/runtime/sandbox)."""
     parts = split_workspace_path(rel)
-    norm = "/".join(parts)
+    norm = shown_path(parts)
     with disk_errors(norm):
         if not workspace.is_dir():
             raise NotFound(f"no file {norm!r} in the session workspace")
@@ -251,7 +253,8 @@ def read_bytes(workspace: Path, rel: str) -> bytes:
 def list_dir(fd: int, max_entries: int = 10_000) -> list[dict[str, object]]:
     """Entries of an open directory, links skipped (never followed), at most `max_entries` (the entry
     quota bounds a directory anyway). `type` is the entry's real type: file, directory, fifo, socket,
-    device (shared/walk.py `kind_of`)."""
+    device (shared/walk.py `kind_of`); `name` is shown (shared/pathnames.py: a name that is not UTF-8
+    is escaped, never sent raw)."""
     entries: list[dict[str, object]] = []
     with os.scandir(fd) as it:  # scandir duplicates the fd
         for child in it:
@@ -262,7 +265,7 @@ def list_dir(fd: int, max_entries: int = 10_000) -> list[dict[str, object]]:
             kind = kind_of(st.st_mode)
             if kind == "symlink":
                 continue
-            entries.append({"name": child.name, "type": kind, "size": st.st_size if kind == "file" else None})
+            entries.append({"name": show(child.name), "type": kind, "size": st.st_size if kind == "file" else None})
             if len(entries) >= max_entries:
                 break
     return sorted(entries, key=lambda e: str(e["name"]))
@@ -326,7 +329,7 @@ def write_entry(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota
     a write that would take the workspace over it; nothing is created when refused.
     """
     parts = split_workspace_path(rel, for_write=True)
-    norm = "/".join(parts)
+    norm = shown_path(parts)
     with disk_errors(norm), workspace_root(workspace, create=not must_exist) as root:
         try:
             dir_fd: int | None = open_dir(root, parts[:-1])
@@ -349,7 +352,9 @@ def write_entry(workspace: Path, rel: str, data: bytes, *, quota: WorkspaceQuota
                             new_dirs=new_dirs)
             if dir_fd is None:
                 dir_fd = open_dir(root, parts[:-1], create=True)
-            mode = stat.S_IMODE(st.st_mode) if st is not None and regular else 0o644
+            # An existing file keeps its permissions, never a setuid, setgid or sticky bit: the service
+            # may run as root, and a file it writes is its own (docs/architecture.md "Workspace names").
+            mode = st.st_mode & 0o777 if st is not None and regular else 0o644
             _atomic_write_at(dir_fd, parts[-1], data, mode)
         finally:
             if dir_fd is not None:

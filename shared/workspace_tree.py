@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.disk import Conflict, NotFound, split_workspace_path
+from shared.disk import Conflict, NotFound, shown_path, split_workspace_path
 from shared.walk import WalkLimits, remove_tree, walk_fd
 from shared.workspace_fs import disk_errors, lstat_at, open_dir, workspace_root
 
@@ -33,8 +33,8 @@ def entry_at(workspace: Path, rel: str) -> Iterator[EntryAt]:
     """An existing workspace entry, for removing it: its directory held open beneath the workspace (a
     missing entry or workspace is a 404, disk errors map as every write's do); the directory is
     fsync'd once the body is done, so the removal is durable."""
-    parts = split_workspace_path(rel, for_write=True)
-    norm = "/".join(parts)
+    parts = split_workspace_path(rel, for_write=True, escapes=True)  # a listed name can be removed
+    norm = shown_path(parts)
     missing = f"no file {norm!r} in the session workspace"
     with disk_errors(norm):
         if not workspace.is_dir():
@@ -78,7 +78,7 @@ def remove_tree_entry(workspace: Path, rel: str, limits: WalkLimits) -> RemovedT
     with entry_at(workspace, rel) as at:
         files = [at.norm] if stat.S_ISREG(at.st.st_mode) else []
         if stat.S_ISDIR(at.st.st_mode):
-            files = _tree_files(at.dir_fd, at.norm.split("/"), limits)
+            files = _tree_files(at.dir_fd, at.name, at.norm, limits)
         done = remove_tree(at.dir_fd, at.name, budget_s=limits.budget_s)
     norm = at.norm
     if not done.finished:
@@ -87,15 +87,16 @@ def remove_tree_entry(workspace: Path, rel: str, limits: WalkLimits) -> RemovedT
     return RemovedTree(norm, files, done.removed)
 
 
-def _tree_files(dir_fd: int, parts: list[str], limits: WalkLimits) -> list[str]:
-    """The regular files under the directory parts[-1] of dir_fd; a tree past the bounds is refused."""
-    fd = os.open(parts[-1], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    below = WalkLimits(limits.max_entries, max(limits.max_depth - len(parts), 0), limits.budget_s)
+def _tree_files(dir_fd: int, name: str, norm: str, limits: WalkLimits) -> list[str]:
+    """The regular files (shown paths) under the directory `name` of dir_fd, shown as `norm`; a tree
+    past the bounds is refused."""
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    below = WalkLimits(limits.max_entries, max(limits.max_depth - norm.count("/") - 1, 0), limits.budget_s)
     try:
         tree = walk_fd(fd, below)
     finally:
         os.close(fd)
     if not tree.complete or tree.deeper:
-        raise Conflict(f"{'/'.join(parts)!r} cannot be removed at once: {tree.describe(below)}")
-    prefix = "/".join(parts) + "/"
+        raise Conflict(f"{norm!r} cannot be removed at once: {tree.describe(below)}")
+    prefix = norm + "/"
     return [prefix + e.rel for e in tree.entries if e.kind == "file"]

@@ -22,7 +22,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     consumer = consumer_name("compaction")
     client = model_client(settings, "summarizer")
     summarizer = Summarizer(client, settings.models.model, settings.models.default_model_api,
-                            settings.compaction.compaction_summary_images)
+                            settings.compaction.compaction_summary_images, settings.models.catalogue)
     handler = CompactionHandler(
         redis=ctx.redis, data_dir=settings.storage.data_dir, summarizer=summarizer,
         consumer=consumer, hold_interval_s=max(0.2, settings.bus.claim_idle_ms / 3000),

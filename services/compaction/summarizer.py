@@ -8,12 +8,13 @@ of the entries it summarizes as image parts (summary_images.py), read from the s
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from openai import AsyncOpenAI
 
+from shared.catalogue import Capabilities, Catalogue, catalogue
 from shared.contracts.transcript import TranscriptEntry
 from shared.summary_rules import SummarySpan
 
@@ -28,6 +29,12 @@ from .serialize import serialize_entries
 from .summary_images import SummaryImage, image_parts, load_summary_images, numbers
 
 
+def _cap(max_tokens: int, caps: Capabilities) -> int:
+    """At least 256 (reasoning counts against it), at most the model's own maximum (reference §2.2)."""
+    wanted = max(256, max_tokens)
+    return min(wanted, caps.max_output) if caps.max_output is not None else wanted
+
+
 class SummaryError(RuntimeError):
     """The model answered, but not with a usable summary."""
 
@@ -38,25 +45,29 @@ class Summarizer:
     model: str
     api: Literal["responses", "chat"] = "chat"  # the server's API (GAMMA_MODEL_API): one plain call
     max_images: int = 4  # image parts per call (GAMMA_COMPACTION_SUMMARY_IMAGES)
+    # What each model takes (docs/models.md): the call's API, roles, images and output cap follow it.
+    models: Catalogue = field(default_factory=catalogue)
 
-    def _user_content(self, prompt: str, images: list[SummaryImage]) -> str | list[Any]:
+    def _user_content(self, prompt: str, images: list[SummaryImage], api: Literal["responses", "chat"]) -> str | list[Any]:
         if not images:
             return prompt
-        text = "input_text" if self.api == "responses" else "text"
-        return [*image_parts(images, self.api), {"type": text, "text": prompt}]
+        text = "input_text" if api == "responses" else "text"
+        return [*image_parts(images, api), {"type": text, "text": prompt}]
 
     async def complete(self, prompt: str, max_tokens: int, model: str | None = None,
                        images: list[SummaryImage] | None = None) -> str:
-        content = self._user_content(prompt, images or [])
-        if self.api == "responses":
-            return await self._respond(content, max_tokens, model)
+        name = model or self.model
+        caps = self.models.resolve(name).caps
+        api = self.api if self.api in caps.apis else caps.apis[0]  # a Responses-only model never on Chat
+        content = self._user_content(prompt, images if images and caps.vision else [], api)
+        if api == "responses":
+            return await self._respond(content, _cap(max_tokens, caps), name)
+        # o1-mini and o1-preview take neither system nor developer (reference §2.2): the prompt goes as user text.
+        system: Any = {"role": "system" if caps.developer_role else "user", "content": SUMMARIZATION_SYSTEM_PROMPT}
         response = await self.client.chat.completions.create(
-            model=model or self.model,
-            messages=[
-                {"role": "system", "content": SUMMARIZATION_SYSTEM_PROMPT},
-                {"role": "user", "content": content},
-            ],
-            max_completion_tokens=max(256, max_tokens),
+            model=name,
+            messages=[system, {"role": "user", "content": content}],
+            max_completion_tokens=_cap(max_tokens, caps),
         )
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content or "") if choice else ""
@@ -65,12 +76,12 @@ class Summarizer:
             raise SummaryError(f"the model returned an empty summary (finish_reason={reason})")
         return text.strip()
 
-    async def _respond(self, content: str | list[Any], max_tokens: int, model: str | None) -> str:
+    async def _respond(self, content: str | list[Any], max_tokens: int, model: str) -> str:
         response = await self.client.responses.create(
-            model=model or self.model,
+            model=model,
             instructions=SUMMARIZATION_SYSTEM_PROMPT,
             input=[{"role": "user", "content": content}],
-            max_output_tokens=max(256, max_tokens),
+            max_output_tokens=max_tokens,
             store=False,
         )
         text = response.output_text

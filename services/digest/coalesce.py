@@ -35,7 +35,14 @@ def _deck(content: bytes | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def computed_digest(state: RefState, seen: bytes | None, current: bytes | None) -> str | None:
+def _author(state: RefState) -> Actor:
+    """Whose text a file's quoted lines are: the one actor that changed it, else the user (the least
+    authority of those who may have)."""
+    actors = {n.actor for n in state.notes.values()}
+    return actors.pop() if len(actors) == 1 else "user"
+
+
+def computed_digest(state: RefState, seen: bytes | None, current: bytes | None) -> Part | None:
     """The diff of seen -> current; None when the contents are equal."""
     old = seen if state.seen_known else None
     what = "deck" if state.kind == "document" else "file"
@@ -46,13 +53,14 @@ def computed_digest(state: RefState, seen: bytes | None, current: bytes | None) 
         return f"The {what} was deleted."
     if old is None and any(n.created for n in state.notes.values()):
         # New since the agent's view (an upload, a new deck): what it is, not a diff from nothing.
-        return new_deck_digest(_deck(current)) if state.kind == "document" else new_file_digest(current)
+        return new_deck_digest(_deck(current)) if state.kind == "document" else new_file_digest(current, _author(state))
     if current is None:  # the producer sent no content: all we know is that it changed
         return DECK_DIRTY if state.kind == "document" else FILE_DIRTY
+    result: tuple[str, Part] | None
     if state.kind == "document":
         result = deck_digest(_deck(old), _deck(current))
     else:
-        result = file_digest(old, current)
+        result = file_digest(old, current, _author(state))
     return None if result is None else result[1]
 
 

@@ -6,13 +6,18 @@ level it can state reliably:
 - scoped: the changed scopes only, for the agent to read ('Changed scope: card_3, card_5.');
 - dirty: the old deck is unknown or the change is huge ('The deck changed. Read the current deck.').
 Scopes are card ids, card order, theme, shared assets and metadata (title and metadata fields).
+
+Card ids, keys and values are the deck author's: each is written with shared/trusted_blocks.py's
+`token` (an id or key) or `json_value` (a value), on one line, so none can start a line of the
+developer-role block or pass for the harness's words (docs/architecture.md "Trust boundaries").
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from shared.trusted_blocks import json_value, token
 
 Level = Literal["inline", "scoped", "dirty"]
 
@@ -52,7 +57,7 @@ class DeckDiff:
 
 def _fmt(value: Any) -> str | None:
     """A value as the agent should read it, or None when too long to state."""
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
+    text = json_value(value)
     return text if len(text) <= VALUE_MAX_CHARS else None
 
 
@@ -83,24 +88,25 @@ def _diff_cards(old: dict[str, Any], new: dict[str, Any], out: DeckDiff) -> None
     new_cards = {c["id"]: c for c in new_list}
     for pos, card in enumerate(new_list, start=1):
         cid = card["id"]
+        name = token(cid)
         if cid not in old_cards:
             body = {k: v for k, v in card.items() if k != "id"}
             v = _fmt(body)
-            out.add(cid, f"{cid} was added at position {pos} with {v}" if v is not None else None, card=True)
+            out.add(name, f"{name} was added at position {pos} with {v}" if v is not None else None, card=True)
             continue
         before = old_cards[cid]
         for key in sorted((set(before) | set(card)) - {"id"}):
             a, b = before.get(key, _MISSING), card.get(key, _MISSING)
             if a != b:
-                out.add(cid, _change_sentence(key, a, b, _MISSING), card=True)
+                out.add(name, _change_sentence(token(key), a, b, _MISSING), card=True)
     for cid in old_cards:
         if cid not in new_cards:
-            out.add(cid, f"{cid} was removed", card=True)
+            out.add(token(cid), f"{token(cid)} was removed", card=True)
     old_order = [c["id"] for c in _cards(old) if c["id"] in new_cards]
     new_order = [c["id"] for c in new_list if c["id"] in old_cards]
     if old_order != new_order:
         if len(new_list) <= ORDER_MAX_CARDS:
-            out.add(SCOPE_ORDER, "the card order is now " + ", ".join(c["id"] for c in new_list))
+            out.add(SCOPE_ORDER, "the card order is now " + ", ".join(token(c["id"]) for c in new_list))
         else:
             out.add(SCOPE_ORDER, None)
 
@@ -109,7 +115,7 @@ def _asset_key(asset: Any, index: int) -> str:
     if isinstance(asset, dict):
         for k in ("id", "src", "url", "name"):
             if isinstance(asset.get(k), str):
-                return str(asset[k])
+                return token(str(asset[k]))
     return f"#{index}"
 
 
@@ -144,7 +150,7 @@ def diff_decks(old: dict[str, Any], new: dict[str, Any]) -> DeckDiff:
     for key in sorted(set(old_meta) | set(new_meta)):
         a, b = old_meta.get(key, _MISSING), new_meta.get(key, _MISSING)
         if a != b:
-            out.add(SCOPE_METADATA, _change_sentence(f"metadata {key}", a, b, _MISSING))
+            out.add(SCOPE_METADATA, _change_sentence(f"metadata {token(str(key))}", a, b, _MISSING))
     return out
 
 

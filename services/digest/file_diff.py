@@ -1,9 +1,15 @@
-"""File digests: a line diff for text, a dirty marker for binaries and unknown bases. Pure functions."""
+"""File digests: a line diff for text, a dirty marker for binaries and unknown bases. Pure functions.
+
+A file's text (a new file's content, a diff's lines) is whoever wrote the file's, never the harness's:
+it goes in as a quotation (`quoted`, docs/architecture.md "Trust boundaries") after a harness sentence
+naming it, so no line of it reads as a line of the developer-role block."""
 
 from __future__ import annotations
 
 import difflib
 from typing import Literal
+
+from shared.trusted_blocks import Author, Part, fragment, lines, quoted
 
 Level = Literal["inline", "scoped", "dirty"]
 
@@ -40,8 +46,8 @@ def _fmt_range(r: tuple[int, int]) -> str:
     return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
 
 
-def file_digest(old: bytes | None, new: bytes | None) -> tuple[Level, str] | None:
-    """None when the content is identical."""
+def file_digest(old: bytes | None, new: bytes | None, author: Author = "user") -> tuple[Level, Part] | None:
+    """None when the content is identical; the diff's lines quoted as `author`'s."""
     if new is None:
         return "dirty", "The file was deleted."
     if old is None:
@@ -62,21 +68,22 @@ def file_digest(old: bytes | None, new: bytes | None) -> tuple[Level, str] | Non
     diff = "\n".join(difflib.unified_diff(old_lines, new_lines, "before", "after", n=1, lineterm=""))
     diff = "\n".join(line for line in diff.splitlines() if not line.startswith(("--- ", "+++ ")))
     if len(diff) <= INLINE_MAX_CHARS:
-        return "inline", f"Line diff from the revision you saw:\n{diff}"
+        return "inline", fragment(lines("Line diff from the revision you saw:", quoted(author, diff)))
     where = ", ".join(_fmt_range(r) for r in ranges)
     return "scoped", (f"Changed lines: {where} (the file now has {len(new_lines)} lines). "
                       "Read those lines before you rely on them; the rest is unchanged.")
 
 
-def new_file_digest(new: bytes | None) -> str:
-    """A file that did not exist before: its size, and a small text file's whole content."""
+def new_file_digest(new: bytes | None, author: Author = "user") -> Part:
+    """A file that did not exist before: its size, and a small text file's whole content (quoted as
+    `author`'s)."""
     if new is None:
         return "A new file was added. Read it."
     text = as_text(new)
     if text is None:
         return f"A new binary file was added ({len(new)} bytes). Read it if you need its content."
     count = len(text.splitlines())
-    lines = f"{count} line" + ("" if count == 1 else "s")
+    counted = f"{count} line" + ("" if count == 1 else "s")
     if len(text) <= INLINE_MAX_CHARS:
-        return f"A new file was added ({len(new)} bytes, {lines}). Its content:\n{text}"
-    return f"A new file was added ({len(new)} bytes, {lines}). Read it before you rely on it."
+        return fragment(lines(f"A new file was added ({len(new)} bytes, {counted}). Its content:", quoted(author, text)))
+    return f"A new file was added ({len(new)} bytes, {counted}). Read it before you rely on it."

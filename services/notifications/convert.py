@@ -3,6 +3,11 @@
 Pure functions. One notification can become several injections; the n-th part after the first gets
 `source_id = "{id}#{n}"` (docs/integration.md "Injections"), so the runtime records each part once and
 notifications can tell when every part of a notification is in the transcript.
+
+Every field is the sending service's text, not the harness's (docs/architecture.md "Trust
+boundaries"): ids, refs and formats are written with `token` (one line, a JSON string unless a plain
+word); free text (a subject, a reviewer's comment, an error, a connector's answer) is quoted after a
+harness sentence naming it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from shared.contracts.notifications import (
     ImportCompleted,
     RenderCompleted,
 )
-from shared.trusted_blocks import lines, quoted, render
+from shared.trusted_blocks import Part, lines, quoted, render, token
 
 SOURCE = "notification"
 
@@ -36,12 +41,12 @@ def parse_source_id(source_id: str) -> tuple[str, int]:
     return nid, int(rest)
 
 
-def _block(kind: InjectionKind, attrs: dict[str, str | None], body: list[str]) -> str:
-    return render(kind, attrs, "\n".join("  " + line for line in body if line))
+def _block(kind: InjectionKind, attrs: dict[str, str | None], body: list[Part]) -> str:
+    return render(kind, attrs, lines(*(("  " + p) if isinstance(p, str) else p for p in body if p)))
 
 
 def _refs(refs: list[str]) -> str:
-    return ", ".join(refs) if refs else "none"
+    return ", ".join(token(r) for r in refs) if refs else "none"
 
 
 def _import(n: ImportCompleted) -> list[tuple[RuntimeInjection, str | None]]:
@@ -54,7 +59,7 @@ def _import(n: ImportCompleted) -> list[tuple[RuntimeInjection, str | None]]:
                     "system_update",
                     {"source": "import", "import_id": p.import_id},
                     [
-                        f"The import of {p.source_ref} finished.",
+                        f"The import of {token(p.source_ref)} finished.",
                         f"Outputs: {_refs(p.output_refs)}.",
                         "Evaluate the imported content and continue the task that needed it.",
                     ],
@@ -72,7 +77,8 @@ def _import(n: ImportCompleted) -> list[tuple[RuntimeInjection, str | None]]:
                     content=_block(
                         "artifact_update",
                         {"ref": ref},
-                        [f"The import {p.import_id} wrote this artifact from {p.source_ref}.", "Read it before you use it."],
+                        [f"The import {token(p.import_id)} wrote this artifact from {token(p.source_ref)}.",
+                         "Read it before you use it."],
                     ),
                 ),
                 ref,
@@ -92,7 +98,9 @@ def _render(n: RenderCompleted) -> list[tuple[RuntimeInjection, str | None]]:
                     content=_block(
                         "system_update",
                         {"source": "render", "render_id": p.render_id, "ref": p.ref},
-                        [f"The render of {p.ref} failed: {p.error or 'no reason given'}.",
+                        [f"The render of {token(p.ref)} failed." + (" The renderer's error:" if p.error else
+                                                                     " No reason was given."),
+                         quoted("renderer", p.error) if p.error else "",
                          "Investigate, retry, or tell the user."],
                     ),
                 ),
@@ -106,7 +114,8 @@ def _render(n: RenderCompleted) -> list[tuple[RuntimeInjection, str | None]]:
                 content=_block(
                     "artifact_update",
                     {"ref": p.ref},
-                    [f"The render {p.render_id} of {p.ref} finished.", f"Rendered outputs: {_refs(p.output_refs)}.",
+                    [f"The render {token(p.render_id)} of {token(p.ref)} finished.",
+                     f"Rendered outputs: {_refs(p.output_refs)}.",
                      "Inspect the rendered result before you report completion."],
                 ),
             ),
@@ -124,7 +133,8 @@ def _export(n: ExportCompleted) -> list[tuple[RuntimeInjection, str | None]]:
                 content=_block(
                     "artifact_update",
                     {"ref": p.output_ref},
-                    [f"The {p.format} export {p.export_id} of {p.ref} finished.", f"The export is at {p.output_ref}."],
+                    [f"The {token(p.format)} export {token(p.export_id)} of {token(p.ref)} finished.",
+                     f"The export is at {token(p.output_ref)}."],
                 ),
             ),
             p.output_ref,
@@ -134,9 +144,10 @@ def _export(n: ExportCompleted) -> list[tuple[RuntimeInjection, str | None]]:
 
 def _approval(n: ApprovalResolved) -> list[tuple[RuntimeInjection, str | None]]:
     p = n.payload
-    body = [f"The approval request {p.approval_id} for {p.subject} was {p.decision}."]
+    body: list[Part] = [f"The approval request {token(p.approval_id)} was {p.decision}. Its subject, as the "
+                        "requester wrote it:", quoted("requester", p.subject)]
     if p.comment:
-        body.append(f"Reviewer comment: {p.comment}")
+        body += ["The reviewer's comment:", quoted("reviewer", p.comment)]
     body.append("Continue if approved; otherwise record the rejection and adjust the plan.")
     return [
         (

@@ -31,10 +31,18 @@ class BlobRef:
 
 
 def client_digest(header: str | None) -> str | None:
-    """X-Gamma-Digest: plain text; percent-encoded UTF-8 is decoded (HTTP headers are Latin-1)."""
+    """X-Gamma-Digest: plain text; percent-encoded UTF-8 is decoded. The server hands header bytes over
+    as Latin-1: raw non-ASCII bytes are read back as the UTF-8 they are, never as Latin-1 characters
+    (`Ã©` for `é`), and bytes or escapes that are not UTF-8 are refused (400)."""
     if header is None or not header.strip():
         return None
-    text = unquote(header) if "%" in header else header
+    try:
+        if not header.isascii():
+            header = header.encode("latin-1").decode("utf-8")
+        text = unquote(header, errors="strict") if "%" in header else header
+    except UnicodeError:
+        raise ApiError(400, "X-Gamma-Digest is not UTF-8 (send non-ASCII text as UTF-8, "
+                       "or percent-encoded UTF-8)") from None
     if len(text) > MAX_DIGEST_CHARS:
         raise ApiError(400, f"X-Gamma-Digest is longer than {MAX_DIGEST_CHARS} characters")
     return text

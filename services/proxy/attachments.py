@@ -2,7 +2,8 @@
 
 Each path must name a regular file inside the session's workspace (opened beneath it, as every
 workspace read is), the count and the bytes of one message are bounded, and an image must decode
-(shared/images.py). Images are stored once by content hash on the session disk and travel as
+(shared/images.py) within the decoding bounds (shared/image_decoding.py: worker processes, a bound
+per process and per user, a 429/503 past them). Images are stored once by content hash on the session disk and travel as
 references; the other files are named (path, media type, size) for the agent to `read`. The first bad
 path is a 4xx naming it; then nothing is stored in the inbox and no wake is sent.
 """
@@ -20,7 +21,8 @@ from shared import workspace_fs
 from shared.contracts.inbox import AttachedFile
 from shared.contracts.messages import ImageRef
 from shared.disk import DiskError, session_paths
-from shared.images import ImageRefused, PreparedImage, prepare, read_workspace_image, sniff, store_image
+from shared.image_decoding import decoder
+from shared.images import ImageRefused, PreparedImage, read_workspace_image, sniff, store_image
 from shared.settings import Settings
 
 from .errors import ApiError
@@ -45,10 +47,11 @@ def _stat(workspace: Path, rel: str) -> tuple[str, int, bytes]:
 
 
 def _refused(rel: str, exc: Exception, status: int) -> ApiError:
-    return ApiError(status, f"attachments: {rel!r}: {exc}", detail={"attachment": rel})
+    retry = {"Retry-After": "5"} if status in (429, 503) else None  # decoders busy: a moment later
+    return ApiError(status, f"attachments: {rel!r}: {exc}", detail={"attachment": rel}, headers=retry)
 
 
-async def check_attachments(settings: Settings, sid: str, paths: list[str]) -> Attachments:
+async def check_attachments(settings: Settings, sid: str, paths: list[str], owner: str) -> Attachments:
     """The attachments as the prompt carries them, or an ApiError naming the first bad one."""
     if len(paths) > settings.images.attachments_max:
         raise ApiError(422, f"attachments: {len(paths)} files; at most {settings.images.attachments_max} per message")
@@ -78,7 +81,7 @@ async def check_attachments(settings: Settings, sid: str, paths: list[str]) -> A
             continue
         try:
             data = await asyncio.to_thread(read_workspace_image, root.workspace, norm, limits.max_source_bytes)
-            prepared.append((norm, await asyncio.to_thread(prepare, data, limits)))
+            prepared.append((norm, await decoder(settings.images).prepare(data, owner)))
         except (DiskError, ImageRefused) as exc:
             raise _refused(norm, exc, exc.status) from exc
     # Stored only once every attachment passed: a refused message leaves nothing behind.

@@ -25,6 +25,7 @@ from shared.contracts.inbox import (
     FileDelete,
     FileWrite,
     InboxReply,
+    ModelChange,
     Rewind,
     Stop,
     UiUpdate,
@@ -38,7 +39,7 @@ log = structlog.get_logger()
 FORWARD_GRACE_S = 2.0  # beyond the reply timeout: the append and the reply's own round trips
 
 Forwardable = (UiUpdate | FileWrite | DocumentEdit | Stop | Compact | FileDelete | DocumentDelete | Abort | UserPrompt
-               | Rewind)
+               | Rewind | ModelChange)
 
 
 async def forward(redis: aioredis.Redis, blocking: aioredis.Redis, message: Forwardable, timeout_s: float,

@@ -250,5 +250,20 @@ return 1
 """
 
 
+async def set_model(redis: aioredis.Redis, sid: str, model: ModelConfig) -> bool:
+    """The session's model (PATCH), read by its next wake and by nothing else; False when the row is
+    gone or being deleted."""
+    done = await redis.eval(_SET_MODEL, 1, keys.session_row(sid), model.model_dump_json(exclude_none=True),  # type: ignore[misc]
+                            str(now_ms()), keys.STATUS_DELETING)
+    return bool(done)
+
+
+_SET_MODEL = """
+if redis.call('HEXISTS', KEYS[1], 'owner') == 0 or redis.call('HGET', KEYS[1], 'status') == ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], 'model', ARGV[1], 'updated_at', ARGV[2])
+return 1
+"""
+
+
 async def touch(redis: aioredis.Redis, sid: str) -> None:
     await redis.hset(keys.session_row(sid), "updated_at", str(now_ms()))

@@ -9,7 +9,7 @@ which writes the UI document only when the records changed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,7 @@ import structlog
 
 from shared.contracts.messages import AssistantMessage
 from shared.contracts.transcript import MessageEntry, TranscriptEntry
-from shared.pricing import ModelPrice, cost_usd, price_of
+from shared.pricing import Pricer, cost_usd
 
 from .lease import LeaseLost
 from .liveui import UiHost
@@ -32,6 +32,7 @@ class ModelUsage:
     requests: int = 0
     input: int = 0
     cached: int = 0
+    written: int = 0  # input tokens written to the provider's cache (priced apart from GPT-5.6 on)
     output: int = 0
     models: set[str] = field(default_factory=set)
 
@@ -45,26 +46,27 @@ def usage_by_model(entries: Iterable[TranscriptEntry]) -> dict[str, ModelUsage]:
             u.requests += 1
             u.input += m.usage.input
             u.cached += m.usage.cache_read
+            u.written += m.usage.cache_write
             u.output += m.usage.output
     return out
 
 
-def cost_records(entries: Sequence[TranscriptEntry], prices: Mapping[str, ModelPrice]) -> list[dict[str, Any]]:
+def cost_records(entries: Sequence[TranscriptEntry], prices: Pricer) -> list[dict[str, Any]]:
     """One `CostRecord` (shared/contracts/ui.py) per model, in first-use order: `settled` with its
     amount in USD when the model has a price, else `pending` with amount 0."""
     records = []
     for model, u in list(usage_by_model(entries).items())[:MAX_RECORDS]:
-        price = price_of(model, prices)
+        price = prices.price(model)
         label = (f"{model}: {u.requests} model requests, {u.input} input tokens ({u.cached} cached), "
                  f"{u.output} output tokens" + ("" if price else "; no price configured"))
-        amount = round(cost_usd(price, u.input, u.cached, u.output), 6) if price else 0.0
+        amount = round(cost_usd(price, u.input, u.cached, u.output, u.written), 6) if price else 0.0
         records.append({"id": f"model:{model}"[:200], "label": label, "amount": amount,
                         "status": "settled" if price else "pending"})
     return records
 
 
 class CostProjection:
-    def __init__(self, entries: Any, ui: UiHost, prices: Mapping[str, ModelPrice]) -> None:
+    def __init__(self, entries: Any, ui: UiHost, prices: Pricer) -> None:
         self.entries = entries  # () -> the transcript's entries
         self.ui = ui
         self.prices = prices

@@ -4,7 +4,9 @@
   never infers completion from the text. The harness delivers it as a blocking message_user (same
   event, `implicit: true`), and the assistant message is flagged in the transcript;
 - a refusal is delivered the same way, marked `refusal: true`;
-- a provider error (after the bounded retries) is an `error` event; the run has already ended.
+- a provider error (after the bounded retries) is an `error` event; the run has already ended;
+- so is a reply the provider's content filter stopped (`reason: "content_filter"`), and an end the
+  harness decided (a second empty reply, the run's budget: `source: "run"`, engine/reply_rules.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ if TYPE_CHECKING:
     from .events import Outbox
 
 
-USAGE_FIELDS = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
+CONTENT_FILTERED = ("The provider's content filter stopped the model's reply (finish_reason=content_filter); "
+                    "what it wrote before is kept. Rephrase the request to continue.")
+USAGE_FIELDS = ("input_tokens", "cached_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens")
 
 
 def count_usage(sid: str, data: dict[str, Any]) -> Callable[[Any], None]:
@@ -62,8 +66,14 @@ def continued_text(message: AssistantMessage, context: list[AgentMessage]) -> st
 async def announce(outbox: Outbox, message: AgentMessage, context: list[AgentMessage]) -> None:
     if not isinstance(message, AssistantMessage):
         return
-    if message.stop_reason == "error":
+    if message.stop_reason == "error" and message.error_kind is not None:  # the harness ended the run
+        await outbox.event("error", {"error": message.error_message or "the run stopped", "source": "run",
+                                     "reason": message.error_kind, "model": message.model})
+    elif message.stop_reason == "error":
         await outbox.event("error", {"error": f"model request failed: {message.error_message}", "source": "model",
+                                     "model": message.model})
+    elif message.stop_reason == "contentFilter":
+        await outbox.event("error", {"error": CONTENT_FILTERED, "source": "model", "reason": "content_filter",
                                      "model": message.model})
     elif message.implicit_message_user:
         refused = bool(message.refusal) and not message.text().strip()

@@ -47,10 +47,22 @@ def skill_intro(skill: Skill) -> str:
 
 
 def skill_block(skill: Skill, intro: str | None = None) -> Trusted:
-    """A skill body wrapped with its identity, as preloaded (and usable for the skill tool's result)."""
+    """A skill body wrapped with its identity, as preloaded (and usable for the skill tool's result),
+    followed by its audited steps' ids when it has a checklist: a deviation names a step by its id,
+    and the body is all the agent reads of the skill (the checklist file is the harness's)."""
     intro = intro if intro is not None else skill_intro(skill)
     return element("skill", {"name": skill.name, "type": skill.type, "path": skill.path},
-                   f"{intro}\n\n{skill.body.rstrip()}")
+                   f"{intro}\n\n{skill.body.rstrip()}{checklist_ids(skill)}")
+
+
+def checklist_ids(skill: Skill) -> str:
+    """The audited steps of a workflow, by id (skills/*/checklist.yaml; shared/checklist.py)."""
+    checklist = skill.manifest.checklist
+    if checklist is None:
+        return ""
+    steps = "\n".join(f"- `{s.id}`: {s.title}" + ("" if s.audited else " (optional)") for s in checklist.steps)
+    return ("\n\n## Audited steps (ids)\n\nThe completion audit checks these steps. A step you skip on "
+            "purpose goes in message_user's `deviations` as {step: its id, cause: why}.\n\n" + steps)
 
 
 def static_prefix(skills: Mapping[str, Skill]) -> str:

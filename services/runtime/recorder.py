@@ -24,8 +24,8 @@ from .transcript import Transcript
 from .turn_order import TurnOrder
 
 # Engine events that only report progress: sent without holding up the run (Outbox.event(wait=False)).
-PROGRESS_EVENTS = frozenset({"agent_start", "turn_start", "message_start", "message_update",
-                             "tool_execution_start", "tool_execution_update", "model_request"})
+PROGRESS_EVENTS = frozenset({"agent_start", "turn_start", "message_start", "message_update", "reasoning_update",
+                             "tool_call_progress", "tool_execution_start", "tool_execution_update", "model_request"})
 
 
 class Recorder:

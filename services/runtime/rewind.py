@@ -17,6 +17,7 @@ from shared import rewind as rw
 from shared.contracts.events import EventType, RunAbortedData
 from shared.contracts.inbox import Rewind
 from shared.inbox import InboxEntry
+from shared.snapshots import ScanTooLarge
 
 from .snapshots import SessionSnapshots
 from .todo import TodoController
@@ -61,24 +62,27 @@ class Rewinder:
 
     async def on_rewind(self, entry: InboxEntry, m: Rewind) -> None:
         try:
-            body = await self.rewind(m.entry_id, m.reason)
+            body = await self.rewind(m.entry_id, m.reason, m.edited_id)
             await self.outbox.reply(m.request_id, 200, body)
         except rw.RewindRefused as exc:
             body = {"error": exc.message, **({"detail": exc.detail} if exc.detail else {})}
             await self.outbox.reply(m.request_id, exc.status, body)
         await self.ack(entry.entry_id)
 
-    async def rewind(self, target_id: str, reason: rw.RewindReason) -> dict[str, Any]:
+    async def rewind(self, target_id: str, reason: rw.RewindReason, edited_id: str | None = None) -> dict[str, Any]:
         t = self.transcript
         if not t.is_node(target_id):
             raise rw.RewindRefused(404, f"no entry {target_id!r} in this session's transcript")
         aborted = await self.aborts.abort("user")
         from_id = t.leaf_id
-        await self.snapshots.take("rewind_from")  # the abandoned leaf's state: a switch back restores it
+        try:  # the abandoned leaf's state: a switch back restores it
+            await self.snapshots.take("rewind_from", too_large=True)
+        except ScanTooLarge as exc:  # the disk's state is unknown: restoring from the last record would lie
+            raise rw.too_large(self.snapshots.limits, exc) from exc
         store = self.snapshots.store
         branch = t.branch_to(target_id)
-        record = rw.state_record(store, branch)
-        moves = rw.leaf_moves(branch[-1], from_id, reason, t.new_id, now_iso())
+        record = rw.state_record(store, branch, t.branch_to(edited_id) if edited_id else ())
+        moves = rw.leaf_moves(branch, from_id, reason, t.new_id, now_iso())
         intent = await self.guard.write(lambda: rw.begin(self.snapshots.paths, record, target_id, moves))
         changed = await self.finish(intent)
         log.info("session_rewound", session_id=self.sid, target=target_id, from_id=from_id, changed=changed,

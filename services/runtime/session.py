@@ -32,6 +32,7 @@ from shared.contracts.inbox import (
     DocumentEdit,
     FileDelete,
     FileWrite,
+    ModelChange,
     Rewind,
     UiUpdate,
 )
@@ -56,7 +57,7 @@ from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
 from .engine.openai_stream import ModelSettings, OpenAIStream
 from .engine.sse import ReadGate
-from .engine.types import AgentContext, BeforeModelCall, RunHooks
+from .engine.types import AgentContext, BeforeModelCall, RunBudget, RunHooks
 from .events import Outbox
 from .forms import deliver_answered_form
 from .idle import IdleRecorder, MergeWindow, in_flight_check
@@ -64,6 +65,8 @@ from .knowledge import KnowledgeReader, PromptKnowledge
 from .lease import Lease, LeaseLost
 from .liveui import LiveUi
 from .manifest import queue_manifest
+from .model_calls import ModelCalls, record_repair
+from .model_switch import ModelSwitch
 from .paths import sandbox_skills_dir
 from .progress import ChecklistProgress
 from .recorder import Recorder
@@ -101,16 +104,23 @@ class SessionDeps:
     starts: StartGate | None = None  # the worker's pacing of turn starts (turn_starts.py)
     preloaded: tuple[Skill, ...] = ()  # the variant's preloaded skills, recorded at session start
     registry: CollectorRegistry | None = None  # the service's Prometheus registry
+    model_calls: ModelCalls | None = None  # the worker's call limits, provider gates and counters
     # (sid, reason) -> None: the worker closes the session now (persist, release the lease, then
     # answer the Stop); without it a Stop is answered at once and closed by the next housekeeping.
     request_close: Any = None
 
 
 def model_settings(settings: Settings, model: ModelConfig, sid: str, paths: SessionPaths) -> ModelSettings:
-    """The session's model calls: its row's choice (`model`) over the deployment's defaults."""
+    """The session's model calls: its row's choice (`model`) over the deployment's defaults, built from
+    the model's catalogue entry (shared/catalogue; docs/models.md). A session created before its
+    model's entry said so is moved to an API the model serves (a Responses-only model never goes to Chat)."""
     models = settings.models
-    name, api = model.name or models.model, model.api or models.default_model_api
-    return ModelSettings(model=name, reasoning_effort=model.reasoning_effort, api=api,
+    name = model.name or models.model
+    caps = models.catalogue.resolve(name).caps
+    api = model.api or models.default_model_api
+    if api not in caps.apis:
+        api = caps.apis[0]
+    return ModelSettings(model=name, reasoning_effort=model.reasoning_effort, api=api, caps=caps,
                          trusted_role=models.trusted_role_for(name, api), max_output_tokens=models.max_output_tokens,
                          cache_key=sid, chat_cache_key=models.openai_endpoint, images=ImageSource(paths.root),
                          image_detail=settings.images.image_detail, max_retries=models.model_max_retries,
@@ -153,12 +163,18 @@ class Session:
         deps, settings = self.deps, self.deps.settings
         self.contracts = SkillContracts(self.transcript, deps.skills, self.outbox)
         auditor = Auditor(self.transcript, self.todo, deps.skills, self.outbox, deps.registry, self.contracts)
+        calls = deps.model_calls or ModelCalls()
+        provider = calls.provider(deps.model_client)
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix,
-                                   gate=deps.read_gate, opened=lambda: self.runs.model_opened())
+                                   gate=deps.read_gate, opened=lambda: self.runs.model_opened(), limits=calls.limits,
+                                   provider=provider, observer=calls.observer,
+                                   on_repair=lambda fix: record_repair(self.transcript, fix))
         self.tools = SessionToolHost(
             sid=self.sid, paths=self.paths, settings=settings, sandbox=select_sandbox(settings, sandbox_skills_dir()),
             todo=self.todo, skills=deps.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
-            ui=self.ui, subagent_stream=lambda: OpenAIStream(deps.model_client, self.stream.settings, deps.counter),
+            ui=self.ui, subagent_stream=lambda: OpenAIStream(deps.model_client, self.stream.settings, deps.counter,
+                                                             limits=calls.limits, provider=provider,
+                                                             observer=calls.observer),
             client=deps.client, background=self.state.background, contracts=self.contracts, auditor=auditor)
         self.knowledge = KnowledgeReader(deps.client, self.sid)
         self.toolset = Toolset(self.tools, self.knowledge, settings.runtime.knowledge_inline_chars)
@@ -189,7 +205,8 @@ class Session:
                                     self.contracts.scope, lambda m: self.agent.steer(m), deps.registry)
         hooks = RunHooks(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
                          before_model_call=before,
-                         before_steering=causal_wait(self.causal, lambda m, e: self.injections.deliver(m, e)))
+                         before_steering=causal_wait(self.causal, lambda m, e: self.injections.deliver(m, e)),
+                         budget=RunBudget(settings.runtime.run_max_model_calls, settings.runtime.run_max_tokens))
         self.agent = Agent(context, hooks, lambda event: self.recorder.emit(event))
         # An active task lets an idle steer start a run, unless the user stopped the agent (abort.py).
         self.turns = TurnOrder(
@@ -240,7 +257,8 @@ class Session:
             UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write, DocumentEdit: self.writes.document_edit,
             FileDelete: self.writes.file_delete, DocumentDelete: self.writes.document_delete,
             CompactionReady: self.compactor.on_ready, Compact: self.compactor.on_command,
-            ConnectorResult: self.connectors.on_result, Rewind: self.rewinder.on_rewind}
+            ConnectorResult: self.connectors.on_result, Rewind: self.rewinder.on_rewind,
+            ModelChange: ModelSwitch(self.transcript, self.switch_model, self.outbox, ack).on_change}
         handlers = self.idle.watch_writes(handlers)  # a client's write keeps its ref's update held (idle.py)
         # Prompt-time knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools").
         knowledge = PromptKnowledge(self.knowledge, self.transcript, self.turns.pending, settings.runtime.knowledge_top_k,
@@ -251,6 +269,13 @@ class Session:
             request_close=deps.request_close, causal=self.causal, calls=self.connectors,
             prompt_hook=PromptHooks(self.catalog, knowledge) if self.catalog else knowledge,
             aborts=self.aborts, trace=settings.server.trace_inbox)
+
+    def switch_model(self, model: ModelConfig) -> None:
+        """PATCH /sessions/{id} (model_switch.py): the next model call, subagents' and compaction's
+        token counts use the new model; a call in flight finishes on its own."""
+        self.stream.settings = model_settings(self.deps.settings, model, self.sid, self.paths)
+        self.compactor.model = self.stream.settings.model
+        self.compactor.context_window = model.context_window or self.deps.settings.compaction.context_window
 
     # ------------------------------------------------------------ lifecycle
 

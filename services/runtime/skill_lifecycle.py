@@ -4,6 +4,10 @@
   after a `passed` or `deviations_reported` audit (services/runtime/audit.py) — reason `completed`.
 - A live workflow whose task completed (a final audit after its activation, e.g.
   `deviations_unreported`) ends when the agent activates another workflow — reason `superseded`.
+- A live workflow from an earlier user request (activated before the newest user prompt: a
+  preloaded one with no work done, or one left mid-task) ends when the agent activates a workflow
+  that conflicts with it — reason `superseded`: the user asked for something else, and a user can
+  always start a different task. Within one request a conflict is still refused (the agent asks).
 - The references that came with an ending workflow (in its manifest's required closure, activated
   with it or after it) end with it — reason `with_workflow` — unless a workflow that stays or starts
   requires them too. A reference loaded on its own (not required, or activated before the workflow)
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 
 from shared.contracts.transcript import (
     AuditEntry,
+    MessageEntry,
     SkillActivationEntry,
     SkillEndEntry,
     SkillEndReason,
@@ -56,6 +61,20 @@ def completed_workflows(entries: Sequence[TranscriptEntry], live: Sequence[Skill
     return done
 
 
+def earlier_requests(entries: Sequence[TranscriptEntry], live: Sequence[SkillActivationEntry]) -> set[str]:
+    """Live workflows activated before the newest user prompt: the work of an earlier request."""
+    last_prompt = max((i for i, e in enumerate(entries) if isinstance(e, MessageEntry)
+                       and e.message.role == "user"), default=-1)
+    where = {e.id: i for i, e in enumerate(entries) if isinstance(e, SkillActivationEntry)}
+    return {a.name for a in live if a.skill_type == "workflow" and where.get(a.id, len(entries)) < last_prompt}
+
+
+def conflicting(incoming: Iterable[str], name: str, skills: Mapping[str, Skill]) -> bool:
+    """`name` and one of `incoming` declare a conflict, in either direction."""
+    theirs = set(skills[name].manifest.conflicts_with) if name in skills else set()
+    return any(n in theirs or name in skills[n].manifest.conflicts_with for n in incoming if n in skills)
+
+
 def ends_for(workflows: Sequence[str], live: Sequence[SkillActivationEntry], skills: Mapping[str, Skill],
              keep: Iterable[str], reason: SkillEndReason, by: str | None = None) -> list[SkillEnd]:
     """The ending workflows, then the live references that came with them (required by one and
@@ -73,14 +92,17 @@ def ends_for(workflows: Sequence[str], live: Sequence[SkillActivationEntry], ski
 
 
 def superseded(incoming: Iterable[str], live: Sequence[SkillActivationEntry], completed: set[str],
-               skills: Mapping[str, Skill]) -> list[SkillEnd]:
+               skills: Mapping[str, Skill], earlier: set[str] | None = None) -> list[SkillEnd]:
     """What ends when `incoming` skills activate: nothing, unless they bring a workflow; then every
-    completed live workflow they do not include, with its references."""
+    completed live workflow they do not include, and every workflow of an earlier request (`earlier`)
+    that conflicts with them, each with its references."""
     closure = closure_names(incoming, skills)
     starting = [n for n in closure if skills[n].type == "workflow"]
     if not starting:
         return []
-    ending = [a.name for a in live if a.skill_type == "workflow" and a.name in completed and a.name not in closure]
+    stale = {n for n in earlier or set() if conflicting(closure, n, skills)}
+    ending = [a.name for a in live if a.skill_type == "workflow" and (a.name in completed or a.name in stale)
+              and a.name not in closure]
     staying = [a.name for a in live if a.skill_type == "workflow" and a.name not in ending]
     return ends_for(ending, live, skills, [*staying, *closure], "superseded", sorted(starting)[0])
 
@@ -97,7 +119,9 @@ def completion_ends(finished: Sequence[str], live: Sequence[SkillActivationEntry
 def scope(incoming: Iterable[str], transcript: Transcript, skills: Mapping[str, Skill]) -> set[str]:
     """The live skill names a conflict check of `incoming` runs against."""
     live = transcript.active_skills()
-    gone = {e.name for e in superseded(incoming, live, completed_workflows(transcript.entries, live), skills)}
+    entries = transcript.entries
+    gone = {e.name for e in superseded(incoming, live, completed_workflows(entries, live), skills,
+                                       earlier_requests(entries, live))}
     return {a.name for a in live} - gone
 
 
@@ -118,7 +142,9 @@ class SkillContracts:
     async def activate(self, skill: Skill, required_by: str | None) -> None:
         """Ends what the skill supersedes, then records it active."""
         live = self.transcript.active_skills()
-        await self.end(superseded([skill.name], live, completed_workflows(self.transcript.entries, live), self.skills))
+        entries = self.transcript.entries
+        await self.end(superseded([skill.name], live, completed_workflows(entries, live), self.skills,
+                                  earlier_requests(entries, live)))
         await self.transcript.append_skill(skill.name, skill.type, required_by)
         await self.outbox.event("skill_activated", {"name": skill.name, "type": skill.type, "requiredBy": required_by})
 

@@ -39,9 +39,12 @@ class SessionSnapshots:
         self._store = None
         return self.store
 
-    async def take(self, reason: str, *, entry: str | None = None, force: bool = False) -> Record | None:
+    async def take(self, reason: str, *, entry: str | None = None, force: bool = False,
+                   too_large: bool = False) -> Record | None:
         """A snapshot keyed to `entry` (default: the leaf); None when nothing changed or the workspace
-        is past what a snapshot records (logged: that point cannot be rewound to)."""
+        is past what a snapshot records (logged: that point cannot be rewound to; the log says so, so
+        no older record stands in for it). `too_large`: ScanTooLarge is raised instead (a rewind must
+        know the disk's state)."""
         leaf = entry or self._leaf()
 
         def take() -> tuple[Record | None, int]:
@@ -53,6 +56,8 @@ class SessionSnapshots:
             record, pruned = await self._guard.write(take)
         except ScanTooLarge as exc:
             log.warning("snapshot_skipped", session_id=self.sid, reason=reason, error=str(exc))
+            if too_large:
+                raise
             return None
         except OSError as exc:
             if storage_fault(exc) is None:

@@ -8,8 +8,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from shared.contracts.messages import CustomMessage
-from shared.contracts.todo import TodoItem, TodoList, task_state_problem
+from shared.contracts.todo import TodoItem, TodoList, task_state_problem, waiting
 from shared.disk import atomic_write_json, read_json
+from shared.trusted_blocks import lines, quoted
 from shared.trusted_blocks import render as render_block
 
 from .write_guard import Guard
@@ -46,7 +47,9 @@ class TodoController:
 
     @property
     def has_active_task(self) -> bool:
-        return any(i.status in ("in_progress", "pending") for i in self.current.items)
+        """Open work, a waiting task included: an update or a form answer resumes it (the seed: "A
+        steering event only starts a turn for an active task")."""
+        return waiting(self.current.items)
 
     async def update(self, items: list[dict[str, Any]]) -> TodoList:
         """Replace the list; refuses (clearly) an update that breaks the task-state rule (open tasks and
@@ -80,8 +83,12 @@ class TodoController:
 def render(todo: TodoList) -> str:
     """The model wrote the items' ids and text: the builder escapes them (docs/architecture.md
     "Trust boundaries")."""
-    items = [f"- [{item.status}] {item.id}: {item.content}" for item in todo.items] or ["(no tasks)"]
-    return render_block("todo_state", {"revision": todo.revision}, "\n".join(items))
+    items = [f"- [{item.status}] {item.id}: {item.content}" + (f" (waiting: {item.reason})" if item.status == "blocked"
+             and item.reason else "") for item in todo.items] or ["(no tasks)"]
+    # The ids, texts and reasons are the model's own words: quoted, so a line of them never reads as the
+    # harness's (docs/architecture.md "Trust boundaries").
+    return render_block("todo_state", {"revision": todo.revision},
+                        lines("Your task list, as you wrote it:", quoted("model", "\n".join(items))))
 
 
 def _first_error(exc: ValidationError) -> str:

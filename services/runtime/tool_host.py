@@ -43,6 +43,8 @@ class SessionToolHost:
         self.data_dir = settings.storage.data_dir
         self.max_file_bytes = settings.storage.max_file_bytes
         self.image_limits = settings.images.image_limits()
+        self.image_settings = settings.images
+        self._owner: str | None = None
         self.workspace_quota = WorkspaceQuota.from_settings(settings)
         self.sandbox = sandbox  # probed once per process
         self.todo = todo
@@ -64,6 +66,12 @@ class SessionToolHost:
 
     async def guard(self) -> None:
         await self._guard()
+
+    async def tenant(self) -> str:
+        if self._owner is None:
+            owner = await self.client.hget(keys.session_row(self.sid), "owner")
+            self._owner = (owner.decode() if isinstance(owner, bytes) else owner) or self.sid
+        return self._owner
 
     async def guarded_write(self, fn: Callable[[], T]) -> T:
         return await self._guard.write(fn)

@@ -367,12 +367,13 @@ class TurnOrder:
     def anchors(self) -> list[CustomMessage]:
         """What compaction removed and the owners restore: the todo anchor, every live skill contract
         (workflows, their references, references loaded on their own; ended ones are not restored,
-        services/runtime/skill_lifecycle.py), and the loaded workspace knowledge notes."""
+        services/runtime/skill_lifecycle.py), and the loaded workspace knowledge notes. A preloaded
+        skill is not restored: compaction never removed its body, which is in the system prompt."""
         out: list[CustomMessage] = []
         if self.todo.current.items:
             out.append(self.todo.anchor())
         for a in self.transcript.active_skills():
-            skill = self.skills.get(a.name)
+            skill = None if a.preloaded else self.skills.get(a.name)
             if skill is not None:
                 out.append(active_skill_message(skill, a.required_by))
         out.extend(knowledge_anchors(self.transcript.entries))  # loaded workspace knowledge stays active

@@ -22,6 +22,7 @@ from typing import Any
 
 from pycrdt import Array, Doc, Map
 
+from shared.ari import AriError, parse_ari
 from shared.form_rules import check_client_form
 from shared.uidoc import EMPTY_UPDATE, ROOT, doc_from_snapshot, snapshot_of, to_shared
 from shared.uimerge import Merged, apply_change, merge_update
@@ -137,37 +138,80 @@ class UiDoc:
 
 
 def _open_tab(doc: Doc, ari: str, title: str | None) -> str:
+    """Open or focus `ari`'s tab. Tab identity is the base resource (shared/ari.py): an open tab of the
+    same resource takes the new reference (its view state and location) instead of a duplicate beside
+    it, and is focused in the pane that holds it; each pane owns its active tab, so only that pane's
+    changes (the tab rules of shared/ari.py)."""
     state = doc.get(ROOT, type=Map)
+    base = _base(ari)
     with doc.transaction(origin="agent"):
         tabs = _map(state, "tabs")
         panes = _array(state, "panes")
         active = _map(state, "activeTabByPane")
-        tab_id = next((k for k, v in tabs.items() if isinstance(v, Map) and v.get("ari") == ari), None)
+        tab_id = next((k for k, v in tabs.items() if isinstance(v, Map) and _base(str(v.get("ari", ""))) == base),
+                      None)
         if len(panes) == 0:
             panes.append(Map({"id": "main", "tabIds": Array([])}))
-        pane = panes[0]
         if tab_id is None:
-            tab_id = f"t{len(tabs) + 1}"
-            while tab_id in tabs:
-                tab_id += "x"
-            tab = {"id": tab_id, "ari": ari}
+            tab_id = _new_tab(tabs, ari, title)
+        else:
+            tab = tabs[tab_id]
+            if ari != base:  # a location or view state: the tab moves there; the bare resource keeps the user's
+                tab["ari"] = ari
             if title:
                 tab["title"] = title
-            tabs[tab_id] = Map(tab)
-            tab_ids = pane.get("tabIds") if isinstance(pane, Map) else None
-            if not isinstance(tab_ids, Array):
-                tab_ids = Array([])
-                pane["tabIds"] = tab_ids
+        pane = _pane_of(panes, tab_id) or panes[0]
+        tab_ids = _tab_ids(pane)
+        if tab_id not in [str(x) for x in tab_ids]:
             tab_ids.append(tab_id)
         active[str(pane.get("id", "main")) if isinstance(pane, Map) else "main"] = tab_id
-        recent = _array(state, "recentResources")
-        items = [str(x) for x in recent]
-        if ari in items:
-            del recent[items.index(ari)]
-        recent.insert(0, ari)
-        while len(recent) > 20:
-            recent.pop()
+        _remember(_array(state, "recentResources"), ari, base)
     return tab_id
+
+
+def _base(ari: str) -> str:
+    """The tab identity of a reference (its canonical `scheme:resource`); a client-written one that
+    does not parse is its own identity."""
+    try:
+        return str(parse_ari(ari).model_copy(update={"query": (), "location": None}))
+    except AriError:
+        return ari
+
+
+def _new_tab(tabs: Map, ari: str, title: str | None) -> str:
+    tab_id = f"t{len(tabs) + 1}"
+    while tab_id in tabs:
+        tab_id += "x"
+    tab = {"id": tab_id, "ari": ari}
+    if title:
+        tab["title"] = title
+    tabs[tab_id] = Map(tab)
+    return tab_id
+
+
+def _pane_of(panes: Array, tab_id: str) -> Map | None:
+    for pane in panes:
+        if isinstance(pane, Map) and tab_id in [str(x) for x in _tab_ids(pane)]:
+            return pane
+    return None
+
+
+def _tab_ids(pane: Any) -> Array:
+    tab_ids = pane.get("tabIds") if isinstance(pane, Map) else None
+    if not isinstance(tab_ids, Array):
+        tab_ids = Array([])
+        pane["tabIds"] = tab_ids
+    return tab_ids
+
+
+def _remember(recent: Array, ari: str, base: str) -> None:
+    """The newest reference first, one per resource, at most 20."""
+    for i in reversed(range(len(recent))):
+        if _base(str(recent[i])) == base:
+            del recent[i]
+    recent.insert(0, ari)
+    while len(recent) > 20:
+        recent.pop()
 
 
 def _map(state: Map, key: str) -> Map:

@@ -38,6 +38,7 @@ from .diskfence import DiskFence, DiskFenceBusy, FenceBehind
 from .events import BusPublish, Outbox
 from .image_gc import ImageCollector
 from .lease import Lease, LeaseLost, forget_deleted, raise_fence, renew_all, wait_no_dormant_write
+from .model_calls import ModelCalls
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .sender import EventSender
 from .session import Session, SessionDeps, model_settings
@@ -86,6 +87,7 @@ class Worker:
         # Model streams read once per tick (sender.py) only where one read returns all that arrived (aiohttp).
         self.read_gate = self.sender if settings.runtime.delta_coalesce_ms > 0 and reads_merged(settings) else None
         # Turns in their start at once (turn_starts.py): the tick above runs late behind too many.
+        self.model_calls = ModelCalls.of(settings, registry)  # shared by the worker's sessions
         self.starts = StartGate(settings.runtime.turn_starts_at_once, settings.runtime.turn_start_max_wait_ms / 1000)
         self.images = ImageCollector(settings.images.images_gc_grace_s, registry)
         if registry is not None:
@@ -162,6 +164,7 @@ class Worker:
         deps = SessionDeps(settings=self.settings, client=self.client, model_client=self.model_client,
                            skills=self.skills, system_prompt=system_prompt, counter=self.counter,
                            ack=self.reader.ack, static_prefix=self.static_prefix, registry=self.registry,
+                           model_calls=self.model_calls,
                            read_gate=self.read_gate, starts=self.starts,
                            request_close=self._request_close,
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from shared.blobs import read_blob
 from shared.contracts.events import EventType
 from shared.contracts.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, UiUpdate
 from shared.disk import DiskError, SessionPaths, check_size, split_workspace_path
+from shared.form_rules import check_client_form
 from shared.inbox import InboxEntry
 from shared.quota import WorkspaceQuota
 from shared.settings import Settings
@@ -87,7 +88,8 @@ class WriteHandlers:
     async def ui_update(self, entry: InboxEntry, m: UiUpdate) -> None:
         """Merge the client's Yjs update. When it changes nothing but carries a snapshot (a client that
         speaks snapshots only), the snapshot is applied instead. Both go through the rule the proxy
-        applies while dormant (shared.uirules): a refused change changes nothing (400/413/422)."""
+        applies while dormant (shared.uirules): a refused change changes nothing (400/413/422), and a
+        snapshot that forges or rewrites the agent's form is a 403 live as dormant, applied or not."""
         raw = write_model.decode_update(m.update)
         if isinstance(raw, Refused):
             await self._refuse(entry, m.request_id, raw)
@@ -95,6 +97,8 @@ class WriteHandlers:
         try:
             snapshot = None if m.snapshot is None else validate_snapshot(m.snapshot, self.ui.limits)
             doc = await self.ui.document()
+            if snapshot is not None:  # whether or not it is applied, as the dormant sync checks it
+                check_client_form(doc.snapshot(), snapshot)  # (shared/write_model.py sync_stored_ui)
             update = await doc.apply_update(raw)
             if not update and snapshot is not None:
                 update = await doc.apply_snapshot(snapshot)

@@ -17,6 +17,8 @@ EventType = Literal[
     "message_start",
     "message_update",
     "message_end",
+    "reasoning_update",  # streamed reasoning summary text (ReasoningUpdateData)
+    "tool_call_progress",  # a tool call's arguments still streaming (ToolCallProgressData)
     "tool_execution_start",
     "tool_execution_update",
     "tool_execution_end",
@@ -96,7 +98,29 @@ class ModelRequestData(Contract):
     cached_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_tokens: int = 0  # input tokens written to the prompt cache, when the API reports it
     attempts: int = 1
+
+
+class ReasoningUpdateData(Contract):
+    """`reasoning_update`: reasoning summary text as the model streams it (Responses API only; only
+    when the request asked for summaries, reference §1.12-1.13). A progress event like a text
+    `message_update`: the summary is in the transcript with its assistant message (a `thinking` part)
+    once the reply is complete; a `message_update` with `restart` voids what streamed before it."""
+
+    delta: str
+    item_id: str = ""  # the reasoning item the text belongs to
+    summary_index: int = Field(0, ge=0)  # the summary part within that item (parts read as paragraphs)
+
+
+class ToolCallProgressData(Contract):
+    """`tool_call_progress`: the arguments of a tool call the model is still writing (a large `write`
+    streams for a while). Throttled: at most one per call per read, after every KiB or so; the call
+    itself is in the transcript once the reply is complete."""
+
+    tool_call_id: str
+    tool_name: str
+    bytes: int = Field(ge=0)  # argument bytes streamed so far
 
 
 class UiUpdateData(Contract):

@@ -6,7 +6,7 @@ import re
 import unicodedata
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .base import Contract
 from .client import PromptClientContext
@@ -18,8 +18,13 @@ Status = Literal["live", "dormant", "waking"]
 
 
 class ModelConfig(Contract):
-    name: str | None = Field(None, max_length=100)
-    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    """A session's model (docs/models.md "Sessions"): checked against the model catalogue on create and
+    on PATCH (a 422 names the field and the values the model accepts)."""
+
+    # A catalogue name, dated snapshot or Azure deployment; any other name is an unknown model.
+    name: str | None = Field(None, max_length=100, pattern=r"^[\w.:/@+-]+$")
+    # The SDK's ReasoningEffort values; which of them a model takes is the catalogue's (reference §2.1).
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     context_window: int | None = Field(None, ge=1024, le=10_000_000)
     # Responses (OpenAI, reasoning carried across turns) or Chat Completions (any compatible server).
     # Unset on create: the setting GAMMA_MODEL_API decides, and the session keeps that choice.
@@ -76,13 +81,32 @@ class ForkedSession(SessionView):
 TITLE_MAX_CHARS = 200
 # C0/C1 controls, and the marks that reorder or break the text around them (bidi overrides and
 # isolates, line and paragraph separators): a title is shown inline in lists.
-_TITLE_REFUSED = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+_TITLE_REFUSED = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+# Letters that render as nothing (Hangul fillers, the blank Braille pattern): no more visible than a
+# format character (ZWSP, word joiner, BOM) or a lone combining mark.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def _visible(c: str) -> bool:
+    return unicodedata.category(c)[0] in "LNPS" and c not in _BLANK_LETTERS
 
 
 class PatchSession(Contract):
-    """PATCH /sessions/{id}: the title shown in GET /sessions and the inspector; null clears it."""
+    """PATCH /sessions/{id}: the title shown in GET /sessions and the inspector (null clears it), and/or
+    the session's model: the fields of `model` given replace the session's (a new `name` without a
+    `reasoning_effort` reasons at the new model's default), checked like POST /sessions, recorded in
+    the transcript, and used from the next model call on."""
 
-    title: str | None = Field(..., max_length=TITLE_MAX_CHARS * 4)
+    title: str | None = Field(None, max_length=TITLE_MAX_CHARS * 4)
+    model: ModelConfig | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> PatchSession:
+        if not self.model_fields_set:
+            raise ValueError("nothing to change: give `title` and/or `model`")
+        if "model" in self.model_fields_set and (self.model is None or not self.model.model_fields_set):
+            raise ValueError("`model` names at least one of name, reasoning_effort, context_window, api")
+        return self
 
     @field_validator("title")
     @classmethod
@@ -96,6 +120,9 @@ class PatchSession(Contract):
             raise ValueError(f"a title is at most {TITLE_MAX_CHARS} characters")
         if _TITLE_REFUSED.search(value):
             raise ValueError("a title may not contain control, bidi or line-separator characters")
+        if not any(_visible(c) for c in value):
+            raise ValueError("a title is 1 or more visible characters: format characters, marks and blanks "
+                             "alone show nothing (null clears it)")
         return value
 
 

@@ -182,6 +182,9 @@ class Rewind(_InboxBase):
     request_id: str = Field(default_factory=lambda: new_id("r_"))
     entry_id: str = Field(pattern=ENTRY_ID)
     reason: Literal["rewind", "edit", "switch"] = "rewind"
+    # An edit: the edited user message, whose "prompt" snapshot (the state it was sent in) is restored
+    # when nothing is kept for `entry_id` itself (the first message's parent precedes every snapshot).
+    edited_id: str | None = Field(None, pattern=ENTRY_ID)
 
 
 class ConnectorResult(_InboxBase):
@@ -195,9 +198,22 @@ class ConnectorResult(_InboxBase):
     content: str = Field(max_length=MAX_RESULT_CHARS)
 
 
+class ModelChange(_InboxBase):
+    """PATCH /sessions/{id} changed the session's model (the row already holds the new one): record it
+    in the transcript and use it from the next model call on (docs/models.md "Sessions"). The fields
+    are http.ModelConfig's, settled and checked against the catalogue by the proxy."""
+
+    type: Literal["model_change"] = "model_change"
+    request_id: str = Field(default_factory=lambda: new_id("r_"))
+    name: str = Field(max_length=100)
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    api: Literal["responses", "chat"]
+    context_window: int | None = Field(None, ge=1024, le=10_000_000)
+
+
 InboxMessage = Annotated[
     UserPrompt | Injection | UiUpdate | FileWrite | DocumentEdit | Barrier | CompactionReady | Compact | Stop
-    | ChangesSettled | FileDelete | DocumentDelete | Abort | Rewind | ConnectorResult,
+    | ChangesSettled | FileDelete | DocumentDelete | Abort | Rewind | ConnectorResult | ModelChange,
     Field(discriminator="type"),
 ]
 INBOX_ADAPTER: TypeAdapter[InboxMessage] = TypeAdapter(InboxMessage)

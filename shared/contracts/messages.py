@@ -16,6 +16,9 @@ class _Msg(CamelContract):
 class TextContent(_Msg):
     type: Literal["text"] = "text"
     text: str
+    # Responses `phase` of the assistant message item this text came in (`commentary` for a preamble,
+    # `final_answer`), replayed as received to the models that have it (reference §1.11).
+    phase: Literal["commentary", "final_answer"] | None = None
 
 
 ImageMime = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
@@ -52,13 +55,18 @@ class ToolCall(_Msg):
 
 
 AssistantContent = Annotated[TextContent | ThinkingContent | ToolCall, Field(discriminator="type")]
-StopReason = Literal["stop", "toolUse", "length", "error", "aborted"]
+# `contentFilter`: the provider's content filter stopped the reply (reference §3.1/3.2), its own
+# outcome: shown to the user as such, never told to the model as the output limit.
+StopReason = Literal["stop", "toolUse", "length", "contentFilter", "error", "aborted"]
 
 
 class Usage(_Msg):
     input: int = 0
     output: int = 0
     cache_read: int = 0  # input tokens the provider served from its prompt cache
+    # input tokens written to the prompt cache (`cache_write_tokens`, billed 1.25x from GPT-5.6; part
+    # of `input`, as `cache_read` is; 0 when the server does not report it: reference §5)
+    cache_write: int = 0
     reasoning: int = 0  # output tokens spent on reasoning (part of `output`)
     total_tokens: int = 0
     # Counted here, not reported by the API: a request cancelled by an abort ends before its usage
@@ -78,7 +86,13 @@ class AssistantMessage(_Msg):
     content: list[AssistantContent] = Field(default_factory=list)
     stop_reason: StopReason = "stop"
     error_message: str | None = None
+    # An error the harness decided, not the model call (engine/loop.py): the run's budget spent, a
+    # second empty reply, a second reply cut at the output limit. None: the call failed.
+    error_kind: Literal["budget", "empty_reply", "output_limit"] | None = None
     model: str = ""
+    # The dated snapshot that answered (the response's `model`, e.g. gpt-5-mini-2025-08-07): its
+    # reasoning items are replayed to that snapshot only (reference §1.8, §1.9).
+    snapshot: str | None = Field(None, max_length=200)
     usage: Usage = Field(default_factory=Usage)
     timestamp: int = Field(default_factory=now_ms)
     api: Literal["responses", "chat"] | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter, field_validator
 
 from .base import CamelContract
 from .messages import AgentMessage
@@ -89,6 +89,13 @@ class Deviation(CamelContract):
     step: str = Field(min_length=1, max_length=64)
     cause: str = Field(min_length=1, max_length=MAX_DEVIATION_CAUSE)
 
+    @field_validator("cause")
+    @classmethod
+    def _said(cls, v: str) -> str:
+        if not v.strip():  # a deviation says why: blank is no cause (the audit would not count it)
+            raise ValueError("the cause says why the step was skipped; it cannot be blank")
+        return v
+
 
 AuditOutcome = Literal["passed", "blocked", "deviations_reported", "deviations_unreported"]
 
@@ -109,9 +116,24 @@ class AuditEntry(_Entry):
 
 
 class ModelChangeEntry(_Entry):
+    """The session's model changed here (PATCH /sessions/{id}): the calls after it use `model_id`."""
+
     type: Literal["model_change"] = "model_change"
     provider: str = "openai"
     model_id: str
+    reasoning_effort: str | None = None  # None: the model's default effort
+    api: Literal["responses", "chat"] | None = None
+
+
+class HistoryRepairEntry(_Entry):
+    """The model API refused a replayed item and the runtime repaired the history (shared/history_repair.py;
+    docs/architecture.md "Model calls: retries and recovery"): every replay applies `action` to the
+    message entries `target_ids` names, or to every message before this entry when it names none."""
+
+    type: Literal["history_repair"] = "history_repair"
+    action: Literal["strip_reasoning", "remove_images", "redact"]
+    target_ids: list[str] = Field(default_factory=list, max_length=10_000)
+    error: str = Field("", max_length=2000)  # what the API said (shown to the user and the inspector)
 
 
 class LeafEntry(_Entry):
@@ -128,7 +150,7 @@ class LeafEntry(_Entry):
 
 TranscriptEntry = Annotated[
     SessionHeader | MessageEntry | CustomMessageEntry | SkillActivationEntry | SkillEndEntry | CompactionEntry
-    | ModelChangeEntry | AuditEntry | LeafEntry,
+    | ModelChangeEntry | AuditEntry | LeafEntry | HistoryRepairEntry,
     Field(discriminator="type"),
 ]
 ENTRY_ADAPTER: TypeAdapter[TranscriptEntry] = TypeAdapter(TranscriptEntry)

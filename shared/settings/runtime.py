@@ -12,6 +12,14 @@ from shared.settings.area import Area
 class RuntimeSettings(Area):
     """The runtime workers: leases, dormancy, wakes, streamed deltas, causal order, skills and knowledge."""
 
+    # A run's budget (services/runtime/engine/reply_rules.py): a loop that keeps calling the model ends
+    # with a clear error, everything so far kept; the next message starts a new run with a fresh budget.
+    run_max_model_calls: int = Field(200, ge=0, le=100_000, validation_alias="GAMMA_RUN_MAX_MODEL_CALLS",
+        description="Model calls one run may make; reaching it ends the run with an `error` event (everything so "
+                    "far kept; the next message starts a new run). 0: no bound.")
+    run_max_tokens: int = Field(20_000_000, ge=0, le=10_000_000_000, validation_alias="GAMMA_RUN_MAX_TOKENS",
+        description="Tokens one run may spend: input plus output as the API reported them, summed over its model "
+                    "calls; reaching it ends the run like `GAMMA_RUN_MAX_MODEL_CALLS`. 0: no bound.")
     idle_s: float = Field(300.0, validation_alias="GAMMA_IDLE_S",
         description="Idle seconds before a live session goes dormant.")
     lease_ms: int = Field(10_000, validation_alias="GAMMA_LEASE_MS",

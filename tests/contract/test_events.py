@@ -23,9 +23,11 @@ from shared.contracts.events import (
     EventType,
     MessageUserData,
     ModelRequestData,
+    ReasoningUpdateData,
     RunAbortedData,
     SessionEvent,
     StatusData,
+    ToolCallProgressData,
 )
 
 SID = "s_events"
@@ -54,7 +56,8 @@ async def sse_events(client: aioredis.Redis, start: str, n: int) -> list[tuple[s
 
 def typed_data(event: SessionEvent) -> object:
     return {"message_user": MessageUserData, "status": StatusData, "model_request": ModelRequestData,
-            "checklist": ChecklistData, "audit": AuditData, "run_aborted": RunAbortedData}.get(event.type, dict)
+            "checklist": ChecklistData, "audit": AuditData, "run_aborted": RunAbortedData,
+            "reasoning_update": ReasoningUpdateData, "tool_call_progress": ToolCallProgressData}.get(event.type, dict)
 
 
 async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> None:
@@ -71,6 +74,8 @@ async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> Non
             {"id": "research", "title": "Research", "kind": "optional", "status": "pending"}]},
         "audit": {"workflow": "deck-generation", "outcome": "blocked", "missing": ["validate"],
                   "tool_call_id": "call_2"},
+        "reasoning_update": {"delta": "Plan: read the brief first.", "item_id": "rs_1", "summary_index": 0},
+        "tool_call_progress": {"tool_call_id": "call_3", "tool_name": "write", "bytes": 4096},
     }
 
     async def no_bus(stream: str, message: BaseModel) -> None:
@@ -157,3 +162,16 @@ def test_invalid_event_is_rejected_with_a_clear_error() -> None:
             assert needle in str(exc)
         else:
             raise AssertionError(f"{raw!r} was accepted")
+
+
+def test_stream_event_data_contracts_refuse_what_they_do_not_define() -> None:
+    """`reasoning_update` and `tool_call_progress` data: typed, no stray fields, no negative counts."""
+    from pydantic import ValidationError
+
+    assert ReasoningUpdateData(delta="x").summary_index == 0
+    for bad in ({"delta": "x", "summary_index": -1}, {"delta": "x", "extra": 1}, {}):
+        with pytest.raises(ValidationError):
+            ReasoningUpdateData.model_validate(bad)
+    for bad in ({"tool_call_id": "c", "tool_name": "write", "bytes": -1}, {"tool_call_id": "c", "bytes": 1}):
+        with pytest.raises(ValidationError):
+            ToolCallProgressData.model_validate(bad)

@@ -32,6 +32,7 @@ from shared.contracts.inbox import (
     InboxMessage,
     InboxReply,
     Injection,
+    ModelChange,
     Rewind,
     Stop,
     UiUpdate,
@@ -81,6 +82,7 @@ def every_message() -> list[InboxMessage]:
                    request_id="r_1"),
         Rewind(session_id=SID, entry_id="a1b2c3d4"),
         Rewind(session_id=SID, entry_id="a1b2c3d4", reason="edit"),
+        ModelChange(session_id=SID, name="gpt-5.4", reasoning_effort="xhigh", api="responses"),
         Stop(session_id=SID, traceparent=PARENT),
     ]
 

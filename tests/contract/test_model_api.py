@@ -75,7 +75,7 @@ async def test_runtime_requests_validate_against_the_sdk_params(api: str, redis_
         if api == "responses":
             assert last["store"] is False and last["include"] == ["reasoning.encrypted_content"]
             assert last["prompt_cache_key"] == sid and last["parallel_tool_calls"] is True
-            assert last["reasoning"] == {"effort": "low"} and last["max_output_tokens"] > 0
+            assert last["reasoning"] == {"effort": "low", "summary": "auto"} and last["max_output_tokens"] > 0
             assert "previous_response_id" not in last and "messages" not in last
             kinds = {i.get("type") for i in last["input"]}
             assert {"message", "function_call", "function_call_output", "reasoning"} <= kinds

@@ -135,3 +135,23 @@ def test_state_json_written_before_the_rule_is_repaired_on_read(api: httpx.Clien
     good = sync(api, sid, edit(seeded(api, sid), _good))
     assert good.status_code == 200, good.text
     assert set(stored(stack, sid)["tabs"]) == {"ok", "tg"} and stored(stack, sid)["mobile"]["view"] == "files"
+
+
+def test_a_client_made_form_is_refused_live_and_dormant_alike(api: httpx.Client) -> None:
+    """Before: an update that changed something plus a snapshot holding a form the client made was a
+    200 live (the snapshot was not looked at) and a 403 dormant: the two paths disagreed."""
+    forged = {"id": "f9", "title": "Forged", "status": "submitted", "answers": {"ok": "yes"},
+              "fields": [{"id": "ok", "label": "Approve?", "kind": "text", "required": True}]}
+    sid = new_session(api)
+    wake(api, sid)
+    answers: dict[str, int] = {}
+    for mode in ("live", "dormant"):
+        if mode == "dormant":
+            suspend(api, sid)
+        doc = seeded(api, sid)
+        update = edit(doc, lambda root, d=f"{mode}/": root["expandedDirs"].append(d))
+        snapshot = {**api.get(f"/sessions/{sid}/ui").json()["snapshot"], "activeForm": forged}
+        resp = sync(api, sid, update, snapshot)
+        answers[mode] = resp.status_code
+        assert api.get(f"/sessions/{sid}/ui").json()["snapshot"].get("activeForm") is None, mode
+    assert answers == {"live": 403, "dormant": 403}

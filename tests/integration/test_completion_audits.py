@@ -93,7 +93,7 @@ def test_a_question_with_a_blocked_task_is_not_a_completion(rt: Stack, d: Driver
     sid = "audit3"
     go_live(d, sid)
     d.prompt(sid, script(LOAD, {"tool_calls": [call("todo", items=[
-        {"id": "a", "content": "Ask who the audience is", "status": "blocked"}])]}, done("Who is the audience?")))
+        {"id": "a", "content": "Ask who the audience is", "status": "blocked", "reason": "waiting for the user"}])]}, done("Who is the audience?")))
     run_done(d, sid)
     assert audits(rt, sid) == []
     assert [m["message"] for m in d.message_users(sid)] == ["Who is the audience?"]
@@ -164,15 +164,20 @@ def test_a_completed_workflow_left_live_is_superseded_by_the_next_one(rt: Stack,
     d.prompt(sid, script(LOAD, done("Finished."), done("Finished, really.")))  # yields unreported: still live
     run_done(d, sid)
     d.prompt(sid, script({"tool_calls": [call("skill", name="import")]}, {"tool_calls": [
-        call("todo", items=[{"id": "a", "content": "Ask which file", "status": "blocked"}])]}, done("Which file?")))
+        call("todo", items=[{"id": "a", "content": "Ask which file", "status": "blocked", "reason": "waiting for the user"}])]}, done("Which file?")))
     run_done(d, sid, 2)
     skill = tool_results(rt, sid, "skill")[-1]
     assert not skill["isError"] and skill["details"]["activated"] == ["import"]  # no conflict with the deck
     entries = transcript(rt.data_dir, sid)
     ends = [(e["name"], e["reason"], e.get("workflow")) for e in entries if e["type"] == "skill_end"]
     assert ends == [("deck-generation", "superseded", "import")]  # its references stay: import requires them
-    # a workflow mid-task (its question is not a completion) still conflicts
-    d.prompt(sid, script({"tool_calls": [call("skill", name="deck-generation")]}, done("ok")))
+    # a new request that starts a conflicting workflow supersedes the import left mid-task (the user
+    # moved on); within that request, going back to import is a conflict again
+    d.prompt(sid, script({"tool_calls": [call("skill", name="deck-generation")]},
+                         {"tool_calls": [call("skill", name="import")]}, done("ok")))
     run_done(d, sid, 3)
-    refused = tool_results(rt, sid, "skill")[-1]
-    assert refused["isError"] and "'import' (already active)" in refused["content"][0]["text"]
+    switched, refused = tool_results(rt, sid, "skill")[-2:]
+    assert not switched["isError"], switched
+    assert refused["isError"] and "'deck-generation' (already active)" in refused["content"][0]["text"]
+    ends = [(e["name"], e["reason"]) for e in transcript(rt.data_dir, sid) if e["type"] == "skill_end"]
+    assert ("import", "superseded") in ends, ends

@@ -265,7 +265,8 @@ async def test_dormant_new_file_then_removal_in_the_manifest(redis_client: aiore
     manifest_path = data_dir / "sessions" / SID / "pending_artifacts.json"
     await builder.on_change(file_change(data_dir, "user", b"<brief>otters</brief>\n", created=True))
     entry = json.loads(manifest_path.read_text())["updates"][BRIEF]
-    assert "A new file was added (22 bytes, 1 line). Its content:\n<brief>otters</brief>" in entry["digest"]
+    assert ("A new file was added (22 bytes, 1 line). Its content:\n<quoted author=\"user\">\n<brief>otters</brief>"
+            in entry["digest"])  # the file's text, quoted as its uploader's
     assert entry["source_id"] == f"{BRIEF}@1" and entry["from_revision"] is None
     # Its creation is in the manifest already (it may reach the agent): the removal replaces it.
     await builder.on_change(ArtifactChange(session_id=SID, ref=BRIEF, actor="user", kind="file", deleted=True))

@@ -21,7 +21,7 @@ BOB = {"Authorization": f"Bearer {OTHER_TOKEN}"}
 IMAGES = {"name": "Workspace image rules", "scope": "Use for image selection or image generation in this workspace.",
           "source": "workspace", "body": "Use only photos from the brand library. Never generate faces."}
 TONE = {"name": "Tone of voice", "scope": "Use when writing deck text, titles or speaker cues.",
-        "source": "system", "body": "Plain, warm, no exclamation marks."}
+        "body": "Plain, warm, no exclamation marks."}
 LEGAL = {"name": "Legal disclaimers", "scope": "Use for financial or investment presentations.",
          "source": "workspace", "body": "Add the standard disclaimer card last."}
 
@@ -52,7 +52,11 @@ def test_api_crud_validation_and_ownership(api: httpx.Client, stack: Stack) -> N
     assert second["revision"] == 2 and second["body"] == "Changed."
     listed = api.get("/knowledge").json()["notes"]
     mine = next(n for n in listed if n["id"] == "crud-note")
-    assert "body" not in mine and mine["scope"] == TONE["scope"] and mine["source"] == "system"
+    assert "body" not in mine and mine["scope"] == TONE["scope"] and mine["source"] == "workspace"
+    # A user cannot label their note system-authored (then quoted as author="system"): refused, nothing kept.
+    claimed = api.put("/knowledge/claims-system", json={**TONE, "source": "system"})
+    assert claimed.status_code == 422, claimed.text
+    assert api.get("/knowledge/claims-system").status_code == 404
     assert api.get("/knowledge/crud-note").json()["body"] == "Changed."
     with httpx.Client(base_url=stack.url(), headers=BOB, timeout=30) as bob:
         assert all(n["id"] != "crud-note" for n in bob.get("/knowledge").json()["notes"])

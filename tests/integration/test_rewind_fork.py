@@ -7,8 +7,10 @@ workspace files; the rewinds must put back what bash did, which no edit-tool tra
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -255,3 +257,97 @@ def test_a_batch_that_changes_one_of_a_thousand_files_stores_about_one_file(api:
     resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": user_entry(api, sid, "five")["id"]})
     assert resp.status_code == 200 and resp.json()["changed"] == 5
     assert file(api, sid, "many/f3.txt") == "3\n"
+
+
+def read(path: bytes) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_rewind_and_fork_keep_names_that_are_not_utf8(api: httpx.Client, module_stack: Stack) -> None:
+    """docs/architecture.md "Workspace names": before, a snapshot of a Latin-1 name could not be written
+    (surrogates are no JSON) and a dormant rewind answered 500 after restoring files, leaving its intent."""
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash("printf one > $'caf\\xe9.txt'"), mark="latin-one"))
+    send(api, sid, script(bash("printf two > $'caf\\xe9.txt' && printf x > $'d\\xe9j\\xe0'"), mark="latin-two"))
+    root = os.fsencode(module_stack.data_dir / "sessions" / sid)
+    assert read(root + b"/workspace/caf\xe9.txt") == b"two"
+    assert api.post(f"/sessions/{sid}/suspend").status_code == 200
+    resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": user_entry(api, sid, "latin-two")["id"]})
+    assert resp.status_code == 200 and resp.json()["changed"] >= 2, resp.text
+    assert read(root + b"/workspace/caf\xe9.txt") == b"one"
+    assert not os.path.exists(root + b"/workspace/d\xe9j\xe0")
+    assert not os.path.exists(root + b"/.snapshots/rewind.json"), "the intent is done"
+    assert file(api, sid, quote("caf\\xE9.txt")) == "one"
+    forked = api.post(f"/sessions/{sid}/fork", json={})
+    assert forked.status_code == 201, forked.text
+    copy = os.fsencode(module_stack.data_dir / "sessions" / forked.json()["id"] / "workspace")
+    assert os.listdir(copy) == [b"caf\xe9.txt"] and read(copy + b"/caf\xe9.txt") == b"one"
+    send(api, sid, "after the rewind of a Latin-1 name")  # wakes
+
+
+def test_a_rewind_past_five_thousand_entries_restores_them(api: httpx.Client) -> None:
+    """Before: snapshots stopped at 2 x GAMMA_WORKSPACE_MAX_FILES + 1000 (5,000) entries against a
+    10,000-entry quota, and a rewind answered `changed: 0` with nothing restored. (Directories: the
+    file quota does not count them. They are made, never removed here: an rmdir costs milliseconds on a
+    disk mounted with `discard`.)"""
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash("printf one > a.txt && mkdir many && cd many && mkdir $(seq -f d%g 6000)"),
+                          mark="six-thousand"))
+    send(api, sid, script(bash("printf two > a.txt"), mark="then-two"))
+    assert file(api, sid, "a.txt") == "two"
+    resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": user_entry(api, sid, "then-two")["id"]})
+    assert resp.status_code == 200 and resp.json()["changed"] >= 1, resp.text
+    assert file(api, sid, "a.txt") == "one"
+    assert len(api.get(f"/sessions/{sid}/workspace/files/many/").json()["entries"]) == 6000
+
+
+def test_a_fork_never_lays_out_a_setuid_file(api: httpx.Client, module_stack: Stack) -> None:
+    """Before: the mode was restored whole, so a fork (written by the service: root under `make run`) of a
+    file a command made setuid gave a root-owned setuid program."""
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash("printf '#!/bin/sh\\nid\\n' > s && chmod 6755 s && mkdir t && chmod 1777 t "
+                               "&& stat -c %a s t"), mark="suid"))
+    forked = api.post(f"/sessions/{sid}/fork", json={})
+    assert forked.status_code == 201, forked.text
+    ws = module_stack.data_dir / "sessions" / forked.json()["id"] / "workspace"
+    assert (ws / "s").stat().st_mode & 0o7777 == 0o755
+    assert (ws / "t").stat().st_mode & 0o7000 == 0
+
+
+def test_the_first_message_can_be_edited(api: httpx.Client) -> None:
+    """Before: `edit_of` the first message was a 409 (no snapshot is keyed to its parent, the session's
+    start). Its "prompt" snapshot holds the state it was sent in: an empty workspace here."""
+    sid = str(api.post("/sessions").json()["id"])
+    send(api, sid, script(bash("printf v1 > f.txt"), mark="first-one"))
+    first = user_entry(api, sid, "first-one")
+    assert file(api, sid, "f.txt") == "v1"
+    send(api, sid, script(bash("printf edited > g.txt"), mark="first-edited"), edit_of=first["id"])
+    assert file(api, sid, "f.txt") is None and file(api, sid, "g.txt") == "edited"
+    edited = user_entry(api, sid, "first-edited")
+    assert first["id"] not in {e["id"] for e in transcript(api, sid)} and edited["id"] in {e["id"] for e in transcript(api, sid)}
+
+
+def test_a_rewind_to_one_result_of_a_parallel_batch_answers_the_others(api: httpx.Client) -> None:
+    """Before: the batch's other calls were left without output on the new branch, a history the real
+    APIs refuse (every later turn failed)."""
+    sid = str(api.post("/sessions").json()["id"])
+    batch = {"tool_calls": [{"name": "bash", "arguments": {"command": f": parallel; printf {i} > p{i}.txt"}}
+                            for i in range(3)]}
+    send(api, sid, script(batch))
+    entries = transcript(api, sid)
+    call = next(e for e in entries if e["type"] == "message" and e["message"]["role"] == "assistant"
+                and len(e["message"].get("content", [])) >= 3 and "parallel" in json.dumps(e["message"]))
+    ids = [c["id"] for c in call["message"]["content"] if c.get("type") == "toolCall"]
+    results = [e for e in entries if e["type"] == "message" and e["message"]["role"] == "toolResult"
+               and e["message"]["toolCallId"] in ids]
+    assert len(ids) == 3 and len(results) == 3
+    resp = api.post(f"/sessions/{sid}/rewind", json={"entry_id": results[0]["id"]})
+    assert resp.status_code == 200, resp.text
+    active = transcript(api, sid)
+    answered = [e["message"] for e in active if e["type"] == "message" and e["message"]["role"] == "toolResult"
+                and e["message"]["toolCallId"] in ids]
+    assert sorted(m["toolCallId"] for m in answered) == sorted(ids), "every call of the batch has its result"
+    not_run = [m for m in answered if m["toolCallId"] != results[0]["message"]["toolCallId"]]
+    assert all(m["isError"] and "Not run" in json.dumps(m["content"]) for m in not_run)
+    send(api, sid, "after the batch rewind")

@@ -84,5 +84,9 @@ async def test_preloaded_skills_recorded_once_and_restored_after_compaction(redi
         activations = [(e["name"], e.get("preloaded")) for e in transcript(data_dir, sid)
                        if e["type"] == "skill_activation"]
         assert activations == [("deck-generation", True), ("gml-authoring", True), ("gml-cli", True)]
+        # Their bodies are in the system prompt, which compaction never touches: not restored twice.
         restored = [m.details["skill"] for m in session.turns.anchors() if m.custom_type == "gamma.active_skill"]
-        assert restored == ["deck-generation", "gml-authoring", "gml-cli"]
+        assert restored == []
+        prompt = session.agent.context.system_prompt
+        assert all(prompt.count(f'<skill name="{name}"') == 2  # its catalog line and its preloaded body
+                   for name in ("deck-generation", "gml-authoring", "gml-cli"))

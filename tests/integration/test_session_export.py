@@ -27,7 +27,9 @@ def test_a_title_is_validated_and_listed(api: httpx.Client, module_stack: Stack)
     listed = {s["id"]: s for s in api.get("/sessions").json()["sessions"]}
     assert listed[sid]["title"] == "Q3 board deck"
     assert api.get(f"/sessions/{sid}").json()["title"] == "Q3 board deck"
-    for bad in ("", "   ", "x" * 201, "line\nbreak", "bell\x07", "evil\u202eexe.pdf", "nul\x00"):
+    for bad in ("", "   ", "x" * 201, "line\nbreak", "bell\x07", "evil\u202eexe.pdf", "nul\x00",
+                # Zero-width and format characters alone, an Arabic letter mark (bidi), blank letters.
+                "\u200b", "\u200b\u2060\ufeff", "\u200d\u0301", "evil\u061cexe", "\u3164\u2800", "\U000e0041"):
         refused = api.patch(f"/sessions/{sid}", json={"title": bad})
         assert refused.status_code == 422, (bad, refused.text)
     assert api.patch(f"/sessions/{sid}", json={}).status_code == 422
@@ -36,6 +38,8 @@ def test_a_title_is_validated_and_listed(api: httpx.Client, module_stack: Stack)
                       headers={"Authorization": f"Bearer {OTHER_TOKEN}"})
     assert bob.status_code == 404
     assert api.patch(f"/sessions/{sid}", json={"title": "Ünïcødé 📊 deck"}).json()["title"] == "Ünïcødé 📊 deck"
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # a joined emoji keeps its joiners
+    assert api.patch(f"/sessions/{sid}", json={"title": family}).json()["title"] == family
     cleared = api.patch(f"/sessions/{sid}", json={"title": None})
     assert cleared.status_code == 200 and cleared.json()["title"] is None
     assert api.patch("/sessions/s_nosuchsession", json={"title": "x"}).status_code == 404

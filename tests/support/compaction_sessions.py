@@ -119,7 +119,8 @@ def todo_items(done: int, total: int, blocked: int = -1) -> list[dict[str, str]]
         status = "complete" if i < done else "in_progress" if i == done else "pending"
         if i == blocked:
             status = "blocked"
-        items.append({"id": f"t{i + 1}", "content": f"Build the {TOPICS[i % len(TOPICS)]} section", "status": status})
+        item = {"id": f"t{i + 1}", "content": f"Build the {TOPICS[i % len(TOPICS)]} section", "status": status}
+        items.append({**item, "reason": "waiting for the user"} if status == "blocked" else item)
     return items
 
 

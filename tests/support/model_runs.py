@@ -13,6 +13,7 @@ from services.proxy.rows import SessionRow
 from shared import keys
 from shared.contracts.http import ModelConfig
 from shared.contracts.inbox import UserPrompt
+from shared.contracts.messages import ImageRef
 from tests.integration.runtime_inproc import InProc
 from tests.support.polling import eventually
 
@@ -32,10 +33,11 @@ async def create_row(proc: InProc, sid: str, api: str, effort: str | None = "low
     await proc.redis.hset(keys.session_row(sid), mapping=row.to_hash())  # type: ignore[arg-type]
 
 
-async def prompt_and_wait(proc: InProc, sid: str, text: str, within_s: float = 60) -> dict[str, Any]:
+async def prompt_and_wait(proc: InProc, sid: str, text: str, within_s: float = 60,
+                          images: list[ImageRef] | None = None) -> dict[str, Any]:
     """Send a prompt; return the run's last event of interest: a blocking message_user or an error."""
     before = len(await proc.events(sid, "message_user")) + len(await proc.events(sid, "error"))
-    await proc.append(UserPrompt(session_id=sid, message=text))
+    await proc.append(UserPrompt(session_id=sid, message=text, images=images))
 
     async def answer() -> dict[str, Any] | None:
         users = await proc.events(sid, "message_user")

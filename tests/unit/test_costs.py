@@ -6,10 +6,13 @@ from __future__ import annotations
 import pytest
 
 from services.runtime.costs import cost_records
+from shared.catalogue import Catalogue
 from shared.contracts.messages import AssistantMessage, Usage
 from shared.contracts.transcript import MessageEntry
 from shared.contracts.ui import SessionUIState
-from shared.pricing import DEFAULT_PRICES, parse_prices, price_of
+from shared.pricing import Pricer, parse_prices
+
+CATALOGUE = Pricer(Catalogue.load())
 
 
 def reply(i: int, model: str, inp: int, cached: int, out: int) -> MessageEntry:
@@ -20,7 +23,7 @@ def reply(i: int, model: str, inp: int, cached: int, out: int) -> MessageEntry:
 def test_records_sum_the_usage_per_model_and_price_it() -> None:
     entries = [reply(1, "gpt-5-mini", 10_000, 4_000, 500), reply(2, "gpt-5-mini-2025-08-07", 2_000, 0, 100),
                reply(3, "local-llama", 1_000, 0, 10)]
-    records = cost_records(entries, DEFAULT_PRICES)
+    records = cost_records(entries, CATALOGUE)
     assert [r["id"] for r in records] == ["model:gpt-5-mini", "model:gpt-5-mini-2025-08-07", "model:local-llama"]
     # 6,000 fresh input at 0.25, 4,000 cached at 0.025, 500 output at 2.0 (USD per million tokens)
     assert records[0]["amount"] == pytest.approx((6_000 * 0.25 + 4_000 * 0.025 + 500 * 2.0) / 1e6)
@@ -33,9 +36,9 @@ def test_records_sum_the_usage_per_model_and_price_it() -> None:
 
 
 def test_the_price_table_is_configuration() -> None:
-    table = parse_prices('{"local-llama": {"input": 0, "cachedInput": 0, "output": 0.1}}')
-    price = price_of("local-llama", table)
-    assert price is not None and price.output == 0.1 and "gpt-5" in table
+    table = Pricer(Catalogue.load(), parse_prices('{"local-llama": {"input": 0, "cachedInput": 0, "output": 0.1}}'))
+    price = table.price("local-llama")
+    assert price is not None and price.output == 0.1 and table.price("gpt-5") is not None
     assert cost_records([reply(1, "local-llama", 0, 0, 1_000_000)], table)[0]["amount"] == pytest.approx(0.1)
     for bad in ('{"m": {"input": -1, "cachedInput": 0, "output": 0}}', '{"m": {"input": 1}}', "[1]", "{"):
         with pytest.raises(ValueError):

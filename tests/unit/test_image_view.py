@@ -1,10 +1,11 @@
-"""An image tool result (services/runtime/tools/image_view.py): the file is sniffed, read, decoded and
-stored in the I/O pool, never on the event loop's thread; a file past the source limit is an error
-result before a byte of it is read."""
+"""An image tool result (services/runtime/tools/image_view.py): the file is sniffed, read and stored in
+the I/O pool, never on the event loop's thread, and decoded in a worker process (shared/image_decoding.py);
+a file past the source limit is an error result before a byte of it is read."""
 
 from __future__ import annotations
 
 import io
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,19 +15,26 @@ import pytest
 from PIL import Image
 
 from services.runtime.tools import image_view
+from shared import offload
 from shared.disk import SessionPaths
 from shared.image_limits import ImageLimits
+from shared.settings.images import ImageSettings
 
 
 @dataclass
 class Host:
     paths: SessionPaths
     image_limits: ImageLimits
+    image_settings: ImageSettings
+
+    async def tenant(self) -> str:
+        return "u1"
 
 
 def host(tmp_path: Path, limits: ImageLimits | None = None) -> Any:
     (tmp_path / "workspace").mkdir()
-    return Host(SessionPaths(tmp_path), limits or ImageLimits())
+    limits = limits or ImageLimits()
+    return Host(SessionPaths(tmp_path), limits, ImageSettings(image_max_source_bytes=limits.max_source_bytes))
 
 
 def png(width: int, height: int) -> bytes:
@@ -49,13 +57,22 @@ async def test_the_file_is_read_off_the_event_loop(tmp_path: Path, monkeypatch: 
             return real(*args)
         return wrapped
 
-    for name in ("sniff_workspace_file", "read_workspace_image", "prepare", "store_image"):
+    for name in ("sniff_workspace_file", "read_workspace_image", "store_image"):
         monkeypatch.setattr(image_view, name, spy(name))
+    decoded_in: list[int] = []
+    real_run = offload.Pool.run
+
+    async def run(pool: offload.Pool, function: str, *args: Any, timeout_s: float) -> Any:
+        decoded_in.append(await real_run(pool, "tests.support.offload_probe:pid", timeout_s=timeout_s))
+        return await real_run(pool, function, *args, timeout_s=timeout_s)
+
+    monkeypatch.setattr(offload.Pool, "run", run)
     assert await image_view.is_image(h, "chart.png")
     outcome = await image_view.image_outcome(h, "chart.png")
     assert not outcome.is_error and outcome.images and outcome.images[0].width == 40
-    assert set(threads) == {"sniff_workspace_file", "read_workspace_image", "prepare", "store_image"}
+    assert set(threads) == {"sniff_workspace_file", "read_workspace_image", "store_image"}
     assert all(t is not loop_thread for t in threads.values())
+    assert decoded_in and decoded_in[0] != os.getpid()  # decoded in a worker process, not this one
 
 
 async def test_an_image_past_the_source_limit_is_an_error_result(tmp_path: Path) -> None:

@@ -1,15 +1,12 @@
-"""Model adapter pieces without a stack: the API default, old transcripts, retry delays, the
+"""Model adapter pieces without a stack: the API default, old transcripts, the
 simulated prompt cache."""
 
 from __future__ import annotations
 
-import httpx2
-import openai
 import pytest
 
 from scripted.prompt_cache import PromptCache
 from services.runtime.engine.model_api import ModelSettings
-from services.runtime.engine.openai_stream import retry_delay
 from shared.context import build_context
 from shared.contracts.messages import AssistantMessage
 from shared.contracts.transcript import parse_entries
@@ -44,20 +41,6 @@ def test_transcripts_written_before_issue_18_still_load() -> None:
     assert isinstance(message, AssistantMessage) and message.text() == "hi"
     assert message.api is None and message.refusal is None and not message.implicit_message_user
     assert message.usage.reasoning == 0
-
-
-def _status(code: int, headers: dict[str, str]) -> openai.APIStatusError:
-    request = httpx2.Request("POST", "http://x/v1/responses")
-    return openai.APIStatusError("e", response=httpx2.Response(code, headers=headers, request=request), body=None)
-
-
-def test_retry_delay_honours_retry_after_and_is_bounded() -> None:
-    s = ModelSettings(model="m", retry_base_s=1.0, retry_max_s=30.0)
-    assert retry_delay(_status(429, {"retry-after": "7"}), 1, s) == 7.0
-    assert retry_delay(_status(429, {"retry-after-ms": "250"}), 1, s) == 0.25
-    assert retry_delay(_status(429, {"retry-after": "3600"}), 1, s) == 30.0  # capped
-    backoff = [retry_delay(_status(503, {}), n, s) for n in (1, 2, 3)]
-    assert 0.75 <= backoff[0] <= 1.25 and 1.5 <= backoff[1] <= 2.5 and 3.0 <= backoff[2] <= 5.0
 
 
 def test_prompt_cache_hits_in_128_token_steps_past_1024_per_key() -> None:

@@ -136,3 +136,25 @@ def test_transport_section_says_what_the_conversion_does(skills: dict[str, Skill
     assert "sends them as\ndeveloper messages" in prefix and "as user messages" in prefix
     assert f"sends `{neutralise('<system_note>')}`" in prefix
     assert "outside the text you see" not in prefix
+
+
+def test_a_workflows_body_names_its_audited_steps_by_id(skills: dict[str, Skill]) -> None:
+    """A deviation names a step by its id; the body (preloaded or the skill tool's result) is all the
+    agent reads of a skill, so the ids are in it."""
+    for name in ("deck-generation", "import", "gml-editing"):
+        skill = skills[name]
+        assert skill.manifest.checklist is not None
+        text = skill_block(skill).text
+        assert "message_user's `deviations`" in text
+        assert all(f"- `{step.id}`: {step.title}" in text for step in skill.manifest.checklist.steps)
+    assert "Audited steps" not in skill_block(skills["gml-cli"]).text  # a reference has no checklist
+
+
+def test_a_deviation_without_a_cause_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from shared.contracts.transcript import Deviation
+
+    with pytest.raises(ValidationError, match="cannot be blank"):
+        Deviation(step="validate", cause=" \n ")
+    assert Deviation(step="validate", cause="the CLI was down").cause == "the CLI was down"

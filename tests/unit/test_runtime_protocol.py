@@ -173,7 +173,7 @@ async def test_user_text_is_never_parsed_for_tags(tmp_path: Path) -> None:
 async def test_todo_refuses_two_in_progress_and_counts_revisions(tmp_path: Path) -> None:
     todo = TodoController.load(tmp_path / "todo.json", WriteGuard(no_guard))
     await todo.update([{"id": "a", "content": "A", "status": "in_progress"}])
-    with pytest.raises(TodoRefused, match="exactly one task is in_progress; you marked 2"):
+    with pytest.raises(TodoRefused, match="with its reason\); you marked 2"):
         await todo.update([{"id": "a", "content": "A", "status": "in_progress"},
                            {"id": "b", "content": "B", "status": "in_progress"}])
     with pytest.raises(TodoRefused, match="status"):
@@ -186,7 +186,8 @@ async def test_todo_refuses_two_in_progress_and_counts_revisions(tmp_path: Path)
 @pytest.mark.parametrize(("statuses", "refused"), [
     (("pending",), "you left 1 pending (t0) and none in_progress"),
     (("complete", "pending", "pending"), "you left 2 pending (t1, t2) and none in_progress"),
-    (("blocked", "pending"), "you left 1 pending (t1) and none in_progress"),
+    (("blocked", "pending"), None),  # a wait: the later task stays pending
+    (("blocked!", "pending"), "t0 has no reason"),  # a wait says what it waits for
     (("in_progress", "in_progress", "pending"), "you marked 2"),
     (("in_progress", "pending", "pending"), None),
     (("blocked", "in_progress", "pending", "complete"), None),
@@ -197,13 +198,16 @@ async def test_todo_refuses_two_in_progress_and_counts_revisions(tmp_path: Path)
 async def test_while_any_task_is_open_exactly_one_is_in_progress(tmp_path: Path, statuses: tuple[str, ...],
                                                                  refused: str | None) -> None:
     todo = TodoController.load(tmp_path / "todo.json", WriteGuard(no_guard))
-    items = [{"id": f"t{i}", "content": f"Task {i}", "status": s} for i, s in enumerate(statuses)]
+    # "blocked!": blocked without a reason; every other blocked task says what it waits for
+    items = [{"id": f"t{i}", "content": f"Task {i}", "status": s.rstrip("!")}
+             | ({"reason": "waiting for the user"} if s == "blocked" else {}) for i, s in enumerate(statuses)]
     if refused is None:
         assert (await todo.update(items)).revision == 1
         return
     with pytest.raises(TodoRefused) as err:
         await todo.update(items)
-    assert "while any task is pending or in_progress, exactly one task is in_progress" in str(err.value)
+    assert "no reason" in refused or ("while any task is pending or in_progress, exactly one task is in_progress"
+                                      in str(err.value))
     assert refused in str(err.value) and todo.current.revision == 0 and not (tmp_path / "todo.json").exists()
 
 
@@ -227,6 +231,27 @@ async def test_ui_document_tabs_forms_and_client_updates() -> None:
     with pytest.raises(UiRefused, match="ARI"):  # the agent's edits pass the same rule as a client's
         await ui.open_tab("javascript:alert(1)", "x")
     assert ui.snapshot()["activeTabByPane"] == {"left": tab}
+
+
+async def test_tabs_are_identified_by_their_base_resource_and_focus_in_their_own_pane() -> None:
+    """The seed: tab identity uses the base resource, view state and location stay part of the
+    reference, each pane owns its active tab."""
+    ui = UiDoc.from_snapshot({"panes": [{"id": "left", "tabIds": ["t1"]}, {"id": "right", "tabIds": ["t2"]}],
+                              "tabs": {"t1": {"id": "t1", "ari": "file:notes.md"},
+                                       "t2": {"id": "t2", "ari": "gamma:file:deck#card_3"}},
+                              "activeTabByPane": {"left": "t1", "right": "t2"}})
+    tab, _ = await ui.open_tab("gamma:file:deck", "deck")  # the bare resource: focus, keep the user's place
+    snap = ui.snapshot()
+    assert tab == "t2" and len(snap["tabs"]) == 2 and snap["tabs"]["t2"]["ari"] == "gamma:file:deck#card_3"
+    assert snap["activeTabByPane"] == {"left": "t1", "right": "t2"}
+    tab, _ = await ui.open_tab("gamma:file:deck#card_5", None)  # a location: the same tab moves there
+    snap = ui.snapshot()
+    assert tab == "t2" and snap["tabs"]["t2"]["ari"] == "gamma:file:deck#card_5"
+    assert snap["panes"] == [{"id": "left", "tabIds": ["t1"]}, {"id": "right", "tabIds": ["t2"]}]
+    await ui.open_tab("file:notes.md?view=raw", None)
+    assert ui.snapshot()["activeTabByPane"] == {"left": "t1", "right": "t2"} and len(ui.snapshot()["tabs"]) == 2
+    assert [r.split("#")[0].split("?")[0] for r in ui.snapshot()["recentResources"]] == ["file:notes.md",
+                                                                                         "gamma:file:deck"]
 
 
 async def test_lost_guard_blocks_every_append(tmp_path: Path) -> None:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from shared.disk import session_paths
+from shared.rewind import RewindRefused, record_now, state_record
+from shared.settings import Settings
 from shared.snapshot_restore import restore
-from shared.snapshots import SnapshotLimits, SnapshotStore
+from shared.snapshots import ScanTooLarge, SnapshotLimits, SnapshotStore
 
 SCOPES = ("workspace/", "documents/", "todo.json")
 
@@ -76,3 +80,59 @@ def test_prune_keeps_the_newest_and_removes_unnamed_objects(tmp_path: Path) -> N
     assert objects(store) <= len(store.records) + 2
     last = store.records[-1]
     assert store.manifest_of(last.n) == store.current
+
+
+def test_snapshots_scale_to_the_workspace_entry_quota() -> None:
+    """Before: 2 x GAMMA_WORKSPACE_MAX_FILES + 1000 (5,000) entries against a 10,000-entry quota."""
+    settings = Settings()
+    limits = SnapshotLimits.of(settings)
+    assert limits.max_entries >= settings.storage.workspace_max_entries + 1000
+    assert limits.max_depth == settings.storage.workspace_max_depth
+
+
+def test_a_point_past_the_bound_is_refused_never_restored_from_an_older_one(tmp_path: Path) -> None:
+    """docs/architecture.md "Snapshots, rewind and fork": a state that could not be recorded is never
+    stood in for by an older record (the rewind said `changed: 0` and the model was told files were back)."""
+    paths = session_paths(tmp_path, "s1")
+    (paths.workspace / "src").mkdir(parents=True)
+    (paths.workspace / "src" / "a.txt").write_text("one")
+    store = SnapshotStore.load(paths, SnapshotLimits(max_entries=20))
+    store.take("e0", "prompt")
+    for i in range(30):
+        (paths.workspace / "src" / f"f{i}").write_text("x")
+    with pytest.raises(ScanTooLarge):
+        store.take("e1", "batch")
+    reloaded = SnapshotStore.load(paths, store.limits)
+
+    class Node:
+        def __init__(self, id: str) -> None:
+            self.id, self.timestamp = id, "2030-01-01T00:00:00.000Z"
+
+    with pytest.raises(RewindRefused) as refused:
+        state_record(reloaded, [Node("e0"), Node("e1")])  # type: ignore[list-item]
+    assert refused.value.status == 409 and "20 entries" in refused.value.message
+    assert state_record(reloaded, [Node("e0")]).entry == "e0"  # type: ignore[list-item]
+    with pytest.raises(RewindRefused) as now:
+        record_now(reloaded, "e1", "rewind_from")
+    assert now.value.status == 409 and now.value.detail == {"bound": 20}
+
+
+def test_modes_are_recorded_and_restored_without_setuid_setgid_or_sticky(tmp_path: Path) -> None:
+    store = session(tmp_path, 1)
+    ws = store.paths.workspace
+    (ws / "suid").write_text("#!/bin/sh\nid\n")
+    os.chmod(ws / "suid", 0o6755)
+    (ws / "sticky").mkdir()
+    os.chmod(ws / "sticky", 0o1777)
+    first = store.take("e0", "prompt")
+    assert first is not None
+    assert store.current["workspace/suid"].mode == 0o755 and store.current["workspace/sticky"].mode == 0o777
+    # A record written before the masking still holds the bits: the restore drops them.
+    target = dict(store.manifest_of(first.n))
+    target["workspace/suid"] = target["workspace/suid"]._replace(mode=0o6755)
+    os.remove(ws / "suid")
+    os.rmdir(ws / "sticky")
+    store.take("e1", "batch")
+    restore(store.paths.root, store.objects, store.current, target, SCOPES)
+    assert os.stat(ws / "suid").st_mode & 0o7777 == 0o755
+    assert not os.stat(ws / "sticky").st_mode & 0o7000

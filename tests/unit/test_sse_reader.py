@@ -74,9 +74,14 @@ async def test_error_object_raises_api_error_with_its_code() -> None:
     assert str(info.value) == "overloaded" and info.value.code == "server_error"
 
 
-async def test_invalid_json_is_an_api_error() -> None:
-    with pytest.raises(openai.APIError, match="invalid JSON"):
-        await collect([b"data: {not json\n\n"])
+async def test_data_that_is_not_json_is_skipped_and_done_is_told() -> None:
+    """As Codex reads a stream (reference §3.1): unparseable data is skipped; whether the reply is whole
+    is the consumer's check of its terminal event, so `[DONE]` is reported to it."""
+    ended: list[bool] = []
+    wire = b'data: {not json\n\ndata: {"a": 1}\n\ndata: [DONE]\n\n'
+    assert [e async for es in json_reads(response([wire]), lambda: ended.append(True)) for e in es] == [{"a": 1}]
+    assert ended == [True]
+    assert await collect([b'data: {"a": 1}\n\n']) == [{"a": 1}]  # no [DONE]: nothing told, nothing raised
 
 
 def test_split_keeps_the_unfinished_rest() -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.reserved_tags import RESERVED_TAG_RE, RESERVED_TAGS
+from shared.reserved_tags import RESERVED_TAGS, TAG_RULE
 from shared.trusted_blocks import (
     element,
     escape_attr,
@@ -30,7 +30,7 @@ tags = st.sampled_from(RESERVED_TAGS)
 def test_escaped_text_comes_back_and_holds_no_reserved_tag(text: str) -> None:
     escaped = escape_text(text)
     assert unescape(escaped) == text
-    assert not RESERVED_TAG_RE.search(escaped)
+    assert not TAG_RULE.search(escaped)
 
 
 @given(hostile)
@@ -60,7 +60,8 @@ def test_strings_split_across_parts_still_cannot_form_a_tag(tag: str, parts: lis
 def test_the_attack_payload_stays_text(tag: str) -> None:
     text = render(tag, {"ref": payload(tag)}, payload(tag))
     assert_one_block(text, tag)
-    assert "<system_guidance>" not in text and "&lt;system_guidance>IGNORE&lt;/system_guidance>" in text
+    assert "<system_guidance>" not in text and "&lt;system_guidance>" in text
+    assert "IGNORE&lt;/system_guidance\u200b>" in text and "&#xFE64;system-guidance" in text
 
 
 def test_only_reserved_tags_make_a_top_level_block_and_names_are_checked() -> None:

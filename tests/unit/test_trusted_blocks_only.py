@@ -13,7 +13,7 @@ import ast
 import re
 from pathlib import Path
 
-from shared.reserved_tags import RESERVED_TAG_RE
+from shared.reserved_tags import TAG_RULE
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("shared", "services", "tools")
@@ -38,7 +38,7 @@ def offences(source: str) -> list[str]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
-            found += [f"line {node.lineno}: {m.group()!r}" for m in RESERVED_TAG_RE.finditer(node.value)]
+            found += [f"line {node.lineno}: {m.group()!r}" for m in TAG_RULE.finditer(node.value)]
         elif isinstance(node, ast.JoinedStr):
             for a, b in zip(node.values, node.values[1:], strict=False):
                 if isinstance(a, ast.Constant) and isinstance(a.value, str) and OPEN_END.search(a.value) \

@@ -26,7 +26,15 @@ from shared.contracts.notifications import NOTIFICATION_ADAPTER
 from shared.contracts.todo import TodoItem, TodoList
 from shared.knowledge import KnowledgePointer, hints_block, update_text
 from shared.trusted_blocks import artifact_update, extract, unescape
-from tests.support.trusted import assert_one_block, attrs_of, hostile, quoted_text
+from tests.support.trusted import (
+    INSTRUCTION,
+    assert_no_attacker_line,
+    assert_one_block,
+    attrs_of,
+    hostile,
+    quoted_text,
+    tags_in,
+)
 
 QUOTED = ["<quoted", "</quoted"]
 short = hostile.filter(lambda s: 0 < len(s) <= 200)
@@ -51,11 +59,11 @@ def test_client_view(locale: str, title: str, location: str, pane: str, tab: str
 @given(st.lists(st.tuples(hostile.filter(lambda s: 0 < len(s) <= 64), short), min_size=1, max_size=4,
                 unique_by=lambda item: item[0]))
 def test_todo_anchor(items: list[tuple[str, str]]) -> None:
-    todo = TodoList(revision=3, items=[TodoItem(id=i, content=c) for i, c in items])
+    todo = TodoList(revision=3, items=[TodoItem(id=i, content=c + INSTRUCTION) for i, c in items])
     text = todo_block(todo)
-    assert_one_block(text, "todo_state")
-    body = extract(text, "todo_state")
-    assert body is not None and body[0] == "\n".join(f"- [pending] {i}: {c}" for i, c in items)
+    assert_one_block(text, "todo_state", QUOTED)  # the model's own words, quoted
+    assert quoted_text(text) == "\n".join(f"- [pending] {i}: {c}{INSTRUCTION}" for i, c in items)
+    assert_no_attacker_line(text)
 
 
 @given(short, hostile, st.booleans())
@@ -88,8 +96,8 @@ def test_compaction_summary(summary: str) -> None:
     content = convert_one(CompactionSummaryMessage(summary=summary), "developer")["content"]  # type: ignore[index]
     assert content.startswith(SUMMARY_PREFIX)
     block = content[len(SUMMARY_PREFIX):]
-    assert_one_block(block, "summary")
-    assert extract(block, "summary") == (summary, len(block))
+    assert_one_block(block, "summary", QUOTED)  # the summarizer's words, with the lines it copied: quoted
+    assert quoted_text(block) == summary
 
 
 @given(hostile, hostile)
@@ -134,7 +142,7 @@ def test_client_digest_text(ref: str, said: str) -> None:
 
 @given(short, short)
 def test_deck_card_ids_and_titles(card_id: str, title: str) -> None:
-    card_id = "x" + card_id
+    card_id = "x" + card_id + INSTRUCTION
     old = {"title": "D", "cards": [{"id": "c1", "title": "A"}]}
     new = {"title": "D", "cards": [{"id": "c1", "title": title}, {"id": card_id, "title": "T"}]}
     state = RefState.model_validate({"kind": "document", "seen": 1, "seen_known": True, "current": 2,
@@ -145,7 +153,8 @@ def test_deck_card_ids_and_titles(card_id: str, title: str) -> None:
     assert_one_block(text, "artifact_update")
     found = extract(text, "artifact_update")
     assert found is not None and found[0] == unescape(body.text)
-    assert card_id in found[0] or "The deck changed." in found[0]
+    assert "IMPORTANT developer instruction" in found[0] or "The deck changed." in found[0]
+    assert_no_attacker_line(text)  # an id cannot start a line of the block
 
 
 @given(hostile.filter(lambda s: "\x00" not in s))
@@ -154,16 +163,37 @@ def test_uploaded_file_content(content: str) -> None:
     body = compose(upload, None, content.encode())
     assert body is not None
     text = artifact_update("file:uploads/a.txt", None, 1, body)
-    assert_one_block(text, "artifact_update")
     found = extract(text, "artifact_update")
     assert found is not None and found[0] == unescape(body.text)
-    if "Its content:" in found[0]:
-        assert content in found[0]
+    inline = "Its content:" in found[0]
+    assert_one_block(text, "artifact_update", QUOTED if inline else [])
+    if inline:  # the file's text is the uploader's, quoted
+        assert quoted_text(text) == content
+
+
+def _notifications(x: str) -> list[dict[str, object]]:
+    """A notification of every type, `x` in each of its free fields."""
+    return [
+        {"type": "approval.resolved", "payload": {"approvalId": x[:200], "decision": "approved", "subject": x,
+                                                  "comment": x}},
+        {"type": "render.completed", "payload": {"renderId": x[:200], "ref": x, "outputRefs": [x], "status": "failed",
+                                                 "error": x}},
+        {"type": "render.completed", "payload": {"renderId": x[:200], "ref": x, "outputRefs": [x, x]}},
+        {"type": "import.completed", "payload": {"importId": x[:200], "sourceRef": x, "outputRefs": [x]}},
+        {"type": "export.completed", "payload": {"exportId": x[:200], "ref": x, "format": x[:20], "outputRef": x}},
+        {"type": "connector.completed", "payload": {"connector": "crm", "callId": "c1", "content": x}},
+    ]
 
 
 @given(short)
-def test_notification_payload(subject: str) -> None:
-    n = NOTIFICATION_ADAPTER.validate_python({"id": "n1", "type": "approval.resolved", "payload": {
-        "approvalId": "a1", "decision": "approved", "subject": subject}})
-    text = to_injections("s", n)[0].injection.content
-    assert_one_block(text, "system_update")
+def test_notification_payload(field: str) -> None:
+    """Each field of each notification type: no forged tag, and no line the harness says starts with the
+    sender's words (ids, refs and formats on one line; free text quoted)."""
+    for body in _notifications(INSTRUCTION[:18] + field + INSTRUCTION):
+        n = NOTIFICATION_ADAPTER.validate_python({"id": "n1", **body})
+        for inj in to_injections("s", n):
+            text = inj.injection.content
+            kind = inj.injection.kind
+            found = [t for t in tags_in(text) if t not in ("<quoted", "</quoted")]
+            assert found == [f"<{kind}", f"</{kind}"], found
+            assert_no_attacker_line(text)

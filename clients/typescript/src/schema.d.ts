@@ -42,7 +42,11 @@ export interface paths {
         delete: operations["delete_session_route_sessions__sid__delete"];
         options?: never;
         head?: never;
-        /** Patch Session */
+        /**
+         * Patch Session
+         * @description The title, and/or the session's model: checked like POST /sessions, recorded in the transcript
+         *     (a `model_change` entry), used from the next model call on, live or dormant.
+         */
         patch: operations["patch_session_sessions__sid__patch"];
         trace?: never;
     };
@@ -605,12 +609,16 @@ export interface components {
             /** Woke */
             woke: boolean;
         };
-        /** ModelConfig */
+        /**
+         * ModelConfig
+         * @description A session's model (docs/models.md "Sessions"): checked against the model catalogue on create and
+         *     on PATCH (a 422 names the field and the values the model accepts).
+         */
         ModelConfig: {
             /** Name */
             name?: string | null;
             /** Reasoning Effort */
-            reasoning_effort?: ("minimal" | "low" | "medium" | "high") | null;
+            reasoning_effort?: ("none" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max") | null;
             /** Context Window */
             context_window?: number | null;
             /** Api */
@@ -655,11 +663,15 @@ export interface components {
         };
         /**
          * PatchSession
-         * @description PATCH /sessions/{id}: the title shown in GET /sessions and the inspector; null clears it.
+         * @description PATCH /sessions/{id}: the title shown in GET /sessions and the inspector (null clears it), and/or
+         *     the session's model: the fields of `model` given replace the session's (a new `name` without a
+         *     `reasoning_effort` reasons at the new model's default), checked like POST /sessions, recorded in
+         *     the transcript, and used from the next model call on.
          */
         PatchSession: {
             /** Title */
-            title: string | null;
+            title?: string | null;
+            model?: components["schemas"]["ModelConfig"] | null;
         };
         /** PostMessage */
         PostMessage: {
@@ -808,6 +820,8 @@ export interface components {
              * @enum {string}
              */
             status?: "pending" | "in_progress" | "complete" | "blocked";
+            /** Reason */
+            reason?: string | null;
         };
         /** TodoList */
         TodoList: {
@@ -996,7 +1010,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description the Idempotency-Key was used with another request (or the body is invalid) */
+            /** @description a model, effort or API the model rejects (`detail` names the field and the allowed values), or an invalid body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1145,8 +1159,22 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description a title that is empty, too long, or holds control characters */
+            /** @description the session is waking; retry */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description a title that is empty, too long, or holds control characters; a model, effort or API the model rejects (`detail` names the field and the allowed values) */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the session runtime did not answer */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2371,7 +2399,7 @@ export interface operations {
                          * Type
                          * @enum {string}
                          */
-                        type: "agent_start" | "agent_end" | "turn_start" | "turn_end" | "message_start" | "message_update" | "message_end" | "tool_execution_start" | "tool_execution_update" | "tool_execution_end" | "message_user" | "todo" | "ui_update" | "model_request" | "status" | "injection" | "skill_activated" | "skill_ended" | "compaction" | "error" | "run_aborted" | "audit" | "checklist" | "rewound";
+                        type: "agent_start" | "agent_end" | "turn_start" | "turn_end" | "message_start" | "message_update" | "message_end" | "reasoning_update" | "tool_call_progress" | "tool_execution_start" | "tool_execution_update" | "tool_execution_end" | "message_user" | "todo" | "ui_update" | "model_request" | "status" | "injection" | "skill_activated" | "skill_ended" | "compaction" | "error" | "run_aborted" | "audit" | "checklist" | "rewound";
                         /** Session Id */
                         session_id: string;
                         /** Ts */

@@ -45,21 +45,22 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 async def rewind_session(proxy: Proxy, state: SessionState, entry_id: str,
-                         reason: rw.RewindReason = "rewind") -> RewindResult:
+                         reason: rw.RewindReason = "rewind", edited_id: str | None = None) -> RewindResult:
     """Live or dormant, as the session is; ApiError for a refusal (also used by `edit_of`)."""
     paths = session_paths(proxy.settings.storage.data_dir, state.row.id)
     limits = SnapshotLimits.of(proxy.settings)
 
     async def dormant() -> dict[str, Any] | Refused:
         try:
-            return await asyncio.to_thread(rw.rewind_on_disk, paths, limits, entry_id, reason, rw.now_iso())
+            return await asyncio.to_thread(rw.rewind_on_disk, paths, limits, entry_id, reason, rw.now_iso(),
+                                           edited_id)
         except rw.RewindRefused as exc:
             return Refused(exc.status, exc.message, exc.detail)
 
     applied = await apply_if_dormant(proxy, state, "rewind", dormant)
     if applied is not None:
         return RewindResult.model_validate(applied.value)
-    reply = await proxy.forward(Rewind(session_id=state.row.id, entry_id=entry_id, reason=reason))
+    reply = await proxy.forward(Rewind(session_id=state.row.id, entry_id=entry_id, reason=reason, edited_id=edited_id))
     return RewindResult.model_validate(reply.body)
 
 
@@ -81,7 +82,7 @@ async def edit_rewind(proxy: Proxy, state: SessionState, entry_id: str) -> Sessi
     parent = await asyncio.to_thread(_edit_target, paths, entry_id)
     if parent is None:
         raise ApiError(422, f"edit_of: {entry_id!r} is not a user message of this session")
-    await rewind_session(proxy, state, parent, "edit")
+    await rewind_session(proxy, state, parent, "edit", entry_id)
     return await load_state(proxy.redis, state.row.id) or state
 
 
@@ -119,12 +120,20 @@ async def fork(body: ForkBody | None = Body(None), state: SessionState = Depends
     except BaseException as exc:
         await drop_row(proxy.redis, user, row.id)
         if isinstance(exc, rw.RewindRefused):
+            await _source_still_there(proxy, state)
             raise ApiError(exc.status, exc.message, exc.detail) from exc
         raise
     created = await load_state(proxy.redis, row.id)
     assert created is not None
     view = created.view().model_copy(update={"model_usage": ModelUsage.of({})})
     return ForkedSession(**view.model_dump(), forked_from=ForkOrigin(session_id=state.row.id, entry_id=plan.entry_id))
+
+
+async def _source_still_there(proxy: Proxy, state: SessionState) -> None:
+    """A fork that failed because a DELETE of its source raced it is a 404, as the fork after it would be."""
+    now = await load_state(proxy.redis, state.row.id)
+    if now is None or now.row.status == "deleting":
+        raise ApiError(404, f"no session {state.row.id!r}: it was deleted while it was forked")
 
 
 async def _plan(proxy: Proxy, state: SessionState, entry_id: str | None) -> forking.ForkPlan:
@@ -139,4 +148,5 @@ async def _plan(proxy: Proxy, state: SessionState, entry_id: str | None) -> fork
                 pass
         return await asyncio.to_thread(forking.plan, src, limits, entry_id, dormant=False)
     except rw.RewindRefused as exc:
+        await _source_still_there(proxy, state)
         raise ApiError(exc.status, exc.message, exc.detail) from exc

@@ -1,4 +1,4 @@
-"""A session's lifecycle: DELETE (erase everything), PATCH (the title), GET /export (a .tar.gz).
+"""A session's lifecycle: DELETE (erase everything), PATCH (the title, the model), GET /export (a .tar.gz).
 
 docs/architecture.md "Session lifecycle" says what a delete erases and when.
 """
@@ -12,15 +12,18 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from shared.contracts.http import PatchSession, SessionView
+from shared.catalogue.sessions import ModelRefused, changed, settle
+from shared.contracts.http import ModelConfig, PatchSession, SessionView
+from shared.contracts.inbox import ModelChange
 from shared.disk import session_paths
+from shared.model_change import record_on_disk
 
 from ..deps import Proxy, get_proxy
 from ..erase import begin, delete_session
 from ..errors import ApiError
 from ..export import ExportTooLarge, build, chunks
-from ..liveness import owned_or_deleting, owned_session
-from ..rows import SessionState, load_state, set_title
+from ..liveness import apply_if_dormant, owned_or_deleting, owned_session
+from ..rows import SessionState, load_state, set_model, set_title
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unknown token"},
@@ -46,14 +49,47 @@ async def delete_session_route(state: SessionState = Depends(owned_or_deleting),
 
 
 @router.patch("/{sid}", response_model=SessionView, responses={
-    **ERRORS, 422: {"description": "a title that is empty, too long, or holds control characters"}})
+    **ERRORS, 409: {"description": "the session is waking; retry"},
+    422: {"description": "a title that is empty, too long, or holds control characters; a model, effort or API "
+                         "the model rejects (`detail` names the field and the allowed values)"},
+    504: {"description": "the session runtime did not answer"}})
 async def patch_session(body: PatchSession, state: SessionState = Depends(owned_session),
                         proxy: Proxy = Depends(get_proxy)) -> SessionView:
-    await set_title(proxy.redis, state.row.id, body.title)
+    """The title, and/or the session's model: checked like POST /sessions, recorded in the transcript
+    (a `model_change` entry), used from the next model call on, live or dormant."""
+    model = None
+    if body.model is not None:
+        current, models = state.row.model, proxy.settings.models
+        try:
+            model = settle(changed(current, body.model, body.model.model_fields_set), models.catalogue, models.model,
+                           current.api or models.default_model_api)
+        except ModelRefused as exc:
+            raise ApiError(422, str(exc), exc.problem.detail()) from exc
+    if "title" in body.model_fields_set:
+        await set_title(proxy.redis, state.row.id, body.title)
+    if model is not None and model != state.row.model:
+        await change_model(proxy, state, model)
     fresh = await load_state(proxy.redis, state.row.id)
     if fresh is None or fresh.row.status == "deleting":
         raise ApiError(404, f"session {state.row.id!r} not found")
     return fresh.view()
+
+
+async def change_model(proxy: Proxy, state: SessionState, model: ModelConfig) -> None:
+    """The row first (a wake from here on reads the new model), then the transcript's record: by the
+    proxy on a dormant session's disk, else by the lease holder, which also switches its live settings."""
+    sid = state.row.id
+    if not await set_model(proxy.redis, sid, model):
+        raise ApiError(404, f"session {sid!r} not found")
+    paths = session_paths(proxy.settings.storage.data_dir, sid)
+
+    async def dormant() -> str | None:
+        return await asyncio.to_thread(record_on_disk, paths, model)
+
+    if await apply_if_dormant(proxy, state, "model", dormant) is None:
+        await proxy.forward(ModelChange(session_id=sid, name=model.name or proxy.settings.models.model,
+                                        reasoning_effort=model.reasoning_effort, api=model.api or "responses",
+                                        context_window=model.context_window))
 
 
 @router.get("/{sid}/export", response_class=StreamingResponse, responses={

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 
 from shared import causal, dormancy, inbox, keys
 from shared.bus import publish
+from shared.catalogue.sessions import ModelRefused, settle
 from shared.contracts.http import (
     CompactBody,
     CreateSession,
@@ -62,16 +63,20 @@ ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unkn
 @router.post("", status_code=201, response_model=SessionView, dependencies=[IDEMPOTENT], responses={
     **IDEMPOTENCY_RESPONSES, 401: ERRORS[401], 403: {"description": "the user's session quota is reached"},
     429: {"description": "too many sessions created in the last minute (Retry-After)"},
+    422: {"description": "a model, effort or API the model rejects (`detail` names the field and the allowed "
+                         "values), or an invalid body"},
 })
 async def create_session(
     body: CreateSession | None = Body(None), user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)
 ) -> SessionView:
     body = body or CreateSession()
+    try:  # fixed at creation: a session keeps its API when the setting changes (docs/models.md "Sessions")
+        models = proxy.settings.models
+        model = settle(body.model or ModelConfig(), models.catalogue, models.model, models.default_model_api)
+    except ModelRefused as exc:  # before the creation rate counts it: a refused request changes nothing
+        raise ApiError(422, str(exc), exc.problem.detail()) from exc
     await check_create_rate(proxy.redis, user, proxy.settings.limits.session_creates_per_minute)
     try:
-        model = body.model or ModelConfig()
-        if model.api is None:  # fixed at creation: a session keeps its API when the setting changes
-            model = model.model_copy(update={"api": proxy.settings.models.default_model_api})
         row = await create_row(proxy.redis, user, body.variant, model,
                                max_sessions=proxy.settings.limits.max_sessions_per_user)
     except SessionQuotaExceeded as exc:
@@ -116,7 +121,9 @@ async def get_session(state: SessionState = Depends(owned_session),
                         409: {"description": "on_busy=reject while a run is active, or expected_run_id is not the "
                                              "active run (nothing queued), or no snapshot is kept for the edited "
                                              "message's parent"},
-                        422: {"description": "edit_of does not name a user message of this session"}})
+                        422: {"description": "edit_of does not name a user message of this session"},
+                        429: {"description": "this user's images are decoding already (attachments; Retry-After)"},
+                        503: {"description": "every image decoder is busy (attachments; Retry-After)"}})
 async def post_message(
     body: PostMessage, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)
 ) -> MessageAccepted:
@@ -127,7 +134,7 @@ async def post_message(
                 parse_ari(tab.ari)
             except AriError as exc:
                 raise ApiError(422, f"client_context.visibleTabs: tab {tab.tab_id!r} has an invalid ARI: {exc}") from exc
-    attached = await check_attachments(proxy.settings, sid, body.attachments) if body.attachments else None
+    attached = await check_attachments(proxy.settings, sid, body.attachments, state.row.owner) if body.attachments else None
     if body.edit_of is not None:
         # A retried edit with its Idempotency-Key is answered from the stored response (IDEMPOTENT): no second rewind.
         state = await edit_rewind(proxy, state, body.edit_of)

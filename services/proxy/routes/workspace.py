@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import unquote_to_bytes
+from urllib.parse import quote, unquote_to_bytes
 
 import structlog
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -33,7 +33,7 @@ from shared.blobs import remove_blob, write_blob
 from shared.contracts.base import new_id
 from shared.contracts.http import FileWritten
 from shared.contracts.inbox import FileDelete, FileWrite
-from shared.disk import PathRefused, check_size, session_paths, split_workspace_path
+from shared.disk import PathRefused, check_size, session_paths, shown_path, split_workspace_path
 from shared.quota import WorkspaceQuota
 from shared.write_model import Refused
 
@@ -88,23 +88,42 @@ class WriteTarget(NamedTuple):
 
 
 def write_target(request: Request, path: str, digest_header: str | None, state: SessionState,
-                 proxy: Proxy) -> WriteTarget:
+                 proxy: Proxy, *, delete: bool = False) -> WriteTarget:
     """What a PUT or DELETE acts on. A name that can never be written is refused here, before the body
-    is read or the disk touched."""
+    is read or the disk touched; a DELETE may name a file by its escaped (shown) name, a PUT never
+    creates one (docs/architecture.md "Workspace names")."""
     sid = state.row.id
-    rel = "/".join(split_workspace_path(request_path(request, path), for_write=True))
+    rel = shown_path(split_workspace_path(request_path(request, path), for_write=True, escapes=delete))
     return WriteTarget(sid, session_paths(proxy.settings.storage.data_dir, sid).workspace, rel, client_digest(digest_header))
+
+
+# A workspace file is whatever a command or the model wrote (docs/architecture.md "Limits on hostile
+# input"): served by its extension, an `.html` or `.svg` would run script in the proxy's origin. Only
+# types that carry no script are named, and only raster images are shown inline; everything else is an
+# attachment of bytes.
+INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+PASSIVE_TYPES = INLINE_TYPES | {"text/plain", "text/markdown", "text/csv", "application/json", "application/pdf"}
+
+
+def file_headers(rel: str) -> tuple[str, dict[str, str]]:
+    """The media type and headers a workspace file is served with (never typed as active content)."""
+    guessed = mimetypes.guess_type(rel)[0] or ""
+    media = guessed if guessed in PASSIVE_TYPES else "application/octet-stream"
+    name = quote(rel.rsplit("/", 1)[-1], safe="")
+    disposition = "inline" if media in INLINE_TYPES else "attachment"
+    return media, {"X-Content-Type-Options": "nosniff", "Content-Disposition": f"{disposition}; filename*=UTF-8''{name}",
+                   "Content-Security-Policy": "default-src 'none'; sandbox"}
 
 
 async def _file_body(opened: workspace_fs.Opened) -> Response:
     """The bytes of the file as it was opened: a rename that replaces it later (an atomic write) does
     not change what this response sends, and an append is not sent past the size announced."""
-    media = mimetypes.guess_type(opened.rel)[0] or "application/octet-stream"
+    media, headers = file_headers(opened.rel)
     size = opened.st.st_size
     fh = os.fdopen(opened.fd, "rb")
     if size <= STREAM_ABOVE:
         with fh:
-            return Response(await asyncio.to_thread(fh.read, size), media_type=media)
+            return Response(await asyncio.to_thread(fh.read, size), media_type=media, headers=headers)
 
     async def chunks() -> AsyncIterator[bytes]:
         left = size
@@ -118,7 +137,7 @@ async def _file_body(opened: workspace_fs.Opened) -> Response:
         finally:
             fh.close()
 
-    return StreamingResponse(chunks(), media_type=media, headers={"Content-Length": str(size)})
+    return StreamingResponse(chunks(), media_type=media, headers={**headers, "Content-Length": str(size)})
 
 
 @router.get("/{sid}/workspace/files/{path:path}", responses={
@@ -224,7 +243,7 @@ async def delete_file(
     """Remove one file, or (`recursive`) a directory tree within the workspace's bounds
     (GAMMA_WORKSPACE_MAX_ENTRIES, GAMMA_WORKSPACE_MAX_DEPTH). The agent is told in its next
     `artifact_update`, one deleted file each."""
-    sid, workspace, rel, digest = write_target(request, path, x_gamma_digest, state, proxy)
+    sid, workspace, rel, digest = write_target(request, path, x_gamma_digest, state, proxy, delete=True)
     tree = WorkspaceQuota.from_settings(proxy.settings).limits if recursive else None
 
     async def dormant() -> dict[str, Any] | Refused:

@@ -23,9 +23,29 @@ const gallery = new Gallery($("lightbox"), () => s && s.sid);
 const attach = new Attachments({ chips: $("attached"), picker: $("attach-picker"), pickerButton: $("attach"), zone: $("composer"),
   files, getSid: () => s && s.sid, say: (text, isError) => notice(text, isError) });
 
+// What is streaming now: the reply's text, its reasoning summary (`reasoning_update`), the arguments
+// of tool calls still being written (`tool_call_progress`); cleared when the message ends or restarts.
+function freshLive() {
+  return { streamingText: "", streamingReasoning: "", reasoningPart: null, toolProgress: new Map(),
+    toolEnds: new Map(), extras: [], running: false };
+}
+
+function clearStreaming() {
+  Object.assign(s.live, { streamingText: "", streamingReasoning: "", reasoningPart: null });
+  s.live.toolProgress.clear();
+}
+
+function onReasoning(d) {
+  const part = `${d.item_id || ""}:${d.summary_index || 0}`;
+  const sep = s.live.reasoningPart !== null && s.live.reasoningPart !== part ? "\n\n" : "";
+  s.live.reasoningPart = part;
+  s.live.streamingReasoning += sep + (d.delta || "");
+  invalidate("timeline");
+}
+
 function freshState(sid) {
   return { sid, session: null, entries: [], cursor: "0", abort: new AbortController(), dirty: new Set(),
-    live: { streamingText: "", toolEnds: new Map(), extras: [], running: false }, run: { id: null, running: false },
+    live: freshLive(), run: { id: null, running: false },
     requests: [], liveSkills: [], spans: [], branchReads: 0, todo: null, ui: null, decks: [], docIds: new Set(), branches: new Map() };
 }
 
@@ -98,6 +118,8 @@ async function pollStatus() {
 // ---------------------------------------------------------------- loading
 
 async function loadTranscript() {
+  if (s && s.branchReload) await s.branchReload; // a branch read in flight: read on from its cursor
+  if (!s) return;
   const sid = s.sid, from = s.cursor, branch = s.branchReads;
   const { entries, cursor } = await transcriptSince(sid, from);
   if (!s || sid !== s.sid) return;
@@ -121,15 +143,42 @@ async function loadBranchPoints() {
 }
 
 /** After a rewind (ours or another client's `rewound` event): the active branch, files, tasks and
- *  decks are read again from the start. */
-async function reloadBranch() {
-  if (!s) return;
-  s.entries = [];
-  s.cursor = "0";
-  s.branchReads += 1;
-  s.live = { streamingText: "", toolEnds: new Map(), extras: [], running: false };
-  await Promise.all([loadTranscript(), loadPreviewTodo(), files.refresh()]);
-  await Promise.all([loadBranchPoints(), loadDecks()]);
+ *  decks are read again from the start. The new branch and its branch points are read aside and shown
+ *  in one step (never an empty or half-read timeline beside the new branch points), and reloads that
+ *  overlap (the click's and the `rewound` event's) run one after the other: the last one reads what
+ *  the last rewind left. */
+function reloadBranch() {
+  if (!s) return Promise.resolve();
+  if (s.branchReload) {
+    s.branchAgain = true;
+    return s.branchReload;
+  }
+  const session = s;
+  session.branchReload = (async () => {
+    try {
+      do {
+        session.branchAgain = false;
+        await readBranch(session);
+      } while (session.branchAgain && s === session);
+    } finally {
+      session.branchReload = null;
+    }
+  })();
+  return session.branchReload;
+}
+
+async function readBranch(session) {
+  const sid = session.sid;
+  session.branchReads += 1;
+  const [{ entries, cursor }] = await Promise.all([transcriptSince(sid, "0"), loadPreviewTodo(), files.refresh()]);
+  const branches = await loadBranches(sid, new Set(entries.map((e) => e.id)));
+  if (s !== session) return;
+  session.entries = entries;
+  session.cursor = cursor;
+  session.branches = branches;
+  for (const doc of documentIds(entries)) session.docIds.add(doc);
+  session.live = freshLive();
+  await loadDecks();
   invalidate("timeline", "todo", "decks");
 }
 
@@ -188,10 +237,16 @@ const HANDLERS = {
     if (d.stopReason === "aborted") s.live.extras.push({ key: `end-${ev.ts}`, ts: ev.ts, kind: "failure", stop: "aborted", text: "the run was aborted" });
     invalidate("timeline");
   },
-  message_start: (d) => { if (d.message && d.message.role === "assistant") s.live.streamingText = ""; },
+  message_start: (d) => { if (d.message && d.message.role === "assistant") clearStreaming(); },
   // restart: a model call retried after a dropped stream; what streamed so far is void.
-  message_update: (d) => { s.live.streamingText = d.restart ? "" : s.live.streamingText + (d.delta || ""); invalidate("timeline"); },
-  message_end: () => { s.live.streamingText = ""; debounce("transcript", softly(loadTranscript)); },
+  message_update: (d) => {
+    if (d.restart) clearStreaming();
+    else s.live.streamingText += d.delta || "";
+    invalidate("timeline");
+  },
+  reasoning_update: onReasoning,
+  tool_call_progress: (d) => { s.live.toolProgress.set(d.tool_call_id, { name: d.tool_name, bytes: d.bytes }); invalidate("timeline"); },
+  message_end: () => { clearStreaming(); debounce("transcript", softly(loadTranscript)); },
   tool_execution_end: onToolEnd,
   model_request: (d) => { s.requests.push(d); invalidate("usage"); },
   todo: (d) => { s.todo = d.todo; invalidate("todo"); },

@@ -164,7 +164,8 @@ class Agent:
         self.signal = AbortSignal()
         h = self.hooks
         return LoopConfig(stream=h.stream, get_steering=self._dequeue_steering, get_follow_up=self._dequeue_follow_up,
-                          prepare_batch=h.prepare_batch, before_model_call=h.before_model_call, signal=self.signal)
+                          prepare_batch=h.prepare_batch, before_model_call=h.before_model_call, signal=self.signal,
+                          budget=h.budget)
 
     async def _guarded(self, run: Callable[[LoopConfig], Awaitable[list[AgentMessage]]]) -> list[AgentMessage]:
         self._running = True

@@ -7,7 +7,8 @@
   blockOnUser): no further model call in that run, and steering or follow-ups queued meanwhile stay
   queued for the session's idle rules (docs/architecture.md "Delivery, yield and the idle rules");
   agent_end then says stopReason "yield";
-- an assistant message with stop_reason error/aborted ends the run.
+- an assistant message with stop_reason error/aborted/contentFilter ends the run; replies cut at the
+  output limit, empty replies and the run's budget follow engine/reply_rules.py.
 
 State lives in `context.messages`; everything else goes out as events (persistence listens to
 `message_end`).
@@ -18,17 +19,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from shared.contracts.messages import (
-    AgentMessage,
-    AssistantMessage,
-    CustomMessage,
-    TextContent,
-    ToolCall,
-    ToolResultMessage,
-)
+from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage
 from shared.disk import storage_fault
-from shared.trusted_blocks import render
 
+from .reply_rules import RunTally, cut_call_outcome, judge, over_budget
 from .spans import record_tool, tool_span
 from .types import AgentContext, AgentEvent, Emit, LoopConfig, Tool, ToolContext, ToolOutcome
 
@@ -67,7 +61,7 @@ async def _run(
     context: AgentContext, config: LoopConfig, emit: Emit, new: list[AgentMessage], first_turn: bool
 ) -> list[AgentMessage]:
     pending = await config.get_steering()
-    cut_off = False  # the run already asked the model to continue a reply cut at max output tokens
+    tally = RunTally()
     while True:
         more_tools = True
         while more_tools or pending:
@@ -77,38 +71,10 @@ async def _run(
             for m in pending:
                 await _add(m, context, new, emit)
             pending = []
-            await config.before_model_call(context)
-            message = await config.stream(context, emit, config.signal)
-            guidance: list[AgentMessage] = []
-            if message.stop_reason == "length" and not message.tool_calls():
-                if cut_off:  # twice in a run: a clear error, not a third truncated answer
-                    message.stop_reason = "error"
-                    message.error_message = ("The model reached its output token limit twice in a row "
-                                             "(finish_reason=length / response incomplete).")
-                else:
-                    cut_off = True
-                    guidance = [length_guidance()]
-            context.messages.append(message)
-            new.append(message)
-            await emit(AgentEvent(type="message_end", data={"message": _dump(message)}, message=message))
-            if message.stop_reason in ("error", "aborted"):
-                await emit(AgentEvent(type="turn_end", data={"stopReason": message.stop_reason}))
-                await emit(AgentEvent(type="agent_end", data={"stopReason": message.stop_reason}))
+            turn = await _turn(context, config, emit, new, tally)
+            if turn is None:
                 return new
-            calls = message.tool_calls()
-            more_tools = bool(calls)
-            if calls:
-                results, terminate = await _execute_batch(calls, context, config, emit)
-                for r in results:
-                    await _add(r, context, new, emit)
-                if terminate:
-                    await emit(AgentEvent(type="turn_end", data={"toolResults": len(calls)}))
-                    await emit(AgentEvent(type="agent_end", data={"stopReason": "yield"}))
-                    return new
-            await emit(AgentEvent(type="turn_end", data={"toolResults": len(calls)}))
-            if config.signal.is_set():
-                await emit(AgentEvent(type="agent_end", data={"stopReason": "aborted"}))
-                return new
+            more_tools, guidance = turn
             pending = [*guidance, *await config.get_steering()]
         follow = await config.get_follow_up()
         if not follow:
@@ -116,6 +82,61 @@ async def _run(
         pending = follow
     await emit(AgentEvent(type="agent_end", data={"stopReason": "stop"}))
     return new
+
+
+async def _turn(context: AgentContext, config: LoopConfig, emit: Emit, new: list[AgentMessage],
+                tally: RunTally) -> tuple[bool, list[AgentMessage]] | None:
+    """One model call (unless the run's budget is spent) and its tool batch: whether tools ran and
+    the guidance for the next call, or None when the run ended (its agent_end sent)."""
+    message = over_budget(tally, config.budget)
+    guidance: list[AgentMessage] = []
+    if message is None:
+        await config.before_model_call(context)
+        message = await config.stream(context, emit, config.signal)
+        tally.count(message)
+        guidance = judge(message, tally)
+    else:
+        await emit(AgentEvent(type="message_start", data={"message": _dump(message)}))
+    context.messages.append(message)
+    new.append(message)
+    await emit(AgentEvent(type="message_end", data={"message": _dump(message)}, message=message))
+    if message.stop_reason in ("error", "aborted", "contentFilter"):
+        await emit(AgentEvent(type="turn_end", data={"stopReason": message.stop_reason}))
+        await emit(AgentEvent(type="agent_end", data={"stopReason": message.stop_reason}))
+        return None
+    calls = message.tool_calls()
+    if calls:
+        if message.stop_reason == "length":  # cut at the output limit: partial arguments, not run
+            results, terminate = await _cut_batch(calls, emit), False
+        else:
+            results, terminate = await _execute_batch(calls, context, config, emit)
+        for r in results:
+            await _add(r, context, new, emit)
+        if terminate:
+            await emit(AgentEvent(type="turn_end", data={"toolResults": len(calls)}))
+            await emit(AgentEvent(type="agent_end", data={"stopReason": "yield"}))
+            return None
+    await emit(AgentEvent(type="turn_end", data={"toolResults": len(calls)}))
+    if config.signal.is_set():
+        await emit(AgentEvent(type="agent_end", data={"stopReason": "aborted"}))
+        return None
+    return bool(calls), guidance
+
+
+async def _cut_batch(calls: list[ToolCall], emit: Emit) -> list[ToolResultMessage]:
+    """The results of calls cut at the output limit: none of them runs (engine/reply_rules.py)."""
+    results: list[ToolResultMessage] = []
+    for call in calls:
+        outcome = cut_call_outcome(call)
+        await emit(AgentEvent(type="tool_execution_start", data={
+            "toolCallId": call.id, "toolName": call.name, "args": call.arguments}))
+        await emit(AgentEvent(type="tool_execution_end", data={
+            "toolCallId": call.id, "toolName": call.name, "isError": True, "result": outcome.content,
+            "details": outcome.details}))
+        results.append(ToolResultMessage(tool_call_id=call.id, tool_name=call.name,
+                                         content=[TextContent(text=outcome.content)], details=outcome.details,
+                                         is_error=True))
+    return results
 
 
 async def _execute_batch(
@@ -206,15 +227,6 @@ def aborted_outcome(note: str, partial: ToolOutcome | None = None) -> ToolOutcom
     text = f"{note}\n\nOutput before the abort:\n{printed}" if printed else note
     return ToolOutcome(content=text, is_error=True, details={**((partial.details if partial else None) or {}),
                                                              "aborted": True})
-
-
-def length_guidance() -> CustomMessage:
-    """Once per run, after a reply cut at the output token limit: go on, more briefly."""
-    return CustomMessage(
-        custom_type="gamma.system_guidance", display=False,
-        content=render("system_guidance", None, "Your previous reply was cut off at the output token limit. "
-                       "Continue from where it stopped, more concisely; split long content across several tool calls."),
-        details={"injectionType": "system_guidance", "source": "system", "reason": "max_output_tokens"})
 
 
 def validate_arguments(tool: Tool, args: dict[str, Any]) -> str | None:

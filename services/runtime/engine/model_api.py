@@ -8,15 +8,17 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from openai import AsyncOpenAI
 
+from shared.catalogue import Capabilities, catalogue
+from shared.contracts.events import ToolCallProgressData
 from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ToolCall
 
 from .sse import ReadGate
-from .types import AgentContext, Emit
+from .types import AgentContext, AgentEvent, Emit
 
 ApiName = Literal["responses", "chat"]
 TrustedRole = Literal["developer", "user"]
@@ -32,9 +34,9 @@ class ImageUrls(Protocol):
 @dataclass
 class ModelSettings:
     model: str
-    reasoning_effort: str | None = None
+    reasoning_effort: str | None = None  # as the session asked (None: the model's default)
     api: ApiName = "chat"
-    max_output_tokens: int | None = None
+    max_output_tokens: int | None = None  # the deployment's cap, lowered to the model's own (`output_cap`)
     cache_key: str | None = None  # prompt_cache_key: the session id
     # Chat Completions sends prompt_cache_key only to OpenAI: other servers may refuse unknown fields.
     chat_cache_key: bool = False
@@ -45,6 +47,37 @@ class ModelSettings:
     max_retries: int = 0  # 429, 5xx and dropped connections
     retry_base_s: float = 1.0
     retry_max_s: float = 60.0
+    # What the model accepts (shared/catalogue): the request bodies are built from it. Unset: the
+    # catalogue's entry for `model` without the deployment's extras (services/runtime/session.py
+    # `model_settings` passes the configured one).
+    caps: Capabilities = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.caps is None:
+            self.caps = catalogue().resolve(self.model).caps
+
+    @property
+    def effective_effort(self) -> str | None:
+        """The effort the model reasons at (the one asked for, else its default); None: no reasoning."""
+        return self.caps.effective_effort(self.effort)  # type: ignore[arg-type]
+
+    @property
+    def effort(self) -> str | None:
+        """The effort to send: only one the model accepts (reference §2.1: any other is a 400)."""
+        e = self.reasoning_effort
+        return e if e is not None and e in self.caps.efforts else None
+
+    @property
+    def reasons(self) -> bool:
+        """The model reasons on this call (explicitly or at its default effort; reference §1.2)."""
+        return self.effective_effort not in (None, "none")
+
+    @property
+    def output_cap(self) -> int | None:
+        caps_max = self.caps.max_output
+        if self.max_output_tokens is None:
+            return None
+        return min(self.max_output_tokens, caps_max) if caps_max is not None else self.max_output_tokens
 
 
 class ModelApi(Protocol):
@@ -66,12 +99,61 @@ class ModelApi(Protocol):
         ...
 
 
-class StreamError(Exception):
-    """An error the API reported inside a 200 stream (`error` / `response.failed` events)."""
+StreamErrorKind = Literal["api", "invalid", "no_terminal"]
 
-    def __init__(self, message: str, retryable: bool) -> None:
+
+class StreamError(Exception):
+    """A 200 stream that gave no usable reply: an error the API reported inside it (`error` /
+    `response.failed` events, kind "api"), a reply that does not parse ("invalid"), or a body that
+    ended without its terminal event ("no_terminal": retried like a cut stream, reference §3.3)."""
+
+    def __init__(self, message: str, retryable: bool, kind: StreamErrorKind = "api") -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.kind = kind
+
+
+def no_terminal(what: str) -> StreamError:
+    """The body ended before the stream said it was complete: not an answer (reference §3.3; Codex's
+    "stream closed before response.completed", retried)."""
+    return StreamError(f"stream closed before {what}", retryable=True, kind="no_terminal")
+
+
+def obj(value: Any) -> dict[str, Any]:
+    """A reply's field read as an object: anything else (null, a wrong type) as an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+PROGRESS_STEP_BYTES = 1024
+
+
+class ArgumentProgress:
+    """How far each tool call's streamed arguments have come (a large `write` streams for a while):
+    a `tool_call_progress` event per call after each PROGRESS_STEP_BYTES, at most one per read."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, list[Any]] = {}  # key -> [call id, name, bytes, bytes last told]
+        self.moved: set[str] = set()
+
+    def start(self, key: str, call_id: str, name: str) -> None:
+        slot = self.calls.setdefault(key, ["", "", 0, 0])
+        # What the model wrote, shown as a label only: bounded (the call itself keeps them whole).
+        slot[0], slot[1] = call_id[:200] or slot[0], name[:200] or slot[1]
+
+    def grow(self, key: str, delta: str) -> None:
+        slot = self.calls.setdefault(key, ["", "", 0, 0])
+        slot[2] += len(delta.encode())
+        if slot[2] - slot[3] >= PROGRESS_STEP_BYTES:
+            self.moved.add(key)
+
+    async def tell(self, emit: Emit) -> None:
+        """The calls that moved a step since they were last told: one event each."""
+        for key in sorted(self.moved):
+            slot = self.calls[key]
+            slot[3] = slot[2]
+            await emit(AgentEvent(type="tool_call_progress", data=ToolCallProgressData(
+                tool_call_id=slot[0], tool_name=slot[1], bytes=slot[2]).model_dump()))
+        self.moved.clear()
 
 
 def stand_in(url: str) -> str:
@@ -113,11 +195,19 @@ def assemble(text: list[str], calls: dict[int, dict[str, Any]]) -> list[Any]:
     return content
 
 
-def finish(partial: AssistantMessage, *, length: bool, tool_use: bool = False) -> AssistantMessage:
-    if partial.tool_calls() or tool_use:
-        partial.stop_reason = "toolUse"
-    elif length:
+FinishReason = Literal["stop", "length", "content_filter"]
+
+
+def finish(partial: AssistantMessage, reason: FinishReason = "stop") -> AssistantMessage:
+    """The stop reason of a complete reply. The provider's content filter is its own outcome, never the
+    output limit (reference §3.3); a reply cut at the output limit stays "length" even with tool
+    calls: a call cut there has partial arguments and is not run (engine/loop.py)."""
+    if reason == "content_filter":
+        partial.stop_reason = "contentFilter"
+    elif reason == "length":
         partial.stop_reason = "length"
+    elif partial.tool_calls():
+        partial.stop_reason = "toolUse"
     else:
         partial.stop_reason = "stop"
     return partial

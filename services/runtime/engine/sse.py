@@ -13,7 +13,8 @@ truthy `error` key raises `openai.APIError` (an error inside a 200 stream, retry
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 import aiohttp
@@ -37,6 +38,10 @@ async def open_stream(client: AsyncOpenAI, path: str, body: dict[str, Any]) -> h
     else:
         response = await client.post(path, content=content, cast_to=httpx2.Response, stream=True)
     assert isinstance(response, httpx2.Response)
+    activity = ACTIVITY.get()
+    if activity is not None:  # the headers are in: the call is not idle, and its rate-limit headers are known
+        activity.last = asyncio.get_running_loop().time()
+        activity.headers = response.headers
     return response
 
 
@@ -72,12 +77,19 @@ class ReadGate(Protocol):
     async def wait(self) -> None: ...
 
 
-async def json_reads(response: httpx2.Response) -> AsyncIterator[list[dict[str, Any]]]:
-    """The events of each read (non-empty lists of JSON objects), until `[DONE]` or the end of the
-    body: a consumer handles what one read brought at once (one emit for all its text deltas). A
-    consumer that awaits a ReadGate before asking for the next read gets what arrived meanwhile in one."""
+async def json_reads(response: httpx2.Response,
+                     done: Callable[[], None] | None = None) -> AsyncIterator[list[dict[str, Any]]]:
+    """The events of each read (non-empty lists of JSON objects), until `[DONE]` (`done` is called
+    then) or the end of the body: a consumer handles what one read brought at once (one emit for all
+    its text deltas). A consumer that awaits a ReadGate before asking for the next read gets what
+    arrived meanwhile in one. Data that is not JSON is skipped, as Codex does (reference §3.1): the
+    consumer's own check of the stream's terminal event says whether the reply is whole."""
     buf = b""
+    activity = ACTIVITY.get()
+    loop = asyncio.get_running_loop()
     async for chunk in _reads(response):
+        if activity is not None:
+            activity.last = loop.time()  # one store per read: the idle watch re-arms only when it fires
         blocks, buf = split_events(buf + chunk if buf else chunk)
         events: list[dict[str, Any]] = []
         for block in blocks:
@@ -85,14 +97,15 @@ async def json_reads(response: httpx2.Response) -> AsyncIterator[list[dict[str, 
             if data is None:
                 continue
             if data.startswith(b"[DONE]"):
+                if done is not None:
+                    done()
                 if events:
                     yield events
                 return
             try:
                 event = orjson.loads(data)  # ~3x json.loads on these small objects (bench/stream_micro.py)
-            except ValueError as exc:
-                raise openai.APIError(f"invalid JSON in the stream: {exc}", request=response.request,
-                                      body=None) from exc
+            except ValueError:
+                continue
             if isinstance(event, dict) and event.get("error"):
                 if events:
                     yield events  # what came before the error goes out first
@@ -101,6 +114,21 @@ async def json_reads(response: httpx2.Response) -> AsyncIterator[list[dict[str, 
                 events.append(event)
         if events:
             yield events
+
+
+class Activity:
+    """When the model stream under way last brought bytes (loop time), and its response headers: the
+    idle watch of a model call (engine/call_guard.py) and the provider's rate gate read them. Set for
+    the call's task through `ACTIVITY`, so the API adapters need not pass it along."""
+
+    __slots__ = ("headers", "last")
+
+    def __init__(self, now: float) -> None:
+        self.last = now
+        self.headers: httpx2.Headers | None = None
+
+
+ACTIVITY: ContextVar[Activity | None] = ContextVar("model_stream_activity", default=None)
 
 
 def _reads(response: httpx2.Response) -> AsyncIterable[bytes]:

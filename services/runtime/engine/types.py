@@ -111,6 +111,15 @@ class AbortSignal(asyncio.Event):
 
 
 @dataclass(frozen=True)
+class RunBudget:
+    """What one run may spend before it ends with a clear message (engine/loop.py; the runtime's
+    settings GAMMA_RUN_MAX_MODEL_CALLS and GAMMA_RUN_MAX_TOKENS). 0: no bound."""
+
+    model_calls: int = 0
+    tokens: int = 0  # input + output tokens as the API reported them, summed over the run's calls
+
+
+@dataclass(frozen=True)
 class RunHooks:
     """What the session gives its Agent once: the Agent builds each run's LoopConfig from it (Pi's
     agent.ts builds the loop config per run)."""
@@ -119,6 +128,7 @@ class RunHooks:
     prepare_batch: PrepareBatch = _no_preflight
     before_model_call: BeforeModelCall = _noop
     before_steering: Callable[[], Awaitable[None]] = _nothing  # a wait before the steering is read
+    budget: RunBudget = field(default_factory=RunBudget)
 
 
 @dataclass(frozen=True)
@@ -131,3 +141,4 @@ class LoopConfig:
     prepare_batch: PrepareBatch = _no_preflight
     before_model_call: BeforeModelCall = _noop
     signal: AbortSignal = field(default_factory=AbortSignal)
+    budget: RunBudget = field(default_factory=RunBudget)

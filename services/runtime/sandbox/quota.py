@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shared.pathnames import unshow
 from shared.quota import Usage, WorkspaceQuota
 from shared.walk import Walk, WalkLimits, remove_tree, walk
 
@@ -91,7 +92,7 @@ def _created(root: Path, existed: set[str], dirs: set[str]) -> list[str]:
 def _remove(root: Path, rel: str) -> bool:
     """Remove root/rel (a whole subtree) through O_NOFOLLOW directory fds: a concurrent command of the
     same session that swaps a directory for a symlink cannot turn this into a delete elsewhere."""
-    *dirs, name = rel.split("/")
+    *dirs, name = [unshow(part) for part in rel.split("/")]  # a walk's rel is shown (shared/pathnames.py)
     try:
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:

@@ -11,6 +11,7 @@ from shared.contracts.transcript import Deviation
 from shared.disk import SessionPaths
 from shared.image_limits import ImageLimits
 from shared.quota import WorkspaceQuota
+from shared.settings.images import ImageSettings
 
 from ..document_reads import DocumentReads
 from ..sandbox import Sandbox
@@ -26,9 +27,14 @@ class WorkspaceHost(Protocol):
     paths: SessionPaths
     max_file_bytes: int
     image_limits: ImageLimits
+    image_settings: ImageSettings  # the decoding bounds (shared/image_decoding.py)
     workspace_quota: WorkspaceQuota
 
     async def guard(self) -> None: ...
+
+    async def tenant(self) -> str:
+        """The session's owner: whose decodes in flight an image counts against."""
+        ...
 
     async def guarded_write(self, fn: Callable[[], T]) -> T:
         """`fn` in the I/O pool with the lease checked and the disk fence held (write_guard.py)."""

@@ -23,7 +23,8 @@ from .files import file_ref
 from .image_view import image_outcome, is_image
 from .ports import DisplayHost
 
-DOC_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+DOC_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # fullmatch: `$` would also take a trailing newline
+CARD_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 FORM_PATH = re.compile(r"^forms/([A-Za-z0-9_-]{1,128})\.json$")
 
 
@@ -98,14 +99,14 @@ def show_file_tool(host: DisplayHost) -> Tool:
     )
 
 
-async def _read_deck(host: DisplayHost, doc: str, path: Path, title: str | None) -> ToolOutcome:
+async def _read_deck(host: DisplayHost, doc: str, path: Path, title: str | None, at: str) -> ToolOutcome:
     """Only `doc`: open the tab and hand the agent the live deck (the user may have edited it since
     the agent last saw it) with its revision, so it reads before it changes anything."""
     current = await asyncio.to_thread(read_json, path)  # None: no such document
     if not isinstance(current, dict):
         return ToolOutcome(content=f"Document {doc!r} does not exist; pass `deck` to create it.", is_error=True)
     ari = f"gamma:file:{doc}"
-    tab = await host.open_tab(ari, title or str(current.get("title") or doc))
+    tab = await host.open_tab(ari + at, title or str(current.get("title") or doc))
     revision = current.get("revision")
     if isinstance(revision, int):
         host.document_reads.saw(ari, revision)  # the deck a later write must still find (document_reads.py)
@@ -114,16 +115,35 @@ async def _read_deck(host: DisplayHost, doc: str, path: Path, title: str | None)
                        details={"ari": ari, "tabId": tab, "created": False, "revision": revision})
 
 
+SHOW_GAMMA_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "doc": {"type": "string", "description": "Document id, e.g. 'q3-review'."},
+        "title": {"type": "string", "description": "Optional tab title."},
+        "deck": {"type": "object", "description": "The complete deck to store before opening."},
+        "card": {"type": "string", "description": "Optional card id to show: the deck's tab (an open "
+                 "one is reused) scrolls to it."},
+    },
+    "required": ["doc"],
+    "additionalProperties": False,
+}
+
+
 def show_gamma_tool(host: DisplayHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         doc = args["doc"]
-        if not DOC_RE.match(doc) or doc in {".", ".."}:
+        if not DOC_RE.fullmatch(doc) or doc in {".", ".."}:
             return ToolOutcome(content=f"Invalid document id {doc!r}: use letters, digits, '.', '_' or '-'.",
                                is_error=True)
+        card = args.get("card")
+        if card is not None and not (isinstance(card, str) and CARD_RE.fullmatch(card)):
+            return ToolOutcome(content=f"Invalid card id {card!r}: use letters, digits, '.', ':', '_' or '-'.",
+                               is_error=True)
+        at = f"#{card}" if card else ""  # the tab's location: same tab as the deck's (shared/ari.py)
         path = host.paths.document(doc)
         deck_args = args.get("deck")
         if deck_args is None:
-            return await _read_deck(host, doc, path, args.get("title"))
+            return await _read_deck(host, doc, path, args.get("title"), at)
         try:
             deck = Deck.model_validate(deck_args)
         except ValidationError as exc:
@@ -151,7 +171,7 @@ def show_gamma_tool(host: DisplayHost) -> Tool:
         host.document_reads.saw(ari, revision)
         created = current is None
         await host.artifact_changed(ari, "document", document=stored.model_dump())
-        tab = await host.open_tab(ari, args.get("title") or deck_args.get("title") or doc)
+        tab = await host.open_tab(ari + at, args.get("title") or deck_args.get("title") or doc)
         verb = "Created and opened" if created else "Opened"
         return ToolOutcome(content=f"{verb} {ari} in tab {tab}.",
                            details={"ari": ari, "tabId": tab, "created": created, "revision": revision})
@@ -162,15 +182,6 @@ def show_gamma_tool(host: DisplayHost) -> Tool:
         "({title, theme, metadata, assets, cards: [{id, ...}]}) to create or replace it first; with only "
         "`doc`, the result carries the current deck JSON and its revision (read it before editing). Replacing "
         "a deck changed since you last read or wrote it is refused: read it again first.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "doc": {"type": "string", "description": "Document id, e.g. 'q3-review'."},
-                "title": {"type": "string", "description": "Optional tab title."},
-                "deck": {"type": "object", "description": "The complete deck to store before opening."},
-            },
-            "required": ["doc"],
-            "additionalProperties": False,
-        },
+        parameters=SHOW_GAMMA_PARAMETERS,
         execute=execute,
     )

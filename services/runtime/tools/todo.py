@@ -26,7 +26,8 @@ def todo_tool(host: TodoHost) -> Tool:
     return Tool(
         name="todo",
         description="Replace the task list shown to the user. Send every task each time. Statuses: pending, "
-        "in_progress, complete, blocked; while any task is pending or in_progress, exactly one is in_progress.",
+        "in_progress, complete, blocked; while any task is pending or in_progress, exactly one is in_progress, "
+        "unless a task waits: mark it blocked with its reason and later tasks may stay pending.",
         parameters={
             "type": "object",
             "properties": {
@@ -38,6 +39,7 @@ def todo_tool(host: TodoHost) -> Tool:
                             "id": {"type": "string"},
                             "content": {"type": "string"},
                             "status": {"type": "string", "enum": ["pending", "in_progress", "complete", "blocked"]},
+                            "reason": {"type": "string", "description": "Blocked tasks: what the task waits for."},
                         },
                         "required": ["id", "content", "status"],
                         "additionalProperties": False,

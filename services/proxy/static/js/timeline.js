@@ -3,6 +3,8 @@
 import { el, fmtTime, pretty } from "./dom.js";
 
 const opened = new Set();
+const FAILURE_BADGES = { aborted: "aborted", contentFilter: "content filter" };
+const fmtBytes = (n) => (n >= 1024 ? `${(n / 1024).toFixed(1)} KB` : `${n || 0} B`);
 
 function collapsible(key, summary, body, { open = false, cls = "" } = {}) {
   const det = el("details", { class: cls, dataset: { key } }, el("summary", {}, ...summary), body);
@@ -75,7 +77,13 @@ const VIEWS = {
     el("span", { class: "muted" }, item.text)),
   assistant: (item) => el("div", { class: `item bubble agent assistant${item.streaming ? " streaming" : ""}`, dataset: { key: item.key } },
     who(item.streaming ? "agent (streaming…)" : "agent", item.ts), el("div", { class: "text" }, item.text)),
-  thinking: (item) => collapsible(item.key, [badge("thinking"), el("span", { class: "muted" }, "reasoning")], el("pre", { tabindex: "0" }, item.text), { cls: "item thinking" }),
+  // The reasoning summary: collapsed, also while it streams (`reasoning_update`).
+  thinking: (item) => collapsible(item.key, [badge("thinking"), el("span", { class: "muted" }, item.streaming ? "reasoning (streaming…)" : "reasoning")],
+    el("pre", { tabindex: "0" }, item.text), { cls: `item thinking${item.streaming ? " streaming" : ""}` }),
+  // A tool call whose arguments are still streaming (`tool_call_progress`): a large write shows it moves.
+  toolProgress: (item) => el("div", { class: "item tool-progress", role: "status", dataset: { key: item.key } },
+    badge("tool", "tool"), el("code", { class: "tool-name" }, item.name || "tool"),
+    el("span", { class: "muted" }, `writing arguments… ${fmtBytes(item.bytes)}`)),
   message_user: messageUserView,
   tool: toolView,
   // The images a tool returned (`read` of a PNG): shown under its call, without opening it.
@@ -91,7 +99,7 @@ const VIEWS = {
     el("span", { class: "muted" }, item.phase ? item.phase : `summary of ${item.tokensBefore || "?"} tokens`)],
   el("pre", { tabindex: "0" }, item.text || ""), { cls: "item compaction", open: false }),
   failure: (item) => el("div", { class: "item failure", role: "note", dataset: { key: item.key } },
-    badge(item.stop === "aborted" ? "aborted" : "failed", "error"), el("span", {}, item.text || `run ${item.stop}`)),
+    badge(FAILURE_BADGES[item.stop] || "failed", "error"), el("span", {}, item.text || `run ${item.stop}`)),
   error: (item) => el("div", { class: "item failure", dataset: { key: item.key } }, badge("error", "error"),
     el("span", {}, item.text), item.ts ? el("time", {}, fmtTime(item.ts)) : null),
 };

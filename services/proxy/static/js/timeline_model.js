@@ -41,6 +41,9 @@ function assistantItems(entry, m, results, live) {
   }
   if (m.stopReason === "error" || m.stopReason === "aborted") {
     out.push({ key: `${entry.id}:stop`, ts, kind: "failure", stop: m.stopReason, text: m.errorMessage || "" });
+  } else if (m.stopReason === "contentFilter") { // the provider's filter, never the output limit
+    out.push({ key: `${entry.id}:stop`, ts, kind: "failure", stop: m.stopReason,
+               text: "The provider's content filter stopped this reply." });
   }
   return out;
 }
@@ -57,6 +60,13 @@ function messageItems(entry, results, live) {
   }
 }
 
+/** What a `history_repair` entry did (shared/history_repair.py), in the reader's words. */
+const REPAIRS = {
+  strip_reasoning: "earlier reasoning items are no longer sent",
+  remove_images: "images replaced by a text stand-in",
+  redact: "an item replaced by a note",
+};
+
 function entryItems(entry, results, live) {
   const ts = tsOf(entry);
   switch (entry.type) {
@@ -70,10 +80,13 @@ function entryItems(entry, results, live) {
                 text: entry.reason + (entry.workflow ? ` (${entry.workflow})` : "") }];
     case "compaction":
       return [{ key: entry.id, ts, kind: "compaction", text: entry.summary, tokensBefore: entry.tokensBefore }];
-    case "model_change": return [{ key: entry.id, ts, kind: "note", label: "model", text: entry.modelId }];
+    case "model_change": return [{ key: entry.id, ts, kind: "note", label: "model",
+      text: [entry.modelId, entry.reasoningEffort && `effort ${entry.reasoningEffort}`, entry.api].filter(Boolean).join(" · ") }];
     case "audit": return [{ key: entry.id, ts, kind: "note", label: `completion audit: ${entry.workflow}`,
       text: entry.outcome + (entry.missing && entry.missing.length ? ` (missing: ${entry.missing.join(", ")})` : "")
         + (entry.deviations || []).map((d) => `\ndeviation ${d.step}: ${d.cause}`).join("") }];
+    case "history_repair": return [{ key: entry.id, ts, kind: "note", label: "history repaired",
+      text: `${REPAIRS[entry.action] || entry.action} (the model API refused the replayed history: ${entry.error})` }];
     case "leaf": return entry.note ? [{ key: entry.id, ts, kind: "rewound", text: "The session was rewound to here: "
       + "the entries after it on the previous branch are kept in the tree, the files are as they were here." }] : [];
     default: return [];
@@ -101,7 +114,12 @@ export function buildItems(entries, live) {
     while (at > 0 && items[at - 1].ts > extra.ts) at--;
     items.splice(at, 0, extra);
   }
-  if (live.streamingText) items.push({ key: "streaming", ts: Date.now(), kind: "assistant", streaming: true, text: live.streamingText });
+  const now = Date.now();
+  if (live.streamingReasoning) items.push({ key: "streaming-reasoning", ts: now, kind: "thinking", streaming: true, text: live.streamingReasoning });
+  if (live.streamingText) items.push({ key: "streaming", ts: now, kind: "assistant", streaming: true, text: live.streamingText });
+  for (const [id, p] of live.toolProgress || []) {
+    items.push({ key: `progress-${id}`, ts: now, kind: "toolProgress", name: p.name, bytes: p.bytes });
+  }
   return items;
 }
 

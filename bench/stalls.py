@@ -1,0 +1,236 @@
+"""`make bench-stalls`: another tenant's round trip while one tenant attacks what the services share
+(docs/architecture.md "Bounded work").
+
+One stack (one runtime worker, one proxy). Bob, in his own session, sends prompts one after another
+(`script:` a `message_user` that yields: proxy -> runtime -> the scripted model -> transcript) and
+times each from the POST to the answer in his transcript (polled every 10 ms), beside the proxy's
+`GET /sessions/{id}`. Each attack runs in a loop from another thread while bob measures; before it,
+bob measures the quiet stack. Attacks (alice):
+- connector `uniqueItems`: a call whose array holds 4,500 objects (duplicate last: every pair compared);
+- connector `pattern`: 46 characters against `^(a|aa)+$`;
+- deep PNG attachments x6: six messages at once, each attaching a distinct 7000x7000 16-bit PNG (~0.3 MB);
+- corrupt PNG: distinct truncated 49 M-pixel PNGs attached, one after another;
+- WebP bomb: the 1.9 KB 7000x7000 WebP attached;
+- parallel reads: one step of five `read`s of a deep PNG and a `show_file look` of the WebP.
+Beside them a control, not an attack: alice sends the same three-step connector prompt with a small
+argument, back to back (what any busy neighbour costs on the same cores: the figures set an attack
+against it too). Target: bob's round-trip p99 under attack <= 2x quiet. Prints a table; writes bench/results/stalls.json.
+Run it under the machine lock (`flock /tmp/gamma-bench.lock make bench-stalls`). Not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.bombs import WEBP_7000, png_of_zeros  # noqa: E402
+from tests.support.redis_server import start_redis_server  # noqa: E402
+from tests.support.stack import API_TOKEN, OTHER_TOKEN, SERVICE_TOKEN, Stack  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "stalls.json"
+TARGET_RATIO = 2.0
+
+
+def script(*steps: dict[str, Any]) -> str:
+    return "script:" + json.dumps(list(steps), separators=(",", ":"))
+
+
+def call(tool: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": tool, "arguments": arguments}
+
+
+DONE = {"tool_calls": [call("message_user", message="done", blockOnUser=True)]}
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+class Tenant:
+    def __init__(self, stack: Stack, token: str) -> None:
+        self.http = httpx.Client(base_url=stack.url(), headers={"Authorization": f"Bearer {token}"}, timeout=600)
+        self.sid = ""
+        self.fresh()
+
+    def fresh(self) -> None:
+        """A new session: the transcript polled stays short, so the probe's own cost does not grow."""
+        self.sid = self.http.post("/sessions", json={}).json()["id"]
+        self.cursor, self.seen = "0", 0
+
+    def answers(self) -> int:
+        """message_user results so far, reading only the entries after the last read."""
+        while True:
+            page = self.http.get(f"/sessions/{self.sid}/transcript", params={"cursor": self.cursor}).json()
+            self.seen += sum(1 for e in page["entries"] if e["type"] == "message"
+                             and e["message"]["role"] == "toolResult" and e["message"]["toolName"] == "message_user")
+            self.cursor = page.get("next_cursor") or self.cursor
+            if not page["has_more"]:
+                return self.seen
+
+    def prompt(self, message: str, **body: Any) -> httpx.Response:
+        return self.http.post(f"/sessions/{self.sid}/messages", json={"message": message, **body})
+
+    def round_trip(self, message: str, deadline_s: float = 600) -> float:
+        """ms from the POST to the answer in the transcript (and the run over)."""
+        before = self.answers()
+        began = time.perf_counter()
+        resp = self.prompt(message)
+        assert resp.status_code == 202, resp.text
+        while time.perf_counter() - began < deadline_s:
+            if self.answers() > before and not self.http.get(f"/sessions/{self.sid}").json().get("running"):
+                return (time.perf_counter() - began) * 1000
+            time.sleep(0.01)
+        raise TimeoutError("no answer")
+
+
+def measure(bob: Tenant, rounds: int) -> dict[str, Any]:
+    bob.fresh()
+    trips, gets = [], []
+    for i in range(rounds):
+        trips.append(bob.round_trip(script({"tool_calls": [call("message_user", message=f"pong {i}",
+                                                                      blockOnUser=True)]})))
+        began = time.perf_counter()
+        bob.http.get(f"/sessions/{bob.sid}")
+        gets.append((time.perf_counter() - began) * 1000)
+    return {"round_trip_p50_ms": pct(trips, 0.5), "round_trip_p99_ms": pct(trips, 0.99),
+            "round_trip_max_ms": pct(trips, 1.0), "get_p99_ms": pct(gets, 0.99), "rounds": rounds}
+
+
+def register(stack: Stack, name: str, prop: dict[str, Any]) -> None:
+    spec = {"description": "bench", "tools": [{"name": "put", "description": "takes v", "timeout_s": 5, "parameters": {
+        "type": "object", "properties": {"v": prop}, "required": ["v"]}}]}
+    resp = httpx.put(f"{stack.url('notifications')}/connectors/{name}", json=spec,
+                     headers={"Authorization": f"Bearer {SERVICE_TOKEN}"}, timeout=30)
+    assert resp.status_code == 200, resp.text
+
+
+def put(t: Tenant, path: str, data: bytes) -> None:
+    resp = t.http.put(f"/sessions/{t.sid}/workspace/files/{path}", content=data)
+    assert resp.status_code == 200, resp.text
+
+
+def attacks(stack: Stack, alice: Tenant) -> dict[str, Callable[[int], Any]]:
+    register(stack, "bulk", {"type": "array", "uniqueItems": True, "items": {"type": "object"}})
+    register(stack, "regex", {"type": "string", "pattern": "^(a|aa)+$"})
+    for i in range(6):
+        put(alice, f"deep{i}.png", png_of_zeros(7000 - i, 7000, colour=2, depth=16))
+    put(alice, "bomb.webp", WEBP_7000)
+
+    def connector(name: str, value: Any) -> Callable[[int], Any]:
+        return lambda n: alice.round_trip(script({"tool_calls": [call("load_tools", namespace=f"connector:{name}")]},
+                                                 {"tool_calls": [call(f"{name}__put", v=value)]}, DONE))
+
+    def deep(n: int) -> Any:
+        with ThreadPoolExecutor(6) as pool:
+            return list(pool.map(lambda i: alice.prompt("look", attachments=[f"deep{i}.png"]).status_code, range(6)))
+
+    def corrupt(n: int) -> Any:
+        put(alice, "broken.png", png_of_zeros(7000 - n % 500, 7000, colour=0, depth=8, truncate=True))
+        return alice.prompt("look", attachments=["broken.png"]).status_code
+
+    reads = [call("read", path="deep0.png") for _ in range(5)] + [call("show_file", path="bomb.webp", look=True)]
+    return {
+        # Not an attack: the same three-step prompt with a small argument, back to back, so the figures
+        # tell an attack's cost from that of any busy neighbour on the same cores.
+        "control: busy neighbour": connector("regex", 123),
+        "connector uniqueItems": connector("bulk", [{"a": i} for i in range(4_500)] + [{"a": 0}]),
+        "connector pattern": connector("regex", "a" * 45 + "!"),
+        "deep PNG attachments x6": deep,
+        "corrupt PNG": corrupt,
+        "WebP bomb": lambda n: alice.prompt("look", attachments=["bomb.webp"]).status_code,
+        "parallel reads": lambda n: alice.round_trip(script({"tool_calls": reads}, DONE)),
+    }
+
+
+def under_attack(bob: Tenant, attack: Callable[[int], Any], rounds: int) -> dict[str, Any]:
+    stop, done = threading.Event(), [0]
+
+    def loop() -> None:
+        while not stop.is_set():
+            attack(done[0])
+            done[0] += 1
+
+    worker = threading.Thread(target=loop, daemon=True)
+    worker.start()
+    try:
+        row = measure(bob, rounds)
+    finally:
+        stop.set()
+        worker.join(timeout=900)
+    return {**row, "attacks": done[0]}
+
+
+def run(work: Path, redis_url: str, rounds: int, src: Path | None, only: list[str]) -> dict[str, Any]:
+    stack = Stack(redis_url=redis_url, data_dir=work / "data", log_dir=work / "logs", src=src,
+                  env_overrides={"GAMMA_DYNAMIC_TOOLS": "1", "GAMMA_IDLE_S": "600"})
+    rows: dict[str, Any] = {}
+    try:
+        stack.start()
+        alice, bob = Tenant(stack, API_TOKEN), Tenant(stack, OTHER_TOKEN)
+        measure(bob, 3)  # warm: the session live, the pools started
+        for name, attack in attacks(stack, alice).items():
+            if only and not any(o.lower() in name.lower() for o in only):
+                continue
+            quiet = measure(bob, rounds)
+            loud = under_attack(bob, attack, rounds)
+            ratio = round(loud["round_trip_p99_ms"] / quiet["round_trip_p99_ms"], 2)
+            control = rows.get("control: busy neighbour", {}).get("attack", {}).get("round_trip_p99_ms")
+            rows[name] = {"quiet": quiet, "attack": loud, "p99_ratio": ratio, "within_target": ratio <= TARGET_RATIO,
+                          "p99_vs_control": round(loud["round_trip_p99_ms"] / control, 2) if control else None}
+            print(f"{name:<24} quiet p99 {quiet['round_trip_p99_ms']:>8} ms  attack p99 {loud['round_trip_p99_ms']:>8} ms"
+                  f"  x{ratio:<5} ({loud['attacks']} attacks)", flush=True)
+    finally:
+        stack.stop()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=40, help="bob's round trips per phase")
+    parser.add_argument("--src", type=Path, default=None, help="run the services from another tree (a before figure)")
+    parser.add_argument("--only", action="append", default=[], help="attacks whose name holds this (repeatable)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gamma-bench-stalls-") as tmp:
+        url, server = start_redis_server(data_dir=tmp)
+        try:
+            rows = run(Path(tmp), f"{url}/1", args.rounds, args.src, args.only)
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+    print(f"\n{'attack':<24} {'quiet p50':>10} {'quiet p99':>10} {'attack p50':>11} {'attack p99':>11} {'ratio':>6} "
+          f"{'vs control':>10} {'GET p99 q/a':>14} {'attacks':>8}")
+    for name, r in rows.items():
+        q, a = r["quiet"], r["attack"]
+        print(f"{name:<24} {q['round_trip_p50_ms']:>10} {q['round_trip_p99_ms']:>10} {a['round_trip_p50_ms']:>11} "
+              f"{a['round_trip_p99_ms']:>11} {r['p99_ratio']:>6} {str(r['p99_vs_control']):>10} {str(q['get_p99_ms']) + '/' + str(a['get_p99_ms']):>14} "
+              f"{a['attacks']:>8}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "rounds": args.rounds, "target_ratio": TARGET_RATIO, "src": str(args.src) if args.src else "this tree",
+        "machine": {"arch": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_avg_at_end": os.getloadavg()},
+        "attacks": rows}, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

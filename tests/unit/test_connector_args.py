@@ -1,0 +1,57 @@
+"""Connector arguments checked at a bounded cost (shared/connector_args.py): the budgets on the loop,
+and the worker-side check whose `uniqueItems` and `pattern` keep JSON Schema's meaning in linear time."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from shared.connector_args import MAX_ARGS_DEPTH, MAX_ARGS_VALUES, over_budget, re2_problem, unique, validate
+from shared.connector_schemas import unbounded
+
+
+def nest(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_budgets() -> None:
+    assert over_budget({"a": list(range(100))}) is None
+    assert "values" in str(over_budget({"a": list(range(MAX_ARGS_VALUES))}))
+    assert over_budget({"a": nest(MAX_ARGS_DEPTH - 1)}) is None
+    assert "nest deeper" in str(over_budget({"a": nest(MAX_ARGS_DEPTH)}))
+    assert "bytes" in str(over_budget({"a": "x" * 300_000}))
+
+
+@pytest.mark.parametrize(("items", "expected"), [
+    ([1, 1.0], False), ([True, 1], True), ([False, 0], True), ([{"a": 1}, {"a": 1.0}], False),
+    ([{"a": [1, 2]}, {"a": [2, 1]}], True), ([[1, {"b": None}], [1, {"b": None}]], False), (["1", 1], True),
+])
+def test_unique_keeps_json_schema_equality(items: list[Any], expected: bool) -> None:
+    from jsonschema._utils import uniq  # the reference (quadratic for unsortable items)
+
+    assert unique(items) is expected is uniq(items)
+
+
+def test_validate_in_linear_time_keeps_the_verdicts() -> None:
+    schema = json.dumps({"type": "object", "properties": {
+        "xs": {"type": "array", "uniqueItems": True}, "s": {"type": "string", "pattern": "^(a|aa)+$"},
+        "m": {"type": "object", "patternProperties": {"^x(a|aa)+$": {"type": "integer"}}, "additionalProperties": False}}})
+    assert validate(schema, {"xs": [{"a": i} for i in range(4000)], "s": "aaaa", "m": {"xaa": 1}}) is None
+    where, why = validate(schema, {"xs": [{"a": i} for i in range(4000)] + [{"a": 0}]}) or ("", "")
+    assert where == "xs" and "non-unique" in why and len(why) < 400
+    assert validate(schema, {"s": "a" * 60 + "!"}) == ("s", f"'{'a' * 60}!' does not match '^(a|aa)+$'")
+    assert validate(schema, {"m": {"x" + "a" * 60 + "!": 1}})[0] == "m"  # type: ignore[index]
+
+
+def test_registration_refuses_what_re2_cannot_run_and_in_place_loops() -> None:
+    assert re2_problem("^(a|aa)+$") is None and re2_problem("(a)\\1") and re2_problem("(?<=a)b")
+    assert unbounded({"type": "object", "properties": {"c": {"type": "array", "items": {"$ref": "#"}}}}) == []
+    found = unbounded({"type": "object", "properties": {"x": {"if": {"$ref": "#/properties/x"}}}})
+    assert [loc for loc, _ in found] == [["properties", "x", "if", "$ref"]]
+    found = unbounded({"type": "object", "patternProperties": {"(?=x)": {}}})
+    assert found and found[0][0] == ["patternProperties", "(?=x)"]
