@@ -22,7 +22,6 @@ import pytest
 
 from scripted import responses as scripted_responses
 from scripted.reading import parse_request
-from scripted.settings import ScriptedSettings
 from shared.neutralise import neutralise
 from shared.reserved_tags import TAG_RULE
 from shared.trusted_blocks import quoted
@@ -54,9 +53,7 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(module_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    # The fallback model stands for a local server's model: the double's OpenAI rule table does not know
-    # its name, so the `models` group is off here (the other rules still apply).
-    model = RecordingModel(strict=ScriptedSettings().strictness() - "models").start()
+    model = RecordingModel().start()
     # Developer role for every session except the models listed for the user-role fallback.
     stack = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp("trusted-transport"), env_overrides={
         **model.env(), "GAMMA_TRUSTED_ROLE": "developer", "GAMMA_TRUSTED_ROLE_USER_MODELS": FALLBACK_MODEL,
