@@ -12,7 +12,6 @@ from tests.integration.runtime_support import call, done, script
 from tests.support.model_runs import FAST_RETRIES, create_row, prompt_and_wait
 
 pytestmark = pytest.mark.timeout(120)
-HARNESS_FIX = "harness fix on branch catalogue/streams/retries"
 TOOL_THEN_DONE = script({"tool_calls": [call("write", path="notes.md", content="hello")]}, done("written"))
 
 
@@ -29,11 +28,10 @@ async def test_the_default_configuration_over_chat_completes_a_tool_call_session
     assert not answer["errors"] and answer["message_user"]["message"] == "written"
 
 
-@pytest.mark.xfail(strict=True, reason=HARNESS_FIX)
 async def test_the_default_configuration_over_responses_completes_a_tool_call_session(redis_url: str,
                                                                                       tmp_path: Path) -> None:
-    """reference §1.1-1.3: the default model reasons at its default effort; its reasoning item, asked without
-    `include`, comes back id-only, and its replay under `store:false` is a 404 on the second call."""
+    """reference §1.1-1.3: the default model reasons at its default effort; a reasoning item asked without
+    `include` would come back id-only, and its replay under `store:false` is a 404 on the second call."""
     answer = await _default_session("responses", redis_url, tmp_path)
     assert not answer["errors"] and answer["message_user"]["message"] == "written"
 
