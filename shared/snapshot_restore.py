@@ -24,6 +24,7 @@ from shared import workspace_fs
 from shared.disk import atomic_write_bytes, remove_durably
 from shared.pathnames import unshow
 from shared.snapshot_scan import Item, Manifest, fsync_paths, object_path, permissions
+from shared.sparse import copy_sparse
 
 MAX_REMOVE_ENTRIES = 100_000  # an unrecorded tree (too deep or large to snapshot) is removed up to this
 
@@ -197,14 +198,8 @@ def _stage_from_object(dir_fd: int, name: str, source: Path, mode: int) -> str:
     tmp = workspace_fs.TEMP_PREFIX + secrets.token_hex(8) + workspace_fs.TEMP_SUFFIX
     out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
-        with open(source, "rb") as src:
-            size = os.fstat(src.fileno()).st_size
-            copied = 0
-            while copied < size:
-                n = os.copy_file_range(src.fileno(), out, size - copied)
-                if n == 0:
-                    break
-                copied += n
+        with open(source, "rb") as src:  # holes stay holes (shared/sparse.py)
+            copy_sparse(src.fileno(), out, os.fstat(src.fileno()).st_size)
         os.fchmod(out, mode)
     finally:
         os.close(out)

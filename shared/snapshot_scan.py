@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 from shared import workspace_fs
 from shared.pathnames import show
+from shared.sparse import write_sparse
 
 MAX_DEPTH = 64  # the default; SnapshotLimits follows GAMMA_WORKSPACE_MAX_DEPTH
 CHUNK = 1024 * 1024
@@ -267,9 +268,13 @@ class ObjectWriter:
 def _copy_hashing(src: int, tmp: Path) -> tuple[str, int]:
     h = hashlib.sha256()
     size = 0
-    with open(tmp, "wb") as out:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
         while chunk := os.read(src, CHUNK):
             h.update(chunk)
-            out.write(chunk)
+            write_sparse(fd, chunk)  # an all-zero chunk stays a hole (shared/sparse.py)
             size += len(chunk)
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
     return h.hexdigest(), size

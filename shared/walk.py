@@ -71,6 +71,7 @@ class Entry:
     mtime_ns: int
     uid: int
     depth: int  # path components: "a" is 1, "a/b" 2
+    disk: int = 0  # bytes of disk it takes (st_blocks): a sparse file's holes take none
 
 
 @dataclass
@@ -87,6 +88,11 @@ class Walk:
     @property
     def bytes(self) -> int:
         return sum(e.size for e in self.entries)
+
+    @property
+    def disk(self) -> int:
+        """Bytes on disk (blocks, every kind of entry): what the tree takes from the host's disk."""
+        return sum(e.disk for e in self.entries)
 
     def files(self) -> dict[str, tuple[int, int]]:
         """Regular files: rel -> (mtime_ns, size), the change scan's stamp."""
@@ -133,7 +139,7 @@ def _scan(frame: _Frame, out: Walk, limits: WalkLimits, visit: Visit | None,
                 continue
             kind = kind_of(st.st_mode)
             out.entries.append(Entry(rel, kind, st.st_size if kind == "file" else 0, st.st_mtime_ns,
-                                     st.st_uid, child_depth))
+                                     st.st_uid, child_depth, st.st_blocks * 512))
             if len(out.entries) > limits.max_entries:
                 out.stopped = "entries"
                 return False

@@ -31,6 +31,15 @@ class LimitSettings(Area):
         description="JSON values in a UI document's snapshot (422).")
     sse_max_streams_per_user: int = Field(16, ge=1, validation_alias="GAMMA_SSE_MAX_STREAMS_PER_USER",
         description="Open event streams per user and proxy process (429 past it).")
+    exports_per_user: int = Field(2, ge=1, validation_alias="GAMMA_EXPORTS_PER_USER",
+        description="`GET /export` requests of one user in flight per proxy process, until the archive is sent (429 "
+                    "with Retry-After past it).")
+    exports_per_process: int = Field(4, ge=1, validation_alias="GAMMA_EXPORTS_PER_PROCESS",
+        description="`GET /export` requests in flight per proxy process, all users (429 with Retry-After past it).")
+    forks_per_user: int = Field(2, ge=1, validation_alias="GAMMA_FORKS_PER_USER",
+        description="`POST /fork` requests of one user in flight per proxy process (429 with Retry-After past it).")
+    forks_per_process: int = Field(4, ge=1, validation_alias="GAMMA_FORKS_PER_PROCESS",
+        description="`POST /fork` requests in flight per proxy process, all users (429 with Retry-After past it).")
     sse_queue_size: int = Field(1000, ge=1, validation_alias="GAMMA_SSE_QUEUE_SIZE",
         description="Events queued for one SSE client before it is closed as too slow (it resumes with "
                     "`Last-Event-ID`).")

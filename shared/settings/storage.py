@@ -19,6 +19,9 @@ class StorageSettings(Area):
     workspace_max_bytes: int = Field(100 * 1024 * 1024, validation_alias="GAMMA_WORKSPACE_MAX_BYTES",
         description="Per-session workspace quota in bytes of regular files; a tool write or `PUT` that would grow the"
                     " workspace past it gets 507 (nothing written); for `bash` also the file-size rlimit.")
+    user_disk_bytes: int = Field(5 * 1024 * 1024 * 1024, ge=0, validation_alias="GAMMA_USER_DISK_BYTES",
+        description="What all of one user's sessions may take on the session disk together (workspaces, snapshots, "
+                    "transcripts; by blocks, each inode once): a fork or upload past it is refused (507). 0: no budget.")
     workspace_max_files: int = Field(2000, validation_alias="GAMMA_WORKSPACE_MAX_FILES",
         description="Per-session workspace quota in non-directory entries (507 past it).")
     # Every entry counts (directories, links, FIFOs too), and nesting is bounded: what a command can

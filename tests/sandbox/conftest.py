@@ -16,6 +16,7 @@ LAYERS: tuple[Layer, ...] = ("bwrap", "landlock")
 MAX_PROCS = 64
 QUOTA_BYTES = 4 * 1024 * 1024
 QUOTA_FILES = 100
+TMP_BYTES = 16 * 1024 * 1024
 
 
 def layer_params() -> list[object]:
@@ -37,7 +38,8 @@ def sandbox_stack(request: pytest.FixtureRequest, module_redis_url: str,
     stack = Stack(redis_url=module_redis_url, data_dir=tmp_path_factory.mktemp(f"sbx-{layer}"),
                   env_overrides={"GAMMA_SANDBOX": layer, "GAMMA_SANDBOX_MAX_PROCS": str(MAX_PROCS),
                                  "GAMMA_WORKSPACE_MAX_BYTES": str(QUOTA_BYTES),
-                                 "GAMMA_WORKSPACE_MAX_FILES": str(QUOTA_FILES), "GAMMA_IDLE_S": "120"})
+                                 "GAMMA_WORKSPACE_MAX_FILES": str(QUOTA_FILES), "GAMMA_IDLE_S": "120",
+                                 "GAMMA_SANDBOX_TMP_BYTES": str(TMP_BYTES)})
     stack.layer = layer
     try:
         stack.start("runtime", "proxy")

@@ -26,6 +26,7 @@ from shared.transcript_tree import path_to
 from shared.uirules import default_snapshot
 from shared.write_model import Refused
 
+from .. import disk_budget, heavy
 from ..auth import current_user
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
@@ -98,7 +99,8 @@ async def rewind(body: RewindBody, state: SessionState = Depends(owned_session),
 
 @router.post("/{sid}/fork", status_code=201, response_model=ForkedSession, dependencies=[IDEMPOTENT], responses={
     **ERRORS, **IDEMPOTENCY_RESPONSES, 403: {"description": "the user's session quota is reached"},
-    429: {"description": "too many sessions created in the last minute (Retry-After)"},
+    507: {"description": "the fork would take the user's sessions past their disk budget (GAMMA_USER_DISK_BYTES)"},
+    429: {"description": "too many sessions created in the last minute, or too many forks in flight (Retry-After)"},
 })
 async def fork(body: ForkBody | None = Body(None), state: SessionState = Depends(owned_session),
                user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)) -> ForkedSession:
@@ -106,6 +108,14 @@ async def fork(body: ForkBody | None = Body(None), state: SessionState = Depends
     (default: the active leaf) and whose workspace, documents, todo and UI state are that entry's.
     The source is not changed. Of a live source, the leaf's state is its latest snapshot."""
     entry_id = body.entry_id if body else None
+    lim = proxy.settings.limits
+    forks = heavy.gate("forks", lim.forks_per_user, lim.forks_per_process, "GAMMA_FORKS_PER_USER, GAMMA_FORKS_PER_PROCESS")
+    with heavy.held(forks, user):  # before anything is counted or read: a 429 here changes nothing
+        return await _fork(proxy, state, user, entry_id)
+
+
+async def _fork(proxy: Proxy, state: SessionState, user: str, entry_id: str | None) -> ForkedSession:
+    await disk_budget.admit(proxy, user, await disk_budget.workspace_disk(proxy, state.row.id), "this fork")
     await check_create_rate(proxy.redis, user, proxy.settings.limits.session_creates_per_minute)
     plan = await _plan(proxy, state, entry_id)
     try:

@@ -18,6 +18,7 @@ from shared.contracts.inbox import ModelChange
 from shared.disk import session_paths
 from shared.model_change import record_on_disk
 
+from .. import heavy
 from ..deps import Proxy, get_proxy
 from ..erase import begin, delete_session
 from ..errors import ApiError
@@ -94,7 +95,8 @@ async def change_model(proxy: Proxy, state: SessionState, model: ModelConfig) ->
 
 @router.get("/{sid}/export", response_class=StreamingResponse, responses={
     **ERRORS, 200: {"content": {"application/gzip": {}}, "description": "a .tar.gz of the session under `{id}/`"},
-    413: {"description": "the session's files exceed GAMMA_EXPORT_MAX_BYTES"}})
+    413: {"description": "the session's files exceed GAMMA_EXPORT_MAX_BYTES"},
+    429: {"description": "too many exports in flight, the user's or the server's (Retry-After)"}})
 async def export(state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)) -> StreamingResponse:
     """The transcript as stored (all branches), todo, UI state, documents and workspace files, with
     `session.json` (the session as GET /sessions/{id} shows it). Symlinks and special files in the
@@ -102,14 +104,23 @@ async def export(state: SessionState = Depends(owned_session), proxy: Proxy = De
     sid = state.row.id
     paths = session_paths(proxy.settings.storage.data_dir, sid)
     meta = state.view().model_dump_json(indent=2).encode()
+    lim = proxy.settings.limits
+    slot = heavy.gate("exports", lim.exports_per_user, lim.exports_per_process,
+                      "GAMMA_EXPORTS_PER_USER, GAMMA_EXPORTS_PER_PROCESS").take(state.row.owner)
     try:
         f = await asyncio.to_thread(build, paths.root, sid, meta, proxy.settings.sessions.export_max_bytes,
                                     proxy.settings.storage.data_dir / ".exports")
     except ExportTooLarge as exc:
+        slot.release()
         raise ApiError(413, str(exc)) from exc
     except FileNotFoundError as exc:
+        slot.release()
         raise ApiError(404, f"session {sid!r} has no data on disk") from exc
+    except BaseException:
+        slot.release()
+        raise
     size = os.fstat(f.fileno()).st_size
     headers = {"Content-Length": str(size), "Content-Disposition": f'attachment; filename="{sid}.tar.gz"',
                "Cache-Control": "no-store"}
-    return StreamingResponse(chunks(f), media_type="application/gzip", headers=headers)
+    # the slot is held until the archive is sent: its temporary file is disk taken meanwhile
+    return StreamingResponse(heavy.released_after(chunks(f), slot), media_type="application/gzip", headers=headers)

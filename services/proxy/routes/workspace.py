@@ -37,6 +37,7 @@ from shared.disk import PathRefused, check_size, session_paths, shown_path, spli
 from shared.quota import WorkspaceQuota
 from shared.write_model import Refused
 
+from .. import disk_budget
 from ..artifacts import BlobRef, client_digest, file_changed, file_deleted, file_ref
 from ..deps import Proxy, get_proxy, tracking
 from ..errors import DISK_ERRORS
@@ -173,7 +174,8 @@ def _root_listing(workspace: Path, most: int) -> list[dict[str, object]]:
     **ERRORS, 200: {"description": "{path, size, revision, created}: `created` when there was no file before"},
     409: {"description": "the session is waking, or the path is a directory or goes through a file"},
     413: {"description": "file too large"}, 504: {"description": "runtime timeout"},
-    507: {"description": "the session disk, or the session's workspace quota (bytes or files), is full"},
+    507: {"description": "the session disk, the session's workspace quota (bytes or files) or the user's disk "
+                        "budget (GAMMA_USER_DISK_BYTES) is full"},
 })
 async def write_file(
     path: str, request: Request, x_gamma_digest: str | None = Header(None),
@@ -183,6 +185,7 @@ async def write_file(
     sid, workspace, rel, digest = write_target(request, path, x_gamma_digest, state, proxy)
     data = await request.body()
     check_size(data, proxy.settings.storage.max_file_bytes)
+    await disk_budget.admit(proxy, state.row.owner, len(data), "this upload")
     data_dir = proxy.settings.storage.data_dir
     workspace_quota = WorkspaceQuota.from_settings(proxy.settings)
 

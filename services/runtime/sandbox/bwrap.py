@@ -1,6 +1,7 @@
 """Layer 1: bubblewrap. New user/pid/ipc/uts/cgroup/net namespaces, a minimal read-only root, the
 workspace as the only writable bind at /workspace, the skills read-only at /skills, a private tmpfs
-/tmp and HOME, a fresh /proc, a cleared environment.
+/tmp, HOME and /dev/shm of a bounded size each (the root and /dev tmpfs read-only), a fresh /proc, a
+cleared environment.
 
 The command runs as pid 1 of its pid namespace (--as-pid-1): when it returns, or when the outer
 bwrap is killed (--die-with-parent), the kernel kills everything else in the namespace, so
@@ -131,10 +132,15 @@ def bwrap_argv(binary: str, command: str, limits: SandboxLimits, workspace_fd: i
             "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1",
             "--uid", str(INNER_UID), "--gid", str(INNER_UID), "--hostname", "sandbox", *root_args(),
             *(["--proc", "/proc"] if proc else []), "--dev", "/dev",
+            "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm",
             "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
             "--size", str(limits.tmp_bytes), "--tmpfs", HOME,
             "--ro-bind-fd", str(skills_fd), SKILLS,
-            "--bind-fd", str(workspace_fd), WORKSPACE, "--chdir", WORKSPACE, "--clearenv",
+            "--bind-fd", str(workspace_fd), WORKSPACE,
+            # bwrap's own tmpfs under / and /dev have no size (half the host's RAM) and belong to the
+            # command's uid: read-only once every mount point is made, so only the sized ones take writes.
+            "--remount-ro", "/dev", "--remount-ro", "/",
+            "--chdir", WORKSPACE, "--clearenv",
             *(["--seccomp", str(seccomp)] if seccomp is not None else [])]
     for key, value in env(tz).items():
         argv += ["--setenv", key, value]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -15,7 +16,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from shared.settings import Settings
 
-from . import landlock
+from . import cgroup, landlock
 from .bwrap import bwrap_binary
 from .core import Sandbox
 from .types import Layer, SandboxLimits
@@ -33,7 +34,8 @@ def limits_from(settings: Settings) -> SandboxLimits:
                          file_bytes=settings.storage.workspace_max_bytes,
                          workspace_files=settings.storage.workspace_max_files, tmp_bytes=settings.commands.sandbox_tmp_bytes,
                          workspace_entries=settings.storage.workspace_max_entries,
-                         workspace_depth=settings.storage.workspace_max_depth, walk_budget_s=settings.storage.workspace_walk_budget_s)
+                         workspace_depth=settings.storage.workspace_max_depth, walk_budget_s=settings.storage.workspace_walk_budget_s,
+                         cgroup=settings.commands.sandbox_cgroup)
 
 
 def _missing(layer: Layer) -> str | None:
@@ -42,14 +44,15 @@ def _missing(layer: Layer) -> str | None:
     return landlock.available()
 
 
-def probe_layer(layer: Layer, limits: SandboxLimits, skills_dir: Path, proc: bool = True) -> str | None:
-    """Run a real command through the layer; None if it worked, else why not."""
+def probe_layer(layer: Layer, limits: SandboxLimits, skills_dir: Path, proc: bool = True,
+                group: cgroup.Base | None = None) -> str | None:
+    """Run a real command through the layer (inside a call cgroup made in `group`); None if it worked, else why not."""
     missing = _missing(layer)
     if missing:
         return missing
     work = Path(tempfile.mkdtemp(prefix="gamma-sandbox-probe-"))
     try:
-        box = Sandbox(layer, limits, proc=proc)
+        box = Sandbox(layer, limits, proc=proc, cgroup=group)
         req = box.request(PROBE, work / "workspace", skills_dir, timeout=15)
         res = _run_sync(box, req)
         if res.exit_code == 0 and res.output.strip() == "probe":
@@ -100,21 +103,38 @@ def _select(mode: str, limits: SandboxLimits, skills_dir: Path) -> Sandbox:
         why = probe_layer(layer, limits, skills_dir)
         if why is None:
             log.info("sandbox_layer", layer=layer, mode=mode, tried=tried)
-            return Sandbox(layer, limits)
+            return _with_cgroup(Sandbox(layer, limits), skills_dir)
         tried.append(f"{layer}: {why}")
         if layer == "bwrap" and probe_layer(layer, limits, skills_dir, proc=False) is None:
             log.warning("sandbox_layer", layer=layer, mode=mode, proc=False, tried=tried,
                         hint="no fresh /proc allowed here (masked /proc): commands run without /proc")
-            return Sandbox(layer, limits, proc=False)
+            return _with_cgroup(Sandbox(layer, limits, proc=False), skills_dir)
     reason = ("no sandbox layer works on this host, so bash is disabled (" + "; ".join(tried) + "). Install "
               "bubblewrap and allow user namespaces, or run on a kernel with Landlock; see README 'Security'.")
     log.error("sandbox_unavailable", mode=mode, reason=reason)
     return Sandbox(None, limits, reason=reason)
 
 
+def _with_cgroup(box: Sandbox, skills_dir: Path) -> Sandbox:
+    """The layer with a memory cgroup per call where the host offers one that really works (cgroup.py)."""
+    base = cgroup.find_base(box.limits.cgroup)
+    if base is not None and box.layer is not None:
+        why = probe_layer(box.layer, box.limits, skills_dir, box.proc, base)
+        if why is None:
+            log.info("sandbox_memory", cgroup=str(base.path), version=base.version)
+            return replace(box, cgroup=base)
+        log.warning("sandbox_memory", cgroup=None, tried=str(base.path), why=why)
+    log.warning("sandbox_memory", cgroup=None, setting=box.limits.cgroup,
+                hint="no memory cgroup per call: a call's memory is bounded by RLIMIT_AS per process and its "
+                     "tmpfs sizes only (README 'Security')")
+    return box
+
+
 def describe(box: Sandbox) -> dict[str, object]:
     """What /readyz shows under details.sandbox."""
     out: dict[str, object] = {"layer": box.layer or "none"}
+    if box.cgroup is not None:
+        out["memoryCgroup"] = str(box.cgroup.path)
     if box.layer == "bwrap" and not box.proc:
         out["proc"] = False
     if box.layer == "off":

@@ -15,8 +15,9 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 CHUNK = 65536
 DRAIN_S = 2.0  # after the kill, how long the pipe may take to reach EOF
@@ -60,6 +61,7 @@ class Exit:
     timed_out: bool
     aborted: bool
     duration: float
+    stopped: str | None = None  # the watchdog's reason, when it had the call killed
 
 
 def kill_group(pid: int) -> None:
@@ -98,7 +100,9 @@ async def _exited(pid: int) -> None:
 
 
 async def run_confined(argv: Sequence[str], *, env: dict[str, str], cwd: str | None, wall_s: float,
-                       stop: asyncio.Event | None, output_chars: int, pass_fds: Sequence[int] = ()) -> Exit:
+                       stop: asyncio.Event | None, output_chars: int, pass_fds: Sequence[int] = (),
+                       watchdog: Coroutine[Any, Any, str] | None = None) -> Exit:
+    """`watchdog` returns a reason once the call must be killed (a limit the kernel does not enforce)."""
     started = time.monotonic()
     loop = asyncio.get_running_loop()
     # subprocess.Popen (vfork + exec, no preexec_fn), as asyncio's own subprocess API does inline; the
@@ -113,13 +117,17 @@ async def run_confined(argv: Sequence[str], *, env: dict[str, str], cwd: str | N
     pump = asyncio.ensure_future(_pump(reader, capture))
     waiter = asyncio.ensure_future(_exited(proc.pid))
     stopper = asyncio.ensure_future(stop.wait()) if stop is not None else None
+    guard = asyncio.ensure_future(watchdog) if watchdog is not None else None
     timed_out = aborted = False
+    stopped: str | None = None
     try:
-        waits = {waiter} | ({stopper} if stopper is not None else set())
+        waits = {waiter} | {t for t in (stopper, guard) if t is not None}
         done, _ = await asyncio.wait(waits, timeout=wall_s, return_when=asyncio.FIRST_COMPLETED)
         if waiter not in done:
             aborted = stopper is not None and stopper in done
-            timed_out = not aborted
+            if guard is not None and guard in done and not aborted:
+                stopped = guard.result()
+            timed_out = not aborted and stopped is None
         kill_group(proc.pid)  # also after a normal exit: what the command left running goes too
         await waiter
         proc.poll()  # reap: the pidfd said it exited
@@ -130,9 +138,9 @@ async def run_confined(argv: Sequence[str], *, env: dict[str, str], cwd: str | N
         await asyncio.shield(asyncio.to_thread(proc.wait))
         raise
     finally:
-        for task in (stopper, waiter, pump):
+        for task in (stopper, guard, waiter, pump):
             if task is not None:
                 task.cancel()
         transport.close()
     text, truncated = capture.text()
-    return Exit(proc.returncode, text, truncated, timed_out, aborted, time.monotonic() - started)
+    return Exit(proc.returncode, text, truncated, timed_out, aborted, time.monotonic() - started, stopped)

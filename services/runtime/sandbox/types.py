@@ -15,7 +15,7 @@ Layer = Literal["bwrap", "landlock", "off"]
 class SandboxLimits(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    memory_bytes: int = 1024 * 1024 * 1024  # RLIMIT_AS per process
+    memory_bytes: int = 1024 * 1024 * 1024  # RLIMIT_AS per process; the whole call's, tmpfs included (cgroup.py)
     cpu_s: int = 120  # RLIMIT_CPU per process
     max_procs: int = 256  # RLIMIT_NPROC: processes of the sandbox's user (in its own user namespace for bwrap)
     max_open_files: int = 256  # RLIMIT_NOFILE
@@ -24,7 +24,8 @@ class SandboxLimits(BaseModel):
     workspace_entries: int = 10_000  # bounds of the workspace walks around a call (shared/walk.py)
     workspace_depth: int = 64
     walk_budget_s: float = 5.0
-    tmp_bytes: int = 64 * 1024 * 1024  # size of the private /tmp and HOME (bwrap tmpfs)
+    tmp_bytes: int = 64 * 1024 * 1024  # size of each private tmpfs (/tmp, HOME, /dev/shm under bwrap; landlock's /tmp)
+    cgroup: str = "auto"  # where each call's memory cgroup is made: auto, off or a directory (cgroup.py)
     output_chars: int = 30_000  # what the caller keeps of stdout+stderr (head and tail)
 
 
@@ -36,6 +37,7 @@ class SandboxRequest(BaseModel):
     skills_dir: Path  # read-only, at /skills (bwrap) or its own path (landlock)
     limits: SandboxLimits = SandboxLimits()
     timeout: float = 60.0
+    workspace_usage: tuple[int, int] | None = None  # (bytes on disk, entries) just before the call, if measured
 
 
 class SandboxResult(BaseModel):
@@ -47,6 +49,8 @@ class SandboxResult(BaseModel):
     duration: float = 0.0
     layer: Layer | None = None
     error: str | None = None  # the sandbox could not run the command at all (no working layer)
+    stopped: str | None = None  # killed by the disk watchdog (watch.py): why, for the model
+    memory_killed: int = 0  # processes the kernel killed at the call's memory limit (cgroup.py)
 
 
 def walk_limits(limits: SandboxLimits) -> WalkLimits:

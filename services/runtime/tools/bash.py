@@ -1,5 +1,6 @@
 """bash: a shell command, confined by the session's sandbox (services/runtime/sandbox), with the
-workspace as cwd, a timeout, an output cap and the workspace quota checked after the call.
+workspace as cwd, a timeout, an output cap, the workspace quota watched while the call runs (the call is
+killed past it, sandbox/watch.py) and enforced after it (sandbox/quota.py).
 
 Files the command changes are published as ArtifactChange(agent), found by comparing the
 workspace's (mtime, size) before and after: two walks (shared/walk.py, bounded, in the I/O pool).
@@ -17,7 +18,7 @@ from shared.walk import Walk, walk
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..paths import sandbox_skills_dir
-from ..sandbox import quota
+from ..sandbox import SandboxResult, quota
 from .files import file_ref
 from .ports import ShellHost
 
@@ -38,7 +39,10 @@ def bash_tool(host: ShellHost) -> Tool:
         await host.guard()
         # Skills ship scripts (gml-cli: `python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py"`): the sandbox
         # sets the variable itself (/skills under bwrap), whatever started the runtime.
-        res = await box.run(box.request(args["command"], root, sandbox_skills_dir(), timeout), ctx.signal)
+        req = box.request(args["command"], root, sandbox_skills_dir(), timeout)
+        if before.complete:  # the watchdog starts from this measure instead of walking again
+            req = req.model_copy(update={"workspace_usage": (before.disk, len(before.entries))})
+        res = await box.run(req, ctx.signal)
         if res.error is not None:
             return ToolOutcome(content=f"bash is disabled: {res.error}", is_error=True, details={"sandbox": "none"})
         after = await asyncio.to_thread(walk, root, limits)
@@ -46,17 +50,15 @@ def bash_tool(host: ShellHost) -> Tool:
         if over is not None:
             after = await asyncio.to_thread(walk, root, limits)
         await _publish_changes(host, root, before, after)
-        text, code = res.output, res.exit_code
-        details: dict[str, Any] = {"exitCode": code, "truncated": res.truncated, "sandbox": res.layer}
-        if over is not None:
-            details["quotaExceeded"] = True
-            text += "\n" + over.message()
+        text, details = _limit_notes(res, box.limits.memory_bytes, over)
+        code = res.exit_code
         if res.timed_out:
             return ToolOutcome(content=text + f"\n[timed out after {timeout}s]", is_error=True,
                                details={**details, "timedOut": True})
         if res.aborted:  # the run's abort: the loop puts its note first (engine/loop.py aborted_outcome)
             return ToolOutcome(content=text, is_error=True, details={**details, "aborted": True})
-        return ToolOutcome(content=text or "(no output)", is_error=code != 0 or over is not None, details=details)
+        return ToolOutcome(content=text or "(no output)", is_error=code != 0 or over is not None or res.stopped is not None,
+                           details=details)
 
     return Tool(
         name="bash",
@@ -75,6 +77,23 @@ def bash_tool(host: ShellHost) -> Tool:
         },
         execute=execute,
     )
+
+
+def _limit_notes(res: SandboxResult, memory_bytes: int, over: quota.QuotaReport | None) -> tuple[str, dict[str, Any]]:
+    """The output, with a note for each limit the call met while it ran or after."""
+    text = res.output
+    details: dict[str, Any] = {"exitCode": res.exit_code, "truncated": res.truncated, "sandbox": res.layer}
+    if res.stopped:  # the disk watchdog killed it (sandbox/watch.py)
+        details["stopped"] = True
+        text += "\n" + res.stopped
+    if res.memory_killed:
+        details["memoryKilled"] = res.memory_killed
+        text += (f"\n[the call reached its memory limit ({memory_bytes} bytes for all its processes and its /tmp, "
+                 f"HOME and /dev/shm together): the kernel killed {res.memory_killed} process(es)]")
+    if over is not None:
+        details["quotaExceeded"] = True
+        text += "\n" + over.message()
+    return text, details
 
 
 async def _publish_changes(host: ShellHost, root: Path, before_walk: Walk, after_walk: Walk) -> None:
