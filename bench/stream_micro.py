@@ -49,16 +49,36 @@ from shared.contracts.messages import AssistantMessage  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "stream_micro.json"
 TOOL = {"name": "message_user", "arguments": {"message": "Done: the answer is above.", "blockOnUser": True}}
+HISTORY = [0]  # earlier tool calls in every request (--history)
 ENV = {"GAMMA_SCRIPTED_PROFILE": "fast_gpt", "GAMMA_SCRIPTED_STAMP": "true"}
 
 
-def body(api: str, tokens: int) -> dict[str, Any]:
+def earlier(api: str, turns: int) -> list[dict[str, Any]]:
+    """`turns` earlier tool calls with their results (~1 KB each): a session's history, which the model API
+    double checks on every request (scripted/strict/)."""
+    out: list[dict[str, Any]] = []
+    for i in range(turns):
+        args, result = json.dumps({"path": f"file{i}.txt"}), "line of a file\n" * 60
+        if api == "responses":
+            out += [{"type": "function_call", "call_id": f"c{i}", "name": "read", "arguments": args},
+                    {"type": "function_call_output", "call_id": f"c{i}", "output": result}]
+        else:
+            out += [{"role": "assistant", "content": None, "tool_calls": [
+                        {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": args}}]},
+                    {"role": "tool", "tool_call_id": f"c{i}", "content": result}]
+    return out
+
+
+def body(api: str, tokens: int, history: int = 0) -> dict[str, Any]:
     script = "script:" + json.dumps([{"content": "@ts@" * tokens, "tool_calls": [TOOL]}])
     params = {"type": "object", "properties": {"message": {"type": "string"}, "blockOnUser": {"type": "boolean"}}}
+    before = [{"role": "user", "content": "start"}, *earlier(api, history)] if history else []
     if api == "responses":
-        return {"model": "gpt-bench", "input": [{"role": "user", "content": script}], "stream": True, "store": False,
-                "tools": [{"type": "function", "name": "message_user", "description": "", "parameters": params}]}
-    return {"model": "gpt-bench", "messages": [{"role": "user", "content": script}], "stream": True,
+        return {"model": "gpt-4.1-mini", "input": [*before, {"role": "user", "content": script}], "stream": True,
+                "store": False,
+                "tools": [{"type": "function", "name": "message_user", "description": "", "parameters": params,
+                           "strict": False}]}
+    return {"model": "gpt-4.1-mini", "messages": [*before, {"role": "user", "content": script}], "stream": True,
             "stream_options": {"include_usage": True},
             "tools": [{"type": "function", "function": {"name": "message_user", "parameters": params}}]}
 
@@ -76,7 +96,7 @@ async def run_calls(client: AsyncOpenAI, api: str, sessions: int, tokens: int, g
 
     async def one(i: int) -> None:
         await asyncio.sleep(2.0 * i / sessions)  # the bench's ramp
-        msg = await adapter.consume(client, body(api, tokens), AssistantMessage(model="gpt-bench", api=api), emit,
+        msg = await adapter.consume(client, body(api, tokens, HISTORY[0]), AssistantMessage(model="gpt-4.1-mini", api=api), emit,
                                     asyncio.Event(), gate)
         assert msg.tool_calls(), msg
 
@@ -146,11 +166,14 @@ def main() -> None:
     parser.add_argument("--asyncio", action="store_true", help="the default asyncio loop instead of uvloop")
     parser.add_argument("--gate-ms", type=float, default=0.0,
                         help="read the streams through an EventSender read gate of this period (0: every chunk)")
+    parser.add_argument("--history", type=int, default=0,
+                        help="earlier tool calls (~1 KB each) in every request: a session's history")
     parser.add_argument("--label", default="")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     rows = []
     print(f"{'mode':16} {'CPU us/token':>12} {'tokens/s':>10} {'wall s':>7} {'load 1m':>8}")
+    HISTORY[0] = args.history
     for mode in args.modes.split(","):
         row = {"mode": mode, "api": args.api, "sessions": args.sessions, "uvloop": not args.asyncio,
                "gate_ms": args.gate_ms,

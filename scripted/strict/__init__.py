@@ -46,5 +46,8 @@ class Strictness:
     def on(self, group: str) -> bool:
         return group in self.groups
 
+    def __sub__(self, group: str) -> Strictness:
+        return Strictness(self.groups - {group}, self.encrypted_by_default)
+
 
 OFF = Strictness(frozenset())

@@ -26,6 +26,7 @@ from fastapi import FastAPI, Request, Response
 
 from scripted import responses as scripted_responses
 from scripted.gamma import ScriptedGamma
+from scripted.strict import Strictness
 from scripted.summarizer import scripted_summarizer
 from scripted.transport import ScriptedTransport
 from services.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
@@ -65,6 +66,9 @@ class RecordingModel:
     recorded: list[Recorded] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _http: ThreadedServer | None = None
+    # the strict double's rule groups (GAMMA_SCRIPTED_STRICT when None); a test standing for a
+    # non-OpenAI server's model drops `models` (the OpenAI rule table does not know its names)
+    strict: Strictness | None = None
 
     @property
     def base_url(self) -> str:
@@ -86,8 +90,8 @@ class RecordingModel:
 
     def app(self) -> FastAPI:
         app = FastAPI()
-        agent = ScriptedTransport(ScriptedGamma(load_skills(skills_dir())))
-        summarize = ScriptedTransport(scripted_summarizer)
+        agent = ScriptedTransport(ScriptedGamma(load_skills(skills_dir())), strict=self.strict)
+        summarize = ScriptedTransport(scripted_summarizer, strict=self.strict)
 
         async def answer(request: Request, api: Literal["responses", "chat"]) -> Response:
             raw = await request.body()

@@ -1,7 +1,7 @@
 """The harness against the strict double, in process (engine/agent.py over the real openai client and the
 scripted transport): what the real API would accept works; what it would refuse is a finding, marked
-xfail(strict) until the harness side lands (request building on `catalogue`); the lead flips them at merge.
-Each finding names the reference rule (`openai-api-rules.md`) the double enforces."""
+now met by the request building from the model catalogue (shared/catalogue/). Each finding names the reference
+rule (`openai-api-rules.md`) the double enforces."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks, To
 from shared.contracts.messages import AssistantMessage, UserMessage
 from shared.tokens import TokenCounter
 
-HARNESS_FIX = "harness fix on branch catalogue/streams/retries"
 STEPS = [{"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]}, {"content": "done"}]
 
 
@@ -66,7 +65,6 @@ async def test_what_the_real_api_accepts_completes(model: str, api: ApiName, eff
     assert len(requests) == 2
 
 
-@pytest.mark.xfail(strict=True, reason=HARNESS_FIX)
 async def test_the_default_model_over_responses_replays_its_reasoning_with_encrypted_content() -> None:
     """reference §1.1-1.3: gpt-5-mini reasons at medium with no effort sent; without `include` its reasoning
     item comes back id-only, and replaying it under `store:false` is a 404 on the second call."""
@@ -74,14 +72,12 @@ async def test_the_default_model_over_responses_replays_its_reasoning_with_encry
     assert completed(last), last.error_message
 
 
-@pytest.mark.xfail(strict=True, reason=HARNESS_FIX)
 async def test_reasoning_summaries_are_requested_from_a_reasoning_model() -> None:
     """reference §1.12: summaries come only when `reasoning.summary` is set."""
     _, requests = await converse("gpt-5-mini", "responses", "low")
     assert all((body.get("reasoning") or {}).get("summary") for _, body in requests)
 
 
-@pytest.mark.xfail(strict=True, reason=HARNESS_FIX)
 @pytest.mark.parametrize(("model", "api", "effort", "max_output"), [
     ("gpt-4o", "responses", "low", None),  # §2.1: no effort parameter on gpt-4o/4.1
     ("gpt-4.1", "chat", "medium", None),
@@ -89,11 +85,17 @@ async def test_reasoning_summaries_are_requested_from_a_reasoning_model() -> Non
     ("o3", "chat", "low", None),  # §2.2: parallel_tool_calls refused by o-series on Chat, even false
     ("gpt-5.4", "chat", "low", None),  # §2.1: Chat + function tools + effort ≠ none from 5.4 on
     ("gpt-5.6-sol", "chat", None, None),  # §2.1: on 5.6 the default effort (medium) counts
-    ("gpt-5.1-codex", "chat", None, None),  # §2.1: codex models are Responses-only (404)
     ("gpt-4o", "responses", None, 32_000),  # §2.2/§2.3: GAMMA_MAX_OUTPUT_TOKENS' 32,000 over gpt-4o's 16,384
 ], ids=["4o-effort", "4.1-chat-effort", "5.1-minimal", "o3-chat-parallel", "5.4-chat-tools-effort",
-        "5.6-chat-tools-default", "codex-on-chat", "4o-output-cap"])
+        "5.6-chat-tools-default", "4o-output-cap"])
 async def test_requests_are_adapted_to_their_model(model: str, api: ApiName, effort: str | None,
                                                    max_output: int | None) -> None:
     last, _ = await converse(model, api, effort, max_output)
     assert completed(last), last.error_message
+
+
+async def test_a_codex_model_on_chat_is_refused_as_the_api_refuses_it() -> None:
+    """reference §2.1: codex models are Responses-only (404); the catalogue refuses such a session at
+    POST /sessions, so only a hand-built engine setting reaches the double with it."""
+    last, _ = await converse("gpt-5.1-codex", "chat")
+    assert last.stop_reason == "error" and "only supported in v1/responses" in (last.error_message or "")

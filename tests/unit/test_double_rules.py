@@ -67,8 +67,9 @@ CASES: list[tuple[str, str, dict[str, Any], tuple[int, str | None, str]]] = [
     ("image on o3-mini", "responses", responses({"role": "user", "content": [
         {"type": "input_image", "image_url": "data:image/png;base64,AA", "detail": "auto"}]}, model="o3-mini"),
      (400, None, "only supported by certain models")),
-    ("sdk: effort outside the enum", "responses", responses(reasoning={"effort": "huge"}),
-     (400, "invalid_value", "reasoning.effort")),
+    ("sdk: include outside the enum", "responses", responses(include=["reasoning.everything"]),
+     (400, "invalid_value", "'include[0]'")),
+    ("sdk: unknown key", "responses", responses(temperatur=1), (400, "unknown_parameter", "'temperatur'")),
     ("chat ok", "chat", chat(ASSISTANT_CALL, {"role": "tool", "tool_call_id": "c1", "content": "ok"}), (0, None, "")),
     ("chat call unanswered", "chat", chat(ASSISTANT_CALL, {"role": "user", "content": "next"}),
      (400, None, "did not have response messages: c1")),
