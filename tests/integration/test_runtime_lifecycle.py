@@ -100,7 +100,8 @@ def test_stop_goes_dormant_and_wake_restores_the_conversation(rt: Stack, d: Driv
     d.prompt(sid, "what was the word?")
     d.wait_event(sid, lambda e: len(d.message_users(sid)) == 2, what="second answer")
     requests = [e["data"] for e in d.events(sid) if e["type"] == "model_request"]
-    assert requests[-1]["message_count"] == requests[0]["message_count"] + 3  # user, assistant, tool result replayed
+    # user, the reasoning item (gpt-5-mini reasons at its default effort), the call and its result replayed
+    assert requests[-1]["message_count"] == requests[0]["message_count"] + 4
     assert lifecycle(d, sid)[-1]["fence"] == 2
 
 

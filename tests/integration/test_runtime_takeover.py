@@ -86,7 +86,7 @@ def test_sigterm_persists_releases_and_todo_survives_restart(stack_factory) -> N
     d.prompt(sid, script({"tool_calls": [call("todo", items=items)]}, done()))
     d.wait_event(sid, lambda e: e["type"] == "todo" and e["data"]["todo"]["revision"] == 2, what="todo rev 2")
     todo = json.loads((Path(rt.data_dir) / "sessions" / sid / "todo.json").read_text())
-    assert todo == {"revision": 2, "items": [{"id": "a", "content": "A", "status": "complete"}]}
+    assert todo == {"revision": 2, "items": [{"id": "a", "content": "A", "status": "complete", "reason": None}]}
 
 
 async def test_worker_whose_lease_was_taken_cannot_append(redis_client: aioredis.Redis, tmp_path: Path) -> None:
