@@ -540,10 +540,11 @@ export interface components {
             scope: string;
             /**
              * Source
+             * @description Always `workspace`: notes a user writes.
              * @default workspace
-             * @enum {string}
+             * @constant
              */
-            source?: "workspace" | "system";
+            source?: "workspace";
             /** Body */
             body: string;
         };
@@ -1237,6 +1238,20 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description this user's images are decoding already (attachments; Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description every image decoder is busy (attachments; Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
         };
     };
     suspend_sessions__sid__suspend_post: {
@@ -1581,6 +1596,13 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description too many exports in flight, the user's or the server's (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
         };
     };
     get_ui_sessions__sid__ui_get: {
@@ -1905,7 +1927,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description the session disk, or the session's workspace quota (bytes or files), is full */
+            /** @description the session disk, the session's workspace quota (bytes or files) or the user's disk budget (GAMMA_USER_DISK_BYTES) is full */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -2745,7 +2767,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description too many sessions created in the last minute (Retry-After) */
+            /** @description too many sessions created in the last minute, or too many forks in flight (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2754,6 +2776,13 @@ export interface operations {
             };
             /** @description the session runtime did not answer */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the fork would take the user's sessions past their disk budget (GAMMA_USER_DISK_BYTES) */
+            507: {
                 headers: {
                     [name: string]: unknown;
                 };
