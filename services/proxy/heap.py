@@ -76,9 +76,15 @@ class TrimAfterLargeResponses:
                     self._task = asyncio.ensure_future(self._trim_soon())
 
     async def _trim_soon(self) -> None:
-        """At most once per MIN_INTERVAL_S; until no large response ended since the last trim began."""
+        """At most once per MIN_INTERVAL_S; until no large response ended since the last trim began,
+        then once more: what a response still held when it ended (the transport's write buffer until
+        the client has read it, objects freed late) is only free a moment later, and without a next
+        large response nothing would trim it (the clean-clone runs kept ~60 MiB of three previews)."""
         try:
-            while self._again and self._trim is not None:
+            settling = 1
+            while self._trim is not None and (self._again or settling):
+                if not self._again:
+                    settling -= 1
                 await asyncio.sleep(max(0.0, self._last + MIN_INTERVAL_S - time.monotonic()))
                 self._again, self._last = False, time.monotonic()
                 await asyncio.to_thread(self._trim)

@@ -103,22 +103,29 @@ def test_transcript_pages_cover_everything_within_the_caps(api: httpx.Client, st
     assert rss_after - rss_before < 20 * 1024, f"proxy RSS grew {(rss_after - rss_before) / 1024:.0f} MiB"
 
     # A large response that is not paged (the preview's display text: ~20 MB) gives its memory back too.
-    for _ in range(3):
-        assert len(api.get(f"/sessions/{sid}/preview").content) > 19_000_000
-    # The trim runs after a response, at most once a second: wait for the memory to come back (a small
-    # request gives the trim its next chance) rather than a fixed time.
-    def given_back() -> int | None:
-        api.get(f"/sessions/{sid}")
-        kib = rss_kib(stack.procs["proxy"].pid)
-        # Not more than one more preview's worth kept (seen on the clean-clone runs: ~26 MiB stays after
-        # three, where it came back before; the suspected cause, the full collections on heap growth, is
-        # in the note). Three previews' worth (60 MiB) would mean each one is kept.
-        return kib if kib - rss_before < 40 * 1024 else None
+    # The trim runs after a large response, at most once a second, and once more a second later (what
+    # the response held past its end). What stays depends on the heap's fragmentation (13-45 MiB after
+    # three, seen across runs), so the check is that memory does not grow with each preview: a second
+    # round of three previews keeps no more than the first did.
+    def previews_settled() -> int:
+        for _ in range(3):
+            assert len(api.get(f"/sessions/{sid}/preview").content) > 19_000_000
+        readings: list[int] = []
 
-    rss_preview = wait_sync(given_back, timeout=15, interval=1.1, what="the previews' memory given back",
-                            detail=lambda: f"proxy RSS {rss_kib(stack.procs['proxy'].pid) / 1024:.0f} MiB")
-    print(f"three 20 MB previews: proxy RSS {rss_after / 1024:.0f} -> {rss_preview / 1024:.0f} MiB")
-    assert rss_preview - rss_before < 40 * 1024, f"proxy RSS grew {(rss_preview - rss_before) / 1024:.0f} MiB"
+        def settled() -> int | None:  # two readings a trim interval apart that agree within 2 MiB
+            api.get(f"/sessions/{sid}")
+            readings.append(rss_kib(stack.procs["proxy"].pid))
+            return readings[-1] if len(readings) >= 3 and abs(readings[-1] - readings[-2]) < 2048 else None
+
+        return wait_sync(settled, timeout=30, interval=1.1, what="the proxy's memory after three previews",
+                         detail=lambda: f"proxy RSS readings (KiB) {readings}")
+
+    first_round = previews_settled()
+    second_round = previews_settled()
+    print(f"three 20 MB previews: proxy RSS {rss_after / 1024:.0f} -> {first_round / 1024:.0f} MiB, "
+          f"three more -> {second_round / 1024:.0f} MiB")
+    assert first_round - rss_before < 60 * 1024, "each preview's memory kept"
+    assert second_round - first_round < 20 * 1024, f"grew {(second_round - first_round) / 1024:.0f} MiB a round"
 
     # The page is as asked, and stays put at the end.
     first = api.get(f"/sessions/{sid}/transcript", params={"limit": 5}).json()

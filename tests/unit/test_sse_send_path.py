@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -120,3 +121,29 @@ async def test_the_mailbox_is_bounded_fifo_and_wakes_its_reader() -> None:
     await asyncio.sleep(0)
     box.put_nowait(("4-0", "d", None))  # no error; the item waits for the next reader
     assert await box.get() == ("4-0", "d", None)
+
+
+async def test_a_large_response_is_trimmed_after_it_ends_and_once_more_a_moment_later(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a response held past its end (the transport's write buffer, late frees) is returned by a
+    second trim, without waiting for the next large response."""
+    import services.proxy.heap as heap
+
+    monkeypatch.setattr(heap, "MIN_INTERVAL_S", 0.05)
+    trims: list[float] = []
+
+    async def big(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"x" * (2 * 1024 * 1024)})
+
+    async def sink(message: Any) -> None:
+        return None
+
+    middleware = heap.TrimAfterLargeResponses(big)
+    middleware._trim = lambda: trims.append(time.monotonic())  # type: ignore[assignment]
+    await middleware({"type": "http", "path": "/sessions/s/preview"}, sink, sink)
+    for _ in range(100):
+        if len(trims) >= 2 and middleware._task is None:
+            break
+        await asyncio.sleep(0.02)
+    assert len(trims) == 2 and trims[1] - trims[0] >= 0.04
