@@ -55,31 +55,29 @@ def issuer(blob: str) -> dict[str, Any] | None:
 def responses_usage(variant: str, prompt: int, cached: int, output: int, reasoning: int) -> dict[str, Any] | None:
     """Responses `usage` (reference §5): `full` is the SDK's shape (every field required);
     the others are what compatible servers send. None = `null`; `absent` is handled by the caller."""
-    if variant == "null":
-        return None
-    out: dict[str, Any] = {"input_tokens": prompt, "output_tokens": output + reasoning,
-                           "total_tokens": prompt + output + reasoning}
-    if variant != "no_details":
-        details: dict[str, Any] = {"cached_tokens": cached}
-        if variant != "no_cache_write":
-            details["cache_write_tokens"] = 0
-        out["input_tokens_details"] = details
-        out["output_tokens_details"] = {"reasoning_tokens": reasoning}
-    return out
+    return _usage(variant, ("input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details"),
+                  prompt, cached, output, reasoning)
 
 
 def chat_usage(variant: str, prompt: int, cached: int, completion: int, reasoning: int) -> dict[str, Any] | None:
     """Chat `usage` (reference §5: the details and their fields are optional in the SDK)."""
+    return _usage(variant, ("prompt_tokens", "completion_tokens", "prompt_tokens_details",
+                            "completion_tokens_details"), prompt, cached, completion, reasoning)
+
+
+def _usage(variant: str, names: tuple[str, str, str, str], prompt: int, cached: int, output: int,
+           reasoning: int) -> dict[str, Any] | None:
+    """One usage object under either API's field names (input, output, input details, output details)."""
     if variant == "null":
         return None
-    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion + reasoning,
-                           "total_tokens": prompt + completion + reasoning}
+    given, made, given_details, made_details = names
+    out: dict[str, Any] = {given: prompt, made: output + reasoning, "total_tokens": prompt + output + reasoning}
     if variant != "no_details":
         details: dict[str, Any] = {"cached_tokens": cached}
         if variant != "no_cache_write":
             details["cache_write_tokens"] = 0
-        out["prompt_tokens_details"] = details
-        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+        out[given_details] = details
+        out[made_details] = {"reasoning_tokens": reasoning}
     return out
 
 
