@@ -21,7 +21,7 @@ run, at least one minute, for shorter ones: minute 1 of the 3-minute CI run):
   retire and reopen together (the runtime's files 5-54, Redis 6.5-11.9 MB within a wave): a
   minute's median is the phase of the wave it caught. Redis' memory there is what is not kept for dormant sessions by design (their row, the user's index, the digest's
   revisions, the notification records of the 7-day dedupe window, the digest's handled ids:
-  docs/integration.md "Redis keys of a dormant session"): every retired session adds those, so
+  docs/integration.md "Dormant sessions in Redis"): every retired session adds those, so
   they are checked as the disk is, per session: what they grow by per session in the last window
   at most 1.5x the first;
 - the session disk: what it grows by per acknowledged write in the last window at most 1.5x the

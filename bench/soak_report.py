@@ -38,8 +38,7 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
 
 
-# Key kinds (bench/soak.py key_kind) kept for a dormant session by design (docs/integration.md "Redis keys of a
-# dormant session"): they grow with the sessions that ever ran, and are checked per session.
+# Key kinds (bench/soak.py key_kind) kept for a dormant session by design (docs/integration.md "Dormant sessions in Redis"): they grow with the sessions that ever ran, and are checked per session.
 KEPT_KINDS = frozenset({"session:session", "session:revisions", "session:ntf", "session:digest-handled",
                         "session:compaction-done", "session:notifications", "gamma:user"})
 

@@ -102,7 +102,7 @@ def malloc_trim() -> bool:
     """Hands the free pages inside malloc's heaps back to the OS (glibc's `malloc_trim(0)`: not only
     the heap's top). What a full pass freed (closed sessions' state) leaves holes between the live
     sessions' blocks that malloc keeps mapped: the runtime's RSS ratcheted up with the waves of
-    sessions closing and waking while no object count grew (README "Soak"). False without glibc."""
+    sessions closing and waking while no object count grew (docs/operations.md "Network faults to Redis, and the soak"). False without glibc."""
     if _trim is None:
         return False
     _trim(0)

@@ -1,4 +1,4 @@
-"""An object census of a service's heap, for finding what a long run retains (README "Soak").
+"""An object census of a service's heap, for finding what a long run retains (docs/operations.md "Network faults to Redis, and the soak").
 
 Off by default. With `GAMMA_HEAP_CENSUS=path` every `GAMMA_HEAP_CENSUS_S` seconds a line is appended
 to the JSONL file at `path` (`{pid}` in it is replaced by the process id): the RSS, pymalloc's

@@ -111,7 +111,7 @@ class TextTokens:
     is counted before every model call (services/runtime/compactor.py). Owned by the session, the
     counts go with it. A process-wide cache (an LRU of 16,384 texts) held the texts of every session
     the process ever ran until it was full, +35 KB of RSS per session created in the paced soak
-    (README "Soak"), whatever size the texts had."""
+    (docs/operations.md "Network faults to Redis, and the soak"), whatever size the texts had."""
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}

@@ -9,7 +9,9 @@
   names, plain XADD), and `gamma:deadletter`.
 - `openapi.json` (the proxy) and `openapi-notifications.json`: FastAPI's own documents; then the
   TypeScript client's types from `openapi.json` (tools/client_types.py).
-- the README's "Configuration" tables, one per area of shared/settings/ (tools/settings_table.py).
+- docs/operations.md's "Configuration" tables, one per area of shared/settings/, the deployment settings
+  and the benchmark tuning knobs apart (tools/settings_table.py, shared/settings/tuning.py).
+- docs/architecture.md's "Module map" and "Import layers" (tools/module_map.py).
 
 Output is deterministic, so a test can regenerate and compare with the committed files.
 """
@@ -34,11 +36,12 @@ from shared import keys, topology
 from shared.bus import subscriptions_of
 from shared.contracts import connectors, deadletter, events, inbox, lifecycle
 from shared.settings import Settings, from_defaults
+from shared.settings.tuning import is_deployment, is_tuning
 from shared.topology import EXTERNAL, INBOX_MEMBERS, INBOX_PRODUCERS, PUBLICATIONS, SERVICES
-from tools import client_types, settings_table
+from tools import client_types, module_map, settings_table
 
 TITLE = "Gamma harness streams"
-README = Path(__file__).resolve().parents[1] / "README.md"
+OPERATIONS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 VERSION = "0.1.0"
 REDIS_SERVER = "redis://localhost:6379"
 
@@ -262,7 +265,7 @@ def asyncapi(settings: Settings | None = None) -> dict[str, Any]:
         "info": {
             "title": TITLE,
             "version": VERSION,
-            "description": "Redis Streams between the five Gamma services (DESIGN.md \"Streams\"). Service-level "
+            "description": "Redis Streams between the five Gamma services (docs/architecture.md \"Streams\"). Service-level "
             "streams carry FastStream's binary envelope (headers incl. the W3C traceparent); per-session "
             "streams are plain XADD with a `data` field (an inbox message names its W3C `traceparent` in its JSON, an "
             "events entry in a `traceparent` field beside `data`). Delivery is at-least-once, handled exactly once "
@@ -321,8 +324,11 @@ if __name__ == "__main__":
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs")
     for p in write(target):
         print(p)
-    if settings_table.update(README, "settings", Settings):
-        print(README.relative_to(README.parent))
+    for tag, keep in (("settings", is_deployment), ("tuning", is_tuning)):
+        if settings_table.update(OPERATIONS, tag, Settings, keep):
+            print(f"{OPERATIONS.relative_to(OPERATIONS.parents[1])} ({tag})")
+    if module_map.update():
+        print(module_map.PAGE.relative_to(module_map.ROOT))
     if client_types.available():
         client_types.generate(target / "openapi.json", client_types.TYPES)
         print(client_types.TYPES.relative_to(client_types.ROOT))

@@ -4,7 +4,7 @@ the XADDs to the sessions' event streams.
 An Outbox (events.py) only hands events over: progress events (`wait=False`: a run or a message
 starting, streamed text) are queued here and never hold up the run; an awaited event is sent once
 every event queued before it is out, so a client reads every event in the order the engine made
-them (docs/architecture.md, "Events and SSE").
+them (docs/architecture.md, "Streaming at scale").
 
 Streamed text comes one token per chunk from a real model (80 a second per session): one XADD each
 made Redis, the proxy's fan-out and every SSE client pay per token. A text delta that follows a

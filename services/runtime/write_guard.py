@@ -9,7 +9,7 @@ write of the same session would pass the lock the first one holds and release it
 the first is still writing. Writes of different sessions never wait for each other.
 
 `__call__` is the check alone, for what cannot run in a thread: a `bash` command (the sandbox writes
-by itself; it is fenced at its start, docs/architecture.md "The disk fence") and a caller whose
+by itself; it is fenced at its start, docs/architecture.md "Ownership: one writer per slice") and a caller whose
 synchronous write follows with no await (the turn ends when its task next yields)."""
 
 from __future__ import annotations

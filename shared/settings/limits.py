@@ -22,7 +22,7 @@ class LimitSettings(Area):
     # The UI document cap also bounds the nesting pycrdt's JSON export recurses through
     # (shared/uidoc.py), hence its upper bound.
     ui_max_update_bytes: int = Field(256 * 1024, ge=1024, validation_alias="GAMMA_UI_MAX_UPDATE_BYTES",
-        description="Largest Yjs update of a session's UI state, live and dormant alike (413); see \"UI documents\".")
+        description="Largest Yjs update of a session's UI state, live and dormant alike (413); docs/architecture.md \"Limits on hostile input\".")
     ui_max_document_bytes: int = Field(256 * 1024, ge=1024, le=1024 * 1024,
                                        validation_alias="GAMMA_UI_MAX_DOCUMENT_BYTES",
         description="Largest encoded merged UI document (413); at most 1 MiB, which also bounds the nesting the JSON "

@@ -95,8 +95,8 @@ class ModelServerSettings(Area):
     # either way). Unset: `developer` for OpenAI itself and every Responses session, `user` for Chat
     # Completions on another server (many chat templates know only system/user/assistant/tool).
     trusted_role: Literal["developer", "user"] | None = Field(None, validation_alias="GAMMA_TRUSTED_ROLE",
-        description="The role the harness's injections and anchors are sent with (`developer` or `user`; see "
-                    "\"Security\": trusted transport).")
+        description="The role the harness's injections and anchors are sent with (`developer` or `user`; docs/security.md "
+                    "\"Trusted transport\").")
     trusted_role_user_models: str = Field("", max_length=4096, validation_alias="GAMMA_TRUSTED_ROLE_USER_MODELS",
         description="Comma-separated `fnmatch` patterns of model names whose sessions use the `user` role whatever "
                     "`GAMMA_TRUSTED_ROLE` says (models or servers that reject `developer`).")

@@ -90,8 +90,8 @@ class RuntimeSettings(Area):
         description="A note body longer than this is returned by `read_workspace_rule` as the workspace file "
                     "`knowledge/{id}.md`.")
     dynamic_tools: bool = Field(False, validation_alias="GAMMA_DYNAMIC_TOOLS",
-        description="Tool namespaces with an active subset instead of the stable tool set (see \"Workspace knowledge, "
-                    "skill rules, dynamic tools\").")
+        description="Tool namespaces with an active subset instead of the stable tool set (docs/skills.md \"Workspace "
+                    "knowledge, skill rules, dynamic tools\").")
 
     @field_validator("skills_dir", mode="before")
     @classmethod

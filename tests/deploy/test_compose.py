@@ -23,8 +23,8 @@ from .support import GAMMA_SERVICES, ROOT, entry_point_service, setting_env_name
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 SCHEMA = ROOT / "tests" / "deploy" / "schemas" / "compose-spec.json"
-# Services that own a slice of the session disk (DESIGN.md ownership table); notifications keeps
-# everything in Redis. Compaction reads transcripts only.
+# Services that own a slice of the session disk (docs/architecture.md "Ownership: one writer per slice");
+# notifications keeps everything in Redis. Compaction reads transcripts only.
 DISK_OWNERS = {"proxy", "runtime", "digest", "compaction"}
 
 

@@ -31,7 +31,7 @@ SERVICE_STREAMS = {
     "INJECTIONS_RECORDED": keys.INJECTIONS_RECORDED, "COMPACTION_REQUESTS": keys.COMPACTION_REQUESTS,
     "NOTIFICATIONS": keys.NOTIFICATIONS, "DIGEST_FLUSH": keys.DIGEST_FLUSH,
 }
-# DESIGN.md "Streams": who reads each service-level stream, as (stream, group).
+# docs/architecture.md "Streams": who reads each service-level stream, as (stream, group).
 EXPECTED_GROUPS = {
     (keys.WAKE, "runtime"),
     (keys.LIFECYCLE, "notifications"), (keys.LIFECYCLE, "digest"),

@@ -1,6 +1,7 @@
-"""The README's configuration tables are generated from the settings models (tools/settings_table.py,
-`make docs`): a field added, renamed or described differently without regenerating fails here, every
-field carries a description, and every area of shared/settings/ its own table under its docstring."""
+"""The configuration tables are generated from the settings models (tools/settings_table.py, `make docs`):
+a field added, renamed or described differently without regenerating fails here, every field carries a
+description, every area of shared/settings/ its own table under its docstring, and the tuning knobs
+(shared/settings/tuning.py) stand in their own table, apart from the deployment settings."""
 
 from __future__ import annotations
 
@@ -10,18 +11,29 @@ from pydantic_settings import BaseSettings
 
 from scripted.settings import ScriptedSettings
 from shared.settings import AREAS, RuntimeSettings, Settings
-from tools.settings_table import table, tables, with_table
+from shared.settings.tuning import TUNING, is_deployment, is_tuning
+from tools.settings_table import Keep, everything, table, tables, with_table
 
 from .support import ROOT
 
-TABLES = [("README.md", "settings", Settings), ("scripted/README.md", "scripted-settings", ScriptedSettings)]
+TABLES: list[tuple[str, str, type[BaseModel], Keep]] = [
+    ("docs/operations.md", "settings", Settings, is_deployment), ("docs/operations.md", "tuning", Settings, is_tuning),
+    ("scripted/README.md", "scripted-settings", ScriptedSettings, everything)]
 MODELS: list[type[BaseSettings]] = [*AREAS.values(), ScriptedSettings]
 
 
-@pytest.mark.parametrize(("path", "tag", "model"), TABLES)
-def test_the_committed_table_is_the_generated_one(path: str, tag: str, model: type[BaseModel]) -> None:
+@pytest.mark.parametrize(("path", "tag", "model", "keep"), TABLES, ids=lambda v: v if isinstance(v, str) else "")
+def test_the_committed_table_is_the_generated_one(path: str, tag: str, model: type[BaseModel], keep: Keep) -> None:
     text = (ROOT / path).read_text()
-    assert with_table(text, tag, model) == text, f"{path}: run `make docs` (python -m tools.docs docs)"
+    assert with_table(text, tag, model, keep) == text, f"{path}: run `make docs` (python -m tools.docs docs)"
+
+
+def test_every_tuning_knob_is_a_setting_listed_in_one_table_only() -> None:
+    assert all(names <= set(AREAS[area].model_fields) for area, names in TUNING.items())
+    deployment, tuning = tables(Settings, is_deployment), tables(Settings, is_tuning)
+    rows = {line.split(" | ")[0].removeprefix("| ") for line in tuning.splitlines() if line.startswith("| `")}
+    assert len(rows) == sum(len(names) for names in TUNING.values())
+    assert "`GAMMA_GC_GEN0`" in rows and "`GAMMA_GC_GEN0`" not in deployment and "`GAMMA_IDLE_S`" not in tuning
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
@@ -51,6 +63,6 @@ class RedescribedSettings(Settings):
 
 
 def test_a_changed_description_is_drift() -> None:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs/operations.md").read_text()
     assert "Described differently." in table(Redescribed)
-    assert with_table(text, "settings", RedescribedSettings) != text
+    assert with_table(text, "settings", RedescribedSettings, is_deployment) != text

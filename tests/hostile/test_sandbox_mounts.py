@@ -1,4 +1,4 @@
-"""What a sandboxed command learns from /proc/self/mountinfo (README "What the command sees of the
+"""What a sandboxed command learns from /proc/self/mountinfo (docs/security.md "What the command sees of the
 mounts"): under bwrap only the sandbox's own mounts, whose bind sources are the documented ones; under
 landlock the file is denied."""
 

@@ -32,7 +32,7 @@ def _texts(n: int) -> list[str]:
 
 
 def test_counting_keeps_no_text_past_its_session() -> None:
-    """Sessions that closed leave nothing in the counts (README "Soak": a process-wide cache of
+    """Sessions that closed leave nothing in the counts (docs/operations.md "Network faults to Redis, and the soak": a process-wide cache of
     16,384 texts held every closed session's messages, +35 KB of RSS per session created)."""
     texts = _texts(50)
     # (the first count of all loads the encoding)
