@@ -6,6 +6,7 @@ import asyncio
 import gc
 import sys
 import weakref
+from collections.abc import Callable
 from unittest import mock
 
 import pytest
@@ -84,21 +85,41 @@ def test_a_full_pass_is_due_on_time_or_once_the_frozen_heap_outgrew_the_last_one
 
 
 @pytest.mark.timeout(10)
-async def test_a_wave_of_released_states_brings_a_full_pass_before_its_time() -> None:
+async def test_a_wave_of_released_states_brings_a_full_pass_before_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each step waits for the freezer's own calls, never a fixed time: on a loaded machine a tick can
+    # come late (a fixed 0.3 s once ran the first pass after the node was made, freeing it early).
+    calls = {"full": 0, "young": 0}
+    real_full, real_young = gcpolicy.full_pass, gcpolicy.freeze_young
+
+    def counted_full(trim: bool = False) -> None:
+        calls["full"] += 1
+        real_full(trim)
+
+    def counted_young() -> int:
+        calls["young"] += 1
+        return real_young()
+
+    async def until(cond: Callable[[], bool]) -> None:
+        for _ in range(2000):
+            if cond():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the freezer did not get there in 20 s")
+
+    monkeypatch.setattr(gcpolicy, "full_pass", counted_full)
+    monkeypatch.setattr(gcpolicy, "freeze_young", counted_young)
     task = asyncio.ensure_future(heap_freezer(0.01, 600, 100.0, full_released=3))
     try:
+        await until(lambda: calls["full"] >= 1)  # the first pass (the heap grew from nothing) is done
         node = Node()
         ref = weakref.ref(node)
-        # Frozen by now, and the first pass (the heap grew from nothing) done; the timed one is ten minutes away.
-        await asyncio.sleep(0.3)
+        young = calls["young"]
+        await until(lambda: calls["young"] > young + 1)  # frozen; the timed pass is ten minutes away
         del node
-        await asyncio.sleep(0.05)
         assert ref() is not None  # frozen cyclic garbage: only a full pass frees it
+        full = calls["full"]
         released(3)
-        for _ in range(100):
-            if ref() is None:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: calls["full"] > full)
         assert ref() is None
     finally:
         task.cancel()
