@@ -147,7 +147,7 @@ class Session:
         self.outbox = outbox
         self.state = SessionState(self.sid, wake_id)
         self.guard = WriteGuard(self._writable, disk)
-        self.transcript = Transcript.of(paths.transcript, self.guard, files.entries)
+        self.transcript = Transcript.of(paths.transcript, self.guard, files.transcript)
         self.todo = TodoController.of(paths.todo, self.guard, files.todo)
         self.snapshots = SessionSnapshots(self.sid, paths, SnapshotLimits.of(deps.settings), self.guard,
                                           lambda: self.transcript.leaf_id)
