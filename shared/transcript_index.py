@@ -125,9 +125,9 @@ def window_start(kinds: dict[int, dict[str, Any]], rows: Sequence[Any], branch: 
         d = kinds.get(branch[pos])
         if d is not None and d.get("type") == "compaction":
             kept = d.get("firstKeptEntryId")
-            for before in range(pos - 1, -1, -1):
+            for before in range(pos):  # the first match, as context.py's `index_of`
                 row = rows[branch[before]]
-                if row is not None and row.target is None and row.id == kept:
+                if row is not None and row.id == kept:  # any entry, a leaf move too, as context.py finds it
                     return before
             return pos
     return 0

@@ -141,3 +141,18 @@ def test_slices_cut_lines_nowhere(tmp_path: Path) -> None:
     assert next(iter_lines(path, mid - 10, mid))[1] == whole[mid - 10: whole.index(b"\n", mid - 10)]
     path.write_bytes(whole + b'{"type":"message","id":"torn')  # a crash in the middle of an append
     assert list(iter_lines(path, size=4096)) == lines
+
+
+async def test_a_compaction_kept_from_a_leaf_move_is_found_by_the_rebuild_too(tmp_path: Path) -> None:
+    path = _history(tmp_path, 500_000)
+    t = _load(path)
+    await t.append_message(UserMessage(content="one"))
+    await t.append_message(UserMessage(content="two"))
+    move = await t.move_leaf(t.entries[-2].id, "rewind", "<session_rewound>x</session_rewound>")
+    await t.append_message(UserMessage(content="three"))
+    await t.append_compaction("summary", move.id, 10, {}, "req-move", [])
+    assert t.entries[0].id == move.id
+    ref = reference(path)
+    assert_same(t, ref)
+    ix.index_path(path).unlink()
+    assert_same(_load(path), ref)
