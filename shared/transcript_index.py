@@ -148,8 +148,9 @@ def live_skills(kinds: dict[int, dict[str, Any]], indices: Iterable[int]) -> dic
     return live
 
 
-def rebuild(transcript: Path) -> TranscriptIndex:
-    """The index from one scan of the whole transcript in slices; written atomically, then returned."""
+def rebuild(transcript: Path, persist: bool = True) -> TranscriptIndex:
+    """The index from one scan of the whole transcript in slices; written atomically (`persist`: only
+    the transcript's writer, the runtime, writes it), then returned."""
     facts = Facts()
     kinds: dict[int, dict[str, Any]] = {}  # compactions' cut points and skills' names, by row index
 
@@ -163,7 +164,8 @@ def rebuild(transcript: Path) -> TranscriptIndex:
 
     s = scan(transcript, on_entry)
     index = index_from_scan(transcript, s, kinds, facts)
-    write_index(transcript, index)
+    if persist:
+        write_index(transcript, index)
     return index
 
 
@@ -253,3 +255,20 @@ def load(transcript: Path, fresh: bool = False) -> Loaded:
         index, rebuilt = rebuild(transcript), True
         window, tail = _read_window(transcript, index), []
     return Loaded(index, window, tail, rebuilt)
+
+
+def window_lines(transcript: Path) -> list[dict[str, Any]]:
+    """The window and the lines after the index, as JSON, for a reader that is not the transcript's
+    writer (the proxy's dormant preview): the index when it is valid, else one scan; nothing written."""
+    index = read_index(transcript)
+    if index is None:
+        if not transcript.exists():
+            return []
+        index = rebuild(transcript, persist=False)
+    out = [d for line in read_spans(transcript, index.window) if (d := parse_line(line)) is not None]
+    leaf = leaf_of([(s, e) for s, d in zip(index.window, out, strict=False) if (e := parse_entry(d)) is not None])
+    tail = _read_tail(transcript, index, leaf)
+    if tail is None:  # a branch the index does not know yet: the window from one scan
+        index = rebuild(transcript, persist=False)
+        return [d for line in read_spans(transcript, index.window) if (d := parse_line(line)) is not None]
+    return out + [d for _, d, _ in tail]
