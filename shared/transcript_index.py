@@ -72,7 +72,7 @@ class Facts:
 
 
 class TranscriptIndex(BaseModel):
-    version: Literal[1] = VERSION
+    version: Literal[1] = 1  # VERSION: another version is rebuilt
     length: int = 0  # bytes of the transcript described (whole lines)
     last: Span | None = None  # the last line described, and its hash: the staleness check
     last_hash: str = ""
@@ -133,6 +133,36 @@ def window_start(kinds: dict[int, dict[str, Any]], rows: Sequence[Any], branch: 
     return 0
 
 
+TASK_SPAN_MAX = 8 << 20  # bytes of a live workflow's task kept before the context's window, at most
+
+
+def task_start(marks: Iterable[tuple[int, dict[str, Any]]], start: int) -> int:
+    """Where the earliest live workflow's current task begins, when before `start`: its latest
+    activation, or just after its last final (not blocked) audit (services/runtime/audit.py
+    `workflow_window`). `marks`: (position, kind) of the skill activations, ends and audits before
+    `start`. The window keeps that task: its audit and checklist progress read the tool calls made
+    since it began, also those a compaction summarized."""
+    live: dict[str, int] = {}
+    for pos, d in marks:
+        kind, name = d.get("type"), d.get("name")
+        if kind == "skill_activation" and d.get("skillType") == "workflow" and isinstance(name, str):
+            live[name] = pos
+        elif kind == "skill_end" and isinstance(name, str):
+            live.pop(name, None)
+        elif kind == "audit" and d.get("outcome") != "blocked" and d.get("workflow") in live:
+            live[d["workflow"]] = pos + 1
+    return min([start, *live.values()])
+
+
+def capped(spans: Sequence[Span], begin: int, start: int, cap: int = TASK_SPAN_MAX) -> int:
+    """`begin`, moved toward `start` until the lines in between hold at most `cap` bytes."""
+    total = sum(n + 1 for _, n in spans[begin:start])
+    while begin < start and total > cap:
+        total -= spans[begin][1] + 1
+        begin += 1
+    return begin
+
+
 def live_skills(kinds: dict[int, dict[str, Any]], indices: Iterable[int]) -> dict[str, int]:
     """name -> row index of its live activation after these rows (a `skill_end` ends it; the first
     activation of a name stays the live one: services/runtime/transcript.py `_on_branch`)."""
@@ -160,7 +190,9 @@ def rebuild(transcript: Path, persist: bool = True) -> TranscriptIndex:
         if kind == "compaction":
             kinds[i] = {"type": kind, "firstKeptEntryId": d.get("firstKeptEntryId")}
         elif kind in ("skill_activation", "skill_end"):
-            kinds[i] = {"type": kind, "name": d.get("name")}
+            kinds[i] = {"type": kind, "name": d.get("name"), "skillType": d.get("skillType")}
+        elif kind == "audit":
+            kinds[i] = {"type": kind, "workflow": d.get("workflow"), "outcome": d.get("outcome")}
 
     s = scan(transcript, on_entry)
     index = index_from_scan(transcript, s, kinds, facts)
@@ -172,6 +204,8 @@ def rebuild(transcript: Path, persist: bool = True) -> TranscriptIndex:
 def index_from_scan(transcript: Path, s: Scan, kinds: dict[int, dict[str, Any]], facts: Facts) -> TranscriptIndex:
     branch = s.path()
     start = window_start(kinds, s.rows, branch)
+    marks = ((pos, kinds[i]) for pos, i in enumerate(branch[:start]) if i in kinds)
+    start = capped([s.spans[i] for i in branch], task_start(marks, start), start)
     base = sorted(live_skills(kinds, branch[:start]).values())
     base_lines = read_spans(transcript, [s.spans[i] for i in base]) if base else []
     last = s.spans[-1] if s.spans else None

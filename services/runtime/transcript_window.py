@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 
 from shared import transcript_index as ix
 from shared.context import kept_start_index, latest_compaction_index
-from shared.contracts.transcript import LeafEntry, SkillActivationEntry, SkillEndEntry, TranscriptEntry
+from shared.contracts.transcript import (
+    AuditEntry,
+    LeafEntry,
+    SkillActivationEntry,
+    SkillEndEntry,
+    TranscriptEntry,
+)
 from shared.rewind import epoch_ms
 from shared.transcript_branch import Branch
 from shared.transcript_scan import Span
@@ -80,9 +86,13 @@ class Window:
 
     def shift(self) -> None:
         """After a compaction: the window starts at its first kept entry (shared/context.py
-        `kept_start_index`); the skills live before it become the window's base."""
+        `kept_start_index`), or where a live workflow's task began when that is earlier
+        (shared/transcript_index.py `task_start`); the skills live before it become the window's base."""
         last = latest_compaction_index(self.entries)
         start = kept_start_index(self.entries, last) if last >= 0 else 0
+        marks = ((pos, e.model_dump(mode="json", by_alias=True)) for pos, e in enumerate(self.entries[:start])
+                 if isinstance(e, SkillActivationEntry | SkillEndEntry | AuditEntry))
+        start = ix.capped(self.spans, ix.task_start(marks, start), start)  # a live workflow's task stays
         if start <= 0:
             return
         for e in self.entries[:start]:
