@@ -71,6 +71,25 @@ class Facts:
             self.compactions.add(d["requestId"])
 
 
+Usage = dict[str, list[int]]  # model -> [requests, input, cached, written, output], in first-use order
+
+
+def usage_of(d: dict[str, Any]) -> tuple[str, list[int]] | None:
+    """An assistant message's model and token usage (services/runtime/costs.py prices them)."""
+    m = d.get("message")
+    if d.get("type") != "message" or not isinstance(m, dict) or m.get("role") != "assistant":
+        return None
+    u = m.get("usage") if isinstance(m.get("usage"), dict) else {}
+    counts = [1, *(int(u.get(k) or 0) for k in ("input", "cacheRead", "cacheWrite", "output"))]
+    return str(m.get("model") or "unknown"), counts
+
+
+def add_usage(acc: Usage, model: str, counts: Sequence[int]) -> None:
+    row = acc.setdefault(model, [0, 0, 0, 0, 0])
+    for k, n in enumerate(counts):
+        row[k] += n
+
+
 class TranscriptIndex(BaseModel):
     version: Literal[1] = 1  # VERSION: another version is rebuilt
     length: int = 0  # bytes of the transcript described (whole lines)
@@ -78,6 +97,7 @@ class TranscriptIndex(BaseModel):
     last_hash: str = ""
     window: list[Span] = []  # the active branch from the latest compaction's first kept entry to the leaf
     base_skills: list[dict[str, Any]] = []  # skill activations live at the window's start (entries as JSON)
+    base_usage: Usage = {}  # the active branch's token usage before the window (cost records)
     prompts: dict[str, str] = {}
     sources: list[tuple[str, str, str]] = []
     told: dict[str, tuple[int, str]] = {}
@@ -193,6 +213,8 @@ def rebuild(transcript: Path, persist: bool = True) -> TranscriptIndex:
             kinds[i] = {"type": kind, "name": d.get("name"), "skillType": d.get("skillType")}
         elif kind == "audit":
             kinds[i] = {"type": kind, "workflow": d.get("workflow"), "outcome": d.get("outcome")}
+        elif (used := usage_of(d)) is not None:
+            kinds[i] = {"type": "usage", "usage": used}
 
     s = scan(transcript, on_entry)
     index = index_from_scan(transcript, s, kinds, facts)
@@ -207,12 +229,16 @@ def index_from_scan(transcript: Path, s: Scan, kinds: dict[int, dict[str, Any]],
     marks = ((pos, kinds[i]) for pos, i in enumerate(branch[:start]) if i in kinds)
     start = capped([s.spans[i] for i in branch], task_start(marks, start), start)
     base = sorted(live_skills(kinds, branch[:start]).values())
+    usage: Usage = {}
+    for i in branch[:start]:
+        if (d := kinds.get(i)) is not None and d["type"] == "usage":
+            add_usage(usage, *d["usage"])
     base_lines = read_spans(transcript, [s.spans[i] for i in base]) if base else []
     last = s.spans[-1] if s.spans else None
     last_line = read_spans(transcript, [last])[0] if last is not None else b""
     return index_of(facts, length=s.length, last=last, last_hash=line_hash(last_line) if last else "",
                     window=[s.spans[i] for i in branch[start:]],
-                    base_skills=[d for line in base_lines if (d := parse_line(line)) is not None],
+                    base_skills=[d for line in base_lines if (d := parse_line(line)) is not None], base_usage=usage,
                     branch_points=s.tree.branch_points())
 
 

@@ -179,7 +179,8 @@ class Session:
         self.knowledge = KnowledgeReader(deps.client, self.sid)
         self.toolset = Toolset(self.tools, self.knowledge, settings.runtime.knowledge_inline_chars)
         self.progress = ChecklistProgress(self.transcript, self.todo, deps.skills, self.outbox)
-        self.costs = CostProjection(lambda: self.transcript.entries, self.ui, settings.models.prices)
+        self.costs = CostProjection(lambda: self.transcript.entries, self.ui, settings.models.prices,
+                                    lambda: self.transcript.w.base_usage)
         self.connectors = ConnectorHub(self.sid, deps.client, self.transcript, self.acker.ack, deps.registry)
         self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, settings.runtime.causal_wait_ms)
 

@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 
 from shared import transcript_index as ix
 from shared.context import kept_start_index, latest_compaction_index
+from shared.contracts.messages import AssistantMessage
 from shared.contracts.transcript import (
     AuditEntry,
     LeafEntry,
+    MessageEntry,
     SkillActivationEntry,
     SkillEndEntry,
     TranscriptEntry,
@@ -43,6 +45,7 @@ class Window:
     branch_points: dict[str, list[str]] = field(default_factory=dict)
     base_live: dict[str, SkillActivationEntry] = field(default_factory=dict)  # live at the window's start
     live: dict[str, SkillActivationEntry] = field(default_factory=dict)  # live at the leaf
+    base_usage: ix.Usage = field(default_factory=dict)  # the branch's token usage before the window (costs.py)
     last: tuple[int, Span, str] = (0, (0, 0), "")  # the file's length, its last line's span and hash
     fork: tuple[str, str] | None = None  # (target, its old child) after a move within the window
 
@@ -61,6 +64,7 @@ class Window:
         for d in index.base_skills:
             if isinstance(entry := ix.parse_entry(d), SkillActivationEntry):
                 self.base_live.setdefault(entry.name, entry)
+        self.base_usage = {k: list(v) for k, v in index.base_usage.items()}
         self.last = (index.length, index.last or (0, 0), index.last_hash)
         self.replace([e for _, e in loaded.window], [s for s, _ in loaded.window])
         for span, d, entry in loaded.tail:
@@ -98,6 +102,10 @@ class Window:
         for e in self.entries[:start]:
             _fold_skill(self.base_live, e)
             self.ids.discard(e.id)
+            if isinstance(e, MessageEntry) and isinstance(e.message, AssistantMessage):
+                u = e.message.usage
+                ix.add_usage(self.base_usage, e.message.model or "unknown",
+                             (1, u.input, u.cache_read, u.cache_write, u.output))
         del self.entries[:start]
         del self.spans[:start]
 
@@ -133,4 +141,5 @@ class Window:
         return ix.index_of(self.facts, length=length, last=last, last_hash=digest, window=list(self.spans),
                            base_skills=[e.model_dump(mode="json", by_alias=True, exclude_none=True)
                                         for e in self.base_live.values()],
+                           base_usage={k: list(v) for k, v in self.base_usage.items()},
                            branch_points={k: list(v) for k, v in self.branch_points.items()})

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.runtime.costs import usage_by_model
 from services.runtime.transcript import Transcript, read_entries
 from shared.context import build_context
 from shared.contracts.messages import AgentMessage
@@ -51,6 +52,7 @@ def assert_same(t: Transcript, ref: Reference) -> None:
     assert t.sources == ref.facts.sources
     assert t.told == ref.facts.told
     assert t.compactions == ref.facts.compactions
+    assert list(usage_by_model(t.entries, t.w.base_usage).items()) == list(usage_by_model(ref.active).items())
     # the window is the active branch's tail, in order
     ids = [e.id for e in ref.active]
     window = [e.id for e in t.entries]
