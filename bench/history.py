@@ -189,14 +189,20 @@ async def rewinds(b: Bench, sid: str) -> dict[str, Any]:
     t = session.transcript
     users = [e for e in t.entries if isinstance(e, MessageEntry) and e.message.role == "user"]
     out: dict[str, Any] = {}
-    start = time.perf_counter()
-    await session.rewinder.rewind(users[-1].id, "rewind")
-    out["rewind_in_window_ms"] = round((time.perf_counter() - start) * 1000, 1)
+
+    async def timed(key: str, target: str, reason: Any, edited: str | None = None) -> None:
+        start = time.perf_counter()
+        try:
+            await session.rewinder.rewind(target, reason, edited)
+            out[key + "_outcome"] = "done"
+        except rw.RewindRefused as exc:
+            out[key + "_outcome"] = f"{exc.status}: {exc.message[:80]}"
+        out[key + "_ms"] = round((time.perf_counter() - start) * 1000, 1)
+
+    await timed("rewind_in_window", users[-1].id, "rewind")
     await b.prompt(sid, script(done("after rewind")))
     users = [e for e in t.entries if isinstance(e, MessageEntry) and e.message.role == "user"]
-    start = time.perf_counter()
-    await session.rewinder.rewind(users[-1].parent_id or users[-1].id, "edit", users[-1].id)
-    out["edit_and_branch_ms"] = round((time.perf_counter() - start) * 1000, 1)
+    await timed("edit_and_branch", users[-1].parent_id or users[-1].id, "edit", users[-1].id)
     start = time.perf_counter()
     try:
         await session.rewinder.rewind("00000100", "rewind")  # generated early in the history
