@@ -77,6 +77,7 @@ class Transcript:
         self._context: tuple[int, list[AgentMessage]] | None = None
         self._appending = asyncio.Lock()
         self._moved = self._index_due = False  # set by an append, acted on after its fsync
+        self.appended = 0  # entries this holder appended (the window shrinks at a compaction; this never does)
 
     @property
     def entries(self) -> list[TranscriptEntry]:
@@ -236,6 +237,7 @@ class Transcript:
                     self.w.facts.fold(record)
                     self.w.add(e, (offset, len(line)))
                     offset += len(line) + 1
+                    self.appended += 1
                     if isinstance(e, LeafEntry) and not self.w.move(e):
                         self._moved = True  # the new branch leaves the window: read from the file below
                 self.w.last = (offset, (offset - len(lines[-1]) - 1, len(lines[-1])), ix.line_hash(lines[-1]))
