@@ -106,8 +106,7 @@ class Window:
                 u = e.message.usage
                 ix.add_usage(self.base_usage, e.message.model or "unknown",
                              (1, u.input, u.cache_read, u.cache_write, u.output))
-        del self.entries[:start]
-        del self.spans[:start]
+        self.entries, self.spans = self.entries[start:], self.spans[start:]  # new lists: a reader's copy stays whole
 
     def move(self, move: LeafEntry) -> bool:
         """A leaf move just added: the window follows it when its target is in the window at or after
