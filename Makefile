@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-wake bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order bench-images bench-lifecycle bench-faults bench-faults-disk bench-stalls soak eval clean
+.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-wake bench-history bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order bench-images bench-lifecycle bench-faults bench-faults-disk bench-stalls soak eval clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -76,6 +76,8 @@ bench-stream: $(STAMP)
 	$(BIN)/python bench/stream.py
 bench-wake: $(STAMP)
 	$(BIN)/python bench/wake_load.py $(WAKE_ARGS)
+bench-history: $(STAMP)
+	$(BIN)/python bench/history.py $(HISTORY_ARGS)
 bench-e2e: $(STAMP)
 	$(BIN)/python bench/e2e.py $(E2E_ARGS)
 bench-sandbox: $(STAMP)

@@ -193,10 +193,24 @@ async def sync_and_close(fh: Any) -> None:
     await asyncio.shield(done)
 
 
+def jsonl_line(record: dict[str, Any]) -> bytes:
+    """One JSON Lines record as appended, without its newline."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def append_lines_unsynced(path: Path, lines: list[bytes]) -> tuple[Any, int]:
+    """`append_unsynced` of lines serialized by the caller (`jsonl_line`): the open file and the offset
+    the first line was written at (the transcript index records each line's span)."""
+    return _write_payload(path, b"".join(line + b"\n" for line in lines), None)
+
+
 def _appended(path: Path, records: list[dict[str, Any]], visible: Callable[[], None] | None) -> Any:
     """The file, open, with the lines written and flushed (`visible` has run): the caller fsyncs and closes."""
+    return _write_payload(path, b"".join(jsonl_line(r) + b"\n" for r in records), visible)[0]
+
+
+def _write_payload(path: Path, payload: bytes, visible: Callable[[], None] | None) -> tuple[Any, int]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = b"".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for r in records)
     # Unbuffered: a write the disk refuses part way (ENOSPC, EIO) is cut back to where it started, and
     # no buffered rest can land after the cut when the file closes: the file never keeps a torn or
     # partial batch, and a retry appends the whole batch once.
@@ -217,7 +231,7 @@ def _appended(path: Path, records: list[dict[str, Any]], visible: Callable[[], N
     except BaseException:
         fh.close()
         raise
-    return fh
+    return fh, start
 
 
 def _repair_tail(fh: Any) -> None:

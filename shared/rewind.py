@@ -72,9 +72,16 @@ def state_record(store: SnapshotStore, branch: Sequence[TranscriptEntry],
     an edit, the branch to the edited user message, whose "prompt" snapshot holds the state it was sent
     in: the state at its parent when nothing older is kept (the first message's parent, the session's
     start, precedes every snapshot)."""
-    record = store.record_for(_nodes(branch))
+    return state_record_of(store, _nodes(branch), _nodes(sent_in) if sent_in else None)
+
+
+def state_record_of(store: SnapshotStore, nodes: Sequence[tuple[str, int]],
+                    sent_in: Sequence[tuple[str, int]] | None = None) -> Record:
+    """`state_record` from the branches' nodes, (id, epoch ms) each (a live rewind reads only these of
+    a long transcript: shared/transcript_branch.py)."""
+    record = store.record_for(list(nodes))
     if record is None and sent_in:
-        record = store.record_for(_nodes(sent_in))
+        record = store.record_for(list(sent_in))
     if record is None:
         oldest = store.oldest_entry()
         where = f"the oldest point kept is entry {oldest}" if oldest else "this session has no snapshots yet"

@@ -33,6 +33,7 @@ from shared.disk import iter_jsonl, session_paths
 from shared.inbox import entry_fields, ring_arg, ring_lua
 from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW
 from shared.summary_rules import file_operations, format_file_operations, summary_span
+from shared.transcript_index import window_lines
 from shared.transcript_tree import path_to
 
 from .summarizer import Summarizer
@@ -56,6 +57,17 @@ return false
 
 done_key = keys.compaction_done
 working_key = keys.compaction_working
+
+
+def branch_lines(path: Path, upto: str) -> list[dict[str, Any]]:
+    """The branch to `upto` as far as a summary reads it: the transcript index's window (from the latest
+    compaction's first kept entry: docs/architecture.md "How a session wakes") when it holds `upto`, as
+    it does for the runtime's requests; else the whole file once (a request from a branch since left)."""
+    window = window_lines(path)
+    ids = [d.get("id") for d in window]
+    if upto in ids:
+        return window[: ids.index(upto) + 1]
+    return path_to(list(iter_jsonl(path)), upto)
 
 
 class Metrics:
@@ -130,7 +142,7 @@ class CompactionHandler:
         base = _answer(request)
         path = session_paths(self.data_dir, request.session_id).transcript
         # The branch the request was made on (shared/transcript_tree.py): a rewind leaves others in the file.
-        raw = await asyncio.to_thread(lambda: path_to(list(iter_jsonl(path)), request.upto_entry_id))
+        raw = await asyncio.to_thread(branch_lines, path, request.upto_entry_id)
         entries = parse_entries(raw)
         try:
             span = summary_span(entries, request.first_kept_entry_id, request.upto_entry_id)

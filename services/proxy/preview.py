@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from shared.contracts.todo import TodoList
-from shared.disk import SessionPaths, iter_jsonl, read_json
-from shared.transcript_tree import active_path
+from shared.disk import SessionPaths, read_json
+from shared.transcript_index import window_lines
 from shared.uirules import repair_snapshot
 
 
@@ -83,7 +83,10 @@ def display_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def read_transcript(paths: SessionPaths) -> list[dict[str, Any]]:
-    return active_path(list(iter_jsonl(paths.transcript)))  # the active branch (shared/transcript_tree.py)
+    """The active branch since the latest compaction's first kept entry (the window of the transcript
+    index, docs/architecture.md "How a session wakes"): a glance at a dormant session costs the same at
+    any length of history; the whole branch is `GET /transcript`'s pages."""
+    return window_lines(paths.transcript)
 
 
 def read_ui(paths: SessionPaths) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import structlog
 from shared.contracts.messages import AssistantMessage
 from shared.contracts.transcript import MessageEntry, TranscriptEntry
 from shared.pricing import Pricer, cost_usd
+from shared.transcript_index import Usage
 
 from .lease import LeaseLost
 from .liveui import UiHost
@@ -37,8 +38,11 @@ class ModelUsage:
     models: set[str] = field(default_factory=set)
 
 
-def usage_by_model(entries: Iterable[TranscriptEntry]) -> dict[str, ModelUsage]:
+def usage_by_model(entries: Iterable[TranscriptEntry], before: Usage | None = None) -> dict[str, ModelUsage]:
+    """`before`: the branch's usage before the live window (docs/architecture.md "How a session wakes")."""
     out: dict[str, ModelUsage] = {}
+    for model, (requests, inp, cached, written, output) in (before or {}).items():
+        out[model] = ModelUsage(requests, inp, cached, written, output)
     for e in entries:
         if isinstance(e, MessageEntry) and isinstance(e.message, AssistantMessage):
             m = e.message
@@ -51,11 +55,11 @@ def usage_by_model(entries: Iterable[TranscriptEntry]) -> dict[str, ModelUsage]:
     return out
 
 
-def cost_records(entries: Sequence[TranscriptEntry], prices: Pricer) -> list[dict[str, Any]]:
+def cost_records(entries: Sequence[TranscriptEntry], prices: Pricer, before: Usage | None = None) -> list[dict[str, Any]]:
     """One `CostRecord` (shared/contracts/ui.py) per model, in first-use order: `settled` with its
     amount in USD when the model has a price, else `pending` with amount 0."""
     records = []
-    for model, u in list(usage_by_model(entries).items())[:MAX_RECORDS]:
+    for model, u in list(usage_by_model(entries, before).items())[:MAX_RECORDS]:
         price = prices.price(model)
         label = (f"{model}: {u.requests} model requests, {u.input} input tokens ({u.cached} cached), "
                  f"{u.output} output tokens" + ("" if price else "; no price configured"))
@@ -66,8 +70,9 @@ def cost_records(entries: Sequence[TranscriptEntry], prices: Pricer) -> list[dic
 
 
 class CostProjection:
-    def __init__(self, entries: Any, ui: UiHost, prices: Pricer) -> None:
-        self.entries = entries  # () -> the transcript's entries
+    def __init__(self, entries: Any, ui: UiHost, prices: Pricer, before: Any = dict) -> None:
+        self.entries = entries  # () -> the transcript's entries (its window)
+        self.before = before  # () -> the branch's usage before the window
         self.ui = ui
         self.prices = prices
 
@@ -82,7 +87,7 @@ class CostProjection:
             log.exception("cost_records_failed")
 
     async def refresh(self) -> None:
-        records = cost_records(self.entries(), self.prices)
+        records = cost_records(self.entries(), self.prices, self.before())
         doc = await self.ui.document()
         if doc.snapshot().get("costs") == records:
             return

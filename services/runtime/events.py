@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -77,6 +78,15 @@ class Outbox:
         """To a service stream (another owner's input), fenced, while no event of the session is being
         sent (EventSender.exclusive)."""
         await self._sender.exclusive(self._queue, lambda: self.bus(stream, message))
+
+
+async def tell_wake_failed(outbox: Outbox, exc: Exception) -> None:
+    """A wake that could not finish (worker.py `on_wake`) is told to the user as an error event: its
+    prompt stays unread in the inbox for the next wake, never silently dropped (docs/architecture.md
+    "How a session wakes"). Sent unfenced: the lease is already given back."""
+    with contextlib.suppress(Exception):  # Redis down too: the worker's log line is all there is
+        await outbox.event("error", {"error": "the session could not be woken; its prompt is kept and retried",
+                                     "source": "wake", "kind": type(exc).__name__}, fenced=False)
 
 
 def _delta_only(type: str, data: dict[str, Any]) -> bool:

@@ -254,11 +254,11 @@ class IdleRecorder:
         anchor_before = self.turns.anchor_revision
         messages = self.turns.take_recordable(chosen)
         for i, m in enumerate(messages):
-            written = len(self.transcript.entries)
+            written = self.transcript.appended
             try:
                 await self.record(m)
             except BaseException:
-                if len(self.transcript.entries) > written:  # in the transcript; only its acks failed
+                if self.transcript.appended > written:  # in the transcript; only its acks failed
                     self.agent.add_idle(m)
                     i += 1
                 self.turns.put_back(messages[i:], anchor_before)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import redis.asyncio as aioredis
 import structlog
@@ -27,6 +29,8 @@ import structlog
 from shared import keys, redis_cluster
 from shared.fence import FOLD_LEGACY
 from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW, text
+
+T = TypeVar("T")
 
 # Take the lease (fence = HINCRBY of the row's fence field, shared/fence.py) and, in the same round trip,
 # read what the wake needs next: whether the proxy holds the dormant-write lock, and the session row.
@@ -137,6 +141,23 @@ class Lease:
         self.released = True  # first: a renew_all in flight then takes the session's live score back
         await self.client.eval(COMPARE_AND_DELETE, 1, keys.lease(self.sid), self.value)  # type: ignore[misc]
         self.lost = True
+
+
+async def renewing(lease: Lease, work: Awaitable[T]) -> T:
+    """`work` (a wake's read in the I/O pool) while the lease is renewed every third of its TTL: a wake
+    of a long history never outlives its lease (docs/architecture.md "How a session wakes"); the
+    housekeeping renews only live sessions. LeaseLost when a renewal fails (another holder took it)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=lease.ttl_ms / 3000)
+            if done:
+                return task.result()
+            if not await lease.renew():
+                raise LeaseLost(lease.sid)
+    finally:
+        if not task.done():
+            task.cancel()
 
 
 async def renew_all(client: aioredis.Redis, leases: list[Lease], running: list[str], live_key: str,

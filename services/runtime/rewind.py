@@ -71,7 +71,8 @@ class Rewinder:
 
     async def rewind(self, target_id: str, reason: rw.RewindReason, edited_id: str | None = None) -> dict[str, Any]:
         t = self.transcript
-        if not t.is_node(target_id):
+        branch = await t.branch_to(target_id)  # the window's, or read by offset (shared/transcript_branch.py)
+        if branch is None:
             raise rw.RewindRefused(404, f"no entry {target_id!r} in this session's transcript")
         aborted = await self.aborts.abort("user")
         from_id = t.leaf_id
@@ -80,9 +81,16 @@ class Rewinder:
         except ScanTooLarge as exc:  # the disk's state is unknown: restoring from the last record would lie
             raise rw.too_large(self.snapshots.limits, exc) from exc
         store = self.snapshots.store
-        branch = t.branch_to(target_id)
-        record = rw.state_record(store, branch, t.branch_to(edited_id) if edited_id else ())
-        moves = rw.leaf_moves(branch, from_id, reason, t.new_id, now_iso())
+        edited = await t.branch_to(edited_id) if edited_id else None
+        try:  # from the window when it holds the target and the snapshot that records it
+            record = rw.state_record_of(store, branch.nodes, edited.nodes if edited else None)
+        except rw.RewindRefused:
+            if not branch.partial and not (edited and edited.partial):
+                raise
+            whole = await t.read_branch(target_id) or branch  # the branch from the root, read by offset
+            sent = await t.read_branch(edited_id) if edited_id else None
+            record = rw.state_record_of(store, whole.nodes, sent.nodes if sent else None)
+        moves = rw.leaf_moves(branch.tail, from_id, reason, t.new_id, now_iso())
         intent = await self.guard.write(lambda: rw.begin(self.snapshots.paths, record, target_id, moves))
         changed = await self.finish(intent)
         log.info("session_rewound", session_id=self.sid, target=target_id, from_id=from_id, changed=changed,

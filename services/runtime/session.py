@@ -147,7 +147,7 @@ class Session:
         self.outbox = outbox
         self.state = SessionState(self.sid, wake_id)
         self.guard = WriteGuard(self._writable, disk)
-        self.transcript = Transcript.of(paths.transcript, self.guard, files.entries)
+        self.transcript = Transcript.of(paths.transcript, self.guard, files.transcript)
         self.todo = TodoController.of(paths.todo, self.guard, files.todo)
         self.snapshots = SessionSnapshots(self.sid, paths, SnapshotLimits.of(deps.settings), self.guard,
                                           lambda: self.transcript.leaf_id)
@@ -179,7 +179,8 @@ class Session:
         self.knowledge = KnowledgeReader(deps.client, self.sid)
         self.toolset = Toolset(self.tools, self.knowledge, settings.runtime.knowledge_inline_chars)
         self.progress = ChecklistProgress(self.transcript, self.todo, deps.skills, self.outbox)
-        self.costs = CostProjection(lambda: self.transcript.entries, self.ui, settings.models.prices)
+        self.costs = CostProjection(lambda: self.transcript.entries, self.ui, settings.models.prices,
+                                    lambda: self.transcript.w.base_usage)
         self.connectors = ConnectorHub(self.sid, deps.client, self.transcript, self.acker.ack, deps.registry)
         self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, settings.runtime.causal_wait_ms)
 

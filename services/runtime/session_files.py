@@ -1,5 +1,5 @@
-"""What a wake reads from the session's disk before the session is built: the transcript's entries and
-the todo list, read together in the I/O pool (worker.py `_open`). On a slow disk (a network
+"""What a wake reads from the session's disk before the session is built: the transcript's window and
+index (shared/transcript_index.py: never the whole history) and the todo list, read together in the I/O pool (worker.py `_open`). On a slow disk (a network
 filesystem) each read's metadata operations on the event loop would hold every other session's turn
 (README "Reliability"); the UI state is read at its first use, also in the pool (liveui.py)."""
 
@@ -9,20 +9,18 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from shared.contracts.transcript import TranscriptEntry
 from shared.disk import SessionPaths, read_json
-
-from .transcript import read_entries
+from shared.transcript_index import Loaded, load
 
 
 @dataclass(frozen=True)
 class SessionFiles:
-    entries: list[TranscriptEntry]  # transcript.jsonl's complete lines, parsed
+    transcript: Loaded  # the index, the window's entries and the lines appended after the index
     todo: Any  # todo.json as parsed, None when absent
 
     @classmethod
     def read(cls, paths: SessionPaths) -> SessionFiles:
-        return cls(entries=read_entries(paths.transcript), todo=read_json(paths.todo))
+        return cls(transcript=load(paths.transcript), todo=read_json(paths.todo))
 
 
 async def read_session_files(paths: SessionPaths) -> SessionFiles:

@@ -1,8 +1,10 @@
 """`transcript.jsonl`: Pi's session entries, appended only by the lease holder, replayed on restore.
 
 Every append first runs the `guard` (the lease check), so a worker that lost its lease cannot
-write. Idempotency indexes (prompt ids, injection sources, compaction request ids) are rebuilt
-from the file, so a new holder never records the same prompt or injection twice.
+write. Idempotency indexes (prompt ids, injection sources, compaction request ids) are kept in the
+transcript index beside the file (shared/transcript_index.py) and folded from every line appended
+since, so a new holder never records the same prompt or injection twice. A wake holds the window the
+model's context is built from, never the whole history (docs/architecture.md "How a session wakes").
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import structlog
 from pydantic import TypeAdapter
 
+from shared import transcript_index as ix
 from shared.context import build_context
 from shared.contracts.messages import AgentMessage, CustomMessage
 from shared.contracts.transcript import (
@@ -25,20 +29,22 @@ from shared.contracts.transcript import (
     MessageEntry,
     SessionHeader,
     SkillActivationEntry,
-    SkillEndEntry,
     TranscriptEntry,
     parse_entries,
 )
-from shared.disk import append_unsynced, iter_jsonl, sync_and_close
-from shared.transcript_tree import active_path, path_to
+from shared.disk import append_lines_unsynced, iter_jsonl, jsonl_line, sync_and_close
+from shared.transcript_branch import Branch, read_branch
 
+from .transcript_window import Window
 from .write_guard import Guard
 
+log = structlog.get_logger()
 _ENTRIES: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
 
 
 def read_entries(path: Path) -> list[TranscriptEntry]:
-    """Complete lines only. Fast path: the whole file validated in one pydantic-core call (JSON parsed
+    """Every entry of the file (the full read a wake no longer does: tests compare the window against
+    it, and small files' readers use it). Complete lines only. Fast path: the whole file validated in one pydantic-core call (JSON parsed
     in Rust); on any odd line (unknown entry type, torn write) fall back to line by line."""
     try:
         raw = path.read_bytes()
@@ -59,69 +65,68 @@ def now_iso() -> str:
 
 
 class Transcript:
+    """The live transcript: its window (services/runtime/transcript_window.py: the active branch from
+    the latest compaction's first kept entry to the leaf, the live skills, the idempotency facts). The
+    rest of the file is read on demand, by offset, in the I/O pool (`branch_to`)."""
+
     def __init__(self, path: Path, guard: Guard) -> None:
         self.path = path
         self._guard = guard
-        self.entries: list[TranscriptEntry] = []  # the active branch, root to leaf (shared/transcript_tree.py)
-        self.all: list[TranscriptEntry] = []  # every entry, every branch, in file order
+        self.w = Window()
         self._version = 0  # bumped at every change of `entries` (the context cache's key)
-        self._ids: set[str] = set()
-        self._nodes: set[str] = set()  # ids of the tree's nodes (every entry but the leaf moves)
-        self.prompts: dict[str, str] = {}  # prompt_id -> entry id
-        self.sources: dict[tuple[str, str], str] = {}  # (source, source_id) -> entry id
-        # ref -> (highest to_revision recorded in an artifact_update, its entry id)
-        self.told: dict[str, tuple[int, str]] = {}
-        self.compactions: set[str] = set()  # request ids
-        # name -> its live activation (services/runtime/skill_lifecycle.py: a `skill_end` removes it)
-        self._live: dict[str, SkillActivationEntry] = {}
         self._context: tuple[int, list[AgentMessage]] | None = None
         self._appending = asyncio.Lock()
+        self._moved = self._index_due = False  # set by an append, acted on after its fsync
+        self.appended = 0  # entries this holder appended (the window shrinks at a compaction; this never does)
+
+    @property
+    def entries(self) -> list[TranscriptEntry]:
+        """The active branch from the latest compaction's first kept entry to the leaf (what the model's
+        context is built from: shared/context.py), not the whole history."""
+        return self.w.entries
+
+    @property
+    def prompts(self) -> dict[str, str]:
+        return self.w.facts.prompts
+
+    @property
+    def sources(self) -> dict[tuple[str, str], str]:
+        return self.w.facts.sources
+
+    @property
+    def told(self) -> dict[str, tuple[int, str]]:
+        return self.w.facts.told
+
+    @property
+    def compactions(self) -> set[str]:
+        return self.w.facts.compactions
 
     @classmethod
     def load(cls, path: Path, guard: Guard) -> Transcript:
-        return cls.of(path, guard, read_entries(path))
+        return cls.of(path, guard, ix.load(path))
 
     @classmethod
-    def of(cls, path: Path, guard: Guard, entries: Sequence[TranscriptEntry]) -> Transcript:
-        """The transcript whose file holds `entries` (read beforehand, e.g. in the I/O pool at a wake)."""
+    def of(cls, path: Path, guard: Guard, loaded: ix.Loaded) -> Transcript:
+        """The transcript as a wake read it (in the I/O pool: shared/transcript_index.py `load`)."""
         t = cls(path, guard)
-        for entry in entries:
-            t._index(entry)
-        t._set_branch(active_path(t.all))
+        t.w.adopt(loaded)
         return t
-
-    def _set_branch(self, entries: list[TranscriptEntry]) -> None:
-        """The active branch replaced (a load, a leaf move): what depends on it is derived again."""
-        self.entries = []
-        self._live = {}
-        for e in entries:
-            self._on_branch(e)
-
-    def _on_branch(self, entry: TranscriptEntry) -> None:
-        """An entry now on the active branch: the skill contracts follow the branch (a rewind restores
-        the skills live at its entry)."""
-        self.entries.append(entry)
-        if isinstance(entry, SkillActivationEntry):
-            self._live.setdefault(entry.name, entry)
-        elif isinstance(entry, SkillEndEntry):
-            self._live.pop(entry.name, None)
 
     @property
     def leaf_id(self) -> str | None:
-        if not self.entries:
-            return None
-        last = self.entries[-1]
-        return last.target_id if isinstance(last, LeafEntry) else last.id
+        return self.w.leaf_id
 
     def has(self, entry_id: str) -> bool:
-        return entry_id in self._ids
+        """In the window (a rewind's own entries, just appended, always are)."""
+        return entry_id in self.w.ids
 
-    def is_node(self, entry_id: str) -> bool:
-        return entry_id in self._nodes
+    async def branch_to(self, entry_id: str) -> Branch | None:
+        """The branch from the root to `entry_id` (None: no such node): from the window when it holds the
+        entry (`partial`), else read from the file by offset in the I/O pool."""
+        return self.w.branch_to(entry_id) or await self.read_branch(entry_id)
 
-    def branch_to(self, entry_id: str) -> list[TranscriptEntry]:
-        """The branch from the root to `entry_id` ([] when it is not a node of this transcript)."""
-        return path_to(self.all, entry_id)
+    async def read_branch(self, entry_id: str) -> Branch | None:
+        return await asyncio.to_thread(read_branch, self.path, entry_id)
 
     def context(self) -> list[AgentMessage]:
         """The replayed model context (cached until the next append; callers get their own list)."""
@@ -131,7 +136,7 @@ class Transcript:
 
     def active_skills(self) -> list[SkillActivationEntry]:
         """The live skill activations (activated and not ended since), in activation order."""
-        return list(self._live.values())
+        return list(self.w.live.values())
 
     # ------------------------------------------------------------ appends
 
@@ -210,51 +215,63 @@ class Transcript:
         """One append at a time: the guard may await (a lease renewal, the disk fence), and two appends
         that both built their entry on the same leaf (parallel tool calls each activating a skill) would
         fork the chain. The batch is linked to the leaf and stamped after the guard, right before the
-        write, so the file's order, parents and timestamps agree."""
+        write, so the file's order, parents and timestamps agree. The index is written after a
+        compaction (the window moved) and rebuilt after a leaf move (the branch changed): not at every
+        append, whose lines a wake reads after the index anyway (shared/transcript_index.py)."""
         async with self._appending:
-            def write() -> Any:  # in the I/O pool, the guard passed and the disk fence held (write_guard.py)
+            def write() -> tuple[Any, int, list[dict[str, Any]], list[bytes]]:  # in the I/O pool, guard passed
                 if not isinstance(batch[0], LeafEntry):  # a leaf move is not a node: it has no parent
                     batch[0].parent_id = self.leaf_id
                 stamp = now_iso()
                 for e in batch:
                     e.timestamp = stamp
-                return append_unsynced(self.path, [e.model_dump(mode="json", by_alias=True, exclude_none=True)
-                                                   for e in batch])
+                records = [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in batch]
+                lines = [jsonl_line(r) for r in records]
+                fh, start = append_lines_unsynced(self.path, lines)
+                return fh, start, records, lines
 
-            def written(_: Any) -> None:  # in the file for every reader: in memory too, even if we are cancelled now
-                for e in batch:
-                    self._index(e)
-                    if isinstance(e, LeafEntry):
-                        self._set_branch(active_path(self.all))
-                    else:
-                        self._on_branch(e)
+            def written(result: tuple[Any, int, list[dict[str, Any]], list[bytes]]) -> None:
+                # in the file for every reader: in memory too, even if we are cancelled now
+                _, offset, records, lines = result
+                for e, record, line in zip(batch, records, lines, strict=True):
+                    self.w.facts.fold(record)
+                    self.w.add(e, (offset, len(line)))
+                    offset += len(line) + 1
+                    self.appended += 1
+                    if isinstance(e, LeafEntry) and not self.w.move(e):
+                        self._moved = True  # the new branch leaves the window: read from the file below
+                self.w.last = (offset, (offset - len(lines[-1]) - 1, len(lines[-1])), ix.line_hash(lines[-1]))
+                if any(isinstance(e, CompactionEntry) for e in batch):
+                    self.w.shift()
+                self._index_due = self._index_due or any(isinstance(e, CompactionEntry | LeafEntry) for e in batch)
                 self._version += 1
 
-            fh = await self._guard.write(write, written)
-            await sync_and_close(fh)  # the fence is already released: only the lines' durability is awaited
+            result = await self._guard.write(write, written)
+            await sync_and_close(result[0])  # the fence is already released: only the lines' durability is awaited
+            if self._moved:  # the new branch's window, live skills and index, from one scan of the file
+                self._moved = self._index_due = False
+                self.w.adopt(await asyncio.to_thread(ix.load, self.path, True))
+                self._version += 1
+            elif self._index_due:
+                self._index_due = False
+                await self.write_index()
 
-    def _index(self, entry: TranscriptEntry) -> None:
-        """Every entry of every branch: a prompt or injection recorded on an abandoned branch is still
-        recorded (a redelivery is only acknowledged, never run again)."""
-        self.all.append(entry)
-        self._ids.add(entry.id)
-        if not isinstance(entry, LeafEntry):
-            self._nodes.add(entry.id)
-        if isinstance(entry, MessageEntry) and entry.prompt_id:
-            self.prompts[entry.prompt_id] = entry.id
-        elif isinstance(entry, CustomMessageEntry):
-            source, source_id = entry.details.get("source"), entry.details.get("sourceId")
-            if isinstance(source, str) and isinstance(source_id, str):
-                self.sources[(source, source_id)] = entry.id
-            ref, to = entry.details.get("ref"), entry.details.get("toRevision")
-            if (entry.details.get("injectionType") == "artifact_update" and isinstance(ref, str)
-                    and isinstance(to, int) and to > self.told.get(ref, (-1, ""))[0]):
-                self.told[ref] = (to, entry.id)
-        elif isinstance(entry, CompactionEntry) and entry.request_id:
-            self.compactions.add(entry.request_id)
+    async def write_index(self) -> None:
+        """The index as of the last append (built here, written in the I/O pool). A failed write is
+        logged: the index is a cache, rebuilt from the transcript when a wake finds it stale."""
+        index = self.w.index()
+        if index is None:
+            return
+        try:
+            await asyncio.to_thread(ix.write_index, self.path, index)
+        except OSError as exc:
+            log.warning("transcript_index_not_written", path=str(self.path), error=str(exc))
 
     def _new_id(self) -> str:
+        """Four random bytes (Pi's ids) while the file is small; six past 64 MiB, whose ids outside the
+        window are not held in memory to check against."""
+        n = 4 if self.w.last[0] < 1 << 26 else 6
         while True:
-            candidate = secrets.token_hex(4)
-            if candidate not in self._ids:
+            candidate = secrets.token_hex(n)
+            if candidate not in self.w.ids:
                 return candidate

@@ -35,9 +35,9 @@ from shared.tracing import detached
 from shared.trim import trim_acked, trim_all
 
 from .diskfence import DiskFence, DiskFenceBusy, FenceBehind
-from .events import BusPublish, Outbox
+from .events import BusPublish, Outbox, tell_wake_failed
 from .image_gc import ImageCollector
-from .lease import Lease, LeaseLost, forget_deleted, raise_fence, renew_all, wait_no_dormant_write
+from .lease import Lease, LeaseLost, forget_deleted, raise_fence, renew_all, renewing, wait_no_dormant_write
 from .model_calls import ModelCalls
 from .prompt import VARIANTS, preloaded_skills, static_prefix
 from .sender import EventSender
@@ -140,9 +140,11 @@ class Worker:
                     with contextlib.suppress(Exception):
                         await lease.release()
                     return
-                except Exception:
+                except Exception as exc:
                     with contextlib.suppress(Exception):
                         await lease.release()
+                    log.exception("wake_failed", session_id=wake.session_id)
+                    await tell_wake_failed(Outbox(self.sender, wake.session_id, self.bus), exc)
                     raise
 
     async def _open(self, wake: Wake, lease: Lease, row: dict[str, str], clock: WakeClock) -> None:
@@ -170,7 +172,7 @@ class Worker:
                            preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
                                                             self.skills)))
         outbox = Outbox(self.sender, sid, self.bus, fence=lease.check)
-        files = await read_session_files(paths)
+        files = await renewing(lease, read_session_files(paths))  # a long history's first read: renewed meanwhile
         clock.mark("read")
         session = Session(deps, paths, files, lease, outbox, model_settings(self.settings, model, sid, paths),
                           wake.wake_id, context_window=model.context_window or self.settings.compaction.context_window,

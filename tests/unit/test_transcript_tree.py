@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from services.runtime.transcript import Transcript
+from services.runtime.transcript import Transcript, read_entries
 from services.runtime.write_guard import WriteGuard
 from shared.contracts.messages import UserMessage
 from shared.transcript_tree import Row, active_path, build, path_to
@@ -69,6 +69,6 @@ async def test_the_runtime_transcript_follows_a_leaf_move(tmp_path: Path) -> Non
     assert t.active_skills() == [] and t.leaf_id == first.id
     assert t.context()[-1].custom_type == "gamma.session_rewound"  # type: ignore[union-attr]
     nxt = await t.append_message(UserMessage(content="again"))
-    assert nxt.parent_id == first.id and len(t.all) == 5
+    assert nxt.parent_id == first.id and len(read_entries(tmp_path / "transcript.jsonl")) == 5
     reloaded = Transcript.load(tmp_path / "transcript.jsonl", WriteGuard(guard))
     assert [e.id for e in reloaded.entries] == [e.id for e in t.entries] and reloaded.active_skills() == []

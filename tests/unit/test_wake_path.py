@@ -45,14 +45,14 @@ async def test_the_claim_syncs_the_fence_off_the_event_loop(tmp_path: Path, monk
 
 async def test_a_new_transcripts_first_lines_are_one_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     writes: list[int] = []
-    real = transcript_module.append_unsynced
+    real = transcript_module.append_lines_unsynced
 
     def counting(path: Path, lines: list[Any]) -> Any:
         writes.append(len(lines))
         return real(path, lines)
 
     guard = WriteGuard()
-    monkeypatch.setattr(transcript_module, "append_unsynced", counting)
+    monkeypatch.setattr(transcript_module, "append_lines_unsynced", counting)
     t = Transcript.load(tmp_path / "transcript.jsonl", guard)
     await t.ensure_header([("workflow", "workflow"), ("notes", "reference")])
     await t.ensure_header([("again", "reference")])  # a header exists: nothing more

@@ -14,6 +14,7 @@ from typing import TypeVar
 from services.runtime.liveui import LiveUi
 from services.runtime.session_files import read_session_files
 from services.runtime.write_guard import WriteGuard
+from shared import transcript_index as ix
 from shared.contracts.transcript import SessionHeader
 from shared.disk import SessionPaths, session_paths
 from shared.uirules import UiLimits
@@ -53,13 +54,17 @@ def layout(tmp_path: Path) -> SessionPaths:
 
 
 async def test_the_transcript_and_todo_are_read_off_the_loop(tmp_path: Path) -> None:
+    """The wake's first read is the transcript index (shared/transcript_index.py), then the window's lines."""
     paths = layout(tmp_path)
-    os.mkfifo(paths.transcript)
     header = SessionHeader(id="h1", timestamp="2026-01-01T00:00:00Z")
+    paths.transcript.write_bytes(header.model_dump_json(by_alias=True).encode() + b"\n")
+    index = ix.rebuild(paths.transcript).model_dump_json().encode()
+    ix.index_path(paths.transcript).unlink()
+    os.mkfifo(ix.index_path(paths.transcript))
     paths.todo.write_text(json.dumps({"items": []}))
-    files = await blocked_until_written(read_session_files(paths), paths.transcript,
-                                        header.model_dump_json(by_alias=True).encode() + b"\n")
-    assert [e.id for e in files.entries] == ["h1"] and files.todo == {"items": []}
+    files = await blocked_until_written(read_session_files(paths), ix.index_path(paths.transcript), index)
+    assert [e.id for _, e in files.transcript.window] == ["h1"] and files.todo == {"items": []}
+    assert not files.transcript.rebuilt
 
 
 async def test_the_ui_state_is_read_off_the_loop_at_its_first_use(tmp_path: Path) -> None:

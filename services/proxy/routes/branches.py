@@ -19,10 +19,10 @@ from shared import rewind as rw
 from shared.contracts.http import ForkBody, ForkedSession, ForkOrigin, ModelUsage, RewindBody, RewindResult
 from shared.contracts.inbox import Rewind
 from shared.contracts.messages import UserMessage
-from shared.contracts.transcript import LeafEntry, MessageEntry
+from shared.contracts.transcript import MessageEntry
 from shared.disk import SessionPaths, session_paths
 from shared.snapshots import SnapshotLimits
-from shared.transcript_tree import path_to
+from shared.transcript_branch import read_branch
 from shared.uirules import default_snapshot
 from shared.write_model import Refused
 
@@ -67,13 +67,11 @@ async def rewind_session(proxy: Proxy, state: SessionState, entry_id: str,
 
 def _edit_target(paths: SessionPaths, entry_id: str) -> str | None:
     """The parent of user message `entry_id` (None when it is not one)."""
-    entries = rw.read_transcript(paths)
-    branch = path_to(entries, entry_id)
-    last = branch[-1] if branch else None
-    if not (isinstance(last, MessageEntry) and isinstance(last.message, UserMessage)):
+    branch = read_branch(paths.transcript, entry_id)  # by offset: never the whole file (shared/transcript_branch.py)
+    last = branch.tail[-1] if branch and branch.tail else None
+    if branch is None or not (isinstance(last, MessageEntry) and isinstance(last.message, UserMessage)):
         return None
-    nodes = [e for e in branch if not isinstance(e, LeafEntry)]
-    return nodes[-2].id if len(nodes) > 1 else None
+    return branch.nodes[-2][0] if len(branch.nodes) > 1 else None
 
 
 async def edit_rewind(proxy: Proxy, state: SessionState, entry_id: str) -> SessionState:

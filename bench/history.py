@@ -1,0 +1,303 @@
+"""`make bench-history`: a wake costs the same at 1 GB of history as at none (docs/architecture.md "How a
+session wakes").
+
+The runtime's Worker in this process (bench/prefix.py's Harness: real Redis of its own, the scripted
+model behind the real openai client). Dormant sessions whose `transcript.jsonl` is generated as the
+bench runs (scripted/history.py: valid entries, a compaction every ~200 KB), 0 / 10 MB / 100 MB / 1 GB
+(`--sizes`). Per size, side by side with the empty session:
+
+- the first wake of the session written before the index existed (it rebuilds the index: one scan);
+- `--rounds` wakes, each followed by a prompt: Wake -> SessionLive, prompt -> first token (the first
+  streamed event of the answer), Wake -> first token (p50 / p99);
+- memory the live session holds: the Python heap allocated by a wake and a turn and still held while
+  the session is live (tracemalloc), and this process's RSS with the session live;
+- the same wakes while `--neighbours` other sessions stream paced answers (80 tokens/s) on the worker:
+  the event loop's lag p99 (what every neighbour's next token waits for) and the wake's own figures;
+- at the largest size: a rewind to an entry in the window, an edit-and-branch, and a rewind to an entry
+  a full scan finds (refused 409: generated history has no snapshots; the time is the scan's).
+
+Prints a table, writes bench/results/history.json (`--out`). Run under `flock /tmp/gamma-bench.lock`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import platform
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from prefix import Harness, done, redis_url, script  # noqa: E402
+
+from scripted.gamma import ScriptedGamma  # noqa: E402
+from scripted.history import write_history  # noqa: E402
+from scripted.pacing import Timing  # noqa: E402
+from scripted.transport import scripted_client  # noqa: E402
+from services.runtime.app import skills_dir  # noqa: E402
+from services.runtime.skills import load_skills  # noqa: E402
+from shared import inbox, keys  # noqa: E402
+from shared import rewind as rw  # noqa: E402
+from shared import transcript_index as ix  # noqa: E402
+from shared.contracts.inbox import Barrier, UserPrompt  # noqa: E402
+from shared.contracts.lifecycle import SessionLive  # noqa: E402
+from shared.contracts.transcript import MessageEntry  # noqa: E402
+from shared.contracts.wake import Wake  # noqa: E402
+from shared.disk import session_paths  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "history.json"
+SIZES = {"empty": 0, "10MB": 10 << 20, "100MB": 100 << 20, "1GB": 1 << 30}
+FIRST = {"message_update", "tool_call_progress", "message_start"}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1) if ordered else 0.0
+
+
+def dist(values: list[float]) -> dict[str, float]:
+    return {"p50": pct(values, 0.5), "p99": pct(values, 0.99), "max": pct(values, 1.0)}
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+class Bench:
+    def __init__(self, h: Harness, data_dir: Path) -> None:
+        self.h, self.data_dir = h, data_dir
+        self.live_at: list[float] = []
+        publish = h.worker.bus
+
+        async def timed_bus(stream: str, message: BaseModel) -> None:
+            await publish(stream, message)
+            if isinstance(message, SessionLive):
+                self.live_at.append(time.perf_counter())
+
+        h.worker.bus = timed_bus
+
+    async def wake(self, sid: str) -> tuple[float, float]:
+        """(Wake -> SessionLive, the wake's start); the barrier follows, as the proxy's wake sends it."""
+        wake = Wake(session_id=sid)
+        start = time.perf_counter()
+        await self.h.worker.on_wake(wake)
+        live = self.live_at[-1] - start
+        await inbox.append(self.h.client, Barrier(session_id=sid, wake_id=wake.wake_id))
+        return live, start
+
+    async def prompt(self, sid: str, text: str, limit_s: float = 60) -> tuple[float, float]:
+        """(prompt -> first streamed event, prompt -> the answer that blocks on the user), absolute ends."""
+        r = self.h.client
+        last = (await r.xrevrange(keys.events(sid), count=1) or [(b"0-0", None)])[0][0]
+        start = time.perf_counter()
+        await inbox.append(r, UserPrompt(session_id=sid, message=text))
+        first = None
+        deadline = start + limit_s
+        while time.perf_counter() < deadline:
+            got = await r.xread({keys.events(sid): last}, block=1000, count=100)
+            for _, entries in got or []:
+                for entry_id, fields in entries:
+                    last = entry_id
+                    ev = json.loads(fields[b"data"])
+                    if first is None and ev["type"] in FIRST:
+                        first = time.perf_counter()
+                    if ev["type"] == "message_user" and ev["data"].get("block_on_user"):
+                        answered = time.perf_counter()
+                        task = self.h.worker.sessions[sid].state.run_task
+                        if task is not None:
+                            await asyncio.wait({task})  # the run's bookkeeping is done before the next close
+                        return first or answered, answered
+        raise TimeoutError(f"{sid}: no answer")
+
+    async def rounds(self, sid: str, n: int) -> dict[str, Any]:
+        lives, firsts, wake_firsts, answers = [], [], [], []
+        for i in range(n):
+            await self.h.worker.close(sid, "bench")
+            live, start = await self.wake(sid)
+            sent = time.perf_counter()
+            first, answer = await self.prompt(sid, script(done(f"round {i} answered")))
+            lives.append(live)
+            firsts.append(first - sent)
+            wake_firsts.append(first - start)
+            answers.append(answer - sent)
+        return {"wake_to_live_ms": dist(lives), "prompt_to_first_token_ms": dist(firsts),
+                "wake_to_first_token_ms": dist(wake_firsts), "prompt_to_answer_ms": dist(answers)}
+
+    async def held_memory(self, sid: str) -> dict[str, float]:
+        """The heap a wake and a turn allocate and the live session still holds, and RSS while live."""
+        await self.h.worker.close(sid, "bench")
+        gc.collect()
+        tracemalloc.start()
+        await self.wake(sid)
+        await self.prompt(sid, script(done("memory")))
+        await asyncio.sleep(0.2)
+        gc.collect()
+        held, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        return {"held_mb": round(held / 2**20, 2), "peak_mb": round(peak / 2**20, 2), "rss_live_mb": rss_mb()}
+
+
+async def lag_during(work: Any) -> tuple[Any, dict[str, float]]:
+    """The event loop's lag (a 5 ms sleep's overshoot) while `work` runs: what a neighbour's next step waits."""
+    lags: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        while not stop.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.005)
+            lags.append(time.perf_counter() - t - 0.005)
+
+    task = asyncio.ensure_future(ticker())
+    try:
+        result = await work
+    finally:
+        stop.set()
+        await task
+    return result, dist(lags)
+
+
+async def neighbours(b: Bench, n: int) -> list[asyncio.Task[Any]]:
+    """`n` live sessions, each streaming a long paced answer (restarted while the bench measures)."""
+    text = "token " * 1500
+
+    async def stream(sid: str) -> None:
+        await b.wake(sid)
+        while True:
+            await b.prompt(sid, script(done(text)), limit_s=600)
+
+    return [asyncio.ensure_future(stream(f"neighbour{i:03d}")) for i in range(n)]
+
+
+async def rewinds(b: Bench, sid: str) -> dict[str, Any]:
+    """A rewind in the window, an edit-and-branch, and a rewind that reads the whole branch by offset."""
+    session = b.h.worker.sessions[sid]
+    t = session.transcript
+    users = [e for e in t.entries if isinstance(e, MessageEntry) and e.message.role == "user"]
+    out: dict[str, Any] = {}
+
+    async def timed(key: str, target: str, reason: Any, edited: str | None = None) -> None:
+        start = time.perf_counter()
+        try:
+            await session.rewinder.rewind(target, reason, edited)
+            out[key + "_outcome"] = "done"
+        except rw.RewindRefused as exc:
+            out[key + "_outcome"] = f"{exc.status}: {exc.message[:80]}"
+        out[key + "_ms"] = round((time.perf_counter() - start) * 1000, 1)
+
+    await timed("rewind_in_window", users[-1].id, "rewind")
+    await b.prompt(sid, script(done("after rewind")))
+    users = [e for e in t.entries if isinstance(e, MessageEntry) and e.message.role == "user"]
+    await timed("edit_and_branch", users[-1].parent_id or users[-1].id, "edit", users[-1].id)
+    start = time.perf_counter()
+    try:
+        await session.rewinder.rewind("00000100", "rewind")  # generated early in the history
+        out["rewind_old_outcome"] = "rewound"
+    except rw.RewindRefused as exc:
+        out["rewind_old_outcome"] = f"{exc.status}: no snapshot kept (generated history)"
+    out["rewind_old_scan_ms"] = round((time.perf_counter() - start) * 1000, 1)
+    return out
+
+
+async def measure_size(b: Bench, label: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
+    sid = f"history-{label.lower()}"
+    row: dict[str, Any] = {"size": label}
+    if size:
+        start = time.perf_counter()
+        h = write_history(session_paths(b.data_dir, sid).transcript, size, compaction_every=200_000)
+        row |= {"generate_s": round(time.perf_counter() - start, 1), "bytes": h.bytes, "lines": h.lines,
+                "compactions": h.compactions}
+    live, _ = await b.wake(sid)  # written before the index: the first wake builds it
+    row["first_wake_ms"] = round(live * 1000, 1)
+    await b.prompt(sid, script(done("first")))
+    index = ix.index_path(session_paths(b.data_dir, sid).transcript)
+    row["index_bytes"] = index.stat().st_size if index.exists() else 0
+    row["window_entries"] = len(b.h.worker.sessions[sid].transcript.entries)
+    row |= await b.rounds(sid, args.rounds)
+    row["memory"] = await b.held_memory(sid)
+    await b.h.worker.close(sid, "bench")
+    return row
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    skills = load_skills(skills_dir())
+    with tempfile.TemporaryDirectory(prefix="gamma-bench-history-", dir=args.tmp) as tmp:
+        h = Harness(redis_url(), Path(tmp), ScriptedGamma(skills))
+        h.worker.model_client = scripted_client(ScriptedGamma(skills), Timing(tokens_per_s=80))
+        await h.start()
+        b = Bench(h, Path(tmp))
+        try:
+            rows = [await measure_size(b, label, SIZES[label], args) for label in args.sizes]
+            big = args.sizes[-1]
+            streams = await neighbours(b, args.neighbours)
+            await asyncio.sleep(3)
+            loaded: dict[str, Any] = {}
+            for label in ("empty", big):
+                sid = f"history-{label.lower()}"
+                await b.wake(sid)
+                result, lag = await lag_during(b.rounds(sid, args.rounds // 2))
+                loaded[label] = {**result, "neighbour_loop_lag_ms": lag}
+                if label == big:
+                    loaded[label]["rewinds"], _ = await lag_during(rewinds(b, sid))
+                await h.worker.close(sid, "bench")
+            for task in streams:
+                task.cancel()
+            await asyncio.gather(*streams, return_exceptions=True)
+        finally:
+            await h.stop()
+    return {"benchmark": "history", "machine": platform.platform(), "rounds": args.rounds,
+            "neighbours": args.neighbours, "sizes": rows, "with_neighbours": loaded,
+            "targets": {"wake_to_first_token_p99_over_empty_ms": 150, "held_mb_over_empty": 20,
+                        "neighbour_p99_added_ms": 20}}
+
+
+def table(r: dict[str, Any]) -> str:
+    rows = r["sizes"]
+    empty = rows[0]
+    lines = [f"{'history':>8} {'1st wake':>9} {'wake->live p50/p99':>19} {'wake->1st tok p50/p99':>22} "
+             f"{'Δp99 vs empty':>13} {'held MB':>8} {'Δheld':>6} {'RSS MB':>7}"]
+    for row in rows:
+        w, m = row["wake_to_first_token_ms"], row["memory"]
+        lines.append(f"{row['size']:>8} {row['first_wake_ms']:>9} "
+                     f"{row['wake_to_live_ms']['p50']:>9}/{row['wake_to_live_ms']['p99']:<9} "
+                     f"{w['p50']:>11}/{w['p99']:<10} {w['p99'] - empty['wake_to_first_token_ms']['p99']:>13.1f} "
+                     f"{m['held_mb']:>8} {m['held_mb'] - empty['memory']['held_mb']:>6.2f} {m['rss_live_mb']:>7}")
+    lines.append(f"with {r['neighbours']} neighbours streaming:")
+    for label, x in r["with_neighbours"].items():
+        lines.append(f"{label:>8} wake->1st tok p50/p99 {x['wake_to_first_token_ms']['p50']}/"
+                     f"{x['wake_to_first_token_ms']['p99']} ms, loop lag p99 {x['neighbour_loop_lag_ms']['p99']} ms"
+                     + (f", rewinds {x['rewinds']}" if "rewinds" in x else ""))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--neighbours", type=int, default=100)
+    p.add_argument("--tmp", default=None, help="where the generated sessions go (default: the system's temp dir)")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args()
+    result = asyncio.run(run(args))
+    print(table(result))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

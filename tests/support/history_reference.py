@@ -1,0 +1,59 @@
+"""The full-read path a wake used before the transcript index (every line parsed, the tree built over
+all of them), as the reference the index's window, facts and branches are compared against
+(tests/unit/test_transcript_index.py, tests/integration/test_transcript_index_crash.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.runtime.costs import usage_by_model
+from services.runtime.transcript import Transcript, read_entries
+from shared.context import build_context
+from shared.contracts.messages import AgentMessage
+from shared.contracts.transcript import LeafEntry, SkillActivationEntry, SkillEndEntry, TranscriptEntry
+from shared.transcript_index import Facts
+from shared.transcript_tree import active_path
+
+
+@dataclass
+class Reference:
+    entries: list[TranscriptEntry]  # every entry, file order
+    active: list[TranscriptEntry]
+    context: list[AgentMessage]
+    skills: list[str]  # ids of the live activations, in order
+    facts: Facts
+    leaf: str | None
+
+
+def reference(path: Path) -> Reference:
+    entries = read_entries(path)
+    active = active_path(entries)
+    live: dict[str, SkillActivationEntry] = {}
+    for e in active:
+        if isinstance(e, SkillActivationEntry):
+            live.setdefault(e.name, e)
+        elif isinstance(e, SkillEndEntry):
+            live.pop(e.name, None)
+    facts = Facts()
+    for e in entries:
+        facts.fold(e.model_dump(mode="json", by_alias=True, exclude_none=True))
+    last = active[-1] if active else None
+    leaf = (last.target_id if isinstance(last, LeafEntry) else last.id) if last is not None else None
+    return Reference(entries, active, build_context(active), [a.id for a in live.values()], facts, leaf)
+
+
+def assert_same(t: Transcript, ref: Reference) -> None:
+    """What a wake restores equals what the full read gave."""
+    assert t.leaf_id == ref.leaf
+    assert t.context() == ref.context
+    assert [a.id for a in t.active_skills()] == ref.skills
+    assert t.prompts == ref.facts.prompts
+    assert t.sources == ref.facts.sources
+    assert t.told == ref.facts.told
+    assert t.compactions == ref.facts.compactions
+    assert list(usage_by_model(t.entries, t.w.base_usage).items()) == list(usage_by_model(ref.active).items())
+    # the window is the active branch's tail, in order
+    ids = [e.id for e in ref.active]
+    window = [e.id for e in t.entries]
+    assert window == ids[len(ids) - len(window):]

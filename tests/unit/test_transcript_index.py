@@ -1,0 +1,158 @@
+"""The transcript index (shared/transcript_index.py, docs/architecture.md "How a session wakes"): a wake
+that reads the index, the window and the lines after it restores what the full read restored, on a
+generated history with many compactions and rewinds; a pre-index session gets an index; a stale or
+corrupt index is rebuilt; branches read by offset equal the full read's."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from scripted.history import write_history
+from services.runtime.transcript import Transcript
+from services.runtime.write_guard import WriteGuard
+from shared import rewind as rw
+from shared import transcript_index as ix
+from shared.contracts.messages import CustomMessage, UserMessage
+from shared.contracts.transcript import LeafEntry
+from shared.transcript_branch import read_branch
+from shared.transcript_scan import iter_lines, read_spans
+from shared.transcript_tree import path_to
+from tests.support.history_reference import assert_same, reference
+
+
+def _history(tmp_path: Path, size: int = 3_000_000, seed: int = 1) -> Path:
+    h = write_history(tmp_path / "transcript.jsonl", size, compaction_every=60_000, branch_every=90_000,
+                      payload=900, seed=seed)
+    assert h.compactions > size // 100_000 and h.rewinds > size // 150_000
+    return h.path
+
+
+def _load(path: Path) -> Transcript:
+    return Transcript.load(path, WriteGuard())
+
+
+def test_a_pre_index_session_wakes_and_gets_an_index(tmp_path: Path) -> None:
+    path = _history(tmp_path)
+    assert not ix.index_path(path).exists()
+    t = _load(path)
+    assert_same(t, reference(path))
+    index = ix.read_index(path)
+    assert index is not None and index.length == path.stat().st_size
+    again = ix.load(path)
+    assert not again.rebuilt and again.tail == []
+    assert len(t.entries) < 40  # the window, not the ~8,000 entries of the file
+
+
+async def test_appends_after_the_index_are_read_at_the_next_wake(tmp_path: Path) -> None:
+    path = _history(tmp_path)
+    t = _load(path)
+    for i in range(5):
+        await t.append_message(UserMessage(content=f"more {i}"), prompt_id=f"late-{i}")
+        await t.append_custom(CustomMessage(custom_type="gamma.injection", content="x",
+                                            details={"source": "client", "sourceId": f"late-{i}"}))
+    woken = ix.load(path)
+    assert not woken.rebuilt and len(woken.tail) == 10
+    assert_same(_load(path), reference(path))
+
+
+async def test_a_compaction_moves_the_window_and_writes_the_index(tmp_path: Path) -> None:
+    path = _history(tmp_path)
+    t = _load(path)
+    for i in range(6):
+        await t.append_message(UserMessage(content=f"turn {i}"))
+    kept = t.entries[-3].id
+    await t.append_compaction("summary", kept, 10, {}, "req-late", [CustomMessage(custom_type="gamma.todo_anchor",
+                                                                                   content="todo")])
+    assert t.entries[0].id == kept
+    index = ix.read_index(path)
+    assert index is not None and index.length == path.stat().st_size and "req-late" in index.compactions
+    assert_same(t, reference(path))
+    assert_same(_load(path), reference(path))
+
+
+@pytest.mark.parametrize("where", ["window", "older"])
+async def test_a_leaf_move_follows_the_branch_whether_in_the_window_or_older(tmp_path: Path, where: str) -> None:
+    path = _history(tmp_path)
+    t = _load(path)
+    for i in range(4):
+        await t.append_message(UserMessage(content=f"turn {i}"))
+    ref = reference(path)
+    target = t.entries[-2].id if where == "window" else ref.active[len(ref.active) // 2].id
+    await t.move_leaf(target, "rewind", "<session_rewound>x</session_rewound>")
+    assert t.leaf_id == target
+    assert_same(t, reference(path))
+    await t.append_message(UserMessage(content="after the move"))
+    assert_same(t, reference(path))
+    assert_same(_load(path), reference(path))
+    index = ix.read_index(path)
+    assert index is not None
+    if where == "older":
+        assert target in ix.rebuild(path).branch_points
+
+
+def test_a_stale_or_corrupt_index_is_rebuilt(tmp_path: Path) -> None:
+    path = _history(tmp_path, 1_000_000)
+    _load(path)
+    good = ix.index_path(path).read_bytes()
+    ix.index_path(path).write_bytes(good[: len(good) // 2])  # torn (never by our writer: another's)
+    assert ix.read_index(path) is None and ix.load(path).rebuilt
+    ix.index_path(path).write_bytes(good.replace(b'"version":1', b'"version":9'))
+    assert ix.read_index(path) is None
+    ix.index_path(path).write_bytes(good)
+    raw = path.read_bytes()
+    last = raw.rindex(b"\n", 0, len(raw) - 1) + 1
+    path.write_bytes(raw[:last] + raw[last:].replace(b'"id":"', b'"id":"x', 1)[:-2] + b"\n")  # its last line rewritten
+    assert ix.read_index(path) is None
+    assert_same(_load(path), reference(path))
+    ix.index_path(path).write_bytes(good)
+    path.write_bytes(raw[: len(raw) - 5000])  # cut short
+    assert ix.read_index(path) is None
+    assert_same(_load(path), reference(path))
+
+
+def test_branches_read_by_offset_equal_the_full_read(tmp_path: Path) -> None:
+    path = _history(tmp_path)
+    ref = reference(path)
+    rng = random.Random(3)
+    nodes = [e for e in ref.entries if not isinstance(e, LeafEntry)]
+    for target in [*rng.sample(nodes, 25), nodes[0], nodes[-1]]:
+        full = path_to(ref.entries, target.id)
+        branch = read_branch(path, target.id)
+        assert branch is not None and not branch.partial
+        assert branch.nodes == rw._nodes(full)
+        assert branch.tail == full[len(full) - len(branch.tail):]
+        assert rw.unanswered_calls(branch.tail) == rw.unanswered_calls(full)
+    assert read_branch(path, "nosuchid") is None
+    leaf_move = next(e for e in ref.entries if isinstance(e, LeafEntry))
+    assert read_branch(path, leaf_move.id) is None  # a leaf move is not a node
+
+
+def test_slices_cut_lines_nowhere(tmp_path: Path) -> None:
+    path = _history(tmp_path, 400_000)
+    whole = path.read_bytes()
+    lines = [(off, line) for off, line in iter_lines(path, size=4096)]  # lines longer than the slice
+    assert b"\n".join(line for _, line in lines) + b"\n" == whole
+    assert all(whole[off: off + len(line)] == line for off, line in lines)
+    assert read_spans(path, [(off, len(line)) for off, line in lines[::7]], size=5000) == [line for _, line in lines[::7]]
+    mid = len(whole) // 2
+    assert next(iter_lines(path, mid - 10, mid))[1] == whole[mid - 10: whole.index(b"\n", mid - 10)]
+    path.write_bytes(whole + b'{"type":"message","id":"torn')  # a crash in the middle of an append
+    assert list(iter_lines(path, size=4096)) == lines
+
+
+async def test_a_compaction_kept_from_a_leaf_move_is_found_by_the_rebuild_too(tmp_path: Path) -> None:
+    path = _history(tmp_path, 500_000)
+    t = _load(path)
+    await t.append_message(UserMessage(content="one"))
+    await t.append_message(UserMessage(content="two"))
+    move = await t.move_leaf(t.entries[-2].id, "rewind", "<session_rewound>x</session_rewound>")
+    await t.append_message(UserMessage(content="three"))
+    await t.append_compaction("summary", move.id, 10, {}, "req-move", [])
+    assert t.entries[0].id == move.id
+    ref = reference(path)
+    assert_same(t, ref)
+    ix.index_path(path).unlink()
+    assert_same(_load(path), ref)
