@@ -21,9 +21,11 @@ from shared import keys
 from shared.redis_wire import parse_id
 
 from .agui_state import RunState
-from .agui_translate import Translation, Translator
+from .agui_translate import Translation, Translator, still_open
 from .fanout import HEARTBEAT, EventFanout
 from .routes.events import replay
+
+CURSOR_KEY = "gammaCursor"
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,12 @@ class RunStream:
 
 
 def frame(event: BaseEvent, entry_id: str | None = None) -> bytes:
+    """One SSE frame. An event made from a stream entry carries the entry's id twice: as the frame's
+    `id:` (for SSE readers) and as `metadata.gammaCursor`, `<entry id>.<k>` for the k-th event made
+    from that entry (0: its state deltas) (HttpAgent drops `id:`; its subscribers see
+    metadata as each event is applied, so `GammaAgent` knows what it has)."""
+    if entry_id:
+        event = event.model_copy(update={"metadata": {**(event.metadata or {}), CURSOR_KEY: entry_id}})
     data = event.model_dump_json(by_alias=True, exclude_none=True)
     return (f"id: {entry_id}\n" if entry_id else "").encode() + b"data: " + data.encode() + b"\n\n"
 
@@ -93,7 +101,7 @@ async def run_frames(fanout: EventFanout, redis: aioredis.Redis, run: RunStream,
         for event in done.events:
             yield frame(event)
         return
-    cursor = parse_id(run.after) if run.after else None
+    cursor = parse_cursor(run.after) if run.after else None
     resumed = cursor is None
     async for entry in _entries(fanout, redis, run):
         if entry is None:
@@ -104,15 +112,27 @@ async def run_frames(fanout: EventFanout, redis: aioredis.Redis, run: RunStream,
             event = json.loads(data)
         except ValueError:
             continue
-        past = cursor is None or parse_id(entry_id) > cursor
-        events = translator.reopen() if past and not resumed else []  # what was open before the cursor
-        resumed = resumed or past
+        at = parse_id(entry_id)
+        if cursor is not None and at < cursor[0]:
+            translator.feed(event)  # delivered before the reconnect; the snapshot above holds its state
+            continue
+        before = [] if resumed else translator.reopen()  # what was open before the cursor
         out = translator.feed(event)
-        if not past:
-            continue  # delivered before the reconnect; the state snapshot above already holds its changes
-        events += await _state_events(state, out)
-        events += out.events
-        if events:
-            yield b"".join(frame(e, entry_id) for e in events)
+        numbered = list(enumerate(out.events, start=1))
+        if not resumed and cursor is not None and at == cursor[0]:  # partly delivered: the rest of it
+            before = still_open(before, out.events[:cursor[1]])
+            numbered = numbered[cursor[1]:]
+        resumed = True
+        batch = [frame(e, f"{entry_id}.0") for e in await _state_events(state, out)]
+        batch += [frame(e) for e in before] + [frame(e, f"{entry_id}.{k}") for k, e in numbered]
+        if batch:
+            yield b"".join(batch)
         if out.done:
             return
+
+
+def parse_cursor(value: str) -> tuple[tuple[int, int], int]:
+    """`<stream entry id>.<k>`: the entry, and how many of the AG-UI events made from it were delivered
+    (0: its state changes only). A bare entry id means all of them."""
+    entry, _, k = value.partition(".")
+    return parse_id(entry), int(k) if k else 1 << 30

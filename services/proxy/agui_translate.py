@@ -237,6 +237,33 @@ def _aborted(t: Translator, data: dict[str, Any], out: Translation) -> None:
         t.finish(out, RunFinishedCancelledOutcome())
 
 
+def _opening(event: BaseEvent) -> tuple[str, str] | None:
+    if isinstance(event, TextMessageStartEvent | TextMessageEndEvent):
+        return "text", event.message_id
+    if isinstance(event, ReasoningStartEvent | ReasoningEndEvent):
+        return "reasoning", event.message_id
+    if isinstance(event, ReasoningMessageStartEvent | ReasoningMessageEndEvent):
+        return "reasoning_message", event.message_id
+    if isinstance(event, ToolCallStartEvent | ToolCallEndEvent):
+        return "tool", event.tool_call_id
+    return None
+
+
+def still_open(starts: list[BaseEvent], delivered: list[BaseEvent]) -> list[BaseEvent]:
+    """The starts of what is open after `delivered` followed `starts`: for a stream that resumes in the
+    middle of one entry's events."""
+    open_: dict[tuple[str, str], BaseEvent] = {}
+    for event in [*starts, *delivered]:
+        key = _opening(event)
+        if key is None:
+            continue
+        if isinstance(event, TextMessageStartEvent | ReasoningStartEvent | ReasoningMessageStartEvent | ToolCallStartEvent):
+            open_[key] = event
+        else:
+            open_.pop(key, None)
+    return list(open_.values())
+
+
 _HANDLERS = {
     "message_start": _message_start, "message_update": _message_update, "reasoning_update": _reasoning,
     "message_end": _message_end, "tool_execution_start": _tool_start, "tool_execution_end": _tool_end,

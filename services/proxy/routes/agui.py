@@ -12,6 +12,7 @@ same key with another message or answer is a 422.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Request
@@ -31,9 +32,9 @@ from ..intake import accept_prompt
 from ..liveness import owned_session
 from ..rows import SessionState
 from ..sse_response import EventStreamResponse
-from .events import STREAM_ID
 
 router = APIRouter(prefix="/sessions", tags=["ag-ui"])
+CURSOR = re.compile(r"^\d{1,20}-\d{1,20}(\.\d{1,6})?$")  # agui_stream.parse_cursor
 
 
 class RunRecord(BaseModel):
@@ -95,7 +96,7 @@ async def ag_ui_run(
     state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy),
 ) -> EventStreamResponse:
     sid, user = state.row.id, state.row.owner
-    if last_event_id is not None and not STREAM_ID.match(last_event_id):
+    if last_event_id is not None and not CURSOR.match(last_event_id):
         raise ApiError(400, "Last-Event-ID must be the `id:` of a frame this route sent")
     if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY_CHARS:
         raise ApiError(400, f"{HEADER} must be 1 to {MAX_KEY_CHARS} characters")
