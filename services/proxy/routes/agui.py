@@ -79,7 +79,14 @@ async def _submit(proxy: Proxy, state: SessionState, key: str, record: RunRecord
     return record
 
 
-@router.post("/{sid}/ag-ui", response_class=EventStreamResponse, responses={
+BODY = {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["threadId", "runId", "messages"],
+    "description": "AG-UI 1.0 `RunAgentInput` (validated with the ag-ui-protocol package's own model): threadId is "
+                   "the session id; the last message is the user's new one, or `resume` answers the question that "
+                   "ended the previous run (docs/integration.md \"AG-UI\")"}}}}
+
+
+@router.post("/{sid}/ag-ui", response_class=EventStreamResponse, openapi_extra={"requestBody": BODY}, responses={
     200: {"description": "text/event-stream: `data: <AG-UI event JSON>` frames (LF only), `id:` the resume cursor "
           "for Last-Event-ID; comment lines are heartbeats", "content": {"text/event-stream": {}}},
     400: {"description": "invalid Last-Event-ID or Idempotency-Key"}, 401: {"description": "missing or unknown token"},
