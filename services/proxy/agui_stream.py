@@ -23,7 +23,8 @@ from shared.redis_wire import parse_id
 from .agui_state import RunState
 from .agui_translate import Translation, Translator, still_open
 from .fanout import HEARTBEAT, EventFanout
-from .routes.events import replay
+from .routes.events import history_gap, replay
+from .rows import load_state
 
 CURSOR_KEY = "gammaCursor"
 
@@ -105,6 +106,11 @@ async def run_frames(fanout: EventFanout, redis: aioredis.Redis, run: RunStream,
     resumed = cursor is None
     async for entry in _entries(fanout, redis, run):
         if entry is None:
+            if await _over(redis, run):  # its end is gone from the stream (swept, capped): end it here
+                done = Translation()
+                translator.finish(done)
+                yield b"".join(frame(e) for e in done.events)
+                return
             yield b": heartbeat\n\n"  # also how a client that went away is noticed
             continue
         entry_id, data = entry
@@ -129,6 +135,17 @@ async def run_frames(fanout: EventFanout, redis: aioredis.Redis, run: RunStream,
             yield b"".join(batch)
         if out.done:
             return
+
+
+async def _over(redis: aioredis.Redis, run: RunStream) -> bool:
+    """Nothing new for a heartbeat interval, entries after the run's start are gone from the stream (the
+    dormant sweep, or MAXLEN: `routes/events.history_gap`) and the session is dormant (or deleted): the
+    run ended and its end can no longer be read. A lapsed lease alone (a slow renewal, a failover) is not
+    an end: the stream still holds what the run wrote."""
+    if await history_gap(redis, run.sid, run.start, run.start) is None:
+        return False
+    state = await load_state(redis, run.sid)
+    return state is None or state.status() == "dormant"
 
 
 def parse_cursor(value: str) -> tuple[tuple[int, int], int]:
