@@ -58,7 +58,7 @@ class Recorder:
         data = event.data
         if event.type == "message_end" and event.message is not None:
             mark_implicit(event.message)  # flagged before it is recorded
-            prompt_id = await self.record(event.message)
+            prompt_id = await self._record(event.message)
             if prompt_id is not None:  # which prompt this user message carried (the AG-UI route ends its run on it)
                 data = {**data, "promptId": prompt_id}
         elif event.type == "model_request" and self.registry is not None:
@@ -84,7 +84,10 @@ class Recorder:
                               input_tokens=int(d.get("input_tokens", 0)),
                               model=self.model(), api=str(d.get("api", "")))
 
-    async def record(self, message: AgentMessage) -> str | None:
+    async def record(self, message: AgentMessage) -> None:
+        await self._record(message)
+
+    async def _record(self, message: AgentMessage) -> str | None:
         """Records `message`; for a user message, returns the id of the prompt that carried it."""
         if isinstance(message, UserMessage):
             prompt = self.turns.take_prompt(message)
