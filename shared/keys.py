@@ -218,3 +218,10 @@ def connector_calls(name: str) -> str:
 def connector_call(sid: str, call_id: str) -> str:
     """One dispatched call: its connector, tool, deadline and (set once) its outcome."""
     return _s(sid) + ":connector-call:" + call_id
+
+
+def agui_run(sid: str, key: str) -> str:
+    """An AG-UI run's record (services/proxy/routes/agui.py): its prompt and start cursor, under the
+    Idempotency-Key or the run id (hashed: client-chosen text is never a key name, docs/architecture.md
+    "Limits on hostile input")."""
+    return _s(sid) + ":agui:" + hashlib.sha256(key.encode()).hexdigest()

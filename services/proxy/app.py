@@ -26,14 +26,26 @@ from .heap import TrimAfterLargeResponses
 from .idempotency import IdempotencyRecorder, Replay, replay_response
 from .limits import BodyLimit
 from .metrics import ProxyMetrics
-from .routes import branches, documents, events, images, knowledge, lifecycle, runs, sessions, ui, workspace
+from .routes import (
+    agui,
+    branches,
+    documents,
+    events,
+    images,
+    knowledge,
+    lifecycle,
+    runs,
+    sessions,
+    ui,
+    workspace,
+)
 from .sse_response import ProxyApp
 
 STATIC = Path(__file__).parent / "static"
 # Bodies here are file contents (opaque bytes, routes/workspace.py): no JSON body limits.
 WORKSPACE_FILES = r"^/sessions/[^/]+/workspace/files/"
 # Many small writes for hours: no byte count per event (its frames are not a large response).
-EVENT_STREAM = r"^/sessions/[^/]+/events$"
+EVENT_STREAM = r"^/sessions/[^/]+/(events|ag-ui)$"
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -97,7 +109,7 @@ def _mount(app: FastAPI, settings: Settings) -> None:
                        max_number_digits=settings.limits.max_json_number_digits, exempt=[WORKSPACE_FILES])
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
     app.add_middleware(TrimAfterLargeResponses, passthrough=EVENT_STREAM)
-    for module in (sessions, runs, lifecycle, ui, workspace, images, documents, events, knowledge, branches):
+    for module in (sessions, runs, lifecycle, ui, workspace, images, documents, events, knowledge, branches, agui):
         app.include_router(module.router)
 
     @app.get("/", include_in_schema=False)

@@ -55,16 +55,19 @@ class Recorder:
 
     async def emit(self, event: AgentEvent) -> None:
         """Engine events: persist on message_end (before publishing), then publish."""
+        data = event.data
         if event.type == "message_end" and event.message is not None:
             mark_implicit(event.message)  # flagged before it is recorded
-            await self.record(event.message)
+            prompt_id = await self._record(event.message)
+            if prompt_id is not None:  # which prompt this user message carried (the AG-UI route ends its run on it)
+                data = {**data, "promptId": prompt_id}
         elif event.type == "model_request" and self.registry is not None:
             self._count_request(event.data)
         elif self.snapshot is not None and (event.type == "agent_end" or (
                 event.type == "turn_end" and event.data.get("toolResults"))):
             await self.snapshot("run_end" if event.type == "agent_end" else "batch")
         also = count_usage(self.sid, event.data) if event.type == "model_request" else None
-        await self.outbox.event(event.type, event.data, also, wait=event.type not in PROGRESS_EVENTS)
+        await self.outbox.event(event.type, data, also, wait=event.type not in PROGRESS_EVENTS)
         if event.type == "message_end" and event.message is not None:
             await announce(self.outbox, event.message, self.context())
         elif event.type == "agent_end":
@@ -82,6 +85,10 @@ class Recorder:
                               model=self.model(), api=str(d.get("api", "")))
 
     async def record(self, message: AgentMessage) -> None:
+        await self._record(message)
+
+    async def _record(self, message: AgentMessage) -> str | None:
+        """Records `message`; for a user message, returns the id of the prompt that carried it."""
         if isinstance(message, UserMessage):
             prompt = self.turns.take_prompt(message)
             await self.transcript.append_message(message, prompt_id=prompt.prompt_id if prompt else None)
@@ -90,14 +97,15 @@ class Recorder:
                 await self.ack(twin)
             if self.snapshot is not None:
                 await self.snapshot("prompt")  # the state this message was sent in: what a rewind to it restores
-            return
+            return prompt.prompt_id if prompt else None
         if isinstance(message, CustomMessage):
             await self._record_custom(message)
-            return
+            return None
         await self.transcript.append_message(message)
         if isinstance(message, ToolResultMessage):
             for hook in self.after_tool_result:
                 await hook()
+        return None
 
     async def _record_custom(self, message: CustomMessage) -> None:
         # A skill the harness activated (`/skill:NAME`, a skill rule); a restored anchor is already live.

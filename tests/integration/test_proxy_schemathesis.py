@@ -18,9 +18,10 @@ from tests.support.stack import API_TOKEN, Stack
 
 ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
 # Not re-run on the real session: a message would wake it (the runs belong to the live tests), the
-# events stream of an existing session never ends by design, and a DELETE would erase it.
+# events stream of an existing session never ends by design, and a DELETE would erase it. An AG-UI run
+# is a message and its stream (tests/integration/test_agui.py has its refusals on real sessions).
 NOT_ON_REAL_SESSION = {("POST", "/sessions/{sid}/messages"), ("GET", "/sessions/{sid}/events"),
-                       ("DELETE", "/sessions/{sid}")}
+                       ("DELETE", "/sessions/{sid}"), ("POST", "/sessions/{sid}/ag-ui")}
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,7 @@ import structlog
 from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse, Response
 
-from shared import causal, dormancy, inbox, keys
-from shared.bus import publish
+from shared import dormancy
 from shared.catalogue.sessions import ModelRefused, settle
 from shared.contracts.http import (
     CompactBody,
@@ -24,16 +23,14 @@ from shared.contracts.http import (
     SessionView,
     Transcript,
 )
-from shared.contracts.inbox import Compact, Stop, UserPrompt
-from shared.contracts.wake import Wake
+from shared.contracts.inbox import Compact, Stop
 from shared.disk import atomic_write_json, session_paths
 
-from ..ari import AriError, parse_ari
-from ..attachments import check_attachments
 from ..auth import current_user
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
 from ..idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
+from ..intake import accept_prompt
 from ..liveness import dormant_lock, owned_session
 from ..preview import display_entries, read_todo, read_transcript, read_ui
 from ..quotas import check_create_rate
@@ -45,14 +42,10 @@ from ..rows import (
     list_page,
     load_state,
     mark_dormant,
-    mark_waking,
-    touch,
 )
 from ..transcript_pages import BadCursor as BadTranscriptCursor
 from ..transcript_pages import view_and_page
 from ..uidoc import default_snapshot
-from .branches import edit_rewind
-from .runs import post_to_run
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 log = structlog.get_logger()
@@ -127,47 +120,7 @@ async def get_session(state: SessionState = Depends(owned_session),
 async def post_message(
     body: PostMessage, state: SessionState = Depends(owned_session), proxy: Proxy = Depends(get_proxy)
 ) -> MessageAccepted:
-    sid = state.row.id
-    if body.client_context is not None:
-        for tab in body.client_context.visible_tabs:
-            try:
-                parse_ari(tab.ari)
-            except AriError as exc:
-                raise ApiError(422, f"client_context.visibleTabs: tab {tab.tab_id!r} has an invalid ARI: {exc}") from exc
-    attached = await check_attachments(proxy.settings, sid, body.attachments, state.row.owner) if body.attachments else None
-    if body.edit_of is not None:
-        # A retried edit with its Idempotency-Key is answered from the stored response (IDEMPOTENT): no second rewind.
-        state = await edit_rewind(proxy, state, body.edit_of)
-    status = state.status()
-    # Causal order (shared/causal.py): the newest write acknowledged before this prompt whose digest is
-    # still on its way; the runtime holds the prompt until it is delivered.
-    after = await causal.watermark(proxy.redis, sid) if proxy.settings.runtime.causal_wait_ms > 0 else None
-    prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy,
-                        after_seq=after, expected_run_id=body.expected_run_id,
-                        images=(attached.images or None) if attached else None,
-                        files=(attached.files or None) if attached else None)
-    if body.expected_run_id is not None:
-        return await post_to_run(proxy, state, prompt)
-    if status == "live":
-        if body.on_busy == "reject" and state.running:
-            raise ApiError(409, "the session is running and on_busy is 'reject'")
-        await inbox.append(proxy.redis, prompt)
-        await touch(proxy.redis, sid)
-        return MessageAccepted(prompt_id=prompt.prompt_id, status="live", woke=False)
-    if status == "waking":
-        # The wake is under way: the new holder reads the inbox from its start, prompt included.
-        await inbox.append(proxy.redis, prompt)
-        return MessageAccepted(prompt_id=prompt.prompt_id, status="waking", woke=False)
-    # Dormant: the client already flushed files and UI state; row first, then prompt, then Wake
-    # (docs/integration.md "Wake"), so the runtime finds the prompt when it takes the lease.
-    wake = Wake(session_id=sid, reason="message")
-    if not await mark_waking(proxy.redis, sid, wake.wake_id, state.fence):
-        raise ApiError(404, f"session {sid!r} not found")  # deleted since the row was read
-    await inbox.append(proxy.redis, prompt)
-    await publish(proxy.broker, keys.WAKE, wake)
-    proxy.metrics.wakes.inc()
-    log.info("wake_sent", session_id=sid, wake_id=wake.wake_id, prompt_id=prompt.prompt_id)
-    return MessageAccepted(prompt_id=prompt.prompt_id, status="waking", woke=True)
+    return await accept_prompt(proxy, state, body)
 
 
 @router.post("/{sid}/suspend", dependencies=[IDEMPOTENT], responses={**ERRORS, **IDEMPOTENCY_RESPONSES, 409: {"description": "the session is waking"},
