@@ -34,6 +34,7 @@ class Position:
     tokens: int
     explicit: bool = False
     implicit: bool = False
+    item_end: bool = False
 
 
 @dataclass
@@ -88,7 +89,7 @@ def positions(api: str, body: dict[str, Any]) -> list[Position]:
     """The request's candidate positions in order: after the tools (and `instructions`), after each
     marked block, after each item."""
     walk = _Walk()
-    walk.add(_dump({"tools": body.get("tools") or [], "instructions": body.get("instructions") or ""}))
+    walk.add(_dump({"tools": body.get("tools") or []}) + _dump({"instructions": body.get("instructions") or ""}))
     items = [i for i in (body.get("input") if api == "responses" else body.get("messages")) or [] if isinstance(i, dict)]
     implicit_at = _latest_turn(items) if (body.get("prompt_cache_options") or {}).get("mode") != "explicit" else -1
     for n, item in enumerate(items):
@@ -96,7 +97,17 @@ def positions(api: str, body: dict[str, Any]) -> list[Position]:
             pos = walk.add(text)
             pos.explicit = marked
         walk.out[-1].implicit = n == implicit_at
+        walk.out[-1].item_end = True
     return walk.out
+
+
+def head_tokens(api: str, body: dict[str, Any]) -> int:
+    """The tokens of a request's head (tools and system prompt) as this simulator counts them: what a
+    new session can find cached (bench/prefix_regimes.py)."""
+    marks = positions(api, body)
+    if api == "responses" and "instructions" in body:
+        return marks[0].tokens
+    return next((p.tokens for p in marks if p.item_end), marks[0].tokens)
 
 
 class BreakpointCache:

@@ -138,13 +138,12 @@ async def _stalled(chunks: list[bytes], after: int, stall_s: float) -> AsyncIter
 
 def _prompt_text(api: str, body: dict[str, Any]) -> str:
     """The request as one canonical text, static part first (what a provider's prefix cache sees)."""
+    # The tools render first, then the instructions (reference §6: "tools render before it").
+    heads: list[dict[str, Any]] = [{"tools": body.get("tools") or []}]
     if api == "responses":
-        head = {"tools": body.get("tools") or [], "instructions": body.get("instructions") or ""}
-        items = body.get("input") or []
-    else:
-        head = {"tools": body.get("tools") or []}
-        items = body.get("messages") or []
-    return "".join(json.dumps(x, sort_keys=True, separators=(",", ":")) for x in (head, *items))
+        heads.append({"instructions": body.get("instructions") or ""})
+    items = (body.get("input") if api == "responses" else body.get("messages")) or []
+    return "".join(json.dumps(x, sort_keys=True, separators=(",", ":")) for x in (*heads, *items))
 
 
 async def _cut(chunks: list[bytes]) -> AsyncIterator[bytes]:
