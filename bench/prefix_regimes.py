@@ -19,6 +19,9 @@ Measured from the runtime's `model_request` events (the usage the simulated API 
   models (the catalogue has no gpt-5.6 list price; the reference gives 5.6 reads at 10 % of input, as
   gpt-5's), writes at 1.25x input from 5.6 (shared/pricing.py);
 - cache_break_alarms: the runtime's `model_cache_miss` events by reason (engine/cache_watch.py).
+Baselines, the same runs as the requests were sent before breakpoints (`*_before`: the session id as
+`prompt_cache_key`, and on 5.6 the system prompt as `instructions` with no breakpoint): what the
+breakpoints and the shared key change.
 Writes bench/results/prefix_regimes.json. Not a timed test.
 """
 
@@ -33,6 +36,8 @@ import sys
 import tempfile
 import time
 from collections import Counter, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +53,7 @@ from scripted.transport import scripted_transport  # noqa: E402
 from services.connectors.example.library import spec  # noqa: E402
 from services.proxy.rows import SessionRow  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
+from services.runtime.engine import responses_api  # noqa: E402
 from services.runtime.prompt import VARIANTS  # noqa: E402
 from services.runtime.skills import load_skills  # noqa: E402
 from shared import connectors, keys  # noqa: E402
@@ -58,6 +64,9 @@ from shared.pricing import Pricer, cost_usd  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "prefix_regimes.json"
 MODELS = {"prefix": "gpt-5", "breakpoints": "gpt-5.6-sol"}
+# column -> (regime, as sent now: True, or as before breakpoints and the shared key: False)
+COLUMNS = {"prefix": ("prefix", True), "breakpoints": ("breakpoints", True),
+           "prefix_before": ("prefix", False), "breakpoints_before": ("breakpoints", False)}
 PRICED_AS = "gpt-5"  # both runs at gpt-5's list prices (see the module doc)
 
 
@@ -82,13 +91,28 @@ async def session(h: Harness, sid: str, i: int, turns: int, model: str, variant:
         await h.turn(sid, turn_text(i, t))
 
 
-async def run(regime: str, variant: str, connector: bool, sessions: int, turns: int,
+@contextmanager
+def sent_as_before(before: bool) -> Iterator[None]:
+    """The request bodies of the harness before breakpoints (the system prompt as `instructions` on
+    every model), for the baseline columns."""
+    saved = responses_api.uses_breakpoints
+    if before:
+        responses_api.uses_breakpoints = lambda settings: False  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        responses_api.uses_breakpoints = saved  # type: ignore[assignment]
+
+
+async def run(column: str, variant: str, connector: bool, sessions: int, turns: int,
               concurrency: int) -> dict[str, Any]:
+    regime, now = COLUMNS[column]
     model = MODELS[regime]
     recorder = Recorder(ScriptedGamma(load_skills(skills_dir())))
-    with tempfile.TemporaryDirectory(prefix="gamma-bench-regimes-") as tmp, capture_logs() as logs:
+    with tempfile.TemporaryDirectory(prefix="gamma-bench-regimes-") as tmp, capture_logs() as logs, \
+            sent_as_before(not now):
         h = Harness(redis_url(), Path(tmp), recorder, api="responses", dynamic_tools=connector,
-                    GAMMA_PROMPT_CACHE_KEY_SHARDS=1)
+                    GAMMA_PROMPT_CACHE_KEY_SHARDS=1, GAMMA_PROMPT_CACHE_KEY="shared" if now else "session")
         await h.client.flushdb()
         if connector:
             await connectors.put_connector(h.client, "brand", spec(), max_connectors=32)
@@ -97,7 +121,7 @@ async def run(regime: str, variant: str, connector: bool, sessions: int, turns: 
         transport.requests = deque(maxlen=100_000)  # the first request's head is read below
         await h.start()
         gate = asyncio.Semaphore(concurrency)
-        sids = [f"{regime[:2]}{variant[:3]}{int(connector)}-{i:02d}" for i in range(sessions)]
+        sids = [f"{column[:2]}{int(now)}{variant[:3]}{int(connector)}-{i:02d}" for i in range(sessions)]
 
         async def one(i: int) -> None:
             async with gate:
@@ -143,10 +167,11 @@ async def main(sessions: int, turns: int, concurrency: int) -> dict[str, Any]:
     for variant in VARIANTS:
         for connector in (False, True):
             label = f"{variant}{' + connector' if connector else ''}"
-            runs[label] = {regime: await run(regime, variant, connector, sessions, turns, concurrency)
-                           for regime in MODELS}
+            runs[label] = {column: await run(column, variant, connector, sessions, turns, concurrency)
+                           for column in COLUMNS}
     return {"benchmark": "prefix_regimes", "api": "responses", "sessions": sessions, "turns": turns,
-            "models": MODELS, "priced_as": PRICED_AS, "targets": {"breakpoints.new_session_first_hit": 0.9},
+            "models": MODELS, "columns": {c: {"regime": r, "as_sent": "now" if n else "before"}
+                                          for c, (r, n) in COLUMNS.items()}, "priced_as": PRICED_AS, "targets": {"breakpoints.new_session_first_hit": 0.9},
             "runs": runs}
 
 
@@ -157,7 +182,7 @@ KEYS = ("requests_per_session", "head_tokens", "within_session_cached_share", "n
 def table(result: dict[str, Any]) -> str:
     out = []
     for label, by in result["runs"].items():
-        rows = [(label, *(f"{r} ({MODELS[r]})" for r in by))]
+        rows = [(label, *(f"{c} ({MODELS[COLUMNS[c][0]]})" for c in by))]
         rows += [(k, *(json.dumps(by[r][k]) for r in by)) for k in KEYS]
         widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
         out.append("\n".join("  ".join(row[c].ljust(widths[c]) for c in range(len(row))) for row in rows))

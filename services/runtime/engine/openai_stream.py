@@ -170,11 +170,11 @@ class OpenAIStream:
         return message
 
     def _watch(self, message: AssistantMessage, pieces: list[str], shared: int) -> None:
-        """The cache-break alarm, for answered calls to a server that reports its cache (OpenAI: the
-        one that gets `prompt_cache_key`)."""
+        """The cache-break alarm, for answered calls to OpenAI itself (`chat_cache_key`: ModelSettings),
+        which reports its cache: a compatible server's usage may carry no cached tokens at all."""
         s, u = self.settings, message.usage
         if self.watch is None or self._prefix_hash is None or self._pieces is None or not s.cache_key \
-                or (s.api == "chat" and not s.chat_cache_key) or message.stop_reason == "error" or not u.input:
+                or not s.chat_cache_key or message.stop_reason == "error" or not u.input:
             return
         head = replace(self._prefix_hash[2], tokens=self._pieces.tokens_of(pieces[0]))
         miss = self.watch.check(f"{s.model}|{s.cache_key}", s.caps.cache_regime, head, self.last_prompt_tokens,
