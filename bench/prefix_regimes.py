@@ -64,7 +64,7 @@ from shared.pricing import Pricer, cost_usd  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "prefix_regimes.json"
 MODELS = {"prefix": "gpt-5", "breakpoints": "gpt-5.6-sol"}
-# column -> (regime, as sent now: True, or as before breakpoints and the shared key: False)
+# column -> (regime, True: the requests this harness sends; False: no breakpoints and a key per session)
 COLUMNS = {"prefix": ("prefix", True), "breakpoints": ("breakpoints", True),
            "prefix_before": ("prefix", False), "breakpoints_before": ("breakpoints", False)}
 PRICED_AS = "gpt-5"  # both runs at gpt-5's list prices (see the module doc)
