@@ -57,6 +57,7 @@ bench-bus: $(STAMP)
 bench-prefix: $(STAMP)
 	$(BIN)/python bench/prefix.py
 	$(BIN)/python bench/prefix_connectors.py
+	$(BIN)/python bench/prefix_regimes.py
 bench-runtime: $(STAMP)
 	$(BIN)/python bench/runtime.py
 bench-proxy: $(STAMP)

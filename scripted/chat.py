@@ -17,11 +17,11 @@ def finish(reply: ScriptedReply) -> str:
     return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
 
 
-def usage(reply: ScriptedReply, prompt: int, cached: int, reasoning: int) -> dict[str, Any] | None:
+def usage(reply: ScriptedReply, prompt: int, cached: int, reasoning: int, written: int = 0) -> dict[str, Any] | None:
     """None: no usage (the `null`/`absent` variants; a server that ignores `include_usage`, §3.2/§5)."""
     if reply.usage == "absent":
         return None
-    return replies.chat_usage(reply.usage, prompt, cached, reply.completion_tokens, reasoning)
+    return replies.chat_usage(reply.usage, prompt, cached, reply.completion_tokens, reasoning, written)
 
 
 def _args(c: ScriptedToolCall) -> str:

@@ -3,8 +3,9 @@
 OpenAI caches exact prompt prefixes (tools and instructions included), routed by `prompt_cache_key`:
 nothing below 1,024 tokens, then hits in 128-token steps, for the longest prefix seen before.
 Tokens are estimated as 4 characters of the canonical request text, as the scripted usage is.
-One key stands for one cache machine, which keeps the last few prompts: requests without a key
-(every session under the one empty key) crowd each other out, as they do on one real machine. A
+One key stands for one cache machine, which keeps the last 64 prompts: requests without a key
+(every session under the one empty key) crowd each other out, as they do on one real machine, and the
+sessions sharing a key (services/runtime/cache_key.py) keep each other's prefixes warm. A
 key unused for `ttl_s` is dropped, as OpenAI drops a cached prefix 5 to 10 minutes after its last
 use: the simulator lives in the runtime's process in offline runs, and a session that went dormant
 must not keep memory there (the soak's runtime RSS, bench/soak.py).
@@ -59,7 +60,7 @@ class PromptCache:
     """Per key, the last few prompts seen (bounded: keys LRU and dropped `ttl_s` after their last use,
     prompts per key), as block chains."""
 
-    def __init__(self, max_keys: int = 512, per_key: int = 8, ttl_s: float = 300.0,
+    def __init__(self, max_keys: int = 512, per_key: int = 64, ttl_s: float = 300.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._seen: OrderedDict[str, deque[array[int]]] = OrderedDict()
         self._used: dict[str, float] = {}

@@ -33,14 +33,18 @@ def _text(content: Any) -> str:
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """A Responses request as a Chat Completions body: assistant-side items of one turn (reasoning,
     message, function calls) become one assistant message; reasoning items kept under `reasoning`."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": body.get("instructions") or ""}]
+    items = list(body.get("input") or [])
+    system = body.get("instructions") or ""
+    if "instructions" not in body and items and items[0].get("role") in ("system", "developer"):
+        system = _text(items.pop(0).get("content"))  # the prompt as marked blocks (GPT-5.6+, docs/cache.md)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
 
     def assistant() -> dict[str, Any]:
         if messages[-1].get("role") != "assistant":
             messages.append({"role": "assistant", "content": None})
         return messages[-1]
 
-    for n, item in enumerate(body.get("input") or []):
+    for n, item in enumerate(items, start=len(body.get("input") or []) - len(items)):
         kind = item.get("type", "message")
         if kind == "message" and item.get("role") == "assistant":
             a = assistant()
@@ -100,9 +104,9 @@ def response_object(body: dict[str, Any], rid: str, status: str, output: list[di
     return out
 
 
-def usage(prompt: int, cached: int, output: int, reasoning: int, variant: str = "full") -> Any:
+def usage(prompt: int, cached: int, output: int, reasoning: int, variant: str = "full", written: int = 0) -> Any:
     """The reply's usage in one of the variants of scripted/strict/replies.py (ABSENT: no key)."""
-    return ABSENT if variant == "absent" else replies.responses_usage(variant, prompt, cached, output, reasoning)
+    return ABSENT if variant == "absent" else replies.responses_usage(variant, prompt, cached, output, reasoning, written)
 
 
 class _Events:

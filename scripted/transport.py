@@ -15,6 +15,7 @@ from openai import AsyncOpenAI
 
 from . import chat
 from . import responses as scripted_responses
+from .breakpoint_cache import BreakpointCache
 from .pacing import Timing, paced
 from .prompt_cache import PromptCache
 from .settings import ScriptedSettings
@@ -39,6 +40,7 @@ class ScriptedTransport(httpx2.AsyncBaseTransport):
         # (prompts of ~20 KB each) for no reader, so few of them (bench/soak.py measures its RSS flat).
         self.requests: deque[tuple[str, dict[str, Any]]] = deque(maxlen=64)
         self.cache = PromptCache()
+        self.breakpoints = BreakpointCache()  # the GPT-5.6+ regime (docs/cache.md)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         rid = replies.request_id()
@@ -75,18 +77,18 @@ class ScriptedTransport(httpx2.AsyncBaseTransport):
         """The reply as the API sends it: a JSON body (not streamed) or the marked SSE chunks."""
         prompt_text = _prompt_text(api, body)
         prompt = max(reply.prompt_tokens, len(prompt_text) // 4, 1)
-        cached = min(self.cache.lookup_and_store(f"{body.get('model')}|{body.get('prompt_cache_key') or ''}",
-                                                 prompt_text), prompt)
+        cached, written = self._cached(api, body, prompt_text)
+        cached, written = min(cached, prompt), min(written, max(0, prompt - cached))
         reasons = self._reasons(api, body)
         reasoning_tokens = 16 + len(reply.summary or "") // 4 if reasons else 0
         model_name = str(body.get("model", "scripted"))
         if api == "chat":
-            use = chat.usage(reply, prompt, cached, reasoning_tokens)
+            use = chat.usage(reply, prompt, cached, reasoning_tokens, written)
             if not body.get("stream"):
                 return chat.completion(reply, model_name, use)
             return chat.sse(reply, model_name, use, self.timing)
         summary = (reply.summary or f"Planning step {len(body.get('input') or [])}.") if reasons else None
-        use = scripted_responses.usage(prompt, cached, reply.completion_tokens, reasoning_tokens, reply.usage)
+        use = scripted_responses.usage(prompt, cached, reply.completion_tokens, reasoning_tokens, reply.usage, written)
         # reference §1.12: summaries only when `reasoning.summary` asks (the lenient double: always)
         summarize = bool((body.get("reasoning") or {}).get("summary")) or not self.strict.on("reasoning")
         encrypted = ("reasoning.encrypted_content" in (body.get("include") or [])
@@ -95,6 +97,16 @@ class ScriptedTransport(httpx2.AsyncBaseTransport):
         if not body.get("stream"):
             return dict(events[-1].get("response") or {})
         return scripted_responses.sse(events)
+
+    def _cached(self, api: str, body: dict[str, Any], prompt_text: str) -> tuple[int, int]:
+        """(cached, written) tokens by the model's cache regime: breakpoints from GPT-5.6 on, prefixes
+        in 128-token steps before (docs/cache.md; reference §6). Writes are billed only from 5.6 on."""
+        key = f"{body.get('model')}|{body.get('prompt_cache_key') or ''}"
+        fam = rules.family(str(body.get("model", "")))
+        if fam is not None and fam.cache_fields:
+            use = self.breakpoints.lookup_and_store(key, api, body)
+            return use.cached, use.written
+        return self.cache.lookup_and_store(key, prompt_text), 0
 
     def _reasons(self, api: str, body: dict[str, Any]) -> bool:
         """The model reasons (a reasoning item, reasoning tokens): at its effective effort (reference §1.2:
@@ -126,13 +138,12 @@ async def _stalled(chunks: list[bytes], after: int, stall_s: float) -> AsyncIter
 
 def _prompt_text(api: str, body: dict[str, Any]) -> str:
     """The request as one canonical text, static part first (what a provider's prefix cache sees)."""
+    # The tools render first, then the instructions (reference §6: "tools render before it").
+    heads: list[dict[str, Any]] = [{"tools": body.get("tools") or []}]
     if api == "responses":
-        head = {"tools": body.get("tools") or [], "instructions": body.get("instructions") or ""}
-        items = body.get("input") or []
-    else:
-        head = {"tools": body.get("tools") or []}
-        items = body.get("messages") or []
-    return "".join(json.dumps(x, sort_keys=True, separators=(",", ":")) for x in (head, *items))
+        heads.append({"instructions": body.get("instructions") or ""})
+    items = (body.get("input") if api == "responses" else body.get("messages")) or []
+    return "".join(json.dumps(x, sort_keys=True, separators=(",", ":")) for x in (*heads, *items))
 
 
 async def _cut(chunks: list[bytes]) -> AsyncIterator[bytes]:

@@ -52,22 +52,26 @@ def issuer(blob: str) -> dict[str, Any] | None:
     return out if isinstance(out, dict) else None
 
 
-def responses_usage(variant: str, prompt: int, cached: int, output: int, reasoning: int) -> dict[str, Any] | None:
+def responses_usage(variant: str, prompt: int, cached: int, output: int, reasoning: int,
+                    written: int = 0) -> dict[str, Any] | None:
     """Responses `usage` (reference §5): `full` is the SDK's shape (every field required);
     the others are what compatible servers send. None = `null`; `absent` is handled by the caller."""
     return _usage(variant, ("input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details"),
-                  prompt, cached, output, reasoning)
+                  prompt, cached, output, reasoning, written)
 
 
-def chat_usage(variant: str, prompt: int, cached: int, completion: int, reasoning: int) -> dict[str, Any] | None:
+def chat_usage(variant: str, prompt: int, cached: int, completion: int, reasoning: int,
+               written: int = 0) -> dict[str, Any] | None:
     """Chat `usage` (reference §5: the details and their fields are optional in the SDK)."""
     return _usage(variant, ("prompt_tokens", "completion_tokens", "prompt_tokens_details",
-                            "completion_tokens_details"), prompt, cached, completion, reasoning)
+                            "completion_tokens_details"), prompt, cached, completion, reasoning, written)
 
 
 def _usage(variant: str, names: tuple[str, str, str, str], prompt: int, cached: int, output: int,
-           reasoning: int) -> dict[str, Any] | None:
-    """One usage object under either API's field names (input, output, input details, output details)."""
+           reasoning: int, written: int = 0) -> dict[str, Any] | None:
+    """One usage object under either API's field names (input, output, input details, output details).
+    `written`: the prompt tokens written to the cache (breakpoint regime, scripted/breakpoint_cache.py),
+    a part of the input disjoint from `cached` (reference §5)."""
     if variant == "null":
         return None
     given, made, given_details, made_details = names
@@ -75,7 +79,7 @@ def _usage(variant: str, names: tuple[str, str, str, str], prompt: int, cached: 
     if variant != "no_details":
         details: dict[str, Any] = {"cached_tokens": cached}
         if variant != "no_cache_write":
-            details["cache_write_tokens"] = 0
+            details["cache_write_tokens"] = written
         out[given_details] = details
         out[made_details] = {"reasoning_tokens": reasoning}
     return out

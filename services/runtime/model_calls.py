@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import structlog
 from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry, Counter
 
@@ -14,11 +15,13 @@ from shared.contracts.transcript import HistoryRepairEntry
 from shared.settings import Settings
 
 from .engine.attempts import QUIET, CallLimits, CallObserver, HistoryRepair
+from .engine.cache_watch import MissReport, PrefixLedger
 from .engine.provider_gate import Provider, ProviderGates, provider_key
 from .engine.retry_policy import Failure
 from .transcript import Transcript, now_iso
 
 _METRICS: dict[CollectorRegistry, ModelMetrics] = {}
+log = structlog.get_logger()
 
 
 class ModelMetrics:
@@ -34,6 +37,10 @@ class ModelMetrics:
         self.waits = Counter("gamma_model_wait_seconds", "Time model calls spent waiting before an attempt, by "
                              "cause (backoff: between retries; limiter: the provider's rate gate or concurrency bound)",
                              ["cause"], registry=registry)
+        # docs/cache.md "When the cache breaks"; the alert: deploy/prometheus/gamma-alerts.yaml
+        self.cache_misses = Counter("gamma_model_cache_miss_tokens", "Prompt tokens the harness expected the "
+                                    "API to read from its cache and it did not, by model family, variant and "
+                                    "where the prefix diverged", ["family", "variant", "reason"], registry=registry)
         self.repairs = Counter("gamma_model_history_repairs", "Replayed histories repaired after the model API "
                                "refused an item, by action", ["action"], registry=registry)
 
@@ -64,13 +71,25 @@ class ModelCalls:
     limits: CallLimits = field(default_factory=CallLimits)
     gates: ProviderGates = field(default_factory=ProviderGates)
     observer: CallObserver = QUIET
+    ledger: PrefixLedger = field(default_factory=PrefixLedger)  # the last request per cache key (cache_watch.py)
+    metrics: ModelMetrics | None = None
 
     @classmethod
     def of(cls, settings: Settings, registry: CollectorRegistry | None) -> ModelCalls:
         m = settings.models
+        metrics = ModelMetrics.of(registry) if registry is not None else None
         return cls(CallLimits(m.model_retry_jitter, m.model_stream_idle_s, m.model_call_deadline_s),
                    ProviderGates(m.model_breaker_threshold, m.model_breaker_cooldown_s, m.model_max_concurrent),
-                   ModelMetrics.of(registry) if registry is not None else QUIET)
+                   metrics or QUIET, metrics=metrics)
+
+    def cache_miss(self, r: MissReport) -> None:
+        """A cache break (engine/cache_watch.py): counted, and logged with the request it happened to."""
+        if self.metrics is not None:
+            self.metrics.cache_misses.labels(family=r.family, variant=r.variant, reason=r.miss.reason).inc(
+                r.miss.tokens)
+        log.warning("model_cache_miss", session_id=r.session, request=r.request, prefix_sha256=r.prefix_sha256,
+                    family=r.family, variant=r.variant, diverged=r.miss.reason, expected_cached=r.miss.expected,
+                    cached=r.miss.cached, missed=r.miss.tokens)
 
     def provider(self, client: AsyncOpenAI) -> Provider:
         return self.gates.of(provider_key(str(client.base_url), client.api_key))

@@ -46,6 +46,7 @@ from shared.uirules import UiLimits
 from .abort import RunAborter, stopped_by_user
 from .ack import Acker
 from .audit import Auditor
+from .cache_key import prompt_cache_key
 from .causal import CausalGate, causal_wait
 from .compactor import Compactor
 from .connector_catalog import ConnectorCatalog, PromptHooks
@@ -55,6 +56,7 @@ from .delivery import InjectionDelivery
 from .diskfence import DiskFence
 from .dispatcher import Handler, InboxDispatcher
 from .engine.agent import Agent
+from .engine.cache_watch import CacheWatch
 from .engine.openai_stream import ModelSettings, OpenAIStream
 from .engine.sse import ReadGate
 from .engine.types import AgentContext, BeforeModelCall, RunBudget, RunHooks
@@ -103,6 +105,7 @@ class SessionDeps:
     read_gate: ReadGate | None = None  # model streams read once per delta tick (sender.py)
     starts: StartGate | None = None  # the worker's pacing of turn starts (turn_starts.py)
     preloaded: tuple[Skill, ...] = ()  # the variant's preloaded skills, recorded at session start
+    variant: str = "base"  # services/runtime/prompt.py VARIANTS
     registry: CollectorRegistry | None = None  # the service's Prometheus registry
     model_calls: ModelCalls | None = None  # the worker's call limits, provider gates and counters
     # (sid, reason) -> None: the worker closes the session now (persist, release the lease, then
@@ -110,7 +113,8 @@ class SessionDeps:
     request_close: Any = None
 
 
-def model_settings(settings: Settings, model: ModelConfig, sid: str, paths: SessionPaths) -> ModelSettings:
+def model_settings(settings: Settings, model: ModelConfig, sid: str, paths: SessionPaths,
+                   variant: str = "base") -> ModelSettings:
     """The session's model calls: its row's choice (`model`) over the deployment's defaults, built from
     the model's catalogue entry (shared/catalogue; docs/models.md). A session created before its
     model's entry said so is moved to an API the model serves (a Responses-only model never goes to Chat)."""
@@ -122,7 +126,8 @@ def model_settings(settings: Settings, model: ModelConfig, sid: str, paths: Sess
         api = caps.apis[0]
     return ModelSettings(model=name, reasoning_effort=model.reasoning_effort, api=api, caps=caps,
                          trusted_role=models.trusted_role_for(name, api), max_output_tokens=models.max_output_tokens,
-                         cache_key=sid, chat_cache_key=models.openai_endpoint, images=ImageSource(paths.root),
+                         cache_key=prompt_cache_key(models.prompt_cache_key, models.prompt_cache_key_shards, sid,
+                                                    variant), chat_cache_key=models.openai_endpoint, images=ImageSource(paths.root),
                          image_detail=settings.images.image_detail, max_retries=models.model_max_retries,
                          retry_base_s=models.model_retry_base_s, retry_max_s=models.model_retry_max_s)
 
@@ -168,7 +173,8 @@ class Session:
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix,
                                    gate=deps.read_gate, opened=lambda: self.runs.model_opened(), limits=calls.limits,
                                    provider=provider, observer=calls.observer,
-                                   on_repair=lambda fix: record_repair(self.transcript, fix))
+                                   on_repair=lambda fix: record_repair(self.transcript, fix),
+                                   watch=CacheWatch(calls.ledger, calls.cache_miss, self.sid, deps.variant))
         self.tools = SessionToolHost(
             sid=self.sid, paths=self.paths, settings=settings, sandbox=select_sandbox(settings, sandbox_skills_dir()),
             todo=self.todo, skills=deps.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
@@ -191,7 +197,7 @@ class Session:
         closures, over parts built below before the first run emits, steers, compacts or waits."""
         deps, settings = self.deps, self.deps.settings
         tools = self.toolset.tools
-        self.context = context = AgentContext(deps.system_prompt, [], tools)
+        self.context = context = AgentContext(deps.system_prompt, [], tools, static_prefix=deps.static_prefix)
         self.compactor = Compactor(self.state, context, self.transcript, self.outbox, self.progress, self.acker.ack,
                                    anchors=lambda: self.turns.anchors(), reload=lambda: self.turns.restore_context(),
                                    settings=settings, model=model.model, context_window=context_window)
@@ -274,7 +280,8 @@ class Session:
     def switch_model(self, model: ModelConfig) -> None:
         """PATCH /sessions/{id} (model_switch.py): the next model call, subagents' and compaction's
         token counts use the new model; a call in flight finishes on its own."""
-        self.stream.settings = model_settings(self.deps.settings, model, self.sid, self.paths)
+        self.stream.settings = model_settings(self.deps.settings, model, self.sid, self.paths,
+                                              self.deps.variant)
         self.compactor.model = self.stream.settings.model
         self.compactor.context_window = model.context_window or self.deps.settings.compaction.context_window
 

@@ -162,6 +162,7 @@ class Worker:
         clock.mark("claim")
         model = ModelConfig.model_validate_json(row["model"]) if row.get("model") else ModelConfig()
         variant = row.get("variant", "base")
+        variant = variant if variant in VARIANTS else "base"
         system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]
         deps = SessionDeps(settings=self.settings, client=self.client, model_client=self.model_client,
                            skills=self.skills, system_prompt=system_prompt, counter=self.counter,
@@ -169,12 +170,12 @@ class Worker:
                            model_calls=self.model_calls,
                            read_gate=self.read_gate, starts=self.starts,
                            request_close=self._request_close,
-                           preloaded=tuple(preloaded_skills(variant if variant in VARIANTS else "base",  # type: ignore[arg-type]
-                                                            self.skills)))
+                           variant=variant, preloaded=tuple(preloaded_skills(variant, self.skills)))  # type: ignore[arg-type]
         outbox = Outbox(self.sender, sid, self.bus, fence=lease.check)
         files = await renewing(lease, read_session_files(paths))  # a long history's first read: renewed meanwhile
         clock.mark("read")
-        session = Session(deps, paths, files, lease, outbox, model_settings(self.settings, model, sid, paths),
+        session = Session(deps, paths, files, lease, outbox,
+                          model_settings(self.settings, model, sid, paths, variant),
                           wake.wake_id, context_window=model.context_window or self.settings.compaction.context_window,
                           disk=disk)
         clock.mark("build")

@@ -46,6 +46,15 @@ class ModelServerSettings(Area):
         description="The output cap of a model call (`max_output_tokens` on Responses, `max_completion_tokens` on "
                     "Chat), lowered to the model's own maximum (the catalogue); a reply cut there is continued once, "
                     "then an error.")
+    # docs/cache.md "The prompt_cache_key policy" (reference openai-api-rules.md §6).
+    prompt_cache_key: Literal["shared", "session"] = Field("shared", validation_alias="GAMMA_PROMPT_CACHE_KEY",
+        description="The `prompt_cache_key` of model calls: `shared` (the sessions of a variant share one of "
+                    "`GAMMA_PROMPT_CACHE_KEY_SHARDS` keys, picked by session id: a new session lands where the "
+                    "prefix is cached, and a session keeps its key) or `session` (the session id: reuse within a "
+                    "session only). docs/cache.md.")
+    prompt_cache_key_shards: int = Field(16, ge=1, le=4096, validation_alias="GAMMA_PROMPT_CACHE_KEY_SHARDS",
+        description="Keys per variant under the `shared` policy. OpenAI spreads a prefix+key pair over more "
+                    "machines above ~15 requests a minute: set about (model calls a minute across sessions) / 15.")
     model_max_retries: int = Field(4, ge=0, le=20, validation_alias="GAMMA_MODEL_MAX_RETRIES",
         description="Retries of a model call on transient failures (408/409/5xx, a rate limit, a cut or idle stream; "
                     "not quota, billing or other 4xx: docs/architecture.md \"Model calls: retries and recovery\"); "

@@ -29,6 +29,7 @@ from scripted.gamma import ScriptedGamma
 from scripted.transport import ScriptedTransport, scripted_client, scripted_transport
 from scripted.types import ScriptedReply, ScriptedToolCall
 from services.compaction.summarizer import Summarizer
+from services.runtime.cache_key import prompt_cache_key
 from tests.integration.runtime_inproc import inproc_worker
 from tests.support.model_runs import bodies, create_row, prompt_and_wait
 
@@ -72,9 +73,10 @@ async def test_runtime_requests_validate_against_the_sdk_params(api: str, redis_
         for body in sent:
             assert_exact(RESPONSES if api == "responses" else CHAT, body)
         last = sent[-1]
+        key = prompt_cache_key("shared", 16, sid, "base")  # docs/cache.md: one of the variant's shard keys
         if api == "responses":
             assert last["store"] is False and last["include"] == ["reasoning.encrypted_content"]
-            assert last["prompt_cache_key"] == sid and last["parallel_tool_calls"] is True
+            assert last["prompt_cache_key"] == key and last["parallel_tool_calls"] is True
             assert last["reasoning"] == {"effort": "low", "summary": "auto"} and last["max_output_tokens"] > 0
             assert "previous_response_id" not in last and "messages" not in last
             kinds = {i.get("type") for i in last["input"]}
@@ -82,7 +84,7 @@ async def test_runtime_requests_validate_against_the_sdk_params(api: str, redis_
             assert all("function" not in t and t["type"] == "function" for t in last["tools"])
         else:
             assert last["reasoning_effort"] == "low" and last["tools"][0]["type"] == "function"
-            assert last["prompt_cache_key"] == sid  # offline plays OpenAI; other servers do not get it
+            assert last["prompt_cache_key"] == key  # offline plays OpenAI; other servers do not get it
         # The tools are sent in one fixed order on every request.
         names = [[t.get("name") or t["function"]["name"] for t in b["tools"]] for b in sent]
         assert all(n == names[0] for n in names)

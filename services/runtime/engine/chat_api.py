@@ -11,6 +11,7 @@ from openai import AsyncOpenAI
 
 from shared.contracts.messages import AssistantMessage
 
+from .breakpoints import CACHE_OPTIONS, chat_blocks, uses_breakpoints
 from .convert import Images, to_openai
 from .model_api import (
     ArgumentProgress,
@@ -64,6 +65,9 @@ class ChatApi:
             # Counts reasoning tokens; `max_tokens` is refused by reasoning models (§2.2). Sent to
             # catalogued models only: an unknown server may not know the field (§7.2).
             body["max_completion_tokens"] = cap
+        if uses_breakpoints(settings):  # GPT-5.6+: the prompt as marked blocks (engine/breakpoints.py)
+            body["messages"][0]["content"] = chat_blocks(context)
+            body["prompt_cache_options"] = dict(CACHE_OPTIONS)
         return body
 
     def pieces(self, body: dict[str, Any]) -> list[str]:

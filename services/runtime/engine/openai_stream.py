@@ -16,16 +16,18 @@ import hashlib
 import json
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from openai import AsyncOpenAI
 
+from shared.catalogue import catalogue
 from shared.contracts.events import ModelRequestData
 from shared.contracts.messages import AssistantMessage, Usage
 from shared.tokens import TokenCounter, message_images, refs_tokens, shared_prefix
 
 from .attempts import QUIET, Attempts, CallLimits, CallObserver, OnRepair
+from .cache_watch import CacheWatch, Head, MissReport, head_of
 from .chat_api import ChatApi
 from .model_api import ModelApi, ModelSettings, stand_in
 from .provider_gate import Provider
@@ -70,6 +72,11 @@ class PieceTokens:
             out.extend(tokens)
         self._cache = fresh  # forget pieces the conversation no longer has (after compaction)
         return out
+
+    def tokens_of(self, piece: str) -> int:
+        """The tokens of a piece of the last request encoded."""
+        found = self._cache.get(piece)
+        return len(found) if found is not None else 0
 
 
 def sent_images(context: AgentContext, settings: ModelSettings) -> list[tuple[str, int]]:
@@ -117,8 +124,9 @@ class OpenAIStream:
     provider: Provider | None = None  # the worker's rate gate and breaker for this client's provider
     observer: CallObserver = QUIET  # the runtime's model call metrics
     on_repair: OnRepair | None = None  # records a history repair (a transcript entry)
+    watch: CacheWatch | None = None  # the cache-break alarm (engine/cache_watch.py)
     _pieces: PieceTokens | None = None
-    _prefix_hash: tuple[str, str] | None = None
+    _prefix_hash: tuple[str, str, Head] | None = None
 
     async def __call__(self, context: AgentContext, emit: Emit, signal: asyncio.Event) -> AssistantMessage:
         api = APIS[self.settings.api]
@@ -140,7 +148,8 @@ class OpenAIStream:
         names = static + "\0" + ",".join(f"{t.name}:{id(t.parameters)}" for t in context.tools)
         if self._prefix_hash is None or self._prefix_hash[0] != names:
             # The prompt and tools rarely change in a session: hash them once per tool set.
-            self._prefix_hash = (names, prefix_hash(static, context.tools))
+            tools_json = json.dumps([t.schema() for t in context.tools], sort_keys=True, separators=(",", ":"))
+            self._prefix_hash = (names, prefix_hash(static, context.tools), head_of(context, tools_json, 0))
         start = AssistantMessage(model=self.settings.model, api=api.name)
         await emit(AgentEvent(type="message_start", data={"message": start.model_dump(by_alias=True)}))
         with model_span(self.settings.model, api.name) as span:
@@ -150,6 +159,7 @@ class OpenAIStream:
                 message.usage = estimated_usage(self.last_prompt_tokens, self.counter.count(message.text()))
             record_reply(span, message, attempts)
         u = message.usage
+        self._watch(message, pieces, shared)
         await emit(AgentEvent(type="model_request", data=ModelRequestData(
             prefix_sha256=self._prefix_hash[1], prompt_tokens=self.last_prompt_tokens, image_tokens=images,
             shared_prefix_tokens=shared,
@@ -158,6 +168,20 @@ class OpenAIStream:
             reasoning_tokens=u.reasoning, cache_write_tokens=u.cache_write, attempts=attempts,
         ).model_dump()))
         return message
+
+    def _watch(self, message: AssistantMessage, pieces: list[str], shared: int) -> None:
+        """The cache-break alarm, for answered calls to OpenAI itself (`chat_cache_key`: ModelSettings),
+        which reports its cache: a compatible server's usage may carry no cached tokens at all."""
+        s, u = self.settings, message.usage
+        if self.watch is None or self._prefix_hash is None or self._pieces is None or not s.cache_key \
+                or not s.chat_cache_key or message.stop_reason == "error" or not u.input:
+            return
+        head = replace(self._prefix_hash[2], tokens=self._pieces.tokens_of(pieces[0]))
+        miss = self.watch.check(f"{s.model}|{s.cache_key}", s.caps.cache_regime, head, self.last_prompt_tokens,
+                                shared, u.cache_read)
+        if miss is not None:
+            self.watch.report(MissReport(miss, self.watch.session, self.watch.requests, self._prefix_hash[1],
+                                         catalogue().resolve(s.model).family or "unknown", self.watch.variant))
 
     def _attempts(self) -> Attempts:
         return Attempts(self.client, self.settings, self.limits, self.gate, self.opened, self.provider,

@@ -3,7 +3,9 @@
 - the static prefix (system prompt) is `instructions`, not a first developer item: it stays a field
   of its own ahead of `input`, so nothing the conversation does (a compaction rewriting the items, a
   summary message) can land before it; for the provider's prefix cache the two are the same bytes
-  in the same place (tools, then instructions, then input);
+  in the same place (tools, then instructions, then input). For the models of the `breakpoints`
+  cache regime (GPT-5.6+) it is the first input item instead, as content blocks carrying explicit
+  cache breakpoints (engine/breakpoints.py; docs/cache.md);
 - tools in the flat function-tool shape, in the toolset's fixed order;
 - reasoning items are taken from `response.output_item.done` (the `.added` one is incomplete), kept
   verbatim with the assistant message and replayed to the same model (convert.to_responses_input);
@@ -21,6 +23,7 @@ from openai import AsyncOpenAI
 
 from shared.contracts.messages import AssistantMessage
 
+from .breakpoints import CACHE_OPTIONS, responses_system_item, uses_breakpoints
 from .convert import Images, to_responses_input
 from .model_api import ModelSettings, finish, without_image_data
 from .responses_reader import RETRYABLE_CODES, Reading
@@ -78,13 +81,22 @@ class ResponsesApi:
             body["prompt_cache_key"] = settings.cache_key
         if (cap := settings.output_cap) is not None:
             body["max_output_tokens"] = cap
+        if uses_breakpoints(settings):  # GPT-5.6+: the prompt as marked blocks (engine/breakpoints.py)
+            del body["instructions"]
+            body["input"].insert(0, responses_system_item(context, settings))
+            body["prompt_cache_options"] = dict(CACHE_OPTIONS)
         return body
 
     def pieces(self, body: dict[str, Any]) -> list[str]:
-        head = json.dumps({"tools": body.get("tools", []), "instructions": body["instructions"]},
+        """Tools and the system prompt first (`instructions`, or the first input item when the prompt
+        goes as marked blocks: engine/breakpoints.py), then one piece per item."""
+        items = body["input"]
+        system = body["instructions"] if "instructions" in body else items[0]
+        rest = items if "instructions" in body else items[1:]
+        head = json.dumps({"tools": body.get("tools", []), "instructions": system},
                           ensure_ascii=False, separators=(",", ":"))
         return [head, *(json.dumps(without_image_data(i), ensure_ascii=False, separators=(",", ":"))
-                        for i in body["input"])]
+                        for i in rest)]
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
                       signal: asyncio.Event, gate: ReadGate | None = None,

@@ -67,6 +67,10 @@ class AgentContext:
     system_prompt: str
     messages: list[AgentMessage]
     tools: list[Tool]
+    # The part of `system_prompt` every variant shares (services/runtime/prompt.py `static_prefix`):
+    # where the breakpoint regime marks its first explicit cache breakpoint (docs/cache.md). Empty:
+    # the whole prompt is one block.
+    static_prefix: str = ""
 
 
 # One model call: context in, a complete assistant message out (errors as stop_reason="error").
