@@ -26,7 +26,19 @@ from .heap import TrimAfterLargeResponses
 from .idempotency import IdempotencyRecorder, Replay, replay_response
 from .limits import BodyLimit
 from .metrics import ProxyMetrics
-from .routes import branches, documents, events, images, knowledge, lifecycle, runs, sessions, ui, workspace
+from .routes import (
+    branches,
+    documents,
+    events,
+    images,
+    knowledge,
+    lifecycle,
+    runs,
+    sessions,
+    spend,
+    ui,
+    workspace,
+)
 from .sse_response import ProxyApp
 
 STATIC = Path(__file__).parent / "static"
@@ -97,7 +109,7 @@ def _mount(app: FastAPI, settings: Settings) -> None:
                        max_number_digits=settings.limits.max_json_number_digits, exempt=[WORKSPACE_FILES])
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
     app.add_middleware(TrimAfterLargeResponses, passthrough=EVENT_STREAM)
-    for module in (sessions, runs, lifecycle, ui, workspace, images, documents, events, knowledge, branches):
+    for module in (sessions, runs, lifecycle, ui, workspace, images, documents, events, knowledge, branches, spend):
         app.include_router(module.router)
 
     @app.get("/", include_in_schema=False)
