@@ -74,7 +74,8 @@ return redis.call('HGET', KEYS[1], 'usd_nanos') or '0'
 
 async def add_row(client: aioredis.Redis, sid: str, user: str | None, row: UsageRow, nanos: int | None) -> None:
     """The row added to the session's totals and, when the owner is known, the user's."""
-    args = [row.model, row.kind, row.attempt, -1 if nanos is None else nanos, row.tokens, MAX_MODELS, OTHER]
+    args: list[str | int] = [row.model, row.kind, row.attempt, -1 if nanos is None else nanos, row.tokens, MAX_MODELS,
+                             OTHER]
     await client.eval(_ADD, 1, keys.spend(sid), *args)  # type: ignore[misc]
     if user:
         await client.eval(_ADD, 1, keys.user_spend(user), *args)  # type: ignore[misc]

@@ -44,6 +44,13 @@ def checked_budget(body: SessionBudget | None, settings: Settings) -> dict[str, 
     return out
 
 
+async def caps_of(redis: aioredis.Redis, sid: str) -> dict[str, str]:
+    """A session's own caps as stored (a fork keeps its source's)."""
+    fields = [spend.CAP_USD_FIELD, spend.CAP_RUN_TOKENS_FIELD]
+    values = await redis.hmget(keys.spend(sid), fields)
+    return {f: text(v) for f, v in zip(fields, values, strict=True) if v is not None}
+
+
 async def _read(redis: aioredis.Redis, sid: str, owner: str) -> tuple[dict[str, str], dict[str, str]]:
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.spend(sid))

@@ -139,7 +139,7 @@ async def create_row(redis: aioredis.Redis, owner: str, variant: Variant, model:
     # The listing skips ids without a row, so a crash between the two writes leaves nothing visible.
     async with redis.pipeline(transaction=True) as pipe:
         if budget:
-            pipe.hset(keys.spend(row.id), mapping=dict(budget))
+            pipe.hset(keys.spend(row.id), mapping=dict(budget))  # type: ignore[arg-type]
         pipe.hset(keys.session_row(row.id), mapping=row.to_hash())  # type: ignore[arg-type]
         await pipe.execute()
     return row
