@@ -76,9 +76,10 @@ async def add_row(client: aioredis.Redis, sid: str, user: str | None, row: Usage
     """The row added to the session's totals and, when the owner is known, the user's."""
     args: list[str | int] = [row.model, row.kind, row.attempt, -1 if nanos is None else nanos, row.tokens, MAX_MODELS,
                              OTHER]
-    await client.eval(_ADD, 1, keys.spend(sid), *args)  # type: ignore[misc]
+    add = client.register_script(_ADD)  # EVALSHA: the script's text goes once per connection's server
+    await add(keys=[keys.spend(sid)], args=args)
     if user:
-        await client.eval(_ADD, 1, keys.user_spend(user), *args)  # type: ignore[misc]
+        await add(keys=[keys.user_spend(user)], args=args)
 
 
 def _totals(raw: Mapping[str, str], prefix: str) -> Totals:

@@ -44,6 +44,12 @@ def usage_row(model: str, usage: Usage, attempt: Attempt) -> UsageRow:
                     reasoning_tokens=usage.reasoning)
 
 
+def _raw_usage(response: Any) -> Any:
+    """The reply's usage as a dict (None when the server sent none): read as leniently as the streams do."""
+    usage = getattr(response, "usage", None)
+    return usage.model_dump() if hasattr(usage, "model_dump") else usage
+
+
 def _count(rows: list[UsageRow] | None, row: UsageRow) -> None:
     if rows is not None:
         rows.append(row)
@@ -86,7 +92,7 @@ class Summarizer:
         )
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content or "") if choice else ""
-        _count(rows, usage_row(name, chat_usage(response.usage.model_dump() if response.usage else None),
+        _count(rows, usage_row(name, chat_usage(_raw_usage(response)),
                                "ok" if text.strip() else "failed"))
         if not text.strip():
             reason = choice.finish_reason if choice else "no choices"
@@ -103,7 +109,7 @@ class Summarizer:
             store=False,
         )
         text = response.output_text
-        _count(rows, usage_row(model, responses_usage(response.usage.model_dump() if response.usage else None),
+        _count(rows, usage_row(model, responses_usage(_raw_usage(response)),
                                "ok" if text.strip() else "failed"))
         if not text.strip():
             reason = response.incomplete_details.reason if response.incomplete_details else response.status

@@ -47,7 +47,11 @@ class SpendLedger:
     async def load(self) -> BudgetLimits:
         """The owner and the session's own caps (POST /sessions `budget`), read once per wake."""
         if not self._loaded:
-            owner, raw = await self._read()
+            try:
+                owner, raw = await self._read()
+            except Exception:  # noqa: BLE001 - the settings' caps hold meanwhile; read again at the next call
+                log.warning("spend_caps_unread", session_id=self.sid, exc_info=True)
+                return self.limits
             self.owner = text(owner) if owner is not None else None
             caps = {text(k): text(v) for k, v in (raw or {}).items()}
             usd, tokens = caps.get(spend.CAP_USD_FIELD, ""), caps.get(spend.CAP_RUN_TOKENS_FIELD, "")

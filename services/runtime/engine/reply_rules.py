@@ -48,7 +48,7 @@ def over_budget(tally: RunTally, budget: RunBudget) -> tuple[AssistantMessage, B
     elif budget.tokens and tally.tokens >= budget.tokens:
         spent = f"its budget of {budget.tokens} tokens (GAMMA_RUN_MAX_TOKENS; {tally.tokens} used)"
         reached = BudgetReachedData(cap="run_tokens", spent=tally.tokens, limit=budget.tokens, message=(
-            f"The run stopped: it reached this run's token cap ({tally.tokens:,} tokens used of {budget.tokens:,}). "
+            f"The run stopped: it reached this run's token cap of {budget.tokens} tokens ({tally.tokens} used). "
             "Everything so far is kept; send a message to continue with a fresh run."))
     else:
         return None
