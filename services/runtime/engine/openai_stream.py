@@ -146,8 +146,10 @@ class OpenAIStream:
             stop = await self.spend.preflight(self.settings.model, len(tokens) + images, shared)
             if stop is not None:
                 await emit(AgentEvent(type="budget_reached", data=stop.model_dump()))
-                return AssistantMessage(model=self.settings.model, api=api.name, stop_reason="error",
-                                        error_kind="budget", error_message=stop.message)
+                refused = AssistantMessage(model=self.settings.model, api=api.name, stop_reason="error",
+                                           error_kind="budget", error_message=stop.message)
+                await emit(AgentEvent(type="message_start", data={"message": refused.model_dump(by_alias=True)}))
+                return refused  # never sent: no usage row, no model_request
         self.previous_tokens, self.previous_pieces = tokens, pieces
         self.last_prompt_tokens = len(tokens) + images
         static = self.static_prefix or context.system_prompt
