@@ -183,6 +183,24 @@ def model_usage(sid: str) -> str:
     return _s(sid) + ":model-usage"
 
 
+def spend(sid: str) -> str:
+    """Hash of the session's spending: every model request's tokens and cost, in total, per model and
+    per kind (agent, subagent, compaction), and its own budget caps (shared/spend.py). Kept while the
+    session lives, dormant too (a few hundred bytes); erased with it."""
+    return _s(sid) + ":spend"
+
+
+def spend_counted(sid: str, token: str) -> str:
+    """Set once the usage rows an inbox entry carried (a CompactionReady's) are counted (expires)."""
+    return _s(sid) + ":spend-counted:" + token
+
+
+def user_spend(user: str) -> str:
+    """Hash of one user's spending over all their sessions, laid out as `spend(sid)` (shared/spend.py);
+    kept when a session is deleted (its spending still counts against the user's cap)."""
+    return "gamma:user:" + user + ":spend"
+
+
 def changes_in_flight(sid: str) -> str:
     """Sorted set of the artifact changes the proxy acknowledged that the digest has not yet delivered
     or dismissed: member `"{seq} {ref}"`, score `seq` (shared/causal.py). Empty (so gone) when settled."""

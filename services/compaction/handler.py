@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from shared import keys, topology
 from shared.contracts.compaction import CompactionRequest
 from shared.contracts.inbox import CompactionReady
+from shared.contracts.spend import UsageRow
 from shared.contracts.transcript import parse_entries
 from shared.deletion import is_deleted
 from shared.disk import iter_jsonl, session_paths
@@ -153,23 +154,25 @@ class CompactionHandler:
         previous = request.previous_summary or (span.previous.summary if span.previous else None)
         previous_details = request.previous_details or (span.previous.details if span.previous else None)
         started = time.perf_counter()
+        rows: list[UsageRow] = []  # every summary call's usage, recorded by the runtime (docs/costs.md)
         try:
             summary = await self.summarizer.summarize(
                 span, previous_summary=previous, custom_instructions=request.custom_instructions,
                 reserve_tokens=request.reserve_tokens, model=request.model,
-                session_root=session_paths(self.data_dir, request.session_id).root,
+                session_root=session_paths(self.data_dir, request.session_id).root, rows=rows,
             )
         except Exception as exc:  # noqa: BLE001 - any model failure is an answer: the runtime retries later
             log.warning("compaction_model_error", error=repr(exc)[:500])
             self._count("model_error")
-            return CompactionReady(**base, error=f"summarization failed: {exc}"[:2000])
+            return CompactionReady(**base, error=f"summarization failed: {exc}"[:2000], usage=rows)
         if self.metrics is not None:
             self.metrics.seconds.observe(time.perf_counter() - started)
         details = file_operations([*span.history, *span.turn_prefix], previous_details)
         log.info("compaction_summarized", entries=len(span.history) + len(span.turn_prefix),
                  split_turn=bool(span.turn_prefix), chars=len(summary))
         self._count("ok")
-        return CompactionReady(**base, summary=summary + format_file_operations(details), details=details)
+        return CompactionReady(**base, summary=summary + format_file_operations(details), details=details,
+                               usage=rows)
 
     async def _deliver(self, ready: CompactionReady) -> None:
         if await is_deleted(self.redis, ready.session_id):  # deleted meanwhile: the answer would recreate its inbox

@@ -15,8 +15,11 @@ from typing import Any, Literal
 from openai import AsyncOpenAI
 
 from shared.catalogue import Capabilities, Catalogue, catalogue
+from shared.contracts.messages import Usage
+from shared.contracts.spend import Attempt, UsageRow
 from shared.contracts.transcript import TranscriptEntry
 from shared.summary_rules import SummarySpan
+from shared.usage import chat_usage, responses_usage
 
 from .prompts import (
     NO_PRIOR_HISTORY,
@@ -33,6 +36,23 @@ def _cap(max_tokens: int, caps: Capabilities) -> int:
     """At least 256 (reasoning counts against it), at most the model's own maximum (reference §2.2)."""
     wanted = max(256, max_tokens)
     return min(wanted, caps.max_output) if caps.max_output is not None else wanted
+
+
+def usage_row(model: str, usage: Usage, attempt: Attempt) -> UsageRow:
+    return UsageRow(model=model, kind="compaction", attempt=attempt, input_tokens=usage.input,
+                    cached_tokens=usage.cache_read, cache_write_tokens=usage.cache_write, output_tokens=usage.output,
+                    reasoning_tokens=usage.reasoning)
+
+
+def _raw_usage(response: Any) -> Any:
+    """The reply's usage as a dict (None when the server sent none): read as leniently as the streams do."""
+    usage = getattr(response, "usage", None)
+    return usage.model_dump() if hasattr(usage, "model_dump") else usage
+
+
+def _count(rows: list[UsageRow] | None, row: UsageRow) -> None:
+    if rows is not None:
+        rows.append(row)
 
 
 class SummaryError(RuntimeError):
@@ -55,13 +75,14 @@ class Summarizer:
         return [*image_parts(images, api), {"type": text, "text": prompt}]
 
     async def complete(self, prompt: str, max_tokens: int, model: str | None = None,
-                       images: list[SummaryImage] | None = None) -> str:
+                       images: list[SummaryImage] | None = None, rows: list[UsageRow] | None = None) -> str:
+        """The summary text; each call's usage goes to `rows` (docs/costs.md), a failed one marked so."""
         name = model or self.model
         caps = self.models.resolve(name).caps
         api = self.api if self.api in caps.apis else caps.apis[0]  # a Responses-only model never on Chat
         content = self._user_content(prompt, images if images and caps.vision else [], api)
         if api == "responses":
-            return await self._respond(content, _cap(max_tokens, caps), name)
+            return await self._respond(content, _cap(max_tokens, caps), name, rows)
         # o1-mini and o1-preview take neither system nor developer (reference §2.2): the prompt goes as user text.
         system: Any = {"role": "system" if caps.developer_role else "user", "content": SUMMARIZATION_SYSTEM_PROMPT}
         response = await self.client.chat.completions.create(
@@ -71,12 +92,15 @@ class Summarizer:
         )
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content or "") if choice else ""
+        _count(rows, usage_row(name, chat_usage(_raw_usage(response)),
+                               "ok" if text.strip() else "failed"))
         if not text.strip():
             reason = choice.finish_reason if choice else "no choices"
             raise SummaryError(f"the model returned an empty summary (finish_reason={reason})")
         return text.strip()
 
-    async def _respond(self, content: str | list[Any], max_tokens: int, model: str) -> str:
+    async def _respond(self, content: str | list[Any], max_tokens: int, model: str,
+                       rows: list[UsageRow] | None = None) -> str:
         response = await self.client.responses.create(
             model=model,
             instructions=SUMMARIZATION_SYSTEM_PROMPT,
@@ -85,6 +109,8 @@ class Summarizer:
             store=False,
         )
         text = response.output_text
+        _count(rows, usage_row(model, responses_usage(_raw_usage(response)),
+                               "ok" if text.strip() else "failed"))
         if not text.strip():
             reason = response.incomplete_details.reason if response.incomplete_details else response.status
             raise SummaryError(f"the model returned an empty summary (status={reason})")
@@ -99,6 +125,7 @@ class Summarizer:
         reserve_tokens: int,
         model: str | None = None,
         session_root: Path | None = None,
+        rows: list[UsageRow] | None = None,
     ) -> str:
         """The summary text (without file tracking) for the entries a compaction removes; with
         `session_root`, their recent images go along as image parts."""
@@ -113,12 +140,12 @@ class Summarizer:
                 return previous_summary or NO_PRIOR_HISTORY
             images = await images_of(entries)
             prompt = summary_prompt(serialize_entries(entries, numbers(images)), previous_summary, custom_instructions)
-            return await self.complete(prompt, int(0.8 * reserve_tokens), model, images)
+            return await self.complete(prompt, int(0.8 * reserve_tokens), model, images, rows)
 
         async def prefix(entries: list[TranscriptEntry]) -> str:
             images = await images_of(entries)
             prompt = turn_prefix_prompt(serialize_entries(entries, numbers(images)))
-            return await self.complete(prompt, int(0.5 * reserve_tokens), model, images)
+            return await self.complete(prompt, int(0.5 * reserve_tokens), model, images, rows)
 
         if not span.turn_prefix:
             return await history(span.history)

@@ -36,6 +36,7 @@ from .routes import (
     lifecycle,
     runs,
     sessions,
+    spend,
     ui,
     workspace,
 )
@@ -109,7 +110,7 @@ def _mount(app: FastAPI, settings: Settings) -> None:
                        max_number_digits=settings.limits.max_json_number_digits, exempt=[WORKSPACE_FILES])
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
     app.add_middleware(TrimAfterLargeResponses, passthrough=EVENT_STREAM)
-    for module in (sessions, runs, lifecycle, ui, workspace, images, documents, events, knowledge, branches, agui):
+    for module in (sessions, runs, lifecycle, ui, workspace, images, documents, events, knowledge, branches, agui, spend):
         app.include_router(module.router)
 
     @app.get("/", include_in_schema=False)

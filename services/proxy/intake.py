@@ -14,6 +14,7 @@ from shared.contracts.wake import Wake
 
 from .ari import AriError, parse_ari
 from .attachments import check_attachments
+from .budgets import refuse_over_budget
 from .deps import Proxy
 from .errors import ApiError
 from .routes.branches import edit_rewind
@@ -27,6 +28,7 @@ async def accept_prompt(proxy: Proxy, state: SessionState, body: PostMessage) ->
     """Validates `body` (client context ARIs, attachments, an edit), stamps it and appends it to the
     inbox; a dormant session is woken (row first, then prompt, then Wake: docs/integration.md "Wake")."""
     sid = state.row.id
+    await refuse_over_budget(proxy.redis, sid, state.row.owner, proxy.settings)  # before anything changes
     if body.client_context is not None:
         for tab in body.client_context.visible_tabs:
             try:

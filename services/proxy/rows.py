@@ -127,8 +127,9 @@ return 1
 
 
 async def create_row(redis: aioredis.Redis, owner: str, variant: Variant, model: ModelConfig,
-                     max_sessions: int | None = None) -> SessionRow:
-    """Raises SessionQuotaExceeded when `owner` already has `max_sessions` sessions."""
+                     max_sessions: int | None = None, budget: Mapping[str, str] | None = None) -> SessionRow:
+    """Raises SessionQuotaExceeded when `owner` already has `max_sessions` sessions. `budget`: the
+    session's own caps (services/proxy/budgets.py), written with the row (one slot, one MULTI)."""
     now = now_ms()
     row = SessionRow(id=new_session_id(), owner=owner, variant=variant, model=model, created_at=now, updated_at=now)
     if max_sessions is None:
@@ -136,7 +137,11 @@ async def create_row(redis: aioredis.Redis, owner: str, variant: Variant, model:
     elif not await redis.eval(_RESERVE, 1, keys.user_sessions(owner), max_sessions, now, row.id):  # type: ignore[misc]
         raise SessionQuotaExceeded(max_sessions)
     # The listing skips ids without a row, so a crash between the two writes leaves nothing visible.
-    await redis.hset(keys.session_row(row.id), mapping=row.to_hash())  # type: ignore[arg-type]
+    async with redis.pipeline(transaction=True) as pipe:
+        if budget:
+            pipe.hset(keys.spend(row.id), mapping=dict(budget))  # type: ignore[arg-type]
+        pipe.hset(keys.session_row(row.id), mapping=row.to_hash())  # type: ignore[arg-type]
+        await pipe.execute()
     return row
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from openai import AsyncOpenAI
@@ -79,6 +79,7 @@ from .skill_lifecycle import SkillContracts
 from .skill_rules import SkillRuleGuard, load_rules
 from .skills import Skill
 from .snapshots import SessionSnapshots
+from .spend import SpendLedger
 from .state import SessionState
 from .supervisor import RunSupervisor, repair_interrupted_run
 from .todo import TodoController
@@ -170,17 +171,19 @@ class Session:
         auditor = Auditor(self.transcript, self.todo, deps.skills, self.outbox, deps.registry, self.contracts)
         calls = deps.model_calls or ModelCalls()
         provider = calls.provider(deps.model_client)
+        self.spend = SpendLedger(self.sid, deps.client, settings, deps.registry)
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix,
                                    gate=deps.read_gate, opened=lambda: self.runs.model_opened(), limits=calls.limits,
                                    provider=provider, observer=calls.observer,
-                                   on_repair=lambda fix: record_repair(self.transcript, fix),
+                                   on_repair=lambda fix: record_repair(self.transcript, fix), spend=self.spend,
                                    watch=CacheWatch(calls.ledger, calls.cache_miss, self.sid, deps.variant))
         self.tools = SessionToolHost(
             sid=self.sid, paths=self.paths, settings=settings, sandbox=select_sandbox(settings, sandbox_skills_dir()),
             todo=self.todo, skills=deps.skills, transcript=self.transcript, outbox=self.outbox, guard=self.guard,
             ui=self.ui, subagent_stream=lambda: OpenAIStream(deps.model_client, self.stream.settings, deps.counter,
                                                              limits=calls.limits, provider=provider,
-                                                             observer=calls.observer),
+                                                             observer=calls.observer, spend=self.spend,
+                                                             kind="subagent"),
             client=deps.client, background=self.state.background, contracts=self.contracts, auditor=auditor)
         self.knowledge = KnowledgeReader(deps.client, self.sid)
         self.toolset = Toolset(self.tools, self.knowledge, settings.runtime.knowledge_inline_chars)
@@ -263,7 +266,7 @@ class Session:
         handlers: dict[type, Handler] = {
             UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write, DocumentEdit: self.writes.document_edit,
             FileDelete: self.writes.file_delete, DocumentDelete: self.writes.document_delete,
-            CompactionReady: self.compactor.on_ready, Compact: self.compactor.on_command,
+            CompactionReady: self.compaction_ready, Compact: self.compactor.on_command,
             ConnectorResult: self.connectors.on_result, Rewind: self.rewinder.on_rewind,
             ModelChange: ModelSwitch(self.transcript, self.switch_model, self.outbox, ack).on_change}
         handlers = self.idle.watch_writes(handlers)  # a client's write keeps its ref's update held (idle.py)
@@ -276,6 +279,11 @@ class Session:
             request_close=deps.request_close, causal=self.causal, calls=self.connectors,
             prompt_hook=PromptHooks(self.catalog, knowledge) if self.catalog else knowledge,
             aborts=self.aborts, trace=settings.server.trace_inbox)
+
+    async def compaction_ready(self, entry: Any, ready: CompactionReady) -> None:
+        """The summary calls are counted with the session's other model calls (docs/costs.md)."""
+        await self.spend.add_once("compaction:" + ready.request_id, ready.usage)
+        await self.compactor.on_ready(entry, ready)
 
     def switch_model(self, model: ModelConfig) -> None:
         """PATCH /sessions/{id} (model_switch.py): the next model call, subagents' and compaction's
@@ -292,6 +300,9 @@ class Session:
             # A preloaded workflow skill is as active as a loaded one.
             await self.transcript.ensure_header([(skill.name, skill.type) for skill in self.deps.preloaded])
         await self.rewinder.finish_pending()  # a rewind a crash cut short (shared/rewind.py)
+        limits = await self.spend.load()  # the session's own caps (POST /sessions `budget`, docs/costs.md)
+        budget = RunBudget(self.deps.settings.runtime.run_max_model_calls, limits.run_tokens or 0)
+        self.agent.hooks = replace(self.agent.hooks, budget=budget)
         # A connector call a dead holder sent: its answer, not "interrupted"; one still unanswered is
         # awaited by the run task (supervisor.py), never here.
         await self.connectors.resume()

@@ -36,6 +36,7 @@ EventType = Literal[
     "run_aborted",
     "audit",
     "checklist",
+    "budget_reached",  # a spending or token cap stopped the run (BudgetReachedData, docs/costs.md)
     "rewound",  # the active branch moved (a rewind, an edit, a branch switch): refetch the transcript and files
 ]
 
@@ -100,6 +101,9 @@ class ModelRequestData(Contract):
     reasoning_tokens: int = 0
     cache_write_tokens: int = 0  # input tokens written to the prompt cache, when the API reports it
     attempts: int = 1
+    # How the call ended, as its usage row says (docs/costs.md): `failed` after its last attempt failed
+    # (each failed attempt before it has its own row), `aborted` when an abort cut it.
+    attempt: Literal["ok", "failed", "aborted"] = "ok"
 
 
 class ReasoningUpdateData(Contract):

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from .base import Contract
 from .client import PromptClientContext
 from .inbox import ENTRY_ID, RUN_ID, OnBusy
+from .spend import SessionBudget, SessionSpend
 from .todo import TodoList
 
 Variant = Literal["base", "deck-generation", "import"]
@@ -34,6 +35,7 @@ class ModelConfig(Contract):
 class CreateSession(Contract):
     variant: Variant = "base"
     model: ModelConfig | None = None
+    budget: SessionBudget | None = None  # this session's own caps (docs/costs.md "Budgets")
 
 
 class ModelUsage(Contract):
@@ -67,6 +69,7 @@ class SessionView(Contract):
     updated_at: int
     title: str | None = None  # PATCH /sessions/{id}
     model_usage: ModelUsage | None = None  # GET /sessions/{id} only
+    spend: SessionSpend | None = None  # GET /sessions/{id} only: every token priced, and the caps (docs/costs.md)
 
 
 class ForkOrigin(Contract):

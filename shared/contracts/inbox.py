@@ -16,6 +16,7 @@ from .client import PromptClientContext
 from .connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
 from .injection import InjectionSource, RuntimeInjection
 from .messages import ImageRef
+from .spend import UsageRow
 
 # interrupt: abort the active run, then start a new one with this message (docs/integration.md "Abort and interrupt").
 OnBusy = Literal["steer", "follow_up", "reject", "interrupt"]
@@ -148,6 +149,9 @@ class CompactionReady(_InboxBase):
     tokens_before: int = 0
     details: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
+    # The summary calls' usage (a failed one too), recorded by the runtime with the session's others
+    # (services/runtime/spend.py; docs/costs.md). At most a history and a turn-prefix call.
+    usage: list[UsageRow] = Field(default_factory=list, max_length=8)
 
 
 class Compact(_InboxBase):

@@ -20,6 +20,21 @@ class RuntimeSettings(Area):
     run_max_tokens: int = Field(20_000_000, ge=0, le=10_000_000_000, validation_alias="GAMMA_RUN_MAX_TOKENS",
         description="Tokens one run may spend: input plus output as the API reported them, summed over its model "
                     "calls; reaching it ends the run like `GAMMA_RUN_MAX_MODEL_CALLS`. 0: no bound.")
+    run_max_tokens_ceiling: int = Field(0, ge=0, le=10_000_000_000, validation_alias="GAMMA_RUN_MAX_TOKENS_CEILING",
+        description="The most a session's own per-run token cap (`POST /sessions` `budget.run_max_tokens`) may be; 0: "
+                    "an override may only lower `GAMMA_RUN_MAX_TOKENS` (docs/costs.md \"Budgets\").")
+    # Spending caps (services/runtime/spend.py, docs/costs.md "Budgets"): checked before each model call
+    # with its projected cost; reaching one ends the run, and new prompts get a 402 until it is raised.
+    session_max_usd: float = Field(0.0, ge=0, le=1_000_000, allow_inf_nan=False, validation_alias="GAMMA_SESSION_MAX_USD",
+        description="US dollars one session may spend on model calls (agent, subagents, compaction), by the "
+                    "catalogue's prices; reaching it ends the run and new prompts get a 402. 0: no cap.")
+    session_max_usd_ceiling: float = Field(0.0, ge=0, le=1_000_000, allow_inf_nan=False,
+        validation_alias="GAMMA_SESSION_MAX_USD_CEILING",
+        description="The most a session's own cap (`POST /sessions` `budget.max_usd`) may be; 0: an override may "
+                    "only lower `GAMMA_SESSION_MAX_USD` (any value when that is 0 too).")
+    user_max_usd: float = Field(0.0, ge=0, le=1_000_000, allow_inf_nan=False, validation_alias="GAMMA_USER_MAX_USD",
+        description="US dollars one user may spend over all their sessions (deleted ones too); reaching it ends "
+                    "their runs and their new prompts get a 402. 0: no cap.")
     idle_s: float = Field(300.0, validation_alias="GAMMA_IDLE_S",
         description="Idle seconds before a live session goes dormant.")
     lease_ms: int = Field(10_000, validation_alias="GAMMA_LEASE_MS",

@@ -29,6 +29,7 @@ from shared.contracts.events import (
     StatusData,
     ToolCallProgressData,
 )
+from shared.contracts.spend import BudgetReachedData
 
 SID = "s_events"
 
@@ -57,7 +58,8 @@ async def sse_events(client: aioredis.Redis, start: str, n: int) -> list[tuple[s
 def typed_data(event: SessionEvent) -> object:
     return {"message_user": MessageUserData, "status": StatusData, "model_request": ModelRequestData,
             "checklist": ChecklistData, "audit": AuditData, "run_aborted": RunAbortedData,
-            "reasoning_update": ReasoningUpdateData, "tool_call_progress": ToolCallProgressData}.get(event.type, dict)
+            "reasoning_update": ReasoningUpdateData, "tool_call_progress": ToolCallProgressData,
+            "budget_reached": BudgetReachedData}.get(event.type, dict)
 
 
 async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> None:
@@ -76,6 +78,7 @@ async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> Non
                   "tool_call_id": "call_2"},
         "reasoning_update": {"delta": "Plan: read the brief first.", "item_id": "rs_1", "summary_index": 0},
         "tool_call_progress": {"tool_call_id": "call_3", "tool_name": "write", "bytes": 4096},
+        "budget_reached": {"cap": "session_usd", "spent": 0.42, "limit": 0.5, "message": "The run stopped."},
     }
 
     async def no_bus(stream: str, message: BaseModel) -> None:

@@ -56,7 +56,7 @@ def test_overrides_azure_deployments_and_cache_writes() -> None:
 
 
 def test_cache_writes_are_read_from_the_usage() -> None:
-    from services.runtime.engine.usage import responses_usage as _usage
+    from shared.usage import responses_usage as _usage
 
     raw = {"input_tokens": 3_000, "input_tokens_details": {"cached_tokens": 2_000, "cache_write_tokens": 400},
            "output_tokens": 10, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 3_010}

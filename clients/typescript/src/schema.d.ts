@@ -398,6 +398,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/spend": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Spend */
+        get: operations["get_spend_spend_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -422,6 +439,18 @@ export interface components {
              */
             kept?: number;
         };
+        /**
+         * BudgetLimits
+         * @description The caps that apply (None: no cap).
+         */
+        BudgetLimits: {
+            /** Session Usd */
+            session_usd?: number | null;
+            /** User Usd */
+            user_usd?: number | null;
+            /** Run Tokens */
+            run_tokens?: number | null;
+        };
         /** Card */
         Card: {
             /** Id */
@@ -443,6 +472,7 @@ export interface components {
              */
             variant?: "base" | "deck-generation" | "import";
             model?: components["schemas"]["ModelConfig"] | null;
+            budget?: components["schemas"]["SessionBudget"] | null;
         };
         /** Deck */
         Deck: {
@@ -536,6 +566,7 @@ export interface components {
             /** Title */
             title?: string | null;
             model_usage?: components["schemas"]["ModelUsage"] | null;
+            spend?: components["schemas"]["SessionSpend"] | null;
             forked_from: components["schemas"]["ForkOrigin"];
         };
         /** HTTPValidationError */
@@ -761,6 +792,17 @@ export interface components {
             aborted_run_id?: string | null;
         };
         /**
+         * SessionBudget
+         * @description `POST /sessions` `budget`: this session's own caps, within the operator's ceilings
+         *     (GAMMA_SESSION_MAX_USD_CEILING, GAMMA_RUN_MAX_TOKENS_CEILING); unset: the defaults.
+         */
+        SessionBudget: {
+            /** Max Usd */
+            max_usd?: number | null;
+            /** Run Max Tokens */
+            run_max_tokens?: number | null;
+        };
+        /**
          * SessionList
          * @description One page, newest first; `next_cursor` fetches the next page (absent on the last one).
          */
@@ -769,6 +811,56 @@ export interface components {
             sessions: components["schemas"]["SessionView"][];
             /** Next Cursor */
             next_cursor?: string | null;
+        };
+        /**
+         * SessionSpend
+         * @description GET /sessions/{id} `spend`: the session's spending, its owner's total and the caps that apply.
+         */
+        SessionSpend: {
+            /**
+             * Requests
+             * @default 0
+             */
+            requests?: number;
+            /**
+             * Tokens
+             * @default 0
+             */
+            tokens?: number;
+            /**
+             * Usd
+             * @default 0
+             */
+            usd?: number;
+            /**
+             * Unpriced Requests
+             * @default 0
+             */
+            unpriced_requests?: number;
+            /** By Model */
+            by_model?: {
+                [key: string]: components["schemas"]["Totals"];
+            };
+            /** By Kind */
+            by_kind?: {
+                [key: string]: components["schemas"]["Totals"];
+            };
+            /**
+             * Failed Requests
+             * @default 0
+             */
+            failed_requests?: number;
+            /**
+             * Aborted Requests
+             * @default 0
+             */
+            aborted_requests?: number;
+            /**
+             * User Usd
+             * @default 0
+             */
+            user_usd?: number;
+            limits?: components["schemas"]["BudgetLimits"];
         };
         /** SessionView */
         SessionView: {
@@ -798,6 +890,7 @@ export interface components {
             /** Title */
             title?: string | null;
             model_usage?: components["schemas"]["ModelUsage"] | null;
+            spend?: components["schemas"]["SessionSpend"] | null;
         };
         /** StoredDeck */
         StoredDeck: {
@@ -851,6 +944,29 @@ export interface components {
             /** Items */
             items?: components["schemas"]["TodoItem"][];
         };
+        /** Totals */
+        Totals: {
+            /**
+             * Requests
+             * @default 0
+             */
+            requests?: number;
+            /**
+             * Tokens
+             * @default 0
+             */
+            tokens?: number;
+            /**
+             * Usd
+             * @default 0
+             */
+            usd?: number;
+            /**
+             * Unpriced Requests
+             * @default 0
+             */
+            unpriced_requests?: number;
+        };
         /** Transcript */
         Transcript: {
             /** Entries */
@@ -891,6 +1007,54 @@ export interface components {
             snapshot?: {
                 [key: string]: unknown;
             } | null;
+        };
+        /**
+         * UserSpend
+         * @description GET /spend: the caller's spending over all their sessions (deleted ones too).
+         */
+        UserSpend: {
+            /**
+             * Requests
+             * @default 0
+             */
+            requests?: number;
+            /**
+             * Tokens
+             * @default 0
+             */
+            tokens?: number;
+            /**
+             * Usd
+             * @default 0
+             */
+            usd?: number;
+            /**
+             * Unpriced Requests
+             * @default 0
+             */
+            unpriced_requests?: number;
+            /** By Model */
+            by_model?: {
+                [key: string]: components["schemas"]["Totals"];
+            };
+            /** By Kind */
+            by_kind?: {
+                [key: string]: components["schemas"]["Totals"];
+            };
+            /**
+             * Failed Requests
+             * @default 0
+             */
+            failed_requests?: number;
+            /**
+             * Aborted Requests
+             * @default 0
+             */
+            aborted_requests?: number;
+            /** User */
+            user: string;
+            /** Limit Usd */
+            limit_usd?: number | null;
         };
         /** ValidationError */
         ValidationError: {
@@ -1028,7 +1192,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description a model, effort or API the model rejects (`detail` names the field and the allowed values), or an invalid body */
+            /** @description a model, effort or API the model rejects (`detail` names the field and the allowed values), a budget above the operator's ceiling (`detail`: field, max), or an invalid body */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1229,6 +1393,13 @@ export interface operations {
             };
             /** @description missing or unknown token */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description a spending cap is reached (`detail`: `{cap, spent, limit, message}`, docs/costs.md); nothing was queued */
+            402: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2438,7 +2609,7 @@ export interface operations {
                          * Type
                          * @enum {string}
                          */
-                        type: "agent_start" | "agent_end" | "turn_start" | "turn_end" | "message_start" | "message_update" | "message_end" | "reasoning_update" | "tool_call_progress" | "tool_execution_start" | "tool_execution_update" | "tool_execution_end" | "message_user" | "todo" | "ui_update" | "model_request" | "status" | "injection" | "skill_activated" | "skill_ended" | "compaction" | "error" | "run_aborted" | "audit" | "checklist" | "rewound";
+                        type: "agent_start" | "agent_end" | "turn_start" | "turn_end" | "message_start" | "message_update" | "message_end" | "reasoning_update" | "tool_call_progress" | "tool_execution_start" | "tool_execution_update" | "tool_execution_end" | "message_user" | "todo" | "ui_update" | "model_request" | "status" | "injection" | "skill_activated" | "skill_ended" | "compaction" | "error" | "run_aborted" | "audit" | "checklist" | "budget_reached" | "rewound";
                         /** Session Id */
                         session_id: string;
                         /** Ts */
@@ -2871,6 +3042,33 @@ export interface operations {
             };
             /** @description the user has GAMMA_SSE_MAX_STREAMS_PER_USER event streams open */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    get_spend_spend_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserSpend"];
+                };
+            };
+            /** @description missing or unknown token */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -28,6 +28,7 @@ from shared.write_model import Refused
 
 from .. import disk_budget, heavy
 from ..auth import current_user
+from ..budgets import caps_of
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
 from ..idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
@@ -118,7 +119,8 @@ async def _fork(proxy: Proxy, state: SessionState, user: str, entry_id: str | No
     plan = await _plan(proxy, state, entry_id)
     try:
         row = await create_row(proxy.redis, user, state.row.variant, state.row.model,
-                               max_sessions=proxy.settings.limits.max_sessions_per_user)
+                               max_sessions=proxy.settings.limits.max_sessions_per_user,
+                               budget=await caps_of(proxy.redis, state.row.id))  # the source's caps (docs/costs.md)
     except SessionQuotaExceeded as exc:
         raise ApiError(403, str(exc)) from exc
     dst = session_paths(proxy.settings.storage.data_dir, row.id)

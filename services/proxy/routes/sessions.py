@@ -27,6 +27,7 @@ from shared.contracts.inbox import Compact, Stop
 from shared.disk import atomic_write_json, session_paths
 
 from ..auth import current_user
+from ..budgets import BUDGET_RESPONSES, checked_budget, session_spend
 from ..deps import Proxy, get_proxy
 from ..errors import ApiError
 from ..idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
@@ -57,7 +58,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unkn
     **IDEMPOTENCY_RESPONSES, 401: ERRORS[401], 403: {"description": "the user's session quota is reached"},
     429: {"description": "too many sessions created in the last minute (Retry-After)"},
     422: {"description": "a model, effort or API the model rejects (`detail` names the field and the allowed "
-                         "values), or an invalid body"},
+                         "values), a budget above the operator's ceiling (`detail`: field, max), or an invalid body"},
 })
 async def create_session(
     body: CreateSession | None = Body(None), user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)
@@ -68,10 +69,11 @@ async def create_session(
         model = settle(body.model or ModelConfig(), models.catalogue, models.model, models.default_model_api)
     except ModelRefused as exc:  # before the creation rate counts it: a refused request changes nothing
         raise ApiError(422, str(exc), exc.problem.detail()) from exc
+    budget = checked_budget(body.budget, proxy.settings)
     await check_create_rate(proxy.redis, user, proxy.settings.limits.session_creates_per_minute)
     try:
         row = await create_row(proxy.redis, user, body.variant, model,
-                               max_sessions=proxy.settings.limits.max_sessions_per_user)
+                               max_sessions=proxy.settings.limits.max_sessions_per_user, budget=budget)
     except SessionQuotaExceeded as exc:
         raise ApiError(403, str(exc)) from exc
     paths = session_paths(proxy.settings.storage.data_dir, row.id)
@@ -86,7 +88,8 @@ async def create_session(
         await asyncio.to_thread(lay_out)
     state = await load_state(proxy.redis, row.id)
     assert state is not None
-    return state.view().model_copy(update={"model_usage": ModelUsage.of({})})  # as GET shows it: nothing used yet
+    spent = await session_spend(proxy.redis, row.id, user, proxy.settings)  # as GET shows it: nothing used yet
+    return state.view().model_copy(update={"model_usage": ModelUsage.of({}), "spend": spent})
 
 
 @router.get("", response_model=SessionList, responses={401: ERRORS[401], 400: {"description": "an invalid cursor"}})
@@ -106,7 +109,8 @@ async def list_sessions(
 async def get_session(state: SessionState = Depends(owned_session),
                       proxy: Proxy = Depends(get_proxy)) -> SessionView:
     usage = await dormancy.read_usage(proxy.redis, state.row.id)  # the live hash plus what sweeps folded
-    return state.view().model_copy(update={"model_usage": ModelUsage.of(usage)})
+    spent = await session_spend(proxy.redis, state.row.id, state.row.owner, proxy.settings)
+    return state.view().model_copy(update={"model_usage": ModelUsage.of(usage), "spend": spent})
 
 
 @router.post("/{sid}/messages", status_code=202, response_model=MessageAccepted, dependencies=[IDEMPOTENT],
@@ -115,6 +119,7 @@ async def get_session(state: SessionState = Depends(owned_session),
                                              "active run (nothing queued), or no snapshot is kept for the edited "
                                              "message's parent"},
                         422: {"description": "edit_of does not name a user message of this session"},
+                        **BUDGET_RESPONSES,
                         429: {"description": "this user's images are decoding already (attachments; Retry-After)"},
                         503: {"description": "every image decoder is busy (attachments; Retry-After)"}})
 async def post_message(

@@ -3,6 +3,7 @@
 import { $, el } from "./js/dom.js";
 import { api, initToken, setToken, sessionPath, transcriptSince, followEvents, auth } from "./js/api.js";
 import { buildItems, activeSkills, documentIds, usagePoints } from "./js/timeline_model.js";
+import { renderSpend } from "./js/spend.js";
 import { renderTimeline } from "./js/timeline.js";
 import { renderTodo, renderSkills, renderPanes, renderForm } from "./js/state_view.js";
 import { renderDecks } from "./js/deck.js";
@@ -74,6 +75,7 @@ function draw() {
   if (d.has("timeline")) renderTimeline($("timeline"), withBranchItems(buildItems(s.entries, s.live), s.branches), gallery);
   if (d.has("timeline")) renderSkills($("skills"), activeSkills(s.entries, s.liveSkills));
   if (d.has("timeline") || d.has("usage")) renderUsage($("usage"), usagePoints(s.entries, s.requests));
+  if (d.has("usage")) renderSpend($("spend"), s.session && s.session.spend, s.reached);
   if (d.has("todo")) renderTodo($("tasks"), s.todo);
   if (d.has("ui")) { renderPanes($("panes"), s.ui); renderForm($("form"), s.ui && s.ui.activeForm, answerForm); }
   if (d.has("decks")) renderDecks($("decks"), s.decks);
@@ -111,7 +113,7 @@ async function pollStatus() {
   const asked = Date.now(); // the row is read after this: an event newer than that wins
   try {
     const view = await api(sessionPath(s.sid));
-    if (view.id === s.sid) setStatus(view.status, view.running, asked, view.run_id);
+    if (view.id === s.sid) { s.session = view; setStatus(view.status, view.running, asked, view.run_id); invalidate("usage"); }
   } catch { /* shown on the next action */ }
 }
 
@@ -248,7 +250,10 @@ const HANDLERS = {
   tool_call_progress: (d) => { s.live.toolProgress.set(d.tool_call_id, { name: d.tool_name, bytes: d.bytes }); invalidate("timeline"); },
   message_end: () => { clearStreaming(); debounce("transcript", softly(loadTranscript)); },
   tool_execution_end: onToolEnd,
-  model_request: (d) => { s.requests.push(d); invalidate("usage"); },
+  model_request: (d) => { s.requests.push(d); invalidate("usage"); debounce("spend", softly(pollStatus), 1000); },
+  // a spending or token cap ended the run (docs/costs.md): named in the spending panel; the run's
+  // error entry in the transcript says the same on the timeline
+  budget_reached: (d) => { s.reached = d; invalidate("usage"); debounce("spend", softly(pollStatus), 200); },
   todo: (d) => { s.todo = d.todo; invalidate("todo"); },
   ui_update: () => debounce("ui", softly(loadUi), 200), // the event carries a Yjs change only: re-read /ui
   skill_activated: (d) => { s.liveSkills.push({ name: d.name, type: d.type, requiredBy: d.requiredBy }); invalidate("timeline"); },

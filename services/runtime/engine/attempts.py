@@ -81,6 +81,9 @@ class HistoryRepair:
 
 
 OnRepair = Callable[[HistoryRepair], Awaitable[object]]
+# Told of every attempt that failed after it was sent, with what it had streamed: the provider may
+# bill it (docs/costs.md "Every token counted"); it is recorded as a failed attempt.
+OnFailed = Callable[[AssistantMessage], Awaitable[object]]
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class Attempts:
     provider: Provider | None = None
     observer: CallObserver = QUIET
     on_repair: OnRepair | None = None
+    on_failed: OnFailed | None = None
 
     async def run(self, api: ModelApi, context: AgentContext, body: dict[str, Any], emit: Emit,
                   signal: asyncio.Event) -> tuple[AssistantMessage, int]:
@@ -123,6 +127,8 @@ class Attempts:
                 if self.opened is not None:
                     self.opened()  # a failed attempt's start is over too: no slot held through a backoff
                 failure = failure_of(exc)
+                if self.on_failed is not None:
+                    await self.on_failed(partial)  # before a repair or a fatal end drops what it streamed
                 outcome = Fatal(f"the model call's deadline ({self.limits.deadline_s:g} s) passed") \
                     if isinstance(exc, DeadlineExceeded) else classify(failure)
                 self._account(failure, outcome)

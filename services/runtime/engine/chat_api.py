@@ -10,6 +10,7 @@ from typing import Any, Literal
 from openai import AsyncOpenAI
 
 from shared.contracts.messages import AssistantMessage
+from shared.usage import chat_usage
 
 from .breakpoints import CACHE_OPTIONS, chat_blocks, uses_breakpoints
 from .convert import Images, to_openai
@@ -25,7 +26,6 @@ from .model_api import (
 )
 from .sse import ReadGate, json_reads, open_stream
 from .types import AgentContext, AgentEvent, Emit
-from .usage import chat_usage
 
 
 def chat_effort(settings: ModelSettings, tools: bool) -> str | None:

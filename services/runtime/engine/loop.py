@@ -88,14 +88,17 @@ async def _turn(context: AgentContext, config: LoopConfig, emit: Emit, new: list
                 tally: RunTally) -> tuple[bool, list[AgentMessage]] | None:
     """One model call (unless the run's budget is spent) and its tool batch: whether tools ran and
     the guidance for the next call, or None when the run ended (its agent_end sent)."""
-    message = over_budget(tally, config.budget)
+    spent = over_budget(tally, config.budget)
     guidance: list[AgentMessage] = []
-    if message is None:
+    if spent is None:
         await config.before_model_call(context)
         message = await config.stream(context, emit, config.signal)
         tally.count(message)
         guidance = judge(message, tally)
     else:
+        message, reached = spent
+        if reached is not None:
+            await emit(AgentEvent(type="budget_reached", data=reached.model_dump()))
         await emit(AgentEvent(type="message_start", data={"message": _dump(message)}))
     context.messages.append(message)
     new.append(message)

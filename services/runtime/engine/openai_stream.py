@@ -17,13 +17,14 @@ import json
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from openai import AsyncOpenAI
 
 from shared.catalogue import catalogue
 from shared.contracts.events import ModelRequestData
 from shared.contracts.messages import AssistantMessage, Usage
+from shared.contracts.spend import Attempt, BudgetReachedData, Kind, UsageRow
 from shared.tokens import TokenCounter, message_images, refs_tokens, shared_prefix
 
 from .attempts import QUIET, Attempts, CallLimits, CallObserver, OnRepair
@@ -50,6 +51,13 @@ def prefix_hash(system_prompt: str, tools: list[Tool]) -> str:
 def request_pieces(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[str]:
     """A Chat Completions request as the provider sees it, in order (see ChatApi.pieces)."""
     return ChatApi().pieces({"messages": messages, "tools": tools})
+
+
+class SpendSink(Protocol):
+    """Where a stream's usage rows go, and the budget check before each call (services/runtime/spend.py)."""
+
+    async def add(self, row: UsageRow) -> None: ...
+    async def preflight(self, model: str, prompt_tokens: int, cached_tokens: int) -> BudgetReachedData | None: ...
 
 
 class PieceTokens:
@@ -125,6 +133,8 @@ class OpenAIStream:
     observer: CallObserver = QUIET  # the runtime's model call metrics
     on_repair: OnRepair | None = None  # records a history repair (a transcript entry)
     watch: CacheWatch | None = None  # the cache-break alarm (engine/cache_watch.py)
+    spend: SpendSink | None = None  # the session's ledger: usage rows and the budgets (services/runtime/spend.py)
+    kind: Kind = "agent"  # whose calls these are, in the usage rows (a subagent's stream says so)
     _pieces: PieceTokens | None = None
     _prefix_hash: tuple[str, str, Head] | None = None
 
@@ -140,6 +150,14 @@ class OpenAIStream:
         shared = shared_prefix(self.previous_tokens, tokens)
         if sent and shared:
             shared += shared_image_tokens(self.previous_pieces, pieces, sent)
+        if self.spend is not None:  # the budgets, before anything is sent (services/runtime/spend.py)
+            stop = await self.spend.preflight(self.settings.model, len(tokens) + images, shared)
+            if stop is not None:
+                await emit(AgentEvent(type="budget_reached", data=stop.model_dump()))
+                refused = AssistantMessage(model=self.settings.model, api=api.name, stop_reason="error",
+                                           error_kind="budget", error_message=stop.message)
+                await emit(AgentEvent(type="message_start", data={"message": refused.model_dump(by_alias=True)}))
+                return refused  # never sent: no usage row, no model_request
         self.previous_tokens, self.previous_pieces = tokens, pieces
         self.last_prompt_tokens = len(tokens) + images
         static = self.static_prefix or context.system_prompt
@@ -152,12 +170,16 @@ class OpenAIStream:
             self._prefix_hash = (names, prefix_hash(static, context.tools), head_of(context, tools_json, 0))
         start = AssistantMessage(model=self.settings.model, api=api.name)
         await emit(AgentEvent(type="message_start", data={"message": start.model_dump(by_alias=True)}))
+        failed: list[AssistantMessage] = []  # the attempts recorded as failed (engine/attempts.py)
         with model_span(self.settings.model, api.name) as span:
-            message, attempts = await self._attempts().run(api, context, body, emit, signal)
+            message, attempts = await self._attempts(failed).run(api, context, body, emit, signal)
             self.observer.finish(message.stop_reason)
             if message.stop_reason == "aborted" and not (message.usage.input or message.usage.output):
                 message.usage = estimated_usage(self.last_prompt_tokens, self.counter.count(message.text()))
             record_reply(span, message, attempts)
+        attempt = attempt_of(message)
+        if self.spend is not None and not any(m is message for m in failed):  # a failed last attempt is recorded
+            await self.spend.add(usage_row(message, self.kind, attempt))
         u = message.usage
         self._watch(message, pieces, shared)
         await emit(AgentEvent(type="model_request", data=ModelRequestData(
@@ -165,7 +187,7 @@ class OpenAIStream:
             shared_prefix_tokens=shared,
             encoding=self.counter.encoding, message_count=len(body.get("messages") or body.get("input") or []),
             api=api.name, input_tokens=u.input, cached_tokens=u.cache_read, output_tokens=u.output,
-            reasoning_tokens=u.reasoning, cache_write_tokens=u.cache_write, attempts=attempts,
+            reasoning_tokens=u.reasoning, cache_write_tokens=u.cache_write, attempts=attempts, attempt=attempt,
         ).model_dump()))
         return message
 
@@ -183,9 +205,32 @@ class OpenAIStream:
             self.watch.report(MissReport(miss, self.watch.session, self.watch.requests, self._prefix_hash[1],
                                          catalogue().resolve(s.model).family or "unknown", self.watch.variant))
 
-    def _attempts(self) -> Attempts:
+    def _attempts(self, failed: list[AssistantMessage]) -> Attempts:
+        async def on_failed(partial: AssistantMessage) -> None:
+            """An attempt that failed once sent: billed for what it streamed (its input, counted here, and
+            the text so far), nothing when it ended before any output (an HTTP error status)."""
+            failed.append(partial)
+            if self.spend is None:
+                return
+            if not (partial.usage.input or partial.usage.output) and partial.content:
+                partial.usage = estimated_usage(self.last_prompt_tokens, self.counter.count(partial.text()))
+            await self.spend.add(usage_row(partial, self.kind, "failed"))
+
         return Attempts(self.client, self.settings, self.limits, self.gate, self.opened, self.provider,
-                        self.observer, self.on_repair)
+                        self.observer, self.on_repair, on_failed)
+
+
+def attempt_of(message: AssistantMessage) -> Attempt:
+    if message.stop_reason == "aborted":
+        return "aborted"
+    return "failed" if message.stop_reason == "error" and message.error_kind is None else "ok"
+
+
+def usage_row(message: AssistantMessage, kind: Kind, attempt: Attempt) -> UsageRow:
+    u = message.usage
+    return UsageRow(model=message.model, kind=kind, attempt=attempt, input_tokens=u.input, cached_tokens=u.cache_read,
+                    cache_write_tokens=u.cache_write, output_tokens=u.output, reasoning_tokens=u.reasoning,
+                    estimated=u.estimated)
 
 
 def estimated_usage(prompt_tokens: int, streamed_tokens: int) -> Usage:

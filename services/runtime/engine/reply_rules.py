@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage, ToolCall
+from shared.contracts.spend import BudgetReachedData
 from shared.trusted_blocks import render
 
 from .types import RunBudget, ToolOutcome
@@ -38,16 +39,22 @@ class RunTally:
         self.tokens += message.usage.input + message.usage.output
 
 
-def over_budget(tally: RunTally, budget: RunBudget) -> AssistantMessage | None:
-    """The error that ends the run before another model call, once its budget is spent."""
+def over_budget(tally: RunTally, budget: RunBudget) -> tuple[AssistantMessage, BudgetReachedData | None] | None:
+    """The error that ends the run before another model call, once its budget is spent, and the
+    `budget_reached` event of the token cap (docs/costs.md "Budgets")."""
+    reached: BudgetReachedData | None = None
     if budget.model_calls and tally.calls >= budget.model_calls:
         spent = f"its budget of {budget.model_calls} model calls (GAMMA_RUN_MAX_MODEL_CALLS)"
     elif budget.tokens and tally.tokens >= budget.tokens:
         spent = f"its budget of {budget.tokens} tokens (GAMMA_RUN_MAX_TOKENS; {tally.tokens} used)"
+        reached = BudgetReachedData(cap="run_tokens", spent=tally.tokens, limit=budget.tokens, message=(
+            f"The run stopped: it reached this run's token cap of {budget.tokens} tokens ({tally.tokens} used). "
+            "Everything so far is kept; send a message to continue with a fresh run."))
     else:
         return None
-    return AssistantMessage(stop_reason="error", error_kind="budget", error_message=(
-        f"The run stopped: it reached {spent}. Everything so far is kept; send a message to continue."))
+    text = reached.message if reached else (
+        f"The run stopped: it reached {spent}. Everything so far is kept; send a message to continue.")
+    return AssistantMessage(stop_reason="error", error_kind="budget", error_message=text), reached
 
 
 def judge(message: AssistantMessage, tally: RunTally) -> list[AgentMessage]:

@@ -3,7 +3,7 @@
 import { el, fmtTime, pretty } from "./dom.js";
 
 const opened = new Set();
-const FAILURE_BADGES = { aborted: "aborted", contentFilter: "content filter" };
+const FAILURE_BADGES = { aborted: "aborted", contentFilter: "content filter", budget: "budget" };
 const fmtBytes = (n) => (n >= 1024 ? `${(n / 1024).toFixed(1)} KB` : `${n || 0} B`);
 
 function collapsible(key, summary, body, { open = false, cls = "" } = {}) {

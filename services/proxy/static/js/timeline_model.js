@@ -40,7 +40,9 @@ function assistantItems(entry, m, results, live) {
     }
   }
   if (m.stopReason === "error" || m.stopReason === "aborted") {
-    out.push({ key: `${entry.id}:stop`, ts, kind: "failure", stop: m.stopReason, text: m.errorMessage || "" });
+    // a cap that stopped the run (errorKind "budget", docs/costs.md) gets its own badge
+    out.push({ key: `${entry.id}:stop`, ts, kind: "failure", stop: m.errorKind === "budget" ? "budget" : m.stopReason,
+               text: m.errorMessage || "" });
   } else if (m.stopReason === "contentFilter") { // the provider's filter, never the output limit
     out.push({ key: `${entry.id}:stop`, ts, kind: "failure", stop: m.stopReason,
                text: "The provider's content filter stopped this reply." });

@@ -1,4 +1,5 @@
-"""A reply's usage, read no more strictly than the SDK reads it (reference §5).
+"""A reply's usage, read no more strictly than the SDK reads it (reference §5); the runtime's streams and the
+compaction service's summaries read it alike (docs/costs.md).
 
 The SDK builds reply objects without validation, so a field a server leaves out reads as None and
 raises nothing. Compatible servers, Azure PTU-M deployments and older gateways leave out

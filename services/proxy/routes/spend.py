@@ -1,0 +1,19 @@
+"""GET /spend: the caller's spending over all their sessions (docs/costs.md). Per-user totals live in
+Redis, never in Prometheus labels."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from shared.contracts.spend import UserSpend
+
+from ..auth import current_user
+from ..budgets import user_spend
+from ..deps import Proxy, get_proxy
+
+router = APIRouter(tags=["spend"])
+
+
+@router.get("/spend", response_model=UserSpend, responses={401: {"description": "missing or unknown token"}})
+async def get_spend(user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)) -> UserSpend:
+    return await user_spend(proxy.redis, user, proxy.settings)
