@@ -155,7 +155,7 @@ class AuditData(Contract):
     """`audit`: a completion audit's outcome (the transcript's `audit` entry)."""
 
     workflow: str
-    outcome: Literal["passed", "blocked", "deviations_reported", "deviations_unreported"]
+    outcome: Literal["passed", "blocked", "deviations_reported", "deviations_unreported", "superseded"]
     missing: list[str]
     tool_call_id: str
     deviations: list[dict[str, str]] = []  # {step, cause}, as the completion message declared them

@@ -43,7 +43,7 @@ class Toolset:
         if plan.errors:
             return {**plan.errors, **preset}
         self._plans.update(plan.activations)
-        return preset
+        return {**plan.outranked, **preset}
 
 
 def readonly_tools(host: WorkspaceHost) -> list[Tool]:
