@@ -20,6 +20,7 @@ from .audit import Auditor
 from .document_reads import DocumentReads
 from .engine.types import StreamFn
 from .events import Outbox
+from .file_reads import FileReads
 from .liveui import UiHost
 from .sandbox import Sandbox
 from .skill_lifecycle import SkillContracts
@@ -62,6 +63,7 @@ class SessionToolHost:
         self.viewable_files: list[str] = []
         self._max_depth = settings.storage.workspace_max_depth
         self.document_reads = DocumentReads(lambda: transcript.entries)  # what a deck write must still find
+        self.file_reads = FileReads(lambda: transcript.entries)  # what a file write or edit must still find
         self.auditor = auditor  # completion audits (audit.py)
 
     async def guard(self) -> None:
@@ -81,6 +83,10 @@ class SessionToolHost:
         partial list when the workspace is past the walk's bounds, never a failed wake."""
         self.viewable_files = await asyncio.to_thread(workspace_files, self.paths.workspace,
                                                       max_depth=self._max_depth)
+
+    def client_saved(self, path: str, revision: int | None) -> None:
+        """A client's live write of `path` (writes.py): named when the agent's write of it is refused."""
+        self.file_reads.client_saved(path, revision)
 
     def track(self, *paths: str, deleted: bool = False) -> None:
         """Keep the projection: the agent's file changes here, a client's (writes.py) through this."""
