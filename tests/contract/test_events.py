@@ -28,6 +28,7 @@ from shared.contracts.events import (
     SessionEvent,
     StatusData,
     ToolCallProgressData,
+    ViewableFilesData,
 )
 
 SID = "s_events"
@@ -57,7 +58,8 @@ async def sse_events(client: aioredis.Redis, start: str, n: int) -> list[tuple[s
 def typed_data(event: SessionEvent) -> object:
     return {"message_user": MessageUserData, "status": StatusData, "model_request": ModelRequestData,
             "checklist": ChecklistData, "audit": AuditData, "run_aborted": RunAbortedData,
-            "reasoning_update": ReasoningUpdateData, "tool_call_progress": ToolCallProgressData}.get(event.type, dict)
+            "reasoning_update": ReasoningUpdateData, "tool_call_progress": ToolCallProgressData,
+            "viewable_files": ViewableFilesData}.get(event.type, dict)
 
 
 async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> None:
@@ -76,6 +78,7 @@ async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> Non
                   "tool_call_id": "call_2"},
         "reasoning_update": {"delta": "Plan: read the brief first.", "item_id": "rs_1", "summary_index": 0},
         "tool_call_progress": {"tool_call_id": "call_3", "tool_name": "write", "bytes": 4096},
+        "viewable_files": {"added": ["brief.xml"], "removed": ["old.md"], "count": 4, "truncated": False},
     }
 
     async def no_bus(stream: str, message: BaseModel) -> None:
