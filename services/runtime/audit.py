@@ -15,7 +15,9 @@ Rules (README "Completion audits"):
 - after that the message yields as `deviations_unreported`. Never refused twice, so a step that is
   truly impossible cannot trap the agent.
 - a message that yields after a `passed` or `deviations_reported` audit ends that workflow's
-  contract (services/runtime/skill_lifecycle.py).
+  contract (services/runtime/skill_lifecycle.py);
+- a workflow whose contract another workflow ends before its task completed is audited `superseded`
+  (its steps as they stood, nothing refused).
 Every audit is a transcript entry (`AuditEntry`), an `audit` event, and a count in
 `gamma_completion_audits_total{workflow, outcome}`.
 """
@@ -145,6 +147,7 @@ class Auditor:
         self.skills = skills
         self.outbox = outbox
         self.registry = registry
+        contracts.audit_superseded = self.superseded
 
     def checklists(self) -> list[tuple[str, Checklist]]:
         return active_checklists(self.transcript, self.skills)
@@ -182,6 +185,16 @@ class Auditor:
             return "\n\n".join(refusals)
         await self.contracts.complete(finished)
         return None
+
+    async def superseded(self, name: str, by: str | None) -> None:
+        """`name`'s contract ends because `by` activated (services/runtime/skill_lifecycle.py)."""
+        skill = self.skills.get(name)
+        steps: list[StepStatus] = []
+        if skill is not None and skill.manifest.checklist is not None:
+            entries = self.transcript.entries
+            steps = evaluate(skill.manifest.checklist, tool_calls(entries[workflow_window(entries, name):]),
+                             self.todo.current.items)
+        await self._record(AuditResult(name, "superseded", missing(steps), steps), [], "")
 
     async def _record(self, result: AuditResult, deviations: Sequence[Deviation], tool_call_id: str) -> None:
         t = self.transcript

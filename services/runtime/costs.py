@@ -2,13 +2,16 @@
 per model, filled from the usage every assistant message of the transcript records and priced by the
 configured table (shared/pricing.py).
 
-The transcript is the authoritative source, so the records are a projection: rebuilt after each run
-and at a wake (a client's edit of `costs` does not survive either). Pure apart from `CostProjection`,
-which writes the UI document only when the records changed.
+The transcript is the authoritative source, so the records are a projection: rebuilt from the whole
+active branch (a compaction removes nothing from it, so the records keep what came before it) after
+each model reply while a run goes on (at most every `LIVE_INTERVAL_S`, docs/architecture.md "Viewable
+files and cost records"), after each run and at a wake (a client's edit of `costs` does not survive
+either). Pure apart from `CostProjection`, which writes the UI document only when the records changed.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +29,7 @@ from .liveui import UiHost
 log = structlog.get_logger()
 
 MAX_RECORDS = 50  # distinct models in one session's records; the rest are summed into the last
+LIVE_INTERVAL_S = 2.0  # the UI document is written at most this often for replies during a run
 
 
 @dataclass
@@ -70,11 +74,19 @@ def cost_records(entries: Sequence[TranscriptEntry], prices: Pricer, before: Usa
 
 
 class CostProjection:
-    def __init__(self, entries: Any, ui: UiHost, prices: Pricer, before: Any = dict) -> None:
+    def __init__(self, entries: Any, ui: UiHost, prices: Pricer, before: Any = dict,
+                 clock: Any = time.monotonic) -> None:
         self.entries = entries  # () -> the transcript's entries (its window)
         self.before = before  # () -> the branch's usage before the window
         self.ui = ui
         self.prices = prices
+        self.clock = clock
+        self._last = float("-inf")
+
+    async def refresh_live(self) -> None:
+        """After a model reply: refreshed unless the last refresh is recent (the run's end catches up)."""
+        if self.clock() - self._last >= LIVE_INTERVAL_S:
+            await self.refresh_quietly()
 
     async def refresh_quietly(self) -> None:
         """After a run and at a wake: a refused or failed projection is logged, never the run's failure
@@ -87,6 +99,7 @@ class CostProjection:
             log.exception("cost_records_failed")
 
     async def refresh(self) -> None:
+        self._last = self.clock()
         records = cost_records(self.entries(), self.prices, self.before())
         doc = await self.ui.document()
         if doc.snapshot().get("costs") == records:

@@ -24,7 +24,7 @@ PROMPTS_DIR = Path(__file__).with_name("prompts")
 
 # Section order of the static prefix (fixed: reordering changes every byte after the change).
 SECTIONS: tuple[str, ...] = (
-    "identity", "vocabulary", "interface", "security", "precedence", "injections", "transport",
+    "identity", "vocabulary", "interface", "security", "precedence", "injections", "blocks", "transport",
     "skills", "knowledge", "tasks", "yield", "completion",
 )
 # The workflow skill each variant preloads; its required reference skills come with it.

@@ -10,7 +10,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from shared import keys, metrics
-from shared.contracts.messages import AgentMessage, CustomMessage, ToolResultMessage, UserMessage
+from shared.contracts.messages import (
+    AgentMessage,
+    AssistantMessage,
+    CustomMessage,
+    ToolResultMessage,
+    UserMessage,
+)
 from shared.contracts.recorded import InjectionRecorded
 
 from .engine.types import AgentEvent
@@ -35,7 +41,8 @@ class Recorder:
                  context: Callable[[], list[AgentMessage]],
                  snapshot: Callable[[str], Awaitable[object]] | None = None,
                  after_tool_result: Sequence[Callable[[], Awaitable[None]]] = (),
-                 after_run_end: Sequence[Callable[[], Awaitable[None]]] = ()) -> None:
+                 after_run_end: Sequence[Callable[[], Awaitable[None]]] = (),
+                 after_model_message: Sequence[Callable[[], Awaitable[None]]] = ()) -> None:
         self.sid = sid
         self.transcript = transcript
         self.turns = turns
@@ -52,6 +59,8 @@ class Recorder:
         self.after_tool_result = tuple(after_tool_result)
         # Called when a run ends, after its `agent_end` event (cost records, services/runtime/costs.py).
         self.after_run_end = tuple(after_run_end)
+        # Called after each model reply is recorded (the live cost records, services/runtime/costs.py).
+        self.after_model_message = tuple(after_model_message)
 
     async def emit(self, event: AgentEvent) -> None:
         """Engine events: persist on message_end (before publishing), then publish."""
@@ -70,6 +79,9 @@ class Recorder:
         await self.outbox.event(event.type, data, also, wait=event.type not in PROGRESS_EVENTS)
         if event.type == "message_end" and event.message is not None:
             await announce(self.outbox, event.message, self.context())
+            if isinstance(event.message, AssistantMessage):
+                for hook in self.after_model_message:
+                    await hook()
         elif event.type == "agent_end":
             for hook in self.after_run_end:
                 await hook()

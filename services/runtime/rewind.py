@@ -28,7 +28,7 @@ log = structlog.get_logger()
 
 
 class Files(Protocol):
-    async def refresh_viewable(self) -> None: ...
+    async def refresh_viewable(self, announce: bool = False) -> None: ...
 
 
 class Context(Protocol):
@@ -111,7 +111,7 @@ class Rewinder:
         await self.guard.write(lambda: rw.done(self.snapshots.paths))
         self.todo.reload()
         self.turns.restore_context()
-        await self.files.refresh_viewable()
+        await self.files.refresh_viewable(announce=True)
         return changed
 
     async def finish_pending(self) -> None:

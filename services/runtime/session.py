@@ -226,7 +226,8 @@ class Session:
         self.recorder = Recorder(self.sid, self.transcript, self.turns, self.outbox, self.acker.ack, self.contracts,
                                  self.ui, deps.registry, lambda: self.stream.settings.model, lambda: context.messages,
                                  snapshot=self.snapshots.take, after_tool_result=(self.progress.publish,),
-                                 after_run_end=(self.costs.refresh_quietly,))
+                                 after_run_end=(self.costs.refresh_quietly,),
+                                 after_model_message=(self.costs.refresh_live,))
 
     def _build_inbox(self) -> None:
         """The run task and the inbox's handlers, around the parts built above."""

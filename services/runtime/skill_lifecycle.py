@@ -7,7 +7,13 @@
 - A live workflow from an earlier user request (activated before the newest user prompt: a
   preloaded one with no work done, or one left mid-task) ends when the agent activates a workflow
   that conflicts with it — reason `superseded`: the user asked for something else, and a user can
-  always start a different task. Within one request a conflict is still refused (the agent asks).
+  always start a different task.
+- A live workflow that an activating workflow outranks (its manifest's `metadata.precedence-over`,
+  services/runtime/skills.py "Precedence") ends — reason `superseded` — whenever it started: the
+  manifests resolve the conflict before the task runs. Within one request, a conflict that no
+  manifest ranks is still refused (the agent asks the user).
+- A workflow superseded before its task completed gets a completion audit with outcome `superseded`
+  (its steps as they stood), so the ended contract is visible in the audit trail too.
 - The references that came with an ending workflow (in its manifest's required closure, activated
   with it or after it) end with it — reason `with_workflow` — unless a workflow that stays or starts
   requires them too. A reference loaded on its own (not required, or activated before the workflow)
@@ -20,7 +26,7 @@ Conflicts are checked among live activations, minus those the incoming workflow 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from shared.contracts.transcript import (
@@ -33,7 +39,7 @@ from shared.contracts.transcript import (
 )
 
 from .events import Outbox
-from .skills import Skill, required_closure
+from .skills import Skill, outranks, required_closure
 from .transcript import Transcript, now_iso
 
 
@@ -101,8 +107,9 @@ def superseded(incoming: Iterable[str], live: Sequence[SkillActivationEntry], co
     if not starting:
         return []
     stale = {n for n in earlier or set() if conflicting(closure, n, skills)}
-    ending = [a.name for a in live if a.skill_type == "workflow" and (a.name in completed or a.name in stale)
-              and a.name not in closure]
+    ranked = {a.name for a in live if any(outranks(w, a.name, skills) for w in starting)}
+    ending = [a.name for a in live if a.skill_type == "workflow" and a.name not in closure
+              and (a.name in completed or a.name in stale or a.name in ranked)]
     staying = [a.name for a in live if a.skill_type == "workflow" and a.name not in ending]
     return ends_for(ending, live, skills, [*staying, *closure], "superseded", sorted(starting)[0])
 
@@ -132,6 +139,9 @@ class SkillContracts:
         self.transcript = transcript
         self.skills = skills
         self.outbox = outbox
+        # (workflow, superseding workflow) -> records its `superseded` audit (services/runtime/audit.py);
+        # set by the session once its auditor exists (the auditor depends on these contracts).
+        self.audit_superseded: Callable[[str, str | None], Awaitable[None]] | None = None
 
     def names(self) -> set[str]:
         return {a.name for a in self.transcript.active_skills()}
@@ -143,8 +153,12 @@ class SkillContracts:
         """Ends what the skill supersedes, then records it active."""
         live = self.transcript.active_skills()
         entries = self.transcript.entries
-        await self.end(superseded([skill.name], live, completed_workflows(entries, live), self.skills,
-                                  earlier_requests(entries, live)))
+        done = completed_workflows(entries, live)
+        ends = superseded([skill.name], live, done, self.skills, earlier_requests(entries, live))
+        for e in ends:  # a task cut short, not one completed: its audit says so before its end
+            if e.reason == "superseded" and e.name not in done and self.audit_superseded is not None:
+                await self.audit_superseded(e.name, e.workflow)
+        await self.end(ends)
         await self.transcript.append_skill(skill.name, skill.type, required_by)
         await self.outbox.event("skill_activated", {"name": skill.name, "type": skill.type, "requiredBy": required_by})
 

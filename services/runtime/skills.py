@@ -2,8 +2,14 @@
 
 Every skill stays a valid Agent Skills skill (agentskills.io) so the same files load in Claude Code,
 Codex and Pi. Gamma's manifest fields that the spec has no key for (`type`, `conflictsWith`,
-`requiresSkills`) live in the spec's free-form `metadata` map as strings, the way `allowed-tools`
-lists names: space-separated.
+`requiresSkills`, `precedenceOver`) live in the spec's free-form `metadata` map as strings, the way
+`allowed-tools` lists names: space-separated.
+
+Precedence (seed: "Each skill manifest can declare conflicts and precedence"): `metadata.precedence-over`
+names skills this one wins against when they conflict. The harness resolves such a conflict before the
+task runs (the outranked workflow's contract ends, services/runtime/skill_lifecycle.py; an outranked
+skill requested in the same batch is not activated); only a conflict that no manifest ranks is refused
+for the agent to ask the user.
 
 Everything here is pure: loading reads files once, the rest works on the returned mapping.
 """
@@ -11,7 +17,7 @@ Everything here is pure: loading reads files once, the rest works on the returne
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,6 +70,7 @@ class SkillManifest(BaseModel):
     description: str
     conflicts_with: list[str] = []
     requires_skills: list[str] = []
+    precedence_over: list[str] = []  # conflicting skills this one wins against
     # `metadata.checklist`: a YAML file beside SKILL.md with the audited steps (shared/checklist.py).
     checklist: Checklist | None = None
 
@@ -121,6 +128,23 @@ def _optional_str(data: dict[str, Any], key: str, file: str) -> None:
         raise SkillError("must be a string", file=file, field=key)
 
 
+def _relations(metadata: dict[str, str], name: str, file: str) -> tuple[list[str], list[str], list[str]]:
+    """`metadata.conflicts-with`, `requires-skills` and `precedence-over`, each a list of names."""
+    conflicts = _names(metadata.get("conflicts-with"), file, "metadata.conflicts-with")
+    requires = _names(metadata.get("requires-skills"), file, "metadata.requires-skills")
+    over = _names(metadata.get("precedence-over"), file, "metadata.precedence-over")
+    for field, names in (("metadata.conflicts-with", conflicts), ("metadata.requires-skills", requires),
+                         ("metadata.precedence-over", over)):
+        if name in names:
+            raise SkillError("a skill cannot name itself", file=file, field=field)
+    both = sorted(set(conflicts) & set(requires))
+    if both:
+        raise SkillError(f"{', '.join(both)} both required and conflicting", file=file,
+                         field="metadata.conflicts-with")
+
+    return conflicts, requires, over
+
+
 def parse_manifest(data: dict[str, Any], dir_name: str, file: str) -> SkillManifest:
     """Validate the frontmatter against the Agent Skills spec plus Gamma's metadata keys."""
     unknown = sorted(str(k) for k in data if k not in ALLOWED_KEYS)
@@ -169,18 +193,9 @@ def parse_manifest(data: dict[str, Any], dir_name: str, file: str) -> SkillManif
         raise SkillError(f"must be 'workflow' or 'reference', got {skill_type!r}", file=file,
                          field="metadata.type")
 
-    conflicts = _names(metadata.get("conflicts-with"), file, "metadata.conflicts-with")
-    requires = _names(metadata.get("requires-skills"), file, "metadata.requires-skills")
-    for field, names in (("metadata.conflicts-with", conflicts), ("metadata.requires-skills", requires)):
-        if name in names:
-            raise SkillError("a skill cannot name itself", file=file, field=field)
-    both = sorted(set(conflicts) & set(requires))
-    if both:
-        raise SkillError(f"{', '.join(both)} both required and conflicting", file=file,
-                         field="metadata.conflicts-with")
-
+    conflicts, requires, over = _relations(metadata, name, file)
     return SkillManifest(name=name, type=skill_type, description=description.strip(),
-                         conflicts_with=conflicts, requires_skills=requires)
+                         conflicts_with=conflicts, requires_skills=requires, precedence_over=over)
 
 
 def load_skill(skill_dir: Path, root_name: str) -> Skill:
@@ -227,10 +242,22 @@ def validate_references(skills: Mapping[str, Skill]) -> None:
     for skill in skills.values():
         m = skill.manifest
         for field, names in (("metadata.conflicts-with", m.conflicts_with),
-                             ("metadata.requires-skills", m.requires_skills)):
+                             ("metadata.requires-skills", m.requires_skills),
+                             ("metadata.precedence-over", m.precedence_over)):
             missing = [n for n in names if n not in skills]
             if missing:
                 raise UnknownSkill(f"unknown skill(s) {', '.join(missing)}", file=skill.path, field=field)
+        for other in m.precedence_over:
+            # Precedence resolves a declared conflict; one-sided, or the harness could not pick.
+            if not conflict_declared(skill.name, other, skills):
+                raise SkillError(f"{other!r} does not conflict with {skill.name!r}: precedence resolves a "
+                                 "declared conflict only", file=skill.path, field="metadata.precedence-over")
+            if skill.type != "workflow" or skills[other].type != "workflow":
+                raise SkillError(f"precedence orders workflow contracts; {other!r} or {skill.name!r} is a reference",
+                                 file=skill.path, field="metadata.precedence-over")
+            if skill.name in skills[other].manifest.precedence_over:
+                raise SkillError(f"{other!r} declares precedence over {skill.name!r} too", file=skill.path,
+                                 field="metadata.precedence-over")
     for skill in skills.values():
         # A skill that can never be activated is a catalog bug: report it at load, not mid-task.
         try:
@@ -288,6 +315,32 @@ def required_by(names: Iterable[str], skills: Mapping[str, Skill]) -> dict[str, 
     return parents
 
 
+def conflict_declared(a: str, b: str, skills: Mapping[str, Skill]) -> bool:
+    """`a` and `b` declare a conflict, in either direction."""
+    return (a in skills and b in skills[a].manifest.conflicts_with) or (b in skills and a in skills[b].manifest.conflicts_with)
+
+
+def outranks(a: str, b: str, skills: Mapping[str, Skill]) -> bool:
+    """`a`'s manifest declares precedence over `b`."""
+    return a in skills and b in skills[a].manifest.precedence_over
+
+
+def outranked_in_batch(names: Iterable[str], skills: Mapping[str, Skill]) -> dict[str, str]:
+    """Requested names that another requested name outranks (name -> the winner): not activated."""
+    asked = list(dict.fromkeys(names))
+    return {n: w for n in asked for w in asked if w != n and outranks(w, n, skills)}
+
+
+def conflict_text(name: str, other: str, role: Callable[[str], str], skills: Mapping[str, Skill]) -> str:
+    head = f"{role(name)} declares a conflict with {role(other)}; these skills cannot be active together, so none of the requested skills was activated."
+    winner = name if outranks(name, other, skills) else other if outranks(other, name, skills) else None
+    if winner is None:  # no manifest ranks them: the only case the agent asks (seed: "Skill conflicts")
+        return f"{head} No manifest declares precedence between them: ask the user which workflow applies."
+    loser = other if winner == name else name
+    return (f"{head} {role(winner)} takes precedence over {role(loser)} (its manifest's metadata.precedence-over): "
+            f"continue with {winner!r}; do not ask the user. A new user request can start a different task.")
+
+
 def _check_conflicts(new: list[str], skills: Mapping[str, Skill], active: set[str],
                      requested: Iterable[str] = ()) -> None:
     union = set(active) | set(new)
@@ -302,19 +355,18 @@ def _check_conflicts(new: list[str], skills: Mapping[str, Skill], active: set[st
         for other in skills[name].manifest.conflicts_with if name in skills else []:
             # Only pairs touching the new skills matter: the active set was accepted earlier.
             if other in union and (name in new or other in new):
-                raise SkillConflict(
-                    f"{role(name)} declares a conflict with {role(other)}; these skills cannot be "
-                    "active together, so none of the requested skills was activated. Activate only "
-                    "one of them, or ask the user which workflow applies."
-                )
+                raise SkillConflict(conflict_text(name, other, role, skills))
 
 
 def resolve_activation(names: list[str], skills: Mapping[str, Skill], active: set[str]) -> list[Skill]:
     """The skills one `skill` tool batch activates: the closure minus what is already active.
 
     Refuses the whole batch (nothing activates) on an unknown name or a conflict, in either
-    direction, anywhere in active + requested + required.
+    direction, anywhere in active + requested + required; a requested skill that another requested
+    skill outranks is left out first (`outranked_in_batch`).
     """
+    dropped = outranked_in_batch(names, skills)
+    names = [n for n in names if n not in dropped]
     closure = required_closure(names, skills)
     _check_conflicts([s.name for s in closure], skills, active, names)
     return [s for s in closure if s.name not in active]

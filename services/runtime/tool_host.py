@@ -20,6 +20,7 @@ from .audit import Auditor
 from .document_reads import DocumentReads
 from .engine.types import StreamFn
 from .events import Outbox
+from .file_reads import FileReads
 from .liveui import UiHost
 from .sandbox import Sandbox
 from .skill_lifecycle import SkillContracts
@@ -27,6 +28,7 @@ from .skills import Skill
 from .subagent import Subagents
 from .todo import TodoController
 from .transcript import Transcript
+from .viewable import ViewableFiles
 from .write_guard import Guard
 
 T = TypeVar("T")
@@ -58,10 +60,12 @@ class SessionToolHost:
         # A subagent answers through the session's inbox.
         self.subagents = Subagents(self, subagent_stream, client, background)
         # The server-owned projection: filled at the wake (refresh_viewable), then kept up to date by
-        # every file change, so no walk of a workspace a command may have made huge runs per change.
-        self.viewable_files: list[str] = []
+        # every file change, so no walk of a workspace a command may have made huge runs per change;
+        # each change is sent to the clients (viewable.py).
+        self.viewable = ViewableFiles(lambda data: self.outbox.event("viewable_files", data), background)
         self._max_depth = settings.storage.workspace_max_depth
         self.document_reads = DocumentReads(lambda: transcript.entries)  # what a deck write must still find
+        self.file_reads = FileReads(lambda: transcript.entries)  # what a file write or edit must still find
         self.auditor = auditor  # completion audits (audit.py)
 
     async def guard(self) -> None:
@@ -76,19 +80,27 @@ class SessionToolHost:
     async def guarded_write(self, fn: Callable[[], T]) -> T:
         return await self._guard.write(fn)
 
-    async def refresh_viewable(self) -> None:
+    @property
+    def viewable_files(self) -> list[str]:
+        return self.viewable.files
+
+    async def refresh_viewable(self, announce: bool = False) -> None:
         """The projection from a bounded walk in the I/O pool (shared/disk.py `workspace_files`): a
-        partial list when the workspace is past the walk's bounds, never a failed wake."""
-        self.viewable_files = await asyncio.to_thread(workspace_files, self.paths.workspace,
-                                                      max_depth=self._max_depth)
+        partial list when the workspace is past the walk's bounds, never a failed wake. `announce`:
+        send it whole (a rewind changed the files; a wake's `status` event carries it instead)."""
+        files = await asyncio.to_thread(workspace_files, self.paths.workspace, max_depth=self._max_depth)
+        if announce:
+            await self.viewable.replaced(files)
+        else:
+            self.viewable.replace(files)
+
+    def client_saved(self, path: str, revision: int | None) -> None:
+        """A client's live write of `path` (writes.py): named when the agent's write of it is refused."""
+        self.file_reads.client_saved(path, revision)
 
     def track(self, *paths: str, deleted: bool = False) -> None:
         """Keep the projection: the agent's file changes here, a client's (writes.py) through this."""
-        if deleted:
-            gone = set(paths)
-            self.viewable_files = [p for p in self.viewable_files if p not in gone]
-        elif not set(paths) <= set(self.viewable_files):
-            self.viewable_files = sorted({*self.viewable_files, *paths})
+        self.viewable.track(*paths, deleted=deleted)
 
     async def artifact_changed(self, ref: str, kind: str, *, document: dict[str, Any] | None = None, deleted: bool = False,
                                content: bytes | None = None) -> None:

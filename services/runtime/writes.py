@@ -50,6 +50,7 @@ class WorkspaceFiles(Protocol):
     @property
     def viewable_files(self) -> list[str]: ...
     def track(self, *paths: str, deleted: bool = False) -> None: ...
+    def client_saved(self, path: str, revision: int | None) -> None: ...
 
 
 class WriteHandlers:
@@ -145,6 +146,7 @@ class WriteHandlers:
             return
         self.files.track(written.path)
         revision = await self._next_revision("file:" + written.path)
+        self.files.client_saved(written.path, revision)  # the agent's next write of it must read it first
         t.append(time.time())
         await self._answer(entry, m.request_id, 200, {"path": written.path, "size": written.size, "revision": revision,
                                                       "created": written.created})

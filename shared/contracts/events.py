@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .base import TRACEPARENT, Contract, now_ms
 
@@ -38,6 +38,7 @@ EventType = Literal[
     "checklist",
     "budget_reached",  # a spending or token cap stopped the run (BudgetReachedData, docs/costs.md)
     "rewound",  # the active branch moved (a rewind, an edit, a branch switch): refetch the transcript and files
+    "viewable_files",  # the viewable-files projection changed (ViewableFilesData)
 ]
 
 
@@ -75,6 +76,19 @@ class StatusData(Contract):
     running: bool
     fence: int | None = None
     run_id: str | None = None  # the run that starts (running) or ended
+
+
+class ViewableFilesData(Contract):
+    """`viewable_files`: the workspace's viewable files changed since the last event (or the wake's
+    `status`): paths `added` and `removed`, and how many there are now. After a rewind the whole list
+    comes as `viewableFiles`. `truncated`: a list was cut at 500 paths; list the workspace instead."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    added: list[str] = []
+    removed: list[str] = []
+    count: int
+    truncated: bool = False
+    viewable_files: list[str] | None = Field(None, alias="viewableFiles")
 
 
 class RunAbortedData(Contract):
@@ -159,7 +173,7 @@ class AuditData(Contract):
     """`audit`: a completion audit's outcome (the transcript's `audit` entry)."""
 
     workflow: str
-    outcome: Literal["passed", "blocked", "deviations_reported", "deviations_unreported"]
+    outcome: Literal["passed", "blocked", "deviations_reported", "deviations_unreported", "superseded"]
     missing: list[str]
     tool_call_id: str
     deviations: list[dict[str, str]] = []  # {step, cause}, as the completion message declared them

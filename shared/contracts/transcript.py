@@ -50,8 +50,8 @@ SkillEndReason = Literal["completed", "superseded", "with_workflow"]
 
 class SkillEndEntry(_Entry):
     """A skill activation ended (docs/architecture.md "Skill contracts"): `completed` at the audited
-    completion of its workflow, `superseded` when the agent activated another workflow after this one's
-    task was complete, `with_workflow` for a reference that `workflow` required. An ended skill is no
+    completion of its workflow, `superseded` when another workflow's activation ended it (this one's
+    task was complete, was an earlier request's, or the other outranks it), `with_workflow` for a reference that `workflow` required. An ended skill is no
     longer active: not restored, not in conflict checks; activating it again starts a new contract."""
 
     type: Literal["skill_end"] = "skill_end"
@@ -97,13 +97,15 @@ class Deviation(CamelContract):
         return v
 
 
-AuditOutcome = Literal["passed", "blocked", "deviations_reported", "deviations_unreported"]
+AuditOutcome = Literal["passed", "blocked", "deviations_reported", "deviations_unreported", "superseded"]
 
 
 class AuditEntry(_Entry):
     """A completion audit (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"): a blocking message_user checked against an active workflow's
     checklist. `blocked`: steps were missing the first time, the message was refused with an error
     naming them; later completions yield and say whether the message reported each deviation.
+    `superseded`: another workflow ended this one's contract before its task completed (its steps as
+    they stood; `tool_call_id` empty, no message was checked; services/runtime/skill_lifecycle.py).
     Not a model message: replay (shared/context.py) skips it; the model saw the tool result."""
 
     type: Literal["audit"] = "audit"

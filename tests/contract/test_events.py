@@ -28,6 +28,7 @@ from shared.contracts.events import (
     SessionEvent,
     StatusData,
     ToolCallProgressData,
+    ViewableFilesData,
 )
 from shared.contracts.spend import BudgetReachedData
 
@@ -59,7 +60,7 @@ def typed_data(event: SessionEvent) -> object:
     return {"message_user": MessageUserData, "status": StatusData, "model_request": ModelRequestData,
             "checklist": ChecklistData, "audit": AuditData, "run_aborted": RunAbortedData,
             "reasoning_update": ReasoningUpdateData, "tool_call_progress": ToolCallProgressData,
-            "budget_reached": BudgetReachedData}.get(event.type, dict)
+            "budget_reached": BudgetReachedData, "viewable_files": ViewableFilesData}.get(event.type, dict)
 
 
 async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> None:
@@ -79,6 +80,7 @@ async def test_every_event_type_round_trips(redis_client: aioredis.Redis) -> Non
         "reasoning_update": {"delta": "Plan: read the brief first.", "item_id": "rs_1", "summary_index": 0},
         "tool_call_progress": {"tool_call_id": "call_3", "tool_name": "write", "bytes": 4096},
         "budget_reached": {"cap": "session_usd", "spent": 0.42, "limit": 0.5, "message": "The run stopped."},
+        "viewable_files": {"added": ["brief.xml"], "removed": ["old.md"], "count": 4, "truncated": False},
     }
 
     async def no_bus(stream: str, message: BaseModel) -> None:

@@ -45,7 +45,7 @@ class Inert:
     async def reply(self, request_id: str, status: int, body: dict[str, Any]) -> None:
         return None
 
-    async def refresh_viewable(self) -> None:
+    async def refresh_viewable(self, announce: bool = False) -> None:
         return None
 
 

@@ -172,12 +172,41 @@ def test_a_completed_workflow_left_live_is_superseded_by_the_next_one(rt: Stack,
     ends = [(e["name"], e["reason"], e.get("workflow")) for e in entries if e["type"] == "skill_end"]
     assert ends == [("deck-generation", "superseded", "import")]  # its references stay: import requires them
     # a new request that starts a conflicting workflow supersedes the import left mid-task (the user
-    # moved on); within that request, going back to import is a conflict again
-    d.prompt(sid, script({"tool_calls": [call("skill", name="deck-generation")]},
-                         {"tool_calls": [call("skill", name="import")]}, done("ok")))
+    # moved on), and the import's cut-short task is audited `superseded`
+    d.prompt(sid, script({"tool_calls": [call("skill", name="deck-generation")]}, done("ok")))
     run_done(d, sid, 3)
-    switched, refused = tool_results(rt, sid, "skill")[-2:]
-    assert not switched["isError"], switched
-    assert refused["isError"] and "'deck-generation' (already active)" in refused["content"][0]["text"]
+    assert not tool_results(rt, sid, "skill")[-1]["isError"]
     ends = [(e["name"], e["reason"]) for e in transcript(rt.data_dir, sid) if e["type"] == "skill_end"]
     assert ("import", "superseded") in ends, ends
+    assert [(a["workflow"], a["outcome"]) for a in audits(rt, sid)][-1] == ("import", "superseded")
+
+
+def test_manifest_precedence_resolves_a_conflict_within_one_request(rt: Stack, d: Driver) -> None:
+    """import's manifest declares precedence over deck-generation (metadata.precedence-over): within one
+    request, import supersedes a deck begun by mistake (a skill_end and a `superseded` audit naming its
+    steps), the deck is refused while import is live with no question to the user, and both in one
+    batch activate import only."""
+    sid = "audit10"
+    go_live(d, sid)
+    d.prompt(sid, script(LOAD, {"tool_calls": [call("write", path="brief.xml", content="<brief/>")]},
+                         {"tool_calls": [call("skill", name="import")]},
+                         {"tool_calls": [call("skill", name="deck-generation")]}, done("Importing.")))
+    run_done(d, sid)
+    _, switched, refused = tool_results(rt, sid, "skill")
+    assert not switched["isError"] and switched["details"]["activated"] == ["import"], switched
+    text = refused["content"][0]["text"]
+    assert refused["isError"] and "'import' (already active) takes precedence" in text and "ask the user" not in \
+        text.replace("do not ask the user", ""), text
+    entries = transcript(rt.data_dir, sid)
+    assert [(e["name"], e["reason"], e.get("workflow")) for e in entries if e["type"] == "skill_end"] == [
+        ("deck-generation", "superseded", "import")]  # its references stay: import requires them
+    cut = audits(rt, sid)[0]
+    assert (cut["workflow"], cut["outcome"]) == ("deck-generation", "superseded")
+    assert "brief" not in cut["missing"] and "create" in cut["missing"], cut
+    assert any(e["type"] == "audit" and e["data"]["outcome"] == "superseded" for e in d.events(sid)), "no audit event"
+    d.prompt(sid, script({"tool_calls": [call("skill", name="deck-generation"), call("skill", name="import")]},
+                         done("Importing.")))
+    run_done(d, sid, 2)
+    outranked, kept = tool_results(rt, sid, "skill")[-2:]
+    assert not outranked["isError"] and outranked["details"]["outrankedBy"] == "import", outranked
+    assert "takes precedence" in outranked["content"][0]["text"] and not kept["isError"]

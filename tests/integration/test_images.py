@@ -139,7 +139,9 @@ def test_attached_and_read_images_reach_the_model_and_replay_after_a_wake(env: E
         assert after["role"] == "user" and [decoded(u) for u in image_urls(after)] == [chart]
         assert after["content"][0]["text"].startswith("The image(s) returned by the `read` tool call")
     assert [decoded(u) for u in image_urls(user)] == [photo]  # bytes identical
-    note = [x for x in (last.get("input") or last.get("messages")) if "<attachments>" in str(x.get("content"))]
+    # (the system message defines the tag among the harness blocks: not the note)
+    note = [x for x in (last.get("input") or last.get("messages"))
+            if x.get("role") != "system" and "<attachments>" in str(x.get("content"))]
     assert len(note) == 1 and '<file path="notes.txt" type="text/plain" bytes="12"/>' in str(note[0]["content"])
     # The harness's channel: developer for Responses, user for Chat on a server that is not OpenAI's.
     assert note[0]["role"] == ("developer" if api == "responses" else "user")

@@ -91,17 +91,24 @@ def test_deck_scenario_parallel_skills_todo_brief_deck_and_yield(rt: Stack, d: D
 
 
 def test_conflicting_skills_refused_before_any_other_tool(rt: Stack, d: Driver) -> None:
+    """import outranks deck-generation (its manifest's metadata.precedence-over): in one batch the
+    outranked call activates nothing and the batch goes on; with import live, a batch that asks for
+    deck-generation is refused whole, before its other tools run."""
     sid = "conflict1"
     go_live(d, sid)
     d.prompt(sid, script({"tool_calls": [call("skill", name="deck-generation"), call("skill", name="import"),
-                                         call("write", path="x.txt", content="x")]}, done()))
+                                         call("write", path="x.txt", content="x")]},
+                         {"tool_calls": [call("skill", name="deck-generation"), call("write", path="y.txt", content="y")]},
+                         done()))
     run_done(d, sid)
     entries = transcript(rt.data_dir, sid)
-    assert not [e for e in entries if e["type"] == "skill_activation"]
+    assert [e["name"] for e in entries if e["type"] == "skill_activation"] == ["import", "gml-authoring", "gml-cli"]
     results = [e["message"] for e in entries if e["type"] == "message" and e["message"]["role"] == "toolResult"]
-    assert [r["isError"] for r in results[:3]] == [True, True, True]
-    assert "conflict" in results[0]["content"][0]["text"]
-    assert not (Path(rt.data_dir) / "sessions" / sid / "workspace" / "x.txt").exists()
+    assert [r["isError"] for r in results[:5]] == [False, False, False, True, True]
+    assert "takes precedence" in results[0]["content"][0]["text"] and results[0]["details"]["outrankedBy"] == "import"
+    assert "conflict" in results[3]["content"][0]["text"] and "Skipped" in results[4]["content"][0]["text"]
+    workspace = Path(rt.data_dir) / "sessions" / sid / "workspace"
+    assert (workspace / "x.txt").exists() and not (workspace / "y.txt").exists()
 
 
 def test_required_references_load_once_with_their_workflow(rt: Stack, d: Driver) -> None:

@@ -54,3 +54,36 @@ def replied_after(items: list[dict[str, Any]], source_id: str) -> bool:
     at = injected(items, source_id)
     return bool(at) and any(e.get("type") == "message" and e["message"].get("role") == "assistant"
                             for e in items[at[0]:])
+
+
+def test_a_form_answered_while_dormant_resumes_the_task_at_the_wake(module_stack: Stack) -> None:
+    """ask-user-questions' wait: the question task `blocked` with its reason, the form open, the agent
+    yields and the session goes dormant. The user answers on the dormant preview; a wake with no user
+    message (as an urgent notification's) delivers the answers from the restored state.json, and that
+    starts the turn that continues the task."""
+    from tests.integration.runtime_support import Driver
+    from tests.integration.test_proxy_live import answer_form
+
+    form = {"id": "f_wait", "title": "Audience", "status": "open", "answers": {},
+            "fields": [{"id": "who", "label": "Who is the deck for?", "kind": "text", "required": True}]}
+    plan = [{"id": "ask", "content": "Ask who the deck is for", "status": "blocked", "reason": "waiting for the user's answer"},
+            {"id": "build", "content": "Build the deck", "status": "pending"}]
+    steps = [call("todo", items=plan), call("write", path="forms/f_wait.json", content=json.dumps(form)),
+             call("show_file", path="forms/f_wait.json"), call("message_user", message="Who is it for?", blockOnUser=True)]
+    with httpx.Client(base_url=module_stack.url(), headers=USER, timeout=30) as http:
+        sid = str(http.post("/sessions", json={}).json()["id"])
+        assert http.post(f"/sessions/{sid}/messages", json={"message": "script:" + json.dumps(steps)}).status_code == 202
+        wait_sync(lambda: answers(entries(module_stack, sid)) and not http.get(f"/sessions/{sid}").json()["running"],
+                  timeout=90, what="the question's yield")
+        assert http.post(f"/sessions/{sid}/suspend").status_code == 200
+        wait_sync(lambda: http.get(f"/sessions/{sid}").json()["status"] == "dormant", timeout=30, what="dormant")
+        assert answer_form(http, sid, "f_wait", "the board")["status"] == "submitted"
+
+        Driver(module_stack.redis_url).wake(sid)  # no prompt
+        source = "form:f_wait:submitted"
+        done = wait_sync(lambda: items if replied_after(items := entries(module_stack, sid), source) else None,
+                         timeout=90, what="a turn started by the dormant form answer",
+                         detail=lambda: json.dumps(entries(module_stack, sid))[-1500:])
+        users = [i for i, e in enumerate(done) if e.get("type") == "message" and e["message"].get("role") == "user"]
+        assert len(users) == 1 and users[0] < injected(done, source)[0], "no user message: the answer resumed the task"
+        assert "the board" in done[injected(done, source)[0]]["content"]

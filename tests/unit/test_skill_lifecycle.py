@@ -66,13 +66,33 @@ async def test_a_reference_loaded_before_its_workflow_stays_when_the_workflow_en
     assert c.names() == {"gml-cli"}
 
 
-async def test_a_workflow_mid_task_still_conflicts(tmp_path: Path) -> None:
+async def test_a_workflow_mid_task_still_conflicts_with_one_it_outranks(tmp_path: Path) -> None:
     c, _ = contracts(tmp_path)
+    await activate(c, "import", "gml-authoring", "gml-cli")
+    await audit(c, "import", "blocked")  # refused once: the task is not complete
+    assert "import" in c.scope(["deck-generation"])
+    with pytest.raises(SkillConflict, match="'import' \\(already active\\) takes precedence over 'deck-generation'"
+                       ".*do not ask the user"):
+        resolve_activation(["deck-generation"], SKILLS, c.scope(["deck-generation"]))
+
+
+async def test_a_workflow_mid_task_is_superseded_by_one_that_outranks_it(tmp_path: Path) -> None:
+    """import's manifest declares precedence over deck-generation: the conflict is resolved, not refused."""
+    c, outbox = contracts(tmp_path)
+    audited: list[tuple[str, str | None]] = []
+
+    async def record(name: str, by: str | None) -> None:
+        audited.append((name, by))
+
+    c.audit_superseded = record
     await activate(c, *DECK)
-    await audit(c, "deck-generation", "blocked")  # refused once: the task is not complete
-    assert "deck-generation" in c.scope(["import"])
-    with pytest.raises(SkillConflict, match="already active"):
-        resolve_activation(["import"], SKILLS, c.scope(["import"]))
+    await audit(c, "deck-generation", "blocked")
+    assert c.scope(["import"]) == {"gml-authoring", "gml-cli"}
+    await activate(c, "import")
+    assert ends(c) == [("deck-generation", "superseded", "import")]
+    assert audited == [("deck-generation", "import")]  # a task cut short is audited before it ends
+    assert c.names() == {"gml-authoring", "gml-cli", "import"}
+    assert [d["reason"] for d in outbox.events("skill_ended") if d] == ["superseded"]
 
 
 async def test_a_completed_but_unended_workflow_is_superseded_by_the_next_workflow(tmp_path: Path) -> None:

@@ -250,6 +250,40 @@ def test_conflicts_refused_in_either_direction(graph: dict[str, Skill], requeste
     assert "'deck'" in message and "'imp'" in message and "cannot be active together" in message
 
 
+def test_no_declared_precedence_asks_the_user(graph: dict[str, Skill]) -> None:
+    with pytest.raises(SkillConflict, match="No manifest declares precedence between them: ask the user"):
+        resolve_activation(["imp"], graph, {"deck", "format", "cli"})
+
+
+@pytest.mark.parametrize(("deck_meta", "imp_meta", "error"), [
+    ("", "precedence-over: deck", "does not conflict with 'imp'"),
+    ("conflicts-with: imp\nprecedence-over: imp", "precedence-over: deck", "declares precedence over 'deck' too"),
+    ("conflicts-with: imp", "precedence-over: ghost", "unknown skill"),
+])
+def test_precedence_is_validated_at_load(root: Path, deck_meta: str, imp_meta: str, error: str) -> None:
+    write_skill(root, "deck", fm("deck", "workflow", extra_meta=deck_meta))
+    write_skill(root, "imp", fm("imp", "workflow", extra_meta=imp_meta))
+    with pytest.raises(SkillError, match=error) as info:
+        load_skills(root)
+    assert info.value.field == "metadata.precedence-over"
+
+
+def test_precedence_orders_workflows_only(root: Path) -> None:
+    write_skill(root, "deck", fm("deck", "workflow", extra_meta="conflicts-with: cli\nprecedence-over: cli"))
+    write_skill(root, "cli", fm("cli"))
+    with pytest.raises(SkillError, match="precedence orders workflow contracts"):
+        load_skills(root)
+
+
+def test_an_outranked_skill_in_the_same_batch_is_left_out(root: Path) -> None:
+    write_skill(root, "deck", fm("deck", "workflow", extra_meta="conflicts-with: imp"))
+    write_skill(root, "imp", fm("imp", "workflow", extra_meta="precedence-over: deck"))
+    skills = load_skills(root)
+    assert names(resolve_activation(["deck", "imp"], skills, set())) == ["imp"]
+    with pytest.raises(SkillConflict, match="'imp' \\(already active\\) takes precedence over 'deck' \\(requested\\)"):
+        resolve_activation(["deck"], skills, {"imp"})
+
+
 def test_conflict_through_a_requirement(root: Path) -> None:
     write_skill(root, "a", fm("a", "workflow", extra_meta="requires-skills: b"))
     write_skill(root, "b", fm("b"))
@@ -259,10 +293,14 @@ def test_conflict_through_a_requirement(root: Path) -> None:
         resolve_activation(["a"], skills, {"c"})
 
 
-def test_repository_conflict_is_real() -> None:
+def test_repository_conflict_is_real_and_ranked() -> None:
     skills = load_skills(SKILLS_DIR)
-    with pytest.raises(SkillConflict):
-        resolve_activation(["deck-generation", "import"], skills, set())
+    assert skills["import"].manifest.precedence_over == ["deck-generation"]
+    # both in one batch: the manifests resolve it, the outranked workflow is left out
+    assert names(resolve_activation(["deck-generation", "import"], skills, set())) == [
+        "import", "gml-authoring", "gml-cli"]
+    with pytest.raises(SkillConflict, match="'import' \\(already active\\) takes precedence"):
+        resolve_activation(["deck-generation"], skills, {"import", "gml-authoring", "gml-cli"})
     assert names(resolve_activation(["deck-generation", "ask-user-questions"], skills, set())) == [
         "deck-generation", "ask-user-questions", "gml-authoring", "gml-cli"]
 

@@ -2609,7 +2609,7 @@ export interface operations {
                          * Type
                          * @enum {string}
                          */
-                        type: "agent_start" | "agent_end" | "turn_start" | "turn_end" | "message_start" | "message_update" | "message_end" | "reasoning_update" | "tool_call_progress" | "tool_execution_start" | "tool_execution_update" | "tool_execution_end" | "message_user" | "todo" | "ui_update" | "model_request" | "status" | "injection" | "skill_activated" | "skill_ended" | "compaction" | "error" | "run_aborted" | "audit" | "checklist" | "budget_reached" | "rewound";
+                        type: "agent_start" | "agent_end" | "turn_start" | "turn_end" | "message_start" | "message_update" | "message_end" | "reasoning_update" | "tool_call_progress" | "tool_execution_start" | "tool_execution_update" | "tool_execution_end" | "message_user" | "todo" | "ui_update" | "model_request" | "status" | "injection" | "skill_activated" | "skill_ended" | "compaction" | "error" | "run_aborted" | "audit" | "checklist" | "budget_reached" | "rewound" | "viewable_files";
                         /** Session Id */
                         session_id: string;
                         /** Ts */

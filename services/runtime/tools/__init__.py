@@ -27,7 +27,7 @@ class Toolset:
         self.host = host
         self._plans: dict[str, list[tuple[Skill, str | None]]] = {}
         self.tools: list[Tool] = [
-            read_tool(host), bash_tool(host), write_tool(host), edit_tool(host), todo_tool(host),
+            read_tool(host, host), bash_tool(host, host), write_tool(host, host), edit_tool(host, host), todo_tool(host),
             subagent_tool(host), show_gamma_tool(host), show_file_tool(host), skill_tool(host, self._plans),
             message_user_tool(host), read_workspace_rule_tool(host, knowledge, inline_max),
         ]
@@ -43,7 +43,7 @@ class Toolset:
         if plan.errors:
             return {**plan.errors, **preset}
         self._plans.update(plan.activations)
-        return preset
+        return {**plan.outranked, **preset}
 
 
 def readonly_tools(host: WorkspaceHost) -> list[Tool]:

@@ -4,6 +4,9 @@ killed past it, sandbox/watch.py) and enforced after it (sandbox/quota.py).
 
 Files the command changes are published as ArtifactChange(agent), found by comparing the
 workspace's (mtime, size) before and after: two walks (shared/walk.py, bounded, in the I/O pool).
+They are what the agent saw of them since (the result's `files`: path -> SHA-256, None when removed;
+services/runtime/file_reads.py), and the result names each one someone else had changed since the
+agent last saw it, or that it never saw (prompts/interface.txt).
 """
 
 from __future__ import annotations
@@ -17,16 +20,34 @@ from shared.disk import DiskError
 from shared.walk import Walk, walk
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
+from ..file_reads import FileReads, altered_by_others, sha256, stale
 from ..paths import sandbox_skills_dir
 from ..sandbox import SandboxResult, quota
 from .files import file_ref
-from .ports import ShellHost
+from .ports import AgentFilesHost, ShellHost
 
 DEFAULT_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 600
+PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "string", "description": "The command line to run."},
+        "timeout": {"type": "integer", "description": "Seconds before the command is killed."},
+    },
+    "required": ["command"],
+    "additionalProperties": False,
+}
+MAX_RECORDED = 1000  # changed files a result records as seen (past it: read before writing them)
 
 
-def bash_tool(host: ShellHost) -> Tool:
+def altered_note(others: list[str]) -> str:
+    return ("\n[this command altered files that someone else changed since you last read them, or that you had "
+            "not read: " + "; ".join(others) + ". Read them to check that their changes are kept.]")
+
+
+def bash_tool(host: ShellHost, agent: AgentFilesHost | None = None) -> Tool:
+    """`agent`: what the agent saw of each file (None: nothing recorded or named)."""
+
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         root = host.paths.workspace
         root.mkdir(parents=True, exist_ok=True)
@@ -36,6 +57,9 @@ def bash_tool(host: ShellHost) -> Tool:
             return ToolOutcome(content=f"bash is disabled: {box.reason}", is_error=True, details={"sandbox": "none"})
         limits = host.workspace_quota.limits
         before = await asyncio.to_thread(walk, root, limits)
+        reads = agent.file_reads if agent is not None else None
+        changed_before = set() if reads is None else await asyncio.to_thread(stale, root, reads, reads.recent())
+        mark = 0 if reads is None else reads.mark()
         await host.guard()
         # Skills ship scripts (gml-cli: `python3 "$GAMMA_SKILLS_DIR/gml-cli/scripts/gml.py"`): the sandbox
         # sets the variable itself (/skills under bwrap), whatever started the runtime.
@@ -49,8 +73,14 @@ def bash_tool(host: ShellHost) -> Tool:
         over = await asyncio.to_thread(quota.enforce, root, before, after, host.workspace_quota)
         if over is not None:
             after = await asyncio.to_thread(walk, root, limits)
-        await _publish_changes(host, root, before, after)
+        files = await _publish_changes(host, root, before, after)
         text, details = _limit_notes(res, box.limits.memory_bytes, over)
+        if reads is not None and files:
+            recorded, others = _seen_by_agent(reads, files, set(before.files()), changed_before | reads.saved_since(mark))
+            details["files"] = recorded
+            if others:
+                details["alteredUserFiles"] = others
+                text += altered_note(others)
         code = res.exit_code
         if res.timed_out:
             return ToolOutcome(content=text + f"\n[timed out after {timeout}s]", is_error=True,
@@ -66,17 +96,20 @@ def bash_tool(host: ShellHost) -> Tool:
         "capped; the command is killed after `timeout` seconds (default 60), with anything it started. It "
         "runs sandboxed: no network, only the workspace is writable (and a private $TMPDIR, emptied after "
         "the call), skills are read-only under $GAMMA_SKILLS_DIR, memory and processes are limited.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "The command line to run."},
-                "timeout": {"type": "integer", "description": "Seconds before the command is killed."},
-            },
-            "required": ["command"],
-            "additionalProperties": False,
-        },
+        parameters=PARAMETERS,
         execute=execute,
     )
+
+
+def _seen_by_agent(reads: FileReads, files: dict[str, str | None], existed: set[str],
+                   by_others: set[str]) -> tuple[dict[str, str | None], list[str]]:
+    """What the command's result records as seen by the agent (not a file someone else changed, or
+    one that existed unread: those still need a read), and the note's list of those files."""
+    others = altered_by_others(files, existed, by_others, reads)
+    unseen = by_others | {p for p in files if p in existed and reads.seen(p) is None}
+    recorded = dict(list({p: sha for p, sha in files.items() if p not in unseen or sha is None}.items())[:MAX_RECORDED])
+    reads.bash_changed(recorded, set())
+    return recorded, others
 
 
 def _limit_notes(res: SandboxResult, memory_bytes: int, over: quota.QuotaReport | None) -> tuple[str, dict[str, Any]]:
@@ -96,9 +129,11 @@ def _limit_notes(res: SandboxResult, memory_bytes: int, over: quota.QuotaReport 
     return text, details
 
 
-async def _publish_changes(host: ShellHost, root: Path, before_walk: Walk, after_walk: Walk) -> None:
+async def _publish_changes(host: ShellHost, root: Path, before_walk: Walk, after_walk: Walk) -> dict[str, str | None]:
     """ArtifactChange(agent) for each regular file whose (mtime, size) changed; a deletion only when
-    both walks saw the whole workspace (a file past an incomplete walk is not gone)."""
+    both walks saw the whole workspace (a file past an incomplete walk is not gone). Returns each
+    changed file's content hash (None: removed)."""
+    out: dict[str, str | None] = {}
     before, after = before_walk.files(), after_walk.files()
     for rel, stamp in sorted(after.items()):
         if before.get(rel) != stamp:
@@ -110,7 +145,10 @@ async def _publish_changes(host: ShellHost, root: Path, before_walk: Walk, after
                 continue  # gone or replaced since the scan: the next scan sees what is there
             if len(data) <= host.max_file_bytes:
                 await host.artifact_changed(file_ref(rel), "file", content=data)
+                out[rel] = sha256(data)
     if not (before_walk.complete and after_walk.complete):
-        return
+        return out
     for rel in sorted(set(before) - set(after)):
         await host.artifact_changed(file_ref(rel), "file", deleted=True)
+        out[rel] = None
+    return out

@@ -14,6 +14,7 @@ from shared.quota import WorkspaceQuota
 from shared.settings.images import ImageSettings
 
 from ..document_reads import DocumentReads
+from ..file_reads import FileReads
 from ..sandbox import Sandbox
 from ..skills import Skill
 from ..todo import TodoController
@@ -42,6 +43,17 @@ class WorkspaceHost(Protocol):
 
     async def artifact_changed(self, ref: str, kind: str, *, document: dict[str, Any] | None = None, deleted: bool = False,
                                content: bytes | None = None) -> None: ...
+
+
+class AgentFilesHost(Protocol):
+    """What the agent's own file tools need beyond the workspace (a subagent's read has neither): the
+    skills whose files `read` opens (services/runtime/skill_files.py), and what the agent last saw of
+    each file, which a write or an edit must still find (services/runtime/file_reads.py)."""
+
+    skills: Mapping[str, Skill]
+    file_reads: FileReads
+
+    def active_skill_names(self) -> set[str]: ...
 
 
 class ShellHost(WorkspaceHost, Protocol):
@@ -84,7 +96,7 @@ class SubagentHost(Protocol):
     async def start_subagent(self, task: str, tool_call_id: str) -> str: ...
 
 
-class ToolHost(ShellHost, DisplayHost, TodoHost, SkillHost, MessageHost, SubagentHost, Protocol):
+class ToolHost(ShellHost, DisplayHost, TodoHost, SkillHost, MessageHost, SubagentHost, AgentFilesHost, Protocol):
     """Every tool's port at once: what the whole tool set (Toolset) is built on. Each tool takes only
     its own narrow port above."""
 

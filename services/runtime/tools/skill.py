@@ -13,7 +13,7 @@ from shared.trusted_blocks import Trusted
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..prompt import skill_block
-from ..skills import Skill, SkillError, required_by, resolve_activation
+from ..skills import Skill, SkillError, outranked_in_batch, required_by, resolve_activation
 from .ports import SkillHost
 
 SKIPPED = "Skipped: the skill set requested in this batch was refused. Resolve the skill conflict first."
@@ -30,6 +30,14 @@ class SkillPlan:
 
     activations: dict[str, list[tuple[Skill, str | None]]] = field(default_factory=dict)
     errors: dict[str, ToolOutcome] = field(default_factory=dict)
+    # Calls whose skill another requested skill outranks (services/runtime/skills.py "Precedence"):
+    # answered without activating it.
+    outranked: dict[str, ToolOutcome] = field(default_factory=dict)
+
+
+def outranked_text(name: str, winner: str) -> str:
+    return (f"Skill not activated: {name!r} conflicts with {winner!r}, requested in the same batch, and {winner!r} "
+            f"takes precedence (its manifest's metadata.precedence-over). Follow {winner!r} for this task.")
 
 
 def plan_skill_batch(calls: list[ToolCall], skills: Mapping[str, Skill],
@@ -40,9 +48,10 @@ def plan_skill_batch(calls: list[ToolCall], skills: Mapping[str, Skill],
     if not skill_calls:
         return plan
     names = [str(c.arguments.get("name", "")) for c in skill_calls]
+    dropped = outranked_in_batch(names, skills)
     try:
         to_activate = resolve_activation(names, skills, scope(names))
-        parents = required_by(names, skills)
+        parents = required_by([n for n in names if n not in dropped], skills)
     except SkillError as exc:
         error = ToolOutcome(content=f"Skill activation refused: {exc}", is_error=True)
         for c in calls:
@@ -51,6 +60,10 @@ def plan_skill_batch(calls: list[ToolCall], skills: Mapping[str, Skill],
     assigned: set[str] = set()
     by_name = {s.name: s for s in to_activate}
     for call, name in zip(skill_calls, names, strict=True):
+        if name in dropped:
+            plan.outranked[call.id] = ToolOutcome(content=outranked_text(name, dropped[name]),
+                                                  details={"activated": [], "outrankedBy": dropped[name]})
+            continue
         mine: list[tuple[Skill, str | None]] = []
         if name in by_name and name not in assigned:
             mine.append((by_name[name], None))
@@ -63,7 +76,8 @@ def plan_skill_batch(calls: list[ToolCall], skills: Mapping[str, Skill],
         root = skill.name
         while root in parents:
             root = parents[root]
-        owner = next((c for c, n in zip(skill_calls, names, strict=True) if n == root), skill_calls[0])
+        owner = next((c for c, n in zip(skill_calls, names, strict=True) if n == root),
+                     next(c for c in skill_calls if c.id in plan.activations))
         plan.activations[owner.id].append((skill, parents.get(skill.name)))
         assigned.add(skill.name)
     return plan
@@ -83,6 +97,8 @@ def skill_tool(host: SkillHost, plans: dict[str, list[tuple[Skill, str | None]]]
                 return ToolOutcome(content=str(exc), is_error=True)
             if ctx.call.id in batch.errors:
                 return batch.errors[ctx.call.id]
+            if ctx.call.id in batch.outranked:
+                return batch.outranked[ctx.call.id]
             activations = batch.activations.get(ctx.call.id, [])
         for skill, parent in activations:
             await host.record_activation(skill, parent)
