@@ -54,16 +54,29 @@ class Reach:
     max_bytes: int
 
 
+@dataclass
+class Delivery:
+    """What the transport saw of a `tools/call`: whether its POST may have reached the server (a
+    connect error means it did not), and whether its answer was cut at the byte limit. The SDK
+    reports a broken stream as a JSON-RPC error of its own making (`-32000`), so the outcome of a
+    failed call is judged from this, not from the error (services/runtime/mcp_calls.py)."""
+
+    call_sent: bool = False
+    too_large: bool = False
+
+
 class _Counted(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, seen: Delivery) -> None:
         self.inner = inner
         self.limit = limit
+        self.seen = seen
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
+        count = 0
         async for chunk in self.inner:
-            seen += len(chunk)
-            if seen > self.limit:
+            count += len(chunk)
+            if count > self.limit:
+                self.seen.too_large = True
                 raise ResponseTooLarge(f"the MCP server's response exceeds {self.limit} bytes")
             yield chunk
 
@@ -74,16 +87,28 @@ class _Counted(httpx2.AsyncByteStream):
 class _Guarded(httpx2.AsyncBaseTransport):
     """The URL policy before every request, the byte limit on every response."""
 
-    def __init__(self, allowed: AllowList, max_bytes: int) -> None:
+    def __init__(self, allowed: AllowList, max_bytes: int, seen: Delivery | None = None) -> None:
         self.inner = httpx2.AsyncHTTPTransport(trust_env=False)
         self.allowed = allowed
         self.max_bytes = max_bytes
+        self.seen = seen or Delivery()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         await check(str(request.url), self.allowed)
-        response = await self.inner.handle_async_request(request)
+        try:
+            is_call = request.method == "POST" and b'"tools/call"' in request.content
+        except httpx2.RequestNotRead:  # a streamed body: count it as a call (never "not sent" wrongly)
+            is_call = request.method == "POST"
+        try:
+            response = await self.inner.handle_async_request(request)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout):
+            raise  # nothing reached the server
+        except BaseException:
+            self.seen.call_sent = self.seen.call_sent or is_call
+            raise
+        self.seen.call_sent = self.seen.call_sent or is_call
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        response.stream = _Counted(response.stream, self.max_bytes)
+        response.stream = _Counted(response.stream, self.max_bytes, self.seen)
         return response
 
     async def aclose(self) -> None:
@@ -136,7 +161,7 @@ class _ClientCredentials(httpx2.Auth):
         return token
 
 
-def _http(reach: Reach, read_timeout_s: float) -> httpx2.AsyncClient:
+def _http(reach: Reach, read_timeout_s: float, seen: Delivery | None) -> httpx2.AsyncClient:
     headers: dict[str, str] = {}
     auth: httpx2.Auth | None = None
     if isinstance(reach.auth, BearerAuth):
@@ -145,7 +170,7 @@ def _http(reach: Reach, read_timeout_s: float) -> httpx2.AsyncClient:
         headers[reach.auth.name] = reach.auth.value.get_secret_value()
     elif isinstance(reach.auth, ClientCredentialsAuth):
         auth = _ClientCredentials(reach.auth, reach.url, reach.allowed)
-    return httpx2.AsyncClient(transport=_Guarded(reach.allowed, reach.max_bytes), headers=headers, auth=auth,
+    return httpx2.AsyncClient(transport=_Guarded(reach.allowed, reach.max_bytes, seen), headers=headers, auth=auth,
                               timeout=httpx2.Timeout(CONNECT_TIMEOUT_S, read=read_timeout_s), trust_env=False,
                               follow_redirects=False)
 
@@ -158,10 +183,12 @@ def mode_of(protocol: str | None) -> str:
 
 
 @asynccontextmanager
-async def connect(reach: Reach, protocol: str | None, read_timeout_s: float) -> AsyncIterator[Client]:
-    """A connected client; the URL is checked before anything is sent."""
+async def connect(reach: Reach, protocol: str | None, read_timeout_s: float,
+                  seen: Delivery | None = None) -> AsyncIterator[Client]:
+    """A connected client; the URL is checked before anything is sent. `seen` records what the
+    transport saw of a `tools/call` (Delivery)."""
     await check(reach.url, reach.allowed)
-    async with _http(reach, read_timeout_s) as http:
+    async with _http(reach, read_timeout_s, seen) as http:
         transport = streamable_http_client(reach.url, http_client=http, max_sse_event_size=reach.max_bytes)
         async with Client(transport, mode=mode_of(protocol), cache=None, client_info=CLIENT_INFO,
                           read_timeout_seconds=read_timeout_s) as client:
