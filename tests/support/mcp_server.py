@@ -5,7 +5,7 @@
 - `--token T`: every MCP request must carry `Authorization: Bearer T` (else 401);
 - `--oauth ID:SECRET`: `POST /token` is an OAuth client-credentials endpoint (HTTP Basic client
   authentication, `resource` required) that issues short tokens; the MCP endpoint takes only those.
-Every `tools/call` that arrives is appended to CALL_LOG (the tool and its arguments, one JSON line),
+The tokens it issues are appended to CALL_LOG with the suffix `.tokens`. Every `tools/call` that arrives is appended to CALL_LOG (the tool and its arguments, one JSON line),
 before the tool runs: the tests count arrivals to see that a call was never sent twice.
 """
 
@@ -78,7 +78,7 @@ class Bearer:
         await self.app(scope, receive, send)
 
 
-def token_route(client: str, secret: str, issued: set[str]) -> Any:
+def token_route(client: str, secret: str, issued: set[str], record: Path) -> Any:
     async def token(request: Request) -> Response:
         basic = request.headers.get("authorization", "").removeprefix("Basic ")
         form = await request.form()
@@ -87,6 +87,8 @@ def token_route(client: str, secret: str, issued: set[str]) -> Any:
             return JSONResponse({"error": "invalid_client"}, status_code=401)
         value = "at-" + secrets.token_hex(16)
         issued.add(value)
+        with record.open("a") as f:  # for the test that greps the harness for it
+            f.write(value + "\n")
         return JSONResponse({"access_token": value, "token_type": "Bearer", "expires_in": 3600})
     return token
 
@@ -101,7 +103,8 @@ def main(argv: list[str]) -> None:
         app = Bearer(app, accepted)
     if "--oauth" in argv:
         client, secret = argv[argv.index("--oauth") + 1].split(":", 1)
-        app.router.add_route("/token", token_route(client, secret, accepted), methods=["POST"])  # type: ignore[attr-defined]
+        app.router.add_route("/token", token_route(client, secret, accepted, call_log.with_suffix(".tokens")),  # type: ignore[attr-defined]
+                             methods=["POST"])
         app = Bearer(app, accepted)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 

@@ -41,6 +41,10 @@ class McpProcess:
     def arrivals(self) -> list[str]:
         return self.calls.read_text().splitlines() if self.calls.exists() else []
 
+    def issued_tokens(self) -> list[str]:
+        tokens = self.calls.with_suffix(".tokens")
+        return tokens.read_text().split() if tokens.exists() else []
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
