@@ -63,6 +63,12 @@ def may_change(who: str, existing: Connector | None) -> bool:
     return existing.mcp is not None and existing.mcp.registered_by == who
 
 
+def _unusable(why: str) -> JSONResponse:
+    """The URL does not lead to an MCP server the harness can list: the registration's input is the
+    problem as far as the harness can tell (a 422 naming the field; nothing stored)."""
+    return _error(422, "the URL does not lead to a usable MCP server", [{"loc": ["body", "url"], "msg": why}])
+
+
 async def _listed(name: str, spec: McpConnectorSpec, auth: McpAuth | None, s: NotificationSettings,
                   who: str) -> tuple[ConnectorSpec, McpEndpoint] | JSONResponse:
     reach = Reach(url=spec.url, auth=auth, allowed=allow_list(s.mcp_allowed_hosts), max_bytes=s.mcp_max_response_bytes)
@@ -72,16 +78,16 @@ async def _listed(name: str, spec: McpConnectorSpec, auth: McpAuth | None, s: No
                 tools = await list_all(client, MAX_LISTED)
                 protocol, info = client.protocol_version, client.server_info
     except UrlRefused as exc:
-        return _error(422, "the URL may not be reached", [{"loc": ["body", "url"], "msg": str(exc)}])
+        return _unusable(f"the URL may not be reached: {exc}")
     except TimeoutError:
-        return _error(502, f"the MCP server did not list its tools within {s.mcp_list_timeout_s:g} s")
+        return _unusable(f"the MCP server did not list its tools within {s.mcp_list_timeout_s:g} s")
     except MCPError as exc:
-        return _error(502, f"the MCP server answered an error: {exc.error.code} {exc.error.message[:300]}")
+        return _unusable(f"the MCP server answered an error: {exc.error.code} {exc.error.message[:300]}")
     except AuthFailed as exc:
-        return _error(502, f"the OAuth token request failed: {exc}")
-    except Exception as exc:  # noqa: BLE001 - any failure to reach the server is the caller's 502, never a 500
+        return _unusable(f"the OAuth token request failed: {exc}")
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the server is the caller's 422, never a 500
         log.info("mcp_listing_failed", connector=name, error_type=type(exc).__name__)
-        return _error(502, f"the MCP server could not be reached or did not speak MCP ({type(exc).__name__})")
+        return _unusable(f"the MCP server could not be reached or did not speak MCP ({type(exc).__name__})")
     offered, names, skipped = convert(tools, spec.tools, spec.timeout_s)
     if not offered:
         return _error(422, "the MCP server offers no tool the harness can use",
@@ -107,7 +113,8 @@ class McpRegistrations:
         if not may_change(who, existing):
             return _error(403, f"the connector {name} is not yours to change")
         if auth is not None and not self.settings.mcp_secret_key:
-            return _error(503, "MCP credentials are not configured on this deployment (GAMMA_MCP_SECRET_KEY)")
+            return _error(422, "this deployment stores no MCP credentials", [{"loc": ["body", "auth"], "msg":
+                          "GAMMA_MCP_SECRET_KEY is not set: register the server without `auth`, or ask the operator"}])
         listed = await _listed(name, spec, auth, self.settings, who)
         if isinstance(listed, JSONResponse):
             self.metrics.registrations.labels("invalid").inc()
@@ -141,7 +148,7 @@ class McpRegistrations:
             try:
                 auth = await mcp_secrets.load(self.client, existing.name, existing.mcp.url, self.settings.mcp_secret_key)
             except (mcp_secrets.BadSecret, mcp_secrets.NoSecretKey) as exc:
-                return _error(503, str(exc))
+                return _error(409, f"{exc}: register the connector again with its credential")
         return await self.register(existing.name, existing.mcp.registered_by, _spec_of(existing), auth)
 
     async def delete(self, name: str) -> Response:
@@ -181,9 +188,9 @@ def make_mcp_router(client: aioredis.Redis, settings: NotificationSettings, serv
 
     @router.put("/connectors/{name}/mcp", response_model=Connector, openapi_extra=_body(McpConnectorSpec),
                 responses={**AUTH, 413: {"description": "body too large", "content": _ERROR},
-                           422: {"description": "a bad field, a refused URL, or no usable tool", "content": _ERROR},
-                           502: {"description": "the MCP server could not be listed", "content": _ERROR},
-                           503: {"description": "no key for credentials", "content": _ERROR}})
+                           422: {"description": "a bad field, a refused URL, a server that could not be listed, no "
+                                 "usable tool, or a credential on a deployment without GAMMA_MCP_SECRET_KEY",
+                                 "content": _ERROR}})
     async def put_mcp(name: str, request: Request) -> Response:
         who = await registrant(request, service_token, verifier)
         if isinstance(who, JSONResponse):
@@ -193,7 +200,8 @@ def make_mcp_router(client: aioredis.Redis, settings: NotificationSettings, serv
 
     @router.post("/connectors/{name}/mcp/refresh", response_model=Connector,
                  responses={**AUTH, 404: {"description": "no such MCP connector", "content": _ERROR},
-                            502: {"description": "the MCP server could not be listed", "content": _ERROR}})
+                            409: {"description": "the stored credential cannot be read", "content": _ERROR},
+                            422: {"description": "the server could not be listed", "content": _ERROR}})
     async def refresh_mcp(name: str, request: Request) -> Response:
         who = await registrant(request, service_token, verifier)
         if isinstance(who, JSONResponse):
