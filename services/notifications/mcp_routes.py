@@ -69,7 +69,7 @@ def _unusable(why: str) -> JSONResponse:
     return _error(422, "the URL does not lead to a usable MCP server", [{"loc": ["body", "url"], "msg": why}])
 
 
-async def _listed(name: str, spec: McpConnectorSpec, auth: McpAuth | None, s: NotificationSettings,
+async def listed(name: str, spec: McpConnectorSpec, auth: McpAuth | None, s: NotificationSettings,
                   who: str) -> tuple[ConnectorSpec, McpEndpoint] | JSONResponse:
     reach = Reach(url=spec.url, auth=auth, allowed=allow_list(s.mcp_allowed_hosts), max_bytes=s.mcp_max_response_bytes)
     try:
@@ -115,11 +115,11 @@ class McpRegistrations:
         if auth is not None and not self.settings.mcp_secret_key:
             return _error(422, "this deployment stores no MCP credentials", [{"loc": ["body", "auth"], "msg":
                           "GAMMA_MCP_SECRET_KEY is not set: register the server without `auth`, or ask the operator"}])
-        listed = await _listed(name, spec, auth, self.settings, who)
-        if isinstance(listed, JSONResponse):
+        got = await listed(name, spec, auth, self.settings, who)
+        if isinstance(got, JSONResponse):
             self.metrics.registrations.labels("invalid").inc()
-            return listed
-        offered, endpoint = listed
+            return got
+        offered, endpoint = got
         # The credential first: it is bound to the URL (shared/mcp_secrets.py), so a call made
         # in between never presents it to another server.
         await mcp_secrets.store(self.client, name, spec.url, auth, self.settings.mcp_secret_key)
