@@ -89,12 +89,12 @@ class Harness:
     def __init__(self, url: str, data_dir: Path, model: Callable[[dict[str, Any]], ScriptedReply],
                  idle_s: float = 3600, api: str = "chat", base_url: str | None = None,
                  effort: str | None = None, dynamic_tools: bool = False, trusted_role: str | None = None,
-                 **extra: Any) -> None:
+                 overrides: dict[str, Any] | None = None, **extra: Any) -> None:
         self.effort = effort
         self.settings = Settings(REDIS_URL=url, GAMMA_DATA_DIR=data_dir, GAMMA_IDLE_S=idle_s,  # type: ignore[call-arg]
                                  GAMMA_LEASE_MS=10_000, OPENAI_API_KEY=None, GAMMA_MODEL_API=api,
                                  OPENAI_BASE_URL=base_url, GAMMA_DYNAMIC_TOOLS=dynamic_tools,
-                                 GAMMA_TRUSTED_ROLE=trusted_role, **extra)
+                                 GAMMA_TRUSTED_ROLE=trusted_role, **(overrides or {}), **extra)
         self.client = aioredis.from_url(url)
         self.skills = load_skills(skills_dir())
         prompts: dict[str, str] = {v: build_system_prompt(v, self.skills) for v in VARIANTS}

@@ -23,13 +23,15 @@ from pydantic import ValidationError
 
 from shared import keys
 from shared.connector_schemas import incompatibilities, unbounded
-from shared.contracts.connectors import CONNECTOR_NAME, Connector, ConnectorCall, ConnectorSpec
+from shared.contracts.connectors import CONNECTOR_NAME, Connector, ConnectorCall, ConnectorSpec, McpEndpoint
 
 MAX_SCHEMA_BYTES = 16 * 1024  # one tool's argument schema, serialized
 CALL_TTL_S = 24 * 3600  # a call record outlives any deadline (MAX_TIMEOUT_S) and any accepted work's day
 CALLS_MAXLEN = 10_000  # entries kept per call stream (approximate trim)
 SEPARATOR = "__"  # `{connector}__{tool}`: the provider's function names allow no dot
 TIMED_OUT = "timed_out"
+UNKNOWN = "unknown"  # an MCP call sent by a holder that died before its answer: never sent again
+STREAM, MCP = "stream", "mcp"  # how a call went out: our connector stream, or the runtime to an MCP server
 _NAME = re.compile(CONNECTOR_NAME)
 
 FieldError = dict[str, Any]  # {"loc": [...], "msg": str}: the shape of a pydantic error in a 422
@@ -47,7 +49,7 @@ def check_name(name: str) -> list[FieldError]:
     return []
 
 
-def _schema_errors(i: int, schema: dict[str, Any]) -> list[FieldError]:
+def schema_errors(i: int, schema: dict[str, Any]) -> list[FieldError]:
     loc: list[str | int] = ["body", "tools", i, "parameters"]
     size = len(json.dumps(schema, separators=(",", ":")))
     if size > MAX_SCHEMA_BYTES:
@@ -75,7 +77,7 @@ def validate_spec(name: str, body: Any) -> tuple[ConnectorSpec | None, list[Fiel
         if tool.name in seen:
             errors.append(_err(["body", "tools", i, "name"], f"duplicate tool name {tool.name!r}"))
         seen.add(tool.name)
-        errors += _schema_errors(i, tool.parameters)
+        errors += schema_errors(i, tool.parameters)
     return (None if errors else spec), errors
 
 
@@ -97,13 +99,16 @@ class TooManyConnectors(Exception):
     pass
 
 
-async def put_connector(client: aioredis.Redis, name: str, spec: ConnectorSpec, max_connectors: int) -> Connector:
+async def put_connector(client: aioredis.Redis, name: str, spec: ConnectorSpec, max_connectors: int,
+                        mcp: McpEndpoint | None = None) -> Connector:
     """Store (or replace) a connector; its version is the registry's new change number. The same spec
-    again (a connector restarting) changes nothing: its sessions keep their tools and hear nothing."""
+    again (a connector restarting, an MCP server listed again with the same tools) changes nothing:
+    its sessions keep their tools and hear nothing."""
     existing = await get_connector(client, name)
-    if existing is not None and ConnectorSpec.model_validate(existing.model_dump(include=_SPEC_FIELDS)) == spec:
+    if existing is not None and ConnectorSpec.model_validate(existing.model_dump(include=_SPEC_FIELDS)) == spec \
+            and existing.mcp == mcp:
         return existing
-    draft = Connector(name=name, version=1, updated_at=int(time.time() * 1000), **spec.model_dump())
+    draft = Connector(name=name, version=1, updated_at=int(time.time() * 1000), mcp=mcp, **spec.model_dump())
     raw = draft.model_dump_json(exclude={"version"})[:-1]  # the script closes it with the version
     version = await client.eval(_PUT, 2, keys.CONNECTORS, keys.CONNECTORS_VERSION, name, raw,  # type: ignore[misc]
                                 max_connectors)
@@ -160,7 +165,7 @@ _OPEN = """
 local held = redis.call('HGET', KEYS[1], 'token')
 if held ~= ARGV[5] and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'connector', ARGV[1], 'tool', ARGV[2], 'deadline_ms', ARGV[3], 'turn', ARGV[4],
-           'token', ARGV[5])
+           'token', ARGV[5], 'kind', ARGV[7])
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 return 1
 """
@@ -170,16 +175,23 @@ class CallIdTaken(Exception):
     """The call id already names another call of the session (a tool call id the model reused)."""
 
 
-async def open_call(client: aioredis.Redis, call: ConnectorCall, turn: int = 0) -> None:
-    """The record first, then the stream entry: an answer always finds the record. `turn` names the
-    assistant message that made the call (its timestamp), so a wake tells this call's record from an
-    earlier call's under the same id. Raises CallIdTaken, sending nothing, when the id is taken."""
+async def open_record(client: aioredis.Redis, call: ConnectorCall, turn: int = 0, kind: str = STREAM) -> None:
+    """The call's record, before anything is sent. `turn` names the assistant message that made the
+    call (its timestamp), so a wake tells this call's record from an earlier call's under the same id;
+    `kind` says how it was sent (MCP: the runtime itself sent it, so an open record at a wake is a call
+    whose outcome nobody knows). Raises CallIdTaken when the id is taken."""
     record = keys.connector_call(call.session_id, call.call_id)
     token = hashlib.sha256(f"{turn}\0{call.model_dump_json()}".encode()).hexdigest()[:32]
     opened = await client.eval(_OPEN, 1, record, call.connector, call.tool, call.deadline_ms,  # type: ignore[misc]
-                               turn, token, CALL_TTL_S)
+                               turn, token, CALL_TTL_S, kind)
     if not opened:
         raise CallIdTaken(f"call id {call.call_id} already names another call of session {call.session_id}")
+
+
+async def open_call(client: aioredis.Redis, call: ConnectorCall, turn: int = 0) -> None:
+    """The record first, then the stream entry: an answer always finds the record. Raises
+    CallIdTaken, sending nothing, when the id is taken."""
+    await open_record(client, call, turn)
     await client.xadd(keys.connector_calls(call.connector), {"type": call.type, "data": call.model_dump_json()},
                       maxlen=CALLS_MAXLEN, approximate=True)
 

@@ -226,6 +226,8 @@ STATUS_DELETING = "deleting"
 # counter share one slot; each connector's call stream is on its own.
 CONNECTORS = "gamma:{connectors}:registry"
 CONNECTORS_VERSION = "gamma:{connectors}:version"
+# MCP connector credentials, Fernet-encrypted (shared/mcp_secrets.py): name -> token
+MCP_CREDENTIALS = "gamma:{connectors}:mcp-credentials"
 CONNECTOR_GROUP = "connector"
 
 

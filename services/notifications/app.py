@@ -23,6 +23,7 @@ from shared.tracing import app_telemetry
 from .connectors import ConnectorMetrics, make_connector_router
 from .delivery import Delivery, Metrics, NotificationConflict, UnknownSession
 from .http import make_router
+from .mcp_routes import make_mcp_router
 from .migrate import migrate_legacy_keys
 from .policy import UrgencyPolicy, never_wake, wake_for_types
 
@@ -94,8 +95,11 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None =
     add_health_routes(app, ctx, require_all=True, internal_port=settings.server.notifications_metrics_port)
     install_redis_error_handlers(app)
     app.include_router(make_router(delivery, settings.auth.service_token, settings.limits.max_body_bytes, verifier))
+    connector_metrics = ConnectorMetrics(ctx.registry)
     app.include_router(make_connector_router(ctx.redis, delivery, settings.auth.service_token, settings.notifications.max_connectors,
-                                             verifier, ConnectorMetrics(ctx.registry)))
+                                             verifier, connector_metrics))
+    app.include_router(make_mcp_router(ctx.redis, settings.notifications, settings.auth.service_token, verifier,
+                                       connector_metrics))
     app.add_middleware(JsonBodyGuard, max_depth=settings.limits.max_json_depth, max_bytes=settings.limits.max_body_bytes,
                        max_number_digits=settings.limits.max_json_number_digits)
     return app

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import ValidationError
 
 from shared import connectors as rules
+from shared import mcp_secrets
 from shared.contracts.connectors import (
     Connector,
     ConnectorList,
@@ -191,6 +192,7 @@ def _registration_routes(router: APIRouter, client: aioredis.Redis, refused: Ref
             return no
         if not await rules.delete_connector(client, name):
             return _error(404, f"no connector {name}")
+        await mcp_secrets.drop(client, name)  # an MCP connector's credential goes with it
         metrics.registrations.labels("deleted").inc()
         log.info("connector_removed", connector=name)
         return Response(status_code=204)

@@ -29,16 +29,18 @@ from typing import Any
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from shared import connector_args, keys, offload
+from shared import connector_args, keys, mcp_secrets, offload
 from shared import connectors as rules
 from shared.contracts.connectors import CALL_ID, Connector, ConnectorCall, ConnectorTool
 from shared.contracts.inbox import ConnectorResult, Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage
 from shared.inbox import InboxEntry, append
+from shared.mcp_urls import allow_list
 from shared.neutralise import neutralise
 from shared.trusted_blocks import json_value, render
 
+from . import mcp_calls
 from .engine.types import Tool, ToolContext, ToolOutcome
 from .transcript import Transcript
 
@@ -79,8 +81,18 @@ def rekeyed(tool_call_id: str, turn: int) -> str:
     return "r_" + hashlib.sha256(f"{tool_call_id}\0{turn}".encode()).hexdigest()[:32]
 
 
-def outcome_of(connector: str, call_id: str, held: str, timeout_s: float) -> ToolOutcome:
+def outcome_of(connector: str, call_id: str, held: str, timeout_s: float, mcp: bool = False) -> ToolOutcome:
     details = {"connector": connector, "call_id": call_id}
+    if held == rules.UNKNOWN:
+        return ToolOutcome(content=f"The outcome of this call of the MCP connector {connector} is unknown: it was sent, "
+                           "and the connection (or the harness) broke before its answer. It may or may not have run; "
+                           "the harness does not send it again. Check its effect before calling it again.",
+                           is_error=True, details={**details, "unknown_outcome": True})
+    if held == rules.TIMED_OUT and mcp:
+        within = f" within {timeout_s:g} s" if timeout_s else " in time"
+        return ToolOutcome(content=f"The MCP connector {connector} did not answer{within}; the call was cancelled. "
+                           "The server may have done part or all of the work: check before calling it again.",
+                           is_error=True, details={**details, "timed_out": True})
     if held == rules.TIMED_OUT:
         within = f" within {timeout_s:g} s" if timeout_s else " in time"
         return ToolOutcome(content=f"The connector {connector} did not answer{within}; the call timed out. Go on "
@@ -136,8 +148,11 @@ def answered(transcript: Transcript) -> set[str]:
 
 class ConnectorHub:
     def __init__(self, sid: str, client: Any, transcript: Transcript,
-                 ack: Callable[[str | None], Awaitable[None]], registry: CollectorRegistry | None = None) -> None:
+                 ack: Callable[[str | None], Awaitable[None]], registry: CollectorRegistry | None = None,
+                 mcp_limits: mcp_calls.McpLimits | None = None) -> None:
         self.sid = sid
+        self.mcp_limits = mcp_limits or mcp_calls.McpLimits(keyring="", allowed=allow_list(""),
+                                                             max_bytes=4 * 1024 * 1024)
         self.calls = call_counter(registry) if registry is not None else None
         self.ack = ack  # the session's: an answer is acked once handed over (the call record keeps it)
         self.client = client  # Redis
@@ -202,6 +217,8 @@ class ConnectorHub:
                 return ToolOutcome(content=f"Invalid arguments for {connector.name}.{spec.name} at {where}: "
                                    f"{why}. The call was not sent.", is_error=True,
                                    details={"connector": connector.name, "invalid": True})
+            if connector.mcp is not None:
+                return await self._mcp(connector, spec, args, ctx)
             return await self.call(connector.name, spec, args, ctx.call.id)
 
         # The connector wrote the description and every string of the schema: the description is
@@ -253,6 +270,25 @@ class ConnectorHub:
         finally:
             self._waiters.pop(call_id, None)
 
+    async def _mcp(self, connector: Connector, spec: ConnectorTool, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        """The runtime calls the MCP server itself (services/runtime/mcp_calls.py), under the same call
+        record and the same re-keying as a connector call, so a wake reads its outcome the same way."""
+        try:
+            auth = await mcp_calls.credential(self.client, self.mcp_limits, connector)
+        except (mcp_secrets.BadSecret, mcp_secrets.NoSecretKey) as exc:
+            self._count(connector.name, "invalid")
+            return mcp_calls.not_sent(connector.name, str(exc))
+        turn = self._turn_of(ctx.call.id)
+        for call_id in (call_id_of(ctx.call.id), rekeyed(ctx.call.id, turn)):
+            held = await mcp_calls.call(self.client, self.sid, self.mcp_limits, connector, spec, args, ctx, call_id,
+                                        turn, auth)
+            if held is not None:
+                self._count(connector.name, held if held in (rules.TIMED_OUT, rules.UNKNOWN) else json.loads(held)["status"])
+                return outcome_of(connector.name, call_id, held, spec.timeout_s, mcp=True)
+        return ToolOutcome(content=f"The tool call id {ctx.call.id!r} names another call of this step; this call was "
+                           "not sent. Call the tool again.", is_error=True,
+                           details={"connector": connector.name, "call_id_taken": True})
+
     def _turn_of(self, tool_call_id: str) -> int:
         """The timestamp of the assistant message that made the call (recorded before its tools run)."""
         for m in reversed(self.transcript.context()):
@@ -302,6 +338,9 @@ class ConnectorHub:
                 record = await rules.read_call(self.client, self.sid, cid)
             if "connector" not in record:
                 continue  # not a connector call: the ordinary repair answers it
+            if "outcome" not in record and record.get("kind") == rules.MCP:
+                # Sent by the holder that died, its answer lost with it: never sent again (mcp_calls.py).
+                record["outcome"] = (await rules.settle(self.client, self.sid, cid, rules.UNKNOWN))[1]
             if "outcome" in record:
                 await self._resumed(call, cid, record["connector"], record["outcome"])
                 continue

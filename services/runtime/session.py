@@ -67,6 +67,7 @@ from .knowledge import KnowledgeReader, PromptKnowledge
 from .lease import Lease, LeaseLost
 from .liveui import LiveUi
 from .manifest import queue_manifest
+from .mcp_calls import McpLimits
 from .model_calls import ModelCalls, record_repair
 from .model_switch import ModelSwitch
 from .paths import sandbox_skills_dir
@@ -190,7 +191,8 @@ class Session:
         self.progress = ChecklistProgress(self.transcript, self.todo, deps.skills, self.outbox)
         self.costs = CostProjection(lambda: self.transcript.entries, self.ui, settings.models.prices,
                                     lambda: self.transcript.w.base_usage)
-        self.connectors = ConnectorHub(self.sid, deps.client, self.transcript, self.acker.ack, deps.registry)
+        self.connectors = ConnectorHub(self.sid, deps.client, self.transcript, self.acker.ack, deps.registry,
+                                       McpLimits.of(deps.settings))
         self.causal = CausalGate(self.sid, deps.client, self.outbox.publish, settings.runtime.causal_wait_ms)
 
     def _build_agent(self, model: ModelSettings, context_window: int) -> None:

@@ -23,6 +23,9 @@ WORKSPACE = r"^[A-Za-z0-9_.@-]{1,200}$"
 MAX_TOOLS = 16  # per connector
 MAX_RESULT_CHARS = 32_000  # one result's text, as the model reads it
 MAX_TIMEOUT_S = 600.0
+MAX_URL = 2048
+# MCP tool names SHOULD be 1-128 characters of [A-Za-z0-9_.-] (docs/integration.md "MCP connectors").
+MCP_TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
 
 
 class ConnectorTool(Contract):
@@ -42,6 +45,30 @@ class ConnectorSpec(Contract):
     workspaces: list[Annotated[str, Field(pattern=WORKSPACE)]] | None = Field(None, max_length=1000)
 
 
+class SkippedTool(Contract):
+    """A tool of an MCP server the harness does not offer, and why (its schema, its name, the limit)."""
+
+    name: str = Field(max_length=200)
+    why: str = Field(max_length=500)
+
+
+class McpEndpoint(Contract):
+    """An MCP connector's server (docs/integration.md "MCP connectors"); never its credential, which
+    is stored encrypted on its own (shared/mcp_secrets.py)."""
+
+    url: str = Field(max_length=MAX_URL)
+    protocol: str = Field(max_length=32)  # the revision the server spoke when its tools were listed
+    server_name: str | None = Field(None, max_length=200)
+    server_version: str | None = Field(None, max_length=200)
+    # provider-facing tool name -> the server's own name
+    names: dict[Annotated[str, Field(pattern=TOOL_NAME)], Annotated[str, Field(pattern=MCP_TOOL_NAME)]]
+    skipped: list[SkippedTool] = Field(default_factory=list, max_length=200)
+    requested: list[Annotated[str, Field(pattern=MCP_TOOL_NAME)]] | None = Field(None, max_length=64)  # None: all
+    auth: Literal["none", "bearer", "header", "oauth_client_credentials"] = "none"
+    # "operator" (the service credential) or "user:{sub}" (a workspace owner: only it may change it)
+    registered_by: str = Field("operator", max_length=300)
+
+
 class Connector(ConnectorSpec):
     """A registered connector, as stored and as `GET /connectors/{name}` answers it. `version` grows
     with every change, so a session tells a changed schema from the one it loaded."""
@@ -49,6 +76,7 @@ class Connector(ConnectorSpec):
     name: str = Field(pattern=CONNECTOR_NAME)
     version: int = Field(ge=1)
     updated_at: int = Field(ge=0)
+    mcp: McpEndpoint | None = None  # an MCP server's tools: the runtime calls the server itself
 
 
 class ConnectorList(Contract):

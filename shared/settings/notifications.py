@@ -19,6 +19,20 @@ class NotificationSettings(Area):
     notifications_url: str = Field("", validation_alias="GAMMA_NOTIFICATIONS_URL",
         description="Where a connector reaches the notifications service (registration, results); empty: this host "
                     "on `GAMMA_NOTIFICATIONS_PORT`.")
+    mcp_secret_key: str = Field("", validation_alias="GAMMA_MCP_SECRET_KEY",
+        description="Fernet key(s) that encrypt MCP connector credentials at rest (docs/integration.md \"MCP "
+                    "connectors\"); comma-separated to rotate: the first encrypts, all decrypt. Empty: an MCP connector "
+                    "with a credential is refused (503). Generate one with `python -c 'from cryptography.fernet import "
+                    "Fernet; print(Fernet.generate_key().decode())'`.")
+    mcp_allowed_hosts: str = Field("", validation_alias="GAMMA_MCP_ALLOWED_HOSTS",
+        description="Host names and CIDRs an MCP connector may reach although they are not public (loopback, private, "
+                    "link-local), and may reach over plain http; comma-separated. Empty: public https only.")
+    mcp_max_response_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024,
+        validation_alias="GAMMA_MCP_MAX_RESPONSE_BYTES",
+        description="Bytes of one MCP response the harness reads (a listing, a call's answer with its progress); past "
+                    "it the call is an error result.")
+    mcp_list_timeout_s: float = Field(30.0, gt=0, le=300, validation_alias="GAMMA_MCP_LIST_TIMEOUT_S",
+        description="Seconds a registration waits for the MCP server's tool list (502 past it).")
     brand_dir: str = Field("", validation_alias="GAMMA_BRAND_DIR",
         description="The example connector's asset directory; empty: the sample in its package.")
 
