@@ -17,7 +17,7 @@ import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -37,6 +37,8 @@ from shared.disk_errors import (
 from shared.leftovers import discard_temp
 from shared.pathnames import BadEscape, show, unshow
 from shared.walk import WalkLimits, walk
+
+T = TypeVar("T")
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DOC_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -128,10 +130,20 @@ def remove_durably(path: Path) -> bool:
     return True
 
 
+def _in_parent(path: Path, create: Callable[[], T]) -> T:
+    """`create()` (which makes a file in `path`'s directory), the directory made first only when it is
+    missing: a `mkdir(exist_ok=True)` before every write was two syscalls and a caught exception on
+    each transcript append and atomic write (bench/README.md "bench-e2e")."""
+    try:
+        return create()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return create()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Temp file in the same directory, fsync, rename, fsync the directory: old or new, never torn."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _in_parent(path, lambda: tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -210,11 +222,10 @@ def _appended(path: Path, records: list[dict[str, Any]], visible: Callable[[], N
 
 
 def _write_payload(path: Path, payload: bytes, visible: Callable[[], None] | None) -> tuple[Any, int]:
-    path.parent.mkdir(parents=True, exist_ok=True)
     # Unbuffered: a write the disk refuses part way (ENOSPC, EIO) is cut back to where it started, and
     # no buffered rest can land after the cut when the file closes: the file never keeps a torn or
     # partial batch, and a retry appends the whole batch once.
-    fh = open(path, "a+b", buffering=0)  # noqa: SIM115 - closed by the caller after its fsync
+    fh = _in_parent(path, lambda: open(path, "a+b", buffering=0))  # noqa: SIM115 - closed by the caller after its fsync
     try:
         _repair_tail(fh)
         start = fh.seek(0, os.SEEK_END)

@@ -16,7 +16,6 @@ names are removed. One writer at a time: the lease holder, or the proxy under th
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -174,8 +173,7 @@ class SnapshotStore:
         return record
 
     def _append(self, record: Record) -> None:
-        line = json.loads(record.model_dump_json())
-        append_jsonl(self.log, [line])
+        append_jsonl(self.log, [record.model_dump(mode="json")])
         self.records.append(record)
 
     # ------------------------------------------------------------ reading

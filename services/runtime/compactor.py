@@ -14,10 +14,11 @@ arrives while dormant (or before a crash) is applied at the next wake.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import structlog
 
@@ -42,14 +43,34 @@ from .transcript import Transcript
 
 log = structlog.get_logger()
 OVERFLOW_WAIT_S = 120.0
+STATIC_COUNTS = 64  # distinct static prefixes counted per process (variants x tool sets)
 MAX_BACKOFF_FACTOR = 8
 
 
 def static_tokens(system_prompt: str, tools: list[Tool]) -> int:
     """Tokens of what every request carries besides the messages: the system message and the tool
     schemas (as serialized for the provider)."""
-    schemas = json.dumps([t.schema() for t in tools], ensure_ascii=False, separators=(",", ":"))
+    return _static_count(system_prompt, _schemas(tools))
+
+
+def _schemas(tools: list[Tool] | tuple[Tool, ...]) -> str:
+    return json.dumps([t.schema() for t in tools], ensure_ascii=False, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=STATIC_COUNTS)
+def _static_count(system_prompt: str, schemas: str) -> int:
+    """One count per distinct (system prompt, tool set) in the process: every session of a variant
+    with the same tools sends the same static prefix, and tokenizing it took ~5% of the runtime's
+    event loop under bench-e2e when it was counted again per model call (bench/README.md "bench-e2e")."""
     return MESSAGE_OVERHEAD_TOKENS + count_text_tokens(system_prompt) + count_text_tokens(schemas)
+
+
+class _Static(NamedTuple):
+    """The last static prefix a session counted: its prompt and tools held (so `is` compares them)."""
+
+    prompt: str
+    tools: tuple[Tool, ...]
+    tokens: int
 
 
 class Progress(Protocol):
@@ -87,7 +108,7 @@ class Compactor:
         self.failures = 0  # consecutive failed summaries
         self._skip_calls = 0  # backoff: threshold checks still to skip ...
         self._skip_until = 0.0  # ... unless this time has passed
-        self._static: tuple[int, int, int] | None = None  # (id(prompt), id(tools), tokens)
+        self._static: _Static | None = None
         # The counts of this session's texts, counted again before every model call: they go with the
         # session (shared/tokens.py TextTokens).
         self.counts = TextTokens()
@@ -111,10 +132,14 @@ class Compactor:
         self._in_flight_at = self.clock()
 
     def _static_tokens(self, context: AgentContext) -> int:
-        key = (id(context.system_prompt), id(context.tools))
-        if self._static is None or self._static[:2] != key:
-            self._static = (*key, static_tokens(context.system_prompt, context.tools))
-        return self._static[2]
+        """The tool policy hands a new list of the same tools at every model call (tool_policy.py):
+        the same objects are the same prefix, compared one by one, not by the list's identity."""
+        last, prompt, tools = self._static, context.system_prompt, context.tools
+        if (last is not None and last.prompt is prompt and len(last.tools) == len(tools)
+                and all(a is b for a, b in zip(last.tools, tools, strict=True))):
+            return last.tokens
+        self._static = _Static(prompt, tuple(tools), _static_count(prompt, _schemas(tools)))
+        return self._static.tokens
 
     def request_tokens(self, context: AgentContext) -> int:
         """The whole next request: system prompt + tool schemas (counted once per session, they never

@@ -72,3 +72,27 @@ def test_the_bytes_bound_is_never_under_the_count(parts: list[str], args: dict[s
                                               ToolCall(id="c1", name="read", arguments=args)]))
     assert context_tokens(messages) <= context_tokens_bound(messages)
     assert all(text_bytes(p) == len(p.encode()) for p in parts)
+
+
+async def test_the_static_prefix_is_counted_once_for_the_same_tools_in_a_new_list(tmp_path: Path, monkeypatch: Any) -> None:
+    """The tool policy hands a new list of the same tools before every model call: the system prompt
+    and the schemas are tokenized once, and again only when the tools change."""
+    from services.runtime import compactor as module
+
+    c, _, _ = compactor(tmp_path, [UserMessage(content="hello")])
+    module._static_count.cache_clear()
+    counted: list[str] = []
+    real = module.count_text_tokens
+    monkeypatch.setattr(module, "count_text_tokens", lambda text: counted.append(text) or real(text))
+    tools = list(c.context.tools)
+    assert len(tools) > 1
+    first = c.request_tokens_bound(c.context)
+    for _ in range(3):
+        c.context.tools = list(tools)
+        assert c.request_tokens_bound(c.context) == first
+    assert len(counted) == 2  # the system prompt and the schemas, once
+    c.context.tools = tools[:-1]
+    fewer = c.request_tokens_bound(c.context)
+    assert fewer < first
+    assert fewer - module.static_tokens(c.context.system_prompt, tools[:-1]) == first - module.static_tokens(
+        c.context.system_prompt, tools)

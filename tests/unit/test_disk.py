@@ -95,6 +95,22 @@ def test_jsonl_round_trip(tmp_path: Path) -> None:
     assert list(disk.iter_jsonl(tmp_path / "missing.jsonl")) == []
 
 
+def test_writes_make_a_missing_directory_and_leave_an_existing_one_as_it_is(tmp_path: Path) -> None:
+    """The directory is made only when the first try finds it missing (no mkdir before every write)."""
+    disk.append_jsonl(tmp_path / "a" / "b" / "log.jsonl", [{"id": "1"}])
+    disk.atomic_write_bytes(tmp_path / "c" / "d" / "state.json", b"{}")
+    assert [e["id"] for e in disk.iter_jsonl(tmp_path / "a" / "b" / "log.jsonl")] == ["1"]
+    assert (tmp_path / "c" / "d" / "state.json").read_bytes() == b"{}"
+    (tmp_path / "a" / "b").chmod(0o755)
+    disk.append_jsonl(tmp_path / "a" / "b" / "log.jsonl", [{"id": "2"}])
+    assert (tmp_path / "a" / "b").stat().st_mode & 0o777 == 0o755
+    assert [e["id"] for e in disk.iter_jsonl(tmp_path / "a" / "b" / "log.jsonl")] == ["1", "2"]
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(NotADirectoryError):  # a file where the directory should be: refused, not replaced
+        disk.append_jsonl(tmp_path / "file" / "log.jsonl", [{"id": "1"}])
+    assert (tmp_path / "file").read_bytes() == b"x"
+
+
 def test_torn_last_line_is_ignored_then_repaired(tmp_path: Path) -> None:
     path = tmp_path / "transcript.jsonl"
     disk.append_jsonl(path, [{"id": "1"}, {"id": "2"}])
