@@ -41,7 +41,7 @@ def test_a_new_conversation_reads_the_prefix_an_explicit_breakpoint_wrote() -> N
 
 
 def test_without_an_explicit_breakpoint_a_new_conversation_reads_nothing() -> None:
-    """The codex#35300 replay: a fixed prefix, only the last message changed, 0 % hits."""
+    """A fixed prefix where only the last message changes reads 0 % (openai-api-rules.md §6, the Codex replay)."""
     cache = BreakpointCache()
     plain = [block(STATIC + VARIANT, marked=False)]
     cache.lookup_and_store("k", "responses", body("one", system=plain))
