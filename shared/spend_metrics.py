@@ -1,4 +1,4 @@
-"""Prometheus counters of what the model requests cost (docs/costs.md "Metrics"), on the runtime's
+"""Prometheus counters of what the model requests cost (docs/costs.md "Where it shows"), on the runtime's
 registry: `gamma_model_cost_usd_total` and `gamma_model_usage_tokens_total`.
 
 Labels are bounded: the model's catalogue family (never the name a session chose: any unknown name

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .support import ROOT
 
-SKIPPED = ("bench/results/", "node_modules/", "tests/golden/")
+SKIPPED = ("bench/results/", "node_modules/", "tests/golden/", "tests/deploy/test_doc_citations.py")  # its examples
 SUFFIXES = (".py", ".md", ".yaml", ".yml", ".toml", ".ts", ".js", ".mjs")
 # `docs/x.md "Section"`, `services/proxy/README.md, "Section"`, `README "Section"`, across a line break.
 CITATION = re.compile(r'((?:[\w./-]+/)?README(?:\.md)?|docs/[\w-]+\.md),?\s+\\?"([A-Z][^"\\]{1,80}?)\\?"')
@@ -26,12 +26,12 @@ def tracked() -> list[Path]:
 
 def one_line(text: str) -> str:
     """Whitespace and comment or docstring continuations (`#`, `*`) folded to single spaces."""
-    return " ".join(" ".join(re.sub(r"^\s*[#*]?", "", line) for line in text.split("\n")).split())
+    return " ".join(" ".join(re.sub(r"^\s*[#*]?", "", line) for line in text.split("\n")).split()).replace("`", "")
 
 
 def names(page: Path) -> list[str]:
     text = page.read_text()
-    found = [m.group(1).strip() for m in re.finditer(r"^#+ (.+)$", text, re.MULTILINE)]
+    found = [m.group(1).strip().replace("`", "") for m in re.finditer(r"^#+ (.+)$", text, re.MULTILINE)]
     found += [one_line(m.group(1)).rstrip(".:") for m in re.finditer(r"\*\*([^*]+)\*\*", text)]
     if page.name == "README.md" and page.parent == ROOT:
         found += [m.group(1) for m in re.finditer(r'"([^"\n]+)"', text.partition("## Where to read next")[2])]
