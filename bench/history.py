@@ -221,7 +221,11 @@ async def measure_size(b: Bench, label: str, size: int, args: argparse.Namespace
         h = write_history(session_paths(b.data_dir, sid).transcript, size, compaction_every=200_000)
         row |= {"generate_s": round(time.perf_counter() - start, 1), "bytes": h.bytes, "lines": h.lines,
                 "compactions": h.compactions}
-    live, _ = await b.wake(sid)  # written before the index: the first wake builds it
+    try:
+        live, _ = await b.wake(sid)  # written before the index: the first wake builds it
+    except Exception as exc:  # noqa: BLE001 - recorded: the sizes measured before it are kept
+        row["first_wake_error"] = repr(exc)[:200]
+        return row
     row["first_wake_ms"] = round(live * 1000, 1)
     await b.prompt(sid, script(done("first")))
     index = ix.index_path(session_paths(b.data_dir, sid).transcript)
@@ -241,8 +245,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await h.start()
         b = Bench(h, Path(tmp))
         try:
-            rows = [await measure_size(b, label, SIZES[label], args) for label in args.sizes]
-            big = args.sizes[-1]
+            rows = []
+            for label in args.sizes:
+                rows.append(await measure_size(b, label, SIZES[label], args))
+                partial = {"benchmark": "history", "partial": True, "sizes": rows}
+                args.out.write_text(json.dumps(partial, indent=2) + "\n")  # kept if a later size fails
+            rows = [r for r in rows if "first_wake_error" not in r] + [r for r in rows if "first_wake_error" in r]
+            big = next(r["size"] for r in reversed(rows) if "first_wake_error" not in r)
             streams = await neighbours(b, args.neighbours)
             await asyncio.sleep(3)
             loaded: dict[str, Any] = {}
@@ -271,6 +280,9 @@ def table(r: dict[str, Any]) -> str:
     lines = [f"{'history':>8} {'1st wake':>9} {'wake->live p50/p99':>19} {'wake->1st tok p50/p99':>22} "
              f"{'Δp99 vs empty':>13} {'held MB':>8} {'Δheld':>6} {'RSS MB':>7}"]
     for row in rows:
+        if "first_wake_error" in row:
+            lines.append(f"{row['size']:>8} first wake failed: {row['first_wake_error']}")
+            continue
         w, m = row["wake_to_first_token_ms"], row["memory"]
         lines.append(f"{row['size']:>8} {row['first_wake_ms']:>9} "
                      f"{row['wake_to_live_ms']['p50']:>9}/{row['wake_to_live_ms']['p99']:<9} "

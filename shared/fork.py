@@ -1,7 +1,8 @@
 """Fork: a new session from a branch of another one (docs/architecture.md "Snapshots, rewind and fork").
 
 The new session's transcript is the source's branch from the root to the entry (the entries as
-stored, ids kept), and its workspace, documents, todo and UI state are those of that entry, laid out
+stored, ids kept; found by one scan and copied by offset in slices, never the whole file in memory:
+shared/transcript_scan.py), and its workspace, documents, todo and UI state are those of that entry, laid out
 from the source's snapshot objects (shared/snapshots.py), and the images its branch names are
 hard-linked from the source's `.images/` (shared/image_gc.py): the source is only read. The new session
 starts dormant with one snapshot record, keyed to the fork entry, whose objects are hard links to the
@@ -10,28 +11,46 @@ source's. Blocking: the proxy runs `plan` and `lay_out` in a thread.
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.contracts.transcript import parse_entries
-from shared.disk import SessionPaths, append_jsonl, atomic_write_json, iter_jsonl
+from shared.disk import SessionPaths, atomic_write_json
 from shared.image_gc import link_referenced
-from shared.rewind import FORK_SCOPES, RewindRefused, finish_pending_on_disk, record_now, state_record
+from shared.rewind import FORK_SCOPES, RewindRefused, finish_pending_on_disk, record_now, state_record_of
 from shared.snapshot_restore import MissingObject, restore
 from shared.snapshot_scan import object_path
 from shared.snapshots import Manifest, SnapshotLimits, SnapshotStore
-from shared.transcript_tree import active_path, path_to, row_of
+from shared.transcript_branch import timed_scan
+from shared.transcript_scan import SLICE, Span, parse_line, read_spans
 
 
 @dataclass(frozen=True)
 class ForkPlan:
     entry_id: str
-    branch: list[dict[str, Any]]  # the transcript lines of the branch, as stored
+    source: Path  # the source's transcript (append-only: the spans stay valid)
+    spans: list[Span]  # the branch's lines in it, root first
     manifest: Manifest
     objects: Path  # the source's object store
     images: Path  # the source's images (shared/images.py): the branch's are linked into the fork
+
+    def lines(self) -> Iterator[bytes]:
+        """The branch's lines as stored, read in slices."""
+        chunk: list[Span] = []
+        size = 0
+        for span in [*self.spans, None]:
+            if span is None or (chunk and size + span[1] > SLICE):
+                yield from read_spans(self.source, chunk)
+                chunk, size = [], 0
+            if span is not None:
+                chunk.append(span)
+                size += span[1]
+
+    def branch(self) -> Iterator[dict[str, Any]]:
+        return (d for line in self.lines() if (d := parse_line(line)) is not None)
 
 
 GONE = "the session's files went away while it was forked (deleted meanwhile?); retry the fork"
@@ -51,27 +70,32 @@ def plan(src: SessionPaths, limits: SnapshotLimits, entry_id: str | None, *, dor
 def _plan(src: SessionPaths, limits: SnapshotLimits, entry_id: str | None, *, dormant: bool) -> ForkPlan:
     if dormant:
         finish_pending_on_disk(src, limits)
-    raw = list(iter_jsonl(src.transcript))
+    s, times = timed_scan(src.transcript)
+    leaf = s.tree.leaf
     if entry_id is None:
-        entry_id = _leaf(raw)
+        entry_id = leaf
         if entry_id is None:
             raise RewindRefused(409, "the session has no transcript yet: there is nothing to fork")
-    branch = path_to(raw, entry_id)
-    if not branch:
+    indices = s.path(entry_id)
+    if not indices:
         raise RewindRefused(404, f"no entry {entry_id!r} in this session's transcript")
     store = SnapshotStore.load(src, limits)
-    if dormant and entry_id == _leaf(raw):
+    if dormant and entry_id == leaf:
         record_now(store, entry_id, "fork")
-    record = state_record(store, parse_entries(branch))
-    return ForkPlan(entry_id, branch, store.manifest_of(record.n), store.objects, src.images)
+    nodes = [(row.id, times.get(i, 0)) for i in indices if (row := s.rows[i]) is not None and row.target is None]
+    record = state_record_of(store, nodes)
+    return ForkPlan(entry_id, src.transcript, [s.spans[i] for i in indices], store.manifest_of(record.n),
+                    store.objects, src.images)
 
 
-def _leaf(raw: list[dict[str, Any]]) -> str | None:
-    active = [row_of(e) for e in active_path(raw)]
-    last = active[-1] if active else None
-    if last is None:
-        return None
-    return last.target if last.target is not None else last.id
+def _copy(fork: ForkPlan, dst: Path) -> None:
+    """The branch's lines into the new transcript, a slice at a time, then fsync."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(dst, "ab") as fh:
+        for line in fork.lines():
+            fh.write(line + b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def lay_out(fork: ForkPlan, dst: SessionPaths, limits: SnapshotLimits, default_ui: dict[str, Any]) -> None:
@@ -85,8 +109,8 @@ def lay_out(fork: ForkPlan, dst: SessionPaths, limits: SnapshotLimits, default_u
         restore(dst.root, fork.objects, {}, fork.manifest, FORK_SCOPES)  # its stats: seed reads them
         if "state.json" not in fork.manifest:
             atomic_write_json(dst.state, default_ui)
-        link_referenced(fork.images, dst.images, fork.branch)  # before the transcript names them
-        append_jsonl(dst.transcript, fork.branch)
+        link_referenced(fork.images, dst.images, fork.branch())  # before the transcript names them
+        _copy(fork, dst.transcript)
         SnapshotStore(dst, limits).seed(fork.manifest, fork.objects, fork.entry_id)
     except BaseException as exc:
         shutil.rmtree(dst.root, ignore_errors=True)

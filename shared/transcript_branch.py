@@ -16,7 +16,7 @@ from shared.contracts.messages import AssistantMessage, UserMessage
 from shared.contracts.transcript import MessageEntry, TranscriptEntry
 from shared.rewind import epoch_ms
 from shared.transcript_index import parse_entry
-from shared.transcript_scan import parse_line, read_spans, scan
+from shared.transcript_scan import Scan, parse_line, read_spans, scan
 
 TAIL_MAX = 4096  # entries parsed back from a branch's end, at most (a tool batch is far shorter)
 
@@ -63,10 +63,15 @@ def branch_tail(transcript: Path, spans: list[tuple[int, int]]) -> list[Transcri
     return out
 
 
-def read_branch(transcript: Path, target: str) -> Branch | None:
+def timed_scan(transcript: Path) -> tuple[Scan, dict[int, int]]:
+    """One scan: every line's row and span, and each entry's time (epoch ms) by row index."""
     times: dict[int, int]
     times, on_entry = _times()
-    s = scan(transcript, on_entry)
+    return scan(transcript, on_entry), times
+
+
+def read_branch(transcript: Path, target: str) -> Branch | None:
+    s, times = timed_scan(transcript)
     indices = s.path(target)
     if not indices:
         return None

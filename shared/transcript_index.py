@@ -79,7 +79,8 @@ def usage_of(d: dict[str, Any]) -> tuple[str, list[int]] | None:
     m = d.get("message")
     if d.get("type") != "message" or not isinstance(m, dict) or m.get("role") != "assistant":
         return None
-    u = m.get("usage") if isinstance(m.get("usage"), dict) else {}
+    usage = m.get("usage")
+    u: dict[str, Any] = usage if isinstance(usage, dict) else {}
     counts = [1, *(int(u.get(k) or 0) for k in ("input", "cacheRead", "cacheWrite", "output"))]
     return str(m.get("model") or "unknown"), counts
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per line of a long transcript's scan: small, no __dict__
 class Row:
     """What the tree needs of an entry: its id, its parent, and, for a leaf move, its target."""
 
