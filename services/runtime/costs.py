@@ -84,8 +84,10 @@ class CostProjection:
         self._last = float("-inf")
 
     async def refresh_live(self) -> None:
-        """After a model reply: refreshed unless the last refresh is recent (the run's end catches up)."""
+        """After a model reply: refreshed unless the last live refresh is recent (the run's end catches
+        up). Only live refreshes count: the wake's own refresh must not hide the run's first replies."""
         if self.clock() - self._last >= LIVE_INTERVAL_S:
+            self._last = self.clock()
             await self.refresh_quietly()
 
     async def refresh_quietly(self) -> None:
@@ -99,7 +101,6 @@ class CostProjection:
             log.exception("cost_records_failed")
 
     async def refresh(self) -> None:
-        self._last = self.clock()
         records = cost_records(self.entries(), self.prices, self.before())
         doc = await self.ui.document()
         if doc.snapshot().get("costs") == records:
