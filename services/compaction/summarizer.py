@@ -46,8 +46,9 @@ def usage_row(model: str, usage: Usage, attempt: Attempt) -> UsageRow:
 
 def _raw_usage(response: Any) -> Any:
     """The reply's usage as a dict (None when the server sent none): read as leniently as the streams do."""
-    usage = getattr(response, "usage", None)
-    return usage.model_dump() if hasattr(usage, "model_dump") else usage
+    usage: Any = getattr(response, "usage", None)
+    dump = getattr(usage, "model_dump", None)
+    return dump() if callable(dump) else usage
 
 
 def _count(rows: list[UsageRow] | None, row: UsageRow) -> None:

@@ -36,7 +36,8 @@ from tests.support.stack import Stack
 pytestmark = pytest.mark.timeout(240)
 # What a swept dormant session may keep under its hash tag (docs/integration.md).
 # `digest-handled` (the digest's dedupe of changes) expires 7 days after the session's last change.
-KEPT = {"session", "revisions", "notifications:pending", "digest-handled"}
+# `spend`: the session's spending and its own caps, kept while it is dormant (docs/costs.md "Where it shows").
+KEPT = {"session", "revisions", "notifications:pending", "digest-handled", "spend"}
 
 
 @pytest.fixture(scope="module")
