@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .support import ROOT
 
-SKIPPED = ("bench/results/", "node_modules/", "tests/golden/")
+SKIPPED = ("bench/results/", "node_modules/", "tests/golden/", "tests/deploy/test_doc_citations.py")  # its examples
 SUFFIXES = (".py", ".md", ".yaml", ".yml", ".toml", ".ts", ".js", ".mjs")
 # `docs/x.md "Section"`, `services/proxy/README.md, "Section"`, `README "Section"`, across a line break.
 CITATION = re.compile(r'((?:[\w./-]+/)?README(?:\.md)?|docs/[\w-]+\.md),?\s+\\?"([A-Z][^"\\]{1,80}?)\\?"')
