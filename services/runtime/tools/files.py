@@ -5,14 +5,37 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pydantic import Field
+
 from shared import workspace_fs
 from shared.disk import DiskError, check_size, split_workspace_path
+from shared.tool_schema import ToolArgs, optional
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .image_view import image_outcome, is_image
 from .ports import WorkspaceHost
 
 READ_LIMIT = 2000  # lines per read
+
+
+PATH = "Workspace-relative file path."
+
+
+class ReadArgs(ToolArgs):
+    path: str = Field(description=PATH)
+    offset: int = optional("First line to read (1-based).")
+    limit: int = optional("Maximum number of lines.")
+
+
+class WriteArgs(ToolArgs):
+    path: str = Field(description=PATH)
+    content: str = Field(description="The complete new file content.")
+
+
+class EditArgs(ToolArgs):
+    path: str = Field(description=PATH)
+    old_text: str = Field(description="Exact text to replace; must match once.")
+    new_text: str = Field(description="Replacement text.")
 
 
 def file_ref(path: str) -> str:
@@ -39,21 +62,12 @@ def read_tool(host: WorkspaceHost) -> Tool:
             body += f"\n\n[{more} more lines; continue with offset={offset + len(chunk)}]"
         return ToolOutcome(content=body, details={"path": args["path"], "lines": len(chunk)})
 
-    return Tool(
+    return Tool.typed(
         name="read",
         description="Read a file from the session workspace. Paths are relative to the workspace. "
         "Use offset/limit (1-based lines) for long text files. An image (PNG, JPEG, GIF, WebP) is returned "
         "as the image itself, so you can look at it (e.g. a rendered card).",
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Workspace-relative file path."},
-                "offset": {"type": "integer", "description": "First line to read (1-based)."},
-                "limit": {"type": "integer", "description": "Maximum number of lines."},
-            },
-            "required": ["path"],
-            "additionalProperties": False,
-        },
+        arguments=ReadArgs,
         execute=execute,
     )
 
@@ -83,18 +97,10 @@ def write_tool(host: WorkspaceHost) -> Tool:
         return ToolOutcome(content=f"Wrote {len(data)} bytes to {args['path']}.",
                            details={"path": args["path"], "ref": ref, "bytes": len(data)})
 
-    return Tool(
+    return Tool.typed(
         name="write",
         description="Create or overwrite a file in the session workspace with the given content.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Workspace-relative file path."},
-                "content": {"type": "string", "description": "The complete new file content."},
-            },
-            "required": ["path", "content"],
-            "additionalProperties": False,
-        },
+        arguments=WriteArgs,
         execute=execute,
     )
 
@@ -122,18 +128,9 @@ def edit_tool(host: WorkspaceHost) -> Tool:
             return ToolOutcome(content=str(exc), is_error=True)
         return ToolOutcome(content=f"Edited {args['path']}.", details={"path": args["path"], "ref": ref})
 
-    return Tool(
+    return Tool.typed(
         name="edit",
         description="Replace one exact, unique occurrence of old_text with new_text in a workspace file.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Workspace-relative file path."},
-                "old_text": {"type": "string", "description": "Exact text to replace; must match once."},
-                "new_text": {"type": "string", "description": "Replacement text."},
-            },
-            "required": ["path", "old_text", "new_text"],
-            "additionalProperties": False,
-        },
+        arguments=EditArgs,
         execute=execute,
     )
