@@ -127,15 +127,34 @@ def floors(package: str) -> dict[str, int]:
             continue
         targets = {_unit(m, package) for m in graph.find_modules_directly_imported_by(module)}
         edges.setdefault(unit, set()).update(t for t in targets if t and t not in (unit, "__main__"))
-    memo: dict[str, int] = {}
+    return _levels(edges)
 
-    def floor(unit: str, seen: frozenset[str]) -> int:
-        if unit not in memo:
-            below = [floor(t, seen | {unit}) for t in edges.get(unit, ()) if t not in seen]
-            memo[unit] = 1 + max(below, default=0)
-        return memo[unit]
 
-    return {unit: floor(unit, frozenset()) for unit in sorted(edges)}
+def _levels(edges: dict[str, set[str]]) -> dict[str, int]:
+    """Floors over the graph's strongly connected parts (units on an import cycle share a floor), so the
+    answer does not depend on the order the graph is walked in."""
+    reach = {u: _reachable(u, edges) for u in edges}
+    part = {u: frozenset(v for v in reach[u] | {u} if u in reach[v] or v == u) for u in edges}
+    memo: dict[frozenset[str], int] = {}
+
+    def floor(group: frozenset[str]) -> int:
+        if group not in memo:
+            below = {part[t] for u in group for t in edges[u] if part[t] != group}
+            memo[group] = 1 + max((floor(g) for g in sorted(below, key=sorted)), default=0)
+        return memo[group]
+
+    return {unit: floor(part[unit]) for unit in sorted(edges)}
+
+
+def _reachable(start: str, edges: dict[str, set[str]]) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for t in edges.get(todo.pop(), ()):
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
 
 
 def graph_of(top: str, grimp: Any) -> Any:

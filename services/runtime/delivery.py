@@ -1,7 +1,7 @@
 """One injection delivered (docs/architecture.md "Delivery, yield and the idle rules"): from the
-inbox, from the causal gate's markers, from a form answered while dormant. The protocol decides
-where it goes; a redelivered one is answered for again; one that may start a run on an idle session
-starts it."""
+inbox, from the causal gate's markers, from a form answered while dormant. The protocol routes it
+where delivery_rules.py `decide` says; a redelivered one is answered for again; one decided
+START_TURN starts a run on the idle session; one left held arms idle recording."""
 
 from __future__ import annotations
 
@@ -10,10 +10,14 @@ from typing import Protocol
 
 from shared.contracts.inbox import Injection
 
+from .delivery_rules import Action, Found
 from .pending import PendingTurn
 from .state import SessionState
 from .transcript import Transcript
 from .turn_order import TurnOrder
+
+# Left in the next-turn list: idle recording's windows open for what it records (idle.py `arm`).
+HELD = frozenset({Found.MERGED, Action.NEXT_TURN, Action.RECORD_IDLE, Action.HOLD})
 
 
 class Recorded(Protocol):
@@ -40,16 +44,16 @@ class InjectionDelivery:
     async def deliver(self, m: Injection, entry_id: str | None) -> None:
         """An injection from the inbox, or (entry_id None) one restored at wake (an answered form)."""
         result = self.turns.route_update(m, entry_id, hold=not self.state.barrier_passed)
-        if result == "recorded":
+        if result is Found.RECORDED:
             # Already consumed (a redelivery): tell the owner again, it may have missed it.
             recorded_as = self.transcript.sources[(m.source, m.source_id)]
             await self.recorded(m.source, m.source_id, recorded_as, m.ref, m.to_revision)
             await self.ack(entry_id)
-        elif result == "covered" and m.ref:
+        elif result is Found.COVERED and m.ref:
             # Everything it reports is in an artifact_update already recorded: that entry answers for it.
             await self.recorded(m.source, m.source_id, self.transcript.told[m.ref][1], m.ref, m.to_revision)
             await self.ack(entry_id)
-        elif result == "start" and not self.state.running:
+        elif result is Action.START_TURN and not self.state.running:
             self.runs.start_run(self.turns.take_idle())
-        elif result in ("next_turn", "merged"):
+        elif result in HELD:
             self.held()

@@ -344,7 +344,7 @@ class InboxDispatcher:
         elif interrupted(self.transcript) or (self.calls is not None and self.calls.pending):
             # the run task awaits the open connector call first
             self.runs.start_run(turns.take_idle() if turns.take_idle_peek() else None)
-        elif turns.has_active_task() and turns.take_idle_peek():
+        elif turns.idle_turn_due():
             self.runs.start_run(turns.take_idle())
 
 

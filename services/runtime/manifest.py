@@ -13,6 +13,7 @@ from shared.contracts.pending import PendingArtifactUpdates
 from shared.disk import SessionPaths, read_json
 from shared.trusted_blocks import ensure_block
 
+from .delivery_rules import Found
 from .transcript import Transcript
 from .turn_order import TurnOrder
 
@@ -38,6 +39,6 @@ def queue_manifest(sid: str, paths: SessionPaths, transcript: Transcript, turns:
                         from_revision=item.from_revision, to_revision=item.to_revision)
         if (inj.source, inj.source_id) in transcript.sources:
             continue  # consumed before (digest has not cleared it yet)
-        if turns.route_update(inj, None, hold=True) != "covered":
+        if turns.route_update(inj, None, hold=True) is not Found.COVERED:
             queued += 1
     return queued

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shared.contracts.inbox import UserPrompt
-from shared.contracts.injection import Delivery
+from shared.contracts.injection import InjectionKind
 from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
 
 
@@ -16,7 +16,7 @@ class PendingInjection:
     message: CustomMessage
     source: str
     source_id: str
-    delivery: Delivery
+    kind: InjectionKind  # its delivery is delivery_rules.py `decide` of this kind
     entry_ids: list[str] = field(default_factory=list)
     ref: str | None = None
     to_revision: int | None = None

@@ -225,7 +225,7 @@ class RunSupervisor:
                 return turns.take_user_turn()
         elif self.agent.has_queued():
             return "queued"
-        if turns.has_active_task() and turns.take_idle_peek():
+        if turns.idle_turn_due():
             return turns.take_idle()
         return None
 

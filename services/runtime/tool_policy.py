@@ -22,8 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from pydantic import Field
+
 from shared import connectors as rules
 from shared.contracts.transcript import MessageEntry, SkillActivationEntry, TranscriptEntry
+from shared.tool_schema import ToolArgs
 
 from .connectors import ConnectorHub
 from .engine.types import AgentContext, Tool, ToolContext, ToolOutcome
@@ -74,6 +77,11 @@ async def _load_connector(hub: ConnectorHub, ns: str) -> ToolOutcome | None:
                        details={"namespace": ns, "connector": name, "version": c.version})
 
 
+class LoadToolsArgs(ToolArgs):
+    # The schema lists the built-in namespaces; `connector:NAME` is accepted too (execute checks it).
+    namespace: str = Field(json_schema_extra={"enum": list(sorted(NAMESPACES))})
+
+
 def load_tools_tool(hub: ConnectorHub | None = None) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         ns = str(args["namespace"])
@@ -87,12 +95,11 @@ def load_tools_tool(hub: ConnectorHub | None = None) -> Tool:
                            details={"namespace": ns})
 
     listing = "; ".join(f"{ns}: {', '.join(names)}" for ns, names in NAMESPACES.items() if ns != "core")
-    return Tool(
+    return Tool.typed(
         name=LOAD_TOOLS,
         description=f"Make a tool namespace available from your next step ({listing}). Skills that need a "
         "namespace load it with the skill.",
-        parameters={"type": "object", "properties": {"namespace": {"type": "string", "enum": sorted(NAMESPACES)}},
-                    "required": ["namespace"], "additionalProperties": False},
+        arguments=LoadToolsArgs,
         execute=execute,
     )
 

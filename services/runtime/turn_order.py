@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import DELIVERY_BY_KIND, RuntimeInjection
+from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
 from shared.trusted_blocks import artifact_update, ensure_block, render
 
 from .attachments import client_view_content, prompt_messages
+from .delivery_rules import Action, Found, When, decide, idle, moment
 from .engine.agent import Agent
 from .knowledge import knowledge_anchors
 from .pending import PendingInjection, PendingPrompt, PendingTurn, TurnInput
@@ -111,25 +112,22 @@ class TurnOrder:
             self.prompts.remove(p)
         return p
 
-    def route_update(self, inj: Injection, entry_id: str | None, *, hold: bool = False) -> str:
-        """Queue one injection by its delivery rule. Returns 'recorded' (already in the transcript),
-        'covered' (an artifact_update whose revisions the agent was already told), 'merged' (same
-        source id already queued), 'steer' / 'follow_up' / 'next_turn', or 'start' (idle with an
-        active task: the caller starts a run with `take_idle()`)."""
+    def route_update(self, inj: Injection, entry_id: str | None, *, hold: bool = False) -> Action | Found:
+        """Queue one injection where `decide` says (delivery_rules.py), and return that action; or what
+        was found first (`Found`). START_TURN: the caller starts a run with `take_idle()`."""
         if (inj.source, inj.source_id) in self.transcript.sources:
-            return "recorded"
+            return Found.RECORDED
         same = self.pending.get((inj.source, inj.source_id))
         if same is not None:
             same.entry_ids.extend([entry_id] if entry_id else [])
-            return "merged"
+            return Found.MERGED
         if inj.injection.kind == "artifact_update" and inj.ref:
             told = self.transcript.told.get(inj.ref, (None, ""))[0]
             if told is not None and inj.to_revision is not None and inj.to_revision <= told:
-                return "covered"
+                return Found.COVERED
             if told is not None and inj.from_revision is not None and inj.from_revision < told:
                 inj = restated(inj, told)
         kind = inj.injection.kind
-        delivery = DELIVERY_BY_KIND[kind]
         old = self._queued_same_target(inj)
         from_revision = None
         entry_ids = [entry_id] if entry_id else []  # a wake-time injection (manifest, form) has no entry
@@ -140,25 +138,21 @@ class TurnOrder:
             from_revision = prev_from if isinstance(prev_from, int) else None
             entry_ids = old.entry_ids + entry_ids
         message = injection_message(inj, from_revision)
-        pending = PendingInjection(message=message, source=inj.source, source_id=inj.source_id, delivery=delivery,
+        pending = PendingInjection(message=message, source=inj.source, source_id=inj.source_id, kind=kind,
                                    entry_ids=entry_ids, ref=inj.ref, to_revision=inj.to_revision)
         if old is not None:
             del self.pending[(old.source, old.source_id)]
             self.pending[(pending.source, pending.source_id)] = pending
             if not self.agent.replace_queued(old.message, message):
                 self.next_turn = [message if m is old.message else m for m in self.next_turn]
-            return "merged"
+            return Found.MERGED
         self.pending[(pending.source, pending.source_id)] = pending
-        if delivery == "next_turn":
+        action = decide(kind, moment(held=hold, running=self.agent.is_running, active_task=self.has_active_task))
+        if action is Action.STEER or action is Action.FOLLOW_UP:
+            (self.agent.steer if action is Action.STEER else self.agent.follow_up)(message)
+        else:
             self.next_turn.append(message)
-            return "next_turn"
-        if self.agent.is_running and not hold:
-            (self.agent.steer if delivery == "steer" else self.agent.follow_up)(message)
-            return delivery
-        self.next_turn.append(message)
-        if not hold and self.has_active_task():
-            return "start"  # a steer on an idle session starts a turn only for an active task
-        return "next_turn"
+        return action
 
     def _queued_same_target(self, inj: Injection) -> PendingInjection | None:
         """A still-queued injection the new one replaces (not one already handed to the model)."""
@@ -195,7 +189,7 @@ class TurnOrder:
                                 ref=ref, from_revision=from_revision, to_revision=p.to_revision)
                 message = injection_message(restated(inj, told))
                 self.pending[(p.source, p.source_id)] = PendingInjection(
-                    message=message, source=p.source, source_id=p.source_id, delivery=p.delivery,
+                    message=message, source=p.source, source_id=p.source_id, kind=p.kind,
                     entry_ids=p.entry_ids, ref=ref, to_revision=p.to_revision)
                 if not self.agent.replace_queued(p.message, message):
                     self.next_turn = [message if m is p.message else m for m in self.next_turn]
@@ -228,29 +222,31 @@ class TurnOrder:
         self.next_turn = []
         return self._turn(out)
 
-    def _idle_kind(self, m: AgentMessage) -> bool:
+    def _held_as(self, m: AgentMessage, when: When, action: Action) -> bool:
         p = self.pending_of(m)
-        return p is not None and p.delivery != "next_turn"
+        return p is not None and decide(p.kind, when) is action
 
     def take_idle(self) -> PendingTurn:
-        """Everything held for an idle session except next-turn-only kinds (they wait for a prompt)."""
-        out = [m for m in self.next_turn if self._idle_kind(m)]
+        """What starts a turn on an idle session with an active task (delivery_rules.py), held in order;
+        the rest waits (next-turn kinds for a prompt)."""
+        out = [m for m in self.next_turn if self._held_as(m, When.IDLE_TASK_ACTIVE, Action.START_TURN)]
         self.next_turn = [m for m in self.next_turn if m not in out]
         return self._turn(out)
 
     def take_idle_peek(self) -> bool:
-        return any(self._idle_kind(m) for m in self.next_turn)
+        return any(self._held_as(m, When.IDLE_TASK_ACTIVE, Action.START_TURN) for m in self.next_turn)
+
+    def idle_turn_due(self) -> bool:
+        """Something held starts a turn now, the session being idle (delivery_rules.py `decide`)."""
+        when = idle(self.has_active_task())
+        return any(self._held_as(m, when, Action.START_TURN) for m in self.next_turn)
 
     def recordable(self) -> list[CustomMessage]:
-        """Held steer injections an idle session records (idle.py), none past a kept prompt. A follow-up
-        (`background_result`) keeps waiting for the next turn, as the idle rules say
-        (docs/architecture.md "Delivery, yield and the idle rules")."""
+        """Held injections an idle session records (idle.py; RECORD_IDLE in delivery_rules.py), none
+        past a kept prompt. A follow-up (`background_result`) keeps waiting for the next turn."""
         cut = next((i for i, m in enumerate(self.next_turn) if isinstance(m, UserMessage)), len(self.next_turn))
-        return [m for m in self.next_turn[:cut] if isinstance(m, CustomMessage) and self._steer_kind(m)]
-
-    def _steer_kind(self, m: AgentMessage) -> bool:
-        p = self.pending_of(m)
-        return p is not None and p.delivery == "steer"
+        return [m for m in self.next_turn[:cut]
+                if isinstance(m, CustomMessage) and self._held_as(m, When.IDLE, Action.RECORD_IDLE)]
 
     def take_recordable(self, chosen: Sequence[AgentMessage]) -> list[AgentMessage]:
         """`chosen` out of the next-turn list, after the todo anchor when one is due, as the next turn
@@ -350,7 +346,7 @@ class TurnOrder:
             del self.pending[(p.source, p.source_id)]
         self.pending[("client", f"{prompt.prompt_id}#client_view")] = PendingInjection(message=message, source="client",
                                                      source_id=f"{prompt.prompt_id}#client_view",
-                                                     delivery="next_turn", entry_ids=entry_ids)
+                                                     kind="client_view", entry_ids=entry_ids)
         return message
 
     # ------------------------------------------------------------ skills and restore

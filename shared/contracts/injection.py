@@ -24,18 +24,7 @@ INJECTION_KINDS: tuple[InjectionKind, ...] = (
     "workspace_update",
     "background_result",
 )
-Delivery = Literal["steer", "follow_up", "next_turn"]
 InjectionSource = Literal["notification", "artifact", "client", "system"]
-
-DELIVERY_BY_KIND: dict[str, Delivery] = {
-    "system_note": "next_turn",
-    "system_guidance": "steer",
-    "system_update": "steer",
-    "client_view": "next_turn",
-    "artifact_update": "steer",
-    "workspace_update": "steer",
-    "background_result": "follow_up",
-}
 
 
 class RuntimeInjection(Contract):

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from services.runtime.delivery_rules import DELIVERY_BY_KIND
 from services.runtime.dispatcher import InboxDispatcher
 from services.runtime.pending import TurnInput
 from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import DELIVERY_BY_KIND, INJECTION_KINDS, RuntimeInjection
+from shared.contracts.injection import INJECTION_KINDS, RuntimeInjection
 from shared.contracts.messages import AssistantMessage
 from shared.inbox import InboxEntry
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from services.runtime.delivery_rules import Action, Found
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks
 from services.runtime.pending import TurnInput
@@ -39,7 +40,7 @@ def controller(tmp_path: Path) -> TurnOrder:
                                      TodoController.load(tmp_path / "todo.json", WriteGuard(no_guard)), {}, lambda: False)
 
 
-def standalone(c: TurnOrder, name: str, entry_id: str) -> str:
+def standalone(c: TurnOrder, name: str, entry_id: str) -> Action | Found:
     return c.route_update(Injection(session_id="s", source="client", source_id=name,
                                     injection=RuntimeInjection(kind="client_view", content=f"<client_view>{name}</client_view>")),
                           entry_id)
@@ -69,15 +70,15 @@ def acked_with(c: TurnOrder, content_part: str) -> list[str]:
 
 async def test_a_standalone_view_replaces_a_queued_standalone_view(tmp_path: Path) -> None:
     c = controller(tmp_path)
-    assert standalone(c, "v1", "e1") == "next_turn"
-    assert standalone(c, "v2", "e2") == "merged"
+    assert standalone(c, "v1", "e1") is Action.NEXT_TURN
+    assert standalone(c, "v2", "e2") is Found.MERGED
     assert queued_views(c) == ["<client_view>v2</client_view>"] and acked_with(c, "v2") == ["e1", "e2"]
 
 
 async def test_a_standalone_view_replaces_a_steered_prompts_view_in_place(tmp_path: Path) -> None:
     c = controller(tmp_path)
     steer(c, prompt("look", "it-IT"), "e1")
-    assert standalone(c, "v2", "e2") == "merged"
+    assert standalone(c, "v2", "e2") is Found.MERGED
     assert [getattr(m, "content", None) for m in c.agent.queued()] == ["<client_view>v2</client_view>", "look"]
     assert c.next_turn == [] and acked_with(c, "v2") == ["e2"]  # the prompt's view had no entry of its own
 

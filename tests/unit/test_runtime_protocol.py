@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from scripted.gamma import injection_of
+from services.runtime.delivery_rules import Action, Found
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks
 from services.runtime.todo import TodoController, TodoRefused
@@ -74,9 +75,9 @@ async def test_build_context_replays_summary_kept_entries_and_tail(tmp_path: Pat
 async def test_artifact_updates_coalesce_per_ref_keeping_the_older_from_revision(tmp_path: Path) -> None:
     c = controller(tmp_path)
     assert c.route_update(inj("artifact_update", "f@4", "v4", ref="file:a", from_revision=3, to_revision=4), "e1") \
-        == "next_turn"
+        is Action.RECORD_IDLE
     assert c.route_update(inj("artifact_update", "f@6", "v6", ref="file:a", from_revision=4, to_revision=6), "e2") \
-        == "merged"
+        is Found.MERGED
     c.route_update(inj("artifact_update", "g@2", "g", ref="file:b", to_revision=2), "e3")
     assert len(c.next_turn) == 2
     merged = c.pending_of(c.next_turn[0])
@@ -99,19 +100,19 @@ async def test_artifact_update_never_repeats_what_the_agent_was_told(tmp_path: P
     assert c.transcript.told["file:a"] == (5, entry.id)
     # Composed from 3 before 3..5 was recorded: restated as a marker from 5.
     assert c.route_update(inj("artifact_update", "f@6", "three to six", ref="file:a", from_revision=3,
-                              to_revision=6), "e3") == "next_turn"
+                              to_revision=6), "e3") is Action.RECORD_IDLE
     marker = c.next_turn[-1]
     assert marker.details["fromRevision"] == 5 and "three to six" not in marker.content
     assert 'from_revision="5"' in marker.content
     # The builder's correction (5..6, a new source id) replaces it, precise again.
     assert c.route_update(inj("artifact_update", "f@6#5", "five to six", ref="file:a", from_revision=5,
-                              to_revision=6), "e4") == "merged"
+                              to_revision=6), "e4") is Found.MERGED
     corrected = c.pending_of(c.next_turn[-1])
     assert corrected.message.details["fromRevision"] == 5 and "five to six" in corrected.message.content
     assert corrected.entry_ids == ["e3", "e4"]
     # A redelivered older digest the transcript covers entirely: nothing queued.
     assert c.route_update(inj("artifact_update", "f@4", "old", ref="file:a", from_revision=3, to_revision=4),
-                          "e5") == "covered"
+                          "e5") is Found.COVERED
     assert len(c.next_turn) == 2
 
 
@@ -153,10 +154,10 @@ async def test_client_view_latest_wins_and_the_prompt_context_replaces_it(tmp_pa
 
 async def test_steer_on_idle_session_starts_a_turn_only_for_an_active_task(tmp_path: Path) -> None:
     idle = controller(tmp_path / "a")
-    assert idle.route_update(inj("system_update", "u1", source="notification"), "e1") == "next_turn"
+    assert idle.route_update(inj("system_update", "u1", source="notification"), "e1") is Action.RECORD_IDLE
     busy = controller(tmp_path / "b", active_task=True)
-    assert busy.route_update(inj("system_update", "u1", source="notification"), "e1") == "start"
-    assert busy.route_update(inj("system_note", "n1", source="system"), "e2") == "next_turn"
+    assert busy.route_update(inj("system_update", "u1", source="notification"), "e1") is Action.START_TURN
+    assert busy.route_update(inj("system_note", "n1", source="system"), "e2") is Action.NEXT_TURN
     taken = busy.take_idle().messages
     assert [m.custom_type if isinstance(m, CustomMessage) else m for m in taken] == ["gamma.system_update"]
     assert [m.custom_type for m in busy.next_turn] == ["gamma.system_note"]

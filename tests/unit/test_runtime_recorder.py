@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from services.runtime.delivery_rules import Action, Found
 from services.runtime.engine.types import AgentEvent
 from services.runtime.pending import TurnInput
 from services.runtime.recorder import Recorder
@@ -52,8 +53,8 @@ async def test_an_injection_is_recorded_then_its_owner_hears_then_its_entries_ar
     await host.transcript.ensure_header()
     inj = Injection(session_id="s1", injection=RuntimeInjection(kind="system_update", content="x"),
                     source="notification", source_id="n1")
-    assert host.turns.route_update(inj, "1-0") == "next_turn"
-    assert host.turns.route_update(inj, "2-0") == "merged"  # a redelivery while queued: acked with it
+    assert host.turns.route_update(inj, "1-0") is Action.RECORD_IDLE
+    assert host.turns.route_update(inj, "2-0") is Found.MERGED  # a redelivery while queued: acked with it
     turn = host.turns.take_next_turn()
     assert [p.entry_ids for p in turn.injections] == [["1-0", "2-0"]]
     rec = recorder(host, order)
@@ -67,7 +68,7 @@ async def test_an_injection_is_recorded_then_its_owner_hears_then_its_entries_ar
     assert order == [("ack", "1-0", lines), ("ack", "2-0", lines)]
     assert host.turns.pending == {}
     # Recorded once: a later message with the same source is not pending any more.
-    assert host.turns.route_update(inj, "3-0") == "recorded"
+    assert host.turns.route_update(inj, "3-0") is Found.RECORDED
 
 
 async def test_progress_events_do_not_wait_and_other_messages_are_just_recorded(tmp_path: Path) -> None:

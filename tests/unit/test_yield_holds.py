@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from services.runtime.delivery_rules import Action
 from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
 from services.runtime.turn_order import TurnInput
 from shared.contracts.inbox import Injection, UserPrompt
@@ -61,7 +62,7 @@ class Scenario:
     async def message_user(self, _: dict[str, Any], __: ToolContext) -> ToolOutcome:
         for i, item in enumerate(self.during):
             if isinstance(item, Injection):
-                assert self.host.turns.route_update(item, f"9-{i}") in ("steer", "follow_up", "next_turn")
+                assert self.host.turns.route_update(item, f"9-{i}") in (Action.STEER, Action.FOLLOW_UP, Action.NEXT_TURN)
             else:
                 for m in self.host.turns.busy_turn_messages(item, f"9-{i}").messages:
                     self.host.agent.steer(m)

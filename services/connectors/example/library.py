@@ -7,37 +7,49 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from shared.contracts.connectors import ConnectorSpec, ConnectorTool
+from shared.tool_schema import ToolArgs, optional, parameters_of
 
 IMAGE_TYPES = {".svg": "image/svg+xml", ".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                ".webp": "image/webp"}
 MAX_IMAGES = 20
 MAX_SVG_INLINE = 4096  # an SVG this small is answered with its markup
-ROLES = ["primary", "secondary", "accent", "neutral"]
+Role = Literal["primary", "secondary", "accent", "neutral"]
 
 
 class UnknownTool(LookupError):
     pass
 
 
+class ColoursArgs(ToolArgs):
+    role: Role = optional()
+
+
+class ImagesArgs(ToolArgs):
+    query: str = Field(min_length=1, max_length=100)
+    limit: int = optional(ge=1, le=MAX_IMAGES)
+
+
+class KitArgs(ToolArgs):
+    pass
+
+
 def spec() -> ConnectorSpec:
-    """What the library registers: three tools, `kit` answered `accepted` and finished later."""
+    """What the library registers: three tools, `kit` answered `accepted` and finished later; each tool's
+    parameters are its argument model's schema (shared/tool_schema.py)."""
     return ConnectorSpec(description="The brand-asset library: the brand's colour palette and its logo and "
                          "pattern images.", tools=[
         ConnectorTool(name="colours", description="The brand colours (name, hex, role), optionally of one role.",
-                      parameters={"type": "object", "properties": {"role": {"type": "string", "enum": ROLES}},
-                                  "additionalProperties": False}, timeout_s=30),
+                      parameters=parameters_of(ColoursArgs), timeout_s=30),
         ConnectorTool(name="images", description="Find brand images by name; each with its type, size, SHA-256 "
-                      "and, for a small SVG, its markup.",
-                      parameters={"type": "object", "properties": {
-                          "query": {"type": "string", "minLength": 1, "maxLength": 100},
-                          "limit": {"type": "integer", "minimum": 1, "maximum": MAX_IMAGES}},
-                          "required": ["query"], "additionalProperties": False}, timeout_s=30),
+                      "and, for a small SVG, its markup.", parameters=parameters_of(ImagesArgs), timeout_s=30),
         ConnectorTool(name="kit", description="Assemble the whole brand kit (palette and every image with its "
                       "checksum). Long-running: answered later as a background result.",
-                      parameters={"type": "object", "properties": {}, "additionalProperties": False}, timeout_s=30),
+                      parameters=parameters_of(KitArgs), timeout_s=30),
     ])
 
 

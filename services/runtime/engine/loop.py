@@ -21,6 +21,7 @@ from typing import Any
 
 from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage
 from shared.disk import storage_fault
+from shared.tool_schema import argument_problem
 
 from .reply_rules import RunTally, cut_call_outcome, judge, over_budget
 from .spans import record_tool, tool_span
@@ -233,9 +234,13 @@ def aborted_outcome(note: str, partial: ToolOutcome | None = None) -> ToolOutcom
 
 
 def validate_arguments(tool: Tool, args: dict[str, Any]) -> str | None:
-    """A light JSON-schema check (required keys, primitive types), so the model gets a clear error."""
+    """The model's arguments checked before the tool runs, so the model gets a clear error: against the
+    tool's argument model (shared/tool_schema.py), or for a connector's tool, whose schema is data, the
+    light check below (required keys, primitive types, unknown keys)."""
     if "__invalid_json__" in args:
         return f"Invalid JSON arguments for {tool.name}: {args['__invalid_json__'][:200]}"
+    if tool.arguments is not None:
+        return argument_problem(tool.name, tool.arguments, args)
     schema = tool.parameters
     missing = [k for k in schema.get("required", []) if k not in args]
     if missing:

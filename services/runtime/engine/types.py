@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from shared.contracts.events import EventType
 from shared.contracts.messages import AgentMessage, AssistantMessage, ImageRef, ToolCall
+from shared.tool_schema import parameters_of
 
 
 class ToolOutcome(BaseModel):
@@ -50,10 +51,19 @@ ToolExecute = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutcome]]
 
 @dataclass(frozen=True)
 class Tool:
+    """A tool as the model sees it. Ours declare their arguments as a model (`Tool.typed`,
+    shared/tool_schema.py): the schema sent and the check of each call both come from it. A connector's
+    tool carries the JSON schema its connector registered (`arguments` None)."""
+
     name: str
     description: str
     parameters: dict[str, Any]
     execute: ToolExecute
+    arguments: type[BaseModel] | None = None
+
+    @classmethod
+    def typed(cls, name: str, description: str, arguments: type[BaseModel], execute: ToolExecute) -> Tool:
+        return cls(name, description, parameters_of(arguments), execute, arguments)
 
     def schema(self) -> dict[str, Any]:
         return {

@@ -15,8 +15,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from shared import workspace_fs
 from shared.disk import DiskError
+from shared.tool_schema import ToolArgs, optional
 from shared.walk import Walk, walk
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
@@ -28,16 +31,12 @@ from .ports import AgentFilesHost, ShellHost
 
 DEFAULT_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 600
-PARAMETERS = {
-    "type": "object",
-    "properties": {
-        "command": {"type": "string", "description": "The command line to run."},
-        "timeout": {"type": "integer", "description": "Seconds before the command is killed."},
-    },
-    "required": ["command"],
-    "additionalProperties": False,
-}
 MAX_RECORDED = 1000  # changed files a result records as seen (past it: read before writing them)
+
+
+class BashArgs(ToolArgs):
+    command: str = Field(description="The command line to run.")
+    timeout: int = optional("Seconds before the command is killed.")
 
 
 def altered_note(others: list[str]) -> str:
@@ -90,13 +89,13 @@ def bash_tool(host: ShellHost, agent: AgentFilesHost | None = None) -> Tool:
         return ToolOutcome(content=text or "(no output)", is_error=code != 0 or over is not None or res.stopped is not None,
                            details=details)
 
-    return Tool(
+    return Tool.typed(
         name="bash",
         description="Run a bash command with the session workspace as the working directory. Output is "
         "capped; the command is killed after `timeout` seconds (default 60), with anything it started. It "
         "runs sandboxed: no network, only the workspace is writable (and a private $TMPDIR, emptied after "
         "the call), skills are read-only under $GAMMA_SKILLS_DIR, memory and processes are limited.",
-        parameters=PARAMETERS,
+        arguments=BashArgs,
         execute=execute,
     )
 

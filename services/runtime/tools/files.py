@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pydantic import Field
+
 from shared import workspace_fs
 from shared.disk import DiskError, check_size, split_workspace_path
+from shared.tool_schema import ToolArgs, optional
 
 from .. import skill_files
 from ..engine.types import Tool, ToolContext, ToolOutcome
@@ -17,6 +20,26 @@ from .image_view import image_outcome, is_image
 from .ports import AgentFilesHost, WorkspaceHost
 
 READ_LIMIT = 2000  # lines per read
+
+
+PATH = "Workspace-relative file path."
+
+
+class ReadArgs(ToolArgs):
+    path: str = Field(description=PATH)
+    offset: int = optional("First line to read (1-based).")
+    limit: int = optional("Maximum number of lines.")
+
+
+class WriteArgs(ToolArgs):
+    path: str = Field(description=PATH)
+    content: str = Field(description="The complete new file content.")
+
+
+class EditArgs(ToolArgs):
+    path: str = Field(description=PATH)
+    old_text: str = Field(description="Exact text to replace; must match once.")
+    new_text: str = Field(description="Replacement text.")
 
 
 def file_ref(path: str) -> str:
@@ -91,23 +114,14 @@ def read_tool(host: WorkspaceHost, agent: AgentFilesHost | None = None) -> Tool:
             return ToolOutcome(content=_missing(args["path"], exc), is_error=True)
         return _page(data.decode("utf-8", errors="replace"), args, {"path": args["path"], **_seen(agent, args["path"], data)})
 
-    return Tool(
+    return Tool.typed(
         name="read",
         description="Read a file from the session workspace. Paths are relative to the workspace; "
         "skills/NAME/PATH reads a skill's own file (read-only), as does a path no workspace file has that an "
         "active skill has. "
         "Use offset/limit (1-based lines) for long text files. An image (PNG, JPEG, GIF, WebP) is returned "
         "as the image itself, so you can look at it (e.g. a rendered card).",
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Workspace-relative file path."},
-                "offset": {"type": "integer", "description": "First line to read (1-based)."},
-                "limit": {"type": "integer", "description": "Maximum number of lines."},
-            },
-            "required": ["path"],
-            "additionalProperties": False,
-        },
+        arguments=ReadArgs,
         execute=execute,
     )
 
@@ -140,19 +154,11 @@ def write_tool(host: WorkspaceHost, agent: AgentFilesHost | None = None) -> Tool
                            details={"path": args["path"], "ref": ref, "bytes": len(data),
                                     **_seen(agent, args["path"], data)})
 
-    return Tool(
+    return Tool.typed(
         name="write",
         description="Create or overwrite a file in the session workspace with the given content. Overwriting "
         "a file you have not read since it last changed is refused.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Workspace-relative file path."},
-                "content": {"type": "string", "description": "The complete new file content."},
-            },
-            "required": ["path", "content"],
-            "additionalProperties": False,
-        },
+        arguments=WriteArgs,
         execute=execute,
     )
 
@@ -186,19 +192,10 @@ def edit_tool(host: WorkspaceHost, agent: AgentFilesHost | None = None) -> Tool:
         return ToolOutcome(content=f"Edited {args['path']}.",
                            details={"path": args["path"], "ref": ref, **_seen(agent, args["path"], edited)})
 
-    return Tool(
+    return Tool.typed(
         name="edit",
         description="Replace one exact, unique occurrence of old_text with new_text in a workspace file you "
         "have read since it last changed.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Workspace-relative file path."},
-                "old_text": {"type": "string", "description": "Exact text to replace; must match once."},
-                "new_text": {"type": "string", "description": "Replacement text."},
-            },
-            "required": ["path", "old_text", "new_text"],
-            "additionalProperties": False,
-        },
+        arguments=EditArgs,
         execute=execute,
     )

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
 from shared.contracts.transcript import MAX_DEVIATION_CAUSE, MAX_DEVIATIONS, Deviation
+from shared.tool_schema import ToolArgs, optional
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .ports import MessageHost
@@ -34,6 +35,18 @@ def parse_deviations(raw: Any) -> list[Deviation] | str:
         return f"deviations[{where}]: {first['msg']}. Each deviation is {{step: a checklist step id, cause: why}}."
 
 
+class DeviationArgs(ToolArgs):
+    step: str = Field(description="The checklist step id.")
+    cause: str = Field(max_length=MAX_DEVIATION_CAUSE, description="Why the step was not done.")
+
+
+class MessageUserArgs(ToolArgs):
+    message: str = Field(description="What the user reads.")
+    block_on_user: bool = Field(alias="blockOnUser", description="true yields control to the user.")
+    deviations: list[DeviationArgs] = optional(
+        max_length=MAX_DEVIATIONS,
+        description="Workflow checklist steps not done at this completion (empty or omitted: none).")
+
 def message_user_tool(host: MessageHost) -> Tool:
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         block = bool(args["blockOnUser"])
@@ -52,34 +65,12 @@ def message_user_tool(host: MessageHost) -> Tool:
                                details={"blockOnUser": True}, terminate=True)
         return ToolOutcome(content="Message delivered. Continue the task.", details={"blockOnUser": False})
 
-    return Tool(
+    return Tool.typed(
         name="message_user",
         description="Send a message to the user. blockOnUser=false for progress (the run continues); "
         "blockOnUser=true only when the task is complete or you need the user (the run stops). Call it "
         "alone when blockOnUser is true. At a completion, list in deviations each active workflow "
         "checklist step you did not do, with its cause.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "message": {"type": "string", "description": "What the user reads."},
-                "blockOnUser": {"type": "boolean", "description": "true yields control to the user."},
-                "deviations": {
-                    "type": "array", "maxItems": MAX_DEVIATIONS,
-                    "description": "Workflow checklist steps not done at this completion (empty or omitted: none).",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "step": {"type": "string", "description": "The checklist step id."},
-                            "cause": {"type": "string", "maxLength": MAX_DEVIATION_CAUSE,
-                                      "description": "Why the step was not done."},
-                        },
-                        "required": ["step", "cause"],
-                        "additionalProperties": False,
-                    },
-                },
-            },
-            "required": ["message", "blockOnUser"],
-            "additionalProperties": False,
-        },
+        arguments=MessageUserArgs,
         execute=execute,
     )

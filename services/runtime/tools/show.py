@@ -10,16 +10,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from shared import workspace_fs
 from shared.contracts.documents import Deck, StoredDeck
 from shared.contracts.ui import ActiveForm
 from shared.disk import DiskError, atomic_write_json, read_json
+from shared.tool_schema import ToolArgs, optional
 
 from ..document_reads import stale_write
 from ..engine.types import Tool, ToolContext, ToolOutcome
-from .files import file_ref
+from .files import PATH, file_ref
 from .image_view import image_outcome, is_image
 from .ports import DisplayHost
 
@@ -61,6 +62,15 @@ async def _show_form(host: DisplayHost, rel: str) -> ToolOutcome:
                        details={"ari": f"form:{form.id}", "tabId": tab, "form": form.id})
 
 
+TAB_TITLE = "Optional tab title."
+
+
+class ShowFileArgs(ToolArgs):
+    path: str = Field(description=PATH)
+    title: str = optional(TAB_TITLE)
+    look: bool = optional("For an image file: also return the image to you.")
+
+
 def show_file_tool(host: DisplayHost) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
         try:  # opened beneath the workspace: a planted link cannot point a tab out of it
@@ -81,20 +91,11 @@ def show_file_tool(host: DisplayHost) -> Tool:
         return seen.model_copy(update={"content": f"{opened_note.content} {seen.content}",
                                        "details": {"ari": ari, "tabId": tab, **(seen.details or {})}})
 
-    return Tool(
+    return Tool.typed(
         name="show_file",
         description="Open a workspace file in a tab of the user's interface. For an image, `look: true` also "
         "returns the image to you.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Workspace-relative file path."},
-                "title": {"type": "string", "description": "Optional tab title."},
-                "look": {"type": "boolean", "description": "For an image file: also return the image to you."},
-            },
-            "required": ["path"],
-            "additionalProperties": False,
-        },
+        arguments=ShowFileArgs,
         execute=execute,
     )
 
@@ -115,18 +116,12 @@ async def _read_deck(host: DisplayHost, doc: str, path: Path, title: str | None,
                        details={"ari": ari, "tabId": tab, "created": False, "revision": revision})
 
 
-SHOW_GAMMA_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "doc": {"type": "string", "description": "Document id, e.g. 'q3-review'."},
-        "title": {"type": "string", "description": "Optional tab title."},
-        "deck": {"type": "object", "description": "The complete deck to store before opening."},
-        "card": {"type": "string", "description": "Optional card id to show: the deck's tab (an open "
-                 "one is reused) scrolls to it."},
-    },
-    "required": ["doc"],
-    "additionalProperties": False,
-}
+class ShowGammaArgs(ToolArgs):
+    doc: str = Field(description="Document id, e.g. 'q3-review'.")
+    title: str = optional(TAB_TITLE)
+    deck: dict[str, Any] = optional("The complete deck to store before opening.")
+    card: str = optional("Optional card id to show: the deck's tab (an open one is reused) "
+                      "scrolls to it.")
 
 
 def show_gamma_tool(host: DisplayHost) -> Tool:
@@ -176,12 +171,12 @@ def show_gamma_tool(host: DisplayHost) -> Tool:
         return ToolOutcome(content=f"{verb} {ari} in tab {tab}.",
                            details={"ari": ari, "tabId": tab, "created": created, "revision": revision})
 
-    return Tool(
+    return Tool.typed(
         name="show_gamma",
         description="Open a Gamma document (deck) in a tab of the user's interface. Pass `deck` "
         "({title, theme, metadata, assets, cards: [{id, ...}]}) to create or replace it first; with only "
         "`doc`, the result carries the current deck JSON and its revision (read it before editing). Replacing "
         "a deck changed since you last read or wrote it is refused: read it again first.",
-        parameters=SHOW_GAMMA_PARAMETERS,
+        arguments=ShowGammaArgs,
         execute=execute,
     )

@@ -8,7 +8,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import Field
+
 from shared.contracts.messages import ToolCall
+from shared.tool_schema import ToolArgs
 from shared.trusted_blocks import Trusted
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
@@ -83,6 +86,9 @@ def plan_skill_batch(calls: list[ToolCall], skills: Mapping[str, Skill],
     return plan
 
 
+class SkillArgs(ToolArgs):
+    name: str = Field(description="The skill name.")
+
 def skill_tool(host: SkillHost, plans: dict[str, list[tuple[Skill, str | None]]]) -> Tool:
     """`plans` is filled by the batch preflight (call id -> activations)."""
 
@@ -111,16 +117,11 @@ def skill_tool(host: SkillHost, plans: dict[str, list[tuple[Skill, str | None]]]
                      "requiredBy": {s.name: p for s, p in activations if p}},
         )
 
-    return Tool(
+    return Tool.typed(
         name="skill",
         description="Load a skill from the available_skills catalog by name. Returns the complete skill body and "
         "records the skill as active; required reference skills load with it. Load every matching skill "
         "in your first tool batch, in parallel.",
-        parameters={
-            "type": "object",
-            "properties": {"name": {"type": "string", "description": "The skill name."}},
-            "required": ["name"],
-            "additionalProperties": False,
-        },
+        arguments=SkillArgs,
         execute=execute,
     )

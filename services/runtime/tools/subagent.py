@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
+from shared.tool_schema import ToolArgs
+
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from .ports import SubagentHost
 
+
+class SubagentArgs(ToolArgs):
+    task: str = Field(description="The complete task for the child.")
 
 def subagent_tool(host: SubagentHost) -> Tool:
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
@@ -19,15 +26,10 @@ def subagent_tool(host: SubagentHost) -> Tool:
             "with other work.", details={"subagent": child},
         )
 
-    return Tool(
+    return Tool.typed(
         name="subagent",
         description="Start a child agent with its own context for a self-contained research task. It can "
         "read workspace files. Its result arrives later as a background_result message.",
-        parameters={
-            "type": "object",
-            "properties": {"task": {"type": "string", "description": "The complete task for the child."}},
-            "required": ["task"],
-            "additionalProperties": False,
-        },
+        arguments=SubagentArgs,
         execute=execute,
     )

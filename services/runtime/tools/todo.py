@@ -3,12 +3,26 @@ list as details."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
+
+from shared.tool_schema import ToolArgs
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
 from ..todo import TodoRefused, render
 from .ports import TodoHost
 
+
+class TodoItemArgs(ToolArgs):
+    id: str
+    content: str
+    status: Literal["pending", "in_progress", "complete", "blocked"]
+    reason: str | None = Field(None, description="Blocked tasks: what the task waits for.")
+
+
+class TodoArgs(ToolArgs):
+    items: list[TodoItemArgs]
 
 def todo_tool(host: TodoHost) -> Tool:
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
@@ -23,31 +37,11 @@ def todo_tool(host: TodoHost) -> Tool:
         await host.todo_changed(todo, ctx.call.id)
         return ToolOutcome(content=render(todo), details={"todo": todo.model_dump()})
 
-    return Tool(
+    return Tool.typed(
         name="todo",
         description="Replace the task list shown to the user. Send every task each time. Statuses: pending, "
         "in_progress, complete, blocked; while any task is pending or in_progress, exactly one is in_progress, "
         "unless a task waits: mark it blocked with its reason and later tasks may stay pending.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "items": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "id": {"type": "string"},
-                            "content": {"type": "string"},
-                            "status": {"type": "string", "enum": ["pending", "in_progress", "complete", "blocked"]},
-                            "reason": {"type": "string", "description": "Blocked tasks: what the task waits for."},
-                        },
-                        "required": ["id", "content", "status"],
-                        "additionalProperties": False,
-                    },
-                }
-            },
-            "required": ["items"],
-            "additionalProperties": False,
-        },
+        arguments=TodoArgs,
         execute=execute,
     )

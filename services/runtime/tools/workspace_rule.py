@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from pydantic import Field
+
 from shared.disk import DiskError
 from shared.knowledge import KnowledgeNote
+from shared.tool_schema import ToolArgs
 from shared.trusted_blocks import AttrValue, lines, quoted, render
 
 from ..engine.types import Tool, ToolContext, ToolOutcome
@@ -19,6 +22,9 @@ TOOL_NAME = "read_workspace_rule"
 class NoteReader(Protocol):
     async def note(self, note_id: str) -> KnowledgeNote | None: ...
 
+
+class WorkspaceRuleArgs(ToolArgs):
+    knowledge_id: str = Field(alias="knowledgeId", description="The note id from the knowledge hints.")
 
 def read_workspace_rule_tool(host: WorkspaceHost, reader: NoteReader | None, inline_max: int) -> Tool:
     async def execute(args: dict[str, Any], _: ToolContext) -> ToolOutcome:
@@ -45,16 +51,11 @@ def read_workspace_rule_tool(host: WorkspaceHost, reader: NoteReader | None, inl
                                           f"it is in the workspace file {path}. Read the parts you need with the "
                                           "read tool."), details=details)
 
-    return Tool(
+    return Tool.typed(
         name=TOOL_NAME,
         description="Read a workspace knowledge note named in the knowledge hints: returns its complete body "
         "(or, for a long note, the workspace file that holds it). Fetch every matching unread note in one "
         "tool batch, in parallel, before your first task action.",
-        parameters={
-            "type": "object",
-            "properties": {"knowledgeId": {"type": "string", "description": "The note id from the knowledge hints."}},
-            "required": ["knowledgeId"],
-            "additionalProperties": False,
-        },
+        arguments=WorkspaceRuleArgs,
         execute=execute,
     )

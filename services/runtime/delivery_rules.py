@@ -1,0 +1,104 @@
+"""Delivery as one pure decision (docs/architecture.md "Delivery, yield and the idle rules"): where a runtime
+injection goes, by its kind and the session's moment, read in one table. Every path that delivers asks
+`decide`: the routing of an injection as it arrives (turn_order.py `route_update`, through
+delivery.py `InjectionDelivery.deliver` and the dormant manifest), what an idle session's held updates
+start (turn_order.py `take_idle` / `idle_turn_due`, asked by supervisor.py `left_to_run` as a run ends
+and by the dispatcher at the wake barrier) and what idle recording records (idle.py `IdleRecorder.arm`
+through turn_order.py `recordable`).
+
+The seed's `deliveryByKind` first: each kind has one delivery. `steer` enters the running agent before
+its next model call; `follow_up` when the run would stop; `next_turn` waits for the next user turn. Then
+the idle rules, per moment of the session:
+
+| delivery | running | idle, a task active | idle, no active task | held (before the wake barrier) |
+|---|---|---|---|---|
+| steer | STEER | START_TURN | RECORD_IDLE | HOLD |
+| follow_up | FOLLOW_UP | START_TURN | NEXT_TURN | HOLD |
+| next_turn | NEXT_TURN | NEXT_TURN | NEXT_TURN | NEXT_TURN |
+
+"A task active": a todo task is pending or in progress and the user has not stopped the agent since.
+RECORD_IDLE waits in the next-turn list for its merge window and is then recorded without a turn
+(idle.py); a turn that starts first takes it. HOLD waits in the next-turn list until the barrier passes,
+when these rules are asked again of what is held. A yield ends a run with its queues held: their
+injections follow these rules as idle ones (supervisor.py `left_to_run`)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Literal
+
+from shared.contracts.injection import InjectionKind
+
+Delivery = Literal["steer", "follow_up", "next_turn"]
+
+# The seed's deliveryByKind.
+DELIVERY_BY_KIND: dict[str, Delivery] = {
+    "system_note": "next_turn",
+    "system_guidance": "steer",
+    "system_update": "steer",
+    "client_view": "next_turn",
+    "artifact_update": "steer",
+    "workspace_update": "steer",
+    "background_result": "follow_up",
+}
+
+
+class When(enum.Enum):
+    """The session's moment, as delivery sees it."""
+    RUNNING = "running"
+    IDLE_TASK_ACTIVE = "idle, a task active"
+    IDLE = "idle, no active task"
+    HELD = "held"
+
+
+class Action(enum.Enum):
+    """Where an injection goes: the closed set of deliveries."""
+    STEER = "steer"              # the running Agent's steer queue: before its next model call
+    FOLLOW_UP = "follow_up"      # the running Agent's follow-up queue: when the run would stop
+    START_TURN = "start_turn"    # the next-turn list, and a turn starts now to take it
+    RECORD_IDLE = "record_idle"  # the next-turn list, recorded after its merge window (idle.py)
+    NEXT_TURN = "next_turn"      # the next-turn list, until the next user turn
+    HOLD = "hold"                # the next-turn list, until the wake barrier passes
+
+
+RULES: dict[tuple[Delivery, When], Action] = {
+    ("steer", When.RUNNING): Action.STEER,
+    ("steer", When.IDLE_TASK_ACTIVE): Action.START_TURN,
+    ("steer", When.IDLE): Action.RECORD_IDLE,
+    ("steer", When.HELD): Action.HOLD,
+    ("follow_up", When.RUNNING): Action.FOLLOW_UP,
+    ("follow_up", When.IDLE_TASK_ACTIVE): Action.START_TURN,
+    ("follow_up", When.IDLE): Action.NEXT_TURN,
+    ("follow_up", When.HELD): Action.HOLD,
+    ("next_turn", When.RUNNING): Action.NEXT_TURN,
+    ("next_turn", When.IDLE_TASK_ACTIVE): Action.NEXT_TURN,
+    ("next_turn", When.IDLE): Action.NEXT_TURN,
+    ("next_turn", When.HELD): Action.NEXT_TURN,
+}
+
+
+def decide(kind: InjectionKind | str, when: When) -> Action:
+    """Where an injection of `kind` goes at moment `when`."""
+    return RULES[(DELIVERY_BY_KIND[kind], when)]
+
+
+def moment(*, held: bool, running: bool, active_task: Callable[[], bool]) -> When:
+    """The session's moment: held before the wake barrier, else running, else idle with or without an
+    active task (asked only when idle)."""
+    if held:
+        return When.HELD
+    if running:
+        return When.RUNNING
+    return When.IDLE_TASK_ACTIVE if active_task() else When.IDLE
+
+
+def idle(active_task: bool) -> When:
+    return When.IDLE_TASK_ACTIVE if active_task else When.IDLE
+
+
+class Found(enum.Enum):
+    """What routing finds before it decides: the injection needs no delivery of its own."""
+    RECORDED = "recorded"  # already in the transcript (a redelivery): answered for again
+    COVERED = "covered"    # an artifact_update whose revisions the agent was already told
+    MERGED = "merged"      # the same source id already queued, or a queued one of the same target replaced
