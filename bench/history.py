@@ -35,7 +35,6 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel
-from redis.asyncio import BlockingConnectionPool
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -57,7 +56,6 @@ from shared.contracts.lifecycle import SessionLive  # noqa: E402
 from shared.contracts.transcript import MessageEntry  # noqa: E402
 from shared.contracts.wake import Wake  # noqa: E402
 from shared.disk import session_paths  # noqa: E402
-from shared.reconnect import MAX_CONNECTIONS, POOL_WAIT_S  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "history.json"
 SIZES = {"empty": 0, "10MB": 10 << 20, "100MB": 100 << 20, "1GB": 1 << 30}
@@ -248,10 +246,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="gamma-bench-history-", dir=args.tmp) as tmp:
         url = redis_url()
         h = Harness(url, Path(tmp), ScriptedGamma(skills))
-        # The worker's pool as production builds it (shared/reconnect.py `connect`): it waits for a free
-        # connection; the harness's plain pool raises at 100, failing neighbours' wakes and loops.
-        h.client.connection_pool = BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS,
-                                                                   timeout=POOL_WAIT_S)
         h.worker.model_client = scripted_client(ScriptedGamma(skills), Timing(tokens_per_s=80))
         await h.start()
         b = Bench(h, Path(tmp), url, args.neighbours + 1)
