@@ -33,6 +33,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,8 +79,11 @@ def rss_mb() -> float:
 
 
 class Bench:
-    def __init__(self, h: Harness, data_dir: Path) -> None:
+    def __init__(self, h: Harness, data_dir: Path, url: str, sessions: int) -> None:
         self.h, self.data_dir = h, data_dir
+        # The client's reads of each session's events block (XREAD): a pool of their own, sized for every
+        # session, so the worker's pool (100 connections by default) is never emptied by the bench's reads.
+        self.reader = aioredis.from_url(url, max_connections=2 * sessions + 16)
         self.live_at: list[float] = []
         publish = h.worker.bus
 
@@ -101,7 +105,7 @@ class Bench:
 
     async def prompt(self, sid: str, text: str, limit_s: float = 60) -> tuple[float, float]:
         """(prompt -> first streamed event, prompt -> the answer that blocks on the user), absolute ends."""
-        r = self.h.client
+        r = self.reader
         last = (await r.xrevrange(keys.events(sid), count=1) or [(b"0-0", None)])[0][0]
         start = time.perf_counter()
         await inbox.append(r, UserPrompt(session_id=sid, message=text))
@@ -240,10 +244,11 @@ async def measure_size(b: Bench, label: str, size: int, args: argparse.Namespace
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     skills = load_skills(skills_dir())
     with tempfile.TemporaryDirectory(prefix="gamma-bench-history-", dir=args.tmp) as tmp:
-        h = Harness(redis_url(), Path(tmp), ScriptedGamma(skills))
+        url = redis_url()
+        h = Harness(url, Path(tmp), ScriptedGamma(skills))
         h.worker.model_client = scripted_client(ScriptedGamma(skills), Timing(tokens_per_s=80))
         await h.start()
-        b = Bench(h, Path(tmp))
+        b = Bench(h, Path(tmp), url, args.neighbours + 1)
         try:
             rows = []
             for label in args.sizes:
@@ -267,6 +272,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 task.cancel()
             await asyncio.gather(*streams, return_exceptions=True)
         finally:
+            await b.reader.aclose()
             await h.stop()
     return {"benchmark": "history", "machine": platform.platform(), "rounds": args.rounds,
             "neighbours": args.neighbours, "sizes": rows, "with_neighbours": loaded,

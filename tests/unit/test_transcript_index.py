@@ -156,3 +156,30 @@ async def test_a_compaction_kept_from_a_leaf_move_is_found_by_the_rebuild_too(tm
     assert_same(t, ref)
     ix.index_path(path).unlink()
     assert_same(_load(path), ref)
+
+
+async def test_a_duplicate_older_than_the_window_is_still_known_after_a_wake(tmp_path: Path) -> None:
+    """Exactly-once across wakes: a prompt id or an injection source recorded before the latest
+    compaction's cut is not in the window, yet a wake still knows it (dispatcher.py `on_prompt` acks
+    a redelivered prompt it finds in `Transcript.prompts`; injections check `Transcript.sources`),
+    whether the wake reads the index or rebuilds it."""
+    path = _history(tmp_path, 1_000_000)
+    t = _load(path)
+    await t.append_message(UserMessage(content="early"), prompt_id="dup-prompt")
+    await t.append_custom(CustomMessage(custom_type="gamma.injection", content="x",
+                                        details={"source": "client", "sourceId": "dup-source"}))
+    early = {t.prompts["dup-prompt"], t.sources[("client", "dup-source")]}
+    for i in range(6):
+        await t.append_message(UserMessage(content=f"turn {i}"), prompt_id=f"after-{i}")
+    await t.append_compaction("summary", t.entries[-2].id, 10, {}, "req-cut", [])
+    for rebuilt in (False, True):
+        if rebuilt:
+            ix.index_path(path).unlink()
+        woken = _load(path)
+        assert not early & {e.id for e in woken.entries}  # older than the window
+        assert "dup-prompt" in woken.prompts and ("client", "dup-source") in woken.sources
+        assert {woken.prompts["dup-prompt"], woken.sources[("client", "dup-source")]} == early
+        assert "req-cut" in woken.compactions
+    first = next(line for _, line in iter_lines(path) if b'"promptId"' in line)  # the oldest prompt of the file
+    oldest = first.split(b'"promptId":"', 1)[1].split(b'"', 1)[0].decode()
+    assert oldest in _load(path).prompts
