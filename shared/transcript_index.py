@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared.contracts.transcript import ENTRY_ADAPTER, TranscriptEntry
 from shared.disk import atomic_write_bytes
+from shared.knowledge import parse_source_id
 from shared.transcript_scan import Scan, Span, file_size, iter_lines, parse_line, read_spans, scan
 
 VERSION = 1
@@ -99,6 +100,7 @@ class TranscriptIndex(BaseModel):
     window: list[Span] = []  # the active branch from the latest compaction's first kept entry to the leaf
     base_skills: list[dict[str, Any]] = []  # skill activations live at the window's start (entries as JSON)
     base_usage: Usage = {}  # the active branch's token usage before the window (cost records)
+    base_loads: list[dict[str, Any]] = []  # loaded connectors/tools and knowledge before the window (`keep_loads`)
     prompts: dict[str, str] = {}
     sources: list[tuple[str, str, str]] = []
     told: dict[str, tuple[int, str]] = {}
@@ -137,6 +139,40 @@ def read_index(transcript: Path) -> TranscriptIndex | None:
 
 
 # ---------------------------------------------------------------- rebuild
+
+
+LOAD_TOOLS = ("load_tools", "read_workspace_rule")  # services/runtime/tool_policy.py, tools/workspace_rule.py
+
+
+def load_key(d: dict[str, Any]) -> str | None:
+    """A successful `load_tools` or `read_workspace_rule` result's key (what it loaded), else None."""
+    m = d.get("message")
+    if d.get("type") != "message" or not isinstance(m, dict) or m.get("toolName") not in LOAD_TOOLS or m.get("isError"):
+        return None
+    details = m.get("details")
+    if not isinstance(details, dict):
+        return None
+    key = details.get("namespace") if m["toolName"] == "load_tools" else details.get("knowledgeId")
+    return f"{m['toolName']}:{key}" if isinstance(key, str) else None
+
+
+def keep_loads(base: Iterable[dict[str, Any]], dropped: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The load results that stay in force past the window's start: a connector or tool namespace
+    loaded, a knowledge note read and not retired by a newer workspace_update (services/runtime/
+    knowledge.py `loaded_notes`). Loads live until the session ends, so a compaction that cut them
+    must not unload them (docs/architecture.md "How a session wakes"): the last result of each key."""
+    kept: dict[str, dict[str, Any]] = {}
+    for d in (*base, *dropped):
+        if (key := load_key(d)) is not None:
+            kept.pop(key, None)
+            kept[key] = d
+        elif d.get("type") == "custom_message" and isinstance(details := d.get("details"), dict) \
+                and details.get("injectionType") == "workspace_update":
+            parsed = parse_source_id(str(details.get("sourceId", "")))
+            note = kept.get(f"read_workspace_rule:{parsed[0]}") if parsed else None
+            if parsed and note is not None and int(note["message"]["details"].get("revision", 0)) < parsed[1]:
+                del kept[f"read_workspace_rule:{parsed[0]}"]
+    return list(kept.values())
 
 
 def window_start(kinds: dict[int, dict[str, Any]], rows: Sequence[Any], branch: Sequence[int]) -> int:
@@ -216,6 +252,9 @@ def rebuild(transcript: Path, persist: bool = True) -> TranscriptIndex:
             kinds[i] = {"type": kind, "workflow": d.get("workflow"), "outcome": d.get("outcome")}
         elif (used := usage_of(d)) is not None:
             kinds[i] = {"type": "usage", "usage": used}
+        elif load_key(d) is not None or (kind == "custom_message" and isinstance(d.get("details"), dict)
+                                         and d["details"].get("injectionType") == "workspace_update"):
+            kinds[i] = {"type": "load"}
 
     s = scan(transcript, on_entry)
     index = index_from_scan(transcript, s, kinds, facts)
@@ -235,11 +274,14 @@ def index_from_scan(transcript: Path, s: Scan, kinds: dict[int, dict[str, Any]],
         if (d := kinds.get(i)) is not None and d["type"] == "usage":
             add_usage(usage, *d["usage"])
     base_lines = read_spans(transcript, [s.spans[i] for i in base]) if base else []
+    loads = [i for i in branch[:start] if (d := kinds.get(i)) is not None and d["type"] == "load"]
+    load_lines = read_spans(transcript, [s.spans[i] for i in loads]) if loads else []
     last = s.spans[-1] if s.spans else None
     last_line = read_spans(transcript, [last])[0] if last is not None else b""
     return index_of(facts, length=s.length, last=last, last_hash=line_hash(last_line) if last else "",
                     window=[s.spans[i] for i in branch[start:]],
                     base_skills=[d for line in base_lines if (d := parse_line(line)) is not None], base_usage=usage,
+                    base_loads=keep_loads((), (d for line in load_lines if (d := parse_line(line)) is not None)),
                     branch_points=s.tree.branch_points())
 
 

@@ -158,7 +158,7 @@ class PromptKnowledge:
         notes, revisions = fetched
         if not turn.prompts or (not notes and not revisions):
             return
-        loaded = loaded_notes(self.transcript.entries)
+        loaded = loaded_notes(self.transcript.loads)
         current = {n.id: n for n in notes}
         extra: list[AgentMessage] = self._missed_updates(turn, loaded, current, revisions)
         hinted = [n for n, _ in select_notes(prompt, notes, self.top_k, self.min_score)

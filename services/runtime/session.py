@@ -211,7 +211,7 @@ class Session:
         self.catalog = ConnectorCatalog(self.connectors, self.transcript.context, lambda: self.transcript.entries) \
             if settings.runtime.dynamic_tools else None
         if settings.runtime.dynamic_tools:
-            policy = ToolPolicy(tools, lambda: self.transcript.entries, self.connectors, self.catalog)
+            policy = ToolPolicy(tools, lambda: self.transcript.loads, self.connectors, self.catalog)
             before, context.tools = chain(policy.before_model_call, self.compactor.before_model_call), policy.active_tools()
         self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, lambda: context.messages,
                                     self.contracts.scope, lambda m: self.agent.steer(m), deps.registry)

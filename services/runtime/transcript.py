@@ -86,6 +86,13 @@ class Transcript:
         return self.w.entries
 
     @property
+    def loads(self) -> list[TranscriptEntry]:
+        """The window's entries after what is still in force from before it: the live skill activations
+        and the load results (connectors, tool namespaces, knowledge notes: shared/transcript_index.py
+        `keep_loads`). Loaded state is read from these, not from the window alone."""
+        return [*self.w.base_live.values(), *self.w.base_loads, *self.w.entries]
+
+    @property
     def prompts(self) -> dict[str, str]:
         return self.w.facts.prompts
 

@@ -8,6 +8,7 @@ facts. Pure bookkeeping, no I/O: services/runtime/transcript.py reads and writes
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from shared import transcript_index as ix
 from shared.context import kept_start_index, latest_compaction_index
@@ -36,6 +37,10 @@ def _fold_skill(live: dict[str, SkillActivationEntry], entry: TranscriptEntry) -
         live.pop(entry.name, None)
 
 
+def _dumped(entries: list[TranscriptEntry]) -> list[dict[str, Any]]:
+    return [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in entries]
+
+
 @dataclass
 class Window:
     entries: list[TranscriptEntry] = field(default_factory=list)
@@ -46,6 +51,7 @@ class Window:
     base_live: dict[str, SkillActivationEntry] = field(default_factory=dict)  # live at the window's start
     live: dict[str, SkillActivationEntry] = field(default_factory=dict)  # live at the leaf
     base_usage: ix.Usage = field(default_factory=dict)  # the branch's token usage before the window (costs.py)
+    base_loads: list[TranscriptEntry] = field(default_factory=list)  # loads in force before the window (`keep_loads`)
     last: tuple[int, Span, str] = (0, (0, 0), "")  # the file's length, its last line's span and hash
     fork: tuple[str, str] | None = None  # (target, its old child) after a move within the window
 
@@ -65,6 +71,7 @@ class Window:
             if isinstance(entry := ix.parse_entry(d), SkillActivationEntry):
                 self.base_live.setdefault(entry.name, entry)
         self.base_usage = {k: list(v) for k, v in index.base_usage.items()}
+        self.base_loads = [e for d in index.base_loads if (e := ix.parse_entry(d)) is not None]
         self.last = (index.length, index.last or (0, 0), index.last_hash)
         self.replace([e for _, e in loaded.window], [s for s, _ in loaded.window])
         for span, d, entry in loaded.tail:
@@ -99,6 +106,8 @@ class Window:
         start = ix.capped(self.spans, ix.task_start(marks, start), start)  # a live workflow's task stays
         if start <= 0:
             return
+        self.base_loads = [e for d in ix.keep_loads(_dumped(self.base_loads), _dumped(self.entries[:start]))
+                           if (e := ix.parse_entry(d)) is not None]
         for e in self.entries[:start]:
             _fold_skill(self.base_live, e)
             self.ids.discard(e.id)
@@ -141,4 +150,5 @@ class Window:
                            base_skills=[e.model_dump(mode="json", by_alias=True, exclude_none=True)
                                         for e in self.base_live.values()],
                            base_usage={k: list(v) for k, v in self.base_usage.items()},
+                           base_loads=_dumped(self.base_loads),
                            branch_points={k: list(v) for k, v in self.branch_points.items()})

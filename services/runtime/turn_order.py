@@ -372,7 +372,7 @@ class TurnOrder:
             skill = None if a.preloaded else self.skills.get(a.name)
             if skill is not None:
                 out.append(active_skill_message(skill, a.required_by))
-        out.extend(knowledge_anchors(self.transcript.entries))  # loaded workspace knowledge stays active
+        out.extend(knowledge_anchors(self.transcript.loads))  # loaded workspace knowledge stays active
         out += [m for anchor in self.extra_anchors if (m := anchor()) is not None]
         return out
 
