@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 
 from scripted.history import write_history
+from services.runtime.knowledge import loaded_notes
+from services.runtime.tool_policy import loaded_connectors
 from services.runtime.transcript import Transcript
 from services.runtime.write_guard import WriteGuard
 from shared import rewind as rw
 from shared import transcript_index as ix
-from shared.contracts.messages import CustomMessage, UserMessage
+from shared.contracts.messages import CustomMessage, TextContent, ToolResultMessage, UserMessage
 from shared.contracts.transcript import LeafEntry
+from shared.knowledge import source_id
 from shared.transcript_branch import read_branch
 from shared.transcript_scan import iter_lines, read_spans
 from shared.transcript_tree import path_to
@@ -183,3 +186,33 @@ async def test_a_duplicate_older_than_the_window_is_still_known_after_a_wake(tmp
     first = next(line for _, line in iter_lines(path) if b'"promptId"' in line)  # the oldest prompt of the file
     oldest = first.split(b'"promptId":"', 1)[1].split(b'"', 1)[0].decode()
     assert oldest in _load(path).prompts
+
+
+def _loaded(t: Transcript) -> tuple[dict[str, int], set[str]]:
+    return loaded_connectors(t.loads), set(loaded_notes(t.loads))
+
+
+async def test_loads_cut_by_a_compaction_stay_in_force_after_it_and_after_a_wake(tmp_path: Path) -> None:
+    """A connector and a note loaded before the window stay loaded (shared/transcript_index.py
+    `keep_loads`): live after the compaction, at a wake from the index, and after a rebuild; a note
+    retired by a newer workspace_update before the window stays retired."""
+    path = tmp_path / "transcript.jsonl"
+    t = _load(path)
+    await t.append_message(UserMessage(content="start"))
+    await t.append_message(ToolResultMessage(tool_call_id="c1", tool_name="load_tools", content=[TextContent(text="ok")],
+                                             details={"namespace": "connector:crm", "connector": "crm", "version": 2}))
+    for note, rev in (("kept", 1), ("old", 1)):
+        await t.append_message(ToolResultMessage(tool_call_id=f"r-{note}", tool_name="read_workspace_rule",
+                                                 content=[TextContent(text="body")],
+                                                 details={"knowledgeId": note, "revision": rev, "name": note}))
+    await t.append_custom(CustomMessage(custom_type="gamma.workspace_update", content="changed", details={
+        "injectionType": "workspace_update", "source": "system", "sourceId": source_id("old", 2)}))
+    for i in range(4):
+        await t.append_message(UserMessage(content=f"turn {i}"))
+    await t.append_compaction("summary", t.entries[-2].id, 10, {}, "req-cut", [])
+    assert not any(getattr(e, "message", None) and e.message.role == "toolResult" for e in t.entries)  # type: ignore[union-attr]
+    expected = ({"crm": 2}, {"kept"})
+    assert _loaded(t) == expected
+    assert _loaded(_load(path)) == expected
+    ix.index_path(path).unlink()
+    assert _loaded(_load(path)) == expected
