@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared.contracts.transcript import ENTRY_ADAPTER, TranscriptEntry
 from shared.disk import atomic_write_bytes
+from shared.file_seen import fold_seen, seen_change
 from shared.transcript_scan import Scan, Span, file_size, iter_lines, parse_line, read_spans, scan
 
 VERSION = 1
@@ -99,6 +100,7 @@ class TranscriptIndex(BaseModel):
     window: list[Span] = []  # the active branch from the latest compaction's first kept entry to the leaf
     base_skills: list[dict[str, Any]] = []  # skill activations live at the window's start (entries as JSON)
     base_usage: Usage = {}  # the active branch's token usage before the window (cost records)
+    base_seen: dict[str, str] = {}  # file -> the hash the agent saw, on the active branch before the window
     prompts: dict[str, str] = {}
     sources: list[tuple[str, str, str]] = []
     told: dict[str, tuple[int, str]] = {}
@@ -216,6 +218,8 @@ def rebuild(transcript: Path, persist: bool = True) -> TranscriptIndex:
             kinds[i] = {"type": kind, "workflow": d.get("workflow"), "outcome": d.get("outcome")}
         elif (used := usage_of(d)) is not None:
             kinds[i] = {"type": "usage", "usage": used}
+        elif (change := seen_change(d)) is not None:
+            kinds[i] = {"type": "seen", "seen": change}
 
     s = scan(transcript, on_entry)
     index = index_from_scan(transcript, s, kinds, facts)
@@ -234,13 +238,17 @@ def index_from_scan(transcript: Path, s: Scan, kinds: dict[int, dict[str, Any]],
     for i in branch[:start]:
         if (d := kinds.get(i)) is not None and d["type"] == "usage":
             add_usage(usage, *d["usage"])
+    seen: dict[str, str] = {}
+    for i in branch[:start]:
+        if (d := kinds.get(i)) is not None and d["type"] == "seen":
+            fold_seen(seen, d["seen"])
     base_lines = read_spans(transcript, [s.spans[i] for i in base]) if base else []
     last = s.spans[-1] if s.spans else None
     last_line = read_spans(transcript, [last])[0] if last is not None else b""
     return index_of(facts, length=s.length, last=last, last_hash=line_hash(last_line) if last else "",
                     window=[s.spans[i] for i in branch[start:]],
                     base_skills=[d for line in base_lines if (d := parse_line(line)) is not None], base_usage=usage,
-                    branch_points=s.tree.branch_points())
+                    base_seen=seen, branch_points=s.tree.branch_points())
 
 
 # ---------------------------------------------------------------- the wake's read

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from shared import transcript_index as ix
 from shared.context import kept_start_index, latest_compaction_index
-from shared.contracts.messages import AssistantMessage
+from shared.contracts.messages import AssistantMessage, ToolResultMessage
 from shared.contracts.transcript import (
     AuditEntry,
     LeafEntry,
@@ -20,6 +20,7 @@ from shared.contracts.transcript import (
     SkillEndEntry,
     TranscriptEntry,
 )
+from shared.file_seen import fold_seen, seen_change
 from shared.rewind import epoch_ms
 from shared.transcript_branch import Branch
 from shared.transcript_scan import Span
@@ -46,6 +47,7 @@ class Window:
     base_live: dict[str, SkillActivationEntry] = field(default_factory=dict)  # live at the window's start
     live: dict[str, SkillActivationEntry] = field(default_factory=dict)  # live at the leaf
     base_usage: ix.Usage = field(default_factory=dict)  # the branch's token usage before the window (costs.py)
+    base_seen: dict[str, str] = field(default_factory=dict)  # files the agent saw before the window (file_reads.py)
     last: tuple[int, Span, str] = (0, (0, 0), "")  # the file's length, its last line's span and hash
     fork: tuple[str, str] | None = None  # (target, its old child) after a move within the window
 
@@ -65,6 +67,7 @@ class Window:
             if isinstance(entry := ix.parse_entry(d), SkillActivationEntry):
                 self.base_live.setdefault(entry.name, entry)
         self.base_usage = {k: list(v) for k, v in index.base_usage.items()}
+        self.base_seen = dict(index.base_seen)
         self.last = (index.length, index.last or (0, 0), index.last_hash)
         self.replace([e for _, e in loaded.window], [s for s, _ in loaded.window])
         for span, d, entry in loaded.tail:
@@ -106,6 +109,9 @@ class Window:
                 u = e.message.usage
                 ix.add_usage(self.base_usage, e.message.model or "unknown",
                              (1, u.input, u.cache_read, u.cache_write, u.output))
+            elif (isinstance(e, MessageEntry) and isinstance(e.message, ToolResultMessage)
+                  and (change := seen_change(e.model_dump(mode="json", by_alias=True))) is not None):
+                fold_seen(self.base_seen, change)
         self.entries, self.spans = self.entries[start:], self.spans[start:]  # new lists: a reader's copy stays whole
 
     def move(self, move: LeafEntry) -> bool:
@@ -141,4 +147,5 @@ class Window:
                            base_skills=[e.model_dump(mode="json", by_alias=True, exclude_none=True)
                                         for e in self.base_live.values()],
                            base_usage={k: list(v) for k, v in self.base_usage.items()},
+                           base_seen=dict(self.base_seen),
                            branch_points={k: list(v) for k, v in self.branch_points.items()})
