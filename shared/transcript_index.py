@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared.contracts.transcript import ENTRY_ADAPTER, TranscriptEntry
 from shared.disk import atomic_write_bytes
+from shared.file_seen import fold_seen, seen_change
 from shared.knowledge import parse_source_id
 from shared.transcript_scan import Scan, Span, file_size, iter_lines, parse_line, read_spans, scan
 
@@ -101,6 +102,7 @@ class TranscriptIndex(BaseModel):
     base_skills: list[dict[str, Any]] = []  # skill activations live at the window's start (entries as JSON)
     base_usage: Usage = {}  # the active branch's token usage before the window (cost records)
     base_loads: list[dict[str, Any]] = []  # loaded connectors/tools and knowledge before the window (`keep_loads`)
+    base_seen: dict[str, str] = {}  # file -> the hash the agent saw, on the active branch before the window
     prompts: dict[str, str] = {}
     sources: list[tuple[str, str, str]] = []
     told: dict[str, tuple[int, str]] = {}
@@ -255,6 +257,8 @@ def rebuild(transcript: Path, persist: bool = True) -> TranscriptIndex:
         elif load_key(d) is not None or (kind == "custom_message" and isinstance(d.get("details"), dict)
                                          and d["details"].get("injectionType") == "workspace_update"):
             kinds[i] = {"type": "load"}
+        elif (change := seen_change(d)) is not None:
+            kinds[i] = {"type": "seen", "seen": change}
 
     s = scan(transcript, on_entry)
     index = index_from_scan(transcript, s, kinds, facts)
@@ -273,6 +277,10 @@ def index_from_scan(transcript: Path, s: Scan, kinds: dict[int, dict[str, Any]],
     for i in branch[:start]:
         if (d := kinds.get(i)) is not None and d["type"] == "usage":
             add_usage(usage, *d["usage"])
+    seen: dict[str, str] = {}
+    for i in branch[:start]:
+        if (d := kinds.get(i)) is not None and d["type"] == "seen":
+            fold_seen(seen, d["seen"])
     base_lines = read_spans(transcript, [s.spans[i] for i in base]) if base else []
     loads = [i for i in branch[:start] if (d := kinds.get(i)) is not None and d["type"] == "load"]
     load_lines = read_spans(transcript, [s.spans[i] for i in loads]) if loads else []
@@ -282,7 +290,7 @@ def index_from_scan(transcript: Path, s: Scan, kinds: dict[int, dict[str, Any]],
                     window=[s.spans[i] for i in branch[start:]],
                     base_skills=[d for line in base_lines if (d := parse_line(line)) is not None], base_usage=usage,
                     base_loads=keep_loads((), (d for line in load_lines if (d := parse_line(line)) is not None)),
-                    branch_points=s.tree.branch_points())
+                    base_seen=seen, branch_points=s.tree.branch_points())
 
 
 # ---------------------------------------------------------------- the wake's read

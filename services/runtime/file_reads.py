@@ -94,15 +94,17 @@ def last_update(entries: Sequence[TranscriptEntry], path: str) -> str | None:
 class FileReads:
     """The agent's seen hashes for one session: built from the transcript on first use."""
 
-    def __init__(self, entries: Callable[[], Sequence[TranscriptEntry]]) -> None:
+    def __init__(self, entries: Callable[[], Sequence[TranscriptEntry]],
+                 base: Callable[[], Mapping[str, str]] = dict) -> None:
         self._entries = entries
+        self._base = base  # seen before the transcript's window (shared/file_seen.py): a compaction keeps it
         self._seen: dict[str, str] | None = None
         self._saves: dict[str, tuple[int, int | None]] = {}  # path -> (order, revision) of a client's save since seen
         self._order = 0
 
     def _all(self) -> dict[str, str]:
         if self._seen is None:
-            self._seen = seen_in(self._entries())
+            self._seen = {**self._base(), **seen_in(self._entries())}
         return self._seen
 
     def seen(self, path: str) -> str | None:

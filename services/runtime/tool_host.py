@@ -65,7 +65,7 @@ class SessionToolHost:
         self.viewable = ViewableFiles(lambda data: self.outbox.event("viewable_files", data), background)
         self._max_depth = settings.storage.workspace_max_depth
         self.document_reads = DocumentReads(lambda: transcript.entries)  # what a deck write must still find
-        self.file_reads = FileReads(lambda: transcript.entries)  # what a file write or edit must still find
+        self.file_reads = FileReads(lambda: transcript.entries, lambda: transcript.w.base_seen)  # what a file write or edit must still find
         self.auditor = auditor  # completion audits (audit.py)
 
     async def guard(self) -> None:

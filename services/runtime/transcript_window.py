@@ -12,7 +12,7 @@ from typing import Any
 
 from shared import transcript_index as ix
 from shared.context import kept_start_index, latest_compaction_index
-from shared.contracts.messages import AssistantMessage
+from shared.contracts.messages import AssistantMessage, ToolResultMessage
 from shared.contracts.transcript import (
     AuditEntry,
     LeafEntry,
@@ -21,6 +21,7 @@ from shared.contracts.transcript import (
     SkillEndEntry,
     TranscriptEntry,
 )
+from shared.file_seen import fold_seen, seen_change
 from shared.rewind import epoch_ms
 from shared.transcript_branch import Branch
 from shared.transcript_scan import Span
@@ -52,6 +53,7 @@ class Window:
     live: dict[str, SkillActivationEntry] = field(default_factory=dict)  # live at the leaf
     base_usage: ix.Usage = field(default_factory=dict)  # the branch's token usage before the window (costs.py)
     base_loads: list[TranscriptEntry] = field(default_factory=list)  # loads in force before the window (`keep_loads`)
+    base_seen: dict[str, str] = field(default_factory=dict)  # files the agent saw before the window (file_reads.py)
     last: tuple[int, Span, str] = (0, (0, 0), "")  # the file's length, its last line's span and hash
     fork: tuple[str, str] | None = None  # (target, its old child) after a move within the window
 
@@ -72,6 +74,7 @@ class Window:
                 self.base_live.setdefault(entry.name, entry)
         self.base_usage = {k: list(v) for k, v in index.base_usage.items()}
         self.base_loads = [e for d in index.base_loads if (e := ix.parse_entry(d)) is not None]
+        self.base_seen = dict(index.base_seen)
         self.last = (index.length, index.last or (0, 0), index.last_hash)
         self.replace([e for _, e in loaded.window], [s for s, _ in loaded.window])
         for span, d, entry in loaded.tail:
@@ -115,6 +118,9 @@ class Window:
                 u = e.message.usage
                 ix.add_usage(self.base_usage, e.message.model or "unknown",
                              (1, u.input, u.cache_read, u.cache_write, u.output))
+            elif (isinstance(e, MessageEntry) and isinstance(e.message, ToolResultMessage)
+                  and (change := seen_change(e.model_dump(mode="json", by_alias=True))) is not None):
+                fold_seen(self.base_seen, change)
         self.entries, self.spans = self.entries[start:], self.spans[start:]  # new lists: a reader's copy stays whole
 
     def move(self, move: LeafEntry) -> bool:
@@ -151,4 +157,5 @@ class Window:
                                         for e in self.base_live.values()],
                            base_usage={k: list(v) for k, v in self.base_usage.items()},
                            base_loads=_dumped(self.base_loads),
+                           base_seen=dict(self.base_seen),
                            branch_points={k: list(v) for k, v in self.branch_points.items()})

@@ -205,8 +205,10 @@ def test_dormant_put_over_the_quota_is_507(api: httpx.Client, stack: Stack) -> N
 def test_tool_write_over_the_quota_is_an_error_result(api: httpx.Client, stack: Stack) -> None:
     a, b = live_session(api), live_session(api)
     (workspace(stack, a) / "left-by-bash.bin").write_bytes(b"z" * (QUOTA_BYTES - 1000))
-    steps = (call("write", path="report.md", content="r" * 5000), call("edit", path="notes.md", old_text="x",
-                                                                         new_text="y" * 5000))
+    # the edit reads notes.md first: an edit of a file the agent has not read is refused before the quota
+    # is checked (services/runtime/file_reads.py), and the quota is what this tests
+    steps = (call("write", path="report.md", content="r" * 5000), call("read", path="notes.md"),
+             call("edit", path="notes.md", old_text="x", new_text="y" * 5000))
     for sid in (a, b):
         (workspace(stack, sid) / "notes.md").write_bytes(b"x")
         run_tools(api, sid, *steps, marker=f"quota checked {sid}")
