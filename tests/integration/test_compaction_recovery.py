@@ -31,7 +31,7 @@ from tests.support.compaction_e2e import (
     wait_phase,
     wait_runs,
 )
-from tests.support.compaction_model import call, done, reply, system_and_tools, text_of
+from tests.support.compaction_model import call, conversation_of, done, reply, system_and_tools, text_of
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -143,7 +143,7 @@ def test_active_skills_survive_compaction(env: Env, recovery: Recovery) -> None:
     for name, heading in headings().items():
         assert before.count(heading) == 1, name  # as the skill tool's result
         assert after.count(heading) == 1, name  # as the restored anchor: the tool result was summarized
-    assert after.count("<active_skill>") == 3
+    assert conversation_of(recovery.after).count("<active_skill>") == 3
     entries = transcript(env, recovery.sid)
     at = next(i for i, e in enumerate(entries) if e["type"] == "compaction")
     restored = [e for e in entries[at + 1 :] if e.get("customType") == "gamma.active_skill"]
@@ -168,7 +168,7 @@ def test_a_restart_replays_the_compacted_context(env: Env, recovery: Recovery) -
     wait_runs(env, sid, 2)
     (first,) = env.model.requests
     text = text_of(first)
-    assert text.count(SUMMARY_PREFIX) == 1 and text.count("<active_skill>") == 3
+    assert text.count(SUMMARY_PREFIX) == 1 and conversation_of(first).count("<active_skill>") == 3
     stored = read_json(session_paths(env.stack.data_dir, sid).todo)
     assert set(re.findall(r'<todo_state revision="(\d+)">', text)) == {str(stored["revision"])}
     assert len(compactions(env, sid)) == 1
@@ -188,7 +188,7 @@ def test_a_second_compaction_restores_each_owner_once(env: Env, recovery: Recove
     text = text_of(env.model.requests[-1])
     first, second = compactions(env, sid)
     assert text.count(SUMMARY_PREFIX) == 1 and second["summary"] in text and first["summary"] not in text
-    assert text.count("<active_skill>") == 3, "the anchors of the first compaction are not carried twice"
+    assert conversation_of(env.model.requests[-1]).count("<active_skill>") == 3, "the anchors of the first compaction are not carried twice"
     for heading in headings().values():
         assert text.count(heading) == 1
     stored = read_json(session_paths(env.stack.data_dir, sid).todo)

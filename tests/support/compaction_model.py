@@ -52,6 +52,12 @@ def text_of(body: dict[str, Any]) -> str:
     return "\n".join(str(m.get("content") or "") for m in body.get("messages", []))
 
 
+def conversation_of(body: dict[str, Any]) -> str:
+    """The messages after the system prompt: the static prefix defines every harness tag once
+    (services/runtime/prompts/blocks.txt), so a tag counted here is one the harness sent."""
+    return "\n".join(str(m.get("content") or "") for m in body.get("messages", []) if m.get("role") != "system")
+
+
 @dataclass
 class RecordingModel:
     port: int = field(default_factory=free_port)
