@@ -45,7 +45,10 @@ EVALS = ROOT / "evals"
 
 class Client:
     def __init__(self, base: str, timeout_s: float) -> None:
-        self.http = httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {API_TOKEN}"}, timeout=30)
+        # Idle connections are dropped well before uvicorn closes them (5 s): reusing one the server is
+        # closing answers "Server disconnected without sending a response" (seen once under load).
+        self.http = httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {API_TOKEN}"}, timeout=30,
+                                      limits=httpx.Limits(keepalive_expiry=1.0))
         self.timeout_s = timeout_s
 
     async def transcript(self, sid: str) -> list[Any]:
