@@ -35,14 +35,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from scripted.connectors import connector_reply
+from scripted.strict import failures
+from scripted.types import ScriptedReply, ScriptedToolCall
+from scripted.workflows import AUDIT_MARK, Policy, reply_for
 from services.runtime.engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX, enveloped_user_text
 from services.runtime.skills import Skill
 from shared.contracts.injection import INJECTION_KINDS
-
-from .connectors import connector_reply
-from .strict import failures
-from .types import ScriptedReply, ScriptedToolCall
-from .workflows import AUDIT_MARK, Policy, reply_for
 
 TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
         "run_aborted", "session_rewound")

@@ -24,9 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scripted.types import ScriptedReply, ScriptedToolCall
 from services.runtime.skills import Skill
-
-from .types import ScriptedReply, ScriptedToolCall
 
 POLICY_PREFIX = "eval-policy:"
 AUDIT_MARK = "Completion audit:"

@@ -21,8 +21,8 @@ import re
 import time
 from pathlib import Path
 
-from .contracts.blobref import BLOB_NAME
-from .disk import atomic_write_bytes, session_paths
+from shared.contracts.blobref import BLOB_NAME
+from shared.disk import atomic_write_bytes, session_paths
 
 NAME = re.compile(BLOB_NAME)
 

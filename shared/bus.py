@@ -26,8 +26,8 @@ from pydantic import BaseModel
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from . import topology
-from .bus_entries import (
+from shared import topology
+from shared.bus_entries import (
     BATCH_ENTRIES,
     UNPARSABLE,
     dead_letter,
@@ -36,8 +36,8 @@ from .bus_entries import (
     safe_parser,
     stash_batch_parser,
 )
-from .bus_subscribe import subscribe
-from .bus_subscriber import (
+from shared.bus_subscribe import subscribe
+from shared.bus_subscriber import (
     BATCH_SIZE,
     READ_LINGER_S,
     BatchReader,
@@ -49,11 +49,11 @@ from .bus_subscriber import (
     report_to,
     subscriptions_of,
 )
-from .bus_window import WindowReader
-from .reconnect import broker_options
-from .redis_cluster import cluster_url, durable, extra_nodes, is_cluster
-from .redis_wire import lenient_text, text
-from .topology import consumer_name
+from shared.bus_window import WindowReader
+from shared.reconnect import broker_options
+from shared.redis_cluster import cluster_url, durable, extra_nodes, is_cluster
+from shared.redis_wire import lenient_text, text
+from shared.topology import consumer_name
 
 __all__ = [
     "BATCH_ENTRIES", "BATCH_SIZE", "READ_LINGER_S", "UNPARSABLE", "BatchReader", "Claimer", "Handler", "Publisher", "WindowReader",

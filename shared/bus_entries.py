@@ -12,9 +12,9 @@ import redis.asyncio as aioredis
 import structlog
 from faststream.redis.parser.binary import BinaryMessageFormatV1
 
-from . import keys
-from .contracts.deadletter import DeadLetter
-from .redis_wire import lenient_text, text
+from shared import keys
+from shared.contracts.deadletter import DeadLetter
+from shared.redis_wire import lenient_text, text
 
 log = structlog.get_logger()
 

@@ -11,8 +11,8 @@ from faststream.redis import RedisBroker
 from prometheus_client import Counter
 from pydantic import BaseModel, TypeAdapter
 
-from . import metrics
-from .bus_subscriber import (
+from shared import metrics
+from shared.bus_subscriber import (
     BATCH_SIZE,
     BatchReader,
     Claimer,
@@ -23,7 +23,7 @@ from .bus_subscriber import (
     record,
     registry_of,
 )
-from .bus_window import WindowReader
+from shared.bus_window import WindowReader
 
 
 def subscribe(

@@ -31,8 +31,8 @@ from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import TypeAdapter, ValidationError
 
-from . import metrics
-from .bus_entries import (
+from shared import metrics
+from shared.bus_entries import (
     BATCH_ENTRIES,
     dead_letter,
     decode_entry,
@@ -40,8 +40,8 @@ from .bus_entries import (
     safe_parser,
     stash_batch_parser,
 )
-from .disk import storage_fault
-from .redis_wire import lenient_text
+from shared.disk import storage_fault
+from shared.redis_wire import lenient_text
 
 log = structlog.get_logger()
 _TRACER = trace.get_tracer("gamma.bus")

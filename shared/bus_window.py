@@ -27,9 +27,9 @@ from typing import Any
 
 import structlog
 
-from .bus_entries import BATCH_ENTRIES
-from .bus_subscriber import BatchReader, Route
-from .redis_wire import lenient_text
+from shared.bus_entries import BATCH_ENTRIES
+from shared.bus_subscriber import BatchReader, Route
+from shared.redis_wire import lenient_text
 
 log = structlog.get_logger()
 _Entry = tuple[bytes, dict[Any, Any]]

@@ -25,11 +25,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from . import keys
-from .contracts.inbox import Injection
-from .contracts.injection import RuntimeInjection
-from .redis_wire import text
-from .trusted_blocks import artifact_update
+from shared import keys
+from shared.contracts.inbox import Injection
+from shared.contracts.injection import RuntimeInjection
+from shared.redis_wire import text
+from shared.trusted_blocks import artifact_update
 
 # A set left behind (a proxy that died between registering and publishing) does not live forever.
 IN_FLIGHT_TTL_S = 24 * 3600

@@ -25,9 +25,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .contracts.messages import AssistantMessage, ToolCall, ToolResultMessage
-from .contracts.todo import TodoItem
-from .contracts.transcript import MessageEntry, TranscriptEntry
+from shared.contracts.messages import AssistantMessage, ToolCall, ToolResultMessage
+from shared.contracts.todo import TodoItem
+from shared.contracts.transcript import MessageEntry, TranscriptEntry
 
 StepKind = Literal["required", "verification", "optional"]
 StepState = Literal["done", "pending", "skipped"]

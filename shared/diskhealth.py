@@ -27,9 +27,9 @@ from typing import Literal
 import structlog
 from prometheus_client import CollectorRegistry
 
-from . import metrics
-from .disk import FULL_ERRNOS, atomic_write_bytes
-from .leftovers import leftover_temps, sweep_leftover_temps
+from shared import metrics
+from shared.disk import FULL_ERRNOS, atomic_write_bytes
+from shared.leftovers import leftover_temps, sweep_leftover_temps
 
 log = structlog.get_logger()
 DiskStateName = Literal["ok", "full", "read_only", "io_error"]

@@ -41,9 +41,9 @@ import redis.asyncio as aioredis
 import structlog
 from pydantic import BaseModel
 
-from . import keys
-from .contracts.base import now_ms
-from .fence import FOLD_LEGACY
+from shared import keys
+from shared.contracts.base import now_ms
+from shared.fence import FOLD_LEGACY
 
 log = structlog.get_logger()
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from . import keys
-from .redis_wire import optional_text
+from shared import keys
+from shared.redis_wire import optional_text
 
 # Lua, prepended to a script: moves a legacy fence key into the row's `field`, keeping the larger value;
 # a no-op (one GET) once the key is gone. Both keys carry the same {sid} hash tag.

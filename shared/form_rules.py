@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .contracts.ui import ActiveForm, FormField
-from .uirules import UiRefused
+from shared.contracts.ui import ActiveForm, FormField
+from shared.uirules import UiRefused
 
 MAX_ANSWER_CHARS = 4000  # one text answer
 MAX_ANSWERS_CHARS = 20000  # all of a form's answers together, as text

@@ -20,13 +20,13 @@ import redis.asyncio as aioredis
 import structlog
 from pydantic import ValidationError
 
-from . import keys, redis_cluster, topology, tracing
-from .bus import dead_letter, ensure_group
-from .contracts.inbox import INBOX_ADAPTER, InboxMessage
-from .inbox_rings import SWEEP_INTERVAL_S, NodeRings
-from .redis_wire import text
-from .stream_packing import ReadGroup, id_key
-from .stream_reader import StreamReader
+from shared import keys, redis_cluster, topology, tracing
+from shared.bus import dead_letter, ensure_group
+from shared.contracts.inbox import INBOX_ADAPTER, InboxMessage
+from shared.inbox_rings import SWEEP_INTERVAL_S, NodeRings
+from shared.redis_wire import text
+from shared.stream_packing import ReadGroup, id_key
+from shared.stream_reader import StreamReader
 
 GROUP = topology.group_of(topology.INBOX_READER)
 log = structlog.get_logger()

@@ -31,8 +31,8 @@ from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import RedisError
 
-from . import keys, redis_cluster
-from .redis_wire import text
+from shared import keys, redis_cluster
+from shared.redis_wire import text
 
 log = structlog.get_logger()
 

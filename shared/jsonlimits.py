@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .contracts.http import ErrorBody
+from shared.contracts.http import ErrorBody
 
 # A JSON string (escapes included): its content can hold neither structure nor numbers.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)

@@ -8,7 +8,7 @@ import sys
 
 import structlog
 
-from .tracing import add_trace_ids
+from shared.tracing import add_trace_ids
 
 
 def configure_logging(service: str, level: int = logging.INFO) -> structlog.stdlib.BoundLogger:

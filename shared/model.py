@@ -16,7 +16,7 @@ from typing import Literal, cast
 import httpx2
 from openai import AsyncAzureOpenAI, AsyncOpenAI, DefaultAioHttpClient, DefaultAsyncHttpxClient
 
-from .settings import Settings
+from shared.settings import Settings
 
 ModelRole = Literal["agent", "summarizer"]
 ModelFactory = Callable[[Settings, ModelRole], AsyncOpenAI]

@@ -17,8 +17,8 @@ import json
 
 from pydantic import Field, TypeAdapter
 
-from .catalogue import DATED, Catalogue
-from .contracts.base import CamelContract
+from shared.catalogue import DATED, Catalogue
+from shared.contracts.base import CamelContract
 
 MAX_MODELS = 100
 

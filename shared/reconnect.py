@@ -50,7 +50,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 
-from .redis_cluster import connect_cluster, is_cluster
+from shared.redis_cluster import connect_cluster, is_cluster
 
 MAX_CONNECTIONS = 512  # per client; Redis admits 10,000 clients by default
 # Per node of a cluster client: its pool raises when full (no waiting), and each blocking inbox or SSE

@@ -30,7 +30,7 @@ from redis.asyncio.connection import Connection
 from redis.crc import key_slot
 from redis.exceptions import AskError, ConnectionError, RedisError, ResponseError, TimeoutError
 
-from .settings import env_setting
+from shared.settings import env_setting
 
 _DETECTED: dict[str, bool] = {}
 PROBE_TIMEOUT_S = 1.0

@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError, TimeoutError
 
-from .contracts.http import ErrorBody
+from shared.contracts.http import ErrorBody
 
 RETRY_AFTER_S = 1
 log = structlog.get_logger()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import keys
+from shared import keys
 
 NUMBERS_TTL_S = 24 * 3600  # a holder that died without a sweep does not leave the hash forever
 

@@ -24,20 +24,20 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
-from . import cancel_safe, keys, redis_cluster, topology
-from .bus import ensured_groups, missing_groups
-from .diskhealth import DiskHealth
-from .gcpolicy import heap_freezer, young_threshold
-from .heapcensus import census_loop
-from .httplimits import bounded_http_protocol
-from .internal_http import InternalServer, internal_app, metrics_response
-from .iopool import install_io_executor
-from .metrics import StreamStats, for_registry, install_stream_stats
-from .reconnect import connect
-from .settings import Settings, load_settings
-from .tracing import configure_tracing, edge_app
-from .trim import trim_loop
-from .watchdog import StallWatchdog
+from shared import cancel_safe, keys, redis_cluster, topology
+from shared.bus import ensured_groups, missing_groups
+from shared.diskhealth import DiskHealth
+from shared.gcpolicy import heap_freezer, young_threshold
+from shared.heapcensus import census_loop
+from shared.httplimits import bounded_http_protocol
+from shared.internal_http import InternalServer, internal_app, metrics_response
+from shared.iopool import install_io_executor
+from shared.metrics import StreamStats, for_registry, install_stream_stats
+from shared.reconnect import connect
+from shared.settings import Settings, load_settings
+from shared.tracing import configure_tracing, edge_app
+from shared.trim import trim_loop
+from shared.watchdog import StallWatchdog
 
 HEARTBEAT_TTL_MS = 5_000
 CLOSE_WAIT_S = 5.0

@@ -18,11 +18,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from . import keys
-from .catalogue import Catalogue
-from .contracts.spend import Spend, Totals, UsageRow
-from .pricing import Pricer, cost_usd
-from .redis_wire import text
+from shared import keys
+from shared.catalogue import Catalogue
+from shared.contracts.spend import Spend, Totals, UsageRow
+from shared.pricing import Pricer, cost_usd
+from shared.redis_wire import text
 
 NANOS = 1_000_000_000  # nano-dollars per dollar
 MAX_MODELS = 32  # model names one hash keeps apart; the rest are summed under OTHER

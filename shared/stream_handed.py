@@ -11,7 +11,7 @@ are not handed out a second time (docs/architecture.md "Redis failures").
 
 from __future__ import annotations
 
-from .stream_packing import id_key
+from shared.stream_packing import id_key
 
 
 class HandedOut:

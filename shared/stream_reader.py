@@ -31,12 +31,12 @@ import structlog
 from redis.asyncio.connection import Connection
 from redis.exceptions import AskError, RedisError, ResponseError
 
-from . import redis_cluster
-from .bus import ensure_group
-from .inbox_rings import NodeRings
-from .redis_wire import text
-from .stream_handed import HandedOut
-from .stream_packing import PackedRead, ReadGroup, own_pending_command, pack_read, read_command
+from shared import redis_cluster
+from shared.bus import ensure_group
+from shared.inbox_rings import NodeRings
+from shared.redis_wire import text
+from shared.stream_handed import HandedOut
+from shared.stream_packing import PackedRead, ReadGroup, own_pending_command, pack_read, read_command
 
 log = structlog.get_logger()
 

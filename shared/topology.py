@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from . import keys
-from .contracts import artifacts, causal, compaction, inbox, lifecycle, notifications, recorded, wake
-from .settings import env_setting
+from shared import keys
+from shared.contracts import artifacts, causal, compaction, inbox, lifecycle, notifications, recorded, wake
+from shared.settings import env_setting
 
 SERVICES = ("proxy", "runtime", "notifications", "digest", "compaction")
 EXTERNAL = "producers"  # remote notification producers, outside the five services

@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import RedisError
 
-from . import topology
+from shared import topology
 
 log = structlog.get_logger()
 

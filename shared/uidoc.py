@@ -19,7 +19,7 @@ from typing import Any
 
 from pycrdt import Array, Doc, Map
 
-from .uirules import MAX_DEPTH, UiRefused, count_values
+from shared.uirules import MAX_DEPTH, UiRefused, count_values
 
 ROOT = "state"
 EMPTY_UPDATE = b"\x00\x00"  # a valid V1 update that changes nothing

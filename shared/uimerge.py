@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 
 from pycrdt import Doc
 
-from .form_rules import check_client_form
-from .uidoc import copy_doc, snapshot_of
-from .uirules import UiLimits, UiRefused, check_document_size, check_update_size, validate_snapshot
+from shared.form_rules import check_client_form
+from shared.uidoc import copy_doc, snapshot_of
+from shared.uirules import UiLimits, UiRefused, check_document_size, check_update_size, validate_snapshot
 
 R = TypeVar("R")
 STACK_PER_DOCUMENT_BYTE = 256

@@ -14,8 +14,8 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from .contracts.ui import UI_KEYS, SessionUIState
-from .settings import Settings
+from shared.contracts.ui import UI_KEYS, SessionUIState
+from shared.settings import Settings
 
 log = structlog.get_logger("uirules")
 

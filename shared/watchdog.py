@@ -21,8 +21,8 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import RedisError
 
-from .bus import ensured_groups
-from .redis_wire import parse_id, text
+from shared.bus import ensured_groups
+from shared.redis_wire import parse_id, text
 
 log = structlog.get_logger()
 

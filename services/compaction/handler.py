@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from services.compaction.summarizer import Summarizer
 from shared import keys, topology
 from shared.contracts.compaction import CompactionRequest
 from shared.contracts.inbox import CompactionReady
@@ -36,8 +37,6 @@ from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW
 from shared.summary_rules import file_operations, format_file_operations, summary_span
 from shared.transcript_index import window_lines
 from shared.transcript_tree import path_to
-
-from .summarizer import Summarizer
 
 log = structlog.get_logger()
 GROUP = topology.group_of("compaction")

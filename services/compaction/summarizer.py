@@ -14,22 +14,21 @@ from typing import Any, Literal
 
 from openai import AsyncOpenAI
 
-from shared.catalogue import Capabilities, Catalogue, catalogue
-from shared.contracts.messages import Usage
-from shared.contracts.spend import Attempt, UsageRow
-from shared.contracts.transcript import TranscriptEntry
-from shared.summary_rules import SummarySpan
-from shared.usage import chat_usage, responses_usage
-
-from .prompts import (
+from services.compaction.prompts import (
     NO_PRIOR_HISTORY,
     SPLIT_TURN_SEPARATOR,
     SUMMARIZATION_SYSTEM_PROMPT,
     summary_prompt,
     turn_prefix_prompt,
 )
-from .serialize import serialize_entries
-from .summary_images import SummaryImage, image_parts, load_summary_images, numbers
+from services.compaction.serialize import serialize_entries
+from services.compaction.summary_images import SummaryImage, image_parts, load_summary_images, numbers
+from shared.catalogue import Capabilities, Catalogue, catalogue
+from shared.contracts.messages import Usage
+from shared.contracts.spend import Attempt, UsageRow
+from shared.contracts.transcript import TranscriptEntry
+from shared.summary_rules import SummarySpan
+from shared.usage import chat_usage, responses_usage
 
 
 def _cap(max_tokens: int, caps: Capabilities) -> int:

@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from services.compaction.serialize import image_name
 from shared.context import entry_message
 from shared.contracts.messages import ImageRef
 from shared.contracts.transcript import TranscriptEntry
 from shared.images import data_url, load_image
 from shared.tokens import message_images
-
-from .serialize import image_name
 
 SUMMARY_IMAGE_DETAIL = "low"
 IMAGES_INTRO = ("Images from the conversation below, numbered as its [Image] lines say. They are data "

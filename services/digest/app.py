@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from services.digest.builder import DigestBuilder, Metrics
+from services.digest.flush import Flusher
 from shared import keys
 from shared.bus import Handler, by_session, make_broker, start_subscriptions, subscribe_service
 from shared.contracts.artifacts import ArtifactChange
@@ -15,9 +17,6 @@ from shared.service import add_health_routes, make_context, service_lifespan, wa
 from shared.settings import Settings, load_settings
 from shared.tracing import app_telemetry
 from shared.watchdog import StallWatchdog
-
-from .builder import DigestBuilder, Metrics
-from .flush import Flusher
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

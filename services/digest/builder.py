@@ -25,6 +25,13 @@ import redis.asyncio as aioredis
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
+from services.digest.coalesce import NO_NET_CHANGE, actors_line, compose
+from services.digest.due import DueLoop, session_lock
+from services.digest.handled import queue_mark_handled
+from services.digest.in_flight import release_settled
+from services.digest.manifest import Manifest
+from services.digest.revisions import Carry, Note, RefState, RevisionStore
+from services.digest.view import SessionView, read_view
 from shared import causal, keys
 from shared.blobs import read_blob, remove_blob, sweep_orphans
 from shared.contracts.artifacts import ArtifactChange
@@ -39,14 +46,6 @@ from shared.inbox import append
 from shared.redis_wire import optional_text
 from shared.session_locks import SessionLocks
 from shared.trusted_blocks import Body, Trusted, artifact_update
-
-from .coalesce import NO_NET_CHANGE, actors_line, compose
-from .due import DueLoop, session_lock
-from .handled import queue_mark_handled
-from .in_flight import release_settled
-from .manifest import Manifest
-from .revisions import Carry, Note, RefState, RevisionStore
-from .view import SessionView, read_view
 
 log = structlog.get_logger()
 SOURCE = "artifact"

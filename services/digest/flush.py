@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import structlog
 
+from services.digest.builder import SOURCE, DigestBuilder, source_id
+from services.digest.in_flight import release_settled
+from services.digest.revisions import RefState
 from shared import causal, keys
 from shared.contracts.causal import FlushRequest
 from shared.contracts.inbox import ChangesSettled, Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.inbox import append
-
-from .builder import SOURCE, DigestBuilder, source_id
-from .in_flight import release_settled
-from .revisions import RefState
 
 log = structlog.get_logger()
 OWED_TTL_S = 60  # past the runtime's wait (GAMMA_CAUSAL_WAIT_MS, at most 60 s) nobody waits any more

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
+from services.digest.revisions import RefState
 from shared import causal
-
-from .revisions import RefState
 
 
 async def release_settled(client: aioredis.Redis, sid: str, ref: str, state: RefState,

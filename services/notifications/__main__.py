@@ -1,10 +1,9 @@
 """`python -m services.notifications`"""
 
+from services.notifications.app import create_app
 from shared.logging import configure_logging
 from shared.service import serve
 from shared.settings import load_settings
-
-from .app import create_app
 
 
 def main() -> None:

@@ -7,6 +7,12 @@ import httpx
 import structlog
 from fastapi import FastAPI
 
+from services.notifications.connectors import ConnectorMetrics, make_connector_router
+from services.notifications.delivery import Delivery, Metrics, NotificationConflict, UnknownSession
+from services.notifications.http import make_router
+from services.notifications.mcp_routes import make_mcp_router
+from services.notifications.migrate import migrate_legacy_keys
+from services.notifications.policy import UrgencyPolicy, never_wake, wake_for_types
 from shared import keys
 from shared.bus import Handler, by_session, make_broker, publish, start_subscriptions, subscribe_service
 from shared.contracts.lifecycle import LifecycleEvent, SessionLive
@@ -19,13 +25,6 @@ from shared.redis_errors import install_redis_error_handlers
 from shared.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
 from shared.tracing import app_telemetry
-
-from .connectors import ConnectorMetrics, make_connector_router
-from .delivery import Delivery, Metrics, NotificationConflict, UnknownSession
-from .http import make_router
-from .mcp_routes import make_mcp_router
-from .migrate import migrate_legacy_keys
-from .policy import UrgencyPolicy, never_wake, wake_for_types
 
 log = structlog.get_logger()
 

@@ -21,6 +21,8 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import ValidationError
 
+from services.notifications.delivery import Delivery, NotificationConflict, UnknownSession
+from services.notifications.http import _error, refusal
 from shared import connectors as rules
 from shared import mcp_secrets
 from shared.contracts.connectors import (
@@ -35,9 +37,6 @@ from shared.contracts.inbox import ConnectorResult
 from shared.contracts.notifications import ConnectorCompleted, ConnectorCompletedPayload, NotificationSubmit
 from shared.inbox import append
 from shared.oidc import BearerVerifier
-
-from .delivery import Delivery, NotificationConflict, UnknownSession
-from .http import _error, refusal
 
 log = structlog.get_logger()
 MAX_REGISTRATION_BYTES = 512 * 1024  # 16 tools of at most 16 KiB of schema each, and their texts

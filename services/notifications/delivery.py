@@ -14,6 +14,10 @@ import redis.asyncio as aioredis
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
+from services.notifications.convert import SOURCE, parse_source_id, to_injections
+from services.notifications.policy import UrgencyPolicy, never_wake
+from services.notifications.settle import wait_for_group
+from services.notifications.store import NotificationStore, StoredNotification
 from shared import keys
 from shared.contracts.inbox import Barrier
 from shared.contracts.lifecycle import SessionLive
@@ -21,11 +25,6 @@ from shared.contracts.notifications import ExternalNotification, NotificationAcc
 from shared.contracts.recorded import InjectionRecorded
 from shared.deletion import is_deleted
 from shared.inbox import append
-
-from .convert import SOURCE, parse_source_id, to_injections
-from .policy import UrgencyPolicy, never_wake
-from .settle import wait_for_group
-from .store import NotificationStore, StoredNotification
 
 log = structlog.get_logger()
 WakeSender = Callable[[str, ExternalNotification], Awaitable[None]]

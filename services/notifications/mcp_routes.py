@@ -24,6 +24,8 @@ from fastapi.responses import JSONResponse, Response
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from services.notifications.connectors import _ERROR, AUTH, ConnectorMetrics, _body, _dumped, _json
+from services.notifications.http import _error, refusal
 from shared import connectors as rules
 from shared import mcp_secrets
 from shared.contracts.connectors import Connector, ConnectorSpec, McpEndpoint
@@ -33,9 +35,6 @@ from shared.mcp_tools import convert
 from shared.mcp_urls import AllowList, UrlRefused, allow_list, check
 from shared.oidc import BearerVerifier, InvalidBearer, looks_like_jwt
 from shared.settings import NotificationSettings
-
-from .connectors import _ERROR, AUTH, ConnectorMetrics, _body, _dumped, _json
-from .http import _error, refusal
 
 log = structlog.get_logger()
 MAX_MCP_REGISTRATION_BYTES = 64 * 1024

@@ -19,10 +19,9 @@ from typing import Any
 from ag_ui.core import RunAgentInput
 from pydantic import ValidationError
 
+from services.proxy.agui_translate import INTERRUPT_PREFIX
+from services.proxy.errors import ApiError
 from shared.contracts.http import PostMessage
-
-from .agui_translate import INTERRUPT_PREFIX
-from .errors import ApiError
 
 ANSWER_KEYS = ("answer", "text", "message")
 

@@ -18,6 +18,10 @@ from typing import Any
 import jsonpatch
 from pycrdt import Doc
 
+from services.proxy.deps import Proxy
+from services.proxy.preview import read_todo, read_transcript, read_ui
+from services.proxy.rows import SessionState
+from services.proxy.uidoc import decode_b64, encode_b64
 from shared.contracts.http import UiState
 from shared.contracts.inbox import UiUpdate
 from shared.contracts.todo import TodoList
@@ -25,11 +29,6 @@ from shared.disk import session_paths
 from shared.uidoc import EMPTY_UPDATE, doc_from_snapshot
 from shared.uimerge import apply_change
 from shared.uirules import UiLimits, UiRefused
-
-from .deps import Proxy
-from .preview import read_todo, read_transcript, read_ui
-from .rows import SessionState
-from .uidoc import decode_b64, encode_b64
 
 UI_CLIENT_ID = 1  # the proxy's copy never edits: any client id reads the same document
 

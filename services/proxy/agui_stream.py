@@ -17,14 +17,13 @@ import redis.asyncio as aioredis
 from ag_ui.core import BaseEvent, RunStartedEvent, StateDeltaEvent, StateSnapshotEvent
 from ag_ui.core.version import PROTOCOL_VERSION
 
+from services.proxy.agui_state import RunState
+from services.proxy.agui_translate import Translation, Translator, still_open
+from services.proxy.fanout import HEARTBEAT, EventFanout
+from services.proxy.routes.events import history_gap, replay
+from services.proxy.rows import load_state
 from shared import keys
 from shared.redis_wire import parse_id
-
-from .agui_state import RunState
-from .agui_translate import Translation, Translator, still_open
-from .fanout import HEARTBEAT, EventFanout
-from .routes.events import history_gap, replay
-from .rows import load_state
 
 CURSOR_KEY = "gammaCursor"
 

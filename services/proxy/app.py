@@ -9,24 +9,15 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from shared.bus import make_broker
-from shared.jsonlimits import JsonBodyGuard
-from shared.oidc import build_verifier
-from shared.reconnect import connect_blocking
-from shared.redis_errors import install_redis_error_handlers
-from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
-from shared.settings import Settings, load_settings
-from shared.tracing import app_telemetry
-
-from .deps import Proxy
-from .erase import sweep_forever
-from .errors import install_error_handlers
-from .fanout import EventFanout
-from .heap import TrimAfterLargeResponses
-from .idempotency import IdempotencyRecorder, Replay, replay_response
-from .limits import BodyLimit
-from .metrics import ProxyMetrics
-from .routes import (
+from services.proxy.deps import Proxy
+from services.proxy.erase import sweep_forever
+from services.proxy.errors import install_error_handlers
+from services.proxy.fanout import EventFanout
+from services.proxy.heap import TrimAfterLargeResponses
+from services.proxy.idempotency import IdempotencyRecorder, Replay, replay_response
+from services.proxy.limits import BodyLimit
+from services.proxy.metrics import ProxyMetrics
+from services.proxy.routes import (
     agui,
     branches,
     documents,
@@ -40,7 +31,15 @@ from .routes import (
     ui,
     workspace,
 )
-from .sse_response import ProxyApp
+from services.proxy.sse_response import ProxyApp
+from shared.bus import make_broker
+from shared.jsonlimits import JsonBodyGuard
+from shared.oidc import build_verifier
+from shared.reconnect import connect_blocking
+from shared.redis_errors import install_redis_error_handlers
+from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
+from shared.settings import Settings, load_settings
+from shared.tracing import app_telemetry
 
 STATIC = Path(__file__).parent / "static"
 # Bodies here are file contents (opaque bytes, routes/workspace.py): no JSON body limits.

@@ -14,11 +14,10 @@ from urllib.parse import unquote
 import redis.asyncio as aioredis
 from faststream.redis import RedisBroker
 
+from services.proxy.errors import ApiError
 from shared import causal, keys
 from shared.bus import publish
 from shared.contracts.artifacts import ArtifactChange
-
-from .errors import ApiError
 
 MAX_DIGEST_CHARS = 4000
 

@@ -17,6 +17,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.proxy.errors import ApiError
 from shared import workspace_fs
 from shared.contracts.inbox import AttachedFile
 from shared.contracts.messages import ImageRef
@@ -24,8 +25,6 @@ from shared.disk import DiskError, session_paths
 from shared.image_decoding import decoder
 from shared.images import ImageRefused, PreparedImage, read_workspace_image, sniff, store_image
 from shared.settings import Settings
-
-from .errors import ApiError
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,9 @@ import hmac
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.errors import ApiError
 from shared.oidc import InvalidBearer, looks_like_jwt
-
-from .deps import Proxy, get_proxy
-from .errors import ApiError
 
 # auto_error=False: FastAPI's own 403 "Not authenticated" is replaced by our 401 with a JSON body.
 bearer = HTTPBearer(auto_error=False, description="A token from GAMMA_API_TOKENS (`user:token,...`) or, "

@@ -12,12 +12,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from services.proxy.errors import ApiError
 from shared import keys, spend
 from shared.contracts.spend import BudgetLimits, BudgetReachedData, SessionBudget, SessionSpend, UserSpend
 from shared.redis_wire import text
 from shared.settings import Settings
-
-from .errors import ApiError
 
 PAYMENT_REQUIRED = 402
 

@@ -8,13 +8,12 @@ import redis.asyncio as aioredis
 from fastapi import Request
 from faststream.redis import RedisBroker
 
+from services.proxy.fanout import EventFanout
+from services.proxy.forwarding import Forwardable, forward
+from services.proxy.metrics import ProxyMetrics
 from shared.contracts.inbox import InboxReply
 from shared.oidc import BearerVerifier
 from shared.settings import Settings
-
-from .fanout import EventFanout
-from .forwarding import Forwardable, forward
-from .metrics import ProxyMetrics
 
 
 @dataclass

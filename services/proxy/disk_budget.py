@@ -19,11 +19,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.proxy.deps import Proxy
+from services.proxy.errors import ApiError
 from shared import keys
 from shared.disk import session_paths
-
-from .deps import Proxy
-from .errors import ApiError
 
 CACHE_S = 10.0
 MAX_ENTRIES = 1_000_000  # per measure, all of a user's sessions

@@ -30,6 +30,9 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 
+from services.proxy.deps import Proxy
+from services.proxy.errors import ApiError
+from services.proxy.liveness import BecameLive, dormant_lock
 from shared import keys
 from shared.contracts.base import new_id, now_ms
 from shared.contracts.inbox import Stop
@@ -37,10 +40,6 @@ from shared.deletion import global_members, session_keys
 from shared.disk import session_paths
 from shared.redis_wire import text
 from shared.walk import remove_tree
-
-from .deps import Proxy
-from .errors import ApiError
-from .liveness import BecameLive, dormant_lock
 
 log = structlog.get_logger()
 RESUME_AFTER_MS = 120_000  # a delete still marked after this lost its proxy: the sweep takes it over

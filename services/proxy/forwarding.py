@@ -16,6 +16,8 @@ import redis.asyncio as aioredis
 import structlog
 from pydantic import ValidationError
 
+from services.proxy.errors import ApiError
+from services.proxy.metrics import ProxyMetrics
 from shared import inbox, keys
 from shared.contracts.inbox import (
     Abort,
@@ -31,9 +33,6 @@ from shared.contracts.inbox import (
     UiUpdate,
     UserPrompt,
 )
-
-from .errors import ApiError
-from .metrics import ProxyMetrics
 
 log = structlog.get_logger()
 FORWARD_GRACE_S = 2.0  # beyond the reply timeout: the append and the reply's own round trips

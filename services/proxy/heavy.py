@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .errors import ApiError
+from services.proxy.errors import ApiError
 
 RETRY_AFTER_S = 2
 

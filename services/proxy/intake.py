@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import structlog
 
+from services.proxy.ari import AriError, parse_ari
+from services.proxy.attachments import check_attachments
+from services.proxy.budgets import refuse_over_budget
+from services.proxy.deps import Proxy
+from services.proxy.errors import ApiError
+from services.proxy.routes.branches import edit_rewind
+from services.proxy.routes.runs import post_to_run
+from services.proxy.rows import SessionState, mark_waking, touch
 from shared import causal, inbox, keys
 from shared.bus import publish
 from shared.contracts.http import MessageAccepted, PostMessage
 from shared.contracts.inbox import UserPrompt
 from shared.contracts.wake import Wake
-
-from .ari import AriError, parse_ari
-from .attachments import check_attachments
-from .budgets import refuse_over_budget
-from .deps import Proxy
-from .errors import ApiError
-from .routes.branches import edit_rewind
-from .routes.runs import post_to_run
-from .rows import SessionState, mark_waking, touch
 
 log = structlog.get_logger()
 

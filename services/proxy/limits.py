@@ -8,7 +8,7 @@ import time
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import error_response
+from services.proxy.errors import error_response
 
 
 class BodyTooLarge(HTTPException):

@@ -17,6 +17,10 @@ from typing import Generic, Literal, TypeVar
 import redis.asyncio as aioredis
 from fastapi import Depends
 
+from services.proxy.auth import current_user
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.errors import ApiError
+from services.proxy.rows import SessionState, load_state
 from shared import keys
 from shared.contracts.base import new_id
 from shared.disk import session_paths
@@ -24,11 +28,6 @@ from shared.redis_wire import COMPARE_AND_DELETE
 from shared.rewind import finish_pending_on_disk, snapshot_on_disk
 from shared.snapshots import SnapshotLimits
 from shared.write_model import Refused
-
-from .auth import current_user
-from .deps import Proxy, get_proxy
-from .errors import ApiError
-from .rows import SessionState, load_state
 
 LOCK_PX = 10_000
 # Dormant writes after which the disk is snapshotted (docs/architecture.md "Snapshots, rewind and fork").

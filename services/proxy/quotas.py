@@ -9,7 +9,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from .errors import ApiError
+from services.proxy.errors import ApiError
 
 WINDOW_S = 60
 

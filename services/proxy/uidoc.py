@@ -9,12 +9,11 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from services.proxy.errors import ApiError
 from shared.uirules import UiLimits, UiRefused
 from shared.uirules import default_snapshot as default_snapshot
 from shared.uirules import validate_snapshot as _validate
 from shared.write_model import Refused, decode_update
-
-from .errors import ApiError
 
 
 def decode_b64(text: str) -> bytes:

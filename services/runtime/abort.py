@@ -23,6 +23,12 @@ from typing import Any, Literal, Protocol
 
 import structlog
 
+from services.runtime.engine.agent import Agent
+from services.runtime.events import Outbox
+from services.runtime.state import SessionState
+from services.runtime.supervisor import repair_interrupted_run
+from services.runtime.transcript import Transcript
+from services.runtime.turn_order import TurnOrder
 from shared.contracts.events import RunAbortedData
 from shared.contracts.http import AbortResult
 from shared.contracts.inbox import Abort, UserPrompt
@@ -30,13 +36,6 @@ from shared.contracts.messages import AssistantMessage, CustomMessage, UserMessa
 from shared.contracts.transcript import CustomMessageEntry, LeafEntry, MessageEntry
 from shared.inbox import InboxEntry
 from shared.trusted_blocks import render
-
-from .engine.agent import Agent
-from .events import Outbox
-from .state import SessionState
-from .supervisor import repair_interrupted_run
-from .transcript import Transcript
-from .turn_order import TurnOrder
 
 log = structlog.get_logger()
 AbortReason = Literal["user", "interrupt"]

@@ -8,6 +8,11 @@ import structlog
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from services.runtime.paths import sandbox_skills_dir, skills_dir
+from services.runtime.prompt import VARIANTS, build_system_prompt
+from services.runtime.sandbox import describe, export_metric, select_sandbox
+from services.runtime.skills import load_skills
+from services.runtime.worker import Worker
 from shared import topology
 from shared.bus import by_session, consumer_name, ensure_group, make_broker, publish, subscribe
 from shared.model import model_client
@@ -15,12 +20,6 @@ from shared.reconnect import warm
 from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings
 from shared.tracing import app_telemetry
-
-from .paths import sandbox_skills_dir, skills_dir
-from .prompt import VARIANTS, build_system_prompt
-from .sandbox import describe, export_metric, select_sandbox
-from .skills import load_skills
-from .worker import Worker
 
 SHUTDOWN_S = 20.0
 

@@ -30,6 +30,11 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter
 
+from services.runtime.events import Outbox
+from services.runtime.skill_lifecycle import SkillContracts
+from services.runtime.skills import Skill
+from services.runtime.todo import TodoController
+from services.runtime.transcript import Transcript, now_iso
 from shared.checklist import Checklist, StepStatus, evaluate, missing, tool_calls
 from shared.contracts.events import AuditData
 from shared.contracts.messages import AssistantMessage, ToolCall
@@ -42,12 +47,6 @@ from shared.contracts.transcript import (
     SkillActivationEntry,
     TranscriptEntry,
 )
-
-from .events import Outbox
-from .skill_lifecycle import SkillContracts
-from .skills import Skill
-from .todo import TodoController
-from .transcript import Transcript, now_iso
 
 _COUNTERS: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 

@@ -22,6 +22,11 @@ from typing import Any, NamedTuple, Protocol
 
 import structlog
 
+from services.runtime.compaction_trigger import check_ready, is_context_overflow, make_request, should_compact
+from services.runtime.engine.types import AgentContext, Emit, StreamFn, Tool
+from services.runtime.events import Outbox
+from services.runtime.state import SessionState
+from services.runtime.transcript import Transcript
 from shared import keys
 from shared.contracts.inbox import Compact, CompactionReady
 from shared.contracts.messages import AssistantMessage, CustomMessage
@@ -34,12 +39,6 @@ from shared.tokens import (
     context_tokens_bound,
     count_text_tokens,
 )
-
-from .compaction_trigger import check_ready, is_context_overflow, make_request, should_compact
-from .engine.types import AgentContext, Emit, StreamFn, Tool
-from .events import Outbox
-from .state import SessionState
-from .transcript import Transcript
 
 log = structlog.get_logger()
 OVERFLOW_WAIT_S = 120.0

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from services.runtime.connectors import ConnectorHub
 from shared import connectors as rules
 from shared.contracts.connectors import Connector
 from shared.contracts.inbox import Injection
@@ -33,10 +34,8 @@ from shared.contracts.transcript import CustomMessageEntry, TranscriptEntry
 from shared.inbox import append
 from shared.trusted_blocks import Part, element, lines, quoted, render
 
-from .connectors import ConnectorHub
-
 if TYPE_CHECKING:
-    from .pending import PendingTurn
+    from services.runtime.pending import PendingTurn
 
 log = structlog.get_logger()
 SOURCE_PREFIX = "connectors.catalog."

@@ -29,6 +29,9 @@ from typing import Any
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
+from services.runtime import mcp_calls
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.transcript import Transcript
 from shared import connector_args, keys, mcp_secrets, offload
 from shared import connectors as rules
 from shared.contracts.connectors import CALL_ID, Connector, ConnectorCall, ConnectorTool
@@ -39,10 +42,6 @@ from shared.inbox import InboxEntry, append
 from shared.mcp_urls import allow_list
 from shared.neutralise import neutralise
 from shared.trusted_blocks import json_value, render
-
-from . import mcp_calls
-from .engine.types import Tool, ToolContext, ToolOutcome
-from .transcript import Transcript
 
 log = structlog.get_logger()
 _CALL_ID = re.compile(CALL_ID)

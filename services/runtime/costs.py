@@ -18,13 +18,12 @@ from typing import Any
 
 import structlog
 
+from services.runtime.lease import LeaseLost
+from services.runtime.liveui import UiHost
 from shared.contracts.messages import AssistantMessage
 from shared.contracts.transcript import MessageEntry, TranscriptEntry
 from shared.pricing import Pricer, cost_usd
 from shared.transcript_index import Usage
-
-from .lease import LeaseLost
-from .liveui import UiHost
 
 log = structlog.get_logger()
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from services.runtime.delivery_rules import Action, Found
+from services.runtime.pending import PendingTurn
+from services.runtime.state import SessionState
+from services.runtime.transcript import Transcript
+from services.runtime.turn_order import TurnOrder
 from shared.contracts.inbox import Injection
-
-from .delivery_rules import Action, Found
-from .pending import PendingTurn
-from .state import SessionState
-from .transcript import Transcript
-from .turn_order import TurnOrder
 
 # Left in the next-turn list: idle recording's windows open for what it records (idle.py `arm`).
 HELD = frozenset({Found.MERGED, Action.NEXT_TURN, Action.RECORD_IDLE, Action.HOLD})

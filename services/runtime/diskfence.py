@@ -31,7 +31,7 @@ import os
 import time
 from pathlib import Path
 
-from .lease import LeaseLost
+from services.runtime.lease import LeaseLost
 
 WIDTH = 20  # the fence as a fixed-width decimal: one pwrite, never a torn number among readers
 POLL_S = 0.005

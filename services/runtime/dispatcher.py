@@ -17,6 +17,17 @@ from typing import Any
 import structlog
 from opentelemetry.trace import Span
 
+from services.runtime.causal import CausalGate
+from services.runtime.delivery import InjectionDelivery
+from services.runtime.dispatcher_ports import Aborts, Answers, Held, OpenCalls, PromptHook, Runs
+from services.runtime.engine.agent import Agent
+from services.runtime.failures import disk_fault, refusal, transient
+from services.runtime.lease import LeaseLost
+from services.runtime.pending import PendingTurn, TurnInput
+from services.runtime.state import SessionState
+from services.runtime.supervisor import interrupted
+from services.runtime.transcript import Transcript
+from services.runtime.turn_order import TurnOrder
 from shared import keys
 from shared.bus import dead_letter
 from shared.contracts.inbox import (
@@ -36,18 +47,6 @@ from shared.contracts.inbox import (
 )
 from shared.inbox import InboxEntry
 from shared.tracing import span_from
-
-from .causal import CausalGate
-from .delivery import InjectionDelivery
-from .dispatcher_ports import Aborts, Answers, Held, OpenCalls, PromptHook, Runs
-from .engine.agent import Agent
-from .failures import disk_fault, refusal, transient
-from .lease import LeaseLost
-from .pending import PendingTurn, TurnInput
-from .state import SessionState
-from .supervisor import interrupted
-from .transcript import Transcript
-from .turn_order import TurnOrder
 
 log = structlog.get_logger()
 EXPIRE_RETRY_S = 0.5  # a held prompt's wait ended but could not be settled: the next try

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol
 
+from services.runtime.pending import PendingTurn
 from shared.contracts.events import EventType
 from shared.contracts.inbox import Abort, UserPrompt
 from shared.inbox import InboxEntry
-
-from .pending import PendingTurn
 
 
 class PromptHook(Protocol):

@@ -9,11 +9,10 @@ from typing import Any
 import structlog
 from pydantic import BaseModel
 
+from services.runtime.sender import EVENTS_MAXLEN, Also, EventSender, Fence
 from shared import keys
 from shared.contracts.events import EventType, SessionEvent
 from shared.contracts.inbox import InboxReply
-
-from .sender import EVENTS_MAXLEN, Also, EventSender, Fence
 
 log = structlog.get_logger()
 REPLY_TTL_S = 60

@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 
+from services.runtime.liveui import UiHost
+from services.runtime.transcript import Transcript
 from shared.contracts.inbox import Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.trusted_blocks import Body, lines, quoted, render
-
-from .liveui import UiHost
-from .transcript import Transcript
 
 Deliver = Callable[[Injection, str | None], Awaitable[None]]
 

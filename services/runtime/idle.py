@@ -25,16 +25,15 @@ from typing import Any
 
 import structlog
 
+from services.runtime.engine.agent import Agent
+from services.runtime.inbox_queue import touched_ref
+from services.runtime.lease import LeaseLost
+from services.runtime.state import SessionState
+from services.runtime.transcript import Transcript
+from services.runtime.turn_order import TurnOrder
 from shared import causal
 from shared.contracts.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, Injection
 from shared.contracts.messages import AgentMessage, CustomMessage
-
-from .engine.agent import Agent
-from .inbox_queue import touched_ref
-from .lease import LeaseLost
-from .state import SessionState
-from .transcript import Transcript
-from .turn_order import TurnOrder
 
 log = structlog.get_logger()
 Clock = Callable[[], float]

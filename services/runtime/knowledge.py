@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
+from services.runtime.tools.workspace_rule import TOOL_NAME
+from services.runtime.transcript import Transcript
 from shared import keys
 from shared.contracts.messages import AgentMessage, CustomMessage
 from shared.contracts.transcript import CustomMessageEntry, MessageEntry, TranscriptEntry
@@ -41,11 +43,8 @@ from shared.knowledge import (
 from shared.redis_wire import text
 from shared.trusted_blocks import lines, quoted, render
 
-from .tools.workspace_rule import TOOL_NAME
-from .transcript import Transcript
-
 if TYPE_CHECKING:
-    from .pending import PendingTurn
+    from services.runtime.pending import PendingTurn
 
 ANCHOR_TYPE = "gamma.active_knowledge"
 _COUNTERS: dict[CollectorRegistry, Counter] = {}

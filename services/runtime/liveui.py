@@ -11,12 +11,11 @@ from typing import Any, Protocol
 
 import structlog
 
+from services.runtime.uistate import UiDoc
+from services.runtime.write_guard import Guard
 from shared.contracts.events import EventType, UiUpdateData
 from shared.disk import SessionPaths, atomic_write_json, read_json, storage_fault
 from shared.uirules import UiLimits, repair_snapshot
-
-from .uistate import UiDoc
-from .write_guard import Guard
 
 log = structlog.get_logger()
 

@@ -7,15 +7,14 @@ from __future__ import annotations
 import structlog
 from pydantic import ValidationError
 
+from services.runtime.delivery_rules import Found
+from services.runtime.transcript import Transcript
+from services.runtime.turn_order import TurnOrder
 from shared.contracts.inbox import Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.pending import PendingArtifactUpdates
 from shared.disk import SessionPaths, read_json
 from shared.trusted_blocks import ensure_block
-
-from .delivery_rules import Found
-from .transcript import Transcript
-from .turn_order import TurnOrder
 
 log = structlog.get_logger()
 

@@ -29,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
+from services.runtime.engine.types import AgentEvent, ToolContext, ToolOutcome
 from shared import connectors as rules
 from shared import mcp_secrets
 from shared.contracts.connectors import Connector, ConnectorCall, ConnectorTool
@@ -37,8 +38,6 @@ from shared.mcp_tools import result_text
 from shared.mcp_urls import AllowList, UrlRefused, allow_list
 from shared.neutralise import neutralise
 from shared.settings import Settings
-
-from .engine.types import AgentEvent, ToolContext, ToolOutcome
 
 log = structlog.get_logger()
 MAX_PROGRESS_EVENTS = 200  # per call: a server that floods progress cannot flood the events stream

@@ -10,15 +10,14 @@ import structlog
 from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry, Counter
 
+from services.runtime.engine.attempts import QUIET, CallLimits, CallObserver, HistoryRepair
+from services.runtime.engine.cache_watch import MissReport, PrefixLedger
+from services.runtime.engine.provider_gate import Provider, ProviderGates, provider_key
+from services.runtime.engine.retry_policy import Failure
+from services.runtime.transcript import Transcript, now_iso
 from shared.context import context_with_ids
 from shared.contracts.transcript import HistoryRepairEntry
 from shared.settings import Settings
-
-from .engine.attempts import QUIET, CallLimits, CallObserver, HistoryRepair
-from .engine.cache_watch import MissReport, PrefixLedger
-from .engine.provider_gate import Provider, ProviderGates, provider_key
-from .engine.retry_policy import Failure
-from .transcript import Transcript, now_iso
 
 _METRICS: dict[CollectorRegistry, ModelMetrics] = {}
 log = structlog.get_logger()

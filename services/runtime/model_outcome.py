@@ -19,7 +19,7 @@ from shared.contracts.events import MessageUserData
 from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage
 
 if TYPE_CHECKING:
-    from .events import Outbox
+    from services.runtime.events import Outbox
 
 
 CONTENT_FILTERED = ("The provider's content filter stopped the model's reply (finish_reason=content_filter); "

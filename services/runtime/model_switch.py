@@ -8,12 +8,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from services.runtime.transcript import Transcript, now_iso
 from shared.contracts.http import ModelConfig
 from shared.contracts.inbox import ModelChange
 from shared.contracts.transcript import ModelChangeEntry
 from shared.inbox import InboxEntry
-
-from .transcript import Transcript, now_iso
 
 
 class Replies(Protocol):

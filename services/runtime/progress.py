@@ -13,17 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from services.runtime.audit import active_checklists, engaged, workflow_window
+from services.runtime.events import Outbox
+from services.runtime.skills import Skill
+from services.runtime.todo import TodoController
+from services.runtime.transcript import Transcript
 from shared.checklist import Checklist, current_index, evaluate, tool_calls
 from shared.contracts.events import ChecklistData, ChecklistStepData
 from shared.contracts.messages import CustomMessage
 from shared.contracts.transcript import AuditEntry
 from shared.trusted_blocks import render
-
-from .audit import active_checklists, engaged, workflow_window
-from .events import Outbox
-from .skills import Skill
-from .todo import TodoController
-from .transcript import Transcript
 
 ANCHOR_TYPE = "gamma.checklist_progress"
 

@@ -14,9 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Literal, get_args
 
+from services.runtime.skills import Skill, UnknownSkill, catalog_block, required_closure
 from shared.trusted_blocks import Trusted, element
-
-from .skills import Skill, UnknownSkill, catalog_block, required_closure
 
 Variant = Literal["base", "deck-generation", "import"]
 VARIANTS: tuple[Variant, ...] = get_args(Variant)

@@ -9,6 +9,15 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from services.runtime.engine.types import AgentEvent
+from services.runtime.events import Outbox
+from services.runtime.forms import form_delivered
+from services.runtime.liveui import UiHost
+from services.runtime.model_outcome import announce, count_usage, mark_implicit
+from services.runtime.pending import PendingInjection
+from services.runtime.skill_lifecycle import SkillContracts
+from services.runtime.transcript import Transcript
+from services.runtime.turn_order import TurnOrder
 from shared import keys, metrics
 from shared.contracts.messages import (
     AgentMessage,
@@ -18,16 +27,6 @@ from shared.contracts.messages import (
     UserMessage,
 )
 from shared.contracts.recorded import InjectionRecorded
-
-from .engine.types import AgentEvent
-from .events import Outbox
-from .forms import form_delivered
-from .liveui import UiHost
-from .model_outcome import announce, count_usage, mark_implicit
-from .pending import PendingInjection
-from .skill_lifecycle import SkillContracts
-from .transcript import Transcript
-from .turn_order import TurnOrder
 
 # Engine events that only report progress: sent without holding up the run (Outbox.event(wait=False)).
 PROGRESS_EVENTS = frozenset({"agent_start", "turn_start", "message_start", "message_update", "reasoning_update",

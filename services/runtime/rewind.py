@@ -13,16 +13,15 @@ from typing import Any, Literal, Protocol
 
 import structlog
 
+from services.runtime.snapshots import SessionSnapshots
+from services.runtime.todo import TodoController
+from services.runtime.transcript import Transcript, now_iso
+from services.runtime.write_guard import Guard
 from shared import rewind as rw
 from shared.contracts.events import EventType, RunAbortedData
 from shared.contracts.inbox import Rewind
 from shared.inbox import InboxEntry
 from shared.snapshots import ScanTooLarge
-
-from .snapshots import SessionSnapshots
-from .todo import TodoController
-from .transcript import Transcript, now_iso
-from .write_guard import Guard
 
 log = structlog.get_logger()
 

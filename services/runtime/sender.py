@@ -44,12 +44,11 @@ import orjson
 import structlog
 from redis.exceptions import NoScriptError
 
+from services.runtime.lease import LeaseLost
 from shared import keys, redis_cluster
 from shared.contracts.base import now_ms
 from shared.contracts.events import TRACEPARENT_FIELD, SessionEvent
 from shared.redis_wire import text
-
-from .lease import LeaseLost
 
 log = structlog.get_logger()
 EVENTS_MAXLEN = 10_000

@@ -23,6 +23,55 @@ from typing import Any
 from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
 
+from services.runtime.abort import RunAborter, stopped_by_user
+from services.runtime.ack import Acker
+from services.runtime.audit import Auditor
+from services.runtime.cache_key import prompt_cache_key
+from services.runtime.causal import CausalGate, causal_wait
+from services.runtime.compactor import Compactor
+from services.runtime.connector_catalog import ConnectorCatalog, PromptHooks
+from services.runtime.connectors import ConnectorHub
+from services.runtime.costs import CostProjection
+from services.runtime.delivery import InjectionDelivery
+from services.runtime.diskfence import DiskFence
+from services.runtime.dispatcher import Handler, InboxDispatcher
+from services.runtime.engine.agent import Agent
+from services.runtime.engine.cache_watch import CacheWatch
+from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
+from services.runtime.engine.sse import ReadGate
+from services.runtime.engine.types import AgentContext, BeforeModelCall, RunBudget, RunHooks
+from services.runtime.events import Outbox
+from services.runtime.forms import deliver_answered_form
+from services.runtime.idle import IdleRecorder, MergeWindow, in_flight_check
+from services.runtime.knowledge import KnowledgeReader, PromptKnowledge
+from services.runtime.lease import Lease, LeaseLost
+from services.runtime.liveui import LiveUi
+from services.runtime.manifest import queue_manifest
+from services.runtime.mcp_calls import McpLimits
+from services.runtime.model_calls import ModelCalls, record_repair
+from services.runtime.model_switch import ModelSwitch
+from services.runtime.paths import sandbox_skills_dir
+from services.runtime.progress import ChecklistProgress
+from services.runtime.recorder import Recorder
+from services.runtime.rewind import Rewinder
+from services.runtime.sandbox import select_sandbox
+from services.runtime.session_files import SessionFiles
+from services.runtime.skill_lifecycle import SkillContracts
+from services.runtime.skill_rules import SkillRuleGuard, load_rules
+from services.runtime.skills import Skill
+from services.runtime.snapshots import SessionSnapshots
+from services.runtime.spend import SpendLedger
+from services.runtime.state import SessionState
+from services.runtime.supervisor import RunSupervisor, repair_interrupted_run
+from services.runtime.todo import TodoController
+from services.runtime.tool_host import SessionToolHost
+from services.runtime.tool_policy import ToolPolicy
+from services.runtime.tools import Toolset
+from services.runtime.transcript import Transcript
+from services.runtime.turn_order import TurnOrder
+from services.runtime.turn_starts import StartGate
+from services.runtime.write_guard import WriteGuard
+from services.runtime.writes import WriteHandlers
 from shared.contracts.http import ModelConfig
 from shared.contracts.inbox import (
     Compact,
@@ -42,56 +91,6 @@ from shared.settings import Settings
 from shared.snapshots import SnapshotLimits
 from shared.tokens import TokenCounter
 from shared.uirules import UiLimits
-
-from .abort import RunAborter, stopped_by_user
-from .ack import Acker
-from .audit import Auditor
-from .cache_key import prompt_cache_key
-from .causal import CausalGate, causal_wait
-from .compactor import Compactor
-from .connector_catalog import ConnectorCatalog, PromptHooks
-from .connectors import ConnectorHub
-from .costs import CostProjection
-from .delivery import InjectionDelivery
-from .diskfence import DiskFence
-from .dispatcher import Handler, InboxDispatcher
-from .engine.agent import Agent
-from .engine.cache_watch import CacheWatch
-from .engine.openai_stream import ModelSettings, OpenAIStream
-from .engine.sse import ReadGate
-from .engine.types import AgentContext, BeforeModelCall, RunBudget, RunHooks
-from .events import Outbox
-from .forms import deliver_answered_form
-from .idle import IdleRecorder, MergeWindow, in_flight_check
-from .knowledge import KnowledgeReader, PromptKnowledge
-from .lease import Lease, LeaseLost
-from .liveui import LiveUi
-from .manifest import queue_manifest
-from .mcp_calls import McpLimits
-from .model_calls import ModelCalls, record_repair
-from .model_switch import ModelSwitch
-from .paths import sandbox_skills_dir
-from .progress import ChecklistProgress
-from .recorder import Recorder
-from .rewind import Rewinder
-from .sandbox import select_sandbox
-from .session_files import SessionFiles
-from .skill_lifecycle import SkillContracts
-from .skill_rules import SkillRuleGuard, load_rules
-from .skills import Skill
-from .snapshots import SessionSnapshots
-from .spend import SpendLedger
-from .state import SessionState
-from .supervisor import RunSupervisor, repair_interrupted_run
-from .todo import TodoController
-from .tool_host import SessionToolHost
-from .tool_policy import ToolPolicy
-from .tools import Toolset
-from .transcript import Transcript
-from .turn_order import TurnOrder
-from .turn_starts import StartGate
-from .write_guard import WriteGuard
-from .writes import WriteHandlers
 
 
 @dataclass

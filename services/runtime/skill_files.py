@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
-from .skills import Skill
+from services.runtime.skills import Skill
 
 PREFIX = "skills/"
 

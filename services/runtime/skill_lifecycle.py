@@ -29,6 +29,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from services.runtime.events import Outbox
+from services.runtime.skills import Skill, outranks, required_closure
+from services.runtime.transcript import Transcript, now_iso
 from shared.contracts.transcript import (
     AuditEntry,
     MessageEntry,
@@ -37,10 +40,6 @@ from shared.contracts.transcript import (
     SkillEndReason,
     TranscriptEntry,
 )
-
-from .events import Outbox
-from .skills import Skill, outranks, required_closure
-from .transcript import Transcript, now_iso
 
 
 @dataclass(frozen=True)

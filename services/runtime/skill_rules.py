@@ -21,12 +21,11 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from services.runtime.engine.types import PrepareBatch, ToolOutcome
+from services.runtime.skills import Skill, SkillError, resolve_activation
+from services.runtime.turn_order import active_skill_message
 from shared.contracts.messages import AgentMessage, CustomMessage, ToolCall, UserMessage
 from shared.trusted_blocks import render
-
-from .engine.types import PrepareBatch, ToolOutcome
-from .skills import Skill, SkillError, resolve_activation
-from .turn_order import active_skill_message
 
 RULES_FILE = Path(__file__).with_name("skill_rules.yaml")
 _COUNTERS: dict[CollectorRegistry, Counter] = {}

@@ -11,10 +11,9 @@ from collections.abc import Callable
 
 import structlog
 
+from services.runtime.write_guard import Guard
 from shared.disk import SessionPaths, storage_fault
 from shared.snapshots import Record, ScanTooLarge, SnapshotLimits, SnapshotStore
-
-from .write_guard import Guard
 
 log = structlog.get_logger()
 

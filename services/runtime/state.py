@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from services.runtime.inbox_queue import InboxQueue
 from shared.inbox import InboxEntry
-
-from .inbox_queue import InboxQueue
 
 
 @dataclass

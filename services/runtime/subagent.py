@@ -16,16 +16,15 @@ from typing import Any, Protocol
 
 import structlog
 
+from services.runtime.engine.loop import run_loop
+from services.runtime.engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
+from services.runtime.tools import readonly_tools
+from services.runtime.tools.ports import WorkspaceHost
 from shared.contracts.inbox import Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage, UserMessage
 from shared.inbox import append
 from shared.trusted_blocks import lines, quoted, render
-
-from .engine.loop import run_loop
-from .engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
-from .tools import readonly_tools
-from .tools.ports import WorkspaceHost
 
 log = structlog.get_logger()
 SUBAGENT_PROMPT = ("You are a research subagent of the Gamma agent. Complete the task with the read tool when "

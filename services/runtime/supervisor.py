@@ -10,6 +10,15 @@ from typing import Any, Literal, Protocol
 
 import structlog
 
+from services.runtime.ack import TRANSIENT
+from services.runtime.engine.agent import Agent
+from services.runtime.engine.spans import run_span
+from services.runtime.lease import LeaseLost
+from services.runtime.pending import PendingTurn
+from services.runtime.state import SessionState
+from services.runtime.transcript import Transcript
+from services.runtime.turn_order import TurnOrder
+from services.runtime.turn_starts import FREE, StartGate, StartPass
 from shared import keys
 from shared.contracts.base import new_id
 from shared.contracts.events import EventType
@@ -17,16 +26,6 @@ from shared.contracts.messages import AssistantMessage, TextContent, ToolResultM
 from shared.contracts.transcript import CustomMessageEntry, LeafEntry, MessageEntry
 from shared.disk import storage_fault
 from shared.tracing import recorded_traceparent
-
-from .ack import TRANSIENT
-from .engine.agent import Agent
-from .engine.spans import run_span
-from .lease import LeaseLost
-from .pending import PendingTurn
-from .state import SessionState
-from .transcript import Transcript
-from .turn_order import TurnOrder
-from .turn_starts import FREE, StartGate, StartPass
 
 log = structlog.get_logger()
 # What a run starts from: a PendingTurn (new messages), None (continue the context as it is: an

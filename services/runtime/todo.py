@@ -7,13 +7,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from services.runtime.write_guard import Guard
 from shared.contracts.messages import CustomMessage
 from shared.contracts.todo import TodoItem, TodoList, task_state_problem, waiting
 from shared.disk import atomic_write_json, read_json
 from shared.trusted_blocks import lines, quoted
 from shared.trusted_blocks import render as render_block
-
-from .write_guard import Guard
 
 
 class TodoRefused(ValueError):

@@ -7,6 +7,20 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from services.runtime.audit import Auditor
+from services.runtime.document_reads import DocumentReads
+from services.runtime.engine.types import StreamFn
+from services.runtime.events import Outbox
+from services.runtime.file_reads import FileReads
+from services.runtime.liveui import UiHost
+from services.runtime.sandbox import Sandbox
+from services.runtime.skill_lifecycle import SkillContracts
+from services.runtime.skills import Skill
+from services.runtime.subagent import Subagents
+from services.runtime.todo import TodoController
+from services.runtime.transcript import Transcript
+from services.runtime.viewable import ViewableFiles
+from services.runtime.write_guard import Guard
 from shared import keys, revnum
 from shared.blobs import write_blob
 from shared.contracts.artifacts import ArtifactChange
@@ -15,21 +29,6 @@ from shared.contracts.transcript import Deviation
 from shared.disk import SessionPaths, workspace_files
 from shared.quota import WorkspaceQuota
 from shared.settings import Settings
-
-from .audit import Auditor
-from .document_reads import DocumentReads
-from .engine.types import StreamFn
-from .events import Outbox
-from .file_reads import FileReads
-from .liveui import UiHost
-from .sandbox import Sandbox
-from .skill_lifecycle import SkillContracts
-from .skills import Skill
-from .subagent import Subagents
-from .todo import TodoController
-from .transcript import Transcript
-from .viewable import ViewableFiles
-from .write_guard import Guard
 
 T = TypeVar("T")
 

@@ -24,12 +24,11 @@ from typing import Any, Protocol
 
 from pydantic import Field
 
+from services.runtime.connectors import ConnectorHub
+from services.runtime.engine.types import AgentContext, Tool, ToolContext, ToolOutcome
 from shared import connectors as rules
 from shared.contracts.transcript import MessageEntry, SkillActivationEntry, TranscriptEntry
 from shared.tool_schema import ToolArgs
-
-from .connectors import ConnectorHub
-from .engine.types import AgentContext, Tool, ToolContext, ToolOutcome
 
 LOAD_TOOLS = "load_tools"
 CONNECTOR_PREFIX = "connector:"

@@ -19,6 +19,8 @@ from typing import Any
 import structlog
 from pydantic import TypeAdapter
 
+from services.runtime.transcript_window import Window
+from services.runtime.write_guard import Guard
 from shared import transcript_index as ix
 from shared.context import build_context
 from shared.contracts.messages import AgentMessage, CustomMessage
@@ -34,9 +36,6 @@ from shared.contracts.transcript import (
 )
 from shared.disk import append_lines_unsynced, iter_jsonl, jsonl_line, sync_and_close
 from shared.transcript_branch import Branch, read_branch
-
-from .transcript_window import Window
-from .write_guard import Guard
 
 log = structlog.get_logger()
 _ENTRIES: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])

@@ -11,21 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from services.runtime.attachments import client_view_content, prompt_messages
+from services.runtime.delivery_rules import Action, Found, When, decide, idle, moment
+from services.runtime.engine.agent import Agent
+from services.runtime.knowledge import knowledge_anchors
+from services.runtime.pending import PendingInjection, PendingPrompt, PendingTurn, TurnInput
+from services.runtime.skill_lifecycle import scope
+from services.runtime.skills import Skill, parse_skill_command, resolve_activation
+from services.runtime.todo import TodoController
+from services.runtime.tools.skill import render_skill
+from services.runtime.transcript import Transcript
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
 from shared.trusted_blocks import artifact_update, ensure_block, render
-
-from .attachments import client_view_content, prompt_messages
-from .delivery_rules import Action, Found, When, decide, idle, moment
-from .engine.agent import Agent
-from .knowledge import knowledge_anchors
-from .pending import PendingInjection, PendingPrompt, PendingTurn, TurnInput
-from .skill_lifecycle import scope
-from .skills import Skill, parse_skill_command, resolve_activation
-from .todo import TodoController
-from .tools.skill import render_skill
-from .transcript import Transcript
 
 
 def source_key(message: AgentMessage) -> tuple[str, str] | None:

@@ -19,7 +19,7 @@ from shared.contracts.base import now_ms
 from shared.inbox import InboxReader
 
 if TYPE_CHECKING:
-    from .session import Session
+    from services.runtime.session import Session
 
 log = structlog.get_logger()
 

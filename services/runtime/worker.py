@@ -18,6 +18,27 @@ from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
 from redis.exceptions import RedisError
 
+from services.runtime.diskfence import DiskFence, DiskFenceBusy, FenceBehind
+from services.runtime.events import BusPublish, Outbox, tell_wake_failed
+from services.runtime.image_gc import ImageCollector
+from services.runtime.lease import (
+    Lease,
+    LeaseLost,
+    forget_deleted,
+    raise_fence,
+    renew_all,
+    renewing,
+    wait_no_dormant_write,
+)
+from services.runtime.model_calls import ModelCalls
+from services.runtime.prompt import VARIANTS, preloaded_skills, static_prefix
+from services.runtime.sender import EventSender
+from services.runtime.session import Session, SessionDeps, model_settings
+from services.runtime.session_files import read_session_files
+from services.runtime.share import heartbeat, over_share, pause_while_over_share
+from services.runtime.skills import Skill
+from services.runtime.turn_starts import StartGate
+from services.runtime.wake_timing import WakeClock, start_reading
 from shared import dormancy, gcpolicy, keys, metrics
 from shared.contracts.base import now_ms
 from shared.contracts.http import ModelConfig
@@ -33,20 +54,6 @@ from shared.settings import Settings
 from shared.tokens import TokenCounter
 from shared.tracing import detached
 from shared.trim import trim_acked, trim_all
-
-from .diskfence import DiskFence, DiskFenceBusy, FenceBehind
-from .events import BusPublish, Outbox, tell_wake_failed
-from .image_gc import ImageCollector
-from .lease import Lease, LeaseLost, forget_deleted, raise_fence, renew_all, renewing, wait_no_dormant_write
-from .model_calls import ModelCalls
-from .prompt import VARIANTS, preloaded_skills, static_prefix
-from .sender import EventSender
-from .session import Session, SessionDeps, model_settings
-from .session_files import read_session_files
-from .share import heartbeat, over_share, pause_while_over_share
-from .skills import Skill
-from .turn_starts import StartGate
-from .wake_timing import WakeClock, start_reading
 
 log = structlog.get_logger()
 STOP_WAIT_S = 5.0

@@ -16,6 +16,9 @@ from typing import Any, Protocol
 
 import structlog
 
+from services.runtime.liveui import LiveUi
+from services.runtime.state import SessionState
+from services.runtime.write_guard import Guard
 from shared import revnum, write_model
 from shared.blobs import read_blob
 from shared.contracts.events import EventType
@@ -27,10 +30,6 @@ from shared.quota import WorkspaceQuota
 from shared.settings import Settings
 from shared.uirules import UiRefused, validate_snapshot
 from shared.write_model import Refused
-
-from .liveui import LiveUi
-from .state import SessionState
-from .write_guard import Guard
 
 log = structlog.get_logger()
 

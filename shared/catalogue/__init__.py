@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from .schema import EFFORTS, Api, Capabilities, CatalogueFile, Effort, Entry, Prices
+from shared.catalogue.schema import EFFORTS, Api, Capabilities, CatalogueFile, Effort, Entry, Prices
 
 __all__ = ["DATED", "EFFORTS", "Api", "Capabilities", "Catalogue", "Effort", "Entry", "Prices", "Problem", "catalogue",
            "check_config", "parse_deployments", "parse_extra", "settle_api"]

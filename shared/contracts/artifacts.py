@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .base import Contract, new_id, now_ms
-from .blobref import BLOB_NAME, SHA256
+from shared.contracts.base import Contract, new_id, now_ms
+from shared.contracts.blobref import BLOB_NAME, SHA256
 
 Actor = Literal["user", "agent", "service"]
 

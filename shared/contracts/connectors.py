@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from .base import Contract
+from shared.contracts.base import Contract
 
 CONNECTOR_NAME = r"^[a-z][a-z0-9_-]{0,40}$"
 # The provider's function name is `{connector}__{tool}` (`^[a-zA-Z0-9_-]{1,64}$`): 41 + 2 + 21.

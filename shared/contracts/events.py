@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from .base import TRACEPARENT, Contract, now_ms
+from shared.contracts.base import TRACEPARENT, Contract, now_ms
 
 EventType = Literal[
     # Pi's engine events

@@ -8,11 +8,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .base import Contract
-from .client import PromptClientContext
-from .inbox import ENTRY_ID, RUN_ID, OnBusy
-from .spend import SessionBudget, SessionSpend
-from .todo import TodoList
+from shared.contracts.base import Contract
+from shared.contracts.client import PromptClientContext
+from shared.contracts.inbox import ENTRY_ID, RUN_ID, OnBusy
+from shared.contracts.spend import SessionBudget, SessionSpend
+from shared.contracts.todo import TodoList
 
 Variant = Literal["base", "deck-generation", "import"]
 Status = Literal["live", "dormant", "waking"]

@@ -10,13 +10,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 
-from .base import TRACEPARENT, Contract, new_id
-from .blobref import BLOB_NAME, SHA256
-from .client import PromptClientContext
-from .connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
-from .injection import InjectionSource, RuntimeInjection
-from .messages import ImageRef
-from .spend import UsageRow
+from shared.contracts.base import TRACEPARENT, Contract, new_id
+from shared.contracts.blobref import BLOB_NAME, SHA256
+from shared.contracts.client import PromptClientContext
+from shared.contracts.connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
+from shared.contracts.injection import InjectionSource, RuntimeInjection
+from shared.contracts.messages import ImageRef
+from shared.contracts.spend import UsageRow
 
 # interrupt: abort the active run, then start a new one with this message (docs/integration.md "Abort and interrupt").
 OnBusy = Literal["steer", "follow_up", "reject", "interrupt"]

@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr
 
-from .base import Contract
-from .connectors import MAX_TIMEOUT_S, MAX_URL, MCP_TOOL_NAME, WORKSPACE
+from shared.contracts.base import Contract
+from shared.contracts.connectors import MAX_TIMEOUT_S, MAX_URL, MCP_TOOL_NAME, WORKSPACE
 
 HEADER_NAME = r"^[A-Za-z0-9-]{1,64}$"
 

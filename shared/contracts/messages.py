@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from .base import CamelContract, now_ms
+from shared.contracts.base import CamelContract, now_ms
 
 
 class _Msg(CamelContract):

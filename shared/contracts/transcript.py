@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, TypeAdapter, field_validator
 
-from .base import CamelContract
-from .messages import AgentMessage
+from shared.contracts.base import CamelContract
+from shared.contracts.messages import AgentMessage
 
 
 class _Entry(CamelContract):

@@ -22,11 +22,10 @@ from shared.contracts.inbox import UserPrompt
 from shared.inbox import InboxEntry, InboxReader
 from shared.reconnect import connect, connect_blocking
 from shared.redis_wire import text
+from tests.cluster.conftest import start_cluster
 from tests.support.faultproxy import FaultProxy
 from tests.support.polling import eventually
 from tests.support.redis_cluster import LocalCluster
-
-from .conftest import start_cluster
 
 NO_SWEEP_S = 3600.0  # the sweep never comes within a test
 

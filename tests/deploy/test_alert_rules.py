@@ -13,8 +13,7 @@ from prometheus_client import CollectorRegistry
 from services.runtime.engine.cache_watch import REASONS
 from services.runtime.model_calls import ModelMetrics
 from shared.metrics import for_registry
-
-from .support import ROOT
+from tests.deploy.support import ROOT
 
 RULES = ROOT / "deploy" / "prometheus" / "gamma-alerts.yaml"
 DURATION = re.compile(r"^\d+[smhd]$")

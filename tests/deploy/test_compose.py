@@ -17,8 +17,7 @@ import pytest
 import yaml
 
 from shared.connector_acl import acl_rules, user_name
-
-from .support import GAMMA_SERVICES, ROOT, entry_point_service, setting_env_names
+from tests.deploy.support import GAMMA_SERVICES, ROOT, entry_point_service, setting_env_names
 
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"

@@ -17,10 +17,9 @@ from openapi_spec_validator import validate as validate_openapi
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
 from shared import keys
+from tests.deploy.support import ROOT
 from tests.support.needs import needs
 from tools import docs
-
-from .support import ROOT
 
 DOCS = ROOT / "docs"
 NODE = shutil.which("node")

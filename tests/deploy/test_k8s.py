@@ -10,9 +10,15 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from tests.deploy.support import (
+    GAMMA_SERVICES,
+    KUBECTL_MISSING,
+    ROOT,
+    entry_point_service,
+    kustomize,
+    setting_env_names,
+)
 from tests.support.needs import needs
-
-from .support import GAMMA_SERVICES, KUBECTL_MISSING, ROOT, entry_point_service, kustomize, setting_env_names
 
 pytestmark = needs(KUBECTL_MISSING)
 OVERLAYS = ("dev", "prod")

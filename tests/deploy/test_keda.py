@@ -19,9 +19,8 @@ import yaml
 
 from shared import keys
 from shared.topology import CONSUMPTIONS, group_of
+from tests.deploy.support import KUBECTL_MISSING, ROOT, kustomize
 from tests.support.needs import needs
-
-from .support import KUBECTL_MISSING, ROOT, kustomize
 
 NODE = shutil.which("node")
 MODELS = ROOT / "node_modules" / "@kubernetes-models" / "keda"

@@ -7,9 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from tests.deploy.support import ROOT
 from tools.module_map import PAGE, layers, module_map, rendered, summary
-
-from .support import ROOT
 
 
 def test_the_committed_map_and_layers_are_the_generated_ones() -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .support import ROOT
+from tests.deploy.support import ROOT
 
 RUFF = Path(sys.executable).with_name("ruff")
 MAX_FILE_LINES = 400

@@ -16,9 +16,8 @@ import pytest
 from pycrdt import Map
 
 from shared.uidoc import EMPTY_UPDATE
+from tests.hostile.ui_support import edit, new_session, seeded, state_path, stored, suspend, sync, wake
 from tests.support.stack import API_TOKEN, Stack
-
-from .ui_support import edit, new_session, seeded, state_path, stored, suspend, sync, wake
 
 pytestmark = pytest.mark.timeout(240)
 ALICE = {"Authorization": f"Bearer {API_TOKEN}"}

@@ -19,11 +19,10 @@ from typing import Any
 
 import httpx
 
+from tests.reliability.workload import Audit, read_transcript_file
 from tests.support.polling import wait_sync
 from tests.support.sessions import entries, tool_results
 from tests.support.stack import API_TOKEN, Stack
-
-from .workload import Audit, read_transcript_file
 
 ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
 # The probe runs often, so a test sees a state change within a fraction of a second.

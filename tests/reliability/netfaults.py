@@ -19,10 +19,9 @@ from typing import Any
 
 import httpx
 
+from tests.reliability.chaos import Cluster, Report
 from tests.support.faultproxy import FaultProxy
 from tests.support.stack import API_TOKEN, http_ok
-
-from .chaos import Cluster, Report
 
 # The services whose Redis link is faulted (compaction's is the same code as digest's consumers).
 TARGETS = ("proxy", "runtime", "notifications", "digest")

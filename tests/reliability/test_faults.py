@@ -21,10 +21,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from tests.support.stack import API_TOKEN, SERVICE_TOKEN
-
-from .chaos import Chaos, Cluster, RedisProcess, Report, Supervisor
-from .workload import (
+from tests.reliability.chaos import Chaos, Cluster, RedisProcess, Report, Supervisor
+from tests.reliability.workload import (
     Audit,
     LoadClient,
     SessionRecord,
@@ -35,6 +33,7 @@ from .workload import (
     flush,
     pending_owners,
 )
+from tests.support.stack import API_TOKEN, SERVICE_TOKEN
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

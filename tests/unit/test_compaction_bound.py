@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from services.runtime.compactor import Compactor
 from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ToolCall, UserMessage
 from shared.tokens import TextTokens, context_tokens, context_tokens_bound, text_bytes
-
-from .test_runtime_session import build
+from tests.unit.test_runtime_session import build
 
 
 class Counting(TextTokens):

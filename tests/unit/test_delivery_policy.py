@@ -21,9 +21,8 @@ from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import INJECTION_KINDS, RuntimeInjection
 from shared.contracts.messages import AssistantMessage
 from shared.inbox import InboxEntry
-
-from .runtime_fakes import Host, answer
-from .test_runtime_dispatcher import dispatcher
+from tests.unit.runtime_fakes import Host, answer
+from tests.unit.test_runtime_dispatcher import dispatcher
 
 pytestmark = pytest.mark.timeout(60)
 

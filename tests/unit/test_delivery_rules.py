@@ -13,8 +13,7 @@ import pytest
 from services.runtime import delivery_rules
 from services.runtime.delivery_rules import DELIVERY_BY_KIND, Action, When, decide, moment
 from shared.contracts.injection import INJECTION_KINDS
-
-from .test_runtime_protocol import controller, inj
+from tests.unit.test_runtime_protocol import controller, inj
 
 R, T, IDLE, H = When.RUNNING, When.IDLE_TASK_ACTIVE, When.IDLE, When.HELD
 # kind -> (running, idle with a task active, idle with none, held before the wake barrier)

@@ -16,8 +16,7 @@ from shared.contracts.inbox import Abort, Barrier, Injection, Stop, UiUpdate, Us
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import UserMessage
 from shared.inbox import InboxEntry
-
-from .runtime_fakes import Host
+from tests.unit.runtime_fakes import Host
 
 
 class NoRuns:

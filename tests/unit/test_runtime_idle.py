@@ -20,8 +20,7 @@ from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import CustomMessage
 from shared.inbox import InboxEntry
 from shared.trusted_blocks import artifact_update
-
-from .runtime_fakes import Host
+from tests.unit.runtime_fakes import Host
 
 DECK = "gamma:file:d1"
 

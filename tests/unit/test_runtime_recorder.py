@@ -17,8 +17,7 @@ from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage
 from shared.contracts.recorded import InjectionRecorded
 from shared.contracts.transcript import MessageEntry
-
-from .runtime_fakes import Host, answer
+from tests.unit.runtime_fakes import Host, answer
 
 
 def recorder(host: Host, order: list[tuple[str, Any]]) -> Recorder:

@@ -13,8 +13,7 @@ from services.runtime.session_files import SessionFiles
 from shared.disk import session_paths
 from shared.settings import Settings
 from shared.tokens import TokenCounter
-
-from .runtime_fakes import FakeLease, FakeOutbox
+from tests.unit.runtime_fakes import FakeLease, FakeOutbox
 
 
 async def ack(_sid: str, _entry_id: str) -> None:

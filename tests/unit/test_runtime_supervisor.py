@@ -16,8 +16,7 @@ from services.runtime.turn_starts import StartGate
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage, UserMessage
-
-from .runtime_fakes import Host, answer, run_supervisor
+from tests.unit.runtime_fakes import Host, answer, run_supervisor
 
 
 class Pong:

@@ -19,8 +19,7 @@ from services.runtime.turn_order import TurnInput
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage, ToolCall, UserMessage
-
-from .runtime_fakes import Host, answer, run_supervisor
+from tests.unit.runtime_fakes import Host, answer, run_supervisor
 
 pytestmark = pytest.mark.timeout(20)
 

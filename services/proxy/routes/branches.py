@@ -14,6 +14,15 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Depends
 
+from services.proxy import disk_budget, heavy
+from services.proxy.auth import current_user
+from services.proxy.budgets import caps_of
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.errors import ApiError
+from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
+from services.proxy.liveness import BecameLive, apply_if_dormant, dormant_lock, owned_session, write_mode
+from services.proxy.quotas import check_create_rate
+from services.proxy.rows import SessionQuotaExceeded, SessionState, create_row, drop_row, load_state
 from shared import fork as forking
 from shared import rewind as rw
 from shared.contracts.http import ForkBody, ForkedSession, ForkOrigin, ModelUsage, RewindBody, RewindResult
@@ -25,16 +34,6 @@ from shared.snapshots import SnapshotLimits
 from shared.transcript_branch import read_branch
 from shared.uirules import default_snapshot
 from shared.write_model import Refused
-
-from .. import disk_budget, heavy
-from ..auth import current_user
-from ..budgets import caps_of
-from ..deps import Proxy, get_proxy
-from ..errors import ApiError
-from ..idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
-from ..liveness import BecameLive, apply_if_dormant, dormant_lock, owned_session, write_mode
-from ..quotas import check_create_rate
-from ..rows import SessionQuotaExceeded, SessionState, create_row, drop_row, load_state
 
 router = APIRouter(prefix="/sessions", tags=["branches"])
 ERRORS: dict[int | str, dict[str, Any]] = {

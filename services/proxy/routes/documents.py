@@ -16,18 +16,17 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Header
 from fastapi.responses import JSONResponse
 
+from services.proxy.artifacts import client_digest, document_changed, document_deleted
+from services.proxy.deps import Proxy, get_proxy, tracking
+from services.proxy.errors import DISK_ERRORS, ApiError
+from services.proxy.liveness import apply_if_dormant, owned_session, refused
+from services.proxy.rows import SessionState
 from shared import write_model
 from shared.contracts.documents import Deck, StoredDeck
 from shared.contracts.http import DocumentDeleted
 from shared.contracts.inbox import DocumentDelete, DocumentEdit
 from shared.disk import SessionPaths, session_paths
 from shared.write_model import DocOp, Refused
-
-from ..artifacts import client_digest, document_changed, document_deleted
-from ..deps import Proxy, get_proxy, tracking
-from ..errors import DISK_ERRORS, ApiError
-from ..liveness import apply_if_dormant, owned_session, refused
-from ..rows import SessionState
 
 router = APIRouter(prefix="/sessions", tags=["documents"])
 PATCH_KEYS = {"title", "theme", "metadata", "assets", "cards", "order"}

@@ -22,18 +22,17 @@ import redis.asyncio as aioredis
 import structlog
 from fastapi import APIRouter, Depends, Header, Query
 
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.errors import ApiError
+from services.proxy.fanout import HEARTBEAT, EventFanout, Item, Subscriber
+from services.proxy.liveness import owned_session
+from services.proxy.rows import SessionState
+from services.proxy.sse_response import EventStreamResponse
+from services.proxy.sse_trace import Deliveries
 from shared import keys
 from shared.contracts.events import SessionEvent
 from shared.deletion import is_deleted
 from shared.redis_wire import parse_id, text
-
-from ..deps import Proxy, get_proxy
-from ..errors import ApiError
-from ..fanout import HEARTBEAT, EventFanout, Item, Subscriber
-from ..liveness import owned_session
-from ..rows import SessionState
-from ..sse_response import EventStreamResponse
-from ..sse_trace import Deliveries
 
 router = APIRouter(prefix="/sessions", tags=["events"])
 STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")

@@ -16,13 +16,12 @@ from fastapi import APIRouter, Depends
 from fastapi import Path as PathParam
 from fastapi.responses import Response
 
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.errors import ApiError
+from services.proxy.liveness import owned_session
+from services.proxy.rows import SessionState
 from shared.disk import session_paths, storage_fault
 from shared.images import image_file, sniff
-
-from ..deps import Proxy, get_proxy
-from ..errors import ApiError
-from ..liveness import owned_session
-from ..rows import SessionState
 
 router = APIRouter(prefix="/sessions", tags=["images"])
 ERRORS: dict[int | str, dict[str, Any]] = {

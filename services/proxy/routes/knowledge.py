@@ -15,6 +15,9 @@ import structlog
 from fastapi import APIRouter, Depends, Path
 from fastapi.responses import Response
 
+from services.proxy.auth import current_user
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.errors import ApiError
 from shared import inbox, keys
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection
@@ -34,10 +37,6 @@ from shared.knowledge import (
     update_text,
 )
 from shared.redis_wire import text
-
-from ..auth import current_user
-from ..deps import Proxy, get_proxy
-from ..errors import ApiError
 
 router = APIRouter(prefix="/knowledge", tags=["knowledge"])
 log = structlog.get_logger()

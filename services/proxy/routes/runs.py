@@ -14,15 +14,14 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends
 from fastapi.responses import JSONResponse
 
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.errors import ApiError
+from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
+from services.proxy.liveness import owned_session
+from services.proxy.rows import SessionState, touch
 from shared.contracts.base import new_id
 from shared.contracts.http import AbortBody, AbortResult, MessageAccepted
 from shared.contracts.inbox import Abort, UserPrompt
-
-from ..deps import Proxy, get_proxy
-from ..errors import ApiError
-from ..idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
-from ..liveness import owned_session
-from ..rows import SessionState, touch
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unknown token"},

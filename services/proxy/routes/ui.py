@@ -15,6 +15,12 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.errors import DISK_ERRORS
+from services.proxy.liveness import apply_if_dormant, owned_session
+from services.proxy.preview import read_ui
+from services.proxy.rows import SessionState
+from services.proxy.uidoc import api_error, decode_b64, encode_b64, validate_snapshot
 from shared import write_model
 from shared.contracts.http import UiState, UiSync
 from shared.contracts.inbox import UiUpdate
@@ -22,13 +28,6 @@ from shared.disk import session_paths
 from shared.uidoc import EMPTY_UPDATE, doc_from_snapshot
 from shared.uimerge import check_update
 from shared.uirules import UiLimits, UiRefused
-
-from ..deps import Proxy, get_proxy
-from ..errors import DISK_ERRORS
-from ..liveness import apply_if_dormant, owned_session
-from ..preview import read_ui
-from ..rows import SessionState
-from ..uidoc import api_error, decode_b64, encode_b64, validate_snapshot
 
 router = APIRouter(prefix="/sessions", tags=["ui"])
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -28,6 +28,12 @@ import structlog
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from services.proxy import disk_budget
+from services.proxy.artifacts import BlobRef, client_digest, file_changed, file_deleted, file_ref
+from services.proxy.deps import Proxy, get_proxy, tracking
+from services.proxy.errors import DISK_ERRORS
+from services.proxy.liveness import apply_if_dormant, owned_session
+from services.proxy.rows import SessionState
 from shared import revnum, workspace_fs, write_model
 from shared.blobs import remove_blob, write_blob
 from shared.contracts.base import new_id
@@ -36,13 +42,6 @@ from shared.contracts.inbox import FileDelete, FileWrite
 from shared.disk import PathRefused, check_size, session_paths, shown_path, split_workspace_path
 from shared.quota import WorkspaceQuota
 from shared.write_model import Refused
-
-from .. import disk_budget
-from ..artifacts import BlobRef, client_digest, file_changed, file_deleted, file_ref
-from ..deps import Proxy, get_proxy, tracking
-from ..errors import DISK_ERRORS
-from ..liveness import apply_if_dormant, owned_session
-from ..rows import SessionState
 
 log = structlog.get_logger()
 

@@ -10,10 +10,17 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
+from services.runtime.engine.loop import run_loop, run_loop_continue
+from services.runtime.engine.types import (
+    AbortSignal,
+    AgentContext,
+    AgentEvent,
+    Emit,
+    LoopConfig,
+    RunHooks,
+    Tool,
+)
 from shared.contracts.messages import AgentMessage, AssistantMessage
-
-from .loop import run_loop, run_loop_continue
-from .types import AbortSignal, AgentContext, AgentEvent, Emit, LoopConfig, RunHooks, Tool
 
 QueueMode = Literal["all", "one-at-a-time"]
 

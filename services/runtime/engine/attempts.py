@@ -23,14 +23,11 @@ import httpx2
 import openai
 from openai import AsyncOpenAI
 
-from shared.contracts.messages import AgentMessage, AssistantMessage, ToolCall
-from shared.history_repair import RepairAction, has_target, repaired
-
-from .call_guard import guarded
-from .convert import to_openai, to_responses_input
-from .model_api import ModelApi, ModelSettings, StreamError
-from .provider_gate import Provider
-from .retry_policy import (
+from services.runtime.engine.call_guard import guarded
+from services.runtime.engine.convert import to_openai, to_responses_input
+from services.runtime.engine.model_api import ModelApi, ModelSettings, StreamError
+from services.runtime.engine.provider_gate import Provider
+from services.runtime.engine.retry_policy import (
     DeadlineExceeded,
     Failure,
     Fatal,
@@ -43,8 +40,10 @@ from .retry_policy import (
     failure_of,
     retry_wait,
 )
-from .sse import Activity, ReadGate
-from .types import AgentContext, AgentEvent, Emit
+from services.runtime.engine.sse import Activity, ReadGate
+from services.runtime.engine.types import AgentContext, AgentEvent, Emit
+from shared.contracts.messages import AgentMessage, AssistantMessage, ToolCall
+from shared.history_repair import RepairAction, has_target, repaired
 
 CALL_ERRORS = (openai.APIError, httpx2.HTTPError, StreamError, IdleStream, DeadlineExceeded)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from .types import AgentContext
+from services.runtime.engine.types import AgentContext
 
 Reason = Literal["tools", "static_prefix", "variant_body", "conversation", "expired", "evicted"]
 REASONS: tuple[Reason, ...] = ("tools", "static_prefix", "variant_body", "conversation", "expired", "evicted")

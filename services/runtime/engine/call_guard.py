@@ -14,10 +14,9 @@ import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from services.runtime.engine.retry_policy import DeadlineExceeded, IdleStream
+from services.runtime.engine.sse import ACTIVITY, Activity
 from shared.contracts.messages import AssistantMessage
-
-from .retry_policy import DeadlineExceeded, IdleStream
-from .sse import ACTIVITY, Activity
 
 
 class _Watch:

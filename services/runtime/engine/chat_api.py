@@ -9,12 +9,9 @@ from typing import Any, Literal
 
 from openai import AsyncOpenAI
 
-from shared.contracts.messages import AssistantMessage
-from shared.usage import chat_usage
-
-from .breakpoints import CACHE_OPTIONS, chat_blocks, uses_breakpoints
-from .convert import Images, to_openai
-from .model_api import (
+from services.runtime.engine.breakpoints import CACHE_OPTIONS, chat_blocks, uses_breakpoints
+from services.runtime.engine.convert import Images, to_openai
+from services.runtime.engine.model_api import (
     ArgumentProgress,
     FinishReason,
     ModelSettings,
@@ -24,8 +21,10 @@ from .model_api import (
     obj,
     without_image_data,
 )
-from .sse import ReadGate, json_reads, open_stream
-from .types import AgentContext, AgentEvent, Emit
+from services.runtime.engine.sse import ReadGate, json_reads, open_stream
+from services.runtime.engine.types import AgentContext, AgentEvent, Emit
+from shared.contracts.messages import AssistantMessage
+from shared.usage import chat_usage
 
 
 def chat_effort(settings: ModelSettings, tools: bool) -> str | None:

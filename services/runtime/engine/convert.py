@@ -30,6 +30,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from services.runtime.engine.model_api import ImageDetail, ImageUrls, TrustedRole
 from shared.catalogue import DATED
 from shared.contracts.messages import (
     AgentMessage,
@@ -45,8 +46,6 @@ from shared.contracts.messages import (
 )
 from shared.neutralise import neutralise
 from shared.trusted_blocks import quoted, render, whole_quotation
-
-from .model_api import ImageDetail, ImageUrls, TrustedRole
 
 SUMMARY_PREFIX = "The conversation history before this point was compacted into the following summary:\n\n"
 

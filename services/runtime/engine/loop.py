@@ -19,13 +19,20 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from services.runtime.engine.reply_rules import RunTally, cut_call_outcome, judge, over_budget
+from services.runtime.engine.spans import record_tool, tool_span
+from services.runtime.engine.types import (
+    AgentContext,
+    AgentEvent,
+    Emit,
+    LoopConfig,
+    Tool,
+    ToolContext,
+    ToolOutcome,
+)
 from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage
 from shared.disk import storage_fault
 from shared.tool_schema import argument_problem
-
-from .reply_rules import RunTally, cut_call_outcome, judge, over_budget
-from .spans import record_tool, tool_span
-from .types import AgentContext, AgentEvent, Emit, LoopConfig, Tool, ToolContext, ToolOutcome
 
 TOOL_ABORT_GRACE_S = 1.0  # how long running tools may take to end on the abort signal before a cancel
 

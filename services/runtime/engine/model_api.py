@@ -13,12 +13,11 @@ from typing import Any, Literal, Protocol
 
 from openai import AsyncOpenAI
 
+from services.runtime.engine.sse import ReadGate
+from services.runtime.engine.types import AgentContext, AgentEvent, Emit
 from shared.catalogue import Capabilities, catalogue
 from shared.contracts.events import ToolCallProgressData
 from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ToolCall
-
-from .sse import ReadGate
-from .types import AgentContext, AgentEvent, Emit
 
 ApiName = Literal["responses", "chat"]
 TrustedRole = Literal["developer", "user"]

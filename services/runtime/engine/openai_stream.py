@@ -21,21 +21,20 @@ from typing import Any, Protocol
 
 from openai import AsyncOpenAI
 
+from services.runtime.engine.attempts import QUIET, Attempts, CallLimits, CallObserver, OnRepair
+from services.runtime.engine.cache_watch import CacheWatch, Head, MissReport, head_of
+from services.runtime.engine.chat_api import ChatApi
+from services.runtime.engine.model_api import ModelApi, ModelSettings, stand_in
+from services.runtime.engine.provider_gate import Provider
+from services.runtime.engine.responses_api import ResponsesApi
+from services.runtime.engine.spans import model_span, record_reply
+from services.runtime.engine.sse import ReadGate
+from services.runtime.engine.types import AgentContext, AgentEvent, Emit, Tool
 from shared.catalogue import catalogue
 from shared.contracts.events import ModelRequestData
 from shared.contracts.messages import AssistantMessage, Usage
 from shared.contracts.spend import Attempt, BudgetReachedData, Kind, UsageRow
 from shared.tokens import TokenCounter, message_images, refs_tokens, shared_prefix
-
-from .attempts import QUIET, Attempts, CallLimits, CallObserver, OnRepair
-from .cache_watch import CacheWatch, Head, MissReport, head_of
-from .chat_api import ChatApi
-from .model_api import ModelApi, ModelSettings, stand_in
-from .provider_gate import Provider
-from .responses_api import ResponsesApi
-from .spans import model_span, record_reply
-from .sse import ReadGate
-from .types import AgentContext, AgentEvent, Emit, Tool
 
 __all__ = ["ModelSettings", "OpenAIStream", "PieceTokens", "prefix_hash", "request_pieces"]
 

@@ -21,14 +21,13 @@ from typing import Any, Literal
 
 from openai import AsyncOpenAI
 
+from services.runtime.engine.breakpoints import CACHE_OPTIONS, responses_system_item, uses_breakpoints
+from services.runtime.engine.convert import Images, to_responses_input
+from services.runtime.engine.model_api import ModelSettings, finish, without_image_data
+from services.runtime.engine.responses_reader import RETRYABLE_CODES, Reading
+from services.runtime.engine.sse import ReadGate, json_reads, open_stream
+from services.runtime.engine.types import AgentContext, Emit, Tool
 from shared.contracts.messages import AssistantMessage
-
-from .breakpoints import CACHE_OPTIONS, responses_system_item, uses_breakpoints
-from .convert import Images, to_responses_input
-from .model_api import ModelSettings, finish, without_image_data
-from .responses_reader import RETRYABLE_CODES, Reading
-from .sse import ReadGate, json_reads, open_stream
-from .types import AgentContext, Emit, Tool
 
 __all__ = ["RETRYABLE_CODES", "ResponsesApi", "function_tool"]
 

@@ -16,12 +16,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.runtime.engine.model_api import (
+    ArgumentProgress,
+    FinishReason,
+    StreamError,
+    no_terminal,
+    obj,
+    parse_arguments,
+)
+from services.runtime.engine.types import AgentEvent, Emit
 from shared.contracts.events import ReasoningUpdateData
 from shared.contracts.messages import AssistantMessage, TextContent, ThinkingContent, ToolCall
 from shared.usage import responses_usage
-
-from .model_api import ArgumentProgress, FinishReason, StreamError, no_terminal, obj, parse_arguments
-from .types import AgentEvent, Emit
 
 RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "server_is_overloaded", "slow_down"})
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})

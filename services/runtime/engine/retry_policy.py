@@ -22,7 +22,7 @@ from typing import Literal
 import httpx2
 import openai
 
-from .model_api import StreamError
+from services.runtime.engine.model_api import StreamError
 
 # Reference §4.1/§4.4: retried whatever the status says (also when they arrive inside a 200 stream).
 RETRY_CODES = frozenset({"server_error", "rate_limit_exceeded", "server_is_overloaded", "slow_down",

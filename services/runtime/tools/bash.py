@@ -17,17 +17,16 @@ from typing import Any
 
 from pydantic import Field
 
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.file_reads import FileReads, altered_by_others, sha256, stale
+from services.runtime.paths import sandbox_skills_dir
+from services.runtime.sandbox import SandboxResult, quota
+from services.runtime.tools.files import file_ref
+from services.runtime.tools.ports import AgentFilesHost, ShellHost
 from shared import workspace_fs
 from shared.disk import DiskError
 from shared.tool_schema import ToolArgs, optional
 from shared.walk import Walk, walk
-
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from ..file_reads import FileReads, altered_by_others, sha256, stale
-from ..paths import sandbox_skills_dir
-from ..sandbox import SandboxResult, quota
-from .files import file_ref
-from .ports import AgentFilesHost, ShellHost
 
 DEFAULT_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 600

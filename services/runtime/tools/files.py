@@ -8,16 +8,15 @@ from typing import Any
 
 from pydantic import Field
 
+from services.runtime import skill_files
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.file_reads import canonical, current_sha, sha256
+from services.runtime.paths import sandbox_skills_dir
+from services.runtime.tools.image_view import image_outcome, is_image
+from services.runtime.tools.ports import AgentFilesHost, WorkspaceHost
 from shared import workspace_fs
 from shared.disk import DiskError, check_size, split_workspace_path
 from shared.tool_schema import ToolArgs, optional
-
-from .. import skill_files
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from ..file_reads import canonical, current_sha, sha256
-from ..paths import sandbox_skills_dir
-from .image_view import image_outcome, is_image
-from .ports import AgentFilesHost, WorkspaceHost
 
 READ_LIMIT = 2000  # lines per read
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 
+from services.runtime.engine.types import ToolOutcome
+from services.runtime.tools.ports import WorkspaceHost
 from shared.disk import DiskError
 from shared.image_decoding import decoder
 from shared.images import ImageRefused, read_workspace_image, sniff_workspace_file, store_image
-
-from ..engine.types import ToolOutcome
-from .ports import WorkspaceHost
 
 
 async def is_image(host: WorkspaceHost, rel: str) -> bool:

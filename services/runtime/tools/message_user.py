@@ -10,11 +10,10 @@ from typing import Any
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.tools.ports import MessageHost
 from shared.contracts.transcript import MAX_DEVIATION_CAUSE, MAX_DEVIATIONS, Deviation
 from shared.tool_schema import ToolArgs, optional
-
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from .ports import MessageHost
 
 ALONE_ERROR = ("message_user with blockOnUser=true must be the only tool call in its batch. Finish the other "
                "calls first, then call message_user alone when blockOnUser is true.")

@@ -6,18 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
+from services.runtime.document_reads import DocumentReads
+from services.runtime.file_reads import FileReads
+from services.runtime.sandbox import Sandbox
+from services.runtime.skills import Skill
+from services.runtime.todo import TodoController
 from shared.contracts.todo import TodoList
 from shared.contracts.transcript import Deviation
 from shared.disk import SessionPaths
 from shared.image_limits import ImageLimits
 from shared.quota import WorkspaceQuota
 from shared.settings.images import ImageSettings
-
-from ..document_reads import DocumentReads
-from ..file_reads import FileReads
-from ..sandbox import Sandbox
-from ..skills import Skill
-from ..todo import TodoController
 
 T = TypeVar("T")
 

@@ -10,14 +10,13 @@ from typing import Any
 
 from pydantic import Field
 
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.prompt import skill_block
+from services.runtime.skills import Skill, SkillError, outranked_in_batch, required_by, resolve_activation
+from services.runtime.tools.ports import SkillHost
 from shared.contracts.messages import ToolCall
 from shared.tool_schema import ToolArgs
 from shared.trusted_blocks import Trusted
-
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from ..prompt import skill_block
-from ..skills import Skill, SkillError, outranked_in_batch, required_by, resolve_activation
-from .ports import SkillHost
 
 SKIPPED = "Skipped: the skill set requested in this batch was refused. Resolve the skill conflict first."
 

@@ -6,10 +6,9 @@ from typing import Any
 
 from pydantic import Field
 
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.tools.ports import SubagentHost
 from shared.tool_schema import ToolArgs
-
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from .ports import SubagentHost
 
 
 class SubagentArgs(ToolArgs):

@@ -7,14 +7,13 @@ from typing import Any, Protocol
 
 from pydantic import Field
 
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.tools.files import write_file
+from services.runtime.tools.ports import WorkspaceHost
 from shared.disk import DiskError
 from shared.knowledge import KnowledgeNote
 from shared.tool_schema import ToolArgs
 from shared.trusted_blocks import AttrValue, lines, quoted, render
-
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from .files import write_file
-from .ports import WorkspaceHost
 
 TOOL_NAME = "read_workspace_rule"
 
