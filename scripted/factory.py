@@ -15,10 +15,10 @@ from scripted.pacing import Timing
 from scripted.settings import ScriptedSettings
 from scripted.summarizer import scripted_summarizer
 from scripted.transport import ScriptedTransport, scripted_client
-from services.runtime.paths import skills_dir
-from services.runtime.skills import load_skills
-from shared.model import RETRIES as REAL_RETRIES
-from shared.model import ModelRole, openai_client
+from services.runtime.skillset.paths import skills_dir
+from services.runtime.skillset.skills import load_skills
+from shared.serving.model import RETRIES as REAL_RETRIES
+from shared.serving.model import ModelRole, openai_client
 from shared.settings import Settings
 
 SPEC = FACTORY

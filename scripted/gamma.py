@@ -40,14 +40,14 @@ from scripted.strict import failures
 from scripted.types import ScriptedReply, ScriptedToolCall
 from scripted.workflows import AUDIT_MARK, Policy, reply_for
 from services.runtime.engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX, enveloped_user_text
-from services.runtime.skills import Skill
+from services.runtime.skillset.skills import Skill
 from shared.contracts.injection import INJECTION_KINDS
 
 TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
         "run_aborted", "session_rewound")
 TAG_RE = re.compile(r"^\s*<(" + "|".join(TAGS) + r")\b([^>]*)>", re.DOTALL)
 # Injections come as developer messages, or as user messages where the session sends them user-role
-# (engine/convert.py); user text never opens with a reserved tag (shared/neutralise.py).
+# (engine/convert.py); user text never opens with a reserved tag (shared/trust/neutralise.py).
 HARNESS_ROLES = ("developer", "user")
 REF_RE = re.compile(r'ref="([^"]*)"')
 IMPORT_RE = re.compile(r"\b(import|convert)\b.*\b(pptx|pdf|docx|keynote)\b", re.IGNORECASE | re.DOTALL)

@@ -27,9 +27,9 @@ from scripted.gamma import ScriptedGamma
 from scripted.pacing import Timing
 from scripted.settings import ScriptedSettings
 from scripted.transport import ScriptedTransport
-from services.runtime.paths import skills_dir
-from services.runtime.skills import load_skills
-from shared.gcpolicy import heap_freezer
+from services.runtime.skillset.paths import skills_dir
+from services.runtime.skillset.skills import load_skills
+from shared.serving.gcpolicy import heap_freezer
 from shared.settings import load_settings
 
 MAX_HEAD = 64 * 1024

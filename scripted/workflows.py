@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scripted.types import ScriptedReply, ScriptedToolCall
-from services.runtime.skills import Skill
+from services.runtime.skillset.skills import Skill
 
 POLICY_PREFIX = "eval-policy:"
 AUDIT_MARK = "Completion audit:"

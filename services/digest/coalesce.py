@@ -16,7 +16,7 @@ from services.digest.file_diff import DIRTY_TEXT as FILE_DIRTY
 from services.digest.file_diff import file_digest, new_file_digest
 from services.digest.revisions import RefState
 from shared.contracts.artifacts import Actor
-from shared.trusted_blocks import Part, Trusted, fragment, lines, quoted
+from shared.trust.trusted_blocks import Part, Trusted, fragment, lines, quoted
 
 # A digest whose edits cancel out: the content is again what the agent last saw.
 NO_NET_CHANGE = "Saved again with no net change: the content is the same as at from_revision."

@@ -16,9 +16,9 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from services.digest.revisions import RefState
-from shared import keys
 from shared.contracts.artifacts import ArtifactChange
-from shared.deletion import deleted_from, queue_is_deleted
+from shared.redis import keys
+from shared.redis.deletion import deleted_from, queue_is_deleted
 
 
 @dataclass(frozen=True)

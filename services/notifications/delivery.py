@@ -18,13 +18,13 @@ from services.notifications.convert import SOURCE, parse_source_id, to_injection
 from services.notifications.policy import UrgencyPolicy, never_wake
 from services.notifications.settle import wait_for_group
 from services.notifications.store import NotificationStore, StoredNotification
-from shared import keys
 from shared.contracts.inbox import Barrier
 from shared.contracts.lifecycle import SessionLive
 from shared.contracts.notifications import ExternalNotification, NotificationAccepted, NotificationSubmit
 from shared.contracts.recorded import InjectionRecorded
-from shared.deletion import is_deleted
-from shared.inbox import append
+from shared.redis import keys
+from shared.redis.deletion import is_deleted
+from shared.streams.inbox import append
 
 log = structlog.get_logger()
 WakeSender = Callable[[str, ExternalNotification], Awaitable[None]]

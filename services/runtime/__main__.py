@@ -1,9 +1,9 @@
 """`python -m services.runtime`"""
 
 from services.runtime.app import create_app
-from shared.logging import configure_logging
-from shared.service import serve
+from shared.serving.service import serve
 from shared.settings import load_settings
+from shared.telemetry.logging import configure_logging
 
 
 def main() -> None:

@@ -216,7 +216,7 @@ class AbortResult(Contract):
 
 class FileWritten(Contract):
     """`PUT /sessions/{id}/workspace/files/{path}`: the workspace path written, its size, the revision the
-    digest records for it (shared/revnum.py); `created` when there was no file before."""
+    digest records for it (shared/redis/revnum.py); `created` when there was no file before."""
 
     path: str
     size: int = Field(ge=0)

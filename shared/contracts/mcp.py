@@ -4,7 +4,7 @@
 credential the harness presents to it. The harness lists the server's tools and stores a `Connector`
 (shared/contracts/connectors.py) whose `mcp` field is an `McpEndpoint`: the URL, the protocol
 revision the server spoke, and the map from the provider-facing tool names to the server's own.
-The credential is never part of it: it is stored encrypted on its own (shared/mcp_secrets.py).
+The credential is never part of it: it is stored encrypted on its own (shared/mcp/mcp_secrets.py).
 """
 
 from __future__ import annotations

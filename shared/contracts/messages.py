@@ -27,7 +27,7 @@ SHA256_HEX = r"^[0-9a-f]{64}$"
 
 class ImageRef(_Msg):
     """An image of the conversation, by reference: its bytes live once on the session disk under
-    `.images/{sha256}` (shared/images.py), already within the model's limits, so the transcript stays
+    `.images/{sha256}` (shared/media/images.py), already within the model's limits, so the transcript stays
     small and every replay sends the same bytes (docs/architecture.md "Images")."""
 
     sha256: str = Field(pattern=SHA256_HEX)

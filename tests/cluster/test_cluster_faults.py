@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
-from shared import keys
+from shared.redis import keys
 from tests.cluster.conftest import start_cluster
 from tests.reliability.chaos import Cluster, Report, Supervisor, lease_holders
 from tests.reliability.test_faults import drive

@@ -22,7 +22,7 @@ import pytest
 import redis
 from redis.asyncio.cluster import RedisCluster
 
-from shared import keys
+from shared.redis import keys
 from tests.cluster.conftest import start_cluster
 from tests.reliability.chaos import Cluster, Report, Supervisor, lease_holders
 from tests.reliability.netfaults import FAULTS, RECONNECT_S, WEDGED_S, NetChaos

@@ -11,8 +11,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from services.runtime.engine.cache_watch import REASONS
-from services.runtime.model_calls import ModelMetrics
-from shared.metrics import for_registry
+from services.runtime.hosting.model_calls import ModelMetrics
+from shared.telemetry.metrics import for_registry
 from tests.deploy.support import ROOT
 
 RULES = ROOT / "deploy" / "prometheus" / "gamma-alerts.yaml"

@@ -12,7 +12,7 @@ import pytest
 
 from scripted.reading import parse_summary
 from services.runtime.engine.convert import SUMMARY_PREFIX
-from shared.disk import session_paths
+from shared.storage.disk import session_paths
 from tests.integration.runtime_support import Driver
 from tests.support.compaction_model import RecordingModel, call, done, reply, text_of
 from tests.support.polling import wait_sync

@@ -26,9 +26,9 @@ from scripted.types import ScriptedReply, ScriptedToolCall
 from services.runtime.engine.chat_api import ChatApi
 from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentEvent
-from services.runtime.sender import EventSender
+from services.runtime.live.sender import EventSender
 from shared.contracts.messages import AssistantMessage, TextContent
-from shared.model import reads_merged
+from shared.serving.model import reads_merged
 from shared.settings import Settings
 
 TOKENS = 30

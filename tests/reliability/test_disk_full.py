@@ -18,7 +18,7 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.conftest import fresh_db_url
 from tests.reliability.disk_rig import (
     Acknowledged,

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from shared import keys
+from shared.redis import keys
 from tests.reliability.chaos import Cluster, RedisProcess, Report, Supervisor
 from tests.reliability.netfaults import (
     FAULTS,

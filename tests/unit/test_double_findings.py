@@ -17,7 +17,7 @@ from services.runtime.engine.model_api import ApiName
 from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks, Tool, ToolContext, ToolOutcome
 from shared.contracts.messages import AssistantMessage, UserMessage
-from shared.tokens import TokenCounter
+from shared.history.tokens import TokenCounter
 
 STEPS = [{"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]}, {"content": "done"}]
 

@@ -12,8 +12,8 @@ from PIL import Image
 
 from services.runtime.engine.convert import Images, to_openai, to_responses_input
 from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
-from shared.image_limits import ImageLimits
-from shared.images import ImageSource, prepare, store_image
+from shared.media.image_limits import ImageLimits
+from shared.media.images import ImageSource, prepare, store_image
 from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact
 
 

@@ -7,9 +7,9 @@ import pytest
 
 from scripted.prompt_cache import PromptCache
 from services.runtime.engine.model_api import ModelSettings
-from shared.context import build_context
 from shared.contracts.messages import AssistantMessage
 from shared.contracts.transcript import parse_entries
+from shared.history.context import build_context
 from shared.settings import Settings
 
 

@@ -19,7 +19,7 @@ from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.sse import ACTIVITY
 from services.runtime.engine.types import AgentContext, AgentEvent
 from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ThinkingContent, UserMessage
-from shared.history_repair import REDACTED
+from shared.history.history_repair import REDACTED
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(20)

@@ -30,7 +30,7 @@ from shared.contracts.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from shared.tokens import TokenCounter
+from shared.history.tokens import TokenCounter
 
 
 class FakeStream:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from services.runtime.lease import LeaseLost
-from services.runtime.supervisor import RunSupervisor, interrupted
-from services.runtime.turn_order import TurnInput, source_key
-from services.runtime.turn_starts import StartGate
+from services.runtime.live.lease import LeaseLost
+from services.runtime.runs.supervisor import RunSupervisor, interrupted
+from services.runtime.runs.turn_starts import StartGate
+from services.runtime.turns.turn_order import TurnInput, source_key
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage, UserMessage

@@ -20,7 +20,7 @@ from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext, AgentEvent
 from shared.contracts.events import ModelRequestData, ReasoningUpdateData, ToolCallProgressData
 from shared.contracts.messages import AssistantMessage, TextContent, UserMessage
-from shared.tokens import TokenCounter
+from shared.history.tokens import TokenCounter
 
 pytestmark = pytest.mark.timeout(30)
 URL = "http://model.test/v1"

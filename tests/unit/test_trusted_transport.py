@@ -24,9 +24,9 @@ from shared.contracts.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from shared.reserved_tags import TAG_RULE
 from shared.settings import Settings
-from shared.trusted_blocks import quoted
+from shared.trust.reserved_tags import TAG_RULE
+from shared.trust.trusted_blocks import quoted
 from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact
 from tests.support.trusted import LISTED_FORGERIES, quoted_text, tags_in
 

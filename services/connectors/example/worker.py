@@ -21,8 +21,8 @@ from pydantic import ValidationError
 from redis.exceptions import ResponseError
 
 from services.connectors.example.library import BrandLibrary, UnknownTool
-from shared import keys
 from shared.contracts.connectors import ConnectorCall, ConnectorResultSubmit
+from shared.redis import keys
 
 log = structlog.get_logger()
 Answer = Callable[[ConnectorResultSubmit], Awaitable[None]]

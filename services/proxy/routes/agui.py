@@ -18,19 +18,19 @@ from typing import Any
 from fastapi import APIRouter, Depends, Header, Request
 from pydantic import BaseModel
 
-from services.proxy.agui_input import RunRequest, read_input
-from services.proxy.agui_state import initial_state
-from services.proxy.agui_stream import RunStream, run_frames
-from services.proxy.agui_translate import Translator
+from services.proxy.agui.agui_input import RunRequest, read_input
+from services.proxy.agui.agui_state import initial_state
+from services.proxy.agui.agui_stream import RunStream, run_frames
+from services.proxy.agui.agui_translate import Translator
 from services.proxy.deps import Proxy, get_proxy
-from services.proxy.errors import ApiError
-from services.proxy.idempotency import HEADER, MAX_KEY_CHARS
+from services.proxy.edge.errors import ApiError
+from services.proxy.edge.idempotency import HEADER, MAX_KEY_CHARS
+from services.proxy.edge.sse_response import EventStreamResponse
 from services.proxy.intake import accept_prompt
 from services.proxy.liveness import owned_session
 from services.proxy.rows import SessionState
-from services.proxy.sse_response import EventStreamResponse
-from shared import keys
-from shared.redis_wire import text
+from shared.redis import keys
+from shared.redis.redis_wire import text
 
 router = APIRouter(prefix="/sessions", tags=["ag-ui"])
 CURSOR = re.compile(r"^\d{1,20}-\d{1,20}(\.\d{1,6})?$")  # agui_stream.parse_cursor

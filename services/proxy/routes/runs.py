@@ -1,6 +1,6 @@
 """The active run (docs/integration.md "Abort and interrupt"): POST /abort, and messages aimed at one run (`expected_run_id`).
 
-The runtime writes the active run's id into `gamma:{sid}:running` (services/runtime/supervisor.py);
+The runtime writes the active run's id into `gamma:{sid}:running` (services/runtime/runs/supervisor.py);
 the proxy reads it with the session row, so a stale `expected_run_id` is refused at once with 409 and
 nothing queued. When it matches, the message is forwarded and the proxy waits for the runtime's
 verdict (the run may end meanwhile: the runtime checks again when it takes the entry, and refuses
@@ -15,8 +15,8 @@ from fastapi import APIRouter, Body, Depends
 from fastapi.responses import JSONResponse
 
 from services.proxy.deps import Proxy, get_proxy
-from services.proxy.errors import ApiError
-from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
+from services.proxy.edge.errors import ApiError
+from services.proxy.edge.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
 from services.proxy.liveness import owned_session
 from services.proxy.rows import SessionState, touch
 from shared.contracts.base import new_id

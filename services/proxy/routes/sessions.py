@@ -9,15 +9,18 @@ import structlog
 from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse, Response
 
-from services.proxy.auth import current_user
 from services.proxy.budgets import BUDGET_RESPONSES, checked_budget, session_spend
 from services.proxy.deps import Proxy, get_proxy
-from services.proxy.errors import ApiError
-from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
+from services.proxy.dormant.preview import display_entries, read_todo, read_transcript, read_ui
+from services.proxy.dormant.transcript_pages import BadCursor as BadTranscriptCursor
+from services.proxy.dormant.transcript_pages import view_and_page
+from services.proxy.dormant.uidoc import default_snapshot
+from services.proxy.edge.auth import current_user
+from services.proxy.edge.errors import ApiError
+from services.proxy.edge.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
+from services.proxy.edge.quotas import check_create_rate
 from services.proxy.intake import accept_prompt
 from services.proxy.liveness import dormant_lock, owned_session
-from services.proxy.preview import display_entries, read_todo, read_transcript, read_ui
-from services.proxy.quotas import check_create_rate
 from services.proxy.rows import (
     BadCursor,
     SessionQuotaExceeded,
@@ -27,10 +30,6 @@ from services.proxy.rows import (
     load_state,
     mark_dormant,
 )
-from services.proxy.transcript_pages import BadCursor as BadTranscriptCursor
-from services.proxy.transcript_pages import view_and_page
-from services.proxy.uidoc import default_snapshot
-from shared import dormancy
 from shared.catalogue.sessions import ModelRefused, settle
 from shared.contracts.http import (
     CompactBody,
@@ -45,7 +44,8 @@ from shared.contracts.http import (
     Transcript,
 )
 from shared.contracts.inbox import Compact, Stop
-from shared.disk import atomic_write_json, session_paths
+from shared.redis import dormancy
+from shared.storage.disk import atomic_write_json, session_paths
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 log = structlog.get_logger()

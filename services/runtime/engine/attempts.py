@@ -43,7 +43,7 @@ from services.runtime.engine.retry_policy import (
 from services.runtime.engine.sse import Activity, ReadGate
 from services.runtime.engine.types import AgentContext, AgentEvent, Emit
 from shared.contracts.messages import AgentMessage, AssistantMessage, ToolCall
-from shared.history_repair import RepairAction, has_target, repaired
+from shared.history.history_repair import RepairAction, has_target, repaired
 
 CALL_ERRORS = (openai.APIError, httpx2.HTTPError, StreamError, IdleStream, DeadlineExceeded)
 

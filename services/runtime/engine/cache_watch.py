@@ -30,7 +30,7 @@ MIN_TOKENS, STEP_TOKENS = 1024, 128  # reference openai-api-rules.md §6 (both r
 # The minimum lifetime a cached prefix is counted on: `prompt_cache_options.ttl` from GPT-5.6; before,
 # an `in_memory` prefix is "cleared after 5-10 min idle" (reference §6).
 TTL_S = {"breakpoints": 30 * 60.0, "prefix": 5 * 60.0}
-# Our token counts are the harness's (shared/tokens.py), the API's its own: a shortfall within this
+# Our token counts are the harness's (shared/history/tokens.py), the API's its own: a shortfall within this
 # much is noise, not a break.
 SLACK_TOKENS, SLACK_SHARE = 128, 0.1
 

@@ -24,7 +24,7 @@ from services.runtime.engine.model_api import (
 from services.runtime.engine.sse import ReadGate, json_reads, open_stream
 from services.runtime.engine.types import AgentContext, AgentEvent, Emit
 from shared.contracts.messages import AssistantMessage
-from shared.usage import chat_usage
+from shared.costs.usage import chat_usage
 
 
 def chat_effort(settings: ModelSettings, tools: bool) -> str | None:
@@ -85,7 +85,7 @@ class ChatApi:
         reply = Reply()
         response = await open_stream(client, "/chat/completions", body)
         if opened is not None:
-            opened()  # the turn's start is over (services/runtime/turn_starts.py)
+            opened()  # the turn's start is over (services/runtime/runs/turn_starts.py)
         try:
             async for chunks in json_reads(response, reply.done):
                 if signal.is_set():

@@ -5,7 +5,7 @@ Who wrote a message decides how it travels (docs/architecture.md "Trust boundari
 - the harness's own messages (custom messages: injections and anchors; the compaction summary) go with
   `trusted_role`: `developer`, a role no user text can take, or `user` where the model or server
   rejects it (ModelSettings.trusted_role);
-- user text and tool results are neutralised against the reserved tags (shared/neutralise.py), so in
+- user text and tool results are neutralised against the reserved tags (shared/trust/neutralise.py), so in
   neither role can they read as a harness block; the summary's body, which quotes the conversation, is
   a quotation (`quoted`);
 - under the user-role fallback a harness block and a user's message share a role, so position tells
@@ -15,7 +15,7 @@ Who wrote a message decides how it travels (docs/architecture.md "Trust boundari
   prompts/transport.txt);
 - assistant text and tool calls go back as the model wrote them: their role says who wrote them.
 
-Images travel by reference (shared/images.py): a user message's attachments become image parts of
+Images travel by reference (shared/media/images.py): a user message's attachments become image parts of
 that message; a tool's image goes inside the Responses `function_call_output`, and with Chat
 Completions (whose tool messages are text only) in a user-role message right after the batch's tool
 messages, labelled as data a tool returned. `images` reads the stored bytes.
@@ -44,8 +44,8 @@ from shared.contracts.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from shared.neutralise import neutralise
-from shared.trusted_blocks import quoted, render, whole_quotation
+from shared.trust.neutralise import neutralise
+from shared.trust.trusted_blocks import quoted, render, whole_quotation
 
 SUMMARY_PREFIX = "The conversation history before this point was compacted into the following summary:\n\n"
 

@@ -31,8 +31,8 @@ from services.runtime.engine.types import (
     ToolOutcome,
 )
 from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage
-from shared.disk import storage_fault
-from shared.tool_schema import argument_problem
+from shared.mcp.tool_schema import argument_problem
+from shared.storage.disk import storage_fault
 
 TOOL_ABORT_GRACE_S = 1.0  # how long running tools may take to end on the abort signal before a cancel
 
@@ -242,7 +242,7 @@ def aborted_outcome(note: str, partial: ToolOutcome | None = None) -> ToolOutcom
 
 def validate_arguments(tool: Tool, args: dict[str, Any]) -> str | None:
     """The model's arguments checked before the tool runs, so the model gets a clear error: against the
-    tool's argument model (shared/tool_schema.py), or for a connector's tool, whose schema is data, the
+    tool's argument model (shared/mcp/tool_schema.py), or for a connector's tool, whose schema is data, the
     light check below (required keys, primitive types, unknown keys)."""
     if "__invalid_json__" in args:
         return f"Invalid JSON arguments for {tool.name}: {args['__invalid_json__'][:200]}"

@@ -25,7 +25,7 @@ ImageDetail = Literal["auto", "low", "high"]
 
 
 class ImageUrls(Protocol):
-    """The data URL of a stored image (shared/images.py ImageSource), None when its file is gone."""
+    """The data URL of a stored image (shared/media/images.py ImageSource), None when its file is gone."""
 
     def url(self, ref: ImageRef) -> str | None: ...
 
@@ -47,7 +47,7 @@ class ModelSettings:
     retry_base_s: float = 1.0
     retry_max_s: float = 60.0
     # What the model accepts (shared/catalogue): the request bodies are built from it. Unset: the
-    # catalogue's entry for `model` without the deployment's extras (services/runtime/session.py
+    # catalogue's entry for `model` without the deployment's extras (services/runtime/hosting/session.py
     # `model_settings` passes the configured one).
     caps: Capabilities = field(default=None)  # type: ignore[assignment]
 
@@ -163,7 +163,7 @@ def stand_in(url: str) -> str:
 def without_image_data(item: Any) -> Any:
     """A request item with each image's data URL replaced by a short stand-in: the prefix metric
     tokenizes pieces as text, and megabytes of base64 are neither text nor what the model is billed
-    (images are counted by shared/image_tokens.py). `hash` of a str is computed once per string
+    (images are counted by shared/media/image_tokens.py). `hash` of a str is computed once per string
     object, and the URLs are the image source's cached strings: the stand-in costs nothing per request."""
     if isinstance(item, str):
         return stand_in(item) if item.startswith("data:image/") else item

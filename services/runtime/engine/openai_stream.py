@@ -34,7 +34,7 @@ from shared.catalogue import catalogue
 from shared.contracts.events import ModelRequestData
 from shared.contracts.messages import AssistantMessage, Usage
 from shared.contracts.spend import Attempt, BudgetReachedData, Kind, UsageRow
-from shared.tokens import TokenCounter, message_images, refs_tokens, shared_prefix
+from shared.history.tokens import TokenCounter, message_images, refs_tokens, shared_prefix
 
 __all__ = ["ModelSettings", "OpenAIStream", "PieceTokens", "prefix_hash", "request_pieces"]
 
@@ -53,7 +53,7 @@ def request_pieces(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) 
 
 
 class SpendSink(Protocol):
-    """Where a stream's usage rows go, and the budget check before each call (services/runtime/spend.py)."""
+    """Where a stream's usage rows go, and the budget check before each call (services/runtime/runs/spend.py)."""
 
     async def add(self, row: UsageRow) -> None: ...
     async def preflight(self, model: str, prompt_tokens: int, cached_tokens: int) -> BudgetReachedData | None: ...
@@ -132,7 +132,7 @@ class OpenAIStream:
     observer: CallObserver = QUIET  # the runtime's model call metrics
     on_repair: OnRepair | None = None  # records a history repair (a transcript entry)
     watch: CacheWatch | None = None  # the cache-break alarm (engine/cache_watch.py)
-    spend: SpendSink | None = None  # the session's ledger: usage rows and the budgets (services/runtime/spend.py)
+    spend: SpendSink | None = None  # the session's ledger: usage rows and the budgets (services/runtime/runs/spend.py)
     kind: Kind = "agent"  # whose calls these are, in the usage rows (a subagent's stream says so)
     _pieces: PieceTokens | None = None
     _prefix_hash: tuple[str, str, Head] | None = None
@@ -149,7 +149,7 @@ class OpenAIStream:
         shared = shared_prefix(self.previous_tokens, tokens)
         if sent and shared:
             shared += shared_image_tokens(self.previous_pieces, pieces, sent)
-        if self.spend is not None:  # the budgets, before anything is sent (services/runtime/spend.py)
+        if self.spend is not None:  # the budgets, before anything is sent (services/runtime/runs/spend.py)
             stop = await self.spend.preflight(self.settings.model, len(tokens) + images, shared)
             if stop is not None:
                 await emit(AgentEvent(type="budget_reached", data=stop.model_dump()))

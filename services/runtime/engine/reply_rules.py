@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from services.runtime.engine.types import RunBudget, ToolOutcome
 from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage, ToolCall
 from shared.contracts.spend import BudgetReachedData
-from shared.trusted_blocks import render
+from shared.trust.trusted_blocks import render
 
 
 @dataclass

@@ -105,7 +105,7 @@ class ResponsesApi:
         # events mean is engine/responses_reader.py's.
         response = await open_stream(client, "/responses", body)
         if opened is not None:
-            opened()  # the turn's start is over (services/runtime/turn_starts.py)
+            opened()  # the turn's start is over (services/runtime/runs/turn_starts.py)
         state = Reading()
         try:
             async for events in json_reads(response):

@@ -27,7 +27,7 @@ from services.runtime.engine.model_api import (
 from services.runtime.engine.types import AgentEvent, Emit
 from shared.contracts.events import ReasoningUpdateData
 from shared.contracts.messages import AssistantMessage, TextContent, ThinkingContent, ToolCall
-from shared.usage import responses_usage
+from shared.costs.usage import responses_usage
 
 RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "server_is_overloaded", "slow_down"})
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})

@@ -19,7 +19,7 @@ from services.runtime.sandbox.landlock import env as landlock_env
 from services.runtime.sandbox.landlock import landlock_argv
 from services.runtime.sandbox.runner import Exit, run_confined
 from services.runtime.sandbox.types import Layer, SandboxLimits, SandboxRequest, SandboxResult, walk_limits
-from shared.walk import WalkLimits
+from shared.storage.walk import WalkLimits
 
 log = structlog.get_logger()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.runtime.engine.types import Tool, ToolOutcome
-from services.runtime.skills import Skill
+from services.runtime.skillset.skills import Skill
 from services.runtime.tools.bash import bash_tool
 from services.runtime.tools.files import edit_tool, read_tool, write_tool
 from services.runtime.tools.message_user import ALONE_ERROR, message_user_tool

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
 from services.runtime.tools.ports import SubagentHost
-from shared.tool_schema import ToolArgs
+from shared.mcp.tool_schema import ToolArgs
 
 
 class SubagentArgs(ToolArgs):

@@ -8,9 +8,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
-from services.runtime.todo import TodoRefused, render
+from services.runtime.store.todo import TodoRefused, render
 from services.runtime.tools.ports import TodoHost
-from shared.tool_schema import ToolArgs
+from shared.mcp.tool_schema import ToolArgs
 
 
 class TodoItemArgs(ToolArgs):

@@ -1,0 +1,1 @@
+"""The agui wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The dormant wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The edge wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The connector wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The hosting wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The inbox wing (docs/architecture.md "Walking through the code")."""

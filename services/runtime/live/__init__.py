@@ -1,0 +1,1 @@
+"""The live wing (docs/architecture.md "Walking through the code")."""

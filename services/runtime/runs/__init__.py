@@ -1,0 +1,1 @@
+"""The runs wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The skillset wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The store wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The turns wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The ui wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The costs wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The history wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The mcp wing (docs/architecture.md "Walking through the code")."""

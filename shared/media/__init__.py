@@ -1,0 +1,1 @@
+"""The media wing (docs/architecture.md "Walking through the code")."""

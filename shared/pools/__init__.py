@@ -1,0 +1,1 @@
+"""The pools wing (docs/architecture.md "Walking through the code")."""

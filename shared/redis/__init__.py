@@ -1,0 +1,1 @@
+"""The redis wing (docs/architecture.md "Walking through the code")."""

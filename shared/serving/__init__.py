@@ -1,0 +1,1 @@
+"""The serving wing (docs/architecture.md "Walking through the code")."""

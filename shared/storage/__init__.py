@@ -1,0 +1,1 @@
+"""The storage wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The streams wing (docs/architecture.md "Walking through the code")."""

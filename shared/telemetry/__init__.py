@@ -1,0 +1,1 @@
+"""The telemetry wing (docs/architecture.md "Walking through the code")."""

@@ -1,0 +1,1 @@
+"""The trust wing (docs/architecture.md "Walking through the code")."""
