@@ -11,7 +11,7 @@ import httpx
 from fastapi import Depends, FastAPI
 
 from services.proxy.deps import Proxy, get_proxy
-from services.proxy.edge.auth import current_user
+from services.proxy.auth import current_user
 
 
 def _app() -> FastAPI:

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from services.proxy.dormant.export import ExportTooLarge, build
-from services.proxy.edge.idempotency import fingerprint, valid_key
+from services.proxy.idempotency import fingerprint, valid_key
 from services.runtime.engine.openai_stream import estimated_usage
 from shared.contracts.http import PatchSession
 

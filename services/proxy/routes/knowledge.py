@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Path
 from fastapi.responses import Response
 
 from services.proxy.deps import Proxy, get_proxy
-from services.proxy.edge.auth import current_user
+from services.proxy.auth import current_user
 from services.proxy.edge.errors import ApiError
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 
 from services.proxy.deps import Proxy, get_proxy
 from services.proxy.edge.errors import ApiError
-from services.proxy.edge.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
+from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
 from services.proxy.liveness import owned_session
 from services.proxy.rows import SessionState, touch
 from shared.contracts.base import new_id

@@ -15,9 +15,9 @@ from services.proxy.dormant.preview import display_entries, read_todo, read_tran
 from services.proxy.dormant.transcript_pages import BadCursor as BadTranscriptCursor
 from services.proxy.dormant.transcript_pages import view_and_page
 from services.proxy.dormant.uidoc import default_snapshot
-from services.proxy.edge.auth import current_user
+from services.proxy.auth import current_user
 from services.proxy.edge.errors import ApiError
-from services.proxy.edge.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
+from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
 from services.proxy.edge.quotas import check_create_rate
 from services.proxy.intake import accept_prompt
 from services.proxy.liveness import dormant_lock, owned_session

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends
 
 from services.proxy.budgets import user_spend
 from services.proxy.deps import Proxy, get_proxy
-from services.proxy.edge.auth import current_user
+from services.proxy.auth import current_user
 from shared.contracts.spend import UserSpend
 
 router = APIRouter(tags=["spend"])

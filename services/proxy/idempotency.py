@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.proxy.deps import Proxy, get_proxy
-from services.proxy.edge.auth import current_user
+from services.proxy.auth import current_user
 from services.proxy.edge.errors import ApiError
 from shared.contracts.base import new_id, now_ms
 
