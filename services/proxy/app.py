@@ -13,11 +13,11 @@ from services.proxy.deps import Proxy
 from services.proxy.dormant.erase import sweep_forever
 from services.proxy.edge.errors import install_error_handlers
 from services.proxy.edge.heap import TrimAfterLargeResponses
-from services.proxy.idempotency import IdempotencyRecorder, Replay, replay_response
 from services.proxy.edge.limits import BodyLimit
 from services.proxy.edge.metrics import ProxyMetrics
 from services.proxy.edge.sse_response import ProxyApp
 from services.proxy.fanout import EventFanout
+from services.proxy.idempotency import IdempotencyRecorder, Replay, replay_response
 from services.proxy.routes import (
     agui,
     branches,

@@ -30,8 +30,8 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.proxy.deps import Proxy, get_proxy
 from services.proxy.auth import current_user
+from services.proxy.deps import Proxy, get_proxy
 from services.proxy.edge.errors import ApiError
 from shared.contracts.base import new_id, now_ms
 

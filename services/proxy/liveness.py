@@ -17,8 +17,8 @@ from typing import Generic, Literal, TypeVar
 import redis.asyncio as aioredis
 from fastapi import Depends
 
-from services.proxy.deps import Proxy, get_proxy
 from services.proxy.auth import current_user
+from services.proxy.deps import Proxy, get_proxy
 from services.proxy.edge.errors import ApiError
 from services.proxy.rows import SessionState, load_state
 from shared.contracts.base import new_id

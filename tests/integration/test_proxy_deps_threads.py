@@ -10,8 +10,8 @@ import anyio.to_thread
 import httpx
 from fastapi import Depends, FastAPI
 
-from services.proxy.deps import Proxy, get_proxy
 from services.proxy.auth import current_user
+from services.proxy.deps import Proxy, get_proxy
 
 
 def _app() -> FastAPI:

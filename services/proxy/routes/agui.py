@@ -24,8 +24,8 @@ from services.proxy.agui.agui_stream import RunStream, run_frames
 from services.proxy.agui.agui_translate import Translator
 from services.proxy.deps import Proxy, get_proxy
 from services.proxy.edge.errors import ApiError
-from services.proxy.idempotency import HEADER, MAX_KEY_CHARS
 from services.proxy.edge.sse_response import EventStreamResponse
+from services.proxy.idempotency import HEADER, MAX_KEY_CHARS
 from services.proxy.intake import accept_prompt
 from services.proxy.liveness import owned_session
 from services.proxy.rows import SessionState

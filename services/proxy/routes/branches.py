@@ -14,14 +14,14 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Depends
 
+from services.proxy.auth import current_user
 from services.proxy.budgets import caps_of
 from services.proxy.deps import Proxy, get_proxy
 from services.proxy.dormant import disk_budget
 from services.proxy.edge import heavy
-from services.proxy.auth import current_user
 from services.proxy.edge.errors import ApiError
-from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
 from services.proxy.edge.quotas import check_create_rate
+from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
 from services.proxy.liveness import BecameLive, apply_if_dormant, dormant_lock, owned_session, write_mode
 from services.proxy.rows import SessionQuotaExceeded, SessionState, create_row, drop_row, load_state
 from shared.contracts.http import ForkBody, ForkedSession, ForkOrigin, ModelUsage, RewindBody, RewindResult

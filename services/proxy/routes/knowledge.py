@@ -15,8 +15,8 @@ import structlog
 from fastapi import APIRouter, Depends, Path
 from fastapi.responses import Response
 
-from services.proxy.deps import Proxy, get_proxy
 from services.proxy.auth import current_user
+from services.proxy.deps import Proxy, get_proxy
 from services.proxy.edge.errors import ApiError
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection

@@ -9,16 +9,16 @@ import structlog
 from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse, Response
 
+from services.proxy.auth import current_user
 from services.proxy.budgets import BUDGET_RESPONSES, checked_budget, session_spend
 from services.proxy.deps import Proxy, get_proxy
 from services.proxy.dormant.preview import display_entries, read_todo, read_transcript, read_ui
 from services.proxy.dormant.transcript_pages import BadCursor as BadTranscriptCursor
 from services.proxy.dormant.transcript_pages import view_and_page
 from services.proxy.dormant.uidoc import default_snapshot
-from services.proxy.auth import current_user
 from services.proxy.edge.errors import ApiError
-from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
 from services.proxy.edge.quotas import check_create_rate
+from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
 from services.proxy.intake import accept_prompt
 from services.proxy.liveness import dormant_lock, owned_session
 from services.proxy.rows import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
+from services.proxy.auth import current_user
 from services.proxy.budgets import user_spend
 from services.proxy.deps import Proxy, get_proxy
-from services.proxy.auth import current_user
 from shared.contracts.spend import UserSpend
 
 router = APIRouter(tags=["spend"])
