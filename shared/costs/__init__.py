@@ -1,1 +1,1 @@
-"""The costs wing (docs/architecture.md "Walking through the code")."""
+"""Every model token counted and priced: usage rows, totals, spend metrics (docs/costs.md)."""

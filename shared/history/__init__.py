@@ -1,1 +1,2 @@
-"""The history wing (docs/architecture.md "Walking through the code")."""
+"""The transcript read and reasoned about: tree, scan, index, branch, repair, model context, tokens, summary rules,
+rewind and fork, scoped knowledge (docs/architecture.md "How a session wakes")."""

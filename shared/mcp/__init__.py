@@ -1,1 +1,2 @@
-"""The mcp wing (docs/architecture.md "Walking through the code")."""
+"""Connectors and MCP: the registry, ACLs, argument and tool schemas, the MCP client, its secrets and URLs
+(docs/architecture.md "Connectors")."""

@@ -1,1 +1,1 @@
-"""The media wing (docs/architecture.md "Walking through the code")."""
+"""Images of the conversation: checks, limits, tokens, storage, collection (docs/architecture.md "Images")."""

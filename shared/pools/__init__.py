@@ -1,1 +1,2 @@
-"""The pools wing (docs/architecture.md "Walking through the code")."""
+"""Work off the event loop: the I/O executor, offload workers for CPU-bound hostile input, image decoding
+(docs/architecture.md "Bounded work")."""

@@ -1,1 +1,2 @@
-"""The redis wing (docs/architecture.md "Walking through the code")."""
+"""Redis: key and stream names, wire helpers, Cluster, reconnects, fences, revisions, deletion, dormancy, the stream
+topology (docs/architecture.md "Streams")."""

@@ -1,1 +1,2 @@
-"""The serving wing (docs/architecture.md "Walking through the code")."""
+"""What every service process has: health, readiness, metrics endpoints, heartbeats, the internal port, request
+limits, heap and GC policy, the model client factory (docs/architecture.md "Walking through the code")."""

@@ -1,1 +1,2 @@
-"""The storage wing (docs/architecture.md "Walking through the code")."""
+"""The session disk: layout, atomic writes, workspace paths, walks, quotas, blobs, snapshots (docs/architecture.md
+"Walking through the code")."""

@@ -1,1 +1,2 @@
-"""The streams wing (docs/architecture.md "Walking through the code")."""
+"""The wire adapters over Redis Streams: the service bus, the multiplexed per-session stream reader, the inbox,
+trimming, the stall watchdog, causal markers (docs/architecture.md "Streams")."""

@@ -1,1 +1,1 @@
-"""The telemetry wing (docs/architecture.md "Walking through the code")."""
+"""Logs, metrics and traces of every service (docs/architecture.md "Observability")."""

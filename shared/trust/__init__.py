@@ -1,1 +1,2 @@
-"""The trust wing (docs/architecture.md "Walking through the code")."""
+"""Trust boundaries: reserved tags, trusted blocks, neutralising untrusted text, confusables, OIDC tokens
+(docs/architecture.md "Trust boundaries")."""

@@ -1,1 +1,2 @@
-"""The ui wing (docs/architecture.md "Walking through the code")."""
+"""The one rule of a SessionUIState document, its Yjs form and merge, forms, checklists, and the one write model
+(docs/architecture.md "Ownership")."""

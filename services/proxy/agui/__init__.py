@@ -1,1 +1,1 @@
-"""The agui wing (docs/architecture.md "Walking through the code")."""
+"""The AG-UI run: its input, shared state, event stream and translation (docs/integration.md "AG-UI")."""

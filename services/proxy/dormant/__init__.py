@@ -1,1 +1,2 @@
-"""The dormant wing (docs/architecture.md "Walking through the code")."""
+"""A dormant session served from its disk: preview, transcript pages, export, erase, the disk budget, the UI
+document's checks (docs/architecture.md "Ownership")."""

@@ -1,1 +1,2 @@
-"""The edge wing (docs/architecture.md "Walking through the code")."""
+"""What every request of the proxy meets: JSON errors, body caps, heavy-request bounds, the SSE response and span,
+metrics, rate quotas (docs/architecture.md "Walking through the code")."""

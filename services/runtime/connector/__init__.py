@@ -1,1 +1,2 @@
-"""The connector wing (docs/architecture.md "Walking through the code")."""
+"""The session's connectors: the catalog it may use, their calls and answers, MCP calls (docs/architecture.md
+"Connectors")."""

@@ -1,1 +1,3 @@
-"""The inbox wing (docs/architecture.md "Walking through the code")."""
+"""One session's inbox handled: the dispatcher, the causal gate, an injection delivered, idle recording, the dormant
+manifest, forwarded live writes, a model switch, abort and interrupt (docs/architecture.md "Walking through the
+code")."""

@@ -1,1 +1,2 @@
-"""The live wing (docs/architecture.md "Walking through the code")."""
+"""What a live session is: its state, inbox queue and pending injections, the lease and disk fence, the outbox and the
+worker's event sender (docs/architecture.md "The runtime's parts")."""

@@ -1,1 +1,2 @@
-"""The runs wing (docs/architecture.md "Walking through the code")."""
+"""One run and its recovery: the supervisor, the recorder, acks, turn-start pacing, a reply's outcome, compaction's
+runtime side, subagents, the tools' host, spending (docs/architecture.md "Walking through the code")."""

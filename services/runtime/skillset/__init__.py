@@ -1,1 +1,2 @@
-"""The skillset wing (docs/architecture.md "Walking through the code")."""
+"""Skills: the loader, a skill's files, contracts' lifecycle, completion audits, checklist progress, the skills
+directory and the system prompt (docs/architecture.md "Skill contracts")."""
