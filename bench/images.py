@@ -25,10 +25,10 @@ from typing import Any
 
 from PIL import Image
 
-from services.runtime.engine.chat_api import ChatApi
-from services.runtime.engine.model_api import ModelSettings
-from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext
+from services.runtime.model.chat_api import ChatApi
+from services.runtime.model.model_api import ModelSettings
+from services.runtime.model.responses_api import ResponsesApi
 from services.runtime.store.transcript import Transcript
 from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
 from shared.media.image_limits import ImageLimits

@@ -18,7 +18,7 @@ Measured from the runtime's `model_request` events (the usage the simulated API 
 - cache_write_tokens_per_session and cost_per_session_usd: the catalogue's gpt-5 prices for both
   models (the catalogue has no gpt-5.6 list price; the reference gives 5.6 reads at 10 % of input, as
   gpt-5's), writes at 1.25x input from 5.6 (shared/catalogue/pricing.py);
-- cache_break_alarms: the runtime's `model_cache_miss` events by reason (engine/cache_watch.py).
+- cache_break_alarms: the runtime's `model_cache_miss` events by reason (model/cache_watch.py).
 Baselines, the same runs as the requests were sent before breakpoints (`*_before`: the session id as
 `prompt_cache_key`, and on 5.6 the system prompt as `instructions` with no breakpoint): what the
 breakpoints and the shared key change.
@@ -53,7 +53,7 @@ from scripted.transport import scripted_transport  # noqa: E402
 from services.connectors.example.library import spec  # noqa: E402
 from services.proxy.rows import SessionRow  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
-from services.runtime.engine import responses_api  # noqa: E402
+from services.runtime.model import responses_api  # noqa: E402
 from services.runtime.skillset.prompt import VARIANTS  # noqa: E402
 from services.runtime.skillset.skills import load_skills  # noqa: E402
 from shared.catalogue import catalogue  # noqa: E402

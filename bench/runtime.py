@@ -33,8 +33,8 @@ from scripted.gamma import ScriptedGamma
 from scripted.transport import scripted_client
 from services.runtime.app import skills_dir
 from services.runtime.engine.agent import Agent
-from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks, Tool, ToolContext, ToolOutcome
+from services.runtime.model.openai_stream import ModelSettings, OpenAIStream
 from services.runtime.skillset.prompt import build_system_prompt
 from services.runtime.skillset.skills import load_skills
 from services.runtime.store.transcript import read_entries

@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT))
 from scripted.pacing import Timing  # noqa: E402
 from scripted.settings import ScriptedSettings  # noqa: E402
 from scripted.transport import scripted_client  # noqa: E402
-from services.runtime.engine.chat_api import ChatApi  # noqa: E402
-from services.runtime.engine.responses_api import ResponsesApi  # noqa: E402
 from services.runtime.engine.types import AgentEvent  # noqa: E402
 from services.runtime.live.sender import EventSender  # noqa: E402
+from services.runtime.model.chat_api import ChatApi  # noqa: E402
+from services.runtime.model.responses_api import ResponsesApi  # noqa: E402
 from services.stack import free_port  # noqa: E402
 from shared.contracts.messages import AssistantMessage  # noqa: E402
 

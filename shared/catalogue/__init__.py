@@ -141,7 +141,7 @@ def check_config(model: str, entry: Entry, effort: Effort | None, api: Api) -> P
         if not entry.known:
             why += " (an unknown model: describe it in GAMMA_MODEL_CATALOGUE_EXTRA)"
         return Problem("model.reasoning_effort", f"{model} {why}", caps.efforts)
-    # No effort sent: the Chat body asks for `none` itself (engine/chat_api.py `chat_effort`).
+    # No effort sent: the Chat body asks for `none` itself (model/chat_api.py `chat_effort`).
     if api == "chat" and caps.chat_tools_need_effort_none and effort not in (None, "none"):
         return Problem("model.reasoning_effort", f"{model} takes function tools on Chat Completions only with "
                        "reasoning effort 'none'; use api 'responses' for another effort", ("none",))

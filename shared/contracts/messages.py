@@ -70,7 +70,7 @@ class Usage(_Msg):
     reasoning: int = 0  # output tokens spent on reasoning (part of `output`)
     total_tokens: int = 0
     # Counted here, not reported by the API: a request cancelled by an abort ends before its usage
-    # arrives, yet the provider bills its input and what it streamed (engine/openai_stream.py).
+    # arrives, yet the provider bills its input and what it streamed (model/openai_stream.py).
     estimated: bool = False
 
 

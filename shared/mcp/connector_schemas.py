@@ -2,7 +2,7 @@
 (docs/architecture.md "Connectors"): one rejected schema in a request fails the whole request, so a
 registered schema the API would refuse would stop every session that loaded the connector.
 
-The runtime sends tools with `strict: false` (services/runtime/engine/responses_api.py; Chat
+The runtime sends tools with `strict: false` (services/runtime/model/responses_api.py; Chat
 Completions sends no `strict`), so the strict-mode subset (every property required,
 `additionalProperties: false`, no `allOf`) does not apply. What the non-strict API refuses with
 `invalid_function_parameters` and a valid draft 2020-12 schema may still hold:

@@ -84,7 +84,7 @@ class ModelServerSettings(Area):
     # The openai client's HTTP backend for a real endpoint (OPENAI_API_KEY set). `aiohttp` (the SDK's
     # DefaultAioHttpClient): its C parser reads a token-per-chunk stream at ~60% of httpx/h11's CPU,
     # and returns what a connection buffered in one read, which the runtime's read gate needs
-    # (engine/sse.py); with `httpx` the streams are read chunk by chunk, ungated (bench/stream_micro.py).
+    # (model/sse.py); with `httpx` the streams are read chunk by chunk, ungated (bench/stream_micro.py).
     model_http: Literal["aiohttp", "httpx"] = Field("aiohttp", validation_alias="GAMMA_MODEL_HTTP",
         description="The `openai` client's HTTP backend for a real endpoint: `aiohttp` "
                     "(`openai.DefaultAioHttpClient`: ~40% less CPU per streamed token than httpx's own, and reads "

@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
-from services.runtime.engine.cache_watch import REASONS
 from services.runtime.hosting.model_calls import ModelMetrics
+from services.runtime.model.cache_watch import REASONS
 from shared.telemetry.metrics import for_registry
 from tests.deploy.support import ROOT
 

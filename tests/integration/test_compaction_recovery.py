@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from services.runtime.engine.convert import SUMMARY_PREFIX
+from services.runtime.model.convert import SUMMARY_PREFIX
 from shared.storage.disk import read_json, session_paths
 from tests.support.compaction_e2e import (
     Env,

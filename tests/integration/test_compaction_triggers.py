@@ -11,7 +11,7 @@ import pytest
 
 from scripted.reading import parse_summary
 from scripted.types import ScriptedError
-from services.runtime.engine.convert import SUMMARY_PREFIX
+from services.runtime.model.convert import SUMMARY_PREFIX
 from shared.contracts.inbox import CompactionReady, Stop
 from shared.redis import keys
 from shared.storage.disk import session_paths

@@ -33,7 +33,7 @@ def d(rt: Stack) -> Driver:
 
 def base_prefix_hash() -> str:
     from services.runtime.app import skills_dir
-    from services.runtime.engine.openai_stream import prefix_hash
+    from services.runtime.model.openai_stream import prefix_hash
     from services.runtime.skillset.prompt import static_prefix
     from services.runtime.skillset.skills import load_skills
     from services.runtime.tools import Toolset

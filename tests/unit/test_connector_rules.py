@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from services.runtime.connector.connectors import call_id_of, outcome_of
-from services.runtime.engine.convert import convert_one
+from services.runtime.model.convert import convert_one
 from services.runtime.tools.tool_policy import load_tools_tool
 from shared.contracts.connectors import Connector
 from shared.contracts.messages import TextContent, ToolResultMessage

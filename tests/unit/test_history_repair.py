@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.runtime.engine.attempts import HistoryRepair
 from services.runtime.hosting.model_calls import record_repair
+from services.runtime.model.attempts import HistoryRepair
 from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
 from shared.contracts.messages import (

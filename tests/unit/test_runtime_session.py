@@ -7,9 +7,9 @@ from pathlib import Path
 
 from scripted.gamma import ScriptedGamma
 from scripted.transport import scripted_client
-from services.runtime.engine.openai_stream import ModelSettings
 from services.runtime.hosting.session import Session, SessionDeps
 from services.runtime.hosting.session_files import SessionFiles
+from services.runtime.model.openai_stream import ModelSettings
 from shared.history.tokens import TokenCounter
 from shared.settings import Settings
 from shared.storage.disk import session_paths

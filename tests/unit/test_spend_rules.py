@@ -7,7 +7,7 @@ import pytest
 
 from services.proxy.budgets import checked_budget
 from services.proxy.edge.errors import ApiError
-from services.runtime.engine.openai_stream import attempt_of, usage_row
+from services.runtime.model.openai_stream import attempt_of, usage_row
 from services.runtime.runs.spend import SpendLedger, reached
 from shared.contracts.messages import AssistantMessage, Usage
 from shared.contracts.spend import SessionBudget

@@ -13,7 +13,7 @@ from services.compaction.prompts import summary_prompt
 from services.digest.coalesce import compose
 from services.digest.revisions import Note, RefState
 from services.notifications.convert import to_injections
-from services.runtime.engine.convert import SUMMARY_PREFIX, convert_one
+from services.runtime.model.convert import SUMMARY_PREFIX, convert_one
 from services.runtime.runs.subagent import background_result
 from services.runtime.store.todo import render as todo_block
 from services.runtime.turns.knowledge import LoadedNote, active_knowledge

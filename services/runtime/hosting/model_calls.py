@@ -10,10 +10,10 @@ import structlog
 from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry, Counter
 
-from services.runtime.engine.attempts import QUIET, CallLimits, CallObserver, HistoryRepair
-from services.runtime.engine.cache_watch import MissReport, PrefixLedger
-from services.runtime.engine.provider_gate import Provider, ProviderGates, provider_key
-from services.runtime.engine.retry_policy import Failure
+from services.runtime.model.attempts import QUIET, CallLimits, CallObserver, HistoryRepair
+from services.runtime.model.cache_watch import MissReport, PrefixLedger
+from services.runtime.model.provider_gate import Provider, ProviderGates, provider_key
+from services.runtime.model.retry_policy import Failure
 from services.runtime.store.transcript import Transcript, now_iso
 from shared.contracts.transcript import HistoryRepairEntry
 from shared.history.context import context_with_ids
@@ -82,7 +82,7 @@ class ModelCalls:
                    metrics or QUIET, metrics=metrics)
 
     def cache_miss(self, r: MissReport) -> None:
-        """A cache break (engine/cache_watch.py): counted, and logged with the request it happened to."""
+        """A cache break (model/cache_watch.py): counted, and logged with the request it happened to."""
         if self.metrics is not None:
             self.metrics.cache_misses.labels(family=r.family, variant=r.variant, reason=r.miss.reason).inc(
                 r.miss.tokens)

@@ -27,9 +27,6 @@ from services.runtime.connector.connector_catalog import ConnectorCatalog, Promp
 from services.runtime.connector.connectors import ConnectorHub
 from services.runtime.connector.mcp_calls import McpLimits
 from services.runtime.engine.agent import Agent
-from services.runtime.engine.cache_watch import CacheWatch
-from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
-from services.runtime.engine.sse import ReadGate
 from services.runtime.engine.types import AgentContext, BeforeModelCall, RunBudget, RunHooks
 from services.runtime.hosting.model_calls import ModelCalls, record_repair
 from services.runtime.hosting.session_files import SessionFiles
@@ -45,6 +42,9 @@ from services.runtime.live.diskfence import DiskFence
 from services.runtime.live.events import Outbox
 from services.runtime.live.lease import Lease, LeaseLost
 from services.runtime.live.state import SessionState
+from services.runtime.model.cache_watch import CacheWatch
+from services.runtime.model.openai_stream import ModelSettings, OpenAIStream
+from services.runtime.model.sse import ReadGate
 from services.runtime.runs.ack import Acker
 from services.runtime.runs.compactor import Compactor
 from services.runtime.runs.recorder import Recorder

@@ -1,7 +1,7 @@
 """Abort and interrupt (docs/integration.md "Abort and interrupt"): end the active run at the user's request, and refuse a message or
 an abort aimed at a run that has already ended (`expected_run_id`, like Codex's expectedTurnId).
 
-An abort sets the Agent's signal: the model stream is cancelled (engine/openai_stream.py), running
+An abort sets the Agent's signal: the model stream is cancelled (model/openai_stream.py), running
 tools get a grace second to end on it (bash kills its process group, sandbox/runner.py) and are then
 cancelled, and every tool call that did not finish gets a result saying the user stopped it
 (engine/loop.py). A run that does not end within ABORT_GRACE_S (a tool that ignores the signal) is

@@ -19,7 +19,7 @@ its lock (held until the pipeline has run), and checks the session's lease befor
 A failed pipeline gives every session its batch back, in front: the session's next awaited event
 sends it, or raises as it would have without the queue.
 
-The sender is also the read gate of the sessions' model streams (engine/sse.py ReadGate): a stream
+The sender is also the read gate of the sessions' model streams (model/sse.py ReadGate): a stream
 read waits for the gate, which opens just before each tick (`lead_s`). A token that arrived meanwhile
 waited in the socket instead of the queue, for the same tick: no added latency, and one read, one
 parse loop and one wake-up per session per tick instead of one per token.

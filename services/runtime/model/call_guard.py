@@ -2,7 +2,7 @@
 overall deadline (docs/architecture.md "Model calls: retries and recovery").
 
 The openai client's read timeout (600 s) is per read, so a stream that trickles or stalls could hold a
-call for long; here one timer per attempt watches when the stream last brought bytes (engine/sse.py
+call for long; here one timer per attempt watches when the stream last brought bytes (model/sse.py
 `Activity`, stamped per chunk) and cancels the attempt when it has been idle for `idle_s`, or when the
 deadline passes. The timer re-arms only when it fires (no timer per chunk).
 """
@@ -14,8 +14,8 @@ import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from services.runtime.engine.retry_policy import DeadlineExceeded, IdleStream
-from services.runtime.engine.sse import ACTIVITY, Activity
+from services.runtime.model.retry_policy import DeadlineExceeded, IdleStream
+from services.runtime.model.sse import ACTIVITY, Activity
 from shared.contracts.messages import AssistantMessage
 
 

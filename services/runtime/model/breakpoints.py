@@ -21,8 +21,8 @@ from openai.types.chat.chat_completion_content_part_text_param import ChatComple
 from openai.types.responses.response_create_params import PromptCacheOptions
 from openai.types.responses.response_input_text_param import PromptCacheBreakpoint, ResponseInputTextParam
 
-from services.runtime.engine.model_api import ModelSettings
 from services.runtime.engine.types import AgentContext
+from services.runtime.model.model_api import ModelSettings
 
 MAX_EXPLICIT = 3  # with the implicit one, the 4 breakpoints a request may write (SDK PromptCacheOptions)
 # `ttl` is a minimum lifetime; 30m is the default and the only value (SDK PromptCacheOptions.ttl). Never

@@ -5,7 +5,7 @@
   summary message) can land before it; for the provider's prefix cache the two are the same bytes
   in the same place (tools, then instructions, then input). For the models of the `breakpoints`
   cache regime (GPT-5.6+) it is the first input item instead, as content blocks carrying explicit
-  cache breakpoints (engine/breakpoints.py; docs/cache.md);
+  cache breakpoints (model/breakpoints.py; docs/cache.md);
 - tools in the flat function-tool shape, in the toolset's fixed order;
 - reasoning items are taken from `response.output_item.done` (the `.added` one is incomplete), kept
   verbatim with the assistant message and replayed to the same model (convert.to_responses_input);
@@ -21,12 +21,12 @@ from typing import Any, Literal
 
 from openai import AsyncOpenAI
 
-from services.runtime.engine.breakpoints import CACHE_OPTIONS, responses_system_item, uses_breakpoints
-from services.runtime.engine.convert import Images, to_responses_input
-from services.runtime.engine.model_api import ModelSettings, finish, without_image_data
-from services.runtime.engine.responses_reader import RETRYABLE_CODES, Reading
-from services.runtime.engine.sse import ReadGate, json_reads, open_stream
 from services.runtime.engine.types import AgentContext, Emit, Tool
+from services.runtime.model.breakpoints import CACHE_OPTIONS, responses_system_item, uses_breakpoints
+from services.runtime.model.convert import Images, to_responses_input
+from services.runtime.model.model_api import ModelSettings, finish, without_image_data
+from services.runtime.model.responses_reader import RETRYABLE_CODES, Reading
+from services.runtime.model.sse import ReadGate, json_reads, open_stream
 from shared.contracts.messages import AssistantMessage
 
 __all__ = ["RETRYABLE_CODES", "ResponsesApi", "function_tool"]
@@ -80,7 +80,7 @@ class ResponsesApi:
             body["prompt_cache_key"] = settings.cache_key
         if (cap := settings.output_cap) is not None:
             body["max_output_tokens"] = cap
-        if uses_breakpoints(settings):  # GPT-5.6+: the prompt as marked blocks (engine/breakpoints.py)
+        if uses_breakpoints(settings):  # GPT-5.6+: the prompt as marked blocks (model/breakpoints.py)
             del body["instructions"]
             body["input"].insert(0, responses_system_item(context, settings))
             body["prompt_cache_options"] = dict(CACHE_OPTIONS)
@@ -88,7 +88,7 @@ class ResponsesApi:
 
     def pieces(self, body: dict[str, Any]) -> list[str]:
         """Tools and the system prompt first (`instructions`, or the first input item when the prompt
-        goes as marked blocks: engine/breakpoints.py), then one piece per item."""
+        goes as marked blocks: model/breakpoints.py), then one piece per item."""
         items = body["input"]
         system = body["instructions"] if "instructions" in body else items[0]
         rest = items if "instructions" in body else items[1:]
@@ -101,8 +101,8 @@ class ResponsesApi:
                       signal: asyncio.Event, gate: ReadGate | None = None,
                       opened: Callable[[], None] | None = None) -> AssistantMessage:
         # Sent as is (the SDK's request transform walks every input item: ~1 ms a call, growing with
-        # the conversation) and read without the SDK's per-event models (engine/sse.py); what the
-        # events mean is engine/responses_reader.py's.
+        # the conversation) and read without the SDK's per-event models (model/sse.py); what the
+        # events mean is model/responses_reader.py's.
         response = await open_stream(client, "/responses", body)
         if opened is not None:
             opened()  # the turn's start is over (services/runtime/runs/turn_starts.py)

@@ -13,8 +13,8 @@ from typing import Any, Literal, Protocol
 
 from openai import AsyncOpenAI
 
-from services.runtime.engine.sse import ReadGate
 from services.runtime.engine.types import AgentContext, AgentEvent, Emit
+from services.runtime.model.sse import ReadGate
 from shared.catalogue import Capabilities, catalogue
 from shared.contracts.events import ToolCallProgressData
 from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ToolCall
@@ -39,9 +39,9 @@ class ModelSettings:
     cache_key: str | None = None  # prompt_cache_key: the session id
     # Chat Completions sends prompt_cache_key only to OpenAI: other servers may refuse unknown fields.
     chat_cache_key: bool = False
-    # The role of the harness's own messages (engine/convert.py; ModelServerSettings.trusted_role_for).
+    # The role of the harness's own messages (model/convert.py; ModelServerSettings.trusted_role_for).
     trusted_role: TrustedRole = "developer"
-    images: ImageUrls | None = None  # the session's stored images (engine/convert.py)
+    images: ImageUrls | None = None  # the session's stored images (model/convert.py)
     image_detail: ImageDetail = "auto"
     max_retries: int = 0  # 429, 5xx and dropped connections
     retry_base_s: float = 1.0

@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from services.runtime.engine.model_api import ImageDetail, ImageUrls, TrustedRole
+from services.runtime.model.model_api import ImageDetail, ImageUrls, TrustedRole
 from shared.catalogue import DATED
 from shared.contracts.messages import (
     AgentMessage,

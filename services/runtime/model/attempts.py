@@ -1,8 +1,8 @@
 """The attempts of one model call (docs/architecture.md "Model calls: retries and recovery").
 
-Each failure is classified (engine/retry_policy.py) into Retry, Fatal or Repair:
+Each failure is classified (model/retry_policy.py) into Retry, Fatal or Repair:
 - Retry: after the server's wait or a jittered backoff, within `max_retries` and the call's deadline;
-  a 429's wait holds every call of the worker to that provider (engine/provider_gate.py);
+  a 429's wait holds every call of the worker to that provider (model/provider_gate.py);
 - Repair: a 400 caused by an item the harness replayed: the context is repaired (the item stripped or
   replaced), the repair is recorded (`on_repair`: a transcript entry), and the call is retried once;
 - Fatal: the call becomes an assistant message with stop_reason "error", never an exception.
@@ -23,11 +23,12 @@ import httpx2
 import openai
 from openai import AsyncOpenAI
 
-from services.runtime.engine.call_guard import guarded
-from services.runtime.engine.convert import to_openai, to_responses_input
-from services.runtime.engine.model_api import ModelApi, ModelSettings, StreamError
-from services.runtime.engine.provider_gate import Provider
-from services.runtime.engine.retry_policy import (
+from services.runtime.engine.types import AgentContext, AgentEvent, Emit
+from services.runtime.model.call_guard import guarded
+from services.runtime.model.convert import to_openai, to_responses_input
+from services.runtime.model.model_api import ModelApi, ModelSettings, StreamError
+from services.runtime.model.provider_gate import Provider
+from services.runtime.model.retry_policy import (
     DeadlineExceeded,
     Failure,
     Fatal,
@@ -40,8 +41,7 @@ from services.runtime.engine.retry_policy import (
     failure_of,
     retry_wait,
 )
-from services.runtime.engine.sse import Activity, ReadGate
-from services.runtime.engine.types import AgentContext, AgentEvent, Emit
+from services.runtime.model.sse import Activity, ReadGate
 from shared.contracts.messages import AgentMessage, AssistantMessage, ToolCall
 from shared.history.history_repair import RepairAction, has_target, repaired
 

@@ -118,7 +118,7 @@ async def json_reads(response: httpx2.Response,
 
 class Activity:
     """When the model stream under way last brought bytes (loop time), and its response headers: the
-    idle watch of a model call (engine/call_guard.py) and the provider's rate gate read them. Set for
+    idle watch of a model call (model/call_guard.py) and the provider's rate gate read them. Set for
     the call's task through `ACTIVITY`, so the API adapters need not pass it along."""
 
     __slots__ = ("headers", "last")

@@ -9,9 +9,10 @@ from typing import Any, Literal
 
 from openai import AsyncOpenAI
 
-from services.runtime.engine.breakpoints import CACHE_OPTIONS, chat_blocks, uses_breakpoints
-from services.runtime.engine.convert import Images, to_openai
-from services.runtime.engine.model_api import (
+from services.runtime.engine.types import AgentContext, AgentEvent, Emit
+from services.runtime.model.breakpoints import CACHE_OPTIONS, chat_blocks, uses_breakpoints
+from services.runtime.model.convert import Images, to_openai
+from services.runtime.model.model_api import (
     ArgumentProgress,
     FinishReason,
     ModelSettings,
@@ -21,8 +22,7 @@ from services.runtime.engine.model_api import (
     obj,
     without_image_data,
 )
-from services.runtime.engine.sse import ReadGate, json_reads, open_stream
-from services.runtime.engine.types import AgentContext, AgentEvent, Emit
+from services.runtime.model.sse import ReadGate, json_reads, open_stream
 from shared.contracts.messages import AssistantMessage
 from shared.costs.usage import chat_usage
 
@@ -64,7 +64,7 @@ class ChatApi:
             # Counts reasoning tokens; `max_tokens` is refused by reasoning models (§2.2). Sent to
             # catalogued models only: an unknown server may not know the field (§7.2).
             body["max_completion_tokens"] = cap
-        if uses_breakpoints(settings):  # GPT-5.6+: the prompt as marked blocks (engine/breakpoints.py)
+        if uses_breakpoints(settings):  # GPT-5.6+: the prompt as marked blocks (model/breakpoints.py)
             body["messages"][0]["content"] = chat_blocks(context)
             body["prompt_cache_options"] = dict(CACHE_OPTIONS)
         return body
@@ -81,7 +81,7 @@ class ChatApi:
                       opened: Callable[[], None] | None = None) -> AssistantMessage:
         # The body is plain JSON in the wire format already. `chat.completions.create` would first walk
         # all of it against the params' TypedDicts (~1 ms of event loop per call, growing with the
-        # context): the same POST, sent as is, read without the SDK's per-chunk models (engine/sse.py).
+        # context): the same POST, sent as is, read without the SDK's per-chunk models (model/sse.py).
         reply = Reply()
         response = await open_stream(client, "/chat/completions", body)
         if opened is not None:

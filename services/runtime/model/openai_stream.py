@@ -1,10 +1,10 @@
 """One model call through the official `openai` client, streamed, with tools, over either API
-(engine/model_api.py: Responses or Chat Completions).
+(model/model_api.py: Responses or Chat Completions).
 
 Emits message_start / message_update (text deltas) and one `model_request` event per call: the
 prefix hash, the prompt tokens we count (text, plus the images by OpenAI's formula), the tokens shared with the previous request, and what the
 API reported (input, cached, output and reasoning tokens). Failures are retried, repaired or
-reported by engine/attempts.py; like every provider error, a call that fails for good becomes an
+reported by model/attempts.py; like every provider error, a call that fails for good becomes an
 assistant message with stop_reason "error" (no half message: content only from a complete stream),
 never an exception out of the loop.
 """
@@ -21,15 +21,15 @@ from typing import Any, Protocol
 
 from openai import AsyncOpenAI
 
-from services.runtime.engine.attempts import QUIET, Attempts, CallLimits, CallObserver, OnRepair
-from services.runtime.engine.cache_watch import CacheWatch, Head, MissReport, head_of
-from services.runtime.engine.chat_api import ChatApi
-from services.runtime.engine.model_api import ModelApi, ModelSettings, stand_in
-from services.runtime.engine.provider_gate import Provider
-from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.spans import model_span, record_reply
-from services.runtime.engine.sse import ReadGate
 from services.runtime.engine.types import AgentContext, AgentEvent, Emit, Tool
+from services.runtime.model.attempts import QUIET, Attempts, CallLimits, CallObserver, OnRepair
+from services.runtime.model.cache_watch import CacheWatch, Head, MissReport, head_of
+from services.runtime.model.chat_api import ChatApi
+from services.runtime.model.model_api import ModelApi, ModelSettings, stand_in
+from services.runtime.model.provider_gate import Provider
+from services.runtime.model.responses_api import ResponsesApi
+from services.runtime.model.sse import ReadGate
 from shared.catalogue import catalogue
 from shared.contracts.events import ModelRequestData
 from shared.contracts.messages import AssistantMessage, Usage
@@ -88,7 +88,7 @@ class PieceTokens:
 
 def sent_images(context: AgentContext, settings: ModelSettings) -> list[tuple[str, int]]:
     """Each image part of a request as (its stand-in, its tokens by OpenAI's formula for the model):
-    the pieces count an image as a short stand-in (engine/model_api.py `without_image_data`), so each
+    the pieces count an image as a short stand-in (model/model_api.py `without_image_data`), so each
     image the request carries (its stored file still there) is added as the model bills it and the
     budget counts it."""
     source = settings.images
@@ -131,7 +131,7 @@ class OpenAIStream:
     provider: Provider | None = None  # the worker's rate gate and breaker for this client's provider
     observer: CallObserver = QUIET  # the runtime's model call metrics
     on_repair: OnRepair | None = None  # records a history repair (a transcript entry)
-    watch: CacheWatch | None = None  # the cache-break alarm (engine/cache_watch.py)
+    watch: CacheWatch | None = None  # the cache-break alarm (model/cache_watch.py)
     spend: SpendSink | None = None  # the session's ledger: usage rows and the budgets (services/runtime/runs/spend.py)
     kind: Kind = "agent"  # whose calls these are, in the usage rows (a subagent's stream says so)
     _pieces: PieceTokens | None = None
@@ -169,7 +169,7 @@ class OpenAIStream:
             self._prefix_hash = (names, prefix_hash(static, context.tools), head_of(context, tools_json, 0))
         start = AssistantMessage(model=self.settings.model, api=api.name)
         await emit(AgentEvent(type="message_start", data={"message": start.model_dump(by_alias=True)}))
-        failed: list[AssistantMessage] = []  # the attempts recorded as failed (engine/attempts.py)
+        failed: list[AssistantMessage] = []  # the attempts recorded as failed (model/attempts.py)
         with model_span(self.settings.model, api.name) as span:
             message, attempts = await self._attempts(failed).run(api, context, body, emit, signal)
             self.observer.finish(message.stop_reason)

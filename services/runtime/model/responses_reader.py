@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.runtime.engine.model_api import (
+from services.runtime.engine.types import AgentEvent, Emit
+from services.runtime.model.model_api import (
     ArgumentProgress,
     FinishReason,
     StreamError,
@@ -24,7 +25,6 @@ from services.runtime.engine.model_api import (
     obj,
     parse_arguments,
 )
-from services.runtime.engine.types import AgentEvent, Emit
 from shared.contracts.events import ReasoningUpdateData
 from shared.contracts.messages import AssistantMessage, TextContent, ThinkingContent, ToolCall
 from shared.costs.usage import responses_usage

@@ -22,7 +22,7 @@ from typing import Literal
 import httpx2
 import openai
 
-from services.runtime.engine.model_api import StreamError
+from services.runtime.model.model_api import StreamError
 
 # Reference §4.1/§4.4: retried whatever the status says (also when they arrive inside a 200 stream).
 RETRY_CODES = frozenset({"server_error", "rate_limit_exceeded", "server_is_overloaded", "slow_down",
@@ -95,7 +95,7 @@ Outcome = Retry | Fatal | Repair
 
 
 class IdleStream(Exception):
-    """No bytes from the model for the idle timeout (engine/call_guard.py): retried like a cut stream."""
+    """No bytes from the model for the idle timeout (model/call_guard.py): retried like a cut stream."""
 
 
 class DeadlineExceeded(Exception):
