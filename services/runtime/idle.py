@@ -3,7 +3,7 @@
 An update (a digest, a notification: the steer and follow-up kinds) for a live agent with no run is
 not held for the next prompt. Once the wake barrier has passed it waits one merge window per ref
 (`MergeWindow`, the digest's debounce, from the first update of that ref): later updates of the same
-ref replace it in the next-turn list as they always did (turn_order.py `route_update`), so five
+ref replace it in the next-turn list as they always did (pending_queue.py `route_update`), so five
 rapid edits of one ref are still one update. At the window's end the update is appended to the
 transcript (fsync'd), added to the Agent's context where the next turn would have put it, and only
 then acknowledged and announced as recorded (the Recorder, as for a run). An update without a ref
@@ -32,9 +32,10 @@ from shared.contracts.messages import AgentMessage, CustomMessage
 from .engine.agent import Agent
 from .inbox_queue import touched_ref
 from .lease import LeaseLost
+from .pending_queue import PendingQueue
 from .state import SessionState
 from .transcript import Transcript
-from .turn_order import TurnOrder
+from .turn_order import TurnBuilder
 
 log = structlog.get_logger()
 Clock = Callable[[], float]
@@ -136,10 +137,11 @@ def in_flight_check(client: Any, sid: str) -> BusyRef:
 
 
 class IdleRecorder:
-    def __init__(self, state: SessionState, turns: TurnOrder, agent: Agent, transcript: Transcript,
-                 record: Record, window: MergeWindow, busy: BusyRef | None = None) -> None:
+    def __init__(self, state: SessionState, queue: PendingQueue, turns: TurnBuilder, agent: Agent,
+                 transcript: Transcript, record: Record, window: MergeWindow, busy: BusyRef | None = None) -> None:
         self.state = state
-        self.turns = turns
+        self.queue = queue  # what is held (pending_queue.py `recordable`)
+        self.turns = turns  # takes it in a turn's order (turn_order.py)
         self.agent = agent
         self.transcript = transcript
         self.record = record  # Recorder.record: the transcript line, then the owner, then the acks
@@ -192,7 +194,7 @@ class IdleRecorder:
         s = self.state
         if s.closed or not s.barrier_passed or s.running:
             return False
-        for m in self.turns.recordable():
+        for m in self.queue.recordable():
             key, merge = merge_key(m)
             self.window.add(key, merge=merge, version=m.details.get("sourceId"))
         return len(self.window) > 0
@@ -236,7 +238,7 @@ class IdleRecorder:
     async def _chosen(self, due: set[str]) -> tuple[list[CustomMessage], set[str]]:
         chosen: list[CustomMessage] = []
         later: set[str] = set()
-        for m in self.turns.recordable():
+        for m in self.queue.recordable():
             key, merge = merge_key(m)
             if key not in due:
                 continue

@@ -16,9 +16,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter
@@ -43,9 +43,6 @@ from shared.trusted_blocks import lines, quoted, render
 
 from .tools.workspace_rule import TOOL_NAME
 from .transcript import Transcript
-
-if TYPE_CHECKING:
-    from .pending import PendingTurn
 
 ANCHOR_TYPE = "gamma.active_knowledge"
 _COUNTERS: dict[CollectorRegistry, Counter] = {}
@@ -134,13 +131,14 @@ class KnowledgeReader:
 
 
 class PromptKnowledge:
-    """The prompt-time hook: hints and missed workspace_updates before the user message."""
+    """The prompt-time hook: hints and missed workspace_updates, for before the user message (an input
+    of the prompt's turn, turn_order.py)."""
 
-    def __init__(self, reader: KnowledgeReader, transcript: Transcript, pending: dict[tuple[str, str], Any],
+    def __init__(self, reader: KnowledgeReader, transcript: Transcript, holds: Callable[[tuple[str, str]], bool],
                  top_k: int, min_score: float, registry: CollectorRegistry | None) -> None:
         self.reader = reader
         self.transcript = transcript
-        self.pending = pending  # the protocol's pending injections (queued proxy announcements)
+        self.holds = holds  # queued already (the proxy's announcement): pending_queue.py `holds`
         self.top_k = top_k
         self.min_score = min_score
         self.registry = registry
@@ -154,13 +152,13 @@ class PromptKnowledge:
             log.warning("knowledge_read_failed", session_id=self.reader.sid, exc_info=True)
             return [], {}
 
-    def apply(self, turn: PendingTurn, prompt: str, fetched: Notes) -> None:
+    def hints(self, prompt: str, fetched: Notes) -> list[AgentMessage]:
         notes, revisions = fetched
-        if not turn.prompts or (not notes and not revisions):
-            return
+        if not notes and not revisions:
+            return []
         loaded = loaded_notes(self.transcript.loads)
         current = {n.id: n for n in notes}
-        extra: list[AgentMessage] = self._missed_updates(turn, loaded, current, revisions)
+        extra: list[AgentMessage] = self._missed_updates(loaded, current, revisions)
         hinted = [n for n, _ in select_notes(prompt, notes, self.top_k, self.min_score)
                   if n.id not in loaded or loaded[n.id].revision < n.revision]
         if hinted:
@@ -171,22 +169,19 @@ class PromptKnowledge:
             if self.registry is not None:
                 for n in hinted:
                     hints_counter(self.registry).labels(source=n.source).inc()
-        if extra:
-            at = turn.messages.index(turn.prompts[-1].message)
-            turn.messages[at:at] = extra
+        return extra
 
-    def _missed_updates(self, turn: PendingTurn, loaded: dict[str, LoadedNote], current: dict[str, KnowledgeNote],
+    def _missed_updates(self, loaded: dict[str, LoadedNote], current: dict[str, KnowledgeNote],
                         revisions: dict[str, int]) -> list[AgentMessage]:
         """A loaded note changed or deleted without its workspace_update in this session (it changed
         while the session was dormant, or during the wake): the update, from the runtime itself."""
-        queued = {str(getattr(m, "details", {}).get("sourceId")) for m in turn.messages if isinstance(m, CustomMessage)}
         out: list[AgentMessage] = []
         for note_id, copy in loaded.items():
             rev = revisions.get(note_id, copy.revision)
             if rev <= copy.revision:
                 continue
             sid = source_id(note_id, rev)
-            if ("system", sid) in self.transcript.sources or ("system", sid) in self.pending or sid in queued:
+            if ("system", sid) in self.transcript.sources or self.holds(("system", sid)):
                 continue
             out.append(CustomMessage(
                 custom_type="gamma.workspace_update", content=update_text(note_id, rev, current.get(note_id)),

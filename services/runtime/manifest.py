@@ -14,13 +14,13 @@ from shared.disk import SessionPaths, read_json
 from shared.trusted_blocks import ensure_block
 
 from .delivery_rules import Found
+from .pending_queue import PendingQueue
 from .transcript import Transcript
-from .turn_order import TurnOrder
 
 log = structlog.get_logger()
 
 
-def queue_manifest(sid: str, paths: SessionPaths, transcript: Transcript, turns: TurnOrder) -> int:
+def queue_manifest(sid: str, paths: SessionPaths, transcript: Transcript, queue: PendingQueue) -> int:
     """Queue the manifest's items (held for the next turn); returns how many were queued."""
     raw = read_json(paths.pending_artifacts)
     if not raw:
@@ -39,6 +39,6 @@ def queue_manifest(sid: str, paths: SessionPaths, transcript: Transcript, turns:
                         from_revision=item.from_revision, to_revision=item.to_revision)
         if (inj.source, inj.source_id) in transcript.sources:
             continue  # consumed before (digest has not cleared it yet)
-        if turns.route_update(inj, None, hold=True) is not Found.COVERED:
+        if queue.route_update(inj, None, hold=True) is not Found.COVERED:
             queued += 1
     return queued

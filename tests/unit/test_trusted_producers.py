@@ -13,12 +13,12 @@ from services.compaction.prompts import summary_prompt
 from services.digest.coalesce import compose
 from services.digest.revisions import Note, RefState
 from services.notifications.convert import to_injections
+from services.runtime.attachments import client_view_content
 from services.runtime.engine.convert import SUMMARY_PREFIX, convert_one
 from services.runtime.forms import form_content
 from services.runtime.knowledge import LoadedNote, active_knowledge
 from services.runtime.subagent import background_result
 from services.runtime.todo import render as todo_block
-from services.runtime.turn_order import client_view_content
 from shared.causal import dirty_marker
 from shared.contracts.client import PromptClientContext, VisibleTab
 from shared.contracts.messages import CompactionSummaryMessage
