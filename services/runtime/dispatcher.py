@@ -260,11 +260,8 @@ class InboxDispatcher:
         if m.prompt_id in self.transcript.prompts:
             await self.ack(entry.entry_id)  # a redelivered prompt: already recorded
             return
-        twin = self.queue.pending_prompt(m.prompt_id)
-        if twin is not None:  # the same prompt already on its way to the transcript: recorded once
-            if entry.entry_id != twin.entry_id:
-                twin.twins.append(entry.entry_id)
-            return
+        if self.queue.twin(m.prompt_id, entry.entry_id):
+            return  # the same prompt already on its way to the transcript: recorded once
         if self.aborts is not None and await self.aborts.refuse_stale(entry, m):
             return  # aimed at a run that has ended: refused, nothing queued
         if decide(Prompt(m.on_busy), self._moment()) is Action.HOLD:

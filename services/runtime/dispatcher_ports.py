@@ -11,7 +11,7 @@ from shared.contracts.messages import AgentMessage
 from shared.inbox import InboxEntry
 
 from .delivery_rules import When
-from .pending import PendingPrompt, PendingTurn, TurnInput
+from .pending import PendingTurn, TurnInput
 
 
 class PromptHook(Protocol):
@@ -25,7 +25,7 @@ class PromptHook(Protocol):
 class Queued(Protocol):
     """The pending queue as the dispatcher asks it (pending_queue.py)."""
 
-    def pending_prompt(self, prompt_id: str) -> PendingPrompt | None: ...
+    def twin(self, prompt_id: str, entry_id: str) -> bool: ...
 
     def take_idle(self, when: When | None = None) -> PendingTurn | None: ...
 

@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,11 +134,10 @@ class PromptKnowledge:
     """The prompt-time hook: hints and missed workspace_updates, for before the user message (an input
     of the prompt's turn, turn_order.py)."""
 
-    def __init__(self, reader: KnowledgeReader, transcript: Transcript, holds: Callable[[tuple[str, str]], bool],
-                 top_k: int, min_score: float, registry: CollectorRegistry | None) -> None:
+    def __init__(self, reader: KnowledgeReader, transcript: Transcript, top_k: int, min_score: float,
+                 registry: CollectorRegistry | None) -> None:
         self.reader = reader
         self.transcript = transcript
-        self.holds = holds  # queued already (the proxy's announcement): pending_queue.py `holds`
         self.top_k = top_k
         self.min_score = min_score
         self.registry = registry
@@ -174,14 +173,16 @@ class PromptKnowledge:
     def _missed_updates(self, loaded: dict[str, LoadedNote], current: dict[str, KnowledgeNote],
                         revisions: dict[str, int]) -> list[AgentMessage]:
         """A loaded note changed or deleted without its workspace_update in this session (it changed
-        while the session was dormant, or during the wake): the update, from the runtime itself."""
+        while the session was dormant, or during the wake): the update, from the runtime itself. One the
+        proxy's announcement already queued is dropped where the turn takes from the queue
+        (pending_queue.py `take_for_prompt`)."""
         out: list[AgentMessage] = []
         for note_id, copy in loaded.items():
             rev = revisions.get(note_id, copy.revision)
             if rev <= copy.revision:
                 continue
             sid = source_id(note_id, rev)
-            if ("system", sid) in self.transcript.sources or self.holds(("system", sid)):
+            if ("system", sid) in self.transcript.sources:
                 continue
             out.append(CustomMessage(
                 custom_type="gamma.workspace_update", content=update_text(note_id, rev, current.get(note_id)),

@@ -42,6 +42,17 @@ class PendingTurn:
 
 
 @dataclass(frozen=True)
+class Taken:
+    """What a prompt takes from the pending queue for its turn (pending_queue.py `take_for_prompt`): the
+    messages queued before it, its hints not queued already, and for the recorder the prompts (kept
+    ones first, then its own) and the injections among them."""
+    queued: list[AgentMessage]
+    hints: list[AgentMessage]
+    prompts: list[PendingPrompt]
+    injections: list[PendingInjection]
+
+
+@dataclass(frozen=True)
 class TurnInput:
     """A prompt's turn, as the turn builder is given it (turn_order.py `build`): the prompt, its inbox
     entry, the prompt-time hints read for it (knowledge.py, connector_catalog.py: they go before the

@@ -18,7 +18,7 @@ from shared.trusted_blocks import artifact_update, ensure_block
 from .attachments import client_view_content
 from .delivery_rules import Action, Found, When, decide, idle, moment
 from .engine.agent import Agent
-from .pending import PendingInjection, PendingPrompt, PendingTurn
+from .pending import PendingInjection, PendingPrompt, PendingTurn, Taken
 from .transcript import Transcript
 
 Key = tuple[str, str]
@@ -84,12 +84,15 @@ class PendingQueue:
     def pending_prompt(self, prompt_id: str) -> PendingPrompt | None:
         return next((p for p in self.prompts if p.prompt_id == prompt_id), None)
 
-    def holds(self, key: Key) -> bool:
-        """An injection under `key` is pending, or a message carrying it waits in the next-turn list
-        (knowledge.py: a missed update is not told twice)."""
-        return key in self.pending or any(source_key(m) == key for m in self.next_turn)
+    def twin(self, prompt_id: str, entry_id: str) -> bool:
+        """The same prompt is already on its way to the transcript (an append retried, an entry claimed
+        twice at a wake): recorded once, this entry acked with it (recorder.py)."""
+        p = self.pending_prompt(prompt_id)
+        if p is not None and entry_id != p.entry_id:
+            p.twins.append(entry_id)
+        return p is not None
 
-    def turn(self, messages: Sequence[AgentMessage]) -> PendingTurn:
+    def _turn(self, messages: Sequence[AgentMessage]) -> PendingTurn:
         injections = [p for p in map(self.pending_of, messages) if p is not None]
         prompts = [p for p in map(self.prompt_of, messages) if p is not None]
         return PendingTurn(list(messages), prompts, injections)
@@ -199,21 +202,28 @@ class PendingQueue:
                 return p
         return None
 
-    def take_for_prompt(self, prompt: UserPrompt, entry_id: str | None, user: UserMessage, *,
-                        busy: bool) -> list[AgentMessage]:
+    def take_for_prompt(self, prompt: UserPrompt, entry_id: str | None, user: UserMessage,
+                        hints: Sequence[AgentMessage], *, busy: bool) -> Taken:
         """A prompt joins the queue (until its user message is recorded) and takes what its turn
         carries before it: on an idle session the whole next-turn list, its views folded into the
         latest (the prompt's own when it sends one); during a run only its own view, the queued ones
-        staying where they wait."""
+        staying where they wait. A hint whose source is queued or pending already is not told twice
+        (knowledge.py: the proxy's own announcement of a note's change)."""
+        held = {source_key(m) for m in self.next_turn} | set(self.pending)
+        told = [h for h in hints if source_key(h) is None or source_key(h) not in held]
         view = self._prompt_client_view(prompt) if prompt.client_context is not None else None
-        self.prompts.append(PendingPrompt(prompt.prompt_id, entry_id, user))
+        own = PendingPrompt(prompt.prompt_id, entry_id, user)
+        self.prompts.append(own)
+        queued: list[AgentMessage]
         if busy:
-            return [view] if view is not None else []
-        queued, self.next_turn = self.next_turn, []
-        if view is not None:
-            return [*queued, view]
-        views = [m for m in queued if is_client_view(m)]
-        return [m for m in queued if not is_client_view(m)] + views[-1:]
+            queued = [view] if view is not None else []
+        else:
+            queued, self.next_turn = self.next_turn, []
+            views = [m for m in queued if is_client_view(m)]
+            queued = [*queued, view] if view is not None else [m for m in queued if not is_client_view(m)] + views[-1:]
+        injections = [p for p in map(self.pending_of, queued) if p is not None]
+        kept = [p for p in map(self.prompt_of, queued) if p is not None]
+        return Taken(queued, told, [*kept, own], injections)
 
     def _prompt_client_view(self, prompt: UserPrompt) -> CustomMessage:
         """The prompt's view. The latest client_view replaces the older ones still queued (the
@@ -250,7 +260,7 @@ class PendingQueue:
         if not out:
             return None
         self.next_turn = [m for m in self.next_turn if m not in out]
-        return self.turn(out)
+        return self._turn(out)
 
     def recordable(self) -> list[CustomMessage]:
         """Held injections an idle session records (idle.py; RECORD_IDLE in delivery_rules.py), none
@@ -296,13 +306,13 @@ class PendingQueue:
         injected = {id(m) for m in self.next_turn if self.pending_of(m) is not None and not is_client_view(m)}
         out = [m for m in self.next_turn if id(m) in injected] + [m for m in self.next_turn if id(m) not in injected]
         self.next_turn = []
-        return self.turn(out)
+        return self._turn(out)
 
     def take_next_turn(self, then: list[AgentMessage] | None = None) -> PendingTurn:
         """The next-turn list, then `then` (a failed run's unrecorded prompts), as one turn."""
         out: list[AgentMessage] = [*self.next_turn, *(then or [])]
         self.next_turn = []
-        return self.turn(out)
+        return self._turn(out)
 
     def requeue_untaken(self) -> None:
         """Injections a failed run had taken from the queues but not recorded go back to the front of

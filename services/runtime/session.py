@@ -275,7 +275,7 @@ class Session:
             ModelChange: ModelSwitch(self.transcript, self.switch_model, self.outbox, ack).on_change}
         handlers = self.idle.watch_writes(handlers)  # a client's write keeps its ref's update held (idle.py)
         # Prompt-time knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools").
-        knowledge = PromptKnowledge(self.knowledge, self.transcript, self.queue.holds, settings.runtime.knowledge_top_k,
+        knowledge = PromptKnowledge(self.knowledge, self.transcript, settings.runtime.knowledge_top_k,
                                     settings.runtime.knowledge_min_score, deps.registry)
         self.dispatcher = InboxDispatcher(
             state, self.lease, self.outbox, self.agent, self.queue, self.turns, self.transcript, self.runs, ack,

@@ -16,7 +16,7 @@ from shared.trusted_blocks import render
 from .attachments import prompt_messages
 from .engine.agent import Agent
 from .knowledge import knowledge_anchors
-from .pending import PendingTurn, TurnInput
+from .pending import PendingTurn, Taken, TurnInput
 from .pending_queue import PendingQueue
 from .skill_lifecycle import scope
 from .skills import Skill, parse_skill_command, resolve_activation
@@ -54,18 +54,20 @@ class TurnBuilder:
         self.extra_anchors = tuple(extra_anchors)
 
     def build(self, turn: TurnInput) -> PendingTurn:
-        """A prompt's turn. Idle: the due anchor, the whole next-turn list and `/skill` activations come
-        with it; during a run (`busy`): only its own view, notes, hints and user message, to be steered
-        or followed up into the run as they are."""
+        """A prompt's turn: what it takes from the queue (one take), in order. Idle: the due anchor, the
+        whole next-turn list and `/skill` activations come with it; during a run (`busy`): only its own
+        view, notes, hints and user message, to be steered or followed up into the run as they are."""
         prompt = turn.prompt
         notes, user = prompt_messages(prompt)
-        queued = self.queue.take_for_prompt(prompt, turn.entry_id, user, busy=turn.busy)
-        if turn.busy:
-            return self.queue.turn(turn_messages([], queued, [], notes, turn.hints, user))
-        anchor = self._due_anchor()
-        name = parse_skill_command(prompt.message)
-        skills = self.activate_skill(name) if name is not None and name in self.skills else []
-        return self.queue.turn(turn_messages(anchor, queued, skills, notes, turn.hints, user))
+        taken: Taken = self.queue.take_for_prompt(prompt, turn.entry_id, user, turn.hints, busy=turn.busy)
+        anchor: list[AgentMessage] = []
+        skills: list[CustomMessage] = []
+        if not turn.busy:
+            anchor = self._due_anchor()
+            name = parse_skill_command(prompt.message)
+            skills = self.activate_skill(name) if name is not None and name in self.skills else []
+        messages = turn_messages(anchor, taken.queued, skills, notes, taken.hints, user)
+        return PendingTurn(messages, taken.prompts, taken.injections)
 
     # ------------------------------------------------------------ idle recording (idle.py)
 
