@@ -1,6 +1,6 @@
 """Scoped workspace knowledge in a session (seed: "Follow-up: Scoped knowledge"; rules in shared/knowledge.py).
 
-- At each user prompt (`PromptKnowledge.augment`) the owner's notes are read from Redis (the proxy
+- At each user prompt (`PromptKnowledge.hints`) the owner's notes are read from Redis (the proxy
   writes them), ranked against the prompt, and the candidates the session has not loaded at their
   current revision go in ONE trusted `<knowledge_hints>` message before the user message: pointers,
   no bodies. A note the session loaded that changed or was deleted since gets its `workspace_update`
