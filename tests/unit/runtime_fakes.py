@@ -24,7 +24,7 @@ from services.runtime.transcript import Transcript
 from services.runtime.turn_order import TurnBuilder
 from services.runtime.write_guard import WriteGuard
 from shared.contracts.inbox import UserPrompt
-from shared.contracts.messages import AssistantMessage, TextContent
+from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent
 
 Step = Callable[[], Awaitable[AssistantMessage]]
 
@@ -133,8 +133,9 @@ def run_supervisor(host: Host, client: Any, after_run: AfterRun) -> RunSuperviso
                          reload=host.turns.restore_context, client=client, lease_ms=30_000, after_run=after_run)
 
 
-def build(queue: PendingQueue, prompt: UserPrompt, entry_id: str | None = None, *, busy: bool = False) -> PendingTurn:
-    """A prompt's turn over `queue` (turn_order.py), with no todo anchor, skills or hints."""
+def build(queue: PendingQueue, prompt: UserPrompt, entry_id: str | None = None, *, busy: bool = False,
+          hints: tuple[AgentMessage, ...] = ()) -> PendingTurn:
+    """A prompt's turn over `queue` (turn_order.py), with no todo anchor or skills."""
     todo = SimpleNamespace(current=SimpleNamespace(items=[], revision=0))
     builder = TurnBuilder(queue, queue.agent, queue.transcript, todo, {})  # type: ignore[arg-type]
-    return builder.build(TurnInput(prompt, entry_id, busy=busy))
+    return builder.build(TurnInput(prompt, entry_id, hints, busy=busy))
