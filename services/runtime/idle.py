@@ -253,7 +253,6 @@ class IdleRecorder:
         return self._queued(ref) or (self.busy is not None and await self.busy(ref))
 
     async def _record(self, chosen: list[CustomMessage]) -> int:
-        anchor_before = self.turns.anchor_revision
         messages = self.turns.take_recordable(chosen)
         for i, m in enumerate(messages):
             written = self.transcript.appended
@@ -263,7 +262,7 @@ class IdleRecorder:
                 if self.transcript.appended > written:  # in the transcript; only its acks failed
                     self.agent.add_idle(m)
                     i += 1
-                self.turns.put_back(messages[i:], anchor_before)
+                self.turns.put_back(messages[i:])
                 raise
             self.agent.add_idle(m)
         return len(messages)

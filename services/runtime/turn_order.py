@@ -49,7 +49,7 @@ class TurnBuilder:
         self.transcript = transcript
         self.todo = todo
         self.skills = skills
-        self.anchor_revision = self._last_todo_revision()
+        self._anchor_revision = self._last_todo_revision()
         # Other owners' anchors restored after a compaction (e.g. checklist progress, progress.py).
         self.extra_anchors = tuple(extra_anchors)
 
@@ -77,15 +77,16 @@ class TurnBuilder:
         out = self.queue.take_recordable(chosen)
         return [*self._due_anchor(), *out] if out else []
 
-    def put_back(self, left: Sequence[AgentMessage], anchor_before: int | None) -> None:
-        """Taken but not recorded: back in front, still pending; an unrecorded anchor is due again."""
+    def put_back(self, left: Sequence[AgentMessage]) -> None:
+        """Taken but not recorded: back in front, still pending; an unrecorded anchor is due again (no
+        revision is in the context's anchor until one is recorded)."""
         if not self.queue.put_back(left):
-            self.anchor_revision = anchor_before
+            self._anchor_revision = None
 
     def _due_anchor(self) -> list[AgentMessage]:
-        if not self.todo.current.items or self.anchor_revision == self.todo.current.revision:
+        if not self.todo.current.items or self._anchor_revision == self.todo.current.revision:
             return []
-        self.anchor_revision = self.todo.current.revision
+        self._anchor_revision = self.todo.current.revision
         return [self.todo.anchor()]
 
     # ------------------------------------------------------------ skills and restore
@@ -118,7 +119,7 @@ class TurnBuilder:
     def restore_context(self) -> None:
         """Reload the model context from the transcript (wake, after compaction)."""
         self.agent.replace_messages(self.transcript.context())
-        self.anchor_revision = self._last_todo_revision(self.agent.messages)
+        self._anchor_revision = self._last_todo_revision(self.agent.messages)
 
     def _last_todo_revision(self, context: list[AgentMessage] | None = None) -> int | None:
         for m in reversed(context if context is not None else self.transcript.context()):
