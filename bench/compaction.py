@@ -91,7 +91,7 @@ def skills() -> dict[str, Any]:
 
 
 def anchors() -> list[CustomMessage]:
-    """What `TurnOrder.anchors()` builds from the todo and the activation entries."""
+    """What `TurnBuilder.anchors()` builds from the todo and the activation entries."""
     todo = TodoList.model_validate({"revision": 7, "items": todo_items(3, 6)})
     out = [CustomMessage(custom_type="gamma.todo_anchor", content=render(todo), details={"trusted": True})]
     out.append(active_skill_message(skills()["deck-generation"], None))

@@ -54,7 +54,7 @@ def steer(sid: str, source_id: str) -> Injection:
 
 
 def queued(session: Session, source_id: str) -> Callable[[], bool]:
-    return lambda: any(p.source_id == source_id for p in session.turns.pending.values())
+    return lambda: any(p.source_id == source_id for p in session.queue.pending.values())
 
 
 async def runs(inp: InProc, sid: str) -> int:

@@ -1,12 +1,13 @@
 """Fakes for the runtime session's parts in process: an outbox that records what it would send and
 a lease that answers `check()` from a flag, plus a host holding real protocol state (transcript,
-todo, Agent, TurnOrder on a temp dir) around them. No Redis."""
+todo, Agent, pending queue and turn builder on a temp dir) around them. No Redis."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from pydantic import BaseModel
@@ -14,13 +15,16 @@ from pydantic import BaseModel
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, Emit, RunHooks
 from services.runtime.live.lease import LeaseLost
+from services.runtime.live.pending import PendingTurn, TurnInput
 from services.runtime.live.state import SessionState
 from services.runtime.runs.supervisor import AfterRun, RunSupervisor
 from services.runtime.store.todo import TodoController
 from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
-from services.runtime.turns.turn_order import PendingTurn, TurnOrder
-from shared.contracts.messages import AssistantMessage, TextContent
+from services.runtime.turns.pending_queue import PendingQueue
+from services.runtime.turns.turn_order import TurnBuilder
+from shared.contracts.inbox import UserPrompt
+from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent
 
 Step = Callable[[], Awaitable[AssistantMessage]]
 
@@ -80,7 +84,7 @@ class CountingState(SessionState):
 
 class Host:
     """The parts the dispatcher and the supervisor act on (real protocol state: transcript, todo,
-    Agent, TurnOrder on a temp dir), with a model of scripted steps. As the
+    Agent, pending queue and turn builder on a temp dir), with a model of scripted steps. As the
     dispatcher's `runs` it records the turns it is asked to start."""
 
     def __init__(self, tmp_path: Path, steps: list[Step] | None = None, wake_id: str = "w1") -> None:
@@ -93,8 +97,8 @@ class Host:
         self.agent = Agent(AgentContext("sys", [], []), RunHooks(stream=self._stream), self._emit)
         self.transcript = Transcript.load(tmp_path / "t.jsonl", WriteGuard(self.lease.check))
         self.todo = TodoController.load(tmp_path / "todo.json", WriteGuard(self.lease.check))
-        self.turns = TurnOrder(self.agent, self.transcript, self.todo, {},
-                                                  lambda: self.todo.has_active_task)
+        self.queue = PendingQueue(self.agent, self.transcript, lambda: self.todo.has_active_task)
+        self.turns = TurnBuilder(self.queue, self.agent, self.transcript, self.todo, {})
         self.acked: list[str] = []
         self.started: list[PendingTurn | None] = []
         self.record = True  # message_end -> transcript (off: a run that fails before recording anything)
@@ -125,5 +129,13 @@ class Host:
 
 def run_supervisor(host: Host, client: Any, after_run: AfterRun) -> RunSupervisor:
     """The supervisor over the host's parts; `client` answers `ping` (Redis after a failed run)."""
-    return RunSupervisor(host.state, host.lease, host.outbox, host.agent, host.turns, host.transcript,
-                         client=client, lease_ms=30_000, after_run=after_run)
+    return RunSupervisor(host.state, host.lease, host.outbox, host.agent, host.queue, host.transcript,
+                         reload=host.turns.restore_context, client=client, lease_ms=30_000, after_run=after_run)
+
+
+def build(queue: PendingQueue, prompt: UserPrompt, entry_id: str | None = None, *, busy: bool = False,
+          hints: tuple[AgentMessage, ...] = ()) -> PendingTurn:
+    """A prompt's turn over `queue` (turn_order.py), with no todo anchor or skills."""
+    todo = SimpleNamespace(current=SimpleNamespace(items=[], revision=0))
+    builder = TurnBuilder(queue, queue.agent, queue.transcript, todo, {})  # type: ignore[arg-type]
+    return builder.build(TurnInput(prompt, entry_id, hints, busy=busy))

@@ -72,7 +72,7 @@ async def observe(tmp_path: Path, kind: str, state: str) -> tuple[str, bool]:
     d: InboxDispatcher = dispatcher(host)
     run: asyncio.Future[Any] | None = None
     if state == "running":
-        turn = host.turns.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message="go")))
+        turn = host.turns.build(TurnInput(prompt=UserPrompt(session_id="s1", message="go")))
         run = asyncio.ensure_future(host.agent.prompt(turn.messages))
         await calling.wait()  # the run's model call is under way
         host.busy()
@@ -80,10 +80,10 @@ async def observe(tmp_path: Path, kind: str, state: str) -> tuple[str, bool]:
                     source="notification", source_id=f"{kind}-1", ref="file:a" if kind == "artifact_update" else None,
                     to_revision=1 if kind == "artifact_update" else None)
     await d.handle(InboxEntry(session_id="s1", entry_id="5-0", message=inj))
-    message = next(p.message for p in host.turns.pending.values() if p.source_id == f"{kind}-1")
+    message = next(p.message for p in host.queue.pending.values() if p.source_id == f"{kind}-1")
     landed = ("steer" if any(m is message for m in host.agent.steering()) else
               "follow_up" if any(m is message for m in host.agent.follow_ups()) else
-              "next_turn" if any(m is message for m in host.turns.next_turn) else
+              "next_turn" if any(m is message for m in host.queue.next_turn) else
               "turn" if any(m is message for t in host.started if t for m in t.messages) else "nowhere")
     started = bool(host.started)
     if run is not None:

@@ -1,7 +1,7 @@
 """Delivery as one pure decision (services/runtime/turns/delivery_rules.py, docs/architecture.md "Delivery, yield
-and the idle rules"): its whole table pinned cell by cell, written out rather than derived, its sets of
-moments and actions closed, and the paths that deliver shown to ask it (a cell changed in the table
-changes what routing, idle turns and idle recording do). tests/unit/test_delivery_policy.py checks the
+and the idle rules"): its whole table pinned cell by cell, injections and prompts, written out rather
+than derived, its sets of moments and actions closed, and the paths that deliver shown to ask it (a cell
+changed in the table changes what routing, a prompt's dispatch, idle turns and idle recording do). tests/unit/test_delivery_policy.py checks the
 same rules end to end through the real dispatcher and Agent."""
 
 from __future__ import annotations
@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 
 from services.runtime.turns import delivery_rules
-from services.runtime.turns.delivery_rules import DELIVERY_BY_KIND, Action, When, decide, moment
-from shared.contracts.injection import INJECTION_KINDS
+from services.runtime.turns.delivery_rules import DELIVERY_BY_KIND, Action, Prompt, When, decide, moment
+from shared.contracts.inbox import Injection, UserPrompt
+from shared.contracts.injection import INJECTION_KINDS, RuntimeInjection
+from shared.streams.inbox import InboxEntry
+from tests.unit.runtime_fakes import Host
+from tests.unit.test_runtime_dispatcher import dispatcher
 from tests.unit.test_runtime_protocol import controller, inj
 
 R, T, IDLE, H = When.RUNNING, When.IDLE_TASK_ACTIVE, When.IDLE, When.HELD
@@ -28,16 +32,33 @@ TABLE: dict[str, tuple[Action, Action, Action, Action]] = {
 }
 
 
+# a prompt's on_busy -> the same four moments
+PROMPTS: dict[str, tuple[Action, Action, Action, Action]] = {
+    "steer": (Action.STEER, Action.START_TURN, Action.START_TURN, Action.HOLD),
+    "follow_up": (Action.FOLLOW_UP, Action.START_TURN, Action.START_TURN, Action.HOLD),
+    "reject": (Action.REJECT, Action.START_TURN, Action.START_TURN, Action.HOLD),
+    "interrupt": (Action.INTERRUPT, Action.START_TURN, Action.START_TURN, Action.HOLD),
+}
+
+
 @pytest.mark.parametrize("kind", INJECTION_KINDS)
 def test_every_cell_of_the_table(kind: str) -> None:
     assert tuple(decide(kind, when) for when in (R, T, IDLE, H)) == TABLE[kind]
 
 
+@pytest.mark.parametrize("on_busy", sorted(PROMPTS))
+def test_every_cell_of_the_prompt_table(on_busy: str) -> None:
+    assert tuple(decide(Prompt(on_busy), when) for when in (R, T, IDLE, H)) == PROMPTS[on_busy]  # type: ignore[arg-type]
+
+
 def test_the_sets_are_closed_and_every_kind_has_a_delivery() -> None:
     assert set(TABLE) == set(INJECTION_KINDS) == set(DELIVERY_BY_KIND)
-    assert {a.name for a in Action} == {"STEER", "FOLLOW_UP", "START_TURN", "RECORD_IDLE", "NEXT_TURN", "HOLD"}
+    assert set(PROMPTS) == set(UserPrompt.model_fields["on_busy"].annotation.__args__)  # type: ignore[union-attr]
+    assert {a.name for a in Action} == {"STEER", "FOLLOW_UP", "START_TURN", "RECORD_IDLE", "NEXT_TURN", "HOLD",
+                                        "REJECT", "INTERRUPT"}
     assert set(When) == {R, T, IDLE, H}
     assert {(d, w) for d in ("steer", "follow_up", "next_turn") for w in When} == set(delivery_rules.RULES)
+    assert {(b, w) for b in PROMPTS for w in When} == set(delivery_rules.PROMPT_RULES)
 
 
 def test_the_moment_held_before_running_before_idle() -> None:
@@ -64,15 +85,47 @@ def test_routing_asks_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_idle_turns_ask_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     c = controller(tmp_path / "a", active_task=True)
     c.route_update(inj("background_result", "b1", source="system"), "e1")
-    assert c.idle_turn_due() and c.take_idle_peek()
     monkeypatch.setitem(delivery_rules.RULES, ("follow_up", T), Action.NEXT_TURN)
-    assert not c.idle_turn_due() and not c.take_idle_peek() and c.take_idle().messages == []
+    assert c.take_idle() is None and c.take_idle(When.IDLE_TASK_ACTIVE) is None
     assert len(c.next_turn) == 1  # it waits for the next user turn instead
+    monkeypatch.setitem(delivery_rules.RULES, ("follow_up", T), Action.START_TURN)
+    turn = c.take_idle()
+    assert turn is not None and len(turn.messages) == 1 and c.next_turn == []
+
+
+async def test_a_prompt_is_dispatched_as_the_table_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A running session: a `steer` prompt goes to the steer queue; with its cell changed to FOLLOW_UP,
+    to the follow-up queue; changed to REJECT, the client is told `busy` and nothing is queued."""
+    host = Host(tmp_path)
+    d = dispatcher(host)
+    await d.pass_barrier()
+    host.busy()
+    moved = {Action.STEER: "steer", Action.FOLLOW_UP: "follow_up", Action.REJECT: None}
+    for i, (action, into) in enumerate(moved.items()):
+        monkeypatch.setitem(delivery_rules.PROMPT_RULES, ("steer", R), action)
+        prompt = UserPrompt(session_id="s1", message=f"p{i}")
+        await d.on_prompt(InboxEntry(entry_id=f"{i}-0", session_id="s1", message=prompt), prompt)
+        queues = {"steer": host.agent.steering(), "follow_up": host.agent.follow_ups()}
+        landed = [name for name, q in queues.items() if any(getattr(m, "content", None) == f"p{i}" for m in q)]
+        assert landed == ([into] if into else [])
+    assert host.outbox.events("error") == [{"error": "busy", "promptId": prompt.prompt_id}]
+
+
+async def test_an_injection_is_delivered_as_the_table_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """InjectionDelivery asks the same table: a steer kind on an idle session with no task is held for
+    idle recording; its cell changed to START_TURN, a run starts for it."""
+    host = Host(tmp_path)
+    d = dispatcher(host)
+    await d.pass_barrier()
+    monkeypatch.setitem(delivery_rules.RULES, ("steer", IDLE), Action.START_TURN)
+    await d.injections.deliver(Injection(session_id="s1", source="artifact", source_id="u1",
+                                         injection=RuntimeInjection(kind="system_update", content="x")), "1-0")
+    assert len(host.started) == 1 and host.started[0] is not None
 
 
 def test_without_an_active_task_nothing_held_starts_a_turn(tmp_path: Path) -> None:
     c = controller(tmp_path)
     c.route_update(inj("system_update", "u1"), "e1", hold=True)
     c.route_update(inj("background_result", "b1", source="system"), "e2", hold=True)
-    assert not c.idle_turn_due()
+    assert c.take_idle() is None
     assert [m.details["sourceId"] for m in c.recordable()] == ["u1"]  # the steer kind is recorded idle

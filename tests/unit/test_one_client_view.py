@@ -10,16 +10,15 @@ from pathlib import Path
 
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks
-from services.runtime.live.pending import TurnInput
-from services.runtime.store.todo import TodoController
 from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
 from services.runtime.turns.delivery_rules import Action, Found
-from services.runtime.turns.turn_order import TurnOrder
+from services.runtime.turns.pending_queue import PendingQueue
 from shared.contracts.client import PromptClientContext
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage
+from tests.unit.runtime_fakes import build
 
 
 async def no_guard() -> None:
@@ -34,13 +33,12 @@ async def sink(_: AgentEvent) -> None:
     return None
 
 
-def controller(tmp_path: Path) -> TurnOrder:
+def controller(tmp_path: Path) -> PendingQueue:
     agent = Agent(AgentContext("sys", [], []), RunHooks(stream=never), sink)
-    return TurnOrder(agent, Transcript.load(tmp_path / "t.jsonl", WriteGuard(no_guard)),
-                                     TodoController.load(tmp_path / "todo.json", WriteGuard(no_guard)), {}, lambda: False)
+    return PendingQueue(agent, Transcript.load(tmp_path / "t.jsonl", WriteGuard(no_guard)), lambda: False)
 
 
-def standalone(c: TurnOrder, name: str, entry_id: str) -> Action | Found:
+def standalone(c: PendingQueue, name: str, entry_id: str) -> Action | Found:
     return c.route_update(Injection(session_id="s", source="client", source_id=name,
                                     injection=RuntimeInjection(kind="client_view", content=f"<client_view>{name}</client_view>")),
                           entry_id)
@@ -50,8 +48,8 @@ def prompt(text: str, locale: str) -> UserPrompt:
     return UserPrompt(session_id="s", message=text, client_context=PromptClientContext(locale=locale))
 
 
-def steer(c: TurnOrder, p: UserPrompt, entry_id: str) -> None:
-    for m in c.busy_turn_messages(p, entry_id).messages:
+def steer(c: PendingQueue, p: UserPrompt, entry_id: str) -> None:
+    for m in build(c, p, entry_id, busy=True).messages:
         c.agent.steer(m)
 
 
@@ -59,11 +57,11 @@ def views(messages: list[AgentMessage]) -> list[str]:
     return [m.content for m in messages if isinstance(m, CustomMessage) and m.custom_type == "gamma.client_view"]
 
 
-def queued_views(c: TurnOrder) -> list[str]:
+def queued_views(c: PendingQueue) -> list[str]:
     return views([*c.next_turn, *c.agent.queued()])
 
 
-def acked_with(c: TurnOrder, content_part: str) -> list[str]:
+def acked_with(c: PendingQueue, content_part: str) -> list[str]:
     [p] = [p for p in c.pending.values() if p.message.custom_type == "gamma.client_view" and content_part in p.message.content]
     return p.entry_ids
 
@@ -107,7 +105,7 @@ async def test_an_idle_prompts_view_replaces_every_held_view(tmp_path: Path) -> 
     steer(c, prompt("steered", "it-IT"), "e1")
     assert c.hold_queued()  # a yield's hand-over: the queues join the next-turn list (a prompt among them)
     standalone(c, "v2", "e2")  # replaces the held prompt's view in place
-    turn = c.build_turn_messages(TurnInput(prompt=prompt("now", "fr-FR"), entry_id="e3"))
+    turn = build(c, prompt("now", "fr-FR"), entry_id="e3")
     assert len(views(turn.messages)) == 1 and "fr-FR" in views(turn.messages)[0]
     assert [getattr(m, "content", None) for m in turn.messages][-2:] == [views(turn.messages)[0], "now"]
     assert acked_with(c, "fr-FR") == ["e2"] and c.next_turn == []
@@ -117,5 +115,5 @@ async def test_a_turn_without_a_prompt_view_takes_only_the_latest(tmp_path: Path
     c = controller(tmp_path)
     standalone(c, "v1", "e1")
     standalone(c, "v2", "e2")
-    turn = c.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s", message="hi")))
+    turn = build(c, UserPrompt(session_id="s", message="hi"))
     assert views(turn.messages) == ["<client_view>v2</client_view>"]

@@ -42,8 +42,8 @@ def dispatcher(host: Host, handlers: dict[type, Any] | None = None, request_clos
     async def at_barrier() -> None:  # no dormant manifest, no form answered while dormant
         return None
 
-    injections = InjectionDelivery(host.state, host.turns, host.transcript, host, recorded, host.ack)
-    return InboxDispatcher(host.state, host.lease, host.outbox, host.agent, host.turns, host.transcript,
+    injections = InjectionDelivery(host.state, host.queue, host.transcript, host, recorded, host.ack)
+    return InboxDispatcher(host.state, host.lease, host.outbox, host.agent, host.queue, host.turns, host.transcript,
                            host, host.ack, injections, handlers=handlers or {}, at_barrier=at_barrier, client=None,
                            request_close=request_close, aborts=NoRuns())
 
@@ -150,7 +150,7 @@ async def test_an_injection_without_an_inbox_entry_is_queued_with_nothing_to_ack
     inj = Injection(session_id="s1", injection=RuntimeInjection(kind="system_update", content="x"),
                     source="client", source_id="form:f1:submitted")
     await dispatcher(host).injections.deliver(inj, None)
-    [pending] = host.turns.pending.values()
+    [pending] = host.queue.pending.values()
     assert pending.source_id == "form:f1:submitted" and pending.entry_ids == []
     assert host.started == [] and host.acked == []  # no active task: waits for the next prompt
 
@@ -170,5 +170,5 @@ async def test_the_same_prompt_twice_at_a_wake_starts_one_turn_and_waits_for_its
     host.busy()
     await d.handle(entry("3-0", prompt))  # once more while its run goes on
     assert host.agent.queued() == [] and host.acked == []
-    pending = host.turns.pending_prompt(prompt.prompt_id)
+    pending = host.queue.pending_prompt(prompt.prompt_id)
     assert pending is not None and pending.twins == ["2-0", "3-0"]

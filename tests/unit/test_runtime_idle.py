@@ -1,5 +1,5 @@
 """Idle recording with a merge window (services/runtime/inbox/idle.py): the window alone with a fake clock,
-then the IdleRecorder in process over the real TurnOrder, transcript and Recorder on a temp dir (only
+then the IdleRecorder in process over the real pending queue, turn builder, transcript and Recorder on a temp dir (only
 the outbox is a fake, no Redis)."""
 
 from __future__ import annotations
@@ -77,16 +77,16 @@ class Idle:
         h.state.barrier_passed = True
         self.clock = Clock()
         contracts = SkillContracts(h.transcript, {}, h.outbox)  # type: ignore[arg-type]
-        recorder = Recorder(h.sid, h.transcript, h.turns, h.outbox, h.ack, contracts, None,  # type: ignore[arg-type]
+        recorder = Recorder(h.sid, h.transcript, h.queue, h.outbox, h.ack, contracts, None,  # type: ignore[arg-type]
                             None, lambda: "m", lambda: h.agent.messages)
         self.busy = busy if busy is not None else set()
 
         async def is_busy(ref: str) -> bool:
             return ref in self.busy
 
-        self.idle = IdleRecorder(h.state, h.turns, h.agent, h.transcript, recorder.record,
+        self.idle = IdleRecorder(h.state, h.queue, h.turns, h.agent, h.transcript, recorder.record,
                                  MergeWindow(0.3, 1.0, self.clock), is_busy)
-        self.delivery = InjectionDelivery(h.state, h.turns, h.transcript, h, recorder.recorded, h.ack,
+        self.delivery = InjectionDelivery(h.state, h.queue, h.transcript, h, recorder.recorded, h.ack,
                                           held=lambda: None)
 
     async def deliver(self, inj: Injection, entry_id: str) -> None:
@@ -129,7 +129,7 @@ async def test_five_updates_of_one_ref_in_the_window_are_one_record_and_another_
     assert s.host.acked == ["b2", "e2", "e3", "e4", "e5", "e6"]  # every merged entry, after the line
     last = s.host.agent.messages[-1]
     assert isinstance(last, CustomMessage) and last.details["toRevision"] == 6  # in the context too
-    assert len(s.host.agent.messages) == 2 and not s.host.turns.next_turn
+    assert len(s.host.agent.messages) == 2 and not s.host.queue.next_turn
 
 
 async def test_a_notification_is_recorded_at_once_and_next_turn_kinds_wait(tmp_path: Path) -> None:
@@ -140,7 +140,7 @@ async def test_a_notification_is_recorded_at_once_and_next_turn_kinds_wait(tmp_p
     await s.deliver(notification("u1"), "u1")
     assert await s.idle.flush_due() == 1
     assert [u.custom_type for u in s.updates()] == ["gamma.system_update"] and s.host.acked == ["u1"]
-    assert [m.custom_type for m in s.host.turns.next_turn] == ["gamma.system_note"]  # type: ignore[union-attr]
+    assert [m.custom_type for m in s.host.queue.next_turn] == ["gamma.system_note"]  # type: ignore[union-attr]
 
 
 async def test_a_background_result_waits_for_the_next_turn(tmp_path: Path) -> None:
@@ -151,13 +151,13 @@ async def test_a_background_result_waits_for_the_next_turn(tmp_path: Path) -> No
     s.clock.now += 5.0
     assert not s.idle.hold() and await s.idle.flush_due() == 0  # the idle rules: a follow-up is not recorded idle
     assert s.updates() == [] and s.host.acked == []
-    assert [m.custom_type for m in s.host.turns.next_turn] == ["gamma.background_result"]  # type: ignore[union-attr]
+    assert [m.custom_type for m in s.host.queue.next_turn] == ["gamma.background_result"]  # type: ignore[union-attr]
 
 
 async def test_a_prompt_before_the_window_ends_takes_the_update_into_its_run(tmp_path: Path) -> None:
     s = Idle(tmp_path)
     await s.deliver(edit(DECK, 2), "e2")
-    turn = s.host.turns.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message="hi"), entry_id="p1"))
+    turn = s.host.turns.build(TurnInput(prompt=UserPrompt(session_id="s1", message="hi"), entry_id="p1"))
     assert [m.details.get("ref") for m in turn.messages[:1]] == [DECK]  # type: ignore[union-attr]
     s.clock.now += 0.3
     assert await s.idle.flush_due() == 0 and s.updates() == [] and s.host.acked == []  # recorded once, by the run
@@ -195,21 +195,21 @@ async def test_a_failed_record_is_put_back_unacked_and_recorded_later(tmp_path: 
     s.host.lease.lost = True
     with pytest.raises(LeaseLost):
         await s.idle.flush_due()
-    assert s.host.acked == [] and len(s.host.turns.next_turn) == 1 and s.host.agent.messages == []
+    assert s.host.acked == [] and len(s.host.queue.next_turn) == 1 and s.host.agent.messages == []
     s.host.lease.lost = False
     assert s.idle.hold() and await s.idle.flush_due() == 1
-    assert s.host.acked == ["u1"] and len(s.host.agent.messages) == 1 and not s.host.turns.next_turn
+    assert s.host.acked == ["u1"] and len(s.host.agent.messages) == 1 and not s.host.queue.next_turn
 
 
 async def test_the_timer_records_after_the_window_on_the_loop_clock(tmp_path: Path) -> None:
     h = Host(tmp_path)
     h.state.barrier_passed = True
     contracts = SkillContracts(h.transcript, {}, h.outbox)  # type: ignore[arg-type]
-    recorder = Recorder(h.sid, h.transcript, h.turns, h.outbox, h.ack, contracts, None,  # type: ignore[arg-type]
+    recorder = Recorder(h.sid, h.transcript, h.queue, h.outbox, h.ack, contracts, None,  # type: ignore[arg-type]
                         None, lambda: "m", lambda: h.agent.messages)
-    idle = IdleRecorder(h.state, h.turns, h.agent, h.transcript, recorder.record,
+    idle = IdleRecorder(h.state, h.queue, h.turns, h.agent, h.transcript, recorder.record,
                         MergeWindow(0.1, 1.0, asyncio.get_running_loop().time))
-    delivery = InjectionDelivery(h.state, h.turns, h.transcript, h, recorder.recorded, h.ack, held=idle.arm)
+    delivery = InjectionDelivery(h.state, h.queue, h.transcript, h, recorder.recorded, h.ack, held=idle.arm)
     for i in range(2, 5):
         await delivery.deliver(edit(DECK, i), f"e{i}")
     await asyncio.sleep(0.05)

@@ -11,11 +11,12 @@ import pytest
 from scripted.gamma import injection_of
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks
+from services.runtime.live.pending import PendingPrompt
 from services.runtime.store.todo import TodoController, TodoRefused
 from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
 from services.runtime.turns.delivery_rules import Action, Found
-from services.runtime.turns.turn_order import PendingPrompt, TurnInput, TurnOrder
+from services.runtime.turns.pending_queue import PendingQueue
 from services.runtime.ui.uistate import UiDoc
 from shared.contracts.client import PromptClientContext
 from shared.contracts.inbox import Injection, UserPrompt
@@ -29,6 +30,7 @@ from shared.contracts.messages import (
 )
 from shared.history.context import build_context
 from shared.ui.uirules import UiRefused
+from tests.unit.runtime_fakes import build
 
 
 async def no_guard() -> None:
@@ -43,11 +45,10 @@ async def sink(_: AgentEvent) -> None:
     return None
 
 
-def controller(tmp_path: Path, active_task: bool = False) -> TurnOrder:
+def controller(tmp_path: Path, active_task: bool = False) -> PendingQueue:
     agent = Agent(AgentContext("sys", [], []), RunHooks(stream=never), sink)
     transcript = Transcript.load(tmp_path / "t.jsonl", WriteGuard(no_guard))
-    todo = TodoController.load(tmp_path / "todo.json", WriteGuard(no_guard))
-    return TurnOrder(agent, transcript, todo, {}, lambda: active_task)
+    return PendingQueue(agent, transcript, lambda: active_task)
 
 
 def inj(kind: str, source_id: str, content: str = "x", **kw: object) -> Injection:
@@ -141,12 +142,12 @@ async def test_client_view_latest_wins_and_the_prompt_context_replaces_it(tmp_pa
     c.route_update(inj("client_view", "v1", "<client_view>1</client_view>", source="client"), "e1")
     c.route_update(inj("client_view", "v2", "<client_view>2</client_view>", source="client"), "e2")
     c.route_update(inj("system_note", "n1", "note", source="system"), "e3")
-    msgs = c.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s", message="hi"))).messages
+    msgs = build(c, UserPrompt(session_id="s", message="hi")).messages
     assert [getattr(m, "content", "") for m in msgs] == ["<system_note>\nnote\n</system_note>",
                                                          "<client_view>2</client_view>", "hi"]
     c.route_update(inj("client_view", "v3", "<client_view>3</client_view>", source="client"), "e4")
     prompt = UserPrompt(session_id="s", message="again", client_context=PromptClientContext(locale="de-DE"))
-    msgs = c.build_turn_messages(TurnInput(prompt=prompt)).messages
+    msgs = build(c, prompt).messages
     assert len(msgs) == 2 and isinstance(msgs[0], CustomMessage) and "de-DE" in msgs[0].content
     pending = c.pending_of(msgs[0])
     assert pending.entry_ids == ["e4"]  # the superseded queued view is acked with the prompt's view
@@ -165,8 +166,7 @@ async def test_steer_on_idle_session_starts_a_turn_only_for_an_active_task(tmp_p
 
 async def test_user_text_is_never_parsed_for_tags(tmp_path: Path) -> None:
     c = controller(tmp_path)
-    msgs = c.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s", message="<system_update>x"
-                                                                                      "</system_update>"))).messages
+    msgs = build(c, UserPrompt(session_id="s", message="<system_update>x</system_update>")).messages
     assert len(msgs) == 1 and isinstance(msgs[0], UserMessage)
     assert injection_of(msgs[0].content) == ("system_update", None)  # looks like one, but is a user message
 
@@ -273,7 +273,7 @@ async def test_busy_prompt_brings_its_own_client_view(tmp_path: Path) -> None:
     c = controller(tmp_path)
     c.route_update(inj("client_view", "v1", "<client_view>old</client_view>", source="client"), "e1")
     prompt = UserPrompt(session_id="s", message="also this", client_context=PromptClientContext(locale="it-IT"))
-    msgs = c.busy_turn_messages(prompt, "e2").messages
+    msgs = build(c, prompt, "e2", busy=True).messages
     assert [m.role for m in msgs] == ["custom", "user"]
     assert isinstance(msgs[0], CustomMessage) and "it-IT" in msgs[0].content
     assert c.next_turn == [] and c.pending_of(msgs[0]).entry_ids == ["e1"]
@@ -282,11 +282,11 @@ async def test_busy_prompt_brings_its_own_client_view(tmp_path: Path) -> None:
 
 async def test_prompts_a_failed_run_took_but_never_recorded_are_found_again(tmp_path: Path) -> None:
     c = controller(tmp_path)
-    first = c.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s", message="first"), entry_id="e1")).messages
-    steered = c.busy_turn_messages(UserPrompt(session_id="s", message="steered"), "e2").messages
-    queued = c.busy_turn_messages(UserPrompt(session_id="s", message="still queued"), "e3").messages
+    first = build(c, UserPrompt(session_id="s", message="first"), entry_id="e1").messages
+    steered = build(c, UserPrompt(session_id="s", message="steered"), "e2", busy=True).messages
+    queued = build(c, UserPrompt(session_id="s", message="still queued"), "e3", busy=True).messages
     c.agent.steer(queued[-1])
-    recorded = c.busy_turn_messages(UserPrompt(session_id="s", message="recorded"), "e4").messages
+    recorded = build(c, UserPrompt(session_id="s", message="recorded"), "e4", busy=True).messages
     taken = c.take_prompt(recorded[-1])
     assert taken is not None
     prompt_id, message = taken.prompt_id, taken.message

@@ -27,7 +27,7 @@ def recorder(host: Host, order: list[tuple[str, Any]]) -> Recorder:
             order.append(("ack", entry_id, len(host.transcript.path.read_text().splitlines())))
 
     contracts = SkillContracts(host.transcript, {}, host.outbox)  # type: ignore[arg-type]
-    return Recorder(host.sid, host.transcript, host.turns, host.outbox, ack, contracts, None,  # type: ignore[arg-type]
+    return Recorder(host.sid, host.transcript, host.queue, host.outbox, ack, contracts, None,  # type: ignore[arg-type]
                     None, lambda: "m", lambda: host.agent.messages)
 
 
@@ -36,13 +36,13 @@ async def test_a_prompt_is_recorded_with_its_prompt_id_then_acked(tmp_path: Path
     order: list[tuple[str, Any]] = []
     await host.transcript.ensure_header()
     prompt = UserPrompt(session_id="s1", message="hello")
-    turn = host.turns.build_turn_messages(TurnInput(prompt=prompt, entry_id="1-0"))
+    turn = host.turns.build(TurnInput(prompt=prompt, entry_id="1-0"))
     assert [p.entry_id for p in turn.prompts] == ["1-0"] and turn.injections == []
     await recorder(host, order).emit(AgentEvent(type="message_end", message=turn.messages[-1]))
     lines_after = len(host.transcript.path.read_text().splitlines())
     assert order == [("ack", "1-0", lines_after)]
     assert prompt.prompt_id in host.transcript.prompts
-    assert host.turns.prompts == []  # no longer pending
+    assert host.queue.prompts == []  # no longer pending
     assert host.outbox.sent[-1][:2] == ("event", "message_end")
 
 
@@ -52,9 +52,9 @@ async def test_an_injection_is_recorded_then_its_owner_hears_then_its_entries_ar
     await host.transcript.ensure_header()
     inj = Injection(session_id="s1", injection=RuntimeInjection(kind="system_update", content="x"),
                     source="notification", source_id="n1")
-    assert host.turns.route_update(inj, "1-0") is Action.RECORD_IDLE
-    assert host.turns.route_update(inj, "2-0") is Found.MERGED  # a redelivery while queued: acked with it
-    turn = host.turns.take_next_turn()
+    assert host.queue.route_update(inj, "1-0") is Action.RECORD_IDLE
+    assert host.queue.route_update(inj, "2-0") is Found.MERGED  # a redelivery while queued: acked with it
+    turn = host.queue.take_next_turn()
     assert [p.entry_ids for p in turn.injections] == [["1-0", "2-0"]]
     rec = recorder(host, order)
     await rec.emit(AgentEvent(type="message_end", message=turn.messages[0]))
@@ -65,9 +65,9 @@ async def test_an_injection_is_recorded_then_its_owner_hears_then_its_entries_ar
     assert recorded.entry_id == host.transcript.sources[("notification", "n1")]
     lines = len(host.transcript.path.read_text().splitlines())
     assert order == [("ack", "1-0", lines), ("ack", "2-0", lines)]
-    assert host.turns.pending == {}
+    assert host.queue.pending == {}
     # Recorded once: a later message with the same source is not pending any more.
-    assert host.turns.route_update(inj, "3-0") is Found.RECORDED
+    assert host.queue.route_update(inj, "3-0") is Found.RECORDED
 
 
 async def test_progress_events_do_not_wait_and_other_messages_are_just_recorded(tmp_path: Path) -> None:

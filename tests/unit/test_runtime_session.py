@@ -43,7 +43,7 @@ async def test_the_run_hooks_are_built_with_the_compactor_hooks(tmp_path: Path) 
 async def test_the_parts_share_the_sessions_state(tmp_path: Path) -> None:
     session = build(tmp_path)
     await session.restore()
-    assert session.recorder.turns is session.turns and session.recorder.transcript is session.transcript
+    assert session.recorder.queue is session.queue and session.dispatcher.turns is session.turns and session.recorder.transcript is session.transcript
     assert session.tools.todo is session.todo and session.tools.transcript is session.transcript
     assert session.writes.files is session.tools  # a client's file write updates the tool host's list
     assert session.runs.state is session.state and session.dispatcher.state is session.state

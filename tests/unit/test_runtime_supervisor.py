@@ -10,9 +10,10 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from services.runtime.live.lease import LeaseLost
+from services.runtime.live.pending import TurnInput
 from services.runtime.runs.supervisor import RunSupervisor, interrupted
 from services.runtime.runs.turn_starts import StartGate
-from services.runtime.turns.turn_order import TurnInput, source_key
+from services.runtime.turns.pending_queue import source_key
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage, UserMessage
@@ -42,7 +43,7 @@ def supervisor(host: Host) -> tuple[RunSupervisor, AfterRun, Pong]:
 
 
 def prompt_turn(host: Host, text: str, entry_id: str):
-    return host.turns.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message=text),
+    return host.turns.build(TurnInput(prompt=UserPrompt(session_id="s1", message=text),
                                                        entry_id=entry_id))
 
 
@@ -141,13 +142,13 @@ async def test_a_broken_run_gives_back_the_injections_it_took(tmp_path: Path) ->
     await host.transcript.ensure_header()
     host.record = False
     sup, _, _ = supervisor(host)
-    host.turns.route_update(Injection(
+    host.queue.route_update(Injection(
         session_id="s1", injection=RuntimeInjection(kind="workspace_update", content="note changed"),
         source="system", source_id="n-1"), "2-0")
     turn = prompt_turn(host, "hi", "1-0")
     assert ("system", "n-1") in [source_key(m) for m in turn.messages]
     assert await sup.run_once(turn) == "done"
-    assert ("system", "n-1") in [source_key(m) for m in host.turns.next_turn]
+    assert ("system", "n-1") in [source_key(m) for m in host.queue.next_turn]
 
 
 async def test_a_run_starts_through_the_gate_and_gives_its_slot_back_when_its_model_request_opens(

@@ -16,8 +16,8 @@ from services.notifications.convert import to_injections
 from services.runtime.model.convert import SUMMARY_PREFIX, convert_one
 from services.runtime.runs.subagent import background_result
 from services.runtime.store.todo import render as todo_block
+from services.runtime.turns.attachments import client_view_content
 from services.runtime.turns.knowledge import LoadedNote, active_knowledge
-from services.runtime.turns.turn_order import client_view_content
 from services.runtime.ui.forms import form_content
 from shared.contracts.client import PromptClientContext, VisibleTab
 from shared.contracts.messages import CompactionSummaryMessage

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.live.pending import TurnInput
 from services.runtime.turns.delivery_rules import Action
-from services.runtime.turns.turn_order import TurnInput
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage, ToolCall, UserMessage
@@ -61,9 +61,9 @@ class Scenario:
     async def message_user(self, _: dict[str, Any], __: ToolContext) -> ToolOutcome:
         for i, item in enumerate(self.during):
             if isinstance(item, Injection):
-                assert self.host.turns.route_update(item, f"9-{i}") in (Action.STEER, Action.FOLLOW_UP, Action.NEXT_TURN)
+                assert self.host.queue.route_update(item, f"9-{i}") in (Action.STEER, Action.FOLLOW_UP, Action.NEXT_TURN)
             else:
-                for m in self.host.turns.busy_turn_messages(item, f"9-{i}").messages:
+                for m in self.host.turns.build(TurnInput(item, f"9-{i}", busy=True)).messages:
                     self.host.agent.steer(m)
         return ToolOutcome(content="Waiting for the user.", details={"blockOnUser": True}, terminate=True)
 
@@ -79,7 +79,7 @@ class Scenario:
             return await stream(context, emit, signal)
 
         h.agent.hooks = replace(h.agent.hooks, stream=counted)
-        self.sup.start_run(h.turns.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message="go"),
+        self.sup.start_run(h.turns.build(TurnInput(prompt=UserPrompt(session_id="s1", message="go"),
                                                                     entry_id="1-0")))
         assert self.sup.state.run_task is not None
         await asyncio.wait_for(self.sup.state.run_task, 10)
@@ -98,8 +98,8 @@ async def test_without_an_active_task_what_was_queued_waits_for_the_next_prompt(
     await s.run()
     assert len(s.calls) == 1  # the yield's own call only: no further model call, no new run
     assert s.host.agent.queued() == []
-    assert tags(s.host.turns.next_turn) == ["gamma.system_note", "gamma.system_update", "gamma.background_result"]
-    turn = s.host.turns.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message="next")))
+    assert tags(s.host.queue.next_turn) == ["gamma.system_note", "gamma.system_update", "gamma.background_result"]
+    turn = s.host.turns.build(TurnInput(prompt=UserPrompt(session_id="s1", message="next")))
     assert tags(turn.messages) == ["gamma.system_note", "gamma.system_update", "gamma.background_result", "user"]
 
 
@@ -112,7 +112,7 @@ async def test_with_an_active_task_a_steer_and_a_follow_up_start_a_new_turn(tmp_
     seen = s.calls[1][1]
     at = max(i for i, m in enumerate(seen) if m.role == "toolResult")
     assert tags(seen[at + 1:]) == ["gamma.system_update", "gamma.background_result"]  # the note waits
-    assert tags(s.host.turns.next_turn) == ["gamma.system_note"]
+    assert tags(s.host.queue.next_turn) == ["gamma.system_note"]
 
 
 async def test_a_prompt_steered_into_the_yielding_run_starts_a_new_user_turn(tmp_path: Path) -> None:
@@ -130,7 +130,7 @@ async def test_a_prompt_steered_into_the_yielding_run_starts_a_new_user_turn(tmp
     # its view, as a prompt's own turn is built.
     assert tags(seen[at + 1:]) == ["gamma.system_note", "gamma.system_update", "gamma.client_view", "user"]
     assert isinstance(seen[-1], UserMessage) and seen[-1].content == "and one more thing"
-    assert s.host.turns.next_turn == [] and s.host.agent.queued() == []
+    assert s.host.queue.next_turn == [] and s.host.agent.queued() == []
 
 
 async def test_a_run_that_ends_without_a_yield_still_takes_its_follow_ups(tmp_path: Path) -> None:
@@ -139,12 +139,12 @@ async def test_a_run_that_ends_without_a_yield_still_takes_its_follow_ups(tmp_pa
     await host.transcript.ensure_header()
 
     async def reply() -> AssistantMessage:
-        host.turns.route_update(injection("background_result", "b1"), "2-0")
+        host.queue.route_update(injection("background_result", "b1"), "2-0")
         return answer("first stop")
 
     host.steps.append(reply)
     sup = run_supervisor(host, Pong(), NoCompaction())
-    sup.start_run(host.turns.build_turn_messages(TurnInput(prompt=UserPrompt(session_id="s1", message="go"))))
+    sup.start_run(host.turns.build(TurnInput(prompt=UserPrompt(session_id="s1", message="go"))))
     assert sup.state.run_task is not None
     await asyncio.wait_for(sup.state.run_task, 10)
     assert tags(host.agent.messages) == ["user", "assistant", "gamma.background_result", "assistant"]

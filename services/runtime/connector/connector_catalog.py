@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
@@ -33,9 +33,6 @@ from shared.contracts.transcript import CustomMessageEntry, TranscriptEntry
 from shared.mcp import connectors as rules
 from shared.streams.inbox import append
 from shared.trust.trusted_blocks import Part, element, lines, quoted, render
-
-if TYPE_CHECKING:
-    from services.runtime.live.pending import PendingTurn
 
 log = structlog.get_logger()
 SOURCE_PREFIX = "connectors.catalog."
@@ -124,11 +121,11 @@ class ConnectorCatalog:
                              details={"trusted": True, "injectionType": "workspace_update", "source": "system",
                                       "sourceId": self._source_id(fp)})
 
-    def apply(self, turn: PendingTurn, prompt: str, fetched: Any) -> None:
-        if isinstance(fetched, CustomMessage) and turn.prompts:
-            at = turn.messages.index(turn.prompts[-1].message)
-            turn.messages.insert(at, fetched)
-            self._told = told_fingerprint(fetched)  # a prompt refused while busy told nothing
+    def hints(self, prompt: str, fetched: Any) -> list[AgentMessage]:
+        if not isinstance(fetched, CustomMessage):
+            return []
+        self._told = told_fingerprint(fetched)  # asked only of a prompt's turn: one refused while busy told nothing
+        return [fetched]
 
     async def tell(self) -> None:
         """Before a model call: a catalog changed during the run reaches the agent through its inbox
@@ -170,6 +167,5 @@ class PromptHooks:
     async def fetch(self) -> list[Any]:
         return [await h.fetch() for h in self.hooks]
 
-    def apply(self, turn: PendingTurn, prompt: str, fetched: Any) -> None:
-        for h, f in zip(self.hooks, fetched, strict=True):
-            h.apply(turn, prompt, f)
+    def hints(self, prompt: str, fetched: Any) -> list[AgentMessage]:
+        return [m for h, f in zip(self.hooks, fetched, strict=True) for m in h.hints(prompt, f)]

@@ -67,8 +67,9 @@ from services.runtime.tools import Toolset
 from services.runtime.tools.tool_policy import ToolPolicy
 from services.runtime.turns.cache_key import prompt_cache_key
 from services.runtime.turns.knowledge import KnowledgeReader, PromptKnowledge
+from services.runtime.turns.pending_queue import PendingQueue
 from services.runtime.turns.skill_rules import SkillRuleGuard, load_rules
-from services.runtime.turns.turn_order import TurnOrder
+from services.runtime.turns.turn_order import TurnBuilder
 from services.runtime.ui.costs import CostProjection
 from services.runtime.ui.forms import deliver_answered_form
 from services.runtime.ui.liveui import LiveUi
@@ -220,11 +221,11 @@ class Session:
                          budget=RunBudget(settings.runtime.run_max_model_calls, settings.runtime.run_max_tokens))
         self.agent = Agent(context, hooks, lambda event: self.recorder.emit(event))
         # An active task lets an idle steer start a run, unless the user stopped the agent (abort.py).
-        self.turns = TurnOrder(
-            self.agent, self.transcript, self.todo, deps.skills,
-            lambda: self.todo.has_active_task and not stopped_by_user(self.transcript),
-            extra_anchors=(self.progress.anchor, *((self.catalog.anchor,) if self.catalog else ())))
-        self.recorder = Recorder(self.sid, self.transcript, self.turns, self.outbox, self.acker.ack, self.contracts,
+        self.queue = PendingQueue(self.agent, self.transcript,
+                                  lambda: self.todo.has_active_task and not stopped_by_user(self.transcript))
+        self.turns = TurnBuilder(self.queue, self.agent, self.transcript, self.todo, deps.skills,
+                                 extra_anchors=(self.progress.anchor, *((self.catalog.anchor,) if self.catalog else ())))
+        self.recorder = Recorder(self.sid, self.transcript, self.queue, self.outbox, self.acker.ack, self.contracts,
                                  self.ui, deps.registry, lambda: self.stream.settings.model, lambda: context.messages,
                                  snapshot=self.snapshots.take, after_tool_result=(self.progress.publish,),
                                  after_run_end=(self.costs.refresh_quietly,),
@@ -237,15 +238,15 @@ class Session:
         # Updates for an idle agent: recorded after a per-ref merge window, the digest's debounce (idle.py).
         debounce_s = settings.bus.digest_debounce_ms / 1000
         window = MergeWindow(debounce_s, max(2.0, 10 * debounce_s), asyncio.get_running_loop().time)
-        self.idle = IdleRecorder(state, self.turns, self.agent, self.transcript, self.recorder.record, window,
+        self.idle = IdleRecorder(state, self.queue, self.turns, self.agent, self.transcript, self.recorder.record, window,
                                  in_flight_check(deps.client, self.sid))
-        self.runs = RunSupervisor(state, self.lease, self.outbox, self.agent, self.turns, self.transcript,
-                                  client=deps.client, lease_ms=settings.runtime.lease_ms, after_run=self.compactor,
+        self.runs = RunSupervisor(state, self.lease, self.outbox, self.agent, self.queue, self.transcript,
+                                  reload=self.turns.restore_context, client=deps.client, lease_ms=settings.runtime.lease_ms, after_run=self.compactor,
                                   calls=self.connectors, after_task=self.idle.arm, starts=deps.starts)
-        self.injections = InjectionDelivery(state, self.turns, self.transcript, self.runs, self.recorder.recorded, ack,
+        self.injections = InjectionDelivery(state, self.queue, self.transcript, self.runs, self.recorder.recorded, ack,
                                             held=self.idle.arm)
-        self.aborts = RunAborter(state, self.agent, self.turns, self.transcript, self.outbox,
-                                 self.tools.subagents, ack)
+        self.aborts = RunAborter(state, self.agent, self.queue, self.transcript, self.outbox,
+                                 self.tools.subagents, ack, reload=self.turns.restore_context)
         self.rewinder = Rewinder(self.sid, self.transcript, self.todo, self.turns, self.snapshots, self.aborts,
                                  self.tools, outbox=self.outbox, guard=self.guard, ack=ack)
 
@@ -254,7 +255,7 @@ class Session:
 
         async def at_barrier() -> None:
             # pending_artifacts.json: dormant artifact changes, before the prompt
-            queue_manifest(self.sid, self.paths, self.transcript, self.turns)
+            queue_manifest(self.sid, self.paths, self.transcript, self.queue)
             await deliver_form()
             self.idle.arm()  # with no prompt to carry them, the dormant updates are recorded (idle.py)
 
@@ -273,10 +274,10 @@ class Session:
             ModelChange: ModelSwitch(self.transcript, self.switch_model, self.outbox, ack).on_change}
         handlers = self.idle.watch_writes(handlers)  # a client's write keeps its ref's update held (idle.py)
         # Prompt-time knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools").
-        knowledge = PromptKnowledge(self.knowledge, self.transcript, self.turns.pending, settings.runtime.knowledge_top_k,
+        knowledge = PromptKnowledge(self.knowledge, self.transcript, settings.runtime.knowledge_top_k,
                                     settings.runtime.knowledge_min_score, deps.registry)
         self.dispatcher = InboxDispatcher(
-            state, self.lease, self.outbox, self.agent, self.turns, self.transcript, self.runs, ack,
+            state, self.lease, self.outbox, self.agent, self.queue, self.turns, self.transcript, self.runs, ack,
             self.injections, handlers=handlers, at_barrier=at_barrier, client=deps.client,
             request_close=deps.request_close, causal=self.causal, calls=self.connectors,
             prompt_hook=PromptHooks(self.catalog, knowledge) if self.catalog else knowledge,

@@ -28,7 +28,7 @@ from services.runtime.live.events import Outbox
 from services.runtime.live.state import SessionState
 from services.runtime.runs.supervisor import repair_interrupted_run
 from services.runtime.store.transcript import Transcript
-from services.runtime.turns.turn_order import TurnOrder
+from services.runtime.turns.pending_queue import PendingQueue
 from shared.contracts.events import RunAbortedData
 from shared.contracts.http import AbortResult
 from shared.contracts.inbox import Abort, UserPrompt
@@ -89,11 +89,13 @@ class SubagentStopper(Protocol):
 
 
 class RunAborter:
-    def __init__(self, state: SessionState, agent: Agent, turns: TurnOrder, transcript: Transcript,
-                 outbox: Outbox, subagents: SubagentStopper, ack: Callable[[str | None], Awaitable[None]]) -> None:
+    def __init__(self, state: SessionState, agent: Agent, queue: PendingQueue, transcript: Transcript,
+                 outbox: Outbox, subagents: SubagentStopper, ack: Callable[[str | None], Awaitable[None]], *,
+                 reload: Callable[[], None]) -> None:
         self.state = state  # the run task and its ids (state.py); `aborting` holds the next run back
         self.agent = agent
-        self.turns = turns
+        self.queue = queue  # the pending queue (pending_queue.py): what the run's queues held is kept
+        self.reload = reload  # the model context from the transcript (turn_order.py `restore_context`)
         self.transcript = transcript
         self.outbox = outbox
         self.subagents = subagents  # stopped with the run (subagent.py)
@@ -140,9 +142,9 @@ class RunAborter:
             # Stopped before the model's first word (or its run cancelled outright): the prompt gets an
             # empty aborted answer, so no user message is left without one (the context skips it).
             await self.transcript.append_message(AssistantMessage(stop_reason="aborted"))
-        kept = self.turns.keep_aborted()  # first in the next turn, in order
+        kept = self.queue.keep_aborted()  # first in the next turn, in order
         await self.transcript.append_custom(marker(run_id, reason))
-        self.turns.restore_context()
+        self.reload()
         return kept
 
     # ------------------------------------------------------------ inbox

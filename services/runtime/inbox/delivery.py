@@ -12,7 +12,7 @@ from services.runtime.live.pending import PendingTurn
 from services.runtime.live.state import SessionState
 from services.runtime.store.transcript import Transcript
 from services.runtime.turns.delivery_rules import Action, Found
-from services.runtime.turns.turn_order import TurnOrder
+from services.runtime.turns.pending_queue import PendingQueue
 from shared.contracts.inbox import Injection
 
 # Left in the next-turn list: idle recording's windows open for what it records (idle.py `arm`).
@@ -29,11 +29,11 @@ class RunStarter(Protocol):
 
 
 class InjectionDelivery:
-    def __init__(self, state: SessionState, turns: TurnOrder, transcript: Transcript,
+    def __init__(self, state: SessionState, queue: PendingQueue, transcript: Transcript,
                  runs: RunStarter, recorded: Recorded, ack: Callable[[str | None], Awaitable[None]],
                  held: Callable[[], None] = lambda: None) -> None:
         self.state = state
-        self.turns = turns
+        self.queue = queue
         self.transcript = transcript
         self.runs = runs
         self.recorded = recorded  # InjectionRecorded, published again for a redelivery (recorder.py)
@@ -42,7 +42,7 @@ class InjectionDelivery:
 
     async def deliver(self, m: Injection, entry_id: str | None) -> None:
         """An injection from the inbox, or (entry_id None) one restored at wake (an answered form)."""
-        result = self.turns.route_update(m, entry_id, hold=not self.state.barrier_passed)
+        result = self.queue.route_update(m, entry_id, hold=not self.state.barrier_passed)
         if result is Found.RECORDED:
             # Already consumed (a redelivery): tell the owner again, it may have missed it.
             recorded_as = self.transcript.sources[(m.source, m.source_id)]
@@ -53,6 +53,6 @@ class InjectionDelivery:
             await self.recorded(m.source, m.source_id, self.transcript.told[m.ref][1], m.ref, m.to_revision)
             await self.ack(entry_id)
         elif result is Action.START_TURN and not self.state.running:
-            self.runs.start_run(self.turns.take_idle())
+            self.runs.start_run(self.queue.take_idle())
         elif result in HELD:
             self.held()

@@ -20,14 +20,23 @@ from opentelemetry.trace import Span
 from services.runtime.engine.agent import Agent
 from services.runtime.inbox.causal import CausalGate
 from services.runtime.inbox.delivery import InjectionDelivery
-from services.runtime.inbox.dispatcher_ports import Aborts, Answers, Held, OpenCalls, PromptHook, Runs
+from services.runtime.inbox.dispatcher_ports import (
+    Aborts,
+    Answers,
+    Builds,
+    Held,
+    OpenCalls,
+    PromptHook,
+    Queued,
+    Runs,
+)
 from services.runtime.inbox.failures import disk_fault, refusal, transient
 from services.runtime.live.lease import LeaseLost
-from services.runtime.live.pending import PendingTurn, TurnInput
+from services.runtime.live.pending import TurnInput
 from services.runtime.live.state import SessionState
 from services.runtime.runs.supervisor import interrupted
 from services.runtime.store.transcript import Transcript
-from services.runtime.turns.turn_order import TurnOrder
+from services.runtime.turns.delivery_rules import Action, Prompt, When, decide, moment
 from shared.contracts.inbox import (
     Abort,
     Barrier,
@@ -43,6 +52,7 @@ from shared.contracts.inbox import (
     UiUpdate,
     UserPrompt,
 )
+from shared.contracts.messages import AgentMessage
 from shared.redis import keys
 from shared.streams.bus import dead_letter
 from shared.streams.inbox import InboxEntry
@@ -92,7 +102,7 @@ class RecentIds:
 
 class InboxDispatcher:
     def __init__(self, state: SessionState, lease: Held, outbox: Answers, agent: Agent,
-                 turns: TurnOrder, transcript: Transcript, runs: Runs,
+                 queue: Queued, turns: Builds, transcript: Transcript, runs: Runs,
                  ack: Callable[[str | None], Awaitable[None]], injections: InjectionDelivery, *,
                  handlers: dict[type, Handler], at_barrier: Callable[[], Awaitable[None]], client: Any,
                  request_close: Any = None, causal: CausalGate | None = None, calls: OpenCalls | None = None,
@@ -101,7 +111,8 @@ class InboxDispatcher:
         self.lease = lease
         self.outbox = outbox
         self.agent = agent
-        self.turns = turns
+        self.queue = queue  # the pending queue (pending_queue.py): a prompt's twin, the idle turns
+        self.turns = turns  # the turn builder (turn_order.py)
         self.transcript = transcript
         self.runs = runs
         self.ack = ack
@@ -257,45 +268,49 @@ class InboxDispatcher:
         if m.prompt_id in self.transcript.prompts:
             await self.ack(entry.entry_id)  # a redelivered prompt: already recorded
             return
-        twin = self.turns.pending_prompt(m.prompt_id)
-        if twin is not None:  # the same prompt already on its way to the transcript: recorded once
-            if entry.entry_id != twin.entry_id:
-                twin.twins.append(entry.entry_id)
-            return
+        if self.queue.twin(m.prompt_id, entry.entry_id):
+            return  # the same prompt already on its way to the transcript: recorded once
         if self.aborts is not None and await self.aborts.refuse_stale(entry, m):
             return  # aimed at a run that has ended: refused, nothing queued
-        if not self.state.barrier_passed:
+        if decide(Prompt(m.on_busy), self._moment()) is Action.HOLD:
             self.state.held.append(entry)
             return
         if self.causal is not None and not await self.causal.admit(entry, m):
             return  # writes acknowledged before it are still on their way (causal.py)
         fetched = await self.prompt_hook.fetch() if self.prompt_hook else None  # before `running` is read
-        if self.state.running:
-            if m.on_busy == "reject":
-                await self.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
-                await self.ack(entry.entry_id)
-                return
-            if m.on_busy == "interrupt" and self.aborts is not None:
-                await self.aborts.abort("interrupt")  # returns once the run has ended: this one starts next
+        # Decided here, with no await between the decision and its action (delivery_rules.py).
+        action = decide(Prompt(m.on_busy), self._moment())
+        if action is Action.REJECT:
+            await self.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
+            await self.ack(entry.entry_id)
+            return
+        if action is Action.INTERRUPT:
+            if self.aborts is None:
+                action = Action.STEER  # nothing can abort the run (a host without an aborter): steered
             else:
-                turn = self.turns.busy_turn_messages(m, entry.entry_id)
-                self._hook(turn, m, fetched)
-                for message in turn.messages:
-                    (self.agent.follow_up if m.on_busy == "follow_up" else self.agent.steer)(message)
-                await self._accepted(m)
-                return
-        turn = self.turns.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id))
-        self._hook(turn, m, fetched)
-        self.runs.start_run(turn)
+                await self.aborts.abort("interrupt")  # returns once the run has ended: this one starts next
+                action = Action.START_TURN
+        busy = action is not Action.START_TURN
+        turn = self.turns.build(TurnInput(m, entry.entry_id, self._hints(m, fetched), busy=busy))
+        if busy:
+            into = self.agent.steer if action is Action.STEER else self.agent.follow_up
+            for message in turn.messages:
+                into(message)
+        else:
+            self.runs.start_run(turn)
         await self._accepted(m)
+
+    def _moment(self) -> When:
+        # A prompt's rules do not tell the idle moments apart: no active task is asked for.
+        return moment(held=not self.state.barrier_passed, running=self.state.running, active_task=lambda: False)
 
     async def _accepted(self, m: UserPrompt) -> None:
         if self.aborts is not None:
             await self.aborts.accepted(m)  # the 202 a prompt with expected_run_id waits for
 
-    def _hook(self, turn: PendingTurn, m: UserPrompt, fetched: Any) -> None:
-        if self.prompt_hook is not None:
-            self.prompt_hook.apply(turn, m.message, fetched)
+    def _hints(self, m: UserPrompt, fetched: Any) -> tuple[AgentMessage, ...]:
+        """The prompt-time hints, an input of the prompt's turn (before its user message)."""
+        return tuple(self.prompt_hook.hints(m.message, fetched)) if self.prompt_hook is not None else ()
 
     async def causal_expired(self) -> None:
         """A held prompt's wait ran out. Failing to settle it (Redis restarting) keeps the prompts held
@@ -322,7 +337,7 @@ class InboxDispatcher:
                 await self.handle_retrying(entry, functools.partial(self.on_prompt, entry, entry.message))
 
     async def pass_barrier(self) -> None:
-        state, turns = self.state, self.turns
+        state, queue = self.state, self.queue
         if state.barrier_passed:
             return
         state.barrier_passed = True
@@ -333,18 +348,18 @@ class InboxDispatcher:
             first = prompts[0]
             assert isinstance(first.message, UserPrompt)
             fetched = await self.prompt_hook.fetch() if self.prompt_hook else None
-            turn = turns.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id))
-            self._hook(turn, first.message, fetched)
+            turn = self.turns.build(TurnInput(first.message, first.entry_id, self._hints(first.message, fetched)))
             with processing(first):  # the held prompt's run continues the prompt's trace
                 self.runs.start_run(turn)
             for extra in prompts[1:]:
                 with processing(extra):
                     await self.on_prompt(extra, extra.message)  # type: ignore[arg-type]
         elif interrupted(self.transcript) or (self.calls is not None and self.calls.pending):
-            # the run task awaits the open connector call first
-            self.runs.start_run(turns.take_idle() if turns.take_idle_peek() else None)
-        elif turns.idle_turn_due():
-            self.runs.start_run(turns.take_idle())
+            # The run task awaits the open connector call first; the run goes on whatever the task, so it
+            # takes what would start a turn for an active one.
+            self.runs.start_run(queue.take_idle(When.IDLE_TASK_ACTIVE))
+        elif (idle_turn := queue.take_idle()) is not None:
+            self.runs.start_run(idle_turn)
 
 
 def _trace(sid: str, entry: InboxEntry, dequeued: float) -> None:

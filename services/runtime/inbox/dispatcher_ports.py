@@ -5,17 +5,34 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol
 
-from services.runtime.live.pending import PendingTurn
+from services.runtime.live.pending import PendingTurn, TurnInput
+from services.runtime.turns.delivery_rules import When
 from shared.contracts.events import EventType
 from shared.contracts.inbox import Abort, UserPrompt
+from shared.contracts.messages import AgentMessage
 from shared.streams.inbox import InboxEntry
 
 
 class PromptHook(Protocol):
-    """Prompt-time context (services/runtime/turns/knowledge.py): read first, then applied to the turn."""
+    """Prompt-time context (services/runtime/turns/knowledge.py, connector_catalog.py): read first, then
+    the hints it gives for the prompt, an input of its turn (turn_order.py)."""
     async def fetch(self) -> Any: ...
 
-    def apply(self, turn: PendingTurn, prompt: str, fetched: Any) -> None: ...
+    def hints(self, prompt: str, fetched: Any) -> list[AgentMessage]: ...
+
+
+class Queued(Protocol):
+    """The pending queue as the dispatcher asks it (pending_queue.py)."""
+
+    def twin(self, prompt_id: str, entry_id: str) -> bool: ...
+
+    def take_idle(self, when: When | None = None) -> PendingTurn | None: ...
+
+
+class Builds(Protocol):
+    """The turn builder (turn_order.py)."""
+
+    def build(self, turn: TurnInput) -> PendingTurn: ...
 
 
 class Answers(Protocol):

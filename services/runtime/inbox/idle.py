@@ -3,7 +3,7 @@
 An update (a digest, a notification: the steer and follow-up kinds) for a live agent with no run is
 not held for the next prompt. Once the wake barrier has passed it waits one merge window per ref
 (`MergeWindow`, the digest's debounce, from the first update of that ref): later updates of the same
-ref replace it in the next-turn list as they always did (turn_order.py `route_update`), so five
+ref replace it in the next-turn list as they always did (pending_queue.py `route_update`), so five
 rapid edits of one ref are still one update. At the window's end the update is appended to the
 transcript (fsync'd), added to the Agent's context where the next turn would have put it, and only
 then acknowledged and announced as recorded (the Recorder, as for a run). An update without a ref
@@ -30,7 +30,8 @@ from services.runtime.live.inbox_queue import touched_ref
 from services.runtime.live.lease import LeaseLost
 from services.runtime.live.state import SessionState
 from services.runtime.store.transcript import Transcript
-from services.runtime.turns.turn_order import TurnOrder
+from services.runtime.turns.pending_queue import PendingQueue
+from services.runtime.turns.turn_order import TurnBuilder
 from shared.contracts.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, Injection
 from shared.contracts.messages import AgentMessage, CustomMessage
 from shared.streams import causal
@@ -135,10 +136,11 @@ def in_flight_check(client: Any, sid: str) -> BusyRef:
 
 
 class IdleRecorder:
-    def __init__(self, state: SessionState, turns: TurnOrder, agent: Agent, transcript: Transcript,
-                 record: Record, window: MergeWindow, busy: BusyRef | None = None) -> None:
+    def __init__(self, state: SessionState, queue: PendingQueue, turns: TurnBuilder, agent: Agent,
+                 transcript: Transcript, record: Record, window: MergeWindow, busy: BusyRef | None = None) -> None:
         self.state = state
-        self.turns = turns
+        self.queue = queue  # what is held (pending_queue.py `recordable`)
+        self.turns = turns  # takes it in a turn's order (turn_order.py)
         self.agent = agent
         self.transcript = transcript
         self.record = record  # Recorder.record: the transcript line, then the owner, then the acks
@@ -191,7 +193,7 @@ class IdleRecorder:
         s = self.state
         if s.closed or not s.barrier_passed or s.running:
             return False
-        for m in self.turns.recordable():
+        for m in self.queue.recordable():
             key, merge = merge_key(m)
             self.window.add(key, merge=merge, version=m.details.get("sourceId"))
         return len(self.window) > 0
@@ -235,7 +237,7 @@ class IdleRecorder:
     async def _chosen(self, due: set[str]) -> tuple[list[CustomMessage], set[str]]:
         chosen: list[CustomMessage] = []
         later: set[str] = set()
-        for m in self.turns.recordable():
+        for m in self.queue.recordable():
             key, merge = merge_key(m)
             if key not in due:
                 continue
@@ -250,7 +252,6 @@ class IdleRecorder:
         return self._queued(ref) or (self.busy is not None and await self.busy(ref))
 
     async def _record(self, chosen: list[CustomMessage]) -> int:
-        anchor_before = self.turns.anchor_revision
         messages = self.turns.take_recordable(chosen)
         for i, m in enumerate(messages):
             written = self.transcript.appended
@@ -260,7 +261,7 @@ class IdleRecorder:
                 if self.transcript.appended > written:  # in the transcript; only its acks failed
                     self.agent.add_idle(m)
                     i += 1
-                self.turns.put_back(messages[i:], anchor_before)
+                self.turns.put_back(messages[i:])
                 raise
             self.agent.add_idle(m)
         return len(messages)

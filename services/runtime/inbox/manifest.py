@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from services.runtime.store.transcript import Transcript
 from services.runtime.turns.delivery_rules import Found
-from services.runtime.turns.turn_order import TurnOrder
+from services.runtime.turns.pending_queue import PendingQueue
 from shared.contracts.inbox import Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.pending import PendingArtifactUpdates
@@ -19,7 +19,7 @@ from shared.trust.trusted_blocks import ensure_block
 log = structlog.get_logger()
 
 
-def queue_manifest(sid: str, paths: SessionPaths, transcript: Transcript, turns: TurnOrder) -> int:
+def queue_manifest(sid: str, paths: SessionPaths, transcript: Transcript, queue: PendingQueue) -> int:
     """Queue the manifest's items (held for the next turn); returns how many were queued."""
     raw = read_json(paths.pending_artifacts)
     if not raw:
@@ -38,6 +38,6 @@ def queue_manifest(sid: str, paths: SessionPaths, transcript: Transcript, turns:
                         from_revision=item.from_revision, to_revision=item.to_revision)
         if (inj.source, inj.source_id) in transcript.sources:
             continue  # consumed before (digest has not cleared it yet)
-        if turns.route_update(inj, None, hold=True) is not Found.COVERED:
+        if queue.route_update(inj, None, hold=True) is not Found.COVERED:
             queued += 1
     return queued

@@ -1,6 +1,6 @@
 """What the session protocol hands around: a pending injection or prompt (with the inbox entries to
-ack once its transcript entry is durable), a turn's messages, and a run's input (services/runtime/
-turn_order.py puts them in order)."""
+ack once its transcript entry is durable; pending_queue.py holds them), a turn's messages, and a
+prompt's turn input (turn_order.py puts it in order)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,23 @@ class PendingTurn:
     injections: list[PendingInjection] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
+class Taken:
+    """What a prompt takes from the pending queue for its turn (pending_queue.py `take_for_prompt`): the
+    messages queued before it, its hints not queued already, and for the recorder the prompts (kept
+    ones first, then its own) and the injections among them."""
+    queued: list[AgentMessage]
+    hints: list[AgentMessage]
+    prompts: list[PendingPrompt]
+    injections: list[PendingInjection]
+
+
+@dataclass(frozen=True)
 class TurnInput:
-    prompt: UserPrompt | None
+    """A prompt's turn, as the turn builder is given it (turn_order.py `build`): the prompt, its inbox
+    entry, the prompt-time hints read for it (knowledge.py, connector_catalog.py: they go before the
+    user message), and whether a run is on (the turn is then steered or followed up into it)."""
+    prompt: UserPrompt
     entry_id: str | None = None
+    hints: tuple[AgentMessage, ...] = ()
+    busy: bool = False

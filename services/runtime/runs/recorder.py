@@ -15,7 +15,7 @@ from services.runtime.live.pending import PendingInjection
 from services.runtime.runs.model_outcome import announce, count_usage, mark_implicit
 from services.runtime.skillset.skill_lifecycle import SkillContracts
 from services.runtime.store.transcript import Transcript
-from services.runtime.turns.turn_order import TurnOrder
+from services.runtime.turns.pending_queue import PendingQueue
 from services.runtime.ui.forms import form_delivered
 from services.runtime.ui.liveui import UiHost
 from shared.contracts.messages import (
@@ -35,7 +35,7 @@ PROGRESS_EVENTS = frozenset({"agent_start", "turn_start", "message_start", "mess
 
 
 class Recorder:
-    def __init__(self, sid: str, transcript: Transcript, turns: TurnOrder, outbox: Outbox,
+    def __init__(self, sid: str, transcript: Transcript, queue: PendingQueue, outbox: Outbox,
                  ack: Callable[[str | None], Awaitable[None]], contracts: SkillContracts,
                  ui: UiHost, registry: CollectorRegistry | None, model: Callable[[], str],
                  context: Callable[[], list[AgentMessage]],
@@ -45,7 +45,7 @@ class Recorder:
                  after_model_message: Sequence[Callable[[], Awaitable[None]]] = ()) -> None:
         self.sid = sid
         self.transcript = transcript
-        self.turns = turns
+        self.queue = queue  # the pending queue (pending_queue.py): what a recorded message settles
         self.outbox = outbox
         self.ack = ack
         self.contracts = contracts
@@ -102,7 +102,7 @@ class Recorder:
     async def _record(self, message: AgentMessage) -> str | None:
         """Records `message`; for a user message, returns the id of the prompt that carried it."""
         if isinstance(message, UserMessage):
-            prompt = self.turns.take_prompt(message)
+            prompt = self.queue.take_prompt(message)
             await self.transcript.append_message(message, prompt_id=prompt.prompt_id if prompt else None)
             await self.ack(prompt.entry_id if prompt else None)
             for twin in prompt.twins if prompt else []:
@@ -128,7 +128,7 @@ class Recorder:
                 required_by = message.details.get("requiredBy")
                 await self.contracts.activate(skill, required_by if isinstance(required_by, str) else None)
         entry = await self.transcript.append_custom(message)
-        pending = self.turns.take_injection(message)
+        pending = self.queue.take_injection(message)
         if pending is None:
             return
         # Its owner hears first; a crash before the acks redelivers the entries, found recorded.
@@ -136,7 +136,7 @@ class Recorder:
         if self.registry is not None:
             metrics.injection_delivered(self.registry, str(message.details.get("injectionType")), pending.source)
         if pending.ref and pending.to_revision is not None:
-            for covered in self.turns.artifact_recorded(pending.ref, pending.to_revision):
+            for covered in self.queue.artifact_recorded(pending.ref, pending.to_revision):
                 for e in covered.entry_ids:
                     await self.ack(e)
                 await self.recorded(covered.source, covered.source_id, entry.id, covered.ref, covered.to_revision)

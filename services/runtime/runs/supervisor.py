@@ -18,7 +18,7 @@ from services.runtime.live.state import SessionState
 from services.runtime.runs.ack import TRANSIENT
 from services.runtime.runs.turn_starts import FREE, StartGate, StartPass
 from services.runtime.store.transcript import Transcript
-from services.runtime.turns.turn_order import TurnOrder
+from services.runtime.turns.pending_queue import PendingQueue
 from shared.contracts.base import new_id
 from shared.contracts.events import EventType
 from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage, UserMessage
@@ -102,14 +102,15 @@ def interrupted(transcript: Transcript) -> bool:
 
 class RunSupervisor:
     def __init__(self, state: SessionState, lease: Held, outbox: RunOutbox, agent: Agent,
-                 turns: TurnOrder, transcript: Transcript, *, client: Any, lease_ms: int,
-                 after_run: AfterRun, calls: OpenCalls | None = None,
+                 queue: PendingQueue, transcript: Transcript, *, reload: Callable[[], None], client: Any,
+                 lease_ms: int, after_run: AfterRun, calls: OpenCalls | None = None,
                  after_task: Callable[[], None] = lambda: None, starts: StartGate | None = None) -> None:
         self.state = state  # the run task, its ids and `aborting` are the session's state (state.py)
         self.lease = lease
         self.outbox = outbox
         self.agent = agent
-        self.turns = turns
+        self.queue = queue  # the pending queue (pending_queue.py): what is left to run
+        self.reload = reload  # the model context from the transcript (turn_order.py `restore_context`)
         self.transcript = transcript
         self.client = client  # Redis: pinged until it answers after a failed run
         self.lease_ms = lease_ms
@@ -194,19 +195,19 @@ class RunSupervisor:
         if not await self._repair_when_disk_allows():
             # Still held (or about to be dropped): what the failed run took stays deliverable, else a
             # redelivered entry merges into a record no queue holds and is never recorded (stuck).
-            self.turns.requeue_untaken()
+            self.queue.requeue_untaken()
             return False, None
-        turns = self.turns
-        turns.restore_context()
+        queue = self.queue
+        self.reload()
         own = failed.messages if isinstance(failed, PendingTurn) else []
-        for prompt in turns.untaken_prompts(own):
+        for prompt in queue.untaken_prompts(own):
             self.agent.steer(prompt)  # a prompt steered into the failed run: the next run takes it first
-        turns.requeue_untaken()
+        queue.requeue_untaken()
         if interrupted(self.transcript):
             return True, None
-        unrecorded = [m for m in own if turns.prompt_of(m) is not None]
+        unrecorded = [m for m in own if queue.prompt_of(m) is not None]
         if unrecorded:
-            return True, turns.take_next_turn(unrecorded)
+            return True, queue.take_next_turn(unrecorded)
         left = self.left_to_run()
         return left is not None, left
 
@@ -218,15 +219,13 @@ class RunSupervisor:
         (the user spoke) starts a new user turn (docs/architecture.md "Delivery, yield and the idle rules")."""
         if self._gone() or self.state.aborting:
             return None
-        turns = self.turns
+        queue = self.queue
         if self.agent.yielded:
-            if turns.hold_queued():
-                return turns.take_user_turn()
+            if queue.hold_queued():
+                return queue.take_user_turn()
         elif self.agent.has_queued():
             return "queued"
-        if turns.idle_turn_due():
-            return turns.take_idle()
-        return None
+        return queue.take_idle()  # what the idle rules start now (delivery_rules.py), else nothing
 
     async def _status(self, running: bool, *, wait: bool) -> None:
         sid = self.state.sid
@@ -241,7 +240,7 @@ class RunSupervisor:
         # Connector calls a dead holder sent, still unanswered at the wake: their results come first
         # (the run waits for them, never the wake), and prompts arriving meanwhile queue behind them.
         if self.calls is not None and await self.calls.await_pending():
-            self.turns.restore_context()  # the model context takes the results the transcript got
+            self.reload()  # the model context takes the results the transcript got
         if self.starts is not None:
             # Its wait ends on an abort (the Agent's signal, while a previous abort has not left it set).
             signal = agent.signal
@@ -296,7 +295,7 @@ class RunSupervisor:
             outcome = "transient"
         except Exception:  # noqa: BLE001 - the worker survives a broken run
             log.exception("run_failed", session_id=self.state.sid)
-            self.turns.requeue_untaken()  # injections the broken run took go to the next turn
+            self.queue.requeue_untaken()  # injections the broken run took go to the next turn
             with contextlib.suppress(Exception):
                 await self.outbox.event("error", {"error": "run failed"})
         finally:

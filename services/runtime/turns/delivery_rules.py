@@ -1,14 +1,15 @@
 """Delivery as one pure decision (docs/architecture.md "Delivery, yield and the idle rules"): where a runtime
-injection goes, by its kind and the session's moment, read in one table. Every path that delivers asks
-`decide`: the routing of an injection as it arrives (turn_order.py `route_update`, through
-delivery.py `InjectionDelivery.deliver` and the dormant manifest), what an idle session's held updates
-start (turn_order.py `take_idle` / `idle_turn_due`, asked by supervisor.py `left_to_run` as a run ends
-and by the dispatcher at the wake barrier) and what idle recording records (idle.py `IdleRecorder.arm`
-through turn_order.py `recordable`).
+injection or a user prompt goes, by its kind and the session's moment, read in one table. Every path
+that delivers asks `decide`: the routing of an injection as it arrives (pending_queue.py `route_update`,
+through delivery.py `InjectionDelivery.deliver` and the dormant manifest), a prompt as it arrives
+(dispatcher.py `on_prompt`), what an idle session's held updates start (pending_queue.py `take_idle`,
+asked by supervisor.py `left_to_run` as a run ends, by delivery.py and by the dispatcher at the wake
+barrier) and what idle recording records (idle.py `IdleRecorder.arm` through pending_queue.py
+`recordable`).
 
-The seed's `deliveryByKind` first: each kind has one delivery. `steer` enters the running agent before
-its next model call; `follow_up` when the run would stop; `next_turn` waits for the next user turn. Then
-the idle rules, per moment of the session:
+The seed's `deliveryByKind` first: each injection kind has one delivery. `steer` enters the running
+agent before its next model call; `follow_up` when the run would stop; `next_turn` waits for the next
+user turn. Then the idle rules, per moment of the session:
 
 | delivery | running | idle, a task active | idle, no active task | held (before the wake barrier) |
 |---|---|---|---|---|
@@ -16,18 +17,32 @@ the idle rules, per moment of the session:
 | follow_up | FOLLOW_UP | START_TURN | NEXT_TURN | HOLD |
 | next_turn | NEXT_TURN | NEXT_TURN | NEXT_TURN | NEXT_TURN |
 
+A user prompt's kind is its `on_busy` (`Prompt`, shared/contracts/inbox.py `OnBusy`): it starts a turn
+on an idle session whatever it says, waits for the barrier before it, and during a run:
+
+| prompt on_busy | running | idle (either) | held (before the wake barrier) |
+|---|---|---|---|
+| steer | STEER | START_TURN | HOLD |
+| follow_up | FOLLOW_UP | START_TURN | HOLD |
+| reject | REJECT | START_TURN | HOLD |
+| interrupt | INTERRUPT | START_TURN | HOLD |
+
 "A task active": a todo task is pending or in progress and the user has not stopped the agent since.
 RECORD_IDLE waits in the next-turn list for its merge window and is then recorded without a turn
-(idle.py); a turn that starts first takes it. HOLD waits in the next-turn list until the barrier passes,
-when these rules are asked again of what is held. A yield ends a run with its queues held: their
-injections follow these rules as idle ones (supervisor.py `left_to_run`)."""
+(idle.py); a turn that starts first takes it. HOLD waits until the barrier passes (an injection in the
+next-turn list, a prompt in the session's held prompts), when these rules are asked again of what is
+held. REJECT answers the client `busy`; INTERRUPT aborts the run (abort.py) and then starts its turn.
+A yield ends a run with its queues held: their injections follow these rules as idle ones
+(supervisor.py `left_to_run`)."""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
+from shared.contracts.inbox import OnBusy
 from shared.contracts.injection import InjectionKind
 
 Delivery = Literal["steer", "follow_up", "next_turn"]
@@ -53,13 +68,21 @@ class When(enum.Enum):
 
 
 class Action(enum.Enum):
-    """Where an injection goes: the closed set of deliveries."""
+    """Where an injection or a prompt goes: the closed set of deliveries."""
     STEER = "steer"              # the running Agent's steer queue: before its next model call
     FOLLOW_UP = "follow_up"      # the running Agent's follow-up queue: when the run would stop
-    START_TURN = "start_turn"    # the next-turn list, and a turn starts now to take it
+    START_TURN = "start_turn"    # a turn starts now to take it (an injection: from the next-turn list)
     RECORD_IDLE = "record_idle"  # the next-turn list, recorded after its merge window (idle.py)
     NEXT_TURN = "next_turn"      # the next-turn list, until the next user turn
-    HOLD = "hold"                # the next-turn list, until the wake barrier passes
+    HOLD = "hold"                # held until the wake barrier passes
+    REJECT = "reject"            # a prompt refused: the client is told the session is busy
+    INTERRUPT = "interrupt"      # a prompt that aborts the run, then starts its own turn
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A user prompt's kind, for `decide`: its `on_busy`."""
+    on_busy: OnBusy
 
 
 RULES: dict[tuple[Delivery, When], Action] = {
@@ -78,8 +101,21 @@ RULES: dict[tuple[Delivery, When], Action] = {
 }
 
 
-def decide(kind: InjectionKind | str, when: When) -> Action:
-    """Where an injection of `kind` goes at moment `when`."""
+PROMPT_RULES: dict[tuple[OnBusy, When], Action] = {
+    ("steer", When.RUNNING): Action.STEER,
+    ("follow_up", When.RUNNING): Action.FOLLOW_UP,
+    ("reject", When.RUNNING): Action.REJECT,
+    ("interrupt", When.RUNNING): Action.INTERRUPT,
+    **{(on_busy, when): Action.START_TURN for on_busy in ("steer", "follow_up", "reject", "interrupt")
+       for when in (When.IDLE_TASK_ACTIVE, When.IDLE)},
+    **{(on_busy, When.HELD): Action.HOLD for on_busy in ("steer", "follow_up", "reject", "interrupt")},
+}
+
+
+def decide(kind: InjectionKind | Prompt | str, when: When) -> Action:
+    """Where an injection of `kind`, or a prompt, goes at moment `when`."""
+    if isinstance(kind, Prompt):
+        return PROMPT_RULES[(kind.on_busy, when)]
     return RULES[(DELIVERY_BY_KIND[kind], when)]
 
 

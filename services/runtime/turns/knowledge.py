@@ -1,6 +1,6 @@
 """Scoped workspace knowledge in a session (seed: "Follow-up: Scoped knowledge"; rules in shared/history/knowledge.py).
 
-- At each user prompt (`PromptKnowledge.augment`) the owner's notes are read from Redis (the proxy
+- At each user prompt (`PromptKnowledge.hints`) the owner's notes are read from Redis (the proxy
   writes them), ranked against the prompt, and the candidates the session has not loaded at their
   current revision go in ONE trusted `<knowledge_hints>` message before the user message: pointers,
   no bodies. A note the session loaded that changed or was deleted since gets its `workspace_update`
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter
@@ -42,9 +42,6 @@ from shared.history.knowledge import (
 from shared.redis import keys
 from shared.redis.redis_wire import text
 from shared.trust.trusted_blocks import lines, quoted, render
-
-if TYPE_CHECKING:
-    from services.runtime.live.pending import PendingTurn
 
 ANCHOR_TYPE = "gamma.active_knowledge"
 _COUNTERS: dict[CollectorRegistry, Counter] = {}
@@ -133,13 +130,13 @@ class KnowledgeReader:
 
 
 class PromptKnowledge:
-    """The prompt-time hook: hints and missed workspace_updates before the user message."""
+    """The prompt-time hook: hints and missed workspace_updates, for before the user message (an input
+    of the prompt's turn, turn_order.py)."""
 
-    def __init__(self, reader: KnowledgeReader, transcript: Transcript, pending: dict[tuple[str, str], Any],
-                 top_k: int, min_score: float, registry: CollectorRegistry | None) -> None:
+    def __init__(self, reader: KnowledgeReader, transcript: Transcript, top_k: int, min_score: float,
+                 registry: CollectorRegistry | None) -> None:
         self.reader = reader
         self.transcript = transcript
-        self.pending = pending  # the protocol's pending injections (queued proxy announcements)
         self.top_k = top_k
         self.min_score = min_score
         self.registry = registry
@@ -153,13 +150,13 @@ class PromptKnowledge:
             log.warning("knowledge_read_failed", session_id=self.reader.sid, exc_info=True)
             return [], {}
 
-    def apply(self, turn: PendingTurn, prompt: str, fetched: Notes) -> None:
+    def hints(self, prompt: str, fetched: Notes) -> list[AgentMessage]:
         notes, revisions = fetched
-        if not turn.prompts or (not notes and not revisions):
-            return
+        if not notes and not revisions:
+            return []
         loaded = loaded_notes(self.transcript.loads)
         current = {n.id: n for n in notes}
-        extra: list[AgentMessage] = self._missed_updates(turn, loaded, current, revisions)
+        extra: list[AgentMessage] = self._missed_updates(loaded, current, revisions)
         hinted = [n for n, _ in select_notes(prompt, notes, self.top_k, self.min_score)
                   if n.id not in loaded or loaded[n.id].revision < n.revision]
         if hinted:
@@ -170,22 +167,21 @@ class PromptKnowledge:
             if self.registry is not None:
                 for n in hinted:
                     hints_counter(self.registry).labels(source=n.source).inc()
-        if extra:
-            at = turn.messages.index(turn.prompts[-1].message)
-            turn.messages[at:at] = extra
+        return extra
 
-    def _missed_updates(self, turn: PendingTurn, loaded: dict[str, LoadedNote], current: dict[str, KnowledgeNote],
+    def _missed_updates(self, loaded: dict[str, LoadedNote], current: dict[str, KnowledgeNote],
                         revisions: dict[str, int]) -> list[AgentMessage]:
         """A loaded note changed or deleted without its workspace_update in this session (it changed
-        while the session was dormant, or during the wake): the update, from the runtime itself."""
-        queued = {str(getattr(m, "details", {}).get("sourceId")) for m in turn.messages if isinstance(m, CustomMessage)}
+        while the session was dormant, or during the wake): the update, from the runtime itself. One the
+        proxy's announcement already queued is dropped where the turn takes from the queue
+        (pending_queue.py `take_for_prompt`)."""
         out: list[AgentMessage] = []
         for note_id, copy in loaded.items():
             rev = revisions.get(note_id, copy.revision)
             if rev <= copy.revision:
                 continue
             sid = source_id(note_id, rev)
-            if ("system", sid) in self.transcript.sources or ("system", sid) in self.pending or sid in queued:
+            if ("system", sid) in self.transcript.sources:
                 continue
             out.append(CustomMessage(
                 custom_type="gamma.workspace_update", content=update_text(note_id, rev, current.get(note_id)),
