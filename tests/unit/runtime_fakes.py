@@ -14,7 +14,8 @@ from pydantic import BaseModel
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, Emit, RunHooks
 from services.runtime.lease import LeaseLost
-from services.runtime.state import SessionState
+from services.runtime.lifecycle import Lifecycle
+from services.runtime.state import InboxState, RunState, SessionState
 from services.runtime.supervisor import AfterRun, RunSupervisor
 from services.runtime.todo import TodoController
 from services.runtime.transcript import Transcript
@@ -68,8 +69,8 @@ def answer(text: str = "ok") -> AssistantMessage:
     return AssistantMessage(content=[TextContent(text=text)])
 
 
-class CountingState(SessionState):
-    """The session's state, counting `touch` calls."""
+class CountingRun(RunState):
+    """The run's state, counting `touch` calls (a run's end)."""
 
     touched: int = 0
 
@@ -85,7 +86,9 @@ class Host:
 
     def __init__(self, tmp_path: Path, steps: list[Step] | None = None, wake_id: str = "w1") -> None:
         self.sid = "s1"
-        self.state = CountingState(self.sid, wake_id)
+        # The parts' writers (the supervisor, the dispatcher, the session) and the view the others read.
+        self.run, self.inbox, self.life = CountingRun(), InboxState(), Lifecycle()
+        self.state = SessionState(self.sid, wake_id, self.run, self.inbox, self.life)
         self.lease = FakeLease(self.sid)
         self.outbox = FakeOutbox()
         self.steps = list(steps or [])
@@ -110,7 +113,7 @@ class Host:
 
     def busy(self) -> None:
         """A run task that never ends on its own: the session counts as running."""
-        self.state.run_task = asyncio.ensure_future(self._never())
+        self.run.run_task = asyncio.ensure_future(self._never())
 
     async def _never(self) -> None:
         await self._idle.wait()
@@ -125,5 +128,5 @@ class Host:
 
 def run_supervisor(host: Host, client: Any, after_run: AfterRun) -> RunSupervisor:
     """The supervisor over the host's parts; `client` answers `ping` (Redis after a failed run)."""
-    return RunSupervisor(host.state, host.lease, host.outbox, host.agent, host.turns, host.transcript,
+    return RunSupervisor(host.state, host.run, host.lease, host.outbox, host.agent, host.turns, host.transcript,
                          client=client, lease_ms=30_000, after_run=after_run)
