@@ -124,7 +124,7 @@ class InboxDispatcher:
             if not self.taken.first_time(entry.entry_id):
                 log.warning("inbox_entry_repeated", session_id=self.state.sid, entry_id=entry.entry_id)
                 continue
-            self.inbox.touch()
+            self.inbox.taken_at = loop.time()  # the idle clock (state.py)
             async with self.state.turn_lock:  # nothing recorded between a prompt's routing and its run
                 if not await self.dispatch(entry):
                     return

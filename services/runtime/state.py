@@ -34,9 +34,6 @@ class RunState:
     def running(self) -> bool:
         return self.run_task is not None and not self.run_task.done()
 
-    def touch(self) -> None:
-        self.ended_at = _now()
-
 
 @dataclass
 class InboxState:
@@ -51,9 +48,6 @@ class InboxState:
     taken_at: float = field(default_factory=_now)  # the last entry taken (the idle clock)
     # Held by the dispatcher while it handles an entry and by idle recording (idle.py) while it records.
     turn_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    def touch(self) -> None:
-        self.taken_at = _now()
 
 
 class Closed(Protocol):

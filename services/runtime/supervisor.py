@@ -312,7 +312,7 @@ class RunSupervisor:
                 await self.outbox.event("error", {"error": "run failed"})
         finally:
             self.start_pass.release()  # a run that ended before its model request opened
-            self.run.touch()
+            self.run.ended_at = asyncio.get_running_loop().time()  # the idle clock (state.py)
             if not self._gone():  # a taken lease: the new holder speaks now
                 with contextlib.suppress(Exception):  # through the outbox: after the queued SET running
                     await self._status(False, wait=True)

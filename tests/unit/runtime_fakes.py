@@ -50,6 +50,8 @@ class FakeOutbox:
     async def publish(self, stream: str, message: BaseModel) -> None:
         self.sent.append(("publish", stream, message))
 
+    bus = publish  # the service streams (gamma:lifecycle): events.py `Outbox.bus`
+
     def events(self, type: str) -> list[dict[str, Any]]:
         return [s[2] or {} for s in self.sent if s[0] == "event" and s[1] == type]
 
@@ -59,6 +61,10 @@ class FakeLease:
         self.sid = sid
         self.fence = 7
         self.lost = False
+        self.released = False
+
+    async def release(self) -> None:
+        self.released = True
 
     async def check(self) -> None:
         if self.lost:
@@ -69,16 +75,6 @@ def answer(text: str = "ok") -> AssistantMessage:
     return AssistantMessage(content=[TextContent(text=text)])
 
 
-class CountingRun(RunState):
-    """The run's state, counting `touch` calls (a run's end)."""
-
-    touched: int = 0
-
-    def touch(self) -> None:
-        self.touched += 1
-        super().touch()
-
-
 class Host:
     """The parts the dispatcher and the supervisor act on (real protocol state: transcript, todo,
     Agent, TurnOrder on a temp dir), with a model of scripted steps. As the
@@ -87,7 +83,7 @@ class Host:
     def __init__(self, tmp_path: Path, steps: list[Step] | None = None, wake_id: str = "w1") -> None:
         self.sid = "s1"
         # The parts' writers (the supervisor, the dispatcher, the session) and the view the others read.
-        self.run, self.inbox, self.life = CountingRun(), InboxState(), Lifecycle()
+        self.run, self.inbox, self.life = RunState(), InboxState(), Lifecycle()
         self.state = SessionState(self.sid, wake_id, self.run, self.inbox, self.life)
         self.lease = FakeLease(self.sid)
         self.outbox = FakeOutbox()
