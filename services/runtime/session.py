@@ -95,7 +95,6 @@ from .wake_timing import WakeClock
 from .write_guard import WriteGuard
 from .writes import WriteHandlers
 
-__all__ = ["Session", "SessionDeps", "model_settings"]
 log = structlog.get_logger()
 STOP_WAIT_S = 5.0  # a close or a drop never hangs on one task
 
@@ -280,12 +279,11 @@ class Session:
         clock.mark("claim")
         try:
             model, variant = row_model(row)
-            deps = parts.deps(variant)
             outbox = Outbox(parts.sender, sid, parts.bus, fence=lease.check)
             files = await renewing(lease, read_session_files(paths))  # a long history's first read
             clock.mark("read")
             window = model.context_window or settings.compaction.context_window
-            session = cls(deps, paths, files, lease, outbox, model_settings(settings, model, sid, paths, variant),
+            session = cls(parts.deps(variant), paths, files, lease, outbox, model_settings(settings, model, sid, paths, variant),
                           wake.wake_id, context_window=window, disk=disk)
             clock.mark("build")
             await session.restore()
@@ -316,9 +314,8 @@ class Session:
         task.add_done_callback(self.state.background.discard)
 
     async def go_live(self, worker_id: str, loop: Callable[[], Coroutine[Any, Any, None]], clock: WakeClock) -> None:
-        """SessionLive, then the inbox loop in its own task. SessionLive first: the notifications
-        service starts sending pending injections on it. The wake ends there: the live status and the
-        inbox reader are the loop's first steps (wake_timing.py), so the next wakes do not wait on them."""
+        """SessionLive (the notifications service sends pending injections on it), then the inbox loop
+        in its own task: the wake ends here; the live status and the reader are the loop's (wake_timing.py)."""
         await self.outbox.bus(keys.LIFECYCLE, SessionLive(session_id=self.sid, wake_id=self.state.wake_id,
                                                           fence=self.lease.fence, worker_id=worker_id))
         clock.mark("live")
@@ -329,12 +326,15 @@ class Session:
             self.life.live(asyncio.ensure_future(loop()))
 
     def deliver(self, entry: InboxEntry) -> bool:
-        """An entry read for this session, onto its queue; False once it is closed (the entry stays
-        pending in the group: the next holder takes it)."""
+        """An entry read for it, onto its queue; False once closed (it stays pending for the next holder)."""
         if self.life.closed:
             return False
         self.state.queue.put_nowait(entry)
         return True
+
+    async def serve(self) -> None:
+        """The inbox loop (dispatcher.py): until the session is closed or its lease is lost."""
+        await self.dispatcher.process_forever()
 
     async def close(self, reason: str) -> bool:
         """Go dormant: stop the run and the loops, write the UI state, release the lease, then say so

@@ -157,7 +157,7 @@ class Worker:
         try:
             if not await start_reading(self.reader, session, clock):
                 return  # closed meanwhile
-            await session.dispatcher.process_forever()
+            await session.serve()
         except Exception:  # a loop ended by a bug must not keep the lease unread: closed, its unacked left
             log.exception("session_loop_failed", session_id=session.sid)
             if not session.lease.lost:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from openai import AsyncAzureOpenAI, AsyncOpenAI
 
-from services.runtime.session import model_settings
+from services.runtime.session_deps import model_settings
 from shared.contracts.http import ModelConfig
 from shared.disk import session_paths
 from shared.model import model_client

@@ -8,7 +8,8 @@ from pathlib import Path
 from scripted.gamma import ScriptedGamma
 from scripted.transport import scripted_client
 from services.runtime.engine.openai_stream import ModelSettings
-from services.runtime.session import Session, SessionDeps
+from services.runtime.session import Session
+from services.runtime.session_deps import SessionDeps
 from services.runtime.session_files import SessionFiles
 from shared.disk import session_paths
 from shared.settings import Settings

@@ -16,7 +16,8 @@ from scripted.transport import scripted_client
 from services.runtime.engine.openai_stream import ModelSettings
 from services.runtime.lease import LeaseLost
 from services.runtime.lifecycle import CLOSED, MOVES, WRITABLE, BadMove, Lifecycle, Phase
-from services.runtime.session import Session, SessionDeps
+from services.runtime.session import Session
+from services.runtime.session_deps import SessionDeps
 from services.runtime.session_files import SessionFiles
 from services.runtime.wake_timing import WakeClock
 from shared import keys
