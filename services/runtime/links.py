@@ -51,7 +51,7 @@ class Links:
 
     def bind(self, *, agent: _Steers, turns: _Turns, runs: _Runs, injections: _Delivers, recorder: _Emits) -> None:
         if self._agent is not None:
-            raise Unbound("bound twice")
+            raise RuntimeError("the session's parts are bound once")
         self._agent, self._turns, self._runs = agent, turns, runs
         self._injections, self._recorder = injections, recorder
 
