@@ -77,7 +77,7 @@ from .progress import ChecklistProgress
 from .recorder import Recorder
 from .rewind import Rewinder
 from .sandbox import select_sandbox
-from .session_deps import SessionDeps, WorkerParts, claim_disk, model_settings, row_model
+from .session_deps import SessionDeps, StepClock, WorkerParts, claim_disk, model_settings, row_model
 from .session_files import SessionFiles, read_session_files
 from .skill_lifecycle import SkillContracts
 from .skill_rules import SkillRuleGuard, load_rules
@@ -91,7 +91,6 @@ from .tool_policy import ToolPolicy
 from .tools import Toolset
 from .transcript import Transcript
 from .turn_order import TurnOrder
-from .wake_timing import WakeClock
 from .write_guard import WriteGuard
 from .writes import WriteHandlers
 
@@ -270,7 +269,7 @@ class Session:
 
     @classmethod
     async def open(cls, parts: WorkerParts, wake: Wake, lease: Lease, row: Mapping[str, str],
-                   clock: WakeClock) -> Session:
+                   clock: StepClock) -> Session:
         """A wake's session, not live yet (`go_live`): the disk fence claimed for the lease, the files
         read (the lease renewed meanwhile), the parts built, restored. A failed step closes the fence."""
         sid, settings = wake.session_id, parts.settings
@@ -313,7 +312,7 @@ class Session:
         self.state.background.add(task)
         task.add_done_callback(self.state.background.discard)
 
-    async def go_live(self, worker_id: str, loop: Callable[[], Coroutine[Any, Any, None]], clock: WakeClock) -> None:
+    async def go_live(self, worker_id: str, loop: Callable[[], Coroutine[Any, Any, None]], clock: StepClock) -> None:
         """SessionLive (the notifications service sends pending injections on it), then the inbox loop
         in its own task: the wake ends here; the live status and the reader are the loop's (wake_timing.py)."""
         await self.outbox.bus(keys.LIFECYCLE, SessionLive(session_id=self.sid, wake_id=self.state.wake_id,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
@@ -30,6 +30,14 @@ from .prompt import VARIANTS, preloaded_skills
 from .sender import EventSender
 from .skills import Skill
 from .turn_starts import StartGate
+
+
+class StepClock(Protocol):
+    """The wake's step timing (wake_timing.py `WakeClock`)."""
+
+    def mark(self, step: str) -> None: ...
+
+    def fields(self) -> dict[str, float]: ...
 
 
 @dataclass
