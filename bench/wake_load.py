@@ -56,7 +56,7 @@ RESULTS = ROOT / "bench" / "results" / "wake_load.json"
 LIVE_RE = re.compile(rb'"type":\s*"session_live".*?"session_id":\s*"([^"]+)"')  # as bench/e2e.py reads it
 SID_RE = re.compile(rb'"session_id":\s*"([^"]+)"')
 IDLE_S = 5.0
-STEPS = ("lease", "claim", "read", "build", "restore", "live")  # entry -> SessionLive (worker.py `_open`)
+STEPS = ("lease", "claim", "read", "build", "restore", "live")  # entry -> SessionLive (session.py `open`, `go_live`)
 
 
 def pct(values: list[float], q: float) -> float | None:

@@ -59,3 +59,9 @@ class WakingSession:
     state: _State = field(default_factory=_State)
     lease: _Lease = field(default_factory=_Lease)
     tools: _Tools = field(default_factory=_Tools)
+
+    def deliver(self, entry: Any) -> bool:  # session.py `deliver`
+        if self.state.closed:
+            return False
+        self.state.queue.put_nowait(entry)
+        return True

@@ -14,9 +14,10 @@ from pydantic import BaseModel
 
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, Emit, RunHooks
+from services.runtime.hosting.lifecycle import Lifecycle
 from services.runtime.live.lease import LeaseLost
 from services.runtime.live.pending import PendingTurn, TurnInput
-from services.runtime.live.state import SessionState
+from services.runtime.live.state import InboxState, RunState, SessionState
 from services.runtime.runs.supervisor import AfterRun, RunSupervisor
 from services.runtime.store.todo import TodoController
 from services.runtime.store.transcript import Transcript
@@ -53,6 +54,8 @@ class FakeOutbox:
     async def publish(self, stream: str, message: BaseModel) -> None:
         self.sent.append(("publish", stream, message))
 
+    bus = publish  # the service streams (gamma:lifecycle): events.py `Outbox.bus`
+
     def events(self, type: str) -> list[dict[str, Any]]:
         return [s[2] or {} for s in self.sent if s[0] == "event" and s[1] == type]
 
@@ -62,6 +65,10 @@ class FakeLease:
         self.sid = sid
         self.fence = 7
         self.lost = False
+        self.released = False
+
+    async def release(self) -> None:
+        self.released = True
 
     async def check(self) -> None:
         if self.lost:
@@ -72,16 +79,6 @@ def answer(text: str = "ok") -> AssistantMessage:
     return AssistantMessage(content=[TextContent(text=text)])
 
 
-class CountingState(SessionState):
-    """The session's state, counting `touch` calls."""
-
-    touched: int = 0
-
-    def touch(self) -> None:
-        self.touched += 1
-        super().touch()
-
-
 class Host:
     """The parts the dispatcher and the supervisor act on (real protocol state: transcript, todo,
     Agent, pending queue and turn builder on a temp dir), with a model of scripted steps. As the
@@ -89,7 +86,9 @@ class Host:
 
     def __init__(self, tmp_path: Path, steps: list[Step] | None = None, wake_id: str = "w1") -> None:
         self.sid = "s1"
-        self.state = CountingState(self.sid, wake_id)
+        # The parts' writers (the supervisor, the dispatcher, the session) and the view the others read.
+        self.run, self.inbox, self.life = RunState(), InboxState(), Lifecycle()
+        self.state = SessionState(self.sid, wake_id, self.run, self.inbox, self.life)
         self.lease = FakeLease(self.sid)
         self.outbox = FakeOutbox()
         self.steps = list(steps or [])
@@ -114,7 +113,7 @@ class Host:
 
     def busy(self) -> None:
         """A run task that never ends on its own: the session counts as running."""
-        self.state.run_task = asyncio.ensure_future(self._never())
+        self.run.run_task = asyncio.ensure_future(self._never())
 
     async def _never(self) -> None:
         await self._idle.wait()
@@ -129,7 +128,7 @@ class Host:
 
 def run_supervisor(host: Host, client: Any, after_run: AfterRun) -> RunSupervisor:
     """The supervisor over the host's parts; `client` answers `ping` (Redis after a failed run)."""
-    return RunSupervisor(host.state, host.lease, host.outbox, host.agent, host.queue, host.transcript,
+    return RunSupervisor(host.state, host.run, host.lease, host.outbox, host.agent, host.queue, host.transcript,
                          reload=host.turns.restore_context, client=client, lease_ms=30_000, after_run=after_run)
 
 

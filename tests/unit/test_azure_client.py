@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from openai import AsyncAzureOpenAI, AsyncOpenAI
 
-from services.runtime.hosting.session import model_settings
+from services.runtime.hosting.session_deps import model_settings
 from shared.contracts.http import ModelConfig
 from shared.serving.model import model_client
 from shared.settings import Settings

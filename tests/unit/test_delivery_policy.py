@@ -65,7 +65,7 @@ async def observe(tmp_path: Path, kind: str, state: str) -> tuple[str, bool]:
         return answer()
 
     host = Host(tmp_path, steps=[waiting])
-    host.state.barrier_passed = True
+    host.inbox.barrier_passed = True
     await host.transcript.ensure_header()
     if state == "idle, active task":
         await host.todo.update([{"id": "t1", "content": "Build the deck", "status": "in_progress"}])

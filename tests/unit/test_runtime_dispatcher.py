@@ -12,6 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from services.runtime.inbox.delivery import InjectionDelivery
 from services.runtime.inbox.dispatcher import InboxDispatcher, RecentIds
+from services.runtime.inbox.dispatcher_ports import EntryHandlers, PromptRoutes, Replies
 from shared.contracts.inbox import Abort, Barrier, Injection, Stop, UiUpdate, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import UserMessage
@@ -43,9 +44,9 @@ def dispatcher(host: Host, handlers: dict[type, Any] | None = None, request_clos
         return None
 
     injections = InjectionDelivery(host.state, host.queue, host.transcript, host, recorded, host.ack)
-    return InboxDispatcher(host.state, host.lease, host.outbox, host.agent, host.queue, host.turns, host.transcript,
-                           host, host.ack, injections, handlers=handlers or {}, at_barrier=at_barrier, client=None,
-                           request_close=request_close, aborts=NoRuns())
+    routes = PromptRoutes(host.agent, host.queue, host.turns, host.transcript, host, injections, aborts=NoRuns())
+    return InboxDispatcher(host.state, host.inbox, host.lease, routes, Replies(host.outbox, host.ack, None, request_close),
+                           EntryHandlers(handlers or {}, at_barrier))
 
 
 def entry(entry_id: str, message: Any) -> InboxEntry:
@@ -60,7 +61,7 @@ async def test_prompts_wait_for_this_wakes_barrier(tmp_path: Path) -> None:
     await d.handle(entry("2-0", Barrier(session_id="s1", wake_id="w1")))  # an earlier wake's barrier
     assert host.started == [] and len(host.state.held) == 1 and host.acked == ["2-0"]
     await d.handle(entry("3-0", Barrier(session_id="s1", wake_id="w2")))
-    assert host.state.barrier_passed and host.state.held == [] and host.acked == ["2-0", "3-0"]
+    assert host.state.barrier_passed and host.state.held == () and host.acked == ["2-0", "3-0"]
     [turn] = host.started
     assert turn is not None and [p.entry_id for p in turn.prompts] == ["1-0"]
     assert isinstance(last := turn.messages[-1], UserMessage) and last.content == "first"
@@ -68,7 +69,7 @@ async def test_prompts_wait_for_this_wakes_barrier(tmp_path: Path) -> None:
 
 async def test_a_busy_prompt_is_steered_and_a_rejecting_one_refused(tmp_path: Path) -> None:
     host = Host(tmp_path)
-    host.state.barrier_passed = True
+    host.inbox.barrier_passed = True
     host.busy()
     d = dispatcher(host)
     await host.transcript.ensure_header()
@@ -86,7 +87,7 @@ async def test_stop_is_answered_after_the_close_when_the_worker_closes(tmp_path:
     host = Host(tmp_path)
     d = dispatcher(host, request_close=lambda sid, reason: closes.append((sid, reason)))
     await d.handle(entry("1-0", Stop(session_id="s1", reason="user", request_id="r1")))
-    assert host.state.stop_requested == "user" and host.state.stop_replies == ["r1"] and closes == [("s1", "user")]
+    assert host.state.stop_requested == "user" and host.state.stop_replies == ("r1",) and closes == [("s1", "user")]
     assert host.acked == ["1-0"] and host.outbox.sent == []
     alone = Host(tmp_path / "b")
     await dispatcher(alone).handle(entry("1-0", Stop(session_id="s1", reason="user", request_id="r2")))
@@ -112,13 +113,13 @@ async def test_a_transient_failure_is_retried_in_place(tmp_path: Path) -> None:
 async def test_an_entry_handed_to_the_session_twice_is_handled_once(tmp_path: Path) -> None:
     """A write handled again after a later one would undo it: the session takes each entry id once."""
     host = Host(tmp_path)
-    host.state.barrier_passed = True
+    host.inbox.barrier_passed = True
     calls: list[str] = []
 
     async def write(e: InboxEntry, m: UiUpdate) -> None:
         calls.append(f"{e.entry_id}:{m.update}")
         if e.entry_id == "2-0":
-            host.state.closed = True  # the last entry: the loop ends after it
+            host.life.drop()  # the last entry: the loop ends after it
 
     d = dispatcher(host, {UiUpdate: write})
     for eid, update in (("1-0", "a"), ("1-0", "a"), ("2-0", "b")):
@@ -145,7 +146,7 @@ async def test_a_broken_handler_is_not_retried(tmp_path: Path) -> None:
 
 async def test_an_injection_without_an_inbox_entry_is_queued_with_nothing_to_ack(tmp_path: Path) -> None:
     host = Host(tmp_path)
-    host.state.barrier_passed = True
+    host.inbox.barrier_passed = True
     await host.transcript.ensure_header()
     inj = Injection(session_id="s1", injection=RuntimeInjection(kind="system_update", content="x"),
                     source="client", source_id="form:f1:submitted")

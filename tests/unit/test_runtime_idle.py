@@ -74,7 +74,7 @@ class Idle:
 
     def __init__(self, tmp_path: Path, busy: set[str] | None = None) -> None:
         self.host = h = Host(tmp_path)
-        h.state.barrier_passed = True
+        h.inbox.barrier_passed = True
         self.clock = Clock()
         contracts = SkillContracts(h.transcript, {}, h.outbox)  # type: ignore[arg-type]
         recorder = Recorder(h.sid, h.transcript, h.queue, h.outbox, h.ack, contracts, None,  # type: ignore[arg-type]
@@ -203,7 +203,7 @@ async def test_a_failed_record_is_put_back_unacked_and_recorded_later(tmp_path: 
 
 async def test_the_timer_records_after_the_window_on_the_loop_clock(tmp_path: Path) -> None:
     h = Host(tmp_path)
-    h.state.barrier_passed = True
+    h.inbox.barrier_passed = True
     contracts = SkillContracts(h.transcript, {}, h.outbox)  # type: ignore[arg-type]
     recorder = Recorder(h.sid, h.transcript, h.queue, h.outbox, h.ack, contracts, None,  # type: ignore[arg-type]
                         None, lambda: "m", lambda: h.agent.messages)

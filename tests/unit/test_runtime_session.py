@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from scripted.gamma import ScriptedGamma
 from scripted.transport import scripted_client
-from services.runtime.hosting.session import Session, SessionDeps
+from services.runtime.hosting.links import Links, Unbound
+from services.runtime.hosting.session import Session
+from services.runtime.hosting.session_deps import SessionDeps
 from services.runtime.hosting.session_files import SessionFiles
 from services.runtime.model.openai_stream import ModelSettings
 from shared.history.tokens import TokenCounter
@@ -47,6 +51,18 @@ async def test_the_parts_share_the_sessions_state(tmp_path: Path) -> None:
     assert session.tools.todo is session.todo and session.tools.transcript is session.transcript
     assert session.writes.files is session.tools  # a client's file write updates the tool host's list
     assert session.runs.state is session.state and session.dispatcher.state is session.state
+    # Each part of the state is written by its one owner (state.py): the run's, the inbox's.
+    assert session.runs.run is session.run and session.dispatcher.inbox is session.inbox
     assert session.compactor.context is session.agent.context
     assert not session.state.running and session.state.run_task is None
     assert session.state.idle_for() >= 0.0
+
+
+async def test_the_forward_links_are_bound_once_every_part_is_built(tmp_path: Path) -> None:
+    session = build(tmp_path)
+    assert session.rules.steer == session.links.steer and session.compactor.reload == session.links.restore_context
+    with pytest.raises(RuntimeError):  # bound once, by the root
+        session.links.bind(agent=session.agent, turns=session.turns, runs=session.runs,
+                           injections=session.injections, recorder=session.recorder)
+    with pytest.raises(Unbound):
+        Links().restore_context()  # a call before the root bound the parts: a construction-order bug

@@ -51,9 +51,10 @@ async def test_a_run_reports_running_then_idle_and_compacts_between_runs(tmp_pat
     host = Host(tmp_path)
     await host.transcript.ensure_header()
     sup, after, _ = supervisor(host)
+    host.run.ended_at = -1.0
     assert await sup.run_once(prompt_turn(host, "hi", "1-0")) == "done"
     assert [d["running"] for d in host.outbox.events("status")] == [True, False]
-    assert after.calls == 1 and host.state.touched == 1
+    assert after.calls == 1 and host.run.ended_at >= 0.0  # the idle clock restarts at the run's end
     assert isinstance(host.agent.messages[-1], AssistantMessage)
 
 
@@ -126,7 +127,7 @@ async def test_a_closed_session_has_nothing_left_to_run(tmp_path: Path) -> None:
     sup, _, _ = supervisor(host)
     host.agent.steer(UserMessage(content="queued"))
     assert sup.left_to_run() == "queued"
-    host.state.closed = True
+    host.life.drop()
     assert sup.left_to_run() is None
     go_on, _ = await sup.recover(None)
     assert not go_on
@@ -198,7 +199,7 @@ async def test_an_abort_ends_a_runs_wait_for_the_gate(tmp_path: Path) -> None:
     other = await gate.enter()
     run = asyncio.ensure_future(sup.run_once(prompt_turn(host, "hi", "1-0")))
     await asyncio.sleep(0.01)
-    host.state.aborting = "user"  # what RunAborter.abort does, then the signal
+    host.run.aborting = "user"  # what RunAborter.abort holds (RunSupervisor.held_back), then the signal
     host.agent.abort()
     assert await asyncio.wait_for(run, 5) == "done"
     assert gate.waiting == 0 and gate.active == 1

@@ -1,63 +1,70 @@
 """One live session: the composition root (docs/architecture.md "The runtime's parts"). It builds the
-parts once, each with its own collaborators, and starts them; it holds no behaviour of its own.
+parts once, each with its own collaborators, and owns its lifecycle (lifecycle.py): `open`,
+`go_live`, `deliver`, `close(reason)`, `drop`; the worker keeps the lease, the reads, the scheduling.
 
-- `SessionState` (state.py): what the session is, as data (ids, the barrier, held prompts, Stop, the run);
+- `SessionState` (state.py): the run's, the inbox's and the lifecycle's state, one writer each;
 - `InboxDispatcher` (dispatcher.py): inbox entries one at a time, retried, dead-lettered, acked;
 - `RunSupervisor` (supervisor.py): the run task, its typed outcomes, recovery after Redis failures;
 - `Agent` (engine/agent.py): the model loop, from `RunHooks` given once (compaction, skill rules,
   dynamic tools, the causal wait); each run builds its own frozen LoopConfig;
 - `Recorder` (recorder.py): engine events -> transcript line, then ack, then InjectionRecorded;
 - `SessionToolHost` (tool_host.py): what the tools act on.
-
-Every disk write checks the lease first (`WriteGuard`); an inbox entry is acked only once its effect
-is durable.
+Every disk write checks the lease first (`WriteGuard`); an entry is acked once its effect is durable.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import replace
 from typing import Any
 
-from openai import AsyncOpenAI
-from prometheus_client import CollectorRegistry
+import structlog
 
 from services.runtime.connector.connector_catalog import ConnectorCatalog, PromptHooks
 from services.runtime.connector.connectors import ConnectorHub
 from services.runtime.connector.mcp_calls import McpLimits
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, BeforeModelCall, RunBudget, RunHooks
+from services.runtime.hosting.dormant import answer_stops, release_dormant
+from services.runtime.hosting.lifecycle import Lifecycle, Phase
+from services.runtime.hosting.links import Links
 from services.runtime.hosting.model_calls import ModelCalls, record_repair
-from services.runtime.hosting.session_files import SessionFiles
+from services.runtime.hosting.session_deps import (
+    SessionDeps,
+    StepClock,
+    WorkerParts,
+    claim_disk,
+    model_settings,
+    row_model,
+)
+from services.runtime.hosting.session_files import SessionFiles, read_session_files
 from services.runtime.inbox.abort import RunAborter, stopped_by_user
 from services.runtime.inbox.causal import CausalGate, causal_wait
 from services.runtime.inbox.delivery import InjectionDelivery
-from services.runtime.inbox.dispatcher import Handler, InboxDispatcher
+from services.runtime.inbox.dispatcher import InboxDispatcher
+from services.runtime.inbox.dispatcher_ports import EntryHandlers, Handler, PromptRoutes, Replies
 from services.runtime.inbox.idle import IdleRecorder, MergeWindow, in_flight_check
 from services.runtime.inbox.manifest import queue_manifest
 from services.runtime.inbox.model_switch import ModelSwitch
 from services.runtime.inbox.writes import WriteHandlers
 from services.runtime.live.diskfence import DiskFence
 from services.runtime.live.events import Outbox
-from services.runtime.live.lease import Lease, LeaseLost
-from services.runtime.live.state import SessionState
+from services.runtime.live.lease import Lease, LeaseLost, renewing
+from services.runtime.live.state import InboxState, RunState, SessionState
 from services.runtime.model.cache_watch import CacheWatch
 from services.runtime.model.openai_stream import ModelSettings, OpenAIStream
-from services.runtime.model.sse import ReadGate
 from services.runtime.runs.ack import Acker
 from services.runtime.runs.compactor import Compactor
 from services.runtime.runs.recorder import Recorder
 from services.runtime.runs.spend import SpendLedger
 from services.runtime.runs.supervisor import RunSupervisor, repair_interrupted_run
 from services.runtime.runs.tool_host import SessionToolHost
-from services.runtime.runs.turn_starts import StartGate
 from services.runtime.sandbox import select_sandbox
 from services.runtime.skillset.audit import Auditor
 from services.runtime.skillset.paths import sandbox_skills_dir
 from services.runtime.skillset.progress import ChecklistProgress
 from services.runtime.skillset.skill_lifecycle import SkillContracts
-from services.runtime.skillset.skills import Skill
 from services.runtime.store.rewind import Rewinder
 from services.runtime.store.snapshots import SessionSnapshots
 from services.runtime.store.todo import TodoController
@@ -65,7 +72,6 @@ from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
 from services.runtime.tools import Toolset
 from services.runtime.tools.tool_policy import ToolPolicy
-from services.runtime.turns.cache_key import prompt_cache_key
 from services.runtime.turns.knowledge import KnowledgeReader, PromptKnowledge
 from services.runtime.turns.pending_queue import PendingQueue
 from services.runtime.turns.skill_rules import SkillRuleGuard, load_rules
@@ -86,52 +92,17 @@ from shared.contracts.inbox import (
     Rewind,
     UiUpdate,
 )
-from shared.history.tokens import TokenCounter
-from shared.media.images import ImageSource
-from shared.settings import Settings
-from shared.storage.disk import SessionPaths
+from shared.contracts.lifecycle import SessionLive
+from shared.contracts.wake import Wake
+from shared.redis import keys
+from shared.storage.disk import SessionPaths, session_paths
 from shared.storage.snapshots import SnapshotLimits
+from shared.streams.inbox import InboxEntry
+from shared.telemetry.tracing import detached
 from shared.ui.uirules import UiLimits
 
-
-@dataclass
-class SessionDeps:
-    settings: Settings
-    client: Any  # redis.asyncio.Redis
-    model_client: AsyncOpenAI
-    skills: Mapping[str, Skill]
-    system_prompt: str
-    counter: TokenCounter
-    ack: Any  # async (sid, entry_id) -> None
-    static_prefix: str = ""
-    read_gate: ReadGate | None = None  # model streams read once per delta tick (sender.py)
-    starts: StartGate | None = None  # the worker's pacing of turn starts (turn_starts.py)
-    preloaded: tuple[Skill, ...] = ()  # the variant's preloaded skills, recorded at session start
-    variant: str = "base"  # services/runtime/skillset/prompt.py VARIANTS
-    registry: CollectorRegistry | None = None  # the service's Prometheus registry
-    model_calls: ModelCalls | None = None  # the worker's call limits, provider gates and counters
-    # (sid, reason) -> None: the worker closes the session now (persist, release the lease, then
-    # answer the Stop); without it a Stop is answered at once and closed by the next housekeeping.
-    request_close: Any = None
-
-
-def model_settings(settings: Settings, model: ModelConfig, sid: str, paths: SessionPaths,
-                   variant: str = "base") -> ModelSettings:
-    """The session's model calls: its row's choice (`model`) over the deployment's defaults, built from
-    the model's catalogue entry (shared/catalogue; docs/models.md). A session created before its
-    model's entry said so is moved to an API the model serves (a Responses-only model never goes to Chat)."""
-    models = settings.models
-    name = model.name or models.model
-    caps = models.catalogue.resolve(name).caps
-    api = model.api or models.default_model_api
-    if api not in caps.apis:
-        api = caps.apis[0]
-    return ModelSettings(model=name, reasoning_effort=model.reasoning_effort, api=api, caps=caps,
-                         trusted_role=models.trusted_role_for(name, api), max_output_tokens=models.max_output_tokens,
-                         cache_key=prompt_cache_key(models.prompt_cache_key, models.prompt_cache_key_shards, sid,
-                                                    variant), chat_cache_key=models.openai_endpoint, images=ImageSource(paths.root),
-                         image_detail=settings.images.image_detail, max_retries=models.model_max_retries,
-                         retry_base_s=models.model_retry_base_s, retry_max_s=models.model_retry_max_s)
+log = structlog.get_logger()
+STOP_WAIT_S = 5.0  # a close or a drop never hangs on one task
 
 
 def chain(*hooks: BeforeModelCall) -> BeforeModelCall:
@@ -152,7 +123,10 @@ class Session:
         self.lease = lease
         self.disk = disk  # the lease's fence, checked by the disk at each write (diskfence.py)
         self.outbox = outbox
-        self.state = SessionState(self.sid, wake_id)
+        # Each part of the state has one writer (state.py); the parts read the view.
+        self.run, self.inbox, self.life = RunState(), InboxState(), Lifecycle()
+        self.state = SessionState(self.sid, wake_id, self.run, self.inbox, self.life)
+        self.links = Links()  # what the parts built first reach of the parts built after them (links.py)
         self.guard = WriteGuard(self._writable, disk)
         self.transcript = Transcript.of(paths.transcript, self.guard, files.transcript)
         self.todo = TodoController.of(paths.todo, self.guard, files.todo)
@@ -163,6 +137,8 @@ class Session:
         self._build_tools(model)
         self._build_agent(model, context_window or deps.settings.compaction.context_window)
         self._build_inbox()
+        self.links.bind(agent=self.agent, turns=self.turns, runs=self.runs, injections=self.injections,
+                        recorder=self.recorder)
 
     def _build_tools(self, model: ModelSettings) -> None:
         """What the tools act on, and the checklists (docs/architecture.md "Scoped knowledge, skill
@@ -174,7 +150,7 @@ class Session:
         provider = calls.provider(deps.model_client)
         self.spend = SpendLedger(self.sid, deps.client, settings, deps.registry)
         self.stream = OpenAIStream(deps.model_client, model, deps.counter, static_prefix=deps.static_prefix,
-                                   gate=deps.read_gate, opened=lambda: self.runs.model_opened(), limits=calls.limits,
+                                   gate=deps.read_gate, opened=self.links.model_opened, limits=calls.limits,
                                    provider=provider, observer=calls.observer,
                                    on_repair=lambda fix: record_repair(self.transcript, fix), spend=self.spend,
                                    watch=CacheWatch(calls.ledger, calls.cache_miss, self.sid, deps.variant))
@@ -198,13 +174,13 @@ class Session:
     def _build_agent(self, model: ModelSettings, context_window: int) -> None:
         """The Agent and what its runs are made of. The Agent, its protocol and what its runs call
         reach each other: the Agent's emit (the recorder), the skill rules' steer (the Agent), the
-        compactor's reload (the protocol) and the causal wait's delivery (the injections) are
-        closures, over parts built below before the first run emits, steers, compacts or waits."""
+        compactor's reload (the protocol) and the causal wait's delivery (the injections) go through
+        `links` (links.py), bound once every part is built, before the first run."""
         deps, settings = self.deps, self.deps.settings
         tools = self.toolset.tools
         self.context = context = AgentContext(deps.system_prompt, [], tools, static_prefix=deps.static_prefix)
         self.compactor = Compactor(self.state, context, self.transcript, self.outbox, self.progress, self.acker.ack,
-                                   anchors=lambda: self.turns.anchors(), reload=lambda: self.turns.restore_context(),
+                                   anchors=self.links.anchors, reload=self.links.restore_context,
                                    settings=settings, model=model.model, context_window=context_window)
         before: BeforeModelCall = self.compactor.before_model_call
         # Connectors are namespaces: offered, and told to the agent, only with dynamic tool loading.
@@ -214,12 +190,12 @@ class Session:
             policy = ToolPolicy(tools, lambda: self.transcript.loads, self.connectors, self.catalog)
             before, context.tools = chain(policy.before_model_call, self.compactor.before_model_call), policy.active_tools()
         self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, lambda: context.messages,
-                                    self.contracts.scope, lambda m: self.agent.steer(m), deps.registry)
+                                    self.contracts.scope, self.links.steer, deps.registry)
         hooks = RunHooks(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
                          before_model_call=before,
-                         before_steering=causal_wait(self.causal, lambda m, e: self.injections.deliver(m, e)),
+                         before_steering=causal_wait(self.causal, self.links.deliver),
                          budget=RunBudget(settings.runtime.run_max_model_calls, settings.runtime.run_max_tokens))
-        self.agent = Agent(context, hooks, lambda event: self.recorder.emit(event))
+        self.agent = Agent(context, hooks, self.links.emit)
         # An active task lets an idle steer start a run, unless the user stopped the agent (abort.py).
         self.queue = PendingQueue(self.agent, self.transcript,
                                   lambda: self.todo.has_active_task and not stopped_by_user(self.transcript))
@@ -240,12 +216,13 @@ class Session:
         window = MergeWindow(debounce_s, max(2.0, 10 * debounce_s), asyncio.get_running_loop().time)
         self.idle = IdleRecorder(state, self.queue, self.turns, self.agent, self.transcript, self.recorder.record, window,
                                  in_flight_check(deps.client, self.sid))
-        self.runs = RunSupervisor(state, self.lease, self.outbox, self.agent, self.queue, self.transcript,
-                                  reload=self.turns.restore_context, client=deps.client, lease_ms=settings.runtime.lease_ms, after_run=self.compactor,
+        self.runs = RunSupervisor(state, self.run, self.lease, self.outbox, self.agent, self.queue, self.transcript,
+                                  reload=self.turns.restore_context, client=deps.client,
+                                  lease_ms=settings.runtime.lease_ms, after_run=self.compactor,
                                   calls=self.connectors, after_task=self.idle.arm, starts=deps.starts)
         self.injections = InjectionDelivery(state, self.queue, self.transcript, self.runs, self.recorder.recorded, ack,
                                             held=self.idle.arm)
-        self.aborts = RunAborter(state, self.agent, self.queue, self.transcript, self.outbox,
+        self.aborts = RunAborter(state, self.runs, self.agent, self.queue, self.transcript, self.outbox,
                                  self.tools.subagents, ack, reload=self.turns.restore_context)
         self.rewinder = Rewinder(self.sid, self.transcript, self.todo, self.turns, self.snapshots, self.aborts,
                                  self.tools, outbox=self.outbox, guard=self.guard, ack=ack)
@@ -276,12 +253,12 @@ class Session:
         # Prompt-time knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools").
         knowledge = PromptKnowledge(self.knowledge, self.transcript, settings.runtime.knowledge_top_k,
                                     settings.runtime.knowledge_min_score, deps.registry)
-        self.dispatcher = InboxDispatcher(
-            state, self.lease, self.outbox, self.agent, self.queue, self.turns, self.transcript, self.runs, ack,
-            self.injections, handlers=handlers, at_barrier=at_barrier, client=deps.client,
-            request_close=deps.request_close, causal=self.causal, calls=self.connectors,
-            prompt_hook=PromptHooks(self.catalog, knowledge) if self.catalog else knowledge,
-            aborts=self.aborts, trace=settings.server.trace_inbox)
+        routes = PromptRoutes(self.agent, self.queue, self.turns, self.transcript, self.runs, self.injections,
+                              causal=self.causal, calls=self.connectors, aborts=self.aborts,
+                              prompt_hook=PromptHooks(self.catalog, knowledge) if self.catalog else knowledge)
+        self.dispatcher = InboxDispatcher(state, self.inbox, self.lease, routes,
+                                          Replies(self.outbox, ack, deps.client, deps.request_close),
+                                          EntryHandlers(handlers, at_barrier), trace=settings.server.trace_inbox)
 
     async def compaction_ready(self, entry: Any, ready: CompactionReady) -> None:
         """The summary calls are counted with the session's other model calls (docs/costs.md)."""
@@ -296,7 +273,32 @@ class Session:
         self.compactor.model = self.stream.settings.model
         self.compactor.context_window = model.context_window or self.deps.settings.compaction.context_window
 
-    # ------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------ lifecycle (lifecycle.py)
+
+    @classmethod
+    async def open(cls, parts: WorkerParts, wake: Wake, lease: Lease, row: Mapping[str, str],
+                   clock: StepClock) -> Session:
+        """A wake's session, not live yet (`go_live`): the disk fence claimed for the lease, the files
+        read (the lease renewed meanwhile), the parts built, restored. A failed step closes the fence."""
+        sid, settings = wake.session_id, parts.settings
+        paths = session_paths(settings.storage.data_dir, sid)
+        disk = await claim_disk(settings, paths, lease)
+        clock.mark("claim")
+        try:
+            model, variant = row_model(row)
+            outbox = Outbox(parts.sender, sid, parts.bus, fence=lease.check)
+            files = await renewing(lease, read_session_files(paths))  # a long history's first read
+            clock.mark("read")
+            window = model.context_window or settings.compaction.context_window
+            session = cls(parts.deps(variant), paths, files, lease, outbox, model_settings(settings, model, sid, paths, variant),
+                          wake.wake_id, context_window=window, disk=disk)
+            clock.mark("build")
+            await session.restore()
+        except BaseException:
+            disk.close()
+            raise
+        clock.mark("restore")
+        return session
 
     async def restore(self) -> None:
         if not self.transcript.entries:
@@ -318,29 +320,88 @@ class Session:
         self.state.background.add(task)
         task.add_done_callback(self.state.background.discard)
 
-    # ------------------------------------------------------------ shutdown
+    async def go_live(self, worker_id: str, loop: Callable[[], Coroutine[Any, Any, None]], clock: StepClock) -> None:
+        """SessionLive (the notifications service sends pending injections on it), then the inbox loop
+        in its own task: the wake ends here; the live status and the reader are the loop's (wake_timing.py)."""
+        await self.outbox.bus(keys.LIFECYCLE, SessionLive(session_id=self.sid, wake_id=self.state.wake_id,
+                                                          fence=self.lease.fence, worker_id=worker_id))
+        clock.mark("live")
+        log.info("session_live", session_id=self.sid, fence=self.lease.fence, **clock.fields())
+        if self.life.phase is not Phase.OPENING:
+            return  # dropped during the announcement: no loop
+        with detached():  # each entry is handled in its own producer's trace, not the wake's
+            self.life.live(asyncio.ensure_future(loop()))
 
-    async def shutdown(self) -> None:
-        """Stop the run and the inbox loop; the worker persists and releases the lease."""
-        state = self.state
+    def deliver(self, entry: InboxEntry) -> bool:
+        """An entry read for it, onto its queue; False once closed (it stays pending for the next holder)."""
+        if self.life.closed:
+            return False
+        self.state.queue.put_nowait(entry)
+        return True
+
+    async def serve(self) -> None:
+        """The inbox loop (dispatcher.py): until the session is closed or its lease is lost."""
+        await self.dispatcher.process_forever()
+
+    async def close(self, reason: str) -> bool:
+        """Go dormant: stop the run and the loops, write the UI state, release the lease, then say so
+        (the dormant status, SessionDormant) and answer the Stops. False when already closing or ended."""
+        if not self.life.stop():
+            return False
+        try:
+            await self._stop_tasks()
+            self._seal(Phase.SEALING)  # the loops see it closed; the last writes below still go through
+            await self._stop_loop()
+            await self.ui.persist_at_close(self.sid)
+            self._seal(Phase.CLOSED)
+            if self.deps.images is not None:
+                await self.deps.images.at_close(self.sid, self.paths)  # still leased: no transcript writer runs
+            await release_dormant(self.deps.client, self.lease, self.outbox, reason, self.state.stop_replies,
+                                  self.deps.settings.runtime.dormant_retention_s)
+        except LeaseLost:
+            log.warning("lease_lost_at_close", session_id=self.sid)
+            await answer_stops(self.outbox, self.state.stop_replies, 409,
+                               {"error": "the session moved to another worker; suspend it again"})
+        finally:
+            self.release_disk()
+        return True
+
+    async def drop(self) -> None:
+        """The lease was taken: stop at once, write nothing, publish nothing for this session."""
+        if not self.life.drop():
+            return
+        await self._stop_tasks()
+        await self._stop_loop()
+        self.release_disk()
+
+    def _seal(self, to: Phase) -> None:
+        if self.life.ended:  # dropped while closing: the lease is gone
+            raise LeaseLost(self.sid)
+        self.life.move(to)
+
+    async def _stop_tasks(self) -> None:
+        """The run and the background tasks, cancelled; bounded: a close never hangs on one task."""
         self.agent.abort()
-        tasks = [t for t in (state.run_task, *state.background) if t is not None and not t.done()]
+        tasks = [t for t in (self.run.run_task, *self.state.background) if t is not None and not t.done()]
         for t in tasks:
             t.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=5.0)  # bounded: shutdown must never hang on one task
-        state.closed = True  # also ends process_forever's loop if its cancel is lost in a timeout race
-        if state.loop_task is not None and state.loop_task is not asyncio.current_task():
-            state.loop_task.cancel()
-            await asyncio.wait({state.loop_task}, timeout=5.0)
+            await asyncio.wait(tasks, timeout=STOP_WAIT_S)
+
+    async def _stop_loop(self) -> None:
+        """The inbox loop (it also ends by itself once `closed`, if its cancel is lost in a timeout race)."""
+        task = self.life.loop_task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.wait({task}, timeout=STOP_WAIT_S)
 
     async def _writable(self) -> None:
-        """Before every write (write_guard.py): the session is open and the lease still held."""
-        if self.state.closed:
+        """Before every write (write_guard.py): the lifecycle still writes and the lease is still held."""
+        if not self.life.writable:
             raise LeaseLost(self.sid)
         await self.lease.check()
 
     def release_disk(self) -> None:
-        """After the last write (the worker's close or drop): the fence file's descriptor goes."""
+        """After the last write (a close or a drop): the fence file's descriptor goes."""
         if self.disk is not None:
             self.disk.close()

@@ -58,7 +58,7 @@ async def start_reading(reader: InboxReader, session: Session, clock: WakeClock)
         reader.remove(sid)
         return False
     for entry in pending:
-        session.state.queue.put_nowait(entry)
+        session.deliver(entry)
     clock.mark("reader")
     log.info("session_reading", session_id=sid, fence=fence, claimed=len(pending), **clock.fields())
     return True

@@ -20,28 +20,24 @@ from redis.exceptions import RedisError
 
 from services.runtime.hosting.image_gc import ImageCollector
 from services.runtime.hosting.model_calls import ModelCalls
-from services.runtime.hosting.session import Session, SessionDeps, model_settings
-from services.runtime.hosting.session_files import read_session_files
+from services.runtime.hosting.session import Session
+from services.runtime.hosting.session_deps import WorkerParts
 from services.runtime.hosting.share import heartbeat, over_share, pause_while_over_share
 from services.runtime.hosting.wake_timing import WakeClock, start_reading
-from services.runtime.live.diskfence import DiskFence, DiskFenceBusy, FenceBehind
+from services.runtime.live.diskfence import DiskFenceBusy, FenceBehind
 from services.runtime.live.events import BusPublish, Outbox, tell_wake_failed
 from services.runtime.live.lease import (
     Lease,
-    LeaseLost,
     forget_deleted,
     raise_fence,
     renew_all,
-    renewing,
     wait_no_dormant_write,
 )
 from services.runtime.live.sender import EventSender
 from services.runtime.runs.turn_starts import StartGate
-from services.runtime.skillset.prompt import VARIANTS, preloaded_skills, static_prefix
+from services.runtime.skillset.prompt import static_prefix
 from services.runtime.skillset.skills import Skill
 from shared.contracts.base import now_ms
-from shared.contracts.http import ModelConfig
-from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.wake import Wake
 from shared.history.tokens import TokenCounter
 from shared.redis import dormancy, keys
@@ -51,11 +47,9 @@ from shared.serving import gcpolicy
 from shared.serving.diskhealth import DiskHealth
 from shared.serving.model import reads_merged
 from shared.settings import Settings
-from shared.storage.disk import session_paths
 from shared.streams.inbox import InboxReader
-from shared.streams.trim import trim_acked, trim_all
+from shared.streams.trim import trim_all
 from shared.telemetry import metrics
-from shared.telemetry.tracing import detached
 
 log = structlog.get_logger()
 STOP_WAIT_S = 5.0
@@ -101,6 +95,11 @@ class Worker:
         self.images = ImageCollector(settings.images.images_gc_grace_s, registry)
         if registry is not None:
             metrics.track_active_leases(registry, lambda: len(self.sessions))
+        self.parts = WorkerParts(settings=settings, client=client, model_client=model_client, skills=skills,
+                                 system_prompts=system_prompts, counter=self.counter, ack=self.reader.ack,
+                                 static_prefix=self.static_prefix, sender=self.sender, bus=bus, images=self.images,
+                                 request_close=self._request_close, registry=registry, model_calls=self.model_calls,
+                                 read_gate=self.read_gate, starts=self.starts)
 
     def start(self) -> None:
         # A full GC pass's pause would hold every streaming session's tokens (shared/serving/gcpolicy.py).
@@ -157,63 +156,22 @@ class Worker:
                     raise
 
     async def _open(self, wake: Wake, lease: Lease, row: dict[str, str], clock: WakeClock) -> None:
-        sid = wake.session_id
-        paths = session_paths(self.settings.storage.data_dir, sid)
-        # Before anything is read: a holder that lost the session (paused past its lease) can no longer
-        # write once this is stored, and whatever it wrote before is on disk now (diskfence.py).
-        disk = DiskFence(paths.fence, sid, lease.fence, lock_timeout_s=self.settings.runtime.lease_ms * 3 / 1000)
-        try:
-            await disk.claim(until=lease.valid_until)  # a frozen writer holding the lock: wait, not past the lease
-            await lease.check()  # the claim may have waited on a frozen writer: still ours?
-        except BaseException:
-            disk.close()
-            raise
-        clock.mark("claim")
-        model = ModelConfig.model_validate_json(row["model"]) if row.get("model") else ModelConfig()
-        variant = row.get("variant", "base")
-        variant = variant if variant in VARIANTS else "base"
-        system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]
-        deps = SessionDeps(settings=self.settings, client=self.client, model_client=self.model_client,
-                           skills=self.skills, system_prompt=system_prompt, counter=self.counter,
-                           ack=self.reader.ack, static_prefix=self.static_prefix, registry=self.registry,
-                           model_calls=self.model_calls,
-                           read_gate=self.read_gate, starts=self.starts,
-                           request_close=self._request_close,
-                           variant=variant, preloaded=tuple(preloaded_skills(variant, self.skills)))  # type: ignore[arg-type]
-        outbox = Outbox(self.sender, sid, self.bus, fence=lease.check)
-        files = await renewing(lease, read_session_files(paths))  # a long history's first read: renewed meanwhile
-        clock.mark("read")
-        session = Session(deps, paths, files, lease, outbox,
-                          model_settings(self.settings, model, sid, paths, variant),
-                          wake.wake_id, context_window=model.context_window or self.settings.compaction.context_window,
-                          disk=disk)
-        clock.mark("build")
-        try:
-            await session.restore()
-        except BaseException:
-            disk.close()
-            raise
-        clock.mark("restore")
-        self.sessions[sid] = session
-        # SessionLive first: the notifications service starts sending pending injections on it. The wake
-        # ends there: the status event (clients, the orphan scan's score) and the inbox reader are the
-        # session task's first steps (wake_timing.py), so the next wakes of this read do not wait on them.
-        await self.bus(keys.LIFECYCLE, SessionLive(session_id=sid, wake_id=wake.wake_id, fence=lease.fence,
-                                                  worker_id=self.worker_id))
-        clock.mark("live")
-        log.info("session_live", session_id=sid, fence=lease.fence, **clock.fields())
-        with detached():  # each entry is handled in its own producer's trace, not the wake's
-            session.state.loop_task = asyncio.ensure_future(self._session_loop(session, clock))
+        session = await Session.open(self.parts, wake, lease, row, clock)
+        self.sessions[wake.session_id] = session
+        await session.go_live(self.worker_id, lambda: self._session_loop(session, clock), clock)
 
     async def _session_loop(self, session: Session, clock: WakeClock) -> None:
         try:
             if not await start_reading(self.reader, session, clock):
                 return  # closed meanwhile
-            await session.dispatcher.process_forever()
+            await session.serve()
         except Exception:  # a loop ended by a bug must not keep the lease unread: closed, its unacked left
             log.exception("session_loop_failed", session_id=session.sid)
             if not session.lease.lost:
                 return self._request_close(session.sid, "failed")
+        finally:
+            if self.sessions.get(session.sid) in (None, session):  # a registration the close raced with
+                self.reader.remove(session.sid)
         if session.lease.lost:
             await self._drop(session)
 
@@ -239,8 +197,8 @@ class Worker:
                 continue
             for entry in entries:
                 session = self.sessions.get(entry.session_id)
-                if session is not None and not session.state.closed:
-                    session.state.queue.put_nowait(entry)
+                if session is not None:
+                    session.deliver(entry)
             if not self.reader.sessions:
                 await asyncio.sleep(0.2)
 
@@ -296,9 +254,8 @@ class Worker:
         live = [s.sid for s in sessions if not s.state.closed and not s.lease.lost]
         for entry in await self.reader.claim_foreign(live, self.settings.bus.claim_idle_ms) if live else []:
             holder = self.sessions.get(entry.session_id)
-            if holder is not None and not holder.state.closed:
+            if holder is not None and holder.deliver(entry):
                 log.info("inbox_entry_reclaimed", session_id=entry.session_id, entry_id=entry.entry_id)
-                holder.state.queue.put_nowait(entry)
 
     async def _orphan_loop(self) -> None:
         """Resume sessions whose worker died (no lease, stale renewal): the run it had goes on here.
@@ -329,13 +286,11 @@ class Worker:
     # ------------------------------------------------------------ going dormant
 
     async def _drop(self, session: Session) -> None:
-        """The lease was taken: stop at once, write nothing, publish nothing for this session."""
+        """The lease was taken: the session stops at once (session.py `drop`), its inbox is no longer read."""
         self.reader.remove(session.sid)
         self.sessions.pop(session.sid, None)
-        session.state.closed = True
-        await session.shutdown()
-        self.reader.remove(session.sid)  # a registration (wake_timing.py `start_reading`) that ended during the shutdown
-        session.release_disk()
+        await session.drop()
+        self.reader.remove(session.sid)  # a registration (wake_timing.py `start_reading`) that ended meanwhile
         gcpolicy.released()
 
     def _request_close(self, sid: str, reason: str) -> None:
@@ -344,48 +299,18 @@ class Worker:
         task.add_done_callback(self._closing.discard)
 
     async def close(self, sid: str, reason: str) -> None:
+        """The session goes dormant (session.py `close`); its inbox is read no more, first: what is unread
+        stays for the next holder."""
         async with self._locks.hold(sid):
             session = self.sessions.pop(sid, None)
             if session is None:
                 return
-            self.reader.remove(sid)  # stop reading first: unread entries stay for the next holder
-            await session.shutdown()
-            self.reader.remove(sid)  # a registration (wake_timing.py `start_reading`) that ended during the shutdown
+            self.reader.remove(sid)
             try:
-                session.state.closed = False  # the last writes below still run under the lease check
-                await session.ui.persist_at_close(sid)
-                session.state.closed = True
-                await self.images.at_close(sid, session.paths)  # still leased: no transcript writer runs
-                await self.client.delete(keys.running(sid))
-                await session.lease.release()
-                await self.client.zrem(keys.RUNTIME_LIVE, sid)
-                # Announced only once the lease is gone: whoever sees "dormant" may write dormant state.
-                await session.outbox.event("status", {"status": "dormant", "running": False,
-                                                      "fence": session.lease.fence}, fenced=False)
-                await self.bus(keys.LIFECYCLE, SessionDormant(session_id=sid, fence=session.lease.fence,
-                                                             reason=reason))
-                log.info("session_dormant", session_id=sid, reason=reason)
-                await self._answer_stops(session, 200, {"status": "dormant"})
-                with contextlib.suppress(RedisError, OSError):  # best effort: a dormant inbox keeps only the unread
-                    await trim_acked(self.client, keys.inbox(sid))
-                with contextlib.suppress(RedisError, OSError):  # unscheduled, it only keeps its streams
-                    if reason == "delete":  # the proxy erases it now (services/proxy/dormant/erase.py)
-                        return
-                    # After the retention window the events stream and the drained inbox go (shared/redis/dormancy.py).
-                    await dormancy.schedule(self.client, sid, self.settings.runtime.dormant_retention_s)
-            except LeaseLost:
-                log.warning("lease_lost_at_close", session_id=sid)
-                await self._answer_stops(session, 409, {"error": "the session moved to another worker; suspend it again"})
+                await session.close(reason)
             finally:
-                session.release_disk()
+                self.reader.remove(sid)  # a registration (wake_timing.py `start_reading`) that ended meanwhile
                 gcpolicy.released()  # its state is frozen cyclic garbage now: a wave of closes brings a full pass
-
-    async def _answer_stops(self, session: Session, status: int, body: dict[str, Any]) -> None:
-        """After the release: unfenced (the lease is gone on purpose)."""
-        for request_id in session.state.stop_replies:
-            with contextlib.suppress(Exception):  # the proxy answers 504 after its timeout
-                await session.outbox.reply(request_id, status, body, fenced=False)
-        session.state.stop_replies.clear()
 
     async def shutdown(self) -> None:
         log.info("worker_stopping", sessions=len(self.sessions))

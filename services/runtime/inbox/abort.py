@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
 import structlog
@@ -88,11 +89,19 @@ class SubagentStopper(Protocol):
     async def stop(self, note: str, grace_s: float) -> int: ...
 
 
+class HeldBack(Protocol):
+    """The run supervisor (supervisor.py), the only writer of the run's state: while an abort is on,
+    no further run starts."""
+
+    def held_back(self, reason: str) -> AbstractContextManager[None]: ...
+
+
 class RunAborter:
-    def __init__(self, state: SessionState, agent: Agent, queue: PendingQueue, transcript: Transcript,
+    def __init__(self, state: SessionState, runs: HeldBack, agent: Agent, queue: PendingQueue, transcript: Transcript,
                  outbox: Outbox, subagents: SubagentStopper, ack: Callable[[str | None], Awaitable[None]], *,
                  reload: Callable[[], None]) -> None:
-        self.state = state  # the run task and its ids (state.py); `aborting` holds the next run back
+        self.state = state  # read: the run task and its ids (state.py)
+        self.runs = runs
         self.agent = agent
         self.queue = queue  # the pending queue (pending_queue.py): what the run's queues held is kept
         self.reload = reload  # the model context from the transcript (turn_order.py `restore_context`)
@@ -115,17 +124,14 @@ class RunAborter:
             await self.subagents.stop(SUBAGENT_NOTES[reason], ABORT_GRACE_S)
             return None
         run_id = state.run_id or state.last_run_id or ""
-        state.aborting = reason
-        self.agent.abort(NOTES[reason])
-        try:
+        with self.runs.held_back(reason):
+            self.agent.abort(NOTES[reason])
             await asyncio.gather(self._end(task, run_id), self.subagents.stop(SUBAGENT_NOTES[reason], ABORT_GRACE_S))
             kept = await self._settle(run_id, reason)
             data = RunAbortedData(run_id=run_id, reason=reason, kept=kept)
             await self.outbox.event("run_aborted", data.model_dump())
             log.info("run_aborted", session_id=state.sid, run_id=run_id, reason=reason, kept=kept)
             return data
-        finally:
-            state.aborting = None
 
     async def _end(self, task: asyncio.Task[None], run_id: str) -> None:
         done, _ = await asyncio.wait({task}, timeout=ABORT_GRACE_S)

@@ -17,25 +17,17 @@ from typing import Any
 import structlog
 from opentelemetry.trace import Span
 
-from services.runtime.engine.agent import Agent
-from services.runtime.inbox.causal import CausalGate
-from services.runtime.inbox.delivery import InjectionDelivery
 from services.runtime.inbox.dispatcher_ports import (
-    Aborts,
-    Answers,
-    Builds,
+    EntryHandlers,
     Held,
-    OpenCalls,
-    PromptHook,
-    Queued,
-    Runs,
+    PromptRoutes,
+    Replies,
 )
 from services.runtime.inbox.failures import disk_fault, refusal, transient
 from services.runtime.live.lease import LeaseLost
 from services.runtime.live.pending import TurnInput
-from services.runtime.live.state import SessionState
+from services.runtime.live.state import InboxState, SessionState
 from services.runtime.runs.supervisor import interrupted
-from services.runtime.store.transcript import Transcript
 from services.runtime.turns.delivery_rules import Action, Prompt, When, decide, moment
 from shared.contracts.inbox import (
     Abort,
@@ -66,7 +58,6 @@ RETRY_FOR_S = 60.0
 REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete, Abort, UserPrompt, Rewind)
 
 
-Handler = Callable[[InboxEntry, Any], Awaitable[None]]  # a write or compaction entry's handler
 RECENT_IDS = 4096  # inbox entry ids a session remembers having taken (RecentIds)
 INBOX_SPAN = "gamma:{sid}:inbox process"
 
@@ -101,31 +92,24 @@ class RecentIds:
 
 
 class InboxDispatcher:
-    def __init__(self, state: SessionState, lease: Held, outbox: Answers, agent: Agent,
-                 queue: Queued, turns: Builds, transcript: Transcript, runs: Runs,
-                 ack: Callable[[str | None], Awaitable[None]], injections: InjectionDelivery, *,
-                 handlers: dict[type, Handler], at_barrier: Callable[[], Awaitable[None]], client: Any,
-                 request_close: Any = None, causal: CausalGate | None = None, calls: OpenCalls | None = None,
-                 prompt_hook: PromptHook | None = None, aborts: Aborts | None = None, trace: bool = False) -> None:
-        self.state = state
+    def __init__(self, state: SessionState, inbox: InboxState, lease: Held, routes: PromptRoutes, replies: Replies,
+                 entries: EntryHandlers, *, trace: bool = False) -> None:
+        self.state = state  # read: the session's ids, whether it is closed (state.py)
+        self.inbox = inbox  # written here only: the barrier, held prompts, Stop (state.py)
         self.lease = lease
-        self.outbox = outbox
-        self.agent = agent
-        self.queue = queue  # the pending queue (pending_queue.py): a prompt's twin, the idle turns
-        self.turns = turns  # the turn builder (turn_order.py)
-        self.transcript = transcript
-        self.runs = runs
-        self.ack = ack
-        self.injections = injections
-        self.handlers = handlers  # writes and compaction entries: type -> handler
+        self.agent, self.transcript = routes.agent, routes.transcript
+        self.queue = routes.queue  # the pending queue (pending_queue.py): a prompt's twin, the idle turns
+        self.turns = routes.turns  # the turn builder (turn_order.py)
+        self.runs, self.injections = routes.runs, routes.injections
+        self.causal = routes.causal  # holds prompts until the writes before them are in (causal.py)
+        self.calls, self.prompt_hook = routes.calls, routes.prompt_hook
+        self.aborts = routes.aborts  # POST /abort, on_busy=interrupt, expected_run_id (abort.py)
+        self.outbox, self.ack = replies.outbox, replies.ack
+        self.client = replies.client  # Redis, for the dead-letter stream
+        self.request_close = replies.request_close
+        self.handlers = entries.handlers  # writes and compaction entries: type -> handler
         # At the wake barrier: the dormant artifact manifest queued, a form answered while dormant delivered.
-        self.at_barrier = at_barrier
-        self.client = client  # Redis, for the dead-letter stream
-        self.request_close = request_close
-        self.causal = causal  # holds prompts until the writes before them are in (causal.py)
-        self.calls = calls
-        self.prompt_hook = prompt_hook
-        self.aborts = aborts  # POST /abort, on_busy=interrupt, expected_run_id (abort.py)
+        self.at_barrier = entries.at_barrier
         self.taken = RecentIds()
         self.trace = trace  # GAMMA_TRACE_INBOX: log where each entry's time went (bench/e2e.py --trace)
 
@@ -148,7 +132,7 @@ class InboxDispatcher:
             if not self.taken.first_time(entry.entry_id):
                 log.warning("inbox_entry_repeated", session_id=self.state.sid, entry_id=entry.entry_id)
                 continue
-            self.state.touch()
+            self.inbox.taken_at = loop.time()  # the idle clock (state.py)
             async with self.state.turn_lock:  # nothing recorded between a prompt's routing and its run
                 if not await self.dispatch(entry):
                     return
@@ -255,11 +239,11 @@ class InboxDispatcher:
     async def on_stop(self, entry: InboxEntry, m: Stop) -> None:
         # Answered only once the lease is gone (worker.close): a client told "dormant" must find
         # the session dormant, and may write dormant state at once.
-        self.state.stop_requested = m.reason
+        self.inbox.stop_requested = m.reason
         if self.request_close is None:
             await self.outbox.reply(m.request_id, 200, {"status": "dormant"})
         else:
-            self.state.stop_replies.append(m.request_id)
+            self.inbox.stop_replies.append(m.request_id)
         await self.ack(entry.entry_id)
         if self.request_close is not None:
             self.request_close(self.state.sid, m.reason)
@@ -273,7 +257,7 @@ class InboxDispatcher:
         if self.aborts is not None and await self.aborts.refuse_stale(entry, m):
             return  # aimed at a run that has ended: refused, nothing queued
         if decide(Prompt(m.on_busy), self._moment()) is Action.HOLD:
-            self.state.held.append(entry)
+            self.inbox.held.append(entry)
             return
         if self.causal is not None and not await self.causal.admit(entry, m):
             return  # writes acknowledged before it are still on their way (causal.py)
@@ -337,12 +321,12 @@ class InboxDispatcher:
                 await self.handle_retrying(entry, functools.partial(self.on_prompt, entry, entry.message))
 
     async def pass_barrier(self) -> None:
-        state, queue = self.state, self.queue
-        if state.barrier_passed:
+        inbox, queue = self.inbox, self.queue
+        if inbox.barrier_passed:
             return
-        state.barrier_passed = True
+        inbox.barrier_passed = True
         await self.at_barrier()
-        held, state.held = state.held, []
+        held, inbox.held = inbox.held, []
         prompts = [e for e in held if isinstance(e.message, UserPrompt)]
         if prompts:
             first = prompts[0]

@@ -3,7 +3,9 @@ of members, so the dispatcher never holds a whole session part (docs/architectur
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from services.runtime.live.pending import PendingTurn, TurnInput
 from services.runtime.turns.delivery_rules import When
@@ -11,6 +13,14 @@ from shared.contracts.events import EventType
 from shared.contracts.inbox import Abort, UserPrompt
 from shared.contracts.messages import AgentMessage
 from shared.streams.inbox import InboxEntry
+
+if TYPE_CHECKING:
+    from services.runtime.engine.agent import Agent
+    from services.runtime.inbox.causal import CausalGate
+    from services.runtime.inbox.delivery import InjectionDelivery
+    from services.runtime.store.transcript import Transcript
+
+Handler = Callable[[InboxEntry, Any], Awaitable[None]]  # a write or compaction entry's handler
 
 
 class PromptHook(Protocol):
@@ -71,3 +81,39 @@ class OpenCalls(Protocol):
 
     @property
     def pending(self) -> frozenset[str]: ...
+
+
+@dataclass(frozen=True)
+class PromptRoutes:
+    """Where a prompt, an injection or a barrier goes: the run, the turn order, the gates before them."""
+
+    agent: Agent
+    queue: Queued  # the pending queue (pending_queue.py): a prompt's twin, the idle turns
+    turns: Builds  # the turn builder (turn_order.py)
+    transcript: Transcript
+    runs: Runs
+    injections: InjectionDelivery
+    causal: CausalGate | None = None  # holds prompts until the writes before them are in (causal.py)
+    calls: OpenCalls | None = None
+    prompt_hook: PromptHook | None = None
+    aborts: Aborts | None = None  # POST /abort, on_busy=interrupt, expected_run_id (abort.py)
+
+
+@dataclass(frozen=True)
+class Replies:
+    """How an entry is answered and settled: the client's reply, the ack, the dead-letter stream, a Stop."""
+
+    outbox: Answers
+    ack: Callable[[str | None], Awaitable[None]]
+    client: Any  # Redis, for the dead-letter stream
+    # (sid, reason) -> None: the session is closed now (worker.py); without it a Stop is answered at once.
+    request_close: Callable[[str, str], None] | None = None
+
+
+@dataclass(frozen=True)
+class EntryHandlers:
+    """The other entries' handlers (writes, compaction, connectors, rewinds, model changes) by type,
+    and what the wake barrier does before the held prompts (the dormant manifest, a dormant form)."""
+
+    handlers: dict[type, Handler]
+    at_barrier: Callable[[], Awaitable[None]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, Literal, Protocol
 
 import structlog
@@ -14,7 +14,7 @@ from services.runtime.engine.agent import Agent
 from services.runtime.engine.spans import run_span
 from services.runtime.live.lease import LeaseLost
 from services.runtime.live.pending import PendingTurn
-from services.runtime.live.state import SessionState
+from services.runtime.live.state import RunState, SessionState
 from services.runtime.runs.ack import TRANSIENT
 from services.runtime.runs.turn_starts import FREE, StartGate, StartPass
 from services.runtime.store.transcript import Transcript
@@ -101,11 +101,12 @@ def interrupted(transcript: Transcript) -> bool:
 
 
 class RunSupervisor:
-    def __init__(self, state: SessionState, lease: Held, outbox: RunOutbox, agent: Agent,
+    def __init__(self, state: SessionState, run: RunState, lease: Held, outbox: RunOutbox, agent: Agent,
                  queue: PendingQueue, transcript: Transcript, *, reload: Callable[[], None], client: Any,
                  lease_ms: int, after_run: AfterRun, calls: OpenCalls | None = None,
                  after_task: Callable[[], None] = lambda: None, starts: StartGate | None = None) -> None:
-        self.state = state  # the run task, its ids and `aborting` are the session's state (state.py)
+        self.state = state  # read: the session's id, whether it is closed (state.py)
+        self.run = run  # written here only: the run task, its ids and `aborting` (state.py)
         self.lease = lease
         self.outbox = outbox
         self.agent = agent
@@ -124,6 +125,15 @@ class RunSupervisor:
         """The run's model request is open: its start is over (OpenAIStream's `opened`)."""
         self.start_pass.release()
 
+    @contextlib.contextmanager
+    def held_back(self, reason: str) -> Iterator[None]:
+        """An abort (abort.py) is on: no further run starts until it is done."""
+        self.run.aborting = reason
+        try:
+            yield
+        finally:
+            self.run.aborting = None
+
     def _gone(self) -> bool:
         return self.state.closed or self.lease.lost
 
@@ -132,7 +142,7 @@ class RunSupervisor:
             for m in turn.messages if turn else []:
                 self.agent.steer(m)  # the run task takes them before it ends (`left_to_run`)
             return
-        self.state.run_task = task = asyncio.ensure_future(self._run(turn))
+        self.run.run_task = task = asyncio.ensure_future(self._run(turn))
         task.add_done_callback(lambda _: self.after_task())
 
     async def _run(self, turn: RunInput) -> None:
@@ -263,7 +273,7 @@ class RunSupervisor:
         "transient" when it failed on Redis (see `recover`). In a span of its own, a child of the
         span current when the run task started (the prompt's inbox entry); while the span is
         recorded its traceparent rides beside every event of the run (the SSE delivery span)."""
-        run_id = self.state.run_id = self.state.last_run_id = new_id("run_")
+        run_id = self.run.run_id = self.run.last_run_id = new_id("run_")
         with run_span(self.state.sid, run_id) as span:
             traceparent = recorded_traceparent(span)
             self.outbox.for_run(run_id, traceparent)
@@ -300,11 +310,11 @@ class RunSupervisor:
                 await self.outbox.event("error", {"error": "run failed"})
         finally:
             self.start_pass.release()  # a run that ended before its model request opened
-            self.state.touch()
+            self.run.ended_at = asyncio.get_running_loop().time()  # the idle clock (state.py)
             if not self._gone():  # a taken lease: the new holder speaks now
                 with contextlib.suppress(Exception):  # through the outbox: after the queued SET running
                     await self._status(False, wait=True)
-            self.state.run_id = None
+            self.run.run_id = None
             self.outbox.for_run(None, traceparent)  # what follows the run (a compaction) stays in its trace
         if not self._gone() and outcome == "done":
             try:

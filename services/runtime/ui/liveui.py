@@ -60,7 +60,7 @@ class LiveUi:
         await self.guard.write(lambda: atomic_write_json(self.paths.state, snapshot))
 
     async def persist_at_close(self, sid: str) -> None:
-        """A bad disk does not keep the session live (worker.py `close`): state.json keeps every change
+        """A bad disk does not keep the session live (session.py `close`): state.json keeps every change
         a client was told succeeded."""
         try:
             await self.persist_ui()

@@ -1,0 +1,90 @@
+"""The one place a session's parts reach parts built after them (session.py builds in dependency
+order; these five cycles are what no order breaks): the Agent emits to the recorder, which records
+through the turn order, which holds the Agent; the Agent's hooks (the model stream, the compactor,
+the skill rules, the causal wait) call the run supervisor, the turn order, the Agent and the
+injections, which are built around the Agent. The root binds them once, after building them; a call
+before that is a bug, and says so."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from services.runtime.engine.types import AgentEvent
+from shared.contracts.inbox import Injection
+from shared.contracts.messages import AgentMessage, CustomMessage
+
+
+class _Steers(Protocol):
+    def steer(self, m: AgentMessage) -> None: ...
+
+
+class _Turns(Protocol):
+    def anchors(self) -> list[CustomMessage]: ...
+
+    def restore_context(self) -> None: ...
+
+
+class _Runs(Protocol):
+    def model_opened(self) -> None: ...
+
+
+class _Delivers(Protocol):
+    async def deliver(self, m: Injection, entry_id: str | None) -> None: ...
+
+
+class _Emits(Protocol):
+    async def emit(self, event: AgentEvent) -> None: ...
+
+
+class Unbound(RuntimeError):
+    """A part was called before the root bound what it reaches (a construction-order bug)."""
+
+
+class Links:
+    def __init__(self) -> None:
+        self._agent: _Steers | None = None
+        self._turns: _Turns | None = None
+        self._runs: _Runs | None = None
+        self._injections: _Delivers | None = None
+        self._recorder: _Emits | None = None
+
+    def bind(self, *, agent: _Steers, turns: _Turns, runs: _Runs, injections: _Delivers, recorder: _Emits) -> None:
+        if self._agent is not None:
+            raise RuntimeError("the session's parts are bound once")
+        self._agent, self._turns, self._runs = agent, turns, runs
+        self._injections, self._recorder = injections, recorder
+
+    @staticmethod
+    def _need(part: Any, name: str) -> Any:
+        if part is None:
+            raise Unbound(f"{name} called before the session's parts were bound")
+        return part
+
+    # The Agent's own emit: engine events go to the recorder (recorder.py).
+    async def emit(self, event: AgentEvent) -> None:
+        recorder: _Emits = self._need(self._recorder, "emit")
+        await recorder.emit(event)
+
+    # The model stream's `opened`: a run's start is over (supervisor.py, turn_starts.py).
+    def model_opened(self) -> None:
+        runs: _Runs = self._need(self._runs, "model_opened")
+        runs.model_opened()
+
+    # The compactor's anchors and context reload (turn_order.py).
+    def anchors(self) -> list[CustomMessage]:
+        turns: _Turns = self._need(self._turns, "anchors")
+        return turns.anchors()
+
+    def restore_context(self) -> None:
+        turns: _Turns = self._need(self._turns, "restore_context")
+        turns.restore_context()
+
+    # The skill rules' steer (skill_rules.py).
+    def steer(self, m: AgentMessage) -> None:
+        agent: _Steers = self._need(self._agent, "steer")
+        agent.steer(m)
+
+    # The causal wait's delivery of a timed-out wait's markers (causal.py).
+    async def deliver(self, m: Injection, entry_id: str | None) -> None:
+        injections: _Delivers = self._need(self._injections, "deliver")
+        await injections.deliver(m, entry_id)
