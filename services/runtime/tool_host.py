@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from shared import keys, revnum
+from shared import keys, revnum, user_disk
 from shared.blobs import write_blob
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.todo import TodoList
@@ -44,6 +44,7 @@ class SessionToolHost:
         self.paths = paths
         self.data_dir = settings.storage.data_dir
         self.max_file_bytes = settings.storage.max_file_bytes
+        self.user_disk_bytes = settings.storage.user_disk_bytes  # all of the owner's sessions (shared/user_disk.py)
         self.image_limits = settings.images.image_limits()
         self.image_settings = settings.images
         self._owner: str | None = None
@@ -79,6 +80,14 @@ class SessionToolHost:
 
     async def guarded_write(self, fn: Callable[[], T]) -> T:
         return await self._guard.write(fn)
+
+    async def over_user_budget(self, adding: int, what: str) -> str | None:
+        return await user_disk.measures(self.data_dir).admit(self.client, await self.tenant(), adding, what,
+                                                             self.user_disk_bytes)
+
+    def user_disk_changed(self) -> None:
+        if self._owner is not None:
+            user_disk.measures(self.data_dir).forget(self._owner)
 
     @property
     def viewable_files(self) -> list[str]:

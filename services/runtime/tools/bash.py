@@ -54,6 +54,8 @@ def bash_tool(host: ShellHost, agent: AgentFilesHost | None = None) -> Tool:
         box = host.sandbox
         if box.layer is None:  # never unconfined by accident
             return ToolOutcome(content=f"bash is disabled: {box.reason}", is_error=True, details={"sandbox": "none"})
+        if (why := await host.over_user_budget(1, "this command")) is not None:  # nothing run: 507
+            return ToolOutcome(content=f"bash refused (507): {why}", is_error=True, details={"userDiskBudget": True})
         limits = host.workspace_quota.limits
         before = await asyncio.to_thread(walk, root, limits)
         reads = agent.file_reads if agent is not None else None
@@ -72,6 +74,7 @@ def bash_tool(host: ShellHost, agent: AgentFilesHost | None = None) -> Tool:
         over = await asyncio.to_thread(quota.enforce, root, before, after, host.workspace_quota)
         if over is not None:
             after = await asyncio.to_thread(walk, root, limits)
+        host.user_disk_changed()  # what it wrote, and the snapshot that copies it: measured at the next check
         files = await _publish_changes(host, root, before, after)
         text, details = _limit_notes(res, box.limits.memory_bytes, over)
         if reads is not None and files:

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from shared import workspace_fs
 from shared.disk import DiskError, check_size, split_workspace_path
+from shared.disk_errors import InsufficientStorage
 from shared.tool_schema import ToolArgs, optional
 
 from .. import skill_files
@@ -133,6 +134,8 @@ def _missing(rel: str, exc: DiskError) -> str:
 async def write_file(host: WorkspaceHost, rel: str, data: bytes) -> str:
     split_workspace_path(rel, for_write=True)  # a bad name is refused before the lease check
     check_size(data, host.max_file_bytes)
+    if (why := await host.over_user_budget(len(data), "this write")) is not None:
+        raise InsufficientStorage(why)  # 507, nothing written (shared/user_disk.py)
     # Beneath the workspace, atomic, within the session's quota (507 otherwise; nothing written); in
     # the I/O pool, as the quota check walks the workspace (shared/walk.py).
     ref = file_ref(await host.guarded_write(
