@@ -123,8 +123,9 @@ def _limit_notes(res: SandboxResult, memory_bytes: int, over: quota.QuotaReport 
         text += "\n" + res.stopped
     if res.memory_killed:
         details["memoryKilled"] = res.memory_killed
-        text += (f"\n[the call reached its memory limit ({memory_bytes} bytes for all its processes and its /tmp, "
-                 f"HOME and /dev/shm together): the kernel killed {res.memory_killed} process(es)]")
+        text += (f"\n[killed: memory limit. The call reached its memory limit ({memory_bytes} bytes for all its "
+                 f"processes and its /tmp, HOME and /dev/shm together): the kernel killed {res.memory_killed} "
+                 "process(es) and the rest of the call was ended]")
     if over is not None:
         details["quotaExceeded"] = True
         text += "\n" + over.message()
