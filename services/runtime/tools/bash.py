@@ -74,7 +74,8 @@ def bash_tool(host: ShellHost, agent: AgentFilesHost | None = None) -> Tool:
         over = await asyncio.to_thread(quota.enforce, root, before, after, host.workspace_quota)
         if over is not None:
             after = await asyncio.to_thread(walk, root, limits)
-        host.user_disk_changed()  # what it wrote, and the snapshot that copies it: measured at the next check
+        if after.disk != before.disk or not (before.complete and after.complete):
+            host.user_disk_changed()  # what it wrote, and the snapshot that copies it: measured at the next check
         files = await _publish_changes(host, root, before, after)
         text, details = _limit_notes(res, box.limits.memory_bytes, over)
         if reads is not None and files:
