@@ -4,7 +4,8 @@ session slows another session down.
 - per call: `true` and `python3 -c pass` through each sandbox layer that works on this machine
   (services/runtime/sandbox: the same Sandbox.run the bash tool uses: workspace hand-over, fds, spawn,
   capped output, group kill), side by side with the bare subprocess (`bash -c CMD` through the same
-  runner, no confinement), interleaved call by call over --calls calls (200);
+  runner, no confinement), and each layer without its memory cgroup (`LAYER-nocg`: the cgroup's own
+  cost), interleaved call by call over --calls calls (200);
 - fork-bomb isolation: a real runtime (scripted model, real Redis) per layer; session B's prompt ->
   answer round trip, alone and while session A's bash runs a fork bomb until its timeout.
 Prints a table and writes bench/results/sandbox.json (`layer`, `bare_p50_ms`, `sandboxed_p50_ms`,
@@ -56,7 +57,9 @@ async def per_call(layers: list[str], calls: int, work: Path) -> dict[str, Any]:
     limits = SandboxLimits()
     base = cgroup.find_base(limits.cgroup)  # as the runtime's selection does: a memory cgroup per call where offered
     boxes = {layer: Sandbox(layer, limits, cgroup=base) for layer in layers}  # type: ignore[arg-type]
-    times: dict[str, dict[str, list[float]]] = {c: {"bare": [], **{layer: [] for layer in layers}} for c in COMMANDS}
+    if base is not None:  # the cgroup's own cost, interleaved call by call: each layer without it too
+        boxes |= {f"{layer}-nocg": Sandbox(layer, limits, cgroup=None) for layer in layers}  # type: ignore[arg-type]
+    times: dict[str, dict[str, list[float]]] = {c: {"bare": [], **{name: [] for name in boxes}} for c in COMMANDS}
     ws = work / "workspace"
     ws.mkdir()
     for _ in range(calls):
@@ -75,7 +78,7 @@ async def per_call(layers: list[str], calls: int, work: Path) -> dict[str, Any]:
     for name in COMMANDS:
         bare = stats(times[name]["bare"])
         out[name] = {"bare": bare}
-        for layer in layers:
+        for layer in boxes:
             s = stats(times[name][layer])
             out[name][layer] = {**s, "added_p50_ms": round(s["p50_ms"] - bare["p50_ms"], 2),
                                 "added_p99_ms": round(s["p99_ms"] - bare["p99_ms"], 2)}
@@ -139,7 +142,8 @@ def main() -> None:
     result = {"layer": best, "calls": args.calls, "bare_p50_ms": t["bare"]["p50_ms"],
               "sandboxed_p50_ms": t[best]["p50_ms"], "added_p50_ms": t[best]["added_p50_ms"],
               "added_p99_ms": t[best]["added_p99_ms"], "target_added_p50_ms": 10.0,
-              "per_layer": {layer: {"true": t[layer], "python": calls["python"][layer]} for layer in layers},
+              "per_layer": {layer: {"true": t[layer], "python": calls["python"][layer]} for layer in t if layer != "bare"},
+              "memory_cgroup": str(cgroup.find_base(SandboxLimits().cgroup) or "none"),
               "bare": {"true": t["bare"], "python": calls["python"]["bare"]}, "fork_bomb": bombs,
               "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
               "as_root": os.geteuid() == 0}
@@ -147,7 +151,7 @@ def main() -> None:
     for name in COMMANDS:
         c = calls[name]
         print(f"{name:10} {'bare':10} {c['bare']['p50_ms']:8.2f} {c['bare']['p99_ms']:8.2f}")
-        for layer in layers:
+        for layer in (k for k in c if k != "bare"):
             s = c[layer]
             print(f"{name:10} {layer:10} {s['p50_ms']:8.2f} {s['p99_ms']:8.2f} {s['added_p50_ms']:10.2f} "
                   f"{s['added_p99_ms']:10.2f}")

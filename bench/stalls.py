@@ -14,13 +14,16 @@ bob measures the quiet stack. Attacks (alice):
 - parallel reads: one step of five `read`s of a deep PNG and a `show_file look` of the WebP.
 Beside them a control, not an attack: alice sends the same three-step connector prompt with a small
 argument, back to back (what any busy neighbour costs on the same cores: the figures set an attack
-against it too). Target: bob's round-trip p99 under attack <= 2x quiet. Prints a table; writes bench/results/stalls.json.
+against it too). Target: bob's round-trip p99 under attack <= 2x quiet. The machine is shared, so each
+attack is measured in `--pairs` alternating pairs (quiet, then attack), and the ratio is of the p99s
+pooled over all pairs' rounds (each pair's own ratio beside it). Prints a table; writes bench/results/stalls.json.
 Run it under the machine lock (`flock /tmp/gamma-bench.lock make bench-stalls`). Not a timed test.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -101,17 +104,22 @@ class Tenant:
         raise TimeoutError("no answer")
 
 
+def summary(trips: list[float], gets: list[float]) -> dict[str, Any]:
+    return {"round_trip_p50_ms": pct(trips, 0.5), "round_trip_p99_ms": pct(trips, 0.99),
+            "round_trip_max_ms": pct(trips, 1.0), "get_p99_ms": pct(gets, 0.99), "rounds": len(trips)}
+
+
 def measure(bob: Tenant, rounds: int) -> dict[str, Any]:
     bob.fresh()
-    trips, gets = [], []
+    trips: list[float] = []
+    gets: list[float] = []
     for i in range(rounds):
         trips.append(bob.round_trip(script({"tool_calls": [call("message_user", message=f"pong {i}",
                                                                       blockOnUser=True)]})))
         began = time.perf_counter()
         bob.http.get(f"/sessions/{bob.sid}")
         gets.append((time.perf_counter() - began) * 1000)
-    return {"round_trip_p50_ms": pct(trips, 0.5), "round_trip_p99_ms": pct(trips, 0.99),
-            "round_trip_max_ms": pct(trips, 1.0), "get_p99_ms": pct(gets, 0.99), "rounds": rounds}
+    return {**summary(trips, gets), "trips": trips, "gets": gets}
 
 
 def register(stack: Stack, name: str, prop: dict[str, Any]) -> None:
@@ -142,8 +150,11 @@ def attacks(stack: Stack, alice: Tenant) -> dict[str, Callable[[int], Any]]:
         with ThreadPoolExecutor(6) as pool:
             return list(pool.map(lambda i: alice.prompt("look", attachments=[f"deep{i}.png"]).status_code, range(6)))
 
+    distinct = itertools.count()  # across pairs too: a refusal is remembered by the bytes' digest
+
     def corrupt(n: int) -> Any:
-        put(alice, "broken.png", png_of_zeros(7000 - n % 500, 7000, colour=0, depth=8, truncate=True))
+        k = next(distinct)
+        put(alice, "broken.png", png_of_zeros(7000 - k % 500, 7000, colour=0, depth=8, truncate=True))
         return alice.prompt("look", attachments=["broken.png"]).status_code
 
     reads = [call("read", path="deep0.png") for _ in range(5)] + [call("show_file", path="bomb.webp", look=True)]
@@ -178,7 +189,25 @@ def under_attack(bob: Tenant, attack: Callable[[int], Any], rounds: int) -> dict
     return {**row, "attacks": done[0]}
 
 
-def run(work: Path, redis_url: str, rounds: int, src: Path | None, only: list[str]) -> dict[str, Any]:
+def paired(bob: Tenant, attack: Callable[[int], Any], rounds: int, pairs: int) -> dict[str, Any]:
+    """`pairs` alternating (quiet, attack) phases: pooled figures of each side, and each pair's ratio."""
+    quiet: dict[str, list[float]] = {"trips": [], "gets": []}
+    loud: dict[str, list[float]] = {"trips": [], "gets": []}
+    ratios, attacks_done = [], 0
+    for _ in range(pairs):
+        q, a = measure(bob, rounds), under_attack(bob, attack, rounds)
+        for side, row in ((quiet, q), (loud, a)):
+            side["trips"] += row["trips"]
+            side["gets"] += row["gets"]
+        ratios.append(round(a["round_trip_p99_ms"] / q["round_trip_p99_ms"], 2))
+        attacks_done += a["attacks"]
+    q_row, a_row = summary(quiet["trips"], quiet["gets"]), summary(loud["trips"], loud["gets"])
+    ratio = round(a_row["round_trip_p99_ms"] / q_row["round_trip_p99_ms"], 2)
+    return {"quiet": q_row, "attack": {**a_row, "attacks": attacks_done}, "p99_ratio": ratio,
+            "pair_ratios": ratios, "within_target": ratio <= TARGET_RATIO}
+
+
+def run(work: Path, redis_url: str, rounds: int, pairs: int, src: Path | None, only: list[str]) -> dict[str, Any]:
     stack = Stack(redis_url=redis_url, data_dir=work / "data", log_dir=work / "logs", src=src,
                   env_overrides={"GAMMA_DYNAMIC_TOOLS": "1", "GAMMA_IDLE_S": "600"})
     rows: dict[str, Any] = {}
@@ -189,14 +218,13 @@ def run(work: Path, redis_url: str, rounds: int, src: Path | None, only: list[st
         for name, attack in attacks(stack, alice).items():
             if only and not any(o.lower() in name.lower() for o in only):
                 continue
-            quiet = measure(bob, rounds)
-            loud = under_attack(bob, attack, rounds)
-            ratio = round(loud["round_trip_p99_ms"] / quiet["round_trip_p99_ms"], 2)
+            row = paired(bob, attack, rounds, pairs)
+            loud = row["attack"]
             control = rows.get("control: busy neighbour", {}).get("attack", {}).get("round_trip_p99_ms")
-            rows[name] = {"quiet": quiet, "attack": loud, "p99_ratio": ratio, "within_target": ratio <= TARGET_RATIO,
-                          "p99_vs_control": round(loud["round_trip_p99_ms"] / control, 2) if control else None}
-            print(f"{name:<24} quiet p99 {quiet['round_trip_p99_ms']:>8} ms  attack p99 {loud['round_trip_p99_ms']:>8} ms"
-                  f"  x{ratio:<5} ({loud['attacks']} attacks)", flush=True)
+            rows[name] = {**row, "p99_vs_control": round(loud["round_trip_p99_ms"] / control, 2) if control else None}
+            print(f"{name:<24} quiet p99 {row['quiet']['round_trip_p99_ms']:>8} ms  attack p99 "
+                  f"{loud['round_trip_p99_ms']:>8} ms  x{row['p99_ratio']:<5} pairs {row['pair_ratios']} "
+                  f"({loud['attacks']} attacks)", flush=True)
     finally:
         stack.stop()
     return rows
@@ -204,7 +232,8 @@ def run(work: Path, redis_url: str, rounds: int, src: Path | None, only: list[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=40, help="bob's round trips per phase")
+    parser.add_argument("--rounds", type=int, default=30, help="bob's round trips per phase")
+    parser.add_argument("--pairs", type=int, default=3, help="alternating (quiet, attack) pairs per attack")
     parser.add_argument("--src", type=Path, default=None, help="run the services from another tree (a before figure)")
     parser.add_argument("--only", action="append", default=[], help="attacks whose name holds this (repeatable)")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -212,20 +241,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="gamma-bench-stalls-") as tmp:
         url, server = start_redis_server(data_dir=tmp)
         try:
-            rows = run(Path(tmp), f"{url}/1", args.rounds, args.src, args.only)
+            rows = run(Path(tmp), f"{url}/1", args.rounds, args.pairs, args.src, args.only)
         finally:
             server.terminate()
             server.wait(timeout=10)
     print(f"\n{'attack':<24} {'quiet p50':>10} {'quiet p99':>10} {'attack p50':>11} {'attack p99':>11} {'ratio':>6} "
-          f"{'vs control':>10} {'GET p99 q/a':>14} {'attacks':>8}")
+          f"{'vs control':>10} {'GET p99 q/a':>14} {'attacks':>8}  pair ratios")
     for name, r in rows.items():
         q, a = r["quiet"], r["attack"]
         print(f"{name:<24} {q['round_trip_p50_ms']:>10} {q['round_trip_p99_ms']:>10} {a['round_trip_p50_ms']:>11} "
               f"{a['round_trip_p99_ms']:>11} {r['p99_ratio']:>6} {str(r['p99_vs_control']):>10} {str(q['get_p99_ms']) + '/' + str(a['get_p99_ms']):>14} "
-              f"{a['attacks']:>8}")
+              f"{a['attacks']:>8}  {r['pair_ratios']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "rounds": args.rounds, "target_ratio": TARGET_RATIO, "src": str(args.src) if args.src else "this tree",
+        "rounds": args.rounds, "pairs": args.pairs, "target_ratio": TARGET_RATIO, "src": str(args.src) if args.src else "this tree",
         "machine": {"arch": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_avg_at_end": os.getloadavg()},
         "attacks": rows}, indent=2) + "\n")

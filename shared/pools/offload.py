@@ -4,9 +4,11 @@
 A thread would not do: a CPU-bound validator or decoder holds the GIL, so the event loop every other
 session shares stalls all the same. A `Pool` keeps a few worker processes (`python -m
 shared.pools.offload_worker`, started on first use and again after each death), each under an address-space
-limit (RLIMIT_AS). One job at a time per worker; a job past its time budget has its worker killed
-(the next job gets a fresh one), a job past the memory limit fails in the worker (MemoryError) or
-kills it. Waiting for a free worker is bounded too: past `queue_wait_s` the caller is told `Busy`.
+limit (RLIMIT_AS) and at the lowest CPU priority (the loop that serves every session runs first). One
+job at a time per worker. A job's time budget is CPU time, checked by the kernel while it runs
+(RLIMIT_CPU): past it the worker is ended and the next job gets a fresh one; a job the loop's turns
+slow down is not cut short for them, and a job that waits on nothing for `WALL_FACTOR` times its budget
+is killed all the same. A job past the memory limit fails in the worker (MemoryError) or kills it. Waiting for a free worker is bounded too: past `queue_wait_s` the caller is told `Busy`.
 
 Jobs name a module-level function as `"module:function"`; arguments and results
 travel pickled over the worker's stdin/stdout, framed by an 8-byte length.
@@ -18,6 +20,7 @@ import asyncio
 import contextlib
 import os
 import pickle
+import signal
 import struct
 import sys
 from collections.abc import AsyncIterator
@@ -29,6 +32,9 @@ import structlog
 log = structlog.get_logger()
 FRAME = struct.Struct(">Q")
 SPAWN_TIMEOUT_S = 60.0
+# A job's wall-clock bound, in multiples of its CPU budget: a worker at nice 19 on a busy host gets a
+# small share of a core, so its CPU budget runs slower than the clock.
+WALL_FACTOR = 4.0
 
 
 class OffloadError(Exception):
@@ -111,15 +117,19 @@ class Pool:
             worker = held[0]
             if worker is None or not worker.alive:
                 worker = held[0] = await self._spawn()
+            over = TimedOut(f"{self.name}: {function.rsplit(':', 1)[-1]} took over {timeout_s:g} s")
             try:
-                status, value = await asyncio.wait_for(self._ask(worker, function, args), timeout_s)
+                status, value = await asyncio.wait_for(self._ask(worker, function, args, timeout_s),
+                                                       timeout_s * WALL_FACTOR)
             except TimeoutError:
                 await self._kill(worker)
                 held[0] = None
-                raise TimedOut(f"{self.name}: {function.rsplit(':', 1)[-1]} took over {timeout_s:g} s") from None
+                raise over from None
             except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as exc:
                 await self._kill(worker)
                 held[0] = None
+                if worker.proc.returncode == -signal.SIGXCPU:  # its CPU budget spent (RLIMIT_CPU)
+                    raise over from None
                 raise WorkerDied(f"{self.name}: the worker ended during the job (over its memory limit?)") from exc
             except BaseException:  # cancelled mid-job: the worker's state is unknown
                 await self._kill(worker)
@@ -130,9 +140,9 @@ class Pool:
         raise value
 
     @staticmethod
-    async def _ask(worker: _Worker, function: str, args: tuple[Any, ...]) -> tuple[str, Any]:
+    async def _ask(worker: _Worker, function: str, args: tuple[Any, ...], cpu_s: float) -> tuple[str, Any]:
         assert worker.proc.stdin is not None and worker.proc.stdout is not None
-        body = pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL)
+        body = pickle.dumps((function, args, cpu_s), protocol=pickle.HIGHEST_PROTOCOL)
         worker.proc.stdin.write(FRAME.pack(len(body)) + body)
         await worker.proc.stdin.drain()
         (n,) = FRAME.unpack(await worker.proc.stdout.readexactly(FRAME.size))

@@ -26,8 +26,8 @@ class CommandSettings(Area):
     sandbox_tmp_bytes: int = Field(64 * 1024 * 1024, validation_alias="GAMMA_SANDBOX_TMP_BYTES",
         description="Size of each of a sandboxed command's private `/tmp`, `HOME` and `/dev/shm` (bwrap tmpfs; under "
                     "landlock the private temporary directory, watched while the call runs).")
-    sandbox_cgroup: str = Field("off", validation_alias="GAMMA_SANDBOX_CGROUP",
+    sandbox_cgroup: str = Field("auto", validation_alias="GAMMA_SANDBOX_CGROUP",
         description="Where each sandboxed call gets a memory cgroup limited to `GAMMA_SANDBOX_MEMORY_BYTES`: `auto` "
                     "(the runtime's own cgroup, v1 memory hierarchy or v2 with the memory controller delegated), a "
-                    "delegated cgroup directory, or `off` (the default for now: a call killed at a small limit "
-                    "sometimes ended its run without a recorded result; README \"Known limits\").")
+                    "delegated cgroup directory, or `off` (tmpfs sizes and RLIMIT_AS only). A call the kernel kills at the "
+                    "limit is ended whole and its result says `killed: memory limit`.")

@@ -21,7 +21,8 @@ class StorageSettings(Area):
                     " workspace past it gets 507 (nothing written); for `bash` also the file-size rlimit.")
     user_disk_bytes: int = Field(5 * 1024 * 1024 * 1024, ge=0, validation_alias="GAMMA_USER_DISK_BYTES",
         description="What all of one user's sessions may take on the session disk together (workspaces, snapshots, "
-                    "transcripts; by blocks, each inode once): a fork or upload past it is refused (507). 0: no budget.")
+                    "transcripts; by blocks, each inode once): past it a fork, an upload or dormant write, a document write, "
+                    "the agent's write or edit and a bash call are refused (507, nothing changed). 0: no budget.")
     workspace_max_files: int = Field(2000, validation_alias="GAMMA_WORKSPACE_MAX_FILES",
         description="Per-session workspace quota in non-directory entries (507 past it).")
     # Every entry counts (directories, links, FIFOs too), and nesting is bounded: what a command can

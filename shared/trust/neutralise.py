@@ -4,7 +4,9 @@ User-authored text and tool results reach the model with every reserved tag open
 (`shared/trust/reserved_tags.py` `TAG_RULE`: `<tag`, `</tag`, read on a normalised copy, so invisible
 characters, look-alikes of `<`, `/` and of the name's letters, full-width forms and `-` for `_` all
 count): its `<` becomes `&lt;` (a look-alike of `<` a character reference), so `<system_guidance>`
-arrives as `&lt;system_guidance>`. Only those openings change; every other character, `<` and `&`
+arrives as `&lt;system_guidance>`; a character reference a reader may decode to `<` (`&#60;`, `&#x3c;`,
+`&LT;`, `&lt` without its semicolon) opens one too and has its `&` written `&amp;`, while `&lt;` itself
+is the escape's own spelling and stays. Only those openings change; every other character, `<` and `&`
 included, is left as typed, so code, HTML and maths in user text read as written. The rewrite is
 idempotent (its output holds no reserved tag opening, and `&lt;` is not one) and deterministic, so a
 transcript converts to the same request bytes every time (the provider's prefix cache). The builder of

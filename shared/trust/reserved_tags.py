@@ -16,6 +16,12 @@ case folding, and Unicode's confusables for `<`, `/`, `-` and the Latin letters
 (shared/trust/tag_confusables.py: Cyrillic `ѕ`, Greek `ο`, `‹`, `﹤`, `〈`, `⟨`...); `-` reads as `_`. An
 opening is a `<` look-alike, optional whitespace, an optional `/` look-alike, optional whitespace, a
 reserved name, then anything that is not a name character ([a-z0-9_] after folding) or the end.
+
+A character reference a reader may decode to `<` opens one as a `<` does: `&LT;`, `&lt` without its
+semicolon, `&#60;`, `&#x3c;` (any case, leading zeros, semicolon or not). Its escape writes the `&`
+as `&amp;` (`&amp;#60;system_update` reads as text after one decoding too). The one spelling that
+does not open a tag is `&lt;` itself: it is what the escape of a raw `<` writes, and the model is told
+that a tag written with it is a quotation (services/runtime/prompts/transport.txt).
 """
 
 from __future__ import annotations
@@ -227,12 +233,12 @@ def _complete(states: set[State]) -> tuple[str, bool] | None:
     return None
 
 
-def _opening_at(text: str, i: int) -> TagMatch | None:
-    """The reserved tag that the `<` look-alike at `i` opens, if it does. A complete name ends at a
-    character that is no name character, at the end of the text, and (the cautious reading: a reader
-    may take it for a break) at an invisible one."""
+def _opening_at(text: str, i: int, after: int | None = None) -> TagMatch | None:
+    """The reserved tag that the `<` look-alike at `i` (or the reference to `<` from `i` to `after`)
+    opens, if it does. A complete name ends at a character that is no name character, at the end of
+    the text, and (the cautious reading: a reader may take it for a break) at an invisible one."""
     states: set[State] = {(0, 0, False)}
-    for j in range(i + 1, len(text)):
+    for j in range(i + 1 if after is None else after, len(text)):
         folded = fold(text[j])
         if not folded and (done := _complete(states)) is not None:
             return TagMatch(text, i, j, *done)
@@ -261,23 +267,41 @@ def _ascii_opening_at(text: str, i: int) -> TagMatch | None:
     return NOT_AN_OPENING if stop == "" or (stop.isascii() and re.match(_SKIPPED_ASCII, stop) is None) else None
 
 
+# A character reference to `<` other than `&lt;` (the module docstring): named (HTML's `lt` and `LT`,
+# without a semicolon too; any case here), decimal or hexadecimal with any leading zeros.
+_REFERENCE_RE = re.compile(r"&(?!lt;)(?:(?i:lt);?|#0*60(?![0-9]);?|#[xX]0*3[cC](?![0-9a-fA-F]);?)")
+
+
 class TagRule:
     """Where text opens or closes a reserved tag (the module docstring's rule)."""
 
     def finditer(self, text: str) -> Iterator[TagMatch]:
+        refs = _REFERENCE_RE.finditer(text) if "&" in text else iter(())
+        ref = next(refs, None)
         for m in _CANDIDATE_RE.finditer(text):
+            while ref is not None and ref.start() < m.start():
+                if (found := _opening_at(text, ref.start(), ref.end())) is not None:
+                    yield found
+                ref = next(refs, None)
             i = m.start()
             found = _ascii_opening_at(text, i) if text[i] == "<" and text[i + 1:i + 2].isascii() else None
             if found is None:
                 found = _opening_at(text, i)
             if found is not None and found is not NOT_AN_OPENING:
                 yield found
+        while ref is not None:
+            if (found := _opening_at(text, ref.start(), ref.end())) is not None:
+                yield found
+            ref = next(refs, None)
 
     def search(self, text: str) -> TagMatch | None:
         return next(self.finditer(text), None)
 
     def match(self, text: str) -> TagMatch | None:
         """An opening at the very start of `text`."""
+        if text.startswith("&"):
+            ref = _REFERENCE_RE.match(text)
+            return None if ref is None else _opening_at(text, 0, ref.end())
         if not (text and text[0] in OPENERS):
             return None
         found = _ascii_opening_at(text, 0)
@@ -294,13 +318,14 @@ TAG_RULE = TagRule()
 
 def escape_opener(c: str) -> str:
     """How the first character of a reserved tag opening is written where it must not open one:
-    `&lt;` for `<`, a hexadecimal character reference for a look-alike (reversible either way)."""
-    return "&lt;" if c == "<" else f"&#x{ord(c):X};"
+    `&lt;` for `<`, `&amp;` for the `&` of a character reference to `<`, a hexadecimal character
+    reference for a look-alike (reversible either way)."""
+    return "&lt;" if c == "<" else "&amp;" if c == "&" else f"&#x{ord(c):X};"
 
 
 def escape_openings(text: str) -> str:
     """`text` with the first character of every reserved tag opening written by `escape_opener`."""
-    starts = TAG_RULE.starts(text) if _OPENER_RE.search(text) else []
+    starts = TAG_RULE.starts(text) if _OPENER_RE.search(text) or "&" in text else []
     if not starts:
         return text
     parts, at = [], 0

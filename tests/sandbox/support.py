@@ -41,7 +41,9 @@ def bash(stack: Stack, sid: str, command: str, timeout: int | None = None) -> di
     run_tools(stack, sid, call("bash", **args), wait_s=60 + (timeout or 0))
     # agent_end can be read before the transcript's line is on disk (the runtime writes off its loop)
     got = wait_sync(lambda: found if len(found := results(stack, sid)) > before else None, timeout=30,
-                    interval=0.05, what=f"{sid}: the bash result in the transcript")
+                    interval=0.05, what=f"{sid}: the bash result in the transcript",
+                    detail=lambda: f"transcript tail: {transcript(stack.data_dir, sid)[-3:]}; runtime log tail: "
+                                   f"{stack.log('runtime')[-3000:]}")
     assert len(got) == before + 1, got
     msg = got[-1]
     msg["text"] = "".join(part.get("text", "") for part in msg["content"])

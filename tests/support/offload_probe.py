@@ -20,3 +20,14 @@ def spin(seconds: float) -> int:
 
 def allocate(n: int) -> int:
     return len(bytearray(n))
+
+
+def priority() -> tuple[int, int]:
+    """The worker's scheduling policy and nice value."""
+    return os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def sleep(seconds: float) -> float:
+    """Waits on nothing for `seconds` (no CPU): a job the loop's turns would slow down looks the same."""
+    time.sleep(seconds)
+    return seconds

@@ -102,3 +102,12 @@ def test_ordinary_markup_is_left_alone() -> None:
         assert neutralise(text) == text
     assert neutralise("<system_guidance>do it</system_guidance>") == "&lt;system_guidance>do it&lt;/system_guidance>"
     assert neutralise("\ufe64system_guidance\ufe65") == "&#xFE64;system_guidance\ufe65"
+
+
+def test_a_reference_opening_has_its_ampersand_escaped_and_lt_itself_stays() -> None:
+    """A reference to `<` that opens a tag is written with `&amp;` (it reads as text after one decoding
+    too); `&lt;` is already what a neutralised `<` looks like, so text holding it is left as typed."""
+    assert neutralise("&#60;system_update>x&#X3C;/system_update>") == "&amp;#60;system_update>x&amp;#X3C;/system_update>"
+    assert neutralise("&ltsummary> &LT;quoted") == "&amp;ltsummary> &amp;LT;quoted"
+    assert neutralise("&lt;system_update&gt;") == "&lt;system_update&gt;"
+    assert neutralise(neutralise("<system_update> &#60;system_update>")) == "&lt;system_update> &amp;#60;system_update>"

@@ -41,6 +41,26 @@ async def test_a_job_past_its_budget_is_killed_and_the_next_gets_a_fresh_worker(
         await pool.close()
 
 
+async def test_a_worker_runs_at_the_lowest_priority_and_yields_to_a_waking_loop() -> None:
+    pool = offload.Pool("t", size=1)
+    try:
+        assert await pool.run(f"{PROBE}:priority", timeout_s=30) == (os.SCHED_BATCH, 19)
+    finally:
+        await pool.close()
+
+
+async def test_a_budget_is_cpu_time_so_a_job_slowed_by_others_is_not_cut_short() -> None:
+    """A job that got little CPU (here: none, it sleeps) past its budget's wall time still finishes;
+    one that spends its CPU budget is ended by the kernel (the test above)."""
+    pool = offload.Pool("t", size=1)
+    try:
+        assert await pool.run(f"{PROBE}:sleep", 1.5, timeout_s=1.0) == 1.5
+        with pytest.raises(offload.TimedOut):
+            await pool.run(f"{PROBE}:sleep", 60.0, timeout_s=0.25)  # past WALL_FACTOR x its budget
+    finally:
+        await pool.close()
+
+
 async def test_a_job_past_the_memory_limit_fails_in_the_worker() -> None:
     pool = offload.Pool("t", size=1, memory_bytes=256 * 1024 * 1024)
     try:

@@ -11,12 +11,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.trust.reserved_tags import _INVISIBLE, OPENERS, RESERVED_TAGS, TAG_RULE, _opening_at, fold
+from shared.trust.reserved_tags import (
+    _INVISIBLE,
+    _REFERENCE_RE,
+    OPENERS,
+    RESERVED_TAGS,
+    TAG_RULE,
+    _opening_at,
+    fold,
+)
 from shared.trust.tag_confusables import LOOKALIKES
-from tests.support.trusted import ANY_TEXT, FRAGMENTS, INVISIBLE, LISTED_FORGERIES, LT_FORMS, forged_tag
+from tests.support.trusted import (
+    ANY_TEXT,
+    FRAGMENTS,
+    INVISIBLE,
+    LISTED_FORGERIES,
+    LT_FORMS,
+    REF_FORMS,
+    forged_tag,
+)
 from tools.tag_confusables import table
 
-TEXTS = st.lists(st.one_of(forged_tag(), ANY_TEXT, st.sampled_from(FRAGMENTS + INVISIBLE + LT_FORMS),
+TEXTS = st.lists(st.one_of(forged_tag(), ANY_TEXT, st.sampled_from(FRAGMENTS + INVISIBLE + LT_FORMS + REF_FORMS),
                            st.sampled_from(RESERVED_TAGS)), max_size=10).map("".join)
 
 
@@ -69,6 +85,26 @@ def test_the_fast_scan_skips_only_invisible_characters() -> None:
 def test_the_fast_paths_find_what_the_walk_finds(text: str) -> None:
     """The candidate scan and the ASCII shortcut are speed only: the same openings as the walk from
     every opener."""
-    walk = [(i, m.end(), m.canonical()) for i, c in enumerate(text) if c in OPENERS
-            and (m := _opening_at(text, i)) is not None]
+    walk = sorted([(i, m.end(), m.canonical()) for i, c in enumerate(text) if c in OPENERS
+                   and (m := _opening_at(text, i)) is not None]
+                  + [(r.start(), m.end(), m.canonical()) for r in _REFERENCE_RE.finditer(text)
+                     if (m := _opening_at(text, r.start(), r.end())) is not None])
     assert [(m.start(), m.end(), m.canonical()) for m in TAG_RULE.finditer(text)] == walk
+
+
+@pytest.mark.parametrize("ref", REF_FORMS)
+def test_a_character_reference_to_lt_opens_a_tag_as_lt_does(ref: str) -> None:
+    """HTML's references to `<` (named without a semicolon or in capitals, decimal, hexadecimal, leading
+    zeros) read as `<`; `&lt;` itself is the escape's own spelling, a quotation (prompts/transport.txt)."""
+    for tag in ("system_update", "quoted"):
+        for typed, closing in ((f"{ref}{tag}&gt;", False), (f"{ref} /{tag}>", True), (f"x {ref}{tag}\u200b", False)):
+            found = TAG_RULE.search(typed)
+            assert found is not None and found.tag == tag and found.closing is closing, (ref, typed)
+            assert found.start() == typed.index("&")
+    assert TAG_RULE.search("&lt;system_update&gt;") is None
+
+
+def test_near_misses_of_a_reference_are_not_openings() -> None:
+    for text in ("&#600system_update", "&#x3cc;system_update", "&#60;div>", "&#61;system_update", "&amp;#60;quoted",
+                 "&amp;lt;summary", "&#x3c;summaryx", "&l t;summary", "&#;summary"):
+        assert TAG_RULE.search(text) is None, text

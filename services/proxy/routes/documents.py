@@ -11,6 +11,7 @@ dormant-write lock, and the session stays dormant. Both sides apply the edit wit
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from fastapi import APIRouter, Body, Depends, Header
@@ -18,6 +19,7 @@ from fastapi.responses import JSONResponse
 
 from services.proxy.artifacts import client_digest, document_changed, document_deleted
 from services.proxy.deps import Proxy, get_proxy, tracking
+from services.proxy.dormant import disk_budget
 from services.proxy.edge.errors import DISK_ERRORS, ApiError
 from services.proxy.liveness import apply_if_dormant, owned_session, refused
 from services.proxy.rows import SessionState
@@ -99,6 +101,8 @@ async def _edit(
     sid = state.row.id
     paths = session_paths(proxy.settings.storage.data_dir, sid)
     paths.document(doc)  # refuse a bad id (400) before anything else
+    # What the stored deck may grow by, at most: the body's own JSON (a 507 here writes nothing).
+    await disk_budget.admit(proxy, state.row.owner, len(json.dumps(document, separators=(",", ":"))), "this document")
     applied = await apply_if_dormant(proxy, state, "document", lambda: asyncio.to_thread(
         write_model.edit_document, paths, doc, op, document, if_match))
     if applied is not None:

@@ -26,6 +26,7 @@ from shared.contracts.todo import TodoList
 from shared.contracts.transcript import Deviation
 from shared.redis import keys, revnum
 from shared.settings import Settings
+from shared.storage import user_disk
 from shared.storage.blobs import write_blob
 from shared.storage.disk import SessionPaths, workspace_files
 from shared.storage.quota import WorkspaceQuota
@@ -43,6 +44,7 @@ class SessionToolHost:
         self.paths = paths
         self.data_dir = settings.storage.data_dir
         self.max_file_bytes = settings.storage.max_file_bytes
+        self.user_disk_bytes = settings.storage.user_disk_bytes  # all of the owner's sessions (shared/storage/user_disk.py)
         self.image_limits = settings.images.image_limits()
         self.image_settings = settings.images
         self._owner: str | None = None
@@ -78,6 +80,14 @@ class SessionToolHost:
 
     async def guarded_write(self, fn: Callable[[], T]) -> T:
         return await self._guard.write(fn)
+
+    async def over_user_budget(self, adding: int, what: str) -> str | None:
+        return await user_disk.measures(self.data_dir).admit(self.client, await self.tenant(), adding, what,
+                                                             self.user_disk_bytes)
+
+    def user_disk_changed(self) -> None:
+        if self._owner is not None:
+            user_disk.measures(self.data_dir).forget(self._owner)
 
     @property
     def viewable_files(self) -> list[str]:

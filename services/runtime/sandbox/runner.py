@@ -21,6 +21,10 @@ from typing import Any
 
 CHUNK = 65536
 DRAIN_S = 2.0  # after the kill, how long the pipe may take to reach EOF
+# After the kill, how long the process may take to exit before the call's result goes back without
+# its exit code: a task the kernel holds in a memory cgroup's reclaim or OOM handling dies only once
+# that ends, and the result must not wait on the kernel (the process is reaped in the I/O pool).
+REAP_S = 10.0
 
 
 @dataclass
@@ -129,8 +133,11 @@ async def run_confined(argv: Sequence[str], *, env: dict[str, str], cwd: str | N
                 stopped = guard.result()
             timed_out = not aborted and stopped is None
         kill_group(proc.pid)  # also after a normal exit: what the command left running goes too
-        await waiter
-        proc.poll()  # reap: the pidfd said it exited
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), REAP_S)
+            proc.poll()  # reap: the pidfd said it exited
+        except TimeoutError:
+            loop.run_in_executor(None, proc.wait)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(pump), DRAIN_S)
     except asyncio.CancelledError:

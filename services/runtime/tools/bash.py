@@ -53,6 +53,8 @@ def bash_tool(host: ShellHost, agent: AgentFilesHost | None = None) -> Tool:
         box = host.sandbox
         if box.layer is None:  # never unconfined by accident
             return ToolOutcome(content=f"bash is disabled: {box.reason}", is_error=True, details={"sandbox": "none"})
+        if (why := await host.over_user_budget(1, "this command")) is not None:  # nothing run: 507
+            return ToolOutcome(content=f"bash refused (507): {why}", is_error=True, details={"userDiskBudget": True})
         limits = host.workspace_quota.limits
         before = await asyncio.to_thread(walk, root, limits)
         reads = agent.file_reads if agent is not None else None
@@ -71,6 +73,8 @@ def bash_tool(host: ShellHost, agent: AgentFilesHost | None = None) -> Tool:
         over = await asyncio.to_thread(quota.enforce, root, before, after, host.workspace_quota)
         if over is not None:
             after = await asyncio.to_thread(walk, root, limits)
+        if after.disk != before.disk or not (before.complete and after.complete):
+            host.user_disk_changed()  # what it wrote, and the snapshot that copies it: measured at the next check
         files = await _publish_changes(host, root, before, after)
         text, details = _limit_notes(res, box.limits.memory_bytes, over)
         if reads is not None and files:
@@ -119,8 +123,9 @@ def _limit_notes(res: SandboxResult, memory_bytes: int, over: quota.QuotaReport 
         text += "\n" + res.stopped
     if res.memory_killed:
         details["memoryKilled"] = res.memory_killed
-        text += (f"\n[the call reached its memory limit ({memory_bytes} bytes for all its processes and its /tmp, "
-                 f"HOME and /dev/shm together): the kernel killed {res.memory_killed} process(es)]")
+        text += (f"\n[killed: memory limit. The call reached its memory limit ({memory_bytes} bytes for all its "
+                 f"processes and its /tmp, HOME and /dev/shm together): the kernel killed {res.memory_killed} "
+                 "process(es) and the rest of the call was ended]")
     if over is not None:
         details["quotaExceeded"] = True
         text += "\n" + over.message()

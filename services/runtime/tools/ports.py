@@ -40,6 +40,15 @@ class WorkspaceHost(Protocol):
         """`fn` in the I/O pool with the lease checked and the disk fence held (write_guard.py)."""
         ...
 
+    async def over_user_budget(self, adding: int, what: str) -> str | None:
+        """Why `adding` more bytes would take the owner's sessions past their disk budget (shared/storage/user_disk.py),
+        or None (then counted)."""
+        ...
+
+    def user_disk_changed(self) -> None:
+        """The owner's disk changed by an amount not known here (a bash call): the next check measures."""
+        ...
+
     async def artifact_changed(self, ref: str, kind: str, *, document: dict[str, Any] | None = None, deleted: bool = False,
                                content: bytes | None = None) -> None: ...
 
