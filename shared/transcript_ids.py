@@ -22,10 +22,10 @@ import hashlib
 import os
 import struct
 import tempfile
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
 from shared.leftovers import discard_temp
 from shared.transcript_scan import Span, file_size, read_spans
@@ -284,11 +284,21 @@ class Known(Generic[K]):
         return found
 
 
-def items(prompts: Mapping[str, str], sources: Iterable[tuple[str, str, str]],
-          compactions: Iterable[str]) -> list[tuple[bytes, str]]:
+class Ids(Protocol):
+    """The ids an index keeps (shared/transcript_index.py `TranscriptIndex`)."""
+
+    @property
+    def prompts(self) -> Mapping[str, str]: ...
+    @property
+    def sources(self) -> Sequence[tuple[str, str, str]]: ...
+    @property
+    def compactions(self) -> Sequence[str]: ...
+
+
+def items(index: Ids) -> list[tuple[bytes, str]]:
     """The index's ids as records to merge: (key, the entry that recorded it)."""
-    return [*((prompt_key(p), e) for p, e in prompts.items()), *((source_key((s, i)), e) for s, i, e in sources),
-            *((compaction_key(c), "") for c in compactions)]
+    return [*((prompt_key(p), e) for p, e in index.prompts.items()),
+            *((source_key((s, i)), e) for s, i, e in index.sources), *((compaction_key(c), "") for c in index.compactions)]
 
 
 def older_ids(transcript: Path, ids_length: int) -> IdFile | None | Literal[False]:

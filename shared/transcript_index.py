@@ -12,11 +12,11 @@ Crash rules. The index is written whole (temp file, fsync, rename: `atomic_write
 reader sees an old index or a new one, never a torn one. It describes a prefix of an append-only
 file, checked at every read: the file must be at least `length` long and its line at `last` must hash
 to `last_hash`. A missing, unparsable, other-version or stale index (the transcript rewritten, cut, or
-replaced), or one whose ids file is not valid (`older_ids`), is rebuilt from the transcript by one
-scan in slices (shared/transcript_scan.py). Lines
-appended after `length` (the index is written at compactions and leaf moves, not at every append)
-are read and folded at the wake; when they are not a plain continuation of the leaf (a leaf move a
-crash kept from its index write, a second writer), the index is rebuilt.
+replaced), or one whose ids file is not valid (shared/transcript_ids.py `older_ids`), is rebuilt from
+the transcript by one scan in slices (shared/transcript_scan.py). Lines appended after `length` (the
+index is written at compactions and leaf moves, not at every append) are read and folded at the wake;
+when they are not a plain continuation of the leaf (a leaf move a crash kept from its index write, a
+second writer), the index is rebuilt.
 """
 
 from __future__ import annotations
@@ -133,9 +133,9 @@ def save(transcript: Path, index: TranscriptIndex) -> TranscriptIndex:
     """Write the index (returned); its ids, once `RECENT_MAX` or more, first move to the ids file (written
     before the index that counts on it: a crash between keeps both valid)."""
     if index.recent() >= tid.RECENT_MAX and index.last is not None:
-        tid.merge(transcript, tid.items(index.prompts, index.sources, index.compactions), index.length, index.last,
-                  index.last_hash, keep=index.ids_length > 0)
-        index = index.model_copy(update={"prompts": {}, "sources": [], "compactions": [], "ids_length": index.length})
+        tid.merge(transcript, tid.items(index), index.length, index.last, index.last_hash, index.ids_length > 0)
+        index = index.model_copy(update={"prompts": {}, "sources": [], "compactions": [], "ids_length": index.length,
+                                         "version": VERSION})
     write_index(transcript, index)
     return index
 
