@@ -14,7 +14,9 @@ bench runs (scripted/history.py: valid entries, a compaction every ~200 KB), 0 /
 - the same wakes while `--neighbours` other sessions stream paced answers (80 tokens/s) on the worker:
   the event loop's lag p99 (what every neighbour's next token waits for) and the wake's own figures;
 - at the largest size: a rewind to an entry in the window, an edit-and-branch, and a rewind to an entry
-  a full scan finds (refused 409: generated history has no snapshots; the time is the scan's).
+  a full scan finds (refused 409: generated history has no snapshots; the time is the scan's); then, the
+  session dormant, as the proxy runs them in its I/O pool: the branch view's first page (`GET
+  /transcript`), a fork of the leaf (the whole branch copied) and an export (limit raised to 4 GiB).
 
 Prints a table, writes bench/results/history.json (`--out`). Run under `flock /tmp/gamma-bench.lock`.
 """
@@ -26,6 +28,7 @@ import asyncio
 import gc
 import json
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -46,9 +49,11 @@ from scripted.gamma import ScriptedGamma  # noqa: E402
 from scripted.history import write_history  # noqa: E402
 from scripted.pacing import Timing  # noqa: E402
 from scripted.transport import scripted_client  # noqa: E402
+from services.proxy.export import build as export  # noqa: E402
+from services.proxy.transcript_pages import view_and_page  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
 from services.runtime.skills import load_skills  # noqa: E402
-from shared import inbox, keys  # noqa: E402
+from shared import fork, inbox, keys  # noqa: E402
 from shared import rewind as rw  # noqa: E402
 from shared import transcript_index as ix  # noqa: E402
 from shared.contracts.inbox import Barrier, UserPrompt  # noqa: E402
@@ -56,6 +61,7 @@ from shared.contracts.lifecycle import SessionLive  # noqa: E402
 from shared.contracts.transcript import MessageEntry  # noqa: E402
 from shared.contracts.wake import Wake  # noqa: E402
 from shared.disk import session_paths  # noqa: E402
+from shared.snapshots import SnapshotLimits  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "history.json"
 SIZES = {"empty": 0, "10MB": 10 << 20, "100MB": 100 << 20, "1GB": 1 << 30}
@@ -217,6 +223,39 @@ async def rewinds(b: Bench, sid: str) -> dict[str, Any]:
     return out
 
 
+def dormant_ops(data_dir: Path, sid: str) -> dict[str, Any]:
+    """The branch view's first page, a fork of the leaf and an export of the dormant session (blocking)."""
+    src, out = session_paths(data_dir, sid), {}
+
+    def timed(key: str, op: Any) -> None:
+        start = time.perf_counter()
+        try:
+            out[key + "_outcome"] = op()
+        except Exception as exc:  # noqa: BLE001 - recorded: the next operation still runs
+            out[key + "_outcome"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+        out[key + "_ms"] = round((time.perf_counter() - start) * 1000, 1)
+
+    def view() -> str:
+        _, page = view_and_page(src.transcript, 0, 200, 1 << 20, tree=False)
+        return f"{len(page.entries)} entries"
+
+    def fork_leaf() -> str:
+        limits, dst = SnapshotLimits(), session_paths(data_dir, f"{sid}-fork")
+        fork.lay_out(fork.plan(src, limits, None, dormant=True), dst, limits, {})
+        size = dst.transcript.stat().st_size
+        shutil.rmtree(dst.root)
+        return f"{size} bytes of branch copied"
+
+    def export_all() -> str:
+        with export(src.root, sid, b"{}", 4 << 30, data_dir / "spool") as f:
+            return f"{f.seek(0, 2)} bytes (tar.gz)"
+
+    timed("branch_view", view)
+    timed("fork", fork_leaf)
+    timed("export", export_all)
+    return out
+
+
 async def measure_size(b: Bench, label: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
     sid = f"history-{label.lower()}"
     row: dict[str, Any] = {"size": label}
@@ -268,6 +307,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 if label == big:
                     loaded[label]["rewinds"], _ = await lag_during(rewinds(b, sid))
                 await h.worker.close(sid, "bench")
+                if label == big:
+                    ops, lag = await lag_during(asyncio.to_thread(dormant_ops, Path(tmp), sid))
+                    loaded[label]["dormant_ops"] = {**ops, "neighbour_loop_lag_ms": lag}
             for task in streams:
                 task.cancel()
             await asyncio.gather(*streams, return_exceptions=True)
@@ -298,7 +340,8 @@ def table(r: dict[str, Any]) -> str:
     for label, x in r["with_neighbours"].items():
         lines.append(f"{label:>8} wake->1st tok p50/p99 {x['wake_to_first_token_ms']['p50']}/"
                      f"{x['wake_to_first_token_ms']['p99']} ms, loop lag p99 {x['neighbour_loop_lag_ms']['p99']} ms"
-                     + (f", rewinds {x['rewinds']}" if "rewinds" in x else ""))
+                     + (f", rewinds {x['rewinds']}" if "rewinds" in x else "")
+                     + (f", dormant {x['dormant_ops']}" if "dormant_ops" in x else ""))
     return "\n".join(lines)
 
 
