@@ -55,6 +55,7 @@ from services.runtime.app import skills_dir  # noqa: E402
 from services.runtime.skills import load_skills  # noqa: E402
 from shared import fork, inbox, keys  # noqa: E402
 from shared import rewind as rw  # noqa: E402
+from shared import transcript_ids as tid  # noqa: E402
 from shared import transcript_index as ix  # noqa: E402
 from shared.contracts.inbox import Barrier, UserPrompt  # noqa: E402
 from shared.contracts.lifecycle import SessionLive  # noqa: E402
@@ -273,6 +274,8 @@ async def measure_size(b: Bench, label: str, size: int, args: argparse.Namespace
     await b.prompt(sid, script(done("first")))
     index = ix.index_path(session_paths(b.data_dir, sid).transcript)
     row["index_bytes"] = index.stat().st_size if index.exists() else 0
+    ids = tid.ids_path(session_paths(b.data_dir, sid).transcript)
+    row["ids_bytes"] = ids.stat().st_size if ids.exists() else 0
     row["window_entries"] = len(b.h.worker.sessions[sid].transcript.entries)
     row |= await b.rounds(sid, args.rounds)
     row["memory"] = await b.held_memory(sid)
