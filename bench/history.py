@@ -14,7 +14,9 @@ bench runs (scripted/history.py: valid entries, a compaction every ~200 KB), 0 /
 - the same wakes while `--neighbours` other sessions stream paced answers (80 tokens/s) on the worker:
   the event loop's lag p99 (what every neighbour's next token waits for) and the wake's own figures;
 - at the largest size: a rewind to an entry in the window, an edit-and-branch, and a rewind to an entry
-  a full scan finds (refused 409: generated history has no snapshots; the time is the scan's).
+  a full scan finds (refused 409: generated history has no snapshots; the time is the scan's); then, the
+  session dormant, as the proxy runs them in its I/O pool: the branch view's first page (`GET
+  /transcript`), a fork of the leaf (the whole branch copied) and an export (limit raised to 4 GiB).
 
 Prints a table, writes bench/results/history.json (`--out`). Run under `flock /tmp/gamma-bench.lock`.
 """
@@ -26,6 +28,7 @@ import asyncio
 import gc
 import json
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -46,16 +49,21 @@ from scripted.gamma import ScriptedGamma  # noqa: E402
 from scripted.history import write_history  # noqa: E402
 from scripted.pacing import Timing  # noqa: E402
 from scripted.transport import scripted_client  # noqa: E402
+from services.proxy.dormant.export import build as export  # noqa: E402
+from services.proxy.dormant.transcript_pages import view_and_page  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
 from services.runtime.skillset.skills import load_skills  # noqa: E402
 from shared.contracts.inbox import Barrier, UserPrompt  # noqa: E402
 from shared.contracts.lifecycle import SessionLive  # noqa: E402
 from shared.contracts.transcript import MessageEntry  # noqa: E402
 from shared.contracts.wake import Wake  # noqa: E402
+from shared.history import fork  # noqa: E402
 from shared.history import rewind as rw  # noqa: E402
+from shared.history import transcript_ids as tid  # noqa: E402
 from shared.history import transcript_index as ix  # noqa: E402
 from shared.redis import keys  # noqa: E402
 from shared.storage.disk import session_paths  # noqa: E402
+from shared.storage.snapshots import SnapshotLimits  # noqa: E402
 from shared.streams import inbox  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "history.json"
@@ -218,6 +226,39 @@ async def rewinds(b: Bench, sid: str) -> dict[str, Any]:
     return out
 
 
+def dormant_ops(data_dir: Path, sid: str) -> dict[str, Any]:
+    """The branch view's first page, a fork of the leaf and an export of the dormant session (blocking)."""
+    src, out = session_paths(data_dir, sid), {}
+
+    def timed(key: str, op: Any) -> None:
+        start = time.perf_counter()
+        try:
+            out[key + "_outcome"] = op()
+        except Exception as exc:  # noqa: BLE001 - recorded: the next operation still runs
+            out[key + "_outcome"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+        out[key + "_ms"] = round((time.perf_counter() - start) * 1000, 1)
+
+    def view() -> str:
+        _, page = view_and_page(src.transcript, 0, 200, 1 << 20, tree=False)
+        return f"{len(page.entries)} entries"
+
+    def fork_leaf() -> str:
+        limits, dst = SnapshotLimits(), session_paths(data_dir, f"{sid}-fork")
+        fork.lay_out(fork.plan(src, limits, None, dormant=True), dst, limits, {})
+        size = dst.transcript.stat().st_size
+        shutil.rmtree(dst.root)
+        return f"{size} bytes of branch copied"
+
+    def export_all() -> str:
+        with export(src.root, sid, b"{}", 4 << 30, data_dir / "spool") as f:
+            return f"{f.seek(0, 2)} bytes (tar.gz)"
+
+    timed("branch_view", view)
+    timed("fork", fork_leaf)
+    timed("export", export_all)
+    return out
+
+
 async def measure_size(b: Bench, label: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
     sid = f"history-{label.lower()}"
     row: dict[str, Any] = {"size": label}
@@ -235,6 +276,8 @@ async def measure_size(b: Bench, label: str, size: int, args: argparse.Namespace
     await b.prompt(sid, script(done("first")))
     index = ix.index_path(session_paths(b.data_dir, sid).transcript)
     row["index_bytes"] = index.stat().st_size if index.exists() else 0
+    ids = tid.ids_path(session_paths(b.data_dir, sid).transcript)
+    row["ids_bytes"] = ids.stat().st_size if ids.exists() else 0
     row["window_entries"] = len(b.h.worker.sessions[sid].transcript.entries)
     row |= await b.rounds(sid, args.rounds)
     row["memory"] = await b.held_memory(sid)
@@ -269,6 +312,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 if label == big:
                     loaded[label]["rewinds"], _ = await lag_during(rewinds(b, sid))
                 await h.worker.close(sid, "bench")
+                if label == big:
+                    ops, lag = await lag_during(asyncio.to_thread(dormant_ops, Path(tmp), sid))
+                    loaded[label]["dormant_ops"] = {**ops, "neighbour_loop_lag_ms": lag}
             for task in streams:
                 task.cancel()
             await asyncio.gather(*streams, return_exceptions=True)
@@ -299,7 +345,8 @@ def table(r: dict[str, Any]) -> str:
     for label, x in r["with_neighbours"].items():
         lines.append(f"{label:>8} wake->1st tok p50/p99 {x['wake_to_first_token_ms']['p50']}/"
                      f"{x['wake_to_first_token_ms']['p99']} ms, loop lag p99 {x['neighbour_loop_lag_ms']['p99']} ms"
-                     + (f", rewinds {x['rewinds']}" if "rewinds" in x else ""))
+                     + (f", rewinds {x['rewinds']}" if "rewinds" in x else "")
+                     + (f", dormant {x['dormant_ops']}" if "dormant_ops" in x else ""))
     return "\n".join(lines)
 
 

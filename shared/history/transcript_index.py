@@ -3,19 +3,20 @@
 
 `.transcript.index.json` holds, as of the first `length` bytes of `transcript.jsonl`: the spans of the
 active branch from the latest compaction's first kept entry to the leaf (the window: everything the
-model's context is built from), the skills live at the window's start, the idempotency facts of every
-branch (prompt ids, injection sources, the revisions the agent was told, compaction request ids) and
-the tree's branch points. A wake reads the index, the window's lines and the lines appended after
-`length`: never the rest of the file.
+model's context is built from), the skills live at the window's start and the idempotency facts of
+every branch: the revisions the agent was told, and the prompt ids, injection sources and compaction
+request ids after `ids_length` (those before: the ids file, shared/history/transcript_ids.py). A wake reads the
+index, the window's lines and the lines after `length`: never the rest of the file.
 
 Crash rules. The index is written whole (temp file, fsync, rename: `atomic_write_bytes`), so a
 reader sees an old index or a new one, never a torn one. It describes a prefix of an append-only
 file, checked at every read: the file must be at least `length` long and its line at `last` must hash
 to `last_hash`. A missing, unparsable, other-version or stale index (the transcript rewritten, cut, or
-replaced) is rebuilt from the transcript by one scan in slices (shared/history/transcript_scan.py). Lines
-appended after `length` (the index is written at compactions and leaf moves, not at every append)
-are read and folded at the wake; when they are not a plain continuation of the leaf (a leaf move a
-crash kept from its index write, a second writer), the index is rebuilt.
+replaced), or one whose ids file is not valid (shared/history/transcript_ids.py `older_ids`), is rebuilt from
+the transcript by one scan in slices (shared/history/transcript_scan.py). Lines appended after `length` (the
+index is written at compactions and leaf moves, not at every append) are read and folded at the wake;
+when they are not a plain continuation of the leaf (a leaf move a crash kept from its index write, a
+second writer), the index is rebuilt.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from shared.contracts.transcript import ENTRY_ADAPTER, TranscriptEntry
+from shared.history import transcript_ids as tid
 from shared.history.knowledge import parse_source_id
-from shared.history.transcript_scan import Scan, Span, file_size, iter_lines, parse_line, read_spans, scan
+from shared.history.transcript_scan import Scan, Span, iter_lines, parse_line, read_spans, scan
 from shared.storage.disk import atomic_write_bytes
 from shared.storage.file_seen import fold_seen, seen_change
 
-VERSION = 1
+VERSION = 2  # 1: every id in the index, no ids file (read as `ids_length` 0)
 
 
 def index_path(transcript: Path) -> Path:
@@ -48,12 +50,13 @@ def line_hash(line: bytes) -> str:
 @dataclass
 class Facts:
     """Idempotency facts of every branch (services/runtime/store/transcript.py reads them): one fold of the
-    entries as JSON, for the live appends and for a rebuild alike."""
+    entries as JSON, for the live appends and for a rebuild alike; those before `ids_length`: the ids file."""
 
     prompts: dict[str, str] = field(default_factory=dict)  # prompt_id -> entry id
     sources: dict[tuple[str, str], str] = field(default_factory=dict)  # (source, source_id) -> entry id
     told: dict[str, tuple[int, str]] = field(default_factory=dict)  # ref -> (highest to_revision, entry id)
     compactions: set[str] = field(default_factory=set)  # request ids
+    ids_length: int = 0
 
     def fold(self, d: dict[str, Any]) -> None:
         kind, eid = d.get("type"), d.get("id")
@@ -94,7 +97,7 @@ def add_usage(acc: Usage, model: str, counts: Sequence[int]) -> None:
 
 
 class TranscriptIndex(BaseModel):
-    version: Literal[1] = 1  # VERSION: another version is rebuilt
+    version: Literal[1, 2] = 2  # VERSION: another version is rebuilt
     length: int = 0  # bytes of the transcript described (whole lines)
     last: Span | None = None  # the last line described, and its hash: the staleness check
     last_hash: str = ""
@@ -103,15 +106,18 @@ class TranscriptIndex(BaseModel):
     base_usage: Usage = {}  # the active branch's token usage before the window (cost records)
     base_loads: list[dict[str, Any]] = []  # loaded connectors/tools and knowledge before the window (`keep_loads`)
     base_seen: dict[str, str] = {}  # file -> the hash the agent saw, on the active branch before the window
-    prompts: dict[str, str] = {}
+    ids_length: int = 0  # the transcript bytes whose prompt ids, sources and compaction ids are in the ids file
+    prompts: dict[str, str] = {}  # those folded after `ids_length`
     sources: list[tuple[str, str, str]] = []
     told: dict[str, tuple[int, str]] = {}
     compactions: list[str] = []
-    branch_points: dict[str, list[str]] = {}
 
     def facts(self) -> Facts:
         return Facts(dict(self.prompts), {(s, i): e for s, i, e in self.sources}, dict(self.told),
-                     set(self.compactions))
+                     set(self.compactions), self.ids_length)
+
+    def recent(self) -> int:
+        return len(self.prompts) + len(self.sources) + len(self.compactions)
 
 
 def index_of(facts: Facts, **fields: Any) -> TranscriptIndex:
@@ -123,6 +129,17 @@ def write_index(transcript: Path, index: TranscriptIndex) -> None:
     atomic_write_bytes(index_path(transcript), index.model_dump_json().encode())
 
 
+def save(transcript: Path, index: TranscriptIndex) -> TranscriptIndex:
+    """Write the index (returned); its ids, once `RECENT_MAX` or more, first move to the ids file (written
+    before the index that counts on it: a crash between keeps both valid)."""
+    if index.recent() >= tid.RECENT_MAX and index.last is not None:
+        tid.merge(transcript, tid.items(index), index.length, index.last, index.last_hash, index.ids_length > 0)
+        index = index.model_copy(update={"prompts": {}, "sources": [], "compactions": [], "ids_length": index.length,
+                                         "version": VERSION})
+    write_index(transcript, index)
+    return index
+
+
 def read_index(transcript: Path) -> TranscriptIndex | None:
     """The index when it still describes the file; None when missing, corrupt or stale."""
     try:
@@ -131,13 +148,8 @@ def read_index(transcript: Path) -> TranscriptIndex | None:
         return None
     if index.length == 0:
         return index if index.last is None else None
-    if index.last is None or file_size(transcript) < index.length or sum(index.last) + 1 != index.length:
-        return None
-    try:
-        (line,) = read_spans(transcript, [index.last])
-    except (OSError, ValueError):
-        return None
-    return index if line_hash(line) == index.last_hash else None
+    holds = index.last is not None and tid.describes(transcript, index.length, index.last, index.last_hash)
+    return index if holds else None
 
 
 # ---------------------------------------------------------------- rebuild
@@ -262,9 +274,7 @@ def rebuild(transcript: Path, persist: bool = True) -> TranscriptIndex:
 
     s = scan(transcript, on_entry)
     index = index_from_scan(transcript, s, kinds, facts)
-    if persist:
-        write_index(transcript, index)
-    return index
+    return save(transcript, index) if persist else index
 
 
 def index_from_scan(transcript: Path, s: Scan, kinds: dict[int, dict[str, Any]], facts: Facts) -> TranscriptIndex:
@@ -290,7 +300,7 @@ def index_from_scan(transcript: Path, s: Scan, kinds: dict[int, dict[str, Any]],
                     window=[s.spans[i] for i in branch[start:]],
                     base_skills=[d for line in base_lines if (d := parse_line(line)) is not None], base_usage=usage,
                     base_loads=keep_loads((), (d for line in load_lines if (d := parse_line(line)) is not None)),
-                    base_seen=seen, branch_points=s.tree.branch_points())
+                    base_seen=seen)
 
 
 # ---------------------------------------------------------------- the wake's read
@@ -305,6 +315,7 @@ class Loaded:
     window: list[tuple[Span, TranscriptEntry]]
     tail: list[tuple[Span, dict[str, Any], TranscriptEntry]]
     rebuilt: bool = False
+    older: tid.IdFile | None = None  # the ids before the index's `ids_length`
 
 
 def parse_entry(d: dict[str, Any]) -> TranscriptEntry | None:
@@ -358,14 +369,18 @@ def load(transcript: Path, fresh: bool = False) -> Loaded:
     if not transcript.exists():  # a new session: nothing to read, no index written for it yet
         return Loaded(TranscriptIndex(), [], [])
     index, rebuilt = (None if fresh else read_index(transcript)), False
-    if index is None:
+    older = tid.older_ids(transcript, index.ids_length) if index is not None else False
+    if index is None or older is False:
         index, rebuilt = rebuild(transcript), True
+    elif index.recent() >= tid.RECENT_MAX:  # an index written before the ids file: its ids move there once
+        index = save(transcript, index)
     window = _read_window(transcript, index)
     tail = _read_tail(transcript, index, leaf_of(window))
     if tail is None:  # a branch the index does not know: the whole tree once more
         index, rebuilt = rebuild(transcript), True
         window, tail = _read_window(transcript, index), []
-    return Loaded(index, window, tail, rebuilt)
+    older = tid.older_ids(transcript, index.ids_length) if rebuilt or older is None else older
+    return Loaded(index, window, tail, rebuilt, older or None)
 
 
 def window_lines(transcript: Path) -> list[dict[str, Any]]:

@@ -11,6 +11,11 @@ from typing import Any
 from shared.storage.disk import DiskError, split_workspace_path
 
 TOOLS = ("read", "write", "edit")
+# Paths kept from before the window, at most: twice the workspace's default file quota
+# (GAMMA_WORKSPACE_MAX_FILES), so churn over months (files removed by others, never by a tracked
+# command) does not grow the index and the live session. The oldest seen go first: writing one of
+# those needs a read again, the rule for any file not seen.
+SEEN_MAX = 4096
 
 
 def seen_change(d: dict[str, Any]) -> dict[str, str | None] | None:
@@ -37,3 +42,5 @@ def fold_seen(seen: dict[str, str], change: dict[str, str | None]) -> None:
         seen.pop(path, None)
         if sha is not None:
             seen[path] = sha  # last seen last (services/runtime/store/file_reads.py `recent`)
+    for path in list(seen)[: max(0, len(seen) - SEEN_MAX)]:
+        del seen[path]

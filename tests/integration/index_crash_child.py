@@ -4,8 +4,11 @@ middle of its appends, compactions and leaf moves, for test_transcript_index_cra
 
 WHERE: `torn_append` (half a batch's bytes written), `before_index` (a compaction's lines written, its
 index not), `index_temp` (the index's temp file half written, not renamed), `before_reload` (a leaf
-move to an older entry written, the branch not read back), `anywhere` (the test kills it). It prints
-`ready` once it has loaded the transcript, then works until killed."""
+move to an older entry written, the branch not read back), `ids_temp` (the ids file's temp file half
+written), `before_ids_index` (a new ids file renamed, the index that counts on it not written),
+`anywhere` (the test kills it). The index keeps 24 ids, so the ids move to the ids file every few
+compactions (shared/history/transcript_ids.py). It prints `ready` once it has loaded the transcript, then
+works until killed."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from services.runtime.store.transcript import Transcript, read_entries
 from services.runtime.store.write_guard import WriteGuard
 from shared.contracts.messages import CustomMessage, UserMessage
 from shared.contracts.transcript import LeafEntry
+from shared.history import transcript_ids as tid
 from shared.history import transcript_index as ix
 
 
@@ -65,6 +69,22 @@ def arm(where: str, after: int) -> None:
                 die()
             real_atomic(path, data)
         ix.atomic_write_bytes = half  # type: ignore[assignment]
+    elif where == "ids_temp":
+        def half_ids(path: Path, chunks: Any) -> None:
+            if due():
+                (path.parent / f".{path.name}.crash.tmp").write_bytes(b"".join(chunks)[:100])
+                die()
+            real_ids(path, chunks)
+        real_ids = tid._write
+        tid._write = half_ids  # type: ignore[assignment]
+    elif where == "before_ids_index":
+        real_merge = tid.merge
+
+        def merged(*args: Any, **kwargs: Any) -> None:
+            real_merge(*args, **kwargs)
+            if due():
+                die()
+        tid.merge = merged  # type: ignore[assignment]
     elif where == "before_reload":
         real_load = ix.load
 
@@ -75,9 +95,11 @@ def arm(where: str, after: int) -> None:
         ix.load = no_reload  # type: ignore[assignment]
 
 
-async def work(path: Path, rng: random.Random) -> None:
-    t = Transcript.load(path, WriteGuard())
+async def work(path: Path, rng: random.Random, where: str) -> None:
+    t = Transcript.load(path, WriteGuard())  # its ids move to the ids file here (the index kept all of them)
     older = [e.id for e in read_entries(path) if not isinstance(e, LeafEntry)]
+    if where != "anywhere":
+        arm(where, rng.randint(1, 4))
     print("ready", flush=True)
     n = 0
     while True:
@@ -97,9 +119,8 @@ async def work(path: Path, rng: random.Random) -> None:
 def main() -> None:
     path, where, seed = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     rng = random.Random(seed)
-    if where != "anywhere":
-        arm(where, rng.randint(1, 4))
-    asyncio.run(work(path, rng))
+    tid.RECENT_MAX = 24
+    asyncio.run(work(path, rng, where))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""kill -9 at any point of an append, a compaction or a leaf move leaves a transcript index that is
-either correct or found stale and rebuilt (shared/history/transcript_index.py "Crash rules"): the next wake
+"""kill -9 at any point of an append, a compaction, a leaf move or a move of ids to the ids file
+(shared/history/transcript_ids.py) leaves a transcript index and an ids file that are either correct or found
+stale and rebuilt (shared/history/transcript_index.py "Crash rules"): the next wake
 restores what the full read of the file restores (tests/support/history_reference.py)."""
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _check(path: Path) -> None:
     assert_same(Transcript.load(path, WriteGuard()), ref)  # and again, from what that wake left
 
 
-@pytest.mark.parametrize("where", ["torn_append", "before_index", "index_temp", "before_reload"])
+@pytest.mark.parametrize("where", ["torn_append", "before_index", "index_temp", "before_reload", "ids_temp",
+                                   "before_ids_index"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_kill_at_a_chosen_point_leaves_a_correct_or_rebuilt_index(tmp_path: Path, where: str, seed: int) -> None:
     _check(_crashed(tmp_path, where, seed))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.runtime.store.file_reads import FileReads
-from shared.storage.file_seen import fold_seen, seen_change
+from shared.storage.file_seen import SEEN_MAX, fold_seen, seen_change
 
 
 def result(tool: str, details: dict[str, Any], error: bool = False) -> dict[str, Any]:
@@ -31,3 +31,13 @@ def test_file_reads_start_from_what_was_seen_before_the_window() -> None:
     assert reads.refusal("brief.xml", "abc") is None
     unread = reads.refusal("deck.json", "def")
     assert unread is not None and "you have not read it" in unread
+
+
+def test_the_paths_kept_are_bounded_the_oldest_seen_going_first() -> None:
+    seen: dict[str, str] = {}
+    for i in range(SEEN_MAX + 10):
+        fold_seen(seen, {f"f{i}.txt": str(i)})
+    assert len(seen) == SEEN_MAX and "f9.txt" not in seen and "f10.txt" in seen
+    fold_seen(seen, {"f10.txt": "again"})  # seen again: the most recent now, so f11 is the oldest
+    fold_seen(seen, {"new.txt": "1"})
+    assert len(seen) == SEEN_MAX and "f11.txt" not in seen and list(seen)[-2:] == ["f10.txt", "new.txt"]

@@ -18,12 +18,20 @@ from services.runtime.turns.knowledge import loaded_notes
 from shared.contracts.messages import CustomMessage, TextContent, ToolResultMessage, UserMessage
 from shared.contracts.transcript import LeafEntry
 from shared.history import rewind as rw
+from shared.history import transcript_ids as tid
 from shared.history import transcript_index as ix
 from shared.history.knowledge import source_id
 from shared.history.transcript_branch import read_branch
 from shared.history.transcript_scan import iter_lines, read_spans
 from shared.history.transcript_tree import path_to
 from tests.support.history_reference import assert_same, reference
+
+
+@pytest.fixture(autouse=True)
+def _few_recent_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index keeps 48 ids, not 2048: these histories' older ids are in the ids file
+    (shared/history/transcript_ids.py), as a long session's are."""
+    monkeypatch.setattr(tid, "RECENT_MAX", 48)
 
 
 def _history(tmp_path: Path, size: int = 3_000_000, seed: int = 1) -> Path:
@@ -90,10 +98,7 @@ async def test_a_leaf_move_follows_the_branch_whether_in_the_window_or_older(tmp
     await t.append_message(UserMessage(content="after the move"))
     assert_same(t, reference(path))
     assert_same(_load(path), reference(path))
-    index = ix.read_index(path)
-    assert index is not None
-    if where == "older":
-        assert target in ix.rebuild(path).branch_points
+    assert ix.read_index(path) is not None
 
 
 def test_a_stale_or_corrupt_index_is_rebuilt(tmp_path: Path) -> None:
@@ -102,7 +107,7 @@ def test_a_stale_or_corrupt_index_is_rebuilt(tmp_path: Path) -> None:
     good = ix.index_path(path).read_bytes()
     ix.index_path(path).write_bytes(good[: len(good) // 2])  # torn (never by our writer: another's)
     assert ix.read_index(path) is None and ix.load(path).rebuilt
-    ix.index_path(path).write_bytes(good.replace(b'"version":1', b'"version":9'))
+    ix.index_path(path).write_bytes(good.replace(b'"version":2', b'"version":9'))
     assert ix.read_index(path) is None
     ix.index_path(path).write_bytes(good)
     raw = path.read_bytes()

@@ -2,8 +2,9 @@
 
 Every append first runs the `guard` (the lease check), so a worker that lost its lease cannot
 write. Idempotency indexes (prompt ids, injection sources, compaction request ids) are kept in the
-transcript index beside the file (shared/history/transcript_index.py) and folded from every line appended
-since, so a new holder never records the same prompt or injection twice. A wake holds the window the
+transcript index and the ids file beside the file (shared/history/transcript_index.py, shared/history/transcript_ids.py)
+and folded from every line appended since, so a new holder never records the same prompt or injection
+twice. A wake holds the window the
 model's context is built from, never the whole history (docs/architecture.md "How a session wakes").
 """
 
@@ -32,6 +33,7 @@ from shared.contracts.transcript import (
     TranscriptEntry,
     parse_entries,
 )
+from shared.history import transcript_ids as tid
 from shared.history import transcript_index as ix
 from shared.history.context import build_context
 from shared.history.transcript_branch import Branch, read_branch
@@ -92,20 +94,23 @@ class Transcript:
         return [*self.w.base_live.values(), *self.w.base_loads, *self.w.entries]
 
     @property
-    def prompts(self) -> dict[str, str]:
-        return self.w.facts.prompts
+    def prompts(self) -> tid.Known[str]:
+        """prompt id -> the entry that recorded it, on any branch (a look-up may read a few KiB of the
+        ids file: shared/history/transcript_ids.py)."""
+        return tid.Known(self.w.facts.prompts, self.w.older, tid.prompt_key)
 
     @property
-    def sources(self) -> dict[tuple[str, str], str]:
-        return self.w.facts.sources
+    def sources(self) -> tid.Known[tuple[str, str]]:
+        """(source, source id) -> the entry that recorded the injection, on any branch."""
+        return tid.Known(self.w.facts.sources, self.w.older, tid.source_key)
 
     @property
     def told(self) -> dict[str, tuple[int, str]]:
         return self.w.facts.told
 
     @property
-    def compactions(self) -> set[str]:
-        return self.w.facts.compactions
+    def compactions(self) -> tid.Known[str]:
+        return tid.Known(dict.fromkeys(self.w.facts.compactions, ""), self.w.older, tid.compaction_key)
 
     @classmethod
     def load(cls, path: Path, guard: Guard) -> Transcript:
@@ -263,15 +268,19 @@ class Transcript:
                 await self.write_index()
 
     async def write_index(self) -> None:
-        """The index as of the last append (built here, written in the I/O pool). A failed write is
-        logged: the index is a cache, rebuilt from the transcript when a wake finds it stale."""
+        """The index as of the last append (built here, written in the I/O pool, its ids moved to the ids
+        file once there are `RECENT_MAX`: `ix.save`). A failed write is logged: the index and the ids
+        file are a cache, rebuilt from the transcript when a wake finds them stale."""
         index = self.w.index()
         if index is None:
             return
         try:
-            await asyncio.to_thread(ix.write_index, self.path, index)
-        except OSError as exc:
+            saved = await asyncio.to_thread(ix.save, self.path, index)
+        except (OSError, ValueError) as exc:
             log.warning("transcript_index_not_written", path=str(self.path), error=str(exc))
+            return
+        if saved.ids_length != index.ids_length:
+            self.w.forget(index, saved.ids_length, tid.IdFile(tid.ids_path(self.path)))
 
     def _new_id(self) -> str:
         """Four random bytes (Pi's ids) while the file is small; six past 64 MiB, whose ids outside the

@@ -1,8 +1,9 @@
 """The live transcript's window (docs/architecture.md "How a session wakes"): the active branch from the
 latest compaction's first kept entry to the leaf, each entry with its line's span; the skills live at
-the window's start and at the leaf; the idempotency facts of every branch (shared/history/transcript_index.py).
-A session holds this, never its history: its memory is bounded by the context it replays plus the
-facts. Pure bookkeeping, no I/O: services/runtime/store/transcript.py reads and writes the file.
+the window's start and at the leaf; the idempotency facts of every branch folded since the ids file
+(shared/history/transcript_index.py, shared/history/transcript_ids.py). A session holds this, never its history: its
+memory is bounded by the context it replays plus at most `RECENT_MAX` ids. Pure bookkeeping, no I/O:
+services/runtime/store/transcript.py reads and writes the file.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from shared.contracts.transcript import (
     SkillEndEntry,
     TranscriptEntry,
 )
+from shared.history import transcript_ids as tid
 from shared.history import transcript_index as ix
 from shared.history.context import kept_start_index, latest_compaction_index
 from shared.history.rewind import epoch_ms
@@ -48,14 +50,13 @@ class Window:
     spans: list[Span] = field(default_factory=list)  # each entry's line in the file, (offset, length)
     ids: set[str] = field(default_factory=set)  # ids of the window's entries
     facts: ix.Facts = field(default_factory=ix.Facts)
-    branch_points: dict[str, list[str]] = field(default_factory=dict)
+    older: tid.IdFile | None = None  # the ids before `facts.ids_length`
     base_live: dict[str, SkillActivationEntry] = field(default_factory=dict)  # live at the window's start
     live: dict[str, SkillActivationEntry] = field(default_factory=dict)  # live at the leaf
     base_usage: ix.Usage = field(default_factory=dict)  # the branch's token usage before the window (costs.py)
     base_loads: list[TranscriptEntry] = field(default_factory=list)  # loads in force before the window (`keep_loads`)
     base_seen: dict[str, str] = field(default_factory=dict)  # files the agent saw before the window (file_reads.py)
     last: tuple[int, Span, str] = (0, (0, 0), "")  # the file's length, its last line's span and hash
-    fork: tuple[str, str] | None = None  # (target, its old child) after a move within the window
 
     @property
     def leaf_id(self) -> str | None:
@@ -67,7 +68,7 @@ class Window:
     def adopt(self, loaded: ix.Loaded) -> None:
         """The window as a wake (or a rebuild after a leaf move) read it."""
         index = loaded.index
-        self.facts, self.branch_points, self.fork = index.facts(), index.branch_points, None
+        self.facts, self.older = index.facts(), loaded.older
         self.base_live = {}
         for d in index.base_skills:
             if isinstance(entry := ix.parse_entry(d), SkillActivationEntry):
@@ -90,9 +91,6 @@ class Window:
             self.add(e, span)
 
     def add(self, entry: TranscriptEntry, span: Span) -> None:
-        if self.fork is not None and entry.parent_id == self.fork[0] and not isinstance(entry, LeafEntry):
-            self.branch_points.setdefault(self.fork[0], [self.fork[1]]).append(entry.id)
-            self.fork = None
         self.entries.append(entry)
         self.spans.append(span)
         self.ids.add(entry.id)
@@ -132,10 +130,7 @@ class Window:
             return False
         rows = [row_of(e) for e in self.entries]
         keep = path_indices(rows, build_tree(rows))
-        old_child = next((e.id for e in self.entries[pos + 1:] if not isinstance(e, LeafEntry)), None)
-        entries, spans = [self.entries[i] for i in keep], [self.spans[i] for i in keep]
-        self.replace(entries, spans)
-        self.fork = (move.target_id, old_child) if old_child is not None else None
+        self.replace([self.entries[i] for i in keep], [self.spans[i] for i in keep])
         return True
 
     def branch_to(self, entry_id: str) -> Branch | None:
@@ -153,9 +148,19 @@ class Window:
         if not digest:
             return None
         return ix.index_of(self.facts, length=length, last=last, last_hash=digest, window=list(self.spans),
+                           ids_length=self.facts.ids_length,
                            base_skills=[e.model_dump(mode="json", by_alias=True, exclude_none=True)
                                         for e in self.base_live.values()],
                            base_usage={k: list(v) for k, v in self.base_usage.items()},
                            base_loads=_dumped(self.base_loads),
-                           base_seen=dict(self.base_seen),
-                           branch_points={k: list(v) for k, v in self.branch_points.items()})
+                           base_seen=dict(self.base_seen))
+
+    def forget(self, moved: ix.TranscriptIndex, ids_length: int, older: tid.IdFile) -> None:
+        """The ids `moved` held are in the ids file now (`ix.save`), which describes `ids_length` bytes;
+        those folded since `moved` was built stay."""
+        for prompt_id in moved.prompts:
+            self.facts.prompts.pop(prompt_id, None)
+        for source, source_id, _ in moved.sources:
+            self.facts.sources.pop((source, source_id), None)
+        self.facts.compactions.difference_update(moved.compactions)
+        self.facts.ids_length, self.older = ids_length, older

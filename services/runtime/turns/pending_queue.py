@@ -317,9 +317,8 @@ class PendingQueue:
         """Injections a failed run had taken from the queues but not recorded go back to the front of
         the next-turn list (their inbox entries are still unacked)."""
         queued = self._queued()
-        recorded = set(self.transcript.sources)
         lost = [p.message for p in self.pending.values()
-                if id(p.message) not in queued and (p.source, p.source_id) not in recorded]
+                if id(p.message) not in queued and (p.source, p.source_id) not in self.transcript.sources]
         self.next_turn = lost + self.next_turn
 
     def untaken_prompts(self, exclude: list[AgentMessage]) -> list[UserMessage]:
