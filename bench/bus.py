@@ -1,7 +1,7 @@
 """`make bench-bus`: the bus helper against raw redis-py, same Redis, same run.
 
-bus: `shared.bus.publish` -> `shared.bus.subscribe` handler -> FastStream's XACK (the brokers are built
-     with `shared.bus.make_broker`, with a Prometheus registry, like the services build them).
+bus: `shared.streams.bus.publish` -> `shared.streams.bus.subscribe` handler -> FastStream's XACK (the brokers are built
+     with `shared.streams.bus.make_broker`, with a Prometheus registry, like the services build them).
 raw: XADD {data: JSON} -> XREADGROUP COUNT 100 BLOCK 100 -> the same validation -> XACK per entry.
 
 One producer awaits each publish in turn while the consumer runs in the same event loop. Latency is
@@ -32,8 +32,8 @@ from pydantic import BaseModel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.stack import redis_answers, start_embedded_redis  # noqa: E402
-from shared.bus import ensure_group, make_broker, publish, subscribe  # noqa: E402
-from shared.reconnect import connect, connect_blocking  # noqa: E402
+from shared.redis.reconnect import connect, connect_blocking  # noqa: E402
+from shared.streams.bus import ensure_group, make_broker, publish, subscribe  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "bus.json"
 DATA_DIR = Path(os.environ.get("GAMMA_DATA_DIR", "./data")).resolve()

@@ -1,12 +1,12 @@
 """`make bench-cluster`: what a Redis Cluster costs the two paths it changes, beside a single Redis.
 
-1. WAIT: `shared.inbox.append` (the 202 of a prompt) one after another: on the single Redis (no
+1. WAIT: `shared.streams.inbox.append` (the 202 of a prompt) one after another: on the single Redis (no
    WAIT), on the cluster with `WAIT 1 <GAMMA_REDIS_WAIT_MS>` after each append, and without it.
 2. Inbox reads grouped by slot: the runtime's `InboxReader` holding S sessions, one append at a time
    to a random one, append -> entry read latency; on a single Redis one XREADGROUP names up to 32
    inboxes, on a cluster only the inboxes of one slot (each session its own, in practice), so the
    reader held S blocked reads instead of S/32; now it holds one ring subscription per node
-   (shared/inbox_rings.py, bench/cluster_inbox.py).
+   (shared/streams/inbox_rings.py, bench/cluster_inbox.py).
 
 Needs a single Redis (REDIS_URL) and a cluster node (GAMMA_BENCH_CLUSTER_URL, or --cluster-url).
 Writes bench/results/cluster.json. One shared 2-core machine: read the ratios, not the absolutes.
@@ -29,9 +29,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared import inbox, keys  # noqa: E402
 from shared.contracts.inbox import UserPrompt  # noqa: E402
-from shared.reconnect import connect, connect_blocking  # noqa: E402
+from shared.redis import keys  # noqa: E402
+from shared.redis.reconnect import connect, connect_blocking  # noqa: E402
+from shared.streams import inbox  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "cluster.json"
 

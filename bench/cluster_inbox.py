@@ -34,9 +34,10 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 import redis.cluster  # noqa: E402
 
-from shared import inbox, keys  # noqa: E402
 from shared.contracts.inbox import UserPrompt  # noqa: E402
-from shared.reconnect import connect, connect_blocking  # noqa: E402
+from shared.redis import keys  # noqa: E402
+from shared.redis.reconnect import connect, connect_blocking  # noqa: E402
+from shared.streams import inbox  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "cluster_inbox.json"
 COMMANDS = ("xreadgroup", "xadd", "eval", "spublish", "ssubscribe", "xack")

@@ -10,7 +10,7 @@ code of both sides, in one process, with Pi's defaults (keep 20,000 recent token
   (CPU of the service, not the runtime's), then the scripted summarizer behind the real openai client
   (the model call: reported, excluded from "blocked");
 - runtime, apply: `check_ready`, the compaction entry plus restored anchors (todo, the workflow skill
-  and its two required references) appended with fsync by `services.runtime.transcript.Transcript`,
+  and its two required references) appended with fsync by `services.runtime.store.transcript.Transcript`,
   the context rebuilt, and its tokens counted (the `applied` event).
 
 blocked = request + apply (most of apply is the fsync of the append). The lease check before the
@@ -41,19 +41,19 @@ sys.path.insert(0, str(ROOT))
 from scripted.factory import model_factory  # noqa: E402
 from services.compaction.serialize import serialize_entries  # noqa: E402
 from services.compaction.summarizer import Summarizer  # noqa: E402
-from services.runtime import compaction_trigger as c  # noqa: E402
-from services.runtime.skills import load_skills  # noqa: E402
-from services.runtime.todo import render  # noqa: E402
-from services.runtime.transcript import Transcript  # noqa: E402
-from services.runtime.turn_order import active_skill_message  # noqa: E402
-from shared import summary_rules as rules  # noqa: E402
-from shared import tokens as token_rules  # noqa: E402
+from services.runtime.runs import compaction_trigger as c  # noqa: E402
+from services.runtime.skillset.skills import load_skills  # noqa: E402
+from services.runtime.store.todo import render  # noqa: E402
+from services.runtime.store.transcript import Transcript  # noqa: E402
+from services.runtime.turns.turn_order import active_skill_message  # noqa: E402
 from shared.contracts.inbox import CompactionReady  # noqa: E402
 from shared.contracts.messages import CustomMessage  # noqa: E402
 from shared.contracts.todo import TodoList  # noqa: E402
 from shared.contracts.transcript import parse_entries  # noqa: E402
-from shared.disk import append_jsonl, iter_jsonl  # noqa: E402
+from shared.history import summary_rules as rules  # noqa: E402
+from shared.history import tokens as token_rules  # noqa: E402
 from shared.settings import Settings  # noqa: E402
+from shared.storage.disk import append_jsonl, iter_jsonl  # noqa: E402
 from tests.support.compaction_sessions import SessionBuilder, deck_session, todo_items  # noqa: E402
 
 KEEP, RESERVE = 20_000, 16_384

@@ -6,7 +6,7 @@ default; `deck`: the whole deck flow with the sandboxed tools, ~1 s a session) a
 batches. Redis memory is taken at four points, each with INFO memory, MEMORY STATS and one walk of
 the keyspace (bench/dormant_accounting.py):
   baseline       the stack started, no session;
-  half           N/2 sessions dormant and swept (`shared.dormancy.sweep_due` of the services' tree, with
+  half           N/2 sessions dormant and swept (`shared.redis.dormancy.sweep_due` of the services' tree, with
                  a clock past GAMMA_DORMANT_RETENTION_S so the bench need not wait for it);
   before_sweep   N/2 more dormant, not yet swept (what a dormant session costs without the sweep);
   after_sweep    all N swept.
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import dormant_accounting as acc  # noqa: E402
 from bench.dormant_report import print_table, summarize  # noqa: E402
-from shared import keys  # noqa: E402
+from shared.redis import keys  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, Stack  # noqa: E402
 
@@ -54,7 +54,7 @@ SLOW_SUSPENDS: list[int] = []
 SWEEP_CODE = """
 import asyncio, sys
 import redis.asyncio as aioredis
-from shared import dormancy, keys
+from shared.redis import dormancy, keys
 from shared.contracts.base import now_ms
 
 async def main():

@@ -7,7 +7,7 @@ a quarter of the sessions are then suspended and woken again. Measured, on one m
 - delivery latency by kind, p50/p99: prompt -> completed answer in the transcript; notification
   (system_update) and artifact edits (file, deck) -> the injection appended to the session inbox, and
   -> the injection recorded in the transcript (for an idle agent after a per-ref merge window,
-  services/runtime/idle.py);
+  services/runtime/inbox/idle.py);
 - throughput: acknowledged operations and answered prompts per second over the load phase;
 - wake latency: POST of the prompt that woke a dormant session -> its SessionLive on gamma:lifecycle
   (first wakes, and re-wakes of suspended sessions with a transcript to restore);

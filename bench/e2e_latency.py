@@ -12,7 +12,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import keys
+from shared.redis import keys
 from tests.reliability.workload import DECK_REF, FILE_REF, SessionRecord, entry_time
 
 # The hops of one artifact edit: HTTP answer (runtime applied + replied, proxy published), answer ->

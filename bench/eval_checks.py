@@ -1,7 +1,7 @@
 """Workflow evaluation scenarios (`evals/*.yaml`) and the checks one run's transcript is judged by.
 
 A scenario names a prompt, the skills that must load in the first tool batch, the required steps in
-order (checklist step ids of `workflow`, shared/checklist.py), forbidden actions, the expected yield,
+order (checklist step ids of `workflow`, shared/ui/checklist.py), forbidden actions, the expected yield,
 and for the offline scripted model a policy (scripted/workflows.py) that follows or
 deliberately skips steps, with what the checks and the completion audit should then find (`expect`).
 """
@@ -16,11 +16,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.runtime.skills import Skill
-from shared.checklist import CallRecord, Evidence, evaluate, matches, tool_calls
+from services.runtime.skillset.skills import Skill
 from shared.contracts.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from shared.contracts.todo import TodoItem
 from shared.contracts.transcript import AuditEntry, MessageEntry, TranscriptEntry
+from shared.ui.checklist import CallRecord, Evidence, evaluate, matches, tool_calls
 
 CHECKS = ("skills_first_batch", "steps_in_order", "no_forbidden", "yield", "audit_clean")
 

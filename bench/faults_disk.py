@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared import keys  # noqa: E402
+from shared.redis import keys  # noqa: E402
 from tests.support import slowfs  # noqa: E402
 from tests.support.healthz import HealthzMonitor  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402

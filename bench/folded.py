@@ -13,7 +13,7 @@ FRAME = re.compile(r"^(.*?) \((.*?)(?::\d+)?\)$")
 
 
 def function_of(frame: str) -> str:
-    """`consume (services/runtime/engine/responses_api.py:70)` -> `responses_api.py:consume`."""
+    """`consume (services/runtime/model/responses_api.py:70)` -> `responses_api.py:consume`."""
     m = FRAME.match(frame.strip())
     if m is None:
         return frame.strip()

@@ -2,7 +2,7 @@
 
 The proxy app served three ways, interleaved over rounds on one machine:
 - `httptools`: uvicorn's default protocol, no cap on the request head (before);
-- `bounded`: shared/httplimits.py, httptools plus a 64 KiB / 100 field cap (what `serve` runs);
+- `bounded`: shared/serving/httplimits.py, httptools plus a 64 KiB / 100 field cap (what `serve` runs);
 - `h11`: the pure-Python parser with `h11_max_incomplete_event_size` = 64 KiB (the alternative).
 
 Per variant: keep-alive `GET /healthz` requests per second over 8 connections, with the headers a
@@ -37,7 +37,7 @@ CONNECTIONS = 8
 SERVER = """
 import sys, uvicorn
 from services.proxy.app import create_app
-from shared.httplimits import bounded_http_protocol
+from shared.serving.httplimits import bounded_http_protocol
 variant, port = sys.argv[1], int(sys.argv[2])
 extra = {"httptools": {"http": "httptools"}, "h11": {"http": "h11", "h11_max_incomplete_event_size": 65536},
          "bounded": {"http": bounded_http_protocol(65536, 100)}}[variant]

@@ -47,15 +47,16 @@ from scripted.history import write_history  # noqa: E402
 from scripted.pacing import Timing  # noqa: E402
 from scripted.transport import scripted_client  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
-from services.runtime.skills import load_skills  # noqa: E402
-from shared import inbox, keys  # noqa: E402
-from shared import rewind as rw  # noqa: E402
-from shared import transcript_index as ix  # noqa: E402
+from services.runtime.skillset.skills import load_skills  # noqa: E402
 from shared.contracts.inbox import Barrier, UserPrompt  # noqa: E402
 from shared.contracts.lifecycle import SessionLive  # noqa: E402
 from shared.contracts.transcript import MessageEntry  # noqa: E402
 from shared.contracts.wake import Wake  # noqa: E402
-from shared.disk import session_paths  # noqa: E402
+from shared.history import rewind as rw  # noqa: E402
+from shared.history import transcript_index as ix  # noqa: E402
+from shared.redis import keys  # noqa: E402
+from shared.storage.disk import session_paths  # noqa: E402
+from shared.streams import inbox  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "history.json"
 SIZES = {"empty": 0, "10MB": 10 << 20, "100MB": 100 << 20, "1GB": 1 << 30}

@@ -3,7 +3,7 @@
 
 Each turn is a user message, an assistant `read` call, its result and an answer, appended by the
 runtime's own `Transcript` (fsync'd JSON Lines). In the image session every other turn's `read`
-returns a distinct 800x600 noise JPEG (a photograph's worst case, ~250 KB) stored by `shared/images.py`. Measured, median over `--repeat`:
+returns a distinct 800x600 noise JPEG (a photograph's worst case, ~250 KB) stored by `shared/media/images.py`. Measured, median over `--repeat`:
 - transcript bytes (and the growth per image against the text-only session);
 - wake: `Transcript.load` + the replayed context + the first request body (cold image cache);
 - request build: the next request body and its prefix-metric pieces in a live session (warm image
@@ -25,14 +25,14 @@ from typing import Any
 
 from PIL import Image
 
-from services.runtime.engine.chat_api import ChatApi
-from services.runtime.engine.model_api import ModelSettings
-from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext
-from services.runtime.transcript import Transcript
+from services.runtime.model.chat_api import ChatApi
+from services.runtime.model.model_api import ModelSettings
+from services.runtime.model.responses_api import ResponsesApi
+from services.runtime.store.transcript import Transcript
 from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
-from shared.image_limits import ImageLimits
-from shared.images import ImageSource, prepare, store_image
+from shared.media.image_limits import ImageLimits
+from shared.media.images import ImageSource, prepare, store_image
 
 TURNS, IMAGES = 40, 20
 RESULTS = Path(__file__).parent / "results" / "images.json"

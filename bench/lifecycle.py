@@ -3,13 +3,13 @@
 
 For workspaces of 10, 1,000 and 10,000 files (1 KiB each):
 - snapshot per tool batch: a batch rewrites one file, as the agent's tools do it: the file tool's
-  atomic write (shared/workspace_fs.py) and a sandboxed `bash` call (services/runtime/sandbox, the
-  layer `auto` picks); then the runtime's snapshot (shared/snapshots.py `take`). Time and bytes the
+  atomic write (shared/storage/workspace_fs.py) and a sandboxed `bash` call (services/runtime/sandbox, the
+  layer `auto` picks); then the runtime's snapshot (shared/storage/snapshots.py `take`). Time and bytes the
   store grew by, beside the batch's own time and bytes written; --batches batches, p50.
 - rewind: a batch changed 1% of the files (at least one) and created as many; the dormant rewind
-  (shared/rewind.py `rewind_on_disk`: snapshot of the abandoned state, restore, leaf move) beside
+  (shared/history/rewind.py `rewind_on_disk`: snapshot of the abandoned state, restore, leaf move) beside
   copying the changed files back from a backup and copying the whole workspace;
-- fork: `shared/fork.py` plan + lay out a new session beside copying the whole workspace.
+- fork: `shared/history/fork.py` plan + lay out a new session beside copying the whole workspace.
 Targets: a snapshot adds <= 10% to a tool batch's time (the bash batch); a rewind of 1,000 files
 <= 2x copying the changed files. Prints a table; writes bench/results/lifecycle.json. Run it under
 the machine-wide lock (`flock /tmp/gamma-heavy.lock make bench-lifecycle`). Not a timed test.
@@ -33,14 +33,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.runtime.paths import skills_dir  # noqa: E402
 from services.runtime.sandbox import Sandbox, select_sandbox  # noqa: E402
-from shared import fork, rewind, workspace_fs  # noqa: E402
+from services.runtime.skillset.paths import skills_dir  # noqa: E402
 from shared.contracts.messages import UserMessage  # noqa: E402
 from shared.contracts.transcript import MessageEntry, SessionHeader  # noqa: E402
-from shared.disk import SessionPaths, append_jsonl, session_paths  # noqa: E402
+from shared.history import fork, rewind  # noqa: E402
 from shared.settings import Settings  # noqa: E402
-from shared.snapshots import SnapshotLimits, SnapshotStore  # noqa: E402
+from shared.storage import workspace_fs  # noqa: E402
+from shared.storage.disk import SessionPaths, append_jsonl, session_paths  # noqa: E402
+from shared.storage.snapshots import SnapshotLimits, SnapshotStore  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "lifecycle.json"
 SIZES = (10, 1000, 10_000)

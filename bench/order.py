@@ -1,4 +1,4 @@
-"""`make bench-order`: what the causal wait (shared/causal.py) adds to prompt latency, at N live sessions.
+"""`make bench-order`: what the causal wait (shared/streams/causal.py) adds to prompt latency, at N live sessions.
 
 Two stacks of the five real services run side by side on one Redis (two dbs), each holding N live
 sessions: `causal` (GAMMA_CAUSAL_WAIT_MS=2000, the default) and `baseline` (GAMMA_CAUSAL_WAIT_MS=0: no
@@ -33,7 +33,7 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared import keys  # noqa: E402
+from shared.redis import keys  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, Stack  # noqa: E402
 

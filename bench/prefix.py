@@ -51,19 +51,20 @@ from scripted.transport import scripted_client  # noqa: E402
 from scripted.types import ScriptedReply  # noqa: E402
 from services.proxy.rows import SessionRow  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
-from services.runtime.engine.openai_stream import PieceTokens, request_pieces  # noqa: E402
-from services.runtime.prompt import VARIANTS, build_system_prompt  # noqa: E402
-from services.runtime.skills import load_skills  # noqa: E402
-from services.runtime.worker import Worker  # noqa: E402
+from services.runtime.hosting.worker import Worker  # noqa: E402
+from services.runtime.model.openai_stream import PieceTokens, request_pieces  # noqa: E402
+from services.runtime.skillset.prompt import VARIANTS, build_system_prompt  # noqa: E402
+from services.runtime.skillset.skills import load_skills  # noqa: E402
 from services.stack import redis_answers  # noqa: E402
-from shared import inbox, keys  # noqa: E402
 from shared.contracts.http import ModelConfig  # noqa: E402
 from shared.contracts.inbox import Barrier, Injection, UserPrompt  # noqa: E402
 from shared.contracts.injection import RuntimeInjection  # noqa: E402
 from shared.contracts.wake import Wake  # noqa: E402
-from shared.logging import configure_logging  # noqa: E402
+from shared.history.tokens import TokenCounter, shared_prefix  # noqa: E402
+from shared.redis import keys  # noqa: E402
 from shared.settings import Settings  # noqa: E402
-from shared.tokens import TokenCounter, shared_prefix  # noqa: E402
+from shared.streams import inbox  # noqa: E402
+from shared.telemetry.logging import configure_logging  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "prefix.json"
@@ -238,7 +239,7 @@ class Recorder:
 
 def _injection(m: dict[str, Any]) -> bool:
     """A harness block: a developer message, or a user-role one opening with its tag (user text never
-    does: engine/convert.py neutralises it)."""
+    does: model/convert.py neutralises it)."""
     return m["role"] in ("developer", "user") and str(m["content"]).startswith("<")
 
 

@@ -43,11 +43,11 @@ from scripted.gamma import ScriptedGamma  # noqa: E402
 from services.connectors.example.library import spec  # noqa: E402
 from services.notifications.mcp_routes import listed  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
-from services.runtime.skills import load_skills  # noqa: E402
-from shared import connectors  # noqa: E402
+from services.runtime.skillset.skills import load_skills  # noqa: E402
 from shared.contracts.mcp import McpConnectorSpec  # noqa: E402
-from shared.logging import configure_logging  # noqa: E402
-from shared.tokens import TokenCounter  # noqa: E402
+from shared.history.tokens import TokenCounter  # noqa: E402
+from shared.mcp import connectors  # noqa: E402
+from shared.telemetry.logging import configure_logging  # noqa: E402
 from tests.support.mcp_servers import start_python  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "prefix_connectors.json"

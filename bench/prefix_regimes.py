@@ -17,8 +17,8 @@ Measured from the runtime's `model_request` events (the usage the simulated API 
   5.6); cold_first_hit: the same for the warming session (nothing to read);
 - cache_write_tokens_per_session and cost_per_session_usd: the catalogue's gpt-5 prices for both
   models (the catalogue has no gpt-5.6 list price; the reference gives 5.6 reads at 10 % of input, as
-  gpt-5's), writes at 1.25x input from 5.6 (shared/pricing.py);
-- cache_break_alarms: the runtime's `model_cache_miss` events by reason (engine/cache_watch.py).
+  gpt-5's), writes at 1.25x input from 5.6 (shared/catalogue/pricing.py);
+- cache_break_alarms: the runtime's `model_cache_miss` events by reason (model/cache_watch.py).
 Baselines, the same runs as the requests were sent before breakpoints (`*_before`: the session id as
 `prompt_cache_key`, and on 5.6 the system prompt as `instructions` with no breakpoint): what the
 breakpoints and the shared key change.
@@ -53,14 +53,15 @@ from scripted.transport import scripted_transport  # noqa: E402
 from services.connectors.example.library import spec  # noqa: E402
 from services.proxy.rows import SessionRow  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
-from services.runtime.engine import responses_api  # noqa: E402
-from services.runtime.prompt import VARIANTS  # noqa: E402
-from services.runtime.skills import load_skills  # noqa: E402
-from shared import connectors, keys  # noqa: E402
+from services.runtime.model import responses_api  # noqa: E402
+from services.runtime.skillset.prompt import VARIANTS  # noqa: E402
+from services.runtime.skillset.skills import load_skills  # noqa: E402
 from shared.catalogue import catalogue  # noqa: E402
+from shared.catalogue.pricing import Pricer, cost_usd  # noqa: E402
 from shared.contracts.http import ModelConfig  # noqa: E402
-from shared.logging import configure_logging  # noqa: E402
-from shared.pricing import Pricer, cost_usd  # noqa: E402
+from shared.mcp import connectors  # noqa: E402
+from shared.redis import keys  # noqa: E402
+from shared.telemetry.logging import configure_logging  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "prefix_regimes.json"
 MODELS = {"prefix": "gpt-5", "breakpoints": "gpt-5.6-sol"}

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.stack import free_port  # noqa: E402
-from shared.uidoc import ROOT as UI_ROOT  # noqa: E402
+from shared.ui.uidoc import ROOT as UI_ROOT  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, Stack  # noqa: E402
 
@@ -52,8 +52,8 @@ BARE_APP = textwrap.dedent('''
     import uvicorn
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
-    from services.proxy.preview import display_entries, read_todo, read_transcript, read_ui
-    from shared.disk import session_paths
+    from services.proxy.dormant.preview import display_entries, read_todo, read_transcript, read_ui
+    from shared.storage.disk import session_paths
 
     data_dir = Path(sys.argv[1])
     app = FastAPI()

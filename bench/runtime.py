@@ -33,18 +33,18 @@ from scripted.gamma import ScriptedGamma
 from scripted.transport import scripted_client
 from services.runtime.app import skills_dir
 from services.runtime.engine.agent import Agent
-from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks, Tool, ToolContext, ToolOutcome
-from services.runtime.prompt import build_system_prompt
-from services.runtime.skills import load_skills
+from services.runtime.model.openai_stream import ModelSettings, OpenAIStream
+from services.runtime.skillset.prompt import build_system_prompt
+from services.runtime.skillset.skills import load_skills
+from services.runtime.store.transcript import read_entries
 from services.runtime.tools import Toolset
-from services.runtime.transcript import read_entries
 from shared.contracts.lifecycle import SessionLive
 from shared.contracts.messages import UserMessage
 from shared.contracts.wake import Wake
-from shared.disk import session_paths
-from shared.logging import configure_logging
-from shared.tokens import TokenCounter
+from shared.history.tokens import TokenCounter
+from shared.storage.disk import session_paths
+from shared.telemetry.logging import configure_logging
 
 RESULTS = ROOT / "bench" / "results" / "runtime.json"
 TURN_ITEMS = [{"id": "a", "content": "Draft", "status": "in_progress"}]

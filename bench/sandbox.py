@@ -30,9 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.runtime.paths import skills_dir  # noqa: E402
 from services.runtime.sandbox import Sandbox, SandboxLimits, cgroup, probe_layer  # noqa: E402
 from services.runtime.sandbox.runner import run_confined  # noqa: E402
+from services.runtime.skillset.paths import skills_dir  # noqa: E402
 from tests.integration.runtime_support import Driver, call, done, script  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import Stack  # noqa: E402

@@ -251,7 +251,7 @@ def run(minutes: float, sessions: int = 50, sample_s: float = 10.0, rate: float 
     stack = Stack(redis_url=url + "/0", data_dir=data_dir, env_overrides={
         "GAMMA_IDLE_S": "60", "GAMMA_STREAM_TRIM_INTERVAL_S": str(retention_s / 2),
         "GAMMA_DORMANT_RETENTION_S": str(retention_s)},
-        # The runtime's heap census (shared/heapcensus.py), when asked: what grows with the sessions created.
+        # The runtime's heap census (shared/serving/heapcensus.py), when asked: what grows with the sessions created.
         service_env={"runtime": {"GAMMA_HEAP_CENSUS": str(census), "GAMMA_HEAP_CENSUS_S": str(census_s)}} if census else {})
     stop = threading.Event()
     holder: list[SoakLoad] = []

@@ -68,7 +68,7 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
         # fds and Redis memory: the median of whole waves, not of a minute. Both follow the live
         # sessions, which the slots retire and reopen together, one wave every `rounds` rounds (160 s
         # at the defaults): the runtime's open files 5-54 within a wave (a live session holds its disk
-        # fence's, services/runtime/diskfence.py), Redis 6.5-11.9 MB (a retired session's events
+        # fence's, services/runtime/live/diskfence.py), Redis 6.5-11.9 MB (a retired session's events
         # stream stays for the retention), so a minute's median is the phase it caught (fds 64 -> 74
         # in bench/results/soak.20m.md, no fd growing); over whole waves the phases even out. RSS, a
         # high-water mark, keeps the last minute.

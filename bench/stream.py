@@ -41,7 +41,7 @@ from bench.profiler import record  # noqa: E402
 from bench.stream_clients import bare_consumer, bare_producer, sse_readers  # noqa: E402
 from bench.stream_steady import sample_cpu, steady_window  # noqa: E402
 from services.stack import free_port  # noqa: E402
-from shared import keys  # noqa: E402
+from shared.redis import keys  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, Stack  # noqa: E402
 

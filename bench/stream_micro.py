@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT))
 from scripted.pacing import Timing  # noqa: E402
 from scripted.settings import ScriptedSettings  # noqa: E402
 from scripted.transport import scripted_client  # noqa: E402
-from services.runtime.engine.chat_api import ChatApi  # noqa: E402
-from services.runtime.engine.responses_api import ResponsesApi  # noqa: E402
 from services.runtime.engine.types import AgentEvent  # noqa: E402
-from services.runtime.sender import EventSender  # noqa: E402
+from services.runtime.live.sender import EventSender  # noqa: E402
+from services.runtime.model.chat_api import ChatApi  # noqa: E402
+from services.runtime.model.responses_api import ResponsesApi  # noqa: E402
 from services.stack import free_port  # noqa: E402
 from shared.contracts.messages import AssistantMessage  # noqa: E402
 
@@ -111,8 +111,8 @@ async def run_calls(client: AsyncOpenAI, api: str, sessions: int, tokens: int, g
 def make_client(mode: str, base_url: str | None) -> AsyncOpenAI:
     if mode == "inproc":
         from scripted.gamma import ScriptedGamma
-        from services.runtime.paths import skills_dir
-        from services.runtime.skills import load_skills
+        from services.runtime.skillset.paths import skills_dir
+        from services.runtime.skillset.skills import load_skills
         os.environ.update(ENV)
         return scripted_client(ScriptedGamma(load_skills(skills_dir())), Timing.from_settings(ScriptedSettings()))
     limits = httpx2.Limits(max_connections=2000, max_keepalive_connections=2000)

@@ -65,12 +65,12 @@ async def request_us(telemetry: dict[str, Any] | None) -> float:
 def measure() -> dict[str, float]:
     from opentelemetry import trace
 
-    from services.runtime.dispatcher import processing
-    from services.runtime.events import entry
+    from services.runtime.inbox.dispatcher import processing
+    from services.runtime.live.events import entry
     from shared.contracts.events import SessionEvent
     from shared.contracts.inbox import UserPrompt
-    from shared.inbox import InboxEntry, entry_fields
-    from shared.tracing import app_telemetry, configure_tracing, recorded_traceparent
+    from shared.streams.inbox import InboxEntry, entry_fields
+    from shared.telemetry.tracing import app_telemetry, configure_tracing, recorded_traceparent
 
     configure_tracing("bench")
     prompt = UserPrompt(session_id="s_bench", message="Make a deck about the ocean.")

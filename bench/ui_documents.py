@@ -27,7 +27,7 @@ import httpx
 import redis
 from pycrdt import Doc, Map
 
-from shared import keys
+from shared.redis import keys
 from tests.support.stack import API_TOKEN, Stack
 
 HEADERS = {"Authorization": f"Bearer {API_TOKEN}"}

@@ -7,7 +7,7 @@ suspended again. Then, measured:
 - **under load**: `--streaming` live sessions stream a fast model's answer (bench-stream's profile:
   80 tokens/s, one token per chunk) while the dormant ones are woken by a prompt, `--wake-rate` per
   second (0: all at once). Per wake: the runtime's wake entry (its read from `gamma:runtime:wake`) ->
-  SessionLive, from the `session_live` log line's `WakeClock` fields (services/runtime/wake_timing.py,
+  SessionLive, from the `session_live` log line's `WakeClock` fields (services/runtime/hosting/wake_timing.py,
   with the split by step); the prompt's POST -> SessionLive on `gamma:lifecycle`; the POST -> the
   session's first event that is not a status (the answer starting).
 - **quiet**, after the streams ended: `--quiet` more dormant sessions woken by a prompt, and as many
@@ -48,7 +48,7 @@ from bench.stream import (  # noqa: E402
     post_all,
     runtime_disk,
 )
-from shared import keys  # noqa: E402
+from shared.redis import keys  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, Stack  # noqa: E402
 

@@ -8,9 +8,9 @@ import time
 import uuid
 from typing import Any
 
-from .pacing import Timing
-from .strict import replies
-from .types import ScriptedReply, ScriptedToolCall
+from scripted.pacing import Timing
+from scripted.strict import replies
+from scripted.types import ScriptedReply, ScriptedToolCall
 
 
 def finish(reply: ScriptedReply) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .types import ScriptedReply, ScriptedToolCall
+from scripted.types import ScriptedReply, ScriptedToolCall
 
 CONNECTOR_RE = re.compile(r"\bconnector\s+([a-z][a-z0-9_-]{0,40})(?:\s+for\s+([a-z][a-z0-9_]{0,20}))?")
 

@@ -9,18 +9,17 @@ import asyncio
 import httpx2
 from openai import AsyncOpenAI
 
-from services.runtime.paths import skills_dir
-from services.runtime.skills import load_skills
-from shared.model import RETRIES as REAL_RETRIES
-from shared.model import ModelRole, openai_client
+from scripted import FACTORY
+from scripted.gamma import ScriptedGamma
+from scripted.pacing import Timing
+from scripted.settings import ScriptedSettings
+from scripted.summarizer import scripted_summarizer
+from scripted.transport import ScriptedTransport, scripted_client
+from services.runtime.skillset.paths import skills_dir
+from services.runtime.skillset.skills import load_skills
+from shared.serving.model import RETRIES as REAL_RETRIES
+from shared.serving.model import ModelRole, openai_client
 from shared.settings import Settings
-
-from . import FACTORY
-from .gamma import ScriptedGamma
-from .pacing import Timing
-from .settings import ScriptedSettings
-from .summarizer import scripted_summarizer
-from .transport import ScriptedTransport, scripted_client
 
 SPEC = FACTORY
 

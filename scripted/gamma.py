@@ -35,20 +35,19 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from services.runtime.engine.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX, enveloped_user_text
-from services.runtime.skills import Skill
+from scripted.connectors import connector_reply
+from scripted.strict import failures
+from scripted.types import ScriptedReply, ScriptedToolCall
+from scripted.workflows import AUDIT_MARK, Policy, reply_for
+from services.runtime.model.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX, enveloped_user_text
+from services.runtime.skillset.skills import Skill
 from shared.contracts.injection import INJECTION_KINDS
-
-from .connectors import connector_reply
-from .strict import failures
-from .types import ScriptedReply, ScriptedToolCall
-from .workflows import AUDIT_MARK, Policy, reply_for
 
 TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
         "run_aborted", "session_rewound")
 TAG_RE = re.compile(r"^\s*<(" + "|".join(TAGS) + r")\b([^>]*)>", re.DOTALL)
 # Injections come as developer messages, or as user messages where the session sends them user-role
-# (engine/convert.py); user text never opens with a reserved tag (shared/neutralise.py).
+# (model/convert.py); user text never opens with a reserved tag (shared/trust/neutralise.py).
 HARNESS_ROLES = ("developer", "user")
 REF_RE = re.compile(r'ref="([^"]*)"')
 IMPORT_RE = re.compile(r"\b(import|convert)\b.*\b(pptx|pdf|docx|keynote)\b", re.IGNORECASE | re.DOTALL)
@@ -67,7 +66,7 @@ def injection_of(text: str) -> tuple[str, str | None] | None:
 
 def _text_only(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The conversation as text: a user message with image parts reads as its text, and the user-role
-    message that carries a tool's images (engine/convert.py) is not a prompt, so it is left out."""
+    message that carries a tool's images (model/convert.py) is not a prompt, so it is left out."""
     out = []
     for m in messages:
         content = m.get("content")

@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from .settings import ScriptedSettings
+from scripted.settings import ScriptedSettings
 
 TOKEN_CHARS = 4  # ~ one token of English text
 STAMP = b"@ts@"  # replaced by the chunk's emit time when `stamp` is on (bench only)

@@ -5,7 +5,7 @@ nothing below 1,024 tokens, then hits in 128-token steps, for the longest prefix
 Tokens are estimated as 4 characters of the canonical request text, as the scripted usage is.
 One key stands for one cache machine, which keeps the last 64 prompts: requests without a key
 (every session under the one empty key) crowd each other out, as they do on one real machine, and the
-sessions sharing a key (services/runtime/cache_key.py) keep each other's prefixes warm. A
+sessions sharing a key (services/runtime/turns/cache_key.py) keep each other's prefixes warm. A
 key unused for `ttl_s` is dropped, as OpenAI drops a cached prefix 5 to 10 minutes after its last
 use: the simulator lives in the runtime's process in offline runs, and a session that went dormant
 must not keep memory there (the soak's runtime RSS, bench/soak.py).

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.compaction.serialize import LABELS
-from shared.trusted_blocks import extract
+from shared.trust.trusted_blocks import extract
 
 _BLOCK_SPLIT = re.compile(r"\n\n(?=\[(?:" + "|".join(re.escape(label) for label in LABELS) + r")\]: )")
 _BLOCK = re.compile(r"^\[(" + "|".join(re.escape(label) for label in LABELS) + r")\]: (.*)$", re.DOTALL)

@@ -12,11 +12,11 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from .pacing import Timing
-from .strict import replies
+from scripted.pacing import Timing
+from scripted.strict import replies
 
 if TYPE_CHECKING:
-    from .types import ScriptedReply
+    from scripted.types import ScriptedReply
 
 # Events that carry a token (paced when the model has a rate).
 TOKEN_EVENTS = frozenset({"response.output_text.delta", "response.function_call_arguments.delta",

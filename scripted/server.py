@@ -23,15 +23,14 @@ import contextlib
 
 import httpx2
 
-from services.runtime.paths import skills_dir
-from services.runtime.skills import load_skills
-from shared.gcpolicy import heap_freezer
+from scripted.gamma import ScriptedGamma
+from scripted.pacing import Timing
+from scripted.settings import ScriptedSettings
+from scripted.transport import ScriptedTransport
+from services.runtime.skillset.paths import skills_dir
+from services.runtime.skillset.skills import load_skills
+from shared.serving.gcpolicy import heap_freezer
 from shared.settings import load_settings
-
-from .gamma import ScriptedGamma
-from .pacing import Timing
-from .settings import ScriptedSettings
-from .transport import ScriptedTransport
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024  # a long conversation, sent whole each call (stateless Responses API)

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
-    from .strict import Strictness
+    from scripted.strict import Strictness
 
 
 class ScriptedSettings(BaseSettings):
@@ -53,13 +53,13 @@ class ScriptedSettings(BaseSettings):
     @field_validator("strict")
     @classmethod
     def _groups(cls, value: str) -> str:
-        from .strict import Strictness
+        from scripted.strict import Strictness
 
         Strictness.parse(value)  # unknown groups fail at start, not on the first request
         return value
 
     def strictness(self) -> Strictness:
-        from .strict import Strictness
+        from scripted.strict import Strictness
 
         return Strictness.parse(self.strict, self.encrypted_by_default)
 

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .reading import Block, Request, Sections, parse_calls, parse_request, parse_summary
-from .types import ScriptedReply
+from scripted.reading import Block, Request, Sections, parse_calls, parse_request, parse_summary
+from scripted.types import ScriptedReply
 
 MAX_ITEMS = 40
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")

@@ -13,15 +13,15 @@ from typing import Any
 import httpx2
 from openai import AsyncOpenAI
 
-from . import chat
-from . import responses as scripted_responses
-from .breakpoint_cache import BreakpointCache
-from .pacing import Timing, paced
-from .prompt_cache import PromptCache
-from .settings import ScriptedSettings
-from .strict import Strictness, replies, rules
-from .strict import requests as strict_requests
-from .types import ScriptedError, ScriptedModel, ScriptedReply
+from scripted import chat
+from scripted import responses as scripted_responses
+from scripted.breakpoint_cache import BreakpointCache
+from scripted.pacing import Timing, paced
+from scripted.prompt_cache import PromptCache
+from scripted.settings import ScriptedSettings
+from scripted.strict import Strictness, replies, rules
+from scripted.strict import requests as strict_requests
+from scripted.types import ScriptedError, ScriptedModel, ScriptedReply
 
 BASE_URL = "http://scripted.local/v1"
 

@@ -24,9 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.runtime.skills import Skill
-
-from .types import ScriptedReply, ScriptedToolCall
+from scripted.types import ScriptedReply, ScriptedToolCall
+from services.runtime.skillset.skills import Skill
 
 POLICY_PREFIX = "eval-policy:"
 AUDIT_MARK = "Completion audit:"

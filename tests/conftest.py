@@ -12,7 +12,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from shared import cancel_safe
+from shared.serving import cancel_safe
 from tests.support import group_order, keepalive, needs, teardown_guard
 from tests.support.ports import xdist_worker
 from tests.support.redis_server import base_redis_url, own_redis_url
@@ -35,7 +35,7 @@ def group_of(nodeid: str) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    cancel_safe.install()  # the services' asyncio (shared/service.py serve) in the test process too
+    cancel_safe.install()  # the services' asyncio (shared/serving/service.py serve) in the test process too
     teardown_guard.install()
     keepalive.install()  # idle connections dropped before uvicorn closes them (tests/support/keepalive.py)
     config.addinivalue_line("markers", f"{needs.MARK}(why_missing): skipped without a tool, failed under CI "

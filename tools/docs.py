@@ -1,10 +1,10 @@
 """`python -m tools.docs DIR` (`make docs`): the interface documents, generated from the code.
 
-- `asyncapi.yaml` (AsyncAPI 3.0): every stream of shared/topology.py. Its consumptions (the groups
+- `asyncapi.yaml` (AsyncAPI 3.0): every stream of shared/redis/topology.py. Its consumptions (the groups
   the services wire their subscriptions from; `service_subscriptions` reads back what each real
   `create_app` subscribed) are declared, with their contract models as payloads, on one FastStream
   broker per service whose specification FastStream writes. What FastStream cannot see is added from
-  the same registry: the producers (services publish through `shared.bus.publish` at call time, never
+  the same registry: the producers (services publish through `shared.streams.bus.publish` at call time, never
   as declared publishers), the per-session `gamma:{sid}:inbox` and `gamma:{sid}:events` (dynamic
   names, plain XADD), and `gamma:deadletter`.
 - `openapi.json` (the proxy) and `openapi-notifications.json`: FastAPI's own documents; then the
@@ -32,12 +32,12 @@ from faststream.redis import RedisBroker, StreamSub
 from faststream.specification import AsyncAPI
 from pydantic import BaseModel, TypeAdapter
 
-from shared import keys, topology
-from shared.bus import subscriptions_of
 from shared.contracts import connectors, deadletter, events, inbox, lifecycle
+from shared.redis import keys, topology
+from shared.redis.topology import EXTERNAL, INBOX_MEMBERS, INBOX_PRODUCERS, PUBLICATIONS, SERVICES
 from shared.settings import Settings, from_defaults
 from shared.settings.tuning import is_deployment, is_tuning
-from shared.topology import EXTERNAL, INBOX_MEMBERS, INBOX_PRODUCERS, PUBLICATIONS, SERVICES
+from shared.streams.bus import subscriptions_of
 from tools import client_types, module_map, settings_table
 
 TITLE = "Gamma harness streams"
@@ -82,7 +82,7 @@ def service_subscriptions(settings: Settings | None = None) -> list[Recorded]:
 
 
 def declared_subscriptions() -> list[Recorded]:
-    """The (stream, group, model) of shared/topology.py, which the services wire theirs from."""
+    """The (stream, group, model) of shared/redis/topology.py, which the services wire theirs from."""
     return [Recorded(c.service, c.stream, c.group, c.model) for c in topology.CONSUMPTIONS]
 
 
@@ -170,7 +170,7 @@ def _hand_channels() -> dict[str, Any]:
             "address": "gamma:{sid}:inbox",
             "description": "Everything that enters a live session, read by the lease holder only: one multiplexed "
             "XREADGROUP (group `runtime`) over the inboxes of the sessions a worker leases. Plain "
-            "`XADD {type, data: <JSON>}` through shared/inbox.py, not FastStream (the names are dynamic).",
+            "`XADD {type, data: <JSON>}` through shared/streams/inbox.py, not FastStream (the names are dynamic).",
             "parameters": sid,
             "messages": {m.__name__: {"$ref": f"#/components/messages/inbox.{m.__name__}"} for m in INBOX_MEMBERS},
             "bindings": {"redis": {"method": "xreadgroup", "groupName": topology.group_of(topology.INBOX_READER),

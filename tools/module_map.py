@@ -1,5 +1,5 @@
 """The module map, the import-layers table and the floors of docs/architecture.md, generated from the code
-(`make docs`): one row per module of services/runtime/ and shared/ (the first paragraph of its docstring),
+(`make docs`): one row per module of services/runtime/, services/proxy/ and shared/ (the first paragraph of its docstring),
 one row per import contract of pyproject.toml, and each package's floors (grimp's import graph, the
 builder import-linter uses), between the page's markers, so none can drift from the code
 (tests/deploy/test_module_map.py regenerates and compares)."""
@@ -14,7 +14,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "architecture.md"
-PACKAGES = ("services/runtime", "shared")
+PACKAGES = ("services/runtime", "services/proxy", "shared")
 WIDTH = 160
 
 

@@ -1,8 +1,8 @@
-"""Regenerates shared/tag_confusables.py from Unicode's confusables table, as packaged by
+"""Regenerates shared/trust/tag_confusables.py from Unicode's confusables table, as packaged by
 `confusable_homoglyphs` (a dev dependency: the runtime never loads the 900 KB table, only the few
 hundred look-alikes the reserved-tag rule folds; docs/architecture.md "Trust boundaries").
 
-    python -m tools.tag_confusables > shared/tag_confusables.py
+    python -m tools.tag_confusables > shared/trust/tag_confusables.py
 
 tests/unit/test_tag_rule.py checks the committed module against a fresh run.
 """

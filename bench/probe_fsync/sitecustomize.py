@@ -3,7 +3,7 @@ PYTHONPATH and GAMMA_FSYNC_COUNT_DIR set counts its `os.fsync` calls (every thre
 count in GAMMA_FSYNC_COUNT_DIR/<pid>, rewritten in place after each call (one pwrite beside a sync
 that costs a disk flush). bench-stream reads the runtime's count before and after its phase: the
 fsyncs per prompt of the capacity model. The services call `os.fsync` through the module attribute
-(shared/disk.py, shared/snapshots.py, ...), so the wrapper sees every call.
+(shared/storage/disk.py, shared/storage/snapshots.py, ...), so the wrapper sees every call.
 """
 
 from __future__ import annotations

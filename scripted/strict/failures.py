@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..types import ScriptedError, ScriptedReply, ScriptedToolCall
+from scripted.types import ScriptedError, ScriptedReply, ScriptedToolCall
 
 USAGE_VARIANTS = ("full", "no_cache_write", "no_details", "null", "absent")
 FINISH_REASONS = ("length", "content_filter")  # the others are derived (stop, tool_calls)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..types import ScriptedError
-from . import Strictness, replies
-from .rules import Family
+from scripted.strict import Strictness, replies
+from scripted.strict.rules import Family
+from scripted.types import ScriptedError
 
 RESPONSES_ROLES = ("user", "assistant", "system", "developer")
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..types import ScriptedError
-from .rules import Family, effort
+from scripted.strict.rules import Family, effort
+from scripted.types import ScriptedError
 
 # The other API's parameters (reference §2.1: OpenHands/software-agent-sdk#755, goose#2564).
 MOVED = {"reasoning_effort": "reasoning.effort", "messages": "input"}

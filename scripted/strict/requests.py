@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..responses import foreign_reasoning
-from ..types import ScriptedError
-from . import Strictness, items, params, sdk_types
-from .rules import Family, family
+from scripted.responses import foreign_reasoning
+from scripted.strict import Strictness, items, params, sdk_types
+from scripted.strict.rules import Family, family
+from scripted.types import ScriptedError
 
 
 def check(api: str, body: dict[str, Any], strict: Strictness) -> ScriptedError | None:

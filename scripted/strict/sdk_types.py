@@ -13,7 +13,7 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsBas
 from openai.types.responses.response_create_params import ResponseCreateParamsBase
 from pydantic import TypeAdapter, ValidationError
 
-from ..types import ScriptedError
+from scripted.types import ScriptedError
 
 TAIL = 8
 PARAMS: dict[str, Any] = {"responses": ResponseCreateParamsBase, "chat": CompletionCreateParamsBase}

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from shared import keys
-from shared.bus import consumer_name, make_broker, start_subscriptions, subscribe_service
-from shared.model import model_client
-from shared.service import add_health_routes, make_context, service_lifespan
+from services.compaction.handler import CompactionHandler, Metrics
+from services.compaction.summarizer import Summarizer
+from shared.redis import keys
+from shared.serving.model import model_client
+from shared.serving.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
-from shared.tracing import app_telemetry
-
-from .handler import CompactionHandler, Metrics
-from .summarizer import Summarizer
+from shared.streams.bus import consumer_name, make_broker, start_subscriptions, subscribe_service
+from shared.telemetry.tracing import app_telemetry
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

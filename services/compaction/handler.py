@@ -24,20 +24,19 @@ import redis.asyncio as aioredis
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from shared import keys, topology
+from services.compaction.summarizer import Summarizer
 from shared.contracts.compaction import CompactionRequest
 from shared.contracts.inbox import CompactionReady
 from shared.contracts.spend import UsageRow
 from shared.contracts.transcript import parse_entries
-from shared.deletion import is_deleted
-from shared.disk import iter_jsonl, session_paths
-from shared.inbox import entry_fields, ring_arg, ring_lua
-from shared.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW
-from shared.summary_rules import file_operations, format_file_operations, summary_span
-from shared.transcript_index import window_lines
-from shared.transcript_tree import path_to
-
-from .summarizer import Summarizer
+from shared.history.summary_rules import file_operations, format_file_operations, summary_span
+from shared.history.transcript_index import window_lines
+from shared.history.transcript_tree import path_to
+from shared.redis import keys, topology
+from shared.redis.deletion import is_deleted
+from shared.redis.redis_wire import COMPARE_AND_DELETE, COMPARE_AND_RENEW
+from shared.storage.disk import iter_jsonl, session_paths
+from shared.streams.inbox import entry_fields, ring_arg, ring_lua
 
 log = structlog.get_logger()
 GROUP = topology.group_of("compaction")
@@ -142,7 +141,7 @@ class CompactionHandler:
     async def _compact(self, request: CompactionRequest) -> CompactionReady:
         base = _answer(request)
         path = session_paths(self.data_dir, request.session_id).transcript
-        # The branch the request was made on (shared/transcript_tree.py): a rewind leaves others in the file.
+        # The branch the request was made on (shared/history/transcript_tree.py): a rewind leaves others in the file.
         raw = await asyncio.to_thread(branch_lines, path, request.upto_entry_id)
         entries = parse_entries(raw)
         try:

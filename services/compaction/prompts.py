@@ -10,8 +10,8 @@ neutralised (serialize.py), the rest is neutralised here (docs/architecture.md "
 
 from __future__ import annotations
 
-from shared.neutralise import neutralise
-from shared.trusted_blocks import render
+from shared.trust.neutralise import neutralise
+from shared.trust.trusted_blocks import render
 
 SUMMARIZATION_SYSTEM_PROMPT = """You are a context summarization assistant. Your task is to read a conversation between a user and an AI assistant, then produce a structured summary following the exact format specified.
 

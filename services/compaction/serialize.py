@@ -4,7 +4,7 @@ Labelled blocks instead of chat messages, so the summarizer reads a record inste
 chat. Tool results are cut to 2,000 characters: the summary needs what happened, not every byte.
 Trusted injections appear as `[Context]:` blocks: they are harness facts, not user words.
 Everything else (user text, tool results, what the model wrote, a summary quoting all of these) is
-neutralised against the reserved tags (shared/neutralise.py): none of it can close the prompt's
+neutralised against the reserved tags (shared/trust/neutralise.py): none of it can close the prompt's
 `<conversation>` wrapper or read as a harness block (docs/architecture.md "Trust boundaries").
 Images are `[Image]:` lines naming file, type and size; those the summarizer also receives as image
 parts (summary_images.py) carry their number there, so the summary can say what they showed.
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
-from shared.context import entry_message
 from shared.contracts.messages import (
     AgentMessage,
     AssistantMessage,
@@ -29,7 +28,8 @@ from shared.contracts.messages import (
     UserMessage,
 )
 from shared.contracts.transcript import TranscriptEntry
-from shared.neutralise import neutralise
+from shared.history.context import entry_message
+from shared.trust.neutralise import neutralise
 
 TOOL_RESULT_MAX_CHARS = 2000
 LABELS = ("User", "Assistant thinking", "Assistant", "Assistant tool calls", "Tool result", "Context")

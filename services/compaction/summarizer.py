@@ -1,4 +1,4 @@
-"""Summaries through the model: `openai.AsyncOpenAI` from shared/model.py's factory.
+"""Summaries through the model: `openai.AsyncOpenAI` from shared/serving/model.py's factory.
 
 A history summary and, for a turn cut in the middle, a turn-prefix summary run in parallel and are
 joined like Pi does. File tracking is appended by the caller. Each call carries the most recent images
@@ -14,22 +14,21 @@ from typing import Any, Literal
 
 from openai import AsyncOpenAI
 
-from shared.catalogue import Capabilities, Catalogue, catalogue
-from shared.contracts.messages import Usage
-from shared.contracts.spend import Attempt, UsageRow
-from shared.contracts.transcript import TranscriptEntry
-from shared.summary_rules import SummarySpan
-from shared.usage import chat_usage, responses_usage
-
-from .prompts import (
+from services.compaction.prompts import (
     NO_PRIOR_HISTORY,
     SPLIT_TURN_SEPARATOR,
     SUMMARIZATION_SYSTEM_PROMPT,
     summary_prompt,
     turn_prefix_prompt,
 )
-from .serialize import serialize_entries
-from .summary_images import SummaryImage, image_parts, load_summary_images, numbers
+from services.compaction.serialize import serialize_entries
+from services.compaction.summary_images import SummaryImage, image_parts, load_summary_images, numbers
+from shared.catalogue import Capabilities, Catalogue, catalogue
+from shared.contracts.messages import Usage
+from shared.contracts.spend import Attempt, UsageRow
+from shared.contracts.transcript import TranscriptEntry
+from shared.costs.usage import chat_usage, responses_usage
+from shared.history.summary_rules import SummarySpan
 
 
 def _cap(max_tokens: int, caps: Capabilities) -> int:

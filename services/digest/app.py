@@ -5,29 +5,28 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from shared import keys
-from shared.bus import Handler, by_session, make_broker, start_subscriptions, subscribe_service
+from services.digest.builder import DigestBuilder, Metrics
+from services.digest.flush import Flusher
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.causal import FlushRequest
 from shared.contracts.lifecycle import LifecycleEvent, SessionLive
 from shared.contracts.recorded import InjectionRecorded
-from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
+from shared.redis import keys
+from shared.serving.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings
-from shared.tracing import app_telemetry
-from shared.watchdog import StallWatchdog
-
-from .builder import DigestBuilder, Metrics
-from .flush import Flusher
+from shared.streams.bus import Handler, by_session, make_broker, start_subscriptions, subscribe_service
+from shared.streams.watchdog import StallWatchdog
+from shared.telemetry.tracing import app_telemetry
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("digest", settings)
-    watch_disk(ctx)  # /readyz and the gauges report the session disk (shared/diskhealth.py)
+    watch_disk(ctx)  # /readyz and the gauges report the session disk (shared/serving/diskhealth.py)
     broker = make_broker(settings.bus.redis_url, ctx.registry, "digest")
     builder = DigestBuilder(ctx.redis, settings.storage.data_dir, debounce_ms=settings.bus.digest_debounce_ms,
                             metrics=Metrics(ctx.registry), blob_orphan_s=settings.storage.blob_orphan_s)
-    flusher = Flusher(builder)  # causal order: a waiting prompt's changes go out now (shared/causal.py)
+    flusher = Flusher(builder)  # causal order: a waiting prompt's changes go out now (shared/streams/causal.py)
 
     async def on_change(change: ArtifactChange) -> None:
         await builder.on_change(change)

@@ -25,8 +25,13 @@ import redis.asyncio as aioredis
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from shared import causal, keys
-from shared.blobs import read_blob, remove_blob, sweep_orphans
+from services.digest.coalesce import NO_NET_CHANGE, actors_line, compose
+from services.digest.due import DueLoop, session_lock
+from services.digest.handled import queue_mark_handled
+from services.digest.in_flight import release_settled
+from services.digest.manifest import Manifest
+from services.digest.revisions import Carry, Note, RefState, RevisionStore
+from services.digest.view import SessionView, read_view
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection
@@ -34,19 +39,14 @@ from shared.contracts.injection import RuntimeInjection
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.pending import PendingArtifact
 from shared.contracts.recorded import InjectionRecorded
-from shared.fence import read_fence
-from shared.inbox import append
-from shared.redis_wire import optional_text
-from shared.session_locks import SessionLocks
-from shared.trusted_blocks import Body, Trusted, artifact_update
-
-from .coalesce import NO_NET_CHANGE, actors_line, compose
-from .due import DueLoop, session_lock
-from .handled import queue_mark_handled
-from .in_flight import release_settled
-from .manifest import Manifest
-from .revisions import Carry, Note, RefState, RevisionStore
-from .view import SessionView, read_view
+from shared.redis import keys
+from shared.redis.fence import read_fence
+from shared.redis.redis_wire import optional_text
+from shared.redis.session_locks import SessionLocks
+from shared.storage.blobs import read_blob, remove_blob, sweep_orphans
+from shared.streams import causal
+from shared.streams.inbox import append
+from shared.trust.trusted_blocks import Body, Trusted, artifact_update
 
 log = structlog.get_logger()
 SOURCE = "artifact"

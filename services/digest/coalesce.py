@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from services.digest.deck_diff import DIRTY_TEXT as DECK_DIRTY
+from services.digest.deck_diff import deck_digest, new_deck_digest
+from services.digest.file_diff import DIRTY_TEXT as FILE_DIRTY
+from services.digest.file_diff import file_digest, new_file_digest
+from services.digest.revisions import RefState
 from shared.contracts.artifacts import Actor
-from shared.trusted_blocks import Part, Trusted, fragment, lines, quoted
-
-from .deck_diff import DIRTY_TEXT as DECK_DIRTY
-from .deck_diff import deck_digest, new_deck_digest
-from .file_diff import DIRTY_TEXT as FILE_DIRTY
-from .file_diff import file_digest, new_file_digest
-from .revisions import RefState
+from shared.trust.trusted_blocks import Part, Trusted, fragment, lines, quoted
 
 # A digest whose edits cancel out: the content is again what the agent last saw.
 NO_NET_CHANGE = "Saved again with no net change: the content is the same as at from_revision."

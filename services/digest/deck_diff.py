@@ -7,7 +7,7 @@ level it can state reliably:
 - dirty: the old deck is unknown or the change is huge ('The deck changed. Read the current deck.').
 Scopes are card ids, card order, theme, shared assets and metadata (title and metadata fields).
 
-Card ids, keys and values are the deck author's: each is written with shared/trusted_blocks.py's
+Card ids, keys and values are the deck author's: each is written with shared/trust/trusted_blocks.py's
 `token` (an id or key) or `json_value` (a value), on one line, so none can start a line of the
 developer-role block or pass for the harness's words (docs/architecture.md "Trust boundaries").
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from shared.trusted_blocks import json_value, token
+from shared.trust.trusted_blocks import json_value, token
 
 Level = Literal["inline", "scoped", "dirty"]
 

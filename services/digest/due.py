@@ -19,9 +19,9 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import LockError
 
-from shared import keys
 from shared.contracts.base import now_ms
-from shared.session_locks import SessionLocks
+from shared.redis import keys
+from shared.redis.session_locks import SessionLocks
 
 log = structlog.get_logger()
 DUE_BATCH = 50  # due refs flushed per poll

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from typing import Literal
 
-from shared.trusted_blocks import Author, Part, fragment, lines, quoted
+from shared.trust.trusted_blocks import Author, Part, fragment, lines, quoted
 
 Level = Literal["inline", "scoped", "dirty"]
 

@@ -1,4 +1,4 @@
-"""Flush on request (causal order, shared/causal.py): a `FlushRequest{upto}` sends the session's pending
+"""Flush on request (causal order, shared/streams/causal.py): a `FlushRequest{upto}` sends the session's pending
 digests of the changes numbered up to `upto` at once instead of after the debounce, then appends
 `ChangesSettled{upto}` to the inbox, after them. A change not handled yet (still on the changes stream)
 leaves the request owed (`keys.digest_flush`): the builder's `after_change` settles it once handled.
@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import structlog
 
-from shared import causal, keys
+from services.digest.builder import SOURCE, DigestBuilder, source_id
+from services.digest.in_flight import release_settled
+from services.digest.revisions import RefState
 from shared.contracts.causal import FlushRequest
 from shared.contracts.inbox import ChangesSettled, Injection
 from shared.contracts.injection import RuntimeInjection
-from shared.inbox import append
-
-from .builder import SOURCE, DigestBuilder, source_id
-from .in_flight import release_settled
-from .revisions import RefState
+from shared.redis import keys
+from shared.streams import causal
+from shared.streams.inbox import append
 
 log = structlog.get_logger()
 OWED_TTL_S = 60  # past the runtime's wait (GAMMA_CAUSAL_WAIT_MS, at most 60 s) nobody waits any more

@@ -13,8 +13,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import keys
 from shared.contracts.artifacts import ArtifactChange
+from shared.redis import keys
 
 
 async def handled(client: aioredis.Redis, change: ArtifactChange) -> bool:

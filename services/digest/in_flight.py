@@ -1,13 +1,12 @@
-"""The digest's side of the in-flight set (shared/causal.py): a numbered change leaves it once its
+"""The digest's side of the in-flight set (shared/streams/causal.py): a numbered change leaves it once its
 digest is out (inbox or manifest) or nothing is left to tell (seen, dismissed, recorded)."""
 
 from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from shared import causal
-
-from .revisions import RefState
+from services.digest.revisions import RefState
+from shared.streams import causal
 
 
 async def release_settled(client: aioredis.Redis, sid: str, ref: str, state: RefState,

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from shared.contracts.pending import PendingArtifact, PendingArtifactUpdates
-from shared.disk import atomic_write_json, read_json, session_paths
+from shared.storage.disk import atomic_write_json, read_json, session_paths
 
 
 class Manifest:

@@ -16,9 +16,9 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field, PrivateAttr
 
-from shared import keys
-from shared.disk import atomic_write_bytes, session_paths
-from shared.redis_wire import text
+from shared.redis import keys
+from shared.redis.redis_wire import text
+from shared.storage.disk import atomic_write_bytes, session_paths
 
 Actor = Literal["user", "agent", "service"]
 
@@ -29,7 +29,7 @@ class Note(BaseModel):
     actor: Actor
     digest: str | None = None  # the client's own digest text (X-Gamma-Digest)
     from_revision: int | None = None
-    seq: int | None = None  # the proxy's change number (shared/causal.py), removed from in flight once delivered
+    seq: int | None = None  # the proxy's change number (shared/streams/causal.py), removed from in flight once delivered
     deleted: bool = False  # this revision removed the ref (a partial flush composes up to it)
     created: bool = False  # the change made the file or deck (none existed before it)
 
@@ -57,7 +57,7 @@ class RefState(BaseModel):
     carry: Carry | None = None
     sent: list[int] = Field(default_factory=list)  # to_revisions delivered or in the manifest, unrecorded
     pending_since: int | None = None  # ms of the first undelivered live change (bounds the debounce)
-    max_seq: int = 0  # the highest change number handled for this ref (shared/causal.py)
+    max_seq: int = 0  # the highest change number handled for this ref (shared/streams/causal.py)
     # When the ref's pending digest is due (ms), set by the builder's debounce and written to the due set
     # with the state's save (one round trip, under the session's lock); not part of the stored state.
     _due_ms: int | None = PrivateAttr(default=None)

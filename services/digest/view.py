@@ -15,11 +15,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import keys
+from services.digest.revisions import RefState
 from shared.contracts.artifacts import ArtifactChange
-from shared.deletion import deleted_from, queue_is_deleted
-
-from .revisions import RefState
+from shared.redis import keys
+from shared.redis.deletion import deleted_from, queue_is_deleted
 
 
 @dataclass(frozen=True)

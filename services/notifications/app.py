@@ -7,25 +7,31 @@ import httpx
 import structlog
 from fastapi import FastAPI
 
-from shared import keys
-from shared.bus import Handler, by_session, make_broker, publish, start_subscriptions, subscribe_service
+from services.notifications.connectors import ConnectorMetrics, make_connector_router
+from services.notifications.delivery import Delivery, Metrics, NotificationConflict, UnknownSession
+from services.notifications.http import make_router
+from services.notifications.mcp_routes import make_mcp_router
+from services.notifications.migrate import migrate_legacy_keys
+from services.notifications.policy import UrgencyPolicy, never_wake, wake_for_types
 from shared.contracts.lifecycle import LifecycleEvent, SessionLive
 from shared.contracts.notifications import ExternalNotification, NotificationSubmit
 from shared.contracts.recorded import InjectionRecorded
 from shared.contracts.wake import Wake
-from shared.jsonlimits import JsonBodyGuard
-from shared.oidc import build_verifier
-from shared.redis_errors import install_redis_error_handlers
-from shared.service import add_health_routes, make_context, service_lifespan
+from shared.redis import keys
+from shared.redis.redis_errors import install_redis_error_handlers
+from shared.serving.jsonlimits import JsonBodyGuard
+from shared.serving.service import add_health_routes, make_context, service_lifespan
 from shared.settings import Settings, load_settings
-from shared.tracing import app_telemetry
-
-from .connectors import ConnectorMetrics, make_connector_router
-from .delivery import Delivery, Metrics, NotificationConflict, UnknownSession
-from .http import make_router
-from .mcp_routes import make_mcp_router
-from .migrate import migrate_legacy_keys
-from .policy import UrgencyPolicy, never_wake, wake_for_types
+from shared.streams.bus import (
+    Handler,
+    by_session,
+    make_broker,
+    publish,
+    start_subscriptions,
+    subscribe_service,
+)
+from shared.telemetry.tracing import app_telemetry
+from shared.trust.oidc import build_verifier
 
 log = structlog.get_logger()
 
@@ -71,7 +77,7 @@ def create_app(settings: Settings | None = None, urgency: UrgencyPolicy | None =
     handlers: dict[str, Handler] = {
         keys.NOTIFICATIONS: intake(delivery), keys.LIFECYCLE: on_lifecycle, keys.INJECTIONS_RECORDED: on_recorded,
     }
-    # One lane per session (shared/bus_subscriber.py): a SessionLive waits up to 2 s for the digest to
+    # One lane per session (shared/streams/bus_subscriber.py): a SessionLive waits up to 2 s for the digest to
     # settle before its Barrier (delivery.py), and handled one after another 200 wakes queued there,
     # holding every woken prompt (bench-e2e: waking prompt -> answer p50 2.4 s, wake -> live 56 ms).
     subs = subscribe_service(broker, ctx.redis, "notifications", handlers, claim_idle_ms=settings.bus.claim_idle_ms,

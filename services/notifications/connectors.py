@@ -3,7 +3,7 @@
 with the service scope) and already turns a producer's late news into a session's injection.
 
 `PUT/GET/DELETE /connectors/{name}`, `GET /connectors`, and `POST /connectors/{name}/results`: the
-answer to one call, settled once (shared/connectors.py) and appended to the session's inbox as a
+answer to one call, settled once (shared/mcp/connectors.py) and appended to the session's inbox as a
 `ConnectorResult`; the end of a call answered `accepted` becomes a `connector.completed` notification
 (a background_result, stored and delivered like any other)."""
 
@@ -21,8 +21,8 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import ValidationError
 
-from shared import connectors as rules
-from shared import mcp_secrets
+from services.notifications.delivery import Delivery, NotificationConflict, UnknownSession
+from services.notifications.http import _error, refusal
 from shared.contracts.connectors import (
     Connector,
     ConnectorList,
@@ -33,11 +33,10 @@ from shared.contracts.connectors import (
 from shared.contracts.http import ErrorBody
 from shared.contracts.inbox import ConnectorResult
 from shared.contracts.notifications import ConnectorCompleted, ConnectorCompletedPayload, NotificationSubmit
-from shared.inbox import append
-from shared.oidc import BearerVerifier
-
-from .delivery import Delivery, NotificationConflict, UnknownSession
-from .http import _error, refusal
+from shared.mcp import connectors as rules
+from shared.mcp import mcp_secrets
+from shared.streams.inbox import append
+from shared.trust.oidc import BearerVerifier
 
 log = structlog.get_logger()
 MAX_REGISTRATION_BYTES = 512 * 1024  # 16 tools of at most 16 KiB of schema each, and their texts

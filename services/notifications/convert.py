@@ -22,7 +22,7 @@ from shared.contracts.notifications import (
     ImportCompleted,
     RenderCompleted,
 )
-from shared.trusted_blocks import Part, lines, quoted, render, token
+from shared.trust.trusted_blocks import Part, lines, quoted, render, token
 
 SOURCE = "notification"
 

@@ -14,18 +14,17 @@ import redis.asyncio as aioredis
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from shared import keys
+from services.notifications.convert import SOURCE, parse_source_id, to_injections
+from services.notifications.policy import UrgencyPolicy, never_wake
+from services.notifications.settle import wait_for_group
+from services.notifications.store import NotificationStore, StoredNotification
 from shared.contracts.inbox import Barrier
 from shared.contracts.lifecycle import SessionLive
 from shared.contracts.notifications import ExternalNotification, NotificationAccepted, NotificationSubmit
 from shared.contracts.recorded import InjectionRecorded
-from shared.deletion import is_deleted
-from shared.inbox import append
-
-from .convert import SOURCE, parse_source_id, to_injections
-from .policy import UrgencyPolicy, never_wake
-from .settle import wait_for_group
-from .store import NotificationStore, StoredNotification
+from shared.redis import keys
+from shared.redis.deletion import is_deleted
+from shared.streams.inbox import append
 
 log = structlog.get_logger()
 WakeSender = Callable[[str, ExternalNotification], Awaitable[None]]

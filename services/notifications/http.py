@@ -1,5 +1,5 @@
 """`POST /notifications`: service-token auth (the static token, or an IdP JWT carrying the service scope:
-shared/oidc.py), size cap, typed body, dedupe answer."""
+shared/trust/oidc.py), size cap, typed body, dedupe answer."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from services.notifications.delivery import Delivery, NotificationConflict, UnknownSession
 from shared.contracts.http import ErrorBody
 from shared.contracts.notifications import NotificationAccepted, NotificationSubmit
-from shared.oidc import BearerVerifier, InvalidBearer, looks_like_jwt
-
-from .delivery import Delivery, NotificationConflict, UnknownSession
+from shared.trust.oidc import BearerVerifier, InvalidBearer, looks_like_jwt
 
 # Payloads are small (ids and refs); the cap keeps a producer bug from filling Redis.
 MAX_NOTIFICATION_BYTES = 256 * 1024

@@ -1,9 +1,9 @@
 """MCP servers as connectors on the notifications service (docs/integration.md "MCP connectors").
 
-`PUT /connectors/{name}/mcp` (an `McpConnectorSpec`): the URL is checked (shared/mcp_urls.py), the
-server's tools are listed with the credential given (shared/mcp_client.py), converted and checked like
-a registered connector's (shared/mcp_tools.py), the credential is stored encrypted
-(shared/mcp_secrets.py) and the connector is stored in the registry like any other: sessions load it
+`PUT /connectors/{name}/mcp` (an `McpConnectorSpec`): the URL is checked (shared/mcp/mcp_urls.py), the
+server's tools are listed with the credential given (shared/mcp/mcp_client.py), converted and checked like
+a registered connector's (shared/mcp/mcp_tools.py), the credential is stored encrypted
+(shared/mcp/mcp_secrets.py) and the connector is stored in the registry like any other: sessions load it
 with `load_tools` and hear of it in the catalog's `workspace_update`. `POST /connectors/{name}/mcp/refresh`
 lists the tools again with the stored credential; the same tools change nothing (same version).
 
@@ -24,18 +24,17 @@ from fastapi.responses import JSONResponse, Response
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from shared import connectors as rules
-from shared import mcp_secrets
+from services.notifications.connectors import _ERROR, AUTH, ConnectorMetrics, _body, _dumped, _json
+from services.notifications.http import _error, refusal
 from shared.contracts.connectors import Connector, ConnectorSpec, McpEndpoint
 from shared.contracts.mcp import McpAuth, McpConnectorSpec
-from shared.mcp_client import AuthFailed, Reach, connect, list_all
-from shared.mcp_tools import convert
-from shared.mcp_urls import AllowList, UrlRefused, allow_list, check
-from shared.oidc import BearerVerifier, InvalidBearer, looks_like_jwt
+from shared.mcp import connectors as rules
+from shared.mcp import mcp_secrets
+from shared.mcp.mcp_client import AuthFailed, Reach, connect, list_all
+from shared.mcp.mcp_tools import convert
+from shared.mcp.mcp_urls import AllowList, UrlRefused, allow_list, check
 from shared.settings import NotificationSettings
-
-from .connectors import _ERROR, AUTH, ConnectorMetrics, _body, _dumped, _json
-from .http import _error, refusal
+from shared.trust.oidc import BearerVerifier, InvalidBearer, looks_like_jwt
 
 log = structlog.get_logger()
 MAX_MCP_REGISTRATION_BYTES = 64 * 1024
@@ -120,7 +119,7 @@ class McpRegistrations:
             self.metrics.registrations.labels("invalid").inc()
             return got
         offered, endpoint = got
-        # The credential first: it is bound to the URL (shared/mcp_secrets.py), so a call made
+        # The credential first: it is bound to the URL (shared/mcp/mcp_secrets.py), so a call made
         # in between never presents it to another server.
         await mcp_secrets.store(self.client, name, spec.url, auth, self.settings.mcp_secret_key)
         try:

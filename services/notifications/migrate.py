@@ -13,8 +13,8 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 import structlog
 
-from shared import keys
-from shared.redis_wire import text
+from shared.redis import keys
+from shared.redis.redis_wire import text
 
 DONE = "gamma:migrations:notification-keys-hashed"
 _STATE = ":state"

@@ -21,8 +21,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from shared import topology
-from shared.redis_wire import parse_id
+from shared.redis import topology
+from shared.redis.redis_wire import parse_id
 
 DIGEST_GROUP = topology.group_of("digest")
 SCAN_MAX = 500  # unacked entries looked at one by one for a session's wait; more: wait for the group

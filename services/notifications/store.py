@@ -18,12 +18,12 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from shared import keys, redis_cluster
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection
 from shared.contracts.notifications import ExternalNotification
-from shared.inbox import entry_fields, ring_arg, ring_lua
-from shared.redis_wire import optional_text, text
+from shared.redis import keys, redis_cluster
+from shared.redis.redis_wire import optional_text, text
+from shared.streams.inbox import entry_fields, ring_arg, ring_lua
 
 Status = Literal["pending", "delivered", "consumed"]
 # After consumption the record stays this long so a late duplicate POST is still recognised.
@@ -33,7 +33,7 @@ CONSUMED_TTL_S = 7 * 24 * 3600
 # inbox appends. The lease is read inside the script, after the pending entry exists in effect, so a
 # SessionLive that follows a lease taken later always finds it (no notification falls in between).
 # KEYS: record, state, pending, session row, lease, inbox. ARGV: record JSON, parts, now, id, the
-# inbox's ring channel (shared/inbox.py `ring_arg`), then (type, data) pairs of the inbox entries.
+# inbox's ring channel (shared/streams/inbox.py `ring_arg`), then (type, data) pairs of the inbox entries.
 # Returns {created, status}, plus the stored record for a repeat.
 _SUBMIT = """
 if redis.call('EXISTS', KEYS[4]) == 0 then return {-1, 'unknown'} end

@@ -9,24 +9,16 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from shared.bus import make_broker
-from shared.jsonlimits import JsonBodyGuard
-from shared.oidc import build_verifier
-from shared.reconnect import connect_blocking
-from shared.redis_errors import install_redis_error_handlers
-from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
-from shared.settings import Settings, load_settings
-from shared.tracing import app_telemetry
-
-from .deps import Proxy
-from .erase import sweep_forever
-from .errors import install_error_handlers
-from .fanout import EventFanout
-from .heap import TrimAfterLargeResponses
-from .idempotency import IdempotencyRecorder, Replay, replay_response
-from .limits import BodyLimit
-from .metrics import ProxyMetrics
-from .routes import (
+from services.proxy.deps import Proxy
+from services.proxy.dormant.erase import sweep_forever
+from services.proxy.edge.errors import install_error_handlers
+from services.proxy.edge.heap import TrimAfterLargeResponses
+from services.proxy.edge.limits import BodyLimit
+from services.proxy.edge.metrics import ProxyMetrics
+from services.proxy.edge.sse_response import ProxyApp
+from services.proxy.fanout import EventFanout
+from services.proxy.idempotency import IdempotencyRecorder, Replay, replay_response
+from services.proxy.routes import (
     agui,
     branches,
     documents,
@@ -40,7 +32,14 @@ from .routes import (
     ui,
     workspace,
 )
-from .sse_response import ProxyApp
+from shared.redis.reconnect import connect_blocking
+from shared.redis.redis_errors import install_redis_error_handlers
+from shared.serving.jsonlimits import JsonBodyGuard
+from shared.serving.service import add_health_routes, make_context, service_lifespan, watch_disk
+from shared.settings import Settings, load_settings
+from shared.streams.bus import make_broker
+from shared.telemetry.tracing import app_telemetry
+from shared.trust.oidc import build_verifier
 
 STATIC = Path(__file__).parent / "static"
 # Bodies here are file contents (opaque bytes, routes/workspace.py): no JSON body limits.
@@ -52,11 +51,11 @@ EVENT_STREAM = r"^/sessions/[^/]+/(events|ag-ui)$"
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     ctx = make_context("proxy", settings)
-    watch_disk(ctx)  # /readyz and the gauges report the session disk (shared/diskhealth.py)
+    watch_disk(ctx)  # /readyz and the gauges report the session disk (shared/serving/diskhealth.py)
     broker = make_broker(settings.bus.redis_url, ctx.registry, "proxy")
 
     # Blocking commands (the forwarded writes' BLPOP, the SSE fan-out's XREAD BLOCK) on a client of
-    # their own whose read timeout outlasts the longest block (shared/reconnect.py).
+    # their own whose read timeout outlasts the longest block (shared/redis/reconnect.py).
     blocking = connect_blocking(settings.bus.redis_url, max(settings.sessions.reply_timeout_s, settings.sessions.sse_heartbeat_s))
     fanout = EventFanout(blocking, ctx.redis, block_ms=int(settings.sessions.sse_heartbeat_s * 1000),
                          queue_size=settings.limits.sse_queue_size, heartbeat_s=settings.sessions.sse_heartbeat_s)
@@ -66,7 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def start() -> None:
         # Publish-only (Wake, ArtifactChange): connect, no subscribers to start.
         await broker.connect()
-        # Deletes a killed proxy left half done are finished (services/proxy/erase.py).
+        # Deletes a killed proxy left half done are finished (services/proxy/dormant/erase.py).
         ctx.spawn(sweep_forever(app.state.proxy), "delete-sweep")
 
     async def stop() -> None:
@@ -83,8 +82,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Gamma harness data-plane proxy: sessions, messages and wake, SessionUIState sync, "
         "workspace files, Gamma documents, events (SSE), dormant preview.",
         lifespan=service_lifespan(ctx, start, stop),
-        docs_url=None, redoc_url=None,  # on the internal port (shared/internal_http.py)
-        telemetry=app_telemetry(),  # the request span (shared/tracing.py)
+        docs_url=None, redoc_url=None,  # on the internal port (shared/serving/internal_http.py)
+        telemetry=app_telemetry(),  # the request span (shared/telemetry/tracing.py)
     )
     app.state.proxy = Proxy(settings=settings, redis=ctx.redis, broker=broker, tokens=settings.auth.tokens(),
                             verifier=verifier,

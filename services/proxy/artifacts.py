@@ -3,7 +3,7 @@ published only after the write is applied (live: after the runtime's reply; dorm
 
 Every change goes out through `publish_change`, which first numbers it and marks it in flight when
 given the tracking client (`tracking(proxy)`), so a prompt accepted after the write waits for its
-digest (shared/causal.py). A route that publishes a new kind of change (a DELETE) passes it too."""
+digest (shared/streams/causal.py). A route that publishes a new kind of change (a DELETE) passes it too."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from urllib.parse import unquote
 import redis.asyncio as aioredis
 from faststream.redis import RedisBroker
 
-from shared import causal, keys
-from shared.bus import publish
+from services.proxy.edge.errors import ApiError
 from shared.contracts.artifacts import ArtifactChange
-
-from .errors import ApiError
+from shared.redis import keys
+from shared.streams import causal
+from shared.streams.bus import publish
 
 MAX_DIGEST_CHARS = 4000
 
@@ -72,7 +72,7 @@ async def publish_change(broker: RedisBroker, change: ArtifactChange, track: aio
 async def file_changed(broker: RedisBroker, sid: str, path: str, blob: BlobRef, digest: str | None,
                        revision: int | None = None, *, created: bool = False,
                        track: aioredis.Redis | None = None) -> None:
-    """`blob`: the content blob holding the new bytes (shared/blobs.py); the entry only names it."""
+    """`blob`: the content blob holding the new bytes (shared/storage/blobs.py); the entry only names it."""
     await publish_change(broker, ArtifactChange(
         session_id=sid, ref=file_ref(path), actor="user", kind="file",
         to_revision=revision, from_revision=(revision - 1) if revision else None,
@@ -95,7 +95,7 @@ async def document_changed(broker: RedisBroker, sid: str, doc: str, document: di
     await publish_change(broker, ArtifactChange(
         session_id=sid, ref=document_ref(doc), actor="user", kind="document",
         from_revision=from_revision, to_revision=to_revision, document=document, digest=digest,
-        created=to_revision == 1,  # a new deck starts at revision 1 (shared.write_model.edit_document)
+        created=to_revision == 1,  # a new deck starts at revision 1 (shared.ui.write_model.edit_document)
     ), track)
 
 

@@ -2,7 +2,7 @@
 
 Each path must name a regular file inside the session's workspace (opened beneath it, as every
 workspace read is), the count and the bytes of one message are bounded, and an image must decode
-(shared/images.py) within the decoding bounds (shared/image_decoding.py: worker processes, a bound
+(shared/media/images.py) within the decoding bounds (shared/pools/image_decoding.py: worker processes, a bound
 per process and per user, a 429/503 past them). Images are stored once by content hash on the session disk and travel as
 references; the other files are named (path, media type, size) for the agent to `read`. The first bad
 path is a 4xx naming it; then nothing is stored in the inbox and no wake is sent.
@@ -17,15 +17,14 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared import workspace_fs
+from services.proxy.edge.errors import ApiError
 from shared.contracts.inbox import AttachedFile
 from shared.contracts.messages import ImageRef
-from shared.disk import DiskError, session_paths
-from shared.image_decoding import decoder
-from shared.images import ImageRefused, PreparedImage, read_workspace_image, sniff, store_image
+from shared.media.images import ImageRefused, PreparedImage, read_workspace_image, sniff, store_image
+from shared.pools.image_decoding import decoder
 from shared.settings import Settings
-
-from .errors import ApiError
+from shared.storage import workspace_fs
+from shared.storage.disk import DiskError, session_paths
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Bearer tokens -> user: static tokens (GAMMA_API_TOKENS) and, when GAMMA_OIDC_ISSUER is set, JWTs from
-the identity provider (shared/oidc.py). A missing, unknown or invalid token is 401 with an RFC 6750
+the identity provider (shared/trust/oidc.py). A missing, unknown or invalid token is 401 with an RFC 6750
 challenge naming the error."""
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ import hmac
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from shared.oidc import InvalidBearer, looks_like_jwt
-
-from .deps import Proxy, get_proxy
-from .errors import ApiError
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.edge.errors import ApiError
+from shared.trust.oidc import InvalidBearer, looks_like_jwt
 
 # auto_error=False: FastAPI's own 403 "Not authenticated" is replaced by our 401 with a JSON body.
 bearer = HTTPBearer(auto_error=False, description="A token from GAMMA_API_TOKENS (`user:token,...`) or, "

@@ -1,7 +1,7 @@
 """What the proxy does with spending (docs/costs.md): a session's own caps at creation, its spending
 in GET /sessions/{id}, and the 402 that refuses a prompt once a dollar cap is reached.
 
-The runtime writes the totals (services/runtime/spend.py); the proxy only reads them, and writes a
+The runtime writes the totals (services/runtime/runs/spend.py); the proxy only reads them, and writes a
 session's cap overrides once, with its row. Only the money caps refuse prompts: the token cap is per
 run, and a new prompt starts a new run.
 """
@@ -12,12 +12,12 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared import keys, spend
+from services.proxy.edge.errors import ApiError
 from shared.contracts.spend import BudgetLimits, BudgetReachedData, SessionBudget, SessionSpend, UserSpend
-from shared.redis_wire import text
+from shared.costs import spend
+from shared.redis import keys
+from shared.redis.redis_wire import text
 from shared.settings import Settings
-
-from .errors import ApiError
 
 PAYMENT_REQUIRED = 402
 

@@ -8,13 +8,12 @@ import redis.asyncio as aioredis
 from fastapi import Request
 from faststream.redis import RedisBroker
 
+from services.proxy.edge.metrics import ProxyMetrics
+from services.proxy.fanout import EventFanout
+from services.proxy.forwarding import Forwardable, forward
 from shared.contracts.inbox import InboxReply
-from shared.oidc import BearerVerifier
 from shared.settings import Settings
-
-from .fanout import EventFanout
-from .forwarding import Forwardable, forward
-from .metrics import ProxyMetrics
+from shared.trust.oidc import BearerVerifier
 
 
 @dataclass
@@ -24,7 +23,7 @@ class Proxy:
     broker: RedisBroker
     tokens: dict[str, str]  # token -> user
     metrics: ProxyMetrics
-    blocking: aioredis.Redis  # for blocking commands (shared.reconnect.connect_blocking)
+    blocking: aioredis.Redis  # for blocking commands (shared.redis.reconnect.connect_blocking)
     fanout: EventFanout
     verifier: BearerVerifier | None  # bearer JWTs from the IdP when GAMMA_OIDC_ISSUER is set
 
@@ -34,7 +33,7 @@ class Proxy:
 
 
 def tracking(proxy: Proxy) -> aioredis.Redis | None:
-    """The client that numbers acknowledged changes (shared/causal.py), or None with the wait off."""
+    """The client that numbers acknowledged changes (shared/streams/causal.py), or None with the wait off."""
     return proxy.redis if proxy.settings.runtime.causal_wait_ms > 0 else None
 
 

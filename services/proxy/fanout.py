@@ -4,7 +4,7 @@ shared by every client of it.
 A blocked `XREAD` per SSE client held one Redis connection each: at 540 streams the pool ran dry
 ("No connection available") and every other request queued behind it (GET /sessions/{id} 5.4 s).
 Here each proxy process reads the events streams of the sessions that have subscribers through the
-shared StreamReader (shared/stream_reader.py, without a consumer group: sharded blocking XREADs, each
+shared StreamReader (shared/streams/stream_reader.py, without a consumer group: sharded blocking XREADs, each
 stream from the id it last delivered), and hands every entry to the subscribers' bounded queues. A
 client that does not keep up is closed (its EventSource resumes with Last-Event-ID), never buffered
 without bound.
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 import structlog
 
-from shared import keys
-from shared.redis_wire import text
-from shared.stream_reader import StreamEntry, StreamReader
-from shared.tracing import detached
+from shared.redis import keys
+from shared.redis.redis_wire import text
+from shared.streams.stream_reader import StreamEntry, StreamReader
+from shared.telemetry.tracing import detached
 
 log = structlog.get_logger()
 
@@ -127,7 +127,7 @@ class EventFanout:
 
     def __init__(self, blocking: aioredis.Redis, control: aioredis.Redis, *, block_ms: int,
                  queue_size: int, heartbeat_s: float | None = None) -> None:
-        # `blocking`: its read timeout covers block_ms (shared.reconnect.connect_blocking).
+        # `blocking`: its read timeout covers block_ms (shared.redis.reconnect.connect_blocking).
         self._reader = StreamReader(blocking, keys.events, control=control)
         self._control = control
         self._block_ms = block_ms

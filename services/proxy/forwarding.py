@@ -16,7 +16,8 @@ import redis.asyncio as aioredis
 import structlog
 from pydantic import ValidationError
 
-from shared import inbox, keys
+from services.proxy.edge.errors import ApiError
+from services.proxy.edge.metrics import ProxyMetrics
 from shared.contracts.inbox import (
     Abort,
     Compact,
@@ -31,9 +32,8 @@ from shared.contracts.inbox import (
     UiUpdate,
     UserPrompt,
 )
-
-from .errors import ApiError
-from .metrics import ProxyMetrics
+from shared.redis import keys
+from shared.streams import inbox
 
 log = structlog.get_logger()
 FORWARD_GRACE_S = 2.0  # beyond the reply timeout: the append and the reply's own round trips
@@ -45,7 +45,7 @@ Forwardable = (UiUpdate | FileWrite | DocumentEdit | Stop | Compact | FileDelete
 async def forward(redis: aioredis.Redis, blocking: aioredis.Redis, message: Forwardable, timeout_s: float,
                   metrics: ProxyMetrics | None = None) -> InboxReply:
     """The reply, or ApiError: 504 on timeout, the runtime's own 4xx (with its message) on refusal.
-    `blocking` is a client whose read timeout outlasts `timeout_s` (shared.reconnect.connect_blocking)."""
+    `blocking` is a client whose read timeout outlasts `timeout_s` (shared.redis.reconnect.connect_blocking)."""
     started = time.monotonic()
     assert message.request_id is not None  # a UserPrompt is forwarded only with one (expected_run_id)
     try:

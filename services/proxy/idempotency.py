@@ -30,11 +30,10 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from services.proxy.auth import current_user
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.edge.errors import ApiError
 from shared.contracts.base import new_id, now_ms
-
-from .auth import current_user
-from .deps import Proxy, get_proxy
-from .errors import ApiError
 
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"

@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import structlog
 
-from shared import causal, inbox, keys
-from shared.bus import publish
+from services.proxy.ari import AriError, parse_ari
+from services.proxy.attachments import check_attachments
+from services.proxy.budgets import refuse_over_budget
+from services.proxy.deps import Proxy
+from services.proxy.edge.errors import ApiError
+from services.proxy.routes.branches import edit_rewind
+from services.proxy.routes.runs import post_to_run
+from services.proxy.rows import SessionState, mark_waking, touch
 from shared.contracts.http import MessageAccepted, PostMessage
 from shared.contracts.inbox import UserPrompt
 from shared.contracts.wake import Wake
-
-from .ari import AriError, parse_ari
-from .attachments import check_attachments
-from .budgets import refuse_over_budget
-from .deps import Proxy
-from .errors import ApiError
-from .routes.branches import edit_rewind
-from .routes.runs import post_to_run
-from .rows import SessionState, mark_waking, touch
+from shared.redis import keys
+from shared.streams import causal, inbox
+from shared.streams.bus import publish
 
 log = structlog.get_logger()
 
@@ -40,7 +40,7 @@ async def accept_prompt(proxy: Proxy, state: SessionState, body: PostMessage) ->
         # A retried edit with its Idempotency-Key is answered from the stored response (IDEMPOTENT): no second rewind.
         state = await edit_rewind(proxy, state, body.edit_of)
     status = state.status()
-    # Causal order (shared/causal.py): the newest write acknowledged before this prompt whose digest is
+    # Causal order (shared/streams/causal.py): the newest write acknowledged before this prompt whose digest is
     # still on its way; the runtime holds the prompt until it is delivered.
     after = await causal.watermark(proxy.redis, sid) if proxy.settings.runtime.causal_wait_ms > 0 else None
     prompt = UserPrompt(session_id=sid, message=body.message, client_context=body.client_context, on_busy=body.on_busy,

@@ -17,18 +17,17 @@ from typing import Generic, Literal, TypeVar
 import redis.asyncio as aioredis
 from fastapi import Depends
 
-from shared import keys
+from services.proxy.auth import current_user
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.edge.errors import ApiError
+from services.proxy.rows import SessionState, load_state
 from shared.contracts.base import new_id
-from shared.disk import session_paths
-from shared.redis_wire import COMPARE_AND_DELETE
-from shared.rewind import finish_pending_on_disk, snapshot_on_disk
-from shared.snapshots import SnapshotLimits
-from shared.write_model import Refused
-
-from .auth import current_user
-from .deps import Proxy, get_proxy
-from .errors import ApiError
-from .rows import SessionState, load_state
+from shared.history.rewind import finish_pending_on_disk, snapshot_on_disk
+from shared.redis import keys
+from shared.redis.redis_wire import COMPARE_AND_DELETE
+from shared.storage.disk import session_paths
+from shared.storage.snapshots import SnapshotLimits
+from shared.ui.write_model import Refused
 
 LOCK_PX = 10_000
 # Dormant writes after which the disk is snapshotted (docs/architecture.md "Snapshots, rewind and fork").
@@ -44,7 +43,7 @@ class BecameLive(Exception):
 
 async def owned_session(sid: str, user: str = Depends(current_user), proxy: Proxy = Depends(get_proxy)) -> SessionState:
     """The session, if it exists and belongs to the caller; anyone else gets the same 404, and so does
-    everyone for a session being deleted (services/proxy/erase.py)."""
+    everyone for a session being deleted (services/proxy/dormant/erase.py)."""
     state = await owned_or_deleting(sid, user, proxy)
     if state.row.status == "deleting":
         raise ApiError(404, f"session {sid!r} not found")
@@ -138,7 +137,7 @@ async def apply_if_dormant(proxy: Proxy, state: SessionState, kind: str,
 
 
 async def gone(redis: aioredis.Redis, sid: str) -> bool:
-    """The row is gone or being deleted (services/proxy/erase.py holds this same lock to erase)."""
+    """The row is gone or being deleted (services/proxy/dormant/erase.py holds this same lock to erase)."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hexists(keys.session_row(sid), "owner")
         pipe.hget(keys.session_row(sid), "status")

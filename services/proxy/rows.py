@@ -1,8 +1,8 @@
 """Session rows `gamma:{sid}:session` (the proxy writes their fields below) and the per-user listing.
 
 Fields (docs/integration.md): id, owner, variant, model (ModelConfig JSON), status (dormant | waking |
-deleting: services/proxy/erase.py), wake_id, title, created_at, updated_at (ms). Beside them, written by others: the runtime's `fence`
-(shared/fence.py) and the dormancy sweep's `usage` and `events_swept` (shared/dormancy.py). The proxy
+deleting: services/proxy/dormant/erase.py), wake_id, title, created_at, updated_at (ms). Beside them, written by others: the runtime's `fence`
+(shared/redis/fence.py) and the dormancy sweep's `usage` and `events_swept` (shared/redis/dormancy.py). The proxy
 also keeps `waking_since` and `wake_fence` (the fence value when it sent the Wake), so a finished wake
 is recognised without a write: once the fence moved past `wake_fence` a runtime took the lease.
 """
@@ -17,11 +17,11 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from shared import keys
 from shared.contracts.base import new_id, now_ms
 from shared.contracts.http import ModelConfig, SessionView, Status, Variant
-from shared.fence import fence_of
-from shared.redis_wire import text
+from shared.redis import keys
+from shared.redis.fence import fence_of
+from shared.redis.redis_wire import text
 
 WAKE_WINDOW_MS = 60_000
 RowStatus = Literal["dormant", "waking", "deleting"]

@@ -8,19 +8,18 @@ import structlog
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from shared import topology
-from shared.bus import by_session, consumer_name, ensure_group, make_broker, publish, subscribe
-from shared.model import model_client
-from shared.reconnect import warm
-from shared.service import add_health_routes, make_context, service_lifespan, watch_disk
+from services.runtime.hosting.worker import Worker
+from services.runtime.sandbox import describe, export_metric, select_sandbox
+from services.runtime.skillset.paths import sandbox_skills_dir, skills_dir
+from services.runtime.skillset.prompt import VARIANTS, build_system_prompt
+from services.runtime.skillset.skills import load_skills
+from shared.redis import topology
+from shared.redis.reconnect import warm
+from shared.serving.model import model_client
+from shared.serving.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings
-from shared.tracing import app_telemetry
-
-from .paths import sandbox_skills_dir, skills_dir
-from .prompt import VARIANTS, build_system_prompt
-from .sandbox import describe, export_metric, select_sandbox
-from .skills import load_skills
-from .worker import Worker
+from shared.streams.bus import by_session, consumer_name, ensure_group, make_broker, publish, subscribe
+from shared.telemetry.tracing import app_telemetry
 
 SHUTDOWN_S = 20.0
 
@@ -44,7 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     (wake,) = topology.consumptions("runtime")
     # Wakes handled side by side (one lane per session), up to `GAMMA_RUNTIME_WAKES_AT_ONCE` in flight in
-    # a sliding window (shared/bus_window.py): a wake mostly waits on Redis and the disk (~30 ms, 100 at
+    # a sliding window (shared/streams/bus_window.py): a wake mostly waits on Redis and the disk (~30 ms, 100 at
     # p90), and handled one at a time a burst of 200 first prompts queued for 3 s (bench-e2e: wake p99
     # 3.5 s); read in batches that waited for their slowest wake, a burst of 100 beside 100 streaming
     # sessions still queued for ~1 s (docs/capacity.md "Per wake"). A read takes few at a time (a

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from .schema import EFFORTS, Api, Capabilities, CatalogueFile, Effort, Entry, Prices
+from shared.catalogue.schema import EFFORTS, Api, Capabilities, CatalogueFile, Effort, Entry, Prices
 
 __all__ = ["DATED", "EFFORTS", "Api", "Capabilities", "Catalogue", "Effort", "Entry", "Prices", "Problem", "catalogue",
            "check_config", "parse_deployments", "parse_extra", "settle_api"]
@@ -141,7 +141,7 @@ def check_config(model: str, entry: Entry, effort: Effort | None, api: Api) -> P
         if not entry.known:
             why += " (an unknown model: describe it in GAMMA_MODEL_CATALOGUE_EXTRA)"
         return Problem("model.reasoning_effort", f"{model} {why}", caps.efforts)
-    # No effort sent: the Chat body asks for `none` itself (engine/chat_api.py `chat_effort`).
+    # No effort sent: the Chat body asks for `none` itself (model/chat_api.py `chat_effort`).
     if api == "chat" and caps.chat_tools_need_effort_none and effort not in (None, "none"):
         return Problem("model.reasoning_effort", f"{model} takes function tools on Chat Completions only with "
                        "reasoning effort 'none'; use api 'responses' for another effort", ("none",))

@@ -4,9 +4,8 @@
 
 from __future__ import annotations
 
+from shared.catalogue import Api, Catalogue, Problem, check_config, settle_api
 from shared.contracts.http import ModelConfig
-
-from . import Api, Catalogue, Problem, check_config, settle_api
 
 
 class ModelRefused(ValueError):

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .base import Contract, new_id, now_ms
-from .blobref import BLOB_NAME, SHA256
+from shared.contracts.base import Contract, new_id, now_ms
+from shared.contracts.blobref import BLOB_NAME, SHA256
 
 Actor = Literal["user", "agent", "service"]
 
@@ -16,11 +16,11 @@ class ArtifactChange(Contract):
     """One change to a file (`file:<path>`) or a Gamma document (`gamma:file:<doc>`).
 
     A file's new bytes are not in the entry: `blob` names the immutable content blob
-    `sessions/{sid}/.blobs/{blob}` (shared/blobs.py) the producer wrote, `sha256` and `size`
+    `sessions/{sid}/.blobs/{blob}` (shared/storage/blobs.py) the producer wrote, `sha256` and `size`
     describe it; the digest copies it into the ref's revisions and removes it. `document` carries a
     deck's new JSON. `deleted` marks removal, `created` a file or deck that did not exist before the
     write (the digest says "new file" instead of a diff). `digest` is a client-supplied digest text
-    (X-Gamma-Digest) that wins over a computed one. `seq`: see `shared/causal.py`.
+    (X-Gamma-Digest) that wins over a computed one. `seq`: see `shared/streams/causal.py`.
     """
 
     id: str = Field(default_factory=lambda: new_id("c_"))
@@ -37,7 +37,7 @@ class ArtifactChange(Contract):
     deleted: bool = False
     created: bool = False
     digest: str | None = None
-    # The proxy's number for a change it acknowledged (shared/causal.py): the digest removes it from the
+    # The proxy's number for a change it acknowledged (shared/streams/causal.py): the digest removes it from the
     # session's in-flight set once the change is delivered or dismissed. None: not tracked (agent changes).
     seq: int | None = Field(None, ge=1)
     ts: int = Field(default_factory=now_ms)

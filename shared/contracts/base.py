@@ -8,7 +8,7 @@ import uuid
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-# A W3C trace context header (version 00): the trace a stream entry continues (shared/tracing.py).
+# A W3C trace context header (version 00): the trace a stream entry continues (shared/telemetry/tracing.py).
 TRACEPARENT = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 
 

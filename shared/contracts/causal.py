@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import Contract, new_id, now_ms
+from shared.contracts.base import Contract, new_id, now_ms
 
 
 class FlushRequest(Contract):

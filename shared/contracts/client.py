@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import CamelContract
+from shared.contracts.base import CamelContract
 
 
 class Viewport(CamelContract):

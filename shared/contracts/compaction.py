@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import Contract, new_id
+from shared.contracts.base import Contract, new_id
 
 
 class CompactionRequest(Contract):

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from .base import Contract
+from shared.contracts.base import Contract
 
 CONNECTOR_NAME = r"^[a-z][a-z0-9_-]{0,40}$"
 # The provider's function name is `{connector}__{tool}` (`^[a-zA-Z0-9_-]{1,64}$`): 41 + 2 + 21.
@@ -31,7 +31,7 @@ MCP_TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
 class ConnectorTool(Contract):
     name: str = Field(pattern=TOOL_NAME)
     description: str = Field(min_length=1, max_length=1024)
-    # The arguments' JSON Schema (draft 2020-12), checked and size-capped by shared/connectors.py.
+    # The arguments' JSON Schema (draft 2020-12), checked and size-capped by shared/mcp/connectors.py.
     parameters: dict[str, Any]
     timeout_s: float = Field(30.0, gt=0, le=MAX_TIMEOUT_S)
 
@@ -54,7 +54,7 @@ class SkippedTool(Contract):
 
 class McpEndpoint(Contract):
     """An MCP connector's server (docs/integration.md "MCP connectors"); never its credential, which
-    is stored encrypted on its own (shared/mcp_secrets.py)."""
+    is stored encrypted on its own (shared/mcp/mcp_secrets.py)."""
 
     url: str = Field(max_length=MAX_URL)
     protocol: str = Field(max_length=32)  # the revision the server spoke when its tools were listed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import Contract, now_ms
+from shared.contracts.base import Contract, now_ms
 
 
 class DeadLetter(Contract):

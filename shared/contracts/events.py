@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from .base import TRACEPARENT, Contract, now_ms
+from shared.contracts.base import TRACEPARENT, Contract, now_ms
 
 EventType = Literal[
     # Pi's engine events
@@ -106,7 +106,7 @@ class ModelRequestData(Contract):
     shared_prefix_tokens: int
     encoding: str
     message_count: int
-    image_tokens: int = 0  # the request's images by OpenAI's formula for the model (shared/image_tokens.py)
+    image_tokens: int = 0  # the request's images by OpenAI's formula for the model (shared/media/image_tokens.py)
     # What the API itself reported (README "Models"). `cached_tokens` is the provider's prompt-cache hit.
     api: Literal["responses", "chat"] = "chat"
     input_tokens: int = 0

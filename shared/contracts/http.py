@@ -8,11 +8,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .base import Contract
-from .client import PromptClientContext
-from .inbox import ENTRY_ID, RUN_ID, OnBusy
-from .spend import SessionBudget, SessionSpend
-from .todo import TodoList
+from shared.contracts.base import Contract
+from shared.contracts.client import PromptClientContext
+from shared.contracts.inbox import ENTRY_ID, RUN_ID, OnBusy
+from shared.contracts.spend import SessionBudget, SessionSpend
+from shared.contracts.todo import TodoList
 
 Variant = Literal["base", "deck-generation", "import"]
 Status = Literal["live", "dormant", "waking"]
@@ -216,7 +216,7 @@ class AbortResult(Contract):
 
 class FileWritten(Contract):
     """`PUT /sessions/{id}/workspace/files/{path}`: the workspace path written, its size, the revision the
-    digest records for it (shared/revnum.py); `created` when there was no file before."""
+    digest records for it (shared/redis/revnum.py); `created` when there was no file before."""
 
     path: str
     size: int = Field(ge=0)

@@ -10,13 +10,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 
-from .base import TRACEPARENT, Contract, new_id
-from .blobref import BLOB_NAME, SHA256
-from .client import PromptClientContext
-from .connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
-from .injection import InjectionSource, RuntimeInjection
-from .messages import ImageRef
-from .spend import UsageRow
+from shared.contracts.base import TRACEPARENT, Contract, new_id
+from shared.contracts.blobref import BLOB_NAME, SHA256
+from shared.contracts.client import PromptClientContext
+from shared.contracts.connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
+from shared.contracts.injection import InjectionSource, RuntimeInjection
+from shared.contracts.messages import ImageRef
+from shared.contracts.spend import UsageRow
 
 # interrupt: abort the active run, then start a new one with this message (docs/integration.md "Abort and interrupt").
 OnBusy = Literal["steer", "follow_up", "reject", "interrupt"]
@@ -27,7 +27,7 @@ ENTRY_ID = r"^[A-Za-z0-9_-]{1,64}$"  # a transcript entry's id
 class _InboxBase(Contract):
     id: str = Field(default_factory=lambda: new_id("m_"))
     session_id: str
-    # The trace the producer was in (W3C); the runtime handles the entry in it (shared/tracing.py).
+    # The trace the producer was in (W3C); the runtime handles the entry in it (shared/telemetry/tracing.py).
     traceparent: str | None = Field(None, pattern=TRACEPARENT)
 
 
@@ -46,14 +46,14 @@ class UserPrompt(_InboxBase):
     message: str
     client_context: PromptClientContext | None = None
     on_busy: OnBusy = "steer"
-    # Causal order (shared/causal.py): the newest artifact change still in flight when the proxy
+    # Causal order (shared/streams/causal.py): the newest artifact change still in flight when the proxy
     # accepted the prompt; the runtime holds the prompt until the digest settled every change up to it.
     after_seq: int | None = Field(None, ge=1)
     # Only for the run the sender saw (Codex's expectedTurnId): the runtime refuses the prompt (409
     # on `request_id`, nothing queued) when that run has ended. Set together with `request_id`.
     expected_run_id: str | None = Field(None, pattern=RUN_ID)
     request_id: str | None = None
-    # Attachments, validated and (images) stored by the proxy (shared/images.py): image parts of the
+    # Attachments, validated and (images) stored by the proxy (shared/media/images.py): image parts of the
     # user message, and the other files named in a note before it.
     images: list[ImageRef] | None = Field(None, max_length=100)
     files: list[AttachedFile] | None = Field(None, max_length=100)
@@ -82,7 +82,7 @@ class UiUpdate(_InboxBase):
 
 class FileWrite(_InboxBase):
     """A live workspace PUT. The bytes are not in the entry: the proxy wrote them to the content blob
-    `sessions/{sid}/.blobs/{blob}` (shared/blobs.py); the runtime copies the blob into the
+    `sessions/{sid}/.blobs/{blob}` (shared/storage/blobs.py); the runtime copies the blob into the
     workspace when its SHA-256 matches, and answers 410 when it is gone (the proxy gave up)."""
 
     type: Literal["file_write"] = "file_write"
@@ -150,7 +150,7 @@ class CompactionReady(_InboxBase):
     details: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     # The summary calls' usage (a failed one too), recorded by the runtime with the session's others
-    # (services/runtime/spend.py; docs/costs.md). At most a history and a turn-prefix call.
+    # (services/runtime/runs/spend.py; docs/costs.md). At most a history and a turn-prefix call.
     usage: list[UsageRow] = Field(default_factory=list, max_length=8)
 
 
@@ -180,7 +180,7 @@ class Abort(_InboxBase):
 
 class Rewind(_InboxBase):
     """POST /rewind, `edit_of`, a branch switch: abort the active run, restore the workspace,
-    documents and todo of `entry_id`, and move the transcript's leaf there (shared/rewind.py)."""
+    documents and todo of `entry_id`, and move the transcript's leaf there (shared/history/rewind.py)."""
 
     type: Literal["rewind"] = "rewind"
     request_id: str = Field(default_factory=lambda: new_id("r_"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .base import Contract
+from shared.contracts.base import Contract
 
 InjectionKind = Literal[
     "system_note",

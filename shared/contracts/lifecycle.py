@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
-from .base import Contract, new_id
+from shared.contracts.base import Contract, new_id
 
 
 class SessionLive(Contract):

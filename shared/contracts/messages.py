@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from .base import CamelContract, now_ms
+from shared.contracts.base import CamelContract, now_ms
 
 
 class _Msg(CamelContract):
@@ -27,7 +27,7 @@ SHA256_HEX = r"^[0-9a-f]{64}$"
 
 class ImageRef(_Msg):
     """An image of the conversation, by reference: its bytes live once on the session disk under
-    `.images/{sha256}` (shared/images.py), already within the model's limits, so the transcript stays
+    `.images/{sha256}` (shared/media/images.py), already within the model's limits, so the transcript stays
     small and every replay sends the same bytes (docs/architecture.md "Images")."""
 
     sha256: str = Field(pattern=SHA256_HEX)
@@ -70,7 +70,7 @@ class Usage(_Msg):
     reasoning: int = 0  # output tokens spent on reasoning (part of `output`)
     total_tokens: int = 0
     # Counted here, not reported by the API: a request cancelled by an abort ends before its usage
-    # arrives, yet the provider bills its input and what it streamed (engine/openai_stream.py).
+    # arrives, yet the provider bills its input and what it streamed (model/openai_stream.py).
     estimated: bool = False
 
 

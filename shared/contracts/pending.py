@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import Contract
+from shared.contracts.base import Contract
 
 
 class PendingArtifact(Contract):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import Contract, new_id
-from .injection import InjectionSource
+from shared.contracts.base import Contract, new_id
+from shared.contracts.injection import InjectionSource
 
 
 class InjectionRecorded(Contract):

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from . import (
+from shared.contracts import (
     artifacts,
     causal,
     compaction,
@@ -28,8 +28,8 @@ from . import (
     ui,
     wake,
 )
-from .client import PromptClientContext
-from .messages import AgentMessage
+from shared.contracts.client import PromptClientContext
+from shared.contracts.messages import AgentMessage
 
 CONTRACTS: dict[str, type[BaseModel] | TypeAdapter[Any]] = {
     # streams

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import Contract
+from shared.contracts.base import Contract
 
 Kind = Literal["agent", "subagent", "compaction"]
 Attempt = Literal["ok", "failed", "aborted"]

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .base import Contract
+from shared.contracts.base import Contract
 
 TaskStatus = Literal["pending", "in_progress", "complete", "blocked"]
 

@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, TypeAdapter, field_validator
 
-from .base import CamelContract
-from .messages import AgentMessage
+from shared.contracts.base import CamelContract
+from shared.contracts.messages import AgentMessage
 
 
 class _Entry(CamelContract):
@@ -70,7 +70,7 @@ class CompactionEntry(_Entry):
 
 
 class AuditStep(CamelContract):
-    """One checklist step as a completion audit saw it (shared/checklist.py)."""
+    """One checklist step as a completion audit saw it (shared/ui/checklist.py)."""
 
     id: str
     title: str
@@ -84,7 +84,7 @@ MAX_DEVIATION_CAUSE = 1000
 
 class Deviation(CamelContract):
     """One workflow step the agent did not do, and why (`message_user`'s `deviations`): `step` is a step
-    id of the active workflow's checklist (shared/checklist.py)."""
+    id of the active workflow's checklist (shared/ui/checklist.py)."""
 
     step: str = Field(min_length=1, max_length=64)
     cause: str = Field(min_length=1, max_length=MAX_DEVIATION_CAUSE)
@@ -105,8 +105,8 @@ class AuditEntry(_Entry):
     checklist. `blocked`: steps were missing the first time, the message was refused with an error
     naming them; later completions yield and say whether the message reported each deviation.
     `superseded`: another workflow ended this one's contract before its task completed (its steps as
-    they stood; `tool_call_id` empty, no message was checked; services/runtime/skill_lifecycle.py).
-    Not a model message: replay (shared/context.py) skips it; the model saw the tool result."""
+    they stood; `tool_call_id` empty, no message was checked; services/runtime/skillset/skill_lifecycle.py).
+    Not a model message: replay (shared/history/context.py) skips it; the model saw the tool result."""
 
     type: Literal["audit"] = "audit"
     workflow: str
@@ -128,7 +128,7 @@ class ModelChangeEntry(_Entry):
 
 
 class HistoryRepairEntry(_Entry):
-    """The model API refused a replayed item and the runtime repaired the history (shared/history_repair.py;
+    """The model API refused a replayed item and the runtime repaired the history (shared/history/history_repair.py;
     docs/architecture.md "Model calls: retries and recovery"): every replay applies `action` to the
     message entries `target_ids` names, or to every message before this entry when it names none."""
 

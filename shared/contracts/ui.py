@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from ..ari import parse_ari
-from .base import CamelContract
+from shared.ari import parse_ari
+from shared.contracts.base import CamelContract
 
 UI_KEYS = (
     "panes",

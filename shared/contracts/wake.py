@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import Contract, new_id
+from shared.contracts.base import Contract, new_id
 
 
 class Wake(Contract):

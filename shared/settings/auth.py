@@ -1,11 +1,11 @@
-"""Settings of authentication: local bearer tokens and an identity provider's JWTs (shared/oidc.py)."""
+"""Settings of authentication: local bearer tokens and an identity provider's JWTs (shared/trust/oidc.py)."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from shared.oidc import OidcConfig
 from shared.settings.area import Area
+from shared.trust.oidc import OidcConfig
 
 LOCAL_USER = "local"
 LOCAL_TOKEN = "gamma-local-dev-token"
@@ -18,7 +18,7 @@ class AuthSettings(Area):
         description="`user:token,user:token`.")
     service_token: str = Field("gamma-local-service-token", validation_alias="GAMMA_SERVICE_TOKEN",
         description="Bearer token of notification producers.")
-    # Bearer JWTs from an identity provider (shared/oidc.py; deploy/README.md "Identity provider").
+    # Bearer JWTs from an identity provider (shared/trust/oidc.py; deploy/README.md "Identity provider").
     oidc_issuer: str = Field("", validation_alias="GAMMA_OIDC_ISSUER",
         description="Accept bearer JWTs from this identity provider (`iss` checked); with the issuer set and "
                     "`GAMMA_API_TOKENS` unset there is no local token.")

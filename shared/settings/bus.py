@@ -26,7 +26,7 @@ class BusSettings(Area):
                     "(seconds).")
     digest_debounce_ms: int = Field(300, validation_alias="GAMMA_DIGEST_DEBOUNCE_MS",
         description="The digest's debounce of a session's changes (ms).")
-    # Redis Cluster (README "Redis Cluster"): read where the clients are built (shared/redis_cluster.py,
+    # Redis Cluster (README "Redis Cluster"): read where the clients are built (shared/redis/redis_cluster.py,
     # `env_setting`), declared here for the settings table and the deploy checks.
     redis_cluster: bool | None = Field(None, validation_alias="GAMMA_REDIS_CLUSTER",
         description="`1` forces a Redis Cluster client, `0` a single-node one; unset, the node `REDIS_URL` names is "

@@ -1,4 +1,4 @@
-"""Settings of context compaction (services/runtime/compactor.py)."""
+"""Settings of context compaction (services/runtime/runs/compactor.py)."""
 
 from __future__ import annotations
 

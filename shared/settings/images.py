@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from shared.image_limits import ImageLimits
+from shared.media.image_limits import ImageLimits
 from shared.settings.area import Area
 
 
@@ -31,7 +31,7 @@ class ImageSettings(Area):
                     " from its header) is refused (a `read` error result, a 413 for an attachment) before it is decoded.")
     image_decode_workers: int = Field(2, ge=1, le=16, validation_alias="GAMMA_IMAGE_DECODE_WORKERS",
         description="Worker processes that decode images, per service process: the decodes in flight there "
-                    "(`shared/image_decoding.py`); past a 5 s wait for one, a 503.")
+                    "(`shared/pools/image_decoding.py`); past a 5 s wait for one, a 503.")
     image_decodes_per_user: int = Field(2, ge=1, le=16, validation_alias="GAMMA_IMAGE_DECODES_PER_USER",
         description="Images one user may have decoding at once per service process; past a 2 s wait, a 429.")
     image_decode_timeout_s: float = Field(10.0, gt=0, le=120, validation_alias="GAMMA_IMAGE_DECODE_TIMEOUT_S",
@@ -42,7 +42,7 @@ class ImageSettings(Area):
         description="The address space of one image-decoding worker process (RLIMIT_AS); a decode past it fails.")
     images_gc_grace_s: float = Field(3600.0, ge=0, validation_alias="GAMMA_IMAGES_GC_GRACE_S",
         description="An image no transcript entry names is removed when its session closes, once older than this "
-                    "(`shared/image_gc.py`; a prompt's attachments are stored before the prompt is recorded).")
+                    "(`shared/media/image_gc.py`; a prompt's attachments are stored before the prompt is recorded).")
     attachments_max: int = Field(10, ge=0, le=100, validation_alias="GAMMA_ATTACHMENTS_MAX",
         description="Files attached to one message.")
     attachments_max_bytes: int = Field(40 * 1024 * 1024, ge=1024, validation_alias="GAMMA_ATTACHMENTS_MAX_BYTES",

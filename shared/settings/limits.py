@@ -20,7 +20,7 @@ class LimitSettings(Area):
     max_json_number_digits: int = Field(100, ge=20, le=4000, validation_alias="GAMMA_MAX_JSON_NUMBER_DIGITS",
         description="Digits per number of every JSON body, proxy and notifications (422).")
     # The UI document cap also bounds the nesting pycrdt's JSON export recurses through
-    # (shared/uidoc.py), hence its upper bound.
+    # (shared/ui/uidoc.py), hence its upper bound.
     ui_max_update_bytes: int = Field(256 * 1024, ge=1024, validation_alias="GAMMA_UI_MAX_UPDATE_BYTES",
         description="Largest Yjs update of a session's UI state, live and dormant alike (413); docs/architecture.md \"Limits on hostile input\".")
     ui_max_document_bytes: int = Field(256 * 1024, ge=1024, le=1024 * 1024,

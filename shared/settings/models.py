@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 
 from shared.catalogue import Catalogue, catalogue, parse_deployments, parse_extra
-from shared.pricing import Pricer, parse_prices
+from shared.catalogue.pricing import Pricer, parse_prices
 from shared.settings.area import Area
 
 
@@ -84,18 +84,18 @@ class ModelServerSettings(Area):
     # The openai client's HTTP backend for a real endpoint (OPENAI_API_KEY set). `aiohttp` (the SDK's
     # DefaultAioHttpClient): its C parser reads a token-per-chunk stream at ~60% of httpx/h11's CPU,
     # and returns what a connection buffered in one read, which the runtime's read gate needs
-    # (engine/sse.py); with `httpx` the streams are read chunk by chunk, ungated (bench/stream_micro.py).
+    # (model/sse.py); with `httpx` the streams are read chunk by chunk, ungated (bench/stream_micro.py).
     model_http: Literal["aiohttp", "httpx"] = Field("aiohttp", validation_alias="GAMMA_MODEL_HTTP",
         description="The `openai` client's HTTP backend for a real endpoint: `aiohttp` "
                     "(`openai.DefaultAioHttpClient`: ~40% less CPU per streamed token than httpx's own, and reads "
                     "gated per tick) or `httpx`.")
     model_max_connections: int = Field(4096, ge=1, le=100_000, validation_alias="GAMMA_MODEL_MAX_CONNECTIONS",
         description="Connections (all kept alive) of a runtime worker's model client: one per streaming session.")
-    # Where the runtime and the compaction service get their model client (shared/model.py
+    # Where the runtime and the compaction service get their model client (shared/serving/model.py
     # `model_client`): `module:function`, a ModelFactory; empty = the OpenAI client (OPENAI_API_KEY).
     # The dev/test launchers (services/stack.py, tests/support/stack.py) name the scripted model's.
     model_factory: str = Field("", max_length=200, pattern=r"^([\w.]+:\w+)?$", validation_alias="GAMMA_MODEL_FACTORY",
-        description="Where the runtime and compaction get their model client (`shared/model.py`): `module:function` "
+        description="Where the runtime and compaction get their model client (`shared/serving/model.py`): `module:function` "
                     "of a ModelFactory; empty: the OpenAI client. `make run`, the tests and compose name "
                     "`scripted.factory:model_factory` (README \"Models\").")
     # Trusted transport (docs/architecture.md "Trust boundaries"): the role the harness's injections

@@ -23,7 +23,7 @@ class RuntimeSettings(Area):
     run_max_tokens_ceiling: int = Field(0, ge=0, le=10_000_000_000, validation_alias="GAMMA_RUN_MAX_TOKENS_CEILING",
         description="The most a session's own per-run token cap (`POST /sessions` `budget.run_max_tokens`) may be; 0: "
                     "an override may only lower `GAMMA_RUN_MAX_TOKENS` (docs/costs.md \"Budgets\").")
-    # Spending caps (services/runtime/spend.py, docs/costs.md "Budgets"): checked before each model call
+    # Spending caps (services/runtime/runs/spend.py, docs/costs.md "Budgets"): checked before each model call
     # with its projected cost; reaching one ends the run, and new prompts get a 402 until it is raised.
     session_max_usd: float = Field(0.0, ge=0, le=1_000_000, allow_inf_nan=False, validation_alias="GAMMA_SESSION_MAX_USD",
         description="US dollars one session may spend on model calls (agent, subagents, compaction), by the "
@@ -43,13 +43,13 @@ class RuntimeSettings(Area):
     # disk fence fsync, restore, SessionLive), ~30-100 ms, so one at a time queued a burst.
     runtime_wakes_at_once: int = Field(32, ge=1, le=256, validation_alias="GAMMA_RUNTIME_WAKES_AT_ONCE",
         description="Wakes a runtime worker handles at once, a sliding window (`services/runtime/app.py`, "
-                    "`shared/bus_window.py`): a wake mostly waits (lease, disk fence, restore), so one at a time "
+                    "`shared/streams/bus_window.py`): a wake mostly waits (lease, disk fence, restore), so one at a time "
                     "queued a burst.")
     runtime_wakes_per_read: int = Field(0, ge=0, le=256, validation_alias="GAMMA_RUNTIME_WAKES_PER_READ",
         description="Wakes a runtime worker reads at a time, as soon as that many of its window are free "
                     "(0: a quarter of `GAMMA_RUNTIME_WAKES_AT_ONCE`); few, so a burst spreads over the workers.")
     redis_warm_connections: int = Field(256, ge=0, le=512, validation_alias="GAMMA_RUNTIME_REDIS_WARM_CONNECTIONS",
-        description="Redis connections a runtime worker opens at start (`shared/reconnect.py` `warm`): turns that "
+        description="Redis connections a runtime worker opens at start (`shared/redis/reconnect.py` `warm`): turns that "
                     "start together each hold one for their awaited sends, and a pool that grew then opened them on "
                     "the event loop while other sessions streamed; 0: opened as needed.")
     dormant_retention_s: float = Field(300.0, ge=0.0, le=7 * 24 * 3600, validation_alias="GAMMA_DORMANT_RETENTION_S",
@@ -80,12 +80,12 @@ class RuntimeSettings(Area):
         description="A runtime worker's budget of streamed-text events (XADDs) per second that sets its window "
                     "between the two above (the full window from 135 streaming sessions, kept while they end); 0 = "
                     "always `GAMMA_DELTA_COALESCE_MS`.")
-    # Turn starts paced against the tick above (services/runtime/turn_starts.py): off by default, since
+    # Turn starts paced against the tick above (services/runtime/runs/turn_starts.py): off by default, since
     # at 8 it took 16-38 ms off the streams' p99 during a burst of 200 starts but added 160-300 ms to
     # the time to first token's p90/p99 (bench/results/stream.md "Session 16 (pacing)").
     turn_starts_at_once: int = Field(0, ge=0, le=4096, validation_alias="GAMMA_RUNTIME_TURN_STARTS_AT_ONCE",
         description="Turns a runtime worker lets be in their start at once (from the run's start until its model "
-                    "request is open); the others wait in order (`services/runtime/turn_starts.py`), so that a burst "
+                    "request is open); the others wait in order (`services/runtime/runs/turn_starts.py`), so that a burst "
                     "of turn starts does not make the streaming sessions' delta tick late; 0 = no limit (the default: the "
                     "streams' tail gains less than the later turns' first token loses).")
     turn_start_max_wait_ms: int = Field(1000, ge=0, le=60_000, validation_alias="GAMMA_RUNTIME_TURN_START_MAX_WAIT_MS",
@@ -94,7 +94,7 @@ class RuntimeSettings(Area):
         description="How long a prompt waits for the `artifact_update`s of the writes acknowledged before it (causal "
                     "order, docs/architecture.md); past it, it goes on after a dirty marker; `0` turns the wait off.")
     skills_dir: Path | None = Field(None, validation_alias="GAMMA_SKILLS_DIR",
-        description="The skills the runtime loads and the sandbox mounts (`services/runtime/paths.py`); unset: the "
+        description="The skills the runtime loads and the sandbox mounts (`services/runtime/skillset/paths.py`); unset: the "
                     "repository's `skills/`.")
     knowledge_top_k: int = Field(5, ge=0, le=50, validation_alias="GAMMA_KNOWLEDGE_TOP_K",
         description="Knowledge hints at a prompt: at most this many notes.")

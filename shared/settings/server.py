@@ -45,34 +45,34 @@ class ServerSettings(Area):
         description="Log where an inbox entry's, a file write's and a live PUT's time goes (`bench/e2e.py --trace`).")
     gc_freeze_s: float = Field(5.0, ge=0, validation_alias="GAMMA_GC_FREEZE_S",
         description="Every this many seconds the surviving young objects are frozen, out of the gen-2 collections' "
-                    "scan (`shared/gcpolicy.py`); 0: off.")
+                    "scan (`shared/serving/gcpolicy.py`); 0: off.")
     gc_full_s: float = Field(600.0, gt=0, validation_alias="GAMMA_GC_FULL_S",
-        description="Every this many seconds the heap is unfrozen and collected once (`shared/gcpolicy.py`).")
+        description="Every this many seconds the heap is unfrozen and collected once (`shared/serving/gcpolicy.py`).")
     gc_full_growth: float = Field(0.25, gt=0, validation_alias="GAMMA_GC_FULL_GROWTH",
         description="A full collection also runs once the frozen heap has grown by this fraction since the last one "
-                    "(closed sessions' cycles; `shared/gcpolicy.py`).")
+                    "(closed sessions' cycles; `shared/serving/gcpolicy.py`).")
     gc_full_defer_s: float = Field(30.0, ge=0, validation_alias="GAMMA_GC_FULL_DEFER_S",
         description="A full collection that falls due while the process is busy with latency-sensitive work (the "
-                    "runtime: model streams being read) waits for its end at most this long (`shared/gcpolicy.py`); "
+                    "runtime: model streams being read) waits for its end at most this long (`shared/serving/gcpolicy.py`); "
                     "0: never waits.")
     gc_gen0: int = Field(700, ge=100, validation_alias="GAMMA_GC_GEN0",
         description="Allocations between two young (generation 0) collections of the cyclic GC (CPython's 700). "
                     "20,000 saved the runtime ~4% of its CPU while streaming (perf), within the noise of whole runs, "
                     "and kept the proxy's large responses' cyclic garbage (20 MB previews) for longer "
-                    "(`shared/gcpolicy.py`).")
+                    "(`shared/serving/gcpolicy.py`).")
     gc_full_released: int = Field(32, ge=0, validation_alias="GAMMA_GC_FULL_RELEASED",
         description="A full collection also runs once this many sessions were closed since the last one (their "
-                    "state is frozen cyclic garbage; `shared/gcpolicy.py`); 0: off.")
+                    "state is frozen cyclic garbage; `shared/serving/gcpolicy.py`); 0: off.")
     gc_malloc_trim: bool = Field(False, validation_alias="GAMMA_GC_MALLOC_TRIM",
         description="After each full collection, hand malloc's free pages back to the OS (glibc `malloc_trim`; "
-                    "`shared/gcpolicy.py`).")
+                    "`shared/serving/gcpolicy.py`).")
     heap_census: str = Field("", validation_alias="GAMMA_HEAP_CENSUS",
         description="A JSONL file (`{pid}` replaced) the service appends an object census of its heap to "
-                    "(`shared/heapcensus.py`; it stops the loop for the walk: diagnostics only); empty: off.")
+                    "(`shared/serving/heapcensus.py`; it stops the loop for the walk: diagnostics only); empty: off.")
     heap_census_s: float = Field(60.0, gt=0, validation_alias="GAMMA_HEAP_CENSUS_S",
         description="Seconds between two lines of the heap census (`GAMMA_HEAP_CENSUS`).")
     # Threads of each service's default executor (asyncio.to_thread): blocking disk I/O, mostly fsync
-    # waits, so far more than the cores (shared/iopool.py; Python's default is 6 on 2 cores).
+    # waits, so far more than the cores (shared/pools/iopool.py; Python's default is 6 on 2 cores).
     io_threads: int = Field(64, ge=1, le=1024, validation_alias="GAMMA_IO_THREADS",
         description="Threads of each service's default executor (`asyncio.to_thread`: fsyncs, blob and page reads; "
-                    "Python's own default is cpus + 4), `shared/iopool.py`.")
+                    "Python's own default is cpus + 4), `shared/pools/iopool.py`.")

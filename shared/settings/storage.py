@@ -25,7 +25,7 @@ class StorageSettings(Area):
     workspace_max_files: int = Field(2000, validation_alias="GAMMA_WORKSPACE_MAX_FILES",
         description="Per-session workspace quota in non-directory entries (507 past it).")
     # Every entry counts (directories, links, FIFOs too), and nesting is bounded: what a command can
-    # build is what every walk of the workspace must get through (shared/walk.py).
+    # build is what every walk of the workspace must get through (shared/storage/walk.py).
     workspace_max_entries: int = Field(10_000, ge=1, validation_alias="GAMMA_WORKSPACE_MAX_ENTRIES",
         description="Per-session bound on entries of every kind (directories, links, FIFOs, sockets, files): a write "
                     "past it gets 507; an entry flood a `bash` call made is removed.")
@@ -33,11 +33,11 @@ class StorageSettings(Area):
         description="Per-session bound on nesting levels: a path deeper gets 400; after a `bash` call, what nests "
                     "deeper is removed.")
     workspace_walk_budget_s: float = Field(5.0, gt=0, validation_alias="GAMMA_WORKSPACE_WALK_BUDGET_S",
-        description="The longest one walk of a workspace may take (`shared/walk.py`: quota checks, the change scan "
+        description="The longest one walk of a workspace may take (`shared/storage/walk.py`: quota checks, the change scan "
                     "around `bash`, the files projected at a wake, recursive deletes); past it the walk stops and "
                     "says so, it never fails the call or the wake.")
     disk_probe_s: float = Field(2.0, gt=0, validation_alias="GAMMA_DISK_PROBE_S",
-        description="How often each service probes the session disk (`shared/diskhealth.py`; `/readyz`, gauges).")
+        description="How often each service probes the session disk (`shared/serving/diskhealth.py`; `/readyz`, gauges).")
     disk_probe_timeout_s: float = Field(5.0, gt=0, validation_alias="GAMMA_DISK_PROBE_TIMEOUT_S",
         description="A disk probe slower than this counts the disk as failing (seconds).")
     disk_min_free_bytes: int = Field(1024 * 1024, ge=0, validation_alias="GAMMA_DISK_MIN_FREE_BYTES",

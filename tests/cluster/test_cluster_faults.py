@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
-from shared import keys
+from shared.redis import keys
+from tests.cluster.conftest import start_cluster
 from tests.reliability.chaos import Cluster, Report, Supervisor, lease_holders
 from tests.reliability.test_faults import drive
 from tests.reliability.workload import (
@@ -37,8 +38,6 @@ from tests.reliability.workload import (
 )
 from tests.support.redis_cluster import LocalCluster
 from tests.support.stack import API_TOKEN, SERVICE_TOKEN
-
-from .conftest import start_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -1,4 +1,4 @@
-"""The runtime's inbox reads on a cluster (shared/inbox_rings.py): rings, what covers a lost ring,
+"""The runtime's inbox reads on a cluster (shared/streams/inbox_rings.py): rings, what covers a lost ring,
 and a primary's failover.
 
 The reader is built as the runtime builds it (a cluster client: rings by default). A long sweep
@@ -17,16 +17,16 @@ from collections.abc import AsyncIterator
 import pytest
 import redis
 
-from shared import inbox, keys
 from shared.contracts.inbox import UserPrompt
-from shared.inbox import InboxEntry, InboxReader
-from shared.reconnect import connect, connect_blocking
-from shared.redis_wire import text
+from shared.redis import keys
+from shared.redis.reconnect import connect, connect_blocking
+from shared.redis.redis_wire import text
+from shared.streams import inbox
+from shared.streams.inbox import InboxEntry, InboxReader
+from tests.cluster.conftest import start_cluster
 from tests.support.faultproxy import FaultProxy
 from tests.support.polling import eventually
 from tests.support.redis_cluster import LocalCluster
-
-from .conftest import start_cluster
 
 NO_SWEEP_S = 3600.0  # the sweep never comes within a test
 
@@ -183,7 +183,7 @@ async def test_a_killed_primary_strands_no_session() -> None:
 async def test_a_ring_read_reply_lost_to_a_reset_is_handed_out_once(redis_url: str, redis_cluster: LocalCluster) -> None:
     """Redis delivered the rung session's entry to the reader's consumer, the reply never reached the
     reader (every node behind a fault proxy that drops replies, then resets): the next read of that
-    session hands it out from the consumer's pending list (shared/stream_handed.py), once."""
+    session hands it out from the consumer's pending list (shared/streams/stream_handed.py), once."""
     proxies = {port: FaultProxy("127.0.0.1", port, lifetime_s=55).start() for port in redis_cluster.ports}
     writer = connect(redis_url)
     blocking = connect_blocking(redis_url, 1.0, address_remap=lambda a: ("127.0.0.1", proxies[a[1]].port))

@@ -22,7 +22,8 @@ import pytest
 import redis
 from redis.asyncio.cluster import RedisCluster
 
-from shared import keys
+from shared.redis import keys
+from tests.cluster.conftest import start_cluster
 from tests.reliability.chaos import Cluster, Report, Supervisor, lease_holders
 from tests.reliability.netfaults import FAULTS, RECONNECT_S, WEDGED_S, NetChaos
 from tests.reliability.test_net_faults import load, settle, sse_outcome
@@ -32,8 +33,6 @@ from tests.support.polling import wait_sync
 from tests.support.redis_cluster import LocalCluster
 from tests.support.sse_follower import SseFollower
 from tests.support.stack import API_TOKEN, SERVICE_TOKEN
-
-from .conftest import start_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
 

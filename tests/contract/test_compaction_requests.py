@@ -7,17 +7,17 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from services.runtime.compaction_trigger import make_request
-from services.runtime.events import Outbox
-from services.runtime.sender import EventSender
-from shared import keys
-from shared.bus import publish
+from services.runtime.live.events import Outbox
+from services.runtime.live.sender import EventSender
+from services.runtime.runs.compaction_trigger import make_request
 from shared.contracts.compaction import CompactionRequest
 from shared.contracts.inbox import CompactionReady
 from shared.contracts.messages import AssistantMessage, TextContent, UserMessage
 from shared.contracts.transcript import MessageEntry, SessionHeader, TranscriptEntry
-from shared.disk import append_jsonl, session_paths
-from shared.inbox import InboxReader
+from shared.redis import keys
+from shared.storage.disk import append_jsonl, session_paths
+from shared.streams.bus import publish
+from shared.streams.inbox import InboxReader
 from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty
 from tests.support.inproc import connected_broker, running, settings_for
 from tests.support.polling import eventually

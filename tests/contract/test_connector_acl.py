@@ -1,4 +1,4 @@
-"""A connector runs with a Redis ACL user limited to its own call stream (shared/connector_acl.py,
+"""A connector runs with a Redis ACL user limited to its own call stream (shared/mcp/connector_acl.py,
 docs/architecture.md "Connectors"), against a redis-server of the test's own with the user created
 here: the example connector's worker reads, answers and acknowledges its calls under that user, and
 the same credential is refused every other key and command (the registry, an inbox, a call record,
@@ -19,10 +19,10 @@ from redis.exceptions import NoPermissionError
 
 from services.connectors.example.library import BrandLibrary
 from services.connectors.example.worker import CallWorker
-from shared import connectors as rules
-from shared import keys
-from shared.connector_acl import acl_rules, main, user_name
 from shared.contracts.connectors import ConnectorCall, ConnectorResultSubmit
+from shared.mcp import connectors as rules
+from shared.mcp.connector_acl import acl_rules, main, user_name
+from shared.redis import keys
 from tests.support.polling import eventually
 from tests.support.redis_server import start_redis_server
 

@@ -1,4 +1,4 @@
-"""A call id names one call (shared/connectors.py `open_call`, services/runtime/connectors.py, against a
+"""A call id names one call (shared/mcp/connectors.py `open_call`, services/runtime/connector/connectors.py, against a
 real Redis): a second call under a taken id is refused by the record, a re-sent open is not; the
 runtime re-keys a tool call id the model reused, so the new call gets its own answer and never the
 old outcome, and a wake finds the re-keyed call again (docs/architecture.md "Connectors")."""
@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.connectors import ConnectorHub, rekeyed
-from services.runtime.transcript import Transcript
-from services.runtime.write_guard import WriteGuard
-from shared import connectors as rules
-from shared import keys
+from services.runtime.connector.connectors import ConnectorHub, rekeyed
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
 from shared.contracts.connectors import ConnectorCall, ConnectorTool
 from shared.contracts.inbox import ConnectorResult
 from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
-from shared.inbox import InboxEntry
+from shared.mcp import connectors as rules
+from shared.redis import keys
+from shared.streams.inbox import InboxEntry
 from tests.support.polling import eventually
 
 TOOL = ConnectorTool(name="find", description="finds", parameters={"type": "object"}, timeout_s=30)

@@ -16,10 +16,10 @@ from pydantic import ValidationError
 
 from services.connectors.example.library import BrandLibrary
 from services.connectors.example.worker import CallWorker
-from shared import connectors as rules
-from shared import keys
 from shared.contracts.connectors import MAX_RESULT_CHARS, ConnectorCall, ConnectorResultSubmit
 from shared.contracts.inbox import INBOX_ADAPTER, ConnectorResult
+from shared.mcp import connectors as rules
+from shared.redis import keys
 from tests.support.polling import eventually
 
 ASSETS = Path(__file__).resolve().parents[2] / "services" / "connectors" / "example" / "assets"

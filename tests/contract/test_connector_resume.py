@@ -1,4 +1,4 @@
-"""A takeover's connector calls (services/runtime/connectors.py `resume` / `await_pending`, against a
+"""A takeover's connector calls (services/runtime/connector/connectors.py `resume` / `await_pending`, against a
 real Redis): a settled one is answered at the wake, an open one is left to the run task and is never
 repaired as interrupted; the run task takes the answer from the inbox, or settles the call timed out
 at its deadline, and appends each result once (docs/architecture.md "Connectors")."""
@@ -11,15 +11,15 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from services.runtime.connectors import ConnectorHub
-from services.runtime.supervisor import INTERRUPTED, repair_interrupted_run
-from services.runtime.transcript import Transcript
-from services.runtime.write_guard import WriteGuard
-from shared import connectors as rules
+from services.runtime.connector.connectors import ConnectorHub
+from services.runtime.runs.supervisor import INTERRUPTED, repair_interrupted_run
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
 from shared.contracts.connectors import ConnectorCall
 from shared.contracts.inbox import ConnectorResult
 from shared.contracts.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
-from shared.inbox import InboxEntry
+from shared.mcp import connectors as rules
+from shared.streams.inbox import InboxEntry
 from tests.support.polling import eventually
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from shared import keys
-from shared.bus import dead_letter
 from shared.contracts.deadletter import DeadLetter
+from shared.redis import keys
+from shared.streams.bus import dead_letter
 
 
 async def read_letters(client: aioredis.Redis) -> list[DeadLetter]:

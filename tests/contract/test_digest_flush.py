@@ -1,5 +1,5 @@
 """Contract of `gamma:digest:flush`: runtime -> digest (group `digest`), answered in the inbox with the
-flushed digests, then `ChangesSettled` (causal order, shared/causal.py)."""
+flushed digests, then `ChangesSettled` (causal order, shared/streams/causal.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from services.runtime.events import Outbox
-from services.runtime.sender import EventSender
-from shared import causal, keys
-from shared.bus import publish
+from services.runtime.live.events import Outbox
+from services.runtime.live.sender import EventSender
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.causal import FlushRequest
 from shared.contracts.inbox import ChangesSettled, Injection
-from shared.inbox import InboxReader
+from shared.redis import keys
+from shared.streams import causal
+from shared.streams.bus import publish
+from shared.streams.inbox import InboxReader
 from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty
 from tests.support.inproc import connected_broker, running, settings_for
 from tests.support.polling import eventually

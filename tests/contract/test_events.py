@@ -13,9 +13,8 @@ from pydantic import BaseModel
 
 from services.proxy.fanout import EventFanout
 from services.proxy.routes.events import event_frames
-from services.runtime.events import Outbox
-from services.runtime.sender import EventSender
-from shared import keys
+from services.runtime.live.events import Outbox
+from services.runtime.live.sender import EventSender
 from shared.contracts.events import (
     AuditData,
     ChecklistData,
@@ -31,6 +30,7 @@ from shared.contracts.events import (
     ViewableFilesData,
 )
 from shared.contracts.spend import BudgetReachedData
+from shared.redis import keys
 
 SID = "s_events"
 
@@ -118,7 +118,7 @@ async def test_entry_without_data_is_skipped_and_the_stream_goes_on(redis_client
 async def test_the_runtime_caps_the_events_stream(redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     """`MAXLEN ~`: trimming happens (approximately, whole nodes at a time), so a long session's events
     stream stays bounded."""
-    from services.runtime import sender
+    from services.runtime.live import sender
 
     assert sender.EVENTS_MAXLEN == 10_000
     monkeypatch.setattr(sender, "EVENTS_MAXLEN", 10)

@@ -6,7 +6,7 @@ import redis.asyncio as aioredis
 
 from services.proxy.fanout import EventFanout
 from services.proxy.routes.events import event_frames, history_gap
-from shared import keys
+from shared.redis import keys
 
 SID = "s_reset"
 

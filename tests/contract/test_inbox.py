@@ -1,5 +1,5 @@
 """Contract of `gamma:{sid}:inbox`: proxy, notifications, digest, compaction -> the lease holder
-(`shared.inbox.append` -> `shared.inbox.InboxReader`, group `runtime`)."""
+(`shared.streams.inbox.append` -> `shared.streams.inbox.InboxReader`, group `runtime`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pytest
 import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
-from shared import keys
 from shared.contracts.base import TRACEPARENT
 from shared.contracts.deadletter import DeadLetter
 from shared.contracts.inbox import (
@@ -39,7 +38,8 @@ from shared.contracts.inbox import (
     UserPrompt,
 )
 from shared.contracts.injection import INJECTION_KINDS, RuntimeInjection
-from shared.inbox import GROUP, InboxReader, append
+from shared.redis import keys
+from shared.streams.inbox import GROUP, InboxReader, append
 
 SID = "s_contract"
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -166,8 +166,8 @@ import asyncio, sys
 import redis.asyncio as aioredis
 from opentelemetry import trace
 from shared.contracts.inbox import Stop
-from shared.inbox import append, entry_fields
-from shared.tracing import configure_tracing, traceparent
+from shared.streams.inbox import append, entry_fields
+from shared.telemetry.tracing import configure_tracing, traceparent
 
 async def main() -> None:
     configure_tracing("contract")

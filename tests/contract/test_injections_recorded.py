@@ -8,14 +8,14 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from services.proxy.rows import create_row
-from services.runtime.events import Outbox
-from services.runtime.sender import EventSender
-from shared import keys
-from shared.bus import publish
+from services.runtime.live.events import Outbox
+from services.runtime.live.sender import EventSender
 from shared.contracts.http import ModelConfig
 from shared.contracts.inbox import Injection
 from shared.contracts.notifications import NotificationSubmit
 from shared.contracts.recorded import InjectionRecorded
+from shared.redis import keys
+from shared.streams.bus import publish
 from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty
 from tests.support.inproc import connected_broker, running, settings_for
 from tests.support.polling import eventually

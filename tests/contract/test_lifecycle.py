@@ -8,15 +8,15 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from services.proxy.rows import create_row
-from services.runtime.events import Outbox
-from services.runtime.sender import EventSender
-from shared import keys
-from shared.bus import publish
+from services.runtime.live.events import Outbox
+from services.runtime.live.sender import EventSender
 from shared.contracts.http import ModelConfig
 from shared.contracts.inbox import Barrier, InboxMessage, Injection
 from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, SessionDormant, SessionLive
 from shared.contracts.notifications import NotificationSubmit
-from shared.inbox import InboxReader
+from shared.redis import keys
+from shared.streams.bus import publish
+from shared.streams.inbox import InboxReader
 from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty
 from tests.support.inproc import connected_broker, running, settings_for
 from tests.support.polling import eventually
@@ -51,7 +51,7 @@ async def test_invalid_lifecycle_event_is_dead_lettered(redis_url: str, redis_cl
 async def test_runtime_announcement_reaches_the_real_notifications_service(
     redis_url: str, redis_client: aioredis.Redis, tmp_path: Path
 ) -> None:
-    """Producer: the runtime's `Outbox.publish` (its bus callback is `shared.bus.publish`, as in the
+    """Producer: the runtime's `Outbox.publish` (its bus callback is `shared.streams.bus.publish`, as in the
     runtime app); consumer: the notifications app, which answers a `SessionLive` with the pending
     notification's injections and a `Barrier` carrying the wake id, read back with the runtime's
     `InboxReader`. A `SessionDormant` is consumed (acked) without effect."""

@@ -29,7 +29,7 @@ from scripted.gamma import ScriptedGamma
 from scripted.transport import ScriptedTransport, scripted_client, scripted_transport
 from scripted.types import ScriptedReply, ScriptedToolCall
 from services.compaction.summarizer import Summarizer
-from services.runtime.cache_key import prompt_cache_key
+from services.runtime.turns.cache_key import prompt_cache_key
 from tests.integration.runtime_inproc import inproc_worker
 from tests.support.model_runs import bodies, create_row, prompt_and_wait
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from services.proxy.rows import create_row
-from shared import keys
-from shared.bus import publish
 from shared.contracts.http import ModelConfig
 from shared.contracts.notifications import NOTIFICATION_ADAPTER, NotificationSubmit
+from shared.redis import keys
+from shared.streams.bus import publish
 from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty
 from tests.support.inproc import connected_broker, running, settings_for
 from tests.support.polling import eventually
@@ -54,7 +54,7 @@ async def test_invalid_notification_is_dead_lettered(redis_url: str, redis_clien
 async def test_stream_intake_to_the_real_notifications_service(
     redis_url: str, redis_client: aioredis.Redis, tmp_path: Path
 ) -> None:
-    """Producer: an external service XADDs through `shared.bus.publish`; consumer: the notifications
+    """Producer: an external service XADDs through `shared.streams.bus.publish`; consumer: the notifications
     app itself (its subscription and `on_submit`). A dormant session keeps every type pending."""
     from services.notifications.app import create_app
     from services.notifications.store import NotificationStore

@@ -8,11 +8,11 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from services.proxy.rows import create_row
-from shared import keys
-from shared.bus import decode_fields, publish
 from shared.contracts.http import ModelConfig
 from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, SessionLive
 from shared.contracts.wake import Wake
+from shared.redis import keys
+from shared.streams.bus import decode_fields, publish
 from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty
 from tests.support.inproc import connected_broker, running, settings_for
 from tests.support.polling import eventually
@@ -36,7 +36,7 @@ async def test_invalid_wake_is_dead_lettered(redis_url: str, redis_client: aiore
 
 
 async def test_wake_is_handled_by_the_real_runtime(redis_url: str, redis_client: aioredis.Redis, tmp_path: Path) -> None:
-    """Producer: `shared.bus.publish(broker, WAKE, Wake)` as the proxy's message route and the
+    """Producer: `shared.streams.bus.publish(broker, WAKE, Wake)` as the proxy's message route and the
     notifications' urgent path call it; consumer: the runtime app (its subscription and
     `Worker.on_wake`), which takes the lease and announces `SessionLive` with the same wake id."""
     from services.runtime.app import create_app

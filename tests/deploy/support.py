@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from shared import topology
+from shared.redis import topology
 from shared.settings import AREAS, env_names
 
 ROOT = Path(__file__).resolve().parents[2]

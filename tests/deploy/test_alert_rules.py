@@ -10,11 +10,10 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
-from services.runtime.engine.cache_watch import REASONS
-from services.runtime.model_calls import ModelMetrics
-from shared.metrics import for_registry
-
-from .support import ROOT
+from services.runtime.hosting.model_calls import ModelMetrics
+from services.runtime.model.cache_watch import REASONS
+from shared.telemetry.metrics import for_registry
+from tests.deploy.support import ROOT
 
 RULES = ROOT / "deploy" / "prometheus" / "gamma-alerts.yaml"
 DURATION = re.compile(r"^\d+[smhd]$")

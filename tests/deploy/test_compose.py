@@ -16,9 +16,8 @@ import jsonschema
 import pytest
 import yaml
 
-from shared.connector_acl import acl_rules, user_name
-
-from .support import GAMMA_SERVICES, ROOT, entry_point_service, setting_env_names
+from shared.mcp.connector_acl import acl_rules, user_name
+from tests.deploy.support import GAMMA_SERVICES, ROOT, entry_point_service, setting_env_names
 
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
@@ -90,7 +89,7 @@ def test_the_example_connector_registers_with_notifications_over_the_network(com
 
 
 def test_the_example_connector_gets_only_its_own_environment_and_redis_user(compose: dict[str, Any]) -> None:
-    """No env_file, no model key, no shared Redis credential: its own ACL user (shared/connector_acl.py)."""
+    """No env_file, no model key, no shared Redis credential: its own ACL user (shared/mcp/connector_acl.py)."""
     svc = compose["services"][CONNECTOR]
     assert "env_file" not in svc and "<<" not in svc
     assert set(svc["environment"]) == {"REDIS_URL", "GAMMA_HOST", "GAMMA_SERVICE_TOKEN", "GAMMA_NOTIFICATIONS_URL"}

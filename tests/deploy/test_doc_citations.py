@@ -10,7 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from .support import ROOT
+from tests.deploy.support import ROOT
 
 SKIPPED = ("bench/results/", "node_modules/", "tests/golden/", "tests/deploy/test_doc_citations.py")  # its examples
 SUFFIXES = (".py", ".md", ".yaml", ".yml", ".toml", ".ts", ".js", ".mjs")

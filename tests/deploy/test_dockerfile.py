@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from deploy import healthcheck
-
-from .support import GAMMA_SERVICES, ROOT, entry_point_service
+from tests.deploy.support import GAMMA_SERVICES, ROOT, entry_point_service
 
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 BUILD_TOOLS = ("build-essential", "gcc", "g++", "make", "clang", "python3-dev", "libc6-dev")

@@ -16,11 +16,10 @@ import yaml
 from openapi_spec_validator import validate as validate_openapi
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
-from shared import keys
+from shared.redis import keys
+from tests.deploy.support import ROOT
 from tests.support.needs import needs
 from tools import docs
-
-from .support import ROOT
 
 DOCS = ROOT / "docs"
 NODE = shutil.which("node")
@@ -91,7 +90,7 @@ def test_consumer_groups_come_from_the_services_and_match_the_design(asyncapi: d
 
 
 def test_services_subscribe_what_the_topology_declares() -> None:
-    """The documents are generated from shared/topology.py; each service's real `create_app` wires
+    """The documents are generated from shared/redis/topology.py; each service's real `create_app` wires
     exactly those subscriptions (stream, group and payload model)."""
     real = sorted((s.service, s.stream, s.group, docs._payload_type(s.model)) for s in docs.service_subscriptions())
     declared = sorted((s.service, s.stream, s.group, docs._payload_type(s.model)) for s in docs.declared_subscriptions())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import ROOT
+from tests.deploy.support import ROOT
 
 RUFF = Path(sys.executable).with_name("ruff")
 READS = {

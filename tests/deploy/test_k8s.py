@@ -10,9 +10,15 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from tests.deploy.support import (
+    GAMMA_SERVICES,
+    KUBECTL_MISSING,
+    ROOT,
+    entry_point_service,
+    kustomize,
+    setting_env_names,
+)
 from tests.support.needs import needs
-
-from .support import GAMMA_SERVICES, KUBECTL_MISSING, ROOT, entry_point_service, kustomize, setting_env_names
 
 pytestmark = needs(KUBECTL_MISSING)
 OVERLAYS = ("dev", "prod")
@@ -198,7 +204,7 @@ def test_prod_uses_external_redis_and_more_replicas() -> None:
 def test_prod_documents_a_redis_cluster_url_the_services_accept() -> None:
     """The prod overlay's example cluster URL is one the services take (db 0), a cluster URL with
     another db is refused at start-up, and the WAIT setting it sets is a real one."""
-    from shared.redis_cluster import cluster_url
+    from shared.redis.redis_cluster import cluster_url
 
     text = (ROOT / "deploy" / "k8s" / "overlays" / "prod" / "kustomization.yaml").read_text()
     examples = [line.split()[-1] for line in text.splitlines() if line.startswith("#   rediss://")]

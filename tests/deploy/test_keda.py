@@ -2,7 +2,7 @@
 kustomize` (kubectl from the venv: tests/deploy/support.py); the KEDA objects validate against KEDA's published CRD schemas offline (the validators and
 types of @kubernetes-models/keda, generated from them: values by its validators, unknown fields by tsc's
 excess-property check), every other object strictly with kubernetes-validate; the trigger watches the
-stream and consumer group shared/topology.py gives the runtime, and KEDA's HPA replaces the base one."""
+stream and consumer group shared/redis/topology.py gives the runtime, and KEDA's HPA replaces the base one."""
 
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from shared import keys
-from shared.topology import CONSUMPTIONS, group_of
+from shared.redis import keys
+from shared.redis.topology import CONSUMPTIONS, group_of
+from tests.deploy.support import KUBECTL_MISSING, ROOT, kustomize
 from tests.support.needs import needs
-
-from .support import KUBECTL_MISSING, ROOT, kustomize
 
 NODE = shutil.which("node")
 MODELS = ROOT / "node_modules" / "@kubernetes-models" / "keda"

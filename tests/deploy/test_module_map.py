@@ -7,9 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tools.module_map import PAGE, layers, module_map, rendered, summary
-
-from .support import ROOT
+from tests.deploy.support import ROOT
+from tools.module_map import PACKAGES, PAGE, layers, module_map, rendered, summary
 
 
 def test_the_committed_map_and_layers_are_the_generated_ones() -> None:
@@ -17,9 +16,9 @@ def test_the_committed_map_and_layers_are_the_generated_ones() -> None:
     assert rendered(text) == text, "docs/architecture.md: run `make docs` (python -m tools.docs docs)"
 
 
-def test_every_runtime_and_shared_module_has_a_row() -> None:
+def test_every_runtime_proxy_and_shared_module_has_a_row() -> None:
     text = module_map()
-    for top in ("services/runtime", "shared"):
+    for top in PACKAGES:
         for path in (ROOT / top).rglob("*.py"):
             assert f"| `{path.name}` | {summary(path)} |" in text, path
 
@@ -31,7 +30,7 @@ def test_every_import_contract_has_a_row() -> None:
 
 
 def test_a_new_module_is_drift(tmp_path: Path) -> None:
-    for top in ("services/runtime", "shared"):
+    for top in PACKAGES:
         shutil.copytree(ROOT / top, tmp_path / top, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     text = PAGE.read_text()

@@ -12,10 +12,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.deploy.support import KUBECTL_MISSING, ROOT, kustomize
+from tests.deploy.test_dockerfile import DOCKERFILE, parse
 from tests.support.needs import needs
-
-from .support import KUBECTL_MISSING, ROOT, kustomize
-from .test_dockerfile import DOCKERFILE, parse
 
 needs_kubectl = needs(KUBECTL_MISSING)
 K8S_VERSIONS = ("1.28.0", "1.32.0", kubernetes_validate.utils.latest_version() + ".0")

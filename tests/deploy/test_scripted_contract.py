@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from .support import ROOT
+from tests.deploy.support import ROOT
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 PRODUCTION = {"shared", "tools", "services.proxy", "services.runtime", "services.notifications", "services.digest",

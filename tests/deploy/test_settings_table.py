@@ -12,9 +12,8 @@ from pydantic_settings import BaseSettings
 from scripted.settings import ScriptedSettings
 from shared.settings import AREAS, RuntimeSettings, Settings
 from shared.settings.tuning import TUNING, is_deployment, is_tuning
+from tests.deploy.support import ROOT
 from tools.settings_table import Keep, everything, table, tables, with_table
-
-from .support import ROOT
 
 TABLES: list[tuple[str, str, type[BaseModel], Keep]] = [
     ("docs/operations.md", "settings", Settings, is_deployment), ("docs/operations.md", "tuning", Settings, is_tuning),

@@ -18,10 +18,10 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
-from shared.blobs import write_blob
 from shared.contracts.base import new_id
 from shared.contracts.inbox import FileWrite
+from shared.redis import keys
+from shared.storage.blobs import write_blob
 from tests.hostile.ws_support import (
     QUOTA_BYTES,
     QUOTA_FILES,
@@ -206,7 +206,7 @@ def test_tool_write_over_the_quota_is_an_error_result(api: httpx.Client, stack: 
     a, b = live_session(api), live_session(api)
     (workspace(stack, a) / "left-by-bash.bin").write_bytes(b"z" * (QUOTA_BYTES - 1000))
     # the edit reads notes.md first: an edit of a file the agent has not read is refused before the quota
-    # is checked (services/runtime/file_reads.py), and the quota is what this tests
+    # is checked (services/runtime/store/file_reads.py), and the quota is what this tests
     steps = (call("write", path="report.md", content="r" * 5000), call("read", path="notes.md"),
              call("edit", path="notes.md", old_text="x", new_text="y" * 5000))
     for sid in (a, b):

@@ -1,4 +1,4 @@
-"""A sparse file stays sparse through snapshots and forks (shared/sparse.py): a fork costs the disk
+"""A sparse file stays sparse through snapshots and forks (shared/storage/sparse.py): a fork costs the disk
 its data, not its apparent size (a dense copy of a 90 MB file of holes takes 90 MB per fork)."""
 
 from __future__ import annotations

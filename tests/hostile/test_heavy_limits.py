@@ -1,4 +1,4 @@
-"""Exports and forks in flight are bounded per user and per proxy process (services/proxy/heavy.py):
+"""Exports and forks in flight are bounded per user and per proxy process (services/proxy/edge/heavy.py):
 past a bound the request gets 429 with Retry-After at once and changes nothing; an export holds its
 slot until its archive is sent."""
 
@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from services.proxy.errors import ApiError
-from services.proxy.heavy import Gate, held
+from services.proxy.edge.errors import ApiError
+from services.proxy.edge.heavy import Gate, held
 from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, OTHER_TOKEN, Stack
 

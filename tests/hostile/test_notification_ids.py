@@ -16,7 +16,7 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.integration.test_notifications_acceptance import (
     SERVICE,
     create_session,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.paths import sandbox_skills_dir
 from services.runtime.sandbox import SandboxLimits
 from services.runtime.sandbox.bwrap import root_args
 from services.runtime.sandbox.core import Sandbox
+from services.runtime.skillset.paths import sandbox_skills_dir
 from tests.sandbox.conftest import layer_params
 
 MOUNT_POINTS = {"/", "/usr", "/etc", "/proc", "/dev", "/dev/null", "/dev/zero", "/dev/full", "/dev/random",

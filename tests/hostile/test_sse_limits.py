@@ -20,7 +20,7 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.hostile.sse_client import SseClient, open_sse
 from tests.support.polling import eventually
 from tests.support.stack import API_TOKEN, Stack

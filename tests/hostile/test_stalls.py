@@ -22,7 +22,7 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.integration.runtime_support import call, done
 from tests.support.bombs import WEBP_7000, png_of_zeros
 from tests.support.polling import wait_sync

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, Stack
 

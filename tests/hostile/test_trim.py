@@ -1,12 +1,12 @@
-"""`shared.trim` against a real Redis: a stream is trimmed only below what every group has read and
+"""`shared.streams.trim` against a real Redis: a stream is trimmed only below what every group has read and
 acked, never while an expected group is missing, and a session inbox only once its group exists."""
 
 from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from shared import keys
-from shared.trim import trim_acked, trim_all
+from shared.redis import keys
+from shared.streams.trim import trim_acked, trim_all
 
 
 async def test_trim_keeps_everything_some_group_has_not_read_or_acked(redis_client: aioredis.Redis) -> None:

@@ -2,7 +2,7 @@
 written to state.json), it would make every dormant /ui/sync, even an empty update, answer 422 and
 GET /ui serve the invalid state.
 
-One rule (shared.uirules) judges the merged document live (runtime) and dormant (proxy) before
+One rule (shared.ui.uirules) judges the merged document live (runtime) and dormant (proxy) before
 anything is applied: a refused update answers 422 with the reason and changes nothing, and an invalid
 state.json on disk is repaired on read. Real services, pycrdt clients."""
 
@@ -15,10 +15,9 @@ import httpx
 import pytest
 from pycrdt import Map
 
-from shared.uidoc import EMPTY_UPDATE
+from shared.ui.uidoc import EMPTY_UPDATE
+from tests.hostile.ui_support import edit, new_session, seeded, state_path, stored, suspend, sync, wake
 from tests.support.stack import API_TOKEN, Stack
-
-from .ui_support import edit, new_session, seeded, state_path, stored, suspend, sync, wake
 
 pytestmark = pytest.mark.timeout(240)
 ALICE = {"Authorization": f"Bearer {API_TOKEN}"}

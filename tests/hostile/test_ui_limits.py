@@ -19,13 +19,12 @@ import pytest
 import redis
 from pycrdt import Doc, Map
 
-from shared import keys
 from shared.contracts.events import SessionEvent, UiUpdateData
+from shared.redis import keys
 from shared.settings import Settings
-from shared.uidoc import ROOT, snapshot_of
+from shared.ui.uidoc import ROOT, snapshot_of
+from tests.hostile import ui_support as ui
 from tests.support.stack import API_TOKEN, Stack
-
-from . import ui_support as ui
 
 pytestmark = pytest.mark.timeout(300)
 ALICE = {"Authorization": f"Bearer {API_TOKEN}"}

@@ -1,4 +1,4 @@
-"""One user's sessions share a disk budget (services/proxy/disk_budget.py): a fork or an upload past
+"""One user's sessions share a disk budget (services/proxy/dormant/disk_budget.py): a fork or an upload past
 it is refused with 507 and creates nothing; blocks count, each inode once."""
 
 from __future__ import annotations

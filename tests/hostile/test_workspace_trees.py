@@ -1,6 +1,6 @@
 """A workspace shaped against the harness by the agent's own (prompt-injectable) bash: a tree nested
 far past Python's recursion limit, tens of thousands of empty directories, sockets and FIFOs
-(docs/architecture.md "Trust boundaries"; shared/walk.py). Each on every sandbox layer that works here.
+(docs/architecture.md "Trust boundaries"; shared/storage/walk.py). Each on every sandbox layer that works here.
 
 Before (recursive walks): one bash call nesting 1,200 directories made every later call, and every
 wake, fail with RecursionError; 40,000 empty directories passed the quota and each later `bash true`

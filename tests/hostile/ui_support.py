@@ -13,8 +13,8 @@ import httpx
 import redis
 from pycrdt import Doc, Map
 
-from shared import keys
-from shared.uidoc import ROOT, snapshot_of
+from shared.redis import keys
+from shared.ui.uidoc import ROOT, snapshot_of
 from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 
@@ -32,7 +32,7 @@ def status(api: httpx.Client, sid: str) -> str:
 def wake(api: httpx.Client, sid: str) -> None:
     assert api.post(f"/sessions/{sid}/messages", json={"message": "wake up"}).status_code == 202
     wait_sync(lambda: status(api, sid) == "live", timeout=60, interval=0.2, what=f"{sid} live")
-    # The prompt's run ends by recording its cost in the UI state (services/runtime/costs.py): wait for
+    # The prompt's run ends by recording its cost in the UI state (services/runtime/ui/costs.py): wait for
     # it, so a test comparing the document before and after a refused update sees no runtime write.
     wait_sync(lambda: api.get(f"/sessions/{sid}/ui").json()["snapshot"].get("costs"), timeout=60, interval=0.2,
               what=f"{sid}'s first cost record")

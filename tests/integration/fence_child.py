@@ -15,10 +15,10 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from services.runtime.diskfence import DiskFence
-from services.runtime.lease import Lease, LeaseLost
-from services.runtime.transcript import Transcript
-from services.runtime.write_guard import WriteGuard
+from services.runtime.live.diskfence import DiskFence
+from services.runtime.live.lease import Lease, LeaseLost
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
 from shared.contracts.messages import UserMessage
 
 

@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from services.runtime import transcript as transcript_module
-from services.runtime.transcript import Transcript, read_entries
-from services.runtime.write_guard import WriteGuard
-from shared import transcript_index as ix
+from services.runtime.store import transcript as transcript_module
+from services.runtime.store.transcript import Transcript, read_entries
+from services.runtime.store.write_guard import WriteGuard
 from shared.contracts.messages import CustomMessage, UserMessage
 from shared.contracts.transcript import LeafEntry
+from shared.history import transcript_index as ix
 
 
 def die() -> None:

@@ -2,7 +2,7 @@
 `python -m tests.integration.rewind_child REDIS_URL DATA_DIR SID ENTRY_ID WHERE`.
 
 It takes the session's lease and disk fence as a runtime worker does and runs the runtime's own
-`Rewinder.rewind` (services/runtime/rewind.py) on the real transcript, snapshots and todo; the parts a
+`Rewinder.rewind` (services/runtime/store/rewind.py) on the real transcript, snapshots and todo; the parts a
 rewind only notifies (the run aborter, the protocol's context, the outbox) are inert here. WHERE:
 `restore` kills it after two workspace entries were restored, `moves` once the leaf move is in the
 transcript, before the intent is removed. It prints `armed` before the rewind starts."""
@@ -18,16 +18,16 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from services.runtime.diskfence import DiskFence
-from services.runtime.lease import Lease
-from services.runtime.rewind import Rewinder
-from services.runtime.snapshots import SessionSnapshots
-from services.runtime.todo import TodoController
-from services.runtime.transcript import Transcript
-from services.runtime.write_guard import WriteGuard
-from shared import snapshot_restore
-from shared.disk import session_paths
-from shared.snapshots import SnapshotLimits
+from services.runtime.live.diskfence import DiskFence
+from services.runtime.live.lease import Lease
+from services.runtime.store.rewind import Rewinder
+from services.runtime.store.snapshots import SessionSnapshots
+from services.runtime.store.todo import TodoController
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
+from shared.storage import snapshot_restore
+from shared.storage.disk import session_paths
+from shared.storage.snapshots import SnapshotLimits
 
 
 class Inert:

@@ -16,14 +16,14 @@ from scripted.pacing import Timing
 from scripted.settings import ScriptedSettings
 from scripted.transport import scripted_client
 from services.runtime.app import skills_dir
-from services.runtime.prompt import VARIANTS, build_system_prompt
-from services.runtime.session import Session
-from services.runtime.skills import load_skills
-from services.runtime.worker import Worker
-from shared import keys
+from services.runtime.hosting.session import Session
+from services.runtime.hosting.worker import Worker
+from services.runtime.skillset.prompt import VARIANTS, build_system_prompt
+from services.runtime.skillset.skills import load_skills
 from shared.contracts.inbox import Barrier, InboxMessage
 from shared.contracts.wake import Wake
-from shared.inbox import append
+from shared.redis import keys
+from shared.streams.inbox import append
 from tests.support.inproc import settings_for
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import redis
 
-from shared import keys
 from shared.contracts.inbox import InboxMessage, UserPrompt
 from shared.contracts.wake import Wake
+from shared.redis import keys
 from tests.support.polling import wait_sync
 
 

@@ -17,9 +17,9 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
 from shared.contracts.inbox import UserPrompt
-from shared.trusted_blocks import extract
+from shared.redis import keys
+from shared.trust.trusted_blocks import extract
 from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 

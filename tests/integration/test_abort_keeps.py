@@ -1,4 +1,4 @@
-"""A stop that loses nothing (services/runtime/abort.py), against the real services: the text streamed
+"""A stop that loses nothing (services/runtime/inbox/abort.py), against the real services: the text streamed
 so far stays (marked aborted), the cancelled request's usage is counted (estimated, since the API
 never reported it), a tool call that finished before the stop keeps its own result, and a prompt
 stopped before the model's first token still gets an (empty, aborted) answer: no orphaned user message.
@@ -14,7 +14,7 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.uidoc import EMPTY_UPDATE
+from shared.ui.uidoc import EMPTY_UPDATE
 from tests.integration.test_stale_deck_write import DECK, call, yielded
 from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, Stack

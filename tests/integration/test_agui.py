@@ -155,7 +155,7 @@ def test_a_run_whose_end_left_the_stream_ends_once_the_session_is_dormant(
     assert events_of(post_run(api, sid, body)[1])[-1]["type"] == "RUN_FINISHED"
     assert api.post(f"/sessions/{sid}/suspend").status_code == 200
     newest = r.xrevrange(f"gamma:{{{sid}}}:events", count=1)[0][0]
-    r.hset(f"gamma:{{{sid}}}:session", "events_swept", newest)  # as the dormant sweep leaves it (shared/dormancy.py)
+    r.hset(f"gamma:{{{sid}}}:session", "events_swept", newest)  # as the dormant sweep leaves it (shared/redis/dormancy.py)
     r.delete(f"gamma:{{{sid}}}:events")
     events = events_of(post_run(api, sid, body)[1])  # a reconnect finds nothing: the heartbeat check ends it
     assert [e["type"] for e in events] == ["RUN_STARTED", "STATE_SNAPSHOT", "RUN_FINISHED"]

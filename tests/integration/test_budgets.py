@@ -20,8 +20,8 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
-from shared.pricing import cost_usd
+from shared.catalogue.pricing import cost_usd
+from shared.redis import keys
 from shared.settings import Settings
 from tests.integration.runtime_support import Driver, call, done, script
 from tests.support.model_runs import FAST_RETRIES

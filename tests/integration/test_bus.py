@@ -1,4 +1,4 @@
-"""shared/bus.py against a real Redis: backlog, reclaim after SIGKILL, delivery cap, validation,
+"""shared/streams/bus.py against a real Redis: backlog, reclaim after SIGKILL, delivery cap, validation,
 graceful shutdown. Fault tests run the consumer as a real process (tests/support/bus_consumer.py)."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import redis.asyncio as aioredis
 from faststream.redis import RedisBroker
 from structlog.testing import capture_logs
 
-from shared import keys
-from shared.bus import ensure_group, make_broker, publish, subscribe
 from shared.contracts.deadletter import DeadLetter
 from shared.contracts.wake import Wake
+from shared.redis import keys
+from shared.streams.bus import ensure_group, make_broker, publish, subscribe
 from tests.support.pending_reads import blocked_reads
 from tests.support.polling import eventually
 

@@ -1,4 +1,4 @@
-"""`order_key` (shared/bus_subscriber.py): a batch's entries run side by side per key (session), each
+"""`order_key` (shared/streams/bus_subscriber.py): a batch's entries run side by side per key (session), each
 key's in stream order; a failing entry holds back only the later entries of its own key."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import asyncio
 import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
-from shared import keys
-from shared.bus import by_session, publish
 from shared.contracts.wake import Wake
+from shared.redis import keys
+from shared.streams.bus import by_session, publish
 from tests.integration.test_bus import _true, _zero, consumer, new_stream, pending, producer
 from tests.support.polling import eventually
 

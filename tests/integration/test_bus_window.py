@@ -1,4 +1,4 @@
-"""`window` (shared/bus_window.py): a sliding window of entries in flight instead of a batch that
+"""`window` (shared/streams/bus_window.py): a sliding window of entries in flight instead of a batch that
 waits for its slowest entry, against a real Redis: a slow entry holds only its own slot, each key's
 entries still run in stream order, an entry is acked only once its handler returned, and a consumer
 killed mid-handler leaves its entries to another's claimer."""
@@ -13,9 +13,9 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
-from shared import keys
-from shared.bus import by_session, ensure_group, publish
 from shared.contracts.wake import Wake
+from shared.redis import keys
+from shared.streams.bus import by_session, ensure_group, publish
 from tests.integration.test_bus import (
     ConsumerProc,
     _started,

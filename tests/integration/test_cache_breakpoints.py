@@ -14,11 +14,11 @@ from structlog.testing import capture_logs
 from scripted.breakpoint_cache import positions
 from services.proxy.rows import SessionRow
 from services.runtime.app import skills_dir
-from services.runtime.prompt import build_system_prompt, static_prefix
-from services.runtime.skills import load_skills
-from shared import keys
+from services.runtime.skillset.prompt import build_system_prompt, static_prefix
+from services.runtime.skillset.skills import load_skills
 from shared.contracts.http import ModelConfig
 from shared.contracts.messages import Usage
+from shared.redis import keys
 from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact
 from tests.integration.runtime_inproc import InProc, inproc_worker
 from tests.support.model_runs import assistant_entries, bodies, prompt_and_wait

@@ -2,7 +2,7 @@
 
 redis-py sends each command under asyncio.wait_for (the clients have a socket timeout), and Python
 3.11's wait_for swallowed about one cancel in three that landed there: the digest's due loop, the
-bus keeper and the compaction hold ran on after their cancel (shared/cancel_safe.py)."""
+bus keeper and the compaction hold ran on after their cancel (shared/serving/cancel_safe.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import random
 
 import redis.asyncio as aioredis
 
-from shared.reconnect import connect
+from shared.redis.reconnect import connect
 
 
 async def test_every_cancel_stops_a_loop_of_redis_commands(redis_url: str) -> None:

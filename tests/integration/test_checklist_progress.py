@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from shared import keys
+from shared.redis import keys
 from tests.integration.runtime_support import Driver, transcript
 from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, Stack

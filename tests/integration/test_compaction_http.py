@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from scripted.reading import parse_summary
-from services.runtime.engine.convert import SUMMARY_PREFIX
-from shared.disk import session_paths
+from services.runtime.model.convert import SUMMARY_PREFIX
+from shared.storage.disk import session_paths
 from tests.integration.runtime_support import Driver
 from tests.support.compaction_model import RecordingModel, call, done, reply, text_of
 from tests.support.polling import wait_sync

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from services.runtime.engine.convert import SUMMARY_PREFIX
-from shared.disk import read_json, session_paths
+from services.runtime.model.convert import SUMMARY_PREFIX
+from shared.storage.disk import read_json, session_paths
 from tests.support.compaction_e2e import (
     Env,
     compact_now,
@@ -84,7 +84,7 @@ def recovery(env: Env) -> Recovery:
         reply(call("bash", command="sleep 6")),
         done("The cards are being built."),
         # deck-generation is active and its steps are not done: the completion audit refuses the
-        # first blocking message; the second, naming the deviations, yields (services/runtime/audit.py)
+        # first blocking message; the second, naming the deviations, yields (services/runtime/skillset/audit.py)
         done("The cards are being built. Deviations: brief, validate and the rest wait for the next turn."),
     )
     start(env, sid, "Create a deck about tidal energy for the board meeting.")

@@ -14,11 +14,11 @@ import pytest
 import redis
 
 from scripted.reading import parse_summary
-from services.runtime import compaction_trigger as c
-from shared import keys
+from services.runtime.runs import compaction_trigger as c
 from shared.contracts.compaction import CompactionRequest
 from shared.contracts.inbox import CompactionReady
-from shared.disk import session_paths
+from shared.redis import keys
+from shared.storage.disk import session_paths
 from tests.conftest import fresh_db_url
 from tests.support.compaction_sessions import SessionBuilder, deck_session
 from tests.support.polling import wait_sync

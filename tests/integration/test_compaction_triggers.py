@@ -11,11 +11,11 @@ import pytest
 
 from scripted.reading import parse_summary
 from scripted.types import ScriptedError
-from services.runtime.engine.convert import SUMMARY_PREFIX
-from shared import keys
+from services.runtime.model.convert import SUMMARY_PREFIX
 from shared.contracts.inbox import CompactionReady, Stop
-from shared.disk import session_paths
-from shared.trusted_blocks import escape_text
+from shared.redis import keys
+from shared.storage.disk import session_paths
+from shared.trust.trusted_blocks import escape_text
 from tests.support.compaction_e2e import (
     Env,
     compact_now,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared import keys
+from shared.redis import keys
 from tests.integration.runtime_support import Driver, call, done, script, transcript
 from tests.integration.test_runtime_protocol import go_live, run_done
 from tests.support.stack import Stack

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.reserved_tags import TAG_RULE
+from shared.trust.reserved_tags import TAG_RULE
 from tests.integration.runtime_support import Driver, call, done, script
 from tests.support.played_connector import PlayedConnector
 from tests.support.polling import wait_sync

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.integration.runtime_support import Driver, call, done, script
 from tests.support.played_connector import PlayedConnector
 from tests.support.polling import wait_sync

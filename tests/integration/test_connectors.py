@@ -14,7 +14,7 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.integration.runtime_support import call, done, script
 from tests.support.polling import wait_sync
 from tests.support.sessions import ask, entries

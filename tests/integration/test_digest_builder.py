@@ -14,12 +14,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from services.digest.builder import DigestBuilder
-from shared import keys
-from shared.blobs import write_blob
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.inbox import INBOX_ADAPTER, Injection
 from shared.contracts.lifecycle import SessionDormant, SessionLive
 from shared.contracts.recorded import InjectionRecorded
+from shared.redis import keys
+from shared.storage.blobs import write_blob
 from tests.support.polling import eventually
 
 SID = "s_digest"
@@ -72,7 +72,7 @@ async def builder(redis_client: aioredis.Redis, data_dir: Path):
     b = DigestBuilder(redis_client, data_dir, debounce_ms=150, poll_s=0.02)
     task = asyncio.create_task(b.run_due())
     yield b
-    # One cancel ends the loop (shared/cancel_safe.py).
+    # One cancel ends the loop (shared/serving/cancel_safe.py).
     task.cancel()
     await asyncio.wait([task], timeout=10)
     assert task.cancelled(), "the due loop ran on after its cancel"

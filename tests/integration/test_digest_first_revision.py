@@ -17,8 +17,8 @@ import time
 import httpx
 import redis
 
-from shared import keys
 from shared.contracts.inbox import DocumentEdit, InboxReply
+from shared.redis import keys
 from tests.reliability.workload import (
     DECK,
     DECK_REF,

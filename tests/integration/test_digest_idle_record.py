@@ -1,5 +1,5 @@
 """Updates for an idle agent are recorded without a prompt, after a per-ref merge window (five
-processes, real Redis, scripted model; services/runtime/idle.py): five rapid edits of one deck are one
+processes, real Redis, scripted model; services/runtime/inbox/idle.py): five rapid edits of one deck are one
 update, an edit of another ref is its own, each recorded once and acked, and the next turn does not
 record them again. (The window alone, the run that takes a held update, a failed record:
 tests/unit/test_runtime_idle.py.)"""
@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.integration.runtime_support import stream_payloads
 from tests.integration.test_digest_acceptance import (
     BRIEF,

@@ -8,10 +8,9 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from services.digest.builder import DigestBuilder
-from shared import keys
 from shared.contracts.lifecycle import SessionLive
-
-from .test_digest_builder import DOC, SID, deck, doc_change, injections, wait_for
+from shared.redis import keys
+from tests.integration.test_digest_builder import DOC, SID, deck, doc_change, injections, wait_for
 
 
 async def _live(client: aioredis.Redis, builder: DigestBuilder, fence: int) -> None:

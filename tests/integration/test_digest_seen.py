@@ -10,8 +10,7 @@ import redis.asyncio as aioredis
 
 from services.digest.builder import DigestBuilder
 from services.digest.coalesce import NO_NET_CHANGE
-
-from .test_digest_builder import (
+from tests.integration.test_digest_builder import (
     BRIEF,
     DOC,
     SID,

@@ -1,4 +1,4 @@
-"""The consumer stall watchdog the digest runs (shared/watchdog.py), against a real Redis."""
+"""The consumer stall watchdog the digest runs (shared/streams/watchdog.py), against a real Redis."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from shared.bus import ensure_group
-from shared.service import ServiceContext, add_health_routes
+from shared.serving.service import ServiceContext, add_health_routes
 from shared.settings import Settings
-from shared.watchdog import StallWatchdog
+from shared.streams.bus import ensure_group
+from shared.streams.watchdog import StallWatchdog
 
 STREAM = "gamma:test:watchdog"
 

@@ -1,4 +1,4 @@
-"""The disk fence (services/runtime/diskfence.py), with real processes, real Redis and a real disk: a
+"""The disk fence (services/runtime/live/diskfence.py), with real processes, real Redis and a real disk: a
 holder stopped by SIGSTOP at any point of an append, past its lease, never forks the transcript of the
 worker that took the session; the disk refuses what it would write, or the new holder reads it first."""
 
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.diskfence import DiskFence, FenceBehind
-from services.runtime.lease import Lease, LeaseLost, raise_fence
-from services.runtime.transcript import Transcript
-from services.runtime.write_guard import WriteGuard
-from shared import keys
+from services.runtime.live.diskfence import DiskFence, FenceBehind
+from services.runtime.live.lease import Lease, LeaseLost, raise_fence
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
 from shared.contracts.messages import UserMessage
+from shared.redis import keys
 from tests.reliability.workload import Audit, read_transcript_file
 from tests.support.polling import eventually
 

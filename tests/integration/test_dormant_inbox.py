@@ -19,11 +19,11 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from shared import dormancy, keys
-from shared.bus import ensure_group
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
-from shared.inbox import append
+from shared.redis import dormancy, keys
+from shared.streams.bus import ensure_group
+from shared.streams.inbox import append
 from tests.integration.test_digest_acceptance import artifact_updates
 from tests.integration.test_dormant_retention import KEPT, digest_state, session_keys, suspend_and_wait_swept
 from tests.integration.test_notifications_acceptance import (

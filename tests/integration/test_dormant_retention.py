@@ -17,8 +17,8 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
-from shared.redis_wire import parse_id
+from shared.redis import keys
+from shared.redis.redis_wire import parse_id
 from tests.integration.test_digest_acceptance import artifact_updates, manifest
 from tests.integration.test_notifications_acceptance import (
     USER,

@@ -12,7 +12,7 @@ import pytest
 
 from bench import eval as make_eval
 from bench.eval_checks import load_scenarios
-from services.runtime.skills import load_skills
+from services.runtime.skillset.skills import load_skills
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)

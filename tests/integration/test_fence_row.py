@@ -1,4 +1,4 @@
-"""The fence as a field of the session row (shared/fence.py), against a real Redis: the lease takes it
+"""The fence as a field of the session row (shared/redis/fence.py), against a real Redis: the lease takes it
 there, a legacy fence key is folded in (never lowering it) by the lease script and
 by the dormancy sweep, readers take the larger of the two meanwhile, and the sweep drops the row's
 fields at their defaults."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from services.proxy.rows import SessionRow, load_state
-from services.runtime.lease import Lease, raise_fence
-from shared import dormancy, keys
-from shared.fence import fence_of, read_fence
+from services.runtime.live.lease import Lease, raise_fence
+from shared.redis import dormancy, keys
+from shared.redis.fence import fence_of, read_fence
 
 SID = "s_fence_row"
 

@@ -3,7 +3,7 @@
 - a skill's own files are readable by path (`skills/import/checklist.yaml`, or `checklist.yaml` while
   import is active), never writable, never a way out of the skills directory;
 - `write` and `edit` refuse a workspace file the user saved since the agent last read it, naming the
-  save (prompts/interface.txt; services/runtime/file_reads.py), and go through after a read;
+  save (prompts/interface.txt; services/runtime/store/file_reads.py), and go through after a read;
 - `bash` is not stopped, but its result names the user-changed files it altered.
 """
 

@@ -1,4 +1,4 @@
-"""shared/inbox.py against a real Redis: multiplexed reads, ack, takeover of a previous holder's
+"""shared/streams/inbox.py against a real Redis: multiplexed reads, ack, takeover of a previous holder's
 pending entries, malformed entries dead-lettered."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
-from shared import keys
-from shared.bus import ensured_groups
 from shared.contracts.deadletter import DeadLetter
 from shared.contracts.inbox import Barrier, Stop, UserPrompt
-from shared.inbox import GROUP, InboxReader, append
+from shared.redis import keys
+from shared.streams.bus import ensured_groups
+from shared.streams.inbox import GROUP, InboxReader, append
 
 
 def sid() -> str:

@@ -1,4 +1,4 @@
-"""A lost XREADGROUP reply (shared/stream_handed.py): Redis delivered the entries to the reader's
+"""A lost XREADGROUP reply (shared/streams/stream_handed.py): Redis delivered the entries to the reader's
 consumer, the reply never reached the client (a fault proxy drops it, then resets the connection).
 The reader's next read hands those entries out from the consumer's pending list, once, and then
 reads new entries again."""
@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from shared.contracts.inbox import UserPrompt
-from shared.inbox import InboxEntry, InboxReader, append
+from shared.streams.inbox import InboxEntry, InboxReader, append
 from tests.support.faultproxy import FaultProxy, proxy_for
 from tests.support.pending_reads import blocked_reads, delivered_to
 from tests.support.polling import eventually

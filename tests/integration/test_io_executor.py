@@ -1,4 +1,4 @@
-"""Every service's default executor is sized for disk waits (shared/iopool.py, GAMMA_IO_THREADS).
+"""Every service's default executor is sized for disk waits (shared/pools/iopool.py, GAMMA_IO_THREADS).
 
 Python sizes it min(32, cpus + 4): 6 threads on the 2-core machine of bench-e2e, where a live file
 write's read of its staged blob queued behind the transcript fsyncs of other sessions (docs/architecture.md "Streaming at scale").
@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from shared.service import ServiceContext, service_lifespan
+from shared.serving.service import ServiceContext, service_lifespan
 from shared.settings import Settings
 
 BLOCKERS = 16  # > cpus + 4 for any machine up to 12 cores: with Python's default, some would wait a turn

@@ -1,4 +1,4 @@
-"""renew_all and a close racing it (services/runtime/lease.py): a session whose lease was released while
+"""renew_all and a close racing it (services/runtime/live/lease.py): a session whose lease was released while
 the renewal pipeline was in flight must not keep a live score, or the orphan scan wakes it again."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.lease import Lease, renew_all
-from shared import keys
+from services.runtime.live.lease import Lease, renew_all
+from shared.redis import keys
 
 
 async def test_a_lease_released_during_the_renewal_keeps_no_live_score(redis_client: aioredis.Redis,

@@ -1,4 +1,4 @@
-"""One MCP call as the runtime makes it (services/runtime/mcp_calls.py `McpCall`), against the `mcp`
+"""One MCP call as the runtime makes it (services/runtime/connector/mcp_calls.py `McpCall`), against the `mcp`
 SDK's own server started as a process (tests/support/mcp_server.py): progress becomes
 `tool_execution_update` events, the abort signal ends the call at once and it is not sent again, a
 server that is gone is "not sent", one past the byte limit says so."""
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from services.runtime.connector.mcp_calls import McpCall, McpLimits
 from services.runtime.engine.types import AgentEvent, ToolContext
-from services.runtime.mcp_calls import McpCall, McpLimits
-from shared import connectors as rules
 from shared.contracts.connectors import Connector, ConnectorTool, McpEndpoint
 from shared.contracts.messages import ToolCall
-from shared.mcp_urls import allow_list
+from shared.mcp import connectors as rules
+from shared.mcp.mcp_urls import allow_list
 from tests.support.mcp_servers import McpProcess, start_python
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("mcp-calls")]

@@ -19,7 +19,7 @@ import pytest
 import redis
 from cryptography.fernet import Fernet
 
-from shared import keys
+from shared.redis import keys
 from tests.integration.runtime_support import call, done, script
 from tests.support.mcp_servers import McpProcess, start_everything, start_python
 from tests.support.polling import wait_sync

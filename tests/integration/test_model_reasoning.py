@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from services.runtime.engine.model_api import ModelSettings
-from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext
-from shared.context import build_context
+from services.runtime.model.model_api import ModelSettings
+from services.runtime.model.responses_api import ResponsesApi
 from shared.contracts.transcript import CompactionEntry, parse_entries
+from shared.history.context import build_context
 from tests.integration.runtime_inproc import inproc_worker
 from tests.integration.runtime_support import call, done, script
 from tests.support.model_runs import assistant_entries, bodies, create_row, prompt_and_wait, transcript

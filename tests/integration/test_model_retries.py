@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from shared.history_repair import IMAGE_REMOVED
-from shared.image_limits import ImageLimits
-from shared.images import prepare, store_image
+from shared.history.history_repair import IMAGE_REMOVED
+from shared.media.image_limits import ImageLimits
+from shared.media.images import prepare, store_image
 from tests.integration.runtime_inproc import InProc, inproc_worker
 from tests.integration.runtime_support import script
 from tests.support.model_runs import (

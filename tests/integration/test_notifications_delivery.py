@@ -16,11 +16,11 @@ from fastapi import FastAPI
 from services.notifications.delivery import Delivery
 from services.notifications.http import make_router
 from services.notifications.settle import wait_for_group
-from shared import keys
-from shared.bus import ensure_group
 from shared.contracts.inbox import INBOX_ADAPTER, Barrier, Injection
 from shared.contracts.lifecycle import SessionLive
 from shared.contracts.recorded import InjectionRecorded
+from shared.redis import keys
+from shared.streams.bus import ensure_group
 
 TOKEN = "svc-secret"
 SID = "s_notify"

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from shared.settings import Settings
 from tests.integration.runtime_support import stream_payloads
 from tests.integration.test_notifications_acceptance import (

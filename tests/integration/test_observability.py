@@ -13,11 +13,12 @@ from fastapi import FastAPI
 from opentelemetry import trace
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared import keys, metrics
-from shared.bus import ensure_group, make_broker, publish, subscribe
 from shared.contracts.wake import Wake
-from shared.service import add_health_routes, configure_tracing, make_context
+from shared.redis import keys
+from shared.serving.service import add_health_routes, configure_tracing, make_context
 from shared.settings import Settings
+from shared.streams.bus import ensure_group, make_broker, publish, subscribe
+from shared.telemetry import metrics
 from tests.support.polling import eventually
 
 
@@ -198,7 +199,7 @@ def test_wake_latency_is_the_wake_streams_delivery_time() -> None:
 
 
 async def test_runtime_counts_its_leases_at_scrape_time(redis_url: str, redis_client: aioredis.Redis) -> None:
-    from shared.bus import consumer_name
+    from shared.streams.bus import consumer_name
 
     ctx = make_context("runtime", Settings(REDIS_URL=redis_url))
     app = FastAPI()

@@ -26,11 +26,11 @@ import redis
 from faststream.redis.parser import BinaryMessageFormatV1
 from pycrdt import Doc, Map
 
-from shared import keys
 from shared.contracts.documents import StoredDeck
 from shared.contracts.events import SessionEvent
 from shared.contracts.inbox import INBOX_ADAPTER
-from shared.uidoc import ROOT, snapshot_of
+from shared.redis import keys
+from shared.ui.uidoc import ROOT, snapshot_of
 from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, OTHER_TOKEN, Stack
 
@@ -309,7 +309,7 @@ def test_dormant_form_submission_lands_in_state_json(api: httpx.Client, stack: S
 
 def test_a_client_cannot_mint_or_rewrite_a_form(api: httpx.Client, stack: Stack) -> None:
     """A client answers or dismisses the agent's form; creating one, changing its id, fields or status
-    otherwise, or answering outside its schema is refused and changes nothing (shared/form_rules.py)."""
+    otherwise, or answering outside its schema is refused and changes nothing (shared/ui/form_rules.py)."""
     sid = new_session(api)
     state_path = session_dir(stack, sid) / "state.json"
     before = state_path.read_bytes()

@@ -19,9 +19,9 @@ import redis
 from faststream.redis.parser import BinaryMessageFormatV1
 from pycrdt import Doc, Map
 
-from shared import keys
 from shared.contracts.documents import StoredDeck
-from shared.uidoc import ROOT, snapshot_of
+from shared.redis import keys
+from shared.ui.uidoc import ROOT, snapshot_of
 from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, Stack
 

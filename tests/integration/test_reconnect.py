@@ -8,9 +8,9 @@ import tempfile
 import pytest
 
 from services.stack import redis_server_binary
-from shared.bus import make_broker
-from shared.service import make_context
+from shared.serving.service import make_context
 from shared.settings import Settings
+from shared.streams.bus import make_broker
 from tests.support.needs import needs
 from tests.support.ports import free_port
 from tests.support.redis_server import start_redis_server
@@ -73,7 +73,7 @@ async def test_a_half_open_connection_costs_one_read_timeout_then_a_fresh_connec
 async def test_a_partition_fails_a_command_at_its_deadline_and_the_client_resumes_after(redis_url: str) -> None:
     from redis.exceptions import TimeoutError as RedisTimeout
 
-    from shared.redis_errors import redis_failure
+    from shared.redis.redis_errors import redis_failure
     from tests.support.faultproxy import FaultProxy
 
     base, _, db = redis_url.rpartition("/")

@@ -1,4 +1,4 @@
-"""A runtime worker opens its Redis pool's connections at start (shared/reconnect.py `warm`): the
+"""A runtime worker opens its Redis pool's connections at start (shared/redis/reconnect.py `warm`): the
 turns that start together later find them open instead of connecting on the event loop."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import BlockingConnectionPool
 
-from shared.reconnect import connect, warm
+from shared.redis.reconnect import connect, warm
 
 
 async def test_warm_opens_the_connections_and_leaves_them_idle(redis_url: str) -> None:

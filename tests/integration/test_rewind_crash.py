@@ -12,7 +12,7 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.integration.test_rewind_fork import (
     assert_state_of_turn_two_prompt,
     parent_turn,

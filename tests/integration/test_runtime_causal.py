@@ -1,4 +1,4 @@
-"""The runtime's causal gate (services/runtime/causal.py) against a real Redis: which prompts it holds,
+"""The runtime's causal gate (services/runtime/inbox/causal.py) against a real Redis: which prompts it holds,
 in what order it lets them go, and what it does when the wait runs out."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import asyncio
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from services.runtime.causal import CausalGate
-from shared import causal
+from services.runtime.inbox.causal import CausalGate
 from shared.contracts.causal import FlushRequest
 from shared.contracts.inbox import UserPrompt
-from shared.inbox import InboxEntry
+from shared.streams import causal
+from shared.streams.inbox import InboxEntry
 from tests.support.ports import free_port
 
 SID = "s_gate"
@@ -112,7 +112,7 @@ async def test_before_steering_waits_for_the_digest_of_a_write_made_during_the_r
 
 async def test_an_expiry_that_cannot_reach_redis_keeps_the_prompts_held_for_the_next_try() -> None:
     """Redis restarting when a held prompt's wait runs out: the expiry fails and changes nothing (the
-    dispatcher postpones it and tries again, services/runtime/dispatcher.py causal_expired), so no
+    dispatcher postpones it and tries again, services/runtime/inbox/dispatcher.py causal_expired), so no
     prompt leaves the gate unhandled."""
     dead = aioredis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)
     try:

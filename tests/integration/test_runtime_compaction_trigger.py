@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from services.runtime.compactor import static_tokens
-from shared import keys
+from services.runtime.runs.compactor import static_tokens
 from shared.contracts.inbox import CompactionReady, UserPrompt
-from shared.tokens import context_tokens
+from shared.history.tokens import context_tokens
+from shared.redis import keys
 from tests.integration.runtime_inproc import InProc, inproc_worker
 from tests.integration.runtime_support import call, done, script
 from tests.support.polling import eventually

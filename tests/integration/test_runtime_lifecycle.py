@@ -9,13 +9,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.runtime.compaction_trigger import make_request
-from shared import keys
+from services.runtime.runs.compaction_trigger import make_request
 from shared.contracts.inbox import Barrier, Compact, CompactionReady, Injection, Stop
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.pending import PendingArtifact, PendingArtifactUpdates
 from shared.contracts.transcript import parse_entries
-from shared.disk import atomic_write_json
+from shared.redis import keys
+from shared.storage.disk import atomic_write_json
 from tests.integration.runtime_support import Driver, call, done, kinds, script, stream_payloads, transcript
 from tests.support.stack import Stack
 

@@ -1,7 +1,7 @@
 """End to end in one runtime worker (in process, real Redis, scripted model), whose every Redis
 connection goes through a fault proxy: the inbox read that delivered a prompt loses its reply (the
 proxy drops it, then resets every connection). The worker's reader hands the prompt out from its
-consumer's pending list (shared/stream_handed.py): the session answers it, once, and acks it."""
+consumer's pending list (shared/streams/stream_handed.py): the session answers it, once, and acks it."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from shared import keys
 from shared.contracts.inbox import UserPrompt
-from shared.inbox import GROUP, append
+from shared.redis import keys
+from shared.streams.inbox import GROUP, append
 from tests.integration.runtime_inproc import inproc_worker
 from tests.integration.runtime_support import done, script, transcript
 from tests.support.faultproxy import proxy_for

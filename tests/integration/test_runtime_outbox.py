@@ -8,10 +8,10 @@ import json
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.events import Outbox
-from services.runtime.lease import LeaseLost
-from services.runtime.sender import EventSender
-from shared import keys
+from services.runtime.live.events import Outbox
+from services.runtime.live.lease import LeaseLost
+from services.runtime.live.sender import EventSender
+from shared.redis import keys
 from tests.support.polling import eventually
 
 

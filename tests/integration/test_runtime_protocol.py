@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from shared import keys
-from shared.blobs import write_blob
 from shared.contracts.inbox import Barrier, DocumentEdit, FileWrite, Injection, UiUpdate
 from shared.contracts.injection import RuntimeInjection
+from shared.redis import keys
+from shared.storage.blobs import write_blob
 from tests.integration.runtime_support import Driver, call, done, kinds, script, stream_payloads, transcript
 from tests.support.stack import Stack
 
@@ -33,9 +33,9 @@ def d(rt: Stack) -> Driver:
 
 def base_prefix_hash() -> str:
     from services.runtime.app import skills_dir
-    from services.runtime.engine.openai_stream import prefix_hash
-    from services.runtime.prompt import static_prefix
-    from services.runtime.skills import load_skills
+    from services.runtime.model.openai_stream import prefix_hash
+    from services.runtime.skillset.prompt import static_prefix
+    from services.runtime.skillset.skills import load_skills
     from services.runtime.tools import Toolset
 
     return prefix_hash(static_prefix(load_skills(skills_dir())), Toolset(None).tools)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""services/runtime/share.py against a real Redis: the live workers are those with a recent
+"""services/runtime/hosting/share.py against a real Redis: the live workers are those with a recent
 heartbeat, and a worker holding its share leaves the next session to a peer while no wake waits,
 bounded in time."""
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
-from services.runtime.share import (
+from services.runtime.hosting.share import (
     PAUSE_MAX_S,
     PAUSE_STEP_S,
     fair_share,
@@ -16,8 +16,8 @@ from services.runtime.share import (
     over_share,
     pause_while_over_share,
 )
-from shared import keys
 from shared.contracts.base import now_ms
+from shared.redis import keys
 
 LIVE_MS = 3_000
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from services.runtime.paths import skills_dir
-from services.runtime.prompt import build_system_prompt
-from services.runtime.skills import load_skills
-from shared import keys
+from services.runtime.skillset.paths import skills_dir
+from services.runtime.skillset.prompt import build_system_prompt
+from services.runtime.skillset.skills import load_skills
 from shared.contracts.inbox import UserPrompt
-from shared.disk import atomic_write_json, session_paths
+from shared.redis import keys
+from shared.storage.disk import atomic_write_json, session_paths
 from tests.integration.runtime_inproc import InProc, inproc_worker
 from tests.integration.runtime_support import call, done, script, transcript
 from tests.support.polling import eventually

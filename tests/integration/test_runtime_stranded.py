@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from services.runtime.session import Session
-from shared import keys
+from services.runtime.hosting.session import Session
 from shared.contracts.inbox import InboxMessage, Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
+from shared.redis import keys
 from tests.integration.runtime_inproc import InProc, inproc_worker
 from tests.integration.runtime_support import call, done, kinds, script, transcript
 from tests.support.polling import eventually

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.lease import Lease, LeaseLost, safety_margin_s
-from services.runtime.todo import TodoController
-from services.runtime.transcript import Transcript
-from services.runtime.write_guard import WriteGuard
-from shared import keys
+from services.runtime.live.lease import Lease, LeaseLost, safety_margin_s
+from services.runtime.store.todo import TodoController
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
 from shared.contracts.inbox import Barrier, Injection
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import UserMessage
+from shared.redis import keys
 from tests.integration.runtime_support import Driver, call, done, kinds, script, transcript
 from tests.support.polling import wait_sync
 from tests.support.stack import Stack
@@ -163,7 +163,7 @@ async def _take(url: str, sid: str) -> str:
 
 
 async def test_renewal_never_brings_back_the_running_key_of_a_run_that_ended(redis_client: aioredis.Redis) -> None:
-    from services.runtime.lease import renew_all
+    from services.runtime.live.lease import renew_all
 
     a = await Lease.acquire(redis_client, "renew-a", "w1", 10_000)
     b = await Lease.acquire(redis_client, "renew-b", "w1", 10_000)

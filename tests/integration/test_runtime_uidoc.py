@@ -10,12 +10,12 @@ from typing import Any
 
 from pycrdt import Doc, Map
 
-from services.proxy.preview import read_ui
-from shared import keys
+from services.proxy.dormant.preview import read_ui
 from shared.contracts.inbox import UiUpdate
-from shared.disk import atomic_write_json, session_paths
-from shared.uidoc import EMPTY_UPDATE, ROOT, doc_from_snapshot, snapshot_of
-from shared.uirules import default_snapshot
+from shared.redis import keys
+from shared.storage.disk import atomic_write_json, session_paths
+from shared.ui.uidoc import EMPTY_UPDATE, ROOT, doc_from_snapshot, snapshot_of
+from shared.ui.uirules import default_snapshot
 from tests.integration.runtime_inproc import InProc, inproc_worker
 
 STATE = {

@@ -23,12 +23,12 @@ from scripted.pacing import Timing
 from scripted.server import MAX_HEAD, ScriptedServer
 from scripted.transport import ScriptedTransport
 from scripted.types import ScriptedReply, ScriptedToolCall
-from services.runtime.engine.chat_api import ChatApi
-from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentEvent
-from services.runtime.sender import EventSender
+from services.runtime.live.sender import EventSender
+from services.runtime.model.chat_api import ChatApi
+from services.runtime.model.responses_api import ResponsesApi
 from shared.contracts.messages import AssistantMessage, TextContent
-from shared.model import reads_merged
+from shared.serving.model import reads_merged
 from shared.settings import Settings
 
 TOKENS = 30

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared import keys
+from shared.redis import keys
 from tests.support.polling import wait_sync
 from tests.support.ports import free_port
 from tests.support.redis_server import start_redis_server
@@ -68,7 +68,7 @@ def json_lines(stack: Stack, name: str) -> list[dict[str, Any]]:
 def check_health_and_metrics(stack: Stack, name: str) -> None:
     status, _, body = get(stack.url(name) + "/healthz")
     assert status == 200 and json.loads(body) == {"status": "ok", "service": name}
-    # The public services serve /metrics on their internal port only (shared/internal_http.py).
+    # The public services serve /metrics on their internal port only (shared/serving/internal_http.py).
     internal = f"{name}_metrics" if f"{name}_metrics" in stack.ports else name
     status, headers, body = get(stack.url(internal) + "/metrics")
     assert status == 200

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.support.polling import wait_sync
 from tests.support.stack import OTHER_TOKEN, SERVICE_TOKEN, Stack
 

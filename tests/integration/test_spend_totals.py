@@ -1,4 +1,4 @@
-"""The Redis totals of shared/spend.py on a real Redis: additions from concurrent runs are never lost
+"""The Redis totals of shared/costs/spend.py on a real Redis: additions from concurrent runs are never lost
 (one script per hash, integer nano-dollars), hostile model names (Unicode, colons, many of them) keep the
 hash bounded, and the session's and the user's hashes read back as the API shows them."""
 
@@ -8,9 +8,9 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from shared import keys
 from shared.contracts.spend import UsageRow
-from shared.spend import MAX_MODELS, NANOS, OTHER, add_row, spend_of
+from shared.costs.spend import MAX_MODELS, NANOS, OTHER, add_row, spend_of
+from shared.redis import keys
 
 
 async def test_concurrent_rows_add_up_exactly(redis_client: aioredis.Redis) -> None:

@@ -1,4 +1,4 @@
-"""shared/stream_reader.py against a real Redis: a read waiting while its only stream goes away and
+"""shared/streams/stream_reader.py against a real Redis: a read waiting while its only stream goes away and
 another joins must not wait forever (the proxy fan-out's SSE clients come and go like this)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from shared.stream_reader import StreamEntry, StreamReader
+from shared.streams.stream_reader import StreamEntry, StreamReader
 
 
 def stream(name: str) -> str:

@@ -15,10 +15,10 @@ from scripted.pacing import Timing, paced
 from scripted.settings import ScriptedSettings
 from scripted.transport import scripted_client
 from scripted.types import ScriptedReply, ScriptedToolCall
-from services.runtime.events import Outbox
-from services.runtime.lease import LeaseLost
-from services.runtime.sender import EventSender
-from shared import keys
+from services.runtime.live.events import Outbox
+from services.runtime.live.lease import LeaseLost
+from services.runtime.live.sender import EventSender
+from shared.redis import keys
 from tests.support.polling import eventually
 
 TEXT = "@ts@" * 40  # 40 tokens, each stamped with its emit time

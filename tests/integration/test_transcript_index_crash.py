@@ -1,5 +1,5 @@
 """kill -9 at any point of an append, a compaction or a leaf move leaves a transcript index that is
-either correct or found stale and rebuilt (shared/transcript_index.py "Crash rules"): the next wake
+either correct or found stale and rebuilt (shared/history/transcript_index.py "Crash rules"): the next wake
 restores what the full read of the file restores (tests/support/history_reference.py)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from scripted.history import write_history
-from services.runtime.transcript import Transcript
-from services.runtime.write_guard import WriteGuard
-from shared import transcript_index as ix
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
+from shared.history import transcript_index as ix
 from tests.support.history_reference import assert_same, reference
 
 REPO = Path(__file__).resolve().parents[2]

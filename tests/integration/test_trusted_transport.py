@@ -22,9 +22,9 @@ import pytest
 
 from scripted import responses as scripted_responses
 from scripted.reading import parse_request
-from shared.neutralise import neutralise
-from shared.reserved_tags import TAG_RULE
-from shared.trusted_blocks import quoted
+from shared.trust.neutralise import neutralise
+from shared.trust.reserved_tags import TAG_RULE
+from shared.trust.trusted_blocks import quoted
 from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact
 from tests.integration.runtime_support import Driver, call, done, script
 from tests.support.polling import wait_sync

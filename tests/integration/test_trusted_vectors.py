@@ -6,7 +6,7 @@ trusted.py `payload`: `</TAG>` plainly, with a zero-width space and full-width, 
 `<system_guidance>` plainly and disguised: zero-width space, Cyrillic `ѕ`, `﹤﹥` with `-`, NUL)
 where a client, a user, a file or the model can put text that lands in a trusted block, then reads
 the recorded request: the payload reached the model inside its block, and there no reserved tag
-opens or closes however it is spelled (the one normalised rule, shared/reserved_tags.py).
+opens or closes however it is spelled (the one normalised rule, shared/trust/reserved_tags.py).
 """
 
 from __future__ import annotations

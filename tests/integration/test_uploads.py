@@ -17,8 +17,8 @@ import pytest
 import redis
 from faststream.redis.parser import BinaryMessageFormatV1
 
-from shared import keys
 from shared.contracts.inbox import INBOX_ADAPTER, Injection
+from shared.redis import keys
 from tests.support.polling import wait_sync
 from tests.support.sessions import ask, entries, new_session
 from tests.support.stack import API_TOKEN, Stack

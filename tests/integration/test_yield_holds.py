@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from scripted.types import ScriptedReply
-from shared import keys
 from shared.contracts.client import PromptClientContext, VisibleTab
 from shared.contracts.inbox import Barrier, Injection, UiUpdate, UserPrompt
 from shared.contracts.injection import RuntimeInjection
+from shared.redis import keys
 from tests.integration.runtime_support import Driver, kinds, transcript
 from tests.support.compaction_model import RecordingModel, call, done, reply
 from tests.support.polling import wait_sync as eventually
@@ -129,7 +129,7 @@ def test_without_an_active_task_the_steer_is_recorded_without_a_run_the_follow_u
     eventually(lambda: any(e["type"] == "status" and e["data"].get("running") is False for e in d.events(sid)),
                timeout=30, what="the run's end")
     # Not held for the next prompt: the steer is recorded without a run once the run task ended
-    # (services/runtime/idle.py; no ref, so no merge window) and acked; the follow-up and the
+    # (services/runtime/inbox/idle.py; no ref, so no merge window) and acked; the follow-up and the
     # next-turn-only note still wait for the next turn, unacked (the idle rules).
     eventually(lambda: after_yield(transcript(rt.data_dir, sid)) == ["gamma.system_update"],
                timeout=30, what="the steer recorded without a run")

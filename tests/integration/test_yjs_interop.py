@@ -15,7 +15,7 @@ import httpx
 import pytest
 from pycrdt import Doc, Map
 
-from shared.uidoc import ROOT
+from shared.ui.uidoc import ROOT
 from tests.support.needs import needs
 from tests.support.polling import wait_sync
 from tests.support.stack import API_TOKEN, Stack

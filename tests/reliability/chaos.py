@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from services.stack import redis_answers
-from shared import keys
+from shared.redis import keys
 from tests.support.ports import free_port
 from tests.support.redis_server import start_redis_server
 from tests.support.stack import SERVICES, Stack, http_ok

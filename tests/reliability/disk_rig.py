@@ -19,11 +19,10 @@ from typing import Any
 
 import httpx
 
+from tests.reliability.workload import Audit, read_transcript_file
 from tests.support.polling import wait_sync
 from tests.support.sessions import entries, tool_results
 from tests.support.stack import API_TOKEN, Stack
-
-from .workload import Audit, read_transcript_file
 
 ALICE = {"Authorization": f"Bearer {API_TOKEN}"}
 # The probe runs often, so a test sees a state change within a fraction of a second.
@@ -56,7 +55,7 @@ def disk_state(stack: Stack, name: str = "proxy") -> str:
 def wait_disk(stack: Stack, state: str, *names: str, timeout: float = 20,
               refill: Callable[[], object] | None = None) -> None:
     """`refill` before each look: the services free an inode now and then (a cleanup, a rename over an
-    older file), and a probe that finds one free reports the disk ok again (shared/diskhealth.py)."""
+    older file), and a probe that finds one free reports the disk ok again (shared/serving/diskhealth.py)."""
     def seen(name: str) -> bool:
         if refill is not None:
             refill()
@@ -76,7 +75,7 @@ def temp_files(root: Path) -> list[str]:
 def lasting_temp_files(root: Path, settle_s: float = 10.0) -> list[str]:
     """Temp files still there `settle_s` later: a write in flight when the audit looks (the digest
     writing a revision after the last acknowledged save) renames its temp within moments, and one a
-    full disk refused to unlink is swept once the disk is back (shared/leftovers.py)."""
+    full disk refused to unlink is swept once the disk is back (shared/storage/leftovers.py)."""
     first = temp_files(root)
     if not first:
         return []

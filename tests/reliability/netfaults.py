@@ -19,10 +19,9 @@ from typing import Any
 
 import httpx
 
+from tests.reliability.chaos import Cluster, Report
 from tests.support.faultproxy import FaultProxy
 from tests.support.stack import API_TOKEN, http_ok
-
-from .chaos import Cluster, Report
 
 # The services whose Redis link is faulted (compaction's is the same code as digest's consumers).
 TARGETS = ("proxy", "runtime", "notifications", "digest")
@@ -35,7 +34,7 @@ RECONNECT_S = 5.0  # the promise: ready again within this long of the network he
 # (a half-open notice plus a reconnect took 5.4 s there under the parallel suite).
 WEDGED_S = 30.0
 # A half-open link heals nowhere: the service notices when a read on it times out (the command
-# timeout, shared/reconnect.py), then reconnects; the same promise counts from then.
+# timeout, shared/redis/reconnect.py), then reconnects; the same promise counts from then.
 HALF_OPEN_NOTICE_S = 5.0
 PROBE_DEADLINE_S = 30.0  # a probe that has no answer by then is hanging
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .workload import DECK_REF, FILE_REF, Audit, PromptRecord, SessionRecord, audit_session
+from tests.reliability.workload import DECK_REF, FILE_REF, Audit, PromptRecord, SessionRecord, audit_session
 
 
 def entry(eid: str, parent: str | None, ts: str, **body: Any) -> dict[str, Any]:

@@ -10,13 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import fresh_db_url
-from tests.support import slowfs, smalldisk
-from tests.support.needs import needs
-from tests.support.polling import wait_sync
-from tests.support.sessions import ask, new_session
-from tests.support.stack import Stack
-
-from .disk_rig import (
+from tests.reliability.disk_rig import (
     Acknowledged,
     assert_refused,
     audit,
@@ -27,6 +21,11 @@ from .disk_rig import (
     started_stack,
     wait_disk,
 )
+from tests.support import slowfs, smalldisk
+from tests.support.needs import needs
+from tests.support.polling import wait_sync
+from tests.support.sessions import ask, new_session
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -18,15 +18,9 @@ import httpx
 import pytest
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.conftest import fresh_db_url
-from tests.support import smalldisk
-from tests.support.needs import needs
-from tests.support.polling import wait_sync
-from tests.support.sessions import ask, entries, new_session, tool_results
-from tests.support.stack import Stack
-
-from .disk_rig import (
+from tests.reliability.disk_rig import (
     Acknowledged,
     answered,
     assert_refused,
@@ -41,6 +35,11 @@ from .disk_rig import (
     temp_files,
     wait_disk,
 )
+from tests.support import smalldisk
+from tests.support.needs import needs
+from tests.support.polling import wait_sync
+from tests.support.sessions import ask, entries, new_session, tool_results
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
               needs(smalldisk.available())]

@@ -18,14 +18,21 @@ import httpx
 import pytest
 
 from tests.conftest import fresh_db_url
+from tests.reliability.disk_rig import (
+    Acknowledged,
+    answered,
+    audit,
+    client,
+    post_prompt,
+    put_file,
+    started_stack,
+)
 from tests.support import slowfs
 from tests.support.healthz import HealthzMonitor
 from tests.support.needs import needs
 from tests.support.polling import wait_sync
 from tests.support.sessions import entries, new_session, tool_results
 from tests.support.stack import Stack
-
-from .disk_rig import Acknowledged, answered, audit, client, post_prompt, put_file, started_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
               needs(slowfs.available())]

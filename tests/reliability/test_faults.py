@@ -21,10 +21,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from tests.support.stack import API_TOKEN, SERVICE_TOKEN
-
-from .chaos import Chaos, Cluster, RedisProcess, Report, Supervisor
-from .workload import (
+from tests.reliability.chaos import Chaos, Cluster, RedisProcess, Report, Supervisor
+from tests.reliability.workload import (
     Audit,
     LoadClient,
     SessionRecord,
@@ -35,13 +33,14 @@ from .workload import (
     flush,
     pending_owners,
 )
+from tests.support.stack import API_TOKEN, SERVICE_TOKEN
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SESSIONS = int(os.environ.get("GAMMA_FAULT_SESSIONS", "8"))
 # Runtime workers sharing the sessions (docs/architecture.md "Runtime workers": three); the faults hit the first and pause the busiest.
 # (A fork written late once seen with three came from two gaps now closed: appends racing through an
-# awaiting guard, and a worker stopped between its lease check and its write; services/runtime/diskfence.py.)
+# awaiting guard, and a worker stopped between its lease check and its write; services/runtime/live/diskfence.py.)
 RUNTIMES = int(os.environ.get("GAMMA_FAULT_RUNTIMES", "3"))
 LEASE_MS = 3000
 SUITE_BUDGET_S = 225  # the whole test, startup to audit, stays under 4 minutes

@@ -21,14 +21,18 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from shared import keys
-from tests.support.polling import eventually
-from tests.support.sse_follower import SseFollower, compare
-from tests.support.stack import API_TOKEN, SERVICE_TOKEN
-
-from .chaos import Cluster, RedisProcess, Report, Supervisor
-from .netfaults import FAULTS, RECONNECT_S, WEDGED_S, NetChaos, log_tail, proxies_for, service_env
-from .workload import (
+from shared.redis import keys
+from tests.reliability.chaos import Cluster, RedisProcess, Report, Supervisor
+from tests.reliability.netfaults import (
+    FAULTS,
+    RECONNECT_S,
+    WEDGED_S,
+    NetChaos,
+    log_tail,
+    proxies_for,
+    service_env,
+)
+from tests.reliability.workload import (
     Audit,
     LoadClient,
     SessionRecord,
@@ -38,6 +42,9 @@ from .workload import (
     durable_undelivered,
     flush,
 )
+from tests.support.polling import eventually
+from tests.support.sse_follower import SseFollower, compare
+from tests.support.stack import API_TOKEN, SERVICE_TOKEN
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

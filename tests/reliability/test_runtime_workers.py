@@ -18,10 +18,9 @@ import pytest
 import redis
 
 from tests.integration.test_notifications_acceptance import USER, create_session, entries, say
+from tests.reliability.chaos import Cluster, lease_holders, worker_pid
+from tests.reliability.workload import is_completed_answer
 from tests.support.polling import wait_sync
-
-from .chaos import Cluster, lease_holders, worker_pid
-from .workload import is_completed_answer
 
 pytestmark = [pytest.mark.timeout(240)]
 SESSIONS = 9

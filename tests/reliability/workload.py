@@ -28,9 +28,9 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
-from shared import keys
 from shared.contracts.transcript import ENTRY_ADAPTER
 from shared.contracts.ui import SessionUIState
+from shared.redis import keys
 
 RETRYABLE = {429, 500, 502, 503, 504}
 PROXY_POOLS = 16  # LoadClient: sessions spread over this many connection pools (see __init__)
@@ -565,7 +565,7 @@ async def pending_owners(client: aioredis.Redis, sid: str) -> list[str]:
 async def digest_backlog(client: aioredis.Redis) -> dict[str, set[str]]:
     """sid -> refs with changes still in `gamma:artifacts:changes` for the digest group: delivered and
     unacknowledged, or not yet delivered (a digest that stopped consuming leaves them there)."""
-    from shared.bus import decode_fields
+    from shared.streams.bus import decode_fields
 
     stream, group = keys.ARTIFACT_CHANGES, "digest"
     try:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.paths import sandbox_skills_dir
 from services.runtime.sandbox import Layer, SandboxLimits, probe_layer
+from services.runtime.skillset.paths import sandbox_skills_dir
 from tests.support.needs import needs
 from tests.support.stack import Stack
 

@@ -11,9 +11,9 @@ import pytest
 import redis
 from PIL import Image
 
-from services.runtime.paths import skills_dir
-from services.runtime.skills import load_skills
-from shared import keys
+from services.runtime.skillset.paths import skills_dir
+from services.runtime.skillset.skills import load_skills
+from shared.redis import keys
 from tests.integration.runtime_support import call, stream_payloads
 from tests.sandbox.conftest import workspace
 from tests.sandbox.support import bash, new_sid, results, run_tools

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.paths import sandbox_skills_dir
 from services.runtime.sandbox import Layer, Sandbox, SandboxLimits, describe, probe_layer, select_sandbox
 from services.runtime.sandbox.quota import enforce
 from services.runtime.sandbox.runner import Capture
-from shared.quota import WorkspaceQuota
-from shared.walk import walk
+from services.runtime.skillset.paths import sandbox_skills_dir
+from shared.storage.quota import WorkspaceQuota
+from shared.storage.walk import walk
 from tests.integration.runtime_inproc import inproc_worker
 from tests.integration.runtime_support import call, done, script
 from tests.sandbox.conftest import LAYERS

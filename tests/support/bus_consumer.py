@@ -2,7 +2,7 @@
 
     python -m tests.support.bus_consumer REDIS_URL STREAM PREFIX [--hang before|after|none] [--work-s S] [--window N]
 
-It consumes `Wake` messages with `shared.bus.subscribe` exactly as a service does. For each message the
+It consumes `Wake` messages with `shared.streams.bus.subscribe` exactly as a service does. For each message the
 handler records `started` (so the test knows it is mid-handler), optionally hangs, and applies an
 idempotent effect: `once` (a SET NX of `keys.once`) gates an RPUSH to `{PREFIX}:effects`, so a redelivered entry whose
 effect already happened is acked without repeating it. SIGTERM stops the broker gracefully.
@@ -17,10 +17,10 @@ import signal
 
 import redis.asyncio as aioredis
 
-from shared import keys
-from shared.bus import by_session, ensure_group, make_broker, subscribe
 from shared.contracts.wake import Wake
-from shared.logging import configure_logging
+from shared.redis import keys
+from shared.streams.bus import by_session, ensure_group, make_broker, subscribe
+from shared.telemetry.logging import configure_logging
 
 GROUP = "faulty"
 

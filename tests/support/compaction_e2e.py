@@ -10,7 +10,7 @@ from typing import Any
 
 from shared.contracts.inbox import Barrier, Compact, Injection
 from shared.contracts.injection import RuntimeInjection
-from shared.disk import session_paths
+from shared.storage.disk import session_paths
 from tests.integration.runtime_support import Driver
 from tests.support.compaction_model import RecordingModel
 from tests.support.polling import wait_sync

@@ -27,7 +27,7 @@ from shared.contracts.transcript import (
     SkillActivationEntry,
     TranscriptEntry,
 )
-from shared.disk import append_jsonl, session_paths
+from shared.storage.disk import append_jsonl, session_paths
 
 TS = "2026-01-01T00:00:00.000Z"
 TOPICS = ("market sizing", "competitor landscape", "pricing model", "go-to-market plan", "hiring roadmap",

@@ -1,4 +1,4 @@
-"""Helpers for the per-stream contract tests: run a real consumer (shared.bus.subscribe, the services'
+"""Helpers for the per-stream contract tests: run a real consumer (shared.streams.bus.subscribe, the services'
 own entry point) against a real Redis, publish with the producer's real code, and compare."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from faststream.redis import RedisBroker
 from pydantic import BaseModel, TypeAdapter
 from structlog.testing import capture_logs
 
-from shared import keys
-from shared.bus import ensure_group, make_broker, publish, subscribe
 from shared.contracts.deadletter import DeadLetter
+from shared.redis import keys
+from shared.streams.bus import ensure_group, make_broker, publish, subscribe
 from tests.support.polling import eventually
 
 Publish = Callable[[RedisBroker, BaseModel], Awaitable[Any]]
@@ -51,7 +51,7 @@ async def consumer(
     model: type[BaseModel] | TypeAdapter[Any],
     handlers: dict[str, Callable[[Any], Awaitable[None]]] | None = None,
 ) -> AsyncIterator[Consumer]:
-    """One broker subscribed with `shared.bus.subscribe` for every group; records what each handler got.
+    """One broker subscribed with `shared.streams.bus.subscribe` for every group; records what each handler got.
 
     `handlers` replaces the recording handler of a group by a service's real handler (which is
     wrapped so the value is still recorded after the real handler returned)."""

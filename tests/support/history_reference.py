@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.runtime.costs import usage_by_model
-from services.runtime.transcript import Transcript, read_entries
-from shared.context import build_context
+from services.runtime.store.transcript import Transcript, read_entries
+from services.runtime.ui.costs import usage_by_model
 from shared.contracts.messages import AgentMessage
 from shared.contracts.transcript import LeafEntry, SkillActivationEntry, SkillEndEntry, TranscriptEntry
-from shared.transcript_index import Facts
-from shared.transcript_tree import active_path
+from shared.history.context import build_context
+from shared.history.transcript_index import Facts
+from shared.history.transcript_tree import active_path
 
 
 @dataclass

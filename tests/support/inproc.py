@@ -11,8 +11,8 @@ from fastapi import FastAPI
 from faststream.redis import RedisBroker
 
 from scripted import FACTORY
-from shared.bus import make_broker
 from shared.settings import Settings
+from shared.streams.bus import make_broker
 from tests.support.ports import free_port
 
 

@@ -3,7 +3,7 @@
 `MCP_CONFORMANCE_SCENARIO`. `--pin` connects as the harness's calls do once a server's revision is
 known (no probe: 2026-07-28 directly, or the 2025-11-25 handshake).
 
-It does what the harness does with a server (shared/mcp_client.py, shared/mcp_tools.py): connect
+It does what the harness does with a server (shared/mcp/mcp_client.py, shared/mcp/mcp_tools.py): connect
 (probe 2026-07-28, fall back to the 2025-11-25 handshake), list every tool, check them like a
 connector's, and call each offered tool once. Arguments are the model's part in the harness; here a
 tool's required numbers get 2 and 3, its strings "x". Exits non-zero on any failure.
@@ -15,9 +15,9 @@ import asyncio
 import sys
 from typing import Any
 
-from shared.mcp_client import Reach, connect, list_all
-from shared.mcp_tools import convert, result_text
-from shared.mcp_urls import allow_list
+from shared.mcp.mcp_client import Reach, connect, list_all
+from shared.mcp.mcp_tools import convert, result_text
+from shared.mcp.mcp_urls import allow_list
 
 
 def arguments(schema: dict[str, Any]) -> dict[str, Any]:

@@ -10,10 +10,10 @@ from typing import Any
 
 from scripted.transport import ScriptedTransport, scripted_transport
 from services.proxy.rows import SessionRow
-from shared import keys
 from shared.contracts.http import ModelConfig
 from shared.contracts.inbox import UserPrompt
 from shared.contracts.messages import ImageRef
+from shared.redis import keys
 from tests.integration.runtime_inproc import InProc
 from tests.support.polling import eventually
 

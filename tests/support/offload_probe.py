@@ -1,4 +1,4 @@
-"""Jobs for tests and benchmarks of shared/offload.py: where it ran, and a job that never ends."""
+"""Jobs for tests and benchmarks of shared/pools/offload.py: where it ran, and a job that never ends."""
 
 from __future__ import annotations
 

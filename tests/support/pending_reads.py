@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from shared import keys
-from shared.inbox import GROUP
+from shared.redis import keys
+from shared.streams.inbox import GROUP
 
 
 async def blocked_reads(client: aioredis.Redis, name: str | None = None) -> int:

@@ -1,4 +1,4 @@
-"""A stand-in for the Redis client as services/runtime/sender.py's `Pipelines` port uses it: it
+"""A stand-in for the Redis client as services/runtime/live/sender.py's `Pipelines` port uses it: it
 records the XADDs of each pipeline and of each batch script (XADD_ALL) when they run, and can be told
 to fail or to hold its next round trips until released."""
 

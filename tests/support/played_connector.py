@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import redis
 
-from shared import keys
+from shared.redis import keys
 from tests.support.polling import wait_sync
 from tests.support.stack import SERVICE_TOKEN, Stack
 

@@ -30,8 +30,8 @@ from scripted.strict import Strictness
 from scripted.summarizer import scripted_summarizer
 from scripted.transport import ScriptedTransport
 from services.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
-from services.runtime.paths import skills_dir
-from services.runtime.skills import load_skills
+from services.runtime.skillset.paths import skills_dir
+from services.runtime.skillset.skills import load_skills
 from tests.support.ports import free_port
 from tests.support.threaded_server import ThreadedServer
 

@@ -1,4 +1,4 @@
-"""Doubles for the wake's last steps (services/runtime/wake_timing.py `start_reading`): an inbox reader
+"""Doubles for the wake's last steps (services/runtime/hosting/wake_timing.py `start_reading`): an inbox reader
 that records what it reads, and the few parts of a Session those steps touch."""
 
 from __future__ import annotations

@@ -13,13 +13,13 @@ from pydantic import BaseModel
 
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, Emit, RunHooks
-from services.runtime.lease import LeaseLost
-from services.runtime.state import SessionState
-from services.runtime.supervisor import AfterRun, RunSupervisor
-from services.runtime.todo import TodoController
-from services.runtime.transcript import Transcript
-from services.runtime.turn_order import PendingTurn, TurnOrder
-from services.runtime.write_guard import WriteGuard
+from services.runtime.live.lease import LeaseLost
+from services.runtime.live.state import SessionState
+from services.runtime.runs.supervisor import AfterRun, RunSupervisor
+from services.runtime.store.todo import TodoController
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
+from services.runtime.turns.turn_order import PendingTurn, TurnOrder
 from shared.contracts.messages import AssistantMessage, TextContent
 
 Step = Callable[[], Awaitable[AssistantMessage]]

@@ -1,4 +1,4 @@
-"""The AG-UI translator (services/proxy/agui_translate.py), on session events as the runtime writes them:
+"""The AG-UI translator (services/proxy/agui/agui_translate.py), on session events as the runtime writes them:
 the ordering rules the official client's `verifyEvents` enforces (everything opened is closed before
 RUN_FINISHED; a continuation has its start), the run's end keyed to its own prompt, and determinism."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.proxy.agui_translate import Translator, still_open
+from services.proxy.agui.agui_translate import Translator, still_open
 
 PROMPT = "p_1"
 

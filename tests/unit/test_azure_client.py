@@ -1,15 +1,15 @@
-"""Azure OpenAI (shared/model.py, docs/models.md "Azure"; reference §7.1): `AsyncAzureOpenAI` with an
+"""Azure OpenAI (shared/serving/model.py, docs/models.md "Azure"; reference §7.1): `AsyncAzureOpenAI` with an
 api-version, the v1 base URL without; deployment names mapped to catalogue models."""
 
 from __future__ import annotations
 
 from openai import AsyncAzureOpenAI, AsyncOpenAI
 
-from services.runtime.session import model_settings
+from services.runtime.hosting.session import model_settings
 from shared.contracts.http import ModelConfig
-from shared.disk import session_paths
-from shared.model import model_client
+from shared.serving.model import model_client
 from shared.settings import Settings
+from shared.storage.disk import session_paths
 
 AZURE = {"OPENAI_API_KEY": "k", "AZURE_OPENAI_ENDPOINT": "https://res.openai.azure.com/"}
 

@@ -1,4 +1,4 @@
-"""shared/bus.py decoding, without Redis: every entry shape a stream can hold decodes to the same
+"""shared/streams/bus.py decoding, without Redis: every entry shape a stream can hold decodes to the same
 body or fails with a ValueError (which the consumers turn into a dead letter)."""
 
 from __future__ import annotations
@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 from faststream.redis.parser.binary import BinaryMessageFormatV1
 
-from shared.bus import UNPARSABLE, consumer_name, decode_entry, decode_fields, safe_parser, stash_batch_parser
+from shared.streams.bus import (
+    UNPARSABLE,
+    consumer_name,
+    decode_entry,
+    decode_fields,
+    safe_parser,
+    stash_batch_parser,
+)
 
 BODY = {"session_id": "s1", "wake_id": "w1", "reason": "message"}
 

@@ -1,11 +1,11 @@
-"""The cache-break alarm's rules (services/runtime/engine/cache_watch.py; docs/cache.md "When the
+"""The cache-break alarm's rules (services/runtime/model/cache_watch.py; docs/cache.md "When the
 cache breaks"): what a request is expected to read, when a shortfall is a miss, and which block it
 names. The alarm end to end (a real session, the strict double): tests/integration/test_cache_breakpoints.py."""
 
 from __future__ import annotations
 
-from services.runtime.engine.cache_watch import CacheWatch, Head, PrefixLedger, Sent, expected_tokens, head_of
 from services.runtime.engine.types import AgentContext
+from services.runtime.model.cache_watch import CacheWatch, Head, PrefixLedger, Sent, expected_tokens, head_of
 
 STATIC, VARIANT = "static prefix " * 100, "variant body " * 100
 

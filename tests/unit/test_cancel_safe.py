@@ -1,4 +1,4 @@
-"""shared/cancel_safe.py: a cancel that arrives as the awaited result does is never swallowed."""
+"""shared/serving/cancel_safe.py: a cancel that arrives as the awaited result does is never swallowed."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from shared.cancel_safe import wait_for
+from shared.serving.cancel_safe import wait_for
 
 
 async def test_a_cancel_in_the_same_turn_as_the_result_is_delivered() -> None:
@@ -36,7 +36,7 @@ async def test_results_timeouts_and_zero_timeouts_as_asyncio_defines_them() -> N
 
 
 def test_installed_in_the_test_process_as_in_the_services() -> None:
-    """tests/conftest.py installs it as shared/service.py's serve does (Python 3.11)."""
+    """tests/conftest.py installs it as shared/serving/service.py's serve does (Python 3.11)."""
     import sys
 
     if sys.version_info < (3, 12):

@@ -11,10 +11,10 @@ import pytest
 from scripted.strict import Strictness
 from scripted.strict.replies import encrypt
 from scripted.strict.requests import check
-from services.runtime.engine.chat_api import ChatApi
-from services.runtime.engine.model_api import ModelSettings
-from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext, Tool
+from services.runtime.model.chat_api import ChatApi
+from services.runtime.model.model_api import ModelSettings
+from services.runtime.model.responses_api import ResponsesApi
 from shared.catalogue import Catalogue, catalogue, check_config, settle_api
 from shared.contracts.messages import (
     AssistantMessage,

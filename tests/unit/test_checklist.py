@@ -1,4 +1,4 @@
-"""Workflow checklists (shared/checklist.py) and their declaration beside SKILL.md (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools")."""
+"""Workflow checklists (shared/ui/checklist.py) and their declaration beside SKILL.md (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools")."""
 
 from __future__ import annotations
 
@@ -6,9 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.audit import engaged, reported, workflow_window
-from services.runtime.skills import SkillError, load_skills
-from shared.checklist import (
+from services.runtime.skillset.audit import engaged, reported, workflow_window
+from services.runtime.skillset.skills import SkillError, load_skills
+from shared.contracts.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from shared.contracts.todo import TodoItem
+from shared.contracts.transcript import AuditEntry, Deviation, MessageEntry, SkillActivationEntry
+from shared.history.context import build_context
+from shared.ui.checklist import (
     CallRecord,
     current_index,
     evaluate,
@@ -17,10 +21,6 @@ from shared.checklist import (
     parse_checklist,
     tool_calls,
 )
-from shared.context import build_context
-from shared.contracts.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
-from shared.contracts.todo import TodoItem
-from shared.contracts.transcript import AuditEntry, Deviation, MessageEntry, SkillActivationEntry
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKLIST = parse_checklist({"steps": [
@@ -134,7 +134,7 @@ def test_reported_reads_the_declared_deviations_not_the_text() -> None:
 
 
 def test_the_dormant_preview_hides_a_refused_completion() -> None:
-    from services.proxy.preview import display_entries
+    from services.proxy.dormant.preview import display_entries
 
     ts = "2026-01-01T00:00:00.000Z"
     entries = [_message(i, m).model_dump(mode="json", by_alias=True) for i, m in enumerate([

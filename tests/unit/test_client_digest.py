@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from services.proxy.artifacts import client_digest
-from services.proxy.errors import ApiError
+from services.proxy.edge.errors import ApiError
 
 
 def as_server_sees(raw: bytes) -> str:

@@ -9,11 +9,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.runtime.compactor import Compactor
+from services.runtime.runs.compactor import Compactor
 from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ToolCall, UserMessage
-from shared.tokens import TextTokens, context_tokens, context_tokens_bound, text_bytes
-
-from .test_runtime_session import build
+from shared.history.tokens import TextTokens, context_tokens, context_tokens_bound, text_bytes
+from tests.unit.test_runtime_session import build
 
 
 class Counting(TextTokens):
@@ -77,7 +76,7 @@ def test_the_bytes_bound_is_never_under_the_count(parts: list[str], args: dict[s
 async def test_the_static_prefix_is_counted_once_for_the_same_tools_in_a_new_list(tmp_path: Path, monkeypatch: Any) -> None:
     """The tool policy hands a new list of the same tools before every model call: the system prompt
     and the schemas are tokenized once, and again only when the tools change."""
-    from services.runtime import compactor as module
+    from services.runtime.runs import compactor as module
 
     c, _, _ = compactor(tmp_path, [UserMessage(content="hello")])
     module._static_count.cache_clear()

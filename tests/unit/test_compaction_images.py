@@ -18,8 +18,8 @@ from services.compaction.summarizer import Summarizer
 from services.compaction.summary_images import recent_images
 from shared.contracts.messages import ImageRef, TextContent, ToolResultMessage, UserMessage
 from shared.contracts.transcript import MessageEntry, SessionHeader, TranscriptEntry
-from shared.images import PreparedImage, data_url, image_file, store_image
-from shared.summary_rules import SummarySpan
+from shared.history.summary_rules import SummarySpan
+from shared.media.images import PreparedImage, data_url, image_file, store_image
 from tests.contract.test_model_api import CHAT_PLAIN, RESPONSES_PLAIN, assert_exact
 
 TS = "2026-01-01T00:00:00.000Z"

@@ -1,4 +1,4 @@
-"""The pure compaction rules the runtime and the compaction service share (services/runtime/compaction_trigger.py, shared/context.py, shared/summary_rules.py, shared/tokens.py)."""
+"""The pure compaction rules the runtime and the compaction service share (services/runtime/runs/compaction_trigger.py, shared/history/context.py, shared/history/summary_rules.py, shared/history/tokens.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.runtime import compaction_trigger as c
-from shared import context, tokens
-from shared import summary_rules as rules
+from services.runtime.runs import compaction_trigger as c
 from shared.contracts.inbox import CompactionReady
 from shared.contracts.messages import (
     AssistantMessage,
@@ -29,6 +27,8 @@ from shared.contracts.transcript import (
     SkillActivationEntry,
     TranscriptEntry,
 )
+from shared.history import context, tokens
+from shared.history import summary_rules as rules
 
 _ids = itertools.count(1)
 TS = "2026-01-01T00:00:00Z"

@@ -14,8 +14,7 @@ from scripted.types import ScriptedReply
 from services.compaction import prompts
 from services.compaction.serialize import serialize_entries, serialize_message
 from services.compaction.summarizer import Summarizer, SummaryError
-from services.runtime import compaction_trigger as c
-from shared import summary_rules as rules
+from services.runtime.runs import compaction_trigger as c
 from shared.contracts.messages import (
     AssistantMessage,
     CustomMessage,
@@ -23,6 +22,7 @@ from shared.contracts.messages import (
     ToolCall,
     ToolResultMessage,
 )
+from shared.history import summary_rules as rules
 from tests.support.compaction_sessions import SessionBuilder, deck_session, todo_items
 
 

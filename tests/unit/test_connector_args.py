@@ -1,4 +1,4 @@
-"""Connector arguments checked at a bounded cost (shared/connector_args.py): the budgets on the loop,
+"""Connector arguments checked at a bounded cost (shared/mcp/connector_args.py): the budgets on the loop,
 and the worker-side check whose `uniqueItems` and `pattern` keep JSON Schema's meaning in linear time."""
 
 from __future__ import annotations
@@ -8,8 +8,15 @@ from typing import Any
 
 import pytest
 
-from shared.connector_args import MAX_ARGS_DEPTH, MAX_ARGS_VALUES, over_budget, re2_problem, unique, validate
-from shared.connector_schemas import unbounded
+from shared.mcp.connector_args import (
+    MAX_ARGS_DEPTH,
+    MAX_ARGS_VALUES,
+    over_budget,
+    re2_problem,
+    unique,
+    validate,
+)
+from shared.mcp.connector_schemas import unbounded
 
 
 def nest(levels: int) -> Any:

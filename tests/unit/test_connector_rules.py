@@ -1,4 +1,4 @@
-"""Connector rules (shared/connectors.py, services/runtime/connectors.py, tool_policy.py): what a
+"""Connector rules (shared/mcp/connectors.py, services/runtime/connector/connectors.py, tool_policy.py): what a
 registration may hold, the field a refusal names, a result's text, and load_tools' unchanged bytes."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from services.runtime.connectors import call_id_of, outcome_of
-from services.runtime.engine.convert import convert_one
-from services.runtime.tool_policy import load_tools_tool
-from shared import connectors as rules
+from services.runtime.connector.connectors import call_id_of, outcome_of
+from services.runtime.model.convert import convert_one
+from services.runtime.tools.tool_policy import load_tools_tool
 from shared.contracts.connectors import Connector
 from shared.contracts.messages import TextContent, ToolResultMessage
+from shared.mcp import connectors as rules
 
 
 def tool(**over: Any) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """A connector's argument schema the provider's function calling would refuse is a 422 at registration,
-naming the place (shared/connector_schemas.py, docs/architecture.md "Connectors"): valid draft 2020-12
+naming the place (shared/mcp/connector_schemas.py, docs/architecture.md "Connectors"): valid draft 2020-12
 is not enough, since one refused schema fails every request of every session that loaded it."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from shared import connectors as rules
-from shared.connector_schemas import incompatibilities
+from shared.mcp import connectors as rules
+from shared.mcp.connector_schemas import incompatibilities
 
 PARAMS = ["body", "tools", 0, "parameters"]
 

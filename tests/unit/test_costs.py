@@ -1,16 +1,16 @@
-"""Cost records (services/runtime/costs.py, shared/pricing.py): the usage the transcript records,
+"""Cost records (services/runtime/ui/costs.py, shared/catalogue/pricing.py): the usage the transcript records,
 priced per model by the configured table."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.runtime.costs import cost_records
+from services.runtime.ui.costs import cost_records
 from shared.catalogue import Catalogue
+from shared.catalogue.pricing import Pricer, parse_prices
 from shared.contracts.messages import AssistantMessage, Usage
 from shared.contracts.transcript import MessageEntry
 from shared.contracts.ui import SessionUIState
-from shared.pricing import Pricer, parse_prices
 
 CATALOGUE = Pricer(Catalogue.load())
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
-from services.proxy.erase import _remove_disk
-from services.proxy.export import MAX_DEPTH, build
-from shared.disk import session_paths
+from services.proxy.dormant.erase import _remove_disk
+from services.proxy.dormant.export import MAX_DEPTH, build
+from shared.storage.disk import session_paths
 from tests.hostile.trees_support import nest
 
 

@@ -14,16 +14,15 @@ from typing import Any
 
 import pytest
 
-from services.runtime.delivery_rules import DELIVERY_BY_KIND
-from services.runtime.dispatcher import InboxDispatcher
-from services.runtime.pending import TurnInput
+from services.runtime.inbox.dispatcher import InboxDispatcher
+from services.runtime.live.pending import TurnInput
+from services.runtime.turns.delivery_rules import DELIVERY_BY_KIND
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import INJECTION_KINDS, RuntimeInjection
 from shared.contracts.messages import AssistantMessage
-from shared.inbox import InboxEntry
-
-from .runtime_fakes import Host, answer
-from .test_runtime_dispatcher import dispatcher
+from shared.streams.inbox import InboxEntry
+from tests.unit.runtime_fakes import Host, answer
+from tests.unit.test_runtime_dispatcher import dispatcher
 
 pytestmark = pytest.mark.timeout(60)
 

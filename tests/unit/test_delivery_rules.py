@@ -1,4 +1,4 @@
-"""Delivery as one pure decision (services/runtime/delivery_rules.py, docs/architecture.md "Delivery, yield
+"""Delivery as one pure decision (services/runtime/turns/delivery_rules.py, docs/architecture.md "Delivery, yield
 and the idle rules"): its whole table pinned cell by cell, written out rather than derived, its sets of
 moments and actions closed, and the paths that deliver shown to ask it (a cell changed in the table
 changes what routing, idle turns and idle recording do). tests/unit/test_delivery_policy.py checks the
@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime import delivery_rules
-from services.runtime.delivery_rules import DELIVERY_BY_KIND, Action, When, decide, moment
+from services.runtime.turns import delivery_rules
+from services.runtime.turns.delivery_rules import DELIVERY_BY_KIND, Action, When, decide, moment
 from shared.contracts.injection import INJECTION_KINDS
-
-from .test_runtime_protocol import controller, inj
+from tests.unit.test_runtime_protocol import controller, inj
 
 R, T, IDLE, H = When.RUNNING, When.IDLE_TASK_ACTIVE, When.IDLE, When.HELD
 # kind -> (running, idle with a task active, idle with none, held before the wake barrier)

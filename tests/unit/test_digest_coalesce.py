@@ -6,7 +6,7 @@ import json
 
 from services.digest.coalesce import compose as compose_body
 from services.digest.revisions import Carry, Note, RefState
-from shared.trusted_blocks import artifact_update as block
+from shared.trust.trusted_blocks import artifact_update as block
 
 
 def compose(state: RefState, seen: bytes | None, current: bytes | None) -> str | None:

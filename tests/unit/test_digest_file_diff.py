@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.digest.file_diff import DIRTY_TEXT, file_digest, new_file_digest
-from shared.trusted_blocks import Trusted, extract
+from shared.trust.trusted_blocks import Trusted, extract
 
 BRIEF = "\n".join(f"<line n='{i}'>text {i}</line>" for i in range(1, 40)).encode()
 

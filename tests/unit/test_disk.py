@@ -1,4 +1,4 @@
-"""shared/disk.py: atomic writes, torn-tolerant JSON Lines, size limits, workspace path safety."""
+"""shared/storage/disk.py: atomic writes, torn-tolerant JSON Lines, size limits, workspace path safety."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared import disk
-from shared.disk import PathRefused, TooLarge
+from shared.storage import disk
+from shared.storage.disk import PathRefused, TooLarge
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,7 +58,7 @@ def test_process_killed_between_temp_write_and_rename_leaves_old_file(tmp_path: 
         f"""
         import os, signal
         from pathlib import Path
-        from shared import disk
+        from shared.storage import disk
 
         def die(src, dst):
             # The temp file is complete and fsynced here; the process dies before the rename.
@@ -312,7 +312,7 @@ def test_no_generated_path_resolves_outside_the_workspace(workspace: Path, rel: 
 @pytest.fixture(params=["openat2", "walk"])
 def fs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> object:
     """Each test runs with the kernel's openat2 and with the per-component O_NOFOLLOW walk."""
-    from shared import workspace_fs
+    from shared.storage import workspace_fs
 
     if request.param == "openat2":
         if not workspace_fs.OPENAT2:
@@ -366,7 +366,7 @@ def test_links_that_stay_inside_are_followed(fs, layout) -> None:
 
 
 def test_write_refusals_are_4xx_and_touch_nothing(fs, layout) -> None:
-    from shared.disk import Conflict, NotFound
+    from shared.storage.disk import Conflict, NotFound
 
     ws, _, _ = layout
     fs.write_bytes(ws, "dir/file.txt", b"x")
@@ -405,7 +405,7 @@ def test_names_are_utf8_and_nfc(fs, layout) -> None:
 
 
 def test_read_refuses_fifos_without_hanging(fs, layout) -> None:
-    from shared.disk import Conflict
+    from shared.storage.disk import Conflict
 
     ws, _, _ = layout
     os.mkfifo(ws / "pipe")
@@ -419,7 +419,7 @@ def test_a_racing_swap_of_a_directory_for_a_link_never_lets_a_write_out(fs, layo
     import threading
     import time
 
-    from shared.disk import DiskError
+    from shared.storage.disk import DiskError
 
     ws, other, outside = layout
     stop = threading.Event()
@@ -469,8 +469,8 @@ def test_a_racing_swap_of_a_directory_for_a_link_never_lets_a_write_out(fs, layo
 
 
 def test_quota_refuses_growth_with_507_and_writes_nothing(tmp_path: Path) -> None:
-    from shared import workspace_fs
-    from shared.quota import QuotaExceeded, WorkspaceQuota, workspace_usage
+    from shared.storage import workspace_fs
+    from shared.storage.quota import QuotaExceeded, WorkspaceQuota, workspace_usage
 
     ws = tmp_path / "workspace"
     quota = WorkspaceQuota(max_bytes=100, max_files=3)
@@ -494,7 +494,7 @@ def test_quota_refuses_growth_with_507_and_writes_nothing(tmp_path: Path) -> Non
 
 
 def test_usage_counts_links_never_follows_them_and_stops_at_the_entry_quota(tmp_path: Path) -> None:
-    from shared.quota import WorkspaceQuota, workspace_usage
+    from shared.storage.quota import WorkspaceQuota, workspace_usage
 
     ws, outside = tmp_path / "ws", tmp_path / "outside"
     (ws / "sub").mkdir(parents=True)
@@ -521,7 +521,7 @@ async def test_unsynced_append_is_readable_and_its_sync_survives_a_cancelled_cal
     runs in its thread leaves them there, and the file is closed once the fsync is done."""
     import asyncio
 
-    from shared.disk import append_unsynced, iter_jsonl, sync_and_close
+    from shared.storage.disk import append_unsynced, iter_jsonl, sync_and_close
     path = tmp_path / "t.jsonl"
     fh = append_unsynced(path, [{"n": 1}, {"n": 2}])
     assert [r["n"] for r in iter_jsonl(path)] == [1, 2]

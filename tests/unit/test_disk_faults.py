@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.failures import disk_fault, refusal, transient
-from shared.disk import DiskFull, DiskUnavailable, append_jsonl, iter_jsonl, storage_fault
-from shared.diskhealth import probe
-from shared.leftovers import discard_temp, leftover_temps, sweep_leftover_temps
-from shared.workspace_fs import disk_error
+from services.runtime.inbox.failures import disk_fault, refusal, transient
+from shared.serving.diskhealth import probe
+from shared.storage.disk import DiskFull, DiskUnavailable, append_jsonl, iter_jsonl, storage_fault
+from shared.storage.leftovers import discard_temp, leftover_temps, sweep_leftover_temps
+from shared.storage.workspace_fs import disk_error
 from tests.support import smalldisk
 from tests.support.needs import needs
 

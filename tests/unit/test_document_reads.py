@@ -1,13 +1,13 @@
-"""What counts as the agent having read a deck revision (services/runtime/document_reads.py), over a
+"""What counts as the agent having read a deck revision (services/runtime/store/document_reads.py), over a
 real transcript: show_gamma reads and the agent's own writes count, errors and digests do not."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from services.runtime.document_reads import DocumentReads, reads_in, stale_write
-from services.runtime.transcript import Transcript
-from services.runtime.write_guard import WriteGuard
+from services.runtime.store.document_reads import DocumentReads, reads_in, stale_write
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
 from shared.contracts.messages import CustomMessage, TextContent, ToolResultMessage
 
 

@@ -13,11 +13,11 @@ import pytest
 from scripted.gamma import ScriptedGamma
 from scripted.transport import scripted_client, scripted_transport
 from services.runtime.engine.agent import Agent
-from services.runtime.engine.model_api import ApiName
-from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks, Tool, ToolContext, ToolOutcome
+from services.runtime.model.model_api import ApiName
+from services.runtime.model.openai_stream import ModelSettings, OpenAIStream
 from shared.contracts.messages import AssistantMessage, UserMessage
-from shared.tokens import TokenCounter
+from shared.history.tokens import TokenCounter
 
 STEPS = [{"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]}, {"content": "done"}]
 

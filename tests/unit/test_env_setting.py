@@ -6,7 +6,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from shared import redis_cluster, topology
+from shared.redis import redis_cluster, topology
 from shared.settings import BusSettings, Settings, env_setting
 
 

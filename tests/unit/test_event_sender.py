@@ -1,4 +1,4 @@
-"""The worker's EventSender (services/runtime/sender.py), the one owner of the sessions' event
+"""The worker's EventSender (services/runtime/live/sender.py), the one owner of the sessions' event
 order: streamed text merged per tick in one pipeline for all sessions, other progress at once, an
 awaited event after everything queued before it, fencing, and a failed send kept for the next
 awaited event. Against recorded pipelines, no Redis."""
@@ -9,10 +9,10 @@ import asyncio
 
 import pytest
 
-from services.runtime.lease import LeaseLost
-from services.runtime.sender import EventSender, SessionQueue, Text, text_event_json
-from shared import keys
+from services.runtime.live.lease import LeaseLost
+from services.runtime.live.sender import EventSender, SessionQueue, Text, text_event_json
 from shared.contracts.events import EventType, SessionEvent
+from shared.redis import keys
 from tests.support.pipelines import FakePipelines
 from tests.support.polling import eventually
 

@@ -1,4 +1,4 @@
-"""What the agent last saw of each file (services/runtime/file_reads.py): derived from the recorded
+"""What the agent last saw of each file (services/runtime/store/file_reads.py): derived from the recorded
 results, updated as results are made, and the refusal a write of a changed or unread file gets."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from services.runtime.file_reads import FileReads, altered_by_others, canonical, seen_in, sha256, stale
+from services.runtime.store.file_reads import FileReads, altered_by_others, canonical, seen_in, sha256, stale
 from shared.contracts.messages import TextContent, ToolResultMessage
 from shared.contracts.transcript import CustomMessageEntry, MessageEntry, TranscriptEntry
 

@@ -1,12 +1,12 @@
-"""What the agent saw of the workspace files before the transcript's window (shared/file_seen.py): a
+"""What the agent saw of the workspace files before the transcript's window (shared/storage/file_seen.py): a
 compaction or a wake keeps it, so a file it read or wrote before is not refused as unread after."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from services.runtime.file_reads import FileReads
-from shared.file_seen import fold_seen, seen_change
+from services.runtime.store.file_reads import FileReads
+from shared.storage.file_seen import fold_seen, seen_change
 
 
 def result(tool: str, details: dict[str, Any], error: bool = False) -> dict[str, Any]:

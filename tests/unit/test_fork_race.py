@@ -1,4 +1,4 @@
-"""A fork racing a DELETE of its source (shared/fork.py; docs/architecture.md "Snapshots, rewind and fork").
+"""A fork racing a DELETE of its source (shared/history/fork.py; docs/architecture.md "Snapshots, rewind and fork").
 
 Before: the source's files removed between the fork's steps surfaced as FileNotFoundError, a 500. After:
 a RewindRefused 409 (the proxy answers 404 when the source's row is gone or deleting). The deletion is
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from shared import fork
-from shared.disk import SessionPaths, session_paths
-from shared.rewind import RewindRefused
-from shared.snapshots import SnapshotLimits, SnapshotStore
+from shared.history import fork
+from shared.history.rewind import RewindRefused
+from shared.storage.disk import SessionPaths, session_paths
+from shared.storage.snapshots import SnapshotLimits, SnapshotStore
 
 HEADER = {"id": "h0000001", "timestamp": "2030-01-01T00:00:00.000Z", "type": "session", "version": 3}
 PROMPT = {"id": "m0000001", "parentId": "h0000001", "timestamp": "2030-01-01T00:00:01.000Z", "type": "message",

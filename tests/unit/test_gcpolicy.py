@@ -1,4 +1,4 @@
-"""shared/gcpolicy.py: survivors frozen out of the gen-2 scans, collected by the periodic full pass."""
+"""shared/serving/gcpolicy.py: survivors frozen out of the gen-2 scans, collected by the periodic full pass."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from unittest import mock
 
 import pytest
 
-from shared import gcpolicy
-from shared.gcpolicy import (
+from shared.serving import gcpolicy
+from shared.serving.gcpolicy import (
     FrozenCount,
     defer_while,
     deferred,

@@ -1,4 +1,4 @@
-"""The heap census (shared/heapcensus.py, `GAMMA_HEAP_CENSUS`): off by default, and what a line holds."""
+"""The heap census (shared/serving/heapcensus.py, `GAMMA_HEAP_CENSUS`): off by default, and what a line holds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import gc
 import json
 from pathlib import Path
 
-from shared.heapcensus import census, census_loop
+from shared.serving.heapcensus import census, census_loop
 from shared.settings import load_settings
 
 
@@ -35,7 +35,7 @@ def test_off_by_default() -> None:
 
 def test_a_line_names_the_large_tables_and_their_holder(tmp_path: Path) -> None:
     held, lazy = _Held(), [_LazyProxy()]  # the list: a tracked container the walk looks into
-    gc.freeze()  # as shared/gcpolicy.py leaves the heap: frozen objects are counted too
+    gc.freeze()  # as shared/serving/gcpolicy.py leaves the heap: frozen objects are counted too
     try:
         line = census()
     finally:

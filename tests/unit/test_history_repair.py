@@ -1,4 +1,4 @@
-"""A history repair on replay (shared/history_repair.py, shared/context.py): the transcript keeps its
+"""A history repair on replay (shared/history/history_repair.py, shared/history/context.py): the transcript keeps its
 lines; every replay (the next turn, a wake, compaction) applies the `history_repair` entries to the
 messages before them, and only to those."""
 
@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.runtime.engine.attempts import HistoryRepair
-from services.runtime.model_calls import record_repair
-from services.runtime.transcript import Transcript
-from services.runtime.write_guard import WriteGuard
-from shared.context import build_context
+from services.runtime.hosting.model_calls import record_repair
+from services.runtime.model.attempts import HistoryRepair
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
 from shared.contracts.messages import (
     AssistantMessage,
     ImageRef,
@@ -20,7 +19,8 @@ from shared.contracts.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from shared.history_repair import IMAGE_REMOVED, REDACTED
+from shared.history.context import build_context
+from shared.history.history_repair import IMAGE_REMOVED, REDACTED
 
 REF = ImageRef(sha256="b" * 64, mime_type="image/png", width=4, height=4, bytes=10)
 

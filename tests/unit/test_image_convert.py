@@ -1,4 +1,4 @@
-"""Images at the model boundary (services/runtime/engine/convert.py): parts of the user message; a
+"""Images at the model boundary (services/runtime/model/convert.py): parts of the user message; a
 tool's image inside the Responses function_call_output, or, for Chat Completions, in one user-role
 message after the batch's tool messages; valid for the openai package's request types; the same
 transcript converts to the same bytes."""
@@ -10,10 +10,10 @@ from pathlib import Path
 
 from PIL import Image
 
-from services.runtime.engine.convert import Images, to_openai, to_responses_input
+from services.runtime.model.convert import Images, to_openai, to_responses_input
 from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
-from shared.image_limits import ImageLimits
-from shared.images import ImageSource, prepare, store_image
+from shared.media.image_limits import ImageLimits
+from shared.media.images import ImageSource, prepare, store_image
 from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact
 
 

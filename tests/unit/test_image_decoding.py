@@ -1,4 +1,4 @@
-"""Image decoding bounded (shared/image_decoding.py, shared/image_checks.py): what the header says
+"""Image decoding bounded (shared/pools/image_decoding.py, shared/media/image_checks.py): what the header says
 decides before any pixel is decoded (a 16-bit 7000x7000 PNG of 0.3 MB, a 1.9 KB WebP of 49 M pixels),
 a truncated PNG fails on its structure, a refusal is remembered by digest, one user's decodes in
 flight are bounded, and a decode past its time is stopped."""
@@ -13,10 +13,10 @@ import zlib
 import pytest
 from PIL import Image
 
-from shared import image_decoding, offload
-from shared.image_checks import png_problem
-from shared.image_limits import ImageLimits
-from shared.images import ImageRefused, prepare
+from shared.media.image_checks import png_problem
+from shared.media.image_limits import ImageLimits
+from shared.media.images import ImageRefused, prepare
+from shared.pools import image_decoding, offload
 from tests.support.bombs import WEBP_7000, png_of_zeros
 
 pytestmark = pytest.mark.timeout(120)
@@ -73,7 +73,7 @@ async def test_a_refused_image_is_remembered_and_not_decoded_again(monkeypatch: 
         with pytest.raises(ImageRefused) as refused:
             await decoder.prepare(data, "u1")
         assert refused.value.status == 422 and "truncated" in str(refused.value)
-    assert runs == ["shared.images:prepare"]  # decoded once; the repeats cost a hash
+    assert runs == ["shared.media.images:prepare"]  # decoded once; the repeats cost a hash
 
 
 async def test_a_decode_past_its_time_is_stopped_and_remembered(monkeypatch: pytest.MonkeyPatch) -> None:

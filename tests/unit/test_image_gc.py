@@ -1,4 +1,4 @@
-"""Image collection on the session disk (shared/image_gc.py): references of every branch and entry
+"""Image collection on the session disk (shared/media/image_gc.py): references of every branch and entry
 kind are found, the grace keeps a fresh file, a file stored again mid-collection stays, and a
 fork's links survive the source's collection."""
 
@@ -9,8 +9,8 @@ import os
 import time
 from pathlib import Path
 
-from shared.disk import SessionPaths
-from shared.image_gc import Collected, _collect_one, collect, link_referenced, referenced
+from shared.media.image_gc import Collected, _collect_one, collect, link_referenced, referenced
+from shared.storage.disk import SessionPaths
 
 A, B, C, D = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
 

@@ -1,6 +1,6 @@
-"""Image tokens by OpenAI's published formulas (shared/image_tokens.py), checked against the worked
-examples of OpenAI's vision guide, counted in the context budget (shared/tokens.py) and in each
-request's `model_request` prompt tokens (engine/openai_stream.py)."""
+"""Image tokens by OpenAI's published formulas (shared/media/image_tokens.py), checked against the worked
+examples of OpenAI's vision guide, counted in the context budget (shared/history/tokens.py) and in each
+request's `model_request` prompt tokens (model/openai_stream.py)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ from PIL import Image
 
 from scripted.transport import scripted_client
 from scripted.types import ScriptedReply
-from services.runtime import compaction_trigger as trigger
-from services.runtime.engine.chat_api import ChatApi
-from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream, PieceTokens
-from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext, AgentEvent
+from services.runtime.model.chat_api import ChatApi
+from services.runtime.model.openai_stream import ModelSettings, OpenAIStream, PieceTokens
+from services.runtime.model.responses_api import ResponsesApi
+from services.runtime.runs import compaction_trigger as trigger
 from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ToolResultMessage, UserMessage
 from shared.contracts.transcript import MessageEntry, SessionHeader, TranscriptEntry
-from shared.image_limits import ImageLimits
-from shared.image_tokens import Detail, image_tokens
-from shared.images import ImageSource, prepare, store_image
-from shared.tokens import TokenCounter, estimate_tokens
+from shared.history.tokens import TokenCounter, estimate_tokens
+from shared.media.image_limits import ImageLimits
+from shared.media.image_tokens import Detail, image_tokens
+from shared.media.images import ImageSource, prepare, store_image
 
 
 @pytest.mark.parametrize(("size", "detail", "model", "tokens"), [

@@ -1,5 +1,5 @@
 """An image tool result (services/runtime/tools/image_view.py): the file is sniffed, read and stored in
-the I/O pool, never on the event loop's thread, and decoded in a worker process (shared/image_decoding.py);
+the I/O pool, never on the event loop's thread, and decoded in a worker process (shared/pools/image_decoding.py);
 a file past the source limit is an error result before a byte of it is read."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 from PIL import Image
 
 from services.runtime.tools import image_view
-from shared import offload
-from shared.disk import SessionPaths
-from shared.image_limits import ImageLimits
+from shared.media.image_limits import ImageLimits
+from shared.pools import offload
 from shared.settings.images import ImageSettings
+from shared.storage.disk import SessionPaths
 
 
 @dataclass

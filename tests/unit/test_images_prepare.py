@@ -1,4 +1,4 @@
-"""shared/images.py: images told by their bytes, brought within the limits by Pillow, refused when
+"""shared/media/images.py: images told by their bytes, brought within the limits by Pillow, refused when
 corrupt or too large, stored once by content hash."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from shared.image_limits import ImageLimits
-from shared.images import ImageRefused, ImageSource, prepare, sniff, store_image
+from shared.media.image_limits import ImageLimits
+from shared.media.images import ImageRefused, ImageSource, prepare, sniff, store_image
 
 
 def encoded(im: Image.Image, fmt: str, **options: object) -> bytes:

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from services.runtime.inbox_queue import InboxQueue
+from services.runtime.live.inbox_queue import InboxQueue
 from shared.contracts.inbox import DocumentEdit, FileDelete, FileWrite, Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
-from shared.inbox import InboxEntry
+from shared.streams.inbox import InboxEntry
 
 DECK = "gamma:file:d1"
 

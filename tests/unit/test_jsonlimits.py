@@ -1,4 +1,4 @@
-"""`json_problem`: the raw-bytes depth and number check of shared/jsonlimits.py (no parser, no recursion)."""
+"""`json_problem`: the raw-bytes depth and number check of shared/serving/jsonlimits.py (no parser, no recursion)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from shared.jsonlimits import json_problem
+from shared.serving.jsonlimits import json_problem
 
 
 def nested(levels: int) -> bytes:

@@ -1,4 +1,4 @@
-"""shared/oidc.py JwksCache against a loopback JWKS (tests/support/idp.py) that can hang: past max_age the
+"""shared/trust/oidc.py JwksCache against a loopback JWKS (tests/support/idp.py) that can hang: past max_age the
 cached keys keep answering while one background fetch runs; an unknown kid waits for a fetch, shares the
 one under way, and starts one at most every min_refresh_s."""
 
@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import httpx
 import pytest
 
-from shared.oidc import BearerVerifier, InvalidBearer, JwksCache, OidcConfig
+from shared.trust.oidc import BearerVerifier, InvalidBearer, JwksCache, OidcConfig
 from tests.support.idp import AUDIENCE, Idp, SigningKey
 from tests.support.polling import eventually
 

@@ -1,5 +1,5 @@
-"""Pure rules of scoped knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"): the BM25 ranker and the hints block (shared/knowledge.py), the skill rule
-table (services/runtime/skill_rules.py), the tool namespaces (services/runtime/tool_policy.py)."""
+"""Pure rules of scoped knowledge (docs/architecture.md "Scoped knowledge, skill rules, dynamic tools"): the BM25 ranker and the hints block (shared/history/knowledge.py), the skill rule
+table (services/runtime/turns/skill_rules.py), the tool namespaces (services/runtime/tools/tool_policy.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from services.runtime.paths import skills_dir
-from services.runtime.skill_rules import check_rules, load_rules
-from services.runtime.skills import load_skills
-from services.runtime.tool_policy import NAMESPACES, SKILL_NAMESPACES, load_tools_tool
+from services.runtime.skillset.paths import skills_dir
+from services.runtime.skillset.skills import load_skills
 from services.runtime.tools import TOOL_ORDER
-from shared.knowledge import (
+from services.runtime.tools.tool_policy import NAMESPACES, SKILL_NAMESPACES, load_tools_tool
+from services.runtime.turns.skill_rules import check_rules, load_rules
+from shared.history.knowledge import (
     KnowledgeNote,
     bm25_scores,
     hints_block,

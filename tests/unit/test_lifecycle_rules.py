@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from services.proxy.export import ExportTooLarge, build
+from services.proxy.dormant.export import ExportTooLarge, build
 from services.proxy.idempotency import fingerprint, valid_key
-from services.runtime.engine.openai_stream import estimated_usage
+from services.runtime.model.openai_stream import estimated_usage
 from shared.contracts.http import PatchSession
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from scripted.prompt_cache import PromptCache
-from services.runtime.engine.model_api import ModelSettings
-from shared.context import build_context
+from services.runtime.model.model_api import ModelSettings
 from shared.contracts.messages import AssistantMessage
 from shared.contracts.transcript import parse_entries
+from shared.history.context import build_context
 from shared.settings import Settings
 
 
@@ -72,8 +72,8 @@ def test_prompt_cache_drops_a_key_unused_for_its_ttl() -> None:
 
 
 def test_chat_sends_prompt_cache_key_only_to_openai() -> None:
-    from services.runtime.engine.chat_api import ChatApi
     from services.runtime.engine.types import AgentContext
+    from services.runtime.model.chat_api import ChatApi
 
     context = AgentContext("sys", [], [])
     for base, expected in ((None, True), ("https://api.openai.com/v1", True), ("http://localhost:8000/v1", False)):

@@ -1,4 +1,4 @@
-"""One model call's attempts (engine/attempts.py) against a fake model API: the idle watch, the
+"""One model call's attempts (model/attempts.py) against a fake model API: the idle watch, the
 deadline, the worker's rate gate and breaker, and the repair of a poisoned replayed history."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from services.runtime.engine.attempts import Attempts, CallLimits, HistoryRepair
-from services.runtime.engine.model_api import ModelSettings
-from services.runtime.engine.provider_gate import ProviderGates
-from services.runtime.engine.responses_api import ResponsesApi
-from services.runtime.engine.sse import ACTIVITY
 from services.runtime.engine.types import AgentContext, AgentEvent
+from services.runtime.model.attempts import Attempts, CallLimits, HistoryRepair
+from services.runtime.model.model_api import ModelSettings
+from services.runtime.model.provider_gate import ProviderGates
+from services.runtime.model.responses_api import ResponsesApi
+from services.runtime.model.sse import ACTIVITY
 from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ThinkingContent, UserMessage
-from shared.history_repair import REDACTED
+from shared.history.history_repair import REDACTED
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(20)
@@ -48,7 +48,7 @@ class FakeApi:
             raise step
         if step == "hang":
             await asyncio.sleep(3600)
-        if isinstance(step, tuple):  # a text with the 200's headers (what engine/sse.py open_stream records)
+        if isinstance(step, tuple):  # a text with the 200's headers (what model/sse.py open_stream records)
             step, headers = step
             activity = ACTIVITY.get()
             assert activity is not None

@@ -1,4 +1,4 @@
-"""One model factory (shared/model.py `model_client`, README "Models"): the OpenAI client by default,
+"""One model factory (shared/serving/model.py `model_client`, README "Models"): the OpenAI client by default,
 the factory GAMMA_MODEL_FACTORY names otherwise; the scripted model's factory hands out the real client
 when a key is set and the scripted one offline."""
 
@@ -10,7 +10,7 @@ from openai import AsyncOpenAI
 
 from scripted import FACTORY
 from scripted.transport import scripted_transport
-from shared.model import ModelConfigError, ModelRole, model_client
+from shared.serving.model import ModelConfigError, ModelRole, model_client
 from shared.settings import Settings
 
 
@@ -47,4 +47,4 @@ def test_a_factory_name_is_checked() -> None:
     with pytest.raises(pydantic.ValidationError):
         settings(GAMMA_MODEL_FACTORY="not a module path")
     with pytest.raises(ModelConfigError, match="no such function"):
-        model_client(settings(GAMMA_MODEL_FACTORY="shared.model:nothing_here"), "agent")
+        model_client(settings(GAMMA_MODEL_FACTORY="shared.serving.model:nothing_here"), "agent")

@@ -1,4 +1,4 @@
-"""Prices from the model catalogue (shared/pricing.py): by exact name or dated snapshot, Azure
+"""Prices from the model catalogue (shared/catalogue/pricing.py): by exact name or dated snapshot, Azure
 deployments priced as their model, never by prefix; GAMMA_MODEL_PRICES overrides; cache writes priced
 (1.25x input from GPT-5.6 on, reference §5)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from shared.catalogue import Catalogue
-from shared.pricing import Pricer, cost_usd, parse_prices
+from shared.catalogue.pricing import Pricer, cost_usd, parse_prices
 from shared.settings import Settings
 
 PRICER = Pricer(Catalogue.load())
@@ -56,7 +56,7 @@ def test_overrides_azure_deployments_and_cache_writes() -> None:
 
 
 def test_cache_writes_are_read_from_the_usage() -> None:
-    from shared.usage import responses_usage as _usage
+    from shared.costs.usage import responses_usage as _usage
 
     raw = {"input_tokens": 3_000, "input_tokens_details": {"cached_tokens": 2_000, "cache_write_tokens": 400},
            "output_tokens": 10, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 3_010}

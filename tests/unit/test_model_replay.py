@@ -1,4 +1,4 @@
-"""What goes back to the model (engine/convert.py): reasoning items only to the model and snapshot that
+"""What goes back to the model (model/convert.py): reasoning items only to the model and snapshot that
 made them, never without their following item; `phase` kept for the models that have it (reference
 §1.6, §1.8, §1.9, §1.11)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.runtime.engine.convert import to_responses_input
+from services.runtime.model.convert import to_responses_input
 from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ThinkingContent, ToolCall
 
 

@@ -1,4 +1,4 @@
-"""The neutraliser of untrusted text (shared/neutralise.py), over arbitrary strings in every script:
+"""The neutraliser of untrusted text (shared/trust/neutralise.py), over arbitrary strings in every script:
 no reserved tag opening survives (however it is disguised: invisible characters, look-alikes,
 full-width forms, `-` for `_`), nothing else changes, and a second pass changes nothing."""
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.neutralise import ESCAPED_OPEN, neutralise
-from shared.reserved_tags import RESERVED_TAGS, TAG_RULE, escape_opener
+from shared.trust.neutralise import ESCAPED_OPEN, neutralise
+from shared.trust.reserved_tags import RESERVED_TAGS, TAG_RULE, escape_opener
 from tests.support.trusted import ANY_TEXT, FRAGMENTS, LISTED_FORGERIES, LT_FORMS, forged_tag
 
 WHITESPACE = st.text(alphabet=" \t\r\n\f\v", max_size=2)

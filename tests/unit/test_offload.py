@@ -1,4 +1,4 @@
-"""Worker processes for tenant-driven CPU work (shared/offload.py): a job runs in another process, a job
+"""Worker processes for tenant-driven CPU work (shared/pools/offload.py): a job runs in another process, a job
 past its time budget has its worker killed and the next job gets a fresh one, a job past the memory
 limit fails without taking the caller with it, and a caller that waits too long for a worker is told
 it is busy."""
@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from shared import offload
+from shared.pools import offload
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)

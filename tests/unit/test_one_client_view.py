@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.runtime.delivery_rules import Action, Found
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks
-from services.runtime.pending import TurnInput
-from services.runtime.todo import TodoController
-from services.runtime.transcript import Transcript
-from services.runtime.turn_order import TurnOrder
-from services.runtime.write_guard import WriteGuard
+from services.runtime.live.pending import TurnInput
+from services.runtime.store.todo import TodoController
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
+from services.runtime.turns.delivery_rules import Action, Found
+from services.runtime.turns.turn_order import TurnOrder
 from shared.contracts.client import PromptClientContext
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection

@@ -1,4 +1,4 @@
-"""The one rule for workspace names (shared/pathnames.py; docs/architecture.md "Workspace names"):
+"""The one rule for workspace names (shared/storage/pathnames.py; docs/architecture.md "Workspace names"):
 every name a disk can hold is shown as UTF-8 text without controls, and given back exactly."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.disk import PathRefused, shown_path, split_workspace_path
-from shared.pathnames import BadEscape, show, unshow
+from shared.storage.disk import PathRefused, shown_path, split_workspace_path
+from shared.storage.pathnames import BadEscape, show, unshow
 
 # Any bytes but NUL and "/" (what a name on Linux may hold).
 NAMES = st.binary(min_size=1, max_size=64).filter(lambda b: b"\0" not in b and b"/" not in b)

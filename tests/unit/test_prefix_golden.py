@@ -2,7 +2,7 @@
 (what every session of the variant sends first, and the provider caches) are rendered and compared
 with `tests/golden/prefix/`. Any change to a prompt file, a skill body or a tool's schema fails here;
 the diff of the golden files is the review. `GAMMA_UPDATE_GOLDEN=1` rewrites them (commit the diff),
-along with `tokens.json`, the tokens of each variant (`shared/tokens.py`'s encoding). Below the pins: what
+along with `tokens.json`, the tokens of each variant (`shared/history/tokens.py`'s encoding). Below the pins: what
 the prefix must say (the seed's sentences, each harness tag defined once, the key rules of identity,
 interface and security), so that emptying a section fails even after a golden update."""
 
@@ -15,11 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.prompt import VARIANTS, Variant, build_system_prompt, prompt_text, static_prefix
-from services.runtime.skills import load_skills
+from services.runtime.skillset.prompt import (
+    VARIANTS,
+    Variant,
+    build_system_prompt,
+    prompt_text,
+    static_prefix,
+)
+from services.runtime.skillset.skills import load_skills
 from services.runtime.tools import Toolset
-from shared.reserved_tags import RESERVED_TAGS
-from shared.tokens import count_text_tokens, encoding_name
+from shared.history.tokens import count_text_tokens, encoding_name
+from shared.trust.reserved_tags import RESERVED_TAGS
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "prefix"
@@ -49,7 +55,7 @@ def test_each_variants_prefix_is_pinned(variant: Variant) -> None:
 def test_tokens_per_variant_are_reported() -> None:
     golden = GOLDEN / "tokens.json"
     if not UPDATE and golden.exists() and json.loads(golden.read_text())["encoding"] != encoding_name():
-        pytest.skip("counted with another encoding (shared/tokens.py loads o200k_base only where it can)")
+        pytest.skip("counted with another encoding (shared/history/tokens.py loads o200k_base only where it can)")
     table = {"encoding": encoding_name(),
              "variants": {v: {"system_prompt_and_tools": count_text_tokens(rendered(v))} for v in VARIANTS}}
     check(golden, json.dumps(table, indent=1) + "\n")

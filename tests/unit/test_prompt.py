@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.prompt import (
+from services.runtime.skillset.prompt import (
     PROMPTS_DIR,
     SECTIONS,
     VARIANTS,
@@ -17,9 +17,9 @@ from services.runtime.prompt import (
     skill_block,
     static_prefix,
 )
-from services.runtime.skills import Skill, UnknownSkill, catalog_block, load_skills
+from services.runtime.skillset.skills import Skill, UnknownSkill, catalog_block, load_skills
 from shared.contracts.injection import INJECTION_KINDS
-from shared.trusted_blocks import escape_text
+from shared.trust.trusted_blocks import escape_text
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOW_INTRO = ("This workflow skill is active because the current task matches it. "
@@ -130,7 +130,7 @@ def test_preloaded_bodies_keep_their_type(skills: dict[str, Skill], variant: Var
 def test_transport_section_says_what_the_conversion_does(skills: dict[str, Skill]) -> None:
     """The prefix tells the model how to tell a genuine block (docs/architecture.md "Trust
     boundaries"): the developer role, and the neutraliser's exact output for a typed tag."""
-    from shared.neutralise import neutralise
+    from shared.trust.neutralise import neutralise
 
     prefix = static_prefix(skills)
     assert "sends them as\ndeveloper messages" in prefix and "as user messages" in prefix

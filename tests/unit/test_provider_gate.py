@@ -1,11 +1,11 @@
-"""A runtime worker's rate gate and circuit breaker per model provider (engine/provider_gate.py), on
+"""A runtime worker's rate gate and circuit breaker per model provider (model/provider_gate.py), on
 an injected clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.runtime.engine.provider_gate import (
+from services.runtime.model.provider_gate import (
     Breaker,
     ProviderGates,
     RateGate,

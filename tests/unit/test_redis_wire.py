@@ -1,4 +1,4 @@
-"""shared/redis_wire.py: the reply decoding, the stream-id order, and the holder-only Lua scripts
+"""shared/redis/redis_wire.py: the reply decoding, the stream-id order, and the holder-only Lua scripts
 (against a real Redis)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
-from shared.redis_wire import (
+from shared.redis.redis_wire import (
     COMPARE_AND_DELETE,
     COMPARE_AND_RENEW,
     id_ms,

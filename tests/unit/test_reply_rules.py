@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from services.runtime.engine.agent import Agent
-from services.runtime.engine.convert import to_openai, to_responses_input
 from services.runtime.engine.types import (
     AgentContext,
     AgentEvent,
@@ -18,6 +17,7 @@ from services.runtime.engine.types import (
     ToolContext,
     ToolOutcome,
 )
+from services.runtime.model.convert import to_openai, to_responses_input
 from shared.contracts.messages import (
     AssistantMessage,
     CustomMessage,

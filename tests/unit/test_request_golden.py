@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from services.runtime.engine.chat_api import ChatApi
-from services.runtime.engine.model_api import ModelSettings
-from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext
-from services.runtime.prompt import VARIANTS, Variant, build_system_prompt, static_prefix
-from services.runtime.skills import load_skills
+from services.runtime.model.chat_api import ChatApi
+from services.runtime.model.model_api import ModelSettings
+from services.runtime.model.responses_api import ResponsesApi
+from services.runtime.skillset.prompt import VARIANTS, Variant, build_system_prompt, static_prefix
+from services.runtime.skillset.skills import load_skills
 from services.runtime.tools import Toolset
 from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
 

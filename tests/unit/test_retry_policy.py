@@ -1,4 +1,4 @@
-"""The model call's retry policy as values (engine/retry_policy.py; reference note §4): which failures
+"""The model call's retry policy as values (model/retry_policy.py; reference note §4): which failures
 are retried, which are fatal, which are a poisoned replayed item to repair; and how long to wait."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import httpx2
 import openai
 import pytest
 
-from services.runtime.engine.model_api import StreamError
-from services.runtime.engine.retry_policy import (
+from services.runtime.model.model_api import StreamError
+from services.runtime.model.retry_policy import (
     Failure,
     Fatal,
     IdleStream,

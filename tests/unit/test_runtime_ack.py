@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from services.runtime.ack import Acker
+from services.runtime.runs.ack import Acker
 
 
 @pytest.mark.timeout(10)

@@ -10,14 +10,13 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from services.runtime.delivery import InjectionDelivery
-from services.runtime.dispatcher import InboxDispatcher, RecentIds
+from services.runtime.inbox.delivery import InjectionDelivery
+from services.runtime.inbox.dispatcher import InboxDispatcher, RecentIds
 from shared.contracts.inbox import Abort, Barrier, Injection, Stop, UiUpdate, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import UserMessage
-from shared.inbox import InboxEntry
-
-from .runtime_fakes import Host
+from shared.streams.inbox import InboxEntry
+from tests.unit.runtime_fakes import Host
 
 
 class NoRuns:

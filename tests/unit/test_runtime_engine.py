@@ -10,8 +10,6 @@ import pytest
 from scripted.transport import scripted_client
 from scripted.types import ScriptedError, ScriptedReply, ScriptedToolCall
 from services.runtime.engine.agent import Agent
-from services.runtime.engine.convert import to_openai
-from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
 from services.runtime.engine.types import (
     AgentContext,
     AgentEvent,
@@ -21,6 +19,8 @@ from services.runtime.engine.types import (
     ToolContext,
     ToolOutcome,
 )
+from services.runtime.model.convert import to_openai
+from services.runtime.model.openai_stream import ModelSettings, OpenAIStream
 from shared.contracts.messages import (
     AgentMessage,
     AssistantMessage,
@@ -30,7 +30,7 @@ from shared.contracts.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from shared.tokens import TokenCounter
+from shared.history.tokens import TokenCounter
 
 
 class FakeStream:

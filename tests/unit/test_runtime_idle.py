@@ -1,4 +1,4 @@
-"""Idle recording with a merge window (services/runtime/idle.py): the window alone with a fake clock,
+"""Idle recording with a merge window (services/runtime/inbox/idle.py): the window alone with a fake clock,
 then the IdleRecorder in process over the real TurnOrder, transcript and Recorder on a temp dir (only
 the outbox is a fake, no Redis)."""
 
@@ -9,19 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.delivery import InjectionDelivery
-from services.runtime.idle import IdleRecorder, MergeWindow, touched_ref
-from services.runtime.lease import LeaseLost
-from services.runtime.pending import TurnInput
-from services.runtime.recorder import Recorder
-from services.runtime.skill_lifecycle import SkillContracts
+from services.runtime.inbox.delivery import InjectionDelivery
+from services.runtime.inbox.idle import IdleRecorder, MergeWindow, touched_ref
+from services.runtime.live.lease import LeaseLost
+from services.runtime.live.pending import TurnInput
+from services.runtime.runs.recorder import Recorder
+from services.runtime.skillset.skill_lifecycle import SkillContracts
 from shared.contracts.inbox import DocumentEdit, Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import CustomMessage
-from shared.inbox import InboxEntry
-from shared.trusted_blocks import artifact_update
-
-from .runtime_fakes import Host
+from shared.streams.inbox import InboxEntry
+from shared.trust.trusted_blocks import artifact_update
+from tests.unit.runtime_fakes import Host
 
 DECK = "gamma:file:d1"
 

@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 
 from scripted.gamma import injection_of
-from services.runtime.delivery_rules import Action, Found
 from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks
-from services.runtime.todo import TodoController, TodoRefused
-from services.runtime.transcript import Transcript
-from services.runtime.turn_order import PendingPrompt, TurnInput, TurnOrder
-from services.runtime.uistate import UiDoc
-from services.runtime.write_guard import WriteGuard
-from shared.context import build_context
+from services.runtime.store.todo import TodoController, TodoRefused
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
+from services.runtime.turns.delivery_rules import Action, Found
+from services.runtime.turns.turn_order import PendingPrompt, TurnInput, TurnOrder
+from services.runtime.ui.uistate import UiDoc
 from shared.contracts.client import PromptClientContext
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
@@ -28,7 +27,8 @@ from shared.contracts.messages import (
     TextContent,
     UserMessage,
 )
-from shared.uirules import UiRefused
+from shared.history.context import build_context
+from shared.ui.uirules import UiRefused
 
 
 async def no_guard() -> None:

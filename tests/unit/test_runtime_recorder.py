@@ -6,19 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from services.runtime.delivery_rules import Action, Found
 from services.runtime.engine.types import AgentEvent
-from services.runtime.pending import TurnInput
-from services.runtime.recorder import Recorder
-from services.runtime.skill_lifecycle import SkillContracts
-from shared import keys
+from services.runtime.live.pending import TurnInput
+from services.runtime.runs.recorder import Recorder
+from services.runtime.skillset.skill_lifecycle import SkillContracts
+from services.runtime.turns.delivery_rules import Action, Found
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage
 from shared.contracts.recorded import InjectionRecorded
 from shared.contracts.transcript import MessageEntry
-
-from .runtime_fakes import Host, answer
+from shared.redis import keys
+from tests.unit.runtime_fakes import Host, answer
 
 
 def recorder(host: Host, order: list[tuple[str, Any]]) -> Recorder:

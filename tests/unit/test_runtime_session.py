@@ -7,14 +7,13 @@ from pathlib import Path
 
 from scripted.gamma import ScriptedGamma
 from scripted.transport import scripted_client
-from services.runtime.engine.openai_stream import ModelSettings
-from services.runtime.session import Session, SessionDeps
-from services.runtime.session_files import SessionFiles
-from shared.disk import session_paths
+from services.runtime.hosting.session import Session, SessionDeps
+from services.runtime.hosting.session_files import SessionFiles
+from services.runtime.model.openai_stream import ModelSettings
+from shared.history.tokens import TokenCounter
 from shared.settings import Settings
-from shared.tokens import TokenCounter
-
-from .runtime_fakes import FakeLease, FakeOutbox
+from shared.storage.disk import session_paths
+from tests.unit.runtime_fakes import FakeLease, FakeOutbox
 
 
 async def ack(_sid: str, _entry_id: str) -> None:
@@ -37,7 +36,7 @@ async def test_the_run_hooks_are_built_with_the_compactor_hooks(tmp_path: Path) 
     assert config.before_model_call == session.compactor.before_model_call
     assert config.stream is not session.stream  # wrapped once, when the config was built
     assert session.compactor.context_window == 8_000 and session.compactor.model == "m1"
-    # The skill rules wrap the toolset's preflight (services/runtime/skill_rules.py).
+    # The skill rules wrap the toolset's preflight (services/runtime/turns/skill_rules.py).
     assert config.prepare_batch == session.rules.prepare_batch and session.rules.inner == session.toolset.prepare_batch
 
 

@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from services.runtime.lease import LeaseLost
-from services.runtime.supervisor import RunSupervisor, interrupted
-from services.runtime.turn_order import TurnInput, source_key
-from services.runtime.turn_starts import StartGate
+from services.runtime.live.lease import LeaseLost
+from services.runtime.runs.supervisor import RunSupervisor, interrupted
+from services.runtime.runs.turn_starts import StartGate
+from services.runtime.turns.turn_order import TurnInput, source_key
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AssistantMessage, UserMessage
-
-from .runtime_fakes import Host, answer, run_supervisor
+from tests.unit.runtime_fakes import Host, answer, run_supervisor
 
 
 class Pong:

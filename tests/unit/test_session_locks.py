@@ -1,11 +1,11 @@
-"""shared/session_locks.py: a session's lock serialises its holders and is forgotten once
+"""shared/redis/session_locks.py: a session's lock serialises its holders and is forgotten once
 none holds or waits for it (the worker serves sessions that come and go)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from shared.session_locks import SessionLocks
+from shared.redis.session_locks import SessionLocks
 
 
 def test_serialises_and_forgets() -> None:

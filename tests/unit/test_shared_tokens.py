@@ -1,4 +1,4 @@
-"""One token rule (shared/tokens.py): the runtime's `model_request` counts and the compaction
+"""One token rule (shared/history/tokens.py): the runtime's `model_request` counts and the compaction
 threshold count the same text the same way, with the same encoding."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import uuid
 from unittest import mock
 
 from shared.contracts.messages import CustomMessage, UserMessage
-from shared.tokens import (
+from shared.history.tokens import (
     TextTokens,
     TokenCounter,
     context_tokens,
@@ -55,7 +55,7 @@ def test_a_session_counts_a_text_once() -> None:
     calls: list[str] = []
     counts = TextTokens()
     text = _texts(1)[0]
-    with mock.patch("shared.tokens.count_text_tokens", side_effect=lambda t: calls.append(t) or 7):
+    with mock.patch("shared.history.tokens.count_text_tokens", side_effect=lambda t: calls.append(t) or 7):
         assert [counts(text) for _ in range(3)] == [7, 7, 7]
     assert calls == [text]
     counts.clear()

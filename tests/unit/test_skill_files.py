@@ -1,4 +1,4 @@
-"""A skill's own files, read by path (services/runtime/skill_files.py): `skills/NAME/PATH`, a relative
+"""A skill's own files, read by path (services/runtime/skillset/skill_files.py): `skills/NAME/PATH`, a relative
 path of an active skill, never a path out of the skill's directory, never writable."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime import skill_files
-from services.runtime.skills import Skill, load_skills
+from services.runtime.skillset import skill_files
+from services.runtime.skillset.skills import Skill, load_skills
 
 REPO = Path(__file__).resolve().parents[2]
 SKILLS = load_skills(REPO / "skills")

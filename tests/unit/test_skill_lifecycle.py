@@ -1,4 +1,4 @@
-"""Skill contracts with a lifecycle (services/runtime/skill_lifecycle.py, docs/architecture.md "Skill
+"""Skill contracts with a lifecycle (services/runtime/skillset/skill_lifecycle.py, docs/architecture.md "Skill
 contracts"): on a real transcript file with the shipped skills, each rule as a test."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.skill_lifecycle import SkillContracts
-from services.runtime.skills import SkillConflict, load_skills, resolve_activation
-from services.runtime.transcript import Transcript, now_iso
-from services.runtime.write_guard import WriteGuard
+from services.runtime.skillset.skill_lifecycle import SkillContracts
+from services.runtime.skillset.skills import SkillConflict, load_skills, resolve_activation
+from services.runtime.store.transcript import Transcript, now_iso
+from services.runtime.store.write_guard import WriteGuard
 from shared.contracts.transcript import AuditEntry, AuditOutcome, SkillEndEntry
 from tests.unit.runtime_fakes import FakeOutbox
 

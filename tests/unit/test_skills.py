@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.skills import (
+from services.runtime.skillset.skills import (
     Skill,
     SkillConflict,
     SkillError,

@@ -1,4 +1,4 @@
-"""Workspace snapshots on a real disk (shared/snapshots.py): content-addressed, O(changed), restorable."""
+"""Workspace snapshots on a real disk (shared/storage/snapshots.py): content-addressed, O(changed), restorable."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from shared.disk import session_paths
-from shared.rewind import RewindRefused, record_now, state_record
+from shared.history.rewind import RewindRefused, record_now, state_record
 from shared.settings import Settings
-from shared.snapshot_restore import restore
-from shared.snapshots import ScanTooLarge, SnapshotLimits, SnapshotStore
+from shared.storage.disk import session_paths
+from shared.storage.snapshot_restore import restore
+from shared.storage.snapshots import ScanTooLarge, SnapshotLimits, SnapshotStore
 
 SCOPES = ("workspace/", "documents/", "todo.json")
 

@@ -1,4 +1,4 @@
-"""Every family of the model catalogue priced into usage rows (shared/spend.py): one hand-checked figure
+"""Every family of the model catalogue priced into usage rows (shared/costs/spend.py): one hand-checked figure
 per family for the same usage, so a family added to the catalogue must get its figure here.
 
 The usage: 1,000,000 input tokens, of which 400,000 cached and 100,000 written to the cache, and 200,000
@@ -11,8 +11,8 @@ import pytest
 
 from shared.catalogue import Catalogue
 from shared.contracts.spend import UsageRow
+from shared.costs.spend import NANOS, family, row_nanos
 from shared.settings import Settings
-from shared.spend import NANOS, family, row_nanos
 
 CATALOGUE = Catalogue.load()
 SETTINGS = Settings(GAMMA_AZURE_DEPLOYMENTS='{"prod-mini": "gpt-5-mini"}',

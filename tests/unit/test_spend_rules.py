@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from services.proxy.budgets import checked_budget
-from services.proxy.errors import ApiError
-from services.runtime.engine.openai_stream import attempt_of, usage_row
-from services.runtime.spend import SpendLedger, reached
+from services.proxy.edge.errors import ApiError
+from services.runtime.model.openai_stream import attempt_of, usage_row
+from services.runtime.runs.spend import SpendLedger, reached
 from shared.contracts.messages import AssistantMessage, Usage
 from shared.contracts.spend import SessionBudget
 from shared.settings import Settings

@@ -1,4 +1,4 @@
-"""The model stream's read timeout over httpx-aiohttp (engine/sse.py `ReadTimer`): one timer per
+"""The model stream's read timeout over httpx-aiohttp (model/sse.py `ReadTimer`): one timer per
 timeout instead of aiohttp's per TCP segment, with the same outcome as aiohttp's own: a body that
 stops sending for the read timeout ends in httpx's ReadTimeout; one that keeps sending does not."""
 
@@ -13,7 +13,7 @@ import openai
 import pytest
 from openai import DefaultAioHttpClient
 
-from services.runtime.engine.sse import ReadTimer, json_reads, open_stream
+from services.runtime.model.sse import ReadTimer, json_reads, open_stream
 
 EVENT = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"x"}\n\n'
 

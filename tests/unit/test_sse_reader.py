@@ -1,4 +1,4 @@
-"""The runtime's own SSE reader (engine/sse.py, docs/architecture.md "Streaming at scale"): the events the SDK's decoder would give,
+"""The runtime's own SSE reader (model/sse.py, docs/architecture.md "Streaming at scale"): the events the SDK's decoder would give,
 however the bytes are cut, and the SDK's error rules."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import httpx2
 import openai
 import pytest
 
-from services.runtime.engine.sse import json_events, json_reads, open_stream, split_events
+from services.runtime.model.sse import json_events, json_reads, open_stream, split_events
 
 
 def response(parts: list[bytes]) -> httpx2.Response:
@@ -37,7 +37,7 @@ async def test_events_survive_any_cut(size: int) -> None:
 
 
 async def test_an_encoded_body_goes_through_httpx_decoders() -> None:
-    """Read straight from the transport only without a content encoding (engine/sse.py `_body`)."""
+    """Read straight from the transport only without a content encoding (model/sse.py `_body`)."""
     packed = gzip.compress(WIRE)
 
     async def body() -> AsyncIterator[bytes]:

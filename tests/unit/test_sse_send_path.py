@@ -1,4 +1,4 @@
-"""The events stream's cheap path through the proxy's ASGI stack (services/proxy/sse_response.py): its
+"""The events stream's cheap path through the proxy's ASGI stack (services/proxy/edge/sse_response.py): its
 body frames reach the server's `send` from the response itself, past every middleware's wrapped
 send; the response start and end still go through the stack, and an error still answers JSON.
 Frames are counted, not timed (bench/sse_stack.py times them)."""
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from services.proxy.app import create_app
+from services.proxy.edge.heap import TrimAfterLargeResponses
 from services.proxy.fanout import Mailbox
-from services.proxy.heap import TrimAfterLargeResponses
 from services.proxy.liveness import owned_session
 from services.proxy.routes import events
 from services.proxy.rows import SessionRow, SessionState
@@ -127,7 +127,7 @@ async def test_a_large_response_is_trimmed_after_it_ends_and_once_more_a_moment_
         monkeypatch: pytest.MonkeyPatch) -> None:
     """What a response held past its end (the transport's write buffer, late frees) is returned by a
     second trim, without waiting for the next large response."""
-    import services.proxy.heap as heap
+    import services.proxy.edge.heap as heap
 
     monkeypatch.setattr(heap, "MIN_INTERVAL_S", 0.05)
     trims: list[float] = []

@@ -13,14 +13,14 @@ import httpx2
 import pytest
 from openai import AsyncOpenAI
 
-from services.runtime.engine.chat_api import ChatApi
-from services.runtime.engine.model_api import StreamError
-from services.runtime.engine.openai_stream import ModelSettings, OpenAIStream
-from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext, AgentEvent
+from services.runtime.model.chat_api import ChatApi
+from services.runtime.model.model_api import StreamError
+from services.runtime.model.openai_stream import ModelSettings, OpenAIStream
+from services.runtime.model.responses_api import ResponsesApi
 from shared.contracts.events import ModelRequestData, ReasoningUpdateData, ToolCallProgressData
 from shared.contracts.messages import AssistantMessage, TextContent, UserMessage
-from shared.tokens import TokenCounter
+from shared.history.tokens import TokenCounter
 
 pytestmark = pytest.mark.timeout(30)
 URL = "http://model.test/v1"

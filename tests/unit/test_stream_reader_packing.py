@@ -1,12 +1,12 @@
-"""The shared stream reader packs its blocking reads itself, once per stream set (shared/stream_reader.py):
+"""The shared stream reader packs its blocking reads itself, once per stream set (shared/streams/stream_reader.py):
 the bytes are those redis-py would send, with each stream's last id appended per read without a group."""
 
 from __future__ import annotations
 
 from redis.asyncio.connection import Connection
 
-from shared import keys
-from shared.stream_packing import ReadGroup, pack_read, read_command
+from shared.redis import keys
+from shared.streams.stream_packing import ReadGroup, pack_read, read_command
 
 
 def redis_py(*args: str | int) -> bytes:

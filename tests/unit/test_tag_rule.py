@@ -1,4 +1,4 @@
-"""The one reserved-tag rule (shared/reserved_tags.py): its look-alike table is Unicode's, every
+"""The one reserved-tag rule (shared/trust/reserved_tags.py): its look-alike table is Unicode's, every
 character that reads as `<` is a candidate, and each invisible or look-alike spelling reads as the tag."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.reserved_tags import _INVISIBLE, OPENERS, RESERVED_TAGS, TAG_RULE, _opening_at, fold
-from shared.tag_confusables import LOOKALIKES
+from shared.trust.reserved_tags import _INVISIBLE, OPENERS, RESERVED_TAGS, TAG_RULE, _opening_at, fold
+from shared.trust.tag_confusables import LOOKALIKES
 from tests.support.trusted import ANY_TEXT, FRAGMENTS, INVISIBLE, LISTED_FORGERIES, LT_FORMS, forged_tag
 from tools.tag_confusables import table
 

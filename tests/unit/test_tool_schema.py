@@ -1,4 +1,4 @@
-"""Tool parameters declared as types (shared/tool_schema.py): every tool of ours carries an argument model,
+"""Tool parameters declared as types (shared/mcp/tool_schema.py): every tool of ours carries an argument model,
 the schema it sends is that model's, and the model's arguments are checked against the same model with
 clear errors. The schemas themselves are pinned byte for byte by tests/unit/test_prefix_golden.py."""
 
@@ -14,9 +14,9 @@ from pydantic import Field
 
 from services.runtime.engine.loop import validate_arguments
 from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
-from services.runtime.tool_policy import load_tools_tool
 from services.runtime.tools import Toolset
-from shared.tool_schema import ToolArgs, argument_problem, parameters_of
+from services.runtime.tools.tool_policy import load_tools_tool
+from shared.mcp.tool_schema import ToolArgs, argument_problem, parameters_of
 
 ROOT = Path(__file__).resolve().parents[2]
 

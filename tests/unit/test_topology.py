@@ -1,4 +1,4 @@
-"""shared/topology.py: one registry of streams, groups, producers and inbox members, and its readers
+"""shared/redis/topology.py: one registry of streams, groups, producers and inbox members, and its readers
 (the trimmer, the metrics collector, the inbox reader) agree with it."""
 
 from __future__ import annotations
@@ -7,8 +7,10 @@ import typing
 
 import pytest
 
-from shared import inbox, keys, metrics, topology, trim
 from shared.contracts.inbox import INBOX_ADAPTER, InboxMessage
+from shared.redis import keys, topology
+from shared.streams import inbox, trim
+from shared.telemetry import metrics
 
 
 def test_inbox_members_are_the_inbox_union() -> None:

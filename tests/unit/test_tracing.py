@@ -1,4 +1,4 @@
-"""shared/tracing.py's pure parts: when tracing is on, the trace ids on log lines, the public services'
+"""shared/telemetry/tracing.py's pure parts: when tracing is on, the trace ids on log lines, the public services'
 drop of a client's trace headers, FastAPI's telemetry settings, and one SSE delivery span per run."""
 
 from __future__ import annotations
@@ -10,8 +10,15 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from services.proxy.sse_trace import Deliveries
-from shared.tracing import DropClientTraceContext, add_trace_ids, app_telemetry, detached, edge_app, exporting
+from services.proxy.edge.sse_trace import Deliveries
+from shared.telemetry.tracing import (
+    DropClientTraceContext,
+    add_trace_ids,
+    app_telemetry,
+    detached,
+    edge_app,
+    exporting,
+)
 
 PARENT = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from services.runtime.transcript import Transcript
-from services.runtime.write_guard import WriteGuard
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
 from tests.reliability.workload import Audit, read_transcript_file
 
 

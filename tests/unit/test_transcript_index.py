@@ -1,4 +1,4 @@
-"""The transcript index (shared/transcript_index.py, docs/architecture.md "How a session wakes"): a wake
+"""The transcript index (shared/history/transcript_index.py, docs/architecture.md "How a session wakes"): a wake
 that reads the index, the window and the lines after it restores what the full read restored, on a
 generated history with many compactions and rewinds; a pre-index session gets an index; a stale or
 corrupt index is rebuilt; branches read by offset equal the full read's."""
@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 
 from scripted.history import write_history
-from services.runtime.knowledge import loaded_notes
-from services.runtime.tool_policy import loaded_connectors
-from services.runtime.transcript import Transcript
-from services.runtime.write_guard import WriteGuard
-from shared import rewind as rw
-from shared import transcript_index as ix
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
+from services.runtime.tools.tool_policy import loaded_connectors
+from services.runtime.turns.knowledge import loaded_notes
 from shared.contracts.messages import CustomMessage, TextContent, ToolResultMessage, UserMessage
 from shared.contracts.transcript import LeafEntry
-from shared.knowledge import source_id
-from shared.transcript_branch import read_branch
-from shared.transcript_scan import iter_lines, read_spans
-from shared.transcript_tree import path_to
+from shared.history import rewind as rw
+from shared.history import transcript_index as ix
+from shared.history.knowledge import source_id
+from shared.history.transcript_branch import read_branch
+from shared.history.transcript_scan import iter_lines, read_spans
+from shared.history.transcript_tree import path_to
 from tests.support.history_reference import assert_same, reference
 
 
@@ -193,7 +193,7 @@ def _loaded(t: Transcript) -> tuple[dict[str, int], set[str]]:
 
 
 async def test_loads_cut_by_a_compaction_stay_in_force_after_it_and_after_a_wake(tmp_path: Path) -> None:
-    """A connector and a note loaded before the window stay loaded (shared/transcript_index.py
+    """A connector and a note loaded before the window stay loaded (shared/history/transcript_index.py
     `keep_loads`): live after the compaction, at a wake from the index, and after a rebuild; a note
     retired by a newer workspace_update before the window stays retired."""
     path = tmp_path / "transcript.jsonl"

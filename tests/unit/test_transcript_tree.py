@@ -1,14 +1,14 @@
-"""The transcript tree (shared/transcript_tree.py): active branch, leaf moves, legacy linear files."""
+"""The transcript tree (shared/history/transcript_tree.py): active branch, leaf moves, legacy linear files."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from services.runtime.transcript import Transcript, read_entries
-from services.runtime.write_guard import WriteGuard
+from services.runtime.store.transcript import Transcript, read_entries
+from services.runtime.store.write_guard import WriteGuard
 from shared.contracts.messages import UserMessage
-from shared.transcript_tree import Row, active_path, build, path_to
+from shared.history.transcript_tree import Row, active_path, build, path_to
 
 
 def node(eid: str, parent: str | None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Properties of the one builder of trusted blocks (shared/trusted_blocks.py), over arbitrary strings:
+"""Properties of the one builder of trusted blocks (shared/trust/trusted_blocks.py), over arbitrary strings:
 a rendered block is exactly one element of its kind, every interpolated value comes back unchanged,
 and no reserved tag appears unescaped inside."""
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.reserved_tags import RESERVED_TAGS, TAG_RULE
-from shared.trusted_blocks import (
+from shared.trust.reserved_tags import RESERVED_TAGS, TAG_RULE
+from shared.trust.trusted_blocks import (
     element,
     escape_attr,
     escape_text,

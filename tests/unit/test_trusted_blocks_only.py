@@ -1,4 +1,4 @@
-"""Only shared/trusted_blocks.py formats a reserved tag (docs/architecture.md "Trust boundaries").
+"""Only shared/trust/trusted_blocks.py formats a reserved tag (docs/architecture.md "Trust boundaries").
 
 Every string literal in the production packages is scanned with the reserved-tag pattern (docstrings
 aside: they describe blocks, the model never reads them), and so is every f-string or concatenation
@@ -13,12 +13,12 @@ import ast
 import re
 from pathlib import Path
 
-from shared.reserved_tags import TAG_RULE
+from shared.trust.reserved_tags import TAG_RULE
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("shared", "services", "tools")
 # The builder; the tag pattern's own definition.
-ALLOWED = {"shared/trusted_blocks.py", "shared/reserved_tags.py"}
+ALLOWED = {"shared/trust/trusted_blocks.py", "shared/trust/reserved_tags.py"}
 OPEN_END = re.compile(r"<\s*/?\s*$")
 
 
@@ -57,7 +57,7 @@ def test_no_module_but_the_builder_formats_a_reserved_tag() -> None:
             rel = path.relative_to(ROOT).as_posix()
             if rel not in ALLOWED and (found := offences(path.read_text())):
                 bad[rel] = found
-    assert not bad, f"format reserved tags with shared/trusted_blocks.py only: {bad}"
+    assert not bad, f"format reserved tags with shared/trust/trusted_blocks.py only: {bad}"
 
 
 def test_the_scan_sees_each_way_of_formatting_a_tag() -> None:

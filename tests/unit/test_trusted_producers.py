@@ -13,19 +13,19 @@ from services.compaction.prompts import summary_prompt
 from services.digest.coalesce import compose
 from services.digest.revisions import Note, RefState
 from services.notifications.convert import to_injections
-from services.runtime.engine.convert import SUMMARY_PREFIX, convert_one
-from services.runtime.forms import form_content
-from services.runtime.knowledge import LoadedNote, active_knowledge
-from services.runtime.subagent import background_result
-from services.runtime.todo import render as todo_block
-from services.runtime.turn_order import client_view_content
-from shared.causal import dirty_marker
+from services.runtime.model.convert import SUMMARY_PREFIX, convert_one
+from services.runtime.runs.subagent import background_result
+from services.runtime.store.todo import render as todo_block
+from services.runtime.turns.knowledge import LoadedNote, active_knowledge
+from services.runtime.turns.turn_order import client_view_content
+from services.runtime.ui.forms import form_content
 from shared.contracts.client import PromptClientContext, VisibleTab
 from shared.contracts.messages import CompactionSummaryMessage
 from shared.contracts.notifications import NOTIFICATION_ADAPTER
 from shared.contracts.todo import TodoItem, TodoList
-from shared.knowledge import KnowledgePointer, hints_block, update_text
-from shared.trusted_blocks import artifact_update, extract, unescape
+from shared.history.knowledge import KnowledgePointer, hints_block, update_text
+from shared.streams.causal import dirty_marker
+from shared.trust.trusted_blocks import artifact_update, extract, unescape
 from tests.support.trusted import (
     INSTRUCTION,
     assert_no_attacker_line,

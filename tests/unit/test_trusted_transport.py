@@ -1,4 +1,4 @@
-"""The request conversion (engine/convert.py) keeps the harness's messages apart from user text and
+"""The request conversion (model/convert.py) keeps the harness's messages apart from user text and
 tool output, for both APIs and both transports, and the bodies validate against the `openai` package's
 request types (docs/architecture.md "Trust boundaries")."""
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from services.runtime.engine.chat_api import ChatApi
-from services.runtime.engine.convert import SUMMARY_PREFIX, enveloped_user_text, to_openai, to_responses_input
-from services.runtime.engine.model_api import ModelSettings, TrustedRole
-from services.runtime.engine.responses_api import ResponsesApi
 from services.runtime.engine.types import AgentContext
+from services.runtime.model.chat_api import ChatApi
+from services.runtime.model.convert import SUMMARY_PREFIX, enveloped_user_text, to_openai, to_responses_input
+from services.runtime.model.model_api import ModelSettings, TrustedRole
+from services.runtime.model.responses_api import ResponsesApi
 from shared.contracts.messages import (
     AgentMessage,
     AssistantMessage,
@@ -24,9 +24,9 @@ from shared.contracts.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from shared.reserved_tags import TAG_RULE
 from shared.settings import Settings
-from shared.trusted_blocks import quoted
+from shared.trust.reserved_tags import TAG_RULE
+from shared.trust.trusted_blocks import quoted
 from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact
 from tests.support.trusted import LISTED_FORGERIES, quoted_text, tags_in
 

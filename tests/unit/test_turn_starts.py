@@ -1,11 +1,11 @@
-"""The turn-start gate's contract (services/runtime/turn_starts.py): FIFO order, the bound, the wait's
+"""The turn-start gate's contract (services/runtime/runs/turn_starts.py): FIFO order, the bound, the wait's
 end by release, by `max_wait_s`, by `stop`, and by cancellation, never leaving a slot behind."""
 
 from __future__ import annotations
 
 import asyncio
 
-from services.runtime.turn_starts import StartGate, StartPass
+from services.runtime.runs.turn_starts import StartGate, StartPass
 
 LONG = 60.0  # a wait no test reaches (its end comes from a release, a stop or a cancel)
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.events import Outbox, tell_wake_failed
-from services.runtime.lease import Lease, LeaseLost, renewing
-from services.runtime.sender import EventSender
-from shared import keys
+from services.runtime.live.events import Outbox, tell_wake_failed
+from services.runtime.live.lease import Lease, LeaseLost, renewing
+from services.runtime.live.sender import EventSender
+from shared.redis import keys
 
 
 async def test_a_read_longer_than_the_lease_keeps_it(redis_client: aioredis.Redis) -> None:

@@ -11,14 +11,14 @@ from typing import Any, cast
 
 import pytest
 
-from services.runtime import diskfence as diskfence_module
-from services.runtime import transcript as transcript_module
-from services.runtime.diskfence import DiskFence, FenceBehind
-from services.runtime.session import Session
-from services.runtime.transcript import Transcript
-from services.runtime.wake_timing import WakeClock, start_reading
-from services.runtime.write_guard import WriteGuard
-from shared.inbox import InboxReader
+from services.runtime.hosting.session import Session
+from services.runtime.hosting.wake_timing import WakeClock, start_reading
+from services.runtime.live import diskfence as diskfence_module
+from services.runtime.live.diskfence import DiskFence, FenceBehind
+from services.runtime.store import transcript as transcript_module
+from services.runtime.store.transcript import Transcript
+from services.runtime.store.write_guard import WriteGuard
+from shared.streams.inbox import InboxReader
 from tests.support.wake_doubles import RecordingReader, WakingSession
 
 

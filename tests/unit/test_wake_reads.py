@@ -11,13 +11,13 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
 
-from services.runtime.liveui import LiveUi
-from services.runtime.session_files import read_session_files
-from services.runtime.write_guard import WriteGuard
-from shared import transcript_index as ix
+from services.runtime.hosting.session_files import read_session_files
+from services.runtime.store.write_guard import WriteGuard
+from services.runtime.ui.liveui import LiveUi
 from shared.contracts.transcript import SessionHeader
-from shared.disk import SessionPaths, session_paths
-from shared.uirules import UiLimits
+from shared.history import transcript_index as ix
+from shared.storage.disk import SessionPaths, session_paths
+from shared.ui.uirules import UiLimits
 
 T = TypeVar("T")
 
@@ -54,7 +54,7 @@ def layout(tmp_path: Path) -> SessionPaths:
 
 
 async def test_the_transcript_and_todo_are_read_off_the_loop(tmp_path: Path) -> None:
-    """The wake's first read is the transcript index (shared/transcript_index.py), then the window's lines."""
+    """The wake's first read is the transcript index (shared/history/transcript_index.py), then the window's lines."""
     paths = layout(tmp_path)
     header = SessionHeader(id="h1", timestamp="2026-01-01T00:00:00Z")
     paths.transcript.write_bytes(header.model_dump_json(by_alias=True).encode() + b"\n")

@@ -1,4 +1,4 @@
-"""shared/walk.py: the one bounded, iterative walk of a workspace and the tree removal."""
+"""shared/storage/walk.py: the one bounded, iterative walk of a workspace and the tree removal."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 import socket
 from pathlib import Path
 
-from shared.disk import workspace_files
-from shared.walk import WalkLimits, remove_tree, walk
+from shared.storage.disk import workspace_files
+from shared.storage.walk import WalkLimits, remove_tree, walk
 
 LIMITS = WalkLimits(max_entries=1000, max_depth=16, budget_s=10)
 

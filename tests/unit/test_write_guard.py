@@ -1,4 +1,4 @@
-"""The session's WriteGuard (services/runtime/write_guard.py): writes run in the I/O pool with the disk
+"""The session's WriteGuard (services/runtime/store/write_guard.py): writes run in the I/O pool with the disk
 fence held from the check to the write's end, a cancelled caller cannot free the fence mid-write, a
 session's writes take turns, and the event loop runs meanwhile."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.diskfence import DiskFence
-from services.runtime.lease import LeaseLost
-from services.runtime.write_guard import WriteGuard
+from services.runtime.live.diskfence import DiskFence
+from services.runtime.live.lease import LeaseLost
+from services.runtime.store.write_guard import WriteGuard
 
 
 def locked_elsewhere(path: Path) -> bool:

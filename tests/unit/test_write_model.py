@@ -1,4 +1,4 @@
-"""The one write model (shared/write_model.py) the proxy applies while a session is dormant and the
+"""The one write model (shared/ui/write_model.py) the proxy applies while a session is dormant and the
 runtime while it is live: real files under tmp_path, every refusal leaves the disk as it was."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 
 from pycrdt import Map
 
-from shared import write_model as w
 from shared.contracts.documents import StoredDeck
-from shared.disk import session_paths
-from shared.quota import WorkspaceQuota
-from shared.uidoc import ROOT, copy_doc, doc_from_snapshot, to_shared
-from shared.uirules import UiLimits, default_snapshot
+from shared.storage.disk import session_paths
+from shared.storage.quota import WorkspaceQuota
+from shared.ui import write_model as w
+from shared.ui.uidoc import ROOT, copy_doc, doc_from_snapshot, to_shared
+from shared.ui.uirules import UiLimits, default_snapshot
 
 QUOTA = WorkspaceQuota(max_bytes=1000, max_files=3)
 

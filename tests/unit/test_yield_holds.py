@@ -13,14 +13,13 @@ from typing import Any
 
 import pytest
 
-from services.runtime.delivery_rules import Action
 from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
-from services.runtime.turn_order import TurnInput
+from services.runtime.turns.delivery_rules import Action
+from services.runtime.turns.turn_order import TurnInput
 from shared.contracts.inbox import Injection, UserPrompt
 from shared.contracts.injection import RuntimeInjection
 from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage, ToolCall, UserMessage
-
-from .runtime_fakes import Host, answer, run_supervisor
+from tests.unit.runtime_fakes import Host, answer, run_supervisor
 
 pytestmark = pytest.mark.timeout(20)
 

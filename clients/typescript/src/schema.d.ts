@@ -514,7 +514,7 @@ export interface components {
         /**
          * FileWritten
          * @description `PUT /sessions/{id}/workspace/files/{path}`: the workspace path written, its size, the revision the
-         *     digest records for it (shared/revnum.py); `created` when there was no file before.
+         *     digest records for it (shared/redis/revnum.py); `created` when there was no file before.
          */
         FileWritten: {
             /** Path */
@@ -1897,7 +1897,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description a change to the agent's form other than answering or dismissing it (shared/form_rules.py) */
+            /** @description a change to the agent's form other than answering or dismissing it (shared/ui/form_rules.py) */
             403: {
                 headers: {
                     [name: string]: unknown;

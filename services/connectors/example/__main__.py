@@ -1,10 +1,9 @@
 """`python -m services.connectors.example`"""
 
-from shared.logging import configure_logging
-from shared.service import serve
+from services.connectors.example.app import create_app
+from shared.serving.service import serve
 from shared.settings import load_settings
-
-from .app import create_app
+from shared.telemetry.logging import configure_logging
 
 
 def main() -> None:

@@ -14,11 +14,10 @@ import structlog
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from services.connectors.example.library import BrandLibrary, spec
+from services.connectors.example.worker import CallWorker
 from shared.contracts.connectors import ConnectorResultSubmit
 from shared.settings import Settings, load_settings
-
-from .library import BrandLibrary, spec
-from .worker import CallWorker
 
 log = structlog.get_logger()
 NAME = "brand"

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from shared.contracts.connectors import ConnectorSpec, ConnectorTool
-from shared.tool_schema import ToolArgs, optional, parameters_of
+from shared.mcp.tool_schema import ToolArgs, optional, parameters_of
 
 IMAGE_TYPES = {".svg": "image/svg+xml", ".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                ".webp": "image/webp"}
@@ -40,7 +40,7 @@ class KitArgs(ToolArgs):
 
 def spec() -> ConnectorSpec:
     """What the library registers: three tools, `kit` answered `accepted` and finished later; each tool's
-    parameters are its argument model's schema (shared/tool_schema.py)."""
+    parameters are its argument model's schema (shared/mcp/tool_schema.py)."""
     return ConnectorSpec(description="The brand-asset library: the brand's colour palette and its logo and "
                          "pattern images.", tools=[
         ConnectorTool(name="colours", description="The brand colours (name, hex, role), optionally of one role.",

@@ -20,10 +20,9 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import ValidationError
 from redis.exceptions import ResponseError
 
-from shared import keys
+from services.connectors.example.library import BrandLibrary, UnknownTool
 from shared.contracts.connectors import ConnectorCall, ConnectorResultSubmit
-
-from .library import BrandLibrary, UnknownTool
+from shared.redis import keys
 
 log = structlog.get_logger()
 Answer = Callable[[ConnectorResultSubmit], Awaitable[None]]

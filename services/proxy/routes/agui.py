@@ -18,20 +18,19 @@ from typing import Any
 from fastapi import APIRouter, Depends, Header, Request
 from pydantic import BaseModel
 
-from shared import keys
-from shared.redis_wire import text
-
-from ..agui_input import RunRequest, read_input
-from ..agui_state import initial_state
-from ..agui_stream import RunStream, run_frames
-from ..agui_translate import Translator
-from ..deps import Proxy, get_proxy
-from ..errors import ApiError
-from ..idempotency import HEADER, MAX_KEY_CHARS
-from ..intake import accept_prompt
-from ..liveness import owned_session
-from ..rows import SessionState
-from ..sse_response import EventStreamResponse
+from services.proxy.agui.agui_input import RunRequest, read_input
+from services.proxy.agui.agui_state import initial_state
+from services.proxy.agui.agui_stream import RunStream, run_frames
+from services.proxy.agui.agui_translate import Translator
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.edge.errors import ApiError
+from services.proxy.edge.sse_response import EventStreamResponse
+from services.proxy.idempotency import HEADER, MAX_KEY_CHARS
+from services.proxy.intake import accept_prompt
+from services.proxy.liveness import owned_session
+from services.proxy.rows import SessionState
+from shared.redis import keys
+from shared.redis.redis_wire import text
 
 router = APIRouter(prefix="/sessions", tags=["ag-ui"])
 CURSOR = re.compile(r"^\d{1,20}-\d{1,20}(\.\d{1,6})?$")  # agui_stream.parse_cursor

@@ -2,7 +2,7 @@
 
 `POST /sessions/{sid}/rewind`: live -> a `Rewind` to the lease holder, which aborts the active run,
 restores and answers; dormant -> the proxy rewinds the disk itself under the dormant-write lock
-(shared/rewind.py), and the session stays dormant. `POST /sessions/{sid}/fork` reads the source's
+(shared/history/rewind.py), and the session stays dormant. `POST /sessions/{sid}/fork` reads the source's
 disk (never writes it, except a dormant source's own snapshot of its leaf under its lock) and lays out
 a new dormant session of the same owner, within the user's session quota and creation rate.
 """
@@ -14,27 +14,27 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Depends
 
-from shared import fork as forking
-from shared import rewind as rw
+from services.proxy.auth import current_user
+from services.proxy.budgets import caps_of
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.dormant import disk_budget
+from services.proxy.edge import heavy
+from services.proxy.edge.errors import ApiError
+from services.proxy.edge.quotas import check_create_rate
+from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
+from services.proxy.liveness import BecameLive, apply_if_dormant, dormant_lock, owned_session, write_mode
+from services.proxy.rows import SessionQuotaExceeded, SessionState, create_row, drop_row, load_state
 from shared.contracts.http import ForkBody, ForkedSession, ForkOrigin, ModelUsage, RewindBody, RewindResult
 from shared.contracts.inbox import Rewind
 from shared.contracts.messages import UserMessage
 from shared.contracts.transcript import MessageEntry
-from shared.disk import SessionPaths, session_paths
-from shared.snapshots import SnapshotLimits
-from shared.transcript_branch import read_branch
-from shared.uirules import default_snapshot
-from shared.write_model import Refused
-
-from .. import disk_budget, heavy
-from ..auth import current_user
-from ..budgets import caps_of
-from ..deps import Proxy, get_proxy
-from ..errors import ApiError
-from ..idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
-from ..liveness import BecameLive, apply_if_dormant, dormant_lock, owned_session, write_mode
-from ..quotas import check_create_rate
-from ..rows import SessionQuotaExceeded, SessionState, create_row, drop_row, load_state
+from shared.history import fork as forking
+from shared.history import rewind as rw
+from shared.history.transcript_branch import read_branch
+from shared.storage.disk import SessionPaths, session_paths
+from shared.storage.snapshots import SnapshotLimits
+from shared.ui.uirules import default_snapshot
+from shared.ui.write_model import Refused
 
 router = APIRouter(prefix="/sessions", tags=["branches"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -68,7 +68,7 @@ async def rewind_session(proxy: Proxy, state: SessionState, entry_id: str,
 
 def _edit_target(paths: SessionPaths, entry_id: str) -> str | None:
     """The parent of user message `entry_id` (None when it is not one)."""
-    branch = read_branch(paths.transcript, entry_id)  # by offset: never the whole file (shared/transcript_branch.py)
+    branch = read_branch(paths.transcript, entry_id)  # by offset: never the whole file (shared/history/transcript_branch.py)
     last = branch.tail[-1] if branch and branch.tail else None
     if branch is None or not (isinstance(last, MessageEntry) and isinstance(last.message, UserMessage)):
         return None

@@ -5,7 +5,7 @@ id (`shared.contracts.documents.merge_cards`). `If-Match: <revision>` that is no
 409. Same liveness rule as files: live -> `DocumentEdit` / `DocumentDelete` to the runtime; dormant
 (also never woken) -> the proxy writes a new or existing document, or removes one, under the
 dormant-write lock, and the session stays dormant. Both sides apply the edit with
-`shared.write_model.edit_document` (`delete_document`).
+`shared.ui.write_model.edit_document` (`delete_document`).
 """
 
 from __future__ import annotations
@@ -16,18 +16,17 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Header
 from fastapi.responses import JSONResponse
 
-from shared import write_model
+from services.proxy.artifacts import client_digest, document_changed, document_deleted
+from services.proxy.deps import Proxy, get_proxy, tracking
+from services.proxy.edge.errors import DISK_ERRORS, ApiError
+from services.proxy.liveness import apply_if_dormant, owned_session, refused
+from services.proxy.rows import SessionState
 from shared.contracts.documents import Deck, StoredDeck
 from shared.contracts.http import DocumentDeleted
 from shared.contracts.inbox import DocumentDelete, DocumentEdit
-from shared.disk import SessionPaths, session_paths
-from shared.write_model import DocOp, Refused
-
-from ..artifacts import client_digest, document_changed, document_deleted
-from ..deps import Proxy, get_proxy, tracking
-from ..errors import DISK_ERRORS, ApiError
-from ..liveness import apply_if_dormant, owned_session, refused
-from ..rows import SessionState
+from shared.storage.disk import SessionPaths, session_paths
+from shared.ui import write_model
+from shared.ui.write_model import DocOp, Refused
 
 router = APIRouter(prefix="/sessions", tags=["documents"])
 PATCH_KEYS = {"title", "theme", "metadata", "assets", "cards", "order"}

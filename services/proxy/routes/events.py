@@ -22,18 +22,17 @@ import redis.asyncio as aioredis
 import structlog
 from fastapi import APIRouter, Depends, Header, Query
 
-from shared import keys
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.edge.errors import ApiError
+from services.proxy.edge.sse_response import EventStreamResponse
+from services.proxy.edge.sse_trace import Deliveries
+from services.proxy.fanout import HEARTBEAT, EventFanout, Item, Subscriber
+from services.proxy.liveness import owned_session
+from services.proxy.rows import SessionState
 from shared.contracts.events import SessionEvent
-from shared.deletion import is_deleted
-from shared.redis_wire import parse_id, text
-
-from ..deps import Proxy, get_proxy
-from ..errors import ApiError
-from ..fanout import HEARTBEAT, EventFanout, Item, Subscriber
-from ..liveness import owned_session
-from ..rows import SessionState
-from ..sse_response import EventStreamResponse
-from ..sse_trace import Deliveries
+from shared.redis import keys
+from shared.redis.deletion import is_deleted
+from shared.redis.redis_wire import parse_id, text
 
 router = APIRouter(prefix="/sessions", tags=["events"])
 STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
@@ -93,7 +92,7 @@ def _before(entry_id: str) -> str:
 async def history_gap(redis: aioredis.Redis, sid: str, start: str, last: str) -> str | None:
     """The id to resume from after a `reset`, or None when the stream still holds everything after
     the client's position. Gone are the entries up to the row's `events_swept` (the dormant sweep
-    deleted the stream, shared/dormancy.py) and those below the first entry of a stream capped by
+    deleted the stream, shared/redis/dormancy.py) and those below the first entry of a stream capped by
     MAXLEN. `0` asks for the whole history: a gap only when a sweep dropped some; `$` never has one.
     A position beyond the newest entry (or any position in a stream that never held one) was never
     sent by this stream: the client's view cannot be trusted either, so it reloads too, and resumes

@@ -16,13 +16,12 @@ from fastapi import APIRouter, Depends
 from fastapi import Path as PathParam
 from fastapi.responses import Response
 
-from shared.disk import session_paths, storage_fault
-from shared.images import image_file, sniff
-
-from ..deps import Proxy, get_proxy
-from ..errors import ApiError
-from ..liveness import owned_session
-from ..rows import SessionState
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.edge.errors import ApiError
+from services.proxy.liveness import owned_session
+from services.proxy.rows import SessionState
+from shared.media.images import image_file, sniff
+from shared.storage.disk import session_paths, storage_fault
 
 router = APIRouter(prefix="/sessions", tags=["images"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -37,7 +36,7 @@ def _read(path: os.PathLike[str]) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
         if storage_fault(exc) is not None:
-            raise  # a failing disk is a 503 (services/proxy/errors.py), not "no such image"
+            raise  # a failing disk is a 503 (services/proxy/edge/errors.py), not "no such image"
         return None
     with os.fdopen(fd, "rb") as fh:
         return fh.read()

@@ -1,4 +1,4 @@
-"""Workspace knowledge notes `PUT|GET|DELETE /knowledge/{id}`, `GET /knowledge` (shared/knowledge.py).
+"""Workspace knowledge notes `PUT|GET|DELETE /knowledge/{id}`, `GET /knowledge` (shared/history/knowledge.py).
 
 Notes belong to the authenticated user (the owner of their sessions), outside any session; the proxy
 is their only writer. A write or delete is then announced to each of the owner's live sessions as a
@@ -15,11 +15,13 @@ import structlog
 from fastapi import APIRouter, Depends, Path
 from fastapi.responses import Response
 
-from shared import inbox, keys
+from services.proxy.auth import current_user
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.edge.errors import ApiError
 from shared.contracts.base import now_ms
 from shared.contracts.inbox import Injection
 from shared.contracts.injection import RuntimeInjection
-from shared.knowledge import (
+from shared.history.knowledge import (
     NOTE_ID,
     KnowledgeBody,
     KnowledgeList,
@@ -33,11 +35,9 @@ from shared.knowledge import (
     source_id,
     update_text,
 )
-from shared.redis_wire import text
-
-from ..auth import current_user
-from ..deps import Proxy, get_proxy
-from ..errors import ApiError
+from shared.redis import keys
+from shared.redis.redis_wire import text
+from shared.streams import inbox
 
 router = APIRouter(prefix="/knowledge", tags=["knowledge"])
 log = structlog.get_logger()

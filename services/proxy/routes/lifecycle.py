@@ -12,19 +12,18 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.dormant.erase import begin, delete_session
+from services.proxy.dormant.export import ExportTooLarge, build, chunks
+from services.proxy.edge import heavy
+from services.proxy.edge.errors import ApiError
+from services.proxy.liveness import apply_if_dormant, owned_or_deleting, owned_session
+from services.proxy.rows import SessionState, load_state, set_model, set_title
 from shared.catalogue.sessions import ModelRefused, changed, settle
 from shared.contracts.http import ModelConfig, PatchSession, SessionView
 from shared.contracts.inbox import ModelChange
-from shared.disk import session_paths
-from shared.model_change import record_on_disk
-
-from .. import heavy
-from ..deps import Proxy, get_proxy
-from ..erase import begin, delete_session
-from ..errors import ApiError
-from ..export import ExportTooLarge, build, chunks
-from ..liveness import apply_if_dormant, owned_or_deleting, owned_session
-from ..rows import SessionState, load_state, set_model, set_title
+from shared.history.model_change import record_on_disk
+from shared.storage.disk import session_paths
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unknown token"},

@@ -1,6 +1,6 @@
 """The active run (docs/integration.md "Abort and interrupt"): POST /abort, and messages aimed at one run (`expected_run_id`).
 
-The runtime writes the active run's id into `gamma:{sid}:running` (services/runtime/supervisor.py);
+The runtime writes the active run's id into `gamma:{sid}:running` (services/runtime/runs/supervisor.py);
 the proxy reads it with the session row, so a stale `expected_run_id` is refused at once with 409 and
 nothing queued. When it matches, the message is forwarded and the proxy waits for the runtime's
 verdict (the run may end meanwhile: the runtime checks again when it takes the entry, and refuses
@@ -14,15 +14,14 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends
 from fastapi.responses import JSONResponse
 
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.edge.errors import ApiError
+from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
+from services.proxy.liveness import owned_session
+from services.proxy.rows import SessionState, touch
 from shared.contracts.base import new_id
 from shared.contracts.http import AbortBody, AbortResult, MessageAccepted
 from shared.contracts.inbox import Abort, UserPrompt
-
-from ..deps import Proxy, get_proxy
-from ..errors import ApiError
-from ..idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
-from ..liveness import owned_session
-from ..rows import SessionState, touch
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unknown token"},

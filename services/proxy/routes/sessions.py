@@ -9,7 +9,27 @@ import structlog
 from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse, Response
 
-from shared import dormancy
+from services.proxy.auth import current_user
+from services.proxy.budgets import BUDGET_RESPONSES, checked_budget, session_spend
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.dormant.preview import display_entries, read_todo, read_transcript, read_ui
+from services.proxy.dormant.transcript_pages import BadCursor as BadTranscriptCursor
+from services.proxy.dormant.transcript_pages import view_and_page
+from services.proxy.dormant.uidoc import default_snapshot
+from services.proxy.edge.errors import ApiError
+from services.proxy.edge.quotas import check_create_rate
+from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
+from services.proxy.intake import accept_prompt
+from services.proxy.liveness import dormant_lock, owned_session
+from services.proxy.rows import (
+    BadCursor,
+    SessionQuotaExceeded,
+    SessionState,
+    create_row,
+    list_page,
+    load_state,
+    mark_dormant,
+)
 from shared.catalogue.sessions import ModelRefused, settle
 from shared.contracts.http import (
     CompactBody,
@@ -24,29 +44,8 @@ from shared.contracts.http import (
     Transcript,
 )
 from shared.contracts.inbox import Compact, Stop
-from shared.disk import atomic_write_json, session_paths
-
-from ..auth import current_user
-from ..budgets import BUDGET_RESPONSES, checked_budget, session_spend
-from ..deps import Proxy, get_proxy
-from ..errors import ApiError
-from ..idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
-from ..intake import accept_prompt
-from ..liveness import dormant_lock, owned_session
-from ..preview import display_entries, read_todo, read_transcript, read_ui
-from ..quotas import check_create_rate
-from ..rows import (
-    BadCursor,
-    SessionQuotaExceeded,
-    SessionState,
-    create_row,
-    list_page,
-    load_state,
-    mark_dormant,
-)
-from ..transcript_pages import BadCursor as BadTranscriptCursor
-from ..transcript_pages import view_and_page
-from ..uidoc import default_snapshot
+from shared.redis import dormancy
+from shared.storage.disk import atomic_write_json, session_paths
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 log = structlog.get_logger()

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
+from services.proxy.auth import current_user
+from services.proxy.budgets import user_spend
+from services.proxy.deps import Proxy, get_proxy
 from shared.contracts.spend import UserSpend
-
-from ..auth import current_user
-from ..budgets import user_spend
-from ..deps import Proxy, get_proxy
 
 router = APIRouter(tags=["spend"])
 

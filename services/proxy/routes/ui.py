@@ -4,7 +4,7 @@ Live: the runtime owns the Yjs document; the proxy forwards a `UiUpdate` and ans
 runtime's `{snapshot, update}` (a read is an empty update). Dormant: the proxy validates and writes
 the complete snapshot to `state.json`; without a snapshot it applies the update to the document
 rebuilt from `state.json` and stores the result. Both go through the rule the runtime applies live
-(shared.uirules, shared.uimerge): every check runs before any write, and a 400, 413 or 422 leaves
+(shared.ui.uirules, shared.ui.uimerge): every check runs before any write, and a 400, 413 or 422 leaves
 state.json as it was.
 """
 
@@ -15,20 +15,19 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from shared import write_model
+from services.proxy.deps import Proxy, get_proxy
+from services.proxy.dormant.preview import read_ui
+from services.proxy.dormant.uidoc import api_error, decode_b64, encode_b64, validate_snapshot
+from services.proxy.edge.errors import DISK_ERRORS
+from services.proxy.liveness import apply_if_dormant, owned_session
+from services.proxy.rows import SessionState
 from shared.contracts.http import UiState, UiSync
 from shared.contracts.inbox import UiUpdate
-from shared.disk import session_paths
-from shared.uidoc import EMPTY_UPDATE, doc_from_snapshot
-from shared.uimerge import check_update
-from shared.uirules import UiLimits, UiRefused
-
-from ..deps import Proxy, get_proxy
-from ..errors import DISK_ERRORS
-from ..liveness import apply_if_dormant, owned_session
-from ..preview import read_ui
-from ..rows import SessionState
-from ..uidoc import api_error, decode_b64, encode_b64, validate_snapshot
+from shared.storage.disk import session_paths
+from shared.ui import write_model
+from shared.ui.uidoc import EMPTY_UPDATE, doc_from_snapshot
+from shared.ui.uimerge import check_update
+from shared.ui.uirules import UiLimits, UiRefused
 
 router = APIRouter(prefix="/sessions", tags=["ui"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -57,7 +56,7 @@ async def get_ui(state: SessionState = Depends(owned_session), proxy: Proxy = De
 
 @router.post("/{sid}/ui/sync", response_model=UiState, responses={
     **ERRORS, 400: {"description": "malformed base64 or Yjs update"},
-    403: {"description": "a change to the agent's form other than answering or dismissing it (shared/form_rules.py)"},
+    403: {"description": "a change to the agent's form other than answering or dismissing it (shared/ui/form_rules.py)"},
     409: {"description": "the session is waking"},
     413: {"description": "the update or the merged document is over its byte cap"},
     422: {"description": "the merged state is not a valid SessionUIState, holds too many values, or answers the "

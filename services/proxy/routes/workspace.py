@@ -2,15 +2,15 @@
 "Forwarded live writes").
 
 Reads come from the session disk in both states (the runtime writes its files there at once).
-Writes go through `shared.write_model` on both sides: live -> `FileWrite` / `FileDelete` to the
+Writes go through `shared.ui.write_model` on both sides: live -> `FileWrite` / `FileDelete` to the
 runtime, which owns live files and answers; dormant (also never woken) -> the proxy writes a new or
 existing file, or removes one, under the dormant-write lock, within the session's workspace quota
 (507), and the session stays dormant. Either way the change goes to the digest, which tells the agent
 (a dormant change through `pending_artifacts.json`, before the woken prompt).
 
 Paths: the raw request path is decoded here (invalid UTF-8 is a 400, never U+FFFD), validated and
-NFC-normalised by `shared.disk.split_workspace_path` before any I/O, and every open goes beneath the
-workspace through `shared.workspace_fs` (a link a sandboxed command planted cannot lead out of it).
+NFC-normalised by `shared.storage.disk.split_workspace_path` before any I/O, and every open goes beneath the
+workspace through `shared.storage.workspace_fs` (a link a sandboxed command planted cannot lead out of it).
 """
 
 from __future__ import annotations
@@ -28,21 +28,22 @@ import structlog
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from shared import revnum, workspace_fs, write_model
-from shared.blobs import remove_blob, write_blob
+from services.proxy.artifacts import BlobRef, client_digest, file_changed, file_deleted, file_ref
+from services.proxy.deps import Proxy, get_proxy, tracking
+from services.proxy.dormant import disk_budget
+from services.proxy.edge.errors import DISK_ERRORS
+from services.proxy.liveness import apply_if_dormant, owned_session
+from services.proxy.rows import SessionState
 from shared.contracts.base import new_id
 from shared.contracts.http import FileWritten
 from shared.contracts.inbox import FileDelete, FileWrite
-from shared.disk import PathRefused, check_size, session_paths, shown_path, split_workspace_path
-from shared.quota import WorkspaceQuota
-from shared.write_model import Refused
-
-from .. import disk_budget
-from ..artifacts import BlobRef, client_digest, file_changed, file_deleted, file_ref
-from ..deps import Proxy, get_proxy, tracking
-from ..errors import DISK_ERRORS
-from ..liveness import apply_if_dormant, owned_session
-from ..rows import SessionState
+from shared.redis import revnum
+from shared.storage import workspace_fs
+from shared.storage.blobs import remove_blob, write_blob
+from shared.storage.disk import PathRefused, check_size, session_paths, shown_path, split_workspace_path
+from shared.storage.quota import WorkspaceQuota
+from shared.ui import write_model
+from shared.ui.write_model import Refused
 
 log = structlog.get_logger()
 
@@ -191,7 +192,7 @@ async def write_file(
 
     async def dormant() -> tuple[write_model.FileWritten, int] | Refused:
         # Numbered and published under the dormant-write lock: two writes to one file are numbered and
-        # reach the digest in the order they hit the disk (shared/revnum.py).
+        # reach the digest in the order they hit the disk (shared/redis/revnum.py).
         written = await asyncio.to_thread(write_model.write_file, workspace, rel, data,
                                           max_bytes=proxy.settings.storage.max_file_bytes, quota=workspace_quota)
         if isinstance(written, Refused):

@@ -10,10 +10,17 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
+from services.runtime.engine.loop import run_loop, run_loop_continue
+from services.runtime.engine.types import (
+    AbortSignal,
+    AgentContext,
+    AgentEvent,
+    Emit,
+    LoopConfig,
+    RunHooks,
+    Tool,
+)
 from shared.contracts.messages import AgentMessage, AssistantMessage
-
-from .loop import run_loop, run_loop_continue
-from .types import AbortSignal, AgentContext, AgentEvent, Emit, LoopConfig, RunHooks, Tool
 
 QueueMode = Literal["all", "one-at-a-time"]
 
@@ -140,7 +147,7 @@ class Agent:
         """Pi's rule after a run ends: queued steering starts the next run, else the queued follow-ups
         do (more follow-ups stay queued; the loop takes them when it would stop). The queued messages
         are prompted, never a bare continue. After a yield the session's supervisor does not call
-        this: the idle rules decide (services/runtime/supervisor.py `left_to_run`)."""
+        this: the idle rules decide (services/runtime/runs/supervisor.py `left_to_run`)."""
         if self._running:
             raise AgentBusy("the agent is already running")
         queued = _take(self._steer, self.steering_mode) or _take(self._follow, self.follow_up_mode)

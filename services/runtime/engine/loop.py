@@ -19,13 +19,20 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from services.runtime.engine.reply_rules import RunTally, cut_call_outcome, judge, over_budget
+from services.runtime.engine.spans import record_tool, tool_span
+from services.runtime.engine.types import (
+    AgentContext,
+    AgentEvent,
+    Emit,
+    LoopConfig,
+    Tool,
+    ToolContext,
+    ToolOutcome,
+)
 from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage
-from shared.disk import storage_fault
-from shared.tool_schema import argument_problem
-
-from .reply_rules import RunTally, cut_call_outcome, judge, over_budget
-from .spans import record_tool, tool_span
-from .types import AgentContext, AgentEvent, Emit, LoopConfig, Tool, ToolContext, ToolOutcome
+from shared.mcp.tool_schema import argument_problem
+from shared.storage.disk import storage_fault
 
 TOOL_ABORT_GRACE_S = 1.0  # how long running tools may take to end on the abort signal before a cancel
 
@@ -235,7 +242,7 @@ def aborted_outcome(note: str, partial: ToolOutcome | None = None) -> ToolOutcom
 
 def validate_arguments(tool: Tool, args: dict[str, Any]) -> str | None:
     """The model's arguments checked before the tool runs, so the model gets a clear error: against the
-    tool's argument model (shared/tool_schema.py), or for a connector's tool, whose schema is data, the
+    tool's argument model (shared/mcp/tool_schema.py), or for a connector's tool, whose schema is data, the
     light check below (required keys, primitive types, unknown keys)."""
     if "__invalid_json__" in args:
         return f"Invalid JSON arguments for {tool.name}: {args['__invalid_json__'][:200]}"

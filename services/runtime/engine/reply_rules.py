@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.runtime.engine.types import RunBudget, ToolOutcome
 from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage, ToolCall
 from shared.contracts.spend import BudgetReachedData
-from shared.trusted_blocks import render
-
-from .types import RunBudget, ToolOutcome
+from shared.trust.trusted_blocks import render
 
 
 @dataclass

@@ -11,14 +11,14 @@ from pydantic import BaseModel
 
 from shared.contracts.events import EventType
 from shared.contracts.messages import AgentMessage, AssistantMessage, ImageRef, ToolCall
-from shared.tool_schema import parameters_of
+from shared.mcp.tool_schema import parameters_of
 
 
 class ToolOutcome(BaseModel):
     """What a tool returns. Errors are values: a failing tool still yields an outcome."""
 
     content: str
-    images: list[ImageRef] | None = None  # stored images the model sees with the text (shared/images.py)
+    images: list[ImageRef] | None = None  # stored images the model sees with the text (shared/media/images.py)
     details: dict[str, Any] | None = None
     is_error: bool = False
     terminate: bool = False  # ends the run only when every result of the batch sets it (Pi)
@@ -52,7 +52,7 @@ ToolExecute = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutcome]]
 @dataclass(frozen=True)
 class Tool:
     """A tool as the model sees it. Ours declare their arguments as a model (`Tool.typed`,
-    shared/tool_schema.py): the schema sent and the check of each call both come from it. A connector's
+    shared/mcp/tool_schema.py): the schema sent and the check of each call both come from it. A connector's
     tool carries the JSON schema its connector registered (`arguments` None)."""
 
     name: str
@@ -77,7 +77,7 @@ class AgentContext:
     system_prompt: str
     messages: list[AgentMessage]
     tools: list[Tool]
-    # The part of `system_prompt` every variant shares (services/runtime/prompt.py `static_prefix`):
+    # The part of `system_prompt` every variant shares (services/runtime/skillset/prompt.py `static_prefix`):
     # where the breakpoint regime marks its first explicit cache breakpoint (docs/cache.md). Empty:
     # the whole prompt is one block.
     static_prefix: str = ""

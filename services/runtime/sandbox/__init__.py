@@ -4,9 +4,9 @@ Layers: bwrap (namespaces), landlock (Landlock + seccomp where user namespaces a
 (explicit only). See README "Security" and the modules for what each guarantees.
 """
 
-from .core import Sandbox
-from .probe import describe, export_metric, limits_from, probe_layer, select_sandbox
-from .types import Layer, SandboxLimits, SandboxRequest, SandboxResult
+from services.runtime.sandbox.core import Sandbox
+from services.runtime.sandbox.probe import describe, export_metric, limits_from, probe_layer, select_sandbox
+from services.runtime.sandbox.types import Layer, SandboxLimits, SandboxRequest, SandboxResult
 
 __all__ = ["Layer", "Sandbox", "SandboxLimits", "SandboxRequest", "SandboxResult", "describe", "export_metric",
            "limits_from", "probe_layer", "select_sandbox"]

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .types import SandboxLimits
+from services.runtime.sandbox.types import SandboxLimits
 
 WORKSPACE = "/workspace"
 SKILLS = "/skills"
@@ -118,7 +118,7 @@ _programs: list[bytes] = []
 
 def _program() -> bytes:
     if not _programs:
-        from .launcher import seccomp_program
+        from services.runtime.sandbox.launcher import seccomp_program
 
         _programs.append(seccomp_program(os.uname().machine, namespaced=True))
     return _programs[0]

@@ -11,16 +11,15 @@ from pathlib import Path
 
 import structlog
 
-from shared.walk import WalkLimits
-
-from . import cgroup as memcg
-from . import host, watch
-from .bwrap import bwrap_argv, bwrap_binary, seccomp_fd, ulimit_prologue
-from .bwrap import env as bwrap_env
-from .landlock import env as landlock_env
-from .landlock import landlock_argv
-from .runner import Exit, run_confined
-from .types import Layer, SandboxLimits, SandboxRequest, SandboxResult, walk_limits
+from services.runtime.sandbox import cgroup as memcg
+from services.runtime.sandbox import host, watch
+from services.runtime.sandbox.bwrap import bwrap_argv, bwrap_binary, seccomp_fd, ulimit_prologue
+from services.runtime.sandbox.bwrap import env as bwrap_env
+from services.runtime.sandbox.landlock import env as landlock_env
+from services.runtime.sandbox.landlock import landlock_argv
+from services.runtime.sandbox.runner import Exit, run_confined
+from services.runtime.sandbox.types import Layer, SandboxLimits, SandboxRequest, SandboxResult, walk_limits
+from shared.storage.walk import WalkLimits
 
 log = structlog.get_logger()
 

@@ -5,7 +5,7 @@ When the runtime runs as root (development, CI), the command must not: RLIMIT_NP
 enforced for uid 0 (the kernel exempts INIT_USER, also through a user namespace mapped onto it), so
 a fork bomb would be unbounded, and DAC would not help Landlock. The call then runs as a per-session
 unprivileged uid (UID_BASE + a hash of the workspace path) and the workspace tree is handed to that
-uid before each call (shared/walk.py's bounded walk + lchown through dir fds: no symlink is ever
+uid before each call (shared/storage/walk.py's bounded walk + lchown through dir fds: no symlink is ever
 followed). A non-root
 runtime (the image runs as uid 10001) keeps its own uid: nothing is chowned.
 """
@@ -19,7 +19,7 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from shared.walk import Walk, WalkLimits, remove_tree, walk_fd
+from shared.storage.walk import Walk, WalkLimits, remove_tree, walk_fd
 
 UID_BASE = 200_000
 UID_SPAN = 100_000
@@ -33,7 +33,7 @@ def sandbox_uid(workspace: Path) -> int | None:
 
 def hand_over(workspace: Path, uid: int | None, limits: WalkLimits) -> Walk | None:
     """Make the tree writable by the sandbox's uid (only entries it does not own yet), through the
-    bounded walk (shared/walk.py): a tree past the bounds is handed over as far as the walk got (what
+    bounded walk (shared/storage/walk.py): a tree past the bounds is handed over as far as the walk got (what
     the sandbox made, it owns already). Blocks on the disk: the caller runs it in the I/O pool."""
     if uid is None:
         return None
@@ -74,7 +74,7 @@ def private_tmp(uid: int | None) -> Path:
 
 
 def remove_tmp(path: Path, budget_s: float = 30.0) -> None:
-    """Remove the private temporary directory, however deep the call nested it (shared/walk.py)."""
+    """Remove the private temporary directory, however deep the call nested it (shared/storage/walk.py)."""
     with contextlib.suppress(OSError):
         parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:

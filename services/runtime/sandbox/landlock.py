@@ -17,8 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from .bwrap import ETC, PATH
-from .types import SandboxLimits
+from services.runtime.sandbox.bwrap import ETC, PATH
+from services.runtime.sandbox.types import SandboxLimits
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 # Passed with -c: the sandbox's uid may not be able to reach the repository (or a venv under /root);

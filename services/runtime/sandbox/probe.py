@@ -14,12 +14,11 @@ from typing import cast
 import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
+from services.runtime.sandbox import cgroup, landlock
+from services.runtime.sandbox.bwrap import bwrap_binary
+from services.runtime.sandbox.core import Sandbox
+from services.runtime.sandbox.types import Layer, SandboxLimits
 from shared.settings import Settings
-
-from . import cgroup, landlock
-from .bwrap import bwrap_binary
-from .core import Sandbox
-from .types import Layer, SandboxLimits
 
 log = structlog.get_logger()
 ORDER: tuple[Layer, ...] = ("bwrap", "landlock")

@@ -1,7 +1,7 @@
-"""The workspace quota after a bash call (shared/quota.py: bytes, files, entries, depth).
+"""The workspace quota after a bash call (shared/storage/quota.py: bytes, files, entries, depth).
 
 RLIMIT_FSIZE already stops any single file at the byte quota while the command runs. After the call
-the whole workspace is measured with the bounded walk (shared/walk.py). Entries nested deeper than
+the whole workspace is measured with the bounded walk (shared/storage/walk.py). Entries nested deeper than
 the depth bound are removed (nothing can be put there any other way). If the workspace is over its
 quota, the entries the call created are removed (a new directory as a whole: its subtree is not
 walked, only removed), so it is back to what it held before, apart from files the call grew; the model
@@ -19,14 +19,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.pathnames import unshow
-from shared.quota import Usage, WorkspaceQuota
-from shared.walk import Walk, WalkLimits, remove_tree, walk
+from shared.storage.pathnames import unshow
+from shared.storage.quota import Usage, WorkspaceQuota
+from shared.storage.walk import Walk, WalkLimits, remove_tree, walk
 
 SHOWN = 20
 REMOVAL_BUDGET_S = 60.0  # removing what a call created: it may be as large as the call could make
 CREATED_SCAN_ENTRIES = 1_000_000  # the scan for created entries lists new names without walking them
-DEEP_ROUNDS = 8  # each round removes up to shared.walk.TOO_DEEP_SHOWN too-deep subtrees
+DEEP_ROUNDS = 8  # each round removes up to shared.storage.walk.TOO_DEEP_SHOWN too-deep subtrees
 
 
 @dataclass
@@ -92,7 +92,7 @@ def _created(root: Path, existed: set[str], dirs: set[str]) -> list[str]:
 def _remove(root: Path, rel: str) -> bool:
     """Remove root/rel (a whole subtree) through O_NOFOLLOW directory fds: a concurrent command of the
     same session that swaps a directory for a symlink cannot turn this into a delete elsewhere."""
-    *dirs, name = [unshow(part) for part in rel.split("/")]  # a walk's rel is shown (shared/pathnames.py)
+    *dirs, name = [unshow(part) for part in rel.split("/")]  # a walk's rel is shown (shared/storage/pathnames.py)
     try:
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:

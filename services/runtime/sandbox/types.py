@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from shared.walk import WalkLimits
+from shared.storage.walk import WalkLimits
 
 Layer = Literal["bwrap", "landlock", "off"]
 
@@ -21,7 +21,7 @@ class SandboxLimits(BaseModel):
     max_open_files: int = 256  # RLIMIT_NOFILE
     file_bytes: int = 100 * 1024 * 1024  # RLIMIT_FSIZE and the workspace byte quota checked after a call
     workspace_files: int = 2000  # the workspace file-count quota checked after a call
-    workspace_entries: int = 10_000  # bounds of the workspace walks around a call (shared/walk.py)
+    workspace_entries: int = 10_000  # bounds of the workspace walks around a call (shared/storage/walk.py)
     workspace_depth: int = 64
     walk_budget_s: float = 5.0
     tmp_bytes: int = 64 * 1024 * 1024  # size of each private tmpfs (/tmp, HOME, /dev/shm under bwrap; landlock's /tmp)

@@ -7,7 +7,7 @@ the runtime watches: each bounded tree (the workspace; under landlock also the p
 directory, which lies on the host's disk) has a ceiling of bytes on disk (blocks: a sparse file's
 holes take nothing) and of entries. Every SAMPLE_S the file system's own counters (statvfs: used
 blocks and inodes, one cheap call) say how much anything on it grew since the call began; only once
-that growth could take the tree past a ceiling is the tree walked (shared/walk.py, bounded), and the
+that growth could take the tree past a ceiling is the tree walked (shared/storage/walk.py, bounded), and the
 tree is walked anyway every WALK_S in case something else on the disk shrank meanwhile. Past a ceiling
 the call is killed as a whole (runner.py) and its result says so. What a call can write beyond the
 ceiling is its write rate for about SAMPLE_S plus one walk.
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.walk import WalkLimits, walk
+from shared.storage.walk import WalkLimits, walk
 
 SAMPLE_S = 0.1
 WALK_S = 2.0

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+from services.runtime.engine.types import Tool, ToolOutcome
+from services.runtime.skillset.skills import Skill
+from services.runtime.tools.bash import bash_tool
+from services.runtime.tools.files import edit_tool, read_tool, write_tool
+from services.runtime.tools.message_user import ALONE_ERROR, message_user_tool
+from services.runtime.tools.ports import ToolHost, WorkspaceHost
+from services.runtime.tools.show import show_file_tool, show_gamma_tool
+from services.runtime.tools.skill import plan_skill_batch, skill_tool
+from services.runtime.tools.subagent import subagent_tool
+from services.runtime.tools.todo import todo_tool
+from services.runtime.tools.workspace_rule import NoteReader, read_workspace_rule_tool
 from shared.contracts.messages import ToolCall
-
-from ..engine.types import Tool, ToolOutcome
-from ..skills import Skill
-from .bash import bash_tool
-from .files import edit_tool, read_tool, write_tool
-from .message_user import ALONE_ERROR, message_user_tool
-from .ports import ToolHost, WorkspaceHost
-from .show import show_file_tool, show_gamma_tool
-from .skill import plan_skill_batch, skill_tool
-from .subagent import subagent_tool
-from .todo import todo_tool
-from .workspace_rule import NoteReader, read_workspace_rule_tool
 
 TOOL_ORDER = ("read", "bash", "write", "edit", "todo", "subagent", "show_gamma", "show_file", "skill",
               "message_user", "read_workspace_rule")

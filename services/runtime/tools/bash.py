@@ -3,9 +3,9 @@ workspace as cwd, a timeout, an output cap, the workspace quota watched while th
 killed past it, sandbox/watch.py) and enforced after it (sandbox/quota.py).
 
 Files the command changes are published as ArtifactChange(agent), found by comparing the
-workspace's (mtime, size) before and after: two walks (shared/walk.py, bounded, in the I/O pool).
+workspace's (mtime, size) before and after: two walks (shared/storage/walk.py, bounded, in the I/O pool).
 They are what the agent saw of them since (the result's `files`: path -> SHA-256, None when removed;
-services/runtime/file_reads.py), and the result names each one someone else had changed since the
+services/runtime/store/file_reads.py), and the result names each one someone else had changed since the
 agent last saw it, or that it never saw (prompts/interface.txt).
 """
 
@@ -17,17 +17,16 @@ from typing import Any
 
 from pydantic import Field
 
-from shared import workspace_fs
-from shared.disk import DiskError
-from shared.tool_schema import ToolArgs, optional
-from shared.walk import Walk, walk
-
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from ..file_reads import FileReads, altered_by_others, sha256, stale
-from ..paths import sandbox_skills_dir
-from ..sandbox import SandboxResult, quota
-from .files import file_ref
-from .ports import AgentFilesHost, ShellHost
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.sandbox import SandboxResult, quota
+from services.runtime.skillset.paths import sandbox_skills_dir
+from services.runtime.store.file_reads import FileReads, altered_by_others, sha256, stale
+from services.runtime.tools.files import file_ref
+from services.runtime.tools.ports import AgentFilesHost, ShellHost
+from shared.mcp.tool_schema import ToolArgs, optional
+from shared.storage import workspace_fs
+from shared.storage.disk import DiskError
+from shared.storage.walk import Walk, walk
 
 DEFAULT_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 600

@@ -1,5 +1,5 @@
 """read / write / edit: inside the session workspace; every change is an ArtifactChange(agent). `read`
-also opens a skill's own files, read-only (services/runtime/skill_files.py)."""
+also opens a skill's own files, read-only (services/runtime/skillset/skill_files.py)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,15 @@ from typing import Any
 
 from pydantic import Field
 
-from shared import workspace_fs
-from shared.disk import DiskError, check_size, split_workspace_path
-from shared.tool_schema import ToolArgs, optional
-
-from .. import skill_files
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from ..file_reads import canonical, current_sha, sha256
-from ..paths import sandbox_skills_dir
-from .image_view import image_outcome, is_image
-from .ports import AgentFilesHost, WorkspaceHost
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.skillset import skill_files
+from services.runtime.skillset.paths import sandbox_skills_dir
+from services.runtime.store.file_reads import canonical, current_sha, sha256
+from services.runtime.tools.image_view import image_outcome, is_image
+from services.runtime.tools.ports import AgentFilesHost, WorkspaceHost
+from shared.mcp.tool_schema import ToolArgs, optional
+from shared.storage import workspace_fs
+from shared.storage.disk import DiskError, check_size, split_workspace_path
 
 READ_LIMIT = 2000  # lines per read
 
@@ -71,7 +70,7 @@ async def _skill_read(skills: AgentFilesHost, args: dict[str, Any]) -> ToolOutco
 
 
 def _seen(agent: AgentFilesHost | None, rel: str, data: bytes) -> dict[str, Any]:
-    """The agent saw this content of `rel` (services/runtime/file_reads.py); the details that record it."""
+    """The agent saw this content of `rel` (services/runtime/store/file_reads.py); the details that record it."""
     path = canonical(rel)
     if agent is None or path is None:
         return {}
@@ -134,7 +133,7 @@ async def write_file(host: WorkspaceHost, rel: str, data: bytes) -> str:
     split_workspace_path(rel, for_write=True)  # a bad name is refused before the lease check
     check_size(data, host.max_file_bytes)
     # Beneath the workspace, atomic, within the session's quota (507 otherwise; nothing written); in
-    # the I/O pool, as the quota check walks the workspace (shared/walk.py).
+    # the I/O pool, as the quota check walks the workspace (shared/storage/walk.py).
     ref = file_ref(await host.guarded_write(
         lambda: workspace_fs.write_bytes(host.paths.workspace, rel, data, quota=host.workspace_quota)))
     await host.artifact_changed(ref, "file", content=data)

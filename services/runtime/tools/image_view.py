@@ -1,20 +1,19 @@
 """An image file as a tool result the model sees (docs/architecture.md "Images"): read within the
 size bound, decoded and downscaled by Pillow, stored once by content hash; a corrupt or oversized
 image is an error result. Every file access runs in the loop's default executor, the I/O pool
-(shared/iopool.py), as the other tools' reads do: a 20 MB read or a slow disk must not stall the
+(shared/pools/iopool.py), as the other tools' reads do: a 20 MB read or a slow disk must not stall the
 session's event loop. The decoding runs in a worker process, bounded per process and per user
-(shared/image_decoding.py): one tenant's images cannot stall or exhaust the worker others share."""
+(shared/pools/image_decoding.py): one tenant's images cannot stall or exhaust the worker others share."""
 
 from __future__ import annotations
 
 import asyncio
 
-from shared.disk import DiskError
-from shared.image_decoding import decoder
-from shared.images import ImageRefused, read_workspace_image, sniff_workspace_file, store_image
-
-from ..engine.types import ToolOutcome
-from .ports import WorkspaceHost
+from services.runtime.engine.types import ToolOutcome
+from services.runtime.tools.ports import WorkspaceHost
+from shared.media.images import ImageRefused, read_workspace_image, sniff_workspace_file, store_image
+from shared.pools.image_decoding import decoder
+from shared.storage.disk import DiskError
 
 
 async def is_image(host: WorkspaceHost, rel: str) -> bool:

@@ -1,7 +1,7 @@
 """message_user: the yield contract. blockOnUser=false continues the run; true terminates it and
 must be the only call of its batch (the preflight turns it into an error result otherwise).
 `deviations` ({step, cause} per workflow step not done) is what the completion audit reads
-(services/runtime/audit.py); it is part of the tool's schema from session start, so the request's
+(services/runtime/skillset/audit.py); it is part of the tool's schema from session start, so the request's
 tool list never changes with the workflow."""
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ from typing import Any
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.tools.ports import MessageHost
 from shared.contracts.transcript import MAX_DEVIATION_CAUSE, MAX_DEVIATIONS, Deviation
-from shared.tool_schema import ToolArgs, optional
-
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from .ports import MessageHost
+from shared.mcp.tool_schema import ToolArgs, optional
 
 ALONE_ERROR = ("message_user with blockOnUser=true must be the only tool call in its batch. Finish the other "
                "calls first, then call message_user alone when blockOnUser is true.")
@@ -55,7 +54,7 @@ def message_user_tool(host: MessageHost) -> Tool:
         deviations = parse_deviations(args.get("deviations"))
         if isinstance(deviations, str):
             return ToolOutcome(content=f"Message NOT delivered: {deviations}", is_error=True)
-        if block:  # a completion is checked against the active workflows first (services/runtime/audit.py)
+        if block:  # a completion is checked against the active workflows first (services/runtime/skillset/audit.py)
             refused = await host.audit_completion(args["message"], deviations, ctx.call.id)
             if refused is not None:
                 return ToolOutcome(content=refused, is_error=True, details={"audit": "blocked"})

@@ -6,18 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
+from services.runtime.sandbox import Sandbox
+from services.runtime.skillset.skills import Skill
+from services.runtime.store.document_reads import DocumentReads
+from services.runtime.store.file_reads import FileReads
+from services.runtime.store.todo import TodoController
 from shared.contracts.todo import TodoList
 from shared.contracts.transcript import Deviation
-from shared.disk import SessionPaths
-from shared.image_limits import ImageLimits
-from shared.quota import WorkspaceQuota
+from shared.media.image_limits import ImageLimits
 from shared.settings.images import ImageSettings
-
-from ..document_reads import DocumentReads
-from ..file_reads import FileReads
-from ..sandbox import Sandbox
-from ..skills import Skill
-from ..todo import TodoController
+from shared.storage.disk import SessionPaths
+from shared.storage.quota import WorkspaceQuota
 
 T = TypeVar("T")
 
@@ -28,7 +27,7 @@ class WorkspaceHost(Protocol):
     paths: SessionPaths
     max_file_bytes: int
     image_limits: ImageLimits
-    image_settings: ImageSettings  # the decoding bounds (shared/image_decoding.py)
+    image_settings: ImageSettings  # the decoding bounds (shared/pools/image_decoding.py)
     workspace_quota: WorkspaceQuota
 
     async def guard(self) -> None: ...
@@ -47,8 +46,8 @@ class WorkspaceHost(Protocol):
 
 class AgentFilesHost(Protocol):
     """What the agent's own file tools need beyond the workspace (a subagent's read has neither): the
-    skills whose files `read` opens (services/runtime/skill_files.py), and what the agent last saw of
-    each file, which a write or an edit must still find (services/runtime/file_reads.py)."""
+    skills whose files `read` opens (services/runtime/skillset/skill_files.py), and what the agent last saw of
+    each file, which a write or an edit must still find (services/runtime/store/file_reads.py)."""
 
     skills: Mapping[str, Skill]
     file_reads: FileReads
@@ -80,7 +79,7 @@ class SkillHost(Protocol):
     skills: Mapping[str, Skill]
 
     def skill_scope(self, incoming: list[str]) -> set[str]:
-        """The live skills a conflict check of `incoming` runs against (services/runtime/skill_lifecycle.py)."""
+        """The live skills a conflict check of `incoming` runs against (services/runtime/skillset/skill_lifecycle.py)."""
         ...
 
     async def record_activation(self, skill: Skill, required_by: str | None) -> None: ...

@@ -12,17 +12,16 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from shared import workspace_fs
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.store.document_reads import stale_write
+from services.runtime.tools.files import PATH, file_ref
+from services.runtime.tools.image_view import image_outcome, is_image
+from services.runtime.tools.ports import DisplayHost
 from shared.contracts.documents import Deck, StoredDeck
 from shared.contracts.ui import ActiveForm
-from shared.disk import DiskError, atomic_write_json, read_json
-from shared.tool_schema import ToolArgs, optional
-
-from ..document_reads import stale_write
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from .files import PATH, file_ref
-from .image_view import image_outcome, is_image
-from .ports import DisplayHost
+from shared.mcp.tool_schema import ToolArgs, optional
+from shared.storage import workspace_fs
+from shared.storage.disk import DiskError, atomic_write_json, read_json
 
 DOC_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # fullmatch: `$` would also take a trailing newline
 CARD_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")

@@ -10,14 +10,19 @@ from typing import Any
 
 from pydantic import Field
 
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.skillset.prompt import skill_block
+from services.runtime.skillset.skills import (
+    Skill,
+    SkillError,
+    outranked_in_batch,
+    required_by,
+    resolve_activation,
+)
+from services.runtime.tools.ports import SkillHost
 from shared.contracts.messages import ToolCall
-from shared.tool_schema import ToolArgs
-from shared.trusted_blocks import Trusted
-
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from ..prompt import skill_block
-from ..skills import Skill, SkillError, outranked_in_batch, required_by, resolve_activation
-from .ports import SkillHost
+from shared.mcp.tool_schema import ToolArgs
+from shared.trust.trusted_blocks import Trusted
 
 SKIPPED = "Skipped: the skill set requested in this batch was refused. Resolve the skill conflict first."
 
@@ -33,7 +38,7 @@ class SkillPlan:
 
     activations: dict[str, list[tuple[Skill, str | None]]] = field(default_factory=dict)
     errors: dict[str, ToolOutcome] = field(default_factory=dict)
-    # Calls whose skill another requested skill outranks (services/runtime/skills.py "Precedence"):
+    # Calls whose skill another requested skill outranks (services/runtime/skillset/skills.py "Precedence"):
     # answered without activating it.
     outranked: dict[str, ToolOutcome] = field(default_factory=dict)
 

@@ -6,10 +6,9 @@ from typing import Any
 
 from pydantic import Field
 
-from shared.tool_schema import ToolArgs
-
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from .ports import SubagentHost
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.tools.ports import SubagentHost
+from shared.mcp.tool_schema import ToolArgs
 
 
 class SubagentArgs(ToolArgs):

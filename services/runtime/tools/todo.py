@@ -7,11 +7,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from shared.tool_schema import ToolArgs
-
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from ..todo import TodoRefused, render
-from .ports import TodoHost
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.store.todo import TodoRefused, render
+from services.runtime.tools.ports import TodoHost
+from shared.mcp.tool_schema import ToolArgs
 
 
 class TodoItemArgs(ToolArgs):

@@ -1,4 +1,4 @@
-"""read_workspace_rule({knowledgeId}): a workspace knowledge note's body (services/runtime/knowledge.py).
+"""read_workspace_rule({knowledgeId}): a workspace knowledge note's body (services/runtime/turns/knowledge.py).
 A body past the inline limit goes to the workspace file `knowledge/{id}.md`; the result names it."""
 
 from __future__ import annotations
@@ -7,14 +7,13 @@ from typing import Any, Protocol
 
 from pydantic import Field
 
-from shared.disk import DiskError
-from shared.knowledge import KnowledgeNote
-from shared.tool_schema import ToolArgs
-from shared.trusted_blocks import AttrValue, lines, quoted, render
-
-from ..engine.types import Tool, ToolContext, ToolOutcome
-from .files import write_file
-from .ports import WorkspaceHost
+from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
+from services.runtime.tools.files import write_file
+from services.runtime.tools.ports import WorkspaceHost
+from shared.history.knowledge import KnowledgeNote
+from shared.mcp.tool_schema import ToolArgs
+from shared.storage.disk import DiskError
+from shared.trust.trusted_blocks import AttrValue, lines, quoted, render
 
 TOOL_NAME = "read_workspace_rule"
 

@@ -1,0 +1,360 @@
+"""The inbox dispatcher: entries are handled one at a time per session (a per-session queue), each
+retried in order on a transient failure, dead-lettered when it can never succeed, acked once its
+effect is durable. Prompts wait for the wake barrier; a run executes as its own task, so steers and
+UI updates are handled during a run."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import structlog
+from opentelemetry.trace import Span
+
+from services.runtime.engine.agent import Agent
+from services.runtime.inbox.causal import CausalGate
+from services.runtime.inbox.delivery import InjectionDelivery
+from services.runtime.inbox.dispatcher_ports import Aborts, Answers, Held, OpenCalls, PromptHook, Runs
+from services.runtime.inbox.failures import disk_fault, refusal, transient
+from services.runtime.live.lease import LeaseLost
+from services.runtime.live.pending import PendingTurn, TurnInput
+from services.runtime.live.state import SessionState
+from services.runtime.runs.supervisor import interrupted
+from services.runtime.store.transcript import Transcript
+from services.runtime.turns.turn_order import TurnOrder
+from shared.contracts.inbox import (
+    Abort,
+    Barrier,
+    ChangesSettled,
+    Compact,
+    DocumentDelete,
+    DocumentEdit,
+    FileDelete,
+    FileWrite,
+    Injection,
+    Rewind,
+    Stop,
+    UiUpdate,
+    UserPrompt,
+)
+from shared.redis import keys
+from shared.streams.bus import dead_letter
+from shared.streams.inbox import InboxEntry
+from shared.telemetry.tracing import span_from
+
+log = structlog.get_logger()
+EXPIRE_RETRY_S = 0.5  # a held prompt's wait ended but could not be settled: the next try
+BARRIER_WAIT_S = 3.0
+RETRY_FOR_S = 60.0
+# a client waits on a reply key for these (a prompt only when it carries a request id: expected_run_id)
+REPLIED = (UiUpdate, FileWrite, DocumentEdit, Stop, Compact, FileDelete, DocumentDelete, Abort, UserPrompt, Rewind)
+
+
+Handler = Callable[[InboxEntry, Any], Awaitable[None]]  # a write or compaction entry's handler
+RECENT_IDS = 4096  # inbox entry ids a session remembers having taken (RecentIds)
+INBOX_SPAN = "gamma:{sid}:inbox process"
+
+
+def processing(entry: InboxEntry) -> AbstractContextManager[Span]:
+    """The span of handling one inbox entry, in its producer's trace (the entry's `traceparent`): a
+    run started meanwhile is a child of it, so a prompt's run continues the proxy's request trace."""
+    return span_from(INBOX_SPAN, entry.message.traceparent, attributes={
+        "messaging.system": "redis", "messaging.operation.type": "process",
+        "messaging.destination.name": "gamma:{sid}:inbox", "messaging.message.id": entry.entry_id,
+        "gamma.session_id": entry.session_id, "gamma.inbox.type": entry.message.type})
+
+
+class RecentIds:
+    """The inbox entries a session took lately, so one handed to it twice is handled once: a write
+    applied again after a later one would undo it. The inbox reader hands an entry out once, also when
+    it re-reads what a lost reply held (shared/streams/stream_handed.py); this holds for any other path."""
+
+    def __init__(self, size: int = RECENT_IDS) -> None:
+        self._order: collections.deque[str] = collections.deque()
+        self._ids: set[str] = set()
+        self._size = size
+
+    def first_time(self, entry_id: str) -> bool:
+        if entry_id in self._ids:
+            return False
+        self._ids.add(entry_id)
+        self._order.append(entry_id)
+        if len(self._order) > self._size:
+            self._ids.discard(self._order.popleft())
+        return True
+
+
+class InboxDispatcher:
+    def __init__(self, state: SessionState, lease: Held, outbox: Answers, agent: Agent,
+                 turns: TurnOrder, transcript: Transcript, runs: Runs,
+                 ack: Callable[[str | None], Awaitable[None]], injections: InjectionDelivery, *,
+                 handlers: dict[type, Handler], at_barrier: Callable[[], Awaitable[None]], client: Any,
+                 request_close: Any = None, causal: CausalGate | None = None, calls: OpenCalls | None = None,
+                 prompt_hook: PromptHook | None = None, aborts: Aborts | None = None, trace: bool = False) -> None:
+        self.state = state
+        self.lease = lease
+        self.outbox = outbox
+        self.agent = agent
+        self.turns = turns
+        self.transcript = transcript
+        self.runs = runs
+        self.ack = ack
+        self.injections = injections
+        self.handlers = handlers  # writes and compaction entries: type -> handler
+        # At the wake barrier: the dormant artifact manifest queued, a form answered while dormant delivered.
+        self.at_barrier = at_barrier
+        self.client = client  # Redis, for the dead-letter stream
+        self.request_close = request_close
+        self.causal = causal  # holds prompts until the writes before them are in (causal.py)
+        self.calls = calls
+        self.prompt_hook = prompt_hook
+        self.aborts = aborts  # POST /abort, on_busy=interrupt, expected_run_id (abort.py)
+        self.taken = RecentIds()
+        self.trace = trace  # GAMMA_TRACE_INBOX: log where each entry's time went (bench/e2e.py --trace)
+
+    async def process_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BARRIER_WAIT_S
+        while not self.state.closed:
+            timeout = max(deadline - loop.time(), 0.05) if not self.state.barrier_passed else None
+            if timeout is None and self.causal is not None:
+                timeout = self.causal.timeout()
+            try:
+                entry = await asyncio.wait_for(self.state.queue.get(), timeout)
+            except TimeoutError:
+                async with self.state.turn_lock:  # idle recording (idle.py) waits meanwhile
+                    if not self.state.barrier_passed:
+                        await self.pass_barrier()  # no Barrier within 3 s: go on without it
+                    elif self.causal is not None:
+                        await self.causal_expired()
+                continue
+            if not self.taken.first_time(entry.entry_id):
+                log.warning("inbox_entry_repeated", session_id=self.state.sid, entry_id=entry.entry_id)
+                continue
+            self.state.touch()
+            async with self.state.turn_lock:  # nothing recorded between a prompt's routing and its run
+                if not await self.dispatch(entry):
+                    return
+
+    async def dispatch(self, entry: InboxEntry) -> bool:
+        """One entry, its failure settled here; False once the lease is lost (the session ends)."""
+        if self.causal is not None and self.causal.timeout() == 0.0:
+            await self.causal_expired()  # a busy inbox must not keep a held prompt past its wait
+        dequeued = time.time()
+        try:
+            with processing(entry):
+                await self.handle_retrying(entry)
+            if self.trace:
+                _trace(self.state.sid, entry, dequeued)
+        except LeaseLost:
+            log.warning("lease_lost", session_id=self.state.sid)
+            return False
+        except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the session
+            if _client_waits(entry) and disk_fault(exc) is not None:
+                await self.refuse(entry, exc)
+            elif transient(exc):  # still failing after RETRY_FOR_S: pending, the next holder retries
+                log.exception("inbox_entry_gave_up", session_id=self.state.sid, entry_id=entry.entry_id)
+            else:
+                log.exception("inbox_entry_failed", session_id=self.state.sid, entry_id=entry.entry_id)
+                await self.dead_letter(entry, exc)
+        return True
+
+    async def handle_retrying(self, entry: InboxEntry, action: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Handle one entry (or run `action` for it); on a transient failure (Redis restarting, a dropped
+        connection) retry it here, in order, with backoff. Handlers are idempotent: a prompt or injection
+        already recorded is only acked, a file or deck write rewrites the same content, a Yjs update merges."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + RETRY_FOR_S
+        delay = 0.1
+        while True:
+            try:
+                await (action() if action is not None else self.handle(entry))
+                return
+            except Exception as exc:
+                if not transient(exc) or self.state.closed or self.lease.lost:
+                    raise
+                # A full or failing disk: a client waiting on this write is answered 507/503 at once;
+                # anything else waits for the disk however long it takes (the session resumes by
+                # itself when it is back, README "Reliability"); other transient failures give up.
+                if disk_fault(exc) is not None:
+                    if _client_waits(entry):
+                        raise
+                elif loop.time() + delay > give_up:
+                    raise
+                log.warning("inbox_entry_retry", session_id=self.state.sid, entry_id=entry.entry_id, delay_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def refuse(self, entry: InboxEntry, exc: Exception) -> None:
+        """A write refused because the disk is full or failing: nothing of it was applied (atomic
+        writes leave no partial file), the client is told why (507/503) and retries when the disk is
+        back; the entry is acked, not dead-lettered: it was answered, not lost."""
+        status, message = refusal(exc)
+        log.warning("inbox_entry_refused_disk", session_id=self.state.sid, entry_id=entry.entry_id, status=status,
+                    error=message)
+        with contextlib.suppress(Exception):
+            await self.outbox.reply(getattr(entry.message, "request_id", ""), status,
+                                      {"error": message, "detail": {"cause": getattr(disk_fault(exc), "cause", None)}})
+        await self.ack(entry.entry_id)
+
+    async def dead_letter(self, entry: InboxEntry, exc: Exception) -> None:
+        """An entry that can never succeed (a handler bug, a disk error no retry fixes): answer a
+        waiting client at once, park the entry in gamma:deadletter and ack, so it cannot block the
+        session or be retried at every wake."""
+        request_id = getattr(entry.message, "request_id", None)
+        if isinstance(entry.message, REPLIED) and request_id:
+            status, message = refusal(exc)
+            with contextlib.suppress(Exception):
+                await self.outbox.reply(request_id, status, {"error": message})
+        with contextlib.suppress(Exception):
+            m = entry.message
+            await dead_letter(self.client, keys.inbox(self.state.sid), keys.RUNTIME_GROUP, entry.entry_id,
+                              {"type": m.type, "data": m.model_dump_json()}, f"{type(exc).__name__}: {exc}", 1)
+            await self.ack(entry.entry_id)
+
+    async def handle(self, entry: InboxEntry) -> None:
+        m = entry.message
+        if isinstance(m, UserPrompt):
+            await self.on_prompt(entry, m)
+        elif isinstance(m, Injection):
+            await self.injections.deliver(m, entry.entry_id)
+        elif isinstance(m, Barrier):
+            if m.wake_id == self.state.wake_id:  # a barrier of an earlier wake (claimed from a dead holder) is moot
+                await self.pass_barrier()
+            await self.ack(entry.entry_id)
+        elif isinstance(m, ChangesSettled):
+            released = self.causal.on_settled(m.upto) if self.causal is not None else []
+            await self.ack(entry.entry_id)
+            await self.release([], released)
+        elif isinstance(m, Stop):
+            await self.on_stop(entry, m)
+        elif isinstance(m, Abort) and self.aborts is not None:
+            await self.aborts.on_abort(entry, m)
+        else:
+            handler = self.handlers.get(type(m))
+            if handler is not None:
+                await handler(entry, m)
+
+    async def on_stop(self, entry: InboxEntry, m: Stop) -> None:
+        # Answered only once the lease is gone (worker.close): a client told "dormant" must find
+        # the session dormant, and may write dormant state at once.
+        self.state.stop_requested = m.reason
+        if self.request_close is None:
+            await self.outbox.reply(m.request_id, 200, {"status": "dormant"})
+        else:
+            self.state.stop_replies.append(m.request_id)
+        await self.ack(entry.entry_id)
+        if self.request_close is not None:
+            self.request_close(self.state.sid, m.reason)
+
+    async def on_prompt(self, entry: InboxEntry, m: UserPrompt) -> None:
+        if m.prompt_id in self.transcript.prompts:
+            await self.ack(entry.entry_id)  # a redelivered prompt: already recorded
+            return
+        twin = self.turns.pending_prompt(m.prompt_id)
+        if twin is not None:  # the same prompt already on its way to the transcript: recorded once
+            if entry.entry_id != twin.entry_id:
+                twin.twins.append(entry.entry_id)
+            return
+        if self.aborts is not None and await self.aborts.refuse_stale(entry, m):
+            return  # aimed at a run that has ended: refused, nothing queued
+        if not self.state.barrier_passed:
+            self.state.held.append(entry)
+            return
+        if self.causal is not None and not await self.causal.admit(entry, m):
+            return  # writes acknowledged before it are still on their way (causal.py)
+        fetched = await self.prompt_hook.fetch() if self.prompt_hook else None  # before `running` is read
+        if self.state.running:
+            if m.on_busy == "reject":
+                await self.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
+                await self.ack(entry.entry_id)
+                return
+            if m.on_busy == "interrupt" and self.aborts is not None:
+                await self.aborts.abort("interrupt")  # returns once the run has ended: this one starts next
+            else:
+                turn = self.turns.busy_turn_messages(m, entry.entry_id)
+                self._hook(turn, m, fetched)
+                for message in turn.messages:
+                    (self.agent.follow_up if m.on_busy == "follow_up" else self.agent.steer)(message)
+                await self._accepted(m)
+                return
+        turn = self.turns.build_turn_messages(TurnInput(prompt=m, entry_id=entry.entry_id))
+        self._hook(turn, m, fetched)
+        self.runs.start_run(turn)
+        await self._accepted(m)
+
+    async def _accepted(self, m: UserPrompt) -> None:
+        if self.aborts is not None:
+            await self.aborts.accepted(m)  # the 202 a prompt with expected_run_id waits for
+
+    def _hook(self, turn: PendingTurn, m: UserPrompt, fetched: Any) -> None:
+        if self.prompt_hook is not None:
+            self.prompt_hook.apply(turn, m.message, fetched)
+
+    async def causal_expired(self) -> None:
+        """A held prompt's wait ran out. Failing to settle it (Redis restarting) keeps the prompts held
+        and tries again shortly: an exception here, outside any entry's retry, would end the loop."""
+        assert self.causal is not None
+        try:
+            markers, prompts = await self.causal.expire()
+        except LeaseLost:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the prompts stay held; see above
+            (log.warning if transient(exc) else log.exception)("causal_expire_retry", session_id=self.state.sid,
+                                                                error=repr(exc))
+            self.causal.postpone(EXPIRE_RETRY_S)
+            return
+        await self.release(markers, prompts)
+
+    async def release(self, markers: list[Injection], prompts: list[InboxEntry]) -> None:
+        """The gate's released prompts, in order, after a timed-out wait's dirty markers; retried as entries are."""
+        for marker in markers:
+            await self.handle_retrying(prompts[0], functools.partial(self.injections.deliver, marker, None))
+        for entry in prompts:
+            assert isinstance(entry.message, UserPrompt)  # the gate holds prompts only
+            with processing(entry):
+                await self.handle_retrying(entry, functools.partial(self.on_prompt, entry, entry.message))
+
+    async def pass_barrier(self) -> None:
+        state, turns = self.state, self.turns
+        if state.barrier_passed:
+            return
+        state.barrier_passed = True
+        await self.at_barrier()
+        held, state.held = state.held, []
+        prompts = [e for e in held if isinstance(e.message, UserPrompt)]
+        if prompts:
+            first = prompts[0]
+            assert isinstance(first.message, UserPrompt)
+            fetched = await self.prompt_hook.fetch() if self.prompt_hook else None
+            turn = turns.build_turn_messages(TurnInput(prompt=first.message, entry_id=first.entry_id))
+            self._hook(turn, first.message, fetched)
+            with processing(first):  # the held prompt's run continues the prompt's trace
+                self.runs.start_run(turn)
+            for extra in prompts[1:]:
+                with processing(extra):
+                    await self.on_prompt(extra, extra.message)  # type: ignore[arg-type]
+        elif interrupted(self.transcript) or (self.calls is not None and self.calls.pending):
+            # the run task awaits the open connector call first
+            self.runs.start_run(turns.take_idle() if turns.take_idle_peek() else None)
+        elif turns.idle_turn_due():
+            self.runs.start_run(turns.take_idle())
+
+
+def _trace(sid: str, entry: InboxEntry, dequeued: float) -> None:
+    appended = int(entry.entry_id.split("-")[0]) / 1000
+    done = time.time()
+    log.info("inbox_entry_timing", session_id=sid, entry_id=entry.entry_id, type=entry.message.type,
+             read_ms=round((entry.read_at - appended) * 1000, 1), queued_ms=round((dequeued - entry.read_at) * 1000, 1),
+             handle_ms=round((done - dequeued) * 1000, 1), done=round(done, 4))
+
+
+def _client_waits(entry: InboxEntry) -> bool:
+    """A client is blocked on this entry's reply key (a forwarded write, a prompt to a named run)."""
+    return isinstance(entry.message, REPLIED) and bool(getattr(entry.message, "request_id", None))

@@ -1,0 +1,71 @@
+"""The live session's workspace snapshots (shared/storage/snapshots.py; docs/architecture.md "Snapshots,
+rewind and fork"): taken at each recorded user message, after each tool batch, at each run's end and
+after a client's upload between runs, keyed to the transcript's leaf. Each is taken under the lease
+(the scan and its writes run in the I/O pool with the disk fence held: write_guard.py) and cost a
+stat per entry plus a read of each changed file. The log is read at the first snapshot, not on the
+wake path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from services.runtime.store.write_guard import Guard
+from shared.storage.disk import SessionPaths, storage_fault
+from shared.storage.snapshots import Record, ScanTooLarge, SnapshotLimits, SnapshotStore
+
+log = structlog.get_logger()
+
+
+class SessionSnapshots:
+    def __init__(self, sid: str, paths: SessionPaths, limits: SnapshotLimits, guard: Guard,
+                 leaf: Callable[[], str | None]) -> None:
+        self.sid = sid
+        self.paths = paths
+        self.limits = limits
+        self._guard = guard
+        self._leaf = leaf
+        self._store: SnapshotStore | None = None
+
+    @property
+    def store(self) -> SnapshotStore:
+        if self._store is None:
+            self._store = SnapshotStore.load(self.paths, self.limits)
+        return self._store
+
+    def reload(self) -> SnapshotStore:
+        self._store = None
+        return self.store
+
+    async def take(self, reason: str, *, entry: str | None = None, force: bool = False,
+                   too_large: bool = False) -> Record | None:
+        """A snapshot keyed to `entry` (default: the leaf); None when nothing changed or the workspace
+        is past what a snapshot records (logged: that point cannot be rewound to; the log says so, so
+        no older record stands in for it). `too_large`: ScanTooLarge is raised instead (a rewind must
+        know the disk's state)."""
+        leaf = entry or self._leaf()
+
+        def take() -> tuple[Record | None, int]:
+            store = self.store
+            record = store.take(leaf, reason, force=force)
+            return record, store.prune() if record is not None else 0
+
+        try:
+            record, pruned = await self._guard.write(take)
+        except ScanTooLarge as exc:
+            log.warning("snapshot_skipped", session_id=self.sid, reason=reason, error=str(exc))
+            if too_large:
+                raise
+            return None
+        except OSError as exc:
+            if storage_fault(exc) is None:
+                raise
+            # A full or failing disk: this point cannot be rewound to, and the session goes on (README
+            # "Reliability"). The log on disk is the truth: what the failed take half-wrote is reread.
+            log.warning("snapshot_skipped_disk", session_id=self.sid, reason=reason, error=str(storage_fault(exc)))
+            self._store = None
+            return None
+        if pruned:
+            log.info("snapshots_pruned", session_id=self.sid, records=len(self.store.records))
+        return record

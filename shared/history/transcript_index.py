@@ -1,0 +1,385 @@
+"""The transcript index: what a wake needs of a long transcript, kept beside it (docs/architecture.md
+"How a session wakes").
+
+`.transcript.index.json` holds, as of the first `length` bytes of `transcript.jsonl`: the spans of the
+active branch from the latest compaction's first kept entry to the leaf (the window: everything the
+model's context is built from), the skills live at the window's start, the idempotency facts of every
+branch (prompt ids, injection sources, the revisions the agent was told, compaction request ids) and
+the tree's branch points. A wake reads the index, the window's lines and the lines appended after
+`length`: never the rest of the file.
+
+Crash rules. The index is written whole (temp file, fsync, rename: `atomic_write_bytes`), so a
+reader sees an old index or a new one, never a torn one. It describes a prefix of an append-only
+file, checked at every read: the file must be at least `length` long and its line at `last` must hash
+to `last_hash`. A missing, unparsable, other-version or stale index (the transcript rewritten, cut, or
+replaced) is rebuilt from the transcript by one scan in slices (shared/history/transcript_scan.py). Lines
+appended after `length` (the index is written at compactions and leaf moves, not at every append)
+are read and folded at the wake; when they are not a plain continuation of the leaf (a leaf move a
+crash kept from its index write, a second writer), the index is rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from shared.contracts.transcript import ENTRY_ADAPTER, TranscriptEntry
+from shared.history.knowledge import parse_source_id
+from shared.history.transcript_scan import Scan, Span, file_size, iter_lines, parse_line, read_spans, scan
+from shared.storage.disk import atomic_write_bytes
+from shared.storage.file_seen import fold_seen, seen_change
+
+VERSION = 1
+
+
+def index_path(transcript: Path) -> Path:
+    return transcript.with_name(".transcript.index.json")
+
+
+def line_hash(line: bytes) -> str:
+    return hashlib.sha256(line).hexdigest()
+
+
+@dataclass
+class Facts:
+    """Idempotency facts of every branch (services/runtime/store/transcript.py reads them): one fold of the
+    entries as JSON, for the live appends and for a rebuild alike."""
+
+    prompts: dict[str, str] = field(default_factory=dict)  # prompt_id -> entry id
+    sources: dict[tuple[str, str], str] = field(default_factory=dict)  # (source, source_id) -> entry id
+    told: dict[str, tuple[int, str]] = field(default_factory=dict)  # ref -> (highest to_revision, entry id)
+    compactions: set[str] = field(default_factory=set)  # request ids
+
+    def fold(self, d: dict[str, Any]) -> None:
+        kind, eid = d.get("type"), d.get("id")
+        if not isinstance(eid, str):
+            return
+        if kind == "message" and isinstance(d.get("promptId"), str):
+            self.prompts[d["promptId"]] = eid
+        elif kind == "custom_message" and isinstance(details := d.get("details"), dict):
+            source, source_id = details.get("source"), details.get("sourceId")
+            if isinstance(source, str) and isinstance(source_id, str):
+                self.sources[(source, source_id)] = eid
+            ref, to = details.get("ref"), details.get("toRevision")
+            if (details.get("injectionType") == "artifact_update" and isinstance(ref, str)
+                    and isinstance(to, int) and not isinstance(to, bool) and to > self.told.get(ref, (-1, ""))[0]):
+                self.told[ref] = (to, eid)
+        elif kind == "compaction" and isinstance(d.get("requestId"), str):
+            self.compactions.add(d["requestId"])
+
+
+Usage = dict[str, list[int]]  # model -> [requests, input, cached, written, output], in first-use order
+
+
+def usage_of(d: dict[str, Any]) -> tuple[str, list[int]] | None:
+    """An assistant message's model and token usage (services/runtime/ui/costs.py prices them)."""
+    m = d.get("message")
+    if d.get("type") != "message" or not isinstance(m, dict) or m.get("role") != "assistant":
+        return None
+    usage = m.get("usage")
+    u: dict[str, Any] = usage if isinstance(usage, dict) else {}
+    counts = [1, *(int(u.get(k) or 0) for k in ("input", "cacheRead", "cacheWrite", "output"))]
+    return str(m.get("model") or "unknown"), counts
+
+
+def add_usage(acc: Usage, model: str, counts: Sequence[int]) -> None:
+    row = acc.setdefault(model, [0, 0, 0, 0, 0])
+    for k, n in enumerate(counts):
+        row[k] += n
+
+
+class TranscriptIndex(BaseModel):
+    version: Literal[1] = 1  # VERSION: another version is rebuilt
+    length: int = 0  # bytes of the transcript described (whole lines)
+    last: Span | None = None  # the last line described, and its hash: the staleness check
+    last_hash: str = ""
+    window: list[Span] = []  # the active branch from the latest compaction's first kept entry to the leaf
+    base_skills: list[dict[str, Any]] = []  # skill activations live at the window's start (entries as JSON)
+    base_usage: Usage = {}  # the active branch's token usage before the window (cost records)
+    base_loads: list[dict[str, Any]] = []  # loaded connectors/tools and knowledge before the window (`keep_loads`)
+    base_seen: dict[str, str] = {}  # file -> the hash the agent saw, on the active branch before the window
+    prompts: dict[str, str] = {}
+    sources: list[tuple[str, str, str]] = []
+    told: dict[str, tuple[int, str]] = {}
+    compactions: list[str] = []
+    branch_points: dict[str, list[str]] = {}
+
+    def facts(self) -> Facts:
+        return Facts(dict(self.prompts), {(s, i): e for s, i, e in self.sources}, dict(self.told),
+                     set(self.compactions))
+
+
+def index_of(facts: Facts, **fields: Any) -> TranscriptIndex:
+    return TranscriptIndex(prompts=facts.prompts, sources=[(s, i, e) for (s, i), e in facts.sources.items()],
+                           told=facts.told, compactions=sorted(facts.compactions), **fields)
+
+
+def write_index(transcript: Path, index: TranscriptIndex) -> None:
+    atomic_write_bytes(index_path(transcript), index.model_dump_json().encode())
+
+
+def read_index(transcript: Path) -> TranscriptIndex | None:
+    """The index when it still describes the file; None when missing, corrupt or stale."""
+    try:
+        index = TranscriptIndex.model_validate_json(index_path(transcript).read_bytes())
+    except (FileNotFoundError, ValidationError, ValueError):
+        return None
+    if index.length == 0:
+        return index if index.last is None else None
+    if index.last is None or file_size(transcript) < index.length or sum(index.last) + 1 != index.length:
+        return None
+    try:
+        (line,) = read_spans(transcript, [index.last])
+    except (OSError, ValueError):
+        return None
+    return index if line_hash(line) == index.last_hash else None
+
+
+# ---------------------------------------------------------------- rebuild
+
+
+LOAD_TOOLS = ("load_tools", "read_workspace_rule")  # services/runtime/tools/tool_policy.py, tools/workspace_rule.py
+
+
+def load_key(d: dict[str, Any]) -> str | None:
+    """A successful `load_tools` or `read_workspace_rule` result's key (what it loaded), else None."""
+    m = d.get("message")
+    if d.get("type") != "message" or not isinstance(m, dict) or m.get("toolName") not in LOAD_TOOLS or m.get("isError"):
+        return None
+    details = m.get("details")
+    if not isinstance(details, dict):
+        return None
+    key = details.get("namespace") if m["toolName"] == "load_tools" else details.get("knowledgeId")
+    return f"{m['toolName']}:{key}" if isinstance(key, str) else None
+
+
+def keep_loads(base: Iterable[dict[str, Any]], dropped: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The load results that stay in force past the window's start: a connector or tool namespace
+    loaded, a knowledge note read and not retired by a newer workspace_update (services/runtime/
+    knowledge.py `loaded_notes`). Loads live until the session ends, so a compaction that cut them
+    must not unload them (docs/architecture.md "How a session wakes"): the last result of each key."""
+    kept: dict[str, dict[str, Any]] = {}
+    for d in (*base, *dropped):
+        if (key := load_key(d)) is not None:
+            kept.pop(key, None)
+            kept[key] = d
+        elif d.get("type") == "custom_message" and isinstance(details := d.get("details"), dict) \
+                and details.get("injectionType") == "workspace_update":
+            parsed = parse_source_id(str(details.get("sourceId", "")))
+            note = kept.get(f"read_workspace_rule:{parsed[0]}") if parsed else None
+            if parsed and note is not None and int(note["message"]["details"].get("revision", 0)) < parsed[1]:
+                del kept[f"read_workspace_rule:{parsed[0]}"]
+    return list(kept.values())
+
+
+def window_start(kinds: dict[int, dict[str, Any]], rows: Sequence[Any], branch: Sequence[int]) -> int:
+    """Position in `branch` where the latest compaction's kept entries begin (shared/history/context.py
+    `kept_start_index`: a lost cut entry keeps nothing before the compaction); 0 without one."""
+    for pos in range(len(branch) - 1, -1, -1):
+        d = kinds.get(branch[pos])
+        if d is not None and d.get("type") == "compaction":
+            kept = d.get("firstKeptEntryId")
+            for before in range(pos):  # the first match, as context.py's `index_of`
+                row = rows[branch[before]]
+                if row is not None and row.id == kept:  # any entry, a leaf move too, as context.py finds it
+                    return before
+            return pos
+    return 0
+
+
+TASK_SPAN_MAX = 8 << 20  # bytes of a live workflow's task kept before the context's window, at most
+
+
+def task_start(marks: Iterable[tuple[int, dict[str, Any]]], start: int) -> int:
+    """Where the earliest live workflow's current task begins, when before `start`: its latest
+    activation, or just after its last final (not blocked) audit (services/runtime/skillset/audit.py
+    `workflow_window`). `marks`: (position, kind) of the skill activations, ends and audits before
+    `start`. The window keeps that task: its audit and checklist progress read the tool calls made
+    since it began, also those a compaction summarized."""
+    live: dict[str, int] = {}
+    for pos, d in marks:
+        kind, name = d.get("type"), d.get("name")
+        if kind == "skill_activation" and d.get("skillType") == "workflow" and isinstance(name, str):
+            live[name] = pos
+        elif kind == "skill_end" and isinstance(name, str):
+            live.pop(name, None)
+        elif kind == "audit" and d.get("outcome") != "blocked" and d.get("workflow") in live:
+            live[d["workflow"]] = pos + 1
+    return min([start, *live.values()])
+
+
+def capped(spans: Sequence[Span], begin: int, start: int, cap: int = TASK_SPAN_MAX) -> int:
+    """`begin`, moved toward `start` until the lines in between hold at most `cap` bytes."""
+    total = sum(n + 1 for _, n in spans[begin:start])
+    while begin < start and total > cap:
+        total -= spans[begin][1] + 1
+        begin += 1
+    return begin
+
+
+def live_skills(kinds: dict[int, dict[str, Any]], indices: Iterable[int]) -> dict[str, int]:
+    """name -> row index of its live activation after these rows (a `skill_end` ends it; the first
+    activation of a name stays the live one: services/runtime/store/transcript.py `_on_branch`)."""
+    live: dict[str, int] = {}
+    for i in indices:
+        d = kinds.get(i)
+        if d is None or not isinstance(d.get("name"), str):
+            continue
+        if d.get("type") == "skill_activation":
+            live.setdefault(d["name"], i)
+        elif d.get("type") == "skill_end":
+            live.pop(d["name"], None)
+    return live
+
+
+def rebuild(transcript: Path, persist: bool = True) -> TranscriptIndex:
+    """The index from one scan of the whole transcript in slices; written atomically (`persist`: only
+    the transcript's writer, the runtime, writes it), then returned."""
+    facts = Facts()
+    kinds: dict[int, dict[str, Any]] = {}  # compactions' cut points and skills' names, by row index
+
+    def on_entry(i: int, d: dict[str, Any]) -> None:
+        facts.fold(d)
+        kind = d.get("type")
+        if kind == "compaction":
+            kinds[i] = {"type": kind, "firstKeptEntryId": d.get("firstKeptEntryId")}
+        elif kind in ("skill_activation", "skill_end"):
+            kinds[i] = {"type": kind, "name": d.get("name"), "skillType": d.get("skillType")}
+        elif kind == "audit":
+            kinds[i] = {"type": kind, "workflow": d.get("workflow"), "outcome": d.get("outcome")}
+        elif (used := usage_of(d)) is not None:
+            kinds[i] = {"type": "usage", "usage": used}
+        elif load_key(d) is not None or (kind == "custom_message" and isinstance(d.get("details"), dict)
+                                         and d["details"].get("injectionType") == "workspace_update"):
+            kinds[i] = {"type": "load"}
+        elif (change := seen_change(d)) is not None:
+            kinds[i] = {"type": "seen", "seen": change}
+
+    s = scan(transcript, on_entry)
+    index = index_from_scan(transcript, s, kinds, facts)
+    if persist:
+        write_index(transcript, index)
+    return index
+
+
+def index_from_scan(transcript: Path, s: Scan, kinds: dict[int, dict[str, Any]], facts: Facts) -> TranscriptIndex:
+    branch = s.path()
+    start = window_start(kinds, s.rows, branch)
+    marks = ((pos, kinds[i]) for pos, i in enumerate(branch[:start]) if i in kinds)
+    start = capped([s.spans[i] for i in branch], task_start(marks, start), start)
+    base = sorted(live_skills(kinds, branch[:start]).values())
+    usage: Usage = {}
+    for i in branch[:start]:
+        if (d := kinds.get(i)) is not None and d["type"] == "usage":
+            add_usage(usage, *d["usage"])
+    seen: dict[str, str] = {}
+    for i in branch[:start]:
+        if (d := kinds.get(i)) is not None and d["type"] == "seen":
+            fold_seen(seen, d["seen"])
+    base_lines = read_spans(transcript, [s.spans[i] for i in base]) if base else []
+    loads = [i for i in branch[:start] if (d := kinds.get(i)) is not None and d["type"] == "load"]
+    load_lines = read_spans(transcript, [s.spans[i] for i in loads]) if loads else []
+    last = s.spans[-1] if s.spans else None
+    last_line = read_spans(transcript, [last])[0] if last is not None else b""
+    return index_of(facts, length=s.length, last=last, last_hash=line_hash(last_line) if last else "",
+                    window=[s.spans[i] for i in branch[start:]],
+                    base_skills=[d for line in base_lines if (d := parse_line(line)) is not None], base_usage=usage,
+                    base_loads=keep_loads((), (d for line in load_lines if (d := parse_line(line)) is not None)),
+                    base_seen=seen, branch_points=s.tree.branch_points())
+
+
+# ---------------------------------------------------------------- the wake's read
+
+
+@dataclass
+class Loaded:
+    """What a wake reads: the index, the window's entries with their spans, and the entries appended
+    after the index (a plain continuation of the window's leaf), each as JSON and parsed."""
+
+    index: TranscriptIndex
+    window: list[tuple[Span, TranscriptEntry]]
+    tail: list[tuple[Span, dict[str, Any], TranscriptEntry]]
+    rebuilt: bool = False
+
+
+def parse_entry(d: dict[str, Any]) -> TranscriptEntry | None:
+    try:
+        return ENTRY_ADAPTER.validate_python(d)
+    except ValueError:
+        return None
+
+
+def _leaf_after(leaf: str | None, d: dict[str, Any]) -> tuple[bool, str | None]:
+    """(still linear, the new leaf) after the entry `d` is appended under `leaf`."""
+    if d.get("type") == "leaf":
+        return False, leaf
+    return d.get("parentId") == leaf or leaf is None, d.get("id")
+
+
+def _read_window(transcript: Path, index: TranscriptIndex) -> list[tuple[Span, TranscriptEntry]]:
+    out: list[tuple[Span, TranscriptEntry]] = []
+    for span, line in zip(index.window, read_spans(transcript, index.window), strict=True):
+        d = parse_line(line)
+        if d is not None and (entry := parse_entry(d)) is not None:
+            out.append((span, entry))
+    return out
+
+
+def _read_tail(transcript: Path, index: TranscriptIndex, leaf: str | None
+               ) -> list[tuple[Span, dict[str, Any], TranscriptEntry]] | None:
+    """The entries after the index, or None when they are not a plain continuation of `leaf`."""
+    out: list[tuple[Span, dict[str, Any], TranscriptEntry]] = []
+    for offset, line in iter_lines(transcript, index.length):
+        d = parse_line(line)
+        if d is None or (entry := parse_entry(d)) is None:
+            continue
+        linear, leaf = _leaf_after(leaf, d)
+        if not linear:
+            return None
+        out.append(((offset, len(line)), d, entry))
+    return out
+
+
+def leaf_of(window: Sequence[tuple[Span, TranscriptEntry]]) -> str | None:
+    if not window:
+        return None
+    last = window[-1][1]
+    return getattr(last, "target_id", None) if last.type == "leaf" else last.id
+
+
+def load(transcript: Path, fresh: bool = False) -> Loaded:
+    """The wake's read (blocking: the caller runs it in the I/O pool); `fresh`: rebuild the index first
+    (after a leaf move, the branch changed)."""
+    if not transcript.exists():  # a new session: nothing to read, no index written for it yet
+        return Loaded(TranscriptIndex(), [], [])
+    index, rebuilt = (None if fresh else read_index(transcript)), False
+    if index is None:
+        index, rebuilt = rebuild(transcript), True
+    window = _read_window(transcript, index)
+    tail = _read_tail(transcript, index, leaf_of(window))
+    if tail is None:  # a branch the index does not know: the whole tree once more
+        index, rebuilt = rebuild(transcript), True
+        window, tail = _read_window(transcript, index), []
+    return Loaded(index, window, tail, rebuilt)
+
+
+def window_lines(transcript: Path) -> list[dict[str, Any]]:
+    """The window and the lines after the index, as JSON, for a reader that is not the transcript's
+    writer (the proxy's dormant preview): the index when it is valid, else one scan; nothing written."""
+    index = read_index(transcript)
+    if index is None:
+        if not transcript.exists():
+            return []
+        index = rebuild(transcript, persist=False)
+    out = [d for line in read_spans(transcript, index.window) if (d := parse_line(line)) is not None]
+    leaf = leaf_of([(s, e) for s, d in zip(index.window, out, strict=False) if (e := parse_entry(d)) is not None])
+    tail = _read_tail(transcript, index, leaf)
+    if tail is None:  # a branch the index does not know yet: the window from one scan
+        index = rebuild(transcript, persist=False)
+        return [d for line in read_spans(transcript, index.window) if (d := parse_line(line)) is not None]
+    return out + [d for _, d, _ in tail]

@@ -1,0 +1,1 @@
+"""Logs, metrics and traces of every service (docs/architecture.md "Observability")."""
