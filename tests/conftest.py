@@ -13,7 +13,7 @@ import redis
 import redis.asyncio as aioredis
 
 from shared.serving import cancel_safe
-from tests.support import needs, teardown_guard
+from tests.support import group_order, keepalive, needs, teardown_guard
 from tests.support.ports import xdist_worker
 from tests.support.redis_server import base_redis_url, own_redis_url
 from tests.support.stack import API_TOKEN, Stack
@@ -37,6 +37,7 @@ def group_of(nodeid: str) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     cancel_safe.install()  # the services' asyncio (shared/serving/service.py serve) in the test process too
     teardown_guard.install()
+    keepalive.install()  # idle connections dropped before uvicorn closes them (tests/support/keepalive.py)
     config.addinivalue_line("markers", f"{needs.MARK}(why_missing): skipped without a tool, failed under CI "
                             "(tests/support/needs.py)")
 
@@ -67,26 +68,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The groups handed out first are those with the longest per-test timeout (the long end-to-end
-    and fault modules), so that none of them starts last and stretches the run (`make test` passes
-    --no-loadscope-reorder, which keeps this order). Each group's tests keep their own order. Groups
-    marked `quiet_end` go last whatever their timeout: a measurement over minutes (the soak) then
-    overlaps the suite's tail, not its busiest start."""
+    """The groups are handed out longest first, by the measured seconds of tests/support/group_seconds.json
+    (`make test` passes --no-loadscope-reorder, which keeps this order), so that none of the long ones
+    starts last and stretches the run; a `quiet_end` group (the soak, a measurement over minutes) late,
+    beside the shortest groups only, not the busiest start (tests/support/group_order.py). Each group's
+    tests keep their own order."""
     default = float(config.getini("timeout") or 0)
-
-    def timeout(item: pytest.Item) -> float:
+    groups: dict[str, group_order.Group] = {}
+    for item in items:
+        group = groups.setdefault(group_of(item.nodeid), group_order.Group(group_of(item.nodeid)))
         mark = item.get_closest_marker("timeout")
-        return float(mark.args[0]) if mark is not None and mark.args else default
-
-    first: dict[str, int] = {}
-    longest: dict[str, float] = {}
-    for i, item in enumerate(items):
-        group = group_of(item.nodeid)
-        first.setdefault(group, i)
-        longest[group] = max(longest.get(group, 0.0), timeout(item))
-    at_end = {group_of(item.nodeid) for item in items if item.get_closest_marker("quiet_end") is not None}
-    items.sort(key=lambda item: (group_of(item.nodeid) in at_end, -longest[group_of(item.nodeid)],
-                                 first[group_of(item.nodeid)]))
+        group.tests += 1
+        group.longest_timeout = max(group.longest_timeout,
+                                    float(mark.args[0]) if mark is not None and mark.args else default)
+        group.quiet_end = group.quiet_end or item.get_closest_marker("quiet_end") is not None
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    rank = {name: i for i, name in enumerate(group_order.hand_out_order(list(groups.values()),
+                                                                       group_order.known_seconds(), workers))}
+    items.sort(key=lambda item: rank[group_of(item.nodeid)])  # stable: a group's tests keep their order
 
 
 @pytest.fixture(scope="session")

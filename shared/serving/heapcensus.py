@@ -83,12 +83,15 @@ def _census(objs: list[Any], top: int) -> dict[str, Any]:
     # Containers the collector does not track (a dict of strings) are reached one step from one it does.
     # Only the large ones are kept: a table of every container was a high-water mark of its own (RSS
     # steps of ~10 MB at a census, bench/results/heap-census.*.jsonl).
+    # type(), not isinstance(): isinstance reads an object's __class__, which a lazy module proxy
+    # (openai's) answers by importing what it stands for: the census would load modules into the heap
+    # it measures (and took tens of seconds doing it).
     seen: dict[int, Any] = {}
     for o in objs:
-        if isinstance(o, _CONTAINERS) and len(o) >= _LARGE:
+        if issubclass(type(o), _CONTAINERS) and len(o) >= _LARGE:
             seen[id(o)] = o
         for r in gc.get_referents(o):
-            if isinstance(r, _CONTAINERS) and len(r) >= _LARGE and not gc.is_tracked(r):
+            if issubclass(type(r), _CONTAINERS) and len(r) >= _LARGE and not gc.is_tracked(r):
                 seen[id(r)] = r
     largest = heapq.nlargest(top, seen.values(), key=len)
     # functools' caches keep their dict out of reach of a walk: their sizes by function

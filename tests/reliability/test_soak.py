@@ -21,8 +21,8 @@ import pytest
 from bench.soak import run
 from bench.soak_report import render, verdict
 
-# In the suite by default, handed out last (its minutes overlap the suite's tail, not its busiest
-# start); the timeout (the load's 3 minutes, the retirement's flush of at most 90 s, the audit) ends
+# In the suite by default, handed out late (its minutes overlap the suite's shortest groups, not its
+# busiest start: tests/support/group_order.py); the timeout (the load's 3 minutes, the retirement's flush of at most 90 s, the audit) ends
 # it whatever the stack does. The 20-minute run is `make soak`.
 pytestmark = [pytest.mark.slow, pytest.mark.quiet_end, pytest.mark.timeout(480)]
 

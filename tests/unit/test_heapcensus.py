@@ -17,13 +17,24 @@ class _Held:
         self.table = {f"sid-{i}": i for i in range(5000)}  # untracked by the collector: str -> int
 
 
+class _LazyProxy:
+    """Answers `__class__` by loading what it stands for, as openai's lazy module proxies do."""
+
+    asked = 0
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        _LazyProxy.asked += 1
+        return object
+
+
 def test_off_by_default() -> None:
     assert load_settings().server.heap_census == ""
     asyncio.run(asyncio.wait_for(census_loop("", 0.01), 1))  # returns at once
 
 
 def test_a_line_names_the_large_tables_and_their_holder(tmp_path: Path) -> None:
-    held = _Held()
+    held, lazy = _Held(), [_LazyProxy()]  # the list: a tracked container the walk looks into
     gc.freeze()  # as shared/serving/gcpolicy.py leaves the heap: frozen objects are counted too
     try:
         line = census()
@@ -32,7 +43,8 @@ def test_a_line_names_the_large_tables_and_their_holder(tmp_path: Path) -> None:
     assert line["rss"] > 0 and line["blocks"] > 0 and line["gc_objects"] > 0
     table = next(t for t in line["tables"] if t["len"] == 5000)
     assert table["holder"].endswith("_Held.table") and "sid-0" in table["sample"]
-    del held
+    assert _LazyProxy.asked == 0, "the census asked a proxy its __class__ (an import, in openai's)"
+    del held, lazy
 
     async def lines() -> None:
         with contextlib.suppress(TimeoutError):
