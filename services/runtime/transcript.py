@@ -253,7 +253,7 @@ class Transcript:
                 self._index_due = self._index_due or any(isinstance(e, CompactionEntry | LeafEntry) for e in batch)
                 self._version += 1
 
-            result = await self._guard.write(write, written)
+            result = await self._guard.write(write, written, files=False)
             await sync_and_close(result[0])  # the fence is already released: only the lines' durability is awaited
             if self._moved:  # the new branch's window, live skills and index, from one scan of the file
                 self._moved = self._index_due = False

@@ -245,12 +245,19 @@ class Worker:
         return int(3000 * self._house_interval_s)
 
     async def _house_loop(self) -> None:
+        # Passes start an interval apart, not an interval after the previous one ended: on a busy loop a
+        # pass (and the heartbeat) takes a while, and adding it to the interval let each lease's renewal
+        # drift past the point where `Lease.check` renews it itself, one round trip per disk write
+        # (lease.py; bench/README.md "bench-e2e"). A pass that overran starts the next one at once.
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while not self._stopping:
             try:
                 await heartbeat(self.client, self.worker_id)
             except (RedisError, OSError):
                 log.warning("heartbeat_failed")
-            await asyncio.sleep(self._house_interval_s)
+            due = max(due + self._house_interval_s, loop.time())
+            await asyncio.sleep(due - loop.time())
             try:
                 await self._housekeep()
             except asyncio.CancelledError:
