@@ -32,7 +32,7 @@ from shared.contracts.transcript import (
     TranscriptEntry,
     parse_entries,
 )
-from shared.disk import append_lines_unsynced, iter_jsonl, jsonl_line, sync_and_close
+from shared.disk import append_lines_unsynced, fsync_and_close, iter_jsonl, jsonl_line
 from shared.transcript_branch import Branch, read_branch
 
 from .transcript_window import Window
@@ -253,8 +253,8 @@ class Transcript:
                 self._index_due = self._index_due or any(isinstance(e, CompactionEntry | LeafEntry) for e in batch)
                 self._version += 1
 
-            result = await self._guard.write(write, written, files=False)
-            await sync_and_close(result[0])  # the fence is already released: only the lines' durability is awaited
+            # The fsync follows in the same thread, the fence already on its way back (write_guard.py `then`).
+            await self._guard.write(write, written, files=False, then=lambda result: fsync_and_close(result[0]))
             if self._moved:  # the new branch's window, live skills and index, from one scan of the file
                 self._moved = self._index_due = False
                 self.w.adopt(await asyncio.to_thread(ix.load, self.path, True))

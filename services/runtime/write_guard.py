@@ -44,7 +44,7 @@ class Guard(Protocol):
     async def __call__(self) -> None: ...
 
     async def write(self, fn: Callable[[], T], written: Callable[[T], None] | None = None, *,
-                    files: bool = True) -> T: ...
+                    files: bool = True, then: Callable[[T], None] | None = None) -> T: ...
 
 
 async def _unchecked() -> None:
@@ -68,13 +68,16 @@ class WriteGuard:
         asyncio.get_running_loop().call_soon(self._leave)
 
     async def write(self, fn: Callable[[], T], written: Callable[[T], None] | None = None, *,
-                    files: bool = True) -> T:
+                    files: bool = True, then: Callable[[T], None] | None = None) -> T:
         """`fn()` in the I/O pool with the fence held until it returns, also when the caller is
         cancelled meanwhile (the write goes on; cancelling cannot free the fence mid-write). `written`
         gets the result on the event loop before the fence is released: what must follow a visible
         write whatever happens to the caller (the transcript's index of its new lines). `files=False`:
-        `fn` writes nothing a snapshot records (`changes` stays)."""
+        `fn` writes nothing a snapshot records (`changes` stays). `then`: run on the result in the same
+        thread once the fence is on its way back (the transcript's fsync): one hand-off instead of two."""
         await self._enter(files)
+        if then is not None:
+            return await self._write_then(fn, written, then)
         try:
             done = asyncio.get_running_loop().run_in_executor(None, fn)
         except BaseException:
@@ -89,6 +92,34 @@ class WriteGuard:
                 self._leave()
 
         done.add_done_callback(finished)
+        return await asyncio.shield(done)
+
+    async def _write_then(self, fn: Callable[[], T], written: Callable[[T], None] | None,
+                          then: Callable[[T], None]) -> T:
+        loop = asyncio.get_running_loop()
+
+        def visible(result: T) -> None:  # on the loop, as `write`'s `finished`
+            try:
+                if written is not None:
+                    written(result)
+            finally:
+                self._leave()
+
+        def run() -> T:  # in the I/O pool
+            try:
+                result = fn()
+            except BaseException:
+                loop.call_soon_threadsafe(self._leave)
+                raise
+            loop.call_soon_threadsafe(visible, result)
+            then(result)
+            return result
+
+        try:
+            done = loop.run_in_executor(None, run)
+        except BaseException:
+            self._leave()
+            raise
         return await asyncio.shield(done)
 
     async def _enter(self, files: bool = True) -> None:
