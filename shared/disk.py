@@ -205,14 +205,6 @@ async def sync_and_close(fh: Any) -> None:
     await asyncio.shield(done)
 
 
-def fsync_and_close(fh: Any) -> None:
-    """`sync_and_close` for a caller already in the I/O pool (services/runtime/write_guard.py `then`)."""
-    try:
-        os.fsync(fh.fileno())
-    finally:
-        fh.close()
-
-
 def jsonl_line(record: dict[str, Any]) -> bytes:
     """One JSON Lines record as appended, without its newline."""
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()

@@ -10,6 +10,7 @@ model's context is built from, never the whole history (docs/architecture.md "Ho
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from shared.contracts.transcript import (
     TranscriptEntry,
     parse_entries,
 )
-from shared.disk import append_lines_unsynced, fsync_and_close, iter_jsonl, jsonl_line
+from shared.disk import append_lines_unsynced, iter_jsonl, jsonl_line
 from shared.transcript_branch import Branch, read_branch
 
 from .transcript_window import Window
@@ -58,6 +59,14 @@ def read_entries(path: Path) -> list[TranscriptEntry]:
         return _ENTRIES.validate_json(b"[" + b",".join(body) + b"]")
     except ValueError:
         return parse_entries(list(iter_jsonl(path)))
+
+
+def fsync_and_close(fh: Any) -> None:
+    """shared/disk.py `sync_and_close` for a caller already in the I/O pool (write_guard.py `then`)."""
+    try:
+        os.fsync(fh.fileno())
+    finally:
+        fh.close()
 
 
 def now_iso() -> str:

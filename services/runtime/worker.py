@@ -161,14 +161,12 @@ class Worker:
             raise
         clock.mark("claim")
         model = ModelConfig.model_validate_json(row["model"]) if row.get("model") else ModelConfig()
-        variant = row.get("variant", "base")
-        variant = variant if variant in VARIANTS else "base"
+        variant = named if (named := row.get("variant", "base")) in VARIANTS else "base"
         system_prompt = self.system_prompts.get(variant) or self.system_prompts["base"]
         deps = SessionDeps(settings=self.settings, client=self.client, model_client=self.model_client,
                            skills=self.skills, system_prompt=system_prompt, counter=self.counter,
                            ack=self.reader.ack, static_prefix=self.static_prefix, registry=self.registry,
-                           model_calls=self.model_calls,
-                           read_gate=self.read_gate, starts=self.starts,
+                           model_calls=self.model_calls, read_gate=self.read_gate, starts=self.starts,
                            request_close=self._request_close,
                            variant=variant, preloaded=tuple(preloaded_skills(variant, self.skills)))  # type: ignore[arg-type]
         outbox = Outbox(self.sender, sid, self.bus, fence=lease.check)
@@ -245,19 +243,14 @@ class Worker:
         return int(3000 * self._house_interval_s)
 
     async def _house_loop(self) -> None:
-        # Passes start an interval apart, not an interval after the previous one ended: on a busy loop a
-        # pass (and the heartbeat) takes a while, and adding it to the interval let each lease's renewal
-        # drift past the point where `Lease.check` renews it itself, one round trip per disk write
-        # (lease.py; bench/README.md "bench-e2e"). A pass that overran starts the next one at once.
-        loop = asyncio.get_running_loop()
-        due = loop.time()
+        # Passes start an interval apart, at once after an overrun: renewals must not drift (lease.py).
+        due = (loop := asyncio.get_running_loop()).time()
         while not self._stopping:
             try:
                 await heartbeat(self.client, self.worker_id)
             except (RedisError, OSError):
                 log.warning("heartbeat_failed")
-            due = max(due + self._house_interval_s, loop.time())
-            await asyncio.sleep(due - loop.time())
+            await asyncio.sleep((due := max(due + self._house_interval_s, loop.time())) - loop.time())
             try:
                 await self._housekeep()
             except asyncio.CancelledError:
