@@ -110,6 +110,15 @@ def cpu_of(stack: Stack, redis_pid: int | None = None) -> dict[str, float]:
         out[name] = t.user + t.system
     own = psutil.Process().cpu_times()  # the load client itself: a saturated one delays what it measures
     out["bench_client"] = own.user + own.system
+    if "runtime" in stack.procs:  # the runtime's event loop apart from its other threads (the I/O pool)
+        try:
+            threads = psutil.Process(stack.procs["runtime"].pid).threads()
+        except psutil.Error:
+            return out
+        main = [t for t in threads if t.id == stack.procs["runtime"].pid]
+        out["runtime_loop_thread"] = sum(t.user_time + t.system_time for t in main)
+        out["runtime_other_threads"] = sum(t.user_time + t.system_time for t in threads if t not in main)
+        out["runtime_other_threads_system"] = sum(t.system_time for t in threads if t not in main)
     return out
 
 

@@ -67,15 +67,88 @@ T = TypeVar("T")
 COMMAND_DEADLINE_S = 8.0  # all attempts of one ordinary command together (see above)
 
 
+WATCH_TICK_S = 0.05  # how late past its deadline an attempt may be abandoned (plus the loop's own lag)
+
+
+class _Attempt:
+    """One attempt of one command, watched for its deadline (`_Watch`)."""
+
+    __slots__ = ("cancelling", "deadline", "expired", "task")
+
+    def __init__(self, task: asyncio.Task[Any], deadline: float) -> None:
+        self.task = task
+        self.deadline = deadline  # the loop's clock
+        self.cancelling = task.cancelling()
+        self.expired = False
+
+
+class _Watch:
+    """The deadlines of the attempts in flight on one event loop, looked at by one timer every
+    WATCH_TICK_S while any is in flight. `asyncio.timeout` made and cancelled a timer of the loop's
+    for every command (beside the two redis-py makes for its send and read): a sixth of the runtime's
+    Redis cost under bench-e2e (bench/README.md "bench-e2e")."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.attempts: dict[_Attempt, None] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, attempt: _Attempt) -> None:
+        self.attempts[attempt] = None
+        if self._timer is None:
+            self._timer = self.loop.call_later(WATCH_TICK_S, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        now = self.loop.time()
+        for attempt in [a for a in self.attempts if a.deadline <= now]:
+            del self.attempts[attempt]
+            attempt.expired = True
+            attempt.task.cancel()
+        if self.attempts:
+            self._timer = self.loop.call_later(WATCH_TICK_S, self._tick)
+
+    def settle(self, attempt: _Attempt) -> bool:
+        """The attempt ended: True when its deadline cancelled it (the cancel taken back as
+        `asyncio.timeout` does: only a cancel from elsewhere still stands)."""
+        self.attempts.pop(attempt, None)
+        return attempt.expired and attempt.task.uncancel() <= attempt.cancelling
+
+
 class BudgetRetry(Retry):
     """redis-py's retry with a deadline shared by all attempts of one command: an attempt still
-    waiting when it passes is abandoned (its connection is dropped, as on any cancelled read) and the
-    command fails with redis' TimeoutError."""
+    waiting when it passes is abandoned (its task cancelled as `asyncio.timeout` would, so its
+    connection is dropped as on any cancelled read) and the command fails with redis' TimeoutError."""
 
     def __init__(self, retries: int, deadline_s: float = COMMAND_DEADLINE_S,
                  supported_errors: tuple[type[Exception], ...] = (ConnectionError, TimeoutError)) -> None:
         super().__init__(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries, supported_errors=supported_errors)
         self.deadline_s = deadline_s
+        self._watch: _Watch | None = None
+
+    def _watching(self, loop: asyncio.AbstractEventLoop) -> _Watch:
+        if self._watch is None or self._watch.loop is not loop:
+            self._watch = _Watch(loop)
+        return self._watch
+
+    async def _attempt(self, do: Callable[[], Awaitable[T]], deadline: float) -> T:
+        """`do()` abandoned at `deadline` (monotonic); builtins' TimeoutError then, as `asyncio.timeout`."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        if task is None:  # not in a task: nothing to cancel, so the plain timeout
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                return await do()
+        attempt = _Attempt(task, loop.time() + max(0.0, deadline - time.monotonic()))
+        watch = self._watching(loop)
+        watch.add(attempt)
+        try:
+            result = await do()
+        except BaseException as exc:
+            if watch.settle(attempt) and isinstance(exc, asyncio.CancelledError):
+                raise builtins.TimeoutError from exc
+            raise
+        watch.settle(attempt)
+        return result
 
     async def call_with_retry(self, do: Callable[[], Awaitable[T]], fail: Callable[..., Any],  # type: ignore[override]
                               is_retryable: Callable[[Exception], bool] | None = None,
@@ -85,8 +158,7 @@ class BudgetRetry(Retry):
         while True:
             try:
                 try:
-                    async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                        return await do()
+                    return await self._attempt(do, deadline)
                 except builtins.TimeoutError as exc:
                     raise TimeoutError(f"no reply from Redis within {self.deadline_s:g} s") from exc
             except self._supported_errors as error:

@@ -212,12 +212,14 @@ class Worker:
         return int(3000 * self._house_interval_s)
 
     async def _house_loop(self) -> None:
+        # Passes start an interval apart, at once after an overrun: renewals must not drift (lease.py).
+        due = (loop := asyncio.get_running_loop()).time()
         while not self._stopping:
             try:
                 await heartbeat(self.client, self.worker_id)
             except (RedisError, OSError):
                 log.warning("heartbeat_failed")
-            await asyncio.sleep(self._house_interval_s)
+            await asyncio.sleep((due := max(due + self._house_interval_s, loop.time())) - loop.time())
             try:
                 await self._housekeep()
             except asyncio.CancelledError:

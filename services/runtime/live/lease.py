@@ -8,7 +8,10 @@ Fencing by local time: a lease set with PX at time t0 (taken before the request 
 expire, so cannot be taken by another worker, before t0 + ttl. The holder keeps that bound, less a
 margin for clock-rate drift, as `valid_until` (monotonic clock, which keeps running while the
 process is paused). Inside it, `check()` needs no round trip; when it nears its end (the worker's
-housekeeping renews every third of the lease, so only when that fell behind), it renews first. A worker
+housekeeping renews every third of the lease, so only when that fell behind), it renews first. The
+passes start a third of the lease apart, not a third after the last one ended: under load a pass takes
+a while, and adding it let every renewal drift into `check()`'s own, one EVAL per event and write
+(bench/README.md "bench-e2e"). A worker
 paused by SIGSTOP (or a stalled VM) past its lease therefore finds, once resumed, that its bound has
 passed and that the renewal fails: it writes nothing, even if it had passed a check just before the
 pause, because `check()` is the last step before each write and there is no await in between.

@@ -3,7 +3,10 @@ rewind and fork"): taken at each recorded user message, after each tool batch, a
 after a client's upload between runs, keyed to the transcript's leaf. Each is taken under the lease
 (the scan and its writes run in the I/O pool with the disk fence held: write_guard.py) and cost a
 stat per entry plus a read of each changed file. The log is read at the first snapshot, not on the
-wake path."""
+wake path. A snapshot after which the guard saw no write that may change the files (write_guard.py
+`changes`) is not taken: it would find nothing changed and write nothing, and skipping it saves its
+hand-off to the I/O pool and its scan (at a run's end after a run without tools, at a prompt after a
+client's upload was recorded: bench/README.md "bench-e2e")."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ class SessionSnapshots:
         self._guard = guard
         self._leaf = leaf
         self._store: SnapshotStore | None = None
+        self._seen: int | None = None  # the guard's `changes` the last completed scan saw
 
     @property
     def store(self) -> SnapshotStore:
@@ -35,7 +39,7 @@ class SessionSnapshots:
         return self._store
 
     def reload(self) -> SnapshotStore:
-        self._store = None
+        self._store = self._seen = None
         return self.store
 
     async def take(self, reason: str, *, entry: str | None = None, force: bool = False,
@@ -44,15 +48,19 @@ class SessionSnapshots:
         is past what a snapshot records (logged: that point cannot be rewound to; the log says so, so
         no older record stands in for it). `too_large`: ScanTooLarge is raised instead (a rewind must
         know the disk's state)."""
+        if not force and not too_large and self._seen is not None and self._seen == self._guard.changes:
+            return None
         leaf = entry or self._leaf()
 
-        def take() -> tuple[Record | None, int]:
+        def take() -> tuple[Record | None, int, int | None]:
+            seen = self._guard.changes  # under the guard's turn: no write of this session meanwhile
             store = self.store
             record = store.take(leaf, reason, force=force)
-            return record, store.prune() if record is not None else 0
+            return record, store.prune() if record is not None else 0, seen
 
+        self._seen = None
         try:
-            record, pruned = await self._guard.write(take)
+            record, pruned, seen = await self._guard.write(take, files=False)
         except ScanTooLarge as exc:
             log.warning("snapshot_skipped", session_id=self.sid, reason=reason, error=str(exc))
             if too_large:
@@ -66,6 +74,7 @@ class SessionSnapshots:
             log.warning("snapshot_skipped_disk", session_id=self.sid, reason=reason, error=str(storage_fault(exc)))
             self._store = None
             return None
+        self._seen = seen
         if pruned:
             log.info("snapshots_pruned", session_id=self.sid, records=len(self.store.records))
         return record

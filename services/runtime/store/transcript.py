@@ -11,6 +11,7 @@ model's context is built from, never the whole history (docs/architecture.md "Ho
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -37,7 +38,7 @@ from shared.history import transcript_ids as tid
 from shared.history import transcript_index as ix
 from shared.history.context import build_context
 from shared.history.transcript_branch import Branch, read_branch
-from shared.storage.disk import append_lines_unsynced, iter_jsonl, jsonl_line, sync_and_close
+from shared.storage.disk import append_lines_unsynced, iter_jsonl, jsonl_line
 
 log = structlog.get_logger()
 _ENTRIES: TypeAdapter[list[TranscriptEntry]] = TypeAdapter(list[TranscriptEntry])
@@ -59,6 +60,14 @@ def read_entries(path: Path) -> list[TranscriptEntry]:
         return _ENTRIES.validate_json(b"[" + b",".join(body) + b"]")
     except ValueError:
         return parse_entries(list(iter_jsonl(path)))
+
+
+def fsync_and_close(fh: Any) -> None:
+    """shared/storage/disk.py `sync_and_close` for a caller already in the I/O pool (write_guard.py `then`)."""
+    try:
+        os.fsync(fh.fileno())
+    finally:
+        fh.close()
 
 
 def now_iso() -> str:
@@ -257,8 +266,8 @@ class Transcript:
                 self._index_due = self._index_due or any(isinstance(e, CompactionEntry | LeafEntry) for e in batch)
                 self._version += 1
 
-            result = await self._guard.write(write, written)
-            await sync_and_close(result[0])  # the fence is already released: only the lines' durability is awaited
+            # The fsync follows in the same thread, the fence already on its way back (write_guard.py `then`).
+            await self._guard.write(write, written, files=False, then=lambda result: fsync_and_close(result[0]))
             if self._moved:  # the new branch's window, live skills and index, from one scan of the file
                 self._moved = self._index_due = False
                 self.w.adopt(await asyncio.to_thread(ix.load, self.path, True))

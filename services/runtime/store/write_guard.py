@@ -10,7 +10,13 @@ the first is still writing. Writes of different sessions never wait for each oth
 
 `__call__` is the check alone, for what cannot run in a thread: a `bash` command (the sandbox writes
 by itself; it is fenced at its start, docs/architecture.md "Ownership: one writer per slice") and a caller whose
-synchronous write follows with no await (the turn ends when its task next yields)."""
+synchronous write follows with no await (the turn ends when its task next yields).
+
+`changes` counts the writes that may have changed the session's files (every one but those that
+say `files=False`: the transcript's appends), so a snapshot can tell that nothing was written since
+the last one without scanning the disk (snapshots.py). Once a check alone was asked for, a writer
+outside the guard may still be writing (a command runs on after its check): `changes` is None from
+then on, and every snapshot scans."""
 
 from __future__ import annotations
 
@@ -32,9 +38,13 @@ class FenceLock(Protocol):
 
 
 class Guard(Protocol):
+    @property
+    def changes(self) -> int | None: ...
+
     async def __call__(self) -> None: ...
 
-    async def write(self, fn: Callable[[], T], written: Callable[[T], None] | None = None) -> T: ...
+    async def write(self, fn: Callable[[], T], written: Callable[[T], None] | None = None, *,
+                    files: bool = True, then: Callable[[T], None] | None = None) -> T: ...
 
 
 async def _unchecked() -> None:
@@ -46,17 +56,28 @@ class WriteGuard:
         self._check = check  # raises LeaseLost when the session may no longer write
         self.disk = disk
         self._turn = asyncio.Lock()
+        self._changes: int | None = 0
+
+    @property
+    def changes(self) -> int | None:
+        return self._changes
 
     async def __call__(self) -> None:
         await self._enter()
+        self._changes = None
         asyncio.get_running_loop().call_soon(self._leave)
 
-    async def write(self, fn: Callable[[], T], written: Callable[[T], None] | None = None) -> T:
+    async def write(self, fn: Callable[[], T], written: Callable[[T], None] | None = None, *,
+                    files: bool = True, then: Callable[[T], None] | None = None) -> T:
         """`fn()` in the I/O pool with the fence held until it returns, also when the caller is
         cancelled meanwhile (the write goes on; cancelling cannot free the fence mid-write). `written`
         gets the result on the event loop before the fence is released: what must follow a visible
-        write whatever happens to the caller (the transcript's index of its new lines)."""
-        await self._enter()
+        write whatever happens to the caller (the transcript's index of its new lines). `files=False`:
+        `fn` writes nothing a snapshot records (`changes` stays). `then`: run on the result in the same
+        thread once the fence is on its way back (the transcript's fsync): one hand-off instead of two."""
+        await self._enter(files)
+        if then is not None:
+            return await self._write_then(fn, written, then)
         try:
             done = asyncio.get_running_loop().run_in_executor(None, fn)
         except BaseException:
@@ -73,7 +94,35 @@ class WriteGuard:
         done.add_done_callback(finished)
         return await asyncio.shield(done)
 
-    async def _enter(self) -> None:
+    async def _write_then(self, fn: Callable[[], T], written: Callable[[T], None] | None,
+                          then: Callable[[T], None]) -> T:
+        loop = asyncio.get_running_loop()
+
+        def visible(result: T) -> None:  # on the loop, as `write`'s `finished`
+            try:
+                if written is not None:
+                    written(result)
+            finally:
+                self._leave()
+
+        def run() -> T:  # in the I/O pool
+            try:
+                result = fn()
+            except BaseException:
+                loop.call_soon_threadsafe(self._leave)
+                raise
+            loop.call_soon_threadsafe(visible, result)
+            then(result)
+            return result
+
+        try:
+            done = loop.run_in_executor(None, run)
+        except BaseException:
+            self._leave()
+            raise
+        return await asyncio.shield(done)
+
+    async def _enter(self, files: bool = True) -> None:
         await self._turn.acquire()
         try:
             await self._check()
@@ -82,6 +131,8 @@ class WriteGuard:
         except BaseException:
             self._turn.release()
             raise
+        if files and self._changes is not None:
+            self._changes += 1
 
     def _leave(self) -> None:
         if self.disk is not None:
