@@ -18,9 +18,9 @@ MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "a
                       "setdefault", "popitem", "appendleft", "sort", "reverse"})
 # field -> the one module that writes it
 WRITERS: dict[str, str] = {
-    **dict.fromkeys(("run_task", "run_id", "last_run_id", "aborting", "ended_at"), "supervisor.py"),
-    **dict.fromkeys(("held", "barrier_passed", "stop_requested", "stop_replies", "taken_at"), "dispatcher.py"),
-    **dict.fromkeys(("_phase", "_loop_task"), "lifecycle.py"),
+    **dict.fromkeys(("run_task", "run_id", "last_run_id", "aborting", "ended_at"), "runs/supervisor.py"),
+    **dict.fromkeys(("held", "barrier_passed", "stop_requested", "stop_replies", "taken_at"), "inbox/dispatcher.py"),
+    **dict.fromkeys(("_phase", "_loop_task"), "hosting/lifecycle.py"),
 }
 NEVER_REBOUND = ("queue", "turn_lock")  # a channel and a lock: created once, never replaced
 # A receiver that may be one of the state's parts (or the view): `self.run`, `inbox`, `session.state`...

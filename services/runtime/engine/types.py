@@ -156,3 +156,12 @@ class LoopConfig:
     before_model_call: BeforeModelCall = _noop
     signal: AbortSignal = field(default_factory=AbortSignal)
     budget: RunBudget = field(default_factory=RunBudget)
+
+
+def chain(*hooks: BeforeModelCall) -> BeforeModelCall:
+    """Several before-model-call hooks as one, run in order (the dynamic tool subset, then the compactor)."""
+    async def before_model_call(context: AgentContext) -> None:
+        for hook in hooks:
+            await hook(context)
+
+    return before_model_call

@@ -25,7 +25,7 @@ from services.runtime.connector.connector_catalog import ConnectorCatalog, Promp
 from services.runtime.connector.connectors import ConnectorHub
 from services.runtime.connector.mcp_calls import McpLimits
 from services.runtime.engine.agent import Agent
-from services.runtime.engine.types import AgentContext, BeforeModelCall, RunBudget, RunHooks
+from services.runtime.engine.types import AgentContext, BeforeModelCall, RunBudget, RunHooks, chain
 from services.runtime.hosting.dormant import answer_stops, release_dormant
 from services.runtime.hosting.lifecycle import Lifecycle, Phase
 from services.runtime.hosting.links import Links
@@ -103,14 +103,6 @@ from shared.ui.uirules import UiLimits
 
 log = structlog.get_logger()
 STOP_WAIT_S = 5.0  # a close or a drop never hangs on one task
-
-
-def chain(*hooks: BeforeModelCall) -> BeforeModelCall:
-    async def before_model_call(context: AgentContext) -> None:
-        for hook in hooks:
-            await hook(context)
-
-    return before_model_call
 
 
 class Session:
