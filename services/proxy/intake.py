@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import structlog
 
-from services.proxy.ari import AriError, parse_ari
 from services.proxy.attachments import check_attachments
 from services.proxy.budgets import refuse_over_budget
 from services.proxy.deps import Proxy
@@ -14,6 +13,7 @@ from services.proxy.edge.errors import ApiError
 from services.proxy.routes.branches import edit_rewind
 from services.proxy.routes.runs import post_to_run
 from services.proxy.rows import SessionState, mark_waking, touch
+from shared.ari import AriError, parse_ari
 from shared.contracts.http import MessageAccepted, PostMessage
 from shared.contracts.inbox import UserPrompt
 from shared.contracts.wake import Wake

@@ -46,10 +46,9 @@ def test_no_function_is_over_the_limit() -> None:
 
 
 MAX_FOLDER_MODULES = 15
-# docs/architecture.md "Code standards": the folders exempt, each with its reason.
+# docs/architecture.md "Code standards": the one folder exempt, with its reason.
 FOLDERS_EXEMPT = {
     "shared/contracts": "one module per wire contract, named after its stream or file",
-    "scripted": "the offline model, a test double outside the production packages: to split",
 }
 
 

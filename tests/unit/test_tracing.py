@@ -10,7 +10,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from services.proxy.edge.sse_trace import Deliveries
+from services.proxy.routes.events import Deliveries
 from shared.telemetry.tracing import (
     DropClientTraceContext,
     add_trace_ids,

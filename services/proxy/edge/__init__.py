@@ -1,4 +1,4 @@
-"""What every request of the proxy meets: JSON errors, body caps, heavy-request bounds, the SSE response and span,
+"""What every request of the proxy meets: JSON errors, body caps, heavy-request bounds, the SSE response,
 metrics, rate quotas.
 
 See docs/architecture.md "Walking through the code"."""

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
 from fastapi import APIRouter, Depends, Header, Query
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanKind
 
 from services.proxy.deps import Proxy, get_proxy
 from services.proxy.edge.errors import ApiError
 from services.proxy.edge.sse_response import EventStreamResponse
-from services.proxy.edge.sse_trace import Deliveries
 from services.proxy.fanout import HEARTBEAT, EventFanout, Item, Subscriber
 from services.proxy.liveness import owned_session
 from services.proxy.rows import SessionState
@@ -33,6 +35,7 @@ from shared.contracts.events import SessionEvent
 from shared.redis import keys
 from shared.redis.deletion import is_deleted
 from shared.redis.redis_wire import parse_id, text
+from shared.telemetry.tracing import start_span
 
 router = APIRouter(prefix="/sessions", tags=["events"])
 STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
@@ -230,3 +233,41 @@ async def events(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+# The SSE delivery span: an event written to a client continues the trace of the run that made it (the
+# `traceparent` the runtime puts beside the event, shared/contracts/events.py `EventEntry`). One span per run
+# a client gets events of, on the write that carries the run's first event, never one per event: streamed
+# text comes as many small events (docs/architecture.md "Observability").
+SPAN_NAME = "gamma:{sid}:events deliver"
+
+
+class Deliveries:
+    """One SSE client's delivery spans."""
+
+    def __init__(self, sid: str) -> None:
+        self.sid = sid
+        self.last: str | None = None  # the run trace this client last got a span for
+        # Made in the events request's context: each delivery span links to that request's span.
+        request = trace.get_current_span().get_span_context()
+        self.links = [Link(request)] if request.is_valid and request.trace_flags.sampled else []
+
+    def new(self, parent: str | None) -> str | None:
+        """`parent` when this client has not had a span for it yet (the run's first event), else None."""
+        if parent is None or parent == self.last:
+            return None
+        self.last = parent
+        return parent
+
+    @contextmanager
+    def delivering(self, parent: str, entry_id: str, events: int) -> Iterator[None]:
+        """Around the write of a batch of frames: a span in the run's trace. Never made current: the
+        write is a generator's yield (shared/telemetry/tracing.py `start_span`)."""
+        span = start_span(SPAN_NAME, parent, SpanKind.PRODUCER, links=self.links, attributes={
+            "messaging.system": "sse", "messaging.operation.type": "send",
+            "messaging.destination.name": "gamma:{sid}:events", "gamma.session_id": self.sid,
+            "gamma.sse.entry_id": entry_id, "messaging.batch.message_count": events})
+        try:
+            yield
+        finally:
+            span.end()
