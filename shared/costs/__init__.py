@@ -1,1 +1,2 @@
-"""Every model token counted and priced: usage rows, totals, spend metrics (docs/costs.md)."""
+"""What a user spends: every model token counted and priced (usage rows, totals, spend metrics;
+docs/costs.md), and the per-user disk budget."""

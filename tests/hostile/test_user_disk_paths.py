@@ -1,4 +1,4 @@
-"""Every path that adds to a user's disk checks their budget (shared/storage/user_disk.py), not only a fork
+"""Every path that adds to a user's disk checks their budget (shared/costs/user_disk.py), not only a fork
 and an upload: a bash call, the agent's write and edit, a document write, each refused with 507 and
 nothing changed once the user's sessions are past it; a dormant session's upload too."""
 

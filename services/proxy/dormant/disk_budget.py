@@ -1,4 +1,4 @@
-"""The per-user disk budget in the proxy (shared/storage/user_disk.py's measure and rule; docs/architecture.md
+"""The per-user disk budget in the proxy (shared/costs/user_disk.py's measure and rule; docs/architecture.md
 "Limits on hostile input"). The workspace quota bounds one session; without this, a user at the
 session cap could hold the cap times it, and every fork multiplied it.
 
@@ -13,8 +13,8 @@ import asyncio
 
 from services.proxy.deps import Proxy
 from services.proxy.edge.errors import ApiError
+from shared.costs.user_disk import UserDisk, disk_of, measures
 from shared.storage.disk import session_paths
-from shared.storage.user_disk import UserDisk, disk_of, measures
 
 
 def _disk(proxy: Proxy) -> UserDisk:

@@ -24,9 +24,9 @@ from services.runtime.ui.viewable import ViewableFiles
 from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.todo import TodoList
 from shared.contracts.transcript import Deviation
+from shared.costs import user_disk
 from shared.redis import keys, revnum
 from shared.settings import Settings
-from shared.storage import user_disk
 from shared.storage.blobs import write_blob
 from shared.storage.disk import SessionPaths, workspace_files
 from shared.storage.quota import WorkspaceQuota
@@ -44,7 +44,7 @@ class SessionToolHost:
         self.paths = paths
         self.data_dir = settings.storage.data_dir
         self.max_file_bytes = settings.storage.max_file_bytes
-        self.user_disk_bytes = settings.storage.user_disk_bytes  # all of the owner's sessions (shared/storage/user_disk.py)
+        self.user_disk_bytes = settings.storage.user_disk_bytes  # all of the owner's sessions (shared/costs/user_disk.py)
         self.image_limits = settings.images.image_limits()
         self.image_settings = settings.images
         self._owner: str | None = None

@@ -134,7 +134,7 @@ async def write_file(host: WorkspaceHost, rel: str, data: bytes) -> str:
     split_workspace_path(rel, for_write=True)  # a bad name is refused before the lease check
     check_size(data, host.max_file_bytes)
     if (why := await host.over_user_budget(len(data), "this write")) is not None:
-        raise InsufficientStorage(why)  # 507, nothing written (shared/storage/user_disk.py)
+        raise InsufficientStorage(why)  # 507, nothing written (shared/costs/user_disk.py)
     # Beneath the workspace, atomic, within the session's quota (507 otherwise; nothing written); in
     # the I/O pool, as the quota check walks the workspace (shared/storage/walk.py).
     ref = file_ref(await host.guarded_write(

@@ -41,7 +41,7 @@ class WorkspaceHost(Protocol):
         ...
 
     async def over_user_budget(self, adding: int, what: str) -> str | None:
-        """Why `adding` more bytes would take the owner's sessions past their disk budget (shared/storage/user_disk.py),
+        """Why `adding` more bytes would take the owner's sessions past their disk budget (shared/costs/user_disk.py),
         or None (then counted)."""
         ...
 
