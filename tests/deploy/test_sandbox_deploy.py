@@ -86,4 +86,4 @@ def test_compose_lets_only_the_runtime_create_user_namespaces() -> None:
 
 def test_ci_installs_bubblewrap() -> None:
     script = (ROOT / ".ci" / "run").read_text()
-    assert "apt_install bubblewrap" in script
+    assert "want+=(bubblewrap)" in script and 'apt_install "${want[@]}"' in script
