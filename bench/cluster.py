@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.contracts.inbox import UserPrompt  # noqa: E402
+from shared.contracts.streams.inbox import UserPrompt  # noqa: E402
 from shared.redis import keys  # noqa: E402
 from shared.redis.reconnect import connect, connect_blocking  # noqa: E402
 from shared.streams import inbox  # noqa: E402

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 import redis.cluster  # noqa: E402
 
-from shared.contracts.inbox import UserPrompt  # noqa: E402
+from shared.contracts.streams.inbox import UserPrompt  # noqa: E402
 from shared.redis import keys  # noqa: E402
 from shared.redis.reconnect import connect, connect_blocking  # noqa: E402
 from shared.streams import inbox  # noqa: E402

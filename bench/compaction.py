@@ -46,10 +46,10 @@ from services.runtime.skillset.skills import load_skills  # noqa: E402
 from services.runtime.store.todo import render  # noqa: E402
 from services.runtime.store.transcript import Transcript  # noqa: E402
 from services.runtime.turns.turn_order import active_skill_message  # noqa: E402
-from shared.contracts.inbox import CompactionReady  # noqa: E402
-from shared.contracts.messages import CustomMessage  # noqa: E402
-from shared.contracts.todo import TodoList  # noqa: E402
-from shared.contracts.transcript import parse_entries  # noqa: E402
+from shared.contracts.records.messages import CustomMessage  # noqa: E402
+from shared.contracts.records.todo import TodoList  # noqa: E402
+from shared.contracts.records.transcript import parse_entries  # noqa: E402
+from shared.contracts.streams.inbox import CompactionReady  # noqa: E402
 from shared.history import summary_rules as rules  # noqa: E402
 from shared.history import tokens as token_rules  # noqa: E402
 from shared.settings import Settings  # noqa: E402

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.eval_checks import CHECKS, Scenario, after_prompt, as_expected, judge, load_scenarios, yielded  # noqa: E402
 from services.runtime.skillset.skills import Skill, load_skills  # noqa: E402
-from shared.contracts.transcript import parse_entries  # noqa: E402
+from shared.contracts.records.transcript import parse_entries  # noqa: E402
 from tests.support.redis_server import base_redis_url, start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, Stack  # noqa: E402
 

@@ -17,9 +17,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.runtime.skillset.skills import Skill
-from shared.contracts.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
-from shared.contracts.todo import TodoItem
-from shared.contracts.transcript import AuditEntry, MessageEntry, TranscriptEntry
+from shared.contracts.records.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from shared.contracts.records.todo import TodoItem
+from shared.contracts.records.transcript import AuditEntry, MessageEntry, TranscriptEntry
 from shared.ui.checklist import CallRecord, Evidence, evaluate, matches, tool_calls
 
 CHECKS = ("skills_first_batch", "steps_in_order", "no_forbidden", "yield", "audit_clean")

@@ -53,10 +53,10 @@ from services.proxy.dormant.export import build as export  # noqa: E402
 from services.proxy.dormant.transcript_pages import view_and_page  # noqa: E402
 from services.runtime.app import skills_dir  # noqa: E402
 from services.runtime.skillset.skills import load_skills  # noqa: E402
-from shared.contracts.inbox import Barrier, UserPrompt  # noqa: E402
-from shared.contracts.lifecycle import SessionLive  # noqa: E402
-from shared.contracts.transcript import MessageEntry  # noqa: E402
-from shared.contracts.wake import Wake  # noqa: E402
+from shared.contracts.records.transcript import MessageEntry  # noqa: E402
+from shared.contracts.streams.inbox import Barrier, UserPrompt  # noqa: E402
+from shared.contracts.streams.lifecycle import SessionLive  # noqa: E402
+from shared.contracts.streams.wake import Wake  # noqa: E402
 from shared.history import fork  # noqa: E402
 from shared.history import rewind as rw  # noqa: E402
 from shared.history import transcript_ids as tid  # noqa: E402

@@ -30,7 +30,13 @@ from services.runtime.model.chat_api import ChatApi
 from services.runtime.model.model_api import ModelSettings
 from services.runtime.model.responses_api import ResponsesApi
 from services.runtime.store.transcript import Transcript
-from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
+from shared.contracts.records.messages import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
 from shared.media.image_limits import ImageLimits
 from shared.media.images import ImageSource, prepare, store_image
 

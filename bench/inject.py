@@ -42,10 +42,10 @@ sys.path.insert(0, str(ROOT))
 
 from services.stack import redis_answers  # noqa: E402
 from shared.contracts.base import new_id  # noqa: E402
-from shared.contracts.inbox import Injection  # noqa: E402
-from shared.contracts.recorded import InjectionRecorded  # noqa: E402
-from shared.contracts.todo import TodoItem, TodoList  # noqa: E402
-from shared.contracts.wake import Wake  # noqa: E402
+from shared.contracts.records.todo import TodoItem, TodoList  # noqa: E402
+from shared.contracts.streams.inbox import Injection  # noqa: E402
+from shared.contracts.streams.recorded import InjectionRecorded  # noqa: E402
+from shared.contracts.streams.wake import Wake  # noqa: E402
 from shared.redis import keys  # noqa: E402
 from shared.storage.disk import append_jsonl, atomic_write_json, session_paths  # noqa: E402
 from shared.streams.inbox import InboxReader  # noqa: E402

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from services.runtime.sandbox import Sandbox, select_sandbox  # noqa: E402
 from services.runtime.skillset.paths import skills_dir  # noqa: E402
-from shared.contracts.messages import UserMessage  # noqa: E402
-from shared.contracts.transcript import MessageEntry, SessionHeader  # noqa: E402
+from shared.contracts.records.messages import UserMessage  # noqa: E402
+from shared.contracts.records.transcript import MessageEntry, SessionHeader  # noqa: E402
 from shared.history import fork, rewind  # noqa: E402
 from shared.settings import Settings  # noqa: E402
 from shared.storage import workspace_fs  # noqa: E402

@@ -57,9 +57,9 @@ from services.runtime.skillset.prompt import VARIANTS, build_system_prompt  # no
 from services.runtime.skillset.skills import load_skills  # noqa: E402
 from services.stack import redis_answers  # noqa: E402
 from shared.contracts.http import ModelConfig  # noqa: E402
-from shared.contracts.inbox import Barrier, Injection, UserPrompt  # noqa: E402
-from shared.contracts.injection import RuntimeInjection  # noqa: E402
-from shared.contracts.wake import Wake  # noqa: E402
+from shared.contracts.records.injection import RuntimeInjection  # noqa: E402
+from shared.contracts.streams.inbox import Barrier, Injection, UserPrompt  # noqa: E402
+from shared.contracts.streams.wake import Wake  # noqa: E402
 from shared.history.tokens import TokenCounter, shared_prefix  # noqa: E402
 from shared.redis import keys  # noqa: E402
 from shared.settings import Settings  # noqa: E402

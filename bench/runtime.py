@@ -39,9 +39,9 @@ from services.runtime.skillset.prompt import build_system_prompt
 from services.runtime.skillset.skills import load_skills
 from services.runtime.store.transcript import read_entries
 from services.runtime.tools import Toolset
-from shared.contracts.lifecycle import SessionLive
-from shared.contracts.messages import UserMessage
-from shared.contracts.wake import Wake
+from shared.contracts.records.messages import UserMessage
+from shared.contracts.streams.lifecycle import SessionLive
+from shared.contracts.streams.wake import Wake
 from shared.history.tokens import TokenCounter
 from shared.storage.disk import session_paths
 from shared.telemetry.logging import configure_logging

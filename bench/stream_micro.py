@@ -45,7 +45,7 @@ from services.runtime.live.sender import EventSender  # noqa: E402
 from services.runtime.model.chat_api import ChatApi  # noqa: E402
 from services.runtime.model.responses_api import ResponsesApi  # noqa: E402
 from services.stack import free_port  # noqa: E402
-from shared.contracts.messages import AssistantMessage  # noqa: E402
+from shared.contracts.records.messages import AssistantMessage  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "stream_micro.json"
 TOOL = {"name": "message_user", "arguments": {"message": "Done: the answer is above.", "blockOnUser": True}}

@@ -67,8 +67,8 @@ def measure() -> dict[str, float]:
 
     from services.runtime.inbox.dispatcher import processing
     from services.runtime.live.events import entry
-    from shared.contracts.events import SessionEvent
-    from shared.contracts.inbox import UserPrompt
+    from shared.contracts.streams.events import SessionEvent
+    from shared.contracts.streams.inbox import UserPrompt
     from shared.streams.inbox import InboxEntry, entry_fields
     from shared.telemetry.tracing import app_telemetry, configure_tracing, recorded_traceparent
 

@@ -40,7 +40,7 @@ from scripted.types import ScriptedReply, ScriptedToolCall
 from scripted.workflows import AUDIT_MARK, Policy, reply_for
 from services.runtime.model.convert import SUMMARY_PREFIX, TOOL_IMAGES_PREFIX, enveloped_user_text
 from services.runtime.skillset.skills import Skill
-from shared.contracts.injection import INJECTION_KINDS
+from shared.contracts.records.injection import INJECTION_KINDS
 
 TAGS = (*INJECTION_KINDS, "todo_state", "active_skill", "knowledge_hints", "active_knowledge", "checklist_progress",
         "run_aborted", "session_rewound")

@@ -14,8 +14,14 @@ from typing import Any
 
 import orjson
 
-from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
-from shared.contracts.transcript import (
+from shared.contracts.records.messages import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from shared.contracts.records.transcript import (
     CompactionEntry,
     CustomMessageEntry,
     LeafEntry,

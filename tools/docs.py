@@ -32,7 +32,8 @@ from faststream.redis import RedisBroker, StreamSub
 from faststream.specification import AsyncAPI
 from pydantic import BaseModel, TypeAdapter
 
-from shared.contracts import connectors, deadletter, events, inbox, lifecycle
+from shared.contracts.records import connectors
+from shared.contracts.streams import deadletter, events, inbox, lifecycle
 from shared.redis import keys, topology
 from shared.redis.topology import EXTERNAL, INBOX_MEMBERS, INBOX_PRODUCERS, PUBLICATIONS, SERVICES
 from shared.settings import Settings, from_defaults

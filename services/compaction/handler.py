@@ -25,10 +25,10 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from services.compaction.summarizer import Summarizer
-from shared.contracts.compaction import CompactionRequest
-from shared.contracts.inbox import CompactionReady
-from shared.contracts.spend import UsageRow
-from shared.contracts.transcript import parse_entries
+from shared.contracts.records.spend import UsageRow
+from shared.contracts.records.transcript import parse_entries
+from shared.contracts.streams.compaction import CompactionRequest
+from shared.contracts.streams.inbox import CompactionReady
 from shared.history.summary_rules import file_operations, format_file_operations, summary_span
 from shared.history.transcript_index import window_lines
 from shared.history.transcript_tree import path_to

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AgentMessage,
     AssistantMessage,
     CompactionSummaryMessage,
@@ -27,7 +27,7 @@ from shared.contracts.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from shared.contracts.transcript import TranscriptEntry
+from shared.contracts.records.transcript import TranscriptEntry
 from shared.history.context import entry_message
 from shared.trust.neutralise import neutralise
 

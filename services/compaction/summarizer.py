@@ -24,9 +24,9 @@ from services.compaction.prompts import (
 from services.compaction.serialize import serialize_entries
 from services.compaction.summary_images import SummaryImage, image_parts, load_summary_images, numbers
 from shared.catalogue import Capabilities, Catalogue, catalogue
-from shared.contracts.messages import Usage
-from shared.contracts.spend import Attempt, UsageRow
-from shared.contracts.transcript import TranscriptEntry
+from shared.contracts.records.messages import Usage
+from shared.contracts.records.spend import Attempt, UsageRow
+from shared.contracts.records.transcript import TranscriptEntry
 from shared.costs.usage import chat_usage, responses_usage
 from shared.history.summary_rules import SummarySpan
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from services.compaction.serialize import image_name
-from shared.contracts.messages import ImageRef
-from shared.contracts.transcript import TranscriptEntry
+from shared.contracts.records.messages import ImageRef
+from shared.contracts.records.transcript import TranscriptEntry
 from shared.history.context import entry_message
 from shared.history.tokens import message_images
 from shared.media.images import data_url, load_image

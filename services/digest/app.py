@@ -7,10 +7,10 @@ from fastapi import FastAPI
 
 from services.digest.builder import DigestBuilder, Metrics
 from services.digest.flush import Flusher
-from shared.contracts.artifacts import ArtifactChange
-from shared.contracts.causal import FlushRequest
-from shared.contracts.lifecycle import LifecycleEvent, SessionLive
-from shared.contracts.recorded import InjectionRecorded
+from shared.contracts.streams.artifacts import ArtifactChange
+from shared.contracts.streams.causal import FlushRequest
+from shared.contracts.streams.lifecycle import LifecycleEvent, SessionLive
+from shared.contracts.streams.recorded import InjectionRecorded
 from shared.redis import keys
 from shared.serving.service import add_health_routes, make_context, service_lifespan, watch_disk
 from shared.settings import Settings, load_settings

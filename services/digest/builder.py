@@ -32,13 +32,13 @@ from services.digest.in_flight import release_settled
 from services.digest.manifest import Manifest
 from services.digest.revisions import Carry, Note, RefState, RevisionStore
 from services.digest.view import SessionView, read_view
-from shared.contracts.artifacts import ArtifactChange
 from shared.contracts.base import now_ms
-from shared.contracts.inbox import Injection
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.lifecycle import SessionDormant, SessionLive
-from shared.contracts.pending import PendingArtifact
-from shared.contracts.recorded import InjectionRecorded
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.pending import PendingArtifact
+from shared.contracts.streams.artifacts import ArtifactChange
+from shared.contracts.streams.inbox import Injection
+from shared.contracts.streams.lifecycle import SessionDormant, SessionLive
+from shared.contracts.streams.recorded import InjectionRecorded
 from shared.redis import keys
 from shared.redis.fence import read_fence
 from shared.redis.redis_wire import optional_text

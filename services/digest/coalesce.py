@@ -15,7 +15,7 @@ from services.digest.deck_diff import deck_digest, new_deck_digest
 from services.digest.file_diff import DIRTY_TEXT as FILE_DIRTY
 from services.digest.file_diff import file_digest, new_file_digest
 from services.digest.revisions import RefState
-from shared.contracts.artifacts import Actor
+from shared.contracts.streams.artifacts import Actor
 from shared.trust.trusted_blocks import Part, Trusted, fragment, lines, quoted
 
 # A digest whose edits cancel out: the content is again what the agent last saw.

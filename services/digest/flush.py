@@ -14,9 +14,9 @@ import structlog
 from services.digest.builder import SOURCE, DigestBuilder, source_id
 from services.digest.in_flight import release_settled
 from services.digest.revisions import RefState
-from shared.contracts.causal import FlushRequest
-from shared.contracts.inbox import ChangesSettled, Injection
-from shared.contracts.injection import RuntimeInjection
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.streams.causal import FlushRequest
+from shared.contracts.streams.inbox import ChangesSettled, Injection
 from shared.redis import keys
 from shared.streams import causal
 from shared.streams.inbox import append

@@ -13,7 +13,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared.contracts.artifacts import ArtifactChange
+from shared.contracts.streams.artifacts import ArtifactChange
 from shared.redis import keys
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from shared.contracts.pending import PendingArtifact, PendingArtifactUpdates
+from shared.contracts.records.pending import PendingArtifact, PendingArtifactUpdates
 from shared.storage.disk import atomic_write_json, read_json, session_paths
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from services.digest.revisions import RefState
-from shared.contracts.artifacts import ArtifactChange
+from shared.contracts.streams.artifacts import ArtifactChange
 from shared.redis import keys
 from shared.redis.deletion import deleted_from, queue_is_deleted
 

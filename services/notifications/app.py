@@ -13,10 +13,10 @@ from services.notifications.http import make_router
 from services.notifications.mcp_routes import make_mcp_router
 from services.notifications.migrate import migrate_legacy_keys
 from services.notifications.policy import UrgencyPolicy, never_wake, wake_for_types
-from shared.contracts.lifecycle import LifecycleEvent, SessionLive
-from shared.contracts.notifications import ExternalNotification, NotificationSubmit
-from shared.contracts.recorded import InjectionRecorded
-from shared.contracts.wake import Wake
+from shared.contracts.streams.lifecycle import LifecycleEvent, SessionLive
+from shared.contracts.streams.notifications import ExternalNotification, NotificationSubmit
+from shared.contracts.streams.recorded import InjectionRecorded
+from shared.contracts.streams.wake import Wake
 from shared.redis import keys
 from shared.redis.redis_errors import install_redis_error_handlers
 from shared.serving.jsonlimits import JsonBodyGuard

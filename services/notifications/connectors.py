@@ -23,16 +23,20 @@ from pydantic import ValidationError
 
 from services.notifications.delivery import Delivery, NotificationConflict, UnknownSession
 from services.notifications.http import _error, refusal
-from shared.contracts.connectors import (
+from shared.contracts.http import ErrorBody
+from shared.contracts.records.connectors import (
     Connector,
     ConnectorList,
     ConnectorResultAccepted,
     ConnectorResultSubmit,
     ConnectorSpec,
 )
-from shared.contracts.http import ErrorBody
-from shared.contracts.inbox import ConnectorResult
-from shared.contracts.notifications import ConnectorCompleted, ConnectorCompletedPayload, NotificationSubmit
+from shared.contracts.streams.inbox import ConnectorResult
+from shared.contracts.streams.notifications import (
+    ConnectorCompleted,
+    ConnectorCompletedPayload,
+    NotificationSubmit,
+)
 from shared.mcp import connectors as rules
 from shared.mcp import mcp_secrets
 from shared.streams.inbox import append

@@ -12,9 +12,9 @@ harness sentence naming it.
 
 from __future__ import annotations
 
-from shared.contracts.inbox import Injection
-from shared.contracts.injection import InjectionKind, RuntimeInjection
-from shared.contracts.notifications import (
+from shared.contracts.records.injection import InjectionKind, RuntimeInjection
+from shared.contracts.streams.inbox import Injection
+from shared.contracts.streams.notifications import (
     ApprovalResolved,
     ConnectorCompleted,
     ExportCompleted,

@@ -18,10 +18,14 @@ from services.notifications.convert import SOURCE, parse_source_id, to_injection
 from services.notifications.policy import UrgencyPolicy, never_wake
 from services.notifications.settle import wait_for_group
 from services.notifications.store import NotificationStore, StoredNotification
-from shared.contracts.inbox import Barrier
-from shared.contracts.lifecycle import SessionLive
-from shared.contracts.notifications import ExternalNotification, NotificationAccepted, NotificationSubmit
-from shared.contracts.recorded import InjectionRecorded
+from shared.contracts.streams.inbox import Barrier
+from shared.contracts.streams.lifecycle import SessionLive
+from shared.contracts.streams.notifications import (
+    ExternalNotification,
+    NotificationAccepted,
+    NotificationSubmit,
+)
+from shared.contracts.streams.recorded import InjectionRecorded
 from shared.redis import keys
 from shared.redis.deletion import is_deleted
 from shared.streams.inbox import append

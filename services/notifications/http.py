@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from services.notifications.delivery import Delivery, NotificationConflict, UnknownSession
 from shared.contracts.http import ErrorBody
-from shared.contracts.notifications import NotificationAccepted, NotificationSubmit
+from shared.contracts.streams.notifications import NotificationAccepted, NotificationSubmit
 from shared.trust.oidc import BearerVerifier, InvalidBearer, looks_like_jwt
 
 # Payloads are small (ids and refs); the cap keeps a producer bug from filling Redis.

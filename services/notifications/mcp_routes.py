@@ -26,8 +26,8 @@ from pydantic import ValidationError
 
 from services.notifications.connectors import _ERROR, AUTH, ConnectorMetrics, _body, _dumped, _json
 from services.notifications.http import _error, refusal
-from shared.contracts.connectors import Connector, ConnectorSpec, McpEndpoint
 from shared.contracts.mcp import McpAuth, McpConnectorSpec
+from shared.contracts.records.connectors import Connector, ConnectorSpec, McpEndpoint
 from shared.mcp import connectors as rules
 from shared.mcp import mcp_secrets
 from shared.mcp.mcp_client import AuthFailed, Reach, connect, list_all

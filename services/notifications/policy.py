@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from shared.contracts.notifications import ExternalNotification
+from shared.contracts.streams.notifications import ExternalNotification
 
 UrgencyPolicy = Callable[[ExternalNotification], bool]
 

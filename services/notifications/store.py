@@ -19,8 +19,8 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from shared.contracts.base import now_ms
-from shared.contracts.inbox import Injection
-from shared.contracts.notifications import ExternalNotification
+from shared.contracts.streams.inbox import Injection
+from shared.contracts.streams.notifications import ExternalNotification
 from shared.redis import keys, redis_cluster
 from shared.redis.redis_wire import optional_text, text
 from shared.streams.inbox import entry_fields, ring_arg, ring_lua

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from faststream.redis import RedisBroker
 
 from services.proxy.edge.errors import ApiError
-from shared.contracts.artifacts import ArtifactChange
+from shared.contracts.streams.artifacts import ArtifactChange
 from shared.redis import keys
 from shared.streams import causal
 from shared.streams.bus import publish

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.proxy.edge.errors import ApiError
-from shared.contracts.inbox import AttachedFile
-from shared.contracts.messages import ImageRef
+from shared.contracts.records.messages import ImageRef
+from shared.contracts.streams.inbox import AttachedFile
 from shared.media.images import ImageRefused, PreparedImage, read_workspace_image, sniff, store_image
 from shared.pools.image_decoding import decoder
 from shared.settings import Settings

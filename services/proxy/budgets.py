@@ -13,7 +13,13 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from services.proxy.edge.errors import ApiError
-from shared.contracts.spend import BudgetLimits, BudgetReachedData, SessionBudget, SessionSpend, UserSpend
+from shared.contracts.records.spend import (
+    BudgetLimits,
+    BudgetReachedData,
+    SessionBudget,
+    SessionSpend,
+    UserSpend,
+)
 from shared.costs import spend
 from shared.redis import keys
 from shared.redis.redis_wire import text

@@ -11,7 +11,7 @@ from faststream.redis import RedisBroker
 from services.proxy.edge.metrics import ProxyMetrics
 from services.proxy.fanout import EventFanout
 from services.proxy.forwarding import Forwardable, forward
-from shared.contracts.inbox import InboxReply
+from shared.contracts.streams.inbox import InboxReply
 from shared.settings import Settings
 from shared.trust.oidc import BearerVerifier
 

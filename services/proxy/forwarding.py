@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from services.proxy.edge.errors import ApiError
 from services.proxy.edge.metrics import ProxyMetrics
-from shared.contracts.inbox import (
+from shared.contracts.streams.inbox import (
     Abort,
     Compact,
     DocumentDelete,

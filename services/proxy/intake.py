@@ -15,8 +15,8 @@ from services.proxy.routes.runs import post_to_run
 from services.proxy.rows import SessionState, mark_waking, touch
 from shared.ari import AriError, parse_ari
 from shared.contracts.http import MessageAccepted, PostMessage
-from shared.contracts.inbox import UserPrompt
-from shared.contracts.wake import Wake
+from shared.contracts.streams.inbox import UserPrompt
+from shared.contracts.streams.wake import Wake
 from shared.redis import keys
 from shared.streams import causal, inbox
 from shared.streams.bus import publish

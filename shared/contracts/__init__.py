@@ -1,1 +1,2 @@
-"""Wire contracts: one module per stream, plus HTTP bodies and disk files."""
+"""Wire contracts: what crosses a stream (streams/), what is kept and named (records/), the HTTP bodies
+(http.py) and MCP (mcp.py)."""

@@ -9,10 +9,10 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from shared.contracts.base import Contract
-from shared.contracts.client import PromptClientContext
-from shared.contracts.inbox import ENTRY_ID, RUN_ID, OnBusy
-from shared.contracts.spend import SessionBudget, SessionSpend
-from shared.contracts.todo import TodoList
+from shared.contracts.records.client import PromptClientContext
+from shared.contracts.records.spend import SessionBudget, SessionSpend
+from shared.contracts.records.todo import TodoList
+from shared.contracts.streams.inbox import ENTRY_ID, RUN_ID, OnBusy
 
 Variant = Literal["base", "deck-generation", "import"]
 Status = Literal["live", "dormant", "waking"]

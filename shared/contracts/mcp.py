@@ -2,7 +2,7 @@
 
 `PUT /connectors/{name}/mcp` takes an `McpConnectorSpec`: the server's URL (streamable HTTP) and the
 credential the harness presents to it. The harness lists the server's tools and stores a `Connector`
-(shared/contracts/connectors.py) whose `mcp` field is an `McpEndpoint`: the URL, the protocol
+(shared/contracts/records/connectors.py) whose `mcp` field is an `McpEndpoint`: the URL, the protocol
 revision the server spoke, and the map from the provider-facing tool names to the server's own.
 The credential is never part of it: it is stored encrypted on its own (shared/mcp/mcp_secrets.py).
 """
@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr
 
 from shared.contracts.base import Contract
-from shared.contracts.connectors import MAX_TIMEOUT_S, MAX_URL, MCP_TOOL_NAME, WORKSPACE
+from shared.contracts.records.connectors import MAX_TIMEOUT_S, MAX_URL, MCP_TOOL_NAME, WORKSPACE
 
 HEADER_NAME = r"^[A-Za-z0-9-]{1,64}$"
 

@@ -9,27 +9,22 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from shared.contracts import (
+from shared.contracts import http
+from shared.contracts.records import connectors, documents, pending, todo, transcript, ui
+from shared.contracts.records.client import PromptClientContext
+from shared.contracts.records.messages import AgentMessage
+from shared.contracts.streams import (
     artifacts,
     causal,
     compaction,
-    connectors,
     deadletter,
-    documents,
     events,
-    http,
     inbox,
     lifecycle,
     notifications,
-    pending,
     recorded,
-    todo,
-    transcript,
-    ui,
     wake,
 )
-from shared.contracts.client import PromptClientContext
-from shared.contracts.messages import AgentMessage
 
 CONTRACTS: dict[str, type[BaseModel] | TypeAdapter[Any]] = {
     # streams

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 
 from shared.catalogue import Catalogue
 from shared.catalogue.pricing import Pricer, cost_usd
-from shared.contracts.spend import Spend, Totals, UsageRow
+from shared.contracts.records.spend import Spend, Totals, UsageRow
 from shared.redis import keys
 from shared.redis.redis_wire import text
 

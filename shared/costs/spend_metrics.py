@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter
 
-from shared.contracts.spend import UsageRow
+from shared.contracts.records.spend import UsageRow
 
 LABELS = ["family", "kind", "attempt"]
 

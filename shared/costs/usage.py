@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.contracts.messages import Usage
+from shared.contracts.records.messages import Usage
 
 
 def _count(obj: Any, *path: str) -> int:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from shared.contracts.messages import AgentMessage, CompactionSummaryMessage, CustomMessage
-from shared.contracts.transcript import (
+from shared.contracts.records.messages import AgentMessage, CompactionSummaryMessage, CustomMessage
+from shared.contracts.records.transcript import (
     CompactionEntry,
     CustomMessageEntry,
     HistoryRepairEntry,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AgentMessage,
     AssistantMessage,
     CompactionSummaryMessage,

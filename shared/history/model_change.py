@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 
 from shared.contracts.http import ModelConfig
-from shared.contracts.transcript import LeafEntry, ModelChangeEntry
+from shared.contracts.records.transcript import LeafEntry, ModelChangeEntry
 from shared.history.rewind import now_iso, read_transcript
 from shared.storage.disk import SessionPaths, append_jsonl
 

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter
 
-from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage
-from shared.contracts.transcript import LeafEntry, MessageEntry, TranscriptEntry, parse_entries
+from shared.contracts.records.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage
+from shared.contracts.records.transcript import LeafEntry, MessageEntry, TranscriptEntry, parse_entries
 from shared.history.transcript_tree import active_path, path_to
 from shared.storage.disk import (
     SessionPaths,

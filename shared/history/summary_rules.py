@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.contracts.messages import AssistantMessage, ToolCall
-from shared.contracts.transcript import (
+from shared.contracts.records.messages import AssistantMessage, ToolCall
+from shared.contracts.records.transcript import (
     CompactionEntry,
     CustomMessageEntry,
     MessageEntry,

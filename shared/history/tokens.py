@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AgentMessage,
     CompactionSummaryMessage,
     CustomMessage,

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.contracts.messages import AssistantMessage, UserMessage
-from shared.contracts.transcript import MessageEntry, TranscriptEntry
+from shared.contracts.records.messages import AssistantMessage, UserMessage
+from shared.contracts.records.transcript import MessageEntry, TranscriptEntry
 from shared.history.rewind import epoch_ms
 from shared.history.transcript_index import parse_entry
 from shared.history.transcript_scan import Scan, parse_line, read_spans, scan

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from shared.contracts.transcript import ENTRY_ADAPTER, TranscriptEntry
+from shared.contracts.records.transcript import ENTRY_ADAPTER, TranscriptEntry
 from shared.history import transcript_ids as tid
 from shared.history.knowledge import parse_source_id
 from shared.history.transcript_scan import Scan, Span, iter_lines, parse_line, read_spans, scan

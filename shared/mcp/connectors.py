@@ -21,7 +21,13 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
-from shared.contracts.connectors import CONNECTOR_NAME, Connector, ConnectorCall, ConnectorSpec, McpEndpoint
+from shared.contracts.records.connectors import (
+    CONNECTOR_NAME,
+    Connector,
+    ConnectorCall,
+    ConnectorSpec,
+    McpEndpoint,
+)
 from shared.mcp.connector_schemas import incompatibilities, unbounded
 from shared.redis import keys
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from mcp.types import CallToolResult, EmbeddedResource, ImageContent, ResourceLink, TextContent, Tool
 
-from shared.contracts.connectors import MAX_RESULT_CHARS, MAX_TOOLS, ConnectorTool, SkippedTool
+from shared.contracts.records.connectors import MAX_RESULT_CHARS, MAX_TOOLS, ConnectorTool, SkippedTool
 from shared.mcp.connectors import schema_errors
 
 _NOT_NAME = re.compile(r"[^a-z0-9_]+")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from shared.contracts.messages import ImageMime, ImageRef
+from shared.contracts.records.messages import ImageMime, ImageRef
 from shared.media.image_checks import decoded_bytes, png_problem
 from shared.media.image_limits import ImageLimits
 from shared.storage import workspace_fs

@@ -17,7 +17,16 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from shared.contracts import artifacts, causal, compaction, inbox, lifecycle, notifications, recorded, wake
+from shared.contracts.streams import (
+    artifacts,
+    causal,
+    compaction,
+    inbox,
+    lifecycle,
+    notifications,
+    recorded,
+    wake,
+)
 from shared.redis import keys
 from shared.settings import env_setting
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from shared.contracts.notifications import NOTIFICATION_TYPES
+from shared.contracts.streams.notifications import NOTIFICATION_TYPES
 from shared.settings.area import Area
 
 

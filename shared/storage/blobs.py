@@ -21,7 +21,7 @@ import re
 import time
 from pathlib import Path
 
-from shared.contracts.blobref import BLOB_NAME
+from shared.contracts.records.blobref import BLOB_NAME
 from shared.storage.disk import atomic_write_bytes, session_paths
 
 NAME = re.compile(BLOB_NAME)

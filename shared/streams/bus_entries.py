@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 import structlog
 from faststream.redis.parser.binary import BinaryMessageFormatV1
 
-from shared.contracts.deadletter import DeadLetter
+from shared.contracts.streams.deadletter import DeadLetter
 from shared.redis import keys
 from shared.redis.redis_wire import lenient_text, text
 

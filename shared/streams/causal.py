@@ -25,8 +25,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared.contracts.inbox import Injection
-from shared.contracts.injection import RuntimeInjection
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.streams.inbox import Injection
 from shared.redis import keys
 from shared.redis.redis_wire import text
 from shared.trust.trusted_blocks import artifact_update

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 import structlog
 from pydantic import ValidationError
 
-from shared.contracts.inbox import INBOX_ADAPTER, InboxMessage
+from shared.contracts.streams.inbox import INBOX_ADAPTER, InboxMessage
 from shared.redis import keys, redis_cluster, topology
 from shared.redis.redis_wire import text
 from shared.streams.bus import dead_letter, ensure_group

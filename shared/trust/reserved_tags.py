@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
-from shared.contracts.injection import INJECTION_KINDS
+from shared.contracts.records.injection import INJECTION_KINDS
 from shared.trust.tag_confusables import LOOKALIKES
 
 # Anchors and wrappers the runtime and the compaction service render around harness-owned content.

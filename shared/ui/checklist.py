@@ -25,9 +25,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shared.contracts.messages import AssistantMessage, ToolCall, ToolResultMessage
-from shared.contracts.todo import TodoItem
-from shared.contracts.transcript import MessageEntry, TranscriptEntry
+from shared.contracts.records.messages import AssistantMessage, ToolCall, ToolResultMessage
+from shared.contracts.records.todo import TodoItem
+from shared.contracts.records.transcript import MessageEntry, TranscriptEntry
 
 StepKind = Literal["required", "verification", "optional"]
 StepState = Literal["done", "pending", "skipped"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared.contracts.ui import ActiveForm, FormField
+from shared.contracts.records.ui import ActiveForm, FormField
 from shared.ui.uirules import UiRefused
 
 MAX_ANSWER_CHARS = 4000  # one text answer

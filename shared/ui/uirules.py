@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from shared.contracts.ui import UI_KEYS, SessionUIState
+from shared.contracts.records.ui import UI_KEYS, SessionUIState
 from shared.settings import Settings
 
 log = structlog.get_logger("uirules")
@@ -79,7 +79,7 @@ def _summary(exc: ValidationError) -> tuple[str, list[dict[str, Any]]]:
 
 
 def validate_snapshot(snapshot: Any, limits: UiLimits) -> dict[str, Any]:
-    """The snapshot as SessionUIState (ARIs included, shared.contracts.ui), within the caps: returns
+    """The snapshot as SessionUIState (ARIs included, shared.contracts.records.ui), within the caps: returns
     the canonical JSON (defaults filled in). Raises UiRefused(422)."""
     if not isinstance(snapshot, dict):
         raise UiRefused(422, "snapshot must be a JSON object (SessionUIState)")

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from shared.contracts.documents import Deck, StoredDeck, merge_cards
+from shared.contracts.records.documents import Deck, StoredDeck, merge_cards
 from shared.storage import workspace_fs
 from shared.storage.disk import DiskError, SessionPaths, atomic_write_json, check_size, remove_durably
 from shared.storage.quota import WorkspaceQuota

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis
 
-from shared.contracts.inbox import UserPrompt
+from shared.contracts.streams.inbox import UserPrompt
 from shared.redis import keys
 from shared.redis.reconnect import connect, connect_blocking
 from shared.redis.redis_wire import text

@@ -9,7 +9,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from services.proxy.artifacts import BlobRef, document_changed, document_deleted, file_changed, file_deleted
-from shared.contracts.artifacts import ArtifactChange
+from shared.contracts.streams.artifacts import ArtifactChange
 from shared.redis import keys
 from shared.storage.blobs import write_blob
 from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty

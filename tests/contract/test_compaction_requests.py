@@ -10,10 +10,10 @@ from pydantic import BaseModel
 from services.runtime.live.events import Outbox
 from services.runtime.live.sender import EventSender
 from services.runtime.runs.compaction_trigger import make_request
-from shared.contracts.compaction import CompactionRequest
-from shared.contracts.inbox import CompactionReady
-from shared.contracts.messages import AssistantMessage, TextContent, UserMessage
-from shared.contracts.transcript import MessageEntry, SessionHeader, TranscriptEntry
+from shared.contracts.records.messages import AssistantMessage, TextContent, UserMessage
+from shared.contracts.records.transcript import MessageEntry, SessionHeader, TranscriptEntry
+from shared.contracts.streams.compaction import CompactionRequest
+from shared.contracts.streams.inbox import CompactionReady
 from shared.redis import keys
 from shared.storage.disk import append_jsonl, session_paths
 from shared.streams.bus import publish

@@ -19,7 +19,7 @@ from redis.exceptions import NoPermissionError
 
 from services.connectors.example.library import BrandLibrary
 from services.connectors.example.worker import CallWorker
-from shared.contracts.connectors import ConnectorCall, ConnectorResultSubmit
+from shared.contracts.records.connectors import ConnectorCall, ConnectorResultSubmit
 from shared.mcp import connectors as rules
 from shared.mcp.connector_acl import acl_rules, main, user_name
 from shared.redis import keys

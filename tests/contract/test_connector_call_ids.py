@@ -16,9 +16,15 @@ import redis.asyncio as aioredis
 from services.runtime.connector.connectors import ConnectorHub, rekeyed
 from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
-from shared.contracts.connectors import ConnectorCall, ConnectorTool
-from shared.contracts.inbox import ConnectorResult
-from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
+from shared.contracts.records.connectors import ConnectorCall, ConnectorTool
+from shared.contracts.records.messages import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from shared.contracts.streams.inbox import ConnectorResult
 from shared.mcp import connectors as rules
 from shared.redis import keys
 from shared.streams.inbox import InboxEntry

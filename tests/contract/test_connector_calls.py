@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from services.connectors.example.library import BrandLibrary
 from services.connectors.example.worker import CallWorker
-from shared.contracts.connectors import MAX_RESULT_CHARS, ConnectorCall, ConnectorResultSubmit
-from shared.contracts.inbox import INBOX_ADAPTER, ConnectorResult
+from shared.contracts.records.connectors import MAX_RESULT_CHARS, ConnectorCall, ConnectorResultSubmit
+from shared.contracts.streams.inbox import INBOX_ADAPTER, ConnectorResult
 from shared.mcp import connectors as rules
 from shared.redis import keys
 from tests.support.polling import eventually

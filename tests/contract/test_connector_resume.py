@@ -15,9 +15,9 @@ from services.runtime.connector.connectors import ConnectorHub
 from services.runtime.runs.supervisor import INTERRUPTED, repair_interrupted_run
 from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
-from shared.contracts.connectors import ConnectorCall
-from shared.contracts.inbox import ConnectorResult
-from shared.contracts.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from shared.contracts.records.connectors import ConnectorCall
+from shared.contracts.records.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from shared.contracts.streams.inbox import ConnectorResult
 from shared.mcp import connectors as rules
 from shared.streams.inbox import InboxEntry
 from tests.support.polling import eventually

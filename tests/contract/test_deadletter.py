@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from shared.contracts.deadletter import DeadLetter
+from shared.contracts.streams.deadletter import DeadLetter
 from shared.redis import keys
 from shared.streams.bus import dead_letter
 

@@ -10,9 +10,9 @@ from pydantic import BaseModel
 
 from services.runtime.live.events import Outbox
 from services.runtime.live.sender import EventSender
-from shared.contracts.artifacts import ArtifactChange
-from shared.contracts.causal import FlushRequest
-from shared.contracts.inbox import ChangesSettled, Injection
+from shared.contracts.streams.artifacts import ArtifactChange
+from shared.contracts.streams.causal import FlushRequest
+from shared.contracts.streams.inbox import ChangesSettled, Injection
 from shared.redis import keys
 from shared.streams import causal
 from shared.streams.bus import publish

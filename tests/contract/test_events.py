@@ -15,7 +15,8 @@ from services.proxy.fanout import EventFanout
 from services.proxy.routes.events import event_frames
 from services.runtime.live.events import Outbox
 from services.runtime.live.sender import EventSender
-from shared.contracts.events import (
+from shared.contracts.records.spend import BudgetReachedData
+from shared.contracts.streams.events import (
     AuditData,
     ChecklistData,
     EventEntry,
@@ -29,7 +30,6 @@ from shared.contracts.events import (
     ToolCallProgressData,
     ViewableFilesData,
 )
-from shared.contracts.spend import BudgetReachedData
 from shared.redis import keys
 
 SID = "s_events"

@@ -16,8 +16,9 @@ import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
 from shared.contracts.base import TRACEPARENT
-from shared.contracts.deadletter import DeadLetter
-from shared.contracts.inbox import (
+from shared.contracts.records.injection import INJECTION_KINDS, RuntimeInjection
+from shared.contracts.streams.deadletter import DeadLetter
+from shared.contracts.streams.inbox import (
     Abort,
     Barrier,
     ChangesSettled,
@@ -37,7 +38,6 @@ from shared.contracts.inbox import (
     UiUpdate,
     UserPrompt,
 )
-from shared.contracts.injection import INJECTION_KINDS, RuntimeInjection
 from shared.redis import keys
 from shared.streams.inbox import GROUP, InboxReader, append
 
@@ -165,7 +165,7 @@ PRODUCER = """
 import asyncio, sys
 import redis.asyncio as aioredis
 from opentelemetry import trace
-from shared.contracts.inbox import Stop
+from shared.contracts.streams.inbox import Stop
 from shared.streams.inbox import append, entry_fields
 from shared.telemetry.tracing import configure_tracing, traceparent
 

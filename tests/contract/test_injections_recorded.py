@@ -11,9 +11,9 @@ from services.proxy.rows import create_row
 from services.runtime.live.events import Outbox
 from services.runtime.live.sender import EventSender
 from shared.contracts.http import ModelConfig
-from shared.contracts.inbox import Injection
-from shared.contracts.notifications import NotificationSubmit
-from shared.contracts.recorded import InjectionRecorded
+from shared.contracts.streams.inbox import Injection
+from shared.contracts.streams.notifications import NotificationSubmit
+from shared.contracts.streams.recorded import InjectionRecorded
 from shared.redis import keys
 from shared.streams.bus import publish
 from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty

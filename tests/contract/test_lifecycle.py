@@ -11,9 +11,9 @@ from services.proxy.rows import create_row
 from services.runtime.live.events import Outbox
 from services.runtime.live.sender import EventSender
 from shared.contracts.http import ModelConfig
-from shared.contracts.inbox import Barrier, InboxMessage, Injection
-from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, SessionDormant, SessionLive
-from shared.contracts.notifications import NotificationSubmit
+from shared.contracts.streams.inbox import Barrier, InboxMessage, Injection
+from shared.contracts.streams.lifecycle import LIFECYCLE_ADAPTER, SessionDormant, SessionLive
+from shared.contracts.streams.notifications import NotificationSubmit
 from shared.redis import keys
 from shared.streams.bus import publish
 from shared.streams.inbox import InboxReader

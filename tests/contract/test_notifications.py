@@ -9,7 +9,7 @@ import redis.asyncio as aioredis
 
 from services.proxy.rows import create_row
 from shared.contracts.http import ModelConfig
-from shared.contracts.notifications import NOTIFICATION_ADAPTER, NotificationSubmit
+from shared.contracts.streams.notifications import NOTIFICATION_ADAPTER, NotificationSubmit
 from shared.redis import keys
 from shared.streams.bus import publish
 from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty

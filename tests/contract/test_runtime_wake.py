@@ -9,8 +9,8 @@ import redis.asyncio as aioredis
 
 from services.proxy.rows import create_row
 from shared.contracts.http import ModelConfig
-from shared.contracts.lifecycle import LIFECYCLE_ADAPTER, SessionLive
-from shared.contracts.wake import Wake
+from shared.contracts.streams.lifecycle import LIFECYCLE_ADAPTER, SessionLive
+from shared.contracts.streams.wake import Wake
 from shared.redis import keys
 from shared.streams.bus import decode_fields, publish
 from tests.support.contract import assert_invalid_dead_lettered, assert_round_trip, pel_empty

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from shared.contracts.base import new_id
-from shared.contracts.inbox import FileWrite
+from shared.contracts.streams.inbox import FileWrite
 from shared.redis import keys
 from shared.storage.blobs import write_blob
 from tests.hostile.ws_support import (

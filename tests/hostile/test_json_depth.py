@@ -15,7 +15,7 @@ import httpx
 import pytest
 import redis
 
-from shared.contracts.documents import StoredDeck
+from shared.contracts.records.documents import StoredDeck
 from tests.integration.test_notifications_acceptance import SERVICE, USER, create_session, say
 from tests.support.stack import Stack
 

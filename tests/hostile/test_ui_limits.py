@@ -19,7 +19,7 @@ import pytest
 import redis
 from pycrdt import Doc, Map
 
-from shared.contracts.events import SessionEvent, UiUpdateData
+from shared.contracts.streams.events import SessionEvent, UiUpdateData
 from shared.redis import keys
 from shared.settings import Settings
 from shared.ui.uidoc import ROOT, snapshot_of

@@ -19,7 +19,7 @@ from services.runtime.live.diskfence import DiskFence
 from services.runtime.live.lease import Lease, LeaseLost
 from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
-from shared.contracts.messages import UserMessage
+from shared.contracts.records.messages import UserMessage
 
 
 async def main(url: str, root: Path, sid: str, where: str) -> None:

@@ -23,8 +23,8 @@ from typing import Any
 from services.runtime.store import transcript as transcript_module
 from services.runtime.store.transcript import Transcript, read_entries
 from services.runtime.store.write_guard import WriteGuard
-from shared.contracts.messages import CustomMessage, UserMessage
-from shared.contracts.transcript import LeafEntry
+from shared.contracts.records.messages import CustomMessage, UserMessage
+from shared.contracts.records.transcript import LeafEntry
 from shared.history import transcript_ids as tid
 from shared.history import transcript_index as ix
 

@@ -20,8 +20,8 @@ from services.runtime.hosting.session import Session
 from services.runtime.hosting.worker import Worker
 from services.runtime.skillset.prompt import VARIANTS, build_system_prompt
 from services.runtime.skillset.skills import load_skills
-from shared.contracts.inbox import Barrier, InboxMessage
-from shared.contracts.wake import Wake
+from shared.contracts.streams.inbox import Barrier, InboxMessage
+from shared.contracts.streams.wake import Wake
 from shared.redis import keys
 from shared.streams.inbox import append
 from tests.support.inproc import settings_for

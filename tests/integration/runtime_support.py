@@ -7,8 +7,8 @@ from typing import Any
 
 import redis
 
-from shared.contracts.inbox import InboxMessage, UserPrompt
-from shared.contracts.wake import Wake
+from shared.contracts.streams.inbox import InboxMessage, UserPrompt
+from shared.contracts.streams.wake import Wake
 from shared.redis import keys
 from tests.support.polling import wait_sync
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import redis
 
-from shared.contracts.inbox import UserPrompt
+from shared.contracts.streams.inbox import UserPrompt
 from shared.redis import keys
 from shared.trust.trusted_blocks import extract
 from tests.support.polling import wait_sync

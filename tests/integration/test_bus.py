@@ -19,8 +19,8 @@ import redis.asyncio as aioredis
 from faststream.redis import RedisBroker
 from structlog.testing import capture_logs
 
-from shared.contracts.deadletter import DeadLetter
-from shared.contracts.wake import Wake
+from shared.contracts.streams.deadletter import DeadLetter
+from shared.contracts.streams.wake import Wake
 from shared.redis import keys
 from shared.streams.bus import ensure_group, make_broker, publish, subscribe
 from tests.support.pending_reads import blocked_reads

@@ -8,7 +8,7 @@ import asyncio
 import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
-from shared.contracts.wake import Wake
+from shared.contracts.streams.wake import Wake
 from shared.redis import keys
 from shared.streams.bus import by_session, publish
 from tests.integration.test_bus import _true, _zero, consumer, new_stream, pending, producer

@@ -13,7 +13,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
-from shared.contracts.wake import Wake
+from shared.contracts.streams.wake import Wake
 from shared.redis import keys
 from shared.streams.bus import by_session, ensure_group, publish
 from tests.integration.test_bus import (

@@ -17,7 +17,7 @@ from services.runtime.app import skills_dir
 from services.runtime.skillset.prompt import build_system_prompt, static_prefix
 from services.runtime.skillset.skills import load_skills
 from shared.contracts.http import ModelConfig
-from shared.contracts.messages import Usage
+from shared.contracts.records.messages import Usage
 from shared.redis import keys
 from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact
 from tests.integration.runtime_inproc import InProc, inproc_worker

@@ -15,8 +15,8 @@ import redis
 
 from scripted.reading import parse_summary
 from services.runtime.runs import compaction_trigger as c
-from shared.contracts.compaction import CompactionRequest
-from shared.contracts.inbox import CompactionReady
+from shared.contracts.streams.compaction import CompactionRequest
+from shared.contracts.streams.inbox import CompactionReady
 from shared.redis import keys
 from shared.storage.disk import session_paths
 from tests.conftest import fresh_db_url

@@ -12,7 +12,7 @@ import pytest
 from scripted.reading import parse_summary
 from scripted.types import ScriptedError
 from services.runtime.model.convert import SUMMARY_PREFIX
-from shared.contracts.inbox import CompactionReady, Stop
+from shared.contracts.streams.inbox import CompactionReady, Stop
 from shared.redis import keys
 from shared.storage.disk import session_paths
 from shared.trust.trusted_blocks import escape_text

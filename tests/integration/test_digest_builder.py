@@ -14,10 +14,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from services.digest.builder import DigestBuilder
-from shared.contracts.artifacts import ArtifactChange
-from shared.contracts.inbox import INBOX_ADAPTER, Injection
-from shared.contracts.lifecycle import SessionDormant, SessionLive
-from shared.contracts.recorded import InjectionRecorded
+from shared.contracts.streams.artifacts import ArtifactChange
+from shared.contracts.streams.inbox import INBOX_ADAPTER, Injection
+from shared.contracts.streams.lifecycle import SessionDormant, SessionLive
+from shared.contracts.streams.recorded import InjectionRecorded
 from shared.redis import keys
 from shared.storage.blobs import write_blob
 from tests.support.polling import eventually

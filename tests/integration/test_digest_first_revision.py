@@ -17,7 +17,7 @@ import time
 import httpx
 import redis
 
-from shared.contracts.inbox import DocumentEdit, InboxReply
+from shared.contracts.streams.inbox import DocumentEdit, InboxReply
 from shared.redis import keys
 from tests.reliability.workload import (
     DECK,

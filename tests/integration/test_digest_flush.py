@@ -9,7 +9,7 @@ import redis.asyncio as aioredis
 
 from services.digest.builder import DigestBuilder
 from services.digest.flush import Flusher
-from shared.contracts.inbox import INBOX_ADAPTER, ChangesSettled, InboxMessage, Injection
+from shared.contracts.streams.inbox import INBOX_ADAPTER, ChangesSettled, InboxMessage, Injection
 from shared.redis import keys
 from shared.streams import causal
 from tests.integration.test_digest_builder import DOC, SID, deck, doc_change, go_live

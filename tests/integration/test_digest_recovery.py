@@ -8,7 +8,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from services.digest.builder import DigestBuilder
-from shared.contracts.lifecycle import SessionLive
+from shared.contracts.streams.lifecycle import SessionLive
 from shared.redis import keys
 from tests.integration.test_digest_builder import DOC, SID, deck, doc_change, injections, wait_for
 

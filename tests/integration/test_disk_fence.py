@@ -18,7 +18,7 @@ from services.runtime.live.diskfence import DiskFence, FenceBehind
 from services.runtime.live.lease import Lease, LeaseLost, raise_fence
 from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
-from shared.contracts.messages import UserMessage
+from shared.contracts.records.messages import UserMessage
 from shared.redis import keys
 from tests.reliability.workload import Audit, read_transcript_file
 from tests.support.polling import eventually

@@ -19,8 +19,8 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import RuntimeInjection
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.streams.inbox import Injection, UserPrompt
 from shared.redis import dormancy, keys
 from shared.streams.bus import ensure_group
 from shared.streams.inbox import append

@@ -10,8 +10,8 @@ import pytest
 import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
-from shared.contracts.deadletter import DeadLetter
-from shared.contracts.inbox import Barrier, Stop, UserPrompt
+from shared.contracts.streams.deadletter import DeadLetter
+from shared.contracts.streams.inbox import Barrier, Stop, UserPrompt
 from shared.redis import keys
 from shared.streams.bus import ensured_groups
 from shared.streams.inbox import GROUP, InboxReader, append

@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from shared.contracts.inbox import UserPrompt
+from shared.contracts.streams.inbox import UserPrompt
 from shared.streams.inbox import InboxEntry, InboxReader, append
 from tests.support.faultproxy import FaultProxy, proxy_for
 from tests.support.pending_reads import blocked_reads, delivered_to

@@ -15,8 +15,8 @@ import pytest
 
 from services.runtime.connector.mcp_calls import McpCall, McpLimits
 from services.runtime.engine.types import AgentEvent, ToolContext
-from shared.contracts.connectors import Connector, ConnectorTool, McpEndpoint
-from shared.contracts.messages import ToolCall
+from shared.contracts.records.connectors import Connector, ConnectorTool, McpEndpoint
+from shared.contracts.records.messages import ToolCall
 from shared.mcp import connectors as rules
 from shared.mcp.mcp_urls import allow_list
 from tests.support.mcp_servers import McpProcess, start_python

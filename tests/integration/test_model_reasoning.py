@@ -13,7 +13,7 @@ import pytest
 from services.runtime.engine.types import AgentContext
 from services.runtime.model.model_api import ModelSettings
 from services.runtime.model.responses_api import ResponsesApi
-from shared.contracts.transcript import CompactionEntry, parse_entries
+from shared.contracts.records.transcript import CompactionEntry, parse_entries
 from shared.history.context import build_context
 from tests.integration.runtime_inproc import inproc_worker
 from tests.integration.runtime_support import call, done, script

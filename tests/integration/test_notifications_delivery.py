@@ -16,9 +16,9 @@ from fastapi import FastAPI
 from services.notifications.delivery import Delivery
 from services.notifications.http import make_router
 from services.notifications.settle import wait_for_group
-from shared.contracts.inbox import INBOX_ADAPTER, Barrier, Injection
-from shared.contracts.lifecycle import SessionLive
-from shared.contracts.recorded import InjectionRecorded
+from shared.contracts.streams.inbox import INBOX_ADAPTER, Barrier, Injection
+from shared.contracts.streams.lifecycle import SessionLive
+from shared.contracts.streams.recorded import InjectionRecorded
 from shared.redis import keys
 from shared.streams.bus import ensure_group
 
@@ -177,7 +177,7 @@ async def test_a_sessions_barrier_waits_only_for_its_own_entries(redis_client: a
 
 async def test_urgency_policy_hook_can_wake(redis_client: aioredis.Redis) -> None:
     from services.notifications.policy import wake_for_types
-    from shared.contracts.notifications import NotificationSubmit
+    from shared.contracts.streams.notifications import NotificationSubmit
 
     await redis_client.hset(keys.session_row("s_urgent"), "id", "s_urgent")
     woken: list[str] = []

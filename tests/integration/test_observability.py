@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from opentelemetry import trace
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.contracts.wake import Wake
+from shared.contracts.streams.wake import Wake
 from shared.redis import keys
 from shared.serving.service import add_health_routes, configure_tracing, make_context
 from shared.settings import Settings

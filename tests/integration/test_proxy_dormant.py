@@ -26,9 +26,9 @@ import redis
 from faststream.redis.parser import BinaryMessageFormatV1
 from pycrdt import Doc, Map
 
-from shared.contracts.documents import StoredDeck
-from shared.contracts.events import SessionEvent
-from shared.contracts.inbox import INBOX_ADAPTER
+from shared.contracts.records.documents import StoredDeck
+from shared.contracts.streams.events import SessionEvent
+from shared.contracts.streams.inbox import INBOX_ADAPTER
 from shared.redis import keys
 from shared.ui.uidoc import ROOT, snapshot_of
 from tests.support.polling import wait_sync

@@ -19,7 +19,7 @@ import redis
 from faststream.redis.parser import BinaryMessageFormatV1
 from pycrdt import Doc, Map
 
-from shared.contracts.documents import StoredDeck
+from shared.contracts.records.documents import StoredDeck
 from shared.redis import keys
 from shared.ui.uidoc import ROOT, snapshot_of
 from tests.support.polling import wait_sync

@@ -9,8 +9,8 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from services.runtime.inbox.causal import CausalGate
-from shared.contracts.causal import FlushRequest
-from shared.contracts.inbox import UserPrompt
+from shared.contracts.streams.causal import FlushRequest
+from shared.contracts.streams.inbox import UserPrompt
 from shared.streams import causal
 from shared.streams.inbox import InboxEntry
 from tests.support.ports import free_port

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from services.runtime.runs.compactor import static_tokens
-from shared.contracts.inbox import CompactionReady, UserPrompt
+from shared.contracts.streams.inbox import CompactionReady, UserPrompt
 from shared.history.tokens import context_tokens
 from shared.redis import keys
 from tests.integration.runtime_inproc import InProc, inproc_worker

@@ -10,10 +10,10 @@ import httpx
 import pytest
 
 from services.runtime.runs.compaction_trigger import make_request
-from shared.contracts.inbox import Barrier, Compact, CompactionReady, Injection, Stop
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.pending import PendingArtifact, PendingArtifactUpdates
-from shared.contracts.transcript import parse_entries
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.pending import PendingArtifact, PendingArtifactUpdates
+from shared.contracts.records.transcript import parse_entries
+from shared.contracts.streams.inbox import Barrier, Compact, CompactionReady, Injection, Stop
 from shared.redis import keys
 from shared.storage.disk import atomic_write_json
 from tests.integration.runtime_support import Driver, call, done, kinds, script, stream_payloads, transcript

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from shared.contracts.inbox import UserPrompt
+from shared.contracts.streams.inbox import UserPrompt
 from shared.redis import keys
 from shared.streams.inbox import GROUP, append
 from tests.integration.runtime_inproc import inproc_worker

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.contracts.inbox import Barrier, DocumentEdit, FileWrite, Injection, UiUpdate
-from shared.contracts.injection import RuntimeInjection
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.streams.inbox import Barrier, DocumentEdit, FileWrite, Injection, UiUpdate
 from shared.redis import keys
 from shared.storage.blobs import write_blob
 from tests.integration.runtime_support import Driver, call, done, kinds, script, stream_payloads, transcript
@@ -180,7 +180,7 @@ def test_next_turn_waits_and_only_latest_client_view_is_delivered(rt: Stack, d: 
 
 
 def test_prompt_client_context_becomes_the_turns_client_view(rt: Stack, d: Driver) -> None:
-    from shared.contracts.client import PromptClientContext, VisibleTab
+    from shared.contracts.records.client import PromptClientContext, VisibleTab
 
     sid = "ctx1"
     go_live(d, sid)

@@ -13,7 +13,7 @@ import pytest
 from services.runtime.skillset.paths import skills_dir
 from services.runtime.skillset.prompt import build_system_prompt
 from services.runtime.skillset.skills import load_skills
-from shared.contracts.inbox import UserPrompt
+from shared.contracts.streams.inbox import UserPrompt
 from shared.redis import keys
 from shared.storage.disk import atomic_write_json, session_paths
 from tests.integration.runtime_inproc import InProc, inproc_worker

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from services.runtime.hosting.session import Session
-from shared.contracts.inbox import InboxMessage, Injection, UserPrompt
-from shared.contracts.injection import RuntimeInjection
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.streams.inbox import InboxMessage, Injection, UserPrompt
 from shared.redis import keys
 from tests.integration.runtime_inproc import InProc, inproc_worker
 from tests.integration.runtime_support import call, done, kinds, script, transcript

@@ -16,9 +16,9 @@ from services.runtime.live.lease import Lease, LeaseLost, safety_margin_s
 from services.runtime.store.todo import TodoController
 from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
-from shared.contracts.inbox import Barrier, Injection
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import UserMessage
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.messages import UserMessage
+from shared.contracts.streams.inbox import Barrier, Injection
 from shared.redis import keys
 from tests.integration.runtime_support import Driver, call, done, kinds, script, transcript
 from tests.support.polling import wait_sync

@@ -11,7 +11,7 @@ from typing import Any
 from pycrdt import Doc, Map
 
 from services.proxy.dormant.preview import read_ui
-from shared.contracts.inbox import UiUpdate
+from shared.contracts.streams.inbox import UiUpdate
 from shared.redis import keys
 from shared.storage.disk import atomic_write_json, session_paths
 from shared.ui.uidoc import EMPTY_UPDATE, ROOT, doc_from_snapshot, snapshot_of

@@ -27,7 +27,7 @@ from services.runtime.engine.types import AgentEvent
 from services.runtime.live.sender import EventSender
 from services.runtime.model.chat_api import ChatApi
 from services.runtime.model.responses_api import ResponsesApi
-from shared.contracts.messages import AssistantMessage, TextContent
+from shared.contracts.records.messages import AssistantMessage, TextContent
 from shared.serving.model import reads_merged
 from shared.settings import Settings
 

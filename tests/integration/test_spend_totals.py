@@ -8,7 +8,7 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from shared.contracts.spend import UsageRow
+from shared.contracts.records.spend import UsageRow
 from shared.costs.spend import MAX_MODELS, NANOS, OTHER, add_row, spend_of
 from shared.redis import keys
 

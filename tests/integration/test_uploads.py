@@ -17,7 +17,7 @@ import pytest
 import redis
 from faststream.redis.parser import BinaryMessageFormatV1
 
-from shared.contracts.inbox import INBOX_ADAPTER, Injection
+from shared.contracts.streams.inbox import INBOX_ADAPTER, Injection
 from shared.redis import keys
 from tests.support.polling import wait_sync
 from tests.support.sessions import ask, entries, new_session

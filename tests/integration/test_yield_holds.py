@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from scripted.types import ScriptedReply
-from shared.contracts.client import PromptClientContext, VisibleTab
-from shared.contracts.inbox import Barrier, Injection, UiUpdate, UserPrompt
-from shared.contracts.injection import RuntimeInjection
+from shared.contracts.records.client import PromptClientContext, VisibleTab
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.streams.inbox import Barrier, Injection, UiUpdate, UserPrompt
 from shared.redis import keys
 from tests.integration.runtime_support import Driver, kinds, transcript
 from tests.support.compaction_model import RecordingModel, call, done, reply

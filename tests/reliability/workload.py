@@ -28,8 +28,8 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
-from shared.contracts.transcript import ENTRY_ADAPTER
-from shared.contracts.ui import SessionUIState
+from shared.contracts.records.transcript import ENTRY_ADAPTER
+from shared.contracts.records.ui import SessionUIState
 from shared.redis import keys
 
 RETRYABLE = {429, 500, 502, 503, 504}

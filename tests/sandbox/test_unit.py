@@ -118,7 +118,7 @@ async def test_bash_without_a_working_layer_tells_the_model(redis_url: str, data
     sid = "nolayer1"
     async with inproc_worker(redis_url, data_dir, GAMMA_SANDBOX="nonsense") as inp:
         session = await inp.live(sid)
-        from shared.contracts.inbox import UserPrompt
+        from shared.contracts.streams.inbox import UserPrompt
 
         await inp.append(UserPrompt(session_id=sid, message=script(
             {"tool_calls": [call("bash", command="touch ran.txt")]}, done())))

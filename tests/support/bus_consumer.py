@@ -17,7 +17,7 @@ import signal
 
 import redis.asyncio as aioredis
 
-from shared.contracts.wake import Wake
+from shared.contracts.streams.wake import Wake
 from shared.redis import keys
 from shared.streams.bus import by_session, ensure_group, make_broker, subscribe
 from shared.telemetry.logging import configure_logging

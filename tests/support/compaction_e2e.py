@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.contracts.inbox import Barrier, Compact, Injection
-from shared.contracts.injection import RuntimeInjection
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.streams.inbox import Barrier, Compact, Injection
 from shared.storage.disk import session_paths
 from tests.integration.runtime_support import Driver
 from tests.support.compaction_model import RecordingModel

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AssistantMessage,
     TextContent,
     ToolCall,
     ToolResultMessage,
     UserMessage,
 )
-from shared.contracts.transcript import (
+from shared.contracts.records.transcript import (
     CompactionEntry,
     CustomMessageEntry,
     MessageEntry,

@@ -13,7 +13,7 @@ from faststream.redis import RedisBroker
 from pydantic import BaseModel, TypeAdapter
 from structlog.testing import capture_logs
 
-from shared.contracts.deadletter import DeadLetter
+from shared.contracts.streams.deadletter import DeadLetter
 from shared.redis import keys
 from shared.streams.bus import ensure_group, make_broker, publish, subscribe
 from tests.support.polling import eventually

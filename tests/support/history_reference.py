@@ -9,8 +9,13 @@ from pathlib import Path
 
 from services.runtime.store.transcript import Transcript, read_entries
 from services.runtime.ui.costs import usage_by_model
-from shared.contracts.messages import AgentMessage
-from shared.contracts.transcript import LeafEntry, SkillActivationEntry, SkillEndEntry, TranscriptEntry
+from shared.contracts.records.messages import AgentMessage
+from shared.contracts.records.transcript import (
+    LeafEntry,
+    SkillActivationEntry,
+    SkillEndEntry,
+    TranscriptEntry,
+)
 from shared.history.context import build_context
 from shared.history.transcript_index import Facts
 from shared.history.transcript_tree import active_path

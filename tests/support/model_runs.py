@@ -11,8 +11,8 @@ from typing import Any
 from scripted.transport import ScriptedTransport, scripted_transport
 from services.proxy.rows import SessionRow
 from shared.contracts.http import ModelConfig
-from shared.contracts.inbox import UserPrompt
-from shared.contracts.messages import ImageRef
+from shared.contracts.records.messages import ImageRef
+from shared.contracts.streams.inbox import UserPrompt
 from shared.redis import keys
 from tests.integration.runtime_inproc import InProc
 from tests.support.polling import eventually

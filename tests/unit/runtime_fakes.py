@@ -24,8 +24,8 @@ from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
 from services.runtime.turns.pending_queue import PendingQueue
 from services.runtime.turns.turn_order import TurnBuilder
-from shared.contracts.inbox import UserPrompt
-from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent
+from shared.contracts.records.messages import AgentMessage, AssistantMessage, TextContent
+from shared.contracts.streams.inbox import UserPrompt
 
 Step = Callable[[], Awaitable[AssistantMessage]]
 

@@ -16,7 +16,7 @@ from services.runtime.model.chat_api import ChatApi
 from services.runtime.model.model_api import ModelSettings
 from services.runtime.model.responses_api import ResponsesApi
 from shared.catalogue import Catalogue, catalogue, check_config, settle_api
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AssistantMessage,
     ImageRef,
     TextContent,

@@ -8,9 +8,9 @@ import pytest
 
 from services.runtime.skillset.audit import engaged, reported, workflow_window
 from services.runtime.skillset.skills import SkillError, load_skills
-from shared.contracts.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
-from shared.contracts.todo import TodoItem
-from shared.contracts.transcript import AuditEntry, Deviation, MessageEntry, SkillActivationEntry
+from shared.contracts.records.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from shared.contracts.records.todo import TodoItem
+from shared.contracts.records.transcript import AuditEntry, Deviation, MessageEntry, SkillActivationEntry
 from shared.history.context import build_context
 from shared.ui.checklist import (
     CallRecord,

@@ -46,10 +46,8 @@ def test_no_function_is_over_the_limit() -> None:
 
 
 MAX_FOLDER_MODULES = 15
-# docs/architecture.md "Code standards": the one folder exempt, with its reason.
-FOLDERS_EXEMPT = {
-    "shared/contracts": "one module per wire contract, named after its stream or file",
-}
+# docs/architecture.md "Code standards": a folder exempt, with its reason (none today).
+FOLDERS_EXEMPT: dict[str, str] = {}
 
 
 def test_no_folder_is_over_the_limit() -> None:

@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.runtime.runs.compactor import Compactor
-from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ToolCall, UserMessage
+from shared.contracts.records.messages import (
+    AgentMessage,
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    UserMessage,
+)
 from shared.history.tokens import TextTokens, context_tokens, context_tokens_bound, text_bytes
 from tests.unit.test_runtime_session import build
 

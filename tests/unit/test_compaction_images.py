@@ -16,8 +16,8 @@ from scripted.transport import scripted_client, scripted_transport
 from scripted.types import ScriptedReply
 from services.compaction.summarizer import Summarizer
 from services.compaction.summary_images import recent_images
-from shared.contracts.messages import ImageRef, TextContent, ToolResultMessage, UserMessage
-from shared.contracts.transcript import MessageEntry, SessionHeader, TranscriptEntry
+from shared.contracts.records.messages import ImageRef, TextContent, ToolResultMessage, UserMessage
+from shared.contracts.records.transcript import MessageEntry, SessionHeader, TranscriptEntry
 from shared.history.summary_rules import SummarySpan
 from shared.media.images import PreparedImage, data_url, image_file, store_image
 from tests.contract.test_model_api import CHAT_PLAIN, RESPONSES_PLAIN, assert_exact

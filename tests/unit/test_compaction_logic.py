@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.runtime.runs import compaction_trigger as c
-from shared.contracts.inbox import CompactionReady
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AssistantMessage,
     CustomMessage,
     TextContent,
@@ -19,7 +18,7 @@ from shared.contracts.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from shared.contracts.transcript import (
+from shared.contracts.records.transcript import (
     CompactionEntry,
     CustomMessageEntry,
     MessageEntry,
@@ -27,6 +26,7 @@ from shared.contracts.transcript import (
     SkillActivationEntry,
     TranscriptEntry,
 )
+from shared.contracts.streams.inbox import CompactionReady
 from shared.history import context, tokens
 from shared.history import summary_rules as rules
 

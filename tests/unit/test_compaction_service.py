@@ -15,7 +15,7 @@ from services.compaction import prompts
 from services.compaction.serialize import serialize_entries, serialize_message
 from services.compaction.summarizer import Summarizer, SummaryError
 from services.runtime.runs import compaction_trigger as c
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AssistantMessage,
     CustomMessage,
     TextContent,

@@ -9,8 +9,8 @@ from typing import Any
 
 from services.runtime.connector.connector_catalog import EMPTY, catalog_block, fingerprint, last_told
 from services.runtime.connector.connectors import ConnectorHub
-from shared.contracts.connectors import Connector, ConnectorTool
-from shared.contracts.messages import CustomMessage, UserMessage
+from shared.contracts.records.connectors import Connector, ConnectorTool
+from shared.contracts.records.messages import CustomMessage, UserMessage
 from shared.trust.reserved_tags import TAG_RULE
 from shared.trust.trusted_blocks import extract
 

@@ -11,8 +11,8 @@ import pytest
 from services.runtime.connector.connectors import call_id_of, outcome_of
 from services.runtime.model.convert import convert_one
 from services.runtime.tools.tool_policy import load_tools_tool
-from shared.contracts.connectors import Connector
-from shared.contracts.messages import TextContent, ToolResultMessage
+from shared.contracts.records.connectors import Connector
+from shared.contracts.records.messages import TextContent, ToolResultMessage
 from shared.mcp import connectors as rules
 
 

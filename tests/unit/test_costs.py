@@ -8,9 +8,9 @@ import pytest
 from services.runtime.ui.costs import cost_records
 from shared.catalogue import Catalogue
 from shared.catalogue.pricing import Pricer, parse_prices
-from shared.contracts.messages import AssistantMessage, Usage
-from shared.contracts.transcript import MessageEntry
-from shared.contracts.ui import SessionUIState
+from shared.contracts.records.messages import AssistantMessage, Usage
+from shared.contracts.records.transcript import MessageEntry
+from shared.contracts.records.ui import SessionUIState
 
 CATALOGUE = Pricer(Catalogue.load())
 

@@ -17,9 +17,9 @@ import pytest
 from services.runtime.inbox.dispatcher import InboxDispatcher
 from services.runtime.live.pending import TurnInput
 from services.runtime.turns.delivery_rules import DELIVERY_BY_KIND
-from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import INJECTION_KINDS, RuntimeInjection
-from shared.contracts.messages import AssistantMessage
+from shared.contracts.records.injection import INJECTION_KINDS, RuntimeInjection
+from shared.contracts.records.messages import AssistantMessage
+from shared.contracts.streams.inbox import Injection, UserPrompt
 from shared.streams.inbox import InboxEntry
 from tests.unit.runtime_fakes import Host, answer
 from tests.unit.test_runtime_dispatcher import dispatcher

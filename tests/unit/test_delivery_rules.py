@@ -12,8 +12,8 @@ import pytest
 
 from services.runtime.turns import delivery_rules
 from services.runtime.turns.delivery_rules import DELIVERY_BY_KIND, Action, Prompt, When, decide, moment
-from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import INJECTION_KINDS, RuntimeInjection
+from shared.contracts.records.injection import INJECTION_KINDS, RuntimeInjection
+from shared.contracts.streams.inbox import Injection, UserPrompt
 from shared.streams.inbox import InboxEntry
 from tests.unit.runtime_fakes import Host
 from tests.unit.test_runtime_dispatcher import dispatcher

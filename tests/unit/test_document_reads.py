@@ -8,7 +8,7 @@ from pathlib import Path
 from services.runtime.store.document_reads import DocumentReads, reads_in, stale_write
 from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
-from shared.contracts.messages import CustomMessage, TextContent, ToolResultMessage
+from shared.contracts.records.messages import CustomMessage, TextContent, ToolResultMessage
 
 
 async def no_guard() -> None:

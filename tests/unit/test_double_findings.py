@@ -16,7 +16,7 @@ from services.runtime.engine.agent import Agent
 from services.runtime.engine.types import AgentContext, AgentEvent, RunHooks, Tool, ToolContext, ToolOutcome
 from services.runtime.model.model_api import ApiName
 from services.runtime.model.openai_stream import ModelSettings, OpenAIStream
-from shared.contracts.messages import AssistantMessage, UserMessage
+from shared.contracts.records.messages import AssistantMessage, UserMessage
 from shared.history.tokens import TokenCounter
 
 STEPS = [{"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]}, {"content": "done"}]

@@ -11,7 +11,7 @@ import pytest
 
 from services.runtime.live.lease import LeaseLost
 from services.runtime.live.sender import EventSender, SessionQueue, Text, text_event_json
-from shared.contracts.events import EventType, SessionEvent
+from shared.contracts.streams.events import EventType, SessionEvent
 from shared.redis import keys
 from tests.support.pipelines import FakePipelines
 from tests.support.polling import eventually

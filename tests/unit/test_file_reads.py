@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from services.runtime.store.file_reads import FileReads, altered_by_others, canonical, seen_in, sha256, stale
-from shared.contracts.messages import TextContent, ToolResultMessage
-from shared.contracts.transcript import CustomMessageEntry, MessageEntry, TranscriptEntry
+from shared.contracts.records.messages import TextContent, ToolResultMessage
+from shared.contracts.records.transcript import CustomMessageEntry, MessageEntry, TranscriptEntry
 
 
 def result(tool: str, details: dict[str, Any], error: bool = False, n: int = 0) -> MessageEntry:

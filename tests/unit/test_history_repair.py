@@ -10,7 +10,7 @@ from services.runtime.hosting.model_calls import record_repair
 from services.runtime.model.attempts import HistoryRepair
 from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AssistantMessage,
     ImageRef,
     TextContent,

@@ -11,7 +11,13 @@ from pathlib import Path
 from PIL import Image
 
 from services.runtime.model.convert import Images, to_openai, to_responses_input
-from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
+from shared.contracts.records.messages import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
 from shared.media.image_limits import ImageLimits
 from shared.media.images import ImageSource, prepare, store_image
 from tests.contract.test_model_api import CHAT, RESPONSES, assert_exact

@@ -19,8 +19,14 @@ from services.runtime.model.chat_api import ChatApi
 from services.runtime.model.openai_stream import ModelSettings, OpenAIStream, PieceTokens
 from services.runtime.model.responses_api import ResponsesApi
 from services.runtime.runs import compaction_trigger as trigger
-from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ToolResultMessage, UserMessage
-from shared.contracts.transcript import MessageEntry, SessionHeader, TranscriptEntry
+from shared.contracts.records.messages import (
+    AssistantMessage,
+    ImageRef,
+    TextContent,
+    ToolResultMessage,
+    UserMessage,
+)
+from shared.contracts.records.transcript import MessageEntry, SessionHeader, TranscriptEntry
 from shared.history.tokens import TokenCounter, estimate_tokens
 from shared.media.image_limits import ImageLimits
 from shared.media.image_tokens import Detail, image_tokens

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from services.runtime.live.inbox_queue import InboxQueue
-from shared.contracts.inbox import DocumentEdit, FileDelete, FileWrite, Injection, UserPrompt
-from shared.contracts.injection import RuntimeInjection
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.streams.inbox import DocumentEdit, FileDelete, FileWrite, Injection, UserPrompt
 from shared.streams.inbox import InboxEntry
 
 DECK = "gamma:file:d1"

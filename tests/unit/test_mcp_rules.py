@@ -11,8 +11,8 @@ from cryptography.fernet import Fernet
 from mcp.types import CallToolResult, EmbeddedResource, ImageContent, TextContent, TextResourceContents, Tool
 from pydantic import SecretStr, TypeAdapter, ValidationError
 
-from shared.contracts.connectors import MAX_TOOLS, TOOL_NAME
 from shared.contracts.mcp import BearerAuth, ClientCredentialsAuth, McpAuth, McpConnectorSpec
+from shared.contracts.records.connectors import MAX_TOOLS, TOOL_NAME
 from shared.mcp import mcp_secrets
 from shared.mcp.mcp_tools import convert, local_name, result_text
 from shared.mcp.mcp_urls import UrlRefused, allow_list, check, parse

@@ -7,8 +7,8 @@ import pytest
 
 from scripted.prompt_cache import PromptCache
 from services.runtime.model.model_api import ModelSettings
-from shared.contracts.messages import AssistantMessage
-from shared.contracts.transcript import parse_entries
+from shared.contracts.records.messages import AssistantMessage
+from shared.contracts.records.transcript import parse_entries
 from shared.history.context import build_context
 from shared.settings import Settings
 

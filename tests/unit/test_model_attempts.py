@@ -18,7 +18,13 @@ from services.runtime.model.model_api import ModelSettings
 from services.runtime.model.provider_gate import ProviderGates
 from services.runtime.model.responses_api import ResponsesApi
 from services.runtime.model.sse import ACTIVITY
-from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ThinkingContent, UserMessage
+from shared.contracts.records.messages import (
+    AssistantMessage,
+    ImageRef,
+    TextContent,
+    ThinkingContent,
+    UserMessage,
+)
 from shared.history.history_repair import REDACTED
 from tests.support.polling import eventually
 

@@ -7,7 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from services.runtime.model.convert import to_responses_input
-from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ThinkingContent, ToolCall
+from shared.contracts.records.messages import (
+    AgentMessage,
+    AssistantMessage,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+)
 
 
 def reply(n: int, model: str, snapshot: str | None, *, text: str = "", call: bool = True) -> AssistantMessage:

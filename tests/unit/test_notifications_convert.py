@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.notifications.convert import parse_source_id, part_source_id, to_injections
-from shared.contracts.notifications import NOTIFICATION_ADAPTER
+from shared.contracts.streams.notifications import NOTIFICATION_ADAPTER
 
 
 def note(type_: str, payload: dict, nid: str = "n1"):

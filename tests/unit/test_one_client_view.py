@@ -14,10 +14,10 @@ from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
 from services.runtime.turns.delivery_rules import Action, Found
 from services.runtime.turns.pending_queue import PendingQueue
-from shared.contracts.client import PromptClientContext
-from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage
+from shared.contracts.records.client import PromptClientContext
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.messages import AgentMessage, AssistantMessage, CustomMessage
+from shared.contracts.streams.inbox import Injection, UserPrompt
 from tests.unit.runtime_fakes import build
 
 

@@ -18,7 +18,7 @@ from services.runtime.skillset.prompt import (
     static_prefix,
 )
 from services.runtime.skillset.skills import Skill, UnknownSkill, catalog_block, load_skills
-from shared.contracts.injection import INJECTION_KINDS
+from shared.contracts.records.injection import INJECTION_KINDS
 from shared.trust.trusted_blocks import escape_text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,7 +153,7 @@ def test_a_workflows_body_names_its_audited_steps_by_id(skills: dict[str, Skill]
 def test_a_deviation_without_a_cause_is_refused() -> None:
     from pydantic import ValidationError
 
-    from shared.contracts.transcript import Deviation
+    from shared.contracts.records.transcript import Deviation
 
     with pytest.raises(ValidationError, match="cannot be blank"):
         Deviation(step="validate", cause=" \n ")

@@ -18,7 +18,7 @@ from services.runtime.engine.types import (
     ToolOutcome,
 )
 from services.runtime.model.convert import to_openai, to_responses_input
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AssistantMessage,
     CustomMessage,
     TextContent,

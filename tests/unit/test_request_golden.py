@@ -21,7 +21,13 @@ from services.runtime.model.responses_api import ResponsesApi
 from services.runtime.skillset.prompt import VARIANTS, Variant, build_system_prompt, static_prefix
 from services.runtime.skillset.skills import load_skills
 from services.runtime.tools import Toolset
-from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage
+from shared.contracts.records.messages import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "requests"

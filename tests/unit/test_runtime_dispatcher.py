@@ -13,9 +13,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from services.runtime.inbox.delivery import InjectionDelivery
 from services.runtime.inbox.dispatcher import InboxDispatcher, RecentIds
 from services.runtime.inbox.dispatcher_ports import EntryHandlers, PromptRoutes, Replies
-from shared.contracts.inbox import Abort, Barrier, Injection, Stop, UiUpdate, UserPrompt
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import UserMessage
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.messages import UserMessage
+from shared.contracts.streams.inbox import Abort, Barrier, Injection, Stop, UiUpdate, UserPrompt
 from shared.streams.inbox import InboxEntry
 from tests.unit.runtime_fakes import Host
 

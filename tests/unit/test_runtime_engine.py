@@ -21,7 +21,7 @@ from services.runtime.engine.types import (
 )
 from services.runtime.model.convert import to_openai
 from services.runtime.model.openai_stream import ModelSettings, OpenAIStream
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AgentMessage,
     AssistantMessage,
     CustomMessage,

@@ -15,9 +15,9 @@ from services.runtime.live.lease import LeaseLost
 from services.runtime.live.pending import TurnInput
 from services.runtime.runs.recorder import Recorder
 from services.runtime.skillset.skill_lifecycle import SkillContracts
-from shared.contracts.inbox import DocumentEdit, Injection, UserPrompt
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import CustomMessage
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.messages import CustomMessage
+from shared.contracts.streams.inbox import DocumentEdit, Injection, UserPrompt
 from shared.streams.inbox import InboxEntry
 from shared.trust.trusted_blocks import artifact_update
 from tests.unit.runtime_fakes import Host

@@ -18,16 +18,16 @@ from services.runtime.store.write_guard import WriteGuard
 from services.runtime.turns.delivery_rules import Action, Found
 from services.runtime.turns.pending_queue import PendingQueue
 from services.runtime.ui.uistate import UiDoc
-from shared.contracts.client import PromptClientContext
-from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import (
+from shared.contracts.records.client import PromptClientContext
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.messages import (
     AssistantMessage,
     CompactionSummaryMessage,
     CustomMessage,
     TextContent,
     UserMessage,
 )
+from shared.contracts.streams.inbox import Injection, UserPrompt
 from shared.history.context import build_context
 from shared.ui.uirules import UiRefused
 from tests.unit.runtime_fakes import build

@@ -11,11 +11,11 @@ from services.runtime.live.pending import TurnInput
 from services.runtime.runs.recorder import Recorder
 from services.runtime.skillset.skill_lifecycle import SkillContracts
 from services.runtime.turns.delivery_rules import Action, Found
-from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import AssistantMessage
-from shared.contracts.recorded import InjectionRecorded
-from shared.contracts.transcript import MessageEntry
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.messages import AssistantMessage
+from shared.contracts.records.transcript import MessageEntry
+from shared.contracts.streams.inbox import Injection, UserPrompt
+from shared.contracts.streams.recorded import InjectionRecorded
 from shared.redis import keys
 from tests.unit.runtime_fakes import Host, answer
 

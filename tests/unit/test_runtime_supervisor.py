@@ -14,9 +14,9 @@ from services.runtime.live.pending import TurnInput
 from services.runtime.runs.supervisor import RunSupervisor, interrupted
 from services.runtime.runs.turn_starts import StartGate
 from services.runtime.turns.pending_queue import source_key
-from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import AssistantMessage, UserMessage
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.messages import AssistantMessage, UserMessage
+from shared.contracts.streams.inbox import Injection, UserPrompt
 from tests.unit.runtime_fakes import Host, answer, run_supervisor
 
 

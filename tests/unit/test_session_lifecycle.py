@@ -20,8 +20,8 @@ from services.runtime.hosting.session_files import SessionFiles
 from services.runtime.hosting.wake_timing import WakeClock
 from services.runtime.live.lease import LeaseLost
 from services.runtime.model.openai_stream import ModelSettings
-from shared.contracts.inbox import UiUpdate
-from shared.contracts.lifecycle import SessionDormant, SessionLive
+from shared.contracts.streams.inbox import UiUpdate
+from shared.contracts.streams.lifecycle import SessionDormant, SessionLive
 from shared.history.tokens import TokenCounter
 from shared.redis import keys
 from shared.settings import Settings

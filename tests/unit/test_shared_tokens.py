@@ -7,7 +7,7 @@ import sys
 import uuid
 from unittest import mock
 
-from shared.contracts.messages import CustomMessage, UserMessage
+from shared.contracts.records.messages import CustomMessage, UserMessage
 from shared.history.tokens import (
     TextTokens,
     TokenCounter,

@@ -11,7 +11,7 @@ from services.runtime.skillset.skill_lifecycle import SkillContracts
 from services.runtime.skillset.skills import SkillConflict, load_skills, resolve_activation
 from services.runtime.store.transcript import Transcript, now_iso
 from services.runtime.store.write_guard import WriteGuard
-from shared.contracts.transcript import AuditEntry, AuditOutcome, SkillEndEntry
+from shared.contracts.records.transcript import AuditEntry, AuditOutcome, SkillEndEntry
 from tests.unit.runtime_fakes import FakeOutbox
 
 SKILLS = load_skills(Path(__file__).resolve().parents[2] / "skills")

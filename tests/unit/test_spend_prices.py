@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from shared.catalogue import Catalogue
-from shared.contracts.spend import UsageRow
+from shared.contracts.records.spend import UsageRow
 from shared.costs.spend import NANOS, family, row_nanos
 from shared.settings import Settings
 

@@ -9,8 +9,8 @@ from services.proxy.budgets import checked_budget
 from services.proxy.edge.errors import ApiError
 from services.runtime.model.openai_stream import attempt_of, usage_row
 from services.runtime.runs.spend import SpendLedger, reached
-from shared.contracts.messages import AssistantMessage, Usage
-from shared.contracts.spend import SessionBudget
+from shared.contracts.records.messages import AssistantMessage, Usage
+from shared.contracts.records.spend import SessionBudget
 from shared.settings import Settings
 
 

@@ -18,8 +18,8 @@ from services.runtime.model.chat_api import ChatApi
 from services.runtime.model.model_api import StreamError
 from services.runtime.model.openai_stream import ModelSettings, OpenAIStream
 from services.runtime.model.responses_api import ResponsesApi
-from shared.contracts.events import ModelRequestData, ReasoningUpdateData, ToolCallProgressData
-from shared.contracts.messages import AssistantMessage, TextContent, UserMessage
+from shared.contracts.records.messages import AssistantMessage, TextContent, UserMessage
+from shared.contracts.streams.events import ModelRequestData, ReasoningUpdateData, ToolCallProgressData
 from shared.history.tokens import TokenCounter
 
 pytestmark = pytest.mark.timeout(30)

@@ -7,7 +7,7 @@ import typing
 
 import pytest
 
-from shared.contracts.inbox import INBOX_ADAPTER, InboxMessage
+from shared.contracts.streams.inbox import INBOX_ADAPTER, InboxMessage
 from shared.redis import keys, topology
 from shared.streams import inbox, trim
 from shared.telemetry import metrics

@@ -15,7 +15,7 @@ import pytest
 from scripted.history import write_history
 from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
-from shared.contracts.messages import CustomMessage, UserMessage
+from shared.contracts.records.messages import CustomMessage, UserMessage
 from shared.history import transcript_ids as tid
 from shared.history import transcript_index as ix
 from tests.support.history_reference import assert_knows, assert_same, reference

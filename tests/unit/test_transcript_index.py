@@ -15,8 +15,8 @@ from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import WriteGuard
 from services.runtime.tools.tool_policy import loaded_connectors
 from services.runtime.turns.knowledge import loaded_notes
-from shared.contracts.messages import CustomMessage, TextContent, ToolResultMessage, UserMessage
-from shared.contracts.transcript import LeafEntry
+from shared.contracts.records.messages import CustomMessage, TextContent, ToolResultMessage, UserMessage
+from shared.contracts.records.transcript import LeafEntry
 from shared.history import rewind as rw
 from shared.history import transcript_ids as tid
 from shared.history import transcript_index as ix

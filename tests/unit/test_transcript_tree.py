@@ -7,7 +7,7 @@ from typing import Any
 
 from services.runtime.store.transcript import Transcript, read_entries
 from services.runtime.store.write_guard import WriteGuard
-from shared.contracts.messages import UserMessage
+from shared.contracts.records.messages import UserMessage
 from shared.history.transcript_tree import Row, active_path, build, path_to
 
 

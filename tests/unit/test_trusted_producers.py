@@ -19,10 +19,10 @@ from services.runtime.store.todo import render as todo_block
 from services.runtime.turns.attachments import client_view_content
 from services.runtime.turns.knowledge import LoadedNote, active_knowledge
 from services.runtime.ui.forms import form_content
-from shared.contracts.client import PromptClientContext, VisibleTab
-from shared.contracts.messages import CompactionSummaryMessage
-from shared.contracts.notifications import NOTIFICATION_ADAPTER
-from shared.contracts.todo import TodoItem, TodoList
+from shared.contracts.records.client import PromptClientContext, VisibleTab
+from shared.contracts.records.messages import CompactionSummaryMessage
+from shared.contracts.records.todo import TodoItem, TodoList
+from shared.contracts.streams.notifications import NOTIFICATION_ADAPTER
 from shared.history.knowledge import KnowledgePointer, hints_block, update_text
 from shared.streams.causal import dirty_marker
 from shared.trust.trusted_blocks import artifact_update, extract, unescape

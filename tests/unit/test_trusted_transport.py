@@ -14,7 +14,7 @@ from services.runtime.model.chat_api import ChatApi
 from services.runtime.model.convert import SUMMARY_PREFIX, enveloped_user_text, to_openai, to_responses_input
 from services.runtime.model.model_api import ModelSettings, TrustedRole
 from services.runtime.model.responses_api import ResponsesApi
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AgentMessage,
     AssistantMessage,
     CompactionSummaryMessage,

@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from services.runtime.turns.pending_queue import source_key
-from shared.contracts.client import PromptClientContext
-from shared.contracts.inbox import AttachedFile, UserPrompt
-from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
+from shared.contracts.records.client import PromptClientContext
+from shared.contracts.records.messages import AgentMessage, CustomMessage, UserMessage
+from shared.contracts.streams.inbox import AttachedFile, UserPrompt
 from tests.unit.runtime_fakes import build
 from tests.unit.test_runtime_protocol import controller, inj
 

@@ -14,7 +14,7 @@ from typing import TypeVar
 from services.runtime.hosting.session_files import read_session_files
 from services.runtime.store.write_guard import WriteGuard
 from services.runtime.ui.liveui import LiveUi
-from shared.contracts.transcript import SessionHeader
+from shared.contracts.records.transcript import SessionHeader
 from shared.history import transcript_index as ix
 from shared.storage.disk import SessionPaths, session_paths
 from shared.ui.uirules import UiLimits

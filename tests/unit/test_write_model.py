@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pycrdt import Map
 
-from shared.contracts.documents import StoredDeck
+from shared.contracts.records.documents import StoredDeck
 from shared.storage.disk import session_paths
 from shared.storage.quota import WorkspaceQuota
 from shared.ui import write_model as w

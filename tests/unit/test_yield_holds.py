@@ -16,9 +16,15 @@ import pytest
 from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
 from services.runtime.live.pending import TurnInput
 from services.runtime.turns.delivery_rules import Action
-from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage, ToolCall, UserMessage
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.messages import (
+    AgentMessage,
+    AssistantMessage,
+    CustomMessage,
+    ToolCall,
+    UserMessage,
+)
+from shared.contracts.streams.inbox import Injection, UserPrompt
 from tests.unit.runtime_fakes import Host, answer, run_supervisor
 
 pytestmark = pytest.mark.timeout(20)
@@ -116,7 +122,7 @@ async def test_with_an_active_task_a_steer_and_a_follow_up_start_a_new_turn(tmp_
 
 
 async def test_a_prompt_steered_into_the_yielding_run_starts_a_new_user_turn(tmp_path: Path) -> None:
-    from shared.contracts.client import PromptClientContext
+    from shared.contracts.records.client import PromptClientContext
 
     steered = UserPrompt(session_id="s1", message="and one more thing", client_context=PromptClientContext(locale="de-DE"))
     s = Scenario(tmp_path, [injection("system_update", "u1"), steered, injection("system_note", "n1")],

@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from services.connectors.example.library import BrandLibrary, spec
 from services.connectors.example.worker import CallWorker
-from shared.contracts.connectors import ConnectorResultSubmit
+from shared.contracts.records.connectors import ConnectorResultSubmit
 from shared.settings import Settings, load_settings
 
 log = structlog.get_logger()

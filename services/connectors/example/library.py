@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from shared.contracts.connectors import ConnectorSpec, ConnectorTool
+from shared.contracts.records.connectors import ConnectorSpec, ConnectorTool
 from shared.mcp.tool_schema import ToolArgs, optional, parameters_of
 
 IMAGE_TYPES = {".svg": "image/svg+xml", ".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from redis.exceptions import ResponseError
 
 from services.connectors.example.library import BrandLibrary, UnknownTool
-from shared.contracts.connectors import ConnectorCall, ConnectorResultSubmit
+from shared.contracts.records.connectors import ConnectorCall, ConnectorResultSubmit
 from shared.redis import keys
 
 log = structlog.get_logger()

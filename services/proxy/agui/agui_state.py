@@ -23,8 +23,8 @@ from services.proxy.dormant.preview import read_todo, read_transcript, read_ui
 from services.proxy.dormant.uidoc import decode_b64, encode_b64
 from services.proxy.rows import SessionState
 from shared.contracts.http import UiState
-from shared.contracts.inbox import UiUpdate
-from shared.contracts.todo import TodoList
+from shared.contracts.records.todo import TodoList
+from shared.contracts.streams.inbox import UiUpdate
 from shared.storage.disk import session_paths
 from shared.ui.uidoc import EMPTY_UPDATE, doc_from_snapshot
 from shared.ui.uimerge import apply_change

@@ -34,7 +34,7 @@ from services.proxy.deps import Proxy
 from services.proxy.edge.errors import ApiError
 from services.proxy.liveness import BecameLive, dormant_lock
 from shared.contracts.base import new_id, now_ms
-from shared.contracts.inbox import Stop
+from shared.contracts.streams.inbox import Stop
 from shared.redis import keys
 from shared.redis.deletion import global_members, session_keys
 from shared.redis.redis_wire import text

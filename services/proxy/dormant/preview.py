@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared.contracts.todo import TodoList
+from shared.contracts.records.todo import TodoList
 from shared.history.transcript_index import window_lines
 from shared.storage.disk import SessionPaths, read_json
 from shared.ui.uirules import repair_snapshot

@@ -25,9 +25,9 @@ from services.proxy.idempotency import IDEMPOTENCY_RESPONSES, IDEMPOTENT
 from services.proxy.liveness import BecameLive, apply_if_dormant, dormant_lock, owned_session, write_mode
 from services.proxy.rows import SessionQuotaExceeded, SessionState, create_row, drop_row, load_state
 from shared.contracts.http import ForkBody, ForkedSession, ForkOrigin, ModelUsage, RewindBody, RewindResult
-from shared.contracts.inbox import Rewind
-from shared.contracts.messages import UserMessage
-from shared.contracts.transcript import MessageEntry
+from shared.contracts.records.messages import UserMessage
+from shared.contracts.records.transcript import MessageEntry
+from shared.contracts.streams.inbox import Rewind
 from shared.history import fork as forking
 from shared.history import rewind as rw
 from shared.history.transcript_branch import read_branch

@@ -1,7 +1,7 @@
 """Gamma documents `GET|PUT|PATCH /sessions/{sid}/documents/{doc}`: decks with a revision.
 
 The stored form is `StoredDeck` (`documents/{doc}.json`). PUT replaces the deck, PATCH merges cards by
-id (`shared.contracts.documents.merge_cards`). `If-Match: <revision>` that is not the current one is a
+id (`shared.contracts.records.documents.merge_cards`). `If-Match: <revision>` that is not the current one is a
 409. Same liveness rule as files: live -> `DocumentEdit` / `DocumentDelete` to the runtime; dormant
 (also never woken) -> the proxy writes a new or existing document, or removes one, under the
 dormant-write lock, and the session stays dormant. Both sides apply the edit with
@@ -23,9 +23,9 @@ from services.proxy.dormant import disk_budget
 from services.proxy.edge.errors import DISK_ERRORS, ApiError
 from services.proxy.liveness import apply_if_dormant, owned_session, refused
 from services.proxy.rows import SessionState
-from shared.contracts.documents import Deck, StoredDeck
 from shared.contracts.http import DocumentDeleted
-from shared.contracts.inbox import DocumentDelete, DocumentEdit
+from shared.contracts.records.documents import Deck, StoredDeck
+from shared.contracts.streams.inbox import DocumentDelete, DocumentEdit
 from shared.storage.disk import SessionPaths, session_paths
 from shared.ui import write_model
 from shared.ui.write_model import DocOp, Refused

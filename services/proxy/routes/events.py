@@ -31,7 +31,7 @@ from services.proxy.edge.sse_response import EventStreamResponse
 from services.proxy.fanout import HEARTBEAT, EventFanout, Item, Subscriber
 from services.proxy.liveness import owned_session
 from services.proxy.rows import SessionState
-from shared.contracts.events import SessionEvent
+from shared.contracts.streams.events import SessionEvent
 from shared.redis import keys
 from shared.redis.deletion import is_deleted
 from shared.redis.redis_wire import parse_id, text
@@ -236,7 +236,7 @@ async def events(
 
 
 # The SSE delivery span: an event written to a client continues the trace of the run that made it (the
-# `traceparent` the runtime puts beside the event, shared/contracts/events.py `EventEntry`). One span per run
+# `traceparent` the runtime puts beside the event, shared/contracts/streams/events.py `EventEntry`). One span per run
 # a client gets events of, on the write that carries the run's first event, never one per event: streamed
 # text comes as many small events (docs/architecture.md "Observability").
 SPAN_NAME = "gamma:{sid}:events deliver"

@@ -19,8 +19,8 @@ from services.proxy.auth import current_user
 from services.proxy.deps import Proxy, get_proxy
 from services.proxy.edge.errors import ApiError
 from shared.contracts.base import now_ms
-from shared.contracts.inbox import Injection
-from shared.contracts.injection import RuntimeInjection
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.streams.inbox import Injection
 from shared.history.knowledge import (
     NOTE_ID,
     KnowledgeBody,

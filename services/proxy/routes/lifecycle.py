@@ -21,7 +21,7 @@ from services.proxy.liveness import apply_if_dormant, owned_or_deleting, owned_s
 from services.proxy.rows import SessionState, load_state, set_model, set_title
 from shared.catalogue.sessions import ModelRefused, changed, settle
 from shared.contracts.http import ModelConfig, PatchSession, SessionView
-from shared.contracts.inbox import ModelChange
+from shared.contracts.streams.inbox import ModelChange
 from shared.history.model_change import record_on_disk
 from shared.storage.disk import session_paths
 

@@ -21,7 +21,7 @@ from services.proxy.liveness import owned_session
 from services.proxy.rows import SessionState, touch
 from shared.contracts.base import new_id
 from shared.contracts.http import AbortBody, AbortResult, MessageAccepted
-from shared.contracts.inbox import Abort, UserPrompt
+from shared.contracts.streams.inbox import Abort, UserPrompt
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 ERRORS: dict[int | str, dict[str, Any]] = {401: {"description": "missing or unknown token"},

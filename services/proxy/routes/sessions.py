@@ -43,7 +43,7 @@ from shared.contracts.http import (
     SessionView,
     Transcript,
 )
-from shared.contracts.inbox import Compact, Stop
+from shared.contracts.streams.inbox import Compact, Stop
 from shared.redis import dormancy
 from shared.storage.disk import atomic_write_json, session_paths
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends
 from services.proxy.auth import current_user
 from services.proxy.budgets import user_spend
 from services.proxy.deps import Proxy, get_proxy
-from shared.contracts.spend import UserSpend
+from shared.contracts.records.spend import UserSpend
 
 router = APIRouter(tags=["spend"])
 

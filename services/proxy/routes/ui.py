@@ -22,7 +22,7 @@ from services.proxy.edge.errors import DISK_ERRORS
 from services.proxy.liveness import apply_if_dormant, owned_session
 from services.proxy.rows import SessionState
 from shared.contracts.http import UiState, UiSync
-from shared.contracts.inbox import UiUpdate
+from shared.contracts.streams.inbox import UiUpdate
 from shared.storage.disk import session_paths
 from shared.ui import write_model
 from shared.ui.uidoc import EMPTY_UPDATE, doc_from_snapshot

@@ -36,7 +36,7 @@ from services.proxy.liveness import apply_if_dormant, owned_session
 from services.proxy.rows import SessionState
 from shared.contracts.base import new_id
 from shared.contracts.http import FileWritten
-from shared.contracts.inbox import FileDelete, FileWrite
+from shared.contracts.streams.inbox import FileDelete, FileWrite
 from shared.redis import revnum
 from shared.storage import workspace_fs
 from shared.storage.blobs import remove_blob, write_blob

@@ -25,11 +25,11 @@ from typing import Any
 import structlog
 
 from services.runtime.connector.connectors import ConnectorHub
-from shared.contracts.connectors import Connector
-from shared.contracts.inbox import Injection
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import AgentMessage, CustomMessage
-from shared.contracts.transcript import CustomMessageEntry, TranscriptEntry
+from shared.contracts.records.connectors import Connector
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.messages import AgentMessage, CustomMessage
+from shared.contracts.records.transcript import CustomMessageEntry, TranscriptEntry
+from shared.contracts.streams.inbox import Injection
 from shared.mcp import connectors as rules
 from shared.streams.inbox import append
 from shared.trust.trusted_blocks import Part, element, lines, quoted, render

@@ -32,10 +32,10 @@ from prometheus_client import CollectorRegistry, Counter
 from services.runtime.connector import mcp_calls
 from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
 from services.runtime.store.transcript import Transcript
-from shared.contracts.connectors import CALL_ID, Connector, ConnectorCall, ConnectorTool
-from shared.contracts.inbox import ConnectorResult, Injection
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage
+from shared.contracts.records.connectors import CALL_ID, Connector, ConnectorCall, ConnectorTool
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage
+from shared.contracts.streams.inbox import ConnectorResult, Injection
 from shared.mcp import connector_args, mcp_secrets
 from shared.mcp import connectors as rules
 from shared.mcp.mcp_urls import allow_list

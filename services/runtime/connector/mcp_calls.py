@@ -30,7 +30,7 @@ from mcp.types import CallToolResult
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from services.runtime.engine.types import AgentEvent, ToolContext, ToolOutcome
-from shared.contracts.connectors import Connector, ConnectorCall, ConnectorTool
+from shared.contracts.records.connectors import Connector, ConnectorCall, ConnectorTool
 from shared.mcp import connectors as rules
 from shared.mcp import mcp_secrets
 from shared.mcp.mcp_client import AuthFailed, Delivery, Reach, connect

@@ -20,7 +20,7 @@ from services.runtime.engine.types import (
     RunHooks,
     Tool,
 )
-from shared.contracts.messages import AgentMessage, AssistantMessage
+from shared.contracts.records.messages import AgentMessage, AssistantMessage
 
 QueueMode = Literal["all", "one-at-a-time"]
 

@@ -30,7 +30,13 @@ from services.runtime.engine.types import (
     ToolContext,
     ToolOutcome,
 )
-from shared.contracts.messages import AgentMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage
+from shared.contracts.records.messages import (
+    AgentMessage,
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+)
 from shared.mcp.tool_schema import argument_problem
 from shared.storage.disk import storage_fault
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.runtime.engine.types import RunBudget, ToolOutcome
-from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage, ToolCall
-from shared.contracts.spend import BudgetReachedData
+from shared.contracts.records.messages import AgentMessage, AssistantMessage, CustomMessage, ToolCall
+from shared.contracts.records.spend import BudgetReachedData
 from shared.trust.trusted_blocks import render
 
 

@@ -14,7 +14,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from shared.contracts.messages import AssistantMessage
+from shared.contracts.records.messages import AssistantMessage
 
 _TRACER = trace.get_tracer("gamma.runtime")
 AGENT_NAME = "gamma"

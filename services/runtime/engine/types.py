@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from shared.contracts.events import EventType
-from shared.contracts.messages import AgentMessage, AssistantMessage, ImageRef, ToolCall
+from shared.contracts.records.messages import AgentMessage, AssistantMessage, ImageRef, ToolCall
+from shared.contracts.streams.events import EventType
 from shared.mcp.tool_schema import parameters_of
 
 

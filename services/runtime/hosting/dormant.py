@@ -12,7 +12,7 @@ import structlog
 from redis.exceptions import RedisError
 
 from services.runtime.live.events import Outbox
-from shared.contracts.lifecycle import SessionDormant
+from shared.contracts.streams.lifecycle import SessionDormant
 from shared.redis import dormancy, keys
 from shared.streams.trim import trim_acked
 

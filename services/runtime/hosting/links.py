@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from services.runtime.engine.types import AgentEvent
-from shared.contracts.inbox import Injection
-from shared.contracts.messages import AgentMessage, CustomMessage
+from shared.contracts.records.messages import AgentMessage, CustomMessage
+from shared.contracts.streams.inbox import Injection
 
 
 class _Steers(Protocol):

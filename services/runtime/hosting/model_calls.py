@@ -15,7 +15,7 @@ from services.runtime.model.cache_watch import MissReport, PrefixLedger
 from services.runtime.model.provider_gate import Provider, ProviderGates, provider_key
 from services.runtime.model.retry_policy import Failure
 from services.runtime.store.transcript import Transcript, now_iso
-from shared.contracts.transcript import HistoryRepairEntry
+from shared.contracts.records.transcript import HistoryRepairEntry
 from shared.history.context import context_with_ids
 from shared.settings import Settings
 

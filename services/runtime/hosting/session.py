@@ -80,7 +80,7 @@ from services.runtime.ui.costs import CostProjection
 from services.runtime.ui.forms import deliver_answered_form
 from services.runtime.ui.liveui import LiveUi
 from shared.contracts.http import ModelConfig
-from shared.contracts.inbox import (
+from shared.contracts.streams.inbox import (
     Compact,
     CompactionReady,
     ConnectorResult,
@@ -92,8 +92,8 @@ from shared.contracts.inbox import (
     Rewind,
     UiUpdate,
 )
-from shared.contracts.lifecycle import SessionLive
-from shared.contracts.wake import Wake
+from shared.contracts.streams.lifecycle import SessionLive
+from shared.contracts.streams.wake import Wake
 from shared.redis import keys
 from shared.storage.disk import SessionPaths, session_paths
 from shared.storage.snapshots import SnapshotLimits

@@ -38,7 +38,7 @@ from services.runtime.runs.turn_starts import StartGate
 from services.runtime.skillset.prompt import static_prefix
 from services.runtime.skillset.skills import Skill
 from shared.contracts.base import now_ms
-from shared.contracts.wake import Wake
+from shared.contracts.streams.wake import Wake
 from shared.history.tokens import TokenCounter
 from shared.redis import dormancy, keys
 from shared.redis.redis_wire import text

@@ -30,11 +30,11 @@ from services.runtime.live.state import SessionState
 from services.runtime.runs.supervisor import repair_interrupted_run
 from services.runtime.store.transcript import Transcript
 from services.runtime.turns.pending_queue import PendingQueue
-from shared.contracts.events import RunAbortedData
 from shared.contracts.http import AbortResult
-from shared.contracts.inbox import Abort, UserPrompt
-from shared.contracts.messages import AssistantMessage, CustomMessage, UserMessage
-from shared.contracts.transcript import CustomMessageEntry, LeafEntry, MessageEntry
+from shared.contracts.records.messages import AssistantMessage, CustomMessage, UserMessage
+from shared.contracts.records.transcript import CustomMessageEntry, LeafEntry, MessageEntry
+from shared.contracts.streams.events import RunAbortedData
+from shared.contracts.streams.inbox import Abort, UserPrompt
 from shared.streams.inbox import InboxEntry
 from shared.trust.trusted_blocks import render
 

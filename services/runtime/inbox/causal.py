@@ -23,8 +23,8 @@ import structlog
 from pydantic import BaseModel
 
 from shared.contracts.base import new_id
-from shared.contracts.causal import FlushRequest
-from shared.contracts.inbox import Injection, UserPrompt
+from shared.contracts.streams.causal import FlushRequest
+from shared.contracts.streams.inbox import Injection, UserPrompt
 from shared.redis import keys
 from shared.streams import causal
 from shared.streams.inbox import InboxEntry

@@ -13,7 +13,7 @@ from services.runtime.live.state import SessionState
 from services.runtime.store.transcript import Transcript
 from services.runtime.turns.delivery_rules import Action, Found
 from services.runtime.turns.pending_queue import PendingQueue
-from shared.contracts.inbox import Injection
+from shared.contracts.streams.inbox import Injection
 
 # Left in the next-turn list: idle recording's windows open for what it records (idle.py `arm`).
 HELD = frozenset({Found.MERGED, Action.NEXT_TURN, Action.RECORD_IDLE, Action.HOLD})

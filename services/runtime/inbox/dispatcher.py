@@ -29,7 +29,8 @@ from services.runtime.live.pending import TurnInput
 from services.runtime.live.state import InboxState, SessionState
 from services.runtime.runs.supervisor import interrupted
 from services.runtime.turns.delivery_rules import Action, Prompt, When, decide, moment
-from shared.contracts.inbox import (
+from shared.contracts.records.messages import AgentMessage
+from shared.contracts.streams.inbox import (
     Abort,
     Barrier,
     ChangesSettled,
@@ -44,7 +45,6 @@ from shared.contracts.inbox import (
     UiUpdate,
     UserPrompt,
 )
-from shared.contracts.messages import AgentMessage
 from shared.redis import keys
 from shared.streams.bus import dead_letter
 from shared.streams.inbox import InboxEntry

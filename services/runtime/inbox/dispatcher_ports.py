@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from services.runtime.live.pending import PendingTurn, TurnInput
 from services.runtime.turns.delivery_rules import When
-from shared.contracts.events import EventType
-from shared.contracts.inbox import Abort, UserPrompt
-from shared.contracts.messages import AgentMessage
+from shared.contracts.records.messages import AgentMessage
+from shared.contracts.streams.events import EventType
+from shared.contracts.streams.inbox import Abort, UserPrompt
 from shared.streams.inbox import InboxEntry
 
 if TYPE_CHECKING:

@@ -32,8 +32,8 @@ from services.runtime.live.state import SessionState
 from services.runtime.store.transcript import Transcript
 from services.runtime.turns.pending_queue import PendingQueue
 from services.runtime.turns.turn_order import TurnBuilder
-from shared.contracts.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, Injection
-from shared.contracts.messages import AgentMessage, CustomMessage
+from shared.contracts.records.messages import AgentMessage, CustomMessage
+from shared.contracts.streams.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, Injection
 from shared.streams import causal
 
 log = structlog.get_logger()

@@ -10,9 +10,9 @@ from pydantic import ValidationError
 from services.runtime.store.transcript import Transcript
 from services.runtime.turns.delivery_rules import Found
 from services.runtime.turns.pending_queue import PendingQueue
-from shared.contracts.inbox import Injection
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.pending import PendingArtifactUpdates
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.pending import PendingArtifactUpdates
+from shared.contracts.streams.inbox import Injection
 from shared.storage.disk import SessionPaths, read_json
 from shared.trust.trusted_blocks import ensure_block
 

@@ -10,8 +10,8 @@ from typing import Any, Protocol
 
 from services.runtime.store.transcript import Transcript, now_iso
 from shared.contracts.http import ModelConfig
-from shared.contracts.inbox import ModelChange
-from shared.contracts.transcript import ModelChangeEntry
+from shared.contracts.records.transcript import ModelChangeEntry
+from shared.contracts.streams.inbox import ModelChange
 from shared.streams.inbox import InboxEntry
 
 

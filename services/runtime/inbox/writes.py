@@ -19,8 +19,8 @@ import structlog
 from services.runtime.live.state import SessionState
 from services.runtime.store.write_guard import Guard
 from services.runtime.ui.liveui import LiveUi
-from shared.contracts.events import EventType
-from shared.contracts.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, UiUpdate
+from shared.contracts.streams.events import EventType
+from shared.contracts.streams.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, UiUpdate
 from shared.redis import revnum
 from shared.settings import Settings
 from shared.storage.blobs import read_blob

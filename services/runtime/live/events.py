@@ -10,8 +10,8 @@ import structlog
 from pydantic import BaseModel
 
 from services.runtime.live.sender import EVENTS_MAXLEN, Also, EventSender, Fence
-from shared.contracts.events import EventType, SessionEvent
-from shared.contracts.inbox import InboxReply
+from shared.contracts.streams.events import EventType, SessionEvent
+from shared.contracts.streams.inbox import InboxReply
 from shared.redis import keys
 
 log = structlog.get_logger()

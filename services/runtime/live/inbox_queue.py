@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from shared.contracts.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, Injection
+from shared.contracts.streams.inbox import DocumentDelete, DocumentEdit, FileDelete, FileWrite, Injection
 from shared.streams.inbox import InboxEntry
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shared.contracts.inbox import UserPrompt
-from shared.contracts.injection import InjectionKind
-from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
+from shared.contracts.records.injection import InjectionKind
+from shared.contracts.records.messages import AgentMessage, CustomMessage, UserMessage
+from shared.contracts.streams.inbox import UserPrompt
 
 
 @dataclass

@@ -46,7 +46,7 @@ from redis.exceptions import NoScriptError
 
 from services.runtime.live.lease import LeaseLost
 from shared.contracts.base import now_ms
-from shared.contracts.events import TRACEPARENT_FIELD, SessionEvent
+from shared.contracts.streams.events import TRACEPARENT_FIELD, SessionEvent
 from shared.redis import keys, redis_cluster
 from shared.redis.redis_wire import text
 
@@ -105,7 +105,7 @@ class Queued:
 
 def entry_fields(data: str, parent: str | None) -> dict[str, str]:
     """An events stream entry: the event's JSON, and the traceparent of the (recorded) run that made
-    it, read by the proxy for its SSE delivery span (shared/contracts/events.py `EventEntry`)."""
+    it, read by the proxy for its SSE delivery span (shared/contracts/streams/events.py `EventEntry`)."""
     return {"data": data} if parent is None else {"data": data, TRACEPARENT_FIELD: parent}
 
 

@@ -42,7 +42,7 @@ from services.runtime.model.retry_policy import (
     retry_wait,
 )
 from services.runtime.model.sse import Activity, ReadGate
-from shared.contracts.messages import AgentMessage, AssistantMessage, ToolCall
+from shared.contracts.records.messages import AgentMessage, AssistantMessage, ToolCall
 from shared.history.history_repair import RepairAction, has_target, repaired
 
 CALL_ERRORS = (openai.APIError, httpx2.HTTPError, StreamError, IdleStream, DeadlineExceeded)

@@ -16,7 +16,7 @@ from typing import Any
 
 from services.runtime.model.retry_policy import DeadlineExceeded, IdleStream
 from services.runtime.model.sse import ACTIVITY, Activity
-from shared.contracts.messages import AssistantMessage
+from shared.contracts.records.messages import AssistantMessage
 
 
 class _Watch:

@@ -23,7 +23,7 @@ from services.runtime.model.model_api import (
     without_image_data,
 )
 from services.runtime.model.sse import ReadGate, json_reads, open_stream
-from shared.contracts.messages import AssistantMessage
+from shared.contracts.records.messages import AssistantMessage
 from shared.costs.usage import chat_usage
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from services.runtime.model.model_api import ImageDetail, ImageUrls, TrustedRole
 from shared.catalogue import DATED
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AgentMessage,
     AssistantMessage,
     CompactionSummaryMessage,

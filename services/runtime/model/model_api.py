@@ -16,8 +16,8 @@ from openai import AsyncOpenAI
 from services.runtime.engine.types import AgentContext, AgentEvent, Emit
 from services.runtime.model.sse import ReadGate
 from shared.catalogue import Capabilities, catalogue
-from shared.contracts.events import ToolCallProgressData
-from shared.contracts.messages import AssistantMessage, ImageRef, TextContent, ToolCall
+from shared.contracts.records.messages import AssistantMessage, ImageRef, TextContent, ToolCall
+from shared.contracts.streams.events import ToolCallProgressData
 
 ApiName = Literal["responses", "chat"]
 TrustedRole = Literal["developer", "user"]

@@ -31,9 +31,9 @@ from services.runtime.model.provider_gate import Provider
 from services.runtime.model.responses_api import ResponsesApi
 from services.runtime.model.sse import ReadGate
 from shared.catalogue import catalogue
-from shared.contracts.events import ModelRequestData
-from shared.contracts.messages import AssistantMessage, Usage
-from shared.contracts.spend import Attempt, BudgetReachedData, Kind, UsageRow
+from shared.contracts.records.messages import AssistantMessage, Usage
+from shared.contracts.records.spend import Attempt, BudgetReachedData, Kind, UsageRow
+from shared.contracts.streams.events import ModelRequestData
 from shared.history.tokens import TokenCounter, message_images, refs_tokens, shared_prefix
 
 __all__ = ["ModelSettings", "OpenAIStream", "PieceTokens", "prefix_hash", "request_pieces"]

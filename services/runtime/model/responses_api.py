@@ -27,7 +27,7 @@ from services.runtime.model.convert import Images, to_responses_input
 from services.runtime.model.model_api import ModelSettings, finish, without_image_data
 from services.runtime.model.responses_reader import RETRYABLE_CODES, Reading
 from services.runtime.model.sse import ReadGate, json_reads, open_stream
-from shared.contracts.messages import AssistantMessage
+from shared.contracts.records.messages import AssistantMessage
 
 __all__ = ["RETRYABLE_CODES", "ResponsesApi", "function_tool"]
 

@@ -25,8 +25,8 @@ from services.runtime.model.model_api import (
     obj,
     parse_arguments,
 )
-from shared.contracts.events import ReasoningUpdateData
-from shared.contracts.messages import AssistantMessage, TextContent, ThinkingContent, ToolCall
+from shared.contracts.records.messages import AssistantMessage, TextContent, ThinkingContent, ToolCall
+from shared.contracts.streams.events import ReasoningUpdateData
 from shared.costs.usage import responses_usage
 
 RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "server_is_overloaded", "slow_down"})

@@ -13,15 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from shared.contracts.compaction import CompactionRequest
-from shared.contracts.inbox import CompactionReady
-from shared.contracts.messages import AssistantMessage
-from shared.contracts.transcript import (
+from shared.contracts.records.messages import AssistantMessage
+from shared.contracts.records.transcript import (
     CompactionEntry,
     CustomMessageEntry,
     MessageEntry,
     TranscriptEntry,
 )
+from shared.contracts.streams.compaction import CompactionRequest
+from shared.contracts.streams.inbox import CompactionReady
 from shared.history.context import (
     build_context,
     entry_message,

@@ -32,8 +32,8 @@ from services.runtime.runs.compaction_trigger import (
     should_compact,
 )
 from services.runtime.store.transcript import Transcript
-from shared.contracts.inbox import Compact, CompactionReady
-from shared.contracts.messages import AssistantMessage, CustomMessage
+from shared.contracts.records.messages import AssistantMessage, CustomMessage
+from shared.contracts.streams.inbox import Compact, CompactionReady
 from shared.history.tokens import (
     MESSAGE_OVERHEAD_TOKENS,
     TextTokens,

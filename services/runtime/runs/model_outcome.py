@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from shared.contracts.events import MessageUserData
-from shared.contracts.messages import AgentMessage, AssistantMessage, CustomMessage
+from shared.contracts.records.messages import AgentMessage, AssistantMessage, CustomMessage
+from shared.contracts.streams.events import MessageUserData
 from shared.redis import keys
 
 if TYPE_CHECKING:

@@ -18,14 +18,14 @@ from services.runtime.store.transcript import Transcript
 from services.runtime.turns.pending_queue import PendingQueue
 from services.runtime.ui.forms import form_delivered
 from services.runtime.ui.liveui import UiHost
-from shared.contracts.messages import (
+from shared.contracts.records.messages import (
     AgentMessage,
     AssistantMessage,
     CustomMessage,
     ToolResultMessage,
     UserMessage,
 )
-from shared.contracts.recorded import InjectionRecorded
+from shared.contracts.streams.recorded import InjectionRecorded
 from shared.redis import keys
 from shared.telemetry import metrics
 

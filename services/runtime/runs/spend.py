@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from prometheus_client import CollectorRegistry
 
-from shared.contracts.spend import BudgetLimits, BudgetReachedData, Cap, UsageRow
+from shared.contracts.records.spend import BudgetLimits, BudgetReachedData, Cap, UsageRow
 from shared.costs import spend, spend_metrics
 from shared.redis import keys
 from shared.redis.redis_wire import text

@@ -20,9 +20,9 @@ from services.runtime.engine.loop import run_loop
 from services.runtime.engine.types import AgentContext, AgentEvent, LoopConfig, StreamFn
 from services.runtime.tools import readonly_tools
 from services.runtime.tools.ports import WorkspaceHost
-from shared.contracts.inbox import Injection
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import AssistantMessage, UserMessage
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.messages import AssistantMessage, UserMessage
+from shared.contracts.streams.inbox import Injection
 from shared.streams.inbox import append
 from shared.trust.trusted_blocks import lines, quoted, render
 

@@ -20,9 +20,9 @@ from services.runtime.runs.turn_starts import FREE, StartGate, StartPass
 from services.runtime.store.transcript import Transcript
 from services.runtime.turns.pending_queue import PendingQueue
 from shared.contracts.base import new_id
-from shared.contracts.events import EventType
-from shared.contracts.messages import AssistantMessage, TextContent, ToolResultMessage, UserMessage
-from shared.contracts.transcript import CustomMessageEntry, LeafEntry, MessageEntry
+from shared.contracts.records.messages import AssistantMessage, TextContent, ToolResultMessage, UserMessage
+from shared.contracts.records.transcript import CustomMessageEntry, LeafEntry, MessageEntry
+from shared.contracts.streams.events import EventType
 from shared.redis import keys
 from shared.storage.disk import storage_fault
 from shared.telemetry.tracing import recorded_traceparent

@@ -21,9 +21,9 @@ from services.runtime.store.transcript import Transcript
 from services.runtime.store.write_guard import Guard
 from services.runtime.ui.liveui import UiHost
 from services.runtime.ui.viewable import ViewableFiles
-from shared.contracts.artifacts import ArtifactChange
-from shared.contracts.todo import TodoList
-from shared.contracts.transcript import Deviation
+from shared.contracts.records.todo import TodoList
+from shared.contracts.records.transcript import Deviation
+from shared.contracts.streams.artifacts import ArtifactChange
 from shared.costs import user_disk
 from shared.redis import keys, revnum
 from shared.settings import Settings

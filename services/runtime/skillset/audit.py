@@ -35,9 +35,8 @@ from services.runtime.skillset.skill_lifecycle import SkillContracts
 from services.runtime.skillset.skills import Skill
 from services.runtime.store.todo import TodoController
 from services.runtime.store.transcript import Transcript, now_iso
-from shared.contracts.events import AuditData
-from shared.contracts.messages import AssistantMessage, ToolCall
-from shared.contracts.transcript import (
+from shared.contracts.records.messages import AssistantMessage, ToolCall
+from shared.contracts.records.transcript import (
     AuditEntry,
     AuditOutcome,
     AuditStep,
@@ -46,6 +45,7 @@ from shared.contracts.transcript import (
     SkillActivationEntry,
     TranscriptEntry,
 )
+from shared.contracts.streams.events import AuditData
 from shared.ui.checklist import Checklist, StepStatus, evaluate, missing, tool_calls
 
 _COUNTERS: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()

@@ -18,9 +18,9 @@ from services.runtime.skillset.audit import active_checklists, engaged, workflow
 from services.runtime.skillset.skills import Skill
 from services.runtime.store.todo import TodoController
 from services.runtime.store.transcript import Transcript
-from shared.contracts.events import ChecklistData, ChecklistStepData
-from shared.contracts.messages import CustomMessage
-from shared.contracts.transcript import AuditEntry
+from shared.contracts.records.messages import CustomMessage
+from shared.contracts.records.transcript import AuditEntry
+from shared.contracts.streams.events import ChecklistData, ChecklistStepData
 from shared.trust.trusted_blocks import render
 from shared.ui.checklist import Checklist, current_index, evaluate, tool_calls
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from services.runtime.live.events import Outbox
 from services.runtime.skillset.skills import Skill, outranks, required_closure
 from services.runtime.store.transcript import Transcript, now_iso
-from shared.contracts.transcript import (
+from shared.contracts.records.transcript import (
     AuditEntry,
     MessageEntry,
     SkillActivationEntry,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from shared.contracts.messages import ToolResultMessage
-from shared.contracts.transcript import MessageEntry, TranscriptEntry
+from shared.contracts.records.messages import ToolResultMessage
+from shared.contracts.records.transcript import MessageEntry, TranscriptEntry
 
 TOOL = "show_gamma"
 

@@ -25,8 +25,8 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from shared.contracts.messages import ToolResultMessage
-from shared.contracts.transcript import CustomMessageEntry, MessageEntry, TranscriptEntry
+from shared.contracts.records.messages import ToolResultMessage
+from shared.contracts.records.transcript import CustomMessageEntry, MessageEntry, TranscriptEntry
 from shared.storage import workspace_fs
 from shared.storage.disk import DiskError, split_workspace_path
 

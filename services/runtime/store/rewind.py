@@ -17,8 +17,8 @@ from services.runtime.store.snapshots import SessionSnapshots
 from services.runtime.store.todo import TodoController
 from services.runtime.store.transcript import Transcript, now_iso
 from services.runtime.store.write_guard import Guard
-from shared.contracts.events import EventType, RunAbortedData
-from shared.contracts.inbox import Rewind
+from shared.contracts.streams.events import EventType, RunAbortedData
+from shared.contracts.streams.inbox import Rewind
 from shared.history import rewind as rw
 from shared.storage.snapshots import ScanTooLarge
 from shared.streams.inbox import InboxEntry

@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from services.runtime.store.write_guard import Guard
-from shared.contracts.messages import CustomMessage
-from shared.contracts.todo import TodoItem, TodoList, task_state_problem, waiting
+from shared.contracts.records.messages import CustomMessage
+from shared.contracts.records.todo import TodoItem, TodoList, task_state_problem, waiting
 from shared.storage.disk import atomic_write_json, read_json
 from shared.trust.trusted_blocks import lines, quoted
 from shared.trust.trusted_blocks import render as render_block

@@ -23,8 +23,8 @@ from pydantic import TypeAdapter
 
 from services.runtime.store.transcript_window import Window
 from services.runtime.store.write_guard import Guard
-from shared.contracts.messages import AgentMessage, CustomMessage
-from shared.contracts.transcript import (
+from shared.contracts.records.messages import AgentMessage, CustomMessage
+from shared.contracts.records.transcript import (
     CompactionEntry,
     CustomMessageEntry,
     LeafEntry,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.contracts.messages import AssistantMessage, ToolResultMessage
-from shared.contracts.transcript import (
+from shared.contracts.records.messages import AssistantMessage, ToolResultMessage
+from shared.contracts.records.transcript import (
     AuditEntry,
     LeafEntry,
     MessageEntry,

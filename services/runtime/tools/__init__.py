@@ -13,7 +13,7 @@ from services.runtime.tools.skill import plan_skill_batch, skill_tool
 from services.runtime.tools.subagent import subagent_tool
 from services.runtime.tools.todo import todo_tool
 from services.runtime.tools.workspace_rule import NoteReader, read_workspace_rule_tool
-from shared.contracts.messages import ToolCall
+from shared.contracts.records.messages import ToolCall
 
 TOOL_ORDER = ("read", "bash", "write", "edit", "todo", "subagent", "show_gamma", "show_file", "skill",
               "message_user", "read_workspace_rule")

@@ -12,7 +12,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from services.runtime.engine.types import Tool, ToolContext, ToolOutcome
 from services.runtime.tools.ports import MessageHost
-from shared.contracts.transcript import MAX_DEVIATION_CAUSE, MAX_DEVIATIONS, Deviation
+from shared.contracts.records.transcript import MAX_DEVIATION_CAUSE, MAX_DEVIATIONS, Deviation
 from shared.mcp.tool_schema import ToolArgs, optional
 
 ALONE_ERROR = ("message_user with blockOnUser=true must be the only tool call in its batch. Finish the other "

@@ -11,8 +11,8 @@ from services.runtime.skillset.skills import Skill
 from services.runtime.store.document_reads import DocumentReads
 from services.runtime.store.file_reads import FileReads
 from services.runtime.store.todo import TodoController
-from shared.contracts.todo import TodoList
-from shared.contracts.transcript import Deviation
+from shared.contracts.records.todo import TodoList
+from shared.contracts.records.transcript import Deviation
 from shared.media.image_limits import ImageLimits
 from shared.settings.images import ImageSettings
 from shared.storage.disk import SessionPaths

@@ -17,8 +17,8 @@ from services.runtime.store.document_reads import stale_write
 from services.runtime.tools.files import PATH, file_ref
 from services.runtime.tools.image_view import image_outcome, is_image
 from services.runtime.tools.ports import DisplayHost
-from shared.contracts.documents import Deck, StoredDeck
-from shared.contracts.ui import ActiveForm
+from shared.contracts.records.documents import Deck, StoredDeck
+from shared.contracts.records.ui import ActiveForm
 from shared.mcp.tool_schema import ToolArgs, optional
 from shared.storage import workspace_fs
 from shared.storage.disk import DiskError, atomic_write_json, read_json

@@ -20,7 +20,7 @@ from services.runtime.skillset.skills import (
     resolve_activation,
 )
 from services.runtime.tools.ports import SkillHost
-from shared.contracts.messages import ToolCall
+from shared.contracts.records.messages import ToolCall
 from shared.mcp.tool_schema import ToolArgs
 from shared.trust.trusted_blocks import Trusted
 

@@ -26,7 +26,7 @@ from pydantic import Field
 
 from services.runtime.connector.connectors import ConnectorHub
 from services.runtime.engine.types import AgentContext, Tool, ToolContext, ToolOutcome
-from shared.contracts.transcript import MessageEntry, SkillActivationEntry, TranscriptEntry
+from shared.contracts.records.transcript import MessageEntry, SkillActivationEntry, TranscriptEntry
 from shared.mcp import connectors as rules
 from shared.mcp.tool_schema import ToolArgs
 

@@ -6,9 +6,9 @@ client_view (`client_view_content`) is built here too."""
 
 from __future__ import annotations
 
-from shared.contracts.client import PromptClientContext
-from shared.contracts.inbox import UserPrompt
-from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
+from shared.contracts.records.client import PromptClientContext
+from shared.contracts.records.messages import AgentMessage, CustomMessage, UserMessage
+from shared.contracts.streams.inbox import UserPrompt
 from shared.trust.trusted_blocks import Part, element, lines, render
 
 NOTE_TYPE = "gamma.attachments"

@@ -17,7 +17,7 @@ user turn. Then the idle rules, per moment of the session:
 | follow_up | FOLLOW_UP | START_TURN | NEXT_TURN | HOLD |
 | next_turn | NEXT_TURN | NEXT_TURN | NEXT_TURN | NEXT_TURN |
 
-A user prompt's kind is its `on_busy` (`Prompt`, shared/contracts/inbox.py `OnBusy`): it starts a turn
+A user prompt's kind is its `on_busy` (`Prompt`, shared/contracts/streams/inbox.py `OnBusy`): it starts a turn
 on an idle session whatever it says, waits for the barrier before it, and during a run:
 
 | prompt on_busy | running | idle (either) | held (before the wake barrier) |
@@ -42,8 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from shared.contracts.inbox import OnBusy
-from shared.contracts.injection import InjectionKind
+from shared.contracts.records.injection import InjectionKind
+from shared.contracts.streams.inbox import OnBusy
 
 Delivery = Literal["steer", "follow_up", "next_turn"]
 

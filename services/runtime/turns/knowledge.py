@@ -25,8 +25,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from services.runtime.store.transcript import Transcript
 from services.runtime.tools.workspace_rule import TOOL_NAME
-from shared.contracts.messages import AgentMessage, CustomMessage
-from shared.contracts.transcript import CustomMessageEntry, MessageEntry, TranscriptEntry
+from shared.contracts.records.messages import AgentMessage, CustomMessage
+from shared.contracts.records.transcript import CustomMessageEntry, MessageEntry, TranscriptEntry
 from shared.history.knowledge import (
     KnowledgeNote,
     get_note,

@@ -15,9 +15,9 @@ from services.runtime.live.pending import PendingInjection, PendingPrompt, Pendi
 from services.runtime.store.transcript import Transcript
 from services.runtime.turns.attachments import client_view_content
 from services.runtime.turns.delivery_rules import Action, Found, When, decide, idle, moment
-from shared.contracts.inbox import Injection, UserPrompt
-from shared.contracts.injection import RuntimeInjection
-from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.records.messages import AgentMessage, CustomMessage, UserMessage
+from shared.contracts.streams.inbox import Injection, UserPrompt
 from shared.trust.trusted_blocks import artifact_update, ensure_block
 
 Key = tuple[str, str]

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from services.runtime.engine.types import PrepareBatch, ToolOutcome
 from services.runtime.skillset.skills import Skill, SkillError, resolve_activation
 from services.runtime.turns.turn_order import active_skill_message
-from shared.contracts.messages import AgentMessage, CustomMessage, ToolCall, UserMessage
+from shared.contracts.records.messages import AgentMessage, CustomMessage, ToolCall, UserMessage
 from shared.trust.trusted_blocks import render
 
 RULES_FILE = Path(__file__).with_name("skill_rules.yaml")

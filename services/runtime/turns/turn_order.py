@@ -20,7 +20,7 @@ from services.runtime.tools.skill import render_skill
 from services.runtime.turns.attachments import prompt_messages
 from services.runtime.turns.knowledge import knowledge_anchors
 from services.runtime.turns.pending_queue import PendingQueue
-from shared.contracts.messages import AgentMessage, CustomMessage, UserMessage
+from shared.contracts.records.messages import AgentMessage, CustomMessage, UserMessage
 from shared.trust.trusted_blocks import render
 
 

@@ -21,8 +21,8 @@ import structlog
 from services.runtime.live.lease import LeaseLost
 from services.runtime.ui.liveui import UiHost
 from shared.catalogue.pricing import Pricer, cost_usd
-from shared.contracts.messages import AssistantMessage
-from shared.contracts.transcript import MessageEntry, TranscriptEntry
+from shared.contracts.records.messages import AssistantMessage
+from shared.contracts.records.transcript import MessageEntry, TranscriptEntry
 from shared.history.transcript_index import Usage
 
 log = structlog.get_logger()
@@ -59,7 +59,7 @@ def usage_by_model(entries: Iterable[TranscriptEntry], before: Usage | None = No
 
 
 def cost_records(entries: Sequence[TranscriptEntry], prices: Pricer, before: Usage | None = None) -> list[dict[str, Any]]:
-    """One `CostRecord` (shared/contracts/ui.py) per model, in first-use order: `settled` with its
+    """One `CostRecord` (shared/contracts/records/ui.py) per model, in first-use order: `settled` with its
     amount in USD when the model has a price, else `pending` with amount 0."""
     records = []
     for model, u in list(usage_by_model(entries, before).items())[:MAX_RECORDS]:

@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 
 from services.runtime.store.transcript import Transcript
 from services.runtime.ui.liveui import UiHost
-from shared.contracts.inbox import Injection
-from shared.contracts.injection import RuntimeInjection
+from shared.contracts.records.injection import RuntimeInjection
+from shared.contracts.streams.inbox import Injection
 from shared.trust.trusted_blocks import Body, lines, quoted, render
 
 Deliver = Callable[[Injection, str | None], Awaitable[None]]

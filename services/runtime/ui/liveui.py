@@ -13,7 +13,7 @@ import structlog
 
 from services.runtime.store.write_guard import Guard
 from services.runtime.ui.uistate import UiDoc
-from shared.contracts.events import EventType, UiUpdateData
+from shared.contracts.streams.events import EventType, UiUpdateData
 from shared.storage.disk import SessionPaths, atomic_write_json, read_json, storage_fault
 from shared.ui.uirules import UiLimits, repair_snapshot
 

@@ -22,7 +22,7 @@ Publish = Callable[[dict[str, Any]], Awaitable[object]]
 
 
 def event_data(files: list[str], added: set[str], removed: set[str], full: bool = False) -> dict[str, Any]:
-    """The `viewable_files` event (shared/contracts/events.py ViewableFilesData)."""
+    """The `viewable_files` event (shared/contracts/streams/events.py ViewableFilesData)."""
     listed = sorted(added)[:MAX_LISTED], sorted(removed)[:MAX_LISTED]
     data: dict[str, Any] = {"added": listed[0], "removed": listed[1], "count": len(files),
                             "truncated": len(added) > MAX_LISTED or len(removed) > MAX_LISTED}

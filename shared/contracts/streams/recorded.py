@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from shared.contracts.base import Contract, new_id
-from shared.contracts.injection import InjectionSource
+from shared.contracts.records.injection import InjectionSource
 
 
 class InjectionRecorded(Contract):

@@ -3,7 +3,7 @@
 HTTP on the notifications service: `PUT /connectors/{name}` (a `ConnectorSpec`), `GET` answers a
 `Connector`, `POST /connectors/{name}/results` (a `ConnectorResultSubmit`). The stream
 `gamma:connectors:{name}:calls` carries `ConnectorCall`s (plain `XADD {type, data}`); the answer
-reaches the session's inbox as a `ConnectorResult` (shared/contracts/inbox.py).
+reaches the session's inbox as a `ConnectorResult` (shared/contracts/streams/inbox.py).
 """
 
 from __future__ import annotations

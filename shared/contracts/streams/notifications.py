@@ -7,7 +7,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, TypeAdapter
 
 from shared.contracts.base import CamelContract, Contract
-from shared.contracts.connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
+from shared.contracts.records.connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
 
 NOTIFICATION_ID = r"^[A-Za-z0-9_.:-]{1,200}$"
 

@@ -11,12 +11,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter
 
 from shared.contracts.base import TRACEPARENT, Contract, new_id
-from shared.contracts.blobref import BLOB_NAME, SHA256
-from shared.contracts.client import PromptClientContext
-from shared.contracts.connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
-from shared.contracts.injection import InjectionSource, RuntimeInjection
-from shared.contracts.messages import ImageRef
-from shared.contracts.spend import UsageRow
+from shared.contracts.records.blobref import BLOB_NAME, SHA256
+from shared.contracts.records.client import PromptClientContext
+from shared.contracts.records.connectors import CALL_ID, CONNECTOR_NAME, MAX_RESULT_CHARS
+from shared.contracts.records.injection import InjectionSource, RuntimeInjection
+from shared.contracts.records.messages import ImageRef
+from shared.contracts.records.spend import UsageRow
 
 # interrupt: abort the active run, then start a new one with this message (docs/integration.md "Abort and interrupt").
 OnBusy = Literal["steer", "follow_up", "reject", "interrupt"]

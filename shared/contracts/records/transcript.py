@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, TypeAdapter, field_validator
 
 from shared.contracts.base import CamelContract
-from shared.contracts.messages import AgentMessage
+from shared.contracts.records.messages import AgentMessage
 
 
 class _Entry(CamelContract):

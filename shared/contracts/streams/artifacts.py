@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from shared.contracts.base import Contract, new_id, now_ms
-from shared.contracts.blobref import BLOB_NAME, SHA256
+from shared.contracts.records.blobref import BLOB_NAME, SHA256
 
 Actor = Literal["user", "agent", "service"]
 
