@@ -39,8 +39,10 @@ def p99(values: list[float]) -> float:
 
 
 # Key kinds (bench/soak.py key_kind) kept for a dormant session by design (docs/integration.md "Dormant sessions in Redis"): they grow with the sessions that ever ran, and are checked per session.
+# A session's spending (docs/costs.md) is kept like its row; a counted request's marker until its TTL.
 KEPT_KINDS = frozenset({"session:session", "session:revisions", "session:ntf", "session:digest-handled",
-                        "session:compaction-done", "session:notifications", "gamma:user"})
+                        "session:compaction-done", "session:notifications", "gamma:user", "session:spend",
+                        "session:spend-counted"})
 
 
 def kept_bytes(sample: dict[str, Any]) -> int:
