@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from shared.redis import keys
+from tests.integration.runtime_support import stream_payloads
 from tests.support.polling import wait_sync
 from tests.support.stack import Stack
 
@@ -86,12 +87,17 @@ def test_a_stop_mid_stream_keeps_the_text_and_counts_the_usage(api: httpx.Client
     assert counted["requests"] >= 1 and counted["input_tokens"] >= usage["input"]
 
 
-def test_a_tool_call_that_finished_before_the_stop_keeps_its_result(api: httpx.Client, module_stack: Stack) -> None:
-    calls = [{"name": "bash", "arguments": {"command": "echo finished-first", "timeout": 60}},
+def test_a_tool_call_that_finished_before_the_stop_keeps_its_result(api: httpx.Client, r: redis.Redis,
+                                                                     module_stack: Stack) -> None:
+    # The fast call's last act is publishing the file it made (tools/bash.py `_publish_changes`), so
+    # its change on the artifact stream means its result is made; the slow one sleeping is not enough
+    # (a parallel batch's calls all end together, no per-call event says the fast one is done).
+    calls = [{"name": "bash", "arguments": {"command": "echo finished-first; : > fast.done", "timeout": 60}},
              {"name": "bash", "arguments": {"command": "sleep 30.871", "timeout": 120}}]
     sid = start(api, script({"tool_calls": calls}, {"content": "never"}))
-    wait_sync(lambda: any(m["role"] == "toolResult" for m in messages(module_stack, sid))
-              or _sleeping("sleep 30.871"), timeout=60, interval=0.05, what="the batch under way")
+    wait_sync(lambda: any(c.get("session_id") == sid and c.get("ref") == "file:fast.done"
+                          for c in stream_payloads(r, keys.ARTIFACT_CHANGES)),
+              timeout=60, interval=0.05, what="the fast call's file published")
     wait_sync(lambda: _sleeping("sleep 30.871"), timeout=30, interval=0.05, what="the slow call")
     abort(api, sid)
     results = {m["content"][0]["text"].splitlines()[0]: m for m in messages(module_stack, sid) if m["role"] == "toolResult"}

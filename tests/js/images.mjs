@@ -12,6 +12,14 @@ const browser = await chromium.launch({ executablePath, headless: true,
 const out = { consoleErrors: [] };
 const LONG = { timeout: 60000 };
 const loaded = (sel) => `[...document.querySelectorAll(${JSON.stringify(sel)})].every((i) => i.complete && i.naturalWidth > 0)`;
+// A picture for the docs, of an element a live event may re-render under the screenshot (the timeline
+// redraws on a late `status` or `viewable_files`): taken again, not failed on a detached node.
+const shotOf = async (locator, path) => {
+  for (let i = 0; ; i++) {
+    try { return await locator.screenshot({ path, timeout: 15000 }); } catch (e) { if (i >= 4 || !/not attached|detached/i.test(String(e))) throw e; }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+};
 const waitLoaded = (page, sel, n = 1) => page.waitForFunction(
   ([s, k]) => { const imgs = [...document.querySelectorAll(s)]; return imgs.length >= k && imgs.every((i) => i.complete && i.naturalWidth > 0); },
   [sel, n], LONG);
@@ -28,7 +36,7 @@ try {
     alt: i.alt, naturalWidth: i.naturalWidth, naturalHeight: i.naturalHeight, shownWidth: i.width, src: i.src.slice(0, 5) })));
   out.toolThumbs = await page.$$eval("#timeline .item.tool-images .thumbs img", (imgs) => imgs.map((i) => ({ alt: i.alt, naturalWidth: i.naturalWidth })));
   out.toolImagesText = await page.textContent("#timeline .item.tool-images");
-  await page.locator("#timeline .bubble.user .thumbs").first().screenshot({ path: `${shots}/thumbnail.png` });
+  await shotOf(page.locator("#timeline .bubble.user .thumbs").first(), `${shots}/thumbnail.png`);
   await page.screenshot({ path: `${shots}/inspector-images.png` });
 
   // Enlarged: a click opens it at full size; Escape closes it; so does a click.

@@ -83,8 +83,12 @@ class ViewableFiles:
         task.add_done_callback(self._background.discard)
 
     async def _send_later(self) -> None:
-        await asyncio.sleep(self._delay_s)
-        await self.send()
+        # Loop, not one send: a change tracked while the event is being published finds this task
+        # not done, so `_schedule` leaves it to this task; a single send would strand it until the
+        # next change, which may never come (a command waiting on the user).
+        while self._added or self._removed:
+            await asyncio.sleep(self._delay_s)
+            await self.send()
 
     async def send(self) -> None:
         """What changed since the last event, now (nothing: no event)."""
