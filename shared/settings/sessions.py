@@ -30,5 +30,8 @@ class SessionSettings(Area):
                     "seconds).")
     delete_sweep_interval_s: float = Field(30.0, gt=0, le=3600, validation_alias="GAMMA_DELETE_SWEEP_INTERVAL_S",
         description="How often each proxy resumes deletes a killed proxy left half done (seconds).")
+    delete_final_pass_s: float = Field(60.0, ge=1, le=3600, validation_alias="GAMMA_DELETE_FINAL_PASS_S",
+        description="How long after a delete its final pass erases once more what a message already on its way"
+                    " wrote meanwhile (seconds; longer than a message's way through the streams).")
     export_max_bytes: int = Field(512 * 1024 * 1024, ge=1024, validation_alias="GAMMA_EXPORT_MAX_BYTES",
         description="`GET /sessions/{id}/export` refuses (413) a session whose files add up to more.")

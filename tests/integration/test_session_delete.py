@@ -26,7 +26,7 @@ SERVICE = {"authorization": f"Bearer {SERVICE_TOKEN}"}
 
 @pytest.fixture(scope="module")
 def stack_env() -> dict[str, str]:
-    return {"GAMMA_DELETE_SWEEP_INTERVAL_S": "1"}
+    return {"GAMMA_DELETE_SWEEP_INTERVAL_S": "1", "GAMMA_DELETE_FINAL_PASS_S": "3"}
 
 
 def session_dir(stack: Stack, sid: str) -> Path:

@@ -93,9 +93,12 @@ export class EventSubscription implements AsyncIterable<Frame> {
     let delayMs = 1000;
     while (!outer?.aborted) {
       const connection = new AbortController();
-      const stop = () => connection.abort();
+      let watchdog: ReturnType<typeof setTimeout> | undefined;
+      // The caller's abort ends the watch too: a consumer that aborts and drops the iterator leaves it
+      // parked at a `yield`, where `finally` does not run, and a pending watchdog would keep Node alive.
+      const stop = () => { clearTimeout(watchdog); connection.abort(); };
       outer?.addEventListener("abort", stop, { once: true });
-      let watchdog = setTimeout(stop, timeoutMs);
+      watchdog = setTimeout(stop, timeoutMs);
       const alive = () => { clearTimeout(watchdog); watchdog = setTimeout(stop, timeoutMs); };
       try {
         const resp = await this.#client.openEvents(this.#sid, this.lastEventId, connection.signal);

@@ -11,7 +11,7 @@
    (gone for every reader at once) and removed; every key under the `{sid}` tag (shared/redis/deletion.py)
    and the session's members of the global sorted sets are deleted; the id becomes a tombstone
    (`gamma:sessions:deleted`); the row goes last.
-4. The id stays in `gamma:sessions:deleting` for FINAL_PASS_MS more: a sweep (`resume_due`, every
+4. The id stays in `gamma:sessions:deleting` for GAMMA_DELETE_FINAL_PASS_S more: a sweep (`resume_due`, every
    GAMMA_DELETE_SWEEP_INTERVAL_S on every proxy, and all of them at a proxy's start) erases once
    more whatever a message already on its way wrote meanwhile, then forgets the id.
 
@@ -43,7 +43,6 @@ from shared.storage.walk import remove_tree
 
 log = structlog.get_logger()
 RESUME_AFTER_MS = 120_000  # a delete still marked after this lost its proxy: the sweep takes it over
-FINAL_PASS_MS = 60_000
 LOCKS = ("dormant-write", "digest-lock")  # the key suffixes held while erasing: released, not deleted
 TOMBSTONES_MAX = 1_000_000
 
@@ -127,7 +126,8 @@ async def delete_session(proxy: Proxy, sid: str, reschedule: bool = True) -> boo
             continue
         if reschedule:
             # The final pass: whatever a message already on its way writes meanwhile is erased then.
-            await proxy.redis.zadd(keys.SESSIONS_DELETING, {sid: now_ms() + FINAL_PASS_MS}, xx=True)
+            final_at = now_ms() + int(proxy.settings.sessions.delete_final_pass_s * 1000)
+            await proxy.redis.zadd(keys.SESSIONS_DELETING, {sid: final_at}, xx=True)
         log.info("session_erased", session_id=sid)
         return True
     return False
