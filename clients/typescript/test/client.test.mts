@@ -76,3 +76,13 @@ test("documents: If-Match with the read ETag writes; a stale one is a 409", asyn
   assert.equal(deleted.deleted, true);
   assert.equal((await refused(alice.getDocument(sid, "deck"))).status, 404);
 });
+
+test("a stream aborted by its caller leaves no timer behind, even with its iterator dropped mid-stream", async () => {
+  const { id: sid } = await alice.createSession();
+  const stop = bounded(30_000);
+  await collect(sessionEvents(alice, sid, { signal: stop.signal })[Symbol.asyncIterator](), (f) => f.kind === "connected");
+  const timers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
+  const before = timers(); // the bound's and the stream's heartbeat watchdog (the iterator is parked at a yield)
+  stop.done();
+  assert.equal(timers(), before - 2); // a watchdog left pending kept Node alive for its 45 s
+});
