@@ -173,3 +173,27 @@ async def test_the_same_prompt_twice_at_a_wake_starts_one_turn_and_waits_for_its
     assert host.agent.queued() == [] and host.acked == []
     pending = host.queue.pending_prompt(prompt.prompt_id)
     assert pending is not None and pending.twins == ["2-0", "3-0"]
+
+
+class IdleTurnsOnly:
+    """The pending queue as the dispatcher may ask it: the idle turns, nothing of a prompt's."""
+
+    def __init__(self, queue: Any) -> None:
+        self.take_idle = queue.take_idle
+
+
+async def test_a_prompt_reaches_the_pending_queue_through_the_turn_builder_only(tmp_path: Path) -> None:
+    """Its twin is looked up, and its turn taken, by the turn builder (turn_order.py): the dispatcher's
+    own handle on the queue serves the idle turns only."""
+    host = Host(tmp_path)
+    d = dispatcher(host)
+    d.queue = IdleTurnsOnly(host.queue)  # type: ignore[assignment]
+    await host.transcript.ensure_header()
+    await d.pass_barrier()
+    prompt = UserPrompt(session_id="s1", message="once")
+    await d.handle(entry("1-0", prompt))
+    host.busy()
+    await d.handle(entry("2-0", prompt))  # its twin, while its run goes on
+    pending = host.queue.pending_prompt(prompt.prompt_id)
+    assert len(host.started) == 1 and pending is not None and pending.twins == ["2-0"]
+    assert host.agent.queued() == []

@@ -60,9 +60,9 @@ async def test_the_parts_share_the_sessions_state(tmp_path: Path) -> None:
 
 async def test_the_forward_links_are_bound_once_every_part_is_built(tmp_path: Path) -> None:
     session = build(tmp_path)
-    assert session.rules.steer == session.links.steer and session.compactor.reload == session.links.restore_context
+    assert session.rules.inject == session.links.inject and session.compactor.reload == session.links.restore_context
     with pytest.raises(RuntimeError):  # bound once, by the root
-        session.links.bind(agent=session.agent, turns=session.turns, runs=session.runs,
+        session.links.bind(queue=session.queue, turns=session.turns, runs=session.runs,
                            injections=session.injections, recorder=session.recorder)
     with pytest.raises(Unbound):
         Links().restore_context()  # a call before the root bound the parts: a construction-order bug

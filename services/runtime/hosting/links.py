@@ -1,21 +1,23 @@
 """The one place a session's parts reach parts built after them (session.py builds in dependency
 order; these five cycles are what no order breaks): the Agent emits to the recorder, which records
 through the turn order, which holds the Agent; the Agent's hooks (the model stream, the compactor,
-the skill rules, the causal wait) call the run supervisor, the turn order, the Agent and the
+the skill rules, the causal wait) call the run supervisor, the turn order, the pending queue and the
 injections, which are built around the Agent. The root binds them once, after building them; a call
 before that is a bug, and says so."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from services.runtime.engine.types import AgentEvent
+from shared.contracts.records.injection import InjectionKind
 from shared.contracts.records.messages import AgentMessage, CustomMessage
 from shared.contracts.streams.inbox import Injection
 
 
-class _Steers(Protocol):
-    def steer(self, m: AgentMessage) -> None: ...
+class _Injects(Protocol):
+    def inject(self, kind: InjectionKind, messages: Sequence[AgentMessage]) -> object: ...
 
 
 class _Turns(Protocol):
@@ -42,16 +44,16 @@ class Unbound(RuntimeError):
 
 class Links:
     def __init__(self) -> None:
-        self._agent: _Steers | None = None
+        self._queue: _Injects | None = None
         self._turns: _Turns | None = None
         self._runs: _Runs | None = None
         self._injections: _Delivers | None = None
         self._recorder: _Emits | None = None
 
-    def bind(self, *, agent: _Steers, turns: _Turns, runs: _Runs, injections: _Delivers, recorder: _Emits) -> None:
-        if self._agent is not None:
+    def bind(self, *, queue: _Injects, turns: _Turns, runs: _Runs, injections: _Delivers, recorder: _Emits) -> None:
+        if self._queue is not None:
             raise RuntimeError("the session's parts are bound once")
-        self._agent, self._turns, self._runs = agent, turns, runs
+        self._queue, self._turns, self._runs = queue, turns, runs
         self._injections, self._recorder = injections, recorder
 
     @staticmethod
@@ -79,10 +81,10 @@ class Links:
         turns: _Turns = self._need(self._turns, "restore_context")
         turns.restore_context()
 
-    # The skill rules' steer (skill_rules.py).
-    def steer(self, m: AgentMessage) -> None:
-        agent: _Steers = self._need(self._agent, "steer")
-        agent.steer(m)
+    # The skill rules' guidance, delivered where delivery_rules.py `decide` says (pending_queue.py `inject`).
+    def inject(self, kind: InjectionKind, messages: Sequence[AgentMessage]) -> None:
+        queue: _Injects = self._need(self._queue, "inject")
+        queue.inject(kind, messages)
 
     # The causal wait's delivery of a timed-out wait's markers (causal.py).
     async def deliver(self, m: Injection, entry_id: str | None) -> None:

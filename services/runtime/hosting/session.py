@@ -129,7 +129,7 @@ class Session:
         self._build_tools(model)
         self._build_agent(model, context_window or deps.settings.compaction.context_window)
         self._build_inbox()
-        self.links.bind(agent=self.agent, turns=self.turns, runs=self.runs, injections=self.injections,
+        self.links.bind(queue=self.queue, turns=self.turns, runs=self.runs, injections=self.injections,
                         recorder=self.recorder)
 
     def _build_tools(self, model: ModelSettings) -> None:
@@ -165,7 +165,7 @@ class Session:
 
     def _build_agent(self, model: ModelSettings, context_window: int) -> None:
         """The Agent and what its runs are made of. The Agent, its protocol and what its runs call
-        reach each other: the Agent's emit (the recorder), the skill rules' steer (the Agent), the
+        reach each other: the Agent's emit (the recorder), the skill rules' guidance (the pending queue), the
         compactor's reload (the protocol) and the causal wait's delivery (the injections) go through
         `links` (links.py), bound once every part is built, before the first run."""
         deps, settings = self.deps, self.deps.settings
@@ -182,7 +182,7 @@ class Session:
             policy = ToolPolicy(tools, lambda: self.transcript.loads, self.connectors, self.catalog)
             before, context.tools = chain(policy.before_model_call, self.compactor.before_model_call), policy.active_tools()
         self.rules = SkillRuleGuard(self.toolset.prepare_batch, load_rules(), deps.skills, lambda: context.messages,
-                                    self.contracts.scope, self.links.steer, deps.registry)
+                                    self.contracts.scope, self.links.inject, deps.registry)
         hooks = RunHooks(stream=self.compactor.wrap_stream(self.stream), prepare_batch=self.rules.prepare_batch,
                          before_model_call=before,
                          before_steering=causal_wait(self.causal, self.links.deliver),

@@ -28,7 +28,7 @@ from services.runtime.live.lease import LeaseLost
 from services.runtime.live.pending import TurnInput
 from services.runtime.live.state import InboxState, SessionState
 from services.runtime.runs.supervisor import interrupted
-from services.runtime.turns.delivery_rules import Action, Prompt, When, decide, moment
+from services.runtime.turns.delivery_rules import Action, Prompt, When, decide, into_run, moment
 from shared.contracts.records.messages import AgentMessage
 from shared.contracts.streams.inbox import (
     Abort,
@@ -98,8 +98,9 @@ class InboxDispatcher:
         self.inbox = inbox  # written here only: the barrier, held prompts, Stop (state.py)
         self.lease = lease
         self.agent, self.transcript = routes.agent, routes.transcript
-        self.queue = routes.queue  # the pending queue (pending_queue.py): a prompt's twin, the idle turns
-        self.turns = routes.turns  # the turn builder (turn_order.py)
+        self.queue = routes.queue  # the pending queue (pending_queue.py): the idle turns
+        # The turn builder (turn_order.py): a prompt reaches the pending queue through it only.
+        self.turns = routes.turns
         self.runs, self.injections = routes.runs, routes.injections
         self.causal = routes.causal  # holds prompts until the writes before them are in (causal.py)
         self.calls, self.prompt_hook = routes.calls, routes.prompt_hook
@@ -252,7 +253,7 @@ class InboxDispatcher:
         if m.prompt_id in self.transcript.prompts:
             await self.ack(entry.entry_id)  # a redelivered prompt: already recorded
             return
-        if self.queue.twin(m.prompt_id, entry.entry_id):
+        if self.turns.twin(m.prompt_id, entry.entry_id):
             return  # the same prompt already on its way to the transcript: recorded once
         if self.aborts is not None and await self.aborts.refuse_stale(entry, m):
             return  # aimed at a run that has ended: refused, nothing queued
@@ -277,9 +278,7 @@ class InboxDispatcher:
         busy = action is not Action.START_TURN
         turn = self.turns.build(TurnInput(m, entry.entry_id, self._hints(m, fetched), busy=busy))
         if busy:
-            into = self.agent.steer if action is Action.STEER else self.agent.follow_up
-            for message in turn.messages:
-                into(message)
+            into_run(self.agent, action, turn.messages)
         else:
             self.runs.start_run(turn)
         await self._accepted(m)

@@ -32,15 +32,16 @@ class PromptHook(Protocol):
 
 
 class Queued(Protocol):
-    """The pending queue as the dispatcher asks it (pending_queue.py)."""
-
-    def twin(self, prompt_id: str, entry_id: str) -> bool: ...
+    """The pending queue as the dispatcher asks it (pending_queue.py): the idle turns. A prompt's way
+    to it is the turn builder's (`Builds`)."""
 
     def take_idle(self, when: When | None = None) -> PendingTurn | None: ...
 
 
 class Builds(Protocol):
-    """The turn builder (turn_order.py)."""
+    """The turn builder (turn_order.py): a prompt's twin, then its turn."""
+
+    def twin(self, prompt_id: str, entry_id: str) -> bool: ...
 
     def build(self, turn: TurnInput) -> PendingTurn: ...
 
@@ -88,7 +89,7 @@ class PromptRoutes:
     """Where a prompt, an injection or a barrier goes: the run, the turn order, the gates before them."""
 
     agent: Agent
-    queue: Queued  # the pending queue (pending_queue.py): a prompt's twin, the idle turns
+    queue: Queued  # the pending queue (pending_queue.py): the idle turns
     turns: Builds  # the turn builder (turn_order.py)
     transcript: Transcript
     runs: Runs

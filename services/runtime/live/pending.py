@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from shared.contracts.records.injection import InjectionKind
 from shared.contracts.records.messages import AgentMessage, CustomMessage, UserMessage
-from shared.contracts.streams.inbox import UserPrompt
+from shared.contracts.streams.inbox import OnBusy, UserPrompt
 
 
 @dataclass
@@ -31,6 +31,7 @@ class PendingPrompt:
     # Other inbox entries carrying the same prompt id (an append retried, an entry claimed twice at a
     # wake): acked with this one once it is recorded, never recorded themselves.
     twins: list[str] = field(default_factory=list)
+    on_busy: OnBusy = "steer"  # its kind for delivery_rules.py `decide` when it meets a run after being taken in
 
 
 @dataclass

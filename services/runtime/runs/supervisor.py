@@ -139,8 +139,10 @@ class RunSupervisor:
 
     def start_run(self, turn: PendingTurn | None) -> None:
         if self.state.running:
-            for m in turn.messages if turn else []:
-                self.agent.steer(m)  # the run task takes them before it ends (`left_to_run`)
+            # A turn built for the idle session, a run started meanwhile: it joins that run where
+            # delivery_rules.py `decide` says; the run task takes it before it ends (`left_to_run`).
+            if turn is not None:
+                self.queue.join_run(turn)
             return
         self.run.run_task = task = asyncio.ensure_future(self._run(turn))
         task.add_done_callback(lambda _: self.after_task())
@@ -210,8 +212,7 @@ class RunSupervisor:
         queue = self.queue
         self.reload()
         own = failed.messages if isinstance(failed, PendingTurn) else []
-        for prompt in queue.untaken_prompts(own):
-            self.agent.steer(prompt)  # a prompt steered into the failed run: the next run takes it first
+        queue.rejoin_untaken(own)  # prompts steered or followed up into the failed run: the next run's again
         queue.requeue_untaken()
         if interrupted(self.transcript):
             return True, None

@@ -2,10 +2,13 @@
 injection or a user prompt goes, by its kind and the session's moment, read in one table. Every path
 that delivers asks `decide`: the routing of an injection as it arrives (pending_queue.py `route_update`,
 through delivery.py `InjectionDelivery.deliver` and the dormant manifest), a prompt as it arrives
-(dispatcher.py `on_prompt`), what an idle session's held updates start (pending_queue.py `take_idle`,
-asked by supervisor.py `left_to_run` as a run ends, by delivery.py and by the dispatcher at the wake
-barrier) and what idle recording records (idle.py `IdleRecorder.arm` through pending_queue.py
-`recordable`).
+(dispatcher.py `on_prompt`), a turn that meets a run started meanwhile and the prompts a failed run
+took (supervisor.py `start_run`, `recover`, through pending_queue.py `join_run`, `rejoin_untaken`), a
+skill rule's guidance during a run (skill_rules.py, through pending_queue.py `inject`), what an idle
+session's held updates start (pending_queue.py `take_idle`, asked by supervisor.py `left_to_run` as a
+run ends, by delivery.py and by the dispatcher at the wake barrier) and what idle recording records
+(idle.py `IdleRecorder.arm` through pending_queue.py `recordable`). Of its answers, STEER and
+FOLLOW_UP enter the running Agent in one place, `into_run`; no other module calls its queues.
 
 The seed's `deliveryByKind` first: each injection kind has one delivery. `steer` enters the running
 agent before its next model call; `follow_up` when the run would stop; `next_turn` waits for the next
@@ -27,6 +30,20 @@ on an idle session whatever it says, waits for the barrier before it, and during
 | reject | REJECT | START_TURN | HOLD |
 | interrupt | INTERRUPT | START_TURN | HOLD |
 
+A prompt already taken in (`Prompt(accepted=True)`: its turn was built for an idle session and a run
+started meanwhile, or a run that failed had taken it) can no longer be refused nor abort anything:
+during a run it follows up when it asked to, and steers otherwise; at the other moments as above.
+
+| accepted prompt on_busy | running |
+|---|---|
+| steer, reject, interrupt | STEER |
+| follow_up | FOLLOW_UP |
+
+The loop's own reply rules (engine/reply_rules.py: the nudge after an empty reply, the one after a
+reply cut at the output limit) are a `system_guidance` the loop itself puts before the next model
+call, ahead of what was steered meanwhile (the nudge is about the reply just read): where this table
+puts that kind during a run, from the engine, which is below this module and does not ask it.
+
 "A task active": a todo task is pending or in progress and the user has not stopped the agent since.
 RECORD_IDLE waits in the next-turn list for its merge window and is then recorded without a turn
 (idle.py); a turn that starts first takes it. HOLD waits until the barrier passes (an injection in the
@@ -38,11 +55,12 @@ A yield ends a run with its queues held: their injections follow these rules as 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from shared.contracts.records.injection import InjectionKind
+from shared.contracts.records.messages import AgentMessage
 from shared.contracts.streams.inbox import OnBusy
 
 Delivery = Literal["steer", "follow_up", "next_turn"]
@@ -81,8 +99,9 @@ class Action(enum.Enum):
 
 @dataclass(frozen=True)
 class Prompt:
-    """A user prompt's kind, for `decide`: its `on_busy`."""
+    """A user prompt's kind, for `decide`: its `on_busy`, and whether it is already taken in (`accepted`)."""
     on_busy: OnBusy
+    accepted: bool = False
 
 
 RULES: dict[tuple[Delivery, When], Action] = {
@@ -112,11 +131,41 @@ PROMPT_RULES: dict[tuple[OnBusy, When], Action] = {
 }
 
 
+ACCEPTED_RULES: dict[tuple[OnBusy, When], Action] = {
+    **PROMPT_RULES,
+    ("reject", When.RUNNING): Action.STEER,
+    ("interrupt", When.RUNNING): Action.STEER,
+}
+
+
 def decide(kind: InjectionKind | Prompt | str, when: When) -> Action:
     """Where an injection of `kind`, or a prompt, goes at moment `when`."""
     if isinstance(kind, Prompt):
-        return PROMPT_RULES[(kind.on_busy, when)]
+        return (ACCEPTED_RULES if kind.accepted else PROMPT_RULES)[(kind.on_busy, when)]
     return RULES[(DELIVERY_BY_KIND[kind], when)]
+
+
+class RunQueues(Protocol):
+    """The running Agent's two queues (engine/agent.py)."""
+
+    def steer(self, message: AgentMessage) -> None: ...
+
+    def follow_up(self, message: AgentMessage) -> None: ...
+
+
+def into_run(agent: RunQueues, action: Action, messages: Iterable[AgentMessage]) -> bool:
+    """The one place a delivery enters the running Agent, as `decide` answered: STEER into its steer
+    queue (before its next model call), FOLLOW_UP into its follow-up queue (when the run would stop).
+    Any other action enters nothing: False, and the caller acts on it."""
+    if action is Action.STEER:
+        into = agent.steer
+    elif action is Action.FOLLOW_UP:
+        into = agent.follow_up
+    else:
+        return False
+    for m in messages:
+        into(m)
+    return True
 
 
 def moment(*, held: bool, running: bool, active_task: Callable[[], bool]) -> When:

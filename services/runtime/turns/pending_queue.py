@@ -2,8 +2,9 @@
 writer of what waits to be recorded. Pending injections live in the Agent's steer / follow-up queues or
 in the next-turn list (Pi's `_pendingNextTurnMessages`), each remembered by its source and source id
 (which its message carries) with the inbox entries to ack once its transcript entry is durable; prompts
-not yet recorded wait in arrival order. An injection goes where delivery_rules.py `decide` says; what
-leaves the queue leaves as taken messages, which turn_order.py puts in a turn's order.
+not yet recorded wait in arrival order. An injection goes where delivery_rules.py `decide` says (into
+the running Agent through its `into_run`); a prompt comes here through turn_order.py only; what leaves
+the queue leaves as taken messages, which turn_order.py puts in a turn's order.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from services.runtime.engine.agent import Agent
 from services.runtime.live.pending import PendingInjection, PendingPrompt, PendingTurn, Taken
 from services.runtime.store.transcript import Transcript
 from services.runtime.turns.attachments import client_view_content
-from services.runtime.turns.delivery_rules import Action, Found, When, decide, idle, moment
-from shared.contracts.records.injection import RuntimeInjection
+from services.runtime.turns.delivery_rules import Action, Found, Prompt, When, decide, idle, into_run, moment
+from shared.contracts.records.injection import InjectionKind, RuntimeInjection
 from shared.contracts.records.messages import AgentMessage, CustomMessage, UserMessage
 from shared.contracts.streams.inbox import Injection, UserPrompt
 from shared.trust.trusted_blocks import artifact_update, ensure_block
@@ -182,10 +183,17 @@ class PendingQueue:
             return Found.MERGED
         self.pending[(pending.source, pending.source_id)] = pending
         action = decide(kind, moment(held=hold, running=self.agent.is_running, active_task=self.has_active_task))
-        if action is Action.STEER or action is Action.FOLLOW_UP:
-            (self.agent.steer if action is Action.STEER else self.agent.follow_up)(message)
-        else:
+        if not into_run(self.agent, action, [message]):
             self.next_turn.append(message)
+        return action
+
+    def inject(self, kind: InjectionKind, messages: Sequence[AgentMessage]) -> Action:
+        """Messages the harness adds itself, as one delivery of `kind` (a skill rule's guidance with the
+        skills it loads, skill_rules.py: asked during a run): where `decide` says at the session's moment,
+        the next-turn list unless into the run. Not pending: no inbox entry waits for them."""
+        action = decide(kind, moment(held=False, running=self.agent.is_running, active_task=self.has_active_task))
+        if not into_run(self.agent, action, messages):
+            self.next_turn.extend(messages)
         return action
 
     def _queued_same_target(self, inj: Injection) -> PendingInjection | None:
@@ -211,7 +219,7 @@ class PendingQueue:
         held = {source_key(m) for m in self.next_turn} | set(self.pending)
         told = [h for h in hints if source_key(h) is None or source_key(h) not in held]
         view = self._prompt_client_view(prompt) if prompt.client_context is not None else None
-        own = PendingPrompt(prompt.prompt_id, entry_id, user)
+        own = PendingPrompt(prompt.prompt_id, entry_id, user, on_busy=prompt.on_busy)
         self.prompts.append(own)
         queued: list[AgentMessage]
         if busy:
@@ -324,6 +332,29 @@ class PendingQueue:
     def untaken_prompts(self, exclude: list[AgentMessage]) -> list[UserMessage]:
         """Prompts a failed run had taken from the steer / follow-up queues but not recorded (their
         inbox entries are still unacked), except those in `exclude` (the failed run's own input)."""
+        return [p.message for p in self._untaken(exclude)]
+
+    def _untaken(self, exclude: list[AgentMessage]) -> list[PendingPrompt]:
         held = {id(m) for m in (*self.next_turn, *self.agent.queued(), *exclude)}
-        return [p.message for p in self.prompts
-                if id(p.message) not in held and p.prompt_id not in self.transcript.prompts]
+        return [p for p in self.prompts if id(p.message) not in held and p.prompt_id not in self.transcript.prompts]
+
+    def rejoin_untaken(self, exclude: list[AgentMessage]) -> None:
+        """After a failed run (supervisor.py `recover`): the prompts it took but did not record go back
+        into the run task's next run, each where `decide` says of an accepted prompt while running (a
+        steer is taken first, a follow-up when that run would stop)."""
+        for p in self._untaken(exclude):
+            into_run(self.agent, decide(Prompt(p.on_busy, accepted=True), When.RUNNING), [p.message])
+
+    def join_run(self, turn: PendingTurn) -> None:
+        """A turn built for the idle session meets a run started meanwhile (supervisor.py `start_run`: at
+        the wake barrier a form answered while dormant can start one for an active task before the held
+        prompt's turn is built): into the run where `decide` says while running. A prompt's turn as one,
+        by its own prompt (accepted: its turn is built); else each injection by its kind, one that does
+        not enter a run waiting in the next-turn list."""
+        if turn.prompts:
+            into_run(self.agent, decide(Prompt(turn.prompts[-1].on_busy, accepted=True), When.RUNNING), turn.messages)
+            return
+        for m in turn.messages:
+            p = self.pending_of(m)
+            if p is None or not into_run(self.agent, decide(p.kind, When.RUNNING), [m]):
+                self.next_turn.append(m)

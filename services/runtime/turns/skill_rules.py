@@ -3,9 +3,10 @@
 
 The check wraps the batch preflight: on the first batch after a new user message (a batch made only
 of `message_user` calls is not a task action and does not count), every matching rule whose skill
-is neither active nor loaded by that batch fires. The harness then steers, before the next model
-call, a trusted `system_guidance` naming the rule and the skill's `gamma.active_skill` messages (the
-recorder records the activations, as for `/skill:NAME`). A rule whose skill conflicts with an
+is neither active nor loaded by that batch fires. The harness then delivers, as one `system_guidance`
+(delivery_rules.py `decide`: during a run, steered before the next model call), a trusted guidance
+naming the rule and the skill's `gamma.active_skill` messages (the recorder records the activations,
+as for `/skill:NAME`). A rule whose skill conflicts with an
 active one does not load it. `gamma_skill_rule_total{rule, outcome}` counts fired / followed /
 conflict.
 """
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from services.runtime.engine.types import PrepareBatch, ToolOutcome
 from services.runtime.skillset.skills import Skill, SkillError, resolve_activation
 from services.runtime.turns.turn_order import active_skill_message
+from shared.contracts.records.injection import InjectionKind
 from shared.contracts.records.messages import AgentMessage, CustomMessage, ToolCall, UserMessage
 from shared.trust.trusted_blocks import render
 
@@ -85,17 +87,19 @@ def guidance(rule: SkillRule) -> CustomMessage:
 
 
 class SkillRuleGuard:
-    """Wraps a session's batch preflight; `steer` puts messages before the next model call."""
+    """Wraps a session's batch preflight; `inject` delivers messages as one injection of a kind
+    (pending_queue.py `inject`, where delivery_rules.py `decide` says)."""
 
     def __init__(self, inner: PrepareBatch, rules: tuple[SkillRule, ...], skills: Mapping[str, Skill],
                  messages: Callable[[], list[AgentMessage]], scope: Callable[[list[str]], set[str]],
-                 steer: Callable[[AgentMessage], None], registry: CollectorRegistry | None) -> None:
+                 inject: Callable[[InjectionKind, list[AgentMessage]], object],
+                 registry: CollectorRegistry | None) -> None:
         self.inner = inner
         self.rules = rules
         self.skills = skills
         self.messages = messages
         self.scope = scope  # names -> the live skills they are checked against (skill_lifecycle.py)
-        self.steer = steer
+        self.inject = inject
         self.registry = registry
         self._checked: tuple[str, int] | None = None  # the prompt whose first batch was checked
 
@@ -123,9 +127,8 @@ class SkillRuleGuard:
             except SkillError:
                 self._count(rule, "conflict")
                 continue
-            self.steer(guidance(rule))
-            for s in to_load:
-                self.steer(active_skill_message(s, None if s.name == rule.skill else rule.skill))
+            self.inject("system_guidance", [guidance(rule), *(
+                active_skill_message(s, None if s.name == rule.skill else rule.skill) for s in to_load)])
             self._count(rule, "fired")
             fired.append(rule.id)
         return fired
