@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: run test install node lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-wake bench-history bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order bench-images bench-lifecycle bench-faults bench-faults-disk bench-stalls soak eval clean
+.PHONY: run test install node screenshots lint typecheck schemas docs bench bench-bus bench-prefix bench-runtime bench-proxy bench-inject bench-compaction bench-e2e bench-sandbox bench-stream bench-wake bench-history bench-dormant bench-workers bench-cluster bench-cluster-inbox bench-order bench-images bench-lifecycle bench-faults bench-faults-disk bench-stalls soak eval clean
 
 # uv (from PyPI) resolves the same versions as pip and installs them in a tenth of the time (CI installs
 # from nothing on every run); pip does it where uv cannot be had.
@@ -39,6 +39,10 @@ PYTEST_WORKERS ?= 3
 test: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+
+# The browser tests' pictures into docs/screenshots (the README links them); `make test` keeps its own elsewhere.
+screenshots: $(STAMP) $(NODE_STAMP)
+	GAMMA_SCREENSHOTS_DIR=$(CURDIR)/docs/screenshots $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared services scripted tools tests bench

@@ -1,7 +1,8 @@
 """The inspector's branch points in headless Chromium against the real stack: a session rewound to its
 first reply and then sent another message shows one branch point with both branches; "switch" rewinds
 to the other branch's leaf, and the page shows that branch and its files. A screenshot goes to
-docs/screenshots/branches.png. Skipped without chromium, node or node modules."""
+docs/screenshots/branches.png
+(`make screenshots`; a temporary folder otherwise). Skipped without chromium, node or node modules."""
 
 from __future__ import annotations
 

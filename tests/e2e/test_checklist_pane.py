@@ -2,7 +2,8 @@
 after a deck request ran to completion, the pane shows deck-generation's steps (done, the optional
 one skipped), "all N steps reviewed", the completion audit's outcome and the ended contract, all from
 the events stream; after a completion with declared deviations, each deviation beside its step.
-A screenshot goes to docs/screenshots/checklist.png. Skipped without chromium, node or node modules."""
+A screenshot goes to docs/screenshots/checklist.png
+(`make screenshots`; a temporary folder otherwise). Skipped without chromium, node or node modules."""
 
 from __future__ import annotations
 

@@ -16,15 +16,18 @@ against the real stack and the scripted model:
 - images: an attached PNG and a `read` PNG show as thumbnails that enlarge; files attach to a message
   by the picker, a drag from the workspace list and a drop from the computer.
 
-Screenshots of the main views go to docs/screenshots/ (linked from the README). Skipped only when
-chromium, node or the node modules are absent."""
+Screenshots of the main views go to a temporary folder; `make screenshots` runs the browser tests with
+GAMMA_SCREENSHOTS_DIR=docs/screenshots to refresh the ones the README links (a test run leaves the
+working tree as it was). Skipped only when chromium, node or the node modules are absent."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
@@ -39,7 +42,7 @@ from tests.support.stack import API_TOKEN, Stack
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 NODE = shutil.which("node")
-SHOTS = ROOT / "docs" / "screenshots"
+SHOTS = Path(os.environ.get("GAMMA_SCREENSHOTS_DIR") or Path(tempfile.gettempdir()) / "gamma-screenshots")
 MODULES = ROOT / "node_modules"
 pytestmark = needs(
     None if CHROMIUM and NODE and (MODULES / "playwright-core").is_dir() and (MODULES / "axe-core").is_dir()
