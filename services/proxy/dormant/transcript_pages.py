@@ -8,8 +8,10 @@ never part of a page), so a cursor stays valid while the session keeps writing, 
 what it returns, not the file's size. A cursor that is not at a line start is refused.
 
 The file is a tree (shared/history/transcript_tree.py). By default a page holds the active branch's entries
-only; finding them reads the whole file's ids, but only once the session was ever rewound (a file
-without a leaf move is one branch, checked with a byte search). `?tree=1` pages every entry.
+only; finding them takes one scan of the file's tree rows and spans (shared/history/transcript_scan.py: in
+slices, orjson, nothing kept but a row per line), but only once the session was ever rewound (a file
+without a leaf move is one branch, checked with a byte search). The page then reads only its own
+entries' spans: the lines off the branch are neither read again nor parsed. `?tree=1` pages every entry.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import orjson
 from pydantic import BaseModel
 
-from shared.history.transcript_tree import build, path_indices, row_of
+from shared.history.transcript_scan import Span, read_spans, scan
 
 LEAF_MARK = b'"type":"leaf"'
 
@@ -37,9 +40,10 @@ class Page(BaseModel):
 
 
 class TreeView(BaseModel):
-    keep: set[str] | None  # ids on the active branch; None: every entry is (never rewound)
     leaf_id: str | None = None
     branch_points: dict[str, list[str]] = {}
+    branch: list[Span] | None = None  # the active branch's lines in file order; None: never rewound, all are
+    length: int = 0  # the bytes the scan read (whole lines)
 
 
 _SCAN_CHUNK = 1 << 20
@@ -60,19 +64,52 @@ def tree_view(path: Path) -> TreeView:
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below; a missing file is an empty transcript
     except FileNotFoundError:
-        return TreeView(keep=None)
+        return TreeView()
     with fh:
         if not _has_leaf_move(fh):
-            return TreeView(keep=None)
-        fh.seek(0)
-        # Complete lines only (a torn last line a crash left is not an entry), one at a time.
-        rows = [row_of(v) if (v := _parse(line)) is not None else None for line in fh if line.endswith(b"\n")]
-    tree = build(rows)
-    keep = {r.id for i in path_indices(rows, tree) if (r := rows[i]) is not None}
-    return TreeView(keep=keep, leaf_id=tree.leaf, branch_points=tree.branch_points())
+            return TreeView()
+    s = scan(path)  # complete lines only: a torn last line a crash left is not an entry
+    return TreeView(leaf_id=s.tree.leaf, branch_points=s.tree.branch_points(),
+                    branch=[s.spans[i] for i in s.path()], length=s.length)
 
 
-def read_page(path: Path, cursor: int, limit: int, max_bytes: int, keep: set[str] | None = None) -> Page:
+def read_branch_page(path: Path, view: TreeView, cursor: int, limit: int, max_bytes: int) -> Page:
+    """A page of the active branch from its spans: the lines it returns are the only ones read. The
+    cursor moves past the lines off the branch, as a page read line by line would."""
+    assert view.branch is not None
+    if cursor > max(view.length, file_size_of(path)):
+        raise BadCursor("the cursor is past the end of the transcript")
+    if cursor and not _at_line_start(path, cursor):
+        raise BadCursor("the cursor is not at the start of an entry; use a next_cursor the API returned")
+    after = [span for span in view.branch if span[0] >= cursor]
+    chosen: list[Span] = []
+    used = 0
+    for span in after[:limit]:
+        if chosen and used + span[1] + 1 > max_bytes:
+            break
+        chosen.append(span)
+        used += span[1] + 1
+    entries = [v for line in read_spans(path, chosen) if (v := _parse(line)) is not None]
+    more = len(chosen) < len(after)
+    end = chosen[-1][0] + chosen[-1][1] + 1 if chosen else cursor
+    return Page(entries=entries, next_cursor=str(end if more else max(end, view.length)), has_more=more)
+
+
+def file_size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _at_line_start(path: Path, cursor: int) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(cursor - 1)
+        return fh.read(1) == b"\n"
+
+
+def read_page(path: Path, cursor: int, limit: int, max_bytes: int) -> Page:
+    """A page of every line from `cursor` (a transcript never rewound, or `?tree=1`)."""
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below; a missing file is an empty transcript
     except FileNotFoundError:
@@ -101,9 +138,6 @@ def read_page(path: Path, cursor: int, limit: int, max_bytes: int, keep: set[str
                 more = True
                 break
             value = _parse(line)
-            if keep is not None and (value is None or value.get("id") not in keep):
-                position += len(line)  # off the active branch: skipped, not counted
-                continue
             position, used, lines = position + len(line), used + len(line), lines + 1
             if value is not None:
                 entries.append(value)
@@ -113,7 +147,9 @@ def read_page(path: Path, cursor: int, limit: int, max_bytes: int, keep: set[str
 def view_and_page(path: Path, cursor: int, limit: int, max_bytes: int, tree: bool) -> tuple[TreeView, Page]:
     """The tree view and one page in one trip to the I/O pool (the route's hot path: a client polls it)."""
     view = tree_view(path)
-    return view, read_page(path, cursor, limit, max_bytes, None if tree else view.keep)
+    if tree or view.branch is None:
+        return view, read_page(path, cursor, limit, max_bytes)
+    return view, read_branch_page(path, view, cursor, limit, max_bytes)
 
 
 def _complete_line_follows(fh: Any) -> bool:
@@ -122,7 +158,10 @@ def _complete_line_follows(fh: Any) -> bool:
 
 def _parse(line: bytes) -> dict[str, Any] | None:
     try:
-        value = json.loads(line)
-    except json.JSONDecodeError:
-        return None
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        try:  # what orjson refuses and Python reads (an integer past 64 bits): the entry is still served
+            value = json.loads(line)
+        except ValueError:
+            return None
     return value if isinstance(value, dict) else None
