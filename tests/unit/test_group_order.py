@@ -50,12 +50,13 @@ def test_equal_estimates_go_by_the_longest_timeout() -> None:
 
 
 def test_a_quiet_end_group_runs_beside_the_shortest_groups_only() -> None:
-    known = {"soak": 200.0, "big": 500.0, "mid": 150.0} | {f"u{i}": 50.0 for i in range(10)}
-    groups = [Group("soak", 1, quiet_end=True), Group("big"), Group("mid")] + [Group(f"u{i}") for i in range(10)]
+    known = {"soak": 200.0, "big": 500.0, "mid": 150.0} | {f"u{i}": 50.0 for i in range(20)}
+    groups = [Group("soak", 1, quiet_end=True), Group("big"), Group("mid")] + [Group(f"u{i}") for i in range(20)]
     order = hand_out_order(groups, known, workers=3)
     after = order[order.index("soak") + 1:]
-    # The two other workers have 2 x 200 s of the shortest groups to run beside it, no more.
-    assert sum(known[g] for g in after) == 400.0 and set(after) <= {f"u{i}" for i in range(10)}
+    # The two other workers have 1.5 x 2 x 200 s of the shortest groups to run beside it (the margin:
+    # measured figures are off either way, and a soak handed out too late runs on alone), no more.
+    assert sum(known[g] for g in after) == 600.0 and set(after) <= {f"u{i}" for i in range(20)}
     assert order[:2] == ["big", "mid"]
     assert hand_out_order(groups, known, workers=1)[-1] == "soak"  # one process: after everything
     # Less to run beside it than it lasts: first (it is the longest of all).
