@@ -47,7 +47,7 @@ def _load() -> tuple[str, Any | None]:
 
 # A text at least this long is tokenized on a thread (asyncio's default executor: tiktoken lets go
 # of the GIL while it encodes) when an async caller can wait for it: ~14 ms for 45 KB of JSON, which
-# on the loop held up every session of the worker (docs/architecture.md "Bounded work").
+# on the loop would hold up every session of the worker (docs/architecture.md "Bounded work").
 OFF_LOOP_CHARS = 8192
 COMMON_KEPT = 8  # distinct common texts kept: one request head per prompt variant and tool set
 

@@ -57,9 +57,9 @@ class ToolCall(_Msg):
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     # The arguments as JSON text, kept once made when large: every model call renders and counts the
-    # whole context again, and a large argument re-encoded at each call held the loop every session of
-    # the worker shares (docs/architecture.md "Bounded work"); small ones cost less to encode again
-    # than to keep. Keyed by the dict's id: a copy with other arguments encodes its own.
+    # whole context again, and a large argument encoded at each call would hold the loop every
+    # session of the worker shares (docs/architecture.md "Bounded work"); small ones cost less to
+    # encode again than to keep. Keyed by the dict's id: a copy with other arguments encodes its own.
     _json: dict[tuple[int, bool], str] = PrivateAttr(default_factory=dict)
 
     def arguments_json(self, sort_keys: bool = False) -> str:
