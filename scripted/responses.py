@@ -52,7 +52,8 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         elif kind == "message":
             role = item.get("role") if item.get("role") in ("system", "developer") else "user"
             messages.append({"role": role, "content": _text(item.get("content"))})
-            images = [f"input[{n}].content[{j}]" for j, p in enumerate(item.get("content") or [])
+            parts = item.get("content")  # a string (no images), or a list of parts: never walk a string
+            images = [f"input[{n}].content[{j}]" for j, p in enumerate(parts if isinstance(parts, list) else [])
                       if isinstance(p, dict) and p.get("type") == "input_image"]
             if images:  # the text the model reads drops them; a failure script may refuse them
                 messages[-1]["image_params"] = images

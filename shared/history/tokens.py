@@ -9,9 +9,9 @@ neither, a text counts one token per 4 characters (Pi's estimate).
 
 from __future__ import annotations
 
-import json
+import asyncio
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -45,6 +45,10 @@ def _load() -> tuple[str, Any | None]:
     return "chars/4", None
 
 
+# A text at least this long is tokenized on a thread (asyncio's default executor: tiktoken lets go
+# of the GIL while it encodes) when an async caller can wait for it: ~14 ms for 45 KB of JSON, which
+# on the loop would hold up every session of the worker (docs/architecture.md "Bounded work").
+OFF_LOOP_CHARS = 8192
 COMMON_KEPT = 8  # distinct common texts kept: one request head per prompt variant and tool set
 
 
@@ -122,6 +126,13 @@ class TextTokens:
             n = self._counts[text] = count_text_tokens(text)
         return n
 
+    async def prepare(self, texts: Iterable[str]) -> None:
+        """Count the long texts not counted yet on threads, off the loop (`OFF_LOOP_CHARS`)."""
+        fresh = [t for t in dict.fromkeys(texts) if len(t) >= OFF_LOOP_CHARS and t not in self._counts]
+        if fresh:
+            counts = await asyncio.gather(*(asyncio.to_thread(count_text_tokens, t) for t in fresh))
+            self._counts.update(zip(fresh, counts, strict=True))
+
     def __len__(self) -> int:
         return len(self._counts)
 
@@ -131,6 +142,12 @@ class TextTokens:
 
 
 Count = Callable[[str], int]
+
+
+def message_texts(messages: Iterable[AgentMessage]) -> Iterator[str]:
+    """Every text `estimate_tokens` counts in these messages (for `TextTokens.prepare`)."""
+    for m in messages:
+        yield from _message_text(m)
 
 
 def _message_text(message: AgentMessage) -> list[str]:
@@ -147,7 +164,7 @@ def _message_text(message: AgentMessage) -> list[str]:
         elif isinstance(block, ThinkingContent):
             parts.append(block.thinking)
         elif isinstance(block, ToolCall):
-            parts.append(block.name + json.dumps(block.arguments, ensure_ascii=False, sort_keys=True))
+            parts.append(block.name + block.arguments_json(sort_keys=True))
     return parts
 
 

@@ -143,7 +143,7 @@ def convert_one(m: AgentMessage, trusted_role: TrustedRole, images: Images = NO_
                 {
                     "id": c.id,
                     "type": "function",
-                    "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+                    "function": {"name": c.name, "arguments": c.arguments_json()},
                 }
                 for c in calls
             ]
@@ -225,7 +225,7 @@ def _assistant_items(m: AssistantMessage, replay: Replay) -> list[dict[str, Any]
             items.append(item)
         elif isinstance(c, ToolCall):
             items.append({"type": "function_call", "call_id": c.id, "name": c.name,
-                          "arguments": json.dumps(c.arguments, ensure_ascii=False)})
+                          "arguments": c.arguments_json()})
     if m.refusal:
         items.append({"type": "message", "role": "assistant", "content": m.refusal})
     while items and items[-1].get("type") == "reasoning":

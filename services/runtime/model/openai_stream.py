@@ -34,7 +34,7 @@ from shared.catalogue import catalogue
 from shared.contracts.records.messages import AssistantMessage, Usage
 from shared.contracts.records.spend import Attempt, BudgetReachedData, Kind, UsageRow
 from shared.contracts.streams.events import ModelRequestData
-from shared.history.tokens import TokenCounter, message_images, refs_tokens, shared_prefix
+from shared.history.tokens import OFF_LOOP_CHARS, TokenCounter, message_images, refs_tokens, shared_prefix
 
 __all__ = ["ModelSettings", "OpenAIStream", "PieceTokens", "prefix_hash", "request_pieces"]
 
@@ -66,6 +66,15 @@ class PieceTokens:
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
         self._cache: dict[str, array[int]] = {}
+
+    async def prepare(self, pieces: list[str]) -> None:
+        """Encode the long pieces not cached yet on threads, off the loop (shared/history/tokens.py
+        `OFF_LOOP_CHARS`): a large new message is encoded once, without holding up the worker's other
+        sessions; `encode` then finds it."""
+        fresh = [p for p in dict.fromkeys(pieces[1:]) if len(p) >= OFF_LOOP_CHARS and p not in self._cache]
+        if fresh:
+            encoded = await asyncio.gather(*(asyncio.to_thread(self.counter.encode, p) for p in fresh))
+            self._cache.update((p, array("I", t)) for p, t in zip(fresh, encoded, strict=True))
 
     def encode(self, pieces: list[str]) -> array[int]:
         out: array[int] = array("I")
@@ -143,6 +152,7 @@ class OpenAIStream:
         if self._pieces is None:
             self._pieces = PieceTokens(self.counter)
         pieces = api.pieces(body)
+        await self._pieces.prepare(pieces)
         tokens = self._pieces.encode(pieces)
         sent = sent_images(context, self.settings)
         images = sum(cost for _, cost in sent)

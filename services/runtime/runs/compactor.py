@@ -40,6 +40,7 @@ from shared.history.tokens import (
     context_tokens,
     context_tokens_bound,
     count_text_tokens,
+    message_texts,
 )
 from shared.redis import keys
 from shared.settings import Settings
@@ -180,6 +181,7 @@ class Compactor:
             # Under the window by its bytes: under it by its tokens (a woken session's first call
             # would otherwise tokenize its whole context on the loop while other sessions stream).
             return
+        await self.counts.prepare(message_texts(context.messages))  # the long new texts, off the loop
         tokens = self.request_tokens(context)
         if should_compact(tokens, self.context_window, self.reserve_tokens):
             await self.request(None, tokens)
@@ -282,6 +284,7 @@ class Compactor:
         self.counts.clear()  # the summarized messages are not counted again
         self.failures, self._skip_calls = 0, 0
         await self.ack(entry.entry_id)
+        await self.counts.prepare(message_texts(self.context.messages))  # counted again: off the loop
         await self.outbox.event("compaction", {
             "phase": "applied", "requestId": ready.request_id, "tokensBefore": ready.tokens_before,
             "tokensAfter": self.request_tokens(self.context), "anchors": [a.custom_type for a in anchors]})

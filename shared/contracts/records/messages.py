@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from shared.contracts.base import CamelContract, now_ms
 
@@ -47,11 +48,37 @@ class ThinkingContent(_Msg):
     item: dict[str, Any] | None = None
 
 
+KEPT_ARGUMENTS_CHARS = 4096  # a tool call's arguments at least this long keep their JSON text
+
+
 class ToolCall(_Msg):
     type: Literal["toolCall"] = "toolCall"
     id: str
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    # The arguments as JSON text, kept once made when large: every model call renders and counts the
+    # whole context again, and a large argument encoded at each call would hold the loop every
+    # session of the worker shares (docs/architecture.md "Bounded work"); small ones cost less to
+    # encode again than to keep. Keyed by the dict's id: a copy with other arguments encodes its own.
+    _json: dict[tuple[int, bool], str] = PrivateAttr(default_factory=dict)
+
+    def arguments_json(self, sort_keys: bool = False) -> str:
+        """`json.dumps(arguments, ensure_ascii=False, sort_keys=sort_keys)`, cached."""
+        key = (id(self.arguments), sort_keys)
+        text = self._json.get(key)
+        if text is None:
+            text = json.dumps(self.arguments, ensure_ascii=False, sort_keys=sort_keys)
+            if len(text) >= KEPT_ARGUMENTS_CHARS:
+                if any(k[0] != key[0] for k in self._json):
+                    self._json.clear()  # another dict's forms: at most the current dict's two are kept
+                self._json[key] = text
+        return text
+
+    def __eq__(self, other: object) -> bool:
+        """By the fields only (pydantic's compares private attributes too: the cache above is none of them)."""
+        if not isinstance(other, ToolCall):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
 
 
 AssistantContent = Annotated[TextContent | ThinkingContent | ToolCall, Field(discriminator="type")]
