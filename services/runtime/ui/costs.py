@@ -11,9 +11,9 @@ either). Pure apart from `CostProjection`, which changes the UI document only wh
 The change goes to the clients (its `ui_update` event and the live `GET /ui`) but not to `state.json`
 at once: the records are a projection of the transcript, rebuilt at every wake, so a crash that loses
 them on disk loses nothing. The document is written whole by its next write (a client's edit, a tool,
-a form) or at the session's close (liveui.py `persist_at_close`). Writing it after each reply cost two
-fsyncs, and the snapshot at each run's end a third object to store (docs/architecture.md "Viewable
-files and cost records").
+a form) or at the session's close (liveui.py `persist_at_close`). Writing it after each reply and run
+cost an atomic write (two fsyncs) and made the next snapshot store it (three more), even after a run
+that wrote no file (docs/architecture.md "Viewable files and cost records").
 """
 
 from __future__ import annotations
