@@ -13,6 +13,7 @@ import base64
 import json
 import statistics
 import threading
+from typing import Any
 
 import httpx
 import pytest
@@ -85,8 +86,12 @@ def check_caps(api: httpx.Client, stack: Stack, sid: str) -> None:
     undo = ui.sync(api, sid, ui.edit(ui.seeded(api, sid), lambda root: root["researchSources"].pop()))
     assert undo.status_code == 200, undo.text[:300]
     assert api.get(f"/sessions/{sid}/ui").json()["snapshot"] == ui_before
-    if disk_before is not None:
-        assert ui.stored(stack, sid) == disk_before
+    if disk_before is not None:  # live, the cost records reach state.json with its next write (costs.py)
+        assert without_costs(ui.stored(stack, sid)) == without_costs(disk_before)
+
+
+def without_costs(snapshot: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if snapshot is None else {k: v for k, v in snapshot.items() if k != "costs"}
 
 
 def test_ui_caps_live_and_dormant_refuse_and_change_nothing(api: httpx.Client, stack: Stack) -> None:

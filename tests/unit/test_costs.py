@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from services.runtime.ui.costs import cost_records
+from services.runtime.ui.costs import CostProjection, cost_records
+from services.runtime.ui.uistate import UiDoc
 from shared.catalogue import Catalogue
 from shared.catalogue.pricing import Pricer, parse_prices
 from shared.contracts.records.messages import AssistantMessage, Usage
 from shared.contracts.records.transcript import MessageEntry
 from shared.contracts.records.ui import SessionUIState
+from shared.ui.uirules import default_snapshot
 
 CATALOGUE = Pricer(Catalogue.load())
 
@@ -43,3 +45,34 @@ def test_the_price_table_is_configuration() -> None:
     for bad in ('{"m": {"input": -1, "cachedInput": 0, "output": 0}}', '{"m": {"input": 1}}', "[1]", "{"):
         with pytest.raises(ValueError):
             parse_prices(bad)
+
+
+class Host:
+    """A UiHost (services/runtime/ui/liveui.py) that counts its writes and events."""
+
+    def __init__(self) -> None:
+        self.doc = UiDoc.from_snapshot(default_snapshot())
+        self.persisted = 0
+        self.published: list[bytes] = []
+
+    async def document(self) -> UiDoc:
+        return self.doc
+
+    async def persist_ui(self) -> None:
+        self.persisted += 1
+
+    async def publish_ui(self, update: bytes) -> None:
+        self.published.append(update)
+
+
+async def test_a_rebuild_reaches_the_clients_and_leaves_the_disk_to_the_next_write() -> None:
+    """The records are rebuilt from the transcript at every wake: a rebuild is published, not written
+    (the document's next write or the close stores it), so a run's end costs no fsync nor snapshot."""
+    entries = [reply(1, "gpt-5-mini", 1_000, 0, 10)]
+    host = Host()
+    costs = CostProjection(lambda: entries, host, CATALOGUE)
+    await costs.refresh()
+    assert host.doc.snapshot()["costs"][0]["id"] == "model:gpt-5-mini"
+    assert len(host.published) == 1 and host.persisted == 0
+    await costs.refresh()  # unchanged: nothing to send
+    assert len(host.published) == 1

@@ -6,7 +6,14 @@ The transcript is the authoritative source, so the records are a projection: reb
 active branch (a compaction removes nothing from it, so the records keep what came before it) after
 each model reply while a run goes on (at most every `LIVE_INTERVAL_S`, docs/architecture.md "Viewable
 files and cost records"), after each run and at a wake (a client's edit of `costs` does not survive
-either). Pure apart from `CostProjection`, which writes the UI document only when the records changed.
+either). Pure apart from `CostProjection`, which changes the UI document only when the records changed.
+
+The change goes to the clients (its `ui_update` event and the live `GET /ui`) but not to `state.json`
+at once: the records are a projection of the transcript, rebuilt at every wake, so a crash that loses
+them on disk loses nothing. The document is written whole by its next write (a client's edit, a tool,
+a form) or at the session's close (liveui.py `persist_at_close`). Writing it after each reply and run
+cost an atomic write (two fsyncs) and made the next snapshot store it (three more), even after a run
+that wrote no file (docs/architecture.md "Viewable files and cost records").
 """
 
 from __future__ import annotations
@@ -105,5 +112,4 @@ class CostProjection:
         if doc.snapshot().get("costs") == records:
             return
         update = await doc.set_costs(records)
-        await self.ui.persist_ui()
-        await self.ui.publish_ui(update)
+        await self.ui.publish_ui(update)  # not persisted here: see the module's docstring
