@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -94,14 +93,7 @@ class Bench:
         # session, so the worker's pool (100 connections by default) is never emptied by the bench's reads.
         self.reader = aioredis.from_url(url, max_connections=2 * sessions + 16)
         self.live_at: list[float] = []
-        publish = h.worker.bus
-
-        async def timed_bus(stream: str, message: BaseModel) -> None:
-            await publish(stream, message)
-            if isinstance(message, SessionLive):
-                self.live_at.append(time.perf_counter())
-
-        h.worker.bus = timed_bus
+        h.on_publish.append(lambda m: isinstance(m, SessionLive) and self.live_at.append(time.perf_counter()))
 
     async def wake(self, sid: str) -> tuple[float, float]:
         """(Wake -> SessionLive, the wake's start); the barrier follows, as the proxy's wake sends it."""

@@ -100,8 +100,14 @@ class Harness:
         self.skills = load_skills(skills_dir())
         prompts: dict[str, str] = {v: build_system_prompt(v, self.skills) for v in VARIANTS}
 
+        # What a bench times on the bus (a SessionLive's publish): hooks called after each XADD. The
+        # worker hands its bus to every session it builds (WorkerParts), so it is hooked here, not swapped.
+        self.on_publish: list[Callable[[BaseModel], object]] = []
+
         async def bus(stream: str, message: BaseModel) -> None:
             await self.client.xadd(stream, {"data": message.model_dump_json()})
+            for hook in self.on_publish:
+                hook(message)
 
         self._seen: dict[str, tuple[str, int]] = {}  # sid -> (last event id read, yields so far)
         self.worker = Worker(self.settings, self.client, scripted_client(model), self.skills, prompts,

@@ -75,7 +75,7 @@ async def bare_turns(client: Any, system: str, schemas: list[dict[str, Any]], tu
         start = time.perf_counter()
         messages.append({"role": "user", "content": turn_prompt(t)})
         while True:
-            stream = await client.chat.completions.create(model="m", messages=messages, tools=schemas, stream=True)
+            stream = await client.chat.completions.create(model="gpt-5-mini", messages=messages, tools=schemas, stream=True)
             calls: dict[int, dict[str, str]] = {}
             text = ""
             async for chunk in stream:
@@ -109,7 +109,7 @@ async def engine_turns(client: Any, system: str, schemas: list[dict[str, Any]], 
     async def emit(ev: AgentEvent) -> None:
         events.append(ev)
 
-    stream = OpenAIStream(client, ModelSettings(model="m"), TokenCounter())
+    stream = OpenAIStream(client, ModelSettings(model="gpt-5-mini"), TokenCounter())
     agent = Agent(AgentContext(system, [], tools), RunHooks(stream=stream), emit)
     times = []
     for t in range(turns):
@@ -186,14 +186,12 @@ async def wake_times(h: Harness, data_dir: Path, rounds: int, history_turns: int
         await h.turn(sid, turn_prompt(t))
     await h.worker.close(sid, "bench")
     live_at: list[float] = []
-    publish = h.worker.bus
 
-    async def timed_bus(stream: str, message: BaseModel) -> None:
-        await publish(stream, message)
+    def timed(message: BaseModel) -> None:
         if isinstance(message, SessionLive):
             live_at.append(time.perf_counter())
 
-    h.worker.bus = timed_bus
+    h.on_publish.append(timed)
     wakes, ready, reads, typed = [], [], [], []
     try:
         for _ in range(rounds):
@@ -209,7 +207,7 @@ async def wake_times(h: Harness, data_dir: Path, rounds: int, history_turns: int
             wakes.append(live_at[-1] - start)
             await h.worker.close(sid, "bench")
     finally:
-        h.worker.bus = publish
+        h.on_publish.remove(timed)
     size = session_paths(data_dir, sid).transcript.stat().st_size
     return {"transcript_bytes": size, "wake_ms": ms(wakes), "ready_ms": ms(ready), "read_files_ms": ms(reads),
             "typed_transcript_parse_ms": ms(typed),
