@@ -40,7 +40,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +61,7 @@ from shared.contracts.streams.inbox import Barrier, Injection, UserPrompt  # noq
 from shared.contracts.streams.wake import Wake  # noqa: E402
 from shared.history.tokens import TokenCounter, shared_prefix  # noqa: E402
 from shared.redis import keys  # noqa: E402
+from shared.redis.reconnect import connect  # noqa: E402
 from shared.settings import Settings  # noqa: E402
 from shared.streams import inbox  # noqa: E402
 from shared.telemetry.logging import configure_logging  # noqa: E402
@@ -96,7 +96,7 @@ class Harness:
                                  GAMMA_LEASE_MS=10_000, OPENAI_API_KEY=None, GAMMA_MODEL_API=api,
                                  OPENAI_BASE_URL=base_url, GAMMA_DYNAMIC_TOOLS=dynamic_tools,
                                  GAMMA_TRUSTED_ROLE=trusted_role, **(overrides or {}), **extra)
-        self.client = aioredis.from_url(url)
+        self.client = connect(url)  # the runtime's own client (shared/serving/service.py): its pool waits when full
         self.skills = load_skills(skills_dir())
         prompts: dict[str, str] = {v: build_system_prompt(v, self.skills) for v in VARIANTS}
 
