@@ -10,14 +10,19 @@ from typing import Any
 from services.runtime.ui.viewable import ViewableFiles
 
 
-async def test_changes_close_together_are_one_event() -> None:
+def recorded() -> tuple[list[dict[str, Any]], set[asyncio.Task[None]], ViewableFiles]:
+    """The events sent, the flush tasks, and the projection that sends them."""
     sent: list[dict[str, Any]] = []
 
     async def publish(data: dict[str, Any]) -> None:
         sent.append(data)
 
     background: set[asyncio.Task[None]] = set()
-    files = ViewableFiles(publish, background, delay_s=0.01)
+    return sent, background, ViewableFiles(publish, background, delay_s=0.01)
+
+
+async def test_changes_close_together_are_one_event() -> None:
+    sent, background, files = recorded()
     files.track("a.md")
     files.track("b.md", "c.md")
     await asyncio.gather(*background)
@@ -46,13 +51,7 @@ async def test_a_change_made_while_an_event_is_published_is_sent_after_it() -> N
 
 
 async def test_a_file_added_then_removed_before_the_event_is_not_announced() -> None:
-    sent: list[dict[str, Any]] = []
-
-    async def publish(data: dict[str, Any]) -> None:
-        sent.append(data)
-
-    background: set[asyncio.Task[None]] = set()
-    files = ViewableFiles(publish, background, delay_s=0.01)
+    sent, background, files = recorded()
     files.replace(["kept.md"])
     files.track("tmp.md")
     files.track("tmp.md", deleted=True)

@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 import orjson
 from pydantic import BaseModel
 
-from shared.history.transcript_scan import Span, read_spans, scan
+from shared.history.transcript_scan import Span, file_size, read_spans, scan
 
 LEAF_MARK = b'"type":"leaf"'
 
@@ -77,7 +77,7 @@ def read_branch_page(path: Path, view: TreeView, cursor: int, limit: int, max_by
     """A page of the active branch from its spans: the lines it returns are the only ones read. The
     cursor moves past the lines off the branch, as a page read line by line would."""
     assert view.branch is not None
-    if cursor > max(view.length, file_size_of(path)):
+    if cursor > max(view.length, file_size(path)):
         raise BadCursor("the cursor is past the end of the transcript")
     if cursor and not _at_line_start(path, cursor):
         raise BadCursor("the cursor is not at the start of an entry; use a next_cursor the API returned")
@@ -93,13 +93,6 @@ def read_branch_page(path: Path, view: TreeView, cursor: int, limit: int, max_by
     more = len(chosen) < len(after)
     end = chosen[-1][0] + chosen[-1][1] + 1 if chosen else cursor
     return Page(entries=entries, next_cursor=str(end if more else max(end, view.length)), has_more=more)
-
-
-def file_size_of(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 def _at_line_start(path: Path, cursor: int) -> bool:
