@@ -35,6 +35,7 @@ SPAWN_TIMEOUT_S = 60.0
 # A job's wall-clock bound, in multiples of its CPU budget: a worker at nice 19 on a busy host gets a
 # small share of a core, so its CPU budget runs slower than the clock.
 WALL_FACTOR = 4.0
+REAP_WAIT_S = 5.0  # how long a worker whose pipe closed may take to exit before it is killed
 
 
 class OffloadError(Exception):
@@ -126,7 +127,7 @@ class Pool:
                 held[0] = None
                 raise over from None
             except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as exc:
-                await self._kill(worker)
+                await self._reap(worker)
                 held[0] = None
                 if worker.proc.returncode == -signal.SIGXCPU:  # its CPU budget spent (RLIMIT_CPU)
                     raise over from None
@@ -148,6 +149,16 @@ class Pool:
         (n,) = FRAME.unpack(await worker.proc.stdout.readexactly(FRAME.size))
         reply: tuple[str, Any] = pickle.loads(await worker.proc.stdout.readexactly(n))
         return reply
+
+    @classmethod
+    async def _reap(cls, worker: _Worker) -> None:
+        """Its exit status, for a worker whose pipe closed: it is ending on its own. Killed only if it
+        does not end: `Process.kill` on a child that has just exited reaps it first (Popen's poll
+        before the signal), and the loop's child watcher then reports 255 instead of the signal
+        that ended it, which would read as a death from memory rather than from its CPU budget."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(worker.proc.wait()), REAP_WAIT_S)
+        await cls._kill(worker)
 
     @staticmethod
     async def _kill(worker: _Worker) -> None:

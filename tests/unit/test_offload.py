@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 
 import pytest
 
@@ -96,3 +97,26 @@ async def test_one_key_holds_at_most_its_share_and_leaves_nothing_behind() -> No
         async with slots.slot("bob"):  # another key is not held up
             assert len(slots) == 2
     assert len(slots) == 0
+
+
+
+class _Exiting:
+    """A worker process whose pipe has closed and that exits a moment later, by SIGXCPU."""
+
+    returncode: int | None = None
+
+    async def wait(self) -> int:
+        await asyncio.sleep(0.01)
+        self.returncode = -signal.SIGXCPU
+        return self.returncode
+
+    def kill(self) -> None:
+        raise AssertionError("killed while it was exiting")
+
+
+async def test_a_worker_whose_pipe_closed_is_left_to_exit_and_read_by_its_signal() -> None:
+    """Killing a child that has just exited reaps it first (Popen polls before the signal): the child
+    watcher then reported 255, and a job past its CPU budget read as a death from memory."""
+    worker = offload._Worker(_Exiting())  # type: ignore[arg-type]
+    await offload.Pool._reap(worker)
+    assert worker.proc.returncode == -signal.SIGXCPU
