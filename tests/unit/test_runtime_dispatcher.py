@@ -158,7 +158,8 @@ async def test_an_injection_without_an_inbox_entry_is_queued_with_nothing_to_ack
 
 async def test_the_same_prompt_twice_at_a_wake_starts_one_turn_and_waits_for_its_record(tmp_path: Path) -> None:
     """Two inbox entries with one prompt id (an append retried, or an entry claimed from the last holder
-    as it was also read) before the barrier: one turn, nothing steered, the twin acked with the record."""
+    as it was also read) before the barrier: one turn, nothing steered; the other entry acked at once,
+    the first left to the prompt's record (a crash before it redelivers that one)."""
     host = Host(tmp_path)
     d = dispatcher(host)
     await host.transcript.ensure_header()
@@ -170,21 +171,23 @@ async def test_the_same_prompt_twice_at_a_wake_starts_one_turn_and_waits_for_its
     assert turn is not None and [p.entry_id for p in turn.prompts] == ["1-0"]
     host.busy()
     await d.handle(entry("3-0", prompt))  # once more while its run goes on
-    assert host.agent.queued() == [] and host.acked == []
+    await d.handle(entry("1-0", prompt))  # its own entry read again
+    assert host.agent.queued() == [] and host.acked == ["2-0", "3-0"]
     pending = host.queue.pending_prompt(prompt.prompt_id)
-    assert pending is not None and pending.twins == ["2-0", "3-0"]
+    assert pending is not None and pending.entry_id == "1-0"
 
 
 class IdleTurnsOnly:
-    """The pending queue as the dispatcher may ask it: the idle turns, nothing of a prompt's."""
+    """The pending queue as the dispatcher may ask it: the idle turns, and a read of a prompt's."""
 
     def __init__(self, queue: Any) -> None:
         self.take_idle = queue.take_idle
+        self.pending_prompt = queue.pending_prompt
 
 
 async def test_a_prompt_reaches_the_pending_queue_through_the_turn_builder_only(tmp_path: Path) -> None:
-    """Its twin is looked up, and its turn taken, by the turn builder (turn_order.py): the dispatcher's
-    own handle on the queue serves the idle turns only."""
+    """Its turn is taken by the turn builder (turn_order.py): the dispatcher's own handle on the queue
+    serves the idle turns and reads whether a prompt is on its way."""
     host = Host(tmp_path)
     d = dispatcher(host)
     d.queue = IdleTurnsOnly(host.queue)  # type: ignore[assignment]
@@ -195,5 +198,5 @@ async def test_a_prompt_reaches_the_pending_queue_through_the_turn_builder_only(
     host.busy()
     await d.handle(entry("2-0", prompt))  # its twin, while its run goes on
     pending = host.queue.pending_prompt(prompt.prompt_id)
-    assert len(host.started) == 1 and pending is not None and pending.twins == ["2-0"]
+    assert len(host.started) == 1 and pending is not None and host.acked == ["2-0"]
     assert host.agent.queued() == []

@@ -25,7 +25,7 @@ from services.runtime.inbox.dispatcher_ports import (
 )
 from services.runtime.inbox.failures import disk_fault, refusal, transient
 from services.runtime.live.lease import LeaseLost
-from services.runtime.live.pending import TurnInput
+from services.runtime.live.pending import PendingPrompt, TurnInput
 from services.runtime.live.state import InboxState, SessionState
 from services.runtime.runs.supervisor import interrupted
 from services.runtime.turns.delivery_rules import Action, Prompt, When, decide, into_run, moment
@@ -253,8 +253,9 @@ class InboxDispatcher:
         if m.prompt_id in self.transcript.prompts:
             await self.ack(entry.entry_id)  # a redelivered prompt: already recorded
             return
-        if self.turns.twin(m.prompt_id, entry.entry_id):
-            return  # the same prompt already on its way to the transcript: recorded once
+        if (on_its_way := self.queue.pending_prompt(m.prompt_id)) is not None:
+            await self._twin(entry, on_its_way)
+            return
         if self.aborts is not None and await self.aborts.refuse_stale(entry, m):
             return  # aimed at a run that has ended: refused, nothing queued
         if decide(Prompt(m.on_busy), self._moment()) is Action.HOLD:
@@ -282,6 +283,15 @@ class InboxDispatcher:
         else:
             self.runs.start_run(turn)
         await self._accepted(m)
+
+    async def _twin(self, entry: InboxEntry, first: PendingPrompt) -> None:
+        """The same prompt id already taken in and not yet recorded: another entry of it (an append
+        retried) is acked at once, since the first entry stays unacked until the prompt is recorded
+        (recorder.py), and a crash before then redelivers that one; the same entry read twice (claimed
+        from the last holder as it was also read) is left to that record. It is recorded once either
+        way, and asked before anything holds, refuses or interrupts for it."""
+        if entry.entry_id != first.entry_id:
+            await self.ack(entry.entry_id)
 
     def _moment(self) -> When:
         # A prompt's rules do not tell the idle moments apart: no active task is asked for.

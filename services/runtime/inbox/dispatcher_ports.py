@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from services.runtime.live.pending import PendingTurn, TurnInput
+from services.runtime.live.pending import PendingPrompt, PendingTurn, TurnInput
 from services.runtime.turns.delivery_rules import When
 from shared.contracts.records.messages import AgentMessage
 from shared.contracts.streams.events import EventType
@@ -32,16 +32,16 @@ class PromptHook(Protocol):
 
 
 class Queued(Protocol):
-    """The pending queue as the dispatcher asks it (pending_queue.py): the idle turns. A prompt's way
-    to it is the turn builder's (`Builds`)."""
+    """The pending queue as the dispatcher asks it (pending_queue.py): the idle turns, and whether a
+    prompt is on its way already (a read). A prompt's way into it is the turn builder's (`Builds`)."""
 
     def take_idle(self, when: When | None = None) -> PendingTurn | None: ...
 
+    def pending_prompt(self, prompt_id: str) -> PendingPrompt | None: ...
+
 
 class Builds(Protocol):
-    """The turn builder (turn_order.py): a prompt's twin, then its turn."""
-
-    def twin(self, prompt_id: str, entry_id: str) -> bool: ...
+    """The turn builder (turn_order.py): a prompt's turn."""
 
     def build(self, turn: TurnInput) -> PendingTurn: ...
 

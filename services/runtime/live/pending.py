@@ -28,9 +28,6 @@ class PendingPrompt:
     prompt_id: str
     entry_id: str | None
     message: UserMessage
-    # Other inbox entries carrying the same prompt id (an append retried, an entry claimed twice at a
-    # wake): acked with this one once it is recorded, never recorded themselves.
-    twins: list[str] = field(default_factory=list)
     on_busy: OnBusy = "steer"  # its kind for delivery_rules.py `decide` when it meets a run after being taken in
 
 

@@ -105,8 +105,6 @@ class Recorder:
             prompt = self.queue.take_prompt(message)
             await self.transcript.append_message(message, prompt_id=prompt.prompt_id if prompt else None)
             await self.ack(prompt.entry_id if prompt else None)
-            for twin in prompt.twins if prompt else []:
-                await self.ack(twin)
             if self.snapshot is not None:
                 await self.snapshot("prompt")  # the state this message was sent in: what a rewind to it restores
             return prompt.prompt_id if prompt else None

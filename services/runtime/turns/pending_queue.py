@@ -84,14 +84,6 @@ class PendingQueue:
     def pending_prompt(self, prompt_id: str) -> PendingPrompt | None:
         return next((p for p in self.prompts if p.prompt_id == prompt_id), None)
 
-    def twin(self, prompt_id: str, entry_id: str) -> bool:
-        """The same prompt is already on its way to the transcript (an append retried, an entry claimed
-        twice at a wake): recorded once, this entry acked with it (recorder.py)."""
-        p = self.pending_prompt(prompt_id)
-        if p is not None and entry_id != p.entry_id:
-            p.twins.append(entry_id)
-        return p is not None
-
     def _turn(self, messages: Sequence[AgentMessage]) -> PendingTurn:
         injections = [p for p in map(self.pending_of, messages) if p is not None]
         prompts = [p for p in map(self.prompt_of, messages) if p is not None]

@@ -1,7 +1,7 @@
 """The turn builder (the seed's "Session protocol controller"): the one place where restored anchors,
 pending injections, the prompt's client_view, its prompt-time hints and the user message are put in
 order. What waits lives in the pending queue (pending_queue.py, its one owner); a prompt reaches it
-only through here (its twin looked up as it arrives, then its turn taken once), and its turn is
+only through here (its turn taken once), and its turn is
 handed out as a `PendingTurn`: its messages plus what the recorder needs. The order itself is a pure
 function (`turn_messages`); the builder keeps only the todo anchor's revision (the anchor goes again
 into the context once the todo changed since it was last there).
@@ -52,11 +52,6 @@ class TurnBuilder:
         self._anchor_revision = self._last_todo_revision()
         # Other owners' anchors restored after a compaction (e.g. checklist progress, progress.py).
         self.extra_anchors = tuple(extra_anchors)
-
-    def twin(self, prompt_id: str, entry_id: str) -> bool:
-        """The prompt is already on its way to the transcript (pending_queue.py `twin`): asked as it
-        arrives, before anything holds or refuses it; this entry is acked with it."""
-        return self.queue.twin(prompt_id, entry_id)
 
     def build(self, turn: TurnInput) -> PendingTurn:
         """A prompt's turn: what it takes from the queue (one take), in order. Idle: the due anchor, the
