@@ -258,14 +258,14 @@ class InboxDispatcher:
             return
         if self.aborts is not None and await self.aborts.refuse_stale(entry, m):
             return  # aimed at a run that has ended: refused, nothing queued
-        if decide(Prompt(m.on_busy), self._moment()) is Action.HOLD:
-            self.inbox.held.append(entry)
-            return
         if self.causal is not None and not await self.causal.admit(entry, m):
             return  # writes acknowledged before it are still on their way (causal.py)
         fetched = await self.prompt_hook.fetch() if self.prompt_hook else None  # before `running` is read
-        # Decided here, with no await between the decision and its action (delivery_rules.py).
+        # Decided once, here, with no await between the decision and its action (delivery_rules.py).
         action = decide(Prompt(m.on_busy), self._moment())
+        if action is Action.HOLD:
+            self.inbox.held.append(entry)  # before the wake's barrier: started there (pass_barrier)
+            return
         if action is Action.REJECT:
             await self.outbox.event("error", {"error": "busy", "promptId": m.prompt_id})
             await self.ack(entry.entry_id)
