@@ -261,6 +261,7 @@ class InboxDispatcher:
         if self.causal is not None and not await self.causal.admit(entry, m):
             return  # writes acknowledged before it are still on their way (causal.py)
         fetched = await self.prompt_hook.fetch() if self.prompt_hook else None  # before `running` is read
+        hints = self._hints(m, fetched)
         # Decided once, here, with no await between the decision and its action (delivery_rules.py).
         action = decide(Prompt(m.on_busy), self._moment())
         if action is Action.HOLD:
@@ -277,7 +278,7 @@ class InboxDispatcher:
                 await self.aborts.abort("interrupt")  # returns once the run has ended: this one starts next
                 action = Action.START_TURN
         busy = action is not Action.START_TURN
-        turn = self.turns.build(TurnInput(m, entry.entry_id, self._hints(m, fetched), busy=busy))
+        turn = self.turns.build(TurnInput(m, entry.entry_id, hints, busy=busy))
         if busy:
             into_run(self.agent, action, turn.messages)
         else:
