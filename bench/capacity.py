@@ -1,6 +1,7 @@
 """The capacity model's arithmetic (docs/capacity.md): `python bench/capacity.py [--stream FILE]`.
 
-Reads the committed bench results, picks each per-unit cost by file and field, and prints every
+Reads the committed bench results, picks each per-unit cost by file and field (the chunk path's from
+ONE_OFF_STREAM unless `--stream` names a bench-stream result), and prints every
 derived figure with the sum that made it, for the sizing docs/capacity.md states: 10,000 live
 sessions of which 1,000 stream, and 1,000,000 dormant ones. Nothing is measured here; a figure that
 has no bench behind it is an assumption, named as one in ASSUMED. Writes nothing.
@@ -29,11 +30,21 @@ ASSUMED = {
     "redis_shard_memory_gb": 8.0,   # usable dataset memory per shard (assumption)
 }
 
+# The chunk path's figures of docs/capacity.md "Per chunk" (run 2, main + direct read): a one-off
+# bench-stream pair (200 sessions, load 13-17), kept here because bench-stream's canonical result
+# records no per-prompt disk figures. Same keys as a bench-stream result's.
+ONE_OFF_STREAM: dict[str, Any] = {"loads": [{
+    "runtime_cpu_ms_per_1k_chunks": 46.2, "proxy_cpu_ms_per_1k_chunks": 13.1, "redis_cpu_ms_per_1k_chunks": 7.2,
+    "redis_cmds_per_chunk": 0.225, "proxy_rss_per_client_kb": 57.3, "steady": None,
+    "runtime_disk_per_prompt": {"write_kb": 48.1, "fsyncs": 8.1, "data_dir_kb": 13.5},
+}]}
+
 
 def field(name: str, path: str) -> tuple[float, str]:
-    """A value from bench/results/<name> by a path of keys joined by "/" (list indexes as numbers; some
-    keys have dots), and its citation."""
-    value: Any = json.loads((RESULTS / name).read_text())
+    """A value from bench/results/<name> (ONE_OFF_STREAM for "") by a path of keys joined by "/" (list
+    indexes as numbers; some keys have dots), and its citation."""
+    value: Any = json.loads((RESULTS / name).read_text()) if name else ONE_OFF_STREAM
+    name = name or "ONE_OFF_STREAM"
     for part in path.split("/"):
         value = value[int(part)] if isinstance(value, list) else value[part]
     return float(value), f"{name} `{path}`"
@@ -46,7 +57,7 @@ def show(label: str, value: float, how: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stream", default="stream.chunks-pair.json", help="a bench-stream result in bench/results")
+    parser.add_argument("--stream", default="", help="a bench-stream result in bench/results (default ONE_OFF_STREAM)")
     args = parser.parse_args()
     a = ASSUMED
     s = args.stream

@@ -7,7 +7,7 @@ compaction, or suspends (the next prompt wakes it); after `--rounds` rounds a se
 (settled, suspended) and the slot opens a new one. The load is paced (open loop): `--rate` rounds
 per second across the sessions, each slot's rounds due at fixed times, so the rate is the same in
 every minute whatever the shared machine does (a machine-paced load makes RSS, a high-water mark,
-follow the machine's speed: bench/results/soak.20m.md); a round that starts over a second after its
+follow the machine's speed: a one-off 20-minute soak); a round that starts over a second after its
 due time is counted late. Every `--sample-s` the sampler records the RSS and open fds of every
 service, Redis' used memory and the session disk's usage, and Redis' keys and memory per kind of
 key.
@@ -74,7 +74,7 @@ from tests.support.stack import API_TOKEN, SERVICE_TOKEN, Stack  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 # Rounds per second offered across the sessions (~700 acknowledged writes a minute): below the ~4 a
-# second the shared 2-core machine sustained in the slow minutes of bench/results/soak.20m.md's
+# second the shared 2-core machine sustained in the slow minutes of a one-off 20-minute
 # machine-paced run, so that a round is late only when the machine is, and counted.
 RATE = 2.5
 UPLOAD = "upload.bin"

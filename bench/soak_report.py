@@ -72,7 +72,7 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
         # at the defaults): the runtime's open files 5-54 within a wave (a live session holds its disk
         # fence's, services/runtime/live/diskfence.py), Redis 6.5-11.9 MB (a retired session's events
         # stream stays for the retention), so a minute's median is the phase it caught (fds 64 -> 74
-        # in bench/results/soak.20m.md, no fd growing); over whole waves the phases even out. RSS, a
+        # in a one-off 20-minute soak, no fd growing); over whole waves the phases even out. RSS, a
         # high-water mark, keeps the last minute.
         span = 60.0 if name.startswith("rss:") else waves
         base = _median([v for t, v in points if warm <= t < warm + span])

@@ -14,7 +14,7 @@ meantime is left alone, and a wake that comes after finds nothing it needs gone:
   them until recorded (the digest's revisions, the pending notification) and deliver them again at
   the next `SessionLive`; an idle runtime that held them for the next user turn (unacked) when it
   closed would otherwise pin the inbox of every session whose last event was a write or a
-  notification until a wake that may never come (bench/results/soak.20m.md);
+  notification until a wake that may never come (found in a one-off 20-minute soak, bench/soak.py);
 - leftovers of a holder that died (`running`, the digest's `digest-live`) are deleted, and the live
   writes' revision numbers (shared/redis/revnum.py: the digest's current revisions are the floor again);
 - what remains is made compact (every key costs ~100 B of overhead before its value): the model usage

@@ -127,7 +127,7 @@ def full_pass_due(elapsed_s: float, full_s: float, frozen: int, frozen_after_ful
     their state behind as frozen cycles; under churn the next timed pass would be minutes of sessions
     away (the soak, bench/soak.py: +26 MB a minute in the runtime until it), and sessions closed while
     as many others open leave the frozen heap's size flat, so its growth alone misses them (+16 MB for
-    a wave of 50 closes and 50 wakes, bench/results/soak.inbox-rss.md). Growth of the live heap (a
+    a wave of 50 closes and 50 wakes in a one-off 7-minute soak). Growth of the live heap (a
     wake-up of many sessions) triggers a pass too, as CPython's own gen-2 rule would."""
     return (elapsed_s >= full_s or frozen > frozen_after_full * (1 + growth)
             or 0 < full_released <= released_since)

@@ -82,7 +82,7 @@ def _census(objs: list[Any], top: int) -> dict[str, Any]:
     by_type = collections.Counter(type(o).__qualname__ for o in objs)
     # Containers the collector does not track (a dict of strings) are reached one step from one it does.
     # Only the large ones are kept: a table of every container was a high-water mark of its own (RSS
-    # steps of ~10 MB at a census, bench/results/heap-census.*.jsonl).
+    # steps of ~10 MB at a census, in one-off soaks with a census).
     # type(), not isinstance(): isinstance reads an object's __class__, which a lazy module proxy
     # (openai's) answers by importing what it stands for: the census would load modules into the heap
     # it measures (and took tens of seconds doing it).
