@@ -206,7 +206,7 @@ async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: 
         async def spy() -> None:  # the runtime, and the proxy (`.proxy.folded`), from --py-spy-at on
             await asyncio.sleep(args.py_spy_at)
             for pid, suffix in ((runtime, ""), (proxy, ".proxy")):
-                out = ROOT / "bench" / "results" / f"stream-{label}-{n}{suffix}.folded"
+                out = Path("/tmp") / f"stream-{label}-{n}{suffix}.folded"  # profiles stay out of the repo
                 spies.append(await record(args.py_spy, pid, out, args.py_spy_s, args.py_spy_rate, perf=args.perf))
         spying = asyncio.ensure_future(spy()) if args.py_spy else None
         pids = {"runtime": runtime, "proxy": proxy, **({"model_server": server.pid} if server is not None else {}),

@@ -230,7 +230,7 @@ async def run_stack(args: argparse.Namespace, src: Path | None, label: str) -> d
         await asyncio.sleep(args.wake_after_s)
         spy = await asyncio.create_subprocess_exec(
             args.py_spy, "record", "-p", str(runtime), "-d", str(args.py_spy_s), "-r", "100", "-f", "raw",
-            "-o", str(ROOT / "bench" / "results" / f"wake_load-{label}.folded"),
+            "-o", str(Path("/tmp") / f"wake_load-{label}.folded"),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL) if args.py_spy else None
         sent = await wake_at_rate(http, dormant, args.wake_rate)
         await streams
