@@ -77,12 +77,16 @@ async def test_a_refused_image_is_remembered_and_not_decoded_again(monkeypatch: 
     assert runs == ["shared.media.images:prepare"]  # decoded once; the repeats cost a hash
 
 
-def counted_runs(monkeypatch: pytest.MonkeyPatch, gate: asyncio.Event | None = None) -> list[bytes]:
-    """Pool.run replaced by `prepare` in this process, each job's bytes recorded; held until `gate` is set."""
+def counted_runs(monkeypatch: pytest.MonkeyPatch, gate: asyncio.Event | None = None,
+                 started: asyncio.Event | None = None) -> list[bytes]:
+    """Pool.run replaced by `prepare` in this process, each job's bytes recorded (`started` set); held
+    until `gate` is set."""
     runs: list[bytes] = []
 
     async def run(pool: offload.Pool, function: str, data: bytes, limits: ImageLimits, timeout_s: float) -> object:
         runs.append(data)
+        if started is not None:
+            started.set()
         if gate is not None:
             await gate.wait()
         return prepare(data, limits)
@@ -92,13 +96,12 @@ def counted_runs(monkeypatch: pytest.MonkeyPatch, gate: asyncio.Event | None = N
 
 
 async def test_the_same_bytes_read_at_once_and_again_are_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    gate = asyncio.Event()
-    runs = counted_runs(monkeypatch, gate)
+    gate, started = asyncio.Event(), asyncio.Event()
+    runs = counted_runs(monkeypatch, gate, started)
     decoder = image_decoding.Decoder(ImageLimits(), workers=2, per_user=2)
     data = png_of_zeros(3000, 100, colour=2, depth=8)  # downscaled: re-encoded, not its own bytes
     five = [asyncio.ensure_future(decoder.prepare(data, "u1")) for _ in range(5)]
-    while not runs:
-        await asyncio.sleep(0)
+    await started.wait()
     gate.set()
     prepared = await asyncio.gather(*five)
     again = await decoder.prepare(data, "u2")
@@ -107,13 +110,12 @@ async def test_the_same_bytes_read_at_once_and_again_are_decoded_once(monkeypatc
 
 
 async def test_a_cancelled_reader_leaves_the_shared_decode_to_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
-    gate = asyncio.Event()
-    runs = counted_runs(monkeypatch, gate)
+    gate, started = asyncio.Event(), asyncio.Event()
+    runs = counted_runs(monkeypatch, gate, started)
     decoder = image_decoding.Decoder(ImageLimits())
     data = png_of_zeros(64, 64, colour=0, depth=8)
     first = asyncio.ensure_future(decoder.prepare(data, "u1"))
-    while not runs:
-        await asyncio.sleep(0)
+    await started.wait()
     second = asyncio.ensure_future(decoder.prepare(data, "u1"))
     await asyncio.sleep(0)
     first.cancel()
