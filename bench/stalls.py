@@ -25,7 +25,8 @@ so each attack is measured in `--pairs` alternating pairs (quiet, then attack), 
 p99s pooled over all pairs' rounds (each pair's own ratio beside it). `--model-server` runs the scripted
 model as its own process (scripted/server.py), as a provider is: in process (the default, as the tests
 run it), its parsing and checking of alice's requests run on the runtime's loop, which no provider's
-would. Prints a table; writes bench/results/stalls.json. Run it under the machine lock
+would. Beside the round trips, the runtime process's CPU per attack (bob's share taken out), steadier
+than a p99 on a shared host. Prints a table; writes bench/results/stalls.json. Run it under the machine lock
 (`flock /tmp/gamma-bench.lock make bench-stalls`). Not a timed test.
 """
 
@@ -124,8 +125,15 @@ def summary(trips: list[float], gets: list[float]) -> dict[str, Any]:
             "round_trip_max_ms": pct(trips, 1.0), "get_p99_ms": pct(gets, 0.99), "rounds": len(trips)}
 
 
-def measure(bob: Tenant, rounds: int) -> dict[str, Any]:
+def cpu_ms(pid: int) -> float:
+    """A process's CPU time so far (user + system, all its threads; not its children), ms."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def measure(bob: Tenant, rounds: int, cpu: Callable[[], float] = lambda: 0.0) -> dict[str, Any]:
     bob.fresh()
+    spent = cpu()
     trips: list[float] = []
     gets: list[float] = []
     for i in range(rounds):
@@ -134,7 +142,7 @@ def measure(bob: Tenant, rounds: int) -> dict[str, Any]:
         began = time.perf_counter()
         bob.http.get(f"/sessions/{bob.sid}")
         gets.append((time.perf_counter() - began) * 1000)
-    return {**summary(trips, gets), "trips": trips, "gets": gets}
+    return {**summary(trips, gets), "trips": trips, "gets": gets, "cpu_ms": cpu() - spent}
 
 
 def register(stack: Stack, name: str, prop: dict[str, Any]) -> None:
@@ -200,9 +208,10 @@ def files() -> dict[str, bytes]:
 
 
 def under_attack(bob: Tenant, attack: Callable[[int], Any], rounds: int,
-                 reset: Callable[[], None] = lambda: None) -> dict[str, Any]:
+                 reset: Callable[[], None] = lambda: None, cpu: Callable[[], float] = lambda: 0.0) -> dict[str, Any]:
     reset()
     stop, done = threading.Event(), [0]
+    spent = cpu()
 
     def loop() -> None:
         while not stop.is_set():
@@ -216,17 +225,21 @@ def under_attack(bob: Tenant, attack: Callable[[int], Any], rounds: int,
     finally:
         stop.set()
         worker.join(timeout=900)
-    return {**row, "attacks": done[0]}
+    return {**row, "attacks": done[0], "cpu_ms": cpu() - spent}  # up to the last attack's end
 
 
 def paired(bob: Tenant, attack: Callable[[int], Any], rounds: int, pairs: int,
-           reset: Callable[[], None] = lambda: None) -> dict[str, Any]:
-    """`pairs` alternating (quiet, attack) phases: pooled figures of each side, and each pair's ratio."""
+           reset: Callable[[], None] = lambda: None, cpu: Callable[[], float] = lambda: 0.0) -> dict[str, Any]:
+    """`pairs` alternating (quiet, attack) phases: pooled figures of each side, each pair's ratio, and
+    the runtime's CPU per attack (its CPU over the attack phases, less bob's rounds at their quiet cost):
+    what alice's prompts cost the process every session on it shares, which the round trips show only
+    through the noise of a shared host."""
     quiet: dict[str, list[float]] = {"trips": [], "gets": []}
     loud: dict[str, list[float]] = {"trips": [], "gets": []}
-    ratios, attacks_done = [], 0
+    ratios, attacks_done, quiet_cpu, loud_cpu = [], 0, 0.0, 0.0
     for _ in range(pairs):
-        q, a = measure(bob, rounds), under_attack(bob, attack, rounds, reset)
+        q, a = measure(bob, rounds, cpu), under_attack(bob, attack, rounds, reset, cpu)
+        quiet_cpu, loud_cpu = quiet_cpu + q["cpu_ms"], loud_cpu + a["cpu_ms"]
         for side, row in ((quiet, q), (loud, a)):
             side["trips"] += row["trips"]
             side["gets"] += row["gets"]
@@ -234,7 +247,10 @@ def paired(bob: Tenant, attack: Callable[[int], Any], rounds: int, pairs: int,
         attacks_done += a["attacks"]
     q_row, a_row = summary(quiet["trips"], quiet["gets"]), summary(loud["trips"], loud["gets"])
     ratio = round(a_row["round_trip_p99_ms"] / q_row["round_trip_p99_ms"], 2)
+    per_round = quiet_cpu / max(1, len(quiet["trips"]))
+    alice = (loud_cpu - per_round * len(loud["trips"])) / max(1, attacks_done)
     return {"quiet": q_row, "attack": {**a_row, "attacks": attacks_done}, "p99_ratio": ratio,
+            "runtime_cpu_ms_per_bob_round": round(per_round, 1), "runtime_cpu_ms_per_attack": round(alice, 1),
             "p95_ratio": round(a_row["round_trip_p95_ms"] / q_row["round_trip_p95_ms"], 2),
             "pair_ratios": ratios, "within_target": ratio <= TARGET_RATIO}
 
@@ -279,7 +295,8 @@ def run(work: Path, redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
         measure(bob, 3)  # warm: the session live, the pools started
         every, data = attacks(stack, alice), files()
         for name in chosen(list(every), args.only):
-            row = paired(bob, every[name], args.rounds, args.pairs, reset=lambda: stage(alice, data))
+            row = paired(bob, every[name], args.rounds, args.pairs, reset=lambda: stage(alice, data),
+                         cpu=lambda: cpu_ms(stack.procs["runtime"].pid))
             loud = row["attack"]
             twin = None if name.startswith("control") else TWIN.get(name, BUSY)
             control = rows.get(twin or "", {}).get("attack", {})
@@ -288,7 +305,8 @@ def run(work: Path, redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
                 for q in ("p95", "p99")}}
             print(f"{name:<24} quiet p99 {row['quiet']['round_trip_p99_ms']:>8} ms  attack p99 "
                   f"{loud['round_trip_p99_ms']:>8} ms  x{row['p99_ratio']:<5} pairs {row['pair_ratios']} "
-                  f"vs control {rows[name]['p99_vs_control']} ({loud['attacks']} attacks)", flush=True)
+                  f"vs control {rows[name]['p99_vs_control']} ({loud['attacks']} attacks, runtime "
+                  f"{row['runtime_cpu_ms_per_attack']} ms each)", flush=True)
     finally:
         stack.stop()
         if server is not None:
@@ -315,12 +333,13 @@ def main() -> None:
             server.terminate()
             server.wait(timeout=10)
     print(f"\n{'attack':<24} {'quiet p50/p95/p99':>18} {'attack p50/p95/p99':>19} {'p99 ratio':>9} {'p95 ratio':>9} "
-          f"{'vs control p95/p99':>18} {'attacks':>8}  pair ratios")
+          f"{'vs control p95/p99':>18} {'attacks':>8} {'runtime ms/attack':>17}  pair ratios")
     for name, r in rows.items():
         q, a = r["quiet"], r["attack"]
         qs, ats = (f"{x['round_trip_p50_ms']}/{x['round_trip_p95_ms']}/{x['round_trip_p99_ms']}" for x in (q, a))
         print(f"{name:<24} {qs:>18} {ats:>19} {r['p99_ratio']:>9} {r['p95_ratio']:>9} "
-              f"{str(r['p95_vs_control']) + '/' + str(r['p99_vs_control']):>18} {a['attacks']:>8}  {r['pair_ratios']}")
+              f"{str(r['p95_vs_control']) + '/' + str(r['p99_vs_control']):>18} {a['attacks']:>8} "
+              f"{r['runtime_cpu_ms_per_attack']:>17}  {r['pair_ratios']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "rounds": args.rounds, "pairs": args.pairs, "target_ratio": TARGET_RATIO, "src": str(args.src) if args.src else "this tree",
