@@ -12,12 +12,22 @@ bob measures the quiet stack. Attacks (alice):
 - corrupt PNG: distinct truncated 49 M-pixel PNGs attached, one after another;
 - WebP bomb: the 1.9 KB 7000x7000 WebP attached;
 - parallel reads: one step of five `read`s of a deep PNG and a `show_file look` of the WebP.
-Beside them a control, not an attack: alice sends the same three-step connector prompt with a small
-argument, back to back (what any busy neighbour costs on the same cores: the figures set an attack
-against it too). Target: bob's round-trip p99 under attack <= 2x quiet. The machine is shared, so each
-attack is measured in `--pairs` alternating pairs (quiet, then attack), and the ratio is of the p99s
-pooled over all pairs' rounds (each pair's own ratio beside it). Prints a table; writes bench/results/stalls.json.
-Run it under the machine lock (`flock /tmp/gamma-bench.lock make bench-stalls`). Not a timed test.
+Beside them two controls, not attacks, each the harmless twin of attacks (the same prompts, model calls
+and tool calls, small inputs), run back to back: what any busy neighbour costs on the same cores.
+"control: busy neighbour" is the three-step connector prompt with a small argument (the twin of the
+connector attacks and, for want of a closer one, of the attachment attacks, which the proxy refuses);
+"control: small reads" the parallel reads' two steps on a small text file. Target: bob's round-trip p99
+under attack <= 2x quiet; beside it, the attack's p99 over its twin's (`p99_vs_control`): on two shared
+cores the twin alone doubles bob's p99, so over-quiet measures the machine as much as the attack. Each
+phase starts alice in a new session with her files: an attack's figures are its own, not the
+transcript the attacks before it left (a long history costs every model call). The machine is shared,
+so each attack is measured in `--pairs` alternating pairs (quiet, then attack), and the ratio is of the
+p99s pooled over all pairs' rounds (each pair's own ratio beside it). `--model-server` runs the scripted
+model as its own process (scripted/server.py), as a provider is: in process (the default, as the tests
+run it), its parsing and checking of alice's requests run on the runtime's loop, which no provider's
+would. Beside the round trips, the runtime process's CPU per attack (bob's share taken out), steadier
+than a p99 on a shared host. Prints a table; writes bench/results/stalls.json. Run it under the machine lock
+(`flock /tmp/gamma-bench.lock make bench-stalls`). Not a timed test.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import itertools
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import threading
@@ -42,11 +53,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.support.bombs import WEBP_7000, png_of_zeros  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, OTHER_TOKEN, SERVICE_TOKEN, Stack  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "stalls.json"
 TARGET_RATIO = 2.0
+BUSY, READS = "control: busy neighbour", "control: small reads"
+TWIN = {"parallel reads": READS}  # an attack's harmless twin; BUSY for the others
 
 
 def script(*steps: dict[str, Any]) -> str:
@@ -105,12 +119,21 @@ class Tenant:
 
 
 def summary(trips: list[float], gets: list[float]) -> dict[str, Any]:
-    return {"round_trip_p50_ms": pct(trips, 0.5), "round_trip_p99_ms": pct(trips, 0.99),
+    # At 90 rounds a side the p99 is the slowest round: one pause anywhere on the host sets it, so the
+    # p95 (the fifth slowest) goes beside it.
+    return {"round_trip_p50_ms": pct(trips, 0.5), "round_trip_p95_ms": pct(trips, 0.95), "round_trip_p99_ms": pct(trips, 0.99),
             "round_trip_max_ms": pct(trips, 1.0), "get_p99_ms": pct(gets, 0.99), "rounds": len(trips)}
 
 
-def measure(bob: Tenant, rounds: int) -> dict[str, Any]:
+def cpu_ms(pid: int) -> float:
+    """A process's CPU time so far (user + system, all its threads; not its children), ms."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def measure(bob: Tenant, rounds: int, cpu: Callable[[], float] = lambda: 0.0) -> dict[str, Any]:
     bob.fresh()
+    spent = cpu()
     trips: list[float] = []
     gets: list[float] = []
     for i in range(rounds):
@@ -119,7 +142,7 @@ def measure(bob: Tenant, rounds: int) -> dict[str, Any]:
         began = time.perf_counter()
         bob.http.get(f"/sessions/{bob.sid}")
         gets.append((time.perf_counter() - began) * 1000)
-    return {**summary(trips, gets), "trips": trips, "gets": gets}
+    return {**summary(trips, gets), "trips": trips, "gets": gets, "cpu_ms": cpu() - spent}
 
 
 def register(stack: Stack, name: str, prop: dict[str, Any]) -> None:
@@ -135,12 +158,16 @@ def put(t: Tenant, path: str, data: bytes) -> None:
     assert resp.status_code == 200, resp.text
 
 
+def stage(alice: Tenant, files: dict[str, bytes]) -> None:
+    """Alice in a new session with the attacks' files in its workspace."""
+    alice.fresh()
+    for path, data in files.items():
+        put(alice, path, data)
+
+
 def attacks(stack: Stack, alice: Tenant) -> dict[str, Callable[[int], Any]]:
     register(stack, "bulk", {"type": "array", "uniqueItems": True, "items": {"type": "object"}})
     register(stack, "regex", {"type": "string", "pattern": "^(a|aa)+$"})
-    for i in range(6):
-        put(alice, f"deep{i}.png", png_of_zeros(7000 - i, 7000, colour=2, depth=16))
-    put(alice, "bomb.webp", WEBP_7000)
 
     def connector(name: str, value: Any) -> Callable[[int], Any]:
         return lambda n: alice.round_trip(script({"tool_calls": [call("load_tools", namespace=f"connector:{name}")]},
@@ -157,22 +184,34 @@ def attacks(stack: Stack, alice: Tenant) -> dict[str, Callable[[int], Any]]:
         put(alice, "broken.png", png_of_zeros(7000 - k % 500, 7000, colour=0, depth=8, truncate=True))
         return alice.prompt("look", attachments=["broken.png"]).status_code
 
-    reads = [call("read", path="deep0.png") for _ in range(5)] + [call("show_file", path="bomb.webp", look=True)]
+    def reads(path: str, shown: str) -> Callable[[int], Any]:
+        step = [call("read", path=path) for _ in range(5)] + [call("show_file", path=shown, look=True)]
+        return lambda n: alice.round_trip(script({"tool_calls": step}, DONE))
+
     return {
-        # Not an attack: the same three-step prompt with a small argument, back to back, so the figures
-        # tell an attack's cost from that of any busy neighbour on the same cores.
-        "control: busy neighbour": connector("regex", 123),
+        # Not attacks: the same prompts with small inputs, back to back, so the figures tell an
+        # attack's cost from that of any busy neighbour on the same cores.
+        BUSY: connector("regex", 123),
+        READS: reads("notes.txt", "notes.txt"),
         "connector uniqueItems": connector("bulk", [{"a": i} for i in range(4_500)] + [{"a": 0}]),
         "connector pattern": connector("regex", "a" * 45 + "!"),
         "deep PNG attachments x6": deep,
         "corrupt PNG": corrupt,
         "WebP bomb": lambda n: alice.prompt("look", attachments=["bomb.webp"]).status_code,
-        "parallel reads": lambda n: alice.round_trip(script({"tool_calls": reads}, DONE)),
+        "parallel reads": reads("deep0.png", "bomb.webp"),
     }
 
 
-def under_attack(bob: Tenant, attack: Callable[[int], Any], rounds: int) -> dict[str, Any]:
+def files() -> dict[str, bytes]:
+    out = {f"deep{i}.png": png_of_zeros(7000 - i, 7000, colour=2, depth=16) for i in range(6)}
+    return {**out, "bomb.webp": WEBP_7000, "notes.txt": b"".join(b"line %d\n" % i for i in range(40))}
+
+
+def under_attack(bob: Tenant, attack: Callable[[int], Any], rounds: int,
+                 reset: Callable[[], None] = lambda: None, cpu: Callable[[], float] = lambda: 0.0) -> dict[str, Any]:
+    reset()
     stop, done = threading.Event(), [0]
+    spent = cpu()
 
     def loop() -> None:
         while not stop.is_set():
@@ -186,16 +225,21 @@ def under_attack(bob: Tenant, attack: Callable[[int], Any], rounds: int) -> dict
     finally:
         stop.set()
         worker.join(timeout=900)
-    return {**row, "attacks": done[0]}
+    return {**row, "attacks": done[0], "cpu_ms": cpu() - spent}  # up to the last attack's end
 
 
-def paired(bob: Tenant, attack: Callable[[int], Any], rounds: int, pairs: int) -> dict[str, Any]:
-    """`pairs` alternating (quiet, attack) phases: pooled figures of each side, and each pair's ratio."""
+def paired(bob: Tenant, attack: Callable[[int], Any], rounds: int, pairs: int,
+           reset: Callable[[], None] = lambda: None, cpu: Callable[[], float] = lambda: 0.0) -> dict[str, Any]:
+    """`pairs` alternating (quiet, attack) phases: pooled figures of each side, each pair's ratio, and
+    the runtime's CPU per attack (its CPU over the attack phases, less bob's rounds at their quiet cost):
+    what alice's prompts cost the process every session on it shares, which the round trips show only
+    through the noise of a shared host."""
     quiet: dict[str, list[float]] = {"trips": [], "gets": []}
     loud: dict[str, list[float]] = {"trips": [], "gets": []}
-    ratios, attacks_done = [], 0
+    ratios, attacks_done, quiet_cpu, loud_cpu = [], 0, 0.0, 0.0
     for _ in range(pairs):
-        q, a = measure(bob, rounds), under_attack(bob, attack, rounds)
+        q, a = measure(bob, rounds, cpu), under_attack(bob, attack, rounds, reset, cpu)
+        quiet_cpu, loud_cpu = quiet_cpu + q["cpu_ms"], loud_cpu + a["cpu_ms"]
         for side, row in ((quiet, q), (loud, a)):
             side["trips"] += row["trips"]
             side["gets"] += row["gets"]
@@ -203,30 +247,71 @@ def paired(bob: Tenant, attack: Callable[[int], Any], rounds: int, pairs: int) -
         attacks_done += a["attacks"]
     q_row, a_row = summary(quiet["trips"], quiet["gets"]), summary(loud["trips"], loud["gets"])
     ratio = round(a_row["round_trip_p99_ms"] / q_row["round_trip_p99_ms"], 2)
+    per_round = quiet_cpu / max(1, len(quiet["trips"]))
+    alice = (loud_cpu - per_round * len(loud["trips"])) / max(1, attacks_done)
     return {"quiet": q_row, "attack": {**a_row, "attacks": attacks_done}, "p99_ratio": ratio,
+            "runtime_cpu_ms_per_bob_round": round(per_round, 1), "runtime_cpu_ms_per_attack": round(alice, 1),
+            "p95_ratio": round(a_row["round_trip_p95_ms"] / q_row["round_trip_p95_ms"], 2),
             "pair_ratios": ratios, "within_target": ratio <= TARGET_RATIO}
 
 
-def run(work: Path, redis_url: str, rounds: int, pairs: int, src: Path | None, only: list[str]) -> dict[str, Any]:
-    stack = Stack(redis_url=redis_url, data_dir=work / "data", log_dir=work / "logs", src=src,
-                  env_overrides={"GAMMA_DYNAMIC_TOOLS": "1", "GAMMA_IDLE_S": "600"})
+def chosen(names: list[str], only: list[str]) -> list[str]:
+    """The attacks `--only` names, each with its twin control (run first: the ratio needs it)."""
+    if not only:
+        return names
+    picked = [n for n in names if any(o.lower() in n.lower() for o in only)]
+    twins = {TWIN.get(n, BUSY) for n in picked if not n.startswith("control")}
+    return [n for n in names if n in picked or n in twins]
+
+
+def start_model_server() -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """The scripted model as its own process, as a provider is (this tree's server, also for a `--src`
+    runtime, which reaches it over HTTP like any provider: bench/stream.py does the same)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "scripted.server", "--port", str(port)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.post(f"http://127.0.0.1:{port}/health", timeout=1)  # any answer (404): it is up
+            break
+        except httpx.TransportError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the scripted model server did not start") from None
+            time.sleep(0.2)
+    return proc, {"OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1", "OPENAI_API_KEY": "bench-not-a-key",
+                  "GAMMA_MODEL_API": "responses"}
+
+
+def run(work: Path, redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
+    server, server_env = start_model_server() if args.model_server else (None, {})
+    stack = Stack(redis_url=redis_url, data_dir=work / "data", log_dir=work / "logs", src=args.src,
+                  env_overrides={"GAMMA_DYNAMIC_TOOLS": "1", "GAMMA_IDLE_S": "600", **server_env})
     rows: dict[str, Any] = {}
     try:
         stack.start()
         alice, bob = Tenant(stack, API_TOKEN), Tenant(stack, OTHER_TOKEN)
         measure(bob, 3)  # warm: the session live, the pools started
-        for name, attack in attacks(stack, alice).items():
-            if only and not any(o.lower() in name.lower() for o in only):
-                continue
-            row = paired(bob, attack, rounds, pairs)
+        every, data = attacks(stack, alice), files()
+        for name in chosen(list(every), args.only):
+            row = paired(bob, every[name], args.rounds, args.pairs, reset=lambda: stage(alice, data),
+                         cpu=lambda: cpu_ms(stack.procs["runtime"].pid))
             loud = row["attack"]
-            control = rows.get("control: busy neighbour", {}).get("attack", {}).get("round_trip_p99_ms")
-            rows[name] = {**row, "p99_vs_control": round(loud["round_trip_p99_ms"] / control, 2) if control else None}
+            twin = None if name.startswith("control") else TWIN.get(name, BUSY)
+            control = rows.get(twin or "", {}).get("attack", {})
+            rows[name] = {**row, "control": twin, **{
+                f"{q}_vs_control": round(loud[f"round_trip_{q}_ms"] / control[f"round_trip_{q}_ms"], 2) if control else None
+                for q in ("p95", "p99")}}
             print(f"{name:<24} quiet p99 {row['quiet']['round_trip_p99_ms']:>8} ms  attack p99 "
                   f"{loud['round_trip_p99_ms']:>8} ms  x{row['p99_ratio']:<5} pairs {row['pair_ratios']} "
-                  f"({loud['attacks']} attacks)", flush=True)
+                  f"vs control {rows[name]['p99_vs_control']} ({loud['attacks']} attacks, runtime "
+                  f"{row['runtime_cpu_ms_per_attack']} ms each)", flush=True)
     finally:
         stack.stop()
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
     return rows
 
 
@@ -236,25 +321,29 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3, help="alternating (quiet, attack) pairs per attack")
     parser.add_argument("--src", type=Path, default=None, help="run the services from another tree (a before figure)")
     parser.add_argument("--only", action="append", default=[], help="attacks whose name holds this (repeatable)")
+    parser.add_argument("--model-server", action="store_true",
+                        help="the scripted model as its own process (a provider's work off the runtime's loop)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gamma-bench-stalls-") as tmp:
         url, server = start_redis_server(data_dir=tmp)
         try:
-            rows = run(Path(tmp), f"{url}/1", args.rounds, args.pairs, args.src, args.only)
+            rows = run(Path(tmp), f"{url}/1", args)
         finally:
             server.terminate()
             server.wait(timeout=10)
-    print(f"\n{'attack':<24} {'quiet p50':>10} {'quiet p99':>10} {'attack p50':>11} {'attack p99':>11} {'ratio':>6} "
-          f"{'vs control':>10} {'GET p99 q/a':>14} {'attacks':>8}  pair ratios")
+    print(f"\n{'attack':<24} {'quiet p50/p95/p99':>18} {'attack p50/p95/p99':>19} {'p99 ratio':>9} {'p95 ratio':>9} "
+          f"{'vs control p95/p99':>18} {'attacks':>8} {'runtime ms/attack':>17}  pair ratios")
     for name, r in rows.items():
         q, a = r["quiet"], r["attack"]
-        print(f"{name:<24} {q['round_trip_p50_ms']:>10} {q['round_trip_p99_ms']:>10} {a['round_trip_p50_ms']:>11} "
-              f"{a['round_trip_p99_ms']:>11} {r['p99_ratio']:>6} {str(r['p99_vs_control']):>10} {str(q['get_p99_ms']) + '/' + str(a['get_p99_ms']):>14} "
-              f"{a['attacks']:>8}  {r['pair_ratios']}")
+        qs, ats = (f"{x['round_trip_p50_ms']}/{x['round_trip_p95_ms']}/{x['round_trip_p99_ms']}" for x in (q, a))
+        print(f"{name:<24} {qs:>18} {ats:>19} {r['p99_ratio']:>9} {r['p95_ratio']:>9} "
+              f"{str(r['p95_vs_control']) + '/' + str(r['p99_vs_control']):>18} {a['attacks']:>8} "
+              f"{r['runtime_cpu_ms_per_attack']:>17}  {r['pair_ratios']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "rounds": args.rounds, "pairs": args.pairs, "target_ratio": TARGET_RATIO, "src": str(args.src) if args.src else "this tree",
+        "model": "scripted, own process" if args.model_server else "scripted, in the runtime's process",
         "machine": {"arch": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_avg_at_end": os.getloadavg()},
         "attacks": rows}, indent=2) + "\n")

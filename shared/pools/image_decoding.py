@@ -7,7 +7,11 @@
   refused as busy (503: try again). At most `per_user` in flight per user; past a short wait, 429.
 - Past `timeout_s` a decode's worker is killed: the image is refused as too costly.
 - A refusal of the image itself (corrupt, past a limit, too slow, too big for the worker's memory)
-  is remembered by the bytes' SHA-256, so the same file sent again costs a hash, not a decode.
+  is remembered by the bytes' SHA-256, so the same file sent again costs a hash, not a decode; so is
+  the prepared image (up to `KEPT_BYTES` of them, most recently used kept), and the same bytes asked
+  for while their decode runs wait for that one: five `read`s of one file in a step decode it once.
+  `prepare` is a pure function of the bytes and the limits (one `Decoder` per limits), so what the
+  model receives is the same either way.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from shared.settings.images import ImageSettings
 
 log = structlog.get_logger()
 REMEMBERED = 4096  # refused digests kept per process
+KEPT_BYTES = 32 * 1024 * 1024  # prepared images kept per process (each within the stored-bytes limit)
 
 
 @dataclass
@@ -41,6 +46,9 @@ class Decoder:
     user_wait_s: float = 2.0
     queue_wait_s: float = 5.0
     _refused: OrderedDict[str, ImageRefused] = field(default_factory=OrderedDict, init=False)
+    _prepared: OrderedDict[str, PreparedImage] = field(default_factory=OrderedDict, init=False)
+    _kept: int = field(default=0, init=False)
+    _running: dict[str, asyncio.Task[PreparedImage]] = field(default_factory=dict, init=False)
     _users: offload.PerKey | None = field(default=None, init=False)
 
     @property
@@ -56,6 +64,29 @@ class Decoder:
         if known is not None:
             log.info("image_refused_again", sha256=digest, status=known.status)
             raise ImageRefused(str(known), known.status)
+        prepared = self._prepared.get(digest)
+        if prepared is not None:
+            self._prepared.move_to_end(digest)
+            return prepared
+        running = self._running.get(digest)
+        if running is None:
+            # A task, not the caller's own await: the callers of the same bytes share it, and one
+            # that is cancelled (its run aborted) leaves it to the others.
+            running = self._running[digest] = asyncio.ensure_future(self._decode(data, digest, user))
+            running.add_done_callback(lambda done: self._ran(digest, done))
+        return await asyncio.shield(running)
+
+    def _ran(self, digest: str, done: asyncio.Task[PreparedImage]) -> None:
+        self._running.pop(digest, None)
+        if done.cancelled() or done.exception() is not None:  # retrieved: every waiter may be gone
+            return
+        prepared = done.result()
+        self._prepared[digest] = prepared
+        self._kept += len(prepared.data)
+        while self._kept > KEPT_BYTES and self._prepared:
+            self._kept -= len(self._prepared.popitem(last=False)[1].data)
+
+    async def _decode(self, data: bytes, digest: str, user: str) -> PreparedImage:
         async with self._user_slot(user):
             try:
                 prepared: PreparedImage = await self.pool.run("shared.media.images:prepare", data, self.limits,

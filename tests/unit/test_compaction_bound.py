@@ -101,3 +101,32 @@ async def test_the_static_prefix_is_counted_once_for_the_same_tools_in_a_new_lis
     assert fewer < first
     assert fewer - module.static_tokens(c.context.system_prompt, tools[:-1]) == first - module.static_tokens(
         c.context.system_prompt, tools)
+
+
+async def test_each_messages_bound_is_computed_once_while_it_stays_in_the_context(tmp_path: Path, monkeypatch: Any) -> None:
+    """Before every model call the context is bounded again: the messages already bounded are not
+    rendered again (their tool calls' arguments were encoded again at every call), only the new ones."""
+    from services.runtime.runs import compactor as module
+
+    calls = [ToolCall(id=f"c{i}", name="read", arguments={"path": f"f{i}.txt", "limit": i}) for i in range(40)]
+    history: list[AgentMessage] = [UserMessage(content="go"), AssistantMessage(content=calls)]
+    c, _, _ = compactor(tmp_path, list(history))
+    bounded: list[AgentMessage] = []
+    real = module.context_tokens_bound
+
+    def bound(messages: Any, *args: Any) -> int:
+        bounded.extend(messages)
+        return real(messages, *args)
+
+    monkeypatch.setattr(module, "context_tokens_bound", bound)
+    static = module.static_tokens(c.context.system_prompt, c.context.tools)
+    first = c.request_tokens_bound(c.context)
+    assert first == static + real(history, c.model, c.image_detail) and bounded == history
+    later = UserMessage(content="more")
+    c.context.messages = [*history, later]
+    assert c.request_tokens_bound(c.context) == static + real([*history, later], c.model, c.image_detail)
+    assert bounded == [*history, later]  # before: the 40 calls rendered again at every model call
+    edited = UserMessage(content="go, differently")  # a rewind: another message in the same place
+    c.context.messages = [edited, history[1]]
+    assert c.request_tokens_bound(c.context) == static + real([edited, history[1]], c.model, c.image_detail)
+    assert bounded[-1] is edited and len(bounded) == 4

@@ -1,5 +1,6 @@
-"""Connector arguments checked at a bounded cost (shared/mcp/connector_args.py): the budgets on the loop,
-and the worker-side check whose `uniqueItems` and `pattern` keep JSON Schema's meaning in linear time."""
+"""Connector arguments checked at a bounded cost (shared/mcp/connector_args.py): the size budget on the
+loop, the depth and count budgets and the check in the worker, whose `uniqueItems` and `pattern` keep
+JSON Schema's meaning in linear time."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ from typing import Any
 
 import pytest
 
+from services.runtime.connector.connectors import checked
+from shared.mcp import connector_args
 from shared.mcp.connector_args import (
     MAX_ARGS_DEPTH,
     MAX_ARGS_VALUES,
     over_budget,
+    over_shape,
+    over_size,
     re2_problem,
     unique,
     validate,
@@ -32,6 +37,26 @@ def test_budgets() -> None:
     assert over_budget({"a": nest(MAX_ARGS_DEPTH - 1)}) is None
     assert "nest deeper" in str(over_budget({"a": nest(MAX_ARGS_DEPTH)}))
     assert "bytes" in str(over_budget({"a": "x" * 300_000}))
+    assert over_size({"a": list(range(MAX_ARGS_VALUES))}) is None and over_shape({"a": "x" * 300_000}) is None
+    wide = validate(json.dumps({"type": "object"}), {"a": list(range(MAX_ARGS_VALUES))})
+    assert wide == ("(arguments)", f"the arguments hold over {MAX_ARGS_VALUES} values; that is the limit")
+
+
+@pytest.mark.timeout(120)
+async def test_the_loop_measures_the_arguments_and_the_worker_walks_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk of a call's values costs ~3 ms for a 4,500-object array: not on the loop every session
+    of the worker shares (docs/architecture.md "Bounded work")."""
+    def walked(args: Any) -> str | None:
+        raise AssertionError("the arguments were walked on the loop")
+
+    monkeypatch.setattr(connector_args, "over_shape", walked)  # in this process only, not in the worker
+    monkeypatch.setattr(connector_args, "over_budget", walked)
+    schema = json.dumps({"type": "object"})
+    assert await checked(schema, {"a": list(range(MAX_ARGS_VALUES))}, "t1") == (
+        "(arguments)", f"the arguments hold over {MAX_ARGS_VALUES} values; that is the limit")
+    assert await checked(schema, {"a": "x" * 300_000}, "t1") == (
+        "(arguments)", "the arguments are 300008 bytes; the limit is 262144")
+    assert await checked(schema, {"a": [1, 2]}, "t1") is None
 
 
 @pytest.mark.parametrize(("items", "expected"), [

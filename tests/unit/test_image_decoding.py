@@ -1,7 +1,8 @@
 """Image decoding bounded (shared/pools/image_decoding.py, shared/media/image_checks.py): what the header says
 decides before any pixel is decoded (a 16-bit 7000x7000 PNG of 0.3 MB, a 1.9 KB WebP of 49 M pixels),
-a truncated PNG fails on its structure, a refusal is remembered by digest, one user's decodes in
-flight are bounded, and a decode past its time is stopped."""
+a truncated PNG fails on its structure, a refusal is remembered by digest, and so is a prepared image
+(the same bytes asked for at once decoded once), one user's decodes in flight are bounded, and a
+decode past its time is stopped."""
 
 from __future__ import annotations
 
@@ -74,6 +75,62 @@ async def test_a_refused_image_is_remembered_and_not_decoded_again(monkeypatch: 
             await decoder.prepare(data, "u1")
         assert refused.value.status == 422 and "truncated" in str(refused.value)
     assert runs == ["shared.media.images:prepare"]  # decoded once; the repeats cost a hash
+
+
+def counted_runs(monkeypatch: pytest.MonkeyPatch, gate: asyncio.Event | None = None,
+                 started: asyncio.Event | None = None) -> list[bytes]:
+    """Pool.run replaced by `prepare` in this process, each job's bytes recorded (`started` set); held
+    until `gate` is set."""
+    runs: list[bytes] = []
+
+    async def run(pool: offload.Pool, function: str, data: bytes, limits: ImageLimits, timeout_s: float) -> object:
+        runs.append(data)
+        if started is not None:
+            started.set()
+        if gate is not None:
+            await gate.wait()
+        return prepare(data, limits)
+
+    monkeypatch.setattr(offload.Pool, "run", run)
+    return runs
+
+
+async def test_the_same_bytes_read_at_once_and_again_are_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    gate, started = asyncio.Event(), asyncio.Event()
+    runs = counted_runs(monkeypatch, gate, started)
+    decoder = image_decoding.Decoder(ImageLimits(), workers=2, per_user=2)
+    data = png_of_zeros(3000, 100, colour=2, depth=8)  # downscaled: re-encoded, not its own bytes
+    five = [asyncio.ensure_future(decoder.prepare(data, "u1")) for _ in range(5)]
+    await started.wait()
+    gate.set()
+    prepared = await asyncio.gather(*five)
+    again = await decoder.prepare(data, "u2")
+    assert runs == [data]  # before: five decodes (two at a time, the rest waiting for the user's slots)
+    assert all(p == prepare(data, ImageLimits()) for p in [*prepared, again]) and again.width == 2048
+
+
+async def test_a_cancelled_reader_leaves_the_shared_decode_to_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    gate, started = asyncio.Event(), asyncio.Event()
+    runs = counted_runs(monkeypatch, gate, started)
+    decoder = image_decoding.Decoder(ImageLimits())
+    data = png_of_zeros(64, 64, colour=0, depth=8)
+    first = asyncio.ensure_future(decoder.prepare(data, "u1"))
+    await started.wait()
+    second = asyncio.ensure_future(decoder.prepare(data, "u1"))
+    await asyncio.sleep(0)
+    first.cancel()
+    gate.set()
+    assert (await second).data == data and first.cancelled() and len(runs) == 1
+
+
+async def test_prepared_images_kept_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = counted_runs(monkeypatch)
+    images = [png_of_zeros(64, 64 + i, colour=0, depth=8) for i in range(3)]
+    monkeypatch.setattr(image_decoding, "KEPT_BYTES", len(images[0]) + len(images[1]) + 8)
+    decoder = image_decoding.Decoder(ImageLimits())
+    for data in [*images, images[2], images[0]]:
+        await decoder.prepare(data, "u1")
+    assert runs == [*images, images[0]]  # the oldest went when the third came; the newest stayed
 
 
 async def test_a_decode_past_its_time_is_stopped_and_remembered(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -122,12 +122,13 @@ _PER_TENANT: dict[int, offload.PerKey] = {}
 
 
 async def checked(schema_json: str, args: dict[str, Any], tenant: str) -> tuple[str, str] | None:
-    """(place, why) when the arguments do not fit the schema. Budgets first, on the loop (linear);
-    then the schema check in a worker process under a time budget (shared/mcp/connector_args.py): the loop
-    every session of this worker shares never runs a connector's schema (docs/architecture.md
-    "Bounded work"). Two workers, one check in flight per tenant: one tenant's checks that run to
-    their budget never hold up another's."""
-    too_big = connector_args.over_budget(args)
+    """(place, why) when the arguments do not fit the schema. The size budget first, on the loop (one
+    C-level encoding); then the depth and count budgets and the schema check in a worker process under
+    a time budget (shared/mcp/connector_args.py): the loop every session of this worker shares never
+    walks a tool call's arguments nor runs a connector's schema (docs/architecture.md "Bounded work").
+    Two workers, one check in flight per tenant: one tenant's checks that run to their budget never
+    hold up another's."""
+    too_big = connector_args.over_size(args)
     if too_big:
         return "(arguments)", too_big
     pool = offload.pool("connector-validation", size=2, memory_bytes=512 * 1024 * 1024,

@@ -32,7 +32,7 @@ from services.runtime.runs.compaction_trigger import (
     should_compact,
 )
 from services.runtime.store.transcript import Transcript
-from shared.contracts.records.messages import AssistantMessage, CustomMessage
+from shared.contracts.records.messages import AgentMessage, AssistantMessage, CustomMessage
 from shared.contracts.streams.inbox import Compact, CompactionReady
 from shared.history.tokens import (
     MESSAGE_OVERHEAD_TOKENS,
@@ -114,6 +114,7 @@ class Compactor:
         self._skip_calls = 0  # backoff: threshold checks still to skip ...
         self._skip_until = 0.0  # ... unless this time has passed
         self._static: _Static | None = None
+        self._bounds: dict[int, tuple[AgentMessage, int]] = {}  # id -> (message, its bytes bound)
         # The counts of this session's texts, counted again before every model call: they go with the
         # session (shared/history/tokens.py TextTokens).
         self.counts = TextTokens()
@@ -153,8 +154,20 @@ class Compactor:
 
     def request_tokens_bound(self, context: AgentContext) -> int:
         """At least `request_tokens(context)`, without tokenizing the messages: their UTF-8 bytes
-        (shared/history/tokens.py `context_tokens_bound`)."""
-        return self._static_tokens(context) + context_tokens_bound(context.messages, self.model, self.image_detail)
+        (shared/history/tokens.py `context_tokens_bound`). Each message's bound is kept while it stays
+        in the context: a recorded message does not change, and rendering every tool call's arguments
+        again at every model call was a tenth of the loop under a tool-heavy session (bench-stalls'
+        profile, docs/architecture.md "Bounded work")."""
+        total, kept = self._static_tokens(context), self._bounds
+        fresh: dict[int, tuple[AgentMessage, int]] = {}
+        for m in context.messages:
+            known = kept.get(id(m))
+            if known is None or known[0] is not m:  # the message itself held: its id is not reused meanwhile
+                known = (m, context_tokens_bound((m,), self.model, self.image_detail))
+            fresh[id(m)] = known
+            total += known[1]
+        self._bounds = fresh  # only the current context's: a compacted or rewound one's go
+        return total
 
     def _backing_off(self) -> bool:
         """One threshold check during a backoff: True (skip it) until the calls are used up or the

@@ -43,26 +43,48 @@ SKILL_NAMESPACES: dict[str, tuple[str, ...]] = {
 
 
 def active_namespaces(entries: Sequence[TranscriptEntry]) -> set[str]:
-    active = {"core"}
-    for e in entries:
-        if isinstance(e, SkillActivationEntry):
-            active.update(SKILL_NAMESPACES.get(e.name, ()))
-        elif isinstance(e, MessageEntry) and getattr(e.message, "tool_name", None) == LOAD_TOOLS:
-            d = getattr(e.message, "details", None) or {}
-            if not getattr(e.message, "is_error", False) and d.get("namespace") in NAMESPACES:
-                active.add(str(d["namespace"]))
-    return active
+    return LoadScan().update(entries).namespaces
 
 
 def loaded_connectors(entries: Sequence[TranscriptEntry]) -> dict[str, int]:
     """The connectors the session loaded, with the version each was loaded at."""
-    out: dict[str, int] = {}
-    for e in entries:
-        if isinstance(e, MessageEntry) and getattr(e.message, "tool_name", None) == LOAD_TOOLS:
+    return LoadScan().update(entries).connectors
+
+
+class LoadScan:
+    """The active namespaces and the loaded connectors (with their versions) of a list of entries, kept
+    and carried over what was appended since the last `update`: the policy asks before every model call
+    for a new list of the same window (`Transcript.loads`), and a scan of the whole of it each time was
+    linear in the conversation at every call (bench-stalls' profile, docs/architecture.md "Bounded
+    work"). A list whose first or last-seen entry is not the same object (a compaction's new window, a
+    rewind, a live activation ended) is scanned again from its start."""
+
+    def __init__(self) -> None:
+        self.namespaces: set[str] = {"core"}
+        self.connectors: dict[str, int] = {}
+        self._seen: list[TranscriptEntry] = []  # the first and the last entry scanned, and how many
+        self._count = 0
+
+    def update(self, entries: Sequence[TranscriptEntry]) -> LoadScan:
+        n = self._count
+        if not (0 < n <= len(entries) and entries[0] is self._seen[0] and entries[n - 1] is self._seen[1]):
+            n, self.namespaces, self.connectors = 0, {"core"}, {}
+        for e in entries[n:]:
+            self._take(e)
+        self._count = len(entries)
+        self._seen = [entries[0], entries[-1]] if entries else []
+        return self
+
+    def _take(self, e: TranscriptEntry) -> None:
+        if isinstance(e, SkillActivationEntry):
+            self.namespaces.update(SKILL_NAMESPACES.get(e.name, ()))
+        elif isinstance(e, MessageEntry) and getattr(e.message, "tool_name", None) == LOAD_TOOLS:
             d = getattr(e.message, "details", None) or {}
-            if not getattr(e.message, "is_error", False) and "connector" in d:
-                out[str(d["connector"])] = int(d.get("version", 0))
-    return out
+            if not getattr(e.message, "is_error", False):
+                if d.get("namespace") in NAMESPACES:
+                    self.namespaces.add(str(d["namespace"]))
+                if "connector" in d:
+                    self.connectors[str(d["connector"])] = int(d.get("version", 0))
 
 
 async def _load_connector(hub: ConnectorHub, ns: str) -> ToolOutcome | None:
@@ -120,21 +142,23 @@ class ToolPolicy:
         self.catalog = catalog  # tells the agent which connectors it may load (connector_catalog.py)
         # (entries seen, registry catalog, the subset): rebuilt when the transcript or the catalog moves
         self._active: tuple[int, object, list[Tool]] = (-1, None, [])
+        self._scan = LoadScan()
 
     def active_tools(self) -> list[Tool]:
         entries = self.entries()
         catalog = self.connectors.catalog if self.connectors is not None else None
         if self._active[0] != len(entries) or self._active[1] is not catalog:
-            names = {n for ns in active_namespaces(entries) for n in NAMESPACES[ns]}
+            scan = self._scan.update(entries)
+            names = {n for ns in scan.namespaces for n in NAMESPACES[ns]}
             tools = [t for t in self.registered if t.name in names]
             if self.connectors is not None:
-                tools += self.connectors.tools(set(loaded_connectors(entries)))
+                tools += self.connectors.tools(set(scan.connectors))
             self._active = (len(entries), catalog, tools)
         return list(self._active[2])
 
     async def before_model_call(self, context: AgentContext) -> None:
         if self.connectors is not None:
-            loaded = loaded_connectors(self.entries())
+            loaded = dict(self._scan.update(self.entries()).connectors)
             if loaded:
                 await self.connectors.refresh()  # one GET of the change counter; the registry only when it moved
                 await self.connectors.announce(loaded)
