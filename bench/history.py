@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import platform
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,19 +130,19 @@ class Bench:
                         return first or answered, answered
         raise TimeoutError(f"{sid}: no answer")
 
-    async def rounds(self, sid: str, n: int) -> dict[str, Any]:
-        lives, firsts, wake_firsts, answers = [], [], [], []
-        for i in range(n):
+    async def round(self, sid: str, i: int, probe: LagProbe | None = None, label: str = "") -> dict[str, float]:
+        """One close, wake and prompt; the probe files the loop's lag under `label:wake` then `label:turn`."""
+        with phase(probe, f"{label}:wake"):
             await self.h.worker.close(sid, "bench")
             live, start = await self.wake(sid)
+        with phase(probe, f"{label}:turn"):
             sent = time.perf_counter()
             first, answer = await self.prompt(sid, script(done(f"round {i} answered")))
-            lives.append(live)
-            firsts.append(first - sent)
-            wake_firsts.append(first - start)
-            answers.append(answer - sent)
-        return {"wake_to_live_ms": dist(lives), "prompt_to_first_token_ms": dist(firsts),
-                "wake_to_first_token_ms": dist(wake_firsts), "prompt_to_answer_ms": dist(answers)}
+        return {"wake_to_live_ms": live, "prompt_to_first_token_ms": first - sent,
+                "wake_to_first_token_ms": first - start, "prompt_to_answer_ms": answer - sent}
+
+    async def rounds(self, sid: str, n: int) -> dict[str, Any]:
+        return summary([await self.round(sid, i) for i in range(n)])
 
     async def held_memory(self, sid: str) -> dict[str, float]:
         """The heap a wake and a turn allocate and the live session still holds, and RSS while live."""
@@ -156,27 +158,75 @@ class Bench:
         return {"held_mb": round(held / 2**20, 2), "peak_mb": round(peak / 2**20, 2), "rss_live_mb": rss_mb()}
 
 
-async def lag_during(work: Any) -> tuple[Any, dict[str, float]]:
-    """The event loop's lag (a 5 ms sleep's overshoot) while `work` runs: what a neighbour's next step waits."""
-    lags: list[float] = []
-    stop = asyncio.Event()
+def summary(rounds: list[dict[str, float]]) -> dict[str, Any]:
+    return {key: dist([r[key] for r in rounds]) for key in
+            ("wake_to_live_ms", "prompt_to_first_token_ms", "wake_to_first_token_ms", "prompt_to_answer_ms")}
 
-    async def ticker() -> None:
+
+class LagProbe:
+    """The event loop's lag (a 5 ms sleep's overshoot: what a neighbour's next step waits), each sample
+    filed under the phase running when it was taken (`phase`), so rounds of two sessions interleaved
+    on the same loaded worker are told apart."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[float]] = {}
+        self.current = ""
+
+    async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            t = time.perf_counter()
+            t, at = time.perf_counter(), self.current
             await asyncio.sleep(0.005)
-            lags.append(time.perf_counter() - t - 0.005)
+            self.samples.setdefault(at, []).append(time.perf_counter() - t - 0.005)
 
-    task = asyncio.ensure_future(ticker())
+    def of(self, *phases: str) -> dict[str, float]:
+        return dist([v for p in phases for v in self.samples.get(p, [])])
+
+
+@contextlib.contextmanager
+def phase(probe: LagProbe | None, name: str) -> Iterator[None]:
+    if probe is None:
+        yield
+        return
+    before, probe.current = probe.current, name
+    try:
+        yield
+    finally:
+        probe.current = before
+
+
+async def lag_during(work: Any) -> tuple[Any, dict[str, float]]:
+    """The event loop's lag while `work` runs."""
+    probe, stop = LagProbe(), asyncio.Event()
+    task = asyncio.ensure_future(probe.run(stop))
     try:
         result = await work
     finally:
         stop.set()
         await task
-    return result, dist(lags)
+    return result, probe.of("")
 
 
-async def neighbours(b: Bench, n: int) -> list[asyncio.Task[Any]]:
+async def interleaved(b: Bench, labels: list[str], n: int) -> dict[str, Any]:
+    """`n` rounds of each session, alternating (ABBA...): the neighbours' own load grows as their answers
+    lengthen their contexts, so rounds run one session after the other would hand the later one more."""
+    probe, stop = LagProbe(), asyncio.Event()
+    task = asyncio.ensure_future(probe.run(stop))
+    rounds: dict[str, list[dict[str, float]]] = {label: [] for label in labels}
+    try:
+        for label in labels:
+            await b.wake(f"history-{label.lower()}")
+        for i in range(n):
+            for label in labels if i % 2 == 0 else labels[::-1]:
+                rounds[label].append(await b.round(f"history-{label.lower()}", i, probe, label))
+    finally:
+        stop.set()
+        await task
+    return {label: {**summary(rounds[label]), "neighbour_loop_lag_ms": probe.of(f"{label}:wake", f"{label}:turn"),
+                    "neighbour_loop_lag_wake_ms": probe.of(f"{label}:wake"),
+                    "neighbour_loop_lag_turn_ms": probe.of(f"{label}:turn")} for label in labels}
+
+
+async def neighbours(b: Bench, n: int, first: int = 0) -> list[asyncio.Task[Any]]:
     """`n` live sessions, each streaming a long paced answer (restarted while the bench measures)."""
     text = "token " * 1500
 
@@ -185,7 +235,7 @@ async def neighbours(b: Bench, n: int) -> list[asyncio.Task[Any]]:
         while True:
             await b.prompt(sid, script(done(text)), limit_s=600)
 
-    return [asyncio.ensure_future(stream(f"neighbour{i:03d}")) for i in range(n)]
+    return [asyncio.ensure_future(stream(f"neighbour{i:03d}")) for i in range(first, first + n)]
 
 
 async def rewinds(b: Bench, sid: str) -> dict[str, Any]:
@@ -293,20 +343,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 args.out.write_text(json.dumps(partial, indent=2) + "\n")  # kept if a later size fails
             rows = [r for r in rows if "first_wake_error" not in r] + [r for r in rows if "first_wake_error" in r]
             big = next(r["size"] for r in reversed(rows) if "first_wake_error" not in r)
-            streams = await neighbours(b, args.neighbours)
+            labels = list(dict.fromkeys(["empty", big]))
+            streams = await neighbours(b, args.light_neighbours)
             await asyncio.sleep(3)
-            loaded: dict[str, Any] = {}
-            for label in ("empty", big):
-                sid = f"history-{label.lower()}"
-                await b.wake(sid)
-                result, lag = await lag_during(b.rounds(sid, args.rounds // 2))
-                loaded[label] = {**result, "neighbour_loop_lag_ms": lag}
-                if label == big:
-                    loaded[label]["rewinds"], _ = await lag_during(rewinds(b, sid))
-                await h.worker.close(sid, "bench")
-                if label == big:
-                    ops, lag = await lag_during(asyncio.to_thread(dormant_ops, Path(tmp), sid))
-                    loaded[label]["dormant_ops"] = {**ops, "neighbour_loop_lag_ms": lag}
+            light = await interleaved(b, labels, args.rounds // 2)
+            streams += await neighbours(b, args.neighbours - args.light_neighbours, args.light_neighbours)
+            await asyncio.sleep(3)
+            loaded = await interleaved(b, labels, args.rounds // 2)
+            sid = f"history-{big.lower()}"
+            await b.wake(sid)
+            loaded[big]["rewinds"], _ = await lag_during(rewinds(b, sid))
+            await h.worker.close(sid, "bench")
+            ops, lag = await lag_during(asyncio.to_thread(dormant_ops, Path(tmp), sid))
+            loaded[big]["dormant_ops"] = {**ops, "neighbour_loop_lag_ms": lag}
             for task in streams:
                 task.cancel()
             await asyncio.gather(*streams, return_exceptions=True)
@@ -314,7 +363,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await b.reader.aclose()
             await h.stop()
     return {"benchmark": "history", "machine": platform.platform(), "rounds": args.rounds,
-            "neighbours": args.neighbours, "sizes": rows, "with_neighbours": loaded,
+            "neighbours": args.neighbours, "light_neighbours": args.light_neighbours, "sizes": rows,
+            "with_neighbours": loaded, "with_light_neighbours": light,
             "targets": {"wake_to_first_token_p99_over_empty_ms": 150, "held_mb_over_empty": 20,
                         "neighbour_p99_added_ms": 20}}
 
@@ -333,12 +383,15 @@ def table(r: dict[str, Any]) -> str:
                      f"{row['wake_to_live_ms']['p50']:>9}/{row['wake_to_live_ms']['p99']:<9} "
                      f"{w['p50']:>11}/{w['p99']:<10} {w['p99'] - empty['wake_to_first_token_ms']['p99']:>13.1f} "
                      f"{m['held_mb']:>8} {m['held_mb'] - empty['memory']['held_mb']:>6.2f} {m['rss_live_mb']:>7}")
-    lines.append(f"with {r['neighbours']} neighbours streaming:")
-    for label, x in r["with_neighbours"].items():
-        lines.append(f"{label:>8} wake->1st tok p50/p99 {x['wake_to_first_token_ms']['p50']}/"
-                     f"{x['wake_to_first_token_ms']['p99']} ms, loop lag p99 {x['neighbour_loop_lag_ms']['p99']} ms"
-                     + (f", rewinds {x['rewinds']}" if "rewinds" in x else "")
-                     + (f", dormant {x['dormant_ops']}" if "dormant_ops" in x else ""))
+    for key, n in (("with_light_neighbours", r.get("light_neighbours")), ("with_neighbours", r["neighbours"])):
+        lines.append(f"with {n} neighbours streaming (rounds alternated):")
+        for label, x in r.get(key, {}).items():
+            lines.append(f"{label:>8} wake->1st tok p50/p99 {x['wake_to_first_token_ms']['p50']}/"
+                         f"{x['wake_to_first_token_ms']['p99']} ms, loop lag p50/p99 {x['neighbour_loop_lag_ms']['p50']}/"
+                         f"{x['neighbour_loop_lag_ms']['p99']} ms (wake {x['neighbour_loop_lag_wake_ms']['p99']}, "
+                         f"turn {x['neighbour_loop_lag_turn_ms']['p99']})"
+                         + (f", rewinds {x['rewinds']}" if "rewinds" in x else "")
+                         + (f", dormant {x['dormant_ops']}" if "dormant_ops" in x else ""))
     return "\n".join(lines)
 
 
@@ -347,6 +400,8 @@ def main() -> None:
     p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--neighbours", type=int, default=100)
+    p.add_argument("--light-neighbours", type=int, default=20,
+                   help="a first phase with this many neighbours streaming: a loop that is not saturated")
     p.add_argument("--tmp", default=None, help="where the generated sessions go (default: the system's temp dir)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
