@@ -17,6 +17,7 @@ from services.runtime.tools.tool_policy import loaded_connectors
 from services.runtime.turns.knowledge import loaded_notes
 from shared.contracts.records.messages import CustomMessage, TextContent, ToolResultMessage, UserMessage
 from shared.contracts.records.transcript import LeafEntry
+from shared.history import rebuild_apart as apart
 from shared.history import rewind as rw
 from shared.history import transcript_ids as tid
 from shared.history import transcript_index as ix
@@ -221,3 +222,29 @@ async def test_loads_cut_by_a_compaction_stay_in_force_after_it_and_after_a_wake
     assert _loaded(_load(path)) == expected
     ix.index_path(path).unlink()
     assert _loaded(_load(path)) == expected
+
+
+def test_a_long_transcript_is_rebuilt_in_a_child_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past `APART_BYTES` the scan runs in a child (rebuild_apart.py): this process never scans, its
+    GIL stays with the event loop; the index the child wrote is the one a scan here writes."""
+    path = _history(tmp_path, 400_000)
+    expected = ix.rebuild(path, persist=False)
+    monkeypatch.setattr(apart, "APART_BYTES", 100_000)
+
+    def no_scan(*_: object, **__: object) -> None:
+        raise AssertionError("scanned in the waking process")
+
+    monkeypatch.setattr(ix, "scan", no_scan)
+    loaded = ix.load(path)
+    assert loaded.rebuilt
+    assert loaded.index.window == expected.window and loaded.index.length == path.stat().st_size
+    assert loaded.index.facts().prompts.keys() <= expected.facts().prompts.keys()
+    assert not ix.load(path).rebuilt
+
+
+def test_a_failed_child_rebuild_falls_back_to_the_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _history(tmp_path, 400_000)
+    monkeypatch.setattr(apart, "APART_BYTES", 100_000)
+    monkeypatch.setattr(apart, "CHILD", "shared.history.no_such_module")
+    loaded = ix.load(path)
+    assert loaded.rebuilt and ix.read_index(path) == loaded.index
