@@ -226,6 +226,16 @@ async def interleaved(b: Bench, labels: list[str], n: int) -> dict[str, Any]:
                     "neighbour_loop_lag_turn_ms": probe.of(f"{label}:turn")} for label in labels}
 
 
+async def rebuild_wake(b: Bench, label: str) -> dict[str, Any]:
+    """A wake with the index gone (a session written before it, or one a crash left stale): one scan of
+    the whole file (docs/architecture.md "How a session wakes", crash rules), beside the neighbours."""
+    sid = f"history-{label.lower()}"
+    await b.h.worker.close(sid, "bench")
+    ix.index_path(session_paths(b.data_dir, sid).transcript).unlink(missing_ok=True)
+    (live, _), lag = await lag_during(b.wake(sid))
+    return {"wake_to_live_ms": round(live * 1000, 1), "neighbour_loop_lag_ms": lag}
+
+
 async def neighbours(b: Bench, n: int, first: int = 0) -> list[asyncio.Task[Any]]:
     """`n` live sessions, each streaming a long paced answer (restarted while the bench measures)."""
     text = "token " * 1500
@@ -347,12 +357,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             streams = await neighbours(b, args.light_neighbours)
             await asyncio.sleep(3)
             light = await interleaved(b, labels, args.rounds // 2)
+            light[big]["rebuild_wake"] = await rebuild_wake(b, big)
             streams += await neighbours(b, args.neighbours - args.light_neighbours, args.light_neighbours)
             await asyncio.sleep(3)
             loaded = await interleaved(b, labels, args.rounds // 2)
+            loaded[big]["rebuild_wake"] = await rebuild_wake(b, big)
             sid = f"history-{big.lower()}"
-            await b.wake(sid)
-            loaded[big]["rewinds"], _ = await lag_during(rewinds(b, sid))
+            done_rewinds, lag = await lag_during(rewinds(b, sid))
+            loaded[big]["rewinds"] = {**done_rewinds, "neighbour_loop_lag_ms": lag}
             await h.worker.close(sid, "bench")
             ops, lag = await lag_during(asyncio.to_thread(dormant_ops, Path(tmp), sid))
             loaded[big]["dormant_ops"] = {**ops, "neighbour_loop_lag_ms": lag}
@@ -390,6 +402,7 @@ def table(r: dict[str, Any]) -> str:
                          f"{x['wake_to_first_token_ms']['p99']} ms, loop lag p50/p99 {x['neighbour_loop_lag_ms']['p50']}/"
                          f"{x['neighbour_loop_lag_ms']['p99']} ms (wake {x['neighbour_loop_lag_wake_ms']['p99']}, "
                          f"turn {x['neighbour_loop_lag_turn_ms']['p99']})"
+                         + (f", wake rebuilding the index {x['rebuild_wake']}" if "rebuild_wake" in x else "")
                          + (f", rewinds {x['rewinds']}" if "rewinds" in x else "")
                          + (f", dormant {x['dormant_ops']}" if "dormant_ops" in x else ""))
     return "\n".join(lines)

@@ -10,8 +10,9 @@ file and the index, while the waking runtime holds the session's disk fence and 
 caller then reads the index back with `read_index`, which checks it against the file, and scans in
 its own thread when anything went wrong. A child that outlives its parent (killed meanwhile) can at
 worst write an index and ids file of a prefix of the append-only file, which the crash rules accept
-(the tail after it is folded, or the index rebuilt). Files under `APART_BYTES` are scanned in the thread: a child's start (~0.3 s of imports)
-costs more than their scan.
+(the tail after it is folded, or the index rebuilt). Files under `APART_BYTES` are scanned in the
+thread: a session past its first compaction has an index, so a rebuild there is a crash's or a session
+written before the index, and a child's start (~0.3 s of imports) is no loop time, only the wake's.
 
 `python -m shared.history.transcript_index TRANSCRIPT` is the child (`as_child`).
 """
@@ -31,7 +32,7 @@ from shared.history.transcript_scan import file_size
 
 log = structlog.get_logger()
 
-APART_BYTES = 16 << 20  # ~0.3 s of scan: a child's start costs about as much
+APART_BYTES = 2 << 20  # ~40 ms of scan; a session past its first compaction (~200 KB) has an index
 ROOT = Path(__file__).resolve().parents[2]  # the child imports this tree's modules, whatever the cwd
 NICE = 5  # the loop's sessions first, but a wake is a user's wait: not an offload job's nice 19
 CHILD = "shared.history.transcript_index"

@@ -31,8 +31,10 @@ from tests.support.history_reference import assert_same, reference
 @pytest.fixture(autouse=True)
 def _few_recent_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     """The index keeps 48 ids, not 2048: these histories' older ids are in the ids file
-    (shared/history/transcript_ids.py), as a long session's are."""
+    (shared/history/transcript_ids.py), as a long session's are. Rebuilt in this process but where a test
+    says otherwise (rebuild_apart.py's child keeps its own 2,048)."""
     monkeypatch.setattr(tid, "RECENT_MAX", 48)
+    monkeypatch.setattr(apart, "APART_BYTES", 1 << 40)  # rebuilt here, with these 48: a child would keep 2,048
 
 
 def _history(tmp_path: Path, size: int = 3_000_000, seed: int = 1) -> Path:
