@@ -30,9 +30,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from shared.contracts.records.transcript import ENTRY_ADAPTER, TranscriptEntry
+from shared.history import scan_apart
 from shared.history import transcript_ids as tid
 from shared.history.knowledge import parse_source_id
-from shared.history.rebuild_apart import as_child, rebuild_in_child
 from shared.history.transcript_scan import Scan, Span, iter_lines, parse_line, read_spans, scan
 from shared.storage.disk import atomic_write_bytes
 from shared.storage.file_seen import fold_seen, seen_change
@@ -365,8 +365,9 @@ def leaf_of(window: Sequence[tuple[Span, TranscriptEntry]]) -> str | None:
 
 
 def _rebuilt(transcript: Path) -> TranscriptIndex:
-    """`rebuild`, in a child process for a long file (the GIL kept for the event loop: rebuild_apart.py)."""
-    if rebuild_in_child(transcript) and (index := read_index(transcript)) is not None:
+    """`rebuild`, in a child process for a long file (the GIL kept for the event loop: scan_apart.py);
+    what it wrote is read back and checked against the file."""
+    if scan_apart.in_child(scan_apart.INDEX_CHILD, transcript) is not None and (index := read_index(transcript)):
         return index
     return rebuild(transcript)
 
@@ -408,5 +409,11 @@ def window_lines(transcript: Path) -> list[dict[str, Any]]:
     return out + [d for _, d, _ in tail]
 
 
-if __name__ == "__main__":  # rebuild_apart.py's child
-    as_child(rebuild)
+def _child_rebuild(transcript: Path) -> None:
+    from shared.history import transcript_index  # this module as imported, not as __main__  # noqa: PLW0406
+
+    transcript_index.rebuild(transcript)
+
+
+if __name__ == "__main__":  # scan_apart.py's child: the index written, nothing returned
+    scan_apart.as_child(_child_rebuild)
