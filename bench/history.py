@@ -11,8 +11,15 @@ bench runs (scripted/history.py: valid entries, a compaction every ~200 KB), 0 /
   streamed event of the answer), Wake -> first token (p50 / p99);
 - memory the live session holds: the Python heap allocated by a wake and a turn and still held while
   the session is live (tracemalloc), and this process's RSS with the session live;
-- the same wakes while `--neighbours` other sessions stream paced answers (80 tokens/s) on the worker:
-  the event loop's lag p99 (what every neighbour's next token waits for) and the wake's own figures;
+- the same wakes while other sessions stream paced answers (80 tokens/s) on the worker, first
+  `--light-neighbours` (20: a loop that is not saturated, where the wake's own effect shows), then
+  `--neighbours` (100: the issue's figure; the 2-core worker is saturated, its lag p99 mostly that):
+  the none and largest sessions' rounds alternated (ABBA: the neighbours' load grows as their answers
+  lengthen their contexts, so the session measured second would get more), the event loop's lag (a
+  5-ms sleep's overshoot: what every neighbour's next token waits for) filed under the session whose
+  wake (close, Wake -> SessionLive) or turn (prompt -> answer) ran then, and the wake's own figures;
+  then a wake of the largest with its index deleted (one scan of the whole file: a session written
+  before the index, or a crash's), its loop lag beside the neighbours;
 - at the largest size: a rewind to an entry in the window, an edit-and-branch, and a rewind to an entry
   a full scan finds (refused 409: generated history has no snapshots; the time is the scan's); then, the
   session dormant, as the proxy runs them in its I/O pool: the branch view's first page (`GET
