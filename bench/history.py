@@ -70,6 +70,8 @@ from shared.history import rewind as rw  # noqa: E402
 from shared.history import transcript_ids as tid  # noqa: E402
 from shared.history import transcript_index as ix  # noqa: E402
 from shared.redis import keys  # noqa: E402
+from shared.serving.gcpolicy import heap_freezer, young_threshold  # noqa: E402
+from shared.serving.service import settle_heap  # noqa: E402
 from shared.storage.disk import session_paths  # noqa: E402
 from shared.storage.snapshots import SnapshotLimits  # noqa: E402
 from shared.streams import inbox  # noqa: E402
@@ -344,6 +346,19 @@ async def measure_size(b: Bench, label: str, size: int, args: argparse.Namespace
     return row
 
 
+def gc_as_the_service(h: Harness) -> asyncio.Task[None]:
+    """The runtime service's GC policy (shared/serving/service.py, gcpolicy.py): startup's heap frozen,
+    its young threshold, the freezer's passes. Without it every full collection scanned the whole heap
+    (120-220 ms of loop held, settle_heap's docstring), and a tree whose first 1 GB wake scanned in
+    this process froze the heap there as a side effect (transcript_scan.py `FREEZE_EVERY`): two trees
+    measured under different collectors."""
+    server = h.settings.server
+    settle_heap()
+    young_threshold(server.gc_gen0)
+    return asyncio.ensure_future(heap_freezer(server.gc_freeze_s, server.gc_full_s, server.gc_full_growth,
+                                              server.gc_full_released, server.gc_full_defer_s, server.gc_malloc_trim))
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     skills = load_skills(skills_dir())
     with tempfile.TemporaryDirectory(prefix="gamma-bench-history-", dir=args.tmp) as tmp:
@@ -351,6 +366,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         h = Harness(url, Path(tmp), ScriptedGamma(skills))
         h.worker.model_client = scripted_client(ScriptedGamma(skills), Timing(tokens_per_s=80))
         await h.start()
+        freezer = gc_as_the_service(h)
         b = Bench(h, Path(tmp), url, args.neighbours + 1)
         try:
             rows = []
@@ -379,6 +395,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 task.cancel()
             await asyncio.gather(*streams, return_exceptions=True)
         finally:
+            freezer.cancel()
             await b.reader.aclose()
             await h.stop()
     return {"benchmark": "history", "machine": platform.platform(), "rounds": args.rounds,
