@@ -9,7 +9,7 @@ slowed down while one dormant session woke (bench-history's wake with the index 
 held the loop 140-180 ms). In a child the pool thread only waits for the child's exit, the GIL
 released; what comes back is the scan's small result (the index, written by the child; a branch's
 nodes and tail, pickled on a pipe from our own child). When anything goes wrong the caller scans in
-its own thread, as before.
+its own thread.
 
 The index rebuild's child runs the same `rebuild` (the same atomic writes of the ids file and the
 index, while the waking runtime holds the session's disk fence and waits for it); the caller reads it
