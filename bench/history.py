@@ -11,8 +11,15 @@ bench runs (scripted/history.py: valid entries, a compaction every ~200 KB), 0 /
   streamed event of the answer), Wake -> first token (p50 / p99);
 - memory the live session holds: the Python heap allocated by a wake and a turn and still held while
   the session is live (tracemalloc), and this process's RSS with the session live;
-- the same wakes while `--neighbours` other sessions stream paced answers (80 tokens/s) on the worker:
-  the event loop's lag p99 (what every neighbour's next token waits for) and the wake's own figures;
+- the same wakes while other sessions stream paced answers (80 tokens/s) on the worker, first
+  `--light-neighbours` (20: a loop that is not saturated, where the wake's own effect shows), then
+  `--neighbours` (100: the issue's figure; the 2-core worker is saturated, its lag p99 mostly that):
+  the none and largest sessions' rounds alternated (ABBA: the neighbours' load grows as their answers
+  lengthen their contexts, so the session measured second would get more), the event loop's lag (a
+  5-ms sleep's overshoot: what every neighbour's next token waits for) filed under the session whose
+  wake (close, Wake -> SessionLive) or turn (prompt -> answer) ran then, and the wake's own figures;
+  then a wake of the largest with its index deleted (one scan of the whole file: a session written
+  before the index, or a crash's), its loop lag beside the neighbours;
 - at the largest size: a rewind to an entry in the window, an edit-and-branch, and a rewind to an entry
   a full scan finds (refused 409: generated history has no snapshots; the time is the scan's); then, the
   session dormant, as the proxy runs them in its I/O pool: the branch view's first page (`GET
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import platform
@@ -33,6 +41,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +70,8 @@ from shared.history import rewind as rw  # noqa: E402
 from shared.history import transcript_ids as tid  # noqa: E402
 from shared.history import transcript_index as ix  # noqa: E402
 from shared.redis import keys  # noqa: E402
+from shared.serving.gcpolicy import heap_freezer, young_threshold  # noqa: E402
+from shared.serving.service import settle_heap  # noqa: E402
 from shared.storage.disk import session_paths  # noqa: E402
 from shared.storage.snapshots import SnapshotLimits  # noqa: E402
 from shared.streams import inbox  # noqa: E402
@@ -128,19 +139,19 @@ class Bench:
                         return first or answered, answered
         raise TimeoutError(f"{sid}: no answer")
 
-    async def rounds(self, sid: str, n: int) -> dict[str, Any]:
-        lives, firsts, wake_firsts, answers = [], [], [], []
-        for i in range(n):
+    async def round(self, sid: str, i: int, probe: LagProbe | None = None, label: str = "") -> dict[str, float]:
+        """One close, wake and prompt; the probe files the loop's lag under `label:wake` then `label:turn`."""
+        with phase(probe, f"{label}:wake"):
             await self.h.worker.close(sid, "bench")
             live, start = await self.wake(sid)
+        with phase(probe, f"{label}:turn"):
             sent = time.perf_counter()
             first, answer = await self.prompt(sid, script(done(f"round {i} answered")))
-            lives.append(live)
-            firsts.append(first - sent)
-            wake_firsts.append(first - start)
-            answers.append(answer - sent)
-        return {"wake_to_live_ms": dist(lives), "prompt_to_first_token_ms": dist(firsts),
-                "wake_to_first_token_ms": dist(wake_firsts), "prompt_to_answer_ms": dist(answers)}
+        return {"wake_to_live_ms": live, "prompt_to_first_token_ms": first - sent,
+                "wake_to_first_token_ms": first - start, "prompt_to_answer_ms": answer - sent}
+
+    async def rounds(self, sid: str, n: int) -> dict[str, Any]:
+        return summary([await self.round(sid, i) for i in range(n)])
 
     async def held_memory(self, sid: str) -> dict[str, float]:
         """The heap a wake and a turn allocate and the live session still holds, and RSS while live."""
@@ -156,27 +167,85 @@ class Bench:
         return {"held_mb": round(held / 2**20, 2), "peak_mb": round(peak / 2**20, 2), "rss_live_mb": rss_mb()}
 
 
-async def lag_during(work: Any) -> tuple[Any, dict[str, float]]:
-    """The event loop's lag (a 5 ms sleep's overshoot) while `work` runs: what a neighbour's next step waits."""
-    lags: list[float] = []
-    stop = asyncio.Event()
+def summary(rounds: list[dict[str, float]]) -> dict[str, Any]:
+    return {key: dist([r[key] for r in rounds]) for key in
+            ("wake_to_live_ms", "prompt_to_first_token_ms", "wake_to_first_token_ms", "prompt_to_answer_ms")}
 
-    async def ticker() -> None:
+
+class LagProbe:
+    """The event loop's lag (a 5 ms sleep's overshoot: what a neighbour's next step waits), each sample
+    filed under the phase running when it was taken (`phase`), so rounds of two sessions interleaved
+    on the same loaded worker are told apart."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[float]] = {}
+        self.current = ""
+
+    async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            t = time.perf_counter()
+            t, at = time.perf_counter(), self.current
             await asyncio.sleep(0.005)
-            lags.append(time.perf_counter() - t - 0.005)
+            self.samples.setdefault(at, []).append(time.perf_counter() - t - 0.005)
 
-    task = asyncio.ensure_future(ticker())
+    def of(self, *phases: str) -> dict[str, float]:
+        return dist([v for p in phases for v in self.samples.get(p, [])])
+
+
+@contextlib.contextmanager
+def phase(probe: LagProbe | None, name: str) -> Iterator[None]:
+    if probe is None:
+        yield
+        return
+    before, probe.current = probe.current, name
+    try:
+        yield
+    finally:
+        probe.current = before
+
+
+async def lag_during(work: Any) -> tuple[Any, dict[str, float]]:
+    """The event loop's lag while `work` runs."""
+    probe, stop = LagProbe(), asyncio.Event()
+    task = asyncio.ensure_future(probe.run(stop))
     try:
         result = await work
     finally:
         stop.set()
         await task
-    return result, dist(lags)
+    return result, probe.of("")
 
 
-async def neighbours(b: Bench, n: int) -> list[asyncio.Task[Any]]:
+async def interleaved(b: Bench, labels: list[str], n: int) -> dict[str, Any]:
+    """`n` rounds of each session, alternating (ABBA...): the neighbours' own load grows as their answers
+    lengthen their contexts, so rounds run one session after the other would hand the later one more."""
+    probe, stop = LagProbe(), asyncio.Event()
+    task = asyncio.ensure_future(probe.run(stop))
+    rounds: dict[str, list[dict[str, float]]] = {label: [] for label in labels}
+    try:
+        for label in labels:
+            await b.wake(f"history-{label.lower()}")
+        for i in range(n):
+            for label in labels if i % 2 == 0 else labels[::-1]:
+                rounds[label].append(await b.round(f"history-{label.lower()}", i, probe, label))
+    finally:
+        stop.set()
+        await task
+    return {label: {**summary(rounds[label]), "neighbour_loop_lag_ms": probe.of(f"{label}:wake", f"{label}:turn"),
+                    "neighbour_loop_lag_wake_ms": probe.of(f"{label}:wake"),
+                    "neighbour_loop_lag_turn_ms": probe.of(f"{label}:turn")} for label in labels}
+
+
+async def rebuild_wake(b: Bench, label: str) -> dict[str, Any]:
+    """A wake with the index gone (a session written before it, or one a crash left stale): one scan of
+    the whole file (docs/architecture.md "How a session wakes", crash rules), beside the neighbours."""
+    sid = f"history-{label.lower()}"
+    await b.h.worker.close(sid, "bench")
+    ix.index_path(session_paths(b.data_dir, sid).transcript).unlink(missing_ok=True)
+    (live, _), lag = await lag_during(b.wake(sid))
+    return {"wake_to_live_ms": round(live * 1000, 1), "neighbour_loop_lag_ms": lag}
+
+
+async def neighbours(b: Bench, n: int, first: int = 0) -> list[asyncio.Task[Any]]:
     """`n` live sessions, each streaming a long paced answer (restarted while the bench measures)."""
     text = "token " * 1500
 
@@ -185,7 +254,7 @@ async def neighbours(b: Bench, n: int) -> list[asyncio.Task[Any]]:
         while True:
             await b.prompt(sid, script(done(text)), limit_s=600)
 
-    return [asyncio.ensure_future(stream(f"neighbour{i:03d}")) for i in range(n)]
+    return [asyncio.ensure_future(stream(f"neighbour{i:03d}")) for i in range(first, first + n)]
 
 
 async def rewinds(b: Bench, sid: str) -> dict[str, Any]:
@@ -277,6 +346,19 @@ async def measure_size(b: Bench, label: str, size: int, args: argparse.Namespace
     return row
 
 
+def gc_as_the_service(h: Harness) -> asyncio.Task[None]:
+    """The runtime service's GC policy (shared/serving/service.py, gcpolicy.py): startup's heap frozen,
+    its young threshold, the freezer's passes. Without it every full collection scanned the whole heap
+    (120-220 ms of loop held, settle_heap's docstring), and a tree whose first 1 GB wake scanned in
+    this process froze the heap there as a side effect (transcript_scan.py `FREEZE_EVERY`): two trees
+    measured under different collectors."""
+    server = h.settings.server
+    settle_heap()
+    young_threshold(server.gc_gen0)
+    return asyncio.ensure_future(heap_freezer(server.gc_freeze_s, server.gc_full_s, server.gc_full_growth,
+                                              server.gc_full_released, server.gc_full_defer_s, server.gc_malloc_trim))
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     skills = load_skills(skills_dir())
     with tempfile.TemporaryDirectory(prefix="gamma-bench-history-", dir=args.tmp) as tmp:
@@ -284,6 +366,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         h = Harness(url, Path(tmp), ScriptedGamma(skills))
         h.worker.model_client = scripted_client(ScriptedGamma(skills), Timing(tokens_per_s=80))
         await h.start()
+        freezer = gc_as_the_service(h)
         b = Bench(h, Path(tmp), url, args.neighbours + 1)
         try:
             rows = []
@@ -293,28 +376,31 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 args.out.write_text(json.dumps(partial, indent=2) + "\n")  # kept if a later size fails
             rows = [r for r in rows if "first_wake_error" not in r] + [r for r in rows if "first_wake_error" in r]
             big = next(r["size"] for r in reversed(rows) if "first_wake_error" not in r)
-            streams = await neighbours(b, args.neighbours)
+            labels = list(dict.fromkeys(["empty", big]))
+            streams = await neighbours(b, args.light_neighbours)
             await asyncio.sleep(3)
-            loaded: dict[str, Any] = {}
-            for label in ("empty", big):
-                sid = f"history-{label.lower()}"
-                await b.wake(sid)
-                result, lag = await lag_during(b.rounds(sid, args.rounds // 2))
-                loaded[label] = {**result, "neighbour_loop_lag_ms": lag}
-                if label == big:
-                    loaded[label]["rewinds"], _ = await lag_during(rewinds(b, sid))
-                await h.worker.close(sid, "bench")
-                if label == big:
-                    ops, lag = await lag_during(asyncio.to_thread(dormant_ops, Path(tmp), sid))
-                    loaded[label]["dormant_ops"] = {**ops, "neighbour_loop_lag_ms": lag}
+            light = await interleaved(b, labels, args.rounds // 2)
+            light[big]["rebuild_wake"] = await rebuild_wake(b, big)
+            streams += await neighbours(b, args.neighbours - args.light_neighbours, args.light_neighbours)
+            await asyncio.sleep(3)
+            loaded = await interleaved(b, labels, args.rounds // 2)
+            loaded[big]["rebuild_wake"] = await rebuild_wake(b, big)
+            sid = f"history-{big.lower()}"
+            done_rewinds, lag = await lag_during(rewinds(b, sid))
+            loaded[big]["rewinds"] = {**done_rewinds, "neighbour_loop_lag_ms": lag}
+            await h.worker.close(sid, "bench")
+            ops, lag = await lag_during(asyncio.to_thread(dormant_ops, Path(tmp), sid))
+            loaded[big]["dormant_ops"] = {**ops, "neighbour_loop_lag_ms": lag}
             for task in streams:
                 task.cancel()
             await asyncio.gather(*streams, return_exceptions=True)
         finally:
+            freezer.cancel()
             await b.reader.aclose()
             await h.stop()
     return {"benchmark": "history", "machine": platform.platform(), "rounds": args.rounds,
-            "neighbours": args.neighbours, "sizes": rows, "with_neighbours": loaded,
+            "neighbours": args.neighbours, "light_neighbours": args.light_neighbours, "sizes": rows,
+            "with_neighbours": loaded, "with_light_neighbours": light,
             "targets": {"wake_to_first_token_p99_over_empty_ms": 150, "held_mb_over_empty": 20,
                         "neighbour_p99_added_ms": 20}}
 
@@ -333,12 +419,16 @@ def table(r: dict[str, Any]) -> str:
                      f"{row['wake_to_live_ms']['p50']:>9}/{row['wake_to_live_ms']['p99']:<9} "
                      f"{w['p50']:>11}/{w['p99']:<10} {w['p99'] - empty['wake_to_first_token_ms']['p99']:>13.1f} "
                      f"{m['held_mb']:>8} {m['held_mb'] - empty['memory']['held_mb']:>6.2f} {m['rss_live_mb']:>7}")
-    lines.append(f"with {r['neighbours']} neighbours streaming:")
-    for label, x in r["with_neighbours"].items():
-        lines.append(f"{label:>8} wake->1st tok p50/p99 {x['wake_to_first_token_ms']['p50']}/"
-                     f"{x['wake_to_first_token_ms']['p99']} ms, loop lag p99 {x['neighbour_loop_lag_ms']['p99']} ms"
-                     + (f", rewinds {x['rewinds']}" if "rewinds" in x else "")
-                     + (f", dormant {x['dormant_ops']}" if "dormant_ops" in x else ""))
+    for key, n in (("with_light_neighbours", r.get("light_neighbours")), ("with_neighbours", r["neighbours"])):
+        lines.append(f"with {n} neighbours streaming (rounds alternated):")
+        for label, x in r.get(key, {}).items():
+            lines.append(f"{label:>8} wake->1st tok p50/p99 {x['wake_to_first_token_ms']['p50']}/"
+                         f"{x['wake_to_first_token_ms']['p99']} ms, loop lag p50/p99 {x['neighbour_loop_lag_ms']['p50']}/"
+                         f"{x['neighbour_loop_lag_ms']['p99']} ms (wake {x['neighbour_loop_lag_wake_ms']['p99']}, "
+                         f"turn {x['neighbour_loop_lag_turn_ms']['p99']})"
+                         + (f", wake rebuilding the index {x['rebuild_wake']}" if "rebuild_wake" in x else "")
+                         + (f", rewinds {x['rewinds']}" if "rewinds" in x else "")
+                         + (f", dormant {x['dormant_ops']}" if "dormant_ops" in x else ""))
     return "\n".join(lines)
 
 
@@ -347,6 +437,8 @@ def main() -> None:
     p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--neighbours", type=int, default=100)
+    p.add_argument("--light-neighbours", type=int, default=20,
+                   help="a first phase with this many neighbours streaming: a loop that is not saturated")
     p.add_argument("--tmp", default=None, help="where the generated sessions go (default: the system's temp dir)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()

@@ -27,7 +27,7 @@ from shared.history.rewind import (
 )
 from shared.history.transcript_branch import timed_scan
 from shared.history.transcript_scan import SLICE, Span, parse_line, read_spans
-from shared.media.image_gc import link_referenced
+from shared.media.image_gc import IMAGE_KEY, link_referenced
 from shared.storage.disk import SessionPaths, atomic_write_json
 from shared.storage.snapshot_restore import MissingObject, restore
 from shared.storage.snapshot_scan import object_path
@@ -55,8 +55,10 @@ class ForkPlan:
                 chunk.append(span)
                 size += span[1]
 
-    def branch(self) -> Iterator[dict[str, Any]]:
-        return (d for line in self.lines() if (d := parse_line(line)) is not None)
+    def image_lines(self) -> Iterator[dict[str, Any]]:
+        """The branch's lines that can name an image, parsed: only those (image_gc.py `IMAGE_KEY`), the
+        rest skipped unparsed (parsing every line of a 1 GB branch was most of a fork's time)."""
+        return (d for line in self.lines() if IMAGE_KEY in line and (d := parse_line(line)) is not None)
 
 
 GONE = "the session's files went away while it was forked (deleted meanwhile?); retry the fork"
@@ -115,7 +117,7 @@ def lay_out(fork: ForkPlan, dst: SessionPaths, limits: SnapshotLimits, default_u
         restore(dst.root, fork.objects, {}, fork.manifest, FORK_SCOPES)  # its stats: seed reads them
         if "state.json" not in fork.manifest:
             atomic_write_json(dst.state, default_ui)
-        link_referenced(fork.images, dst.images, fork.branch())  # before the transcript names them
+        link_referenced(fork.images, dst.images, fork.image_lines())  # before the transcript names them
         _copy(fork, dst.transcript)
         SnapshotStore(dst, limits).seed(fork.manifest, fork.objects, fork.entry_id)
     except BaseException as exc:

@@ -3,7 +3,8 @@ live rewind, an edit-and-branch or a branch switch needs of the branch to its ta
 the branch's entries. One scan in slices keeps each line's tree row, span and time
 (shared/history/transcript_scan.py); then only the branch's last tool batch is parsed.
 
-Blocking: the runtime calls `read_branch` in the I/O pool.
+Blocking: the runtime and the proxy call `read_branch_apart` in the I/O pool (a long file's scan in a
+child process: shared/history/scan_apart.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from shared.contracts.records.messages import AssistantMessage, UserMessage
 from shared.contracts.records.transcript import MessageEntry, TranscriptEntry
+from shared.history import scan_apart
 from shared.history.rewind import epoch_ms
 from shared.history.transcript_index import parse_entry
 from shared.history.transcript_scan import Scan, parse_line, read_spans, scan
@@ -81,3 +83,21 @@ def read_branch(transcript: Path, target: str) -> Branch | None:
         if row is not None and row.target is None:
             nodes.append((row.id, times.get(i, 0)))
     return Branch(target, nodes, branch_tail(transcript, [s.spans[i] for i in indices]))
+
+
+def read_branch_apart(transcript: Path, target: str) -> Branch | None:
+    """`read_branch`, in a child process for a long file (the GIL kept for the event loop)."""
+    ok, result = scan_apart.loads(scan_apart.in_child(scan_apart.BRANCH_CHILD, transcript, target))
+    if ok and (result is None or isinstance(result, Branch)):
+        return result
+    return read_branch(transcript, target)
+
+
+def _child_read(transcript: Path, target: str) -> Branch | None:
+    from shared.history import transcript_branch  # the Branch the parent unpickles, not __main__'s  # noqa: PLW0406
+
+    return transcript_branch.read_branch(transcript, target)
+
+
+if __name__ == "__main__":  # scan_apart.py's child
+    scan_apart.as_child(_child_read)

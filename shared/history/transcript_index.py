@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from shared.contracts.records.transcript import ENTRY_ADAPTER, TranscriptEntry
+from shared.history import scan_apart
 from shared.history import transcript_ids as tid
 from shared.history.knowledge import parse_source_id
 from shared.history.transcript_scan import Scan, Span, iter_lines, parse_line, read_spans, scan
@@ -363,6 +364,14 @@ def leaf_of(window: Sequence[tuple[Span, TranscriptEntry]]) -> str | None:
     return getattr(last, "target_id", None) if last.type == "leaf" else last.id
 
 
+def _rebuilt(transcript: Path) -> TranscriptIndex:
+    """`rebuild`, in a child process for a long file (the GIL kept for the event loop: scan_apart.py);
+    what it wrote is read back and checked against the file."""
+    if scan_apart.in_child(scan_apart.INDEX_CHILD, transcript) is not None and (index := read_index(transcript)):
+        return index
+    return rebuild(transcript)
+
+
 def load(transcript: Path, fresh: bool = False) -> Loaded:
     """The wake's read (blocking: the caller runs it in the I/O pool); `fresh`: rebuild the index first
     (after a leaf move, the branch changed)."""
@@ -371,13 +380,13 @@ def load(transcript: Path, fresh: bool = False) -> Loaded:
     index, rebuilt = (None if fresh else read_index(transcript)), False
     older = tid.older_ids(transcript, index.ids_length) if index is not None else False
     if index is None or older is False:
-        index, rebuilt = rebuild(transcript), True
+        index, rebuilt = _rebuilt(transcript), True
     elif index.recent() >= tid.RECENT_MAX:  # an index written before the ids file: its ids move there once
         index = save(transcript, index)
     window = _read_window(transcript, index)
     tail = _read_tail(transcript, index, leaf_of(window))
     if tail is None:  # a branch the index does not know: the whole tree once more
-        index, rebuilt = rebuild(transcript), True
+        index, rebuilt = _rebuilt(transcript), True
         window, tail = _read_window(transcript, index), []
     older = tid.older_ids(transcript, index.ids_length) if rebuilt or older is None else older
     return Loaded(index, window, tail, rebuilt, older or None)
@@ -398,3 +407,13 @@ def window_lines(transcript: Path) -> list[dict[str, Any]]:
         index = rebuild(transcript, persist=False)
         return [d for line in read_spans(transcript, index.window) if (d := parse_line(line)) is not None]
     return out + [d for _, d, _ in tail]
+
+
+def _child_rebuild(transcript: Path) -> None:
+    from shared.history import transcript_index  # this module as imported, not as __main__  # noqa: PLW0406
+
+    transcript_index.rebuild(transcript)
+
+
+if __name__ == "__main__":  # scan_apart.py's child: the index written, nothing returned
+    scan_apart.as_child(_child_rebuild)

@@ -35,6 +35,9 @@ from shared.storage.disk import SessionPaths, atomic_write_bytes
 HASH_NAME = re.compile(r"^[0-9a-f]{64}$")
 ASIDE_PREFIX = ".gc-"
 MAX_DEPTH = 64  # an entry's JSON is shallow; deeper values are not looked at
+# Every reference is a dict with this key (`_refs_in`), which the transcript's writers never escape: a
+# line without it names no image and need not be parsed (most lines of a long session carry none).
+IMAGE_KEY = b'"mimeType"'
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ def transcript_refs(paths: SessionPaths) -> set[str]:
         lines = lines[:-1]  # a torn last line: never recorded (shared/storage/disk.py iter_jsonl)
     out: set[str] = set()
     for line in lines:
-        if b'"mimeType"' not in line:
+        if IMAGE_KEY not in line:
             continue
         try:
             value = json.loads(line)

@@ -9,6 +9,9 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
+from shared.history import fork
 from shared.media.image_gc import Collected, _collect_one, collect, link_referenced, referenced
 from shared.storage.disk import SessionPaths
 
@@ -77,3 +80,23 @@ def test_without_a_file_past_the_grace_the_transcript_is_not_read(tmp_path: Path
     paths.transcript.unlink()
     paths.transcript.mkdir()  # unreadable as a file: reading it would raise
     assert collect(paths, grace_s=3600) == Collected(kept=1)
+
+
+def test_a_fork_parses_only_the_lines_that_can_name_an_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long branch is mostly text: a fork finds its images without parsing every line of it."""
+    paths = session(tmp_path, LINES, [], age_s=0)
+    raw = paths.transcript.read_bytes()
+    spans, at = [], 0
+    for line in raw.split(b"\n")[:-1]:
+        spans.append((at, len(line)))
+        at += len(line) + 1
+    parsed: list[bytes] = []
+
+    def parse(line: bytes) -> object:
+        parsed.append(line)
+        return json.loads(line)
+
+    monkeypatch.setattr(fork, "parse_line", parse)
+    plan = fork.ForkPlan("u3", paths.transcript, spans, {}, tmp_path / "objects", paths.images)
+    assert referenced(plan.image_lines()) == {A, B}
+    assert len(parsed) == 2  # u1's and t1's lines; u2 and u3 (a hash in text) are not parsed

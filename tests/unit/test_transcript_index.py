@@ -18,6 +18,8 @@ from services.runtime.turns.knowledge import loaded_notes
 from shared.contracts.records.messages import CustomMessage, TextContent, ToolResultMessage, UserMessage
 from shared.contracts.records.transcript import LeafEntry
 from shared.history import rewind as rw
+from shared.history import scan_apart as apart
+from shared.history import transcript_branch as tb
 from shared.history import transcript_ids as tid
 from shared.history import transcript_index as ix
 from shared.history.knowledge import source_id
@@ -30,8 +32,10 @@ from tests.support.history_reference import assert_same, reference
 @pytest.fixture(autouse=True)
 def _few_recent_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     """The index keeps 48 ids, not 2048: these histories' older ids are in the ids file
-    (shared/history/transcript_ids.py), as a long session's are."""
+    (shared/history/transcript_ids.py), as a long session's are. Rebuilt in this process but where a test
+    says otherwise (scan_apart.py: its child keeps its own 2,048)."""
     monkeypatch.setattr(tid, "RECENT_MAX", 48)
+    monkeypatch.setattr(apart, "APART_BYTES", 1 << 40)  # rebuilt here, with these 48: a child would keep 2,048
 
 
 def _history(tmp_path: Path, size: int = 3_000_000, seed: int = 1) -> Path:
@@ -221,3 +225,47 @@ async def test_loads_cut_by_a_compaction_stay_in_force_after_it_and_after_a_wake
     assert _loaded(_load(path)) == expected
     ix.index_path(path).unlink()
     assert _loaded(_load(path)) == expected
+
+
+def test_a_long_transcript_is_rebuilt_in_a_child_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past `APART_BYTES` the scan runs in a child (scan_apart.py): this process never scans, its
+    GIL stays with the event loop; the index the child wrote is the one a scan here writes."""
+    path = _history(tmp_path, 400_000)
+    expected = ix.rebuild(path, persist=False)
+    monkeypatch.setattr(apart, "APART_BYTES", 100_000)
+
+    def no_scan(*_: object, **__: object) -> None:
+        raise AssertionError("scanned in the waking process")
+
+    monkeypatch.setattr(ix, "scan", no_scan)
+    loaded = ix.load(path)
+    assert loaded.rebuilt
+    assert loaded.index.window == expected.window and loaded.index.length == path.stat().st_size
+    assert loaded.index.facts().prompts.keys() <= expected.facts().prompts.keys()
+    assert not ix.load(path).rebuilt
+
+
+def test_a_failed_child_rebuild_falls_back_to_the_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _history(tmp_path, 400_000)
+    monkeypatch.setattr(apart, "APART_BYTES", 100_000)
+    monkeypatch.setattr(apart, "INDEX_CHILD", "shared.history.no_such_module")
+    loaded = ix.load(path)
+    assert loaded.rebuilt and ix.read_index(path) == loaded.index
+
+
+def test_a_long_branch_is_read_in_a_child_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewind to an entry older than the window reads its branch by one scan: past `APART_BYTES`, in a
+    child (scan_apart.py), whose branch is the one a scan here finds."""
+    path = _history(tmp_path, 400_000)
+    target = ix.rebuild(path, persist=False)
+    assert target.window
+    entry = next(e.id for line in read_spans(path, target.window[:1]) if (e := ix.parse_entry(ix.parse_line(line) or {})))
+    expected = read_branch(path, entry)
+    monkeypatch.setattr(apart, "APART_BYTES", 100_000)
+
+    def no_scan(*_: object, **__: object) -> None:
+        raise AssertionError("scanned in this process")
+
+    monkeypatch.setattr(tb, "timed_scan", no_scan)
+    assert tb.read_branch_apart(path, entry) == expected
+    assert tb.read_branch_apart(path, "no-such-entry") is None

@@ -30,7 +30,7 @@ from shared.contracts.records.transcript import MessageEntry
 from shared.contracts.streams.inbox import Rewind
 from shared.history import fork as forking
 from shared.history import rewind as rw
-from shared.history.transcript_branch import read_branch
+from shared.history.transcript_branch import read_branch_apart
 from shared.storage.disk import SessionPaths, session_paths
 from shared.storage.snapshots import SnapshotLimits
 from shared.ui.uirules import default_snapshot
@@ -68,7 +68,7 @@ async def rewind_session(proxy: Proxy, state: SessionState, entry_id: str,
 
 def _edit_target(paths: SessionPaths, entry_id: str) -> str | None:
     """The parent of user message `entry_id` (None when it is not one)."""
-    branch = read_branch(paths.transcript, entry_id)  # by offset: never the whole file (shared/history/transcript_branch.py)
+    branch = read_branch_apart(paths.transcript, entry_id)  # by offset, a long file in a child (transcript_branch.py)
     last = branch.tail[-1] if branch and branch.tail else None
     if branch is None or not (isinstance(last, MessageEntry) and isinstance(last.message, UserMessage)):
         return None

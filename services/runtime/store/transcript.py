@@ -37,7 +37,7 @@ from shared.contracts.records.transcript import (
 from shared.history import transcript_ids as tid
 from shared.history import transcript_index as ix
 from shared.history.context import build_context
-from shared.history.transcript_branch import Branch, read_branch
+from shared.history.transcript_branch import Branch, read_branch_apart
 from shared.storage.disk import append_lines_unsynced, iter_jsonl, jsonl_line
 
 log = structlog.get_logger()
@@ -146,7 +146,7 @@ class Transcript:
         return self.w.branch_to(entry_id) or await self.read_branch(entry_id)
 
     async def read_branch(self, entry_id: str) -> Branch | None:
-        return await asyncio.to_thread(read_branch, self.path, entry_id)
+        return await asyncio.to_thread(read_branch_apart, self.path, entry_id)  # a long file's scan: a child
 
     def context(self) -> list[AgentMessage]:
         """The replayed model context (cached until the next append; callers get their own list)."""
