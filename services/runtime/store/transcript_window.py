@@ -28,6 +28,7 @@ from shared.history.transcript_branch import Branch
 from shared.history.transcript_scan import Span
 from shared.history.transcript_tree import build as build_tree
 from shared.history.transcript_tree import path_indices, row_of
+from shared.history.window_rules import capped, keep_loads, task_start
 from shared.storage.file_seen import fold_seen, seen_change
 
 
@@ -104,10 +105,10 @@ class Window:
         start = kept_start_index(self.entries, last) if last >= 0 else 0
         marks = ((pos, e.model_dump(mode="json", by_alias=True)) for pos, e in enumerate(self.entries[:start])
                  if isinstance(e, SkillActivationEntry | SkillEndEntry | AuditEntry))
-        start = ix.capped(self.spans, ix.task_start(marks, start), start)  # a live workflow's task stays
+        start = capped(self.spans, task_start(marks, start), start)  # a live workflow's task stays
         if start <= 0:
             return
-        self.base_loads = [e for d in ix.keep_loads(_dumped(self.base_loads), _dumped(self.entries[:start]))
+        self.base_loads = [e for d in keep_loads(_dumped(self.base_loads), _dumped(self.entries[:start]))
                            if (e := ix.parse_entry(d)) is not None]
         for e in self.entries[:start]:
             _fold_skill(self.base_live, e)
