@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import json
 import platform
@@ -41,7 +40,6 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from loop_lag import LagProbe, dist, lag_during, phase  # noqa: E402
 from prefix import Harness, done, redis_url, script  # noqa: E402
 
 from scripted.gamma import ScriptedGamma  # noqa: E402
@@ -79,15 +78,6 @@ from shared.streams import inbox  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "history.json"
 SIZES = {"empty": 0, "10MB": 10 << 20, "100MB": 100 << 20, "1GB": 1 << 30}
 FIRST = {"message_update", "tool_call_progress", "message_start"}
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1) if ordered else 0.0
-
-
-def dist(values: list[float]) -> dict[str, float]:
-    return {"p50": pct(values, 0.5), "p99": pct(values, 0.99), "max": pct(values, 1.0)}
 
 
 def rss_mb() -> float:
@@ -170,49 +160,6 @@ class Bench:
 def summary(rounds: list[dict[str, float]]) -> dict[str, Any]:
     return {key: dist([r[key] for r in rounds]) for key in
             ("wake_to_live_ms", "prompt_to_first_token_ms", "wake_to_first_token_ms", "prompt_to_answer_ms")}
-
-
-class LagProbe:
-    """The event loop's lag (a 5 ms sleep's overshoot: what a neighbour's next step waits), each sample
-    filed under the phase running when it was taken (`phase`), so rounds of two sessions interleaved
-    on the same loaded worker are told apart."""
-
-    def __init__(self) -> None:
-        self.samples: dict[str, list[float]] = {}
-        self.current = ""
-
-    async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            t, at = time.perf_counter(), self.current
-            await asyncio.sleep(0.005)
-            self.samples.setdefault(at, []).append(time.perf_counter() - t - 0.005)
-
-    def of(self, *phases: str) -> dict[str, float]:
-        return dist([v for p in phases for v in self.samples.get(p, [])])
-
-
-@contextlib.contextmanager
-def phase(probe: LagProbe | None, name: str) -> Iterator[None]:
-    if probe is None:
-        yield
-        return
-    before, probe.current = probe.current, name
-    try:
-        yield
-    finally:
-        probe.current = before
-
-
-async def lag_during(work: Any) -> tuple[Any, dict[str, float]]:
-    """The event loop's lag while `work` runs."""
-    probe, stop = LagProbe(), asyncio.Event()
-    task = asyncio.ensure_future(probe.run(stop))
-    try:
-        result = await work
-    finally:
-        stop.set()
-        await task
-    return result, probe.of("")
 
 
 async def interleaved(b: Bench, labels: list[str], n: int) -> dict[str, Any]:
