@@ -227,10 +227,13 @@ class ObjectWriter:
     def __init__(self, objects: Path) -> None:
         self.objects = objects
         self.pending: dict[str, tuple[Path, int]] = {}  # digest -> (temp copy, size)
+        self._made = False  # `objects` exists
 
     def store(self, dir_fd: int, name: str) -> tuple[str, int]:
         src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-        self.objects.mkdir(parents=True, exist_ok=True)
+        if not self._made:  # once a take, not once a file
+            self.objects.mkdir(parents=True, exist_ok=True)
+            self._made = True
         tmp = self.objects / f".tmp-{secrets.token_hex(8)}"
         keep = False
         try:
@@ -252,8 +255,11 @@ class ObjectWriter:
         dirs: set[Path] = set()
         for digest, (tmp, _) in self.pending.items():
             final = object_path(self.objects, digest)
-            final.parent.mkdir(exist_ok=True)
-            os.replace(tmp, final)
+            try:
+                os.replace(tmp, final)
+            except FileNotFoundError:  # the first object of its prefix: its directory is made then
+                final.parent.mkdir(exist_ok=True)
+                os.replace(tmp, final)
             dirs.add(final.parent)
         fsync_paths(sorted(dirs))
         self.pending.clear()
