@@ -157,8 +157,8 @@ async def test_a_clients_write_and_its_snapshot_share_one_hand_off(tmp_path: Pat
         return await write(*args, **kwargs)
 
     guard.write = counted  # type: ignore[method-assign]
-    assert await snapshots.after_write(lambda: atomic_write_bytes(file, b"one") or "ok", "upload", lambda r: True) == "ok"
-    await guard.write(lambda: None, files=False)  # waits for the turn: the snapshot is done
+    assert await snapshots.after_write(_saved(file, b"one"), "upload", lambda r: True) == "ok"
+    await guard.write(lambda: None, files=False)  # the put-off snapshot is taken in this hand-off
     assert hand_offs == 2 and scans == ["upload"]
     record = snapshots.store.records[-1]
     assert record.entry == "leaf" and record.reason == "upload" and "workspace/a.txt" in record.set
