@@ -34,6 +34,10 @@ MAX_DEPTH = 64  # the default; SnapshotLimits follows GAMMA_WORKSPACE_MAX_DEPTH
 CHUNK = 1024 * 1024
 ROOT_FILES = ("todo.json", "state.json")
 FSYNC_THREADS = 8
+# Up to this many, one after another in the calling thread: handing two or three to the fsync threads
+# cost more CPU (their wake-ups and the GIL) than the commits they share (bench/README.md "bench-e2e",
+# fourth pass).
+SERIAL_FSYNCS = 3
 
 
 class Item(NamedTuple):
@@ -196,13 +200,14 @@ _POOL: ThreadPoolExecutor | None = None
 
 
 def fsync_paths(paths: list[Path]) -> None:
-    """fsync each file or directory, several at a time: the journal commits concurrent fsyncs together,
-    so 100 changed files cost a few commits, not 100."""
+    """fsync each file or directory, several at a time past a few: the journal commits concurrent
+    fsyncs together, so 100 changed files cost a few commits, not 100."""
     global _POOL
     if not paths:
         return
-    if len(paths) == 1:
-        _fsync_path(paths[0])
+    if len(paths) <= SERIAL_FSYNCS:
+        for path in paths:
+            _fsync_path(path)
         return
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=FSYNC_THREADS, thread_name_prefix="snapshot-fsync")
