@@ -7,29 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from services.runtime.live.diskfence import DiskFence
-from services.runtime.store import snapshots as snapshots_module
 from services.runtime.store.snapshots import SessionSnapshots
 from services.runtime.store.write_guard import WriteGuard
 from shared.storage.disk import SessionPaths, atomic_write_bytes
 from shared.storage.snapshots import SnapshotLimits
 
 
-async def _live(tmp_path: Path, leaf: list[str] | None = None) -> tuple[WriteGuard, SessionSnapshots, list[str]]:
-    """`leaf`: the transcript's leaf as a one-item list the test moves (default: always "leaf")."""
+async def _live(tmp_path: Path) -> tuple[WriteGuard, SessionSnapshots, list[str]]:
     paths = SessionPaths(tmp_path / "s1")
     paths.workspace.mkdir(parents=True)
     disk = DiskFence(paths.fence, "s1", 7)
     await disk.claim()
     guard = WriteGuard(disk=disk)
     scans: list[str] = []
-    at = leaf or ["leaf"]
-    snapshots = SessionSnapshots("s1", paths, SnapshotLimits(), guard, lambda: at[0])
+    snapshots = SessionSnapshots("s1", paths, SnapshotLimits(), guard, lambda: "leaf")
     store = snapshots.store
     take = store.take
 
@@ -143,9 +139,9 @@ async def test_a_failed_write_with_after_raises_and_skips_after(tmp_path: Path) 
 
 
 async def test_a_clients_write_and_its_snapshot_share_one_hand_off(tmp_path: Path) -> None:
-    """snapshots.py `after_write`: the write's result comes back; its snapshot, put off, is taken in
-    the session's next write's hand-off, keyed to the leaf of the write; the next snapshot finds
-    nothing new and skips its scan; a refused write (changed False) takes none."""
+    """snapshots.py `after_write`: the write's result comes back, its snapshot is recorded keyed to
+    the leaf in the same job; the next snapshot finds nothing new and skips its scan; a refused write
+    (changed False) takes none."""
     guard, snapshots, scans = await _live(tmp_path)
     file = snapshots.paths.workspace / "a.txt"
     hand_offs = 0
@@ -157,8 +153,12 @@ async def test_a_clients_write_and_its_snapshot_share_one_hand_off(tmp_path: Pat
         return await write(*args, **kwargs)
 
     guard.write = counted  # type: ignore[method-assign]
-    assert await snapshots.after_write(_saved(file, b"one"), "upload", lambda r: True) == "ok"
-    await guard.write(lambda: None, files=False)  # the put-off snapshot is taken in this hand-off
+    def save() -> str:
+        atomic_write_bytes(file, b"one")
+        return "ok"
+
+    assert await snapshots.after_write(save, "upload", lambda r: True) == "ok"
+    await guard.write(lambda: None, files=False)  # waits for the turn: the snapshot is done
     assert hand_offs == 2 and scans == ["upload"]
     record = snapshots.store.records[-1]
     assert record.entry == "leaf" and record.reason == "upload" and "workspace/a.txt" in record.set
@@ -166,75 +166,3 @@ async def test_a_clients_write_and_its_snapshot_share_one_hand_off(tmp_path: Pat
     assert await snapshots.after_write(lambda: "refused", "upload", lambda r: False) == "refused"
     await guard.write(lambda: None, files=False)
     assert scans == ["upload"]
-
-
-def _saved(file: Path, data: bytes) -> Callable[[], str]:
-    def write() -> str:
-        atomic_write_bytes(file, data)
-        return "ok"
-    return write
-
-
-async def test_client_writes_at_one_leaf_share_one_snapshot_taken_before_the_leaf_moves(tmp_path: Path) -> None:
-    """A save and a document edit between runs: one snapshot records both, keyed to their leaf, taken
-    in the hand-off of the write that moves the leaf (a transcript append), before it."""
-    leaf = ["L1"]
-    guard, snapshots, scans = await _live(tmp_path, leaf)
-    ws = snapshots.paths.workspace
-    assert await snapshots.after_write(_saved(ws / "a.txt", b"one"), "upload", lambda r: True) == "ok"
-    assert await snapshots.after_write(_saved(ws / "b.txt", b"two"), "upload", lambda r: True) == "ok"
-    assert scans == []  # put off: the second write at L1 replaced the first one's snapshot
-
-    def append() -> None:  # the transcript's append: the snapshot was taken before it, at L1
-        assert scans == ["upload"]
-        leaf[0] = "L2"
-
-    await guard.write(append, files=False)
-    record = snapshots.store.records[-1]
-    assert record.entry == "L1" and {"workspace/a.txt", "workspace/b.txt"} <= set(record.set)
-    assert await snapshots.take("prompt") is None  # nothing written since: no scan
-    assert scans == ["upload"]
-
-
-async def test_a_client_write_at_another_leaf_takes_the_put_off_snapshot_first(tmp_path: Path) -> None:
-    """Each leaf keeps its own record: the write that moves the leaf (under the turn, as the
-    transcript's append) takes what was put off at the leaf before."""
-    leaf = ["L1"]
-    guard, snapshots, scans = await _live(tmp_path, leaf)
-    ws = snapshots.paths.workspace
-
-    def move(to: str) -> Callable[[], None]:
-        def append() -> None:
-            leaf[0] = to
-        return append
-
-    await snapshots.after_write(_saved(ws / "a.txt", b"one"), "upload", lambda r: True)
-    await guard.write(move("L2"), files=False)
-    await snapshots.after_write(_saved(ws / "a.txt", b"two"), "upload", lambda r: True)
-    await guard.write(move("L3"), files=False)
-    await snapshots.after_write(_saved(ws / "b.txt", b"three"), "upload", lambda r: True)
-    await snapshots.flush()
-    entries = [(r.entry, sorted(r.set)) for r in snapshots.store.records]
-    assert entries == [("L1", ["workspace/a.txt"]), ("L2", ["workspace/a.txt"]), ("L3", ["workspace/b.txt"])]
-    assert scans == ["upload", "upload", "upload"]
-
-
-async def test_a_put_off_snapshot_is_taken_at_the_windows_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(snapshots_module, "UPLOAD_WINDOW_S", 0.01)
-    guard, snapshots, scans = await _live(tmp_path)
-    await snapshots.after_write(_saved(snapshots.paths.workspace / "a.txt", b"one"), "upload", lambda r: True)
-    for _ in range(1000):  # no other write: the window's timer takes it
-        if snapshots.store.records:
-            break
-        await asyncio.sleep(0.01)
-    assert [r.entry for r in snapshots.store.records] == ["leaf"] and scans == ["upload"]
-
-
-async def test_stop_drops_a_put_off_snapshot_and_a_refused_write_puts_none_off(tmp_path: Path) -> None:
-    guard, snapshots, scans = await _live(tmp_path)
-    await snapshots.after_write(lambda: "refused", "upload", lambda r: False)
-    await snapshots.flush()
-    await snapshots.after_write(_saved(snapshots.paths.workspace / "a.txt", b"one"), "upload", lambda r: True)
-    snapshots.stop()  # the lease is gone: nothing more is written
-    await guard.write(lambda: None, files=False)
-    assert scans == [] and snapshots.store.records == []

@@ -230,8 +230,9 @@ class Session:
             self.idle.arm()  # with no prompt to carry them, the dormant updates are recorded (idle.py)
 
         async def recorded(write: Callable[[], T], changed: Callable[[T], bool]) -> T:
-            """A client's write between runs is a point to return to (snapshots.py `after_write`);
-            during a run the next batch records it, unless the run ended meanwhile."""
+            """A client's write between runs is a point to return to: its snapshot is taken in the
+            write's own hand-off (snapshots.py `after_write`). During a run the next batch records it,
+            unless the run ended meanwhile."""
             if not state.running:
                 return await self.snapshots.after_write(write, "upload", changed)
             result = await self.guard.write(write)
@@ -350,10 +351,6 @@ class Session:
             await self._stop_tasks()
             self._seal(Phase.SEALING)  # the loops see it closed; the last writes below still go through
             await self._stop_loop()
-            try:
-                await self.snapshots.flush()  # a client's write just before the close is recorded
-            finally:
-                self.snapshots.stop()
             await self.ui.persist_at_close(self.sid)
             self._seal(Phase.CLOSED)
             if self.deps.images is not None:
@@ -372,7 +369,6 @@ class Session:
         """The lease was taken: stop at once, write nothing, publish nothing for this session."""
         if not self.life.drop():
             return
-        self.snapshots.stop()
         await self._stop_tasks()
         await self._stop_loop()
         self.release_disk()

@@ -17,11 +17,6 @@ caller goes on with the first step's result: a client's write and the snapshot t
 (snapshots.py `after_write`), one hand-off and one fence check instead of two (bench/README.md
 "bench-e2e", fourth pass).
 
-`first` (a hook, set by snapshots.py) is asked once a write holds the turn: work it returns (a
-client's upload snapshot put off for a moment) runs in that write's own hand-off, before it, with
-the fence held. `merging` tells it the write is a client's write whose own snapshot may stand in for
-the one put off.
-
 `changes` counts the writes that may have changed the session's files (every one but those that
 say `files=False`: the transcript's appends), so a snapshot can tell that nothing was written since
 the last one without scanning the disk (snapshots.py). Once a check alone was asked for, a writer
@@ -38,7 +33,6 @@ import structlog
 
 log = structlog.get_logger()
 T = TypeVar("T")
-First = Callable[[bool], Callable[[], None] | None]  # (merging) -> work to run before the write, or None
 
 
 class FenceLock(Protocol):
@@ -52,8 +46,6 @@ class FenceLock(Protocol):
 
 
 class Guard(Protocol):
-    first: First | None
-
     @property
     def changes(self) -> int | None: ...
 
@@ -61,7 +53,7 @@ class Guard(Protocol):
 
     async def write(self, fn: Callable[[], T], written: Callable[[T], None] | None = None, *,
                     files: bool = True, then: Callable[[T], None] | None = None,
-                    after: Callable[[T], None] | None = None, merging: bool = False) -> T: ...
+                    after: Callable[[T], None] | None = None) -> T: ...
 
 
 async def _unchecked() -> None:
@@ -74,35 +66,25 @@ def _failed_after(done: asyncio.Future[None]) -> None:
         log.error("write_after_failed", error=repr(exc))
 
 
-def _preceded(first: Callable[[], None], fn: Callable[[], T]) -> Callable[[], T]:
-    def both() -> T:
-        first()  # never raises (snapshots.py logs its own failures)
-        return fn()
-    return both
-
-
 class WriteGuard:
     def __init__(self, check: Callable[[], Awaitable[None]] = _unchecked, disk: FenceLock | None = None) -> None:
         self._check = check  # raises LeaseLost when the session may no longer write
         self.disk = disk
         self._turn = asyncio.Lock()
         self._changes: int | None = 0
-        self.first: First | None = None
 
     @property
     def changes(self) -> int | None:
         return self._changes
 
     async def __call__(self) -> None:
-        first = await self._enter()
-        if first is not None:  # rare (a command starts inside a run, after the prompt's append ran it)
-            first()
+        await self._enter()
         self._changes = None
         asyncio.get_running_loop().call_soon(self._leave)
 
     async def write(self, fn: Callable[[], T], written: Callable[[T], None] | None = None, *,
                     files: bool = True, then: Callable[[T], None] | None = None,
-                    after: Callable[[T], None] | None = None, merging: bool = False) -> T:
+                    after: Callable[[T], None] | None = None) -> T:
         """`fn()` in the I/O pool with the fence held until it returns, also when the caller is
         cancelled meanwhile (the write goes on; cancelling cannot free the fence mid-write). `written`
         gets the result on the event loop before the fence is released: what must follow a visible
@@ -110,11 +92,8 @@ class WriteGuard:
         `fn` writes nothing a snapshot records (`changes` stays). `then`: run on the result in the same
         thread once the fence is on its way back (the transcript's fsync): one hand-off instead of two.
         `after`: run on the result in the same thread with the fence still held, once the caller has
-        the result (it does not wait for `after`); `written` is not taken with it. `merging`: passed
-        to `first`."""
-        first = await self._enter(files, merging)
-        if first is not None:
-            fn = _preceded(first, fn)
+        the result (it does not wait for `after`); `written` is not taken with it."""
+        await self._enter(files)
         if after is not None:
             return await self._write_after(fn, after)
         if then is not None:
@@ -195,8 +174,7 @@ class WriteGuard:
         done.add_done_callback(_failed_after)
         return await asyncio.shield(first)
 
-    async def _enter(self, files: bool = True, merging: bool = False) -> Callable[[], None] | None:
-        """The turn, the lease and the fence; then `first`'s work, asked before this write is counted."""
+    async def _enter(self, files: bool = True) -> None:
         await self._turn.acquire()
         try:
             await self._check()
@@ -205,14 +183,8 @@ class WriteGuard:
         except BaseException:
             self._turn.release()
             raise
-        try:
-            work = self.first(merging) if self.first is not None else None
-        except BaseException:
-            self._leave()
-            raise
         if files and self._changes is not None:
             self._changes += 1
-        return work
 
     def _leave(self) -> None:
         if self.disk is not None:
