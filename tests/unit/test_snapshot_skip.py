@@ -166,3 +166,17 @@ async def test_a_clients_write_and_its_snapshot_share_one_hand_off(tmp_path: Pat
     assert await snapshots.after_write(lambda: "refused", "upload", lambda r: False) == "refused"
     await guard.write(lambda: None, files=False)
     assert scans == ["upload"]
+
+
+async def test_a_clients_write_during_a_run_is_left_to_the_next_batch_unless_the_run_ended(tmp_path: Path) -> None:
+    """snapshots.py `client_write`: during a run no snapshot (the run's next batch records it); a run
+    that ended while the write was made leaves it to this write's own snapshot."""
+    guard, snapshots, scans = await _live(tmp_path)
+    file = snapshots.paths.workspace / "a.txt"
+    states = iter([True, True])
+    await snapshots.client_write(lambda: atomic_write_bytes(file, b"during"), lambda r: True, lambda: next(states))
+    assert scans == []
+    states = iter([True, False])  # running when the write started, not when it was done
+    await snapshots.client_write(lambda: atomic_write_bytes(file, b"after the run"), lambda r: True,
+                                 lambda: next(states))
+    assert scans == ["upload"] and "workspace/a.txt" in snapshots.store.records[-1].set

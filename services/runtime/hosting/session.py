@@ -229,16 +229,8 @@ class Session:
             await deliver_form()
             self.idle.arm()  # with no prompt to carry them, the dormant updates are recorded (idle.py)
 
-        async def recorded(write: Callable[[], T], changed: Callable[[T], bool]) -> T:
-            """A client's write between runs is a point to return to: its snapshot is taken in the
-            write's own hand-off (snapshots.py `after_write`). During a run the next batch records it,
-            unless the run ended meanwhile."""
-            if not state.running:
-                return await self.snapshots.after_write(write, "upload", changed)
-            result = await self.guard.write(write)
-            if not state.running and changed(result):
-                await self.snapshots.take("upload")
-            return result
+        async def recorded(write: Callable[[], T], changed: Callable[[T], bool]) -> T:  # snapshots.py `client_write`
+            return await self.snapshots.client_write(write, changed, lambda: state.running)
 
         self.writes = WriteHandlers(state, self.paths, self.ui, self.tools, self.outbox, self.guard, ack, deps.client,
                                     settings, after_ui_sync=deliver_form, recorded=recorded)

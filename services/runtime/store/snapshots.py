@@ -77,6 +77,17 @@ class SessionSnapshots:
         self._taken(record, pruned, seen)
         return record
 
+    async def client_write(self, write: Callable[[], T], changed: Callable[[T], bool],
+                           running: Callable[[], bool]) -> T:
+        """A client's write: between runs a point to return to (`after_write`); during a run the next
+        batch records it, unless the run ended meanwhile."""
+        if not running():
+            return await self.after_write(write, "upload", changed)
+        result = await self._guard.write(write)
+        if not running() and changed(result):
+            await self.take("upload")
+        return result
+
     async def after_write(self, write: Callable[[], T], reason: str, changed: Callable[[T], bool]) -> T:
         """`write` (a client's write between runs), then the snapshot that records it, in one hand-off
         to the I/O pool with the fence held throughout (write_guard.py `after`): the caller has the
