@@ -34,6 +34,10 @@ MAX_DEPTH = 64  # the default; SnapshotLimits follows GAMMA_WORKSPACE_MAX_DEPTH
 CHUNK = 1024 * 1024
 ROOT_FILES = ("todo.json", "state.json")
 FSYNC_THREADS = 8
+# Up to this many, one after another in the calling thread: handing two or three to the fsync threads
+# cost more CPU (their wake-ups and the GIL) than the commits they share (bench/README.md "bench-e2e",
+# fourth pass).
+SERIAL_FSYNCS = 3
 
 
 class Item(NamedTuple):
@@ -196,13 +200,14 @@ _POOL: ThreadPoolExecutor | None = None
 
 
 def fsync_paths(paths: list[Path]) -> None:
-    """fsync each file or directory, several at a time: the journal commits concurrent fsyncs together,
-    so 100 changed files cost a few commits, not 100."""
+    """fsync each file or directory, several at a time past a few: the journal commits concurrent
+    fsyncs together, so 100 changed files cost a few commits, not 100."""
     global _POOL
     if not paths:
         return
-    if len(paths) == 1:
-        _fsync_path(paths[0])
+    if len(paths) <= SERIAL_FSYNCS:
+        for path in paths:
+            _fsync_path(path)
         return
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=FSYNC_THREADS, thread_name_prefix="snapshot-fsync")
@@ -227,10 +232,13 @@ class ObjectWriter:
     def __init__(self, objects: Path) -> None:
         self.objects = objects
         self.pending: dict[str, tuple[Path, int]] = {}  # digest -> (temp copy, size)
+        self._made = False  # `objects` exists
 
     def store(self, dir_fd: int, name: str) -> tuple[str, int]:
         src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-        self.objects.mkdir(parents=True, exist_ok=True)
+        if not self._made:  # once a take, not once a file
+            self.objects.mkdir(parents=True, exist_ok=True)
+            self._made = True
         tmp = self.objects / f".tmp-{secrets.token_hex(8)}"
         keep = False
         try:
@@ -252,8 +260,11 @@ class ObjectWriter:
         dirs: set[Path] = set()
         for digest, (tmp, _) in self.pending.items():
             final = object_path(self.objects, digest)
-            final.parent.mkdir(exist_ok=True)
-            os.replace(tmp, final)
+            try:
+                os.replace(tmp, final)
+            except FileNotFoundError:  # the first object of its prefix: its directory is made then
+                final.parent.mkdir(exist_ok=True)
+                os.replace(tmp, final)
             dirs.add(final.parent)
         fsync_paths(sorted(dirs))
         self.pending.clear()

@@ -113,6 +113,7 @@ class SnapshotStore:
         self.records: list[Record] = []
         self.current: Manifest = {}  # the manifest of the newest record
         self._since_full = 0  # delta items written since the last full record
+        self._bytes = 0  # the sum of the records' `added`: checked at every take (prune), kept, not summed
 
     @classmethod
     def load(cls, paths: SessionPaths, limits: SnapshotLimits) -> SnapshotStore:
@@ -123,6 +124,7 @@ class SnapshotStore:
                     raw = {**raw, "shown": False}
                 store.records.append(Record.model_validate(raw).as_shown())
         for rec in store.records:
+            store._bytes += rec.added
             store.current = _apply(store.current, rec)
             store._since_full = 0 if rec.full else store._since_full + len(rec.set) + len(rec.gone)
         return store
@@ -175,6 +177,7 @@ class SnapshotStore:
     def _append(self, record: Record) -> None:
         append_jsonl(self.log, [record.model_dump(mode="json")])
         self.records.append(record)
+        self._bytes += record.added
 
     # ------------------------------------------------------------ reading
 
@@ -228,7 +231,7 @@ class SnapshotStore:
     # ------------------------------------------------------------ retention
 
     def bytes_stored(self) -> int:
-        return sum(r.added for r in self.records)
+        return self._bytes
 
     def prune(self, now_ms: int | None = None) -> int:
         """Drop the oldest records past the limits (to 80% of them, so pruning is rare); returns how many."""
@@ -245,6 +248,7 @@ class SnapshotStore:
         payload = b"".join(rec.model_dump_json().encode() + b"\n" for rec in kept)
         atomic_write_bytes(self.log, payload)
         self.records = kept
+        self._bytes = sum(r.added for r in kept)
         self._collect()
         return keep_from
 

@@ -82,6 +82,20 @@ def test_prune_keeps_the_newest_and_removes_unnamed_objects(tmp_path: Path) -> N
     assert store.manifest_of(last.n) == store.current
 
 
+def test_the_bytes_stored_follow_takes_prunes_and_a_reload(tmp_path: Path) -> None:
+    """`bytes_stored` (checked by every take's prune) is kept as records come and go, not summed over
+    the log each time, and matches the log's records after each step and after a reload."""
+    store = session(tmp_path, 1)
+    store.limits = SnapshotLimits(max_bytes=400)
+    for i in range(40):
+        (store.paths.workspace / "src" / "f0.txt").write_text(f"version {i:03d}\n" * 4)
+        store.take(f"e{i}", "batch")
+        store.prune()
+        assert store.bytes_stored() == sum(r.added for r in store.records) <= 400
+    reloaded = SnapshotStore.load(store.paths, store.limits)
+    assert reloaded.bytes_stored() == store.bytes_stored() > 0
+
+
 def test_snapshots_scale_to_the_workspace_entry_quota() -> None:
     """Before: 2 x GAMMA_WORKSPACE_MAX_FILES + 1000 (5,000) entries against a 10,000-entry quota."""
     settings = Settings()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -102,6 +102,7 @@ from shared.telemetry.tracing import detached
 from shared.ui.uirules import UiLimits
 
 log = structlog.get_logger()
+T = TypeVar("T")
 STOP_WAIT_S = 5.0  # a close or a drop never hangs on one task
 
 
@@ -228,13 +229,11 @@ class Session:
             await deliver_form()
             self.idle.arm()  # with no prompt to carry them, the dormant updates are recorded (idle.py)
 
-        async def after_write() -> None:
-            """A client's write between runs is a point to return to; during a run the next batch records it."""
-            if not state.running:
-                await self.snapshots.take("upload")
+        async def recorded(write: Callable[[], T], changed: Callable[[T], bool]) -> T:  # snapshots.py `client_write`
+            return await self.snapshots.client_write(write, changed, lambda: state.running)
 
         self.writes = WriteHandlers(state, self.paths, self.ui, self.tools, self.outbox, self.guard, ack, deps.client,
-                                    settings, after_ui_sync=deliver_form, after_write=after_write)
+                                    settings, after_ui_sync=deliver_form, recorded=recorded)
         handlers: dict[type, Handler] = {
             UiUpdate: self.writes.ui_update, FileWrite: self.writes.file_write, DocumentEdit: self.writes.document_edit,
             FileDelete: self.writes.file_delete, DocumentDelete: self.writes.document_delete,

@@ -9,10 +9,9 @@ same rule (`shared.ui.uirules`, `shared.ui.uimerge`).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -33,6 +32,14 @@ from shared.ui.uirules import UiRefused, validate_snapshot
 from shared.ui.write_model import Refused
 
 log = structlog.get_logger()
+T = TypeVar("T")
+
+
+class RecordedWrite(Protocol):
+    """A client's write and, between runs, the snapshot that records it (snapshots.py `after_write`):
+    `changed(result)` says whether the write changed the disk."""
+
+    async def __call__(self, write: Callable[[], T], changed: Callable[[T], bool]) -> T: ...
 
 
 class WriteOutbox(Protocol):
@@ -57,9 +64,10 @@ class WriteHandlers:
     def __init__(self, state: SessionState, paths: SessionPaths, ui: LiveUi, files: WorkspaceFiles,
                  outbox: WriteOutbox, guard: Guard, ack: Callable[[str | None], Awaitable[None]],
                  client: Any, settings: Settings, after_ui_sync: Callable[[], Awaitable[None]],
-                 after_write: Callable[[], Awaitable[object]] | None = None) -> None:
+                 recorded: RecordedWrite | None = None) -> None:
         """`after_ui_sync`: runs after a client's UI change once the wake barrier passed (a question
-        form the client just answered is delivered to the agent)."""
+        form the client just answered is delivered to the agent). `recorded`: how a file or document
+        write is made and recorded (the session's snapshot of an upload); none: the guard's write."""
         self.state = state
         self.paths = paths
         self.ui = ui
@@ -71,12 +79,13 @@ class WriteHandlers:
         self.data_dir = settings.storage.data_dir
         self.trace = settings.server.trace_inbox
         self._after_ui_sync = after_ui_sync
-        # after a file or document write is answered: the session's snapshot of an upload (snapshots.py)
-        self._after_write = after_write
+        self._recorded = recorded
 
-    async def _written(self) -> None:
-        if self._after_write is not None:
-            await self._after_write()
+    async def _write(self, write: Callable[[], T]) -> T:
+        """In the I/O pool with the disk fence held (write_guard.py), with its snapshot when one is due."""
+        if self._recorded is None:
+            return await self.guard.write(write)
+        return await self._recorded(write, lambda result: not isinstance(result, Refused))
 
     async def _answer(self, entry: InboxEntry, request_id: str, status: int, body: dict[str, Any]) -> None:
         # The effect is durable already: ack first, so whoever reads the reply sees a clean inbox.
@@ -114,11 +123,12 @@ class WriteHandlers:
         if self.state.barrier_passed:
             await self._after_ui_sync()
 
-    async def _blob(self, m: FileWrite) -> bytes | Refused:
-        """The written content the proxy staged (410: it gave the request up and removed it)."""
+    def _blob(self, m: FileWrite) -> bytes | Refused:
+        """The written content the proxy staged (410: it gave the request up and removed it). In the
+        I/O pool, in the write's own hand-off."""
         try:
             split_workspace_path(m.path, for_write=True)  # a name that can never be written: before any I/O
-            data = await asyncio.to_thread(read_blob, self.data_dir, self.state.sid, m.blob, m.sha256)
+            data = read_blob(self.data_dir, self.state.sid, m.blob, m.sha256)
             if data is not None:
                 check_size(data, self.files.max_file_bytes)
         except DiskError as exc:
@@ -128,20 +138,19 @@ class WriteHandlers:
                                 "was applied")
         return data
 
+    def _write_file(self, m: FileWrite) -> write_model.FileWritten | Refused:
+        data = self._blob(m)
+        if isinstance(data, Refused):
+            return data
+        # The quota check walks the workspace (bounded, shared/storage/walk.py).
+        return write_model.write_file(self.paths.workspace, m.path, data, max_bytes=self.files.max_file_bytes,
+                                      quota=self.files.workspace_quota, must_exist=False)
+
     async def file_write(self, entry: InboxEntry, m: FileWrite) -> None:
         t = [time.time()]
-        data = await self._blob(m)
-        if isinstance(data, Refused):
-            await self._refuse(entry, m.request_id, data)
-            return
+        written = await self._write(lambda: self._write_file(m))  # the blob's read, the write, its snapshot
         t.append(time.time())
-        # In the I/O pool with the disk fence held (write_guard.py); the quota check walks the workspace
-        # (bounded, shared/storage/walk.py).
-        written = await self.guard.write(lambda: write_model.write_file(
-            self.paths.workspace, m.path, data, max_bytes=self.files.max_file_bytes,
-            quota=self.files.workspace_quota, must_exist=False))
-        t.append(time.time())
-        if isinstance(written, Refused):  # a directory in the way, a file as a parent, over quota
+        if isinstance(written, Refused):  # gone, a directory in the way, a file as a parent, over quota
             await self._refuse(entry, m.request_id, written)
             return
         self.files.track(written.path)
@@ -150,10 +159,9 @@ class WriteHandlers:
         t.append(time.time())
         await self._answer(entry, m.request_id, 200, {"path": written.path, "size": written.size, "revision": revision,
                                                       "created": written.created})
-        await self._written()
         if self.trace:  # bench/e2e.py --trace: where a file write's time goes
             t.append(time.time())
-            steps = ("blob_ms", "write_ms", "revision_ms", "answer_ms")  # write: the guard and the write
+            steps = ("write_ms", "revision_ms", "answer_ms")  # write: the guard, the blob's read and the write
             log.info("file_write_timing", session_id=self.state.sid, entry_id=entry.entry_id,
                      **{k: round((b - a) * 1000, 1) for k, a, b in zip(steps, t, t[1:], strict=False)})
 
@@ -162,18 +170,17 @@ class WriteHandlers:
         return await revnum.next_revision(self.client, self.state.sid, ref)
 
     async def document_edit(self, entry: InboxEntry, m: DocumentEdit) -> None:
-        stored = await self.guard.write(
+        stored = await self._write(
             lambda: write_model.edit_document(self.paths, m.doc, m.op, m.document, m.if_match, create=True))
         if isinstance(stored, Refused):
             await self._refuse(entry, m.request_id, stored)
             return
         await self._answer(entry, m.request_id, 200, stored.model_dump())
-        await self._written()
 
     async def file_delete(self, entry: InboxEntry, m: FileDelete) -> None:
         """Remove a workspace file with the function the proxy uses while dormant (404, 409 alike)."""
         tree = self.files.workspace_quota.limits if m.recursive else None
-        removed = await self.guard.write(lambda: write_model.remove_file(self.paths.workspace, m.path, tree=tree))
+        removed = await self._write(lambda: write_model.remove_file(self.paths.workspace, m.path, tree=tree))
         if isinstance(removed, Refused):
             await self._refuse(entry, m.request_id, removed)
             return
@@ -181,17 +188,14 @@ class WriteHandlers:
         if removed.files is None:
             revision = await self._next_revision("file:" + removed.path)
             await self._answer(entry, m.request_id, 200, {"path": removed.path, "deleted": True, "revision": revision})
-            await self._written()
             return
         files = [{"path": p, "revision": await self._next_revision("file:" + p)} for p in removed.files]
         await self._answer(entry, m.request_id, 200, {"path": removed.path, "deleted": True, "revision": None,
                                                       "files": files})
-        await self._written()
 
     async def document_delete(self, entry: InboxEntry, m: DocumentDelete) -> None:
-        removed = await self.guard.write(lambda: write_model.delete_document(self.paths, m.doc, m.if_match))
+        removed = await self._write(lambda: write_model.delete_document(self.paths, m.doc, m.if_match))
         if isinstance(removed, Refused):
             await self._refuse(entry, m.request_id, removed)
             return
         await self._answer(entry, m.request_id, 200, {"doc": removed.path, "deleted": True, "revision": removed.revision})
-        await self._written()

@@ -12,6 +12,11 @@ the first is still writing. Writes of different sessions never wait for each oth
 by itself; it is fenced at its start, docs/architecture.md "Ownership: one writer per slice") and a caller whose
 synchronous write follows with no await (the turn ends when its task next yields).
 
+`write(..., after=...)` runs a second step in the same hand-off, the fence still held, while the
+caller goes on with the first step's result: a client's write and the snapshot that records it
+(snapshots.py `after_write`), one hand-off and one fence check instead of two (bench/README.md
+"bench-e2e", fourth pass).
+
 `changes` counts the writes that may have changed the session's files (every one but those that
 say `files=False`: the transcript's appends), so a snapshot can tell that nothing was written since
 the last one without scanning the disk (snapshots.py). Once a check alone was asked for, a writer
@@ -24,6 +29,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
+import structlog
+
+log = structlog.get_logger()
 T = TypeVar("T")
 
 
@@ -44,11 +52,18 @@ class Guard(Protocol):
     async def __call__(self) -> None: ...
 
     async def write(self, fn: Callable[[], T], written: Callable[[T], None] | None = None, *,
-                    files: bool = True, then: Callable[[T], None] | None = None) -> T: ...
+                    files: bool = True, then: Callable[[T], None] | None = None,
+                    after: Callable[[T], None] | None = None) -> T: ...
 
 
 async def _unchecked() -> None:
     return None
+
+
+def _failed_after(done: asyncio.Future[None]) -> None:
+    """`after` raised: nobody awaits it (the caller has the write's result), so it is logged here."""
+    if not done.cancelled() and (exc := done.exception()) is not None:
+        log.error("write_after_failed", error=repr(exc))
 
 
 class WriteGuard:
@@ -68,14 +83,19 @@ class WriteGuard:
         asyncio.get_running_loop().call_soon(self._leave)
 
     async def write(self, fn: Callable[[], T], written: Callable[[T], None] | None = None, *,
-                    files: bool = True, then: Callable[[T], None] | None = None) -> T:
+                    files: bool = True, then: Callable[[T], None] | None = None,
+                    after: Callable[[T], None] | None = None) -> T:
         """`fn()` in the I/O pool with the fence held until it returns, also when the caller is
         cancelled meanwhile (the write goes on; cancelling cannot free the fence mid-write). `written`
         gets the result on the event loop before the fence is released: what must follow a visible
         write whatever happens to the caller (the transcript's index of its new lines). `files=False`:
         `fn` writes nothing a snapshot records (`changes` stays). `then`: run on the result in the same
-        thread once the fence is on its way back (the transcript's fsync): one hand-off instead of two."""
+        thread once the fence is on its way back (the transcript's fsync): one hand-off instead of two.
+        `after`: run on the result in the same thread with the fence still held, once the caller has
+        the result (it does not wait for `after`); `written` is not taken with it."""
         await self._enter(files)
+        if after is not None:
+            return await self._write_after(fn, after)
         if then is not None:
             return await self._write_then(fn, written, then)
         try:
@@ -121,6 +141,38 @@ class WriteGuard:
             self._leave()
             raise
         return await asyncio.shield(done)
+
+    async def _write_after(self, fn: Callable[[], T], after: Callable[[T], None]) -> T:
+        loop = asyncio.get_running_loop()
+        first: asyncio.Future[T] = loop.create_future()
+
+        def give(result: T | None, exc: BaseException | None) -> None:  # on the loop
+            if first.done():
+                return
+            if exc is not None:
+                first.set_exception(exc)
+            else:
+                first.set_result(result)  # type: ignore[arg-type]
+
+        def run() -> None:  # in the I/O pool
+            try:
+                try:
+                    result = fn()
+                except BaseException as exc:
+                    loop.call_soon_threadsafe(give, None, exc)
+                    return
+                loop.call_soon_threadsafe(give, result, None)
+                after(result)
+            finally:
+                loop.call_soon_threadsafe(self._leave)
+
+        try:
+            done = loop.run_in_executor(None, run)
+        except BaseException:
+            self._leave()
+            raise
+        done.add_done_callback(_failed_after)
+        return await asyncio.shield(first)
 
     async def _enter(self, files: bool = True) -> None:
         await self._turn.acquire()
