@@ -59,6 +59,10 @@ async def test_a_prompt_whose_read_reply_was_lost_is_answered_once(redis_url: st
             await eventually(acked, timeout=30, what="the prompt acked")
             users = [e for e in transcript(data_dir, sid) if e["type"] == "message" and e["message"]["role"] == "user"]
             assert [u.get("promptId") for u in users] == [prompt.prompt_id]
+            async def ended() -> bool:  # the prompt is acked as its message is recorded, before the run ends
+                return bool(await events(redis_client, sid, "agent_end"))
+
+            await eventually(ended, timeout=30, what="the run's end")
             assert len(await events(redis_client, sid, "agent_end")) == 1
             assert session is inp.worker.sessions[sid]  # the same holder: no takeover did it
     finally:

@@ -261,7 +261,6 @@ class InboxDispatcher:
         if self.causal is not None and not await self.causal.admit(entry, m):
             return  # writes acknowledged before it are still on their way (causal.py)
         fetched = await self.prompt_hook.fetch() if self.prompt_hook else None  # before `running` is read
-        hints = self._hints(m, fetched)
         # Decided once, here, with no await between the decision and its action (delivery_rules.py).
         action = decide(Prompt(m.on_busy), self._moment())
         if action is Action.HOLD:
@@ -278,7 +277,7 @@ class InboxDispatcher:
                 await self.aborts.abort("interrupt")  # returns once the run has ended: this one starts next
                 action = Action.START_TURN
         busy = action is not Action.START_TURN
-        turn = self.turns.build(TurnInput(m, entry.entry_id, hints, busy=busy))
+        turn = self.turns.build(TurnInput(m, entry.entry_id, self._hints(m, fetched), busy=busy))
         if busy:
             into_run(self.agent, action, turn.messages)
         else:
@@ -303,7 +302,9 @@ class InboxDispatcher:
             await self.aborts.accepted(m)  # the 202 a prompt with expected_run_id waits for
 
     def _hints(self, m: UserPrompt, fetched: Any) -> tuple[AgentMessage, ...]:
-        """The prompt-time hints, an input of the prompt's turn (before its user message)."""
+        """The prompt-time hints, an input of the prompt's turn (before its user message). Asked only
+        once the prompt's turn is decided: a hook counts what it hands out as told (the connector
+        catalog), so a prompt held or refused must not ask."""
         return tuple(self.prompt_hook.hints(m.message, fetched)) if self.prompt_hook is not None else ()
 
     async def causal_expired(self) -> None:
