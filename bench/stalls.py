@@ -37,7 +37,6 @@ import itertools
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import threading
@@ -52,8 +51,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.model_server import start_model_server  # noqa: E402
 from tests.support.bombs import WEBP_7000, png_of_zeros  # noqa: E402
-from tests.support.ports import free_port  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, OTHER_TOKEN, SERVICE_TOKEN, Stack  # noqa: E402
 
@@ -262,26 +261,6 @@ def chosen(names: list[str], only: list[str]) -> list[str]:
     picked = [n for n in names if any(o.lower() in n.lower() for o in only)]
     twins = {TWIN.get(n, BUSY) for n in picked if not n.startswith("control")}
     return [n for n in names if n in picked or n in twins]
-
-
-def start_model_server() -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    """The scripted model as its own process, as a provider is (this tree's server, also for a `--src`
-    runtime, which reaches it over HTTP like any provider: bench/stream.py does the same)."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "scripted.server", "--port", str(port)], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.post(f"http://127.0.0.1:{port}/health", timeout=1)  # any answer (404): it is up
-            break
-        except httpx.TransportError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the scripted model server did not start") from None
-            time.sleep(0.2)
-    return proc, {"OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1", "OPENAI_API_KEY": "bench-not-a-key",
-                  "GAMMA_MODEL_API": "responses"}
 
 
 def run(work: Path, redis_url: str, args: argparse.Namespace) -> dict[str, Any]:

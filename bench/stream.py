@@ -22,7 +22,6 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,10 +36,10 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.model_server import start_model_server  # noqa: E402
 from bench.profiler import record  # noqa: E402
 from bench.stream_clients import bare_consumer, bare_producer, sse_readers  # noqa: E402
 from bench.stream_steady import sample_cpu, steady_window  # noqa: E402
-from services.stack import free_port  # noqa: E402
 from shared.redis import keys  # noqa: E402
 from tests.support.redis_server import start_redis_server  # noqa: E402
 from tests.support.stack import API_TOKEN, Stack  # noqa: E402
@@ -144,34 +143,13 @@ def start_readers(proxy_url: str, sids: list[str], procs: int, timeout_s: float)
     return out
 
 
-def start_model_server(args: argparse.Namespace, model_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    """The scripted model as its own process (a provider is out of process): always this tree's
-    server, also for a --before-src runtime (which reaches it over HTTP like any provider)."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "scripted.server", "--port", str(port)],
-                            env={**os.environ, **model_env,  # this tree first; the rest kept (a probe's sitecustomize)
-                                 "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.post(f"http://127.0.0.1:{port}/health", timeout=1)  # any answer (404): it is up
-            break
-        except httpx.TransportError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the scripted model server did not start") from None
-            time.sleep(0.2)
-    return proc, {"OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1", "OPENAI_API_KEY": "bench-not-a-key",
-                  "GAMMA_MODEL_API": args.api or "responses"}
-
-
 async def stack_load(args: argparse.Namespace, n: int, src: Path | None, label: str) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="gamma-bench-stream-"))
     url, redis_proc = start_redis_server()
     (base / "data").mkdir()
     model_env = {"GAMMA_SCRIPTED_PROFILE": "fast_gpt", "GAMMA_SCRIPTED_STAMP": "true",
                  "GAMMA_SCRIPTED_TOKENS_PER_S": str(args.rate)}
-    server, server_env = start_model_server(args, model_env) if args.model_server else (None, {})
+    server, server_env = start_model_server(args.api or "responses", model_env) if args.model_server else (None, {})
     stack = Stack(redis_url=url + "/0", data_dir=base / "data", env_overrides={
         # Production lease timing (tests/support/stack.py shortens it for failover tests; a saturated
         # worker then loses leases mid-run and sessions are resumed elsewhere: noise, not streaming).
