@@ -9,7 +9,7 @@ per second across the sessions, each slot's rounds due at fixed times, so the ra
 every minute whatever the shared machine does (a machine-paced load makes RSS, a high-water mark,
 follow the machine's speed: a one-off 20-minute soak); a round that starts over a second after its
 due time is counted late. Every `--sample-s` the sampler records the RSS and open fds of every
-service, Redis' used memory and the session disk's usage, and Redis' keys and memory per kind of
+service (its pooled connections apart: `open_files`), Redis' used memory and the session disk's usage, and Redis' keys and memory per kind of
 key.
 
 Verdict (bench/soak_report.py), with W = the warm-up (minute 5 of a 20-minute run; a quarter of the
@@ -90,11 +90,12 @@ def redis_kept(info: Any) -> int:
 class Sample:
     t: float  # seconds since the load started
     rss: dict[str, int]
-    fds: dict[str, int]
+    fds: dict[str, int]  # open fds but the pooled connections below (`open_files`)
     redis_bytes: int
     disk_bytes: int
     writes: int  # acknowledged writes so far (prompts, notifications, edits, uploads)
     redis_keys: dict[str, list[int]] = field(default_factory=dict)  # key kind -> [keys, MEMORY USAGE bytes]
+    conns: dict[str, int] = field(default_factory=dict)  # established Redis and accepted HTTP connections
 
 
 @dataclass
@@ -181,6 +182,21 @@ class SoakLoad:
             self.extra_writes += 1
 
 
+def open_files(p: psutil.Process, redis_port: int) -> tuple[int, int]:
+    """(open fds but pooled connections, pooled connections) of one service. Pooled: its established
+    connections to Redis and the HTTP connections it accepted. Both follow how many requests were in
+    flight at the busiest moment, not what leaked: a Redis pool keeps what a burst opened, up to its
+    cap (shared/redis/reconnect.py MAX_CONNECTIONS), and the load client keeps its connections alive
+    (up to its pools' limits, tests/reliability/workload.py); on the suite's busy machine the proxy's
+    fds rose 79.5 -> 87.5 that way in a CI run with nothing leaking. A leaked socket still counts:
+    one its peer closed and we did not (CLOSE_WAIT), or any outgoing one but Redis."""
+    sockets = p.net_connections(kind="inet")
+    listening = {c.laddr.port for c in sockets if c.status == psutil.CONN_LISTEN}
+    pooled = sum(1 for c in sockets if c.status == psutil.CONN_ESTABLISHED
+                 and ((c.raddr and c.raddr.port == redis_port) or c.laddr.port in listening))
+    return p.num_fds() - pooled, pooled
+
+
 def disk_usage(root: Path) -> int:
     """Bytes of the files under `root` but its logs, by `find` in a child process: a walk in Python held
     this process' GIL for ~2 s per 5,000 files on the loaded 2-core machine (a 3-minute run writes 5,000,
@@ -216,6 +232,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True, name="soak-sampler")
         self.stack, self.load, self.every_s = stack, load, every_s
         self.redis = redis.Redis.from_url(redis_url)
+        self.redis_port = int(self.redis.connection_pool.connection_kwargs["port"])
         self.samples: list[Sample] = []
         self.started = time.monotonic()
         self.stopping = threading.Event()
@@ -230,16 +247,17 @@ class Sampler(threading.Thread):
         self.redis.close()
 
     def take(self) -> Sample:
-        rss, fds = {}, {}
+        rss, fds, conns = {}, {}, {}
         for name, proc in self.stack.procs.items():
             try:
                 p = psutil.Process(proc.pid)
-                rss[name], fds[name] = p.memory_info().rss, p.num_fds()
+                rss[name] = p.memory_info().rss
+                fds[name], conns[name] = open_files(p, self.redis_port)
             except psutil.Error:
-                rss[name], fds[name] = 0, 0
+                rss[name], fds[name], conns[name] = 0, 0, 0
         info: Any = self.redis.info("memory")
         assert self.stack.data_dir is not None
-        return Sample(t=round(time.monotonic() - self.started, 1), rss=rss, fds=fds,
+        return Sample(t=round(time.monotonic() - self.started, 1), rss=rss, fds=fds, conns=conns,
                       redis_bytes=redis_kept(info), disk_bytes=disk_usage(self.stack.data_dir),
                       writes=self.load[0].writes() if self.load else 0,
                       redis_keys=key_census(self.redis))

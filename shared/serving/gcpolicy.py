@@ -31,6 +31,8 @@ import gc
 import time
 from collections.abc import Callable
 
+import structlog
+
 DEFER_POLL_S = 0.25  # how often a deferred pass looks again whether the busy spell ended
 
 
@@ -169,7 +171,13 @@ async def heap_freezer(freeze_s: float, full_s: float, full_growth: float = 0.25
         if due_at is not None and not deferred(now - due_at, defer_s):
             full_pass(trim)
             last_full = last_young = time.monotonic()
-            after_full, _released, due_at = frozen.reset(), 0, None
+            before, after_full = after_full, frozen.reset()
+            # The pass held the loop for `pause_ms`: logged so that a latency spike can be matched
+            # to it (each service's log, docs/operations.md "Observability").
+            structlog.get_logger().info("gc_full_pass", pause_ms=round((last_full - now) * 1000, 1),
+                                        waited_ms=round((now - due_at) * 1000), frozen_before=before,
+                                        frozen_after=after_full, released=_released)
+            _released, due_at = 0, None
         elif now - last_young >= freeze_s * 0.99:  # deferred: the young ones still frozen on time
             frozen.froze(freeze_young())
             last_young = now

@@ -4,7 +4,7 @@ at a fixed rate whatever the machine does (in every minute the rounds started wi
 most 5% of them late).
 
 Flat after the warm-up (here minute 1: a quarter of the run, at least a minute, bench/soak_report.py):
-the RSS and open fds of every service and Redis' memory (but what it keeps for dormant sessions by
+the RSS and open fds (but pooled Redis and HTTP connections, bench/soak.py `open_files`) of every service and Redis' memory (but what it keeps for dormant sessions by
 design, and its clients' buffers, bench/soak.py `redis_kept`) at most 5% above their value after it; the session disk growing by no more per acknowledged
 write, and what Redis keeps for dormant sessions by no more per session, at the end than after the
 warm-up (x1.5 at most); p99 prompt -> answer of the last minute at most 1.5x the first minute's (or 0.5 s above it); and the exactly-once
