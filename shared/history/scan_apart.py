@@ -27,6 +27,7 @@ shared.history.transcript_branch TRANSCRIPT ENTRY_ID` (`as_child`).
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import subprocess
@@ -78,7 +79,10 @@ def loads(raw: bytes | None) -> tuple[bool, object]:
 
 def as_child(work: Callable[..., object]) -> None:
     """A child's whole work: `work(transcript path, *args)` from argv, its result pickled on stdout, at
-    a lower priority than the loops it keeps the GIL for. Anything the work prints goes to stderr."""
+    a lower priority than the loops it keeps the GIL for. Anything the work prints goes to stderr.
+    No cyclic collections: each would walk every row kept so far (shared/history/transcript_scan.py),
+    and the child's cycles end with it."""
+    gc.disable()
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, max(NICE, os.getpriority(os.PRIO_PROCESS, 0)))
     out = os.fdopen(os.dup(1), "wb")

@@ -13,7 +13,6 @@ callers run them in the I/O pool (`asyncio.to_thread`), never on an event loop.
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,12 +23,12 @@ import orjson
 
 from shared.history.transcript_tree import Row, Tree, build, path_indices, row_of
 
-# A scan keeps a row per line: ~700k at 1 GB. Unfrozen, each of CPython's full collections (one per
-# quarter of heap growth) walked them all, holding the GIL and so the event loop: 0.95 s at 100 MB,
-# past a 10-s lease at 1 GB on a loaded machine. Frozen as they accumulate (shared/serving/gcpolicy.py does the
-# same for the runtime's heap; its next full pass unfreezes and collects them), a collection scans only
-# what came since; they are freed by refcount when the scan is dropped, frozen or not.
-FREEZE_EVERY = 20_000
+# A scan keeps a row per line: ~700k at 1 GB. Each of CPython's own full collections (one per quarter
+# of heap growth) walked them all, holding the GIL and so the event loop: 0.95 s at 100 MB, past a
+# 10-s lease at 1 GB on a loaded machine. Services run no such collections (shared/serving/gcpolicy.py
+# runs gen 2's itself, on a clock and on growth), and a scan past a few MB runs in a child that runs
+# none at all (shared/history/scan_apart.py `as_child`); the rows are freed by refcount when the scan
+# is dropped.
 SLICE = 1 << 20  # bytes read per call: the most of the file a reader holds at once (beside one long line)
 Span = tuple[int, int]  # (offset of the line, its length without the newline)
 ENTRY_TYPES = frozenset({"session", "message", "custom_message", "skill_activation", "skill_end", "compaction",
@@ -129,8 +128,6 @@ def scan(path: Path, on_entry: Callable[[int, dict[str, Any]], None] | None = No
     """One pass in slices: each line's row and span; `on_entry(row index, parsed line)` for each entry."""
     out = Scan(length=start)
     for offset, line in iter_lines(path, start):
-        if len(out.rows) % FREEZE_EVERY == FREEZE_EVERY - 1:
-            gc.freeze()  # what the scan keeps is not scanned again by each full collection
         d = parse_line(line)
         out.rows.append(row_of(d) if d is not None else None)
         out.spans.append((offset, len(line)))

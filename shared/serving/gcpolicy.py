@@ -1,25 +1,34 @@
 """The cyclic GC's full collections off the streaming path (docs/architecture.md "Streaming at scale").
 
-`settle_heap` freezes what startup allocated, but the sessions' own long-lived state (transcripts,
-models, Outboxes: 100-200 streaming sessions) was scanned in full by every gen-2 collection, which
-CPython runs each time the long-lived heap grows by a quarter: bench-stream's GC probe saw the
-runtime's loop stop for 39-81 ms of CPU inside a 7-s stream at 100 sessions (60-117 ms during the
-wake-up), every session's tokens held at once: the added latency's worst 1%.
+`settle_heap` (shared/serving/service.py) freezes what startup allocated: modules, classes, pydantic
+schemas, ~220k objects in the runtime that live until exit and cost a collection ~150-180 ms of CPU to
+walk (functions and types are costly to traverse). They stay frozen for good: no collection here
+walks them again.
 
-Here, every `freeze_s`, the young generations are collected (cheap: only what is new) and what
-survived is frozen, so an automatic gen-2 collection scans only what was promoted since. Cyclic
-garbage among frozen objects is not collected until the next full pass: every `full_s`, or sooner
-once the frozen heap grew by `full_growth` since the last pass (`full_pass_due`), the heap is
-unfrozen and collected once (a full collection's pause), then frozen again. Refcounted
-garbage, the bulk, is freed at once, as always.
+CPython would also run a gen-2 collection each time the long-lived heap grows by a quarter, scanning
+the sessions' own state (transcripts, models, Outboxes): bench-stream's GC probe saw the runtime's
+loop stop for 39-81 ms of CPU inside a 7-s stream at 100 sessions, every session's tokens held at
+once. While the freezer runs, those automatic gen-2 collections are off (`MANAGED_GEN2`: the young
+generations 0 and 1 are collected as always) and the freezer runs them itself: every `full_s`,
+sooner once the heap grew by `full_growth` since the last pass (pymalloc's allocated blocks: O(1) to
+read), or once `full_released` long-lived states (closed sessions) were let go (`full_pass_due`).
+A pass (`full_pass`) is `gc.collect(2)`: every generation but the frozen one, so it walks what
+sessions added since startup and never the startup heap. Refcounted garbage, the bulk, is freed at
+once, as always.
 
-A full pass holds the event loop for as long as it scans the whole heap: ~0.3 s in the runtime with 200
-sessions, every streaming session's tokens held meanwhile (bench-stream's added p99, all of its worst
-1% in one 0.5-s bucket as the turns started: the turns' allocations had grown the frozen heap past
-`full_growth`; bench/results/stream.md "Session 15"). A process can say when such a pause costs most
+Before, survivors were frozen every few seconds and each pass unfroze the whole heap, startup's
+included: every pass paid the startup heap again (a pass in an idle service: 160-180 ms of CPU,
+230-1,150 ms of pause on the shared 2-core machine; in bench-stalls a pass falling in one phase was
+that phase's p99: docs/operations.md "Observability" logs each pass).
+
+A pass holds the event loop for as long as it scans: a process can say when such a pause costs most
 (`defer_while`: the runtime, while model streams are read): a pass that falls due then waits until
 that ends, at most `defer_s`, so a wave of turns does not pay it mid-stream; one that keeps streaming
 pays it `defer_s` late: the heap's bound grows by what `defer_s` of allocations add.
+
+Anything else that calls `gc.freeze()` moves the sessions' state out of the passes' reach too: only
+diagnostics do (shared/serving/heapcensus.py no longer needs to), and a transcript scan freezes its
+rows only where no freezer manages the collections (`managed`).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import sys
 import time
 from collections.abc import Callable
 
@@ -49,43 +59,25 @@ def young_threshold(gen0: int) -> None:
     gc.set_threshold(gen0, gen1, gen2)
 
 
-def freeze_young() -> int:
-    """Collects the young generations and freezes what survived; returns how many objects it froze."""
-    gc.collect(1)  # generations 0 and 1: cycles among recent objects go now, not after the next full pass
-    fresh = len(gc.get_objects(2))  # all that is not frozen yet (0 and 1 are empty now): what was promoted since
-    gc.freeze()
-    return fresh
+MANAGED_GEN2 = 2**31 - 1  # gen 2's threshold while the freezer runs: CPython never picks it itself
 
 
-class FrozenCount:
-    """The frozen heap's size for `full_pass_due`, without walking it every time: `gc.get_freeze_count()`
-    follows every frozen object's link (~70 ms at 2M objects, the event loop held: every `freeze_s`,
-    in every service; bench/results/stream.md "Session 15"). What each freeze adds is counted
-    instead; the sum is an upper bound (frozen objects also die), so while it stays within the growth
-    threshold the true size does too, and the heap is walked only once the bound passes it."""
+def managed() -> bool:
+    """The freezer runs gen 2's collections (CPython's own are off): nothing needs freezing to be
+    spared them."""
+    return gc.get_threshold()[2] == MANAGED_GEN2
 
-    def __init__(self) -> None:
-        self.known = gc.get_freeze_count()  # the size at the last walk
-        self.added = 0  # frozen since that walk
 
-    def froze(self, n: int) -> None:
-        self.added += n
-
-    def at_most(self, threshold: float) -> int:
-        """The frozen heap's size, or (while that is certainly no more than `threshold`) a bound on it."""
-        if self.known + self.added > threshold:
-            self.known, self.added = gc.get_freeze_count(), 0
-        return self.known + self.added
-
-    def reset(self) -> int:
-        self.known, self.added = gc.get_freeze_count(), 0
-        return self.known
+def heap_size() -> int:
+    """The heap's size for `full_pass_due`: pymalloc's allocated blocks (every small object, tracked
+    by the collector or not), a counter to read. Walking gen 2 to count its objects stops the loop
+    ~27 ms per million of them, each time."""
+    return sys.getallocatedblocks()
 
 
 def full_pass(trim: bool = False) -> None:
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
+    """Every generation but the frozen one (startup's heap, shared/serving/service.py `settle_heap`)."""
+    gc.collect(2)
     if trim:
         malloc_trim()
 
@@ -116,22 +108,22 @@ _released = 0  # long-lived states let go since the last full pass: process-wide
 
 def released(n: int = 1) -> None:
     """A long-lived state was let go (the runtime: a session closed or dropped). Its parts call back
-    into one another, so it is cyclic garbage, and it was frozen while it was live: only a full pass
+    into one another, so it is cyclic garbage, and it had reached gen 2 while it was live: only a full pass
     frees it. Counted so that a pass follows a wave of closes (`full_pass_due`)."""
     global _released
     _released += n
 
 
-def full_pass_due(elapsed_s: float, full_s: float, frozen: int, frozen_after_full: int, growth: float,
+def full_pass_due(elapsed_s: float, full_s: float, heap: int, heap_after_full: int, growth: float,
                   released_since: int = 0, full_released: int = 0) -> bool:
-    """Every `full_s`, once the frozen heap outgrew what the last full pass left by `growth`, or once
+    """Every `full_s`, once the heap outgrew what the last full pass left by `growth`, or once
     `full_released` (> 0) long-lived states were let go since it. Sessions that went dormant leave
-    their state behind as frozen cycles; under churn the next timed pass would be minutes of sessions
+    their state behind as cycles in gen 2; under churn the next timed pass would be minutes of sessions
     away (the soak, bench/soak.py: +26 MB a minute in the runtime until it), and sessions closed while
-    as many others open leave the frozen heap's size flat, so its growth alone misses them (+16 MB for
+    as many others open leave the heap's size flat, so its growth alone misses them (+16 MB for
     a wave of 50 closes and 50 wakes in a one-off 7-minute soak). Growth of the live heap (a
     wake-up of many sessions) triggers a pass too, as CPython's own gen-2 rule would."""
-    return (elapsed_s >= full_s or frozen > frozen_after_full * (1 + growth)
+    return (elapsed_s >= full_s or heap > heap_after_full * (1 + growth)
             or 0 < full_released <= released_since)
 
 
@@ -152,32 +144,39 @@ def deferred(waited_s: float, defer_s: float) -> bool:
 
 async def heap_freezer(freeze_s: float, full_s: float, full_growth: float = 0.25, full_released: int = 0,
                        defer_s: float = 0.0, trim: bool = False) -> None:
-    """Runs for the service's life (ServiceContext.spawn); `freeze_s` <= 0: off. A due full pass waits
-    up to `defer_s` for the end of a busy spell (`defer_while`), looking every DEFER_POLL_S. `trim`:
-    `malloc_trim` after each full pass."""
-    global _released
+    """Runs for the service's life (ServiceContext.spawn); `freeze_s` <= 0: off (CPython's own gen-2
+    rule then). Looks every `freeze_s` whether a full pass is due; a due one waits up to `defer_s` for
+    the end of a busy spell (`defer_while`), looking every DEFER_POLL_S. `trim`: `malloc_trim` after
+    each pass."""
     if freeze_s <= 0:
         return
-    frozen = FrozenCount()
-    last_full, after_full = time.monotonic(), frozen.known
-    last_young = last_full
+    young, old, auto = gc.get_threshold()
+    gc.set_threshold(young, old, MANAGED_GEN2)
+    try:
+        await _passes(freeze_s, full_s, full_growth, full_released, defer_s, trim)
+    finally:
+        gc.set_threshold(*gc.get_threshold()[:2], auto)
+
+
+async def _passes(every_s: float, full_s: float, full_growth: float, full_released: int,
+                  defer_s: float, trim: bool) -> None:
+    global _released
+    last_full, after_full = time.monotonic(), heap_size()
     due_at: float | None = None  # when the pass fell due (it waits while the process is busy)
     while True:
-        await asyncio.sleep(freeze_s if due_at is None else min(freeze_s, DEFER_POLL_S))
+        await asyncio.sleep(every_s if due_at is None else min(every_s, DEFER_POLL_S))
         now = time.monotonic()
-        if due_at is None and full_pass_due(now - last_full, full_s, frozen.at_most(after_full * (1 + full_growth)),
-                                            after_full, full_growth, _released, full_released):
+        if due_at is None and full_pass_due(now - last_full, full_s, heap_size(), after_full, full_growth,
+                                            _released, full_released):
             due_at = now
-        if due_at is not None and not deferred(now - due_at, defer_s):
-            full_pass(trim)
-            last_full = last_young = time.monotonic()
-            before, after_full = after_full, frozen.reset()
-            # The pass held the loop for `pause_ms`: logged so that a latency spike can be matched
-            # to it (each service's log, docs/operations.md "Observability").
-            structlog.get_logger().info("gc_full_pass", pause_ms=round((last_full - now) * 1000, 1),
-                                        waited_ms=round((now - due_at) * 1000), frozen_before=before,
-                                        frozen_after=after_full, released=_released)
-            _released, due_at = 0, None
-        elif now - last_young >= freeze_s * 0.99:  # deferred: the young ones still frozen on time
-            frozen.froze(freeze_young())
-            last_young = now
+        if due_at is None or deferred(now - due_at, defer_s):
+            continue
+        before, cpu = heap_size(), time.thread_time()
+        full_pass(trim)
+        last_full, cpu, after_full = time.monotonic(), time.thread_time() - cpu, heap_size()
+        # The pass held the loop for `pause_ms` (`cpu_ms` of it running): logged so that a latency
+        # spike can be matched to it (each service's log, docs/operations.md "Observability").
+        structlog.get_logger().info("gc_full_pass", pause_ms=round((last_full - now) * 1000, 1),
+                                    cpu_ms=round(cpu * 1000, 1), waited_ms=round((now - due_at) * 1000),
+                                    blocks_before=before, blocks_after=after_full, released=_released)
+        _released, due_at = 0, None

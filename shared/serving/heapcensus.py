@@ -69,13 +69,11 @@ def _holder(obj: object, skip: object) -> str:
 
 
 def census(top: int = 25) -> dict[str, Any]:
-    # What `shared/serving/gcpolicy.py` froze is outside gc.get_objects() and get_referrers(); no collection
-    # here, so the census sees the heap as the policy leaves it (pending cyclic garbage included).
-    gc.unfreeze()
-    try:
-        return _census(gc.get_objects(), top)
-    finally:
-        gc.freeze()
+    # What startup allocated is frozen (shared/serving/service.py `settle_heap`), outside gc.get_objects()
+    # and get_referrers(): the census counts what came after it, what can grow. Unfreezing it here
+    # would freeze the sessions' state with it afterwards, out of every full pass's reach
+    # (shared/serving/gcpolicy.py). No collection here either: pending cyclic garbage is counted.
+    return _census(gc.get_objects(), top)
 
 
 def _census(objs: list[Any], top: int) -> dict[str, Any]:

@@ -44,12 +44,13 @@ class ServerSettings(Area):
     trace_inbox: bool = Field(False, validation_alias="GAMMA_TRACE_INBOX",
         description="Log where an inbox entry's, a file write's and a live PUT's time goes (`bench/e2e.py --trace`).")
     gc_freeze_s: float = Field(5.0, ge=0, validation_alias="GAMMA_GC_FREEZE_S",
-        description="Every this many seconds the surviving young objects are frozen, out of the gen-2 collections' "
-                    "scan (`shared/serving/gcpolicy.py`); 0: off.")
+        description="Every this many seconds the service looks whether a full collection is due: it runs gen 2's "
+                    "collections itself, never over startup's frozen heap (`shared/serving/gcpolicy.py`); 0: off "
+                    "(CPython's own rule).")
     gc_full_s: float = Field(600.0, gt=0, validation_alias="GAMMA_GC_FULL_S",
-        description="Every this many seconds the heap is unfrozen and collected once (`shared/serving/gcpolicy.py`).")
+        description="Every this many seconds the heap but startup's is collected once (`shared/serving/gcpolicy.py`).")
     gc_full_growth: float = Field(0.25, gt=0, validation_alias="GAMMA_GC_FULL_GROWTH",
-        description="A full collection also runs once the frozen heap has grown by this fraction since the last one "
+        description="A full collection also runs once the heap has grown by this fraction since the last one "
                     "(closed sessions' cycles; `shared/serving/gcpolicy.py`).")
     gc_full_defer_s: float = Field(30.0, ge=0, validation_alias="GAMMA_GC_FULL_DEFER_S",
         description="A full collection that falls due while the process is busy with latency-sensitive work (the "
@@ -62,7 +63,7 @@ class ServerSettings(Area):
                     "(`shared/serving/gcpolicy.py`).")
     gc_full_released: int = Field(32, ge=0, validation_alias="GAMMA_GC_FULL_RELEASED",
         description="A full collection also runs once this many sessions were closed since the last one (their "
-                    "state is frozen cyclic garbage; `shared/serving/gcpolicy.py`); 0: off.")
+                    "state is cyclic garbage; `shared/serving/gcpolicy.py`); 0: off.")
     gc_malloc_trim: bool = Field(False, validation_alias="GAMMA_GC_MALLOC_TRIM",
         description="After each full collection, hand malloc's free pages back to the OS (glibc `malloc_trim`; "
                     "`shared/serving/gcpolicy.py`).")

@@ -1,8 +1,9 @@
-"""shared/serving/gcpolicy.py: survivors frozen out of the gen-2 scans, collected by the periodic full pass."""
+"""shared/serving/gcpolicy.py: gen 2 collected by the freezer's passes only, startup's frozen heap never."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import sys
 import weakref
@@ -13,13 +14,13 @@ import pytest
 
 from shared.serving import gcpolicy
 from shared.serving.gcpolicy import (
-    FrozenCount,
+    MANAGED_GEN2,
     defer_while,
     deferred,
-    freeze_young,
     full_pass,
     full_pass_due,
     heap_freezer,
+    managed,
     released,
     young_threshold,
 )
@@ -31,29 +32,54 @@ class Node:
 
 
 @pytest.fixture(autouse=True)
-def unfrozen():
+def restored():
+    threshold = gc.get_threshold()
     yield
     gc.unfreeze()  # the rest of the test process keeps its usual GC
+    gc.set_threshold(*threshold)
 
 
-def test_a_frozen_cycle_waits_for_the_full_pass() -> None:
+def old(obj: object) -> None:
+    """Promotes what is alive into gen 2, as a session's state gets there while it lives."""
+    gc.collect(1)
+    assert any(o is obj for o in gc.get_objects(2))
+
+
+def test_a_cycle_in_gen_2_waits_for_the_full_pass() -> None:
+    gc.set_threshold(700, 10, MANAGED_GEN2)
     node = Node()
     ref = weakref.ref(node)
-    freeze_young()
-    assert gc.get_freeze_count() > 0
+    old(node)
     del node
-    gc.collect()
-    assert ref() is not None  # frozen: no collection scans it, not even a full one
+    for _ in range(20):
+        gc.collect(1)  # the young collections, as CPython runs them: gen 2 is not theirs
+    assert ref() is not None
     full_pass()
     assert ref() is None
 
 
-def test_young_cycles_that_died_before_the_freeze_are_collected_by_it() -> None:
+def test_the_frozen_startup_heap_is_never_walked_again() -> None:
     node = Node()
     ref = weakref.ref(node)
+    gc.freeze()  # shared/serving/service.py settle_heap
+    frozen = gc.get_freeze_count()
     del node
-    freeze_young()
-    assert ref() is None
+    full_pass()
+    assert ref() is not None  # out of the pass's reach, as everything startup made
+    assert gc.get_freeze_count() == frozen
+
+
+@pytest.mark.timeout(10)
+async def test_the_freezer_owns_gen_2_while_it_runs_and_gives_it_back() -> None:
+    before = gc.get_threshold()
+    assert not managed()
+    task = asyncio.ensure_future(heap_freezer(0.01, 600))
+    await asyncio.sleep(0.02)
+    assert managed() and gc.get_threshold()[:2] == before[:2]
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert gc.get_threshold() == before
 
 
 @pytest.mark.timeout(10)
@@ -63,7 +89,7 @@ async def test_the_freezer_runs_full_passes_and_zero_turns_it_off() -> None:
     try:
         node = Node()
         ref = weakref.ref(node)
-        await asyncio.sleep(0.03)  # frozen by now
+        old(node)
         del node
         for _ in range(100):
             if ref() is None:
@@ -88,16 +114,12 @@ def test_a_full_pass_is_due_on_time_or_once_the_frozen_heap_outgrew_the_last_one
 async def test_a_wave_of_released_states_brings_a_full_pass_before_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
     # Each step waits for the freezer's own calls, never a fixed time: on a loaded machine a tick can
     # come late (a fixed 0.3 s once ran the first pass after the node was made, freeing it early).
-    calls = {"full": 0, "young": 0}
-    real_full, real_young = gcpolicy.full_pass, gcpolicy.freeze_young
+    calls = {"full": 0}
+    real_full = gcpolicy.full_pass
 
     def counted_full(trim: bool = False) -> None:
         calls["full"] += 1
         real_full(trim)
-
-    def counted_young() -> int:
-        calls["young"] += 1
-        return real_young()
 
     async def until(cond: Callable[[], bool]) -> None:
         for _ in range(2000):
@@ -107,16 +129,14 @@ async def test_a_wave_of_released_states_brings_a_full_pass_before_its_time(monk
         raise AssertionError("the freezer did not get there in 20 s")
 
     monkeypatch.setattr(gcpolicy, "full_pass", counted_full)
-    monkeypatch.setattr(gcpolicy, "freeze_young", counted_young)
     task = asyncio.ensure_future(heap_freezer(0.01, 600, 100.0, full_released=3))
     try:
-        await until(lambda: calls["full"] >= 1)  # the first pass (the heap grew from nothing) is done
         node = Node()
         ref = weakref.ref(node)
-        young = calls["young"]
-        await until(lambda: calls["young"] > young + 1)  # frozen; the timed pass is ten minutes away
+        old(node)
         del node
-        assert ref() is not None  # frozen cyclic garbage: only a full pass frees it
+        await asyncio.sleep(0.05)  # a few of the freezer's looks: the timed pass is ten minutes away
+        assert ref() is not None  # cyclic garbage in gen 2: only a full pass frees it
         full = calls["full"]
         released(3)
         await until(lambda: calls["full"] > full)
@@ -157,7 +177,7 @@ async def test_a_timed_pass_waits_for_the_busy_spell_to_end(monkeypatch: pytest.
     try:
         node = Node()
         ref = weakref.ref(node)
-        await asyncio.sleep(0.03)  # frozen by now
+        old(node)
         del node
         await asyncio.sleep(0.2)  # the timed pass fell due meanwhile: it waits
         assert ref() is not None
@@ -170,25 +190,6 @@ async def test_a_timed_pass_waits_for_the_busy_spell_to_end(monkeypatch: pytest.
     finally:
         task.cancel()
         defer_while(None)
-
-
-def test_the_frozen_count_is_a_bound_walked_only_past_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
-    sizes = iter([1000, 1100])
-    monkeypatch.setattr(gc, "get_freeze_count", lambda: next(sizes))
-    count = FrozenCount()  # walks once: 1000
-    count.froze(200)
-    assert count.at_most(1250) == 1200  # within the threshold: no walk
-    count.froze(100)
-    assert count.at_most(1250) == 1100  # the bound (1300) passed it: walked (objects died meanwhile)
-    assert count.known == 1100 and count.added == 0
-
-
-def test_freeze_young_says_how_many_it_froze() -> None:
-    freeze_young()
-    nodes = [Node() for _ in range(50)]
-    assert freeze_young() >= 50
-    assert freeze_young() < 50  # frozen already: not counted again
-    del nodes
 
 
 @pytest.mark.timeout(10)
