@@ -26,9 +26,9 @@ A pass holds the event loop for as long as it scans: a process can say when such
 that ends, at most `defer_s`, so a wave of turns does not pay it mid-stream; one that keeps streaming
 pays it `defer_s` late: the heap's bound grows by what `defer_s` of allocations add.
 
-Anything else that calls `gc.freeze()` moves the sessions' state out of the passes' reach too: only
-diagnostics do (shared/serving/heapcensus.py no longer needs to), and a transcript scan freezes its
-rows only where no freezer manages the collections (`managed`).
+Anything else that called `gc.freeze()` would move the sessions' state out of every pass's reach for
+good: nothing does (the heap census counts what is not frozen; a transcript scan's child runs with the
+cyclic GC off instead, shared/history/scan_apart.py).
 """
 
 from __future__ import annotations
@@ -60,12 +60,6 @@ def young_threshold(gen0: int) -> None:
 
 
 MANAGED_GEN2 = 2**31 - 1  # gen 2's threshold while the freezer runs: CPython never picks it itself
-
-
-def managed() -> bool:
-    """The freezer runs gen 2's collections (CPython's own are off): nothing needs freezing to be
-    spared them."""
-    return gc.get_threshold()[2] == MANAGED_GEN2
 
 
 def heap_size() -> int:
