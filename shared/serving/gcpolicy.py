@@ -9,7 +9,7 @@ CPython would also run a gen-2 collection each time the long-lived heap grows by
 the sessions' own state (transcripts, models, Outboxes): bench-stream's GC probe saw the runtime's
 loop stop for 39-81 ms of CPU inside a 7-s stream at 100 sessions, every session's tokens held at
 once. While the freezer runs, those automatic gen-2 collections are off (`MANAGED_GEN2`: the young
-generations 0 and 1 are collected as always) and the freezer runs them itself: every `full_s`,
+generations 0 and 1 are collected as always, and at each of its looks) and the freezer runs gen 2's itself: every `full_s`,
 sooner once the heap grew by `full_growth` since the last pass (pymalloc's allocated blocks: O(1) to
 read), or once `full_released` long-lived states (closed sessions) were let go (`full_pass_due`).
 A pass (`full_pass`) is `gc.collect(2)`: every generation but the frozen one, so it walks what
@@ -164,6 +164,10 @@ async def _passes(every_s: float, full_s: float, full_growth: float, full_releas
                                             _released, full_released):
             due_at = now
         if due_at is None or deferred(now - due_at, defer_s):
+            # The young generations now, however few allocations came: in an idle process a cycle
+            # among recent objects (an exception's traceback holding an open file) would otherwise wait
+            # for 700 more, its file open meanwhile (a read-only remount refused while one is).
+            gc.collect(1)
             continue
         before, cpu = heap_size(), time.thread_time()
         full_pass(trim)

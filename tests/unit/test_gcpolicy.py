@@ -210,3 +210,20 @@ async def test_a_full_pass_trims_malloc_when_asked() -> None:
 
 def test_malloc_trim_is_glibcs_on_linux() -> None:
     assert gcpolicy.malloc_trim() is sys.platform.startswith("linux")
+
+
+@pytest.mark.timeout(10)
+async def test_young_cycles_go_within_a_tick_in_an_idle_process() -> None:
+    gc.set_threshold(100_000, 10, MANAGED_GEN2)  # no allocation-driven collection in the test's time
+    task = asyncio.ensure_future(heap_freezer(0.01, 600))
+    try:
+        node = Node()
+        ref = weakref.ref(node)
+        del node
+        for _ in range(100):
+            if ref() is None:
+                break
+            await asyncio.sleep(0.01)
+        assert ref() is None
+    finally:
+        task.cancel()
