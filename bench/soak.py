@@ -96,6 +96,7 @@ class Sample:
     writes: int  # acknowledged writes so far (prompts, notifications, edits, uploads)
     redis_keys: dict[str, list[int]] = field(default_factory=dict)  # key kind -> [keys, MEMORY USAGE bytes]
     conns: dict[str, int] = field(default_factory=dict)  # established Redis and accepted HTTP connections
+    cpu_stall_us: int = 0  # the machine's CPU pressure so far (`cpu_stall_us`): what else ran beside the stack
 
 
 @dataclass
@@ -197,6 +198,17 @@ def open_files(p: psutil.Process, redis_port: int) -> tuple[int, int]:
     return p.num_fds() - pooled, pooled
 
 
+def cpu_stall_us(path: Path = Path("/proc/pressure/cpu")) -> int:
+    """Microseconds some task on the machine waited for a CPU (Linux PSI, `some total`; 0 without PSI).
+    Its growth per minute is how crowded the machine was: a soak beside the test suite measures the
+    suite too, and a minute's p99 or RSS read with it tells the two apart."""
+    try:
+        first = path.read_text().splitlines()[0]
+        return int(first.rsplit("total=", 1)[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def disk_usage(root: Path) -> int:
     """Bytes of the files under `root` but its logs, by `find` in a child process: a walk in Python held
     this process' GIL for ~2 s per 5,000 files on the loaded 2-core machine (a 3-minute run writes 5,000,
@@ -260,7 +272,7 @@ class Sampler(threading.Thread):
         return Sample(t=round(time.monotonic() - self.started, 1), rss=rss, fds=fds, conns=conns,
                       redis_bytes=redis_kept(info), disk_bytes=disk_usage(self.stack.data_dir),
                       writes=self.load[0].writes() if self.load else 0,
-                      redis_keys=key_census(self.redis))
+                      redis_keys=key_census(self.redis), cpu_stall_us=cpu_stall_us())
 
 
 def run(minutes: float, sessions: int = 50, sample_s: float = 10.0, rate: float = RATE, rounds: int = 8,

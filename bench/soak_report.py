@@ -96,7 +96,10 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
     ratio = p99(last_w) / p99(first) if first and last_w and p99(first) else 0.0
     checks["p99_prompt"] = {"first_window_s": round(p99(first), 3), "last_window_s": round(p99(last_w), 3),
                             "ratio": round(ratio, 3),
-                            "ok": bool(first and last_w) and (ratio <= RATIO_MAX or p99(last_w) <= p99(first) + P99_SLACK_S)}
+                            "ok": bool(first and last_w) and (ratio <= RATIO_MAX or p99(last_w) <= p99(first) + P99_SLACK_S),
+                            # not judged: how crowded the machine was in each window (what a soak beside the suite shares)
+                            "cpu_pressure_pct": [window_pressure(result["samples"], 0.0, window),
+                                                 window_pressure(result["samples"], end - window, end)]}
     audit = result["audit"]
     clean = audit["losses"] == 0 and audit["duplicates"] == 0 and audit["stuck_undelivered"] == 0 \
         and audit["corrupt"] == 0 and result["error_count"] == 0
@@ -168,27 +171,44 @@ def per_minute(result: dict[str, Any]) -> list[dict[str, Any]]:
         # The sample taken as the load stopped closes the last minute (not a minute of its own).
         rows[min(int(s["t"] // 60), max(0, math.ceil(result["minutes"]) - 1))] = s
     out = []
+    before: dict[str, Any] | None = result["samples"][0] if result["samples"] else None
     for minute, s in sorted(rows.items()):
         lat = [v for t, v in result["prompts"] if minute * 60 <= t < (minute + 1) * 60]
+        pressure = cpu_pressure(before, s)
+        before = s
         out.append({"minute": minute + 1, "t": s["t"], "rss_mb": {k: round(v / 2**20, 1) for k, v in s["rss"].items()},
                     "fds": s["fds"], "conns": s.get("conns", {}), "redis_mb": round(s["redis_bytes"] / 2**20, 2),
                     "kept_mb": round(kept_bytes(s) / 2**20, 2),
                     "disk_mb": round(s["disk_bytes"] / 2**20, 2), "writes": s["writes"],
                     "rounds": started[minute][0] if minute < len(started) else 0,
                     "late": started[minute][1] if minute < len(started) else 0,
-                    "prompts": len(lat), "p99_s": round(p99(lat), 3)})
+                    "prompts": len(lat), "p99_s": round(p99(lat), 3), "cpu_pressure_pct": pressure})
     return out
+
+
+def window_pressure(samples: list[dict[str, Any]], start: float, stop: float) -> float | None:
+    inside = [s for s in samples if start <= s["t"] <= stop]
+    return cpu_pressure(inside[0], inside[-1]) if len(inside) > 1 else None
+
+
+def cpu_pressure(before: dict[str, Any] | None, after: dict[str, Any]) -> float | None:
+    """The share of wall time some task waited for a CPU between two samples (bench/soak.py
+    `cpu_stall_us`), in %; None without PSI."""
+    if before is None or not before.get("cpu_stall_us") or not after.get("cpu_stall_us") or after["t"] <= before["t"]:
+        return None
+    return round((after["cpu_stall_us"] - before["cpu_stall_us"]) / 1e4 / (after["t"] - before["t"]), 1)
 
 
 def render(result: dict[str, Any], png: Path) -> str:
     rows = per_minute(result)
     names = sorted(rows[0]["rss_mb"]) if rows else []
     head = ["minute", *[f"RSS {n} MB" for n in names], "fds (sum)", "pooled conns (sum)", "Redis MB", "of which kept MB", "disk MB", "writes", "rounds",
-            "late", "prompts", "p99 s"]
+            "late", "prompts", "p99 s", "CPU pressure %"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["minute"], *[r["rss_mb"][n] for n in names], sum(r["fds"].values()), sum(r["conns"].values()), r["redis_mb"], r["kept_mb"], r["disk_mb"],
-                 r["writes"], r["rounds"], r["late"], r["prompts"], r["p99_s"]]
+                 r["writes"], r["rounds"], r["late"], r["prompts"], r["p99_s"],
+                 "-" if r.get("cpu_pressure_pct") is None else r["cpu_pressure_pct"]]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     draw_chart(rows, names, png)
     return "\n".join(lines) + "\n" + census_table(result)

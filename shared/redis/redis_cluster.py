@@ -30,6 +30,7 @@ from redis.asyncio.connection import Connection
 from redis.crc import key_slot
 from redis.exceptions import AskError, ConnectionError, RedisError, ResponseError, TimeoutError
 
+from shared.redis import replicas
 from shared.settings import env_setting
 
 _DETECTED: dict[str, bool] = {}
@@ -211,8 +212,9 @@ async def durable(client: aioredis.Redis, key: str, *command: Any, then: Sequenc
     """Run `command` (on `key`'s slot) and, on a cluster, `WAIT 1 <ms>` on the same connection, so
     the write is on a replica before the caller acknowledges it: a primary killed right after
     cannot take it along (its replica is promoted with it). A replica that does not confirm within
-    the time does not fail the write (WAIT is not a rollback); it is counted by the caller's metrics
-    through the returned reply being unchanged. On a single Redis: the command alone.
+    the time does not fail the write (WAIT is not a rollback): it is counted and logged, and a primary
+    found to have no replica at all is written without WAIT for a second (shared/redis/replicas.py).
+    On a single Redis: the command alone.
     `then`: commands sent right after it on the same connection, on a cluster only (the inbox's ring:
     ordered after the write, one round trip, their replies ignored). Returns `command`'s reply."""
     if cluster_of(client) is None:
@@ -220,19 +222,16 @@ async def durable(client: aioredis.Redis, key: str, *command: Any, then: Sequenc
     budget = wait_ms()
     if budget <= 0 and not then:
         return await client.execute_command(*command)
-    tail = [*then, *([("WAIT", WAIT_REPLICAS, budget)] if budget > 0 else [])]
+    waits, confirmed = False, 0
     try:
         async with node_connection(client, key) as conn:
+            waits = budget > 0 and not replicas.known_without(replicas.node_of(conn))
+            tail = [*then, *([("WAIT", WAIT_REPLICAS, budget)] if waits else [])]
             try:
-                await conn.send_packed_command(conn.pack_commands([command, *tail]))
-                reply: Any
-                try:
-                    reply = await conn.read_response()
-                except ResponseError as exc:  # the replies that follow are still to be read
-                    reply = exc
-                for _ in tail:  # the ring, how many replicas confirmed: best effort, see above
-                    with contextlib.suppress(ResponseError):
-                        await conn.read_response()
+                reply, last = await _exchange(conn, [command, *tail])
+                confirmed = last if waits and isinstance(last, int) else 0
+                if waits and confirmed < WAIT_REPLICAS:
+                    await replicas.check_role(conn, WAIT_REPLICAS)
             except BaseException:
                 await conn.disconnect()  # a reply may still be on its way: the connection is spent
                 raise
@@ -245,6 +244,26 @@ async def durable(client: aioredis.Redis, key: str, *command: Any, then: Sequenc
         for extra in then:
             await client.execute_command(*extra)
         return result
+    if budget > 0 and confirmed < WAIT_REPLICAS:
+        replicas.Unconfirmed.note(key, confirmed, budget, waited=waits)
     if isinstance(reply, ResponseError):
         raise reply
     return reply
+
+
+async def _exchange(conn: Connection, commands: list[tuple[Any, ...]]) -> tuple[Any, Any]:
+    """`commands` in one round trip: the first one's reply (a ResponseError returned, not raised: the
+    replies that follow are still read) and the last one's (None when it failed or there is one)."""
+    await conn.send_packed_command(conn.pack_commands(commands))
+    reply: Any
+    try:
+        reply = await conn.read_response()
+    except ResponseError as exc:
+        reply = exc
+    last: Any = None
+    for _ in commands[1:]:  # best effort: see `durable`
+        try:
+            last = await conn.read_response()
+        except ResponseError:
+            last = None
+    return reply, last

@@ -23,10 +23,10 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from shared.redis import keys, redis_cluster, topology
+from shared.redis import keys, redis_cluster, replicas, topology
 from shared.redis.redis_wire import id_ms, text
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -296,7 +296,7 @@ class StreamStats(Collector):
         values = await redis_cluster.mget(self.client, keys_found)  # one slot per session
         return sum(1 for v in values if v is not None and text(v).startswith(prefix))
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         lag = GaugeMetricFamily("gamma_stream_group_lag", "Entries not yet delivered to the group", labels=["stream", "group"])
         pending = GaugeMetricFamily(
             "gamma_stream_group_pending", "Entries delivered to the group and not yet acknowledged", labels=["stream", "group"]
@@ -317,6 +317,10 @@ class StreamStats(Collector):
         errors = GaugeMetricFamily("gamma_stream_stats_errors", "Scrapes whose Redis read failed")
         errors.add_metric([], self.errors)
         yield errors
+        yield CounterMetricFamily(
+            "gamma_redis_writes_unconfirmed",
+            "Acknowledged writes no replica confirmed within GAMMA_REDIS_WAIT_MS (a failover can lose them), "
+            "this process", value=replicas.Unconfirmed.count)
 
 
 def install_stream_stats(registry: CollectorRegistry, client: aioredis.Redis, service: str) -> StreamStats:

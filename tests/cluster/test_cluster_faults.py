@@ -6,15 +6,20 @@ decks and receive notifications). A few seconds into the load the primary holdin
 leases is killed; the cluster promotes its replica. Nothing restarts the services: each must find
 the new primary by itself (the cluster client's slot map, the raw readers' `refresh_route`). Then the
 same audit as the single-Redis fault suite: every acknowledged prompt, notification and artifact
-revision recorded exactly once, nothing stuck, nothing torn.
+revision recorded exactly once, nothing stuck, nothing torn. The one loss the design allows is a
+write no replica confirmed within `GAMMA_REDIS_WAIT_MS` (a replica lagging on a loaded machine): the
+services log each one (`redis_write_unconfirmed`), and a loss whose key is among them is reported
+apart, not failed; any other loss fails.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -92,6 +97,7 @@ class PrimaryKill(threading.Thread):
 def test_primary_killed_mid_load_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     started = time.monotonic()
     own = start_cluster()  # never the shared one: this test kills a node
+    own.wait_replicas_synced()  # a replica still syncing confirms no write: the guarantee starts here
     report = Report()
     data_dir = tmp_path / "data"
     data_dir.mkdir()
@@ -129,6 +135,7 @@ def test_primary_killed_mid_load_loses_and_duplicates_nothing(tmp_path: Path) ->
             await rclient.aclose()
 
     exits: dict[str, list[str]] = {}
+    unconfirmed: set[str] = set()
     try:
         stack.start()
         supervisor.start()
@@ -139,21 +146,25 @@ def test_primary_killed_mid_load_loses_and_duplicates_nothing(tmp_path: Path) ->
         supervisor.stopping.set()
         stack.stop()
         own.stop()
+        unconfirmed = unconfirmed_keys(stack)
         for name in set(report.supervisor_restarts):  # why it exited: printed with the report
             exits[name] = [line[:600] for line in stack.stack.log(name).splitlines()
                            if '"level": "error"' in line or '"level": "critical"' in line][-8:]
     for rec in records:
         audit_session(rec, data_dir / "sessions" / rec.sid, audit, digest_current.get(rec.sid, {}), stuck.get(rec.sid),
                       seen.get(rec.sid))
+    excused = [loss for loss in audit.losses if unconfirmed_write_of(loss) in unconfirmed]
+    audit.losses = [loss for loss in audit.losses if loss not in excused]
     summary = {"elapsed_s": round(time.monotonic() - started, 1), "victim": fault.victim,
                "promoted_after_s": fault.promoted_after_s, "supervisor_restarts": report.supervisor_restarts,
                "requests": client.stats.requests, "retries": client.stats.retries,
-               "ambiguous_prompts": client.stats.ambiguous_prompts, **audit.summary()}
+               "ambiguous_prompts": client.stats.ambiguous_prompts, "unconfirmed_writes": len(unconfirmed),
+               "losses_of_unconfirmed_writes": len(excused), **audit.summary()}
     print("\nCLUSTER FAULT REPORT " + json.dumps(summary, indent=2))
     print("\n".join(report.events))
     for name, lines in exits.items():
         print(f"{name} exited; its last errors:", *lines, sep="\n  ")
-    for kind, problems in (("LOSS", audit.losses), ("STUCK", audit.stuck), ("MISACKED", audit.misacknowledged),
+    for kind, problems in (("LOST UNCONFIRMED (WAIT timed out: the documented limit)", excused), ("LOSS", audit.losses), ("STUCK", audit.stuck), ("MISACKED", audit.misacknowledged),
                            ("DUPLICATE", audit.duplicates), ("CORRUPT", audit.corrupt)):
         for problem in problems[:15]:
             print(kind, problem)
@@ -170,3 +181,27 @@ def test_primary_killed_mid_load_loses_and_duplicates_nothing(tmp_path: Path) ->
     assert audit.misacknowledged == []
     assert audit.duplicates == []
     assert audit.corrupt == []
+
+
+def unconfirmed_keys(stack: Cluster) -> set[str]:
+    """The keys of the writes the services acknowledged without a replica's confirmation
+    (`redis_write_unconfirmed`, shared/redis/replicas.py): the only acknowledged writes a failover may
+    lose (docs/operations.md "Redis Cluster")."""
+    found: set[str] = set()
+    assert stack.stack.log_dir is not None
+    for path in stack.stack.log_dir.glob("*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            if "redis_write_unconfirmed" in line:
+                with contextlib.suppress(ValueError):
+                    found.add(str(json.loads(line).get("key")))
+    return found
+
+
+def unconfirmed_write_of(loss: str) -> str | None:
+    """The key whose unconfirmed write would explain `loss` (an audit line, tests/reliability/workload.py):
+    a notification's record, a prompt's inbox."""
+    if match := re.match(r"(\S+): notification (\S+) acknowledged but never recorded$", loss):
+        return keys.notification(match[1], match[2])
+    if match := re.match(r"(\S+): acknowledged prompt \S+ never recorded$", loss):
+        return keys.inbox(match[1])
+    return None
