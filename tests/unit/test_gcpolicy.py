@@ -44,6 +44,15 @@ def old(obj: object) -> None:
     assert any(o is obj for o in gc.get_objects(2))
 
 
+async def freed(ref: weakref.ref[object], within_s: float = 1.0) -> bool:
+    """True once `ref`'s object is gone (a pass in the freezer's task frees it), polled for `within_s`."""
+    for _ in range(int(within_s / 0.01)):
+        if ref() is None:
+            return True
+        await asyncio.sleep(0.01)
+    return ref() is None
+
+
 def test_a_cycle_in_gen_2_waits_for_the_full_pass() -> None:
     gc.set_threshold(700, 10, MANAGED_GEN2)
     node = Node()
@@ -90,11 +99,7 @@ async def test_the_freezer_runs_full_passes_and_zero_turns_it_off() -> None:
         ref = weakref.ref(node)
         old(node)
         del node
-        for _ in range(100):
-            if ref() is None:
-                break
-            await asyncio.sleep(0.01)
-        assert ref() is None  # the full pass freed it
+        assert await freed(ref)  # the full pass freed it
     finally:
         task.cancel()
 
@@ -181,11 +186,7 @@ async def test_a_timed_pass_waits_for_the_busy_spell_to_end(monkeypatch: pytest.
         await asyncio.sleep(0.2)  # the timed pass fell due meanwhile: it waits
         assert ref() is not None
         busy[0] = False
-        for _ in range(100):
-            if ref() is None:
-                break
-            await asyncio.sleep(0.01)
-        assert ref() is None
+        assert await freed(ref)
     finally:
         task.cancel()
         defer_while(None)
@@ -220,10 +221,6 @@ async def test_young_cycles_go_within_a_tick_in_an_idle_process() -> None:
         node = Node()
         ref = weakref.ref(node)
         del node
-        for _ in range(100):
-            if ref() is None:
-                break
-            await asyncio.sleep(0.01)
-        assert ref() is None
+        assert await freed(ref)
     finally:
         task.cancel()
