@@ -18,6 +18,7 @@ from typing import Any
 
 import structlog
 from redis.asyncio.connection import Connection
+from redis.exceptions import RedisError
 
 _log = structlog.get_logger(__name__)
 NO_REPLICA_S = 1.0
@@ -65,9 +66,14 @@ def known_without(node: str) -> bool:
 async def check_role(conn: Connection, needed: int) -> None:
     """After a WAIT that fewer than `needed` replicas answered: ROLE on the same connection; a primary
     listing fewer replicas than that is remembered (`known_without`). A reply of another shape (not a
-    primary any more: a failover under way) teaches nothing."""
-    await conn.send_command("ROLE")
-    role: Any = await conn.read_response()
+    primary any more: a failover under way) teaches nothing, and neither does a ROLE that failed: the
+    write it follows stands, so its caller hears of it (the connection is dropped, its state unknown)."""
+    try:
+        await conn.send_command("ROLE")
+        role: Any = await conn.read_response()
+    except (RedisError, OSError):
+        await conn.disconnect()
+        return
     if not isinstance(role, list | tuple) or len(role) < 3:
         return
     kind = role[0].decode() if isinstance(role[0], bytes) else str(role[0])
