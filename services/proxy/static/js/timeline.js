@@ -6,9 +6,13 @@ const opened = new Set();
 const FAILURE_BADGES = { aborted: "aborted", contentFilter: "content filter", budget: "budget" };
 const fmtBytes = (n) => (n >= 1024 ? `${(n / 1024).toFixed(1)} KB` : `${n || 0} B`);
 
+// A click on a summary is remembered at once: the details' "toggle" event comes a task later, and a
+// timeline re-rendered in between (every event re-renders it) would build the item closed again.
 function collapsible(key, summary, body, { open = false, cls = "" } = {}) {
-  const det = el("details", { class: cls, dataset: { key } }, el("summary", {}, ...summary), body);
+  const head = el("summary", {}, ...summary);
+  const det = el("details", { class: cls, dataset: { key } }, head, body);
   det.open = opened.has(key) || open;
+  head.addEventListener("click", () => (det.open ? opened.delete(key) : opened.add(key)));  // before it toggles
   det.addEventListener("toggle", () => (det.open ? opened.add(key) : opened.delete(key)));
   return det;
 }
