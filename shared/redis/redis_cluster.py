@@ -244,16 +244,16 @@ async def durable(client: aioredis.Redis, key: str, *command: Any, then: Sequenc
         for extra in then:
             await client.execute_command(*extra)
         return result
+    if isinstance(reply, ResponseError):  # nothing was written: nothing to confirm
+        raise reply
     if budget > 0 and confirmed < WAIT_REPLICAS:
         replicas.Unconfirmed.note(key, confirmed, budget, waited=waits)
-    if isinstance(reply, ResponseError):
-        raise reply
     return reply
 
 
 async def _exchange(conn: Connection, commands: list[tuple[Any, ...]]) -> tuple[Any, Any]:
     """`commands` in one round trip: the first one's reply (a ResponseError returned, not raised: the
-    replies that follow are still read) and the last one's (None when it failed or there is one)."""
+    replies that follow are still read) and the last one's (None when it failed or there is only one)."""
     await conn.send_packed_command(conn.pack_commands(commands))
     reply: Any
     try:
