@@ -119,3 +119,23 @@ def test_the_translation_is_deterministic_and_a_resume_reopens_what_is_open() ->
     assert out.events[0].type.value == "TEXT_MESSAGE_END"
     # A reconnect after that first event: only the reasoning span is still open.
     assert [e.type.value for e in still_open(before, out.events[:1])] == ["REASONING_START", "REASONING_MESSAGE_START"]
+
+
+def test_a_tool_calls_arguments_come_from_its_assistant_message() -> None:
+    """`tool_execution_start` names the call; its arguments are in the assistant's `message_end` before it
+    (services/runtime/README.md "Events"). A runtime from before sent them on the start: still read."""
+    t = Translator("s_1", "r", PROMPT)
+    t.feed(user_end())
+    t.feed(ev("message_start", message={"role": "assistant"}))
+    t.feed(ev("message_end", message={"role": "assistant", "content": [
+        {"type": "toolCall", "id": "c1", "name": "put", "arguments": {"v": [1, 2]}},
+        {"type": "toolCall", "id": "c2", "name": "put", "arguments": {}}]}))
+    first = t.feed(ev("tool_execution_start", toolCallId="c1", toolName="put")).events
+    assert [e.type.value for e in first] == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"]
+    assert first[1].delta == '{"v": [1, 2]}'  # type: ignore[attr-defined]
+    assert t.feed(ev("tool_execution_start", toolCallId="c2", toolName="put")).events[1].delta == "{}"  # type: ignore[attr-defined]
+    old = t.feed(ev("tool_execution_start", toolCallId="c3", toolName="put", args={"a": 1})).events
+    assert old[1].delta == '{"a": 1}'  # type: ignore[attr-defined]
+    # Its message before this run's stream began: the call is shown, without arguments.
+    joined = Translator("s_1", "r2", PROMPT).feed(ev("tool_execution_start", toolCallId="c9", toolName="put")).events
+    assert [e.type.value for e in joined] == ["TOOL_CALL_START", "TOOL_CALL_END"]

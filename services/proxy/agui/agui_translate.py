@@ -56,6 +56,9 @@ class Translator:
     texts: int = 0  # text messages opened: ids stay unique when a message's text is cut by a restart
     reasoning_id: str | None = None  # the open reasoning span (one per assistant message)
     tool_calls: set[str] = field(default_factory=set)  # started here: only their results are sent
+    # The last assistant message's calls, id -> arguments: a `tool_execution_start` names its call only
+    # (services/runtime/README.md "Events"); each popped when its call starts.
+    call_args: dict[str, Any] = field(default_factory=dict)
     question: dict[str, Any] | None = None  # the last blocking message_user
     error: str | None = None
 
@@ -144,23 +147,38 @@ def _reasoning(t: Translator, data: dict[str, Any], out: Translation) -> None:
 
 
 def _message_end(t: Translator, data: dict[str, Any], out: Translation) -> None:
-    role = (data.get("message") or {}).get("role")
+    message = data.get("message") or {}
+    role = message.get("role")
     if role == "assistant":
         t.close_all(out)
+        t.call_args = _call_args(message.get("content"))
     elif role == "user" and t.prompt_id is not None and data.get("promptId") == t.prompt_id:
         t.seen_prompt = True
 
 
 # -- tools ------------------------------------------------------------------------------------------
+def _call_args(content: Any) -> dict[str, Any]:
+    """An assistant message's tool calls (its `content` as the event carries it), id -> arguments."""
+    if not isinstance(content, list):
+        return {}
+    return {c["id"]: c.get("arguments") for c in content
+            if isinstance(c, dict) and c.get("type") == "toolCall" and isinstance(c.get("id"), str)}
+
+
 def _tool_start(t: Translator, data: dict[str, Any], out: Translation) -> None:
     call_id, name = data.get("toolCallId"), data.get("toolName")
     if not isinstance(call_id, str) or not isinstance(name, str) or call_id in t.tool_calls:
         return
+    # From its assistant message's `message_end`; `args` on the event itself: a runtime from before they
+    # travelled once. Neither: that message came before this run's stream began (a run that joined a
+    # running one), and the call is shown without its arguments.
+    args = t.call_args.pop(call_id, data.get("args"))
     t.close_text(out)
     t.tool_calls.add(call_id)
     out.events.append(ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name,
                                          parent_message_id=t.message_id if t.messages else None))
-    out.events.append(ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(data.get("args") or {})))
+    if args is not None:
+        out.events.append(ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(args)))
     out.events.append(ToolCallEndEvent(tool_call_id=call_id))
 
 

@@ -65,7 +65,7 @@ async def run_loop_continue(context: AgentContext, config: LoopConfig, emit: Emi
 
 
 async def _add(m: AgentMessage, context: AgentContext, new: list[AgentMessage], emit: Emit) -> None:
-    await emit(AgentEvent(type="message_start", data={"message": _dump(m)}, message=m))
+    await emit(AgentEvent(type="message_start", data={"message": _head(m)}, message=m))
     context.messages.append(m)
     new.append(m)
     await emit(AgentEvent(type="message_end", data={"message": _dump(m)}, message=m))
@@ -113,7 +113,7 @@ async def _turn(context: AgentContext, config: LoopConfig, emit: Emit, new: list
         message, reached = spent
         if reached is not None:
             await emit(AgentEvent(type="budget_reached", data=reached.model_dump()))
-        await emit(AgentEvent(type="message_start", data={"message": _dump(message)}))
+        await emit(AgentEvent(type="message_start", data={"message": _head(message)}))
     context.messages.append(message)
     new.append(message)
     await emit(AgentEvent(type="message_end", data={"message": _dump(message)}, message=message))
@@ -146,7 +146,7 @@ async def _cut_batch(calls: list[ToolCall], emit: Emit) -> list[ToolResultMessag
     for call in calls:
         outcome = cut_call_outcome(call)
         await emit(AgentEvent(type="tool_execution_start", data={
-            "toolCallId": call.id, "toolName": call.name, "args": call.arguments}))
+            "toolCallId": call.id, "toolName": call.name}))
         await emit(AgentEvent(type="tool_execution_end", data={
             "toolCallId": call.id, "toolName": call.name, "isError": True, "result": outcome.content,
             "details": outcome.details}))
@@ -163,7 +163,7 @@ async def _execute_batch(
     preset = await config.prepare_batch(calls)
     for call in calls:
         await emit(AgentEvent(type="tool_execution_start", data={
-            "toolCallId": call.id, "toolName": call.name, "args": call.arguments}))
+            "toolCallId": call.id, "toolName": call.name}))
 
     async def one(call: ToolCall) -> ToolOutcome:
         with tool_span(call.name, call.id) as span:
@@ -276,3 +276,17 @@ def validate_arguments(tool: Tool, args: dict[str, Any]) -> str | None:
 
 def _dump(m: AgentMessage) -> dict[str, Any]:
     return m.model_dump(by_alias=True, mode="json")
+
+
+# What a message carries, sent once per message: in its `message_end`. Every event is written to Redis,
+# kept in the session's events stream and sent to each SSE client, so a payload in two events cost all
+# of them twice (a prompt, a tool result, an injection of any size: docs/architecture.md "Bounded work").
+# A `message_start` names the message that starts, as a model reply's does before it has content, and
+# `tool_execution_start` names the call, whose arguments are in the assistant's `message_end` just
+# before it (services/runtime/README.md "Events").
+_PAYLOAD = frozenset({"content", "images", "details", "summary"})
+
+
+def _head(m: AgentMessage) -> dict[str, Any]:
+    """The message without its payload (`_PAYLOAD`): a `message_start`'s."""
+    return m.model_dump(by_alias=True, mode="json", exclude=set(_PAYLOAD))
