@@ -66,3 +66,13 @@ async def test_the_forward_links_are_bound_once_every_part_is_built(tmp_path: Pa
                            injections=session.injections, recorder=session.recorder)
     with pytest.raises(Unbound):
         Links().restore_context()  # a call before the root bound the parts: a construction-order bug
+
+
+async def test_a_wake_restores_from_the_files_it_read(tmp_path: Path) -> None:
+    """The workspace's file list comes from the wake's one read (session_files.py), not a walk of its own."""
+    session = build(tmp_path)
+    (session.paths.workspace / "a.txt").write_text("a")
+    files = SessionFiles.read(session.paths)
+    (session.paths.workspace / "b.txt").write_text("b")  # after the read: a walk of its own would list it
+    await session.restore(files)
+    assert session.tools.viewable_files == ["a.txt"]

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -15,6 +16,7 @@ from services.runtime.hosting.session_files import read_session_files
 from services.runtime.store.write_guard import WriteGuard
 from services.runtime.ui.liveui import LiveUi
 from shared.contracts.records.transcript import SessionHeader
+from shared.history import rewind as rw
 from shared.history import transcript_index as ix
 from shared.storage.disk import SessionPaths, session_paths
 from shared.ui.uirules import UiLimits
@@ -73,3 +75,40 @@ async def test_the_ui_state_is_read_off_the_loop_at_its_first_use(tmp_path: Path
     ui = LiveUi(paths, UiLimits(), WriteGuard(no_check), outbox=None)  # type: ignore[arg-type]  # nothing is published
     doc = await blocked_until_written(ui.document(), paths.state, b"{}")
     assert await ui.document() is doc  # read once
+
+
+class CountingPool(ThreadPoolExecutor):
+    jobs = 0
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+        CountingPool.jobs += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+async def test_a_wakes_reads_are_one_hand_off(tmp_path: Path) -> None:
+    """The UI state, a pending rewind and the workspace's file list come with the transcript and the
+    todo list: one job in the I/O pool, not four (bench/README.md "bench-e2e")."""
+    paths = layout(tmp_path)
+    (paths.workspace / "d").mkdir(parents=True)
+    (paths.workspace / "d" / "a.txt").write_text("a")
+    paths.state.write_text(json.dumps({"costs": []}))
+    CountingPool.jobs = 0
+    asyncio.get_running_loop().set_default_executor(CountingPool(1))
+    files = await read_session_files(paths)
+    assert CountingPool.jobs == 1
+    assert files.ui == {"costs": []} and files.intent is None and files.viewable == ["d/a.txt"]
+    # A rewind a crash cut short changes the files when it is finished: the wake walks after it.
+    rw.intent_path(paths).parent.mkdir(parents=True)
+    rw.intent_path(paths).write_text(json.dumps({"record": 0, "target_id": "e1", "entries": []}))
+    files = await read_session_files(paths)
+    assert files.intent is not None and files.intent.target_id == "e1" and files.viewable is None
+
+
+async def test_the_ui_state_the_wake_read_is_not_read_again(tmp_path: Path) -> None:
+    paths = layout(tmp_path)
+    os.mkfifo(paths.state)  # a read of it would wait for a writer that never comes
+    ui = LiveUi(paths, UiLimits(), WriteGuard(no_check), outbox=None)  # type: ignore[arg-type]  # nothing is published
+    ui.preload({"expandedDirs": ["docs"]})
+    doc = await asyncio.wait_for(ui.document(), timeout=5)
+    assert doc.snapshot().get("expandedDirs") == ["docs"]
+    assert await ui.document() is doc

@@ -278,24 +278,25 @@ class Session:
         try:
             model, variant = row_model(row)
             outbox = Outbox(parts.sender, sid, parts.bus, fence=lease.check)
-            files = await renewing(lease, read_session_files(paths))  # a long history's first read
+            files = await renewing(lease, read_session_files(paths, settings.storage.workspace_max_depth))
             clock.mark("read")
             window = model.context_window or settings.compaction.context_window
             session = cls(parts.deps(variant), paths, files, lease, outbox, model_settings(settings, model, sid, paths, variant),
                           wake.wake_id, context_window=window, disk=disk)
             clock.mark("build")
-            await session.restore()
+            await session.restore(files)  # with the files read above (a long history's first read)
         except BaseException:
             disk.close()
             raise
         clock.mark("restore")
         return session
 
-    async def restore(self) -> None:
-        if not self.transcript.entries:
-            # A preloaded workflow skill is as active as a loaded one.
+    async def restore(self, files: SessionFiles | None = None) -> None:
+        if not self.transcript.entries:  # a preloaded workflow skill is as active as a loaded one
             await self.transcript.ensure_header([(skill.name, skill.type) for skill in self.deps.preloaded])
-        await self.rewinder.finish_pending()  # a rewind a crash cut short (shared/history/rewind.py)
+        if files is not None:  # the wake's read (session_files.py); without it each part reads its own
+            self.ui.preload(files.ui)
+        await self.rewinder.finish_pending(read=files is None, intent=files.intent if files else None)
         limits = await self.spend.load()  # the session's own caps (POST /sessions `budget`, docs/costs.md)
         budget = RunBudget(self.deps.settings.runtime.run_max_model_calls, limits.run_tokens or 0)
         self.agent.hooks = replace(self.agent.hooks, budget=budget)
@@ -303,7 +304,7 @@ class Session:
         # awaited by the run task (supervisor.py), never here.
         await self.connectors.resume()
         await repair_interrupted_run(self.transcript, pending=self.connectors.pending)
-        await self.tools.refresh_viewable()
+        await self.tools.refresh_viewable(walked=None if files is None else files.viewable)
         self.turns.restore_context()
         await self.progress.publish(force=True)  # a client sees where the workflow stands after a wake
         # The cost records are rebuilt from the transcript, off the wake path (the UI document loads lazily).

@@ -93,11 +93,13 @@ class SessionToolHost:
     def viewable_files(self) -> list[str]:
         return self.viewable.files
 
-    async def refresh_viewable(self, announce: bool = False) -> None:
+    async def refresh_viewable(self, announce: bool = False, walked: list[str] | None = None) -> None:
         """The projection from a bounded walk in the I/O pool (shared/storage/disk.py `workspace_files`): a
         partial list when the workspace is past the walk's bounds, never a failed wake. `announce`:
-        send it whole (a rewind changed the files; a wake's `status` event carries it instead)."""
-        files = await asyncio.to_thread(workspace_files, self.paths.workspace, max_depth=self._max_depth)
+        send it whole (a rewind changed the files; a wake's `status` event carries it instead).
+        `walked`: that walk, done by the wake's read (session_files.py)."""
+        files = walked if walked is not None else await asyncio.to_thread(
+            workspace_files, self.paths.workspace, max_depth=self._max_depth)
         if announce:
             await self.viewable.replaced(files)
         else:
