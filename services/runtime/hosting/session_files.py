@@ -2,8 +2,8 @@
 index (shared/history/transcript_index.py: never the whole history), the todo list, the UI state, a
 rewind a crash cut short and the workspace's file list, read together in one hand-off to the I/O
 pool (worker.py `_open`). On a slow disk (a network filesystem) each read's metadata operations on
-the event loop would hold every other session's turn (README "Reliability"); read apart, they were
-four hand-offs a wake (bench/README.md "bench-e2e", the I/O pool's jobs by call site). Read after
+the event loop would hold every other session's turn (README "Reliability"); one hand-off, not one
+per file (bench/README.md "bench-e2e", the I/O pool's jobs by call site). Read after
 the lease and the dormant-write wait (worker.py): from then on only this holder writes these files."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class SessionFiles:
     ui: Any  # state.json as parsed, None when absent (liveui.py builds the document from it at first use)
     intent: rw.Intent | None  # a rewind a crash cut short (rewind.py `finish_pending`)
     # The viewable-file projection's walk (tool_host.py `refresh_viewable`); None when a rewind is
-    # pending, whose restore changes the files: the wake walks after it, as before.
+    # pending, whose restore changes the files: the wake then walks after it.
     viewable: list[str] | None
 
     @classmethod
