@@ -4,8 +4,8 @@
 One stack (one runtime worker, one proxy). Bob, in his own session, sends prompts one after another
 (`script:` a `message_user` that yields: proxy -> runtime -> the scripted model -> transcript) and
 times each from the POST to the answer in his transcript (polled every 10 ms), beside the proxy's
-`GET /sessions/{id}`. Each attack runs in a loop from another thread while bob measures; before it,
-bob measures the quiet stack. Attacks (alice):
+`GET /sessions/{id}`. Each attack runs in a loop in a process of its own (an attacker's client shares no
+interpreter with bob's stopwatch) while bob measures; before it, bob measures the quiet stack. Attacks (alice):
 - connector `uniqueItems`: a call whose array holds 4,500 objects (duplicate last: every pair compared);
 - connector `pattern`: 46 characters against `^(a|aa)+$`;
 - deep PNG attachments x6: six messages at once, each attaching a distinct 7000x7000 16-bit PNG (~0.3 MB);
@@ -33,8 +33,10 @@ than a p99 on a shared host. Prints a table; writes bench/results/stalls.json. R
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
+import multiprocessing
 import os
 import platform
 import sys
@@ -81,10 +83,12 @@ def pct(values: list[float], q: float) -> float:
 
 
 class Tenant:
-    def __init__(self, stack: Stack, token: str) -> None:
-        self.http = httpx.Client(base_url=stack.url(), headers={"Authorization": f"Bearer {token}"}, timeout=600)
-        self.sid = ""
-        self.fresh()
+    def __init__(self, base_url: str, token: str, sid: str = "") -> None:
+        self.base_url, self.token = base_url, token
+        self.http = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=600)
+        self.sid, self.cursor, self.seen = sid, "0", 0
+        if not sid:
+            self.fresh()
 
     def fresh(self) -> None:
         """A new session: the transcript polled stays short, so the probe's own cost does not grow."""
@@ -117,6 +121,48 @@ class Tenant:
         raise TimeoutError("no answer")
 
 
+class Listener(Tenant):
+    """Bob: a browser's view of a round trip, the POST to the run's `agent_end` on the session's event
+    stream (a thread reads it). Polling the transcript instead timed the poll (10 ms steps, and each
+    poll's two requests slowed with the load measured) as much as the round trip."""
+
+    listening: httpx.Response | None = None
+
+    def fresh(self) -> None:
+        if self.listening is not None:
+            self.listening.close()  # one open stream: a user's are capped (GAMMA_SSE_MAX_STREAMS_PER_USER)
+        super().fresh()
+        self.ends, self.changed, self.listening = 0, threading.Condition(), None
+        threading.Thread(target=self._listen, args=(self.sid, self.changed), daemon=True).start()
+        with self.changed:  # subscribed before the first prompt: no end is missed
+            if not self.changed.wait_for(lambda: self.listening is not None, timeout=30):
+                raise TimeoutError("event stream not open")
+
+    def _listen(self, sid: str, changed: threading.Condition) -> None:
+        headers = {"Authorization": f"Bearer {self.token}", "Last-Event-ID": "$"}
+        with contextlib.suppress(httpx.HTTPError, RuntimeError), httpx.stream(
+                "GET", f"{self.base_url}/sessions/{sid}/events", headers=headers, timeout=None) as resp:
+            with changed:
+                self.listening = resp
+                changed.notify_all()
+            for line in resp.iter_lines():
+                if line.startswith("data: ") and '"agent_end"' in line:
+                    with changed:
+                        self.ends += 1
+                        changed.notify_all()
+
+    def round_trip(self, message: str, deadline_s: float = 600) -> float:
+        with self.changed:
+            before = self.ends
+        began = time.perf_counter()
+        resp = self.prompt(message)
+        assert resp.status_code == 202, resp.text
+        with self.changed:
+            if not self.changed.wait_for(lambda: self.ends > before, timeout=deadline_s):
+                raise TimeoutError("no answer")
+        return (time.perf_counter() - began) * 1000
+
+
 def summary(trips: list[float], gets: list[float]) -> dict[str, Any]:
     # At 90 rounds a side the p99 is the slowest round: one pause anywhere on the host sets it, so the
     # p95 (the fifth slowest) goes beside it.
@@ -130,7 +176,7 @@ def cpu_ms(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
-def measure(bob: Tenant, rounds: int, cpu: Callable[[], float] = lambda: 0.0) -> dict[str, Any]:
+def measure(bob: Listener, rounds: int, cpu: Callable[[], float] = lambda: 0.0) -> dict[str, Any]:
     bob.fresh()
     spent = cpu()
     trips: list[float] = []
@@ -164,9 +210,14 @@ def stage(alice: Tenant, files: dict[str, bytes]) -> None:
         put(alice, path, data)
 
 
-def attacks(stack: Stack, alice: Tenant) -> dict[str, Callable[[int], Any]]:
+def connectors(stack: Stack) -> None:
     register(stack, "bulk", {"type": "array", "uniqueItems": True, "items": {"type": "object"}})
     register(stack, "regex", {"type": "string", "pattern": "^(a|aa)+$"})
+
+
+def attacks(alice: Tenant, first: int = 0) -> dict[str, Callable[[int], Any]]:
+    """Alice's attacks by name; `first` numbers the corrupt PNGs (a refusal is remembered by the bytes'
+    digest, so each phase starts where the last one's numbers cannot reach)."""
 
     def connector(name: str, value: Any) -> Callable[[int], Any]:
         return lambda n: alice.round_trip(script({"tool_calls": [call("load_tools", namespace=f"connector:{name}")]},
@@ -176,7 +227,7 @@ def attacks(stack: Stack, alice: Tenant) -> dict[str, Callable[[int], Any]]:
         with ThreadPoolExecutor(6) as pool:
             return list(pool.map(lambda i: alice.prompt("look", attachments=[f"deep{i}.png"]).status_code, range(6)))
 
-    distinct = itertools.count()  # across pairs too: a refusal is remembered by the bytes' digest
+    distinct = itertools.count(first)
 
     def corrupt(n: int) -> Any:
         k = next(distinct)
@@ -206,28 +257,42 @@ def files() -> dict[str, bytes]:
     return {**out, "bomb.webp": WEBP_7000, "notes.txt": b"".join(b"line %d\n" % i for i in range(40))}
 
 
-def under_attack(bob: Tenant, attack: Callable[[int], Any], rounds: int,
+def alice_loop(base_url: str, token: str, sid: str, name: str, first: int, ready: Any, stop: Any, done: Any) -> None:
+    """The attack in a loop, in a process of its own: alice's client (its JSON, its polling) must not
+    share a GIL with bob's stopwatch, as no attacker's client shares one with another user's."""
+    alice = Tenant(base_url, token, sid)
+    attack = attacks(alice, first)[name]
+    ready.set()
+    while not stop.is_set():
+        attack(done.value)
+        with done.get_lock():
+            done.value += 1
+
+
+PHASES = itertools.count()
+
+
+def under_attack(bob: Listener, alice: Tenant, name: str, rounds: int,
                  reset: Callable[[], None] = lambda: None, cpu: Callable[[], float] = lambda: 0.0) -> dict[str, Any]:
     reset()
-    stop, done = threading.Event(), [0]
-    spent = cpu()
-
-    def loop() -> None:
-        while not stop.is_set():
-            attack(done[0])
-            done[0] += 1
-
-    worker = threading.Thread(target=loop, daemon=True)
+    spawn = multiprocessing.get_context("spawn")
+    ready, stop, done = spawn.Event(), spawn.Event(), spawn.Value("i", 0)
+    worker = spawn.Process(target=alice_loop, daemon=True, args=(
+        alice.base_url, alice.token, alice.sid, name, next(PHASES) * 100_000, ready, stop, done))
     worker.start()
+    if not ready.wait(60):
+        worker.kill()
+        raise RuntimeError("alice's process did not start")
+    spent = cpu()
     try:
         row = measure(bob, rounds)
     finally:
         stop.set()
         worker.join(timeout=900)
-    return {**row, "attacks": done[0], "cpu_ms": cpu() - spent}  # up to the last attack's end
+    return {**row, "attacks": done.value, "cpu_ms": cpu() - spent}  # up to the last attack's end
 
 
-def paired(bob: Tenant, attack: Callable[[int], Any], rounds: int, pairs: int,
+def paired(bob: Listener, alice: Tenant, name: str, rounds: int, pairs: int,
            reset: Callable[[], None] = lambda: None, cpu: Callable[[], float] = lambda: 0.0) -> dict[str, Any]:
     """`pairs` alternating (quiet, attack) phases: pooled figures of each side, each pair's ratio, and
     the runtime's CPU per attack (its CPU over the attack phases, less bob's rounds at their quiet cost):
@@ -237,7 +302,7 @@ def paired(bob: Tenant, attack: Callable[[int], Any], rounds: int, pairs: int,
     loud: dict[str, list[float]] = {"trips": [], "gets": []}
     ratios, attacks_done, quiet_cpu, loud_cpu = [], 0, 0.0, 0.0
     for _ in range(pairs):
-        q, a = measure(bob, rounds, cpu), under_attack(bob, attack, rounds, reset, cpu)
+        q, a = measure(bob, rounds, cpu), under_attack(bob, alice, name, rounds, reset, cpu)
         quiet_cpu, loud_cpu = quiet_cpu + q["cpu_ms"], loud_cpu + a["cpu_ms"]
         for side, row in ((quiet, q), (loud, a)):
             side["trips"] += row["trips"]
@@ -270,11 +335,12 @@ def run(work: Path, redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     try:
         stack.start()
-        alice, bob = Tenant(stack, API_TOKEN), Tenant(stack, OTHER_TOKEN)
+        alice, bob = Tenant(stack.url(), API_TOKEN), Listener(stack.url(), OTHER_TOKEN)
         measure(bob, 3)  # warm: the session live, the pools started
-        every, data = attacks(stack, alice), files()
-        for name in chosen(list(every), args.only):
-            row = paired(bob, every[name], args.rounds, args.pairs, reset=lambda: stage(alice, data),
+        connectors(stack)
+        data = files()
+        for name in chosen(list(attacks(alice)), args.only):
+            row = paired(bob, alice, name, args.rounds, args.pairs, reset=lambda: stage(alice, data),
                          cpu=lambda: cpu_ms(stack.procs["runtime"].pid))
             loud = row["attack"]
             twin = None if name.startswith("control") else TWIN.get(name, BUSY)
