@@ -3,7 +3,7 @@
 
 One stack (one runtime worker, one proxy). Bob, in his own session, sends prompts one after another
 (`script:` a `message_user` that yields: proxy -> runtime -> the scripted model -> transcript) and
-times each from the POST to the answer in his transcript (polled every 10 ms), beside the proxy's
+times each from the POST to the run's `agent_end` on his session's event stream, beside the proxy's
 `GET /sessions/{id}`. Each attack runs in a loop in a process of its own (an attacker's client shares no
 interpreter with bob's stopwatch) while bob measures; before it, bob measures the quiet stack. Attacks (alice):
 - connector `uniqueItems`: a call whose array holds 4,500 objects (duplicate last: every pair compared);

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,17 @@ def http_ok(url: str) -> bool:
             return bool(resp.status == 200)
     except OSError:
         return False
+
+
+def http_body(url: str) -> str:
+    """What a URL answers, status and body, for an error message (never raises)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return f"{resp.status} {resp.read(2000).decode(errors='replace')}"
+    except urllib.error.HTTPError as exc:
+        return f"{exc.code} {exc.read(2000).decode(errors='replace')}"
+    except OSError as exc:
+        return repr(exc)
 
 
 @dataclass
@@ -133,7 +145,7 @@ class Stack:
         if "proxy" in self.procs and set(SERVICES) <= set(self.procs):
             while not http_ok(self.url("proxy") + "/readyz"):
                 if time.time() > deadline:
-                    raise RuntimeError("proxy /readyz never became 200")
+                    raise RuntimeError(f"proxy /readyz never became 200: {http_body(self.url('proxy') + '/readyz')}")
                 time.sleep(0.1)
 
     def log(self, name: str) -> str:
