@@ -27,7 +27,9 @@ run, at least one minute, for shorter ones: minute 1 of the 3-minute CI run):
 - the session disk: what it grows by per acknowledged write in the last window at most 1.5x the
   first (it holds every transcript and revision, so it grows; a leak grows faster than the writes);
 - p99 prompt -> answer of the prompts sent in the last window (the last quarter, at least a minute)
-  at most 1.5x the first window's, or at most 0.5 s above it (noise on a sub-second p99);
+  at most 1.5x the first window's, or at most 0.5 s above it (noise on a sub-second p99), when each
+  window holds 500 prompts (the 20-minute run); over fewer (the 3-minute run) a p99 is one or two
+  stalls of the machine, so the medians are judged so (0.25 s of slack) and the p99s reported;
 - zero lost or duplicated entries (the exactly-once audit), zero failed requests;
 - the load paced: the rounds started in every minute within 10% of the offered rate, at most 5% of
   them late (otherwise the other figures measure the machine, not the stack).
