@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from services.runtime.model.model_api import (
     finish,
     no_terminal,
     obj,
+    piece_json,
     without_image_data,
 )
 from services.runtime.model.sse import ReadGate, json_reads, open_stream
@@ -72,9 +72,8 @@ class ChatApi:
     def pieces(self, body: dict[str, Any]) -> list[str]:
         """Tools and system first, then one piece per message (tokenized separately, once each)."""
         messages, tools = body["messages"], body.get("tools", [])
-        head = json.dumps({"tools": tools, "system": messages[0]}, ensure_ascii=False, separators=(",", ":"))
-        return [head, *(json.dumps(without_image_data(m), ensure_ascii=False, separators=(",", ":"))
-                        for m in messages[1:])]
+        return [piece_json({"tools": tools, "system": messages[0]}),
+                *(piece_json(without_image_data(m)) for m in messages[1:])]
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
                       signal: asyncio.Event, gate: ReadGate | None = None,

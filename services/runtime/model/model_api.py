@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import orjson
 from openai import AsyncOpenAI
 
 from services.runtime.engine.types import AgentContext, AgentEvent, Emit
@@ -158,6 +159,16 @@ class ArgumentProgress:
 def stand_in(url: str) -> str:
     """The text an image's data URL is replaced with in the pieces (unique per image's bytes)."""
     return f"image:{hash(url) & 0xFFFFFFFFFFFF:x}"
+
+
+def piece_json(item: Any) -> str:
+    """A request piece as the prefix metric tokenizes it: compact JSON text, made by orjson (the
+    stdlib's encoder took ~4% of the runtime's loop on a short turn: the head piece alone, every tool
+    schema and the system prompt, is tens of KB at every model call); the stdlib for what orjson refuses."""
+    try:
+        return orjson.dumps(item).decode()
+    except TypeError:
+        return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
 
 
 def without_image_data(item: Any) -> Any:

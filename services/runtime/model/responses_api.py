@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -24,7 +23,7 @@ from openai import AsyncOpenAI
 from services.runtime.engine.types import AgentContext, Emit, Tool
 from services.runtime.model.breakpoints import CACHE_OPTIONS, responses_system_item, uses_breakpoints
 from services.runtime.model.convert import Images, to_responses_input
-from services.runtime.model.model_api import ModelSettings, finish, without_image_data
+from services.runtime.model.model_api import ModelSettings, finish, piece_json, without_image_data
 from services.runtime.model.responses_reader import RETRYABLE_CODES, Reading
 from services.runtime.model.sse import ReadGate, json_reads, open_stream
 from shared.contracts.records.messages import AssistantMessage
@@ -92,10 +91,8 @@ class ResponsesApi:
         items = body["input"]
         system = body["instructions"] if "instructions" in body else items[0]
         rest = items if "instructions" in body else items[1:]
-        head = json.dumps({"tools": body.get("tools", []), "instructions": system},
-                          ensure_ascii=False, separators=(",", ":"))
-        return [head, *(json.dumps(without_image_data(i), ensure_ascii=False, separators=(",", ":"))
-                        for i in rest)]
+        return [piece_json({"tools": body.get("tools", []), "instructions": system}),
+                *(piece_json(without_image_data(i)) for i in rest)]
 
     async def consume(self, client: AsyncOpenAI, body: dict[str, Any], partial: AssistantMessage, emit: Emit,
                       signal: asyncio.Event, gate: ReadGate | None = None,
