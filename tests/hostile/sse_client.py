@@ -1,9 +1,12 @@
-"""A minimal SSE client on a raw socket: hundreds of them are cheap, and one that stops reading is
-a truly slow client (nothing buffers for it on this side beyond the kernel's socket buffers)."""
+"""A minimal SSE client on a raw socket: hundreds of them are cheap. One that stops reading is a slow
+client once what buffers for it fills: its stream reader (up to twice `limit`) and the kernel's
+socket buffers, which autotune up to `net.ipv4.tcp_rmem`'s maximum (32 MB on some hosts: more than a
+test sends) unless `rcvbuf` fixes the receive buffer's size."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from dataclasses import dataclass, field
 
 from tests.support.stack import API_TOKEN
@@ -67,8 +70,16 @@ def _chunk_size(line: str) -> bool:
     return bool(line) and len(line) <= 8 and all(c in "0123456789abcdefABCDEF" for c in line)
 
 
-async def open_sse(port: int, sid: str, last_event_id: str | None = None, token: str = API_TOKEN) -> SseClient:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+async def open_sse(port: int, sid: str, last_event_id: str | None = None, token: str = API_TOKEN,
+                   rcvbuf: int | None = None, limit: int = 1 << 20) -> SseClient:
+    if rcvbuf is None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=limit)
+    else:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # before connect: the window it offers
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        reader, writer = await asyncio.open_connection(sock=sock, limit=limit)
     extra = f"Last-Event-ID: {last_event_id}\r\n" if last_event_id else ""
     writer.write(f"GET /sessions/{sid}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
                  f"Accept: text/event-stream\r\n{extra}\r\n".encode())

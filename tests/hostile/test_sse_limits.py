@@ -164,11 +164,14 @@ def test_a_client_that_stops_reading_is_closed_and_the_others_get_everything(pro
     port = proxy.ports["proxy"]
 
     async def scenario() -> tuple[SseClient, SseClient, list[str]]:
-        slow, fast = await open_sse(port, sid, "$"), await open_sse(port, sid, "$")
+        # The slow client's buffers fixed (64 KiB of socket, 512 KiB of reader): with the kernel's
+        # autotuning the 19 MB sent below could fit in them and the proxy would never see it lag.
+        slow = await open_sse(port, sid, "$", rcvbuf=64 * 1024, limit=256 * 1024)
+        fast = await open_sse(port, sid, "$")
         await asyncio.gather(slow.collect(wait_s=10, until_comments=1), fast.collect(wait_s=10, until_comments=1))
         ids: list[str] = []
         reading = asyncio.ensure_future(fast.collect(wait_s=60, until_ids=300))
-        for _ in range(30):  # 300 x 64 KiB: far more than the socket buffers hold for a client that never reads
+        for _ in range(30):  # 300 x 64 KiB: far more than the slow client's buffers and its mailbox hold
             ids += await asyncio.to_thread(add_events, r, sid, 10, 64 * 1024)
             await asyncio.sleep(0.05)
         await reading
