@@ -34,6 +34,15 @@ from tests.support.stack import Stack
 pytestmark = pytest.mark.timeout(180)
 
 
+@pytest.fixture(scope="module")
+def stack_env() -> dict[str, str]:
+    # "Rapid" against the windows: at the stack's 150-ms debounce a client write slides the held
+    # update's window by 300 ms, and on a crowded CI machine two of the five PATCH round trips were
+    # further apart than that (the first edits then rightly an update of their own). At 500 ms: 1 s,
+    # within the cap of 5 s (as tests/integration/test_digest_acceptance.py).
+    return {"GAMMA_DIGEST_DEBOUNCE_MS": "500"}
+
+
 def told(items: list[dict[str, Any]], text: str) -> str:
     """What the scripted model's answer to `text` says it received (it names each injection)."""
     at = user_index(items, text)
@@ -60,7 +69,7 @@ def test_five_rapid_edits_of_one_ref_are_one_update_recorded_without_a_prompt(mo
                   content=BRIEF_TEXT.replace("board", "engineers").encode(),
                   headers=USER | {"x-gamma-digest": "The user changed the audience."}, timeout=30)
     assert r.status_code == 200, r.text
-    # No prompt: the debounce (150 ms here) and the merge window (as long) end within seconds.
+    # No prompt: the debounce (500 ms here) and the merge window (as long) end within seconds.
     def both() -> bool:
         got = entries(module_stack, sid)
         return bool(artifact_updates(got, DOC) and artifact_updates(got, BRIEF))
