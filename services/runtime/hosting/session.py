@@ -294,11 +294,9 @@ class Session:
     async def restore(self, files: SessionFiles | None = None) -> None:
         if not self.transcript.entries:  # a preloaded workflow skill is as active as a loaded one
             await self.transcript.ensure_header([(skill.name, skill.type) for skill in self.deps.preloaded])
-        if files is None:  # without the wake's read (session_files.py) each part reads its own
-            await self.rewinder.finish_pending()
-        else:
+        if files is not None:  # the wake's read (session_files.py); without it each part reads its own
             self.ui.preload(files.ui)
-            await self.rewinder.resume(files.intent)
+        await self.rewinder.finish_pending(read=files is None, intent=files.intent if files else None)
         limits = await self.spend.load()  # the session's own caps (POST /sessions `budget`, docs/costs.md)
         budget = RunBudget(self.deps.settings.runtime.run_max_model_calls, limits.run_tokens or 0)
         self.agent.hooks = replace(self.agent.hooks, budget=budget)

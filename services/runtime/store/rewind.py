@@ -113,12 +113,11 @@ class Rewinder:
         await self.files.refresh_viewable(announce=True)
         return changed
 
-    async def finish_pending(self) -> None:
-        """A rewind a crash cut short (shared/history/rewind.py), read from the disk and finished."""
-        await self.resume(await asyncio.to_thread(rw.pending, self.snapshots.paths))  # off the loop: a wake's read
-
-    async def resume(self, intent: rw.Intent | None) -> None:
-        """Finish `intent`, a rewind a crash cut short, as the wake's read found it (session_files.py)."""
+    async def finish_pending(self, *, read: bool = True, intent: rw.Intent | None = None) -> None:
+        """A rewind a crash cut short (shared/history/rewind.py), finished at the wake. `read=False`:
+        `intent` is what the wake's read found (session_files.py), not read again."""
+        if read:
+            intent = await asyncio.to_thread(rw.pending, self.snapshots.paths)  # off the loop: a wake's read
         if intent is not None:
             log.warning("rewind_resumed", session_id=self.sid, target=intent.target_id)
             await self.snapshots.take("resumed", force=True)  # the disk as the crash left it

@@ -18,7 +18,6 @@ from shared.storage.disk import SessionPaths, atomic_write_json, read_json, stor
 from shared.ui.uirules import UiLimits, repair_snapshot
 
 log = structlog.get_logger()
-_UNREAD: Any = object()  # `LiveUi._read` before a wake handed state.json over (None is a missing file)
 
 
 class EventOutbox(Protocol):
@@ -43,21 +42,20 @@ class LiveUi:
         self.guard = guard
         self.outbox = outbox
         self._doc: UiDoc | None = None
-        self._read: Any = _UNREAD  # state.json as the wake read it (`preload`), until the first use
+        self._read: list[Any] = []  # state.json as the wake read it (`preload`), until the first use
 
     def preload(self, raw: Any) -> None:
         """state.json as the wake's read found it (session_files.py): the first use builds from it
         instead of reading again. Only this holder writes the file from then on (see above)."""
-        self._read = raw
+        self._read = [raw]
 
     async def document(self) -> UiDoc:
         """The document, built at its first use from state.json, read in the I/O pool (or with the
         wake's files): on a slow disk a read on the event loop would hold every other session (README
         "Reliability")."""
         if self._doc is None:
-            raw, self._read = self._read, _UNREAD
-            if raw is _UNREAD:
-                raw = await asyncio.get_running_loop().run_in_executor(None, read_json, self.paths.state)
+            raw = self._read.pop() if self._read else await asyncio.get_running_loop().run_in_executor(
+                None, read_json, self.paths.state)
             if self._doc is None:  # another first use loaded it meanwhile: that one may have changed since
                 self._doc = UiDoc.from_snapshot(repair_snapshot(raw), self.limits)
         return self._doc
